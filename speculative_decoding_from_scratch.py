@@ -1,0 +1,562 @@
+# /// script
+# requires-python = ">=3.9"
+# dependencies = ["numpy"]
+# ///
+"""
+Speculative decoding from scratch, in one numpy file.
+
+Speculative decoding (Leviathan, Kalman & Matias 2023; Chen et al. 2023) lets a
+large target model emit several tokens per forward pass and still produce
+exactly its own output distribution. A cheap draft model guesses k tokens; the
+target scores all k guesses in ONE call; a modified rejection-sampling rule
+keeps a prefix of the guesses and repairs the first rejected one. Decoding is
+memory-bound, so scoring k+1 positions costs about as much as scoring one:
+every accepted guess is a token for free.
+
+The models here are explicit probability tables T[prev, next] (order-1 Markov
+chains over six tokens a..f), because the claim is about distributions, and a
+table's true distribution can be printed and compared with what the algorithm
+actually emits.
+
+    python3 speculative_decoding_from_scratch.py         # every demo, in order
+    python3 speculative_decoding_from_scratch.py 2 5     # demos 2 and 5
+    python3 speculative_decoding_from_scratch.py --list  # the demo titles
+
+To watch one round happen, put breakpoint() at the top of verify_round (or run
+python3 -m pdb on this file and `b verify_round`), then run demo 2. To watch the
+guarantee break, make residual() return p and rerun demos 1 and 2.
+
+Notation, as in the paper (Leviathan et al. call the draft length gamma):
+    p, P   the target's next-token distribution; P is its table, p = P[ctx]
+    q, Q   the draft's next-token distribution;  Q is its table, q = Q[ctx]
+    k      draft length: tokens guessed per round (the paper's gamma)
+    alpha  acceptance rate: the chance that a checked draft token is accepted;
+           for one context it is beta = sum_x min(p(x), q(x)) (Theorem 3.5)
+    c      cost of one draft token as a fraction of one target call
+
+Left out on purpose: neural networks, KV caches, batching, top-k / top-p
+warpers (they only change which table is sampled, see temper), and draft trees.
+"""
+
+import sys
+from bisect import bisect_right
+from itertools import accumulate
+
+import numpy as np
+
+VOCAB = 6
+TOKENS = "abcdef"
+RULES = ("correct", "greedy", "no_resample", "continue")
+
+
+def name(x):
+    """Token id -> letter: name(0) == 'a'."""
+    return TOKENS[x]
+
+
+# -----------------------------------------------------------------------------
+# 0. Models: a model is a table
+# A language model maps a context to a next-token distribution. An order-1
+# Markov table T[prev, next] is the smallest thing with that shape whose whole
+# distribution we can write down, so every claim below can be checked exactly.
+
+
+def random_table(seed, sharpness=1.0):
+    """A random row-stochastic V x V table; higher sharpness = peakier rows."""
+    logits = sharpness * np.random.default_rng(seed).standard_normal((VOCAB, VOCAB))
+    w = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def blend(target, other, weight):
+    """A draft of tunable quality: weight*target + (1-weight)*other.
+
+    weight 1 is a perfect draft, weight 0 an unrelated one. (Not alpha: alpha
+    is the acceptance rate this draft ends up with, measured in demo 3.)
+    """
+    if not 0.0 <= weight <= 1.0:  # also False for NaN
+        raise ValueError(f"blend weight must lie in [0, 1], got {weight}")
+    return weight * np.asarray(target, float) + (1 - weight) * np.asarray(other, float)
+
+
+def temper(table, T):
+    """Re-temperature every row: p(x)^(1/T), renormalised.
+
+    T = 0 is the one-hot argmax row, so greedy decoding is just sampling from
+    temper(P, 0) (the paper's section 2.2). Ties go to the lowest index, as
+    np.argmax does: temper([.4, .4, .2], 0) -> [1, 0, 0].
+    """
+    if not (np.isfinite(T) and T >= 0):
+        raise ValueError(f"temperature must be finite and >= 0, got {T}")
+    table = np.asarray(table, float)
+    if T == 0:
+        return np.eye(table.shape[-1])[table.argmax(axis=-1)]
+    with np.errstate(divide="ignore"):  # log(0) = -inf is fine: it stays 0
+        # subtract the row max in log space first, so tiny T cannot overflow
+        logits = (np.log(table) - np.log(table.max(axis=-1, keepdims=True))) / T
+    w = np.exp(logits)
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+# -----------------------------------------------------------------------------
+# 1. Sampling: one uniform number in, one token out
+# Every random choice below is sample_from(probs, u) with u = rng.random(), so a
+# run consumes a countable stream of uniforms and fixed seeds print identical
+# numbers. Inverse-CDF sampling also makes the edge cases visible: u == 0, and
+# a cumulative sum that ends a hair below 1.
+
+
+def sample_from(probs, u):
+    """Inverse CDF: the first token whose cumulative probability exceeds u.
+
+    sample_from([.5, 0, .5], 0.7) -> 2. Never a zero-probability token, never
+    an index past the table: u is scaled by the row's actual total, and the
+    cumulative sum is flat across a zero entry, so bisect_right skips it.
+    """
+    if not 0.0 <= u < 1.0:
+        raise ValueError(f"u must lie in [0, 1), got {u}")
+    # plain Python: on a six-entry row numpy's per-call overhead costs 4x more
+    cdf = list(accumulate(np.asarray(probs, float).tolist()))
+    x = bisect_right(cdf, u * cdf[-1])
+    if x == len(cdf):  # u * total rounded up to the total itself:
+        x = cdf.index(cdf[-1])  # the last token that still added probability
+    return x
+
+
+# -----------------------------------------------------------------------------
+# 2. The acceptance rule (paper section 2.3)
+# The draft proposed x with probability q(x); the target wants it with p(x).
+# Where the draft under-proposes (q <= p) keep x always; where it over-proposes
+# keep x with probability p/q. That trims q down to min(p, q) exactly.
+
+
+def accept_prob(p, q, x):
+    """min(1, p(x)/q(x)): the chance of keeping a drafted token x."""
+    if not q[x] > 0:
+        raise ValueError(
+            f"drafted token {x} has draft probability q[{x}] = {q[x]}: "
+            "the draft could not have proposed it"
+        )
+    return min(1.0, float(p[x] / q[x]))
+
+
+# -----------------------------------------------------------------------------
+# 3. The residual: what to sample after a rejection
+# Acceptance delivered min(p, q). The missing mass is p - min(p, q) =
+# max(0, p - q), and a rejection happens with exactly its total probability,
+# 1 - sum min(p, q). Sampling the replacement from max(0, p - q) normalised
+# fills the gap, so accepted + replaced = p for every token.
+
+
+def residual(p, q):
+    """norm(max(0, p - q)): residual([.5, .3, .2], [.2, .6, .2]) -> [1, 0, 0]."""
+    d = np.maximum(p - q, 0.0)
+    total = d.sum()
+    # subtle: total == 0 means q covers p everywhere, i.e. p == q. Then nothing
+    # is ever rejected, but return p rather than 0/0 = NaN so that a caller
+    # who samples anyway (the "greedy" break, say) still gets a distribution.
+    return d / total if total > 0 else p
+
+
+# -----------------------------------------------------------------------------
+# 4. Drafting: the cheap model guesses k tokens, one after another
+# This part is sequential and pays k draft calls: each guess is the context of
+# the next. That is why the draft must be cheap (c small).
+
+
+def draft_tokens(Q, ctx, k, rng):
+    """k tokens drawn autoregressively from the draft table Q, starting at ctx."""
+    drafted = []
+    for _ in range(k):
+        ctx = sample_from(Q[ctx], rng.random())
+        drafted.append(ctx)
+    return drafted
+
+
+# -----------------------------------------------------------------------------
+# 5. Verification: one target call checks every guess
+# The target sees ctx followed by the k guesses and returns k+1 next-token
+# distributions at once (for a table: k+1 rows). Walk them left to right. The
+# first rejection ends the round: every later guess was conditioned on a token
+# that is no longer in the text. If all k pass, the (k+1)-th distribution is
+# already computed, so one more token comes free: the bonus token.
+# rule != "correct" selects a deliberate bug; demo 2 shows what each one costs.
+
+
+def verify_round(P, Q, ctx, drafted, rng, rule="correct"):
+    """Check the drafts in one target call; return (emitted, n_accepted).
+
+    Emits 1 to k+1 tokens: the accepted prefix of drafted, then a replacement
+    from the residual at the first rejection, or a bonus token if none failed.
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; valid rules: {', '.join(RULES)}")
+    contexts = [ctx] + list(drafted)  # position i predicts what follows contexts[i]
+    p_rows = P[contexts]  # (k+1, V): the one target call
+    emitted, n_accepted = [], 0
+    for i, x in enumerate(drafted):
+        p, q = p_rows[i], Q[contexts[i]]  # q: the row x was actually drawn from
+        u = rng.random()  # drawn under every rule, so all rules share one stream
+        keep = x == p.argmax() if rule == "greedy" else u < accept_prob(p, q, x)
+        if keep:
+            emitted.append(x)
+            n_accepted += 1
+            continue
+        r = p if rule == "no_resample" else residual(p, q)
+        emitted.append(sample_from(r, rng.random()))
+        if rule != "continue":
+            return emitted, n_accepted  # later drafts followed a rejected token
+    emitted.append(sample_from(p_rows[-1], rng.random()))  # bonus token
+    return emitted, n_accepted
+
+
+def spec_generate(P, Q, ctx, n_tokens, k, rng, rule="correct"):
+    """n_tokens by speculative decoding: (tokens, target_calls, n_accepted).
+
+    Each round starts from the last emitted token. The last round may emit
+    more than needed; the extra tokens are cut (their counts are not).
+    """
+    P, Q = check_inputs(P, Q, ctx, n_tokens, k, rule)
+    tokens, target_calls, n_accepted = [], 0, 0
+    while len(tokens) < n_tokens:
+        emitted, n_acc = verify_round(P, Q, ctx, draft_tokens(Q, ctx, k, rng), rng, rule)
+        tokens += emitted
+        target_calls += 1
+        n_accepted += n_acc
+        ctx = emitted[-1]
+    return tokens[:n_tokens], target_calls, n_accepted
+
+
+def as_table(T, label):
+    """T as a float array, or a ValueError that names the table and the flaw."""
+    try:
+        T = np.asarray(T, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{label} must be a numeric array") from None
+    if T.ndim != 2 or T.shape[0] != T.shape[1] or T.size == 0:
+        raise ValueError(f"{label} must be a square 2-D table T[prev, next], got shape {T.shape}")
+    if not T.min() >= 0:  # NaN fails this comparison too
+        i, j = np.argwhere(~(T >= 0))[0]
+        raise ValueError(f"{label}[{i}, {j}] = {T[i, j]}: entries must be >= 0")
+    sums = T.sum(axis=1)
+    if not np.abs(sums - 1).max() <= 1e-6:  # an inf entry makes its row sum inf
+        i = int(np.argmax(~(np.abs(sums - 1) <= 1e-6)))
+        raise ValueError(f"{label} row {i} sums to {sums[i]:.9g}, not 1")
+    return T
+
+
+def check_inputs(P, Q, ctx, n_tokens, k, rule):
+    """Validate spec_generate's arguments once, before the hot loop."""
+    P, Q = as_table(P, "target P"), as_table(Q, "draft Q")
+    if P.shape != Q.shape:
+        raise ValueError(f"target P is {P.shape} but draft Q is {Q.shape}: one vocabulary for both")
+    for value, what in ((n_tokens, "n_tokens"), (k, "k (draft length)")):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
+    if not isinstance(ctx, (int, np.integer)) or not 0 <= ctx < len(P):
+        raise ValueError(f"ctx must be a token id in 0..{len(P) - 1}, got {ctx!r}")
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; valid rules: {', '.join(RULES)}")
+    return P, Q
+
+
+# -----------------------------------------------------------------------------
+# 6. Cost model (paper section 3)
+# A round costs one target call plus k draft calls, i.e. 1 + k*c target calls.
+# It yields tokens_per_round tokens, where plain decoding yields one per call.
+
+
+def speedup(tokens_per_round, k, c):
+    """Walltime gain over plain decoding: tokens_per_round / (1 + k*c)."""
+    return tokens_per_round / (1 + k * c)
+
+
+def break_even_c(tokens_per_round, k):
+    """The draft cost c* at which speculation only ties: (tokens - 1) / k."""
+    return (tokens_per_round - 1) / k
+
+
+# -----------------------------------------------------------------------------
+# 7. Measuring distributions
+# Total variation is the largest difference in probability that the two
+# distributions give any event; it is 0 exactly when they are equal. It is also
+# the paper's D_LK: beta = 1 - TV(p, q) (Theorem 3.5).
+
+
+def tv_distance(a, b):
+    """(1/2) sum |a - b|: tv_distance([1, 0], [.5, .5]) -> 0.5."""
+    return 0.5 * float(np.abs(np.asarray(a, float) - np.asarray(b, float)).sum())
+
+
+def stationary(P):
+    """pi with pi P = pi: how often the target visits each context in the long run."""
+    n = len(P)
+    A = np.vstack([P.T - np.eye(n), np.ones(n)])  # (P^T - I) pi = 0 and sum(pi) = 1
+    return np.linalg.lstsq(A, np.r_[np.zeros(n), 1.0], rcond=None)[0]
+
+
+def pair_alpha(P, Q):
+    """The paper's alpha without sampling: beta(ctx) = sum min(p, q), averaged over pi."""
+    return float(stationary(P) @ np.minimum(P, Q).sum(axis=1))
+
+
+# -----------------------------------------------------------------------------
+# 8. MAC counting: why checking k+1 tokens costs about one forward pass
+# A decoder reads every weight once per forward pass whether it processes one
+# position or sixteen; the multiply-accumulates (MACs) grow with the number of
+# positions. Per token, per layer: attention projections q, k, v, o (4 d^2),
+# scores and weighted sum over n_ctx cached positions (2 d n_ctx), and a
+# SwiGLU MLP with three d x d_ff matrices (3 d d_ff), then the LM head (d V).
+
+
+def macs_per_token(d_model, d_ff, layers, n_ctx, vocab):
+    """Multiply-accumulates for one token through a Llama-style decoder."""
+    per_layer = 4 * d_model**2 + 2 * d_model * n_ctx + 3 * d_model * d_ff
+    return layers * per_layer + d_model * vocab
+
+
+def weight_count(d_model, d_ff, layers, vocab):
+    """Parameters of that decoder: layers, two RMSNorms each, embeddings, head."""
+    per_layer = 4 * d_model**2 + 3 * d_model * d_ff + 2 * d_model
+    return layers * per_layer + 2 * vocab * d_model + d_model
+
+
+# -----------------------------------------------------------------------------
+# Demos: the evidence, printed
+# Every demo builds its own generator from a fixed seed, so a demo prints the
+# same numbers alone or in the full run. The models: a peaky target table, an
+# unrelated table of the same peakiness, and drafts blended from the two.
+
+TARGET = random_table(1, sharpness=2.5)
+UNRELATED = random_table(4, sharpness=2.5)
+MIDDLING = blend(TARGET, UNRELATED, 0.5)
+H100_FLOPS, H100_BYTES_PER_S = 989e12, 3.35e12  # dense bf16; HBM3 (H100 SXM)
+
+
+def row_str(values, fmt="{:7.3f}"):
+    return "".join(fmt.format(v) for v in values)
+
+
+def grid_row(label, values):
+    """One row of a probability grid, 0.050 printed as .050 so six fit in 33."""
+    return f"{label:>3}" + "".join(f"{v:.3f}".lstrip("0").rjust(5) for v in values)
+
+
+def measure(P, Q, k, n_rounds, seed, ctx=0):
+    """n_rounds speculative rounds: (alpha measured, tokens per target call).
+
+    alpha = accepted / checked. A round that rejects draft i checked i+1 of
+    its drafts; the ones after the rejection were never looked at.
+    """
+    rng = np.random.default_rng(seed)
+    accepted = checked = emitted = 0
+    for _ in range(n_rounds):
+        out, n_acc = verify_round(P, Q, ctx, draft_tokens(Q, ctx, k, rng), rng)
+        accepted, checked = accepted + n_acc, checked + min(n_acc + 1, k)
+        emitted, ctx = emitted + len(out), out[-1]
+    return accepted / checked, emitted / n_rounds
+
+
+def demo1_rule_by_hand(ctx=0):
+    p, q = TARGET[ctx], MIDDLING[ctx]
+    acc = np.array([accept_prob(p, q, x) for x in range(VOCAB)])
+    r = residual(p, q)
+    print(f"Context '{name(ctx)}'. Target p, middling draft q (blend weight 0.5).\n")
+    print("token      p      q   min(1, p/q)    p - q   residual")
+    for x in range(VOCAB):
+        print(f"    {name(x)}  {p[x]:.3f}  {q[x]:.3f}  {acc[x]:11.3f}  {p[x] - q[x]:+7.3f}  {r[x]:9.3f}")
+    under, over = int(np.argmax(p - q)), int(np.argmax(q - p))
+    print(f"\nDraft '{name(under)}': q = {q[under]:.3f} <= p = {p[under]:.3f}, under-proposed: "
+          "always accepted.")
+    print(f"Draft '{name(over)}': q = {q[over]:.3f} >  p = {p[over]:.3f}, over-proposed: accepted "
+          f"with p/q = {acc[over]:.3f},\n  rejected {100 * (1 - acc[over]):.1f}% of the time; "
+          "then the token is drawn from the residual.")
+    beta = float(np.minimum(p, q).sum())
+    kept, fixed = q * acc, (1 - beta) * r
+    print(f"\nThe proof, token by token. P(reject) = 1 - sum min(p, q) = {1 - beta:.3f}.\n")
+    print("token   kept: q*min(1,p/q)  +  P(reject)*residual  =  emitted       p")
+    for x in range(VOCAB):
+        print(f"    {name(x)}  {kept[x]:19.4f}  {fixed[x]:20.4f}  {kept[x] + fixed[x]:10.4f}  {p[x]:6.4f}")
+    print(f"\nLargest |emitted - p| over the tokens: {np.abs(kept + fixed - p).max():.1e}")
+    print("Acceptance delivers min(p, q); a rejection happens with exactly the mass\n"
+          "that is missing, and the residual puts it where p exceeds q. Emitted = p,\n"
+          "for any q that covers what it drafts. Break residual() and the last column\n"
+          "stops matching.")
+
+
+def first_two(P, Q, ctx, k, n_runs, seed, rule):
+    """Empirical joint of the first two tokens emitted after ctx, over n_runs runs."""
+    rng, counts = np.random.default_rng(seed), np.zeros((len(P), len(P)))
+    for _ in range(n_runs):
+        (x1, x2), _, _ = spec_generate(P, Q, ctx, 2, k, rng, rule)
+        counts[x1, x2] += 1
+    return counts / n_runs
+
+
+def sample_directly(P, ctx, n_runs, seed):
+    """The sampling-error floor: the same joint, drawn from the target itself."""
+    rng, counts = np.random.default_rng(seed), np.zeros((len(P), len(P)))
+    for _ in range(n_runs):
+        x1 = sample_from(P[ctx], rng.random())
+        counts[x1, sample_from(P[x1], rng.random())] += 1
+    return counts / n_runs
+
+
+def demo2_distribution(ctx=5, k=2, n_runs=10_000):
+    truth = TARGET[ctx][:, None] * TARGET  # P(x1, x2) = p(x1 | ctx) p(x2 | x1)
+    joints = {rule: first_two(TARGET, UNRELATED, ctx, k, n_runs, 2, rule) for rule in RULES}
+    floor = tv_distance(sample_directly(TARGET, ctx, n_runs, 2), truth)
+    print(f"Draft: the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), k = {k}. "
+          f"From context '{name(ctx)}',\n{n_runs:,} runs per rule; each run keeps the first "
+          "two tokens it emits.\n")
+    header = "   " + "".join(f"{name(x):>5}" for x in range(VOCAB))
+    print(f"{'target joint P(x1, x2)':^33}    {'measured, correct rule':^33}".rstrip())
+    print(header + "    " + header)
+    for x in range(VOCAB):
+        print(grid_row(name(x), truth[x]) + "    " + grid_row(name(x), joints["correct"][x]))
+    print("\nfirst token x1 " + "".join(f"{name(x):>7}" for x in range(VOCAB)))
+    print(f"{'target':14} " + row_str(TARGET[ctx]))
+    for rule in RULES:
+        print(f"{rule:14} " + row_str(joints[rule].sum(axis=1)))
+    print(f"\n{'rule':14} {'TV(first two)':>14} {'x floor':>8} {'TV(first)':>10}")
+    for rule in RULES:
+        tv = tv_distance(joints[rule], truth)
+        print(f"{rule:14} {tv:14.4f} {tv / floor:8.1f} "
+              f"{tv_distance(joints[rule].sum(axis=1), TARGET[ctx]):10.4f}")
+    print(f"{'floor':14} {floor:14.4f} {1:8.1f}   <- the target itself, sampled {n_runs:,}x")
+    print("\nThe correct rule sits at the floor: what is left is sampling noise, and\n"
+          "the draft's poor quality (low alpha) cost speed, not correctness. 'greedy'\n"
+          "keeps a draft only if it is p's argmax; 'no_resample' refills rejections\n"
+          "from p, counting mass twice that q already delivered; 'continue' gets the\n"
+          "first token right (TV(first) at the floor) but the pair wrong: the drafts it\n"
+          "kept were conditioned on a token that had been replaced.")
+
+
+def demo3_acceptance(k=4, c=0.1, n_rounds=2000):
+    drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in (1, .9, .75, .5, .25, 0)]
+    drafts += [(f"target at T = {T}", temper(TARGET, T)) for T in (1.0, 1.3, 2.0, 0.5)]
+    print(f"k = {k}, {n_rounds:,} rounds per draft. Blends mix the target with the unrelated\n"
+          "table; the last rows draft with the target itself at the wrong temperature.\n")
+    print(f"{'draft':22}{'alpha':>9}{'alpha':>9}{'tokens per':>13}{'speedup':>10}")
+    print(f"{'':22}{'measured':>9}{'exact':>9}{'target call':>13}{f'c = {c}':>10}")
+    for label, Q in drafts:
+        alpha, tokens = measure(TARGET, Q, k, n_rounds, seed=3)
+        print(f"{label:22}{alpha:9.3f}{pair_alpha(TARGET, Q):9.3f}{tokens:13.2f}"
+              f"{speedup(tokens, k, c):10.2f}")
+    print("\nalpha is accepted / checked: drafts after a rejection are never checked.\n"
+          "'exact' is the paper's alpha = E[sum min(p, q)] over the contexts the target\n"
+          "visits; the measured one averages over the contexts that got checked, so the\n"
+          "two differ a little beyond sampling noise. Speed rides on alpha alone, and\n"
+          "a perfect model sampled at the wrong temperature is just a worse draft.")
+
+
+def demo4_draft_length(c=0.1, k_max=16, n_rounds=1500):
+    rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4)) for k in range(1, k_max + 1)]
+    best = max(rows, key=lambda r: speedup(r[2], r[0], c))[0]
+    print(f"Middling draft (blend weight 0.5), c = {c}, {n_rounds:,} rounds per k.\n")
+    print(f"{'k':>3}{'alpha':>8}{'tokens per call':>17}{'speedup':>9}")
+    for k, alpha, tokens in rows:
+        mark = "  <- best" if k == best else ""
+        print(f"{k:3d}{alpha:8.3f}{tokens:17.2f}{speedup(tokens, k, c):9.2f}{mark}")
+    print(f"\nBest k = {best}. Tokens per call saturates near 1 / (1 - alpha) = "
+          f"{1 / (1 - pair_alpha(TARGET, MIDDLING)):.2f}: a\nround ends at its first rejection "
+          "and throws the rest of its drafts away,\nwhile the cost 1 + k*c keeps growing "
+          "with every token drafted. So the\nspeedup peaks, then falls.")
+
+
+def demo5_break_even(k=4, n_rounds=2000):
+    alpha, tokens = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
+    c_star = break_even_c(tokens, k)
+    print(f"Middling draft, k = {k}: alpha = {alpha:.3f}, {tokens:.2f} tokens per target call,\n"
+          f"so c* = (tokens - 1) / k = {c_star:.3f}.\n")
+    print(f"{'c':>6}{'speedup':>9}")
+    for c in (0.05, 0.1, 0.2, 0.3, round(c_star, 3), 0.6, 0.8, 1.0):
+        s = speedup(tokens, k, c)
+        print(f"{c:6.3f}{s:9.2f}  {'slower than plain decoding' if s < 1 else ''}".rstrip())
+    print("\nA large but poor draft: the unrelated table at c = 0.25.\n")
+    print(f"{'k':>3}{'alpha':>8}{'tokens per call':>17}{'speedup':>9}")
+    for k_poor in (1, 2, 4, 8):
+        a, t = measure(TARGET, UNRELATED, k_poor, n_rounds, seed=5)
+        s = speedup(t, k_poor, 0.25)
+        print(f"{k_poor:3d}{a:8.3f}{t:17.2f}{s:9.2f}  {'slower' if s < 1 else ''}".rstrip())
+    print("\nEvery drafted token costs c whether or not it survives, so a draft must be\n"
+          "cheap AND agree with the target. The paper's Corollary 3.9: if alpha > c some\n"
+          "k helps (k = 1 by at least (1 + alpha) / (1 + c)); if alpha <= c none does,\n"
+          "since tokens per call <= 1 + k*alpha <= 1 + k*c.")
+
+
+def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=512):
+    params = weight_count(d_model, d_ff, layers, vocab)
+    # every weight matrix entry takes part in exactly one MAC per token, so the
+    # weights a pass reads are the MACs of one token with no context to attend to
+    weight_bytes = 2 * macs_per_token(d_model, d_ff, layers, 0, vocab)  # fp16
+    kv_bytes = 2 * 2 * layers * n_ctx * d_model  # K and V, fp16, per layer
+    ridge = H100_FLOPS / 2 / H100_BYTES_PER_S  # MACs per byte at the roofline knee
+    print(f"A Llama-2-7B-shaped decoder in fp16: d_model {d_model}, d_ff {d_ff}, {layers} "
+          f"layers,\nvocabulary {vocab}, {n_ctx} tokens of context; {params / 1e9:.2f} billion "
+          "parameters by the\nshape's own count. One pass reads every weight once, however "
+          "many positions.\n")
+    print(f"{'positions':>9}{'GMACs':>9}{'GB read':>9}{'MACs/byte':>11}"
+          f"{'H100 roofline time':>21}{'vs 1':>7}")
+    t1 = None
+    for n in (1, 2, 4, 8, 16):
+        macs, bytes_read = n * macs_per_token(d_model, d_ff, layers, n_ctx, vocab), weight_bytes + kv_bytes
+        t_mem, t_math = bytes_read / H100_BYTES_PER_S, 2 * macs / H100_FLOPS
+        t = max(t_mem, t_math)
+        t1 = t1 or t
+        bound = "memory" if t_mem >= t_math else "compute"
+        print(f"{n:9d}{macs / 1e9:9.1f}{bytes_read / 1e9:9.2f}{macs / bytes_read:11.2f}"
+              f"{t * 1e3:11.2f} ms {bound:>7}{t / t1:7.2f}")
+    one = macs_per_token(d_model, d_ff, layers, n_ctx, vocab) / (weight_bytes + kv_bytes)
+    print(f"\nH100 SXM ridge point: {H100_FLOPS / 1e12:.0f} TFLOP/s / 2 / {H100_BYTES_PER_S / 1e12:.2f} "
+          f"TB/s = {ridge:.0f} MACs per byte.")
+    print(f"\nOne decoding step streams every weight from memory to do {one:.2f} MACs per\n"
+          f"byte; in that time the chip could do {ridge / one:.0f} times more arithmetic. Up to\n"
+          f"about {ridge / one:.0f} positions, a pass costs what a pass over one position costs:\n"
+          "the draft's k guesses are checked with arithmetic that was idle anyway. (The\n"
+          "times are a roofline model, not a measurement.)")
+
+
+# -----------------------------------------------------------------------------
+# Command line
+
+DEMOS = {
+    "1": ("The rule by hand, one context", demo1_rule_by_hand),
+    "2": ("The output distribution is the target's", demo2_distribution),
+    "3": ("Acceptance and speedup against draft quality", demo3_acceptance),
+    "4": ("Draft length", demo4_draft_length),
+    "5": ("Break-even: when speculation is slower", demo5_break_even),
+    "6": ("Where the free compute comes from", demo6_free_compute),
+}
+USAGE = "usage: speculative_decoding_from_scratch.py [--list|--help|DEMO...]"
+BREAK_IT = """
+Now break it: edit one stage, rerun, and watch what moves.
+  residual()      return p instead        demo 1's proof fails; in demo 2 the
+                                          'correct' row lands on 'no_resample'
+  accept_prob()   q[x] / p[x] for p/q     demo 2: 'correct' far above the floor
+  verify_round()  delete the bonus line   still exact (demo 2), but a perfect
+                                          draft gives k tokens per call, not k+1"""
+
+
+def main(argv):
+    if argv in (["-h"], ["--help"]):
+        print(f"{USAGE}\n\nRuns the demos (all, or the numbered ones) and prints their evidence.\n"
+              "  --list   print the demo titles\n  --help   print this\n\nDemos:")
+        argv = ["--list"]
+    if argv == ["--list"]:
+        print("\n".join(f"  {n}. {text}" for n, (text, _) in DEMOS.items()))
+        return 0
+    for arg in argv:
+        if arg not in DEMOS:
+            print(f"{USAGE}; unknown {arg!r}", file=sys.stderr)
+            return 2
+    for n in dict.fromkeys(argv or DEMOS):
+        text, demo = DEMOS[n]
+        print(f"\n{'=' * 78}\nDemo {n}. {text}\n{'=' * 78}")
+        demo()
+    print(BREAK_IT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

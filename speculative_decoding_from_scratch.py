@@ -91,7 +91,7 @@ def temper(table, T):
     table = np.asarray(table, float)
     if T == 0:
         return np.eye(table.shape[-1])[table.argmax(axis=-1)]
-    with np.errstate(divide="ignore"):  # log(0) = -inf is fine: it stays 0
+    with np.errstate(divide="ignore", over="ignore"):  # -inf logits become 0
         # subtract the row max in log space first, so tiny T cannot overflow
         logits = (np.log(table) - np.log(table.max(axis=-1, keepdims=True))) / T
     w = np.exp(logits)
@@ -109,18 +109,18 @@ def temper(table, T):
 def sample_from(probs, u):
     """Inverse CDF: the first token whose cumulative probability exceeds u.
 
-    sample_from([.5, 0, .5], 0.7) -> 2. Never a zero-probability token, never
-    an index past the table: u is scaled by the row's actual total, and the
-    cumulative sum is flat across a zero entry, so bisect_right skips it.
+    sample_from([.5, 0, .5], 0.7) -> 2. Never a zero-probability token: the
+    cumulative sum is flat across a zero entry, so bisect_right steps over it.
     """
     if not 0.0 <= u < 1.0:
         raise ValueError(f"u must lie in [0, 1), got {u}")
     # plain Python: on a six-entry row numpy's per-call overhead costs 4x more
     cdf = list(accumulate(np.asarray(probs, float).tolist()))
-    x = bisect_right(cdf, u * cdf[-1])
-    if x == len(cdf):  # u * total rounded up to the total itself:
-        x = cdf.index(cdf[-1])  # the last token that still added probability
-    return x
+    # subtle: compare u * total, not u. A row whose sum rounds to 0.99999999
+    # would otherwise let u = 0.999999999 run past the last token (a bug that
+    # shipped). And u < 1 gives u * total < total even after rounding, so the
+    # index always lands on a real token.
+    return bisect_right(cdf, u * cdf[-1])
 
 
 # -----------------------------------------------------------------------------

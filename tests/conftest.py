@@ -1,0 +1,5 @@
+"""Make the single-file script importable as a module from tests/."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

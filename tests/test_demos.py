@@ -1,0 +1,100 @@
+"""The script as a reader runs it: the command line, and what the demos print."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import speculative_decoding_from_scratch as sd
+
+SCRIPT = Path(sd.__file__)
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.fixture(scope="module")
+def full_run():
+    out = run()
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def section(text, n):
+    """The lines of demo n, from its title to the next demo (or the closing note)."""
+    start = text.index(f"Demo {n}. ")
+    ends = [i for i in (text.find("\n" + "=" * 78 + "\nDemo", start),
+                        text.find("\nNow break it", start)) if i > 0]
+    return text[start:min(ends)]
+
+
+def test_full_run_shows_every_demo_and_fits_80_columns(full_run):
+    for n, (title, _) in sd.DEMOS.items():
+        assert f"Demo {n}. {title}" in full_run
+    assert max(len(line) for line in full_run.splitlines()) <= 80
+    assert "Now break it" in full_run
+
+
+def test_selected_demos_print_exactly_what_the_full_run_prints(full_run):
+    # a fresh process, a different selection: same bytes (fixed seeds per demo)
+    out = run("5", "2")
+    assert out.returncode == 0
+    assert section(out.stdout, 2) == section(full_run, 2)
+    assert section(out.stdout, 5) == section(full_run, 5)
+    assert out.stdout.index("Demo 5.") < out.stdout.index("Demo 2.")
+
+
+def test_demo1_proof_closes(full_run):
+    largest = float(re.search(r"Largest \|emitted - p\| over the tokens: (\S+)", full_run)[1])
+    assert largest < 1e-12
+
+
+def test_demo2_correct_at_the_floor_and_every_broken_rule_ten_times_above(full_run):
+    rows = dict(re.findall(r"^(\w+) +\d\.\d{4} +(\d+\.\d)", section(full_run, 2), re.M))
+    assert set(rows) == set(sd.RULES) | {"floor"}
+    assert float(rows["correct"]) < 3
+    for rule in sd.RULES[1:]:
+        assert float(rows[rule]) >= 10, rule
+
+
+def test_demo3_exact_alpha_column_is_pair_alpha(full_run):
+    line = re.search(r"^blend weight 0\.50 +(\S+) +(\S+)", section(full_run, 3), re.M)
+    assert float(line[2]) == round(sd.pair_alpha(sd.TARGET, sd.MIDDLING), 3)
+    assert abs(float(line[1]) - float(line[2])) < 0.03
+
+
+def test_demo4_best_k_has_the_largest_speedup(full_run):
+    rows = re.findall(r"^ *(\d+) +\S+ +\S+ +(\S+)( +<- best)?$", section(full_run, 4), re.M)
+    best = max(rows, key=lambda r: float(r[1]))
+    assert best[2] and len(rows) == 16
+    assert 1 < int(best[0]) < 16  # an interior peak, not an endpoint
+
+
+def test_demo5_marks_slower_exactly_where_speedup_is_below_one(full_run):
+    rows = re.findall(r"^ *(\d\.\d{3}) +(\d+\.\d\d)(.*)$", section(full_run, 5), re.M)
+    assert len(rows) == 8
+    for c, s, mark in rows:
+        assert ("slower" in mark) == (float(s) < 1), c
+
+
+def test_demo6_half_a_mac_per_byte_and_the_h100_ridge(full_run):
+    text = section(full_run, 6)
+    assert re.search(r"^ +1 +\S+ +\S+ +0\.50 ", text, re.M)
+    assert "= 148 MACs per byte" in text
+
+
+def test_list_and_help():
+    out = run("--list")
+    assert out.returncode == 0 and out.stdout.count("\n") == len(sd.DEMOS)
+    out = run("--help")
+    assert out.returncode == 0 and "usage:" in out.stdout and "Draft length" in out.stdout
+
+
+@pytest.mark.parametrize("args", [["7"], ["--bogus"], ["2", "x"], ["--list", "2"]])
+def test_bad_arguments_give_one_usage_line_and_exit_2(args):
+    out = run(*args)
+    assert out.returncode == 2
+    assert out.stdout == "" and out.stderr.startswith("usage:") and out.stderr.count("\n") == 1

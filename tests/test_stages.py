@@ -251,6 +251,9 @@ def test_pair_alpha_by_hand():
     Q = np.array([[0.4, 0.2, 0.4]] * 3)
     assert sd.pair_alpha(P, Q) == pytest.approx(0.8)
     assert sd.pair_alpha(P3, P3) == pytest.approx(1.0)
+    # rows differ: pi = (5/6, 1/6), beta = (.6, 1), alpha = .5 + 1/6 (not the plain mean .8)
+    P = np.array([[0.9, 0.1], [0.5, 0.5]])
+    assert sd.pair_alpha(P, np.full((2, 2), 0.5)) == pytest.approx(2 / 3)
 
 
 def test_macs_per_token_by_hand():

@@ -227,6 +227,10 @@ def spec_generate(P, Q, ctx, n_tokens, k, rng, rule="correct"):
     return tokens[:n_tokens], target_calls, n_accepted
 
 
+# Input checks, run once per spec_generate call and never per token: readers
+# bring their own tables, and a bad one should fail loudly, by name.
+
+
 def as_table(T, label):
     """T as a float array, or a ValueError that names the table and the flaw."""
     try:
@@ -280,7 +284,8 @@ def break_even_c(tokens_per_round, k):
 # 7. Measuring distributions
 # Total variation is the largest difference in probability that the two
 # distributions give any event; it is 0 exactly when they are equal. It is also
-# the paper's D_LK: beta = 1 - TV(p, q) (Theorem 3.5).
+# the paper's D_LK: beta = 1 - TV(p, q) (Theorem 3.5), so averaging beta over
+# the contexts the target visits gives alpha without drawing a single sample.
 
 
 def tv_distance(a, b):

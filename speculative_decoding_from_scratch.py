@@ -280,6 +280,33 @@ def break_even_c(tokens_per_round, k):
     return (tokens_per_round - 1) / k
 
 
+# The paper's closed forms assume every drafted token is accepted
+# independently with the same probability alpha. Then a round emits
+# 1 + alpha + ... + alpha^k tokens: one for sure, the next if the first draft
+# passed, and so on (the last term is the bonus after k passes).
+
+
+def expected_tokens(alpha, k):
+    """Eq. 1: (1 - alpha^(k+1)) / (1 - alpha); k + 1 at alpha = 1."""
+    return k + 1.0 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def operations_factor(alpha, k, c_hat):
+    """Theorem 3.11: total arithmetic relative to plain decoding.
+
+    Each round runs k draft steps (k*c_hat) and the target on k+1 positions,
+    and yields expected_tokens(alpha, k) tokens.
+    """
+    return (k * c_hat + k + 1) / expected_tokens(alpha, k)
+
+
+def best_k(alpha, c, k_max=32):
+    """(k, speedup) for the k in 1..k_max that is fastest; (0, 1.0) if none beats plain."""
+    k = max(range(1, k_max + 1), key=lambda k: speedup(expected_tokens(alpha, k), k, c))
+    s = speedup(expected_tokens(alpha, k), k, c)
+    return (k, s) if s > 1 else (0, 1.0)
+
+
 # -----------------------------------------------------------------------------
 # 7. Measuring distributions
 # Total variation is the largest difference in probability that the two
@@ -303,6 +330,27 @@ def stationary(P):
 def pair_alpha(P, Q):
     """The paper's alpha without sampling: beta(ctx) = sum min(p, q), averaged over pi."""
     return float(stationary(P) @ np.minimum(P, Q).sum(axis=1))
+
+
+def exact_tokens_per_call(P, Q, k):
+    """Long-run tokens per target call for a pair of tables, without sampling.
+
+    No i.i.d. assumption: follow the probability mass through one round from
+    every start context at once. reach[s, c] = P(the first i drafts from s were
+    all accepted and the last one is c). A draft at c is accepted and becomes
+    x with mass min(p, q)(x), or rejected and replaced by x with mass
+    max(0, p - q)(x). Rounds then chain on their last token: average the
+    tokens per round over that chain's stationary distribution.
+    """
+    A, R = np.minimum(P, Q), np.maximum(P - Q, 0.0)
+    reach, tokens, last = np.eye(len(P)), np.zeros(len(P)), np.zeros_like(P)
+    for _ in range(k):
+        tokens += reach.sum(axis=1)  # reaching position i emits one more token
+        last += reach @ R  # the round ends on the replacement
+        reach = reach @ A
+    tokens += reach.sum(axis=1)  # all k accepted: the bonus token
+    last += reach @ P
+    return float(stationary(last) @ tokens)
 
 
 # -----------------------------------------------------------------------------
@@ -442,52 +490,84 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=2000):
     drafts += [(f"target at T = {T}", temper(TARGET, T)) for T in (1.0, 1.3, 2.0, 0.5)]
     print(f"k = {k}, {n_rounds:,} rounds per draft. Blends mix the target with the unrelated\n"
           "table; the last rows draft with the target itself at the wrong temperature.\n")
-    print(f"{'draft':22}{'alpha':>9}{'alpha':>9}{'tokens per':>13}{'speedup':>10}")
-    print(f"{'':22}{'measured':>9}{'exact':>9}{'target call':>13}{f'c = {c}':>10}")
+    print(f"{'':18}{'alpha':>14}{'tokens per target call':>25}{'speedup':>10}")
+    print(f"{'draft':18}{'measured':>9}{'exact':>7}{'measured':>10}{'eq. 1':>7}{'exact':>7}"
+          f"{f'c = {c}':>12}")
     for label, Q in drafts:
         alpha, tokens = measure(TARGET, Q, k, n_rounds, seed=3)
-        print(f"{label:22}{alpha:9.3f}{pair_alpha(TARGET, Q):9.3f}{tokens:13.2f}"
-              f"{speedup(tokens, k, c):10.2f}")
+        exact_alpha = pair_alpha(TARGET, Q)
+        print(f"{label:18}{alpha:9.3f}{exact_alpha:7.3f}{tokens:10.2f}"
+              f"{expected_tokens(exact_alpha, k):7.2f}{exact_tokens_per_call(TARGET, Q, k):7.2f}"
+              f"{speedup(tokens, k, c):12.2f}")
+    a = pair_alpha(TARGET, MIDDLING)
+    naive, right = 1 + k * a, exact_tokens_per_call(TARGET, MIDDLING, k)
+    print(f"\nThe naive guess 1 + k*alpha (in a widely shared speedup table) gives {naive:.2f}\n"
+          f"tokens per call for the middling draft; the exact value is {right:.2f}, so it\n"
+          f"overstates by {100 * (naive / right - 1):.0f}%: it forgets that a rejection ends the round.")
     print("\nalpha is accepted / checked: drafts after a rejection are never checked.\n"
-          "'exact' is the paper's alpha = E[sum min(p, q)] over the contexts the target\n"
-          "visits; the measured one averages over the contexts that got checked, so the\n"
-          "two differ a little beyond sampling noise. Speed rides on alpha alone, and\n"
-          "a perfect model sampled at the wrong temperature is just a worse draft.")
+          "'exact' alpha is the paper's E[sum min(p, q)] over the contexts the target\n"
+          "visits; eq. 1 assumes that one alpha holds at every position; the exact\n"
+          "tokens per call follow the tables' probability mass with no assumption.\n"
+          "Speed rides on alpha, and a perfect model sampled at the wrong temperature\n"
+          "is just a worse draft.")
 
 
 def demo4_draft_length(c=0.1, k_max=16, n_rounds=1500):
-    rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4)) for k in range(1, k_max + 1)]
-    best = max(rows, key=lambda r: speedup(r[2], r[0], c))[0]
+    rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4), exact_tokens_per_call(TARGET, MIDDLING, k))
+            for k in range(1, k_max + 1)]
     print(f"Middling draft (blend weight 0.5), c = {c}, {n_rounds:,} rounds per k.\n")
-    print(f"{'k':>3}{'alpha':>8}{'tokens per call':>17}{'speedup':>9}")
-    for k, alpha, tokens in rows:
-        mark = "  <- best" if k == best else ""
-        print(f"{k:3d}{alpha:8.3f}{tokens:17.2f}{speedup(tokens, k, c):9.2f}{mark}")
-    print(f"\nBest k = {best}. Tokens per call saturates near 1 / (1 - alpha) = "
-          f"{1 / (1 - pair_alpha(TARGET, MIDDLING)):.2f}: a\nround ends at its first rejection "
-          "and throws the rest of its drafts away,\nwhile the cost 1 + k*c keeps growing "
-          "with every token drafted. So the\nspeedup peaks, then falls.")
+    print(f"{'':11}{'tokens per call':>17}{'speedup':>16}")
+    print(f"{'k':>3}{'alpha':>8}{'measured':>10}{'exact':>7}{'measured':>10}{'exact':>7}")
+    for k, alpha, tokens, exact in rows:
+        print(f"{k:3d}{alpha:8.3f}{tokens:10.2f}{exact:7.2f}{speedup(tokens, k, c):10.2f}"
+              f"{speedup(exact, k, c):7.2f}")
+    best_measured = max(rows, key=lambda r: speedup(r[2], r[0], c))[0]
+    best_exact = max(rows, key=lambda r: speedup(r[3], r[0], c))[0]
+    a = pair_alpha(TARGET, MIDDLING)
+    print(f"\nBest k: {best_measured} measured, {best_exact} exact. Tokens per call saturates "
+          f"near\n1 / (1 - alpha) = {1 / (1 - a):.2f}: a round ends at its first rejection and "
+          "throws\nthe rest of its drafts away, while the cost 1 + k*c keeps growing with "
+          "every\ntoken drafted. So the speedup peaks, then falls; near the peak it is flat.")
+    print(f"\nBest k by eq. 1 at c = {c}, next to the {best_measured} measured above:\n")
+    print(f"{'alpha':>7}{'k':>5}{'speedup':>9}")
+    for al in (0.5, 0.7, 0.9, a):
+        k_best, s_best = best_k(al, c)
+        print(f"{al:7.3f}{k_best:5d}{s_best:9.2f}" + ("  <- this draft's alpha" if al == a else ""))
 
 
 def demo5_break_even(k=4, n_rounds=2000):
     alpha, tokens = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
-    c_star = break_even_c(tokens, k)
+    a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(tokens, k)
+    exact = [exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)]
     print(f"Middling draft, k = {k}: alpha = {alpha:.3f}, {tokens:.2f} tokens per target call,\n"
-          f"so c* = (tokens - 1) / k = {c_star:.3f}.\n")
-    print(f"{'c':>6}{'speedup':>9}")
-    for c in (0.05, 0.1, 0.2, 0.3, round(c_star, 3), 0.6, 0.8, 1.0):
+          f"so c* = (tokens - 1) / k = {c_star:.3f}. Right: the best k at each c, by eq. 1\n"
+          f"(alpha = {a:.3f}) and exactly for these tables, and Corollary 3.9's bound.\n")
+    print(f"{'k = 4, measured':>24}{'best, eq. 1':>14}{'best, exact':>14}{'(1+alpha)':>11}")
+    print(f"{'c':>6}{'speedup':>9}{'':9}{'k':>4}{'speedup':>9}{'k':>5}{'speedup':>9}{'/ (1+c)':>11}")
+    edge = []  # costs where eq. 1 promises a gain and the real tables lose
+    for c in (0.05, 0.1, 0.2, 0.3, round(c_star, 3), 0.6, 0.7, 0.8, 1.0):
         s = speedup(tokens, k, c)
-        print(f"{c:6.3f}{s:9.2f}  {'slower than plain decoding' if s < 1 else ''}".rstrip())
+        k_eq, s_eq = best_k(a, c, k_max=16)
+        s_ex, k_ex = max((speedup(t, j + 1, c), j + 1) for j, t in enumerate(exact))
+        edge += [c] if k_eq and s_ex < 1 else []
+        print(f"{c:6.3f}{s:9.2f}{'  slower' if s < 1 else '':9}{k_eq:4d}{s_eq:9.3f}"
+              f"{k_ex:5d}{s_ex:9.3f}{(1 + a) / (1 + c):11.3f}")
+    print("\nCorollary 3.9 (eq. 1's world): some k beats plain decoding exactly when\n"
+          "alpha > c, by at least (1 + alpha) / (1 + c); k = 0 above means none does.")
+    if edge:
+        print(f"The tables disagree at the edge: at c = {', '.join(map(str, edge))} < alpha the best "
+              f"real k\nstill loses. Eq. 1 assumes one alpha everywhere; a round here starts on "
+              f"the\ntoken that ended the last one, and there beta averages {exact[0] - 1:.3f}, "
+              f"not {a:.3f}.")
     print("\nA large but poor draft: the unrelated table at c = 0.25.\n")
     print(f"{'k':>3}{'alpha':>8}{'tokens per call':>17}{'speedup':>9}")
     for k_poor in (1, 2, 4, 8):
-        a, t = measure(TARGET, UNRELATED, k_poor, n_rounds, seed=5)
+        a_poor, t = measure(TARGET, UNRELATED, k_poor, n_rounds, seed=5)
         s = speedup(t, k_poor, 0.25)
-        print(f"{k_poor:3d}{a:8.3f}{t:17.2f}{s:9.2f}  {'slower' if s < 1 else ''}".rstrip())
+        print(f"{k_poor:3d}{a_poor:8.3f}{t:17.2f}{s:9.2f}  {'slower' if s < 1 else ''}".rstrip())
     print("\nEvery drafted token costs c whether or not it survives, so a draft must be\n"
-          "cheap AND agree with the target. The paper's Corollary 3.9: if alpha > c some\n"
-          "k helps (k = 1 by at least (1 + alpha) / (1 + c)); if alpha <= c none does,\n"
-          "since tokens per call <= 1 + k*alpha <= 1 + k*c.")
+          "cheap AND agree with the target. If alpha <= c nothing helps: tokens per\n"
+          "call <= 1 + k*alpha <= 1 + k*c.")
 
 
 def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=512):
@@ -520,6 +600,12 @@ def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=5
           f"about {ridge / one:.0f} positions, a pass costs what a pass over one position costs:\n"
           "the draft's k guesses are checked with arithmetic that was idle anyway. (The\n"
           "times are a roofline model, not a measurement.)")
+    print("\nThe price is paid in arithmetic: the paper's Table 1 (c = c_hat = 0), from\n"
+          "eq. 1 and Theorem 3.11. More operations in total, less time.\n")
+    print(f"{'alpha':>6}{'k':>4}{'operations':>12}{'speed':>8}")
+    for alpha, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10)):
+        print(f"{alpha:6.1f}{k:4d}{operations_factor(alpha, k, 0):11.2f}X"
+              f"{speedup(expected_tokens(alpha, k), k, 0):7.2f}X")
 
 
 # -----------------------------------------------------------------------------
@@ -533,7 +619,18 @@ DEMOS = {
     "5": ("Break-even: when speculation is slower", demo5_break_even),
     "6": ("Where the free compute comes from", demo6_free_compute),
 }
-USAGE = "usage: speculative_decoding_from_scratch.py [--list|--help|DEMO...]"
+USAGE = "usage: speculative_decoding_from_scratch.py [--list|--help|--tune|DEMO...]"
+HELP = f"""{USAGE}
+
+Runs the demos (all of them, or the numbered ones) and prints their evidence.
+  DEMO ...                     run these demos, in this order
+  --list                       print the demo titles
+  --tune ALPHA C [--k-max N]   best draft length for an acceptance rate ALPHA
+                               and a draft cost C (a fraction of one target
+                               call), by the paper's closed forms; k_max 32
+  --help                       print this
+
+Demos:"""
 BREAK_IT = """
 Now break it: edit one stage, rerun, and watch what moves.
   residual()      return p instead        demo 1's proof fails; in demo 2 the
@@ -543,18 +640,60 @@ Now break it: edit one stage, rerun, and watch what moves.
                                           draft gives k tokens per call, not k+1"""
 
 
+def tune(alpha, c, k_max=32):
+    """Which k, for a measured alpha and draft cost c? Eq. 1 and Theorem 3.8."""
+    best, s_best = best_k(alpha, c, k_max)
+    print(f"alpha = {alpha}, c = {c}; operations assume c_hat = c (arithmetic ~ time)\n")
+    print(f"{'k':>3}{'tokens per call':>17}{'speedup':>9}{'operations':>12}")
+    for k in range(1, k_max + 1):
+        tokens = expected_tokens(alpha, k)
+        print(f"{k:3d}{tokens:17.3f}{speedup(tokens, k, c):9.3f}"
+              f"{operations_factor(alpha, k, c):12.3f}" + ("  <- best" if k == best else ""))
+    if best:
+        print(f"\nspeculate with k = {best}, expected speedup {s_best:.2f}\u00d7")
+    else:
+        print("\nfall back to plain decoding (\u03b1 \u2264 c)")
+
+
+def parse_tune(args):
+    """--tune ALPHA C [--k-max N] -> (alpha, c, k_max), or ValueError saying why."""
+    if len(args) not in (2, 4) or (len(args) == 4 and args[2] != "--k-max"):
+        raise ValueError("--tune takes ALPHA C [--k-max N]")
+    try:
+        alpha, c = float(args[0]), float(args[1])
+        k_max = int(args[3]) if len(args) == 4 else 32
+    except ValueError:
+        raise ValueError(f"--tune needs numbers, got {' '.join(args)}") from None
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"ALPHA must lie in [0, 1], got {args[0]}")
+    if not (np.isfinite(c) and c >= 0):
+        raise ValueError(f"C must be finite and >= 0, got {args[1]}")
+    if k_max < 1:
+        raise ValueError(f"--k-max must be >= 1, got {args[3]}")
+    return alpha, c, k_max
+
+
+def usage_error(message):
+    print(f"usage error: {message} (see --help)", file=sys.stderr)
+    return 2
+
+
 def main(argv):
     if argv in (["-h"], ["--help"]):
-        print(f"{USAGE}\n\nRuns the demos (all, or the numbered ones) and prints their evidence.\n"
-              "  --list   print the demo titles\n  --help   print this\n\nDemos:")
+        print(HELP)
         argv = ["--list"]
     if argv == ["--list"]:
         print("\n".join(f"  {n}. {text}" for n, (text, _) in DEMOS.items()))
         return 0
+    if argv[:1] == ["--tune"]:
+        try:
+            tune(*parse_tune(argv[1:]))
+        except ValueError as e:
+            return usage_error(e)
+        return 0
     for arg in argv:
         if arg not in DEMOS:
-            print(f"{USAGE}; unknown {arg!r}", file=sys.stderr)
-            return 2
+            return usage_error(f"unknown argument {arg!r}; the demos are 1-{len(DEMOS)}")
     for n in dict.fromkeys(argv or DEMOS):
         text, demo = DEMOS[n]
         print(f"\n{'=' * 78}\nDemo {n}. {text}\n{'=' * 78}")

@@ -66,18 +66,26 @@ def test_demo3_exact_alpha_column_is_pair_alpha(full_run):
     assert abs(float(line[1]) - float(line[2])) < 0.03
 
 
-def test_demo4_best_k_has_the_largest_speedup(full_run):
-    rows = re.findall(r"^ *(\d+) +\S+ +\S+ +(\S+)( +<- best)?$", section(full_run, 4), re.M)
-    best = max(rows, key=lambda r: float(r[1]))
-    assert best[2] and len(rows) == 16
-    assert 1 < int(best[0]) < 16  # an interior peak, not an endpoint
+def test_demo4_best_k_lines_name_the_largest_speedups(full_run):
+    text = section(full_run, 4)
+    rows = re.findall(r"^ *(\d+) +0\.\d{3} +\S+ +\S+ +(\S+) +(\S+)$", text, re.M)
+    assert len(rows) == 16
+    measured = max(rows, key=lambda r: float(r[1]))[0]
+    exact = max(rows, key=lambda r: float(r[2]))[0]
+    assert f"Best k: {measured} measured, {exact} exact." in text
+    assert 1 < int(exact) < 16  # an interior peak, not an endpoint
 
 
 def test_demo5_marks_slower_exactly_where_speedup_is_below_one(full_run):
-    rows = re.findall(r"^ *(\d\.\d{3}) +(\d+\.\d\d)(.*)$", section(full_run, 5), re.M)
-    assert len(rows) == 8
-    for c, s, mark in rows:
-        assert ("slower" in mark) == (float(s) < 1), c
+    rows = re.findall(r"^ *(\d\.\d{3}) +(\d+\.\d\d)(  slower)? +(\d+) +(\S+) +(\d+) +(\S+) +(\S+)$",
+                      section(full_run, 5), re.M)
+    assert len(rows) == 9
+    for c, s, slower, k_eq, s_eq, k_ex, s_ex, bound in rows:
+        assert bool(slower) == (float(s) < 1), c
+        # eq. 1: a k > 0 exactly when it beats plain decoding, by at least the bound
+        assert (int(k_eq) > 0) == (float(s_eq) > 1)
+        if int(k_eq):
+            assert float(s_eq) >= float(bound) - 0.0005
 
 
 def test_demo6_half_a_mac_per_byte_and_the_h100_ridge(full_run):
@@ -97,4 +105,4 @@ def test_list_and_help():
 def test_bad_arguments_give_one_usage_line_and_exit_2(args):
     out = run(*args)
     assert out.returncode == 2
-    assert out.stdout == "" and out.stderr.startswith("usage:") and out.stderr.count("\n") == 1
+    assert out.stdout == "" and out.stderr.startswith("usage error:") and out.stderr.count("\n") == 1

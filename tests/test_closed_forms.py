@@ -1,0 +1,153 @@
+"""The paper's closed forms, each against an independent computation."""
+import numpy as np
+import pytest
+
+import speculative_decoding_from_scratch as sd
+
+
+def geometric(alpha, k):
+    """Eq. 1 written as the sum it is: 1 + alpha + ... + alpha^k."""
+    return sum(alpha**i for i in range(k + 1))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.75, 0.999, 1.0])
+@pytest.mark.parametrize("k", [1, 4, 10])
+def test_expected_tokens_is_the_geometric_sum(alpha, k):
+    assert sd.expected_tokens(alpha, k) == pytest.approx(geometric(alpha, k))
+
+
+def test_expected_tokens_facts_example():
+    # alpha = .75, k = 4: 3.05 tokens per call, not the 4 that 1 + k*alpha claims
+    assert round(sd.expected_tokens(0.75, 4), 2) == 3.05
+
+
+def constant_alpha_pair():
+    """Every row identical: beta is the same in every context, so eq. 1 is exact."""
+    p, q = np.array([0.5, 0.3, 0.1, 0.1]), np.array([0.2, 0.3, 0.4, 0.1])
+    return np.tile(p, (4, 1)), np.tile(q, (4, 1)), float(np.minimum(p, q).sum())  # beta = .6
+
+
+def test_expected_tokens_matches_a_simulation_where_it_is_exact():
+    P, Q, beta = constant_alpha_pair()
+    n_rounds, k = 8000, 3
+    alpha, tokens = sd.measure(P, Q, k, n_rounds, seed=7)
+    se = (k / 2) / np.sqrt(n_rounds)  # a round emits 1..k+1 tokens: sd <= k/2
+    assert abs(tokens - sd.expected_tokens(beta, k)) < 4 * se
+    assert alpha == pytest.approx(beta, abs=0.02)
+
+
+def test_exact_tokens_per_call_reduces_to_eq1_when_alpha_is_constant():
+    P, Q, beta = constant_alpha_pair()
+    for k in (1, 2, 5):
+        assert sd.exact_tokens_per_call(P, Q, k) == pytest.approx(sd.expected_tokens(beta, k), abs=1e-12)
+
+
+def test_exact_tokens_per_call_extremes():
+    P = sd.random_table(30)
+    assert sd.exact_tokens_per_call(P, P, 4) == pytest.approx(5.0)
+    one_hot = sd.temper(P, 0)
+    assert sd.exact_tokens_per_call(one_hot, (1 - one_hot) / 5, 4) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seeds, sharpness, weight, k, n_rounds", [
+    ((31, 32), 2.0, 0.5, 1, 20_000),
+    ((31, 32), 2.0, 0.5, 4, 20_000),
+    ((31, 32), 2.0, 0.0, 3, 20_000),
+    # peaky and unrelated: rounds start far from the target's typical contexts,
+    # so getting the chain of round starts wrong moves the answer by 0.04
+    ((9, 10), 4.0, 0.0, 2, 40_000),
+])
+def test_exact_tokens_per_call_matches_a_long_simulation(seeds, sharpness, weight, k, n_rounds):
+    P = sd.random_table(seeds[0], sharpness)
+    Q = sd.blend(P, sd.random_table(seeds[1], sharpness), weight)
+    _, tokens = sd.measure(P, Q, k, n_rounds, seed=k)
+    exact = sd.exact_tokens_per_call(P, Q, k)
+    se = (k / 2) / np.sqrt(n_rounds)  # a round emits 1..k+1 tokens: sd <= k/2
+    assert abs(tokens - exact) < 4 * se
+
+
+def test_eq1_is_only_an_approximation_when_rows_differ():
+    # the same peaky pair: eq. 1 with the paper's alpha is off by 0.03 tokens
+    P, Q = sd.random_table(9, 4.0), sd.random_table(10, 4.0)
+    exact, eq1 = sd.exact_tokens_per_call(P, Q, 2), sd.expected_tokens(sd.pair_alpha(P, Q), 2)
+    assert abs(exact - eq1) > 0.02
+
+
+def test_operations_factor_by_hand():
+    # alpha .5, k 1, c_hat 0: the target scores 2 positions for 1.5 tokens
+    assert sd.operations_factor(0.5, 1, 0.0) == pytest.approx(2 / 1.5)
+    # a perfect draft: k+1 positions and k draft steps for k+1 tokens
+    assert sd.operations_factor(1.0, 3, 0.1) == pytest.approx((0.3 + 4) / 4)
+
+
+@pytest.mark.parametrize("alpha, k, ops, speed", [
+    (0.6, 2, 1.53, 1.96), (0.7, 3, 1.58, 2.53), (0.8, 2, 1.23, 2.44),
+    (0.8, 5, 1.63, 3.69), (0.9, 2, 1.11, 2.71), (0.9, 10, 1.60, 6.86),
+])
+def test_paper_table_1(alpha, k, ops, speed):
+    assert round(sd.operations_factor(alpha, k, 0), 2) == ops
+    assert round(sd.speedup(sd.expected_tokens(alpha, k), k, 0), 2) == speed
+
+
+@pytest.mark.parametrize("alpha", [i / 10 for i in range(11)])
+@pytest.mark.parametrize("c", [0.0, 0.02, 0.1, 0.3, 0.6, 1.0])
+def test_best_k_against_brute_force(alpha, c):
+    speeds = {k: geometric(alpha, k) / (1 + k * c) for k in range(1, 33)}
+    k_bf = max(speeds, key=speeds.get)
+    expected = (k_bf, speeds[k_bf]) if speeds[k_bf] > 1 else (0, 1.0)
+    k, s = sd.best_k(alpha, c)
+    assert s == pytest.approx(expected[1], abs=1e-12)
+    if k:  # a k whose speedup ties the best to rounding (alpha^k ~ 1e-16) is fine
+        assert speeds[k] == pytest.approx(expected[1], abs=1e-12)
+    # Corollary 3.9: a gain exactly when alpha > c, and at least (1 + alpha)/(1 + c)
+    assert (k > 0) == (alpha > c)
+    if k:
+        assert s >= (1 + alpha) / (1 + c) - 1e-12
+
+
+def test_best_k_respects_k_max():
+    assert sd.best_k(1.0, 0.01, k_max=5) == (5, pytest.approx(6 / 1.05))
+
+
+# --- --tune ---------------------------------------------------------------
+
+def tune(capsys, *args):
+    code = sd.main(["--tune", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_tune_marks_the_best_k_and_gives_a_verdict(capsys):
+    code, out, _ = tune(capsys, 0.8, 0.05, "--k-max", 10)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines() if line[:3].strip().isdigit()]
+    assert [int(r[0]) for r in rows] == list(range(1, 11))
+    speeds = {int(r[0]): float(r[2]) for r in rows}
+    best = max(speeds, key=speeds.get)
+    assert [r[0] for r in rows if "<-" in r] == [str(best)] and best == 8
+    assert float(rows[best - 1][1]) == pytest.approx(geometric(0.8, best), abs=5e-4)
+    assert out.rstrip().endswith(f"speculate with k = {best}, expected speedup "
+                                 f"{geometric(0.8, best) / (1 + best * 0.05):.2f}\u00d7")
+
+
+def test_tune_falls_back_when_alpha_is_not_above_c(capsys):
+    code, out, _ = tune(capsys, 0.2, 0.2)
+    assert code == 0 and "<- best" not in out
+    assert out.rstrip().endswith("fall back to plain decoding (\u03b1 \u2264 c)")
+    assert len([line for line in out.splitlines() if line[:3].strip().isdigit()]) == 32
+
+
+@pytest.mark.parametrize("args, message", [
+    ((1.5, 0.1), "ALPHA must lie in [0, 1]"),
+    ((-0.1, 0.1), "ALPHA must lie in [0, 1]"),
+    ((0.5, -1), "C must be finite and >= 0"),
+    ((0.5, "inf"), "C must be finite and >= 0"),
+    ((0.5, 0.1, "--k-max", 0), "--k-max must be >= 1"),
+    (("x", 0.1), "--tune needs numbers"),
+    ((0.5,), "--tune takes ALPHA C [--k-max N]"),
+    ((0.5, 0.1, "--kmax", 3), "--tune takes ALPHA C [--k-max N]"),
+])
+def test_tune_rejects_bad_input_in_one_line(capsys, args, message):
+    code, out, err = tune(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.startswith("usage error: ") and message in err and err.count("\n") == 1

@@ -46,7 +46,7 @@ import numpy as np
 
 VOCAB = 6
 TOKENS = "abcdef"
-RULES = ("correct", "greedy", "no_resample", "continue")
+RULES = ("correct", "greedy", "no_resample", "continue", "uniform_q")
 
 
 def name(x):
@@ -173,6 +173,11 @@ def draft_tokens(Q, ctx, k, rng):
     return drafted
 
 
+def plain_decode(P, ctx, n_tokens, rng):
+    """The baseline: the target alone, one call per token. The drafting loop on P."""
+    return draft_tokens(P, ctx, n_tokens, rng)
+
+
 # -----------------------------------------------------------------------------
 # 5. Verification: one target call checks every guess
 # The target sees ctx followed by the k guesses and returns k+1 next-token
@@ -181,6 +186,8 @@ def draft_tokens(Q, ctx, k, rng):
 # that is no longer in the text. If all k pass, the (k+1)-th distribution is
 # already computed, so one more token comes free: the bonus token.
 # rule != "correct" selects a deliberate bug; demo 2 shows what each one costs.
+# "uniform_q" is one that shipped: the draft's probability taken to be 1/V,
+# and the replacement drawn from p.
 
 
 def verify_round(P, Q, ctx, drafted, rng, rule="correct"):
@@ -196,13 +203,15 @@ def verify_round(P, Q, ctx, drafted, rng, rule="correct"):
     emitted, n_accepted = [], 0
     for i, x in enumerate(drafted):
         p, q = p_rows[i], Q[contexts[i]]  # q: the row x was actually drawn from
+        if rule == "uniform_q":
+            q = np.full(len(p), 1.0 / len(p))  # not what x was drawn from
         u = rng.random()  # drawn under every rule, so all rules share one stream
         keep = x == p.argmax() if rule == "greedy" else u < accept_prob(p, q, x)
         if keep:
             emitted.append(x)
             n_accepted += 1
             continue
-        r = p if rule == "no_resample" else residual(p, q)
+        r = p if rule in ("no_resample", "uniform_q") else residual(p, q)
         emitted.append(sample_from(r, rng.random()))
         if rule != "continue":
             return emitted, n_accepted  # later drafts followed a rejected token
@@ -216,7 +225,7 @@ def spec_generate(P, Q, ctx, n_tokens, k, rng, rule="correct"):
     Each round starts from the last emitted token. The last round may emit
     more than needed; the extra tokens are cut (their counts are not).
     """
-    P, Q = check_inputs(P, Q, ctx, n_tokens, k, rule)
+    P, Q = check_inputs(P, Q, ctx, n_tokens, k)
     tokens, target_calls, n_accepted = [], 0, 0
     while len(tokens) < n_tokens:
         emitted, n_acc = verify_round(P, Q, ctx, draft_tokens(Q, ctx, k, rng), rng, rule)
@@ -249,8 +258,11 @@ def as_table(T, label):
     return T
 
 
-def check_inputs(P, Q, ctx, n_tokens, k, rule):
-    """Validate spec_generate's arguments once, before the hot loop."""
+def check_inputs(P, Q, ctx, n_tokens, k):
+    """Validate spec_generate's arguments once, before the hot loop.
+
+    (An unknown rule is verify_round's to catch, before it does any work.)
+    """
     P, Q = as_table(P, "target P"), as_table(Q, "draft Q")
     if P.shape != Q.shape:
         raise ValueError(f"target P is {P.shape} but draft Q is {Q.shape}: one vocabulary for both")
@@ -259,8 +271,6 @@ def check_inputs(P, Q, ctx, n_tokens, k, rule):
             raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
     if not isinstance(ctx, (int, np.integer)) or not 0 <= ctx < len(P):
         raise ValueError(f"ctx must be a token id in 0..{len(P) - 1}, got {ctx!r}")
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; valid rules: {', '.join(RULES)}")
     return P, Q
 
 
@@ -321,10 +331,18 @@ def tv_distance(a, b):
 
 
 def stationary(P):
-    """pi with pi P = pi: how often the target visits each context in the long run."""
-    n = len(P)
-    A = np.vstack([P.T - np.eye(n), np.ones(n)])  # (P^T - I) pi = 0 and sum(pi) = 1
-    return np.linalg.lstsq(A, np.r_[np.zeros(n), 1.0], rcond=None)[0]
+    """pi with pi P = pi: how often the chain visits each context in the long run.
+
+    Runs the lazy chain (I + P) / 2 for 2^40 steps from a uniform start, by
+    squaring it 40 times. Laziness removes periodicity (same pi), and a chain
+    with several closed cycles, like a greedy one-hot table, gets the mix that
+    a uniformly random start ends up in.
+    """
+    M = (np.eye(len(P)) + P) / 2
+    for _ in range(40):
+        M = M @ M
+        M /= M.sum(axis=1, keepdims=True)  # else rounding doubles with each squaring
+    return M.mean(axis=0)
 
 
 def pair_alpha(P, Q):
@@ -395,19 +413,32 @@ def grid_row(label, values):
     return f"{label:>3}" + "".join(f"{v:.3f}".lstrip("0").rjust(5) for v in values)
 
 
-def measure(P, Q, k, n_rounds, seed, ctx=0):
-    """n_rounds speculative rounds: (alpha measured, tokens per target call).
+def measure(P, Q, k, n_rounds, seed, ctx=0, draft_from=None):
+    """n_rounds speculative rounds: (alpha measured, tokens per target call, tokens).
 
     alpha = accepted / checked. A round that rejects draft i checked i+1 of
     its drafts; the ones after the rejection were never looked at.
+    draft_from: the table the draft really samples from, if verification is
+    (wrongly) handed a different Q. Demo 3 uses it for a bug that shipped.
     """
-    rng = np.random.default_rng(seed)
-    accepted = checked = emitted = 0
+    rng, drafter = np.random.default_rng(seed), Q if draft_from is None else draft_from
+    accepted = checked = 0
+    tokens = []
     for _ in range(n_rounds):
-        out, n_acc = verify_round(P, Q, ctx, draft_tokens(Q, ctx, k, rng), rng)
+        out, n_acc = verify_round(P, Q, ctx, draft_tokens(drafter, ctx, k, rng), rng)
         accepted, checked = accepted + n_acc, checked + min(n_acc + 1, k)
-        emitted, ctx = emitted + len(out), out[-1]
-    return accepted / checked, emitted / n_rounds
+        tokens += out
+        ctx = out[-1]
+    return accepted / checked, len(tokens) / n_rounds, tokens
+
+
+def transition_tv(tokens, P):
+    """TV between the text's next-token frequencies and P's rows, averaged over
+    the contexts as often as the text visits them."""
+    counts = np.zeros_like(P)
+    np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
+    seen = counts.sum(axis=1)
+    return sum(seen[c] * tv_distance(counts[c] / seen[c], P[c]) for c in np.flatnonzero(seen)) / seen.sum()
 
 
 def demo1_rule_by_hand(ctx=0):
@@ -447,11 +478,11 @@ def first_two(P, Q, ctx, k, n_runs, seed, rule):
 
 
 def sample_directly(P, ctx, n_runs, seed):
-    """The sampling-error floor: the same joint, drawn from the target itself."""
+    """The sampling-error floor: the same joint, from plain decoding of the target."""
     rng, counts = np.random.default_rng(seed), np.zeros((len(P), len(P)))
     for _ in range(n_runs):
-        x1 = sample_from(P[ctx], rng.random())
-        counts[x1, sample_from(P[x1], rng.random())] += 1
+        x1, x2 = plain_decode(P, ctx, 2, rng)
+        counts[x1, x2] += 1
     return counts / n_runs
 
 
@@ -482,7 +513,29 @@ def demo2_distribution(ctx=5, k=2, n_runs=10_000):
           "keeps a draft only if it is p's argmax; 'no_resample' refills rejections\n"
           "from p, counting mass twice that q already delivered; 'continue' gets the\n"
           "first token right (TV(first) at the floor) but the pair wrong: the drafts it\n"
-          "kept were conditioned on a token that had been replaced.")
+          "kept were conditioned on a token that had been replaced. 'uniform_q'\n"
+          "shipped in an open-source model's generator: it took the draft's\n"
+          "probability to be 1/V instead of the q it sampled from, and refilled from p.")
+    greedy_is_sampling(n_tokens=1000)
+
+
+def greedy_is_sampling(n_tokens, k=4):
+    """Demo 2, part two: greedy decoding is sampling from temper(P, 0)."""
+    P0 = temper(TARGET, 0)
+    plain = plain_decode(P0, 0, n_tokens, np.random.default_rng(0))
+    print(f"\nGreedy is sampling at T = 0 (the paper's section 2.2): temper(P, 0) has\n"
+          f"one-hot rows. The unchanged verify_round, {n_tokens:,} tokens from 'a', k = {k}:\n")
+    print(f"{'draft, at T = 0':24}{'same tokens as argmax decoding':>32}{'target calls':>14}")
+    accepted = {}
+    for label, w in (("middling (weight 0.5)", 0.5), ("blend weight 0.9", 0.9)):
+        Q0 = temper(blend(TARGET, UNRELATED, w), 0)
+        tokens, calls, accepted[w] = spec_generate(P0, Q0, 0, n_tokens, k, np.random.default_rng(0))
+        same = sum(a == b for a, b in zip(tokens, plain))
+        print(f"{label:24}{f'{same:,} of {n_tokens:,}':>32}{calls:14,}")
+    print("\nAt T = 0, min(1, p/q) is 1 for p's argmax and 0 for anything else, so\n"
+          "argmax agreement IS the acceptance rule, and alpha is how often the two\n"
+          f"argmaxes agree along the text (the middling draft: {accepted[0.5]} drafts accepted).\n"
+          "At T > 0 the same check is the 'greedy' bug above.")
 
 
 def demo3_acceptance(k=4, c=0.1, n_rounds=2000):
@@ -494,7 +547,7 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=2000):
     print(f"{'draft':18}{'measured':>9}{'exact':>7}{'measured':>10}{'eq. 1':>7}{'exact':>7}"
           f"{f'c = {c}':>12}")
     for label, Q in drafts:
-        alpha, tokens = measure(TARGET, Q, k, n_rounds, seed=3)
+        alpha, tokens, _ = measure(TARGET, Q, k, n_rounds, seed=3)
         exact_alpha = pair_alpha(TARGET, Q)
         print(f"{label:18}{alpha:9.3f}{exact_alpha:7.3f}{tokens:10.2f}"
               f"{expected_tokens(exact_alpha, k):7.2f}{exact_tokens_per_call(TARGET, Q, k):7.2f}"
@@ -510,10 +563,50 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=2000):
           "tokens per call follow the tables' probability mass with no assumption.\n"
           "Speed rides on alpha, and a perfect model sampled at the wrong temperature\n"
           "is just a worse draft.")
+    temperature_sweep(k, c, n_rounds)
+
+
+def temperature_sweep(k, c, n_rounds, T_bug=0.5):
+    """Demo 3, part two: both models sampled at temperature T, as in production."""
+    print(f"\nSampling temperature T applied to BOTH tables (middling draft, k = {k}). TV:\n"
+          "the output's next-token frequencies against the tempered target; floor:\n"
+          "the same for plain decoding of the tempered target, as many tokens.\n")
+    print(f"{'T':>4}{'alpha':>8}{'exact':>7}{'tokens/call':>13}{'speedup':>9}{'TV':>8}{'floor':>8}")
+    exact, worst = {}, 0.0
+    for T in (0, 0.5, 1.0, 1.5, 2.0):
+        P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
+        alpha, tokens_per_call, tokens = measure(P_T, Q_T, k, n_rounds, seed=6)
+        plain = plain_decode(P_T, 0, len(tokens), np.random.default_rng(6))
+        exact[T], tv, floor = pair_alpha(P_T, Q_T), transition_tv(tokens, P_T), transition_tv(plain, P_T)
+        worst = max(worst, tv / floor) if floor else worst
+        print(f"{T:4.1f}{alpha:8.3f}{exact[T]:7.3f}{tokens_per_call:13.2f}"
+              f"{speedup(tokens_per_call, k, c):9.2f}{tv:8.4f}{floor:8.4f}")
+    rising = all(exact[a] < exact[b] for a, b in ((0.5, 1.0), (1.0, 1.5), (1.5, 2.0)))
+    print(f"\nEvery temperature is exact: TV at most {worst:.1f}x its floor (T = 0 has no noise).")
+    if rising:
+        print(f"alpha rises with T here, {exact[0.5]:.3f} at T = 0.5 to {exact[2.0]:.3f} at T = 2: "
+              "heating\nflattens both rows toward uniform, and sum min(p, q) -> 1 as they meet. "
+              "So alpha\ndoes not collapse at high temperature for this pair.")
+    print(f"At T = 0 alpha is argmax agreement, {exact[0]:.3f} here; drafts trained to imitate\n"
+          "the target share its argmax more often (the paper's Table 3 has T5-small at\n"
+          "0.75 for T = 0 and 0.62 for T = 1).")
+    one_sided_temperature(k, 4 * n_rounds)
+
+
+def one_sided_temperature(k, n_rounds, T=0.5):
+    """A shipped bug: the draft samples at temperature T, verification sees T = 1."""
+    P_T = temper(TARGET, T)
+    _, _, tokens = measure(P_T, MIDDLING, k, n_rounds, seed=7, draft_from=temper(MIDDLING, T))
+    floor = transition_tv(plain_decode(P_T, 0, len(tokens), np.random.default_rng(7)), P_T)
+    bug = transition_tv(tokens, P_T)
+    print(f"\nTemperature on one side only (vLLM and others shipped this): the draft\n"
+          f"samples at T = {T} but verify_round is handed its T = 1 table. Over {n_rounds:,}\n"
+          f"rounds: TV {bug:.4f}, {bug / floor:.0f}x the floor of {floor:.4f}. q must be the "
+          "distribution\nthe draft actually sampled from.")
 
 
 def demo4_draft_length(c=0.1, k_max=16, n_rounds=1500):
-    rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4), exact_tokens_per_call(TARGET, MIDDLING, k))
+    rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4)[:2], exact_tokens_per_call(TARGET, MIDDLING, k))
             for k in range(1, k_max + 1)]
     print(f"Middling draft (blend weight 0.5), c = {c}, {n_rounds:,} rounds per k.\n")
     print(f"{'':11}{'tokens per call':>17}{'speedup':>16}")
@@ -536,7 +629,7 @@ def demo4_draft_length(c=0.1, k_max=16, n_rounds=1500):
 
 
 def demo5_break_even(k=4, n_rounds=2000):
-    alpha, tokens = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
+    alpha, tokens, _ = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
     a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(tokens, k)
     exact = [exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)]
     print(f"Middling draft, k = {k}: alpha = {alpha:.3f}, {tokens:.2f} tokens per target call,\n"
@@ -562,7 +655,7 @@ def demo5_break_even(k=4, n_rounds=2000):
     print("\nA large but poor draft: the unrelated table at c = 0.25.\n")
     print(f"{'k':>3}{'alpha':>8}{'tokens per call':>17}{'speedup':>9}")
     for k_poor in (1, 2, 4, 8):
-        a_poor, t = measure(TARGET, UNRELATED, k_poor, n_rounds, seed=5)
+        a_poor, t, _ = measure(TARGET, UNRELATED, k_poor, n_rounds, seed=5)
         s = speedup(t, k_poor, 0.25)
         print(f"{k_poor:3d}{a_poor:8.3f}{t:17.2f}{s:9.2f}  {'slower' if s < 1 else ''}".rstrip())
     print("\nEvery drafted token costs c whether or not it survives, so a draft must be\n"
@@ -613,7 +706,7 @@ def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=5
 
 DEMOS = {
     "1": ("The rule by hand, one context", demo1_rule_by_hand),
-    "2": ("The output distribution is the target's", demo2_distribution),
+    "2": ("The output distribution is the target's, at any temperature", demo2_distribution),
     "3": ("Acceptance and speedup against draft quality", demo3_acceptance),
     "4": ("Draft length", demo4_draft_length),
     "5": ("Break-even: when speculation is slower", demo5_break_even),

@@ -30,7 +30,7 @@ def constant_alpha_pair():
 def test_expected_tokens_matches_a_simulation_where_it_is_exact():
     P, Q, beta = constant_alpha_pair()
     n_rounds, k = 8000, 3
-    alpha, tokens = sd.measure(P, Q, k, n_rounds, seed=7)
+    alpha, tokens, _ = sd.measure(P, Q, k, n_rounds, seed=7)
     se = (k / 2) / np.sqrt(n_rounds)  # a round emits 1..k+1 tokens: sd <= k/2
     assert abs(tokens - sd.expected_tokens(beta, k)) < 4 * se
     assert alpha == pytest.approx(beta, abs=0.02)
@@ -60,7 +60,7 @@ def test_exact_tokens_per_call_extremes():
 def test_exact_tokens_per_call_matches_a_long_simulation(seeds, sharpness, weight, k, n_rounds):
     P = sd.random_table(seeds[0], sharpness)
     Q = sd.blend(P, sd.random_table(seeds[1], sharpness), weight)
-    _, tokens = sd.measure(P, Q, k, n_rounds, seed=k)
+    _, tokens, _ = sd.measure(P, Q, k, n_rounds, seed=k)
     exact = sd.exact_tokens_per_call(P, Q, k)
     se = (k / 2) / np.sqrt(n_rounds)  # a round emits 1..k+1 tokens: sd <= k/2
     assert abs(tokens - exact) < 4 * se

@@ -36,7 +36,7 @@ def test_correct_rule_emits_the_target_joint(pair, k):
     assert chi2_excess(first_two_counts(Q, ctx, k, "correct"), truth(ctx)) < LIMIT
 
 
-@pytest.mark.parametrize("rule", ["greedy", "no_resample", "continue"])
+@pytest.mark.parametrize("rule", ["greedy", "no_resample", "continue", "uniform_q"])
 def test_each_broken_rule_is_detected(rule):
     Q, ctx = PAIRS["unrelated"]
     assert chi2_excess(first_two_counts(Q, ctx, 2, rule), truth(ctx)) > 5 * LIMIT
@@ -58,6 +58,40 @@ def test_long_run_transitions_are_the_targets():
     np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
     for prev in range(6):
         assert chi2_excess(counts[prev], TARGET[prev]) < LIMIT, f"context {prev}"
+
+
+@pytest.mark.parametrize("T", [0.5, 2.0])
+def test_both_models_tempered_alike_emit_the_tempered_target(T):
+    Q, ctx = PAIRS["middling"]
+    P_T = sd.temper(TARGET, T)
+    counts = first_two_counts(sd.temper(Q, T), ctx, 3, "correct", P=P_T)
+    assert chi2_excess(counts, truth(ctx, P_T)) < LIMIT
+
+
+def transition_misfit(tokens, P):
+    """The worst per-context chi-square excess of a text's transitions against P."""
+    counts = np.zeros_like(P)
+    np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
+    return max(chi2_excess(counts[c], P[c]) for c in range(len(P)) if counts[c].sum() > 0)
+
+
+def test_temperature_on_one_side_only_is_detected():
+    # the draft samples at T = .5, verification is handed its T = 1 table
+    Q, _ = PAIRS["middling"]
+    P_T, Q_T = sd.temper(TARGET, 0.5), sd.temper(Q, 0.5)
+    _, _, honest = sd.measure(P_T, Q_T, 3, 5000, seed=8)
+    _, _, buggy = sd.measure(P_T, Q, 3, 5000, seed=8, draft_from=Q_T)
+    assert transition_misfit(honest, P_T) < LIMIT
+    assert transition_misfit(buggy, P_T) > 5 * LIMIT
+
+
+def test_transition_tv_is_zero_for_a_text_that_follows_p_exactly():
+    P = sd.temper(TARGET, 0)  # deterministic: the text is its own expectation
+    tokens = sd.plain_decode(P, 0, 200, np.random.default_rng(0))
+    assert sd.transition_tv(tokens, P) == 0.0
+    # by hand: after 'a' the text goes a, b (1/2 each) where P[0] says b always
+    P2 = np.array([[0.0, 1.0], [1.0, 0.0]])
+    assert sd.transition_tv([0, 0, 1, 0], P2) == pytest.approx((2 * 0.5 + 1 * 0.0) / 3)
 
 
 # --- counts ------------------------------------------------------------------
@@ -89,7 +123,7 @@ def test_each_round_emits_accepted_plus_one(k):
 
 def test_measured_alpha_and_tokens_per_call_track_the_pair():
     Q, _ = PAIRS["middling"]
-    alpha, tokens = sd.measure(TARGET, Q, 4, 3000, seed=1)
+    alpha, tokens, _ = sd.measure(TARGET, Q, 4, 3000, seed=1)
     assert alpha == pytest.approx(sd.pair_alpha(TARGET, Q), abs=0.03)
     assert 1 < tokens < 5
 

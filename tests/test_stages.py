@@ -205,6 +205,22 @@ def test_every_rule_is_exact_when_nothing_is_rejected(rule):
     assert sd.verify_round(P3, P3, 0, [1, 2], ScriptedRng([0.0, 0.0, 0.7]), rule) == ([1, 2, 1], 2)
 
 
+def test_uniform_q_checks_against_one_over_v_and_refills_from_p():
+    # draft 0 at context 0: correct ratio .2/.4 = .5, uniform_q's .2/(1/3) = .6
+    u = [0.55, 0.3]
+    assert sd.verify_round(P3, Q3, 0, [0], ScriptedRng(u)) == ([1], 0)  # residual [0,.5,.5]
+    assert sd.verify_round(P3, Q3, 0, [0], ScriptedRng(u), "uniform_q") == ([0, 1], 1)
+    # rejected under both (u = .7): residual gives 1, uniform_q refills from p: .3 -> 1,
+    # .1 -> 0 (p[0] = .2), where the residual has no mass on 0
+    assert sd.verify_round(P3, Q3, 0, [0], ScriptedRng([0.7, 0.1]), "uniform_q") == ([0], 0)
+    assert sd.verify_round(P3, Q3, 0, [0], ScriptedRng([0.7, 0.1])) == ([1], 0)
+
+
+def test_plain_decode_is_the_target_alone():
+    # u = .5 in P3[0] = [.2, .5, .3] -> 1; in P3[1] = [.1, .1, .8] -> 2
+    assert sd.plain_decode(P3, 0, 2, ScriptedRng([0.5, 0.5])) == [1, 2]
+
+
 def test_verify_round_rejects_an_unknown_rule():
     with pytest.raises(ValueError, match="valid rules: correct, greedy"):
         sd.verify_round(P3, Q3, 0, [1], np.random.default_rng(0), rule="exact")
@@ -235,6 +251,15 @@ def test_tv_distance_by_hand():
 def test_alpha_is_one_minus_tv():
     p, q = P3[0], Q3[0]
     assert np.minimum(p, q).sum() == pytest.approx(1 - sd.tv_distance(p, q))
+
+
+def test_stationary_of_a_greedy_table_with_two_cycles():
+    # 0 -> 1 -> 0 is a cycle, 2 -> 2 a fixed point: a uniform start lands in
+    # the cycle 2/3 of the time, split evenly over its two states
+    P = np.array([[0, 1, 0], [1, 0, 0], [0, 0, 1]], float)
+    assert np.allclose(sd.stationary(P), [1 / 3, 1 / 3, 1 / 3])
+    P = np.array([[0, 1, 0], [1, 0, 0], [1, 0, 0]], float)  # 2 falls into the cycle
+    assert np.allclose(sd.stationary(P), [0.5, 0.5, 0])
 
 
 def test_stationary_distribution_is_invariant():

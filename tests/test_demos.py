@@ -40,11 +40,11 @@ def test_full_run_shows_every_demo_and_fits_80_columns(full_run):
 
 def test_selected_demos_print_exactly_what_the_full_run_prints(full_run):
     # a fresh process, a different selection: same bytes (fixed seeds per demo)
-    out = run("5", "2")
+    out = run("7", "5", "2")
     assert out.returncode == 0
-    assert section(out.stdout, 2) == section(full_run, 2)
-    assert section(out.stdout, 5) == section(full_run, 5)
-    assert out.stdout.index("Demo 5.") < out.stdout.index("Demo 2.")
+    for n in (2, 5, 7):
+        assert section(out.stdout, n) == section(full_run, n)
+    assert out.stdout.index("Demo 7.") < out.stdout.index("Demo 5.") < out.stdout.index("Demo 2.")
 
 
 def test_demo1_proof_closes(full_run):
@@ -94,6 +94,13 @@ def test_demo6_half_a_mac_per_byte_and_the_h100_ridge(full_run):
     assert "= 148 MACs per byte" in text
 
 
+def test_demo7_distillation_beats_fitting_the_text(full_run):
+    text = section(full_run, 7)
+    alphas = {m[0]: float(m[1]) for m in re.findall(r"^\((\w)\) .*? (0\.\d{3}) +\S+ +\S+$", text, re.M)}
+    assert alphas["b"] > alphas["a"] and alphas["c"] >= alphas["b"]
+    assert "distillation beats fitting the data" in text
+
+
 def test_list_and_help():
     out = run("--list")
     assert out.returncode == 0 and out.stdout.count("\n") == len(sd.DEMOS)
@@ -101,7 +108,7 @@ def test_list_and_help():
     assert out.returncode == 0 and "usage:" in out.stdout and "Draft length" in out.stdout
 
 
-@pytest.mark.parametrize("args", [["7"], ["--bogus"], ["2", "x"], ["--list", "2"]])
+@pytest.mark.parametrize("args", [["99"], ["--bogus"], ["2", "x"], ["--list", "2"]])
 def test_bad_arguments_give_one_usage_line_and_exit_2(args):
     out = run(*args)
     assert out.returncode == 2

@@ -61,11 +61,12 @@ def name(x):
 # distribution we can write down, so every claim below can be checked exactly.
 
 
-def random_table(seed, sharpness=1.0):
-    """A random row-stochastic V x V table; higher sharpness = peakier rows."""
-    logits = sharpness * np.random.default_rng(seed).standard_normal((VOCAB, VOCAB))
-    w = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return w / w.sum(axis=1, keepdims=True)
+def random_table(seed, sharpness=1.0, order=1):
+    """A random V x V table T[prev, next], rows summing to 1; higher sharpness =
+    peakier rows. order=2 gives T[prev2, prev1, next] (demo 8 needs one)."""
+    logits = sharpness * np.random.default_rng(seed).standard_normal((VOCAB,) * (order + 1))
+    w = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return w / w.sum(axis=-1, keepdims=True)
 
 
 def blend(target, other, weight):
@@ -225,7 +226,7 @@ def spec_generate(P, Q, ctx, n_tokens, k, rng, rule="correct"):
     Each round starts from the last emitted token. The last round may emit
     more than needed; the extra tokens are cut (their counts are not).
     """
-    P, Q = check_inputs(P, Q, ctx, n_tokens, k)
+    P, Q = check_inputs(P, Q, ctx, n_tokens=n_tokens, k=k)
     tokens, target_calls, n_accepted = [], 0, 0
     while len(tokens) < n_tokens:
         emitted, n_acc = verify_round(P, Q, ctx, draft_tokens(Q, ctx, k, rng), rng, rule)
@@ -258,20 +259,118 @@ def as_table(T, label):
     return T
 
 
-def check_inputs(P, Q, ctx, n_tokens, k):
-    """Validate spec_generate's arguments once, before the hot loop.
-
-    (An unknown rule is verify_round's to catch, before it does any work.)
-    """
+def check_inputs(P, Q, ctx, **counts):
+    """Validate a generator's arguments once, before the hot loop. counts are
+    the sizes (n_tokens, k, ...) that must be integers >= 1. An unknown rule is
+    the verifier's to catch, before it does any work."""
     P, Q = as_table(P, "target P"), as_table(Q, "draft Q")
     if P.shape != Q.shape:
         raise ValueError(f"target P is {P.shape} but draft Q is {Q.shape}: one vocabulary for both")
-    for value, what in ((n_tokens, "n_tokens"), (k, "k (draft length)")):
+    for what, value in counts.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
     if not isinstance(ctx, (int, np.integer)) or not 0 <= ctx < len(P):
         raise ValueError(f"ctx must be a token id in 0..{len(P) - 1}, got {ctx!r}")
     return P, Q
+
+
+# -----------------------------------------------------------------------------
+# 5b. Beyond a chain: draft trees (SpecInfer, Medusa, EAGLE)
+# A chain bets everything on one guess per position. A tree drafts several
+# candidates per node, and the target checks every node in ONE pass: each
+# position attends only to its ancestors (the tree attention mask), so it sees
+# exactly the text of its own branch. Verification walks down the tree. The
+# subtle part is siblings: once a candidate is rejected, its q is taken out of
+# p (p <- norm(max(0, p - q))) before the next one is tried; without that, the
+# target's distribution is not kept.
+
+
+def without(q, removed):
+    """q with the tokens in removed zeroed and renormalised: ([.5, .3, .2], [0]) ->
+    [0, .6, .4]. Callers never remove all of q's tokens."""
+    q = q.copy()
+    q[list(removed)] = 0.0
+    return q / q.sum()
+
+
+def draft_children(q, branching, rng, distinct):
+    """Candidates drawn from q: independently, or without replacement (each one
+    from q with the earlier ones removed), at most as many as q has tokens."""
+    if distinct:
+        branching = min(branching, np.count_nonzero(q))
+    children = []
+    for _ in range(branching):
+        children.append(sample_from(without(q, children) if distinct else q, rng.random()))
+    return children
+
+
+def draft_tree(Q, ctx, depth, branching, rng, distinct=False):
+    """A draft tree in breadth-first order: (tokens, parents), parents[i] = -1
+    for the children of the context. Each level is one (batched) draft step."""
+    tokens, parents, frontier = [], [], [-1]
+    for _ in range(depth):
+        next_frontier = []
+        for node in frontier:
+            for x in draft_children(Q[ctx if node < 0 else tokens[node]], branching, rng, distinct):
+                tokens.append(x)
+                parents.append(node)
+                next_frontier.append(len(tokens) - 1)
+        frontier = next_frontier
+    return tokens, parents
+
+
+def tree_attention_mask(parents):
+    """mask[i, j]: node i sees node j, exactly when j is i or an ancestor of i.
+
+    parents [-1, -1, 0] -> [[1,0,0], [0,1,0], [1,0,1]]. Breadth-first order
+    puts every parent before its children, so row i is its parent's row plus i.
+    """
+    mask = np.eye(len(parents), dtype=bool)
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(f"parents[{i}] = {parent}: a parent must come earlier (or be -1)")
+        if parent >= 0:
+            mask[i] |= mask[parent]
+    return mask
+
+
+def verify_tree(P, Q, ctx, tokens, parents, rng, distinct=False, rule="correct"):
+    """Walk the tree from the context in one target call: (emitted, n_accepted).
+
+    rule="no_update" (a deliberate bug) skips the residual between siblings.
+    """
+    if rule not in ("correct", "no_update"):
+        raise ValueError(f"unknown rule {rule!r}; valid rules: correct, no_update")
+    p_rows = P[[ctx] + list(tokens)]  # (n+1, V): the one masked target call
+    emitted, node = [], -1
+    while True:
+        p, q = p_rows[node + 1], Q[ctx if node < 0 else tokens[node]]
+        children = [j for j, parent in enumerate(parents) if parent == node]
+        for j, child in enumerate(children):
+            q_j = without(q, [tokens[c] for c in children[:j]]) if distinct else q
+            if rng.random() < accept_prob(p, q_j, tokens[child]):
+                emitted.append(tokens[child])
+                node = child  # accepted: go down into it
+                break
+            p = residual(p, q_j) if rule == "correct" else p
+        else:  # every child rejected: a token from what is left of p; at a leaf
+            # there were no children, p is untouched, and this is the bonus token
+            emitted.append(sample_from(p, rng.random()))
+            return emitted, len(emitted) - 1
+
+
+def tree_generate(P, Q, ctx, n_tokens, depth, branching, rng, distinct=False, rule="correct"):
+    """n_tokens by tree speculation: (tokens, target_calls, n_accepted)."""
+    P, Q = check_inputs(P, Q, ctx, n_tokens=n_tokens, depth=depth, branching=branching)
+    tokens, target_calls, n_accepted = [], 0, 0
+    while len(tokens) < n_tokens:
+        drafted, parents = draft_tree(Q, ctx, depth, branching, rng, distinct)
+        emitted, n_acc = verify_tree(P, Q, ctx, drafted, parents, rng, distinct, rule)
+        tokens += emitted
+        target_calls += 1
+        n_accepted += n_acc
+        ctx = emitted[-1]
+    return tokens[:n_tokens], target_calls, n_accepted
 
 
 # -----------------------------------------------------------------------------
@@ -535,28 +634,20 @@ def demo1_rule_by_hand(ctx=0):
           "stops matching.")
 
 
-def first_two(P, Q, ctx, k, n_runs, seed, rule):
-    """Empirical joint of the first two tokens emitted after ctx, over n_runs runs."""
-    rng, counts = np.random.default_rng(seed), np.zeros((len(P), len(P)))
+def first_two(generate, n_runs, seed):
+    """Empirical joint of the first two tokens of generate(rng), over n_runs runs."""
+    rng, counts = np.random.default_rng(seed), np.zeros((VOCAB, VOCAB))
     for _ in range(n_runs):
-        (x1, x2), _, _ = spec_generate(P, Q, ctx, 2, k, rng, rule)
+        x1, x2 = generate(rng)[:2]
         counts[x1, x2] += 1
     return counts / n_runs
 
 
-def sample_directly(P, ctx, n_runs, seed):
-    """The sampling-error floor: the same joint, from plain decoding of the target."""
-    rng, counts = np.random.default_rng(seed), np.zeros((len(P), len(P)))
-    for _ in range(n_runs):
-        x1, x2 = plain_decode(P, ctx, 2, rng)
-        counts[x1, x2] += 1
-    return counts / n_runs
-
-
-def demo2_distribution(ctx=5, k=2, n_runs=10_000):
+def demo2_distribution(ctx=5, k=2, n_runs=8000):
     truth = TARGET[ctx][:, None] * TARGET  # P(x1, x2) = p(x1 | ctx) p(x2 | x1)
-    joints = {rule: first_two(TARGET, UNRELATED, ctx, k, n_runs, 2, rule) for rule in RULES}
-    floor = tv_distance(sample_directly(TARGET, ctx, n_runs, 2), truth)
+    joints = {rule: first_two(lambda rng: spec_generate(TARGET, UNRELATED, ctx, 2, k, rng, rule)[0],
+                              n_runs, seed=2) for rule in RULES}
+    floor = tv_distance(first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=2), truth)
     print(f"Draft: the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), k = {k}. "
           f"From context '{name(ctx)}',\n{n_runs:,} runs per rule; each run keeps the first "
           "two tokens it emits.\n")
@@ -605,7 +696,7 @@ def greedy_is_sampling(n_tokens, k=4):
           "At T > 0 the same check is the 'greedy' bug above.")
 
 
-def demo3_acceptance(k=4, c=0.1, n_rounds=2000):
+def demo3_acceptance(k=4, c=0.1, n_rounds=1500):
     drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in (1, .9, .75, .5, .25, 0)]
     drafts += [(f"target at T = {T}", temper(TARGET, T)) for T in (1.0, 1.3, 2.0, 0.5)]
     print(f"k = {k}, {n_rounds:,} rounds per draft. Blends mix the target with the unrelated\n"
@@ -672,7 +763,7 @@ def one_sided_temperature(k, n_rounds, T=0.5):
           "distribution\nthe draft actually sampled from.")
 
 
-def demo4_draft_length(c=0.1, k_max=16, n_rounds=1500):
+def demo4_draft_length(c=0.1, k_max=16, n_rounds=1000):
     rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4)[:2], exact_tokens_per_call(TARGET, MIDDLING, k))
             for k in range(1, k_max + 1)]
     print(f"Middling draft (blend weight 0.5), c = {c}, {n_rounds:,} rounds per k.\n")
@@ -803,6 +894,86 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
           "smooth; the gradient of TV jumps where q = p. CE is in nats per token.")
 
 
+def masked_pass(P2, context, tokens, mask):
+    """What one masked forward pass of an order-2 model gives every node: each
+    position reads the context, then the nodes its mask row lets it see, in
+    order, and predicts from the last two tokens it read."""
+    rows = []
+    for i in range(len(tokens)):
+        seen = list(context) + [tokens[j] for j in np.flatnonzero(mask[i])]
+        rows.append(P2[seen[-2], seen[-1]])
+    return np.array(rows)
+
+
+def path_alone(P2, context, tokens, parents, i):
+    """The same node evaluated the slow way: walk up to the root, read the path."""
+    path = []
+    while i >= 0:
+        path.append(tokens[i])
+        i = parents[i]
+    text = list(context) + path[::-1]
+    return P2[text[-2], text[-1]]
+
+
+def demo8_trees(n_runs=4000, n_tokens=2000):
+    parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
+    mask = tree_attention_mask(parents)
+    print("The tree: context -> a, b;  a -> c, d;  b -> e, f. Its attention mask\n"
+          "(row: the node; x: a node it may attend to):\n")
+    print("     " + " ".join(name(j) for j in range(6)))
+    for i in range(6):
+        print(f"  {name(i)}  " + " ".join("x" if m else "." for m in mask[i]))
+    print("\nA verifier feeds the context and all six nodes through the target in ONE\n"
+          "forward pass with this mask in place of the causal one, so every node gets\n"
+          "the next-token distribution of its own branch.")
+    P2, context = random_table(8, sharpness=2.0, order=2), (0, 1)  # an order-2 target
+    tokens, parents = draft_tree(MIDDLING, 1, 3, 2, np.random.default_rng(8))
+    slow = np.array([path_alone(P2, context, tokens, parents, i) for i in range(len(tokens))])
+    tree_err = np.abs(masked_pass(P2, context, tokens, tree_attention_mask(parents)) - slow).max()
+    causal_err = np.abs(masked_pass(P2, context, tokens, np.tri(len(tokens), dtype=bool)) - slow).max()
+    print(f"\nAn order-2 target (next token depends on the last two), a drafted tree of\n"
+          f"{len(tokens)} nodes: largest difference between the masked pass and each node's path\n"
+          f"evaluated alone: {tree_err:.1e}. With a plain causal mask instead: {causal_err:.3f}.")
+    tree_exactness(n_runs)
+    tree_speed(n_tokens)
+
+
+def tree_exactness(n_runs, ctx=5, depth=2, branching=2):
+    """Demo 8, part two: the tree keeps the target's distribution (or not)."""
+    truth = TARGET[ctx][:, None] * TARGET
+    floor = tv_distance(first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=9), truth)
+    print(f"\nExactness: the first two tokens after '{name(ctx)}', {n_runs:,} runs each, unrelated\n"
+          f"draft, depth {depth}, branching {branching}.\n")
+    print(f"{'children':14}{'rule':>10}{'TV':>9}{'x floor':>9}")
+    for distinct, rule in ((False, "correct"), (True, "correct"), (False, "no_update")):
+        gen = lambda rng: tree_generate(TARGET, UNRELATED, ctx, 2, depth, branching, rng, distinct, rule)[0]
+        tv = tv_distance(first_two(gen, n_runs, seed=9), truth)
+        print(f"{'distinct' if distinct else 'independent':14}{rule:>10}{tv:9.4f}{tv / floor:9.1f}")
+    print(f"{'floor':24}{floor:9.4f}{1:9.1f}")
+
+
+def tree_speed(n_tokens, depth=3):
+    """Demo 8, part three: tokens per target call, by depth and by nodes."""
+    print(f"\nTokens per target call, middling draft, {n_tokens:,} tokens each. Depth is the\n"
+          "number of sequential draft steps; nodes is how wide the verifying pass is.\n")
+    print(f"{'draft':20}{'depth':>6}{'nodes':>7}{'independent':>13}{'distinct':>10}")
+    nodes = {b: sum(b**i for i in range(1, depth + 1)) for b in (1, 2, 3)}
+    shapes = [("chain", depth, 1)] + [(f"tree, branching {b}", depth, b) for b in (2, 3)]
+    shapes += [(f"chain of {nodes[b]}", nodes[b], 1) for b in (2, 3)]
+    rate = {}
+    for label, d, b in shapes:
+        for distinct in (False, True) if b > 1 else (False,):
+            _, calls, _ = tree_generate(TARGET, MIDDLING, 0, n_tokens, d, b, np.random.default_rng(10), distinct)
+            rate[d, b, distinct] = n_tokens / calls
+        print(f"{label:20}{d:6d}{d if b == 1 else nodes[b]:7d}{rate[d, b, False]:13.2f}"
+              + (f"{rate[d, b, True]:10.2f}" if b > 1 else ""))
+    print(f"\nAt equal depth a tree turns spare verifier width (demo 6: nearly free) into\n"
+          f"tokens: {rate[depth, 1, False]:.2f} per call for the chain, {rate[depth, 3, True]:.2f} for "
+          f"branching 3 with distinct\nchildren (which never spend a slot on a duplicate). At "
+          f"equal nodes the chain of\n{nodes[3]} makes {rate[nodes[3], 1, False]:.2f}, but it pays "
+          f"{nodes[3]} sequential draft steps where the tree pays {depth}.")
+
+
 # -----------------------------------------------------------------------------
 # Command line
 
@@ -814,6 +985,7 @@ DEMOS = {
     "5": ("Break-even: when speculation is slower", demo5_break_even),
     "6": ("Where the free compute comes from", demo6_free_compute),
     "7": ("Where a good draft comes from", demo7_distillation),
+    "8": ("Beyond a chain: draft trees", demo8_trees),
 }
 USAGE = "usage: speculative_decoding_from_scratch.py [--list|--help|--tune|DEMO...]"
 HELP = f"""{USAGE}

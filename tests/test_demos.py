@@ -101,6 +101,15 @@ def test_demo7_distillation_beats_fitting_the_text(full_run):
     assert "distillation beats fitting the data" in text
 
 
+def test_demo8_mask_identity_and_tree_exactness(full_run):
+    text = section(full_run, 8)
+    assert "evaluated alone: 0.0e+00." in text
+    rows = re.findall(r"^(independent|distinct) +(correct|no_update) +\S+ +(\S+)$", text, re.M)
+    assert len(rows) == 3
+    for _, rule, ratio in rows:
+        assert (float(ratio) < 3) if rule == "correct" else (float(ratio) >= 10)
+
+
 def test_list_and_help():
     out = run("--list")
     assert out.returncode == 0 and out.stdout.count("\n") == len(sd.DEMOS)

@@ -18,9 +18,10 @@ chains over six tokens a..f), because the claim is about distributions, and a
 table's true distribution can be printed and compared with what the algorithm
 actually emits.
 
-    python3 speculative_decoding_from_scratch.py         # every demo, in order
-    python3 speculative_decoding_from_scratch.py 2 5     # demos 2 and 5
-    python3 speculative_decoding_from_scratch.py --list  # the demo titles
+    python3 speculative_decoding_from_scratch.py              # every demo
+    python3 speculative_decoding_from_scratch.py 2 5          # demos 2 and 5
+    python3 speculative_decoding_from_scratch.py --list       # the demo titles
+    python3 speculative_decoding_from_scratch.py --tune 0.8 0.05   # pick k
 
 To watch one round happen, put breakpoint() at the top of verify_round (or run
 python3 -m pdb on this file and `b verify_round`), then run demo 2. To watch the
@@ -34,8 +35,14 @@ Notation, as in the paper (Leviathan et al. call the draft length gamma):
            for one context it is beta = sum_x min(p(x), q(x)) (Theorem 3.5)
     c      cost of one draft token as a fraction of one target call
 
+The stages, in teaching order: 0 models, 1 sampling, 2 the acceptance rule,
+3 the residual, 4 drafting, 5 verification (5b: draft trees), 6 the cost
+model, 7 measuring distributions, 8 MACs and the real clock, 9 training a
+draft. Then eight demos, each printing its evidence.
+
 Left out on purpose: neural networks, KV caches, batching, top-k / top-p
-warpers (they only change which table is sampled, see temper), and draft trees.
+warpers (they only change which table is sampled, see temper), dynamic draft
+trees, and Medusa's typical acceptance (fast, but not distribution-exact).
 """
 
 import sys
@@ -522,7 +529,7 @@ class Priced:
         return len(self.table)
 
 
-def median_time(f, repeats=3, calls=4):
+def median_time(f, repeats=3, calls=3):
     """Seconds per call of f(): the median over repeats of `calls` back-to-back
     calls, as a decoder makes them, after one warm-up call."""
     f()
@@ -687,7 +694,7 @@ def first_two(generate, n_runs, seed):
     return counts / n_runs
 
 
-def demo2_distribution(ctx=5, k=2, n_runs=8000):
+def demo2_distribution(ctx=5, k=2, n_runs=6000):
     truth = TARGET[ctx][:, None] * TARGET  # P(x1, x2) = p(x1 | ctx) p(x2 | x1)
     joints = {rule: first_two(lambda rng: spec_generate(TARGET, UNRELATED, ctx, 2, k, rng, rule)[0],
                               n_runs, seed=2) for rule in RULES}
@@ -907,15 +914,16 @@ def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=5
 CLOCK = "  (clock)"  # marks every printed line that holds a wall-clock measurement
 
 
-def on_this_machine(k=4, n_rounds=40, d=4096, d_draft=512):
+def on_this_machine(k=4, n_rounds=30, d=4096, d_draft=512):
     """Demo 6, part two: the cost model against this machine's clock."""
     W = np.full((d, d), 1e-3, np.float32)  # 64 MiB: far past the last-level cache
     W_draft = np.full((d_draft, d), 1e-3, np.float32)
     X = np.ones((d, 16), np.float32)
     print(f"\nThe same question on this machine: y = W @ X, W float32 {d} x {d} (64 MiB),\n"
           f"X with one column per position. Lines marked (clock) are wall-clock\n"
-          "measurements (medians of 3 runs of 4 calls) and change from run to run.\n")
+          "measurements (medians of 3 runs of 3 calls) and change from run to run.\n")
     print(f"{'positions':>9}{'time':>11}{'x one':>8}")
+    median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n]) for n in (1, 2, 4, 8, 16)}
     for n, t in times.items():
         print(f"{n:9d}{t * 1e3:8.2f} ms{t / times[1]:8.2f}{CLOCK}")
@@ -1002,7 +1010,7 @@ def path_alone(P2, context, tokens, parents, i):
     return P2[text[-2], text[-1]]
 
 
-def demo8_trees(n_runs=4000, n_tokens=2000):
+def demo8_trees(n_runs=3000, n_tokens=1500):
     parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
     mask = tree_attention_mask(parents)
     print("The tree: context -> a, b;  a -> c, d;  b -> e, f. Its attention mask\n"

@@ -199,14 +199,18 @@ def plain_decode(P, ctx, n_tokens, rng):
 # and the replacement drawn from p.
 
 
+def check_rule(rule, valid=RULES):
+    if rule not in valid:
+        raise ValueError(f"unknown rule {rule!r}; valid rules: {', '.join(valid)}")
+
+
 def verify_round(P, Q, ctx, drafted, rng, rule="correct"):
     """Check the drafts in one target call; return (emitted, n_accepted).
 
     Emits 1 to k+1 tokens: the accepted prefix of drafted, then a replacement
     from the residual at the first rejection, or a bonus token if none failed.
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; valid rules: {', '.join(RULES)}")
+    check_rule(rule)
     contexts = [ctx] + list(drafted)  # position i predicts what follows contexts[i]
     p_rows = P[contexts]  # (k+1, V): the one target call
     emitted, n_accepted = [], 0
@@ -347,8 +351,7 @@ def verify_tree(P, Q, ctx, tokens, parents, rng, distinct=False, rule="correct")
 
     rule="no_update" (a deliberate bug) skips the residual between siblings.
     """
-    if rule not in ("correct", "no_update"):
-        raise ValueError(f"unknown rule {rule!r}; valid rules: correct, no_update")
+    check_rule(rule, ("correct", "no_update"))
     p_rows = P[[ctx] + list(tokens)]  # (n+1, V): the one masked target call
     emitted, node = [], -1
     while True:
@@ -520,26 +523,26 @@ class Priced:
 
     def __getitem__(self, ctx):
         n = 1 if np.isscalar(ctx) else len(ctx)
-        start = time.perf_counter()
-        self.W @ self.X[:, :n]
-        self.seconds.setdefault(n, []).append(time.perf_counter() - start)
+        self.seconds.setdefault(n, []).append(clocked(lambda: self.W @ self.X[:, :n])[0])
         return self.table[ctx]
 
     def __len__(self):
         return len(self.table)
 
 
+def clocked(f):
+    """(wall-clock seconds, f())."""
+    start = time.perf_counter()
+    out = f()
+    return time.perf_counter() - start, out
+
+
 def median_time(f, repeats=3, calls=3):
     """Seconds per call of f(): the median over repeats of `calls` back-to-back
     calls, as a decoder makes them, after one warm-up call."""
     f()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            f()
-        times.append((time.perf_counter() - start) / calls)
-    return float(np.median(times))
+    return float(np.median([clocked(lambda: [f() for _ in range(calls)])[0] / calls
+                            for _ in range(repeats)]))
 
 
 # -----------------------------------------------------------------------------
@@ -725,10 +728,10 @@ def demo2_distribution(ctx=5, k=2, n_runs=6000):
           "kept were conditioned on a token that had been replaced. 'uniform_q'\n"
           "shipped in an open-source model's generator: it took the draft's\n"
           "probability to be 1/V instead of the q it sampled from, and refilled from p.")
-    greedy_is_sampling(n_tokens=1000)
+    demo2_greedy(n_tokens=1000)
 
 
-def greedy_is_sampling(n_tokens, k=4):
+def demo2_greedy(n_tokens, k=4):
     """Demo 2, part two: greedy decoding is sampling from temper(P, 0)."""
     P0 = temper(TARGET, 0)
     plain = plain_decode(P0, 0, n_tokens, np.random.default_rng(0))
@@ -772,10 +775,11 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=1500):
           "tokens per call follow the tables' probability mass with no assumption.\n"
           "Speed rides on alpha, and a perfect model sampled at the wrong temperature\n"
           "is just a worse draft.")
-    temperature_sweep(k, c, n_rounds)
+    demo3_temperatures(k, c, n_rounds)
+    demo3_one_sided(k, 4 * n_rounds)
 
 
-def temperature_sweep(k, c, n_rounds, T_bug=0.5):
+def demo3_temperatures(k, c, n_rounds):
     """Demo 3, part two: both models sampled at temperature T, as in production."""
     print(f"\nSampling temperature T applied to BOTH tables (middling draft, k = {k}). TV:\n"
           "the output's next-token frequencies against the tempered target; floor:\n"
@@ -799,10 +803,9 @@ def temperature_sweep(k, c, n_rounds, T_bug=0.5):
     print(f"At T = 0 alpha is argmax agreement, {exact[0]:.3f} here; drafts trained to imitate\n"
           "the target share its argmax more often (the paper's Table 3 has T5-small at\n"
           "0.75 for T = 0 and 0.62 for T = 1).")
-    one_sided_temperature(k, 4 * n_rounds)
 
 
-def one_sided_temperature(k, n_rounds, T=0.5):
+def demo3_one_sided(k, n_rounds, T=0.5):
     """A shipped bug: the draft samples at temperature T, verification sees T = 1."""
     P_T = temper(TARGET, T)
     _, _, tokens = measure(P_T, MIDDLING, k, n_rounds, seed=7, draft_from=temper(MIDDLING, T))
@@ -908,38 +911,39 @@ def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=5
     for alpha, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10)):
         print(f"{alpha:6.1f}{k:4d}{operations_factor(alpha, k, 0):11.2f}X"
               f"{speedup(expected_tokens(alpha, k), k, 0):7.2f}X")
-    on_this_machine()
+    W = np.full((4096, 4096), 1e-3, np.float32)  # 64 MiB: far past the last-level cache
+    demo6_clock(W, np.ones((4096, 16), np.float32))
+    demo6_cost_model(W, np.full((512, 4096), 1e-3, np.float32))
 
 
 CLOCK = "  (clock)"  # marks every printed line that holds a wall-clock measurement
 
 
-def on_this_machine(k=4, n_rounds=30, d=4096, d_draft=512):
-    """Demo 6, part two: the cost model against this machine's clock."""
-    W = np.full((d, d), 1e-3, np.float32)  # 64 MiB: far past the last-level cache
-    W_draft = np.full((d_draft, d), 1e-3, np.float32)
-    X = np.ones((d, 16), np.float32)
-    print(f"\nThe same question on this machine: y = W @ X, W float32 {d} x {d} (64 MiB),\n"
-          f"X with one column per position. Lines marked (clock) are wall-clock\n"
-          "measurements (medians of 3 runs of 3 calls) and change from run to run.\n")
+def demo6_clock(W, X):
+    """Demo 6, part two: what a pass over 1 to 16 positions costs on this machine."""
+    print(f"\nThe same question on this machine: y = W @ X, W float32 {W.shape[0]} x "
+          f"{W.shape[1]} ({W.nbytes >> 20} MiB),\nX with one column per position. Lines "
+          "marked (clock) are wall-clock\nmeasurements (medians of 3 runs of 3 calls) and "
+          "change from run to run.\n")
     print(f"{'positions':>9}{'time':>11}{'x one':>8}")
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n]) for n in (1, 2, 4, 8, 16)}
     for n, t in times.items():
         print(f"{n:9d}{t * 1e3:8.2f} ms{t / times[1]:8.2f}{CLOCK}")
+
+
+def demo6_cost_model(W, W_draft, k=4, n_rounds=30):
+    """Demo 6, part three: decode for real, and hold the cost model to the clock."""
     P_spec, P_plain, Q = Priced(TARGET, W), Priced(TARGET, W), Priced(MIDDLING, W_draft)
-    start = time.perf_counter()
-    _, tokens_per_call, tokens = measure(P_spec, MIDDLING, k, n_rounds, seed=11, draft_from=Q)
-    t_spec = time.perf_counter() - start
-    start = time.perf_counter()
-    plain_decode(P_plain, 0, len(tokens), np.random.default_rng(11))
-    t_plain = time.perf_counter() - start
-    # c and v as the decoder actually paid them, in units of a plain decoding pass
-    one = np.mean(P_plain.seconds[1])
+    t_spec, (_, tokens_per_call, tokens) = clocked(
+        lambda: measure(P_spec, MIDDLING, k, n_rounds, seed=11, draft_from=Q))
+    t_plain, _ = clocked(lambda: plain_decode(P_plain, 0, len(tokens), np.random.default_rng(11)))
+    one = np.mean(P_plain.seconds[1])  # c and v as the decoder paid them, in place
     c, v = np.mean(Q.seconds[1]) / one, np.mean(P_spec.seconds[k + 1]) / one
     clock, paper, refined = t_plain / t_spec, speedup(tokens_per_call, k, c), speedup(tokens_per_call, k, c, v)
     print(f"\nDecoding {len(tokens)} tokens, middling draft, k = {k}, every table call paying a\n"
-          f"pass (the draft's W is {d_draft} x {d}); {tokens_per_call:.2f} tokens per target call.\n")
+          f"pass (the draft's W is {W_draft.shape[0]} x {W_draft.shape[1]}); {tokens_per_call:.2f} "
+          "tokens per target call.\n")
     print(f"  c = {c:.3f} (draft pass / target pass), v = {v:.2f} ({k + 1}-column / 1-column){CLOCK}")
     print(f"  plain {t_plain:.3f} s, speculative {t_spec:.3f} s: {clock:.2f}x{CLOCK}")
     print(f"  paper's prediction tokens / (1 + k c) = {paper:.2f}x{CLOCK}")
@@ -1029,11 +1033,11 @@ def demo8_trees(n_runs=3000, n_tokens=1500):
     print(f"\nAn order-2 target (next token depends on the last two), a drafted tree of\n"
           f"{len(tokens)} nodes: largest difference between the masked pass and each node's path\n"
           f"evaluated alone: {tree_err:.1e}. With a plain causal mask instead: {causal_err:.3f}.")
-    tree_exactness(n_runs)
-    tree_speed(n_tokens)
+    demo8_exactness(n_runs)
+    demo8_depth_and_width(n_tokens)
 
 
-def tree_exactness(n_runs, ctx=5, depth=2, branching=2):
+def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     """Demo 8, part two: the tree keeps the target's distribution (or not)."""
     truth = TARGET[ctx][:, None] * TARGET
     floor = tv_distance(first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=9), truth)
@@ -1047,7 +1051,7 @@ def tree_exactness(n_runs, ctx=5, depth=2, branching=2):
     print(f"{'floor':24}{floor:9.4f}{1:9.1f}")
 
 
-def tree_speed(n_tokens, depth=3):
+def demo8_depth_and_width(n_tokens, depth=3):
     """Demo 8, part three: tokens per target call, by depth and by nodes."""
     print(f"\nTokens per target call, middling draft, {n_tokens:,} tokens each. Depth is the\n"
           "number of sequential draft steps; nodes is how wide the verifying pass is.\n")

@@ -658,7 +658,8 @@ def transition_tv(tokens, P):
     counts = np.zeros_like(P)
     np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
     seen = counts.sum(axis=1)
-    return sum(seen[c] * tv_distance(counts[c] / seen[c], P[c]) for c in np.flatnonzero(seen)) / seen.sum()
+    per_context = [seen[c] * tv_distance(counts[c] / seen[c], P[c]) for c in np.flatnonzero(seen)]
+    return sum(per_context) / seen.sum()
 
 
 def demo1_rule_by_hand(ctx=0):
@@ -668,7 +669,8 @@ def demo1_rule_by_hand(ctx=0):
     print(f"Context '{name(ctx)}'. Target p, middling draft q (blend weight 0.5).\n")
     print("token      p      q   min(1, p/q)    p - q   residual")
     for x in range(VOCAB):
-        print(f"    {name(x)}  {p[x]:.3f}  {q[x]:.3f}  {acc[x]:11.3f}  {p[x] - q[x]:+7.3f}  {r[x]:9.3f}")
+        print(f"    {name(x)}  {p[x]:.3f}  {q[x]:.3f}  {acc[x]:11.3f}  {p[x] - q[x]:+7.3f}"
+              f"  {r[x]:9.3f}")
     under, over = int(np.argmax(p - q)), int(np.argmax(q - p))
     print(f"\nDraft '{name(under)}': q = {q[under]:.3f} <= p = {p[under]:.3f}, under-proposed: "
           "always accepted.")
@@ -680,12 +682,13 @@ def demo1_rule_by_hand(ctx=0):
     print(f"\nThe proof, token by token. P(reject) = 1 - sum min(p, q) = {1 - beta:.3f}.\n")
     print("token   kept: q*min(1,p/q)  +  P(reject)*residual  =  emitted       p")
     for x in range(VOCAB):
-        print(f"    {name(x)}  {kept[x]:19.4f}  {fixed[x]:20.4f}  {kept[x] + fixed[x]:10.4f}  {p[x]:6.4f}")
+        print(f"    {name(x)}  {kept[x]:19.4f}  {fixed[x]:20.4f}  {kept[x] + fixed[x]:10.4f}"
+              f"  {p[x]:6.4f}")
     print(f"\nLargest |emitted - p| over the tokens: {np.abs(kept + fixed - p).max():.1e}")
     print("Acceptance delivers min(p, q); a rejection happens with exactly the mass\n"
           "that is missing, and the residual puts it where p exceeds q. Emitted = p,\n"
-          "for any q that covers what it drafts. Break residual() and the last column\n"
-          "stops matching.")
+          "for any q that covers what it drafts. Break residual() and the emitted\n"
+          "column stops matching p.")
 
 
 def first_two(generate, n_runs, seed):
@@ -701,7 +704,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=6000):
     truth = TARGET[ctx][:, None] * TARGET  # P(x1, x2) = p(x1 | ctx) p(x2 | x1)
     joints = {rule: first_two(lambda rng: spec_generate(TARGET, UNRELATED, ctx, 2, k, rng, rule)[0],
                               n_runs, seed=2) for rule in RULES}
-    floor = tv_distance(first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=2), truth)
+    plain = first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=2)
+    floor = tv_distance(plain, truth)
     print(f"Draft: the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), k = {k}. "
           f"From context '{name(ctx)}',\n{n_runs:,} runs per rule; each run keeps the first "
           "two tokens it emits.\n")
@@ -751,7 +755,8 @@ def demo2_greedy(n_tokens, k=4):
 
 
 def demo3_acceptance(k=4, c=0.1, n_rounds=1500):
-    drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in (1, .9, .75, .5, .25, 0)]
+    weights = (1, 0.9, 0.75, 0.5, 0.25, 0)
+    drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in weights]
     drafts += [(f"target at T = {T}", temper(TARGET, T)) for T in (1.0, 1.3, 2.0, 0.5)]
     print(f"k = {k}, {n_rounds:,} rounds per draft. Blends mix the target with the unrelated\n"
           "table; the last rows draft with the target itself at the wrong temperature.\n")
@@ -768,7 +773,8 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=1500):
     naive, right = 1 + k * a, exact_tokens_per_call(TARGET, MIDDLING, k)
     print(f"\nThe naive guess 1 + k*alpha (in a widely shared speedup table) gives {naive:.2f}\n"
           f"tokens per call for the middling draft; the exact value is {right:.2f}, so it\n"
-          f"overstates by {100 * (naive / right - 1):.0f}%: it forgets that a rejection ends the round.")
+          f"overstates by {100 * (naive / right - 1):.0f}%: it forgets that a rejection ends "
+          "the round.")
     print("\nalpha is accepted / checked: drafts after a rejection are never checked.\n"
           "'exact' alpha is the paper's E[sum min(p, q)] over the contexts the target\n"
           "visits; eq. 1 assumes that one alpha holds at every position; the exact\n"
@@ -790,7 +796,8 @@ def demo3_temperatures(k, c, n_rounds):
         P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
         alpha, tokens_per_call, tokens = measure(P_T, Q_T, k, n_rounds, seed=6)
         plain = plain_decode(P_T, 0, len(tokens), np.random.default_rng(6))
-        exact[T], tv, floor = pair_alpha(P_T, Q_T), transition_tv(tokens, P_T), transition_tv(plain, P_T)
+        exact[T] = pair_alpha(P_T, Q_T)
+        tv, floor = transition_tv(tokens, P_T), transition_tv(plain, P_T)
         worst = max(worst, tv / floor) if floor else worst
         print(f"{T:4.1f}{alpha:8.3f}{exact[T]:7.3f}{tokens_per_call:13.2f}"
               f"{speedup(tokens_per_call, k, c):9.2f}{tv:8.4f}{floor:8.4f}")
@@ -818,8 +825,8 @@ def demo3_one_sided(k, n_rounds, T=0.5):
 
 
 def demo4_draft_length(c=0.1, k_max=16, n_rounds=1000):
-    rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4)[:2], exact_tokens_per_call(TARGET, MIDDLING, k))
-            for k in range(1, k_max + 1)]
+    rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4)[:2],
+             exact_tokens_per_call(TARGET, MIDDLING, k)) for k in range(1, k_max + 1)]
     print(f"Middling draft (blend weight 0.5), c = {c}, {n_rounds:,} rounds per k.\n")
     print(f"{'':11}{'tokens per call':>17}{'speedup':>16}")
     print(f"{'k':>3}{'alpha':>8}{'measured':>10}{'exact':>7}{'measured':>10}{'exact':>7}")
@@ -848,7 +855,8 @@ def demo5_break_even(k=4, n_rounds=2000):
           f"so c* = (tokens - 1) / k = {c_star:.3f}. Right: the best k at each c, by eq. 1\n"
           f"(alpha = {a:.3f}) and exactly for these tables, and Corollary 3.9's bound.\n")
     print(f"{'k = 4, measured':>24}{'best, eq. 1':>14}{'best, exact':>14}{'(1+alpha)':>11}")
-    print(f"{'c':>6}{'speedup':>9}{'':9}{'k':>4}{'speedup':>9}{'k':>5}{'speedup':>9}{'/ (1+c)':>11}")
+    print(f"{'c':>6}{'speedup':>9}{'':9}{'k':>4}{'speedup':>9}{'k':>5}{'speedup':>9}"
+          f"{'/ (1+c)':>11}")
     edge = []  # costs where eq. 1 promises a gain and the real tables lose
     for c in (0.05, 0.1, 0.2, 0.3, round(c_star, 3), 0.6, 0.7, 0.8, 1.0):
         s = speedup(tokens, k, c)
@@ -860,7 +868,8 @@ def demo5_break_even(k=4, n_rounds=2000):
     print("\nCorollary 3.9 (eq. 1's world): some k beats plain decoding exactly when\n"
           "alpha > c, by at least (1 + alpha) / (1 + c); k = 0 above means none does.")
     if edge:
-        print(f"The tables disagree at the edge: at c = {', '.join(map(str, edge))} < alpha the best "
+        print(f"The tables disagree at the edge: at c = {', '.join(map(str, edge))} < alpha "
+              "the best "
               f"real k\nstill loses. Eq. 1 assumes one alpha everywhere; a round here starts on "
               f"the\ntoken that ended the last one, and there beta averages {exact[0] - 1:.3f}, "
               f"not {a:.3f}.")
@@ -890,7 +899,8 @@ def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=5
           f"{'H100 roofline time':>21}{'vs 1':>7}")
     t1 = None
     for n in (1, 2, 4, 8, 16):
-        macs, bytes_read = n * macs_per_token(d_model, d_ff, layers, n_ctx, vocab), weight_bytes + kv_bytes
+        macs = n * macs_per_token(d_model, d_ff, layers, n_ctx, vocab)
+        bytes_read = weight_bytes + kv_bytes
         t_mem, t_math = bytes_read / H100_BYTES_PER_S, 2 * macs / H100_FLOPS
         t = max(t_mem, t_math)
         t1 = t1 or t
@@ -898,7 +908,8 @@ def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=5
         print(f"{n:9d}{macs / 1e9:9.1f}{bytes_read / 1e9:9.2f}{macs / bytes_read:11.2f}"
               f"{t * 1e3:11.2f} ms {bound:>7}{t / t1:7.2f}")
     one = macs_per_token(d_model, d_ff, layers, n_ctx, vocab) / (weight_bytes + kv_bytes)
-    print(f"\nH100 SXM ridge point: {H100_FLOPS / 1e12:.0f} TFLOP/s / 2 / {H100_BYTES_PER_S / 1e12:.2f} "
+    print(f"\nH100 SXM ridge point: {H100_FLOPS / 1e12:.0f} TFLOP/s / 2 / "
+          f"{H100_BYTES_PER_S / 1e12:.2f} "
           f"TB/s = {ridge:.0f} MACs per byte.")
     print(f"\nOne decoding step streams every weight from memory to do {one:.2f} MACs per\n"
           f"byte; in that time the chip could do {ridge / one:.0f} times more arithmetic. Up to\n"
@@ -940,11 +951,13 @@ def demo6_cost_model(W, W_draft, k=4, n_rounds=30):
     t_plain, _ = clocked(lambda: plain_decode(P_plain, 0, len(tokens), np.random.default_rng(11)))
     one = np.mean(P_plain.seconds[1])  # c and v as the decoder paid them, in place
     c, v = np.mean(Q.seconds[1]) / one, np.mean(P_spec.seconds[k + 1]) / one
-    clock, paper, refined = t_plain / t_spec, speedup(tokens_per_call, k, c), speedup(tokens_per_call, k, c, v)
+    clock = t_plain / t_spec
+    paper, refined = speedup(tokens_per_call, k, c), speedup(tokens_per_call, k, c, v)
     print(f"\nDecoding {len(tokens)} tokens, middling draft, k = {k}, every table call paying a\n"
           f"pass (the draft's W is {W_draft.shape[0]} x {W_draft.shape[1]}); {tokens_per_call:.2f} "
           "tokens per target call.\n")
-    print(f"  c = {c:.3f} (draft pass / target pass), v = {v:.2f} ({k + 1}-column / 1-column){CLOCK}")
+    print(f"  c = {c:.3f} (draft pass / target pass), v = {v:.2f} ({k + 1}-column / 1-column)"
+          + CLOCK)
     print(f"  plain {t_plain:.3f} s, speculative {t_spec:.3f} s: {clock:.2f}x{CLOCK}")
     print(f"  paper's prediction tokens / (1 + k c) = {paper:.2f}x{CLOCK}")
     print(f"  refined tokens / (v + k c) = {refined:.2f}x, {100 * abs(refined / clock - 1):.0f}% "
@@ -1029,7 +1042,8 @@ def demo8_trees(n_runs=3000, n_tokens=1500):
     tokens, parents = draft_tree(MIDDLING, 1, 3, 2, np.random.default_rng(8))
     slow = np.array([path_alone(P2, context, tokens, parents, i) for i in range(len(tokens))])
     tree_err = np.abs(masked_pass(P2, context, tokens, tree_attention_mask(parents)) - slow).max()
-    causal_err = np.abs(masked_pass(P2, context, tokens, np.tri(len(tokens), dtype=bool)) - slow).max()
+    causal = np.tri(len(tokens), dtype=bool)  # what a plain decoder would use
+    causal_err = np.abs(masked_pass(P2, context, tokens, causal) - slow).max()
     print(f"\nAn order-2 target (next token depends on the last two), a drafted tree of\n"
           f"{len(tokens)} nodes: largest difference between the masked pass and each node's path\n"
           f"evaluated alone: {tree_err:.1e}. With a plain causal mask instead: {causal_err:.3f}.")
@@ -1040,13 +1054,16 @@ def demo8_trees(n_runs=3000, n_tokens=1500):
 def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     """Demo 8, part two: the tree keeps the target's distribution (or not)."""
     truth = TARGET[ctx][:, None] * TARGET
-    floor = tv_distance(first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=9), truth)
-    print(f"\nExactness: the first two tokens after '{name(ctx)}', {n_runs:,} runs each, unrelated\n"
-          f"draft, depth {depth}, branching {branching}.\n")
+    plain = first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=9)
+    floor = tv_distance(plain, truth)
+    print(f"\nExactness: the first two tokens after '{name(ctx)}', {n_runs:,} runs each, "
+          f"unrelated\ndraft, depth {depth}, branching {branching}.\n")
     print(f"{'children':14}{'rule':>10}{'TV':>9}{'x floor':>9}")
     for distinct, rule in ((False, "correct"), (True, "correct"), (False, "no_update")):
-        gen = lambda rng: tree_generate(TARGET, UNRELATED, ctx, 2, depth, branching, rng, distinct, rule)[0]
-        tv = tv_distance(first_two(gen, n_runs, seed=9), truth)
+        def first_tokens(rng):
+            return tree_generate(TARGET, UNRELATED, ctx, 2, depth, branching, rng,
+                                 distinct, rule)[0]
+        tv = tv_distance(first_two(first_tokens, n_runs, seed=9), truth)
         print(f"{'distinct' if distinct else 'independent':14}{rule:>10}{tv:9.4f}{tv / floor:9.1f}")
     print(f"{'floor':24}{floor:9.4f}{1:9.1f}")
 
@@ -1062,12 +1079,14 @@ def demo8_depth_and_width(n_tokens, depth=3):
     rate = {}
     for label, d, b in shapes:
         for distinct in (False, True) if b > 1 else (False,):
-            _, calls, _ = tree_generate(TARGET, MIDDLING, 0, n_tokens, d, b, np.random.default_rng(10), distinct)
+            rng = np.random.default_rng(10)
+            _, calls, _ = tree_generate(TARGET, MIDDLING, 0, n_tokens, d, b, rng, distinct)
             rate[d, b, distinct] = n_tokens / calls
         print(f"{label:20}{d:6d}{d if b == 1 else nodes[b]:7d}{rate[d, b, False]:13.2f}"
               + (f"{rate[d, b, True]:10.2f}" if b > 1 else ""))
     print(f"\nAt equal depth a tree turns spare verifier width (demo 6: nearly free) into\n"
-          f"tokens: {rate[depth, 1, False]:.2f} per call for the chain, {rate[depth, 3, True]:.2f} for "
+          f"tokens: {rate[depth, 1, False]:.2f} per call for the chain, "
+          f"{rate[depth, 3, True]:.2f} for "
           f"branching 3 with distinct\nchildren (which never spend a slot on a duplicate). At "
           f"equal nodes the chain of\n{nodes[3]} makes {rate[nodes[3], 1, False]:.2f}, but it pays "
           f"{nodes[3]} sequential draft steps where the tree pays {depth}.")

@@ -444,6 +444,13 @@ def tv_distance(a, b):
     return 0.5 * float(np.abs(np.asarray(a, float) - np.asarray(b, float)).sum())
 
 
+def bigram_counts(tokens, n=VOCAB):
+    """counts[prev, next] of a text: bigram_counts([0, 1, 1], 2) -> [[0, 1], [0, 1]]."""
+    counts = np.zeros((n, n))
+    np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
+    return counts
+
+
 def stationary(P):
     """pi with pi P = pi: how often the chain visits each context in the long run.
 
@@ -457,6 +464,11 @@ def stationary(P):
         M = M @ M
         M /= M.sum(axis=1, keepdims=True)  # else rounding doubles with each squaring
     return M.mean(axis=0)
+
+
+def visit_joint(P):
+    """pi(ctx) p(x | ctx): how often the target's text has ctx followed by x."""
+    return stationary(P)[:, None] * P
 
 
 def pair_alpha(P, Q):
@@ -563,6 +575,12 @@ def low_rank_draft(params):
     return w / w.sum(axis=1, keepdims=True)
 
 
+def low_rank_step(params, G, lr):
+    """One gradient step given G = d loss / d logits, through logits = u v^T + b."""
+    u, v, b = params
+    return [u - lr * G @ v, v - lr * G.T @ u, b - lr * G.sum(axis=0)]
+
+
 def descend(S, steps, lr, seed=0, params=None):
     """Gradient descent on -sum S log q / sum S over the low-rank family.
 
@@ -573,22 +591,19 @@ def descend(S, steps, lr, seed=0, params=None):
     params = params or [0.1 * rng.standard_normal(len(S)) for _ in range(3)]
     S = S / S.sum()
     for _ in range(steps):
-        u, v, b = params
         G = S.sum(axis=1, keepdims=True) * low_rank_draft(params) - S  # d loss / d logits
-        params = [u - lr * G @ v, v - lr * G.T @ u, b - lr * G.sum(axis=0)]
+        params = low_rank_step(params, G, lr)
     return params
 
 
 def fit_text(tokens, steps=1000, lr=2.0):
     """(a) Cross-entropy on a text: S counts its bigrams."""
-    S = np.zeros((VOCAB, VOCAB))
-    np.add.at(S, (tokens[:-1], tokens[1:]), 1)
-    return descend(S, steps, lr)
+    return descend(bigram_counts(tokens), steps, lr)
 
 
 def distill(P, steps=1000, lr=2.0):
     """(b) KL(p || q) averaged over the contexts the target visits: S = pi(ctx) p."""
-    return descend(stationary(P)[:, None] * P, steps, lr)
+    return descend(visit_joint(P), steps, lr)
 
 
 def maximise_alpha(P, params, steps=2000, lr=0.5):
@@ -599,11 +614,10 @@ def maximise_alpha(P, params, steps=2000, lr=0.5):
     """
     pi = stationary(P)
     for _ in range(steps):
-        u, v, b = params
         Q = low_rank_draft(params)
         g = pi[:, None] * (Q < P)
         G = -Q * (g - (g * Q).sum(axis=1, keepdims=True))  # d(-alpha) / d logits
-        params = [u - lr * G @ v, v - lr * G.T @ u, b - lr * G.sum(axis=0)]
+        params = low_rank_step(params, G, lr)
     return params
 
 
@@ -655,8 +669,7 @@ def measure(P, Q, k, n_rounds, seed, ctx=0, draft_from=None):
 def transition_tv(tokens, P):
     """TV between the text's next-token frequencies and P's rows, averaged over
     the contexts as often as the text visits them."""
-    counts = np.zeros_like(P)
-    np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
+    counts = bigram_counts(tokens, len(P))
     seen = counts.sum(axis=1)
     per_context = [seen[c] * tv_distance(counts[c] / seen[c], P[c]) for c in np.flatnonzero(seen)]
     return sum(per_context) / seen.sum()
@@ -700,12 +713,19 @@ def first_two(generate, n_runs, seed):
     return counts / n_runs
 
 
+def truth_and_floor(ctx, n_runs, seed):
+    """The target's joint of the first two tokens after ctx, P(x1, x2) =
+    p(x1 | ctx) p(x2 | x1), and the TV that plain decoding gets from it in
+    n_runs runs: the sampling floor every other measurement is held to."""
+    truth = TARGET[ctx][:, None] * TARGET
+    plain = first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed)
+    return truth, tv_distance(plain, truth)
+
+
 def demo2_distribution(ctx=5, k=2, n_runs=6000):
-    truth = TARGET[ctx][:, None] * TARGET  # P(x1, x2) = p(x1 | ctx) p(x2 | x1)
+    truth, floor = truth_and_floor(ctx, n_runs, seed=2)
     joints = {rule: first_two(lambda rng: spec_generate(TARGET, UNRELATED, ctx, 2, k, rng, rule)[0],
                               n_runs, seed=2) for rule in RULES}
-    plain = first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=2)
-    floor = tv_distance(plain, truth)
     print(f"Draft: the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), k = {k}. "
           f"From context '{name(ctx)}',\n{n_runs:,} runs per rule; each run keeps the first "
           "two tokens it emits.\n")
@@ -975,9 +995,7 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
     world = random_table(101, sharpness=2.5)
     P = blend(world, random_table(201, sharpness=2.5), 0.7)  # an imperfect model of it
     text = plain_decode(world, 0, n_text, np.random.default_rng(7))
-    S_text = np.zeros((VOCAB, VOCAB))
-    np.add.at(S_text, (text[:-1], text[1:]), 1)
-    S_target = stationary(P)[:, None] * P
+    S_text, S_target = bigram_counts(text), visit_joint(P)
     fit, kd = low_rank_draft(fit_text(text)), distill(P)
     tv = low_rank_draft(maximise_alpha(P, kd))
     kd = low_rank_draft(kd)
@@ -1053,9 +1071,7 @@ def demo8_trees(n_runs=3000, n_tokens=1500):
 
 def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     """Demo 8, part two: the tree keeps the target's distribution (or not)."""
-    truth = TARGET[ctx][:, None] * TARGET
-    plain = first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed=9)
-    floor = tv_distance(plain, truth)
+    truth, floor = truth_and_floor(ctx, n_runs, seed=9)
     print(f"\nExactness: the first two tokens after '{name(ctx)}', {n_runs:,} runs each, "
           f"unrelated\ndraft, depth {depth}, branching {branching}.\n")
     print(f"{'children':14}{'rule':>10}{'TV':>9}{'x floor':>9}")

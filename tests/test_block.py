@@ -1,0 +1,182 @@
+"""Block verification (stage 5c): scripted rounds worked by hand, the paper's
+example, exactness by enumeration, the two breakages, and the gain."""
+import numpy as np
+import pytest
+
+import speculative_decoding_from_scratch as sd
+from helpers import ScriptedRng
+from test_exact import random_pair
+from test_stages import P3, Q3
+
+# A pair where the weighted and the token-wise residual differ. From context 2,
+# drafting 0: p_1 = min(1, .25 / .5) = .5. At context 0, p = [.5, .3, .2] and
+# q = [.2, .2, .6]: Z_1 = max(0, .25 - .2) = .05, h_1 = .05 / (.05 + .5) = 1/11.
+P_W = np.array([[0.5, 0.3, 0.2], [1 / 3, 1 / 3, 1 / 3], [0.25, 0.25, 0.5]])
+Q_W = np.array([[0.2, 0.2, 0.6], [1 / 3, 1 / 3, 1 / 3], [0.5, 0.25, 0.25]])
+
+
+def test_block_residual_by_hand():
+    # .5 * [.5, .3, .2] - [.2, .2, .6] = [.05, -.05, -.5] -> [1, 0, 0];
+    # at weight 1 it is the token-wise residual [.3, .1, 0] / .4
+    assert np.allclose(sd.block_residual(0.5, P_W[0], Q_W[0]), [1, 0, 0])
+    assert np.allclose(sd.block_residual(1.0, P_W[0], Q_W[0]), [0.75, 0.25, 0])
+
+
+def test_block_threshold_by_hand():
+    assert sd.block_threshold(0.5, P_W[0], Q_W[0]) == pytest.approx(1 / 11)
+    assert sd.block_threshold(1.0, P3[1], Q3[1]) == 1.0   # Z = .5, and 1 - p_i = 0
+    assert sd.block_threshold(0.5, P3[0], Q3[0]) == 0.0   # Z = 0: no residual to cut to
+
+
+def test_all_kept_gives_the_bonus_token():
+    # ctx 0, drafts [1, 1]: p_1 = min(1, .5/.4) = 1, Z_1 = .5 so h_1 = 1;
+    # p_2 = .1/.6 = 1/6 = h_2. eta = .99, .1: both kept; bonus from P3[1]
+    # = [.1, .1, .8] with u = .5 -> 2
+    assert sd.verify_block(P3, Q3, 0, [1, 1], ScriptedRng([0.99, 0.1, 0.5])) == ([1, 1, 2], 2)
+
+
+def test_a_kept_block_can_pass_over_a_position_whose_own_test_failed():
+    # ctx 0, drafts [0, 1]: p_1 = .2/.4 = .5 and Z_1 = 0, so h_1 = 0 and
+    # eta_1 = .3 fails; p_2 = min(1, .5 * .5/.4) = .625 = h_2 and eta_2 = .5
+    # passes, so tau = 2: both drafts are kept, then the bonus from P3[1]
+    # with u = .5 -> 2
+    assert sd.verify_block(P3, Q3, 0, [0, 1], ScriptedRng([0.3, 0.5, 0.5])) == ([0, 1, 2], 2)
+
+
+def test_tau_zero_replaces_the_first_draft_from_the_plain_residual():
+    # as above but eta_2 = .9 fails too: tau = 0, a token from
+    # norm(max(0, P3[0] - Q3[0])) = [0, .5, .5] with u = .2 -> 1
+    assert sd.verify_block(P3, Q3, 0, [0, 1], ScriptedRng([0.3, 0.9, 0.2])) == ([1], 0)
+
+
+def test_the_replacement_is_weighted_by_p_tau():
+    # P_W from context 2, drafts [0, 2]: h_1 = 1/11, and p_2 = h_2 = .5 * .2/.6 = 1/6.
+    # eta_1 = .05 keeps position 1, eta_2 = .5 does not: tau = 1. The replacement
+    # is from norm(max(0, .5 * [.5, .3, .2] - [.2, .2, .6])) = [1, 0, 0] -> 0;
+    # the token-wise residual norm(max(0, p - q)) = [.75, .25, 0] gives 1 at u = .9
+    uniforms = [0.05, 0.5, 0.9]
+    assert sd.verify_block(P_W, Q_W, 2, [0, 2], ScriptedRng(uniforms)) == ([0, 0], 1)
+    assert sd.verify_block(P_W, Q_W, 2, [0, 2], ScriptedRng(uniforms),
+                           "tokenwise_residual") == ([0, 1], 1)
+
+
+def test_the_cumulative_test_alone_keeps_too_much():
+    # the tau = 0 round above: with h_1 = p_1 = .5, eta_1 = .3 now keeps draft 0;
+    # its replacement row .5 * P3[0] - Q3[0] has no positive part, so residual
+    # hands back .5 * P3[0] itself: u = .2 -> 1
+    assert sd.verify_block(P3, Q3, 0, [0, 1], ScriptedRng([0.3, 0.9, 0.2]), "cumulative") == ([0, 1], 1)
+
+
+def test_a_zero_weight_is_never_kept_even_at_eta_zero():
+    # a drafted token the target forbids: p_1 = 0, so h_1 = p_1 = 0 and eta = 0
+    # must not keep it (strict <, as in verify_round)
+    P, Q = np.array([[0.0, 1.0], [0.5, 0.5]]), np.array([[0.5, 0.5], [0.5, 0.5]])
+    assert sd.verify_block(P, Q, 0, [0], ScriptedRng([0.0, 0.0])) == ([1], 0)
+
+
+def test_bad_input_as_for_verify_round():
+    with pytest.raises(ValueError, match="unknown rule 'greedy'; valid rules: correct, tokenwise"):
+        sd.verify_block(P3, Q3, 0, [1], np.random.default_rng(0), rule="greedy")
+    with pytest.raises(ValueError, match="could not have proposed"):
+        sd.verify_block(P3, np.array([[1.0, 0, 0]] * 3), 0, [1], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="unknown rule"):
+        sd.spec_generate(P3, Q3, 0, 5, 2, np.random.default_rng(0), "continue", verify=sd.verify_block)
+
+
+# --- the paper's example: 10/9, 11/9 ----------------------------------------------
+
+def test_the_papers_motivating_example():
+    P, Q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
+    assert sd.exact_tokens_per_call(P, Q, 2) - 1 == pytest.approx(10 / 9, abs=1e-12)
+    assert sd.exact_block_tokens_per_call(P, Q, 2) - 1 == pytest.approx(11 / 9, abs=1e-12)
+    _, tokens, _, se = sd.measure(P, Q, 2, 3000, seed=1, verify=sd.verify_block)
+    assert abs(tokens - 1 - 11 / 9) < 4 * se
+
+
+# --- exactness, by enumeration --------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_block_verification_is_the_target_exactly(seed, k):
+    P, Q = random_pair(seed)
+    n = 3 if k <= 3 else 2
+    exact = sd.exact_block_first_tokens(P, Q, seed, n, k)
+    assert sd.tv_distance(exact, sd.target_first_tokens(P, seed, n)) < 1e-12
+
+
+def test_the_token_wise_residual_is_exact_for_one_token_and_biased_after():
+    P, Q = random_pair(0)
+    truth = sd.target_first_tokens(P, 0, 2)
+    exact = sd.exact_block_first_tokens(P, Q, 0, 2, 2, "tokenwise_residual")
+    assert sd.tv_distance(exact.sum(axis=1), truth.sum(axis=1)) < 1e-12
+    assert sd.tv_distance(exact, truth) > 5e-3
+
+
+def test_the_cumulative_test_is_biased_from_the_first_token():
+    P, Q = random_pair(1)
+    exact = sd.exact_block_first_tokens(P, Q, 0, 1, 2, "cumulative")
+    assert sd.tv_distance(exact, P[0]) > 0.02
+
+
+@pytest.mark.parametrize("rule", sd.BLOCK_RULES)
+def test_the_enumeration_agrees_with_verify_block_for_every_rule(rule):
+    P, Q = random_pair(3)
+    rng, counts = np.random.default_rng(4), np.zeros((6, 6))
+    for _ in range(2000):
+        x1, x2 = sd.spec_generate(P, Q, 2, 2, 3, rng, rule, verify=sd.verify_block)[0]
+        counts[x1, x2] += 1
+    assert sd.chi2_sf(*sd.pearson(counts, sd.exact_block_first_tokens(P, Q, 2, 2, 3, rule))) > 1e-4
+
+
+def test_exact_block_tokens_per_call_matches_a_simulation():
+    P, Q = random_pair(5)
+    _, tokens, _, se = sd.measure(P, Q, 3, 3000, seed=2, verify=sd.verify_block)
+    assert abs(tokens - sd.exact_block_tokens_per_call(P, Q, 3)) < 4 * se
+
+
+# --- the gain ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(5))
+def test_block_never_keeps_fewer_tokens_than_token_wise(seed):
+    P, Q = random_pair(10 + seed)
+    assert sd.exact_block_tokens_per_call(P, Q, 1) == pytest.approx(sd.exact_tokens_per_call(P, Q, 1), abs=1e-12)
+    for k in (2, 3):
+        assert sd.exact_block_tokens_per_call(P, Q, k) >= sd.exact_tokens_per_call(P, Q, k) - 1e-12
+
+
+def test_at_temperature_zero_block_and_token_wise_coincide():
+    P0 = sd.temper(sd.random_table(20), 0)
+    Q0 = sd.temper(sd.blend(sd.random_table(20), sd.random_table(21), 0.8), 0)
+    assert sd.exact_block_tokens_per_call(P0, Q0, 4) == pytest.approx(sd.exact_tokens_per_call(P0, Q0, 4), abs=1e-12)
+    tw = sd.spec_generate(P0, Q0, 0, 300, 4, np.random.default_rng(1))
+    bl = sd.spec_generate(P0, Q0, 0, 300, 4, np.random.default_rng(1), verify=sd.verify_block)
+    assert tw[0] == bl[0]
+
+
+def test_samples_to_see_by_hand():
+    # truth [.5, .5], exact [.6, .4]: delta^2 = 2 * .01 / .5 = .04, one dof; the
+    # p = .001 critical value is 10.828, so about (10.828 - 1) / .04 = 245.7 runs
+    assert sd.samples_to_see(np.array([0.6, 0.4]), np.array([0.5, 0.5])) == pytest.approx(245.7, abs=0.1)
+    assert sd.samples_to_see(np.array([0.5, 0.5]), np.array([0.5, 0.5])) == float("inf")
+
+
+def test_block_round_outcomes_by_hand():
+    # the paper's example at k = 1 is the token-wise rule: from either context,
+    # draft a (q 2/3) is kept with (1/3)/(2/3) = 1/2, draft b (q 1/3) always.
+    # Ends: [a] kept (1/3), [b] kept (1/3), none kept (1/3) -> the residual [0, 1]
+    P, Q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
+    ends = {tuple(kept): (prob, tuple(np.round(row / row.sum(), 12)))
+            for kept, row, prob in sd.block_round_outcomes(P, Q, 0, 1)}
+    assert ends[(0,)][0] == pytest.approx(1 / 3) and ends[(1,)][0] == pytest.approx(1 / 3)
+    assert ends[()] == (pytest.approx(1 / 3), (0.0, 1.0))
+    assert ends[(0,)][1] == tuple(np.round(P[0], 12))  # all k kept: the bonus row
+
+
+def test_chain_rounds_by_hand():
+    # a round from 0 always keeps [1] then draws from [0, 1]; from 1 it keeps
+    # nothing and draws from [1, 0]. First three tokens from 0: 1, 1, then a
+    # round from 1 draws 0
+    rounds = {0: [([1], np.array([0.0, 1.0]), 1.0)], 1: [([], np.array([1.0, 0.0]), 1.0)]}
+    joint = sd.chain_rounds(rounds, 0, 3)
+    assert joint[1, 1, 0] == 1.0 and joint.sum() == 1.0
+    assert sd.chain_rounds(rounds, 1, 1)[0] == 1.0

@@ -503,11 +503,16 @@ def operations_factor(alpha, k, c_hat):
     return (k * c_hat + k + 1) / expected_tokens(alpha, k)
 
 
+def fastest_k(speedup_of, k_max):
+    """(k, speedup_of(k)) for the k in 1..k_max that is fastest; (0, 1.0) if
+    none beats plain decoding (k = 0 is plain decoding)."""
+    k = max(range(1, k_max + 1), key=speedup_of)
+    return (k, speedup_of(k)) if speedup_of(k) > 1 else (0, 1.0)
+
+
 def best_k(alpha, c, k_max=32):
-    """(k, speedup) for the k in 1..k_max that is fastest; (0, 1.0) if none beats plain."""
-    k = max(range(1, k_max + 1), key=lambda k: speedup(expected_tokens(alpha, k), k, c))
-    s = speedup(expected_tokens(alpha, k), k, c)
-    return (k, s) if s > 1 else (0, 1.0)
+    """fastest_k by eq. 1 and Theorem 3.8, for an alpha and a draft cost c."""
+    return fastest_k(lambda k: speedup(expected_tokens(alpha, k), k, c), k_max)
 
 
 # -----------------------------------------------------------------------------
@@ -801,6 +806,67 @@ def weight_count(d_model, d_ff, layers, vocab):
     """Parameters of that decoder: layers, two RMSNorms each, embeddings, head."""
     per_layer = 4 * d_model**2 + 3 * d_model * d_ff + 2 * d_model
     return layers * per_layer + 2 * vocab * d_model + d_model
+
+
+H100_FLOPS, H100_BYTES_PER_S = 989e12, 3.35e12  # dense bf16; HBM3 (H100 SXM)
+H100_MEMORY = 80e9  # bytes of HBM3 on an H100 SXM
+LLAMA2_7B = (4096, 11008, 32, 32000)  # d_model, d_ff, layers, vocab
+DRAFT_SHAPE = (1536, 4096, 8, 32000)  # a decoder about 20x smaller
+
+
+def pass_traffic(shape, n_ctx, positions, batch=1):
+    """(MACs, bytes read) of one fp16 pass over batch sequences, each with
+    `positions` new tokens after n_ctx cached ones. The weights are read once
+    per pass and each sequence's KV cache once; the MACs grow with every
+    position of every sequence."""
+    d_model, d_ff, layers, vocab = shape
+    # every weight matrix entry takes part in exactly one MAC per token, so the
+    # weights are the MACs of one token with no context to attend to
+    weight_bytes = 2 * macs_per_token(d_model, d_ff, layers, 0, vocab)
+    kv_bytes = batch * 2 * 2 * layers * n_ctx * d_model  # K and V, fp16, per layer
+    macs = batch * positions * macs_per_token(d_model, d_ff, layers, n_ctx, vocab)
+    return macs, weight_bytes + kv_bytes
+
+
+def roofline_time(macs, bytes_read, flops=H100_FLOPS, bandwidth=H100_BYTES_PER_S):
+    """(seconds, 'memory' or 'compute'): a pass takes the longer of streaming
+    its bytes and doing its MACs (2 FLOPs each), and that one bounds it."""
+    t_mem, t_math = bytes_read / bandwidth, 2 * macs / flops
+    return max(t_mem, t_math), ("memory" if t_mem >= t_math else "compute")
+
+
+# Batching. A server decodes B sequences at once: each pass reads the weights
+# once for all of them, so the arithmetic per byte grows with B, and the idle
+# arithmetic that made verification free is spent on the batch instead.
+
+
+def batch_speedup(alpha, k, batch, n_ctx, target=LLAMA2_7B, draft=DRAFT_SHAPE):
+    """Speculation against plain decoding of the same batch, on the roofline:
+    speedup(eq. 1's tokens, k, c, v), with c (a draft pass) and v (a (k+1)-
+    position target pass) in plain passes of this batch. The draft is priced
+    on its weights alone (its own KV cache is left out)."""
+    plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch))[0]
+    c = roofline_time(*pass_traffic(draft, 0, 1, batch))[0] / plain
+    v = roofline_time(*pass_traffic(target, n_ctx, k + 1, batch))[0] / plain
+    return speedup(expected_tokens(alpha, k), k, c, v)
+
+
+def break_even_batch(alpha, n_ctx, b_max=1 << 16, k_max=32):
+    """The smallest batch at which no k in 1..k_max beats plain decoding, or
+    None up to b_max: doubling, then bisection (the tests check it against a
+    scan of every batch size)."""
+    def helps(batch):
+        return fastest_k(lambda k: batch_speedup(alpha, k, batch, n_ctx), k_max)[0] > 0
+    hi = 1
+    while helps(hi):
+        if hi >= b_max:
+            return None
+        hi *= 2
+    lo = hi // 2  # helps(lo) held, or hi is 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if helps(mid) else (lo, mid)
+    return hi
 
 
 # The real clock. Everything above counts calls; this puts a price on them.
@@ -1345,46 +1411,98 @@ def demo5_break_even(k=4, n_rounds=1500):
           "only the other direction): on real tables it can fail, as at the edge above.")
 
 
-def demo6_free_compute(d_model=4096, d_ff=11008, layers=32, vocab=32000, n_ctx=512,
-                       clock_size=4096):
-    params = weight_count(d_model, d_ff, layers, vocab)
-    # every weight matrix entry takes part in exactly one MAC per token, so the
-    # weights a pass reads are the MACs of one token with no context to attend to
-    weight_bytes = 2 * macs_per_token(d_model, d_ff, layers, 0, vocab)  # fp16
-    kv_bytes = 2 * 2 * layers * n_ctx * d_model  # K and V, fp16, per layer
+def demo6_free_compute(n_ctx=512, clock_size=4096):
+    d_model, d_ff, layers, vocab = LLAMA2_7B
+    params = weight_count(*LLAMA2_7B)
     ridge = H100_FLOPS / 2 / H100_BYTES_PER_S  # MACs per byte at the roofline knee
     print(f"A Llama-2-7B-shaped decoder in fp16: d_model {d_model}, d_ff {d_ff}, {layers} "
           f"layers,\nvocabulary {vocab}, {n_ctx} tokens of context; {params / 1e9:.2f} billion "
           "parameters by the\nshape's own count. One pass reads every weight once, however "
-          "many positions.\n")
+          "many positions.\nThe times are a roofline model on an H100 SXM, not a "
+          "measurement: the longer of\nstreaming the bytes and doing the arithmetic.\n")
     print(f"{'positions':>9}{'GMACs':>9}{'GB read':>9}{'MACs/byte':>11}"
           f"{'H100 roofline time':>21}{'vs 1':>7}")
-    t1 = None
+    t1 = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1))[0]
     for n in (1, 2, 4, 8, 16):
-        macs = n * macs_per_token(d_model, d_ff, layers, n_ctx, vocab)
-        bytes_read = weight_bytes + kv_bytes
-        t_mem, t_math = bytes_read / H100_BYTES_PER_S, 2 * macs / H100_FLOPS
-        t = max(t_mem, t_math)
-        t1 = t1 or t
-        bound = "memory" if t_mem >= t_math else "compute"
+        macs, bytes_read = pass_traffic(LLAMA2_7B, n_ctx, n)
+        t, bound = roofline_time(macs, bytes_read)
         print(f"{n:9d}{macs / 1e9:9.1f}{bytes_read / 1e9:9.2f}{macs / bytes_read:11.2f}"
               f"{t * 1e3:11.2f} ms {bound:>7}{t / t1:7.2f}")
-    one = macs_per_token(d_model, d_ff, layers, n_ctx, vocab) / (weight_bytes + kv_bytes)
+    one = pass_traffic(LLAMA2_7B, n_ctx, 1)
+    one = one[0] / one[1]
     print(f"\nH100 SXM ridge point: {H100_FLOPS / 1e12:.0f} TFLOP/s / 2 / "
           f"{H100_BYTES_PER_S / 1e12:.2f} "
           f"TB/s = {ridge:.0f} MACs per byte.")
     print(f"\nOne decoding step streams every weight from memory to do {one:.2f} MACs per\n"
           f"byte; in that time the chip could do {ridge / one:.0f} times more arithmetic. Up to\n"
           f"about {ridge / one:.0f} positions, a pass costs what a pass over one position costs:\n"
-          "the draft's k guesses are checked with arithmetic that was idle anyway. (The\n"
-          "times are a roofline model, not a measurement.)")
+          "the draft's k guesses are checked with arithmetic that was idle anyway.")
     print("\nThe price is paid in arithmetic: the paper's Table 1 (c = c_hat = 0), from\n"
           "eq. 1 and Theorem 3.11. More operations in total, less time.\n")
     print(f"{'alpha':>6}{'k':>4}{'operations':>12}{'speed':>8}")
     for alpha, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10)):
-        print(f"{alpha:6.1f}{k:4d}{operations_factor(alpha, k, 0):11.2f}X"
-              f"{speedup(expected_tokens(alpha, k), k, 0):7.2f}X")
+        print(f"{alpha:6.1f}{k:4d}{operations_factor(alpha, k, 0):11.2f}x"
+              f"{speedup(expected_tokens(alpha, k), k, 0):7.2f}x")
+    demo6_batch()
     demo6_on_this_machine(clock_size)
+
+
+def demo6_batch(batches=(1, 4, 16, 64, 256, 1024, 4096), contexts=(16, 512), alphas=(0.7, 0.9)):
+    """Demo 6, part two: a server decoding a batch, on the same roofline."""
+    print(f"\nA server decodes B sequences at once. One pass reads the weights once and each\n"
+          "sequence's KV cache, and does B (k+1) positions of arithmetic. The draft, a\n"
+          f"decoder of d_model {DRAFT_SHAPE[0]}, d_ff {DRAFT_SHAPE[1]}, {DRAFT_SHAPE[2]} layers "
+          f"({weight_count(*DRAFT_SHAPE) / 1e9:.2f} billion parameters,\n"
+          f"{weight_count(*LLAMA2_7B) / weight_count(*DRAFT_SHAPE):.0f}x smaller), is batched "
+          "alike. Speedup: over plain decoding of the same\nbatch, by eq. 1's tokens per call; "
+          "bound: what limits the verifying pass.")
+    for n_ctx in contexts:
+        print(f"\n{n_ctx} tokens of context.\n")
+        print((f"{'':14}" + "".join(f"{f'alpha = {a}':^23}" for a in alphas)).rstrip())
+        print(f"{'B':>6}{'GB':>8}" + f"{'k':>6}{'speedup':>9}{'bound':>8}" * len(alphas))
+        for batch in batches:
+            gb = pass_traffic(LLAMA2_7B, n_ctx, 1, batch)[1] / 1e9
+            row = f"{batch:6d}{gb:8.1f}"
+            if gb * 1e9 > H100_MEMORY:
+                print(row + f"  does not fit in {H100_MEMORY / 1e9:.0f} GB")
+                continue
+            for a in alphas:
+                k, s = fastest_k(lambda k: batch_speedup(a, k, batch, n_ctx), 32)
+                bound = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, k + 1, batch))[1]
+                row += f"{k:6d}{s:9.2f}{bound if k else '':>8}"
+            print(row.rstrip())
+        demo6_batch_verdict(n_ctx, alphas)
+    print()
+    say("These are roofline times, not measurements. The model leaves out attention's",
+        "own costs beyond its MACs and KV reads (the softmax, the kernels'",
+        "efficiency), kernel launch overhead, and the draft's KV cache. Servers",
+        "act on the same picture: vLLM's documentation scopes speculative decoding to",
+        '"medium-to-low QPS (queries per second), memory-bound workloads", and',
+        "documents dynamic speculative decoding for changing the draft length under",
+        "load.")
+
+
+def demo6_batch_verdict(n_ctx, alphas, b_max=1 << 16):
+    """The batch size beyond which no k helps, for each alpha, and why."""
+    m, w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[0], pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
+    kv = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] - w  # one sequence's KV cache
+    ridge = H100_FLOPS / 2 / H100_BYTES_PER_S
+    ends = {a: break_even_batch(a, n_ctx, b_max) for a in alphas}
+    print()
+    say("k = 0: no k beats plain decoding.",
+        "; ".join(f"{'at' if i else 'At'} alpha = {a}, " + (
+            f"no k helps from B = {b:,}" if b else f"some k helps at every B up to {b_max:,}")
+            for i, (a, b) in enumerate(ends.items())) + ".",
+        f"{int((H100_MEMORY - w) / kv):,} sequences of this context fit in",
+        f"{H100_MEMORY / 1e9:.0f} GB beside the weights.")
+    if m > ridge * kv:  # MACs per byte B m / (w + B kv) crosses the ridge
+        say(f"A plain pass reaches the ridge at B = {ridge * w / (m - ridge * kv):,.0f}: past it",
+            "every extra position a verifying pass checks costs full price.")
+    else:
+        say(f"As B grows a plain pass tends to {m / kv:.1f} MACs per byte, below the ridge:",
+            "each sequence's KV cache is read once and shared by its k+1 positions, so",
+            f"a verifying pass of up to {ridge * kv / m:.0f} positions per sequence stays",
+            "memory-bound at any batch and costs what a plain pass does.")
 
 
 def demo6_on_this_machine(size):

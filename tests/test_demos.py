@@ -163,6 +163,13 @@ def test_demo6_half_a_mac_per_byte_and_the_h100_ridge(full_run):
     assert "= 148 MACs per byte" in flat(text)
 
 
+def test_demo6_prints_the_computed_break_even(full_run):
+    text = " ".join(full_run.split())
+    for alpha in (0.7, 0.9):
+        assert f"t alpha = {alpha}, no k helps from B = {sd.break_even_batch(alpha, 16):,}" in text
+    assert re.search(r"At alpha = 0\.7, some k helps at every B up to 65,536", text)
+
+
 def test_demo7_distillation_beats_fitting_the_text(full_run):
     text = section(full_run, 7)
     alphas = {m[0]: float(m[1]) for m in re.findall(r"^\((\w)\) .*? (0\.\d{2,3}) +\S+ +\S+$", text, re.M)}

@@ -38,9 +38,10 @@ Notation, as in the paper (Leviathan et al. call the draft length gamma):
     c      cost of one draft token as a fraction of one target call
 
 The stages, in teaching order: 0 models, 1 sampling, 2 the acceptance rule,
-3 the residual, 4 drafting, 5 verification (5b: draft trees), 6 the cost
-model, 7 measuring distributions, 8 MACs and the real clock, 9 training a
-draft. Then eight demos, each printing its evidence.
+3 the residual, 4 drafting, 5 verification (5b: draft trees, 5c: block
+verification), 6 the cost model and a server's metrics, 7 measuring
+distributions, 8 MACs, batches and the real clock, 9 training a draft. Then
+ten demos, each printing its evidence and the verdicts it draws from it.
 
 Left out on purpose: neural networks, KV caches, batching, top-k / top-p
 warpers (they only change which table is sampled, see temper), dynamic draft
@@ -513,6 +514,48 @@ def fastest_k(speedup_of, k_max):
 def best_k(alpha, c, k_max=32):
     """fastest_k by eq. 1 and Theorem 3.8, for an alpha and a draft cost c."""
     return fastest_k(lambda k: speedup(expected_tokens(alpha, k), k, c), k_max)
+
+
+# What servers report. A serving engine does not print the paper's alpha.
+# vLLM reports a mean acceptance length (tokens per target call, bonus
+# included), a draft acceptance rate (accepted / drafted tokens) and, for each
+# position i, the share of drafts whose first i tokens all passed. The first
+# two give alpha only through eq. 1's one-alpha-everywhere assumption; the
+# per-position rates give tokens per call with no model at all.
+
+
+def server_metrics(sizes, k):
+    """What vLLM reports for rounds of draft length k that emitted `sizes`
+    tokens each: (mean acceptance length, draft acceptance rate, per-position
+    rates). server_metrics([1, 3], 2) -> (2.0, 0.5, [0.5, 0.5])."""
+    accepted = np.asarray(sizes) - 1
+    per_position = [float((accepted >= i).mean()) for i in range(1, k + 1)]
+    return 1 + float(accepted.mean()), float(accepted.sum() / (k * len(accepted))), per_position
+
+
+def increasing_root(f, target, lo=0.0, hi=1.0):
+    """The x in [lo, hi] with f(x) = target, for an increasing f, by bisection."""
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def alpha_from_mean_length(L, k):
+    """Eq. 1 inverted: the alpha with 1 + alpha + ... + alpha^k = L."""
+    return increasing_root(lambda a: expected_tokens(a, k), L)
+
+
+def alpha_from_draft_rate(R, k):
+    """The alpha with (alpha + ... + alpha^k) / k = R: what a draft acceptance
+    rate R measured at draft length k means under eq. 1. It is not R."""
+    return increasing_root(lambda a: (expected_tokens(a, k) - 1) / k, R)
+
+
+def per_position_tokens(rates):
+    """Tokens per call at each draft length k' <= K, with no model: 1 plus the
+    chance that each of the first k' drafts passed. [.8, .6] -> [1.8, 2.4]."""
+    return [1 + sum(rates[:j]) for j in range(1, len(rates) + 1)]
 
 
 # -----------------------------------------------------------------------------
@@ -1010,7 +1053,7 @@ def grid_row(label, values):
 
 def measure(P, Q, k, n_rounds, seed, ctx=0, draft_from=None, verify=None):
     """n_rounds speculative rounds: (accepted / checked, tokens per target
-    call, tokens, standard error of tokens per call).
+    call, tokens, standard error of tokens per call, tokens of each round).
 
     A round that rejects draft i checked i+1 of its drafts; the ones after
     the rejection were never looked at. accepted / checked is the acceptance
@@ -1029,7 +1072,7 @@ def measure(P, Q, k, n_rounds, seed, ctx=0, draft_from=None, verify=None):
         tokens += out
         sizes.append(len(out))
         ctx = out[-1]
-    return accepted / checked, np.mean(sizes), tokens, np.std(sizes) / np.sqrt(n_rounds)
+    return accepted / checked, np.mean(sizes), tokens, np.std(sizes) / np.sqrt(n_rounds), sizes
 
 
 def transition_tv(tokens, P):
@@ -1230,7 +1273,7 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=700):
           f"{'fits':>6}{f'c = {c}':>9}")
     misfits = []
     for label, Q in drafts:
-        rate, tokens, _, se = measure(TARGET, Q, k, n_rounds, seed=3)
+        rate, tokens, _, se, _ = measure(TARGET, Q, k, n_rounds, seed=3)
         alpha, exact = pair_alpha(TARGET, Q), exact_tokens_per_call(TARGET, Q, k)
         misfits += [] if fits_exact(tokens, se, exact) else [(label, tokens, exact)]
         print(f"{label:18}{rate:9.3f}{alpha:7.3f}{tokens:10.2f}{expected_tokens(alpha, k):7.2f}"
@@ -1291,7 +1334,7 @@ def demo3_temperatures(k, c, n_rounds, n_exact=3):
     alpha, failed, p_min = {}, [], 1.0
     for T in (0, 0.5, 1.0, 1.5, 2.0):
         P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
-        _, tokens_per_call, tokens, _ = measure(P_T, Q_T, k, n_rounds, seed=6)
+        _, tokens_per_call, tokens, *_ = measure(P_T, Q_T, k, n_rounds, seed=6)
         plain = plain_decode(P_T, 0, len(tokens), np.random.default_rng(6))
         alpha[T], p = pair_alpha(P_T, Q_T), transition_p_value(tokens, P_T)
         tv_exact = tv_distance(exact_first_tokens(P_T, Q_T, 0, n_exact, k),
@@ -1896,6 +1939,50 @@ def demo9_gain(n_rounds, ks=(1, 2, 3, 4)):
         "call:", "the same rule." if abs(greedy[0] - greedy[1]) < 1e-12 else "NOT the same.")
 
 
+def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
+    sizes = measure(TARGET, MIDDLING, k, n_rounds, seed=15)[4]
+    L, R, rates = server_metrics(sizes, k)
+    print(f"Playing the server: the middling draft at k = {k}, {n_rounds:,} rounds, counted "
+          "as vLLM\ncounts them, then fed to --tune's routes. The truth: exact_tokens_per_call "
+          "at\nevery k, with no sampling and no model.\n")
+    print(f"  mean acceptance length {L:8.3f}   1 + accepted / drafts: tokens per call")
+    print(f"  draft acceptance rate  {R:8.3f}   accepted / drafted tokens")
+    print("  per-position rates     " + "".join(f"{a:6.3f}" for a in rates)
+          + "\n  (per position i: the share of drafts whose first i tokens all passed)\n")
+    exact = {j: exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 33)}
+    a_L, a_R = alpha_from_mean_length(L, k), alpha_from_draft_rate(R, k)
+    routes = [("truth (exact_tokens_per_call)", None, lambda j: exact[j], 32),
+              ("--per-position", None, lambda j: per_position_tokens(rates)[j - 1], k),
+              ("--mean-acceptance-length", a_L, lambda j: expected_tokens(a_L, j), 32),
+              ("--draft-acceptance-rate", a_R, lambda j: expected_tokens(a_R, j), 32),
+              ("the rate passed as ALPHA", R, lambda j: expected_tokens(R, j), 32)]
+    print(f"{'c':>5}  {'route':33}{'alpha':>7}{'k':>4}{'predicted':>11}{'true at k':>11}")
+    picks = {label: 0 for label, *_ in routes}
+    for c in costs:
+        best = fastest_k(lambda j: speedup(exact[j], j, c), 32)[0]
+        for i, (label, alpha, tokens, k_max) in enumerate(routes):
+            j, s_j = fastest_k(lambda j: speedup(tokens(j), j, c), k_max)
+            picks[label] += j == best
+            print(f"{c if i == 0 else '':>5}  {label:33}{'-' if alpha is None else f'{alpha:.3f}':>7}"
+                  f"{j:4d}{s_j:10.2f}x{speedup(exact[j], j, c) if j else 1.0:10.2f}x")
+    demo10_verdicts(picks, len(costs), k, L, R, a_L, a_R)
+
+
+def demo10_verdicts(picks, n, k, L, R, a_L, a_R):
+    """Demo 10's sentences, from the table's picks."""
+    print()
+    say(f"The per-position route picks the true best k at {picks['--per-position']} of {n}",
+        f"costs, with no model of alpha (it cannot see past the K = {k} the server ran).",
+        f"The mean acceptance length and the draft acceptance rate carry the same",
+        f"information (L = 1 + k R: {L:.3f} = 1 + {k} x {R:.3f}), so eq. 1 turns both into",
+        f"alpha = {a_L:.3f}" + (" and the two routes agree;" if abs(a_L - a_R) < 1e-9 else
+                                f" and {a_R:.3f};"),
+        f"they pick the true best k at {picks['--mean-acceptance-length']} of {n}. The draft",
+        f"acceptance rate passed as ALPHA picks it at {picks['the rate passed as ALPHA']} of {n}:",
+        "that rate counts drafts after a rejection, which are never checked, so it is",
+        "not alpha.")
+
+
 # -----------------------------------------------------------------------------
 # Command line
 
@@ -1909,17 +1996,28 @@ DEMOS = {
     "7": ("Where a good draft comes from", demo7_distillation),
     "8": ("Beyond a chain: draft trees", demo8_trees),
     "9": ("Verifying the block, not the tokens", demo9_block),
+    "10": ("From a server's metrics to k, checked against the truth", demo10_server),
 }
-USAGE = "usage: speculative_decoding_from_scratch.py [--list|--help|--tune|DEMO...]"
+USAGE = "usage: speculative_decoding_from_scratch.py [--list|--help|--tune ...|DEMO...]"
 HELP = f"""{USAGE}
 
 Runs the demos (all of them, or the numbered ones) and prints their evidence.
-  DEMO ...                     run these demos, in this order
-  --list                       print the demo titles
-  --tune ALPHA C [--k-max N]   best draft length for an acceptance rate ALPHA
-                               and a draft cost C (a fraction of one target
-                               call), by the paper's closed forms; k_max 32
-  --help                       print this
+  DEMO ...            run these demos, in this order
+  --list              print the demo titles
+  --help              print this
+  --tune ALPHA C      best draft length k for an acceptance rate ALPHA and a
+                      draft cost C (one draft pass, in target passes), by the
+                      paper's eq. 1 and Theorem 3.8. From a server's figures
+                      instead of ALPHA (vLLM's names; K: the k they were
+                      measured at):
+    --tune --mean-acceptance-length L --k K C     alpha by inverting eq. 1
+    --tune --draft-acceptance-rate R --k K C      (this rate is not alpha)
+    --tune --per-position A1,A2,...,AK C          no model: tokens per call
+                                                  for every k <= K
+  options for --tune, in any order:
+    --k-max N         the largest k to consider (32; with --per-position, K,
+                      and a larger N extrapolates on an assumption)
+    --v V             the verifying pass's cost in target passes (1)
 
 Demos:"""
 BREAK_IT = """
@@ -1934,37 +2032,142 @@ Now break it: edit one line, rerun, and watch which verdicts flip.
     p_rows[-1]"""
 
 
-def tune(alpha, c, k_max=32):
-    """Which k, for a measured alpha and draft cost c? Eq. 1 and Theorem 3.8."""
-    best, s_best = best_k(alpha, c, k_max)
-    print(f"alpha = {alpha}, c = {c}; operations assume c_hat = c (arithmetic ~ time)\n")
+def tune(c, v=1.0, k_max=None, alpha=None, k=None, mean_length=None, draft_rate=None,
+         per_position=None):
+    """Which k, and is speculation worth it? From alpha, or a server's figures."""
+    if per_position is not None:
+        return tune_per_position(per_position, c, v, k_max or len(per_position))
+    if mean_length is not None:
+        alpha = alpha_from_mean_length(mean_length, k)
+        say(f"alpha = {alpha:.6f} from a mean acceptance length of {mean_length:g} at k = {k},",
+            "by inverting eq. 1 (1 + alpha + ... + alpha^k = L), which assumes one alpha",
+            "at every position; --per-position needs no such assumption.")
+    elif draft_rate is not None:
+        alpha = alpha_from_draft_rate(draft_rate, k)
+        say(f"alpha = {alpha:.6f} from a draft acceptance rate of {draft_rate:g} at k = {k}.",
+            "Warning: that rate is accepted / drafted tokens, NOT alpha. Drafts after a",
+            "rejection are drafted but never checked; under eq. 1 the rate is",
+            "(alpha + ... + alpha^k) / k, which is what was inverted here.")
+    tune_alpha(alpha, c, v, k_max or 32)
+
+
+def tune_alpha(alpha, c, v, k_max):
+    """The table and the verdict for one alpha, by eq. 1 and Theorem 3.8."""
+    best, s_best = fastest_k(lambda k: speedup(expected_tokens(alpha, k), k, c, v), k_max)
+    print(f"alpha = {alpha:g}, c = {c:g}, v = {v:g}; operations assume c_hat = c "
+          "(arithmetic ~ time)\n")
     print(f"{'k':>3}{'tokens per call':>17}{'speedup':>9}{'operations':>12}")
     for k in range(1, k_max + 1):
         tokens = expected_tokens(alpha, k)
-        print(f"{k:3d}{tokens:17.3f}{speedup(tokens, k, c):9.3f}"
+        print(f"{k:3d}{tokens:17.3f}{speedup(tokens, k, c, v):9.3f}"
               f"{operations_factor(alpha, k, c):12.3f}" + ("  <- best" if k == best else ""))
-    if best:
-        print(f"\nspeculate with k = {best}, expected speedup {s_best:.2f}\u00d7")
-    else:
-        print("\nfall back to plain decoding (\u03b1 \u2264 c)")
+    tune_verdict(best, s_best, k_max, f"no k in 1..{k_max} beats it"
+                 + (": alpha <= c" if v == 1 and alpha <= c else ""))
+
+
+def tune_per_position(rates, c, v, k_max):
+    """The table and the verdict from per-position rates: no model of alpha.
+    Past the K measured, only if asked: the last conditional rate, assumed."""
+    K, last = len(rates), rates[-1] / (rates[-2] if len(rates) > 1 else 1.0) if rates[-1] else 0.0
+    reached = list(rates) + [rates[-1] * last ** j for j in range(1, k_max - K + 1)]
+    tokens = per_position_tokens(reached)
+    print(f"per-position rates at K = {K}, c = {c:g}, v = {v:g}. reached: the share of drafts\n"
+          "whose first k tokens all passed; conditional: reached(k) / reached(k - 1).\n")
+    print(f"{'k':>3}{'reached':>9}{'conditional':>13}{'tokens per call':>17}{'speedup':>9}")
+    best, s_best = fastest_k(lambda k: speedup(tokens[k - 1], k, c, v), k_max)
+    for k in range(1, k_max + 1):
+        before = reached[k - 2] if k > 1 else 1.0
+        print(f"{k:3d}{reached[k - 1]:9.3f}{reached[k - 1] / before if before else 0:13.3f}"
+              f"{tokens[k - 1]:17.3f}{speedup(tokens[k - 1], k, c, v):9.3f}"
+              + ("  assumed" if k > K else "") + ("  <- best" if k == best else ""))
+    print(f"\nassumed: past K = {K}, each draft passes with the last conditional rate, "
+          f"{last:.3f}." if k_max > K else "\nassumed: nothing; every row is the server's own.")
+    tune_verdict(best, s_best, k_max, f"no k in 1..{k_max} beats it",
+                 f"the best k is K = {K}, the longest the server ran; --k-max N > {K} "
+                 "extrapolates,\non the assumption above" if k_max == K else None)
+
+
+def tune_verdict(best, s_best, k_max, why, cap_note=None):
+    """The last lines of --tune: a note when the best k is the cap, then the verdict."""
+    if best and best == k_max:
+        print("\n" + (cap_note or f"the best k is the cap k_max = {k_max}; raise --k-max"))
+    print(f"\nspeculate with k = {best}, expected speedup {s_best:.2f}x" if best else
+          f"\nfall back to plain decoding ({why})")
+
+
+TUNE_OPTIONS = {"--k-max": "k_max", "--v": "v", "--k": "k", "--mean-acceptance-length":
+                "mean_length", "--draft-acceptance-rate": "draft_rate",
+                "--per-position": "per_position"}
 
 
 def parse_tune(args):
-    """--tune ALPHA C [--k-max N] -> (alpha, c, k_max), or ValueError saying why."""
-    if len(args) not in (2, 4) or (len(args) == 4 and args[2] != "--k-max"):
-        raise ValueError("--tune takes ALPHA C [--k-max N]")
+    """The words after --tune, in any order -> tune's keyword arguments, or a
+    ValueError that says which word is wrong and why."""
+    opts, numbers, words = {}, [], iter(args)
+    for word in words:
+        if word in TUNE_OPTIONS:
+            value = next(words, None)
+            if value is None or value in TUNE_OPTIONS:
+                raise ValueError(f"{word} needs a value")
+            if TUNE_OPTIONS[word] in opts:
+                raise ValueError(f"{word} given twice")
+            opts[TUNE_OPTIONS[word]] = tune_value(word, value)
+        elif word.startswith("--"):
+            raise ValueError(f"unknown option {word} for --tune")
+        else:
+            numbers.append(word)
+    sources = [name for name in ("mean_length", "draft_rate", "per_position") if name in opts]
+    if len(numbers) == 2 and not sources:
+        opts["alpha"], opts["c"] = tune_value("ALPHA", numbers[0]), tune_value("C", numbers[1])
+    elif len(numbers) == 1 and len(sources) == 1:
+        opts["c"] = tune_value("C", numbers[0])
+    elif len(sources) + (len(numbers) == 2) > 1:
+        raise ValueError("give one source of alpha: ALPHA, --mean-acceptance-length, "
+                         "--draft-acceptance-rate or --per-position")
+    else:
+        raise ValueError("--tune takes ALPHA C, or a server's figure and C")
+    check_tune(opts)
+    return opts
+
+
+def tune_value(word, value):
+    """One --tune value, converted and range-checked on its own."""
     try:
-        alpha, c = float(args[0]), float(args[1])
-        k_max = int(args[3]) if len(args) == 4 else 32
+        if word in ("--k-max", "--k"):
+            number = int(value)
+        elif word == "--per-position":
+            number = [float(x) for x in value.split(",")]
+        else:
+            number = float(value)
     except ValueError:
-        raise ValueError(f"--tune needs numbers, got {' '.join(args)}") from None
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"ALPHA must lie in [0, 1], got {args[0]}")
-    if not (np.isfinite(c) and c >= 0):
-        raise ValueError(f"C must be finite and >= 0, got {args[1]}")
-    if k_max < 1:
-        raise ValueError(f"--k-max must be >= 1, got {args[3]}")
-    return alpha, c, k_max
+        kind = ("an integer" if word in ("--k-max", "--k") else
+                "numbers separated by commas" if word == "--per-position" else "a number")
+        raise ValueError(f"{word} must be {kind}, got {value}") from None
+    if word in ("--k-max", "--k") and number < 1:
+        raise ValueError(f"{word} must be >= 1, got {value}")
+    if word in ("ALPHA", "--draft-acceptance-rate") and not 0 <= number <= 1:
+        raise ValueError(f"{word} must lie in [0, 1], got {value}")
+    if word in ("C", "--v") and not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"{word} must be finite and >= 0, got {value}")
+    if word == "--per-position" and not all(0 <= a <= 1 for a in number):
+        raise ValueError(f"--per-position rates must lie in [0, 1], got {value}")
+    if word == "--per-position" and any(b > a for a, b in zip(number, number[1:])):
+        raise ValueError(f"--per-position rates cannot rise: a draft reaches position i+1 "
+                         f"only through position i, got {value}")
+    return number
+
+
+def check_tune(opts):
+    """The rules that tie --tune's options together."""
+    needs_k = "mean_length" in opts or "draft_rate" in opts
+    if needs_k and "k" not in opts:
+        raise ValueError("--k K, the draft length the server ran at, is needed with "
+                         "--mean-acceptance-length and --draft-acceptance-rate")
+    if "k" in opts and not needs_k:
+        raise ValueError("--k goes with --mean-acceptance-length or --draft-acceptance-rate")
+    if "mean_length" in opts and not 1 <= opts["mean_length"] <= opts["k"] + 1:
+        raise ValueError(f"--mean-acceptance-length must lie in [1, K + 1] = [1, "
+                         f"{opts['k'] + 1}], got {opts['mean_length']:g}")
 
 
 def usage_error(message):
@@ -1979,13 +2182,17 @@ def main(argv):
     if argv == ["--list"]:
         print("\n".join(f"  {n}. {text}" for n, (text, _) in DEMOS.items()))
         return 0
-    if argv[:1] == ["--tune"]:
+    if "--tune" in argv:
         try:
-            tune(*parse_tune(argv[1:]))
+            at = argv.index("--tune")
+            opts = parse_tune(argv[:at] + argv[at + 1:])
         except ValueError as e:
             return usage_error(e)
+        tune(**opts)
         return 0
     for arg in argv:
+        if arg in ("--list", "--help", "-h"):
+            return usage_error(f"{arg} takes no other arguments")
         if arg not in DEMOS:
             return usage_error(f"unknown argument {arg!r}; the demos are 1-{len(DEMOS)}")
     for n in dict.fromkeys(argv or DEMOS):

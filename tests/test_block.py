@@ -89,7 +89,7 @@ def test_the_papers_motivating_example():
     P, Q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
     assert sd.exact_tokens_per_call(P, Q, 2) - 1 == pytest.approx(10 / 9, abs=1e-12)
     assert sd.exact_block_tokens_per_call(P, Q, 2) - 1 == pytest.approx(11 / 9, abs=1e-12)
-    _, tokens, _, se = sd.measure(P, Q, 2, 3000, seed=1, verify=sd.verify_block)
+    _, tokens, _, se, _ = sd.measure(P, Q, 2, 3000, seed=1, verify=sd.verify_block)
     assert abs(tokens - 1 - 11 / 9) < 4 * se
 
 
@@ -130,7 +130,7 @@ def test_the_enumeration_agrees_with_verify_block_for_every_rule(rule):
 
 def test_exact_block_tokens_per_call_matches_a_simulation():
     P, Q = random_pair(5)
-    _, tokens, _, se = sd.measure(P, Q, 3, 3000, seed=2, verify=sd.verify_block)
+    _, tokens, _, se, _ = sd.measure(P, Q, 3, 3000, seed=2, verify=sd.verify_block)
     assert abs(tokens - sd.exact_block_tokens_per_call(P, Q, 3)) < 4 * se
 
 

@@ -132,17 +132,9 @@ def test_predict_uses_the_medians_and_reports_the_spread():
     assert sd.predict((c, np.full(4, 2.0)), 3.0, k=2)[1] == 0
 
 
-def test_parse_tune_and_usage_error(capsys):
-    assert sd.parse_tune(["0.8", "0.05"]) == (0.8, 0.05, 32)
-    assert sd.parse_tune(["0.8", "0.05", "--k-max", "5"]) == (0.8, 0.05, 5)
+def test_usage_error(capsys):
     assert sd.usage_error("bad") == 2
     assert capsys.readouterr().err == "usage error: bad (see --help)\n"
-
-
-def test_tune_prints_a_row_per_k_and_the_verdict(capsys):
-    sd.tune(0.5, 0.0, k_max=3)
-    out = capsys.readouterr().out
-    assert out.count("\n  ") >= 3 and "speculate with k = 3" in out
 
 
 def test_every_public_function_is_named_in_a_test():

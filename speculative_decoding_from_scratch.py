@@ -49,10 +49,12 @@ trees, and Medusa's typical acceptance (fast, but not distribution-exact).
 """
 
 import math
+import os
 import sys
 import textwrap
 import time
 from bisect import bisect_right
+from types import SimpleNamespace
 from fractions import Fraction
 from itertools import accumulate
 
@@ -1088,7 +1090,8 @@ def demo1_rule_by_hand(ctx=0):
     p, q = TARGET[ctx], MIDDLING[ctx]
     acc = np.array([accept_prob(p, q, x) for x in range(VOCAB)])
     r = residual(p, q)
-    print(f"Context '{name(ctx)}'. Target p, middling draft q (blend weight 0.5).\n")
+    print(f"Context '{name(ctx)}'. Target p; middling draft q, a blend of half the target and "
+          "half an\nunrelated table (blend weight 0.5).\n")
     print("token      p      q   min(1, p/q)    p - q   residual")
     for x in range(VOCAB):
         print(f"    {name(x)}  {p[x]:.3f}  {q[x]:.3f}  {acc[x]:11.3f}  {p[x] - q[x]:+7.3f}"
@@ -1418,12 +1421,14 @@ def demo5_break_even(k=4, n_rounds=1500):
     alpha, tokens, *_ = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
     a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(tokens, k)
     exact = [exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)]
-    print(f"Middling draft, k = {k}: accepted / checked = {alpha:.3f}, {tokens:.2f} tokens per call,\n"
+    print(f"Middling draft, k = {k}: accepted / checked = {alpha:.3f}, {tokens:.2f} tokens per "
+          "call,\n"
           f"so c* = (tokens - 1) / k = {c_star:.3f}. Right: the best k at each c, by eq. 1\n"
-          f"(alpha = {a:.3f}) and exactly for these tables, and Corollary 3.9's bound.\n")
-    print(f"{'k = 4, measured':>24}{'best, eq. 1':>14}{'best, exact':>14}{'(1+alpha)':>11}")
+          f"(alpha = {a:.3f}) and exactly for these tables, and Corollary 3.9's bound,\n"
+          "(1 + alpha) / (1 + c).\n")
+    print(f"{'k = 4, measured':>24}{'best, eq. 1':>14}{'best, exact':>14}")
     print(f"{'c':>6}{'speedup':>9}{'':9}{'k':>4}{'speedup':>9}{'k':>5}{'speedup':>9}"
-          f"{'/ (1+c)':>11}")
+          f"{'bound':>11}")
     edge = []  # costs where eq. 1 promises a gain and the real tables lose
     for c in (0.05, 0.1, 0.2, 0.3, c_star, 0.6, 0.7, 0.8, 1.0):
         s = speedup(tokens, k, c)  # at c* exactly 1, up to rounding
@@ -1461,8 +1466,9 @@ def demo6_free_compute(n_ctx=512, clock_size=4096):
     print(f"A Llama-2-7B-shaped decoder in fp16: d_model {d_model}, d_ff {d_ff}, {layers} "
           f"layers,\nvocabulary {vocab}, {n_ctx} tokens of context; {params / 1e9:.2f} billion "
           "parameters by the\nshape's own count. One pass reads every weight once, however "
-          "many positions.\nThe times are a roofline model on an H100 SXM, not a "
-          "measurement: the longer of\nstreaming the bytes and doing the arithmetic.\n")
+          "many positions.\nGMACs: billions of multiply-accumulates. The times are a "
+          "roofline model on an\nH100 SXM, not a measurement: the longer of streaming "
+          "the bytes and doing the\narithmetic.\n")
     print(f"{'positions':>9}{'GMACs':>9}{'GB read':>9}{'MACs/byte':>11}"
           f"{'H100 roofline time':>21}{'vs 1':>7}")
     t1 = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1))[0]
@@ -1473,15 +1479,16 @@ def demo6_free_compute(n_ctx=512, clock_size=4096):
               f"{t * 1e3:11.2f} ms {bound:>7}{t / t1:7.2f}")
     one = pass_traffic(LLAMA2_7B, n_ctx, 1)
     one = one[0] / one[1]
-    print(f"\nH100 SXM ridge point: {H100_FLOPS / 1e12:.0f} TFLOP/s / 2 / "
-          f"{H100_BYTES_PER_S / 1e12:.2f} "
+    print(f"\nH100 SXM ridge point (the MACs per byte where a pass stops being memory-bound):"
+          f"\n{H100_FLOPS / 1e12:.0f} TFLOP/s / 2 / {H100_BYTES_PER_S / 1e12:.2f} "
           f"TB/s = {ridge:.0f} MACs per byte.")
     print(f"\nOne decoding step streams every weight from memory to do {one:.2f} MACs per\n"
           f"byte; in that time the chip could do {ridge / one:.0f} times more arithmetic. Up to\n"
           f"about {ridge / one:.0f} positions, a pass costs what a pass over one position costs:\n"
           "the draft's k guesses are checked with arithmetic that was idle anyway.")
-    print("\nThe price is paid in arithmetic: the paper's Table 1 (c = c_hat = 0), from\n"
-          "eq. 1 and Theorem 3.11. More operations in total, less time.\n")
+    print("\nThe price is paid in arithmetic: the paper's Table 1 (c = c_hat = 0; c_hat is\n"
+          "the draft's arithmetic per token as a fraction of the target's), from eq. 1\n"
+          "and Theorem 3.11. More operations in total, less time.\n")
     print(f"{'alpha':>6}{'k':>4}{'operations':>12}{'speed':>8}")
     for alpha, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10)):
         print(f"{alpha:6.1f}{k:4d}{operations_factor(alpha, k, 0):11.2f}x"
@@ -1706,10 +1713,10 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
           "free numbers), trained by plain gradient descent.\n")
     print(f"{'draft trained on':31}{'objective':>11}{'value':>7}{'alpha':>7}{'tokens/call':>13}"
           f"{'speedup':>9}")
-    rows = [("(a) the world's text", "CE", cross_entropy(S_text, fit), fit, 3),
-            ("(b) the target's distributions", "KL(p||q)",
+    rows = [("1. the world's text", "CE", cross_entropy(S_text, fit), fit, 3),
+            ("2. the target's distributions", "KL(p||q)",
              cross_entropy(S_target, kd) - cross_entropy(S_target, P), kd, 3),
-            ("(c) alpha itself, from (b)", "1 - alpha", 1 - pair_alpha(P, tv), tv, 2),
+            ("3. alpha itself, from 2", "1 - alpha", 1 - pair_alpha(P, tv), tv, 2),
             ("the world's own full table", "", float("nan"), world, 3)]
     for label, objective, value, Q, digits in rows:
         tokens = exact_tokens_per_call(P, Q, k)
@@ -1724,7 +1731,7 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
         f"against {a_fit:.3f}. The data-fit draft learns the world, and the world is not",
         "the target: even the world's own full table reaches only",
         f"alpha = {a_world:.3f}. Total variation is what alpha rewards",
-        f"(alpha = 1 - E[TV(p, q)]): climbing it directly, (c), {climb}. (c) is",
+        f"(alpha = 1 - E[TV(p, q)]): climbing it directly, draft 3, {climb}. Draft 3 is",
         f"printed to two decimals: the same climb from a start 1e-9 away ends at",
         f"{a_tv[0]:.3f} or {a_tv[1]:.3f}, because the gradient of TV jumps where q = p",
         "and rounding sends runs apart. That is also why KL, which is smooth, is the",
@@ -1984,6 +1991,125 @@ def demo10_verdicts(picks, n, k, L, R, a_L, a_R):
 
 
 # -----------------------------------------------------------------------------
+# Watching it decode: --trace
+# The trace runs the real draft_tokens and verify_round, and records every call
+# verify_round makes to accept_prob, residual and sample_from, and every
+# uniform it draws. The printout is read off that record, so an edit to any
+# stage, or to verify_round itself, shows in it; verify_round is untouched.
+
+TRACED = ("accept_prob", "residual", "sample_from")
+RULE_NOTES = {
+    "correct": "A draft x is kept when u < min(1, p(x)/q(x)).",
+    "greedy": "The 'greedy' bug: a draft is kept only when it is p's argmax.",
+    "no_resample": "The 'no_resample' bug: a rejected draft is replaced from p itself.",
+    "continue": "The 'continue' bug: the drafts after a rejection are checked anyway.",
+    "uniform_q": "The 'uniform_q' bug: q is taken to be 1/V, and a rejected draft is "
+                 "replaced from p itself.",
+}
+
+
+def recorded_round(P, Q, ctx, k, rng, rule="correct"):
+    """One real round and what verify_round did in it: (drafted, emitted,
+    n_accepted, calls), calls = [(name, args, result)] in call order, with
+    ("u", (), value) for each uniform drawn."""
+    drafted = draft_tokens(Q, ctx, k, rng)
+    calls, stages = [], {name: globals()[name] for name in TRACED}
+
+    def recorder(name, stage):
+        def call(*args):
+            calls.append((name, args, stage(*args)))
+            return calls[-1][2]
+        return call
+
+    def draw():
+        calls.append(("u", (), rng.random()))
+        return calls[-1][2]
+
+    globals().update({name: recorder(name, stage) for name, stage in stages.items()})
+    try:  # verify_round looks these names up when it runs, so it calls the recorders
+        emitted, n_accepted = verify_round(P, Q, ctx, drafted, SimpleNamespace(random=draw), rule)
+    finally:
+        globals().update(stages)
+    return drafted, emitted, n_accepted, calls
+
+
+def slot_kinds(drafted, emitted, n_accepted, rule):
+    """What each emitted token is: 'kept' (a draft that passed), 'replaced'
+    (drawn after a rejection) or 'bonus' (drawn after all k passed)."""
+    if rule == "continue":  # it checks every draft, replacing the rejected ones
+        return ["kept" if e == d else "replaced" for e, d in zip(emitted, drafted)] + ["bonus"]
+    return ["kept"] * n_accepted + ["bonus" if n_accepted == len(drafted) else "replaced"]
+
+
+MARKS = {"kept": ("{}", "32"), "replaced": ("[{}]", "33"), "bonus": ("{{{}}}", "36"),
+         "start": ("{} |", "0")}
+
+
+def marked(text, colour=False):
+    """The text so far in letters: kept plain, [replaced], {bonus}, coloured
+    too if asked: marked([(0, 'start'), (4, 'kept'), (1, 'bonus')]) -> 'a | e {b}'."""
+    words = [MARKS[kind][0].format(name(x)) for x, kind in text]
+    if colour:
+        words = [f"\033[{MARKS[kind][1]}m{w}\033[0m" for w, (_, kind) in zip(words, text)]
+    return " ".join(words)
+
+
+def row_text(row):
+    """A distribution in letters: row_text([.5, 0, .5]) -> 'a .500  c .500'."""
+    total = sum(row)
+    return "  ".join(f"{name(x)} {v / total:.3f}".replace(" 0.", " .")
+                     for x, v in enumerate(row) if v > 0)
+
+
+def trace(n_rounds=4, seed=0, rule="correct", k=4, ctx=0, colour=False):
+    """Decode a few rounds with the middling draft and print each one."""
+    check_rule(rule)
+    rng, text = np.random.default_rng(seed), [(ctx, "start")]
+    say(f"Speculative decoding, traced: target p, middling draft q, k = {k}, seed {seed}.",
+        "Each round drafts k tokens from q, then checks them in one target call.",
+        RULE_NOTES[rule])
+    print()
+    for r in range(1, n_rounds + 1):
+        drafted, emitted, n_acc, calls = recorded_round(TARGET, MIDDLING, ctx, k, rng, rule)
+        kinds = slot_kinds(drafted, emitted, n_acc, rule)
+        print_round(r, ctx, drafted, emitted, kinds, calls)
+        text += list(zip(emitted, kinds))
+        ctx = emitted[-1]
+        print(f"  text: {marked(text, colour)}\n")
+    print("kept: plain; [x]: drawn after a rejection; {x}: the bonus token, drawn after\n"
+          "all k drafts passed. Every number above was recorded from verify_round's\n"
+          "own calls to accept_prob, residual and sample_from.")
+
+
+def print_round(r, ctx, drafted, emitted, kinds, calls):
+    """One round of the trace, read off the recorded calls."""
+    contexts = [ctx] + list(drafted)
+    draws = [out for name, _, out in calls if name == "sample_from"]
+    rows = [args for name, args, _ in calls if name == "sample_from"]  # (row, u)
+    tests = [out for name, _, out in calls if name == "u" and out not in [u for _, u in rows]]
+    ratios = [out for name, _, out in calls if name == "accept_prob"]
+    residuals = [out for name, _, out in calls if name == "residual"]
+    print(f"Round {r}, after '{name(ctx)}': the draft proposes "
+          f"{' '.join(map(name, drafted))}.")
+    print(f"  {'after':>7}{'draft':>7}{'q(x)':>8}{'p(x)':>8}{'min(1,p/q)':>12}{'u':>8}  verdict")
+    for i, u in enumerate(tests):
+        x, c = drafted[i], contexts[i]
+        ratio = f"{ratios[i]:12.3f}" if i < len(ratios) else f"{'-':>12}"
+        verdict = "kept" if kinds[i] == "kept" else "rejected"
+        print(f"  {name(c):>7}{name(x):>7}{MIDDLING[c][x]:8.3f}{TARGET[c][x]:8.3f}{ratio}{u:8.3f}"
+              f"  {verdict}")
+        if verdict == "rejected":
+            row, u_row = rows.pop(0)
+            source = "residual" if any(row is res for res in residuals) else "p itself"
+            print(f"  {'':7}{source}: {row_text(row)}\n"
+                  f"  {'':7}u = {u_row:.3f} draws '{name(draws.pop(0))}' in its place")
+    if kinds[-1] == "bonus":
+        row, u_row = rows.pop(0)
+        print(f"  {'':7}all {len(drafted)} passed: the bonus token from p after "
+              f"'{name(drafted[-1])}', u = {u_row:.3f} draws '{name(draws.pop(0))}'")
+
+
+# -----------------------------------------------------------------------------
 # Command line
 
 DEMOS = {
@@ -1998,13 +2124,17 @@ DEMOS = {
     "9": ("Verifying the block, not the tokens", demo9_block),
     "10": ("From a server's metrics to k, checked against the truth", demo10_server),
 }
-USAGE = "usage: speculative_decoding_from_scratch.py [--list|--help|--tune ...|DEMO...]"
+USAGE = """usage: speculative_decoding_from_scratch.py [DEMO ...]
+       speculative_decoding_from_scratch.py --trace ... | --tune ... | --list"""
 HELP = f"""{USAGE}
 
 Runs the demos (all of them, or the numbered ones) and prints their evidence.
   DEMO ...            run these demos, in this order
   --list              print the demo titles
   --help              print this
+  --trace [N]         watch N rounds (4) decode, one drafted token per line,
+                      from verify_round's own calls; --rule NAME runs one of
+                      the deliberate bugs, --seed S another random stream
   --tune ALPHA C      best draft length k for an acceptance rate ALPHA and a
                       draft cost C (one draft pass, in target passes), by the
                       paper's eq. 1 and Theorem 3.8. From a server's figures
@@ -2020,6 +2150,25 @@ Runs the demos (all of them, or the numbered ones) and prints their evidence.
     --v V             the verifying pass's cost in target passes (1)
 
 Demos:"""
+LEGEND = """Speculative decoding: a cheap draft model guesses k tokens, the target model
+checks all k in one call, and a rejection rule keeps the target's own output
+distribution exactly. Here the models are probability tables over tokens a..f.
+  p, q   the target's and the draft's next-token distributions
+  k      the draft length: tokens guessed per round
+  beta   sum over x of min(p(x), q(x)): the chance a draft is accepted in one
+         context; alpha, the paper's acceptance rate: beta averaged over the
+         contexts as often as the target visits them
+  eq. 1  tokens per target call = (1 - alpha^(k+1)) / (1 - alpha)
+  c      the cost of one draft call, as a fraction of one target call
+  TV     total variation: the largest difference in probability two
+         distributions give any event; the floor: the TV of the target itself,
+         sampled as often (noise alone)
+  fit    Pearson's chi-square p-value of a sample against the target's
+         distribution; below 0.001 the verdict is NOT the target
+  exact  computed from the tables, with no sampling
+Is it exact? demos 1-2, 9. How fast, and when is it slower? 3-6, 10. Why is
+checking k tokens nearly free, and where is it not? 6. Where do good drafts
+come from? 7. Trees of drafts? 8. Which k for my server? 10."""
 BREAK_IT = """
 Now break it: edit one line, rerun, and watch which verdicts flip.
   residual(): return p                 demos 1 and 2: NOT the target
@@ -2170,6 +2319,38 @@ def check_tune(opts):
                          f"{opts['k'] + 1}], got {opts['mean_length']:g}")
 
 
+def parse_trace(args):
+    """The words after --trace: [N] [--rule NAME] [--seed S], in any order ->
+    trace's keyword arguments, or a ValueError that says which word is wrong."""
+    opts, words = {}, iter(args)
+    for word in words:
+        if word in ("--rule", "--seed"):
+            value = next(words, None)
+            if value is None:
+                raise ValueError(f"{word} needs a value")
+            if word == "--rule":
+                check_rule(value)
+                opts["rule"] = value
+            else:
+                opts["seed"] = trace_count(word, value, least=0)
+        elif "n_rounds" not in opts and not word.startswith("--"):
+            opts["n_rounds"] = trace_count("--trace N", word, least=1)
+        else:
+            raise ValueError(f"--trace takes [N] [--rule NAME] [--seed S], got {word}")
+    return opts
+
+
+def trace_count(what, value, least):
+    """An integer >= least for --trace, or a ValueError naming it."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{what} must be an integer, got {value}") from None
+    if number < least:
+        raise ValueError(f"{what} must be >= {least}, got {value}")
+    return number
+
+
 def usage_error(message):
     print(f"usage error: {message} (see --help)", file=sys.stderr)
     return 2
@@ -2181,6 +2362,13 @@ def main(argv):
         argv = ["--list"]
     if argv == ["--list"]:
         print("\n".join(f"  {n}. {text}" for n, (text, _) in DEMOS.items()))
+        return 0
+    if argv[:1] == ["--trace"]:
+        try:
+            opts = parse_trace(argv[1:])
+        except ValueError as e:
+            return usage_error(e)
+        trace(**opts, colour=sys.stdout.isatty() and "NO_COLOR" not in os.environ)
         return 0
     if "--tune" in argv:
         try:
@@ -2195,6 +2383,7 @@ def main(argv):
             return usage_error(f"{arg} takes no other arguments")
         if arg not in DEMOS:
             return usage_error(f"unknown argument {arg!r}; the demos are 1-{len(DEMOS)}")
+    print(LEGEND)
     for n in dict.fromkeys(argv or DEMOS):
         text, demo = DEMOS[n]
         print(f"\n{'=' * 78}\nDemo {n}. {text}\n{'=' * 78}")
@@ -2204,4 +2393,11 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:
+        # the reader stopped reading (| head): end quietly, as Unix tools do.
+        # Point stdout at devnull so that the interpreter's final flush cannot
+        # raise the same error again on the way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -1406,10 +1406,11 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=400):
     best_measured = max(rows, key=lambda r: speedup(r[2], r[0], c))[0]
     best_exact = max(rows, key=lambda r: speedup(r[3], r[0], c))[0]
     a = pair_alpha(TARGET, MIDDLING)
-    print(f"\nBest k: {best_measured} measured, {best_exact} exact. Tokens per call saturates "
-          f"near\n1 / (1 - alpha) = {1 / (1 - a):.2f}: a round ends at its first rejection and "
-          "throws\nthe rest of its drafts away, while the cost 1 + k*c keeps growing with "
-          "every\ntoken drafted. So the speedup peaks, then falls; near the peak it is flat.")
+    print()
+    say(f"Best k: {best_measured} measured, {best_exact} exact. Tokens per call saturates",
+        f"near 1 / (1 - alpha) = {1 / (1 - a):.2f}: a round ends at its first rejection and",
+        "throws the rest of its drafts away, while the cost 1 + k*c keeps growing with",
+        "every token drafted. So the speedup peaks, then falls; near the peak it is flat.")
     print(f"\nBest k by eq. 1 at c = {c}, next to the {best_measured} measured above:\n")
     print(f"{'alpha':>7}{'k':>5}{'speedup':>9}")
     for al in (0.5, 0.7, 0.9, a):
@@ -1441,11 +1442,10 @@ def demo5_break_even(k=4, n_rounds=1500):
           "(1 + alpha) / (1 + c). In eq. 1's world the converse holds too (alpha <= c:\n"
           "no k helps); k = 0 above means none does.")
     if edge:
-        print(f"The tables disagree at the edge: at c = {', '.join(map(str, edge))} < alpha "
-              "the best "
-              f"real k\nstill loses. Eq. 1 assumes one alpha everywhere; a round here starts on "
-              f"the\ntoken that ended the last one, and there beta averages {exact[0] - 1:.3f}, "
-              f"not {a:.3f}.")
+        say(f"The tables disagree at the edge: at c = {', '.join(map(str, edge))} < alpha the",
+            "best real k still loses. Eq. 1 assumes one alpha everywhere; a round here starts",
+            f"on the token that ended the last one, and there beta averages {exact[0] - 1:.3f},",
+            f"not {a:.3f}.")
     print("\nA large but poor draft: the unrelated table at c = 0.25.\n")
     print(f"{'k':>3}{'rate':>8}{'tokens per call':>17}{'speedup':>9}")
     for k_poor in (1, 2, 4, 8):

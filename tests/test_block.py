@@ -122,7 +122,7 @@ def test_the_cumulative_test_is_biased_from_the_first_token():
 def test_the_enumeration_agrees_with_verify_block_for_every_rule(rule):
     P, Q = random_pair(3)
     rng, counts = np.random.default_rng(4), np.zeros((6, 6))
-    for _ in range(2000):
+    for _ in range(1200):
         x1, x2 = sd.spec_generate(P, Q, 2, 2, 3, rng, rule, verify=sd.verify_block)[0]
         counts[x1, x2] += 1
     assert sd.chi2_sf(*sd.pearson(counts, sd.exact_block_first_tokens(P, Q, 2, 2, 3, rule))) > 1e-4

@@ -140,3 +140,11 @@ def test_print_round_reads_everything_off_the_record(capsys):
     out = capsys.readouterr().out
     assert "0.183   0.900  rejected" in out and "residual: a 1.000" in out
     assert "u = 0.400 draws 'a' in its place" in out
+
+
+def test_the_readme_debugger_session_breaks_on_the_acceptance_test():
+    readme = open(os.path.join(os.path.dirname(SCRIPT), "README.md")).read()
+    line = int(re.search(r"\(Pdb\) b (\d+), ctx == 5", readme)[1])
+    source = open(SCRIPT).read().splitlines()
+    assert source[line - 1].strip().startswith("keep = x == p.argmax()")
+    assert f"Line {line} is its acceptance test" in readme

@@ -23,18 +23,21 @@ actually emits.
     python3 speculative_decoding_from_scratch.py              # every demo
     python3 speculative_decoding_from_scratch.py 2 5          # demos 2 and 5
     python3 speculative_decoding_from_scratch.py --list       # the demo titles
+    python3 speculative_decoding_from_scratch.py --trace      # watch rounds
     python3 speculative_decoding_from_scratch.py --tune 0.8 0.05   # pick k
 
-To watch one round happen, put breakpoint() at the top of verify_round (or run
-python3 -m pdb on this file and `b verify_round`), then run demo 2. To watch the
-guarantee break, make residual() return p and rerun demos 1 and 2.
+To watch rounds happen, run --trace, or break in verify_round's acceptance
+test under pdb (the README has a session as typed). To watch the guarantee
+break, make residual() return p and rerun demos 1 and 2: their verdicts flip.
 
 Notation, as in the paper (Leviathan et al. call the draft length gamma):
     p, P   the target's next-token distribution; P is its table, p = P[ctx]
     q, Q   the draft's next-token distribution;  Q is its table, q = Q[ctx]
     k      draft length: tokens guessed per round (the paper's gamma)
-    alpha  acceptance rate: the chance that a checked draft token is accepted;
-           for one context it is beta = sum_x min(p(x), q(x)) (Theorem 3.5)
+    beta   for one context, the chance a draft is accepted:
+           sum_x min(p(x), q(x)) (Theorem 3.5)
+    alpha  the acceptance rate: beta averaged over the contexts as often as the
+           target visits them (Definition 3.1)
     c      cost of one draft token as a fraction of one target call
 
 The stages, in teaching order: 0 models, 1 sampling, 2 the acceptance rule,
@@ -43,7 +46,8 @@ verification), 6 the cost model and a server's metrics, 7 measuring
 distributions, 8 MACs, batches and the real clock, 9 training a draft. Then
 ten demos, each printing its evidence and the verdicts it draws from it.
 
-Left out on purpose: neural networks, KV caches, batching, top-k / top-p
+Left out on purpose: neural networks (a decoder, its KV cache and a server's
+batch appear only as MACs and bytes on a roofline, demo 6), top-k / top-p
 warpers (they only change which table is sampled, see temper), dynamic draft
 trees, and Medusa's typical acceptance (fast, but not distribution-exact).
 """
@@ -56,6 +60,7 @@ import time
 from bisect import bisect_right
 from types import SimpleNamespace
 from fractions import Fraction
+from functools import lru_cache
 from itertools import accumulate
 
 import numpy as np
@@ -450,10 +455,8 @@ def verify_block(P, Q, ctx, drafted, rng, rule="correct"):
     for i, x in enumerate(drafted, start=1):
         p, q = p_rows[i - 1], Q[contexts[i - 1]]
         weights.append(accept_prob(weights[-1] * p, q, x))  # p_i = min(1, p_i-1 p/q)
-        if i == k or rule == "cumulative":
-            h = weights[i]
-        else:
-            h = block_threshold(weights[i], p_rows[i], Q[contexts[i]])
+        h = (weights[i] if i == k or rule == "cumulative"  # h_k = p_k
+             else block_threshold(weights[i], p_rows[i], Q[contexts[i]]))
         if rng.random() < h:
             tau = i  # subtle: keep x_1..x_i even if an earlier position failed
     emitted = list(drafted[:tau])
@@ -645,36 +648,37 @@ def exact_first_tokens(P, Q, ctx, n, k, rule="correct", draft_from=None):
     rounds chain on their last token. The weights come from the same
     accept_prob and residual a reader edits, so an edit there moves this
     too; an edit to verify_round's own lines does not (the sampled check
-    runs verify_round itself). Memoised on (token, position, tokens left).
+    runs verify_round itself).
     """
     check_rule(rule)
-    D, memo = (Q if draft_from is None else draft_from), {}
+    D = Q if draft_from is None else draft_from
 
+    @lru_cache(maxsize=None)  # memoised on (token, position, tokens left)
     def after(d, i, m):  # the next m tokens, given drafts 1..i passed and ended in d
         if m == 0:
             return 1.0
-        if (d, i, m) not in memo:
-            memo[d, i, m] = at_position(d, i, m)
-        return memo[d, i, m]
-
-    def at_position(d, i, m):
-        p, q, out = P[d], Q[d], np.zeros((len(P),) * m)
+        p, out = P[d], np.zeros((len(P),) * m)
         if i == k:  # all k passed: the bonus token, then a new round from it
             for y in np.flatnonzero(p):
                 out[y] += p[y] * after(y, 0, m - 1)
             return out
-        if rule == "uniform_q":
-            q = np.full(len(p), 1.0 / len(p))
-        for x in np.flatnonzero(D[d]):
-            a = float(x == p.argmax()) if rule == "greedy" else accept_prob(p, q, x)
-            r = p if rule in ("no_resample", "uniform_q") else residual(p, q)
-            out[x] += D[d, x] * a * after(x, i + 1, m - 1)
+        for x, drawn, a, r in position_weights(p, Q[d], D[d], rule):
+            out[x] += drawn * a * after(x, i + 1, m - 1)
             for y in np.flatnonzero(r):  # rejected: replaced by y
                 rest = after(x, i + 1, m - 1) if rule == "continue" else after(y, 0, m - 1)
-                out[y] += D[d, x] * (1 - a) * r[y] * rest
+                out[y] += drawn * (1 - a) * r[y] * rest
         return out
-
     return after(ctx, 0, n)
+
+
+def position_weights(p, q, drafts, rule="correct"):
+    """One drafted position as verify_round's cases weigh it: for every x the
+    draft row can propose, (x, its draft probability, P(kept), the row a
+    rejection draws from), from the same accept_prob and residual."""
+    q = np.full(len(p), 1.0 / len(p)) if rule == "uniform_q" else q  # as verify_round
+    r = p if rule in ("no_resample", "uniform_q") else residual(p, q)
+    return [(x, drafts[x], float(x == p.argmax()) if rule == "greedy" else accept_prob(p, q, x), r)
+            for x in np.flatnonzero(drafts)]
 
 
 def block_round_outcomes(P, Q, d, k, rule="correct"):
@@ -922,16 +926,14 @@ def break_even_batch(alpha, n_ctx, b_max=1 << 16, k_max=32):
 class Priced:
     """A table whose every lookup also pays a forward pass: W @ X, one column
     per context looked up. draft_tokens' Q[ctx] pays one column; verify_round's
-    P[contexts] pays k+1 columns in one product, the verifying pass. seconds[n]
-    lists what each n-column pass took."""
+    P[contexts] pays k+1 columns in one product, the verifying pass."""
 
     def __init__(self, table, W):
-        self.table, self.W, self.seconds = table, W, {}
+        self.table, self.W = table, W
         self.X = np.ones((W.shape[1], 64), W.dtype)
 
     def __getitem__(self, ctx):
-        n = 1 if np.isscalar(ctx) else len(ctx)
-        self.seconds.setdefault(n, []).append(clocked(lambda: self.W @ self.X[:, :n])[0])
+        self.W @ self.X[:, :1 if np.isscalar(ctx) else len(ctx)]  # the pass, paid in full
         return self.table[ctx]
 
     def __len__(self):
@@ -1159,7 +1161,7 @@ def both_checks(p_value, exact_tv):
     return "NOT (sampled)" if exact else "NOT (exact)"
 
 
-def demo2_distribution(ctx=5, k=2, n_runs=1600):
+def demo2_distribution(ctx=5, k=2, n_runs=1000):
     truth, floor = truth_and_floor(ctx, n_runs, seed=2)
     counts = {rule: first_two(lambda rng: spec_generate(TARGET, UNRELATED, ctx, 2, k, rng, rule)[0],
                               n_runs, seed=2) for rule in RULES}
@@ -1264,7 +1266,7 @@ def fits_exact(measured, se, exact, z=4):
     return abs(measured - exact) <= z * se + 1e-9
 
 
-def demo3_acceptance(k=4, c=0.1, n_rounds=700):
+def demo3_acceptance(k=4, c=0.1, n_rounds=500):
     weights = (1, 0.9, 0.75, 0.5, 0.25, 0)
     drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in weights]
     drafts += [(f"target at T = {T}", temper(TARGET, T)) for T in (1.0, 1.3, 2.0, 0.5)]
@@ -1393,7 +1395,7 @@ def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
         "temperature is silently lost.")
 
 
-def demo4_draft_length(c=0.1, k_max=12, n_rounds=400):
+def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
     rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4)[:2],
              exact_tokens_per_call(TARGET, MIDDLING, k)) for k in range(1, k_max + 1)]
     print(f"Middling draft (blend weight 0.5), c = {c}, {n_rounds:,} rounds per k; rate is\n"
@@ -1623,18 +1625,19 @@ def demo6_why(W, X, t1, n_small=1024):
 
 
 def calibrate(W, W_draft, X, k, reps=4):
-    """c and v per repeat, priced as a decoder pays them: one (k+1)-column
-    target pass, then k one-column draft passes, against one-column target
-    passes timed back to back, as plain decoding runs them."""
-    plain = [clocked(lambda: W @ X[:, :1])[0] for _ in range(reps + 1)][1:]
+    """c and v per repeat, priced as a decoder pays them: a one-column target
+    pass (plain decoding's step), then a round: k one-column draft passes and
+    one (k+1)-column target pass, each in units of that one-column pass."""
     c, v = [], []
-    for t1 in plain:
-        v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
+    W @ X[:, :1]  # a warm-up pass, as a decoder has always just made one
+    for _ in range(reps):
+        t1 = clocked(lambda: W @ X[:, :1])[0]
         c.append(np.mean([clocked(lambda: W_draft @ X[:, :1])[0] for _ in range(k)]) / t1)
+        v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
     return np.array(c), np.array(v)
 
 
-def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=30):
+def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20):
     """Demo 6, part three: predict the speedup from a calibration, then decode."""
     print(f"\nCalibration before decoding (draft W {W_draft.shape[0]} x {W_draft.shape[1]}): "
           "a (k+1)-column target\npass, then k one-column draft passes, 4 repeats; c and v "
@@ -1654,20 +1657,19 @@ def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=30):
     print()
     t_token = clocked(lambda: plain_decode(Priced(TARGET, W), 0, n_plain,
                                            np.random.default_rng(11)))[0] / n_plain
-    print(f"{'draft':18}{'k':>3}{'tokens/call':>12}{'paper v=1':>10}{'refined':>9}"
-          f"{'clock':>7}{'error':>8}")
+    print(f"{'':13}{'predicted':^17}{'this run':^17}")
+    print(f"{'draft':10}{'k':>3}{'paper':>8}{'refined':>9}{'tokens/call':>13}{'clock':>7}"
+          f"{'refined*':>10}{'error':>7}")
     verdicts = []
-    for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20),
-                                  ("blend weight 0.95", good, k_good, 12)):
-        tokens = exact_tokens_per_call(TARGET, Q, k)
-        refined, spread = predict(calib[k], tokens, k)
-        paper = speedup(tokens, k, np.median(calib[k][0]))
+    for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), ("blend 0.95", good, k_good, 10)):
+        refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
+        paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
         t_spec, (_, per_call, *_) = clocked(lambda: measure(
             Priced(TARGET, W), Q, k, n_rounds, seed=11, draft_from=Priced(Q, W_draft)))
-        clock = t_token * per_call * n_rounds / t_spec
-        print(f"{label:18}{k:3d}{tokens:12.2f}{paper:9.2f}x{refined:8.2f}x{clock:6.2f}x"
-              f"{100 * (refined / clock - 1):+7.0f}%{CLOCK}")
-        verdicts.append((label, clock, refined, spread))
+        clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
+        print(f"{label:10}{k:3d}{paper:7.2f}x{refined:8.2f}x{per_call:13.2f}{clock:6.2f}x"
+              f"{at_run:9.2f}x{100 * (at_run / clock - 1):+6.0f}%{CLOCK}")
+        verdicts.append((label, clock, at_run, spread))
     demo6_verdicts(verdicts)
 
 
@@ -1682,12 +1684,13 @@ def predict(calibration, tokens, k):
 
 def demo6_verdicts(verdicts, tolerance=0.25, too_noisy=0.5):
     """Demo 6's closing sentences, from the predictions and the clock."""
-    print("\ntokens/call: exact_tokens_per_call, the prediction's input; the clock's "
-          "own\nrounds emit what their samples give. error: refined / clock - 1.\n")
+    print("\npredicted: before decoding, with exact_tokens_per_call. A short run emits\n"
+          "what its sample gives, so refined* is the same cost model at the run's own\n"
+          "tokens per call: error = refined* / clock - 1 is the cost model's alone.\n")
     for label, clock, refined, spread in verdicts:
         judged = ("the calibration was too noisy to judge it (the repeats' predictions "
                   f"have an interquartile range of {100 * spread:.0f}%)" if spread > too_noisy else
-                  f"the refined prediction {'was' if abs(refined / clock - 1) <= tolerance else 'was NOT'}"
+                  f"the refined cost model {'was' if abs(refined / clock - 1) <= tolerance else 'was NOT'}"
                   f" within {100 * tolerance:.0f}% of the clock")
         say(f"{label}: speculation {'wins' if clock > 1 else 'loses'} on this clock",
             f"({clock:.2f}x), and {judged}.", clock=True)
@@ -1762,7 +1765,7 @@ def path_alone(P2, context, tokens, parents, i):
     return P2[text[-2], text[-1]]
 
 
-def demo8_trees(n_runs=700, n_tokens=1000):
+def demo8_trees(n_runs=600, n_tokens=800):
     parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
     mask = tree_attention_mask(parents)
     print("The tree: context -> a, b;  a -> c, d;  b -> e, f. Its attention mask\n"
@@ -1851,7 +1854,7 @@ def samples_to_see(exact, truth, p_reject=P_REJECT):
     return (hi - dof) / delta2 if delta2 > 0 else math.inf
 
 
-def demo9_block(n_runs=500, n_rounds=300):
+def demo9_block(n_runs=400, n_rounds=200):
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
     print("The paper's example: two tokens, no context (every row the same), target\n"
           f"(1/3, 2/3), draft (2/3, 1/3), k = 2. Accepted drafts per round, exact and\n"
@@ -2072,7 +2075,9 @@ def trace(n_rounds=4, seed=0, rule="correct", k=4, ctx=0, colour=False):
     for r in range(1, n_rounds + 1):
         drafted, emitted, n_acc, calls = recorded_round(TARGET, MIDDLING, ctx, k, rng, rule)
         kinds = slot_kinds(drafted, emitted, n_acc, rule)
-        print_round(r, ctx, drafted, emitted, kinds, calls)
+        print(f"Round {r}, after '{name(ctx)}': the draft proposes {' '.join(map(name, drafted))}.")
+        print(f"  {'after':>7}{'draft':>7}{'q(x)':>8}{'p(x)':>8}{'min(1,p/q)':>12}{'u':>8}  verdict")
+        print_round(ctx, drafted, kinds, calls)
         text += list(zip(emitted, kinds))
         ctx = emitted[-1]
         print(f"  text: {marked(text, colour)}\n")
@@ -2081,32 +2086,28 @@ def trace(n_rounds=4, seed=0, rule="correct", k=4, ctx=0, colour=False):
           "own calls to accept_prob, residual and sample_from.")
 
 
-def print_round(r, ctx, drafted, emitted, kinds, calls):
-    """One round of the trace, read off the recorded calls."""
+def print_round(ctx, drafted, kinds, calls):
+    """One round of the trace, read off the recorded calls: p(x) and q(x) as
+    accept_prob was handed them, the uniforms drawn, the rows sampled."""
     contexts = [ctx] + list(drafted)
-    draws = [out for name, _, out in calls if name == "sample_from"]
-    rows = [args for name, args, _ in calls if name == "sample_from"]  # (row, u)
-    tests = [out for name, _, out in calls if name == "u" and out not in [u for _, u in rows]]
-    ratios = [out for name, _, out in calls if name == "accept_prob"]
+    draws = [(*args, out) for name, args, out in calls if name == "sample_from"]  # row, u, x
+    tests = [out for name, _, out in calls if name == "u" and out not in [u for _, u, _ in draws]]
+    checks = [(*args, out) for name, args, out in calls if name == "accept_prob"]  # p, q, x, a
     residuals = [out for name, _, out in calls if name == "residual"]
-    print(f"Round {r}, after '{name(ctx)}': the draft proposes "
-          f"{' '.join(map(name, drafted))}.")
-    print(f"  {'after':>7}{'draft':>7}{'q(x)':>8}{'p(x)':>8}{'min(1,p/q)':>12}{'u':>8}  verdict")
     for i, u in enumerate(tests):
-        x, c = drafted[i], contexts[i]
-        ratio = f"{ratios[i]:12.3f}" if i < len(ratios) else f"{'-':>12}"
-        verdict = "kept" if kinds[i] == "kept" else "rejected"
-        print(f"  {name(c):>7}{name(x):>7}{MIDDLING[c][x]:8.3f}{TARGET[c][x]:8.3f}{ratio}{u:8.3f}"
-              f"  {verdict}")
-        if verdict == "rejected":
-            row, u_row = rows.pop(0)
-            source = "residual" if any(row is res for res in residuals) else "p itself"
-            print(f"  {'':7}{source}: {row_text(row)}\n"
-                  f"  {'':7}u = {u_row:.3f} draws '{name(draws.pop(0))}' in its place")
+        c, x = contexts[i], drafted[i]  # greedy calls no accept_prob: show the tables
+        p, q, _, a = checks[i] if i < len(checks) else (TARGET[c], MIDDLING[c], x, None)
+        ratio = f"{'-':>12}" if a is None else f"{a:12.3f}"
+        print(f"  {name(c):>7}{name(x):>7}{q[x]:8.3f}{p[x]:8.3f}{ratio}{u:8.3f}  "
+              + ("kept" if kinds[i] == "kept" else "rejected"))
+        if kinds[i] != "kept":
+            row, u_row, token = draws.pop(0)
+            print(f"  {'':7}{'residual' if any(row is res for res in residuals) else 'p itself'}: "
+                  f"{row_text(row)}\n  {'':7}u = {u_row:.3f} draws '{name(token)}' in its place")
     if kinds[-1] == "bonus":
-        row, u_row = rows.pop(0)
+        _, u_row, token = draws.pop(0)
         print(f"  {'':7}all {len(drafted)} passed: the bonus token from p after "
-              f"'{name(drafted[-1])}', u = {u_row:.3f} draws '{name(draws.pop(0))}'")
+              f"'{name(drafted[-1])}', u = {u_row:.3f} draws '{name(token)}'")
 
 
 # -----------------------------------------------------------------------------
@@ -2265,18 +2266,22 @@ def parse_tune(args):
             raise ValueError(f"unknown option {word} for --tune")
         else:
             numbers.append(word)
-    sources = [name for name in ("mean_length", "draft_rate", "per_position") if name in opts]
-    if len(numbers) == 2 and not sources:
-        opts["alpha"], opts["c"] = tune_value("ALPHA", numbers[0]), tune_value("C", numbers[1])
-    elif len(numbers) == 1 and len(sources) == 1:
-        opts["c"] = tune_value("C", numbers[0])
-    elif len(sources) + (len(numbers) == 2) > 1:
-        raise ValueError("give one source of alpha: ALPHA, --mean-acceptance-length, "
-                         "--draft-acceptance-rate or --per-position")
-    else:
-        raise ValueError("--tune takes ALPHA C, or a server's figure and C")
+    opts.update(tune_numbers(numbers, opts))
     check_tune(opts)
     return opts
+
+
+def tune_numbers(numbers, opts):
+    """The bare numbers after --tune: ALPHA C, or C alone beside a server's figure."""
+    sources = [name for name in ("mean_length", "draft_rate", "per_position") if name in opts]
+    if len(numbers) == 2 and not sources:
+        return {"alpha": tune_value("ALPHA", numbers[0]), "c": tune_value("C", numbers[1])}
+    if len(numbers) == 1 and len(sources) == 1:
+        return {"c": tune_value("C", numbers[0])}
+    if len(sources) + (len(numbers) == 2) > 1:
+        raise ValueError("give one source of alpha: ALPHA, --mean-acceptance-length, "
+                         "--draft-acceptance-rate or --per-position")
+    raise ValueError("--tune takes ALPHA C, or a server's figure and C")
 
 
 def tune_value(word, value):
@@ -2292,6 +2297,12 @@ def tune_value(word, value):
         kind = ("an integer" if word in ("--k-max", "--k") else
                 "numbers separated by commas" if word == "--per-position" else "a number")
         raise ValueError(f"{word} must be {kind}, got {value}") from None
+    check_tune_range(word, number, value)
+    return number
+
+
+def check_tune_range(word, number, value):
+    """The range each --tune value must lie in, or a ValueError that says so."""
     if word in ("--k-max", "--k") and number < 1:
         raise ValueError(f"{word} must be >= 1, got {value}")
     if word in ("ALPHA", "--draft-acceptance-rate") and not 0 <= number <= 1:
@@ -2303,7 +2314,6 @@ def tune_value(word, value):
     if word == "--per-position" and any(b > a for a, b in zip(number, number[1:])):
         raise ValueError(f"--per-position rates cannot rise: a draft reaches position i+1 "
                          f"only through position i, got {value}")
-    return number
 
 
 def check_tune(opts):

@@ -24,7 +24,6 @@ def test_priced_charges_one_column_per_draft_step_and_k_plus_one_to_verify():
     sd.verify_round(P, Q3, 0, drafted, np.random.default_rng(1))
     assert W_draft.widths == [1, 1, 1]
     assert W_target.widths == [4]  # one pass over the context and 3 drafts
-    assert sorted(Q.seconds) == [1] and len(Q.seconds[1]) == 3 and len(P.seconds[4]) == 1
 
 
 def test_priced_changes_nothing_about_the_tokens():

@@ -164,3 +164,13 @@ def test_both_checks(p_value, tv, verdict):
 def test_fits_exact():
     assert sd.fits_exact(2.80, 0.02, 2.77) and not sd.fits_exact(2.90, 0.02, 2.77)
     assert sd.fits_exact(5.0, 0.0, 5.0) and not sd.fits_exact(4.0, 0.0, 5.0)
+
+
+def test_position_weights_by_hand():
+    # P3[0] = [.2, .5, .3] against Q3[0] = [.4, .4, .2]: draft 0 kept with .5,
+    # 1 and 2 always; a rejection draws from norm(max(0, p - q)) = [0, .5, .5]
+    weights = sd.position_weights(P3[0], Q3[0], Q3[0])
+    assert [(x, d, a) for x, d, a, _ in weights] == [(0, 0.4, 0.5), (1, 0.4, 1.0), (2, 0.2, 1.0)]
+    assert np.allclose(weights[0][3], [0, 0.5, 0.5])
+    greedy = sd.position_weights(P3[0], Q3[0], Q3[0], "greedy")
+    assert [a for _, _, a, _ in greedy] == [0.0, 1.0, 0.0]  # only p's argmax is kept

@@ -134,9 +134,10 @@ def test_print_round_reads_everything_off_the_record(capsys):
     # a hand-made record: draft 'c' after 'a' rejected (u .9 >= .183), then a
     # residual row [1, 0, 0, 0, 0, 0] drawn with u .4 -> 'a'
     row = np.array([1.0, 0, 0, 0, 0, 0])
-    calls = [("u", (), 0.9), ("accept_prob", (None, None, 2), 0.183),
-             ("residual", (None, None), row), ("u", (), 0.4), ("sample_from", (row, 0.4), 0)]
-    sd.print_round(1, 0, [2, 3], [0], ["replaced"], calls)
+    p, q = sd.TARGET[0], sd.MIDDLING[0]
+    calls = [("u", (), 0.9), ("accept_prob", (p, q, 2), 0.183),
+             ("residual", (p, q), row), ("u", (), 0.4), ("sample_from", (row, 0.4), 0)]
+    sd.print_round(0, [2, 3], ["replaced"], calls)
     out = capsys.readouterr().out
     assert "0.183   0.900  rejected" in out and "residual: a 1.000" in out
     assert "u = 0.400 draws 'a' in its place" in out

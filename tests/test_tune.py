@@ -205,3 +205,11 @@ def test_the_tune_helpers_print_tables_and_verdicts(capsys):
     assert capsys.readouterr().out == "\nfall back to plain decoding (why not)\n"
     sd.tune(c=0.0, alpha=0.5, k_max=2)
     assert capsys.readouterr().out.rstrip().endswith("speculate with k = 2, expected speedup 1.75x")
+
+
+def test_tune_numbers_and_check_tune_range():
+    assert sd.tune_numbers(["0.5", "0.1"], {}) == {"alpha": 0.5, "c": 0.1}
+    assert sd.tune_numbers(["0.1"], {"per_position": [0.5]}) == {"c": 0.1}
+    sd.check_tune_range("--per-position", [0.5, 0.5], "0.5,0.5")  # equal rates may stay flat
+    with pytest.raises(ValueError, match="--v must be finite"):
+        sd.check_tune_range("--v", float("nan"), "nan")

@@ -58,11 +58,11 @@ DEMO3_TEMPS = "Every temperature emits its tempered target"
 
 
 def demo2(module):
-    return printed(module.demo2_distribution, n_runs=600)
+    return printed(module.demo2_distribution, n_runs=400)
 
 
 def demo3(module):
-    return printed(module.demo3_acceptance, n_rounds=400)
+    return printed(module.demo3_acceptance, n_rounds=300)
 
 
 def test_residual_returning_p():

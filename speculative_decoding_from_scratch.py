@@ -1116,15 +1116,15 @@ def demo1_rule_by_hand(ctx=0):
         print(f"    {name(x)}  {kept[x]:19.4f}  {fixed[x]:20.4f}  {kept[x] + fixed[x]:10.4f}"
               f"  {p[x]:6.4f}")
     gap = np.abs(kept + fixed - p)
-    print(f"\nLargest |emitted - p| over the tokens: {gap.max():.1e} (the criterion: "
-          "below 1e-12,\nfloating-point rounding).")
+    print(f"\nLargest |emitted - p| over the tokens: {gap.max():.1e} (the criterion: below "
+          "1e-12).")
     if gap.max() < 1e-12:
-        print("Emitted = p. Acceptance delivers min(p, q); a rejection happens with exactly\n"
-              "the mass that is missing, and the residual puts it where p exceeds q. This\n"
-              "holds for any q that covers what it drafts.")
+        say("Emitted = p. Acceptance delivers min(p, q); a rejection happens with exactly",
+            "the mass that is missing, and the residual puts it where p exceeds q. This",
+            "holds for any q that covers what it drafts.")
     else:
-        print(f"Emitted != p: token '{name(int(gap.argmax()))}' is off by {gap.max():.3f}. "
-              "The rule as it stands does\nNOT deliver the target's distribution.")
+        say(f"Emitted != p: token '{name(int(gap.argmax()))}' is off by {gap.max():.3f}.",
+            "The rule as it stands does NOT deliver the target's distribution.")
 
 
 def first_two(generate, n_runs, seed):
@@ -1221,15 +1221,16 @@ def demo2_verdicts(p_values, tv_pair, tv_first):
             "sample's noise.")
     caught = [r for r in RULES[1:] if both_checks(p_values[r], tv_pair[r]) == "NOT the target"]
     missed = [r for r in RULES[1:] if r not in caught]
+    print()
     say(f"Caught by both checks: {', '.join(caught) or 'none'}.",
         f"Not caught: {', '.join(missed)}." if missed else "",
         "'greedy' keeps a draft only if it is p's argmax; 'no_resample' refills",
-        "rejections from p, counting mass twice that q already delivered.")
-    if tv_first["continue"] < 1e-9 <= tv_pair["continue"]:
-        say("'continue' gets x1 exactly right (exact TV(x1)",
-            f"{exact_text(tv_first['continue'])}) and the pair wrong: the drafts it kept",
-            "were conditioned on a token that had been replaced.")
-    say("'uniform_q' takes the draft's probability to be 1/V and refills from p: no",
+        "rejections from p, counting mass twice that q already delivered.",
+        "'continue' gets x1 exactly right (exact TV(x1) "
+        f"{exact_text(tv_first['continue'])}) and the pair wrong: the drafts it kept "
+        "were conditioned on a token that had been replaced."
+        if tv_first["continue"] < 1e-9 <= tv_pair["continue"] else "",
+        "'uniform_q' takes the draft's probability to be 1/V and refills from p: no",
         "public project is on record with exactly this bug, but it is of the class",
         "that shipped (Hugging Face transformers #32867 and #47932: verification",
         "handed a q the draft did not sample from).")
@@ -1287,8 +1288,8 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
     print()
     say("fits: the measured tokens per call lies within 4 standard errors of the",
         "exact value (exact_tokens_per_call follows the probability mass with no",
-        "sampling and no assumption).")
-    say("Every row fits: the sampled rounds and the exact mass agree." if not misfits else
+        "sampling and no assumption).",
+        "Every row fits: the sampled rounds and the exact mass agree." if not misfits else
         "NOT every row fits: " + "; ".join(f"{label} measures {t:.2f} where the exact value "
                                            f"is {e:.2f}" for label, t, e in misfits[:2])
         + (f"; and {len(misfits) - 2} more" if len(misfits) > 2 else "")
@@ -1440,14 +1441,14 @@ def demo5_break_even(k=4, n_rounds=1500):
         edge += [c] if k_eq and s_ex < 1 else []
         print(f"{c:6.3f}{s:9.2f}{'  slower' if s < 1 - 1e-9 else '':9}{k_eq:4d}{s_eq:9.3f}"
               f"{k_ex:5d}{s_ex:9.3f}{(1 + a) / (1 + c):11.3f}")
-    print("\nCorollary 3.9: if alpha > c, some k beats plain decoding, by at least\n"
-          "(1 + alpha) / (1 + c). In eq. 1's world the converse holds too (alpha <= c:\n"
-          "no k helps); k = 0 above means none does.")
-    if edge:
-        say(f"The tables disagree at the edge: at c = {', '.join(map(str, edge))} < alpha the",
-            "best real k still loses. Eq. 1 assumes one alpha everywhere; a round here starts",
-            f"on the token that ended the last one, and there beta averages {exact[0] - 1:.3f},",
-            f"not {a:.3f}.")
+    print()
+    say("Corollary 3.9: if alpha > c, some k beats plain decoding, by at least",
+        "(1 + alpha) / (1 + c). In eq. 1's world the converse holds too (alpha <= c:",
+        "no k helps); k = 0 above means none does.",
+        f"The tables disagree at the edge: at c = {', '.join(map(str, edge))} < alpha the "
+        "best real k still loses. Eq. 1 assumes one alpha everywhere; a round here "
+        "starts on the token that ended the last one, and there beta averages "
+        f"{exact[0] - 1:.3f}, not {a:.3f}." if edge else "")
     print("\nA large but poor draft: the unrelated table at c = 0.25.\n")
     print(f"{'k':>3}{'rate':>8}{'tokens per call':>17}{'speedup':>9}")
     for k_poor in (1, 2, 4, 8):
@@ -1546,14 +1547,18 @@ def demo6_batch_verdict(n_ctx, alphas, b_max=1 << 16):
             f"no k helps from B = {b:,}" if b else f"some k helps at every B up to {b_max:,}")
             for i, (a, b) in enumerate(ends.items())) + ".",
         f"{int((H100_MEMORY - w) / kv):,} sequences of this context fit in",
-        f"{H100_MEMORY / 1e9:.0f} GB beside the weights.")
+        f"{H100_MEMORY / 1e9:.0f} GB beside the weights.", why_batch(m, w, kv, ridge))
+
+
+def why_batch(m, w, kv, ridge):
+    """Why the batch does or does not end speculation, from one token's MACs m,
+    the weights' bytes w and one sequence's KV-cache bytes kv."""
     if m > ridge * kv:  # MACs per byte B m / (w + B kv) crosses the ridge
-        say(f"A plain pass reaches the ridge at B = {ridge * w / (m - ridge * kv):,.0f}: past it",
-            "every extra position a verifying pass checks costs full price.")
-    else:
-        say(f"As B grows a plain pass tends to {m / kv:.1f} MACs per byte, below the ridge:",
-            "each sequence's KV cache is read once and shared by its k+1 positions, so",
-            f"a verifying pass of up to {ridge * kv / m:.0f} positions per sequence stays",
+        return (f"A plain pass reaches the ridge at B = {ridge * w / (m - ridge * kv):,.0f}: "
+                "past it every extra position a verifying pass checks costs full price.")
+    return (f"As B grows a plain pass tends to {m / kv:.1f} MACs per byte, below the ridge: "
+            "each sequence's KV cache is read once and shared by its k+1 positions, so a "
+            f"verifying pass of up to {ridge * kv / m:.0f} positions per sequence stays "
             "memory-bound at any batch and costs what a plain pass does.")
 
 
@@ -1909,6 +1914,7 @@ def demo9_exactness(n_runs, ctx=5, k=3, n=3):
         " error and its sample passes." if verdicts["correct"] == "the target" else
         f"verify_block is {verdicts['correct']}: a stage it uses is broken.",
         "The cumulative test alone (h_i = p_i) is", verdicts["cumulative"] + ".")
+    print()
     if first_bad is None:
         say("The token-wise residual is exact for these first tokens.")
     else:

@@ -55,3 +55,10 @@ def test_break_even_batch_is_none_where_speculation_always_pays():
 def test_fastest_k_by_hand():
     assert sd.fastest_k(lambda k: {1: 1.2, 2: 1.5, 3: 1.4}[k], 3) == (2, 1.5)
     assert sd.fastest_k(lambda k: 0.9, 3) == (0, 1.0)
+
+
+def test_why_batch_names_the_ridge_crossing_or_its_absence():
+    # ridge 1, one token 2 MACs, weights 10 bytes: with 1 byte of KV a sequence,
+    # B * 2 / (10 + B) = 1 at B = 10; with 4 bytes it tends to 0.5, below the ridge
+    assert sd.why_batch(2, 10, 1, 1).startswith("A plain pass reaches the ridge at B = 10:")
+    assert "tends to 0.5 MACs per byte" in sd.why_batch(2, 10, 4, 1)

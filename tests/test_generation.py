@@ -11,7 +11,7 @@ PAIRS = {  # name -> (draft table, context to start from)
     "unrelated": (sd.random_table(13, sharpness=2.0), 3),
     "hot draft": (sd.temper(TARGET, 2.0), 5),
 }
-RUNS = 2500
+RUNS = 2000
 # A fit 6 standard deviations above the mean has a p-value near 1e-6; a broken
 # rule must land far past it, the correct one well inside it.
 LIMIT = 6.0
@@ -53,7 +53,7 @@ def test_long_run_transitions_are_the_targets():
     # rounds chain on the last emitted token: every bigram of a long output,
     # across round boundaries, must follow P
     Q, _ = PAIRS["middling"]
-    tokens, _, _ = sd.spec_generate(TARGET, Q, 0, 20_000, 3, np.random.default_rng(4))
+    tokens, _, _ = sd.spec_generate(TARGET, Q, 0, 12_000, 3, np.random.default_rng(4))
     counts = np.zeros((6, 6))
     np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
     for prev in range(6):
@@ -79,8 +79,8 @@ def test_temperature_on_one_side_only_is_detected():
     # the draft samples at T = .5, verification is handed its T = 1 table
     Q, _ = PAIRS["middling"]
     P_T, Q_T = sd.temper(TARGET, 0.5), sd.temper(Q, 0.5)
-    honest = sd.measure(P_T, Q_T, 3, 5000, seed=8)[2]
-    buggy = sd.measure(P_T, Q, 3, 5000, seed=8, draft_from=Q_T)[2]
+    honest = sd.measure(P_T, Q_T, 3, 3000, seed=8)[2]
+    buggy = sd.measure(P_T, Q, 3, 3000, seed=8, draft_from=Q_T)[2]
     assert transition_misfit(honest, P_T) < LIMIT
     assert transition_misfit(buggy, P_T) > 5 * LIMIT
 

@@ -106,7 +106,7 @@ def test_cli_errors_exit_2_with_one_line(capsys, args, message):
     assert out.err.count("\n") == 1
 
 
-@pytest.mark.parametrize("args", [["2"], ["--tune", "0.99", "0.001", "--k-max", "3000"],
+@pytest.mark.parametrize("args", [["1"], ["--tune", "0.99", "0.001", "--k-max", "3000"],
                                   ["--trace", "50"]])
 def test_a_closed_pipe_ends_quietly(args):
     # what `| head -3` does: read three lines, then close the pipe

@@ -115,7 +115,7 @@ def test_branching_one_is_the_chain_token_for_token(seed):
     assert chain == tree
 
 
-def tree_counts(ctx, distinct, rule, runs=1000, seed=0):
+def tree_counts(ctx, distinct, rule, runs=600, seed=0):
     rng, counts = np.random.default_rng(seed), np.zeros((6, 6))
     for _ in range(runs):
         (x1, x2), _, _ = sd.tree_generate(TARGET, UNRELATED, ctx, 2, 2, 3, rng, distinct, rule)

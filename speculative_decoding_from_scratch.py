@@ -1798,7 +1798,8 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     """Demo 8, part two: the tree keeps the target's distribution (or not)."""
     truth, floor = truth_and_floor(ctx, n_runs, seed=9)
     print(f"\nExactness: the first two tokens after '{name(ctx)}', {n_runs:,} runs each, "
-          f"unrelated\ndraft, depth {depth}, branching {branching}; fit as in demo 2.\n")
+          f"unrelated\ndraft, depth {depth}, branching {branching}; fit as in demo 2. no_update: "
+          "a deliberate bug\nthat leaves a rejected sibling's q in p.\n")
     print(f"{'children':14}{'rule':>10}{'TV':>9}{'fit':>12}  verdict")
     verdicts = {}
     for distinct, rule in ((False, "correct"), (True, "correct"), (False, "no_update")):

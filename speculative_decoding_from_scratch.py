@@ -445,8 +445,9 @@ def verify_block(P, Q, ctx, drafted, rng, rule="correct"):
     """Check the drafted block jointly in one target call: (emitted, n_accepted).
 
     The same contract as verify_round. rule="tokenwise_residual" draws the
-    replacement from the token-wise residual (the bug vllm-ascend #7807
-    shipped); rule="cumulative" tests the running weight alone (h_i = p_i).
+    replacement from the token-wise residual (half of what vllm-ascend #7807
+    shipped: its block path also used the token-wise acceptance test);
+    rule="cumulative" tests the running weight alone (h_i = p_i).
     """
     check_rule(rule, BLOCK_RULES)
     contexts = [ctx] + list(drafted)

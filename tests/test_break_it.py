@@ -116,7 +116,8 @@ def test_every_edit_is_listed_in_the_readme(edit):
 
 
 def test_the_unweighted_residual_in_verify_block():
-    # the bug vllm-ascend shipped: exact for two tokens here, biased at the third
+    # the token-wise residual vllm-ascend #7807 shipped: exact for two tokens here,
+    # biased at the third
     text = printed(edited("unweighted block_residual").demo9_exactness, n_runs=300)
     assert "verify_block emits the target's distribution" not in text
     assert "verify_block is NOT (exact)" in text

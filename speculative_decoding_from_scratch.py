@@ -1182,16 +1182,15 @@ def demo2_distribution(ctx=5, k=2, n_runs=1000):
         print(f"{rule:14} " + row_str(counts[rule].sum(axis=1) / n_runs))
     print(f"\n{'':13}{'sampled':^22}{'exact, no sampling':^24}".rstrip())
     print(f"{'rule':13}{'TV(x1, x2)':>11}{'fit':>11}{'TV(x1, x2)':>13}{'TV(x1)':>11}  verdict")
-    p_values = {}
+    p_values = {rule: chi2_sf(*pearson(counts[rule], truth)) for rule in RULES}
+    tv_pair = {rule: tv_distance(exact[rule], truth) for rule in RULES}
+    tv_first = {rule: tv_distance(exact[rule].sum(axis=1), TARGET[ctx]) for rule in RULES}
     for rule in RULES:
-        p_values[rule] = chi2_sf(*pearson(counts[rule], truth))
-        tv, tv_exact = tv_distance(counts[rule] / n_runs, truth), tv_distance(exact[rule], truth)
-        print(f"{rule:13}{tv:11.4f}{p_text(p_values[rule]):>11}{exact_text(tv_exact):>13}"
-              f"{exact_text(tv_distance(exact[rule].sum(axis=1), TARGET[ctx])):>11}  "
-              f"{both_checks(p_values[rule], tv_exact)}")
+        print(f"{rule:13}{tv_distance(counts[rule] / n_runs, truth):11.4f}"
+              f"{p_text(p_values[rule]):>11}{exact_text(tv_pair[rule]):>13}"
+              f"{exact_text(tv_first[rule]):>11}  {both_checks(p_values[rule], tv_pair[rule])}")
     print(f"{'floor':13}{floor:11.4f}   <- the target itself, sampled {n_runs:,} times")
-    demo2_verdicts(p_values, {rule: tv_distance(exact[rule], truth) for rule in RULES},
-                   {rule: tv_distance(exact[rule].sum(axis=1), TARGET[ctx]) for rule in RULES})
+    demo2_verdicts(p_values, tv_pair, tv_first)
     demo2_greedy(n_tokens=1000)
 
 
@@ -1282,9 +1281,10 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
     for label, Q in drafts:
         rate, tokens, _, se, _ = measure(TARGET, Q, k, n_rounds, seed=3)
         alpha, exact = pair_alpha(TARGET, Q), exact_tokens_per_call(TARGET, Q, k)
-        misfits += [] if fits_exact(tokens, se, exact) else [(label, tokens, exact)]
+        fits = fits_exact(tokens, se, exact)
+        misfits += [] if fits else [(label, tokens, exact)]
         print(f"{label:18}{rate:9.3f}{alpha:7.3f}{tokens:10.2f}{expected_tokens(alpha, k):7.2f}"
-              f"{exact:7.2f}{'yes' if fits_exact(tokens, se, exact) else 'NO':>6}"
+              f"{exact:7.2f}{'yes' if fits else 'NO':>6}"
               f"{speedup(tokens, k, c):9.2f}")
     print()
     say("fits: the measured tokens per call lies within 4 standard errors of the",
@@ -1668,8 +1668,9 @@ def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20):
           f"{'refined*':>10}{'error':>7}")
     verdicts = []
     for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), ("blend 0.95", good, k_good, 10)):
-        refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
-        paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
+        tokens = exact_tokens_per_call(TARGET, Q, k)
+        refined, spread = predict(calib[k], tokens, k)
+        paper = speedup(tokens, k, np.median(calib[k][0]))
         t_spec, (_, per_call, *_) = clocked(lambda: measure(
             Priced(TARGET, W), Q, k, n_rounds, seed=11, draft_from=Priced(Q, W_draft)))
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
@@ -1897,19 +1898,18 @@ def demo9_exactness(n_runs, ctx=5, k=3, n=3):
           f"two tokens,\n{n_runs:,} runs, as in demo 2.\n")
     print(f"{'':19}{'exact TV, first tokens':^27}".rstrip())
     print(f"{'rule':19}{'1':>9}{'2':>9}{'3':>9}{'fit':>11}  verdict")
-    exact, verdicts = {}, {}
+    exact, tvs, verdicts = {}, {}, {}
     for rule in BLOCK_RULES:
         exact[rule] = exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k, rule)
-        tvs = [tv_distance(exact[rule].sum(axis=tuple(range(m, n))), truth.sum(axis=tuple(range(m, n))))
-               for m in range(1, n + 1)]
+        tvs[rule] = [tv_distance(exact[rule].sum(axis=tuple(range(m, n))),  # first m tokens
+                                 truth.sum(axis=tuple(range(m, n)))) for m in range(1, n + 1)]
         counts = first_two(lambda rng: spec_generate(TARGET, MIDDLING, ctx, 2, k, rng, rule,
                                                      verify=verify_block)[0], n_runs, seed=13)
         p = chi2_sf(*pearson(counts, truth.sum(axis=2)))
-        verdicts[rule] = both_checks(p, max(tvs))
-        print(f"{rule:19}" + "".join(f"{exact_text(tv):>9}" for tv in tvs)
+        verdicts[rule] = both_checks(p, max(tvs[rule]))
+        print(f"{rule:19}" + "".join(f"{exact_text(tv):>9}" for tv in tvs[rule])
               + f"{p_text(p):>11}  {verdicts[rule]}")
-    tv_rule = [tv_distance(exact["tokenwise_residual"].sum(axis=tuple(range(m, n))),
-                           truth.sum(axis=tuple(range(m, n)))) for m in range(1, n + 1)]
+    tv_rule = tvs["tokenwise_residual"]
     first_bad = next((m + 1 for m, tv in enumerate(tv_rule) if tv >= 1e-9), None)
     print()
     say("verify_block emits the target's distribution: its exact TVs are rounding"
@@ -2101,7 +2101,8 @@ def print_round(ctx, drafted, kinds, calls):
     accept_prob was handed them, the uniforms drawn, the rows sampled."""
     contexts = [ctx] + list(drafted)
     draws = [(*args, out) for name, args, out in calls if name == "sample_from"]  # row, u, x
-    tests = [out for name, _, out in calls if name == "u" and out not in [u for _, u, _ in draws]]
+    drawn = {u for _, u, _ in draws}  # the uniforms sample_from used; the rest tested drafts
+    tests = [out for name, _, out in calls if name == "u" and out not in drawn]
     checks = [(*args, out) for name, args, out in calls if name == "accept_prob"]  # p, q, x, a
     residuals = [out for name, _, out in calls if name == "residual"]
     for i, u in enumerate(tests):
@@ -2294,18 +2295,28 @@ def tune_numbers(numbers, opts):
     raise ValueError("--tune takes ALPHA C, or a server's figure and C")
 
 
+def integer_arg(what, value, least):
+    """An integer >= least from the command line, or a ValueError naming it."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{what} must be an integer, got {value}") from None
+    if number < least:
+        raise ValueError(f"{what} must be >= {least}, got {value}")
+    return number
+
+
 def tune_value(word, value):
     """One --tune value, converted and range-checked on its own."""
+    if word in ("--k-max", "--k"):
+        return integer_arg(word, value, least=1)
     try:
-        if word in ("--k-max", "--k"):
-            number = int(value)
-        elif word == "--per-position":
+        if word == "--per-position":
             number = [float(x) for x in value.split(",")]
         else:
             number = float(value)
     except ValueError:
-        kind = ("an integer" if word in ("--k-max", "--k") else
-                "numbers separated by commas" if word == "--per-position" else "a number")
+        kind = "numbers separated by commas" if word == "--per-position" else "a number"
         raise ValueError(f"{word} must be {kind}, got {value}") from None
     check_tune_range(word, number, value)
     return number
@@ -2313,8 +2324,6 @@ def tune_value(word, value):
 
 def check_tune_range(word, number, value):
     """The range each --tune value must lie in, or a ValueError that says so."""
-    if word in ("--k-max", "--k") and number < 1:
-        raise ValueError(f"{word} must be >= 1, got {value}")
     if word in ("ALPHA", "--draft-acceptance-rate") and not 0 <= number <= 1:
         raise ValueError(f"{word} must lie in [0, 1], got {value}")
     if word in ("C", "--v") and not (math.isfinite(number) and number >= 0):
@@ -2352,23 +2361,12 @@ def parse_trace(args):
                 check_rule(value)
                 opts["rule"] = value
             else:
-                opts["seed"] = trace_count(word, value, least=0)
+                opts["seed"] = integer_arg(word, value, least=0)
         elif "n_rounds" not in opts and not word.startswith("--"):
-            opts["n_rounds"] = trace_count("--trace N", word, least=1)
+            opts["n_rounds"] = integer_arg("--trace N", word, least=1)
         else:
             raise ValueError(f"--trace takes [N] [--rule NAME] [--seed S], got {word}")
     return opts
-
-
-def trace_count(what, value, least):
-    """An integer >= least for --trace, or a ValueError naming it."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"{what} must be an integer, got {value}") from None
-    if number < least:
-        raise ValueError(f"{what} must be >= {least}, got {value}")
-    return number
 
 
 def usage_error(message):

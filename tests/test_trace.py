@@ -124,10 +124,10 @@ def test_output_survives_a_stdout_that_cannot_encode_non_ascii():
     assert out.returncode == 0 and out.stderr == "" and out.stdout.rstrip().endswith("alpha <= c)")
 
 
-def test_trace_count():
-    assert sd.trace_count("--seed", "0", least=0) == 0
+def test_integer_arg():
+    assert sd.integer_arg("--seed", "0", least=0) == 0
     with pytest.raises(ValueError, match="--seed must be an integer, got 1.5"):
-        sd.trace_count("--seed", "1.5", least=0)
+        sd.integer_arg("--seed", "1.5", least=0)
 
 
 def test_print_round_reads_everything_off_the_record(capsys):

@@ -9,65 +9,47 @@ Speculative decoding (Leviathan, Kalman & Matias 2023; Chen et al. 2023) lets a
 large target model emit several tokens per forward pass and still produce
 exactly its own output distribution. A cheap draft model guesses k tokens; the
 target scores all k guesses in ONE call; a modified rejection-sampling rule
-keeps a prefix of the guesses and repairs the first rejected one. It is fast
-where scoring k+1 positions costs about as much as scoring one: an accelerator
-decoding a few sequences is memory-bound (the paper's section 1), so an
-accepted guess costs only the draft's share. On this machine's CPU the wide
-pass costs several narrow ones, and speculation can lose; demo 6 measures it.
+keeps a prefix of the guesses and repairs the first rejected one. It pays where
+scoring k+1 positions costs about what scoring one does, as on an accelerator
+decoding a few sequences (memory-bound, the paper's section 1); demo 6 prices
+that on a roofline and on this machine's clock. The models are probability
+tables T[prev, next] over six tokens a..f, so the target's true distribution
+can be printed beside what the algorithm emits.
 
-The models here are explicit probability tables T[prev, next] (order-1 Markov
-chains over six tokens a..f), because the claim is about distributions, and a
-table's true distribution can be printed and compared with what the algorithm
-actually emits.
+    python3 speculative_decoding_from_scratch.py            # every demo
+    python3 speculative_decoding_from_scratch.py 2 5        # demos 2 and 5
+    python3 speculative_decoding_from_scratch.py --trace    # watch rounds decode
+    python3 speculative_decoding_from_scratch.py --help     # all the options
 
-    python3 speculative_decoding_from_scratch.py              # every demo
-    python3 speculative_decoding_from_scratch.py 2 5          # demos 2 and 5
-    python3 speculative_decoding_from_scratch.py --list       # the demo titles
-    python3 speculative_decoding_from_scratch.py --trace      # watch rounds
-    python3 speculative_decoding_from_scratch.py --tune 0.8 0.05   # pick k
+Notation, as in the paper (which calls the draft length gamma):
+    p, q    the target's and the draft's next-token distributions: rows of P, Q
+    k       the draft length: tokens guessed per round
+    beta    for one context, the chance a draft is accepted: sum_x min(p, q)
+    alpha   beta averaged over the contexts as often as the target visits them
+    c       the cost of one draft call as a fraction of one target call
 
-To watch rounds happen, run --trace, or break in verify_round's acceptance
-test under pdb (the README has a session as typed). To watch the guarantee
-break, make residual() return p and rerun demos 1 and 2: their verdicts flip.
-
-Notation, as in the paper (Leviathan et al. call the draft length gamma):
-    p, P   the target's next-token distribution; P is its table, p = P[ctx]
-    q, Q   the draft's next-token distribution;  Q is its table, q = Q[ctx]
-    k      draft length: tokens guessed per round (the paper's gamma)
-    beta   for one context, the chance a draft is accepted:
-           sum_x min(p(x), q(x)) (Theorem 3.5)
-    alpha  the acceptance rate: beta averaged over the contexts as often as the
-           target visits them (Definition 3.1)
-    c      cost of one draft token as a fraction of one target call
-
-The stages, in teaching order: 0 models, 1 sampling, 2 the acceptance rule,
-3 the residual, 4 drafting, 5 verification (5b: draft trees, 5c: block
-verification), 6 the cost model and a server's metrics, 7 measuring
-distributions, 8 MACs, batches and the real clock, 9 training a draft. Then
-ten demos, each printing its evidence and the verdicts it draws from it.
-
-Left out on purpose: neural networks (a decoder, its KV cache and a server's
-batch appear only as MACs and bytes on a roofline, demo 6), top-k / top-p
-warpers (they only change which table is sampled, see temper), dynamic draft
-trees, and Medusa's typical acceptance (fast, but not distribution-exact).
+Left out on purpose: neural networks (a decoder and a server's batch appear only
+as MACs and bytes on a roofline), top-k / top-p warpers (they only change which
+table is sampled, as temper does), dynamic draft trees, and Medusa's typical
+acceptance (fast, but not distribution-exact).
 """
 
+import argparse
 import math
 import os
 import sys
 import textwrap
 import time
 from bisect import bisect_right
-from types import SimpleNamespace
-from fractions import Fraction
+from collections import namedtuple
 from functools import lru_cache
-from itertools import accumulate
+from itertools import accumulate, islice, product
+from types import SimpleNamespace
 
 import numpy as np
 
 VOCAB = 6
 TOKENS = "abcdef"
-RULES = ("correct", "greedy", "no_resample", "continue", "uniform_q")
 
 
 def name(x):
@@ -86,6 +68,11 @@ def random_table(seed, sharpness=1.0, order=1):
     """A random V x V table T[prev, next], rows summing to 1; higher sharpness =
     peakier rows. order=2 gives T[prev2, prev1, next] (demo 8 needs one)."""
     logits = sharpness * np.random.default_rng(seed).standard_normal((VOCAB,) * (order + 1))
+    return softmax(logits)
+
+
+def softmax(logits):
+    """Each row of logits as probabilities: softmax([0, log 3]) -> [.25, .75]."""
     w = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return w / w.sum(axis=-1, keepdims=True)
 
@@ -102,22 +89,19 @@ def blend(target, other, weight):
 
 
 def temper(table, T):
-    """Re-temperature every row: p(x)^(1/T), renormalised.
+    """Sampling temperature T: every row's p(x)^(1/T), renormalised.
 
-    T = 0 is the one-hot argmax row, so greedy decoding is just sampling from
-    temper(P, 0) (the paper's section 2.2). Ties go to the lowest index, as
-    np.argmax does: temper([.4, .4, .2], 0) -> [1, 0, 0].
+    T < 1 sharpens, T > 1 flattens, and T = 0 is the one-hot argmax row, so
+    greedy decoding is just sampling from temper(P, 0) (the paper's section
+    2.2). Ties go to the lowest index: temper([.4, .4, .2], 0) -> [1, 0, 0].
     """
     if not (np.isfinite(T) and T >= 0):
         raise ValueError(f"temperature must be finite and >= 0, got {T}")
     table = np.asarray(table, float)
     if T == 0:
         return np.eye(table.shape[-1])[table.argmax(axis=-1)]
-    with np.errstate(divide="ignore", over="ignore"):  # -inf logits become 0
-        # subtract the row max in log space first, so tiny T cannot overflow
-        logits = (np.log(table) - np.log(table.max(axis=-1, keepdims=True))) / T
-    w = np.exp(logits)
-    return w / w.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):  # a zero entry is a logit of -inf: it stays 0
+        return softmax(np.log(table) / T)
 
 
 # -----------------------------------------------------------------------------
@@ -141,10 +125,11 @@ def sample_from(probs, u):
     cdf = list(accumulate(row))
     if not (min(row) >= 0 and 0 < cdf[-1] < math.inf):  # NaN fails these too
         raise ValueError(f"cannot sample from {row}: {row_flaw(row)}")
-    # subtle: compare u * total, not u. A row whose sum rounds to 0.99999999
-    # would otherwise let u = 0.999999999 run past the last token and return
-    # index V (TensorRT-LLM issue #19485, in top-p sampling). And u < 1 gives u * total < total even after rounding, so the
-    # index always lands on a real token.
+    # subtle: search for u * total, not u. A row whose sum rounds to 0.99999999
+    # would let u = 0.999999999 run past the last entry and return index V, an
+    # id past the vocabulary (TensorRT-LLM #19485 is this family: a top-p
+    # threshold of 0.9999999 above an fp32 cumulative sum that stayed below it).
+    # u < 1 keeps u * total < total even after rounding, so x is a real token.
     return bisect_right(cdf, u * cdf[-1])
 
 
@@ -168,10 +153,8 @@ def row_flaw(row):
 def accept_prob(p, q, x):
     """min(1, p(x)/q(x)): the chance of keeping a drafted token x."""
     if not q[x] > 0:
-        raise ValueError(
-            f"drafted token {x} has draft probability q[{x}] = {q[x]}: "
-            "the draft could not have proposed it"
-        )
+        raise ValueError(f"drafted token {x} has draft probability q[{x}] = {q[x]}: "
+                         "the draft could not have proposed it")
     return min(1.0, float(p[x] / q[x]))
 
 
@@ -187,30 +170,34 @@ def residual(p, q):
     """norm(max(0, p - q)): residual([.5, .3, .2], [.2, .6, .2]) -> [1, 0, 0]."""
     d = np.maximum(p - q, 0.0)
     total = d.sum()
-    # subtle: total == 0 means q covers p everywhere, i.e. p == q. Then nothing
-    # is ever rejected, but return p rather than 0/0 = NaN so that a caller
-    # who samples anyway (the "greedy" break, say) still gets a distribution.
+    # subtle: total == 0 means q covers p everywhere, i.e. p == q, and nothing
+    # is ever rejected; return p rather than 0/0 = NaN, so that a caller who
+    # samples anyway still gets a distribution.
     return d / total if total > 0 else p
 
 
 # -----------------------------------------------------------------------------
 # 4. Drafting: the cheap model guesses k tokens, one after another
 # This part is sequential and pays k draft calls: each guess is the context of
-# the next. That is why the draft must be cheap (c small).
+# the next. That is why the draft must be cheap (c small). Verification needs
+# q, the row each guess was drawn from; a server calls these the draft probs.
 
 
 def draft_tokens(Q, ctx, k, rng):
-    """k tokens drawn autoregressively from the draft table Q, starting at ctx."""
-    drafted = []
+    """k tokens drawn one after another from the draft table Q, starting after
+    ctx: (drafted, q_rows), q_rows[i] the row drafted[i] was drawn from."""
+    drafted, q_rows = [], []
     for _ in range(k):
-        ctx = sample_from(Q[ctx], rng.random())
+        q = Q[ctx]  # one draft call
+        ctx = sample_from(q, rng.random())
         drafted.append(ctx)
-    return drafted
+        q_rows.append(q)
+    return drafted, q_rows
 
 
 def plain_decode(P, ctx, n_tokens, rng):
     """The baseline: the target alone, one call per token. The drafting loop on P."""
-    return draft_tokens(P, ctx, n_tokens, rng)
+    return draft_tokens(P, ctx, n_tokens, rng)[0]
 
 
 # -----------------------------------------------------------------------------
@@ -219,67 +206,63 @@ def plain_decode(P, ctx, n_tokens, rng):
 # distributions at once (for a table: k+1 rows). Walk them left to right. The
 # first rejection ends the round: every later guess was conditioned on a token
 # that is no longer in the text. If all k pass, the (k+1)-th distribution is
-# already computed, so one more token comes free: the bonus token.
-# rule != "correct" selects a deliberate bug; demo 2 shows what each one costs.
-# "uniform_q" takes the draft's probability to be 1/V and refills from p: of
-# the class of bugs where verification is handed a q the draft did not sample
-# from (Hugging Face transformers shipped two, demo 3).
+# already computed, so one more token comes free: the bonus token. A round is
+# one draft-then-verify cycle; the next round starts from its last token.
 
 
-def check_rule(rule, valid=RULES):
-    if rule not in valid:
-        raise ValueError(f"unknown rule {rule!r}; valid rules: {', '.join(valid)}")
-
-
-def verify_round(P, Q, ctx, drafted, rng, rule="correct"):
-    """Check the drafts in one target call; return (emitted, n_accepted).
-
-    Emits 1 to k+1 tokens: the accepted prefix of drafted, then a replacement
-    from the residual at the first rejection, or a bonus token if none failed.
-    """
-    check_rule(rule)
+def verify_round(P, ctx, drafted, q_rows, rng):
+    """Check k drafts in one target call; return the 1 to k+1 tokens emitted:
+    the accepted prefix, then a replacement from the residual at the first
+    rejection, or the bonus token if every draft passed."""
     contexts = [ctx] + list(drafted)  # position i predicts what follows contexts[i]
     p_rows = P[contexts]  # (k+1, V): the one target call
-    emitted, n_accepted = [], 0
-    for i, x in enumerate(drafted):
-        p, q = p_rows[i], Q[contexts[i]]  # q: the row x was actually drawn from
-        if rule == "uniform_q":
-            q = np.full(len(p), 1.0 / len(p))  # not what x was drawn from
-        u = rng.random()  # drawn under every rule, so all rules share one stream
-        keep = x == p.argmax() if rule == "greedy" else u < accept_prob(p, q, x)
-        if keep:
-            emitted.append(x)
-            n_accepted += 1
+    emitted = []
+    for p, q, x in zip(p_rows, q_rows, drafted):
+        u = rng.random()
+        if u < accept_prob(p, q, x):
+            emitted.append(x)  # accepted
             continue
-        r = p if rule in ("no_resample", "uniform_q") else residual(p, q)
-        emitted.append(sample_from(r, rng.random()))
-        if rule != "continue":
-            return emitted, n_accepted  # later drafts followed a rejected token
-    emitted.append(sample_from(p_rows[-1], rng.random()))  # bonus token
-    return emitted, n_accepted
+        emitted.append(sample_from(residual(p, q), rng.random()))
+        return emitted  # a rejection ends the round: later drafts followed x
+    emitted.append(sample_from(p_rows[-1], rng.random()))  # the bonus token
+    return emitted
 
 
-def spec_generate(P, Q, ctx, n_tokens, k, rng, rule="correct", verify=None):
-    """n_tokens by speculative decoding: (tokens, target_calls, n_accepted).
+def spec_round(P, Q, ctx, k, rng, verify=verify_round):
+    """One round: k tokens drafted from Q, then checked in one target call."""
+    drafted, q_rows = draft_tokens(Q, ctx, k, rng)
+    return verify(P, ctx, drafted, q_rows, rng)
 
-    Each round starts from the last emitted token. The last round may emit
-    more than needed; the extra tokens are cut (their counts are not).
-    verify: verify_round (the default) or verify_block (stage 5c).
-    """
-    P, Q = check_inputs(P, Q, ctx, n_tokens=n_tokens, k=k)
-    verify = verify or verify_round
-    tokens, target_calls, n_accepted = [], 0, 0
-    while len(tokens) < n_tokens:
-        emitted, n_acc = verify(P, Q, ctx, draft_tokens(Q, ctx, k, rng), rng, rule)
-        tokens += emitted
-        target_calls += 1
-        n_accepted += n_acc
+
+def rounds(one_round, ctx):
+    """Round after round, each starting from the last token the one before emitted."""
+    while True:
+        emitted = one_round(ctx)
+        yield emitted
         ctx = emitted[-1]
-    return tokens[:n_tokens], target_calls, n_accepted
 
 
-# Input checks, run once per spec_generate call and never per token: readers
-# bring their own tables, and a bad one should fail loudly, by name.
+def spec_generate(P, Q, ctx, n_tokens, k, rng, verify=verify_round):
+    """n_tokens by speculative decoding: (tokens, target calls, accepted drafts).
+    verify: verify_round, or any verifier with its contract (5c, 5d)."""
+    P, Q = check_inputs(P, Q, ctx, n_tokens=n_tokens, k=k)
+    return take(rounds(lambda c: spec_round(P, Q, c, k, rng, verify), ctx), n_tokens)
+
+
+def take(round_stream, n_tokens):
+    """Rounds until n_tokens are out: (tokens, target calls, accepted drafts).
+    A round emits its accepted drafts plus one token; the extra tokens of the
+    last round are cut (their counts are not)."""
+    tokens, calls = [], 0
+    for emitted in round_stream:
+        tokens += emitted
+        calls += 1
+        if len(tokens) >= n_tokens:
+            return tokens[:n_tokens], calls, len(tokens) - calls
+
+
+# Input checks, run once per generate call and never per token: readers bring
+# their own tables, and a bad one should fail loudly, by name.
 
 
 def as_table(T, label):
@@ -302,15 +285,14 @@ def as_table(T, label):
 
 def check_inputs(P, Q, ctx, **counts):
     """Validate a generator's arguments once, before the hot loop. counts are
-    the sizes (n_tokens, k, ...) that must be integers >= 1. An unknown rule is
-    the verifier's to catch, before it does any work."""
+    the sizes (n_tokens, k, ...) that must be integers >= 1."""
     P, Q = as_table(P, "target P"), as_table(Q, "draft Q")
     if P.shape != Q.shape:
         raise ValueError(f"target P is {P.shape} but draft Q is {Q.shape}: one vocabulary for both")
     for what, value in counts.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
-    if not isinstance(ctx, (int, np.integer)) or not 0 <= ctx < len(P):
+    if not isinstance(ctx, (int, np.integer)) or isinstance(ctx, bool) or not 0 <= ctx < len(P):
         raise ValueError(f"ctx must be a token id in 0..{len(P) - 1}, got {ctx!r}")
     return P, Q
 
@@ -323,7 +305,9 @@ def check_inputs(P, Q, ctx, **counts):
 # exactly the text of its own branch. Verification walks down the tree. The
 # subtle part is siblings: once a candidate is rejected, its q is taken out of
 # p (p <- norm(max(0, p - q))) before the next one is tried; without that, the
-# target's distribution is not kept.
+# target's distribution is not kept. A node's children are drawn from q either
+# independently (SpecInfer) or as distinct tokens, each from q with the earlier
+# ones removed (EAGLE-1's released code).
 
 
 def without(q, removed):
@@ -335,8 +319,8 @@ def without(q, removed):
 
 
 def draft_children(q, branching, rng, distinct):
-    """Candidates drawn from q: independently, or without replacement (each one
-    from q with the earlier ones removed), at most as many as q has tokens."""
+    """Candidates drawn from q: independently, or distinct (each one from q with
+    the earlier ones removed), at most as many as q has tokens."""
     if distinct:
         branching = min(branching, np.count_nonzero(q))
     children = []
@@ -375,12 +359,8 @@ def tree_attention_mask(parents):
     return mask
 
 
-def verify_tree(P, Q, ctx, tokens, parents, rng, distinct=False, rule="correct"):
-    """Walk the tree from the context in one target call: (emitted, n_accepted).
-
-    rule="no_update" (a deliberate bug) skips the residual between siblings.
-    """
-    check_rule(rule, ("correct", "no_update"))
+def verify_tree(P, Q, ctx, tokens, parents, rng, distinct=False):
+    """Walk the tree from the context in one target call: the tokens emitted."""
     p_rows = P[[ctx] + list(tokens)]  # (n+1, V): the one masked target call
     emitted, node = [], -1
     while True:
@@ -392,25 +372,43 @@ def verify_tree(P, Q, ctx, tokens, parents, rng, distinct=False, rule="correct")
                 emitted.append(tokens[child])
                 node = child  # accepted: go down into it
                 break
-            p = residual(p, q_j) if rule == "correct" else p
+            p = residual(p, q_j)  # rejected: take its mass out before the next sibling
         else:  # every child rejected: a token from what is left of p; at a leaf
             # there were no children, p is untouched, and this is the bonus token
             emitted.append(sample_from(p, rng.random()))
-            return emitted, len(emitted) - 1
+            return emitted
 
 
-def tree_generate(P, Q, ctx, n_tokens, depth, branching, rng, distinct=False, rule="correct"):
-    """n_tokens by tree speculation: (tokens, target_calls, n_accepted)."""
+def tree_round(P, Q, ctx, depth, branching, rng, distinct=False):
+    """One round: a tree drafted from Q, then walked in one target call."""
+    return verify_tree(P, Q, ctx, *draft_tree(Q, ctx, depth, branching, rng, distinct), rng, distinct)
+
+
+def tree_generate(P, Q, ctx, n_tokens, depth, branching, rng, distinct=False):
+    """n_tokens by tree speculation: (tokens, target calls, accepted drafts)."""
     P, Q = check_inputs(P, Q, ctx, n_tokens=n_tokens, depth=depth, branching=branching)
-    tokens, target_calls, n_accepted = [], 0, 0
-    while len(tokens) < n_tokens:
-        drafted, parents = draft_tree(Q, ctx, depth, branching, rng, distinct)
-        emitted, n_acc = verify_tree(P, Q, ctx, drafted, parents, rng, distinct, rule)
-        tokens += emitted
-        target_calls += 1
-        n_accepted += n_acc
-        ctx = emitted[-1]
-    return tokens[:n_tokens], target_calls, n_accepted
+    return take(rounds(lambda c: tree_round(P, Q, c, depth, branching, rng, distinct), ctx), n_tokens)
+
+
+def masked_pass(P2, context, tokens, mask):
+    """What one masked forward pass of an order-2 model gives every node: each
+    position reads the context, then the nodes its mask row lets it see, in
+    order, and predicts from the last two tokens it read."""
+    rows = []
+    for i in range(len(tokens)):
+        seen = list(context) + [tokens[j] for j in np.flatnonzero(mask[i])]
+        rows.append(P2[seen[-2], seen[-1]])
+    return np.array(rows)
+
+
+def path_alone(P2, context, tokens, parents, i):
+    """The same node evaluated the slow way: walk up to the root, read the path."""
+    path = []
+    while i >= 0:
+        path.append(tokens[i])
+        i = parents[i]
+    text = list(context) + path[::-1]
+    return P2[text[-2], text[-1]]
 
 
 # -----------------------------------------------------------------------------
@@ -422,8 +420,6 @@ def tree_generate(P, Q, ctx, n_tokens, depth, branching, rng, distinct=False, ru
 # verifiers that see only the per-position distributions. The weight
 # p_i = min(1, p_{i-1} p(x_i) / q(x_i)) is how much of the block up to x_i the
 # target still wants; h_i is the chance to keep exactly that much.
-
-BLOCK_RULES = ("correct", "tokenwise_residual", "cumulative")
 
 
 def block_threshold(weight, p_next, q_next):
@@ -441,39 +437,70 @@ def block_residual(weight, p, q):
     return residual(weight * p, q)
 
 
-def verify_block(P, Q, ctx, drafted, rng, rule="correct"):
-    """Check the drafted block jointly in one target call: (emitted, n_accepted).
-
-    The same contract as verify_round. rule="tokenwise_residual" draws the
-    replacement from the token-wise residual (half of what vllm-ascend #7807
-    shipped: its block path also used the token-wise acceptance test);
-    rule="cumulative" tests the running weight alone (h_i = p_i).
-    """
-    check_rule(rule, BLOCK_RULES)
-    contexts = [ctx] + list(drafted)
-    p_rows = P[contexts]  # (k+1, V): the one target call
+def verify_block(P, ctx, drafted, q_rows, rng):
+    """Check the drafted block jointly in one target call: the tokens emitted.
+    verify_round's contract; the draws are one eta per position, then one token."""
+    p_rows = P[[ctx] + list(drafted)]  # (k+1, V): the one target call
     k, weights, tau = len(drafted), [1.0], 0
-    for i, x in enumerate(drafted, start=1):
-        p, q = p_rows[i - 1], Q[contexts[i - 1]]
+    for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
         weights.append(accept_prob(weights[-1] * p, q, x))  # p_i = min(1, p_i-1 p/q)
-        h = (weights[i] if i == k or rule == "cumulative"  # h_k = p_k
-             else block_threshold(weights[i], p_rows[i], Q[contexts[i]]))
+        h = weights[i] if i == k else block_threshold(weights[i], p_rows[i], q_rows[i])
         if rng.random() < h:
             tau = i  # subtle: keep x_1..x_i even if an earlier position failed
-    emitted = list(drafted[:tau])
     if tau == k:
-        emitted.append(sample_from(p_rows[k], rng.random()))  # bonus token
-        return emitted, tau
-    # subtle: weighted by p_tau; the token-wise residual (weight 1) over-serves
-    weight = 1.0 if rule == "tokenwise_residual" else weights[tau]
-    emitted.append(sample_from(block_residual(weight, p_rows[tau], Q[contexts[tau]]), rng.random()))
-    return emitted, tau
+        return list(drafted) + [sample_from(p_rows[k], rng.random())]  # the bonus token
+    last = block_residual(weights[tau], p_rows[tau], q_rows[tau])
+    return list(drafted[:tau]) + [sample_from(last, rng.random())]
+
+
+# -----------------------------------------------------------------------------
+# 5d. What a server's verifier sees
+# vLLM's draft_sample_method is "probabilistic" (drafts sampled from q and
+# checked against it) or "greedy" (the draft proposes its argmax: drafting from
+# temper(Q, 0), whose q is one-hot). Its Model Runner V2 first verified by strict
+# matching: keep a draft only if it equals the target's own sample. In
+# distribution that is verify_round told each draft was certain: keep x with
+# probability p(x), else draw from p with x removed. All three keep the target's
+# distribution; which accepts most depends on the pair (demo 9).
+
+
+def strict_seen(q, x):
+    """What strict matching lets verification see of a draft x drawn from q: a
+    row one-hot at x, whatever q was. strict_seen([.5, .5], 1) -> [0, 1]."""
+    return np.eye(len(q))[x]
+
+
+def verify_strict(P, ctx, drafted, q_rows, rng):
+    """Strict matching: verify_round handed strict_seen rows for q."""
+    return verify_round(P, ctx, drafted, [strict_seen(q, x) for q, x in zip(q_rows, drafted)], rng)
+
+
+def verifier_settings(P, Q):
+    """The lossless verifiers a server offers, as (name, drafting table,
+    verifier, how the exact checks see it), each mapped to vLLM's settings."""
+    return [("probabilistic", Q, verify_round, {}),
+            ("one-hot", temper(Q, 0), verify_round, {}),
+            ("strict", Q, verify_strict, dict(seen=strict_seen)),
+            ("block", Q, verify_block, None)]
+
+
+def acceptance(P, Q, how):
+    """Per-context acceptance (beta) of one setting, through kept_and_replaced."""
+    return kept_and_replaced(P, Q, **how)[0].sum(axis=1)
+
+
+VLLM_SETTING = {"probabilistic": 'draft_sample_method "probabilistic"',
+                "one-hot": 'draft_sample_method "greedy" (default)',
+                "strict": "Model Runner V2's first default",
+                "block": 'rejection_sample_method "block"'}
 
 
 # -----------------------------------------------------------------------------
 # 6. Cost model (paper section 3)
-# A round costs one target call plus k draft calls, i.e. 1 + k*c target calls.
-# It yields tokens_per_round tokens, where plain decoding yields one per call.
+# A round costs one target call plus k draft calls, i.e. 1 + k*c target calls,
+# and yields tokens_per_round tokens, where plain decoding yields one per call.
+# So the speedup is tokens / (1 + k*c) (Theorem 3.8), or tokens / (v + k*c)
+# when the verifying pass costs v plain passes.
 
 
 def speedup(tokens_per_round, k, c, v=1.0):
@@ -497,29 +524,28 @@ def break_even_c(tokens_per_round, k):
 
 
 def expected_tokens(alpha, k):
-    """Eq. 1: (1 - alpha^(k+1)) / (1 - alpha); k + 1 at alpha = 1."""
+    """Eq. 1: (1 - alpha^(k+1)) / (1 - alpha); k + 1 at alpha = 1. k may be an array."""
     return k + 1.0 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
 def operations_factor(alpha, k, c_hat):
-    """Theorem 3.11: total arithmetic relative to plain decoding.
-
-    Each round runs k draft steps (k*c_hat) and the target on k+1 positions,
-    and yields expected_tokens(alpha, k) tokens.
-    """
+    """Theorem 3.11: total arithmetic relative to plain decoding. Each round runs
+    k draft steps (k*c_hat, c_hat: the draft's arithmetic per token as a fraction
+    of the target's) and the target on k+1 positions for expected_tokens tokens."""
     return (k * c_hat + k + 1) / expected_tokens(alpha, k)
 
 
-def fastest_k(speedup_of, k_max):
-    """(k, speedup_of(k)) for the k in 1..k_max that is fastest; (0, 1.0) if
-    none beats plain decoding (k = 0 is plain decoding)."""
-    k = max(range(1, k_max + 1), key=speedup_of)
-    return (k, speedup_of(k)) if speedup_of(k) > 1 else (0, 1.0)
+def fastest_k(speedups):
+    """(k, speedup) for the fastest k, given the speedups at k = 1, 2, ...; (0, 1.0)
+    if none beats plain decoding (k = 0). fastest_k([1.2, 1.5, 1.4]) -> (2, 1.5)."""
+    k = int(np.argmax(speedups)) + 1
+    return (k, float(speedups[k - 1])) if speedups[k - 1] > 1 else (0, 1.0)
 
 
 def best_k(alpha, c, k_max=32):
     """fastest_k by eq. 1 and Theorem 3.8, for an alpha and a draft cost c."""
-    return fastest_k(lambda k: speedup(expected_tokens(alpha, k), k, c), k_max)
+    ks = np.arange(1, k_max + 1)
+    return fastest_k(speedup(expected_tokens(alpha, ks), ks, c))
 
 
 # What servers report. A serving engine does not print the paper's alpha.
@@ -539,23 +565,27 @@ def server_metrics(sizes, k):
     return 1 + float(accepted.mean()), float(accepted.sum() / (k * len(accepted))), per_position
 
 
-def increasing_root(f, target, lo=0.0, hi=1.0):
-    """The x in [lo, hi] with f(x) = target, for an increasing f, by bisection."""
+def solve_increasing(f, target, lo, hi, integer=False):
+    """The smallest x in [lo, hi] with f(x) >= target, for a non-decreasing f,
+    by bisection: to the last bit for reals, exactly for integers (hi when no
+    x in [lo, hi) reaches it). solve_increasing(lambda x: x * x, .25, 0, 1) -> .5"""
     for _ in range(200):
-        mid = (lo + hi) / 2
+        if hi - lo <= (1 if integer else 0):
+            break
+        mid = (lo + hi) // 2 if integer else (lo + hi) / 2
         lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
-    return (lo + hi) / 2
+    return hi if integer else (lo + hi) / 2
 
 
 def alpha_from_mean_length(L, k):
     """Eq. 1 inverted: the alpha with 1 + alpha + ... + alpha^k = L."""
-    return increasing_root(lambda a: expected_tokens(a, k), L)
+    return solve_increasing(lambda a: expected_tokens(a, k), L, 0.0, 1.0)
 
 
 def alpha_from_draft_rate(R, k):
     """The alpha with (alpha + ... + alpha^k) / k = R: what a draft acceptance
     rate R measured at draft length k means under eq. 1. It is not R."""
-    return increasing_root(lambda a: (expected_tokens(a, k) - 1) / k, R)
+    return solve_increasing(lambda a: (expected_tokens(a, k) - 1) / k, R, 0.0, 1.0)
 
 
 def per_position_tokens(rates):
@@ -565,11 +595,14 @@ def per_position_tokens(rates):
 
 
 # -----------------------------------------------------------------------------
-# 7. Measuring distributions
-# Total variation is the largest difference in probability that the two
+# 7. Measuring distributions, and computing them exactly
+# Total variation (TV) is the largest difference in probability that two
 # distributions give any event; it is 0 exactly when they are equal. It is also
-# the paper's D_LK: beta = 1 - TV(p, q) (Theorem 3.5), so averaging beta over
-# the contexts the target visits gives alpha without drawing a single sample.
+# the paper's D_LK: beta = 1 - TV(p, q) (Theorem 3.5). Every exact value below
+# follows the probability mass through the same accept_prob, residual,
+# block_threshold and block_residual a reader edits, with no sampling; an edit
+# to a verifier's own loop lines is seen only by the sampled checks, which run
+# the loop itself.
 
 
 def tv_distance(a, b):
@@ -584,15 +617,15 @@ def bigram_counts(tokens, n=VOCAB):
     return counts
 
 
-def stationary(P):
-    """pi with pi P = pi: how often the chain visits each context in the long run.
+def stationary(T):
+    """pi with pi T = pi: how often a chain with transitions T visits each state.
 
-    Runs the lazy chain (I + P) / 2 for 2^40 steps from a uniform start, by
+    Runs the lazy chain (I + T) / 2 for 2^40 steps from a uniform start, by
     squaring it 40 times. Laziness removes periodicity (same pi), and a chain
     with several closed cycles, like a greedy one-hot table, gets the mix that
     a uniformly random start ends up in.
     """
-    M = (np.eye(len(P)) + P) / 2
+    M = (np.eye(len(T)) + T) / 2
     for _ in range(40):
         M = M @ M
         M /= M.sum(axis=1, keepdims=True)  # else rounding doubles with each squaring
@@ -609,25 +642,56 @@ def pair_alpha(P, Q):
     return float(stationary(P) @ np.minimum(P, Q).sum(axis=1))
 
 
-def exact_tokens_per_call(P, Q, k):
-    """Long-run tokens per target call for a pair of tables, without sampling.
+def kept_and_replaced(P, Q, seen=None, draft_from=None):
+    """One drafted position from every context at once, weighed through
+    accept_prob and residual: A[c, x] = P(the draft proposes x after c and x is
+    kept), R[c, y] = P(it is rejected and y is drawn in its place).
 
-    No i.i.d. assumption: follow the probability mass through one round from
-    every start context at once. reach[s, c] = P(the first i drafts from s were
-    all accepted and the last one is c). A draft at c is accepted and becomes
-    x with mass min(p, q)(x), or rejected and replaced by x with mass
-    max(0, p - q)(x). Rounds then chain on their last token: average the
-    tokens per round over that chain's stationary distribution.
+    seen(q, x): the row verification is handed for a draft x drawn from q (q
+    itself; strict_seen for strict matching). draft_from: the table drafts
+    really come from when verification is handed Q's rows instead (demo 3).
     """
-    A, R = np.minimum(P, Q), np.maximum(P - Q, 0.0)
-    reach, tokens, last = np.eye(len(P)), np.zeros(len(P)), np.zeros_like(P)
-    for _ in range(k):
-        tokens += reach.sum(axis=1)  # reaching position i emits one more token
-        last += reach @ R  # the round ends on the replacement
-        reach = reach @ A
-    tokens += reach.sum(axis=1)  # all k accepted: the bonus token
-    last += reach @ P
-    return float(stationary(last) @ tokens)
+    D = Q if draft_from is None else draft_from
+    A, R = np.zeros_like(P), np.zeros_like(P)
+    for c, x in zip(*np.nonzero(D)):
+        q = Q[c] if seen is None else seen(Q[c], x)
+        a = accept_prob(P[c], q, x)
+        A[c, x] = D[c, x] * a
+        R[c] += D[c, x] * (1 - a) * residual(P[c], q)
+    return A, R
+
+
+def round_table(P, Q, k, go=None, **how):
+    """How one verify_round round ends, from every start context, exactly:
+    ends[d, a, y] = P(a drafts accepted and y the round's last token | start d).
+
+    reach[d, c] = P(every draft so far was kept, the last being c). go[c, x] = 1
+    where drafting goes on after proposing x at c: everywhere, for a fixed k (a
+    confidence stop ends drafting early, stage 10). how: as kept_and_replaced.
+    """
+    A, R = kept_and_replaced(P, Q, **how)
+    go = np.ones_like(P) if go is None else go
+    ends, reach = np.zeros((len(P), k + 1, len(P))), np.eye(len(P))
+    for i in range(k):
+        ends[:, i] += reach @ R  # draft i+1 rejected: y drawn in its place
+        stop = A * (1 - go) if i < k - 1 else A  # kept, and no draft follows it
+        ends[:, i + 1] += reach @ stop @ P  # then the bonus token y
+        reach = reach @ (A - stop)
+    return ends
+
+
+def round_tokens(ends):
+    """Tokens per round from each start context: a accepted drafts emit a + 1."""
+    return ends.sum(axis=2) @ np.arange(1, ends.shape[1] + 1)
+
+
+def exact_tokens_per_call(P, Q, k, **how):
+    """Long-run tokens per target call, without sampling and without eq. 1's
+    one-alpha-everywhere assumption: rounds chain on their last token, so the
+    tokens of a round from each start are averaged over that chain's
+    stationary distribution."""
+    ends = round_table(P, Q, k, **how)
+    return float(stationary(ends.sum(axis=1)) @ round_tokens(ends))
 
 
 def target_first_tokens(P, ctx, n):
@@ -639,59 +703,58 @@ def target_first_tokens(P, ctx, n):
     return joint
 
 
-def exact_first_tokens(P, Q, ctx, n, k, rule="correct", draft_from=None):
-    """The exact joint of the first n tokens speculative decoding emits after
-    ctx, shape (V,) * n: verify_round's cases, weighted instead of sampled.
+def chain_rounds(outcomes_of, ctx, n, vocab):
+    """The joint of the first n tokens after ctx, shape (vocab,) * n, when a
+    round from d ends as outcomes_of(d) lists: [(kept drafts, the row its last
+    token is drawn from (normalised here), prob)], each round starting on the
+    last token of the one before."""
+    ends = lru_cache(maxsize=None)(outcomes_of)
 
-    A draft x at position i is drawn with D[d, x] (D: the table the draft
-    samples from, Q unless draft_from says otherwise), kept with accept_prob,
-    else replaced by y with (1 - accept) * residual[y], which ends the round;
-    rounds chain on their last token. The weights come from the same
-    accept_prob and residual a reader edits, so an edit there moves this
-    too; an edit to verify_round's own lines does not (the sampled check
-    runs verify_round itself).
-    """
-    check_rule(rule)
-    D = Q if draft_from is None else draft_from
-
-    @lru_cache(maxsize=None)  # memoised on (token, position, tokens left)
-    def after(d, i, m):  # the next m tokens, given drafts 1..i passed and ended in d
-        if m == 0:
-            return 1.0
-        p, out = P[d], np.zeros((len(P),) * m)
-        if i == k:  # all k passed: the bonus token, then a new round from it
-            for y in np.flatnonzero(p):
-                out[y] += p[y] * after(y, 0, m - 1)
-            return out
-        for x, drawn, a, r in position_weights(p, Q[d], D[d], rule):
-            out[x] += drawn * a * after(x, i + 1, m - 1)
-            for y in np.flatnonzero(r):  # rejected: replaced by y
-                rest = after(x, i + 1, m - 1) if rule == "continue" else after(y, 0, m - 1)
-                out[y] += drawn * (1 - a) * r[y] * rest
+    @lru_cache(maxsize=None)
+    def after(d, m):  # the next m tokens, a round starting at d
+        out = np.zeros((vocab,) * m)
+        for kept, row, prob in ends(d):
+            if len(kept) >= m:
+                out[tuple(kept[:m])] += prob
+                continue
+            rest = m - len(kept) - 1
+            for y in np.flatnonzero(row):
+                out[tuple(kept) + (y,)] += prob * row[y] / row.sum() * (after(y, rest) if rest else 1.0)
         return out
-    return after(ctx, 0, n)
+
+    return after(ctx, n)
 
 
-def position_weights(p, q, drafts, rule="correct"):
-    """One drafted position as verify_round's cases weigh it: for every x the
-    draft row can propose, (x, its draft probability, P(kept), the row a
-    rejection draws from), from the same accept_prob and residual."""
-    q = np.full(len(p), 1.0 / len(p)) if rule == "uniform_q" else q  # as verify_round
-    r = p if rule in ("no_resample", "uniform_q") else residual(p, q)
-    return [(x, drafts[x], float(x == p.argmax()) if rule == "greedy" else accept_prob(p, q, x), r)
-            for x in np.flatnonzero(drafts)]
+def exact_first_tokens(P, Q, ctx, n, k, **how):
+    """The exact joint of the first n tokens speculative decoding emits after
+    ctx, shape (V,) * n: verify_round's cases weighed through kept_and_replaced
+    instead of sampled. how: as kept_and_replaced."""
+    A, R = kept_and_replaced(P, Q, **how)
+
+    def outcomes(d):  # every kept prefix, as far as n tokens need
+        out, stack = [], [((), 1.0)]
+        while stack:
+            kept, prob = stack.pop()
+            last = kept[-1] if kept else d
+            if len(kept) in (n, k):  # n tokens out, or all k kept: then the bonus
+                out.append((kept, P[last], prob))
+                continue
+            if R[last].sum() > 0:
+                out.append((kept, R[last], prob * R[last].sum()))  # rejected here
+            stack += [(kept + (x,), prob * A[last, x]) for x in np.flatnonzero(A[last])]
+        return out
+
+    return chain_rounds(outcomes, ctx, n, len(P))
 
 
-def block_round_outcomes(P, Q, d, k, rule="correct"):
+def block_round_outcomes(P, Q, d, k):
     """Every way one verify_block round from d can end, and its probability:
-    [(tokens kept, the row the round's last token is drawn from, prob)].
+    [(kept drafts, the row its last token is drawn from, prob)].
 
-    Unlike the token-wise rule, whether x_i is kept depends on the drafts
-    after it, so this walks the whole tree of drafts (V^k leaves at most),
-    with verify_block's arithmetic: the same accept_prob, block_threshold and
-    block_residual, so an edit there moves this too (an edit to verify_block's
-    own lines does not). P(tau = i) = h_i times the chance that no later
-    position is kept.
+    Whether x_i is kept depends on the drafts after it, so this walks the whole
+    tree of drafts (V^k leaves at most) with verify_block's arithmetic: the
+    same accept_prob, block_threshold and block_residual. P(tau = i) = h_i
+    times the chance that no later position is kept.
     """
     outcomes = []
 
@@ -702,10 +765,9 @@ def block_round_outcomes(P, Q, d, k, rule="correct"):
         p, q, none = P[last], Q[last], 0.0
         for x in np.flatnonzero(q):
             w = accept_prob(weight * p, q, x)
-            h = w if i + 1 == k or rule == "cumulative" else block_threshold(w, P[x], Q[x])
+            h = w if i + 1 == k else block_threshold(w, P[x], Q[x])
             later = visit(kept + [x], w, prob * q[x])
-            row = P[x] if i + 1 == k else block_residual(
-                1.0 if rule == "tokenwise_residual" else w, P[x], Q[x])
+            row = P[x] if i + 1 == k else block_residual(w, P[x], Q[x])
             if h * later > 0:  # an end that can happen (its row may be empty if not)
                 outcomes.append((kept + [x], row, prob * q[x] * h * later))
             none += q[x] * (1 - h) * later
@@ -715,51 +777,33 @@ def block_round_outcomes(P, Q, d, k, rule="correct"):
     return outcomes
 
 
-def chain_rounds(rounds, ctx, n):
-    """The joint of the first n tokens after ctx, shape (V,) * n, when a round
-    from d ends as rounds[d] lists; each round starts on the last token."""
-    memo = {}
-
-    def after(d, m):  # the next m tokens, a round starting at d
-        if m == 0:
-            return 1.0
-        if (d, m) not in memo:
-            out = np.zeros((len(rounds),) * m)
-            for kept, row, prob in rounds[d]:
-                if len(kept) >= m:
-                    out[tuple(kept[:m])] += prob
-                    continue
-                for y in np.flatnonzero(row):
-                    out[tuple(kept) + (y,)] += prob * row[y] / row.sum() * after(y, m - len(kept) - 1)
-            memo[d, m] = out
-        return memo[d, m]
-
-    return after(ctx, n)
-
-
-def exact_block_first_tokens(P, Q, ctx, n, k, rule="correct"):
-    """exact_first_tokens for verify_block: the joint of the first n tokens."""
-    check_rule(rule, BLOCK_RULES)
-    return chain_rounds({d: block_round_outcomes(P, Q, d, k, rule) for d in range(len(P))}, ctx, n)
-
-
-def exact_block_tokens_per_call(P, Q, k, rule="correct"):
-    """exact_tokens_per_call for verify_block: the same chain of round starts,
-    from the enumerated outcomes (there is no closed form)."""
-    check_rule(rule, BLOCK_RULES)
-    tokens, last = np.zeros(len(P)), np.zeros_like(P)
-    for d in range(len(P)):
-        for kept, row, prob in block_round_outcomes(P, Q, d, k, rule):
+def outcome_tokens_per_call(outcomes_of, vocab):
+    """exact_tokens_per_call from round outcomes [(kept, row, prob)] per start
+    context: the same chain of round starts, for verifiers with no closed form."""
+    tokens, last = np.zeros(vocab), np.zeros((vocab, vocab))
+    for d in range(vocab):
+        for kept, row, prob in outcomes_of(d):
             tokens[d] += prob * (len(kept) + 1)
             last[d] += prob * row / row.sum()
     return float(stationary(last) @ tokens)
+
+
+def exact_block_first_tokens(P, Q, ctx, n, k):
+    """exact_first_tokens for verify_block."""
+    return chain_rounds(lambda d: block_round_outcomes(P, Q, d, k), ctx, n, len(P))
+
+
+def exact_block_tokens_per_call(P, Q, k):
+    """exact_tokens_per_call for verify_block."""
+    return outcome_tokens_per_call(lambda d: block_round_outcomes(P, Q, d, k), len(P))
 
 
 # A sampled distribution is never exactly its target, so "is it the target?"
 # needs a test with a stated criterion, not a ratio to eyeball. Pearson's
 # chi-square compares counts with what the target predicts; its p-value is the
 # chance that the target itself, sampled as often, would fit this badly or
-# worse. Below P_REJECT we call the sample NOT the target.
+# worse. Below P_REJECT we call the sample NOT the target. (This p-value is no
+# distribution; the file calls it a fit.)
 
 P_REJECT = 1e-3
 
@@ -767,9 +811,10 @@ P_REJECT = 1e-3
 def pearson(counts, probs, min_expected=5.0):
     """Pearson's chi-square of counts against probs: (statistic, dof).
 
-    pearson([3, 7], [.5, .5]) -> (1.6, 1). Cells expected fewer than
-    min_expected times are pooled into one; a count where probs is 0 is an
-    infinite misfit (a token the target never emits).
+    pearson([3, 7], [.5, .5]) -> (1.6, 1). Cells EXPECTED fewer than
+    min_expected times are pooled into one (pooling by observed counts would
+    hide a cell the sample over-fills); a count where probs is 0 is an infinite
+    misfit (a token the target never emits).
     """
     counts, probs = np.ravel(counts).astype(float), np.ravel(probs).astype(float)
     if counts[probs == 0].sum() > 0:
@@ -826,19 +871,89 @@ def fit_p_value(stat_dofs):
     return chi2_sf(sum(stats), sum(dofs))
 
 
-def p_text(p):
-    """A p-value as printed: p_text(0.4321) -> 'p = 0.43', tiny ones as a bound."""
-    return "p < 1e-12" if p < 1e-12 else f"p = {p:.0e}" if p < 0.01 else f"p = {p:.2f}"
+def samples_to_see(exact, truth, p_reject=P_REJECT):
+    """About how many runs a Pearson test needs to see a bias: the N at which
+    its expected statistic, dof + N delta^2 with delta^2 = sum (exact -
+    truth)^2 / truth, reaches the critical value at p_reject (a power estimate)."""
+    seen = truth > 0
+    delta2 = float(((exact - truth)[seen] ** 2 / truth[seen]).sum())
+    dof = int(seen.sum()) - 1
+    critical = solve_increasing(lambda x: -chi2_sf(x, dof), -p_reject, 0.0, 10.0 * dof + 100)
+    return (critical - dof) / delta2 if delta2 > 0 else math.inf
 
 
-def fit_verdict(p):
-    """The sampled check's verdict, from its p-value and P_REJECT."""
-    return (f"consistent with the target ({p_text(p)})" if p >= P_REJECT
-            else f"NOT the target ({p_text(p)})")
+def fits_exact(measured, se, exact, z=4):
+    """Does a sampled mean agree with its exact value? Within z standard errors
+    (the criterion printed beside it), or to rounding when se is 0."""
+    return abs(measured - exact) <= z * se + 1e-9
+
+
+def mean_se(values, batches=20):
+    """(mean, standard error) of a run of correlated values (rounds chain on
+    their last token), by batch means: the spread of 20 consecutive batches."""
+    values = np.asarray(values, float)
+    means = [b.mean() for b in np.array_split(values, batches)]
+    return float(values.mean()), float(np.std(means, ddof=1) / np.sqrt(batches))
+
+
+Measured = namedtuple("Measured", "rate per_call se tokens sizes")
+
+
+def measure(P, Q, k, n_rounds, seed, ctx=0, verify=verify_round):
+    """n_rounds speculative rounds through spec_round: accepted / checked,
+    tokens per target call and its standard error, the tokens, each round's size.
+
+    A round that rejects draft i checked i of its drafts; the ones after the
+    rejection were never looked at. accepted / checked is the acceptance rate at
+    the positions actually checked, which is not quite the paper's alpha (demo
+    3 says where they differ).
+    """
+    rng = np.random.default_rng(seed)
+    out = list(islice(rounds(lambda c: spec_round(P, Q, c, k, rng, verify), ctx), n_rounds))
+    sizes = [len(emitted) for emitted in out]
+    accepted, checked = sum(sizes) - n_rounds, sum(min(s, k) for s in sizes)
+    return Measured(accepted / checked, *mean_se(sizes), [x for e in out for x in e], sizes)
+
+
+def first_two(generate, n_runs, seed):
+    """counts[x1, x2] of the first two tokens of generate(rng) over n_runs runs."""
+    rng, counts = np.random.default_rng(seed), np.zeros((VOCAB, VOCAB))
+    for _ in range(n_runs):
+        x1, x2 = generate(rng)[:2]
+        counts[x1, x2] += 1
+    return counts
+
+
+def floor_tv(P, ctx, n_runs, seed):
+    """The TV that plain decoding of P shows from its own first-two joint in
+    n_runs runs: how far a correct sample lands from noise alone."""
+    plain = first_two(lambda rng: plain_decode(P, ctx, 2, rng), n_runs, seed)
+    return tv_distance(plain / n_runs, target_first_tokens(P, ctx, 2))
+
+
+def two_checks(counts, exact, truth):
+    """(fit p-value, exact TV of the first two tokens) against the target's joint."""
+    return chi2_sf(*pearson(counts, truth)), tv_distance(exact, truth)
+
+
+def transition_tv(tokens, P):
+    """TV between the text's next-token frequencies and P's rows, averaged over
+    the contexts as often as the text visits them."""
+    counts = bigram_counts(tokens, len(P))
+    seen = counts.sum(axis=1)
+    per_context = [seen[c] * tv_distance(counts[c] / seen[c], P[c]) for c in np.flatnonzero(seen)]
+    return sum(per_context) / seen.sum()
+
+
+def transition_p_value(tokens, P):
+    """The fit of a text's transitions to P's rows: one Pearson test per
+    context the text visits, pooled into one p-value."""
+    counts = bigram_counts(tokens, len(P))
+    return fit_p_value(pearson(counts[c], P[c]) for c in np.flatnonzero(counts.sum(axis=1)))
 
 
 # -----------------------------------------------------------------------------
-# 8. MAC counting: why checking k+1 tokens costs about one forward pass
+# 8. MACs, batches and the clock: why checking k+1 tokens costs about one pass
 # A decoder reads every weight once per forward pass whether it processes one
 # position or sixteen; the multiply-accumulates (MACs) grow with the number of
 # positions. Per token, per layer: attention projections q, k, v, o (4 d^2),
@@ -858,8 +973,8 @@ def weight_count(d_model, d_ff, layers, vocab):
     return layers * per_layer + 2 * vocab * d_model + d_model
 
 
-H100_FLOPS, H100_BYTES_PER_S = 989e12, 3.35e12  # dense bf16; HBM3 (H100 SXM)
-H100_MEMORY = 80e9  # bytes of HBM3 on an H100 SXM
+Accelerator = namedtuple("Accelerator", "name flops bandwidth memory")
+H100 = Accelerator("H100 SXM", 989e12, 3.35e12, 80e9)  # dense bf16 FLOP/s; HBM3 bytes/s, bytes
 LLAMA2_7B = (4096, 11008, 32, 32000)  # d_model, d_ff, layers, vocab
 DRAFT_SHAPE = (1536, 4096, 8, 32000)  # a decoder about 20x smaller
 
@@ -868,7 +983,7 @@ def pass_traffic(shape, n_ctx, positions, batch=1):
     """(MACs, bytes read) of one fp16 pass over batch sequences, each with
     `positions` new tokens after n_ctx cached ones. The weights are read once
     per pass and each sequence's KV cache once; the MACs grow with every
-    position of every sequence."""
+    position of every sequence. positions may be an array."""
     d_model, d_ff, layers, vocab = shape
     # every weight matrix entry takes part in exactly one MAC per token, so the
     # weights are the MACs of one token with no context to attend to
@@ -878,11 +993,16 @@ def pass_traffic(shape, n_ctx, positions, batch=1):
     return macs, weight_bytes + kv_bytes
 
 
-def roofline_time(macs, bytes_read, flops=H100_FLOPS, bandwidth=H100_BYTES_PER_S):
+def roofline_time(macs, bytes_read, hw=H100):
     """(seconds, 'memory' or 'compute'): a pass takes the longer of streaming
     its bytes and doing its MACs (2 FLOPs each), and that one bounds it."""
-    t_mem, t_math = bytes_read / bandwidth, 2 * macs / flops
-    return max(t_mem, t_math), ("memory" if t_mem >= t_math else "compute")
+    t_mem, t_math = bytes_read / hw.bandwidth, 2 * macs / hw.flops
+    return np.maximum(t_mem, t_math), np.where(t_mem >= t_math, "memory", "compute")
+
+
+def ridge(hw=H100):
+    """MACs per byte where a pass stops being memory-bound: FLOP/s / 2 / bytes/s."""
+    return hw.flops / 2 / hw.bandwidth
 
 
 # Batching. A server decodes B sequences at once: each pass reads the weights
@@ -890,33 +1010,54 @@ def roofline_time(macs, bytes_read, flops=H100_FLOPS, bandwidth=H100_BYTES_PER_S
 # arithmetic that made verification free is spent on the batch instead.
 
 
-def batch_speedup(alpha, k, batch, n_ctx, target=LLAMA2_7B, draft=DRAFT_SHAPE):
-    """Speculation against plain decoding of the same batch, on the roofline:
-    speedup(eq. 1's tokens, k, c, v), with c (a draft pass) and v (a (k+1)-
-    position target pass) in plain passes of this batch. The draft is priced
-    on its weights alone (its own KV cache is left out)."""
-    plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch))[0]
-    c = roofline_time(*pass_traffic(draft, 0, 1, batch))[0] / plain
-    v = roofline_time(*pass_traffic(target, n_ctx, k + 1, batch))[0] / plain
-    return speedup(expected_tokens(alpha, k), k, c, v)
+def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_SHAPE):
+    """Speculation against plain decoding of the same batch, on the roofline,
+    at k = 1..len(tokens) (tokens[k-1]: tokens per call at k): speedup(tokens,
+    k, c, v) with c (a draft pass) and v (a (k+1)-position target pass) in plain
+    passes of this batch. The draft is priced on its weights alone."""
+    ks = np.arange(1, len(tokens) + 1)
+    plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
+    c = roofline_time(*pass_traffic(draft, 0, 1, batch), hw)[0] / plain
+    v = roofline_time(*pass_traffic(target, n_ctx, ks + 1, batch), hw)[0] / plain
+    return speedup(np.asarray(tokens, float), ks, c, v)
 
 
-def break_even_batch(alpha, n_ctx, b_max=1 << 16, k_max=32):
-    """The smallest batch at which no k in 1..k_max beats plain decoding, or
-    None up to b_max: doubling, then bisection (the tests check it against a
-    scan of every batch size)."""
+def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B):
+    """How many sequences of n_ctx tokens fit in memory beside the weights
+    (KV caches only; activations and the draft left out)."""
+    weights, one = pass_traffic(target, n_ctx, 1, 0)[1], pass_traffic(target, n_ctx, 1, 1)[1]
+    return int((hw.memory - weights) // (one - weights))
+
+
+def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
+    """The smallest batch at which no k beats plain decoding, or None up to
+    b_max: doubling, then bisection (the tests check it against a scan)."""
     def helps(batch):
-        return fastest_k(lambda k: batch_speedup(alpha, k, batch, n_ctx), k_max)[0] > 0
+        return fastest_k(batch_speedups(tokens, batch, n_ctx, **shape))[0] > 0
     hi = 1
     while helps(hi):
         if hi >= b_max:
             return None
         hi *= 2
-    lo = hi // 2  # helps(lo) held, or hi is 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if helps(mid) else (lo, mid)
-    return hi
+    return solve_increasing(lambda b: not helps(b), 1, hi // 2, hi, integer=True) if hi > 1 else 1
+
+
+def plan_schedule(tokens, n_ctx, max_batch, tol=0.01, **shape):
+    """The k for every batch size 1..max_batch, grouped into buckets for a
+    server: ([(first B, last B, k)], speedups), k = 0 where no k helps. A bucket
+    keeps its k while that k stays within tol of the best speedup at each B.
+    speedups[B - 1, k - 1]: the roofline speedup at every B and k, the scan."""
+    speedups = np.array([batch_speedups(tokens, b, n_ctx, **shape) for b in range(1, max_batch + 1)])
+    buckets = []
+    for b, row in enumerate(speedups, start=1):
+        k = fastest_k(row)[0]
+        if buckets:
+            k_run = buckets[-1][2]
+            if (k_run == 0) == (k == 0) and (k_run == 0 or row[k_run - 1] >= (1 - tol) * row.max()):
+                buckets[-1][1] = b
+                continue
+        buckets.append([b, b, k])
+    return [tuple(bucket) for bucket in buckets], speedups
 
 
 # The real clock. Everything above counts calls; this puts a price on them.
@@ -949,31 +1090,42 @@ def clocked(f):
 
 
 def median_time(f, repeats=3, calls=3):
-    """Seconds per call of f(): the median over repeats of `calls` back-to-back
-    calls, as a decoder makes them, after one warm-up call."""
+    """Seconds per call of f(): the median over repeats of the mean of `calls`
+    back-to-back calls, as a decoder makes them, after one warm-up call."""
     f()
     return float(np.median([clocked(lambda: [f() for _ in range(calls)])[0] / calls
                             for _ in range(repeats)]))
 
 
+def calibrate(W, W_draft, X, k, reps=4):
+    """c and v per repeat, priced as a decoder pays them: a one-column target
+    pass (plain decoding's step), then a round: k one-column draft passes (c is
+    their mean) and one (k+1)-column target pass, each in one-column passes."""
+    c, v = [], []
+    W @ X[:, :1]  # a warm-up pass, as a decoder has always just made one
+    for _ in range(reps):
+        t1 = clocked(lambda: W @ X[:, :1])[0]
+        c.append(np.mean([clocked(lambda: W_draft @ X[:, :1])[0] for _ in range(k)]) / t1)
+        v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
+    return np.array(c), np.array(v)
+
+
 # -----------------------------------------------------------------------------
 # 9. Where a good draft comes from: training it
-# The speedup rides on alpha, a property of the pair. Many deployments draft
-# with no trained model (n-grams from the prompt) or an off-the-shelf smaller
-# one; the drafts that accept most are trained on the target's own outputs or
-# distributions (EAGLE, Medusa-2's self-distillation, DistillSpec), not on
-# ground-truth text. The draft here is too small to copy anything exactly:
-# logits u v^T + b, 18 numbers where a full table has 30 free ones (each row
-# of 6 probabilities has 5). Both trainers below minimise -sum S log q for some
-# weights S[ctx, x]: the counts of a text, or pi(ctx) p(x | ctx).
+# The speedup rides on alpha, a property of the pair. Engines offer drafts with
+# no training (vLLM's ngram and suffix methods) and off-the-shelf smaller
+# models, beside drafts trained on the target's outputs or distributions
+# (EAGLE, Medusa-2's self-distillation, DistillSpec). The draft here is too
+# small to copy anything exactly: logits u v^T + b, 18 numbers where a full
+# table has 30 free ones (each row of 6 probabilities has 5). Both trainers
+# below minimise -sum S log q for some weights S[ctx, x]: the counts of a text,
+# or pi(ctx) p(x | ctx).
 
 
 def low_rank_draft(params):
     """The capacity-limited draft family: row-wise softmax of u v^T + b."""
     u, v, b = params
-    logits = np.outer(u, v) + b
-    w = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return w / w.sum(axis=1, keepdims=True)
+    return softmax(np.outer(u, v) + b)
 
 
 def low_rank_step(params, G, lr):
@@ -986,7 +1138,8 @@ def descend(S, steps, lr, seed=0, params=None):
     """Gradient descent on -sum S log q / sum S over the low-rank family.
 
     Per row the gradient of that loss w.r.t. the logits is n_ctx q - S[ctx]
-    (softmax minus the weights), then the chain rule through u v^T + b.
+    (softmax minus the weights, n_ctx = the row's share of S), then the chain
+    rule through u v^T + b.
     """
     rng = np.random.default_rng(seed)
     params = params or [0.1 * rng.standard_normal(len(S)) for _ in range(3)]
@@ -1028,123 +1181,243 @@ def cross_entropy(S, Q):
 
 
 # -----------------------------------------------------------------------------
+# 10. A draft length that adapts
+# Servers let k move from round to round. A policy is a state, the k it
+# drafts in that state, and the next state given how many drafts were
+# accepted. Over (start context, state) a policy is a Markov chain, so its
+# long-run tokens per call and draft calls per round are exact, from
+# round_table; the same policy run through spec_round checks them.
+
+Policy = namedtuple("Policy", "start k_of step")  # step(state, accepted) -> next state
+
+
+def fixed_policy(k):
+    """Always k drafts."""
+    return Policy(k, lambda s: s, lambda s, a: s)
+
+
+def heuristic_policy(start=5, k_max=32):
+    """transformers' "heuristic" num_assistant_tokens_schedule: k + 2 after a
+    round whose drafts all passed, else max(1, k - 1). transformers has no cap
+    but the length limit; the chain needs one, k_max."""
+    return Policy(start, lambda k: k, lambda k, a: min(k + 2, k_max) if a == k else max(1, k - 1))
+
+
+def tiered_policy(tiers=(1, 3, 5, 7), window=2, down=-0.25, up=0.0):
+    """SGLang's kind: k moves between tiers from an average of the accepted
+    counts. Below (tier before - 0.5 + down) step down; else above (tier - 0.5
+    + up) step up. SGLang averages with an exponential weight of 0.2 every 5
+    batches; here the last `window` rounds, after every round, so the state is
+    finite: (tier index, the last window - 1 accepted counts)."""
+    def step(state, a):
+        t, recent = state
+        avg, t0 = (sum(recent) + a) / window, t
+        while t > 0 and avg <= tiers[t - 1] - 0.5 + down:
+            t -= 1
+        while t == t0 and t < len(tiers) - 1 and avg > tiers[t] - 0.5 + up:
+            t += 1
+        return t, (recent + (a,))[1:]
+    return Policy((len(tiers) // 2, (0,) * (window - 1)), lambda s: tiers[s[0]], step)
+
+
+def policy_value(P, Q, policy, c, v=1.0):
+    """A policy's long-run (tokens per call, draft calls per round, speedup),
+    exactly: the stationary distribution of the chain over (context, state)."""
+    states = [policy.start]
+    for s in states:  # grows while it walks: every state the policy can reach
+        states += [n for n in {policy.step(s, a) for a in range(policy.k_of(s) + 1)} if n not in states]
+    ends = {k: round_table(P, Q, k) for k in {policy.k_of(s) for s in states}}
+    V, at = len(P), {s: i * len(P) for i, s in enumerate(states)}
+    T, tokens, drafts = np.zeros((len(at) * V,) * 2), np.zeros(len(at) * V), np.zeros(len(at) * V)
+    for s in states:
+        k = policy.k_of(s)
+        rows = slice(at[s], at[s] + V)
+        tokens[rows], drafts[rows] = round_tokens(ends[k]), k
+        for a in range(k + 1):
+            nxt = at[policy.step(s, a)]
+            T[rows, nxt:nxt + V] += ends[k][:, a]
+    pi = stationary(T)
+    return pi @ tokens, pi @ drafts, (pi @ tokens) / (v + c * (pi @ drafts))
+
+
+def confidence_value(P, Q, threshold, k_max, c, v=1.0):
+    """transformers' confidence stop (assistant_confidence_threshold): drafting
+    stops after a token the draft gave less than threshold, or at k_max. Exact
+    (tokens per call, draft calls per round, speedup): drafting goes on after x
+    at c where Q[c, x] >= threshold, whatever verification does."""
+    go = (Q >= threshold).astype(float)
+    ends = round_table(P, Q, k_max, go=go)
+    calls, reach = np.zeros(len(P)), np.eye(len(P))
+    for _ in range(k_max):
+        calls += reach.sum(axis=1)
+        reach = reach @ (Q * go)
+    pi = stationary(ends.sum(axis=1))
+    tokens, drafts = pi @ round_tokens(ends), pi @ calls
+    return tokens, drafts, tokens / (v + c * drafts)
+
+
+def best_per_context(P, Q, c, k_max=32, v=1.0):
+    """The oracle a server cannot run: the k for each start context that
+    maximises the long-run speedup. Policy iteration for a ratio (tokens over
+    cost): value the policy at its own speedup g, then let every context pick
+    the k with the best tokens - g cost + what the next start is worth.
+    Returns (speedup, k for each context)."""
+    ends = [round_table(P, Q, k) for k in range(1, k_max + 1)]
+    tok, T = np.array([round_tokens(e) for e in ends]), np.array([e.sum(axis=1) for e in ends])
+    cost, d = v + c * np.arange(1, k_max + 1), np.arange(len(P))
+    ks = np.full(len(P), np.argmax([stationary(t) @ x for t, x in zip(T, tok)] / cost))
+    while True:
+        pi = stationary(T[ks, d])
+        g = (pi @ tok[ks, d]) / (pi @ cost[ks])
+        # relative values h: h = tok - g cost + T h, with h[0] = 0 (replacing the equation of context 0)
+        M, r = np.eye(len(P)) - T[ks, d], tok[ks, d] - g * cost[ks]
+        M[:, 0] = 1.0
+        h = np.linalg.solve(M, r)
+        h[0] = 0.0
+        better = np.argmax(tok - g * cost[:, None] + T @ h, axis=0)
+        gain = (tok - g * cost[:, None] + T @ h)[better, d] - (tok - g * cost[:, None] + T @ h)[ks, d]
+        if gain.max() <= 1e-12:
+            return float(g), ks + 1
+        ks = np.where(gain > 1e-12, better, ks)
+
+
+def draft_confident(Q, ctx, k_max, threshold, rng):
+    """draft_tokens that stops after a token the draft gave less than threshold."""
+    drafted, q_rows = [], []
+    while len(drafted) < k_max and (not drafted or q_rows[-1][drafted[-1]] >= threshold):
+        x, q = draft_tokens(Q, drafted[-1] if drafted else ctx, 1, rng)
+        drafted, q_rows = drafted + x, q_rows + q
+    return drafted, q_rows
+
+
+def run_policy(P, Q, n_rounds, seed, policy=None, threshold=None, k_max=32):
+    """n_rounds through draft_tokens (or draft_confident) and verify_round:
+    (tokens, draft calls) of each round."""
+    rng, state, ctx, out = np.random.default_rng(seed), policy and policy.start, 0, []
+    for _ in range(n_rounds):
+        drafted, q_rows = (draft_confident(Q, ctx, k_max, threshold, rng) if policy is None
+                           else draft_tokens(Q, ctx, policy.k_of(state), rng))
+        emitted = verify_round(P, ctx, drafted, q_rows, rng)
+        state = policy and policy.step(state, len(emitted) - 1)
+        out.append((len(emitted), len(drafted)))
+        ctx = emitted[-1]
+    return np.array(out)
+
+
+# -----------------------------------------------------------------------------
+# A bug as an edit
+# Every deliberate bug below (demos 2, 8, 9, --trace --rule) is an edit of this
+# script's own text: in a named function, the one line holding a fragment
+# becomes a new line, exactly what a careless reader would type. edited() runs
+# the script with its edits applied, so a bug runs the same stages and
+# verifiers as everything else with one line changed, and the exact checks
+# follow it wherever it touches a stage function.
+
+
+@lru_cache(maxsize=None)
+def edited(edits):
+    """This script with edits applied to its text, as a fresh module: every
+    function rebound to a new namespace, the edited ones recompiled from their
+    edited lines. edits: a tuple of (function, fragment, new line): the one line
+    of that function holding the fragment becomes the new line (deleted if ""),
+    indentation kept. module.diff lists (function, old line, new line); a
+    ValueError says which fragment is not found exactly once."""
+    import inspect
+    module = dict(globals(), __name__="edited")
+    for k, f in globals().items():
+        if inspect.isfunction(f) and f.__module__ == __name__:
+            module[k] = type(f)(f.__code__, module, k, f.__defaults__, f.__closure__)
+            module[k].__kwdefaults__ = f.__kwdefaults__
+    lines, first = {}, {}
+    for function, fragment, new in edits:
+        source, first[function] = lines.get(function) or inspect.getsourcelines(globals()[function])
+        hits = [i for i, line in enumerate(source) if fragment in line]
+        if len(hits) != 1:
+            raise ValueError(f"{fragment!r} is not on exactly one line of {function}()")
+        old = source[hits[0]]
+        lines[function] = source[:hits[0]] + ([old[:len(old) - len(old.lstrip())] + new + "\n"] if new else []) \
+            + source[hits[0] + 1:], first[function]
+        module.setdefault("diff", []).append((function, old.strip(), new))
+    for function, (source, line) in lines.items():  # compiled at its own line numbers, for tracebacks
+        exec(compile("\n" * (line - 1) + "".join(source), __file__, "exec"), module)
+    for f in module.values():  # subtle: a default such as verify=verify_round must name the edited one
+        if inspect.isfunction(f) and f.__defaults__:
+            f.__defaults__ = tuple(module.get(d.__name__, d) if inspect.isfunction(d) else d for d in f.__defaults__)
+    return SimpleNamespace(**module)
+
+
+def this_module():
+    """The namespace this code runs in: the script, or an edited copy of it."""
+    return SimpleNamespace(**globals())
+
+
+def bugged(name, bugs=None):
+    """The module a named bug runs in: edited() with its edits (from BUGS)."""
+    return edited(tuple((bugs or BUGS)[name]))
+
+
+# -----------------------------------------------------------------------------
 # Demos: the evidence, printed
 # Every demo builds its own generator from a fixed seed, so a demo prints the
-# same numbers alone or in the full run. The models: a peaky target table, an
-# unrelated table of the same peakiness, and drafts blended from the two.
+# same numbers alone or in the full run. Each computes its rows, prints them
+# through table() and say(), and returns what it computed (the tests read it).
+# The models: a peaky target table, an unrelated table of the same peakiness,
+# and drafts blended from the two.
 
 TARGET = random_table(1, sharpness=2.5)
 UNRELATED = random_table(4, sharpness=2.5)
-MIDDLING = blend(TARGET, UNRELATED, 0.5)
-H100_FLOPS, H100_BYTES_PER_S = 989e12, 3.35e12  # dense bf16; HBM3 (H100 SXM)
+MIDDLING_WEIGHT = 0.5
+MIDDLING = blend(TARGET, UNRELATED, MIDDLING_WEIGHT)
+CLOCK = "  (clock)"  # marks every printed line that holds a wall-clock measurement
 
 
 def say(*sentences, clock=False):
-    """Print a paragraph, wrapped at 78 columns: for sentences whose numbers and
-    words are decided at run time, so their length is not known in advance.
-    clock=True marks every line as holding a wall-clock measurement."""
+    """Print a paragraph wrapped at 78 columns (its numbers and words are decided
+    at run time). clock=True marks every line as holding a wall-clock figure."""
     lines = textwrap.wrap(" ".join(s for s in sentences if s), 78 - len(CLOCK) * clock)
     print("\n".join(line + CLOCK * clock for line in lines))
 
 
-def row_str(values, fmt="{:7.3f}"):
-    return "".join(fmt.format(v) for v in values)
+def table(columns, rows, groups=(), clock=False):
+    """The one table printer. columns: (header, width, spec), a header of one or
+    two lines ('\n'), spec a format spec ('.3f', ',d', '<' for left-aligned
+    text, which gets a two-space gutter unless it is the first column) or a
+    function of the value; a str or None cell is printed as it is. groups:
+    (title, first column, last column) centred on a line above the headers."""
+    def cell(value, width, spec, i):
+        text = ("" if value is None else value if isinstance(value, str)
+                else spec(value) if callable(spec) else format(value, spec))
+        return ("  " * (i > 0) + text).ljust(width) if spec == "<" else text.rjust(width)
+    widths = [width for _, width, _ in columns]
+    if groups:
+        line = ""
+        for title, a, b in groups:
+            line = line.ljust(sum(widths[:a])) + title.center(sum(widths[a:b + 1]))
+        print(line.rstrip())
+    heads = [h.split("\n") for h, _, _ in columns]
+    depth = max(map(len, heads)) if any(h for h, _, _ in columns) else 0
+    heads = [[""] * (depth - len(h)) + h for h in heads]  # a one-line header sits low
+    for j in range(depth):
+        print("".join(cell(h[j], w, "<" if s == "<" else "", i)
+                      for i, (h, (_, w, s)) in enumerate(zip(heads, columns))).rstrip())
+    for row in rows:
+        print("".join(cell(v, w, s, i) for i, (v, (_, w, s)) in enumerate(zip(row, columns))).rstrip()
+              + CLOCK * clock)
 
 
-def grid_row(label, values):
-    """One row of a probability grid, 0.050 printed as .050 so six fit in 33."""
-    return f"{label:>3}" + "".join(f"{v:.3f}".lstrip("0").rjust(5) for v in values)
+def prob3(v):
+    """A probability in 4 characters: prob3(0.05) -> '.050'."""
+    return f"{v:.3f}".replace("0.", ".", 1) if v < 1 else "1.00"
 
 
-def measure(P, Q, k, n_rounds, seed, ctx=0, draft_from=None, verify=None):
-    """n_rounds speculative rounds: (accepted / checked, tokens per target
-    call, tokens, standard error of tokens per call, tokens of each round).
-
-    A round that rejects draft i checked i+1 of its drafts; the ones after
-    the rejection were never looked at. accepted / checked is the acceptance
-    rate at the positions actually checked, which is not quite the paper's
-    alpha (demo 3 says where they differ). draft_from: the table the draft
-    really samples from, if verification is (wrongly) handed a different Q,
-    as Hugging Face transformers shipped (demo 3). verify: as in spec_generate.
-    """
-    rng, drafter = np.random.default_rng(seed), Q if draft_from is None else draft_from
-    verify = verify or verify_round
-    accepted = checked = 0
-    tokens, sizes = [], []
-    for _ in range(n_rounds):
-        out, n_acc = verify(P, Q, ctx, draft_tokens(drafter, ctx, k, rng), rng)
-        accepted, checked = accepted + n_acc, checked + min(n_acc + 1, k)
-        tokens += out
-        sizes.append(len(out))
-        ctx = out[-1]
-    return accepted / checked, np.mean(sizes), tokens, np.std(sizes) / np.sqrt(n_rounds), sizes
+def about(n):
+    """A count to two significant figures, in words: about(1974584) -> '2.0 million'."""
+    return f"{n / 1e6:.1f} million" if n >= 1e6 else f"{float(f'{n:.2g}'):,.0f}"
 
 
-def transition_tv(tokens, P):
-    """TV between the text's next-token frequencies and P's rows, averaged over
-    the contexts as often as the text visits them."""
-    counts = bigram_counts(tokens, len(P))
-    seen = counts.sum(axis=1)
-    per_context = [seen[c] * tv_distance(counts[c] / seen[c], P[c]) for c in np.flatnonzero(seen)]
-    return sum(per_context) / seen.sum()
-
-
-def demo1_rule_by_hand(ctx=0):
-    p, q = TARGET[ctx], MIDDLING[ctx]
-    acc = np.array([accept_prob(p, q, x) for x in range(VOCAB)])
-    r = residual(p, q)
-    print(f"Context '{name(ctx)}'. Target p; middling draft q, a blend of half the target and "
-          "half an\nunrelated table (blend weight 0.5).\n")
-    print("token      p      q   min(1, p/q)    p - q   residual")
-    for x in range(VOCAB):
-        print(f"    {name(x)}  {p[x]:.3f}  {q[x]:.3f}  {acc[x]:11.3f}  {p[x] - q[x]:+7.3f}"
-              f"  {r[x]:9.3f}")
-    under, over = int(np.argmax(p - q)), int(np.argmax(q - p))
-    print(f"\nDraft '{name(under)}': q = {q[under]:.3f} <= p = {p[under]:.3f}, under-proposed: "
-          + ("always accepted." if acc[under] == 1 else
-             f"accepted only\n  {acc[under]:.3f} of the time, where the rule keeps it always."))
-    ratio = p[over] / q[over]
-    print(f"Draft '{name(over)}': q = {q[over]:.3f} >  p = {p[over]:.3f}, over-proposed: "
-          + (f"accepted with p/q = {ratio:.3f}," if abs(acc[over] - ratio) < 1e-12 else
-             f"accepted {acc[over]:.3f}, NOT p/q = {ratio:.3f},")
-          + f"\n  rejected {100 * (1 - acc[over]):.1f}% of the time; then the token is drawn "
-          "from the residual.")
-    beta = float(np.minimum(p, q).sum())
-    kept, fixed = q * acc, (1 - beta) * r
-    print(f"\nThe proof, token by token. P(reject) = 1 - sum min(p, q) = {1 - beta:.3f}.\n")
-    print("token   kept: q*min(1,p/q)  +  P(reject)*residual  =  emitted       p")
-    for x in range(VOCAB):
-        print(f"    {name(x)}  {kept[x]:19.4f}  {fixed[x]:20.4f}  {kept[x] + fixed[x]:10.4f}"
-              f"  {p[x]:6.4f}")
-    gap = np.abs(kept + fixed - p)
-    print(f"\nLargest |emitted - p| over the tokens: {gap.max():.1e} (the criterion: below "
-          "1e-12).")
-    if gap.max() < 1e-12:
-        say("Emitted = p. Acceptance delivers min(p, q); a rejection happens with exactly",
-            "the mass that is missing, and the residual puts it where p exceeds q. This",
-            "holds for any q that covers what it drafts.")
-    else:
-        say(f"Emitted != p: token '{name(int(gap.argmax()))}' is off by {gap.max():.3f}.",
-            "The rule as it stands does NOT deliver the target's distribution.")
-
-
-def first_two(generate, n_runs, seed):
-    """Counts of the first two tokens of generate(rng) over n_runs runs:
-    counts[x1, x2]."""
-    rng, counts = np.random.default_rng(seed), np.zeros((VOCAB, VOCAB))
-    for _ in range(n_runs):
-        x1, x2 = generate(rng)[:2]
-        counts[x1, x2] += 1
-    return counts
-
-
-def truth_and_floor(ctx, n_runs, seed):
-    """The target's joint of the first two tokens after ctx, P(x1, x2) =
-    p(x1 | ctx) p(x2 | x1), and the TV that plain decoding gets from it in
-    n_runs runs: how far a correct sample lands from noise alone."""
-    truth = target_first_tokens(TARGET, ctx, 2)
-    plain = first_two(lambda rng: plain_decode(TARGET, ctx, 2, rng), n_runs, seed)
-    return truth, tv_distance(plain / n_runs, truth)
+def p_text(p):
+    """A p-value as printed: p_text(0.4321) -> 'p = 0.43', tiny ones as a bound."""
+    return "p < 1e-12" if p < 1e-12 else f"p = {p:.0e}" if p < 0.01 else f"p = {p:.2f}"
 
 
 def exact_text(tv):
@@ -1154,413 +1427,472 @@ def exact_text(tv):
 
 
 def both_checks(p_value, exact_tv):
-    """One verdict from the two checks, the sample's test and the exact TV:
-    'the target', 'NOT the target', or which one alone says NOT."""
+    """One verdict from the two checks, the sample's fit and the exact TV (a
+    bias above 1e-9 is not rounding): 'the target', 'NOT the target', or which
+    one alone says NOT."""
     sampled, exact = p_value >= P_REJECT, exact_tv < 1e-9
     if sampled == exact:
         return "the target" if exact else "NOT the target"
-    return "NOT (sampled)" if exact else "NOT (exact)"
+    return "NOT by the fit" if exact else "NOT by exact"
+
+
+VERDICT_WORDS = {"the target": "emits the target's distribution by both checks",
+                 "NOT the target": "is NOT the target by both checks",
+                 "NOT by the fit": "fails its fit while its exact distribution is right",
+                 "NOT by exact": "passes its fit while its exact distribution is off"}
+
+
+# The deliberate bugs, each beside the demo that shows it (a bug as an edit).
+
+BUGS = {  # the token-wise verifier's, shown in demo 2
+    "argmax": [("accept_prob", "return min(1.0", "return float(x == p.argmax())")],
+    "no_resample": [("residual", "return d / total", "return p")],
+    "continue": [("verify_round", "# a rejection ends the round", "")],
+    "uniform_q": [("accept_prob", "return min(1.0", "return min(1.0, float(p[x] * len(p)))"),
+                  ("residual", "return d / total", "return p")],
+}
+BLOCK_BUGS = {  # block verification's, shown in demo 9 beside the one that shipped
+    "tokenwise_residual": [("block_residual", "return residual(weight * p, q)",
+                            "return residual(p, q)")],
+    "cumulative": [("block_threshold", "return Z / (Z + 1", "return weight")],
+}
+NO_UPDATE = [("verify_tree", "p = residual(p, q_j)", "")]  # demo 8's tree bug
+
+
+def demo1_rule_by_hand(ctx=0):
+    p, q = TARGET[ctx], MIDDLING[ctx]
+    acc = np.array([accept_prob(p, q, x) for x in range(VOCAB)])
+    r, beta = residual(p, q), float(np.minimum(p, q).sum())
+    kept, fixed = q * acc, (1 - beta) * r
+    gap = np.abs(kept + fixed - p)
+    say(f"Context '{name(ctx)}'. Target p; the middling draft q, a blend of "
+        f"{MIDDLING_WEIGHT:g} target and {1 - MIDDLING_WEIGHT:g} an unrelated table.")
+    print()
+    table([("token", 5, ">5"), ("p", 7, ".3f"), ("q", 7, ".3f"), ("min(1, p/q)", 13, ".3f"),
+           ("p - q", 9, "+.3f"), ("residual", 10, ".3f")],
+          [(name(x), p[x], q[x], acc[x], p[x] - q[x], r[x]) for x in range(VOCAB)])
+    under, over = int(np.argmax(p - q)), int(np.argmax(q - p))
+    ratio = p[over] / q[over]
+    print()
+    say(f"Draft '{name(under)}': q = {q[under]:.3f} <= p = {p[under]:.3f}, under-proposed:",
+        "always accepted." if acc[under] == 1 else f"accepted only {acc[under]:.3f} of the "
+        "time, where the rule keeps it always.")
+    say(f"Draft '{name(over)}': q = {q[over]:.3f} > p = {p[over]:.3f}, over-proposed:",
+        f"accepted with p/q = {ratio:.3f}," if abs(acc[over] - ratio) < 1e-12 else
+        f"accepted {acc[over]:.3f}, NOT p/q = {ratio:.3f},",
+        f"rejected {100 * (1 - acc[over]):.1f}% of the time; then the token is drawn from the",
+        "residual, norm(max(0, p - q)): the mass p has where q falls short.")
+    print(f"\nThe proof, token by token. P(reject) = 1 - sum min(p, q) = {1 - beta:.3f}.\n")
+    table([("token", 5, ">5"), ("kept: q min(1,p/q)", 20, ".4f"), ("+ P(reject) residual", 22, ".4f"),
+           ("= emitted", 11, ".4f"), ("p", 8, ".4f")],
+          [(name(x), kept[x], fixed[x], kept[x] + fixed[x], p[x]) for x in range(VOCAB)])
+    print(f"\nLargest |emitted - p| over the tokens: {gap.max():.1e} (the criterion: below 1e-12).")
+    if gap.max() < 1e-12:
+        say("Emitted = p. Acceptance delivers min(p, q); a rejection happens with exactly",
+            "the mass that is missing, and the residual puts it where p exceeds q. This",
+            "holds for any q that covers what it drafts.")
+    else:
+        say(f"Emitted != p: token '{name(int(gap.argmax()))}' is off by {gap.max():.3f}.",
+            "The rule as it stands does NOT deliver the target's distribution.")
+    return SimpleNamespace(accept=acc, gap=gap.max(), under=under, over=over)
 
 
 def demo2_distribution(ctx=5, k=2, n_runs=1000):
-    truth, floor = truth_and_floor(ctx, n_runs, seed=2)
-    counts = {rule: first_two(lambda rng: spec_generate(TARGET, UNRELATED, ctx, 2, k, rng, rule)[0],
-                              n_runs, seed=2) for rule in RULES}
-    exact = {rule: exact_first_tokens(TARGET, UNRELATED, ctx, 2, k, rule) for rule in RULES}
-    print(f"Draft: the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), k = {k}. "
-          f"From context '{name(ctx)}',\n{n_runs:,} runs per rule; each run keeps the first "
-          "two tokens it emits, x1 then x2.\n")
-    header = "x1\\x2" + "".join(f"{name(x):>5}" for x in range(VOCAB))
-    print(f"{'target joint P(x1, x2)':^35}      {'sampled, correct rule':^35}".rstrip())
-    print(header + "      " + header)
-    for x in range(VOCAB):
-        print("  " + grid_row(name(x), truth[x]) + "      "
-              + grid_row(name(x), counts["correct"][x] / n_runs))
-    print("\nfirst token x1 " + "".join(f"{name(x):>7}" for x in range(VOCAB)))
-    print(f"{'target':14} " + row_str(TARGET[ctx]))
-    for rule in RULES:
-        print(f"{rule:14} " + row_str(counts[rule].sum(axis=1) / n_runs))
-    print(f"\n{'':13}{'sampled':^22}{'exact, no sampling':^24}".rstrip())
-    print(f"{'rule':13}{'TV(x1, x2)':>11}{'fit':>11}{'TV(x1, x2)':>13}{'TV(x1)':>11}  verdict")
-    p_values = {rule: chi2_sf(*pearson(counts[rule], truth)) for rule in RULES}
-    tv_pair = {rule: tv_distance(exact[rule], truth) for rule in RULES}
-    tv_first = {rule: tv_distance(exact[rule].sum(axis=1), TARGET[ctx]) for rule in RULES}
-    for rule in RULES:
-        print(f"{rule:13}{tv_distance(counts[rule] / n_runs, truth):11.4f}"
-              f"{p_text(p_values[rule]):>11}{exact_text(tv_pair[rule]):>13}"
-              f"{exact_text(tv_first[rule]):>11}  {both_checks(p_values[rule], tv_pair[rule])}")
-    print(f"{'floor':13}{floor:11.4f}   <- the target itself, sampled {n_runs:,} times")
-    demo2_verdicts(p_values, tv_pair, tv_first)
-    demo2_greedy(n_tokens=1000)
+    rules = {"correct": this_module()} | {b: bugged(b) for b in BUGS}
+    truth = target_first_tokens(TARGET, ctx, 2)
+    counts = {r: first_two(lambda rng: m.spec_generate(TARGET, UNRELATED, ctx, 2, k, rng)[0],
+                           n_runs, seed=2) for r, m in rules.items()}
+    exact = {r: m.exact_first_tokens(TARGET, UNRELATED, ctx, 2, k) for r, m in rules.items()}
+    checks = {r: two_checks(counts[r], exact[r], truth) for r in rules}
+    verdicts = {r: both_checks(*checks[r]) for r in rules}
+    say(f"The draft: the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), k = {k},",
+        f"from context '{name(ctx)}'. {n_runs:,} runs per rule; each run keeps the first two",
+        "tokens it emits, x1 then x2.")
+    print()
+    grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
+    table(grid + [("", 6, "")] + grid, [(f"   {name(x)}", *truth[x], None, f"   {name(x)}",
+                                         *counts["correct"][x] / n_runs) for x in range(VOCAB)],
+          groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
+    print()
+    table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV(x1, x2)", 12, exact_text),
+           ("TV(x1)", 9, exact_text), ("verdict", 17, "<")],
+          [(r, tv_distance(counts[r] / n_runs, truth), checks[r][0], checks[r][1],
+            tv_distance(exact[r].sum(axis=1), TARGET[ctx]), verdicts[r]) for r in rules],
+          groups=[("sampled", 1, 2), ("exact", 3, 4)])
+    print()
+    say(f"floor: the TV of the target itself, sampled {n_runs:,} times: {floor_tv(TARGET, ctx, n_runs, 2):.4f}.",
+        "TV: of the sample's first two tokens from the target's joint. fit: Pearson's",
+        f"chi-square p-value of the sample against that joint; below {P_REJECT:g} the sample is",
+        "NOT the target. exact: the TV of exact_first_tokens, which follows the",
+        "probability mass through accept_prob and residual; above 1e-9 it is a bias,",
+        "not rounding. Each bug is one edit of this script, run as it would be typed:")
+    print()
+    table([("bug", 13, "<"), ("in", 16, "<"), ("the line, and what it becomes", 50, "<")],
+          [row for r in BUGS for f, old, new in rules[r].diff
+           for row in ((r, f + "()", old.split("  #")[0]), ("", "", "-> " + (new or "(deleted)")))])
+    print()
+    demo2_verdicts(verdicts, checks)
+    return SimpleNamespace(checks=checks, verdicts=verdicts, exact=exact, truth=truth,
+                           greedy=demo2_greedy(n_tokens=1000))
 
 
-def demo2_verdicts(p_values, tv_pair, tv_first):
-    """Demo 2's sentences, each decided by the numbers in its table."""
+def demo2_verdicts(verdicts, checks):
+    """Demo 2's sentences, each decided by the rows of its table."""
+    sample, exact = p_text(checks["correct"][0]), exact_text(checks["correct"][1])
+    say({"the target": f"The correct rule emits the target's distribution: its fit is {sample} "
+                       "and its exact TV is rounding error. The poor draft (low alpha) cost "
+                       "speed, not correctness.",
+         "NOT the target": f"The 'correct' rule does NOT emit the target's distribution: its fit "
+                           f"is {sample} and its exact TV {exact}. A stage is broken.",
+         "NOT by the fit": f"The 'correct' rule fails its fit ({sample}) while its exact TV is "
+                           "rounding error: the exact enumeration follows accept_prob and residual "
+                           "but not verify_round's own lines, so the bug lives in verify_round.",
+         "NOT by exact": f"The 'correct' rule's exact TV is {exact}, a bias its sample did not "
+                         f"resolve ({sample}): larger than rounding, smaller than the noise."
+         }[verdicts["correct"]])
+    both = [r for r in BUGS if verdicts[r] == "NOT the target"]
+    fit_only = [r for r in BUGS if verdicts[r] == "NOT by the fit"]
+    missed = [r for r in BUGS if verdicts[r] == "the target"]
     print()
-    say("fit: Pearson's chi-square p-value of the sample against the target joint;",
-        f"below {P_REJECT:g} the sample is NOT the target. exact: the TV of",
-        "exact_first_tokens, which follows the probability mass through accept_prob",
-        "and residual with no sampling; above 1e-9 it is a bias, not rounding.")
-    print()
-    verdict = both_checks(p_values["correct"], tv_pair["correct"])
-    sample, exact = fit_verdict(p_values["correct"]), exact_text(tv_pair["correct"])
-    if verdict == "the target":
-        say(f"The correct rule emits the target's distribution: its sample is {sample}",
-            "and its exact TV is rounding error. The poor draft (low alpha) cost speed,",
-            "not correctness.")
-    elif verdict == "NOT the target":
-        say(f"The 'correct' rule does NOT emit the target's distribution: its sample is",
-            f"{sample} and its exact TV is {exact}. A stage is broken.")
-    elif verdict == "NOT (sampled)":
-        say(f"The 'correct' rule's sample is {sample}, though its exact TV is rounding",
-            "error. The exact check follows accept_prob and residual but not",
-            "verify_round's own lines, so the bug lives in verify_round.")
-    else:
-        say(f"The 'correct' rule's exact TV is {exact}, a bias its sample did not",
-            f"resolve ({sample}): a small bug, larger than rounding, smaller than the",
-            "sample's noise.")
-    caught = [r for r in RULES[1:] if both_checks(p_values[r], tv_pair[r]) == "NOT the target"]
-    missed = [r for r in RULES[1:] if r not in caught]
-    print()
-    say(f"Caught by both checks: {', '.join(caught) or 'none'}.",
+    say(f"Caught by both checks: {', '.join(both) or 'none'}." if both else "",
+        f"Caught by the fit alone: {', '.join(fit_only)}: an edit of verify_round's own lines, "
+        "which the exact enumeration (a weighing of the correct loop) cannot see; a sample of "
+        "the loop itself can." if fit_only else "",
         f"Not caught: {', '.join(missed)}." if missed else "",
-        "'greedy' keeps a draft only if it is p's argmax; 'no_resample' refills",
-        "rejections from p, counting mass twice that q already delivered.",
-        "'continue' gets x1 exactly right (exact TV(x1) "
-        f"{exact_text(tv_first['continue'])}) and the pair wrong: the drafts it kept "
-        "were conditioned on a token that had been replaced."
-        if tv_first["continue"] < 1e-9 <= tv_pair["continue"] else "",
-        "'uniform_q' takes the draft's probability to be 1/V and refills from p: no",
-        "public project is on record with exactly this bug, but it is of the class",
-        "that shipped (Hugging Face transformers #32867 and #47932: verification",
-        "handed a q the draft did not sample from).")
+        "'argmax' keeps a draft only if it is p's argmax (APEX-1's BUG-15, in its lesson",
+        "docs/22-speculative-decoding.md); 'no_resample' refills a rejection from p, counting",
+        "twice the mass q already delivered; 'continue' checks the drafts after a rejection,",
+        "which were conditioned on a token that is gone; 'uniform_q' takes the draft's",
+        "probability to be 1/V and refills from p, as APEX-1's generate_with_speculative",
+        "(apex/generation/generator.py at commit 0490e4a) does.")
 
 
 def demo2_greedy(n_tokens, k=4):
     """Demo 2, part two: greedy decoding is sampling from temper(P, 0)."""
     P0 = temper(TARGET, 0)
     plain = plain_decode(P0, 0, n_tokens, np.random.default_rng(0))
-    print(f"\nGreedy is sampling at T = 0 (the paper's section 2.2): temper(P, 0) has\n"
-          f"one-hot rows. The unchanged verify_round, {n_tokens:,} tokens from 'a', k = {k}:\n")
-    print(f"{'draft, at T = 0':24}{'same tokens as argmax decoding':>32}{'target calls':>14}")
-    accepted, same = {}, {}
-    for label, w in (("middling (weight 0.5)", 0.5), ("blend weight 0.9", 0.9)):
-        Q0 = temper(blend(TARGET, UNRELATED, w), 0)
-        tokens, calls, accepted[w] = spec_generate(P0, Q0, 0, n_tokens, k, np.random.default_rng(0))
-        same[w] = sum(a == b for a, b in zip(tokens, plain))
-        print(f"{label:24}{f'{same[w]:,} of {n_tokens:,}':>32}{calls:14,}")
-    agree = np.flatnonzero(P0.argmax(axis=1) == temper(MIDDLING, 0).argmax(axis=1))
     print()
-    say("Both are argmax decoding, token for token." if min(same.values()) == n_tokens
+    say("Temperature T reshapes a distribution: p(x)^(1/T), renormalised. T = 0 leaves",
+        "only the argmax: greedy decoding is sampling from temper(P, 0), whose rows are",
+        f"one-hot (the paper's section 2.2). The unchanged verify_round, {n_tokens:,}",
+        f"tokens from 'a', k = {k}, both tables at T = 0:")
+    print()
+    rows = []
+    for weight in (MIDDLING_WEIGHT, 0.9):
+        Q0 = temper(blend(TARGET, UNRELATED, weight), 0)
+        tokens, calls, accepted = spec_generate(P0, Q0, 0, n_tokens, k, np.random.default_rng(0))
+        rows.append((f"blend weight {weight:g}", sum(a == b for a, b in zip(tokens, plain)), calls,
+                     accepted))
+    table([("draft", 18, "<"), ("same tokens as argmax decoding", 32, ",d"), ("target calls", 14, ",d"),
+           ("accepted", 10, ",d")], rows)
+    agree = np.flatnonzero(P0.argmax(axis=1) == temper(MIDDLING, 0).argmax(axis=1))
+    visited = sorted(set(plain))
+    print()
+    say("Both are argmax decoding, token for token." if min(r[1] for r in rows) == n_tokens
         else "NOT argmax decoding: some tokens differ.",
-        "At T = 0, min(1, p/q) is 1 for p's argmax and 0 for anything else, so",
-        "argmax agreement IS the acceptance rule. The middling draft shares the",
-        f"target's argmax in {len(agree)} of {VOCAB} contexts"
-        + (f" ({', '.join(map(name, agree))})" if len(agree) else "") + ", but the greedy",
-        f"text from 'a' visits {', '.join(map(name, sorted(set(plain))))}: it had",
-        f"{accepted[0.5]} drafts accepted. At T > 0 the same check is the 'greedy' bug.")
-
-
-def fits_exact(measured, se, exact, z=4):
-    """Does a sampled mean agree with its exact value? Within z standard
-    errors (the criterion printed beside it), or to rounding when se is 0."""
-    return abs(measured - exact) <= z * se + 1e-9
+        "At T = 0, min(1, p/q) is 1 for p's argmax and 0 for anything else, so argmax",
+        "agreement IS the acceptance rule. The middling draft shares the target's argmax in",
+        f"{len(agree)} of {VOCAB} contexts ({', '.join(map(name, agree)) or 'none'}); the greedy",
+        f"text from 'a' visits {', '.join(map(name, visited))}, and {rows[0][3]:,} of its drafts",
+        "were accepted. At T > 0 the same check is the 'argmax' bug.")
+    return rows
 
 
 def demo3_acceptance(k=4, c=0.1, n_rounds=500):
-    weights = (1, 0.9, 0.75, 0.5, 0.25, 0)
-    drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in weights]
+    drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in (1, .9, .75, .5, .25, 0)]
     drafts += [(f"target at T = {T}", temper(TARGET, T)) for T in (1.0, 1.3, 2.0, 0.5)]
-    print(f"k = {k}, {n_rounds:,} rounds per draft. Blends mix the target with the unrelated\n"
-          "table. The last four draft with the target itself, tempered: T = 1.0 is the\n"
-          "target unchanged (the control), the others the wrong temperature.\n")
-    print(f"{'':18}{'accepted':>9}{'paper':>7}{'tokens per target call':>28}{'speedup':>10}")
-    print(f"{'draft':18}{'/ checked':>9}{'alpha':>7}{'measured':>10}{'eq. 1':>7}{'exact':>7}"
-          f"{'fits':>6}{f'c = {c}':>9}")
-    misfits = []
+    rows = []
     for label, Q in drafts:
-        rate, tokens, _, se, _ = measure(TARGET, Q, k, n_rounds, seed=3)
-        alpha, exact = pair_alpha(TARGET, Q), exact_tokens_per_call(TARGET, Q, k)
-        fits = fits_exact(tokens, se, exact)
-        misfits += [] if fits else [(label, tokens, exact)]
-        print(f"{label:18}{rate:9.3f}{alpha:7.3f}{tokens:10.2f}{expected_tokens(alpha, k):7.2f}"
-              f"{exact:7.2f}{'yes' if fits else 'NO':>6}"
-              f"{speedup(tokens, k, c):9.2f}")
+        m, alpha = measure(TARGET, Q, k, n_rounds, seed=3), pair_alpha(TARGET, Q)
+        exact = exact_tokens_per_call(TARGET, Q, k)
+        rows.append((label, m.rate, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
+                     "yes" if fits_exact(m.per_call, m.se, exact) else "NO", speedup(m.per_call, k, c)))
+    say(f"k = {k}, {n_rounds:,} rounds per draft. Blends mix the target with the unrelated table;",
+        "the last four draft with the target itself at a temperature (T = 1.0 is the",
+        "target unchanged, the control). eq. 1 is the paper's tokens per call if every",
+        "draft passed independently with one probability alpha: 1 + alpha + ... + alpha^k.",
+        f"Speedup at a draft cost c = {c}: tokens per call / (1 + k c).")
     print()
-    say("fits: the measured tokens per call lies within 4 standard errors of the",
-        "exact value (exact_tokens_per_call follows the probability mass with no",
-        "sampling and no assumption).",
-        "Every row fits: the sampled rounds and the exact mass agree." if not misfits else
-        "NOT every row fits: " + "; ".join(f"{label} measures {t:.2f} where the exact value "
-                                           f"is {e:.2f}" for label, t, e in misfits[:2])
-        + (f"; and {len(misfits) - 2} more" if len(misfits) > 2 else "")
+    table([("draft", 17, "<"), ("accepted\n/ checked", 10, ".3f"), ("paper\nalpha", 7, ".3f"),
+           ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
+           ("fits", 6, ">6"), (f"speedup\nc = {c:g}", 9, ".2f")],
+          rows, groups=[("", 0, 2), ("tokens per target call", 3, 7)])
+    misfits = [r for r in rows if r[7] == "NO"]
+    print()
+    say("+-: one standard error. fits: the measured value lies within 4 standard errors",
+        "of the exact one (exact_tokens_per_call: the probability mass through accept_prob",
+        "and residual, chained over the rounds' start contexts, no sampling).",
+        "Every row fits." if not misfits else "NOT every row fits: " + "; ".join(
+            f"{r[0]} measures {r[3]:.2f} where the exact value is {r[6]:.2f}" for r in misfits[:2])
         + ". The rounds that ran are not the rounds the math describes.")
     demo3_alpha_words(k)
-    demo3_temperatures(k, c, n_rounds)
-    demo3_one_sided(k, 2 * n_rounds)
+    return SimpleNamespace(rows=rows, temperatures=demo3_temperatures(k, n_rounds),
+                           one_sided=demo3_one_sided(k, 2 * n_rounds))
 
 
 def demo3_alpha_words(k):
     """Demo 3: what the columns mean, with the numbers that show where they part."""
-    a = pair_alpha(TARGET, MIDDLING)
+    a, a_u = pair_alpha(TARGET, MIDDLING), pair_alpha(TARGET, UNRELATED)
     naive, right = 1 + k * a, exact_tokens_per_call(TARGET, MIDDLING, k)
-    rate1 = {label: exact_tokens_per_call(TARGET, Q, 1) - 1
-             for label, Q in (("middling", MIDDLING), ("unrelated", UNRELATED))}
+    rate1 = [exact_tokens_per_call(TARGET, Q, 1) - 1 for Q in (MIDDLING, UNRELATED)]
     print()
-    say(f"The naive estimate 1 + k*alpha gives {naive:.2f} tokens per call for the",
-        f"middling draft; the exact value is {right:.2f}, so it overstates by",
-        f"{100 * (naive / right - 1):.0f}%: it forgets that a rejection ends the round.")
-    print()
-    say("The paper's alpha is sum min(p, q) averaged over the contexts as often as",
-        "the target visits them; eq. 1 assumes that one alpha holds at every",
-        "position. accepted / checked is the acceptance rate at the positions",
-        "actually checked, and a round starts on the token that ended the last one,",
-        "so the two differ, most at k = 1, where the rate is exactly tokens per call",
-        f"- 1: the middling draft {rate1['middling']:.4f} against alpha {a:.4f}, the",
-        f"unrelated one {rate1['unrelated']:.4f} against {pair_alpha(TARGET, UNRELATED):.4f}.",
-        "Speed rides on alpha, and a perfect model sampled at the wrong temperature is",
-        "just a worse draft.")
+    say(f"The naive estimate 1 + k*alpha gives {naive:.2f} tokens per call for the middling",
+        f"draft; the exact value is {right:.2f}, so it overstates by",
+        f"{100 * (naive / right - 1):.0f}%: it forgets that a rejection ends the round.",
+        "accepted / checked is the acceptance rate at the positions actually checked; a",
+        "round starts on the token that ended the last one, not where the target's text",
+        "sits, so it differs from the paper's alpha, most at k = 1, where the rate is",
+        f"tokens per call - 1: the middling draft {rate1[0]:.4f} against alpha {a:.4f}, the",
+        f"unrelated one {rate1[1]:.4f} against {a_u:.4f}.")
 
 
-def transition_p_value(tokens, P):
-    """The fit of a text's transitions to P's rows: one Pearson test per
-    context the text visits, pooled into one p-value."""
-    counts = bigram_counts(tokens, len(P))
-    return fit_p_value(pearson(counts[c], P[c]) for c in np.flatnonzero(counts.sum(axis=1)))
-
-
-def demo3_temperatures(k, c, n_rounds, n_exact=3):
+def demo3_temperatures(k, n_rounds, n_exact=3):
     """Demo 3, part two: both models sampled at temperature T, as in production."""
-    print(f"\nSampling temperature T applied to BOTH tables (middling draft, k = {k}). TV:\n"
-          "the output's next-token frequencies against the tempered target; floor:\n"
-          "the same for plain decoding of the tempered target, as many tokens; fit:\n"
-          f"the test of those transitions; exact: the TV of the first {n_exact} tokens "
-          "after 'a'.\n")
-    print(f"{'T':>4}{'alpha':>7}{'tokens/call':>13}{'speedup':>9}{'TV':>8}{'floor':>8}"
-          f"{'fit':>12}{'exact':>9}")
-    alpha, failed, p_min = {}, [], 1.0
+    rows = []
     for T in (0, 0.5, 1.0, 1.5, 2.0):
         P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
-        _, tokens_per_call, tokens, *_ = measure(P_T, Q_T, k, n_rounds, seed=6)
-        plain = plain_decode(P_T, 0, len(tokens), np.random.default_rng(6))
-        alpha[T], p = pair_alpha(P_T, Q_T), transition_p_value(tokens, P_T)
-        tv_exact = tv_distance(exact_first_tokens(P_T, Q_T, 0, n_exact, k),
-                               target_first_tokens(P_T, 0, n_exact))
-        failed += [] if both_checks(p, tv_exact) == "the target" else [f"{T}"]
-        p_min = min(p_min, p)
-        print(f"{T:4.1f}{alpha[T]:7.3f}{tokens_per_call:13.2f}{speedup(tokens_per_call, k, c):9.2f}"
-              f"{transition_tv(tokens, P_T):8.4f}{transition_tv(plain, P_T):8.4f}"
-              f"{p_text(p):>12}{exact_text(tv_exact):>9}")
+        m = measure(P_T, Q_T, k, n_rounds, seed=6)
+        plain = plain_decode(P_T, 0, len(m.tokens), np.random.default_rng(6))
+        p_fit = transition_p_value(m.tokens, P_T)
+        tv = tv_distance(exact_first_tokens(P_T, Q_T, 0, n_exact, k), target_first_tokens(P_T, 0, n_exact))
+        rows.append((T, pair_alpha(P_T, Q_T), m.per_call, transition_tv(m.tokens, P_T),
+                     transition_tv(plain, P_T), p_fit, tv, both_checks(p_fit, tv)))
     print()
-    if failed:
-        say("NOT every temperature emits its tempered target: at T =", ", ".join(failed),
-            f"the fit has p < {P_REJECT:g} or the exact TV is above 1e-9.")
-    else:
-        say(f"Every temperature emits its tempered target: every fit has p >= {P_REJECT:g}",
-            f"(the smallest is {p_text(p_min)[4:]}) and every exact TV is rounding error.")
-    rising = all(alpha[a] < alpha[b] for a, b in ((0.5, 1.0), (1.0, 1.5), (1.5, 2.0)))
-    say(f"alpha rises with T here, {alpha[0.5]:.3f} at T = 0.5 to {alpha[2.0]:.3f} at T = 2:",
-        "heating flattens both rows toward uniform, and sum min(p, q) -> 1 as they",
-        "meet." if rising else "alpha does not rise steadily with T for this pair.",
-        f"At T = 0 alpha is argmax agreement, {alpha[0]:.3f} here. The paper's Table 3",
-        "goes the other way for T5-XXL drafted by the off-the-shelf T5-small (0.75 at",
-        "T = 0, 0.62 at T = 1), and the paper reads it as: the sharper the",
-        "distribution, the higher alpha. Which way it goes depends on the pair.")
+    say(f"Temperature T on BOTH tables (the middling draft, k = {k}). TV: the output's",
+        "next-token frequencies against the tempered target's rows; floor: the same for",
+        "plain decoding of the tempered target, as many tokens; fit: the test of those",
+        f"transitions; exact: the TV of the first {n_exact} tokens after 'a'.")
+    print()
+    table([("T", 4, ".1f"), ("alpha", 7, ".3f"), ("tokens/call", 13, ".2f"), ("TV", 8, ".4f"),
+           ("floor", 8, ".4f"), ("fit", 12, p_text), ("exact", 9, exact_text), ("verdict", 16, "<")],
+          rows)
+    failed = [f"{r[0]:g}" for r in rows if r[7] != "the target"]
+    alpha = {r[0]: r[1] for r in rows}
+    print()
+    say(f"NOT every temperature emits its tempered target: T = {', '.join(failed)} fails a check."
+        if failed else "Every temperature emits its tempered target by both checks.",
+        f"alpha is {alpha[0.5]:.3f} at T = 0.5 and {alpha[2.0]:.3f} at T = 2:",
+        "heating flattens both rows toward uniform, and sum min(p, q) -> 1 as they meet."
+        if alpha[0.5] < alpha[1.0] < alpha[1.5] < alpha[2.0] else "not a steady rise.",
+        f"At T = 0 alpha is argmax agreement, {alpha[0]:.3f} here. The paper's Table 3 goes",
+        "the other way for T5-XXL drafted by the off-the-shelf T5-small (0.75 at T = 0, 0.62",
+        "at T = 1), and the paper reads it as: the sharper the distribution, the higher",
+        "alpha. Which way it goes depends on the pair.")
+    return rows
 
 
 def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
     """Two shipped bugs: a temperature applied to one model and not the other."""
     P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
-    truth = target_first_tokens(P_T, 0, n_exact)
-    cases = (("q is not what the draft sampled", P_T, MIDDLING, Q_T),
-             ("p untempered, q tempered", TARGET, Q_T, None))
-    print(f"\nA temperature on one side only, T = {T} requested, {n_rounds:,} rounds each; "
-          "fit and\nexact against the T = 0.5 target, as above.\n")
-    print(f"{'the bug':34}{'TV':>8}{'fit':>12}{'exact':>9}  verdict")
-    for label, P, Q, drafted_from in cases:
-        tokens = measure(P, Q, k, n_rounds, seed=7, draft_from=drafted_from)[2]
-        p = transition_p_value(tokens, P_T)
-        exact = exact_first_tokens(P, Q, 0, n_exact, k, draft_from=drafted_from)
-        tv_exact = tv_distance(exact, truth)
-        print(f"{label:34}{transition_tv(tokens, P_T):8.4f}{p_text(p):>12}"
-              f"{exact_text(tv_exact):>9}  {both_checks(p, tv_exact)}")
-    tv_t1 = tv_distance(exact, target_first_tokens(TARGET, 0, n_exact))
+    truth, rows = target_first_tokens(P_T, 0, n_exact), []
+    hf_verify = hand_q_rows(MIDDLING)  # verification handed the untempered rows
+    for label, P, Q, verify, how in (("q not what the draft sampled", P_T, Q_T, hf_verify,
+                                      dict(draft_from=Q_T)),
+                                     ("p untempered, q tempered", TARGET, Q_T, verify_round, {})):
+        tokens = measure(P, Q, k, n_rounds, seed=7, verify=verify).tokens
+        exact = exact_first_tokens(P, MIDDLING if how else Q, 0, n_exact, k, **how)
+        p_fit, tv = transition_p_value(tokens, P_T), tv_distance(exact, truth)
+        rows.append((label, transition_tv(tokens, P_T), p_fit, tv,
+                     both_checks(p_fit, tv), tokens, exact))
     print()
-    say("The first is what Hugging Face transformers shipped (#32867: a greedy",
-        "assistant's tokens checked against its softmax q; #47932: drafts sampled",
-        "after top-k, checked against the raw q): q must be the distribution the draft",
-        "actually sampled from. The second is vLLM's (#9834, fixed by #10198):",
-        "verification used the target's probabilities at temperature 1 while the",
-        f"draft had the request's settings. Its exact TV from the T = 1 target is",
-        f"{exact_text(tv_t1)}:", "it emits exactly the T = 1 target, so the request's"
-        if tv_t1 < 1e-9 else "not even the T = 1 target, so the request's",
-        "temperature is silently lost.")
+    say(f"A temperature on one side only, T = {T} requested, {n_rounds:,} rounds each; fit and",
+        f"exact against the T = {T} target, as above.")
+    print()
+    table([("the bug", 30, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("exact", 9, exact_text),
+           ("verdict", 16, "<")], [r[:5] for r in rows])
+    p_t1 = transition_p_value(rows[1][5], TARGET)
+    t1 = both_checks(p_t1, tv_distance(rows[1][6], target_first_tokens(TARGET, 0, n_exact)))
+    print()
+    say("The first is the class Hugging Face transformers shipped in #32867 (a greedy",
+        "assistant's tokens checked against its softmax q; fixed by #33534) and that",
+        "#47932 reported on the development branch (drafts sampled after top-k, checked",
+        "against the raw q): q must be the distribution the draft actually sampled from.",
+        "The second is vLLM's #9834 (fixed by #10198): verification used the target's",
+        "probabilities at temperature 1 while the draft had the request's settings.",
+        f"Against the T = 1 target its fit is {p_text(p_t1)} and its exact TV",
+        f"{exact_text(tv_distance(rows[1][6], target_first_tokens(TARGET, 0, n_exact)))}:",
+        "by both checks it emits the T = 1 target, so the request's temperature is lost."
+        if t1 == "the target" else f"it is NOT the T = 1 target either ({t1}).")
+    return rows
+
+
+def hand_q_rows(Q):
+    """A verifier handed Q's rows, whatever table the draft sampled from: the
+    bug class of demo 3 (draft_from names the real table in the exact check)."""
+    def verify(P, ctx, drafted, q_rows, rng):
+        return verify_round(P, ctx, drafted, [Q[c] for c in [ctx] + drafted[:-1]], rng)
+    return verify
 
 
 def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
-    rows = [(k, *measure(TARGET, MIDDLING, k, n_rounds, seed=4)[:2],
-             exact_tokens_per_call(TARGET, MIDDLING, k)) for k in range(1, k_max + 1)]
-    print(f"Middling draft (blend weight 0.5), c = {c}, {n_rounds:,} rounds per k; rate is\n"
-          "accepted / checked, as in demo 3.\n")
-    print(f"{'':11}{'tokens per call':>17}{'speedup':>16}")
-    print(f"{'k':>3}{'rate':>8}{'measured':>10}{'exact':>7}{'measured':>10}{'exact':>7}")
-    for k, alpha, tokens, exact in rows:
-        print(f"{k:3d}{alpha:8.3f}{tokens:10.2f}{exact:7.2f}{speedup(tokens, k, c):10.2f}"
-              f"{speedup(exact, k, c):7.2f}")
-    best_measured = max(rows, key=lambda r: speedup(r[2], r[0], c))[0]
-    best_exact = max(rows, key=lambda r: speedup(r[3], r[0], c))[0]
-    a = pair_alpha(TARGET, MIDDLING)
+    rows = []
+    for k in range(1, k_max + 1):
+        m, exact = measure(TARGET, MIDDLING, k, n_rounds, seed=4), exact_tokens_per_call(TARGET, MIDDLING, k)
+        rows.append((k, m.rate, m.per_call, m.se, exact, "yes" if fits_exact(m.per_call, m.se, exact) else "NO",
+                     speedup(m.per_call, k, c), speedup(exact, k, c)))
+    say(f"The middling draft, c = {c}, {n_rounds:,} rounds per k; rate is accepted / checked,",
+        "as in demo 3; fits as in demo 3. The bar is the exact speedup.")
     print()
-    say(f"Best k: {best_measured} measured, {best_exact} exact. Tokens per call saturates",
-        f"near 1 / (1 - alpha) = {1 / (1 - a):.2f}: a round ends at its first rejection and",
-        "throws the rest of its drafts away, while the cost 1 + k*c keeps growing with",
-        "every token drafted. So the speedup peaks, then falls; near the peak it is flat.")
-    print(f"\nBest k by eq. 1 at c = {c}, next to the {best_measured} measured above:\n")
-    print(f"{'alpha':>7}{'k':>5}{'speedup':>9}")
-    for al in (0.5, 0.7, 0.9, a):
-        k_best, s_best = best_k(al, c)
-        print(f"{al:7.3f}{k_best:5d}{s_best:9.2f}" + ("  <- this draft's alpha" if al == a else ""))
+    table([("k", 3, "d"), ("rate", 7, ".3f"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"),
+           ("fits", 6, ">6"), ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 26, "<")],
+          [(*r, "  " + "#" * round(10 * r[7])) for r in rows], groups=[("tokens per call", 2, 5), ("speedup", 6, 7)])
+    best_m, best_e = (max(rows, key=lambda r: r[i])[0] for i in (6, 7))
+    misfits = [str(r[0]) for r in rows if r[5] == "NO"]
+    a, far = pair_alpha(TARGET, MIDDLING), exact_tokens_per_call(TARGET, MIDDLING, 32)
+    print()
+    say("Every row fits." if not misfits else f"NOT every row fits: k = {', '.join(misfits)}.",
+        f"Best k: {best_m} measured, {best_e} exact. Tokens per call levels off ({rows[-1][4]:.2f}",
+        f"exact at k = {k_max}, {far:.2f} at k = 32; eq. 1's limit 1 / (1 - alpha) is",
+        f"{1 / (1 - a):.2f}): a round ends at its first rejection and throws the rest of its",
+        "drafts away, while the cost 1 + k c keeps growing with every token drafted. So the",
+        "speedup peaks, then falls; near the peak it is flat.")
+    print(f"\nThe best k by eq. 1 at c = {c}, next to this draft's:\n")
+    table([("alpha", 7, ".3f"), ("k", 5, "d"), ("speedup", 9, ".2f"), ("", 24, "<")],
+          [(al, *best_k(al, c), "<- this draft's alpha" if al == a else "") for al in (0.5, 0.7, 0.9, a)])
+    return rows
 
 
 def demo5_break_even(k=4, n_rounds=1500):
-    alpha, tokens, *_ = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
-    a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(tokens, k)
-    exact = [exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)]
-    print(f"Middling draft, k = {k}: accepted / checked = {alpha:.3f}, {tokens:.2f} tokens per "
-          "call,\n"
-          f"so c* = (tokens - 1) / k = {c_star:.3f}. Right: the best k at each c, by eq. 1\n"
-          f"(alpha = {a:.3f}) and exactly for these tables, and Corollary 3.9's bound,\n"
-          "(1 + alpha) / (1 + c).\n")
-    print(f"{'k = 4, measured':>24}{'best, eq. 1':>14}{'best, exact':>14}")
-    print(f"{'c':>6}{'speedup':>9}{'':9}{'k':>4}{'speedup':>9}{'k':>5}{'speedup':>9}"
-          f"{'bound':>11}")
-    edge = []  # costs where eq. 1 promises a gain and the real tables lose
-    for c in (0.05, 0.1, 0.2, 0.3, c_star, 0.6, 0.7, 0.8, 1.0):
-        s = speedup(tokens, k, c)  # at c* exactly 1, up to rounding
-        k_eq, s_eq = best_k(a, c, k_max=16)
-        s_ex, k_ex = max((speedup(t, j + 1, c), j + 1) for j, t in enumerate(exact))
-        edge += [c] if k_eq and s_ex < 1 else []
-        print(f"{c:6.3f}{s:9.2f}{'  slower' if s < 1 - 1e-9 else '':9}{k_eq:4d}{s_eq:9.3f}"
-              f"{k_ex:5d}{s_ex:9.3f}{(1 + a) / (1 + c):11.3f}")
+    m = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
+    a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(m.per_call, k)
+    exact = np.array([exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)])
+    rows, real_best = [], {}
+    for c in sorted([0.05, 0.1, 0.2, 0.3, 0.6, 0.7, 0.8, 1.0, c_star]):
+        s, exact_speedups = speedup(m.per_call, k, c), speedup(exact, np.arange(1, 17), c)
+        real_best[c] = exact_speedups.max()  # the best k >= 1, even where it loses
+        rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *best_k(a, c, k_max=16),
+                     *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else None))
+    say(f"The middling draft, k = {k}: accepted / checked = {m.rate:.3f}, {m.per_call:.2f} tokens per",
+        f"call, so c* = (tokens - 1) / k = {c_star:.3f}: there speculation only ties. Right: the",
+        f"best k at each c by eq. 1 (alpha = {a:.3f}) and exactly for these tables (k = 0 is",
+        "plain decoding), and Corollary 3.9's bound (1 + alpha) / (1 + c), printed where",
+        "alpha > c, the only case it speaks of.")
+    print()
+    table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 4, "d"), ("speedup", 9, ".3f"),
+           ("k", 5, "d"), ("speedup", 9, ".3f"), ("bound", 11, ".3f")], rows,
+          groups=[(f"k = {k}, measured", 0, 2), ("best, eq. 1", 3, 4), ("best, exact", 5, 6)])
+    edge = [f"{r[0]:.3g} (best k >= 1: {real_best[r[0]]:.3f})" for r in rows if a > r[0] and r[5] == 0]
+    below = [f"{r[0]:.3g}" for r in rows if r[7] is not None and r[6] < r[7] - 5e-4]
+    converse = [f"{r[0]:.3g}" for r in rows if a <= r[0] and r[5] > 0]
     print()
     say("Corollary 3.9: if alpha > c, some k beats plain decoding, by at least",
-        "(1 + alpha) / (1 + c). In eq. 1's world the converse holds too (alpha <= c:",
-        "no k helps); k = 0 above means none does.",
-        f"The tables disagree at the edge: at c = {', '.join(map(str, edge))} < alpha the "
-        "best real k still loses. Eq. 1 assumes one alpha everywhere; a round here "
-        "starts on the token that ended the last one, and there beta averages "
-        f"{exact[0] - 1:.3f}, not {a:.3f}." if edge else "")
+        "(1 + alpha) / (1 + c). It assumes eq. 1's one alpha at every position; here a",
+        "round starts on the token that ended the last one, where beta averages",
+        f"{exact[0] - 1:.3f} (tokens per call - 1 at k = 1), not {a:.3f}.",
+        f"So on these tables its own direction fails at c = {', '.join(edge)}: alpha > c, yet"
+        " no k helps." if edge else "On these tables its direction holds at every c here.",
+        f"The exact best falls below the bound at c = {', '.join(below)}." if below else "",
+        "Its converse (alpha <= c: no k helps) is eq. 1's, not the paper's;",
+        f"on these tables it fails at c = {', '.join(converse)}." if converse
+        else "at every c >= alpha in this sweep no real k helps either.")
+    poor = [(j, *measure(TARGET, UNRELATED, j, n_rounds, seed=5)[:2]) for j in (1, 2, 4, 8)]
     print("\nA large but poor draft: the unrelated table at c = 0.25.\n")
-    print(f"{'k':>3}{'rate':>8}{'tokens per call':>17}{'speedup':>9}")
-    for k_poor in (1, 2, 4, 8):
-        a_poor, t, *_ = measure(TARGET, UNRELATED, k_poor, n_rounds, seed=5)
-        s = speedup(t, k_poor, 0.25)
-        print(f"{k_poor:3d}{a_poor:8.3f}{t:17.2f}{s:9.2f}  {'slower' if s < 1 else ''}".rstrip())
-    print("\nEvery drafted token costs c whether or not it survives, so a draft must be\n"
-          "cheap AND agree with the target. With the rate accepted / checked at or\n"
-          "below c nothing helps: tokens per call <= 1 + k*rate <= 1 + k*c. With the\n"
-          "paper's alpha that converse is eq. 1's, not the paper's (Corollary 3.9 states\n"
-          "only the other direction): on real tables it can fail, as at the edge above.")
+    table([("k", 3, "d"), ("rate", 8, ".3f"), ("tokens per call", 17, ".2f"), ("speedup", 9, ".2f"), ("", 8, "<")],
+          [(j, r, t, speedup(t, j, 0.25), "slower" if speedup(t, j, 0.25) < 1 else "") for j, r, t in poor])
+    print()
+    say("Every drafted token costs c whether or not it survives, so a draft must be cheap",
+        "AND agree with the target. With the rate accepted / checked at or below c nothing",
+        "helps: tokens per call <= 1 + k * rate <= 1 + k c.")
+    return SimpleNamespace(rows=rows, edge=edge, below=below, converse=converse, poor=poor)
 
 
 def demo6_free_compute(n_ctx=512, clock_size=4096):
     d_model, d_ff, layers, vocab = LLAMA2_7B
-    params = weight_count(*LLAMA2_7B)
-    ridge = H100_FLOPS / 2 / H100_BYTES_PER_S  # MACs per byte at the roofline knee
-    print(f"A Llama-2-7B-shaped decoder in fp16: d_model {d_model}, d_ff {d_ff}, {layers} "
-          f"layers,\nvocabulary {vocab}, {n_ctx} tokens of context; {params / 1e9:.2f} billion "
-          "parameters by the\nshape's own count. One pass reads every weight once, however "
-          "many positions.\nGMACs: billions of multiply-accumulates. The times are a "
-          "roofline model on an\nH100 SXM, not a measurement: the longer of streaming "
-          "the bytes and doing the\narithmetic.\n")
-    print(f"{'positions':>9}{'GMACs':>9}{'GB read':>9}{'MACs/byte':>11}"
-          f"{'H100 roofline time':>21}{'vs 1':>7}")
     t1 = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1))[0]
-    for n in (1, 2, 4, 8, 16):
-        macs, bytes_read = pass_traffic(LLAMA2_7B, n_ctx, n)
-        t, bound = roofline_time(macs, bytes_read)
-        print(f"{n:9d}{macs / 1e9:9.1f}{bytes_read / 1e9:9.2f}{macs / bytes_read:11.2f}"
-              f"{t * 1e3:11.2f} ms {bound:>7}{t / t1:7.2f}")
-    one = pass_traffic(LLAMA2_7B, n_ctx, 1)
-    one = one[0] / one[1]
-    print(f"\nH100 SXM ridge point (the MACs per byte where a pass stops being memory-bound):"
-          f"\n{H100_FLOPS / 1e12:.0f} TFLOP/s / 2 / {H100_BYTES_PER_S / 1e12:.2f} "
-          f"TB/s = {ridge:.0f} MACs per byte.")
-    print(f"\nOne decoding step streams every weight from memory to do {one:.2f} MACs per\n"
-          f"byte; in that time the chip could do {ridge / one:.0f} times more arithmetic. Up to\n"
-          f"about {ridge / one:.0f} positions, a pass costs what a pass over one position costs:\n"
-          "the draft's k guesses are checked with arithmetic that was idle anyway.")
-    print("\nThe price is paid in arithmetic: the paper's Table 1 (c = c_hat = 0; c_hat is\n"
-          "the draft's arithmetic per token as a fraction of the target's), from eq. 1\n"
-          "and Theorem 3.11. More operations in total, less time.\n")
-    print(f"{'alpha':>6}{'k':>4}{'operations':>12}{'speed':>8}")
-    for alpha, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10)):
-        print(f"{alpha:6.1f}{k:4d}{operations_factor(alpha, k, 0):11.2f}x"
-              f"{speedup(expected_tokens(alpha, k), k, 0):7.2f}x")
-    demo6_batch()
-    demo6_on_this_machine(clock_size)
-
-
-def demo6_batch(batches=(1, 4, 16, 64, 256, 1024, 4096), contexts=(16, 512), alphas=(0.7, 0.9)):
-    """Demo 6, part two: a server decoding a batch, on the same roofline."""
-    print(f"\nA server decodes B sequences at once. One pass reads the weights once and each\n"
-          "sequence's KV cache, and does B (k+1) positions of arithmetic. The draft, a\n"
-          f"decoder of d_model {DRAFT_SHAPE[0]}, d_ff {DRAFT_SHAPE[1]}, {DRAFT_SHAPE[2]} layers "
-          f"({weight_count(*DRAFT_SHAPE) / 1e9:.2f} billion parameters,\n"
-          f"{weight_count(*LLAMA2_7B) / weight_count(*DRAFT_SHAPE):.0f}x smaller), is batched "
-          "alike. Speedup: over plain decoding of the same\nbatch, by eq. 1's tokens per call; "
-          "bound: what limits the verifying pass.")
-    for n_ctx in contexts:
-        print(f"\n{n_ctx} tokens of context.\n")
-        print((f"{'':14}" + "".join(f"{f'alpha = {a}':^23}" for a in alphas)).rstrip())
-        print(f"{'B':>6}{'GB':>8}" + f"{'k':>6}{'speedup':>9}{'bound':>8}" * len(alphas))
-        for batch in batches:
-            gb = pass_traffic(LLAMA2_7B, n_ctx, 1, batch)[1] / 1e9
-            row = f"{batch:6d}{gb:8.1f}"
-            if gb * 1e9 > H100_MEMORY:
-                print(row + f"  does not fit in {H100_MEMORY / 1e9:.0f} GB")
-                continue
-            for a in alphas:
-                k, s = fastest_k(lambda k: batch_speedup(a, k, batch, n_ctx), 32)
-                bound = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, k + 1, batch))[1]
-                row += f"{k:6d}{s:9.2f}{bound if k else '':>8}"
-            print(row.rstrip())
-        demo6_batch_verdict(n_ctx, alphas)
+    rows = [(n, *(x / 1e9 for x in pass_traffic(LLAMA2_7B, n_ctx, n)),
+             np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
+            for n in (1, 2, 4, 8, 16)]
+    say(f"A Llama-2-7B-shaped decoder in fp16: d_model {d_model}, d_ff {d_ff}, {layers} layers,",
+        f"vocabulary {vocab}, {n_ctx} tokens of context: {weight_count(*LLAMA2_7B) / 1e9:.2f} billion",
+        "parameters by the shape's own count. One pass reads every weight once, however many",
+        "positions it scores. GMACs: billions of multiply-accumulates; GB: what the pass",
+        f"reads (weights and KV cache). Time: a roofline model of an {H100.name}, not a",
+        "measurement: the longer of streaming the bytes and doing the arithmetic.")
     print()
-    say("These are roofline times, not measurements. The model leaves out attention's",
-        "own costs beyond its MACs and KV reads (the softmax, the kernels'",
-        "efficiency), kernel launch overhead, and the draft's KV cache. Servers",
-        "act on the same picture: vLLM's documentation scopes speculative decoding to",
-        '"medium-to-low QPS (queries per second), memory-bound workloads", and',
-        "documents dynamic speculative decoding for changing the draft length under",
-        "load.")
+    table([("positions", 9, "d"), ("GMACs", 9, ".1f"), ("GB", 8, ".2f"), ("MACs/byte", 11, ".2f"),
+           ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("", 8, ">8"), ("vs 1", 7, ".2f")],
+          [(*r[:5], str(r[5]), r[4] / t1) for r in rows])
+    one, free = rows[0][3], int(ridge() // rows[0][3])
+    print()
+    say(f"The {H100.name} ridge point, where a pass stops being memory-bound:",
+        f"{H100.flops / 1e12:.0f} TFLOP/s / 2 / {H100.bandwidth / 1e12:.2f} TB/s = {ridge():.0f} MACs",
+        f"per byte. One decoding step does {one:.2f} MACs per byte, so up to {free} positions",
+        "a pass costs what a pass over one costs: the draft's k guesses are checked with",
+        "arithmetic that was idle anyway.")
+    print()
+    say("The price is paid in arithmetic. The paper's Table 1 (c = c_hat = 0), from eq. 1",
+        "and Theorem 3.11, whose operations are the total arithmetic against plain decoding,",
+        "c_hat the draft's arithmetic per token as a fraction of the target's:")
+    print()
+    table([("alpha", 6, ".1f"), ("k", 4, "d"), ("operations", 12, lambda x: f"{x:.2f}x"),
+           ("speed", 8, lambda x: f"{x:.2f}x")],
+          [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
+           for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
+    return SimpleNamespace(rows=rows, batch=demo6_batch(), clock=demo6_on_this_machine(clock_size))
 
 
-def demo6_batch_verdict(n_ctx, alphas, b_max=1 << 16):
+def demo6_batch(batches=(1, 4, 16, 64, 256, 1024, 4096), contexts=(16, 512), alphas=(0.7, 0.9), k_max=32):
+    """Demo 6, part two: a server decoding a batch, on the same roofline."""
+    print()
+    say("A server decodes B sequences at once. One pass reads the weights once and each",
+        "sequence's KV cache, and does B (k+1) positions of arithmetic. The draft, a decoder",
+        f"of d_model {DRAFT_SHAPE[0]}, d_ff {DRAFT_SHAPE[1]}, {DRAFT_SHAPE[2]} layers",
+        f"({weight_count(*DRAFT_SHAPE) / 1e9:.2f} billion parameters), is batched alike. Speedup:",
+        "over plain decoding of the same batch, by eq. 1; bound: what limits the verifying",
+        "pass; k = 0: no k beats plain decoding.")
+    out = {}
+    for n_ctx in contexts:
+        fit, rows = sequences_that_fit(n_ctx), []
+        for b in batches:
+            gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
+            if b > fit:
+                rows.append((b, gb, f"  does not fit in {H100.memory / 1e9:.0f} GB"))
+                continue
+            cells = []
+            for a in alphas:
+                k, s = fastest_k(batch_speedups(expected_tokens(a, np.arange(1, k_max + 1)), b, n_ctx))
+                cells += [k, s, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, k + 1, b))[1]) if k else ""]
+            rows.append((b, gb, *cells))
+        print(f"\n{n_ctx} tokens of context.\n")
+        table([("B", 6, "d"), ("GB", 8, ".1f")] + [("k", 6, "d"), ("speedup", 9, ".2f"), ("bound", 8, ">8")]
+              * len(alphas), rows, groups=[(f"alpha = {a}", 2 + 3 * i, 4 + 3 * i) for i, a in enumerate(alphas)])
+        out[n_ctx] = rows, demo6_batch_verdict(n_ctx, alphas, fit, k_max)
+    print()
+    say("These are roofline times, not measurements: attention's own costs beyond its MACs",
+        "and KV reads (the softmax, the kernels' efficiency), kernel launches and the",
+        "draft's KV cache are left out. vLLM's documentation scopes speculative decoding to",
+        '"medium-to-low QPS (query per second), memory-bound workloads", and its',
+        "speculative config takes a draft length per batch size",
+        "(num_speculative_tokens_per_batch_size; demo 10 writes one).")
+    return out
+
+
+def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
     """The batch size beyond which no k helps, for each alpha, and why."""
     m, w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[0], pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
     kv = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] - w  # one sequence's KV cache
-    ridge = H100_FLOPS / 2 / H100_BYTES_PER_S
-    ends = {a: break_even_batch(a, n_ctx, b_max) for a in alphas}
+    ends = {a: break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), n_ctx, b_max=fit) for a in alphas}
     print()
-    say("k = 0: no k beats plain decoding.",
-        "; ".join(f"{'at' if i else 'At'} alpha = {a}, " + (
-            f"no k helps from B = {b:,}" if b else f"some k helps at every B up to {b_max:,}")
-            for i, (a, b) in enumerate(ends.items())) + ".",
-        f"{int((H100_MEMORY - w) / kv):,} sequences of this context fit in",
-        f"{H100_MEMORY / 1e9:.0f} GB beside the weights.", why_batch(m, w, kv, ridge))
+    say("; ".join(f"{'at' if i else 'At'} alpha = {a}, " + (f"no k helps from B = {b:,}" if b else
+                  "some k helps at every batch that fits") for i, (a, b) in enumerate(ends.items())) + ".",
+        f"{fit:,} sequences of this context fit in {H100.memory / 1e9:.0f} GB beside the weights.",
+        why_batch(m, w, kv, ridge()))
+    return ends
 
 
-def why_batch(m, w, kv, ridge):
+def why_batch(m, w, kv, ridge_point):
     """Why the batch does or does not end speculation, from one token's MACs m,
-    the weights' bytes w and one sequence's KV-cache bytes kv."""
-    if m > ridge * kv:  # MACs per byte B m / (w + B kv) crosses the ridge
-        return (f"A plain pass reaches the ridge at B = {ridge * w / (m - ridge * kv):,.0f}: "
+    the weights' bytes w and one sequence's KV-cache bytes kv: MACs per byte of
+    a plain pass is B m / (w + B kv)."""
+    if m > ridge_point * kv:  # it crosses the ridge
+        return (f"A plain pass reaches the ridge at B = {ridge_point * w / (m - ridge_point * kv):,.0f}: "
                 "past it every extra position a verifying pass checks costs full price.")
-    return (f"As B grows a plain pass tends to {m / kv:.1f} MACs per byte, below the ridge: "
-            "each sequence's KV cache is read once and shared by its k+1 positions, so a "
-            f"verifying pass of up to {ridge * kv / m:.0f} positions per sequence stays "
-            "memory-bound at any batch and costs what a plain pass does.")
+    n = int(ridge_point * kv / m)  # positions per sequence that stay under the ridge at any B
+    return (f"As B grows a plain pass tends to {m / kv:.1f} MACs per byte, below the ridge: each "
+            "sequence's KV cache is read once for its k+1 positions, so a verifying pass of up to "
+            f"{n} positions per sequence (k <= {n - 1}) stays memory-bound at any batch; "
+            f"{n + 1} positions go compute-bound from B = "
+            f"{ridge_point * w / ((n + 1) * m - ridge_point * kv):,.0f}.")
 
 
 def demo6_on_this_machine(size):
@@ -1568,12 +1900,10 @@ def demo6_on_this_machine(size):
     the last-level cache) stands in for the target, size/8 x size for the draft."""
     W = np.full((size, size), 1e-3, np.float32)
     X = np.ones((size, 17), np.float32)
-    t1 = demo6_clock(W, X)
-    demo6_why(W, X, t1, n_small=min(1024, size))
-    demo6_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X)
-
-
-CLOCK = "  (clock)"  # marks every printed line that holds a wall-clock measurement
+    times = demo6_clock(W, X)
+    why = demo6_why(W, X, times[1], n_small=min(1024, size))
+    return SimpleNamespace(times=times, why=why,
+                           model=demo6_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X))
 
 
 def blas_name():
@@ -1582,25 +1912,26 @@ def blas_name():
         blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
         return f"{blas['name']} {blas['version']}"
     except (AttributeError, KeyError, TypeError):
-        return "unknown"
+        return "a BLAS this numpy does not name"
 
 
 def demo6_clock(W, X):
-    """Demo 6, part two: what a pass over 1 to 16 positions costs on this machine."""
-    print(f"\nThe same question on this machine: y = W @ X, W float32 {W.shape[0]} x "
-          f"{W.shape[1]} ({W.nbytes >> 20} MiB),\nX with one column per position, through {blas_name()}.\n"
-          "Lines marked (clock) are wall-clock measurements (medians of 3 calls) and\n"
-          "change from run to run.\n")
-    print(f"{'positions':>9}{'time':>11}{'x one':>8}")
+    """Demo 6, part three: what a pass over 1 to 16 positions costs on this machine."""
+    print()
+    say(f"The same question on this machine: y = W @ X, W float32 {W.shape[0]} x {W.shape[1]}",
+        f"({W.nbytes >> 20} MiB), X with one column per position, through {blas_name()}.",
+        "Lines marked (clock) hold wall-clock measurements and change from run to run;",
+        "each time below is the median of 3 timed products.")
+    print()
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, 4, 8, 16)}
-    for n, t in times.items():
-        print(f"{n:9d}{t * 1e3:8.2f} ms{t / times[1]:8.2f}{CLOCK}")
-    return times[1]
+    table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
+          [(n, t, t / times[1]) for n, t in times.items()], clock=True)
+    return times
 
 
 def demo6_why(W, X, t1, n_small=1024):
-    """Demo 6: is the multi-column cost memory, or the BLAS's few-column path?"""
+    """Demo 6: does the multi-column cost stay in cache, and split into 1-column products?"""
     two = median_time(lambda: W @ X[:, :2]) / t1
     twice = median_time(lambda: (W @ X[:, :1], W @ X[:, 1:2])) / t1
     small, x = W[:n_small, :n_small].copy(), X[:n_small]  # 4 MiB: stays in cache
@@ -1608,76 +1939,60 @@ def demo6_why(W, X, t1, n_small=1024):
     square = median_time(lambda: small @ small, repeats=1, calls=2)
     flops, bandwidth = 2 * n_small**3 / square, W.nbytes / t1
     columns = 2 * flops / bandwidth  # MACs per second / weights streamed per second
-    print(f"\n{'two positions, as':42}{'x one column':>14}")
-    for label, ratio in (("one 2-column product", two), ("two 1-column products", twice),
-                         (f"one 2-column product, {small.nbytes >> 20} MiB W in cache",
-                          in_cache)):
-        print(f"{label:42}{ratio:14.2f}{CLOCK}")
+    print("\nTwo positions, each ratio the median of 3 repeats of 3 calls:\n")
+    table([("two positions, as", 42, "<"), ("x one column", 14, ".2f")],
+          [("one 2-column product", two), ("two 1-column products", twice),
+           (f"one 2-column product, {small.nbytes >> 20} MiB W in cache", in_cache)], clock=True)
     print()
-    say(f"This CPU's arithmetic ({flops / 1e9:.0f} GFLOP/s, a {n_small} x {n_small} square",
-        f"product) could do about {columns:.0f} columns in the time the 1-column pass",
-        f"takes to stream W ({bandwidth / 1e9:.0f} GB/s): by the roofline, {columns:.0f}",
-        "columns for the price of one.", clock=True)
-    if in_cache > 1.5 and twice < two:
-        say("So the extra cost is the BLAS's few-column matrix-matrix path, not the",
-            "memory and not the CPU's arithmetic: it stays with W in cache, and two",
-            "separate 1-column products beat one 2-column product.",
-            "(OpenBLAS's sgemm repacks every weight, and its kernel's wide side spans",
-            "the few columns.)" if "openblas" in blas_name().lower() else "", clock=True)
-    else:
-        say("Here the extra cost does NOT look like the BLAS's few-column path alone:",
-            "it shrinks with W in cache, or as two 1-column products.", clock=True)
-    say(f"This BLAS charges {two:.1f}x for two.", clock=True)
+    say(f"This CPU's arithmetic ({flops / 1e9:.0f} GFLOP/s, a {n_small} x {n_small} square product)",
+        f"could do about {columns:.0f} columns in the time the 1-column pass takes to stream W",
+        f"({bandwidth / 1e9:.0f} GB/s): by the roofline, {columns:.0f} columns for the price of one.",
+        f"This BLAS charges {two:.1f}x for two.",
+        "The extra cost stays with W in cache, so it is not the memory;" if in_cache > 1.5 else
+        "With W in cache the extra cost mostly goes, so memory traffic is part of it;",
+        "two separate 1-column products beat one 2-column product, so it is not the",
+        "arithmetic either: it is in how this BLAS handles a few columns." if twice < two else
+        "two separate 1-column products do not beat one 2-column product here.", clock=True)
+    return two, twice, in_cache, columns
 
 
-def calibrate(W, W_draft, X, k, reps=4):
-    """c and v per repeat, priced as a decoder pays them: a one-column target
-    pass (plain decoding's step), then a round: k one-column draft passes and
-    one (k+1)-column target pass, each in units of that one-column pass."""
-    c, v = [], []
-    W @ X[:, :1]  # a warm-up pass, as a decoder has always just made one
-    for _ in range(reps):
-        t1 = clocked(lambda: W @ X[:, :1])[0]
-        c.append(np.mean([clocked(lambda: W_draft @ X[:, :1])[0] for _ in range(k)]) / t1)
-        v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
-    return np.array(c), np.array(v)
-
-
-def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20):
-    """Demo 6, part three: predict the speedup from a calibration, then decode."""
-    print(f"\nCalibration before decoding (draft W {W_draft.shape[0]} x {W_draft.shape[1]}): "
-          "a (k+1)-column target\npass, then k one-column draft passes, 4 repeats; c and v "
-          "in one-column\ntarget passes. median (min-max over the repeats):\n")
-    print(f"{'k':>4}{'c':>8}{'':14}{'v':>6}")
-    calib = {k: calibrate(W, W_draft, X, k) for k in ks}
-    for k, (c, v) in calib.items():
-        print(f"{k:4d}{np.median(c):8.3f}  ({c.min():.3f}-{c.max():.3f}){np.median(v):6.2f}  "
-              f"({v.min():.2f}-{v.max():.2f}){CLOCK}")
-    good = blend(TARGET, UNRELATED, 0.95)
+def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
+    """Demo 6, part four: predict the speedup from a calibration, then decode."""
+    print()
+    say(f"Calibration before decoding (draft W {W_draft.shape[0]} x {W_draft.shape[1]}): a one-column",
+        f"target pass, k one-column draft passes and a (k+1)-column target pass, {reps} repeats;",
+        "c and v in one-column target passes, the median and (min-max) over the repeats:")
+    print()
+    calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
+    table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
+          [(k, np.median(c), f"({c.min():.3f}-{c.max():.3f})", np.median(v), f"({v.min():.2f}-{v.max():.2f})")
+           for k, (c, v) in calib.items()], clock=True)
+    good_weight = 0.95
+    good = blend(TARGET, UNRELATED, good_weight)
     predicted = {k: predict(calib[k], exact_tokens_per_call(TARGET, good, k), k) for k in ks}
     k_good = max(ks, key=lambda k: predicted[k][0])
     print()
-    say(f"The refined model tokens / (v + k c) picks k = {k_good} for a blend weight 0.95",
-        "draft (" + ", ".join(f"k = {k}: {predicted[k][0]:.2f}x" for k in ks) + "), before",
-        "it runs.", clock=True)
-    print()
-    t_token = clocked(lambda: plain_decode(Priced(TARGET, W), 0, n_plain,
-                                           np.random.default_rng(11)))[0] / n_plain
-    print(f"{'':13}{'predicted':^17}{'this run':^17}".rstrip())
-    print(f"{'draft':10}{'k':>3}{'paper':>8}{'refined':>9}{'tokens/call':>13}{'clock':>7}"
-          f"{'refined*':>10}{'error':>7}")
-    verdicts = []
-    for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), ("blend 0.95", good, k_good, 10)):
-        tokens = exact_tokens_per_call(TARGET, Q, k)
-        refined, spread = predict(calib[k], tokens, k)
-        paper = speedup(tokens, k, np.median(calib[k][0]))
-        t_spec, (_, per_call, *_) = clocked(lambda: measure(
-            Priced(TARGET, W), Q, k, n_rounds, seed=11, draft_from=Priced(Q, W_draft)))
+    say(f"The refined model tokens / (v + k c) picks k = {k_good} for a blend weight {good_weight}",
+        "draft (" + ", ".join(f"k = {k}: {predicted[k][0]:.2f}x" for k in ks) + "), before it runs.",
+        clock=True)
+    t_token = clocked(lambda: plain_decode(Priced(TARGET, W), 0, n_plain, np.random.default_rng(11)))[0] / n_plain
+    rows = []
+    for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), (f"blend {good_weight}", good, k_good, 10)):
+        refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
+        paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
+        rng = np.random.default_rng(11)
+        priced_round = lambda c: verify_round(Priced(TARGET, W), c, *draft_tokens(Priced(Q, W_draft), c, k, rng), rng)
+        t_spec, out = clocked(lambda: list(islice(rounds(priced_round, 0), n_rounds)))
+        per_call = sum(map(len, out)) / n_rounds
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
-        print(f"{label:10}{k:3d}{paper:7.2f}x{refined:8.2f}x{per_call:13.2f}{clock:6.2f}x"
-              f"{at_run:9.2f}x{100 * (at_run / clock - 1):+6.0f}%{CLOCK}")
-        verdicts.append((label, clock, at_run, spread))
-    demo6_verdicts(verdicts)
+        rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
+    print()
+    times = lambda x: f"{x:.2f}x"  # noqa: E731
+    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
+           ("tokens/call", 13, ".2f"), ("clock", 7, times), ("refined*", 10, times),
+           ("error", 7, "+.0%")], [r[:8] for r in rows], groups=[("predicted", 2, 3), ("this run", 4, 7)], clock=True)
+    demo6_verdicts(rows, np.median(calib[4][1]))
+    return rows
 
 
 def predict(calibration, tokens, k):
@@ -1689,23 +2004,26 @@ def predict(calibration, tokens, k):
     return median, (q75 - q25) / median
 
 
-def demo6_verdicts(verdicts, tolerance=0.25, too_noisy=0.5):
+def demo6_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
     """Demo 6's closing sentences, from the predictions and the clock."""
-    print("\npredicted: before decoding, with exact_tokens_per_call. A short run emits\n"
-          "what its sample gives, so refined* is the same cost model at the run's own\n"
-          "tokens per call: error = refined* / clock - 1 is the cost model's alone.\n")
-    for label, clock, refined, spread in verdicts:
-        judged = ("the calibration was too noisy to judge it (the repeats' predictions "
-                  f"have an interquartile range of {100 * spread:.0f}%)" if spread > too_noisy else
-                  f"the refined cost model {'was' if abs(refined / clock - 1) <= tolerance else 'was NOT'}"
-                  f" within {100 * tolerance:.0f}% of the clock")
-        say(f"{label}: speculation {'wins' if clock > 1 else 'loses'} on this clock",
-            f"({clock:.2f}x), and {judged}.", clock=True)
     print()
-    say("The paper's v = 1 holds where a pass over k+1 positions costs what a pass",
-        "over one does: an accelerator decoding one sequence at half a MAC per byte,",
-        "far below its ridge point. On this CPU v is several times 1, so only a draft",
-        "that agrees often enough, at a k long enough to pay for the wide pass, wins.")
+    say("paper: the paper's tokens / (1 + k c); refined: tokens / (v + k c) with the",
+        "calibrated v; both with exact_tokens_per_call, before decoding. A short run emits",
+        "what its sample gives, so refined* is the refined model at the run's own tokens per",
+        "call, and error = refined* / clock - 1 is the cost model's alone.")
+    print()
+    for label, _, _, _, _, clock, at_run, error, spread in rows:
+        judged = (f"the calibration was too noisy to judge it (the repeats' predictions have an "
+                  f"interquartile range of {spread:.0%})" if spread > too_noisy else
+                  f"the refined cost model {'was' if abs(error) <= tolerance else 'was NOT'} within "
+                  f"{tolerance:.0%} of the clock")
+        say(f"{label}: speculation {'wins' if clock > 1 else 'loses'} on this clock ({clock:.2f}x),",
+            f"and {judged}.", clock=True)
+    print()
+    say("The paper's v = 1 holds where a pass over k+1 positions costs what a pass over one",
+        "does, as on an accelerator decoding one sequence far below its ridge point. Here v",
+        f"measured {v4:.2f} at k = 4, so a draft wins only if it agrees often enough, at a k",
+        "long enough to pay for the wide pass.", clock=True)
 
 
 def demo7_distillation(k=4, c=0.1, n_text=20_000):
@@ -1713,416 +2031,486 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
     P = blend(world, random_table(201, sharpness=2.5), 0.7)  # an imperfect model of it
     text = plain_decode(world, 0, n_text, np.random.default_rng(7))
     S_text, S_target = bigram_counts(text), visit_joint(P)
-    fit, kd = low_rank_draft(fit_text(text)), distill(P)
-    nudged = [x + 1e-9 for x in kd]  # the same start, 1e-9 away
-    tv, tv_nudged = (low_rank_draft(maximise_alpha(P, start)) for start in (kd, nudged))
-    kd = low_rank_draft(kd)
-    print(f"A world table writes the text ({n_text:,} tokens). The target is an imperfect\n"
-          "model of it: 0.7 world + 0.3 another table. The draft: softmax(u v^T + b),\n"
-          "18 parameters where a full table has 30 (each row of 6 probabilities has 5\n"
-          "free numbers), trained by plain gradient descent.\n")
-    print(f"{'draft trained on':31}{'objective':>11}{'value':>7}{'alpha':>7}{'tokens/call':>13}"
-          f"{'speedup':>9}")
-    rows = [("1. the world's text", "CE", cross_entropy(S_text, fit), fit, 3),
-            ("2. the target's distributions", "KL(p||q)",
-             cross_entropy(S_target, kd) - cross_entropy(S_target, P), kd, 3),
-            ("3. alpha itself, from 2", "1 - alpha", 1 - pair_alpha(P, tv), tv, 2),
-            ("the world's own full table", "", float("nan"), world, 3)]
-    for label, objective, value, Q, digits in rows:
-        tokens = exact_tokens_per_call(P, Q, k)
-        print(f"{label:31}{objective:>11}{value:7.{digits}f}{pair_alpha(P, Q):7.{digits}f}"
-              f"{tokens:13.2f}{speedup(tokens, k, c):9.2f}".replace("    nan", "       "))
-    a_fit, a_kd, a_world = pair_alpha(P, fit), pair_alpha(P, kd), pair_alpha(P, world)
-    a_tv = sorted((pair_alpha(P, tv), pair_alpha(P, tv_nudged)))
-    verdict = "beats" if a_kd > a_fit else "does NOT beat"
-    climb = "gains more still" if a_tv[0] > a_kd else "does not gain for certain"
+    fit, kd_params = low_rank_draft(fit_text(text)), distill(P)
+    tv, tv_nudged = (low_rank_draft(maximise_alpha(P, start)) for start in (kd_params, [x + 1e-9 for x in kd_params]))
+    kd = low_rank_draft(kd_params)
+    say(f"A world table writes the text ({n_text:,} tokens). The target is an imperfect model of",
+        "it: 0.7 world + 0.3 another table. The draft: softmax(u v^T + b), 18 parameters",
+        "where a full table has 30 (each row of 6 probabilities has 5 free numbers), trained",
+        "by plain gradient descent. CE: cross-entropy, in nats per token.")
     print()
-    say(f"At k = {k}, c = {c}: distillation {verdict} fitting the data, alpha {a_kd:.3f}",
-        f"against {a_fit:.3f}. The data-fit draft learns the world, and the world is not",
-        "the target: even the world's own full table reaches only",
-        f"alpha = {a_world:.3f}. Total variation is what alpha rewards",
-        f"(alpha = 1 - E[TV(p, q)]): climbing it directly, draft 3, {climb}. Draft 3 is",
-        f"printed to two decimals: the same climb from a start 1e-9 away ends at",
-        f"{a_tv[0]:.3f} or {a_tv[1]:.3f}, because the gradient of TV jumps where q = p",
-        "and rounding sends runs apart. That is also why KL, which is smooth, is the",
-        "usual distillation loss. CE is in nats per token. Many deployments use no",
-        "trained draft at all (vLLM's ngram and suffix methods) or an off-the-shelf",
-        "smaller model; drafts trained on the target (EAGLE, Medusa-2, DistillSpec)",
-        "accept more.")
+    rows = [("1. the world's text", "CE", cross_entropy(S_text, fit), fit, ".3f"),
+            ("2. the target's distributions", "KL(p||q)",
+             cross_entropy(S_target, kd) - cross_entropy(S_target, P), kd, ".3f"),
+            ("3. alpha itself, from 2", "1 - alpha", 1 - pair_alpha(P, tv), tv, ".2f"),
+            ("the world's own full table", "", None, world, ".3f")]
+    table([("draft trained on", 31, "<"), ("objective", 11, ">11"), ("value", 7, ">"), ("alpha", 7, ">"),
+           ("tokens/call", 13, ".2f"), (f"speedup\nc = {c:g}", 9, ".2f")],
+          [(label, obj, "" if v is None else format(v, f">7{d}"), format(pair_alpha(P, Q), f">7{d}"),
+            exact_tokens_per_call(P, Q, k), speedup(exact_tokens_per_call(P, Q, k), k, c))
+           for label, obj, v, Q, d in rows])
+    a_fit, a_kd, a_world = (pair_alpha(P, Q) for Q in (fit, kd, world))
+    a_tv = sorted((pair_alpha(P, tv), pair_alpha(P, tv_nudged)))
+    print()
+    say(f"At k = {k}: distillation {'beats' if a_kd > a_fit else 'does NOT beat'} fitting the data,",
+        f"alpha {a_kd:.3f} against {a_fit:.3f}. The data-fit draft learns the world, and the world",
+        f"is not the target: even the world's own full table reaches {'only ' * (a_world < a_kd)}alpha =",
+        f"{a_world:.3f}.",
+        "Total variation is what alpha rewards (alpha = 1 - E[TV(p, q)]): climbing it",
+        f"directly, draft 3, {'gains more still' if a_tv[0] > a_kd else 'does not gain for certain'}.",
+        "Draft 3 is printed to two decimals: the same climb from a start 1e-9 away ends at",
+        f"{a_tv[0]:.3f} or {a_tv[1]:.3f}, because the gradient of TV jumps where q = p and rounding",
+        "sends runs apart.")
+    return SimpleNamespace(alpha_fit=a_fit, alpha_kd=a_kd, alpha_tv=a_tv, alpha_world=a_world)
 
 
-def masked_pass(P2, context, tokens, mask):
-    """What one masked forward pass of an order-2 model gives every node: each
-    position reads the context, then the nodes its mask row lets it see, in
-    order, and predicts from the last two tokens it read."""
-    rows = []
-    for i in range(len(tokens)):
-        seen = list(context) + [tokens[j] for j in np.flatnonzero(mask[i])]
-        rows.append(P2[seen[-2], seen[-1]])
-    return np.array(rows)
-
-
-def path_alone(P2, context, tokens, parents, i):
-    """The same node evaluated the slow way: walk up to the root, read the path."""
-    path = []
-    while i >= 0:
-        path.append(tokens[i])
-        i = parents[i]
-    text = list(context) + path[::-1]
-    return P2[text[-2], text[-1]]
-
-
-def demo8_trees(n_runs=600, n_tokens=800):
+def demo8_trees(n_runs=600, n_rounds=200):
     parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
     mask = tree_attention_mask(parents)
-    print("The tree: context -> a, b;  a -> c, d;  b -> e, f. Its attention mask\n"
-          "(row: the node; x: a node it may attend to):\n")
-    print("     " + " ".join(name(j) for j in range(6)))
-    for i in range(6):
-        print(f"  {name(i)}  " + " ".join("x" if m else "." for m in mask[i]))
-    print("\nA verifier feeds the context and all six nodes through the target in ONE\n"
-          "forward pass with this mask in place of the causal one, so every node gets\n"
-          "the next-token distribution of its own branch.")
+    say("A draft tree drafts several candidates per node. This one: context -> a, b;",
+        "a -> c, d; b -> e, f. Its attention mask (row: the node; x: a node it may attend to):")
+    print()
+    table([("", 5, "<")] + [(name(j), 2, ">2") for j in range(6)],
+          [(f"  {name(i)}", *("x" if m else "." for m in mask[i])) for i in range(6)])
     P2, context = random_table(8, sharpness=2.0, order=2), (0, 1)  # an order-2 target
-    tokens, parents = draft_tree(MIDDLING, 1, 3, 2, np.random.default_rng(8))
-    slow = np.array([path_alone(P2, context, tokens, parents, i) for i in range(len(tokens))])
-    tree_err = np.abs(masked_pass(P2, context, tokens, tree_attention_mask(parents)) - slow).max()
-    causal = np.tri(len(tokens), dtype=bool)  # what a plain decoder would use
-    causal_err = np.abs(masked_pass(P2, context, tokens, causal) - slow).max()
-    print(f"\nAn order-2 target (next token depends on the last two), a drafted tree of\n"
-          f"{len(tokens)} nodes: largest difference between the masked pass and each node's path\n"
-          f"evaluated alone: {tree_err:.1e}. With a plain causal mask instead: {causal_err:.3f}.")
-    demo8_exactness(n_runs)
-    demo8_depth_and_width(n_tokens)
+    tokens, tree_parents = draft_tree(MIDDLING, 1, 3, 2, np.random.default_rng(8))
+    slow = np.array([path_alone(P2, context, tokens, tree_parents, i) for i in range(len(tokens))])
+    errors = [np.abs(masked_pass(P2, context, tokens, m) - slow).max()
+              for m in (tree_attention_mask(tree_parents), np.tri(len(tokens), dtype=bool))]
+    print()
+    say("A verifier feeds the context and every node through the target in ONE forward",
+        "pass with this mask in place of the causal one, so every node gets the",
+        "next-token distribution of its own branch. An order-2 target (the next token",
+        f"depends on the last two) and a drafted tree of {len(tokens)} nodes: the largest",
+        "difference between the masked pass and each node's path evaluated alone is",
+        f"{errors[0]:.1e}; with a plain causal mask instead, {errors[1]:.3f}.")
+    return SimpleNamespace(mask_error=errors[0], causal_error=errors[1],
+                           exactness=demo8_exactness(n_runs), rates=demo8_depth_and_width(n_rounds))
 
 
 def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     """Demo 8, part two: the tree keeps the target's distribution (or not)."""
-    truth, floor = truth_and_floor(ctx, n_runs, seed=9)
-    print(f"\nExactness: the first two tokens after '{name(ctx)}', {n_runs:,} runs each, "
-          f"unrelated\ndraft, depth {depth}, branching {branching}; fit as in demo 2. no_update: "
-          "a deliberate bug\nthat leaves a rejected sibling's q in p.\n")
-    print(f"{'children':14}{'rule':>10}{'TV':>9}{'fit':>12}  verdict")
-    verdicts = {}
-    for distinct, rule in ((False, "correct"), (True, "correct"), (False, "no_update")):
-        def first_tokens(rng):
-            return tree_generate(TARGET, UNRELATED, ctx, 2, depth, branching, rng,
-                                 distinct, rule)[0]
-        counts = first_two(first_tokens, n_runs, seed=9)
-        p = chi2_sf(*pearson(counts, truth))
-        verdicts[distinct, rule] = p >= P_REJECT
-        print(f"{'distinct' if distinct else 'independent':14}{rule:>10}"
-              f"{tv_distance(counts / n_runs, truth):9.4f}{p_text(p):>12}  "
-              f"{fit_verdict(p).split(' (')[0]}")
-    print(f"{'floor':24}{floor:9.4f}   <- the target itself, sampled {n_runs:,} times\n")
-    correct = verdicts[False, "correct"] and verdicts[True, "correct"]
-    say("Both ways of drafting children emit the target's distribution;" if correct else
+    truth, no_update = target_first_tokens(TARGET, ctx, 2), edited(tuple(NO_UPDATE))
+    rows = []
+    for label, module, distinct in (("independent", this_module(), False),
+                                    ("distinct", this_module(), True),
+                                    ("independent, no_update", no_update, False)):
+        counts = first_two(lambda rng: module.tree_generate(TARGET, UNRELATED, ctx, 2, depth, branching,
+                                                            rng, distinct)[0], n_runs, seed=9)
+        p_fit = chi2_sf(*pearson(counts, truth))
+        rows.append((label, tv_distance(counts / n_runs, truth), p_fit,
+                     "consistent with the target" if p_fit >= P_REJECT else "NOT the target"))
+    print()
+    say(f"Exactness: the first two tokens after '{name(ctx)}', {n_runs:,} runs each, the unrelated",
+        f"draft, depth {depth}, branching {branching}; fit as in demo 2. Independent children are",
+        "each drawn from q (SpecInfer); distinct ones each from q with the earlier ones",
+        "removed (EAGLE-1's released code). no_update, a deliberate bug, deletes the line of",
+        "verify_tree that takes a rejected sibling's q out of p. Trees have no exact check",
+        "here: the fit alone judges them.")
+    print()
+    table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
+    ok = [r[3] == "consistent with the target" for r in rows]
+    print()
+    say(f"floor: the TV of the target itself, sampled {n_runs:,} times: {floor_tv(TARGET, ctx, n_runs, 9):.4f}.",
+        "Both ways of drafting children emit the target's distribution;" if ok[0] and ok[1] else
         "NOT every correct tree emits the target's distribution;",
-        "without the residual between siblings ('no_update') the sample is",
-        "NOT the target:" if not verdicts[False, "no_update"] else "still consistent:",
+        "without the residual between siblings the sample is",
+        "NOT the target:" if not ok[2] else "still consistent:",
         "a rejected sibling's q must come out of p before the next one is tried.")
+    return rows
 
 
-def demo8_depth_and_width(n_tokens, depth=3):
+def demo8_depth_and_width(n_rounds, depth=3):
     """Demo 8, part three: tokens per target call, by depth and by nodes."""
-    print(f"\nTokens per target call, middling draft, {n_tokens:,} tokens each. Depth is the\n"
-          "number of sequential draft steps; nodes is how wide the verifying pass is.\n")
-    print(f"{'draft':20}{'depth':>6}{'nodes':>7}{'independent':>13}{'distinct':>10}")
     nodes = {b: sum(b**i for i in range(1, depth + 1)) for b in (1, 2, 3)}
-    shapes = [("chain", depth, 1)] + [(f"tree, branching {b}", depth, b) for b in (2, 3)]
-    shapes += [(f"chain of {nodes[3]}", nodes[3], 1)]  # as many nodes as branching 3
-    rate = {}
-    for label, d, b in shapes:
+    rows = []
+    for label, d, b in [("chain", depth, 1), ("tree, branching 2", depth, 2), ("tree, branching 3", depth, 3),
+                        (f"chain of {nodes[3]}", nodes[3], 1)]:
+        rates = []
         for distinct in (False, True) if b > 1 else (False,):
             rng = np.random.default_rng(10)
-            _, calls, _ = tree_generate(TARGET, MIDDLING, 0, n_tokens, d, b, rng, distinct)
-            rate[d, b, distinct] = n_tokens / calls
-        print(f"{label:20}{d:6d}{d if b == 1 else nodes[b]:7d}{rate[d, b, False]:13.2f}"
-              + (f"{rate[d, b, True]:10.2f}" if b > 1 else ""))
+            out = islice(rounds(lambda c: tree_round(TARGET, MIDDLING, c, d, b, rng, distinct), 0), n_rounds)
+            rates.append(mean_se([len(e) for e in out]))
+        exact = exact_tokens_per_call(TARGET, MIDDLING, d) if b == 1 else None
+        rows.append((label, d, d if b == 1 else nodes[b], *rates[0], rates[-1][0] if b > 1 else None, exact))
     print()
-    say("At equal depth a tree turns spare verifier width into tokens:",
-        f"{rate[depth, 1, False]:.2f} per call for the chain, {rate[depth, 3, True]:.2f} for",
-        "branching 3 with distinct children (which never spend a slot on a",
-        f"duplicate). At equal nodes the chain of {nodes[3]} makes",
-        f"{rate[nodes[3], 1, False]:.2f}, but it pays {nodes[3]} sequential draft steps",
-        f"where the tree pays {depth}. The width is spare on an accelerator at small",
-        "batch (demo 6's roofline); on this CPU's BLAS it is not (demo 6's clock).")
-
-
-def samples_to_see(exact, truth, p_reject=P_REJECT):
-    """About how many runs a Pearson test needs before its expected statistic
-    (dof + N delta^2, delta^2 = sum (exact - truth)^2 / truth) reaches the
-    critical value at p_reject: the size at which it starts to see the bias."""
-    seen = truth > 0
-    delta2 = float(((exact - truth)[seen] ** 2 / truth[seen]).sum())
-    dof = int(seen.sum()) - 1
-    lo, hi = 0.0, 10.0 * dof + 100  # the critical value, by bisection on chi2_sf
-    for _ in range(100):
-        lo, hi = ((lo + hi) / 2, hi) if chi2_sf((lo + hi) / 2, dof) > p_reject else (lo, (lo + hi) / 2)
-    return (hi - dof) / delta2 if delta2 > 0 else math.inf
-
-
-def demo9_block(n_runs=400, n_rounds=200):
-    P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
-    print("The paper's example: two tokens, no context (every row the same), target\n"
-          f"(1/3, 2/3), draft (2/3, 1/3), k = 2. Accepted drafts per round, exact and\n"
-          f"measured over {4 * n_rounds:,} rounds:\n")
-    print(f"{'verifier':12}{'exact':>9}{'':>8}{'measured':>10}{'+- 1 s.e.':>11}")
-    accepted = {}
-    for label, verify, exact in (
-            ("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
-            ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1),
-            ("ideal", None, sum(1 - tv_distance(target_first_tokens(P2, 0, i),
-                                                target_first_tokens(Q2, 0, i)) for i in (1, 2)))):
-        accepted[label] = exact
-        row = f"{label:12}{exact:9.4f}{str(Fraction(exact).limit_denominator(99)):>8}"
-        if verify:  # nothing samples the ideal verifier
-            _, per_call, _, se, _ = measure(P2, Q2, 2, 4 * n_rounds, seed=12, verify=verify)
-            row += f"{per_call - 1:10.3f}{se:11.3f}"
-        print(row)
+    say(f"Tokens per target call, the middling draft, {n_rounds:,} rounds each. Depth is the number",
+        "of sequential draft steps; nodes is how wide the verifying pass is. A chain is a",
+        "tree of branching 1, so its exact value is exact_tokens_per_call.")
     print()
-    say("ideal: a verifier that sees the joint probabilities of whole blocks; its",
-        "accepted length is at most the sum over i of 1 - TV between the target's",
-        "and the draft's first i tokens, and the paper's example reaches it.",
-        f"Block verification keeps {accepted['block'] - accepted['token-wise']:.4f} more drafts per",
-        "round than token by token here.")
-    demo9_exactness(n_runs)
-    demo9_gain(n_rounds)
-
-
-def demo9_exactness(n_runs, ctx=5, k=3, n=3):
-    """Demo 9, part two: exact, and the bug that only an exact check sees."""
-    truth = target_first_tokens(TARGET, ctx, n)
-    print(f"\nExactness: the middling draft from '{name(ctx)}', k = {k}. exact: the TV of the "
-          f"first 1, 2,\n{n} tokens from exact_block_first_tokens; fit: the sampled first "
-          f"two tokens,\n{n_runs:,} runs, as in demo 2.\n")
-    print(f"{'':19}{'exact TV, first tokens':^27}".rstrip())
-    print(f"{'rule':19}{'1':>9}{'2':>9}{'3':>9}{'fit':>11}  verdict")
-    exact, tvs, verdicts = {}, {}, {}
-    for rule in BLOCK_RULES:
-        exact[rule] = exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k, rule)
-        tvs[rule] = [tv_distance(exact[rule].sum(axis=tuple(range(m, n))),  # first m tokens
-                                 truth.sum(axis=tuple(range(m, n)))) for m in range(1, n + 1)]
-        counts = first_two(lambda rng: spec_generate(TARGET, MIDDLING, ctx, 2, k, rng, rule,
-                                                     verify=verify_block)[0], n_runs, seed=13)
-        p = chi2_sf(*pearson(counts, truth.sum(axis=2)))
-        verdicts[rule] = both_checks(p, max(tvs[rule]))
-        print(f"{rule:19}" + "".join(f"{exact_text(tv):>9}" for tv in tvs[rule])
-              + f"{p_text(p):>11}  {verdicts[rule]}")
-    tv_rule = tvs["tokenwise_residual"]
-    first_bad = next((m + 1 for m, tv in enumerate(tv_rule) if tv >= 1e-9), None)
+    table([("draft", 20, "<"), ("depth", 6, "d"), ("nodes", 7, "d"), ("independent", 13, ".2f"), ("+-", 6, ".2f"),
+           ("distinct", 10, ".2f"), ("chain exact", 13, ".2f")], rows)
+    off = [r[0] for r in rows if r[6] and not fits_exact(r[3], r[4], r[6])]
+    rows = [(label, d, n, rate, distinct, exact) for label, d, n, rate, _, distinct, exact in rows]
     print()
-    say("verify_block emits the target's distribution: its exact TVs are rounding"
-        " error and its sample passes." if verdicts["correct"] == "the target" else
-        f"verify_block is {verdicts['correct']}: a stage it uses is broken.",
-        "The cumulative test alone (h_i = p_i) is", verdicts["cumulative"] + ".")
+    say("Each chain's measured value is within 4 standard errors of its exact one."
+        if not off else f"NOT within 4 standard errors of the exact value: {', '.join(off)}.",
+        f"At equal depth a tree turns verifier width into tokens: {rows[0][3]:.2f} per call for",
+        f"the chain, {rows[2][4]:.2f} for branching 3 with distinct children (which never spend a",
+        f"slot on a duplicate). At equal nodes the chain of {nodes[3]} makes {rows[3][3]:.2f}, but it",
+        f"pays {nodes[3]} sequential draft steps where the tree pays {depth}. The width is spare on",
+        "an accelerator at small batch (demo 6's roofline); demo 6's clock shows what",
+        "width costs on this machine.")
+    return rows
+
+
+# The block bug that shipped: vllm-ascend's rejection_random_sample_block_verify
+# _pytorch (vllm_ascend/sample/rejection_sampler.py before commit 2f4d55e7e8,
+# fixed by PR #7808 for issue #7807), ported as it ran: a running product of
+# the token-wise ratios against a running product of uniforms, the drafts kept
+# up to the LAST position where the first is >= the second (a later position
+# can pass after an earlier one fails), and the replacement drawn from the
+# token-wise residual at the next position. Neither the paper's h_i nor the
+# token-wise test.
+
+
+def verify_block_shipped(P, ctx, drafted, q_rows, rng):
+    """vllm-ascend's block path before #7808, with verify_round's contract."""
+    p_rows = P[[ctx] + list(drafted)]
+    k, ratios, uniforms, last = len(drafted), 1.0, 1.0, 0
+    for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
+        ratios *= accept_prob(p, q, x)  # cumprod(min(1, p/q))
+        uniforms *= rng.random()  # cumprod(u)
+        if ratios >= uniforms:
+            last = i
+    if last == k:
+        return list(drafted) + [sample_from(p_rows[k], rng.random())]
+    return list(drafted[:last]) + [sample_from(residual(p_rows[last], q_rows[last]), rng.random())]
+
+
+def last_passing(W):
+    """P(tau = i), i = 0..k, in verify_block_shipped given its running ratios
+    W_1 >= ... >= W_k, exactly. S_i = -log(u_1 ... u_i) are the arrival times of
+    a rate-1 Poisson process, and position i passes when S_i >= w_i = -log W_i:
+    fewer than i arrivals by time w_i. So P(tau = i) = P(N(w_i) < i and
+    N(w_j) >= j for every j > i), from independent Poisson counts between the
+    w's, walked backwards from position k. Counts are capped at k."""
+    k, w = len(W), [0.0] + [-math.log(x) if x > 0 else math.inf for x in W]
+    later, out = np.ones(k + 1), [0.0] * (k + 1)  # later[n]: P(every later position fails | N = n)
+    for j in range(k, 0, -1):
+        out[j] = float(poisson_moves(w[j], k)[0, :j] @ later[:j])  # position j passes, from N(0) = 0
+        later = poisson_moves(w[j] - w[j - 1] if w[j - 1] < math.inf else 0.0, k)[:, j:] @ later[j:]
+    out[0] = float(later[0])
+    return out
+
+
+def poisson_moves(dt, k):
+    """M[n, m] = P(count m after Poisson(dt) more arrivals | count n), counts
+    capped at k (the last column takes the rest)."""
+    if dt == math.inf:
+        return np.tile(np.eye(k + 1)[k], (k + 1, 1))
+    pmf = np.array([math.exp(-dt) * dt**j / math.factorial(j) for j in range(k + 1)])
+    M = np.zeros((k + 1, k + 1))
+    for n in range(k + 1):
+        M[n, n:k] = pmf[:k - n]
+        M[n, k] = max(0.0, 1 - pmf[:k - n].sum())
+    return M
+
+
+def shipped_block_outcomes(P, Q, d, k):
+    """block_round_outcomes for verify_block_shipped: every draft sequence
+    from d, weighed by last_passing, with the same accept_prob and residual."""
+    out = []
+    for xs in product(range(len(P)), repeat=k):
+        contexts = (d,) + xs
+        prob = float(np.prod([Q[c, x] for c, x in zip(contexts, xs)]))
+        if prob == 0:
+            continue
+        W = np.cumprod([accept_prob(P[c], Q[c], x) for c, x in zip(contexts, xs)])
+        for i, p_tau in enumerate(last_passing(W)):
+            row = P[xs[-1]] if i == k else residual(P[contexts[i]], Q[contexts[i]])
+            if p_tau > 0:
+                out.append((list(xs[:i]), row, prob * p_tau))
+    return out
+
+
+def demo9_verifiers(k=3):
+    p, q = np.array([[0.9, 0.05, 0.05]]), np.array([[0.4, 0.3, 0.3]])
+    closed = {"strict": float((p * q).sum()), "one-hot": float(p[0, q.argmax()]),
+              "probabilistic": float(np.minimum(p, q).sum())}
+    rows = [(name_, float(acceptance(p, D, how or {})[0]), closed[name_], VLLM_SETTING[name_])
+            for name_, D, _, how in verifier_settings(p, q)[:3]]
+    say("A server's verifier sees the draft through a setting. vLLM's draft_sample_method",
+        "is \"probabilistic\" (drafts sampled from q, checked against q) or \"greedy\" (the",
+        "draft proposes its argmax, q treated as one-hot: here drafting from temper(Q, 0)).",
+        "Its Model Runner V2 first verified by strict matching: keep a draft only if it",
+        "equals the target's own sample, i.e. verify_round with q one-hot at the draft",
+        "(verify_strict). Block verification is 5c. For one row, p = (0.9, 0.05, 0.05) and",
+        "q = (0.4, 0.3, 0.3), the chance a draft is kept, through accept_prob, beside its",
+        "closed form:")
     print()
-    if first_bad is None:
-        say("The token-wise residual is exact for these first tokens.")
-    else:
-        need = samples_to_see(exact["tokenwise_residual"], truth)
-        say("The token-wise residual (the replacement from p - q instead of",
-            "p_tau p - q) keeps the first", f"{first_bad - 1} token{'s' * (first_bad > 2)}",
-            f"exactly right; the bias appears at token {first_bad} and is",
-            f"{exact_text(tv_rule[first_bad - 1])} there. A sampled test of the first {n} tokens would",
-            f"need about {need:,.0f} runs before its expected statistic reaches the",
-            f"p = {P_REJECT:g} line. The exact check sees it at once, which is why a",
-            "verifier's test must look past the first token, and why exact beats",
-            "sampled.")
+    table([("verifier", 15, "<"), ("kept", 7, ".3f"), ("closed form", 24, "<")],
+          [(r[0], r[1], f"{r[2]:.3f} = " + {"strict": "sum q p", "one-hot": "p(argmax q)",
+                                            "probabilistic": "sum min(p, q)"}[r[0]]) for r in rows])
+    agree = max(abs(r[1] - r[2]) for r in rows) < 1e-12
+    pairs = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
+             ("blend weight 0.9", TARGET, blend(TARGET, UNRELATED, 0.9)),
+             ("target at T = 2", TARGET, temper(TARGET, 2)),
+             ("T=0.3 target, T=3 draft", temper(TARGET, 0.3), temper(TARGET, 3))]
+    prow, reasons = [], []
+    for label, P, Q in pairs:
+        settings = verifier_settings(P, Q)
+        alphas = [float(stationary(P) @ acceptance(P, D, how)) for _, D, _, how in settings[:3]]
+        tokens = [exact_tokens_per_call(P, D, k, **how) for _, D, _, how in settings[:3]]
+        tokens.append(exact_block_tokens_per_call(P, Q, k))
+        x_star = Q.argmax(axis=1)
+        liked = P[np.arange(len(P)), x_star] > Q[np.arange(len(P)), x_star]
+        wins = acceptance(P, settings[1][1], {}) > acceptance(P, Q, {}) + 1e-12
+        prow.append((label, *alphas, *tokens, settings[int(np.argmax(tokens))][0]))
+        reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
+    print()
+    say("Each is exact (below). Which keeps most depends on the pair: alpha per verifier",
+        f"and exact tokens per call at k = {k}, for the script's pairs and a sharp target",
+        "drafted by a flat copy of itself:")
+    print()
+    table([("pair", 24, "<"), ("prob", 6, ".3f"), ("1-hot", 6, ".3f"), ("strict", 7, ".3f"),
+           ("prob", 6, ".2f"), ("1-hot", 6, ".2f"), ("strict", 7, ".2f"), ("block", 7, ".2f"), ("most", 11, "<")],
+          prow, groups=[("alpha", 1, 3), (f"tokens per call, k = {k}", 4, 7)])
+    print()
+    say("Every kept chance equals its closed form (to 1e-12)." if agree
+        else "NOT every kept chance equals its closed form.",
+        "In vLLM probabilistic is draft_sample_method \"probabilistic\" and one-hot is \"greedy\", the default",
+        "(vllm/config/speculative.py); strict was Model Runner V2's first default (PR #35461);",
+        "block is rejection_sample_method \"block\" (PR #46781, Model Runner V2).")
+    print()
+    say(
+        "One-hot beats probabilistic in a context only where p(argmax q) > sum min(p, q),",
+        "which needs the target to like the draft's argmax more than the draft does",
+        "(p(x*) > q(x*), x* = argmax q): the reason PR #40651's author gave in vLLM issue",
+        "#40551 when one-hot outdid the true q (the PR made one-hot Model Runner V2's",
+        "default). Contexts where one-hot wins / where p(x*) > q(x*): " +
+        "; ".join(f"{label} {w} / {l}" for label, w, l, _ in reasons) + ".",
+        "" if all(r[3] for r in reasons) else "NOT every win has p(x*) > q(x*).")
+    return SimpleNamespace(row=rows, pairs=prow, reasons=reasons, exactness=demo9_exactness(k),
+                           block=demo9_block())
 
 
-def demo9_gain(n_rounds, ks=(1, 2, 3, 4)):
-    """Demo 9, part three: tokens per target call, token-wise and block-wise."""
-    print(f"\nTokens per target call, middling draft; measured over {n_rounds:,} rounds.\n")
-    print(f"{'':4}{'token-wise':>18}{'block':>18}")
-    print(f"{'k':>4}{'exact':>9}{'measured':>9}{'exact':>9}{'measured':>9}{'gain':>9}")
-    gains = {}
-    for k in ks + (8,):
-        tw, bl = (measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=v)[1]
-                  for v in (verify_round, verify_block))
-        if k in ks:
-            e_tw, e_bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
-            gains[k] = e_bl / e_tw - 1
-            print(f"{k:4d}{e_tw:9.3f}{tw:9.2f}{e_bl:9.3f}{bl:9.2f}{100 * gains[k]:+8.1f}%")
+def demo9_exactness(k, ctx=5, n=3, n_runs=400):
+    """Demo 9, part two: every verifier and block bug, by both checks."""
+    here, truth = this_module(), target_first_tokens(TARGET, ctx, n)
+    cases = [(label, here, D, verify, how) for label, D, verify, how in verifier_settings(TARGET, MIDDLING)]
+    cases += [(b, bugged(b, BLOCK_BUGS), MIDDLING, None, None) for b in BLOCK_BUGS]
+    cases += [("vllm-ascend", here, MIDDLING, verify_block_shipped, "shipped")]
+    rows = []
+    for label, m, D, verify, how in cases:
+        if how is None:  # a block verifier, maybe edited
+            verify, exact = m.verify_block, m.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k)
+        elif how == "shipped":
+            exact = chain_rounds(lambda d: shipped_block_outcomes(TARGET, MIDDLING, d, k), ctx, n, VOCAB)
         else:
-            print(f"{k:4d}{'':9}{tw:9.2f}{'':9}{bl:9.2f}")
+            exact = exact_first_tokens(TARGET, MIDDLING if how else D, ctx, n, k, **how)
+        tvs = [tv_distance(exact.sum(axis=tuple(range(j, n))), truth.sum(axis=tuple(range(j, n))))
+               for j in range(1, n + 1)]
+        counts = first_two(lambda rng: m.spec_generate(TARGET, D, ctx, 2, k, rng, verify)[0], n_runs, seed=13)
+        p_fit = chi2_sf(*pearson(counts, truth.sum(axis=2)))
+        rows.append((label, *tvs, p_fit, both_checks(p_fit, max(tvs)), exact))
+    print()
+    say(f"Exactness: the middling draft from '{name(ctx)}', k = {k}. exact: the TV of the first 1, 2,",
+        f"{n} tokens computed through the stages; fit: the sampled first two tokens, {n_runs:,} runs,",
+        "as in demo 2. Below the four settings, two edits of block verification",
+        "(tokenwise_residual: the replacement from p - q instead of p_tau p - q;",
+        "cumulative: h_i = p_i, the running weight alone) and the block path vllm-ascend",
+        "shipped before PR #7808 (issue #7807), ported as it ran (verify_block_shipped;",
+        "its exact values through last_passing, which integrates over the uniforms).")
+    print()
+    table([("verifier", 20, "<"), ("1", 9, exact_text), ("2", 9, exact_text), ("3", 9, exact_text),
+           ("fit", 11, p_text), ("verdict", 18, "<")], [r[:6] for r in rows],
+          groups=[("exact TV, first tokens", 1, 3)])
+    demo9_exactness_verdicts(rows, truth)
+    return rows
+
+
+def demo9_exactness_verdicts(rows, truth):
+    """Demo 9's sentences on exactness, from its table."""
+    lossless = [r for r in rows[:4] if r[5] == "the target"]
+    print()
+    say("All four settings emit the target's distribution by both checks." if len(lossless) == 4 else
+        "NOT every setting emits the target's distribution: " +
+        "; ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}" for r in rows[:4] if r not in lossless) + ".",
+        "; ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}" for r in rows[4:]) + ".")
+    for label, *tvs, p_fit, verdict, exact in rows[4:]:
+        first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv >= 1e-9), None)
+        if first_bad and first_bad > 1 and p_fit >= P_REJECT:
+            need = samples_to_see(exact, truth)
+            print()
+            say(f"{label} keeps the first {first_bad - 1} token{'s' * (first_bad > 2)} exactly right; its bias",
+                f"appears at token {first_bad} ({exact_text(tvs[first_bad - 1])}), and a sampled test of the",
+                f"first {len(tvs)} tokens would need about {about(need)} runs to see it (where a Pearson",
+                f"test's expected statistic reaches the p = {P_REJECT:g} line). The exact check sees it at",
+                f"once, which is why a verifier's check must look past token {first_bad - 1}.")
+    shipped = rows[-1]
+    print()
+    say(f"vllm-ascend's shipped path is off by {exact_text(shipped[1])} at the first token and",
+        f"{exact_text(shipped[2])} over two: a cumulative product of uniforms shrinks fast, so",
+        "later positions pass too easily and it keeps too many drafts.")
+
+
+def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
+    """Demo 9, part three: the paper's example, and what block verification gains."""
+    P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
+    rows = []
+    for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
+                                 ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1)):
+        m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
+        rows.append((label, exact, m.per_call - 1, m.se, "yes" if fits_exact(m.per_call - 1, m.se, exact) else "NO"))
+    ideal = sum(1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2))
+    print()
+    say("Block verification (Sun et al., ICLR 2025) on its paper's example: two tokens, no",
+        "context (every row the same), target (1/3, 2/3), draft (2/3, 1/3), k = 2. Accepted",
+        f"drafts per round, exact and measured over {n_rounds:,} rounds; ideal: a verifier that",
+        "sees the joint probabilities of whole blocks, whose accepted length is at most the",
+        "sum over i of 1 - TV between the target's and the draft's first i tokens.")
+    print()
+    table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
+           ("fits", 6, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
+          + [("ideal", ideal, f"{round(9 * ideal)}/9")])
+    gains = []
+    for k in ks:
+        tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
+        m = measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=verify_block)
+        gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, "yes" if fits_exact(m.per_call, m.se, bl) else "NO"))
+    print(f"\nTokens per target call, the middling draft; block measured over {n_rounds:,} rounds:\n")
+    table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"),
+           ("gain", 8, lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"), ("measured", 10, ".2f"),
+           ("+-", 6, ".2f"), ("fits", 6, ">")], gains, groups=[("exact", 1, 3), ("block", 4, 6)])
     P0, Q0 = temper(TARGET, 0), temper(blend(TARGET, UNRELATED, 0.9), 0)
     greedy = exact_tokens_per_call(P0, Q0, 4), exact_block_tokens_per_call(P0, Q0, 4)
+    misfit = [r[0] for r in rows if r[4] == "NO"] + [f"k = {g[0]}" for g in gains if g[6] == "NO"]
     print()
-    say("gain: exact block over exact token-wise.",
-        "Block verification keeps at least as many tokens at every k"
-        if min(gains.values()) >= -1e-12 else "Block verification LOSES tokens at some k",
-        f"({'equal' if abs(gains[1]) < 1e-12 else 'NOT equal'} at k = 1, where there is no",
-        f"block to judge; +{100 * max(gains.values()):.1f}% at most here). The paper reports",
-        "5-8% wall-clock gains on real models. At T = 0 (argmax tables, the blend",
-        f"weight 0.9 draft, k = 4) the two give {greedy[0]:.4f} and {greedy[1]:.4f} tokens per",
-        "call:", "the same rule." if abs(greedy[0] - greedy[1]) < 1e-12 else "NOT the same.")
+    say("Every measured value fits its exact one (within 4 standard errors)." if not misfit else
+        f"NOT every measured value fits its exact one: {', '.join(misfit)}.",
+        "Block verification keeps at least as many tokens at every k" if min(g[3] for g in gains) >= -1e-12
+        else "Block verification LOSES tokens at some k",
+        f"({'equal' if abs(gains[0][3]) < 1e-12 else 'NOT equal'} at k = 1, where there is no block to judge;",
+        f"{max(g[3] for g in gains):+.1%} at most here); the paper reports 5-8% wall-clock gains on",
+        "real models. At T = 0 (argmax tables, the blend weight 0.9 draft, k = 4) the two give",
+        f"{greedy[0]:.4f} and {greedy[1]:.4f} tokens per call:",
+        "the same rule." if abs(greedy[0] - greedy[1]) < 1e-12 else "NOT the same.")
+    return SimpleNamespace(example=rows, ideal=ideal, gains=gains, greedy=greedy)
 
 
 def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
-    sizes = measure(TARGET, MIDDLING, k, n_rounds, seed=15)[4]
+    sizes = measure(TARGET, MIDDLING, k, n_rounds, seed=15).sizes
     L, R, rates = server_metrics(sizes, k)
-    print(f"Playing the server: the middling draft at k = {k}, {n_rounds:,} rounds, counted "
-          "as vLLM\ncounts them, then fed to --tune's routes. The truth: exact_tokens_per_call "
-          "at\nevery k, with no sampling and no model.\n")
-    print(f"  mean acceptance length {L:8.3f}   1 + accepted / drafts: tokens per call")
-    print(f"  draft acceptance rate  {R:8.3f}   accepted / drafted tokens")
-    print("  per-position rates     " + "".join(f"{a:6.3f}" for a in rates)
-          + "\n  (per position i: the share of drafts whose first i tokens all passed)\n")
     exact = {j: exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 33)}
     a_L, a_R = alpha_from_mean_length(L, k), alpha_from_draft_rate(R, k)
-    routes = [("truth (exact_tokens_per_call)", None, lambda j: exact[j], 32),
-              ("--per-position", None, lambda j: per_position_tokens(rates)[j - 1], k),
-              ("--mean-acceptance-length", a_L, lambda j: expected_tokens(a_L, j), 32),
-              ("--draft-acceptance-rate", a_R, lambda j: expected_tokens(a_R, j), 32),
-              ("the rate passed as ALPHA", R, lambda j: expected_tokens(R, j), 32)]
-    print(f"{'c':>5}  {'route':33}{'alpha':>7}{'k':>4}{'predicted':>11}{'true at k':>11}")
-    picks = {label: 0 for label, *_ in routes}
+    say(f"Playing the server: the middling draft at k = {k}, {n_rounds:,} rounds, counted as vLLM",
+        "counts them (vllm/v1/spec_decode/metrics.py), then fed to --tune's routes. The truth:",
+        "exact_tokens_per_call at every k, with no sampling and no model.")
+    print()
+    table([("", 22, "<"), ("", 31, "<"), ("", 27, "<")],
+          [("mean acceptance length", f"{L:.4f}", "1 + accepted / drafts"),
+           ("draft acceptance rate", f"{R:.4f}", "accepted / drafted tokens"),
+           ("per-position rates", " ".join(f"{x:.3f}" for x in rates), "first i drafts all kept")])
+    routes = [("truth (exact_tokens_per_call)", None, [exact[j] for j in range(1, 33)]),
+              ("--per-position", None, per_position_tokens(rates)),
+              ("--mean-acceptance-length", a_L, expected_tokens(a_L, np.arange(1, 33))),
+              ("--draft-acceptance-rate", a_R, expected_tokens(a_R, np.arange(1, 33))),
+              ("the rate passed as ALPHA", R, expected_tokens(R, np.arange(1, 33)))]
+    rows, picks = [], {label: 0 for label, _, _ in routes}
     for c in costs:
-        best = fastest_k(lambda j: speedup(exact[j], j, c), 32)[0]
-        for i, (label, alpha, tokens, k_max) in enumerate(routes):
-            j, s_j = fastest_k(lambda j: speedup(tokens(j), j, c), k_max)
+        best = fastest_k(speedup(np.array(routes[0][2]), np.arange(1, 33), c))[0]
+        for i, (label, alpha, tokens) in enumerate(routes):
+            j, s_j = fastest_k(speedup(np.array(tokens), np.arange(1, len(tokens) + 1), c))
             picks[label] += j == best
-            print(f"{c if i == 0 else '':>5}  {label:33}{'-' if alpha is None else f'{alpha:.3f}':>7}"
-                  f"{j:4d}{s_j:10.2f}x{speedup(exact[j], j, c) if j else 1.0:10.2f}x")
-    demo10_verdicts(picks, len(costs), k, L, R, a_L, a_R)
-
-
-def demo10_verdicts(picks, n, k, L, R, a_L, a_R):
-    """Demo 10's sentences, from the table's picks."""
+            rows.append((c if i == 0 else None, label, alpha, j, s_j, speedup(exact[j], j, c) if j else 1.0))
     print()
-    say(f"The per-position route picks the true best k at {picks['--per-position']} of {n}",
-        f"costs, with no model of alpha (it cannot see past the K = {k} the server ran).",
-        f"The mean acceptance length and the draft acceptance rate carry the same",
-        f"information (L = 1 + k R: {L:.3f} = 1 + {k} x {R:.3f}), so eq. 1 turns both into",
-        f"alpha = {a_L:.3f}" + (" and the two routes agree;" if abs(a_L - a_R) < 1e-9 else
-                                f" and {a_R:.3f};"),
-        f"they pick the true best k at {picks['--mean-acceptance-length']} of {n}. The draft",
-        f"acceptance rate passed as ALPHA picks it at {picks['the rate passed as ALPHA']} of {n}:",
-        "that rate counts drafts after a rejection, which are never checked, so it is",
-        "not alpha.")
-
-
-# -----------------------------------------------------------------------------
-# Watching it decode: --trace
-# The trace runs the real draft_tokens and verify_round, and records every call
-# verify_round makes to accept_prob, residual and sample_from, and every
-# uniform it draws. The printout is read off that record, so an edit to any
-# stage, or to verify_round itself, shows in it; verify_round is untouched.
-
-TRACED = ("accept_prob", "residual", "sample_from")
-RULE_NOTES = {
-    "correct": "A draft x is kept when u < min(1, p(x)/q(x)).",
-    "greedy": "The 'greedy' bug: a draft is kept only when it is p's argmax.",
-    "no_resample": "The 'no_resample' bug: a rejected draft is replaced from p itself.",
-    "continue": "The 'continue' bug: the drafts after a rejection are checked anyway.",
-    "uniform_q": "The 'uniform_q' bug: q is taken to be 1/V, and a rejected draft is "
-                 "replaced from p itself.",
-}
-
-
-def recorded_round(P, Q, ctx, k, rng, rule="correct"):
-    """One real round and what verify_round did in it: (drafted, emitted,
-    n_accepted, calls), calls = [(name, args, result)] in call order, with
-    ("u", (), value) for each uniform drawn."""
-    drafted = draft_tokens(Q, ctx, k, rng)
-    calls, stages = [], {name: globals()[name] for name in TRACED}
-
-    def recorder(name, stage):
-        def call(*args):
-            calls.append((name, args, stage(*args)))
-            return calls[-1][2]
-        return call
-
-    def draw():
-        calls.append(("u", (), rng.random()))
-        return calls[-1][2]
-
-    globals().update({name: recorder(name, stage) for name, stage in stages.items()})
-    try:  # verify_round looks these names up when it runs, so it calls the recorders
-        emitted, n_accepted = verify_round(P, Q, ctx, drafted, SimpleNamespace(random=draw), rule)
-    finally:
-        globals().update(stages)
-    return drafted, emitted, n_accepted, calls
-
-
-def slot_kinds(drafted, emitted, n_accepted, rule):
-    """What each emitted token is: 'kept' (a draft that passed), 'replaced'
-    (drawn after a rejection) or 'bonus' (drawn after all k passed)."""
-    if rule == "continue":  # it checks every draft, replacing the rejected ones
-        return ["kept" if e == d else "replaced" for e, d in zip(emitted, drafted)] + ["bonus"]
-    return ["kept"] * n_accepted + ["bonus" if n_accepted == len(drafted) else "replaced"]
-
-
-MARKS = {"kept": ("{}", "32"), "replaced": ("[{}]", "33"), "bonus": ("{{{}}}", "36"),
-         "start": ("{} |", "0")}
-
-
-def marked(text, colour=False):
-    """The text so far in letters: kept plain, [replaced], {bonus}, coloured
-    too if asked: marked([(0, 'start'), (4, 'kept'), (1, 'bonus')]) -> 'a | e {b}'."""
-    words = [MARKS[kind][0].format(name(x)) for x, kind in text]
-    if colour:
-        words = [f"\033[{MARKS[kind][1]}m{w}\033[0m" for w, (_, kind) in zip(words, text)]
-    return " ".join(words)
-
-
-def row_text(row):
-    """A distribution in letters: row_text([.5, 0, .5]) -> 'a .500  c .500'."""
-    total = sum(row)
-    return "  ".join(f"{name(x)} {v / total:.3f}".replace(" 0.", " .")
-                     for x, v in enumerate(row) if v > 0)
-
-
-def trace(n_rounds=4, seed=0, rule="correct", k=4, ctx=0, colour=False):
-    """Decode a few rounds with the middling draft and print each one."""
-    check_rule(rule)
-    rng, text = np.random.default_rng(seed), [(ctx, "start")]
-    say(f"Speculative decoding, traced: target p, middling draft q, k = {k}, seed {seed}.",
-        "Each round drafts k tokens from q, then checks them in one target call.",
-        RULE_NOTES[rule])
+    table([("c", 5, "g"), ("route", 33, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),
+           ("predicted", 11, lambda x: f"{x:.2f}x"), ("true at k", 11, lambda x: f"{x:.2f}x")], rows)
     print()
-    for r in range(1, n_rounds + 1):
-        drafted, emitted, n_acc, calls = recorded_round(TARGET, MIDDLING, ctx, k, rng, rule)
-        kinds = slot_kinds(drafted, emitted, n_acc, rule)
-        print(f"Round {r}, after '{name(ctx)}': the draft proposes {' '.join(map(name, drafted))}.")
-        print(f"  {'after':>7}{'draft':>7}{'q(x)':>8}{'p(x)':>8}{'min(1,p/q)':>12}{'u':>8}  verdict")
-        print_round(ctx, drafted, kinds, calls)
-        text += list(zip(emitted, kinds))
-        ctx = emitted[-1]
-        print(f"  text: {marked(text, colour)}\n")
-    print("kept: plain; [x]: drawn after a rejection; {x}: the bonus token, drawn after\n"
-          "all k drafts passed. Every number above was recorded from verify_round's\n"
-          "own calls to accept_prob, residual and sample_from.")
+    say(f"The per-position route picks the true best k at {picks['--per-position']} of {len(costs)} costs,",
+        f"with no model of alpha (it cannot see past the K = {k} the server ran). The mean",
+        "acceptance length and the draft acceptance rate carry the same information when",
+        f"every draft has K tokens (L = 1 + K R: {L:.4f} = 1 + {k} x {R:.4f}), so eq. 1 turns both",
+        f"into alpha = {a_L:.3f}" + (" and the two routes agree;" if abs(a_L - a_R) < 1e-9 else f" and {a_R:.3f};"),
+        f"they pick the true best k at {picks['--mean-acceptance-length']} of {len(costs)}. vLLM counts",
+        "the drafted tokens of each draft, which vary under n-gram and suffix drafting and",
+        "dynamic draft lengths; there the two figures part, and the rate route needs a K.",
+        f"The draft acceptance rate passed as ALPHA picks it at {picks['the rate passed as ALPHA']} of",
+        f"{len(costs)}: that rate counts drafts after a rejection, which are never checked, so it",
+        "is not alpha.")
+    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks,
+                           plans=demo10_plan(expected_tokens(a_L, np.arange(1, 33)), a_L),
+                           policies=demo10_policies())
 
 
-def print_round(ctx, drafted, kinds, calls):
-    """One round of the trace, read off the recorded calls: p(x) and q(x) as
-    accept_prob was handed them, the uniforms drawn, the rows sampled."""
-    contexts = [ctx] + list(drafted)
-    draws = [(*args, out) for name, args, out in calls if name == "sample_from"]  # row, u, x
-    drawn = {u for _, u, _ in draws}  # the uniforms sample_from used; the rest tested drafts
-    tests = [out for name, _, out in calls if name == "u" and out not in drawn]
-    checks = [(*args, out) for name, args, out in calls if name == "accept_prob"]  # p, q, x, a
-    residuals = [out for name, _, out in calls if name == "residual"]
-    for i, u in enumerate(tests):
-        c, x = contexts[i], drafted[i]  # greedy calls no accept_prob: show the tables
-        p, q, _, a = checks[i] if i < len(checks) else (TARGET[c], MIDDLING[c], x, None)
-        ratio = f"{'-':>12}" if a is None else f"{a:12.3f}"
-        print(f"  {name(c):>7}{name(x):>7}{q[x]:8.3f}{p[x]:8.3f}{ratio}{u:8.3f}  "
-              + ("kept" if kinds[i] == "kept" else "rejected"))
-        if kinds[i] != "kept":
-            row, u_row, token = draws.pop(0)
-            print(f"  {'':7}{'residual' if any(row is res for res in residuals) else 'p itself'}: "
-                  f"{row_text(row)}\n  {'':7}u = {u_row:.3f} draws '{name(token)}' in its place")
-    if kinds[-1] == "bonus":
-        _, u_row, token = draws.pop(0)
-        print(f"  {'':7}all {len(drafted)} passed: the bonus token from p after "
-              f"'{name(drafted[-1])}', u = {u_row:.3f} draws '{name(token)}'")
+def demo10_plan(tokens, alpha, contexts=(16, 512), max_batch=1024):
+    """Demo 10, part two: the same server's draft length for every batch size."""
+    print()
+    say("A schedule for the server: the best k for every batch size on demo 6's roofline",
+        f"(its Llama-2-7B-shaped target and its draft), from eq. 1 at alpha = {alpha:.3f}, the mean",
+        "acceptance length's route. vLLM's speculative config takes it as",
+        "num_speculative_tokens_per_batch_size, rows [first B, last B, k] (inclusive; k = 0",
+        "turns speculation off; vLLM caps k at num_speculative_tokens and keeps the last",
+        "row's k past the last B). bound: what limits the verifying pass at the bucket's ends.")
+    return {n_ctx: print_plan(tokens, n_ctx, max_batch, f"alpha = {alpha:.3f}") for n_ctx in contexts}
 
 
-# -----------------------------------------------------------------------------
-# Command line
+def demo10_policies(c=0.1, n_rounds=400, thresholds=(0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5), k_max=20, cap=32):
+    """Demo 10, part three: draft lengths that adapt, against two oracles."""
+    print()
+    say("Draft lengths that adapt, exactly (stage 10: each policy is a Markov chain over",
+        "the round's start context and the policy's state), and simulated through",
+        f"draft_tokens and verify_round for {n_rounds:,} rounds (fits: within 4 standard errors),",
+        f"at c = {c}. transformers' heuristic schedule starts at 5 drafts (its default when",
+        "the schedule was), +2 after a round whose drafts all passed, -1 otherwise (at",
+        f"least 1; capped at {cap} here); its confidence stop ends drafting after a",
+        f"token the draft gave less than a threshold (default 0.4, at most {k_max} drafts here);",
+        "SGLang's kind moves between 1, 3, 5 and 7 drafts from an average of the accepted",
+        "counts (here the last 2 rounds). The oracles: the best fixed k, and the best k for",
+        "each start context, which a server cannot know.")
+    out = {}
+    for label, Q in (("middling", MIDDLING), ("blend weight 0.9", blend(TARGET, UNRELATED, 0.9))):
+        ks = np.arange(1, 33)
+        fixed = [policy_value(TARGET, Q, fixed_policy(j), c) for j in ks]
+        k_best = int(np.argmax([f[2] for f in fixed])) + 1
+        oracle, per_context = best_per_context(TARGET, Q, c)
+        theta = max(thresholds, key=lambda t: confidence_value(TARGET, Q, t, k_max, c)[2])
+        policies = [("heuristic +2/-1", heuristic_policy(k_max=cap), None), ("tiers 1,3,5,7", tiered_policy(), None),
+                    ("confidence 0.4", None, 0.4), (f"confidence {theta:g} (best)", None, theta)]
+        rows = [(f"best fixed, k = {k_best}", *fixed[k_best - 1], 1.0, None, None, ""),
+                ("best k per context", None, None, oracle, oracle / fixed[k_best - 1][2], None, None,
+                 " ".join(map(str, per_context)))]
+        for name_, policy, t in policies:
+            value = policy_value(TARGET, Q, policy, c) if policy else confidence_value(TARGET, Q, t, k_max, c)
+            run = run_policy(TARGET, Q, n_rounds, seed=16, policy=policy, threshold=t, k_max=k_max)
+            (tok, tok_se), (dr, dr_se) = mean_se(run[:, 0]), mean_se(run[:, 1])
+            ok = fits_exact(tok, tok_se, value[0]) and fits_exact(dr, dr_se, value[1])
+            rows.append((name_, *value, value[2] / fixed[k_best - 1][2], tok, tok_se, "yes" if ok else "NO"))
+        print(f"\n{label}:\n")
+        table([("policy", 22, "<"), ("tokens/call", 12, ".2f"), ("drafts", 8, ".2f"), ("speedup", 8, ".3f"),
+               ("of best", 8, ".1%"), ("measured", 9, ".2f"), ("+-", 6, ".2f"), ("fits", 5, ">")],
+              [r[:7] + (r[7] if r[7] in ("yes", "NO") else "",) for r in rows],
+              groups=[("exact", 1, 4), ("simulated", 5, 7)])
+        out[label] = SimpleNamespace(rows=rows, k_best=k_best, per_context=per_context, theta=theta)
+    demo10_policy_verdicts(out)
+    return out
+
+
+def demo10_policy_verdicts(out):
+    """Demo 10's closing sentences, from the policy tables."""
+    labels = list(out)
+    names = ["best k per context", "heuristic +2/-1", "tiers 1,3,5,7", "confidence 0.4", "confidence, best threshold"]
+    share = {name_: [out[l].rows[i + 1][4] for l in labels] for i, name_ in enumerate(names)}
+    beat = [(l, r[0], r[4] - 1) for l in labels for r in out[l].rows[2:] if r[4] > 1 + 1e-9]
+    misfit = [f"{l}: {r[0]}" for l in labels for r in out[l].rows[2:] if r[7] == "NO"]
+    print()
+    say("Every simulated policy fits its exact chain." if not misfit
+        else f"NOT every simulation fits: {'; '.join(misfit)}.",
+        "Of the best fixed k's speedup (" + " / ".join(labels) + "): " + "; ".join(
+            f"{name_} {' / '.join(f'{x:.0%}' for x in xs)}" for name_, xs in share.items()) + ".",
+        "Knowing the context gains little over one fixed k on these tables."
+        if max(share["best k per context"]) < 1.01 else "",
+        ("Beating the best fixed k: " + "; ".join(f"{name_} for the {l} draft, {g:+.1%}" for l, name_, g in beat) +
+         ". A confidence stop reads the draft's own confidence inside the round, which no k"
+         " chosen per round or per context can.") if beat else "No policy beats the best fixed k here.",
+        "At transformers' default threshold, 0.4, drafting stops after about",
+        " / ".join(f"{out[l].rows[4][2]:.1f}" for l in labels) + " drafts on these six-token",
+        "tables; transformers re-fits the threshold as it runs (from an ROC curve of its",
+        "drafts' probabilities and matches), which this fixed-threshold chain leaves out.")
+
+
+# The run: a legend of the terms, the demos in order, then the edits to try.
 
 DEMOS = {
     "1": ("The rule by hand, one context", demo1_rule_by_hand),
@@ -2133,289 +2521,457 @@ DEMOS = {
     "6": ("Where the free compute comes from", demo6_free_compute),
     "7": ("Where a good draft comes from", demo7_distillation),
     "8": ("Beyond a chain: draft trees", demo8_trees),
-    "9": ("Verifying the block, not the tokens", demo9_block),
-    "10": ("From a server's metrics to k, checked against the truth", demo10_server),
+    "9": ("What the verifier can see", demo9_verifiers),
+    "10": ("Which k for my server?", demo10_server),
 }
-USAGE = """usage: speculative_decoding_from_scratch.py [DEMO ...]
-       speculative_decoding_from_scratch.py --trace ... | --tune ... | --list"""
-HELP = f"""{USAGE}
-
-Runs the demos (all of them, or the numbered ones) and prints their evidence.
-  DEMO ...            run these demos, in this order
-  --list              print the demo titles
-  --help              print this
-  --trace [N]         watch N rounds (4) decode, one drafted token per line,
-                      from verify_round's own calls; --rule NAME runs one of
-                      the deliberate bugs, --seed S another random stream
-  --tune ALPHA C      best draft length k for an acceptance rate ALPHA and a
-                      draft cost C (one draft pass, in target passes), by the
-                      paper's eq. 1 and Theorem 3.8. From a server's figures
-                      instead of ALPHA (vLLM's names; K: the k they were
-                      measured at):
-    --tune --mean-acceptance-length L --k K C     alpha by inverting eq. 1
-    --tune --draft-acceptance-rate R --k K C      (this rate is not alpha)
-    --tune --per-position A1,A2,...,AK C          no model: tokens per call
-                                                  for every k <= K
-  options for --tune, in any order:
-    --k-max N         the largest k to consider (32; with --per-position, K,
-                      and a larger N extrapolates on an assumption)
-    --v V             the verifying pass's cost in target passes (1)
-
-Demos:"""
 LEGEND = """Speculative decoding: a cheap draft model guesses k tokens, the target model
 checks all k in one call, and a rejection rule keeps the target's own output
 distribution exactly. Here the models are probability tables over tokens a..f.
-  p, q   the target's and the draft's next-token distributions
-  k      the draft length: tokens guessed per round
-  beta   sum over x of min(p(x), q(x)): the chance a draft is accepted in one
-         context; alpha, the paper's acceptance rate: beta averaged over the
-         contexts as often as the target visits them
-  eq. 1  tokens per target call = (1 - alpha^(k+1)) / (1 - alpha)
-  c      the cost of one draft call, as a fraction of one target call
-  TV     total variation: the largest difference in probability two
-         distributions give any event; the floor: the TV of the target itself,
-         sampled as often (noise alone)
-  fit    Pearson's chi-square p-value of a sample against the target's
-         distribution; below 0.001 the verdict is NOT the target
-  exact  computed from the tables, with no sampling
-Is it exact? demos 1-2, 9. How fast, and when is it slower? 3-6, 10. Why is
-checking k tokens nearly free, and where is it not? 6. Where do good drafts
-come from? 7. Trees of drafts? 8. Which k for my server? 10."""
+  p, q    the target's and the draft's next-token distributions
+  round   k tokens drafted, then checked in one target call; if all k pass, the
+          call's last distribution gives one more token free: the bonus token
+  beta    sum over x of min(p(x), q(x)): the chance a draft is accepted in one
+          context; alpha: beta averaged over the contexts the target visits
+  c       the cost of one draft call, as a fraction of one target call; the
+          speedup is tokens per round / (1 + k c) (the paper's Theorem 3.8)
+  TV      total variation: the largest difference in probability two
+          distributions give any event; floor: the TV of the target itself,
+          sampled as often (noise alone)
+  fit     Pearson's chi-square p-value of a sample against the target's
+          distribution; below 0.001 the verdict is NOT the target
+  exact   from the tables with no sampling, through the same stage functions
+          (accept_prob, residual, ...) you can edit
+Is it exact? demos 1, 2, 9. How fast, and when is it slower? 3-6, 10. Where is
+checking k tokens free? 6. Good drafts? 7. Trees? 8. Which k for my server? 10."""
 BREAK_IT = """
 Now break it: edit one line, rerun, and watch which verdicts flip.
-  residual(): return p                 demos 1 and 2: NOT the target
-  accept_prob(): q[x] / p[x]           demo 1's sentences and proof; demo 2
+  residual(): return p                 demos 1, 2 and 3: NOT the target
+  accept_prob(): q[x] / p[x]           demo 1's sentences and proof; demos 2, 3
   verify_round(): delete the bonus     demo 2 still the target; demo 3's
     line                               tokens per call no longer fit
-  verify_round(): residual(q, p)       demo 2: the sample fails, the exact
-                                       check does not (it skips verify_round)
+  verify_round(): residual(q, p)       demo 2: the fit fails, the exact check
+                                       does not (it weighs the stages, not
+                                       verify_round's own lines)
   verify_round(): bonus from p, not    demo 3: NOT the target at T > 0
     p_rows[-1]"""
 
 
-def tune(c, v=1.0, k_max=None, alpha=None, k=None, mean_length=None, draft_rate=None,
-         per_position=None):
-    """Which k, and is speculation worth it? From alpha, or a server's figures."""
+def run_demos(numbers):
+    """The default run: the legend, the demos asked for (all, in order, by
+    default), then the edits to try."""
+    print(LEGEND)
+    for n in dict.fromkeys(numbers or DEMOS):
+        print(f"\n{'=' * 78}\nDemo {n}. {DEMOS[n][0]}\n{'=' * 78}")
+        DEMOS[n][1]()
+    print(BREAK_IT)
+
+
+# -----------------------------------------------------------------------------
+# Watching it decode: --trace
+# The trace runs the real draft_tokens and verifier, and records every call the
+# verifier makes to the stage functions, and every uniform it draws. Each line
+# printed is read off that record, so an edit to a stage, or to the verifier
+# itself, shows in it; the verifier is untouched.
+
+TRACED = ("accept_prob", "residual", "sample_from", "block_threshold")
+TRACE_RULES = ("probabilistic", "one-hot", "strict", "block") + tuple(BUGS)
+MARKS = {"kept": ("{}", "32"), "drawn": ("[{}]", "33"), "bonus": ("{{{}}}", "36")}
+
+
+def recorded_round(P, Q, ctx, k, rng, verify=verify_round):
+    """One real round and what its verifier did: (drafted, q_rows, emitted,
+    calls), calls = [(name, args, result)] in call order, ("u", (), value) for
+    each uniform the verifier drew."""
+    drafted, q_rows = draft_tokens(Q, ctx, k, rng)
+    calls, space = [], verify.__globals__  # the namespace the verifier looks its stages up in
+    stages = {n: space[n] for n in TRACED}
+
+    def recorder(n, stage):
+        def call(*args):
+            calls.append((n, args, stage(*args)))
+            return calls[-1][2]
+        return call
+
+    def draw():
+        calls.append(("u", (), rng.random()))
+        return calls[-1][2]
+
+    space.update({n: recorder(n, stage) for n, stage in stages.items()})
+    try:
+        emitted = verify(P, ctx, drafted, q_rows, SimpleNamespace(random=draw))
+    finally:
+        space.update(stages)
+    return drafted, q_rows, emitted, calls
+
+
+def row_text(row):
+    """A distribution in letters: row_text([.5, 0, .5]) -> 'a .500  c .500'."""
+    total = sum(row)
+    return "  ".join(f"{name(x)} {prob3(v / total)}" for x, v in enumerate(row) if v > 0)
+
+
+def round_lines(P, ctx, drafted, q_rows, calls, block=False):
+    """One round of the trace, read off its record: (table rows, other lines,
+    the tokens its calls produced, with their kinds). Token by token a check is
+    u against accept_prob's value; block-wise it is eta against h_i
+    (block_threshold's value, or p_i itself at the last position). A draw is
+    named by the row it came from."""
+    contexts, rows, lines, produced, passed = [ctx] + drafted, [], [], [], None
+    residuals = [out for n, _, out in calls if n == "residual"]
+    for j, (n, args, out) in enumerate(calls):
+        if n == "accept_prob":
+            i, (_, q, x), c = len(rows), args, contexts[len(rows)]
+            later = calls[j + 1:]
+            if block:  # p_i, then h_i unless it is the last position, then eta
+                h = later[0][2] if later and later[0][0] == "block_threshold" else out
+                u = next(v for m, _, v in later if m == "u")
+            else:  # u was drawn just before min(1, p/q)
+                u, h = calls[j - 1][2], out
+            passed = u < h
+            rows.append((name(c), name(x), q_rows[i][x], q[x], P[c, x], out, h if block else None, u,
+                         ("passes" if passed else "fails") if block else ("kept" if passed else "rejected")))
+            if not block and passed:
+                produced.append((x, "kept"))
+            if not block and not passed and q[x] != q_rows[i][x]:
+                lines.append(f"draft {i + 1} was drawn with q = {prob3(q_rows[i][x])}: the probabilistic rule "
+                             f"keeps it with {accept_prob(P[c], q_rows[i], x):.3f}")
+        elif n == "sample_from":
+            row, u = args
+            if block:  # tau: the last position that passed; the block up to it is kept
+                tau = max((i + 1 for i, r in enumerate(rows) if r[-1] == "passes"), default=0)
+                produced = [(x, "kept") for x in drafted[:tau]]
+            bonus = len(produced) == len(drafted) if block else passed
+            source = next((f"p after '{name(c)}'" for c in contexts if np.array_equal(row, P[c])),
+                          ("the block residual" if block else "the residual") if any(row is r for r in residuals)
+                          else "a row that is not p")
+            lines.append(f"{source}: {row_text(row)}; u = {u:.3f} draws '{name(out)}'"
+                         + (" (the bonus token)" if bonus else " in its place"))
+            produced.append((out, "bonus" if bonus else "drawn"))
+    return rows, lines, produced
+
+
+def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT, colour=False):
+    """Decode a few rounds and print each one, one drafted token per line."""
+    Q = blend(TARGET, UNRELATED, weight)
+    D, verify = ((Q, bugged(rule).verify_round) if rule in BUGS else
+                 next((d, v) for r, d, v, _ in verifier_settings(TARGET, Q) if r == rule))
+    block = rule == "block"
+    named = {MIDDLING_WEIGHT: "the middling draft, ", 0.0: "the unrelated table, "}.get(weight, "")
+    say(f"Speculative decoding, traced: the target p, {named}a draft q of blend weight {weight:g}, k = {k},",
+        f"seed {seed}, the {rule!r} {'bug' if rule in BUGS else 'verifier'}. Each round drafts k tokens,",
+        "then checks them in one target call.", "Position by position, the weight p_i of the block so"
+        " far and the threshold h_i; the block is kept up to the last position whose eta < h_i." if block
+        else "A draft is kept when u < min(1, p(x)/q(x)), for the q verification is handed (q seen).")
+    rng, ctx, sizes, kept, text = np.random.default_rng(seed), 0, [], 0, []
+    for r in range(1, n_rounds + 1):
+        drafted, q_rows, emitted, calls = recorded_round(TARGET, D, ctx, k, rng, verify)
+        rows, lines, produced = round_lines(TARGET, ctx, drafted, q_rows, calls, block)
+        print(f"\nRound {r}, after '{name(ctx)}': the draft proposes {' '.join(map(name, drafted))}.")
+        table([("after", 7, ">"), ("draft", 6, ">"), ("q(x)", 7, ".3f"), ("q seen", 7, ".3f"), ("p(x)", 7, ".3f"),
+               ("p_i" if block else "min(1,p/q)", 11, ".3f"), ("h_i" if block else "", 7 * block, ".3f"),
+               ("eta" if block else "u", 7, ".3f"), ("verdict", 10, "<")], rows)
+        if block:
+            tau = sum(kind == "kept" for _, kind in produced)
+            lines.insert(0, f"kept: the block up to position {tau} (tau), the last whose eta < h_i")
+        for line in lines:
+            print("\n".join(textwrap.wrap(line, 76, initial_indent="  ", subsequent_indent="      ")))
+        shown = [x for x, _ in produced]
+        print("  emits: " + marked(shown, [kind for _, kind in produced], colour) + (
+            "" if shown == emitted else f"  (the round returned {marked(emitted, ['kept'] * len(emitted))})"))
+        kept += sum(kind == "kept" for _, kind in produced)
+        sizes, text, ctx = sizes + [len(emitted)], text + emitted, emitted[-1]
+    trace_summary(sizes, kept, k, rule, seed, text, Q)
+
+
+def marked(tokens, kinds, colour=False):
+    """Tokens in letters: kept plain, [drawn after a rejection], {the bonus},
+    coloured if asked: marked([4, 1], ['kept', 'bonus']) -> 'e {b}'."""
+    words = [MARKS[kind][0].format(name(x)) for x, kind in zip(tokens, kinds)]
+    if colour:
+        words = [f"\033[{MARKS[kind][1]}m{w}\033[0m" for w, kind in zip(words, kinds)]
+    return " ".join(words)
+
+
+def trace_summary(sizes, kept, k, rule, seed, text, Q):
+    """The trace's last lines: what the rounds added up to, and where a rule's
+    effect on the distribution shows."""
+    n = len(sizes)
+    print()
+    say(f"{n:,} rounds: {sum(sizes):,} tokens in {n:,} target calls ({sum(sizes) / n:.2f} per call);",
+        f"{kept:,} of the {k * n:,} drafts were kept. kept: plain; [x]: drawn after a rejection;",
+        "{x}: drawn after the last check passed, the bonus token. Every number above was",
+        "recorded from the verifier's own calls.")
+    if rule in BUGS:
+        rng = np.random.default_rng(seed)
+        plain = take(rounds(lambda c: spec_round(TARGET, Q, c, k, rng), 0), len(text))[0]
+        print()
+        first = next((i for i, (a, b) in enumerate(zip(text, plain)) if a != b), None)
+        say(f"The probabilistic verifier emits the same {len(text)} tokens from this seed." if first is None else
+            f"The probabilistic verifier's tokens from this seed part from these at token {first + 1}.",
+            "A distribution bug shows only over many runs: demo 2 tests 1,000 of them against",
+            "the target's distribution.")
+
+
+# -----------------------------------------------------------------------------
+# --tune and --plan: from a server's figures to k
+# Tokens per call at every k come from one of four routes: an alpha through eq.
+# 1, a mean acceptance length or a draft acceptance rate inverted through eq. 1,
+# or per-position rates with no model. --tune prices them with a draft cost c;
+# --plan on demo 6's roofline for every batch size.
+
+
+def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None, per_position=None):
+    """(tokens per call at k = 1..k_max, where alpha came from or None, the
+    assumption in words). Past the K per-position rates cover, each further
+    draft passes with the last conditional rate, and the words say so."""
     if per_position is not None:
-        return tune_per_position(per_position, c, v, k_max or len(per_position))
+        K, rates = len(per_position), list(per_position)
+        last = rates[-1] / (rates[-2] if K > 1 else 1.0) if rates[-1] else 0.0
+        rates += [rates[-1] * last**j for j in range(1, k_max - K + 1)]
+        note = (f"past K = {K} each draft passes with the last conditional rate, {last:.3f} (assumed)"
+                if k_max > K else "no model: every row is the server's own")
+        return per_position_tokens(rates[:k_max]), None, note
     if mean_length is not None:
-        alpha = alpha_from_mean_length(mean_length, k)
-        say(f"alpha = {alpha:.6f} from a mean acceptance length of {mean_length:g} at k = {k},",
-            "by inverting eq. 1 (1 + alpha + ... + alpha^k = L), which assumes one alpha",
-            "at every position; --per-position needs no such assumption.")
+        alpha, source = alpha_from_mean_length(mean_length, k), f"a mean acceptance length of {mean_length:g}"
     elif draft_rate is not None:
-        alpha = alpha_from_draft_rate(draft_rate, k)
-        say(f"alpha = {alpha:.6f} from a draft acceptance rate of {draft_rate:g} at k = {k}.",
-            "Warning: that rate is accepted / drafted tokens, NOT alpha. Drafts after a",
-            "rejection are drafted but never checked; under eq. 1 the rate is",
-            "(alpha + ... + alpha^k) / k, which is what was inverted here.")
-    tune_alpha(alpha, c, v, k_max or 32)
+        alpha, source = alpha_from_draft_rate(draft_rate, k), f"a draft acceptance rate of {draft_rate:g}"
+    else:
+        return expected_tokens(alpha, np.arange(1, k_max + 1)), alpha, "eq. 1: one alpha at every position"
+    return (expected_tokens(alpha, np.arange(1, k_max + 1)), alpha,
+            f"alpha = {alpha:.6f} from {source} at k = {k}, by eq. 1, which assumes one alpha at every position"
+            + ("; that rate is accepted / drafted tokens, NOT alpha" if draft_rate is not None else ""))
 
 
-def tune_alpha(alpha, c, v, k_max):
-    """The table and the verdict for one alpha, by eq. 1 and Theorem 3.8."""
-    best, s_best = fastest_k(lambda k: speedup(expected_tokens(alpha, k), k, c, v), k_max)
-    print(f"alpha = {alpha:g}, c = {c:g}, v = {v:g}; operations assume c_hat = c "
-          "(arithmetic ~ time)\n")
-    print(f"{'k':>3}{'tokens per call':>17}{'speedup':>9}{'operations':>12}")
-    for k in range(1, k_max + 1):
-        tokens = expected_tokens(alpha, k)
-        print(f"{k:3d}{tokens:17.3f}{speedup(tokens, k, c, v):9.3f}"
-              f"{operations_factor(alpha, k, c):12.3f}" + ("  <- best" if k == best else ""))
-    tune_verdict(best, s_best, k_max, f"no k in 1..{k_max} beats it"
-                 + (": alpha <= c" if v == 1 and alpha <= c else ""))
+def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
+    """A draft length per batch size for a server, as a table and as vLLM's
+    num_speculative_tokens_per_batch_size; returns (buckets, largest shortfall)."""
+    fit = sequences_that_fit(n_ctx, hw, shape.get("target", LLAMA2_7B))
+    planned = min(fit, max_batch)
+    buckets, speedups = plan_schedule(tokens, n_ctx, planned, tol, hw=hw, **shape)
+    rows = []
+    for lo, hi, k in buckets:
+        s = speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1)
+        bounds = [str(roofline_time(*pass_traffic(shape.get("target", LLAMA2_7B), n_ctx, k + 1, b), hw)[1])
+                  for b in (lo, hi)] if k else ["", ""]
+        rows.append((f"{lo}-{hi}", k, f"{s.min():.2f}-{s.max():.2f}x",
+                     bounds[0] if bounds[0] == bounds[1] else " to ".join(bounds)))
+    best = np.where(speedups.max(axis=1) > 1, speedups.max(axis=1), 1.0)
+    chosen = np.concatenate([speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1) for lo, hi, k in buckets])
+    shortfall = float(np.max(1 - chosen / best))
+    print(f"\n{n_ctx} tokens of context, {source}, an {hw.name}; {fit:,} sequences fit in "
+          f"{hw.memory / 1e9:.0f} GB.\n")
+    table([("batch size B", 13, ">"), ("k", 5, "d"), ("speedup", 14, ">"), ("bound", 17, "<")], rows)
+    import json
+    config = {"num_speculative_tokens": max(k for _, _, k in buckets) or 1,
+              "num_speculative_tokens_per_batch_size": [list(b) for b in buckets]}
+    print("\n--speculative-config keys (add your method and model):\n" + "\n".join(
+        textwrap.wrap(json.dumps(config), 76, initial_indent="  ", subsequent_indent="  ",
+                      break_long_words=False, break_on_hyphens=False)))
+    print()
+    say(f"Scanned at every B from 1 to {planned:,}: each bucket's k is within {shortfall:.1%} of the",
+        f"roofline's best speedup at every B in it (the plan allows {tol:.0%}), and k = 0 exactly",
+        "where no k helps." if all((k == 0) == (best[lo - 1:hi] <= 1).all() for lo, hi, k in buckets) else
+        "where no k helps: NOT so at every B.",
+        f"B > {fit:,} does not fit in memory and is not planned." if fit < max_batch else
+        f"Planned up to B = {planned:,} (--max-batch).")
+    return buckets, shortfall
 
 
-def tune_per_position(rates, c, v, k_max):
-    """The table and the verdict from per-position rates: no model of alpha.
-    Past the K measured, only if asked: the last conditional rate, assumed."""
-    K, last = len(rates), rates[-1] / (rates[-2] if len(rates) > 1 else 1.0) if rates[-1] else 0.0
-    reached = list(rates) + [rates[-1] * last ** j for j in range(1, k_max - K + 1)]
-    tokens = per_position_tokens(reached)
-    print(f"per-position rates at K = {K}, c = {c:g}, v = {v:g}. reached: the share of drafts\n"
-          "whose first k tokens all passed; conditional: reached(k) / reached(k - 1).\n")
-    print(f"{'k':>3}{'reached':>9}{'conditional':>13}{'tokens per call':>17}{'speedup':>9}")
-    best, s_best = fastest_k(lambda k: speedup(tokens[k - 1], k, c, v), k_max)
-    for k in range(1, k_max + 1):
-        before = reached[k - 2] if k > 1 else 1.0
-        print(f"{k:3d}{reached[k - 1]:9.3f}{reached[k - 1] / before if before else 0:13.3f}"
-              f"{tokens[k - 1]:17.3f}{speedup(tokens[k - 1], k, c, v):9.3f}"
-              + ("  assumed" if k > K else "") + ("  <- best" if k == best else ""))
-    print(f"\nassumed: past K = {K}, each draft passes with the last conditional rate, "
-          f"{last:.3f}." if k_max > K else "\nassumed: nothing; every row is the server's own.")
-    tune_verdict(best, s_best, k_max, f"no k in 1..{k_max} beats it",
-                 f"the best k is K = {K}, the longest the server ran; --k-max N > {K} "
-                 "extrapolates,\non the assumption above" if k_max == K else None)
-
-
-def tune_verdict(best, s_best, k_max, why, cap_note=None):
-    """The last lines of --tune: a note when the best k is the cap, then the verdict."""
+def tune(c, v=1.0, k_max=32, per_position=None, **route):
+    """Which k, and is speculation worth it? The table and the verdict."""
+    tokens, alpha, note = route_tokens(k_max, per_position=per_position, **route)
+    speeds = speedup(np.asarray(tokens), np.arange(1, k_max + 1), c, v)
+    best, s_best = fastest_k(speeds)
+    say(f"c = {c:g}, v = {v:g}: {note}.")
+    print()
+    if per_position is None:
+        table([("k", 3, "d"), ("tokens per call", 17, ".3f"), ("speedup", 9, ".3f"), ("operations", 12, ".3f"),
+               ("", 9, "<")],
+              [(j, t, sp, operations_factor(alpha, j, c), "<- best" if j == best else "")
+               for j, (t, sp) in enumerate(zip(tokens, speeds), start=1)])
+        print()
+        say("operations: Theorem 3.11's total arithmetic against plain decoding (c_hat = c).")
+    else:
+        reached = np.diff([1.0, *tokens])  # tokens(k) - tokens(k - 1): all of the first k passed
+        rows = [(j, r, r / before if before else 0.0, t, sp,
+                 ("assumed " if j > len(per_position) else "") + ("<- best" if j == best else ""))
+                for j, (before, r, t, sp) in enumerate(zip([1.0, *reached], reached, tokens, speeds), start=1)]
+        table([("k", 3, "d"), ("reached", 9, ".3f"), ("conditional", 13, ".3f"), ("tokens per call", 17, ".3f"),
+               ("speedup", 9, ".3f"), ("", 18, "<")], rows)
+        print()
+        say("reached: the share of drafts whose first k tokens all passed; conditional:",
+            "reached(k) / reached(k - 1).")
     if best and best == k_max:
-        print("\n" + (cap_note or f"the best k is the cap k_max = {k_max}; raise --k-max"))
+        print(f"\nthe best k is the cap, k = {k_max}: raise --k-max" + (
+            " (past K the rows are assumed)" if per_position is not None else ""))
     print(f"\nspeculate with k = {best}, expected speedup {s_best:.2f}x" if best else
-          f"\nfall back to plain decoding ({why})")
+          f"\nfall back to plain decoding (no k in 1..{k_max} beats it"
+          + (": alpha <= c)" if alpha is not None and v == 1 and alpha <= c else ")"))
 
 
-TUNE_OPTIONS = {"--k-max": "k_max", "--v": "v", "--k": "k", "--mean-acceptance-length":
-                "mean_length", "--draft-acceptance-rate": "draft_rate",
-                "--per-position": "per_position"}
+def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=None, draft=None, **route):
+    """--plan: a draft length for every batch size, for a server's shape
+    (H100 SXM numbers, in TFLOP/s, TB/s and GB, where none are given)."""
+    hw = Accelerator("accelerator as given" if flops or bandwidth or memory else H100.name,
+                     (flops or H100.flops / 1e12) * 1e12, (bandwidth or H100.bandwidth / 1e12) * 1e12,
+                     (memory or H100.memory / 1e9) * 1e9)
+    target, draft = tuple(target or LLAMA2_7B), tuple(draft or DRAFT_SHAPE)
+    if sequences_that_fit(context, hw, target) < 1:
+        raise ValueError(f"one sequence of {context:,} tokens does not fit in {hw.memory / 1e9:g} GB "
+                         "beside the target's weights")
+    tokens, alpha, note = route_tokens(**route)
+    say(f"{note}.")
+    print_plan(tokens, context, max_batch, f"alpha = {alpha:.3f}" if alpha is not None else "per-position rates",
+               hw=hw, target=target, draft=draft)
 
 
-def parse_tune(args):
-    """The words after --tune, in any order -> tune's keyword arguments, or a
-    ValueError that says which word is wrong and why."""
-    opts, numbers, words = {}, [], iter(args)
-    for word in words:
-        if word in TUNE_OPTIONS:
-            value = next(words, None)
-            if value is None or value in TUNE_OPTIONS:
-                raise ValueError(f"{word} needs a value")
-            if TUNE_OPTIONS[word] in opts:
-                raise ValueError(f"{word} given twice")
-            opts[TUNE_OPTIONS[word]] = tune_value(word, value)
-        elif word.startswith("--"):
-            raise ValueError(f"unknown option {word} for --tune")
-        else:
-            numbers.append(word)
-    opts.update(tune_numbers(numbers, opts))
-    check_tune(opts)
-    return opts
+# -----------------------------------------------------------------------------
+# Command line
+
+OWNERS = dict(rule="trace", draft="trace", seed="trace", v="tune", k="trace tune plan", k_max="tune plan",
+              **dict.fromkeys(["mean_acceptance_length", "draft_acceptance_rate", "per_position"], "tune plan"),
+              **dict.fromkeys(["context", "target_shape", "draft_shape", "bandwidth", "flops", "memory",
+                               "max_batch"], "plan"))
 
 
-def tune_numbers(numbers, opts):
-    """The bare numbers after --tune: ALPHA C, or C alone beside a server's figure."""
-    sources = [name for name in ("mean_length", "draft_rate", "per_position") if name in opts]
-    if len(numbers) == 2 and not sources:
-        return {"alpha": tune_value("ALPHA", numbers[0]), "c": tune_value("C", numbers[1])}
-    if len(numbers) == 1 and len(sources) == 1:
-        return {"c": tune_value("C", numbers[0])}
-    if len(sources) + (len(numbers) == 2) > 1:
-        raise ValueError("give one source of alpha: ALPHA, --mean-acceptance-length, "
-                         "--draft-acceptance-rate or --per-position")
-    raise ValueError("--tune takes ALPHA C, or a server's figure and C")
+def value(kind, least, most=math.inf, what="", noun=None):
+    """An argparse type: a finite number in [least, most], or a usage error saying what is wrong."""
+    def parse(text):
+        try:
+            x = kind(text)
+        except ValueError:
+            noun_ = noun or ("an integer" if kind is int else "a number")
+            raise argparse.ArgumentTypeError(f"{what}must be {noun_}, got {text!r}")
+        if not (least <= x <= most and math.isfinite(x)):  # NaN fails too
+            within = f"a finite number >= {least:g}" if most == math.inf else f"in [{least:g}, {most:g}]"
+            raise argparse.ArgumentTypeError(f"{what}must be {within}, got {text}")
+        return x
+    return parse
 
 
-def integer_arg(what, value, least):
-    """An integer >= least from the command line, or a ValueError naming it."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"{what} must be an integer, got {value}") from None
-    if number < least:
-        raise ValueError(f"{what} must be >= {least}, got {value}")
-    return number
+def listed(kind, n, least, most):
+    """An argparse type: comma-separated values, n of them (or any number if n is None)."""
+    def parse(text):
+        xs = [value(kind, least, most)(x) for x in text.split(",")]
+        if n and len(xs) != n:
+            raise argparse.ArgumentTypeError(f"takes {n} numbers separated by commas, got {text!r}")
+        if kind is float and any(b > a for a, b in zip(xs, xs[1:])):
+            raise argparse.ArgumentTypeError(f"cannot rise: a draft reaches position i+1 only through i, got {text}")
+        return xs
+    return parse
 
 
-def tune_value(word, value):
-    """One --tune value, converted and range-checked on its own."""
-    if word in ("--k-max", "--k"):
-        return integer_arg(word, value, least=1)
-    try:
-        if word == "--per-position":
-            number = [float(x) for x in value.split(",")]
-        else:
-            number = float(value)
-    except ValueError:
-        kind = "numbers separated by commas" if word == "--per-position" else "a number"
-        raise ValueError(f"{word} must be {kind}, got {value}") from None
-    check_tune_range(word, number, value)
-    return number
+def draft_weight(text, named={"middling": MIDDLING_WEIGHT, "unrelated": 0.0}):
+    """--draft: 'middling', 'unrelated' or a blend weight in [0, 1]."""
+    return named[text] if text in named else value(float, 0, 1, noun="middling, unrelated or a number")(text)
 
 
-def check_tune_range(word, number, value):
-    """The range each --tune value must lie in, or a ValueError that says so."""
-    if word in ("ALPHA", "--draft-acceptance-rate") and not 0 <= number <= 1:
-        raise ValueError(f"{word} must lie in [0, 1], got {value}")
-    if word in ("C", "--v") and not (math.isfinite(number) and number >= 0):
-        raise ValueError(f"{word} must be finite and >= 0, got {value}")
-    if word == "--per-position" and not all(0 <= a <= 1 for a in number):
-        raise ValueError(f"--per-position rates must lie in [0, 1], got {value}")
-    if word == "--per-position" and any(b > a for a, b in zip(number, number[1:])):
-        raise ValueError(f"--per-position rates cannot rise: a draft reaches position i+1 "
-                         f"only through position i, got {value}")
+def arg_parser():
+    ap = argparse.ArgumentParser(
+        prog="speculative_decoding_from_scratch.py", usage="%(prog)s [N ...] [--trace | --tune | --plan]",
+        formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+            "Runs the demos (all of them, or the numbered ones) and prints their evidence.\n"
+            "Bare numbers: the demos to run; with --trace the rounds (4); with --tune\n"
+            "ALPHA C, or C beside a server's figure; with --plan ALPHA, or none beside one."), allow_abbrev=False,
+        epilog="demos:\n" + "\n".join(f"  {n:>2}. {t}" for n, (t, _) in DEMOS.items()))
+    ap.add_argument("values", nargs="*", metavar="N", help="demo numbers, or the numbers a mode takes")
+    ap.add_argument("--list", action="store_true", help="print the demo titles")
+    add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
+    add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
+    add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "
+        "(default), one-hot, strict or block; or a deliberate bug: " + ", ".join(BUGS) + " (demo 2)")
+    add("--draft", type=draft_weight, default=MIDDLING_WEIGHT, help="middling (default), unrelated, a weight in [0,1]")
+    add("--seed", type=value(int, 0, 2**32 - 1), default=0, help="the random stream (%(default)s)")
+    add("--k", type=value(int, 1, 64), help="--trace: the draft length (4); --tune, --plan: the k "
+        "a server's figures were measured at")
+    add = ap.add_argument_group("choose k: --tune [ALPHA] C, --plan [ALPHA]").add_argument
+    add("--tune", action="store_true", help="the best k for a draft cost C (one draft pass in target passes)")
+    add("--plan", action="store_true", help="the best k for every batch size, on a roofline")
+    add("--mean-acceptance-length", type=value(float, 1, 65), metavar="L", help="vLLM's figure (needs --k)")
+    add("--draft-acceptance-rate", type=value(float, 0, 1), metavar="R", help="vLLM's (not alpha; needs --k)")
+    add("--per-position", type=listed(float, None, 0, 1), metavar="A1,...,AK", help="vLLM's per-position rates")
+    add("--k-max", type=value(int, 1, 64), help="the largest k to consider (32, at most 64)")
+    add("--v", type=value(float, 1), default=1.0, help="--tune: the verifying pass's cost in target passes "
+        "(%(default)s; at least 1, a wide pass costs no less than a narrow one)")
+    add("--context", type=value(int, 1), default=512, help="--plan: tokens of context (%(default)s)")
+    add("--max-batch", type=value(int, 1, 1 << 16), default=1024, help="the largest batch to plan (%(default)s)")
+    for name, shape in (("target", LLAMA2_7B), ("draft", DRAFT_SHAPE)):
+        add(f"--{name}-shape", type=listed(int, 4, 1, 10**6), metavar="D,DFF,L,V", help=str(shape))
+    for name, unit, x in (("flops", "TFLOP/S", H100.flops / 1e12), ("bandwidth", "TB/S", H100.bandwidth / 1e12),
+                          ("memory", "GB", H100.memory / 1e9)):
+        add(f"--{name}", type=value(float, 1e-9), metavar=unit, help=f"({x:g}: {H100.name})")
+    ap.error = lambda message: (print(f"usage error: {message} (see --help)", file=sys.stderr), sys.exit(2))
+    return ap
 
 
-def check_tune(opts):
-    """The rules that tie --tune's options together."""
-    needs_k = "mean_length" in opts or "draft_rate" in opts
-    if needs_k and "k" not in opts:
-        raise ValueError("--k K, the draft length the server ran at, is needed with "
-                         "--mean-acceptance-length and --draft-acceptance-rate")
-    if "k" in opts and not needs_k:
-        raise ValueError("--k goes with --mean-acceptance-length or --draft-acceptance-rate")
-    if "mean_length" in opts and not 1 <= opts["mean_length"] <= opts["k"] + 1:
-        raise ValueError(f"--mean-acceptance-length must lie in [1, K + 1] = [1, "
-                         f"{opts['k'] + 1}], got {opts['mean_length']:g}")
-
-
-def parse_trace(args):
-    """The words after --trace: [N] [--rule NAME] [--seed S], in any order ->
-    trace's keyword arguments, or a ValueError that says which word is wrong."""
-    opts, words = {}, iter(args)
-    for word in words:
-        if word in ("--rule", "--seed"):
-            value = next(words, None)
-            if value is None:
-                raise ValueError(f"{word} needs a value")
-            if word == "--rule":
-                check_rule(value)
-                opts["rule"] = value
-            else:
-                opts["seed"] = integer_arg(word, value, least=0)
-        elif "n_rounds" not in opts and not word.startswith("--"):
-            opts["n_rounds"] = integer_arg("--trace N", word, least=1)
-        else:
-            raise ValueError(f"--trace takes [N] [--rule NAME] [--seed S], got {word}")
-    return opts
-
-
-def usage_error(message):
-    print(f"usage error: {message} (see --help)", file=sys.stderr)
-    return 2
+def problems(args, argv):
+    """Every rule that ties the arguments together, as the usage errors of the
+    ones broken, in order; the first is reported."""
+    given = [a.split("=")[0] for a in argv if a.startswith("--")]
+    yield from (f"{a} given twice" for a in given if given.count(a) > 1)
+    modes = [m for m in ("list", "trace", "tune", "plan") if getattr(args, m)]
+    if len(modes) > 1:
+        yield f"give one of {', '.join('--' + m for m in modes)}"
+    mode = modes[0] if modes else "demos"
+    yield from (f"{a} goes with --{' or --'.join(OWNERS[o].split())}" for a in given
+                if (o := a[2:].replace("-", "_")) in OWNERS and mode not in OWNERS[o].split())
+    routes = [r for r in ("mean_acceptance_length", "draft_acceptance_rate", "per_position")
+              if getattr(args, r) is not None]
+    lo, hi = {"list": (0, 0), "trace": (0, 1), "tune": (1 + (not routes),) * 2, "plan": (int(not routes),) * 2}.get(
+        mode, (0, math.inf))
+    if len(routes) > 1 or routes and len(args.values) > hi:
+        yield "give one source of alpha: ALPHA, --mean-acceptance-length, --draft-acceptance-rate or --per-position"
+    if not lo <= len(args.values) <= hi:
+        yield (f"--{mode} takes " + ("no other arguments" if hi == 0 else f"{lo} numbers here" if lo == hi
+                                     else "at most one number") + f", got {' '.join(args.values)}")
+    if (args.k is not None and mode in ("tune", "plan")) != bool(set(routes) - {"per_position"}):
+        yield "--k K, the k the server ran at, goes with --mean-acceptance-length or --draft-acceptance-rate"
+    if (L := args.mean_acceptance_length) is not None and args.k and L > args.k + 1:
+        yield f"--mean-acceptance-length must lie in [1, K + 1] = [1, {args.k + 1}], got {L:g}"
+    if mode == "demos":
+        yield from (f"unknown demo {v!r}; the demos are 1-{len(DEMOS)}" for v in args.values if v not in DEMOS)
 
 
 def main(argv):
-    if argv in (["-h"], ["--help"]):
-        print(HELP)
-        argv = ["--list"]
-    if argv == ["--list"]:
-        print("\n".join(f"  {n}. {text}" for n, (text, _) in DEMOS.items()))
-        return 0
-    if argv[:1] == ["--trace"]:
-        try:
-            opts = parse_trace(argv[1:])
-        except ValueError as e:
-            return usage_error(e)
-        trace(**opts, colour=sys.stdout.isatty() and "NO_COLOR" not in os.environ)
-        return 0
-    if "--tune" in argv:
-        try:
-            at = argv.index("--tune")
-            opts = parse_tune(argv[:at] + argv[at + 1:])
-        except ValueError as e:
-            return usage_error(e)
-        tune(**opts)
-        return 0
-    for arg in argv:
-        if arg in ("--list", "--help", "-h"):
-            return usage_error(f"{arg} takes no other arguments")
-        if arg not in DEMOS:
-            return usage_error(f"unknown argument {arg!r}; the demos are 1-{len(DEMOS)}")
-    print(LEGEND)
-    for n in dict.fromkeys(argv or DEMOS):
-        text, demo = DEMOS[n]
-        print(f"\n{'=' * 78}\nDemo {n}. {text}\n{'=' * 78}")
-        demo()
-    print(BREAK_IT)
-    return 0
+    ap = arg_parser()
+    args = ap.parse_intermixed_args(argv)
+    for problem in problems(args, argv):
+        ap.error(problem)
+    try:
+        run(args)
+    except (argparse.ArgumentTypeError, ValueError) as error:  # a bare number out of range, a shape that cannot run
+        ap.error(str(error))
+
+
+def run(args):
+    """Do what the checked arguments ask."""
+    if args.list:
+        print("\n".join(f"  {n:>2}. {title}" for n, (title, _) in DEMOS.items()))
+    elif args.trace:
+        trace(value(int, 1, 10_000, "--trace N ")(args.values[0]) if args.values else 4, args.seed, args.rule,
+              args.k or 4, args.draft, sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+    elif args.tune or args.plan:
+        route = dict(k=args.k, mean_length=args.mean_acceptance_length, draft_rate=args.draft_acceptance_rate,
+                     per_position=args.per_position, k_max=args.k_max or len(args.per_position or [0] * 32))
+        if not (args.mean_acceptance_length or args.draft_acceptance_rate or args.per_position):
+            route["alpha"] = value(float, 0, 1, "ALPHA ")(args.values[0])
+        if args.tune:
+            tune(value(float, 0, math.inf, "C ")(args.values[-1]), args.v, **route)
+        else:
+            plan(args.context, args.max_batch, args.flops, args.bandwidth, args.memory,
+                 args.target_shape, args.draft_shape, **route)
+    else:
+        run_demos(args.values)
 
 
 if __name__ == "__main__":
     try:
-        sys.exit(main(sys.argv[1:]))
-    except BrokenPipeError:
-        # the reader stopped reading (| head): end quietly, as Unix tools do.
-        # Point stdout at devnull so that the interpreter's final flush cannot
-        # raise the same error again on the way out.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+        main(sys.argv[1:])
+        sys.stdout.flush()
+    except OSError as error:  # the reader stopped reading (| head), or the device is full
+        if error.filename is not None:  # a file of ours, not stdout
+            raise
+        if not isinstance(error, BrokenPipeError):
+            print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the last flush cannot raise again
+        sys.exit(0 if isinstance(error, BrokenPipeError) else 1)

@@ -1,11 +1,13 @@
 """Block verification (stage 5c): scripted rounds worked by hand, the paper's
 example, exactness by enumeration, the two breakages, and the gain."""
+import math
+
 import numpy as np
 import pytest
 
 import speculative_decoding_from_scratch as sd
 from helpers import ScriptedRng
-from test_exact import random_pair
+from test_exact import random_pair, sampled_joint
 from test_stages import P3, Q3
 
 # A pair where the weighted and the token-wise residual differ. From context 2,
@@ -28,11 +30,15 @@ def test_block_threshold_by_hand():
     assert sd.block_threshold(0.5, P3[0], Q3[0]) == 0.0   # Z = 0: no residual to cut to
 
 
+def rows(Q, *contexts):
+    return [Q[c] for c in contexts]
+
+
 def test_all_kept_gives_the_bonus_token():
     # ctx 0, drafts [1, 1]: p_1 = min(1, .5/.4) = 1, Z_1 = .5 so h_1 = 1;
     # p_2 = .1/.6 = 1/6 = h_2. eta = .99, .1: both kept; bonus from P3[1]
     # = [.1, .1, .8] with u = .5 -> 2
-    assert sd.verify_block(P3, Q3, 0, [1, 1], ScriptedRng([0.99, 0.1, 0.5])) == ([1, 1, 2], 2)
+    assert sd.verify_block(P3, 0, [1, 1], rows(Q3, 0, 1), ScriptedRng([0.99, 0.1, 0.5])) == [1, 1, 2]
 
 
 def test_a_kept_block_can_pass_over_a_position_whose_own_test_failed():
@@ -40,13 +46,13 @@ def test_a_kept_block_can_pass_over_a_position_whose_own_test_failed():
     # eta_1 = .3 fails; p_2 = min(1, .5 * .5/.4) = .625 = h_2 and eta_2 = .5
     # passes, so tau = 2: both drafts are kept, then the bonus from P3[1]
     # with u = .5 -> 2
-    assert sd.verify_block(P3, Q3, 0, [0, 1], ScriptedRng([0.3, 0.5, 0.5])) == ([0, 1, 2], 2)
+    assert sd.verify_block(P3, 0, [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.5, 0.5])) == [0, 1, 2]
 
 
 def test_tau_zero_replaces_the_first_draft_from_the_plain_residual():
     # as above but eta_2 = .9 fails too: tau = 0, a token from
     # norm(max(0, P3[0] - Q3[0])) = [0, .5, .5] with u = .2 -> 1
-    assert sd.verify_block(P3, Q3, 0, [0, 1], ScriptedRng([0.3, 0.9, 0.2])) == ([1], 0)
+    assert sd.verify_block(P3, 0, [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.9, 0.2])) == [1]
 
 
 def test_the_replacement_is_weighted_by_p_tau():
@@ -55,32 +61,29 @@ def test_the_replacement_is_weighted_by_p_tau():
     # is from norm(max(0, .5 * [.5, .3, .2] - [.2, .2, .6])) = [1, 0, 0] -> 0;
     # the token-wise residual norm(max(0, p - q)) = [.75, .25, 0] gives 1 at u = .9
     uniforms = [0.05, 0.5, 0.9]
-    assert sd.verify_block(P_W, Q_W, 2, [0, 2], ScriptedRng(uniforms)) == ([0, 0], 1)
-    assert sd.verify_block(P_W, Q_W, 2, [0, 2], ScriptedRng(uniforms),
-                           "tokenwise_residual") == ([0, 1], 1)
+    assert sd.verify_block(P_W, 2, [0, 2], rows(Q_W, 2, 0), ScriptedRng(uniforms)) == [0, 0]
+    tokenwise = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)
+    assert tokenwise.verify_block(P_W, 2, [0, 2], rows(Q_W, 2, 0), ScriptedRng(uniforms)) == [0, 1]
 
 
 def test_the_cumulative_test_alone_keeps_too_much():
     # the tau = 0 round above: with h_1 = p_1 = .5, eta_1 = .3 now keeps draft 0;
     # its replacement row .5 * P3[0] - Q3[0] has no positive part, so residual
     # hands back .5 * P3[0] itself: u = .2 -> 1
-    assert sd.verify_block(P3, Q3, 0, [0, 1], ScriptedRng([0.3, 0.9, 0.2]), "cumulative") == ([0, 1], 1)
+    cumulative = sd.bugged("cumulative", sd.BLOCK_BUGS)
+    assert cumulative.verify_block(P3, 0, [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.9, 0.2])) == [0, 1]
 
 
 def test_a_zero_weight_is_never_kept_even_at_eta_zero():
     # a drafted token the target forbids: p_1 = 0, so h_1 = p_1 = 0 and eta = 0
     # must not keep it (strict <, as in verify_round)
     P, Q = np.array([[0.0, 1.0], [0.5, 0.5]]), np.array([[0.5, 0.5], [0.5, 0.5]])
-    assert sd.verify_block(P, Q, 0, [0], ScriptedRng([0.0, 0.0])) == ([1], 0)
+    assert sd.verify_block(P, 0, [0], rows(Q, 0), ScriptedRng([0.0, 0.0])) == [1]
 
 
 def test_bad_input_as_for_verify_round():
-    with pytest.raises(ValueError, match="unknown rule 'greedy'; valid rules: correct, tokenwise"):
-        sd.verify_block(P3, Q3, 0, [1], np.random.default_rng(0), rule="greedy")
     with pytest.raises(ValueError, match="could not have proposed"):
-        sd.verify_block(P3, np.array([[1.0, 0, 0]] * 3), 0, [1], np.random.default_rng(0))
-    with pytest.raises(ValueError, match="unknown rule"):
-        sd.spec_generate(P3, Q3, 0, 5, 2, np.random.default_rng(0), "continue", verify=sd.verify_block)
+        sd.verify_block(P3, 0, [1], [np.array([1.0, 0, 0])], np.random.default_rng(0))
 
 
 # --- the paper's example: 10/9, 11/9 ----------------------------------------------
@@ -89,8 +92,8 @@ def test_the_papers_motivating_example():
     P, Q = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
     assert sd.exact_tokens_per_call(P, Q, 2) - 1 == pytest.approx(10 / 9, abs=1e-12)
     assert sd.exact_block_tokens_per_call(P, Q, 2) - 1 == pytest.approx(11 / 9, abs=1e-12)
-    _, tokens, _, se, _ = sd.measure(P, Q, 2, 3000, seed=1, verify=sd.verify_block)
-    assert abs(tokens - 1 - 11 / 9) < 4 * se
+    m = sd.measure(P, Q, 2, 3000, seed=1, verify=sd.verify_block)
+    assert abs(m.per_call - 1 - 11 / 9) < 4 * m.se
 
 
 # --- exactness, by enumeration --------------------------------------------------------
@@ -107,31 +110,29 @@ def test_block_verification_is_the_target_exactly(seed, k):
 def test_the_token_wise_residual_is_exact_for_one_token_and_biased_after():
     P, Q = random_pair(0)
     truth = sd.target_first_tokens(P, 0, 2)
-    exact = sd.exact_block_first_tokens(P, Q, 0, 2, 2, "tokenwise_residual")
+    exact = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS).exact_block_first_tokens(P, Q, 0, 2, 2)
     assert sd.tv_distance(exact.sum(axis=1), truth.sum(axis=1)) < 1e-12
     assert sd.tv_distance(exact, truth) > 5e-3
 
 
 def test_the_cumulative_test_is_biased_from_the_first_token():
     P, Q = random_pair(1)
-    exact = sd.exact_block_first_tokens(P, Q, 0, 1, 2, "cumulative")
+    exact = sd.bugged("cumulative", sd.BLOCK_BUGS).exact_block_first_tokens(P, Q, 0, 1, 2)
     assert sd.tv_distance(exact, P[0]) > 0.02
 
 
-@pytest.mark.parametrize("rule", sd.BLOCK_RULES)
-def test_the_enumeration_agrees_with_verify_block_for_every_rule(rule):
+@pytest.mark.parametrize("bug", [None, *sd.BLOCK_BUGS])
+def test_the_enumeration_agrees_with_verify_block_for_every_edit(bug):
     P, Q = random_pair(3)
-    rng, counts = np.random.default_rng(4), np.zeros((6, 6))
-    for _ in range(1200):
-        x1, x2 = sd.spec_generate(P, Q, 2, 2, 3, rng, rule, verify=sd.verify_block)[0]
-        counts[x1, x2] += 1
-    assert sd.chi2_sf(*sd.pearson(counts, sd.exact_block_first_tokens(P, Q, 2, 2, 3, rule))) > 1e-4
+    module = sd.bugged(bug, sd.BLOCK_BUGS) if bug else sd
+    counts = sampled_joint(module, P, Q, 2, 2, 3, 1200, seed=4, verify=module.verify_block)
+    assert sd.chi2_sf(*sd.pearson(counts, module.exact_block_first_tokens(P, Q, 2, 2, 3))) > 1e-4
 
 
 def test_exact_block_tokens_per_call_matches_a_simulation():
     P, Q = random_pair(5)
-    _, tokens, _, se, _ = sd.measure(P, Q, 3, 3000, seed=2, verify=sd.verify_block)
-    assert abs(tokens - sd.exact_block_tokens_per_call(P, Q, 3)) < 4 * se
+    m = sd.measure(P, Q, 3, 3000, seed=2, verify=sd.verify_block)
+    assert abs(m.per_call - sd.exact_block_tokens_per_call(P, Q, 3)) < 4 * m.se
 
 
 # --- the gain ---------------------------------------------------------------------------
@@ -177,6 +178,63 @@ def test_chain_rounds_by_hand():
     # nothing and draws from [1, 0]. First three tokens from 0: 1, 1, then a
     # round from 1 draws 0
     rounds = {0: [([1], np.array([0.0, 1.0]), 1.0)], 1: [([], np.array([1.0, 0.0]), 1.0)]}
-    joint = sd.chain_rounds(rounds, 0, 3)
+    joint = sd.chain_rounds(rounds.get, 0, 3, 2)
     assert joint[1, 1, 0] == 1.0 and joint.sum() == 1.0
-    assert sd.chain_rounds(rounds, 1, 1)[0] == 1.0
+    assert sd.chain_rounds(rounds.get, 1, 1, 2)[0] == 1.0
+
+
+# --- the block path vllm-ascend shipped (before PR #7808) -------------------------
+
+def test_the_shipped_path_by_hand():
+    # P3, Q3 from 0, drafts [1, 1]: running ratios W = 1 (.5/.4 capped), then
+    # 1 * (.1/.6) = 1/6. Uniforms .5 and .5: products .5, .25. Position 1 passes
+    # (1 >= .5), position 2 does not (1/6 < .25): last = 1, so keep draft 1 and
+    # draw from the token-wise residual at context 1: norm(max(0, [.1, .1, .8] -
+    # [.1, .6, .3])) = [0, 0, 1] -> 2
+    assert sd.verify_block_shipped(P3, 0, [1, 1], rows(Q3, 0, 1), ScriptedRng([0.5, 0.5, 0.3])) == [1, 2]
+    # uniforms .9 then .1: products .9 (1 >= .9 passes) and .09 (1/6 >= .09 passes):
+    # the last passing position is 2, so the bonus from P3[1] with u = .95 -> 2
+    assert sd.verify_block_shipped(P3, 0, [1, 1], rows(Q3, 0, 1), ScriptedRng([0.9, 0.1, 0.95])) == [1, 1, 2]
+    # and a later position passing after an earlier one failed: ratios .5 (draft 0 at 0)
+    # then .5 * 1 = .5; uniforms .6 (fails) then .6 * .5 = .3 (passes): keep both
+    assert sd.verify_block_shipped(P3, 0, [0, 1], rows(Q3, 0, 0), ScriptedRng([0.6, 0.5, 0.5])) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("W", [[0.9, 0.5, 0.4], [0.3, 0.3, 0.2], [1.0, 1.0, 0.1], [0.5, 0.25, 0.0],
+                               [0.99, 0.7, 0.6, 0.2], [1.0], [0.0, 0.0]])
+def test_last_passing_against_a_monte_carlo_of_products_of_uniforms(W):
+    # independent of the Poisson argument: draw the uniforms, multiply, compare
+    k, n = len(W), 400_000
+    products = np.cumprod(np.random.default_rng(0).random((n, k)), axis=1)
+    passing = np.array(W)[None, :] >= products
+    tau = np.where(passing.any(axis=1), k - np.argmax(passing[:, ::-1], axis=1), 0)
+    sampled = np.bincount(tau, minlength=k + 1) / n
+    exact = sd.last_passing(W)
+    assert sum(exact) == pytest.approx(1, abs=1e-12)
+    assert np.abs(np.array(exact) - sampled).max() < 5 * np.sqrt(0.25 / n) + 1e-12
+
+
+def test_last_passing_by_hand():
+    # one position: it passes when u <= W, so P(tau = 1) = W
+    assert sd.last_passing([0.3]) == pytest.approx([0.7, 0.3])
+    # two positions with W = (1, w): position 1 always passes; position 2 passes when
+    # u1 u2 <= w, which has probability w (1 - ln w)
+    w = 0.2
+    assert sd.last_passing([1.0, w]) == pytest.approx([0, 1 - w * (1 - math.log(w)), w * (1 - math.log(w))])
+
+
+def test_the_shipped_paths_exact_outcomes_match_its_sample():
+    P, Q = random_pair(6, n=4)
+    exact = sd.chain_rounds(lambda d: sd.shipped_block_outcomes(P, Q, d, 3), 1, 2, 4)
+    assert exact.sum() == pytest.approx(1, abs=1e-12)
+    assert sd.tv_distance(exact, sd.target_first_tokens(P, 1, 2)) > 0.02  # a real bias
+    counts = sampled_joint(sd, P, Q, 1, 2, 3, 3000, seed=7, verify=sd.verify_block_shipped)
+    assert sd.chi2_sf(*sd.pearson(counts, exact)) > 1e-4
+
+
+def test_the_shipped_paths_bias_on_the_demo_pair():
+    # demo 9's pair: the middling draft from 'f' at k = 3
+    exact = sd.chain_rounds(lambda d: sd.shipped_block_outcomes(sd.TARGET, sd.MIDDLING, d, 3), 5, 2, 6)
+    truth = sd.target_first_tokens(sd.TARGET, 5, 2)
+    assert sd.tv_distance(exact.sum(axis=1), truth.sum(axis=1)) == pytest.approx(0.0730, abs=5e-5)
+    assert sd.tv_distance(exact, truth) == pytest.approx(0.2098, abs=5e-5)

@@ -1,4 +1,8 @@
-"""Demo 6's real clock: the helpers, never a wall-clock figure."""
+"""Demo 6's real clock and roofline rows, pinned with a fake clock and fake
+weight matrices: never a wall-clock figure."""
+import contextlib
+import io
+
 import numpy as np
 import pytest
 
@@ -8,10 +12,10 @@ from test_stages import P3, Q3
 
 class RecordingW:
     """Stands in for a weight matrix: records the width of every product."""
-    shape, dtype = (4, 4), np.float32
+    dtype = np.float32
 
-    def __init__(self):
-        self.widths = []
+    def __init__(self, rows=4, cols=4):
+        self.shape, self.widths = (rows, cols), []
 
     def __matmul__(self, X):
         self.widths.append(X.shape[1])
@@ -20,25 +24,85 @@ class RecordingW:
 def test_priced_charges_one_column_per_draft_step_and_k_plus_one_to_verify():
     W_target, W_draft = RecordingW(), RecordingW()
     P, Q = sd.Priced(P3, W_target), sd.Priced(Q3, W_draft)
-    drafted = sd.draft_tokens(Q, 0, 3, np.random.default_rng(0))
-    sd.verify_round(P, Q3, 0, drafted, np.random.default_rng(1))
+    drafted, q_rows = sd.draft_tokens(Q, 0, 3, np.random.default_rng(0))
+    sd.verify_round(P, 0, drafted, q_rows, np.random.default_rng(1))
     assert W_draft.widths == [1, 1, 1]
     assert W_target.widths == [4]  # one pass over the context and 3 drafts
 
 
 def test_priced_changes_nothing_about_the_tokens():
     W = np.ones((8, 8), np.float32)
-    plain = sd.measure(P3, Q3, 3, 200, seed=5)
-    priced = sd.measure(sd.Priced(P3, W), Q3, 3, 200, seed=5, draft_from=sd.Priced(Q3, W))
-    assert plain == priced
-    assert sd.plain_decode(sd.Priced(P3, W), 0, 50, np.random.default_rng(2)) == \
-        sd.plain_decode(P3, 0, 50, np.random.default_rng(2))
+    assert sd.measure(P3, Q3, 3, 200, seed=5) == sd.measure(sd.Priced(P3, W), sd.Priced(Q3, W), 3, 200, seed=5)
 
 
-def test_median_time_is_a_positive_time_per_call():
+def test_median_time_is_the_median_of_repeats_of_back_to_back_calls(monkeypatch):
+    # repeats take 3, 6 and 30 seconds for 3 calls each: per call 1, 2, 10 -> the median 2
+    times = iter([3.0, 6.0, 30.0])
+    monkeypatch.setattr(sd, "clocked", lambda f: (next(times), f()))
     calls = []
-    t = sd.median_time(lambda: calls.append(1), repeats=3, calls=4)
-    assert t > 0 and len(calls) == 1 + 3 * 4  # one warm-up call
+    assert sd.median_time(lambda: calls.append(1), repeats=3, calls=3) == 2.0
+    assert len(calls) == 1 + 3 * 3  # one warm-up call first
+
+
+def test_calibrate_prices_k_draft_passes_and_a_k_plus_one_column_pass(monkeypatch):
+    # the fake clock: a target pass of n columns takes 1 + 0.5 (n - 1) seconds, a draft pass 0.1
+    W, W_draft, X = RecordingW(), RecordingW(2, 4), np.ones((4, 17), np.float32)
+
+    def clocked(f):
+        before = (len(W.widths), len(W_draft.widths))
+        out = f()
+        if len(W_draft.widths) > before[1]:
+            return 0.1, out
+        return 1 + 0.5 * (W.widths[-1] - 1), out
+    monkeypatch.setattr(sd, "clocked", clocked)
+    c, v = sd.calibrate(W, W_draft, X, k=3, reps=4)
+    assert c == pytest.approx([0.1] * 4)  # the mean of the 3 draft passes, not their sum
+    assert v == pytest.approx([2.5] * 4)  # 4 columns: 1 + 0.5 * 3, in one-column passes
+    assert W.widths.count(4) == 4 and W_draft.widths == [1] * 12
+
+
+def test_predict_uses_the_medians_and_reports_the_spread():
+    c, v = np.array([0.1, 0.1, 0.1, 0.1]), np.array([1.0, 2.0, 3.0, 4.0])
+    refined, spread = sd.predict((c, v), 3.0, k=2)
+    assert refined == pytest.approx(3.0 / (2.5 + 0.2))
+    each = sorted(3.0 / (v_r + 0.2) for v_r in v)
+    q25, q75 = np.percentile(each, [25, 75])
+    assert spread == pytest.approx((q75 - q25) / refined)
+    assert sd.predict((c, np.full(4, 2.0)), 3.0, k=2)[1] == 0
+
+
+@pytest.mark.parametrize("spread, clock, at_run, words", [
+    (0.1, 2.0, 2.1, ["wins", "was within 25%"]), (0.1, 0.5, 0.7, ["loses", "was NOT within 25%"]),
+    (0.9, 2.0, 2.1, ["wins", "too noisy to judge it"]),
+])
+def test_demo6_verdicts_follow_the_clock_and_the_spread(capsys, spread, clock, at_run, words):
+    sd.demo6_verdicts([("a draft", 4, 2.0, 2.0, 2.8, clock, at_run, at_run / clock - 1, spread)], v4=3.0)
+    text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
+    assert all(w in text for w in words) and "v measured 3.00 at k = 4" in text
+    assert ("too noisy" in text) == (spread > 0.5)
+
+
+def test_demo6_rows_and_every_clock_line_is_marked(monkeypatch):
+    # a small W and a clock that returns random times: every line that changes
+    # between two runs must end in (clock), and the roofline rows are the same
+    outputs, results = [], []
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+        monkeypatch.setattr(sd, "clocked", lambda f: (rng.uniform(1e-4, 1e-2), f()))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            results.append(sd.demo6_free_compute(clock_size=256))
+        outputs.append(out.getvalue())
+    assert outputs[0] != outputs[1]
+    unclocked = ["\n".join("<clock>" if l.endswith("(clock)") else l for l in o.splitlines()) for o in outputs]
+    assert [u.replace("<clock>\n", "") for u in unclocked][0] == [u.replace("<clock>\n", "") for u in unclocked][1]
+    rows = results[0].rows
+    # one position at 512 tokens: 6.61e9 MACs over 13.22 GB of weights + 0.27 GB of KV cache
+    weights, kv = 2 * sd.macs_per_token(4096, 11008, 32, 0, 32000), 2 * 2 * 32 * 512 * 4096
+    assert rows[0][2] == pytest.approx((weights + kv) / 1e9) and round(rows[0][2], 2) == 13.48
+    assert rows[0][1] == pytest.approx(sd.macs_per_token(4096, 11008, 32, 512, 32000) / 1e9)
+    assert [r[2] for r in rows] == pytest.approx([rows[0][2]] * 5)  # the bytes do not grow with positions
+    assert rows[0][3] == pytest.approx(rows[0][1] / rows[0][2]) and round(rows[0][3], 2) == 0.50
 
 
 def test_speedup_with_a_priced_verifying_pass():

@@ -30,10 +30,10 @@ def constant_alpha_pair():
 def test_expected_tokens_matches_a_simulation_where_it_is_exact():
     P, Q, beta = constant_alpha_pair()
     n_rounds, k = 8000, 3
-    alpha, tokens, *_ = sd.measure(P, Q, k, n_rounds, seed=7)
+    m = sd.measure(P, Q, k, n_rounds, seed=7)
     se = (k / 2) / np.sqrt(n_rounds)  # a round emits 1..k+1 tokens: sd <= k/2
-    assert abs(tokens - sd.expected_tokens(beta, k)) < 4 * se
-    assert alpha == pytest.approx(beta, abs=0.02)
+    assert abs(m.per_call - sd.expected_tokens(beta, k)) < 4 * se
+    assert m.rate == pytest.approx(beta, abs=0.02)
 
 
 def test_exact_tokens_per_call_reduces_to_eq1_when_alpha_is_constant():
@@ -61,7 +61,7 @@ def test_exact_tokens_per_call_extremes():
 def test_exact_tokens_per_call_matches_a_long_simulation(seeds, sharpness, weight, k, n_rounds):
     P = sd.random_table(seeds[0], sharpness)
     Q = sd.blend(P, sd.random_table(seeds[1], sharpness), weight)
-    _, tokens, *_ = sd.measure(P, Q, k, n_rounds, seed=k)
+    tokens = sd.measure(P, Q, k, n_rounds, seed=k).per_call
     exact = sd.exact_tokens_per_call(P, Q, k)
     se = (k / 2) / np.sqrt(n_rounds)  # a round emits 1..k+1 tokens: sd <= k/2
     assert abs(tokens - exact) < 4 * se
@@ -108,3 +108,17 @@ def test_best_k_against_brute_force(alpha, c):
 
 def test_best_k_respects_k_max():
     assert sd.best_k(1.0, 0.01, k_max=5) == (5, pytest.approx(6 / 1.05))
+
+
+def test_fastest_k_by_hand():
+    assert sd.fastest_k([1.2, 1.5, 1.4]) == (2, 1.5)
+    assert sd.fastest_k([0.9, 0.9, 0.9]) == (0, 1.0)
+    assert sd.fastest_k([1.5, 1.5]) == (1, 1.5)  # a tie goes to the smaller k
+
+
+def test_solve_increasing_for_reals_and_integers():
+    assert sd.solve_increasing(lambda x: x * x, 0.25, 0.0, 1.0) == pytest.approx(0.5, abs=1e-12)
+    assert sd.solve_increasing(lambda x: x, 3.0, 0.0, 10.0) == pytest.approx(3.0, abs=1e-12)
+    # the smallest integer in [lo, hi] where f reaches the target
+    assert sd.solve_increasing(lambda b: b >= 37, 1, 0, 64, integer=True) == 37
+    assert sd.solve_increasing(lambda b: b >= 64, 1, 32, 64, integer=True) == 64

@@ -26,8 +26,10 @@ def one_step_gradient(step, params, lr=1e-7):
 
 @pytest.fixture
 def S():
+    # weights that do not sum to 1 (a text's counts do not): a loss left
+    # unnormalised would follow a gradient 3 times too steep
     P = sd.random_table(50, 2.0)
-    return sd.stationary(P)[:, None] * P
+    return 3 * sd.stationary(P)[:, None] * P
 
 
 def start(seed=1):
@@ -55,9 +57,7 @@ def test_maximise_alpha_follows_the_gradient_of_alpha():
 def test_the_trainers_lower_their_own_loss():
     P = sd.random_table(52, 2.5)
     text = sd.plain_decode(P, 0, 3000, np.random.default_rng(0))
-    S_text = np.zeros((6, 6))
-    np.add.at(S_text, (text[:-1], text[1:]), 1)
-    S_target = sd.stationary(P)[:, None] * P
+    S_text, S_target = sd.bigram_counts(text), sd.visit_joint(P)
     before = sd.low_rank_draft(sd.descend(S_text, 0, 1.0))  # the initial draft
     assert sd.cross_entropy(S_text, sd.low_rank_draft(sd.fit_text(text))) < sd.cross_entropy(S_text, before) - 0.1
     kd = sd.distill(P)
@@ -65,7 +65,9 @@ def test_the_trainers_lower_their_own_loss():
     assert sd.pair_alpha(P, sd.low_rank_draft(sd.maximise_alpha(P, kd))) > sd.pair_alpha(P, sd.low_rank_draft(kd))
 
 
-@pytest.mark.parametrize("seed", [101, 102, 104])
+# 103 and 113 are seeds where distilling WITHOUT weighting each context by how
+# often the target visits it (S = P instead of pi(ctx) P) does not beat fitting the text
+@pytest.mark.parametrize("seed", [101, 103, 113])
 def test_distillation_beats_fitting_the_text(seed):
     world = sd.random_table(seed, 2.5)
     P = sd.blend(world, sd.random_table(seed + 100, 2.5), 0.7)

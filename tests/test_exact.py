@@ -1,5 +1,5 @@
-"""The exact first-token distribution and the goodness-of-fit test, each against
-something independent: a hand-worked value, a closed form, a simulation."""
+"""The exact enumerations and the goodness-of-fit test, each against something
+independent: a hand-worked value, a closed form, a simulation."""
 import math
 
 import numpy as np
@@ -14,6 +14,19 @@ def random_pair(seed, n=6):
     return rng.dirichlet(np.ones(n) * 0.7, size=n), rng.dirichlet(np.ones(n) * 0.7, size=n)
 
 
+def sampled_joint(module, P, Q, ctx, n, k, runs, seed, verify=None):
+    """counts of the first n tokens, run through a module's own spec_generate."""
+    rng, counts = np.random.default_rng(seed), np.zeros((len(P),) * n)
+    for _ in range(runs):
+        tokens = module.spec_generate(P, Q, ctx, n, k, rng, verify or module.verify_round)[0]
+        counts[tuple(tokens)] += 1
+    return counts
+
+
+def fit(counts, probs):
+    return sd.chi2_sf(*sd.pearson(counts, probs))
+
+
 # --- the target's own joint ---------------------------------------------------
 
 def test_target_first_tokens_by_hand():
@@ -22,16 +35,33 @@ def test_target_first_tokens_by_hand():
     assert joint.shape == (3, 3) and joint[1, 2] == pytest.approx(0.4)
     three = sd.target_first_tokens(P3, 0, 3)
     assert three[1, 2, 0] == pytest.approx(0.5 * 0.8 * 0.6) and three.sum() == pytest.approx(1)
-    assert np.array_equal(sd.target_first_tokens(P3, 2, 1), P3[2])
+
+
+# --- kept_and_replaced: one position, weighed through the stages ------------------
+
+def test_kept_and_replaced_by_hand():
+    # P3[0] = [.2, .5, .3] against Q3[0] = [.4, .4, .2]: draft 0 kept with .5, 1 and 2
+    # always; a rejection (mass .4 * .5 = .2) draws from norm(max(0, p - q)) = [0, .5, .5]
+    A, R = sd.kept_and_replaced(P3, Q3)
+    assert np.allclose(A[0], [0.2, 0.4, 0.2]) and np.allclose(R[0], [0, 0.1, 0.1])
+    assert np.allclose(A.sum(axis=1) + R.sum(axis=1), 1)  # every draft is kept or replaced
+
+
+def test_kept_and_replaced_for_strict_matching_and_a_draft_that_samples_elsewhere():
+    # strict: keep x with p(x): A[0] = q * p = [.08, .2, .06]
+    A, _ = sd.kept_and_replaced(P3, Q3, seen=sd.strict_seen)
+    assert np.allclose(A[0], Q3[0] * P3[0])
+    # drafts drawn from D but checked against Q: kept mass D(x) min(1, p/q)
+    D = sd.temper(Q3, 0)  # [1, 0, 0] after context 0
+    A, R = sd.kept_and_replaced(P3, Q3, draft_from=D)
+    assert np.allclose(A[0], [0.5, 0, 0]) and np.allclose(R[0], [0, 0.25, 0.25])
 
 
 # --- exact_first_tokens ---------------------------------------------------------
 
 def test_exact_first_tokens_of_one_round_by_hand():
-    # P3, Q3 from context 0, k = 1, first token only: draft 1 (q .4) is kept
-    # (p/q > 1); draft 0 (q .4) is kept with .5, else replaced from
-    # norm(max(0, p - q)) = [0, .5, .5]; draft 2 (q .2): p/q > 1, kept.
-    # token 0: .4 * .5 = .2; token 1: .4 + .4 * .5 * .5 = .5; token 2: .2 + .1 = .3
+    # P3, Q3 from context 0, k = 1, first token only: token 0: .4 * .5 = .2;
+    # token 1: .4 + .4 * .5 * .5 = .5; token 2: .2 + .1 = .3
     assert np.allclose(sd.exact_first_tokens(P3, Q3, 0, 1, 1), [0.2, 0.5, 0.3])
 
 
@@ -40,56 +70,87 @@ def test_exact_first_tokens_of_one_round_by_hand():
 def test_correct_rule_is_the_target_exactly(seed, k):
     P, Q = random_pair(seed)
     n = 3 if k <= 2 else 2
-    tv = sd.tv_distance(sd.exact_first_tokens(P, Q, seed % 6, n, k), sd.target_first_tokens(P, seed % 6, n))
-    assert tv < 1e-12
+    exact = sd.exact_first_tokens(P, Q, seed % 6, n, k)
+    assert sd.tv_distance(exact, sd.target_first_tokens(P, seed % 6, n)) < 1e-12
 
 
-@pytest.mark.parametrize("rule", sd.RULES[1:])
-def test_each_broken_rule_has_a_real_bias(rule):
+@pytest.mark.parametrize("how", [{}, {"seen": sd.strict_seen}, {"draft_from": "hot"}])
+@pytest.mark.parametrize("n, k", [(1, 3), (3, 1), (4, 2)])
+def test_every_enumerated_joint_sums_to_one(how, n, k):
+    P, Q = random_pair(7)
+    how = {"draft_from": sd.temper(Q, 2.0)} if how.get("draft_from") == "hot" else how
+    assert sd.exact_first_tokens(P, Q, 1, n, k, **how).sum() == pytest.approx(1, abs=1e-12)
+    assert sd.exact_block_first_tokens(P, Q, 1, min(n, 3), min(k, 2)).sum() == pytest.approx(1, abs=1e-12)
+
+
+@pytest.mark.parametrize("bug", ["argmax", "no_resample", "uniform_q"])
+def test_each_stage_bug_has_a_real_exact_bias(bug):
     P, Q = random_pair(1)
-    tv = sd.tv_distance(sd.exact_first_tokens(P, Q, 0, 2, 2, rule), sd.target_first_tokens(P, 0, 2))
+    tv = sd.tv_distance(sd.bugged(bug).exact_first_tokens(P, Q, 0, 2, 2), sd.target_first_tokens(P, 0, 2))
     assert tv > 0.01
 
 
-def test_perfect_draft_and_zero_rows_are_handled():
-    P = sd.random_table(3)
-    assert sd.tv_distance(sd.exact_first_tokens(P, P, 1, 3, 4), sd.target_first_tokens(P, 1, 3)) < 1e-12
-    # a draft with zeros: only the tokens it can propose are enumerated
-    Q = sd.temper(sd.random_table(4), 0)
-    assert sd.exact_first_tokens(P, Q, 2, 2, 3).sum() == pytest.approx(1)
+@pytest.mark.parametrize("bug", ["no_resample", "uniform_q"])
+def test_a_bugs_exact_joint_past_one_round_matches_its_own_sample(bug):
+    # n = 3 tokens with k = 1: the joint spans rounds, so a round that does not
+    # hand its last token to the next, or a residual read from the wrong row,
+    # moves this exact value away from the bug's own sample
+    P, Q = random_pair(2, n=3)
+    module = sd.bugged(bug)
+    exact = module.exact_first_tokens(P, Q, 2, 3, 1)
+    assert fit(sampled_joint(module, P, Q, 2, 3, 1, 3000, seed=3), exact) > 1e-4
 
 
-@pytest.mark.parametrize("rule", sd.RULES)
-def test_exact_first_tokens_agrees_with_verify_round_for_every_rule(rule):
-    # the exact enumeration mirrors verify_round's cases: a sample drawn through
-    # the real spec_generate must fit it, rule by rule
-    P, Q = random_pair(2)
-    rng, counts = np.random.default_rng(3), np.zeros((6, 6))
-    for _ in range(1200):
-        x1, x2 = sd.spec_generate(P, Q, 4, 2, 2, rng, rule)[0]
-        counts[x1, x2] += 1
-    assert sd.chi2_sf(*sd.pearson(counts, sd.exact_first_tokens(P, Q, 4, 2, 2, rule))) > 1e-4
+def test_exact_first_tokens_past_one_round_matches_a_sample():
+    P, Q = random_pair(4, n=3)
+    exact = sd.exact_first_tokens(P, Q, 0, 4, 2)
+    assert fit(sampled_joint(sd, P, Q, 0, 4, 2, 3000, seed=5), exact) > 1e-4
 
 
-def test_exact_first_tokens_with_a_draft_that_samples_elsewhere():
-    # drafting from D but checking against Q: exact only when D == Q
-    P, Q = random_pair(4)
-    D = sd.temper(Q, 0.5)
-    truth = sd.target_first_tokens(P, 0, 2)
-    assert sd.tv_distance(sd.exact_first_tokens(P, Q, 0, 2, 2, draft_from=Q), truth) < 1e-12
-    assert sd.tv_distance(sd.exact_first_tokens(P, Q, 0, 2, 2, draft_from=D), truth) > 0.01
+def test_exact_first_tokens_with_a_draft_that_samples_elsewhere_matches_its_sample():
+    # drafting from D but verification handed Q's rows (demo 3's bug): exact only when D == Q
+    P, Q = random_pair(5, n=3)
+    D = sd.temper(Q, 0.4)
+    truth = sd.target_first_tokens(P, 0, 3)
+    assert sd.tv_distance(sd.exact_first_tokens(P, Q, 0, 3, 2, draft_from=Q), truth) < 1e-12
+    exact = sd.exact_first_tokens(P, Q, 0, 3, 2, draft_from=D)
+    assert sd.tv_distance(exact, truth) > 0.01
+    counts = sampled_joint(sd, P, D, 0, 3, 2, 3000, seed=6, verify=sd.hand_q_rows(Q))
+    assert fit(counts, exact) > 1e-4 and fit(counts, truth) < 1e-6
 
 
-def test_exact_first_tokens_moves_when_the_residual_is_broken(monkeypatch):
+def test_exact_first_tokens_follows_an_edit_of_the_residual():
     P, Q = random_pair(5)
+    edited = sd.edited((("residual", "return d / total", "return p"),))
     truth = sd.target_first_tokens(P, 0, 2)
-    monkeypatch.setattr(sd, "residual", lambda p, q: p)
-    assert sd.tv_distance(sd.exact_first_tokens(P, Q, 0, 2, 2), truth) > 0.01
+    assert sd.tv_distance(edited.exact_first_tokens(P, Q, 0, 2, 2), truth) > 0.01
+    assert sd.tv_distance(sd.exact_first_tokens(P, Q, 0, 2, 2), truth) < 1e-12  # the script itself is untouched
 
 
-def test_exact_first_tokens_rejects_an_unknown_rule():
-    with pytest.raises(ValueError, match="unknown rule"):
-        sd.exact_first_tokens(P3, Q3, 0, 2, 2, rule="exact")
+def test_continue_is_seen_by_the_sample_and_not_by_the_enumeration():
+    # an edit of verify_round's own lines: the enumeration weighs the correct loop
+    P, Q = random_pair(2)
+    module, truth = sd.bugged("continue"), sd.target_first_tokens(P, 4, 2)
+    assert sd.tv_distance(module.exact_first_tokens(P, Q, 4, 2, 2), truth) < 1e-12
+    assert fit(sampled_joint(module, P, Q, 4, 2, 2, 1500, seed=3), truth) < 1e-6
+
+
+# --- exact tokens per call and the round table --------------------------------------
+
+def test_round_table_by_hand():
+    # k = 1 from context 0 with P3, Q3: rejected (a = 0) with mass .2, y from [0, .5, .5];
+    # kept x (A[0] = [.2, .4, .2]), then the bonus y ~ P3[x]
+    ends = sd.round_table(P3, Q3, 1)
+    assert np.allclose(ends[0, 0], [0, 0.1, 0.1])
+    assert np.allclose(ends[0, 1], np.array([0.2, 0.4, 0.2]) @ P3)
+    assert np.allclose(ends.sum(axis=(1, 2)), 1)
+    assert np.allclose(sd.round_tokens(ends), 1 + ends[:, 1].sum(axis=1))
+
+
+def test_exact_tokens_per_call_follows_an_edit_of_accept_prob():
+    P, Q = random_pair(8)
+    edited = sd.edited((("accept_prob", "return min(1.0", "return min(1.0, float(q[x] / p[x]))"),))
+    assert abs(edited.exact_tokens_per_call(P, Q, 3) - sd.exact_tokens_per_call(P, Q, 3)) > 0.05
 
 
 # --- Pearson's chi-square and its p-value ---------------------------------------
@@ -100,8 +161,18 @@ def test_pearson_by_hand():
     # last two pooled into one cell of 10 (observed 9 + 2 = 11)
     stat, dof = sd.pearson([50, 39, 9, 2], [0.5, 0.4, 0.06, 0.04])
     assert dof == 3 and stat == pytest.approx(0 + 1 / 40 + 3**2 / 6 + 2**2 / 4)
-    stat, dof = sd.pearson([40, 39, 10, 11], [0.5, 0.4, 0.06, 0.04], min_expected=20)
-    assert dof == 2 and stat == pytest.approx(100 / 50 + 1 / 40 + 11**2 / 10)
+
+
+def test_pearson_pools_by_expected_counts_not_observed_ones():
+    # cell 0 is expected 10 times of 100 and observed 0: it stays its own cell.
+    # Pooling cells OBSERVED fewer than 5 times would fold it away and hide the
+    # misfit: by hand (0 - 10)^2 / 10 + 2 * (50 - 45)^2 / 45 = 10 + 10/9, 2 dof
+    stat, dof = sd.pearson([0, 50, 50], [0.1, 0.45, 0.45])
+    assert dof == 2 and stat == pytest.approx(10 + 10 / 9)
+    # and the other way: cells expected 1 and 1 (observed 9 and 0) pool into one
+    # cell expected 2, observed 9: 3^2/49 + 4^2/49 + 7^2/2, 2 dof
+    stat, dof = sd.pearson([9, 0, 46, 45], [0.01, 0.01, 0.49, 0.49])
+    assert dof == 2 and stat == pytest.approx(25 / 49 + 49 / 2)
 
 
 def test_pearson_a_count_the_target_forbids_is_an_infinite_misfit():
@@ -132,6 +203,13 @@ def test_chi2_sf_is_uniform_under_the_null():
     assert 0.45 < np.mean(np.array(ps) < 0.5) < 0.55
 
 
+def test_gamma_fraction_is_the_upper_tail_above_a_plus_one():
+    # Q(1, x) = exp(-x) = exp(-x) x^1 / Gamma(1) * fraction -> 1 / x
+    assert sd.gamma_fraction(1.0, 5.0) == pytest.approx(1 / 5)
+    # Q(2, x) = exp(-x) (1 + x) = exp(-x) x^2 / Gamma(2) * fraction -> (1 + x) / x^2
+    assert sd.gamma_fraction(2.0, 6.0) == pytest.approx(7 / 36)
+
+
 def test_fit_p_value_adds_statistics_and_dofs():
     assert sd.fit_p_value([(1.0, 1), (1.0, 1)]) == pytest.approx(math.exp(-1))
 
@@ -141,36 +219,34 @@ def test_transition_p_value_by_hand():
     # transitions 0->0, 0->1, 1->0, 0->0: rows [2, 1] and [1, 0]; every cell is
     # expected below 5 times, so each row pools into one cell: statistic 0
     assert sd.transition_p_value([0, 0, 1, 0, 0], P) == 1.0
-    tokens = [0] * 50 + [1] * 50
-    assert sd.transition_p_value(tokens, P) < 1e-12
+    assert sd.transition_p_value([0] * 50 + [1] * 50, P) < 1e-12
 
 
 def test_verdict_texts():
     assert sd.p_text(0.4321) == "p = 0.43" and sd.p_text(0.004) == "p = 4e-03"
     assert sd.p_text(1e-13) == "p < 1e-12"
-    assert sd.fit_verdict(0.5) == "consistent with the target (p = 0.50)"
-    assert sd.fit_verdict(1e-5) == "NOT the target (p = 1e-05)"
     assert sd.exact_text(1e-16) == "1.0e-16" and sd.exact_text(0.01234) == "0.0123"
+    assert sd.about(1974584) == "2.0 million" and sd.about(245.7) == "250"
 
 
 @pytest.mark.parametrize("p_value, tv, verdict", [
     (0.5, 1e-16, "the target"), (1e-9, 0.2, "NOT the target"),
-    (1e-9, 1e-16, "NOT (sampled)"), (0.5, 1e-3, "NOT (exact)"),
+    (1e-9, 1e-16, "NOT by the fit"), (0.5, 1e-3, "NOT by exact"),
 ])
 def test_both_checks(p_value, tv, verdict):
     assert sd.both_checks(p_value, tv) == verdict
 
 
-def test_fits_exact():
+def test_fits_exact_and_mean_se():
     assert sd.fits_exact(2.80, 0.02, 2.77) and not sd.fits_exact(2.90, 0.02, 2.77)
     assert sd.fits_exact(5.0, 0.0, 5.0) and not sd.fits_exact(4.0, 0.0, 5.0)
+    # 20 batches of 5: batch means 0..19 -> their sd / sqrt(20)
+    mean, se = sd.mean_se(np.repeat(np.arange(20.0), 5))
+    assert mean == pytest.approx(9.5) and se == pytest.approx(np.std(np.arange(20.0), ddof=1) / np.sqrt(20))
 
 
-def test_position_weights_by_hand():
-    # P3[0] = [.2, .5, .3] against Q3[0] = [.4, .4, .2]: draft 0 kept with .5,
-    # 1 and 2 always; a rejection draws from norm(max(0, p - q)) = [0, .5, .5]
-    weights = sd.position_weights(P3[0], Q3[0], Q3[0])
-    assert [(x, d, a) for x, d, a, _ in weights] == [(0, 0.4, 0.5), (1, 0.4, 1.0), (2, 0.2, 1.0)]
-    assert np.allclose(weights[0][3], [0, 0.5, 0.5])
-    greedy = sd.position_weights(P3[0], Q3[0], Q3[0], "greedy")
-    assert [a for _, _, a, _ in greedy] == [0.0, 1.0, 0.0]  # only p's argmax is kept
+def test_samples_to_see_by_hand():
+    # truth [.5, .5], exact [.6, .4]: delta^2 = 2 * .01 / .5 = .04, one dof; the
+    # p = .001 critical value is 10.828, so about (10.828 - 1) / .04 = 245.7 runs
+    assert sd.samples_to_see(np.array([0.6, 0.4]), np.array([0.5, 0.5])) == pytest.approx(245.7, abs=0.1)
+    assert sd.samples_to_see(np.array([0.5, 0.5]), np.array([0.5, 0.5])) == math.inf

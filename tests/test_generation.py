@@ -17,10 +17,10 @@ RUNS = 2000
 LIMIT = 6.0
 
 
-def first_two_counts(Q, ctx, k, rule, seed=0, P=TARGET):
+def first_two_counts(Q, ctx, k, seed=0, P=TARGET):
     rng, counts = np.random.default_rng(seed), np.zeros((len(P), len(P)))
     for _ in range(RUNS):
-        (x1, x2), _, _ = sd.spec_generate(P, Q, ctx, 2, k, rng, rule)
+        (x1, x2), _, _ = sd.spec_generate(P, Q, ctx, 2, k, rng)
         counts[x1, x2] += 1
     return counts
 
@@ -34,19 +34,18 @@ def truth(ctx, P=TARGET):
 @pytest.mark.parametrize("pair, k", [("middling", 1), ("unrelated", 2), ("hot draft", 4)])
 def test_correct_rule_emits_the_target_joint(pair, k):
     Q, ctx = PAIRS[pair]
-    assert chi2_excess(first_two_counts(Q, ctx, k, "correct"), truth(ctx)) < LIMIT
+    assert chi2_excess(first_two_counts(Q, ctx, k), truth(ctx)) < LIMIT
 
-
-# Each broken rule's sample fits its own exact (biased) distribution, and that
-# distribution is far from the target: test_exact.py proves both, rule by rule.
 
 def test_continue_is_biased_even_at_k_1():
-    # with one draft there is nothing to keep, but the bonus token then
+    # with one draft there is nothing left to check, but the bonus token then
     # follows the rejected draft instead of its replacement
     Q, ctx = PAIRS["unrelated"]
-    exact = sd.exact_first_tokens(TARGET, Q, ctx, 2, 1, "continue")
-    assert sd.tv_distance(exact, truth(ctx)) > 0.05
-    assert sd.tv_distance(exact.sum(axis=1), TARGET[ctx]) < 1e-12  # the first token is right
+    module, rng, counts = sd.bugged("continue"), np.random.default_rng(0), np.zeros((6, 6))
+    for _ in range(RUNS):
+        counts[tuple(module.spec_generate(TARGET, Q, ctx, 2, 1, rng)[0])] += 1
+    assert chi2_excess(counts, truth(ctx)) > 5 * LIMIT
+    assert chi2_excess(counts.sum(axis=1), TARGET[ctx]) < LIMIT  # the first token is right
 
 
 def test_long_run_transitions_are_the_targets():
@@ -64,7 +63,7 @@ def test_long_run_transitions_are_the_targets():
 def test_both_models_tempered_alike_emit_the_tempered_target(T):
     Q, ctx = PAIRS["middling"]
     P_T = sd.temper(TARGET, T)
-    counts = first_two_counts(sd.temper(Q, T), ctx, 3, "correct", P=P_T)
+    counts = first_two_counts(sd.temper(Q, T), ctx, 3, P=P_T)
     assert chi2_excess(counts, truth(ctx, P_T)) < LIMIT
 
 
@@ -79,8 +78,8 @@ def test_temperature_on_one_side_only_is_detected():
     # the draft samples at T = .5, verification is handed its T = 1 table
     Q, _ = PAIRS["middling"]
     P_T, Q_T = sd.temper(TARGET, 0.5), sd.temper(Q, 0.5)
-    honest = sd.measure(P_T, Q_T, 3, 3000, seed=8)[2]
-    buggy = sd.measure(P_T, Q, 3, 3000, seed=8, draft_from=Q_T)[2]
+    honest = sd.measure(P_T, Q_T, 3, 3000, seed=8).tokens
+    buggy = sd.measure(P_T, Q_T, 3, 3000, seed=8, verify=sd.hand_q_rows(Q)).tokens
     assert transition_misfit(honest, P_T) < LIMIT
     assert transition_misfit(buggy, P_T) > 5 * LIMIT
 
@@ -123,9 +122,17 @@ def test_each_round_emits_accepted_plus_one(k):
 
 def test_measured_alpha_and_tokens_per_call_track_the_pair():
     Q, _ = PAIRS["middling"]
-    alpha, tokens, *_ = sd.measure(TARGET, Q, 4, 3000, seed=1)
-    assert alpha == pytest.approx(sd.pair_alpha(TARGET, Q), abs=0.03)
-    assert 1 < tokens < 5
+    m = sd.measure(TARGET, Q, 4, 3000, seed=1)
+    assert m.rate == pytest.approx(sd.pair_alpha(TARGET, Q), abs=0.03)
+    assert m.per_call == pytest.approx(sd.exact_tokens_per_call(TARGET, Q, 4), abs=4 * m.se)
+    assert len(m.sizes) == 3000 and sum(m.sizes) == len(m.tokens)
+
+
+def test_measure_by_hand():
+    # P == Q: every round keeps all 2 drafts and adds a bonus: 3 tokens per call,
+    # every draft checked and accepted
+    m = sd.measure(TARGET, TARGET, 2, 40, seed=0)
+    assert (m.rate, m.per_call, m.se, m.sizes) == (1.0, 3.0, 0.0, [3] * 40)
 
 
 # --- greedy is sampling from temper(P, 0) -------------------------------------
@@ -149,8 +156,8 @@ def test_greedy_speculation_equals_plain_argmax_decoding(seed, draft_T):
 
 # --- bad input ---------------------------------------------------------------
 
-def call(P=TARGET, Q=TARGET, ctx=0, n=5, k=2, rule="correct"):
-    return sd.spec_generate(P, Q, ctx, n, k, np.random.default_rng(0), rule)
+def call(P=TARGET, Q=TARGET, ctx=0, n=5, k=2):
+    return sd.spec_generate(P, Q, ctx, n, k, np.random.default_rng(0))
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -167,13 +174,16 @@ def call(P=TARGET, Q=TARGET, ctx=0, n=5, k=2, rule="correct"):
     (dict(n=0), r"n_tokens must be an integer >= 1, got 0"),
     (dict(ctx=6), r"ctx must be a token id in 0..5, got 6"),
     (dict(ctx=-1), r"ctx must be a token id in 0..5, got -1"),
-    (dict(rule="exact"), r"unknown rule 'exact'; valid rules: correct, greedy, no_resample, continue"),
+    (dict(ctx=True), r"ctx must be a token id in 0..5, got True"),
 ])
 def test_spec_generate_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message):
         call(**kwargs)
 
 
-def test_spec_generate_accepts_nested_lists_and_rows_off_by_rounding():
+def test_spec_generate_accepts_nested_lists_rows_off_by_rounding_and_numpy_ids():
     P = (TARGET + 1e-9 * np.eye(6)).tolist()  # rows sum to 1 + 1e-9
     assert len(call(P=P)[0]) == 5
+    # a context as numpy hands it out (argmax returns np.int64) is a token id
+    ctx = np.argmax(TARGET[0])
+    assert call(ctx=ctx) == call(ctx=int(ctx))

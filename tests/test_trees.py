@@ -79,32 +79,34 @@ def test_verify_tree_takes_rejected_mass_out_before_the_next_sibling():
     # first: ratio .5, u = .9 rejects; p becomes norm(max(0, p - q)) = [0, .5, .5],
     # so the second copy has ratio 0 and u = .3 rejects it too; the last draw,
     # .2, from [0, .5, .5] gives 1
-    assert sd.verify_tree(P3, Q3, 0, [0, 0], [-1, -1], ScriptedRng([0.9, 0.3, 0.2])) == ([1], 0)
+    assert sd.verify_tree(P3, Q3, 0, [0, 0], [-1, -1], ScriptedRng([0.9, 0.3, 0.2])) == [1]
     # without the update the second copy is kept (ratio .5 > .3), then the
     # bonus at that leaf comes from P3[0] with u = .2 -> 1
-    assert sd.verify_tree(P3, Q3, 0, [0, 0], [-1, -1], ScriptedRng([0.9, 0.3, 0.2]),
-                          rule="no_update") == ([0, 1], 1)
+    no_update = sd.edited(tuple(sd.NO_UPDATE))
+    assert no_update.verify_tree(P3, Q3, 0, [0, 0], [-1, -1], ScriptedRng([0.9, 0.3, 0.2])) == [0, 1]
 
 
 def test_verify_tree_distinct_checks_against_q_without_earlier_siblings():
     # children 0 then 1. 0: ratio .5, u = .9 rejects, p -> [0, .5, .5]. 1 was drawn
     # from q without 0 = [0, 2/3, 1/3]: ratio .5 / (2/3) = .75, u = .8 rejects;
     # p -> norm(max(0, [0, .5 - 2/3, .5 - 1/3])) = [0, 0, 1] -> 2
-    assert sd.verify_tree(P3, Q3, 0, [0, 1], [-1, -1], ScriptedRng([0.9, 0.8, 0.5]), distinct=True) == ([2], 0)
+    assert sd.verify_tree(P3, Q3, 0, [0, 1], [-1, -1], ScriptedRng([0.9, 0.8, 0.5]), distinct=True) == [2]
     # independent children: 1 is checked against q itself, ratio .5/.4 -> kept;
     # then the bonus from P3[1] = [.1, .1, .8] with u = .5 -> 2
-    assert sd.verify_tree(P3, Q3, 0, [0, 1], [-1, -1], ScriptedRng([0.9, 0.8, 0.5])) == ([1, 2], 1)
+    assert sd.verify_tree(P3, Q3, 0, [0, 1], [-1, -1], ScriptedRng([0.9, 0.8, 0.5])) == [1, 2]
 
 
 def test_verify_tree_descends_and_ends_with_a_bonus_at_a_leaf():
     # ctx 0 -> 1 -> 2 (a chain as a tree): both kept (ratios 1.25, 2.67), bonus
     # from P3[2] = [.6, .2, .2] with u = .7 -> 1
-    assert sd.verify_tree(P3, Q3, 0, [1, 2], [-1, 0], ScriptedRng([0.99, 0.99, 0.7])) == ([1, 2, 1], 2)
+    assert sd.verify_tree(P3, Q3, 0, [1, 2], [-1, 0], ScriptedRng([0.99, 0.99, 0.7])) == [1, 2, 1]
 
 
-def test_verify_tree_rejects_an_unknown_rule():
-    with pytest.raises(ValueError, match="valid rules: correct, no_update"):
-        sd.verify_tree(P3, Q3, 0, [1], [-1], np.random.default_rng(0), rule="continue")
+def test_tree_round_drafts_then_walks():
+    # depth 1, branching 2 from 0: u = .1 -> 0 and u = .5 -> 1 from Q3[0]; check 0
+    # (ratio .5) with u = .7: rejected, p -> [0, .5, .5]; check 1 against q: ratio
+    # .5/.4 -> kept with u = .9; bonus from P3[1] with u = .95 -> 2
+    assert sd.tree_round(P3, Q3, 0, 1, 2, ScriptedRng([0.1, 0.5, 0.7, 0.9, 0.95])) == [1, 2]
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -115,10 +117,10 @@ def test_branching_one_is_the_chain_token_for_token(seed):
     assert chain == tree
 
 
-def tree_counts(ctx, distinct, rule, runs=600, seed=0):
+def tree_counts(module, ctx, distinct, runs=600, seed=0):
     rng, counts = np.random.default_rng(seed), np.zeros((6, 6))
     for _ in range(runs):
-        (x1, x2), _, _ = sd.tree_generate(TARGET, UNRELATED, ctx, 2, 2, 3, rng, distinct, rule)
+        (x1, x2), _, _ = module.tree_generate(TARGET, UNRELATED, ctx, 2, 2, 3, rng, distinct)
         counts[x1, x2] += 1
     return counts
 
@@ -127,8 +129,8 @@ def tree_counts(ctx, distinct, rule, runs=600, seed=0):
 def test_tree_decoding_emits_the_target_joint(distinct):
     ctx = 3
     truth = TARGET[ctx][:, None] * TARGET
-    assert chi2_excess(tree_counts(ctx, distinct, "correct"), truth) < 6
-    assert chi2_excess(tree_counts(ctx, distinct, "no_update"), truth) > 30
+    assert chi2_excess(tree_counts(sd, ctx, distinct), truth) < 6
+    assert chi2_excess(tree_counts(sd.edited(tuple(sd.NO_UPDATE)), ctx, distinct), truth) > 30
 
 
 def test_tree_generate_validates_like_spec_generate():

@@ -1,0 +1,277 @@
+"""The command line: --tune's routes against hand-worked values, --plan, and
+every bad value a one-line usage error with exit status 2."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import speculative_decoding_from_scratch as sd
+
+SCRIPT = sd.__file__
+
+
+def geometric(alpha, k):
+    """Eq. 1 written as the sum it is: 1 + alpha + ... + alpha^k."""
+    return sum(alpha**i for i in range(k + 1))
+
+
+def cli(capsys, *args):
+    try:
+        code = sd.main([str(a) for a in args]) or 0
+    except SystemExit as exit_:
+        code = exit_.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def rows(out):
+    return [line.split() for line in out.splitlines() if line[:3].strip().isdigit()]
+
+
+def run(*args, **env):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env})
+
+
+# --- the server's figures, by hand ------------------------------------------------
+
+def test_server_metrics_by_hand():
+    # rounds at k = 3 that emitted 1, 2 and 4 tokens: 0, 1, 3 accepted
+    L, R, per = sd.server_metrics([1, 2, 4], 3)
+    assert L == pytest.approx(1 + 4 / 3) and R == pytest.approx(4 / 9)
+    assert per == pytest.approx([2 / 3, 1 / 3, 1 / 3])
+
+
+def test_inverting_eq1_by_hand():
+    # alpha = .8, k = 5: L = 1 + .8 + .64 + .512 + .4096 + .32768 = 3.68928, and
+    # the draft acceptance rate (L - 1) / 5 = .537856
+    assert sd.alpha_from_mean_length(3.68928, 5) == pytest.approx(0.8, abs=1e-9)
+    assert sd.alpha_from_draft_rate(0.537856, 5) == pytest.approx(0.8, abs=1e-9)
+    assert sd.alpha_from_mean_length(1.0, 5) == pytest.approx(0.0, abs=1e-9)
+    assert sd.alpha_from_mean_length(6.0, 5) == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.8, 0.95])
+def test_per_position_rates_from_one_alpha_reproduce_eq1(alpha):
+    rates = [alpha**i for i in range(1, 7)]  # all of the first i pass: alpha^i
+    for k, tokens in enumerate(sd.per_position_tokens(rates), start=1):
+        assert tokens == pytest.approx(sd.expected_tokens(alpha, k), abs=1e-12)
+
+
+def test_route_tokens_extrapolates_per_position_rates_only_past_K():
+    tokens, alpha, note = sd.route_tokens(4, per_position=[0.8, 0.6])
+    # past K = 2 each draft passes with the last conditional rate .6 / .8 = .75
+    assert tokens == pytest.approx([1.8, 2.4, 2.85, 3.1875]) and alpha is None and "0.750 (assumed)" in note
+    assert sd.route_tokens(2, per_position=[0.8, 0.6])[2] == "no model: every row is the server's own"
+    # rates that reach exactly 0 extrapolate as 0, with no division by zero
+    assert sd.route_tokens(3, per_position=[0.5, 0.0])[0] == pytest.approx([1.5, 1.5, 1.5])
+
+
+# --- --tune ---------------------------------------------------------------------------
+
+def test_tune_marks_the_best_k_and_gives_a_verdict(capsys):
+    code, out, _ = cli(capsys, "--tune", 0.8, 0.05, "--k-max", 10)
+    assert code == 0
+    table = rows(out)
+    assert [int(r[0]) for r in table] == list(range(1, 11))
+    best = max(range(1, 11), key=lambda k: geometric(0.8, k) / (1 + 0.05 * k))
+    assert [r[0] for r in table if "<-" in r] == [str(best)] and best == 8
+    assert out.rstrip().endswith(f"speculate with k = 8, expected speedup {geometric(0.8, 8) / 1.4:.2f}x")
+    assert out.isascii()
+
+
+def test_options_in_any_order_and_with_equals(capsys):
+    first = cli(capsys, "--tune", 0.8, 0.05, "--k-max", 10)[1]
+    assert cli(capsys, "--k-max", 10, "--tune", 0.8, 0.05)[1] == first
+    assert cli(capsys, "0.8", "--k-max=10", "--tune", "0.05")[1] == first
+
+
+def test_tune_falls_back_when_alpha_is_not_above_c(capsys):
+    code, out, _ = cli(capsys, "--tune", 0.2, 0.2)
+    assert code == 0 and "<- best" not in out and len(rows(out)) == 32
+    assert out.rstrip().endswith("fall back to plain decoding (no k in 1..32 beats it: alpha <= c)")
+
+
+def test_alpha_zero_and_a_draft_cost_above_one_fall_back(capsys):
+    assert cli(capsys, "--tune", 0, 0.1)[1].rstrip().endswith("alpha <= c)")
+    assert cli(capsys, "--tune", 0.9, 1.5)[1].rstrip().splitlines()[-1].startswith("fall back")
+
+
+def test_the_cap_is_named_when_it_is_the_best_k(capsys):
+    _, out, _ = cli(capsys, "--tune", 1.0, 0.01, "--k-max", 3)
+    assert "the best k is the cap, k = 3: raise --k-max" in out
+    assert out.rstrip().endswith("speculate with k = 3, expected speedup 3.88x")
+
+
+def test_the_verifying_pass_cost_v(capsys):
+    # tokens / (v + k c): alpha .99 at k = 2 makes 2.9701 tokens; v = 3, c = .001
+    _, out, _ = cli(capsys, "--tune", 0.99, 0.001, "--k-max", 2, "--v", 3)
+    assert float(rows(out)[1][2]) == pytest.approx(2.9701 / 3.002, abs=5e-4)
+
+
+def test_mean_acceptance_length_route(capsys):
+    _, out, _ = cli(capsys, "--tune", "--mean-acceptance-length", 3.68928, "--k", 5, 0.05)
+    assert "alpha = 0.800000 from a mean acceptance length" in " ".join(out.split())
+    assert out.rstrip().endswith("speculate with k = 8, expected speedup 3.09x")
+
+
+def test_draft_acceptance_rate_route_warns_that_it_is_not_alpha(capsys):
+    _, out, _ = cli(capsys, "--tune", "--draft-acceptance-rate", 0.537856, "--k", 5, 0.05)
+    assert "alpha = 0.800000" in out and "NOT alpha" in " ".join(out.split())
+    assert out.rstrip().endswith("speculate with k = 8, expected speedup 3.09x")
+    # the mistake it guards against: the rate passed as ALPHA
+    assert cli(capsys, "--tune", 0.538, 0.05)[1].rstrip().endswith("speculate with k = 3, expected speedup 1.72x")
+
+
+def test_per_position_route_needs_no_model(capsys):
+    _, out, _ = cli(capsys, "--tune", "--per-position", "0.8,0.6,0.3", 0.2)
+    table = rows(out)
+    assert [float(r[3]) for r in table] == pytest.approx([1.8, 2.4, 2.7])
+    assert [float(r[2]) for r in table] == pytest.approx([0.8, 0.75, 0.5], abs=5e-4)  # conditional
+    assert "assumed" not in out
+    # speedups 1.8 / 1.2, 2.4 / 1.4, 2.7 / 1.6: k = 2 at 1.71x
+    assert out.rstrip().endswith("speculate with k = 2, expected speedup 1.71x")
+
+
+def test_per_position_with_v_and_extrapolation(capsys):
+    _, out, _ = cli(capsys, "--tune", "--per-position", "0.8,0.6", 0.01, "--k-max", 4, "--v", 1.5)
+    table = rows(out)
+    assert ["assumed" in r for r in table] == [False, False, True, True]
+    assert float(table[1][4]) == pytest.approx(2.4 / (1.5 + 0.02), abs=5e-4)
+    assert "the last conditional rate, 0.750 (assumed)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--tune", 1.5, 0.1), "ALPHA must be in [0, 1], got 1.5"),
+    (("--tune", -0.1, 0.1), "ALPHA must be in [0, 1], got -0.1"),
+    (("--tune", 0.5, -1), "C must be a finite number >= 0, got -1"),
+    (("--tune", 0.5, "inf"), "C must be a finite number >= 0, got inf"),
+    (("--tune", 0.5, "nan"), "C must be a finite number >= 0, got nan"),
+    (("--tune", "x", 0.1), "ALPHA must be a number, got 'x'"),
+    (("--tune", 0.5), "--tune takes 2 numbers here, got 0.5"),
+    (("--tune", 0.5, 0.1, "--k-max", 0), "argument --k-max: must be in [1, 64], got 0"),
+    (("--tune", 0.5, 0.1, "--k-max", 1000000), "argument --k-max: must be in [1, 64], got 1000000"),
+    (("--tune", 0.5, 0.1, "--k-max", 2.5), "argument --k-max: must be an integer, got '2.5'"),
+    (("--tune", 0.5, 0.1, "--kmax", 3), "unrecognized arguments: --kmax"),
+    (("--tune", 0.5, 0.1, "--v", 0), "argument --v: must be a finite number >= 1, got 0"),
+    (("--tune", 0.5, 0.1, "--v", 0.5), "argument --v: must be a finite number >= 1, got 0.5"),
+    (("--tune", 0.5, 0.1, "--v"), "argument --v: expected one argument"),
+    (("--tune", 0.5, 0.1, "--v", 1, "--v", 2), "--v given twice"),
+    (("--tune", "--mean-acceptance-length", 7, "--k", 5, 0.1), "must lie in [1, K + 1] = [1, 6], got 7"),
+    (("--tune", "--mean-acceptance-length", 0.5, "--k", 5, 0.1), "argument --mean-acceptance-length: must be in [1, 65]"),
+    (("--tune", "--mean-acceptance-length", 3, 0.1), "--k K, the k the server ran at, goes with"),
+    (("--tune", "--draft-acceptance-rate", 1.2, "--k", 5, 0.1), "must be in [0, 1], got 1.2"),
+    (("--tune", "--draft-acceptance-rate", 0.5, "--k", 0, 0.1), "argument --k: must be in [1, 64], got 0"),
+    (("--tune", "--per-position", "0.5,0.7", 0.1), "cannot rise"),
+    (("--tune", "--per-position", "0.5,1.2", 0.1), "must be in [0, 1], got 1.2"),
+    (("--tune", "--per-position", "0.5,x", 0.1), "must be a number, got 'x'"),
+    (("--tune", 0.8, "--mean-acceptance-length", 3, "--k", 5, 0.1), "give one source of alpha"),
+    (("--tune", "--per-position", "0.5", "--draft-acceptance-rate", 0.4, "--k", 1, 0.1), "give one source of alpha"),
+    (("--tune", 0.5, 0.1, "--k", 3), "--k K, the k the server ran at, goes with"),
+    (("--tune", 0.5, 0.1, "--context", 16), "--context goes with --plan"),
+    (("--plan", 0.5, "--v", 2), "--v goes with --tune"),
+    (("--plan", 0.5, "--bandwidth", 0), "argument --bandwidth: must be a finite number >= 1e-09, got 0"),
+    (("--plan", 0.5, "--flops", -1), "argument --flops: must be a finite number >= 1e-09"),
+    (("--plan", 0.5, "--memory", 0), "argument --memory: must be a finite number >= 1e-09"),
+    (("--plan", 0.5, "--context", 0), "argument --context: must be a finite number >= 1, got 0"),
+    (("--plan", 0.5, "--context", 2_000_000), "one sequence of 2,000,000 tokens does not fit in 80 GB"),
+    (("--plan", 0.5, "--target-shape", "4096,11008,32"), "takes 4 numbers separated by commas"),
+    (("--plan", 0.5, "--draft-shape", "0,1,1,1"), "argument --draft-shape: must be in [1, 1e+06], got 0"),
+    (("--plan", 0.5, "--max-batch", 0), "argument --max-batch: must be in [1, 65536], got 0"),
+    (("--plan",), "--plan takes 1 numbers here, got "),
+    (("--tune", 0.5, 0.1, "--plan"), "give one of --tune, --plan"),
+])
+def test_bad_input_is_one_usage_line_and_exit_2(capsys, args, message):
+    code, out, err = cli(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.startswith("usage error: ") and message in err and err.count("\n") == 1
+
+
+# --- --plan ---------------------------------------------------------------------------
+
+def test_plan_prints_a_schedule_vllm_accepts(capsys):
+    code, out, _ = cli(capsys, "--plan", 0.7, "--context", 16, "--max-batch", 400)
+    assert code == 0
+    text = " ".join(out.split())
+    schedule = [[int(x) for x in row] for row in re.findall(r"\[(\d+), (\d+), (\d+)\]", text)]
+    # vLLM's rules for the schedule: starts at 1, sorted, no overlap, k >= 0
+    assert schedule[0][0] == 1 and schedule[-1][1] == 400
+    assert all(a[1] + 1 == b[0] for a, b in zip(schedule, schedule[1:])) and min(r[2] for r in schedule) >= 0
+    assert f'"num_speculative_tokens": {max(r[2] for r in schedule)}' in text
+    buckets, _ = sd.plan_schedule(sd.expected_tokens(0.7, np.arange(1, 33)), 16, 400)
+    assert schedule == [list(b) for b in buckets] and schedule[-1][2] == 0
+
+
+def test_plan_from_a_server_figure_on_another_accelerator(capsys):
+    code, out, _ = cli(capsys, "--plan", "--mean-acceptance-length", 3, "--k", 5, "--context", 512,
+                       "--bandwidth", 2, "--flops", 400, "--memory", 40, "--max-batch", 64)
+    assert code == 0 and "accelerator as given" in out
+    text = " ".join(out.split())
+    fit = sd.sequences_that_fit(512, sd.Accelerator("x", 400e12, 2e12, 40e9))
+    assert f"{fit:,} sequences fit in 40 GB" in text
+
+
+def test_list_and_help(capsys):
+    code, out, _ = cli(capsys, "--list")
+    assert code == 0 and out.count("\n") == len(sd.DEMOS)
+    code, out, _ = cli(capsys, "--help")
+    assert code == 0 and "usage:" in out and "Which k for my server?" in out
+    assert all(rule in out for rule in sd.TRACE_RULES)  # the rule names are listed
+    assert cli(capsys, "--help", "2")[0] == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["99"], "unknown demo '99'"), (["--bogus"], "unrecognized arguments: --bogus"),
+    (["2", "x"], "unknown demo 'x'"), (["--list", "2"], "--list takes no other arguments"),
+    (["--seed", "5"], "--seed goes with --trace"), (["--rule", "argmax"], "--rule goes with --trace"),
+    (["--trace", "--rule", "greedy"], "invalid choice: 'greedy'"),
+    (["--trace", "0"], "--trace N must be in [1, 10000], got 0"),
+    (["--trace", "x"], "--trace N must be an integer, got 'x'"),
+    (["--trace", "2", "3"], "--trace takes at most one number"),
+    (["--trace", "--rule", "argmax", "--rule", "continue"], "--rule given twice"),
+    (["--trace", "--draft", "1.5"], "argument --draft: must be in [0, 1], got 1.5"),
+    (["--trace", "--k", "65"], "argument --k: must be in [1, 64], got 65"),
+])
+def test_other_bad_arguments_give_one_usage_line(capsys, args, message):
+    code, out, err = cli(capsys, *args)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("draft, weight", [("unrelated", "0"), ("middling", "0.5"), ("0.9", "0.9")])
+def test_the_trace_takes_a_named_draft_or_a_weight(capsys, draft, weight):
+    code, out, _ = cli(capsys, "--trace", "1", "--draft", draft)
+    assert code == 0 and f"a draft q of blend weight {weight}," in " ".join(out.split())
+
+
+def test_a_bad_argument_exits_2_without_a_traceback():
+    out = run("--bogus")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("usage error:") and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("args", [["1"], ["--tune", "0.99", "0.001", "--k-max", "64"], ["--trace", "50"]])
+def test_a_closed_pipe_ends_quietly(args):
+    # what `| head -3` does: read three lines, then close the pipe
+    proc = subprocess.Popen([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(3):
+        proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_device_is_one_error_line_and_exit_1():
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, SCRIPT, "--tune", "0.5", "0.1"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: cannot write the output")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_output_survives_a_stdout_that_cannot_encode_non_ascii():
+    out = run("--tune", "0.3", "0.4", PYTHONIOENCODING="cp1252")
+    assert out.returncode == 0 and out.stderr == "" and out.stdout.rstrip().endswith("alpha <= c)")

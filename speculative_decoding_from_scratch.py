@@ -2790,7 +2790,7 @@ def tune(c, v=1.0, k_max=32, per_position=None, **route):
               [(j, t, sp, operations_factor(alpha, j, c), "<- best" if j == best else "")
                for j, (t, sp) in enumerate(zip(tokens, speeds), start=1)])
         print()
-        say("operations: Theorem 3.11's total arithmetic against plain decoding (c_hat = c).")
+        say("operations: total arithmetic over plain decoding (Theorem 3.11; c_hat = c).")
     else:
         reached = np.diff([1.0, *tokens])  # tokens(k) - tokens(k - 1): all of the first k passed
         rows = [(j, r, r / before if before else 0.0, t, sp,

@@ -54,6 +54,9 @@ def test_accept_prob_inverted():
     assert "always accepted" not in text and "accepted only" in text
     assert "NOT p/q" in text and "Emitted != p" in text
     assert demo2("accept_prob q/p")[1].verdicts["correct"] == "NOT the target"
+    # it keeps more than the paper's ideal verifier can: demo 9 says so
+    text, result = run("accept_prob q/p", "demo9_block", n_rounds=200, ks=(2,))
+    assert result.example[0][1] > result.ideal and "NOT within the ideal" in text
 
 
 def test_deleting_the_bonus_token_keeps_the_distribution_and_loses_tokens():

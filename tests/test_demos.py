@@ -214,6 +214,7 @@ def test_demo9_every_verifier_row_and_verdict(demo):
     assert shipped[1] == pytest.approx(0.0730, abs=5e-5) and shipped[2] == pytest.approx(0.2098, abs=5e-5)
     assert "its bias appears at token 3" in text and "must look past token 2" in text
     assert all(g[3] >= -1e-12 for g in result.block.gains) and "Every measured value fits" in text
+    assert max(r[1] for r in result.block.example) <= result.block.ideal and "Neither keeps more than the ideal" in text
 
 
 def test_demo10_routes_plans_and_policies(demo):
@@ -228,3 +229,21 @@ def test_demo10_routes_plans_and_policies(demo):
     for out in result.policies.values():
         assert all(r[7] == "yes" for r in out.rows[2:])
     assert "Every simulated policy fits its exact chain." in text
+
+
+@pytest.mark.parametrize("in_cache, twice, said, not_said", [
+    (3.0, 1.2, "it is in how this BLAS handles a few columns", "memory traffic"),
+    (1.1, 1.2, "memory traffic is part of it; two separate 1-column products beat one 2-column product, so "
+               "it is not the arithmetic.", "either"),
+    (3.0, 2.5, "two separate 1-column products do not beat one 2-column product here", "BLAS handles"),
+])
+def test_demo6_why_says_only_what_its_numbers_show(monkeypatch, capsys, in_cache, twice, said, not_said):
+    # median_time's results in demo6_why's order: 2 columns, two 1-column
+    # products, the in-cache 2 and 1 columns, the square product; t1 = 1
+    results = iter([2.0, twice, in_cache, 1.0, 0.01])
+    monkeypatch.setattr(sd, "median_time", lambda f, **kw: next(results))
+    W, X = np.ones((64, 64), np.float32), np.ones((64, 17), np.float32)
+    assert sd.demo6_why(W, X, 1.0, n_small=32)[:3] == (2.0, twice, in_cache)
+    text = " ".join(line.removesuffix("(clock)") for line in capsys.readouterr().out.splitlines())
+    text = flat(text)
+    assert said in text and not_said not in text

@@ -2308,9 +2308,11 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
     print()
     say(f"Exactness: the middling draft from '{name(ctx)}', k = {k}. exact: the TV of the first 1, 2,",
         f"{n} tokens computed through the stages; fit: the sampled first two tokens, {n_runs:,} runs,",
-        "as in demo 2. Below the four settings, two edits of block verification",
-        "(tokenwise_residual: the replacement from p - q instead of p_tau p - q;",
-        "cumulative: h_i = p_i, the running weight alone) and the block path vllm-ascend",
+        "as in demo 2. Below the four settings, two edits of block verification, which",
+        "keeps x_1..x_i with a chance h_i computed from the running weight p_i = min(1,",
+        "p_i-1 p(x_i)/q(x_i)) (5c): tokenwise_residual draws the replacement from p - q",
+        "instead of p_tau p - q (p_tau: the weight of the block it kept); cumulative",
+        "keeps with chance p_i alone instead of h_i. Then the block path vllm-ascend",
         "shipped before PR #7808 (issue #7807), ported as it ran (verify_block_shipped;",
         "its exact values through last_passing, which integrates over the uniforms).")
     print()

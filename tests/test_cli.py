@@ -275,3 +275,20 @@ def test_a_full_device_is_one_error_line_and_exit_1():
 def test_output_survives_a_stdout_that_cannot_encode_non_ascii():
     out = run("--tune", "0.3", "0.4", PYTHONIOENCODING="cp1252")
     assert out.returncode == 0 and out.stderr == "" and out.stdout.rstrip().endswith("alpha <= c)")
+
+
+def test_trace_seed_zero_is_the_default_stream_and_needs_trace(capsys):
+    _, default, _ = cli(capsys, "--trace", "1")
+    code, seeded, _ = cli(capsys, "--seed", "0", "--trace", "1")
+    assert code == 0 and seeded == default and "seed 0," in " ".join(seeded.split())
+    assert cli(capsys, "--seed", "0")[0] == 2  # a seed with nothing to seed
+
+
+def test_a_context_from_argmax_is_a_context():
+    # np.argmax returns np.int64: every entry point takes it as the int it is
+    ctx = np.argmax(sd.TARGET[0])
+    assert isinstance(ctx, np.integer)
+    same = [sd.spec_generate(sd.TARGET, sd.MIDDLING, c, 12, 3, np.random.default_rng(4))[0] for c in (ctx, int(ctx))]
+    assert same[0] == same[1]
+    assert np.array_equal(sd.exact_first_tokens(sd.TARGET, sd.MIDDLING, ctx, 2, 2),
+                          sd.exact_first_tokens(sd.TARGET, sd.MIDDLING, int(ctx), 2, 2))

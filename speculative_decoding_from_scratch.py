@@ -35,6 +35,8 @@ acceptance (fast, but not distribution-exact).
 """
 
 import argparse
+import inspect
+import json
 import math
 import os
 import sys
@@ -289,10 +291,11 @@ def check_inputs(P, Q, ctx, **counts):
     P, Q = as_table(P, "target P"), as_table(Q, "draft Q")
     if P.shape != Q.shape:
         raise ValueError(f"target P is {P.shape} but draft Q is {Q.shape}: one vocabulary for both")
+    whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
     for what, value in counts.items():
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        if not whole(value) or value < 1:
             raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
-    if not isinstance(ctx, (int, np.integer)) or isinstance(ctx, bool) or not 0 <= ctx < len(P):
+    if not whole(ctx) or not 0 <= ctx < len(P):
         raise ValueError(f"ctx must be a token id in 0..{len(P) - 1}, got {ctx!r}")
     return P, Q
 
@@ -888,6 +891,11 @@ def fits_exact(measured, se, exact, z=4):
     return abs(measured - exact) <= z * se + 1e-9
 
 
+def fits(measured, se, exact):
+    """fits_exact as a table prints it: 'yes' or 'NO'."""
+    return "yes" if fits_exact(measured, se, exact) else "NO"
+
+
 def mean_se(values, batches=20):
     """(mean, standard error) of a run of correlated values (rounds chain on
     their last token), by batch means: the spread of 20 consecutive batches."""
@@ -976,7 +984,7 @@ def weight_count(d_model, d_ff, layers, vocab):
 Accelerator = namedtuple("Accelerator", "name flops bandwidth memory")
 H100 = Accelerator("H100 SXM", 989e12, 3.35e12, 80e9)  # dense bf16 FLOP/s; HBM3 bytes/s, bytes
 LLAMA2_7B = (4096, 11008, 32, 32000)  # d_model, d_ff, layers, vocab
-DRAFT_SHAPE = (1536, 4096, 8, 32000)  # a decoder about 20x smaller
+DRAFT_SHAPE = (1536, 4096, 8, 32000)  # a decoder about 21x smaller
 
 
 def pass_traffic(shape, n_ctx, positions, batch=1):
@@ -1039,7 +1047,7 @@ def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
         if hi >= b_max:
             return None
         hi *= 2
-    return solve_increasing(lambda b: not helps(b), 1, hi // 2, hi, integer=True) if hi > 1 else 1
+    return solve_increasing(lambda b: not helps(b), 1, hi // 2, hi, integer=True)
 
 
 def plan_schedule(tokens, n_ctx, max_batch, tol=0.01, **shape):
@@ -1189,6 +1197,7 @@ def cross_entropy(S, Q):
 # round_table; the same policy run through spec_round checks them.
 
 Policy = namedtuple("Policy", "start k_of step")  # step(state, accepted) -> next state
+HF_THRESHOLD = 0.4  # transformers' default assistant_confidence_threshold
 
 
 def fixed_policy(k):
@@ -1274,8 +1283,9 @@ def best_per_context(P, Q, c, k_max=32, v=1.0):
         M[:, 0] = 1.0
         h = np.linalg.solve(M, r)
         h[0] = 0.0
-        better = np.argmax(tok - g * cost[:, None] + T @ h, axis=0)
-        gain = (tok - g * cost[:, None] + T @ h)[better, d] - (tok - g * cost[:, None] + T @ h)[ks, d]
+        worth = tok - g * cost[:, None] + T @ h  # worth[k - 1, d]: k drafts from d, then on at g
+        better = np.argmax(worth, axis=0)
+        gain = worth[better, d] - worth[ks, d]
         if gain.max() <= 1e-12:
             return float(g), ks + 1
         ks = np.where(gain > 1e-12, better, ks)
@@ -1322,21 +1332,20 @@ def edited(edits):
     of that function holding the fragment becomes the new line (deleted if ""),
     indentation kept. module.diff lists (function, old line, new line); a
     ValueError says which fragment is not found exactly once."""
-    import inspect
     module = dict(globals(), __name__="edited")
     for k, f in globals().items():
         if inspect.isfunction(f) and f.__module__ == __name__:
             module[k] = type(f)(f.__code__, module, k, f.__defaults__, f.__closure__)
             module[k].__kwdefaults__ = f.__kwdefaults__
-    lines, first = {}, {}
+    lines = {}  # function -> (its edited source lines, its first line number)
     for function, fragment, new in edits:
-        source, first[function] = lines.get(function) or inspect.getsourcelines(globals()[function])
+        source, start = lines.get(function) or inspect.getsourcelines(globals()[function])
         hits = [i for i, line in enumerate(source) if fragment in line]
         if len(hits) != 1:
             raise ValueError(f"{fragment!r} is not on exactly one line of {function}()")
         old = source[hits[0]]
-        lines[function] = source[:hits[0]] + ([old[:len(old) - len(old.lstrip())] + new + "\n"] if new else []) \
-            + source[hits[0] + 1:], first[function]
+        indent = old[:len(old) - len(old.lstrip())]
+        lines[function] = source[:hits[0]] + ([indent + new + "\n"] if new else []) + source[hits[0] + 1:], start
         module.setdefault("diff", []).append((function, old.strip(), new))
     for function, (source, line) in lines.items():  # compiled at its own line numbers, for tracebacks
         exec(compile("\n" * (line - 1) + "".join(source), __file__, "exec"), module)
@@ -1606,7 +1615,7 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
         m, alpha = measure(TARGET, Q, k, n_rounds, seed=3), pair_alpha(TARGET, Q)
         exact = exact_tokens_per_call(TARGET, Q, k)
         rows.append((label, m.rate, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
-                     "yes" if fits_exact(m.per_call, m.se, exact) else "NO", speedup(m.per_call, k, c)))
+                     fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
     say(f"k = {k}, {n_rounds:,} rounds per draft. Blends mix the target with the unrelated table;",
         "the last four draft with the target itself at a temperature (T = 1.0 is the",
         "target unchanged, the control). eq. 1 is the paper's tokens per call if every",
@@ -1728,7 +1737,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
     rows = []
     for k in range(1, k_max + 1):
         m, exact = measure(TARGET, MIDDLING, k, n_rounds, seed=4), exact_tokens_per_call(TARGET, MIDDLING, k)
-        rows.append((k, m.rate, m.per_call, m.se, exact, "yes" if fits_exact(m.per_call, m.se, exact) else "NO",
+        rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
     say(f"The middling draft, c = {c}, {n_rounds:,} rounds per k; rate is accepted / checked,",
         "as in demo 3; fits as in demo 3. The bar is the exact speedup.")
@@ -1869,8 +1878,8 @@ def demo6_batch(batches=(1, 4, 16, 64, 256, 1024, 4096), contexts=(16, 512), alp
 
 def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
     """The batch size beyond which no k helps, for each alpha, and why."""
-    m, w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[0], pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
-    kv = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] - w  # one sequence's KV cache
+    (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
+    kv = one - w  # one sequence's KV cache
     ends = {a: break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), n_ctx, b_max=fit) for a in alphas}
     print()
     say("; ".join(f"{'at' if i else 'At'} alpha = {a}, " + (f"no k helps from B = {b:,}" if b else
@@ -2357,7 +2366,7 @@ def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
     for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
                                  ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1)):
         m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
-        rows.append((label, exact, m.per_call - 1, m.se, "yes" if fits_exact(m.per_call - 1, m.se, exact) else "NO"))
+        rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
     ideal = sum(1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2))
     print()
     say("Block verification (Sun et al., ICLR 2025) on its paper's example: two tokens, no",
@@ -2373,7 +2382,7 @@ def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
     for k in ks:
         tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
         m = measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=verify_block)
-        gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, "yes" if fits_exact(m.per_call, m.se, bl) else "NO"))
+        gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, fits(m.per_call, m.se, bl)))
     print(f"\nTokens per target call, the middling draft; block measured over {n_rounds:,} rounds:\n")
     table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"),
            ("gain", 8, lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"), ("measured", 10, ".2f"),
@@ -2464,7 +2473,7 @@ def demo10_policies(c=0.1, n_rounds=400, thresholds=(0.05, 0.1, 0.15, 0.2, 0.3, 
         f"at c = {c}. transformers' heuristic schedule starts at 5 drafts (its default when",
         "the schedule was), +2 after a round whose drafts all passed, -1 otherwise (at",
         f"least 1; capped at {cap} here); its confidence stop ends drafting after a",
-        f"token the draft gave less than a threshold (default 0.4, at most {k_max} drafts here);",
+        f"token the draft gave less than a threshold (default {HF_THRESHOLD}, at most {k_max} drafts here);",
         "SGLang's kind moves between 1, 3, 5 and 7 drafts from an average of the accepted",
         "counts (here the last 2 rounds). The oracles: the best fixed k, and the best k for",
         "each start context, which a server cannot know.")
@@ -2474,14 +2483,15 @@ def demo10_policies(c=0.1, n_rounds=400, thresholds=(0.05, 0.1, 0.15, 0.2, 0.3, 
         fixed = [policy_value(TARGET, Q, fixed_policy(j), c) for j in ks]
         k_best = int(np.argmax([f[2] for f in fixed])) + 1
         oracle, per_context = best_per_context(TARGET, Q, c)
-        theta = max(thresholds, key=lambda t: confidence_value(TARGET, Q, t, k_max, c)[2])
+        stops = {t: confidence_value(TARGET, Q, t, k_max, c) for t in thresholds + (HF_THRESHOLD,)}
+        theta = max(thresholds, key=lambda t: stops[t][2])
         policies = [("heuristic +2/-1", heuristic_policy(k_max=cap), None), ("tiers 1,3,5,7", tiered_policy(), None),
-                    ("confidence 0.4", None, 0.4), (f"confidence {theta:g} (best)", None, theta)]
+                    (f"confidence {HF_THRESHOLD}", None, HF_THRESHOLD), (f"confidence {theta:g} (best)", None, theta)]
         rows = [(f"best fixed, k = {k_best}", *fixed[k_best - 1], 1.0, None, None, ""),
                 ("best k per context", None, None, oracle, oracle / fixed[k_best - 1][2], None, None,
                  " ".join(map(str, per_context)))]
         for name_, policy, t in policies:
-            value = policy_value(TARGET, Q, policy, c) if policy else confidence_value(TARGET, Q, t, k_max, c)
+            value = policy_value(TARGET, Q, policy, c) if policy else stops[t]
             run = run_policy(TARGET, Q, n_rounds, seed=16, policy=policy, threshold=t, k_max=k_max)
             (tok, tok_se), (dr, dr_se) = mean_se(run[:, 0]), mean_se(run[:, 1])
             ok = fits_exact(tok, tok_se, value[0]) and fits_exact(dr, dr_se, value[1])
@@ -2499,7 +2509,8 @@ def demo10_policies(c=0.1, n_rounds=400, thresholds=(0.05, 0.1, 0.15, 0.2, 0.3, 
 def demo10_policy_verdicts(out):
     """Demo 10's closing sentences, from the policy tables."""
     labels = list(out)
-    names = ["best k per context", "heuristic +2/-1", "tiers 1,3,5,7", "confidence 0.4", "confidence, best threshold"]
+    names = ["best k per context", "heuristic +2/-1", "tiers 1,3,5,7", f"confidence {HF_THRESHOLD}",
+             "confidence, best threshold"]
     share = {name_: [out[l].rows[i + 1][4] for l in labels] for i, name_ in enumerate(names)}
     beat = [(l, r[0], r[4] - 1) for l in labels for r in out[l].rows[2:] if r[4] > 1 + 1e-9]
     misfit = [f"{l}: {r[0]}" for l in labels for r in out[l].rows[2:] if r[7] == "NO"]
@@ -2513,7 +2524,7 @@ def demo10_policy_verdicts(out):
         ("Beating the best fixed k: " + "; ".join(f"{name_} for the {l} draft, {g:+.1%}" for l, name_, g in beat) +
          ". A confidence stop reads the draft's own confidence inside the round, which no k"
          " chosen per round or per context can.") if beat else "No policy beats the best fixed k here.",
-        "At transformers' default threshold, 0.4, drafting stops after about",
+        f"At transformers' default threshold, {HF_THRESHOLD}, drafting stops after about",
         " / ".join(f"{out[l].rows[4][2]:.1f}" for l in labels) + " drafts on these six-token",
         "tables; transformers re-fits the threshold as it runs (from an ROC curve of its",
         "drafts' probabilities and matches), which this fixed-threshold chain leaves out.")
@@ -2671,7 +2682,7 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
         "then checks them in one target call.", "Position by position, the weight p_i of the block so"
         " far and the threshold h_i; the block is kept up to the last position whose eta < h_i." if block
         else "A draft is kept when u < min(1, p(x)/q(x)), for the q verification is handed (q seen).")
-    rng, ctx, sizes, kept, text = np.random.default_rng(seed), 0, [], 0, []
+    rng, ctx, kept, text = np.random.default_rng(seed), 0, 0, []
     for r in range(1, n_rounds + 1):
         drafted, q_rows, emitted, calls = recorded_round(TARGET, D, ctx, k, rng, verify)
         rows, lines, produced = round_lines(TARGET, ctx, drafted, q_rows, calls, block)
@@ -2679,17 +2690,16 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
         table([("after", 7, ">"), ("draft", 6, ">"), ("q(x)", 7, ".3f"), ("q seen", 7, ".3f"), ("p(x)", 7, ".3f"),
                ("p_i" if block else "min(1,p/q)", 11, ".3f"), ("h_i" if block else "", 7 * block, ".3f"),
                ("eta" if block else "u", 7, ".3f"), ("verdict", 10, "<")], rows)
+        n_kept = sum(kind == "kept" for _, kind in produced)
         if block:
-            tau = sum(kind == "kept" for _, kind in produced)
-            lines.insert(0, f"kept: the block up to position {tau} (tau), the last whose eta < h_i")
+            lines.insert(0, f"kept: the block up to position {n_kept} (tau), the last whose eta < h_i")
         for line in lines:
             print("\n".join(textwrap.wrap(line, 76, initial_indent="  ", subsequent_indent="      ")))
         shown = [x for x, _ in produced]
         print("  emits: " + marked(shown, [kind for _, kind in produced], colour) + (
             "" if shown == emitted else f"  (the round returned {marked(emitted, ['kept'] * len(emitted))})"))
-        kept += sum(kind == "kept" for _, kind in produced)
-        sizes, text, ctx = sizes + [len(emitted)], text + emitted, emitted[-1]
-    trace_summary(sizes, kept, k, rule, seed, text, Q)
+        kept, text, ctx = kept + n_kept, text + emitted, emitted[-1]
+    trace_summary(n_rounds, kept, k, rule, seed, text, Q)
 
 
 def marked(tokens, kinds, colour=False):
@@ -2701,18 +2711,16 @@ def marked(tokens, kinds, colour=False):
     return " ".join(words)
 
 
-def trace_summary(sizes, kept, k, rule, seed, text, Q):
-    """The trace's last lines: what the rounds added up to, and where a rule's
+def trace_summary(n, kept, k, rule, seed, text, Q):
+    """The trace's last lines: what n rounds added up to, and where a rule's
     effect on the distribution shows."""
-    n = len(sizes)
     print()
-    say(f"{n:,} rounds: {sum(sizes):,} tokens in {n:,} target calls ({sum(sizes) / n:.2f} per call);",
+    say(f"{n:,} rounds: {len(text):,} tokens in {n:,} target calls ({len(text) / n:.2f} per call);",
         f"{kept:,} of the {k * n:,} drafts were kept. kept: plain; [x]: drawn after a rejection;",
         "{x}: drawn after the last check passed, the bonus token. Every number above was",
         "recorded from the verifier's own calls.")
     if rule in BUGS:
-        rng = np.random.default_rng(seed)
-        plain = take(rounds(lambda c: spec_round(TARGET, Q, c, k, rng), 0), len(text))[0]
+        plain = spec_generate(TARGET, Q, 0, len(text), k, np.random.default_rng(seed))[0]
         print()
         first = next((i for i, (a, b) in enumerate(zip(text, plain)) if a != b), None)
         say(f"The probabilistic verifier emits the same {len(text)} tokens from this seed." if first is None else
@@ -2754,23 +2762,21 @@ def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None
 def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
     """A draft length per batch size for a server, as a table and as vLLM's
     num_speculative_tokens_per_batch_size; returns (buckets, largest shortfall)."""
-    fit = sequences_that_fit(n_ctx, hw, shape.get("target", LLAMA2_7B))
+    target = shape.get("target", LLAMA2_7B)
+    fit = sequences_that_fit(n_ctx, hw, target)
     planned = min(fit, max_batch)
     buckets, speedups = plan_schedule(tokens, n_ctx, planned, tol, hw=hw, **shape)
-    rows = []
+    rows, chosen = [], []
     for lo, hi, k in buckets:
-        s = speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1)
-        bounds = [str(roofline_time(*pass_traffic(shape.get("target", LLAMA2_7B), n_ctx, k + 1, b), hw)[1])
-                  for b in (lo, hi)] if k else ["", ""]
-        rows.append((f"{lo}-{hi}", k, f"{s.min():.2f}-{s.max():.2f}x",
-                     bounds[0] if bounds[0] == bounds[1] else " to ".join(bounds)))
-    best = np.where(speedups.max(axis=1) > 1, speedups.max(axis=1), 1.0)
-    chosen = np.concatenate([speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1) for lo, hi, k in buckets])
-    shortfall = float(np.max(1 - chosen / best))
+        chosen.append(speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1))
+        bounds = [str(roofline_time(*pass_traffic(target, n_ctx, k + 1, b), hw)[1]) for b in (lo, hi)] if k else [""]
+        rows.append((f"{lo}-{hi}", k, f"{chosen[-1].min():.2f}-{chosen[-1].max():.2f}x",
+                     " to ".join(dict.fromkeys(bounds))))
+    best = np.maximum(speedups.max(axis=1), 1.0)
+    shortfall = float(np.max(1 - np.concatenate(chosen) / best))
     print(f"\n{n_ctx} tokens of context, {source}, an {hw.name}; {fit:,} sequences fit in "
           f"{hw.memory / 1e9:.0f} GB.\n")
     table([("batch size B", 13, ">"), ("k", 5, "d"), ("speedup", 14, ">"), ("bound", 17, "<")], rows)
-    import json
     config = {"num_speculative_tokens": max(k for _, _, k in buckets) or 1,
               "num_speculative_tokens_per_batch_size": [list(b) for b in buckets]}
     print("\n--speculative-config keys (add your method and model):\n" + "\n".join(

@@ -2640,34 +2640,47 @@ def round_lines(P, ctx, drafted, q_rows, calls, block=False):
     residuals = [out for n, _, out in calls if n == "residual"]
     for j, (n, args, out) in enumerate(calls):
         if n == "accept_prob":
-            i, (_, q, x), c = len(rows), args, contexts[len(rows)]
-            later = calls[j + 1:]
-            if block:  # p_i, then h_i unless it is the last position, then eta
-                h = later[0][2] if later and later[0][0] == "block_threshold" else out
-                u = next(v for m, _, v in later if m == "u")
-            else:  # u was drawn just before min(1, p/q)
-                u, h = calls[j - 1][2], out
-            passed = u < h
-            rows.append((name(c), name(x), q_rows[i][x], q[x], P[c, x], out, h if block else None, u,
-                         ("passes" if passed else "fails") if block else ("kept" if passed else "rejected")))
+            i, (_, q, x) = len(rows), args
+            rows.append(checked_row(P, contexts[i], q_rows[i], q, x, out, calls[j - 1], calls[j + 1:], block))
+            passed = rows[-1][-1] in ("kept", "passes")
             if not block and passed:
                 produced.append((x, "kept"))
             if not block and not passed and q[x] != q_rows[i][x]:
                 lines.append(f"draft {i + 1} was drawn with q = {prob3(q_rows[i][x])}: the probabilistic rule "
-                             f"keeps it with {accept_prob(P[c], q_rows[i], x):.3f}")
+                             f"keeps it with {accept_prob(P[contexts[i]], q_rows[i], x):.3f}")
         elif n == "sample_from":
-            row, u = args
             if block:  # tau: the last position that passed; the block up to it is kept
                 tau = max((i + 1 for i, r in enumerate(rows) if r[-1] == "passes"), default=0)
                 produced = [(x, "kept") for x in drafted[:tau]]
             bonus = len(produced) == len(drafted) if block else passed
-            source = next((f"p after '{name(c)}'" for c in contexts if np.array_equal(row, P[c])),
-                          ("the block residual" if block else "the residual") if any(row is r for r in residuals)
-                          else "a row that is not p")
-            lines.append(f"{source}: {row_text(row)}; u = {u:.3f} draws '{name(out)}'"
-                         + (" (the bonus token)" if bonus else " in its place"))
+            from_residual = any(args[0] is r for r in residuals)
+            lines.append(draw_line(P, contexts, args, out, bonus,
+                                   ("block residual" if block else "residual") if from_residual else None))
             produced.append((out, "bonus" if bonus else "drawn"))
     return rows, lines, produced
+
+
+def checked_row(P, c, q_drawn, q, x, out, before, after, block):
+    """The trace's row for one check of draft x after c: out is accept_prob's
+    value; the uniform is the draw just before it (token-wise) or the first
+    after it (block-wise, where h_i is block_threshold's value if it follows)."""
+    if block:
+        h = after[0][2] if after and after[0][0] == "block_threshold" else out
+        u = next(v for m, _, v in after if m == "u")
+    else:
+        u, h = before[2], out
+    verdict = ("passes" if u < h else "fails") if block else ("kept" if u < h else "rejected")
+    return name(c), name(x), q_drawn[x], q[x], P[c, x], out, h if block else None, u, verdict
+
+
+def draw_line(P, contexts, args, out, bonus, residual_name):
+    """The trace's line for one sample_from call: the row it drew from, named
+    (p after a context, or the residual it came from), and the token."""
+    row, u = args
+    source = next((f"p after '{name(c)}'" for c in contexts if np.array_equal(row, P[c])),
+                  f"the {residual_name}" if residual_name else "a row that is not p")
+    return (f"{source}: {row_text(row)}; u = {u:.3f} draws '{name(out)}'"
+            + (" (the bonus token)" if bonus else " in its place"))
 
 
 def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT, colour=False):
@@ -2685,21 +2698,26 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
     rng, ctx, kept, text = np.random.default_rng(seed), 0, 0, []
     for r in range(1, n_rounds + 1):
         drafted, q_rows, emitted, calls = recorded_round(TARGET, D, ctx, k, rng, verify)
-        rows, lines, produced = round_lines(TARGET, ctx, drafted, q_rows, calls, block)
         print(f"\nRound {r}, after '{name(ctx)}': the draft proposes {' '.join(map(name, drafted))}.")
-        table([("after", 7, ">"), ("draft", 6, ">"), ("q(x)", 7, ".3f"), ("q seen", 7, ".3f"), ("p(x)", 7, ".3f"),
-               ("p_i" if block else "min(1,p/q)", 11, ".3f"), ("h_i" if block else "", 7 * block, ".3f"),
-               ("eta" if block else "u", 7, ".3f"), ("verdict", 10, "<")], rows)
-        n_kept = sum(kind == "kept" for _, kind in produced)
-        if block:
-            lines.insert(0, f"kept: the block up to position {n_kept} (tau), the last whose eta < h_i")
-        for line in lines:
-            print("\n".join(textwrap.wrap(line, 76, initial_indent="  ", subsequent_indent="      ")))
-        shown = [x for x, _ in produced]
-        print("  emits: " + marked(shown, [kind for _, kind in produced], colour) + (
-            "" if shown == emitted else f"  (the round returned {marked(emitted, ['kept'] * len(emitted))})"))
-        kept, text, ctx = kept + n_kept, text + emitted, emitted[-1]
+        kept += print_round(*round_lines(TARGET, ctx, drafted, q_rows, calls, block), emitted, block, colour)
+        text, ctx = text + emitted, emitted[-1]
     trace_summary(n_rounds, kept, k, rule, seed, text, Q)
+
+
+def print_round(rows, lines, produced, emitted, block, colour):
+    """Print one traced round (round_lines' record); return how many drafts it kept."""
+    table([("after", 7, ">"), ("draft", 6, ">"), ("q(x)", 7, ".3f"), ("q seen", 7, ".3f"), ("p(x)", 7, ".3f"),
+           ("p_i" if block else "min(1,p/q)", 11, ".3f"), ("h_i" if block else "", 7 * block, ".3f"),
+           ("eta" if block else "u", 7, ".3f"), ("verdict", 10, "<")], rows)
+    n_kept = sum(kind == "kept" for _, kind in produced)
+    if block:
+        lines = [f"kept: the block up to position {n_kept} (tau), the last whose eta < h_i"] + lines
+    for line in lines:
+        print("\n".join(textwrap.wrap(line, 76, initial_indent="  ", subsequent_indent="      ")))
+    shown = [x for x, _ in produced]
+    print("  emits: " + marked(shown, [kind for _, kind in produced], colour) + (
+        "" if shown == emitted else f"  (the round returned {marked(emitted, ['kept'] * len(emitted))})"))
+    return n_kept
 
 
 def marked(tokens, kinds, colour=False):
@@ -2766,22 +2784,15 @@ def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
     fit = sequences_that_fit(n_ctx, hw, target)
     planned = min(fit, max_batch)
     buckets, speedups = plan_schedule(tokens, n_ctx, planned, tol, hw=hw, **shape)
-    rows, chosen = [], []
-    for lo, hi, k in buckets:
-        chosen.append(speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1))
-        bounds = [str(roofline_time(*pass_traffic(target, n_ctx, k + 1, b), hw)[1]) for b in (lo, hi)] if k else [""]
-        rows.append((f"{lo}-{hi}", k, f"{chosen[-1].min():.2f}-{chosen[-1].max():.2f}x",
-                     " to ".join(dict.fromkeys(bounds))))
+    chosen = [speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1) for lo, hi, k in buckets]
+    rows = [(f"{lo}-{hi}", k, f"{s.min():.2f}-{s.max():.2f}x", bound_text(target, n_ctx, k, lo, hi, hw))
+            for (lo, hi, k), s in zip(buckets, chosen)]
     best = np.maximum(speedups.max(axis=1), 1.0)
     shortfall = float(np.max(1 - np.concatenate(chosen) / best))
     print(f"\n{n_ctx} tokens of context, {source}, an {hw.name}; {fit:,} sequences fit in "
           f"{hw.memory / 1e9:.0f} GB.\n")
     table([("batch size B", 13, ">"), ("k", 5, "d"), ("speedup", 14, ">"), ("bound", 17, "<")], rows)
-    config = {"num_speculative_tokens": max(k for _, _, k in buckets) or 1,
-              "num_speculative_tokens_per_batch_size": [list(b) for b in buckets]}
-    print("\n--speculative-config keys (add your method and model):\n" + "\n".join(
-        textwrap.wrap(json.dumps(config), 76, initial_indent="  ", subsequent_indent="  ",
-                      break_long_words=False, break_on_hyphens=False)))
+    print_config(buckets)
     print()
     say(f"Scanned at every B from 1 to {planned:,}: each bucket's k is within {shortfall:.1%} of the",
         f"roofline's best speedup at every B in it (the plan allows {tol:.0%}), and k = 0 exactly",
@@ -2790,6 +2801,22 @@ def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
         f"B > {fit:,} does not fit in memory and is not planned." if fit < max_batch else
         f"Planned up to B = {planned:,} (--max-batch).")
     return buckets, shortfall
+
+
+def bound_text(target, n_ctx, k, lo, hi, hw):
+    """What bounds a bucket's verifying pass at its two ends: 'memory',
+    'memory to compute', ...; '' for k = 0 (no verifying pass)."""
+    bounds = [str(roofline_time(*pass_traffic(target, n_ctx, k + 1, b), hw)[1]) for b in (lo, hi)] if k else [""]
+    return " to ".join(dict.fromkeys(bounds))
+
+
+def print_config(buckets):
+    """The plan as vLLM's speculative config takes it, wrapped to 80 columns."""
+    config = {"num_speculative_tokens": max(k for _, _, k in buckets) or 1,
+              "num_speculative_tokens_per_batch_size": [list(b) for b in buckets]}
+    print("\n--speculative-config keys (add your method and model):\n" + "\n".join(
+        textwrap.wrap(json.dumps(config), 76, initial_indent="  ", subsequent_indent="  ",
+                      break_long_words=False, break_on_hyphens=False)))
 
 
 def tune(c, v=1.0, k_max=32, per_position=None, **route):
@@ -2807,21 +2834,27 @@ def tune(c, v=1.0, k_max=32, per_position=None, **route):
         print()
         say("operations: total arithmetic over plain decoding (Theorem 3.11; c_hat = c).")
     else:
-        reached = np.diff([1.0, *tokens])  # tokens(k) - tokens(k - 1): all of the first k passed
-        rows = [(j, r, r / before if before else 0.0, t, sp,
-                 ("assumed " if j > len(per_position) else "") + ("<- best" if j == best else ""))
-                for j, (before, r, t, sp) in enumerate(zip([1.0, *reached], reached, tokens, speeds), start=1)]
-        table([("k", 3, "d"), ("reached", 9, ".3f"), ("conditional", 13, ".3f"), ("tokens per call", 17, ".3f"),
-               ("speedup", 9, ".3f"), ("", 18, "<")], rows)
-        print()
-        say("reached: the share of drafts whose first k tokens all passed; conditional:",
-            "reached(k) / reached(k - 1).")
+        per_position_table(tokens, speeds, best, len(per_position))
     if best and best == k_max:
         print(f"\nthe best k is the cap, k = {k_max}: raise --k-max" + (
             " (past K the rows are assumed)" if per_position is not None else ""))
     print(f"\nspeculate with k = {best}, expected speedup {s_best:.2f}x" if best else
           f"\nfall back to plain decoding (no k in 1..{k_max} beats it"
           + (": alpha <= c)" if alpha is not None and v == 1 and alpha <= c else ")"))
+
+
+def per_position_table(tokens, speeds, best, K):
+    """--tune's table for per-position rates: each k's rate of all-passed drafts,
+    its conditional rate, tokens per call and speedup; rows past K are assumed."""
+    reached = np.diff([1.0, *tokens])  # tokens(k) - tokens(k - 1): all of the first k passed
+    rows = [(j, r, r / before if before else 0.0, t, sp,
+             ("assumed " if j > K else "") + ("<- best" if j == best else ""))
+            for j, (before, r, t, sp) in enumerate(zip([1.0, *reached], reached, tokens, speeds), start=1)]
+    table([("k", 3, "d"), ("reached", 9, ".3f"), ("conditional", 13, ".3f"), ("tokens per call", 17, ".3f"),
+           ("speedup", 9, ".3f"), ("", 18, "<")], rows)
+    print()
+    say("reached: the share of drafts whose first k tokens all passed; conditional:",
+        "reached(k) / reached(k - 1).")
 
 
 def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=None, draft=None, **route):

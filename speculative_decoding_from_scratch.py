@@ -127,11 +127,10 @@ def sample_from(probs, u):
     cdf = list(accumulate(row))
     if not (min(row) >= 0 and 0 < cdf[-1] < math.inf):  # NaN fails these too
         raise ValueError(f"cannot sample from {row}: {row_flaw(row)}")
-    # subtle: search for u * total, not u. A row whose sum rounds to 0.99999999
-    # would let u = 0.999999999 run past the last entry and return index V, an
-    # id past the vocabulary (TensorRT-LLM #19485 is this family: a top-p
-    # threshold of 0.9999999 above an fp32 cumulative sum that stayed below it).
-    # u < 1 keeps u * total < total even after rounding, so x is a real token.
+    # subtle: search for u * total, not u. A row summing to 0.99999999 would let
+    # u = 0.999999999 run past the last entry to index V, an id past the vocabulary
+    # (TensorRT-LLM #19485 is this family: a top-p of 0.9999999 above an fp32
+    # cumulative sum). u < 1 keeps u * total < total, so x is a real token.
     return bisect_right(cdf, u * cdf[-1])
 
 
@@ -172,9 +171,8 @@ def residual(p, q):
     """norm(max(0, p - q)): residual([.5, .3, .2], [.2, .6, .2]) -> [1, 0, 0]."""
     d = np.maximum(p - q, 0.0)
     total = d.sum()
-    # subtle: total == 0 means q covers p everywhere, i.e. p == q, and nothing
-    # is ever rejected; return p rather than 0/0 = NaN, so that a caller who
-    # samples anyway still gets a distribution.
+    # subtle: total == 0 means q covers p everywhere (p == q): nothing is ever
+    # rejected. Return p, not 0/0 = NaN, so a caller who samples gets a distribution.
     return d / total if total > 0 else p
 
 

@@ -5,33 +5,29 @@
 """
 Speculative decoding from scratch, in one numpy file.
 
-Speculative decoding (Leviathan, Kalman & Matias 2023; Chen et al. 2023) lets a
-large target model emit several tokens per forward pass and still produce
-exactly its own output distribution. A cheap draft model guesses k tokens; the
-target scores all k guesses in ONE call; a modified rejection-sampling rule
+Speculative decoding (Leviathan, Kalman & Matias 2023, "the paper"; Chen et
+al. 2023) lets a large target model emit several tokens per forward pass and
+still produce exactly its own output distribution. A cheap draft guesses k
+tokens; the target scores all k guesses in ONE call; a modified rejection rule
 keeps a prefix of the guesses and repairs the first rejected one. It pays where
 scoring k+1 positions costs about what scoring one does, as on an accelerator
-decoding a few sequences (memory-bound, the paper's section 1); demo 6 prices
-that on a roofline and on this machine's clock. The models are probability
-tables T[prev, next] over six tokens a..f, so the target's true distribution
-can be printed beside what the algorithm emits.
+decoding a few sequences (memory-bound, the paper's section 1).
 
-    python3 speculative_decoding_from_scratch.py            # every demo
-    python3 speculative_decoding_from_scratch.py 2 5        # demos 2 and 5
-    python3 speculative_decoding_from_scratch.py --trace    # watch rounds decode
-    python3 speculative_decoding_from_scratch.py --help     # all the options
+The models are probability tables T[prev, next] over six tokens a..f, whose
+true distribution can be printed beside what the algorithm emits, and a
+character model of Python's own documentation, which copies text. Run
+`python3 speculative_decoding_from_scratch.py` for the lesson, --help for more.
 
 Notation, as in the paper (which calls the draft length gamma):
-    p, q    the target's and the draft's next-token distributions: rows of P, Q
+    p, q    the target's and the draft's next-token distributions
     k       the draft length: tokens guessed per round
     beta    for one context, the chance a draft is accepted: sum_x min(p, q)
     alpha   beta averaged over the contexts as often as the target visits them
     c       the cost of one draft call as a fraction of one target call
 
-Left out on purpose: neural networks (a decoder and a server's batch appear only
-as MACs and bytes on a roofline), top-k / top-p warpers (they only change which
-table is sampled, as temper does), dynamic draft trees, and Medusa's typical
-acceptance (fast, but not distribution-exact).
+Left out: neural networks (a decoder appears as MACs and bytes on a roofline),
+top-k / top-p warpers (they only change the distribution sampled, as temper
+does), dynamic draft trees, and Medusa's typical acceptance (not exact).
 """
 
 import argparse
@@ -42,6 +38,7 @@ import os
 import sys
 import textwrap
 import time
+import traceback
 from bisect import bisect_right
 from collections import namedtuple
 from functools import lru_cache
@@ -60,10 +57,26 @@ def name(x):
 
 
 # -----------------------------------------------------------------------------
-# 0. Models: a model is a table
-# A language model maps a context to a next-token distribution. An order-1
-# Markov table T[prev, next] is the smallest thing with that shape whose whole
-# distribution we can write down, so every claim below can be checked exactly.
+# 0. Models: a model reads the text and returns distributions
+# A language model reads the text so far and returns a distribution over the
+# next token. A transformer's forward pass does it at every position at once:
+# one row per position. The smallest such model whose whole distribution we
+# can write down is a table T[prev, next] that reads only the last token, so
+# every claim below can be checked exactly. A model that reads the whole text
+# (stage 11) is a function instead: model(text, new) -> the same rows.
+
+
+def forward(model, text, new=(), cached=0):
+    """One forward pass over text followed by the tokens new: the next-token
+    distribution after text and after each token of new, one row per position,
+    except the first `cached` rows, which a KV cache already holds. A table
+    reads only the last token: forward(T, [0, 2], [1]) is T[[2, 1]]."""
+    tokens = new[cached - 1:] if cached else [text[-1], *new]  # the positions computed
+    for i, x in enumerate(tokens, start=cached):  # an embedding lookup refuses what is not a token
+        if not (isinstance(x, (int, np.integer)) and 0 <= x < len(model)):
+            raise ValueError(f"position {i} of the pass (0: the text's last token) holds {x!r}, "
+                             f"not a token id 0..{len(model) - 1}")
+    return [model[x] for x in tokens] if isinstance(model, np.ndarray) else model(text, new, cached)
 
 
 def random_table(seed, sharpness=1.0, order=1):
@@ -80,11 +93,8 @@ def softmax(logits):
 
 
 def blend(target, other, weight):
-    """A draft of tunable quality: weight*target + (1-weight)*other.
-
-    weight 1 is a perfect draft, weight 0 an unrelated one. (Not alpha: alpha
-    is the acceptance rate this draft ends up with, measured in demo 3.)
-    """
+    """A draft of tunable quality: weight*target + (1-weight)*other. Weight 1 is
+    a perfect draft, weight 0 an unrelated one (not alpha: demo 3 measures that)."""
     if not 0.0 <= weight <= 1.0:  # also False for NaN
         raise ValueError(f"blend weight must lie in [0, 1], got {weight}")
     return weight * np.asarray(target, float) + (1 - weight) * np.asarray(other, float)
@@ -101,7 +111,7 @@ def temper(table, T):
         raise ValueError(f"temperature must be finite and >= 0, got {T}")
     table = np.asarray(table, float)
     if T == 0:
-        return np.eye(table.shape[-1])[table.argmax(axis=-1)]
+        return one_hot(table.argmax(axis=-1), table.shape[-1])
     with np.errstate(divide="ignore"):  # a zero entry is a logit of -inf: it stays 0
         return softmax(np.log(table) / T)
 
@@ -122,26 +132,17 @@ def sample_from(probs, u):
     """
     if not 0.0 <= u < 1.0:
         raise ValueError(f"u must lie in [0, 1), got {u}")
-    # plain Python: on a six-entry row numpy's per-call overhead costs 4x more
-    row = np.asarray(probs, float).tolist()
-    cdf = list(accumulate(row))
+    row = np.asarray(probs, float)
+    if len(row) <= 64:  # plain Python: on a short row numpy's per-call overhead costs 4x
+        row = row.tolist()
+    cdf = list(accumulate(row)) if isinstance(row, list) else np.cumsum(row)
     if not (min(row) >= 0 and 0 < cdf[-1] < math.inf):  # NaN fails these too
-        raise ValueError(f"cannot sample from {row}: {row_flaw(row)}")
+        raise ValueError(f"cannot sample from a row of {len(row)} entries: {row_flaw(row)}")
     # subtle: search for u * total, not u. A row summing to 0.99999999 would let
     # u = 0.999999999 run past the last entry to index V, an id past the vocabulary
     # (TensorRT-LLM #19485 is this family: a top-p of 0.9999999 above an fp32
     # cumulative sum). u < 1 keeps u * total < total, so x is a real token.
     return bisect_right(cdf, u * cdf[-1])
-
-
-def row_flaw(row):
-    """Why a row is not a distribution to sample from (an unnormalised
-    residual, say): row_flaw([0, 0, 0]) -> 'it has no positive mass'."""
-    if any(math.isnan(x) for x in row):
-        return "it holds NaN"
-    if min(row) < 0:
-        return f"it has a negative entry, {min(row)}"
-    return "it has no positive mass" if sum(row) <= 0 else "it holds inf"
 
 
 # -----------------------------------------------------------------------------
@@ -153,9 +154,12 @@ def row_flaw(row):
 
 def accept_prob(p, q, x):
     """min(1, p(x)/q(x)): the chance of keeping a drafted token x."""
-    if not q[x] > 0:
-        raise ValueError(f"drafted token {x} has draft probability q[{x}] = {q[x]}: "
-                         "the draft could not have proposed it")
+    if not 0 <= x < len(q):
+        raise ValueError(f"drafted token {x!r} is not a token id in 0..{len(q) - 1}")
+    if not 0 < q[x] < math.inf:
+        raise ValueError(f"drafted token {x} has q[{x}] = {q[x]}: the draft could not have proposed it")
+    if not 0 <= p[x] < math.inf:  # NaN fails this too
+        raise ValueError(f"p[{x}] = {p[x]} is not a probability")
     return min(1.0, float(p[x] / q[x]))
 
 
@@ -183,39 +187,37 @@ def residual(p, q):
 # q, the row each guess was drawn from; a server calls these the draft probs.
 
 
-def draft_tokens(Q, ctx, k, rng):
-    """k tokens drawn one after another from the draft table Q, starting after
-    ctx: (drafted, q_rows), q_rows[i] the row drafted[i] was drawn from."""
+def draft_tokens(Q, text, k, rng):
+    """k tokens drawn one after another from the draft model Q after text:
+    (drafted, q_rows), q_rows[i] the row drafted[i] was drawn from."""
     drafted, q_rows = [], []
     for _ in range(k):
-        q = Q[ctx]  # one draft call
-        ctx = sample_from(q, rng.random())
-        drafted.append(ctx)
+        q = forward(Q, text, drafted, cached=len(drafted))[0]  # one draft call: the row after drafted
+        drafted.append(sample_from(q, rng.random()))
         q_rows.append(q)
     return drafted, q_rows
 
 
-def plain_decode(P, ctx, n_tokens, rng):
+def plain_decode(P, text, n_tokens, rng):
     """The baseline: the target alone, one call per token. The drafting loop on P."""
-    return draft_tokens(P, ctx, n_tokens, rng)[0]
+    return draft_tokens(P, text, n_tokens, rng)[0]
 
 
 # -----------------------------------------------------------------------------
 # 5. Verification: one target call checks every guess
-# The target sees ctx followed by the k guesses and returns k+1 next-token
-# distributions at once (for a table: k+1 rows). Walk them left to right. The
-# first rejection ends the round: every later guess was conditioned on a token
-# that is no longer in the text. If all k pass, the (k+1)-th distribution is
+# The target reads the text followed by the k guesses and returns k+1
+# next-token distributions at once, a row per position. Walk them left to
+# right. The first rejection ends the round: every later guess was conditioned
+# on a token that is no longer in the text. If all k pass, the (k+1)-th row is
 # already computed, so one more token comes free: the bonus token. A round is
-# one draft-then-verify cycle; the next round starts from its last token.
+# one draft-then-verify cycle; the next round reads the text this one wrote.
 
 
-def verify_round(P, ctx, drafted, q_rows, rng):
+def verify_round(P, text, drafted, q_rows, rng):
     """Check k drafts in one target call; return the 1 to k+1 tokens emitted:
     the accepted prefix, then a replacement from the residual at the first
     rejection, or the bonus token if every draft passed."""
-    contexts = [ctx] + list(drafted)  # position i predicts what follows contexts[i]
-    p_rows = P[contexts]  # (k+1, V): the one target call
+    p_rows = forward(P, text, drafted)  # (k+1, V): the one target call
     emitted = []
     for p, q, x in zip(p_rows, q_rows, drafted):
         u = rng.random()
@@ -228,25 +230,24 @@ def verify_round(P, ctx, drafted, q_rows, rng):
     return emitted
 
 
-def spec_round(P, Q, ctx, k, rng, verify=verify_round):
-    """One round: k tokens drafted from Q, then checked in one target call."""
-    drafted, q_rows = draft_tokens(Q, ctx, k, rng)
-    return verify(P, ctx, drafted, q_rows, rng)
+def spec_round(P, Q, text, k, rng, verify=verify_round, draft=draft_tokens):
+    """One round: k tokens drafted from Q (by sampling it, or stage 5e's way), then verified."""
+    drafted, q_rows = draft(Q, text, k, rng)
+    return verify(P, text, drafted, q_rows, rng)
 
 
-def rounds(one_round, ctx):
-    """Round after round, each starting from the last token the one before emitted."""
+def rounds(one_round, text):
+    """Round after round, each reading the text the rounds before it wrote."""
     while True:
-        emitted = one_round(ctx)
+        emitted = one_round(text)
         yield emitted
-        ctx = emitted[-1]
+        text = [*text, *emitted]
 
 
-def spec_generate(P, Q, ctx, n_tokens, k, rng, verify=verify_round):
-    """n_tokens by speculative decoding: (tokens, target calls, accepted drafts).
-    verify: verify_round, or any verifier with its contract (5c, 5d)."""
-    P, Q = check_inputs(P, Q, ctx, n_tokens=n_tokens, k=k)
-    return take(rounds(lambda c: spec_round(P, Q, c, k, rng, verify), ctx), n_tokens)
+def spec_generate(P, Q, text, n_tokens, k, rng, verify=verify_round, draft=draft_tokens):
+    """n_tokens after text by speculative decoding: (tokens, calls, accepted drafts)."""
+    P, Q, text = check_inputs(P, Q, text, n_tokens=n_tokens, k=k)
+    return take(rounds(lambda t: spec_round(P, Q, t, k, rng, verify, draft), text), n_tokens)
 
 
 def take(round_stream, n_tokens):
@@ -262,7 +263,28 @@ def take(round_stream, n_tokens):
 
 
 # Input checks, run once per generate call and never per token: readers bring
-# their own tables, and a bad one should fail loudly, by name.
+# their own tables, and a bad one should fail loudly, by name. Error messages
+# name the first bad entry, never a whole row (a row may hold 150,000 entries).
+
+
+def one_hot(x, V):
+    """Rows one-hot at the ids x, without a V x V matrix: one_hot(1, 3) -> [0, 1, 0]."""
+    x = np.asarray(x)
+    rows = np.zeros(x.shape + (V,))
+    np.put_along_axis(rows, x[..., None], 1.0, axis=-1)
+    return rows
+
+
+def row_flaw(row):
+    """Why a row is not a distribution, naming its first bad entry (never the
+    whole row): row_flaw([0, 0]) -> 'it has no positive mass'."""
+    row = np.asarray(row, float)
+    for flaw, bad in (("NaN", np.isnan(row)), ("negative", row < 0), ("inf", np.isinf(row))):
+        if bad.any():
+            i = int(np.argmax(bad))
+            return f"entry {i} is {flaw} ({row[i]})"
+    return "it has no positive mass"
+
 
 
 def as_table(T, label):
@@ -283,20 +305,26 @@ def as_table(T, label):
     return T
 
 
-def check_inputs(P, Q, ctx, **counts):
-    """Validate a generator's arguments once, before the hot loop. counts are
-    the sizes (n_tokens, k, ...) that must be integers >= 1."""
-    P, Q = as_table(P, "target P"), as_table(Q, "draft Q")
-    if P.shape != Q.shape:
+def check_inputs(P, Q, text, **counts):
+    """Validate a generator's arguments once, before the hot loop: (P, Q, text)
+    with tables as float arrays. A model that reads text (a function) checks
+    itself; a draft with no model (stage 5e) passes as it is. counts are the
+    sizes (n_tokens, k, ...) that must be integers >= 1."""
+    is_table = lambda T: not callable(T) and not isinstance(T, tuple)  # noqa: E731
+    P = as_table(P, "target P") if is_table(P) else P
+    Q = as_table(Q, "draft Q") if is_table(Q) else Q
+    if is_table(Q) and P.shape != Q.shape:
         raise ValueError(f"target P is {P.shape} but draft Q is {Q.shape}: one vocabulary for both")
     whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
     for what, value in counts.items():
         if not whole(value) or value < 1:
             raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
-    if not whole(ctx) or not 0 <= ctx < len(P):
-        raise ValueError(f"ctx must be a token id in 0..{len(P) - 1}, got {ctx!r}")
-    return P, Q
-
+    if isinstance(text, (str, bytes)) or not np.iterable(text) or len(text) == 0:
+        raise ValueError(f"text must be a non-empty list of token ids, got {text!r:.60}")
+    bad = next((i for i, x in enumerate(text) if not (whole(x) and 0 <= x < len(P))), None)
+    if bad is not None:
+        raise ValueError(f"text[{bad}] = {text[bad]!r} is not a token id in 0..{len(P) - 1}")
+    return P, Q, list(text)
 
 # -----------------------------------------------------------------------------
 # 5b. Beyond a chain: draft trees (SpecInfer, Medusa, EAGLE)
@@ -380,15 +408,17 @@ def verify_tree(P, Q, ctx, tokens, parents, rng, distinct=False):
             return emitted
 
 
-def tree_round(P, Q, ctx, depth, branching, rng, distinct=False):
-    """One round: a tree drafted from Q, then walked in one target call."""
+def tree_round(P, Q, text, depth, branching, rng, distinct=False):
+    """One round: a tree drafted from the tables Q and P, which read only the
+    text's last token, then walked in one target call."""
+    ctx = text[-1]
     return verify_tree(P, Q, ctx, *draft_tree(Q, ctx, depth, branching, rng, distinct), rng, distinct)
 
 
-def tree_generate(P, Q, ctx, n_tokens, depth, branching, rng, distinct=False):
+def tree_generate(P, Q, text, n_tokens, depth, branching, rng, distinct=False):
     """n_tokens by tree speculation: (tokens, target calls, accepted drafts)."""
-    P, Q = check_inputs(P, Q, ctx, n_tokens=n_tokens, depth=depth, branching=branching)
-    return take(rounds(lambda c: tree_round(P, Q, c, depth, branching, rng, distinct), ctx), n_tokens)
+    P, Q, text = check_inputs(P, Q, text, n_tokens=n_tokens, depth=depth, branching=branching)
+    return take(rounds(lambda t: tree_round(P, Q, t, depth, branching, rng, distinct), text), n_tokens)
 
 
 def masked_pass(P2, context, tokens, mask):
@@ -438,10 +468,10 @@ def block_residual(weight, p, q):
     return residual(weight * p, q)
 
 
-def verify_block(P, ctx, drafted, q_rows, rng):
+def verify_block(P, text, drafted, q_rows, rng):
     """Check the drafted block jointly in one target call: the tokens emitted.
     verify_round's contract; the draws are one eta per position, then one token."""
-    p_rows = P[[ctx] + list(drafted)]  # (k+1, V): the one target call
+    p_rows = forward(P, text, drafted)  # (k+1, V): the one target call
     k, weights, tau = len(drafted), [1.0], 0
     for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
         weights.append(accept_prob(weights[-1] * p, q, x))  # p_i = min(1, p_i-1 p/q)
@@ -468,12 +498,12 @@ def verify_block(P, ctx, drafted, q_rows, rng):
 def strict_seen(q, x):
     """What strict matching lets verification see of a draft x drawn from q: a
     row one-hot at x, whatever q was. strict_seen([.5, .5], 1) -> [0, 1]."""
-    return np.eye(len(q))[x]
+    return one_hot(x, len(q))
 
 
-def verify_strict(P, ctx, drafted, q_rows, rng):
+def verify_strict(P, text, drafted, q_rows, rng):
     """Strict matching: verify_round handed strict_seen rows for q."""
-    return verify_round(P, ctx, drafted, [strict_seen(q, x) for q, x in zip(q_rows, drafted)], rng)
+    return verify_round(P, text, drafted, [strict_seen(q, x) for q, x in zip(q_rows, drafted)], rng)
 
 
 def verifier_settings(P, Q):
@@ -915,7 +945,7 @@ def measure(P, Q, k, n_rounds, seed, ctx=0, verify=verify_round):
     3 says where they differ).
     """
     rng = np.random.default_rng(seed)
-    out = list(islice(rounds(lambda c: spec_round(P, Q, c, k, rng, verify), ctx), n_rounds))
+    out = list(islice(rounds(lambda t: spec_round(P, Q, t, k, rng, verify), [ctx]), n_rounds))
     sizes = [len(emitted) for emitted in out]
     accepted, checked = sum(sizes) - n_rounds, sum(min(s, k) for s in sizes)
     return Measured(accepted / checked, *mean_se(sizes), [x for e in out for x in e], sizes)
@@ -933,7 +963,7 @@ def first_two(generate, n_runs, seed):
 def floor_tv(P, ctx, n_runs, seed):
     """The TV that plain decoding of P shows from its own first-two joint in
     n_runs runs: how far a correct sample lands from noise alone."""
-    plain = first_two(lambda rng: plain_decode(P, ctx, 2, rng), n_runs, seed)
+    plain = first_two(lambda rng: plain_decode(P, [ctx], 2, rng), n_runs, seed)
     return tv_distance(plain / n_runs, target_first_tokens(P, ctx, 2))
 
 
@@ -1072,17 +1102,17 @@ def plan_schedule(tokens, n_ctx, max_batch, tol=0.01, **shape):
 
 
 class Priced:
-    """A table whose every lookup also pays a forward pass: W @ X, one column
-    per context looked up. draft_tokens' Q[ctx] pays one column; verify_round's
-    P[contexts] pays k+1 columns in one product, the verifying pass."""
+    """A table model whose every forward pass also pays for one: W @ X, one
+    column per position it computes. A draft call pays one column (the rest
+    are cached); verify_round's pass pays k+1 columns in one product."""
 
     def __init__(self, table, W):
         self.table, self.W = table, W
         self.X = np.ones((W.shape[1], 64), W.dtype)
 
-    def __getitem__(self, ctx):
-        self.W @ self.X[:, :1 if np.isscalar(ctx) else len(ctx)]  # the pass, paid in full
-        return self.table[ctx]
+    def __call__(self, text, new, cached):
+        self.W @ self.X[:, :len(new) + 1 - cached]  # the pass, paid in full
+        return self.table[[text[-1], *new][cached:]]
 
     def __len__(self):
         return len(self.table)
@@ -1289,11 +1319,11 @@ def best_per_context(P, Q, c, k_max=32, v=1.0):
         ks = np.where(gain > 1e-12, better, ks)
 
 
-def draft_confident(Q, ctx, k_max, threshold, rng):
+def draft_confident(Q, text, k_max, threshold, rng):
     """draft_tokens that stops after a token the draft gave less than threshold."""
     drafted, q_rows = [], []
     while len(drafted) < k_max and (not drafted or q_rows[-1][drafted[-1]] >= threshold):
-        x, q = draft_tokens(Q, drafted[-1] if drafted else ctx, 1, rng)
+        x, q = draft_tokens(Q, [*text, *drafted], 1, rng)
         drafted, q_rows = drafted + x, q_rows + q
     return drafted, q_rows
 
@@ -1303,9 +1333,9 @@ def run_policy(P, Q, n_rounds, seed, policy=None, threshold=None, k_max=32):
     (tokens, draft calls) of each round."""
     rng, state, ctx, out = np.random.default_rng(seed), policy and policy.start, 0, []
     for _ in range(n_rounds):
-        drafted, q_rows = (draft_confident(Q, ctx, k_max, threshold, rng) if policy is None
-                           else draft_tokens(Q, ctx, policy.k_of(state), rng))
-        emitted = verify_round(P, ctx, drafted, q_rows, rng)
+        drafted, q_rows = (draft_confident(Q, [ctx], k_max, threshold, rng) if policy is None
+                           else draft_tokens(Q, [ctx], policy.k_of(state), rng))
+        emitted = verify_round(P, [ctx], drafted, q_rows, rng)
         state = policy and policy.step(state, len(emitted) - 1)
         out.append((len(emitted), len(drafted)))
         ctx = emitted[-1]
@@ -1507,7 +1537,7 @@ def demo1_rule_by_hand(ctx=0):
 def demo2_distribution(ctx=5, k=2, n_runs=1000):
     rules = {"correct": this_module()} | {b: bugged(b) for b in BUGS}
     truth = target_first_tokens(TARGET, ctx, 2)
-    counts = {r: first_two(lambda rng: m.spec_generate(TARGET, UNRELATED, ctx, 2, k, rng)[0],
+    counts = {r: first_two(lambda rng: m.spec_generate(TARGET, UNRELATED, [ctx], 2, k, rng)[0],
                            n_runs, seed=2) for r, m in rules.items()}
     exact = {r: m.exact_first_tokens(TARGET, UNRELATED, ctx, 2, k) for r, m in rules.items()}
     checks = {r: two_checks(counts[r], exact[r], truth) for r in rules}
@@ -1577,7 +1607,7 @@ def demo2_verdicts(verdicts, checks):
 def demo2_greedy(n_tokens, k=4):
     """Demo 2, part two: greedy decoding is sampling from temper(P, 0)."""
     P0 = temper(TARGET, 0)
-    plain = plain_decode(P0, 0, n_tokens, np.random.default_rng(0))
+    plain = plain_decode(P0, [0], n_tokens, np.random.default_rng(0))
     print()
     say("Temperature T reshapes a distribution: p(x)^(1/T), renormalised. T = 0 leaves",
         "only the argmax: greedy decoding is sampling from temper(P, 0), whose rows are",
@@ -1587,7 +1617,7 @@ def demo2_greedy(n_tokens, k=4):
     rows = []
     for weight in (MIDDLING_WEIGHT, 0.9):
         Q0 = temper(blend(TARGET, UNRELATED, weight), 0)
-        tokens, calls, accepted = spec_generate(P0, Q0, 0, n_tokens, k, np.random.default_rng(0))
+        tokens, calls, accepted = spec_generate(P0, Q0, [0], n_tokens, k, np.random.default_rng(0))
         rows.append((f"blend weight {weight:g}", sum(a == b for a, b in zip(tokens, plain)), calls,
                      accepted))
     table([("draft", 18, "<"), ("same tokens as argmax decoding", 32, ",d"), ("target calls", 14, ",d"),
@@ -1659,7 +1689,7 @@ def demo3_temperatures(k, n_rounds, n_exact=3):
     for T in (0, 0.5, 1.0, 1.5, 2.0):
         P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
         m = measure(P_T, Q_T, k, n_rounds, seed=6)
-        plain = plain_decode(P_T, 0, len(m.tokens), np.random.default_rng(6))
+        plain = plain_decode(P_T, [0], len(m.tokens), np.random.default_rng(6))
         p_fit = transition_p_value(m.tokens, P_T)
         tv = tv_distance(exact_first_tokens(P_T, Q_T, 0, n_exact, k), target_first_tokens(P_T, 0, n_exact))
         rows.append((T, pair_alpha(P_T, Q_T), m.per_call, transition_tv(m.tokens, P_T),
@@ -1726,8 +1756,8 @@ def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
 def hand_q_rows(Q):
     """A verifier handed Q's rows, whatever table the draft sampled from: the
     bug class of demo 3 (draft_from names the real table in the exact check)."""
-    def verify(P, ctx, drafted, q_rows, rng):
-        return verify_round(P, ctx, drafted, [Q[c] for c in [ctx] + drafted[:-1]], rng)
+    def verify(P, text, drafted, q_rows, rng):
+        return verify_round(P, text, drafted, [Q[c] for c in [text[-1]] + drafted[:-1]], rng)
     return verify
 
 
@@ -1982,14 +2012,14 @@ def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
     say(f"The refined model tokens / (v + k c) picks k = {k_good} for a blend weight {good_weight}",
         "draft (" + ", ".join(f"k = {k}: {predicted[k][0]:.2f}x" for k in ks) + "), before it runs.",
         clock=True)
-    t_token = clocked(lambda: plain_decode(Priced(TARGET, W), 0, n_plain, np.random.default_rng(11)))[0] / n_plain
+    t_token = clocked(lambda: plain_decode(Priced(TARGET, W), [0], n_plain, np.random.default_rng(11)))[0] / n_plain
     rows = []
     for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), (f"blend {good_weight}", good, k_good, 10)):
         refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
         paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
         rng = np.random.default_rng(11)
-        priced_round = lambda c: verify_round(Priced(TARGET, W), c, *draft_tokens(Priced(Q, W_draft), c, k, rng), rng)
-        t_spec, out = clocked(lambda: list(islice(rounds(priced_round, 0), n_rounds)))
+        priced_round = lambda t: verify_round(Priced(TARGET, W), t, *draft_tokens(Priced(Q, W_draft), t, k, rng), rng)
+        t_spec, out = clocked(lambda: list(islice(rounds(priced_round, [0]), n_rounds)))
         per_call = sum(map(len, out)) / n_rounds
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
         rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
@@ -2037,7 +2067,7 @@ def demo6_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
 def demo7_distillation(k=4, c=0.1, n_text=20_000):
     world = random_table(101, sharpness=2.5)
     P = blend(world, random_table(201, sharpness=2.5), 0.7)  # an imperfect model of it
-    text = plain_decode(world, 0, n_text, np.random.default_rng(7))
+    text = plain_decode(world, [0], n_text, np.random.default_rng(7))
     S_text, S_target = bigram_counts(text), visit_joint(P)
     fit, kd_params = low_rank_draft(fit_text(text)), distill(P)
     tv, tv_nudged = (low_rank_draft(maximise_alpha(P, start)) for start in (kd_params, [x + 1e-9 for x in kd_params]))
@@ -2103,7 +2133,7 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     for label, module, distinct in (("independent", this_module(), False),
                                     ("distinct", this_module(), True),
                                     ("independent, no_update", no_update, False)):
-        counts = first_two(lambda rng: module.tree_generate(TARGET, UNRELATED, ctx, 2, depth, branching,
+        counts = first_two(lambda rng: module.tree_generate(TARGET, UNRELATED, [ctx], 2, depth, branching,
                                                             rng, distinct)[0], n_runs, seed=9)
         p_fit = chi2_sf(*pearson(counts, truth))
         rows.append((label, tv_distance(counts / n_runs, truth), p_fit,
@@ -2137,7 +2167,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         rates = []
         for distinct in (False, True) if b > 1 else (False,):
             rng = np.random.default_rng(10)
-            out = islice(rounds(lambda c: tree_round(TARGET, MIDDLING, c, d, b, rng, distinct), 0), n_rounds)
+            out = islice(rounds(lambda t: tree_round(TARGET, MIDDLING, t, d, b, rng, distinct), [0]), n_rounds)
             rates.append(mean_se([len(e) for e in out]))
         exact = exact_tokens_per_call(TARGET, MIDDLING, d) if b == 1 else None
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], rates[-1][0] if b > 1 else None, exact))
@@ -2172,9 +2202,9 @@ def demo8_depth_and_width(n_rounds, depth=3):
 # token-wise test.
 
 
-def verify_block_shipped(P, ctx, drafted, q_rows, rng):
+def verify_block_shipped(P, text, drafted, q_rows, rng):
     """vllm-ascend's block path before #7808, with verify_round's contract."""
-    p_rows = P[[ctx] + list(drafted)]
+    p_rows = forward(P, text, drafted)
     k, ratios, uniforms, last = len(drafted), 1.0, 1.0, 0
     for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
         ratios *= accept_prob(p, q, x)  # cumprod(min(1, p/q))
@@ -2309,7 +2339,7 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
             exact = exact_first_tokens(TARGET, MIDDLING if how else D, ctx, n, k, **how)
         tvs = [tv_distance(exact.sum(axis=tuple(range(j, n))), truth.sum(axis=tuple(range(j, n))))
                for j in range(1, n + 1)]
-        counts = first_two(lambda rng: m.spec_generate(TARGET, D, ctx, 2, k, rng, verify)[0], n_runs, seed=13)
+        counts = first_two(lambda rng: m.spec_generate(TARGET, D, [ctx], 2, k, rng, verify)[0], n_runs, seed=13)
         p_fit = chi2_sf(*pearson(counts, truth.sum(axis=2)))
         rows.append((label, *tvs, p_fit, both_checks(p_fit, max(tvs)), exact))
     print()
@@ -2600,7 +2630,7 @@ def recorded_round(P, Q, ctx, k, rng, verify=verify_round):
     """One real round and what its verifier did: (drafted, q_rows, emitted,
     calls), calls = [(name, args, result)] in call order, ("u", (), value) for
     each uniform the verifier drew."""
-    drafted, q_rows = draft_tokens(Q, ctx, k, rng)
+    drafted, q_rows = draft_tokens(Q, [ctx], k, rng)
     calls, space = [], verify.__globals__  # the namespace the verifier looks its stages up in
     stages = {n: space[n] for n in TRACED}
 
@@ -2616,7 +2646,7 @@ def recorded_round(P, Q, ctx, k, rng, verify=verify_round):
 
     space.update({n: recorder(n, stage) for n, stage in stages.items()})
     try:
-        emitted = verify(P, ctx, drafted, q_rows, SimpleNamespace(random=draw))
+        emitted = verify(P, [ctx], drafted, q_rows, SimpleNamespace(random=draw))
     finally:
         space.update(stages)
     return drafted, q_rows, emitted, calls
@@ -2736,7 +2766,7 @@ def trace_summary(n, kept, k, rule, seed, text, Q):
         "{x}: drawn after the last check passed, the bonus token. Every number above was",
         "recorded from the verifier's own calls.")
     if rule in BUGS:
-        plain = spec_generate(TARGET, Q, 0, len(text), k, np.random.default_rng(seed))[0]
+        plain = spec_generate(TARGET, Q, [0], len(text), k, np.random.default_rng(seed))[0]
         print()
         first = next((i for i, (a, b) in enumerate(zip(text, plain)) if a != b), None)
         say(f"The probabilistic verifier emits the same {len(text)} tokens from this seed." if first is None else

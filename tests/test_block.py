@@ -38,7 +38,7 @@ def test_all_kept_gives_the_bonus_token():
     # ctx 0, drafts [1, 1]: p_1 = min(1, .5/.4) = 1, Z_1 = .5 so h_1 = 1;
     # p_2 = .1/.6 = 1/6 = h_2. eta = .99, .1: both kept; bonus from P3[1]
     # = [.1, .1, .8] with u = .5 -> 2
-    assert sd.verify_block(P3, 0, [1, 1], rows(Q3, 0, 1), ScriptedRng([0.99, 0.1, 0.5])) == [1, 1, 2]
+    assert sd.verify_block(P3, [0], [1, 1], rows(Q3, 0, 1), ScriptedRng([0.99, 0.1, 0.5])) == [1, 1, 2]
 
 
 def test_a_kept_block_can_pass_over_a_position_whose_own_test_failed():
@@ -46,13 +46,13 @@ def test_a_kept_block_can_pass_over_a_position_whose_own_test_failed():
     # eta_1 = .3 fails; p_2 = min(1, .5 * .5/.4) = .625 = h_2 and eta_2 = .5
     # passes, so tau = 2: both drafts are kept, then the bonus from P3[1]
     # with u = .5 -> 2
-    assert sd.verify_block(P3, 0, [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.5, 0.5])) == [0, 1, 2]
+    assert sd.verify_block(P3, [0], [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.5, 0.5])) == [0, 1, 2]
 
 
 def test_tau_zero_replaces_the_first_draft_from_the_plain_residual():
     # as above but eta_2 = .9 fails too: tau = 0, a token from
     # norm(max(0, P3[0] - Q3[0])) = [0, .5, .5] with u = .2 -> 1
-    assert sd.verify_block(P3, 0, [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.9, 0.2])) == [1]
+    assert sd.verify_block(P3, [0], [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.9, 0.2])) == [1]
 
 
 def test_the_replacement_is_weighted_by_p_tau():
@@ -61,9 +61,9 @@ def test_the_replacement_is_weighted_by_p_tau():
     # is from norm(max(0, .5 * [.5, .3, .2] - [.2, .2, .6])) = [1, 0, 0] -> 0;
     # the token-wise residual norm(max(0, p - q)) = [.75, .25, 0] gives 1 at u = .9
     uniforms = [0.05, 0.5, 0.9]
-    assert sd.verify_block(P_W, 2, [0, 2], rows(Q_W, 2, 0), ScriptedRng(uniforms)) == [0, 0]
+    assert sd.verify_block(P_W, [2], [0, 2], rows(Q_W, 2, 0), ScriptedRng(uniforms)) == [0, 0]
     tokenwise = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)
-    assert tokenwise.verify_block(P_W, 2, [0, 2], rows(Q_W, 2, 0), ScriptedRng(uniforms)) == [0, 1]
+    assert tokenwise.verify_block(P_W, [2], [0, 2], rows(Q_W, 2, 0), ScriptedRng(uniforms)) == [0, 1]
 
 
 def test_the_cumulative_test_alone_keeps_too_much():
@@ -71,19 +71,19 @@ def test_the_cumulative_test_alone_keeps_too_much():
     # its replacement row .5 * P3[0] - Q3[0] has no positive part, so residual
     # hands back .5 * P3[0] itself: u = .2 -> 1
     cumulative = sd.bugged("cumulative", sd.BLOCK_BUGS)
-    assert cumulative.verify_block(P3, 0, [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.9, 0.2])) == [0, 1]
+    assert cumulative.verify_block(P3, [0], [0, 1], rows(Q3, 0, 0), ScriptedRng([0.3, 0.9, 0.2])) == [0, 1]
 
 
 def test_a_zero_weight_is_never_kept_even_at_eta_zero():
     # a drafted token the target forbids: p_1 = 0, so h_1 = p_1 = 0 and eta = 0
     # must not keep it (strict <, as in verify_round)
     P, Q = np.array([[0.0, 1.0], [0.5, 0.5]]), np.array([[0.5, 0.5], [0.5, 0.5]])
-    assert sd.verify_block(P, 0, [0], rows(Q, 0), ScriptedRng([0.0, 0.0])) == [1]
+    assert sd.verify_block(P, [0], [0], rows(Q, 0), ScriptedRng([0.0, 0.0])) == [1]
 
 
 def test_bad_input_as_for_verify_round():
     with pytest.raises(ValueError, match="could not have proposed"):
-        sd.verify_block(P3, 0, [1], [np.array([1.0, 0, 0])], np.random.default_rng(0))
+        sd.verify_block(P3, [0], [1], [np.array([1.0, 0, 0])], np.random.default_rng(0))
 
 
 # --- the paper's example: 10/9, 11/9 ----------------------------------------------
@@ -149,8 +149,8 @@ def test_at_temperature_zero_block_and_token_wise_coincide():
     P0 = sd.temper(sd.random_table(20), 0)
     Q0 = sd.temper(sd.blend(sd.random_table(20), sd.random_table(21), 0.8), 0)
     assert sd.exact_block_tokens_per_call(P0, Q0, 4) == pytest.approx(sd.exact_tokens_per_call(P0, Q0, 4), abs=1e-12)
-    tw = sd.spec_generate(P0, Q0, 0, 300, 4, np.random.default_rng(1))
-    bl = sd.spec_generate(P0, Q0, 0, 300, 4, np.random.default_rng(1), verify=sd.verify_block)
+    tw = sd.spec_generate(P0, Q0, [0], 300, 4, np.random.default_rng(1))
+    bl = sd.spec_generate(P0, Q0, [0], 300, 4, np.random.default_rng(1), verify=sd.verify_block)
     assert tw[0] == bl[0]
 
 
@@ -191,13 +191,13 @@ def test_the_shipped_path_by_hand():
     # (1 >= .5), position 2 does not (1/6 < .25): last = 1, so keep draft 1 and
     # draw from the token-wise residual at context 1: norm(max(0, [.1, .1, .8] -
     # [.1, .6, .3])) = [0, 0, 1] -> 2
-    assert sd.verify_block_shipped(P3, 0, [1, 1], rows(Q3, 0, 1), ScriptedRng([0.5, 0.5, 0.3])) == [1, 2]
+    assert sd.verify_block_shipped(P3, [0], [1, 1], rows(Q3, 0, 1), ScriptedRng([0.5, 0.5, 0.3])) == [1, 2]
     # uniforms .9 then .1: products .9 (1 >= .9 passes) and .09 (1/6 >= .09 passes):
     # the last passing position is 2, so the bonus from P3[1] with u = .95 -> 2
-    assert sd.verify_block_shipped(P3, 0, [1, 1], rows(Q3, 0, 1), ScriptedRng([0.9, 0.1, 0.95])) == [1, 1, 2]
+    assert sd.verify_block_shipped(P3, [0], [1, 1], rows(Q3, 0, 1), ScriptedRng([0.9, 0.1, 0.95])) == [1, 1, 2]
     # and a later position passing after an earlier one failed: ratios .5 (draft 0 at 0)
     # then .5 * 1 = .5; uniforms .6 (fails) then .6 * .5 = .3 (passes): keep both
-    assert sd.verify_block_shipped(P3, 0, [0, 1], rows(Q3, 0, 0), ScriptedRng([0.6, 0.5, 0.5])) == [0, 1, 2]
+    assert sd.verify_block_shipped(P3, [0], [0, 1], rows(Q3, 0, 0), ScriptedRng([0.6, 0.5, 0.5])) == [0, 1, 2]
 
 
 @pytest.mark.parametrize("W", [[0.9, 0.5, 0.4], [0.3, 0.3, 0.2], [1.0, 1.0, 0.1], [0.5, 0.25, 0.0],

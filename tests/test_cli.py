@@ -288,7 +288,7 @@ def test_a_context_from_argmax_is_a_context():
     # np.argmax returns np.int64: every entry point takes it as the int it is
     ctx = np.argmax(sd.TARGET[0])
     assert isinstance(ctx, np.integer)
-    same = [sd.spec_generate(sd.TARGET, sd.MIDDLING, c, 12, 3, np.random.default_rng(4))[0] for c in (ctx, int(ctx))]
+    same = [sd.spec_generate(sd.TARGET, sd.MIDDLING, [c], 12, 3, np.random.default_rng(4))[0] for c in (ctx, int(ctx))]
     assert same[0] == same[1]
     assert np.array_equal(sd.exact_first_tokens(sd.TARGET, sd.MIDDLING, ctx, 2, 2),
                           sd.exact_first_tokens(sd.TARGET, sd.MIDDLING, int(ctx), 2, 2))

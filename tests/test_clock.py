@@ -24,8 +24,8 @@ class RecordingW:
 def test_priced_charges_one_column_per_draft_step_and_k_plus_one_to_verify():
     W_target, W_draft = RecordingW(), RecordingW()
     P, Q = sd.Priced(P3, W_target), sd.Priced(Q3, W_draft)
-    drafted, q_rows = sd.draft_tokens(Q, 0, 3, np.random.default_rng(0))
-    sd.verify_round(P, 0, drafted, q_rows, np.random.default_rng(1))
+    drafted, q_rows = sd.draft_tokens(Q, [0], 3, np.random.default_rng(0))
+    sd.verify_round(P, [0], drafted, q_rows, np.random.default_rng(1))
     assert W_draft.widths == [1, 1, 1]
     assert W_target.widths == [4]  # one pass over the context and 3 drafts
 

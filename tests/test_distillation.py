@@ -56,7 +56,7 @@ def test_maximise_alpha_follows_the_gradient_of_alpha():
 
 def test_the_trainers_lower_their_own_loss():
     P = sd.random_table(52, 2.5)
-    text = sd.plain_decode(P, 0, 3000, np.random.default_rng(0))
+    text = sd.plain_decode(P, [0], 3000, np.random.default_rng(0))
     S_text, S_target = sd.bigram_counts(text), sd.visit_joint(P)
     before = sd.low_rank_draft(sd.descend(S_text, 0, 1.0))  # the initial draft
     assert sd.cross_entropy(S_text, sd.low_rank_draft(sd.fit_text(text))) < sd.cross_entropy(S_text, before) - 0.1
@@ -71,7 +71,7 @@ def test_the_trainers_lower_their_own_loss():
 def test_distillation_beats_fitting_the_text(seed):
     world = sd.random_table(seed, 2.5)
     P = sd.blend(world, sd.random_table(seed + 100, 2.5), 0.7)
-    text = sd.plain_decode(world, 0, 20_000, np.random.default_rng(seed))
+    text = sd.plain_decode(world, [0], 20_000, np.random.default_rng(seed))
     a_fit = sd.pair_alpha(P, sd.low_rank_draft(sd.fit_text(text)))
     a_kd = sd.pair_alpha(P, sd.low_rank_draft(sd.distill(P)))
     assert a_kd > a_fit + 0.03

@@ -18,7 +18,7 @@ def sampled_joint(module, P, Q, ctx, n, k, runs, seed, verify=None):
     """counts of the first n tokens, run through a module's own spec_generate."""
     rng, counts = np.random.default_rng(seed), np.zeros((len(P),) * n)
     for _ in range(runs):
-        tokens = module.spec_generate(P, Q, ctx, n, k, rng, verify or module.verify_round)[0]
+        tokens = module.spec_generate(P, Q, [ctx], n, k, rng, verify or module.verify_round)[0]
         counts[tuple(tokens)] += 1
     return counts
 

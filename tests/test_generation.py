@@ -20,7 +20,7 @@ LIMIT = 6.0
 def first_two_counts(Q, ctx, k, seed=0, P=TARGET):
     rng, counts = np.random.default_rng(seed), np.zeros((len(P), len(P)))
     for _ in range(RUNS):
-        (x1, x2), _, _ = sd.spec_generate(P, Q, ctx, 2, k, rng)
+        (x1, x2), _, _ = sd.spec_generate(P, Q, [ctx], 2, k, rng)
         counts[x1, x2] += 1
     return counts
 
@@ -43,7 +43,7 @@ def test_continue_is_biased_even_at_k_1():
     Q, ctx = PAIRS["unrelated"]
     module, rng, counts = sd.bugged("continue"), np.random.default_rng(0), np.zeros((6, 6))
     for _ in range(RUNS):
-        counts[tuple(module.spec_generate(TARGET, Q, ctx, 2, 1, rng)[0])] += 1
+        counts[tuple(module.spec_generate(TARGET, Q, [ctx], 2, 1, rng)[0])] += 1
     assert chi2_excess(counts, truth(ctx)) > 5 * LIMIT
     assert chi2_excess(counts.sum(axis=1), TARGET[ctx]) < LIMIT  # the first token is right
 
@@ -52,7 +52,7 @@ def test_long_run_transitions_are_the_targets():
     # rounds chain on the last emitted token: every bigram of a long output,
     # across round boundaries, must follow P
     Q, _ = PAIRS["middling"]
-    tokens, _, _ = sd.spec_generate(TARGET, Q, 0, 12_000, 3, np.random.default_rng(4))
+    tokens, _, _ = sd.spec_generate(TARGET, Q, [0], 12_000, 3, np.random.default_rng(4))
     counts = np.zeros((6, 6))
     np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
     for prev in range(6):
@@ -86,7 +86,7 @@ def test_temperature_on_one_side_only_is_detected():
 
 def test_transition_tv_is_zero_for_a_text_that_follows_p_exactly():
     P = sd.temper(TARGET, 0)  # deterministic: the text is its own expectation
-    tokens = sd.plain_decode(P, 0, 200, np.random.default_rng(0))
+    tokens = sd.plain_decode(P, [0], 200, np.random.default_rng(0))
     assert sd.transition_tv(tokens, P) == 0.0
     # by hand: after 'a' the text goes a, b (1/2 each) where P[0] says b always
     P2 = np.array([[0.0, 1.0], [1.0, 0.0]])
@@ -96,7 +96,7 @@ def test_transition_tv_is_zero_for_a_text_that_follows_p_exactly():
 # --- counts ------------------------------------------------------------------
 
 def test_perfect_draft_accepts_everything_and_earns_k_plus_one_per_call():
-    tokens, calls, accepted = sd.spec_generate(TARGET, TARGET, 0, 500, 4, np.random.default_rng(0))
+    tokens, calls, accepted = sd.spec_generate(TARGET, TARGET, [0], 500, 4, np.random.default_rng(0))
     assert len(tokens) == 500
     assert calls == 100 and accepted == 400
 
@@ -104,7 +104,7 @@ def test_perfect_draft_accepts_everything_and_earns_k_plus_one_per_call():
 def test_a_draft_the_target_never_agrees_with_accepts_nothing():
     P = sd.temper(TARGET, 0)       # one-hot rows
     Q = (1 - P) / 5                # never proposes the target's token
-    tokens, calls, accepted = sd.spec_generate(P, Q, 0, 300, 3, np.random.default_rng(0))
+    tokens, calls, accepted = sd.spec_generate(P, Q, [0], 300, 3, np.random.default_rng(0))
     assert (calls, accepted) == (300, 0)
 
 
@@ -114,7 +114,7 @@ def test_each_round_emits_accepted_plus_one(k):
     # bonus); only the last round may run past n_tokens, by at most k
     Q, ctx = PAIRS["middling"]
     n = 1000
-    tokens, calls, accepted = sd.spec_generate(TARGET, Q, ctx, n, k, np.random.default_rng(k))
+    tokens, calls, accepted = sd.spec_generate(TARGET, Q, [ctx], n, k, np.random.default_rng(k))
     assert len(tokens) == n
     assert n <= accepted + calls <= n + k
     assert 0 < accepted < calls * k
@@ -149,7 +149,7 @@ def test_greedy_speculation_equals_plain_argmax_decoding(seed, draft_T):
     for _ in range(1000):
         ctx = int(np.argmax(base[ctx]))
         expected.append(ctx)
-    tokens, calls, accepted = sd.spec_generate(P, Q, 2, 1000, 4, np.random.default_rng(seed))
+    tokens, calls, accepted = sd.spec_generate(P, Q, [2], 1000, 4, np.random.default_rng(seed))
     assert tokens == expected
     assert accepted > 0 and calls < 1000
 
@@ -157,7 +157,7 @@ def test_greedy_speculation_equals_plain_argmax_decoding(seed, draft_T):
 # --- bad input ---------------------------------------------------------------
 
 def call(P=TARGET, Q=TARGET, ctx=0, n=5, k=2):
-    return sd.spec_generate(P, Q, ctx, n, k, np.random.default_rng(0))
+    return sd.spec_generate(P, Q, [ctx], n, k, np.random.default_rng(0))
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -172,9 +172,9 @@ def call(P=TARGET, Q=TARGET, ctx=0, n=5, k=2):
     (dict(k=0), r"k must be an integer >= 1, got 0"),
     (dict(k=2.5), r"k must be an integer >= 1, got 2.5"),
     (dict(n=0), r"n_tokens must be an integer >= 1, got 0"),
-    (dict(ctx=6), r"ctx must be a token id in 0..5, got 6"),
-    (dict(ctx=-1), r"ctx must be a token id in 0..5, got -1"),
-    (dict(ctx=True), r"ctx must be a token id in 0..5, got True"),
+    (dict(ctx=6), r"text\[0\] = 6 is not a token id in 0..5"),
+    (dict(ctx=-1), r"text\[0\] = -1 is not a token id in 0..5"),
+    (dict(ctx=True), r"text\[0\] = True is not a token id in 0..5"),
 ])
 def test_spec_generate_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message):

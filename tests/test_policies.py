@@ -115,7 +115,7 @@ def test_each_policy_exact_against_its_simulation(policy, threshold):
 def test_draft_confident_stops_after_an_unconfident_token():
     # Q2 after any context: u = .1 -> token 0 (q .25 < .5): stop after it
     from helpers import ScriptedRng
-    assert sd.draft_confident(Q2, 0, 5, 0.5, ScriptedRng([0.1]))[0] == [0]
+    assert sd.draft_confident(Q2, [0], 5, 0.5, ScriptedRng([0.1]))[0] == [0]
     # u = .5 -> token 1 (q .75): go on; then .1 -> 0: stop
-    assert sd.draft_confident(Q2, 0, 5, 0.5, ScriptedRng([0.5, 0.1]))[0] == [1, 0]
-    assert sd.draft_confident(Q2, 0, 2, 0.5, ScriptedRng([0.5, 0.5]))[0] == [1, 1]  # k_max
+    assert sd.draft_confident(Q2, [0], 5, 0.5, ScriptedRng([0.5, 0.1]))[0] == [1, 0]
+    assert sd.draft_confident(Q2, [0], 2, 0.5, ScriptedRng([0.5, 0.5]))[0] == [1, 1]  # k_max

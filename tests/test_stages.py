@@ -157,14 +157,14 @@ def test_accepted_plus_rejected_mass_is_p_for_random_rows():
 
 def test_draft_tokens_samples_autoregressively_and_hands_back_each_q():
     # u = .5 in Q3[0] -> 1; in Q3[1] -> 1; u = .9 in Q3[1] -> 2; u = .1 in Q3[2] -> 0
-    drafted, q_rows = sd.draft_tokens(Q3, 0, 4, ScriptedRng([0.5, 0.5, 0.9, 0.1]))
+    drafted, q_rows = sd.draft_tokens(Q3, [0], 4, ScriptedRng([0.5, 0.5, 0.9, 0.1]))
     assert drafted == [1, 1, 2, 0]
     assert [list(q) for q in q_rows] == [list(Q3[c]) for c in (0, 1, 1, 2)]  # the row each was drawn from
 
 
 def test_draft_tokens_first_token_follows_q():
     rng = np.random.default_rng(1)
-    firsts = [sd.draft_tokens(Q3, 0, 1, rng)[0][0] for _ in range(20_000)]
+    firsts = [sd.draft_tokens(Q3, [0], 1, rng)[0][0] for _ in range(20_000)]
     assert np.allclose(np.bincount(firsts, minlength=3) / 20_000, Q3[0], atol=0.015)
 
 
@@ -180,51 +180,51 @@ def rows(*contexts):
 def test_all_accepted_gives_k_plus_one_tokens_with_a_bonus_from_the_last_context():
     # bonus drawn from P3[2] = [.6, .2, .2] with u = .7 -> token 1
     # (P3[1] would give 2, Q3[2] would give 2, the residual there would give 0)
-    assert sd.verify_round(P3, 0, [1, 2], rows(0, 1), ScriptedRng([0.99, 0.99, 0.7])) == [1, 2, 1]
+    assert sd.verify_round(P3, [0], [1, 2], rows(0, 1), ScriptedRng([0.99, 0.99, 0.7])) == [1, 2, 1]
 
 
 def test_rejection_replaces_from_the_residual_and_ends_the_round():
     # draft 1 at context 1: u = .5 >= 1/6 rejects it. residual(P3[1], Q3[1]) =
     # norm([0, 0, .5]) = token 2 for any u; p itself with u = .15 would give 1.
     rng = ScriptedRng([0.0, 0.5, 0.15])  # nothing left for the third draft
-    assert sd.verify_round(P3, 0, [1, 1, 2], rows(0, 1, 1), rng) == [1, 2]
+    assert sd.verify_round(P3, [0], [1, 1, 2], rows(0, 1, 1), rng) == [1, 2]
 
 
 def test_acceptance_is_strictly_below_the_ratio():
     # draft 1 at context 1 is kept when u < p/q = 1/6, rejected at u = p/q exactly
     ratio = sd.accept_prob(P3[1], Q3[1], 1)
     assert ratio == pytest.approx(1 / 6)
-    assert sd.verify_round(P3, 1, [1], rows(1), ScriptedRng([np.nextafter(ratio, 0), 0.7])) == [1, 2]
-    assert sd.verify_round(P3, 1, [1], rows(1), ScriptedRng([ratio, 0.7])) == [2]
+    assert sd.verify_round(P3, [1], [1], rows(1), ScriptedRng([np.nextafter(ratio, 0), 0.7])) == [1, 2]
+    assert sd.verify_round(P3, [1], [1], rows(1), ScriptedRng([ratio, 0.7])) == [2]
 
 
 def test_a_draft_the_target_forbids_is_never_accepted_even_at_u_zero():
     P = np.array([[0.0, 1.0], [0.5, 0.5]])
-    assert sd.verify_round(P, 0, [0], [np.array([0.5, 0.5])], ScriptedRng([0.0, 0.0])) == [1]
+    assert sd.verify_round(P, [0], [0], [np.array([0.5, 0.5])], ScriptedRng([0.0, 0.0])) == [1]
 
 
 def test_rejection_at_the_first_draft():
     # draft 0 at context 0: p/q = .2/.4 = .5; u = .6 rejects; residual = norm([0,.1,.1])
-    assert sd.verify_round(P3, 0, [0, 1], rows(0, 0), ScriptedRng([0.6, 0.4])) == [1]
+    assert sd.verify_round(P3, [0], [0, 1], rows(0, 0), ScriptedRng([0.6, 0.4])) == [1]
 
 
 def test_verification_uses_the_q_it_is_handed():
     # the same draft 0 after context 0, handed q = [.2, .4, .4] (p/q = 1) is kept,
     # handed Q3[0] (p/q = .5) it is rejected at u = .6
     handed = [np.array([0.2, 0.4, 0.4])]
-    assert sd.verify_round(P3, 0, [0], handed, ScriptedRng([0.6, 0.5])) == [0, 1]
-    assert sd.verify_round(P3, 0, [0], rows(0), ScriptedRng([0.6, 0.5])) == [2]  # residual [0, .5, .5]
+    assert sd.verify_round(P3, [0], [0], handed, ScriptedRng([0.6, 0.5])) == [0, 1]
+    assert sd.verify_round(P3, [0], [0], rows(0), ScriptedRng([0.6, 0.5])) == [2]  # residual [0, .5, .5]
 
 
 def test_spec_round_drafts_then_verifies_on_one_stream():
     # drafts: u = .5 -> 1, u = .5 -> 1 (from Q3[1]); checks: u = .99 keeps 1 (ratio
     # 1.25), u = .1 keeps 1 at context 1 (1/6 > .1); bonus from P3[1] with u = .5 -> 2
-    assert sd.spec_round(P3, Q3, 0, 2, ScriptedRng([0.5, 0.5, 0.99, 0.1, 0.5])) == [1, 1, 2]
+    assert sd.spec_round(P3, Q3, [0], 2, ScriptedRng([0.5, 0.5, 0.99, 0.1, 0.5])) == [1, 1, 2]
 
 
 def test_plain_decode_is_the_target_alone():
     # u = .5 in P3[0] = [.2, .5, .3] -> 1; in P3[1] = [.1, .1, .8] -> 2
-    assert sd.plain_decode(P3, 0, 2, ScriptedRng([0.5, 0.5])) == [1, 2]
+    assert sd.plain_decode(P3, [0], 2, ScriptedRng([0.5, 0.5])) == [1, 2]
 
 
 def test_strict_matching_by_hand():
@@ -232,8 +232,8 @@ def test_strict_matching_by_hand():
     # p(1) = .5 only (the probabilistic rule keeps it always); rejected at u = .6,
     # then p with 1 removed: [.2, 0, .3] / .5, u = .5 -> 2
     assert np.array_equal(sd.strict_seen(Q3[0], 1), [0, 1, 0])
-    assert sd.verify_strict(P3, 0, [1], rows(0), ScriptedRng([0.6, 0.5])) == [2]
-    assert sd.verify_round(P3, 0, [1], rows(0), ScriptedRng([0.6, 0.5])) == [1, 2]
+    assert sd.verify_strict(P3, [0], [1], rows(0), ScriptedRng([0.6, 0.5])) == [2]
+    assert sd.verify_round(P3, [0], [1], rows(0), ScriptedRng([0.6, 0.5])) == [1, 2]
 
 
 # --- 6-8. cost model, TV, MACs ------------------------------------------------

@@ -25,7 +25,7 @@ def generated(module, rule, n_tokens, seed, k=4, weight=sd.MIDDLING_WEIGHT):
     Q = sd.blend(sd.TARGET, sd.UNRELATED, weight)
     D, verify = next(((d, v) for r, d, v, _ in module.verifier_settings(sd.TARGET, Q) if r == rule),
                      (Q, module.verify_round))
-    return module.spec_generate(sd.TARGET, D, 0, n_tokens, k, np.random.default_rng(seed), verify)[0]
+    return module.spec_generate(sd.TARGET, D, [0], n_tokens, k, np.random.default_rng(seed), verify)[0]
 
 
 @pytest.mark.parametrize("rule", sd.TRACE_RULES)
@@ -97,7 +97,7 @@ def test_the_output_grows_linearly_with_the_rounds(capsys):
 def test_recorded_round_is_the_real_round():
     drafted, q_rows, emitted, calls = sd.recorded_round(sd.TARGET, sd.MIDDLING, 0, 4, np.random.default_rng(5))
     rng = np.random.default_rng(5)
-    assert emitted == sd.spec_round(sd.TARGET, sd.MIDDLING, 0, 4, rng)
+    assert emitted == sd.spec_round(sd.TARGET, sd.MIDDLING, [0], 4, rng)
     names = [name for name, _, _ in calls]
     assert names.count("accept_prob") == min(len(emitted), 4)
     assert sd.accept_prob.__name__ == "accept_prob"  # the stages were put back

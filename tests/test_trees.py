@@ -106,21 +106,21 @@ def test_tree_round_drafts_then_walks():
     # depth 1, branching 2 from 0: u = .1 -> 0 and u = .5 -> 1 from Q3[0]; check 0
     # (ratio .5) with u = .7: rejected, p -> [0, .5, .5]; check 1 against q: ratio
     # .5/.4 -> kept with u = .9; bonus from P3[1] with u = .95 -> 2
-    assert sd.tree_round(P3, Q3, 0, 1, 2, ScriptedRng([0.1, 0.5, 0.7, 0.9, 0.95])) == [1, 2]
+    assert sd.tree_round(P3, Q3, [0], 1, 2, ScriptedRng([0.1, 0.5, 0.7, 0.9, 0.95])) == [1, 2]
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_branching_one_is_the_chain_token_for_token(seed):
     Q = sd.blend(TARGET, UNRELATED, 0.5)
-    chain = sd.spec_generate(TARGET, Q, 0, 400, 3, np.random.default_rng(seed))
-    tree = sd.tree_generate(TARGET, Q, 0, 400, 3, 1, np.random.default_rng(seed))
+    chain = sd.spec_generate(TARGET, Q, [0], 400, 3, np.random.default_rng(seed))
+    tree = sd.tree_generate(TARGET, Q, [0], 400, 3, 1, np.random.default_rng(seed))
     assert chain == tree
 
 
 def tree_counts(module, ctx, distinct, runs=600, seed=0):
     rng, counts = np.random.default_rng(seed), np.zeros((6, 6))
     for _ in range(runs):
-        (x1, x2), _, _ = module.tree_generate(TARGET, UNRELATED, ctx, 2, 2, 3, rng, distinct)
+        (x1, x2), _, _ = module.tree_generate(TARGET, UNRELATED, [ctx], 2, 2, 3, rng, distinct)
         counts[x1, x2] += 1
     return counts
 
@@ -135,6 +135,6 @@ def test_tree_decoding_emits_the_target_joint(distinct):
 
 def test_tree_generate_validates_like_spec_generate():
     with pytest.raises(ValueError, match="branching must be an integer >= 1, got 0"):
-        sd.tree_generate(TARGET, TARGET, 0, 5, 2, 0, np.random.default_rng(0))
+        sd.tree_generate(TARGET, TARGET, [0], 5, 2, 0, np.random.default_rng(0))
     with pytest.raises(ValueError, match="draft Q row 0 sums to"):
-        sd.tree_generate(TARGET, TARGET * 2, 0, 5, 2, 2, np.random.default_rng(0))
+        sd.tree_generate(TARGET, TARGET * 2, [0], 5, 2, 2, np.random.default_rng(0))

@@ -1,7 +1,6 @@
 """The small helpers the demos lean on, each pinned by a hand-worked value."""
 import contextlib
 import io
-
 import re
 
 import numpy as np

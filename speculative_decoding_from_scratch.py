@@ -321,10 +321,11 @@ def check_inputs(P, Q, text, **counts):
             raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
     if isinstance(text, (str, bytes)) or not np.iterable(text) or len(text) == 0:
         raise ValueError(f"text must be a non-empty list of token ids, got {text!r:.60}")
-    bad = next((i for i, x in enumerate(text) if not (whole(x) and 0 <= x < len(P))), None)
-    if bad is not None:
+    ids = np.asarray(text)
+    if not (ids.dtype.kind in "iu" and ids.ndim == 1 and 0 <= ids.min() and ids.max() < len(P)):  # else find which
+        bad = next(i for i, x in enumerate(text) if not (whole(x) and 0 <= x < len(P)))
         raise ValueError(f"text[{bad}] = {text[bad]!r} is not a token id in 0..{len(P) - 1}")
-    return P, Q, list(text)
+    return P, Q, ids.tolist()
 
 # -----------------------------------------------------------------------------
 # 5b. Beyond a chain: draft trees (SpecInfer, Medusa, EAGLE)
@@ -793,7 +794,7 @@ def chain_rounds(outcomes_of, start, n, vocab, then=lambda state, tokens: tokens
                 out[tuple(kept[:m])] += prob
                 continue
             rest = m - len(kept) - 1
-            for y in np.flatnonzero(row):
+            for y in np.flatnonzero(row).tolist():  # ints: an np.int64 would miss the caches
                 later = after(then(state, (*kept, y)), rest) if rest else 1.0
                 out[tuple(kept) + (y,)] += prob * row[y] / row.sum() * later
         return out
@@ -1524,7 +1525,7 @@ class GreedyHead:
     alone: then each position is its own product, as plain decoding makes it.
     gap: rows come in pairs that differ by this much, so near ties are common."""
 
-    def __init__(self, V=4096, d=32, gap=1e-6, seed=23, dtype=np.float32, alone=False):
+    def __init__(self, V=2048, d=32, gap=1e-6, seed=23, dtype=np.float32, alone=False):
         rng = np.random.default_rng(seed)
         W = rng.standard_normal((V, d)) / np.sqrt(d)
         if gap:
@@ -1773,8 +1774,7 @@ def demo1_rule_by_hand(ctx=0):
     r, beta = residual(p, q), float(np.minimum(p, q).sum())
     kept, fixed = q * acc, (1 - beta) * r
     gap = np.abs(kept + fixed - p)
-    say(f"One context, '{name(ctx)}'. The target's row p, and the row q of the middling",
-        "draft: half the target, half an unrelated table.")
+    say(f"After '{name(ctx)}': the target's row p, and q, the middling draft's (half target, half unrelated).")
     print()
     table([("token", 5, ">5"), ("p", 7, ".3f"), ("q", 7, ".3f"), ("min(1, p/q)", 13, ".3f"),
            ("p - q", 9, "+.3f"), ("residual", 10, ".3f")],
@@ -1787,7 +1787,7 @@ def demo1_rule_by_hand(ctx=0):
     say(f"It over-proposes '{name(over)}' (q = {q[over]:.3f} > p = {p[over]:.3f}):",
         f"it is kept with p/q = {ratio:.3f}." if abs(acc[over] - ratio) < 1e-12 else
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.",
-        "A rejected draft is replaced by a draw from the residual: max(0, p - q), normalised.")
+        "A rejected draft is redrawn from the residual, max(0, p - q) normalised.")
     print(f"\nThe proof, token by token. P(reject) = 1 - sum min(p, q) = {1 - beta:.3f}.\n")
     table([("token", 5, ">5"), ("kept: q min(1,p/q)", 20, ".4f"), ("+ P(reject) residual", 22, ".4f"),
            ("= emitted", 11, ".4f"), ("p", 8, ".4f")],
@@ -1833,10 +1833,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=1000):
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV(x1, x2)", 12, exact_text),
            ("TV(x1)", 9, exact_text), ("verdict", 17, "<")], rows, groups=[("sampled", 1, 2), ("exact", 3, 4)])
     print()
-    say(f"A sample's TV is never 0: the target itself, sampled {n_runs:,} times, has TV",
-        f"{floor_tv(TARGET, ctx, n_runs, 2):.4f}. So the fit, not the TV, is the test.")
+    say(f"A sample's TV is never 0: the target sampled alike has {floor_tv(TARGET, ctx, n_runs, 2):.4f}. The fit is the test.")
     diff = [(r, f + "()", new or "(the line is deleted)") for r in BUGS for f, old, new in BUGS[r]]
-    print("\nEach bug is one edit of one line of this script:\n")
+    print("\nEach bug edits one line:\n")
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     print()
     demo2_verdicts(verdicts)
@@ -1858,8 +1857,8 @@ def demo2_verdicts(verdicts):
         f"Neither catches {', '.join(caught['the target'])}." if caught["the target"] else "",
         " ".join(f"Not checked: {r} ({v})." for r, v in verdicts.items() if r in BUGS and v not in checks))
     print()
-    say("APEX-1, a public from-scratch language model, shipped two of them. Its BUG-15 was",
-        "argmax. Its generator still takes q = 1/V, as uniform_q does.")
+    say("APEX-1, a public from-scratch language model, shipped argmax as its BUG-15. Its",
+        "generator still does what uniform_q does.")
 
 
 def demo2_greedy(n_tokens, k=4):
@@ -1867,8 +1866,7 @@ def demo2_greedy(n_tokens, k=4):
     P0 = temper(TARGET, 0)
     plain = plain_decode(P0, [0], n_tokens, np.random.default_rng(0))
     print()
-    say("Greedy decoding is sampling at temperature 0, where each row is one-hot at its",
-        f"argmax (the paper's section 2.2). The same loop, {n_tokens:,} tokens, k = {k}:")
+    say(f"Greedy decoding samples at temperature 0: rows one-hot at the argmax. The same loop, k = {k}:")
     print()
     rows = []
     for weight in (MIDDLING_WEIGHT, 0.9):
@@ -1879,8 +1877,7 @@ def demo2_greedy(n_tokens, k=4):
            ("accepted", 10, ",d")], rows)
     print()
     say("Both are argmax decoding, token for token." if min(r[1] for r in rows) == n_tokens
-        else "NOT argmax decoding: some tokens differ.",
-        "At temperature 0, min(1, p/q) keeps the target's argmax and nothing else.")
+        else "NOT argmax decoding: some tokens differ.")
     takeaway("the loop keeps the target's distribution; a broken rule shows only over many runs.")
     return rows
 
@@ -1899,9 +1896,9 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
             continue
         rows.append((label, m.rate, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
-    say(f"Drafts from perfect to unrelated, k = {k}, {n_rounds:,} rounds each. The last four are the",
-        "target itself at a temperature T. The paper's eq. 1 estimates tokens per call as 1 +",
-        "alpha + ... + alpha^k. The speedup is tokens per call / (1 + k c), with c = 0.1 here.")
+    say(f"Drafts from perfect to unrelated, k = {k}, {n_rounds:,} rounds each; the last four are the target",
+        "at a temperature T. The paper's eq. 1 estimates tokens per call: 1 + alpha + ... +",
+        "alpha^k. The speedup is tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("accepted\n/ checked", 10, ".3f"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1909,7 +1906,7 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
           rows, groups=[("", 0, 2), ("tokens per target call", 3, 7)])
     misfits = [r for r in rows if r[7] == "NO"]
     print()
-    say("The measured value fits when it is within 4 standard errors (+-) of the exact one.",
+    say("A value fits within 4 standard errors (+-) of the exact one.",
         "Every row fits." if not misfits and not errors else "NOT every row fits: " + "; ".join(
             [f"{r[0]} measures {r[3]:.2f} where the exact value is {r[6]:.2f}" for r in misfits[:2]] + errors) + ".")
     demo3_alpha_words(k)
@@ -1923,10 +1920,9 @@ def demo3_alpha_words(k):
     naive, right = 1 + k * a, exact_tokens_per_call(TARGET, MIDDLING, k)
     rate1 = exact_tokens_per_call(TARGET, MIDDLING, 1) - 1
     print()
-    say(f"The naive 1 + k alpha says {naive:.2f} tokens per call for the middling draft; the truth is",
-        f"{right:.2f}. A rejection ends the round. Rounds also start where the last one ended,",
-        "not where the target's text sits. So accepted / checked is not alpha: at k = 1 it is",
-        f"{rate1:.4f} here, against alpha = {a:.4f}.")
+    say(f"The naive 1 + k alpha says {naive:.2f} for the middling draft, not {right:.2f}: a rejection",
+        "ends the round. Rounds also start where the last one ended, not where the target's",
+        f"text sits. So accepted / checked is not alpha: at k = 1 it is {rate1:.4f}, alpha {a:.4f}.")
 
 
 def demo3_temperatures(k, n_rounds, n_exact=3):
@@ -1944,9 +1940,8 @@ def demo3_temperatures(k, n_rounds, n_exact=3):
         rows.append((T, pair_alpha(P_T, Q_T), m.per_call, transition_tv(m.tokens, P_T),
                      transition_tv(plain, P_T), p_fit, tv, both_checks(p_fit, tv)))
     print()
-    say("Now a temperature T on both tables. TV compares the output's next-token frequencies",
-        f"with the tempered target's rows, floor the target decoded alone. The exact TV is of",
-        f"the first {n_exact} tokens.")
+    say(f"Now T on both tables. TV: the output's transitions against the tempered rows; floor:",
+        f"the target decoded alone; exact: the first {n_exact} tokens.")
     print()
     table([("T", 4, ".1f"), ("alpha", 7, ".3f"), ("tokens/call", 13, ".2f"), ("TV", 8, ".4f"),
            ("floor", 8, ".4f"), ("fit", 12, p_text), ("exact", 9, exact_text), ("verdict", 16, "<")], rows)
@@ -1956,8 +1951,8 @@ def demo3_temperatures(k, n_rounds, n_exact=3):
     print()
     say(f"NOT every temperature emits its tempered target: T = {', '.join(failed)} fails a check."
         if failed else "Every temperature emits its tempered target by both checks.",
-        "Here alpha rises with T: flatter rows overlap more." if rises else "Here alpha does not rise steadily with T.",
-        "In the paper's Table 3 it fell, from 0.75 to 0.62, for T5-small drafting for T5-XXL.")
+        "Here alpha rises with T." if rises else "Here alpha does not rise steadily with T.",
+        "In the paper's Table 3 it fell (T5-small drafting for T5-XXL).")
     return rows
 
 
@@ -1973,16 +1968,15 @@ def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
         p_fit, tv = transition_p_value(tokens, P_T), tv_distance(exact, truth)
         rows.append((label, transition_tv(tokens, P_T), p_fit, tv, both_checks(p_fit, tv), tokens, exact))
     print()
-    say(f"Two bugs that shipped put the temperature on one side only. T = {T} is requested:")
+    say(f"Two shipped bugs applied T = {T} to one side only:")
     print()
     table([("verified with", 16, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("exact", 9, exact_text),
            ("verdict", 16, "<")], [r[:5] for r in rows])
     p_t1 = transition_p_value(rows[1][5], TARGET)
     tv_t1 = tv_distance(rows[1][6], target_first_tokens(TARGET, 0, n_exact))
     print()
-    say("The first is Hugging Face transformers #32867, fixed by #33534 (transformers: a",
-        "Python library): q must be what the draft sampled from. The second is vLLM #9834, fixed",
-        "by #10198 (vLLM: an open-source serving engine).",
+    say("The first is Hugging Face transformers #32867 (fixed by #33534); transformers is a",
+        "Python library. The second is vLLM #9834 (fixed by #10198); vLLM is a serving engine.",
         f"It emits the T = 1 target by both checks ({p_text(p_t1)}, exact {exact_text(tv_t1)}): the temperature"
         " is lost." if both_checks(p_t1, tv_t1) == "the target" else
         f"It is NOT the T = 1 target either ({both_checks(p_t1, tv_t1)}).")
@@ -2004,8 +1998,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
         m, exact = measure(TARGET, MIDDLING, k, n_rounds, seed=4), exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k. rate: accepted / checked.",
-        "The bar is the exact speedup.")
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k; the bar is the exact speedup.")
     print()
     table([("k", 3, "d"), ("rate", 7, ".3f"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"),
            ("fits", 6, ">6"), ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 26, "<")],
@@ -2015,9 +2008,8 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
     a = pair_alpha(TARGET, MIDDLING)
     print()
     say("Every row fits." if not misfits else f"NOT every row fits: k = {', '.join(misfits)}.",
-        f"The best k is {best_m} measured and {best_e} exact.",
-        f"Tokens per call level off below 1 / (1 - alpha) = {1 / (1 - a):.2f}: a round ends at its",
-        "first rejection. The cost 1 + k c keeps growing with every draft. The best k by eq. 1:")
+        f"The best k is {best_m} measured, {best_e} exact. Tokens per call level off below 1 / (1 - alpha)",
+        f"= {1 / (1 - a):.2f}, while the cost 1 + k c grows. The best k by eq. 1:")
     print()
     table([("alpha", 7, ".3f"), ("k", 5, "d"), ("speedup", 9, ".2f"), ("", 24, "<")],
           [(al, *best_k(al, c), "<- this draft's alpha" if al == a else "") for al in (0.5, 0.7, 0.9, a)])
@@ -2035,9 +2027,8 @@ def demo5_break_even(k=4, n_rounds=1500):
         real_best[c] = exact_speedups.max()  # the best k >= 1, even where it loses
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *best_k(a, c, k_max=16),
                      *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else None))
-    say(f"The middling draft at k = {k} makes {m.per_call:.2f} tokens per call. It ties with plain",
-        f"decoding at c* = (tokens - 1) / k = {c_star:.3f}. The best k at each c follows, by eq. 1",
-        "and exactly; k = 0 means plain decoding is fastest.")
+    say(f"The middling draft makes {m.per_call:.2f} tokens per call at k = {k}, so it ties at c* = (tokens",
+        f"- 1) / k = {c_star:.3f}. The best k by eq. 1 and exactly (k = 0: plain decoding wins):")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 4, "d"), ("speedup", 9, ".3f"),
            ("k", 5, "d"), ("speedup", 9, ".3f"), ("bound", 11, ".3f")], rows,
@@ -2045,19 +2036,18 @@ def demo5_break_even(k=4, n_rounds=1500):
     edge = [f"{r[0]:.3g}" for r in rows if a > r[0] and r[5] == 0]
     below = [f"{r[0]:.3g}" for r in rows if r[7] is not None and r[6] < r[7] - 5e-4]
     print()
-    say("The paper's Corollary 3.9 says that if alpha > c, some k wins, by at least the bound",
-        f"(1 + alpha) / (1 + c). It assumes one alpha everywhere. But rounds start where the last",
-        f"one ended, where a draft passes {exact[0] - 1:.3f} of the time, not {a:.3f}.",
+    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least the bound. It",
+        f"assumes one alpha everywhere, but rounds start where a draft passes {exact[0] - 1:.3f}, not {a:.3f}.",
         f"So at c = {', '.join(edge)} no k helps, although alpha > c." if edge else
         "Here some k helps wherever alpha > c.",
         f"The exact best falls below the bound at c = {', '.join(below)}." if below else
         "The exact best meets the bound at every c.")
     poor = [(j, *measure(TARGET, UNRELATED, j, n_rounds, seed=5)[:2]) for j in (1, 2, 4, 8)]
-    print("\nA large but poor draft: the unrelated table at c = 0.25.\n")
+    print("\nA large, poor draft: the unrelated table at c = 0.25.\n")
     table([("k", 3, "d"), ("rate", 8, ".3f"), ("tokens per call", 17, ".2f"), ("speedup", 9, ".2f"), ("", 8, "<")],
           [(j, r, t, speedup(t, j, 0.25), "slower" if speedup(t, j, 0.25) < 1 else "") for j, r, t in poor])
     print()
-    say("Every draft costs c, kept or not. With the rate at or below c nothing helps.")
+    say("Every draft costs c, kept or not.")
     takeaway("a draft must be cheap and agree often; when c reaches the acceptance rate, no k helps.")
     return SimpleNamespace(rows=rows, edge=edge, below=below, poor=poor)
 
@@ -2068,10 +2058,10 @@ def demo6_free_compute(n_ctx=512, clock_size=4096):
     rows = [(n, *(x / 1e9 for x in pass_traffic(LLAMA2_7B, n_ctx, n)),
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in (1, 2, 4, 8, 16)]
-    say(f"A decoder shaped like Llama-2-7B, {weight_count(*LLAMA2_7B) / 1e9:.2f} billion 16-bit weights, {n_ctx} tokens of",
-        "context. One pass reads every weight once, however many positions it scores.",
-        "GMACs: billions of multiply-accumulates. The time is a roofline model of an",
-        f"{H100.name}: the longer of reading the bytes and doing the arithmetic.")
+    say(f"A Llama-2-7B-shaped decoder ({weight_count(*LLAMA2_7B) / 1e9:.2f} billion 16-bit weights, {n_ctx} tokens of context).",
+        "One pass reads every weight once, however many positions it scores. GMACs:",
+        f"billions of multiply-accumulates. The time is a roofline model of an {H100.name}:",
+        "the longer of reading the bytes and doing the arithmetic.")
     print()
     table([("positions", 9, "d"), ("GMACs", 9, ".1f"), ("GB", 8, ".2f"), ("MACs/byte", 11, ".2f"),
            ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("", 8, ">8"), ("vs 1", 7, ".2f")],
@@ -2079,23 +2069,16 @@ def demo6_free_compute(n_ctx=512, clock_size=4096):
     one, free = rows[0][3], int(ridge() // rows[0][3])
     print()
     say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point. One decoding",
-        f"step does {one:.2f}, so up to {free} positions cost what one does. The drafts are checked",
-        "with arithmetic that was idle. The price is more arithmetic, as in the paper's",
-        "Table 1 (its eq. 1 and Theorem 3.11, with a free draft):")
-    print()
-    table([("alpha", 6, ".1f"), ("k", 4, "d"), ("arithmetic", 12, lambda x: f"{x:.2f}x"),
-           ("speed", 8, lambda x: f"{x:.2f}x")],
-          [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
-           for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
+        f"step does {one:.2f}, so up to {free} positions cost what one does: the drafts are checked",
+        "with idle arithmetic.")
     return SimpleNamespace(rows=rows, batch=demo6_batch(), clock=demo6_on_this_machine(clock_size))
 
 
 def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 0.9), k_max=32):
     """Demo 6, part two: a server decoding a batch, on the same roofline."""
     print()
-    say(f"A server decodes B sequences at once, so the arithmetic per byte grows with B. The",
-        f"best k and its speedup by eq. 1 on the roofline, {n_ctx} tokens of context, a draft",
-        f"{weight_count(*LLAMA2_7B) / weight_count(*DRAFT_SHAPE):.0f} times smaller:")
+    say(f"A server decodes B sequences at once, so arithmetic per byte grows with B. The best",
+        f"k, {n_ctx} tokens of context, a draft {weight_count(*LLAMA2_7B) / weight_count(*DRAFT_SHAPE):.0f} times smaller:")
     fit, rows = sequences_that_fit(n_ctx), []
     for b in batches:
         gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
@@ -2161,8 +2144,8 @@ def blas_name():
 def demo6_clock(W, X):
     """Demo 6, part three: what a pass over 1 to 16 positions costs on this machine."""
     print()
-    say(f"On this machine: y = W @ X, a float32 W of {W.shape[0]} x {W.shape[1]}, one column of X per",
-        f"position, through {blas_name()}. Lines marked (clock) are this run's wall-clock times.")
+    say(f"On this machine: W @ X, a float32 W of {W.shape[0]} x {W.shape[1]}, a column of X per position,",
+        f"through {blas_name()}. Lines marked (clock) hold for this machine and run only.")
     print()
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, 4, 8, 16)}
@@ -2199,8 +2182,8 @@ def demo6_why(W, X, t1, n_small=1024):
 def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
     """Demo 6, part four: predict the speedup from a calibration, then decode."""
     print()
-    say(f"A calibration before decoding: c is a draft pass ({W_draft.shape[0]} x {W_draft.shape[1]}), and v the",
-        "verifying pass over k+1 positions, both in one-column target passes:")
+    say("Calibrated before decoding, in one-column target passes: c, a draft pass, and v, the",
+        "verifying pass over k+1 positions:")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
@@ -2222,9 +2205,9 @@ def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
         rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
     print()
-    say(f"Then a timed decode. The paper predicts tokens / (1 + k c). Refined, tokens / (v + k c)",
-        f"picks k = {k_good} for a blend weight {good_weight} draft. Refined* takes the run's own tokens",
-        "per call, so its error is the cost model's alone.", clock=True)
+    say(f"Then a timed decode. The paper predicts tokens / (1 + k c); refined, tokens / (v + k c),",
+        f"which picks k = {k_good} for a blend {good_weight} draft. Refined* uses the run's own tokens per call.",
+        clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
@@ -2247,15 +2230,12 @@ def demo6_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
     """Demo 6's closing sentences, from the predictions and the clock."""
     print()
     for label, _, _, _, _, clock, at_run, error, spread in rows:
-        judged = (f"the calibration was too noisy to judge the model (spread {spread:.0%})" if spread > too_noisy
-                  else f"the refined model {'was' if abs(error) <= tolerance else 'was NOT'} within "
-                  f"{tolerance:.0%} of it")
-        say(f"With the {label} draft speculation {'wins' if clock > 1 else 'loses'} ({clock:.2f}x), and {judged}.",
-            clock=True)
-    say(f"Here v is {v4:.2f} at k = 4, where the roofline gives 1." + (
-        " So only a draft that agrees often wins here." if v4 > 1.25 else
-        " This machine checks k+1 positions for about the price of one."), clock=True)
-    takeaway("checking k tokens is free only while a pass is memory-bound and wide passes cost no more.")
+        judged = (f"the calibration was too noisy to judge (spread {spread:.0%})" if spread > too_noisy
+                  else f"refined* {'was' if abs(error) <= tolerance else 'was NOT'} within {tolerance:.0%}")
+        say(f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x); {judged}.", clock=True)
+    say(f"Here v is {v4:.2f} at k = 4, where the roofline gives 1" + (
+        ": only a draft that agrees often wins." if v4 > 1.25 else ": k+1 positions cost about one."), clock=True)
+    takeaway("checking k tokens is free only while a pass is memory-bound and a wide one costs no more.")
 
 
 def demo7_distillation(k=4, c=0.1, n_text=20_000):
@@ -2265,9 +2245,8 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
     S_text, S_target = bigram_counts(text), visit_joint(P)
     fit, kd_params = low_rank_draft(fit_text(text)), distill(P)
     kd, tv = low_rank_draft(kd_params), low_rank_draft(maximise_alpha(P, kd_params))
-    say(f"A world table writes a text of {n_text:,} tokens. The target models the world, imperfectly:",
-        "0.7 world + 0.3 another table. The draft is small, softmax(u v^T + b): 18 numbers where",
-        "a full table has 30. Each draft is trained by gradient descent on one objective.")
+    say(f"A world table writes {n_text:,} tokens. The target models it imperfectly (0.7 world + 0.3",
+        "another). Each draft, softmax(u v^T + b), has 18 numbers where a full table has 30.")
     print()
     rows = [("1. the world's text", "CE", cross_entropy(S_text, fit), fit),
             ("2. the target's distributions", "KL(p||q)", cross_entropy(S_target, kd) - cross_entropy(S_target, P), kd),
@@ -2279,10 +2258,9 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
            for label, obj, v, Q in rows])
     a_fit, a_kd, a_tv, a_world = (pair_alpha(P, Q) for Q in (fit, kd, tv, world))
     print()
-    say(f"Distilling the target {'beats' if a_kd > a_fit else 'does NOT beat'} fitting the text: alpha {a_kd:.3f}"
-        f" against {a_fit:.3f}. The text teaches the world, and the world is not the target. Even",
-        f"the world's own table reaches {'only ' * (a_world < a_kd)}{a_world:.3f}. Climbing alpha itself"
-        f" {'gains more still' if a_tv > a_kd else 'does NOT gain'}.")
+    say(f"Distilling the target {'beats' if a_kd > a_fit else 'does NOT beat'} fitting the text, {a_kd:.3f} to {a_fit:.3f}:"
+        " the text teaches the world, not the target. Climbing alpha itself"
+        f" {'gains more' if a_tv > a_kd else 'does NOT gain'}.")
     takeaway("train the draft on the target's own distributions, not on the data the target learned from.")
     return SimpleNamespace(alpha_fit=a_fit, alpha_kd=a_kd, alpha_tv=a_tv, alpha_world=a_world)
 
@@ -2290,8 +2268,8 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
 def demo8_trees(n_runs=600, n_rounds=200):
     parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
     mask = tree_attention_mask(parents)
-    say("A tree drafts several candidates at each node, and the target checks every node in",
-        "one pass. Its attention mask lets each node read only its own branch (x: may attend):")
+    say("A tree drafts several candidates per node; one pass checks them all. Its attention",
+        "mask lets each node read only its own branch (x: may attend):")
     print()
     table([("", 5, "<")] + [(name(j), 2, ">2") for j in range(6)],
           [(f"  {name(i)}", *("x" if m else "." for m in mask[i])) for i in range(6)])
@@ -2301,8 +2279,8 @@ def demo8_trees(n_runs=600, n_rounds=200):
     errors = [np.abs(masked_pass(P2, context, tokens, m) - slow).max()
               for m in (tree_attention_mask(tree_parents), np.tri(len(tokens), dtype=bool))]
     print()
-    say(f"For a target that reads two tokens back and a tree of {len(tokens)} nodes, one masked pass",
-        f"matches each path scored alone to {exact_text(errors[0])}. A causal mask is off by {exact_text(errors[1])}.")
+    say(f"A {len(tokens)}-node tree, a target that reads two tokens: the masked pass matches each path alone",
+        f"to {exact_text(errors[0])}. A causal mask is off by {exact_text(errors[1])}.")
     return SimpleNamespace(mask_error=errors[0], causal_error=errors[1],
                            exactness=demo8_exactness(n_runs), rates=demo8_depth_and_width(n_rounds))
 
@@ -2321,10 +2299,9 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         p_fit = chi2_sf(*pearson(counts, truth))
         rows.append((label, tv_distance(counts / n_runs, truth), p_fit, "consistent" if p_fit >= P_REJECT else "NOT the target"))
     print()
-    say("Is a tree exact? Independent children are each drawn from q, as SpecInfer does (a",
-        "tree verifier, Miao et al.). Distinct ones are drawn from q without the earlier ones, as",
-        "EAGLE-1's code does (a trained draft head, Li et al.). A rejected child's q must leave",
-        f"p before its sibling is tried; no_update deletes that line. {n_runs:,} runs each, judged by the fit:")
+    say("Is a tree exact? SpecInfer, a tree verifier, draws children independently from q.",
+        "EAGLE-1, a trained draft head, draws distinct ones. A rejected child's q must leave p",
+        f"before its sibling is tried; no_update deletes that line. {n_runs:,} runs each:")
     print()
     table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
     ok = [r[3] == "consistent" for r in rows]
@@ -2350,8 +2327,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         exact = exact_tokens_per_call(TARGET, MIDDLING, d) if b == 1 else None
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], rates[-1][0] if b > 1 else None, exact))
     print()
-    say(f"Tokens per call, the middling draft, {n_rounds:,} rounds each. Depth counts draft steps,",
-        "nodes the positions in the verifying pass. A chain is a tree of branching 1.")
+    say(f"Tokens per call, {n_rounds:,} rounds each. Depth: draft steps; nodes: positions verified.")
     print()
     table([("draft", 20, "<"), ("depth", 6, "d"), ("nodes", 7, "d"), ("independent", 13, ".2f"), ("+-", 6, ".2f"),
            ("distinct", 10, ".2f"), ("chain exact", 13, ".2f")], rows)
@@ -2361,8 +2337,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
     print()
     say("Each chain's measured value fits its exact one." if not off else
         f"NOT every chain fits its exact value: {', '.join(off)}.",
-        f"At depth {depth}, branching 3 with distinct children makes {rows[2][4]:.2f}, {'more' if wider else 'NOT more'}"
-        f" than the chain's {rows[0][3]:.2f}. A chain of {nodes[3]} makes {rows[3][3]:.2f}, in {nodes[3]} steps, not {depth}.")
+        f"At depth {depth} the widest tree makes {rows[2][4]:.2f}, {'more' if wider else 'NOT more'} than the chain's"
+        f" {rows[0][3]:.2f}.")
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).")
     return rows
 
@@ -2413,11 +2389,11 @@ def last_passing(W):
     k, w = len(W), [-math.log(x) if x > 0 else math.inf for x in W]
 
     def chance(rule):  # rule[j](n): what the count n at position j's threshold must satisfy
-        dist, t = np.eye(k + 1)[0], 0.0
+        dist, t = [1.0] + [0.0] * k, 0.0
         for j in sorted(rule, key=lambda j: w[j - 1]):
             dist, t = poisson_step(dist, w[j - 1] - t), w[j - 1]
-            dist = dist * [rule[j](n) for n in range(k + 1)]
-        return float(dist.sum())
+            dist = [x * rule[j](n) for n, x in enumerate(dist)]
+        return sum(dist)
 
     fails = {j: (lambda n, j=j: n >= j) for j in range(1, k + 1)}
     return [chance(fails)] + [chance({**{j: fails[j] for j in range(i + 1, k + 1)}, i: lambda n, i=i: n < i})
@@ -2429,11 +2405,10 @@ def poisson_step(dist, dt):
     over counts 0..k, counts capped at k (the last entry takes the rest)."""
     k = len(dist) - 1
     if dt == math.inf:
-        return np.eye(k + 1)[k] * dist.sum()
+        return [0.0] * k + [sum(dist)]
     pmf = [math.exp(-dt) * dt**j / math.factorial(j) for j in range(k + 1)]
-    out = np.convolve(dist, pmf)[:k + 1]
-    out[k] = max(0.0, dist.sum() - out[:k].sum())
-    return out
+    out = [sum(dist[n] * pmf[m - n] for n in range(m + 1)) for m in range(k)]
+    return out + [max(0.0, sum(dist) - sum(out))]
 
 
 def shipped_block_outcomes(P, Q, d, k):
@@ -2460,11 +2435,10 @@ def demo9_verifiers(k=3):
               "one-hot": ("p(argmax q)", float(p[0, q.argmax()])), "strict": ("sum q p", float((p * q).sum()))}
     rows = [(name_, float(acceptance(p, D, how or {})[0]), f"{closed[name_][1]:.3f} = {closed[name_][0]}")
             for name_, D, _, how in verifier_settings(p, q)[:3]]
-    say("A server sets what verification sees of the draft. Probabilistic: drafts sampled from",
-        "q, checked against q. One-hot: the draft proposes its argmax. A deterministic draft's q",
-        "is one-hot, so x is kept with chance p(x), else redrawn from p without x. Strict: a",
-        "draft is kept only if it equals the target's own sample. For p = (0.9, 0.05, 0.05) and",
-        "q = (0.4, 0.3, 0.3), the chance a draft is kept:")
+    say("A server sets what verification sees. Probabilistic: drafts sampled from q, checked",
+        "against q. One-hot: the draft proposes its argmax; a deterministic draft's q is one-hot,",
+        "so x is kept with chance p(x). Strict: kept only if it equals the target's own sample.",
+        "For p = (0.9, 0.05, 0.05) and q = (0.4, 0.3, 0.3), the chance a draft is kept:")
     print()
     table([("verifier", 15, "<"), ("kept", 7, ".3f"), ("closed form", 24, "<")], rows)
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
@@ -2484,9 +2458,8 @@ def demo9_verifiers(k=3):
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
     say("Every kept chance equals its closed form." if agree else "NOT every kept chance equals its closed form.",
-        "Block verification (Sun et al., ICLR 2025) judges the drafted block as a whole. Each",
-        f"setting's alpha, and its exact tokens per call at k = {k}, for five pairs (b 1-hot: block",
-        "over one-hot drafts):")
+        "Block verification (Sun et al., ICLR 2025) judges the drafted block as a whole. Five",
+        f"pairs, at k = {k} (b 1-hot: block over one-hot drafts):")
     print()
     table([("pair", 18, "<"), ("prob", 6, ".3f"), ("1-hot", 6, ".3f"), ("strict", 7, ".3f"),
            ("prob", 6, ".2f"), ("1-hot", 6, ".2f"), ("strict", 7, ".2f"), ("block", 6, ".2f"), ("b 1-hot", 8, ".2f"),
@@ -2496,10 +2469,10 @@ def demo9_verifiers(k=3):
     print()
     wins = sum(w for _, w, _, _ in reasons)
     say("Which keeps most depends on the pair.",
-        "Over one-hot drafts block keeps " + ("exactly what one-hot keeps." if same else "NOT what one-hot keeps."),
-        f"One-hot beats probabilistic in {plural(wins, 'context')} of the {VOCAB * len(pairs)}, each where the target likes",
-        "the draft's argmax more than the draft does." if all(r[3] for r in reasons) else
-        "the draft's argmax more than the draft does: NOT in every one.")
+        "Over one-hot drafts block keeps " + ("what one-hot keeps." if same else "NOT what one-hot keeps."),
+        f"One-hot wins in {plural(wins, 'context')} of {VOCAB * len(pairs)}, " + (
+            "each where the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
+            else "NOT each where the target likes the draft's argmax more than the draft does."))
     return SimpleNamespace(row=rows, pairs=prow, reasons=reasons, exactness=demo9_exactness(k),
                            block=demo9_block())
 
@@ -2537,11 +2510,10 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
         rows.append((label, *tvs, p_fit, both_checks(p_fit, max(tvs)), exact,
                      kept if label.startswith("vllm-ascend") else None))
     print()
-    say(f"Are they exact? The middling draft, k = {k}, the exact TV of the first 1, 2 and {n} tokens, and",
-        f"a fit of {n_runs:,} runs. Block verification keeps x_1..x_i with a chance h_i computed from",
-        "p_i, the share of that block the target still wants. Two edits break it. The first,",
-        "tokenwise_residual, draws the last token from max(0, p - q), not the block's residual.",
-        "The second, cumulative, keeps with chance p_i, not h_i. Last come two block paths that",
+    say(f"Are they exact? Exact TVs of the first 1 to {n} tokens, and a fit of {n_runs} runs. Block",
+        "verification keeps x_1..x_i with a chance h_i, from p_i, the share of that block the",
+        "target still wants. The edit tokenwise_residual redraws from max(0, p - q), not the",
+        "block's residual; cumulative keeps with chance p_i, not h_i. Then two block paths that",
         "shipped in vllm-ascend, the vLLM plugin for Huawei's accelerators.")
     print()
     table([("verifier", 22, "<"), ("1", 9, exact_text), ("2", 9, exact_text), ("3", 9, exact_text),
@@ -2569,18 +2541,16 @@ def demo9_exactness_verdicts(rows, truth, k):
         first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
             print()
-            say(f"A sample would need about {about(samples_to_see(exact, truth))} runs to see the bias of {label}, which",
-                f"starts at token {first_bad}. The exact check sees it at once.")
+            say(f"A sample needs about {about(samples_to_see(exact, truth))} runs to see {label}'s bias at token {first_bad}."
+                " The exact check sees it at once.")
     block = next(r for r in rows if r[0] == "block")
     shipped = [r for r in rows if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and block[5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
         print()
         say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
-            f"drafts per round, where block verification keeps {block_kept:.2f}. A product of uniforms",
-            "shrinks fast, so later positions pass too easily. PR #7808 fixed the rule. Then PR #8308",
-            "put it back, #9772 added a test that pins its answer, and it is still there at commit",
-            "182b75ea84.")
+            f"drafts per round, block verification {block_kept:.2f}. PR #7808 fixed the rule. PR #8308",
+            "put it back, and #9772 added a test that pins its answer.")
 
 
 def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
@@ -2593,9 +2563,8 @@ def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
         rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
     ideal = sum(1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2))
     print()
-    say("How much does judging the block gain? The block paper's example: two tokens, target",
-        "(1/3, 2/3), draft (2/3, 1/3), k = 2, accepted drafts per round. The ideal bounds any",
-        "verifier that keeps the target's distribution.")
+    say("What does judging the block gain? Its paper's example: target (1/3, 2/3), draft (2/3,",
+        "1/3), k = 2; accepted drafts per round. The ideal bounds every exact verifier.")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("fits", 6, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -2605,7 +2574,7 @@ def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
         tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
         m = measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=verify_block)
         gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, fits(m.per_call, m.se, bl)))
-    print(f"\nTokens per target call, the middling draft; block measured over {n_rounds:,} rounds:\n")
+    print("\nThe middling draft, tokens per call:\n")
     table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"),
            ("gain", 8, lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"), ("measured", 10, ".2f"),
            ("+-", 6, ".2f"), ("fits", 6, ">")], gains, groups=[("exact", 1, 3), ("block", 4, 6)])
@@ -2616,15 +2585,24 @@ def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
         f"NOT every measured value fits its exact one: {', '.join(misfit)}.",
         f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
         " any exact verifier can." if over else "Neither keeps more than the ideal.",
-        "Block verification keeps at least as many tokens at every k." if min(g[3] for g in gains) >= -1e-12
-        else "Block verification LOSES tokens at some k.",
-        f"It gains {max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% in wall-clock time on real models.")
-    takeaway("every lossless setting keeps the target's distribution; which one is fastest depends on the pair.")
+        "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
+        else "Block verification LOSES tokens at some k,",
+        f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% faster on real models.")
+    takeaway("every lossless setting keeps the target's distribution; the fastest depends on the pair.")
     return SimpleNamespace(example=rows, ideal=ideal, gains=gains)
 
 
 def demo6_detail(size=4096):
-    """Demo 6 in detail: a long context on the roofline, and why this BLAS charges for columns."""
+    """Demo 6 in detail: the arithmetic spent, a long context on the roofline, and why this
+    BLAS charges for columns."""
+    print()
+    say("The price of speed is arithmetic. The paper's Table 1, from its eq. 1 and Theorem",
+        "3.11, with a free draft (c = c_hat = 0, c_hat being the draft's arithmetic per token):")
+    print()
+    table([("alpha", 6, ".1f"), ("k", 4, "d"), ("arithmetic", 12, lambda x: f"{x:.2f}x"),
+           ("speed", 8, lambda x: f"{x:.2f}x")],
+          [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
+           for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
     demo6_batch(n_ctx=512, batches=(1, 4, 16, 64, 128, 256))
     print()
     say("These are roofline times, not measurements. Attention's own costs beyond its MACs",
@@ -2665,8 +2643,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     L, R, rates = server_metrics(sizes, k)
     exact = {j: exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 33)}
     a_L, a_R = alpha_from_mean_length(L, k), alpha_from_draft_rate(R, k)
-    say("A server reports three figures, not alpha. Here the middling draft plays the",
-        f"server at k = {k} for {n_rounds:,} rounds, counted as vLLM counts them:")
+    say(f"A server reports three figures, not alpha. The middling draft at k = {k}, {n_rounds:,} rounds,",
+        "counted as vLLM counts them:")
     print()
     table([("", 22, "<"), ("", 31, "<"), ("", 27, "<")],
           [("mean acceptance length", f"{L:.4f}", "1 + accepted / drafts"),
@@ -2686,21 +2664,18 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
                 picks[label] += j == best
             rows.append((c if i == 0 else None, label, alpha, j, s_j, speedup(exact[j], j, c) if j else 1.0))
     print()
-    say("Each figure gives tokens per call at every k by its own route, as --tune takes it.",
-        "The best k each route picks at three draft costs c, against the exact value:")
+    say("Each gives tokens per call at every k by its own route, as --tune takes them:")
     print()
     table([("c", 5, "g"), ("route", 27, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),
            ("predicted", 11, lambda x: f"{x:.2f}x"), ("true at k", 11, lambda x: f"{x:.2f}x")], rows)
     n = len(costs)
     print()
-    say(f"The per-position rates pick the true best k at {picks['--per-position']} of {n} costs, with no model.",
-        f"Through eq. 1 the mean acceptance length gives alpha = {a_L:.3f}, and it picks it at",
-        f"{picks['--mean-acceptance-length']} of {n}.",
-        f"The draft acceptance rate gives {'the same alpha' if abs(a_L - a_R) < 1e-9 else f'alpha = {a_R:.3f}'}:",
-        f"with every draft {k} tokens long, L = 1 + {k} R. Taken as alpha itself, the rate picks it",
-        f"at {picks['the rate taken as alpha']} of {n}. It counts drafts after a rejection, which nobody checked.")
-    takeaway("choose k from per-position rates or the mean acceptance length; the draft acceptance rate"
-             " is not alpha. --tune and --plan take your server's figures.")
+    say(f"The per-position rates pick the true best k at {picks['--per-position']} of {n} costs, with no model;",
+        f"the mean acceptance length, through eq. 1, at {picks['--mean-acceptance-length']} of {n}. The draft acceptance rate",
+        f"gives {'the same alpha' if abs(a_L - a_R) < 1e-9 else f'alpha = {a_R:.3f}'}, since L = 1 + {k} R here. Taken as alpha",
+        f"itself it picks it at {picks['the rate taken as alpha']} of {n}: it counts drafts after a rejection, never checked.")
+    takeaway("pick k from per-position rates or the mean acceptance length, never the draft acceptance"
+             " rate as alpha. --tune and --plan take a server's figures.")
     return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L)
 
 
@@ -2839,20 +2814,20 @@ def heads_proposals(heads, k):
     return proposals
 
 
-def demo11_no_draft_model(lam=0.9, k=5, n_runs=600, n_text=600, lams=(0, 0.5, 0.8, 0.9, 0.95, 0.99)):
+def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.8, 0.9, 0.95, 0.99)):
     prompt, P, vllm = prompts()["summarise"], CopyModel(lam), Lookup(2, 4, len(ALPHABET))
-    say(f"A target that copies, built from {docs_corpus()[1]}. With weight lam =",
-        f"{lam} it continues the longest earlier match of the text's end. Otherwise it follows",
-        "the documentation's three-character counts. Prompt lookup drafts with no model: it",
-        "proposes what followed the earliest earlier occurrence of the text's last 2 to 4",
-        "characters (vLLM's ngram method). Its proposal is certain, so its q is one-hot. The",
-        "prompt is a paragraph to summarise. What the target writes after it:")
-    sample = spec_generate(P, vllm, prompt, 120, k, np.random.default_rng(0), draft=lookup_draft)[0]
-    print("\n" + "\n".join("  | " + line for line in decode(prompt[-60:] + sample).split("\n")))
+    say(f"A target that copies, from {docs_corpus()[1]}. With weight lam =",
+        f"{lam} it continues the longest earlier match of the text's end; otherwise it follows",
+        "the documentation's three-character counts. Prompt lookup drafts with no model: what",
+        "followed the earliest earlier occurrence of the last 2 to 4 characters (vLLM's ngram",
+        "method). Its proposal is certain, so its q is one-hot. After a paragraph to summarise:")
+    sample = spec_generate(P, vllm, prompt, 100, k, np.random.default_rng(0), draft=lookup_draft)[0]
+    shown = (decode(prompt).split("\n")[-1] + decode(sample)).split("\n")[:3]
+    print("\n" + "\n".join("  | " + line[:74] for line in shown))
     rows = demo11_exactness(P, prompt, k, n_runs, n_text) + demo11_heads_exactness(3, n_runs)
     print()
-    say(f"Is it exact? The first two tokens, exactly and from {n_runs:,} runs. A long text has a fit",
-        f"of its own ({n_text} characters, each binned by the chance its row gave it).")
+    say(f"Is it exact? The first two tokens, and the fit of {n_text} characters, each binned by the chance",
+        "its row gave it:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], rows)
@@ -2863,8 +2838,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=600, n_text=600, lams=(0, 0.5, 0.
     heads = demo11_heads(3)
     sweep = demo11_speed(prompt, k, lams)
     apex = demo11_apex(prompt, k, lam)
-    takeaway("where the output copies its context, the text drafts itself for free; the verifying"
-             " pass is what it costs.")
+    takeaway("where output copies its context, the text drafts itself for free; verifying is the cost.")
     return SimpleNamespace(rows=rows, heads=heads, sweep=sweep, apex=apex, sample=sample)
 
 
@@ -2912,16 +2886,15 @@ def demo11_heads(k):
                for i in range(1, k + 1)]
     tokens = outcome_tokens_per_call(lambda d: ends[d], VOCAB)
     print()
-    say("Heads on the target guess the next tokens from its own last state. Medusa's heads",
-        "guess each position on their own; multi-token prediction (MTP) heads see the guess",
-        "before. Even perfect independent heads, the target's own marginals P^i, lose. The",
-        "chance that the first i drafts are all kept, on the six-token tables:")
+    say("Heads on the target guess ahead from its last state: Medusa's on their own, those of",
+        "multi-token prediction (MTP) after the guess before. Perfect independent heads (P^i,",
+        "on the tables), and the chance the first i drafts pass:")
     print()
     table([("heads", 12, "<"), *[(f"i = {i}", 8, ".3f") for i in range(1, k + 1)], ("tokens/call", 13, ".2f")],
           [("Medusa", *reached, tokens), ("MTP", *[1.0] * k, k + 1.0)])
     print()
-    say("Each guess is checked against p after the drafts before it, which its head never saw:"
-        if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.", "that is why MTP guesses in sequence.")
+    say("They lose: each guess is checked after drafts its head never saw. So MTP guesses in sequence."
+        if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.")
     return SimpleNamespace(reached=reached, tokens=tokens)
 
 
@@ -2931,30 +2904,29 @@ def verify_cost(k, batch, n_ctx=16, hw=H100, shape=LLAMA2_7B):
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
 
-def demo11_speed(prompt, k, lams, n_tokens=600, batches=(1, 256)):
-    """Demo 11: tokens per call against the copy weight, and the speedup it buys."""
+def demo11_speed(prompt, k, lams, n_tokens=300, batches=(1, 256)):
+    """Demo 11: tokens per call against the copy weight, over both prompts, and the speedup it buys."""
     drafts = (("vLLM", Lookup(2, 4, len(ALPHABET))), ("HF", Lookup(1, 2, len(ALPHABET))))
     rows = []
     for lam in lams:
         P = CopyModel(lam)
-        per_call = [n_tokens / spec_generate(P, L, prompt, n_tokens, k, np.random.default_rng(20), draft=lookup_draft)[1]
+        per_call = [len(prompts()) * n_tokens / sum(spec_generate(P, L, text, n_tokens, k, np.random.default_rng(20),
+                                                                  draft=lookup_draft)[1] for text in prompts().values())
                     for _, L in drafts]
         rows.append((lam, *per_call, *(per_call[0] / verify_cost(k, b) for b in batches), "#" * round(4 * per_call[0])))
     print()
-    say(f"Speed against the copy weight lam, k = {k}, {n_tokens} characters each. The draft costs nothing",
-        "(c = 0). The verifying pass over k+1 positions is priced on demo 6's roofline: it",
-        f"costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]}, {verify_cost(k, batches[1]):.2f} at B = {batches[1]}.",
-        "HF is transformers' prompt lookup, n from 2 down to 1: the same search, other settings.")
+    say(f"Speed against lam, k = {k}, over both prompts (the other: a function to edit). The draft",
+        "is free, but on demo 6's roofline the verifying",
+        f"pass costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]}, {verify_cost(k, batches[1]):.2f} at B = {batches[1]}. HF: transformers'",
+        "prompt lookup, the same search from n = 2 down to 1.")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
            ("", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])
-    best = max(range(2, 9), key=lambda j: n_tokens / spec_generate(
-        CopyModel(lams[-2]), drafts[0][1], prompt, n_tokens, j, np.random.default_rng(20), draft=lookup_draft)[1])
-    config = {"method": "ngram", "num_speculative_tokens": best, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
     print()
-    say(f"At lam = {lams[-2]} the best k here is {best}. The vLLM setting that runs it:")
-    print("\n  --speculative-config '" + json.dumps(config).replace('"prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
-    return SimpleNamespace(rows=rows, best=best, config=config)
+    say("vLLM runs this draft with:")
+    print("\n  --speculative-config '" + json.dumps(config).replace(' "prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
+    return SimpleNamespace(rows=rows, config=config)
 
 
 def demo11_apex(prompt, k, lam, n_text=800):
@@ -2972,26 +2944,24 @@ def demo11_apex(prompt, k, lam, n_text=800):
                                                                   np.random.default_rng(22)), TARGET, [0] * 8) \
         if not isinstance(bugged("cache", APEX_BUGS), str) else None
     print()
-    say("APEX-1's generator, ported, with prompt lookup drafts. It keeps what its target has",
-        "read, its KV cache, apart from its output. Each of its two bugs goes back in as one",
-        f"line. The fit of {n_text} characters:")
+    say("APEX-1's generator, ported, keeps its target's KV cache (what it has read) apart from",
+        "its output. Each of its two bugs goes back as one line:")
     print()
     table([("generator", 20, "<"), ("fit", 11, p_text), ("verdict", 16, "<")], rows)
     print()
-    say("The next row bug draws the token after a rejection from the row its replacement came",
-        "from. The cache bug leaves rejected drafts in what the target reads.",
-        ("A table reads only the last token, so it cannot see the cache bug:" if tables >= P_REJECT
-         else "Even the tables see the cache bug:") + f" on them it fits with {p_text(tables)}." if tables is not None else "")
+    say("The next row bug draws the token after a rejection from its replacement's row. The",
+        "cache bug leaves rejected drafts in what the target reads.",
+        ("A table reads only the last token and cannot see it" if tables >= P_REJECT
+         else "Even the tables see it") + f" ({p_text(tables)})." if tables is not None else "")
     return SimpleNamespace(rows=rows, tables=tables)
 
 
 def demo12_greedy_numerics(n_prompts=30, n_tokens=32, k=4, gap=1e-6):
     P = GreedyHead(gap=0)
     share, ulps, worst, flips, margin = widths_differ(P, k=k)
-    say("The algorithm is exact, but a server computes in floating point. Plain decoding",
-        "multiplies the output layer by one state; a verifying pass multiplies it by k+1",
-        f"states at once. Here, a float32 layer of {P.W.shape[0]:,} x {P.W.shape[1]} through {blas_name()}, k = {k}.",
-        "Lines marked (clock) hold for this machine and this BLAS only:")
+    say("The algorithm is exact; floating point is not. Plain decoding multiplies the output",
+        "layer by one state, a verifying pass by k+1 at once. A float32 layer of",
+        f"{P.W.shape[0]:,} x {P.W.shape[1]}, k = {k}, through {blas_name()} (clock: this machine only):")
     print()
     table([("", 34, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"),
@@ -3000,19 +2970,19 @@ def demo12_greedy_numerics(n_prompts=30, n_tokens=32, k=4, gap=1e-6):
     print()
     say("The wide pass is " + ("NOT bit-identical to scoring each position alone." if share else
                                "bit-identical to scoring each position alone."),
-        ("No argmax flips, because every margin is far above the difference." if not flips else
-         f"{plural(flips, 'argmax')} flip."), "A flip needs a near tie.", clock=True)
+        ("No argmax flips: every margin is far above the difference." if not flips else
+         f"{plural(flips, 'argmax')} flip."), clock=True)
     rows = demo12_texts(n_prompts, n_tokens, k, gap)
     ties = demo12_ties()
-    takeaway("greedy text that changes under speculation is rounding near a tie, unless it survives"
-             " width-independent arithmetic; then it is a bug.")
+    takeaway("changed greedy text is rounding near a tie, unless it survives width-independent"
+             " arithmetic; then it is a bug.")
     return SimpleNamespace(widths=(share, ulps, worst, flips, margin), rows=rows, ties=ties)
 
 
 def demo12_texts(n_prompts, n_tokens, k, gap):
     """Demo 12: plain against speculative greedy text, under three kinds of arithmetic and one bug."""
     rng = np.random.default_rng(25)
-    prompts_ = [[int(x) for x in rng.integers(0, 4096, 2)] for _ in range(n_prompts)]
+    prompts_ = [[int(x) for x in rng.integers(0, len(GreedyHead().W), 2)] for _ in range(n_prompts)]
     cases = [("float32, one product", GreedyHead(gap=gap), this_module()),
              ("float32, each alone", GreedyHead(gap=gap, alone=True), this_module()),
              ("float64, one product", GreedyHead(gap=gap, dtype=np.float64), this_module()),
@@ -3024,30 +2994,29 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
             continue
         D = GreedyHead(gap=gap, dtype=P.W.dtype, alone=True)  # the target itself, one position at a time
         parts = [p for p in (m.first_divergence(P, D, prompt, n_tokens, k) for prompt in prompts_) if p[0] is not None]
-        rows.append((label, f"{len(parts)} of {n_prompts}", float(np.median([p[0] + 1 for p in parts])) if parts else None,
+        rows.append((label, f"{len(parts)}/{n_prompts}", float(np.median([p[0] + 1 for p in parts])) if parts else None,
                      max(p[1] for p in parts) if parts else None))
     W, X = GreedyHead(gap=gap).W, np.ones((32, k + 1), np.float32)
     cost = median_time(lambda: [W @ x for x in X.T]) / median_time(lambda: W @ X)
     print()
-    say(f"So give the layer pairs of rows {gap:.0e} apart: near ties. Greedy text, {n_tokens} tokens from".replace("e-0", "e-"),
-        f"each of {n_prompts} prompts, drafted by the target itself one position at a time:")
+    say(f"A flip needs a near tie, so give the layer pairs of rows {gap:.0e} apart. Greedy text,".replace("e-0", "e-"),
+        f"{n_tokens} tokens from {n_prompts} prompts, drafted by the target a position at a time:")
     print()
-    table([("verifying pass", 25, "<"), ("texts that part", 17, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
+    table([("verifying pass", 24, "<"), ("texts part", 12, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
            ("margin there", 14, ".1e")], rows, clock=True)
-    part = {r[0]: r[1] for r in rows}
+    part = {r[0]: r[1] for r in rows}  # "n/N": n of the N texts part
     print()
-    say("In one wide product the texts part." if not part["float32, one product"].startswith("0 ") else
-        "Even in one wide product the texts agree here.",
-        "Scored each alone, the pass is width-independent: " + (
-            "the texts agree." if part["float32, each alone"].startswith("0 ") else "NOT every text agrees."),
-        f"That costs {cost:.1f}x the wide product's time here.",
-        "Float64 " + ("agrees too." if part["float64, one product"].startswith("0 ") else "does NOT agree."),
-        "The bonus bug, the bonus drawn from the last draft's row, " + (
-            "still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith("0 ")
+    say("One wide product parts the texts." if not part["float32, one product"].startswith("0/") else
+        "Even one wide product keeps the texts here.",
+        "Each position alone makes the pass width-independent, and " + (
+            "they agree," if part["float32, each alone"].startswith("0/") else "NOT all agree,"),
+        f"at {cost:.1f}x the time.", "Float64 " + ("agrees too." if part["float64, one product"].startswith("0/")
+                                              else "does NOT agree."),
+        "The bonus bug (the bonus from the last draft's row) " + (
+            "still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith("0/")
             else "does NOT part them."), clock=True)
     print()
-    say("Hugging Face's maintainers gave this cause for greedy text changed by assisted decoding",
-        "(transformers #39421). llama.cpp #25618 reports divergence from a verifying width of 2.")
+    say("Hugging Face's maintainers gave this cause (transformers #39421).")
     return rows
 
 
@@ -3064,15 +3033,15 @@ def demo12_ties(n_tokens=200, k=4):
         first = next((i + 1 for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
         rows.append((label, "all the same" if first is None else f"part at token {first}"))
     print()
-    say("Exact ties need one rule everywhere. Make the two likeliest tokens after 'a' tie; temper",
-        "gives a tie to the lower id. Greedy speculative text against plain greedy text:")
+    say("An exact tie needs one rule everywhere. Tie the two likeliest tokens after 'a'; temper",
+        "gives a tie to the lower id:")
     print()
     table([("verification breaks ties", 26, "<"), (f"{n_tokens} tokens", 20, "<")], rows)
     print()
-    say("One tie-break in both places keeps the text." if rows[0][1] == "all the same" else
-        "NOT even one tie-break keeps the text.",
-        "Another in verification alone changes it." if rows[1][1] != "all the same" else
-        "Another in verification alone does NOT change it here.")
+    say("One tie-break everywhere keeps the text;" if rows[0][1] == "all the same" else
+        "NOT even one tie-break keeps the text;",
+        "another in verification changes it." if rows[1][1] != "all the same" else
+        "another in verification does NOT change it here.")
     return rows
 
 
@@ -3097,23 +3066,18 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "9": lambda result: demo9_detail(),
     "10": demo10_detail,
 }
-LEGEND = """Speculative decoding, from scratch. A cheap draft model guesses k tokens. The
-target model checks all k in one call. A rejection rule keeps the target's own
-output distribution, exactly (Leviathan, Kalman & Matias 2023: "the paper").
-The models here are tables of next-token probabilities over the tokens a..f.
+LEGEND = """Speculative decoding: a cheap draft guesses k tokens, and the target model
+checks them in one call. A rejection rule keeps the target's distribution
+exactly (Leviathan, Kalman & Matias 2023: "the paper"). Models: tables, a..f.
   p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call; if all k pass, that call's last
-          row gives one more token for free: the bonus token
-  alpha   the chance that a draft is accepted, averaged over the target's text
-  c       the cost of one draft call, as a fraction of one target call
+  round   k drafts, then one target call; if all pass, one more token is free
+  alpha   the chance a draft is accepted, averaged over the target's text
+  c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
-Two checks judge every claim that a distribution is the target's:
-  fit     a chi-square test of a sample; below p = 0.001 it is NOT the target
-  exact   the distribution computed through the stages, with no sampling;
-          below 1e-9 it is rounding (printed < 1e-9), above it is a bias"""
+  fit     a chi-square test of a sample: below p = 0.001, NOT the target
+  exact   computed through the stages, no sampling: above 1e-9, a bias"""
 BREAK_IT = """
-Now break it: edit one line of a stage, rerun, and watch which verdicts flip.
-The README lists edits and what each one flips; the run always goes on."""
+Now break it: edit one line of a stage and rerun. The README lists edits."""
 
 
 def run_demos(numbers, detail=False):
@@ -3135,21 +3099,21 @@ def run_demos(numbers, detail=False):
 
 # -----------------------------------------------------------------------------
 # Watching it decode: --trace
-# The trace runs the real draft_tokens and verifier, and records every call the
-# verifier makes to the stage functions, and every uniform it draws. Each line
-# printed is read off that record, so an edit to a stage, or to the verifier
-# itself, shows in it; the verifier is untouched.
+# The trace runs the real draft and verifier, and records every call the
+# verifier makes to forward and the stage functions, and every uniform it
+# draws. Each line printed is read off that record, so an edit to a stage, or
+# to the verifier itself, shows in it; the verifier is untouched.
 
-TRACED = ("accept_prob", "residual", "sample_from", "block_threshold")
+TRACED = ("forward", "accept_prob", "residual", "sample_from", "block_threshold")
 TRACE_RULES = ("probabilistic", "one-hot", "strict", "block") + tuple(BUGS)
 MARKS = {"kept": ("{}", "32"), "drawn": ("[{}]", "33"), "bonus": ("{{{}}}", "36")}
 
 
-def recorded_round(P, Q, ctx, k, rng, verify=verify_round):
+def recorded_round(P, Q, text, k, rng, verify=verify_round, draft=draft_tokens):
     """One real round and what its verifier did: (drafted, q_rows, emitted,
     calls), calls = [(name, args, result)] in call order, ("u", (), value) for
     each uniform the verifier drew."""
-    drafted, q_rows = draft_tokens(Q, [ctx], k, rng)
+    drafted, q_rows = draft(Q, text, k, rng)
     calls, space = [], verify.__globals__  # the namespace the verifier looks its stages up in
     stages = {n: space[n] for n in TRACED}
 
@@ -3165,49 +3129,58 @@ def recorded_round(P, Q, ctx, k, rng, verify=verify_round):
 
     space.update({n: recorder(n, stage) for n, stage in stages.items()})
     try:
-        emitted = verify(P, [ctx], drafted, q_rows, SimpleNamespace(random=draw))
+        emitted = verify(P, text, drafted, q_rows, SimpleNamespace(random=draw))
     finally:
         space.update(stages)
     return drafted, q_rows, emitted, calls
 
 
-def row_text(row):
-    """A distribution in letters: row_text([.5, 0, .5]) -> 'a .500  c .500'."""
-    total = sum(row)
-    return "  ".join(f"{name(x)} {prob3(v / total)}" for x, v in enumerate(row) if v > 0)
+def glyph(x, spell):
+    """A token as the trace prints it: a letter, or a character with space and
+    newline made visible: glyph(0, decode) -> '\\\\n'."""
+    ch = spell([x])
+    return {" ": "sp", "\n": "\\n"}.get(ch, ch)
 
 
-def round_lines(P, ctx, drafted, q_rows, calls, block=False):
+def row_text(row, spell, most=6):
+    """A distribution by its likeliest tokens: row_text([.5, 0, .5], ...) -> 'a .500  c .500'."""
+    row = np.asarray(row, float) / sum(row)
+    top = [x for x in np.argsort(-row, kind="stable")[:most] if row[x] > 0]
+    return "  ".join(f"{glyph(x, spell)} {prob3(row[x])}" for x in top) + ("  ..." if np.count_nonzero(row) > most else "")
+
+
+def round_lines(ctx, drafted, q_rows, calls, spell, block=False):
     """One round of the trace, read off its record: (table rows, other lines,
     the tokens its calls produced, with their kinds). Token by token a check is
     u against accept_prob's value; block-wise it is eta against h_i
     (block_threshold's value, or p_i itself at the last position). A draw is
     named by the row it came from."""
     contexts, rows, lines, produced, passed = [ctx] + drafted, [], [], [], None
+    p_rows = next((out for n, _, out in calls if n == "forward"), [])
     residuals = [out for n, _, out in calls if n == "residual"]
     for j, (n, args, out) in enumerate(calls):
         if n == "accept_prob":
             i, (_, q, x) = len(rows), args
-            rows.append(checked_row(P, contexts[i], q_rows[i], q, x, out, calls[j - 1], calls[j + 1:], block))
+            p = p_rows[i] if i < len(p_rows) else np.full(len(q), np.nan)
+            rows.append(checked_row(contexts[i], q_rows[i], q, p, x, out, calls[j - 1], calls[j + 1:], block, spell))
             passed = rows[-1][-1] in ("kept", "passes")
             if not block and passed:
                 produced.append((x, "kept"))
             if not block and not passed and q[x] != q_rows[i][x]:
                 lines.append(f"draft {i + 1} was drawn with q = {prob3(q_rows[i][x])}: the probabilistic rule "
-                             f"keeps it with {accept_prob(P[contexts[i]], q_rows[i], x):.3f}")
+                             f"keeps it with {accept_prob(p, q_rows[i], x):.3f}")
         elif n == "sample_from":
             if block:  # tau: the last position that passed; the block up to it is kept
                 tau = max((i + 1 for i, r in enumerate(rows) if r[-1] == "passes"), default=0)
                 produced = [(x, "kept") for x in drafted[:tau]]
-            bonus = len(produced) == len(drafted) if block else passed
-            from_residual = any(args[0] is r for r in residuals)
-            lines.append(draw_line(P, contexts, args, out, bonus,
-                                   ("block residual" if block else "residual") if from_residual else None))
+            bonus = len(produced) == len(drafted) if block else passed in (True, None)  # None: nothing to check
+            residual_name = ("block residual" if block else "residual") if any(args[0] is r for r in residuals) else None
+            lines.append(draw_line(p_rows, contexts, args, out, bonus, residual_name, spell))
             produced.append((out, "bonus" if bonus else "drawn"))
     return rows, lines, produced
 
 
-def checked_row(P, c, q_drawn, q, x, out, before, after, block):
+def checked_row(c, q_drawn, q, p, x, out, before, after, block, spell):
     """The trace's row for one check of draft x after c: out is accept_prob's
     value; the uniform is the draw just before it (token-wise) or the first
     after it (block-wise, where h_i is block_threshold's value if it follows)."""
@@ -3217,79 +3190,104 @@ def checked_row(P, c, q_drawn, q, x, out, before, after, block):
     else:
         u, h = before[2], out
     verdict = ("passes" if u < h else "fails") if block else ("kept" if u < h else "rejected")
-    return name(c), name(x), q_drawn[x], q[x], P[c, x], out, h if block else None, u, verdict
+    return glyph(c, spell), glyph(x, spell), q_drawn[x], q[x], p[x], out, h if block else None, u, verdict
 
 
-def draw_line(P, contexts, args, out, bonus, residual_name):
+def draw_line(p_rows, contexts, args, out, bonus, residual_name, spell):
     """The trace's line for one sample_from call: the row it drew from, named
-    (p after a context, or the residual it came from), and the token."""
+    (the target's row after a token, or the residual it came from), and the token."""
     row, u = args
-    source = next((f"p after '{name(c)}'" for c in contexts if np.array_equal(row, P[c])),
-                  f"the {residual_name}" if residual_name else "a row that is not p")
-    return (f"{source}: {row_text(row)}; u = {u:.3f} draws '{name(out)}'"
-            + (" (the bonus token)" if bonus else " in its place"))
+    source = next((f"p after '{glyph(contexts[i], spell)}'" for i, p in enumerate(p_rows) if row is p or
+                   np.array_equal(row, p)), f"the {residual_name}" if residual_name else "a row that is not p")
+    return (f"{source}: {row_text(row, spell)}; u = {u:.3f} draws '{glyph(out, spell)}'"
+            + (" (the bonus token)" if bonus else " in its place" if residual_name else ""))
 
 
-def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT, colour=False):
-    """Decode a few rounds and print each one, one drafted token per line."""
-    Q = blend(TARGET, UNRELATED, weight)
-    D, verify = ((Q, bugged(rule).verify_round) if rule in BUGS else
-                 next((d, v) for r, d, v, _ in verifier_settings(TARGET, Q) if r == rule))
-    block = rule == "block"
-    named = {MIDDLING_WEIGHT: "the middling draft, ", 0.0: "the unrelated table, "}.get(weight, "")
-    say(f"Speculative decoding, traced: the target p, {named}a draft q of blend weight {weight:g}, k = {k},",
-        f"seed {seed}, the {rule!r} {'bug' if rule in BUGS else 'verifier'}. Each round drafts k tokens,",
-        "then checks them in one target call.", "Position by position, the weight p_i of the block so"
-        " far and the threshold h_i; the block is kept up to the last position whose eta < h_i." if block
-        else "A draft is kept when u < min(1, p(x)/q(x)), for the q verification is handed (q seen).")
-    rng, ctx, kept, text = np.random.default_rng(seed), 0, 0, []
+def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT, colour=False, text=None):
+    """Decode a few rounds and print each one, one drafted token per line. text:
+    None for the six-token tables, or a prompt name: the copying target of
+    demo 11, drafted by prompt lookup."""
+    verify = bugged(rule).verify_round if rule in BUGS else {"block": verify_block}.get(rule, verify_round)
+    if isinstance(verify, str) or isinstance(getattr(verify, "verify_round", None), str):
+        verify = verify_round
+    if text is None:
+        Q = blend(TARGET, UNRELATED, weight)
+        P, D, draft, start, spell = TARGET, Q, draft_tokens, [0], decode_letters
+        D, verify = next(((d, v) for r, d, v, _ in verifier_settings(TARGET, Q) if r == rule), (D, verify))
+        named = {MIDDLING_WEIGHT: "the middling draft, ", 0.0: "the unrelated table, "}.get(weight, "")
+        what = f"the target p, {named}a draft q of blend weight {weight:g}"
+    else:
+        P, D, draft, start, spell = CopyModel(0.9), Lookup(2, 4, len(ALPHABET)), lookup_draft, prompts()[text], decode
+        what = "demo 11's copying target (lam = 0.9), drafted by prompt lookup (n 2..4, q one-hot)"
+    block, bug_note = rule == "block", bugged(rule) if rule in BUGS else None
+    say(f"Speculative decoding, traced: {what}, k = {k}, seed {seed}, the {rule!r}",
+        f"{'bug' if rule in BUGS else 'verifier'}.", f"Its bug is not run: {bug_note}." if isinstance(bug_note, str) else "",
+        "Each round drafts k tokens, then checks them in one target call.",
+        "Position by position: the weight p_i of the block so far, its threshold h_i, and eta,"
+        " the uniform it is tested with; the block is kept up to tau, the last position whose eta"
+        " < h_i." if block else "A draft is kept when u < min(1, p(x)/q(x)), for the q verification is"
+        " handed (q seen).")
+    if text is not None:
+        print("\n  prompt ends: " + repr(decode(start[-40:])))
+    rng, out, kept, proposed = np.random.default_rng(seed), [], 0, 0
     for r in range(1, n_rounds + 1):
-        drafted, q_rows, emitted, calls = recorded_round(TARGET, D, ctx, k, rng, verify)
-        print(f"\nRound {r}, after '{name(ctx)}': the draft proposes {' '.join(map(name, drafted))}.")
-        kept += print_round(*round_lines(TARGET, ctx, drafted, q_rows, calls, block), emitted, block, colour)
-        text, ctx = text + emitted, emitted[-1]
-    trace_summary(n_rounds, kept, k, rule, seed, text, Q)
+        context = [*start, *out]
+        drafted, q_rows, emitted, calls = recorded_round(P, D, context, k, rng, verify, draft)
+        proposal = " ".join(glyph(x, spell) for x in drafted) or "nothing, so the round is one plain step"
+        print(f"\nRound {r}, after '{glyph(context[-1], spell)}': the draft proposes {proposal}.")
+        kept += print_round(*round_lines(context[-1], drafted, q_rows, calls, spell, block), emitted, block,
+                            colour, spell)
+        out, proposed = out + emitted, proposed + len(drafted)
+    trace_summary(n_rounds, kept, proposed, rule, seed, out, D, draft, start, P, spell, k)
 
 
-def print_round(rows, lines, produced, emitted, block, colour):
+def decode_letters(tokens):
+    """Table tokens as letters: decode_letters([0, 1]) -> 'ab'."""
+    return "".join(map(name, tokens))
+
+
+def print_round(rows, lines, produced, emitted, block, colour, spell=decode_letters):
     """Print one traced round (round_lines' record); return how many drafts it kept."""
     table([("after", 7, ">"), ("draft", 6, ">"), ("q(x)", 7, ".3f"), ("q seen", 7, ".3f"), ("p(x)", 7, ".3f"),
            ("p_i" if block else "min(1,p/q)", 11, ".3f"), ("h_i" if block else "", 7 * block, ".3f"),
-           ("eta" if block else "u", 7, ".3f"), ("verdict", 10, "<")], rows)
+           ("eta" if block else "u", 7, ".3f"), ("verdict", 10, "<")], rows) if rows else None
     n_kept = sum(kind == "kept" for _, kind in produced)
     if block:
         lines = [f"kept: the block up to position {n_kept} (tau), the last whose eta < h_i"] + lines
     for line in lines:
         print("\n".join(textwrap.wrap(line, 76, initial_indent="  ", subsequent_indent="      ")))
     shown = [x for x, _ in produced]
-    print("  emits: " + marked(shown, [kind for _, kind in produced], colour) + (
-        "" if shown == emitted else f"  (the round returned {marked(emitted, ['kept'] * len(emitted))})"))
+    print("  emits: " + marked(shown, [kind for _, kind in produced], colour, spell) + (
+        "" if shown == emitted else f"  (the round returned {marked(emitted, ['kept'] * len(emitted), False, spell)})"))
     return n_kept
 
 
-def marked(tokens, kinds, colour=False):
-    """Tokens in letters: kept plain, [drawn after a rejection], {the bonus},
+def marked(tokens, kinds, colour=False, spell=decode_letters):
+    """Tokens as text: kept plain, [drawn after a rejection], {the bonus},
     coloured if asked: marked([4, 1], ['kept', 'bonus']) -> 'e {b}'."""
-    words = [MARKS[kind][0].format(name(x)) for x, kind in zip(tokens, kinds)]
+    words = [MARKS[kind][0].format(glyph(x, spell)) for x, kind in zip(tokens, kinds)]
     if colour:
         words = [f"\033[{MARKS[kind][1]}m{w}\033[0m" for w, kind in zip(words, kinds)]
     return " ".join(words)
 
 
-def trace_summary(n, kept, k, rule, seed, text, Q):
+def trace_summary(n, kept, proposed, rule, seed, out, D, draft, start, P, spell, k):
     """The trace's last lines: what n rounds added up to, and where a rule's
     effect on the distribution shows."""
     print()
-    say(f"{n:,} rounds: {len(text):,} tokens in {n:,} target calls ({len(text) / n:.2f} per call);",
-        f"{kept:,} of the {k * n:,} drafts were kept. kept: plain; [x]: drawn after a rejection;",
-        "{x}: drawn after the last check passed, the bonus token. Every number above was",
-        "recorded from the verifier's own calls.")
+    say(f"{plural(n, 'round')}: {plural(len(out), 'token')} in {plural(n, 'target call')}"
+        f" ({len(out) / n:.2f} per call); {kept:,} of the {plural(proposed, 'draft')}"
+        f" {'was' if kept == 1 else 'were'} kept. kept: plain; [x]:",
+        "drawn after a rejection; {x}: drawn after the last check passed, the bonus token. Every",
+        "number above was recorded from the verifier's own calls.")
+    if spell is decode:
+        print("\n  the text: " + repr(decode(out)))
     if rule in BUGS:
-        plain = spec_generate(TARGET, Q, [0], len(text), k, np.random.default_rng(seed))[0]
+        plain = spec_generate(P, D, start, len(out), k, np.random.default_rng(seed), draft=draft)[0]
         print()
-        first = next((i for i, (a, b) in enumerate(zip(text, plain)) if a != b), None)
-        say(f"The probabilistic verifier emits the same {len(text)} tokens from this seed." if first is None else
-            f"The probabilistic verifier's tokens from this seed part from these at token {first + 1}.",
+        first = next((i for i, (a, b) in enumerate(zip(out, plain)) if a != b), None)
+        say(f"The probabilistic verifier emits the same {plural(len(out), 'token')} from this seed." if first is None
+            else f"The probabilistic verifier's tokens from this seed part from these at token {first + 1}.",
             "A distribution bug shows only over many runs: demo 2 tests 1,000 of them against",
             "the target's distribution.")
 
@@ -3336,8 +3334,10 @@ def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
             for (lo, hi, k), s in zip(buckets, chosen)]
     best = np.maximum(speedups.max(axis=1), 1.0)
     shortfall = float(np.max(1 - np.concatenate(chosen) / best))
-    print(f"\n{n_ctx} tokens of context, {source}, an {hw.name}; {fit:,} sequences fit in "
-          f"{hw.memory / 1e9:.0f} GB.\n")
+    print()
+    say(f"{plural(n_ctx, 'token')} of context, {source}, an {hw.name}: {plural(fit, 'sequence')} fit in {bound(hw.memory / 1e9)} GB;"
+        f" k is at most {len(tokens)} (--k-max).")
+    print()
     table([("batch size B", 13, ">"), ("k", 5, "d"), ("speedup", 14, ">"), ("bound", 17, "<")], rows)
     print_config(buckets)
     print()
@@ -3412,7 +3412,7 @@ def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=Non
                      (memory or H100.memory / 1e9) * 1e9)
     target, draft = tuple(target or LLAMA2_7B), tuple(draft or DRAFT_SHAPE)
     if sequences_that_fit(context, hw, target) < 1:
-        raise ValueError(f"one sequence of {context:,} tokens does not fit in {hw.memory / 1e9:g} GB "
+        raise ValueError(f"one sequence of {plural(context, 'token')} does not fit in {bound(hw.memory / 1e9)} GB "
                          "beside the target's weights")
     tokens, alpha, note = route_tokens(**route)
     say(f"{note}.")
@@ -3423,34 +3423,55 @@ def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=Non
 # -----------------------------------------------------------------------------
 # Command line
 
-OWNERS = dict(detail="demos", rule="trace", draft="trace", seed="trace", v="tune", k="trace tune plan", k_max="tune plan",
+OWNERS = dict(detail="demos", rule="trace", draft="trace", seed="trace", text="trace", v="tune", k="trace tune plan",
+              k_max="tune plan",
               **dict.fromkeys(["mean_acceptance_length", "draft_acceptance_rate", "per_position"], "tune plan"),
               **dict.fromkeys(["context", "target_shape", "draft_shape", "bandwidth", "flops", "memory",
                                "max_batch"], "plan"))
+FLAGS = ("--list", "--detail", "--trace", "--tune", "--plan")  # options that take no value
 
 
-def value(kind, least, most=math.inf, what="", noun=None):
-    """An argparse type: a finite number in [least, most], or a usage error saying what is wrong."""
+def bound(x):
+    """A number as a reader types it: bound(2**32 - 1) -> '4,294,967,295', bound(0.5) -> '0.5'."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def value(kind, least, most, what="", noun=None, above=False):
+    """An argparse type: a finite number in [least, most] ((least, most] if
+    above), or a usage error that names the range."""
     def parse(text):
         try:
             x = kind(text)
         except ValueError:
             noun_ = noun or ("an integer" if kind is int else "a number")
-            raise argparse.ArgumentTypeError(f"{what}must be {noun_}, got {text!r}")
-        if not (least <= x <= most and math.isfinite(x)):  # NaN fails too
-            within = f"a finite number >= {least:g}" if most == math.inf else f"in [{least:g}, {most:g}]"
+            raise argparse.ArgumentTypeError(f"{what}must be {noun_}, got {text!r}") from None
+        if not (math.isfinite(x) and (least < x if above else least <= x) and x <= most):  # NaN fails too
+            within = f"above {bound(least)} and at most {bound(most)}" if above else f"in [{bound(least)}, {bound(most)}]"
             raise argparse.ArgumentTypeError(f"{what}must be {within}, got {text}")
         return x
     return parse
 
 
+def rate(text, what=""):
+    """A rate in [0, 1], as a fraction or as vLLM logs it, a percent: '0.396' or '39.6%'."""
+    if text.endswith("%"):
+        return value(float, 0, 100, what)(text[:-1]) / 100
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}must be a rate such as 0.396 or 39.6%, got {text!r}") from None
+    if 1 < x <= 100:
+        raise argparse.ArgumentTypeError(f"{what}must be in [0, 1], got {text}: a percent? write {x / 100:g} or {text}%")
+    return value(float, 0, 1, what)(text)
+
+
 def listed(kind, n, least, most):
     """An argparse type: comma-separated values, n of them (or any number if n is None)."""
     def parse(text):
-        xs = [value(kind, least, most)(x) for x in text.split(",")]
+        xs = [(rate if kind is rate else value(kind, least, most))(x) for x in text.split(",")]
         if n and len(xs) != n:
             raise argparse.ArgumentTypeError(f"takes {n} numbers separated by commas, got {text!r}")
-        if kind is float and any(b > a for a, b in zip(xs, xs[1:])):
+        if kind is rate and any(b > a for a, b in zip(xs, xs[1:])):
             raise argparse.ArgumentTypeError(f"cannot rise: a draft reaches position i+1 only through i, got {text}")
         return xs
     return parse
@@ -3467,7 +3488,8 @@ def arg_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter, description=(
             "Runs the demos (all of them, or the numbered ones) and prints their evidence.\n"
             "Bare numbers: the demos to run; with --trace the rounds (4); with --tune\n"
-            "ALPHA C, or C beside a server's figure; with --plan ALPHA, or none beside one."), allow_abbrev=False,
+            "ALPHA C, or C beside a server's figure; with --plan ALPHA, or none beside one.\n"
+            "ALPHA: the acceptance rate; C: a draft pass's cost, in target passes."), allow_abbrev=False,
         epilog="demos:\n" + "\n".join(f"  {n:>2}. {t}" for n, (t, _) in DEMOS.items()))
     ap.add_argument("values", nargs="*", metavar="N", help="demo numbers, or the numbers a mode takes")
     ap.add_argument("--list", action="store_true", help="print the demo titles")
@@ -3478,27 +3500,32 @@ def arg_parser():
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "
         "(default), one-hot, strict or block; or a deliberate bug: " + ", ".join(BUGS) + " (demo 2)")
     add("--draft", type=draft_weight, default=MIDDLING_WEIGHT, help="middling (default), unrelated, a weight in [0,1]")
+    add("--text", choices=("summarise", "edit"), metavar="PROMPT", help="decode real text instead: demo 11's "
+        "copying target after the prompt summarise (a paragraph) or edit (a function), drafted by prompt lookup")
     add("--seed", type=value(int, 0, 2**32 - 1), default=0, help="the random stream (%(default)s)")
     add("--k", type=value(int, 1, 64), help="--trace: the draft length (4); --tune, --plan: the k "
         "a server's figures were measured at")
     add = ap.add_argument_group("choose k: --tune [ALPHA] C, --plan [ALPHA]").add_argument
     add("--tune", action="store_true", help="the best k for a draft cost C (one draft pass in target passes)")
-    add("--plan", action="store_true", help="the best k for every batch size, on a roofline")
+    add("--plan", action="store_true", help="the best k for every batch size B, on a roofline")
     add("--mean-acceptance-length", type=value(float, 1, 65), metavar="L", help="vLLM's figure (needs --k)")
-    add("--draft-acceptance-rate", type=value(float, 0, 1), metavar="R", help="vLLM's (not alpha; needs --k)")
-    add("--per-position", type=listed(float, None, 0, 1), metavar="A1,...,AK", help="vLLM's per-position rates")
-    add("--k-max", type=value(int, 1, 64), help="the largest k to consider (32, at most 64)")
-    add("--v", type=value(float, 1), default=1.0, help="--tune: the verifying pass's cost in target passes "
-        "(%(default)s; at least 1, a wide pass costs no less than a narrow one)")
-    add("--context", type=value(int, 1), default=512, help="--plan: tokens of context (%(default)s)")
+    add("--draft-acceptance-rate", type=rate, metavar="R", help="vLLM's, as 0.396 or 39.6%% (not alpha; needs --k)")
+    add("--per-position", type=listed(rate, None, 0, 1), metavar="A1,...,AK", help="vLLM's per-position rates")
+    add("--k-max", type=value(int, 1, 64), help="the largest k to consider (32; at most 64)")
+    add("--v", type=value(float, 1, 1000), default=1.0, help="--tune: the verifying pass's cost in target passes "
+        "(%(default)s; at least 1: a wide pass costs no less than a narrow one)")
+    add("--context", type=value(int, 1, 10**7), default=512, help="--plan: tokens of context (%(default)s)")
     add("--max-batch", type=value(int, 1, 1 << 16), default=1024, help="the largest batch to plan (%(default)s)")
     for name, shape in (("target", LLAMA2_7B), ("draft", DRAFT_SHAPE)):
-        add(f"--{name}-shape", type=listed(int, 4, 1, 10**6), metavar="D,DFF,L,V", help=str(shape))
-    for name, unit, x in (("flops", "TFLOP/S", H100.flops / 1e12), ("bandwidth", "TB/S", H100.bandwidth / 1e12),
-                          ("memory", "GB", H100.memory / 1e9)):
-        add(f"--{name}", type=value(float, 1e-9), metavar=unit, help=f"({x:g}: {H100.name})")
+        add(f"--{name}-shape", type=listed(int, 4, 1, 10**6), metavar="D,DFF,L,V",
+            help=f"the {name}'s model width, MLP width, layers and vocabulary ({','.join(map(str, shape))})")
+    for name, unit, x, most in (("flops", "TFLOP/S", H100.flops / 1e12, 10**6),
+                                ("bandwidth", "TB/S", H100.bandwidth / 1e12, 10**4),
+                                ("memory", "GB", H100.memory / 1e9, 10**6)):
+        add(f"--{name}", type=value(float, 0, most, above=True), metavar=unit, help=f"({x:g}: {H100.name})")
     ap.error = lambda message: (print(f"usage error: {message} (see --help)", file=sys.stderr), sys.exit(2))
-    return ap
+    ap.print_help = lambda file=None: print(ap.format_help(), end="", file=file or sys.stdout)  # argparse's own
+    return ap  # print_help swallows a failed write, so --help > /dev/full would exit 0
 
 
 def problems(args, argv):
@@ -3518,19 +3545,31 @@ def problems(args, argv):
         mode, (0, math.inf))
     if len(routes) > 1 or routes and len(args.values) > hi:
         yield "give one source of alpha: ALPHA, --mean-acceptance-length, --draft-acceptance-rate or --per-position"
-    if not lo <= len(args.values) <= hi:
-        yield (f"--{mode} takes " + ("no other arguments" if hi == 0 else f"{lo} numbers here" if lo == hi
-                                     else "at most one number") + f", got {' '.join(args.values)}")
-    if (args.k is not None and mode in ("tune", "plan")) != bool(set(routes) - {"per_position"}):
-        yield "--k K, the k the server ran at, goes with --mean-acceptance-length or --draft-acceptance-rate"
+    if len(args.values) > hi:
+        yield f"--{mode} takes " + ("no numbers" if hi == 0 else f"at most {plural(hi, 'number')}") + \
+            f", got {' '.join(args.values)}"
+    elif len(args.values) < lo:
+        yield "--" + mode + " needs " + (("ALPHA and C" if lo == 2 else "C, a draft pass's cost in target passes")
+                                         if mode == "tune" else "ALPHA, the acceptance rate") + \
+            (f", got only {args.values[0]}" if args.values else "")
+    if mode in ("tune", "plan") and set(routes) & {"mean_acceptance_length", "draft_acceptance_rate"} and args.k is None:
+        yield "--k K, the k the server ran at, is needed to read " + ("a mean acceptance length" if
+                                                                      args.mean_acceptance_length else "a draft acceptance rate")
+    if mode in ("tune", "plan") and args.k is not None and not set(routes) - {"per_position"}:
+        yield "--k goes with --mean-acceptance-length or --draft-acceptance-rate, not with ALPHA or --per-position"
     if (L := args.mean_acceptance_length) is not None and args.k and L > args.k + 1:
         yield f"--mean-acceptance-length must lie in [1, K + 1] = [1, {args.k + 1}], got {L:g}"
+    if args.text and args.rule in ("one-hot", "strict"):
+        yield f"--rule {args.rule} drafts from a table's rows; with --text the draft is prompt lookup"
     if mode == "demos":
         yield from (f"unknown demo {v!r}; the demos are 1-{len(DEMOS)}" for v in args.values if v not in DEMOS)
 
 
 def main(argv):
     ap = arg_parser()
+    for a in argv:  # argparse would say "ignored explicit argument"
+        if a.split("=")[0] in FLAGS and "=" in a:
+            ap.error(f"{a.split('=')[0]} takes no value: write {a.replace('=', ' ', 1)}")
     args = ap.parse_intermixed_args(argv)
     for problem in problems(args, argv):
         ap.error(problem)
@@ -3546,14 +3585,14 @@ def run(args):
         print("\n".join(f"  {n:>2}. {title}" for n, (title, _) in DEMOS.items()))
     elif args.trace:
         trace(value(int, 1, 10_000, "--trace N ")(args.values[0]) if args.values else 4, args.seed, args.rule,
-              args.k or 4, args.draft, sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+              args.k or 4, args.draft, sys.stdout.isatty() and "NO_COLOR" not in os.environ, args.text)
     elif args.tune or args.plan:
         route = dict(k=args.k, mean_length=args.mean_acceptance_length, draft_rate=args.draft_acceptance_rate,
                      per_position=args.per_position, k_max=args.k_max or len(args.per_position or [0] * 32))
-        if not (args.mean_acceptance_length or args.draft_acceptance_rate or args.per_position):
+        if not routes_given(args):
             route["alpha"] = value(float, 0, 1, "ALPHA ")(args.values[0])
         if args.tune:
-            tune(value(float, 0, math.inf, "C ")(args.values[-1]), args.v, **route)
+            tune(value(float, 0, 1000, "C ")(args.values[-1]), args.v, **route)
         else:
             plan(args.context, args.max_batch, args.flops, args.bandwidth, args.memory,
                  args.target_shape, args.draft_shape, **route)
@@ -3561,10 +3600,17 @@ def run(args):
         run_demos(args.values, args.detail)
 
 
+def routes_given(args):
+    """Whether a server's figure, not ALPHA, is the source of alpha."""
+    return any(getattr(args, r) is not None for r in ("mean_acceptance_length", "draft_acceptance_rate", "per_position"))
+
+
 if __name__ == "__main__":
     try:
-        main(sys.argv[1:])
-        sys.stdout.flush()
+        try:
+            main(sys.argv[1:])
+        finally:  # flush here, even after --help's exit, so a full device is reported
+            sys.stdout.flush()
     except OSError as error:  # the reader stopped reading (| head), or the device is full
         if error.filename is not None:  # a file of ours, not stdout
             raise

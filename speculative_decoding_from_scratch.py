@@ -1659,7 +1659,7 @@ ROUNDING = 1e-9  # an exact value below this is zero up to rounding; above it, a
 def say(*sentences, clock=False):
     """Print a paragraph wrapped at 78 columns (its numbers and words are decided
     at run time). clock=True marks every line as holding a wall-clock figure."""
-    lines = textwrap.wrap(" ".join(s for s in sentences if s), 78 - len(CLOCK) * clock)
+    lines = textwrap.wrap(" ".join(s for s in sentences if s), 78 - len(CLOCK) * clock, break_on_hyphens=False)
     print("\n".join(line + CLOCK * clock for line in lines))
 
 
@@ -2823,7 +2823,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         f"{lam} it continues the longest earlier match of the text's end; otherwise it follows",
         "the documentation's three-character counts. Prompt lookup drafts with no model: what",
         "followed the earliest earlier occurrence of the last 2 to 4 characters (vLLM's ngram",
-        "method). Its proposal is certain, so its q is one-hot. After a paragraph to summarise:")
+        "method; HF: Hugging Face transformers' variant, from 2 down to 1). Its proposal is",
+        "certain, so its q is one-hot. After a paragraph to summarise:")
     sample = spec_generate(P, vllm, prompt, 100, k, np.random.default_rng(0), draft=lookup_draft)[0]
     shown = (decode(prompt).split("\n")[-1] + decode(sample)).split("\n")[:3]
     print("\n" + "\n".join("  | " + line[:74] for line in shown))
@@ -2920,7 +2921,7 @@ def demo11_speed(prompt, k, lams, n_tokens=300, batches=(1, 256)):
     print()
     say(f"Speed against lam, k = {k}, over the paragraph and a function to edit. The draft is free;",
         f"the verifying pass costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]} on demo 6's roofline,",
-        f"{verify_cost(k, batches[1]):.2f} at B = {batches[1]}. HF: the prompt lookup of Hugging Face's transformers library.")
+        f"{verify_cost(k, batches[1]):.2f} at B = {batches[1]}.")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
            ("", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])
@@ -3035,8 +3036,8 @@ def demo12_ties(n_tokens=200, k=4):
         first = next((i + 1 for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
         rows.append((label, "all the same" if first is None else f"part at token {first}"))
     print()
-    say("An exact tie needs one rule everywhere. Tie the two likeliest tokens after 'a'; temper",
-        "gives a tie to the lower id:")
+    say("An exact tie needs one rule everywhere. Tie the two likeliest tokens after 'a'; at",
+        "temperature 0 a tie goes to the lower id:")
     print()
     table([("verification breaks ties", 26, "<"), (f"{n_tokens} tokens", 20, "<")], rows)
     print()

@@ -1,6 +1,8 @@
-"""Make the single-file script importable from tests/, and start the one full
-run of it that test_demos.py reads as soon as the session starts: the run is
-a subprocess, so it uses the second core while the other tests run here."""
+"""Make the single-file script importable from tests/, and start, as soon as the
+session starts, the two full runs that tests read: the run as a reader sees it,
+and the same run with every np.exp result moved by one unit in the last place
+(as another libm or SIMD path would round it). They are subprocesses, so they
+use the second core while the other tests run here."""
 import os
 import subprocess
 import sys
@@ -11,23 +13,45 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SCRIPT = ROOT / "speculative_decoding_from_scratch.py"
+ONE_ULP = """
+import runpy, sys
+import numpy as np
+exp = np.exp
+np.exp = lambda x, *a, **k: np.nextafter(exp(x, *a, **k), np.inf)  # every exp one ulp up
+sys.argv = [sys.argv[1]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 def pytest_configure(config):
     # one BLAS thread: demo 6's products then leave the other core to the tests
     # (no test reads a wall-clock figure)
-    config.full_run = subprocess.Popen([sys.executable, str(SCRIPT)], stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True,
-                                       env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    config.full_runs = {
+        name: subprocess.Popen([sys.executable, *args, str(SCRIPT)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+        for name, args in (("plain", []), ("one ulp", ["-c", ONE_ULP]))}
 
 
 def pytest_unconfigure(config):
-    config.full_run.kill()  # a no-op once it has finished
+    for run in config.full_runs.values():
+        run.kill()  # a no-op once it has finished
+
+
+def finished(config, name):
+    run = config.full_runs[name]
+    out, err = run.communicate(timeout=180)
+    assert run.returncode == 0, err
+    return out
 
 
 @pytest.fixture(scope="session")
 def full_run(pytestconfig):
     """What `python3 speculative_decoding_from_scratch.py` prints."""
-    out, err = pytestconfig.full_run.communicate(timeout=120)
-    assert pytestconfig.full_run.returncode == 0, err
-    return out
+    return finished(pytestconfig, "plain")
+
+
+@pytest.fixture(scope="session")
+def full_run_one_ulp(pytestconfig):
+    """The same run with every np.exp result one ulp larger."""
+    return finished(pytestconfig, "one ulp")

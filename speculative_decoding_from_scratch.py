@@ -2113,7 +2113,8 @@ def why_batch(m, w, kv, ridge_point):
     n = int(ridge_point * kv / m)  # positions per sequence that stay under the ridge at any B
     return (f"A plain pass tends to {m / kv:.1f} MACs per byte as B grows, below the ridge: each "
             "sequence's own cache of keys and values (its KV cache) is read once for its k+1 positions. "
-            f"So up to {n} positions per sequence (k <= {n - 1}) stay memory-bound at any batch.")
+            f"So up to {n} positions per sequence (k <= {n - 1}) stay memory-bound at any batch; {n + 1} go "
+            f"compute-bound from B = {ridge_point * w / ((n + 1) * m - ridge_point * kv):,.0f}.")
 
 
 def demo6_on_this_machine(size, detail=False):
@@ -2386,7 +2387,7 @@ def last_passing(W):
     def chance(rule):  # rule[j](n): what the count n at position j's threshold must satisfy
         dist, t = [1.0] + [0.0] * k, 0.0
         for j in sorted(rule, key=lambda j: w[j - 1]):
-            dist, t = poisson_step(dist, w[j - 1] - t), w[j - 1]
+            dist, t = poisson_step(dist, w[j - 1] - t if w[j - 1] != t else 0.0), w[j - 1]  # inf - inf: no time
             dist = [x * rule[j](n) for n, x in enumerate(dist)]
         return sum(dist)
 
@@ -3211,9 +3212,8 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
     """Decode a few rounds and print each one, one drafted token per line. text:
     None for the six-token tables, or a prompt name: the copying target of
     demo 11, drafted by prompt lookup."""
-    verify = bugged(rule).verify_round if rule in BUGS else {"block": verify_block}.get(rule, verify_round)
-    if isinstance(verify, str) or isinstance(getattr(verify, "verify_round", None), str):
-        verify = verify_round
+    bug = bugged(rule) if rule in BUGS else None  # the bug's module, or why it cannot run
+    verify = bug.verify_round if bug and not isinstance(bug, str) else {"block": verify_block}.get(rule, verify_round)
     if text is None:
         Q = blend(TARGET, UNRELATED, weight)
         P, D, draft, start, spell = TARGET, Q, draft_tokens, [0], decode_letters
@@ -3223,9 +3223,9 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
     else:
         P, D, draft, start, spell = CopyModel(0.9), Lookup(2, 4, len(ALPHABET)), lookup_draft, prompts()[text], decode
         what = "demo 11's copying target (lam = 0.9), drafted by prompt lookup (n 2..4, q one-hot)"
-    block, bug_note = rule == "block", bugged(rule) if rule in BUGS else None
+    block = rule == "block"
     say(f"Speculative decoding, traced: {what}, k = {k}, seed {seed}, the {rule!r}",
-        f"{'bug' if rule in BUGS else 'verifier'}.", f"Its bug is not run: {bug_note}." if isinstance(bug_note, str) else "",
+        f"{'bug' if rule in BUGS else 'verifier'}.", f"Its bug is not run: {bug}." if isinstance(bug, str) else "",
         "Each round drafts k tokens, then checks them in one target call.",
         "Position by position: the weight p_i of the block so far, its threshold h_i, and eta,"
         " the uniform it is tested with; the block is kept up to tau, the last position whose eta"

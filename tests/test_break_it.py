@@ -1,97 +1,145 @@
-"""The README's "Break it" edits, applied to the script's own text with
-sd.edited: the verdicts each edit breaks must flip, and the others must not.
-The demos run with fewer samples than the full run (the flips are far from
-their thresholds), so the whole file stays fast."""
-import contextlib
-import io
-import warnings
+"""The reader's loop, the reader's way: an edit made in a copy of the script on
+disk, exactly as a reader types it, then `python3 speculative_decoding_from_
+scratch.py N ...` in a subprocess. The README's "Break it" edits must flip what
+the README says they flip; a wider family of one-line edits of the stages must
+leave every demo they touch running to its end. The subprocesses run two at a
+time, beside the tests in this process."""
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import speculative_decoding_from_scratch as sd
 
-EDITS = {  # name -> (function, a fragment of the line, the line it becomes)
-    "residual returns p": ("residual", "return d / total", "return p"),
-    "accept_prob q/p": ("accept_prob", "return min(1.0", "return min(1.0, float(q[x] / p[x]))"),
-    "no bonus token": ("verify_round", "# the bonus token", ""),
-    "residual(q, p) in verify_round": ("verify_round", "residual(p, q)",
+SCRIPT = Path(sd.__file__)
+README = (SCRIPT.parent / "README.md").read_text()
+
+# name -> (the line as the script has it, the line the reader types; "" deletes it)
+EDITS = {
+    "residual returns p": ("return d / total if total > 0 else p", "return p"),
+    "accept_prob q/p": ("return min(1.0, float(p[x] / q[x]))", "return min(1.0, float(q[x] / p[x]))"),
+    "no bonus token": ("emitted.append(sample_from(p_rows[-1], rng.random()))  # the bonus token", ""),
+    "residual(q, p) in verify_round": ("emitted.append(sample_from(residual(p, q), rng.random()))",
                                        "emitted.append(sample_from(residual(q, p), rng.random()))"),
-    "bonus from p": ("verify_round", "# the bonus token", "emitted.append(sample_from(p, rng.random()))"),
-    "unweighted block_residual": ("block_residual", "return residual(weight * p, q)", "return residual(p, q)"),
+    "bonus from p": ("emitted.append(sample_from(p_rows[-1], rng.random()))  # the bonus token",
+                     "emitted.append(sample_from(p, rng.random()))"),
+    "unweighted block_residual": ("return residual(weight * p, q)", "return residual(p, q)"),
 }
 
+# each README edit: the demos it touches, and what their run must then say
+FLIPS = {
+    "residual returns p": ("1 2", ["Emitted != p", "The correct rule, as you have it, is NOT the target",
+                                   "Not checked: no_resample (your edit changed a line it edits)"]),
+    "accept_prob q/p": ("1 2", ["NOT always", "NOT p/q", "Emitted != p",
+                                "The correct rule, as you have it, is NOT the target"]),
+    "no bonus token": ("2 3", ["The correct rule emits the target's distribution by both checks.",
+                               "NOT every row fits: blend weight 1.00 measures 4.00 where the exact value is 5.00"]),
+    "residual(q, p) in verify_round": ("2", ["is NOT the target: NOT by the fit", "the bug is in verify_round"]),
+    "bonus from p": ("3", ["NOT every temperature emits its tempered target"]),
+    "unweighted block_residual": ("9", ["NOT every setting emits the target's distribution: block passes its fit "
+                                        "while its exact distribution is off",
+                                        "tokenwise_residual: not checked, your edit changed a line it edits"]),
+}
 
-def run(edit, demo, **kwargs):
-    """(what a demo of the edited script prints, as one line; what it returns)."""
-    module = sd.edited((EDITS[edit],))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # q/p divides by p = 0 for a token
-        result = getattr(module, demo)(**kwargs)
-    return " ".join(out.getvalue().split()), result
-
-
-def demo2(edit):
-    return run(edit, "demo2_distribution", n_runs=400)
-
-
-def demo3(edit):
-    return run(edit, "demo3_acceptance", n_rounds=300)
-
-
-def test_residual_returning_p():
-    text, result = run("residual returns p", "demo1_rule_by_hand")
-    assert "Emitted != p" in text and result.gap > 0.01
-    text, result = demo2("residual returns p")
-    assert result.verdicts["correct"] == "NOT the target" and "does NOT emit the target's distribution" in text
-    text, result = demo3("residual returns p")
-    assert "NOT every temperature emits its tempered target" in text
-
-
-def test_accept_prob_inverted():
-    text, result = run("accept_prob q/p", "demo1_rule_by_hand")
-    assert "always accepted" not in text and "accepted only" in text
-    assert "NOT p/q" in text and "Emitted != p" in text
-    assert demo2("accept_prob q/p")[1].verdicts["correct"] == "NOT the target"
-    # it keeps more than the paper's ideal verifier can: demo 9 says so
-    text, result = run("accept_prob q/p", "demo9_block", n_rounds=200, ks=(2,))
-    assert result.example[0][1] > result.ideal and "NOT within the ideal" in text
-
-
-def test_deleting_the_bonus_token_keeps_the_distribution_and_loses_tokens():
-    # still exact: a round that passes all k drafts just stops one token early
-    text, result = demo2("no bonus token")
-    assert result.verdicts["correct"] == "the target"
-    text, result = demo3("no bonus token")
-    assert "NOT every row fits: blend weight 1.00 measures 4.00 where the exact value is 5.00" in text
-    assert "Every temperature emits its tempered target by both checks" in text
+# a wider family: (function, the line it has, the line a reader types, the demos to run)
+STAGE_EDITS = [
+    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1 2"),
+    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())", "1 2"),
+    ("accept_prob", "if not 0 <= p[x] < math.inf:  # NaN fails this too", "", "1"),
+    ("residual", "return d / total if total > 0 else p", "return d", "1 2"),
+    ("residual", "return d / total if total > 0 else p", "return p - q", "1 2"),  # negative: sample_from raises
+    ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "2 3"),
+    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u)", "1 2"),
+    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2 3"),
+    ("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
+     "return one_hot(table.argmin(axis=-1), table.shape[-1])", "2"),
+    ("forward", "tokens = new[cached - 1:] if cached else [text[-1], *new]  # the positions computed",
+     "tokens = [text[-1], *new]", "2"),
+    ("draft_tokens", "drafted.append(sample_from(q, rng.random()))", "drafted.append(int(np.argmax(q)))", "2"),
+    ("verify_round", "if u < accept_prob(p, q, x):", "if u <= accept_prob(p, q, x):", "2"),
+    ("verify_round", "p_rows = forward(P, text, drafted)  # (k+1, V): the one target call",
+     "p_rows = forward(P, text, drafted[1:])", "2 3"),
+    ("rounds", "text = [*text, *emitted]", "text = [*text, *emitted[:-1]]", "3"),
+    ("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "", "8"),
+    ("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight", "9"),
+    ("block_residual", "return residual(weight * p, q)", "return residual(p, q)", "9"),
+    ("verify_block", "if rng.random() < h:", "if rng.random() > h:", "9"),
+]
 
 
-def test_residual_arguments_swapped_at_the_call_site():
-    # accept_prob and residual are untouched, so only the sampled check, which
-    # runs verify_round itself, can see it; the demo says so
-    text, result = demo2("residual(q, p) in verify_round")
-    assert result.verdicts["correct"] == "NOT by the fit" and "the bug lives in verify_round" in text
-    text, result = demo3("residual(q, p) in verify_round")
-    assert "NOT every temperature emits" in text
+def edited_copy(tmp_path, old, new, function=None):
+    """A copy of the script where the one line that reads `old` (in function,
+    if named) now reads `new` (deleted if ""), its indentation kept: the file as
+    a reader leaves it."""
+    lines = SCRIPT.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {function}(")) if function else 0
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("def ")), len(lines)) if function \
+        else len(lines)
+    hits = [i for i in range(start, end) if lines[i].strip() == old]
+    assert len(hits) == 1, old
+    indent = lines[hits[0]][:len(lines[hits[0]]) - len(lines[hits[0]].lstrip())]
+    lines[hits[0]] = indent + new + "\n" if new else ""
+    path = tmp_path / SCRIPT.name
+    path.write_text("".join(lines))
+    return path
 
 
-def test_bonus_token_from_the_wrong_row():
-    # rare in demo 2 (two tokens from an unrelated draft); demo 3 sees it
-    text, result = demo3("bonus from p")
-    assert "NOT every temperature emits" in text
-    assert [row[7] for row in result.temperatures][0] == "the target"  # T = 0: every row one-hot
+def run(path, demos):
+    return subprocess.run([sys.executable, str(path), *demos.split()], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
 
 
-def test_the_unweighted_residual_in_verify_block():
-    # the token-wise residual: exact for two tokens here, biased at the third
-    text, rows = run("unweighted block_residual", "demo9_exactness", k=3, n_runs=300)
-    block = next(r for r in rows if r[0] == "block")
-    assert block[5] == "NOT by exact" and block[1] < 1e-12 and block[3] > 1e-5
+@pytest.fixture(scope="module")
+def readme_runs(tmp_path_factory):
+    """Each README edit, run on disk, two at a time: name -> the completed process."""
+    def one(name):
+        return name, run(edited_copy(tmp_path_factory.mktemp("edit"), *EDITS[name]), FLIPS[name][0])
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(one, EDITS))
 
 
-@pytest.mark.parametrize("edit", EDITS)
-def test_every_edit_is_in_the_readme_and_the_run_lists_the_first_five(edit):
-    readme = (Path(sd.__file__).parent / "README.md").read_text()
-    assert edit in readme and EDITS[edit][2] in readme
+@pytest.mark.parametrize("name", EDITS)
+def test_each_readme_edit_runs_to_the_end_and_flips_what_the_readme_says(readme_runs, name):
+    out = readme_runs[name]
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    text = " ".join(out.stdout.split())
+    for demo in FLIPS[name][0].split():
+        assert f"Demo {demo}. " in text
+    assert text.count("Takeaway: ") == len(FLIPS[name][0].split()) and " stopped: " not in text
+    for said in FLIPS[name][1]:
+        assert said in text, said
+
+
+@pytest.mark.parametrize("name", EDITS)
+def test_every_readme_edit_is_in_the_readme_as_typed(name):
+    old, new = EDITS[name]
+    assert name in README and (new or old) in README and old.split("  #")[0] in README
+
+
+@pytest.fixture(scope="module")
+def stage_runs(tmp_path_factory):
+    """Every edit of STAGE_EDITS, run on disk, two at a time."""
+    def one(edit):
+        function, old, new, demos = edit
+        return run(edited_copy(tmp_path_factory.mktemp("stage"), old, new, function), demos)
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(one, STAGE_EDITS))
+
+
+@pytest.mark.parametrize("i", range(len(STAGE_EDITS)), ids=[f"{f}:{new or 'deleted'}"[:60].replace(" ", "")
+                                                            for f, _, new, _ in STAGE_EDITS])
+def test_any_one_line_edit_of_a_stage_leaves_every_demo_running_to_its_end(stage_runs, i):
+    out, demos = stage_runs[i], STAGE_EDITS[i][3].split()
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert [f"Demo {n}. " in out.stdout for n in demos] == [True] * len(demos)
+    assert out.stdout.count("Takeaway: ") + out.stdout.count(" stopped: ") == len(demos)
+    assert "Now break it" in out.stdout
+
+
+def test_a_bug_whose_line_the_reader_changed_says_so_and_the_rest_run(tmp_path):
+    out = run(edited_copy(tmp_path, *EDITS["residual returns p"]), "--trace 1 --rule no_resample")
+    assert out.returncode == 0 and "Its bug is not run: your edit changed a line it edits." in " ".join(
+        out.stdout.split())

@@ -147,41 +147,59 @@ def test_per_position_with_v_and_extrapolation(capsys):
 @pytest.mark.parametrize("args, message", [
     (("--tune", 1.5, 0.1), "ALPHA must be in [0, 1], got 1.5"),
     (("--tune", -0.1, 0.1), "ALPHA must be in [0, 1], got -0.1"),
-    (("--tune", 0.5, -1), "C must be a finite number >= 0, got -1"),
-    (("--tune", 0.5, "inf"), "C must be a finite number >= 0, got inf"),
-    (("--tune", 0.5, "nan"), "C must be a finite number >= 0, got nan"),
+    (("--tune", 0.5, -1), "C must be in [0, 1,000], got -1"),
+    (("--tune", 0.5, "inf"), "C must be in [0, 1,000], got inf"),
+    (("--tune", 0.5, "nan"), "C must be in [0, 1,000], got nan"),
+    (("--tune", 0.8, "1e20"), "C must be in [0, 1,000], got 1e20"),
+    (("--tune", 0.8, "1000.1"), "C must be in [0, 1,000], got 1000.1"),
     (("--tune", "x", 0.1), "ALPHA must be a number, got 'x'"),
-    (("--tune", 0.5), "--tune takes 2 numbers here, got 0.5"),
+    (("--tune", 0.5), "--tune needs ALPHA and C, got only 0.5"),
+    (("--tune",), "--tune needs ALPHA and C"),
+    (("--tune", "--mean-acceptance-length", 3, "--k", 5), "--tune needs C, a draft pass's cost in target passes"),
+    (("--tune=0.8",), "--tune takes no value: write --tune 0.8"),
     (("--tune", 0.5, 0.1, "--k-max", 0), "argument --k-max: must be in [1, 64], got 0"),
-    (("--tune", 0.5, 0.1, "--k-max", 1000000), "argument --k-max: must be in [1, 64], got 1000000"),
+    (("--tune", 0.5, 0.1, "--k-max", 65), "argument --k-max: must be in [1, 64], got 65"),
     (("--tune", 0.5, 0.1, "--k-max", 2.5), "argument --k-max: must be an integer, got '2.5'"),
     (("--tune", 0.5, 0.1, "--kmax", 3), "unrecognized arguments: --kmax"),
-    (("--tune", 0.5, 0.1, "--v", 0), "argument --v: must be a finite number >= 1, got 0"),
-    (("--tune", 0.5, 0.1, "--v", 0.5), "argument --v: must be a finite number >= 1, got 0.5"),
+    (("--tune", 0.5, 0.1, "--k-ma", 3), "unrecognized arguments: --k-ma"),  # no abbreviations
+    (("--tun", 0.5, 0.1), "unrecognized arguments: --tun"),
+    (("--tune", 0.5, 0.1, "--v", 0), "argument --v: must be in [1, 1,000], got 0"),
+    (("--tune", 0.5, 0.1, "--v", 0.999), "argument --v: must be in [1, 1,000], got 0.999"),
+    (("--tune", 0.5, 0.1, "--v", "1e308"), "argument --v: must be in [1, 1,000], got 1e308"),
     (("--tune", 0.5, 0.1, "--v"), "argument --v: expected one argument"),
     (("--tune", 0.5, 0.1, "--v", 1, "--v", 2), "--v given twice"),
-    (("--tune", "--mean-acceptance-length", 7, "--k", 5, 0.1), "must lie in [1, K + 1] = [1, 6], got 7"),
+    (("--tune", "--mean-acceptance-length", 6.001, "--k", 5, 0.1), "must lie in [1, K + 1] = [1, 6], got 6.001"),
     (("--tune", "--mean-acceptance-length", 0.5, "--k", 5, 0.1), "argument --mean-acceptance-length: must be in [1, 65]"),
-    (("--tune", "--mean-acceptance-length", 3, 0.1), "--k K, the k the server ran at, goes with"),
-    (("--tune", "--draft-acceptance-rate", 1.2, "--k", 5, 0.1), "must be in [0, 1], got 1.2"),
+    (("--tune", "--mean-acceptance-length", 3, 0.1), "--k K, the k the server ran at, is needed to read a mean "
+                                                      "acceptance length"),
+    (("--tune", "--draft-acceptance-rate", 0.3, 0.1), "is needed to read a draft acceptance rate"),
+    (("--tune", "--draft-acceptance-rate", 39.6, "--k", 5, 0.1), "got 39.6: a percent? write 0.396 or 39.6%"),
+    (("--tune", "--draft-acceptance-rate", "100.1%", "--k", 5, 0.1), "must be in [0, 100], got 100.1"),
+    (("--tune", "--draft-acceptance-rate", 101, "--k", 5, 0.1), "must be in [0, 1], got 101"),
+    (("--tune", "--draft-acceptance-rate", "x", "--k", 5, 0.1), "must be a rate such as 0.396 or 39.6%, got 'x'"),
     (("--tune", "--draft-acceptance-rate", 0.5, "--k", 0, 0.1), "argument --k: must be in [1, 64], got 0"),
     (("--tune", "--per-position", "0.5,0.7", 0.1), "cannot rise"),
-    (("--tune", "--per-position", "0.5,1.2", 0.1), "must be in [0, 1], got 1.2"),
-    (("--tune", "--per-position", "0.5,x", 0.1), "must be a number, got 'x'"),
+    (("--tune", "--per-position", "0.5,-0.2", 0.1), "must be in [0, 1], got -0.2"),
+    (("--tune", "--per-position", "0.5,x", 0.1), "must be a rate such as 0.396 or 39.6%, got 'x'"),
     (("--tune", 0.8, "--mean-acceptance-length", 3, "--k", 5, 0.1), "give one source of alpha"),
     (("--tune", "--per-position", "0.5", "--draft-acceptance-rate", 0.4, "--k", 1, 0.1), "give one source of alpha"),
-    (("--tune", 0.5, 0.1, "--k", 3), "--k K, the k the server ran at, goes with"),
+    (("--tune", 0.5, 0.1, "--k", 3), "--k goes with --mean-acceptance-length or --draft-acceptance-rate, not with "
+                                     "ALPHA or --per-position"),
+    (("--tune", "--per-position", "0.5", "--k", 3, 0.1), "--k goes with --mean-acceptance-length"),
     (("--tune", 0.5, 0.1, "--context", 16), "--context goes with --plan"),
     (("--plan", 0.5, "--v", 2), "--v goes with --tune"),
-    (("--plan", 0.5, "--bandwidth", 0), "argument --bandwidth: must be a finite number >= 1e-09, got 0"),
-    (("--plan", 0.5, "--flops", -1), "argument --flops: must be a finite number >= 1e-09"),
-    (("--plan", 0.5, "--memory", 0), "argument --memory: must be a finite number >= 1e-09"),
-    (("--plan", 0.5, "--context", 0), "argument --context: must be a finite number >= 1, got 0"),
+    (("--plan", 0.5, "--bandwidth", 0), "argument --bandwidth: must be above 0 and at most 10,000, got 0"),
+    (("--plan", 0.5, "--flops", -1), "argument --flops: must be above 0 and at most 1,000,000, got -1"),
+    (("--plan", 0.5, "--memory", 0), "argument --memory: must be above 0 and at most 1,000,000, got 0"),
+    (("--plan", 0.7, "--memory", "1e308"), "argument --memory: must be above 0 and at most 1,000,000, got 1e308"),
+    (("--plan", 0.5, "--context", 0), "argument --context: must be in [1, 10,000,000], got 0"),
     (("--plan", 0.5, "--context", 2_000_000), "one sequence of 2,000,000 tokens does not fit in 80 GB"),
     (("--plan", 0.5, "--target-shape", "4096,11008,32"), "takes 4 numbers separated by commas"),
-    (("--plan", 0.5, "--draft-shape", "0,1,1,1"), "argument --draft-shape: must be in [1, 1e+06], got 0"),
-    (("--plan", 0.5, "--max-batch", 0), "argument --max-batch: must be in [1, 65536], got 0"),
-    (("--plan",), "--plan takes 1 numbers here, got "),
+    (("--plan", 0.5, "--draft-shape", "0,1,1,1"), "argument --draft-shape: must be in [1, 1,000,000], got 0"),
+    (("--plan", 0.5, "--max-batch", 0), "argument --max-batch: must be in [1, 65,536], got 0"),
+    (("--plan", 0.5, "--max-batch", 65537), "argument --max-batch: must be in [1, 65,536], got 65537"),
+    (("--plan",), "--plan needs ALPHA, the acceptance rate"),
+    (("--plan", 0.5, 0.6), "--plan takes at most 1 number, got 0.5 0.6"),
     (("--tune", 0.5, 0.1, "--plan"), "give one of --tune, --plan"),
 ])
 def test_bad_input_is_one_usage_line_and_exit_2(capsys, args, message):
@@ -211,7 +229,7 @@ def test_plan_from_a_server_figure_on_another_accelerator(capsys):
     assert code == 0 and "accelerator as given" in out
     text = " ".join(out.split())
     fit = sd.sequences_that_fit(512, sd.Accelerator("x", 400e12, 2e12, 40e9))
-    assert f"{fit:,} sequences fit in 40 GB" in text
+    assert f"{fit:,} sequences fit in 40 GB" in text and "k is at most 32 (--k-max)" in text
 
 
 def test_list_and_help(capsys):
@@ -225,15 +243,22 @@ def test_list_and_help(capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["99"], "unknown demo '99'"), (["--bogus"], "unrecognized arguments: --bogus"),
-    (["2", "x"], "unknown demo 'x'"), (["--list", "2"], "--list takes no other arguments"),
+    (["2", "x"], "unknown demo 'x'"), (["--list", "2"], "--list takes no numbers, got 2"),
     (["--seed", "5"], "--seed goes with --trace"), (["--rule", "argmax"], "--rule goes with --trace"),
+    (["--detail", "--trace"], "--detail goes with"), (["--text", "edit"], "--text goes with --trace"),
     (["--trace", "--rule", "greedy"], "invalid choice: 'greedy'"),
-    (["--trace", "0"], "--trace N must be in [1, 10000], got 0"),
+    (["--trace", "--text", "poem"], "invalid choice: 'poem'"),
+    (["--trace", "--text", "edit", "--rule", "one-hot"], "with --text the draft is prompt lookup"),
+    (["--trace", "0"], "--trace N must be in [1, 10,000], got 0"),
+    (["--trace", "10001"], "--trace N must be in [1, 10,000], got 10001"),
     (["--trace", "x"], "--trace N must be an integer, got 'x'"),
-    (["--trace", "2", "3"], "--trace takes at most one number"),
+    (["--trace", "2", "3"], "--trace takes at most 1 number, got 2 3"),
+    (["--trace=3"], "--trace takes no value: write --trace 3"),
     (["--trace", "--rule", "argmax", "--rule", "continue"], "--rule given twice"),
     (["--trace", "--draft", "1.5"], "argument --draft: must be in [0, 1], got 1.5"),
     (["--trace", "--k", "65"], "argument --k: must be in [1, 64], got 65"),
+    (["--trace", "--seed", "-1"], "argument --seed: must be in [0, 4,294,967,295], got -1"),
+    (["--trace", "--seed", "4294967296"], "argument --seed: must be in [0, 4,294,967,295], got 4294967296"),
 ])
 def test_other_bad_arguments_give_one_usage_line(capsys, args, message):
     code, out, err = cli(capsys, *args)
@@ -292,3 +317,51 @@ def test_a_context_from_argmax_is_a_context():
     assert same[0] == same[1]
     assert np.array_equal(sd.exact_first_tokens(sd.TARGET, sd.MIDDLING, ctx, 2, 2),
                           sd.exact_first_tokens(sd.TARGET, sd.MIDDLING, int(ctx), 2, 2))
+
+
+# --- every rule at its boundary: equal passes, one past is refused -------------------
+
+@pytest.mark.parametrize("args", [
+    ("--tune", 1, 0.1), ("--tune", 0, 0.1), ("--tune", 0.5, 0), ("--tune", 0.5, 1000),
+    ("--tune", 0.5, 0.1, "--k-max", 64), ("--tune", 0.5, 0.1, "--k-max", 1), ("--tune", 0.5, 0.1, "--v", 1),
+    ("--tune", 0.5, 0.1, "--v", 1000), ("--tune", "--mean-acceptance-length", 6, "--k", 5, 0.1),
+    ("--tune", "--mean-acceptance-length", 1, "--k", 5, 0.1), ("--tune", "--draft-acceptance-rate", "100%", "--k", 5, 0.1),
+    ("--tune", "--draft-acceptance-rate", 1, "--k", 5, 0.1), ("--tune", "--per-position", "0.5,0.5,0", 0.1),
+    ("--trace", "1", "--seed", "4294967295"), ("--trace", "1", "--k", "64"),
+    ("--plan", 0.5, "--max-batch", 1), ("--plan", 0.5, "--context", 1),
+])
+def test_a_value_at_the_edge_of_its_range_is_taken(capsys, args):
+    code, out, err = cli(capsys, *args)
+    assert code == 0 and err == "" and out
+
+
+def test_vllm_percent_is_its_fraction(capsys):
+    with_percent, as_fraction = (cli(capsys, "--tune", "--draft-acceptance-rate", r, "--k", 5, 0.1)[1]
+                                 for r in ("39.6%", "0.396"))
+    assert with_percent == as_fraction and "a draft acceptance rate of 0.396" in with_percent
+
+
+def test_k_max_cuts_the_per_position_route_too(capsys):
+    _, out, _ = cli(capsys, "--tune", "--per-position", "0.9,0.8,0.7,0.6", 0.05, "--k-max", 2)
+    assert [r[0] for r in rows(out)] == ["1", "2"]
+
+
+def test_a_plan_where_no_k_helps_still_names_a_draft_length_vllm_accepts(capsys):
+    code, out, _ = cli(capsys, "--plan", 0.0, "--context", 16, "--max-batch", 8)
+    text = " ".join(out.split())
+    assert code == 0 and '"num_speculative_tokens_per_batch_size": [[1, 8, 0]]' in text
+    assert '"num_speculative_tokens": 1' in text  # vLLM needs at least 1; every bucket turns it off
+
+
+def test_the_plan_prices_the_draft_it_is_given(capsys):
+    small = cli(capsys, "--plan", 0.8, "--context", 16, "--max-batch", 300)[1]
+    large = cli(capsys, "--plan", 0.8, "--context", 16, "--max-batch", 300, "--draft-shape", "4096,11008,32,32000")[1]
+    assert small != large  # a draft the target's own size leaves no k that helps
+    assert '[[1, 300, 0]]' in " ".join(large.split())
+
+
+def test_help_names_every_metavariable(capsys):
+    code, out, _ = cli(capsys, "--help")
+    text = " ".join(out.split())
+    assert code == 0 and "model width, MLP width, layers and vocabulary" in text
+    assert "ALPHA: the acceptance rate; C: a draft pass's cost" in text and "PROMPT" in text

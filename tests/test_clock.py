@@ -71,15 +71,18 @@ def test_predict_uses_the_medians_and_reports_the_spread():
     assert sd.predict((c, np.full(4, 2.0)), 3.0, k=2)[1] == 0
 
 
-@pytest.mark.parametrize("spread, clock, at_run, words", [
-    (0.1, 2.0, 2.1, ["wins", "was within 25%"]), (0.1, 0.5, 0.7, ["loses", "was NOT within 25%"]),
-    (0.9, 2.0, 2.1, ["wins", "too noisy to judge it"]),
+@pytest.mark.parametrize("spread, clock, at_run, v4, words", [
+    (0.1, 2.0, 2.1, 3.0, ["The blend draft wins (2.00x)", "refined* was within 25%", "only a draft that agrees often"]),
+    (0.1, 0.5, 0.7, 3.0, ["The blend draft loses (0.50x)", "refined* was NOT within 25%"]),
+    (0.9, 2.0, 2.1, 3.0, ["wins", "the calibration was too noisy to judge (spread 90%)"]),
+    (0.1, 2.0, 2.1, 1.1, ["k+1 positions cost about one"]),
 ])
-def test_demo6_verdicts_follow_the_clock_and_the_spread(capsys, spread, clock, at_run, words):
-    sd.demo6_verdicts([("a draft", 4, 2.0, 2.0, 2.8, clock, at_run, at_run / clock - 1, spread)], v4=3.0)
+def test_demo6_verdicts_follow_the_clock_and_the_spread(capsys, spread, clock, at_run, v4, words):
+    sd.demo6_verdicts([("blend", 4, 2.0, 2.0, 2.8, clock, at_run, at_run / clock - 1, spread)], v4=v4)
     text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
-    assert all(w in text for w in words) and "v measured 3.00 at k = 4" in text
-    assert ("too noisy" in text) == (spread > 0.5)
+    assert all(w in text for w in words), text
+    assert f"Here v is {v4:.2f} at k = 4, where the roofline gives {sd.verify_cost(4, 1, 512):.2f}" in text
+    assert ("too noisy" in text) == (spread > 0.5) and ("agrees often" in text) == (v4 > 1.25)
 
 
 def test_demo6_rows_and_every_clock_line_is_marked(monkeypatch):

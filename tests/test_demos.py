@@ -249,7 +249,7 @@ def test_demo6_in_detail_512_tokens_stay_memory_bound_up_to_5_positions(monkeypa
     m, w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[0], sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     kv = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[1] - w
     n = max(j for j in range(1, 100) if j * m / kv < sd.ridge())
-    assert n == 5 and f"So up to {n} positions per sequence (k <= {n - 1}) stay memory-bound at any batch." in text
+    assert n == 5 and f"So up to {n} positions per sequence (k <= {n - 1}) stay memory-bound at any batch;" in text
     assert "1.58x   2.53x" in " ".join(text.split("  ")) or "1.58x 2.53x" in text  # the paper's Table 1 row
 
 

@@ -121,7 +121,7 @@ def test_exact_first_tokens_with_a_draft_that_samples_elsewhere_matches_its_samp
 
 def test_exact_first_tokens_follows_an_edit_of_the_residual():
     P, Q = random_pair(5)
-    edited = sd.edited((("residual", "return d / total", "return p"),))
+    edited = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
     truth = sd.target_first_tokens(P, 0, 2)
     assert sd.tv_distance(edited.exact_first_tokens(P, Q, 0, 2, 2), truth) > 0.01
     assert sd.tv_distance(sd.exact_first_tokens(P, Q, 0, 2, 2), truth) < 1e-12  # the script itself is untouched
@@ -149,7 +149,7 @@ def test_round_table_by_hand():
 
 def test_exact_tokens_per_call_follows_an_edit_of_accept_prob():
     P, Q = random_pair(8)
-    edited = sd.edited((("accept_prob", "return min(1.0", "return min(1.0, float(q[x] / p[x]))"),))
+    edited = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return min(1.0, float(q[x] / p[x]))"),))
     assert abs(edited.exact_tokens_per_call(P, Q, 3) - sd.exact_tokens_per_call(P, Q, 3)) > 0.05
 
 
@@ -225,12 +225,16 @@ def test_transition_p_value_by_hand():
 def test_verdict_texts():
     assert sd.p_text(0.4321) == "p = 0.43" and sd.p_text(0.004) == "p = 4e-03"
     assert sd.p_text(1e-13) == "p < 1e-12"
-    assert sd.exact_text(1e-16) == "1.0e-16" and sd.exact_text(0.01234) == "0.0123"
+    # below the rounding line one stable token, whatever the digits; above it the bias itself
+    assert sd.exact_text(1e-16) == sd.exact_text(1.5e-16) == sd.exact_text(9.99e-10) == "< 1e-9"
+    assert sd.exact_text(3.5e-4) == "3.5e-04" and sd.exact_text(0.01234) == "0.0123"
+    assert sd.plural(1, "round") == "1 round" and sd.plural(2, "round") == "2 rounds"
+    assert sd.plural(1, "entry", "entries") == "1 entry" and sd.plural(1000, "run") == "1,000 runs"
     assert sd.about(1974584) == "2.0 million" and sd.about(245.7) == "250"
 
 
 @pytest.mark.parametrize("p_value, tv, verdict", [
-    (0.5, 1e-16, "the target"), (1e-9, 0.2, "NOT the target"),
+    (0.5, 1e-16, "the target"), (1e-9, 0.2, "NOT the target"), (0.001, 9.9e-10, "the target"),
     (1e-9, 1e-16, "NOT by the fit"), (0.5, 1e-3, "NOT by exact"),
 ])
 def test_both_checks(p_value, tv, verdict):

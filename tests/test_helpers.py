@@ -1,5 +1,7 @@
 """The small helpers the demos lean on, each pinned by a hand-worked value."""
 import contextlib
+import dis
+import inspect
 import io
 import re
 
@@ -113,7 +115,7 @@ def test_clocked_returns_seconds_and_the_value():
 # --- the deliberate bugs run as edits of the script's text ------------------------
 
 def test_edited_changes_one_line_of_one_function_and_nothing_else():
-    module = sd.edited((("residual", "return d / total", "return p"),))
+    module = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.6, 0.2])
     assert np.array_equal(module.residual(p, q), p) and np.allclose(sd.residual(p, q), [1, 0, 0])
     assert module.diff == [("residual", "return d / total if total > 0 else p", "return p")]
@@ -122,21 +124,47 @@ def test_edited_changes_one_line_of_one_function_and_nothing_else():
     assert np.allclose(R_edited[0], 0.2 * P3[0]) and not np.allclose(sd.kept_and_replaced(P3, Q3)[1][0], 0.2 * P3[0])
 
 
+def test_an_edited_function_keeps_its_line_numbers_for_tracebacks_and_pdb():
+    # a deleted line becomes `pass`, so every line after it keeps its number
+    source, first = inspect.getsourcelines(sd.verify_round)
+    module = sd.bugged("continue")
+    assert module.verify_round.__code__.co_firstlineno == first == sd.verify_round.__code__.co_firstlineno
+    lines = [n for _, n in dis.findlinestarts(module.verify_round.__code__) if n]
+    assert max(lines) == max(n for _, n in dis.findlinestarts(sd.verify_round.__code__) if n)
+    # a traceback from an edited line names that line
+    broken = sd.edited((("residual", "return d / total if total > 0 else p", "return 1 / 0"),))
+    with pytest.raises(ZeroDivisionError) as caught:
+        broken.residual(np.array([0.5, 0.5]), np.array([1.0, 0.0]))
+    at = caught.traceback[-1]
+    source, first = inspect.getsourcelines(sd.residual)
+    line = next(i for i, text in enumerate(source, start=first) if "return d / total" in text)
+    assert at.lineno + 1 == line  # pytest counts from 0
+
+
 def test_an_edit_reaches_the_functions_that_take_it_as_a_default():
     # spec_generate's verify=verify_round must be the edited verify_round
     module = sd.bugged("continue")
     assert module.spec_generate.__defaults__[0] is module.verify_round is not sd.verify_round
 
 
-def test_edited_names_a_fragment_that_is_not_there():
-    with pytest.raises(ValueError, match=r"'no such line' is not on exactly one line of residual\(\)"):
+def test_edited_names_a_line_that_is_not_there_and_bugged_says_why_it_cannot_run():
+    with pytest.raises(LookupError, match=r"residual\(\) has no line that reads 'no such line'"):
         sd.edited((("residual", "no such line", "return p"),))
-    with pytest.raises(ValueError, match="is not on exactly one line of verify_round"):
-        sd.edited((("verify_round", "return emitted", ""),))  # two lines hold it
+    with pytest.raises(LookupError, match="verify_round"):  # the second edit finds the line the first changed
+        sd.edited((("verify_round", "return emitted", ""), ("verify_round", "return emitted", "return []")))
+    with pytest.raises(LookupError, match="there is no function"):
+        sd.edited((("no_such_function", "x", "y"),))
+    assert sd.bugged("no_resample", {"no_resample": [("residual", "no such line", "return p")]}) == \
+        "your edit changed a line it edits"
+    assert sd.bugged("bad", {"bad": [("residual", "return d / total if total > 0 else p", "return (")]}) == \
+        "with your edit it does not compile"
 
 
 def test_every_bug_is_one_line_per_edit_and_deletes_or_replaces_it():
-    for bugs in (sd.BUGS, sd.BLOCK_BUGS, {"no_update": sd.NO_UPDATE}):
+    for bugs in (sd.BUGS, sd.BLOCK_BUGS, sd.TREE_BUGS, sd.SHIPPED_BUGS, sd.APEX_BUGS, sd.GREEDY_BUGS):
         for name_, edits in bugs.items():
             module = sd.edited(tuple(edits))
-            assert len(module.diff) == len(edits) <= 2, name_
+            assert len(module.diff) == len(edits)
+            for function, old, new in module.diff:
+                source = inspect.getsource(getattr(sd, function)).splitlines()
+                assert [line.strip() for line in source].count(old) == 1 and new != old

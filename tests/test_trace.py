@@ -1,5 +1,6 @@
-"""--trace: real rounds read off the verifier's own calls, under every rule and
-every README edit, in output that grows with the rounds and ends in a summary."""
+"""--trace: real rounds read off the verifier's own calls, under every rule,
+every README edit and on real text, in output that grows with the rounds and
+ends in a summary. Each column is checked against the round it describes."""
 import re
 
 import numpy as np
@@ -8,16 +9,25 @@ import pytest
 import speculative_decoding_from_scratch as sd
 from test_break_it import EDITS
 
+# the README edits as sd.edited takes them: (function, the line, the new line)
+IN_MEMORY = {"residual returns p": "residual", "accept_prob q/p": "accept_prob", "no bonus token": "verify_round",
+             "residual(q, p) in verify_round": "verify_round", "bonus from p": "verify_round"}
+
+
+def edit(name):
+    return sd.edited(((IN_MEMORY[name], *EDITS[name]),))
+
 
 def traced(capsys, module=sd, **kwargs):
     module.trace(**kwargs)
     return capsys.readouterr().out
 
 
-def emitted_tokens(out):
+def emitted_tokens(out, spell=sd.TOKENS):
     """Every token the 'emits:' lines show, marks stripped."""
     lines = [line.split("emits:")[1] for line in out.splitlines() if "emits:" in line]
-    return [sd.TOKENS.index(c) for line in lines for c in re.sub(r"[\[\]{}]", "", line).split()]
+    glyphs = [g for line in lines for g in re.sub(r"[\[\]{}]", "", line.split("  (the round")[0]).split()]
+    return [sd.TOKENS.index(g) for g in glyphs] if spell == sd.TOKENS else glyphs
 
 
 def generated(module, rule, n_tokens, seed, k=4, weight=sd.MIDDLING_WEIGHT):
@@ -39,22 +49,42 @@ def test_the_trace_shows_the_tokens_the_rule_generates_and_never_contradicts_its
     assert re.search(r"6 rounds: \d+ tokens in 6 target calls", " ".join(out.split()))
 
 
-@pytest.mark.parametrize("edit", [e for e in EDITS if e != "unweighted block_residual"])
-def test_the_trace_agrees_with_its_rounds_under_every_readme_edit(capsys, edit):
-    module = sd.edited((EDITS[edit],))
+@pytest.mark.parametrize("name", IN_MEMORY)
+def test_the_trace_agrees_with_its_rounds_under_every_readme_edit(capsys, name):
+    module = edit(name)
     out = traced(capsys, module, n_rounds=8, seed=0)
     assert "the round returned" not in out
     assert emitted_tokens(out) == generated(module, "probabilistic", len(emitted_tokens(out)), seed=0)
 
 
+def test_every_column_is_the_round_it_describes(capsys):
+    # the same seed, the round rebuilt by hand from draft_tokens and the uniforms
+    out = traced(capsys, n_rounds=1, seed=4)
+    rng = np.random.default_rng(4)
+    drafted, q_rows = sd.draft_tokens(sd.MIDDLING, [0], 4, rng)
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+[a-f]\s+[a-f]\s", line)]
+    contexts = [0, *drafted]
+    for i, row in enumerate(rows):
+        c, x, p = contexts[i], drafted[i], sd.TARGET[contexts[i]]
+        u = rng.random()
+        assert row[:2] == [sd.name(c), sd.name(x)]
+        assert [float(v) for v in row[2:7]] == pytest.approx([q_rows[i][x], q_rows[i][x], p[x],
+                                                              sd.accept_prob(p, q_rows[i], x), u], abs=5e-4)
+        assert row[7] == ("kept" if u < sd.accept_prob(p, q_rows[i], x) else "rejected")
+        if row[7] == "rejected":
+            break
+    assert len(rows) >= 1
+
+
 def test_the_trace_names_the_row_a_token_is_really_drawn_from(capsys):
     # with the bonus drawn from the last draft's row instead of the row after it,
     # the trace must name that row, not claim the bonus row
-    module = sd.edited((EDITS["bonus from p"],))
-    out = " ".join(traced(capsys, module, n_rounds=1, seed=0, rule="probabilistic").split())
-    drafted = re.search(r"proposes ([a-f ]+)\.", out)[1].split()
-    if "(the bonus token)" in out:
-        assert f"p after '{drafted[-2]}'" in out and f"p after '{drafted[-1]}'" not in out
+    out = " ".join(traced(capsys, edit("bonus from p"), n_rounds=3, seed=0, rule="probabilistic").split())
+    for drafted, rest in re.findall(r"proposes ([a-f ]+)\. (.*?)emits", out):
+        if "(the bonus token)" in rest:
+            row = re.search(r"(p after '[a-f]'|the residual|a row that is not p)[^;]*; u = [\d.]+ draws '[a-f]' "
+                            r"\(the bonus token\)", rest)[1]
+            assert row == f"p after '{drafted.split()[-2]}'" or drafted.split()[-2] == drafted.split()[-1]
 
 
 def test_a_rejection_a_replacement_and_a_bonus(capsys):
@@ -66,10 +96,13 @@ def test_a_rejection_a_replacement_and_a_bonus(capsys):
 def test_strict_matching_shows_the_draft_the_probabilistic_rule_keeps(capsys):
     out = " ".join(traced(capsys, n_rounds=2, seed=3, rule="strict").split())
     assert "1.000" in out and "the probabilistic rule keeps it with 1.000" in out
+    drafted = re.search(r"draft (\d) was drawn with q", out)
+    assert drafted and int(drafted[1]) >= 1
 
 
 def test_block_verification_keeps_up_to_the_last_position_that_passes(capsys):
     out = traced(capsys, n_rounds=6, seed=0, rule="block")
+    assert "eta," in " ".join(out.split()) and "tau, the last position" in " ".join(out.split())  # defined first
     for block in out.split("Round ")[1:]:
         verdicts = re.findall(r"(passes|fails)\s*$", block, re.M)
         tau = max((i + 1 for i, v in enumerate(verdicts) if v == "passes"), default=0)
@@ -89,24 +122,44 @@ def test_k_and_the_draft_are_the_readers_choice(capsys):
     assert emitted_tokens(out) == generated(sd, "probabilistic", len(emitted_tokens(out)), seed=1, k=2, weight=0.0)
 
 
+def test_counts_are_singular_and_plural(capsys):
+    out = " ".join(traced(capsys, n_rounds=1, seed=0, k=1).split())
+    assert re.search(r"1 round: \d+ tokens? in 1 target call \(", out)
+    assert re.search(r"\d of the 1 draft (was|were) kept", out)
+
+
 def test_the_output_grows_linearly_with_the_rounds(capsys):
     short, long_ = traced(capsys, n_rounds=100), traced(capsys, n_rounds=200)
     assert 1.8 < len(long_) / len(short) < 2.2
 
 
+def test_the_trace_decodes_real_text_with_prompt_lookup(capsys):
+    out = traced(capsys, n_rounds=6, seed=2, k=5, text="summarise")
+    flat = " ".join(out.split())
+    assert "copying target" in flat and "prompt ends:" in flat and "the text: '" in flat
+    # what the rounds emitted is what the generator emits from the same seed
+    P, L, prompt = sd.CopyModel(0.9), sd.Lookup(2, 4, len(sd.ALPHABET)), sd.prompts()["summarise"]
+    n = int(re.search(r"6 rounds: (\d+) tokens", flat)[1])
+    text = sd.spec_generate(P, L, prompt, n, 5, np.random.default_rng(2), draft=sd.lookup_draft)[0]
+    assert f"the text: {sd.decode(text)!r}" in out
+    assert "q(x)" in out and "1.000  1.000" in out  # prompt lookup's q is one-hot
+    assert out.isascii() and max(map(len, out.splitlines())) <= 80
+
+
 def test_recorded_round_is_the_real_round():
-    drafted, q_rows, emitted, calls = sd.recorded_round(sd.TARGET, sd.MIDDLING, 0, 4, np.random.default_rng(5))
+    drafted, q_rows, emitted, calls = sd.recorded_round(sd.TARGET, sd.MIDDLING, [0], 4, np.random.default_rng(5))
     rng = np.random.default_rng(5)
     assert emitted == sd.spec_round(sd.TARGET, sd.MIDDLING, [0], 4, rng)
     names = [name for name, _, _ in calls]
-    assert names.count("accept_prob") == min(len(emitted), 4)
-    assert sd.accept_prob.__name__ == "accept_prob"  # the stages were put back
+    assert names.count("accept_prob") == min(len(emitted), 4) and names.count("forward") == 1
+    assert sd.accept_prob.__name__ == "accept_prob" and sd.forward.__name__ == "forward"  # the stages were put back
 
 
-def test_marks_and_colour():
+def test_marks_glyphs_and_colour():
     assert sd.marked([0, 4, 2, 1], ["kept", "kept", "drawn", "bonus"]) == "a e [c] {b}"
     assert sd.marked([4, 1], ["kept", "bonus"], colour=True) == "\033[32me\033[0m \033[36m{b}\033[0m"
-    assert sd.row_text([0.5, 0.0, 0.5]) == "a .500  c .500"
+    assert sd.row_text([0.5, 0.0, 0.5], sd.decode_letters) == "a .500  c .500"
+    assert [sd.glyph(x, sd.decode) for x in sd.encode(" \na")] == ["sp", "\\n", "a"]
 
 
 def test_round_lines_reads_everything_off_the_record():
@@ -114,17 +167,17 @@ def test_round_lines_reads_everything_off_the_record():
     # residual row [1, 0, 0, 0, 0, 0] drawn with u .4 -> 'a'
     row = np.array([1.0, 0, 0, 0, 0, 0])
     p, q = sd.TARGET[0], sd.MIDDLING[0]
-    calls = [("u", (), 0.9), ("accept_prob", (p, q, 2), 0.183), ("residual", (p, q), row),
-             ("u", (), 0.4), ("sample_from", (row, 0.4), 0)]
-    rows, lines, produced = sd.round_lines(sd.TARGET, 0, [2, 3], [q, q], calls)
-    assert rows[0][-1] == "rejected" and rows[0][5] == 0.183 and rows[0][7] == 0.9
+    calls = [("forward", (sd.TARGET, [0], [2, 3]), [p, sd.TARGET[2], sd.TARGET[3]]), ("u", (), 0.9),
+             ("accept_prob", (p, q, 2), 0.183), ("residual", (p, q), row), ("u", (), 0.4), ("sample_from", (row, 0.4), 0)]
+    rows, lines, produced = sd.round_lines(0, [2, 3], [q, q], calls, sd.decode_letters)
+    assert rows[0][-1] == "rejected" and rows[0][5] == 0.183 and rows[0][7] == 0.9 and rows[0][4] == p[2]
     assert lines == ["the residual: a 1.00; u = 0.400 draws 'a' in its place"]
     assert produced == [(0, "drawn")]
 
 
 def test_the_readme_debugger_session_breaks_on_the_acceptance_test():
     readme = open(sd.__file__.replace("speculative_decoding_from_scratch.py", "README.md")).read()
-    line = int(re.search(r"\(Pdb\) b (\d+), ctx == 5", readme)[1])
+    line = int(re.search(r"\(Pdb\) b (\d+), text\[-1\] == 5", readme)[1])
     source = open(sd.__file__).read().splitlines()
     assert source[line - 1].strip() == "if u < accept_prob(p, q, x):"
     assert f"({line})verify_round()\n-> if u < accept_prob(p, q, x):" in readme

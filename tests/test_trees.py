@@ -82,7 +82,7 @@ def test_verify_tree_takes_rejected_mass_out_before_the_next_sibling():
     assert sd.verify_tree(P3, Q3, 0, [0, 0], [-1, -1], ScriptedRng([0.9, 0.3, 0.2])) == [1]
     # without the update the second copy is kept (ratio .5 > .3), then the
     # bonus at that leaf comes from P3[0] with u = .2 -> 1
-    no_update = sd.edited(tuple(sd.NO_UPDATE))
+    no_update = sd.bugged("no_update", sd.TREE_BUGS)
     assert no_update.verify_tree(P3, Q3, 0, [0, 0], [-1, -1], ScriptedRng([0.9, 0.3, 0.2])) == [0, 1]
 
 
@@ -130,7 +130,7 @@ def test_tree_decoding_emits_the_target_joint(distinct):
     ctx = 3
     truth = TARGET[ctx][:, None] * TARGET
     assert chi2_excess(tree_counts(sd, ctx, distinct), truth) < 6
-    assert chi2_excess(tree_counts(sd.edited(tuple(sd.NO_UPDATE)), ctx, distinct), truth) > 30
+    assert chi2_excess(tree_counts(sd.bugged("no_update", sd.TREE_BUGS), ctx, distinct), truth) > 30
 
 
 def test_tree_generate_validates_like_spec_generate():

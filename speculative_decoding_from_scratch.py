@@ -73,7 +73,7 @@ def forward(model, text, new=(), cached=0):
     reads only the last token: forward(T, [0, 2], [1]) is T[[2, 1]]."""
     tokens = new[cached - 1:] if cached else [text[-1], *new]  # the positions computed
     for i, x in enumerate(tokens, start=cached):  # an embedding lookup refuses what is not a token
-        if not (isinstance(x, (int, np.integer)) and 0 <= x < len(model)):
+        if not (isinstance(x, (int, np.integer)) and x is not True and x is not False and 0 <= x < len(model)):
             raise ValueError(f"position {i} of the pass (0: the text's last token) holds {x!r}, "
                              f"not a token id 0..{len(model) - 1}")
     return [model[x] for x in tokens] if isinstance(model, np.ndarray) else model(text, new, cached)
@@ -543,7 +543,7 @@ def prompt_lookup(tokens, k, n_min=1, n_max=3):
     that ends the text and occurred earlier; at its earliest occurrence,
     propose the tokens that followed it. At most k, fewer if the text ends
     first, none if nothing matches: prompt_lookup([1, 2, 3, 4, 1, 2, 3], 3, 2, 2) -> [4, 1, 2]."""
-    if not (isinstance(n_min, int) and isinstance(n_max, int) and isinstance(k, int)):
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in (k, n_min, n_max)):
         raise ValueError(f"k, n_min and n_max must be integers, got {k!r}, {n_min!r}, {n_max!r}")
     if n_min < 1 or n_max < n_min or k < 0:
         raise ValueError(f"prompt lookup needs 1 <= n_min <= n_max and k >= 0, got n_min = {n_min}, "

@@ -46,13 +46,11 @@ FLIPS = {
 
 # a wider family: (function, the line it has, the line a reader types, the demos to run)
 STAGE_EDITS = [
-    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1 2"),
-    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())", "1 2"),
-    ("accept_prob", "if not 0 <= p[x] < math.inf:  # NaN fails this too", "", "1"),
-    ("residual", "return d / total if total > 0 else p", "return d", "1 2"),
-    ("residual", "return d / total if total > 0 else p", "return p - q", "1 2"),  # negative: sample_from raises
+    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "2"),
+    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())", "2"),
+    ("residual", "return d / total if total > 0 else p", "return d", "2"),
+    ("residual", "return d / total if total > 0 else p", "return p - q", "2"),  # negative: sample_from raises
     ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "2 3"),
-    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u)", "1 2"),
     ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2 3"),
     ("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
      "return one_hot(table.argmin(axis=-1), table.shape[-1])", "2"),

@@ -155,7 +155,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert "Both checks catch argmax, no_resample, uniform_q. Only the fit catches continue" in text
     assert "The correct rule emits the target's distribution by both checks." in text
-    assert f"the target sampled alike has {sd.floor_tv(sd.TARGET, 5, 1000, 2):.4f}" in text
+    assert f"the target sampled alike has {sd.floor_tv(sd.TARGET, 5, sd.DEMO2_RUNS, 2):.4f}" in text
     assert [row[1] for row in result.greedy] == [1000, 1000] and "Both are argmax decoding" in text
 
 
@@ -364,7 +364,8 @@ def test_demo12_the_wide_pass_the_texts_and_the_ties(demo):
     assert 0 <= share <= 1 and (worst == 0) == (share == 0)
     assert ("NOT bit-identical" in text) == (share > 0)
     parts = {r[0]: r[1] for r in result.rows}
-    assert parts["float32, each alone"] == "0/30"  # width-independent arithmetic: plain and speculative agree
-    assert parts["the bonus bug, alone"] == "30/30"  # a real bug parts them whatever the arithmetic
+    assert parts["float32, each alone"].startswith("0/")  # width-independent arithmetic: plain and speculative agree
+    n = parts["the bonus bug, alone"].split("/")[1]
+    assert parts["the bonus bug, alone"] == f"{n}/{n}"  # a real bug parts them whatever the arithmetic
     assert [r[1] for r in result.ties] == ["all the same", "part at token 1"]
     assert "One tie-break everywhere keeps the text; another in verification changes it." in text

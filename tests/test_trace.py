@@ -111,7 +111,7 @@ def test_block_verification_keeps_up_to_the_last_position_that_passes(capsys):
 
 def test_a_bug_says_where_its_distribution_shows(capsys):
     out = " ".join(traced(capsys, n_rounds=3, seed=0, rule="no_resample").split())
-    assert "demo 2 tests 1,000 of them" in out and "'no_resample' bug" in out
+    assert f"demo 2 tests {sd.DEMO2_RUNS} of them" in out and "'no_resample' bug" in out
     assert "The probabilistic verifier emits the same" in out or "part from these at token" in out
 
 

@@ -1845,11 +1845,15 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     return SimpleNamespace(verdicts=verdicts, rows=rows, truth=truth, greedy=demo2_greedy(n_tokens=1000))
 
 
+CAUGHT_BY = {"NOT the target": "both checks catch it", "NOT by the fit": "only the fit catches it",
+             "NOT by exact": "only the exact check catches it"}
+
+
 def demo2_verdicts(verdicts):
     """Demo 2's sentences, each decided by the rows of its table."""
     correct, checks = verdicts["correct"], ("the target", "NOT the target", "NOT by the fit", "NOT by exact")
     say("The correct rule emits the target's distribution by both checks." if correct == "the target" else
-        f"The correct rule, as you have it, is NOT the target: {correct}." + (
+        f"The correct rule, as you have it, is NOT the target: {CAUGHT_BY.get(correct, correct)}." + (
             " The exact check follows accept_prob and residual, not verify_round's own lines:"
             " the bug is in verify_round." if correct == "NOT by the fit" else ""))
     caught = {how: [r for r in BUGS if verdicts[r] == how] for how in checks}
@@ -2533,7 +2537,8 @@ def demo9_exactness_verdicts(rows, truth, k):
         "; ".join(f"{r[0]} {words.get(r[5], r[6])}" for r in settings if r not in lossless) + ".",
         "Both edits and both shipped paths are caught." if all(r[5] not in ("the target", "not run", "raised")
                                                               for r in rows[5:]) else
-        " ".join(f"{r[0]}: {words.get(r[5], 'not checked, ' + str(r[6]))}." for r in rows[5:]))
+        " ".join(f"{r[0]} {words[r[5]]}." if r[5] in words else f"{r[0]}: not checked, {r[6]}."
+                 for r in rows[5:]))
     for label, *tvs, p_fit, verdict, exact, _ in rows[5:]:
         first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
@@ -3371,7 +3376,9 @@ def print_config(buckets):
     print("\n--speculative-config keys (add your method and model):\n" + "\n".join(
         textwrap.wrap(json.dumps(config), 76, initial_indent="  ", subsequent_indent="  ",
                       break_long_words=False, break_on_hyphens=False)))
-    print("\nvLLM's documentation: tested with Eagle, Eagle-3 and DFlash; off under data parallelism.")
+    print()
+    say("vLLM's documentation says it tested this schedule with Eagle, Eagle-3 and DFlash drafts,",
+        "and that it is off under data parallelism.")
 
 
 def tune(c, v=1.0, k_max=32, per_position=None, **route):
@@ -3501,8 +3508,10 @@ def arg_parser():
         epilog="demos:\n" + "\n".join(f"  {n:>2}. {t}" for n, (t, _) in DEMOS.items()))
     ap.add_argument("values", nargs="*", metavar="N", help="demo numbers, or the numbers a mode takes")
     ap.add_argument("--list", action="store_true", help="print the demo titles")
-    ap.add_argument("--detail", action="store_true", help="demos 6, 9 and 10 add what a practitioner needs: a long "
-                    "context on the roofline, vLLM's settings and their history, plans and adaptive draft lengths")
+    *most, last = DETAILS
+    ap.add_argument("--detail", action="store_true", help=f"demos {', '.join(most)} and {last} add what a practitioner "
+                    "needs: shipped temperature bugs, a long context on the roofline, vLLM's settings and their "
+                    "history, plans and adaptive draft lengths")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "

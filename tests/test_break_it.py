@@ -37,7 +37,7 @@ FLIPS = {
                                 "The correct rule, as you have it, is NOT the target"]),
     "no bonus token": ("2 3", ["The correct rule emits the target's distribution by both checks.",
                                "NOT every row fits: blend weight 1.00 measures 4.00 where the exact value is 5.00"]),
-    "residual(q, p) in verify_round": ("2", ["is NOT the target: NOT by the fit", "the bug is in verify_round"]),
+    "residual(q, p) in verify_round": ("2", ["is NOT the target: only the fit catches it", "the bug is in verify_round"]),
     "bonus from p": ("3", ["NOT every temperature emits its tempered target"]),
     "unweighted block_residual": ("9", ["NOT every setting emits the target's distribution: block passes its fit "
                                         "while its exact distribution is off",

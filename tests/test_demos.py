@@ -160,8 +160,9 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
 
 
 @pytest.mark.parametrize("verdicts, said", [
-    (dict(correct="NOT the target"), "The correct rule, as you have it, is NOT the target: NOT the target."),
-    (dict(correct="NOT by the fit"), "the bug is in verify_round"),
+    (dict(correct="NOT the target"), "The correct rule, as you have it, is NOT the target: both checks catch it."),
+    (dict(correct="NOT by the fit"), "is NOT the target: only the fit catches it. The exact check follows"),
+    (dict(correct="NOT by exact"), "is NOT the target: only the exact check catches it."),
     (dict(argmax="the target"), "Neither catches argmax."),
     (dict(argmax="NOT by exact"), "Only the exact check catches argmax."),
     (dict(continue_="your edit changed a line it edits"), "Not checked: continue (your edit changed a line it edits)."),
@@ -279,6 +280,19 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
     chain, widest = result.rates[0][3], result.rates[2][4]
     assert f"makes {widest:.2f}, {'more' if widest > chain else 'NOT more'} than the chain's {chain:.2f}" in text
+
+
+def test_demo9_exactness_sentences_follow_each_row(demo, capsys):
+    rows = [list(r) for r in demo["9"][0].exactness]
+    rows[3][5] = "NOT by exact"  # block
+    rows[6][5] = "the target"  # cumulative, uncaught
+    rows[5] = [rows[5][0], None, None, None, None, "not run", "your edit changed a line it edits", None]
+    sd.demo9_exactness_verdicts(rows, sd.target_first_tokens(sd.TARGET, 5, 3), 3)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "NOT every setting emits the target's distribution: block passes its fit while its exact" in text
+    assert "tokenwise_residual: not checked, your edit changed a line it edits." in text
+    assert "cumulative emits the target's distribution by both checks." in text
+    assert "vllm-ascend, Triton is NOT the target." in text and "Both edits and both" not in text
 
 
 def test_demo9_every_verifier_row_and_verdict(demo):

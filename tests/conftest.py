@@ -2,8 +2,10 @@
 session starts, the two full runs that tests read: the run as a reader sees it,
 and the same run with every np.exp result moved by one unit in the last place
 (as another libm or SIMD path would round it). They are subprocesses, so they
-use the second core while the other tests run here."""
+use the second core while the other tests run here. The tests that wait on a
+subprocess run last, so this process has work to do while they finish."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,14 +25,33 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+# background subprocesses yield the CPU to this process, which runs the other
+# tests. (`nice`, not preexec_fn: a fork while this process's BLAS threads work
+# can hang them.)
+NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
+
+
 def pytest_configure(config):
     # one BLAS thread: demo 6's products then leave the other core to the tests
     # (no test reads a wall-clock figure)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     config.full_runs = {
-        name: subprocess.Popen([sys.executable, *args, str(SCRIPT)], stdout=subprocess.PIPE,
+        name: subprocess.Popen([*NICE, sys.executable, *args, str(SCRIPT)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
         for name, args in (("plain", []), ("one ulp", ["-c", ONE_ULP]))}
+
+
+WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs"}
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: bool(WAITS_ON_A_SUBPROCESS & set(getattr(item, "fixturenames", ()))))
+
+
+def pytest_collection_finish(session):
+    # modules with subprocesses of their own start them now, beside the full runs
+    for module in {item.module for item in session.items if hasattr(getattr(item, "module", None), "start_runs")}:
+        module.start_runs()
 
 
 def pytest_unconfigure(config):

@@ -3,16 +3,21 @@ disk, exactly as a reader types it, then `python3 speculative_decoding_from_
 scratch.py N ...` in a subprocess. The README's "Break it" edits must flip what
 the README says they flip; a wider family of one-line edits of the stages must
 leave every demo they touch running to its end. The subprocesses run two at a
-time, beside the tests in this process."""
+time, started as soon as the tests are collected (conftest.py), beside the
+tests in this process."""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import speculative_decoding_from_scratch as sd
+from conftest import NICE
 
 SCRIPT = Path(sd.__file__)
 README = (SCRIPT.parent / "README.md").read_text()
@@ -46,12 +51,12 @@ FLIPS = {
 
 # a wider family: (function, the line it has, the line a reader types, the demos to run)
 STAGE_EDITS = [
-    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "2"),
+    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1"),
     ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())", "2"),
-    ("residual", "return d / total if total > 0 else p", "return d", "2"),
+    ("residual", "return d / total if total > 0 else p", "return d", "1"),
     ("residual", "return d / total if total > 0 else p", "return p - q", "2"),  # negative: sample_from raises
-    ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "2 3"),
-    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2 3"),
+    ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "1 2"),
+    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2"),
     ("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
      "return one_hot(table.argmin(axis=-1), table.shape[-1])", "2"),
     ("forward", "tokens = new[cached - 1:] if cached else [text[-1], *new]  # the positions computed",
@@ -59,7 +64,7 @@ STAGE_EDITS = [
     ("draft_tokens", "drafted.append(sample_from(q, rng.random()))", "drafted.append(int(np.argmax(q)))", "2"),
     ("verify_round", "if u < accept_prob(p, q, x):", "if u <= accept_prob(p, q, x):", "2"),
     ("verify_round", "p_rows = forward(P, text, drafted)  # (k+1, V): the one target call",
-     "p_rows = forward(P, text, drafted[1:])", "2 3"),
+     "p_rows = forward(P, text, drafted[1:])", "3"),
     ("rounds", "text = [*text, *emitted]", "text = [*text, *emitted[:-1]]", "3"),
     ("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "", "8"),
     ("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight", "9"),
@@ -86,17 +91,37 @@ def edited_copy(tmp_path, old, new, function=None):
 
 
 def run(path, demos):
-    return subprocess.run([sys.executable, str(path), *demos.split()], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    return subprocess.run([*NICE, sys.executable, str(path), *demos.split()], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+
+
+RUNS = {}  # "readme" -> {name: future}, "stage" -> [future]
+
+
+def start_runs():
+    """Every README edit and every STAGE_EDITS edit, each in its own copy of the
+    script on disk, run two at a time in the background."""
+    if RUNS:
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="break_it_"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    pool = ThreadPoolExecutor(2)
+    atexit.register(pool.shutdown, cancel_futures=True)
+
+    def one(i, old, new, demos, function=None):
+        (tmp / str(i)).mkdir()
+        return run(edited_copy(tmp / str(i), old, new, function), demos)
+    RUNS["readme"] = {name: pool.submit(one, f"readme{i}", *EDITS[name], FLIPS[name][0])
+                      for i, name in enumerate(EDITS)}
+    RUNS["stage"] = [pool.submit(one, f"stage{i}", old, new, demos, function)
+                     for i, (function, old, new, demos) in enumerate(STAGE_EDITS)]
 
 
 @pytest.fixture(scope="module")
-def readme_runs(tmp_path_factory):
-    """Each README edit, run on disk, two at a time: name -> the completed process."""
-    def one(name):
-        return name, run(edited_copy(tmp_path_factory.mktemp("edit"), *EDITS[name]), FLIPS[name][0])
-    with ThreadPoolExecutor(2) as pool:
-        return dict(pool.map(one, EDITS))
+def readme_runs():
+    """Each README edit, run on disk: name -> the completed process."""
+    start_runs()
+    return {name: future.result() for name, future in RUNS["readme"].items()}
 
 
 @pytest.mark.parametrize("name", EDITS)
@@ -118,13 +143,10 @@ def test_every_readme_edit_is_in_the_readme_as_typed(name):
 
 
 @pytest.fixture(scope="module")
-def stage_runs(tmp_path_factory):
-    """Every edit of STAGE_EDITS, run on disk, two at a time."""
-    def one(edit):
-        function, old, new, demos = edit
-        return run(edited_copy(tmp_path_factory.mktemp("stage"), old, new, function), demos)
-    with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(one, STAGE_EDITS))
+def stage_runs():
+    """Every edit of STAGE_EDITS, run on disk."""
+    start_runs()
+    return [future.result() for future in RUNS["stage"]]
 
 
 @pytest.mark.parametrize("i", range(len(STAGE_EDITS)), ids=[f"{f}:{new or 'deleted'}"[:60].replace(" ", "")

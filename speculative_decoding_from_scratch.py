@@ -2833,7 +2833,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         "the documentation's three-character counts. Prompt lookup drafts with no model: what",
         "followed the earliest earlier occurrence of the last 2 to 4 characters (vLLM's ngram",
         "method; HF: Hugging Face transformers' variant, from 2 down to 1). Its proposal is",
-        "certain, so its q is one-hot. After a paragraph to summarise:")
+        "certain, so its q is one-hot. After a paragraph to summarise (its last line first), it", "writes:")
     sample = spec_generate(P, vllm, prompt, 100, k, np.random.default_rng(0), draft=lookup_draft)[0]
     shown = (decode(prompt).split("\n")[-1] + decode(sample)).split("\n")[:3]
     print("\n" + "\n".join("  | " + line[:74] for line in shown))

@@ -286,7 +286,6 @@ def row_flaw(row):
     return "it has no positive mass"
 
 
-
 def as_table(T, label):
     """T as a float array, or a ValueError that names the table and the flaw."""
     try:
@@ -1870,8 +1869,10 @@ def demo2_verdicts(verdicts):
 
 def demo2_greedy(n_tokens, k=4):
     """Demo 2, part two: greedy decoding is sampling from temper(P, 0)."""
-    P0 = temper(TARGET, 0)
-    plain = plain_decode(P0, [0], n_tokens, np.random.default_rng(0))
+    P0, text = temper(TARGET, 0), [0]
+    while len(text) <= n_tokens:  # argmax decoding without temper: the likeliest token, each step
+        text.append(int(np.argmax(TARGET[text[-1]])))
+    plain = text[1:]
     print()
     say(f"Greedy decoding samples at temperature 0: rows one-hot at the argmax. The same loop, k = {k}:")
     print()
@@ -2266,7 +2267,7 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
         " the text teaches the world, not the target. Climbing alpha itself"
         f" {'gains more' if a_tv > a_kd else 'does NOT gain'}.")
     takeaway("train the draft on the target's own distributions, not on the data the target learned from.")
-    return SimpleNamespace(alpha_fit=a_fit, alpha_kd=a_kd, alpha_tv=a_tv, alpha_world=a_world)
+    return SimpleNamespace(alpha_fit=a_fit, alpha_kd=a_kd, alpha_tv=a_tv, alpha_world=a_world, rows=rows, P=P)
 
 
 def demo8_trees(n_runs=600, n_rounds=200):
@@ -2470,7 +2471,8 @@ def demo9_verifiers(k=3):
     print()
     wins = sum(w for _, w, _, _ in reasons)
     say("Which keeps most depends on the pair.",
-        "Over one-hot drafts block keeps " + ("what one-hot keeps." if same else "NOT what one-hot keeps."),
+        "Over one-hot drafts block keeps what one-hot keeps." if same else
+        "Over one-hot drafts block does NOT keep what one-hot keeps.",
         f"One-hot wins in {plural(wins, 'context')} of {VOCAB * len(pairs)}, " + (
             "each where the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
             else "NOT each where the target likes the draft's argmax more than the draft does."))

@@ -1,5 +1,11 @@
 """Block verification (stage 5c): scripted rounds worked by hand, the paper's
-example, exactness by enumeration, the two breakages, and the gain."""
+example, exactness by enumeration, the two breakages, and the gain.
+
+Every exact check here uses tables whose rows differ from context to context,
+so the distribution at position i+1 is not the one at position i. A verifier
+that reads the wrong position passes every check on a table that repeats one
+row, which is what most upstream distribution tests use; the last test shows
+it. Write your own checks on tables that differ by position."""
 import math
 
 import numpy as np
@@ -7,7 +13,7 @@ import pytest
 
 import speculative_decoding_from_scratch as sd
 from helpers import ScriptedRng
-from test_exact import random_pair, sampled_joint
+from test_exact import fit, random_pair, sampled_joint
 from test_stages import P3, Q3
 
 # A pair where the weighted and the token-wise residual differ. From context 2,
@@ -238,3 +244,23 @@ def test_the_shipped_paths_bias_on_the_demo_pair():
     truth = sd.target_first_tokens(sd.TARGET, 5, 2)
     assert sd.tv_distance(exact.sum(axis=1), truth.sum(axis=1)) == pytest.approx(0.0730, abs=5e-5)
     assert sd.tv_distance(exact, truth) == pytest.approx(0.2098, abs=5e-5)
+
+
+WRONG_POSITION = (("verify_block", "h = weights[i] if i == k else block_threshold(weights[i], p_rows[i], q_rows[i])",
+                   "h = weights[i] if i == k else block_threshold(weights[i], p_rows[i - 1], q_rows[i - 1])"),)
+
+
+def test_a_verifier_that_reads_the_wrong_position_hides_on_a_table_that_repeats_one_row():
+    """h_i from position i's distributions instead of position i+1's."""
+    wrong = sd.edited(WRONG_POSITION)
+    P, Q = random_pair(3)
+    repeat_P, repeat_Q = np.tile(P[0], (6, 1)), np.tile(Q[0], (6, 1))
+    for seed in range(100):  # one row everywhere: the wrong verifier emits what the right one does
+        right = sd.spec_generate(repeat_P, repeat_Q, [0], 4, 3, np.random.default_rng(seed), verify=sd.verify_block)
+        assert wrong.spec_generate(repeat_P, repeat_Q, [0], 4, 3, np.random.default_rng(seed),
+                                   verify=wrong.verify_block) == right
+    counts = sampled_joint(wrong, P, Q, 0, 2, 3, 2000, seed=5, verify=wrong.verify_block)
+    truth = sd.target_first_tokens(P, 0, 2)
+    assert sd.tv_distance(counts / 2000, truth) > 0.05 and fit(counts, truth) < 1e-9
+    right = sampled_joint(sd, P, Q, 0, 2, 3, 2000, seed=5, verify=sd.verify_block)
+    assert fit(right, truth) > 1e-3

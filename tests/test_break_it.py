@@ -49,27 +49,39 @@ FLIPS = {
                                         "tokenwise_residual: not checked, your edit changed a line it edits"]),
 }
 
-# a wider family: (function, the line it has, the line a reader types, the demos to run)
+# a wider family: (function, the line it has, the line a reader types, the
+# demos to run, what their verdicts must then say). Not every edit is a bug:
+# `<=` differs from `<` only when u is exactly p/q, and a draft that reads the
+# wrong row still says which row it drew from, so both stay exact.
+CORRECT = "The correct rule emits the target's distribution by both checks."
 STAGE_EDITS = [
-    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1"),
-    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())", "2"),
-    ("residual", "return d / total if total > 0 else p", "return d", "1"),
-    ("residual", "return d / total if total > 0 else p", "return p - q", "2"),  # negative: sample_from raises
-    ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "1 2"),
-    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2"),
+    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1", ["NOT p/q", "is NOT exact"]),
+    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())", "2",
+     ["The correct rule, as you have it, is NOT the target: both checks catch it."]),
+    ("residual", "return d / total if total > 0 else p", "return d", "1", ["is NOT exact"]),
+    ("residual", "return d / total if total > 0 else p", "return p - q", "2",  # negative: sample_from raises
+     ["ValueError in sample_from(): cannot sample"]),
+    ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "1 2", ["is NOT exact", "cannot sample"]),
+    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2",
+     ["Demo 2 stopped: "]),
     ("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
-     "return one_hot(table.argmin(axis=-1), table.shape[-1])", "2"),
+     "return one_hot(table.argmin(axis=-1), table.shape[-1])", "2", [CORRECT, "NOT argmax decoding"]),
     ("forward", "tokens = new[cached - 1:] if cached else [text[-1], *new]  # the positions computed",
-     "tokens = [text[-1], *new]", "2"),
-    ("draft_tokens", "drafted.append(sample_from(q, rng.random()))", "drafted.append(int(np.argmax(q)))", "2"),
-    ("verify_round", "if u < accept_prob(p, q, x):", "if u <= accept_prob(p, q, x):", "2"),
+     "tokens = [text[-1], *new]", "2", [CORRECT]),
+    ("draft_tokens", "drafted.append(sample_from(q, rng.random()))", "drafted.append(int(np.argmax(q)))", "2",
+     ["is NOT the target: only the fit catches it"]),
+    ("verify_round", "if u < accept_prob(p, q, x):", "if u <= accept_prob(p, q, x):", "2", [CORRECT]),
     ("verify_round", "p_rows = forward(P, text, drafted)  # (k+1, V): the one target call",
-     "p_rows = forward(P, text, drafted[1:])", "3"),
-    ("rounds", "text = [*text, *emitted]", "text = [*text, *emitted[:-1]]", "3"),
-    ("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "", "8"),
-    ("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight", "9"),
-    ("block_residual", "return residual(weight * p, q)", "return residual(p, q)", "9"),
-    ("verify_block", "if rng.random() < h:", "if rng.random() > h:", "9"),
+     "p_rows = forward(P, text, drafted[1:])", "3", ["NOT every row fits"]),
+    ("rounds", "text = [*text, *emitted]", "text = [*text, *emitted[:-1]]", "3", ["NOT every row fits"]),
+    ("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "", "8",
+     ["NOT every correct tree is consistent"]),
+    ("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight", "9",
+     ["NOT every setting emits the target's distribution", "cumulative: not checked"]),
+    ("block_residual", "return residual(weight * p, q)", "return residual(p, q)", "9",
+     ["block passes its fit while its exact distribution is off"]),
+    ("verify_block", "if rng.random() < h:", "if rng.random() > h:", "9",
+     ["NOT every setting emits the target's distribution"]),
 ]
 
 
@@ -114,7 +126,7 @@ def start_runs():
     RUNS["readme"] = {name: pool.submit(one, f"readme{i}", *EDITS[name], FLIPS[name][0])
                       for i, name in enumerate(EDITS)}
     RUNS["stage"] = [pool.submit(one, f"stage{i}", old, new, demos, function)
-                     for i, (function, old, new, demos) in enumerate(STAGE_EDITS)]
+                     for i, (function, old, new, demos, _) in enumerate(STAGE_EDITS)]
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +162,12 @@ def stage_runs():
 
 
 @pytest.mark.parametrize("i", range(len(STAGE_EDITS)), ids=[f"{f}:{new or 'deleted'}"[:60].replace(" ", "")
-                                                            for f, _, new, _ in STAGE_EDITS])
+                                                            for f, _, new, _, _ in STAGE_EDITS])
 def test_any_one_line_edit_of_a_stage_leaves_every_demo_running_to_its_end(stage_runs, i):
     out, demos = stage_runs[i], STAGE_EDITS[i][3].split()
+    text = " ".join(out.stdout.split())
+    for said in STAGE_EDITS[i][4]:
+        assert said in text, said
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert [f"Demo {n}. " in out.stdout for n in demos] == [True] * len(demos)
     assert out.stdout.count("Takeaway: ") + out.stdout.count(" stopped: ") == len(demos)

@@ -262,6 +262,14 @@ def test_demo7_distillation_beats_fitting_the_text(demo):
     assert "Climbing alpha itself gains more." in text
 
 
+def test_demo7_the_objective_column_is_what_its_row_names(demo):
+    result, _ = demo["7"]
+    (_, _, ce, fit), (_, _, kl, kd), (_, _, one_minus_alpha, tv), _ = result.rows
+    S = sd.visit_joint(result.P)  # how often the target writes context c, then x
+    assert kl == pytest.approx(float((S * np.log(result.P / kd)).sum()), abs=1e-12) and kl > 0
+    assert one_minus_alpha == pytest.approx(1 - sd.pair_alpha(result.P, tv), abs=1e-15)
+
+
 def test_demo7_says_so_when_distilling_does_not_win(monkeypatch):
     world = sd.random_table(101, sharpness=2.5)
     monkeypatch.setattr(sd, "distill", lambda P: sd.fit_text(sd.plain_decode(world, [0], 20_000,
@@ -280,6 +288,15 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
     chain, widest = result.rates[0][3], result.rates[2][4]
     assert f"makes {widest:.2f}, {'more' if widest > chain else 'NOT more'} than the chain's {chain:.2f}" in text
+
+
+def test_demo8_says_so_when_one_correct_tree_fails(capsys):
+    m = sd.edited((("draft_children", "children.append(sample_from(without(q, children) if distinct else q, "
+                    "rng.random()))", "children.append(sample_from(q, rng.random()))"),))  # distinct ones repeat
+    rows = m.demo8_exactness(600)
+    text = " ".join(capsys.readouterr().out.split())
+    assert [r[3] for r in rows] == ["consistent", "raised", "NOT the target"]
+    assert "NOT every correct tree is consistent; without the update, NOT the target." in text
 
 
 def test_demo9_exactness_sentences_follow_each_row(demo, capsys):

@@ -86,6 +86,23 @@ def test_an_exact_tie_needs_one_tie_break_everywhere():
     assert sd.temper(tied, 0)[0].tolist() == [1, 0, 0]  # ties go to the lower id
 
 
+class WidthLayer:
+    """A stand-in for W whose product with one vector is 1e-3 larger than the
+    same column of a wider product: widths_differ must see every logit differ."""
+    def __init__(self, W):
+        self.W, self.shape, self.dtype = W, W.shape, W.dtype
+
+    def __matmul__(self, H):
+        return self.W @ H + (1e-3 if H.ndim == 1 else 0.0)
+
+
+def test_widths_differ_compares_a_position_alone_with_it_inside_a_wide_product():
+    P = sd.GreedyHead(V=64, d=8, gap=0, dtype=np.float64)
+    P.W = WidthLayer(P.W)
+    share, ulps, worst, flips, _ = sd.widths_differ(P, n=5)
+    assert share == 1.0 and worst == pytest.approx(1e-3, rel=1e-6) and flips == 0 and ulps > 1
+
+
 def test_widths_differ_counts_what_it_says():
     P = sd.GreedyHead(V=256, d=8, gap=0)
     share, ulps, worst, flips, margin = sd.widths_differ(P, n=10)

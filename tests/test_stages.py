@@ -291,3 +291,9 @@ def test_macs_per_token_by_hand():
 
 def test_llama2_7b_shape_has_6_74e9_parameters():
     assert round(sd.weight_count(4096, 11008, 32, 32000) / 1e9, 2) == 6.74
+
+
+def test_take_cuts_the_last_round_but_counts_its_accepted_drafts():
+    # rounds emit 3 then 3 tokens (2 accepted drafts + 1 each); 4 wanted
+    tokens, calls, accepted = sd.take(iter([[1, 2, 3], [4, 5, 6], [7]]), 4)
+    assert tokens == [1, 2, 3, 4] and calls == 2 and accepted == 4

@@ -93,6 +93,17 @@ def test_a_rejection_a_replacement_and_a_bonus(capsys):
     assert "(the bonus token)" in out and "{d}" in out and "[f]" in out
 
 
+def test_each_printed_column_holds_what_its_header_names(capsys):
+    # strict matching hands the verifier a one-hot q: "q seen" is 1 at the
+    # drafted token while "q(x)" is the draft's own q(x) < 1
+    out = traced(capsys, n_rounds=3, seed=3, rule="strict")
+    header = next(line for line in out.splitlines() if line.strip().startswith("after"))
+    names = re.split(r"\s{2,}|(?<=\))\s", header.strip())
+    assert names[:4] == ["after draft", "q(x)", "q seen", "p(x)"]
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+[a-f]\s+[a-f]\s+\d", line)]
+    assert rows and all(float(r[3]) == 1.0 and float(r[2]) < 1.0 for r in rows)
+
+
 def test_strict_matching_shows_the_draft_the_probabilistic_rule_keeps(capsys):
     out = " ".join(traced(capsys, n_rounds=2, seed=3, rule="strict").split())
     assert "1.000" in out and "the probabilistic rule keeps it with 1.000" in out

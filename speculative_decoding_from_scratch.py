@@ -1712,8 +1712,8 @@ def plural(n, noun, nouns=None):
 
 
 def p_text(p):
-    """A p-value as printed: p_text(0.4321) -> 'p = 0.43', tiny ones as a bound."""
-    return "p < 1e-12" if p < 1e-12 else f"p = {p:.0e}" if p < 0.01 else f"p = {p:.2f}"
+    """A fit's p-value as printed: p_text(0.4321) -> '0.43', tiny ones as a bound."""
+    return "< 1e-12" if p < 1e-12 else f"{p:.0e}" if p < 0.01 else f"{p:.2f}"
 
 
 def exact_text(x):
@@ -1776,7 +1776,8 @@ def demo1_rule_by_hand(ctx=0):
     r, beta = residual(p, q), float(np.minimum(p, q).sum())
     kept, fixed = q * acc, (1 - beta) * r
     gap = np.abs(kept + fixed - p)
-    say(f"After '{name(ctx)}', the target's row p and the middling draft's row q (half target, half unrelated):")
+    say("The rule: keep a draft x with chance min(1, p(x)/q(x)); else redraw from the residual,",
+        f"max(0, p - q) normalised. After '{name(ctx)}', the target's row p and the middling draft's row q:")
     print()
     table([("token", 5, ">5"), ("p", 7, ".3f"), ("q", 7, ".3f"), ("min(1, p/q)", 13, ".3f"),
            ("p - q", 9, "+.3f"), ("residual", 10, ".3f")],
@@ -1788,8 +1789,7 @@ def demo1_rule_by_hand(ctx=0):
         "it is always kept." if acc[under] == 1 else f"it is kept only {acc[under]:.3f} of the time, NOT always.")
     say(f"It over-proposes '{name(over)}' (q = {q[over]:.3f} > p = {p[over]:.3f}):",
         f"it is kept with p/q = {ratio:.3f}." if abs(acc[over] - ratio) < 1e-12 else
-        f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.",
-        "A rejected draft is redrawn from the residual, max(0, p - q) normalised.")
+        f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print(f"\nThe proof, token by token. P(reject) = 1 - sum min(p, q) = {1 - beta:.3f}.\n")
     table([("token", 5, ">5"), ("kept: q min(1,p/q)", 20, ".4f"), ("+ P(reject) residual", 22, ".4f"),
            ("= emitted", 11, ".4f"), ("p", 8, ".4f")],
@@ -1836,8 +1836,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
            ("TV(x1)", 9, exact_text), ("verdict", 17, "<")], rows, groups=[("sampled", 1, 2), ("exact", 3, 4)])
     print()
     say(f"A sample's TV is never 0: the target sampled alike has {floor_tv(TARGET, ctx, n_runs, 2):.4f}. The fit is the test.")
-    diff = [(r, f + "()", new or "(the line is deleted)") for r in BUGS for f, old, new in BUGS[r]]
-    print("\nEach bug edits one line:\n")
+    diff = [(r, f + "()", new or "deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
+    print("\nEach bug edits a line or two:\n")
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     print()
     demo2_verdicts(verdicts)
@@ -1857,14 +1857,11 @@ def demo2_verdicts(verdicts):
             " the bug is in verify_round." if correct == "NOT by the fit" else ""))
     caught = {how: [r for r in BUGS if verdicts[r] == how] for how in checks}
     say(f"Both checks catch {', '.join(caught['NOT the target'])}." if caught["NOT the target"] else "",
-        f"Only the fit catches {', '.join(caught['NOT by the fit'])}: it edits verify_round itself, which the"
-        " exact check does not run." if caught["NOT by the fit"] else "",
+        f"Only the fit catches {', '.join(caught['NOT by the fit'])}: the exact check rebuilds each round from"
+        " accept_prob and residual, not from verify_round's own lines." if caught["NOT by the fit"] else "",
         f"Only the exact check catches {', '.join(caught['NOT by exact'])}." if caught["NOT by exact"] else "",
         f"Neither catches {', '.join(caught['the target'])}." if caught["the target"] else "",
         " ".join(f"Not checked: {r} ({v})." for r, v in verdicts.items() if r in BUGS and v not in checks))
-    print()
-    say("APEX-1, a public from-scratch language model, shipped argmax as its BUG-15. Its",
-        "generator still does what uniform_q does.")
 
 
 def demo2_greedy(n_tokens, k=4):
@@ -1886,7 +1883,7 @@ def demo2_greedy(n_tokens, k=4):
     print()
     say("Both are argmax decoding, token for token." if min(r[1] for r in rows) == n_tokens
         else "NOT argmax decoding: some tokens differ.")
-    takeaway("the loop keeps the target's distribution; a broken rule shows only over many runs.")
+    takeaway("the loop keeps the target's distribution; a broken rule shows in the exact check or over many runs.")
     return rows
 
 
@@ -1904,8 +1901,8 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
             continue
         rows.append((label, m.rate, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
-    say(f"Drafts from perfect to unrelated, k = {k}, {n_rounds:,} rounds each; the last four are the target",
-        "at a temperature T. The paper's eq. 1 estimates tokens per call: 1 + alpha + ... +",
+    say(f"Drafts from perfect to unrelated, k = {k}, {n_rounds:,} rounds each; the last four: the target",
+        "at temperature T. The paper's eq. 1 estimates tokens per call: 1 + alpha + ... +",
         "alpha^k. The speedup is tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("accepted\n/ checked", 10, ".3f"), ("alpha", 7, ".3f"),
@@ -1919,7 +1916,7 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
             [f"{r[0]} measures {r[3]:.2f} where the exact value is {r[6]:.2f}" for r in misfits[:2]] + errors) + ".")
     demo3_alpha_words(k)
     temperatures = demo3_temperatures(k, n_rounds)
-    takeaway("alpha sets the speed, eq. 1 overstates it, and temperature changes alpha but not exactness.")
+    takeaway("alpha sets the speed through eq. 1, not 1 + k alpha; temperature changes alpha, not exactness.")
     return SimpleNamespace(rows=rows, temperatures=temperatures)
 
 
@@ -1930,8 +1927,9 @@ def demo3_alpha_words(k):
     rate1 = exact_tokens_per_call(TARGET, MIDDLING, 1) - 1
     print()
     say(f"The naive 1 + k alpha says {naive:.2f} for the middling draft, not {right:.2f}: a rejection",
-        "ends the round. Rounds also start where the last one ended, not where the target's",
-        f"text sits. So accepted / checked is not alpha: at k = 1 it is {rate1:.4f}, alpha {a:.4f}.")
+        "ends the round. And alpha averages over the target's own text, but a round starts after",
+        "the token the last one ended on. So",
+        f"accepted / checked is not alpha: at k = 1 it is {rate1:.4f}, alpha {a:.4f}.")
 
 
 def demo3_temperatures(k, n_rounds, n_exact=3):
@@ -1985,8 +1983,10 @@ def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
     tv_t1 = tv_distance(rows[1][6], target_first_tokens(TARGET, 0, n_exact))
     print()
     say("The first is Hugging Face transformers #32867 (fixed by #33534); transformers is a",
-        "Python library. The second is vLLM #9834 (fixed by #10198); vLLM is a serving engine.",
-        f"It emits the T = 1 target by both checks ({p_text(p_t1)}, exact {exact_text(tv_t1)}): the temperature"
+        f"Python library. Its draft decoded greedily while its T = 1 row served as q; T = {T} stands",
+        "in for greedy here. The second is vLLM #9834 (fixed by #10198); vLLM is a serving",
+        "engine. Its target rows kept the default sampling settings, temperature 1 among them.",
+        f"It emits the T = 1 target by both checks (fit {p_text(p_t1)}, exact {exact_text(tv_t1)}): the temperature"
         " is lost." if both_checks(p_t1, tv_t1) == "the target" else
         f"It is NOT the T = 1 target either ({both_checks(p_t1, tv_t1)}).")
     takeaway("q must be the distribution the draft sampled from, and p the one the request asked for.")
@@ -2072,8 +2072,8 @@ def demo6_free_compute(n_ctx=512, clock_size=4096):
     one, free = rows[0][3], int(ridge() // rows[0][3])
     print()
     say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point. One decoding",
-        f"step does {one:.2f}, so up to {free} positions cost what one does: the drafts are checked",
-        "with idle arithmetic.")
+        f"step does {one:.2f}, so up to {free} positions cost what one does: checking uses idle",
+        "arithmetic.")
     return SimpleNamespace(rows=rows, batch=demo6_batch(), clock=demo6_on_this_machine(clock_size))
 
 
@@ -2105,7 +2105,7 @@ def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
     (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
     ends = {a: break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), n_ctx, b_max=fit) for a in alphas}
     print()
-    say(" ".join(f"At alpha = {a}, " + (f"no k helps from B = {b:,}." if b else
+    say(" ".join(f"Alpha = {a}: " + (f"no k helps from B = {b:,}." if b else
                  f"some k helps at every batch that fits ({fit:,} sequences).") for a, b in ends.items()),
         why_batch(m, w, one - w, ridge()))
     return ends
@@ -2209,8 +2209,9 @@ def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
         rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
     print()
-    say(f"Then a timed decode. The paper predicts tokens / (1 + k c); refined, tokens / (v + k c),",
-        f"which picks k = {k_good} for a blend {good_weight} draft. Refined* uses the run's own tokens per call.",
+    say(f"A timed decode. The paper predicts tokens / (1 + k c). Refined, tokens /",
+        f"(v + k c), picks k = {k_good} for a blend {good_weight} draft. Refined* uses the run's own tokens",
+        "per call.",
         clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
@@ -2234,7 +2235,7 @@ def demo6_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
     """Demo 6's closing sentences, from the predictions and the clock."""
     print()
     for label, _, _, _, _, clock, at_run, error, spread in rows:
-        judged = (f"the calibration was too noisy to judge (spread {spread:.0%})" if spread > too_noisy
+        judged = (f"too noisy to judge (spread {spread:.0%})" if spread > too_noisy
                   else f"refined* {'was' if abs(error) <= tolerance else 'was NOT'} within {tolerance:.0%}")
         say(f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x); {judged}.", clock=True)
     say(f"Here v is {v4:.2f} at k = 4, where the roofline gives {verify_cost(4, 1, 512):.2f}" + (
@@ -2439,7 +2440,7 @@ def demo9_verifiers(k=3):
               "one-hot": ("p(argmax q)", float(p[0, q.argmax()])), "strict": ("sum q p", float((p * q).sum()))}
     rows = [(name_, float(acceptance(p, D, how or {})[0]), f"{closed[name_][1]:.3f} = {closed[name_][0]}")
             for name_, D, _, how in verifier_settings(p, q)[:3]]
-    say("A server such as vLLM, an open-source serving engine, sets what verification sees.",
+    say("vLLM, an open-source serving engine, sets what its verifier sees.",
         "Probabilistic: drafts sampled from q, checked",
         "against q. One-hot: the draft proposes its argmax; a deterministic draft's q is one-hot,",
         "so x is kept with chance p(x). Strict: kept only if it equals the target's own sample.",
@@ -2470,10 +2471,11 @@ def demo9_verifiers(k=3):
     same = all(abs(r[5] - r[8]) < 1e-12 for r in prow)
     print()
     wins = sum(w for _, w, _, _ in reasons)
-    say("Which keeps most depends on the pair.",
+    winners = sorted({r[-1] for r in prow})
+    say("Which keeps most depends on the pair." if len(winners) > 1 else f"{winners[0]} keeps most for every pair.",
         "Over one-hot drafts block keeps what one-hot keeps." if same else
         "Over one-hot drafts block does NOT keep what one-hot keeps.",
-        f"One-hot wins in {plural(wins, 'context')} of {VOCAB * len(pairs)}, " + (
+        f"One-hot wins in {wins} of the {VOCAB * len(pairs)} (pair, context) cases, " + (
             "each where the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
             else "NOT each where the target likes the draft's argmax more than the draft does."))
     return SimpleNamespace(row=rows, agree=agree, pairs=prow, reasons=reasons, exactness=demo9_exactness(k),
@@ -2591,7 +2593,7 @@ def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
         "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
         else "Block verification LOSES tokens at some k,",
         f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% faster on real models.")
-    takeaway("every lossless setting keeps the target's distribution; the fastest depends on the pair.")
+    takeaway("every setting a server offers keeps the target's distribution; the fastest depends on the pair.")
     return SimpleNamespace(example=rows, ideal=ideal, gains=gains)
 
 
@@ -2640,8 +2642,8 @@ def demo9_detail(result):
     table([("verifier", 16, "<"), ("vLLM", 46, "<")], list(VLLM_SETTING.items()))
     print()
     say("vllm-ascend fixed its block rule in PR #7808 (issue #7807). PR #8308 put the old rule",
-        "back, PR #9772 added a unit test that pins the old rule's answer, and the rule is still",
-        "there at commit 182b75ea84.")
+        "back. PR #9735 restored the fix in the Triton kernel; PR #9772 undid that and rewrote",
+        "a unit test to pin the old rule's answer. The old rule is there at commit 182b75ea84.")
     print()
     say("Model Runner V2 is vLLM's rewritten model runner, the code that runs each pass. It verified by strict matching",
         "at first. PR #35461 added probabilistic drafts and kept strict as the default. Issue",
@@ -2678,7 +2680,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
                 picks[label] += j == best
             rows.append((c if i == 0 else None, label, alpha, j, s_j, speedup(exact[j], j, c) if j else 1.0))
     print()
-    say("Each gives tokens per call at every k by its own route, as --tune takes them:")
+    say("Each route gives tokens per call at every k, as --tune takes them:")
     print()
     table([("c", 5, "g"), ("route", 27, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),
            ("predicted", 11, lambda x: f"{x:.2f}x"), ("true at k", 11, lambda x: f"{x:.2f}x")], rows)
@@ -2689,7 +2691,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
         f"gives {'the same alpha' if abs(a_L - a_R) < 1e-9 else f'alpha = {a_R:.3f}'}, since L = 1 + {k} R here. Taken as alpha",
         f"itself it picks it at {picks['the rate taken as alpha']} of {n}: it counts drafts after a rejection, never checked.")
     takeaway("pick k from per-position rates or the mean acceptance length, never the draft acceptance"
-             " rate as alpha. --tune and --plan take a server's figures.")
+             " rate as alpha.")
     return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L)
 
 
@@ -2709,11 +2711,12 @@ def demo10_policies(c=0.1, n_rounds=400, thresholds=(0.05, 0.1, 0.15, 0.2, 0.3, 
     print()
     say("Draft lengths that adapt, valued exactly as Markov chains over the round's start",
         f"and the policy's state, and simulated for {n_rounds:,} rounds, at c = {c}. Hugging Face",
-        "transformers' heuristic schedule starts at 5 drafts, adds 2 after a round whose drafts",
+        "transformers' heuristic schedule starts here at 5 drafts, its old default. It adds 2 after a round whose drafts",
         f"all passed and takes 1 away otherwise (capped at {cap} here). Its confidence stop ends",
         f"drafting after a token the draft gave less than a threshold (default {HF_THRESHOLD}; at",
-        f"most {k_max} drafts here). SGLang, another serving engine, moves between 1, 3, 5 and 7",
-        "drafts from an average of accepted counts; here, the last 2 rounds. The oracles: the",
+        f"most {k_max} drafts here; transformers also re-tunes it). SGLang, another serving engine,",
+        "moves between 1, 3, 5 and 7 drafts at small batches from an average of accepted counts;",
+        "here, of the last 2 rounds. The oracles: the",
         "best fixed k, and the best k for each start context, which a server cannot know.")
     out = {}
     for label, Q in (("middling", MIDDLING), ("blend weight 0.9", blend(TARGET, UNRELATED, 0.9))):
@@ -2841,8 +2844,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     print("\n" + "\n".join("  | " + line[:74] for line in shown))
     rows = demo11_exactness(P, prompt, k, n_runs, n_text) + demo11_heads_exactness(3, n_runs)
     print()
-    say(f"Is it exact? The first two tokens, and the fit of {n_text} characters, each binned by the chance",
-        "its row gave it:")
+    say(f"Is it exact? The first two tokens, and a fit of {n_text} characters binned by their chances:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], rows)
@@ -2908,7 +2910,7 @@ def demo11_heads(k):
     table([("heads", 12, "<"), *[(f"i = {i}", 8, ".3f") for i in range(1, k + 1)], ("tokens/call", 13, ".2f")],
           [("Medusa", *reached, tokens), ("MTP", *[1.0] * k, k + 1.0)])
     print()
-    say("They lose: each guess is checked after drafts its head never saw. So MTP guesses in sequence."
+    say("Medusa's heads lose: each guess is checked after drafts its head never saw. So MTP guesses in sequence."
         if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.")
     return SimpleNamespace(reached=reached, tokens=tokens)
 
@@ -2958,24 +2960,24 @@ def demo11_apex(prompt, k, lam, n_text=800):
                                                                   np.random.default_rng(22)), TARGET, [0] * 8) \
         if not isinstance(bugged("cache", APEX_BUGS), str) else None
     print()
-    say("APEX-1's generator, ported, keeps its target's KV cache (what it has read) apart from",
-        "its output. Each of its two bugs goes back as one line:")
+    say("APEX-1 is a public from-scratch language model. Its generator, ported with its target's",
+        "KV cache (what the target has read); its two bugs go back as a line each:")
     print()
     table([("generator", 20, "<"), ("fit", 11, p_text), ("verdict", 16, "<")], rows)
     print()
     say("The next row bug draws the token after a rejection from its replacement's row. The",
         "cache bug leaves rejected drafts in what the target reads.",
         ("A table reads only the last token and cannot see it" if tables >= P_REJECT
-         else "Even the tables see it") + f" ({p_text(tables)})." if tables is not None else "")
+         else "Even the tables see it") + f" (fit {p_text(tables)})." if tables is not None else "")
     return SimpleNamespace(rows=rows, tables=tables)
 
 
 def demo12_greedy_numerics(n_prompts=24, n_tokens=32, k=4, gap=1e-6):
     P = GreedyHead(gap=0)
     share, ulps, worst, flips, margin = widths_differ(P, k=k)
-    say("Floating point is not exact. Plain decoding multiplies the output layer by one state,",
+    say("Plain decoding multiplies the output layer by one state,",
         f"a verifying pass by k+1 at once. A float32 layer of {P.W.shape[0]:,} x {P.W.shape[1]}, k = {k}, through",
-        f"{blas_name()}; (clock) lines hold for this machine only:")
+        f"{blas_name()}; (clock): this machine only:")
     print()
     table([("", 34, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"),
@@ -3013,7 +3015,7 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     W, X = GreedyHead(gap=gap).W, np.ones((32, k + 1), np.float32)
     cost = median_time(lambda: [W @ x for x in X.T]) / median_time(lambda: W @ X)
     print()
-    say(f"A flip needs a near tie, so give the layer pairs of rows {gap:.0e} apart. Greedy text,".replace("e-0", "e-"),
+    say(f"A flip needs a near tie: give the layer pairs of rows {gap:.0e} apart. Greedy text,".replace("e-0", "e-"),
         f"{n_tokens} tokens from {n_prompts} prompts, drafted by the target a position at a time:")
     print()
     table([("verifying pass", 24, "<"), ("texts part", 12, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
@@ -3029,8 +3031,6 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         "The bonus bug (the bonus from the last draft's row) " + (
             "still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith("0/")
             else "does NOT part them."), clock=True)
-    print()
-    say("Hugging Face's transformers maintainers gave this cause (#39421).")
     return rows
 
 
@@ -3081,16 +3081,19 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "9": demo9_detail,
     "10": demo10_detail,
 }
-LEGEND = """Speculative decoding: a cheap draft guesses k tokens, and the target model
+LEGEND = f"""Speculative decoding: a cheap draft guesses k tokens, and the target model
 checks them in one call. A rejection rule keeps the target's distribution
-exactly (Leviathan, Kalman & Matias 2023: "the paper"). Models: tables, a..f.
+exactly (Leviathan, Kalman & Matias 2023: "the paper").
+  table   a model: row x is the next-token distribution after token x (a..f)
+  blend w a draft: w x the target + (1 - w) x an unrelated table; middling: 0.5
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call; if all pass, one more token is free
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
-  fit     a chi-square test of a sample: below p = 0.001, NOT the target
-  exact   computed through the stages, no sampling: above 1e-9, a bias"""
+  fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT the
+          target's
+  exact   computed, not sampled, via the loop's functions: above {f"{ROUNDING:.0e}".replace("e-0", "e-")}, a bias"""
 BREAK_IT = """
 Now break it: edit one line of a stage and rerun. The README lists edits."""
 

@@ -240,7 +240,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
         # the first B (up to what fits) at which no k beats plain decoding, by a scan
         tokens = sd.expected_tokens(alpha, np.arange(1, 33))
         scan = next((b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1), None)
-        assert b == scan and f"At alpha = {alpha}, no k helps from B = {b:,}." in text
+        assert b == scan and f"Alpha = {alpha}: no k helps from B = {b:,}." in text
     assert "A plain pass reaches the ridge at B = 363" in text
 
 
@@ -378,7 +378,7 @@ def test_demo11_every_draft_is_the_target_heads_lose_and_apex_bugs_are_caught(de
     assert "Every draft emits the target's distribution by both checks." in text
     reached = result.heads.reached
     assert reached[0] == pytest.approx(1.0) and reached[1] < 1 and reached[2] < reached[1]
-    assert "They lose: each guess is checked after drafts its head never saw." in text
+    assert "Medusa's heads lose: each guess is checked after drafts its head never saw." in text
     lams = [r[0] for r in result.sweep.rows]
     vllm = [r[1] for r in result.sweep.rows]
     assert lams == sorted(lams) and vllm[-1] > 2 * vllm[0]  # copying text drafts itself

@@ -1959,7 +1959,7 @@ def demo3_temperatures(k, n_rounds, n_exact=3):
     say(f"NOT every temperature emits its tempered target: T = {', '.join(failed)} fails a check."
         if failed else "Every temperature emits its tempered target by both checks.",
         "Here alpha rises with T." if rises else "Here alpha does not rise steadily with T.",
-        "In the paper's Table 3 it fell (T5-small drafting for T5-XXL).")
+        "In the paper's Table 3 it fell.")
     return rows
 
 
@@ -2045,7 +2045,8 @@ def demo5_break_even(k=4, n_rounds=1500):
     edge = [f"{r[0]:.3g}" for r in rows if a > r[0] and r[5] == 0]
     below = [f"{r[0]:.3g}" for r in rows if r[7] is not None and r[6] < r[7] - 5e-4]
     print()
-    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least the bound. It",
+    say("The paper's Corollary 3.9: if alpha > c, some k wins by at least (1 + alpha) / (1 +",
+        "c), the bound. It",
         f"assumes one alpha everywhere, but rounds start where a draft passes {exact[0] - 1:.3f}, not {a:.3f}.",
         f"So at c = {', '.join(edge)} no k helps, although alpha > c." if edge else
         "Here some k helps wherever alpha > c.",
@@ -2186,8 +2187,8 @@ def demo6_why(W, X, t1, n_small=1024):
 def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
     """Demo 6, part four: predict the speedup from a calibration, then decode."""
     print()
-    say("Calibrated before decoding, in one-column target passes: c, a draft pass, and v, the",
-        "verifying pass over k+1 positions:")
+    say("Calibrated before decoding, in one-column passes: c, a draft pass; v, the verifying",
+        "pass over k+1 positions:")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
@@ -2209,10 +2210,9 @@ def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
         rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
     print()
-    say(f"A timed decode. The paper predicts tokens / (1 + k c). Refined, tokens /",
-        f"(v + k c), picks k = {k_good} for a blend {good_weight} draft. Refined* uses the run's own tokens",
-        "per call.",
-        clock=True)
+    say("A timed decode. The paper predicts tokens / (1 + k c). Refined, with v in place of 1,",
+        f"it picks k = {k_good} for a blend {good_weight} draft. Refined* uses the run's own tokens per",
+        "call.", clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
@@ -2448,7 +2448,7 @@ def demo9_verifiers(k=3):
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
     pairs = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
              ("blend 0.9", TARGET, blend(TARGET, UNRELATED, 0.9)), ("target at T=2", TARGET, temper(TARGET, 2)),
-             ("T=0.3 vs T=3 copy", temper(TARGET, 0.3), temper(TARGET, 3))]
+             ("T=0.3 p, T=3 q", temper(TARGET, 0.3), temper(TARGET, 3))]
     prow, reasons = [], []
     for label, P, Q in pairs:
         settings = verifier_settings(P, Q)
@@ -2515,7 +2515,7 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
         rows.append((label, *tvs, p_fit, both_checks(p_fit, max(tvs)), exact,
                      kept if label.startswith("vllm-ascend") else None))
     print()
-    say(f"Are they exact? Exact TVs of the first 1 to {n} tokens, and a fit of {n_runs} runs. Block",
+    say(f"Are they exact? Exact TVs of the first 1 to {n} tokens, and a {n_runs}-run fit. Block",
         "verification keeps x_1..x_i with a chance h_i, from p_i, the share of that block the",
         "target still wants. The edit tokenwise_residual redraws from max(0, p - q), not the",
         "block's residual; cumulative keeps with chance p_i, not h_i. Then the two block paths",
@@ -2592,7 +2592,7 @@ def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
         " any exact verifier can." if over else "Neither keeps more than the ideal.",
         "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
         else "Block verification LOSES tokens at some k,",
-        f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% faster on real models.")
+        f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% faster.")
     takeaway("every setting a server offers keeps the target's distribution; the fastest depends on the pair.")
     return SimpleNamespace(example=rows, ideal=ideal, gains=gains)
 
@@ -2687,9 +2687,9 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     n = len(costs)
     print()
     say(f"The per-position rates pick the true best k at {picks['--per-position']} of {n} costs, with no model.",
-        f"The mean acceptance length, through eq. 1, does at {picks['--mean-acceptance-length']} of {n}. The draft acceptance rate",
-        f"gives {'the same alpha' if abs(a_L - a_R) < 1e-9 else f'alpha = {a_R:.3f}'}, since L = 1 + {k} R here. Taken as alpha",
-        f"itself it picks it at {picks['the rate taken as alpha']} of {n}: it counts drafts after a rejection, never checked.")
+        f"Through eq. 1 the mean acceptance length does at {picks['--mean-acceptance-length']} of {n}, the draft",
+        f"acceptance rate at {picks['--draft-acceptance-rate']} of {n}. Taken as alpha, the rate picks it at",
+        f"{picks['the rate taken as alpha']} of {n}: it counts drafts after a rejection, never checked.")
     takeaway("pick k from per-position rates or the mean acceptance length, never the draft acceptance"
              " rate as alpha.")
     return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L)
@@ -2838,7 +2838,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         "the documentation's three-character counts. Prompt lookup drafts with no model: what",
         "followed the earliest earlier occurrence of the last 2 to 4 characters (vLLM's ngram",
         "method; HF: Hugging Face transformers' variant, from 2 down to 1). Its proposal is",
-        "certain, so its q is one-hot. After a paragraph to summarise (its last line first), it", "writes:")
+        "certain, so its q is one-hot. After a paragraph to summarise, its last line and the",
+        "toy target's text:")
     sample = spec_generate(P, vllm, prompt, 100, k, np.random.default_rng(0), draft=lookup_draft)[0]
     shown = (decode(prompt).split("\n")[-1] + decode(sample)).split("\n")[:3]
     print("\n" + "\n".join("  | " + line[:74] for line in shown))
@@ -3087,7 +3088,7 @@ exactly (Leviathan, Kalman & Matias 2023: "the paper").
   table   a model: row x is the next-token distribution after token x (a..f)
   blend w a draft: w x the target + (1 - w) x an unrelated table; middling: 0.5
   p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call; if all pass, one more token is free
+  round   k drafts, then one target call; if all pass, a free extra token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event

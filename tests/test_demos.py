@@ -354,7 +354,8 @@ def test_demo10_routes_and_their_sentences(demo):
         for _, label, alpha, k, predicted, true in block:
             assert true == (sd.speedup(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, k), k, c) if k else 1.0)
     assert "The per-position rates pick the true best k at 3 of 3 costs, with no model." in text
-    assert "Taken as alpha itself it picks it at 0 of 3" in text
+    assert "Taken as alpha, the rate picks it at 0 of 3" in text
+    assert "the mean acceptance length does at 3 of 3, the draft acceptance rate at 3 of 3." in text
 
 
 def test_demo10_in_detail_plans_and_policies(demo):

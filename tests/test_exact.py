@@ -254,3 +254,12 @@ def test_samples_to_see_by_hand():
     # p = .001 critical value is 10.828, so about (10.828 - 1) / .04 = 245.7 runs
     assert sd.samples_to_see(np.array([0.6, 0.4]), np.array([0.5, 0.5])) == pytest.approx(245.7, abs=0.1)
     assert sd.samples_to_see(np.array([0.5, 0.5]), np.array([0.5, 0.5])) == math.inf
+
+
+def test_a_replicated_fit_fails_only_when_a_fresh_sample_fails_too():
+    seen = []
+    def fit_of(ps):
+        return lambda seed: seen.append(seed) or ps[seed]
+    assert sd.replicated(fit_of({7: 0.3}), 7) == 0.3 and seen == [7]  # a pass needs no second sample
+    assert sd.replicated(fit_of({7: 1e-4, 1007: 0.5}), 7) == 0.5  # a fluke: the fresh sample passes
+    assert sd.replicated(fit_of({7: 1e-9, 1007: 1e-5}), 7) == 1e-5 < sd.P_REJECT  # a bias fails both

@@ -297,3 +297,8 @@ def test_take_cuts_the_last_round_but_counts_its_accepted_drafts():
     # rounds emit 3 then 3 tokens (2 accepted drafts + 1 each); 4 wanted
     tokens, calls, accepted = sd.take(iter([[1, 2, 3], [4, 5, 6], [7]]), 4)
     assert tokens == [1, 2, 3, 4] and calls == 2 and accepted == 4
+
+
+def test_a_round_that_emits_nothing_is_an_error_not_an_endless_loop():
+    with pytest.raises(ValueError, match="round 2 emitted no token"):
+        sd.take(iter([[1, 2], [], [3]]), 5)

@@ -197,8 +197,10 @@ def test_the_ported_generator_is_exact_and_each_bug_is_caught_by_the_fit():
     fits = {}
     for label, m in (("fixed", sd), ("next row", sd.bugged("next row", sd.APEX_BUGS)),
                      ("cache", sd.bugged("cache", sd.APEX_BUGS))):
-        fits[label] = sd.calibration_p_value(m.apex_generate(P, L, prompt, 800, 5, np.random.default_rng(21)), P, prompt)
-    assert fits["fixed"] > 0.01 and fits["next row"] < 1e-6 and fits["cache"] < 1e-6
+        fits[label] = sd.replicated(lambda seed: sd.calibration_p_value(
+            m.apex_generate(P, L, prompt, 800, 5, np.random.default_rng(seed)), P, prompt), 21)
+    # the text differs by Python: a replicated fit fails a correct generator with chance 1e-6
+    assert fits["fixed"] >= sd.P_REJECT and fits["next row"] < 1e-9 and fits["cache"] < 1e-9
 
 
 def test_the_ported_generator_emits_the_targets_first_two_tokens_on_the_tables():
@@ -224,7 +226,8 @@ def test_a_table_cannot_see_the_cache_bug():
 def test_the_calibration_fit_is_uniform_for_the_target_and_catches_a_wrong_model():
     P, prompt = sd.CopyModel(0.5), sd.prompts()["edit"]
     ps = [sd.calibration_p_value(sd.plain_decode(P, prompt, 300, np.random.default_rng(s)), P, prompt) for s in range(8)]
-    assert min(ps) > 1e-3
+    # the text differs by Python, so a margin: two of eight below 1e-3, or one below 1e-6, has chance < 1e-4
+    assert sum(p < 1e-3 for p in ps) <= 1 and min(ps) > 1e-6
     wrong = sd.plain_decode(sd.CopyModel(0.0), prompt, 300, np.random.default_rng(0))
     assert sd.calibration_p_value(wrong, sd.CopyModel(0.99), prompt) < 1e-6
 

@@ -5,10 +5,17 @@ and the same run with every np.exp result moved by one unit in the last place
 use the second core while the other tests run here. The tests that wait on a
 subprocess run last, so this process has work to do while they finish."""
 import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
+
+# One BLAS thread in this process too, set before numpy loads: the reader's
+# edits run in subprocesses started from worker threads while tests here use
+# numpy, and a fork while OpenBLAS's own threads work can hang them (Python 3.9
+# forks; later versions mostly do not).
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest
 

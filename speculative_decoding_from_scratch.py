@@ -2151,8 +2151,8 @@ def blas_name():
 def demo6_clock(W, X):
     """Demo 6, part three: what a pass over 1 to 16 positions costs on this machine."""
     print()
-    say(f"On this machine: a float32 {W.shape[0]} x {W.shape[1]} W times X, a column per position, through",
-        f"{blas_name()}. (clock) marks this machine's figures.")
+    say(f"On this machine, marked (clock): a float32 {W.shape[0]} x {W.shape[1]} W times X, a column per",
+        f"position, through {blas_name()}.")
     print()
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, 4, 8, 16)}
@@ -2242,7 +2242,7 @@ def demo6_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
         say(f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x); {judged}.", clock=True)
     say(f"Here v is {v4:.2f} at k = 4, where the roofline gives {verify_cost(4, 1, 512):.2f}" + (
         ": only a draft that agrees often wins." if v4 > 1.25 else ": k+1 positions cost about one."), clock=True)
-    takeaway("checking k tokens is free only while a pass is memory-bound and a wide one costs no more.")
+    takeaway("checking k tokens is free only while a pass is memory-bound.")
 
 
 def demo7_distillation(k=4, c=0.1, n_text=20_000):
@@ -2269,7 +2269,7 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
     say(f"Distilling the target {'beats' if a_kd > a_fit else 'does NOT beat'} fitting the text, {a_kd:.3f} to {a_fit:.3f}:"
         " the text teaches the world, not the target. Climbing alpha itself"
         f" {'gains more' if a_tv > a_kd else 'does NOT gain'}.")
-    takeaway("train the draft on the target's own distributions, not on the data the target learned from.")
+    takeaway("train the draft on the target's distributions, not on the target's training data.")
     return SimpleNamespace(alpha_fit=a_fit, alpha_kd=a_kd, alpha_tv=a_tv, alpha_world=a_world, rows=rows, P=P)
 
 
@@ -2571,7 +2571,7 @@ def demo9_block(n_rounds=500, ks=(1, 2, 3, 4)):
     ideal = sum(1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2))
     print()
     say("What does judging the block gain? Its paper's example: target (1/3, 2/3), draft (2/3,",
-        "1/3), k = 2; accepted drafts per round. The ideal bounds every exact verifier.")
+        "1/3), k = 2; accepted drafts per round, and the ideal, which bounds every exact verifier:")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("fits", 6, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -2661,8 +2661,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     L, R, rates = server_metrics(sizes, k)
     exact = {j: exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 33)}
     a_L, a_R = alpha_from_mean_length(L, k), alpha_from_draft_rate(R, k)
-    say(f"A server reports three figures, not alpha. The middling draft at k = {k}, {n_rounds:,} rounds,",
-        "counted as vLLM counts them:")
+    say(f"A server reports three figures, not alpha: here the middling draft at k = {k}, {n_rounds:,}",
+        "rounds, counted as vLLM counts:")
     print()
     table([("", 22, "<"), ("", 31, "<"), ("", 27, "<")],
           [("mean acceptance length", f"{L:.4f}", "1 + accepted / drafts"),
@@ -2839,7 +2839,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         f"{lam} it continues the longest earlier match of the text's end; otherwise it follows",
         "the documentation's three-character counts. Prompt lookup drafts with no model: what",
         "followed the earliest earlier occurrence of the last 2 to 4 characters (vLLM's ngram",
-        "method; HF: Hugging Face transformers' variant, from 2 down to 1). Its proposal is",
+        "method; HF: Hugging Face transformers', 2 down to 1). Its proposal is",
         "certain, so its q is one-hot. After a paragraph to summarise, its last line and the",
         "toy target's text:")
     sample = attempt(lambda: spec_generate(P, vllm, prompt, 100, k, np.random.default_rng(0), draft=lookup_draft)[0])
@@ -2848,8 +2848,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     print("\n" + "\n".join("  | " + line[:74] for line in shown))
     rows = demo11_exactness(P, prompt, k, n_runs, n_text) + demo11_heads_exactness(3, n_runs)
     print()
-    say(f"Is it exact? The first two tokens, and a fit of {n_text} characters binned by their chances.",
-        f"The text differs by Python, so a fit below {P_REJECT:g} counts if a fresh sample fails too:")
+    say(f"Is it exact? The first two tokens, and {n_text} characters binned by their chances. A fit",
+        f"below {P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], rows)
@@ -2948,7 +2948,7 @@ def demo11_speed(prompt, k, lams, n_tokens=250, batches=(1, 256)):
         rows.append((lam, *per_call, *(per_call[0] / verify_cost(k, b) for b in batches), "#" * round(4 * per_call[0])))
     print()
     say(f"Speed against lam, k = {k}, over the paragraph and a function to edit. The draft is free;",
-        f"the verifying pass costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]} on demo 6's roofline,",
+        f"verifying costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]} on demo 6's roofline,",
         f"{verify_cost(k, batches[1]):.2f} at B = {batches[1]}.")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],

@@ -1987,7 +1987,8 @@ def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
     say("The first is Hugging Face transformers #32867 (fixed by #33534); transformers is a",
         f"Python library. Its draft decoded greedily while its T = 1 row served as q; T = {T} stands",
         "in for greedy here. The second is vLLM #9834 (fixed by #10198); vLLM is a serving",
-        "engine. Its target rows kept the default sampling settings, temperature 1 among them.",
+        "engine. Its target rows kept the default sampling settings, temperature 1 among them;",
+        "its fix, #10198, centres on top_p.",
         f"It emits the T = 1 target by both checks (fit {p_text(p_t1)}, exact {exact_text(tv_t1)}): the temperature"
         " is lost." if both_checks(p_t1, tv_t1) == "the target" else
         f"It is NOT the T = 1 target either ({both_checks(p_t1, tv_t1)}).")

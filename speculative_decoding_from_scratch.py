@@ -328,6 +328,7 @@ def check_inputs(P, Q, text, **counts):
         raise ValueError(f"text[{bad}] = {text[bad]!r} is not a token id in 0..{len(P) - 1}")
     return P, Q, ids.tolist()
 
+
 # -----------------------------------------------------------------------------
 # 5b. Beyond a chain: draft trees (SpecInfer, Medusa, EAGLE)
 # A chain bets everything on one guess per position. A tree drafts several
@@ -1188,8 +1189,9 @@ class Priced:
         self.X = np.ones((W.shape[1], 64), W.dtype)
 
     def __call__(self, text, new, cached):
-        self.W @ self.X[:, :len(new) + 1 - cached]  # the pass, paid in full
-        return self.table[[text[-1], *new][cached:]]
+        rows = forward(self.table, text, new, cached)
+        self.W @ self.X[:, :len(rows)]  # the pass, paid in full
+        return rows
 
     def __len__(self):
         return len(self.table)
@@ -1541,10 +1543,16 @@ class GreedyHead:
         seq = [*text, *new]
         at = range(len(text) - 1 + cached, len(seq))
         H = np.stack([self.E[seq[i]] + self.E[seq[i - 1]] / 2 for i in at], axis=1)  # (d, positions)
-        return np.stack([self.W @ h for h in H.T], axis=1) if self.alone else self.W @ H
+        return products_alone(self.W, H) if self.alone else self.W @ H
 
     def __call__(self, text, new, cached):
         return list(one_hot(self.logits(text, new, cached).argmax(axis=0), len(self)))
+
+
+def products_alone(W, H):
+    """W times each column of H as its own product: what plain decoding computes,
+    one position at a time."""
+    return np.stack([W @ h for h in H.T], axis=1)
 
 
 def top_margin(logits):
@@ -1560,7 +1568,7 @@ def widths_differ(P, n=100, k=4, seed=24):
     argmaxes flip, the smallest top-two margin)."""
     rng = np.random.default_rng(seed)
     H = rng.standard_normal((P.W.shape[1], n * (k + 1))).astype(P.W.dtype)
-    alone = np.stack([P.W @ h for h in H.T], axis=1)
+    alone = products_alone(P.W, H)
     wide = np.concatenate([P.W @ H[:, i:i + k + 1] for i in range(0, H.shape[1], k + 1)], axis=1)
     diff = np.abs(alone - wide)
     ulps = diff / np.spacing(np.maximum(np.abs(alone), np.abs(wide)))
@@ -1577,7 +1585,7 @@ def first_divergence(P, D, prompt, n_tokens, k, verify=verify_round):
     i = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
     if i is None:
         return None, None
-    alone = GreedyHead.logits(P, [*prompt, *plain[:i]])  # the narrow logits plain decoding chose from
+    alone = P.logits([*prompt, *plain[:i]])  # the narrow logits plain decoding chose from
     return i, float(top_margin(alone)[0])
 
 
@@ -1745,6 +1753,11 @@ def attempt(f):
         return error
 
 
+def first_error(*results):
+    """The first of attempt()'s results that is an exception, or None."""
+    return next((r for r in results if isinstance(r, Exception)), None)
+
+
 def raised(error):
     """An exception in a few words, with the function of this script it came
     from: 'ValueError in sample_from(): ...'."""
@@ -1816,7 +1829,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         sample = attempt(lambda: first_two(lambda rng: m.spec_generate(TARGET, UNRELATED, [ctx], 2, k, rng)[0],
                                            n_runs, seed=2))
         exact = attempt(lambda: m.exact_first_tokens(TARGET, UNRELATED, ctx, 2, k))
-        error = next((e for e in (sample, exact) if isinstance(e, Exception)), None)
+        error = first_error(sample, exact)
         if error:
             rows.append((r, None, None, None, None, "raised"))
             verdicts[r] = raised(error)
@@ -1829,7 +1842,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         f"Each of {n_runs:,} runs per rule keeps its first two tokens, x1 and x2.")
     print()
     grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
-    sampled = counts.get("correct", np.full((VOCAB, VOCAB), np.nan) * 0) / n_runs
+    sampled = counts.get("correct", np.full((VOCAB, VOCAB), np.nan)) / n_runs
     table(grid + [("", 6, "")] + grid, [(f"   {name(x)}", *truth[x], None, f"   {name(x)}",
                                          *sampled[x]) for x in range(VOCAB)],
           groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
@@ -1896,7 +1909,7 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
     for label, Q in drafts:
         m, alpha = attempt(lambda: measure(TARGET, Q, k, n_rounds, seed=3)), pair_alpha(TARGET, Q)
         exact = attempt(lambda: exact_tokens_per_call(TARGET, Q, k))
-        error = next((e for e in (m, exact) if isinstance(e, Exception)), None)
+        error = first_error(m, exact)
         if error:
             errors.append(f"{label}: {raised(error)}")
             rows.append((label, None, alpha, None, None, expected_tokens(alpha, k), None, "raised", None))
@@ -1941,7 +1954,7 @@ def demo3_temperatures(k, n_rounds, n_exact=3):
         P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
         m = attempt(lambda: measure(P_T, Q_T, k, n_rounds, seed=6))
         tv = attempt(lambda: tv_distance(exact_first_tokens(P_T, Q_T, 0, n_exact, k), target_first_tokens(P_T, 0, n_exact)))
-        if isinstance(m, Exception) or isinstance(tv, Exception):
+        if first_error(m, tv):
             rows.append((T, pair_alpha(P_T, Q_T), None, None, None, None, None, "raised"))
             continue
         plain = plain_decode(P_T, [0], len(m.tokens), np.random.default_rng(6))
@@ -2033,10 +2046,9 @@ def demo5_break_even(k=4, n_rounds=1500):
     m = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
     a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(m.per_call, k)
     exact = np.array([exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)])
-    rows, real_best = [], {}
+    rows = []
     for c in sorted([0.05, 0.1, 0.2, 0.3, 0.6, 0.7, 0.8, 1.0, c_star]):
         s, exact_speedups = speedup(m.per_call, k, c), speedup(exact, np.arange(1, 17), c)
-        real_best[c] = exact_speedups.max()  # the best k >= 1, even where it loses
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *best_k(a, c, k_max=16),
                      *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else None))
     say(f"The middling draft makes {m.per_call:.2f} tokens per call at k = {k}, so it ties at c* = (tokens",
@@ -2129,15 +2141,17 @@ def why_batch(m, w, kv, ridge_point):
             f"compute-bound from B = {ridge_point * w / ((n + 1) * m - ridge_point * kv):,.0f}.")
 
 
-def demo6_on_this_machine(size, detail=False):
-    """Demo 6 on a real clock: a size x size float32 W (4096: 64 MiB, far past
-    the last-level cache) stands in for the target, size/8 x size for the draft."""
-    W = np.full((size, size), 1e-3, np.float32)
-    X = np.ones((size, 17), np.float32)
-    times = demo6_clock(W, X)
-    why = demo6_why(W, X, times[1], n_small=min(1024, size)) if detail else None
-    return SimpleNamespace(times=times, why=why,
-                           model=None if detail else demo6_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X))
+def clock_operands(size):
+    """Demo 6's products: a size x size float32 W (4096: 64 MiB, far past the
+    last-level cache) standing in for the target, and X, a column per position."""
+    return np.full((size, size), 1e-3, np.float32), np.ones((size, 17), np.float32)
+
+
+def demo6_on_this_machine(size):
+    """Demo 6 on a real clock: W stands in for the target, a size/8 x size one for the draft."""
+    W, X = clock_operands(size)
+    return SimpleNamespace(times=demo6_clock(W, X),
+                           model=demo6_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X))
 
 
 def blas_name():
@@ -2498,6 +2512,7 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
         if isinstance(m, str):
             rows.append((label, None, None, None, None, "not run", m, None))
             continue
+        kept = None  # drafts kept per round, for the shipped paths
         if verify == "block":
             verify, exact = m.verify_block, attempt(lambda: m.exact_block_first_tokens(TARGET, D, ctx, n, k))
         elif verify == "shipped":
@@ -2508,15 +2523,14 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
             exact = attempt(lambda: m.exact_first_tokens(TARGET, D, ctx, n, k, **how))
         counts = attempt(lambda: first_two(lambda rng: m.spec_generate(TARGET, D, [ctx], 2, k, rng, verify)[0],
                                            n_runs, seed=13))
-        error = next((e for e in (exact, counts) if isinstance(e, Exception)), None)
+        error = first_error(exact, counts)
         if error:
             rows.append((label, None, None, None, None, "raised", raised(error), None))
             continue
         tvs = [tv_distance(exact.sum(axis=tuple(range(j, n))), truth.sum(axis=tuple(range(j, n))))
                for j in range(1, n + 1)]
         p_fit = chi2_sf(*pearson(counts, truth.sum(axis=2)))
-        rows.append((label, *tvs, p_fit, both_checks(p_fit, max(tvs)), exact,
-                     kept if label.startswith("vllm-ascend") else None))
+        rows.append((label, *tvs, p_fit, both_checks(p_fit, max(tvs)), exact, kept))
     print()
     say(f"Are they exact? Exact TVs of the first 1 to {n} tokens, and a {n_runs}-run fit. Block",
         "verification keeps x_1..x_i with a chance h_i, from p_i, the share of that block the",
@@ -2617,8 +2631,7 @@ def demo6_detail(size=4096):
         "and KV reads, kernel launches and the draft's KV cache are left out. vLLM's",
         'documentation scopes speculative decoding to "medium-to-low QPS (query per second),',
         'memory-bound workloads".')
-    W = np.full((size, size), 1e-3, np.float32)
-    X = np.ones((size, 17), np.float32)
+    W, X = clock_operands(size)
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     return demo6_why(W, X, median_time(lambda: W @ X[:, :1], calls=1), n_small=min(1024, size))
 
@@ -2887,7 +2900,7 @@ def demo11_exactness(P, prompt, k, n_runs, n_text):
                                 attempt(lambda: replicated(two, 17)), attempt(lambda: replicated(text, 18)))
         ok = lambda v: None if isinstance(v, Exception) else v  # noqa: E731
         tv = None if ok(exact) is None else tv_distance(exact, truth)
-        if any(isinstance(e, Exception) for e in (exact, fit, long_fit)):
+        if first_error(exact, fit, long_fit):
             rows.append((label, ok(fit), tv, ok(long_fit), "raised"))
             continue
         rows.append((label, fit, tv, long_fit, both_checks(min(fit, long_fit), tv)))
@@ -2940,11 +2953,11 @@ def verify_cost(k, batch, n_ctx=16, hw=H100, shape=LLAMA2_7B):
 def demo11_speed(prompt, k, lams, n_tokens=250, batches=(1, 256)):
     """Demo 11: tokens per call against the copy weight, over both prompts, and the speedup it buys."""
     drafts = (("vLLM", Lookup(2, 4, len(ALPHABET))), ("HF", Lookup(1, 2, len(ALPHABET))))
-    rows = []
+    rows, texts = [], list(prompts().values())
     for lam in lams:
         P = CopyModel(lam)
-        per_call = [len(prompts()) * n_tokens / sum(spec_generate(P, L, text, n_tokens, k, np.random.default_rng(20),
-                                                                  draft=lookup_draft)[1] for text in prompts().values())
+        per_call = [len(texts) * n_tokens / sum(spec_generate(P, L, text, n_tokens, k, np.random.default_rng(20),
+                                                              draft=lookup_draft)[1] for text in texts)
                     for _, L in drafts]
         rows.append((lam, *per_call, *(per_call[0] / verify_cost(k, b) for b in batches), "#" * round(4 * per_call[0])))
     print()
@@ -2963,18 +2976,17 @@ def demo11_speed(prompt, k, lams, n_tokens=250, batches=(1, 256)):
 
 def demo11_apex(prompt, k, lam, n_text=800):
     """Demo 11: the two bugs left in APEX-1's generator, each caught."""
-    P, L, rows = CopyModel(lam), Lookup(2, 4, len(ALPHABET)), []
+    P, L, rows, cache = CopyModel(lam), Lookup(2, 4, len(ALPHABET)), [], bugged("cache", APEX_BUGS)
     for label, m in (("ported, fixed", this_module()), ("next row", bugged("next row", APEX_BUGS)),
-                     ("cache not cut back", bugged("cache", APEX_BUGS))):
+                     ("cache not cut back", cache)):
         fit = m if isinstance(m, str) else attempt(lambda: replicated(lambda seed: calibration_p_value(
             m.apex_generate(P, L, prompt, n_text, k, np.random.default_rng(seed)), P, prompt), 21))
         if isinstance(fit, (str, Exception)):
             rows.append((label, None, "not run" if isinstance(fit, str) else "raised"))
             continue
         rows.append((label, fit, "consistent" if fit >= P_REJECT else "NOT the target"))
-    tables = calibration_p_value(bugged("cache", APEX_BUGS).apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k,
-                                                                  np.random.default_rng(22)), TARGET, [0] * 8) \
-        if not isinstance(bugged("cache", APEX_BUGS), str) else None
+    tables = None if isinstance(cache, str) else calibration_p_value(
+        cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
     say("APEX-1 is a public from-scratch language model. Its generator, ported with its target's",
         "KV cache (what the target has read); its two bugs go back as a line each:")
@@ -3013,9 +3025,9 @@ def demo12_greedy_numerics(n_prompts=24, n_tokens=32, k=4, gap=1e-6):
 
 def demo12_texts(n_prompts, n_tokens, k, gap):
     """Demo 12: plain against speculative greedy text, under three kinds of arithmetic and one bug."""
-    rng = np.random.default_rng(25)
-    prompts_ = [[int(x) for x in rng.integers(0, len(GreedyHead().W), 2)] for _ in range(n_prompts)]
-    cases = [("float32, one product", GreedyHead(gap=gap), this_module()),
+    rng, wide = np.random.default_rng(25), GreedyHead(gap=gap)
+    prompts_ = [[int(x) for x in rng.integers(0, len(wide), 2)] for _ in range(n_prompts)]
+    cases = [("float32, one product", wide, this_module()),
              ("float32, each alone", GreedyHead(gap=gap, alone=True), this_module()),
              ("float64, one product", GreedyHead(gap=gap, dtype=np.float64), this_module()),
              ("the bonus bug, alone", GreedyHead(gap=gap, alone=True), bugged("bonus from p", GREEDY_BUGS))]
@@ -3028,8 +3040,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         parts = [p for p in (m.first_divergence(P, D, prompt, n_tokens, k) for prompt in prompts_) if p[0] is not None]
         rows.append((label, f"{len(parts)}/{n_prompts}", float(np.median([p[0] + 1 for p in parts])) if parts else None,
                      max(p[1] for p in parts) if parts else None))
-    W, X = GreedyHead(gap=gap).W, np.ones((32, k + 1), np.float32)
-    cost = median_time(lambda: [W @ x for x in X.T]) / median_time(lambda: W @ X)
+    X = np.ones((wide.W.shape[1], k + 1), np.float32)
+    cost = median_time(lambda: products_alone(wide.W, X)) / median_time(lambda: wide.W @ X)
     print()
     say(f"A flip needs a near tie: give the layer pairs of rows {gap:.0e} apart. Greedy text,".replace("e-0", "e-"),
         f"{n_tokens} tokens from {n_prompts} prompts, drafted by the target a position at a time:")
@@ -3577,8 +3589,7 @@ def problems(args, argv):
     mode = modes[0] if modes else "demos"
     yield from (f"{a} goes with --{' or --'.join(OWNERS[o].split())}" for a in given
                 if (o := a[2:].replace("-", "_")) in OWNERS and mode not in OWNERS[o].split())
-    routes = [r for r in ("mean_acceptance_length", "draft_acceptance_rate", "per_position")
-              if getattr(args, r) is not None]
+    routes = routes_given(args)
     lo, hi = {"list": (0, 0), "trace": (0, 1), "tune": (1 + (not routes),) * 2, "plan": (int(not routes),) * 2}.get(
         mode, (0, math.inf))
     if len(routes) > 1 or routes and len(args.values) > hi:
@@ -3639,8 +3650,8 @@ def run(args):
 
 
 def routes_given(args):
-    """Whether a server's figure, not ALPHA, is the source of alpha."""
-    return any(getattr(args, r) is not None for r in ("mean_acceptance_length", "draft_acceptance_rate", "per_position"))
+    """The server's figures given as the source of alpha (none: ALPHA is)."""
+    return [r for r in ("mean_acceptance_length", "draft_acceptance_rate", "per_position") if getattr(args, r) is not None]
 
 
 if __name__ == "__main__":

@@ -160,13 +160,6 @@ def test_at_temperature_zero_block_and_token_wise_coincide():
     assert tw[0] == bl[0]
 
 
-def test_samples_to_see_by_hand():
-    # truth [.5, .5], exact [.6, .4]: delta^2 = 2 * .01 / .5 = .04, one dof; the
-    # p = .001 critical value is 10.828, so about (10.828 - 1) / .04 = 245.7 runs
-    assert sd.samples_to_see(np.array([0.6, 0.4]), np.array([0.5, 0.5])) == pytest.approx(245.7, abs=0.1)
-    assert sd.samples_to_see(np.array([0.5, 0.5]), np.array([0.5, 0.5])) == float("inf")
-
-
 def test_block_round_outcomes_by_hand():
     # the paper's example at k = 1 is the token-wise rule: from either context,
     # draft a (q 2/3) is kept with (1/3)/(2/3) = 1/2, draft b (q 1/3) always.

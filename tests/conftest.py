@@ -1,7 +1,7 @@
 """Make the single-file script importable from tests/, and start, as soon as the
-session starts, the two full runs that tests read: the run as a reader sees it,
-and the same run with every np.exp result moved by one unit in the last place
-(as another libm or SIMD path would round it). They are subprocesses, so they
+session starts, the three full runs that tests read: the lesson as a reader
+sees it, every chapter (`all`), and both with every np.exp result moved by one
+unit in the last place (as another libm or SIMD path would round it). They are subprocesses, so they
 use the second core while the other tests run here. The tests that wait on a
 subprocess run last, so this process has work to do while they finish."""
 import os
@@ -27,9 +27,12 @@ import runpy, sys
 import numpy as np
 exp = np.exp
 np.exp = lambda x, *a, **k: np.nextafter(exp(x, *a, **k), np.inf)  # every exp one ulp up
-sys.argv = [sys.argv[1]]
+sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
+
+
+LESSON = ["1", "2", "3", "4", "5", "6"]  # the demos of the default run
 
 
 # background subprocesses yield the CPU to this process, which runs the other
@@ -43,12 +46,13 @@ def pytest_configure(config):
     # (no test reads a wall-clock figure)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     config.full_runs = {
-        name: subprocess.Popen([*NICE, sys.executable, *args, str(SCRIPT)], stdout=subprocess.PIPE,
+        name: subprocess.Popen([*NICE, sys.executable, *args, str(SCRIPT), *after], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
-        for name, args in (("plain", []), ("one ulp", ["-c", ONE_ULP]))}
+        for name, args, after in (("plain", [], []), ("all", [], ["all"]),
+                                  ("one ulp", ["-c", ONE_ULP], [*LESSON, "all"]))}
 
 
-WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs"}
+WAITS_ON_A_SUBPROCESS = {"full_run", "all_run", "full_run_one_ulp", "readme_runs", "stage_runs"}
 
 
 def pytest_collection_modifyitems(items):
@@ -80,6 +84,12 @@ def full_run(pytestconfig):
 
 
 @pytest.fixture(scope="session")
+def all_run(pytestconfig):
+    """What `python3 speculative_decoding_from_scratch.py all` prints: every chapter."""
+    return finished(pytestconfig, "all")
+
+
+@pytest.fixture(scope="session")
 def full_run_one_ulp(pytestconfig):
-    """The same run with every np.exp result one ulp larger."""
+    """The lesson and every chapter, with every np.exp result one ulp larger."""
     return finished(pytestconfig, "one ulp")

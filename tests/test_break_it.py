@@ -14,6 +14,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import re
+
 import pytest
 
 import speculative_decoding_from_scratch as sd
@@ -37,53 +39,86 @@ EDITS = {
 # each README edit: the demos it touches, and what their run must then say
 FLIPS = {
     "residual returns p": ("1 2", ["Emitted != p", "The correct rule, as you have it, is NOT the target",
+                                   "residual differs from max(0, p - q) normalised",
                                    "Not checked: no_resample (your edit changed a line it edits)"]),
-    "accept_prob q/p": ("1 2", ["NOT always", "NOT p/q", "Emitted != p",
+    "accept_prob q/p": ("1 2", ["NOT always", "NOT p/q", "Emitted != p", "accept_prob differs from min(1, p/q)",
                                 "The correct rule, as you have it, is NOT the target"]),
     "no bonus token": ("2 3 11", ["The correct rule emits the target's distribution by both checks.",
                                   "NOT every row fits: blend weight 1.00 measures 4.00 where the exact value is 5.00",
-                                  "Demo 11 stopped: ValueError in take(): round"]),
-    "residual(q, p) in verify_round": ("2", ["is NOT the target: only the fit catches it", "the bug is in verify_round"]),
-    "bonus from p": ("3 11", ["NOT every temperature emits its tempered target", "Demo 11 stopped: UnboundLocalError"]),
-    "unweighted block_residual": ("9", ["NOT every setting emits the target's distribution: block passes its fit "
-                                        "while its exact distribution is off",
-                                        "tokenwise_residual: not checked, your edit changed a line it edits"]),
+                                  "Chapter 11 stopped: ValueError in take(): round"]),
+    "residual(q, p) in verify_round": ("2", ["is NOT the target: only the fit catches it",
+                                             "Suspect verify_round: it fails alone."]),
+    "bonus from p": ("3 11", ["NOT every row emits its tempered target", "Chapter 11 stopped: UnboundLocalError"]),
+    "unweighted block_residual": ("9 15", ["NOT every setting emits the target's distribution: block passes its fit "
+                                           "while its exact distribution is off",
+                                           "tokenwise_residual: not checked, your edit changed a line it edits"]),
 }
 
 # a wider family: (function, the line it has, the line a reader types, the
-# demos to run, what their verdicts must then say). Not every edit is a bug:
-# `<=` differs from `<` only when u is exactly p/q, and a draft that reads the
-# wrong row still says which row it drew from, so both stay exact.
+# demos to run, what their verdicts must then say, the demos whose takeaway
+# must be withheld, and the stages demo 2 must blame, or None where demo 2
+# does not blame one). Not every edit is a bug: `<=` differs from `<` only
+# when u is exactly p/q, and a draft that reads the wrong row still says which
+# row it drew from, so both stay exact.
 CORRECT = "The correct rule emits the target's distribution by both checks."
+FIT = "is NOT the target: only the fit catches it."
 STAGE_EDITS = [
-    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1", ["NOT p/q", "is NOT exact"]),
+    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1 2", ["NOT p/q", "is NOT exact"],
+     "1 2", {"accept_prob"}),
     ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())", "2",
-     ["The correct rule, as you have it, is NOT the target: both checks catch it."]),
-    ("residual", "return d / total if total > 0 else p", "return d", "1", ["is NOT exact"]),
+     ["The correct rule, as you have it, is NOT the target: both checks catch it."], "2", {"accept_prob"}),
+    ("residual", "return d / total if total > 0 else p", "return d", "1 2", ["is NOT exact"], "1 2", {"residual"}),
+    ("residual", "d = np.maximum(p - q, 0.0)", "d = np.abs(p - q)", "1 2", ["is NOT exact"], "1 2", {"residual"}),
     ("residual", "return d / total if total > 0 else p", "return p - q", "2",  # negative: sample_from raises
-     ["ValueError in sample_from(): cannot sample"]),
-    ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "1 2", ["is NOT exact", "cannot sample"]),
+     ["ValueError in sample_from(): cannot sample"], "", None),
+    ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "1 2", ["is NOT exact", "cannot sample"], "1 2", None),
+    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * u * cdf[-1])", "2",
+     [FIT], "2", {"sample_from"}),
     ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2",
-     ["Demo 2 stopped: "]),
+     ["The correct rule, as you have it, raised ValueError"], "", {"sample_from"}),
     ("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
-     "return one_hot(table.argmin(axis=-1), table.shape[-1])", "2", [CORRECT, "NOT argmax decoding"]),
+     "return one_hot(table.argmin(axis=-1), table.shape[-1])", "2", [CORRECT, "NOT argmax decoding"], "2", set()),
     ("forward", "tokens = new[cached - 1:] if cached else [text[-1], *new]  # the positions computed",
-     "tokens = [text[-1], *new]", "2", [CORRECT]),
+     "tokens = [text[-1], *new]", "2", [CORRECT], "", set()),
+    ("forward", "return [model[x] for x in tokens] if isinstance(model, np.ndarray) else model(text, new, cached)",
+     "return [model[x] for x in tokens[::-1]] if isinstance(model, np.ndarray) else model(text, new, cached)", "2",
+     [FIT], "2", {"forward"}),
     ("draft_tokens", "drafted.append(sample_from(q, rng.random()))", "drafted.append(int(np.argmax(q)))", "2",
-     ["is NOT the target: only the fit catches it"]),
-    ("verify_round", "if u < accept_prob(p, q, x):", "if u <= accept_prob(p, q, x):", "2", [CORRECT]),
+     [FIT], "2", {"draft_tokens"}),
+    ("draft_tokens", "q_rows.append(q)", "q_rows.append(Q[0])", "2", [FIT], "", {"draft_tokens"}),
+    ("verify_round", "if u < accept_prob(p, q, x):", "if u <= accept_prob(p, q, x):", "2", [CORRECT], "", set()),
+    ("verify_round", "emitted.append(sample_from(residual(p, q), rng.random()))",
+     "emitted.append(sample_from(residual(q, p), rng.random()))", "2", [FIT], "2", {"verify_round"}),
     ("verify_round", "p_rows = forward(P, text, drafted)  # (k+1, V): the one target call",
-     "p_rows = forward(P, text, drafted[1:])", "3", ["NOT every row fits"]),
-    ("rounds", "text = [*text, *emitted]", "text = [*text, *emitted[:-1]]", "3", ["NOT every row fits"]),
+     "p_rows = forward(P, text, drafted[1:])", "3", ["NOT every row fits"], "3", None),
+    ("rounds", "text = [*text, *emitted]", "text = [*text, *emitted[:-1]]", "2 3", [FIT, "NOT every row fits"],
+     "2 3", {"rounds", "take"}),
+    ("take", "tokens += emitted", "tokens += emitted[:1]", "2", [FIT], "2", {"rounds", "take"}),
+    ("take", "return tokens[:n_tokens], calls, len(tokens) - calls",
+     "return tokens[-n_tokens:], calls, len(tokens) - calls", "2", [FIT], "2", {"rounds", "take"}),
     ("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "", "8",
-     ["NOT every correct tree is consistent"]),
-    ("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight", "9",
-     ["NOT every setting emits the target's distribution", "cumulative: not checked"]),
+     ["NOT every correct tree is consistent"], "8", None),
+    ("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight", "9 15",
+     ["NOT every setting emits the target's distribution", "cumulative: not checked"], "9 15", None),
     ("block_residual", "return residual(weight * p, q)", "return residual(p, q)", "9",
-     ["block passes its fit while its exact distribution is off"]),
+     ["block passes its fit while its exact distribution is off"], "9", None),
     ("verify_block", "if rng.random() < h:", "if rng.random() > h:", "9",
-     ["NOT every setting emits the target's distribution"]),
+     ["NOT every setting emits the target's distribution"], "9", None),
 ]
+
+
+def blamed(text):
+    """The stages the run's sentences name as the cause: 'Suspect X and Y:',
+    'X differs from', and 'rounds or take'."""
+    names = {n for group in re.findall(r"Suspect ([a-z_]+(?: and [a-z_]+)*):", text) for n in group.split(" and ")}
+    names |= set(re.findall(r"\b(accept_prob|residual) differs from", text))
+    return names | ({"rounds", "take"} if "suspect how rounds chain: rounds or take" in text else set())
+
+
+def sections(text):
+    """{demo or chapter number: its text}."""
+    parts = re.split(r"\n=+\n(?:Demo|Chapter) (\d+)\. ", text)
+    return {n: " ".join(body.split()) for n, body in zip(parts[1::2], parts[2::2])}
 
 
 def edited_copy(tmp_path, old, new, function=None):
@@ -127,7 +162,7 @@ def start_runs():
     RUNS["readme"] = {name: pool.submit(one, f"readme{i}", *EDITS[name], FLIPS[name][0])
                       for i, name in enumerate(EDITS)}
     RUNS["stage"] = [pool.submit(one, f"stage{i}", old, new, demos, function)
-                     for i, (function, old, new, demos, _) in enumerate(STAGE_EDITS)]
+                     for i, (function, old, new, demos, *_) in enumerate(STAGE_EDITS)]
 
 
 @pytest.fixture(scope="module")
@@ -142,9 +177,10 @@ def test_each_readme_edit_runs_to_the_end_and_flips_what_the_readme_says(readme_
     out = readme_runs[name]
     assert out.returncode == 0 and out.stderr == "", out.stderr
     text = " ".join(out.stdout.split())
-    for demo in FLIPS[name][0].split():
-        assert f"Demo {demo}. " in text
-    assert text.count("Takeaway: ") + text.count(" stopped: ") == len(FLIPS[name][0].split())
+    found = sections(out.stdout)
+    assert sorted(found, key=int) == FLIPS[name][0].split()
+    for body in found.values():  # each ends with its takeaway, the takeaway withheld, or where it stopped
+        assert (body.count("Takeaway: ") + body.count("Takeaway withheld") + body.count(" stopped: ")) == 1
     for said in FLIPS[name][1]:
         assert said in text, said
 
@@ -163,16 +199,22 @@ def stage_runs():
 
 
 @pytest.mark.parametrize("i", range(len(STAGE_EDITS)), ids=[f"{f}:{new or 'deleted'}"[:60].replace(" ", "")
-                                                            for f, _, new, _, _ in STAGE_EDITS])
-def test_any_one_line_edit_of_a_stage_leaves_every_demo_running_to_its_end(stage_runs, i):
-    out, demos = stage_runs[i], STAGE_EDITS[i][3].split()
+                                                            for f, _, new, *_ in STAGE_EDITS])
+def test_any_one_line_edit_runs_to_the_end_and_every_verdict_and_blame_follows_it(stage_runs, i):
+    function, old, new, demos, said, withheld, stages = STAGE_EDITS[i]
+    out = stage_runs[i]
     text = " ".join(out.stdout.split())
-    for said in STAGE_EDITS[i][4]:
-        assert said in text, said
+    for sentence in said:
+        assert sentence in text, sentence
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
-    assert [f"Demo {n}. " in out.stdout for n in demos] == [True] * len(demos)
-    assert out.stdout.count("Takeaway: ") + out.stdout.count(" stopped: ") == len(demos)
-    assert "Now break it" in out.stdout
+    found = sections(out.stdout)
+    assert sorted(found, key=int) == demos.split() and "Now break it" in out.stdout
+    for n, body in found.items():
+        # a takeaway never sits under a check its edit has failed: it is withheld, and says which check
+        assert ("Takeaway withheld" in body) == (n in withheld.split()), n
+        assert (body.count("Takeaway: ") + body.count("Takeaway withheld") + body.count(" stopped: ")) == 1, n
+    if stages is not None:  # demo 2 names the stage the edit broke, and no other
+        assert blamed(found["2"]) == stages
 
 
 def test_a_bug_whose_line_the_reader_changed_says_so_and_the_rest_run(tmp_path):

@@ -234,7 +234,8 @@ def test_plan_from_a_server_figure_on_another_accelerator(capsys):
 
 def test_list_and_help(capsys):
     code, out, _ = cli(capsys, "--list")
-    assert code == 0 and out.count("\n") == len(sd.DEMOS)
+    assert code == 0 and out.count("\n") == len(sd.DEMOS) + 2  # two headings: the lesson, the chapters
+    assert all(f"{n:>2}. {title}" in out for n, (title, _) in sd.DEMOS.items()) and "every one with all" in out
     code, out, _ = cli(capsys, "--help")
     assert code == 0 and "usage:" in out and "Which k for my server?" in out
     assert all(rule in out for rule in sd.TRACE_RULES)  # the rule names are listed
@@ -242,7 +243,7 @@ def test_list_and_help(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["99"], "unknown demo '99'"), (["--bogus"], "unrecognized arguments: --bogus"),
+    (["99"], "unknown demo '99'; the lesson is 1-6, the chapters 7-17, and all runs every chapter"), (["--bogus"], "unrecognized arguments: --bogus"),
     (["2", "x"], "unknown demo 'x'"), (["--list", "2"], "--list takes no numbers, got 2"),
     (["--seed", "5"], "--seed goes with --trace"), (["--rule", "argmax"], "--rule goes with --trace"),
     (["--detail", "--trace"], "--detail goes with"), (["--text", "edit"], "--text goes with --trace"),

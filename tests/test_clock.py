@@ -77,29 +77,32 @@ def test_predict_uses_the_medians_and_reports_the_spread():
     (0.9, 2.0, 2.1, 3.0, ["wins", "too noisy to judge (spread 90%)"]),
     (0.1, 2.0, 2.1, 1.1, ["k+1 positions cost about one"]),
 ])
-def test_demo6_verdicts_follow_the_clock_and_the_spread(capsys, spread, clock, at_run, v4, words):
+def test_chapter13_verdicts_follow_the_clock_and_the_spread(capsys, spread, clock, at_run, v4, words):
     sd.demo6_verdicts([("blend", 4, 2.0, 2.0, 2.8, clock, at_run, at_run / clock - 1, spread)], v4=v4)
     text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
     assert all(w in text for w in words), text
     assert f"Here v is {v4:.2f} at k = 4, where the roofline gives {sd.verify_cost(4, 1, 512):.2f}" in text
     assert ("too noisy" in text) == (spread > 0.5) and ("agrees often" in text) == (v4 > 1.25)
+    # the paper's prediction is 2.0x: the takeaway stands only where v in place of 1 came closer to the clock
+    assert ("Takeaway: price" in text) == (abs(at_run - clock) <= abs(2.0 - clock))
 
 
-def test_demo6_rows_and_every_clock_line_is_marked(monkeypatch):
+def test_chapter13_every_clock_line_is_marked_and_demo6_rows(monkeypatch):
     # a small W and a clock that returns random times: every line that changes
-    # between two runs must end in (clock), and the roofline rows are the same
-    outputs, results = [], []
+    # between two runs must end in (clock)
+    outputs = []
     for seed in (1, 2):
         rng = np.random.default_rng(seed)
         monkeypatch.setattr(sd, "clocked", lambda f: (rng.uniform(1e-4, 1e-2), f()))
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            results.append(sd.demo6_free_compute(clock_size=256))
+            sd.demo13_clock(size=256)
         outputs.append(out.getvalue())
     assert outputs[0] != outputs[1]
     unclocked = ["\n".join("<clock>" if l.endswith("(clock)") else l for l in o.splitlines()) for o in outputs]
     assert [u.replace("<clock>\n", "") for u in unclocked][0] == [u.replace("<clock>\n", "") for u in unclocked][1]
-    rows = results[0].rows
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows = sd.demo6_free_compute().rows
     # one position at 512 tokens: 6.61e9 MACs over 13.22 GB of weights + 0.27 GB of KV cache
     weights, kv = 2 * sd.macs_per_token(4096, 11008, 32, 0, 32000), 2 * 2 * 32 * 512 * 4096
     assert rows[0][2] == pytest.approx((weights + kv) / 1e9) and round(rows[0][2], 2) == 13.48

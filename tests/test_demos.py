@@ -25,11 +25,16 @@ def flat(text):
     return " ".join(text.split())
 
 
+def heading(n):
+    """How the run titles demo or chapter n."""
+    return f"{'Demo' if n in sd.LESSON else 'Chapter'} {n}. "
+
+
 def section(text, n):
-    """The lines of demo n, from its title to the next demo (or the closing note)."""
-    start = text.index(f"Demo {n}. ")
-    ends = [i for i in (text.find("\n" + "=" * 78 + "\nDemo", start), text.find("\nNow break it", start)) if i > 0]
-    return text[start:min(ends)]
+    """The lines of demo or chapter n, from its title to the next one (or the menu, or the closing note)."""
+    start = text.index(heading(n))
+    after = re.search("\n=+\n(Demo|Chapter|The chapters)|\nNow break it", text[start:])
+    return text[start:start + after.start()]
 
 
 def unclocked(text):
@@ -53,10 +58,10 @@ def demo():
     256 x 256 W and a clock that always says 1 ms."""
     runs = {}
     for n, (_, function) in sd.DEMOS.items():
-        if n == "6":
+        if n == "13":
             saved, sd.clocked = sd.clocked, lambda f: (1e-3, f())
             try:
-                runs[n] = printed(function, clock_size=256)
+                runs[n] = printed(function, size=256)
             finally:
                 sd.clocked = saved
         else:
@@ -66,36 +71,58 @@ def demo():
 
 # --- the run as a whole -------------------------------------------------------------
 
-def test_full_run_shows_every_demo_fits_80_columns_and_ends_each_with_a_takeaway(full_run):
-    for n, (title, _) in sd.DEMOS.items():
-        assert f"Demo {n}. {title}" in full_run and title.endswith("?")  # each demo asks its question
-        assert "\nTakeaway: " in section(full_run, n)
-    assert max(len(line) for line in full_run.splitlines()) <= 80
-    assert full_run.isascii()  # any stdout encoding can print it
-    assert "Now break it" in full_run and " stopped: " not in full_run and "Not checked" not in full_run
+def test_the_lesson_and_every_chapter_fit_80_columns_and_end_each_with_a_takeaway(full_run, all_run):
+    for runs, numbers in ((full_run, sd.LESSON), (all_run, sd.CHAPTERS)):
+        for n in numbers:
+            title = sd.DEMOS[n][0]
+            assert heading(n) + title in runs and title.endswith("?")  # each asks its question
+            assert "\nTakeaway: " in section(runs, n)
+        assert max(len(line) for line in runs.splitlines()) <= 80
+        assert runs.isascii()  # any stdout encoding can print it
+        assert "Now break it" in runs and " stopped: " not in runs and "Not checked" not in runs
+        assert "Takeaway withheld" not in runs
+    assert "Chapter" not in full_run.split("The chapters go beyond")[0]  # the lesson is demos 1 to 6
+    assert [heading(n) in all_run for n in sd.DEMOS] == [n in sd.CHAPTERS for n in sd.DEMOS]
 
 
-def test_nothing_printed_depends_on_rounding(full_run, full_run_one_ulp):
+def test_the_lesson_ends_with_a_menu_of_the_chapters(full_run):
+    menu = full_run[full_run.index("The chapters go beyond the paper"):]
+    for n, (title, _) in sd.CHAPTERS.items():
+        assert f"  {n:>2}  {title}" in menu
+    assert "speculative_decoding_from_scratch.py all" in menu and "speculative_decoding_from_scratch.py 9" in menu
+
+
+def test_the_lesson_holds_at_most_14_tables(full_run):
+    # a table is a header line followed by rows; count the blocks of aligned lines that follow a blank line
+    lesson = full_run[full_run.index("Demo 1."):full_run.index("The chapters go beyond")]
+    blocks = [b for b in lesson.split("\n\n") if b.count("\n") >= 2 and all(
+        "  " in line for line in b.splitlines()) and not b.startswith("=")]
+    assert len(blocks) <= 14, len(blocks)
+
+
+def test_nothing_printed_depends_on_rounding(full_run, all_run, full_run_one_ulp):
     # every np.exp result one ulp larger, as another libm or SIMD path could round
     # it: the same text, wall-clock lines aside
-    assert full_run_one_ulp != "" and unclocked(full_run_one_ulp) == unclocked(full_run)
+    for n in sd.DEMOS:
+        plain = section(full_run if n in sd.LESSON else all_run, n)
+        assert unclocked(section(full_run_one_ulp, n)) == unclocked(plain), n
 
 
-def test_selected_demos_print_exactly_what_the_full_run_prints(full_run):
+def test_selected_demos_print_exactly_what_the_full_run_prints(full_run, all_run):
     # a fresh process, a different selection and order: the same bytes (every demo seeds itself)
     out = subprocess.run([sys.executable, sd.__file__, "7", "1"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
-    for n in (1, 7):
-        assert section(out.stdout, n) == section(full_run, n)
-    assert out.stdout.index("Demo 7.") < out.stdout.index("Demo 1.")
+    assert section(out.stdout, "1") == section(full_run, "1") and section(out.stdout, "7") == section(all_run, "7")
+    assert out.stdout.index("Chapter 7.") < out.stdout.index("Demo 1.") and "The chapters go beyond" not in out.stdout
 
 
-def test_every_line_with_a_wall_clock_figure_is_marked(full_run, monkeypatch):
-    # demos 6 and 12 measure this machine; every other demo has no (clock) line
+def test_every_line_with_a_wall_clock_figure_is_marked(full_run, all_run, monkeypatch):
+    # chapters 12 and 13 measure this machine; no other demo or chapter has a (clock) line
     for n in sd.DEMOS:
-        marked = sum(line.endswith("(clock)") for line in section(full_run, n).splitlines())
-        assert (marked > 5) if n in ("6", "12") else (marked == 0), n
-    # demo 6 twice on a small W with a clock that returns random times: every
+        marked = sum(line.endswith("(clock)") for line in section(full_run if n in sd.LESSON else all_run,
+                                                                   n).splitlines())
+        assert (marked > 5) if n in ("12", "13") else (marked == 0), n
+    # chapter 13 twice on a small W with a clock that returns random times: every
     # line that changes must be marked
     outputs = []
     for seed in (1, 2):
@@ -103,30 +130,40 @@ def test_every_line_with_a_wall_clock_figure_is_marked(full_run, monkeypatch):
         monkeypatch.setattr(sd, "clocked", lambda f: (rng.uniform(1e-4, 1e-2), f()))
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            sd.demo6_free_compute(clock_size=256)
+            sd.demo13_clock(size=256)
         outputs.append(out.getvalue())
     assert outputs[0] != outputs[1]
     assert unclocked(outputs[0]) == unclocked(outputs[1])
 
 
-def test_terms_are_defined_where_the_reader_first_meets_them(full_run):
+TERMS = (("vLLM", "serving engine"), ("APEX-1", "a public from-scratch"), ("vllm-ascend", "Huawei's"),
+         ("SpecInfer", "tree verifier"), ("EAGLE-1", "a trained draft head"), ("MTP", "multi-token prediction"),
+         ("HF", "Hugging Face"), ("KV cache", "keys and values"), ("ulp", "unit in the last place"),
+         ("logits", "the scores"), ("lam", "weight lam"), ("u v^T", "table of their products"),
+         ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "passes its own test"),
+         ("p_i", "the share of the first i drafts"), ("transformers", "a Python library"))
+
+
+def test_terms_are_defined_where_the_reader_first_meets_them(full_run, all_run):
     legend = full_run[:full_run.index("Demo 1.")]
     for term in ("round", "alpha", "TV", "fit", "exact", '"the paper"', "Leviathan"):
         assert term in legend, term
-    text = flat(full_run)
-    for name, definition in (("vLLM", "an open-source serving engine"), ("APEX-1", "a public from-scratch"),
-                             ("vllm-ascend", "for Huawei's accelerators"), ("SpecInfer", "a tree verifier"),
-                             ("EAGLE-1", "a trained draft head"), ("MTP", "multi-token prediction"),
-                             ("HF", "Hugging Face")):
-        first = text.index(name)
-        assert definition in text[max(0, first - 120):first + 120], name
+    # each chapter reads alone: a term it uses is defined where the chapter first uses it
+    for n in sd.CHAPTERS:
+        text = flat(section(all_run, n))
+        for name, definition in TERMS:
+            first = re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)
+            if first:
+                assert definition in text[max(0, first.start() - 150):first.start() + 250], (n, name)
 
 
-def test_no_stage_numbers_and_no_function_named_but_the_ones_a_reader_edits(full_run):
-    assert not re.search(r"\bstage \d|\b5[bcde]\)|\bdemo \d+'s (own )?(lines|function)", full_run)
-    invited = {"accept_prob", "residual", "verify_round"}  # the stages the reader is asked to edit
+def test_no_stage_numbers_and_no_function_named_but_the_ones_a_reader_edits(full_run, all_run):
+    runs = full_run + all_run
+    assert not re.search(r"\bstage \d|\b5[bcde]\)|\bdemo \d+'s (own )?(lines|function)", runs)
+    # the stages demo 2 asks the reader to suspect and edit
+    invited = {"accept_prob", "residual", "verify_round", "sample_from", "draft_tokens"}
     functions = {n for n, f in vars(sd).items() if inspect.isfunction(f) and "_" in n} - invited
-    assert [n for n in functions if re.search(rf"\b{n}\b", full_run)] == []
+    assert [n for n in functions if re.search(rf"\b{n}\b", runs)] == []
 
 
 # --- demo by demo -------------------------------------------------------------------
@@ -155,25 +192,73 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert "Both checks catch argmax, no_resample, uniform_q. Only the fit catches continue" in text
     assert "The correct rule emits the target's distribution by both checks." in text
-    assert f"the target sampled alike has {sd.floor_tv(sd.TARGET, 5, sd.DEMO2_RUNS, 2):.4f}" in text
+    assert f"the target decoded alone, 600 times, has {sd.floor_tv(sd.TARGET, 5, sd.DEMO2_RUNS, 2):.4f}" in text
     assert [row[1] for row in result.greedy] == [1000, 1000] and "Both are argmax decoding" in text
+    assert [(r[0], r[3]) for r in result.stages] == [("forward", True), ("sample_from", True),
+                                                     ("draft_tokens", True), ("verify_round", True)]
+    assert "|within 1/6,000|" in "|".join(r[2] for r in result.stages)
 
 
-@pytest.mark.parametrize("verdicts, said", [
-    (dict(correct="NOT the target"), "The correct rule, as you have it, is NOT the target: both checks catch it."),
-    (dict(correct="NOT by the fit"), "is NOT the target: only the fit catches it. The exact check follows"),
-    (dict(correct="NOT by exact"), "is NOT the target: only the exact check catches it."),
-    (dict(argmax="the target"), "Neither catches argmax."),
-    (dict(argmax="NOT by exact"), "Only the exact check catches argmax."),
-    (dict(continue_="your edit changed a line it edits"), "Not checked: continue (your edit changed a line it edits)."),
+@pytest.mark.parametrize("function, old, new, fails", [
+    ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * u * cdf[-1])",
+     {"sample_from", "draft_tokens", "verify_round"}),
+    ("draft_tokens", "drafted.append(sample_from(q, rng.random()))", "drafted.append(int(np.argmax(q)))",
+     {"draft_tokens"}),
+    ("draft_tokens", "q_rows.append(q)", "q_rows.append(Q[0])", {"draft_tokens"}),
+    ("verify_round", "emitted.append(sample_from(residual(p, q), rng.random()))",
+     "emitted.append(sample_from(residual(q, p), rng.random()))", {"verify_round"}),
+    ("forward", "return [model[x] for x in tokens] if isinstance(model, np.ndarray) else model(text, new, cached)",
+     "return [model[x] for x in tokens[::-1]] if isinstance(model, np.ndarray) else model(text, new, cached)",
+     {"forward", "verify_round"}),  # a draft reads one row a call: reversing it changes nothing
+    ("rounds", "text = [*text, *emitted]", "text = [*text, *emitted[:-1]]", set()),
 ])
-def test_demo2_every_verdict_sentence_follows_its_verdicts(verdicts, said):
+def test_each_stage_alone_fails_exactly_where_it_is_broken(function, old, new, fails):
+    # each stage's own check goes red under a realistic edit of that stage, and of a stage it calls
+    m = sd.edited(((function, old, new),))
+    rows = m.stages_alone(sd.TARGET, sd.UNRELATED, 5, 2, 600)
+    assert {r[0] for r in rows if not r[3]} == fails
+
+
+STAGES = ("forward", "sample_from", "draft_tokens", "verify_round")
+
+
+@pytest.mark.parametrize("verdicts, failed, said", [
+    (dict(correct="NOT by the fit"), (), "only the fit catches it. Each stage passes alone, so suspect how rounds "
+                                         "chain: rounds or take."),
+    (dict(correct="NOT by the fit"), ("verify_round",), "only the fit catches it. Suspect verify_round: it fails alone."),
+    (dict(correct="NOT by the fit"), ("draft_tokens",), "Suspect draft_tokens: it fails alone."),
+    (dict(correct="NOT by the fit"), ("sample_from", "draft_tokens", "verify_round"),
+     "Suspect sample_from: it fails alone, and draft_tokens and verify_round call it."),
+    (dict(correct="NOT by the fit"), ("forward", "sample_from", "verify_round"),
+     "Suspect forward and sample_from: they fail alone, and draft_tokens and verify_round call it."),
+    (dict(correct="NOT by exact"), (), "is NOT the target: only the exact check catches it."),
+    (dict(correct="ValueError in sample_from(): x"), (), "The correct rule, as you have it, raised ValueError"),
+    (dict(argmax="the target"), (), "Neither catches argmax."),
+    (dict(argmax="NOT by exact"), (), "Only the exact check catches argmax."),
+    (dict(continue_="your edit changed a line it edits"), (),
+     "Not checked: continue (your edit changed a line it edits)."),
+])
+def test_demo2_every_verdict_sentence_follows_its_verdicts(verdicts, failed, said):
     base = {"correct": "the target", "argmax": "NOT the target", "no_resample": "NOT the target",
             "continue": "NOT by the fit", "uniform_q": "NOT the target"}
     base.update({k.rstrip("_"): v for k, v in verdicts.items()})
-    text = printed(sd.demo2_verdicts, base)[1]
+    stages = [(stage, "", "", stage not in failed) for stage in STAGES]
+    text = printed(sd.demo2_verdicts, base, stages)[1]
     assert said in text
     assert ("The correct rule emits" in text) == (base["correct"] == "the target")
+    if base["correct"] == "the target" or failed:
+        assert "rounds or take" not in text  # a stage that fails alone is named instead
+
+
+def test_demo2_blames_accept_prob_or_residual_only_where_they_differ_from_the_paper():
+    base = {"correct": "NOT the target", **{b: "NOT the target" for b in sd.BUGS}}
+    stages = [(stage, "", "", True) for stage in STAGES]
+    for function, old, new, blamed in (
+            ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "accept_prob differs from min(1, p/q)"),
+            ("residual", "return d / total if total > 0 else p", "return d", "residual differs from max(0, p - q)")):
+        m = sd.edited(((function, old, new),))
+        text = printed(m.demo2_verdicts, base, stages)[1]
+        assert blamed in text and ("accept_prob differs" in text) == (function == "accept_prob")
 
 
 def test_demo3_every_exact_column_is_the_exact_value_and_every_row_fits(demo):
@@ -185,12 +270,30 @@ def test_demo3_every_exact_column_is_the_exact_value_and_every_row_fits(demo):
     assert middling[2] == sd.pair_alpha(sd.TARGET, sd.MIDDLING)
     assert middling[6] == sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
     assert "Every row fits." in text
-    assert [r[7] for r in result.temperatures] == ["the target"] * 5
-    assert "Every temperature emits its tempered target by both checks." in text
-    alphas = [r[1] for r in result.temperatures]
-    assert ("Here alpha rises with T." in text) == (alphas[1] < alphas[2] < alphas[3] < alphas[4])
+    assert [r[8] for r in result.temperatures] == ["the target"] * 10
+    assert "Every row emits its tempered target by both checks." in text
     rate1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
-    assert f"at k = 1 it is {rate1:.4f}, alpha {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.4f}" in text
+    assert f"At k = 1, accepted / checked is {rate1:.4f} and alpha is {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.4f}" in text
+    assert "Accepted / checked is not alpha either." in text
+
+
+def test_demo3_temperature_rows_against_a_greedy_draft_computed_by_hand(demo):
+    # greedy drafting: the draft proposes argmax q, kept with chance p_T(argmax q), so alpha is
+    # the stationary average of p_T at the draft's argmax, with no call to the rule
+    result, text = demo["3"]
+    for label, T, a_sampled, a_greedy, s_sampled, s_greedy, fit, tv, verdict in result.temperatures:
+        Q = sd.MIDDLING if label == "middling" else sd.blend(sd.TARGET, sd.UNRELATED, 0.9)
+        P_T = sd.temper(sd.TARGET, T)
+        by_hand = float(sd.stationary(P_T) @ P_T[np.arange(6), Q.argmax(axis=1)])
+        assert a_greedy == pytest.approx(by_hand, abs=1e-12)
+        assert s_greedy == pytest.approx(sd.exact_tokens_per_call(P_T, sd.temper(Q, 0), 4) / 1.4, abs=1e-12)
+        assert (T == 0) <= (a_greedy == a_sampled)
+    slower = [r for r in result.temperatures if r[1] > 0 and r[5] < 1]
+    assert slower and all(r[0] == "middling" for r in slower)
+    assert "Then it is slower than plain decoding for the middling draft at T = " + ", ".join(
+        f"{r[1]:g}" for r in slower) + "." in text
+    assert "Greedy, alpha is lower at every T > 0." in text
+    assert "alpha rises for the middling draft" in text
 
 
 def test_demo3_in_detail_the_two_shipped_temperature_bugs():
@@ -223,7 +326,8 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "So at c = 0.7 no k helps, although alpha > c." in text
-    assert f"rounds start where a draft passes {exact[0] - 1:.3f}, not {alpha:.3f}" in text
+    assert f"there a first draft passes with chance {exact[0] - 1:.3f}" in text and f"alpha = {alpha:.3f}" in text
+    assert f"(exactly {exact[3]:.2f})" in text  # demo 5's sample beside demos 3 and 4's exact value
 
 
 def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
@@ -245,8 +349,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
 
 
 def test_demo6_in_detail_512_tokens_stay_memory_bound_up_to_5_positions(monkeypatch):
-    monkeypatch.setattr(sd, "median_time", lambda f, **kw: 1e-3)
-    _, text = printed(sd.demo6_detail, size=64)
+    _, text = printed(sd.demo6_detail)
     m, w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[0], sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     kv = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[1] - w
     n = max(j for j in range(1, 100) if j * m / kv < sd.ridge())
@@ -299,20 +402,22 @@ def test_demo8_says_so_when_one_correct_tree_fails(capsys):
     assert "NOT every correct tree is consistent; without the update, NOT the target." in text
 
 
-def test_demo9_exactness_sentences_follow_each_row(demo, capsys):
-    rows = [list(r) for r in demo["9"][0].exactness]
-    rows[3][5] = "NOT by exact"  # block
-    rows[6][5] = "the target"  # cumulative, uncaught
-    rows[5] = [rows[5][0], None, None, None, None, "not run", "your edit changed a line it edits", None]
-    sd.demo9_exactness_verdicts(rows, sd.target_first_tokens(sd.TARGET, 5, 3), 3)
+def test_chapter15_sentences_follow_each_row(demo, capsys):
+    rows = [list(r) for r in demo["15"][0]]
+    rows[0][5] = "NOT by exact"  # block
+    rows[2][5] = "the target"  # cumulative, uncaught
+    rows[1] = [rows[1][0], None, None, None, None, "not run", "your edit changed a line it edits", None]
+    caught = sd.demo15_verdicts(rows, sd.target_first_tokens(sd.TARGET, 5, 3), 3)
     text = " ".join(capsys.readouterr().out.split())
-    assert "NOT every setting emits the target's distribution: block passes its fit while its exact" in text
+    assert not caught
+    assert "Block verification, as you have it, passes its fit while its exact distribution is off." in text
     assert "tokenwise_residual: not checked, your edit changed a line it edits." in text
     assert "cumulative emits the target's distribution by both checks." in text
     assert "vllm-ascend, Triton is NOT the target." in text and "Both edits and both" not in text
+    assert "drafts per round" not in text  # kept drafts are compared only with a block verifier that is exact
 
 
-def test_demo9_every_verifier_row_and_verdict(demo):
+def test_chapter9_every_verifier_row_and_verdict(demo):
     result, text = demo["9"]
     assert [(r[0], round(r[1], 12)) for r in result.row] == [("probabilistic", 0.5), ("one-hot", 0.9),
                                                               ("strict", 0.39)]
@@ -324,19 +429,30 @@ def test_demo9_every_verifier_row_and_verdict(demo):
         assert tokens[4] == pytest.approx(tokens[1], abs=1e-12)  # block over one-hot drafts is the one-hot rule
     verdicts = {r[0]: r[5] for r in result.exactness}
     assert verdicts == {"probabilistic": "the target", "one-hot": "the target", "strict": "the target",
-                        "block": "the target", "block, one-hot": "the target", "tokenwise_residual": "NOT by exact",
-                        "cumulative": "NOT the target", "vllm-ascend, PyTorch": "NOT the target",
-                        "vllm-ascend, Triton": "NOT the target"}
-    pytorch = next(r for r in result.exactness if r[0] == "vllm-ascend, PyTorch")
-    assert pytorch[1] == pytest.approx(0.0730, abs=5e-5) and pytorch[2] == pytest.approx(0.2098, abs=5e-5)
+                        "block": "the target", "block, one-hot": "the target"}
     assert "All five settings emit the target's distribution by both checks." in text
+
+
+def test_chapter15_the_edits_and_the_shipped_paths(demo):
+    rows, text = demo["15"]
+    verdicts = {r[0]: r[5] for r in rows}
+    assert verdicts == {"block": "the target", "tokenwise_residual": "NOT by exact", "cumulative": "NOT the target",
+                        "vllm-ascend, PyTorch": "NOT the target", "vllm-ascend, Triton": "NOT the target"}
+    pytorch = next(r for r in rows if r[0] == "vllm-ascend, PyTorch")
+    assert pytorch[1] == pytest.approx(0.0730, abs=5e-5) and pytorch[2] == pytest.approx(0.2098, abs=5e-5)
     assert "Both edits and both shipped paths are caught." in text
     assert "to see tokenwise_residual's bias at token 3" in text
-    kept = {r[0]: r[7] for r in result.exactness if r[7] is not None}
+    kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
-    assert min(kept.values()) > block_kept and f"block verification {block_kept:.2f}" in text
-    assert all(g[3] >= -1e-12 for g in result.block.gains) and "Every measured value fits" in text
-    assert max(r[1] for r in result.block.example) <= result.block.ideal and "Neither keeps more than the ideal" in text
+    assert min(kept.values()) > block_kept and f"block verification keeps {block_kept:.2f}" in text
+    assert "the extra drafts are ones the target would not have emitted" in text
+
+
+def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(demo):
+    result, text = demo["14"]
+    assert all(g[3] >= -1e-12 for g in result.gains) and "Every measured value fits" in text
+    assert max(r[1] for r in result.example) <= result.ideal and "Neither keeps more than the ideal" in text
+    assert [round(9 * r[1]) for r in result.example] == [10, 11] and round(9 * result.ideal) == 12
 
 
 def test_demo10_routes_and_their_sentences(demo):
@@ -372,22 +488,33 @@ def test_demo10_in_detail_plans_and_policies(demo):
     assert "Beating the best fixed k: confidence" in text and "best k per context for" not in text
 
 
-def test_demo11_every_draft_is_the_target_heads_lose_and_apex_bugs_are_caught(demo):
+def test_chapter11_every_draft_is_the_target_and_copying_text_drafts_itself(demo):
     result, text = demo["11"]
-    assert [r[4] for r in result.rows] == ["the target"] * 3
+    assert [r[4] for r in result.rows] == ["the target"] * 2
     assert all(r[2] < 1e-12 for r in result.rows)
     assert "Every draft emits the target's distribution by both checks." in text
-    reached = result.heads.reached
-    assert reached[0] == pytest.approx(1.0) and reached[1] < 1 and reached[2] < reached[1]
-    assert "Medusa's heads lose: each guess is checked after drafts its head never saw." in text
     lams = [r[0] for r in result.sweep.rows]
     vllm = [r[1] for r in result.sweep.rows]
     assert lams == sorted(lams) and vllm[-1] > 2 * vllm[0]  # copying text drafts itself
     assert all(r[3] == pytest.approx(r[1]) and r[4] < r[3] for r in result.sweep.rows)  # B = 1: v = 1
     assert result.sweep.config == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2,
                                    "prompt_lookup_max": 4}
-    assert [r[2] for r in result.apex.rows] == ["consistent", "NOT the target", "NOT the target"]
-    assert result.apex.tables >= sd.P_REJECT and "A table reads only the last token and cannot see it" in text
+
+
+def test_chapter16_perfect_independent_heads_lose(demo):
+    result, text = demo["16"]
+    assert [r[4] for r in result.rows] == ["the target"]
+    reached = result.heads.reached
+    assert reached[0] == pytest.approx(1.0) and reached[1] < 1 and reached[2] < reached[1]
+    assert "Medusa's heads lose, perfect as they are." in text
+
+
+def test_chapter17_each_apex_departure_is_caught(demo):
+    result, text = demo["17"]
+    assert [r[2] for r in result.rows] == ["consistent"] + ["NOT the target"] * 4
+    assert [r[0] for r in result.rows[1:]] == list(sd.APEX_BUGS)
+    assert result.tables >= sd.P_REJECT and "A table reads only the last token, so it cannot see the cache bug" in text
+    assert "Every departure is caught." in text
 
 
 def test_demo12_the_wide_pass_the_texts_and_the_ties(demo):

@@ -1,7 +1,9 @@
 """Make the single-file script importable from tests/, and start, as soon as the
-session starts, the three full runs that tests read: the lesson as a reader
-sees it, every chapter (`all`), and both with every np.exp result moved by one
-unit in the last place (as another libm or SIMD path would round it). They are subprocesses, so they
+session starts, the two full runs that tests read: the lesson as a reader sees
+it, and the lesson and every chapter with every np.exp result moved by one
+unit in the last place (as another libm or SIMD path would round it). Every
+demo and chapter also runs once in this process, through the run's own loop,
+so tests read what each returned beside what it printed. They are subprocesses, so they
 use the second core while the other tests run here. The tests that wait on a
 subprocess run last, so this process has work to do while they finish."""
 import os
@@ -48,11 +50,10 @@ def pytest_configure(config):
     config.full_runs = {
         name: subprocess.Popen([*NICE, sys.executable, *args, str(SCRIPT), *after], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
-        for name, args, after in (("plain", [], []), ("all", [], ["all"]),
-                                  ("one ulp", ["-c", ONE_ULP], [*LESSON, "all"]))}
+        for name, args, after in (("plain", [], []), ("one ulp", ["-c", ONE_ULP], [*LESSON, "all"]))}
 
 
-WAITS_ON_A_SUBPROCESS = {"full_run", "all_run", "full_run_one_ulp", "readme_runs", "stage_runs"}
+WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs"}
 
 
 def pytest_collection_modifyitems(items):
@@ -84,9 +85,36 @@ def full_run(pytestconfig):
 
 
 @pytest.fixture(scope="session")
-def all_run(pytestconfig):
-    """What `python3 speculative_decoding_from_scratch.py all` prints: every chapter."""
-    return finished(pytestconfig, "all")
+def in_process():
+    """Every demo and chapter, run once here through the run's own loop as
+    `1 2 3 4 5 6 all` runs them, chapter 13 on a 256 x 256 W and a clock
+    that always says 1 ms: (n -> what it returned, what the run printed)."""
+    import contextlib
+    import io
+
+    import speculative_decoding_from_scratch as sd
+    results, saved, clocked = {}, dict(sd.DEMOS), sd.clocked
+
+    def recorded(n, f):
+        def run():
+            results[n] = f(size=256) if n == "13" else f()
+            return results[n]
+        return run
+    sd.DEMOS.update({n: (title, recorded(n, f)) for n, (title, f) in saved.items()})
+    sd.clocked, out = (lambda f: (1e-3, f())), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            sd.run_demos([*LESSON, "all"])
+    finally:
+        sd.DEMOS.update(saved)
+        sd.clocked = clocked
+    return results, out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def all_run(in_process):
+    """What the run prints for every demo and chapter (the lesson's, and `all`'s)."""
+    return in_process[1]
 
 
 @pytest.fixture(scope="session")

@@ -366,3 +366,15 @@ def test_help_names_every_metavariable(capsys):
     text = " ".join(out.split())
     assert code == 0 and "model width, MLP width, layers and vocabulary" in text
     assert "ALPHA: the acceptance rate; C: a draft pass's cost" in text and "PROMPT" in text
+
+
+def test_all_runs_every_chapter_in_order_and_numbers_can_join_it(capsys, monkeypatch):
+    ran = []
+    monkeypatch.setattr(sd, "DEMOS", {n: (t, lambda n=n: ran.append(n)) for n, (t, _) in sd.DEMOS.items()})
+    assert cli(capsys, "all")[0] == 0 and ran == list(sd.CHAPTERS)
+    ran.clear()
+    code, out, _ = cli(capsys, "2", "all", "9")
+    assert code == 0 and ran == ["2", *sd.CHAPTERS] and "The chapters go beyond" not in out
+    ran.clear()
+    code, out, _ = cli(capsys)
+    assert code == 0 and ran == list(sd.LESSON) and "The chapters go beyond the paper" in out

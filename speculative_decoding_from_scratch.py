@@ -269,9 +269,24 @@ def take(round_stream, n_tokens):
 # name the first bad entry, never a whole row (a row may hold 150,000 entries).
 
 
+def token_ids(x, V, what="token"):
+    """x as an integer array of token ids in 0..V-1, or a ValueError that
+    names the first bad position and id: token_ids([1, 7], 6) raises
+    'token 1 is 7, not a token id in 0..5' (a lone id: 'token is 7, ...')."""
+    ids = np.asarray(x)
+    if ids.dtype.kind in "iu" and (ids.size == 0 or 0 <= ids.min() and ids.max() < V):
+        return ids.astype(int)
+    if ids.ndim == 0:
+        raise ValueError(f"{what} is {x!r}, not a token id in 0..{V - 1}")
+    flat = ids.ravel().tolist() if ids.dtype != object else list(ids.ravel())
+    i = next(i for i, t in enumerate(flat) if not (isinstance(t, (int, np.integer)) and not isinstance(t, bool)
+                                                   and 0 <= t < V))
+    raise ValueError(f"{what} {i} is {flat[i]!r}, not a token id in 0..{V - 1}")
+
+
 def one_hot(x, V):
     """Rows one-hot at the ids x, without a V x V matrix: one_hot(1, 3) -> [0, 1, 0]."""
-    x = np.asarray(x, dtype=int)
+    x = token_ids(x, V)
     rows = np.zeros(x.shape + (V,))
     np.put_along_axis(rows, x[..., None], 1.0, axis=-1)
     return rows
@@ -391,12 +406,27 @@ def tree_attention_mask(parents):
     return mask
 
 
-def verify_tree(P, Q, ctx, tokens, parents, rng, distinct=False):
-    """Walk the tree from the context in one target call: the tokens emitted."""
-    p_rows = P[[ctx] + list(tokens)]  # (n+1, V): the one masked target call
+def branch(tokens, parents, i):
+    """The drafted tokens from the context down to node i: what node i reads.
+    branch([5, 7, 9], [-1, -1, 0], 2) -> [5, 9]; branch(..., -1) -> []."""
+    path = []
+    while i >= 0:
+        path.append(tokens[i])
+        i = parents[i]
+    return path[::-1]
+
+
+def verify_tree(P, text, tokens, parents, q_rows, rng, distinct=False):
+    """Walk the tree from the text in one target call: the tokens emitted.
+    q_rows[0] is the row the context's children were drawn from, q_rows[i + 1]
+    node i's (drawn distinct, a child's own q is that row without its elder
+    siblings)."""
+    tree_attention_mask(parents)  # refuses a parent that does not come first
+    token_ids(list(tokens), len(q_rows[0]), "tree node")
+    p_rows = [forward(P, text, branch(tokens, parents, i))[-1] for i in range(-1, len(tokens))]  # the masked call
     emitted, node = [], -1
     while True:
-        p, q = p_rows[node + 1], Q[ctx if node < 0 else tokens[node]]
+        p, q = p_rows[node + 1], q_rows[node + 1]
         children = [j for j, parent in enumerate(parents) if parent == node]
         for j, child in enumerate(children):
             q_j = without(q, [tokens[c] for c in children[:j]]) if distinct else q
@@ -412,10 +442,10 @@ def verify_tree(P, Q, ctx, tokens, parents, rng, distinct=False):
 
 
 def tree_round(P, Q, text, depth, branching, rng, distinct=False):
-    """One round: a tree drafted from the tables Q and P, which read only the
-    text's last token, then walked in one target call."""
-    ctx = text[-1]
-    return verify_tree(P, Q, ctx, *draft_tree(Q, ctx, depth, branching, rng, distinct), rng, distinct)
+    """One round: a tree drafted from the table Q, which reads only the text's
+    last token, then walked in one target call."""
+    tokens, parents = draft_tree(Q, text[-1], depth, branching, rng, distinct)
+    return verify_tree(P, text, tokens, parents, [Q[text[-1]]] + [Q[x] for x in tokens], rng, distinct)
 
 
 def tree_generate(P, Q, text, n_tokens, depth, branching, rng, distinct=False):
@@ -437,11 +467,7 @@ def masked_pass(P2, context, tokens, mask):
 
 def path_alone(P2, context, tokens, parents, i):
     """The same node evaluated the slow way: walk up to the root, read the path."""
-    path = []
-    while i >= 0:
-        path.append(tokens[i])
-        i = parents[i]
-    text = list(context) + path[::-1]
+    text = list(context) + branch(tokens, parents, i)
     return P2[text[-2], text[-1]]
 
 
@@ -501,11 +527,12 @@ def verify_block(P, text, drafted, q_rows, rng):
 def strict_seen(q, x):
     """What strict matching lets verification see of a draft x drawn from q: a
     row one-hot at x, whatever q was. strict_seen([.5, .5], 1) -> [0, 1]."""
-    return one_hot(x, len(q))
+    return one_hot(token_ids(x, len(q), "the drafted token"), len(q))
 
 
 def verify_strict(P, text, drafted, q_rows, rng):
     """Strict matching: verify_round handed strict_seen rows for q."""
+    token_ids(list(drafted), len(P[0]) if isinstance(P, np.ndarray) else len(q_rows[0]), "drafted token")
     return verify_round(P, text, drafted, [strict_seen(q, x) for q, x in zip(q_rows, drafted)], rng)
 
 
@@ -1642,9 +1669,13 @@ def this_module():
 
 def bugged(name, bugs=None):
     """The module a named bug runs in (edited() with its edits, from BUGS), or
-    a sentence saying why it cannot run on the script as you have it."""
+    a sentence saying why it cannot run on the script as you have it. A name
+    that is no bug is a ValueError that lists the names there are."""
+    bugs = BUGS if bugs is None else bugs
+    if name not in bugs:
+        raise ValueError(f"there is no bug named {name!r}; the bugs are {', '.join(map(repr, bugs))}")
     try:
-        return edited(tuple((bugs or BUGS)[name]))
+        return edited(tuple(bugs[name]))
     except LookupError:
         return "your edit changed a line it edits"
     except SyntaxError:
@@ -2234,8 +2265,8 @@ def demo5_break_even(k=4, n_rounds=1500):
         f"on the token the last one ended on, and there a first draft passes with chance {exact[0] - 1:.3f}.",
         f"So at c = {', '.join(edge)} no k helps, although alpha > c." if edge else
         "Here some k helps wherever alpha > c.",
-        f"The exact best falls below the corollary's (1 + a) / (1 + c) at c = {', '.join(below)}." if below else
-        "The exact best meets the corollary's (1 + a) / (1 + c) at every c.")
+        f"The exact best falls below (1 + alpha) / (1 + c) at c = {', '.join(below)}." if below else
+        "The exact best meets (1 + alpha) / (1 + c) at every c.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not: a draft must be cheap and agree often.",
              {"the speedup falls as c rises": all(x > y for x, y in zip(speeds, speeds[1:])),

@@ -116,3 +116,36 @@ def test_a_long_row_samples_as_a_short_one_does():
         assert sd.sample_from(short, u) == sd.sample_from(long_, u)
     nearly = np.full(V, 1 / V) * (1 - 1e-9)  # sums a hair below 1: never an id past the vocabulary
     assert sd.sample_from(nearly, np.nextafter(1, 0)) == V - 1
+
+
+@pytest.mark.parametrize("x", [V, V + 1, -1])
+def test_strict_matching_and_one_hot_refuse_a_bad_id_by_name(p, x):
+    with pytest.raises(ValueError, match=f"the drafted token is {x}, not a token id in 0..{V - 1}"):
+        sd.strict_seen(p, x)
+    with pytest.raises(ValueError, match=f"drafted token 1 is {x}, not a token id in 0..{V - 1}"):
+        sd.verify_strict(Rows(p), [1], [7, x], [p, p], ScriptedRng([0.1] * 4))
+    with pytest.raises(ValueError, match=f"token 1 is {x}, not a token id"):
+        sd.one_hot([3, x], V)
+
+
+def test_qwen_vocabulary_ids_are_refused_without_a_large_allocation():
+    # vLLM's tests use Qwen's vocabulary, 151,936 tokens: the checks allocate no V x V matrix
+    V_qwen = 151_936
+    q = np.zeros(V_qwen)
+    q[5] = 1.0
+    tracemalloc.start()
+    for bad in (V_qwen, V_qwen + 1, -1):
+        with pytest.raises(ValueError, match=f"is {bad}, not a token id in 0..{V_qwen - 1}"):
+            sd.strict_seen(q, bad)
+        with pytest.raises(ValueError, match="not a token id"):
+            sd.accept_prob(q, q, bad)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 20 * 2**20
+
+
+def test_an_unknown_bug_name_lists_the_bugs():
+    with pytest.raises(ValueError, match="there is no bug named 'nope'; the bugs are 'argmax', 'no_resample'"):
+        sd.bugged("nope")
+    with pytest.raises(ValueError, match="the bugs are 'no_update'"):
+        sd.bugged("argmax", sd.TREE_BUGS)

@@ -74,32 +74,37 @@ def test_draft_tree_children_follow_q_at_their_node():
     assert chi2_excess(counts, Q3[1]) < 6
 
 
+def rows(tokens, ctx=0):
+    """The q rows a tree of these tokens was drawn from, on Q3: the context's, then each node's."""
+    return [Q3[ctx]] + [Q3[t] for t in tokens]
+
+
 def test_verify_tree_takes_rejected_mass_out_before_the_next_sibling():
     # two copies of token 0 under the context: p = [.2, .5, .3], q = [.4, .4, .2]
     # first: ratio .5, u = .9 rejects; p becomes norm(max(0, p - q)) = [0, .5, .5],
     # so the second copy has ratio 0 and u = .3 rejects it too; the last draw,
     # .2, from [0, .5, .5] gives 1
-    assert sd.verify_tree(P3, Q3, 0, [0, 0], [-1, -1], ScriptedRng([0.9, 0.3, 0.2])) == [1]
+    assert sd.verify_tree(P3, [0], [0, 0], [-1, -1], rows([0, 0]), ScriptedRng([0.9, 0.3, 0.2])) == [1]
     # without the update the second copy is kept (ratio .5 > .3), then the
     # bonus at that leaf comes from P3[0] with u = .2 -> 1
     no_update = sd.bugged("no_update", sd.TREE_BUGS)
-    assert no_update.verify_tree(P3, Q3, 0, [0, 0], [-1, -1], ScriptedRng([0.9, 0.3, 0.2])) == [0, 1]
+    assert no_update.verify_tree(P3, [0], [0, 0], [-1, -1], rows([0, 0]), ScriptedRng([0.9, 0.3, 0.2])) == [0, 1]
 
 
 def test_verify_tree_distinct_checks_against_q_without_earlier_siblings():
     # children 0 then 1. 0: ratio .5, u = .9 rejects, p -> [0, .5, .5]. 1 was drawn
     # from q without 0 = [0, 2/3, 1/3]: ratio .5 / (2/3) = .75, u = .8 rejects;
     # p -> norm(max(0, [0, .5 - 2/3, .5 - 1/3])) = [0, 0, 1] -> 2
-    assert sd.verify_tree(P3, Q3, 0, [0, 1], [-1, -1], ScriptedRng([0.9, 0.8, 0.5]), distinct=True) == [2]
+    assert sd.verify_tree(P3, [0], [0, 1], [-1, -1], rows([0, 1]), ScriptedRng([0.9, 0.8, 0.5]), distinct=True) == [2]
     # independent children: 1 is checked against q itself, ratio .5/.4 -> kept;
     # then the bonus from P3[1] = [.1, .1, .8] with u = .5 -> 2
-    assert sd.verify_tree(P3, Q3, 0, [0, 1], [-1, -1], ScriptedRng([0.9, 0.8, 0.5])) == [1, 2]
+    assert sd.verify_tree(P3, [0], [0, 1], [-1, -1], rows([0, 1]), ScriptedRng([0.9, 0.8, 0.5])) == [1, 2]
 
 
 def test_verify_tree_descends_and_ends_with_a_bonus_at_a_leaf():
     # ctx 0 -> 1 -> 2 (a chain as a tree): both kept (ratios 1.25, 2.67), bonus
     # from P3[2] = [.6, .2, .2] with u = .7 -> 1
-    assert sd.verify_tree(P3, Q3, 0, [1, 2], [-1, 0], ScriptedRng([0.99, 0.99, 0.7])) == [1, 2, 1]
+    assert sd.verify_tree(P3, [0], [1, 2], [-1, 0], rows([1, 2]), ScriptedRng([0.99, 0.99, 0.7])) == [1, 2, 1]
 
 
 def test_tree_round_drafts_then_walks():
@@ -138,3 +143,28 @@ def test_tree_generate_validates_like_spec_generate():
         sd.tree_generate(TARGET, TARGET, [0], 5, 2, 0, np.random.default_rng(0))
     with pytest.raises(ValueError, match="draft Q row 0 sums to"):
         sd.tree_generate(TARGET, TARGET * 2, [0], 5, 2, 2, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("tokens, parents, message", [
+    ([0, 3], [-1, -1], "tree node 1 is 3, not a token id in 0..2"),
+    ([0, -1], [-1, -1], "tree node 1 is -1"),
+    ([0, 1], [-1, 1], r"parents\[1\] = 1: a parent must come earlier"),
+])
+def test_verify_tree_refuses_a_bad_id_or_parent_by_position(tokens, parents, message):
+    with pytest.raises(ValueError, match=message):
+        sd.verify_tree(P3, [0], tokens, parents, [Q3[0]] * 3, ScriptedRng([0.5] * 5))
+
+
+def test_verify_tree_reads_the_text_through_forward():
+    # a model that reads the whole text: each node's row is the one after its own branch
+    seen = []
+
+    class Model:
+        def __len__(self):
+            return 3
+
+        def __call__(self, text, new, cached):
+            seen.append(list(text) + list(new))
+            return [P3[t] for t in [text[-1], *new][cached:]]
+    sd.verify_tree(Model(), [2, 0], [1, 2], [-1, 0], rows([1, 2]), ScriptedRng([0.99, 0.99, 0.7]))
+    assert [2, 0] in seen and [2, 0, 1] in seen and [2, 0, 1, 2] in seen

@@ -274,7 +274,7 @@ def token_ids(x, V, what="token"):
     names the first bad position and id: token_ids([1, 7], 6) raises
     'token 1 is 7, not a token id in 0..5' (a lone id: 'token is 7, ...')."""
     ids = np.asarray(x)
-    if ids.dtype.kind in "iu" and (ids.size == 0 or 0 <= ids.min() and ids.max() < V):
+    if ids.size == 0 or ids.dtype.kind in "iu" and 0 <= ids.min() and ids.max() < V:
         return ids.astype(int)
     if ids.ndim == 0:
         raise ValueError(f"{what} is {x!r}, not a token id in 0..{V - 1}")

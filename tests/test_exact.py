@@ -223,7 +223,7 @@ def test_transition_p_value_by_hand():
 
 
 def test_verdict_texts():
-    assert sd.p_text(0.4321) == "0.43" and sd.p_text(0.004) == "4e-03"
+    assert sd.p_text(0.4321) == "0.43" and sd.p_text(0.004) == "0.004" and sd.p_text(0.0004) == "4e-04"
     assert sd.p_text(1e-13) == "< 1e-12"
     # below the rounding line one stable token, whatever the digits; above it the bias itself
     assert sd.exact_text(1e-16) == sd.exact_text(1.5e-16) == sd.exact_text(9.99e-10) == "< 1e-9"

@@ -2730,7 +2730,7 @@ def demo9_verifiers(k=3):
 def demo9_exactness(k, ctx=5, n=3, n_runs=400):
     """Demo 9, part two: every verifier setting, by both checks."""
     here = this_module()
-    cases = [(label, here, D, "block" if how is None else verify, how)
+    cases = [(label, here, D, setting_parts(D, verify, how, ctx, n, k))
              for label, D, verify, how in verifier_settings(TARGET, MIDDLING)]
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
@@ -2751,23 +2751,17 @@ VERDICT_WORDS = {"the target": "emits the target's distribution by both checks",
 
 
 def exactness_rows(cases, k, ctx, n, n_runs):
-    """Each case (label, module, D, verifier: a function name or "block" or
-    "shipped", how) by both checks: [(label, TV of the first 1..n tokens...,
-    fit, verdict, exact joint, drafts kept per round or None)]."""
+    """Each case (label, its module or why it did not run, D, parts) by both
+    checks, where parts(module) -> (the verifier, a function giving its exact
+    joint of the first n tokens, one giving drafts kept per round or None):
+    [(label, TV of the first 1..n tokens..., fit, verdict, exact joint, kept)]."""
     truth, rows = target_first_tokens(TARGET, ctx, n), []
-    for label, m, D, verify, how in cases:
+    for label, m, D, parts in cases:
         if isinstance(m, str):
             rows.append((label, None, None, None, None, "not run", m, None))
             continue
-        kept = None  # drafts kept per round, for the shipped paths
-        if verify == "block":
-            verify, exact = m.verify_block, attempt(lambda: m.exact_block_first_tokens(TARGET, D, ctx, n, k))
-        elif verify == "shipped":
-            verify, ends = m.verify_block_shipped, lru_cache(None)(lambda d: m.shipped_block_outcomes(TARGET, D, d, k))
-            exact = attempt(lambda: m.chain_rounds(ends, ctx, n, VOCAB))
-            kept = attempt(lambda: m.outcome_tokens_per_call(ends, VOCAB) - 1)
-        else:
-            exact = attempt(lambda: m.exact_first_tokens(TARGET, D, ctx, n, k, **how))
+        verify, exact_of, kept_of = parts(m)
+        exact, kept = attempt(exact_of), None if kept_of is None else attempt(kept_of)
         counts = attempt(lambda: first_two(lambda rng: m.spec_generate(TARGET, D, [ctx], 2, k, rng, verify)[0],
                                            n_runs, seed=13))
         error = first_error(exact, counts)
@@ -2779,6 +2773,14 @@ def exactness_rows(cases, k, ctx, n, n_runs):
         p_fit = chi2_sf(*pearson(counts, truth.sum(axis=2)))
         rows.append((label, *tvs, p_fit, both_checks(p_fit, max(tvs)), exact, kept))
     return rows
+
+
+def setting_parts(D, verify, how, ctx, n, k):
+    """exactness_rows' parts for a lossless setting: block verification when
+    how is None, else a token-wise verifier checked as how says."""
+    if how is None:
+        return lambda m: (m.verify_block, lambda: m.exact_block_first_tokens(TARGET, D, ctx, n, k), None)
+    return lambda m: (verify, lambda: m.exact_first_tokens(TARGET, D, ctx, n, k, **how), None)
 
 
 def exactness_table(rows):
@@ -2840,6 +2842,16 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     return SimpleNamespace(example=rows, ideal=ideal, gains=gains)
 
 
+def shipped_parts(D, ctx, n, k):
+    """exactness_rows' parts for a shipped block path: its verifier, its exact
+    joint from shipped_block_outcomes, and the drafts it keeps per round."""
+    def parts(m):
+        ends = lru_cache(None)(lambda d: m.shipped_block_outcomes(TARGET, D, d, k))
+        return (m.verify_block_shipped, lambda: m.chain_rounds(ends, ctx, n, VOCAB),
+                lambda: m.outcome_tokens_per_call(ends, VOCAB) - 1)
+    return parts
+
+
 def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     """How a shipped block verifier broke: two edits of block verification and
     vllm-ascend's two shipped paths, by both checks."""
@@ -2847,10 +2859,10 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say(BLOCK_RULE, "Each edit below changes one line of that rule. Then come the two paths that",
         "vllm-ascend shipped: the plugin of vLLM, a serving engine, for Huawei's Ascend",
         f"accelerators. Each verifies the middling draft at k = {k}:")
-    cases = [("block", here, MIDDLING, "block", None)]
-    cases += [(b, bugged(b, BLOCK_BUGS), MIDDLING, "block", None) for b in BLOCK_BUGS]
-    cases += [("vllm-ascend, PyTorch", here, MIDDLING, "shipped", None),
-              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, "shipped", None)]
+    block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
+    cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
+    cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
+              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
     table([("edit", 20, "<"), ("the line becomes", 56, "<")],

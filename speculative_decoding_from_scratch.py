@@ -56,14 +56,14 @@ def name(x):
     return TOKENS[x]
 
 
-# -----------------------------------------------------------------------------
+# ======== Part 1. The algorithm: stages 0 to 5, the paper's loop alone =======
 # 0. Models: a model reads the text and returns distributions
 # A language model reads the text so far and returns a distribution over the
 # next token. A transformer's forward pass does it at every position at once:
 # one row per position. The smallest such model whose whole distribution we
 # can write down is a table T[prev, next] that reads only the last token, so
 # every claim below can be checked exactly. A model that reads the whole text
-# (stage 11) is a function instead: model(text, new) -> the same rows.
+# (chapter 11) is a function instead: model(text, new) -> the same rows.
 
 
 def forward(model, text, new=(), cached=0):
@@ -231,7 +231,7 @@ def verify_round(P, text, drafted, q_rows, rng):
 
 
 def spec_round(P, Q, text, k, rng, verify=verify_round, draft=draft_tokens):
-    """One round: k tokens drafted from Q (by sampling it, or stage 5e's way), then verified."""
+    """One round: k tokens drafted from Q (by sampling it, or chapter 11's way), then verified."""
     drafted, q_rows = draft(Q, text, k, rng)
     return verify(P, text, drafted, q_rows, rng)
 
@@ -264,11 +264,18 @@ def take(round_stream, n_tokens):
             return tokens[:n_tokens], calls, len(tokens) - calls
 
 
+# =============================================================================
+# Part 2. The tools of evidence
+# What every demo and chapter uses to prove a claim: input checks, the exact
+# enumeration of what a verifier emits, the statistics that judge a sample, a
+# clock, the printers whose every sentence is decided by the numbers, and the
+# machinery that runs a deliberate bug as a one-line edit of this file.
+# =============================================================================
+
+
 # Input checks, run once per generate call and never per token: readers bring
 # their own tables, and a bad one should fail loudly, by name. Error messages
 # name the first bad entry, never a whole row (a row may hold 150,000 entries).
-
-
 def token_ids(x, V, what="token"):
     """x as an integer array of token ids in 0..V-1, or a ValueError that
     names the first bad position and id: token_ids([1, 7], 6) raises
@@ -324,7 +331,7 @@ def as_table(T, label):
 def check_inputs(P, Q, text, **counts):
     """Validate a generator's arguments once, before the hot loop: (P, Q, text)
     with tables as float arrays. A model that reads text (a function) checks
-    itself; a draft with no model (stage 5e) passes as it is. counts are the
+    itself; a draft with no model (chapter 11) passes as it is. counts are the
     sizes (n_tokens, k, ...) that must be integers >= 1."""
     is_table = lambda T: not callable(T) and not isinstance(T, tuple)  # noqa: E731
     P = as_table(P, "target P") if is_table(P) else P
@@ -345,368 +352,14 @@ def check_inputs(P, Q, text, **counts):
 
 
 # -----------------------------------------------------------------------------
-# 5b. Beyond a chain: draft trees (SpecInfer, Medusa, EAGLE)
-# A chain bets everything on one guess per position. A tree drafts several
-# candidates per node, and the target checks every node in ONE pass: each
-# position attends only to its ancestors (the tree attention mask), so it sees
-# exactly the text of its own branch. Verification walks down the tree. The
-# subtle part is siblings: once a candidate is rejected, its q is taken out of
-# p (p <- norm(max(0, p - q))) before the next one is tried; without that, the
-# target's distribution is not kept. A node's children are drawn from q either
-# independently (SpecInfer) or as distinct tokens, each from q with the earlier
-# ones removed (EAGLE-1's released code).
-
-
-def without(q, removed):
-    """q with the tokens in removed zeroed and renormalised: ([.5, .3, .2], [0]) ->
-    [0, .6, .4]. Callers never remove all of q's tokens."""
-    q = q.copy()
-    q[list(removed)] = 0.0
-    return q / q.sum()
-
-
-def draft_children(q, branching, rng, distinct):
-    """Candidates drawn from q: independently, or distinct (each one from q with
-    the earlier ones removed), at most as many as q has tokens."""
-    if distinct:
-        branching = min(branching, np.count_nonzero(q))
-    children = []
-    for _ in range(branching):
-        children.append(sample_from(without(q, children) if distinct else q, rng.random()))
-    return children
-
-
-def draft_tree(Q, ctx, depth, branching, rng, distinct=False):
-    """A draft tree in breadth-first order: (tokens, parents), parents[i] = -1
-    for the children of the context. Each level is one (batched) draft step."""
-    tokens, parents, frontier = [], [], [-1]
-    for _ in range(depth):
-        next_frontier = []
-        for node in frontier:
-            for x in draft_children(Q[ctx if node < 0 else tokens[node]], branching, rng, distinct):
-                tokens.append(x)
-                parents.append(node)
-                next_frontier.append(len(tokens) - 1)
-        frontier = next_frontier
-    return tokens, parents
-
-
-def tree_attention_mask(parents):
-    """mask[i, j]: node i sees node j, exactly when j is i or an ancestor of i.
-
-    parents [-1, -1, 0] -> [[1,0,0], [0,1,0], [1,0,1]]. Breadth-first order
-    puts every parent before its children, so row i is its parent's row plus i.
-    """
-    mask = np.eye(len(parents), dtype=bool)
-    for i, parent in enumerate(parents):
-        if not -1 <= parent < i:
-            raise ValueError(f"parents[{i}] = {parent}: a parent must come earlier (or be -1)")
-        if parent >= 0:
-            mask[i] |= mask[parent]
-    return mask
-
-
-def branch(tokens, parents, i):
-    """The drafted tokens from the context down to node i: what node i reads.
-    branch([5, 7, 9], [-1, -1, 0], 2) -> [5, 9]; branch(..., -1) -> []."""
-    path = []
-    while i >= 0:
-        path.append(tokens[i])
-        i = parents[i]
-    return path[::-1]
-
-
-def verify_tree(P, text, tokens, parents, q_rows, rng, distinct=False):
-    """Walk the tree from the text in one target call: the tokens emitted.
-    q_rows[0] is the row the context's children were drawn from, q_rows[i + 1]
-    node i's (drawn distinct, a child's own q is that row without its elder
-    siblings)."""
-    tree_attention_mask(parents)  # refuses a parent that does not come first
-    token_ids(list(tokens), len(q_rows[0]), "tree node")
-    p_rows = [forward(P, text, branch(tokens, parents, i))[-1] for i in range(-1, len(tokens))]  # the masked call
-    emitted, node = [], -1
-    while True:
-        p, q = p_rows[node + 1], q_rows[node + 1]
-        children = [j for j, parent in enumerate(parents) if parent == node]
-        for j, child in enumerate(children):
-            q_j = without(q, [tokens[c] for c in children[:j]]) if distinct else q
-            if rng.random() < accept_prob(p, q_j, tokens[child]):
-                emitted.append(tokens[child])
-                node = child  # accepted: go down into it
-                break
-            p = residual(p, q_j)  # rejected: take its mass out before the next sibling
-        else:  # every child rejected: a token from what is left of p; at a leaf
-            # there were no children, p is untouched, and this is the bonus token
-            emitted.append(sample_from(p, rng.random()))
-            return emitted
-
-
-def tree_round(P, Q, text, depth, branching, rng, distinct=False):
-    """One round: a tree drafted from the table Q, which reads only the text's
-    last token, then walked in one target call."""
-    tokens, parents = draft_tree(Q, text[-1], depth, branching, rng, distinct)
-    return verify_tree(P, text, tokens, parents, [Q[text[-1]]] + [Q[x] for x in tokens], rng, distinct)
-
-
-def tree_generate(P, Q, text, n_tokens, depth, branching, rng, distinct=False):
-    """n_tokens by tree speculation: (tokens, target calls, accepted drafts)."""
-    P, Q, text = check_inputs(P, Q, text, n_tokens=n_tokens, depth=depth, branching=branching)
-    return take(rounds(lambda t: tree_round(P, Q, t, depth, branching, rng, distinct), text), n_tokens)
-
-
-def masked_pass(P2, context, tokens, mask):
-    """What one masked forward pass of an order-2 model gives every node: each
-    position reads the context, then the nodes its mask row lets it see, in
-    order, and predicts from the last two tokens it read."""
-    rows = []
-    for i in range(len(tokens)):
-        seen = list(context) + [tokens[j] for j in np.flatnonzero(mask[i])]
-        rows.append(P2[seen[-2], seen[-1]])
-    return np.array(rows)
-
-
-def path_alone(P2, context, tokens, parents, i):
-    """The same node evaluated the slow way: walk up to the root, read the path."""
-    text = list(context) + branch(tokens, parents, i)
-    return P2[text[-2], text[-1]]
-
-
-# -----------------------------------------------------------------------------
-# 5c. Verifying the block, not the tokens (Sun, Mendlovic, Leviathan et al.,
-# ICLR 2025, arXiv 2403.10444)
-# Token by token, a round ends at the first rejection. Block verification
-# judges the drafted block as a whole: it still emits exactly the target's
-# distribution, keeps at least as many drafts on average, and is optimal among
-# verifiers that see only the per-position distributions. The weight
-# p_i = min(1, p_{i-1} p(x_i) / q(x_i)) is how much of the block up to x_i the
-# target still wants; h_i is the chance to keep exactly that much.
-
-
-def block_threshold(weight, p_next, q_next):
-    """h_i = Z / (Z + 1 - p_i), Z = sum_x max(0, p_i p_next(x) - q_next(x)),
-    with p_next, q_next the distributions at position i+1. 0 when Z is 0: a
-    block cut there would have no residual to draw its last token from."""
-    Z = float(np.maximum(weight * p_next - q_next, 0.0).sum())
-    return Z / (Z + 1 - weight) if Z > 0 else 0.0
-
-
-def block_residual(weight, p, q):
-    """norm(max(0, p_tau p - q)): where the last token comes from when the block
-    stops at tau < k. Weighted by p_tau: the block up to tau was kept with
-    weight p_tau, so only that share of p at the next position is still owed."""
-    return residual(weight * p, q)
-
-
-def verify_block(P, text, drafted, q_rows, rng):
-    """Check the drafted block jointly in one target call: the tokens emitted.
-    verify_round's contract; the draws are one eta per position, then one token."""
-    p_rows = forward(P, text, drafted)  # (k+1, V): the one target call
-    k, weights, tau = len(drafted), [1.0], 0
-    for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
-        weights.append(accept_prob(weights[-1] * p, q, x))  # p_i = min(1, p_i-1 p/q)
-        h = weights[i] if i == k else block_threshold(weights[i], p_rows[i], q_rows[i])
-        if rng.random() < h:
-            tau = i  # subtle: keep x_1..x_i even if an earlier position failed
-    if tau == k:
-        return list(drafted) + [sample_from(p_rows[k], rng.random())]  # the bonus token
-    last = block_residual(weights[tau], p_rows[tau], q_rows[tau])
-    return list(drafted[:tau]) + [sample_from(last, rng.random())]
-
-
-# -----------------------------------------------------------------------------
-# 5d. What a server's verifier sees
-# vLLM's draft_sample_method is "probabilistic" (drafts sampled from q and
-# checked against it) or "greedy" (the draft proposes its argmax: drafting from
-# temper(Q, 0), whose q is one-hot). Its Model Runner V2 first verified by strict
-# matching: keep a draft only if it equals the target's own sample. In
-# distribution that is verify_round told each draft was certain: keep x with
-# probability p(x), else draw from p with x removed. All three keep the target's
-# distribution; which accepts most depends on the pair (demo 9).
-
-
-def strict_seen(q, x):
-    """What strict matching lets verification see of a draft x drawn from q: a
-    row one-hot at x, whatever q was. strict_seen([.5, .5], 1) -> [0, 1]."""
-    return one_hot(token_ids(x, len(q), "the drafted token"), len(q))
-
-
-def verify_strict(P, text, drafted, q_rows, rng):
-    """Strict matching: verify_round handed strict_seen rows for q."""
-    token_ids(list(drafted), len(P[0]) if isinstance(P, np.ndarray) else len(q_rows[0]), "drafted token")
-    return verify_round(P, text, drafted, [strict_seen(q, x) for q, x in zip(q_rows, drafted)], rng)
-
-
-def verifier_settings(P, Q):
-    """The lossless verifiers a server offers, as (name, drafting table,
-    verifier, how the exact checks see it), each mapped to vLLM's settings."""
-    return [("probabilistic", Q, verify_round, {}),
-            ("one-hot", temper(Q, 0), verify_round, {}),
-            ("strict", Q, verify_strict, dict(seen=strict_seen)),
-            ("block", Q, verify_block, None),
-            ("block, one-hot", temper(Q, 0), verify_block, None)]
-
-
-def acceptance(P, Q, how):
-    """Per-context acceptance (beta) of one setting, through kept_and_replaced."""
-    return kept_and_replaced(P, Q, **how)[0].sum(axis=1)
-
-
-
-
-# -----------------------------------------------------------------------------
-# 5e. Drafts with no draft model
-# Many servers draft with no second model. Prompt lookup (vLLM's ngram method,
-# transformers' prompt_lookup_num_tokens) proposes the tokens that followed an
-# earlier occurrence of the text's last few tokens. Heads on the target guess
-# the next tokens from its last hidden state: Medusa's heads all at once, each
-# on its own; multi-token prediction (MTP) one after another, each seeing the
-# guess before. subtle: a deterministic proposal is certain, so its q is
-# one-hot. The same accept_prob then keeps x with chance p(x), and the same
-# residual draws from p without x: vLLM's rule for ngram drafts.
-
-Lookup = namedtuple("Lookup", "n_min n_max vocab")  # prompt lookup's settings, and the vocabulary size
-
-
-def prompt_lookup(tokens, k, n_min=1, n_max=3):
-    """vLLM's ngram proposer: find the longest n-gram, n_min <= n <= n_max,
-    that ends the text and occurred earlier; at its earliest occurrence,
-    propose the tokens that followed it. At most k, fewer if the text ends
-    first, none if nothing matches: prompt_lookup([1, 2, 3, 4, 1, 2, 3], 3, 2, 2) -> [4, 1, 2]."""
-    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in (k, n_min, n_max)):
-        raise ValueError(f"k, n_min and n_max must be integers, got {k!r}, {n_min!r}, {n_max!r}")
-    if n_min < 1 or n_max < n_min or k < 0:
-        raise ValueError(f"prompt lookup needs 1 <= n_min <= n_max and k >= 0, got n_min = {n_min}, "
-                         f"n_max = {n_max}, k = {k}")
-    t = np.asarray(tokens)
-    for n in range(min(n_max, len(t) - 1), n_min - 1, -1):
-        windows = np.lib.stride_tricks.sliding_window_view(t[:-1], n)  # every n-gram that ends before the last token
-        hits = np.flatnonzero((windows == t[-n:]).all(axis=1))
-        if len(hits):
-            return t[hits[0] + n:hits[0] + n + k].tolist()
-    return []
-
-
-def lookup_draft(L, text, k, rng):
-    """Prompt lookup as a draft: its proposal, each token certain (q one-hot)."""
-    drafted = prompt_lookup(text, k, L.n_min, L.n_max)
-    return drafted, list(one_hot(drafted, L.vocab))
-
-
-def heads_draft(heads, text, k, rng):
-    """Medusa-style heads on a table target: head i guesses the token i ahead
-    from the text's last token, each on its own: heads[i][prev, x]."""
-    q_rows = [H[text[-1]] for H in heads[:k]]
-    return [sample_from(q, rng.random()) for q in q_rows], q_rows
-
-
-# -----------------------------------------------------------------------------
-# 6. Cost model (paper section 3)
-# A round costs one target call plus k draft calls, i.e. 1 + k*c target calls,
-# and yields tokens_per_round tokens, where plain decoding yields one per call.
-# So the speedup is tokens / (1 + k*c) (Theorem 3.8), or tokens / (v + k*c)
-# when the verifying pass costs v plain passes.
-
-
-def speedup(tokens_per_round, k, c, v=1.0):
-    """Walltime gain over plain decoding: tokens_per_round / (v + k*c).
-
-    v is the verifying pass over k+1 positions, in units of one target call:
-    1 in the paper's model (decoding is memory-bound), measured in demo 6.
-    """
-    return tokens_per_round / (v + k * c)
-
-
-def break_even_c(tokens_per_round, k):
-    """The draft cost c* at which speculation only ties: (tokens - 1) / k."""
-    return (tokens_per_round - 1) / k
-
-
-# The paper's closed forms assume every drafted token is accepted
-# independently with the same probability alpha. Then a round emits
-# 1 + alpha + ... + alpha^k tokens: one for sure, the next if the first draft
-# passed, and so on (the last term is the bonus after k passes).
-
-
-def expected_tokens(alpha, k):
-    """Eq. 1: (1 - alpha^(k+1)) / (1 - alpha); k + 1 at alpha = 1. k may be an array."""
-    return k + 1.0 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-
-
-def operations_factor(alpha, k, c_hat):
-    """Theorem 3.11: total arithmetic relative to plain decoding. Each round runs
-    k draft steps (k*c_hat, c_hat: the draft's arithmetic per token as a fraction
-    of the target's) and the target on k+1 positions for expected_tokens tokens."""
-    return (k * c_hat + k + 1) / expected_tokens(alpha, k)
-
-
-def fastest_k(speedups):
-    """(k, speedup) for the fastest k, given the speedups at k = 1, 2, ...; (0, 1.0)
-    if none beats plain decoding (k = 0). fastest_k([1.2, 1.5, 1.4]) -> (2, 1.5)."""
-    k = int(np.argmax(speedups)) + 1
-    return (k, float(speedups[k - 1])) if speedups[k - 1] > 1 else (0, 1.0)
-
-
-def best_k(alpha, c, k_max=32):
-    """fastest_k by eq. 1 and Theorem 3.8, for an alpha and a draft cost c."""
-    ks = np.arange(1, k_max + 1)
-    return fastest_k(speedup(expected_tokens(alpha, ks), ks, c))
-
-
-# What servers report. A serving engine does not print the paper's alpha.
-# vLLM reports a mean acceptance length (tokens per target call, bonus
-# included), a draft acceptance rate (accepted / drafted tokens) and, for each
-# position i, the share of drafts whose first i tokens all passed. The first
-# two give alpha only through eq. 1's one-alpha-everywhere assumption; the
-# per-position rates give tokens per call with no model at all.
-
-
-def server_metrics(sizes, k):
-    """What vLLM reports for rounds of draft length k that emitted `sizes`
-    tokens each: (mean acceptance length, draft acceptance rate, per-position
-    rates). server_metrics([1, 3], 2) -> (2.0, 0.5, [0.5, 0.5])."""
-    accepted = np.asarray(sizes) - 1
-    per_position = [float((accepted >= i).mean()) for i in range(1, k + 1)]
-    return 1 + float(accepted.mean()), float(accepted.sum() / (k * len(accepted))), per_position
-
-
-def solve_increasing(f, target, lo, hi, integer=False):
-    """The smallest x in [lo, hi] with f(x) >= target, for a non-decreasing f,
-    by bisection: to the last bit for reals, exactly for integers (hi when no
-    x in [lo, hi) reaches it). solve_increasing(lambda x: x * x, .25, 0, 1) -> .5"""
-    for _ in range(200):
-        if hi - lo <= (1 if integer else 0):
-            break
-        mid = (lo + hi) // 2 if integer else (lo + hi) / 2
-        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
-    return hi if integer else (lo + hi) / 2
-
-
-def alpha_from_mean_length(L, k):
-    """Eq. 1 inverted: the alpha with 1 + alpha + ... + alpha^k = L."""
-    return solve_increasing(lambda a: expected_tokens(a, k), L, 0.0, 1.0)
-
-
-def alpha_from_draft_rate(R, k):
-    """The alpha with (alpha + ... + alpha^k) / k = R: what a draft acceptance
-    rate R measured at draft length k means under eq. 1. It is not R."""
-    return solve_increasing(lambda a: (expected_tokens(a, k) - 1) / k, R, 0.0, 1.0)
-
-
-def per_position_tokens(rates):
-    """Tokens per call at each draft length k' <= K, with no model: 1 plus the
-    chance that each of the first k' drafts passed. [.8, .6] -> [1.8, 2.4]."""
-    return [1 + sum(rates[:j]) for j in range(1, len(rates) + 1)]
-
-
-# -----------------------------------------------------------------------------
-# 7. Measuring distributions, and computing them exactly
+# Exact distributions
 # Total variation (TV) is the largest difference in probability that two
 # distributions give any event; it is 0 exactly when they are equal. It is also
 # the paper's D_LK: beta = 1 - TV(p, q) (Theorem 3.5). Every exact value below
-# follows the probability mass through the same accept_prob, residual,
-# block_threshold and block_residual a reader edits, with no sampling; an edit
-# to a verifier's own loop lines is seen only by the sampled checks, which run
-# the loop itself.
+# follows the probability mass through the same accept_prob and residual a
+# reader edits (and, in chapter 9, block verification's own stages), with no
+# sampling; an edit to a verifier's own loop lines is seen only by the sampled
+# checks, which run the loop itself.
 
 
 def tv_distance(a, b):
@@ -771,7 +424,7 @@ def round_table(P, Q, k, go=None, **how):
 
     reach[d, c] = P(every draft so far was kept, the last being c). go[c, x] = 1
     where drafting goes on after proposing x at c: everywhere, for a fixed k (a
-    confidence stop ends drafting early, stage 10). how: as kept_and_replaced.
+    confidence stop ends drafting early, chapter 10). how: as kept_and_replaced.
     """
     A, R = kept_and_replaced(P, Q, **how)
     go = np.ones_like(P) if go is None else go
@@ -883,36 +536,6 @@ def exact_first_tokens(P, Q, ctx, n, k, **how):
     return chain_rounds(outcomes, ctx, n, len(P))
 
 
-def block_round_outcomes(P, Q, d, k):
-    """Every way one verify_block round from d can end, and its probability:
-    [(kept drafts, the row its last token is drawn from, prob)].
-
-    Whether x_i is kept depends on the drafts after it, so this walks the whole
-    tree of drafts (V^k leaves at most) with verify_block's arithmetic: the
-    same accept_prob, block_threshold and block_residual. P(tau = i) = h_i
-    times the chance that no later position is kept.
-    """
-    outcomes = []
-
-    def visit(kept, weight, prob):  # -> P(no position after len(kept) is kept)
-        i, last = len(kept), (kept[-1] if kept else d)
-        if i == k:
-            return 1.0
-        p, q, none = P[last], Q[last], 0.0
-        for x in np.flatnonzero(q):
-            w = accept_prob(weight * p, q, x)
-            h = w if i + 1 == k else block_threshold(w, P[x], Q[x])
-            later = visit(kept + [x], w, prob * q[x])
-            row = P[x] if i + 1 == k else block_residual(w, P[x], Q[x])
-            if h * later > 0:  # an end that can happen (its row may be empty if not)
-                outcomes.append((kept + [x], row, prob * q[x] * h * later))
-            none += q[x] * (1 - h) * later
-        return none
-
-    outcomes.append(([], block_residual(1.0, P[d], Q[d]), visit([], 1.0, 1.0)))
-    return outcomes
-
-
 def outcome_tokens_per_call(outcomes_of, vocab):
     """exact_tokens_per_call from round outcomes [(kept, row, prob)] per start
     context: the same chain of round starts, for verifiers with no closed form."""
@@ -924,14 +547,8 @@ def outcome_tokens_per_call(outcomes_of, vocab):
     return float(stationary(last) @ tokens)
 
 
-def exact_block_first_tokens(P, Q, ctx, n, k):
-    """exact_first_tokens for verify_block."""
-    return chain_rounds(lambda d: block_round_outcomes(P, Q, d, k), ctx, n, len(P))
-
-
-def exact_block_tokens_per_call(P, Q, k):
-    """exact_tokens_per_call for verify_block."""
-    return outcome_tokens_per_call(lambda d: block_round_outcomes(P, Q, d, k), len(P))
+# -----------------------------------------------------------------------------
+# Statistics
 
 
 # A sampled distribution is never exactly its target, so "is it the target?"
@@ -940,7 +557,6 @@ def exact_block_tokens_per_call(P, Q, k):
 # chance that the target itself, sampled as often, would fit this badly or
 # worse. Below P_REJECT we call the sample NOT the target. (This p-value is no
 # distribution; the file calls it a fit.)
-
 P_REJECT = 1e-3
 
 
@@ -1005,6 +621,18 @@ def fit_p_value(stat_dofs):
     """One p-value for independent Pearson tests: their statistics and dofs add."""
     stats, dofs = zip(*stat_dofs)
     return chi2_sf(sum(stats), sum(dofs))
+
+
+def solve_increasing(f, target, lo, hi, integer=False):
+    """The smallest x in [lo, hi] with f(x) >= target, for a non-decreasing f,
+    by bisection: to the last bit for reals, exactly for integers (hi when no
+    x in [lo, hi) reaches it). solve_increasing(lambda x: x * x, .25, 0, 1) -> .5"""
+    for _ in range(200):
+        if hi - lo <= (1 if integer else 0):
+            break
+        mid = (lo + hi) // 2 if integer else (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return hi if integer else (lo + hi) / 2
 
 
 def samples_to_see(exact, truth, p_reject=P_REJECT):
@@ -1094,134 +722,8 @@ def transition_p_value(tokens, P):
 
 
 # -----------------------------------------------------------------------------
-# 8. MACs, batches and the clock: why checking k+1 tokens costs about one pass
-# A decoder reads every weight once per forward pass whether it processes one
-# position or sixteen; the multiply-accumulates (MACs) grow with the number of
-# positions. Per token, per layer: attention projections q, k, v, o (4 d^2),
-# scores and weighted sum over n_ctx cached positions (2 d n_ctx), and a
-# SwiGLU MLP with three d x d_ff matrices (3 d d_ff), then the LM head (d V).
-
-
-def macs_per_token(d_model, d_ff, layers, n_ctx, vocab):
-    """Multiply-accumulates for one token through a Llama-style decoder."""
-    per_layer = 4 * d_model**2 + 2 * d_model * n_ctx + 3 * d_model * d_ff
-    return layers * per_layer + d_model * vocab
-
-
-def weight_count(d_model, d_ff, layers, vocab):
-    """Parameters of that decoder: layers, two RMSNorms each, embeddings, head."""
-    per_layer = 4 * d_model**2 + 3 * d_model * d_ff + 2 * d_model
-    return layers * per_layer + 2 * vocab * d_model + d_model
-
-
-Accelerator = namedtuple("Accelerator", "name flops bandwidth memory")
-H100 = Accelerator("H100 SXM", 989e12, 3.35e12, 80e9)  # dense bf16 FLOP/s; HBM3 bytes/s, bytes
-LLAMA2_7B = (4096, 11008, 32, 32000)  # d_model, d_ff, layers, vocab
-DRAFT_SHAPE = (1536, 4096, 8, 32000)  # a decoder about 21x smaller
-
-
-def pass_traffic(shape, n_ctx, positions, batch=1):
-    """(MACs, bytes read) of one fp16 pass over batch sequences, each with
-    `positions` new tokens after n_ctx cached ones. The weights are read once
-    per pass and each sequence's KV cache once; the MACs grow with every
-    position of every sequence. positions may be an array."""
-    d_model, d_ff, layers, vocab = shape
-    # every weight matrix entry takes part in exactly one MAC per token, so the
-    # weights are the MACs of one token with no context to attend to
-    weight_bytes = 2 * macs_per_token(d_model, d_ff, layers, 0, vocab)
-    kv_bytes = batch * 2 * 2 * layers * n_ctx * d_model  # K and V, fp16, per layer
-    macs = batch * positions * macs_per_token(d_model, d_ff, layers, n_ctx, vocab)
-    return macs, weight_bytes + kv_bytes
-
-
-def roofline_time(macs, bytes_read, hw=H100):
-    """(seconds, 'memory' or 'compute'): a pass takes the longer of streaming
-    its bytes and doing its MACs (2 FLOPs each), and that one bounds it."""
-    t_mem, t_math = bytes_read / hw.bandwidth, 2 * macs / hw.flops
-    return np.maximum(t_mem, t_math), np.where(t_mem >= t_math, "memory", "compute")
-
-
-def ridge(hw=H100):
-    """MACs per byte where a pass stops being memory-bound: FLOP/s / 2 / bytes/s."""
-    return hw.flops / 2 / hw.bandwidth
-
-
-# Batching. A server decodes B sequences at once: each pass reads the weights
-# once for all of them, so the arithmetic per byte grows with B, and the idle
-# arithmetic that made verification free is spent on the batch instead.
-
-
-def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_SHAPE):
-    """Speculation against plain decoding of the same batch, on the roofline,
-    at k = 1..len(tokens) (tokens[k-1]: tokens per call at k): speedup(tokens,
-    k, c, v) with c (a draft pass) and v (a (k+1)-position target pass) in plain
-    passes of this batch. The draft is priced on its weights alone."""
-    ks = np.arange(1, len(tokens) + 1)
-    plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
-    c = roofline_time(*pass_traffic(draft, 0, 1, batch), hw)[0] / plain
-    v = roofline_time(*pass_traffic(target, n_ctx, ks + 1, batch), hw)[0] / plain
-    return speedup(np.asarray(tokens, float), ks, c, v)
-
-
-def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B):
-    """How many sequences of n_ctx tokens fit in memory beside the weights
-    (KV caches only; activations and the draft left out)."""
-    weights, one = pass_traffic(target, n_ctx, 1, 0)[1], pass_traffic(target, n_ctx, 1, 1)[1]
-    return int((hw.memory - weights) // (one - weights))
-
-
-def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
-    """The smallest batch at which no k beats plain decoding, or None up to
-    b_max: doubling, then bisection (the tests check it against a scan)."""
-    def helps(batch):
-        return fastest_k(batch_speedups(tokens, batch, n_ctx, **shape))[0] > 0
-    hi = 1
-    while helps(hi):
-        if hi >= b_max:
-            return None
-        hi *= 2
-    return solve_increasing(lambda b: not helps(b), 1, hi // 2, hi, integer=True)
-
-
-def plan_schedule(tokens, n_ctx, max_batch, tol=0.01, **shape):
-    """The k for every batch size 1..max_batch, grouped into buckets for a
-    server: ([(first B, last B, k)], speedups), k = 0 where no k helps. A bucket
-    keeps its k while that k stays within tol of the best speedup at each B.
-    speedups[B - 1, k - 1]: the roofline speedup at every B and k, the scan."""
-    speedups = np.array([batch_speedups(tokens, b, n_ctx, **shape) for b in range(1, max_batch + 1)])
-    buckets = []
-    for b, row in enumerate(speedups, start=1):
-        k = fastest_k(row)[0]
-        if buckets:
-            k_run = buckets[-1][2]
-            if (k_run == 0) == (k == 0) and (k_run == 0 or row[k_run - 1] >= (1 - tol) * row.max()):
-                buckets[-1][1] = b
-                continue
-        buckets.append([b, b, k])
-    return [tuple(bucket) for bucket in buckets], speedups
-
-
-# The real clock. Everything above counts calls; this puts a price on them.
-# A Priced table is a table model that also runs a real matrix product on
-# every lookup, so the unchanged stage functions decode on a real clock.
-
-
-class Priced:
-    """A table model whose every forward pass also pays for one: W @ X, one
-    column per position it computes. A draft call pays one column (the rest
-    are cached); verify_round's pass pays k+1 columns in one product."""
-
-    def __init__(self, table, W):
-        self.table, self.W = table, W
-        self.X = np.ones((W.shape[1], 64), W.dtype)
-
-    def __call__(self, text, new, cached):
-        rows = forward(self.table, text, new, cached)
-        self.W @ self.X[:, :len(rows)]  # the pass, paid in full
-        return rows
-
-    def __len__(self):
-        return len(self.table)
+# The clock
+# Wall-clock time, for the lines marked (clock): chapters 12 and 13.
 
 
 def clocked(f):
@@ -1239,464 +741,14 @@ def median_time(f, repeats=3, calls=3):
                             for _ in range(repeats)]))
 
 
-def calibrate(W, W_draft, X, k, reps=4):
-    """c and v per repeat, priced as a decoder pays them: a one-column target
-    pass (plain decoding's step), then a round: k one-column draft passes (c is
-    their mean) and one (k+1)-column target pass, each in one-column passes."""
-    c, v = [], []
-    W @ X[:, :1]  # a warm-up pass, as a decoder has always just made one
-    for _ in range(reps):
-        t1 = clocked(lambda: W @ X[:, :1])[0]
-        c.append(np.mean([clocked(lambda: W_draft @ X[:, :1])[0] for _ in range(k)]) / t1)
-        v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
-    return np.array(c), np.array(v)
-
-
 # -----------------------------------------------------------------------------
-# 9. Where a good draft comes from: training it
-# The speedup rides on alpha, a property of the pair. Engines offer drafts with
-# no training (vLLM's ngram and suffix methods) and off-the-shelf smaller
-# models, beside drafts trained on the target's outputs or distributions
-# (EAGLE, Medusa-2's self-distillation, DistillSpec). The draft here is too
-# small to copy anything exactly: logits u v^T + b, 18 numbers where a full
-# table has 30 free ones (each row of 6 probabilities has 5). Both trainers
-# below minimise -sum S log q for some weights S[ctx, x]: the counts of a text,
-# or pi(ctx) p(x | ctx).
+# Printing the evidence
+# Every sentence below is decided at run time by the numbers printed above it;
+# a takeaway prints only while its demo's checks hold.
 
 
-def low_rank_draft(params):
-    """The capacity-limited draft family: row-wise softmax of u v^T + b."""
-    u, v, b = params
-    return softmax(np.outer(u, v) + b)
-
-
-def low_rank_step(params, G, lr):
-    """One gradient step given G = d loss / d logits, through logits = u v^T + b."""
-    u, v, b = params
-    return [u - lr * G @ v, v - lr * G.T @ u, b - lr * G.sum(axis=0)]
-
-
-def descend(S, steps, lr, seed=0, params=None):
-    """Gradient descent on -sum S log q / sum S over the low-rank family.
-
-    Per row the gradient of that loss w.r.t. the logits is n_ctx q - S[ctx]
-    (softmax minus the weights, n_ctx = the row's share of S), then the chain
-    rule through u v^T + b.
-    """
-    rng = np.random.default_rng(seed)
-    params = params or [0.1 * rng.standard_normal(len(S)) for _ in range(3)]
-    S = S / S.sum()
-    for _ in range(steps):
-        G = S.sum(axis=1, keepdims=True) * low_rank_draft(params) - S  # d loss / d logits
-        params = low_rank_step(params, G, lr)
-    return params
-
-
-def fit_text(tokens, steps=3000, lr=2.0):
-    """(a) Cross-entropy on a text: S counts its bigrams."""
-    return descend(bigram_counts(tokens), steps, lr)
-
-
-def distill(P, steps=1000, lr=2.0):
-    """(b) KL(p || q) averaged over the contexts the target visits: S = pi(ctx) p."""
-    return descend(visit_joint(P), steps, lr)
-
-
-def maximise_alpha(P, params, steps=2000, lr=0.5, tau=0.01):
-    """(c) Gradient ascent on alpha = sum_ctx pi(ctx) sum_x min(p, q) itself.
-
-    d alpha / d q(x) is pi(ctx) where q < p (more mass there is accepted) and
-    0 where q >= p; then back through the softmax: q * (g - <g, q>).
-    subtle: that step from 0 to pi(ctx) at q = p makes the climb chaotic (a
-    start 1e-9 away ends elsewhere), so it is smoothed over a width tau: the
-    gradient of the soft minimum p - tau softplus((p - q) / tau).
-    """
-    pi = stationary(P)
-    for _ in range(steps):
-        Q = low_rank_draft(params)
-        g = pi[:, None] / (1 + np.exp((Q - P) / tau))  # pi times sigmoid((p - q) / tau)
-        G = -Q * (g - (g * Q).sum(axis=1, keepdims=True))  # d(-alpha) / d logits
-        params = low_rank_step(params, G, lr)
-    return params
-
-
-def cross_entropy(S, Q):
-    """-sum S log q / sum S, in nats per token (KL plus the entropy of S)."""
-    return float(-(S * np.log(Q)).sum() / S.sum())
-
-
-# -----------------------------------------------------------------------------
-# 10. A draft length that adapts
-# Servers let k move from round to round. A policy is a state, the k it
-# drafts in that state, and the next state given how many drafts were
-# accepted. Over (start context, state) a policy is a Markov chain, so its
-# long-run tokens per call and draft calls per round are exact, from
-# round_table; the same policy run through spec_round checks them.
-
-Policy = namedtuple("Policy", "start k_of step")  # step(state, accepted) -> next state
-HF_THRESHOLD = 0.4  # transformers' default assistant_confidence_threshold
-
-
-def fixed_policy(k):
-    """Always k drafts."""
-    return Policy(k, lambda s: s, lambda s, a: s)
-
-
-def heuristic_policy(start=5, k_max=32):
-    """transformers' "heuristic" num_assistant_tokens_schedule: k + 2 after a
-    round whose drafts all passed, else max(1, k - 1). transformers has no cap
-    but the length limit; the chain needs one, k_max."""
-    return Policy(start, lambda k: k, lambda k, a: min(k + 2, k_max) if a == k else max(1, k - 1))
-
-
-def tiered_policy(tiers=(1, 3, 5, 7), window=2, down=-0.25, up=0.0):
-    """SGLang's kind: k moves between tiers from an average of the accepted
-    counts. At or below (tier before - 0.5 + down) step down; else above (tier
-    - 0.5 + up) step up. SGLang updates an exponential average (weight 0.2)
-    after every verify, and re-decides only every 5 batches, after 10 warm-up
-    batches. Here the average is of the last `window` rounds and the decision
-    comes after every round, so the state is finite: (tier index, the last
-    window - 1 accepted counts)."""
-    def step(state, a):
-        t, recent = state
-        avg, t0 = (sum(recent) + a) / window, t
-        while t > 0 and avg <= tiers[t - 1] - 0.5 + down:
-            t -= 1
-        while t == t0 and t < len(tiers) - 1 and avg > tiers[t] - 0.5 + up:
-            t += 1
-        return t, (recent + (a,))[1:]
-    return Policy((len(tiers) // 2, (0,) * (window - 1)), lambda s: tiers[s[0]], step)
-
-
-def policy_value(P, Q, policy, c, v=1.0):
-    """A policy's long-run (tokens per call, draft calls per round, speedup),
-    exactly: the stationary distribution of the chain over (context, state)."""
-    states = [policy.start]
-    for s in states:  # grows while it walks: every state the policy can reach
-        states += [n for n in {policy.step(s, a) for a in range(policy.k_of(s) + 1)} if n not in states]
-    ends = {k: round_table(P, Q, k) for k in {policy.k_of(s) for s in states}}
-    V, at = len(P), {s: i * len(P) for i, s in enumerate(states)}
-    T, tokens, drafts = np.zeros((len(at) * V,) * 2), np.zeros(len(at) * V), np.zeros(len(at) * V)
-    for s in states:
-        k = policy.k_of(s)
-        rows = slice(at[s], at[s] + V)
-        tokens[rows], drafts[rows] = round_tokens(ends[k]), k
-        for a in range(k + 1):
-            nxt = at[policy.step(s, a)]
-            T[rows, nxt:nxt + V] += ends[k][:, a]
-    pi = stationary(T)
-    return pi @ tokens, pi @ drafts, (pi @ tokens) / (v + c * (pi @ drafts))
-
-
-def confidence_value(P, Q, threshold, k_max, c, v=1.0):
-    """transformers' confidence stop (assistant_confidence_threshold): drafting
-    stops after a token the draft gave less than threshold, or at k_max. Exact
-    (tokens per call, draft calls per round, speedup): drafting goes on after x
-    at c where Q[c, x] >= threshold, whatever verification does."""
-    go = (Q >= threshold).astype(float)
-    ends = round_table(P, Q, k_max, go=go)
-    calls, reach = np.zeros(len(P)), np.eye(len(P))
-    for _ in range(k_max):
-        calls += reach.sum(axis=1)
-        reach = reach @ (Q * go)
-    pi = stationary(ends.sum(axis=1))
-    tokens, drafts = pi @ round_tokens(ends), pi @ calls
-    return tokens, drafts, tokens / (v + c * drafts)
-
-
-def best_per_context(P, Q, c, k_max=32, v=1.0):
-    """The oracle a server cannot run: the k for each start context that
-    maximises the long-run speedup. Policy iteration for a ratio (tokens over
-    cost): value the policy at its own speedup g, then let every context pick
-    the k with the best tokens - g cost + what the next start is worth.
-    Returns (speedup, k for each context)."""
-    ends = [round_table(P, Q, k) for k in range(1, k_max + 1)]
-    tok, T = np.array([round_tokens(e) for e in ends]), np.array([e.sum(axis=1) for e in ends])
-    cost, d = v + c * np.arange(1, k_max + 1), np.arange(len(P))
-    ks = np.full(len(P), np.argmax([stationary(t) @ x for t, x in zip(T, tok)] / cost))
-    while True:
-        pi = stationary(T[ks, d])
-        g = (pi @ tok[ks, d]) / (pi @ cost[ks])
-        # relative values h: h = tok - g cost + T h, with h[0] = 0 (replacing the equation of context 0)
-        M, r = np.eye(len(P)) - T[ks, d], tok[ks, d] - g * cost[ks]
-        M[:, 0] = 1.0
-        h = np.linalg.solve(M, r)
-        h[0] = 0.0
-        worth = tok - g * cost[:, None] + T @ h  # worth[k - 1, d]: k drafts from d, then on at g
-        better = np.argmax(worth, axis=0)
-        gain = worth[better, d] - worth[ks, d]
-        if gain.max() <= 1e-12:
-            return float(g), ks + 1
-        ks = np.where(gain > 1e-12, better, ks)
-
-
-def draft_confident(Q, text, k_max, threshold, rng):
-    """draft_tokens that stops after a token the draft gave less than threshold."""
-    drafted, q_rows = [], []
-    while len(drafted) < k_max and (not drafted or q_rows[-1][drafted[-1]] >= threshold):
-        x, q = draft_tokens(Q, [*text, *drafted], 1, rng)
-        drafted, q_rows = drafted + x, q_rows + q
-    return drafted, q_rows
-
-
-def run_policy(P, Q, n_rounds, seed, policy=None, threshold=None, k_max=32):
-    """n_rounds through draft_tokens (or draft_confident) and verify_round:
-    (tokens, draft calls) of each round."""
-    rng, state, ctx, out = np.random.default_rng(seed), policy and policy.start, 0, []
-    for _ in range(n_rounds):
-        drafted, q_rows = (draft_confident(Q, [ctx], k_max, threshold, rng) if policy is None
-                           else draft_tokens(Q, [ctx], policy.k_of(state), rng))
-        emitted = verify_round(P, [ctx], drafted, q_rows, rng)
-        state = policy and policy.step(state, len(emitted) - 1)
-        out.append((len(emitted), len(drafted)))
-        ctx = emitted[-1]
-    return np.array(out)
-
-
-# -----------------------------------------------------------------------------
-# 11. Text that copies: a character model of Python's own documentation
-# A model that reads the whole text can copy from it, which a table cannot.
-# This target mixes two parts. Its copy part works like an induction head: with
-# weight lam it continues the longest earlier match of the text's last few
-# characters. The rest follows a three-character model of Python's
-# reference documentation (pydoc_data, which ships with Python). The copy
-# weight lam is the knob: how much of the output repeats its context.
-
-ALPHABET = "\n" + "".join(map(chr, range(32, 127)))  # 96 characters; a token id indexes this
-
-
-def encode(text):
-    """Text as token ids: encode('ab') -> [66, 67]; a tab is a space, anything
-    outside the alphabet a '?'."""
-    return [ALPHABET.find(ch) if ch in ALPHABET else ALPHABET.index("?") for ch in text.replace("\t", " ")]
-
-
-def decode(tokens):
-    """Token ids as text: decode(encode('ab')) -> 'ab'."""
-    return "".join(ALPHABET[x] for x in tokens)
-
-
-@lru_cache(maxsize=None)
-def docs_corpus():
-    """Python's reference documentation, every topic in name order, as token
-    ids, and where it came from."""
-    from pydoc_data.topics import topics
-    ids = encode("".join(topics[name] for name in sorted(topics)))
-    return ids, f"pydoc_data.topics of Python {sys.version.split()[0]}, {len(ids):,} characters"
-
-
-@lru_cache(maxsize=None)
-def trigram_table():
-    """T[a, b, c]: the chance of character c after a, b in the corpus. Counts
-    are smoothed by the two- and one-character ones, so nothing is impossible:
-    p(c | a, b) = (n(a, b, c) + p(c | b)) / (n(a, b) + 1), alike for p(c | b)."""
-    ids, V = np.array(docs_corpus()[0]), len(ALPHABET)
-    one = np.bincount(ids, minlength=V) + 1.0
-    two = np.bincount(ids[:-1] * V + ids[1:], minlength=V * V).reshape(V, V)
-    three = np.bincount((ids[:-2] * V + ids[1:-1]) * V + ids[2:], minlength=V**3).reshape(V, V, V)
-    p2 = (two + one / one.sum()) / (two.sum(axis=1, keepdims=True) + 1)
-    return (three + p2) / (three.sum(axis=2, keepdims=True) + 1)
-
-
-class CopyModel:
-    """A target that reads the whole text, called as forward() calls a model:
-    model(text, new, cached) -> one row per position computed."""
-
-    def __init__(self, lam, longest=12, shortest=3):
-        self.lam, self.longest, self.shortest, self.T = lam, longest, shortest, trigram_table()
-
-    def __len__(self):
-        return len(ALPHABET)
-
-    def __call__(self, text, new, cached):
-        seq = bytes([*text, *new])  # token ids < 256: bytes.rfind searches the text in C
-        return [self.row(seq, len(text) + i) for i in range(cached, len(new) + 1)]
-
-    def row(self, seq, n):
-        """p(next | the first n tokens of seq): the trigram row, and, with weight
-        lam, the token after the longest earlier match of the text's end
-        (3 to 12 characters; the most recent of equal length)."""
-        p = self.T[seq[n - 2] if n > 1 else 0, seq[n - 1]]
-        for m in range(min(self.longest, n - 1), self.shortest - 1, -1):
-            j = seq.rfind(seq[n - m:n], 0, n - 1)
-            if j >= 0:  # seq[j:j + m] is the match, so seq[j + m] is what followed it
-                p = (1 - self.lam) * p
-                p[seq[j + m]] += self.lam
-                break
-        return p
-
-
-def prompts():
-    """Real passages as prompts: a paragraph of the documentation to summarise,
-    and a standard-library function to edit (textwrap.indent's source)."""
-    from pydoc_data.topics import topics
-    paragraph = max(topics["for"].split("\n\n"), key=len)
-    try:
-        import textwrap as module
-        source = inspect.getsource(module.indent)
-    except (OSError, TypeError):  # a Python installed without its sources
-        source = topics["while"]
-    return {"summarise": encode(paragraph + "\n\nIn short, the loop"),
-            "edit": encode(source + "\n\n# The same, edited:\ndef indent(")}
-
-
-# -----------------------------------------------------------------------------
-# 12. Floating point: why greedy text can change under speculation
-# The algorithm is exact, yet a server's greedy text can change when
-# speculation is switched on. Plain decoding multiplies the output layer by one
-# state; a verifying pass multiplies it by k+1 states at once. A BLAS may add
-# those products up in another order for a wide product than for a narrow one,
-# so the logits can differ in their last bits, and near a tie the argmax flips.
-
-
-class GreedyHead:
-    """A target whose logits come from a float32 product, logits = W @ h, as a
-    language model's last layer makes them; h is a float32 state of the last
-    two tokens. Its rows are the argmax, one-hot: greedy decoding (T = 0). A
-    pass computes every position it is asked for in ONE product W @ H, unless
-    alone: then each position is its own product, as plain decoding makes it.
-    gap: rows come in pairs that differ by this much, so near ties are common."""
-
-    def __init__(self, V=2048, d=32, gap=1e-6, seed=23, dtype=np.float32, alone=False):
-        rng = np.random.default_rng(seed)
-        W = rng.standard_normal((V, d)) / np.sqrt(d)
-        if gap:
-            W[1::2] = W[::2] * (1 + gap * rng.standard_normal((V // 2, d)))
-        self.W, self.E, self.alone = W.astype(dtype), rng.standard_normal((V, d)).astype(dtype), alone
-
-    def __len__(self):
-        return len(self.W)
-
-    def logits(self, text, new=(), cached=0):
-        """The logits at the positions a pass computes, one column each."""
-        seq = [*text, *new]
-        at = range(len(text) - 1 + cached, len(seq))
-        H = np.stack([self.E[seq[i]] + self.E[seq[i - 1]] / 2 for i in at], axis=1)  # (d, positions)
-        return products_alone(self.W, H) if self.alone else self.W @ H
-
-    def __call__(self, text, new, cached):
-        return list(one_hot(self.logits(text, new, cached).argmax(axis=0), len(self)))
-
-
-def products_alone(W, H):
-    """W times each column of H as its own product: what plain decoding computes,
-    one position at a time."""
-    return np.stack([W @ h for h in H.T], axis=1)
-
-
-def top_margin(logits):
-    """The gap between the largest and the second-largest logit, per column."""
-    top = np.partition(logits, -2, axis=0)[-2:]
-    return top[1] - top[0]
-
-
-def widths_differ(P, n=100, k=4, seed=24):
-    """One position scored alone against the same position inside a (k+1)-wide
-    product, at n random states: (share of logits that differ, their median
-    distance in units in the last place, the largest difference, how many
-    argmaxes flip, the smallest top-two margin)."""
-    rng = np.random.default_rng(seed)
-    H = rng.standard_normal((P.W.shape[1], n * (k + 1))).astype(P.W.dtype)
-    alone = products_alone(P.W, H)
-    wide = np.concatenate([P.W @ H[:, i:i + k + 1] for i in range(0, H.shape[1], k + 1)], axis=1)
-    diff = np.abs(alone - wide)
-    ulps = diff / np.spacing(np.maximum(np.abs(alone), np.abs(wide)))
-    return ((diff > 0).mean(), float(np.median(ulps[diff > 0])) if (diff > 0).any() else 0.0, float(diff.max()),
-            int((alone.argmax(axis=0) != wide.argmax(axis=0)).sum()), float(top_margin(alone).min()))
-
-
-def first_divergence(P, D, prompt, n_tokens, k, verify=verify_round):
-    """Where greedy speculative decoding first parts from plain greedy decoding of
-    the same target, and the top-two margin of plain decoding's logits there:
-    (position or None, margin or None). D drafts; plain decoding is P's own."""
-    plain = plain_decode(P, prompt, n_tokens, np.random.default_rng(0))
-    spec = spec_generate(P, D, prompt, n_tokens, k, np.random.default_rng(0), verify)[0]
-    i = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
-    if i is None:
-        return None, None
-    alone = P.logits([*prompt, *plain[:i]])  # the narrow logits plain decoding chose from
-    return i, float(top_margin(alone)[0])
-
-
-# -----------------------------------------------------------------------------
-# A bug as an edit
-# Every deliberate bug below (demos 2, 8, 9, 11, --trace --rule) is an edit of
-# this script's own text: in a named function, one line becomes another,
-# exactly what a careless reader would type. edited() runs the script with its
-# edits applied, so a bug runs the same stages and verifiers as everything
-# else with one line changed, and the exact checks follow it wherever it
-# touches a stage function. The script is read from disk: if you have already
-# changed the line a bug edits, that bug says so and the run goes on.
-
-
-@lru_cache(maxsize=None)
-def edited(edits):
-    """This script with edits applied to its text, as a fresh module: every
-    function rebound to a new namespace, the edited ones recompiled from their
-    edited lines at their own line numbers (a deleted line becomes `pass`), so
-    tracebacks and pdb point at the lines you read. edits: a tuple of
-    (function, line, new line): the line of that function that reads `line`
-    becomes the new line, indentation kept; module.diff lists them. A
-    LookupError says which line the function does not have exactly once."""
-    module = dict(globals(), __name__="edited")
-    for k, f in globals().items():
-        if inspect.isfunction(f) and f.__module__ == __name__:
-            module[k] = type(f)(f.__code__, module, k, f.__defaults__, f.__closure__)
-            module[k].__kwdefaults__ = f.__kwdefaults__
-    lines = {}  # function -> (its edited source lines, its first line number)
-    for function, old, new in edits:
-        if not inspect.isfunction(globals().get(function)):
-            raise LookupError(f"there is no function {function}()")
-        source, start = lines.get(function) or inspect.getsourcelines(globals()[function])
-        hits = [i for i, line in enumerate(source) if line.strip() == old]
-        if len(hits) != 1:
-            raise LookupError(f"{function}() has no line that reads {old!r}")
-        indent = source[hits[0]][:len(source[hits[0]]) - len(source[hits[0]].lstrip())]
-        lines[function] = source[:hits[0]] + [indent + (new or "pass") + "\n"] + source[hits[0] + 1:], start
-        module.setdefault("diff", []).append((function, old, new))
-    for function, (source, line) in lines.items():  # compiled at its own line numbers, for tracebacks
-        exec(compile("\n" * (line - 1) + "".join(source), __file__, "exec"), module)
-    for f in module.values():  # subtle: a default such as verify=verify_round must name the edited one
-        if inspect.isfunction(f) and f.__defaults__:
-            f.__defaults__ = tuple(module.get(d.__name__, d) if inspect.isfunction(d) else d for d in f.__defaults__)
-    return SimpleNamespace(**module)
-
-
-def this_module():
-    """The namespace this code runs in: the script, or an edited copy of it."""
-    return SimpleNamespace(**globals())
-
-
-def bugged(name, bugs=None):
-    """The module a named bug runs in (edited() with its edits, from BUGS), or
-    a sentence saying why it cannot run on the script as you have it. A name
-    that is no bug is a ValueError that lists the names there are."""
-    bugs = BUGS if bugs is None else bugs
-    if name not in bugs:
-        raise ValueError(f"there is no bug named {name!r}; the bugs are {', '.join(map(repr, bugs))}")
-    try:
-        return edited(tuple(bugs[name]))
-    except LookupError:
-        return "your edit changed a line it edits"
-    except SyntaxError:
-        return "with your edit it does not compile"
-
-
-# -----------------------------------------------------------------------------
-# Demos: the evidence, printed
-# Every demo builds its own generator from a fixed seed, so a demo prints the
-# same numbers alone or in the full run. Each computes its rows, prints them
-# through table() and say(), and returns what it computed (the tests read it).
-# Every verdict is decided by the numbers printed above it. The models: a peaky
-# target table, an unrelated table of the same peakiness, and blends of the two.
-
-TARGET = random_table(1, sharpness=2.5)
-UNRELATED = random_table(4, sharpness=2.5)
-MIDDLING_WEIGHT = 0.5
-MIDDLING = blend(TARGET, UNRELATED, MIDDLING_WEIGHT)
 CLOCK = "  (clock)"  # marks every printed line that holds a wall-clock measurement
 ROUNDING = 1e-9  # an exact value below this is zero up to rounding; above it, a bias
-DEMO2_RUNS = 600  # the runs per rule of demo 2, which --trace points a reader to
 
 
 def say(*sentences, clock=False):
@@ -1762,6 +814,11 @@ def plural(n, noun, nouns=None):
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
+def bound(x):
+    """A number as a reader types it: bound(2**32 - 1) -> '4,294,967,295', bound(0.5) -> '0.5'."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def p_text(p):
     """A fit's p-value as printed: p_text(0.4321) -> '0.43', p_text(0.006) ->
     '0.006', below the threshold in e-notation, tiny ones as a bound."""
@@ -1808,9 +865,58 @@ def raised(error):
     return f"{type(error).__name__}{where}: {error}"
 
 
+# -----------------------------------------------------------------------------
+# A bug as an edit
+# Every deliberate bug (demo 2, chapters 8, 12, 15 and 17, --trace --rule) is
+# an edit of this script's own text: in a named function, one line becomes
+# another, exactly what a careless reader would type. edited() runs the script
+# with its edits applied, so a bug runs the same stages and verifiers as
+# everything else with one line changed, and the exact checks follow it
+# wherever it touches a stage function. The script is read from disk: if you
+# have already changed the line a bug edits, that bug says so and the run goes
+# on. BUGS are the core verifier's own; each chapter keeps its bugs beside it.
+
+
+@lru_cache(maxsize=None)
+def edited(edits):
+    """This script with edits applied to its text, as a fresh module: every
+    function rebound to a new namespace, the edited ones recompiled from their
+    edited lines at their own line numbers (a deleted line becomes `pass`), so
+    tracebacks and pdb point at the lines you read. edits: a tuple of
+    (function, line, new line): the line of that function that reads `line`
+    becomes the new line, indentation kept; module.diff lists them. A
+    LookupError says which line the function does not have exactly once."""
+    module = dict(globals(), __name__="edited")
+    for k, f in globals().items():
+        if inspect.isfunction(f) and f.__module__ == __name__:
+            module[k] = type(f)(f.__code__, module, k, f.__defaults__, f.__closure__)
+            module[k].__kwdefaults__ = f.__kwdefaults__
+    lines = {}  # function -> (its edited source lines, its first line number)
+    for function, old, new in edits:
+        if not inspect.isfunction(globals().get(function)):
+            raise LookupError(f"there is no function {function}()")
+        source, start = lines.get(function) or inspect.getsourcelines(globals()[function])
+        hits = [i for i, line in enumerate(source) if line.strip() == old]
+        if len(hits) != 1:
+            raise LookupError(f"{function}() has no line that reads {old!r}")
+        indent = source[hits[0]][:len(source[hits[0]]) - len(source[hits[0]].lstrip())]
+        lines[function] = source[:hits[0]] + [indent + (new or "pass") + "\n"] + source[hits[0] + 1:], start
+        module.setdefault("diff", []).append((function, old, new))
+    for function, (source, line) in lines.items():  # compiled at its own line numbers, for tracebacks
+        exec(compile("\n" * (line - 1) + "".join(source), __file__, "exec"), module)
+    for f in module.values():  # subtle: a default such as verify=verify_round must name the edited one
+        if inspect.isfunction(f) and f.__defaults__:
+            f.__defaults__ = tuple(module.get(d.__name__, d) if inspect.isfunction(d) else d for d in f.__defaults__)
+    return SimpleNamespace(**module)
+
+
+def this_module():
+    """The namespace this code runs in: the script, or an edited copy of it."""
+    return SimpleNamespace(**globals())
+
+
 # The deliberate bugs, each beside the demo that shows it (a bug as an edit):
 # (function, the line as this file has it, the line it becomes; "" deletes it).
-
 BUGS = {  # the token-wise verifier's, shown in demo 2
     "argmax": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())")],
     "no_resample": [("residual", "return d / total if total > 0 else p", "return p")],
@@ -1818,13 +924,44 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
     "uniform_q": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return min(1.0, float(p[x] * len(p)))"),
                   ("residual", "return d / total if total > 0 else p", "return p")],
 }
-BLOCK_BUGS = {  # block verification's, shown in demo 9 beside the ones that shipped
-    "tokenwise_residual": [("block_residual", "return residual(weight * p, q)", "return residual(p, q)")],
-    "cumulative": [("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight")],
-}
-GREEDY_BUGS = {"bonus from p": [("verify_round", "emitted.append(sample_from(p_rows[-1], rng.random()))  # the bonus token",
-                                 "emitted.append(sample_from(p, rng.random()))")]}  # demo 12's bug
-TREE_BUGS = {"no_update": [("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "")]}
+
+
+def bugged(name, bugs=None):
+    """The module a named bug runs in (edited() with its edits, from BUGS), or
+    a sentence saying why it cannot run on the script as you have it. A name
+    that is no bug is a ValueError that lists the names there are."""
+    bugs = BUGS if bugs is None else bugs
+    if name not in bugs:
+        raise ValueError(f"there is no bug named {name!r}; the bugs are {', '.join(map(repr, bugs))}")
+    try:
+        return edited(tuple(bugs[name]))
+    except LookupError:
+        return "your edit changed a line it edits"
+    except SyntaxError:
+        return "with your edit it does not compile"
+
+
+# =============================================================================
+# Part 3. The lesson: the paper in six demos (the default run)
+# Demos 1 and 2 prove the rule and the loop exact; 3 to 5 price it with the
+# paper's cost model (its section 3), which sits beside them; 6 puts a decoder
+# on a roofline to show why checking k tokens is nearly free. Every demo
+# builds its own generator from a fixed seed, so it prints the same numbers
+# alone or in a longer run, and returns what it computed (the tests read it).
+# The models: a peaky target table, an unrelated table of the same peakiness,
+# and blends of the two.
+# =============================================================================
+
+
+TARGET = random_table(1, sharpness=2.5)
+UNRELATED = random_table(4, sharpness=2.5)
+MIDDLING_WEIGHT = 0.5
+MIDDLING = blend(TARGET, UNRELATED, MIDDLING_WEIGHT)
+DEMO2_RUNS = 600  # the runs per rule of demo 2, which --trace points a reader to
+
+
+# -----------------------------------------------------------------------------
+# Demo 1. Why does the rule keep the target's distribution?
 
 
 def demo1_rule_by_hand(ctx=0):
@@ -1882,6 +1019,10 @@ def rule_stages_off(p, q):
     if isinstance(got, Exception) or got.shape != want.shape or not np.abs(got - want).max() <= 1e-12:
         off.append("residual differs from max(0, p - q) normalised")
     return off
+
+
+# -----------------------------------------------------------------------------
+# Demo 2. Does the whole loop keep it, and do broken rules show?
 
 
 def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
@@ -2038,6 +1179,61 @@ def demo2_verdicts(verdicts, stages):
         f"Only the exact check catches {', '.join(caught['NOT by exact'])}." if caught["NOT by exact"] else "",
         f"Neither catches {', '.join(caught['the target'])}." if caught["the target"] else "",
         " ".join(f"Not checked: {r} ({v})." for r, v in verdicts.items() if r in BUGS and v not in checks))
+
+
+# -----------------------------------------------------------------------------
+# The cost model (paper section 3)
+# A round costs one target call plus k draft calls, i.e. 1 + k c target calls,
+# and yields tokens_per_round tokens, where plain decoding yields one per call.
+# So the speedup is tokens / (1 + k c) (Theorem 3.8), or tokens / (v + k c)
+# when the verifying pass costs v plain passes.
+
+
+def speedup(tokens_per_round, k, c, v=1.0):
+    """Walltime gain over plain decoding: tokens_per_round / (v + k*c).
+
+    v is the verifying pass over k+1 positions, in units of one target call:
+    1 in the paper's model (decoding is memory-bound), measured in demo 6.
+    """
+    return tokens_per_round / (v + k * c)
+
+
+def break_even_c(tokens_per_round, k):
+    """The draft cost c* at which speculation only ties: (tokens - 1) / k."""
+    return (tokens_per_round - 1) / k
+
+
+# The paper's closed forms assume every drafted token is accepted
+# independently with the same probability alpha. Then a round emits
+# 1 + alpha + ... + alpha^k tokens: one for sure, the next if the first draft
+# passed, and so on (the last term is the bonus after k passes).
+def expected_tokens(alpha, k):
+    """Eq. 1: (1 - alpha^(k+1)) / (1 - alpha); k + 1 at alpha = 1. k may be an array."""
+    return k + 1.0 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def operations_factor(alpha, k, c_hat):
+    """Theorem 3.11: total arithmetic relative to plain decoding. Each round runs
+    k draft steps (k*c_hat, c_hat: the draft's arithmetic per token as a fraction
+    of the target's) and the target on k+1 positions for expected_tokens tokens."""
+    return (k * c_hat + k + 1) / expected_tokens(alpha, k)
+
+
+def fastest_k(speedups):
+    """(k, speedup) for the fastest k, given the speedups at k = 1, 2, ...; (0, 1.0)
+    if none beats plain decoding (k = 0). fastest_k([1.2, 1.5, 1.4]) -> (2, 1.5)."""
+    k = int(np.argmax(speedups)) + 1
+    return (k, float(speedups[k - 1])) if speedups[k - 1] > 1 else (0, 1.0)
+
+
+def best_k(alpha, c, k_max=32):
+    """fastest_k by eq. 1 and Theorem 3.8, for an alpha and a draft cost c."""
+    ks = np.arange(1, k_max + 1)
+    return fastest_k(speedup(expected_tokens(alpha, ks), ks, c))
+
+
+# -----------------------------------------------------------------------------
+# Demo 3. How does the draft's quality set the speed?
 
 
 def greedy_is_argmax(n_tokens, k=4):
@@ -2207,6 +1403,10 @@ def hand_q_rows(Q):
     return verify
 
 
+# -----------------------------------------------------------------------------
+# Demo 4. How many tokens should the draft guess?
+
+
 def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
     rows = []
     for k in range(1, k_max + 1):
@@ -2234,6 +1434,10 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
               "the speedup one k either side of its peak is within 5% of it":
               1 < best_e < k_max and min(exact[best_e - 1], exact[best_e + 1]) >= 0.95 * exact[best_e]})
     return rows
+
+
+# -----------------------------------------------------------------------------
+# Demo 5. When is speculation slower?
 
 
 def demo5_break_even(k=4, n_rounds=1500):
@@ -2266,6 +1470,104 @@ def demo5_break_even(k=4, n_rounds=1500):
              {"the speedup falls as c rises": all(x > y for x, y in zip(speeds, speeds[1:])),
               "a costly draft is slower than plain decoding": any(r[2] == "slower" for r in rows)})
     return SimpleNamespace(rows=rows, edge=edge, below=below)
+
+
+# -----------------------------------------------------------------------------
+# MACs and a roofline: why checking k+1 tokens costs about one pass
+# A decoder reads every weight once per forward pass whether it processes one
+# position or sixteen; the multiply-accumulates (MACs) grow with the number of
+# positions. Per token, per layer: attention projections q, k, v, o (4 d^2),
+# scores and weighted sum over n_ctx cached positions (2 d n_ctx), and a
+# SwiGLU MLP with three d x d_ff matrices (3 d d_ff), then the LM head (d V).
+
+
+def macs_per_token(d_model, d_ff, layers, n_ctx, vocab):
+    """Multiply-accumulates for one token through a Llama-style decoder."""
+    per_layer = 4 * d_model**2 + 2 * d_model * n_ctx + 3 * d_model * d_ff
+    return layers * per_layer + d_model * vocab
+
+
+def weight_count(d_model, d_ff, layers, vocab):
+    """Parameters of that decoder: layers, two RMSNorms each, embeddings, head."""
+    per_layer = 4 * d_model**2 + 3 * d_model * d_ff + 2 * d_model
+    return layers * per_layer + 2 * vocab * d_model + d_model
+
+
+Accelerator = namedtuple("Accelerator", "name flops bandwidth memory")
+H100 = Accelerator("H100 SXM", 989e12, 3.35e12, 80e9)  # dense bf16 FLOP/s; HBM3 bytes/s, bytes
+LLAMA2_7B = (4096, 11008, 32, 32000)  # d_model, d_ff, layers, vocab
+DRAFT_SHAPE = (1536, 4096, 8, 32000)  # a decoder about 21x smaller
+
+
+def pass_traffic(shape, n_ctx, positions, batch=1):
+    """(MACs, bytes read) of one fp16 pass over batch sequences, each with
+    `positions` new tokens after n_ctx cached ones. The weights are read once
+    per pass and each sequence's KV cache once; the MACs grow with every
+    position of every sequence. positions may be an array."""
+    d_model, d_ff, layers, vocab = shape
+    # every weight matrix entry takes part in exactly one MAC per token, so the
+    # weights are the MACs of one token with no context to attend to
+    weight_bytes = 2 * macs_per_token(d_model, d_ff, layers, 0, vocab)
+    kv_bytes = batch * 2 * 2 * layers * n_ctx * d_model  # K and V, fp16, per layer
+    macs = batch * positions * macs_per_token(d_model, d_ff, layers, n_ctx, vocab)
+    return macs, weight_bytes + kv_bytes
+
+
+def roofline_time(macs, bytes_read, hw=H100):
+    """(seconds, 'memory' or 'compute'): a pass takes the longer of streaming
+    its bytes and doing its MACs (2 FLOPs each), and that one bounds it."""
+    t_mem, t_math = bytes_read / hw.bandwidth, 2 * macs / hw.flops
+    return np.maximum(t_mem, t_math), np.where(t_mem >= t_math, "memory", "compute")
+
+
+def ridge(hw=H100):
+    """MACs per byte where a pass stops being memory-bound: FLOP/s / 2 / bytes/s."""
+    return hw.flops / 2 / hw.bandwidth
+
+
+# Batching. A server decodes B sequences at once: each pass reads the weights
+# once for all of them, so the arithmetic per byte grows with B, and the idle
+# arithmetic that made verification free is spent on the batch instead.
+def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_SHAPE):
+    """Speculation against plain decoding of the same batch, on the roofline,
+    at k = 1..len(tokens) (tokens[k-1]: tokens per call at k): speedup(tokens,
+    k, c, v) with c (a draft pass) and v (a (k+1)-position target pass) in plain
+    passes of this batch. The draft is priced on its weights alone."""
+    ks = np.arange(1, len(tokens) + 1)
+    plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
+    c = roofline_time(*pass_traffic(draft, 0, 1, batch), hw)[0] / plain
+    v = roofline_time(*pass_traffic(target, n_ctx, ks + 1, batch), hw)[0] / plain
+    return speedup(np.asarray(tokens, float), ks, c, v)
+
+
+def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B):
+    """How many sequences of n_ctx tokens fit in memory beside the weights
+    (KV caches only; activations and the draft left out)."""
+    weights, one = pass_traffic(target, n_ctx, 1, 0)[1], pass_traffic(target, n_ctx, 1, 1)[1]
+    return int((hw.memory - weights) // (one - weights))
+
+
+def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
+    """The smallest batch at which no k beats plain decoding, or None up to
+    b_max: doubling, then bisection (the tests check it against a scan)."""
+    def helps(batch):
+        return fastest_k(batch_speedups(tokens, batch, n_ctx, **shape))[0] > 0
+    hi = 1
+    while helps(hi):
+        if hi >= b_max:
+            return None
+        hi *= 2
+    return solve_increasing(lambda b: not helps(b), 1, hi // 2, hi, integer=True)
+
+
+def verify_cost(k, batch, n_ctx=16, hw=H100, shape=LLAMA2_7B):
+    """v: a verifying pass over k+1 positions, in plain passes, on demo 6's roofline."""
+    return roofline_time(*pass_traffic(shape, n_ctx, k + 1, batch), hw)[0] / roofline_time(
+        *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
+
+
+# -----------------------------------------------------------------------------
+# Demo 6. Why is checking k tokens nearly free?
 
 
 def demo6_free_compute(n_ctx=512):
@@ -2344,130 +1646,104 @@ def why_batch(m, w, kv, ridge_point):
             f"compute-bound from B = {ridge_point * w / ((n + 1) * m - ridge_point * kv):,.0f}.")
 
 
-def clock_operands(size):
-    """Demo 6's products: a size x size float32 W (4096: 64 MiB, far past the
-    last-level cache) standing in for the target, and X, a column per position."""
-    return np.full((size, size), 1e-3, np.float32), np.ones((size, 17), np.float32)
-
-
-def demo13_clock(size=4096):
-    """Demo 6 on a real clock: W stands in for the target, a size/8 x size one for the draft."""
-    say("This chapter measures your machine, so its numbers move from run to run. Demo 6",
-        "priced a pass on a roofline model of an accelerator. Here a CPU does the work.",
-        "A verifying pass over k+1 positions multiplies the weights by k+1 columns at once.")
-    W, X = clock_operands(size)
-    times = demo6_clock(W, X)
-    model = demo6_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X)
-    return SimpleNamespace(times=times, model=model)
-
-
-def blas_name():
-    """The BLAS numpy calls for W @ X, as its build reports it."""
-    try:
-        blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
-        return f"{blas['name']} {blas['version']}"
-    except (AttributeError, KeyError, TypeError):
-        return "a BLAS this numpy does not name"
-
-
-def demo6_clock(W, X):
-    """Demo 6, part three: what a pass over 1 to 16 positions costs on this machine."""
+def demo6_detail():
+    """Demo 6 in detail: the arithmetic spent, and a long context on the roofline."""
     print()
-    say(f"On this machine, marked (clock): a float32 {W.shape[0]} x {W.shape[1]} W times X, a column per",
-        f"position, through {blas_name()}.")
+    say("The price of speed is arithmetic. The paper's Table 1, from its eq. 1 and Theorem",
+        "3.11, with a free draft (c = c_hat = 0, c_hat being the draft's arithmetic per token):")
     print()
-    median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
-    times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, 4, 8, 16)}
-    table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
-          [(n, t, t / times[1]) for n, t in times.items()], clock=True)
-    return times
-
-
-def demo6_why(W, X, t1, n_small=1024):
-    """Demo 6 in detail: does the multi-column cost stay in cache, and split into 1-column products?"""
-    two = median_time(lambda: W @ X[:, :2]) / t1
-    twice = median_time(lambda: (W @ X[:, :1], W @ X[:, 1:2])) / t1
-    small, x = W[:n_small, :n_small].copy(), X[:n_small]  # 4 MiB: stays in cache
-    in_cache = median_time(lambda: small @ x[:, :2]) / median_time(lambda: small @ x[:, :1])
-    square = median_time(lambda: small @ small, repeats=1, calls=2)
-    flops, bandwidth = 2 * n_small**3 / square, W.nbytes / t1
-    columns = 2 * flops / bandwidth  # MACs per second / weights streamed per second
-    print("\nTwo positions, each ratio the median of 3 repeats of 3 calls:\n")
-    table([("two positions, as", 42, "<"), ("x one column", 14, ".2f")],
-          [("one 2-column product", two), ("two 1-column products", twice),
-           (f"one 2-column product, {small.nbytes >> 20} MiB W in cache", in_cache)], clock=True)
+    table([("alpha", 6, ".1f"), ("k", 4, "d"), ("arithmetic", 12, lambda x: f"{x:.2f}x"),
+           ("speed", 8, lambda x: f"{x:.2f}x")],
+          [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
+           for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
+    demo6_batch(n_ctx=512, batches=(1, 4, 16, 64, 128, 256))
     print()
-    say(f"This CPU's arithmetic ({flops / 1e9:.0f} GFLOP/s, a {n_small} x {n_small} square product) could",
-        f"do about {columns:.0f} columns in the time one column takes to stream W ({bandwidth / 1e9:.0f} GB/s).",
-        f"This BLAS charges {two:.1f}x for two.",
-        "With W in cache the extra cost stays, so it is not the memory." if in_cache > 1.5 else
-        "With W in cache the extra cost mostly goes, so memory traffic is part of it.",
-        ("Two 1-column products beat one 2-column product, so it is not the arithmetic"
-         + (" either: it is how this BLAS handles a few columns." if in_cache > 1.5 else ".")) if twice < two
-        else "Two 1-column products do not beat one 2-column product here.", clock=True)
-    return two, twice, in_cache, columns
+    say("These are roofline times, not measurements. Attention's own costs beyond its MACs",
+        "and KV reads, kernel launches and the draft's KV cache are left out. vLLM's",
+        'documentation scopes speculative decoding to "medium-to-low QPS (query per second),',
+        'memory-bound workloads".')
 
 
-def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
-    """Demo 6, part four: predict the speedup from a calibration, then decode."""
-    print()
-    say("Calibrated before decoding, in one-column passes: c, a draft pass; v, the verifying",
-        "pass over k+1 positions:")
-    print()
-    calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
-    table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
-          [(k, np.median(c), f"({c.min():.3f}-{c.max():.3f})", np.median(v), f"({v.min():.2f}-{v.max():.2f})")
-           for k, (c, v) in calib.items()], clock=True)
-    good_weight = 0.95
-    good = blend(TARGET, UNRELATED, good_weight)
-    predicted = {k: predict(calib[k], exact_tokens_per_call(TARGET, good, k), k) for k in ks}
-    k_good = max(ks, key=lambda k: predicted[k][0])
-    t_token = clocked(lambda: plain_decode(Priced(TARGET, W), [0], n_plain, np.random.default_rng(11)))[0] / n_plain
-    rows = []
-    for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), (f"blend {good_weight}", good, k_good, 10)):
-        refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
-        paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
-        rng = np.random.default_rng(11)
-        priced_round = lambda t: verify_round(Priced(TARGET, W), t, *draft_tokens(Priced(Q, W_draft), t, k, rng), rng)
-        t_spec, out = clocked(lambda: list(islice(rounds(priced_round, [0]), n_rounds)))
-        per_call = sum(map(len, out)) / n_rounds
-        clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
-        rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
-    print()
-    say("A timed decode of each draft. The paper predicts the speedup as tokens per call / (1 + k",
-        "c). That assumes a verifying pass costs one plain pass. The refined prediction puts v in",
-        f"place of that 1, and it picks k = {k_good} for a blend {good_weight} draft. Refined* is the same",
-        "formula, with the tokens per call this run got.", clock=True)
-    print()
-    times = lambda x: f"{x:.2f}x"  # noqa: E731
-    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
-           ("tokens/call", 13, ".2f"), ("clock", 7, times), ("refined*", 10, times),
-           ("error", 7, "+.0%")], [r[:8] for r in rows], groups=[("predicted", 2, 3), ("this run", 4, 7)], clock=True)
-    demo6_verdicts(rows, np.median(calib[4][1]))
-    return rows
+# =============================================================================
+# Part 4. The chapters: beyond the paper, in run order
+# Each chapter is one block: its question, the stage code it adds, its
+# deliberate bugs and the shipped code it ports, then its demo. A chapter
+# calls the algorithm, the tools, the lesson and earlier chapters, never a
+# later one (tests/test_layout.py checks it).
+# =============================================================================
 
 
-def predict(calibration, tokens, k):
-    """(refined speedup from the median c and v, the interquartile range of the
-    per-repeat predictions as a fraction of it: how far the calibration wobbles)."""
-    c, v = calibration
-    q25, q75 = np.percentile([speedup(tokens, k, c_r, v_r) for c_r, v_r in zip(c, v)], [25, 75])
-    median = speedup(tokens, k, np.median(c), np.median(v))
-    return median, (q75 - q25) / median
+# -----------------------------------------------------------------------------
+# Chapter 7. Where does a good draft come from?
+# The speedup rides on alpha, a property of the pair. Engines offer drafts with
+# no training (vLLM's ngram and suffix methods) and off-the-shelf smaller
+# models, beside drafts trained on the target's outputs or distributions
+# (EAGLE, Medusa-2's self-distillation, DistillSpec). The draft here is too
+# small to copy anything exactly: logits u v^T + b, 18 numbers where a full
+# table has 30 free ones (each row of 6 probabilities has 5). Both trainers
+# below minimise -sum S log q for some weights S[ctx, x]: the counts of a text,
+# or pi(ctx) p(x | ctx).
 
 
-def demo6_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
-    """Demo 6's closing sentences, from the predictions and the clock."""
-    print()
-    for label, _, _, _, _, clock, at_run, error, spread in rows:
-        judged = (f"too noisy to judge (spread {spread:.0%})" if spread > too_noisy
-                  else f"refined* {'was' if abs(error) <= tolerance else 'was NOT'} within {tolerance:.0%}")
-        say(f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x); {judged}.", clock=True)
-    say(f"Here v is {v4:.2f} at k = 4, where the roofline gives {verify_cost(4, 1, 512):.2f}" + (
-        ": only a draft that agrees often wins." if v4 > 1.25 else ": k+1 positions cost about one."), clock=True)
-    closer = all(abs(at_run - clock) <= abs(paper - clock) for _, _, paper, _, _, clock, at_run, _, _ in rows)
-    takeaway("price the verifying pass on your own machine before you pick k.",
-             {"v in place of 1 predicts the clock better than the paper's formula": closer}, clock=True)
+def low_rank_draft(params):
+    """The capacity-limited draft family: row-wise softmax of u v^T + b."""
+    u, v, b = params
+    return softmax(np.outer(u, v) + b)
+
+
+def low_rank_step(params, G, lr):
+    """One gradient step given G = d loss / d logits, through logits = u v^T + b."""
+    u, v, b = params
+    return [u - lr * G @ v, v - lr * G.T @ u, b - lr * G.sum(axis=0)]
+
+
+def descend(S, steps, lr, seed=0, params=None):
+    """Gradient descent on -sum S log q / sum S over the low-rank family.
+
+    Per row the gradient of that loss w.r.t. the logits is n_ctx q - S[ctx]
+    (softmax minus the weights, n_ctx = the row's share of S), then the chain
+    rule through u v^T + b.
+    """
+    rng = np.random.default_rng(seed)
+    params = params or [0.1 * rng.standard_normal(len(S)) for _ in range(3)]
+    S = S / S.sum()
+    for _ in range(steps):
+        G = S.sum(axis=1, keepdims=True) * low_rank_draft(params) - S  # d loss / d logits
+        params = low_rank_step(params, G, lr)
+    return params
+
+
+def fit_text(tokens, steps=3000, lr=2.0):
+    """(a) Cross-entropy on a text: S counts its bigrams."""
+    return descend(bigram_counts(tokens), steps, lr)
+
+
+def distill(P, steps=1000, lr=2.0):
+    """(b) KL(p || q) averaged over the contexts the target visits: S = pi(ctx) p."""
+    return descend(visit_joint(P), steps, lr)
+
+
+def maximise_alpha(P, params, steps=2000, lr=0.5, tau=0.01):
+    """(c) Gradient ascent on alpha = sum_ctx pi(ctx) sum_x min(p, q) itself.
+
+    d alpha / d q(x) is pi(ctx) where q < p (more mass there is accepted) and
+    0 where q >= p; then back through the softmax: q * (g - <g, q>).
+    subtle: that step from 0 to pi(ctx) at q = p makes the climb chaotic (a
+    start 1e-9 away ends elsewhere), so it is smoothed over a width tau: the
+    gradient of the soft minimum p - tau softplus((p - q) / tau).
+    """
+    pi = stationary(P)
+    for _ in range(steps):
+        Q = low_rank_draft(params)
+        g = pi[:, None] / (1 + np.exp((Q - P) / tau))  # pi times sigmoid((p - q) / tau)
+        G = -Q * (g - (g * Q).sum(axis=1, keepdims=True))  # d(-alpha) / d logits
+        params = low_rank_step(params, G, lr)
+    return params
+
+
+def cross_entropy(S, Q):
+    """-sum S log q / sum S, in nats per token (KL plus the entropy of S)."""
+    return float(-(S * np.log(Q)).sum() / S.sum())
 
 
 def demo7_distillation(k=4, c=0.1, n_text=20_000):
@@ -2499,6 +1775,136 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
              {"distilling beats fitting the text": a_kd > a_fit,
               "distilling beats even the world's own table": a_kd > a_world})
     return SimpleNamespace(alpha_fit=a_fit, alpha_kd=a_kd, alpha_tv=a_tv, alpha_world=a_world, rows=rows, P=P)
+
+
+# -----------------------------------------------------------------------------
+# Chapter 8. Can a tree of drafts beat a chain?
+# A chain bets everything on one guess per position. A tree drafts several
+# candidates per node, and the target checks every node in ONE pass: each
+# position attends only to its ancestors (the tree attention mask), so it sees
+# exactly the text of its own branch. Verification walks down the tree. The
+# subtle part is siblings: once a candidate is rejected, its q is taken out of
+# p (p <- norm(max(0, p - q))) before the next one is tried; without that, the
+# target's distribution is not kept. A node's children are drawn from q either
+# independently or as distinct tokens, each from q with the earlier ones
+# removed (EAGLE-1's released code).
+
+
+def without(q, removed):
+    """q with the tokens in removed zeroed and renormalised: ([.5, .3, .2], [0]) ->
+    [0, .6, .4]. Callers never remove all of q's tokens."""
+    q = q.copy()
+    q[list(removed)] = 0.0
+    return q / q.sum()
+
+
+def draft_children(q, branching, rng, distinct):
+    """Candidates drawn from q: independently, or distinct (each one from q with
+    the earlier ones removed), at most as many as q has tokens."""
+    if distinct:
+        branching = min(branching, np.count_nonzero(q))
+    children = []
+    for _ in range(branching):
+        children.append(sample_from(without(q, children) if distinct else q, rng.random()))
+    return children
+
+
+def draft_tree(Q, ctx, depth, branching, rng, distinct=False):
+    """A draft tree in breadth-first order: (tokens, parents), parents[i] = -1
+    for the children of the context. Each level is one (batched) draft step."""
+    tokens, parents, frontier = [], [], [-1]
+    for _ in range(depth):
+        next_frontier = []
+        for node in frontier:
+            for x in draft_children(Q[ctx if node < 0 else tokens[node]], branching, rng, distinct):
+                tokens.append(x)
+                parents.append(node)
+                next_frontier.append(len(tokens) - 1)
+        frontier = next_frontier
+    return tokens, parents
+
+
+def tree_attention_mask(parents):
+    """mask[i, j]: node i sees node j, exactly when j is i or an ancestor of i.
+
+    parents [-1, -1, 0] -> [[1,0,0], [0,1,0], [1,0,1]]. Breadth-first order
+    puts every parent before its children, so row i is its parent's row plus i.
+    """
+    mask = np.eye(len(parents), dtype=bool)
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(f"parents[{i}] = {parent}: a parent must come earlier (or be -1)")
+        if parent >= 0:
+            mask[i] |= mask[parent]
+    return mask
+
+
+def branch(tokens, parents, i):
+    """The drafted tokens from the context down to node i: what node i reads.
+    branch([5, 7, 9], [-1, -1, 0], 2) -> [5, 9]; branch(..., -1) -> []."""
+    path = []
+    while i >= 0:
+        path.append(tokens[i])
+        i = parents[i]
+    return path[::-1]
+
+
+def verify_tree(P, text, tokens, parents, q_rows, rng, distinct=False):
+    """Walk the tree from the text in one target call: the tokens emitted.
+    q_rows[0] is the row the context's children were drawn from, q_rows[i + 1]
+    node i's (drawn distinct, a child's own q is that row without its elder
+    siblings)."""
+    tree_attention_mask(parents)  # refuses a parent that does not come first
+    token_ids(list(tokens), len(q_rows[0]), "tree node")
+    p_rows = [forward(P, text, branch(tokens, parents, i))[-1] for i in range(-1, len(tokens))]  # the masked call
+    emitted, node = [], -1
+    while True:
+        p, q = p_rows[node + 1], q_rows[node + 1]
+        children = [j for j, parent in enumerate(parents) if parent == node]
+        for j, child in enumerate(children):
+            q_j = without(q, [tokens[c] for c in children[:j]]) if distinct else q
+            if rng.random() < accept_prob(p, q_j, tokens[child]):
+                emitted.append(tokens[child])
+                node = child  # accepted: go down into it
+                break
+            p = residual(p, q_j)  # rejected: take its mass out before the next sibling
+        else:  # every child rejected: a token from what is left of p; at a leaf
+            # there were no children, p is untouched, and this is the bonus token
+            emitted.append(sample_from(p, rng.random()))
+            return emitted
+
+
+def tree_round(P, Q, text, depth, branching, rng, distinct=False):
+    """One round: a tree drafted from the table Q, which reads only the text's
+    last token, then walked in one target call."""
+    tokens, parents = draft_tree(Q, text[-1], depth, branching, rng, distinct)
+    return verify_tree(P, text, tokens, parents, [Q[text[-1]]] + [Q[x] for x in tokens], rng, distinct)
+
+
+def tree_generate(P, Q, text, n_tokens, depth, branching, rng, distinct=False):
+    """n_tokens by tree speculation: (tokens, target calls, accepted drafts)."""
+    P, Q, text = check_inputs(P, Q, text, n_tokens=n_tokens, depth=depth, branching=branching)
+    return take(rounds(lambda t: tree_round(P, Q, t, depth, branching, rng, distinct), text), n_tokens)
+
+
+def masked_pass(P2, context, tokens, mask):
+    """What one masked forward pass of an order-2 model gives every node: each
+    position reads the context, then the nodes its mask row lets it see, in
+    order, and predicts from the last two tokens it read."""
+    rows = []
+    for i in range(len(tokens)):
+        seen = list(context) + [tokens[j] for j in np.flatnonzero(mask[i])]
+        rows.append(P2[seen[-2], seen[-1]])
+    return np.array(rows)
+
+
+def path_alone(P2, context, tokens, parents, i):
+    """The same node evaluated the slow way: walk up to the root, read the path."""
+    text = list(context) + branch(tokens, parents, i)
+    return P2[text[-2], text[-1]]
+
+
+TREE_BUGS = {"no_update": [("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "")]}
 
 
 def demo8_trees(n_runs=600, n_rounds=200):
@@ -2586,90 +1992,118 @@ def demo8_depth_and_width(n_rounds, depth=3):
     return rows, not off, wider
 
 
-# The block path that shipped: vllm-ascend (the vLLM plugin for Huawei's Ascend
-# accelerators), vllm_ascend/sample/rejection_sampler.py and ops/triton/
-# reject_sample.py before commit 2f4d55e7e8 (PR #7808, for issue #7807). A
-# running weight is tested against a running product of uniforms, the drafts
-# are kept up to the LAST position that passes (a later position can pass
-# after an earlier one fails), and the replacement is the token-wise residual
-# at the next position. Its PyTorch fallback keeps cumprod(min(1, p/q)); its
-# Triton kernel, which ran wherever Triton was installed, keeps min(1, w p/q):
-# one line apart (SHIPPED_BUGS). Neither is the paper's h_i nor the token-wise
-# test. #8308 put the rule back after the fix, and it is there at 182b75ea84.
+# -----------------------------------------------------------------------------
+# Chapter 9. What does the verifier see of the draft?
+# vLLM's draft_sample_method is "probabilistic" (drafts sampled from q and
+# checked against it) or "greedy" (the draft proposes its argmax: drafting from
+# temper(Q, 0), whose q is one-hot). Its Model Runner V2 first verified by strict
+# matching: keep a draft only if it equals the target's own sample. In
+# distribution that is verify_round told each draft was certain: keep x with
+# probability p(x), else draw from p with x removed. Block verification (Sun,
+# Mendlovic, Leviathan et al., ICLR 2025, arXiv 2403.10444) judges the drafted
+# block as a whole: it still emits exactly the target's distribution, keeps at
+# least as many drafts on average, and is optimal among verifiers that see only
+# the per-position distributions. The weight p_i = min(1, p_{i-1} p(x_i) /
+# q(x_i)) is how much of the block up to x_i the target still wants; h_i is the
+# chance to keep exactly that much.
 
 
-def shipped_weight(weight, p, q, x):
-    """The running weight of vllm-ascend's PyTorch path: cumprod(min(1, p/q))."""
-    return weight * accept_prob(p, q, x)
+def block_threshold(weight, p_next, q_next):
+    """h_i = Z / (Z + 1 - p_i), Z = sum_x max(0, p_i p_next(x) - q_next(x)),
+    with p_next, q_next the distributions at position i+1. 0 when Z is 0: a
+    block cut there would have no residual to draw its last token from."""
+    Z = float(np.maximum(weight * p_next - q_next, 0.0).sum())
+    return Z / (Z + 1 - weight) if Z > 0 else 0.0
 
 
-def verify_block_shipped(P, text, drafted, q_rows, rng):
-    """vllm-ascend's block path before #7808, with verify_round's contract."""
-    p_rows = forward(P, text, drafted)
-    k, weight, uniforms, last = len(drafted), 1.0, 1.0, 0
+def block_residual(weight, p, q):
+    """norm(max(0, p_tau p - q)): where the last token comes from when the block
+    stops at tau < k. Weighted by p_tau: the block up to tau was kept with
+    weight p_tau, so only that share of p at the next position is still owed."""
+    return residual(weight * p, q)
+
+
+def verify_block(P, text, drafted, q_rows, rng):
+    """Check the drafted block jointly in one target call: the tokens emitted.
+    verify_round's contract; the draws are one eta per position, then one token."""
+    p_rows = forward(P, text, drafted)  # (k+1, V): the one target call
+    k, weights, tau = len(drafted), [1.0], 0
     for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
-        weight = shipped_weight(weight, p, q, x)
-        uniforms *= rng.random()  # cumprod(u)
-        if weight >= uniforms:
-            last = i
-    if last == k:
-        return list(drafted) + [sample_from(p_rows[k], rng.random())]
-    return list(drafted[:last]) + [sample_from(residual(p_rows[last], q_rows[last]), rng.random())]
+        weights.append(accept_prob(weights[-1] * p, q, x))  # p_i = min(1, p_i-1 p/q)
+        h = weights[i] if i == k else block_threshold(weights[i], p_rows[i], q_rows[i])
+        if rng.random() < h:
+            tau = i  # subtle: keep x_1..x_i even if an earlier position failed
+    if tau == k:
+        return list(drafted) + [sample_from(p_rows[k], rng.random())]  # the bonus token
+    last = block_residual(weights[tau], p_rows[tau], q_rows[tau])
+    return list(drafted[:tau]) + [sample_from(last, rng.random())]
 
 
-SHIPPED_BUGS = {"Triton kernel": [("shipped_weight", "return weight * accept_prob(p, q, x)",
-                                   "return accept_prob(weight * p, q, x)")]}
+def block_round_outcomes(P, Q, d, k):
+    """Every way one verify_block round from d can end, and its probability:
+    [(kept drafts, the row its last token is drawn from, prob)].
+
+    Whether x_i is kept depends on the drafts after it, so this walks the whole
+    tree of drafts (V^k leaves at most) with verify_block's arithmetic: the
+    same accept_prob, block_threshold and block_residual. P(tau = i) = h_i
+    times the chance that no later position is kept.
+    """
+    outcomes = []
+
+    def visit(kept, weight, prob):  # -> P(no position after len(kept) is kept)
+        i, last = len(kept), (kept[-1] if kept else d)
+        if i == k:
+            return 1.0
+        p, q, none = P[last], Q[last], 0.0
+        for x in np.flatnonzero(q):
+            w = accept_prob(weight * p, q, x)
+            h = w if i + 1 == k else block_threshold(w, P[x], Q[x])
+            later = visit(kept + [x], w, prob * q[x])
+            row = P[x] if i + 1 == k else block_residual(w, P[x], Q[x])
+            if h * later > 0:  # an end that can happen (its row may be empty if not)
+                outcomes.append((kept + [x], row, prob * q[x] * h * later))
+            none += q[x] * (1 - h) * later
+        return none
+
+    outcomes.append(([], block_residual(1.0, P[d], Q[d]), visit([], 1.0, 1.0)))
+    return outcomes
 
 
-def last_passing(W):
-    """P(tau = i), i = 0..k: the chance that position i is the last to pass in
-    verify_block_shipped, given its weights W_1..W_k, exactly. Position i passes
-    when u_1 ... u_i <= W_i, that is S_i >= w_i with S_i = -log(u_1 ... u_i)
-    and w_i = -log W_i. The S_i are the arrival times of a rate-1 Poisson
-    process, so position i passes when fewer than i arrivals come by time w_i.
-    Each event is walked through the thresholds in time order, with Poisson
-    counts (capped at k) between them."""
-    k, w = len(W), [-math.log(x) if x > 0 else math.inf for x in W]
-
-    def chance(rule):  # rule[j](n): what the count n at position j's threshold must satisfy
-        dist, t = [1.0] + [0.0] * k, 0.0
-        for j in sorted(rule, key=lambda j: w[j - 1]):
-            dist, t = poisson_step(dist, w[j - 1] - t if w[j - 1] != t else 0.0), w[j - 1]  # inf - inf: no time
-            dist = [x * rule[j](n) for n, x in enumerate(dist)]
-        return sum(dist)
-
-    fails = {j: (lambda n, j=j: n >= j) for j in range(1, k + 1)}
-    return [chance(fails)] + [chance({**{j: fails[j] for j in range(i + 1, k + 1)}, i: lambda n, i=i: n < i})
-                              for i in range(1, k + 1)]
+def exact_block_first_tokens(P, Q, ctx, n, k):
+    """exact_first_tokens for verify_block."""
+    return chain_rounds(lambda d: block_round_outcomes(P, Q, d, k), ctx, n, len(P))
 
 
-def poisson_step(dist, dt):
-    """The distribution of a count after Poisson(dt) more arrivals, from dist
-    over counts 0..k, counts capped at k (the last entry takes the rest)."""
-    k = len(dist) - 1
-    if dt == math.inf:
-        return [0.0] * k + [sum(dist)]
-    pmf = [math.exp(-dt) * dt**j / math.factorial(j) for j in range(k + 1)]
-    out = [sum(dist[n] * pmf[m - n] for n in range(m + 1)) for m in range(k)]
-    return out + [max(0.0, sum(dist) - sum(out))]
+def exact_block_tokens_per_call(P, Q, k):
+    """exact_tokens_per_call for verify_block."""
+    return outcome_tokens_per_call(lambda d: block_round_outcomes(P, Q, d, k), len(P))
 
 
-def shipped_block_outcomes(P, Q, d, k):
-    """block_round_outcomes for verify_block_shipped: every draft sequence
-    from d, weighed by last_passing, with the same shipped_weight, accept_prob
-    and residual."""
-    out = []
-    for xs in product(range(len(P)), repeat=k):
-        contexts = (d,) + xs
-        prob = float(np.prod([Q[c, x] for c, x in zip(contexts, xs)]))
-        if prob == 0:
-            continue
-        W = list(accumulate(zip(contexts, xs), lambda w, cx: shipped_weight(w, P[cx[0]], Q[cx[0]], cx[1]), initial=1.0))
-        for i, p_tau in enumerate(last_passing(W[1:])):
-            row = P[xs[-1]] if i == k else residual(P[contexts[i]], Q[contexts[i]])
-            if p_tau > 0:
-                out.append((list(xs[:i]), row, prob * p_tau))
-    return out
+def strict_seen(q, x):
+    """What strict matching lets verification see of a draft x drawn from q: a
+    row one-hot at x, whatever q was. strict_seen([.5, .5], 1) -> [0, 1]."""
+    return one_hot(token_ids(x, len(q), "the drafted token"), len(q))
+
+
+def verify_strict(P, text, drafted, q_rows, rng):
+    """Strict matching: verify_round handed strict_seen rows for q."""
+    token_ids(list(drafted), len(P[0]) if isinstance(P, np.ndarray) else len(q_rows[0]), "drafted token")
+    return verify_round(P, text, drafted, [strict_seen(q, x) for q, x in zip(q_rows, drafted)], rng)
+
+
+def verifier_settings(P, Q):
+    """The lossless verifiers a server offers, as (name, drafting table,
+    verifier, how the exact checks see it), each mapped to vLLM's settings."""
+    return [("probabilistic", Q, verify_round, {}),
+            ("one-hot", temper(Q, 0), verify_round, {}),
+            ("strict", Q, verify_strict, dict(seen=strict_seen)),
+            ("block", Q, verify_block, None),
+            ("block, one-hot", temper(Q, 0), verify_block, None)]
+
+
+def acceptance(P, Q, how):
+    """Per-context acceptance (beta) of one setting, through kept_and_replaced."""
+    return kept_and_replaced(P, Q, **how)[0].sum(axis=1)
 
 
 def demo9_verifiers(k=3):
@@ -2790,148 +2224,6 @@ def exactness_table(rows):
           groups=[("exact TV, first tokens", 1, 3)])
 
 
-BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
-              " ICLR 2025) looks at the whole block of k drafts before it decides how many to keep. It"
-              " carries a weight p_i along the block: p_0 = 1, and p_i = min(1, p_(i-1) p(x_i) / q(x_i)),"
-              " the share of the first i drafts the target still wants. Each position i passes its own test"
-              " with chance h_i, computed from p_i and the next position's p and q. The block keeps every"
-              " draft up to the last position that passes, even past one that failed. The token after"
-              " them comes from a residual weighed by p_i.")
-
-
-def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
-    """Chapter 14: the paper's example, and what block verification gains."""
-    say(BLOCK_RULE, "Chapter 9 showed it is exact. What does it gain?")
-    P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
-    rows = []
-    for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
-                                 ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1)):
-        m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
-        rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
-    ideal = sum(1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2))
-    print()
-    say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
-        "with k = 2. Accepted drafts per round, beside the ideal: the most any exact verifier keeps",
-        "when it knows the whole block's probabilities.")
-    print()
-    table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
-           ("fits", 6, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
-          + [("ideal", ideal, f"{round(9 * ideal)}/9")])
-    gains = []
-    for k in ks:
-        tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
-        m = measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=verify_block)
-        gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, fits(m.per_call, m.se, bl)))
-    print("\nThe middling draft, tokens per call:\n")
-    table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"),
-           ("gain", 8, lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"), ("measured", 10, ".2f"),
-           ("+-", 6, ".2f"), ("fits", 6, ">")], gains, groups=[("exact", 1, 3), ("block", 4, 6)])
-    misfit = [r[0] for r in rows if r[4] == "NO"] + [f"k = {g[0]}" for g in gains if g[6] == "NO"]
-    over = [r[0] for r in rows if r[1] > ideal + 1e-12]
-    print()
-    say("Every measured value fits its exact one." if not misfit else
-        f"NOT every measured value fits its exact one: {', '.join(misfit)}.",
-        f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
-        " any exact verifier can." if over else "Neither keeps more than the ideal.",
-        "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
-        else "Block verification LOSES tokens at some k,",
-        f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% faster.")
-    takeaway("judging the block as a whole keeps more drafts per round than token-wise checking, never fewer.",
-             {"every measured value fits": not misfit, "neither keeps more than the ideal": not over,
-              "block keeps at least as many at every k": min(g[3] for g in gains) >= -1e-12})
-    return SimpleNamespace(example=rows, ideal=ideal, gains=gains)
-
-
-def shipped_parts(D, ctx, n, k):
-    """exactness_rows' parts for a shipped block path: its verifier, its exact
-    joint from shipped_block_outcomes, and the drafts it keeps per round."""
-    def parts(m):
-        ends = lru_cache(None)(lambda d: m.shipped_block_outcomes(TARGET, D, d, k))
-        return (m.verify_block_shipped, lambda: m.chain_rounds(ends, ctx, n, VOCAB),
-                lambda: m.outcome_tokens_per_call(ends, VOCAB) - 1)
-    return parts
-
-
-def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
-    """How a shipped block verifier broke: two edits of block verification and
-    vllm-ascend's two shipped paths, by both checks."""
-    here = this_module()
-    say(BLOCK_RULE, "Each edit below changes one line of that rule. Then come the two paths that",
-        "vllm-ascend shipped: the plugin of vLLM, a serving engine, for Huawei's Ascend",
-        f"accelerators. Each verifies the middling draft at k = {k}:")
-    block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
-    cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
-    cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
-              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
-    rows = exactness_rows(cases, k, ctx, n, n_runs)
-    print()
-    table([("edit", 20, "<"), ("the line becomes", 56, "<")],
-          [(b, new) for b, edits in BLOCK_BUGS.items() for _, _, new in edits] +
-          [(f"vllm-ascend, {b.split()[0]}", new) for b, edits in SHIPPED_BUGS.items() for _, _, new in edits])
-    print()
-    say(f"Exact TVs of the first 1 to {n} tokens, and a {n_runs}-run fit:")
-    print()
-    exactness_table(rows)
-    caught = demo15_verdicts(rows, target_first_tokens(TARGET, ctx, n), k)
-    takeaway("a block verifier's output can be checked exactly, and a shipped one can fail that check.",
-             {"block verification emits the target": rows[0][5] == "the target",
-              "every edit and shipped path is caught": caught})
-    return rows
-
-
-def demo15_verdicts(rows, truth, k):
-    """Chapter 15's sentences, from its table: is every edit and shipped path caught?"""
-    broken = rows[1:]
-    caught = all(r[5] not in ("the target", "not run", "raised") for r in broken)
-    print()
-    say("Block verification emits the target's distribution by both checks." if rows[0][5] == "the target" else
-        f"Block verification, as you have it, {VERDICT_WORDS.get(rows[0][5], rows[0][6])}.",
-        "Both edits and both shipped paths are caught." if caught else
-        " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else f"{r[0]}: not checked, {r[6]}."
-                 for r in broken))
-    for label, *tvs, p_fit, verdict, exact, _ in broken:
-        first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
-        if first_bad and first_bad > 1 and p_fit >= P_REJECT:
-            print()
-            say(f"A sample needs about {about(samples_to_see(exact, truth))} runs to see {label}'s bias at token {first_bad}."
-                " The exact check sees it at once.")
-    shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
-    if shipped and rows[0][5] == "the target":
-        block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
-        more = all(r[7] > block_kept for r in shipped)
-        print()
-        say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
-            f"drafts per round; block verification keeps {block_kept:.2f}.",
-            "Block verification keeps the most that any exact verifier of its kind can (its paper proves"
-            " it), so the extra drafts are ones the target would not have emitted." if more else "")
-    return caught
-
-
-def demo6_detail():
-    """Demo 6 in detail: the arithmetic spent, and a long context on the roofline."""
-    print()
-    say("The price of speed is arithmetic. The paper's Table 1, from its eq. 1 and Theorem",
-        "3.11, with a free draft (c = c_hat = 0, c_hat being the draft's arithmetic per token):")
-    print()
-    table([("alpha", 6, ".1f"), ("k", 4, "d"), ("arithmetic", 12, lambda x: f"{x:.2f}x"),
-           ("speed", 8, lambda x: f"{x:.2f}x")],
-          [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
-           for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
-    demo6_batch(n_ctx=512, batches=(1, 4, 16, 64, 128, 256))
-    print()
-    say("These are roofline times, not measurements. Attention's own costs beyond its MACs",
-        "and KV reads, kernel launches and the draft's KV cache are left out. vLLM's",
-        'documentation scopes speculative decoding to "medium-to-low QPS (query per second),',
-        'memory-bound workloads".')
-
-
-def demo13_detail(size=4096):
-    """Chapter 13 in detail: why this BLAS charges for columns."""
-    W, X = clock_operands(size)
-    median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
-    return demo6_why(W, X, median_time(lambda: W @ X[:, :1], calls=1), n_small=min(1024, size))
-
-
 VLLM_SETTING = {"probabilistic": 'draft_sample_method "probabilistic"',
                 "one-hot": 'draft_sample_method "greedy" (the default)',
                 "strict": "none left: Model Runner V2's first rule",
@@ -2964,6 +2256,236 @@ def demo9_detail(result):
         "the default and removed strict. PR #46781 brought block verification to Model",
         "Runner V2. The one-hot rule can beat the true q where the target likes the draft's",
         "argmax more than the draft does: the reason that author gave in #40551.")
+
+
+# -----------------------------------------------------------------------------
+# Chapter 10. Which k for my server?
+# A server reports acceptance figures, not alpha. Each route turns them into
+# tokens per call at every k: per-position rates with no model, or a mean
+# acceptance length or a draft acceptance rate inverted through eq. 1. The
+# chapter's detail plans k for every batch size on demo 6's roofline, and
+# values draft lengths that adapt: a policy is a state, the k it drafts in that
+# state, and the next state given how many drafts were accepted. Over (start
+# context, state) a policy is a Markov chain, so its long-run tokens per call
+# and draft calls per round are exact, from round_table; the same policy run
+# through spec_round checks them.
+
+
+# What servers report. A serving engine does not print the paper's alpha.
+# vLLM reports a mean acceptance length (tokens per target call, bonus
+# included), a draft acceptance rate (accepted / drafted tokens) and, for each
+# position i, the share of drafts whose first i tokens all passed. The first
+# two give alpha only through eq. 1's one-alpha-everywhere assumption; the
+# per-position rates give tokens per call with no model at all.
+def server_metrics(sizes, k):
+    """What vLLM reports for rounds of draft length k that emitted `sizes`
+    tokens each: (mean acceptance length, draft acceptance rate, per-position
+    rates). server_metrics([1, 3], 2) -> (2.0, 0.5, [0.5, 0.5])."""
+    accepted = np.asarray(sizes) - 1
+    per_position = [float((accepted >= i).mean()) for i in range(1, k + 1)]
+    return 1 + float(accepted.mean()), float(accepted.sum() / (k * len(accepted))), per_position
+
+
+def alpha_from_mean_length(L, k):
+    """Eq. 1 inverted: the alpha with 1 + alpha + ... + alpha^k = L."""
+    return solve_increasing(lambda a: expected_tokens(a, k), L, 0.0, 1.0)
+
+
+def alpha_from_draft_rate(R, k):
+    """The alpha with (alpha + ... + alpha^k) / k = R: what a draft acceptance
+    rate R measured at draft length k means under eq. 1. It is not R."""
+    return solve_increasing(lambda a: (expected_tokens(a, k) - 1) / k, R, 0.0, 1.0)
+
+
+def per_position_tokens(rates):
+    """Tokens per call at each draft length k' <= K, with no model: 1 plus the
+    chance that each of the first k' drafts passed. [.8, .6] -> [1.8, 2.4]."""
+    return [1 + sum(rates[:j]) for j in range(1, len(rates) + 1)]
+
+
+def plan_schedule(tokens, n_ctx, max_batch, tol=0.01, **shape):
+    """The k for every batch size 1..max_batch, grouped into buckets for a
+    server: ([(first B, last B, k)], speedups), k = 0 where no k helps. A bucket
+    keeps its k while that k stays within tol of the best speedup at each B.
+    speedups[B - 1, k - 1]: the roofline speedup at every B and k, the scan."""
+    speedups = np.array([batch_speedups(tokens, b, n_ctx, **shape) for b in range(1, max_batch + 1)])
+    buckets = []
+    for b, row in enumerate(speedups, start=1):
+        k = fastest_k(row)[0]
+        if buckets:
+            k_run = buckets[-1][2]
+            if (k_run == 0) == (k == 0) and (k_run == 0 or row[k_run - 1] >= (1 - tol) * row.max()):
+                buckets[-1][1] = b
+                continue
+        buckets.append([b, b, k])
+    return [tuple(bucket) for bucket in buckets], speedups
+
+
+def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
+    """A draft length per batch size for a server, as a table and as vLLM's
+    num_speculative_tokens_per_batch_size; returns (buckets, largest shortfall)."""
+    target = shape.get("target", LLAMA2_7B)
+    fit = sequences_that_fit(n_ctx, hw, target)
+    planned = min(fit, max_batch)
+    buckets, speedups = plan_schedule(tokens, n_ctx, planned, tol, hw=hw, **shape)
+    chosen = [speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1) for lo, hi, k in buckets]
+    rows = [(f"{lo}-{hi}", k, f"{s.min():.2f}-{s.max():.2f}x", bound_text(target, n_ctx, k, lo, hi, hw))
+            for (lo, hi, k), s in zip(buckets, chosen)]
+    best = np.maximum(speedups.max(axis=1), 1.0)
+    shortfall = float(np.max(1 - np.concatenate(chosen) / best))
+    print()
+    say(f"{plural(n_ctx, 'token')} of context, {source}, an {hw.name}: {plural(fit, 'sequence')} fit in {bound(hw.memory / 1e9)} GB;"
+        f" k is at most {len(tokens)} (--k-max).")
+    print()
+    table([("batch size B", 13, ">"), ("k", 5, "d"), ("speedup", 14, ">"), ("bound", 17, "<")], rows)
+    print_config(buckets)
+    print()
+    say(f"Scanned at every B from 1 to {planned:,}: each bucket's k is within {shortfall:.1%} of the",
+        f"roofline's best speedup at every B in it (the plan allows {tol:.0%}), and k = 0 exactly",
+        "where no k helps." if all((k == 0) == (best[lo - 1:hi] <= 1).all() for lo, hi, k in buckets) else
+        "where no k helps: NOT so at every B.",
+        f"B > {fit:,} does not fit in memory and is not planned." if fit < max_batch else
+        f"Planned up to B = {planned:,} (--max-batch).")
+    return buckets, shortfall
+
+
+def bound_text(target, n_ctx, k, lo, hi, hw):
+    """What bounds a bucket's verifying pass at its two ends: 'memory',
+    'memory to compute', ...; '' for k = 0 (no verifying pass)."""
+    bounds = [str(roofline_time(*pass_traffic(target, n_ctx, k + 1, b), hw)[1]) for b in (lo, hi)] if k else [""]
+    return " to ".join(dict.fromkeys(bounds))
+
+
+def print_config(buckets):
+    """The plan as vLLM's speculative config takes it, wrapped to 80 columns."""
+    config = {"num_speculative_tokens": max(k for _, _, k in buckets) or 1,
+              "num_speculative_tokens_per_batch_size": [list(b) for b in buckets]}
+    print("\n--speculative-config keys (add your method and model):\n" + "\n".join(
+        textwrap.wrap(json.dumps(config), 76, initial_indent="  ", subsequent_indent="  ",
+                      break_long_words=False, break_on_hyphens=False)))
+    print()
+    say("vLLM's documentation says it tested this schedule with Eagle, Eagle-3 and DFlash drafts,",
+        "and that it is off under data parallelism.")
+
+
+Policy = namedtuple("Policy", "start k_of step")  # step(state, accepted) -> next state
+HF_THRESHOLD = 0.4  # transformers' default assistant_confidence_threshold
+
+
+def fixed_policy(k):
+    """Always k drafts."""
+    return Policy(k, lambda s: s, lambda s, a: s)
+
+
+def heuristic_policy(start=5, k_max=32):
+    """transformers' "heuristic" num_assistant_tokens_schedule: k + 2 after a
+    round whose drafts all passed, else max(1, k - 1). transformers has no cap
+    but the length limit; the chain needs one, k_max."""
+    return Policy(start, lambda k: k, lambda k, a: min(k + 2, k_max) if a == k else max(1, k - 1))
+
+
+def tiered_policy(tiers=(1, 3, 5, 7), window=2, down=-0.25, up=0.0):
+    """SGLang's kind: k moves between tiers from an average of the accepted
+    counts. At or below (tier before - 0.5 + down) step down; else above (tier
+    - 0.5 + up) step up. SGLang updates an exponential average (weight 0.2)
+    after every verify, and re-decides only every 5 batches, after 10 warm-up
+    batches. Here the average is of the last `window` rounds and the decision
+    comes after every round, so the state is finite: (tier index, the last
+    window - 1 accepted counts)."""
+    def step(state, a):
+        t, recent = state
+        avg, t0 = (sum(recent) + a) / window, t
+        while t > 0 and avg <= tiers[t - 1] - 0.5 + down:
+            t -= 1
+        while t == t0 and t < len(tiers) - 1 and avg > tiers[t] - 0.5 + up:
+            t += 1
+        return t, (recent + (a,))[1:]
+    return Policy((len(tiers) // 2, (0,) * (window - 1)), lambda s: tiers[s[0]], step)
+
+
+def policy_value(P, Q, policy, c, v=1.0):
+    """A policy's long-run (tokens per call, draft calls per round, speedup),
+    exactly: the stationary distribution of the chain over (context, state)."""
+    states = [policy.start]
+    for s in states:  # grows while it walks: every state the policy can reach
+        states += [n for n in {policy.step(s, a) for a in range(policy.k_of(s) + 1)} if n not in states]
+    ends = {k: round_table(P, Q, k) for k in {policy.k_of(s) for s in states}}
+    V, at = len(P), {s: i * len(P) for i, s in enumerate(states)}
+    T, tokens, drafts = np.zeros((len(at) * V,) * 2), np.zeros(len(at) * V), np.zeros(len(at) * V)
+    for s in states:
+        k = policy.k_of(s)
+        rows = slice(at[s], at[s] + V)
+        tokens[rows], drafts[rows] = round_tokens(ends[k]), k
+        for a in range(k + 1):
+            nxt = at[policy.step(s, a)]
+            T[rows, nxt:nxt + V] += ends[k][:, a]
+    pi = stationary(T)
+    return pi @ tokens, pi @ drafts, (pi @ tokens) / (v + c * (pi @ drafts))
+
+
+def confidence_value(P, Q, threshold, k_max, c, v=1.0):
+    """transformers' confidence stop (assistant_confidence_threshold): drafting
+    stops after a token the draft gave less than threshold, or at k_max. Exact
+    (tokens per call, draft calls per round, speedup): drafting goes on after x
+    at c where Q[c, x] >= threshold, whatever verification does."""
+    go = (Q >= threshold).astype(float)
+    ends = round_table(P, Q, k_max, go=go)
+    calls, reach = np.zeros(len(P)), np.eye(len(P))
+    for _ in range(k_max):
+        calls += reach.sum(axis=1)
+        reach = reach @ (Q * go)
+    pi = stationary(ends.sum(axis=1))
+    tokens, drafts = pi @ round_tokens(ends), pi @ calls
+    return tokens, drafts, tokens / (v + c * drafts)
+
+
+def best_per_context(P, Q, c, k_max=32, v=1.0):
+    """The oracle a server cannot run: the k for each start context that
+    maximises the long-run speedup. Policy iteration for a ratio (tokens over
+    cost): value the policy at its own speedup g, then let every context pick
+    the k with the best tokens - g cost + what the next start is worth.
+    Returns (speedup, k for each context)."""
+    ends = [round_table(P, Q, k) for k in range(1, k_max + 1)]
+    tok, T = np.array([round_tokens(e) for e in ends]), np.array([e.sum(axis=1) for e in ends])
+    cost, d = v + c * np.arange(1, k_max + 1), np.arange(len(P))
+    ks = np.full(len(P), np.argmax([stationary(t) @ x for t, x in zip(T, tok)] / cost))
+    while True:
+        pi = stationary(T[ks, d])
+        g = (pi @ tok[ks, d]) / (pi @ cost[ks])
+        # relative values h: h = tok - g cost + T h, with h[0] = 0 (replacing the equation of context 0)
+        M, r = np.eye(len(P)) - T[ks, d], tok[ks, d] - g * cost[ks]
+        M[:, 0] = 1.0
+        h = np.linalg.solve(M, r)
+        h[0] = 0.0
+        worth = tok - g * cost[:, None] + T @ h  # worth[k - 1, d]: k drafts from d, then on at g
+        better = np.argmax(worth, axis=0)
+        gain = worth[better, d] - worth[ks, d]
+        if gain.max() <= 1e-12:
+            return float(g), ks + 1
+        ks = np.where(gain > 1e-12, better, ks)
+
+
+def draft_confident(Q, text, k_max, threshold, rng):
+    """draft_tokens that stops after a token the draft gave less than threshold."""
+    drafted, q_rows = [], []
+    while len(drafted) < k_max and (not drafted or q_rows[-1][drafted[-1]] >= threshold):
+        x, q = draft_tokens(Q, [*text, *drafted], 1, rng)
+        drafted, q_rows = drafted + x, q_rows + q
+    return drafted, q_rows
+
+
+def run_policy(P, Q, n_rounds, seed, policy=None, threshold=None, k_max=32):
+    """n_rounds through draft_tokens (or draft_confident) and verify_round:
+    (tokens, draft calls) of each round."""
+    rng, state, ctx, out = np.random.default_rng(seed), policy and policy.start, 0, []
+    for _ in range(n_rounds):
+        drafted, q_rows = (draft_confident(Q, [ctx], k_max, threshold, rng) if policy is None
+                           else draft_tokens(Q, [ctx], policy.k_of(state), rng))
+        emitted = verify_round(P, [ctx], drafted, q_rows, rng)
+        state = policy and policy.step(state, len(emitted) - 1)
+        out.append((len(emitted), len(drafted)))
+        ctx = emitted[-1]
+    return np.array(out)
 
 
 def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
@@ -3081,50 +2603,125 @@ def demo10_policy_verdicts(out):
         "The README says where each policy departs from its engine.")
 
 
-# APEX-1's generator, ported: apex/generation/generator.py at commit 0490e4a,
-# unchanged at 97b5855 (AarambhDevHub/APEX-1, generate_with_speculative). It
-# drafts with a multi-token head; this port drafts by prompt lookup instead, so
-# it runs on the copying text. It keeps what the target has read (its KV
-# cache) apart from the output, and carries the row for the next token over
-# from the last pass. Ported with its four departures from the rule fixed;
-# APEX_BUGS puts each back as it ran: a uniform draft probability 1/V where q
-# belongs, the whole target row after a rejection where the residual belongs,
-# the replacement's own row for the token after it, and a KV cache never cut
-# back.
+# -----------------------------------------------------------------------------
+# Chapter 11. Can the text itself be the draft?
+# Many servers draft with no second model. Prompt lookup (vLLM's ngram method,
+# transformers' prompt_lookup_num_tokens) proposes the tokens that followed an
+# earlier occurrence of the text's last few tokens. subtle: a deterministic
+# proposal is certain, so its q is one-hot. The same accept_prob then keeps x
+# with chance p(x), and the same residual draws from p without x: vLLM's rule
+# for ngram drafts. A model that reads the whole text can copy from it, which a
+# table cannot. This target mixes two parts. Its copy part works like an
+# induction head: with weight lam it continues the longest earlier match of the
+# text's last few characters. The rest follows a three-character model of
+# Python's reference documentation (pydoc_data, which ships with Python). The
+# copy weight lam is the knob: how much of the output repeats its context.
 
 
-def apex_generate(P, L, text, n_tokens, k, rng):
-    """n_tokens after text, APEX-1's way: a token from the carried row, drafts
-    after it, then one pass over that token and the drafts."""
-    read, row, out = list(text), forward(P, text)[0], []  # read: what the target's KV cache holds
-    while len(out) < n_tokens:
-        token = sample_from(row, rng.random())
-        drafted, q_rows = lookup_draft(L, [*text, *out, token], k, rng)
-        p_rows = forward(P, [*read, token], drafted)  # the one pass: the token, then the drafts
-        kept = 0
-        while kept < len(drafted) and rng.random() < accept_prob(p_rows[kept], q_rows[kept], drafted[kept]):
-            kept += 1
-        out += [token, *drafted[:kept]]
-        read = [*read, token, *drafted[:kept]]  # cut the cache back: the rejected drafts leave it
-        if kept < len(drafted):  # a rejection: its replacement, then a row that has read it
-            out.append(sample_from(residual(p_rows[kept], q_rows[kept]), rng.random()))
-            row = forward(P, [*read, out[-1]])[0]
-            read.append(out[-1])
-        else:
-            row = p_rows[-1]
-    return out[:n_tokens]
+Lookup = namedtuple("Lookup", "n_min n_max vocab")  # prompt lookup's settings, and the vocabulary size
 
 
-APEX_BUGS = {
-    "uniform q": [("apex_generate", "while kept < len(drafted) and rng.random() < accept_prob(p_rows[kept], "
-                   "q_rows[kept], drafted[kept]):", "while kept < len(drafted) and rng.random() < accept_prob("
-                   "p_rows[kept], np.full(len(q_rows[kept]), 1 / len(q_rows[kept])), drafted[kept]):")],
-    "whole row": [("apex_generate", "out.append(sample_from(residual(p_rows[kept], q_rows[kept]), rng.random()))",
-                   "out.append(sample_from(p_rows[kept], rng.random()))")],
-    "next row": [("apex_generate", "row = forward(P, [*read, out[-1]])[0]", "row = p_rows[kept]")],
-    "cache": [("apex_generate", "read = [*read, token, *drafted[:kept]]  # cut the cache back: the rejected drafts "
-               "leave it", "read = [*read, token, *drafted]")],
-}
+def prompt_lookup(tokens, k, n_min=1, n_max=3):
+    """vLLM's ngram proposer: find the longest n-gram, n_min <= n <= n_max,
+    that ends the text and occurred earlier; at its earliest occurrence,
+    propose the tokens that followed it. At most k, fewer if the text ends
+    first, none if nothing matches: prompt_lookup([1, 2, 3, 4, 1, 2, 3], 3, 2, 2) -> [4, 1, 2]."""
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in (k, n_min, n_max)):
+        raise ValueError(f"k, n_min and n_max must be integers, got {k!r}, {n_min!r}, {n_max!r}")
+    if n_min < 1 or n_max < n_min or k < 0:
+        raise ValueError(f"prompt lookup needs 1 <= n_min <= n_max and k >= 0, got n_min = {n_min}, "
+                         f"n_max = {n_max}, k = {k}")
+    t = np.asarray(tokens)
+    for n in range(min(n_max, len(t) - 1), n_min - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(t[:-1], n)  # every n-gram that ends before the last token
+        hits = np.flatnonzero((windows == t[-n:]).all(axis=1))
+        if len(hits):
+            return t[hits[0] + n:hits[0] + n + k].tolist()
+    return []
+
+
+def lookup_draft(L, text, k, rng):
+    """Prompt lookup as a draft: its proposal, each token certain (q one-hot)."""
+    drafted = prompt_lookup(text, k, L.n_min, L.n_max)
+    return drafted, list(one_hot(drafted, L.vocab))
+
+
+ALPHABET = "\n" + "".join(map(chr, range(32, 127)))  # 96 characters; a token id indexes this
+
+
+def encode(text):
+    """Text as token ids: encode('ab') -> [66, 67]; a tab is a space, anything
+    outside the alphabet a '?'."""
+    return [ALPHABET.find(ch) if ch in ALPHABET else ALPHABET.index("?") for ch in text.replace("\t", " ")]
+
+
+def decode(tokens):
+    """Token ids as text: decode(encode('ab')) -> 'ab'."""
+    return "".join(ALPHABET[x] for x in tokens)
+
+
+@lru_cache(maxsize=None)
+def docs_corpus():
+    """Python's reference documentation, every topic in name order, as token
+    ids, and where it came from."""
+    from pydoc_data.topics import topics
+    ids = encode("".join(topics[name] for name in sorted(topics)))
+    return ids, f"pydoc_data.topics of Python {sys.version.split()[0]}, {len(ids):,} characters"
+
+
+@lru_cache(maxsize=None)
+def trigram_table():
+    """T[a, b, c]: the chance of character c after a, b in the corpus. Counts
+    are smoothed by the two- and one-character ones, so nothing is impossible:
+    p(c | a, b) = (n(a, b, c) + p(c | b)) / (n(a, b) + 1), alike for p(c | b)."""
+    ids, V = np.array(docs_corpus()[0]), len(ALPHABET)
+    one = np.bincount(ids, minlength=V) + 1.0
+    two = np.bincount(ids[:-1] * V + ids[1:], minlength=V * V).reshape(V, V)
+    three = np.bincount((ids[:-2] * V + ids[1:-1]) * V + ids[2:], minlength=V**3).reshape(V, V, V)
+    p2 = (two + one / one.sum()) / (two.sum(axis=1, keepdims=True) + 1)
+    return (three + p2) / (three.sum(axis=2, keepdims=True) + 1)
+
+
+class CopyModel:
+    """A target that reads the whole text, called as forward() calls a model:
+    model(text, new, cached) -> one row per position computed."""
+
+    def __init__(self, lam, longest=12, shortest=3):
+        self.lam, self.longest, self.shortest, self.T = lam, longest, shortest, trigram_table()
+
+    def __len__(self):
+        return len(ALPHABET)
+
+    def __call__(self, text, new, cached):
+        seq = bytes([*text, *new])  # token ids < 256: bytes.rfind searches the text in C
+        return [self.row(seq, len(text) + i) for i in range(cached, len(new) + 1)]
+
+    def row(self, seq, n):
+        """p(next | the first n tokens of seq): the trigram row, and, with weight
+        lam, the token after the longest earlier match of the text's end
+        (3 to 12 characters; the most recent of equal length)."""
+        p = self.T[seq[n - 2] if n > 1 else 0, seq[n - 1]]
+        for m in range(min(self.longest, n - 1), self.shortest - 1, -1):
+            j = seq.rfind(seq[n - m:n], 0, n - 1)
+            if j >= 0:  # seq[j:j + m] is the match, so seq[j + m] is what followed it
+                p = (1 - self.lam) * p
+                p[seq[j + m]] += self.lam
+                break
+        return p
+
+
+def prompts():
+    """Real passages as prompts: a paragraph of the documentation to summarise,
+    and a standard-library function to edit (textwrap.indent's source)."""
+    from pydoc_data.topics import topics
+    paragraph = max(topics["for"].split("\n\n"), key=len)
+    try:
+        import textwrap as module
+        source = inspect.getsource(module.indent)
+    except (OSError, TypeError):  # a Python installed without its sources
+        source = topics["while"]
+    return {"summarise": encode(paragraph + "\n\nIn short, the loop"),
+            "edit": encode(source + "\n\n# The same, edited:\ndef indent(")}
 
 
 def calibration_p_value(tokens, P, text, edges=(0, 1e-3, 0.01, 0.05, 0.2, 0.5, 0.8, 1.01)):
@@ -3143,18 +2740,12 @@ def calibration_p_value(tokens, P, text, edges=(0, 1e-3, 0.01, 0.05, 0.2, 0.5, 0
     return chi2_sf(float(d @ np.linalg.pinv(C) @ d), int(np.linalg.matrix_rank(C)))
 
 
-def medusa_heads(P, k):
-    """Perfect independent heads: head i is the target's own i-step marginal, P^i."""
-    return tuple(np.linalg.matrix_power(P, i) for i in range(1, k + 1))
-
-
-def heads_proposals(heads, k):
-    """Every proposal heads_draft can make after a text, and its chance."""
-    def proposals(text):
-        q_rows = [H[text[-1]] for H in heads[:k]]
-        return [(list(xs), q_rows, float(np.prod([q[x] for q, x in zip(q_rows, xs)])))
-                for xs in product(*(np.flatnonzero(q) for q in q_rows))]
-    return proposals
+def replicated(fit_of_seed, seed):
+    """A fit on text, whose characters differ from one Python to the next: one
+    below P_REJECT counts only if a fresh sample fails too, so a correct draft
+    fails with chance P_REJECT**2 on any Python. Returns the larger p-value."""
+    p = fit_of_seed(seed)
+    return p if p >= P_REJECT else max(p, fit_of_seed(seed + 1000))
 
 
 def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.9, 0.95, 0.99)):
@@ -3201,35 +2792,6 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     return SimpleNamespace(rows=rows, sweep=sweep, sample=sample)
 
 
-def demo16_heads(k=3, n_runs=400):
-    """Heads on the target: Medusa's guess each position on its own, MTP's in sequence."""
-    say("A draft need not be a separate model. Extra output layers on the target, called heads,",
-        "can guess the tokens after the next. Medusa's heads each guess one position on their own,",
-        "from the same state. The heads of multi-token prediction (MTP), as in DeepSeek-V3, guess",
-        "in sequence: each reads the guess before it. Here the heads are perfect: head i is the",
-        "target's own i-step distribution, P^i, on the tables.")
-    rows = demo11_heads_exactness(k, n_runs)
-    print()
-    table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("verdict", 16, "<")],
-          [(r[0], r[1], r[2], r[4]) for r in rows])
-    print()
-    say("Medusa's heads emit the target's distribution by both checks." if rows[0][4] == "the target" else
-        f"Medusa's heads, as you have them, are {rows[0][4]}.")
-    heads = demo11_heads(k)
-    takeaway("heads that guess each position on their own lose acceptance; heads that read the last guess"
-             " keep it.", {"the heads emit the target": rows[0][4] == "the target",
-                           "Medusa's heads keep fewer than MTP's": heads.tokens < k + 1 - 1e-9})
-    return SimpleNamespace(rows=rows, heads=heads)
-
-
-def replicated(fit_of_seed, seed):
-    """A fit on text, whose characters differ from one Python to the next: one
-    below P_REJECT counts only if a fresh sample fails too, so a correct draft
-    fails with chance P_REJECT**2 on any Python. Returns the larger p-value."""
-    p = fit_of_seed(seed)
-    return p if p >= P_REJECT else max(p, fit_of_seed(seed + 1000))
-
-
 def demo11_exactness(P, prompt, k, n_runs, n_text):
     """Demo 11: the prompt-lookup drafts, by both checks and by the fit of a long text."""
     truth, rows = target_first_tokens_text(P, prompt, 2), []
@@ -3259,40 +2821,6 @@ def target_first_tokens_text(P, text, n):
     return np.array([first[x] * target_first_tokens_text(P, [*text, x], n - 1) for x in range(len(P))])
 
 
-def demo11_heads_exactness(k, n_runs, ctx=5):
-    """Demo 11: Medusa-style heads on the tables, by both checks."""
-    heads, truth = medusa_heads(TARGET, k), target_first_tokens(TARGET, ctx, 2)
-    exact = exact_draft_first_tokens(TARGET, heads_proposals(heads, k), [ctx], 2, reads_text=False)
-    counts = first_two(lambda rng: spec_generate(TARGET, heads, [ctx], 2, k, rng, draft=heads_draft)[0], n_runs, seed=19)
-    fit, tv = chi2_sf(*pearson(counts, truth)), tv_distance(exact, truth)
-    return [("Medusa heads, tables", fit, tv, None, both_checks(fit, tv))]
-
-
-def demo11_heads(k):
-    """Demo 11: even perfect independent heads lose acceptance."""
-    heads, pi = medusa_heads(TARGET, k), stationary(TARGET)
-    ends = {d: verify_outcomes(TARGET, [d], heads_proposals(heads, k)([d])) for d in range(VOCAB)}
-    reached = [sum(pi[d] * prob for d in range(VOCAB) for kept, _, prob in ends[d] if len(kept) >= i)
-               for i in range(1, k + 1)]
-    tokens = outcome_tokens_per_call(lambda d: ends[d], VOCAB)
-    print()
-    say("The chance that the first i drafts all pass, and tokens per call:")
-    print()
-    table([("heads", 12, "<"), *[(f"i = {i}", 8, ".3f") for i in range(1, k + 1)], ("tokens/call", 13, ".2f")],
-          [("Medusa", *reached, tokens), ("MTP", *[1.0] * k, k + 1.0)])
-    print()
-    say("Medusa's heads lose, perfect as they are. Head 2 guesses the token two steps on, summed"
-        " over every token in between. Verification checks it after one particular token: the"
-        " draft before it." if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.")
-    return SimpleNamespace(reached=reached, tokens=tokens)
-
-
-def verify_cost(k, batch, n_ctx=16, hw=H100, shape=LLAMA2_7B):
-    """v: a verifying pass over k+1 positions, in plain passes, on demo 6's roofline."""
-    return roofline_time(*pass_traffic(shape, n_ctx, k + 1, batch), hw)[0] / roofline_time(
-        *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
-
-
 def demo11_speed(prompt, k, lams, n_tokens=250, batches=(1, 256)):
     """Demo 11: tokens per call against the copy weight, over both prompts, and the speedup it buys."""
     drafts = (("vLLM", Lookup(2, 4, len(ALPHABET))), ("HF", Lookup(1, 2, len(ALPHABET))))
@@ -3318,44 +2846,95 @@ def demo11_speed(prompt, k, lams, n_tokens=250, batches=(1, 256)):
     return SimpleNamespace(rows=rows, config=config)
 
 
-def demo17_apex(k=5, lam=0.7, n_text=800):
-    """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
-    prompt, P, L = prompts()["summarise"], CopyModel(lam), Lookup(2, 4, len(ALPHABET))
-    say("APEX-1 is a public from-scratch language model. Its generator keeps what the target has",
-        "read, its KV cache (the keys and values of every token read so far), apart from the",
-        "text it writes. It carries the row for the next token over from the last pass. APEX-1",
-        "drafts with a multi-token head. This port drafts by prompt lookup instead, on chapter 11's",
-        "copying text, and fixes four departures from the rule. Each goes back as a line:")
-    print()
-    table([("bug", 12, "<"), ("the line becomes", 66, "<")],
-          [(b, textwrap.shorten(new, 66, placeholder=" ...")) for b, edits in APEX_BUGS.items() for _, _, new in edits])
-    rows, cache = [], bugged("cache", APEX_BUGS)
-    for label, m in [("ported, fixed", this_module())] + [(b, bugged(b, APEX_BUGS)) for b in APEX_BUGS]:
-        fit = m if isinstance(m, str) else attempt(lambda: replicated(lambda seed: calibration_p_value(
-            m.apex_generate(P, L, prompt, n_text, k, np.random.default_rng(seed)), P, prompt), 21))
-        if isinstance(fit, (str, Exception)):
-            rows.append((label, None, "not run" if isinstance(fit, str) else "raised"))
-            continue
-        rows.append((label, fit, "consistent" if fit >= P_REJECT else "NOT the target"))
-    tables = None if isinstance(cache, str) else calibration_p_value(
-        cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
-    print()
-    say(f"Each generator writes {n_text} characters, fitted as in chapter 11. Consistent means the",
-        "fit finds no difference from the target.")
-    print()
-    table([("generator", 20, "<"), ("fit", 11, p_text), ("verdict", 16, "<")], rows)
-    caught = all(r[2] == "NOT the target" for r in rows[1:])
-    print()
-    say("The fixed port is consistent with the target." if rows[0][2] == "consistent" else
-        f"The fixed port, as you have it: {rows[0][2]}.",
-        "Every departure is caught." if caught else
-        "NOT every departure is caught: " + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
-        ("A table reads only the last token, so it cannot see the cache bug" if tables >= P_REJECT
-         else "Even the tables see the cache bug") + f" (fit {p_text(tables)})." if tables is not None else "")
-    takeaway("a generator that keeps its own cache must cut it back, and must draw from the residual and"
-             " the right row; each departure shows in a fit.",
-             {"the fixed port is consistent": rows[0][2] == "consistent", "every departure is caught": caught})
-    return SimpleNamespace(rows=rows, tables=tables)
+# -----------------------------------------------------------------------------
+# Chapter 12. Does speculation change greedy output?
+# The algorithm is exact, yet a server's greedy text can change when
+# speculation is switched on. Plain decoding multiplies the output layer by one
+# state; a verifying pass multiplies it by k+1 states at once. A BLAS may add
+# those products up in another order for a wide product than for a narrow one,
+# so the logits can differ in their last bits, and near a tie the argmax flips.
+
+
+class GreedyHead:
+    """A target whose logits come from a float32 product, logits = W @ h, as a
+    language model's last layer makes them; h is a float32 state of the last
+    two tokens. Its rows are the argmax, one-hot: greedy decoding (T = 0). A
+    pass computes every position it is asked for in ONE product W @ H, unless
+    alone: then each position is its own product, as plain decoding makes it.
+    gap: rows come in pairs that differ by this much, so near ties are common."""
+
+    def __init__(self, V=2048, d=32, gap=1e-6, seed=23, dtype=np.float32, alone=False):
+        rng = np.random.default_rng(seed)
+        W = rng.standard_normal((V, d)) / np.sqrt(d)
+        if gap:
+            W[1::2] = W[::2] * (1 + gap * rng.standard_normal((V // 2, d)))
+        self.W, self.E, self.alone = W.astype(dtype), rng.standard_normal((V, d)).astype(dtype), alone
+
+    def __len__(self):
+        return len(self.W)
+
+    def logits(self, text, new=(), cached=0):
+        """The logits at the positions a pass computes, one column each."""
+        seq = [*text, *new]
+        at = range(len(text) - 1 + cached, len(seq))
+        H = np.stack([self.E[seq[i]] + self.E[seq[i - 1]] / 2 for i in at], axis=1)  # (d, positions)
+        return products_alone(self.W, H) if self.alone else self.W @ H
+
+    def __call__(self, text, new, cached):
+        return list(one_hot(self.logits(text, new, cached).argmax(axis=0), len(self)))
+
+
+def products_alone(W, H):
+    """W times each column of H as its own product: what plain decoding computes,
+    one position at a time."""
+    return np.stack([W @ h for h in H.T], axis=1)
+
+
+def top_margin(logits):
+    """The gap between the largest and the second-largest logit, per column."""
+    top = np.partition(logits, -2, axis=0)[-2:]
+    return top[1] - top[0]
+
+
+def widths_differ(P, n=100, k=4, seed=24):
+    """One position scored alone against the same position inside a (k+1)-wide
+    product, at n random states: (share of logits that differ, their median
+    distance in units in the last place, the largest difference, how many
+    argmaxes flip, the smallest top-two margin)."""
+    rng = np.random.default_rng(seed)
+    H = rng.standard_normal((P.W.shape[1], n * (k + 1))).astype(P.W.dtype)
+    alone = products_alone(P.W, H)
+    wide = np.concatenate([P.W @ H[:, i:i + k + 1] for i in range(0, H.shape[1], k + 1)], axis=1)
+    diff = np.abs(alone - wide)
+    ulps = diff / np.spacing(np.maximum(np.abs(alone), np.abs(wide)))
+    return ((diff > 0).mean(), float(np.median(ulps[diff > 0])) if (diff > 0).any() else 0.0, float(diff.max()),
+            int((alone.argmax(axis=0) != wide.argmax(axis=0)).sum()), float(top_margin(alone).min()))
+
+
+def first_divergence(P, D, prompt, n_tokens, k, verify=verify_round):
+    """Where greedy speculative decoding first parts from plain greedy decoding of
+    the same target, and the top-two margin of plain decoding's logits there:
+    (position or None, margin or None). D drafts; plain decoding is P's own."""
+    plain = plain_decode(P, prompt, n_tokens, np.random.default_rng(0))
+    spec = spec_generate(P, D, prompt, n_tokens, k, np.random.default_rng(0), verify)[0]
+    i = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
+    if i is None:
+        return None, None
+    alone = P.logits([*prompt, *plain[:i]])  # the narrow logits plain decoding chose from
+    return i, float(top_margin(alone)[0])
+
+
+GREEDY_BUGS = {"bonus from p": [("verify_round", "emitted.append(sample_from(p_rows[-1], rng.random()))  # the bonus token",
+                                 "emitted.append(sample_from(p, rng.random()))")]}  # demo 12's bug
+
+
+def blas_name():
+    """The BLAS numpy calls for W @ X, as its build reports it."""
+    try:
+        blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
+        return f"{blas['name']} {blas['version']}"
+    except (AttributeError, KeyError, TypeError):
+        return "a BLAS this numpy does not name"
 
 
 def demo12_greedy_numerics(n_prompts=24, n_tokens=32, k=4, gap=1e-6):
@@ -3452,8 +3031,557 @@ def demo12_ties(n_tokens=200, k=4):
     return rows
 
 
-# The run: a legend of the terms, the demos in order, then the edits to try.
+# -----------------------------------------------------------------------------
+# Chapter 13. What does checking cost on this machine?
 
+
+# The real clock. Everything above counts calls; this puts a price on them.
+# A Priced table is a table model that also runs a real matrix product on
+# every lookup, so the unchanged stage functions decode on a real clock.
+class Priced:
+    """A table model whose every forward pass also pays for one: W @ X, one
+    column per position it computes. A draft call pays one column (the rest
+    are cached); verify_round's pass pays k+1 columns in one product."""
+
+    def __init__(self, table, W):
+        self.table, self.W = table, W
+        self.X = np.ones((W.shape[1], 64), W.dtype)
+
+    def __call__(self, text, new, cached):
+        rows = forward(self.table, text, new, cached)
+        self.W @ self.X[:, :len(rows)]  # the pass, paid in full
+        return rows
+
+    def __len__(self):
+        return len(self.table)
+
+
+def calibrate(W, W_draft, X, k, reps=4):
+    """c and v per repeat, priced as a decoder pays them: a one-column target
+    pass (plain decoding's step), then a round: k one-column draft passes (c is
+    their mean) and one (k+1)-column target pass, each in one-column passes."""
+    c, v = [], []
+    W @ X[:, :1]  # a warm-up pass, as a decoder has always just made one
+    for _ in range(reps):
+        t1 = clocked(lambda: W @ X[:, :1])[0]
+        c.append(np.mean([clocked(lambda: W_draft @ X[:, :1])[0] for _ in range(k)]) / t1)
+        v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
+    return np.array(c), np.array(v)
+
+
+def clock_operands(size):
+    """Demo 6's products: a size x size float32 W (4096: 64 MiB, far past the
+    last-level cache) standing in for the target, and X, a column per position."""
+    return np.full((size, size), 1e-3, np.float32), np.ones((size, 17), np.float32)
+
+
+def demo13_clock(size=4096):
+    """Demo 6 on a real clock: W stands in for the target, a size/8 x size one for the draft."""
+    say("This chapter measures your machine, so its numbers move from run to run. Demo 6",
+        "priced a pass on a roofline model of an accelerator. Here a CPU does the work.",
+        "A verifying pass over k+1 positions multiplies the weights by k+1 columns at once.")
+    W, X = clock_operands(size)
+    times = demo6_clock(W, X)
+    model = demo6_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X)
+    return SimpleNamespace(times=times, model=model)
+
+
+def demo6_clock(W, X):
+    """Demo 6, part three: what a pass over 1 to 16 positions costs on this machine."""
+    print()
+    say(f"On this machine, marked (clock): a float32 {W.shape[0]} x {W.shape[1]} W times X, a column per",
+        f"position, through {blas_name()}.")
+    print()
+    median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
+    times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, 4, 8, 16)}
+    table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
+          [(n, t, t / times[1]) for n, t in times.items()], clock=True)
+    return times
+
+
+def demo6_why(W, X, t1, n_small=1024):
+    """Demo 6 in detail: does the multi-column cost stay in cache, and split into 1-column products?"""
+    two = median_time(lambda: W @ X[:, :2]) / t1
+    twice = median_time(lambda: (W @ X[:, :1], W @ X[:, 1:2])) / t1
+    small, x = W[:n_small, :n_small].copy(), X[:n_small]  # 4 MiB: stays in cache
+    in_cache = median_time(lambda: small @ x[:, :2]) / median_time(lambda: small @ x[:, :1])
+    square = median_time(lambda: small @ small, repeats=1, calls=2)
+    flops, bandwidth = 2 * n_small**3 / square, W.nbytes / t1
+    columns = 2 * flops / bandwidth  # MACs per second / weights streamed per second
+    print("\nTwo positions, each ratio the median of 3 repeats of 3 calls:\n")
+    table([("two positions, as", 42, "<"), ("x one column", 14, ".2f")],
+          [("one 2-column product", two), ("two 1-column products", twice),
+           (f"one 2-column product, {small.nbytes >> 20} MiB W in cache", in_cache)], clock=True)
+    print()
+    say(f"This CPU's arithmetic ({flops / 1e9:.0f} GFLOP/s, a {n_small} x {n_small} square product) could",
+        f"do about {columns:.0f} columns in the time one column takes to stream W ({bandwidth / 1e9:.0f} GB/s).",
+        f"This BLAS charges {two:.1f}x for two.",
+        "With W in cache the extra cost stays, so it is not the memory." if in_cache > 1.5 else
+        "With W in cache the extra cost mostly goes, so memory traffic is part of it.",
+        ("Two 1-column products beat one 2-column product, so it is not the arithmetic"
+         + (" either: it is how this BLAS handles a few columns." if in_cache > 1.5 else ".")) if twice < two
+        else "Two 1-column products do not beat one 2-column product here.", clock=True)
+    return two, twice, in_cache, columns
+
+
+def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
+    """Demo 6, part four: predict the speedup from a calibration, then decode."""
+    print()
+    say("Calibrated before decoding, in one-column passes: c, a draft pass; v, the verifying",
+        "pass over k+1 positions:")
+    print()
+    calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
+    table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
+          [(k, np.median(c), f"({c.min():.3f}-{c.max():.3f})", np.median(v), f"({v.min():.2f}-{v.max():.2f})")
+           for k, (c, v) in calib.items()], clock=True)
+    good_weight = 0.95
+    good = blend(TARGET, UNRELATED, good_weight)
+    predicted = {k: predict(calib[k], exact_tokens_per_call(TARGET, good, k), k) for k in ks}
+    k_good = max(ks, key=lambda k: predicted[k][0])
+    t_token = clocked(lambda: plain_decode(Priced(TARGET, W), [0], n_plain, np.random.default_rng(11)))[0] / n_plain
+    rows = []
+    for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), (f"blend {good_weight}", good, k_good, 10)):
+        refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
+        paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
+        rng = np.random.default_rng(11)
+        priced_round = lambda t: verify_round(Priced(TARGET, W), t, *draft_tokens(Priced(Q, W_draft), t, k, rng), rng)
+        t_spec, out = clocked(lambda: list(islice(rounds(priced_round, [0]), n_rounds)))
+        per_call = sum(map(len, out)) / n_rounds
+        clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
+        rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
+    print()
+    say("A timed decode of each draft. The paper predicts the speedup as tokens per call / (1 + k",
+        "c). That assumes a verifying pass costs one plain pass. The refined prediction puts v in",
+        f"place of that 1, and it picks k = {k_good} for a blend {good_weight} draft. Refined* is the same",
+        "formula, with the tokens per call this run got.", clock=True)
+    print()
+    times = lambda x: f"{x:.2f}x"  # noqa: E731
+    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
+           ("tokens/call", 13, ".2f"), ("clock", 7, times), ("refined*", 10, times),
+           ("error", 7, "+.0%")], [r[:8] for r in rows], groups=[("predicted", 2, 3), ("this run", 4, 7)], clock=True)
+    demo6_verdicts(rows, np.median(calib[4][1]))
+    return rows
+
+
+def predict(calibration, tokens, k):
+    """(refined speedup from the median c and v, the interquartile range of the
+    per-repeat predictions as a fraction of it: how far the calibration wobbles)."""
+    c, v = calibration
+    q25, q75 = np.percentile([speedup(tokens, k, c_r, v_r) for c_r, v_r in zip(c, v)], [25, 75])
+    median = speedup(tokens, k, np.median(c), np.median(v))
+    return median, (q75 - q25) / median
+
+
+def demo6_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
+    """Demo 6's closing sentences, from the predictions and the clock."""
+    print()
+    for label, _, _, _, _, clock, at_run, error, spread in rows:
+        judged = (f"too noisy to judge (spread {spread:.0%})" if spread > too_noisy
+                  else f"refined* {'was' if abs(error) <= tolerance else 'was NOT'} within {tolerance:.0%}")
+        say(f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x); {judged}.", clock=True)
+    say(f"Here v is {v4:.2f} at k = 4, where the roofline gives {verify_cost(4, 1, 512):.2f}" + (
+        ": only a draft that agrees often wins." if v4 > 1.25 else ": k+1 positions cost about one."), clock=True)
+    closer = all(abs(at_run - clock) <= abs(paper - clock) for _, _, paper, _, _, clock, at_run, _, _ in rows)
+    takeaway("price the verifying pass on your own machine before you pick k.",
+             {"v in place of 1 predicts the clock better than the paper's formula": closer}, clock=True)
+
+
+def demo13_detail(size=4096):
+    """Chapter 13 in detail: why this BLAS charges for columns."""
+    W, X = clock_operands(size)
+    median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
+    return demo6_why(W, X, median_time(lambda: W @ X[:, :1], calls=1), n_small=min(1024, size))
+
+
+# -----------------------------------------------------------------------------
+# Chapter 14. What does judging the drafts as a block gain?
+# Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
+
+
+BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
+              " ICLR 2025) looks at the whole block of k drafts before it decides how many to keep. It"
+              " carries a weight p_i along the block: p_0 = 1, and p_i = min(1, p_(i-1) p(x_i) / q(x_i)),"
+              " the share of the first i drafts the target still wants. Each position i passes its own test"
+              " with chance h_i, computed from p_i and the next position's p and q. The block keeps every"
+              " draft up to the last position that passes, even past one that failed. The token after"
+              " them comes from a residual weighed by p_i.")
+
+
+def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
+    """Chapter 14: the paper's example, and what block verification gains."""
+    say(BLOCK_RULE, "Chapter 9 showed it is exact. What does it gain?")
+    P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
+    rows = []
+    for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
+                                 ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1)):
+        m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
+        rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
+    ideal = sum(1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2))
+    print()
+    say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
+        "with k = 2. Accepted drafts per round, beside the ideal: the most any exact verifier keeps",
+        "when it knows the whole block's probabilities.")
+    print()
+    table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
+           ("fits", 6, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
+          + [("ideal", ideal, f"{round(9 * ideal)}/9")])
+    gains = []
+    for k in ks:
+        tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
+        m = measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=verify_block)
+        gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, fits(m.per_call, m.se, bl)))
+    print("\nThe middling draft, tokens per call:\n")
+    table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"),
+           ("gain", 8, lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"), ("measured", 10, ".2f"),
+           ("+-", 6, ".2f"), ("fits", 6, ">")], gains, groups=[("exact", 1, 3), ("block", 4, 6)])
+    misfit = [r[0] for r in rows if r[4] == "NO"] + [f"k = {g[0]}" for g in gains if g[6] == "NO"]
+    over = [r[0] for r in rows if r[1] > ideal + 1e-12]
+    print()
+    say("Every measured value fits its exact one." if not misfit else
+        f"NOT every measured value fits its exact one: {', '.join(misfit)}.",
+        f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
+        " any exact verifier can." if over else "Neither keeps more than the ideal.",
+        "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
+        else "Block verification LOSES tokens at some k,",
+        f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% faster.")
+    takeaway("judging the block as a whole keeps more drafts per round than token-wise checking, never fewer.",
+             {"every measured value fits": not misfit, "neither keeps more than the ideal": not over,
+              "block keeps at least as many at every k": min(g[3] for g in gains) >= -1e-12})
+    return SimpleNamespace(example=rows, ideal=ideal, gains=gains)
+
+
+# -----------------------------------------------------------------------------
+# Chapter 15. How did a shipped block verifier break?
+
+
+# The block path that shipped: vllm-ascend (the vLLM plugin for Huawei's Ascend
+# accelerators), vllm_ascend/sample/rejection_sampler.py and ops/triton/
+# reject_sample.py before commit 2f4d55e7e8 (PR #7808, for issue #7807). A
+# running weight is tested against a running product of uniforms, the drafts
+# are kept up to the LAST position that passes (a later position can pass
+# after an earlier one fails), and the replacement is the token-wise residual
+# at the next position. Its PyTorch fallback keeps cumprod(min(1, p/q)); its
+# Triton kernel, which ran wherever Triton was installed, keeps min(1, w p/q):
+# one line apart (SHIPPED_BUGS). Neither is the paper's h_i nor the token-wise
+# test. #8308 put the rule back after the fix, and it is there at 182b75ea84.
+def shipped_weight(weight, p, q, x):
+    """The running weight of vllm-ascend's PyTorch path: cumprod(min(1, p/q))."""
+    return weight * accept_prob(p, q, x)
+
+
+def verify_block_shipped(P, text, drafted, q_rows, rng):
+    """vllm-ascend's block path before #7808, with verify_round's contract."""
+    p_rows = forward(P, text, drafted)
+    k, weight, uniforms, last = len(drafted), 1.0, 1.0, 0
+    for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
+        weight = shipped_weight(weight, p, q, x)
+        uniforms *= rng.random()  # cumprod(u)
+        if weight >= uniforms:
+            last = i
+    if last == k:
+        return list(drafted) + [sample_from(p_rows[k], rng.random())]
+    return list(drafted[:last]) + [sample_from(residual(p_rows[last], q_rows[last]), rng.random())]
+
+
+SHIPPED_BUGS = {"Triton kernel": [("shipped_weight", "return weight * accept_prob(p, q, x)",
+                                   "return accept_prob(weight * p, q, x)")]}
+
+
+def last_passing(W):
+    """P(tau = i), i = 0..k: the chance that position i is the last to pass in
+    verify_block_shipped, given its weights W_1..W_k, exactly. Position i passes
+    when u_1 ... u_i <= W_i, that is S_i >= w_i with S_i = -log(u_1 ... u_i)
+    and w_i = -log W_i. The S_i are the arrival times of a rate-1 Poisson
+    process, so position i passes when fewer than i arrivals come by time w_i.
+    Each event is walked through the thresholds in time order, with Poisson
+    counts (capped at k) between them."""
+    k, w = len(W), [-math.log(x) if x > 0 else math.inf for x in W]
+
+    def chance(rule):  # rule[j](n): what the count n at position j's threshold must satisfy
+        dist, t = [1.0] + [0.0] * k, 0.0
+        for j in sorted(rule, key=lambda j: w[j - 1]):
+            dist, t = poisson_step(dist, w[j - 1] - t if w[j - 1] != t else 0.0), w[j - 1]  # inf - inf: no time
+            dist = [x * rule[j](n) for n, x in enumerate(dist)]
+        return sum(dist)
+
+    fails = {j: (lambda n, j=j: n >= j) for j in range(1, k + 1)}
+    return [chance(fails)] + [chance({**{j: fails[j] for j in range(i + 1, k + 1)}, i: lambda n, i=i: n < i})
+                              for i in range(1, k + 1)]
+
+
+def poisson_step(dist, dt):
+    """The distribution of a count after Poisson(dt) more arrivals, from dist
+    over counts 0..k, counts capped at k (the last entry takes the rest)."""
+    k = len(dist) - 1
+    if dt == math.inf:
+        return [0.0] * k + [sum(dist)]
+    pmf = [math.exp(-dt) * dt**j / math.factorial(j) for j in range(k + 1)]
+    out = [sum(dist[n] * pmf[m - n] for n in range(m + 1)) for m in range(k)]
+    return out + [max(0.0, sum(dist) - sum(out))]
+
+
+def shipped_block_outcomes(P, Q, d, k):
+    """block_round_outcomes for verify_block_shipped: every draft sequence
+    from d, weighed by last_passing, with the same shipped_weight, accept_prob
+    and residual."""
+    out = []
+    for xs in product(range(len(P)), repeat=k):
+        contexts = (d,) + xs
+        prob = float(np.prod([Q[c, x] for c, x in zip(contexts, xs)]))
+        if prob == 0:
+            continue
+        W = list(accumulate(zip(contexts, xs), lambda w, cx: shipped_weight(w, P[cx[0]], Q[cx[0]], cx[1]), initial=1.0))
+        for i, p_tau in enumerate(last_passing(W[1:])):
+            row = P[xs[-1]] if i == k else residual(P[contexts[i]], Q[contexts[i]])
+            if p_tau > 0:
+                out.append((list(xs[:i]), row, prob * p_tau))
+    return out
+
+
+BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that shipped
+    "tokenwise_residual": [("block_residual", "return residual(weight * p, q)", "return residual(p, q)")],
+    "cumulative": [("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight")],
+}
+
+
+def shipped_parts(D, ctx, n, k):
+    """exactness_rows' parts for a shipped block path: its verifier, its exact
+    joint from shipped_block_outcomes, and the drafts it keeps per round."""
+    def parts(m):
+        ends = lru_cache(None)(lambda d: m.shipped_block_outcomes(TARGET, D, d, k))
+        return (m.verify_block_shipped, lambda: m.chain_rounds(ends, ctx, n, VOCAB),
+                lambda: m.outcome_tokens_per_call(ends, VOCAB) - 1)
+    return parts
+
+
+def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
+    """How a shipped block verifier broke: two edits of block verification and
+    vllm-ascend's two shipped paths, by both checks."""
+    here = this_module()
+    say(BLOCK_RULE, "Each edit below changes one line of that rule. Then come the two paths that",
+        "vllm-ascend shipped: the plugin of vLLM, a serving engine, for Huawei's Ascend",
+        f"accelerators. Each verifies the middling draft at k = {k}:")
+    block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
+    cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
+    cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
+              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
+    rows = exactness_rows(cases, k, ctx, n, n_runs)
+    print()
+    table([("edit", 20, "<"), ("the line becomes", 56, "<")],
+          [(b, new) for b, edits in BLOCK_BUGS.items() for _, _, new in edits] +
+          [(f"vllm-ascend, {b.split()[0]}", new) for b, edits in SHIPPED_BUGS.items() for _, _, new in edits])
+    print()
+    say(f"Exact TVs of the first 1 to {n} tokens, and a {n_runs}-run fit:")
+    print()
+    exactness_table(rows)
+    caught = demo15_verdicts(rows, target_first_tokens(TARGET, ctx, n), k)
+    takeaway("a block verifier's output can be checked exactly, and a shipped one can fail that check.",
+             {"block verification emits the target": rows[0][5] == "the target",
+              "every edit and shipped path is caught": caught})
+    return rows
+
+
+def demo15_verdicts(rows, truth, k):
+    """Chapter 15's sentences, from its table: is every edit and shipped path caught?"""
+    broken = rows[1:]
+    caught = all(r[5] not in ("the target", "not run", "raised") for r in broken)
+    print()
+    say("Block verification emits the target's distribution by both checks." if rows[0][5] == "the target" else
+        f"Block verification, as you have it, {VERDICT_WORDS.get(rows[0][5], rows[0][6])}.",
+        "Both edits and both shipped paths are caught." if caught else
+        " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else f"{r[0]}: not checked, {r[6]}."
+                 for r in broken))
+    for label, *tvs, p_fit, verdict, exact, _ in broken:
+        first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
+        if first_bad and first_bad > 1 and p_fit >= P_REJECT:
+            print()
+            say(f"A sample needs about {about(samples_to_see(exact, truth))} runs to see {label}'s bias at token {first_bad}."
+                " The exact check sees it at once.")
+    shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
+    if shipped and rows[0][5] == "the target":
+        block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
+        more = all(r[7] > block_kept for r in shipped)
+        print()
+        say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
+            f"drafts per round; block verification keeps {block_kept:.2f}.",
+            "Block verification keeps the most that any exact verifier of its kind can (its paper proves"
+            " it), so the extra drafts are ones the target would not have emitted." if more else "")
+    return caught
+
+
+# -----------------------------------------------------------------------------
+# Chapter 16. Can heads on the target replace the draft model?
+# Heads on the target guess the next tokens from its last hidden state:
+# Medusa's heads all at once, each on its own; multi-token prediction (MTP) one
+# after another, each seeing the guess before.
+
+
+def heads_draft(heads, text, k, rng):
+    """Medusa-style heads on a table target: head i guesses the token i ahead
+    from the text's last token, each on its own: heads[i][prev, x]."""
+    q_rows = [H[text[-1]] for H in heads[:k]]
+    return [sample_from(q, rng.random()) for q in q_rows], q_rows
+
+
+def medusa_heads(P, k):
+    """Perfect independent heads: head i is the target's own i-step marginal, P^i."""
+    return tuple(np.linalg.matrix_power(P, i) for i in range(1, k + 1))
+
+
+def heads_proposals(heads, k):
+    """Every proposal heads_draft can make after a text, and its chance."""
+    def proposals(text):
+        q_rows = [H[text[-1]] for H in heads[:k]]
+        return [(list(xs), q_rows, float(np.prod([q[x] for q, x in zip(q_rows, xs)])))
+                for xs in product(*(np.flatnonzero(q) for q in q_rows))]
+    return proposals
+
+
+def demo16_heads(k=3, n_runs=400):
+    """Heads on the target: Medusa's guess each position on its own, MTP's in sequence."""
+    say("A draft need not be a separate model. Extra output layers on the target, called heads,",
+        "can guess the tokens after the next. Medusa's heads each guess one position on their own,",
+        "from the same state. The heads of multi-token prediction (MTP), as in DeepSeek-V3, guess",
+        "in sequence: each reads the guess before it. Here the heads are perfect: head i is the",
+        "target's own i-step distribution, P^i, on the tables.")
+    rows = demo11_heads_exactness(k, n_runs)
+    print()
+    table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("verdict", 16, "<")],
+          [(r[0], r[1], r[2], r[4]) for r in rows])
+    print()
+    say("Medusa's heads emit the target's distribution by both checks." if rows[0][4] == "the target" else
+        f"Medusa's heads, as you have them, are {rows[0][4]}.")
+    heads = demo11_heads(k)
+    takeaway("heads that guess each position on their own lose acceptance; heads that read the last guess"
+             " keep it.", {"the heads emit the target": rows[0][4] == "the target",
+                           "Medusa's heads keep fewer than MTP's": heads.tokens < k + 1 - 1e-9})
+    return SimpleNamespace(rows=rows, heads=heads)
+
+
+def demo11_heads_exactness(k, n_runs, ctx=5):
+    """Demo 11: Medusa-style heads on the tables, by both checks."""
+    heads, truth = medusa_heads(TARGET, k), target_first_tokens(TARGET, ctx, 2)
+    exact = exact_draft_first_tokens(TARGET, heads_proposals(heads, k), [ctx], 2, reads_text=False)
+    counts = first_two(lambda rng: spec_generate(TARGET, heads, [ctx], 2, k, rng, draft=heads_draft)[0], n_runs, seed=19)
+    fit, tv = chi2_sf(*pearson(counts, truth)), tv_distance(exact, truth)
+    return [("Medusa heads, tables", fit, tv, None, both_checks(fit, tv))]
+
+
+def demo11_heads(k):
+    """Demo 11: even perfect independent heads lose acceptance."""
+    heads, pi = medusa_heads(TARGET, k), stationary(TARGET)
+    ends = {d: verify_outcomes(TARGET, [d], heads_proposals(heads, k)([d])) for d in range(VOCAB)}
+    reached = [sum(pi[d] * prob for d in range(VOCAB) for kept, _, prob in ends[d] if len(kept) >= i)
+               for i in range(1, k + 1)]
+    tokens = outcome_tokens_per_call(lambda d: ends[d], VOCAB)
+    print()
+    say("The chance that the first i drafts all pass, and tokens per call:")
+    print()
+    table([("heads", 12, "<"), *[(f"i = {i}", 8, ".3f") for i in range(1, k + 1)], ("tokens/call", 13, ".2f")],
+          [("Medusa", *reached, tokens), ("MTP", *[1.0] * k, k + 1.0)])
+    print()
+    say("Medusa's heads lose, perfect as they are. Head 2 guesses the token two steps on, summed"
+        " over every token in between. Verification checks it after one particular token: the"
+        " draft before it." if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.")
+    return SimpleNamespace(reached=reached, tokens=tokens)
+
+
+# -----------------------------------------------------------------------------
+# Chapter 17. What did a from-scratch generator get wrong?
+
+
+# APEX-1's generator, ported: apex/generation/generator.py at commit 0490e4a,
+# unchanged at 97b5855 (AarambhDevHub/APEX-1, generate_with_speculative). It
+# drafts with a multi-token head; this port drafts by prompt lookup instead, so
+# it runs on the copying text. It keeps what the target has read (its KV
+# cache) apart from the output, and carries the row for the next token over
+# from the last pass. Ported with its four departures from the rule fixed;
+# APEX_BUGS puts each back as it ran: a uniform draft probability 1/V where q
+# belongs, the whole target row after a rejection where the residual belongs,
+# the replacement's own row for the token after it, and a KV cache never cut
+# back.
+def apex_generate(P, L, text, n_tokens, k, rng):
+    """n_tokens after text, APEX-1's way: a token from the carried row, drafts
+    after it, then one pass over that token and the drafts."""
+    read, row, out = list(text), forward(P, text)[0], []  # read: what the target's KV cache holds
+    while len(out) < n_tokens:
+        token = sample_from(row, rng.random())
+        drafted, q_rows = lookup_draft(L, [*text, *out, token], k, rng)
+        p_rows = forward(P, [*read, token], drafted)  # the one pass: the token, then the drafts
+        kept = 0
+        while kept < len(drafted) and rng.random() < accept_prob(p_rows[kept], q_rows[kept], drafted[kept]):
+            kept += 1
+        out += [token, *drafted[:kept]]
+        read = [*read, token, *drafted[:kept]]  # cut the cache back: the rejected drafts leave it
+        if kept < len(drafted):  # a rejection: its replacement, then a row that has read it
+            out.append(sample_from(residual(p_rows[kept], q_rows[kept]), rng.random()))
+            row = forward(P, [*read, out[-1]])[0]
+            read.append(out[-1])
+        else:
+            row = p_rows[-1]
+    return out[:n_tokens]
+
+
+APEX_BUGS = {
+    "uniform q": [("apex_generate", "while kept < len(drafted) and rng.random() < accept_prob(p_rows[kept], "
+                   "q_rows[kept], drafted[kept]):", "while kept < len(drafted) and rng.random() < accept_prob("
+                   "p_rows[kept], np.full(len(q_rows[kept]), 1 / len(q_rows[kept])), drafted[kept]):")],
+    "whole row": [("apex_generate", "out.append(sample_from(residual(p_rows[kept], q_rows[kept]), rng.random()))",
+                   "out.append(sample_from(p_rows[kept], rng.random()))")],
+    "next row": [("apex_generate", "row = forward(P, [*read, out[-1]])[0]", "row = p_rows[kept]")],
+    "cache": [("apex_generate", "read = [*read, token, *drafted[:kept]]  # cut the cache back: the rejected drafts "
+               "leave it", "read = [*read, token, *drafted]")],
+}
+
+
+def demo17_apex(k=5, lam=0.7, n_text=800):
+    """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
+    prompt, P, L = prompts()["summarise"], CopyModel(lam), Lookup(2, 4, len(ALPHABET))
+    say("APEX-1 is a public from-scratch language model. Its generator keeps what the target has",
+        "read, its KV cache (the keys and values of every token read so far), apart from the",
+        "text it writes. It carries the row for the next token over from the last pass. APEX-1",
+        "drafts with a multi-token head. This port drafts by prompt lookup instead, on chapter 11's",
+        "copying text, and fixes four departures from the rule. Each goes back as a line:")
+    print()
+    table([("bug", 12, "<"), ("the line becomes", 66, "<")],
+          [(b, textwrap.shorten(new, 66, placeholder=" ...")) for b, edits in APEX_BUGS.items() for _, _, new in edits])
+    rows, cache = [], bugged("cache", APEX_BUGS)
+    for label, m in [("ported, fixed", this_module())] + [(b, bugged(b, APEX_BUGS)) for b in APEX_BUGS]:
+        fit = m if isinstance(m, str) else attempt(lambda: replicated(lambda seed: calibration_p_value(
+            m.apex_generate(P, L, prompt, n_text, k, np.random.default_rng(seed)), P, prompt), 21))
+        if isinstance(fit, (str, Exception)):
+            rows.append((label, None, "not run" if isinstance(fit, str) else "raised"))
+            continue
+        rows.append((label, fit, "consistent" if fit >= P_REJECT else "NOT the target"))
+    tables = None if isinstance(cache, str) else calibration_p_value(
+        cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
+    print()
+    say(f"Each generator writes {n_text} characters, fitted as in chapter 11. Consistent means the",
+        "fit finds no difference from the target.")
+    print()
+    table([("generator", 20, "<"), ("fit", 11, p_text), ("verdict", 16, "<")], rows)
+    caught = all(r[2] == "NOT the target" for r in rows[1:])
+    print()
+    say("The fixed port is consistent with the target." if rows[0][2] == "consistent" else
+        f"The fixed port, as you have it: {rows[0][2]}.",
+        "Every departure is caught." if caught else
+        "NOT every departure is caught: " + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
+        ("A table reads only the last token, so it cannot see the cache bug" if tables >= P_REJECT
+         else "Even the tables see the cache bug") + f" (fit {p_text(tables)})." if tables is not None else "")
+    takeaway("a generator that keeps its own cache must cut it back, and must draw from the residual and"
+             " the right row; each departure shows in a fit.",
+             {"the fixed port is consistent": rows[0][2] == "consistent", "every departure is caught": caught})
+    return SimpleNamespace(rows=rows, tables=tables)
+
+
+# =============================================================================
+# Part 5. The command line
+# The run (the lesson, the chapters, all), --trace, --tune and --plan, and
+# argparse. It calls into the parts above; nothing above calls it.
+# =============================================================================
+
+
+# The run: a legend of the terms, the demos in order, then the edits to try.
 LESSON = {  # the default run: the paper, in six demos
     "1": ("Why does the rule keep the target's distribution?", demo1_rule_by_hand),
     "2": ("Does the whole loop keep it, and do broken rules show?", demo2_distribution),
@@ -3545,6 +3673,7 @@ def run_demos(numbers, detail=False):
 # verifier makes to forward and the stage functions, and every uniform it
 # draws. Each line printed is read off that record, so an edit to a stage, or
 # to the verifier itself, shows in it; the verifier is untouched.
+
 
 TRACED = ("forward", "accept_prob", "residual", "sample_from", "block_threshold")
 TRACE_RULES = ("probabilistic", "one-hot", "strict", "block") + tuple(BUGS)
@@ -3763,53 +3892,6 @@ def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None
             + ("; that rate is accepted / drafted tokens, NOT alpha" if draft_rate is not None else ""))
 
 
-def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
-    """A draft length per batch size for a server, as a table and as vLLM's
-    num_speculative_tokens_per_batch_size; returns (buckets, largest shortfall)."""
-    target = shape.get("target", LLAMA2_7B)
-    fit = sequences_that_fit(n_ctx, hw, target)
-    planned = min(fit, max_batch)
-    buckets, speedups = plan_schedule(tokens, n_ctx, planned, tol, hw=hw, **shape)
-    chosen = [speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1) for lo, hi, k in buckets]
-    rows = [(f"{lo}-{hi}", k, f"{s.min():.2f}-{s.max():.2f}x", bound_text(target, n_ctx, k, lo, hi, hw))
-            for (lo, hi, k), s in zip(buckets, chosen)]
-    best = np.maximum(speedups.max(axis=1), 1.0)
-    shortfall = float(np.max(1 - np.concatenate(chosen) / best))
-    print()
-    say(f"{plural(n_ctx, 'token')} of context, {source}, an {hw.name}: {plural(fit, 'sequence')} fit in {bound(hw.memory / 1e9)} GB;"
-        f" k is at most {len(tokens)} (--k-max).")
-    print()
-    table([("batch size B", 13, ">"), ("k", 5, "d"), ("speedup", 14, ">"), ("bound", 17, "<")], rows)
-    print_config(buckets)
-    print()
-    say(f"Scanned at every B from 1 to {planned:,}: each bucket's k is within {shortfall:.1%} of the",
-        f"roofline's best speedup at every B in it (the plan allows {tol:.0%}), and k = 0 exactly",
-        "where no k helps." if all((k == 0) == (best[lo - 1:hi] <= 1).all() for lo, hi, k in buckets) else
-        "where no k helps: NOT so at every B.",
-        f"B > {fit:,} does not fit in memory and is not planned." if fit < max_batch else
-        f"Planned up to B = {planned:,} (--max-batch).")
-    return buckets, shortfall
-
-
-def bound_text(target, n_ctx, k, lo, hi, hw):
-    """What bounds a bucket's verifying pass at its two ends: 'memory',
-    'memory to compute', ...; '' for k = 0 (no verifying pass)."""
-    bounds = [str(roofline_time(*pass_traffic(target, n_ctx, k + 1, b), hw)[1]) for b in (lo, hi)] if k else [""]
-    return " to ".join(dict.fromkeys(bounds))
-
-
-def print_config(buckets):
-    """The plan as vLLM's speculative config takes it, wrapped to 80 columns."""
-    config = {"num_speculative_tokens": max(k for _, _, k in buckets) or 1,
-              "num_speculative_tokens_per_batch_size": [list(b) for b in buckets]}
-    print("\n--speculative-config keys (add your method and model):\n" + "\n".join(
-        textwrap.wrap(json.dumps(config), 76, initial_indent="  ", subsequent_indent="  ",
-                      break_long_words=False, break_on_hyphens=False)))
-    print()
-    say("vLLM's documentation says it tested this schedule with Eagle, Eagle-3 and DFlash drafts,",
-        "and that it is off under data parallelism.")
-
-
 def tune(c, v=1.0, k_max=32, per_position=None, **route):
     """Which k, and is speculation worth it? The table and the verdict."""
     tokens, alpha, note = route_tokens(k_max, per_position=per_position, **route)
@@ -3867,17 +3949,13 @@ def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=Non
 # -----------------------------------------------------------------------------
 # Command line
 
+
 OWNERS = dict(detail="demos", rule="trace", draft="trace", seed="trace", text="trace", v="tune", k="trace tune plan",
               k_max="tune plan",
               **dict.fromkeys(["mean_acceptance_length", "draft_acceptance_rate", "per_position"], "tune plan"),
               **dict.fromkeys(["context", "target_shape", "draft_shape", "bandwidth", "flops", "memory",
                                "max_batch"], "plan"))
 FLAGS = ("--list", "--detail", "--trace", "--tune", "--plan")  # options that take no value
-
-
-def bound(x):
-    """A number as a reader types it: bound(2**32 - 1) -> '4,294,967,295', bound(0.5) -> '0.5'."""
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def value(kind, least, most, what="", noun=None, above=False):

@@ -3777,7 +3777,7 @@ def draw_line(p_rows, contexts, args, out, bonus, residual_name, spell):
 def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT, colour=False, text=None):
     """Decode a few rounds and print each one, one drafted token per line. text:
     None for the six-token tables, or a prompt name: the copying target of
-    demo 11, drafted by prompt lookup."""
+    chapter 11, drafted by prompt lookup."""
     bug = bugged(rule) if rule in BUGS else None  # the bug's module, or why it cannot run
     verify = bug.verify_round if bug and not isinstance(bug, str) else {"block": verify_block}.get(rule, verify_round)
     if text is None:
@@ -3788,7 +3788,7 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
         what = f"the target p, {named}a draft q of blend weight {weight:g}"
     else:
         P, D, draft, start, spell = CopyModel(0.9), Lookup(2, 4, len(ALPHABET)), lookup_draft, prompts()[text], decode
-        what = "demo 11's copying target (lam = 0.9), drafted by prompt lookup (n 2..4, q one-hot)"
+        what = "chapter 11's copying target (lam = 0.9), drafted by prompt lookup (n 2..4, q one-hot)"
     block = rule == "block"
     say(f"Speculative decoding, traced: {what}, k = {k}, seed {seed}, the {rule!r}",
         f"{'bug' if rule in BUGS else 'verifier'}.", f"Its bug is not run: {bug}." if isinstance(bug, str) else "",
@@ -4026,7 +4026,7 @@ def arg_parser():
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "
         "(default), one-hot, strict or block; or a deliberate bug: " + ", ".join(BUGS) + " (demo 2)")
     add("--draft", type=draft_weight, default=MIDDLING_WEIGHT, help="middling (default), unrelated, a weight in [0,1]")
-    add("--text", choices=("summarise", "edit"), metavar="PROMPT", help="decode real text instead: demo 11's "
+    add("--text", choices=("summarise", "edit"), metavar="PROMPT", help="decode real text instead: chapter 11's "
         "copying target after the prompt summarise (a paragraph) or edit (a function), drafted by prompt lookup")
     add("--seed", type=value(int, 0, 2**32 - 1), default=0, help="the random stream (%(default)s)")
     add("--k", type=value(int, 1, 64), help="--trace: the draft length (4); --tune, --plan: the k "

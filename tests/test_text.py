@@ -1,4 +1,4 @@
-"""Drafts with no draft model, on text that copies (demo 11): prompt lookup as
+"""Drafts with no draft model, on text that copies (chapter 11): prompt lookup as
 vLLM's ngram proposer does it, with vLLM's own test cases; the character model
 of Python's documentation; heads on the target; APEX-1's two generator bugs.
 The documentation differs between Python versions, so these tests check

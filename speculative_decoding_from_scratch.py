@@ -484,34 +484,48 @@ def chain_rounds(outcomes_of, start, n, vocab, then=lambda state, tokens: tokens
     return after(start, n)
 
 
-def verify_outcomes(P, text, proposals):
-    """Every way one verify_round round after text can end, weighed through
-    forward, accept_prob and residual instead of sampled: [(kept drafts, the
-    row the last token is drawn from, prob)]. proposals: [(drafted, q_rows,
-    prob)], every proposal the draft can make after text and its chance."""
+Rule = namedtuple("Rule", "keep replacement bonus")  # what a verifier decides at the drafted positions
+
+
+def exact_rule():
+    """The paper's rule as a Rule: keep(p_rows, q_rows, drafted) gives each
+    draft's chance to be kept, min(1, p/q) through accept_prob; a rejected
+    draft is replaced from residual(p, q); the bonus token comes from p.
+    Chapter 18 writes the lossy rules engines ship the same way."""
+    return Rule(lambda p_rows, q_rows, drafted: [accept_prob(p, q, x) for p, q, x in zip(p_rows, q_rows, drafted)],
+                lambda p, q, x: residual(p, q), lambda p: p)
+
+
+def verify_outcomes(P, text, proposals, rule=None):
+    """Every way one round after text can end, weighed through forward and
+    the rule (the paper's, through accept_prob and residual, unless given)
+    instead of sampled: [(kept drafts, the row the last token is drawn from,
+    prob)]. proposals: [(drafted, q_rows, prob)], every proposal the draft can
+    make after text and its chance."""
+    keep, replacement, bonus = rule or exact_rule()
     out = []
     for drafted, q_rows, prob in proposals:
         p_rows = forward(P, text, drafted)
-        for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted)):
-            a = accept_prob(p, q, x)
-            if a < 1:
-                out.append((tuple(drafted[:i]), residual(p, q), prob * (1 - a)))  # rejected at draft i+1
-            prob *= a
+        for i, (c, p, q, x) in enumerate(zip(keep(p_rows, q_rows, drafted), p_rows, q_rows, drafted)):
+            if c < 1:
+                out.append((tuple(drafted[:i]), replacement(p, q, x), prob * (1 - c)))  # rejected at draft i+1
+            prob *= c
             if prob == 0:
                 break
         else:
-            out.append((tuple(drafted), p_rows[-1], prob))  # every draft kept: the bonus row
+            out.append((tuple(drafted), bonus(p_rows[-1]), prob))  # every draft kept: the bonus row
     return out
 
 
-def exact_draft_first_tokens(P, proposals_of, text, n, reads_text=True):
+def exact_draft_first_tokens(P, proposals_of, text, n, reads_text=True, rule=None):
     """The exact joint of the first n tokens after text for any draft, given
-    proposals_of(text) as verify_outcomes takes them. reads_text: the state
-    is the whole text (a model that reads it); else the last token (tables)."""
+    proposals_of(text) as verify_outcomes takes them, under the rule (the
+    paper's unless given). reads_text: the state is the whole text (a model
+    that reads it); else the last token (tables)."""
     if reads_text:
-        return chain_rounds(lambda t: verify_outcomes(P, list(t), proposals_of(list(t))), tuple(text), n,
+        return chain_rounds(lambda t: verify_outcomes(P, list(t), proposals_of(list(t)), rule), tuple(text), n,
                             len(P), then=lambda t, tokens: (*t, *tokens))
-    return chain_rounds(lambda d: verify_outcomes(P, [d], proposals_of([d])), text[-1], n, len(P))
+    return chain_rounds(lambda d: verify_outcomes(P, [d], proposals_of([d]), rule), text[-1], n, len(P))
 
 
 def exact_first_tokens(P, Q, ctx, n, k, **how):

@@ -2835,7 +2835,7 @@ def target_first_tokens_text(P, text, n):
     return np.array([first[x] * target_first_tokens_text(P, [*text, x], n - 1) for x in range(len(P))])
 
 
-def demo11_speed(prompt, k, lams, n_tokens=250, batches=(1, 256)):
+def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
     """Demo 11: tokens per call against the copy weight, over both prompts, and the speedup it buys."""
     drafts = (("vLLM", Lookup(2, 4, len(ALPHABET))), ("HF", Lookup(1, 2, len(ALPHABET))))
     rows, texts = [], list(prompts().values())
@@ -3588,6 +3588,349 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     return SimpleNamespace(rows=rows, tables=tables)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 18. What does a lossy verifier cost?
+# Every engine also ships verifiers that are not exact, and users switch them
+# on for speed. Each is written here as a Rule, as the tools write the paper's
+# (exact_rule): the chance to keep each draft, the row the token after a
+# rejection comes from, and the row of the bonus token. The models are tables,
+# so what each rule emits is a finite sum: its distance from the target is
+# exact, where the engines' papers report benchmark scores. Read at these
+# commits: FasterDecoding/Medusa medusa/model/utils.py (evaluate_posterior) at
+# 10a2697c; vLLM V0's vllm/model_executor/layers/typical_acceptance_sampler.py
+# at 0a71900b (removed from vLLM in 2025); SGLang's sgl-kernel csrc/
+# speculative/speculative_sampling.cuh (TreeSpeculativeSamplingTargetOnly) at
+# cfceb83d; TensorRT-LLM's tensorrt_llm/_torch/speculative/mtp.py at 23ee85ee
+# and mtpRelaxedAcceptanceKernel in cpp/tensorrt_llm/kernels/
+# speculativeDecoding/mtpKernels.cu at b35ac1b6; vLLM's FLy,
+# vllm/v1/spec_decode/fly.py at 04329df5 and docs/features/speculative_decoding/
+# fly.md at 230dd264, from pull request #53987, open in the stored thread.
+
+
+def knob(name, x, least, most=math.inf, whole=False):
+    """x, or a ValueError naming the knob and its range (NaN fails too):
+    knob("relaxed_delta", -1, 0, 1) raises 'relaxed_delta must be in [0, 1], got -1'."""
+    ok = isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and (
+        not whole or float(x).is_integer()) and least <= x <= most
+    if not ok:
+        within = f"in [{bound(least)}, {bound(most)}]" if most < math.inf else f"{bound(least)} or more"
+        raise ValueError(f"{name} must be {'a whole number ' if whole else ''}{within}, got {x!r}")
+    return x
+
+
+def per_position(test):
+    """A Rule's keep from a test of one drafted position, test(p, q, x) -> its chance."""
+    return lambda p_rows, q_rows, drafted: [test(p, q, x) for p, q, x in zip(p_rows, q_rows, drafted)]
+
+
+def argmax_row(p):
+    """The one-hot row at p's likeliest token (the lowest id on a tie)."""
+    return one_hot(int(np.argmax(p)), len(p))
+
+
+def typical_threshold(p, eps, alpha):
+    """Typical acceptance's bar: min(eps, alpha exp(-H(p))), H the entropy with
+    Medusa's 1e-5 inside the log. A flat p (a large H) lowers the bar:
+    typical_threshold([.5, .3, .2], .09, .3) = min(.09, .3 e^-1.0297) = .09."""
+    H = -float(np.sum(p * np.log(p + 1e-5)))
+    return min(eps, alpha * math.exp(-H))
+
+
+def typical_rule(posterior_threshold=0.09, posterior_alpha=0.3, bonus_from_p=True):
+    """vLLM V0's typical acceptance sampler, after Medusa's: keep x iff
+    p(x) > typical_threshold; after a rejection, the target's argmax; the bonus
+    sampled from p (vLLM V0) or its argmax (Medusa, bonus_from_p=False). It
+    keeps any draft the target finds likely enough, however often the draft
+    proposes it: q is never read. With p = (.5, .3, .2) at the defaults the
+    bar is .09, so every token is kept; at (.25, .9) the bar is .25, and only 0
+    and 1 are. Both knobs must be 0 or more (vLLM V0's check)."""
+    eps, alpha = knob("posterior_threshold", posterior_threshold, 0), knob("posterior_alpha", posterior_alpha, 0)
+    return Rule(per_position(lambda p, q, x: float(p[x] > typical_threshold(p, eps, alpha))),
+                lambda p, q, x: argmax_row(p), (lambda p: p) if bonus_from_p else argmax_row)
+
+
+def sglang_rule(threshold_single=1.0, threshold_acc=1.0):
+    """SGLang's target-only kernel, on a chain of drafts each proposed for
+    certain (its EAGLE drafts are top-1): keep x if u <= p(x) / threshold_acc
+    or p(x) >= threshold_single; after a rejection, a token from p without x;
+    the bonus from p. At (1, 1) it is the one-hot rule, exact for such drafts;
+    below, it keeps drafts more often than the target would emit them. With
+    p(x) = .3: kept with chance .3 at (1, 1), .6 at threshold_acc .5, always at
+    threshold_single .3. Both lie in [0, 1] (the kernel's CHECK_GE), and the
+    kernel floors threshold_acc at 1e-9."""
+    single, acc = knob("threshold_single", threshold_single, 0, 1), knob("threshold_acc", threshold_acc, 0, 1)
+    return Rule(per_position(lambda p, q, x: 1.0 if p[x] >= single else min(1.0, p[x] / max(acc, 1e-9))),
+                lambda p, q, x: without(p, [x]), lambda p: p)
+
+
+def relaxed_rule(relaxed_topk=1, relaxed_delta=0.0):
+    """TensorRT-LLM's relaxed acceptance for MTP, for greedy requests in a
+    reasoning model's thinking phase: keep x iff it is among p's relaxed_topk
+    likeliest and p(x) >= max p - relaxed_delta (probabilities, not logits);
+    after a rejection, and as the bonus, the argmax. At (1, 0) it is greedy
+    decoding's exact match; above, it keeps tokens greedy decoding would not
+    pick. With p = (.5, .3, .2) and x = 1: kept at (2, .2), not at (2, .1) or
+    (1, .5). relaxed_topk is a whole number of 1 or more, relaxed_delta in [0, 1]."""
+    topk, delta = knob("relaxed_topk", relaxed_topk, 1, whole=True), knob("relaxed_delta", relaxed_delta, 0, 1)
+    return Rule(per_position(lambda p, q, x: float(x in np.argsort(-p, kind="stable")[:int(topk)]
+                                                   and p[x] >= p.max() - delta)),
+                lambda p, q, x: argmax_row(p), argmax_row)
+
+
+def entropy_top3(p):
+    """FLy's gate: -sum p ln p over p's three largest probabilities, not
+    renormalised, so at most ln 3 = 1.0986: entropy_top3([.5, .3, .2]) = 1.0297."""
+    top = np.sort(np.asarray(p, float))[::-1][:3]
+    top = top[top > 0]
+    return float(-(top * np.log(top)).sum())
+
+
+def fly_rule(fly_window_size=2, fly_entropy_threshold=0.3):
+    """FLy's greedy path: a draft that is not the target's argmax is kept
+    anyway if entropy_top3(p) >= fly_entropy_threshold, its window of the next
+    fly_window_size drafts fits before the k-th, and each of those is its own
+    position's argmax. After a rejection and as the bonus: the argmax. Above
+    ln 3 the gate never opens, and FLy is greedy decoding's exact match. With
+    drafts (1, 0, 0) where the argmaxes are (0, 0, 0) and p = (.5, .3, .2) at
+    the first: kept at window 2, threshold .3; not at threshold 1.1. The window
+    lies in 1..k-1 (vLLM's check), the threshold at 0 or more."""
+    window = knob("fly_window_size", fly_window_size, 1, whole=True)
+    theta = knob("fly_entropy_threshold", fly_entropy_threshold, 0)
+
+    def keep(p_rows, q_rows, drafted):
+        k, top = len(drafted), [int(np.argmax(p)) for p in p_rows]
+        knob("fly_window_size", window, 1, k - 1, whole=True)
+        return [float(x == top[i] or entropy_top3(p) >= theta and i + window < k and p[x] > 0
+                      and all(drafted[j] == top[j] for j in range(i + 1, i + window + 1)))
+                for i, (p, x) in enumerate(zip(p_rows, drafted))]
+    return Rule(keep, lambda p, q, x: argmax_row(p), argmax_row)
+
+
+def lossy_verifier(rule):
+    """A verifier with verify_round's contract that follows a Rule: each draft
+    kept with its chance; the first one rejected is replaced from the rule's
+    row; if all are kept, a bonus token from the rule's bonus row."""
+    def verify(P, text, drafted, q_rows, rng):
+        p_rows = forward(P, text, drafted)  # the one target call
+        for i, (c, p, q, x) in enumerate(zip(rule.keep(p_rows, q_rows, drafted), p_rows, q_rows, drafted)):
+            if not rng.random() < c:
+                return list(drafted[:i]) + [sample_from(rule.replacement(p, q, x), rng.random())]
+        return list(drafted) + [sample_from(rule.bonus(p_rows[-1]), rng.random())]
+    return verify
+
+
+def table_proposals(Q, k):
+    """Every k-token draft from table Q after a text, as verify_outcomes takes
+    them: [(drafted, q_rows, chance)], one proposal for a one-hot Q."""
+    def proposals(text):
+        out = []
+
+        def grow(drafted, rows, prob):
+            c = drafted[-1] if drafted else text[-1]
+            if len(drafted) == k:
+                out.append((drafted, rows, prob))
+                return
+            for x in np.flatnonzero(Q[c]).tolist():
+                grow(drafted + [x], rows + [Q[c]], prob * Q[c, x])
+        grow([], [], 1.0)
+        return out
+    return proposals
+
+
+def lossy_exact(P, D, rule, ctx, n, k):
+    """A rule's exact joint of the first n tokens after ctx, and its exact
+    tokens per call, for drafts from the table D (the paper's rule if None)."""
+    proposals = table_proposals(D, k)
+    ends = lru_cache(maxsize=None)(lambda d: verify_outcomes(P, [d], proposals([d]), rule))  # once per context
+    return chain_rounds(ends, ctx, n, len(P)), outcome_tokens_per_call(ends, len(P))
+
+
+LOSSY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it, its lossless setting)
+    "typical": (("posterior_threshold", "posterior_alpha"), typical_rule, "sampled", None),
+    "medusa": (("posterior_threshold", "posterior_alpha"), lambda *a: typical_rule(*a, bonus_from_p=False),
+               "sampled", None),
+    "sglang": (("threshold_single", "threshold_acc"), sglang_rule, "one-hot", (1.0, 1.0)),
+    "relaxed": (("relaxed_topk", "relaxed_delta"), relaxed_rule, "greedy", (1, 0.0)),
+    "fly": (("fly_window_size", "fly_entropy_threshold"), fly_rule, "greedy", (2, 1.2)),
+}
+
+
+def demo18_lossy(k=3, ctx=5, n=3, n_runs=200):
+    say("Serving engines also ship verifiers that are not exact, switched on for speed: vLLM,",
+        "SGLang and TensorRT-LLM, three open-source serving engines, each have one. Their papers",
+        "report quality on benchmarks. Here the models are tables, so each rule's distance from",
+        f"the target is exact: the TV of its first {n} tokens. First at temperature 1, the",
+        f"middling draft at k = {k}, after '{name(ctx)}':")
+    print()
+    for line in (
+            "typical   vLLM V0's typical acceptance, after Medusa's: keep x if p(x) >",
+            "          min(eps, alpha e^-H). H, the entropy of p, -sum p ln p, is how",
+            "          spread p is; a draft the target finds typical enough passes,",
+            "          however often the draft proposes it. After a rejection: the",
+            "          argmax. medusa: the same, with the bonus as the argmax too.",
+            "sglang    SGLang's thresholds on one-hot drafts: keep x if u <= p(x) / acc",
+            "          or p(x) >= single; a rejected draft is redrawn from p without x."):
+        print("  " + line)
+    truth = target_first_tokens(TARGET, ctx, n)
+    hot = temper(MIDDLING, 0)
+    settings = [("probabilistic", "lossless", None, MIDDLING), ("one-hot", "lossless", None, hot),
+                ("block", "lossless", "block", MIDDLING)]
+    settings += [("typical", f"{e:g}, {a:g}", typical_rule(e, a), MIDDLING)
+                 for e, a in ((0.09, 0.3), (0.3, 0.9), (0.05, 0.3), (0.01, 0.03))]
+    settings += [("medusa", "0.09, 0.3", typical_rule(0.09, 0.3, bonus_from_p=False), MIDDLING)]
+    settings += [("sglang", f"{s:g}, {a:g}", sglang_rule(s, a), hot) for s, a in ((1, 1), (1, 0.8), (1, 0.5), (0.3, 1))]
+    rows = []
+    for label, setting, rule, D in settings:
+        verify = verify_block if rule == "block" else verify_round if rule is None else lossy_verifier(rule)
+        result = attempt(lambda: (exact_block_first_tokens(TARGET, D, ctx, n, k),
+                                  exact_block_tokens_per_call(TARGET, D, k)) if rule == "block" else
+                         lossy_exact(TARGET, D, rule, ctx, n, k))
+        counts = attempt(lambda: first_two(lambda rng: spec_generate(TARGET, D, [ctx], 2, k, rng, verify)[0],
+                                           n_runs, seed=30))
+        if first_error(result, counts):
+            rows.append((label, setting, None, None, None, "raised"))
+            continue
+        (joint, per_call), fit = result, chi2_sf(*pearson(counts, result[0].sum(axis=2)))
+        rows.append((label, setting, tv_distance(joint, truth), per_call, fit, ""))
+    best = max(r[3] for r in rows if r[1] == "lossless" and r[3] is not None)
+    rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
+                     and r[3] <= best + 1e-12 else r[5],) for r in rows]
+    print()
+    table([("rule", 15, "<"), ("setting", 12, "<"), ("exact TV", 10, exact_text), ("tokens/call", 13, ".2f"),
+           ("fit to exact", 14, p_text), ("", 12, "<")], rows)
+    return demo18_verdicts(rows, best, k, n)
+
+
+def demo18_verdicts(rows, best, k, n):
+    """Chapter 18's sentences on its first table, and the frontier."""
+    lossless = [r for r in rows if r[1] == "lossless" or r[1] in ("1, 1",)]
+    misfit = [f"{r[0]} ({r[1]})" for r in rows if r[4] is not None and r[4] < P_REJECT]
+    dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
+    print()
+    say("The fit compares 200 sampled runs with each rule's own exact distribution of the first",
+        "two tokens: " + ("every rule's sample fits its exact joint." if not misfit else
+                          f"NOT every sample fits: {', '.join(misfit)}."),
+        "At (1, 1) SGLang's thresholds are the one-hot rule: exact TV " + exact_text(
+            next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".")
+    say(f"Dominated: a lossless verifier on the same draft model keeps as many tokens per call",
+        f"({best:.2f}) at no distance. Here that is {'; '.join(dominated)}." if dominated else
+        f"(best lossless: {best:.2f}); here no lossy setting is.")
+    frontier(rows)
+    return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
+
+
+def frontier(rows, width=56, height=8, top=0.8):
+    """A text plot of tokens per call (across) against exact TV (down from 0):
+    each rule's first letter where its settings land; lossless ones on the top line."""
+    lo, hi = 1.0, max(4.0, max(r[3] for r in rows if r[3] is not None))
+    grid = [[" "] * (width + 1) for _ in range(height + 1)]
+    for label, setting, tv, per_call, _, _ in sorted(rows, key=lambda r: r[1] == "lossless"):  # lossless on top
+        if tv is not None:
+            y = min(height, round(tv / top * height))
+            grid[y][round((per_call - lo) / (hi - lo) * width)] = label[0].upper()
+    print()
+    say("Tokens per call across, exact TV down (P probabilistic, O one-hot, B block, T typical,",
+        "M medusa, S sglang):")
+    print()
+    for y, line in enumerate(grid):
+        print(f"  {y * top / height:4.1f} |" + "".join(line).rstrip())
+    print("       +" + "-" * width)
+    print(f"        {lo:<4.1f}" + f"{(lo + hi) / 2:^{width - 8}.1f}" + f"{hi:>4.1f}")
+
+
+def greedy_tables(V=32, sharpness=1.0, weight=0.5):
+    """Chapter 18's greedy models: a 32-token target table, flatter than the
+    six-token ones so that near ties occur, and the argmax of a blend with an
+    unrelated table as the draft (a greedy draft proposes its likeliest token)."""
+    P = softmax(sharpness * np.random.default_rng(181).standard_normal((V, V)))
+    return P, temper(blend(P, softmax(sharpness * np.random.default_rng(182).standard_normal((V, V))), weight), 0)
+
+
+def demo18_greedy(k=4, n_tokens=32, n=3):
+    """Chapter 18, part two: greedy requests, where relaxed acceptance and FLy
+    change the text itself. Every step is deterministic, so each count is exact."""
+    P, D = greedy_tables()
+    prompts_ = list(range(24))
+    plain = {s: plain_decode(temper(P, 0), [s], n_tokens, np.random.default_rng(0)) for s in prompts_}
+    settings = [("exact match", "", relaxed_rule(1, 0.0)), ("relaxed", "3, 0.2", relaxed_rule(3, 0.2)),
+                ("relaxed", "15, 0.5", relaxed_rule(15, 0.5)), ("fly", "2, 1.2", fly_rule(2, 1.2)),
+                ("fly", "2, 0.3", fly_rule(2, 0.3)), ("fly", "1, 0.3", fly_rule(1, 0.3)), ("fly", "3, 0.6", fly_rule(3, 0.6))]
+    rows = []
+    for label, setting, rule in settings:
+        runs = attempt(lambda: [spec_generate(P, D, [s], n_tokens, k, np.random.default_rng(0),
+                                              lossy_verifier(rule))[:2] for s in prompts_])
+        if isinstance(runs, Exception):
+            rows.append((label, setting, "raised", None, None, None))
+            continue
+        firsts = [next((i for i, (a, b) in enumerate(zip(out, plain[s])) if a != b), None)
+                  for s, (out, _) in zip(prompts_, runs)]
+        parted = [f for f in firsts if f is not None]
+        rows.append((label, setting, f"{len(parted)}/{len(prompts_)}",
+                     float(np.median(parted)) + 1 if parted else None,
+                     sum(f is not None and f < n for f in firsts) / len(prompts_),
+                     len(prompts_) * n_tokens / sum(calls for _, calls in runs)))
+    print()
+    say("Greedy requests take the likeliest token: plain decoding's text is fixed. Two rules",
+        "change it. relaxed: TensorRT-LLM's relaxed acceptance for MTP (multi-token prediction",
+        "heads), in a reasoning model's",
+        "thinking phase: keep x if it is among p's top-k and p(x) >= max p - delta. fly: vLLM's",
+        "FLy, greedy path: keep a draft that is not the argmax if the entropy of p's three",
+        "largest probabilities is at least a threshold, and the drafts in its window, the next",
+        f"few, are each their position's argmax. A 32-token target, a greedy draft, k = {k}; {n_tokens} tokens from",
+        f"each of {len(prompts_)} prompts. Each step is deterministic, so every figure is exact:")
+    print()
+    table([("rule", 13, "<"), ("setting", 10, "<"), ("texts part", 12, ">"), ("first at token", 16,
+           lambda x: f"{x:.1f}"), (f"TV, first {n}", 13, ".3f"), ("tokens/call", 13, ".2f")], rows)
+    exact = rows[0]
+    changed = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
+    same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
+    print()
+    say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
+        (f"{len(changed)} of the {len(rows) - 1} lossy settings change the text: here changed greedy text is"
+         " the rule, not rounding (chapter 12).") if changed else "No lossy setting changes the text here.",
+        f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it as greedy decoding writes it." +
+        (" An entropy threshold above ln 3 = 1.10 never opens FLy's gate." if any(
+            r[0] == "fly" and float(r[1].split(", ")[1]) > math.log(3) for r in rows if f"{r[0]} ({r[1]})" in same)
+         else "") if same else "")
+    return rows
+
+
+def lossy_configs():
+    """The engine settings that run chapter 18's rules as printed, each key as
+    its source spells it."""
+    print()
+    say("The settings, as each engine spells them (vLLM V0's command line at 0a71900b; SGLang's",
+        "server_args.py at ac08ebed; TensorRT-LLM's MTPDecodingConfig at fcd3f316, in the YAML",
+        "that trtllm-serve takes; FLy's documentation on its pull request's branch):")
+    print()
+    for line in (
+            "vLLM V0   --spec-decoding-acceptance-method typical_acceptance_sampler",
+            "          --typical-acceptance-sampler-posterior-threshold 0.09",
+            "          --typical-acceptance-sampler-posterior-alpha 0.3",
+            "SGLang    --speculative-accept-threshold-single 1.0",
+            "          --speculative-accept-threshold-acc 0.5",
+            "TRT-LLM   speculative_config: {decoding_type: MTP,",
+            "            use_relaxed_acceptance_for_thinking: true, relaxed_topk: 3,",
+            "            relaxed_delta: 0.2}",
+            "vLLM FLy  --speculative-config '{..., \"rejection_sample_method\": \"fly\",",
+            "            \"fly_window_size\": 2, \"fly_entropy_threshold\": 0.3}'"):
+        print("  " + line)
+
+
+def demo18_lossy_cost():
+    first = demo18_lossy()
+    greedy = demo18_greedy()
+    lossy_configs()
+    lossless = [r for r in first.rows if r[1] == "lossless"] + [
+        next(r for r in first.rows if r[0] == "sglang" and r[1] == "1, 1")]
+    takeaway("a lossy verifier buys tokens per call with a distance from the target; price it against a"
+             " lossless verifier on the same draft first.",
+             {"every lossless setting is exact": all(r[2] is not None and r[2] < ROUNDING for r in lossless),
+              "every rule's sample fits its exact distribution": not first.misfit,
+              "the exact match keeps greedy text": greedy[0][2].startswith("0/")})
+    return SimpleNamespace(first=first, greedy=greedy)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -3616,6 +3959,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "15": ("How did a shipped block verifier break?", demo15_shipped_block),
     "16": ("Can heads on the target replace the draft model?", demo16_heads),
     "17": ("What did a from-scratch generator get wrong?", demo17_apex),
+    "18": ("What does a lossy verifier cost?", demo18_lossy_cost),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

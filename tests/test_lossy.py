@@ -1,0 +1,160 @@
+"""Chapter 18's lossy verifiers: each rule against a hand-worked case and the
+upstream tests that exist (vLLM V0's typical acceptance sampler tests, ported
+to this API), each at its lossless setting against the exact verifier, each
+exact TV against a sample, and bad knobs refused by name."""
+import math
+
+import numpy as np
+import pytest
+
+import speculative_decoding_from_scratch as sd
+from helpers import ScriptedRng
+from test_demos import flat, section
+
+P3 = np.array([.5, .3, .2])
+
+
+# --- hand-worked cases, as each rule's docstring states them ------------------------------
+
+def test_typical_threshold_by_hand():
+    H = -sum(p * math.log(p + 1e-5) for p in P3)  # Medusa's entropy, 1e-5 inside the log
+    assert H == pytest.approx(1.0297, abs=1e-4)
+    assert sd.typical_threshold(P3, 0.09, 0.3) == 0.09 and 0.3 * math.exp(-H) == pytest.approx(0.1071, abs=1e-4)
+    keep = sd.typical_rule().keep([P3] * 3, [None] * 3, [0, 1, 2])
+    assert keep == [1.0, 1.0, 1.0]
+    assert sd.typical_rule(0.25, 0.3).keep([P3] * 3, [None] * 3, [0, 1, 2]) == [1.0, 1.0, 1.0]  # bar .107
+    assert sd.typical_rule(0.25, 0.9).keep([P3] * 3, [None] * 3, [0, 1, 2]) == [1.0, 1.0, 0.0]  # bar .25
+
+
+def test_sglang_relaxed_and_fly_by_hand():
+    x = 1  # p(x) = .3
+    assert sd.sglang_rule(1, 1).keep([P3], [None], [x]) == [pytest.approx(0.3)]
+    assert sd.sglang_rule(1, 0.5).keep([P3], [None], [x]) == [pytest.approx(0.6)]
+    assert sd.sglang_rule(0.3, 1).keep([P3], [None], [x]) == [1.0]
+    assert np.allclose(sd.sglang_rule().replacement(P3, None, x), [.5 / .7, 0, .2 / .7])  # p without x
+    assert sd.relaxed_rule(2, 0.2).keep([P3], [None], [x]) == [1.0]
+    assert sd.relaxed_rule(2, 0.1).keep([P3], [None], [x]) == [0.0] == sd.relaxed_rule(1, 0.5).keep([P3], [None], [x])
+    assert sd.entropy_top3(P3) == pytest.approx(1.0297, abs=1e-4) and sd.entropy_top3([1 / 3] * 3) == pytest.approx(
+        math.log(3))
+    hot = np.array([1.0, 0, 0])
+    rows = [P3, hot, hot, hot]
+    assert sd.fly_rule(2, 0.3).keep(rows, [None] * 3, [1, 0, 0]) == [1.0, 1.0, 1.0]
+    assert sd.fly_rule(2, 1.1).keep(rows, [None] * 3, [1, 0, 0]) == [0.0, 1.0, 1.0]  # the gate stays shut
+    assert sd.fly_rule(2, 0.3).keep(rows, [None] * 3, [1, 0, 2])[0] == 0.0  # the window is not all argmaxes
+    assert sd.fly_rule(1, 0.3).keep(rows, [None] * 3, [0, 1, 0])[1] == 0.0  # at the argmax row 1, p(x) = 0
+
+
+# --- vLLM V0's typical acceptance sampler tests (tests/samplers/test_typical_acceptance_sampler.py at 0a71900b) --
+
+def run(rule, rows, drafted, uniforms):
+    """One verification of the drafts against target rows given directly."""
+    class Rows:
+        def __len__(self):
+            return len(rows[0])
+
+        def __call__(self, text, new, cached):
+            return rows[cached:]
+    return sd.lossy_verifier(rule)(Rows(), [0], drafted, [None] * len(drafted), ScriptedRng(uniforms))
+
+
+def test_uniform_target_distribution_accepts_all_tokens():
+    V, k = 1000, 5
+    rows = [np.full(V, 1 / V)] * (k + 1)
+    out = run(sd.typical_rule(), rows, [3, 7, 11, 13, 17], [0.5] * (k + 1))
+    assert out[:k] == [3, 7, 11, 13, 17] and len(out) == k + 1  # every draft, then the bonus
+
+
+def test_temperature_zero_target_distribution():
+    # a one-hot target; drafts that avoid the hot token: only the recovered token comes out
+    V, hot = 50, 7
+    rows = [sd.one_hot(hot, V)] * 4
+    assert run(sd.typical_rule(), rows, [1, 2, 3], [0.5] * 4) == [hot]
+
+
+def test_accept_tokens_partially():
+    V, hot = 50, 7
+    rows = [sd.one_hot(hot, V)] * 6
+    assert run(sd.typical_rule(), rows, [hot] * 5, [0.5] * 6) == [hot] * 6  # all kept, then the bonus
+    assert run(sd.typical_rule(), rows, [hot, hot, 1, 2, 3], [0.5] * 4) == [hot, hot, hot]  # recovered at 3
+
+
+def test_accept_tokens_set_non_default_posteriors():
+    # one-hot rows whose zeros are 1e-5 (as the upstream test builds them): at (0.03, 0.9) the
+    # bar is .03 and a non-hot draft fails at once; at (0, 0) every draft passes
+    V, hot = 50, 7
+    row = np.full(V, 1e-5)
+    row[hot] = 1.0
+    assert sd.typical_threshold(row, 0.03, 0.9) == 0.03
+    assert run(sd.typical_rule(0.03, 0.9), [row] * 4, [1, 2, 3], [0.5] * 4) == [hot]
+    assert run(sd.typical_rule(0.0, 0.0), [row] * 4, [1, 2, 3], [0.5] * 4)[:3] == [1, 2, 3]
+
+
+def test_medusa_takes_the_argmax_where_vllm_samples_the_bonus():
+    rows = [np.array([.2, .8])] * 3
+    assert run(sd.typical_rule(bonus_from_p=False), rows, [1, 1], [0.5, 0.5, 0.1]) == [1, 1, 1]
+    assert run(sd.typical_rule(), rows, [1, 1], [0.5, 0.5, 0.1]) == [1, 1, 0]  # u = .1 draws token 0 from p
+
+
+# --- each rule against the exact verifier, and each exact TV against a sample -----------------------------
+
+def test_each_lossless_setting_reproduces_the_exact_verifier():
+    hot = sd.temper(sd.MIDDLING, 0)
+    exact, per_call = sd.lossy_exact(sd.TARGET, hot, None, 5, 3, 3)
+    joint, sg_per_call = sd.lossy_exact(sd.TARGET, hot, sd.sglang_rule(1, 1), 5, 3, 3)
+    assert sd.tv_distance(joint, exact) < 1e-12 and sg_per_call == pytest.approx(per_call, abs=1e-12)
+    P, D = sd.greedy_tables()
+    for rule in (sd.relaxed_rule(1, 0.0), sd.fly_rule(2, 1.2)):
+        for start in range(6):
+            out = sd.spec_generate(P, D, [start], 24, 4, np.random.default_rng(0), sd.lossy_verifier(rule))[0]
+            assert out == sd.plain_decode(sd.temper(P, 0), [start], 24, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("rule", [sd.typical_rule(), sd.sglang_rule(1, 0.5)], ids=["typical", "sglang"])
+def test_an_exact_tv_agrees_with_a_sample(rule):
+    D = sd.MIDDLING if rule.bonus(np.array([.5, .5]))[0] == .5 and rule.keep([P3], [None], [1])[0] == 1.0 else \
+        sd.temper(sd.MIDDLING, 0)
+    joint, _ = sd.lossy_exact(sd.TARGET, D, rule, 5, 2, 3)
+    truth = sd.target_first_tokens(sd.TARGET, 5, 2)
+    counts = sd.first_two(lambda rng: sd.spec_generate(sd.TARGET, D, [5], 2, 3, rng, sd.lossy_verifier(rule))[0],
+                          4000, seed=31)
+    sampled = sd.tv_distance(counts / 4000, truth)
+    exact = sd.tv_distance(joint, truth)
+    assert exact > 0.1 and abs(sampled - exact) < 0.05  # the noise of 4,000 runs is about 0.02 here
+
+
+def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
+    result, text = in_process[0]["18"], flat(section(in_process[1], "18"))
+    rows = {(r[0], r[1]): r for r in result.first.rows}
+    best = max(r[3] for r in result.first.rows if r[1] == "lossless")
+    assert best == pytest.approx(sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3))
+    for (label, setting), r in rows.items():
+        assert (r[5] == "dominated") == (setting != "lossless" and r[2] >= 1e-9 and r[3] <= best + 1e-12)
+    assert rows[("typical", "0.09, 0.3")][2] > 0.3 and rows[("typical", "0.09, 0.3")][3] > best
+    assert "sglang (1, 0.8)" in text and "every rule's sample fits its exact joint" in text
+    greedy = {(r[0], r[1]): r for r in result.greedy}
+    assert greedy[("exact match", "")][2] == "0/24" and greedy[("fly", "2, 1.2")][2] == "0/24"
+    assert greedy[("relaxed", "15, 0.5")][2] == "24/24"
+    assert "here changed greedy text is the rule, not rounding" in text
+
+
+# --- bad knobs ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: sd.typical_rule(-0.1, 0.3), r"posterior_threshold must be 0 or more, got -0.1"),
+    (lambda: sd.typical_rule(0.09, float("nan")), r"posterior_alpha must be 0 or more, got nan"),
+    (lambda: sd.sglang_rule(1.5, 1), r"threshold_single must be in \[0, 1\], got 1.5"),
+    (lambda: sd.sglang_rule(1, -1), r"threshold_acc must be in \[0, 1\], got -1"),
+    (lambda: sd.relaxed_rule(0, 0.1), r"relaxed_topk must be a whole number 1 or more, got 0"),
+    (lambda: sd.relaxed_rule(2.5, 0.1), r"relaxed_topk must be a whole number 1 or more, got 2.5"),
+    (lambda: sd.relaxed_rule(3, -0.2), r"relaxed_delta must be in \[0, 1\], got -0.2"),
+    (lambda: sd.fly_rule(0, 0.3), r"fly_window_size must be a whole number 1 or more, got 0"),
+    (lambda: sd.fly_rule(2, -1), r"fly_entropy_threshold must be 0 or more, got -1"),
+])
+def test_a_knob_outside_its_range_is_refused_by_name(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_a_window_that_does_not_fit_the_drafts_is_refused():
+    with pytest.raises(ValueError, match=r"fly_window_size must be a whole number in \[1, 2\], got 3"):
+        sd.fly_rule(3, 0.3).keep([P3] * 4, [None] * 3, [0, 0, 0])

@@ -4034,7 +4034,7 @@ def run_demos(numbers, detail=False):
 
 
 TRACED = ("forward", "accept_prob", "residual", "sample_from", "block_threshold")
-TRACE_RULES = ("probabilistic", "one-hot", "strict", "block") + tuple(BUGS)
+TRACE_RULES = ("probabilistic", "one-hot", "strict", "block") + tuple(BUGS) + tuple(LOSSY)
 MARKS = {"kept": ("{}", "32"), "drawn": ("[{}]", "33"), "bonus": ("{{{}}}", "36")}
 
 
@@ -4132,10 +4132,43 @@ def draw_line(p_rows, contexts, args, out, bonus, residual_name, spell):
             + (" (the bonus token)" if bonus else " in its place" if residual_name else ""))
 
 
-def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT, colour=False, text=None):
+def lossy_round_lines(ctx, drafted, q_rows, calls, rule, greedy, spell):
+    """One round of a lossy rule (chapter 18), read off its record: each check
+    is u against the rule's keep chance, beside the exact rule's (min(1, p/q),
+    or for a greedy request whether x is the argmax); a draft the lossy rule
+    kept where the exact rule would have rejected it, with the same u, is
+    marked kept!."""
+    p_rows = next(out for n, _, out in calls if n == "forward")
+    us = [v for n, _, v in calls if n == "u"]
+    chances, contexts, rows, lines, produced = rule.keep(p_rows, q_rows, drafted), [ctx] + drafted, [], [], []
+    for i, (c, p, q, x) in enumerate(zip(chances, p_rows, q_rows, drafted)):
+        if i >= len(us):
+            break
+        exact = float(x == int(np.argmax(p))) if greedy else accept_prob(p, q, x)
+        kept = us[i] < c
+        rows.append((glyph(contexts[i], spell), glyph(x, spell), q[x], p[x], c, exact, us[i],
+                     ("kept!" if us[i] >= exact else "kept") if kept else "rejected"))
+        if kept and us[i] >= exact:
+            lines.append(f"draft {i + 1}: the exact rule keeps it with {exact:.3f}, below u: it is kept by "
+                         "the lossy rule alone")
+        if not kept:
+            break
+        produced.append((x, "kept"))
+    for n, (row, u), out in [(n, a, o) for n, a, o in calls if n == "sample_from"]:
+        bonus = len(produced) == len(drafted)
+        source = "rule's bonus row" if bonus else "lossy rule's row"
+        lines.append(draw_line(p_rows, contexts, (row, u), out, bonus, source, spell))
+        produced.append((out, "bonus" if bonus else "drawn"))
+    return rows, lines, produced
+
+
+def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT, colour=False, text=None, knobs=None):
     """Decode a few rounds and print each one, one drafted token per line. text:
     None for the six-token tables, or a prompt name: the copying target of
-    chapter 11, drafted by prompt lookup."""
+    chapter 11, drafted by prompt lookup. knobs: a lossy rule's two knobs
+    (chapter 18), its engine's defaults if None."""
+    if rule in LOSSY:
+        return trace_lossy(n_rounds, seed, rule, k, weight, colour, knobs)
     bug = bugged(rule) if rule in BUGS else None  # the bug's module, or why it cannot run
     verify = bug.verify_round if bug and not isinstance(bug, str) else {"block": verify_block}.get(rule, verify_round)
     if text is None:
@@ -4167,6 +4200,36 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
                             colour, spell)
         out, proposed = out + emitted, proposed + len(drafted)
     trace_summary(n_rounds, kept, proposed, rule, seed, out, D, draft, start, P, spell, k)
+
+
+def trace_lossy(n_rounds, seed, name_, k, weight, colour, knobs):
+    """--trace for chapter 18's lossy rules, on the six-token tables: drafts
+    sampled from q, or the draft's argmax for the one-hot and greedy rules."""
+    names, make, drafts, _ = LOSSY[name_]
+    rule = make(*knobs) if knobs else make()
+    Q = blend(TARGET, UNRELATED, weight)
+    D = Q if drafts == "sampled" else temper(Q, 0)
+    set_as = ", ".join(f"{n} = {v:g}" for n, v in zip(names, knobs)) if knobs else "its engine's defaults"
+    say(f"A lossy verifier, traced: chapter 18's {name_!r} rule ({set_as}), the target p, a draft q of blend",
+        f"weight {weight:g}" + (", proposing its argmax" if drafts != "sampled" else "") + f", k = {k}, seed {seed}.",
+        "A draft is kept when u < the rule's keep chance. Beside it, the exact rule's:",
+        "min(1, p/q)," if drafts != "greedy" else "whether x is the argmax (a greedy request),",
+        "with the same u; kept! marks a draft only the lossy rule keeps.")
+    rng, out, kept, proposed = np.random.default_rng(seed), [], 0, 0
+    for r in range(1, n_rounds + 1):
+        context = [0, *out]
+        drafted, q_rows, emitted, calls = recorded_round(TARGET, D, context, k, rng, lossy_verifier(rule))
+        print(f"\nRound {r}, after '{name(context[-1])}': the draft proposes {' '.join(map(name, drafted))}.")
+        rows, lines, produced = lossy_round_lines(context[-1], drafted, q_rows, calls, rule, drafts == "greedy",
+                                                  decode_letters)
+        table([("after", 7, ">"), ("draft", 6, ">"), ("q(x)", 7, ".3f"), ("p(x)", 7, ".3f"), ("keep", 7, ".3f"),
+               ("exact", 7, ".3f"), ("u", 7, ".3f"), ("verdict", 10, "<")], rows)
+        for line in lines:
+            print("\n".join(textwrap.wrap(line, 76, initial_indent="  ", subsequent_indent="      ")))
+        print("  emits: " + marked([x for x, _ in produced], [kind for _, kind in produced], colour))
+        kept += sum(kind == "kept" for _, kind in produced)
+        out, proposed = out + emitted, proposed + len(drafted)
+    trace_summary(n_rounds, kept, proposed, name_, seed, out, D, draft_tokens, [0], TARGET, decode_letters, k)
 
 
 def decode_letters(tokens):
@@ -4308,7 +4371,8 @@ def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=Non
 # Command line
 
 
-OWNERS = dict(detail="demos", rule="trace", draft="trace", seed="trace", text="trace", v="tune", k="trace tune plan",
+OWNERS = dict(detail="demos", rule="trace", draft="trace", seed="trace", text="trace", knobs="trace", v="tune",
+              k="trace tune plan",
               k_max="tune plan",
               **dict.fromkeys(["mean_acceptance_length", "draft_acceptance_rate", "per_position"], "tune plan"),
               **dict.fromkeys(["context", "target_shape", "draft_shape", "bandwidth", "flops", "memory",
@@ -4357,6 +4421,15 @@ def listed(kind, n, least, most):
     return parse
 
 
+def knob_pair(text):
+    """--knobs: two numbers separated by a comma; the rule names a bad one's range."""
+    try:
+        a, b = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes two numbers separated by a comma, got {text!r}") from None
+    return [int(a) if a.is_integer() else a, b]
+
+
 def draft_weight(text, named={"middling": MIDDLING_WEIGHT, "unrelated": 0.0}):
     """--draft: 'middling', 'unrelated' or a blend weight in [0, 1]."""
     return named[text] if text in named else value(float, 0, 1, noun="middling, unrelated or a number")(text)
@@ -4382,11 +4455,16 @@ def arg_parser():
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "
-        "(default), one-hot, strict or block; or a deliberate bug: " + ", ".join(BUGS) + " (demo 2)")
+        "(default), one-hot, strict or block; a deliberate bug: " + ", ".join(BUGS) + " (demo 2); or a lossy "
+        "rule: " + ", ".join(LOSSY) + " (chapter 18)")
     add("--draft", type=draft_weight, default=MIDDLING_WEIGHT, help="middling (default), unrelated, a weight in [0,1]")
     add("--text", choices=("summarise", "edit"), metavar="PROMPT", help="decode real text instead: chapter 11's "
         "copying target after the prompt summarise (a paragraph) or edit (a function), drafted by prompt lookup")
     add("--seed", type=value(int, 0, 2**32 - 1), default=0, help="the random stream (%(default)s)")
+    add("--knobs", type=knob_pair, metavar="A,B",
+        help="a lossy rule's two knobs (chapter 18): typical, medusa: posterior_threshold,posterior_alpha; "
+        "sglang: threshold_single,threshold_acc; relaxed: relaxed_topk,relaxed_delta; fly: "
+        "fly_window_size,fly_entropy_threshold")
     add("--k", type=value(int, 1, 64), help="--trace: the draft length (4); --tune, --plan: the k "
         "a server's figures were measured at")
     add = ap.add_argument_group("choose k: --tune [ALPHA] C, --plan [ALPHA]").add_argument
@@ -4443,8 +4521,10 @@ def problems(args, argv):
         yield "--k goes with --mean-acceptance-length or --draft-acceptance-rate, not with ALPHA or --per-position"
     if (L := args.mean_acceptance_length) is not None and args.k and L > args.k + 1:
         yield f"--mean-acceptance-length must lie in [1, K + 1] = [1, {args.k + 1}], got {L:g}"
-    if args.text and args.rule in ("one-hot", "strict"):
+    if args.text and args.rule in ("one-hot", "strict", *LOSSY):
         yield f"--rule {args.rule} drafts from a table's rows; with --text the draft is prompt lookup"
+    if args.knobs is not None and args.rule not in LOSSY:
+        yield f"--knobs goes with a lossy rule: --rule {', '.join(LOSSY)}"
     if mode == "demos":
         yield from (f"unknown demo {v!r}; the lesson is 1-{len(LESSON)}, the chapters {min(CHAPTERS, key=int)}-"
                     f"{max(CHAPTERS, key=int)}, and all runs every chapter" for v in args.values
@@ -4471,7 +4551,7 @@ def run(args):
         print(contents())
     elif args.trace:
         trace(value(int, 1, 10_000, "--trace N ")(args.values[0]) if args.values else 4, args.seed, args.rule,
-              args.k or 4, args.draft, sys.stdout.isatty() and "NO_COLOR" not in os.environ, args.text)
+              args.k or 4, args.draft, sys.stdout.isatty() and "NO_COLOR" not in os.environ, args.text, args.knobs)
     elif args.tune or args.plan:
         route = dict(k=args.k, mean_length=args.mean_acceptance_length, draft_rate=args.draft_acceptance_rate,
                      per_position=args.per_position, k_max=args.k_max or len(args.per_position or [0] * 32))

@@ -3,6 +3,7 @@ upstream tests that exist (vLLM V0's typical acceptance sampler tests, ported
 to this API), each at its lossless setting against the exact verifier, each
 exact TV against a sample, and bad knobs refused by name."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -158,3 +159,29 @@ def test_a_knob_outside_its_range_is_refused_by_name(make, message):
 def test_a_window_that_does_not_fit_the_drafts_is_refused():
     with pytest.raises(ValueError, match=r"fly_window_size must be a whole number in \[1, 2\], got 3"):
         sd.fly_rule(3, 0.3).keep([P3] * 4, [None] * 3, [0, 0, 0])
+
+
+# --- watching a lossy rule: --trace --rule NAME --------------------------------------------------------
+
+def test_the_trace_marks_a_draft_only_the_lossy_rule_keeps(capsys):
+    sd.main(["--trace", "2", "--rule", "typical"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+[a-f]\s+[a-f]\s", line)]
+    assert rows
+    for after, x, q, p, keep, exact, u, verdict in rows:  # every verdict is read off its row's numbers
+        assert verdict == ("rejected" if float(u) >= float(keep) else "kept!" if float(u) >= float(exact) else "kept")
+    assert "kept!" in out and "it is kept by the lossy rule alone" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rule", "sglang", "--knobs", "1.5,1"], "threshold_single must be in [0, 1], got 1.5"),
+    (["--rule", "fly", "--knobs", "4,0.3"], "fly_window_size must be a whole number in [1, 3], got 4"),
+    (["--rule", "typical", "--knobs", "nan,0.3"], "posterior_threshold must be 0 or more, got nan"),
+    (["--knobs", "1,1"], "--knobs goes with a lossy rule"),
+    (["--rule", "typical", "--knobs", "1"], "takes two numbers separated by a comma"),
+])
+def test_a_bad_knob_on_the_command_line_is_one_usage_line(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        sd.main(["--trace", "1", *args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and err.count("\n") == 1

@@ -148,7 +148,7 @@ def test_an_edit_reaches_the_functions_that_take_it_as_a_default():
 
 
 def test_edited_names_a_line_that_is_not_there_and_bugged_says_why_it_cannot_run():
-    with pytest.raises(LookupError, match=r"residual\(\) has no line that reads 'no such line'"):
+    with pytest.raises(LookupError, match=r"residual\(\) has 0 lines that read 'no such line', not exactly one"):
         sd.edited((("residual", "no such line", "return p"),))
     with pytest.raises(LookupError, match="verify_round"):  # the second edit finds the line the first changed
         sd.edited((("verify_round", "return emitted", ""), ("verify_round", "return emitted", "return []")))

@@ -3941,6 +3941,448 @@ def demo18_lossy_cost():
     return SimpleNamespace(first=first, greedy=greedy)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 19. Which drafter, which k, which tree, for my server?
+# The lesson's "ship it" step as a skill. A server writes its own acceptance
+# figures to its Prometheus /metrics page; read them (vLLM's counter names and
+# labels as vllm/v1/spec_decode/metrics.py spells them at ee4ceaae: drafts,
+# draft tokens, accepted tokens, and accepted tokens per position, counted from
+# 0, each with model_name and engine labels), price every candidate drafter at
+# every batch size on demo 6's roofline, as a chain of k drafts or as the tree
+# it was measured with, and print the plan and the config each engine takes.
+
+def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None, per_position=None):
+    """(tokens per call at k = 1..k_max, where alpha came from or None, the
+    assumption in words). Past the K per-position rates cover, each further
+    draft passes with the last conditional rate, and the words say so."""
+    if per_position is not None:
+        K, rates = len(per_position), list(per_position)
+        last = rates[-1] / (rates[-2] if K > 1 else 1.0) if rates[-1] else 0.0
+        rates += [rates[-1] * last**j for j in range(1, k_max - K + 1)]
+        note = (f"past K = {K} each draft passes with the last conditional rate, {last:.3f} (assumed)"
+                if k_max > K else "no model: every row is the server's own")
+        return per_position_tokens(rates[:k_max]), None, note
+    if mean_length is not None:
+        alpha, source = alpha_from_mean_length(mean_length, k), f"a mean acceptance length of {mean_length:g}"
+    elif draft_rate is not None:
+        alpha, source = alpha_from_draft_rate(draft_rate, k), f"a draft acceptance rate of {draft_rate:g}"
+    else:
+        return expected_tokens(alpha, np.arange(1, k_max + 1)), alpha, "eq. 1: one alpha at every position"
+    return (expected_tokens(alpha, np.arange(1, k_max + 1)), alpha,
+            f"alpha = {alpha:.6f} from {source} at k = {k}, by eq. 1, which assumes one alpha at every position"
+            + ("; that rate is accepted / drafted tokens, NOT alpha" if draft_rate is not None else ""))
+
+
+SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total",
+                 "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+                 "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+                 "per_position": "vllm:spec_decode_num_accepted_tokens_per_pos_total"}
+
+
+def scrape_counters(text, labels=None):
+    """vLLM's speculative-decoding counters in a Prometheus text scrape, summed
+    over every label set that matches labels (say {"model_name": "m"}):
+    {drafts, draft_tokens, accepted, per_position: [by position]}. A ValueError
+    says what is missing: no such counters, no matching labels, a gap in the
+    positions. Lines: name{label="value",...} value [timestamp]."""
+    import re  # a scrape's lines are read by pattern
+    names = {v: k for k, v in SPEC_COUNTERS.items()}
+    out, per_position, matched = dict.fromkeys(["drafts", "draft_tokens", "accepted"], 0.0), {}, set()
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$', line)
+        if not m:
+            raise ValueError(f"line {n} of the scrape is not a Prometheus sample: {line[:50]!r}")
+        if m[1] not in names:
+            continue
+        found = dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', m[2] or ""))
+        matched.add(m[1])
+        if labels and any(found.get(key) != want for key, want in labels.items()):
+            continue
+        try:
+            x = float(m[3])
+        except ValueError:
+            raise ValueError(f"line {n} of the scrape is not a Prometheus sample: {line[:50]!r}") from None
+        if not (math.isfinite(x) and x >= 0):
+            raise ValueError(f"line {n} of the scrape: {m[1]} is {m[3]}, not a count")
+        if names[m[1]] == "per_position":
+            per_position[int(found.get("position", -1))] = per_position.get(int(found.get("position", -1)), 0) + x
+        else:
+            out[names[m[1]]] += x
+        out.setdefault("_seen", set()).add(names[m[1]])
+    if not matched:
+        raise ValueError("the scrape has no vllm:spec_decode_* counters: is speculative decoding on, and is "
+                         "this vLLM's /metrics?")
+    missing = [SPEC_COUNTERS[k] for k in SPEC_COUNTERS if k not in out.get("_seen", ())]
+    if missing:
+        raise ValueError(f"no sample of {missing[0]} matches the labels {labels or {}}")
+    if sorted(per_position) != list(range(len(per_position))):
+        raise ValueError(f"the per-position counter has positions {sorted(per_position)}, not 0..K-1")
+    out.pop("_seen")
+    return {**out, "per_position": [per_position[i] for i in range(len(per_position))]}
+
+
+def since(after, before):
+    """The counters a workload added between two scrapes, or a ValueError
+    naming a counter that went backwards (a restart between them)."""
+    if len(after["per_position"]) != len(before["per_position"]):
+        raise ValueError("the two scrapes count different numbers of positions: was K changed between them?")
+    out = {}
+    for key in ("drafts", "draft_tokens", "accepted", "per_position"):
+        a, b = np.atleast_1d(after[key]), np.atleast_1d(before[key])
+        if (a < b).any():
+            raise ValueError(f"{SPEC_COUNTERS[key]} went backwards between the scrapes, {b.max():g} to "
+                             f"{a.min():g}: the server restarted? scrape again")
+        out[key] = (a - b).tolist() if key == "per_position" else float(a[0] - b[0])
+    return out
+
+
+def server_figures(counters, k=None):
+    """What --tune takes, from the counters: (mean acceptance length, draft
+    acceptance rate, per-position rates, K). A K given beside them must match
+    the number of positions counted."""
+    K, drafts = len(counters["per_position"]), counters["drafts"]
+    if drafts <= 0:
+        raise ValueError("the scrape counts no drafts: no speculative step ran in it")
+    if k is not None and k != K:
+        raise ValueError(f"--k is {k} but the scrape counts {K} positions: K is the number of positions")
+    rates = [x / drafts for x in counters["per_position"]]
+    return 1 + counters["accepted"] / drafts, counters["accepted"] / counters["draft_tokens"], rates, K
+
+
+def scrape_text(sizes, k, model="toy", engine="0"):
+    """A run's rounds (each a number of tokens emitted, as measure() returns
+    them) written as vLLM's /metrics writes its counters, HELP and TYPE lines
+    included (each drafts k tokens; a round of s tokens kept s - 1)."""
+    kept = [s - 1 for s in sizes]
+    labels = f'engine="{engine}",model_name="{model}"'
+    counts = {"drafts": (len(sizes), "Number of spec decoding drafts."),
+              "draft_tokens": (k * len(sizes), "Number of draft tokens."),
+              "accepted": (sum(kept), "Number of accepted tokens.")}
+    lines = []
+    for key, (value, help_) in counts.items():
+        lines += [f"# HELP {SPEC_COUNTERS[key]} {help_}", f"# TYPE {SPEC_COUNTERS[key]} counter",
+                  f"{SPEC_COUNTERS[key]}{{{labels}}} {float(value)}"]
+    lines += [f"# HELP {SPEC_COUNTERS['per_position']} Accepted tokens per draft position.",
+              f"# TYPE {SPEC_COUNTERS['per_position']} counter"]
+    lines += [f'{SPEC_COUNTERS["per_position"]}{{{labels},position="{i}"}} {float(sum(a > i for a in kept))}'
+              for i in range(k)]
+    return "\n".join(lines) + "\n"
+
+
+Drafter = namedtuple("Drafter", "name method tokens tree cost")  # tokens[k - 1]: per call at k; tree: see options
+Option = namedtuple("Option", "drafter shape tokens positions draft_passes draft_width")
+
+
+def drafter_options(d, k_max):
+    """Every way to run drafter d: a chain of k = 1..k_max drafts (k+1
+    positions verified, k draft passes of one position), and, if it was
+    measured as a tree (top-k, steps, N draft tokens, tokens per call), that
+    tree (N positions verified, steps draft passes of top-k positions each)."""
+    out = [Option(d, f"k = {k}", d.tokens[k - 1], k + 1, k, 1) for k in range(1, min(k_max, len(d.tokens)) + 1)]
+    if d.tree:
+        topk, steps, n, tokens = d.tree
+        out.append(Option(d, f"tree {topk}x{steps}, {n}", tokens, n, steps, topk))
+    return out
+
+
+def option_speedup(o, batch, n_ctx, hw=H100, target=LLAMA2_7B):
+    """An option's speedup over plain decoding at a batch size, on the roofline:
+    tokens per call over (a verifying pass of its positions + its draft passes),
+    in plain passes. A drafter's cost is c plain passes a draft pass (held at
+    every batch), or its shape, priced like the target's."""
+    plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
+    verify = roofline_time(*pass_traffic(target, n_ctx, o.positions, batch), hw)[0]
+    if isinstance(o.drafter.cost, tuple):
+        one = roofline_time(*pass_traffic(o.drafter.cost, 0, o.draft_width, batch), hw)[0]
+    else:
+        one = o.drafter.cost * plain
+    return o.tokens * plain / (verify + o.draft_passes * one)
+
+
+def plan_drafters(drafters, n_ctx, max_batch, k_max=16, tol=0.01, hw=H100, target=LLAMA2_7B):
+    """The skill: at every batch size, every option of every drafter priced;
+    buckets of batch sizes that keep one option while it stays within tol of
+    the best at each B, and plain decoding where nothing beats it:
+    ([(first B, last B, option or None)], speeds[B - 1, option], options)."""
+    options = [o for d in drafters for o in drafter_options(d, k_max)]
+    speeds = np.array([[option_speedup(o, b, n_ctx, hw, target) for o in options] for b in range(1, max_batch + 1)])
+    buckets = []
+    for b, row in enumerate(speeds, start=1):
+        best = int(np.argmax(row)) if row.max() > 1 else None
+        if buckets:
+            run = buckets[-1][2]
+            if (run is None) == (best is None) and (run is None or row[run] >= (1 - tol) * row.max()):
+                buckets[-1][1] = b
+                continue
+        buckets.append([b, b, best])
+    return [(lo, hi, None if i is None else options[i]) for lo, hi, i in buckets], speeds, options
+
+
+def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
+    """The plan as table rows: batch sizes, drafter, how it runs, the speedup
+    over the bucket, and what bounds its verifying pass at the two ends."""
+    rows = []
+    for lo, hi, o in buckets:
+        if o is None:
+            rows.append((f"{lo}-{hi}", "plain decoding", "", "1.00x", ""))
+            continue
+        s = speeds[lo - 1:hi, options.index(o)]
+        ends = [str(roofline_time(*pass_traffic(target, n_ctx, o.positions, b), hw)[1]) for b in (lo, hi)]
+        rows.append((f"{lo}-{hi}", o.drafter.name, o.shape, f"{s.min():.2f}-{s.max():.2f}x",
+                     " to ".join(dict.fromkeys(ends))))
+    return rows
+
+
+def engine_configs(buckets, drafters):
+    """The plan as each engine takes it, and, in one line each, what it cannot
+    express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
+    rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
+    its EAGLE flags and, for a chain, an adaptive-mode config of candidate steps
+    per batch-size slot (adaptive_spec_params.py at 015c8726); TensorRT-LLM:
+    max_draft_len and draft_len_schedule {last B: k}, 0 off, above the last key
+    off (llm_args.py at 00043967)."""
+    used = [o for _, _, o in buckets if o is not None]
+    if not used:
+        return ["plain decoding at every batch size: leave speculation off"]
+    by_name = {o.drafter.name: o.drafter for o in used}
+    main = by_name[max(by_name, key=lambda d: sum(hi - lo + 1 for lo, hi, o in buckets
+                                                 if o is not None and o.drafter.name == d))]
+    ks = [(lo, hi, o.positions - 1 if o is not None and o.drafter.name == main.name and o.shape.startswith("k")
+           else 0) for lo, hi, o in buckets]
+    k_top = max(k for _, _, k in ks) or 1
+    lines = ["vLLM:    --speculative-config '" + json.dumps({"method": main.method, "num_speculative_tokens": k_top,
+                                                    "num_speculative_tokens_per_batch_size": [list(r) for r in ks]}) + "'"]
+    tree = next((o for o in used if o.drafter.name == main.name and o.shape.startswith("tree")), None)
+    if len(by_name) > 1:
+        lines.append(f"         (one drafter a server: {main.name}; where another wins, this runs {main.name} or nothing)")
+    if tree:
+        topk, steps, n, _ = main.tree
+        lines.append("         (vLLM's schedule is of chain lengths: the tree runs as a chain here)")
+        sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
+    else:
+        steps = max(k for _, _, k in ks) or 1
+        sg = f"--speculative-eagle-topk 1 --speculative-num-steps {steps} --speculative-num-draft-tokens {steps + 1}"
+    algorithm = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
+                 "mtp": "EAGLE"}.get(main.method, main.method.upper())
+    lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
+    if len({k for _, _, k in ks}) > 1 and not (not tree and algorithm.startswith("EAGLE")):
+        lines.append("         (these flags fix one k at every batch size; its adaptive mode, which moves the steps,"
+                     " runs for EAGLE drafts only)")
+    if not tree and algorithm.startswith("EAGLE"):
+        slots = {str(lo): {"candidate_steps": sorted({k, 0} if k == 0 else {k})} for lo, _, k in ks}
+        lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
+                  "         " + json.dumps(slots),
+                  "         (its slots key the smallest batch of each range; it moves among the steps by an",
+                  "         average of accepted drafts, so a slot of one step pins it)"]
+    schedule = {hi: k for _, hi, k in ks}
+    while schedule and list(schedule.values())[-1] == 0:  # above the last key TensorRT-LLM is off anyway
+        schedule.popitem()
+    trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
+           "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
+    lines += [f"TRT-LLM: speculative_config: {{decoding_type: {trt}, max_draft_len: {k_top},",
+              f"         draft_len_schedule: {json.dumps(schedule)}}}"]
+    first = next(iter(schedule.items()), None)
+    if first and first[1] != k_top:
+        lines.append(f"         (its first key must map to max_draft_len, {k_top}; this plan starts with {first[1]} up"
+                     f" to B = {first[0]}, which it refuses: drop that key and it drafts {k_top} there)")
+    return lines
+
+
+def exact_per_position(P, Q, K):
+    """What a server's per-position counters converge to at K drafts a round:
+    the chance that the first i drafts all pass, i = 1..K, over the rounds'
+    own start contexts, from round_table with no sampling."""
+    ends = round_table(P, Q, K)
+    start = stationary(ends.sum(axis=1))
+    return [float(start @ ends[:, i:].sum(axis=(1, 2))) for i in range(1, K + 1)]
+
+
+def reported_drafter(name_, method, P, Q, K, cost, k_max=16):
+    """A drafter as its server's counters report it at K (exact_per_position),
+    turned into tokens per call at k = 1..k_max the way --tune reads them."""
+    return Drafter(name_, method, route_tokens(k_max, per_position=exact_per_position(P, Q, K))[0], None, cost)
+
+
+def tree_tokens(P, Q, depth, branching, n_rounds, seed):
+    """Tokens per call of a tree of drafts, over n_rounds rounds (chapter 8's trees)."""
+    rng = np.random.default_rng(seed)
+    out = islice(rounds(lambda t: tree_round(P, Q, t, depth, branching, rng), [0]), n_rounds)
+    return float(np.mean([len(e) for e in out]))
+
+
+def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000):
+    big, small = (2048, 5504, 16, 32000), (768, 2048, 4, 32000)  # drafts 8 and 87 times smaller than the target
+    better = blend(TARGET, UNRELATED, 0.75)
+    nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
+    say("A practitioner has several drafters and one server. This chapter's skill reads each",
+        "drafter's figures as the server reports them, prices every way to run it at every",
+        f"batch size B on demo 6's roofline ({n_ctx} tokens of context), and picks. Here two drafts",
+        f"for the six-token target, each read from the per-position rates its server counts at k = {k_max}",
+        "(computed exactly, as the counters converge):",
+        f"a big one (blend 0.75, {weight_count(*LLAMA2_7B) / weight_count(*big):.0f} times smaller than the target) and a small one",
+        f"(the middling draft, {weight_count(*LLAMA2_7B) / weight_count(*small):.0f} times smaller), the small one also as a tree: top-2",
+        f"candidates over 3 steps, {nodes} positions verified in one pass. A tree's width is free only",
+        "while the pass is memory-bound.")
+    measured = [reported_drafter("big", "draft_model", TARGET, better, k_max, big, k_max),
+                reported_drafter("small", "eagle", TARGET, MIDDLING, k_max, small, k_max)]
+    tree = tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)  # a tree's mean acceptance length, as its server logs it
+    measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree))
+    buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.005)
+    print()
+    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
+           ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx))
+    truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, better if d.name == "big" else MIDDLING, k)
+                                for k in range(1, k_max + 1)]) for d in measured]
+
+    check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
+    print()
+    say("Is the skill right? Against an exhaustive search at every B, over every drafter, k and",
+        f"tree, with exact tokens per call for every chain (the tree's over {n_rounds:,} rounds for both), the skill's",
+        f"choice is within {check.worst:.2%} of the best at every B" + (" (the goal: 1%)." if check.worst <= 0.01
+                                                                            else ": NOT within 1%."),
+        f"The tree is the best choice up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
+        " memory bound first." if check.tree_last else "The tree is the best choice at no B here.")
+    print()
+    say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it (each",
+        "key as the engine's source spells it; in brackets, what an engine cannot say):")
+    print()
+    for line in engine_configs(buckets, measured):
+        print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
+                                       break_long_words=False, break_on_hyphens=False)))
+    takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
+             " its pass is memory-bound.", {"the skill is within 1% of the exhaustive search at every B":
+                                            check.worst <= 0.01})
+    return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
+
+
+def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
+    """The skill's choice at every B, priced with the true tokens per call,
+    against the best of every option so priced: the worst shortfall, and the
+    last B where a tree is the true best."""
+    true_options = [o for d in truth for o in drafter_options(d, k_max)]
+    index = {(o.drafter.name, o.shape): i for i, o in enumerate(true_options)}
+    worst, tree_last = 0.0, 0
+    for b in range(1, max_batch + 1):
+        speeds = [option_speedup(o, b, n_ctx) for o in true_options]
+        best = max(1.0, max(speeds))
+        chosen = next(o for lo, hi, o in [(lo, hi, o) for lo, hi, o in buckets] if lo <= b <= hi) \
+            if any(lo <= b <= hi for lo, hi, _ in buckets) else None
+        got = 1.0 if chosen is None else speeds[index[(chosen.drafter.name, chosen.shape)]]
+        worst = max(worst, 1 - got / best)
+        if true_options[int(np.argmax(speeds))].shape.startswith("tree") and max(speeds) > 1:
+            tree_last = b
+    return SimpleNamespace(worst=worst, tree_last=tree_last)
+
+
+# -----------------------------------------------------------------------------
+# Chapter 20. When should a server stop speculating?
+# TensorRT-LLM can turn speculation off for good once the acceptance of recent
+# rounds falls below a threshold (acceptance_rate_threshold, with
+# acceptance_rate_window_size, in its llm_args.py at 00043967). A workload
+# whose acceptance changes phase shows what that costs.
+
+
+class PhaseModel:
+    """Chapter 11's copying target with a copy weight that changes with the
+    position after the prompt: phases [(tokens, lam), ...], the last lasting."""
+
+    def __init__(self, prompt_length, phases):
+        self.start, self.models = prompt_length, [CopyModel(lam) for _, lam in phases]
+        self.ends = np.cumsum([n for n, _ in phases])
+
+    def __len__(self):
+        return len(ALPHABET)
+
+    def __call__(self, text, new, cached):
+        seq = bytes([*text, *new])
+        return [self.models[min(int(np.searchsorted(self.ends, len(text) + i - self.start, side="right")),
+                                len(self.models) - 1)].row(seq, len(text) + i) for i in range(cached, len(new) + 1)]
+
+
+def phase_run(P, prompt, n_tokens, k, seed, switch=None, adapt=False):
+    """Prompt lookup on a phased target, round by round: [(drafts proposed,
+    tokens emitted)]. switch: (threshold, window): TensorRT-LLM's
+    acceptance_rate_threshold, off for good once the average accepted share of
+    the last window rounds falls below it. adapt: transformers' heuristic
+    draft length (+2 after a round whose drafts all passed, else -1)."""
+    rng, L, text, out, recent, off, k_now = np.random.default_rng(seed), Lookup(2, 4, len(ALPHABET)), list(prompt), \
+        [], [], False, k
+    while len(text) - len(prompt) < n_tokens:
+        drafted, q_rows = ([], []) if off else lookup_draft(L, text, k_now, rng)
+        emitted = verify_round(P, text, drafted, q_rows, rng)
+        out.append((len(drafted), len(emitted)))
+        text += emitted
+        if drafted:
+            recent.append((len(emitted) - 1) / len(drafted))
+            off = bool(switch) and len(recent) >= switch[1] and np.mean(recent[-switch[1]:]) < switch[0]
+            k_now = min(k_now + 2, 16) if adapt and len(emitted) > len(drafted) else max(1, k_now - 1) if adapt else k
+    return out
+
+
+def switched_off_at(run):
+    """The tokens out before the last stretch of rounds with no drafts began:
+    where a permanent switch turned speculation off (the whole run if never)."""
+    last = max((i + 1 for i, (d, _) in enumerate(run) if d), default=0)
+    return sum(e for _, e in run[:last])
+
+
+def phase_speedup(run, batch):
+    """A run's speedup over plain decoding at a batch size: its tokens over
+    the price of its passes (k+1 positions verified for k drafts, on demo 6's
+    roofline; a round with no drafts is one plain pass)."""
+    return sum(e for _, e in run) / sum(verify_cost(d, batch) if d else 1.0 for d, _ in run)
+
+
+def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
+                    threshold=0.3, window=20):
+    """Chapter 20: a switch that turns speculation off for good, on a
+    workload whose acceptance changes phase."""
+    prompt = prompts()["summarise"]
+    P, n = PhaseModel(len(prompt), phases), sum(length for length, _ in phases)
+    policies = {"always on, k = 5": {}, f"off for good below {threshold}": dict(switch=(threshold, window)),
+                "adaptive k": dict(adapt=True)}
+    runs = {name_: [phase_run(P, prompt, n, k, s, **how) for s in seeds] for name_, how in policies.items()}
+    rows = []
+    for name_, rs in runs.items():
+        cells = []
+        for b in batches:
+            m, se = mean_se([phase_speedup(r, b) for r in rs], batches=len(rs))
+            cells += [m, se]
+        rows.append((name_, *cells))
+    on = rows[0]  # a per-batch schedule: k where speculating pays at that B over the workload, else plain decoding
+    rows.insert(1, ("per-batch schedule", *[x for i in range(len(batches)) for x in
+                                            ((on[1 + 2 * i], on[2 + 2 * i]) if on[1 + 2 * i] > 1 else (1.0, 0.0))]))
+    say("When to fall back? TensorRT-LLM's acceptance_rate_threshold turns speculation off for good",
+        "once the average accepted share of recent rounds falls below it. A workload can change:",
+        f"here chapter 11's copying text, with weight lam on copying: it copies (lam {phases[0][1]}) for {phases[0][0]}",
+        f"characters, then copies little (lam {phases[1][1]}), then copies again. Prompt lookup at k = {k}, {len(seeds)} seeds (+-: the spread of",
+        f"their mean), threshold {threshold} over the last {window} rounds. The per-batch schedule speculates",
+        "at a batch size only where k drafts pay over the whole workload there:")
+    print()
+    table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,
+          groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])
+    schedule, off = rows[1], rows[2]
+    at = float(np.median([switched_off_at(r) for r in runs[rows[2][0]]]))  # where off for good went off
+    ends = np.cumsum([length for length, _ in phases])
+    where = next((f", in stretch {i + 1} of {len(phases)} (characters {e - length} to {e})"
+                  for i, ((length, _), e) in enumerate(zip(phases, ends)) if e - length <= at < e), "")
+    behind = [schedule[1 + 2 * i] - off[1 + 2 * i] > 2 * (schedule[2 + 2 * i] + off[2 + 2 * i])
+              for i in range(len(batches))]
+    loses = all(behind)
+    print()
+    say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at every B shown, beyond"
+        " the spread.",
+        *[f"At B = {b}, it switches off at about character {at:.0f}{where}, and misses what follows."
+          if on[1 + 2 * i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves ({on[1 + 2 * i]:.2f}), so the schedule"
+          " does not speculate there at all." if on[1 + 2 * i] <= 1 else "" for i, b in enumerate(batches)])
+    takeaway("a switch that turns speculation off for good can lose what a per-batch schedule keeps.",
+             {"the permanent switch-off loses to the per-batch schedule": loses})
+    return SimpleNamespace(rows=rows, loses=loses)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -3970,6 +4412,8 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "16": ("Can heads on the target replace the draft model?", demo16_heads),
     "17": ("What did a from-scratch generator get wrong?", demo17_apex),
     "18": ("What does a lossy verifier cost?", demo18_lossy_cost),
+    "19": ("Which drafter, which k, which tree, for my server?", demo19_tuning),
+    "20": ("When should a server stop speculating?", demo20_fallback),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -4301,28 +4745,6 @@ def trace_summary(n, kept, proposed, rule, seed, out, D, draft, start, P, spell,
 # --plan on demo 6's roofline for every batch size.
 
 
-def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None, per_position=None):
-    """(tokens per call at k = 1..k_max, where alpha came from or None, the
-    assumption in words). Past the K per-position rates cover, each further
-    draft passes with the last conditional rate, and the words say so."""
-    if per_position is not None:
-        K, rates = len(per_position), list(per_position)
-        last = rates[-1] / (rates[-2] if K > 1 else 1.0) if rates[-1] else 0.0
-        rates += [rates[-1] * last**j for j in range(1, k_max - K + 1)]
-        note = (f"past K = {K} each draft passes with the last conditional rate, {last:.3f} (assumed)"
-                if k_max > K else "no model: every row is the server's own")
-        return per_position_tokens(rates[:k_max]), None, note
-    if mean_length is not None:
-        alpha, source = alpha_from_mean_length(mean_length, k), f"a mean acceptance length of {mean_length:g}"
-    elif draft_rate is not None:
-        alpha, source = alpha_from_draft_rate(draft_rate, k), f"a draft acceptance rate of {draft_rate:g}"
-    else:
-        return expected_tokens(alpha, np.arange(1, k_max + 1)), alpha, "eq. 1: one alpha at every position"
-    return (expected_tokens(alpha, np.arange(1, k_max + 1)), alpha,
-            f"alpha = {alpha:.6f} from {source} at k = {k}, by eq. 1, which assumes one alpha at every position"
-            + ("; that rate is accepted / drafted tokens, NOT alpha" if draft_rate is not None else ""))
-
-
 def tune(c, v=1.0, k_max=32, per_position=None, **route):
     """Which k, and is speculation worth it? The table and the verdict."""
     tokens, alpha, note = route_tokens(k_max, per_position=per_position, **route)
@@ -4361,12 +4783,18 @@ def per_position_table(tokens, speeds, best, K):
         "reached(k) / reached(k - 1).")
 
 
+def accelerator(flops=None, bandwidth=None, memory=None):
+    """The accelerator --flops, --bandwidth and --memory describe (TFLOP/s, TB/s, GB), an H100 SXM's figures where
+    none is given."""
+    return Accelerator("accelerator as given" if flops or bandwidth or memory else H100.name,
+                       (flops or H100.flops / 1e12) * 1e12, (bandwidth or H100.bandwidth / 1e12) * 1e12,
+                       (memory or H100.memory / 1e9) * 1e9)
+
+
 def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=None, draft=None, **route):
     """--plan: a draft length for every batch size, for a server's shape
     (H100 SXM numbers, in TFLOP/s, TB/s and GB, where none are given)."""
-    hw = Accelerator("accelerator as given" if flops or bandwidth or memory else H100.name,
-                     (flops or H100.flops / 1e12) * 1e12, (bandwidth or H100.bandwidth / 1e12) * 1e12,
-                     (memory or H100.memory / 1e9) * 1e9)
+    hw = accelerator(flops, bandwidth, memory)
     target, draft = tuple(target or LLAMA2_7B), tuple(draft or DRAFT_SHAPE)
     if sequences_that_fit(context, hw, target) < 1:
         raise ValueError(f"one sequence of {plural(context, 'token')} does not fit in {bound(hw.memory / 1e9)} GB "
@@ -4378,13 +4806,113 @@ def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=Non
 
 
 # -----------------------------------------------------------------------------
+# --plan --profile: several drafters, from a JSON profile (chapter 19's skill)
+
+
+METHODS = ("draft_model", "ngram", "suffix", "eagle", "eagle3", "mtp", "medusa")  # vLLM's names for a drafter
+
+
+def profile_drafters(profile, k_max=16, read=lambda path: open(path).read()):
+    """Drafters from a profile (a parsed JSON object), every field checked: a
+    ValueError names the field and what it must be. Each drafter has a name,
+    a method, its figures (per_position rates; a mean_acceptance_length at k;
+    a metrics scrape's path; or a tree: topk, steps, num_draft_tokens and its
+    mean_acceptance_length), and its cost (c, or a draft_shape)."""
+    if not isinstance(profile, dict) or not isinstance(profile.get("drafters"), list) or not profile["drafters"]:
+        raise ValueError("the profile must be a JSON object with a non-empty list 'drafters'")
+    out = []
+    for i, d in enumerate(profile["drafters"]):
+        at = f"drafters[{i}]"
+        if not isinstance(d, dict):
+            raise ValueError(f"{at} must be an object")
+        unknown = set(d) - {"name", "method", "per_position", "mean_acceptance_length", "k", "metrics", "tree", "c",
+                            "draft_shape"}
+        if unknown:
+            raise ValueError(f"{at} has a field this profile does not know: {sorted(unknown)[0]!r}")
+        if not isinstance(d.get("name"), str) or not d["name"] or d["name"] in [o.name for o in out]:
+            raise ValueError(f"{at}.name must be a text no other drafter has")
+        if d.get("method") not in METHODS:
+            raise ValueError(f"{at}.method must be one of {', '.join(METHODS)}, got {d.get('method')!r}")
+        number = lambda key, lo, hi, whole=False: profile_number(d, key, f"{at}.{key}", lo, hi, whole)  # noqa: E731
+        sources = [s for s in ("per_position", "mean_acceptance_length", "metrics") if s in d]
+        if len(sources) > 1 or not sources and "tree" not in d:
+            raise ValueError(f"{at} needs one source of figures: per_position, mean_acceptance_length (with k), "
+                             "metrics or tree")
+        tokens = []
+        if "per_position" in d:
+            rates = d["per_position"]
+            if not (isinstance(rates, list) and rates and all(isinstance(r, (int, float)) and 0 <= r <= 1
+                                                              for r in rates) and rates == sorted(rates, reverse=True)):
+                raise ValueError(f"{at}.per_position must be a list of rates in [0, 1] that never rise")
+            tokens = route_tokens(k_max, per_position=rates)[0]
+        elif "mean_acceptance_length" in d:
+            k = number("k", 1, 64, whole=True)
+            tokens = route_tokens(k_max, k=k, mean_length=number("mean_acceptance_length", 1, k + 1))[0]
+        elif "metrics" in d:
+            if not isinstance(d["metrics"], str):
+                raise ValueError(f"{at}.metrics must be the path of a scrape")
+            try:
+                text = read(d["metrics"])
+            except OSError as error:
+                raise ValueError(f"{at}.metrics: cannot read {d['metrics']!r}: {error.strerror}") from None
+            tokens = route_tokens(k_max, per_position=server_figures(scrape_counters(text))[2])[0]
+        tree = None
+        if "tree" in d:
+            t = d["tree"]
+            if not isinstance(t, dict):
+                raise ValueError(f"{at}.tree must be an object: topk, steps, num_draft_tokens, mean_acceptance_length")
+            tn = lambda key, lo, hi, whole=True: profile_number(t, key, f"{at}.tree.{key}", lo, hi, whole)  # noqa
+            topk, steps = tn("topk", 1, 64), tn("steps", 1, 64)
+            n = tn("num_draft_tokens", steps + 1, 1 + sum(topk**j for j in range(1, steps + 1)))
+            tree = (topk, steps, n, tn("mean_acceptance_length", 1, steps + 1, whole=False))
+        if ("c" in d) == ("draft_shape" in d):
+            raise ValueError(f"{at} needs one cost: c (a draft pass in target passes) or draft_shape")
+        if "c" in d:
+            cost = number("c", 0, 1000)
+        else:
+            shape = d["draft_shape"]
+            if not (isinstance(shape, list) and len(shape) == 4 and all(isinstance(x, int) and 1 <= x <= 10**6
+                                                                       for x in shape)):
+                raise ValueError(f"{at}.draft_shape must be four whole numbers: width, MLP width, layers, vocabulary")
+            cost = tuple(shape)
+        out.append(Drafter(d["name"], d["method"], list(tokens), tree, cost))
+    return out
+
+
+def profile_number(d, key, where, lo, hi, whole=False):
+    """A profile's number, or a ValueError naming where it is and its range."""
+    x = d.get(key)
+    if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and lo <= x <= hi
+            and (not whole or float(x).is_integer())):
+        raise ValueError(f"{where} must be {'a whole number' if whole else 'a number'} in [{bound(lo)}, {bound(hi)}],"
+                         f" got {x!r}")
+    return int(x) if whole else x
+
+
+def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLAMA2_7B):
+    """--plan --profile: the plan across drafters, and each engine's config."""
+    buckets, speeds, options = plan_drafters(drafters, n_ctx, max_batch, k_max, tol=0.005, hw=hw, target=target)
+    say(f"{plural(len(drafters), 'drafter')}, {plural(n_ctx, 'token')} of context, an {hw.name}, batch sizes 1 to"
+        f" {max_batch:,}; each bucket keeps one choice within 0.5% of the best at every B in it:")
+    print()
+    table([("batch size B", 13, ">"), ("drafter", 16, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
+           ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx, hw, target))
+    print()
+    for line in engine_configs(buckets, drafters):
+        print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
+                                       break_long_words=False, break_on_hyphens=False)))
+    return buckets
+
+
+# -----------------------------------------------------------------------------
 # Command line
 
 
 OWNERS = dict(detail="demos", rule="trace", draft="trace", seed="trace", text="trace", knobs="trace", v="tune",
               k="trace tune plan",
               k_max="tune plan",
-              **dict.fromkeys(["mean_acceptance_length", "draft_acceptance_rate", "per_position"], "tune plan"),
+              **dict.fromkeys(["mean_acceptance_length", "draft_acceptance_rate", "per_position", "metrics", "since",
+                               "label"], "tune plan"), profile="plan",
               **dict.fromkeys(["context", "target_shape", "draft_shape", "bandwidth", "flops", "memory",
                                "max_batch"], "plan"))
 FLAGS = ("--list", "--detail", "--trace", "--tune", "--plan")  # options that take no value
@@ -4429,6 +4957,22 @@ def listed(kind, n, least, most):
             raise argparse.ArgumentTypeError(f"cannot rise: a draft reaches position i+1 only through i, got {text}")
         return xs
     return parse
+
+
+def label_pair(text):
+    """--label: KEY=VALUE, as Prometheus writes a label."""
+    key, eq, val = text.partition("=")
+    if not eq or not __import__("re").fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        raise argparse.ArgumentTypeError(f"takes KEY=VALUE, say engine=0, got {text!r}")
+    return key, val
+
+
+def read_text(path):
+    """A file's text, or standard input's for '-'; a ValueError names a file that cannot be read."""
+    try:
+        return sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
 
 
 def knob_pair(text):
@@ -4483,6 +5027,12 @@ def arg_parser():
     add("--mean-acceptance-length", type=value(float, 1, 65), metavar="L", help="vLLM's figure (needs --k)")
     add("--draft-acceptance-rate", type=rate, metavar="R", help="vLLM's, as 0.396 or 39.6%% (not alpha; needs --k)")
     add("--per-position", type=listed(rate, None, 0, 1), metavar="A1,...,AK", help="vLLM's per-position rates")
+    add("--metrics", metavar="FILE", help="a Prometheus scrape of vLLM's /metrics (- for standard input): its "
+        "speculative-decoding counters give the per-position rates and K (chapter 19)")
+    add("--since", metavar="FILE", help="--metrics: an earlier scrape; the workload between them is read")
+    add("--label", type=label_pair, action="append", metavar="KEY=VALUE", help="--metrics: count only the samples "
+        "with this label, say model_name=m or engine=0 (all of them are summed otherwise)")
+    add("--profile", metavar="FILE", help="--plan: a JSON profile of several drafters (README: Tuning a server)")
     add("--k-max", type=value(int, 1, 64), help="the largest k to consider (32; at most 64)")
     add("--v", type=value(float, 1, 1000), default=1.0, help="--tune: the verifying pass's cost in target passes "
         "(%(default)s; at least 1: a wide pass costs no less than a narrow one)")
@@ -4516,7 +5066,8 @@ def problems(args, argv):
     lo, hi = {"list": (0, 0), "trace": (0, 1), "tune": (1 + (not routes),) * 2, "plan": (int(not routes),) * 2}.get(
         mode, (0, math.inf))
     if len(routes) > 1 or routes and len(args.values) > hi:
-        yield "give one source of alpha: ALPHA, --mean-acceptance-length, --draft-acceptance-rate or --per-position"
+        yield ("give one source of alpha: ALPHA, --mean-acceptance-length, --draft-acceptance-rate, --per-position, "
+               "--metrics or --profile")
     if len(args.values) > hi:
         yield f"--{mode} takes " + ("no numbers" if hi == 0 else f"at most {plural(hi, 'number')}") + \
             f", got {' '.join(args.values)}"
@@ -4531,6 +5082,8 @@ def problems(args, argv):
         yield "--k goes with --mean-acceptance-length or --draft-acceptance-rate, not with ALPHA or --per-position"
     if (L := args.mean_acceptance_length) is not None and args.k and L > args.k + 1:
         yield f"--mean-acceptance-length must lie in [1, K + 1] = [1, {args.k + 1}], got {L:g}"
+    if (args.since or args.label) and not args.metrics:
+        yield f"{'--since' if args.since else '--label'} goes with --metrics"
     if args.text and args.rule in ("one-hot", "strict", *LOSSY):
         yield f"--rule {args.rule} drafts from a table's rows; with --text the draft is prompt lookup"
     if args.knobs is not None and args.rule not in LOSSY:
@@ -4562,7 +5115,25 @@ def run(args):
     elif args.trace:
         trace(value(int, 1, 10_000, "--trace N ")(args.values[0]) if args.values else 4, args.seed, args.rule,
               args.k or 4, args.draft, sys.stdout.isatty() and "NO_COLOR" not in os.environ, args.text, args.knobs)
+    elif args.plan and args.profile:
+        try:
+            profile = json.loads(read_text(args.profile))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{args.profile} is not JSON: {error.msg} at line {error.lineno}") from None
+        target = tuple(args.target_shape or LLAMA2_7B)
+        print_profile_plan(profile_drafters(profile, args.k_max or 16, read_text), args.context, args.max_batch,
+                           args.k_max or 16, accelerator(args.flops, args.bandwidth, args.memory), target)
     elif args.tune or args.plan:
+        if args.metrics:
+            labels = dict(args.label or [])
+            counters = scrape_counters(read_text(args.metrics), labels)
+            if args.since:
+                counters = since(counters, scrape_counters(read_text(args.since), labels))
+            L, R, args.per_position, K = server_figures(counters, args.k)
+            say(f"From the scrape: {plural(int(counters['drafts']), 'draft')}, mean acceptance length {L:.3f}, draft",
+                f"acceptance rate {R:.3f}, K = {K}; per-position rates {' '.join(f'{r:.3f}' for r in args.per_position)}.")
+            print()
+            args.k = None
         route = dict(k=args.k, mean_length=args.mean_acceptance_length, draft_rate=args.draft_acceptance_rate,
                      per_position=args.per_position, k_max=args.k_max or len(args.per_position or [0] * 32))
         if not routes_given(args):
@@ -4578,7 +5149,8 @@ def run(args):
 
 def routes_given(args):
     """The server's figures given as the source of alpha (none: ALPHA is)."""
-    return [r for r in ("mean_acceptance_length", "draft_acceptance_rate", "per_position") if getattr(args, r) is not None]
+    return [r for r in ("mean_acceptance_length", "draft_acceptance_rate", "per_position", "metrics", "profile")
+            if getattr(args, r) is not None]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,187 @@
+"""Chapter 19's skill: reading vLLM's /metrics, several drafters in a profile,
+chain or tree on the roofline, a plan per batch size that an exhaustive search
+cannot beat by more than 1%, each engine's config, and the fallback switch.
+Bad scrapes and bad profiles are one-line usage errors naming what is wrong."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import speculative_decoding_from_scratch as sd
+
+# A real capture: the Prometheus query result that vLLM PR #24049 shows for its data-parallel metrics
+# (8 engines; Prometheus adds the instance and job labels), written back as exposition lines. The
+# thread shows these drafts counts; the counters it does not show are left out, as a scrape of a
+# server with no speculative steps yet would lack them.
+PR24049 = "\n".join(
+    f'vllm:spec_decode_num_drafts_total{{engine="{e}", instance="localhost:8000", job="vllm", '
+    f'model_name="/home/models/Qwen3-0.6B"}} {n}' for e, n in enumerate((22, 15, 29, 20, 25, 24, 27, 26))) + \
+    '\nvllm:spec_decode_num_drafts_created{engine="0", instance="localhost:8000", job="vllm", ' \
+    'model_name="/home/models/Qwen3-0.6B"} 1756736798.733569\n'
+
+
+def test_a_real_capture_sums_over_engines_and_names_what_it_lacks():
+    with pytest.raises(ValueError, match=r"no sample of vllm:spec_decode_num_draft_tokens_total matches"):
+        sd.scrape_counters(PR24049)
+    full = PR24049 + "".join(
+        f'{sd.SPEC_COUNTERS[key]}{{engine="{e}",model_name="/home/models/Qwen3-0.6B"{pos}}} {v}\n'
+        for e in range(8) for key, pos, v in (("draft_tokens", "", 3.0), ("accepted", "", 1.0),
+                                              ("per_position", ',position="0"', 1.0)))
+    counters = sd.scrape_counters(full)
+    assert counters["drafts"] == 188 and counters["draft_tokens"] == 24 and counters["per_position"] == [8]
+    assert sd.scrape_counters(full, {"engine": "2"})["drafts"] == 29
+
+
+def test_demo10s_run_written_as_a_scrape_reads_back_as_its_server_metrics():
+    sizes = sd.measure(sd.TARGET, sd.MIDDLING, 5, 3000, seed=15).sizes
+    L, R, rates = sd.server_metrics(sizes, 5)
+    text = sd.scrape_text(sizes, 5)
+    assert text.count("# TYPE") == 4 and 'position="4"' in text
+    L2, R2, rates2, K = sd.server_figures(sd.scrape_counters(text))
+    assert (L2, R2, K) == (pytest.approx(L), pytest.approx(R), 5) and rates2 == pytest.approx(list(rates))
+
+
+def test_two_scrapes_give_the_workload_between_them():
+    sizes = sd.measure(sd.TARGET, sd.MIDDLING, 4, 900, seed=3).sizes
+    before, after = (sd.scrape_counters(sd.scrape_text(s, 4)) for s in (sizes[:300], sizes))
+    between = sd.since(after, before)
+    direct = sd.scrape_counters(sd.scrape_text(sizes[300:], 4))
+    assert between == {k: pytest.approx(v) for k, v in direct.items()}
+    with pytest.raises(ValueError, match="vllm:spec_decode_num_drafts_total went backwards"):
+        sd.since(before, after)
+
+
+@pytest.mark.parametrize("text, labels, k, message", [
+    ("vllm:num_requests_running 3\n", None, None, "has no vllm:spec_decode_"),
+    ("vllm:spec_decode_num_drafts_total{x} what\n", None, None, "line 1 of the scrape is not a Prometheus sample"),
+    (None, {"engine": "9"}, None, "no sample of vllm:spec_decode_num_drafts_total matches the labels"),
+    (None, None, 4, "--k is 4 but the scrape counts 5 positions"),
+])
+def test_a_bad_scrape_says_what_is_wrong(text, labels, k, message):
+    text = text or sd.scrape_text([1, 3, 6, 2], 5)
+    with pytest.raises(ValueError, match=message):
+        sd.server_figures(sd.scrape_counters(text, labels), k)
+
+
+def run_cli(*args, stdin=None):
+    return subprocess.run([sys.executable, sd.__file__, *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def test_tune_from_a_scrape_picks_the_k_the_per_position_route_picks(tmp_path):
+    sizes = sd.measure(sd.TARGET, sd.MIDDLING, 5, 3000, seed=15).sizes
+    path = tmp_path / "metrics.txt"
+    path.write_text(sd.scrape_text(sizes, 5))
+    rates = ",".join(f"{r:.12f}" for r in sd.server_metrics(sizes, 5)[2])
+    by_scrape, by_rates = run_cli("--tune", "0.1", "--metrics", str(path)), run_cli("--tune", "0.1", "--per-position",
+                                                                                      rates)
+    assert by_scrape.returncode == 0 and by_scrape.stdout.splitlines()[-1] == by_rates.stdout.splitlines()[-1]
+    from_stdin = run_cli("--plan", "--metrics", "-", stdin=path.read_text())
+    assert from_stdin.returncode == 0 and "From the scrape: 3,000 drafts" in " ".join(from_stdin.stdout.split())
+    bad = run_cli("--tune", "0.1", "--metrics", str(path), "--k", "3")
+    assert bad.returncode == 2 and "--k is 3 but the scrape counts 5 positions" in bad.stderr
+    assert bad.stderr.count("\n") == 1
+    assert run_cli("--tune", "0.1", "--since", str(path)).returncode == 2
+
+
+# --- profiles ---------------------------------------------------------------------------------------
+
+PROFILE = {"drafters": [
+    {"name": "eagle3", "method": "eagle3", "per_position": [0.8, 0.62, 0.47, 0.35], "c": 0.05},
+    {"name": "eagle3 tree", "method": "eagle3", "tree": {"topk": 4, "steps": 3, "num_draft_tokens": 16,
+                                                           "mean_acceptance_length": 3.6}, "c": 0.05},
+    {"name": "small", "method": "draft_model", "mean_acceptance_length": 2.9, "k": 5,
+     "draft_shape": [1536, 4096, 8, 32000]}]}
+
+
+def test_a_profile_plans_every_bucket_and_prints_each_engines_config(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(PROFILE))
+    out = run_cli("--plan", "--profile", str(path), "--max-batch", "128")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "vLLM: --speculative-config" in text and "SGLang: --speculative-algorithm EAGLE3" in text
+    assert "TRT-LLM: speculative_config: {decoding_type: Eagle3" in text
+    config = json.loads(text.split("--speculative-config '")[1].split("'")[0])
+    assert set(config) <= {"method", "num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
+    rows = config["num_speculative_tokens_per_batch_size"]
+    assert rows[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in zip(rows, rows[1:]))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"drafters": []}, "the profile must be a JSON object with a non-empty list 'drafters'"),
+    ({"drafters": [{"name": "a", "method": "warp", "c": 0.1, "per_position": [0.5]}]}, "drafters[0].method must be"),
+    ({"drafters": [{"name": "a", "method": "ngram", "c": -1, "per_position": [0.5]}]},
+     "drafters[0].c must be a number in [0, 1,000], got -1"),
+    ({"drafters": [{"name": "a", "method": "ngram", "c": 0, "per_position": [0.5, 0.6]}]},
+     "drafters[0].per_position must be a list of rates in [0, 1] that never rise"),
+    ({"drafters": [{"name": "a", "method": "ngram", "c": 0}]}, "drafters[0] needs one source of figures"),
+    ({"drafters": [{"name": "a", "method": "ngram", "per_position": [0.5]}]}, "drafters[0] needs one cost"),
+    ({"drafters": [{"name": "a", "method": "eagle", "c": 0, "tree": {"topk": 2, "steps": 3, "num_draft_tokens": 99,
+                                                                    "mean_acceptance_length": 2}}]},
+     "drafters[0].tree.num_draft_tokens must be a whole number in [4, 15], got 99"),
+    ({"drafters": [{"name": "a", "method": "ngram", "c": 0, "mean_acceptance_length": 7, "k": 5}]},
+     "drafters[0].mean_acceptance_length must be a number in [1, 6], got 7"),
+    ({"drafters": [{"name": "a", "method": "ngram", "c": 0, "per_position": [0.5], "colour": 1}]},
+     "drafters[0] has a field this profile does not know: 'colour'"),
+])
+def test_a_bad_profile_is_refused_by_field(tmp_path, change, message):
+    with pytest.raises(ValueError) as error:
+        sd.profile_drafters(change)
+    assert message in str(error.value)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(change))
+    out = run_cli("--plan", "--profile", str(path))
+    assert out.returncode == 2 and message in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_a_profile_that_is_not_json_or_not_there_is_a_usage_error(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text("{not json")
+    assert "is not JSON" in run_cli("--plan", "--profile", str(path)).stderr
+    assert "cannot read" in run_cli("--plan", "--profile", str(tmp_path / "none.json")).stderr
+
+
+# --- the skill against an exhaustive search, and the engines' keys -----------------------------------------
+
+def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(in_process):
+    result = in_process[0]["19"]
+    assert result.check.worst <= 0.01 and result.check.tree_last >= 1  # a tree wins somewhere, then a chain
+    shapes = [o.shape for _, _, o in result.buckets if o is not None]
+    assert any(s.startswith("tree") for s in shapes) and any(s.startswith("k") for s in shapes)
+
+
+def test_an_option_is_priced_as_its_positions_and_draft_passes_say():
+    d = sd.Drafter("d", "eagle", [2.0, 2.5], (2, 2, 7, 2.8), 0.1)
+    chain, tree = sd.drafter_options(d, 2)[1], sd.drafter_options(d, 2)[2]
+    assert (chain.positions, chain.draft_passes) == (3, 2) and (tree.positions, tree.draft_passes, tree.draft_width) == (
+        7, 2, 2)
+    plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 8))[0]
+    verify = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 7, 8))[0]
+    assert sd.option_speedup(tree, 8, 512) == pytest.approx(2.8 * plain / (verify + 2 * 0.1 * plain))
+
+
+def test_each_engines_config_uses_only_its_own_keys():
+    d = sd.Drafter("m", "eagle3", [1.7, 2.2, 2.5], None, 0.05)
+    buckets = [(1, 8, sd.drafter_options(d, 3)[2]), (9, 64, sd.drafter_options(d, 3)[1]), (65, 256, None)]
+    lines = sd.engine_configs(buckets, [d])
+    text = " ".join(lines)
+    vllm = json.loads(text.split("--speculative-config '")[1].split("'")[0])
+    assert vllm["num_speculative_tokens_per_batch_size"] == [[1, 8, 3], [9, 64, 2], [65, 256, 0]]
+    assert "--speculative-num-steps 3 --speculative-num-draft-tokens 4" in text and "--speculative-adaptive" in text
+    assert 'draft_len_schedule: {"8": 3, "64": 2}' in text and "max_draft_len: 3" in text  # above 64: off
+
+
+def test_a_phase_run_is_priced_round_by_round():
+    assert sd.phase_speedup([(5, 6), (0, 1)], 1) == pytest.approx(7 / (sd.verify_cost(5, 1) + 1))
+    assert sd.phase_speedup([(5, 6)], 256) == pytest.approx(6 / sd.verify_cost(5, 256))
+
+
+def test_the_permanent_switch_off_turns_off_and_stays_off():
+    prompt = sd.prompts()["summarise"]
+    P = sd.PhaseModel(len(prompt), ((60, 0.99), (60, 0.0), (60, 0.99)))
+    run = sd.phase_run(P, prompt, 180, 5, 0, switch=(0.3, 10))
+    drafts = [d for d, _ in run]
+    first_off = next(i for i in range(len(drafts) - 5) if not any(drafts[i:]))
+    assert first_off > 0 and not any(drafts[first_off:])  # once off, no round drafts again

@@ -1060,7 +1060,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         verdicts[r] = both_checks(fit, tv_distance(exact, truth))
         rows.append((r, tv_distance(sample / n_runs, truth), fit, tv_distance(exact, truth),
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
-    say(f"Now the whole loop, {n_runs:,} runs per rule: the unrelated table drafts (alpha =",
+    say(f"Now the whole loop, {n_runs:,} runs per rule. The draft is the unrelated table (alpha =",
         f"{pair_alpha(TARGET, UNRELATED):.2f}), k = {k}, after '{name(ctx)}'. Each run keeps its first two tokens, x1 and x2.")
     print()
     grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
@@ -1068,8 +1068,6 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     table(grid + [("", 6, "")] + grid, [(f"   {name(x)}", *truth[x], None, f"   {name(x)}",
                                          *sampled[x]) for x in range(VOCAB)],
           groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
-    print()
-    say("Four broken rules beside the correct one:")
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV(x1, x2)", 12, exact_text),
            ("TV(x1)", 9, exact_text), ("verdict", 17, "<")], rows, groups=[("sampled", 1, 2), ("exact", 3, 4)])
@@ -1089,7 +1087,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         "NOT by the fit" else "."),
         "Had the correct rule failed, each stage checked alone names the one to blame:")
     print()
-    table([("stage", 14, "<"), ("what it is: what it must give", 38, "<"), ("result", 16, "<")],
+    table([("stage", 14, "<"), ("must give", 38, "<"), ("result", 16, "<")],
           [r[:3] for r in stages])
     print()
     demo2_verdicts(verdicts, stages)
@@ -1156,10 +1154,10 @@ def stages_alone(P, Q, ctx, k, n_runs, n_u=6000, seed=30):
         fit = chi2_sf(*pearson([seen.get(e, 0) for e in keys], [ends.get(e, 0.0) for e in keys]))
         return (f"fit {p_text(fit)}", fit >= P_REJECT)
 
-    check("forward", "the pass: the table's rows", rows_of_table)
-    check("sample_from", f"a draw: p's share of {n_u:,} even u", even_u)
-    check("draft_tokens", "drafting: draws that fit q", drafts)
-    check("verify_round", "the check: rounds that fit exact odds", one_round)
+    check("forward", "the table's rows", rows_of_table)
+    check("sample_from", f"p's share of {n_u:,} even u", even_u)
+    check("draft_tokens", "drafts that fit q", drafts)
+    check("verify_round", "rounds that fit their exact odds", one_round)
     return rows
 
 
@@ -1274,8 +1272,8 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
         rows.append((label, m.rate, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
-        "eq. 1 estimates tokens per call as 1 + alpha + ... + alpha^k. The speedup divides the",
-        "measured tokens per call by a round's cost, 1 + k c.")
+        "eq. 1 estimates tokens per call as 1 + alpha + ... + alpha^k. The speedup: measured",
+        "tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("accepted\n/ checked", 10, ".3f"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1288,8 +1286,12 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
             [f"{r[0]} measures {r[3]:.2f} where the exact value is {r[6]:.2f}" for r in misfits[:2]] + errors) + ".")
     demo3_alpha_words(k)
     temperatures, same = demo3_temperatures(k, 200)
-    takeaway("alpha sets the speed through eq. 1, not 1 + k alpha; temperature changes alpha, not exactness.",
-             {"every row fits its exact value": not misfits and not errors,
+    near = abs(expected_tokens(pair_alpha(TARGET, MIDDLING), k) - exact_tokens_per_call(TARGET, MIDDLING, k)) < \
+        abs(1 + k * pair_alpha(TARGET, MIDDLING) - exact_tokens_per_call(TARGET, MIDDLING, k))
+    takeaway("a rejection ends the round, so eq. 1, not 1 + k alpha, predicts tokens per call; temperature changes"
+             " alpha, not exactness.",
+             {"eq. 1 is nearer the exact tokens per call than 1 + k alpha": near,
+              "every row fits its exact value": not misfits and not errors,
               "every temperature emits its tempered target": all(r[9] == "the target" for r in temperatures),
               "greedy speculation is argmax decoding": same == 1000})
     return SimpleNamespace(rows=rows, temperatures=temperatures, greedy=same)
@@ -1306,8 +1308,8 @@ def demo3_alpha_words(k):
         "rejection ends the round.",
         f"Nor is accepted / checked alpha: {rate1:.4f} against {a:.4f} at k = 1." if differ else
         f"At k = 1 accepted / checked equals alpha, {a:.4f}.",
-        "Alpha weighs contexts as the target's text visits them. Rounds start where the last one"
-        " ended, in other proportions." if differ else "")
+        "Alpha weighs contexts as the target's text visits them; rounds start where the last one"
+        " ended." if differ else "")
 
 
 def demo3_temperatures(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0)):
@@ -1332,8 +1334,8 @@ def demo3_temperatures(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0,
                          both_checks(min(fits_), tv)))
     print()
     say("Now temperature T: each row becomes p^(1/T), renormalised. T > 1 flattens it; T = 0 keeps",
-        "only the likeliest token, which is greedy decoding. Both tables are at T. The draft is",
-        "sampled at T, or greedy: it proposes its likeliest token, kept with chance p_T(x). Exact",
+        "only the likeliest token, which is greedy decoding. The draft is sampled at T too, or",
+        "greedy: it proposes its likeliest token, kept with chance p_T(x). Exact",
         f"speedups at k = {k}, c = {c}:")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
@@ -1360,7 +1362,7 @@ def demo3_temperature_words(rows, same):
     print()
     say("Every row emits its tempered target by both checks." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
-        "At T = 0 its 1,000 tokens are a plain argmax loop's, token for token." if same == 1000 else
+        "At T = 0, greedy speculation gives a plain argmax loop's 1,000 tokens." if same == 1000 else
         f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of 1,000 agree).")
     trends = {label: trend([r[2] for r in rs]) for label, rs in by.items()}
     say("Sampled, for T > 0, alpha " + " and ".join(f"{t} for the {label} draft" for label, t in trends.items()) +
@@ -1373,7 +1375,7 @@ def demo3_temperature_words(rows, same):
             f"the {label} draft at T = {', '.join(f'{r[1]:g}' for r in slower if r[0] == label)}"
             for label in dict.fromkeys(r[0] for r in slower)) + ".") if slower else
         "Greedy drafting is never slower than plain decoding here.",
-        "The paper's Table 3, T = 0 against T = 1, saw alpha fall in 12 of its 16 pairs: it depends"
+        "The paper's Table 3 saw alpha fall from T = 0 to T = 1 in 12 of its 16 pairs: it depends"
         " on the pair.")
 
 
@@ -1427,7 +1429,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
         m, exact = measure(TARGET, MIDDLING, k, n_rounds, seed=4), exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k; the bar is the exact speedup.")
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k (bars: the exact speedup).")
     print()
     table([("k", 3, "d"), ("accepted\n/ checked", 11, ".3f"), ("measured", 10, ".2f"), ("+-", 6, ".2f"),
            ("exact", 7, ".2f"), ("fits", 6, ">6"), ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 20, "<")],
@@ -1436,12 +1438,9 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
     misfits = [str(r[0]) for r in rows if r[5] == "NO"]
     a = pair_alpha(TARGET, MIDDLING)
     print()
-    (k_lo, _), (k_hi, _) = best_k(0.5, c), best_k(0.9, c)
     say("Every row fits." if not misfits else f"NOT every row fits: k = {', '.join(misfits)}.",
         f"The best k is {best_m} measured, {best_e} exact. Tokens per call level off below",
-        f"1 / (1 - alpha) = {1 / (1 - a):.2f}, while the cost 1 + k c grows.",
-        f"By eq. 1, a better draft {'wants a longer' if k_hi > k_lo else 'does NOT want a longer'} k: k = {k_lo} at",
-        f"alpha = 0.5, k = {k_hi} at 0.9.")
+        f"1 / (1 - alpha) = {1 / (1 - a):.2f}, while the cost 1 + k c grows.")
     exact = {r[0]: r[7] for r in rows}
     takeaway("the speedup peaks at a moderate k, and it is flat near its peak.",
              {"every row fits": not misfits, f"the best exact k lies inside 1..{k_max}": 1 < best_e < k_max,
@@ -1590,20 +1589,22 @@ def demo6_free_compute(n_ctx=512):
     rows = [(n, *(x / 1e9 for x in pass_traffic(LLAMA2_7B, n_ctx, n)),
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in (1, 2, 4, 8, 16)]
+    weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder, {weight_count(*LLAMA2_7B) / 1e9:.2f} billion 16-bit weights, after {n_ctx} tokens of",
-        "context. A pass reads every weight once, however many positions it scores, and the KV",
+        f"context. A pass reads every weight it multiplies by once, {weights:.2f} GB (not the embedding",
+        "table, only looked up), however many positions it scores. It also reads the KV",
         "cache: the keys and values of the tokens read so far. The time is a roofline model of an",
         f"{H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing",
-        "the multiply-accumulates (MACs).")
+        "the multiply-accumulates (MACs, two FLOPs each).")
     print()
     table([("positions", 9, "d"), ("GMACs", 9, ".1f"), ("GB read", 9, ".2f"), ("MACs/byte", 11, ".2f"),
-           ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8"), ("x one", 7, ".2f")],
+           ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8"), ("time\nvs 1", 7, ".2f")],
           [(*r[:5], str(r[5]), r[4] / t1) for r in rows])
     one, free = rows[0][3], int(ridge() // rows[0][3])
     print()
-    say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point: arithmetic per",
-        f"second over bytes per second. One decoding step does {one:.2f}, so up to {free} positions cost",
-        "what one does: checking uses idle arithmetic.")
+    say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point: {H100.flops / 2e12:.0f} trillion",
+        f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f}, so up to {free} positions",
+        "cost what one does: checking uses idle arithmetic.")
     batch = demo6_batch()
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"16 positions cost what one does": abs(rows[-1][4] / t1 - 1) < 1e-9,
@@ -1614,9 +1615,11 @@ def demo6_free_compute(n_ctx=512):
 def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 0.9), k_max=32):
     """Demo 6, part two: a server decoding a batch, on the same roofline."""
     print()
+    plain = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, 1))[0]
+    c = roofline_time(*pass_traffic(DRAFT_SHAPE, 0, 1, 1))[0] / plain
     say("A server decodes B sequences at once, reading the weights once for all, so arithmetic per",
         f"byte grows with B. The best k at each B, after {n_ctx} tokens of context, with a draft",
-        f"{weight_count(*LLAMA2_7B) / weight_count(*DRAFT_SHAPE):.0f} times smaller:")
+        f"{weight_count(*LLAMA2_7B) / weight_count(*DRAFT_SHAPE):.0f} times smaller (c = {c:.3f} at B = 1):")
     fit, rows = sequences_that_fit(n_ctx), []
     for b in batches:
         gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
@@ -1921,7 +1924,7 @@ def path_alone(P2, context, tokens, parents, i):
 TREE_BUGS = {"no_update": [("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "")]}
 
 
-def demo8_trees(n_runs=600, n_rounds=200):
+def demo8_trees(n_runs=400, n_rounds=200):
     parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
     mask = tree_attention_mask(parents)
     say("A tree drafts several candidates per node; one pass checks them all. Its attention",
@@ -2961,7 +2964,7 @@ def blas_name():
         return "a BLAS this numpy does not name"
 
 
-def demo12_greedy_numerics(n_prompts=24, n_tokens=32, k=4, gap=1e-6):
+def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6):
     P = GreedyHead(gap=0)
     share, ulps, worst, flips, margin = widths_differ(P, k=k)
     say("Greedy decoding takes the likeliest token, the argmax of the logits: the scores the",
@@ -3148,7 +3151,7 @@ def demo6_why(W, X, t1, n_small=1024):
     return two, twice, in_cache, columns
 
 
-def demo6_cost_model(W, W_draft, X, ks=(4, 8, 16), n_plain=20, reps=4):
+def demo6_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     """Demo 6, part four: predict the speedup from a calibration, then decode."""
     print()
     say("Calibrated before decoding, in one-column passes: c, a draft pass; v, the verifying",
@@ -3765,7 +3768,7 @@ LOSSY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts
 }
 
 
-def demo18_lossy(k=3, ctx=5, n=3, n_runs=200):
+def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("Serving engines also ship verifiers that are not exact, switched on for speed: vLLM,",
         "SGLang and TensorRT-LLM, three open-source serving engines, each have one. Their papers",
         "report quality on benchmarks. Here the models are tables, so each rule's distance from",
@@ -3774,12 +3777,16 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=200):
     print()
     for line in (
             "typical   vLLM V0's typical acceptance, after Medusa's: keep x if p(x) >",
-            "          min(eps, alpha e^-H). H, the entropy of p, -sum p ln p, is how",
+            "          min(eps, a e^-H); setting: eps, a (its posterior_threshold and",
+            "          posterior_alpha). H, the entropy of p, -sum p ln p, is how",
             "          spread p is; a draft the target finds typical enough passes,",
             "          however often the draft proposes it. After a rejection: the",
             "          argmax. medusa: the same, with the bonus as the argmax too.",
-            "sglang    SGLang's thresholds on one-hot drafts: keep x if u <= p(x) / acc",
-            "          or p(x) >= single; a rejected draft is redrawn from p without x."):
+            "sglang    SGLang's thresholds on one-hot drafts (the draft proposes its",
+            "          likeliest token, for certain): keep x if u <= p(x) / acc or p(x)",
+            "          >= single (setting: single, acc); a rejected draft is redrawn",
+            "          from p without x. Lossless: the paper's rule (probabilistic), and",
+            "          chapter 9's one-hot and block verification."):
         print("  " + line)
     truth = target_first_tokens(TARGET, ctx, n)
     hot = temper(MIDDLING, 0)
@@ -3808,16 +3815,16 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=200):
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("exact TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("fit to exact", 14, p_text), ("", 12, "<")], rows)
-    return demo18_verdicts(rows, best, k, n)
+    return demo18_verdicts(rows, best, n_runs)
 
 
-def demo18_verdicts(rows, best, k, n):
+def demo18_verdicts(rows, best, n_runs):
     """Chapter 18's sentences on its first table, and the frontier."""
     lossless = [r for r in rows if r[1] == "lossless" or r[1] in ("1, 1",)]
     misfit = [f"{r[0]} ({r[1]})" for r in rows if r[4] is not None and r[4] < P_REJECT]
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
-    say("The fit compares 200 sampled runs with each rule's own exact distribution of the first",
+    say(f"The fit compares {n_runs} sampled runs with each rule's own exact distribution of the first",
         "two tokens: " + ("every rule's sample fits its exact joint." if not misfit else
                           f"NOT every sample fits: {', '.join(misfit)}."),
         "At (1, 1) SGLang's thresholds are the one-hot rule: exact TV " + exact_text(
@@ -3887,10 +3894,12 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
         "FLy, greedy path: keep a draft that is not the argmax if the entropy of p's three",
         "largest probabilities is at least a threshold, and the drafts in its window, the next",
         f"few, are each their position's argmax. A 32-token target, a greedy draft, k = {k}; {n_tokens} tokens from",
-        f"each of {len(prompts_)} prompts. Each step is deterministic, so every figure is exact:")
+        f"each of {len(prompts_)} prompts. Each step is deterministic, so every figure is exact. Settings: top-k,",
+        f"delta; window, threshold. TV, first {n}: the share of prompts whose first {n} tokens change, a TV of 0 or",
+        "1 each, as both texts are certain; first at: the token (from 1) where a text first parts:")
     print()
-    table([("rule", 13, "<"), ("setting", 10, "<"), ("texts part", 12, ">"), ("first at token", 16,
-           lambda x: f"{x:.1f}"), (f"TV, first {n}", 13, ".3f"), ("tokens/call", 13, ".2f")], rows)
+    table([("rule", 13, "<"), ("setting", 10, "<"), ("texts part", 12, ">"), ("first at (median)", 18,
+           lambda x: f"{x:.1f}"), (f"TV, first {n}", 12, ".3f"), ("tokens/call", 13, ".2f")], rows)
     exact = rows[0]
     changed = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
     same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
@@ -4136,28 +4145,38 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
     return rows
 
 
-def engine_configs(buckets, drafters):
+def engine_configs(buckets, drafters, replan=None):
     """The plan as each engine takes it, and, in one line each, what it cannot
     express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
     rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
     its EAGLE flags and, for a chain, an adaptive-mode config of candidate steps
     per batch-size slot (adaptive_spec_params.py at 015c8726); TensorRT-LLM:
     max_draft_len and draft_len_schedule {last B: k}, 0 off, above the last key
-    off (llm_args.py at 00043967)."""
+    off (llm_args.py at 00043967). Each engine serves one drafter: the one the
+    plan runs at the most batch sizes, whose own plan replan([it]) gives as
+    (buckets, speeds, options)."""
     used = [o for _, _, o in buckets if o is not None]
     if not used:
         return ["plain decoding at every batch size: leave speculation off"]
     by_name = {o.drafter.name: o.drafter for o in used}
     main = by_name[max(by_name, key=lambda d: sum(hi - lo + 1 for lo, hi, o in buckets
                                                  if o is not None and o.drafter.name == d))]
+    lost = None
+    if len(by_name) > 1 and replan:
+        full, (buckets, alone, options) = replan(list(by_name.values())), replan([main])
+        best = np.maximum(full[1].max(axis=1), 1.0)
+        got = np.concatenate([alone[lo - 1:hi, options.index(o)] if o else np.ones(hi - lo + 1)
+                              for lo, hi, o in buckets])
+        lost = (float(1 - (got / best).min()), int(np.argmin(got / best)) + 1)
     ks = [(lo, hi, o.positions - 1 if o is not None and o.drafter.name == main.name and o.shape.startswith("k")
            else 0) for lo, hi, o in buckets]
     k_top = max(k for _, _, k in ks) or 1
     lines = ["vLLM:    --speculative-config '" + json.dumps({"method": main.method, "num_speculative_tokens": k_top,
                                                     "num_speculative_tokens_per_batch_size": [list(r) for r in ks]}) + "'"]
     tree = next((o for o in used if o.drafter.name == main.name and o.shape.startswith("tree")), None)
-    if len(by_name) > 1:
-        lines.append(f"         (one drafter a server: {main.name}; where another wins, this runs {main.name} or nothing)")
+    if lost:
+        lines.append(f"         (one drafter a server: {main.name} alone, its own plan, at most {lost[0]:.1%} below the"
+                     f" plan, at B = {lost[1]:,})")
     if tree:
         topk, steps, n, _ = main.tree
         lines.append("         (vLLM's schedule is of chain lengths: the tree runs as a chain here)")
@@ -4167,8 +4186,10 @@ def engine_configs(buckets, drafters):
         sg = f"--speculative-eagle-topk 1 --speculative-num-steps {steps} --speculative-num-draft-tokens {steps + 1}"
     algorithm = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
                  "mtp": "EAGLE"}.get(main.method, main.method.upper())
+    if algorithm == "NGRAM":  # its drafter takes its own --speculative-ngram-* settings, not the EAGLE flags
+        sg = "(its n-gram drafter takes its own --speculative-ngram-* settings; no flag there is k)"
     lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
-    if len({k for _, _, k in ks}) > 1 and not (not tree and algorithm.startswith("EAGLE")):
+    if len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and not (not tree and algorithm.startswith("EAGLE")):
         lines.append("         (these flags fix one k at every batch size; its adaptive mode, which moves the steps,"
                      " runs for EAGLE drafts only)")
     if not tree and algorithm.startswith("EAGLE"):
@@ -4243,19 +4264,31 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000):
         f"tree, with exact tokens per call for every chain (the tree's over {n_rounds:,} rounds for both), the skill's",
         f"choice is within {check.worst:.2%} of the best at every B" + (" (the goal: 1%)." if check.worst <= 0.01
                                                                             else ": NOT within 1%."),
-        f"The tree is the best choice up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
-        " memory bound first." if check.tree_last else "The tree is the best choice at no B here.")
+        f"The search finds the tree best up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
+        " memory bound first." if check.tree_last else "The tree is the best choice at no B here.",
+        demo19_why_rising(big, n_ctx, max_batch))
     print()
     say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it (each",
         "key as the engine's source spells it; in brackets, what an engine cannot say):")
     print()
-    for line in engine_configs(buckets, measured):
+    for line in engine_configs(buckets, measured, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=0.005)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
              " its pass is memory-bound.", {"the skill is within 1% of the exhaustive search at every B":
                                             check.worst <= 0.01})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
+
+
+def demo19_why_rising(shape, n_ctx, max_batch):
+    """Why a plan's speedup can rise with B: a plain pass reads every
+    sequence's KV cache, while a draft here is priced on its weights alone."""
+    c = [roofline_time(*pass_traffic(shape, 0, 1, b))[0] / roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[0]
+         for b in (1, max_batch)]
+    return (f"The big draft's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}:"
+            " a plain pass reads every sequence's KV cache (the keys and values of every token it has"
+            " read), the draft here only its weights, so speedups"
+            " can rise with B." if c[1] < c[0] else "")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -4356,11 +4389,14 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     rows.insert(1, ("per-batch schedule", *[x for i in range(len(batches)) for x in
                                             ((on[1 + 2 * i], on[2 + 2 * i]) if on[1 + 2 * i] > 1 else (1.0, 0.0))]))
     say("When to fall back? TensorRT-LLM's acceptance_rate_threshold turns speculation off for good",
-        "once the average accepted share of recent rounds falls below it. A workload can change:",
-        f"here chapter 11's copying text, with weight lam on copying: it copies (lam {phases[0][1]}) for {phases[0][0]}",
-        f"characters, then copies little (lam {phases[1][1]}), then copies again. Prompt lookup at k = {k}, {len(seeds)} seeds (+-: the spread of",
-        f"their mean), threshold {threshold} over the last {window} rounds. The per-batch schedule speculates",
-        "at a batch size only where k drafts pay over the whole workload there:")
+        "once the average accepted share of recent rounds falls below it. A workload can change.",
+        "Here the target is chapter 11's character model: with weight lam it copies an earlier",
+        "stretch of its own text. The draft is prompt lookup: it proposes what followed the text's",
+        f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
+        f"{phases[1][1]} (little copying), lam {phases[2][1]} again. Adaptive k: the heuristic of transformers (a Python library), 2 more drafts after a",
+        f"round whose drafts all passed, 1 fewer otherwise. Prompt lookup at k = {k}, {len(seeds)} seeds (+-: the",
+        f"standard error of their mean), threshold {threshold} over the last {window} rounds. The per-batch schedule",
+        "speculates at a batch size only where k drafts pay over the whole workload there:")
     print()
     table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,
           groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])
@@ -4427,14 +4463,14 @@ LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens, and the
 model checks all k in one call. A rejection rule keeps the output exactly the
 target's (Leviathan, Kalman & Matias 2023: "the paper").
   table   a model: row x is the next-token distribution after token x (a..f)
-  blend w a draft: w times the target plus (1 - w) times an unrelated table
-          (the middling draft: w = 0.5)
+  blend w a draft: w times the target plus (1 - w) times an unrelated
+          table; the middling draft is w = 0.5
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call; if all pass, a free extra token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
-  u       a uniform random number in [0, 1), drawn for each random choice
+  u       a uniform random number in [0, 1)
   fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT the
           target's
   exact   no sampling: the probabilities followed through the rule's
@@ -4445,7 +4481,7 @@ Now break it: edit one line of a stage and rerun. The README lists edits."""
 
 def menu():
     """The lesson's last lines: each chapter's number and question, and how to run it."""
-    print(f"\n{'=' * 78}\nThe chapters go beyond the paper; each reads alone. Run one by number, or all:\n")
+    print(f"\n{'=' * 78}\nThe chapters go beyond the paper. Run one by number, or all:\n")
     print("\n".join(f"  {n:>2}  {title}" for n, (title, _) in CHAPTERS.items()))
     print(f"\n  python3 {os.path.basename(__file__)} 9\n  python3 {os.path.basename(__file__)} all")
 
@@ -4844,7 +4880,7 @@ def profile_drafters(profile, k_max=16, read=lambda path: open(path).read()):
             if not (isinstance(rates, list) and rates and all(isinstance(r, (int, float)) and 0 <= r <= 1
                                                               for r in rates) and rates == sorted(rates, reverse=True)):
                 raise ValueError(f"{at}.per_position must be a list of rates in [0, 1] that never rise")
-            tokens = route_tokens(k_max, per_position=rates)[0]
+            tokens = route_tokens(min(k_max, len(rates)), per_position=rates)[0]  # no k past the K measured
         elif "mean_acceptance_length" in d:
             k = number("k", 1, 64, whole=True)
             tokens = route_tokens(k_max, k=k, mean_length=number("mean_acceptance_length", 1, k + 1))[0]
@@ -4855,7 +4891,8 @@ def profile_drafters(profile, k_max=16, read=lambda path: open(path).read()):
                 text = read(d["metrics"])
             except OSError as error:
                 raise ValueError(f"{at}.metrics: cannot read {d['metrics']!r}: {error.strerror}") from None
-            tokens = route_tokens(k_max, per_position=server_figures(scrape_counters(text))[2])[0]
+            rates = server_figures(scrape_counters(text))[2]
+            tokens = route_tokens(min(k_max, len(rates)), per_position=rates)[0]
         tree = None
         if "tree" in d:
             t = d["tree"]
@@ -4898,7 +4935,8 @@ def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLA
     table([("batch size B", 13, ">"), ("drafter", 16, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx, hw, target))
     print()
-    for line in engine_configs(buckets, drafters):
+    for line in engine_configs(buckets, drafters, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=0.005,
+                                                                           hw=hw, target=target)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
     return buckets

@@ -260,7 +260,7 @@ def test_demo3_every_exact_column_is_the_exact_value_and_every_row_fits(demo):
     assert middling[6] == sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
     assert "Every row fits." in text
     assert [r[9] for r in result.temperatures] == ["the target"] * 10
-    assert result.greedy == 1000 and "At T = 0 its 1,000 tokens are a plain argmax loop's, token for token." in text
+    assert result.greedy == 1000 and "At T = 0, greedy speculation gives a plain argmax loop's 1,000 tokens." in text
     assert "Every row emits its tempered target by both checks." in text
     rate1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert f"Nor is accepted / checked alpha: {rate1:.4f} against {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.4f} at k = 1." in text

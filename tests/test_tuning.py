@@ -66,23 +66,33 @@ def test_a_bad_scrape_says_what_is_wrong(text, labels, k, message):
 
 
 def run_cli(*args, stdin=None):
+    """The command line in a fresh process: for standard input, and for what a user sees."""
     return subprocess.run([sys.executable, sd.__file__, *args], input=stdin, capture_output=True, text=True, timeout=60)
 
 
-def test_tune_from_a_scrape_picks_the_k_the_per_position_route_picks(tmp_path):
+def main(capsys, *args):
+    """The command line in this process: (exit status, standard output, standard error)."""
+    try:
+        code = sd.main(list(args)) or 0
+    except SystemExit as exit_:
+        code = exit_.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_tune_from_a_scrape_picks_the_k_the_per_position_route_picks(tmp_path, capsys):
     sizes = sd.measure(sd.TARGET, sd.MIDDLING, 5, 3000, seed=15).sizes
     path = tmp_path / "metrics.txt"
     path.write_text(sd.scrape_text(sizes, 5))
     rates = ",".join(f"{r:.12f}" for r in sd.server_metrics(sizes, 5)[2])
-    by_scrape, by_rates = run_cli("--tune", "0.1", "--metrics", str(path)), run_cli("--tune", "0.1", "--per-position",
-                                                                                      rates)
-    assert by_scrape.returncode == 0 and by_scrape.stdout.splitlines()[-1] == by_rates.stdout.splitlines()[-1]
+    by_scrape, by_rates = main(capsys, "--tune", "0.1", "--metrics", str(path)), main(capsys, "--tune", "0.1",
+                                                                                        "--per-position", rates)
+    assert by_scrape[0] == 0 and by_scrape[1].splitlines()[-1] == by_rates[1].splitlines()[-1]
     from_stdin = run_cli("--plan", "--metrics", "-", stdin=path.read_text())
     assert from_stdin.returncode == 0 and "From the scrape: 3,000 drafts" in " ".join(from_stdin.stdout.split())
-    bad = run_cli("--tune", "0.1", "--metrics", str(path), "--k", "3")
-    assert bad.returncode == 2 and "--k is 3 but the scrape counts 5 positions" in bad.stderr
-    assert bad.stderr.count("\n") == 1
-    assert run_cli("--tune", "0.1", "--since", str(path)).returncode == 2
+    code, _, err = main(capsys, "--tune", "0.1", "--metrics", str(path), "--k", "3")
+    assert code == 2 and "--k is 3 but the scrape counts 5 positions" in err and err.count("\n") == 1
+    assert main(capsys, "--tune", "0.1", "--since", str(path))[0] == 2
 
 
 # --- profiles ---------------------------------------------------------------------------------------
@@ -95,14 +105,14 @@ PROFILE = {"drafters": [
      "draft_shape": [1536, 4096, 8, 32000]}]}
 
 
-def test_a_profile_plans_every_bucket_and_prints_each_engines_config(tmp_path):
+def test_a_profile_plans_every_bucket_and_prints_each_engines_config(tmp_path, capsys):
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
-    out = run_cli("--plan", "--profile", str(path), "--max-batch", "128")
-    assert out.returncode == 0, out.stderr
-    text = " ".join(out.stdout.split())
-    assert "vLLM: --speculative-config" in text and "SGLang: --speculative-algorithm EAGLE3" in text
-    assert "TRT-LLM: speculative_config: {decoding_type: Eagle3" in text
+    code, out, err = main(capsys, "--plan", "--profile", str(path), "--max-batch", "128")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "vLLM: --speculative-config" in text and "SGLang: --speculative-algorithm " in text
+    assert "TRT-LLM: speculative_config: {decoding_type: " in text and "one drafter a server" in text
     config = json.loads(text.split("--speculative-config '")[1].split("'")[0])
     assert set(config) <= {"method", "num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
     rows = config["num_speculative_tokens_per_batch_size"]
@@ -126,21 +136,21 @@ def test_a_profile_plans_every_bucket_and_prints_each_engines_config(tmp_path):
     ({"drafters": [{"name": "a", "method": "ngram", "c": 0, "per_position": [0.5], "colour": 1}]},
      "drafters[0] has a field this profile does not know: 'colour'"),
 ])
-def test_a_bad_profile_is_refused_by_field(tmp_path, change, message):
+def test_a_bad_profile_is_refused_by_field(tmp_path, capsys, change, message):
     with pytest.raises(ValueError) as error:
         sd.profile_drafters(change)
     assert message in str(error.value)
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(change))
-    out = run_cli("--plan", "--profile", str(path))
-    assert out.returncode == 2 and message in out.stderr and out.stderr.count("\n") == 1
+    code, _, err = main(capsys, "--plan", "--profile", str(path))
+    assert code == 2 and message in err and err.count("\n") == 1
 
 
-def test_a_profile_that_is_not_json_or_not_there_is_a_usage_error(tmp_path):
+def test_a_profile_that_is_not_json_or_not_there_is_a_usage_error(tmp_path, capsys):
     path = tmp_path / "profile.json"
     path.write_text("{not json")
-    assert "is not JSON" in run_cli("--plan", "--profile", str(path)).stderr
-    assert "cannot read" in run_cli("--plan", "--profile", str(tmp_path / "none.json")).stderr
+    assert "is not JSON" in main(capsys, "--plan", "--profile", str(path))[2]
+    assert "cannot read" in main(capsys, "--plan", "--profile", str(tmp_path / "none.json"))[2]
 
 
 # --- the skill against an exhaustive search, and the engines' keys -----------------------------------------

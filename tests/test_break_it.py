@@ -65,13 +65,9 @@ FIT = "is NOT the target: only the fit catches it."
 STAGE_EDITS = [
     ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1 2", ["NOT p/q", "is NOT exact"],
      "1 2", {"accept_prob"}),
-    ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return float(x == p.argmax())", "2",
-     ["The correct rule, as you have it, is NOT the target: both checks catch it."], "2", {"accept_prob"}),
-    ("residual", "return d / total if total > 0 else p", "return d", "1 2", ["is NOT exact"], "1 2", {"residual"}),
     ("residual", "d = np.maximum(p - q, 0.0)", "d = np.abs(p - q)", "1 2", ["is NOT exact"], "1 2", {"residual"}),
     ("residual", "return d / total if total > 0 else p", "return p - q", "2",  # negative: sample_from raises
      ["ValueError in sample_from(): cannot sample"], "2", None),
-    ("residual", "d = np.maximum(p - q, 0.0)", "d = p - q", "1 2", ["is NOT exact", "cannot sample"], "1 2", None),
     ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * u * cdf[-1])", "2",
      [FIT], "2", {"sample_from"}),
     ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2",
@@ -94,8 +90,6 @@ STAGE_EDITS = [
     ("rounds", "text = [*text, *emitted]", "text = [*text, *emitted[:-1]]", "2 3", [FIT, "NOT every row fits"],
      "2 3", {"rounds", "take"}),
     ("take", "tokens += emitted", "tokens += emitted[:1]", "2", [FIT], "2", {"rounds", "take"}),
-    ("take", "return tokens[:n_tokens], calls, len(tokens) - calls",
-     "return tokens[-n_tokens:], calls, len(tokens) - calls", "2", [FIT], "2", {"rounds", "take"}),
     ("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "", "8",
      ["NOT every correct tree is consistent"], "8", None),
     ("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight", "9 15",

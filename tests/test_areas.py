@@ -134,24 +134,29 @@ def test_a_verifying_pass_is_priced_at_k_plus_one_positions():
 
 # --- chapter 12 ------------------------------------------------------------------------------------------
 
-def test_ulps_are_counted_in_the_spacing_at_each_value():
-    class Head:  # a stand-in layer whose wide product is two spacings off at large values
-        W = np.ones((3, 2), np.float32)
-    values = np.float32([1000.0, 1.0])
-    gap = 2 * np.spacing(values)
-    assert gap[0] / np.finfo(np.float32).eps > 1000  # counted in machine epsilons it would be thousands
-    ulps = gap / np.spacing(values)
-    assert list(ulps) == [2.0, 2.0]
+def test_ulps_are_counted_in_the_spacing_at_each_value(monkeypatch):
+    # a layer whose wide product is 1000 everywhere and whose narrow one is two float32 spacings above:
+    # two ulps each, where counting in machine epsilons would say 1024
+    class Layer:
+        shape, dtype = (16, 8), np.float32
+
+        def __matmul__(self, H):
+            return np.full((16, H.shape[1]), 1000.0, np.float32)
+    up = np.float32(1000.0) + 2 * np.spacing(np.float32(1000.0))
+    monkeypatch.setattr(sd, "products_alone", lambda W, H: np.full((16, H.shape[1]), up, np.float32))
+    share, ulps, worst, flips, margin = sd.widths_differ(type("Head", (), {"W": Layer()})(), n=4)
+    assert share == 1.0 and ulps == 2.0 and worst == pytest.approx(2 * float(np.spacing(np.float32(1000.0))))
 
 
-def test_the_margin_is_read_where_the_texts_part(monkeypatch):
-    head = sd.GreedyHead(gap=1e-6)
-    D = sd.GreedyHead(gap=1e-6, alone=True)
-    i, margin = sd.first_divergence(head, D, [3, 7], 32, 4)
-    if i is None:
-        pytest.skip("the texts do not part on this machine's BLAS")
-    plain = sd.plain_decode(head, [3, 7], 32, np.random.default_rng(0))
-    assert margin == float(sd.top_margin(head.logits([3, 7, *plain[:i]]))[0])
+def test_the_margin_is_read_where_the_texts_part():
+    head, D = sd.GreedyHead(gap=1e-6), sd.GreedyHead(gap=1e-6, alone=True)
+    for prompt in ([3, 7], [1, 2], [5, 9], [0, 4], [8, 8], [6, 1]):
+        i, margin = sd.first_divergence(head, D, prompt, 32, 4)
+        if i is not None:
+            plain = sd.plain_decode(head, prompt, 32, np.random.default_rng(0))
+            assert margin == float(sd.top_margin(head.logits([*prompt, *plain[:i]]))[0])
+            return
+    pytest.skip("no text parts on this machine's BLAS")
 
 
 @pytest.mark.parametrize("float64_parts", [False, True])

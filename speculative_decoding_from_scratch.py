@@ -4669,7 +4669,7 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
         what = f"the target p, {named}a draft q of blend weight {weight:g}"
     else:
         P, D, draft, start, spell = CopyModel(0.9), Lookup(2, 4, len(ALPHABET)), lookup_draft, prompts()[text], decode
-        what = "chapter 11's copying target (lam = 0.9), drafted by prompt lookup (n 2..4, q one-hot)"
+        what = f"chapter 11's copying target (lam = 0.9), drafted by prompt lookup (n {D.n_min}..{D.n_max}, q one-hot)"
     block = rule == "block"
     say(f"Speculative decoding, traced: {what}, k = {k}, seed {seed}, the {rule!r}",
         f"{'bug' if rule in BUGS else 'verifier'}.", f"Its bug is not run: {bug}." if isinstance(bug, str) else "",

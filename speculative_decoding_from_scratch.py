@@ -1002,7 +1002,7 @@ def demo1_rule_by_hand(ctx=0):
     print()
     say(f"The proof, token by token. A draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f},",
         "which is also the sum of max(0, p - q). So the redrawn share, that chance times the",
-        "residual, is max(0, p - q). The kept share is q min(1, p/q) = min(p, q).")
+        f"residual max(0, p - q) / {1 - beta:.3f}, is max(0, p - q). The kept share is q min(1, p/q) = min(p, q).")
     print()
     table([("token", 5, ">5"), ("kept", 10, ".4f"), ("redrawn", 10, ".4f"), ("emitted", 10, ".4f"), ("p", 8, ".4f")],
           [(name(x), kept[x], fixed[x], kept[x] + fixed[x], p[x]) for x in range(VOCAB)])
@@ -1081,7 +1081,6 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     print()
-    print()
     say("The exact check follows accept_prob and residual, not the loop's lines" + (
         ", so only the fit sees continue: it checks drafts that followed a rejected, replaced token."
         if verdicts.get("continue") == "NOT by the fit" else "."),
@@ -1155,7 +1154,7 @@ def stages_alone(P, Q, ctx, k, n_runs, n_u=6000, seed=30):
         return (f"fit {p_text(fit)}", fit >= P_REJECT)
 
     check("forward", "the table's rows", rows_of_table)
-    check("sample_from", f"p's share of {n_u:,} even u", even_u)
+    check("sample_from", f"p's share of {n_u:,} evenly spaced u", even_u)
     check("draft_tokens", "drafts that fit q", drafts)
     check("verify_round", "rounds that fit their exact odds", one_round)
     return rows
@@ -1305,10 +1304,9 @@ def demo3_alpha_words(k):
     print()
     say(f"The naive 1 + k alpha says {naive:.2f} for the middling draft, not {right:.2f}: it forgets that a",
         "rejection ends the round.",
-        f"Nor is accepted / checked alpha: {rate1:.4f} against {a:.4f} at k = 1." if differ else
-        f"At k = 1 accepted / checked equals alpha, {a:.4f}.",
-        "Alpha weighs contexts as the target's text visits them; rounds start where the last one"
-        " ended." if differ else "")
+        f"Nor is accepted / checked alpha, {a:.3f}: a round starts where the last one ended, and a first"
+        f" draft there passes with chance {rate1:.3f}." if differ else
+        f"A first draft passes with chance alpha, {a:.4f}.")
 
 
 def demo3_temperatures(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0)):
@@ -1361,7 +1359,7 @@ def demo3_temperature_words(rows, same):
     print()
     say("Every row emits its tempered target by both checks." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
-        "At T = 0, greedy speculation gives a plain argmax loop's 1,000 tokens." if same == 1000 else
+        "At T = 0, greedy speculation's 1,000 tokens are a plain argmax loop's." if same == 1000 else
         f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of 1,000 agree).")
     trends = {label: trend([r[2] for r in rs]) for label, rs in by.items()}
     say("Sampled, for T > 0, alpha " + " and ".join(f"{t} for the {label} draft" for label, t in trends.items()) +
@@ -1374,8 +1372,19 @@ def demo3_temperature_words(rows, same):
             f"the {label} draft at T = {', '.join(f'{r[1]:g}' for r in slower if r[0] == label)}"
             for label in dict.fromkeys(r[0] for r in slower)) + ".") if slower else
         "Greedy drafting is never slower than plain decoding here.",
-        "The paper's Table 3 saw alpha fall from T = 0 to T = 1 in 12 of its 16 pairs: it depends"
-        " on the pair.")
+        demo3_table3_words(rows))
+
+
+def demo3_table3_words(rows):
+    """Demo 3: alpha from T = 0 to T = 1 here, beside the paper's Table 3."""
+    pairs = {r[0]: {} for r in rows}
+    for r in rows:
+        pairs[r[0]][r[1]] = r[2]
+    ends = [a for a in pairs.values() if 0 in a and 1 in a]
+    rose = sum(a[1] > a[0] for a in ends)
+    drafts = "both drafts" if rose == len(ends) == 2 else f"{rose} of these {len(ends)} drafts"
+    return (f"From T = 0 to T = 1 sampled alpha rises for {drafts}; in the paper's Table 3 it fell"
+            " in 12 of 16 pairs: it depends on the pair.")
 
 
 def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
@@ -1428,7 +1437,8 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
         m, exact = measure(TARGET, MIDDLING, k, n_rounds, seed=4), exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k (bars: the exact speedup).")
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k (bars: the exact speedup). Each k is its",
+        "own seeded run, so k = 4 need not measure what demo 3 did.")
     print()
     table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("fits", 6, ">6"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 26, "<")],
@@ -1474,7 +1484,7 @@ def demo5_break_even(k=4, n_rounds=1500):
     print()
     say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
         f"It assumes every draft passes with chance alpha = {a:.3f}. But a first draft, where a round",
-        f"starts, passes with chance {exact[0] - 1:.3f}.",
+        f"starts, passes with chance {exact[0] - 1:.3f} (demo 3).",
         f"So at c = {', '.join(edge)} no k helps, although alpha > c." if edge else
         "Here some k helps wherever alpha > c.",
         "" if below else "The exact best meets (1 + alpha) / (1 + c) at every c.")
@@ -1592,8 +1602,8 @@ def demo6_free_compute(n_ctx=512):
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder, {weight_count(*LLAMA2_7B) / 1e9:.2f} billion 16-bit weights, after {n_ctx} tokens of",
         f"context. A pass reads every weight it multiplies by once, {weights:.2f} GB, however many",
-        "positions it scores. It also reads the KV",
-        "cache: the keys and values of the tokens read so far. The time is a roofline model of an",
+        "positions it scores. It also reads the KV cache: the keys and values of the tokens read so",
+        f"far, {(rows[0][2] - weights):.2f} GB here. The time is a roofline model of an",
         f"{H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing",
         "the multiply-accumulates (MACs, two FLOPs each).")
     print()
@@ -1618,8 +1628,9 @@ def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 
     plain = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, 1))[0]
     c = roofline_time(*pass_traffic(DRAFT_SHAPE, 0, 1, 1))[0] / plain
     say("A server decodes B sequences at once, reading the weights once for all, so arithmetic per",
-        f"byte grows with B. The best k at each B, after {n_ctx} tokens of context, with a draft",
-        f"{weight_count(*LLAMA2_7B) / weight_count(*DRAFT_SHAPE):.0f} times smaller (c = {c:.3f} at B = 1):")
+        f"byte grows with B. The best k at each B, after {n_ctx} tokens of context, with a draft that",
+        f"reads {pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times fewer"
+        f" bytes per pass (c = {c:.3f} at B = 1):")
     fit, rows = sequences_that_fit(n_ctx), []
     for b in batches:
         gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
@@ -2129,7 +2140,7 @@ def demo9_verifiers(k=3):
               "one-hot": ("p(argmax q)", float(p[0, q.argmax()])), "strict": ("sum q p", float((p * q).sum()))}
     rows = [(name_, float(acceptance(p, D, how or {})[0]), f"{closed[name_][1]:.3f} = {closed[name_][0]}")
             for name_, D, _, how in verifier_settings(p, q)[:3]]
-    say("vLLM, an open-source serving engine, offers several verifier settings. Probabilistic:",
+    say("vLLM, an open-source serving engine, has offered several verifier settings. Probabilistic:",
         "the draft samples x from q, and x is accepted with chance min(1, p/q). One-hot: the draft",
         "proposes its argmax; a deterministic draft's q is one-hot, so x is accepted with chance",
         "p(x). Strict: the draft samples x from q, and x is accepted only if it equals the target's",
@@ -2137,8 +2148,8 @@ def demo9_verifiers(k=3):
         "before it decides how many to accept (chapter 14 shows how).")
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
     pairs = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
-             ("blend 0.9", TARGET, blend(TARGET, UNRELATED, 0.9)), ("target at T=2", TARGET, temper(TARGET, 2)),
-             ("p at T=0.3, q at 3", temper(TARGET, 0.3), temper(TARGET, 3))]
+             ("blend 0.9", TARGET, blend(TARGET, UNRELATED, 0.9)), ("q = p at T=2", TARGET, temper(TARGET, 2)),
+             ("p at T=0.3, q at T=3", temper(TARGET, 0.3), temper(TARGET, 3))]
     prow, reasons = [], []
     for label, P, Q in pairs:
         settings = verifier_settings(P, Q)
@@ -2152,8 +2163,9 @@ def demo9_verifiers(k=3):
         prow.append((label, *alphas, *tokens, ["prob", "1-hot", "strict", "block", "b 1-hot"][most]))
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
-    say(f"Five pairs of target and draft, at k = {k} (b 1-hot: block over one-hot drafts; most: the",
-        "setting that accepts most):")
+    say(f"Five pairs of target p and draft q, at k = {k}. The first three draw q from a draft table; the",
+        "last two temper the target's own rows (b 1-hot: block over one-hot drafts; most: the setting",
+        "that accepts most, the first named on a tie):")
     print()
     table([("pair", 20, "<"), ("prob", 6, ".3f"), ("1-hot", 6, ".3f"), ("strict", 7, ".3f"),
            ("prob", 6, ".2f"), ("1-hot", 6, ".2f"), ("strict", 7, ".2f"), ("block", 6, ".2f"), ("b 1-hot", 8, ".2f"),
@@ -2172,8 +2184,7 @@ def demo9_verifiers(k=3):
             "each where the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
             else "NOT each where the target likes the draft's argmax more than the draft does."))
     exactness = demo9_exactness(k)
-    takeaway("every verifier setting vLLM offers emits the target's distribution; which accepts most"
-             " depends on the pair.", {"every setting emits the target": all(r[5] == "the target" for r in exactness),
+    takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.", {"every setting emits the target": all(r[5] == "the target" for r in exactness),
                             "the setting that keeps most differs between pairs": len(winners) > 1})
     return SimpleNamespace(row=rows, agree=agree, pairs=prow, reasons=reasons, exactness=exactness)
 
@@ -3776,8 +3787,10 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
         f"middling draft at k = {k}, after '{name(ctx)}':")
     print()
     for line in (
+            "lossless  the paper's rule (probabilistic), and chapter 9's one-hot and",
+            "          block verification.",
             "typical   vLLM V0's typical acceptance, after Medusa's: keep x if p(x) >",
-            "          min(eps, a e^-H); setting: eps, a (its posterior_threshold and",
+            "          min(eps, s e^-H); setting: eps, s (its posterior_threshold and",
             "          posterior_alpha). H, the entropy of p, -sum p ln p, is how",
             "          spread p is; a draft the target finds typical enough passes,",
             "          however often the draft proposes it. After a rejection: the",
@@ -3785,8 +3798,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             "sglang    SGLang's thresholds on one-hot drafts (the draft proposes its",
             "          likeliest token, for certain): keep x if u <= p(x) / acc or p(x)",
             "          >= single (setting: single, acc); a rejected draft is redrawn",
-            "          from p without x. Lossless: the paper's rule (probabilistic), and",
-            "          chapter 9's one-hot and block verification."):
+            "          from p without x."):
         print("  " + line)
     truth = target_first_tokens(TARGET, ctx, n)
     hot = temper(MIDDLING, 0)
@@ -3825,12 +3837,12 @@ def demo18_verdicts(rows, best, n_runs):
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
     say(f"The fit compares {n_runs} sampled runs with each rule's own exact distribution of the first",
-        "two tokens: " + ("every rule's sample fits its exact joint." if not misfit else
+        f"two tokens ({VOCAB ** 2} cells; three tokens' {VOCAB ** 3} are too many for {n_runs} runs): " + ("every rule's sample fits its exact joint." if not misfit else
                           f"NOT every sample fits: {', '.join(misfit)}."),
         "At (1, 1) SGLang's thresholds are the one-hot rule: exact TV " + exact_text(
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".")
-    say(f"Dominated: a lossless verifier on the same draft model keeps as many tokens per call",
-        f"({best:.2f}) at no distance. Here that is {'; '.join(dominated)}." if dominated else
+    say(f"Dominated: a lossy setting that a lossless verifier on the same draft model matches in tokens",
+        f"per call ({best:.2f}) at no distance. Here that is {'; '.join(dominated)}." if dominated else
         f"(best lossless: {best:.2f}); here no lossy setting is.")
     frontier(rows)
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
@@ -3840,11 +3852,12 @@ def frontier(rows, width=56, height=8, top=0.8):
     """A text plot of tokens per call (across) against exact TV (down from 0):
     each rule's first letter where its settings land; lossless ones on the top line."""
     lo, hi = 1.0, max(4.0, max(r[3] for r in rows if r[3] is not None))
-    grid = [[" "] * (width + 1) for _ in range(height + 1)]
+    grid, cells = [[" "] * (width + 1) for _ in range(height + 1)], {}
     for label, setting, tv, per_call, _, _ in sorted(rows, key=lambda r: r[1] == "lossless"):  # lossless on top
         if tv is not None:
-            y = min(height, round(tv / top * height))
-            grid[y][round((per_call - lo) / (hi - lo) * width)] = label[0].upper()
+            y, x = min(height, round(tv / top * height)), round((per_call - lo) / (hi - lo) * width)
+            grid[y][x] = label[0].upper()
+            cells.setdefault((y, x), []).append(f"{label} ({setting})")
     print()
     say("Tokens per call across, exact TV down (P probabilistic, O one-hot, B block, T typical,",
         "M medusa, S sglang):")
@@ -3853,6 +3866,10 @@ def frontier(rows, width=56, height=8, top=0.8):
         print(f"  {y * top / height:4.1f} |" + "".join(line).rstrip())
     print("       +" + "-" * width)
     print(f"        {lo:<4.1f}" + f"{(lo + hi) / 2:^{width - 8}.1f}" + f"{hi:>4.1f}")
+    shared = ["; ".join(names[:-1]) + f" under {names[-1]}" for names in cells.values() if len(names) > 1]
+    if shared:
+        print()
+        say("Where two land in one cell, the last letter shows: " + "; ".join(shared) + ".")
 
 
 def greedy_tables(V=32, sharpness=1.0, weight=0.5):
@@ -3890,15 +3907,16 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
     say("Greedy requests take the likeliest token: plain decoding's text is fixed. Two rules",
         "change it. relaxed: TensorRT-LLM's relaxed acceptance for MTP (multi-token prediction",
         "heads), in a reasoning model's",
-        "thinking phase: keep x if it is among p's top-k and p(x) >= max p - delta. fly: vLLM's",
+        "thinking phase: keep x if it is among p's n likeliest tokens and p(x) >= max p - delta. fly: vLLM's",
         "FLy, greedy path: keep a draft that is not the argmax if the entropy of p's three",
         "largest probabilities is at least a threshold, and the drafts in its window, the next",
-        f"few, are each their position's argmax. A 32-token target, a greedy draft, k = {k}; {n_tokens} tokens from",
-        f"each of {len(prompts_)} prompts. Each step is deterministic, so every figure is exact. Settings: top-k,",
+        f"few, are each their position's argmax. A target over {len(P)} tokens, a greedy draft, k = {k}; {n_tokens}",
+        f"tokens of text from each of {len(prompts_)} prompts. Each step is deterministic, so every figure is exact."
+        " Settings: n,",
         f"delta; window, threshold. TV, first {n}: the share of prompts whose first {n} tokens change, a TV of 0 or",
         "1 each, as both texts are certain; first at: the token (from 1) where a text first parts:")
     print()
-    table([("rule", 13, "<"), ("setting", 10, "<"), ("texts part", 12, ">"), ("first at (median)", 18,
+    table([("rule", 13, "<"), ("setting", 10, "<"), ("texts\npart", 8, ">"), ("first at\n(median)", 10,
            lambda x: f"{x:.1f}"), (f"TV, first {n}", 12, ".3f"), ("tokens/call", 13, ".2f")], rows)
     exact = rows[0]
     changed = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
@@ -3906,7 +3924,7 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
     print()
     say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
         (f"{len(changed)} of the {len(rows) - 1} lossy settings change the text: here changed greedy text is"
-         " the rule, not rounding (chapter 12).") if changed else "No lossy setting changes the text here.",
+         " the rule, not a rounding accident (chapter 12: a wider pass can round a near tie the other way).") if changed else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it as greedy decoding writes it." +
         (" An entropy threshold above ln 3 = 1.10 never opens FLy's gate." if any(
             r[0] == "fly" and float(r[1].split(", ")[1]) > math.log(3) for r in rows if f"{r[0]} ({r[1]})" in same)

@@ -260,10 +260,16 @@ def test_demo3_every_exact_column_is_the_exact_value_and_every_row_fits(demo):
     assert middling[6] == sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
     assert "Every row fits." in text
     assert [r[9] for r in result.temperatures] == ["the target"] * 10
-    assert result.greedy == 1000 and "At T = 0, greedy speculation gives a plain argmax loop's 1,000 tokens." in text
+    assert result.greedy == 1000 and "At T = 0, greedy speculation's 1,000 tokens are a plain argmax loop's." in text
     assert "Every row emits its tempered target by both checks." in text
     rate1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
-    assert f"Nor is accepted / checked alpha: {rate1:.4f} against {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.4f} at k = 1." in text
+    assert (f"Nor is accepted / checked alpha, {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}: a round starts where the"
+            f" last one ended, and a first draft there passes with chance {rate1:.3f}.") in text
+    ends = {}
+    for r in result.temperatures:
+        ends.setdefault(r[0], {})[r[1]] = r[2]
+    rose = [label for label, a in ends.items() if a[1] > a[0]]
+    assert len(ends) == 2 and ("sampled alpha rises for both drafts" in text) == (len(rose) == 2)
 
 
 def test_demo3_temperature_rows_against_a_greedy_draft_computed_by_hand(demo):
@@ -315,7 +321,7 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "So at c = 0.7 no k helps, although alpha > c." in text
-    assert f"But a first draft, where a round starts, passes with chance {exact[0] - 1:.3f}." in text
+    assert f"But a first draft, where a round starts, passes with chance {exact[0] - 1:.3f} (demo 3)." in text
     assert f"every draft passes with chance alpha = {alpha:.3f}" in text
     assert f"(exactly {exact[3]:.2f})" in text  # demo 5's sample beside demos 3 and 4's exact value
 

@@ -135,7 +135,7 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
     greedy = {(r[0], r[1]): r for r in result.greedy}
     assert greedy[("exact match", "")][2] == "0/24" and greedy[("fly", "2, 1.2")][2] == "0/24"
     assert greedy[("relaxed", "15, 0.5")][2] == "24/24"
-    assert "here changed greedy text is the rule, not rounding" in text
+    assert "here changed greedy text is the rule, not a rounding accident" in text
 
 
 # --- bad knobs ----------------------------------------------------------------------------------

@@ -1070,7 +1070,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
           groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV(x1, x2)", 12, exact_text),
-           ("TV(x1)", 9, exact_text), ("verdict", 17, "<")], rows, groups=[("sampled", 1, 2), ("exact", 3, 4)])
+           ("TV(x1)", 9, exact_text), ("verdict", 17, "<")], rows, groups=[("sampled", 1, 2), ("exact, rule functions", 3, 4)])
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
     say("A sample's TV is never 0:" + (f" the target decoded alone, {n_runs:,} times, has {floor:.4f}."

@@ -1000,7 +1000,7 @@ def demo1_rule_by_hand(ctx=0):
         f"it is kept with p/q = {ratio:.3f}." if abs(acc[over] - ratio) < 1e-12 else
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print()
-    say(f"The proof, token by token. A draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f},",
+    say(f"A draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f},",
         "which is also the sum of max(0, p - q). So the redrawn share, that chance times the",
         f"residual max(0, p - q) / {1 - beta:.3f}, is max(0, p - q). The kept share is q min(1, p/q) = min(p, q).")
     print()
@@ -1073,18 +1073,18 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
            ("TV(x1)", 9, exact_text), ("verdict", 17, "<")], rows, groups=[("sampled", 1, 2), ("exact, rule functions", 3, 4)])
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
-    say("A sample's TV is never 0:" + (f" the target decoded alone, {n_runs:,} times, has {floor:.4f}."
-                                      if not isinstance(floor, Exception) else " sampling adds noise."),
-        "So the fit decides. Each broken rule edits a line or two:")
+    say("A sample's TV is never 0" + (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides."
+                                     if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
+                                     " decides."), "Each bug edits a line or two:")
     diff = [(r, f + "()", new or "deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
     print()
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     print()
     say("The exact check follows accept_prob and residual, not the loop's lines" + (
-        ", so only the fit sees continue: it checks drafts that followed a rejected, replaced token."
+        ", so only the fit sees continue, which checks on after a rejection instead of ending the round."
         if verdicts.get("continue") == "NOT by the fit" else "."),
-        "Had the correct rule failed, each stage checked alone names the one to blame:")
+        "Each stage checked alone, to blame one if the correct rule fails:")
     print()
     table([("stage", 14, "<"), ("must give", 38, "<"), ("result", 16, "<")],
           [r[:3] for r in stages])
@@ -1185,9 +1185,7 @@ def demo2_verdicts(verdicts, stages):
             " ".join(s + "." for s in off) if off else suspect or
             "Each stage passes alone, so suspect how rounds chain: rounds or take.")
     caught = {how: [r for r in BUGS if verdicts[r] == how] for how in checks}
-    say(f"Both checks catch {', '.join(caught['NOT the target'])}." if caught["NOT the target"] else "",
-        f"Only the fit catches {', '.join(caught['NOT by the fit'])}." if caught["NOT by the fit"] else "",
-        f"Only the exact check catches {', '.join(caught['NOT by exact'])}." if caught["NOT by exact"] else "",
+    say(f"Only the exact check catches {', '.join(caught['NOT by exact'])}." if caught["NOT by exact"] else "",
         f"Neither catches {', '.join(caught['the target'])}." if caught["the target"] else "",
         " ".join(f"Not checked: {r} ({v})." for r, v in verdicts.items() if r in BUGS and v not in checks))
 
@@ -1304,8 +1302,8 @@ def demo3_alpha_words(k):
     print()
     say(f"The naive 1 + k alpha says {naive:.2f} for the middling draft, not {right:.2f}: it forgets that a",
         "rejection ends the round.",
-        f"Nor is accepted / checked alpha, {a:.3f}: a round starts where the last one ended, and a first"
-        f" draft there passes with chance {rate1:.3f}." if differ else
+        f"Nor is accepted / checked alpha ({a:.3f}): rounds start after a replacement or a bonus token,"
+        f" and there a first draft passes with chance {rate1:.3f}." if differ else
         f"A first draft passes with chance alpha, {a:.4f}.")
 
 
@@ -1343,35 +1341,23 @@ def demo3_temperatures(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0,
     return rows, same
 
 
-def trend(values, tol=0.03):
-    """How a sequence moves: 'rises', 'falls', or 'moves little' (within tol)."""
-    if max(values) - min(values) <= tol:
-        return "moves little"
-    steps = np.diff(values)
-    return "rises" if (steps > 0).all() else "falls" if (steps < 0).all() else "goes up and down"
-
-
 def demo3_temperature_words(rows, same):
     """Demo 3's sentences on temperature, from its table (T > 0: at T = 0 both ways are greedy)."""
     failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
-    by = {label: [r for r in hot if r[0] == label] for label in dict.fromkeys(r[0] for r in hot)}
     print()
     say("Every row emits its tempered target by both checks." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
-        "At T = 0, greedy speculation's 1,000 tokens are a plain argmax loop's." if same == 1000 else
+        "At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax loop." if same == 1000 else
         f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of 1,000 agree).")
-    trends = {label: trend([r[2] for r in rs]) for label, rs in by.items()}
-    say("Sampled, for T > 0, alpha " + " and ".join(f"{t} for the {label} draft" for label, t in trends.items()) +
-        ".")
     lower = all(r[3] < r[2] for r in hot)
     slower = [r for r in rows if r[5] is not None and r[5] < 1 - 1e-9]
-    say("Greedy drafts keep less than sampled ones at every T > 0." if lower else
-        "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
-        ("Greedy drafting is slower than plain decoding for " + "; ".join(
-            f"the {label} draft at T = {', '.join(f'{r[1]:g}' for r in slower if r[0] == label)}"
+    say("Greedy drafts keep less than sampled ones at every T > 0;" if lower else
+        "Greedy drafts do NOT keep less than sampled ones at every T > 0;",
+        ("they are slower than plain decoding for " + "; ".join(
+            f"{label} at T = {', '.join(f'{r[1]:g}' for r in slower if r[0] == label)}"
             for label in dict.fromkeys(r[0] for r in slower)) + ".") if slower else
-        "Greedy drafting is never slower than plain decoding here.",
+        "they are never slower than plain decoding here.",
         demo3_table3_words(rows))
 
 
@@ -1383,8 +1369,8 @@ def demo3_table3_words(rows):
     ends = [a for a in pairs.values() if 0 in a and 1 in a]
     rose = sum(a[1] > a[0] for a in ends)
     drafts = "both drafts" if rose == len(ends) == 2 else f"{rose} of these {len(ends)} drafts"
-    return (f"From T = 0 to T = 1 sampled alpha rises for {drafts}; in the paper's Table 3 it fell"
-            " in 12 of 16 pairs: it depends on the pair.")
+    return (f"Sampled alpha rises from T = 0 to T = 1 for {drafts}; in the paper's Table 3 it fell for 12"
+            " of 16 pairs.")
 
 
 def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
@@ -1438,7 +1424,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
     say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k (bars: the exact speedup). Each k is its",
-        "own seeded run, so k = 4 need not measure what demo 3 did.")
+        "own seeded run.")
     print()
     table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("fits", 6, ">6"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 26, "<")],
@@ -1472,7 +1458,7 @@ def demo5_break_even(k=4, n_rounds=1500):
         s, exact_speedups = speedup(m.per_call, k, c), speedup(exact, np.arange(1, 17), c)
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *best_k(a, c, k_max=16),
                      *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else None))
-    say(f"The middling draft measures {m.per_call:.2f} tokens per call",
+    say(f"In its own run the middling draft measures {m.per_call:.2f} tokens per call",
         f"at k = {k} (exactly {exact[k - 1]:.2f}), so it ties with plain decoding at c* = ({m.per_call:.2f} - 1) / {k} =",
         f"{c_star:.3f}. The best k by eq. 1 and exactly (k = 0: plain decoding wins):")
     print()
@@ -1483,11 +1469,12 @@ def demo5_break_even(k=4, n_rounds=1500):
     below = [f"{r[0]:.3g}" for r in rows if r[7] is not None and r[6] < r[7] - 5e-4]
     print()
     say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
-        f"It assumes every draft passes with chance alpha = {a:.3f}. But a first draft, where a round",
-        f"starts, passes with chance {exact[0] - 1:.3f} (demo 3).",
+        f"It assumes every draft passes with chance alpha = {a:.3f}, but a first draft",
+        f"passes with {exact[0] - 1:.3f} (demo 3).",
         f"So at c = {', '.join(edge)} no k helps, although alpha > c." if edge else
         "Here some k helps wherever alpha > c.",
-        "" if below else "The exact best meets (1 + alpha) / (1 + c) at every c.")
+        f"The exact best falls below the bound at c = {', '.join(below)}." if below else
+        "The exact best meets (1 + alpha) / (1 + c) at every c.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not: a draft must be cheap and agree often.",
              {"the speedup falls as c rises": all(x > y for x, y in zip(speeds, speeds[1:])),
@@ -1600,10 +1587,11 @@ def demo6_free_compute(n_ctx=512):
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in (1, 2, 4, 8, 16)]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
+    embedding = 2 * weight_count(*LLAMA2_7B) / 1e9 - weights  # the rest of the 16-bit weights
     say(f"A Llama-2-7B-shaped decoder, {weight_count(*LLAMA2_7B) / 1e9:.2f} billion 16-bit weights, after {n_ctx} tokens of",
-        f"context. A pass reads every weight it multiplies by once, {weights:.2f} GB, however many",
-        "positions it scores. It also reads the KV cache: the keys and values of the tokens read so",
-        f"far, {(rows[0][2] - weights):.2f} GB here. The time is a roofline model of an",
+        f"context. A pass reads each weight it multiplies by once, {weights:.2f} GB, however many",
+        f"positions it scores (the {embedding:.2f} GB embedding table is only looked up). It also reads",
+        f"the KV cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of an",
         f"{H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing",
         "the multiply-accumulates (MACs, two FLOPs each).")
     print()
@@ -1628,9 +1616,9 @@ def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 
     plain = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, 1))[0]
     c = roofline_time(*pass_traffic(DRAFT_SHAPE, 0, 1, 1))[0] / plain
     say("A server decodes B sequences at once, reading the weights once for all, so arithmetic per",
-        f"byte grows with B. The best k at each B, after {n_ctx} tokens of context, with a draft that",
-        f"reads {pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times fewer"
-        f" bytes per pass (c = {c:.3f} at B = 1):")
+        f"byte grows with B. The best k at each B, after {n_ctx} tokens of context, with a draft",
+        f"reading {pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times fewer"
+        f" bytes (c = {c:.3f} at B = 1):")
     fit, rows = sequences_that_fit(n_ctx), []
     for b in batches:
         gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
@@ -4492,7 +4480,7 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT the
           target's
   exact   no sampling: the probabilities followed through the rule's
-          functions; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias"""
+          functions; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} means they are biased"""
 BREAK_IT = """
 Now break it: edit one line of a stage and rerun. The README lists edits."""
 

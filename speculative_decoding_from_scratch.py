@@ -1590,10 +1590,10 @@ def demo6_free_compute(n_ctx=512):
     embedding = 2 * weight_count(*LLAMA2_7B) / 1e9 - weights  # the rest of the 16-bit weights
     say(f"A Llama-2-7B-shaped decoder, {weight_count(*LLAMA2_7B) / 1e9:.2f} billion 16-bit weights, after {n_ctx} tokens of",
         f"context. A pass reads each weight it multiplies by once, {weights:.2f} GB, however many",
-        f"positions it scores (the {embedding:.2f} GB embedding table is only looked up). It also reads",
-        f"the KV cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of an",
-        f"{H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing",
-        "the multiply-accumulates (MACs, two FLOPs each).")
+        f"positions it scores (the {embedding:.2f} GB embedding table is only looked up). It also reads the KV",
+        f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
+        f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
+        "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
     print()
     table([("positions", 9, "d"), ("GMACs", 9, ".1f"), ("GB read", 9, ".2f"), ("MACs/byte", 11, ".2f"),
            ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8"), ("time\nvs 1", 7, ".2f")],
@@ -2172,8 +2172,9 @@ def demo9_verifiers(k=3):
             "each where the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
             else "NOT each where the target likes the draft's argmax more than the draft does."))
     exactness = demo9_exactness(k)
-    takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.", {"every setting emits the target": all(r[5] == "the target" for r in exactness),
-                            "the setting that keeps most differs between pairs": len(winners) > 1})
+    takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
+             {"every setting emits the target": all(r[5] == "the target" for r in exactness),
+              "the setting that keeps most differs between pairs": len(winners) > 1})
     return SimpleNamespace(row=rows, agree=agree, pairs=prow, reasons=reasons, exactness=exactness)
 
 
@@ -3825,8 +3826,8 @@ def demo18_verdicts(rows, best, n_runs):
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
     say(f"The fit compares {n_runs} sampled runs with each rule's own exact distribution of the first",
-        f"two tokens ({VOCAB ** 2} cells; three tokens' {VOCAB ** 3} are too many for {n_runs} runs): " + ("every rule's sample fits its exact joint." if not misfit else
-                          f"NOT every sample fits: {', '.join(misfit)}."),
+        f"two tokens ({VOCAB ** 2} cells; three tokens' {VOCAB ** 3} are too many for {n_runs} runs): " + (
+            "every rule's sample fits its exact joint." if not misfit else f"NOT every sample fits: {', '.join(misfit)}."),
         "At (1, 1) SGLang's thresholds are the one-hot rule: exact TV " + exact_text(
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".")
     say(f"Dominated: a lossy setting that a lossless verifier on the same draft model matches in tokens",
@@ -3911,8 +3912,9 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
     same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
     print()
     say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
-        (f"{len(changed)} of the {len(rows) - 1} lossy settings change the text: here changed greedy text is"
-         " the rule, not a rounding accident (chapter 12: a wider pass can round a near tie the other way).") if changed else "No lossy setting changes the text here.",
+        (f"{len(changed)} of the {len(rows) - 1} lossy settings change the text: here changed greedy text is the"
+         " rule, not a rounding accident (chapter 12: a wider pass can round a near tie the other way).") if changed
+        else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it as greedy decoding writes it." +
         (" An entropy threshold above ln 3 = 1.10 never opens FLy's gate." if any(
             r[0] == "fly" and float(r[1].split(", ")[1]) > math.log(3) for r in rows if f"{r[0]} ({r[1]})" in same)
@@ -4181,8 +4183,8 @@ def engine_configs(buckets, drafters, replan=None):
                                                     "num_speculative_tokens_per_batch_size": [list(r) for r in ks]}) + "'"]
     tree = next((o for o in used if o.drafter.name == main.name and o.shape.startswith("tree")), None)
     if lost:
-        lines.append(f"         (one drafter a server: {main.name} alone, its own plan, at most {lost[0]:.1%} below the"
-                     f" plan, at B = {lost[1]:,})")
+        lines.append(f"         (an engine runs one draft model: {main.name} alone, on its own plan, is at most"
+                     f" {lost[0]:.1%} slower than this plan, at B = {lost[1]:,})")
     if tree:
         topk, steps, n, _ = main.tree
         lines.append("         (vLLM's schedule is of chain lengths: the tree runs as a chain here)")
@@ -4240,44 +4242,44 @@ def tree_tokens(P, Q, depth, branching, n_rounds, seed):
     return float(np.mean([len(e) for e in out]))
 
 
-def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000):
-    big, small = (2048, 5504, 16, 32000), (768, 2048, 4, 32000)  # drafts 8 and 87 times smaller than the target
+def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
+    big, small = (2048, 5504, 16, 32000), (768, 2048, 4, 32000)  # 7 and 87 times fewer weights than the target
+    fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     better = blend(TARGET, UNRELATED, 0.75)
     nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
-    say("A practitioner has several drafters and one server. This chapter's skill reads each",
-        "drafter's figures as the server reports them, prices every way to run it at every",
-        f"batch size B on demo 6's roofline ({n_ctx} tokens of context), and picks. Here two drafts",
-        f"for the six-token target, each read from the per-position rates its server counts at k = {k_max}",
-        "(computed exactly, as the counters converge):",
-        f"a big one (blend 0.75, {weight_count(*LLAMA2_7B) / weight_count(*big):.0f} times smaller than the target) and a small one",
-        f"(the middling draft, {weight_count(*LLAMA2_7B) / weight_count(*small):.0f} times smaller), the small one also as a tree: top-2",
-        f"candidates over 3 steps, {nodes} positions verified in one pass. A tree's width is free only",
-        "while the pass is memory-bound.")
+    say("A practitioner has several drafters and one server. This chapter's skill reads each drafter's figures as",
+        f"the server reports them, prices every way to run it at every batch size B on demo 6's roofline ({n_ctx}",
+        "tokens of context), and picks. Here two drafts for the six-token target, each read from the per-position",
+        f"rates its server counts at k = {k_max} (computed exactly, as the counters converge): a big one (blend 0.75,",
+        f"reading {fewer[0]:.0f} times fewer weight bytes a pass than the target) and a small one (the middling draft,"
+        f" {fewer[1]:.0f} times fewer), the small one also as a tree: top-2 candidates over 3 steps, {nodes} positions",
+        "verified in one pass. A tree's width is free only while the pass is memory-bound.")
     measured = [reported_drafter("big", "draft_model", TARGET, better, k_max, big, k_max),
                 reported_drafter("small", "eagle", TARGET, MIDDLING, k_max, small, k_max)]
-    tree = tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)  # a tree's mean acceptance length, as its server logs it
-    measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree))
-    buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.005)
+    measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
+    buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx))
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, better if d.name == "big" else MIDDLING, k)
                                 for k in range(1, k_max + 1)]) for d in measured]
-
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
+    planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
     say("Is the skill right? Against an exhaustive search at every B, over every drafter, k and",
-        f"tree, with exact tokens per call for every chain (the tree's over {n_rounds:,} rounds for both), the skill's",
+        f"tree, with exact tokens per call for every chain and the tree's measured over {n_rounds:,} rounds, the skill's",
         f"choice is within {check.worst:.2%} of the best at every B" + (" (the goal: 1%)." if check.worst <= 0.01
                                                                             else ": NOT within 1%."),
         f"The search finds the tree best up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
-        " memory bound first." if check.tree_last else "The tree is the best choice at no B here.",
+        " memory bound first." + ("" if planned_tree in (None, check.tree_last) else f" The plan keeps the tree to"
+                                 f" B = {planned_tree}, within its {tol:.1%} tolerance.") if check.tree_last else
+        "The tree is the best choice at no B here.",
         demo19_why_rising(big, n_ctx, max_batch))
     print()
     say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it (each",
         "key as the engine's source spells it; in brackets, what an engine cannot say):")
     print()
-    for line in engine_configs(buckets, measured, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=0.005)):
+    for line in engine_configs(buckets, measured, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=tol)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
@@ -4292,8 +4294,8 @@ def demo19_why_rising(shape, n_ctx, max_batch):
     c = [roofline_time(*pass_traffic(shape, 0, 1, b))[0] / roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[0]
          for b in (1, max_batch)]
     return (f"The big draft's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}:"
-            " a plain pass reads every sequence's KV cache (the keys and values of every token it has"
-            " read), the draft here only its weights, so speedups"
+            f" at {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV"
+            " cache (the keys and values of every token it has read), the draft here only its weights, so speedups"
             " can rise with B." if c[1] < c[0] else "")
 
 

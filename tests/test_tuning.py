@@ -112,7 +112,7 @@ def test_a_profile_plans_every_bucket_and_prints_each_engines_config(tmp_path, c
     assert code == 0, err
     text = " ".join(out.split())
     assert "vLLM: --speculative-config" in text and "SGLang: --speculative-algorithm " in text
-    assert "TRT-LLM: speculative_config: {decoding_type: " in text and "one drafter a server" in text
+    assert "TRT-LLM: speculative_config: {decoding_type: " in text and "an engine runs one draft model" in text
     config = json.loads(text.split("--speculative-config '")[1].split("'")[0])
     assert set(config) <= {"method", "num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
     rows = config["num_speculative_tokens_per_batch_size"]

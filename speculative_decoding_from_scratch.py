@@ -2778,7 +2778,7 @@ def replicated(fit_of_seed, seed):
 def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     prompt, P, vllm = prompts()["summarise"], CopyModel(lam), Lookup(2, 4, len(ALPHABET))
     say(f"Real text often repeats what came before it. Here the target is a character model of",
-        f"{docs_corpus()[1]}. With weight lam ({lam} until the speed table varies it),",
+        f"Python's help() text: {docs_corpus()[1]}. With weight lam ({lam} until the speed table varies it),",
         "it copies: it finds the longest earlier stretch of the text so far that ends the way",
         "the text ends, and continues it. Otherwise it follows how often each character follows",
         "the two before it in the documentation.")
@@ -2787,8 +2787,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         "earlier in the text, then its last 3, then 2. At the first place they occur, it proposes",
         "the k characters that followed. vLLM, a serving engine, calls this its ngram method.",
         "Hugging Face transformers (HF), a Python library, tries the last 2 characters, then 1.",
-        "A proposal is certain, so its q is one-hot: the draft is kept with chance p(x). The last",
-        "line of a paragraph to summarise, then what the target writes (\\n: a new line):",
+        "A proposal is certain, so its q is one-hot: the draft is kept with chance p(x). Below, the",
+        "prompt's last line (a paragraph to summarise), then what the target writes (\\n: a new line):",
         "near-gibberish between copied runs, as a character model writes.")
     sample = attempt(lambda: spec_generate(P, vllm, prompt, 100, k, np.random.default_rng(0), draft=lookup_draft)[0])
     shown = [raised(sample)] if isinstance(sample, Exception) else textwrap.wrap(
@@ -2799,9 +2799,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     print()
     say(f"Is it exact? The first two tokens by both checks. Then a fit of {n_text} characters: each",
         "goes in a bin by the chance the target gave it, and the bins' counts are tested against",
-        "those chances. The documentation differs between Python versions, so on some version a",
-        f"correct draft could fail by a fluke. A fit below {P_REJECT:g} counts only if a fresh sample",
-        "fails too:")
+        "those chances. The documentation differs between Python versions, and so does the text",
+        f"sampled from it; a correct draft fails any one fit with chance about {P_REJECT:g}. So a fit below",
+        f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], rows)
@@ -2861,8 +2861,9 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
     print()
     say(f"Speed against lam, k = {k}, over two prompts: the paragraph and a Python function to edit.",
         f"The draft is free. The verifying pass over k+1 positions costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]},",
-        f"and {verify_cost(k, batches[1]):.2f} at B = {batches[1]}, where a batch of B sequences has filled the arithmetic",
-        "(demo 6's roofline). Each # is a quarter token per call:")
+        f"and {verify_cost(k, batches[1]):.2f} at B = {batches[1]}, where that pass, {k + 1} positions for each of B sequences,",
+        f"is {roofline_time(*pass_traffic(LLAMA2_7B, 16, k + 1, batches[1]))[1]}-bound (demo 6's roofline). Each # is a"
+        " quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
            ("", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])

@@ -769,7 +769,8 @@ def say(*sentences, clock=False):
     """Print a paragraph wrapped at 78 columns (its numbers and words are decided
     at run time). clock=True marks every line as holding a wall-clock figure."""
     lines = textwrap.wrap(" ".join(s for s in sentences if s), 78 - len(CLOCK) * clock, break_on_hyphens=False)
-    print("\n".join(line + CLOCK * clock for line in lines))
+    if lines:  # nothing to say prints nothing, not a blank line
+        print("\n".join(line + CLOCK * clock for line in lines))
 
 
 def takeaway(sentence, checks, clock=False):
@@ -1075,13 +1076,14 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     say("A sample's TV is never 0" + (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides."
                                      if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
-                                     " decides."), "Each bug edits a line or two:")
+                                     " decides."), "Each bug edits a line or two. accept_prob() returns min(1, p(x)/q(x)), residual() the"
+        " residual, and verify_round() checks a round's drafts:")
     diff = [(r, f + "()", new or "deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
     print()
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     print()
-    say("The exact check follows accept_prob and residual, not the loop's lines" + (
+    say("The exact check reads only accept_prob and residual" + (
         ", so only the fit sees continue, which checks on after a rejection instead of ending the round."
         if verdicts.get("continue") == "NOT by the fit" else "."),
         "Each stage checked alone, to blame one if the correct rule fails:")

@@ -834,6 +834,17 @@ def bound(x):
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
+def knob(name, x, least, most=math.inf, whole=False):
+    """x, or a ValueError naming the knob and its range (NaN fails too):
+    knob("relaxed_delta", -1, 0, 1) raises 'relaxed_delta must be in [0, 1], got -1'."""
+    ok = isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and (
+        not whole or float(x).is_integer()) and least <= x <= most
+    if not ok:
+        within = f"in [{bound(least)}, {bound(most)}]" if most < math.inf else f"{bound(least)} or more"
+        raise ValueError(f"{name} must be {'a whole number ' if whole else ''}{within}, got {x!r}")
+    return x
+
+
 def p_text(p):
     """A fit's p-value as printed: p_text(0.4321) -> '0.43', p_text(0.006) ->
     '0.006', below the threshold in e-notation, tiny ones as a bound."""
@@ -3621,17 +3632,6 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
 # speculativeDecoding/mtpKernels.cu at b35ac1b6; vLLM's FLy,
 # vllm/v1/spec_decode/fly.py at 04329df5 and docs/features/speculative_decoding/
 # fly.md at 230dd264, from pull request #53987, open in the stored thread.
-
-
-def knob(name, x, least, most=math.inf, whole=False):
-    """x, or a ValueError naming the knob and its range (NaN fails too):
-    knob("relaxed_delta", -1, 0, 1) raises 'relaxed_delta must be in [0, 1], got -1'."""
-    ok = isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and (
-        not whole or float(x).is_integer()) and least <= x <= most
-    if not ok:
-        within = f"in [{bound(least)}, {bound(most)}]" if most < math.inf else f"{bound(least)} or more"
-        raise ValueError(f"{name} must be {'a whole number ' if whole else ''}{within}, got {x!r}")
-    return x
 
 
 def per_position(test):

@@ -3829,8 +3829,8 @@ def demo18_verdicts(rows, best, n_runs):
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
     say(f"The fit compares {n_runs} sampled runs with each rule's own exact distribution of the first",
-        f"two tokens ({VOCAB ** 2} cells; three tokens' {VOCAB ** 3} are too many for {n_runs} runs): " + (
-            "every rule's sample fits its exact joint." if not misfit else f"NOT every sample fits: {', '.join(misfit)}."),
+        f"two tokens: {VOCAB ** 2} cells, as {n_runs} runs are too few for three tokens' {VOCAB ** 3}. " + (
+            "Every rule's sample fits its exact joint." if not misfit else f"NOT every sample fits: {', '.join(misfit)}."),
         "At (1, 1) SGLang's thresholds are the one-hot rule: exact TV " + exact_text(
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".")
     say(f"Dominated: a lossy setting that a lossless verifier on the same draft model matches in tokens",
@@ -3896,17 +3896,23 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
                      sum(f is not None and f < n for f in firsts) / len(prompts_),
                      len(prompts_) * n_tokens / sum(calls for _, calls in runs)))
     print()
-    say("Greedy requests take the likeliest token: plain decoding's text is fixed. Two rules",
-        "change it. relaxed: TensorRT-LLM's relaxed acceptance for MTP (multi-token prediction",
-        "heads), in a reasoning model's",
-        "thinking phase: keep x if it is among p's n likeliest tokens and p(x) >= max p - delta. fly: vLLM's",
-        "FLy, greedy path: keep a draft that is not the argmax if the entropy of p's three",
-        "largest probabilities is at least a threshold, and the drafts in its window, the next",
-        f"few, are each their position's argmax. A target over {len(P)} tokens, a greedy draft, k = {k}; {n_tokens}",
-        f"tokens of text from each of {len(prompts_)} prompts. Each step is deterministic, so every figure is exact."
-        " Settings: n,",
-        f"delta; window, threshold. TV, first {n}: the share of prompts whose first {n} tokens change, a TV of 0 or",
-        "1 each, as both texts are certain; first at: the token (from 1) where a text first parts:")
+    say("Greedy requests take the likeliest token: plain decoding's text is fixed. Two rules change it:")
+    print()
+    for line in (
+            "relaxed   TensorRT-LLM's relaxed acceptance for MTP (multi-token prediction",
+            "          heads), in a reasoning model's thinking phase: keep x if it is",
+            "          among p's n likeliest tokens and p(x) >= max p - delta (setting:",
+            "          n, delta).",
+            "fly       vLLM's FLy, greedy path: keep a draft that is not the argmax if",
+            "          the entropy of p's three largest probabilities is at least a",
+            "          threshold, and the drafts in its window, the next few, are each",
+            "          their position's argmax (setting: window, threshold)."):
+        print("  " + line)
+    print()
+    say(f"A target over {len(P)} tokens, a greedy draft, k = {k}; {n_tokens} tokens of text from each of"
+        f" {len(prompts_)} prompts. Each step is deterministic, so every figure is exact. TV, first {n}: the share of"
+        f" prompts whose first {n} tokens change (each text is certain, so each prompt's TV is 0 or 1). First at:"
+        " the token (from 1) where a text first parts.")
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("texts\npart", 8, ">"), ("first at\n(median)", 10,
            lambda x: f"{x:.1f}"), (f"TV, first {n}", 12, ".3f"), ("tokens/call", 13, ".2f")], rows)
@@ -3915,8 +3921,8 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
     same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
     print()
     say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
-        (f"{len(changed)} of the {len(rows) - 1} lossy settings change the text: here changed greedy text is the"
-         " rule, not a rounding accident (chapter 12: a wider pass can round a near tie the other way).") if changed
+        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work, not a"
+         " rounding accident (chapter 12: a wider pass can round a near tie the other way).") if changed
         else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it as greedy decoding writes it." +
         (" An entropy threshold above ln 3 = 1.10 never opens FLy's gate." if any(
@@ -3929,9 +3935,9 @@ def lossy_configs():
     """The engine settings that run chapter 18's rules as printed, each key as
     its source spells it."""
     print()
-    say("The settings, as each engine spells them (vLLM V0's command line at 0a71900b; SGLang's",
-        "server_args.py at ac08ebed; TensorRT-LLM's MTPDecodingConfig at fcd3f316, in the YAML",
-        "that trtllm-serve takes; FLy's documentation on its pull request's branch):")
+    say("The settings, as each engine spells them. Sources: vLLM V0's command line at 0a71900b;",
+        "SGLang's server_args.py at ac08ebed; TensorRT-LLM's MTPDecodingConfig at fcd3f316, in the",
+        "YAML that trtllm-serve takes; FLy's documentation on its pull request's branch.")
     print()
     for line in (
             "vLLM V0   --spec-decoding-acceptance-method typical_acceptance_sampler",
@@ -4252,11 +4258,12 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
     say("A practitioner has several drafters and one server. This chapter's skill reads each drafter's figures as",
         f"the server reports them, prices every way to run it at every batch size B on demo 6's roofline ({n_ctx}",
-        "tokens of context), and picks. Here two drafts for the six-token target, each read from the per-position",
-        f"rates its server counts at k = {k_max} (computed exactly, as the counters converge): a big one (blend 0.75,",
-        f"reading {fewer[0]:.0f} times fewer weight bytes a pass than the target) and a small one (the middling draft,"
-        f" {fewer[1]:.0f} times fewer), the small one also as a tree: top-2 candidates over 3 steps, {nodes} positions",
-        "verified in one pass. A tree's width is free only while the pass is memory-bound.")
+        "tokens of context), and picks. A server counts, for each draft position, how often a draft there passed:",
+        f"its per-position rates. Here two drafts for the six-token target report those rates at k = {k_max}, computed",
+        f"exactly, as the counters converge. The big one (blend 0.75) reads {fewer[0]:.0f} times fewer weight bytes a"
+        f" pass than the target; the small one (the middling draft), {fewer[1]:.0f} times fewer. The small one also"
+        f" runs as a tree: top-2 candidates over 3 steps, {nodes} positions verified in one pass. A tree's width is"
+        " free only while the pass is memory-bound.")
     measured = [reported_drafter("big", "draft_model", TARGET, better, k_max, big, k_max),
                 reported_drafter("small", "eagle", TARGET, MIDDLING, k_max, small, k_max)]
     measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
@@ -4269,10 +4276,10 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say("Is the skill right? Against an exhaustive search at every B, over every drafter, k and",
-        f"tree, with exact tokens per call for every chain and the tree's measured over {n_rounds:,} rounds, the skill's",
-        f"choice is within {check.worst:.2%} of the best at every B" + (" (the goal: 1%)." if check.worst <= 0.01
-                                                                            else ": NOT within 1%."),
+    say("Is the skill right? An exhaustive search tries every drafter, k and tree at every B, with exact tokens",
+        f"per call for every chain and the tree's measured over {n_rounds:,} rounds. The skill's",
+        f"choice is within {check.worst:.2%} of its best at every B" + (" (the goal: 1%)." if check.worst <= 0.01
+                                                                           else ": NOT within 1%."),
         f"The search finds the tree best up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
         " memory bound first." + ("" if planned_tree in (None, check.tree_last) else f" The plan keeps the tree to"
                                  f" B = {planned_tree}, within its {tol:.1%} tolerance.") if check.tree_last else
@@ -4292,14 +4299,13 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
 
 
 def demo19_why_rising(shape, n_ctx, max_batch):
-    """Why a plan's speedup can rise with B: a plain pass reads every
-    sequence's KV cache, while a draft here is priced on its weights alone."""
+    """Why speedups can rise with B: a plain pass reads each sequence's KV cache, the draft its weights alone."""
     c = [roofline_time(*pass_traffic(shape, 0, 1, b))[0] / roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[0]
          for b in (1, max_batch)]
-    return (f"The big draft's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}:"
-            f" at {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV"
-            " cache (the keys and values of every token it has read), the draft here only its weights, so speedups"
-            " can rise with B." if c[1] < c[0] else "")
+    return (f"The big draft's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}."
+            f" At {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV"
+            " cache, the keys and values of every token it has read. The draft here reads only its weights, so"
+            " speedups can rise with B." if c[1] < c[0] else "")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

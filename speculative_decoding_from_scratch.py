@@ -1076,7 +1076,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         verdicts[r] = both_checks(fit, tv_distance(exact, truth))
         rows.append((r, tv_distance(sample / n_runs, truth), fit, tv_distance(exact, truth),
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
-    say(f"Now the whole loop, {n_runs:,} runs per rule. The draft is the unrelated table (alpha =",
+    say(f"The whole loop, {n_runs:,} runs per rule. The draft is the unrelated table (alpha =",
         f"{pair_alpha(TARGET, UNRELATED):.2f}), k = {k}, after '{name(ctx)}'. Each run keeps its first two tokens, x1 and x2.")
     print()
     grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
@@ -1298,7 +1298,7 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
     say("A value fits within 4 standard errors (+-) of the exact one.",
         "Every row fits." if not misfits and not errors else "NOT every row fits: " + "; ".join(
             [f"{r[0]} measures {r[3]:.2f} where the exact value is {r[6]:.2f}" for r in misfits[:2]] + errors) + ".")
-    demo3_alpha_words(k)
+    demo3_alpha_words(k, next((r[1] for r in rows if r[0] == "blend weight 0.50"), None))
     temperatures, same = demo3_temperatures(k, 200)
     below = all(r[6] < 1 + k * r[2] - 1e-9 for r in rows if r[6] is not None and r[2] < 1)
     takeaway("a rejection ends the round, so tokens per call stay well below 1 + k alpha; temperature changes"
@@ -1310,8 +1310,9 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
     return SimpleNamespace(rows=rows, temperatures=temperatures, greedy=same)
 
 
-def demo3_alpha_words(k):
-    """Demo 3: the naive estimate, and why accepted / checked is not alpha."""
+def demo3_alpha_words(k, checked):
+    """Demo 3: the naive estimate, and why accepted / checked (the middling
+    draft's, measured) is not alpha."""
     a = pair_alpha(TARGET, MIDDLING)
     naive, right = 1 + k * a, exact_tokens_per_call(TARGET, MIDDLING, k)
     rate1 = exact_tokens_per_call(TARGET, MIDDLING, 1) - 1
@@ -1319,8 +1320,9 @@ def demo3_alpha_words(k):
     print()
     say(f"The naive 1 + k alpha says {naive:.2f} for the middling draft, not {right:.2f}: it forgets that a",
         "rejection ends the round.",
-        f"Nor is accepted / checked alpha ({a:.3f}): rounds start after a replacement or a bonus token,"
-        f" and there a first draft passes with chance {rate1:.3f}." if differ else
+        f"Nor is alpha ({a:.3f}) the accepted / checked rate" + (f" ({checked:.3f})" if checked is not None else "")
+        + f": rounds start after a replacement or a bonus token, where a first draft passes with chance {rate1:.3f}."
+        if differ else
         f"A first draft passes with chance alpha, {a:.4f}.")
 
 
@@ -1345,9 +1347,9 @@ def demo3_temperatures(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0,
             rows.append((label, T, *alphas, *(speedup(t, k, c) for t in tokens), *fits_, tv,
                          both_checks(min(fits_), tv)))
     print()
-    say("Now temperature T: each row becomes p^(1/T), renormalised. T > 1 flattens it; T = 0 keeps",
-        "only the likeliest token, which is greedy decoding. The draft is sampled at T too, or",
-        "greedy: it proposes its likeliest token, kept with chance p_T(x). Exact",
+    say("Now temperature T: each row becomes p^(1/T), renormalised; T = 0 keeps only the likeliest",
+        "token (greedy decoding). The draft is sampled at T too, or greedy: it proposes its likeliest",
+        "token, kept with chance p_T(x), the tempered target's. Exact",
         f"speedups at k = {k}, c = {c}:")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
@@ -1366,7 +1368,9 @@ def demo3_temperature_words(rows, same):
     say("Every row emits its tempered target by both checks." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
         "At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax loop." if same == 1000 else
-        f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of 1,000 agree).")
+        f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of 1,000 agree).",
+        " ".join(f"At T = 0 the {r[0]} draft's likeliest token is never the target's." for r in rows
+                 if r[1] == 0 and r[2] == 0))
     lower = all(r[3] < r[2] for r in hot)
     slower = [r for r in rows if r[5] is not None and r[5] < 1 - 1e-9]
     say("Greedy drafts keep less than sampled ones at every T > 0;" if lower else
@@ -1659,9 +1663,10 @@ def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
     (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
     ends = {a: break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), n_ctx, b_max=fit) for a in alphas}
     print()
-    say(" ".join(f"Alpha = {a}: " + (f"no k helps from B = {b:,}." if b else
-                 f"some k helps at every batch that fits ({fit:,} sequences).") for a, b in ends.items()),
-        why_batch(m, w, one - w, ridge()))
+    helps = [f"B = {b:,} at alpha = {a}" for a, b in ends.items() if b]
+    say(f"No k helps from {' and from '.join(helps)}." if helps else "",
+        " ".join(f"At alpha = {a} some k helps at every batch that fits ({fit:,} sequences)." for a, b in ends.items()
+                 if not b), why_batch(m, w, one - w, ridge()))
     return ends
 
 
@@ -1670,8 +1675,8 @@ def why_batch(m, w, kv, ridge_point):
     the weights' bytes w and one sequence's KV-cache bytes kv: MACs per byte of
     a plain pass is B m / (w + B kv)."""
     if m > ridge_point * kv:  # it crosses the ridge
-        return (f"A plain pass reaches the ridge at B = {ridge_point * w / (m - ridge_point * kv):,.0f}; a verifying "
-                "pass, k+1 positions per sequence, reaches it sooner.")
+        return (f"A plain pass reaches the ridge at B = {ridge_point * w / (m - ridge_point * kv):,.0f}, as each sequence"
+                " adds its KV cache to the bytes; a verifying pass, k+1 positions per sequence, reaches it sooner.")
     n = int(ridge_point * kv / m)  # positions per sequence that stay under the ridge at any B
     return (f"A plain pass tends to {m / kv:.1f} MACs per byte as B grows, below the ridge: each "
             "sequence's own cache of keys and values (its KV cache) is read once for its k+1 positions. "
@@ -4494,8 +4499,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   u       a uniform random number in [0, 1)
   fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT the
           target's
-  exact   no sampling: the probabilities followed through the rule's
-          functions; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} means they are biased"""
+  exact   no sampling: probabilities followed through the rule's functions,
+          not the loop; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias in them"""
 BREAK_IT = """
 Now break it: edit one line of a stage and rerun. The README lists edits."""
 

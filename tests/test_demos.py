@@ -263,8 +263,11 @@ def test_demo3_every_exact_column_is_the_exact_value_and_every_row_fits(demo):
     assert result.greedy == 1000 and "At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax loop." in text
     assert "Every row emits its tempered target by both checks." in text
     rate1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
-    assert (f"Nor is accepted / checked alpha ({sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}): rounds start after a"
-            f" replacement or a bonus token, and there a first draft passes with chance {rate1:.3f}.") in text
+    checked = next(r[1] for r in result.rows if r[0] == "blend weight 0.50")
+    assert (f"Nor is alpha ({sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}) the accepted / checked rate ({checked:.3f}):"
+            f" rounds start after a replacement or a bonus token, where a first draft passes with chance {rate1:.3f}.") in text
+    zero = [r[0] for r in result.temperatures if r[1] == 0 and r[2] == 0]
+    assert zero == ["middling"] and "At T = 0 the middling draft's likeliest token is never the target's." in text
     ends = {}
     for r in result.temperatures:
         ends.setdefault(r[0], {})[r[1]] = r[2]
@@ -343,7 +346,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
         # the first B (up to what fits) at which no k beats plain decoding, by a scan
         tokens = sd.expected_tokens(alpha, np.arange(1, 33))
         scan = next((b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1), None)
-        assert b == scan and f"Alpha = {alpha}: no k helps from B = {b:,}." in text
+        assert b == scan and f"B = {b:,} at alpha = {alpha}" in text and "No k helps from B = " in text
     assert "A plain pass reaches the ridge at B = 363" in text
 
 

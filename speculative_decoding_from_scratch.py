@@ -3788,14 +3788,18 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
         f"middling draft at k = {k}, after '{name(ctx)}':")
     print()
     for line in (
-            "lossless  the paper's rule (probabilistic), and chapter 9's one-hot and",
-            "          block verification.",
-            "typical   vLLM V0's typical acceptance, after Medusa's: keep x if p(x) >",
+            "lossless  probabilistic, the paper's rule; one-hot, where the draft",
+            "          proposes its likeliest token, kept with chance p(x); block,",
+            "          which judges the k drafts together (chapters 9 and 14). Each",
+            "          emits the target's distribution.",
+            "typical   typical acceptance in vLLM's old V0 engine, after Medusa's (heads",
+            "          on the target that guess ahead, chapter 16): keep x if p(x) >",
             "          min(eps, s e^-H); setting: eps, s (its posterior_threshold and",
             "          posterior_alpha). H, the entropy of p, -sum p ln p, is how",
             "          spread p is; a draft the target finds typical enough passes,",
             "          however often the draft proposes it. After a rejection: the",
-            "          argmax. medusa: the same, with the bonus as the argmax too.",
+            "          argmax. medusa: the same, with the bonus (the free extra token)",
+            "          as the argmax too.",
             "sglang    SGLang's thresholds on one-hot drafts (the draft proposes its",
             "          likeliest token, for certain): keep x if u <= p(x) / acc or p(x)",
             "          >= single (setting: single, acc); a rejected draft is redrawn",
@@ -3914,8 +3918,10 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
             "          n, delta).",
             "fly       vLLM's FLy, greedy path: keep a draft that is not the argmax if",
             "          the entropy of p's three largest probabilities is at least a",
-            "          threshold, and the drafts in its window, the next few, are each",
-            "          their position's argmax (setting: window, threshold)."):
+            "          threshold and each of the next few drafts (its window) is its",
+            "          own position's argmax (setting: window, threshold).",
+            "exact     keep a draft only if it is the argmax: greedy decoding's own",
+            "match     rule, for comparison."):
         print("  " + line)
     print()
     say(f"A target over {len(P)} tokens, a greedy draft, k = {k}; {n_tokens} tokens of text from each of"
@@ -3931,7 +3937,8 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
     print()
     say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
         (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work, not a"
-         " rounding accident (chapter 12: a wider pass can round a near tie the other way).") if changed
+         " rounding accident (chapter 12: one wide matrix product over several positions can round two near-equal"
+         " scores the other way).") if changed
         else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it as greedy decoding writes it." +
         (" An entropy threshold above ln 3 = 1.10 never opens FLy's gate." if any(

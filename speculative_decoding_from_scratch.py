@@ -2536,7 +2536,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
         f"over {n_rounds:,} rounds, counted as vLLM, a serving engine, counts them:")
     print()
     table([("", 22, "<"), ("", 31, "<"), ("", 27, "<")],
-          [("mean acceptance length", f"{L:.4f}", "1 + accepted / drafts"),
+          [("mean acceptance length", f"{L:.4f}", "1 + accepted / rounds"),
            ("draft acceptance rate", f"{R:.4f}", "accepted / drafted tokens"),
            ("per-position rates", " ".join(f"{x:.3f}" for x in rates), "first i drafts all kept")])
     routes = [("exact", None, [exact[j] for j in range(1, 33)]),
@@ -2553,7 +2553,9 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
                 picks[label] += j == best
             rows.append((c if i == 0 else None, label, alpha, j, s_j, speedup(exact[j], j, c) if j else 1.0))
     print()
-    say("This script's --tune picks k from any one of these figures. Each way in is a route: it",
+    say(f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: one count, two scales." if abs(R - (L - 1) / k) < 1e-12
+        else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
+        "This script's --tune picks k from any one of these figures. Each way in is a route: it",
         "turns the figures into tokens per call at every k. The exact route knows the tables:")
     print()
     table([("c", 5, "g"), ("route", 27, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),

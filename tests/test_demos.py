@@ -474,6 +474,7 @@ def test_demo10_routes_and_their_sentences(demo):
     assert "The per-position rates pick the true best k at 3 of 3 costs, with no model." in text
     assert "Taken as alpha, the rate picks it at 0 of 3" in text
     assert "the mean acceptance length does at 3 of 3, the draft acceptance rate at 3 of 3." in text
+    assert f"The rate is (length - 1) / k, {(L - 1) / 5:.4f}: one count, two scales." in text
 
 
 def test_demo10_in_detail_plans_and_policies(demo):

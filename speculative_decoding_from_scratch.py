@@ -718,11 +718,6 @@ def floor_tv(P, ctx, n_runs, seed):
     return tv_distance(plain / n_runs, target_first_tokens(P, ctx, 2))
 
 
-def two_checks(counts, exact, truth):
-    """(fit p-value, exact TV of the first two tokens) against the target's joint."""
-    return chi2_sf(*pearson(counts, truth)), tv_distance(exact, truth)
-
-
 def transition_tv(tokens, P):
     """TV between the text's next-token frequencies and P's rows, averaged over
     the contexts as often as the text visits them."""

@@ -1088,7 +1088,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                                      if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
                                      " decides."), "Each bug edits a line or two. accept_prob() returns min(1, p(x)/q(x)), residual() the"
         " residual, and verify_round() checks a round's drafts:")
-    diff = [(r, f + "()", new or "deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
+    diff = [(r, f + "()", new or "line deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
     print()
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
@@ -1098,7 +1098,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         if verdicts.get("continue") == "NOT by the fit" else "."),
         "Each stage checked alone, to blame one if the correct rule fails:")
     print()
-    table([("stage", 14, "<"), ("must give", 38, "<"), ("result", 16, "<")],
+    table([("stage", 14, "<"), ("must give", 42, "<"), ("result", 16, "<")],
           [r[:3] for r in stages])
     print()
     demo2_verdicts(verdicts, stages)
@@ -1166,7 +1166,7 @@ def stages_alone(P, Q, ctx, k, n_runs, n_u=6000, seed=30):
         return (f"fit {p_text(fit)}", fit >= P_REJECT)
 
     check("forward", "the table's rows", rows_of_table)
-    check("sample_from", f"p's share of {n_u:,} evenly spaced u", even_u)
+    check("sample_from", f"frequencies p from {n_u:,} evenly spaced u", even_u)
     check("draft_tokens", "drafts that fit q", drafts)
     check("verify_round", "rounds that fit their exact odds", one_round)
     return rows

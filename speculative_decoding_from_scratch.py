@@ -1554,6 +1554,12 @@ def ridge(hw=H100):
 # Batching. A server decodes B sequences at once: each pass reads the weights
 # once for all of them, so the arithmetic per byte grows with B, and the idle
 # arithmetic that made verification free is spent on the batch instead.
+def draft_cost(batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_SHAPE):
+    """c on the roofline: a draft pass, priced on its weights alone, in plain target passes of this batch."""
+    return roofline_time(*pass_traffic(draft, 0, 1, batch), hw)[0] / roofline_time(
+        *pass_traffic(target, n_ctx, 1, batch), hw)[0]
+
+
 def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_SHAPE):
     """Speculation against plain decoding of the same batch, on the roofline,
     at k = 1..len(tokens) (tokens[k-1]: tokens per call at k): speedup(tokens,
@@ -1561,7 +1567,7 @@ def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_
     passes of this batch. The draft is priced on its weights alone."""
     ks = np.arange(1, len(tokens) + 1)
     plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
-    c = roofline_time(*pass_traffic(draft, 0, 1, batch), hw)[0] / plain
+    c = draft_cost(batch, n_ctx, hw, target, draft)
     v = roofline_time(*pass_traffic(target, n_ctx, ks + 1, batch), hw)[0] / plain
     return speedup(np.asarray(tokens, float), ks, c, v)
 
@@ -1629,8 +1635,7 @@ def demo6_free_compute(n_ctx=512):
 def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 0.9), k_max=32):
     """Demo 6, part two: a server decoding a batch, on the same roofline."""
     print()
-    plain = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, 1))[0]
-    c = roofline_time(*pass_traffic(DRAFT_SHAPE, 0, 1, 1))[0] / plain
+    c = draft_cost(1, n_ctx)
     say("A server decodes B sequences at once, reading the weights once for all, so arithmetic per",
         f"byte grows with B. The best k at each B, after {n_ctx} tokens of context, with a draft",
         f"reading {pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times fewer"
@@ -4313,8 +4318,7 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
 
 def demo19_why_rising(shape, n_ctx, max_batch):
     """Why speedups can rise with B: a plain pass reads each sequence's KV cache, the draft its weights alone."""
-    c = [roofline_time(*pass_traffic(shape, 0, 1, b))[0] / roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[0]
-         for b in (1, max_batch)]
+    c = [draft_cost(b, n_ctx, draft=shape) for b in (1, max_batch)]
     return (f"The big draft's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}."
             f" At {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV"
             " cache, the keys and values of every token it has read. The draft here reads only its weights, so"

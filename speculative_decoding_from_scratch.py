@@ -1566,9 +1566,7 @@ def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_
     k, c, v) with c (a draft pass) and v (a (k+1)-position target pass) in plain
     passes of this batch. The draft is priced on its weights alone."""
     ks = np.arange(1, len(tokens) + 1)
-    plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
-    c = draft_cost(batch, n_ctx, hw, target, draft)
-    v = roofline_time(*pass_traffic(target, n_ctx, ks + 1, batch), hw)[0] / plain
+    c, v = draft_cost(batch, n_ctx, hw, target, draft), verify_cost(ks, batch, n_ctx, hw, target)
     return speedup(np.asarray(tokens, float), ks, c, v)
 
 

@@ -1067,9 +1067,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
             rows.append((r, None, None, None, None, "raised"))
             verdicts[r] = raised(error)
             continue
-        counts[r], fit = sample, chi2_sf(*pearson(sample, truth))
-        verdicts[r] = both_checks(fit, tv_distance(exact, truth))
-        rows.append((r, tv_distance(sample / n_runs, truth), fit, tv_distance(exact, truth),
+        counts[r], fit, tv = sample, chi2_sf(*pearson(sample, truth)), tv_distance(exact, truth)
+        verdicts[r] = both_checks(fit, tv)
+        rows.append((r, tv_distance(sample / n_runs, truth), fit, tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     say(f"The whole loop, {n_runs:,} runs per rule. The draft is the unrelated table (alpha =",
         f"{pair_alpha(TARGET, UNRELATED):.2f}), k = {k}, after '{name(ctx)}'. Each run keeps its first two tokens, x1 and x2.")

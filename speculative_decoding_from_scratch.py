@@ -1601,7 +1601,6 @@ def verify_cost(k, batch, n_ctx=16, hw=H100, shape=LLAMA2_7B):
 
 
 def demo6_free_compute(n_ctx=512):
-    d_model, d_ff, layers, vocab = LLAMA2_7B
     t1 = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1))[0]
     rows = [(n, *(x / 1e9 for x in pass_traffic(LLAMA2_7B, n_ctx, n)),
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))

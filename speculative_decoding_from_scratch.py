@@ -2160,12 +2160,13 @@ def demo9_verifiers(k=3):
     prow, reasons = [], []
     for label, P, Q in pairs:
         settings = verifier_settings(P, Q)
-        alphas = [float(stationary(P) @ acceptance(P, D, how)) for _, D, _, how in settings[:3]]
+        betas = [acceptance(P, D, how) for _, D, _, how in settings[:3]]  # per context: probabilistic, one-hot, strict
+        alphas = [float(stationary(P) @ beta) for beta in betas]
         tokens = [exact_tokens_per_call(P, D, k, **how) for _, D, _, how in settings[:3]]
         tokens += [exact_block_tokens_per_call(P, D, k) for _, D, _, _ in settings[3:]]
         x_star = Q.argmax(axis=1)
         liked = P[np.arange(len(P)), x_star] > Q[np.arange(len(P)), x_star]
-        wins = acceptance(P, settings[1][1], {}) > acceptance(P, Q, {}) + 1e-12
+        wins = betas[1] > betas[0] + 1e-12
         most = next(i for i, t in enumerate(tokens) if t >= max(tokens) - 1e-9)  # a tie goes to the first
         prow.append((label, *alphas, *tokens, ["prob", "1-hot", "strict", "block", "b 1-hot"][most]))
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))

@@ -1596,6 +1596,13 @@ def verify_cost(k, batch, n_ctx=16, hw=H100, shape=LLAMA2_7B):
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
 
+def bound_text(target, n_ctx, k, lo, hi, hw):
+    """What bounds a bucket's verifying pass at its two ends: 'memory',
+    'memory to compute', ...; '' for k = 0 (no verifying pass)."""
+    bounds = [str(roofline_time(*pass_traffic(target, n_ctx, k + 1, b), hw)[1]) for b in (lo, hi)] if k else [""]
+    return " to ".join(dict.fromkeys(bounds))
+
+
 # -----------------------------------------------------------------------------
 # Demo 6. Why is checking k tokens nearly free?
 
@@ -2384,13 +2391,6 @@ def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
         f"B > {fit:,} does not fit in memory and is not planned." if fit < max_batch else
         f"Planned up to B = {planned:,} (--max-batch).")
     return buckets, shortfall
-
-
-def bound_text(target, n_ctx, k, lo, hi, hw):
-    """What bounds a bucket's verifying pass at its two ends: 'memory',
-    'memory to compute', ...; '' for k = 0 (no verifying pass)."""
-    bounds = [str(roofline_time(*pass_traffic(target, n_ctx, k + 1, b), hw)[1]) for b in (lo, hi)] if k else [""]
-    return " to ".join(dict.fromkeys(bounds))
 
 
 def print_config(buckets):

@@ -1653,7 +1653,7 @@ def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 
         cells = []
         for a in alphas:
             k, s = fastest_k(batch_speedups(expected_tokens(a, np.arange(1, k_max + 1)), b, n_ctx))
-            cells += [k, s, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, k + 1, b))[1]) if k else ""]
+            cells += [k, s, bound_text(LLAMA2_7B, n_ctx, k, b, b, H100)]
         rows.append((b, gb, *cells))
     print()
     table([("B", 6, "d"), ("GB", 8, ".1f")] + [("k", 6, "d"), ("speedup", 9, ".2f"), ("bound", 8, ">8")]
@@ -2884,7 +2884,7 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
     say(f"Speed against lam, k = {k}, over two prompts: the paragraph and a Python function to edit.",
         f"The draft is free. The verifying pass over k+1 positions costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]},",
         f"and {verify_cost(k, batches[1]):.2f} at B = {batches[1]}, where that pass, {k + 1} positions for each of B sequences,",
-        f"is {roofline_time(*pass_traffic(LLAMA2_7B, 16, k + 1, batches[1]))[1]}-bound (demo 6's roofline). Each # is a"
+        f"is {bound_text(LLAMA2_7B, 16, k, batches[1], batches[1], H100)}-bound (demo 6's roofline). Each # is a"
         " quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
@@ -4172,9 +4172,8 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
             rows.append((f"{lo}-{hi}", "plain decoding", "", "1.00x", ""))
             continue
         s = speeds[lo - 1:hi, options.index(o)]
-        ends = [str(roofline_time(*pass_traffic(target, n_ctx, o.positions, b), hw)[1]) for b in (lo, hi)]
         rows.append((f"{lo}-{hi}", o.drafter.name, o.shape, f"{s.min():.2f}-{s.max():.2f}x",
-                     " to ".join(dict.fromkeys(ends))))
+                     bound_text(target, n_ctx, o.positions - 1, lo, hi, hw)))
     return rows
 
 

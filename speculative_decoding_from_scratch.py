@@ -3649,8 +3649,13 @@ def per_position(test):
 
 
 def argmax_row(p):
-    """The one-hot row at p's likeliest token (the lowest id on a tie)."""
-    return one_hot(int(np.argmax(p)), len(p))
+    """The one-hot row at p's likeliest token, temper(p, 0) (the lowest id on a tie)."""
+    return temper(p, 0)
+
+
+def argmax_after(p, q, x):
+    """The row the token after a rejected x comes from, for the rules that take the target's argmax."""
+    return argmax_row(p)
 
 
 def typical_threshold(p, eps, alpha):
@@ -3671,7 +3676,7 @@ def typical_rule(posterior_threshold=0.09, posterior_alpha=0.3, bonus_from_p=Tru
     and 1 are. Both knobs must be 0 or more (vLLM V0's check)."""
     eps, alpha = knob("posterior_threshold", posterior_threshold, 0), knob("posterior_alpha", posterior_alpha, 0)
     return Rule(per_position(lambda p, q, x: float(p[x] > typical_threshold(p, eps, alpha))),
-                lambda p, q, x: argmax_row(p), (lambda p: p) if bonus_from_p else argmax_row)
+                argmax_after, (lambda p: p) if bonus_from_p else argmax_row)
 
 
 def sglang_rule(threshold_single=1.0, threshold_acc=1.0):
@@ -3699,7 +3704,7 @@ def relaxed_rule(relaxed_topk=1, relaxed_delta=0.0):
     topk, delta = knob("relaxed_topk", relaxed_topk, 1, whole=True), knob("relaxed_delta", relaxed_delta, 0, 1)
     return Rule(per_position(lambda p, q, x: float(x in np.argsort(-p, kind="stable")[:int(topk)]
                                                    and p[x] >= p.max() - delta)),
-                lambda p, q, x: argmax_row(p), argmax_row)
+                argmax_after, argmax_row)
 
 
 def entropy_top3(p):
@@ -3728,7 +3733,7 @@ def fly_rule(fly_window_size=2, fly_entropy_threshold=0.3):
         return [float(x == top[i] or entropy_top3(p) >= theta and i + window < k and p[x] > 0
                       and all(drafted[j] == top[j] for j in range(i + 1, i + window + 1)))
                 for i, (p, x) in enumerate(zip(p_rows, drafted))]
-    return Rule(keep, lambda p, q, x: argmax_row(p), argmax_row)
+    return Rule(keep, argmax_after, argmax_row)
 
 
 def lossy_verifier(rule):

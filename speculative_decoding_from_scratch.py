@@ -3775,13 +3775,12 @@ def lossy_exact(P, D, rule, ctx, n, k):
     return chain_rounds(ends, ctx, n, len(P)), outcome_tokens_per_call(ends, len(P))
 
 
-LOSSY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it, its lossless setting)
-    "typical": (("posterior_threshold", "posterior_alpha"), typical_rule, "sampled", None),
-    "medusa": (("posterior_threshold", "posterior_alpha"), lambda *a: typical_rule(*a, bonus_from_p=False),
-               "sampled", None),
-    "sglang": (("threshold_single", "threshold_acc"), sglang_rule, "one-hot", (1.0, 1.0)),
-    "relaxed": (("relaxed_topk", "relaxed_delta"), relaxed_rule, "greedy", (1, 0.0)),
-    "fly": (("fly_window_size", "fly_entropy_threshold"), fly_rule, "greedy", (2, 1.2)),
+LOSSY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it)
+    "typical": (("posterior_threshold", "posterior_alpha"), typical_rule, "sampled"),
+    "medusa": (("posterior_threshold", "posterior_alpha"), lambda *a: typical_rule(*a, bonus_from_p=False), "sampled"),
+    "sglang": (("threshold_single", "threshold_acc"), sglang_rule, "one-hot"),
+    "relaxed": (("relaxed_topk", "relaxed_delta"), relaxed_rule, "greedy"),
+    "fly": (("fly_window_size", "fly_entropy_threshold"), fly_rule, "greedy"),
 }
 
 
@@ -3842,7 +3841,6 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
 
 def demo18_verdicts(rows, best, n_runs):
     """Chapter 18's sentences on its first table, and the frontier."""
-    lossless = [r for r in rows if r[1] == "lossless" or r[1] in ("1, 1",)]
     misfit = [f"{r[0]} ({r[1]})" for r in rows if r[4] is not None and r[4] < P_REJECT]
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
@@ -4731,7 +4729,7 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
 def trace_lossy(n_rounds, seed, name_, k, weight, colour, knobs):
     """--trace for chapter 18's lossy rules, on the six-token tables: drafts
     sampled from q, or the draft's argmax for the one-hot and greedy rules."""
-    names, make, drafts, _ = LOSSY[name_]
+    names, make, drafts = LOSSY[name_]
     rule = make(*knobs) if knobs else make()
     Q = blend(TARGET, UNRELATED, weight)
     D = Q if drafts == "sampled" else temper(Q, 0)

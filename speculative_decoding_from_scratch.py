@@ -4030,9 +4030,9 @@ def scrape_counters(text, labels=None):
     {drafts, draft_tokens, accepted, per_position: [by position]}. A ValueError
     says what is missing: no such counters, no matching labels, a gap in the
     positions. Lines: name{label="value",...} value [timestamp]."""
-    import re  # a scrape's lines are read by pattern
     names = {v: k for k, v in SPEC_COUNTERS.items()}
-    out, per_position, matched = dict.fromkeys(["drafts", "draft_tokens", "accepted"], 0.0), {}, set()
+    import re  # a scrape's lines are read by pattern (imported here to keep the core's line numbers)
+    out, per_position, matched, seen = dict.fromkeys(["drafts", "draft_tokens", "accepted"], 0.0), {}, set(), set()
     for n, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -4053,19 +4053,19 @@ def scrape_counters(text, labels=None):
         if not (math.isfinite(x) and x >= 0):
             raise ValueError(f"line {n} of the scrape: {m[1]} is {m[3]}, not a count")
         if names[m[1]] == "per_position":
-            per_position[int(found.get("position", -1))] = per_position.get(int(found.get("position", -1)), 0) + x
+            i = int(found.get("position", -1))
+            per_position[i] = per_position.get(i, 0) + x
         else:
             out[names[m[1]]] += x
-        out.setdefault("_seen", set()).add(names[m[1]])
+        seen.add(names[m[1]])
     if not matched:
         raise ValueError("the scrape has no vllm:spec_decode_* counters: is speculative decoding on, and is "
                          "this vLLM's /metrics?")
-    missing = [SPEC_COUNTERS[k] for k in SPEC_COUNTERS if k not in out.get("_seen", ())]
+    missing = [SPEC_COUNTERS[k] for k in SPEC_COUNTERS if k not in seen]
     if missing:
         raise ValueError(f"no sample of {missing[0]} matches the labels {labels or {}}")
     if sorted(per_position) != list(range(len(per_position))):
         raise ValueError(f"the per-position counter has positions {sorted(per_position)}, not 0..K-1")
-    out.pop("_seen")
     return {**out, "per_position": [per_position[i] for i in range(len(per_position))]}
 
 
@@ -5033,8 +5033,9 @@ def listed(kind, n, least, most):
 
 def label_pair(text):
     """--label: KEY=VALUE, as Prometheus writes a label."""
+    import re  # a label's name is checked by pattern
     key, eq, val = text.partition("=")
-    if not eq or not __import__("re").fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+    if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
         raise argparse.ArgumentTypeError(f"takes KEY=VALUE, say engine=0, got {text!r}")
     return key, val
 

@@ -3648,14 +3648,10 @@ def per_position(test):
     return lambda p_rows, q_rows, drafted: [test(p, q, x) for p, q, x in zip(p_rows, q_rows, drafted)]
 
 
-def argmax_row(p):
-    """The one-hot row at p's likeliest token, temper(p, 0) (the lowest id on a tie)."""
+def argmax_row(p, q=None, x=None):
+    """The one-hot row at p's likeliest token, temper(p, 0) (the lowest id on a tie): the
+    row after a rejected x, or the bonus row, for the rules that take the target's argmax."""
     return temper(p, 0)
-
-
-def argmax_after(p, q, x):
-    """The row the token after a rejected x comes from, for the rules that take the target's argmax."""
-    return argmax_row(p)
 
 
 def typical_threshold(p, eps, alpha):
@@ -3676,7 +3672,7 @@ def typical_rule(posterior_threshold=0.09, posterior_alpha=0.3, bonus_from_p=Tru
     and 1 are. Both knobs must be 0 or more (vLLM V0's check)."""
     eps, alpha = knob("posterior_threshold", posterior_threshold, 0), knob("posterior_alpha", posterior_alpha, 0)
     return Rule(per_position(lambda p, q, x: float(p[x] > typical_threshold(p, eps, alpha))),
-                argmax_after, (lambda p: p) if bonus_from_p else argmax_row)
+                argmax_row, (lambda p: p) if bonus_from_p else argmax_row)
 
 
 def sglang_rule(threshold_single=1.0, threshold_acc=1.0):
@@ -3704,7 +3700,7 @@ def relaxed_rule(relaxed_topk=1, relaxed_delta=0.0):
     topk, delta = knob("relaxed_topk", relaxed_topk, 1, whole=True), knob("relaxed_delta", relaxed_delta, 0, 1)
     return Rule(per_position(lambda p, q, x: float(x in np.argsort(-p, kind="stable")[:int(topk)]
                                                    and p[x] >= p.max() - delta)),
-                argmax_after, argmax_row)
+                argmax_row, argmax_row)
 
 
 def entropy_top3(p):
@@ -3733,7 +3729,7 @@ def fly_rule(fly_window_size=2, fly_entropy_threshold=0.3):
         return [float(x == top[i] or entropy_top3(p) >= theta and i + window < k and p[x] > 0
                       and all(drafted[j] == top[j] for j in range(i + 1, i + window + 1)))
                 for i, (p, x) in enumerate(zip(p_rows, drafted))]
-    return Rule(keep, argmax_after, argmax_row)
+    return Rule(keep, argmax_row, argmax_row)
 
 
 def lossy_verifier(rule):

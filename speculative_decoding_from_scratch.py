@@ -4176,7 +4176,7 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
     return rows
 
 
-def engine_configs(buckets, drafters, replan=None):
+def engine_configs(buckets, replan=None):
     """The plan as each engine takes it, and, in one line each, what it cannot
     express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
     rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
@@ -4213,18 +4213,18 @@ def engine_configs(buckets, drafters, replan=None):
         lines.append("         (vLLM's schedule is of chain lengths: the tree runs as a chain here)")
         sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
     else:
-        steps = max(k for _, _, k in ks) or 1
+        steps = k_top
         sg = f"--speculative-eagle-topk 1 --speculative-num-steps {steps} --speculative-num-draft-tokens {steps + 1}"
     algorithm = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
                  "mtp": "EAGLE"}.get(main.method, main.method.upper())
     if algorithm == "NGRAM":  # its drafter takes its own --speculative-ngram-* settings, not the EAGLE flags
         sg = "(its n-gram drafter takes its own --speculative-ngram-* settings; no flag there is k)"
     lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
-    if len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and not (not tree and algorithm.startswith("EAGLE")):
+    if len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and (tree or not algorithm.startswith("EAGLE")):
         lines.append("         (these flags fix one k at every batch size; its adaptive mode, which moves the steps,"
                      " runs for EAGLE drafts only)")
     if not tree and algorithm.startswith("EAGLE"):
-        slots = {str(lo): {"candidate_steps": sorted({k, 0} if k == 0 else {k})} for lo, _, k in ks}
+        slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
                   "         " + json.dumps(slots),
                   "         (its slots key the smallest batch of each range; it moves among the steps by an",
@@ -4303,7 +4303,7 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it (each",
         "key as the engine's source spells it; in brackets, what an engine cannot say):")
     print()
-    for line in engine_configs(buckets, measured, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=tol)):
+    for line in engine_configs(buckets, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=tol)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
@@ -4965,7 +4965,7 @@ def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLA
     table([("batch size B", 13, ">"), ("drafter", 16, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx, hw, target))
     print()
-    for line in engine_configs(buckets, drafters, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=0.005,
+    for line in engine_configs(buckets, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=0.005,
                                                                            hw=hw, target=target)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))

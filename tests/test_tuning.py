@@ -175,7 +175,7 @@ def test_an_option_is_priced_as_its_positions_and_draft_passes_say():
 def test_each_engines_config_uses_only_its_own_keys():
     d = sd.Drafter("m", "eagle3", [1.7, 2.2, 2.5], None, 0.05)
     buckets = [(1, 8, sd.drafter_options(d, 3)[2]), (9, 64, sd.drafter_options(d, 3)[1]), (65, 256, None)]
-    lines = sd.engine_configs(buckets, [d])
+    lines = sd.engine_configs(buckets)
     text = " ".join(lines)
     vllm = json.loads(text.split("--speculative-config '")[1].split("'")[0])
     assert vllm["num_speculative_tokens_per_batch_size"] == [[1, 8, 3], [9, 64, 2], [65, 256, 0]]

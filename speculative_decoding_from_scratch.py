@@ -2353,16 +2353,24 @@ def plan_schedule(tokens, n_ctx, max_batch, tol=0.01, **shape):
     keeps its k while that k stays within tol of the best speedup at each B.
     speedups[B - 1, k - 1]: the roofline speedup at every B and k, the scan."""
     speedups = np.array([batch_speedups(tokens, b, n_ctx, **shape) for b in range(1, max_batch + 1)])
+    return buckets_of(speedups, tol), speedups
+
+
+def buckets_of(speeds, tol):
+    """Batch sizes 1..len(speeds) in runs that keep one column of speeds[B - 1]:
+    [(first B, last B, j)], j the fastest_k column (from 1) where the run
+    starts, 0 where no column beats plain decoding. A run keeps its column
+    while that column stays within tol of the best at each B."""
     buckets = []
-    for b, row in enumerate(speedups, start=1):
-        k = fastest_k(row)[0]
+    for b, row in enumerate(speeds, start=1):
+        j = fastest_k(row)[0]
         if buckets:
-            k_run = buckets[-1][2]
-            if (k_run == 0) == (k == 0) and (k_run == 0 or row[k_run - 1] >= (1 - tol) * row.max()):
+            j_run = buckets[-1][2]
+            if (j_run == 0) == (j == 0) and (j_run == 0 or row[j_run - 1] >= (1 - tol) * row.max()):
                 buckets[-1][1] = b
                 continue
-        buckets.append([b, b, k])
-    return [tuple(bucket) for bucket in buckets], speedups
+        buckets.append([b, b, j])
+    return [tuple(bucket) for bucket in buckets]
 
 
 def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
@@ -4150,16 +4158,7 @@ def plan_drafters(drafters, n_ctx, max_batch, k_max=16, tol=0.01, hw=H100, targe
     ([(first B, last B, option or None)], speeds[B - 1, option], options)."""
     options = [o for d in drafters for o in drafter_options(d, k_max)]
     speeds = np.array([[option_speedup(o, b, n_ctx, hw, target) for o in options] for b in range(1, max_batch + 1)])
-    buckets = []
-    for b, row in enumerate(speeds, start=1):
-        best = int(np.argmax(row)) if row.max() > 1 else None
-        if buckets:
-            run = buckets[-1][2]
-            if (run is None) == (best is None) and (run is None or row[run] >= (1 - tol) * row.max()):
-                buckets[-1][1] = b
-                continue
-        buckets.append([b, b, best])
-    return [(lo, hi, None if i is None else options[i]) for lo, hi, i in buckets], speeds, options
+    return [(lo, hi, options[j - 1] if j else None) for lo, hi, j in buckets_of(speeds, tol)], speeds, options
 
 
 def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):

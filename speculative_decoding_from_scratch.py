@@ -4324,17 +4324,15 @@ def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
     """The skill's choice at every B, priced with the true tokens per call,
     against the best of every option so priced: the worst shortfall, and the
     last B where a tree is the true best."""
-    true_options = [o for d in truth for o in drafter_options(d, k_max)]
+    _, true_speeds, true_options = plan_drafters(truth, n_ctx, max_batch, k_max)  # the search: every option priced
     index = {(o.drafter.name, o.shape): i for i, o in enumerate(true_options)}
     worst, tree_last = 0.0, 0
-    for b in range(1, max_batch + 1):
-        speeds = [option_speedup(o, b, n_ctx) for o in true_options]
-        best = max(1.0, max(speeds))
-        chosen = next(o for lo, hi, o in [(lo, hi, o) for lo, hi, o in buckets] if lo <= b <= hi) \
-            if any(lo <= b <= hi for lo, hi, _ in buckets) else None
+    for b, speeds in enumerate(true_speeds, start=1):
+        best = max(1.0, speeds.max())
+        chosen = next((o for lo, hi, o in buckets if lo <= b <= hi), None)
         got = 1.0 if chosen is None else speeds[index[(chosen.drafter.name, chosen.shape)]]
         worst = max(worst, 1 - got / best)
-        if true_options[int(np.argmax(speeds))].shape.startswith("tree") and max(speeds) > 1:
+        if true_options[int(np.argmax(speeds))].shape.startswith("tree") and speeds.max() > 1:
             tree_last = b
     return SimpleNamespace(worst=worst, tree_last=tree_last)
 

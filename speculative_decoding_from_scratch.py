@@ -4175,7 +4175,7 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
     return rows
 
 
-def engine_configs(buckets, replan=None):
+def engine_configs(buckets, priced=None):
     """The plan as each engine takes it, and, in one line each, what it cannot
     express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
     rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
@@ -4183,8 +4183,8 @@ def engine_configs(buckets, replan=None):
     per batch-size slot (adaptive_spec_params.py at 015c8726); TensorRT-LLM:
     max_draft_len and draft_len_schedule {last B: k}, 0 off, above the last key
     off (llm_args.py at 00043967). Each engine serves one drafter: the one the
-    plan runs at the most batch sizes, whose own plan replan([it]) gives as
-    (buckets, speeds, options)."""
+    plan runs at the most batch sizes, on its own plan: its columns of the
+    plan's prices, priced = (speeds, options, tol), bucketed again."""
     used = [o for _, _, o in buckets if o is not None]
     if not used:
         return ["plain decoding at every batch size: leave speculation off"]
@@ -4192,10 +4192,12 @@ def engine_configs(buckets, replan=None):
     main = by_name[max(by_name, key=lambda d: sum(hi - lo + 1 for lo, hi, o in buckets
                                                  if o is not None and o.drafter.name == d))]
     lost = None
-    if len(by_name) > 1 and replan:
-        full, (buckets, alone, options) = replan(list(by_name.values())), replan([main])
-        best = np.maximum(full[1].max(axis=1), 1.0)
-        got = np.concatenate([alone[lo - 1:hi, options.index(o)] if o else np.ones(hi - lo + 1)
+    if len(by_name) > 1 and priced:
+        speeds, options, tol = priced
+        best = np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in by_name]].max(axis=1), 1.0)
+        mine = [i for i, o in enumerate(options) if o.drafter.name == main.name]
+        buckets = [(lo, hi, options[mine[j - 1]] if j else None) for lo, hi, j in buckets_of(speeds[:, mine], tol)]
+        got = np.concatenate([speeds[lo - 1:hi, options.index(o)] if o else np.ones(hi - lo + 1)
                               for lo, hi, o in buckets])
         lost = (float(1 - (got / best).min()), int(np.argmin(got / best)) + 1)
     ks = [(lo, hi, o.positions - 1 if o is not None and o.drafter.name == main.name and o.shape.startswith("k")
@@ -4302,7 +4304,7 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it (each",
         "key as the engine's source spells it; in brackets, what an engine cannot say):")
     print()
-    for line in engine_configs(buckets, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=tol)):
+    for line in engine_configs(buckets, (speeds, options, tol)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
@@ -4962,8 +4964,7 @@ def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLA
     table([("batch size B", 13, ">"), ("drafter", 16, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx, hw, target))
     print()
-    for line in engine_configs(buckets, lambda ds: plan_drafters(ds, n_ctx, max_batch, k_max, tol=0.005,
-                                                                           hw=hw, target=target)):
+    for line in engine_configs(buckets, (speeds, options, 0.005)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
     return buckets

@@ -4253,6 +4253,13 @@ def exact_per_position(P, Q, K):
     return [float(start @ ends[:, i:].sum(axis=(1, 2))) for i in range(1, K + 1)]
 
 
+def print_engine_configs(buckets, priced):
+    """engine_configs as printed: each engine's line wrapped at 78 columns, its continuations indented."""
+    for line in engine_configs(buckets, priced):
+        print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
+                                       break_long_words=False, break_on_hyphens=False)))
+
+
 def reported_drafter(name_, method, P, Q, K, cost, k_max=16):
     """A drafter as its server's counters report it at K (exact_per_position),
     turned into tokens per call at k = 1..k_max the way --tune reads them."""
@@ -4304,9 +4311,7 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it (each",
         "key as the engine's source spells it; in brackets, what an engine cannot say):")
     print()
-    for line in engine_configs(buckets, (speeds, options, tol)):
-        print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
-                                       break_long_words=False, break_on_hyphens=False)))
+    print_engine_configs(buckets, (speeds, options, tol))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
              " its pass is memory-bound.", {"the skill is within 1% of the exhaustive search at every B":
                                             check.worst <= 0.01})
@@ -4964,9 +4969,7 @@ def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLA
     table([("batch size B", 13, ">"), ("drafter", 16, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx, hw, target))
     print()
-    for line in engine_configs(buckets, (speeds, options, 0.005)):
-        print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
-                                       break_long_words=False, break_on_hyphens=False)))
+    print_engine_configs(buckets, (speeds, options, 0.005))
     return buckets
 
 

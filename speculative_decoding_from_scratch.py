@@ -2694,6 +2694,8 @@ def lookup_draft(L, text, k, rng):
 
 
 ALPHABET = "\n" + "".join(map(chr, range(32, 127)))  # 96 characters; a token id indexes this
+VLLM_LOOKUP = Lookup(2, 4, len(ALPHABET))  # vLLM's ngram sizes as chapter 11 runs them
+HF_LOOKUP = Lookup(1, 2, len(ALPHABET))  # transformers' prompt lookup: the last 2 characters, then 1
 
 
 def encode(text):
@@ -2806,7 +2808,7 @@ def replicated(fit_of_seed, seed):
 
 
 def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.9, 0.95, 0.99)):
-    prompt, P, vllm = prompts()["summarise"], CopyModel(lam), Lookup(2, 4, len(ALPHABET))
+    prompt, P, vllm = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
     say(f"Real text often repeats what came before it. Here the target is a character model of",
         f"Python's help() text: {docs_corpus()[1]}. With weight lam ({lam} until the speed table varies it),",
         "it copies: it finds the longest earlier stretch of the text so far that ends the way",
@@ -2852,8 +2854,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
 def demo11_exactness(P, prompt, k, n_runs, n_text):
     """Demo 11: the prompt-lookup drafts, by both checks and by the fit of a long text."""
     truth, rows = target_first_tokens_text(P, prompt, 2), []
-    for label, L in (("prompt lookup, vLLM", Lookup(2, 4, len(ALPHABET))),
-                     ("prompt lookup, HF", Lookup(1, 2, len(ALPHABET)))):
+    for label, L in (("prompt lookup, vLLM", VLLM_LOOKUP), ("prompt lookup, HF", HF_LOOKUP)):
         proposals = lambda t: [(*lookup_draft(L, t, k, None), 1.0)]  # noqa: E731
         two = lambda seed: chi2_sf(*pearson(first_two(  # noqa: E731
             lambda rng: spec_generate(P, L, prompt, 2, k, rng, draft=lookup_draft)[0], n_runs, seed, len(ALPHABET)), truth))
@@ -2880,7 +2881,7 @@ def target_first_tokens_text(P, text, n):
 
 def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
     """Demo 11: tokens per call against the copy weight, over both prompts, and the speedup it buys."""
-    drafts = (("vLLM", Lookup(2, 4, len(ALPHABET))), ("HF", Lookup(1, 2, len(ALPHABET))))
+    drafts = (("vLLM", VLLM_LOOKUP), ("HF", HF_LOOKUP))
     rows, texts = [], list(prompts().values())
     for lam in lams:
         P = CopyModel(lam)
@@ -2897,7 +2898,8 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
            ("", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])
-    config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": VLLM_LOOKUP.n_min,
+              "prompt_lookup_max": VLLM_LOOKUP.n_max}
     print()
     say("vLLM runs this draft with:")
     print("\n  --speculative-config '" + json.dumps(config).replace(' "prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
@@ -3594,7 +3596,7 @@ APEX_BUGS = {
 
 def demo17_apex(k=5, lam=0.7, n_text=800):
     """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
-    prompt, P, L = prompts()["summarise"], CopyModel(lam), Lookup(2, 4, len(ALPHABET))
+    prompt, P, L = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
     say("APEX-1 is a public from-scratch language model. Its generator keeps what the target has",
         "read, its KV cache (the keys and values of every token read so far), apart from the",
         "text it writes. It carries the row for the next token over from the last pass. APEX-1",
@@ -4375,7 +4377,7 @@ def phase_run(P, prompt, n_tokens, k, seed, switch=None, adapt=False):
     acceptance_rate_threshold, off for good once the average accepted share of
     the last window rounds falls below it. adapt: transformers' heuristic
     draft length (+2 after a round whose drafts all passed, else -1)."""
-    rng, L, text, out, recent, off, k_now = np.random.default_rng(seed), Lookup(2, 4, len(ALPHABET)), list(prompt), \
+    rng, L, text, out, recent, off, k_now = np.random.default_rng(seed), VLLM_LOOKUP, list(prompt), \
         [], [], False, k
     while len(text) - len(prompt) < n_tokens:
         drafted, q_rows = ([], []) if off else lookup_draft(L, text, k_now, rng)
@@ -4702,7 +4704,7 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
         named = {MIDDLING_WEIGHT: "the middling draft, ", 0.0: "the unrelated table, "}.get(weight, "")
         what = f"the target p, {named}a draft q of blend weight {weight:g}"
     else:
-        P, D, draft, start, spell = CopyModel(0.9), Lookup(2, 4, len(ALPHABET)), lookup_draft, prompts()[text], decode
+        P, D, draft, start, spell = CopyModel(0.9), VLLM_LOOKUP, lookup_draft, prompts()[text], decode
         what = f"chapter 11's copying target (lam = 0.9), drafted by prompt lookup (n {D.n_min}..{D.n_max}, q one-hot)"
     block = rule == "block"
     say(f"Speculative decoding, traced: {what}, k = {k}, seed {seed}, the {rule!r}",

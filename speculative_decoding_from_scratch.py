@@ -3504,22 +3504,22 @@ def demo16_heads(k=3, n_runs=400):
         "from the same state. The heads of multi-token prediction (MTP), as in DeepSeek-V3, guess",
         "in sequence: each reads the guess before it. Here the heads are perfect: head i is the",
         "target's own i-step distribution, P^i, on the tables.")
-    rows = demo11_heads_exactness(k, n_runs)
+    rows = demo16_exactness(k, n_runs)
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("verdict", 16, "<")],
           [(r[0], r[1], r[2], r[4]) for r in rows])
     print()
     say("Medusa's heads emit the target's distribution by both checks." if rows[0][4] == "the target" else
         f"Medusa's heads, as you have them, are {rows[0][4]}.")
-    heads = demo11_heads(k)
+    heads = demo16_acceptance(k)
     takeaway("heads that guess each position on their own lose acceptance; heads that read the last guess"
              " keep it.", {"the heads emit the target": rows[0][4] == "the target",
                            "Medusa's heads keep fewer than MTP's": heads.tokens < k + 1 - 1e-9})
     return SimpleNamespace(rows=rows, heads=heads)
 
 
-def demo11_heads_exactness(k, n_runs, ctx=5):
-    """Demo 11: Medusa-style heads on the tables, by both checks."""
+def demo16_exactness(k, n_runs, ctx=5):
+    """Chapter 16: Medusa-style heads on the tables, by both checks."""
     heads, truth = medusa_heads(TARGET, k), target_first_tokens(TARGET, ctx, 2)
     exact = exact_draft_first_tokens(TARGET, heads_proposals(heads, k), [ctx], 2, reads_text=False)
     counts = first_two(lambda rng: spec_generate(TARGET, heads, [ctx], 2, k, rng, draft=heads_draft)[0], n_runs, seed=19)
@@ -3527,8 +3527,8 @@ def demo11_heads_exactness(k, n_runs, ctx=5):
     return [("Medusa heads, tables", fit, tv, None, both_checks(fit, tv))]
 
 
-def demo11_heads(k):
-    """Demo 11: even perfect independent heads lose acceptance."""
+def demo16_acceptance(k):
+    """Chapter 16: even perfect independent heads lose acceptance."""
     heads, pi = medusa_heads(TARGET, k), stationary(TARGET)
     ends = {d: verify_outcomes(TARGET, [d], heads_proposals(heads, k)([d])) for d in range(VOCAB)}
     reached = [sum(pi[d] * prob for d in range(VOCAB) for kept, _, prob in ends[d] if len(kept) >= i)

@@ -179,7 +179,7 @@ def test_medusa_heads_on_the_tables_are_exact_and_lose_acceptance():
     pi, P, P2 = sd.stationary(sd.TARGET), sd.TARGET, sd.TARGET @ sd.TARGET
     second = sum(pi[d] * P[d, a] * np.minimum(P[a], P2[d]).sum() for d in range(6) for a in range(6))
     with contextlib.redirect_stdout(io.StringIO()):
-        reached = sd.demo11_heads(3).reached
+        reached = sd.demo16_acceptance(3).reached
     assert reached[0] == pytest.approx(1.0) and reached[1] == pytest.approx(second, abs=1e-12) and reached[1] < 1
 
 

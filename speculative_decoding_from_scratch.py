@@ -3141,13 +3141,13 @@ def demo13_clock(size=4096):
         "priced a pass on a roofline model of an accelerator. Here a CPU does the work.",
         "A verifying pass over k+1 positions multiplies the weights by k+1 columns at once.")
     W, X = clock_operands(size)
-    times = demo6_clock(W, X)
-    model = demo6_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X)
+    times = demo13_times(W, X)
+    model = demo13_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X)
     return SimpleNamespace(times=times, model=model)
 
 
-def demo6_clock(W, X):
-    """Demo 6, part three: what a pass over 1 to 16 positions costs on this machine."""
+def demo13_times(W, X):
+    """Chapter 13, part one: what a pass over 1 to 16 positions costs on this machine."""
     print()
     say(f"On this machine, marked (clock): a float32 {W.shape[0]} x {W.shape[1]} W times X, a column per",
         f"position, through {blas_name()}.")
@@ -3159,8 +3159,8 @@ def demo6_clock(W, X):
     return times
 
 
-def demo6_why(W, X, t1, n_small=1024):
-    """Demo 6 in detail: does the multi-column cost stay in cache, and split into 1-column products?"""
+def demo13_why(W, X, t1, n_small=1024):
+    """Chapter 13 in detail: does the multi-column cost stay in cache, and split into 1-column products?"""
     two = median_time(lambda: W @ X[:, :2]) / t1
     twice = median_time(lambda: (W @ X[:, :1], W @ X[:, 1:2])) / t1
     small, x = W[:n_small, :n_small].copy(), X[:n_small]  # 4 MiB: stays in cache
@@ -3184,7 +3184,7 @@ def demo6_why(W, X, t1, n_small=1024):
     return two, twice, in_cache, columns
 
 
-def demo6_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
+def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     """Demo 6, part four: predict the speedup from a calibration, then decode."""
     print()
     say("Calibrated before decoding, in one-column passes: c, a draft pass; v, the verifying",
@@ -3219,7 +3219,7 @@ def demo6_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
            ("tokens/call", 13, ".2f"), ("clock", 7, times), ("refined*", 10, times),
            ("error", 7, "+.0%")], [r[:8] for r in rows], groups=[("predicted", 2, 3), ("this run", 4, 7)], clock=True)
-    demo6_verdicts(rows, np.median(calib[4][1]))
+    demo13_verdicts(rows, np.median(calib[4][1]))
     return rows
 
 
@@ -3232,7 +3232,7 @@ def predict(calibration, tokens, k):
     return median, (q75 - q25) / median
 
 
-def demo6_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
+def demo13_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
     """Demo 6's closing sentences, from the predictions and the clock."""
     print()
     for label, _, _, _, _, clock, at_run, error, spread in rows:
@@ -3250,7 +3250,7 @@ def demo13_detail(size=4096):
     """Chapter 13 in detail: why this BLAS charges for columns."""
     W, X = clock_operands(size)
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
-    return demo6_why(W, X, median_time(lambda: W @ X[:, :1], calls=1), n_small=min(1024, size))
+    return demo13_why(W, X, median_time(lambda: W @ X[:, :1], calls=1), n_small=min(1024, size))
 
 
 # -----------------------------------------------------------------------------

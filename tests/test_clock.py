@@ -78,7 +78,7 @@ def test_predict_uses_the_medians_and_reports_the_spread():
     (0.1, 2.0, 2.1, 1.1, ["k+1 positions cost about one"]),
 ])
 def test_chapter13_verdicts_follow_the_clock_and_the_spread(capsys, spread, clock, at_run, v4, words):
-    sd.demo6_verdicts([("blend", 4, 2.0, 2.0, 2.8, clock, at_run, at_run / clock - 1, spread)], v4=v4)
+    sd.demo13_verdicts([("blend", 4, 2.0, 2.0, 2.8, clock, at_run, at_run / clock - 1, spread)], v4=v4)
     text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
     assert all(w in text for w in words), text
     assert f"Here v is {v4:.2f} at k = 4, where the roofline gives {sd.verify_cost(4, 1, 512):.2f}" in text

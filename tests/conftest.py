@@ -1,9 +1,10 @@
 """Make the single-file script importable from tests/, and start, as soon as the
-session starts, the two full runs that tests read: the lesson as a reader sees
-it, and the lesson and every chapter with every np.exp result moved by one
-unit in the last place (as another libm or SIMD path would round it). Every
-demo and chapter also runs once in this process, through the run's own loop,
-so tests read what each returned beside what it printed. They are subprocesses, so they
+session starts, the two full runs that tests read: the default run (the lesson)
+as a reader types it, and every chapter (`all`). Both run with every np.exp
+result moved by one unit in the last place, as another libm or SIMD path would
+round it. Every demo and chapter also runs once in this process, through the
+run's own loop, so tests read what each returned beside what it printed, and
+compare its text with the two runs': nothing printed may depend on rounding. They are subprocesses, so they
 use the second core while the other tests run here. The tests that wait on a
 subprocess run last, so this process has work to do while they finish."""
 import os
@@ -50,7 +51,7 @@ def pytest_configure(config):
     config.full_runs = {
         name: subprocess.Popen([*NICE, sys.executable, *args, str(SCRIPT), *after], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
-        for name, args, after in (("plain", [], []), ("one ulp", ["-c", ONE_ULP], [*LESSON, "all"]))}
+        for name, args, after in (("lesson", ["-c", ONE_ULP], []), ("chapters", ["-c", ONE_ULP], ["all"]))}
 
 
 WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs"}
@@ -80,8 +81,9 @@ def finished(config, name):
 
 @pytest.fixture(scope="session")
 def full_run(pytestconfig):
-    """What `python3 speculative_decoding_from_scratch.py` prints."""
-    return finished(pytestconfig, "plain")
+    """What `python3 speculative_decoding_from_scratch.py` prints, every np.exp
+    one ulp up."""
+    return finished(pytestconfig, "lesson")
 
 
 @pytest.fixture(scope="session")
@@ -119,5 +121,5 @@ def all_run(in_process):
 
 @pytest.fixture(scope="session")
 def full_run_one_ulp(pytestconfig):
-    """The lesson and every chapter, with every np.exp result one ulp larger."""
-    return finished(pytestconfig, "one ulp")
+    """Every chapter (`all`), with every np.exp result one ulp larger."""
+    return finished(pytestconfig, "chapters")

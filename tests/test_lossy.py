@@ -117,10 +117,9 @@ def test_an_exact_tv_agrees_with_a_sample(rule):
     joint, _ = sd.lossy_exact(sd.TARGET, D, rule, 5, 2, 3)
     truth = sd.target_first_tokens(sd.TARGET, 5, 2)
     counts = sd.first_two(lambda rng: sd.spec_generate(sd.TARGET, D, [5], 2, 3, rng, sd.lossy_verifier(rule))[0],
-                          4000, seed=31)
-    sampled = sd.tv_distance(counts / 4000, truth)
-    exact = sd.tv_distance(joint, truth)
-    assert exact > 0.1 and abs(sampled - exact) < 0.05  # the noise of 4,000 runs is about 0.02 here
+                          1500, seed=31)
+    # far from the target, and the sample fits the exact joint (a TV off by 0.05 fails this fit)
+    assert sd.tv_distance(joint, truth) > 0.1 and sd.chi2_sf(*sd.pearson(counts, joint)) > 1e-3
 
 
 def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):

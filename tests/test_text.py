@@ -191,18 +191,6 @@ def test_heads_draft_samples_each_head_on_its_own():
 
 # --- APEX-1's generator, ported ---------------------------------------------------------
 
-def test_the_ported_generator_is_exact_and_each_bug_is_caught_by_the_fit():
-    P, L = sd.CopyModel(0.9), sd.Lookup(2, 4, V)
-    prompt = sd.prompts()["summarise"]
-    fits = {}
-    for label, m in (("fixed", sd), ("next row", sd.bugged("next row", sd.APEX_BUGS)),
-                     ("cache", sd.bugged("cache", sd.APEX_BUGS))):
-        fits[label] = sd.replicated(lambda seed: sd.calibration_p_value(
-            m.apex_generate(P, L, prompt, 800, 5, np.random.default_rng(seed)), P, prompt), 21)
-    # the text differs by Python: a replicated fit fails a correct generator with chance 1e-6
-    assert fits["fixed"] >= sd.P_REJECT and fits["next row"] < 1e-9 and fits["cache"] < 1e-9
-
-
 def test_the_ported_generator_emits_the_targets_first_two_tokens_on_the_tables():
     L, counts = sd.Lookup(1, 3, 6), np.zeros((6, 6))
     rng = np.random.default_rng(3)

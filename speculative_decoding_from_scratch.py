@@ -2680,8 +2680,11 @@ def prompt_lookup(tokens, k, n_min=1, n_max=3):
                          f"n_max = {n_max}, k = {k}")
     t = np.asarray(tokens)
     for n in range(min(n_max, len(t) - 1), n_min - 1, -1):
-        windows = np.lib.stride_tricks.sliding_window_view(t[:-1], n)  # every n-gram that ends before the last token
-        hits = np.flatnonzero((windows == t[-n:]).all(axis=1))
+        starts = len(t) - n  # the n-grams that start before this end before the last token
+        match = np.ones(starts, bool)
+        for j in range(n):  # the n-gram at i is the text's last n tokens if t[i + j] == t[starts + j] for every j
+            match &= t[j:starts + j] == t[starts + j]
+        hits = np.flatnonzero(match)
         if len(hits):
             return t[hits[0] + n:hits[0] + n + k].tolist()
     return []

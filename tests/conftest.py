@@ -1,13 +1,14 @@
 """Make the single-file script importable from tests/, and start, as soon as the
-session starts, the two full runs that tests read: the default run (the lesson)
-as a reader types it, and every chapter but 13, which measures this machine's
-clock and so prints what no two runs share. Both run with every np.exp
-result moved by one unit in the last place, as another libm or SIMD path would
-round it. Every demo and chapter also runs once in this process, through the
-run's own loop, so tests read what each returned beside what it printed, and
-compare its text with the two runs': nothing printed may depend on rounding. They are subprocesses, so they
-use the second core while the other tests run here. The tests that wait on a
-subprocess run last, so this process has work to do while they finish."""
+session starts, three runs that tests read:
+- the default run (the lesson), as a reader types it;
+- every chapter but 13, which prints this machine's clock;
+- every demo and chapter through the run's own loop, in a forked copy of this
+  process, which hands back what each returned beside what it printed.
+The first two move every np.exp result by one unit in the last place, as
+another libm or SIMD path would round it; the third does not, and the tests
+compare their text: nothing printed may depend on rounding. All three use the
+second core while the other tests run here, and the tests that wait on them
+run last."""
 import os
 
 # One BLAS thread in this process too, set before numpy loads: the reader's
@@ -16,9 +17,11 @@ import os
 # forks; later versions mostly do not).
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
+import pickle  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest
@@ -56,9 +59,10 @@ def pytest_configure(config):
         name: subprocess.Popen([*NICE, sys.executable, *args, str(SCRIPT), *after], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
         for name, args, after in (("lesson", ["-c", ONE_ULP], []), ("chapters", ["-c", ONE_ULP], UNCLOCKED))}
+    config.demo_fork = fork_every_demo()  # before pytest starts a thread, and before any test changes sd
 
 
-WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs"}
+WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs", "in_process"}
 
 
 def pytest_collection_modifyitems(items):
@@ -90,15 +94,13 @@ def full_run(pytestconfig):
     return finished(pytestconfig, "lesson")
 
 
-@pytest.fixture(scope="session")
-def in_process():
-    """Every demo and chapter, run once here through the run's own loop as
-    `1 2 3 4 5 6 all` runs them, chapter 13 on a 256 x 256 W and a clock
-    that always says 1 ms: (n -> what it returned, what the run printed)."""
+def every_demo():
+    """Every demo and chapter, run once through the run's own loop as `1 2 3 4
+    5 6 all` runs them, chapter 13 on a 256 x 256 W and a clock that always
+    says 1 ms: (n -> what it returned, what the run printed)."""
     import contextlib
     import io
 
-    import speculative_decoding_from_scratch as sd
     results, saved, clocked = {}, dict(sd.DEMOS), sd.clocked
 
     def recorded(n, f):
@@ -115,6 +117,47 @@ def in_process():
         sd.DEMOS.update(saved)
         sd.clocked = clocked
     return results, out.getvalue()
+
+
+def fork_every_demo():
+    """every_demo() in a forked copy of this process, started before any test
+    runs, so it uses the second core while tests run here: (its pid, the file
+    its pickled answer or its traceback goes to). None where there is no fork."""
+    if not hasattr(os, "fork"):
+        return None
+    import tempfile
+    fd, path = tempfile.mkstemp(suffix=".pickle")
+    os.close(fd)
+    pid = os.fork()
+    if pid:
+        return pid, path
+    code = 1
+    try:  # the child: the demos, then out without running the parent's exit handlers
+        os.nice(10)
+        answer = every_demo()
+        with open(path, "wb") as f:
+            pickle.dump(answer, f)
+        code = 0
+    except BaseException:
+        with open(path, "w") as f:
+            traceback.print_exc(file=f)
+    finally:
+        os._exit(code)
+
+
+@pytest.fixture(scope="session")
+def in_process(pytestconfig):
+    """every_demo(), from the forked copy (or run here, where there is no fork)."""
+    if pytestconfig.demo_fork is None:
+        return every_demo()
+    pid, path = pytestconfig.demo_fork
+    _, status = os.waitpid(pid, 0)
+    try:
+        with open(path, "rb") as f:
+            assert status == 0, f.read().decode()
+            return pickle.load(f)
+    finally:
+        os.remove(path)
 
 
 @pytest.fixture(scope="session")

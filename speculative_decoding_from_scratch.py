@@ -980,7 +980,7 @@ TARGET = random_table(1, sharpness=2.5)
 UNRELATED = random_table(4, sharpness=2.5)
 MIDDLING_WEIGHT = 0.5
 MIDDLING = blend(TARGET, UNRELATED, MIDDLING_WEIGHT)
-DEMO2_RUNS = 600  # the runs per rule of demo 2, which --trace points a reader to
+DEMO2_RUNS = 400  # the runs per rule of demo 2, which --trace points a reader to
 
 
 # -----------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert "so only the fit sees continue" in text and "catches" not in text.split("Takeaway")[0]
     assert "The correct rule emits the target's distribution by both checks." in text
-    assert f"(the target decoded alone, 600 times: {sd.floor_tv(sd.TARGET, 5, sd.DEMO2_RUNS, 2):.4f}), so the fit decides" in text
+    assert f"(the target decoded alone, {sd.DEMO2_RUNS} times: {sd.floor_tv(sd.TARGET, 5, sd.DEMO2_RUNS, 2):.4f}), so the fit decides" in text
     assert [(r[0], r[3]) for r in result.stages] == [("forward", True), ("sample_from", True),
                                                      ("draft_tokens", True), ("verify_round", True)]
     assert "|within 1/6,000|" in "|".join(r[2] for r in result.stages)

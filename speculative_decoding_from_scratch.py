@@ -3792,38 +3792,28 @@ LOSSY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts
 
 
 def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
-    say("Serving engines also ship verifiers that are not exact, switched on for speed: vLLM,",
-        "SGLang and TensorRT-LLM, three open-source serving engines, each have one. Their papers",
-        "report quality on benchmarks. Here the models are tables, so each rule's distance from",
-        f"the target is exact: the TV of its first {n} tokens. First at temperature 1, the",
-        f"middling draft at k = {k}, after '{name(ctx)}':")
+    say("vLLM, SGLang and TensorRT-LLM, three open-source serving engines, each ship a verifier",
+        "that is not exact, for speed. Here each one's cost is exact: the TV between its first",
+        f"{n} tokens and the target's. The middling draft, k = {k}, after '{name(ctx)}':")
     print()
     for line in (
-            "lossless  probabilistic, the paper's rule; one-hot, where the draft",
-            "          proposes its likeliest token, kept with chance p(x); block,",
-            "          which judges the k drafts together (chapters 9 and 14). Each",
-            "          emits the target's distribution.",
-            "typical   typical acceptance in vLLM's old V0 engine, after Medusa's (heads",
-            "          on the target that guess ahead, chapter 16): keep x if p(x) >",
-            "          min(eps, s e^-H); setting: eps, s (its posterior_threshold and",
-            "          posterior_alpha). H, the entropy of p, -sum p ln p, is how",
-            "          spread p is; a draft the target finds typical enough passes,",
-            "          however often the draft proposes it. After a rejection: the",
-            "          argmax. medusa: the same, with the bonus (the free extra token)",
-            "          as the argmax too.",
-            "sglang    SGLang's thresholds on one-hot drafts (the draft proposes its",
-            "          likeliest token, for certain): keep x if u <= p(x) / acc or p(x)",
-            "          >= single (setting: single, acc); a rejected draft is redrawn",
-            "          from p without x."):
+            "lossless  probabilistic: the paper's rule. one-hot: the draft proposes its",
+            "          likeliest token, kept with chance p(x). block: chapter 14's.",
+            "typical   vLLM V0's (its old engine), after Medusa's: keep x if p(x) >",
+            "          min(eps, s e^-H). H = -sum p ln p, the entropy of p, is large",
+            "          when p is spread. q is never read. After a rejection: the",
+            "          argmax. medusa: the same, and its bonus token is the argmax.",
+            "sglang    SGLang's, on one-hot drafts: keep x if u <= p(x) / acc or",
+            "          p(x) >= single. After a rejection: p without x."):
         print("  " + line)
     truth = target_first_tokens(TARGET, ctx, n)
     hot = temper(MIDDLING, 0)
     settings = [("probabilistic", "lossless", None, MIDDLING), ("one-hot", "lossless", None, hot),
                 ("block", "lossless", "block", MIDDLING)]
     settings += [("typical", f"{e:g}, {a:g}", typical_rule(e, a), MIDDLING)
-                 for e, a in ((0.09, 0.3), (0.3, 0.9), (0.05, 0.3), (0.01, 0.03))]
+                 for e, a in ((0.09, 0.3), (0.3, 0.9), (0.01, 0.03))]
     settings += [("medusa", "0.09, 0.3", typical_rule(0.09, 0.3, bonus_from_p=False), MIDDLING)]
-    settings += [("sglang", f"{s:g}, {a:g}", sglang_rule(s, a), hot) for s, a in ((1, 1), (1, 0.8), (1, 0.5), (0.3, 1))]
+    settings += [("sglang", f"{s:g}, {a:g}", sglang_rule(s, a), hot) for s, a in ((1, 1), (1, 0.5), (0.3, 1))]
     rows = []
     for label, setting, rule, D in settings:
         verify = verify_block if rule == "block" else verify_round if rule is None else lossy_verifier(rule)
@@ -3851,14 +3841,13 @@ def demo18_verdicts(rows, best, n_runs):
     misfit = [f"{r[0]} ({r[1]})" for r in rows if r[4] is not None and r[4] < P_REJECT]
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
-    say(f"The fit compares {n_runs} sampled runs with each rule's own exact distribution of the first",
-        f"two tokens: {VOCAB ** 2} cells, as {n_runs} runs are too few for three tokens' {VOCAB ** 3}. " + (
-            "Every rule's sample fits its exact joint." if not misfit else f"NOT every sample fits: {', '.join(misfit)}."),
-        "At (1, 1) SGLang's thresholds are the one-hot rule: exact TV " + exact_text(
-            next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".")
-    say(f"Dominated: a lossy setting that a lossless verifier on the same draft model matches in tokens",
-        f"per call ({best:.2f}) at no distance. Here that is {'; '.join(dominated)}." if dominated else
-        f"(best lossless: {best:.2f}); here no lossy setting is.")
+    say(f"Each rule's {n_runs} sampled runs fit its own exact joint of two tokens." if not misfit else
+        f"NOT every rule's {n_runs} sampled runs fit its own exact joint of two tokens: {', '.join(misfit)}.",
+        "At (1, 1) SGLang's rule is the one-hot rule: exact TV " + exact_text(
+            next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".",
+        f"A setting is dominated when a lossless verifier makes as many tokens per call ({best:.2f}) at no"
+        " distance." if dominated
+        else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.")
     frontier(rows)
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
@@ -3874,17 +3863,16 @@ def frontier(rows, width=56, height=8, top=0.8):
             grid[y][x] = label[0].upper()
             cells.setdefault((y, x), []).append(f"{label} ({setting})")
     print()
-    say("Tokens per call across, exact TV down (P probabilistic, O one-hot, B block, T typical,",
-        "M medusa, S sglang):")
+    say("Tokens per call across, exact TV down; each letter is a rule's first:")
     print()
     for y, line in enumerate(grid):
         print(f"  {y * top / height:4.1f} |" + "".join(line).rstrip())
     print("       +" + "-" * width)
     print(f"        {lo:<4.1f}" + f"{(lo + hi) / 2:^{width - 8}.1f}" + f"{hi:>4.1f}")
-    shared = ["; ".join(names[:-1]) + f" under {names[-1]}" for names in cells.values() if len(names) > 1]
+    shared = [f"{names[-1]} hides " + " and ".join(names[:-1]) for names in cells.values() if len(names) > 1]
     if shared:
         print()
-        say("Where two land in one cell, the last letter shows: " + "; ".join(shared) + ".")
+        say("Sharing a cell: " + "; ".join(shared) + ".")
 
 
 def greedy_tables(V=32, sharpness=1.0, weight=0.5):
@@ -3903,7 +3891,7 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
     plain = {s: plain_decode(temper(P, 0), [s], n_tokens, np.random.default_rng(0)) for s in prompts_}
     settings = [("exact match", "", relaxed_rule(1, 0.0)), ("relaxed", "3, 0.2", relaxed_rule(3, 0.2)),
                 ("relaxed", "15, 0.5", relaxed_rule(15, 0.5)), ("fly", "2, 1.2", fly_rule(2, 1.2)),
-                ("fly", "2, 0.3", fly_rule(2, 0.3)), ("fly", "1, 0.3", fly_rule(1, 0.3)), ("fly", "3, 0.6", fly_rule(3, 0.6))]
+                ("fly", "2, 0.3", fly_rule(2, 0.3)), ("fly", "1, 0.3", fly_rule(1, 0.3))]
     rows = []
     for label, setting, rule in settings:
         runs = attempt(lambda: [spec_generate(P, D, [s], n_tokens, k, np.random.default_rng(0),
@@ -3919,39 +3907,37 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
                      sum(f is not None and f < n for f in firsts) / len(prompts_),
                      len(prompts_) * n_tokens / sum(calls for _, calls in runs)))
     print()
-    say("Greedy requests take the likeliest token: plain decoding's text is fixed. Two rules change it:")
+    say("Greedy requests take the likeliest token, so plain decoding's text is fixed. Two",
+        "lossy rules change it:")
     print()
     for line in (
-            "relaxed   TensorRT-LLM's relaxed acceptance for MTP (multi-token prediction",
-            "          heads), in a reasoning model's thinking phase: keep x if it is",
-            "          among p's n likeliest tokens and p(x) >= max p - delta (setting:",
-            "          n, delta).",
-            "fly       vLLM's FLy, greedy path: keep a draft that is not the argmax if",
-            "          the entropy of p's three largest probabilities is at least a",
-            "          threshold and each of the next few drafts (its window) is its",
-            "          own position's argmax (setting: window, threshold).",
-            "exact     keep a draft only if it is the argmax: greedy decoding's own",
-            "match     rule, for comparison."):
+            "relaxed   TensorRT-LLM's, for MTP (multi-token prediction) heads in a",
+            "          reasoning model's thinking phase: keep x if it is among p's n",
+            "          likeliest and p(x) >= max p - delta.",
+            "fly       vLLM's FLy: keep a draft that is not the argmax if the entropy",
+            "          of p's top 3 is at least a threshold and each draft in its",
+            "          window, the next few, is its position's argmax.",
+            "exact     keep only the argmax: greedy decoding's own rule.",
+            "match"):
         print("  " + line)
     print()
-    say(f"A target over {len(P)} tokens, a greedy draft, k = {k}; {n_tokens} tokens of text from each of"
-        f" {len(prompts_)} prompts. Each step is deterministic, so every figure is exact. TV, first {n}: the share of"
-        f" prompts whose first {n} tokens change (each text is certain, so each prompt's TV is 0 or 1). First at:"
-        " the token (from 1) where a text first parts.")
+    say(f"A {len(P)}-token target, a greedy draft, k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts.",
+        "Every step is deterministic, so every figure is exact. Parted: texts unlike plain",
+        f"greedy decoding's; first at: the median token where they part; TV: the share whose first {n}",
+        "tokens differ (a certain text's TV is 0 or 1).")
     print()
-    table([("rule", 13, "<"), ("setting", 10, "<"), ("texts\npart", 8, ">"), ("first at\n(median)", 10,
-           lambda x: f"{x:.1f}"), (f"TV, first {n}", 12, ".3f"), ("tokens/call", 13, ".2f")], rows)
+    table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
+           lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)
     exact = rows[0]
     changed = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
     same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
     print()
     say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
-        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work, not a"
-         " rounding accident (chapter 12: one wide matrix product over several positions can round two near-equal"
-         " scores the other way).") if changed
+        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work, not"
+         " rounding (chapter 12).") if changed
         else "No lossy setting changes the text here.",
-        f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it as greedy decoding writes it." +
-        (" An entropy threshold above ln 3 = 1.10 never opens FLy's gate." if any(
+        f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it unchanged." +
+        (" The entropy of 3 tokens is at most ln 3 = 1.10, so a higher threshold never opens FLy's gate." if any(
             r[0] == "fly" and float(r[1].split(", ")[1]) > math.log(3) for r in rows if f"{r[0]} ({r[1]})" in same)
          else "") if same else "")
     return rows
@@ -3961,9 +3947,8 @@ def lossy_configs():
     """The engine settings that run chapter 18's rules as printed, each key as
     its source spells it."""
     print()
-    say("The settings, as each engine spells them. Sources: vLLM V0's command line at 0a71900b;",
-        "SGLang's server_args.py at ac08ebed; TensorRT-LLM's MTPDecodingConfig at fcd3f316, in the",
-        "YAML that trtllm-serve takes; FLy's documentation on its pull request's branch.")
+    say("The settings, as each engine spells them (each key read in its source; the commits are",
+        "in this chapter's code):")
     print()
     for line in (
             "vLLM V0   --spec-decoding-acceptance-method typical_acceptance_sampler",

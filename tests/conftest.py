@@ -19,6 +19,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import pickle  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
@@ -78,6 +79,14 @@ def pytest_collection_finish(session):
 def pytest_unconfigure(config):
     for run in config.full_runs.values():
         run.kill()  # a no-op once it has finished
+    if config.demo_fork and os.path.exists(config.demo_fork[1]):  # no test asked for it: stop it, and its file
+        pid, path = config.demo_fork
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.remove(path)
 
 
 def finished(config, name):

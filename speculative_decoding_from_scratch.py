@@ -1019,7 +1019,8 @@ def demo1_rule_by_hand(ctx=0):
     shown = lambda v: round(float(v), 4)  # noqa: E731  (as the table prints it)
     uneven = [name(x) for x in range(VOCAB) if abs(shown(kept[x]) + shown(fixed[x]) - shown(kept[x] + fixed[x])) > 5e-5]
     print()
-    say(f"Entries are rounded: row '{uneven[0]}' adds up 0.0001 off." if uneven else "",
+    say((f"Entries are rounded: row{'s' * (len(uneven) > 1)} " + " and ".join(f"'{x}'" for x in uneven) +
+         f" add{'s' * (len(uneven) == 1)} up 0.0001 off.") if uneven else "",
         f"The largest |emitted - p| is {exact_text(gap.max())}.",
         "Emitted = p." if gap.max() < ROUNDING else
         f"Emitted != p: token '{name(int(gap.argmax()))}' is off. The rule as it stands is NOT exact.",

@@ -166,6 +166,11 @@ def test_demo1_the_proof_closes_and_its_sentences_follow_the_table(demo):
     assert result.accept[result.over] == pytest.approx(p[result.over] / q[result.over], abs=1e-15)
     assert f"it is kept with p/q = {p[result.over] / q[result.over]:.3f}." in text
     assert f"under-proposes '{sd.name(result.under)}'" in text and "it is always kept" in text
+    # the rounding note names the first row whose printed parts do not add up to its printed sum
+    kept, redrawn = q * result.accept, (1 - np.minimum(p, q).sum()) * sd.residual(p, q)
+    shown = [round(float(a), 4) + round(float(b), 4) - round(float(a + b), 4) for a, b in zip(kept, redrawn)]
+    uneven = [sd.name(x) for x, gap in enumerate(shown) if abs(gap) > 5e-5]
+    assert uneven == ["b", "e"] and "Entries are rounded: rows 'b' and 'e' add up 0.0001 off." in text
 
 
 def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):

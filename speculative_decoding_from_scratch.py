@@ -4222,12 +4222,14 @@ def engine_configs(buckets, priced=None):
         schedule.popitem()
     trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
            "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
+    items = list(schedule.items())
+    start = next((i for i, (_, k) in enumerate(items) if k == k_top), 0)  # its first key must map to max_draft_len
     lines += [f"TRT-LLM: speculative_config: {{decoding_type: {trt}, max_draft_len: {k_top},",
-              f"         draft_len_schedule: {json.dumps(schedule)}}}"]
-    first = next(iter(schedule.items()), None)
-    if first and first[1] != k_top:
-        lines.append(f"         (its first key must map to max_draft_len, {k_top}; this plan starts with {first[1]} up"
-                     f" to B = {first[0]}, which it refuses: drop that key and it drafts {k_top} there)")
+              f"         draft_len_schedule: {json.dumps(dict(items[start:]))}}}"]
+    if start:
+        lines.append(f"         (its first key must map to max_draft_len, so it drafts {k_top} up to B ="
+                     f" {items[start][0]}, where this plan drafts " +
+                     ", then ".join(f"{k} up to B = {hi}" for hi, k in items[:start]) + ")")
     return lines
 
 

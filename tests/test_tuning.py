@@ -195,3 +195,17 @@ def test_the_permanent_switch_off_turns_off_and_stays_off():
     drafts = [d for d, _ in run]
     first_off = next(i for i in range(len(drafts) - 5) if not any(drafts[i:]))
     assert first_off > 0 and not any(drafts[first_off:])  # once off, no round drafts again
+
+
+def test_the_tensorrt_schedule_passes_its_validator_when_the_plan_starts_below_its_largest_k():
+    # llm_args.py at 00043967: keys >= 1, values >= 0 and <= max_draft_len, and the smallest key
+    # maps to max_draft_len. A plan of 6, 7, 8 is cut to 8 from B = 1; the note names what it drafted there.
+    d = sd.Drafter("m", "draft_model", [1.9, 2.6, 3.1, 3.4, 3.6, 3.7, 3.75, 3.78], None, 0.05)
+    options = {o.positions - 1: o for o in sd.drafter_options(d, 8)}
+    buckets = [(1, 9, options[6]), (10, 30, options[7]), (31, 103, options[8]), (104, 256, options[7])]
+    text = " ".join(" ".join(sd.engine_configs(buckets)).split())
+    top = int(text.split("max_draft_len: ")[1].split(",")[0])
+    schedule = {int(b): k for b, k in json.loads(text.split("draft_len_schedule: ")[1].split("}")[0] + "}").items()}
+    assert top == 8 and schedule[min(schedule)] == top and all(0 <= k <= top for k in schedule.values())
+    assert schedule == {103: 8, 256: 7}
+    assert "so it drafts 8 up to B = 103, where this plan drafts 6 up to B = 9, then 7 up to B = 30)" in text

@@ -3792,18 +3792,21 @@ LOSSY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts
 
 def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("vLLM, SGLang and TensorRT-LLM, three open-source serving engines, each ship a verifier",
-        "that is not exact, for speed. Here each one's cost is exact: the TV between its first",
-        f"{n} tokens and the target's. The middling draft, k = {k}, after '{name(ctx)}':")
+        "that is not exact, for speed. Here each one's cost is computed exactly: the TV between its",
+        f"first {n} tokens and the target's. The middling draft, k = {k}, after '{name(ctx)}':")
     print()
     for line in (
             "lossless  probabilistic: the paper's rule. one-hot: the draft proposes its",
-            "          likeliest token, kept with chance p(x). block: chapter 14's.",
-            "typical   vLLM V0's (its old engine), after Medusa's: keep x if p(x) >",
-            "          min(eps, s e^-H). H = -sum p ln p, the entropy of p, is large",
-            "          when p is spread. q is never read. After a rejection: the",
-            "          argmax. medusa: the same, and its bonus token is the argmax.",
+            "          likeliest token, kept with chance p(x). block: the k drafts",
+            "          judged together (chapter 14).",
+            "typical   vLLM V0's (its old engine), after Medusa's (heads on the target",
+            "          that guess ahead): keep x if p(x) > min(eps, s e^-H). H = -sum",
+            "          p ln p, the entropy of p, is large when p is spread. q is never",
+            "          read. After a rejection: the argmax. Setting: eps, s. medusa:",
+            "          the same, and its bonus token is the argmax.",
             "sglang    SGLang's, on one-hot drafts: keep x if u <= p(x) / acc or",
-            "          p(x) >= single. After a rejection: p without x."):
+            "          p(x) >= single. After a rejection: p without x. Setting:",
+            "          single, acc."):
         print("  " + line)
     truth = target_first_tokens(TARGET, ctx, n)
     hot = temper(MIDDLING, 0)
@@ -3840,8 +3843,8 @@ def demo18_verdicts(rows, best, n_runs):
     misfit = [f"{r[0]} ({r[1]})" for r in rows if r[4] is not None and r[4] < P_REJECT]
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
-    say(f"Each rule's {n_runs} sampled runs fit its own exact joint of two tokens." if not misfit else
-        f"NOT every rule's {n_runs} sampled runs fit its own exact joint of two tokens: {', '.join(misfit)}.",
+    say(f"Each rule's {n_runs} sampled runs fit its own exact joint of two tokens (too few runs for three)." if not
+        misfit else f"NOT every rule's {n_runs} sampled runs fit its own exact joint of two tokens: {', '.join(misfit)}.",
         "At (1, 1) SGLang's rule is the one-hot rule: exact TV " + exact_text(
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".",
         f"A setting is dominated when a lossless verifier makes as many tokens per call ({best:.2f}) at no"
@@ -3910,20 +3913,20 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
         "lossy rules change it:")
     print()
     for line in (
-            "relaxed   TensorRT-LLM's, for MTP (multi-token prediction) heads in a",
-            "          reasoning model's thinking phase: keep x if it is among p's n",
-            "          likeliest and p(x) >= max p - delta.",
-            "fly       vLLM's FLy: keep a draft that is not the argmax if the entropy",
-            "          of p's top 3 is at least a threshold and each draft in its",
-            "          window, the next few, is its position's argmax.",
-            "exact     keep only the argmax: greedy decoding's own rule.",
-            "match"):
+            "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads in a",
+            "             reasoning model's thinking phase: keep x if it is among p's",
+            "             n likeliest and p(x) >= max p - delta. Setting: n, delta.",
+            "fly          vLLM's FLy: keep a draft that is not the argmax if the",
+            "             entropy of p's top 3 is at least a threshold and each draft",
+            "             in its window, the next few, is its position's argmax.",
+            "             Setting: window, threshold.",
+            "exact match  keep only the argmax: greedy decoding's own rule."):
         print("  " + line)
     print()
-    say(f"A {len(P)}-token target, a greedy draft, k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts.",
-        "Every step is deterministic, so every figure is exact. Parted: texts unlike plain",
+    say(f"A target over {len(P)} tokens, a greedy draft, k = {k}, {n_tokens} tokens from each of {len(prompts_)}",
+        "prompts. Every step is deterministic, so every figure is exact. Parted: texts unlike plain",
         f"greedy decoding's; first at: the median token where they part; TV: the share whose first {n}",
-        "tokens differ (a certain text's TV is 0 or 1).")
+        "tokens differ (a deterministic text's TV is 0 or 1).")
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
            lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)
@@ -3933,7 +3936,7 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
     print()
     say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
         (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work, not"
-         " rounding (chapter 12).") if changed
+         " floating-point rounding (chapter 12's cause).") if changed
         else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it unchanged." +
         (" The entropy of 3 tokens is at most ln 3 = 1.10, so a higher threshold never opens FLy's gate." if any(

@@ -134,7 +134,7 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
     greedy = {(r[0], r[1]): r for r in result.greedy}
     assert greedy[("exact match", "")][2] == "0/24" and greedy[("fly", "2, 1.2")][2] == "0/24"
     assert greedy[("relaxed", "15, 0.5")][2] == "24/24"
-    assert "Of the 5 lossy settings, 4 change the text. That is the rule at work, not rounding" in text
+    assert "Of the 5 lossy settings, 4 change the text. That is the rule at work, not floating-point rounding" in text
 
 
 # --- bad knobs ----------------------------------------------------------------------------------

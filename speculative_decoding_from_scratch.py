@@ -4270,14 +4270,14 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     better = blend(TARGET, UNRELATED, 0.75)
     nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
-    say("A practitioner has several drafters and one server. This chapter's skill reads each drafter's figures as",
-        f"the server reports them, prices every way to run it at every batch size B on demo 6's roofline ({n_ctx}",
+    say("A practitioner has several drafters and one server. This chapter's skill, a procedure to repeat on",
+        f"your own server, reads each drafter's figures as the server reports them, prices every way to run it at every batch size B on demo 6's roofline ({n_ctx}",
         "tokens of context), and picks. A server counts, for each draft position, how often a draft there passed:",
         f"its per-position rates. Here two drafts for the six-token target report those rates at k = {k_max}, computed",
-        f"exactly, as the counters converge. The big one (blend 0.75) reads {fewer[0]:.0f} times fewer weight bytes a"
+        f"exactly, as the counters converge. The big one (blend 0.75) reads {fewer[0]:.1f} times fewer weight bytes a"
         f" pass than the target; the small one (the middling draft), {fewer[1]:.0f} times fewer. The small one also"
-        f" runs as a tree: top-2 candidates over 3 steps, {nodes} positions verified in one pass. A tree's width is"
-        " free only while the pass is memory-bound.")
+        f" runs as a tree (chapter 8: several candidates per step, all checked in one pass): top-2 candidates over 3"
+        f" steps, {nodes} positions verified. A tree's width is free only while the pass is memory-bound.")
     measured = [reported_drafter("big", "draft_model", TARGET, better, k_max, big, k_max),
                 reported_drafter("small", "eagle", TARGET, MIDDLING, k_max, small, k_max)]
     measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
@@ -4296,7 +4296,8 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
                                                                            else ": NOT within 1%."),
         f"The search finds the tree best up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
         " memory bound first." + ("" if planned_tree in (None, check.tree_last) else f" The plan keeps the tree to"
-                                 f" B = {planned_tree}, within its {tol:.1%} tolerance.") if check.tree_last else
+                                 f" B = {planned_tree}: a range keeps its option while that stays within"
+                                 f" {tol:.1%} of the best, so the plan changes less often.") if check.tree_last else
         "The tree is the best choice at no B here.",
         demo19_why_rising(big, n_ctx, max_batch))
     print()

@@ -1010,7 +1010,7 @@ def demo1_rule_by_hand(ctx=0):
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print()
     say(f"A draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f},",
-        "which is also the sum of max(0, p - q). So the redrawn share, that chance times the",
+        "also the sum of max(0, p - q). So the redrawn share, that chance times the",
         f"residual max(0, p - q) / {1 - beta:.3f}, is max(0, p - q). The kept share is q min(1, p/q) = min(p, q).")
     print()
     table([("token", 5, ">5"), ("kept", 10, ".4f"), ("redrawn", 10, ".4f"), ("emitted", 10, ".4f"), ("p", 8, ".4f")],
@@ -1097,7 +1097,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     print()
     say("The exact check reads only accept_prob and residual" + (
-        ", so only the fit sees continue: it checks on after a rejection."
+        ", so only the fit sees continue: it checks drafts that followed a rejected token."
         if verdicts.get("continue") == "NOT by the fit" else "."),
         "Each stage checked alone, to blame one if the correct rule fails:")
     print()

@@ -1095,14 +1095,16 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
+    shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
     print()
     say("The exact check reads only accept_prob and residual" + (
         ", so only the fit sees continue: it checks drafts that followed a rejected token."
         if verdicts.get("continue") == "NOT by the fit" else "."),
-        "Each stage checked alone, to blame one if the correct rule fails:")
-    print()
-    table([("stage", 14, "<"), ("must give", 42, "<"), ("result", 16, "<")],
-          [r[:3] for r in stages])
+        "Each stage checked alone, to blame one if the correct rule fails:" if shown else
+        "Each stage also passes a check of its own: forward, sample_from, draft_tokens, verify_round.")
+    if shown:
+        print()
+        table([("stage", 14, "<"), ("must give", 42, "<"), ("result", 16, "<")], [r[:3] for r in stages])
     print()
     demo2_verdicts(verdicts, stages)
     takeaway("the loop keeps the target's distribution; a broken rule shows in the exact check or over many runs.",
@@ -4493,7 +4495,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   blend w a draft: w times the target plus (1 - w) times an unrelated
           table; the middling draft is w = 0.5
   p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call; if all pass, a free extra token
+  round   k drafts, then one target call that scores k+1 positions; if all
+          pass, the last position's row gives a free extra token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
@@ -4501,7 +4504,7 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT the
           target's
   exact   no sampling: probabilities followed through the rule's functions,
-          not the loop; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias in them"""
+          not the sampling loop; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias in them"""
 BREAK_IT = """
 Now break it: edit one line of a stage and rerun. The README lists edits."""
 

@@ -1089,7 +1089,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("A sample's TV is never 0" + (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides."
                                      if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
                                      " decides."), f"Each bug edits a line or two (uniform_q takes q as 1/{VOCAB}"
-        " everywhere). accept_prob() returns min(1, p(x)/q(x)), residual() the residual, and verify_round() checks a"
+        " and redraws from p). accept_prob() returns min(1, p(x)/q(x)), residual() the residual, and verify_round() checks a"
         " round's drafts:")
     diff = [(r, f + "()", new or "line deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
     print()
@@ -1295,7 +1295,7 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
           rows, groups=[("", 0, 2), ("tokens per target call", 3, 7)])
     misfits = [r for r in rows if r[7] == "NO"]
     print()
-    say("A measured value agrees when within 4 standard errors (+-) of the exact one.",
+    say("Agrees: within 4 standard errors (+-) of the exact value.",
         "Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[3]:.2f} where the exact value is {r[6]:.2f}" for r in misfits[:2]] + errors) + ".")
     demo3_alpha_words(k, next((r[1] for r in rows if r[0] == "blend weight 0.50"), None))

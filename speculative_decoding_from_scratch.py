@@ -4153,7 +4153,8 @@ def plan_drafters(drafters, n_ctx, max_batch, k_max=16, tol=0.01, hw=H100, targe
     the best at each B, and plain decoding where nothing beats it:
     ([(first B, last B, option or None)], speeds[B - 1, option], options)."""
     options = [o for d in drafters for o in drafter_options(d, k_max)]
-    speeds = np.array([[option_speedup(o, b, n_ctx, hw, target) for o in options] for b in range(1, max_batch + 1)])
+    batches = np.arange(1, max_batch + 1)  # every batch size at once: the roofline prices arrays
+    speeds = np.array([option_speedup(o, batches, n_ctx, hw, target) for o in options]).reshape(len(options), -1).T
     return [(lo, hi, options[j - 1] if j else None) for lo, hi, j in buckets_of(speeds, tol)], speeds, options
 
 

@@ -1016,8 +1016,8 @@ def demo1_rule_by_hand(ctx=0):
     table([("token", 5, ">5"), ("kept", 10, ".4f"), ("redrawn", 10, ".4f"), ("emitted", 10, ".4f"), ("p", 8, ".4f")],
           [(name(x), kept[x], fixed[x], kept[x] + fixed[x], p[x]) for x in range(VOCAB)])
     off = rule_stages_off(p, q)
-    shown = lambda v: round(float(v), 4)  # noqa: E731  (as the table prints it)
-    uneven = [name(x) for x in range(VOCAB) if abs(shown(kept[x]) + shown(fixed[x]) - shown(kept[x] + fixed[x])) > 5e-5]
+    uneven = [name(x) for x in range(VOCAB)  # rounded as the table prints them, the parts miss the sum
+              if abs(round(kept[x], 4) + round(fixed[x], 4) - round(kept[x] + fixed[x], 4)) > 5e-5]
     print()
     say((f"Entries are rounded: row{'s' * (len(uneven) > 1)} " + " and ".join(f"'{x}'" for x in uneven) +
          f" add{'s' * (len(uneven) == 1)} up 0.0001 off.") if uneven else "",
@@ -1089,8 +1089,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("A sample's TV is never 0" + (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides."
                                      if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
                                      " decides."), f"Each bug edits a line or two (uniform_q takes q as 1/{VOCAB}"
-        " and redraws from p). accept_prob() returns min(1, p(x)/q(x)), residual() the residual, and verify_round() checks a"
-        " round's drafts:")
+        " and redraws from p). accept_prob() returns min(1, p(x)/q(x)), residual() the residual, and verify_round()"
+        " checks a round's drafts:")
     diff = [(r, f + "()", new or "line deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
     print()
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)

@@ -4271,8 +4271,8 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     better = blend(TARGET, UNRELATED, 0.75)
     nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
-    say("A practitioner has several drafters and one server. This chapter's skill, a procedure to repeat on your",
-        "own server, reads each drafter's figures as the server reports them, prices every way to run it at every",
+    say("A practitioner has several drafters and one server. This chapter's skill is a procedure to repeat on your",
+        "own server. It reads each drafter's figures as the server reports them, prices every way to run it at every",
         f"batch size B on demo 6's roofline ({n_ctx} tokens of context), and picks. A server counts, for each draft",
         "position, how often a draft there passed: its per-position rates. Here two drafts for the six-token target",
         f"report those rates at k = {k_max}, computed exactly, as the counters converge (below). The big one (blend"

@@ -4283,8 +4283,7 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     print()
     drafters = (("big", "draft_model", better, big), ("small", "eagle", MIDDLING, small))
     rates = [exact_per_position(TARGET, Q, k_max) for _, _, Q, _ in drafters]  # as its counters report it at k_max
-    table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
-          [(d[0], *r) for d, r in zip(drafters, rates)])
+    table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     measured = [Drafter(label, method, route_tokens(k_max, per_position=r)[0], None, shape)  # read as --tune reads them
                 for (label, method, _, shape), r in zip(drafters, rates)]
     measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
@@ -4292,8 +4291,8 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx))
-    truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, better if d.name == "big" else MIDDLING, k)
-                                for k in range(1, k_max + 1)]) for d in measured]
+    truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
+             for d, (_, _, Q, _) in zip(measured, drafters)]
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)

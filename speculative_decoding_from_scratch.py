@@ -294,7 +294,9 @@ def token_ids(x, V, what="token"):
 def one_hot(x, V):
     """Rows one-hot at the ids x, without a V x V matrix: one_hot(1, 3) -> [0, 1, 0]."""
     x = token_ids(x, V)
-    return (x[..., None] == np.arange(V)).astype(float)
+    rows = np.zeros(x.shape + (V,))
+    rows.reshape(-1, V)[np.arange(x.size), x.ravel()] = 1.0  # a view of rows: one 1 per row, at its id
+    return rows
 
 
 def row_flaw(row):

@@ -2758,6 +2758,8 @@ class CopyModel:
         lam, the token after the longest earlier match of the text's end
         (3 to 12 characters; the most recent of equal length)."""
         p = self.T[seq[n - 2] if n > 1 else 0, seq[n - 1]]
+        if n - 1 < self.shortest or seq.rfind(seq[n - self.shortest:n], 0, n - 1) < 0:
+            return p  # no match of the shortest length, so none longer: a match's tail is a shorter match
         for m in range(min(self.longest, n - 1), self.shortest - 1, -1):
             j = seq.rfind(seq[n - m:n], 0, n - 1)
             if j >= 0:  # seq[j:j + m] is the match, so seq[j + m] is what followed it

@@ -61,6 +61,12 @@ def pytest_configure(config):
                                stderr=subprocess.PIPE, text=True, env=env)
         for name, args, after in (("lesson", ["-c", ONE_ULP], []), ("chapters", ["-c", ONE_ULP], UNCLOCKED))}
     config.demo_fork = fork_every_demo()  # before pytest starts a thread, and before any test changes sd
+    # the reader's edits are the longest background work: start them now, not after collection, when this
+    # session is going to collect them
+    break_it = Path(__file__).with_name("test_break_it.py").resolve()
+    if any(break_it.is_relative_to(Path(a.split("::")[0]).resolve()) for a in config.args):
+        import test_break_it
+        test_break_it.start_runs()
 
 
 WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs", "in_process"}

@@ -3385,9 +3385,15 @@ def poisson_step(dist, dt):
     k = len(dist) - 1
     if dt == math.inf:
         return [0.0] * k + [sum(dist)]
-    pmf = [math.exp(-dt) * dt**j / math.factorial(j) for j in range(k + 1)]
+    pmf = poisson_pmf(dt, k)
     out = [sum(dist[n] * pmf[m - n] for n in range(m + 1)) for m in range(k)]
     return out + [max(0.0, sum(dist) - sum(out))]
+
+
+@lru_cache(maxsize=None)
+def poisson_pmf(dt, k):
+    """P(j arrivals of a rate-1 Poisson process in time dt), j = 0..k (the thresholds repeat: cached)."""
+    return [math.exp(-dt) * dt**j / math.factorial(j) for j in range(k + 1)]
 
 
 def shipped_block_outcomes(P, Q, d, k):

@@ -43,7 +43,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-LESSON = ["1", "2", "3", "4", "5", "6"]  # the demos of the default run
+LESSON = list(sd.LESSON)  # the demos of the default run
 
 
 # background subprocesses yield the CPU to this process, which runs the other

@@ -1390,6 +1390,13 @@ def demo3_table3_words(rows):
             " of 16 pairs.")
 
 
+def demo3_detail(result):
+    """Demo 3 in detail: alpha against the paper's Table 3, then two shipped temperature bugs."""
+    print()
+    say(demo3_table3_words(result.temperatures))
+    return demo3_one_sided(4, 1000)
+
+
 def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
     """Two shipped bugs: a temperature applied to one model and not the other."""
     P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
@@ -4499,7 +4506,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
-    "3": lambda result: (print(), say(demo3_table3_words(result.temperatures)), demo3_one_sided(4, 1000))[-1],
+    "3": demo3_detail,
     "6": lambda result: demo6_detail(),
     "9": demo9_detail,
     "10": demo10_detail,

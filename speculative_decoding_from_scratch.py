@@ -1102,7 +1102,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("The exact check reads only accept_prob and residual" + (
         ", so only the fit sees continue: it checks drafts that followed a rejected token."
         if verdicts.get("continue") == "NOT by the fit" else "."),
-        "Each stage checked alone, to blame one if the correct rule fails:" if shown else
+        "Each stage checked alone, to blame the one that fails:" if shown else
         "Each stage also passes a check of its own: forward, sample_from, draft_tokens, verify_round.")
     if shown:
         print()
@@ -1111,6 +1111,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     demo2_verdicts(verdicts, stages)
     takeaway("the loop keeps the target's distribution; a broken rule shows in the exact check or over many runs.",
              {"the correct rule emits the target": verdicts["correct"] == "the target",
+              "every stage passes its own check": all(r[3] for r in stages),
               "every broken rule that ran is caught": all(v != "the target" for r, v in verdicts.items() if r in BUGS)})
     return SimpleNamespace(verdicts=verdicts, rows=rows, truth=truth, stages=stages)
 
@@ -1195,7 +1196,9 @@ def demo2_verdicts(verdicts, stages):
     suspect = (f"Suspect {' and '.join(basic or failed)}: {'it fails' if len(basic or failed) == 1 else 'they fail'}"
                " alone" + (", and draft_tokens and verify_round call it." if basic else ".")) if failed else ""
     if correct == "the target":
-        say("The correct rule emits the target's distribution by both checks.")
+        say("The correct rule emits the target's distribution by both checks." if not failed else
+            "The correct rule's first two tokens are the target's by both checks, yet a stage fails its own"
+            " check. " + suspect)
     elif correct not in checks:
         say(f"The correct rule, as you have it, raised {correct}.", suspect)
     else:

@@ -43,12 +43,14 @@ FLIPS = {
                                    "Not checked: no_resample (your edit changed a line it edits)"]),
     "accept_prob q/p": ("1 2", ["NOT always", "NOT p/q", "Emitted != p", "accept_prob differs from min(1, p/q)",
                                 "The correct rule, as you have it, is NOT the target"]),
-    "no bonus token": ("2 3 11", ["The correct rule emits the target's distribution by both checks.",
+    "no bonus token": ("2 3 11", ["The correct rule's first two tokens are the target's by both checks, yet a stage"
+                                  " fails its own check. Suspect verify_round: it fails alone.",
                                   "NOT every row agrees: blend weight 1.00 measures 4.00 where the exact value is 5.00",
                                   "Chapter 11 stopped: ValueError in take(): round"]),
     "residual(q, p) in verify_round": ("2", ["is NOT the target: only the fit catches it",
                                              "Suspect verify_round: it fails alone."]),
-    "bonus from p": ("3 11", ["NOT every row emits its tempered target", "Chapter 11 stopped: UnboundLocalError"]),
+    "bonus from p": ("2 3 11", ["yet a stage fails its own check. Suspect verify_round: it fails alone.",
+                                "NOT every row emits its tempered target", "Chapter 11 stopped: UnboundLocalError"]),
     "unweighted block_residual": ("9 15", ["NOT every setting emits the target's distribution: block passes its fit "
                                            "while its exact distribution is off",
                                            "tokenwise_residual: not checked, your edit changed a line it edits"]),
@@ -59,7 +61,8 @@ FLIPS = {
 # must be withheld, and the stages demo 2 must blame, or None where demo 2
 # does not blame one). Not every edit is a bug: `<=` differs from `<` only
 # when u is exactly p/q, and a draft that reads the wrong row still says which
-# row it drew from, so both stay exact.
+# row it drew from, so both stay exact; the second still fails forward's own
+# check, so demo 2 names forward and withholds its takeaway.
 CORRECT = "The correct rule emits the target's distribution by both checks."
 FIT = "is NOT the target: only the fit catches it."
 STAGE_EDITS = [
@@ -75,7 +78,8 @@ STAGE_EDITS = [
     ("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
      "return one_hot(table.argmin(axis=-1), table.shape[-1])", "3", ["NOT a plain argmax loop's"], "3", None),
     ("forward", "tokens = new[cached - 1:] if cached else [text[-1], *new]  # the positions computed",
-     "tokens = [text[-1], *new]", "2", [CORRECT], "", set()),
+     "tokens = [text[-1], *new]", "2", ["yet a stage fails its own check. Suspect forward: it fails alone"], "2",
+     {"forward"}),
     ("forward", "return [model[x] for x in tokens] if isinstance(model, np.ndarray) else model(text, new, cached)",
      "return [model[x] for x in tokens[::-1]] if isinstance(model, np.ndarray) else model(text, new, cached)", "2",
      [FIT], "2", {"forward"}),

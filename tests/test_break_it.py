@@ -49,7 +49,7 @@ FLIPS = {
                                   "Chapter 11 stopped: ValueError in take(): round"]),
     "residual(q, p) in verify_round": ("2", ["is NOT the target: only the fit catches it",
                                              "Suspect verify_round: it fails alone."]),
-    "bonus from p": ("2 3 11", ["yet a stage fails its own check. Suspect verify_round: it fails alone.",
+    "bonus from p": ("2 11 21", ["yet a stage fails its own check. Suspect verify_round: it fails alone.",
                                 "NOT every row emits its tempered target", "Chapter 11 stopped: UnboundLocalError"]),
     "unweighted block_residual": ("9 15", ["NOT every setting emits the target's distribution: block passes its fit "
                                            "while its exact distribution is off",
@@ -76,7 +76,7 @@ STAGE_EDITS = [
     ("sample_from", "return bisect_right(cdf, u * cdf[-1])", "return bisect_right(cdf, u * cdf[-1]) + 1", "2",
      ["The correct rule, as you have it, raised ValueError"], "2", {"sample_from"}),
     ("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
-     "return one_hot(table.argmin(axis=-1), table.shape[-1])", "3", ["NOT a plain argmax loop's"], "3", None),
+     "return one_hot(table.argmin(axis=-1), table.shape[-1])", "21", ["NOT a plain argmax loop's"], "21", None),
     ("forward", "tokens = new[cached - 1:] if cached else [text[-1], *new]  # the positions computed",
      "tokens = [text[-1], *new]", "2", ["yet a stage fails its own check. Suspect forward: it fails alone"], "2",
      {"forward"}),

@@ -266,27 +266,32 @@ def test_demo3_every_exact_column_is_the_exact_value_and_every_row_fits(demo):
     assert middling[2] == sd.pair_alpha(sd.TARGET, sd.MIDDLING)
     assert middling[6] == sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
     assert "Every row agrees." in text
-    assert [r[9] for r in result.temperatures] == ["the target"] * 10
-    assert result.greedy == 1000 and "At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax loop." in text
-    assert "Every row emits its tempered target by both checks." in text
     rate1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     checked = next(r[1] for r in result.rows if r[0] == "blend weight 0.50")
     assert (f"Nor is alpha ({sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}) the accepted / checked rate ({checked:.3f}):"
             f" rounds start after a replacement or a bonus token, where a first draft passes with chance {rate1:.3f}.") in text
+    assert "Takeaway: a rejection ends the round" in text
+
+
+def test_chapter21_every_temperature_is_its_tempered_target(demo):
+    result, text = demo["21"]
+    assert [r[9] for r in result.temperatures] == ["the target"] * 10
+    assert result.greedy == 1000 and "At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax loop." in text
+    assert "Every row emits its tempered target by both checks." in text
     zero = [r[0] for r in result.temperatures if r[1] == 0 and r[2] == 0]
     assert zero == ["middling"] and "At T = 0 the middling draft's likeliest token is never the target's." in text
     ends = {}
     for r in result.temperatures:
         ends.setdefault(r[0], {})[r[1]] = r[2]
     rose = [label for label, a in ends.items() if a[1] > a[0]]
-    said = sd.demo3_table3_words(result.temperatures)  # the sentence --detail prints
-    assert len(ends) == 2 and ("Sampled alpha rises from T = 0 to T = 1 for both drafts" in said) == (len(rose) == 2)
+    assert len(ends) == 2 and ("Sampled alpha rises from T = 0 to T = 1 for both drafts" in text) == (len(rose) == 2)
+    assert "Takeaway: temperature changes how many drafts pass" in text
 
 
-def test_demo3_temperature_rows_against_a_greedy_draft_computed_by_hand(demo):
+def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo):
     # greedy drafting: the draft proposes argmax q, kept with chance p_T(argmax q), so alpha is
     # the stationary average of p_T at the draft's argmax, with no call to the rule
-    result, text = demo["3"]
+    result, text = demo["21"]
     for label, T, a_sampled, a_greedy, s_sampled, s_greedy, fit_sampled, fit_greedy, tv, verdict in result.temperatures:
         Q = sd.MIDDLING if label == "middling" else sd.blend(sd.TARGET, sd.UNRELATED, 0.9)
         P_T = sd.temper(sd.TARGET, T)
@@ -294,12 +299,14 @@ def test_demo3_temperature_rows_against_a_greedy_draft_computed_by_hand(demo):
         assert a_greedy == pytest.approx(by_hand, abs=1e-12)
         assert s_greedy == pytest.approx(sd.exact_tokens_per_call(P_T, sd.temper(Q, 0), 4) / 1.4, abs=1e-12)
         assert (T == 0) <= (a_greedy == a_sampled)
-    slower = [r for r in result.temperatures if r[5] < 1]
-    assert slower and all(r[0] == "middling" for r in slower)
+    slow = {(r[0], way, r[1]) for r in result.temperatures for way, s in (("sampled", r[4]), ("greedy", r[5])) if s < 1}
+    assert slow == {("middling", "sampled", 0), *(("middling", "greedy", T) for T in (0, 0.5, 1.5, 2))}
+    assert ("Slower than plain decoding: the middling draft sampled at T = 0, and greedy at T = 0, 0.5, 1.5 and 2."
+            in text)
     assert "Greedy drafts keep less than sampled ones at every T > 0." in text
 
 
-def test_demo3_in_detail_the_two_shipped_temperature_bugs():
+def test_chapter21_in_detail_the_two_shipped_temperature_bugs():
     rows, text = printed(sd.demo3_one_sided, 4, 1000)
     assert [r[4] for r in rows] == ["NOT the target"] * 2
     assert "It emits the T = 1 target by both checks" in text and "the temperature is lost" in text

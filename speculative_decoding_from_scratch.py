@@ -406,7 +406,7 @@ def kept_and_replaced(P, Q, seen=None, draft_from=None):
 
     seen(q, x): the row verification is handed for a draft x drawn from q (q
     itself; strict_seen for strict matching). draft_from: the table drafts
-    really come from when verification is handed Q's rows instead (demo 3).
+    really come from when verification is handed Q's rows instead (chapter 21).
     """
     D = Q if draft_from is None else draft_from
     A, R = np.zeros_like(P), np.zeros_like(P)
@@ -1272,16 +1272,6 @@ def best_k(alpha, c, k_max=32):
 # Demo 3. How does the draft's quality set the speed?
 
 
-def greedy_is_argmax(n_tokens, k=4):
-    """Speculative decoding at temperature 0, with a greedy draft, against a
-    plain argmax loop written without temper: how many of n_tokens agree."""
-    text = [0]
-    while len(text) <= n_tokens:  # argmax decoding without temper: the likeliest token, each step
-        text.append(int(np.argmax(TARGET[text[-1]])))
-    tokens = spec_generate(temper(TARGET, 0), temper(MIDDLING, 0), [0], n_tokens, k, np.random.default_rng(0))[0]
-    return sum(a == b for a, b in zip(tokens, text[1:]))
-
-
 def demo3_acceptance(k=4, c=0.1, n_rounds=500):
     drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in (1, .9, .75, .5, .25, 0)]
     rows, errors = [], []
@@ -1330,116 +1320,6 @@ def demo3_alpha_words(k, checked):
         + f": rounds start after a replacement or a bonus token, where a first draft passes with chance {rate1:.3f}."
         if differ else
         f"A first draft passes with chance alpha, {a:.4f}.")
-
-
-def demo3_temperatures(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0)):
-    """Demo 3, part two: temperature, with the draft sampled at T as the paper
-    does, or greedy (its argmax, kept with chance p_T(x)) as vLLM does by
-    default. Each row: alpha and the exact speedup both ways, a fit of each
-    way's text, and the larger exact TV of the first n_exact tokens."""
-    rows = []
-    for label, Q in (("middling", MIDDLING), ("blend 0.9", blend(TARGET, UNRELATED, 0.9))):
-        for T in temperatures:
-            P_T, ways = temper(TARGET, T), (temper(Q, T), temper(Q, 0))  # sampled at T, greedy
-            alphas = [pair_alpha(P_T, D) for D in ways]
-            tokens = [attempt(lambda: exact_tokens_per_call(P_T, D, k)) for D in ways]
-            fits_ = [attempt(lambda: transition_p_value(measure(P_T, D, k, n_rounds, seed=6).tokens, P_T))
-                     for D in ways]
-            tv = attempt(lambda: max(tv_distance(exact_first_tokens(P_T, D, 0, n_exact, k),
-                                                 target_first_tokens(P_T, 0, n_exact)) for D in ways))
-            if first_error(*tokens, *fits_, tv):
-                rows.append((label, T, *alphas, None, None, None, None, None, "raised"))
-                continue
-            rows.append((label, T, *alphas, *(speedup(t, k, c) for t in tokens), *fits_, tv,
-                         both_checks(min(fits_), tv)))
-    say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
-        "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
-        "at T like the target, as in the paper, or greedy: it proposes its likeliest token, and the",
-        "target keeps it with chance p_T(x) (chapter 9's one-hot rule). The middling draft and a good one",
-        f"(blend 0.9), k = {k}; exact speedups at c = {c}; each way's text fitted to its tempered target",
-        f"over {n_rounds} rounds:")
-    print()
-    table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
-           ("greedy", 8, ".2f"), ("sampled", 9, p_text), ("greedy", 8, p_text), ("exact", 9, exact_text)],
-          [r[:9] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5), ("fit", 6, 7)])
-    same = attempt(lambda: greedy_is_argmax(1000))
-    lower = demo3_temperature_words(rows, same)
-    return rows, same, lower
-
-
-def demo3_temperature_words(rows, same):
-    """Demo 3's sentences on temperature, from its table (T > 0: at T = 0 both ways are greedy)."""
-    failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
-    hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
-    print()
-    say("Every row emits its tempered target by both checks." if not failed else
-        f"NOT every row emits its tempered target: {', '.join(failed)}.",
-        "At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax loop." if same == 1000 else
-        f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of 1,000 agree).")
-    lower = all(r[3] < r[2] for r in hot)
-    slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
-                  for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}
-    slow = [f"the {d} draft " + ", and ".join(f"{way} at T = {and_list(ts)}" for way, ts in ways.items() if ts)
-            for d, ways in slower.items() if any(ways.values())]
-    print()
-    say(" ".join(f"At T = 0 the {r[0]} draft's likeliest token is never the target's." for r in rows
-                 if r[1] == 0 and r[2] == 0),
-        "Greedy drafts keep less than sampled ones at every T > 0." if lower else
-        "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
-        f"Slower than plain decoding: {'; '.join(slow)}." if slow else "No row is slower than plain decoding.")
-    return lower
-
-
-def demo3_table3_words(rows):
-    """Demo 3: alpha from T = 0 to T = 1 here, beside the paper's Table 3."""
-    pairs = {r[0]: {} for r in rows}
-    for r in rows:
-        pairs[r[0]][r[1]] = r[2]
-    ends = [a for a in pairs.values() if 0 in a and 1 in a]
-    rose = sum(a[1] > a[0] for a in ends)
-    drafts = "both drafts" if rose == len(ends) == 2 else f"{rose} of these {len(ends)} drafts"
-    return (f"Sampled alpha rises from T = 0 to T = 1 for {drafts}; in the paper's Table 3 it fell for 12"
-            " of 16 pairs.")
-
-
-def demo3_one_sided(k, n_rounds, T=0.5, n_exact=3):
-    """Two shipped bugs: a temperature applied to one model and not the other."""
-    P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
-    truth, rows = target_first_tokens(P_T, 0, n_exact), []
-    hf_verify = hand_q_rows(MIDDLING)  # verification handed the untempered rows
-    for label, P, Q, verify, how in (("q at T = 1", P_T, Q_T, hf_verify, dict(draft_from=Q_T)),
-                                     ("p at T = 1", TARGET, Q_T, verify_round, {})):
-        tokens = measure(P, Q, k, n_rounds, seed=7, verify=verify).tokens
-        exact = exact_first_tokens(P, MIDDLING if how else Q, 0, n_exact, k, **how)
-        p_fit, tv = transition_p_value(tokens, P_T), tv_distance(exact, truth)
-        rows.append((label, transition_tv(tokens, P_T), p_fit, tv, both_checks(p_fit, tv), tokens, exact))
-    print()
-    say(f"Two shipped bugs applied a temperature, here T = {T}, to one side only:")
-    print()
-    table([("verified with", 16, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("exact", 9, exact_text),
-           ("verdict", 16, "<")], [r[:5] for r in rows])
-    p_t1 = transition_p_value(rows[1][5], TARGET)
-    tv_t1 = tv_distance(rows[1][6], target_first_tokens(TARGET, 0, n_exact))
-    print()
-    say("The first is Hugging Face transformers #32867 (fixed by #33534); transformers is a",
-        f"Python library. Its draft decoded greedily while its T = 1 row served as q; T = {T} stands",
-        "in for greedy here. The second is vLLM #9834 (fixed by #10198); vLLM is a serving",
-        "engine. Its target rows kept the default sampling settings, temperature 1 among them;",
-        "its fix, #10198, centres on top_p.",
-        f"It emits the T = 1 target by both checks (fit {p_text(p_t1)}, exact {exact_text(tv_t1)}): the temperature"
-        " is lost." if both_checks(p_t1, tv_t1) == "the target" else
-        f"It is NOT the T = 1 target either ({both_checks(p_t1, tv_t1)}).")
-    takeaway("q must be the distribution the draft sampled from, and p the one the request asked for.",
-             {"both one-sided temperatures are caught": all(r[4] == "NOT the target" for r in rows)})
-    return rows
-
-
-def hand_q_rows(Q):
-    """A verifier handed Q's rows, whatever table the draft sampled from: the
-    bug class of demo 3 (draft_from names the real table in the exact check)."""
-    def verify(P, text, drafted, q_rows, rng):
-        return verify_round(P, text, drafted, [Q[c] for c in [text[-1]] + drafted[:-1]], rng)
-    return verify
 
 
 # -----------------------------------------------------------------------------
@@ -4483,12 +4363,131 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
 # by the one-hot rule, as servers often run it.
 
 
+def greedy_is_argmax(n_tokens, k=4):
+    """Speculative decoding at temperature 0, with a greedy draft, against a
+    plain argmax loop written without temper: how many of n_tokens agree."""
+    text = [0]
+    while len(text) <= n_tokens:  # argmax decoding without temper: the likeliest token, each step
+        text.append(int(np.argmax(TARGET[text[-1]])))
+    tokens = spec_generate(temper(TARGET, 0), temper(MIDDLING, 0), [0], n_tokens, k, np.random.default_rng(0))[0]
+    return sum(a == b for a, b in zip(tokens, text[1:]))
+
+
+def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0)):
+    """Chapter 21's table: temperature, with the draft sampled at T as the paper
+    does, or greedy (its argmax, kept with chance p_T(x)) as vLLM does by
+    default. Each row: alpha and the exact speedup both ways, a fit of each
+    way's text, and the larger exact TV of the first n_exact tokens."""
+    rows = []
+    for label, Q in (("middling", MIDDLING), ("blend 0.9", blend(TARGET, UNRELATED, 0.9))):
+        for T in temperatures:
+            P_T, ways = temper(TARGET, T), (temper(Q, T), temper(Q, 0))  # sampled at T, greedy
+            alphas = [pair_alpha(P_T, D) for D in ways]
+            tokens = [attempt(lambda: exact_tokens_per_call(P_T, D, k)) for D in ways]
+            fits_ = [attempt(lambda: transition_p_value(measure(P_T, D, k, n_rounds, seed=6).tokens, P_T))
+                     for D in ways]
+            tv = attempt(lambda: max(tv_distance(exact_first_tokens(P_T, D, 0, n_exact, k),
+                                                 target_first_tokens(P_T, 0, n_exact)) for D in ways))
+            if first_error(*tokens, *fits_, tv):
+                rows.append((label, T, *alphas, None, None, None, None, None, "raised"))
+                continue
+            rows.append((label, T, *alphas, *(speedup(t, k, c) for t in tokens), *fits_, tv,
+                         both_checks(min(fits_), tv)))
+    say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
+        "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
+        "at T like the target, as in the paper, or greedy: it proposes its likeliest token, and the",
+        "target keeps it with chance p_T(x) (chapter 9's one-hot rule). The middling draft and a good one",
+        f"(blend 0.9), k = {k}; exact speedups at c = {c}; each way's text fitted to its tempered target",
+        f"over {n_rounds} rounds:")
+    print()
+    table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
+           ("greedy", 8, ".2f"), ("sampled", 9, p_text), ("greedy", 8, p_text), ("exact", 9, exact_text)],
+          [r[:9] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5), ("fit", 6, 7)])
+    same = attempt(lambda: greedy_is_argmax(1000))
+    lower = temperature_words(rows, same)
+    return rows, same, lower
+
+
+def temperature_words(rows, same):
+    """Chapter 21's sentences, from its table (T > 0: at T = 0 both ways are greedy)."""
+    failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
+    hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
+    print()
+    say("Every row emits its tempered target by both checks." if not failed else
+        f"NOT every row emits its tempered target: {', '.join(failed)}.",
+        "At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax loop." if same == 1000 else
+        f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of 1,000 agree).")
+    lower = all(r[3] < r[2] for r in hot)
+    slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
+                  for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}
+    slow = [f"the {d} draft " + ", and ".join(f"{way} at T = {and_list(ts)}" for way, ts in ways.items() if ts)
+            for d, ways in slower.items() if any(ways.values())]
+    print()
+    say(" ".join(f"At T = 0 the {r[0]} draft's likeliest token is never the target's." for r in rows
+                 if r[1] == 0 and r[2] == 0),
+        "Greedy drafts keep less than sampled ones at every T > 0." if lower else
+        "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
+        f"Slower than plain decoding: {'; '.join(slow)}." if slow else "No row is slower than plain decoding.")
+    return lower
+
+
+def table3_words(rows):
+    """Chapter 21: alpha from T = 0 to T = 1 here, beside the paper's Table 3."""
+    pairs = {r[0]: {} for r in rows}
+    for r in rows:
+        pairs[r[0]][r[1]] = r[2]
+    ends = [a for a in pairs.values() if 0 in a and 1 in a]
+    rose = sum(a[1] > a[0] for a in ends)
+    drafts = "both drafts" if rose == len(ends) == 2 else f"{rose} of these {len(ends)} drafts"
+    return (f"Sampled alpha rises from T = 0 to T = 1 for {drafts}; in the paper's Table 3 it fell for 12"
+            " of 16 pairs.")
+
+
+def one_sided_temperatures(k, n_rounds, T=0.5, n_exact=3):
+    """Two shipped bugs: a temperature applied to one model and not the other."""
+    P_T, Q_T = temper(TARGET, T), temper(MIDDLING, T)
+    truth, rows = target_first_tokens(P_T, 0, n_exact), []
+    hf_verify = hand_q_rows(MIDDLING)  # verification handed the untempered rows
+    for label, P, Q, verify, how in (("q at T = 1", P_T, Q_T, hf_verify, dict(draft_from=Q_T)),
+                                     ("p at T = 1", TARGET, Q_T, verify_round, {})):
+        tokens = measure(P, Q, k, n_rounds, seed=7, verify=verify).tokens
+        exact = exact_first_tokens(P, MIDDLING if how else Q, 0, n_exact, k, **how)
+        p_fit, tv = transition_p_value(tokens, P_T), tv_distance(exact, truth)
+        rows.append((label, transition_tv(tokens, P_T), p_fit, tv, both_checks(p_fit, tv), tokens, exact))
+    print()
+    say(f"Two shipped bugs applied a temperature, here T = {T}, to one side only:")
+    print()
+    table([("verified with", 16, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("exact", 9, exact_text),
+           ("verdict", 16, "<")], [r[:5] for r in rows])
+    p_t1 = transition_p_value(rows[1][5], TARGET)
+    tv_t1 = tv_distance(rows[1][6], target_first_tokens(TARGET, 0, n_exact))
+    print()
+    say("The first is Hugging Face transformers #32867 (fixed by #33534); transformers is a",
+        f"Python library. Its draft decoded greedily while its T = 1 row served as q; T = {T} stands",
+        "in for greedy here. The second is vLLM #9834 (fixed by #10198); vLLM is a serving",
+        "engine. Its target rows kept the default sampling settings, temperature 1 among them;",
+        "its fix, #10198, centres on top_p.",
+        f"It emits the T = 1 target by both checks (fit {p_text(p_t1)}, exact {exact_text(tv_t1)}): the temperature"
+        " is lost." if both_checks(p_t1, tv_t1) == "the target" else
+        f"It is NOT the T = 1 target either ({both_checks(p_t1, tv_t1)}).")
+    takeaway("q must be the distribution the draft sampled from, and p the one the request asked for.",
+             {"both one-sided temperatures are caught": all(r[4] == "NOT the target" for r in rows)})
+    return rows
+
+
+def hand_q_rows(Q):
+    """A verifier handed Q's rows, whatever table the draft sampled from: the
+    bug class of chapter 21 (draft_from names the real table in the exact check)."""
+    def verify(P, text, drafted, q_rows, rng):
+        return verify_round(P, text, drafted, [Q[c] for c in [text[-1]] + drafted[:-1]], rng)
+    return verify
+
 def demo21_temperature(k=4, n_rounds=200):
     """Chapter 21: alpha and the speedup against temperature, with the draft
     sampled at T or greedy, and the paper's Table 3 beside them."""
-    rows, same, lower = demo3_temperatures(k, n_rounds)
+    rows, same, lower = temperature_rows(k, n_rounds)
     print()
-    say(demo3_table3_words(rows))
+    say(table3_words(rows))
     takeaway("temperature changes how many drafts pass, not what is emitted; above T = 0 a sampled draft keeps"
              " more than a greedy one.",
              {"every temperature emits its tempered target": all(r[9] == "the target" for r in rows),
@@ -4536,7 +4535,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "9": demo9_detail,
     "10": demo10_detail,
     "13": lambda result: demo13_detail(),
-    "21": lambda result: demo3_one_sided(4, 1000),
+    "21": lambda result: one_sided_temperatures(4, 1000),
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens, and the target
 model checks all k in one call. A rejection rule keeps the output exactly the

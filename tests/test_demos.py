@@ -307,7 +307,7 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
 
 
 def test_chapter21_in_detail_the_two_shipped_temperature_bugs():
-    rows, text = printed(sd.demo3_one_sided, 4, 1000)
+    rows, text = printed(sd.one_sided_temperatures, 4, 1000)
     assert [r[4] for r in rows] == ["NOT the target"] * 2
     assert "It emits the T = 1 target by both checks" in text and "the temperature is lost" in text
 

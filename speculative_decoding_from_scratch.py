@@ -3693,9 +3693,10 @@ LOSSY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts
 
 
 def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
-    say("vLLM, SGLang and TensorRT-LLM, three open-source serving engines, each ship a verifier",
-        "that is not exact, for speed. Here each one's cost is computed exactly: the TV between its",
-        f"first {n} tokens and the target's. The middling draft, k = {k}, after '{name(ctx)}':")
+    say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
+        "for speed. Here each one's cost is computed exactly: the TV between its first",
+        f"{n} tokens and the target's (chapter 22 takes two rules for greedy requests). The middling",
+        f"draft, k = {k}, after '{name(ctx)}':")
     print()
     for line in (
             "lossless  probabilistic: the paper's rule. one-hot: the draft proposes its",
@@ -3810,18 +3811,19 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
                      float(np.median(parted)) + 1 if parted else None,
                      sum(f is not None and f < n for f in firsts) / len(prompts_),
                      len(prompts_) * n_tokens / sum(calls for _, calls in runs)))
-    print()
-    say("Greedy requests take the likeliest token, so plain decoding's text is fixed. Two",
-        "lossy rules change it:")
+    say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and an",
+        "exact verifier writes it unchanged. Two serving engines, TensorRT-LLM and vLLM, ship rules that",
+        "also keep a draft greedy decoding would not pick:")
     print()
     for line in (
             "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads in a",
             "             reasoning model's thinking phase: keep x if it is among p's",
             "             n likeliest and p(x) >= max p - delta. Setting: n, delta.",
             "fly          vLLM's FLy: keep a draft that is not the argmax if the",
-            "             entropy of p's top 3 is at least a threshold and each draft",
-            "             in its window, the next few, is its position's argmax.",
-            "             Setting: window, threshold.",
+            "             entropy of p's top 3 (-sum p ln p over those three, at most",
+            "             ln 3) is at least a threshold, and each draft in its window,",
+            "             the next few, is its position's argmax. Setting: window,",
+            "             threshold.",
             "exact match  keep only the argmax: greedy decoding's own rule."):
         print("  " + line)
     print()
@@ -3847,39 +3849,41 @@ def demo18_greedy(k=4, n_tokens=32, n=3):
     return rows
 
 
-def lossy_configs():
-    """The engine settings that run chapter 18's rules as printed, each key as
+def engine_settings(lines):
+    """The engine settings that run a chapter's rules as printed, each key as
     its source spells it."""
     print()
     say("The settings, as each engine spells them (each key read in its source; the commits are",
         "in this chapter's code):")
     print()
-    for line in (
-            "vLLM V0   --spec-decoding-acceptance-method typical_acceptance_sampler",
-            "          --typical-acceptance-sampler-posterior-threshold 0.09",
-            "          --typical-acceptance-sampler-posterior-alpha 0.3",
-            "SGLang    --speculative-accept-threshold-single 1.0",
-            "          --speculative-accept-threshold-acc 0.5",
-            "TRT-LLM   speculative_config: {decoding_type: MTP,",
-            "            use_relaxed_acceptance_for_thinking: true, relaxed_topk: 3,",
-            "            relaxed_delta: 0.2}",
-            "vLLM FLy  --speculative-config '{..., \"rejection_sample_method\": \"fly\",",
-            "            \"fly_window_size\": 2, \"fly_entropy_threshold\": 0.3}'"):
+    for line in lines:
         print("  " + line)
+
+
+LOSSY_SETTINGS = (
+    "vLLM V0   --spec-decoding-acceptance-method typical_acceptance_sampler",
+    "          --typical-acceptance-sampler-posterior-threshold 0.09",
+    "          --typical-acceptance-sampler-posterior-alpha 0.3",
+    "SGLang    --speculative-accept-threshold-single 1.0",
+    "          --speculative-accept-threshold-acc 0.5")
+GREEDY_LOSSY_SETTINGS = (
+    "TRT-LLM   speculative_config: {decoding_type: MTP,",
+    "            use_relaxed_acceptance_for_thinking: true, relaxed_topk: 3,",
+    "            relaxed_delta: 0.2}",
+    "vLLM FLy  --speculative-config '{..., \"rejection_sample_method\": \"fly\",",
+    "            \"fly_window_size\": 2, \"fly_entropy_threshold\": 0.3}'")
 
 
 def demo18_lossy_cost():
     first = demo18_lossy()
-    greedy = demo18_greedy()
-    lossy_configs()
+    engine_settings(LOSSY_SETTINGS)
     lossless = [r for r in first.rows if r[1] == "lossless"] + [
         next(r for r in first.rows if r[0] == "sglang" and r[1] == "1, 1")]
     takeaway("a lossy verifier buys tokens per call with a distance from the target; price it against a"
              " lossless verifier on the same draft first.",
              {"every lossless setting is exact": all(r[2] is not None and r[2] < ROUNDING for r in lossless),
-              "every rule's sample fits its exact distribution": not first.misfit,
-              "the exact match keeps greedy text": greedy[0][2].startswith("0/")})
-    return SimpleNamespace(first=first, greedy=greedy)
+              "every rule's sample fits its exact distribution": not first.misfit})
+    return SimpleNamespace(first=first)
 
 
 # -----------------------------------------------------------------------------
@@ -4490,6 +4494,21 @@ def demo21_temperature(k=4, n_rounds=200):
     return SimpleNamespace(temperatures=rows, greedy=same)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 22. Does a lossy verifier change greedy text?
+
+
+def demo22_greedy_text():
+    rows = demo18_greedy()
+    engine_settings(GREEDY_LOSSY_SETTINGS)
+    changed = [r for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
+    takeaway("on greedy requests a lossy rule changes the text itself; price it by how many texts part, and how"
+             " early.",
+             {"the exact match keeps greedy text": rows[0][2].startswith("0/"),
+              "a lossy setting changes the text": bool(changed)})
+    return rows
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -4522,6 +4541,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "19": ("Which drafter, which k, which tree, for my server?", demo19_tuning),
     "20": ("When should a server stop speculating?", demo20_fallback),
     "21": ("Does temperature slow speculation down?", demo21_temperature),
+    "22": ("Does a lossy verifier change greedy text?", demo22_greedy_text),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -4696,7 +4716,7 @@ def draw_line(p_rows, contexts, args, out, bonus, residual_name, spell):
 
 
 def lossy_round_lines(ctx, drafted, q_rows, calls, rule, greedy, spell):
-    """One round of a lossy rule (chapter 18), read off its record: each check
+    """One round of a lossy rule (chapters 18 and 22), read off its record: each check
     is u against the rule's keep chance, beside the exact rule's (min(1, p/q),
     or for a greedy request whether x is the argmax); a draft the lossy rule
     kept where the exact rule would have rejected it, with the same u, is
@@ -4729,7 +4749,7 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
     """Decode a few rounds and print each one, one drafted token per line. text:
     None for the six-token tables, or a prompt name: the copying target of
     chapter 11, drafted by prompt lookup. knobs: a lossy rule's two knobs
-    (chapter 18), its engine's defaults if None."""
+    (chapters 18 and 22), its engine's defaults if None."""
     if rule in LOSSY:
         return trace_lossy(n_rounds, seed, rule, k, weight, colour, knobs)
     bug = bugged(rule) if rule in BUGS else None  # the bug's module, or why it cannot run
@@ -4766,14 +4786,14 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
 
 
 def trace_lossy(n_rounds, seed, name_, k, weight, colour, knobs):
-    """--trace for chapter 18's lossy rules, on the six-token tables: drafts
+    """--trace for chapters 18 and 22's lossy rules, on the six-token tables: drafts
     sampled from q, or the draft's argmax for the one-hot and greedy rules."""
     names, make, drafts = LOSSY[name_]
     rule = make(*knobs) if knobs else make()
     Q = blend(TARGET, UNRELATED, weight)
     D = Q if drafts == "sampled" else temper(Q, 0)
     set_as = ", ".join(f"{n} = {v:g}" for n, v in zip(names, knobs)) if knobs else "its engine's defaults"
-    say(f"A lossy verifier, traced: chapter 18's {name_!r} rule ({set_as}), the target p, a draft q of blend",
+    say(f"A lossy verifier, traced: the {name_!r} rule ({set_as}), the target p, a draft q of blend",
         f"weight {weight:g}" + (", proposing its argmax" if drafts != "sampled" else "") + f", k = {k}, seed {seed}.",
         "A draft is kept when u < the rule's keep chance. Beside it, the exact rule's:",
         "min(1, p/q)," if drafts != "greedy" else "whether x is the argmax (a greedy request),",
@@ -5119,13 +5139,13 @@ def arg_parser():
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "
         "(default), one-hot, strict or block; a deliberate bug: " + ", ".join(BUGS) + " (demo 2); or a lossy "
-        "rule: " + ", ".join(LOSSY) + " (chapter 18)")
+        "rule: " + ", ".join(LOSSY) + " (chapters 18 and 22)")
     add("--draft", type=draft_weight, default=MIDDLING_WEIGHT, help="middling (default), unrelated, a weight in [0,1]")
     add("--text", choices=("summarise", "edit"), metavar="PROMPT", help="decode real text instead: chapter 11's "
         "copying target after the prompt summarise (a paragraph) or edit (a function), drafted by prompt lookup")
     add("--seed", type=value(int, 0, 2**32 - 1), default=0, help="the random stream (%(default)s)")
     add("--knobs", type=knob_pair, metavar="A,B",
-        help="a lossy rule's two knobs (chapter 18): typical, medusa: posterior_threshold,posterior_alpha; "
+        help="a lossy rule's two knobs (chapters 18 and 22): typical, medusa: posterior_threshold,posterior_alpha; "
         "sglang: threshold_single,threshold_acc; relaxed: relaxed_topk,relaxed_delta; fly: "
         "fly_window_size,fly_entropy_threshold")
     add("--k", type=value(int, 1, 64), help="--trace: the draft length (4); --tune, --plan: the k "

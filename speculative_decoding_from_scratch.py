@@ -1016,9 +1016,9 @@ def demo1_rule_by_hand(ctx=0):
         f"it is kept with p/q = {ratio:.3f}." if abs(acc[over] - ratio) < 1e-12 else
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print()
-    say(f"A draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f},",
-        "also the sum of max(0, p - q). So the redrawn share, that chance times the",
-        f"residual max(0, p - q) / {1 - beta:.3f}, is max(0, p - q). The kept share is q min(1, p/q) = min(p, q).")
+    say("A token's kept share, the chance it is drafted and kept, is q min(1, p/q) = min(p, q).",
+        f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}, also the sum of max(0, p - q).",
+        f"The redrawn share is that chance times the residual, max(0, p - q) / {1 - beta:.3f}: exactly max(0, p - q).")
     print()
     table([("token", 5, ">5"), ("kept", 10, ".4f"), ("redrawn", 10, ".4f"), ("emitted", 10, ".4f"), ("p", 8, ".4f")],
           [(name(x), kept[x], fixed[x], kept[x] + fixed[x], p[x]) for x in range(VOCAB)])
@@ -1098,7 +1098,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                                      " decides."), f"Each bug edits a line or two (uniform_q takes q as 1/{VOCAB}"
         " and redraws from p). accept_prob() returns min(1, p(x)/q(x)), residual() the residual, and verify_round()"
         " checks a round's drafts:")
-    diff = [(r, f + "()", new or "line deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
+    diff = [(r, f + "()", new or "deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
     print()
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
@@ -1287,8 +1287,9 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=500):
         rows.append((label, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
-        "eq. 1 estimates tokens per call as 1 + alpha + ... + alpha^k. The speedup: measured",
-        "tokens per call / (1 + k c).")
+        "eq. 1 estimates tokens per call as 1 + alpha + ... + alpha^k, as if every draft passed with the same",
+        "chance alpha. A round costs 1 + k c target calls: the target's one, and k draft calls. The speedup:",
+        "measured tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1372,7 +1373,7 @@ def demo5_break_even(k=4, n_rounds=1500):
     print()
     say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
         f"It assumes every draft passes with chance alpha = {a:.3f}, the average over the target's text."
-        + (f" But a round starts just after a replaced or a bonus token, and there a first draft passes with"
+        + (f" But a round starts just after a redrawn or a bonus token, and there a first draft passes with"
            f" chance {exact[0] - 1:.3f}." if abs(exact[0] - 1 - a) >= 5e-4 else ""),
         f"So at c = {', '.join(edge)} no k helps, although alpha > c." if edge else
         "Here some k helps wherever alpha > c.",
@@ -1543,7 +1544,7 @@ def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 
             cells += [k, s, bound_text(LLAMA2_7B, n_ctx, k, b, b, H100)]
         rows.append((b, gb, *cells))
     print()
-    table([("B", 6, "d"), ("GB", 8, ".1f")] + [("k", 6, "d"), ("speedup", 9, ".2f"), ("bound", 8, ">8")]
+    table([("B", 6, "d"), ("GB read", 9, ".1f")] + [("k", 6, "d"), ("speedup", 9, ".2f"), ("bound", 8, ">8")]
           * len(alphas), rows, groups=[(f"alpha = {a}", 2 + 3 * i, 4 + 3 * i) for i, a in enumerate(alphas)])
     ends = demo6_batch_verdict(n_ctx, alphas, fit, k_max)
     return SimpleNamespace(rows=rows, ends=ends)
@@ -1561,7 +1562,8 @@ def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
     say(f"No k helps from {' and from '.join(helps)}." if helps else "",
         " ".join(f"At alpha = {a} some k helps at every batch that fits ({fit:,} sequences)." for a, b in ends.items()
                  if not b), why_batch(m, w, one - w, ridge()),
-        f"After {long} tokens, some k helps at every batch that fits (--detail)." if ahead else "")
+        f"After {long} tokens of context, as in the first table, some k helps at every batch that fits in memory"
+        " (run with --detail)." if ahead else "")
     return ends
 
 
@@ -4394,12 +4396,12 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
     say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
         "at T like the target, as in the paper, or greedy: it proposes its likeliest token, and the",
-        "target keeps it with chance p_T(x) (chapter 9's one-hot rule). The middling draft and a good one",
-        f"(blend 0.9), k = {k}; exact speedups at c = {c}; each way's text fitted to its tempered target",
-        f"over {n_rounds} rounds:")
+        "target keeps it with chance p_T(x), the one-hot rule. The middling draft and a good one",
+        f"(blend 0.9), k = {k}; exact speedups at c = {c}; the text of each way fitted to its tempered",
+        f"target over {n_rounds} rounds:")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
-           ("greedy", 8, ".2f"), ("sampled", 9, p_text), ("greedy", 8, p_text), ("exact", 9, exact_text)],
+           ("greedy", 8, ".2f"), ("sampled", 9, p_text), ("greedy", 8, p_text), ("exact TV", 9, exact_text)],
           [r[:9] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5), ("fit", 6, 7)])
     same = attempt(lambda: greedy_is_argmax(1000))
     lower = temperature_words(rows, same)
@@ -4437,8 +4439,9 @@ def table3_words(rows):
     ends = [a for a in pairs.values() if 0 in a and 1 in a]
     rose = sum(a[1] > a[0] for a in ends)
     drafts = "both drafts" if rose == len(ends) == 2 else f"{rose} of these {len(ends)} drafts"
-    return (f"Sampled alpha rises from T = 0 to T = 1 for {drafts}; in the paper's Table 3 it fell for 12"
-            " of 16 pairs.")
+    return (f"Sampled alpha is higher at T = 1 than at T = 0 for {drafts}. The paper's Table 3 measures alpha"
+            " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
+            " 12.")
 
 
 def one_sided_temperatures(k, n_rounds, T=0.5, n_exact=3):

@@ -280,7 +280,7 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     for r in result.temperatures:
         ends.setdefault(r[0], {})[r[1]] = r[2]
     rose = [label for label, a in ends.items() if a[1] > a[0]]
-    assert len(ends) == 2 and ("Sampled alpha rises from T = 0 to T = 1 for both drafts" in text) == (len(rose) == 2)
+    assert len(ends) == 2 and ("Sampled alpha is higher at T = 1 than at T = 0 for both drafts" in text) == (len(rose) == 2)
     assert "Takeaway: temperature changes how many drafts pass" in text
 
 
@@ -332,7 +332,7 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "So at c = 0.7 no k helps, although alpha > c." in text
-    assert (f"But a round starts just after a replaced or a bonus token, and there a first draft passes with chance"
+    assert (f"But a round starts just after a redrawn or a bonus token, and there a first draft passes with chance"
             f" {exact[0] - 1:.3f}.") in text
     assert f"every draft passes with chance alpha = {alpha:.3f}" in text
     assert f"(exactly {exact[3]:.2f})" in text  # demo 5's sample beside demos 3 and 4's exact value

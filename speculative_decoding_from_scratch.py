@@ -3550,11 +3550,7 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
 # 10a2697c; vLLM V0's vllm/model_executor/layers/typical_acceptance_sampler.py
 # at 0a71900b (removed from vLLM in 2025); SGLang's sgl-kernel csrc/
 # speculative/speculative_sampling.cuh (TreeSpeculativeSamplingTargetOnly) at
-# cfceb83d; TensorRT-LLM's tensorrt_llm/_torch/speculative/mtp.py at 23ee85ee
-# and mtpRelaxedAcceptanceKernel in cpp/tensorrt_llm/kernels/
-# speculativeDecoding/mtpKernels.cu at b35ac1b6; vLLM's FLy,
-# vllm/v1/spec_decode/fly.py at 04329df5 and docs/features/speculative_decoding/
-# fly.md at 230dd264, from pull request #53987, open in the stored thread.
+# cfceb83d. Chapter 22 writes the rules for greedy requests the same way.
 
 
 def per_position(test):
@@ -3603,49 +3599,6 @@ def sglang_rule(threshold_single=1.0, threshold_acc=1.0):
                 lambda p, q, x: without(p, [x]), lambda p: p)
 
 
-def relaxed_rule(relaxed_topk=1, relaxed_delta=0.0):
-    """TensorRT-LLM's relaxed acceptance for MTP, for greedy requests in a
-    reasoning model's thinking phase: keep x iff it is among p's relaxed_topk
-    likeliest and p(x) >= max p - relaxed_delta (probabilities, not logits);
-    after a rejection, and as the bonus, the argmax. At (1, 0) it is greedy
-    decoding's exact match; above, it keeps tokens greedy decoding would not
-    pick. With p = (.5, .3, .2) and x = 1: kept at (2, .2), not at (2, .1) or
-    (1, .5). relaxed_topk is a whole number of 1 or more, relaxed_delta in [0, 1]."""
-    topk, delta = knob("relaxed_topk", relaxed_topk, 1, whole=True), knob("relaxed_delta", relaxed_delta, 0, 1)
-    return Rule(per_position(lambda p, q, x: float(x in np.argsort(-p, kind="stable")[:int(topk)]
-                                                   and p[x] >= p.max() - delta)),
-                argmax_row, argmax_row)
-
-
-def entropy_top3(p):
-    """FLy's gate: -sum p ln p over p's three largest probabilities, not
-    renormalised, so at most ln 3 = 1.0986: entropy_top3([.5, .3, .2]) = 1.0297."""
-    top = np.sort(np.asarray(p, float))[::-1][:3]
-    top = top[top > 0]
-    return float(-(top * np.log(top)).sum())
-
-
-def fly_rule(fly_window_size=2, fly_entropy_threshold=0.3):
-    """FLy's greedy path: a draft that is not the target's argmax is kept
-    anyway if entropy_top3(p) >= fly_entropy_threshold, its window of the next
-    fly_window_size drafts fits before the k-th, and each of those is its own
-    position's argmax. After a rejection and as the bonus: the argmax. Above
-    ln 3 the gate never opens, and FLy is greedy decoding's exact match. With
-    drafts (1, 0, 0) where the argmaxes are (0, 0, 0) and p = (.5, .3, .2) at
-    the first: kept at window 2, threshold .3; not at threshold 1.1. The window
-    lies in 1..k-1 (vLLM's check), the threshold at 0 or more."""
-    window = knob("fly_window_size", fly_window_size, 1, whole=True)
-    theta = knob("fly_entropy_threshold", fly_entropy_threshold, 0)
-
-    def keep(p_rows, q_rows, drafted):
-        k, top = len(drafted), [int(np.argmax(p)) for p in p_rows]
-        knob("fly_window_size", window, 1, k - 1, whole=True)
-        return [float(x == top[i] or entropy_top3(p) >= theta and i + window < k and p[x] > 0
-                      and all(drafted[j] == top[j] for j in range(i + 1, i + window + 1)))
-                for i, (p, x) in enumerate(zip(p_rows, drafted))]
-    return Rule(keep, argmax_row, argmax_row)
-
-
 def lossy_verifier(rule):
     """A verifier with verify_round's contract that follows a Rule: each draft
     kept with its chance; the first one rejected is replaced from the rule's
@@ -3685,12 +3638,10 @@ def lossy_exact(P, D, rule, ctx, n, k):
     return chain_rounds(ends, ctx, n, len(P)), outcome_tokens_per_call(ends, len(P))
 
 
-LOSSY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it)
+LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it)
     "typical": (("posterior_threshold", "posterior_alpha"), typical_rule, "sampled"),
     "medusa": (("posterior_threshold", "posterior_alpha"), lambda *a: typical_rule(*a, bonus_from_p=False), "sampled"),
     "sglang": (("threshold_single", "threshold_acc"), sglang_rule, "one-hot"),
-    "relaxed": (("relaxed_topk", "relaxed_delta"), relaxed_rule, "greedy"),
-    "fly": (("fly_window_size", "fly_entropy_threshold"), fly_rule, "greedy"),
 }
 
 
@@ -3782,75 +3733,6 @@ def frontier(rows, width=56, height=8, top=0.8):
         say("Sharing a cell: " + "; ".join(shared) + ".")
 
 
-def greedy_tables(V=32, sharpness=1.0, weight=0.5):
-    """Chapter 18's greedy models: a 32-token target table, flatter than the
-    six-token ones so that near ties occur, and the argmax of a blend with an
-    unrelated table as the draft (a greedy draft proposes its likeliest token)."""
-    P = softmax(sharpness * np.random.default_rng(181).standard_normal((V, V)))
-    return P, temper(blend(P, softmax(sharpness * np.random.default_rng(182).standard_normal((V, V))), weight), 0)
-
-
-def demo18_greedy(k=4, n_tokens=32, n=3):
-    """Chapter 18, part two: greedy requests, where relaxed acceptance and FLy
-    change the text itself. Every step is deterministic, so each count is exact."""
-    P, D = greedy_tables()
-    prompts_ = list(range(24))
-    plain = {s: plain_decode(temper(P, 0), [s], n_tokens, np.random.default_rng(0)) for s in prompts_}
-    settings = [("exact match", "", relaxed_rule(1, 0.0)), ("relaxed", "3, 0.2", relaxed_rule(3, 0.2)),
-                ("relaxed", "15, 0.5", relaxed_rule(15, 0.5)), ("fly", "2, 1.2", fly_rule(2, 1.2)),
-                ("fly", "2, 0.3", fly_rule(2, 0.3)), ("fly", "1, 0.3", fly_rule(1, 0.3))]
-    rows = []
-    for label, setting, rule in settings:
-        runs = attempt(lambda: [spec_generate(P, D, [s], n_tokens, k, np.random.default_rng(0),
-                                              lossy_verifier(rule))[:2] for s in prompts_])
-        if isinstance(runs, Exception):
-            rows.append((label, setting, "raised", None, None, None))
-            continue
-        firsts = [next((i for i, (a, b) in enumerate(zip(out, plain[s])) if a != b), None)
-                  for s, (out, _) in zip(prompts_, runs)]
-        parted = [f for f in firsts if f is not None]
-        rows.append((label, setting, f"{len(parted)}/{len(prompts_)}",
-                     float(np.median(parted)) + 1 if parted else None,
-                     sum(f is not None and f < n for f in firsts) / len(prompts_),
-                     len(prompts_) * n_tokens / sum(calls for _, calls in runs)))
-    say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and an",
-        "exact verifier writes it unchanged. Two serving engines, TensorRT-LLM and vLLM, ship rules that",
-        "also keep a draft greedy decoding would not pick:")
-    print()
-    for line in (
-            "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads in a",
-            "             reasoning model's thinking phase: keep x if it is among p's",
-            "             n likeliest and p(x) >= max p - delta. Setting: n, delta.",
-            "fly          vLLM's FLy: keep a draft that is not the argmax if the",
-            "             entropy of p's top 3 (-sum p ln p over those three, at most",
-            "             ln 3) is at least a threshold, and each draft in its window,",
-            "             the next few, is its position's argmax. Setting: window,",
-            "             threshold.",
-            "exact match  keep only the argmax: greedy decoding's own rule."):
-        print("  " + line)
-    print()
-    say(f"A target over {len(P)} tokens, a greedy draft, k = {k}, {n_tokens} tokens from each of {len(prompts_)}",
-        "prompts. Every step is deterministic, so every figure is exact. Parted: texts unlike plain",
-        f"greedy decoding's; first at: the median token where they part; TV: the share whose first {n}",
-        "tokens differ (a deterministic text's TV is 0 or 1).")
-    print()
-    table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
-           lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)
-    exact = rows[0]
-    changed = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
-    same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
-    print()
-    say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
-        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work, not"
-         " floating-point rounding (chapter 12's cause).") if changed
-        else "No lossy setting changes the text here.",
-        f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it unchanged." +
-        (" The entropy of 3 tokens is at most ln 3 = 1.10, so a higher threshold never opens FLy's gate." if any(
-            r[0] == "fly" and float(r[1].split(", ")[1]) > math.log(3) for r in rows if f"{r[0]} ({r[1]})" in same)
-         else "") if same else "")
-    return rows
-
-
 def engine_settings(lines):
     """The engine settings that run a chapter's rules as printed, each key as
     its source spells it."""
@@ -3868,14 +3750,6 @@ LOSSY_SETTINGS = (
     "          --typical-acceptance-sampler-posterior-alpha 0.3",
     "SGLang    --speculative-accept-threshold-single 1.0",
     "          --speculative-accept-threshold-acc 0.5")
-GREEDY_LOSSY_SETTINGS = (
-    "TRT-LLM   speculative_config: {decoding_type: MTP,",
-    "            use_relaxed_acceptance_for_thinking: true, relaxed_topk: 3,",
-    "            relaxed_delta: 0.2}",
-    "vLLM FLy  --speculative-config '{..., \"rejection_sample_method\": \"fly\",",
-    "            \"fly_window_size\": 2, \"fly_entropy_threshold\": 0.3}'")
-
-
 def demo18_lossy_cost():
     first = demo18_lossy()
     engine_settings(LOSSY_SETTINGS)
@@ -4499,10 +4373,142 @@ def demo21_temperature(k=4, n_rounds=200):
 
 # -----------------------------------------------------------------------------
 # Chapter 22. Does a lossy verifier change greedy text?
+# Two lossy rules act on greedy requests, each a Rule as in chapter 18. Read at
+# these commits: TensorRT-LLM's tensorrt_llm/_torch/speculative/mtp.py at
+# 23ee85ee and mtpRelaxedAcceptanceKernel in cpp/tensorrt_llm/kernels/
+# speculativeDecoding/mtpKernels.cu at b35ac1b6; vLLM's FLy,
+# vllm/v1/spec_decode/fly.py at 04329df5 and docs/features/speculative_decoding/
+# fly.md at 230dd264, from pull request #53987, open in the stored thread.
+
+
+def relaxed_rule(relaxed_topk=1, relaxed_delta=0.0):
+    """TensorRT-LLM's relaxed acceptance for MTP, for greedy requests in a
+    reasoning model's thinking phase: keep x iff it is among p's relaxed_topk
+    likeliest and p(x) >= max p - relaxed_delta (probabilities, not logits);
+    after a rejection, and as the bonus, the argmax. At (1, 0) it is greedy
+    decoding's exact match; above, it keeps tokens greedy decoding would not
+    pick. With p = (.5, .3, .2) and x = 1: kept at (2, .2), not at (2, .1) or
+    (1, .5). relaxed_topk is a whole number of 1 or more, relaxed_delta in [0, 1]."""
+    topk, delta = knob("relaxed_topk", relaxed_topk, 1, whole=True), knob("relaxed_delta", relaxed_delta, 0, 1)
+    return Rule(per_position(lambda p, q, x: float(x in np.argsort(-p, kind="stable")[:int(topk)]
+                                                   and p[x] >= p.max() - delta)),
+                argmax_row, argmax_row)
+
+
+def entropy_top3(p):
+    """FLy's gate: -sum p ln p over p's three largest probabilities, not
+    renormalised, so at most ln 3 = 1.0986: entropy_top3([.5, .3, .2]) = 1.0297."""
+    top = np.sort(np.asarray(p, float))[::-1][:3]
+    top = top[top > 0]
+    return float(-(top * np.log(top)).sum())
+
+
+def fly_rule(fly_window_size=2, fly_entropy_threshold=0.3):
+    """FLy's greedy path: a draft that is not the target's argmax is kept
+    anyway if entropy_top3(p) >= fly_entropy_threshold, its window of the next
+    fly_window_size drafts fits before the k-th, and each of those is its own
+    position's argmax. After a rejection and as the bonus: the argmax. Above
+    ln 3 the gate never opens, and FLy is greedy decoding's exact match. With
+    drafts (1, 0, 0) where the argmaxes are (0, 0, 0) and p = (.5, .3, .2) at
+    the first: kept at window 2, threshold .3; not at threshold 1.1. The window
+    lies in 1..k-1 (vLLM's check), the threshold at 0 or more."""
+    window = knob("fly_window_size", fly_window_size, 1, whole=True)
+    theta = knob("fly_entropy_threshold", fly_entropy_threshold, 0)
+
+    def keep(p_rows, q_rows, drafted):
+        k, top = len(drafted), [int(np.argmax(p)) for p in p_rows]
+        knob("fly_window_size", window, 1, k - 1, whole=True)
+        return [float(x == top[i] or entropy_top3(p) >= theta and i + window < k and p[x] > 0
+                      and all(drafted[j] == top[j] for j in range(i + 1, i + window + 1)))
+                for i, (p, x) in enumerate(zip(p_rows, drafted))]
+    return Rule(keep, argmax_row, argmax_row)
+
+
+LOSSY_GREEDY = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it)
+    "relaxed": (("relaxed_topk", "relaxed_delta"), relaxed_rule, "greedy"),
+    "fly": (("fly_window_size", "fly_entropy_threshold"), fly_rule, "greedy"),
+}
+
+
+def greedy_tables(V=32, sharpness=1.0, weight=0.5):
+    """Chapter 22's models: a 32-token target table, flatter than the
+    six-token ones so that near ties occur, and the argmax of a blend with an
+    unrelated table as the draft (a greedy draft proposes its likeliest token)."""
+    P = softmax(sharpness * np.random.default_rng(181).standard_normal((V, V)))
+    return P, temper(blend(P, softmax(sharpness * np.random.default_rng(182).standard_normal((V, V))), weight), 0)
+
+
+def greedy_parting(k=4, n_tokens=32, n=3):
+    """Chapter 22: greedy requests, where relaxed acceptance and FLy change
+    the text itself. Every step is deterministic, so each count is exact."""
+    P, D = greedy_tables()
+    prompts_ = list(range(24))
+    plain = {s: plain_decode(temper(P, 0), [s], n_tokens, np.random.default_rng(0)) for s in prompts_}
+    settings = [("exact match", "", relaxed_rule(1, 0.0)), ("relaxed", "3, 0.2", relaxed_rule(3, 0.2)),
+                ("relaxed", "15, 0.5", relaxed_rule(15, 0.5)), ("fly", "2, 1.2", fly_rule(2, 1.2)),
+                ("fly", "2, 0.3", fly_rule(2, 0.3)), ("fly", "1, 0.3", fly_rule(1, 0.3))]
+    rows = []
+    for label, setting, rule in settings:
+        runs = attempt(lambda: [spec_generate(P, D, [s], n_tokens, k, np.random.default_rng(0),
+                                              lossy_verifier(rule))[:2] for s in prompts_])
+        if isinstance(runs, Exception):
+            rows.append((label, setting, "raised", None, None, None))
+            continue
+        firsts = [next((i for i, (a, b) in enumerate(zip(out, plain[s])) if a != b), None)
+                  for s, (out, _) in zip(prompts_, runs)]
+        parted = [f for f in firsts if f is not None]
+        rows.append((label, setting, f"{len(parted)}/{len(prompts_)}",
+                     float(np.median(parted)) + 1 if parted else None,
+                     sum(f is not None and f < n for f in firsts) / len(prompts_),
+                     len(prompts_) * n_tokens / sum(calls for _, calls in runs)))
+    say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and an",
+        "exact verifier writes it unchanged. Two serving engines, TensorRT-LLM and vLLM, ship rules that",
+        "also keep a draft greedy decoding would not pick:")
+    print()
+    for line in (
+            "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads in a",
+            "             reasoning model's thinking phase: keep x if it is among p's",
+            "             n likeliest and p(x) >= max p - delta. Setting: n, delta.",
+            "fly          vLLM's FLy: keep a draft that is not the argmax if the",
+            "             entropy of p's top 3 (-sum p ln p over those three, at most",
+            "             ln 3) is at least a threshold, and each draft in its window,",
+            "             the next few, is its position's argmax. Setting: window,",
+            "             threshold.",
+            "exact match  keep only the argmax: greedy decoding's own rule."):
+        print("  " + line)
+    print()
+    say(f"A target over {len(P)} tokens, a greedy draft, k = {k}, {n_tokens} tokens from each of {len(prompts_)}",
+        "prompts. Every step is deterministic, so every figure is exact. Parted: texts unlike plain",
+        f"greedy decoding's; first at: the median token where they part; TV: the share whose first {n}",
+        "tokens differ (a deterministic text's TV is 0 or 1).")
+    print()
+    table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
+           lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)
+    exact = rows[0]
+    changed = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
+    same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
+    print()
+    say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
+        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work, not"
+         " floating-point rounding (chapter 12's cause).") if changed
+        else "No lossy setting changes the text here.",
+        f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it unchanged." +
+        (" The entropy of 3 tokens is at most ln 3 = 1.10, so a higher threshold never opens FLy's gate." if any(
+            r[0] == "fly" and float(r[1].split(", ")[1]) > math.log(3) for r in rows if f"{r[0]} ({r[1]})" in same)
+         else "") if same else "")
+    return rows
+
+
+GREEDY_LOSSY_SETTINGS = (
+    "TRT-LLM   speculative_config: {decoding_type: MTP,",
+    "            use_relaxed_acceptance_for_thinking: true, relaxed_topk: 3,",
+    "            relaxed_delta: 0.2}",
+    "vLLM FLy  --speculative-config '{..., \"rejection_sample_method\": \"fly\",",
+    "            \"fly_window_size\": 2, \"fly_entropy_threshold\": 0.3}'")
 
 
 def demo22_greedy_text():
-    rows = demo18_greedy()
+    rows = greedy_parting()
     engine_settings(GREEDY_LOSSY_SETTINGS)
     changed = [r for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
     takeaway("on greedy requests a lossy rule changes the text itself; price it by how many texts part, and how"
@@ -4620,6 +4626,7 @@ def run_demos(numbers, detail=False):
 
 
 TRACED = ("forward", "accept_prob", "residual", "sample_from", "block_threshold")
+LOSSY = LOSSY_SAMPLED | LOSSY_GREEDY  # chapters 18 and 22: the rules --trace --rule and --knobs take
 TRACE_RULES = ("probabilistic", "one-hot", "strict", "block") + tuple(BUGS) + tuple(LOSSY)
 MARKS = {"kept": ("{}", "32"), "drawn": ("[{}]", "33"), "bonus": ("{{{}}}", "36")}
 

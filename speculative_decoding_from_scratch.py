@@ -3660,9 +3660,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             "          p ln p, the entropy of p, is large when p is spread. q is never",
             "          read. After a rejection: the argmax. Setting: eps, s. medusa:",
             "          the same, and its bonus token is the argmax.",
-            "sglang    SGLang's, on one-hot drafts: keep x if u <= p(x) / acc or",
-            "          p(x) >= single. After a rejection: p without x. Setting:",
-            "          single, acc."):
+            "sglang    SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u",
+            "          uniform in [0, 1), or if p(x) >= single. After a",
+            "          rejection: p without x. Setting: single, acc."):
         print("  " + line)
     truth = target_first_tokens(TARGET, ctx, n)
     hot = temper(MIDDLING, 0)
@@ -4572,7 +4572,6 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
-  u       a uniform random number in [0, 1)
   fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT the
           target's
   exact   no sampling: probabilities followed through the rule's functions,
@@ -4779,8 +4778,8 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
         "Each round drafts k tokens, then checks them in one target call.",
         "Position by position: the weight p_i of the block so far, its threshold h_i, and eta,"
         " the uniform it is tested with; the block is kept up to tau, the last position whose eta"
-        " < h_i." if block else "A draft is kept when u < min(1, p(x)/q(x)), for the q verification is"
-        " handed (q seen).")
+        " < h_i." if block else "A draft is kept when u, a uniform random number in [0, 1), is below"
+        " min(1, p(x)/q(x)), for the q verification is handed (q seen).")
     if text is not None:
         print("\n  prompt ends: " + repr(decode(start[-40:])))
     rng, out, kept, proposed = np.random.default_rng(seed), [], 0, 0
@@ -4805,7 +4804,8 @@ def trace_lossy(n_rounds, seed, name_, k, weight, colour, knobs):
     set_as = ", ".join(f"{n} = {v:g}" for n, v in zip(names, knobs)) if knobs else "its engine's defaults"
     say(f"A lossy verifier, traced: the {name_!r} rule ({set_as}), the target p, a draft q of blend",
         f"weight {weight:g}" + (", proposing its argmax" if drafts != "sampled" else "") + f", k = {k}, seed {seed}.",
-        "A draft is kept when u < the rule's keep chance. Beside it, the exact rule's:",
+        "A draft is kept when u, a uniform random number in [0, 1), is below the rule's keep chance.",
+        "Beside it, the exact rule's:",
         "min(1, p/q)," if drafts != "greedy" else "whether x is the argmax (a greedy request),",
         "with the same u; kept! marks a draft only the lossy rule keeps.")
     rng, out, kept, proposed = np.random.default_rng(seed), [], 0, 0

@@ -3647,22 +3647,23 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 
 def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
-        "for speed. Here each one's cost is computed exactly: the TV between its first",
-        f"{n} tokens and the target's (chapter 22 takes two rules for greedy requests). The middling",
-        f"draft, k = {k}, after '{name(ctx)}':")
+        "for speed. Here its cost is its distance from the target, computed exactly: the TV between",
+        f"its first {n} tokens and the target's (chapter 22 takes two rules for greedy requests). The",
+        f"middling draft, k = {k}, after '{name(ctx)}':")
     print()
     for line in (
             "lossless  probabilistic: the paper's rule. one-hot: the draft proposes its",
             "          likeliest token, kept with chance p(x). block: the k drafts",
             "          judged together (chapter 14).",
             "typical   vLLM V0's (its old engine), after Medusa's (heads on the target",
-            "          that guess ahead): keep x if p(x) > min(eps, s e^-H). H = -sum",
-            "          p ln p, the entropy of p, is large when p is spread. q is never",
-            "          read. After a rejection: the argmax. Setting: eps, s. medusa:",
-            "          the same, and its bonus token is the argmax.",
+            "          that guess ahead): keep x if p(x) > min(eps, s e^-H), where",
+            "          H = -sum p ln p, the entropy of p, is large when p is spread.",
+            "          q is never read. After a rejection: the argmax. Setting: eps,",
+            "          s (posterior_threshold, posterior_alpha). medusa: the same,",
+            "          and its bonus token is the argmax.",
             "sglang    SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u",
-            "          uniform in [0, 1), or if p(x) >= single. After a",
-            "          rejection: p without x. Setting: single, acc."):
+            "          uniform in [0, 1), or if p(x) >= single. After a rejection:",
+            "          a token from p with x removed. Setting: single, acc."):
         print("  " + line)
     truth = target_first_tokens(TARGET, ctx, n)
     hot = temper(MIDDLING, 0)
@@ -3689,6 +3690,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
+    say(f"Fit to exact: each rule's {n_runs} sampled runs against its own exact joint of the first two tokens"
+        " (too few runs for three). It checks those sums, not closeness to the target.")
+    print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("exact TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("fit to exact", 14, p_text), ("", 12, "<")], rows)
     return demo18_verdicts(rows, best, n_runs)
@@ -3699,12 +3703,12 @@ def demo18_verdicts(rows, best, n_runs):
     misfit = [f"{r[0]} ({r[1]})" for r in rows if r[4] is not None and r[4] < P_REJECT]
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
-    say(f"Each rule's {n_runs} sampled runs fit its own exact joint of two tokens (too few runs for three)." if not
-        misfit else f"NOT every rule's {n_runs} sampled runs fit its own exact joint of two tokens: {', '.join(misfit)}.",
+    say("Every rule's sample fits its own exact joint." if not misfit else
+        f"NOT every rule's sample fits its own exact joint: {', '.join(misfit)}.",
         "At (1, 1) SGLang's rule is the one-hot rule: exact TV " + exact_text(
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".",
-        f"A setting is dominated when a lossless verifier makes as many tokens per call ({best:.2f}) at no"
-        " distance." if dominated
+        "A setting is dominated when a lossless verifier makes at least as many tokens per call at no distance:"
+        f" here {next(r[0] for r in rows if r[1] == 'lossless' and r[3] == best)}, {best:.2f}." if dominated
         else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.")
     frontier(rows)
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
@@ -3737,8 +3741,8 @@ def engine_settings(lines):
     """The engine settings that run a chapter's rules as printed, each key as
     its source spells it."""
     print()
-    say("The settings, as each engine spells them (each key read in its source; the commits are",
-        "in this chapter's code):")
+    say("The settings of one row above for each engine, as it spells them (each key read in its",
+        "source; the commits are in this chapter's code):")
     print()
     for line in lines:
         print("  " + line)
@@ -4469,18 +4473,20 @@ def greedy_parting(k=4, n_tokens=32, n=3):
             "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads in a",
             "             reasoning model's thinking phase: keep x if it is among p's",
             "             n likeliest and p(x) >= max p - delta. Setting: n, delta.",
-            "fly          vLLM's FLy: keep a draft that is not the argmax if the",
-            "             entropy of p's top 3 (-sum p ln p over those three, at most",
-            "             ln 3) is at least a threshold, and each draft in its window,",
-            "             the next few, is its position's argmax. Setting: window,",
-            "             threshold.",
+            "fly          vLLM's FLy: keep a draft that is not the argmax if (a)",
+            "             the entropy of p's top 3 (-sum p ln p over those three, at",
+            "             most ln 3) is at least a threshold, and (b) the next few",
+            "             drafts, as many as the window, are each their position's",
+            "             argmax. Setting: window, threshold.",
             "exact match  keep only the argmax: greedy decoding's own rule."):
         print("  " + line)
     print()
-    say(f"A target over {len(P)} tokens, a greedy draft, k = {k}, {n_tokens} tokens from each of {len(prompts_)}",
-        "prompts. Every step is deterministic, so every figure is exact. Parted: texts unlike plain",
-        f"greedy decoding's; first at: the median token where they part; TV: the share whose first {n}",
-        "tokens differ (a deterministic text's TV is 0 or 1).")
+    say(f"A target table over {len(P)} tokens, flatter than the six-token ones so that near ties occur. The",
+        "draft proposes the likeliest token of a blend, half this target and half an unrelated table.",
+        f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts. Every step is deterministic, so every",
+        "figure is exact. Parted: texts unlike plain greedy decoding's; first at: the median token where",
+        f"they part; TV: the share of prompts whose first {n} tokens differ (for a text that is certain,",
+        "the TV is 0 or 1).")
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
            lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)
@@ -4489,8 +4495,8 @@ def greedy_parting(k=4, n_tokens=32, n=3):
     same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
     print()
     say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
-        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work, not"
-         " floating-point rounding (chapter 12's cause).") if changed
+        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work: an"
+         " exact rule parts greedy text only through floating-point rounding or a bug (chapter 12).") if changed
         else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it unchanged." +
         (" The entropy of 3 tokens is at most ln 3 = 1.10, so a higher threshold never opens FLy's gate." if any(
@@ -4511,10 +4517,12 @@ def demo22_greedy_text():
     rows = greedy_parting()
     engine_settings(GREEDY_LOSSY_SETTINGS)
     changed = [r for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
-    takeaway("on greedy requests a lossy rule changes the text itself; price it by how many texts part, and how"
-             " early.",
+    takeaway("on greedy requests a lossy rule changes the text itself to make more tokens per call; price it by"
+             " how many texts part, and how early.",
              {"the exact match keeps greedy text": rows[0][2].startswith("0/"),
-              "a lossy setting changes the text": bool(changed)})
+              "a lossy setting changes the text": bool(changed),
+              "each setting that changes the text makes more tokens per call than the exact match":
+              all(r[5] > rows[0][5] for r in changed)})
     return rows
 
 

@@ -3769,12 +3769,10 @@ def demo18_lossy_cost():
 # -----------------------------------------------------------------------------
 # Chapter 19. Which drafter, which k, which tree, for my server?
 # The lesson's "ship it" step as a skill. A server writes its own acceptance
-# figures to its Prometheus /metrics page; read them (vLLM's counter names and
-# labels as vllm/v1/spec_decode/metrics.py spells them at ee4ceaae: drafts,
-# draft tokens, accepted tokens, and accepted tokens per position, counted from
-# 0, each with model_name and engine labels), price every candidate drafter at
-# every batch size on demo 6's roofline, as a chain of k drafts or as the tree
-# it was measured with, and print the plan and the config each engine takes.
+# figures to its Prometheus /metrics page (Part 5 reads them, for --tune and
+# --plan); price every candidate drafter at every batch size on demo 6's
+# roofline, as a chain of k drafts or as the tree it was measured with, and
+# print the plan and the config each engine takes.
 
 def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None, per_position=None):
     """(tokens per call at k = 1..k_max, where alpha came from or None, the
@@ -3796,105 +3794,6 @@ def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None
     return (expected_tokens(alpha, np.arange(1, k_max + 1)), alpha,
             f"alpha = {alpha:.6f} from {source} at k = {k}, by eq. 1, which assumes one alpha at every position"
             + ("; that rate is accepted / drafted tokens, NOT alpha" if draft_rate is not None else ""))
-
-
-SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total",
-                 "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-                 "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-                 "per_position": "vllm:spec_decode_num_accepted_tokens_per_pos_total"}
-
-
-def scrape_counters(text, labels=None):
-    """vLLM's speculative-decoding counters in a Prometheus text scrape, summed
-    over every label set that matches labels (say {"model_name": "m"}):
-    {drafts, draft_tokens, accepted, per_position: [by position]}. A ValueError
-    says what is missing: no such counters, no matching labels, a gap in the
-    positions. Lines: name{label="value",...} value [timestamp]."""
-    names = {v: k for k, v in SPEC_COUNTERS.items()}
-    import re  # a scrape's lines are read by pattern (imported here to keep the core's line numbers)
-    out, per_position, matched, seen = dict.fromkeys(["drafts", "draft_tokens", "accepted"], 0.0), {}, set(), set()
-    for n, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r'([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$', line)
-        if not m:
-            raise ValueError(f"line {n} of the scrape is not a Prometheus sample: {line[:50]!r}")
-        if m[1] not in names:
-            continue
-        found = dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', m[2] or ""))
-        matched.add(m[1])
-        if labels and any(found.get(key) != want for key, want in labels.items()):
-            continue
-        try:
-            x = float(m[3])
-        except ValueError:
-            raise ValueError(f"line {n} of the scrape is not a Prometheus sample: {line[:50]!r}") from None
-        if not (math.isfinite(x) and x >= 0):
-            raise ValueError(f"line {n} of the scrape: {m[1]} is {m[3]}, not a count")
-        if names[m[1]] == "per_position":
-            i = int(found.get("position", -1))
-            per_position[i] = per_position.get(i, 0) + x
-        else:
-            out[names[m[1]]] += x
-        seen.add(names[m[1]])
-    if not matched:
-        raise ValueError("the scrape has no vllm:spec_decode_* counters: is speculative decoding on, and is "
-                         "this vLLM's /metrics?")
-    missing = [SPEC_COUNTERS[k] for k in SPEC_COUNTERS if k not in seen]
-    if missing:
-        raise ValueError(f"no sample of {missing[0]} matches the labels {labels or {}}")
-    if sorted(per_position) != list(range(len(per_position))):
-        raise ValueError(f"the per-position counter has positions {sorted(per_position)}, not 0..K-1")
-    return {**out, "per_position": [per_position[i] for i in range(len(per_position))]}
-
-
-def since(after, before):
-    """The counters a workload added between two scrapes, or a ValueError
-    naming a counter that went backwards (a restart between them)."""
-    if len(after["per_position"]) != len(before["per_position"]):
-        raise ValueError("the two scrapes count different numbers of positions: was K changed between them?")
-    out = {}
-    for key in ("drafts", "draft_tokens", "accepted", "per_position"):
-        a, b = np.atleast_1d(after[key]), np.atleast_1d(before[key])
-        if (a < b).any():
-            raise ValueError(f"{SPEC_COUNTERS[key]} went backwards between the scrapes, {b.max():g} to "
-                             f"{a.min():g}: the server restarted? scrape again")
-        out[key] = (a - b).tolist() if key == "per_position" else float(a[0] - b[0])
-    return out
-
-
-def server_figures(counters, k=None):
-    """What --tune takes, from the counters: (mean acceptance length, draft
-    acceptance rate, per-position rates, K). A K given beside them must match
-    the number of positions counted."""
-    K, drafts = len(counters["per_position"]), counters["drafts"]
-    if drafts <= 0:
-        raise ValueError("the scrape counts no drafts: no speculative step ran in it")
-    if k is not None and k != K:
-        raise ValueError(f"--k is {k} but the scrape counts {K} positions: K is the number of positions")
-    rates = [x / drafts for x in counters["per_position"]]
-    return 1 + counters["accepted"] / drafts, counters["accepted"] / counters["draft_tokens"], rates, K
-
-
-def scrape_text(sizes, k, model="toy", engine="0"):
-    """A run's rounds (each a number of tokens emitted, as measure() returns
-    them) written as vLLM's /metrics writes its counters, HELP and TYPE lines
-    included (each drafts k tokens; a round of s tokens kept s - 1)."""
-    kept = [s - 1 for s in sizes]
-    labels = f'engine="{engine}",model_name="{model}"'
-    counts = {"drafts": (len(sizes), "Number of spec decoding drafts."),
-              "draft_tokens": (k * len(sizes), "Number of draft tokens."),
-              "accepted": (sum(kept), "Number of accepted tokens.")}
-    lines = []
-    for key, (value, help_) in counts.items():
-        lines += [f"# HELP {SPEC_COUNTERS[key]} {help_}", f"# TYPE {SPEC_COUNTERS[key]} counter",
-                  f"{SPEC_COUNTERS[key]}{{{labels}}} {float(value)}"]
-    lines += [f"# HELP {SPEC_COUNTERS['per_position']} Accepted tokens per draft position.",
-              f"# TYPE {SPEC_COUNTERS['per_position']} counter"]
-    lines += [f'{SPEC_COUNTERS["per_position"]}{{{labels},position="{i}"}} {float(sum(a > i for a in kept))}'
-              for i in range(k)]
-    return "\n".join(lines) + "\n"
 
 
 Drafter = namedtuple("Drafter", "name method tokens tree cost")  # tokens[k - 1]: per call at k; tree: see options
@@ -4882,6 +4781,112 @@ def trace_summary(n, kept, proposed, rule, seed, out, D, draft, start, P, spell,
             else f"The probabilistic verifier's tokens from this seed part from these at token {first + 1}.",
             f"A distribution bug shows only over many runs: demo 2 tests {DEMO2_RUNS:,} of them against",
             "the target's distribution.")
+
+
+# -----------------------------------------------------------------------------
+# Reading a server's /metrics: vLLM's speculative-decoding counters, with the
+# names and labels vllm/v1/spec_decode/metrics.py spells at ee4ceaae: drafts,
+# draft tokens, accepted tokens, and accepted tokens per position, counted from
+# 0, each with model_name and engine labels.
+
+
+SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total",
+                 "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+                 "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+                 "per_position": "vllm:spec_decode_num_accepted_tokens_per_pos_total"}
+
+
+def scrape_counters(text, labels=None):
+    """vLLM's speculative-decoding counters in a Prometheus text scrape, summed
+    over every label set that matches labels (say {"model_name": "m"}):
+    {drafts, draft_tokens, accepted, per_position: [by position]}. A ValueError
+    says what is missing: no such counters, no matching labels, a gap in the
+    positions. Lines: name{label="value",...} value [timestamp]."""
+    names = {v: k for k, v in SPEC_COUNTERS.items()}
+    import re  # a scrape's lines are read by pattern (imported here to keep the core's line numbers)
+    out, per_position, matched, seen = dict.fromkeys(["drafts", "draft_tokens", "accepted"], 0.0), {}, set(), set()
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$', line)
+        if not m:
+            raise ValueError(f"line {n} of the scrape is not a Prometheus sample: {line[:50]!r}")
+        if m[1] not in names:
+            continue
+        found = dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', m[2] or ""))
+        matched.add(m[1])
+        if labels and any(found.get(key) != want for key, want in labels.items()):
+            continue
+        try:
+            x = float(m[3])
+        except ValueError:
+            raise ValueError(f"line {n} of the scrape is not a Prometheus sample: {line[:50]!r}") from None
+        if not (math.isfinite(x) and x >= 0):
+            raise ValueError(f"line {n} of the scrape: {m[1]} is {m[3]}, not a count")
+        if names[m[1]] == "per_position":
+            i = int(found.get("position", -1))
+            per_position[i] = per_position.get(i, 0) + x
+        else:
+            out[names[m[1]]] += x
+        seen.add(names[m[1]])
+    if not matched:
+        raise ValueError("the scrape has no vllm:spec_decode_* counters: is speculative decoding on, and is "
+                         "this vLLM's /metrics?")
+    missing = [SPEC_COUNTERS[k] for k in SPEC_COUNTERS if k not in seen]
+    if missing:
+        raise ValueError(f"no sample of {missing[0]} matches the labels {labels or {}}")
+    if sorted(per_position) != list(range(len(per_position))):
+        raise ValueError(f"the per-position counter has positions {sorted(per_position)}, not 0..K-1")
+    return {**out, "per_position": [per_position[i] for i in range(len(per_position))]}
+
+
+def since(after, before):
+    """The counters a workload added between two scrapes, or a ValueError
+    naming a counter that went backwards (a restart between them)."""
+    if len(after["per_position"]) != len(before["per_position"]):
+        raise ValueError("the two scrapes count different numbers of positions: was K changed between them?")
+    out = {}
+    for key in ("drafts", "draft_tokens", "accepted", "per_position"):
+        a, b = np.atleast_1d(after[key]), np.atleast_1d(before[key])
+        if (a < b).any():
+            raise ValueError(f"{SPEC_COUNTERS[key]} went backwards between the scrapes, {b.max():g} to "
+                             f"{a.min():g}: the server restarted? scrape again")
+        out[key] = (a - b).tolist() if key == "per_position" else float(a[0] - b[0])
+    return out
+
+
+def server_figures(counters, k=None):
+    """What --tune takes, from the counters: (mean acceptance length, draft
+    acceptance rate, per-position rates, K). A K given beside them must match
+    the number of positions counted."""
+    K, drafts = len(counters["per_position"]), counters["drafts"]
+    if drafts <= 0:
+        raise ValueError("the scrape counts no drafts: no speculative step ran in it")
+    if k is not None and k != K:
+        raise ValueError(f"--k is {k} but the scrape counts {K} positions: K is the number of positions")
+    rates = [x / drafts for x in counters["per_position"]]
+    return 1 + counters["accepted"] / drafts, counters["accepted"] / counters["draft_tokens"], rates, K
+
+
+def scrape_text(sizes, k, model="toy", engine="0"):
+    """A run's rounds (each a number of tokens emitted, as measure() returns
+    them) written as vLLM's /metrics writes its counters, HELP and TYPE lines
+    included (each drafts k tokens; a round of s tokens kept s - 1)."""
+    kept = [s - 1 for s in sizes]
+    labels = f'engine="{engine}",model_name="{model}"'
+    counts = {"drafts": (len(sizes), "Number of spec decoding drafts."),
+              "draft_tokens": (k * len(sizes), "Number of draft tokens."),
+              "accepted": (sum(kept), "Number of accepted tokens.")}
+    lines = []
+    for key, (value, help_) in counts.items():
+        lines += [f"# HELP {SPEC_COUNTERS[key]} {help_}", f"# TYPE {SPEC_COUNTERS[key]} counter",
+                  f"{SPEC_COUNTERS[key]}{{{labels}}} {float(value)}"]
+    lines += [f"# HELP {SPEC_COUNTERS['per_position']} Accepted tokens per draft position.",
+              f"# TYPE {SPEC_COUNTERS['per_position']} counter"]
+    lines += [f'{SPEC_COUNTERS["per_position"]}{{{labels},position="{i}"}} {float(sum(a > i for a in kept))}'
+              for i in range(k)]
+    return "\n".join(lines) + "\n"
 
 
 # -----------------------------------------------------------------------------

@@ -3851,6 +3851,16 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
     return rows
 
 
+def main_drafter(buckets):
+    """The drafter a plan runs at the most batch sizes (None if it never speculates)."""
+    sizes, drafters = {}, {}
+    for lo, hi, o in buckets:
+        if o is not None:
+            sizes[o.drafter.name] = sizes.get(o.drafter.name, 0) + hi - lo + 1
+            drafters[o.drafter.name] = o.drafter
+    return drafters[max(sizes, key=sizes.get)] if sizes else None
+
+
 def engine_configs(buckets, priced=None):
     """The plan as each engine takes it, and, in one line each, what it cannot
     express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
@@ -3864,9 +3874,7 @@ def engine_configs(buckets, priced=None):
     used = [o for _, _, o in buckets if o is not None]
     if not used:
         return ["plain decoding at every batch size: leave speculation off"]
-    by_name = {o.drafter.name: o.drafter for o in used}
-    main = by_name[max(by_name, key=lambda d: sum(hi - lo + 1 for lo, hi, o in buckets
-                                                 if o is not None and o.drafter.name == d))]
+    by_name, main = {o.drafter.name: o.drafter for o in used}, main_drafter(buckets)
     lost = None
     if len(by_name) > 1 and priced:
         speeds, options, tol = priced
@@ -3899,7 +3907,7 @@ def engine_configs(buckets, priced=None):
     lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
     if len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and (tree or not algorithm.startswith("EAGLE")):
         lines.append("         (these flags fix one k at every batch size; its adaptive mode, which moves the steps,"
-                     " runs for EAGLE drafts only)")
+                     " runs only for EAGLE drafts, trained draft heads)")
     if not tree and algorithm.startswith("EAGLE"):
         slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
@@ -3950,15 +3958,18 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     better = blend(TARGET, UNRELATED, 0.75)
     nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
-    say("A practitioner has several drafters and one server. This chapter's skill is a procedure to repeat on your",
-        "own server. It reads each drafter's figures as the server reports them, prices every way to run it at every",
-        f"batch size B on demo 6's roofline ({n_ctx} tokens of context), and picks. A server counts, for each draft",
-        "position, how often a draft there passed: its per-position rates. Here two drafts for the six-token target",
-        f"report those rates at k = {k_max}, computed exactly, as the counters converge (below). The big one (blend"
+    say("A practitioner has several drafters and one server. This chapter is a procedure to repeat on your own",
+        "server (--plan --profile runs it on your figures). It reads each drafter's figures as the server reports",
+        f"them, prices every way to run it at every batch size B on demo 6's roofline ({n_ctx} tokens of context),",
+        "and picks one per range of B.")
+    print()
+    say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept: its",
+        "per-position rates. Tokens per call are 1 plus their sum. Here two drafts for the six-token target",
+        f"report those rates at k = {k_max}, computed exactly. Their sizes are assumed: the big one (blend"
         f" 0.75) reads {fewer[0]:.1f} times fewer weight bytes a pass than the target; the small one (the middling"
         f" draft), {fewer[1]:.0f} times fewer. The small one also runs as a tree (chapter 8: several candidates per"
-        f" step, all checked in one pass): top-2 candidates over 3 steps, {nodes} positions verified. A tree's width"
-        " is free only while the pass is memory-bound.")
+        f" step, all checked in one pass): top-2 candidates over 3 steps, 2 + 4 + 8 drafts, {nodes} positions"
+        " with the token before them. A tree's width is free only while the pass is memory-bound.")
     print()
     drafters = (("big", "draft_model", better, big), ("small", "eagle", MIDDLING, small))
     rates = [exact_per_position(TARGET, Q, k_max) for _, _, Q, _ in drafters]  # as its counters report it at k_max
@@ -3977,35 +3988,47 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
                                       max_batch, k_max)
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say("Is the skill right? An exhaustive search tries every drafter, k and tree at every B, with exact tokens per",
-        f"call for every chain and the tree's measured over {n_rounds:,} rounds. The skill's choice is within",
-        f"{check.worst:.2%} of its best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else ": NOT within 1%."),
-        f"With no tolerance it picks the search's best at every B, so the gap is the plan's own: a range keeps its"
-        f" option while that stays within {tol:.1%} of the best." if check.worst > 0 and untolerant.worst == 0 else "",
+    say(demo19_why_rising(big, n_ctx, max_batch, buckets))
+    print()
+    say("Is the procedure right? An exhaustive search tries every drafter, k and tree at every B, with exact tokens",
+        f"per call for every chain and the tree's measured over {n_rounds:,} rounds. The procedure's choice is within",
+        f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
+                                                              ": NOT within 1%."),
+        f"Picking per B from the rates alone, it picks the search's best at every B. The gap comes from the ranges:"
+        f" a range keeps its option while that stays within {tol:.1%} of the best." if check.worst > 0 and
+        untolerant.worst == 0 else "",
         f"The search finds the tree best up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
         " memory bound first." + ("" if planned_tree in (None, check.tree_last) else f" The plan keeps the tree to"
                                  f" B = {planned_tree}.") if check.tree_last else
-        "The tree is the best choice at no B here.",
-        demo19_why_rising(big, n_ctx, max_batch))
+        "The tree is the best choice at no B here.")
     print()
-    say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it. Each runs one",
-        "draft model: the one the plan uses most, on its own plan (each key as the engine's source spells it; in",
-        "brackets, what an engine cannot say):")
+    main = main_drafter(buckets)
+    say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it. An engine runs",
+        "one draft model, so each gets the one the plan uses at the most batch sizes" +
+        (f", {main.name} here, planned again alone: its ranges differ from the table's." if main else "."),
+        "Each key is as the engine's source spells it; in brackets, what an engine cannot say:")
     print()
     print_engine_configs(buckets, (speeds, options, tol))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
-             " its pass is memory-bound.", {"the skill is within 1% of the exhaustive search at every B":
+             " its pass is memory-bound.", {"the procedure is within 1% of the exhaustive search at every B":
                                             check.worst <= 0.01})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
 
 
-def demo19_why_rising(shape, n_ctx, max_batch):
-    """Why speedups can rise with B: a plain pass reads each sequence's KV cache, the draft its weights alone."""
+def demo19_why_rising(shape, n_ctx, max_batch, buckets):
+    """Why speedups can rise with B: a plain pass reads each sequence's KV
+    cache, the draft its weights alone. And why a range can start
+    memory-bound again: its k is smaller than the range's before."""
     c = [draft_cost(b, n_ctx, draft=shape) for b in (1, max_batch)]
-    return (f"The big draft's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}."
-            f" At {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV"
-            " cache, the keys and values of every token it has read. The draft here reads only its weights, so"
-            " speedups can rise with B." if c[1] < c[0] else "")
+    runs = [(o.positions, bound_text(LLAMA2_7B, n_ctx, o.positions - 1, lo, hi, H100)) for lo, hi, o in buckets if o]
+    back = any(b[1].startswith("memory") and a[1].endswith("compute") and b[0] < a[0] for a, b in zip(runs, runs[1:]))
+    return " ".join([
+        f"At {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV cache,"
+        " the keys and values of every token it has read. The draft is assumed to read only its weights, so its"
+        f" pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, and speedups rise"
+        " with B." if c[1] < c[0] else "",
+        "A range starts memory-bound again where it verifies fewer positions a sequence than the range before:"
+        " fewer MACs per byte." if back else ""])
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

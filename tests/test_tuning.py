@@ -171,7 +171,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
                                 for k in range(1, 9)]) for d in drafters.values()]
     buckets, _, options = sd.plan_drafters(list(drafters.values()), 512, 256, 8, tol=0.0)
     untolerant = sd.skill_against_search(buckets, options, truth, 512, 256, 8).worst
-    assert ("so the gap is the plan's own" in text) == (result.check.worst > 0 and untolerant == 0)
+    assert ("The gap comes from the ranges" in text) == (result.check.worst > 0 and untolerant == 0)
 
 
 def test_an_option_is_priced_as_its_positions_and_draft_passes_say():

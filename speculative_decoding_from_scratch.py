@@ -1080,8 +1080,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         verdicts[r] = both_checks(fit, tv)
         rows.append((r, tv_distance(sample / n_runs, truth), fit, tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
-    say(f"The whole loop, {n_runs:,} runs per rule, each keeping its first two tokens, x1 and x2: the",
-        f"unrelated table as draft (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), k = {k}, after '{name(ctx)}'.")
+    say(f"The whole loop, {n_runs:,} runs per rule. Each run keeps its first two tokens after '{name(ctx)}', x1",
+        f"and x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.")
     print()
     grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
     sampled = counts.get("correct", np.full((VOCAB, VOCAB), np.nan)) / n_runs
@@ -1339,7 +1339,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
     print()
     say("Every row agrees." if not misfits else f"NOT every row agrees: k = {', '.join(misfits)}.",
         f"The best k is {best_m} measured, {best_e} exact. Tokens per call level off below",
-        f"1 / (1 - alpha) = {1 / (1 - a):.2f}, while the cost 1 + k c grows.")
+        f"1 / (1 - alpha) = {1 / (1 - a):.2f}, eq. 1 for endless k, while the cost 1 + k c grows.")
     exact = {r[0]: r[7] for r in rows}
     takeaway("the speedup peaks at a moderate k, and it is flat near its peak.",
              {"every row agrees": not misfits, f"the best exact k lies inside 1..{k_max}": 1 < best_e < k_max,
@@ -4497,8 +4497,9 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   blend w a draft: w times the target plus (1 - w) times an unrelated
           table; the middling draft is w = 0.5
   p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call that scores k+1 positions; if all
-          pass, the last position's row gives a free extra token
+  round   k drafts, then one target call that scores k+1 positions (about
+          the cost of one: demo 6); if all pass, the last position's row
+          gives a free extra token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event

@@ -2050,12 +2050,12 @@ def demo9_verifiers(k=3):
     say("vLLM, an open-source serving engine, has offered several verifier settings. Probabilistic:",
         "the draft samples x from q, and x is accepted with chance min(1, p/q). One-hot: the draft",
         "proposes its argmax; a deterministic draft's q is one-hot, so x is accepted with chance",
-        "p(x). Strict: the draft samples x from q, and x is accepted only if it equals the target's",
-        "own sample. Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
+        "p(x). Strict: the draft samples x from q, the target samples its own token, and x is accepted",
+        "only if they match (else the target's token is emitted). Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
         "before it decides how many to accept (chapter 14 shows how).")
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
     pairs = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
-             ("blend 0.9", TARGET, blend(TARGET, UNRELATED, 0.9)), ("q = p at T=2", TARGET, temper(TARGET, 2)),
+             ("blend 0.9", TARGET, blend(TARGET, UNRELATED, 0.9)), ("q: p at T=2", TARGET, temper(TARGET, 2)),
              ("p at T=0.3, q at T=3", temper(TARGET, 0.3), temper(TARGET, 3))]
     prow, reasons = [], []
     for label, P, Q in pairs:
@@ -2072,8 +2072,8 @@ def demo9_verifiers(k=3):
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
     say(f"Five pairs of target p and draft q, at k = {k}. The first three draw q from a draft table; the",
-        "last two temper the target's own rows (b 1-hot: block over one-hot drafts; most: the setting",
-        "that accepts most, the first named on a tie):")
+        "last two temper the target's own rows. Column b 1-hot is block over one-hot drafts; most names",
+        "the setting that accepts most, the first named on a tie:")
     print()
     table([("pair", 20, "<"), ("prob", 6, ".3f"), ("1-hot", 6, ".3f"), ("strict", 7, ".3f"),
            ("prob", 6, ".2f"), ("1-hot", 6, ".2f"), ("strict", 7, ".2f"), ("block", 6, ".2f"), ("b 1-hot", 8, ".2f"),

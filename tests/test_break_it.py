@@ -45,11 +45,13 @@ FLIPS = {
                                 "The correct rule, as you have it, is NOT the target"]),
     "no bonus token": ("2 3 11", ["The correct rule's first two tokens are the target's by both checks, yet a stage"
                                   " fails its own check. Suspect verify_round: it fails alone.",
+                                  "Takeaway withheld. This check failed: every stage passes its own check.",
                                   "NOT every row agrees: blend weight 1.00 measures 4.00 where the exact value is 5.00",
                                   "Chapter 11 stopped: ValueError in take(): round"]),
     "residual(q, p) in verify_round": ("2", ["is NOT the target: only the fit catches it",
                                              "Suspect verify_round: it fails alone."]),
     "bonus from p": ("2 11 21", ["yet a stage fails its own check. Suspect verify_round: it fails alone.",
+                                 "Takeaway withheld. This check failed: every stage passes its own check.",
                                 "NOT every row emits its tempered target", "Chapter 11 stopped: UnboundLocalError"]),
     "unweighted block_residual": ("9 15", ["NOT every setting emits the target's distribution: block passes its fit "
                                            "while its exact distribution is off",

@@ -1373,8 +1373,9 @@ def demo5_break_even(k=4, n_rounds=1500):
     print()
     say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
         f"It assumes every draft passes with chance alpha = {a:.3f}, the average over the target's text."
-        + (f" But a round starts just after a redrawn or a bonus token, and there a first draft passes with"
-           f" chance {exact[0] - 1:.3f}." if abs(exact[0] - 1 - a) >= 5e-4 else ""),
+        + (f" But a round starts just after a redrawn or a bonus token, and those are not spread like the target's"
+           " text: the residual favours tokens the draft under-proposes. There a first draft passes with chance"
+           f" {exact[0] - 1:.3f}." if abs(exact[0] - 1 - a) >= 5e-4 else ""),
         f"So at c = {', '.join(edge)} no k helps, although alpha > c." if edge else
         "Here some k helps wherever alpha > c.",
         f"The exact best falls below the bound at c = {', '.join(below)}." if below else
@@ -1557,13 +1558,16 @@ def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
     print()
     helps = [f"B = {b:,} at alpha = {a}" for a, b in ends.items() if b]
     long = 512  # demo 6's first context: there the KV cache holds a pass memory-bound (--detail prices it)
+    m_long, kv_long = pass_traffic(LLAMA2_7B, long, 1, 1)[0], pass_traffic(LLAMA2_7B, long, 1, 1)[1] - w
     ahead = n_ctx < long and not any(break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), long,
                                                       b_max=sequences_that_fit(long)) for a in alphas)
     say(f"No k helps from {' and from '.join(helps)}." if helps else "",
         " ".join(f"At alpha = {a} some k helps at every batch that fits ({fit:,} sequences)." for a, b in ends.items()
                  if not b), why_batch(m, w, one - w, ridge()),
-        f"After {long} tokens of context, as in the first table, some k helps at every batch that fits in memory"
-        " (run with --detail)." if ahead else "")
+        f"After {long} tokens of context, as in the first table, each sequence adds {kv_long / 1e9:.2f} GB of KV"
+        f" cache for {m_long / 1e9:.1f} GMACs" + (", so a plain pass stays memory-bound at any B." if m_long / kv_long
+                                                  < ridge() else ".") +
+        " Some k then helps at every batch that fits in memory (run with --detail)." if ahead else "")
     return ends
 
 
@@ -2455,7 +2459,11 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     say(f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: one count, two scales." if abs(R - (L - 1) / k) < 1e-12
         else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
         "This script's --tune picks k from any one of these figures. Each way in is a route: it",
-        "turns the figures into tokens per call at every k. The exact route knows the tables:")
+        "turns the figures into tokens per call at every k, prices each k at cost c, and picks the fastest.",
+        (f"The length and the rate give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
+         f"The length gives alpha = {a_L:.3f} (the rate {a_R:.3f}),") +
+        f" the alpha at which eq. 1 at k = {k} gives the length.",
+        "The exact route knows the tables. Predicted and true: the speedup at the k picked:")
     print()
     table([("c", 5, "g"), ("route", 27, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),
            ("predicted", 11, lambda x: f"{x:.2f}x"), ("true at k", 11, lambda x: f"{x:.2f}x")], rows)
@@ -3648,7 +3656,7 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
         "for speed. Here its cost is its distance from the target, computed exactly: the TV between",
-        f"its first {n} tokens and the target's (chapter 22 takes two rules for greedy requests). The",
+        f"its first {n} tokens and the target's. (Chapter 22 covers two rules for greedy requests.) The",
         f"middling draft, k = {k}, after '{name(ctx)}':")
     print()
     for line in (
@@ -3691,14 +3699,15 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say(f"Fit to exact: each rule's {n_runs} sampled runs against its own exact joint of the first two tokens"
-        " (too few runs for three). It checks those sums, not closeness to the target.")
+        " (too few runs for three). It checks the sampling loop against the exact computation; the exact TV"
+        " measures closeness to the target.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("exact TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("fit to exact", 14, p_text), ("", 12, "<")], rows)
-    return demo18_verdicts(rows, best, n_runs)
+    return demo18_verdicts(rows, best, n_runs, n)
 
 
-def demo18_verdicts(rows, best, n_runs):
+def demo18_verdicts(rows, best, n_runs, n=3):
     """Chapter 18's sentences on its first table, and the frontier."""
     misfit = [f"{r[0]} ({r[1]})" for r in rows if r[4] is not None and r[4] < P_REJECT]
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
@@ -3709,7 +3718,10 @@ def demo18_verdicts(rows, best, n_runs):
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".",
         "A setting is dominated when a lossless verifier makes at least as many tokens per call at no distance:"
         f" here {next(r[0] for r in rows if r[1] == 'lossless' and r[3] == best)}, {best:.2f}." if dominated
-        else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.")
+        else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
+        *[f"For scale: a TV of {r[2]:.2f}, typical's at ({r[1]}), means some set of {n}-token texts has a"
+          f" probability {r[2]:.2f} higher under the rule than under the target." for r in rows
+          if r[0] == "typical" and r[1] == "0.09, 0.3" and r[2] is not None])
     frontier(rows)
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
@@ -3725,7 +3737,8 @@ def frontier(rows, width=56, height=8, top=0.8):
             grid[y][x] = label[0].upper()
             cells.setdefault((y, x), []).append(f"{label} ({setting})")
     print()
-    say("Tokens per call across, exact TV down; each letter is a rule's first:")
+    key = ", ".join(f"{label[0].upper()} {label}" for label in dict.fromkeys(r[0] for r in rows if r[2] is not None))
+    say(f"Tokens per call across, exact TV down. Each rule is its first letter: {key}.")
     print()
     for y, line in enumerate(grid):
         print(f"  {y * top / height:4.1f} |" + "".join(line).rstrip())
@@ -3979,6 +3992,8 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     print()
+    say(demo19_why_rising(big, n_ctx, max_batch, buckets))
+    print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx))
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
@@ -3988,14 +4003,13 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
                                       max_batch, k_max)
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say(demo19_why_rising(big, n_ctx, max_batch, buckets))
-    print()
     say("Is the procedure right? An exhaustive search tries every drafter, k and tree at every B, with exact tokens",
         f"per call for every chain and the tree's measured over {n_rounds:,} rounds. The procedure's choice is within",
         f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
                                                               ": NOT within 1%."),
-        f"Picking per B from the rates alone, it picks the search's best at every B. The gap comes from the ranges:"
-        f" a range keeps its option while that stays within {tol:.1%} of the best." if check.worst > 0 and
+        f"The procedure prices each option from the rates above, the search from exact tokens per call. Choosing"
+        f" at each B alone, the procedure matches the search everywhere. The gap comes from the ranges: a range"
+        f" keeps its option while that stays within {tol:.1%} of the best." if check.worst > 0 and
         untolerant.worst == 0 else "",
         f"The search finds the tree best up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
         " memory bound first." + ("" if planned_tree in (None, check.tree_last) else f" The plan keeps the tree to"
@@ -4024,11 +4038,11 @@ def demo19_why_rising(shape, n_ctx, max_batch, buckets):
     back = any(b[1].startswith("memory") and a[1].endswith("compute") and b[0] < a[0] for a, b in zip(runs, runs[1:]))
     return " ".join([
         f"At {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV cache,"
-        " the keys and values of every token it has read. The draft is assumed to read only its weights, so its"
-        f" pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, and speedups rise"
-        " with B." if c[1] < c[0] else "",
-        "A range starts memory-bound again where it verifies fewer positions a sequence than the range before:"
-        " fewer MACs per byte." if back else ""])
+        " the keys and values of every token it has read. A draft is assumed to read only its weights: the big"
+        f" one's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, so speedups"
+        " rise with B." if c[1] < c[0] else "",
+        "In the plan below, a range starts memory-bound again where it verifies fewer positions a sequence than"
+        " the range before: fewer MACs per byte." if back else ""])
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -33,7 +33,7 @@ def emitted_tokens(out, spell=sd.TOKENS):
 def generated(module, rule, n_tokens, seed, k=4, weight=sd.MIDDLING_WEIGHT):
     """What the generator emits for a rule and seed: the trace must show the same."""
     Q = sd.blend(sd.TARGET, sd.UNRELATED, weight)
-    if rule in sd.LOSSY:  # chapter 18's rules: drafts sampled, or the draft's argmax
+    if rule in sd.LOSSY:  # chapters 18 and 22's rules: drafts sampled, or the draft's argmax
         _, make, drafts = sd.LOSSY[rule]
         D = Q if drafts == "sampled" else sd.temper(Q, 0)
         return sd.spec_generate(sd.TARGET, D, [0], n_tokens, k, np.random.default_rng(seed),

@@ -3904,7 +3904,7 @@ def engine_configs(buckets, priced=None):
                                                     "num_speculative_tokens_per_batch_size": [list(r) for r in ks]}) + "'"]
     tree = next((o for o in used if o.drafter.name == main.name and o.shape.startswith("tree")), None)
     if lost:
-        lines.append(f"         (an engine runs one draft model: {main.name} alone, on its own plan, is at most"
+        lines.append(f"         (every engine runs one draft model: {main.name} alone, on its own plan, is at most"
                      f" {lost[0]:.1%} slower than this plan, at B = {lost[1]:,})")
     if tree:
         topk, steps, n, _ = main.tree
@@ -3938,7 +3938,7 @@ def engine_configs(buckets, priced=None):
               f"         draft_len_schedule: {json.dumps(dict(items[start:]))}}}"]
     if start:
         lines.append(f"         (its first key must map to max_draft_len, so it drafts {k_top} up to B ="
-                     f" {items[start][0]}, where its own plan drafts " +
+                     f" {items[start][0]}, whereas {main.name}'s own plan drafts " +
                      ", then ".join(f"{k} up to B = {hi}" for hi, k in items[:start]) + ")")
     return lines
 
@@ -3971,25 +3971,24 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     better = blend(TARGET, UNRELATED, 0.75)
     nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
-    say("A practitioner has several drafters and one server. This chapter is a procedure to repeat on your own",
-        "server (--plan --profile runs it on your figures). It reads each drafter's figures as the server reports",
-        f"them, prices every way to run it at every batch size B on demo 6's roofline ({n_ctx} tokens of context),",
-        "and picks one per range of B.")
-    print()
-    say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept: its",
-        "per-position rates. Tokens per call are 1 plus their sum. Here two drafts for the six-token target",
-        f"report those rates at k = {k_max}, computed exactly. Their sizes are assumed: the big one (blend"
-        f" 0.75) reads {fewer[0]:.1f} times fewer weight bytes a pass than the target; the small one (the middling"
-        f" draft), {fewer[1]:.0f} times fewer. The small one also runs as a tree (chapter 8: several candidates per"
-        f" step, all checked in one pass): top-2 candidates over 3 steps, 2 + 4 + 8 drafts, {nodes} positions"
-        " with the token before them. A tree's width is free only while the pass is memory-bound.")
-    print()
     drafters = (("big", "draft_model", better, big), ("small", "eagle", MIDDLING, small))
     rates = [exact_per_position(TARGET, Q, k_max) for _, _, Q, _ in drafters]  # as its counters report it at k_max
-    table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     measured = [Drafter(label, method, route_tokens(k_max, per_position=r)[0], None, shape)  # read as --tune reads them
                 for (label, method, _, shape), r in zip(drafters, rates)]
     measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
+    say("A practitioner has several drafters and one server. This chapter's procedure (--plan --profile runs",
+        "it on your figures) prices every way to run each drafter at every batch size B, on demo 6's roofline",
+        f"at {n_ctx} tokens of context, and picks one per range of B.")
+    print()
+    say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept: its",
+        "per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
+        f"two drafts for the six-token target report rates at k = {k_max}, computed exactly. Their sizes are",
+        f"assumed: the big one (blend 0.75) reads {fewer[0]:.1f} times fewer weight bytes a pass than the target,"
+        f" the small one (the middling draft) {fewer[1]:.0f} times fewer. The small one also runs as a tree"
+        f" (chapter 8): top-2 candidates over 3 steps, {nodes - 1} drafts checked in one pass of {nodes} positions,"
+        f" {measured[1].tree[3]:.2f} tokens per call over {n_rounds:,} rounds.")
+    print()
+    table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     print()
     say(demo19_why_rising(big, n_ctx, max_batch, buckets))
@@ -4003,16 +4002,15 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
                                       max_batch, k_max)
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say("Is the procedure right? An exhaustive search tries every drafter, k and tree at every B, with exact tokens",
-        f"per call for every chain and the tree's measured over {n_rounds:,} rounds. The procedure's choice is within",
+    say("Is the procedure right? An exhaustive search tries every drafter, k and tree at every B, pricing chains",
+        f"from exact tokens per call and the tree from its {n_rounds:,} rounds. The procedure's choice is within",
         f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
                                                               ": NOT within 1%."),
-        f"The procedure prices each option from the rates above, the search from exact tokens per call. Choosing"
-        f" at each B alone, the procedure matches the search everywhere. The gap comes from the ranges: a range"
-        f" keeps its option while that stays within {tol:.1%} of the best." if check.worst > 0 and
+        f"Choosing at each B alone, it matches the search everywhere; the gap comes from the ranges, each keeping"
+        f" its option while that stays within {tol:.1%} of the best." if check.worst > 0 and
         untolerant.worst == 0 else "",
-        f"The search finds the tree best up to B = {check.tree_last}, then a chain: its {nodes} positions leave the"
-        " memory bound first." + ("" if planned_tree in (None, check.tree_last) else f" The plan keeps the tree to"
+        f"The search finds the tree best up to B = {check.tree_last}, then a chain: the tree's {nodes} positions"
+        " leave the memory bound first." + ("" if planned_tree in (None, check.tree_last) else f" The plan keeps the tree to"
                                  f" B = {planned_tree}.") if check.tree_last else
         "The tree is the best choice at no B here.")
     print()
@@ -4020,7 +4018,8 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it. An engine runs",
         "one draft model, so each gets the one the plan uses at the most batch sizes" +
         (f", {main.name} here, planned again alone: its ranges differ from the table's." if main else "."),
-        "Each key is as the engine's source spells it; in brackets, what an engine cannot say:")
+        "vLLM's rows are [first B, last B, k]. Each key is as the engine's source spells it; in brackets, what",
+        "an engine cannot say:")
     print()
     print_engine_configs(buckets, (speeds, options, tol))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"

@@ -113,7 +113,7 @@ def test_a_profile_plans_every_bucket_and_prints_each_engines_config(tmp_path, c
     assert code == 0, err
     text = " ".join(out.split())
     assert "vLLM: --speculative-config" in text and "SGLang: --speculative-algorithm " in text
-    assert "TRT-LLM: speculative_config: {decoding_type: " in text and "an engine runs one draft model" in text
+    assert "TRT-LLM: speculative_config: {decoding_type: " in text and "every engine runs one draft model" in text
     config = json.loads(text.split("--speculative-config '")[1].split("'")[0])
     assert set(config) <= {"method", "num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
     rows = config["num_speculative_tokens_per_batch_size"]
@@ -171,7 +171,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
                                 for k in range(1, 9)]) for d in drafters.values()]
     buckets, _, options = sd.plan_drafters(list(drafters.values()), 512, 256, 8, tol=0.0)
     untolerant = sd.skill_against_search(buckets, options, truth, 512, 256, 8).worst
-    assert ("The gap comes from the ranges" in text) == (result.check.worst > 0 and untolerant == 0)
+    assert ("the gap comes from the ranges" in text) == (result.check.worst > 0 and untolerant == 0)
 
 
 def test_an_option_is_priced_as_its_positions_and_draft_passes_say():
@@ -220,4 +220,4 @@ def test_the_tensorrt_schedule_passes_its_validator_when_the_plan_starts_below_i
     schedule = {int(b): k for b, k in json.loads(text.split("draft_len_schedule: ")[1].split("}")[0] + "}").items()}
     assert top == 8 and schedule[min(schedule)] == top and all(0 <= k <= top for k in schedule.values())
     assert schedule == {103: 8, 256: 7}
-    assert "so it drafts 8 up to B = 103, where its own plan drafts 6 up to B = 9, then 7 up to B = 30)" in text
+    assert "so it drafts 8 up to B = 103, whereas m's own plan drafts 6 up to B = 9, then 7 up to B = 30)" in text

@@ -4147,7 +4147,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again. Adaptive k: the heuristic of transformers (a Python library), 2 more drafts after a",
         f"round whose drafts all passed, 1 fewer otherwise. Prompt lookup at k = {k}, {len(seeds)} seeds (+-: the",
         f"standard error of their mean), threshold {threshold} over the last {window} rounds. The per-batch schedule",
-        "speculates at a batch size only where k drafts pay over the whole workload there:")
+        "speculates at a batch size only where k drafts pay over the whole workload there, a choice made",
+        "in advance, knowing the workload:")
     print()
     table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,
           groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])

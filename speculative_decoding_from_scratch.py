@@ -1558,7 +1558,8 @@ def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
     print()
     helps = [f"B = {b:,} at alpha = {a}" for a, b in ends.items() if b]
     long = 512  # demo 6's first context: there the KV cache holds a pass memory-bound (--detail prices it)
-    m_long, kv_long = pass_traffic(LLAMA2_7B, long, 1, 1)[0], pass_traffic(LLAMA2_7B, long, 1, 1)[1] - w
+    m_long, kv_long = pass_traffic(LLAMA2_7B, long, 1, 1)
+    kv_long -= w  # one sequence's KV cache, the weights taken out
     ahead = n_ctx < long and not any(break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), long,
                                                       b_max=sequences_that_fit(long)) for a in alphas)
     say(f"No k helps from {' and from '.join(helps)}." if helps else "",

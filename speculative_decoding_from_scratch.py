@@ -4175,7 +4175,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
 # -----------------------------------------------------------------------------
 # Chapter 21. Does temperature slow speculation down?
 # Tempering both tables alike, as the paper does, against a greedy draft kept
-# by the one-hot rule, as servers often run it.
+# by the one-hot rule, as a server runs a draft that proposes its argmax.
 
 
 def greedy_is_argmax(n_tokens, k=4):

@@ -1081,7 +1081,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         rows.append((r, tv_distance(sample / n_runs, truth), fit, tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     say(f"The whole loop, {n_runs:,} runs per rule. Each run keeps its first two tokens after '{name(ctx)}', x1",
-        f"and x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.")
+        f"and x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
+        "Left, the target's exact joint; right, the correct rule's sample of it:")
     print()
     grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
     sampled = counts.get("correct", np.full((VOCAB, VOCAB), np.nan)) / n_runs
@@ -1109,7 +1110,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         " were guessed after a token the output does not hold, so a round must end at its first rejection."
         if verdicts.get("continue") == "NOT by the fit" else "."),
         "Each stage checked alone, to blame the one that fails:" if shown else
-        "Each stage also passes a check of its own: forward, sample_from, draft_tokens, verify_round.")
+        "Each stage, a function you can edit (forward, sample_from, draft_tokens, verify_round), also passes"
+        " its own check.")
     if shown:
         print()
         table([("stage", 14, "<"), ("must give", 42, "<"), ("result", 16, "<")], [r[:3] for r in stages])
@@ -1371,7 +1373,8 @@ def demo5_break_even(k=4, n_rounds=1500):
     edge = [f"{r[0]:.3g}" for r in rows if a > r[0] and r[5] == 0]
     below = [f"{r[0]:.3g}" for r in rows if not isinstance(r[7], str) and r[6] < r[7] - 5e-4]
     print()
-    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
+    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), k = 1 by"
+        " eq. 1.",
         f"It assumes every draft passes with chance alpha = {a:.3f}, the average over the target's text."
         + (f" But a round starts just after a redrawn or a bonus token, and those are not spread like the target's"
            " text: the residual favours tokens the draft under-proposes. There a first draft passes with chance"
@@ -1530,7 +1533,7 @@ def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 
     print()
     c = draft_cost(1, n_ctx)
     say("A server decodes B sequences at once, reading the weights once for all, so arithmetic per",
-        f"byte grows with B. The best k at each B, after {n_ctx} tokens of context, with a draft",
+        f"byte grows with B. The best k at each B, after {n_ctx} tokens of context (a short KV cache), with a draft",
         f"reading {pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times fewer"
         f" bytes (c = {c:.3f} at B = 1), by eq. 1 at two assumed alphas:")
     fit, rows = sequences_that_fit(n_ctx), []
@@ -1565,10 +1568,9 @@ def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
     say(f"No k helps from {' and from '.join(helps)}." if helps else "",
         " ".join(f"At alpha = {a} some k helps at every batch that fits ({fit:,} sequences)." for a, b in ends.items()
                  if not b), why_batch(m, w, one - w, ridge()),
-        f"After {long} tokens of context, as in the first table, each sequence adds {kv_long / 1e9:.2f} GB of KV"
-        f" cache for {m_long / 1e9:.1f} GMACs" + (", so a plain pass stays memory-bound at any B." if m_long / kv_long
-                                                  < ridge() else ".") +
-        " Some k then helps at every batch that fits in memory (run with --detail)." if ahead else "")
+        f"After {long} tokens, a sequence's KV cache ({kv_long / 1e9:.2f} GB for {m_long / 1e9:.1f} GMACs)"
+        + (" keeps a plain pass memory-bound" if m_long / kv_long < ridge() else " grows the bytes") +
+        ": some k helps at every batch that fits (--detail)." if ahead else "")
     return ends
 
 

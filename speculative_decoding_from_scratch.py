@@ -4381,11 +4381,10 @@ def greedy_tables(V=32, sharpness=1.0, weight=0.5):
     return P, temper(blend(P, softmax(sharpness * np.random.default_rng(182).standard_normal((V, V))), weight), 0)
 
 
-def greedy_parting(k=4, n_tokens=32, n=3):
-    """Chapter 22: greedy requests, where relaxed acceptance and FLy change
-    the text itself. Every step is deterministic, so each count is exact."""
-    P, D = greedy_tables()
-    prompts_ = list(range(24))
+def parting_rows(P, D, prompts_, k, n_tokens, n):
+    """Each setting's row: texts that part from plain greedy decoding's, the
+    median token where they part, the share whose first n tokens differ (their
+    TV), and tokens per call. Every step is deterministic, so each is exact."""
     plain = {s: plain_decode(temper(P, 0), [s], n_tokens, np.random.default_rng(0)) for s in prompts_}
     settings = [("exact match", "", relaxed_rule(1, 0.0)), ("relaxed", "3, 0.2", relaxed_rule(3, 0.2)),
                 ("relaxed", "15, 0.5", relaxed_rule(15, 0.5)), ("fly", "2, 1.2", fly_rule(2, 1.2)),
@@ -4404,6 +4403,15 @@ def greedy_parting(k=4, n_tokens=32, n=3):
                      float(np.median(parted)) + 1 if parted else None,
                      sum(f is not None and f < n for f in firsts) / len(prompts_),
                      len(prompts_) * n_tokens / sum(calls for _, calls in runs)))
+    return rows
+
+
+def greedy_parting(k=4, n_tokens=32, n=3):
+    """Chapter 22: greedy requests, where relaxed acceptance and FLy change
+    the text itself."""
+    P, D = greedy_tables()
+    prompts_ = list(range(24))
+    rows = parting_rows(P, D, prompts_, k, n_tokens, n)
     say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and an",
         "exact verifier writes it unchanged. Two serving engines, TensorRT-LLM and vLLM, ship rules that",
         "also keep a draft greedy decoding would not pick:")

@@ -1090,18 +1090,19 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                                          *sampled[x]) for x in range(VOCAB)],
           groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
     print()
+    say(f"Four broken rules, each a line or two edited (uniform_q takes q as 1/{VOCAB} and redraws from p).",
+        "accept_prob() is min(1, p(x)/q(x)), residual() the residual, verify_round() the round:")
+    diff = [(r, f + "()", new or "deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
+    print()
+    table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
+    print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV(x1, x2)", 12, exact_text),
            ("TV(x1)", 9, exact_text), ("verdict", 17, "<")], rows, groups=[("sampled", 1, 2), ("exact, rule functions", 3, 4)])
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
     say("A sample's TV is never 0" + (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides."
                                      if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
-                                     " decides."), f"Each bug edits a line or two (uniform_q takes q as 1/{VOCAB}"
-        " and redraws from p). accept_prob() returns min(1, p(x)/q(x)), residual() the residual, and verify_round()"
-        " checks a round's drafts:")
-    diff = [(r, f + "()", new or "deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
-    print()
-    table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
+                                     " decides."))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
     print()
@@ -1109,9 +1110,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         ", so only the fit sees continue: it checks drafts that followed a rejected token. Those drafts"
         " were guessed after a token the output does not hold, so a round must end at its first rejection."
         if verdicts.get("continue") == "NOT by the fit" else "."),
-        "Each stage checked alone, to blame the one that fails:" if shown else
-        "Each stage, a function you can edit (forward, sample_from, draft_tokens, verify_round), also passes"
-        " its own check.")
+        "Each stage checked alone, to blame the one that fails:" if shown else "")
     if shown:
         print()
         table([("stage", 14, "<"), ("must give", 42, "<"), ("result", 16, "<")], [r[:3] for r in stages])
@@ -1373,10 +1372,11 @@ def demo5_break_even(k=4, n_rounds=1500):
     edge = [f"{r[0]:.3g}" for r in rows if a > r[0] and r[5] == 0]
     below = [f"{r[0]:.3g}" for r in rows if not isinstance(r[7], str) and r[6] < r[7] - 5e-4]
     print()
-    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), k = 1 by"
-        " eq. 1.",
+    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), eq. 1's"
+        " speedup at k = 1.",
         f"It assumes every draft passes with chance alpha = {a:.3f}, the average over the target's text."
-        + (f" But a round starts just after a redrawn or a bonus token, and those are not spread like the target's"
+        + (" A draft's chance to pass depends on the token before it."
+           f" But a round starts just after a redrawn or a bonus token, and those are not spread like the target's"
            " text: the residual favours tokens the draft under-proposes. There a first draft passes with chance"
            f" {exact[0] - 1:.3f}." if abs(exact[0] - 1 - a) >= 5e-4 else ""),
         f"So at c = {', '.join(edge)} no k helps, although alpha > c." if edge else
@@ -1533,9 +1533,10 @@ def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 
     print()
     c = draft_cost(1, n_ctx)
     say("A server decodes B sequences at once, reading the weights once for all, so arithmetic per",
-        f"byte grows with B. The best k at each B, after {n_ctx} tokens of context (a short KV cache), with a draft",
-        f"reading {pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times fewer"
-        f" bytes (c = {c:.3f} at B = 1), by eq. 1 at two assumed alphas:")
+        f"byte grows with B. The best k at each B, by eq. 1 at two assumed alphas, after {n_ctx} tokens of context",
+        "(a short KV cache). The draft reads",
+        f"{pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times fewer"
+        f" bytes (c = {c:.3f} at B = 1). Bound: what limits the verifying pass.")
     fit, rows = sequences_that_fit(n_ctx), []
     for b in batches:
         gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
@@ -4530,8 +4531,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   TV      total variation: the most two distributions differ on any event
   fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT the
           target's
-  exact   no sampling: probabilities followed through the rule's functions,
-          not the sampling loop; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias in them"""
+  exact   no sampling: the output's probabilities computed through the
+          rule itself; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias"""
 BREAK_IT = """
 Now break it: edit one line of a stage and rerun. The README lists edits."""
 

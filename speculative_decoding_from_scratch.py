@@ -3995,10 +3995,14 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     print()
-    say(demo19_why_rising(big, n_ctx, max_batch, buckets))
+    before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
+    say(before)
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx))
+    if after:
+        print()
+        say(after)
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
@@ -4032,20 +4036,30 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
 
 
-def demo19_why_rising(shape, n_ctx, max_batch, buckets):
-    """Why speedups can rise with B: a plain pass reads each sequence's KV
-    cache, the draft its weights alone. And why a range can start
-    memory-bound again: its k is smaller than the range's before."""
-    c = [draft_cost(b, n_ctx, draft=shape) for b in (1, max_batch)]
+def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
+    """Chapter 19's notes on its plan, from its numbers: why speedups can rise
+    with B (a plain pass reads each sequence's KV cache, a draft its weights
+    alone), why a tree can win where a chain keeps more tokens (its draft's
+    passes are fewer and cheaper), and why a range can start memory-bound
+    again (it verifies fewer positions than the range before). (before the
+    table, after it)."""
+    big, small = shapes
+    c = [draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)]
     runs = [(o.positions, bound_text(LLAMA2_7B, n_ctx, o.positions - 1, lo, hi, H100)) for lo, hi, o in buckets if o]
     back = any(b[1].startswith("memory") and a[1].endswith("compute") and b[0] < a[0] for a, b in zip(runs, runs[1:]))
-    return " ".join([
-        f"At {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV cache,"
-        " the keys and values of every token it has read. A draft is assumed to read only its weights: the big"
-        f" one's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, so speedups"
-        " rise with B." if c[1] < c[0] else "",
-        "In the plan below, a range starts memory-bound again where it verifies fewer positions a sequence than"
-        " the range before: fewer MACs per byte." if back else ""])
+    first = buckets[0][2]
+    chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
+    tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
+    return (f"At {n_ctx} tokens of context (demo 6's batch table had 16), a plain pass reads every sequence's KV"
+            " cache, the keys and values of every token it has read. A draft is assumed to read only its weights:"
+            f" the big one's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch},"
+            " so speedups rise with B." if c[1] < c[0] else "",
+            " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
+                      f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}); {chain.drafter.name}'s"
+                      f" {chain.shape} makes {chain.tokens:.2f} from {chain.draft_passes} passes at c ="
+                      f" {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}." if tree else "",
+                      "A range starts memory-bound again where it verifies fewer positions a sequence than the range"
+                      " before: fewer MACs per byte." if back else ""]))
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -4307,8 +4321,8 @@ def demo21_temperature(k=4, n_rounds=200):
     rows, same, lower = temperature_rows(k, n_rounds)
     print()
     say(table3_words(rows))
-    takeaway("temperature changes how many drafts pass, not what is emitted; above T = 0 a sampled draft keeps"
-             " more than a greedy one.",
+    takeaway("temperature changes how many drafts pass, and every way still emits its tempered target exactly;"
+             " above T = 0 a sampled draft keeps more than a greedy one.",
              {"every temperature emits its tempered target": all(r[9] == "the target" for r in rows),
               "greedy speculation is argmax decoding": same == 1000,
               "greedy drafts keep less at every T > 0": lower})
@@ -4433,8 +4447,8 @@ def greedy_parting(k=4, n_tokens=32, n=3):
         "draft proposes the likeliest token of a blend, half this target and half an unrelated table.",
         f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts. Every step is deterministic, so every",
         "figure is exact. Parted: texts unlike plain greedy decoding's; first at: the median token where",
-        f"they part; TV: the share of prompts whose first {n} tokens differ (for a text that is certain,",
-        "the TV is 0 or 1).")
+        f"they part (1: the first token); TV: the share of prompts whose first {n} tokens differ (for a text",
+        "that is certain, the TV is 0 or 1).")
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
            lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)
@@ -4443,8 +4457,9 @@ def greedy_parting(k=4, n_tokens=32, n=3):
     same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
     print()
     say(f"The exact match parts {exact[2]} texts." if exact[2] != "raised" else "",
-        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. That is the rule at work: an"
-         " exact rule parts greedy text only through floating-point rounding or a bug (chapter 12).") if changed
+        (f"Of the {len(rows) - 1} lossy settings, {len(changed)} change the text. Those changes come from the"
+         " lossy rules: an exact rule parts greedy text only through floating-point rounding or a bug (chapter"
+         " 12).") if changed
         else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it unchanged." +
         (" The entropy of 3 tokens is at most ln 3 = 1.10, so a higher threshold never opens FLy's gate." if any(

@@ -139,7 +139,7 @@ def test_chapter22_counts_the_greedy_texts_each_rule_changes(in_process):
     greedy = {(r[0], r[1]): r for r in rows}
     assert greedy[("exact match", "")][2] == "0/24" and greedy[("fly", "2, 1.2")][2] == "0/24"
     assert greedy[("relaxed", "15, 0.5")][2] == "24/24"
-    assert "Of the 5 lossy settings, 4 change the text. That is the rule at work: an exact rule parts greedy" in text
+    assert "Of the 5 lossy settings, 4 change the text. Those changes come from the lossy rules: an exact rule" in text
     assert "Takeaway: on greedy requests a lossy rule changes the text itself" in text
 
 

@@ -221,3 +221,17 @@ def test_the_tensorrt_schedule_passes_its_validator_when_the_plan_starts_below_i
     assert top == 8 and schedule[min(schedule)] == top and all(0 <= k <= top for k in schedule.values())
     assert schedule == {103: 8, 256: 7}
     assert "so it drafts 8 up to B = 103, whereas m's own plan drafts 6 up to B = 9, then 7 up to B = 30)" in text
+
+
+def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(in_process):
+    # the tree keeps fewer tokens per call than big's chain, yet wins at B = 1: fewer, cheaper draft passes
+    result, text = in_process[0]["19"], " ".join(section(in_process[1], "19").split())
+    tree = result.buckets[0][2]
+    chain = next(o for _, _, o in result.buckets if o is not None and o.shape.startswith("k"))
+    assert tree.shape.startswith("tree") and chain.tokens > tree.tokens
+    c_small = sd.draft_cost(1, 512, draft=tree.drafter.cost)
+    c_big = sd.draft_cost(1, 512, draft=chain.drafter.cost)
+    assert (f"At B = 1 the tree makes {tree.tokens:.2f} tokens per call from {tree.draft_passes} passes of the small"
+            f" draft (c = {c_small:.3f}); big's {chain.shape} makes {chain.tokens:.2f} from {chain.draft_passes}"
+            f" passes at c = {c_big:.3f}.") in text
+    assert tree.tokens / (1 + tree.draft_passes * c_small) > chain.tokens / (1 + chain.draft_passes * c_big) * 0.99

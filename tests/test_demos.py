@@ -331,7 +331,8 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     exact = np.array([sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, j) for j in range(1, 17)])
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
-    assert "So at c = 0.7 no k helps, although alpha > c." in text
+    assert (f"So at c = 0.7 no k helps, although alpha > c: at c = 0.7, k = 1 makes (1 + {exact[0] - 1:.3f}) /"
+            f" (1 + 0.7) = {exact[0] / 1.7:.2f}.") in text and exact[0] / 1.7 < 1
     assert "But a round starts just after a redrawn or a bonus token, and those are not spread like" in text
     assert f"There a first draft passes with chance {exact[0] - 1:.3f}." in text
     assert f"every draft passes with chance alpha = {alpha:.3f}" in text

@@ -3749,11 +3749,11 @@ def frontier(rows, width=56, height=8, top=0.8):
         say("Sharing a cell: " + "; ".join(shared) + ".")
 
 
-def engine_settings(lines):
+def engine_settings(lines, rows):
     """The engine settings that run a chapter's rules as printed, each key as
-    its source spells it."""
+    its source spells it; rows names the table rows they run."""
     print()
-    say("The settings of one row above for each engine, as it spells them (each key read in its",
+    say(f"The settings that run {rows} above, as each engine spells them (each key read in its",
         "source; the commits are in this chapter's code):")
     print()
     for line in lines:
@@ -3768,7 +3768,7 @@ LOSSY_SETTINGS = (
     "          --speculative-accept-threshold-acc 0.5")
 def demo18_lossy_cost():
     first = demo18_lossy()
-    engine_settings(LOSSY_SETTINGS)
+    engine_settings(LOSSY_SETTINGS, "typical (0.09, 0.3) and sglang (1, 0.5)")
     lossless = [r for r in first.rows if r[1] == "lossless"] + [
         next(r for r in first.rows if r[0] == "sglang" and r[1] == "1, 1")]
     takeaway("a lossy verifier buys tokens per call with a distance from the target; price it against a"
@@ -4473,7 +4473,7 @@ GREEDY_LOSSY_SETTINGS = (
 
 def demo22_greedy_text():
     rows = greedy_parting()
-    engine_settings(GREEDY_LOSSY_SETTINGS)
+    engine_settings(GREEDY_LOSSY_SETTINGS, "relaxed (3, 0.2) and fly (2, 0.3)")
     changed = [r for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
     takeaway("on greedy requests a lossy rule changes the text itself to make more tokens per call; price it by"
              " how many texts part, and how early.",

@@ -868,7 +868,7 @@ def both_checks(p_value, exact_tv):
     sampled, exact = p_value >= P_REJECT, exact_tv < ROUNDING
     if sampled == exact:
         return "the target" if exact else "NOT the target"
-    return "NOT by the fit" if exact else "NOT by exact"
+    return "NOT (fit only)" if exact else "NOT (exact only)"
 
 
 def attempt(f):
@@ -1109,7 +1109,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("The exact check reads only accept_prob and residual" + (
         ", so only the fit sees continue: it checks drafts that followed a rejected token. Those drafts"
         " were guessed after a token the output does not hold, so a round must end at its first rejection."
-        if verdicts.get("continue") == "NOT by the fit" else "."),
+        if verdicts.get("continue") == "NOT (fit only)" else "."),
         "Each stage checked alone, to blame the one that fails:" if shown else "")
     if shown:
         print()
@@ -1187,8 +1187,8 @@ def stages_alone(P, Q, ctx, k, n_runs, n_u=6000, seed=30):
     return rows
 
 
-CAUGHT_BY = {"NOT the target": "both checks catch it", "NOT by the fit": "only the fit catches it",
-             "NOT by exact": "only the exact check catches it"}
+CAUGHT_BY = {"NOT the target": "both checks catch it", "NOT (fit only)": "only the fit catches it",
+             "NOT (exact only)": "only the exact check catches it"}
 
 
 def demo2_verdicts(verdicts, stages):
@@ -1197,7 +1197,7 @@ def demo2_verdicts(verdicts, stages):
     from accept_prob and residual, so it blames those where they differ from
     the paper's formulas; a failed fit blames the stages that fail alone, or,
     if each passes alone, how rounds chain (rounds and take)."""
-    correct, checks = verdicts["correct"], ("the target", "NOT the target", "NOT by the fit", "NOT by exact")
+    correct, checks = verdicts["correct"], ("the target", "NOT the target", "NOT (fit only)", "NOT (exact only)")
     failed = [r[0] for r in stages if not r[3]]
     basic = [f for f in failed if f in ("forward", "sample_from")]  # the other two call these
     suspect = (f"Suspect {' and '.join(basic or failed)}: {'it fails' if len(basic or failed) == 1 else 'they fail'}"
@@ -1209,12 +1209,12 @@ def demo2_verdicts(verdicts, stages):
     elif correct not in checks:
         say(f"The correct rule, as you have it, raised {correct}.", suspect)
     else:
-        off = rule_stages_off(TARGET[0], MIDDLING[0]) if correct != "NOT by the fit" else []
+        off = rule_stages_off(TARGET[0], MIDDLING[0]) if correct != "NOT (fit only)" else []
         say(f"The correct rule, as you have it, is NOT the target: {CAUGHT_BY[correct]}.",
             " ".join(s + "." for s in off) if off else suspect or
             "Each stage passes alone, so suspect how rounds chain: rounds or take.")
     caught = {how: [r for r in BUGS if verdicts[r] == how] for how in checks}
-    say(f"Only the exact check catches {', '.join(caught['NOT by exact'])}." if caught["NOT by exact"] else "",
+    say(f"Only the exact check catches {', '.join(caught['NOT (exact only)'])}." if caught["NOT (exact only)"] else "",
         f"Neither catches {', '.join(caught['the target'])}." if caught["the target"] else "",
         " ".join(f"Not checked: {r} ({v})." for r, v in verdicts.items() if r in BUGS and v not in checks))
 
@@ -2120,8 +2120,8 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
 
 
 VERDICT_WORDS = {"the target": "emits the target's distribution by both checks", "NOT the target": "is NOT the target",
-                 "NOT by the fit": "fails its fit while its exact distribution is right",
-                 "NOT by exact": "passes its fit while its exact distribution is off"}
+                 "NOT (fit only)": "fails its fit while its exact distribution is right",
+                 "NOT (exact only)": "passes its fit while its exact distribution is off"}
 
 
 def exactness_rows(cases, k, ctx, n, n_runs):

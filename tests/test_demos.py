@@ -176,7 +176,7 @@ def test_demo1_the_proof_closes_and_its_sentences_follow_the_table(demo):
 def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
     result, text = demo["2"]
     assert result.verdicts == {"correct": "the target", "argmax": "NOT the target",
-                               "no_resample": "NOT the target", "continue": "NOT by the fit",
+                               "no_resample": "NOT the target", "continue": "NOT (fit only)",
                                "uniform_q": "NOT the target"}
     rows = {r[0]: r for r in result.rows}
     assert rows["correct"][2] >= sd.P_REJECT and rows["correct"][3] < 1e-12
@@ -217,18 +217,18 @@ STAGES = ("forward", "sample_from", "draft_tokens", "verify_round")
 
 
 @pytest.mark.parametrize("verdicts, failed, said", [
-    (dict(correct="NOT by the fit"), (), "only the fit catches it. Each stage passes alone, so suspect how rounds "
+    (dict(correct="NOT (fit only)"), (), "only the fit catches it. Each stage passes alone, so suspect how rounds "
                                          "chain: rounds or take."),
-    (dict(correct="NOT by the fit"), ("verify_round",), "only the fit catches it. Suspect verify_round: it fails alone."),
-    (dict(correct="NOT by the fit"), ("draft_tokens",), "Suspect draft_tokens: it fails alone."),
-    (dict(correct="NOT by the fit"), ("sample_from", "draft_tokens", "verify_round"),
+    (dict(correct="NOT (fit only)"), ("verify_round",), "only the fit catches it. Suspect verify_round: it fails alone."),
+    (dict(correct="NOT (fit only)"), ("draft_tokens",), "Suspect draft_tokens: it fails alone."),
+    (dict(correct="NOT (fit only)"), ("sample_from", "draft_tokens", "verify_round"),
      "Suspect sample_from: it fails alone, and draft_tokens and verify_round call it."),
-    (dict(correct="NOT by the fit"), ("forward", "sample_from", "verify_round"),
+    (dict(correct="NOT (fit only)"), ("forward", "sample_from", "verify_round"),
      "Suspect forward and sample_from: they fail alone, and draft_tokens and verify_round call it."),
-    (dict(correct="NOT by exact"), (), "is NOT the target: only the exact check catches it."),
+    (dict(correct="NOT (exact only)"), (), "is NOT the target: only the exact check catches it."),
     (dict(correct="ValueError in sample_from(): x"), (), "The correct rule, as you have it, raised ValueError"),
     (dict(argmax="the target"), (), "Neither catches argmax."),
-    (dict(argmax="NOT by exact"), (), "Only the exact check catches argmax."),
+    (dict(argmax="NOT (exact only)"), (), "Only the exact check catches argmax."),
     (dict(), ("verify_round",), "The correct rule's first two tokens are the target's by both checks, yet a stage"
                                 " fails its own check. Suspect verify_round: it fails alone."),
     (dict(continue_="your edit changed a line it edits"), (),
@@ -236,7 +236,7 @@ STAGES = ("forward", "sample_from", "draft_tokens", "verify_round")
 ])
 def test_demo2_every_verdict_sentence_follows_its_verdicts(verdicts, failed, said):
     base = {"correct": "the target", "argmax": "NOT the target", "no_resample": "NOT the target",
-            "continue": "NOT by the fit", "uniform_q": "NOT the target"}
+            "continue": "NOT (fit only)", "uniform_q": "NOT the target"}
     base.update({k.rstrip("_"): v for k, v in verdicts.items()})
     stages = [(stage, "", "", stage not in failed) for stage in STAGES]
     text = printed(sd.demo2_verdicts, base, stages)[1]
@@ -417,7 +417,7 @@ def test_demo8_says_so_when_one_correct_tree_fails(capsys):
 
 def test_chapter15_sentences_follow_each_row(demo, capsys):
     rows = [list(r) for r in demo["15"][0]]
-    rows[0][5] = "NOT by exact"  # block
+    rows[0][5] = "NOT (exact only)"  # block
     rows[2][5] = "the target"  # cumulative, uncaught
     rows[1] = [rows[1][0], None, None, None, None, "not run", "your edit changed a line it edits", None]
     caught = sd.demo15_verdicts(rows, sd.target_first_tokens(sd.TARGET, 5, 3), 3)
@@ -449,7 +449,7 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
 def test_chapter15_the_edits_and_the_shipped_paths(demo):
     rows, text = demo["15"]
     verdicts = {r[0]: r[5] for r in rows}
-    assert verdicts == {"block": "the target", "tokenwise_residual": "NOT by exact", "cumulative": "NOT the target",
+    assert verdicts == {"block": "the target", "tokenwise_residual": "NOT (exact only)", "cumulative": "NOT the target",
                         "vllm-ascend, PyTorch": "NOT the target", "vllm-ascend, Triton": "NOT the target"}
     pytorch = next(r for r in rows if r[0] == "vllm-ascend, PyTorch")
     assert pytorch[1] == pytest.approx(0.0730, abs=5e-5) and pytorch[2] == pytest.approx(0.2098, abs=5e-5)

@@ -235,7 +235,7 @@ def test_verdict_texts():
 
 @pytest.mark.parametrize("p_value, tv, verdict", [
     (0.5, 1e-16, "the target"), (1e-9, 0.2, "NOT the target"), (0.001, 9.9e-10, "the target"),
-    (1e-9, 1e-16, "NOT by the fit"), (0.5, 1e-3, "NOT by exact"),
+    (1e-9, 1e-16, "NOT (fit only)"), (0.5, 1e-3, "NOT (exact only)"),
 ])
 def test_both_checks(p_value, tv, verdict):
     assert sd.both_checks(p_value, tv) == verdict

@@ -1575,8 +1575,9 @@ def why_batch(m, w, kv, ridge_point):
     the weights' bytes w and one sequence's KV-cache bytes kv: MACs per byte of
     a plain pass is B m / (w + B kv)."""
     if m > ridge_point * kv:  # it crosses the ridge
-        return (f"A plain pass reaches the ridge at B = {ridge_point * w / (m - ridge_point * kv):,.0f}, as each sequence"
-                " adds its KV cache to the bytes; a verifying pass, k+1 positions per sequence, reaches it sooner.")
+        return (f"A plain pass reaches the ridge at B = {ridge_point * w / (m - ridge_point * kv):,.0f}, not"
+                f" {ridge_point * w / m:,.0f} as with the weights alone: each sequence adds its KV cache to the"
+                " bytes. A verifying pass, k+1 positions per sequence, reaches it sooner.")
     n = int(ridge_point * kv / m)  # positions per sequence that stay under the ridge at any B
     return (f"A plain pass tends to {m / kv:.1f} MACs per byte as B grows, below the ridge: each "
             "sequence's own cache of keys and values (its KV cache) is read once for its k+1 positions. "

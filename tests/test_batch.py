@@ -95,7 +95,7 @@ def test_why_batch_names_the_ridge_crossing_or_its_absence():
     # B * 2 / (10 + B) = 1 at B = 10; with 4 bytes it tends to 0.5, below the ridge,
     # and n positions stay memory-bound while n * 2 <= 4: n = 2, the third from
     # B * 3 * 2 / (10 + 4 B) = 1, B = 5
-    assert sd.why_batch(2, 10, 1, 1).startswith("A plain pass reaches the ridge at B = 10, as each sequence adds its KV cache")
+    assert sd.why_batch(2, 10, 1, 1).startswith("A plain pass reaches the ridge at B = 10, not 5 as with the weights alone: each sequence adds its KV cache")
     text = sd.why_batch(2, 10, 4, 1)
     assert "tends to 0.5 MACs per byte" in text and "up to 2 positions" in text
     assert "3 go compute-bound from B = 5." in text

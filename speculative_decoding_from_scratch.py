@@ -1092,7 +1092,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     say(f"Four broken rules, each a line or two edited (uniform_q takes q as 1/{VOCAB} and redraws from p).",
         "accept_prob() is min(1, p(x)/q(x)), residual() the residual, verify_round() the round:")
-    diff = [(r, f + "()", new or "deleted: " + old.split("  #")[0]) for r in BUGS for f, old, new in BUGS[r]]
+    diff = [(r, f + "()", new or "nothing (was: " + old.split("  #")[0] + ")") for r in BUGS for f, old, new in BUGS[r]]
     print()
     table([("bug", 13, "<"), ("in", 16, "<"), ("the line becomes", 50, "<")], diff)
     print()
@@ -1530,8 +1530,9 @@ def demo6_free_compute(n_ctx=512):
     return SimpleNamespace(rows=rows, batch=batch)
 
 
-def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 0.9), k_max=32):
-    """Demo 6, part two: a server decoding a batch, on the same roofline."""
+def demo6_batch(n_ctx=16, batches=(1, 16, 64, 256, 1024), alphas=(0.7, 0.9), k_max=32):
+    """Demo 6, part two: a server decoding a batch, on the same roofline; the
+    batch sizes from which no k helps join the rows, so the table shows them."""
     print()
     c = draft_cost(1, n_ctx)
     say("A server decodes B sequences at once, reading the weights once for all, so arithmetic per",
@@ -1540,7 +1541,8 @@ def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 
         f"{pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times fewer"
         f" bytes (c = {c:.3f} at B = 1). Bound: what limits the verifying pass.")
     fit, rows = sequences_that_fit(n_ctx), []
-    for b in batches:
+    ends = {a: break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), n_ctx, b_max=fit) for a in alphas}
+    for b in sorted(set(batches) | {b for b in ends.values() if b}):
         gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
         if b > fit:
             rows.append((b, gb, f"  does not fit in {H100.memory / 1e9:.0f} GB"))
@@ -1553,14 +1555,13 @@ def demo6_batch(n_ctx=16, batches=(1, 4, 16, 64, 256, 1024, 4096), alphas=(0.7, 
     print()
     table([("B", 6, "d"), ("GB read", 9, ".1f")] + [("k", 6, "d"), ("speedup", 9, ".2f"), ("bound", 8, ">8")]
           * len(alphas), rows, groups=[(f"alpha = {a}", 2 + 3 * i, 4 + 3 * i) for i, a in enumerate(alphas)])
-    ends = demo6_batch_verdict(n_ctx, alphas, fit, k_max)
+    demo6_batch_verdict(n_ctx, ends, fit)
     return SimpleNamespace(rows=rows, ends=ends)
 
 
-def demo6_batch_verdict(n_ctx, alphas, fit, k_max):
-    """The batch size beyond which no k helps, for each alpha, and why."""
+def demo6_batch_verdict(n_ctx, ends, fit):
+    """The batch size from which no k helps, for each alpha, and why."""
     (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
-    ends = {a: break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), n_ctx, b_max=fit) for a in alphas}
     print()
     helps = [f"B = {b:,} at alpha = {a}" for a, b in ends.items() if b]
     say(f"No k helps from {' and from '.join(helps)}." if helps else "",
@@ -4051,9 +4052,11 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
             f" the big one's pass costs c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch},"
             " so speedups rise with B." if c[1] < c[0] else "",
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
-                      f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}); {chain.drafter.name}'s"
-                      f" {chain.shape} makes {chain.tokens:.2f} from {chain.draft_passes} passes at c ="
-                      f" {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}." if tree else "",
+                      f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
+                      f" {option_speedup(first, 1, n_ctx):.2f}; {chain.drafter.name}'s {chain.shape} makes"
+                      f" {chain.tokens:.2f} from {chain.draft_passes} passes at c ="
+                      f" {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}, a speedup of {option_speedup(chain, 1, n_ctx):.2f}."
+                      if tree else "",
                       "A range starts memory-bound again where it verifies fewer positions a sequence than the range"
                       " before: fewer MACs per byte." if back else ""]))
 
@@ -4540,8 +4543,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
-  fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT the
-          target's
+  fit     a chi-square test's p-value: below {P_REJECT:g}, the sample is NOT from
+          the distribution tested, the target's unless a table says
   exact   no sampling: the output's probabilities computed through the
           rule itself; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias"""
 BREAK_IT = """

@@ -3992,11 +3992,12 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     print()
-    before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
+    plan = plan_rows(buckets, speeds, options, n_ctx)
+    before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets, plan)
     say(before)
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
-           ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx))
+           ("bound", 18, "<")], plan)
     if after:
         print()
         say(after)
@@ -4033,16 +4034,16 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
 
 
-def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
+def demo19_why_rising(shapes, n_ctx, max_batch, buckets, plan):
     """Chapter 19's notes on its plan, from its numbers: why speedups can rise
     with B (a plain pass reads each sequence's KV cache, a draft its weights
     alone), why a tree can win where a chain keeps more tokens (its draft's
     passes are fewer and cheaper), and why a range can start memory-bound
-    again (it verifies fewer positions than the range before). (before the
-    table, after it)."""
+    again (it verifies fewer positions than the range before; plan: the
+    plan's rows, whose last cell is that bound). (before the table, after it)."""
     big, small = shapes
     c = [draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)]
-    runs = [(o.positions, bound_text(LLAMA2_7B, n_ctx, o.positions - 1, lo, hi, H100)) for lo, hi, o in buckets if o]
+    runs = [(o.positions, row[4]) for (_, _, o), row in zip(buckets, plan) if o]
     back = any(b[1].startswith("memory") and a[1].endswith("compute") and b[0] < a[0] for a, b in zip(runs, runs[1:]))
     first = buckets[0][2]
     chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)

@@ -3982,9 +3982,11 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     measured = [Drafter(label, method, route_tokens(k_max, per_position=r)[0], None, shape)  # read as --tune reads them
                 for (label, method, _, shape), r in zip(drafters, rates)]
     measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
+    max_batch = min(max_batch, sequences_that_fit(n_ctx))  # a batch whose KV caches do not fit is not run
     say("A practitioner has several drafters and one server. This chapter's procedure (--plan --profile runs",
         "it on your figures) prices every way to run each drafter at every batch size B, on demo 6's roofline",
-        f"at {n_ctx} tokens of context, and picks one per range of B.")
+        f"at {n_ctx} tokens of context, and picks one per range of B. B goes up to {max_batch}, the sequences"
+        f" whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the target's weights.")
     print()
     say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept: its",
         "per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
@@ -5114,9 +5116,12 @@ def profile_number(d, key, where, lo, hi, whole=False):
 
 def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLAMA2_7B):
     """--plan --profile: the plan across drafters, and each engine's config."""
+    fit = sequences_that_fit(n_ctx, hw, target)
+    max_batch = min(max_batch, fit)
     buckets, speeds, options = plan_drafters(drafters, n_ctx, max_batch, k_max, tol=0.005, hw=hw, target=target)
-    say(f"{plural(len(drafters), 'drafter')}, {plural(n_ctx, 'token')} of context, an {hw.name}, batch sizes 1 to"
-        f" {max_batch:,}; each bucket keeps one choice within 0.5% of the best at every B in it:")
+    say(f"{plural(len(drafters), 'drafter')}, {plural(n_ctx, 'token')} of context, an {hw.name}: {plural(fit, 'sequence')}"
+        f" fit in {bound(hw.memory / 1e9)} GB; batch sizes 1 to {max_batch:,}; each bucket keeps one choice within 0.5%"
+        " of the best at every B in it:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 16, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx, hw, target))

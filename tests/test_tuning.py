@@ -120,6 +120,20 @@ def test_a_profile_plans_every_bucket_and_prints_each_engines_config(tmp_path, c
     assert rows[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in zip(rows, rows[1:]))
 
 
+def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_process):
+    # 248 sequences of 512 tokens fit in 80 GB beside the weights: no engine is told to run 256
+    fit = sd.sequences_that_fit(512)
+    assert fit < 256 and in_process[0]["19"].buckets[-1][1] == fit
+    assert f"B goes up to {fit}, the sequences whose KV caches fit in 80 GB" in " ".join(
+        section(in_process[1], "19").split())
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(PROFILE))
+    code, out, err = main(capsys, "--plan", "--profile", str(path), "--max-batch", "1000")
+    config = json.loads(" ".join(out.split()).split("--speculative-config '")[1].split("'")[0])
+    assert code == 0 and config["num_speculative_tokens_per_batch_size"][-1][1] == fit
+    assert f"{fit} sequences fit in 80 GB; batch sizes 1 to {fit};" in " ".join(out.split())
+
+
 @pytest.mark.parametrize("change, message", [
     ({"drafters": []}, "the profile must be a JSON object with a non-empty list 'drafters'"),
     ({"drafters": [{"name": "a", "method": "warp", "c": 0.1, "per_position": [0.5]}]}, "drafters[0].method must be"),
@@ -169,8 +183,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     drafters = {o.drafter.name: o.drafter for o in result.options}
     truth = [d._replace(tokens=[sd.exact_tokens_per_call(sd.TARGET, better if d.name == "big" else sd.MIDDLING, k)
                                 for k in range(1, 9)]) for d in drafters.values()]
-    buckets, _, options = sd.plan_drafters(list(drafters.values()), 512, 256, 8, tol=0.0)
-    untolerant = sd.skill_against_search(buckets, options, truth, 512, 256, 8).worst
+    fit = sd.sequences_that_fit(512)
+    buckets, _, options = sd.plan_drafters(list(drafters.values()), 512, fit, 8, tol=0.0)
+    untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
     assert ("the gap comes from the ranges" in text) == (result.check.worst > 0 and untolerant == 0)
 
 

@@ -91,11 +91,13 @@ def test_the_ridge_point_is_macs_per_byte():
 
 
 def test_why_batch_names_the_ridge_crossing_or_its_absence():
-    # ridge 1, one token 2 MACs, weights 10 bytes: with 1 byte of KV a sequence,
-    # B * 2 / (10 + B) = 1 at B = 10; with 4 bytes it tends to 0.5, below the ridge,
-    # and n positions stay memory-bound while n * 2 <= 4: n = 2, the third from
-    # B * 3 * 2 / (10 + 4 B) = 1, B = 5
-    assert sd.why_batch(2, 10, 1, 1).startswith("A plain pass reaches the ridge at B = 10, not 5 as with the weights alone: each sequence adds its KV cache")
+    # ridge 1, one token 2 MACs, weights 10 bytes: with 1 byte of KV a sequence, a
+    # verifying pass of 2 positions reaches B * 4 / (10 + B) = 1 at B = 10/3, so from
+    # B = 4, 8 positions where the weights alone would give 5; with 4 bytes a plain
+    # pass tends to 0.5, below the ridge, and n positions stay memory-bound while
+    # n * 2 <= 4: n = 2, the third from B * 3 * 2 / (10 + 4 B) = 1, B = 5
+    assert sd.why_batch(2, 10, 1, 1) == ("At k = 1 a verifying pass, 2 positions a sequence, crosses the ridge from"
+                                         " B = 4 (8 positions, not 5: each sequence adds its KV cache to the bytes).")
     text = sd.why_batch(2, 10, 4, 1)
     assert "tends to 0.5 MACs per byte" in text and "up to 2 positions" in text
     assert "3 go compute-bound from B = 5." in text

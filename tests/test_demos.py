@@ -170,7 +170,7 @@ def test_demo1_the_proof_closes_and_its_sentences_follow_the_table(demo):
     kept, redrawn = q * result.accept, (1 - np.minimum(p, q).sum()) * sd.residual(p, q)
     shown = [round(float(a), 4) + round(float(b), 4) - round(float(a + b), 4) for a, b in zip(kept, redrawn)]
     uneven = [sd.name(x) for x, gap in enumerate(shown) if abs(gap) > 5e-5]
-    assert uneven == ["b", "e"] and "Entries are rounded: rows 'b' and 'e' add up 0.0001 off." in text
+    assert uneven == ["b", "e"] and "Rounding puts rows 'b' and 'e' 0.0001 off." in text
 
 
 def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
@@ -186,6 +186,9 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][3] == pytest.approx(sd.tv_distance(exact, result.truth), abs=1e-15)
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert "so only the fit sees continue" in text and "catches" not in text.split("Takeaway")[0]
+    for bug, edits in sd.BUGS.items():  # each bug in words, beside the stages its lines edit
+        assert " ".join([bug, sd.BUG_WORDS[bug], ", ".join(dict.fromkeys(f for f, _, _ in edits))]) in " ".join(
+            text.split())
     assert "The correct rule emits the target's distribution by both checks." in text
     assert f"(the target decoded alone, {sd.DEMO2_RUNS} times: {sd.floor_tv(sd.TARGET, 5, sd.DEMO2_RUNS, 2):.4f}), so the fit decides" in text
     assert [(r[0], r[3]) for r in result.stages] == [("forward", True), ("sample_from", True),
@@ -332,12 +335,12 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "At c = 0.7 no k wins at all, though alpha = 0.703 > c." in text
-    assert (f"There a first draft passes with chance {exact[0] - 1:.3f}, and at c = 0.7, k = 1 makes"
+    assert (f"So a first draft passes with chance {exact[0] - 1:.3f}, and at c = 0.7, k = 1 makes"
             f" (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}.") in text and exact[0] / 1.7 < 1
     assert "a redrawn token comes from the residual, which favours tokens the draft under-proposes" in text
-    assert (f"The same assumption puts demo 3's eq. 1 at {sd.expected_tokens(alpha, 4):.2f}, where the exact value"
-            f" is {exact[3]:.2f}.") in text
-    assert f"(exactly {exact[3]:.2f})" in text  # demo 5's sample beside demos 3 and 4's exact value
+    assert (f"The same assumption puts demo 3's eq. 1 at {sd.expected_tokens(alpha, 4):.2f}, not the exact"
+            f" {exact[3]:.2f}.") in text
+    assert f"in its own run (exactly {exact[3]:.2f})" in text  # demo 5's sample beside demos 3 and 4's exact value
     # the bound fails wherever the exact best (a scan over k, or plain decoding) falls short of it
     below = [f"{c:.3g}" for c in (r[0] for r in result.rows) if alpha > c
              and max(1.0, sd.speedup(exact, np.arange(1, 17), c).max()) < (1 + alpha) / (1 + c) - 5e-4]
@@ -353,13 +356,20 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     fit = sd.sequences_that_fit(16)
     for row in result.batch.rows:
         assert row[1] == pytest.approx(sd.pass_traffic(sd.LLAMA2_7B, 16, 1, row[0])[1] / 1e9)
-        assert ("does not fit" in str(row[2])) == (row[0] > fit)
+        assert ("does not fit" in str(row[3])) == (row[0] > fit)
+        assert row[2] is None if row[0] > fit else row[2] == pytest.approx(sd.draft_cost(row[0], 16))
     for alpha, b in result.batch.ends.items():
         # the first B (up to what fits) at which no k beats plain decoding, by a scan
         tokens = sd.expected_tokens(alpha, np.arange(1, 33))
         scan = next((b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1), None)
         assert b == scan and f"B = {b:,} at alpha = {alpha}" in text and "No k helps from B = " in text
-    assert "A plain pass reaches the ridge at B = 363" in text
+    # a verifying pass of k = 1 (2 positions a sequence) crosses the ridge where 2 B m / (w + B kv) reaches it
+    (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 0)[1]
+    cross = next(b for b in range(1, fit) if 2 * b * m / (w + b * (one - w)) >= sd.ridge())
+    assert f"crosses the ridge from B = {cross} ({2 * cross} positions, not 295:" in " ".join(text.split())
+    first = min(result.batch.ends.values())
+    assert (f"{sd.verify_cost(1, first, 16):.2f} plain passes at B = {first} and k = 1." in " ".join(text.split())
+            and sd.verify_cost(1, first, 16) > 1)
 
 
 def test_demo6_in_detail_512_tokens_stay_memory_bound_up_to_5_positions(monkeypatch):

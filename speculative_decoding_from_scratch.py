@@ -1093,7 +1093,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                                          *sampled[x]) for x in range(VOCAB)],
           groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
     print()
-    say("Four broken rules, each one or two lines edited (BUGS, in the script):")
+    say("Four broken rules, each one or two edited lines:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 37, "<"), ("stage edited", 24, "<")],
           [("", r, BUG_WORDS[r], ", ".join(dict.fromkeys(f for f, _, _ in BUGS[r]))) for r in BUGS])
@@ -1205,7 +1205,7 @@ def demo2_verdicts(verdicts, stages):
     suspect = (f"Suspect {' and '.join(basic or failed)}: {'it fails' if len(basic or failed) == 1 else 'they fail'}"
                " alone" + (", and draft_tokens and verify_round call it." if basic else ".")) if failed else ""
     if correct == "the target":
-        say("The correct rule emits the target's distribution by both checks." if not failed else
+        say("" if not failed else  # the table says it, and the takeaway
             "The correct rule's first two tokens are the target's by both checks, yet a stage fails its own"
             " check. " + suspect)
     elif correct not in checks:
@@ -1378,15 +1378,16 @@ def demo5_break_even(k=4, n_rounds=1500):
     first, eq1 = exact[0] - 1, expected_tokens(a, k)
     print()
     say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
-        f"Here the exact best falls short of that promise at c = {', '.join(below)}." if below else
-        "Here the exact best keeps that promise at every c.",
-        f"At c = {', '.join(edge)} no k wins at all, though alpha = {a:.3f} > c." if edge else "")
+        f"The exact best falls short of that promise at c = {', '.join(below)}." if below else
+        "The exact best keeps that promise at every c.",
+        f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         print()
-        say("The corollary assumes each draft passes with chance alpha, an average over the target's text.",
+        say("The corollary gives each draft the chance alpha, an average over the target's text.",
             "But a draft's chance depends on the token before it.",
-            "A round's first draft follows a redrawn or a bonus token, and a redrawn token comes from the"
-            f" residual, which favours tokens the draft under-proposes. So a first draft passes with chance {first:.3f}"
+            "A round's first draft follows a redrawn or a bonus token, at positions not typical of the text."
+            " A redrawn token comes from the residual, which favours tokens the draft under-proposes."
+            f" After such tokens a first draft passes with chance {first:.3f}"
             + (f", and at c = {edge[0]}, k = 1 makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
             f"The same assumption puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."

@@ -65,7 +65,7 @@ FLIPS = {
 # when u is exactly p/q, and a draft that reads the wrong row still says which
 # row it drew from, so both stay exact; the second still fails forward's own
 # check, so demo 2 names forward and withholds its takeaway.
-CORRECT = "The correct rule emits the target's distribution by both checks."
+CORRECT = "Takeaway: the loop keeps the target's distribution"
 FIT = "is NOT the target: only the fit catches it."
 STAGE_EDITS = [
     ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1 2", ["NOT p/q", "is NOT exact"],

@@ -1703,10 +1703,10 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000):
     S_text, S_target = bigram_counts(text), visit_joint(P)
     fit, kd_params = low_rank_draft(fit_text(text)), distill(P)
     kd, tv = low_rank_draft(kd_params), low_rank_draft(maximise_alpha(P, kd_params))
-    say(f"A world table writes {n_text:,} tokens. The target models the world imperfectly: 0.7 of",
+    say(f"A table called the world writes {n_text:,} tokens of text. The target models the world imperfectly: 0.7 of",
         "the world's table plus 0.3 of another. Each draft is softmax(u v^T + b): u, v and b hold",
         "6 numbers each, and u v^T is the 6 x 6 table of their products. That is 18 numbers, where",
-        "a full table has 30 free ones. KL(p||q) measures how far q falls short of p.")
+        f"a full table has 30 free ones. KL(p||q) measures how far q falls short of p. Each draft runs at k = {k}.")
     print()
     rows = [("1. the world's text", "cross-entropy", cross_entropy(S_text, fit), fit),
             ("2. the target's distributions", "KL(p||q)", cross_entropy(S_target, kd) - cross_entropy(S_target, P), kd),
@@ -3426,10 +3426,12 @@ def demo16_heads(k=3, n_runs=400):
         "can guess the tokens after the next. Medusa's heads each guess one position on their own,",
         "from the same state. The heads of multi-token prediction (MTP), as in DeepSeek-V3, guess",
         "in sequence: each reads the guess before it. Here the heads are perfect: head i is the",
-        "target's own i-step distribution, P^i, on the tables.")
+        f"target's own i-step distribution, P^i, on the tables, and k = {k}. Perfect MTP heads are the target"
+        " itself, so only Medusa's need a check: the first two tokens after 'f',"
+        f" {n_runs:,} runs, by both checks.")
     rows = demo16_exactness(k, n_runs)
     print()
-    table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("verdict", 16, "<")],
+    table([("draft", 26, "<"), ("fit", 11, p_text), ("exact TV", 10, exact_text), ("verdict", 16, "<")],
           [(r[0], r[1], r[2], r[4]) for r in rows])
     print()
     say("Medusa's heads emit the target's distribution by both checks." if rows[0][4] == "the target" else

@@ -1953,13 +1953,14 @@ def demo8_depth_and_width(n_rounds, depth=3):
 # Mendlovic, Leviathan et al., ICLR 2025, arXiv 2403.10444) judges the drafted
 # block as a whole: it still emits exactly the target's distribution, keeps at
 # least as many drafts on average, and is optimal among verifiers that see only
-# the per-position distributions. The weight p_i = min(1, p_{i-1} p(x_i) /
-# q(x_i)) is how much of the block up to x_i the target still wants; h_i is the
-# chance to keep exactly that much.
+# the per-position distributions. The weight w_i = min(1, w_{i-1} p(x_i) /
+# q(x_i)) (the paper's p_i, renamed here so it is not read as p) is how much of
+# the block up to x_i the target still wants; h_i is the chance to keep exactly
+# that much.
 
 
 def block_threshold(weight, p_next, q_next):
-    """h_i = Z / (Z + 1 - p_i), Z = sum_x max(0, p_i p_next(x) - q_next(x)),
+    """h_i = Z / (Z + 1 - w_i), Z = sum_x max(0, w_i p_next(x) - q_next(x)),
     with p_next, q_next the distributions at position i+1. 0 when Z is 0: a
     block cut there would have no residual to draw its last token from."""
     Z = float(np.maximum(weight * p_next - q_next, 0.0).sum())
@@ -1967,9 +1968,9 @@ def block_threshold(weight, p_next, q_next):
 
 
 def block_residual(weight, p, q):
-    """norm(max(0, p_tau p - q)): where the last token comes from when the block
-    stops at tau < k. Weighted by p_tau: the block up to tau was kept with
-    weight p_tau, so only that share of p at the next position is still owed."""
+    """norm(max(0, w_tau p - q)): where the last token comes from when the block
+    stops at tau < k. Weighted by w_tau: the block up to tau was kept with
+    weight w_tau, so only that share of p at the next position is still owed."""
     return residual(weight * p, q)
 
 
@@ -1979,7 +1980,7 @@ def verify_block(P, text, drafted, q_rows, rng):
     p_rows = forward(P, text, drafted)  # (k+1, V): the one target call
     k, weights, tau = len(drafted), [1.0], 0
     for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
-        weights.append(accept_prob(weights[-1] * p, q, x))  # p_i = min(1, p_i-1 p/q)
+        weights.append(accept_prob(weights[-1] * p, q, x))  # w_i = min(1, w_(i-1) p/q), the paper's p_i
         h = weights[i] if i == k else block_threshold(weights[i], p_rows[i], q_rows[i])
         if rng.random() < h:
             tau = i  # subtle: keep x_1..x_i even if an earlier position failed
@@ -3177,11 +3178,12 @@ def demo13_detail(size=4096):
 
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
               " ICLR 2025) looks at the whole block of k drafts before it decides how many to keep. It"
-              " carries a weight p_i along the block: p_0 = 1, and p_i = min(1, p_(i-1) p(x_i) / q(x_i)),"
-              " the share of the first i drafts the target still wants. Each position i passes its own test"
-              " with chance h_i, computed from p_i and the next position's p and q. The block keeps every"
-              " draft up to the last position that passes, even past one that failed. The token after"
-              " them comes from a residual weighed by p_i.")
+              " carries a weight w_i along the block (the paper's p_i): w_0 = 1, and w_i = min(1, w_(i-1)"
+              " p(x_i) / q(x_i)), the share of the first i drafts the target still wants. The last position"
+              " passes with chance w_k. An earlier one passes with chance h_i = Z / (Z + 1 - w_i), where Z"
+              " sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1. The block keeps every"
+              " draft up to the last position i that passes, even past one that failed. The token after"
+              " them, at position i+1, comes from max(0, w_i p - q), normalised.")
 
 
 def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
@@ -3217,7 +3219,7 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     say("Every measured value agrees with its exact one, within 4 standard errors." if not misfit else
         f"NOT every measured value agrees with its exact one: {', '.join(misfit)}.",
         f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
-        " any exact verifier can." if over else "Neither keeps more than the ideal.",
+        " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9 of the first table.",
         "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
         else "Block verification LOSES tokens at some k,",
         f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% faster.")
@@ -4675,7 +4677,7 @@ def round_lines(ctx, drafted, q_rows, calls, spell, block=False):
     """One round of the trace, read off its record: (table rows, other lines,
     the tokens its calls produced, with their kinds). Token by token a check is
     u against accept_prob's value; block-wise it is eta against h_i
-    (block_threshold's value, or p_i itself at the last position). A draw is
+    (block_threshold's value, or w_i itself at the last position). A draw is
     named by the row it came from."""
     contexts, rows, lines, produced, passed = [ctx] + drafted, [], [], [], None
     p_rows = next((out for n, _, out in calls if n == "forward"), [])
@@ -4777,7 +4779,7 @@ def trace(n_rounds=4, seed=0, rule="probabilistic", k=4, weight=MIDDLING_WEIGHT,
     say(f"Speculative decoding, traced: {what}, k = {k}, seed {seed}, the {rule!r}",
         f"{'bug' if rule in BUGS else 'verifier'}.", f"Its bug is not run: {bug}." if isinstance(bug, str) else "",
         "Each round drafts k tokens, then checks them in one target call.",
-        "Position by position: the weight p_i of the block so far, its threshold h_i, and eta,"
+        "Position by position: the weight w_i of the block so far, its threshold h_i, and eta,"
         " the uniform it is tested with; the block is kept up to tau, the last position whose eta"
         " < h_i." if block else "A draft is kept when u, a uniform random number in [0, 1), is below"
         " min(1, p(x)/q(x)), for the q verification is handed (q seen).")
@@ -4834,7 +4836,7 @@ def decode_letters(tokens):
 def print_round(rows, lines, produced, emitted, block, colour, spell=decode_letters):
     """Print one traced round (round_lines' record); return how many drafts it kept."""
     table([("after", 7, ">"), ("draft", 6, ">"), ("q(x)", 7, ".3f"), ("q seen", 7, ".3f"), ("p(x)", 7, ".3f"),
-           ("p_i" if block else "min(1,p/q)", 11, ".3f"), ("h_i" if block else "", 7 * block, ".3f"),
+           ("w_i" if block else "min(1,p/q)", 11, ".3f"), ("h_i" if block else "", 7 * block, ".3f"),
            ("eta" if block else "u", 7, ".3f"), ("verdict", 10, "<")], rows) if rows else None
     n_kept = sum(kind == "kept" for _, kind in produced)
     if block:

@@ -32,7 +32,7 @@ def test_block_residual_by_hand():
 
 def test_block_threshold_by_hand():
     assert sd.block_threshold(0.5, P_W[0], Q_W[0]) == pytest.approx(1 / 11)
-    assert sd.block_threshold(1.0, P3[1], Q3[1]) == 1.0   # Z = .5, and 1 - p_i = 0
+    assert sd.block_threshold(1.0, P3[1], Q3[1]) == 1.0   # Z = .5, and 1 - w_i = 0
     assert sd.block_threshold(0.5, P3[0], Q3[0]) == 0.0   # Z = 0: no residual to cut to
 
 

@@ -1860,19 +1860,22 @@ TREE_BUGS = {"no_update": [("verify_tree", "p = residual(p, q_j)  # rejected: ta
 def demo8_trees(n_runs=400, n_rounds=200):
     parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
     mask = tree_attention_mask(parents)
-    say("A tree drafts several candidates per node; one pass checks them all. Its attention",
-        "mask lets each node read only its own branch (x: may attend):")
+    say("A tree drafts several candidates per node; one pass checks them all. In this small one, nodes 1",
+        "and 2 are two guesses for the next token; 3 and 4 follow 1, and 5 and 6 follow 2. The pass's",
+        "attention mask lets each node read only its own branch (x: may attend):")
     print()
-    table([("", 5, "<")] + [(name(j), 2, ">2") for j in range(6)],
-          [(f"  {name(i)}", *("x" if m else "." for m in mask[i])) for i in range(6)])
+    table([("", 5, "<")] + [(str(j + 1), 2, ">2") for j in range(6)],
+          [(f"  {i + 1}", *("x" if m else "." for m in mask[i])) for i in range(6)])
     P2, context = random_table(8, sharpness=2.0, order=2), (0, 1)  # an order-2 target
     tokens, tree_parents = draft_tree(MIDDLING, 1, 3, 2, np.random.default_rng(8))
     slow = np.array([path_alone(P2, context, tokens, tree_parents, i) for i in range(len(tokens))])
     errors = [np.abs(masked_pass(P2, context, tokens, m) - slow).max()
               for m in (tree_attention_mask(tree_parents), np.tri(len(tokens), dtype=bool))]
     print()
-    say(f"A {len(tokens)}-node tree, a target that reads two tokens: the masked pass matches each path alone",
-        f"to {exact_text(errors[0])}. A causal mask is off by {exact_text(errors[1])}.")
+    say(f"Does the mask work? A {len(tokens)}-node tree goes to a target that reads the last two tokens, so a"
+        " node's row depends on its parent. The masked pass matches each path run alone to"
+        f" {exact_text(errors[0])} in every next-token probability. A plain causal mask, which lets a node"
+        f" read every node before it, is off by {exact_text(errors[1])}.")
     exactness = demo8_exactness(n_runs)
     rates, chains_fit, wider = demo8_depth_and_width(n_rounds)
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).",
@@ -1898,8 +1901,9 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     print()
     say("Is a tree exact? A tree verifier, as in SpecInfer (Miao et al. 2023), tries a node's",
         "children one at a time. Each is kept with chance min(1, p/q). Here the children are drawn",
-        "from q independently, or as distinct tokens, as the released code of EAGLE-1, a trained",
-        "draft head, drew them. When a child is rejected, its q must leave p before its sibling",
+        "from q independently, or as distinct tokens, each from q with the earlier ones removed. The"
+        " released code of EAGLE-1, a trained draft head, draws them distinct. When a child is rejected,"
+        " its q must leave p before its sibling",
         "is tried: p becomes the residual, max(0, p - q) normalised. The bug no_update deletes",
         f"that line. {n_runs:,} runs each; consistent means the fit finds no difference from the",
         "target (a tree has no exact check here):")
@@ -1927,10 +1931,11 @@ def demo8_depth_and_width(n_rounds, depth=3):
         exact = exact_tokens_per_call(TARGET, MIDDLING, d) if b == 1 else None
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], rates[-1][0] if b > 1 else None, exact))
     print()
-    say(f"Tokens per call, {n_rounds:,} rounds each. Depth: draft steps; nodes: positions verified.")
+    say(f"Tokens per call, {n_rounds:,} rounds each. Depth: draft steps; nodes: positions verified. A",
+        "chain has one child a node, so it is measured one way.")
     print()
     table([("draft", 20, "<"), ("depth", 6, "d"), ("nodes", 7, "d"), ("independent", 13, ".2f"), ("+-", 6, ".2f"),
-           ("distinct", 10, ".2f"), ("chain exact", 13, ".2f")], rows)
+           ("distinct", 10, ".2f"), ("chain exact", 13, ".2f")], rows, groups=[("measured, children", 3, 5)])
     off = [r[0] for r in rows if r[6] and not fits_exact(r[3], r[4], r[6])]
     rows = [(label, d, n, rate, distinct, exact) for label, d, n, rate, _, distinct, exact in rows]
     wider = rows[2][4] > rows[0][3]
@@ -1938,7 +1943,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
     say("Each chain's measured value agrees with its exact one, within 4 standard errors." if not off else
         f"NOT every chain agrees with its exact value: {', '.join(off)}.",
         f"At depth {depth} the widest tree makes {rows[2][4]:.2f}, {'more' if wider else 'NOT more'} than the chain's"
-        f" {rows[0][3]:.2f}.")
+        f" {rows[0][3]:.2f}.", f"A chain as long as the tree has nodes, {rows[3][2]}, makes {rows[3][5]:.2f} exactly:"
+        f" {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'}, for as many positions verified.")
     return rows, not off, wider
 
 

@@ -415,6 +415,9 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
     chain, widest = result.rates[0][3], result.rates[2][4]
     assert f"makes {widest:.2f}, {'more' if widest > chain else 'NOT more'} than the chain's {chain:.2f}" in text
+    long = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)  # a chain verifying as many positions as the tree
+    assert result.rates[3][5] == long and (f"A chain as long as the tree has nodes, 39, makes {long:.2f} exactly:"
+                                           f" {'fewer' if long < widest else 'NOT fewer'}") in " ".join(text.split())
 
 
 def test_demo8_says_so_when_one_correct_tree_fails(capsys):

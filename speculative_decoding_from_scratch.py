@@ -3908,7 +3908,9 @@ def engine_configs(buckets, priced=None):
     express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
     rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
     its EAGLE flags and, for a chain, an adaptive-mode config of candidate steps
-    per batch-size slot (adaptive_spec_params.py at 015c8726); TensorRT-LLM:
+    per batch-size slot (adaptive_spec_params.py at 015c8726), with a chain's
+    num_draft_tokens = num_steps + 1, which server_args.py enforces when topk
+    is 1 (at 6cc2eee5); TensorRT-LLM:
     max_draft_len and draft_len_schedule {last B: k}, 0 off, above the last key
     off (llm_args.py at 00043967). Each engine serves one drafter: the one the
     plan runs at the most batch sizes, on its own plan: its columns of the
@@ -4016,8 +4018,9 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
         f"two drafts for the six-token target report rates at k = {k_max}, computed exactly. Their sizes are",
         f"assumed: the big one (blend 0.75) reads {fewer[0]:.1f} times fewer weight bytes a pass than the target,"
         f" the small one (the middling draft) {fewer[1]:.0f} times fewer. The small one also runs as a tree"
-        f" (chapter 8): top-2 candidates over 3 steps, {nodes - 1} drafts checked in one pass of {nodes} positions,"
-        f" {measured[1].tree[3]:.2f} tokens per call over {n_rounds:,} rounds.")
+        f" (chapter 8): 3 steps, each drawing two candidates from q under every branch, {nodes - 1} drafts"
+        f" (2 + 4 + 8). One pass of {nodes} positions, the drafts and the token before them, checks them all, and"
+        f" the target keeps one branch: {measured[1].tree[3]:.2f} tokens per call over {n_rounds:,} rounds.")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
@@ -4038,8 +4041,9 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
                                       max_batch, k_max)
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say("Is the procedure right? An exhaustive search tries every drafter, k and tree at every B, pricing chains",
-        f"from exact tokens per call and the tree from its {n_rounds:,} rounds. The procedure's choice is within",
+    say("Is the procedure right? It prices each option from the server's rates and keeps one option per range",
+        "of B. An exhaustive search instead takes the best at each B alone, pricing chains from exact tokens per",
+        f"call and the tree from its {n_rounds:,} rounds. The procedure's choice is within",
         f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
                                                               ": NOT within 1%."),
         f"Choosing at each B alone, it matches the search everywhere; the gap comes from the ranges, each keeping"
@@ -4054,8 +4058,8 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
     say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it. An engine runs",
         "one draft model, so each gets the one the plan uses at the most batch sizes" +
         (f", {main.name} here, planned again alone: its ranges differ from the table's." if main else "."),
-        "vLLM's rows are [first B, last B, k]. Each key is as the engine's source spells it; in brackets, what",
-        "an engine cannot say:")
+        "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
+        "Each key is as the engine's source spells it; in parentheses, what an engine cannot say:")
     print()
     print_engine_configs(buckets, (speeds, options, tol))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"

@@ -27,7 +27,7 @@ Notation, as in the paper (which calls the draft length gamma):
 
 Left out: neural networks (a decoder appears as MACs and bytes on a roofline),
 top-k / top-p warpers (they only change the distribution sampled, as temper
-does), dynamic draft trees, and Medusa's typical acceptance (not exact).
+does), dynamic draft trees and suffix trees.
 """
 
 import argparse

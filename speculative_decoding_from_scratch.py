@@ -955,7 +955,7 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
                   ("residual", "return d / total if total > 0 else p", "return p")],
 }
 
-BUG_WORDS = {"argmax": "keeps only p's likeliest token", "no_resample": "redraws from p, not the residual",
+BUG_WORDS = {"argmax": "keeps a draft only if p's likeliest", "no_resample": "redraws from p, not the residual",
              "continue": "checks on past a rejection", "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
 
 
@@ -1102,21 +1102,20 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
+    if verdicts.get("continue") == "NOT (fit only)":
+        print()
+        say("The exact check skips the loop, so only the fit sees continue. Drafts after a rejection were guessed"
+            " after a token the output does not hold, so a round must end at its first rejection.")
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
-    print()
-    say("A sample's TV is never 0" + (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides."
-                                     if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
-                                     " decides."))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
     print()
-    say("The exact check skips the loop, so only the fit sees continue. Drafts after a rejection were guessed after a token the output does not"
-        " hold, so a round must end at its first rejection." if verdicts.get("continue") == "NOT (fit only)" else "",
-        "Each stage checked alone, to blame the one that fails:" if shown else "")
+    say("A sample's TV is never 0" + (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides."
+                                     if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
+                                     " decides."), "Each stage checked alone, to blame the one that fails:" if shown else "")
     if shown:
         print()
         table([("stage", 14, "<"), ("must give", 42, "<"), ("result", 16, "<")], [r[:3] for r in stages])
-    print()
     demo2_verdicts(verdicts, stages)
     takeaway("the loop keeps the target's distribution; a broken rule shows in the exact check or over many runs.",
              {"the correct rule emits the target": verdicts["correct"] == "the target",
@@ -1205,20 +1204,23 @@ def demo2_verdicts(verdicts, stages):
     suspect = (f"Suspect {' and '.join(basic or failed)}: {'it fails' if len(basic or failed) == 1 else 'they fail'}"
                " alone" + (", and draft_tokens and verify_round call it." if basic else ".")) if failed else ""
     if correct == "the target":
-        say("" if not failed else  # the table says it, and the takeaway
-            "The correct rule's first two tokens are the target's by both checks, yet a stage fails its own"
-            " check. " + suspect)
+        said = ["" if not failed else  # the table says it, and the takeaway
+                "The correct rule's first two tokens are the target's by both checks, yet a stage fails its own"
+                " check. " + suspect]
     elif correct not in checks:
-        say(f"The correct rule, as you have it, raised {correct}.", suspect)
+        said = [f"The correct rule, as you have it, raised {correct}.", suspect]
     else:
         off = rule_stages_off(TARGET[0], MIDDLING[0]) if correct != "NOT (fit only)" else []
-        say(f"The correct rule, as you have it, is NOT the target: {CAUGHT_BY[correct]}.",
-            " ".join(s + "." for s in off) if off else suspect or
-            "Each stage passes alone, so suspect how rounds chain: rounds or take.")
+        said = [f"The correct rule, as you have it, is NOT the target: {CAUGHT_BY[correct]}.",
+                " ".join(s + "." for s in off) if off else suspect or
+                "Each stage passes alone, so suspect how rounds chain: rounds or take."]
     caught = {how: [r for r in BUGS if verdicts[r] == how] for how in checks}
-    say(f"Only the exact check catches {', '.join(caught['NOT (exact only)'])}." if caught["NOT (exact only)"] else "",
-        f"Neither catches {', '.join(caught['the target'])}." if caught["the target"] else "",
-        " ".join(f"Not checked: {r} ({v})." for r, v in verdicts.items() if r in BUGS and v not in checks))
+    said += [f"Only the exact check catches {', '.join(caught['NOT (exact only)'])}." if caught["NOT (exact only)"]
+             else "", f"Neither catches {', '.join(caught['the target'])}." if caught["the target"] else "",
+             " ".join(f"Not checked: {r} ({v})." for r, v in verdicts.items() if r in BUGS and v not in checks)]
+    if any(said):
+        print()
+        say(*said)
 
 
 # -----------------------------------------------------------------------------
@@ -1276,11 +1278,14 @@ def best_k(alpha, c, k_max=32):
 # Demo 3. How does the draft's quality set the speed?
 
 
-def demo3_acceptance(k=4, c=0.1, n_rounds=500):
+LESSON_RUN = dict(n_rounds=500, seed=3)  # demos 3 to 5 measure with it, so k = 4 reads alike in all three
+
+
+def demo3_acceptance(k=4, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in (1, .9, .75, .5, .25, 0)]
     rows, errors = [], []
     for label, Q in drafts:
-        m, alpha = attempt(lambda: measure(TARGET, Q, k, n_rounds, seed=3)), pair_alpha(TARGET, Q)
+        m, alpha = attempt(lambda: measure(TARGET, Q, k, n_rounds, seed=LESSON_RUN["seed"])), pair_alpha(TARGET, Q)
         exact = attempt(lambda: exact_tokens_per_call(TARGET, Q, k))
         error = first_error(m, exact)
         if error:
@@ -1325,14 +1330,15 @@ def naive_words(k):
 # Demo 4. How many tokens should the draft guess?
 
 
-def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
+def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
     rows = []
     for k in range(1, k_max + 1):
-        m, exact = measure(TARGET, MIDDLING, k, n_rounds, seed=4), exact_tokens_per_call(TARGET, MIDDLING, k)
+        m = measure(TARGET, MIDDLING, k, n_rounds, seed=LESSON_RUN["seed"])
+        exact = exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k (bars: the exact speedup). Each k is its",
-        "own seeded run.")
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k, each k its own run (bars: the exact speedup).",
+        "The run at k = 4 is demo 3's." if n_rounds == LESSON_RUN["n_rounds"] else "")
     print()
     table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 26, "<")],
@@ -1357,8 +1363,8 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=300):
 # Demo 5. When is speculation slower?
 
 
-def demo5_break_even(k=4, n_rounds=1500):
-    m = measure(TARGET, MIDDLING, k, n_rounds, seed=5)
+def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
+    m = measure(TARGET, MIDDLING, k, n_rounds, seed=LESSON_RUN["seed"])
     a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(m.per_call, k)
     exact = np.array([exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)])
     rows = []
@@ -1366,7 +1372,8 @@ def demo5_break_even(k=4, n_rounds=1500):
         s, exact_speedups = speedup(m.per_call, k, c), speedup(exact, np.arange(1, 17), c)
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *best_k(a, c, k_max=16),
                      *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else "alpha <= c"))
-    say(f"The middling draft measures {m.per_call:.2f} tokens per call at k = {k} in its own run (exactly"
+    say(("In demo 3" if (k, n_rounds) == (4, LESSON_RUN["n_rounds"]) else "In its own run") +
+        f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
         f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so it ties with plain decoding at c* = ({m.per_call:.2f} - 1) /"
         f" {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding wins):")
     print()
@@ -1383,19 +1390,21 @@ def demo5_break_even(k=4, n_rounds=1500):
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         print()
-        say("The corollary gives each draft the chance alpha, an average over the target's text.",
-            "But a draft's chance depends on the token before it.",
-            "A round's first draft follows a redrawn or a bonus token, at positions not typical of the text."
-            " A redrawn token comes from the residual, which favours tokens the draft under-proposes."
-            f" After such tokens a first draft passes with chance {first:.3f}"
+        say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over every position of the"
+            " target's text. But a draft's chance depends on the token before it, and a round's first draft"
+            " follows a redrawn or a bonus token. Those are a biased sample of the text: a redrawn token comes"
+            " from the residual, which favours tokens the draft under-proposes, and a bonus token follows drafts"
+            f" that passed. After them a first draft passes {first:.3f} of the time"
             + (f", and at c = {edge[0]}, k = 1 makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
             f"The same assumption puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
             if abs(eq1 - exact[k - 1]) >= 5e-3 else "")
     speeds = [r[1] for r in rows]
-    takeaway("every draft costs c, kept or not: a draft must be cheap and agree often.",
+    takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
+             " does not promise a win.",
              {"the speedup falls as c rises": all(x > y for x, y in zip(speeds, speeds[1:])),
-              "a costly draft is slower than plain decoding": any(r[2] == "slower" for r in rows)})
+              "a costly draft is slower than plain decoding": any(r[2] == "slower" for r in rows),
+              "at some c below alpha no k wins": bool(edge)})
     return SimpleNamespace(rows=rows, edge=edge, below=below)
 
 
@@ -1530,11 +1539,32 @@ def demo6_free_compute(n_ctx=512):
     say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point: {H100.flops / 2e12:.0f} trillion",
         f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f}, so up to {free} positions",
         "cost what one does: checking uses idle arithmetic.")
-    batch = demo6_batch()
+    batch = demo6_batch_words()
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"16 positions cost what one does": abs(rows[-1][4] / t1 - 1) < 1e-9,
-              "a large enough batch ends speculation": all(batch.ends.values())})
+              "a large enough batch ends speculation": bool(batch.end)})
     return SimpleNamespace(rows=rows, batch=batch)
+
+
+def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
+    """Demo 6's batch in three sentences: where a verifying pass of k = 1
+    crosses the ridge, what it costs from the batch at which no k helps, and
+    that batch (the tables are demo6_batch's, under --detail)."""
+    (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
+    fit = sequences_that_fit(n_ctx)
+    end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
+    cross = math.ceil(ridge() * w / (2 * m - ridge() * (one - w))) if 2 * m > ridge() * (one - w) else None
+    fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
+    print()
+    say("A server decodes B sequences at once and reads the weights once for all of them, so it spends the",
+        f"idle arithmetic itself. With a short context, {n_ctx} tokens each, a verifying pass at k = 1, two positions",
+        f"a sequence, crosses the ridge from B = {cross:,}." if cross else
+        f"With {n_ctx} tokens of context each, a verifying pass at k = 1 stays memory-bound at any batch that fits.",
+        f"At B = {end:,} it costs {verify_cost(1, end, n_ctx):.2f} plain passes, and from there no k helps a draft"
+        f" with alpha = {alpha} that reads {fewer:.0f} times fewer bytes." if end else
+        f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
+        "The option --detail prints the tables by batch size.")
+    return SimpleNamespace(cross=cross, end=end)
 
 
 def demo6_batch(n_ctx=16, batches=(1, 16, 64, 256, 1024), alphas=(0.7, 0.9), k_max=32):
@@ -1606,6 +1636,7 @@ def demo6_detail():
            ("speed", 8, lambda x: f"{x:.2f}x")],
           [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
            for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
+    demo6_batch()
     demo6_batch(n_ctx=512, batches=(1, 4, 16, 64, 128, 256))
     print()
     say("These are roofline times, not measurements. Attention's own costs beyond its MACs",
@@ -4580,13 +4611,13 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           table; the middling draft is w = 0.5
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call scoring all k+1 positions for
-          about the cost of one (demo 6); if all pass, the last gives a
-          bonus token
+          about the cost of one (demo 6); if all pass, the last position
+          gives a bonus token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
-  fit     a chi-square test's p-value for a sample against the target's
-          distribution (or one a table names): below {P_REJECT:g}, NOT from it
+  fit     a chi-square test's p-value: how well a sample fits the
+          target's distribution; below {P_REJECT:g}, it is NOT the target's
   exact   no sampling: the output's probabilities computed through the
           rule itself; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias"""
 BREAK_IT = """

@@ -335,12 +335,16 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "At c = 0.7 no k wins, though alpha = 0.703 > c." in text
-    assert (f"After such tokens a first draft passes with chance {exact[0] - 1:.3f}, and at c = 0.7, k = 1 makes"
+    assert (f"After them a first draft passes {exact[0] - 1:.3f} of the time, and at c = 0.7, k = 1 makes"
             f" (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}.") in text and exact[0] / 1.7 < 1
-    assert "A redrawn token comes from the residual, which favours tokens the draft under-proposes" in text
+    assert "a redrawn token comes from the residual, which favours tokens the draft under-proposes" in text
     assert (f"The same assumption puts demo 3's eq. 1 at {sd.expected_tokens(alpha, 4):.2f}, not the exact"
             f" {exact[3]:.2f}.") in text
-    assert f"in its own run (exactly {exact[3]:.2f})" in text  # demo 5's sample beside demos 3 and 4's exact value
+    # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
+    m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
+    assert f"In demo 3 the middling draft measured {m.per_call:.2f} tokens per call at k = 4 (exactly {exact[3]:.2f})" in text
+    assert [r for r in demo["4"][0] if r[0] == 4][0][2] == m.per_call
+    assert "Takeaway: every draft costs c, kept or not" in text and "alpha > c alone does not promise a win" in text
     # the bound fails wherever the exact best (a scan over k, or plain decoding) falls short of it
     below = [f"{c:.3g}" for c in (r[0] for r in result.rows) if alpha > c
              and max(1.0, sd.speedup(exact, np.arange(1, 17), c).max()) < (1 + alpha) / (1 + c) - 5e-4]
@@ -349,27 +353,40 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
 
 def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     result, text = demo["6"]
+    flat_text = " ".join(text.split())
     assert [r[0] for r in result.rows] == [1, 2, 4, 8, 16]
     free = int(sd.ridge() // result.rows[0][3])
     assert f"One decoding step does 0.50, so up to {free} positions cost what one does" in text
     assert f"memory-bound below {sd.H100.flops / 2 / sd.H100.bandwidth:.0f} MACs per byte" in text
     fit = sd.sequences_that_fit(16)
-    for row in result.batch.rows:
-        assert row[1] == pytest.approx(sd.pass_traffic(sd.LLAMA2_7B, 16, 1, row[0])[1] / 1e9)
-        assert ("does not fit" in str(row[3])) == (row[0] > fit)
-        assert row[2] is None if row[0] > fit else row[2] == pytest.approx(sd.draft_cost(row[0], 16))
-    for alpha, b in result.batch.ends.items():
-        # the first B (up to what fits) at which no k beats plain decoding, by a scan
-        tokens = sd.expected_tokens(alpha, np.arange(1, 33))
-        scan = next((b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1), None)
-        assert b == scan and f"B = {b:,} at alpha = {alpha}" in text and "No k helps from B = " in text
     # a verifying pass of k = 1 (2 positions a sequence) crosses the ridge where 2 B m / (w + B kv) reaches it
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 0)[1]
     cross = next(b for b in range(1, fit) if 2 * b * m / (w + b * (one - w)) >= sd.ridge())
+    assert result.batch.cross == cross and f"crosses the ridge from B = {cross}." in flat_text
+    # the first B (up to what fits) at which no k beats plain decoding at alpha = 0.7, by a scan
+    tokens = sd.expected_tokens(0.7, np.arange(1, 33))
+    end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
+    assert result.batch.end == end and sd.verify_cost(1, end, 16) > 1
+    assert (f"At B = {end} it costs {sd.verify_cost(1, end, 16):.2f} plain passes, and from there no k helps a draft"
+            " with alpha = 0.7") in flat_text
+
+
+def test_demo6_in_detail_the_batch_tables_at_16_tokens():
+    _, text = printed(sd.demo6_detail)
+    rows = printed(sd.demo6_batch)[0].rows
+    fit = sd.sequences_that_fit(16)
+    for row in rows:
+        assert row[1] == pytest.approx(sd.pass_traffic(sd.LLAMA2_7B, 16, 1, row[0])[1] / 1e9)
+        assert ("does not fit" in str(row[3])) == (row[0] > fit)
+        assert row[2] is None if row[0] > fit else row[2] == pytest.approx(sd.draft_cost(row[0], 16))
+    ends = printed(sd.demo6_batch)[0].ends
+    for alpha, b in ends.items():
+        tokens = sd.expected_tokens(alpha, np.arange(1, 33))
+        scan = next((b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1), None)
+        assert b == scan and f"B = {b:,} at alpha = {alpha}" in text and "No k helps from B = " in text
+    (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 0)[1]
+    cross = next(b for b in range(1, fit) if 2 * b * m / (w + b * (one - w)) >= sd.ridge())
     assert f"crosses the ridge from B = {cross} ({2 * cross} positions, not 295:" in " ".join(text.split())
-    first = min(result.batch.ends.values())
-    assert (f"{sd.verify_cost(1, first, 16):.2f} plain passes at B = {first} and k = 1." in " ".join(text.split())
-            and sd.verify_cost(1, first, 16) > 1)
 
 
 def test_demo6_in_detail_512_tokens_stay_memory_bound_up_to_5_positions(monkeypatch):

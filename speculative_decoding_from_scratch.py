@@ -1390,12 +1390,12 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         print()
-        say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over every position of the"
+        say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over all of the"
             " target's text. But a draft's chance depends on the token before it, and a round's first draft"
             " follows a redrawn or a bonus token. Those are a biased sample of the text: a redrawn token comes"
             " from the residual, which favours tokens the draft under-proposes, and a bonus token follows drafts"
-            f" that passed. After them a first draft passes {first:.3f} of the time"
-            + (f", and at c = {edge[0]}, k = 1 makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
+            f" that passed. In rounds of k = 1, a draft after them passes {first:.3f} of the time"
+            + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
             f"The same assumption puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
             if abs(eq1 - exact[k - 1]) >= 5e-3 else "")

@@ -335,8 +335,8 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "At c = 0.7 no k wins, though alpha = 0.703 > c." in text
-    assert (f"After them a first draft passes {exact[0] - 1:.3f} of the time, and at c = 0.7, k = 1 makes"
-            f" (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}.") in text and exact[0] / 1.7 < 1
+    assert (f"In rounds of k = 1, a draft after them passes {exact[0] - 1:.3f} of the time, and at c = 0.7 that"
+            f" makes (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}.") in text and exact[0] / 1.7 < 1
     assert "a redrawn token comes from the residual, which favours tokens the draft under-proposes" in text
     assert (f"The same assumption puts demo 3's eq. 1 at {sd.expected_tokens(alpha, 4):.2f}, not the exact"
             f" {exact[3]:.2f}.") in text

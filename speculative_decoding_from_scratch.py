@@ -4049,9 +4049,10 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
         f"two drafts for the six-token target report rates at k = {k_max}, computed exactly. Their sizes are",
         f"assumed: the big one (blend 0.75) reads {fewer[0]:.1f} times fewer weight bytes a pass than the target,"
         f" the small one (the middling draft) {fewer[1]:.0f} times fewer. The small one also runs as a tree"
-        f" (chapter 8): 3 steps, each drawing two candidates from q under every branch, {nodes - 1} drafts"
-        f" (2 + 4 + 8). One pass of {nodes} positions, the drafts and the token before them, checks them all, and"
-        f" the target keeps one branch: {measured[1].tree[3]:.2f} tokens per call over {n_rounds:,} rounds.")
+        f" (chapter 8): 3 steps, each drawing two candidates from q under every branch, independently, {nodes - 1}"
+        f" drafts (2 + 4 + 8). One pass of {nodes} positions, the drafts and the token before them, checks them all,"
+        f" and the target keeps one branch: {measured[1].tree[3]:.2f} tokens per call over {n_rounds:,} rounds. The"
+        f" plan writes it 'tree 2x3, {nodes}': 2 candidates, 3 steps, {nodes} positions.")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
@@ -4116,11 +4117,13 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets, plan):
     (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
     short = [fastest_k(batch_speedups(expected_tokens(0.7, np.arange(1, 33)), b, 16))[1] for b in (1, max_batch)]
     (m16, one16), w16 = pass_traffic(LLAMA2_7B, 16, 1, 1), pass_traffic(LLAMA2_7B, 16, 1, 0)[1]
-    return (" ".join([f"Demo 6's batch table had 16 tokens of context, and there speedups fell as B grew: the batch"
+    return (" ".join([f"In demo 6, with 16 tokens of context, speedups fell as B grew: the batch"
                       " drove the verifying pass past the ridge." if short[1] < short[0] and m16 > ridge() * (one16 - w16) else "",
                       f"Here, at {n_ctx}, a plain pass also reads every sequence's KV cache, the keys and values of"
-                      " every token it has read." + (f" That keeps it below {m / (one - w):.1f} MACs per byte at"
-                                                     " any B, under the ridge." if m < ridge() * (one - w) else ""),
+                      " every token it has read." + (f" That keeps a plain pass, one position a sequence, below"
+                                                     f" {m / (one - w):.1f} MACs per byte at any B, under the ridge;"
+                                                     " a verifying pass of k+1 positions can still cross it."
+                                                     if m < ridge() * (one - w) else ""),
                       "A draft is assumed to read only its weights: the big one's pass costs"
                       f" c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, so speedups rise"
                       " with B." if c[1] < c[0] else ""]),

@@ -258,8 +258,8 @@ def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_proce
     text = " ".join(section(in_process[1], "19").split())
     fit = sd.sequences_that_fit(512)
     short = [sd.fastest_k(sd.batch_speedups(sd.expected_tokens(0.7, np.arange(1, 33)), b, 16))[1] for b in (1, fit)]
-    assert short[1] < short[0] and "Demo 6's batch table had 16 tokens of context, and there speedups fell" in text
+    assert short[1] < short[0] and "In demo 6, with 16 tokens of context, speedups fell" in text
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
-    assert m / (one - w) < sd.ridge() and f"That keeps it below {m / (one - w):.1f} MACs per byte at any B" in text
+    assert m / (one - w) < sd.ridge() and f"That keeps a plain pass, one position a sequence, below {m / (one - w):.1f} MACs per byte at any B" in text
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
     assert c[1] < c[0] and f"c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {fit}, so speedups rise" in text

@@ -1962,8 +1962,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         exact = exact_tokens_per_call(TARGET, MIDDLING, d) if b == 1 else None
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], rates[-1][0] if b > 1 else None, exact))
     print()
-    say(f"Tokens per call, {n_rounds:,} rounds each. Depth: draft steps; nodes: positions verified. A",
-        "chain has one child a node, so it is measured one way.")
+    say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps; nodes:",
+        "positions verified. A chain has one child a node, so it is measured one way.")
     print()
     table([("draft", 20, "<"), ("depth", 6, "d"), ("nodes", 7, "d"), ("independent", 13, ".2f"), ("+-", 6, ".2f"),
            ("distinct", 10, ".2f"), ("chain exact", 13, ".2f")], rows, groups=[("measured, children", 3, 5)])
@@ -1973,7 +1973,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
     print()
     say("Each chain's measured value agrees with its exact one, within 4 standard errors." if not off else
         f"NOT every chain agrees with its exact value: {', '.join(off)}.",
-        f"At depth {depth} the widest tree makes {rows[2][4]:.2f}, {'more' if wider else 'NOT more'} than the chain's"
+        f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
+        f" {'more' if wider else 'NOT more'} than the chain's"
         f" {rows[0][3]:.2f}.", f"A chain as long as the tree has nodes, {rows[3][2]}, makes {rows[3][5]:.2f} exactly:"
         f" {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'}, for as many positions verified.")
     return rows, not off, wider
@@ -3217,10 +3218,11 @@ BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block 
               " ICLR 2025) looks at the whole block of k drafts before it decides how many to keep. It"
               " carries a weight w_i along the block (the paper's p_i): w_0 = 1, and w_i = min(1, w_(i-1)"
               " p(x_i) / q(x_i)), the share of the first i drafts the target still wants. The last position"
-              " passes with chance w_k. An earlier one passes with chance h_i = Z / (Z + 1 - w_i), where Z"
-              " sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1. The block keeps every"
-              " draft up to the last position i that passes, even past one that failed. The token after"
-              " them, at position i+1, comes from max(0, w_i p - q), normalised.")
+              " passes with chance w_k. An earlier one passes with chance h_i = Z_i / (Z_i + 1 - w_i), where"
+              " Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still"
+              " wants there that the draft does not offer. The block keeps every draft up to the last"
+              " position i that passes, even past one that failed. The token after them, at position i+1,"
+              " comes from max(0, w_i p - q), normalised, or from p if all k passed.")
 
 
 def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
@@ -3234,29 +3236,31 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
     ideal = sum(1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2))
     print()
+    over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
         "with k = 2. Accepted drafts per round, beside the ideal: the most any exact verifier keeps",
-        "when it knows the whole block's probabilities.")
+        "when it knows the whole block's probabilities, the sum over i of 1 minus the TV between the",
+        "target's and the draft's first i tokens.")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
           + [("ideal", ideal, f"{round(9 * ideal)}/9")])
+    print()
+    say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
+        " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.")
     gains = []
     for k in ks:
         tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
         m = measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=verify_block)
         gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, fits(m.per_call, m.se, bl)))
-    print("\nThe middling draft, tokens per call:\n")
+    print("\nThe middling draft, in tokens per call (the drafts kept, plus one):\n")
     table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"),
            ("gain", 8, lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"), ("measured", 10, ".2f"),
            ("+-", 6, ".2f"), ("agrees", 7, ">")], gains, groups=[("exact", 1, 3), ("block", 4, 6)])
     misfit = [r[0] for r in rows if r[4] == "NO"] + [f"k = {g[0]}" for g in gains if g[6] == "NO"]
-    over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
     say("Every measured value agrees with its exact one, within 4 standard errors." if not misfit else
         f"NOT every measured value agrees with its exact one: {', '.join(misfit)}.",
-        f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
-        " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9 of the first table.",
         "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
         else "Block verification LOSES tokens at some k,",
         f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5-8% faster.")
@@ -3365,6 +3369,13 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
     "cumulative": [("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight")],
 }
 
+BLOCK_WORDS = {"tokenwise_residual": "draws the token after the block from the token-wise residual, not from"
+                                     " max(0, w_i p - q)",
+               "cumulative": "passes each position with chance w_i, not h_i",
+               "vllm-ascend, PyTorch": "keeps the drafts up to the last i where the product of min(1, p/q) up to i"
+                                       " is at least a product of i uniforms; then the token-wise residual",
+               "vllm-ascend, Triton": "the same, with the weight w_i in place of that product"}
+
 
 def shipped_parts(D, ctx, n, k):
     """exactness_rows' parts for a shipped block path: its verifier, its exact
@@ -3389,9 +3400,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
-    table([("edit", 20, "<"), ("the line becomes", 56, "<")],
-          [(b, new) for b, edits in BLOCK_BUGS.items() for _, _, new in edits] +
-          [(f"vllm-ascend, {b.split()[0]}", new) for b, edits in SHIPPED_BUGS.items() for _, _, new in edits])
+    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")],
+          [("", *row) for label, words in BLOCK_WORDS.items()
+           for row in zip([label] + [""] * 9, textwrap.wrap(words, 52, break_on_hyphens=False))])
     print()
     say(f"Exact TVs of the first 1 to {n} tokens, and a {n_runs}-run fit:")
     print()
@@ -3426,8 +3437,9 @@ def demo15_verdicts(rows, truth, k):
         print()
         say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round; block verification keeps {block_kept:.2f}.",
-            "Block verification keeps the most that any exact verifier of its kind can (its paper proves"
-            " it), so the extra drafts are ones the target would not have emitted." if more else "")
+            "Block verification keeps the most that any exact verifier can when it sees only each position's"
+            " p and q (its paper proves it), so the extra drafts are ones the target would not have emitted."
+            if more else "")
     return caught
 
 

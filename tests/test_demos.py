@@ -130,7 +130,7 @@ TERMS = (("vLLM", "serving engine"), ("APEX-1", "a public from-scratch"), ("vllm
          ("SpecInfer", "tree verifier"), ("EAGLE-1", "a trained draft head"), ("MTP", "multi-token prediction"),
          ("HF", "Hugging Face"), ("KV cache", "keys and values"), ("ulp", "unit in the last place"),
          ("logits", "the scores"), ("lam", "weight lam"), ("u v^T", "table of their products"),
-         ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "passes with chance h_i = Z / (Z + 1 - w_i)"),
+         ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "passes with chance h_i = Z_i / (Z_i + 1 - w_i)"),
          ("w_i", "the share of the first i drafts"), ("transformers", "a Python library"))
 
 
@@ -431,7 +431,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     nodes = {r[0]: r[2] for r in result.rates}
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
     chain, widest = result.rates[0][3], result.rates[2][4]
-    assert f"makes {widest:.2f}, {'more' if widest > chain else 'NOT more'} than the chain's {chain:.2f}" in text
+    assert f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's {chain:.2f}" in " ".join(text.split())
     long = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)  # a chain verifying as many positions as the tree
     assert result.rates[3][5] == long and (f"A chain as long as the tree has nodes, 39, makes {long:.2f} exactly:"
                                            f" {'fewer' if long < widest else 'NOT fewer'}") in " ".join(text.split())
@@ -490,6 +490,9 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     assert min(kept.values()) > block_kept and f"block verification keeps {block_kept:.2f}" in text
     assert "the extra drafts are ones the target would not have emitted" in text
+    assert list(sd.BLOCK_WORDS) == [r[0] for r in rows[1:]]  # each edit and shipped path said in words, in order
+    for label, words in sd.BLOCK_WORDS.items():
+        assert f"{label} {words}" in " ".join(text.split())
 
 
 def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(demo):

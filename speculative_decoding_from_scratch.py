@@ -3569,8 +3569,10 @@ APEX_BUGS = {
                "leave it", "read = [*read, token, *drafted]")],
 }
 
-APEX_WORDS = {"uniform q": "takes q as uniform where q belongs", "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "draws the next token from the row the replacement came from",
+APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
+              "whole row": "after a rejection, draws from p, not the residual",
+              "next row": "draws the token after a replacement from the row the replacement came from,"
+                          " not one that has read it",
               "cache": "leaves rejected drafts in the KV cache"}
 
 
@@ -3581,11 +3583,12 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         "read, its KV cache (the keys and values of every token read so far), apart from the",
         "text it writes. It carries the row for the next token over from the last pass. APEX-1",
         "drafts with a multi-token head. This port drafts by prompt lookup instead: it proposes what followed"
-        " the text's last few characters earlier on. Its target is chapter 11's character model of Python's"
+        " the text's last few characters earlier on, a certain proposal, so its q is one-hot. Its target is chapter 11's character model of Python's"
         " documentation, which copies text it has read. The port fixes four departures from the rule; each"
         " goes back as a line (APEX_BUGS, in the script):")
     print()
-    table([("", 2, ""), ("bug", 12, "<"), ("what it does", 60, "<")], [("", b, APEX_WORDS[b]) for b in APEX_BUGS])
+    table([("", 2, ""), ("bug", 12, "<"), ("what it does", 62, "<")],
+          [("", *row) for b in APEX_BUGS for row in zip([b, ""], textwrap.wrap(APEX_WORDS[b], 60))])
     rows, cache = [], bugged("cache", APEX_BUGS)
     for label, m in [("ported, fixed", this_module())] + [(b, bugged(b, APEX_BUGS)) for b in APEX_BUGS]:
         fit = m if isinstance(m, str) else attempt(lambda: replicated(lambda seed: calibration_p_value(

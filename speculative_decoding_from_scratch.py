@@ -1098,7 +1098,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 37, "<"), ("stage edited", 24, "<")],
           [("", r, BUG_WORDS[r], ", ".join(dict.fromkeys(f for f, _, _ in BUGS[r]))) for r in BUGS])
     print()
-    say("Both TVs are over P(x1, x2). The exact one is computed from accept_prob and residual, without the loop.")
+    say("Both TVs are over P(x1, x2); the exact one comes from accept_prob and residual, not the loop.")
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1295,17 +1295,17 @@ def demo3_acceptance(k=4, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
         rows.append((label, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
-        "eq. 1 puts tokens per call at 1 + alpha + ... + alpha^k: draft i counts if drafts 1 to i pass. It",
-        "assumes each passes with the same chance alpha. A round costs 1 + k c target calls, so the speedup is",
-        "measured tokens per call / (1 + k c).")
+        "eq. 1 puts tokens per call at 1 + alpha + ... + alpha^k: every round adds one token, redrawn or bonus,",
+        "and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance alpha. A round",
+        "costs 1 + k c target calls, so the speedup is measured tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
-           ("agrees", 7, ">7"), (f"speedup\nc = {c:g}", 8, ".2f")],
+           ("agrees", 7, ">7"), (f"speedup\nc = {c:g}", 10, ".2f")],
           rows, groups=[("", 0, 1), ("tokens per target call", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
     print()
-    say("Agrees: within 4 standard errors (+-) of the exact value.",
+    say("Agrees: within 4 standard errors (+-) of exact.",
         "Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         "Eq. 1 runs a little off; demo 5 says why." if any(
@@ -1390,7 +1390,7 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         print()
-        say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over all of the"
+        say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over the"
             " target's text. But a draft's chance depends on the token before it, and a round's first draft"
             " follows a redrawn or a bonus token. Those are a biased sample of the text: a redrawn token comes"
             " from the residual, which favours tokens the draft under-proposes, and a bonus token follows drafts"
@@ -1556,8 +1556,8 @@ def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
     cross = math.ceil(ridge() * w / (2 * m - ridge() * (one - w))) if 2 * m > ridge() * (one - w) else None
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     print()
-    say("A server decodes B sequences at once and reads the weights once for all of them, so it spends the",
-        f"idle arithmetic itself. With a short context, {n_ctx} tokens each, a verifying pass at k = 1, two positions",
+    say("A server decoding B sequences at once reads the weights once for all, spending the idle arithmetic",
+        f"itself. With a short context, {n_ctx} tokens each, a verifying pass at k = 1, two positions",
         f"a sequence, crosses the ridge from B = {cross:,}." if cross else
         f"With {n_ctx} tokens of context each, a verifying pass at k = 1 stays memory-bound at any batch that fits.",
         f"At B = {end:,} it costs {verify_cost(1, end, n_ctx):.2f} plain passes, and from there no k helps a draft"

@@ -4096,10 +4096,9 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
         f"Choosing at each B alone, it matches the search everywhere; the gap comes from the ranges, each keeping"
         f" its option while that stays within {tol:.1%} of the best." if check.worst > 0 and
         untolerant.worst == 0 else "",
-        f"The search finds the tree best up to B = {check.tree_last}, then a chain: the tree's {nodes} positions"
-        " leave the memory bound first." + ("" if planned_tree in (None, check.tree_last) else f" The plan keeps the tree to"
-                                 f" B = {planned_tree}.") if check.tree_last else
-        "The tree is the best choice at no B here.")
+        demo19_tree_end(check, nodes, n_ctx, max_batch) + ("" if planned_tree in (None, check.tree_last) else
+                                                           f" The plan keeps the tree to B = {planned_tree}.")
+        if check.tree_last else "The tree is the best choice at no B here.")
     print()
     main = main_drafter(buckets)
     say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it. An engine runs",
@@ -4136,8 +4135,10 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets, plan):
                       " drove the verifying pass past the ridge." if short[1] < short[0] and m16 > ridge() * (one16 - w16) else "",
                       f"Here, at {n_ctx}, a plain pass also reads every sequence's KV cache, the keys and values of"
                       " every token it has read." + (f" That keeps a plain pass, one position a sequence, below"
-                                                     f" {m / (one - w):.1f} MACs per byte at any B, under the ridge;"
-                                                     " a verifying pass of k+1 positions can still cross it."
+                                                     f" {m / (one - w):.1f} MACs per byte at any B, under the ridge:"
+                                                     f" each sequence adds {m / 1e9:.1f} GMACs and"
+                                                     f" {(one - w) / 1e9:.2f} GB of KV cache. A verifying pass of"
+                                                     " k+1 positions can still cross it."
                                                      if m < ridge() * (one - w) else ""),
                       "A draft is assumed to read only its weights: the big one's pass costs"
                       f" c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, so speedups rise"
@@ -4150,6 +4151,24 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets, plan):
                       if tree else "",
                       "A range starts memory-bound again where it verifies fewer positions a sequence than the range"
                       " before: fewer MACs per byte." if back else ""]))
+
+
+def demo19_tree_end(check, nodes, n_ctx, max_batch):
+    """Why the search's tree stops being best, from the numbers: the option
+    that overtakes it, and the first B at which the tree's pass is past the
+    ridge (a cause only where the two meet)."""
+    past = next((b for b in range(1, max_batch + 1)
+                 if bound_text(LLAMA2_7B, n_ctx, nodes - 1, b, b, H100).startswith("compute")), None)
+    after = check.after
+    then = f"{after.drafter.name}'s {after.shape}" if after else "plain decoding"
+    if past == check.tree_last + 1:
+        return (f"The search finds the tree best up to B = {check.tree_last}, then {then}: from there the tree's"
+                f" {nodes} positions are past the ridge.")
+    falling = after is not None and draft_cost(check.tree_last + 1, n_ctx, draft=after.drafter.cost) < draft_cost(
+        1, n_ctx, draft=after.drafter.cost)
+    return (f"The search finds the tree best up to B = {check.tree_last}, then {then}, while the tree is still"
+            " memory-bound" + (": its c keeps falling as B grows." if falling else ".") +
+            (f" From B = {past} the tree's {nodes} positions are past the ridge." if past else ""))
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -4166,7 +4185,8 @@ def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
         worst = max(worst, 1 - got / best)
         if true_options[int(np.argmax(speeds))].shape.startswith("tree") and speeds.max() > 1:
             tree_last = b
-    return SimpleNamespace(worst=worst, tree_last=tree_last)
+    after = (true_options[int(np.argmax(true_speeds[tree_last]))] if 0 < tree_last < len(true_speeds) else None)
+    return SimpleNamespace(worst=worst, tree_last=tree_last, after=after)
 
 
 # -----------------------------------------------------------------------------

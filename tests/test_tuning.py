@@ -263,3 +263,16 @@ def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_proce
     assert m / (one - w) < sd.ridge() and f"That keeps a plain pass, one position a sequence, below {m / (one - w):.1f} MACs per byte at any B" in text
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
     assert c[1] < c[0] and f"c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {fit}, so speedups rise" in text
+
+
+def test_chapter19_names_what_ends_the_trees_lead_and_when_its_pass_crosses_the_ridge(in_process):
+    result, text = in_process[0]["19"], " ".join(section(in_process[1], "19").split())
+    fit = sd.sequences_that_fit(512)
+    last, after = result.check.tree_last, result.check.after
+    best_next = result.check.after  # the search's best just after the tree's last B
+    assert last > 0 and after is not None and after.shape.startswith("k")
+    past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
+    assert past > last + 1  # the chain overtakes while the tree is still memory-bound: the tree's bound is not the cause
+    assert (f"The search finds the tree best up to B = {last}, then {best_next.drafter.name}'s {best_next.shape}, while"
+            " the tree is still memory-bound: its c keeps falling as B grows.") in text
+    assert f"From B = {past} the tree's 15 positions are past the ridge." in text

@@ -1095,10 +1095,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     say("Four broken rules, each one or two edited lines:")
     print()
-    table([("", 2, ""), ("bug", 13, "<"), ("what it does", 37, "<"), ("stage edited", 24, "<")],
-          [("", r, BUG_WORDS[r], ", ".join(dict.fromkeys(f for f, _, _ in BUGS[r]))) for r in BUGS])
+    table([("", 2, ""), ("bug", 13, "<"), ("what it does", 37, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
-    say("Both TVs are over P(x1, x2); the exact one comes from accept_prob and residual, not the loop.")
+    say("Both TVs are over P(x1, x2). The exact one applies the rule to every pair of drafts, without the loop.")
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1349,7 +1348,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
     a = pair_alpha(TARGET, MIDDLING)
     print()
     say("Every row agrees." if not misfits else f"NOT every row agrees: k = {', '.join(misfits)}.",
-        f"The best k is {best_m} measured, {best_e} exact. Tokens per call level off below",
+        f"The best k is {best_m} measured, {best_e} exact. Exact tokens per call level off below",
         f"1 / (1 - alpha) = {1 / (1 - a):.2f}, eq. 1 for endless k, while the cost 1 + k c grows.")
     exact = {r[0]: r[7] for r in rows}
     takeaway("the speedup peaks at a moderate k, and it is flat near its peak.",
@@ -1392,9 +1391,10 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over the"
             " target's text. But a draft's chance depends on the token before it, and a round's first draft"
-            " follows a redrawn or a bonus token. Those are a biased sample of the text: a redrawn token comes"
-            " from the residual, which favours tokens the draft under-proposes, and a bonus token follows drafts"
-            f" that passed. In rounds of k = 1, a draft after them passes {first:.3f} of the time"
+            " follows a redrawn or a bonus token. The text as a whole is the target's, but those tokens are not"
+            " typical of it. A redrawn token comes from the residual, which favours tokens the draft"
+            " under-proposes; a bonus token follows a draft the target kept. In rounds of k = 1, a draft"
+            f" after a redrawn or bonus token passes {first:.3f} of the time"
             + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
             f"The same assumption puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
@@ -1557,13 +1557,14 @@ def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     print()
     say("A server decoding B sequences at once reads the weights once for all, spending the idle arithmetic",
-        f"itself. With a short context, {n_ctx} tokens each, a verifying pass at k = 1, two positions",
-        f"a sequence, crosses the ridge from B = {cross:,}." if cross else
+        f"itself. With {n_ctx} tokens of context each, a verifying pass at k = 1, two positions",
+        f"a sequence, reaches the ridge at B = {cross:,}." if cross else
         f"With {n_ctx} tokens of context each, a verifying pass at k = 1 stays memory-bound at any batch that fits.",
-        f"At B = {end:,} it costs {verify_cost(1, end, n_ctx):.2f} plain passes, and from there no k helps a draft"
-        f" with alpha = {alpha} that reads {fewer:.0f} times fewer bytes." if end else
-        f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
-        "The option --detail prints the tables by batch size.")
+        f"At B = {end:,} it costs {verify_cost(1, end, n_ctx):.3f} plain passes. With the draft's c ="
+        f" {draft_cost(end, n_ctx):.3f} (it reads {fewer:.0f} times fewer bytes), a round at k = 1 costs"
+        f" {verify_cost(1, end, n_ctx) + draft_cost(end, n_ctx):.3f}, all that its 1 + alpha = {1 + alpha:g} tokens"
+        f" are worth at alpha = {alpha}. From there no k helps." if end else
+        f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
     return SimpleNamespace(cross=cross, end=end)
 
 

@@ -3950,6 +3950,25 @@ def main_drafter(buckets):
     return drafters[max(sizes, key=sizes.get)] if sizes else None
 
 
+def one_drafter_plan(buckets, priced=None):
+    """The plan as an engine that runs one draft model takes it: (its drafter,
+    the one the plan runs at the most batch sizes; its own buckets, from its
+    columns of the plan's prices, priced = (speeds, options, tol); and (the
+    largest shortfall against the plan, at which B), or None where the plan
+    already runs one drafter)."""
+    used = [o for _, _, o in buckets if o is not None]
+    main = main_drafter(buckets)
+    if len({o.drafter.name for o in used}) < 2 or not priced:
+        return main, buckets, None
+    speeds, options, tol = priced
+    names = {o.drafter.name for o in used}
+    best = np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1), 1.0)
+    mine = [i for i, o in enumerate(options) if o.drafter.name == main.name]
+    buckets = [(lo, hi, options[mine[j - 1]] if j else None) for lo, hi, j in buckets_of(speeds[:, mine], tol)]
+    got = np.concatenate([speeds[lo - 1:hi, options.index(o)] if o else np.ones(hi - lo + 1) for lo, hi, o in buckets])
+    return main, buckets, (float(1 - (got / best).min()), int(np.argmin(got / best)) + 1)
+
+
 def engine_configs(buckets, priced=None):
     """The plan as each engine takes it, and, in one line each, what it cannot
     express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
@@ -3965,16 +3984,7 @@ def engine_configs(buckets, priced=None):
     used = [o for _, _, o in buckets if o is not None]
     if not used:
         return ["plain decoding at every batch size: leave speculation off"]
-    by_name, main = {o.drafter.name: o.drafter for o in used}, main_drafter(buckets)
-    lost = None
-    if len(by_name) > 1 and priced:
-        speeds, options, tol = priced
-        best = np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in by_name]].max(axis=1), 1.0)
-        mine = [i for i, o in enumerate(options) if o.drafter.name == main.name]
-        buckets = [(lo, hi, options[mine[j - 1]] if j else None) for lo, hi, j in buckets_of(speeds[:, mine], tol)]
-        got = np.concatenate([speeds[lo - 1:hi, options.index(o)] if o else np.ones(hi - lo + 1)
-                              for lo, hi, o in buckets])
-        lost = (float(1 - (got / best).min()), int(np.argmin(got / best)) + 1)
+    main, buckets, lost = one_drafter_plan(buckets, priced)
     ks = [(lo, hi, o.positions - 1 if o is not None and o.drafter.name == main.name and o.shape.startswith("k")
            else 0) for lo, hi, o in buckets]
     k_top = max(k for _, _, k in ks) or 1
@@ -4032,9 +4042,11 @@ def exact_per_position(P, Q, K):
 
 def print_engine_configs(buckets, priced):
     """engine_configs as printed: each engine's line wrapped at 78 columns, its continuations indented."""
-    for line in engine_configs(buckets, priced):
+    lines = engine_configs(buckets, priced)
+    for line in lines:
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
+    return lines
 
 
 def tree_tokens(P, Q, depth, branching, n_rounds, seed):
@@ -4044,21 +4056,34 @@ def tree_tokens(P, Q, depth, branching, n_rounds, seed):
     return float(np.mean([len(e) for e in out]))
 
 
-def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
+def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
+    """Chapter 19's two drafters, read as a server reports them, and the plan
+    the procedure makes of them (chapter 23 takes it to the engines)."""
     big, small = (2048, 5504, 16, 32000), (768, 2048, 4, 32000)  # 7 and 87 times fewer weights than the target
-    fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
-    better = blend(TARGET, UNRELATED, 0.75)
     nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
-    drafters = (("big", "draft_model", better, big), ("small", "eagle", MIDDLING, small))
+    drafters = (("big", "draft_model", blend(TARGET, UNRELATED, 0.75), big), ("small", "eagle", MIDDLING, small))
     rates = [exact_per_position(TARGET, Q, k_max) for _, _, Q, _ in drafters]  # as its counters report it at k_max
     measured = [Drafter(label, method, route_tokens(k_max, per_position=r)[0], None, shape)  # read as --tune reads them
                 for (label, method, _, shape), r in zip(drafters, rates)]
     measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
     max_batch = min(max_batch, sequences_that_fit(n_ctx))  # a batch whose KV caches do not fit is not run
+    buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
+    return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
+                           n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, n_rounds=n_rounds, tol=tol,
+                           buckets=buckets, speeds=speeds, options=options)
+
+
+def demo19_tuning(**how):
+    c19 = chapter19_plan(**how)
+    (big, small), nodes, drafters, rates, measured = c19.shapes, c19.nodes, c19.drafters, c19.rates, c19.measured
+    n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
+    buckets, speeds, options = c19.buckets, c19.speeds, c19.options
+    fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     say("A practitioner has several drafters and one server. This chapter's procedure (--plan --profile runs",
         "it on your figures) prices every way to run each drafter at every batch size B, on demo 6's roofline",
         f"at {n_ctx} tokens of context, and picks one per range of B. B goes up to {max_batch}, the sequences"
-        f" whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the target's weights.")
+        f" whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the target's weights. Chapter 23 writes the"
+        " plan as each engine's config.")
     print()
     say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept: its",
         "per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
@@ -4071,7 +4096,6 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
         f" plan writes it 'tree 2x3, {nodes}': 2 candidates, 3 steps, {nodes} positions.")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
-    buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets, plan)
@@ -4100,15 +4124,6 @@ def demo19_tuning(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
         demo19_tree_end(check, nodes, n_ctx, max_batch) + ("" if planned_tree in (None, check.tree_last) else
                                                            f" The plan keeps the tree to B = {planned_tree}.")
         if check.tree_last else "The tree is the best choice at no B here.")
-    print()
-    main = main_drafter(buckets)
-    say("The plan as vLLM, SGLang and TensorRT-LLM, three open-source serving engines, take it. An engine runs",
-        "one draft model, so each gets the one the plan uses at the most batch sizes" +
-        (f", {main.name} here, planned again alone: its ranges differ from the table's." if main else "."),
-        "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
-        "Each key is as the engine's source spells it; in parentheses, what an engine cannot say:")
-    print()
-    print_engine_configs(buckets, (speeds, options, tol))
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
              " its pass is memory-bound.", {"the procedure is within 1% of the exhaustive search at every B":
                                             check.worst <= 0.01})
@@ -4600,6 +4615,38 @@ def demo22_greedy_text():
     return rows
 
 
+# -----------------------------------------------------------------------------
+# Chapter 23. How does each engine take a plan?
+# vLLM, SGLang and TensorRT-LLM each take a draft length by batch size in their
+# own keys, and each runs one draft model; engine_configs (chapter 19's
+# section) writes them, and says in a line what an engine cannot.
+
+
+def demo23_engines(**how):
+    """Chapter 23: chapter 19's plan as each engine's config."""
+    c19 = chapter19_plan(**how)
+    main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters for one server, at",
+        f"{c19.n_ctx} tokens of context: for each range of batch sizes B, which drafter runs, as a chain of k",
+        "drafts or as a tree. Its plan:")
+    print()
+    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
+          [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
+    print()
+    say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft",
+        "model, so each gets the drafter the plan uses at the most batch sizes" +
+        (f", {main.name} here, planned again alone: its ranges differ from the table's." if main else "."),
+        "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
+        "Each key is as the engine's source spells it; in parentheses, what an engine cannot say:")
+    print()
+    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    takeaway("an engine runs one drafter on its own schedule of k by batch size" +
+             (f"; here that costs at most {lost[0]:.1%} of the plan, at B = {lost[1]:,}." if lost else "."),
+             {"each engine's config is written": [line[:8] for line in lines if line[:1] != " "] ==
+              ["vLLM:   ", "SGLang: ", "TRT-LLM:"]})
+    return SimpleNamespace(main=main, lost=lost)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -4633,6 +4680,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "20": ("When should a server stop speculating?", demo20_fallback),
     "21": ("Does temperature slow speculation down?", demo21_temperature),
     "22": ("Does a lossy verifier change greedy text?", demo22_greedy_text),
+    "23": ("How does each engine take a plan?", demo23_engines),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

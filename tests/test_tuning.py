@@ -276,3 +276,15 @@ def test_chapter19_names_what_ends_the_trees_lead_and_when_its_pass_crosses_the_
     assert (f"The search finds the tree best up to B = {last}, then {best_next.drafter.name}'s {best_next.shape}, while"
             " the tree is still memory-bound: its c keeps falling as B grows.") in text
     assert f"From B = {past} the tree's 15 positions are past the ridge." in text
+
+
+def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one_drafter(in_process):
+    c19, text = in_process[0]["19"], section(in_process[1], "23")
+    lines = sd.engine_configs(c19.buckets, (c19.speeds, c19.options, 0.005))
+    flat_text = " ".join(text.split())
+    for line in lines:  # each engine's config, as engine_configs writes it
+        assert " ".join(line.split()) in flat_text
+    main, _, lost = sd.one_drafter_plan(c19.buckets, (c19.speeds, c19.options, 0.005))
+    assert main.name == "big" and in_process[0]["23"].lost == lost and 0 < lost[0] < 1
+    assert f"here that costs at most {lost[0]:.1%} of the plan, at B = {lost[1]}." in flat_text
+    assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs

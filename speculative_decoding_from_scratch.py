@@ -3940,97 +3940,6 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
     return rows
 
 
-def main_drafter(buckets):
-    """The drafter a plan runs at the most batch sizes (None if it never speculates)."""
-    sizes, drafters = {}, {}
-    for lo, hi, o in buckets:
-        if o is not None:
-            sizes[o.drafter.name] = sizes.get(o.drafter.name, 0) + hi - lo + 1
-            drafters[o.drafter.name] = o.drafter
-    return drafters[max(sizes, key=sizes.get)] if sizes else None
-
-
-def one_drafter_plan(buckets, priced=None):
-    """The plan as an engine that runs one draft model takes it: (its drafter,
-    the one the plan runs at the most batch sizes; its own buckets, from its
-    columns of the plan's prices, priced = (speeds, options, tol); and (the
-    largest shortfall against the plan, at which B), or None where the plan
-    already runs one drafter)."""
-    used = [o for _, _, o in buckets if o is not None]
-    main = main_drafter(buckets)
-    if len({o.drafter.name for o in used}) < 2 or not priced:
-        return main, buckets, None
-    speeds, options, tol = priced
-    names = {o.drafter.name for o in used}
-    best = np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1), 1.0)
-    mine = [i for i, o in enumerate(options) if o.drafter.name == main.name]
-    buckets = [(lo, hi, options[mine[j - 1]] if j else None) for lo, hi, j in buckets_of(speeds[:, mine], tol)]
-    got = np.concatenate([speeds[lo - 1:hi, options.index(o)] if o else np.ones(hi - lo + 1) for lo, hi, o in buckets])
-    return main, buckets, (float(1 - (got / best).min()), int(np.argmin(got / best)) + 1)
-
-
-def engine_configs(buckets, priced=None):
-    """The plan as each engine takes it, and, in one line each, what it cannot
-    express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
-    rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
-    its EAGLE flags and, for a chain, an adaptive-mode config of candidate steps
-    per batch-size slot (adaptive_spec_params.py at 015c8726), with a chain's
-    num_draft_tokens = num_steps + 1, which server_args.py enforces when topk
-    is 1 (at 6cc2eee5); TensorRT-LLM:
-    max_draft_len and draft_len_schedule {last B: k}, 0 off, above the last key
-    off (llm_args.py at 00043967). Each engine serves one drafter: the one the
-    plan runs at the most batch sizes, on its own plan: its columns of the
-    plan's prices, priced = (speeds, options, tol), bucketed again."""
-    used = [o for _, _, o in buckets if o is not None]
-    if not used:
-        return ["plain decoding at every batch size: leave speculation off"]
-    main, buckets, lost = one_drafter_plan(buckets, priced)
-    ks = [(lo, hi, o.positions - 1 if o is not None and o.drafter.name == main.name and o.shape.startswith("k")
-           else 0) for lo, hi, o in buckets]
-    k_top = max(k for _, _, k in ks) or 1
-    lines = ["vLLM:    --speculative-config '" + json.dumps({"method": main.method, "num_speculative_tokens": k_top,
-                                                    "num_speculative_tokens_per_batch_size": [list(r) for r in ks]}) + "'"]
-    tree = next((o for o in used if o.drafter.name == main.name and o.shape.startswith("tree")), None)
-    if lost:
-        lines.append(f"         (every engine runs one draft model: {main.name} alone, on its own plan, is at most"
-                     f" {lost[0]:.1%} slower than this plan, at B = {lost[1]:,})")
-    if tree:
-        topk, steps, n, _ = main.tree
-        lines.append("         (vLLM's schedule is of chain lengths: the tree runs as a chain here)")
-        sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
-    else:
-        steps = k_top
-        sg = f"--speculative-eagle-topk 1 --speculative-num-steps {steps} --speculative-num-draft-tokens {steps + 1}"
-    algorithm = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
-                 "mtp": "EAGLE"}.get(main.method, main.method.upper())
-    if algorithm == "NGRAM":  # its drafter takes its own --speculative-ngram-* settings, not the EAGLE flags
-        sg = "(its n-gram drafter takes its own --speculative-ngram-* settings; no flag there is k)"
-    lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
-    if len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and (tree or not algorithm.startswith("EAGLE")):
-        lines.append("         (these flags fix one k at every batch size; its adaptive mode, which moves the steps,"
-                     " runs only for EAGLE drafts, trained draft heads)")
-    if not tree and algorithm.startswith("EAGLE"):
-        slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
-        lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
-                  "         " + json.dumps(slots),
-                  "         (its slots key the smallest batch of each range; it moves among the steps by an",
-                  "         average of accepted drafts, so a slot of one step pins it)"]
-    schedule = {hi: k for _, hi, k in ks}
-    while schedule and list(schedule.values())[-1] == 0:  # above the last key TensorRT-LLM is off anyway
-        schedule.popitem()
-    trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
-           "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
-    items = list(schedule.items())
-    start = next((i for i, (_, k) in enumerate(items) if k == k_top), 0)  # its first key must map to max_draft_len
-    lines += [f"TRT-LLM: speculative_config: {{decoding_type: {trt}, max_draft_len: {k_top},",
-              f"         draft_len_schedule: {json.dumps(dict(items[start:]))}}}"]
-    if start:
-        lines.append(f"         (its first key must map to max_draft_len, so it drafts {k_top} up to B ="
-                     f" {items[start][0]}, whereas {main.name}'s own plan drafts " +
-                     ", then ".join(f"{k} up to B = {hi}" for hi, k in items[:start]) + ")")
-    return lines
-
-
 def exact_per_position(P, Q, K):
     """What a server's per-position counters converge to at K drafts a round:
     the chance that the first i drafts all pass, i = 1..K, over the rounds'
@@ -4038,15 +3947,6 @@ def exact_per_position(P, Q, K):
     ends = round_table(P, Q, K)
     start = stationary(ends.sum(axis=1))
     return [float(start @ ends[:, i:].sum(axis=(1, 2))) for i in range(1, K + 1)]
-
-
-def print_engine_configs(buckets, priced):
-    """engine_configs as printed: each engine's line wrapped at 78 columns, its continuations indented."""
-    lines = engine_configs(buckets, priced)
-    for line in lines:
-        print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
-                                       break_long_words=False, break_on_hyphens=False)))
-    return lines
 
 
 def tree_tokens(P, Q, depth, branching, n_rounds, seed):
@@ -4618,8 +4518,108 @@ def demo22_greedy_text():
 # -----------------------------------------------------------------------------
 # Chapter 23. How does each engine take a plan?
 # vLLM, SGLang and TensorRT-LLM each take a draft length by batch size in their
-# own keys, and each runs one draft model; engine_configs (chapter 19's
-# section) writes them, and says in a line what an engine cannot.
+# own keys, and each runs one draft model; engine_configs writes them, and
+# says in a line what an engine cannot. --plan --profile prints them too.
+
+
+def main_drafter(buckets):
+    """The drafter a plan runs at the most batch sizes (None if it never speculates)."""
+    sizes, drafters = {}, {}
+    for lo, hi, o in buckets:
+        if o is not None:
+            sizes[o.drafter.name] = sizes.get(o.drafter.name, 0) + hi - lo + 1
+            drafters[o.drafter.name] = o.drafter
+    return drafters[max(sizes, key=sizes.get)] if sizes else None
+
+
+def one_drafter_plan(buckets, priced=None):
+    """The plan as an engine that runs one draft model takes it: (its drafter,
+    the one the plan runs at the most batch sizes; its own buckets, from its
+    columns of the plan's prices, priced = (speeds, options, tol); and (the
+    largest shortfall against the plan, at which B), or None where the plan
+    already runs one drafter)."""
+    used = [o for _, _, o in buckets if o is not None]
+    main = main_drafter(buckets)
+    if len({o.drafter.name for o in used}) < 2 or not priced:
+        return main, buckets, None
+    speeds, options, tol = priced
+    names = {o.drafter.name for o in used}
+    best = np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1), 1.0)
+    mine = [i for i, o in enumerate(options) if o.drafter.name == main.name]
+    buckets = [(lo, hi, options[mine[j - 1]] if j else None) for lo, hi, j in buckets_of(speeds[:, mine], tol)]
+    got = np.concatenate([speeds[lo - 1:hi, options.index(o)] if o else np.ones(hi - lo + 1) for lo, hi, o in buckets])
+    return main, buckets, (float(1 - (got / best).min()), int(np.argmin(got / best)) + 1)
+
+
+def engine_configs(buckets, priced=None):
+    """The plan as each engine takes it, and, in one line each, what it cannot
+    express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
+    rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
+    its EAGLE flags and, for a chain, an adaptive-mode config of candidate steps
+    per batch-size slot (adaptive_spec_params.py at 015c8726), with a chain's
+    num_draft_tokens = num_steps + 1, which server_args.py enforces when topk
+    is 1 (at 6cc2eee5); TensorRT-LLM:
+    max_draft_len and draft_len_schedule {last B: k}, 0 off, above the last key
+    off (llm_args.py at 00043967). Each engine serves one drafter: the one the
+    plan runs at the most batch sizes, on its own plan: its columns of the
+    plan's prices, priced = (speeds, options, tol), bucketed again."""
+    used = [o for _, _, o in buckets if o is not None]
+    if not used:
+        return ["plain decoding at every batch size: leave speculation off"]
+    main, buckets, lost = one_drafter_plan(buckets, priced)
+    ks = [(lo, hi, o.positions - 1 if o is not None and o.drafter.name == main.name and o.shape.startswith("k")
+           else 0) for lo, hi, o in buckets]
+    k_top = max(k for _, _, k in ks) or 1
+    lines = ["vLLM:    --speculative-config '" + json.dumps({"method": main.method, "num_speculative_tokens": k_top,
+                                                    "num_speculative_tokens_per_batch_size": [list(r) for r in ks]}) + "'"]
+    tree = next((o for o in used if o.drafter.name == main.name and o.shape.startswith("tree")), None)
+    if lost:
+        lines.append(f"         (every engine runs one draft model: {main.name} alone, on its own plan, is at most"
+                     f" {lost[0]:.1%} slower than this plan, at B = {lost[1]:,})")
+    if tree:
+        topk, steps, n, _ = main.tree
+        lines.append("         (vLLM's schedule is of chain lengths: the tree runs as a chain here)")
+        sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
+    else:
+        steps = k_top
+        sg = f"--speculative-eagle-topk 1 --speculative-num-steps {steps} --speculative-num-draft-tokens {steps + 1}"
+    algorithm = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
+                 "mtp": "EAGLE"}.get(main.method, main.method.upper())
+    if algorithm == "NGRAM":  # its drafter takes its own --speculative-ngram-* settings, not the EAGLE flags
+        sg = "(its n-gram drafter takes its own --speculative-ngram-* settings; no flag there is k)"
+    lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
+    if len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and (tree or not algorithm.startswith("EAGLE")):
+        lines.append("         (these flags fix one k at every batch size; its adaptive mode, which moves the steps,"
+                     " runs only for EAGLE drafts, trained draft heads)")
+    if not tree and algorithm.startswith("EAGLE"):
+        slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
+        lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
+                  "         " + json.dumps(slots),
+                  "         (its slots key the smallest batch of each range; it moves among the steps by an",
+                  "         average of accepted drafts, so a slot of one step pins it)"]
+    schedule = {hi: k for _, hi, k in ks}
+    while schedule and list(schedule.values())[-1] == 0:  # above the last key TensorRT-LLM is off anyway
+        schedule.popitem()
+    trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
+           "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
+    items = list(schedule.items())
+    start = next((i for i, (_, k) in enumerate(items) if k == k_top), 0)  # its first key must map to max_draft_len
+    lines += [f"TRT-LLM: speculative_config: {{decoding_type: {trt}, max_draft_len: {k_top},",
+              f"         draft_len_schedule: {json.dumps(dict(items[start:]))}}}"]
+    if start:
+        lines.append(f"         (its first key must map to max_draft_len, so it drafts {k_top} up to B ="
+                     f" {items[start][0]}, whereas {main.name}'s own plan drafts " +
+                     ", then ".join(f"{k} up to B = {hi}" for hi, k in items[:start]) + ")")
+    return lines
+
+
+def print_engine_configs(buckets, priced):
+    """engine_configs as printed: each engine's line wrapped at 78 columns, its continuations indented."""
+    lines = engine_configs(buckets, priced)
+    for line in lines:
+        print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
+                                       break_long_words=False, break_on_hyphens=False)))
+    return lines
 
 
 def demo23_engines(**how):

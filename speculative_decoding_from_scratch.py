@@ -3735,20 +3735,18 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
         f"its first {n} tokens and the target's. (Chapter 22 covers two rules for greedy requests.) The",
         f"middling draft, k = {k}, after '{name(ctx)}':")
     print()
-    for line in (
-            "lossless  probabilistic: the paper's rule. one-hot: the draft proposes its",
-            "          likeliest token, kept with chance p(x). block: the k drafts",
-            "          judged together (chapter 14).",
-            "typical   vLLM V0's (its old engine), after Medusa's (heads on the target",
-            "          that guess ahead): keep x if p(x) > min(eps, s e^-H), where",
-            "          H = -sum p ln p, the entropy of p, is large when p is spread.",
-            "          q is never read. After a rejection: the argmax. Setting: eps,",
-            "          s (posterior_threshold, posterior_alpha). medusa: the same,",
-            "          and its bonus token is the argmax.",
-            "sglang    SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u",
-            "          uniform in [0, 1), or if p(x) >= single. After a rejection:",
-            "          a token from p with x removed. Setting: single, acc."):
-        print("  " + line)
+    for rule, words in (
+            ("probabilistic", "lossless: the paper's rule."),
+            ("one-hot", "lossless: the draft proposes its likeliest token, kept with chance p(x)."),
+            ("block", "lossless: the k drafts judged together (chapter 14)."),
+            ("typical", "vLLM V0's (its old engine), after Medusa's (heads on the target that guess ahead): keep x"
+                        " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
+                        " spread. q is never read. After a rejection: the argmax. Setting: eps, s"
+                        " (posterior_threshold, posterior_alpha)."),
+            ("medusa", "typical's rule, but its bonus token is the argmax."),
+            ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
+                       " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
+        print("\n".join(textwrap.wrap(words, 78, initial_indent=f"  {rule:<15}", subsequent_indent=" " * 17)))
     truth = target_first_tokens(TARGET, ctx, n)
     hot = temper(MIDDLING, 0)
     settings = [("probabilistic", "lossless", None, MIDDLING), ("one-hot", "lossless", None, hot),
@@ -3778,13 +3776,17 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
         " (too few runs for three). It checks the sampling loop against the exact computation; the exact TV"
         " measures closeness to the target.")
     print()
-    table([("rule", 15, "<"), ("setting", 12, "<"), ("exact TV", 10, exact_text), ("tokens/call", 13, ".2f"),
-           ("fit to exact", 14, p_text), ("", 12, "<")], rows)
-    return demo18_verdicts(rows, best, n_runs, n)
+    table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
+           ("fit to exact", 14, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
+    return demo18_verdicts(rows, best, n_runs, n, k)
 
 
-def demo18_verdicts(rows, best, n_runs, n=3):
+def demo18_verdicts(rows, best, n_runs, n=3, k=3):
     """Chapter 18's sentences on its first table, and the frontier."""
+    typical, medusa = (next((r for r in rows if r[0] == name and r[1] == "0.09, 0.3"), None) for name in
+                       ("typical", "medusa"))
+    twins = (typical and medusa and None not in (typical[2], medusa[2]) and abs(typical[2] - medusa[2]) < ROUNDING
+             and abs(typical[3] - medusa[3]) >= 5e-3 and k >= n)
     misfit = [f"{r[0]} ({r[1]})" for r in rows if r[4] is not None and r[4] < P_REJECT]
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
@@ -3797,7 +3799,9 @@ def demo18_verdicts(rows, best, n_runs, n=3):
         else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
         *[f"For scale: a TV of {r[2]:.2f}, typical's at ({r[1]}), means some set of {n}-token texts has a"
           f" probability {r[2]:.2f} higher under the rule than under the target." for r in rows
-          if r[0] == "typical" and r[1] == "0.09, 0.3" and r[2] is not None])
+          if r[0] == "typical" and r[1] == "0.09, 0.3" and r[2] is not None],
+        f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
+        f" the first {n} tokens, and so the TV, are the same, the tokens per call are not." if twins else "")
     frontier(rows)
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
@@ -3861,7 +3865,7 @@ def demo18_lossy_cost():
 # figures to its Prometheus /metrics page (Part 5 reads them, for --tune and
 # --plan); price every candidate drafter at every batch size on demo 6's
 # roofline, as a chain of k drafts or as the tree it was measured with, and
-# print the plan and the config each engine takes.
+# print the plan (chapter 23 writes it in each engine's keys).
 
 def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None, per_position=None):
     """(tokens per call at k = 1..k_max, where alpha came from or None, the

@@ -132,6 +132,10 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
     assert rows[("typical", "0.09, 0.3")][2] > 0.3 and rows[("typical", "0.09, 0.3")][3] > best
     assert "dominated" in rows[("sglang", "1, 0.5")] and "Every rule's sample fits its own exact joint." in text
     assert "Takeaway: a lossy verifier buys tokens per call" in text
+    # medusa differs from typical only in the bonus token, past the first 3 tokens at k = 3: same TV, other speed
+    typical, medusa = rows[("typical", "0.09, 0.3")], rows[("medusa", "0.09, 0.3")]
+    assert abs(typical[2] - medusa[2]) < 1e-12 and abs(typical[3] - medusa[3]) > 5e-3
+    assert "Medusa's rule differs from typical's only in the bonus token" in text
 
 
 def test_chapter22_counts_the_greedy_texts_each_rule_changes(in_process):

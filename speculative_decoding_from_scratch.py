@@ -1391,14 +1391,12 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over the"
             " target's text. But a draft's chance depends on the token before it, and a round's first draft"
-            " follows a redrawn or a bonus token. The text as a whole is the target's, but those tokens are not"
-            " typical of it. A redrawn token comes from the residual, which favours tokens the draft"
-            " under-proposes; a bonus token follows a draft the target kept. In rounds of k = 1, a draft"
-            f" after a redrawn or bonus token passes {first:.3f} of the time"
+            " follows a redrawn or a bonus token, which are not typical of the text. In rounds of k = 1, a"
+            f" draft after one passes {first:.3f} of the time"
             + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
             f"The same assumption puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
-            if abs(eq1 - exact[k - 1]) >= 5e-3 else "")
+            if abs(eq1 - exact[k - 1]) >= 5e-3 else "", "The option --detail shows where rounds start.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1406,6 +1404,26 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
               "a costly draft is slower than plain decoding": any(r[2] == "slower" for r in rows),
               "at some c below alpha no k wins": bool(edge)})
     return SimpleNamespace(rows=rows, edge=edge, below=below)
+
+
+def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
+    """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
+    target's text, and the first draft's chance to pass after each token."""
+    ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
+    start, text, beta = stationary(ends.sum(axis=1)), stationary(P), np.minimum(P, Q).sum(axis=1)
+    print()
+    say("Where rounds of k = 1 start, exactly, beside how often the target's text holds each token, and the",
+        "chance a draft after it passes, sum min(p, q) over its row:")
+    print()
+    table([("token", 5, ">5"), ("text", 9, ".3f"), ("round starts", 14, ".3f"), ("draft passes", 14, ".3f")],
+          [(name(x), text[x], start[x], beta[x]) for x in range(len(P))])
+    short = int(np.argmin(start - text))
+    print()
+    say(f"Averaged over the text, a draft passes {text @ beta:.3f} of the time: alpha. Averaged over round starts,"
+        f" {start @ beta:.3f}. Rounds start less often after '{name(short)}' ({start[short]:.3f} against"
+        f" {text[short]:.3f})" + (", where a draft passes most often." if short == int(np.argmax(beta)) else "."),
+        "A redrawn token comes from the residual, so it is never a token the draft over-proposes; a bonus token"
+        " follows a draft the target kept.")
 
 
 # -----------------------------------------------------------------------------
@@ -4688,6 +4706,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
+    "5": demo5_detail,
     "6": lambda result: demo6_detail(),
     "9": demo9_detail,
     "10": demo10_detail,

@@ -334,9 +334,9 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "At c = 0.7 no k wins, though alpha = 0.703 > c." in text
-    assert (f"In rounds of k = 1, a draft after a redrawn or bonus token passes {exact[0] - 1:.3f} of the time, and at c = 0.7 that"
+    assert (f"In rounds of k = 1, a draft after one passes {exact[0] - 1:.3f} of the time, and at c = 0.7 that"
             f" makes (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}.") in text and exact[0] / 1.7 < 1
-    assert "A redrawn token comes from the residual, which favours tokens the draft under-proposes" in text
+    assert "which are not typical of the text" in text and "The option --detail shows where rounds start." in text
     assert (f"The same assumption puts demo 3's eq. 1 at {sd.expected_tokens(alpha, 4):.2f}, not the exact"
             f" {exact[3]:.2f}.") in text
     # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
@@ -348,6 +348,20 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     below = [f"{c:.3g}" for c in (r[0] for r in result.rows) if alpha > c
              and max(1.0, sd.speedup(exact, np.arange(1, 17), c).max()) < (1 + alpha) / (1 + c) - 5e-4]
     assert below == result.below and f"The exact best falls short of that promise at c = {', '.join(below)}." in text
+
+
+def test_demo5_in_detail_round_starts_against_the_text():
+    _, text = printed(sd.demo5_detail)
+    ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
+    start, pi = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET)
+    beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
+    first = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1  # demo 5's 0.691, the same number two ways
+    assert start @ beta == pytest.approx(first, abs=1e-12) and pi @ beta == pytest.approx(
+        sd.pair_alpha(sd.TARGET, sd.MIDDLING), abs=1e-12)
+    flat_text = " ".join(text.split())
+    assert f"Averaged over the text, a draft passes {pi @ beta:.3f} of the time: alpha. Averaged over round starts," \
+           f" {first:.3f}." in flat_text
+    assert "Rounds start less often after 'd' (0.136 against 0.184), where a draft passes most often." in flat_text
 
 
 def test_demo6_the_roofline_the_batch_and_their_sentences(demo):

@@ -130,7 +130,7 @@ TERMS = (("vLLM", "serving engine"), ("APEX-1", "a public from-scratch"), ("vllm
          ("SpecInfer", "tree verifier"), ("EAGLE-1", "a trained draft head"), ("MTP", "multi-token prediction"),
          ("HF", "Hugging Face"), ("KV cache", "keys and values"), ("ulp", "unit in the last place"),
          ("logits", "the scores"), ("lam", "weight lam"), ("u v^T", "table of their products"),
-         ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "passes with chance h_i = Z_i / (Z_i + 1 - w_i)"),
+         ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "with chance h_i = Z_i / (Z_i + 1 - w_i)"),
          ("w_i", "the share of the first i drafts"), ("transformers", "a Python library"))
 
 

@@ -4597,7 +4597,7 @@ def engine_configs(buckets, priced=None):
                                                     "num_speculative_tokens_per_batch_size": [list(r) for r in ks]}) + "'"]
     tree = next((o for o in used if o.drafter.name == main.name and o.shape.startswith("tree")), None)
     if lost:
-        lines.append(f"         (every engine runs one draft model: {main.name} alone, on its own plan, is at most"
+        lines.append(f"         (one draft model: {main.name} alone, on its own plan, is at most"
                      f" {lost[0]:.1%} slower than this plan, at B = {lost[1]:,})")
     if tree:
         topk, steps, n, _ = main.tree
@@ -4620,13 +4620,9 @@ def engine_configs(buckets, priced=None):
                   "         " + json.dumps(slots),
                   "         (its slots key the smallest batch of each range; it moves among the steps by an",
                   "         average of accepted drafts, so a slot of one step pins it)"]
-    schedule = {hi: k for _, hi, k in ks}
-    while schedule and list(schedule.values())[-1] == 0:  # above the last key TensorRT-LLM is off anyway
-        schedule.popitem()
     trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
            "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
-    items = list(schedule.items())
-    start = next((i for i, (_, k) in enumerate(items) if k == k_top), 0)  # its first key must map to max_draft_len
+    _, items, start = trt_schedule(ks)
     lines += [f"TRT-LLM: speculative_config: {{decoding_type: {trt}, max_draft_len: {k_top},",
               f"         draft_len_schedule: {json.dumps(dict(items[start:]))}}}"]
     if start:
@@ -4634,6 +4630,44 @@ def engine_configs(buckets, priced=None):
                      f" {items[start][0]}, whereas {main.name}'s own plan drafts " +
                      ", then ".join(f"{k} up to B = {hi}" for hi, k in items[:start]) + ")")
     return lines
+
+
+def trt_schedule(ks):
+    """TensorRT-LLM's draft lengths from a plan's [(first B, last B, k)]: (max_draft_len, the
+    schedule's (last B, k) items, the index of its first key, which must map to max_draft_len)."""
+    k_top = max(k for _, _, k in ks) or 1
+    schedule = {hi: k for _, hi, k in ks}
+    while schedule and list(schedule.values())[-1] == 0:  # above the last key TensorRT-LLM is off anyway
+        schedule.popitem()
+    items = list(schedule.items())
+    return k_top, items, next((i for i, (_, k) in enumerate(items) if k == k_top), 0)
+
+
+def engine_costs(buckets, priced):
+    """What each engine's config costs against the full plan: {engine: (the
+    largest shortfall, at which B)}, each engine running the draft lengths
+    its keys say, as engine_configs writes them: vLLM the drafter's own plan;
+    SGLang one k at every batch (its EAGLE slots, the plan); TensorRT-LLM
+    max_draft_len up to its first key, the schedule after, off past the last."""
+    speeds, options, _ = priced
+    main, own, _ = one_drafter_plan(buckets, priced)
+    names = {o.drafter.name for _, _, o in buckets if o is not None}
+    best = np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1), 1.0)
+    if main is None or any(o is not None and not o.shape.startswith("k") for _, _, o in own):
+        return {}  # a tree in the drafter's own plan: no engine here runs it as a schedule of k
+    chain = {o.positions - 1: i for i, o in enumerate(options) if o.drafter.name == main.name and o.shape.startswith("k")}
+    ks = [(lo, hi, o.positions - 1 if o else 0) for lo, hi, o in own]
+    plan_k = np.concatenate([np.full(hi - lo + 1, k) for lo, hi, k in ks])
+    k_top, items, start = trt_schedule(ks)
+    trt = np.zeros(len(best), int)
+    lo = 0
+    for j, (hi, k) in enumerate(items[start:]):
+        trt[lo:hi] = k_top if j == 0 else k
+        lo = hi
+    eagle = main.method in ("eagle", "eagle3", "mtp")
+    ks = {"vLLM": plan_k, "SGLang": plan_k if eagle else np.full(len(best), k_top), "TRT-LLM": trt}
+    got = {e: np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)]) for e, row in ks.items()}
+    return {e: (float(1 - (g / best).min()), int(np.argmin(g / best)) + 1) for e, g in got.items()}
 
 
 def print_engine_configs(buckets, priced):
@@ -4663,11 +4697,20 @@ def demo23_engines(**how):
         "Each key is as the engine's source spells it; in parentheses, what an engine cannot say:")
     print()
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol))
-    takeaway("an engine runs one drafter on its own schedule of k by batch size" +
-             (f"; here that costs at most {lost[0]:.1%} of the plan, at B = {lost[1]:,}." if lost else "."),
+    costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    if costs:
+        print()
+        say("What each config gives up against the plan, running the draft lengths its keys say:")
+        print()
+        table([("engine", 10, "<"), ("at most", 9, lambda x: f"{x:.1%}"), ("at B", 6, "d")],
+              [(e, *c) for e, c in costs.items()])
+    worst = max(c[0] for c in costs.values()) if costs else None
+    takeaway("an engine runs one drafter on the schedule its keys can say" +
+             (f"; here that gives up at most {worst:.1%} of the plan"
+              f" ({' and '.join(e for e, c in costs.items() if c[0] > worst - 1e-9)})." if costs else "."),
              {"each engine's config is written": [line[:8] for line in lines if line[:1] != " "] ==
               ["vLLM:   ", "SGLang: ", "TRT-LLM:"]})
-    return SimpleNamespace(main=main, lost=lost)
+    return SimpleNamespace(main=main, lost=lost, costs=costs)
 
 
 # =============================================================================

@@ -955,7 +955,7 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
                   ("residual", "return d / total if total > 0 else p", "return p")],
 }
 
-BUG_WORDS = {"argmax": "keeps a draft only if p's likeliest", "no_resample": "redraws from p, not the residual",
+BUG_WORDS = {"argmax": "keeps a draft only if it is p's likeliest", "no_resample": "redraws from p, not the residual",
              "continue": "checks on past a rejection", "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
 
 
@@ -1021,7 +1021,8 @@ def demo1_rule_by_hand(ctx=0):
     print()
     say("A token's kept share, the chance it is drafted and kept, is q min(1, p/q) = min(p, q).",
         f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}, also the sum of max(0, p - q).",
-        f"The redrawn share is that chance times the residual, max(0, p - q) / {1 - beta:.3f}: exactly max(0, p - q).")
+        f"The redrawn share is that chance times the residual: {1 - beta:.3f} max(0, p - q) / {1 - beta:.3f} ="
+        " max(0, p - q).")
     print()
     table([("token", 5, ">5"), ("kept", 10, ".4f"), ("redrawn", 10, ".4f"), ("emitted", 10, ".4f"), ("p", 8, ".4f")],
           [(name(x), kept[x], fixed[x], kept[x] + fixed[x], p[x]) for x in range(VOCAB)])
@@ -1095,15 +1096,16 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     say("Four broken rules, each one or two edited lines:")
     print()
-    table([("", 2, ""), ("bug", 13, "<"), ("what it does", 37, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
+    table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
-    say("Both TVs are over P(x1, x2). The exact one applies the rule to every pair of drafts, without the loop.")
+    say("Both TVs are over P(x1, x2). The exact one is built from the keep chance and the residual, with each",
+        "round ending at its first rejection; it never runs the loop.")
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
     if verdicts.get("continue") == "NOT (fit only)":
         print()
-        say("The exact check skips the loop, so only the fit sees continue. Drafts after a rejection were guessed"
+        say("So only the fit sees continue. Drafts after a rejection were guessed"
             " after a token the output does not hold, so a round must end at its first rejection.")
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
@@ -1391,8 +1393,8 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over the"
             " target's text. But a draft's chance depends on the token before it, and a round's first draft"
-            " follows a redrawn or a bonus token, which are not typical of the text. In rounds of k = 1, a"
-            f" draft after one passes {first:.3f} of the time"
+            " follows a redrawn or a bonus token, which are not typical of the text. In rounds of k = 1, the"
+            f" first draft after such a token passes {first:.3f} of the time"
             + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
             f"The same assumption puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
@@ -1575,13 +1577,13 @@ def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     print()
     say("A server decoding B sequences at once reads the weights once for all, spending the idle arithmetic",
-        f"itself. With {n_ctx} tokens of context each, a verifying pass at k = 1, two positions",
-        f"a sequence, reaches the ridge at B = {cross:,}." if cross else
+        f"itself. With {n_ctx} tokens of context each and an assumed alpha = {alpha}, a verifying pass at k = 1,",
+        f"two positions a sequence, reaches the ridge at B = {cross:,}." if cross else
         f"With {n_ctx} tokens of context each, a verifying pass at k = 1 stays memory-bound at any batch that fits.",
-        f"At B = {end:,} it costs {verify_cost(1, end, n_ctx):.3f} plain passes. With the draft's c ="
-        f" {draft_cost(end, n_ctx):.3f} (it reads {fewer:.0f} times fewer bytes), a round at k = 1 costs"
-        f" {verify_cost(1, end, n_ctx) + draft_cost(end, n_ctx):.3f}, all that its 1 + alpha = {1 + alpha:g} tokens"
-        f" are worth at alpha = {alpha}. From there no k helps." if end else
+        f"From B = {end:,} no k helps. There a k = 1 verifying pass costs {verify_cost(1, end, n_ctx):.3f} plain"
+        f" passes and a draft {fewer:.0f} times smaller c = {draft_cost(end, n_ctx):.3f}. A round then"
+        f" costs {verify_cost(1, end, n_ctx) + draft_cost(end, n_ctx):.3f}, all that its 1 + alpha ="
+        f" {1 + alpha:g} tokens are worth." if end else
         f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
     return SimpleNamespace(cross=cross, end=end)
 

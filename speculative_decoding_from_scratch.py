@@ -3238,13 +3238,14 @@ def demo13_detail(size=4096):
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
               " ICLR 2025) looks at the whole block of k drafts before it decides how many to keep. It"
               " carries a weight w_i along the block (the paper's p_i): w_0 = 1, and w_i = min(1, w_(i-1)"
-              " p(x_i) / q(x_i)), the share of the first i drafts the target still wants. Each position tests"
-              " its own uniform: the last passes with chance w_k, an earlier one with chance h_i = Z_i / (Z_i +"
-              " 1 - w_i), where"
+              " p(x_i) / q(x_i)), the share of the first i drafts the target still wants. Each position draws"
+              " its own uniform random number: the last passes with chance w_k, an earlier one with chance h_i ="
+              " Z_i / (Z_i + 1 - w_i), where"
               " Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still"
               " wants there that the draft does not offer. The block keeps every draft up to the last"
-              " position i that passes, even past one that failed. The token after them, at position i+1,"
-              " comes from max(0, w_i p - q), normalised, or from p if all k passed.")
+              " position i that passes, even past one that failed: a failed test emits nothing, so the drafts"
+              " kept still follow tokens the output holds. The token after them, at position i+1, comes from"
+              " max(0, w_i p - q), normalised, or from p if all k passed.")
 
 
 def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
@@ -3413,9 +3414,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     """How a shipped block verifier broke: two edits of block verification and
     vllm-ascend's two shipped paths, by both checks."""
     here = this_module()
-    say(BLOCK_RULE, "Each edit below changes one line of that rule. Then come the two paths that",
-        "vllm-ascend shipped: the plugin of vLLM, a serving engine, for Huawei's Ascend",
-        f"accelerators. Each verifies the middling draft at k = {k}:")
+    say(BLOCK_RULE, "Each edit below changes one line of that rule. Then come two code paths, PyTorch and",
+        "Triton, that vllm-ascend shipped; vllm-ascend is the plugin of vLLM, a serving engine, for Huawei's",
+        f"Ascend accelerators. Each verifies the middling draft at k = {k}:")
     block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
@@ -3458,7 +3459,8 @@ def demo15_verdicts(rows, truth, k):
         more = all(r[7] > block_kept for r in shipped)
         print()
         say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
-            f"drafts per round; block verification keeps {block_kept:.2f}.",
+            f"drafts per round; block verification keeps {block_kept:.2f}, token-wise verification"
+            f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
             "Block verification keeps the most that any exact verifier can when it sees only each position's"
             " p and q (its paper proves it), so the extra drafts are ones the target would not have emitted."
             if more else "")
@@ -4010,8 +4012,8 @@ def demo19_tuning(**how):
         f" whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the target's weights. Chapter 23 writes the"
         " plan as each engine's config.")
     print()
-    say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept: its",
-        "per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
+    say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept, and so drafts",
+        "1 to i: its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
         f"two drafts for the six-token target report rates at k = {k_max}, computed exactly. Their sizes are",
         f"assumed: the big one (blend 0.75) reads {fewer[0]:.1f} times fewer weight bytes a pass than the target,"
         f" the small one (the middling draft) {fewer[1]:.0f} times fewer. The small one also runs as a tree"
@@ -4038,9 +4040,9 @@ def demo19_tuning(**how):
                                       max_batch, k_max)
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say("Is the procedure right? It prices each option from the server's rates and keeps one option per range",
-        "of B. An exhaustive search instead takes the best at each B alone, pricing chains from exact tokens per",
-        f"call and the tree from its {n_rounds:,} rounds. The procedure's choice is within",
+    say("Is the procedure right? An exhaustive search takes the best option at each B alone, pricing chains from",
+        f"exact tokens per call at every k and the tree from its {n_rounds:,} rounds. The procedure reads chains"
+        f" from the rates at k = {k_max} and keeps one option per range of B. Its choice is within",
         f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
                                                               ": NOT within 1%."),
         f"Choosing at each B alone, it matches the search everywhere; the gap comes from the ranges, each keeping"
@@ -4081,7 +4083,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets, plan):
                                                      f" {(one - w) / 1e9:.2f} GB of KV cache. A verifying pass of"
                                                      " k+1 positions can still cross it."
                                                      if m < ridge() * (one - w) else ""),
-                      "A draft is assumed to read only its weights: the big one's pass costs"
+                      "A draft is assumed to read only its weights (its own KV cache is left out): the big one's"
+                      " pass costs"
                       f" c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, so speedups rise"
                       " with B." if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
@@ -4108,7 +4111,7 @@ def demo19_tree_end(check, nodes, n_ctx, max_batch):
     falling = after is not None and draft_cost(check.tree_last + 1, n_ctx, draft=after.drafter.cost) < draft_cost(
         1, n_ctx, draft=after.drafter.cost)
     return (f"The search finds the tree best up to B = {check.tree_last}, then {then}, while the tree is still"
-            " memory-bound" + (": its c keeps falling as B grows." if falling else ".") +
+            " memory-bound" + (f": {after.drafter.name}'s c keeps falling as B grows." if falling else ".") +
             (f" From B = {past} the tree's {nodes} positions are past the ridge." if past else ""))
 
 

@@ -274,7 +274,7 @@ def test_chapter19_names_what_ends_the_trees_lead_and_when_its_pass_crosses_the_
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert past > last + 1  # the chain overtakes while the tree is still memory-bound: the tree's bound is not the cause
     assert (f"The search finds the tree best up to B = {last}, then {best_next.drafter.name}'s {best_next.shape}, while"
-            " the tree is still memory-bound: its c keeps falling as B grows.") in text
+            " the tree is still memory-bound: big's c keeps falling as B grows.") in text
     assert f"From B = {past} the tree's 15 positions are past the ridge." in text
 
 

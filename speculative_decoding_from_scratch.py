@@ -4014,15 +4014,17 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept, and so drafts",
         "1 to i: its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
-        f"two drafts for the six-token target report rates at k = {k_max}, computed exactly. Their sizes are",
+        f"two drafts for the six-token target report rates at k = {k_max}, computed exactly.")
+    print()
+    table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
+    print()
+    say("Their sizes are",
         f"assumed: the big one (blend 0.75) reads {fewer[0]:.1f} times fewer weight bytes a pass than the target,"
         f" the small one (the middling draft) {fewer[1]:.0f} times fewer. The small one also runs as a tree"
         f" (chapter 8): 3 steps, each drawing two candidates from q under every branch, independently, {nodes - 1}"
         f" drafts (2 + 4 + 8). One pass of {nodes} positions, the drafts and the token before them, checks them all,"
         f" and the target keeps one branch: {measured[1].tree[3]:.2f} tokens per call over {n_rounds:,} rounds. The"
         f" plan writes it 'tree 2x3, {nodes}': 2 candidates, 3 steps, {nodes} positions.")
-    print()
-    table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets, plan)

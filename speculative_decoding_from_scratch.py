@@ -1098,15 +1098,15 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
-    say("Both TVs are over P(x1, x2). The exact one is built from the keep chance and the residual, with each",
-        "round ending at its first rejection; it never runs the loop.")
+    say("Both TVs are over P(x1, x2); the exact one never runs the loop.")
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
     if verdicts.get("continue") == "NOT (fit only)":
         print()
-        say("So only the fit sees continue. Drafts after a rejection were guessed"
-            " after a token the output does not hold, so a round must end at its first rejection.")
+        say("The exact check builds in that a round ends at its first rejection, so only the fit sees continue."
+            " Drafts after a rejection were guessed after a token the output does not hold, so a round must end"
+            " there.")
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
@@ -1391,14 +1391,13 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         print()
-        say(f"The corollary gives every draft the chance alpha = {a:.3f}, an average over the"
-            " target's text. But a draft's chance depends on the token before it, and a round's first draft"
+        say(f"The corollary gives every draft the same chance, alpha = {a:.3f}. But a draft's chance depends on the token before it, and a round's first draft"
             " follows a redrawn or a bonus token, which are not typical of the text. In rounds of k = 1, the"
             f" first draft after such a token passes {first:.3f} of the time"
             + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
             f"The same assumption puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
-            if abs(eq1 - exact[k - 1]) >= 5e-3 else "", "The option --detail shows where rounds start.")
+            if abs(eq1 - exact[k - 1]) >= 5e-3 else "")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1577,13 +1576,14 @@ def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     print()
     say("A server decoding B sequences at once reads the weights once for all, spending the idle arithmetic",
-        f"itself. With {n_ctx} tokens of context each and an assumed alpha = {alpha}, a verifying pass at k = 1,",
-        f"two positions a sequence, reaches the ridge at B = {cross:,}." if cross else
+        f"itself. Take short contexts, {n_ctx} tokens each, so the KV caches stay small, and an assumed alpha =",
+        f"{alpha}. A verifying pass at k = 1, two positions a sequence, reaches the ridge at B = {cross:,}." if cross
+        else
         f"With {n_ctx} tokens of context each, a verifying pass at k = 1 stays memory-bound at any batch that fits.",
-        f"From B = {end:,} no k helps. There a k = 1 verifying pass costs {verify_cost(1, end, n_ctx):.3f} plain"
-        f" passes and a draft {fewer:.0f} times smaller c = {draft_cost(end, n_ctx):.3f}. A round then"
-        f" costs {verify_cost(1, end, n_ctx) + draft_cost(end, n_ctx):.3f}, all that its 1 + alpha ="
-        f" {1 + alpha:g} tokens are worth." if end else
+        f"At B = {end:,} it costs {verify_cost(1, end, n_ctx):.3f} plain passes, and a draft {fewer:.0f} times"
+        f" smaller than the target costs c = {draft_cost(end, n_ctx):.3f} of one. A round then costs"
+        f" {verify_cost(1, end, n_ctx) + draft_cost(end, n_ctx):.3f}, all that its 1 + alpha = {1 + alpha:g} tokens"
+        f" are worth: from B = {end:,} no k helps." if end else
         f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
     return SimpleNamespace(cross=cross, end=end)
 
@@ -4012,9 +4012,11 @@ def demo19_tuning(**how):
         f" whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the target's weights. Chapter 23 writes the"
         " plan as each engine's config.")
     print()
-    say("A server counts, for each draft position i, the share of rounds whose i-th draft was kept, and so drafts",
-        "1 to i: its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
-        f"two drafts for the six-token target report rates at k = {k_max}, computed exactly.")
+    say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
+        "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
+        f"two drafts for the six-token target report rates at k = {k_max}, computed exactly.",
+        f"The small one's first rate, {rates[1][0]:.3f}, is below its alpha, {pair_alpha(TARGET, MIDDLING):.3f}:"
+        " rounds start after atypical tokens (demo 5)." if rates[1][0] < pair_alpha(TARGET, MIDDLING) - 5e-4 else "")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
@@ -4043,13 +4045,11 @@ def demo19_tuning(**how):
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
     say("Is the procedure right? An exhaustive search takes the best option at each B alone, pricing chains from",
-        f"exact tokens per call at every k and the tree from its {n_rounds:,} rounds. The procedure reads chains"
-        f" from the rates at k = {k_max} and keeps one option per range of B. Its choice is within",
+        "exact tokens per call at every k. The procedure's choice is within",
         f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
                                                               ": NOT within 1%."),
-        f"Choosing at each B alone, it matches the search everywhere; the gap comes from the ranges, each keeping"
-        f" its option while that stays within {tol:.1%} of the best." if check.worst > 0 and
-        untolerant.worst == 0 else "",
+        f"The gap comes from its ranges, each keeping one option while that stays within {tol:.1%} of the best."
+        if check.worst > 0 and untolerant.worst == 0 else "",
         demo19_tree_end(check, nodes, n_ctx, max_batch) + ("" if planned_tree in (None, check.tree_last) else
                                                            f" The plan keeps the tree to B = {planned_tree}.")
         if check.tree_last else "The tree is the best choice at no B here.")
@@ -4780,7 +4780,7 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   fit     a chi-square test's p-value: how well a sample fits the
           target's distribution; below {P_REJECT:g}, it is NOT the target's
   exact   no sampling: the output's probabilities computed through the
-          rule itself; an exact TV above {f"{ROUNDING:.0e}".replace("e-0", "e-")} is a bias"""
+          rule itself, with rounding below {f"{ROUNDING:.0e}".replace("e-0", "e-")}"""
 BREAK_IT = """
 Now break it: edit one line of a stage and rerun. The README lists edits."""
 

@@ -186,7 +186,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     fit = sd.sequences_that_fit(512)
     buckets, _, options = sd.plan_drafters(list(drafters.values()), 512, fit, 8, tol=0.0)
     untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
-    assert ("the gap comes from the ranges" in text) == (result.check.worst > 0 and untolerant == 0)
+    assert ("The gap comes from its ranges" in text) == (result.check.worst > 0 and untolerant == 0)
 
 
 def test_an_option_is_priced_as_its_positions_and_draft_passes_say():
@@ -295,3 +295,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan" in flat_text
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs
+
+
+def test_chapter19_ties_the_small_drafts_first_rate_to_round_starts(in_process):
+    text = " ".join(section(in_process[1], "19").split())
+    first, alpha = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0], sd.pair_alpha(sd.TARGET, sd.MIDDLING)
+    assert first < alpha and (f"The small one's first rate, {first:.3f}, is below its alpha, {alpha:.3f}: rounds start"
+                              " after atypical tokens (demo 5).") in text

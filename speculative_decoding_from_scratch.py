@@ -2981,7 +2981,7 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6):
         "output layer gives each token before softmax. Plain decoding multiplies the layer by one",
         "state, a verifying pass by k+1 at once. Floating point can round the two differently. An",
         "ulp (unit in the last place) is the gap between a float and the next one. A float32",
-        f"layer of {P.W.shape[0]:,} x {P.W.shape[1]}, k = {k}, through {blas_name()}; (clock) marks this",
+        f"layer of {P.W.shape[0]:,} tokens by a state of {P.W.shape[1]}, k = {k}, through {blas_name()}; (clock) marks this",
         "machine's figures:")
     print()
     table([("", 34, "<"), ("", 20, "<")],
@@ -3027,7 +3027,7 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     say(f"A flip needs a near tie: give the layer pairs of rows {gap:.0e} apart. Greedy text,".replace("e-0", "e-"),
         f"{n_tokens} tokens from {n_prompts} prompts, drafted by the target a position at a time:")
     print()
-    table([("verifying pass", 24, "<"), ("texts part", 12, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
+    table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
            ("margin there", 14, ".1e")], rows, clock=True)
     part = {r[0]: r[1] for r in rows}  # "n/N": n of the N texts part
     print()

@@ -4218,11 +4218,14 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         "Here the target is chapter 11's character model: with weight lam it copies an earlier",
         "stretch of its own text. The draft is prompt lookup: it proposes what followed the text's",
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
-        f"{phases[1][1]} (little copying), lam {phases[2][1]} again. Adaptive k: the heuristic of transformers (a Python library), 2 more drafts after a",
+        f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
+    print()
+    say("Adaptive k: the heuristic of transformers (a Python library), 2 more drafts after a",
         f"round whose drafts all passed, 1 fewer otherwise. Prompt lookup at k = {k}, {len(seeds)} seeds (+-: the",
         f"standard error of their mean), threshold {threshold} over the last {window} rounds. The per-batch schedule",
-        "speculates at a batch size only where k drafts pay over the whole workload there, a choice made",
-        "in advance, knowing the workload:")
+        f"decides once per batch size, in advance and knowing the workload, whether k = {k} pays there on average.",
+        f"Prices are demo 6's roofline: the lookup is free, and a verifying pass of {k + 1} positions costs",
+        " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ":")
     print()
     table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,
           groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])
@@ -4239,7 +4242,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         " the spread.",
         *[f"At B = {b}, it switches off at about character {at:.0f}{where}, and misses what follows."
           if on[1 + 2 * i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves ({on[1 + 2 * i]:.2f}), so the schedule"
-          " does not speculate there at all." if on[1 + 2 * i] <= 1 else "" for i, b in enumerate(batches)])
+          " does not speculate there at all." if on[1 + 2 * i] <= 1 else "" for i, b in enumerate(batches)],
+        "Adaptive k moves k by what passed, not by what a pass costs: at B = "
+        + " and ".join(str(b) for i, b in enumerate(batches) if rows[3][1 + 2 * i] < 1)
+        + " it is slower than plain decoding too." if any(rows[3][1 + 2 * i] < 1 for i in range(len(batches))) else "")
     takeaway("a switch that turns speculation off for good can lose what a per-batch schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses})
     return SimpleNamespace(rows=rows, loses=loses)

@@ -302,3 +302,15 @@ def test_chapter19_ties_the_small_drafts_first_rate_to_round_starts(in_process):
     first, alpha = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0], sd.pair_alpha(sd.TARGET, sd.MIDDLING)
     assert first < alpha and (f"The small one's first rate, {first:.3f}, is below its alpha, {alpha:.3f}: rounds start"
                               " after atypical tokens (demo 5).") in text
+
+
+def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):
+    result, text = in_process[0]["20"], " ".join(section(in_process[1], "20").split())
+    rows = {r[0]: r for r in result.rows}
+    assert f"costs {sd.verify_cost(5, 1):.2f} plain passes at B = 1 and {sd.verify_cost(5, 256):.2f} plain passes at" \
+           " B = 256" in text
+    on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
+    assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
+    assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
+    assert (adaptive[3] < 1) == ("Adaptive k moves k by what passed, not by what a pass costs: at B = 256 it is"
+                                 " slower than plain decoding too." in text)

@@ -1085,8 +1085,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         rows.append((r, tv_distance(sample / n_runs, truth), fit, tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     say(f"The whole loop, {n_runs:,} runs per rule. Each run keeps its first two tokens after '{name(ctx)}', x1",
-        f"and x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
-        "Left, the target's exact joint; right, the correct rule's sample of it:")
+        f"and x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}:")
     print()
     grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
     sampled = counts.get("correct", np.full((VOCAB, VOCAB), np.nan)) / n_runs
@@ -1104,9 +1103,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
     if verdicts.get("continue") == "NOT (fit only)":
         print()
-        say("The exact check builds in that a round ends at its first rejection, so only the fit sees continue."
-            " Drafts after a rejection were guessed after a token the output does not hold, so a round must end"
-            " there.")
+        say("A round must end at its first rejection: later drafts were guessed after a token the output does not"
+            " hold. The exact check assumes that end, so it cannot express continue; only the fit catches it.")
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
@@ -1391,8 +1389,10 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         print()
-        say(f"The corollary gives every draft the same chance, alpha = {a:.3f}. But a draft's chance depends on the token before it, and a round's first draft"
-            " follows a redrawn or a bonus token, which are not typical of the text. In rounds of k = 1, the"
+        say(f"The corollary gives every draft the same chance, alpha = {a:.3f}. But a draft's chance depends on the"
+            " token before it. A round's first draft"
+            " follows a redrawn or a bonus token, which are not typical of the text: a redrawn token, for one,"
+            " comes from the residual. In rounds of k = 1, the"
             f" first draft after such a token passes {first:.3f} of the time"
             + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
@@ -1574,17 +1574,24 @@ def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
     cross = math.ceil(ridge() * w / (2 * m - ridge() * (one - w))) if 2 * m > ridge() * (one - w) else None
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
+    tokens = expected_tokens(alpha, 1)
     print()
-    say("A server decoding B sequences at once reads the weights once for all, spending the idle arithmetic",
-        f"itself. Take short contexts, {n_ctx} tokens each, so the KV caches stay small, and an assumed alpha =",
-        f"{alpha}. A verifying pass at k = 1, two positions a sequence, reaches the ridge at B = {cross:,}." if cross
-        else
-        f"With {n_ctx} tokens of context each, a verifying pass at k = 1 stays memory-bound at any batch that fits.",
-        f"At B = {end:,} it costs {verify_cost(1, end, n_ctx):.3f} plain passes, and a draft {fewer:.0f} times"
-        f" smaller than the target costs c = {draft_cost(end, n_ctx):.3f} of one. A round then costs"
-        f" {verify_cost(1, end, n_ctx) + draft_cost(end, n_ctx):.3f}, all that its 1 + alpha = {1 + alpha:g} tokens"
-        f" are worth: from B = {end:,} no k helps." if end else
-        f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
+    say("A server decoding B sequences at once reads the weights once for all of them, so the batch spends the",
+        f"idle arithmetic. Take short contexts, {n_ctx} tokens each, a draft {fewer:.0f} times smaller than the target,",
+        f"and an assumed alpha = {alpha}. At k = 1, a round's cost in plain passes, against its 1 + alpha =",
+        f"{tokens:g} tokens:")
+    print()
+    table([("B", 6, "d"), ("verifying pass", 16, ".3f"), ("draft, c", 10, ".3f"), ("round", 8, ".3f"),
+           ("speedup", 9, ".3f")],
+          [(b, verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
+            speedup(tokens, 1, draft_cost(b, n_ctx), verify_cost(1, b, n_ctx))) for b in sorted({1, cross, end} - {None})])
+    print()
+    say(f"At B = {cross:,} the verifying pass, two positions a sequence, reaches the ridge; past it, it costs more"
+        " than a plain pass." if cross else "The verifying pass stays memory-bound at any batch that fits.",
+        f"From B = {end:,} no k helps." if end else
+        f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
+        "The draft's c falls a little with B, as a plain pass also reads every sequence's KV cache."
+        if end and draft_cost(end, n_ctx) < draft_cost(1, n_ctx) else "")
     return SimpleNamespace(cross=cross, end=end)
 
 

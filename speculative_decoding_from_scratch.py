@@ -3991,19 +3991,21 @@ def tree_tokens(P, Q, depth, branching, n_rounds, seed):
     return float(np.mean([len(e) for e in out]))
 
 
-def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
+def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, big_weight=0.75, branching=2, steps=3):
     """Chapter 19's two drafters, read as a server reports them, and the plan
     the procedure makes of them (chapter 23 takes it to the engines)."""
     big, small = (2048, 5504, 16, 32000), (768, 2048, 4, 32000)  # 7 and 87 times fewer weights than the target
-    nodes = 1 + 2 + 4 + 8  # top-2 over 3 steps, as SGLang counts its draft tokens (the root included)
-    drafters = (("big", "draft_model", blend(TARGET, UNRELATED, 0.75), big), ("small", "eagle", MIDDLING, small))
+    nodes = 1 + sum(branching**i for i in range(1, steps + 1))  # as SGLang counts its draft tokens (the root included)
+    drafters = (("big", "draft_model", blend(TARGET, UNRELATED, big_weight), big), ("small", "eagle", MIDDLING, small))
     rates = [exact_per_position(TARGET, Q, k_max) for _, _, Q, _ in drafters]  # as its counters report it at k_max
     measured = [Drafter(label, method, route_tokens(k_max, per_position=r)[0], None, shape)  # read as --tune reads them
                 for (label, method, _, shape), r in zip(drafters, rates)]
-    measured[1] = measured[1]._replace(tree=(2, 3, nodes, tree_tokens(TARGET, MIDDLING, 3, 2, n_rounds, 42)))
+    measured[1] = measured[1]._replace(tree=(branching, steps, nodes,
+                                             tree_tokens(TARGET, MIDDLING, steps, branching, n_rounds, 42)))
     max_batch = min(max_batch, sequences_that_fit(n_ctx))  # a batch whose KV caches do not fit is not run
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
+                           big_weight=big_weight,
                            n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, n_rounds=n_rounds, tol=tol,
                            buckets=buckets, speeds=speeds, options=options)
 
@@ -4011,6 +4013,7 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005):
 def demo19_tuning(**how):
     c19 = chapter19_plan(**how)
     (big, small), nodes, drafters, rates, measured = c19.shapes, c19.nodes, c19.drafters, c19.rates, c19.measured
+    tree = measured[1].tree
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
@@ -4024,17 +4027,19 @@ def demo19_tuning(**how):
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
         f"two drafts for the six-token target report rates at k = {k_max}, computed exactly.",
         f"The small one's first rate, {rates[1][0]:.3f}, is below its alpha, {pair_alpha(TARGET, MIDDLING):.3f}:"
-        " rounds start after atypical tokens (demo 5)." if rates[1][0] < pair_alpha(TARGET, MIDDLING) - 5e-4 else "")
+        f" rounds start after atypical tokens (demo 5, whose {exact_tokens_per_call(TARGET, MIDDLING, 1) - 1:.3f} is"
+        f" for rounds of k = 1; here k = {k_max})." if rates[1][0] < pair_alpha(TARGET, MIDDLING) - 5e-4 else "")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     say("Their sizes are",
-        f"assumed: the big one (blend 0.75) reads {fewer[0]:.1f} times fewer weight bytes a pass than the target,"
-        f" the small one (the middling draft) {fewer[1]:.0f} times fewer. The small one also runs as a tree"
-        f" (chapter 8): 3 steps, each drawing two candidates from q under every branch, independently, {nodes - 1}"
-        f" drafts (2 + 4 + 8). One pass of {nodes} positions, the drafts and the token before them, checks them all,"
-        f" and the target keeps one branch: {measured[1].tree[3]:.2f} tokens per call over {n_rounds:,} rounds. The"
-        f" plan writes it 'tree 2x3, {nodes}': 2 candidates, 3 steps, {nodes} positions.")
+        f"assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes a pass than"
+        f" the target, the small one (the middling draft) {fewer[1]:.0f} times fewer. The small one also runs as a"
+        f" tree (chapter 8): {tree[1]} steps, each drawing {tree[0]} candidates from q under every branch,"
+        f" independently, {nodes - 1} drafts ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass"
+        f" of {nodes} positions, the drafts and the token before them, checks them all, and the target keeps one"
+        f" branch: {tree[3]:.2f} tokens per call over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
+        f" {nodes}': {tree[0]} candidates, {tree[1]} steps, {nodes} positions.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets, plan)
@@ -4052,8 +4057,9 @@ def demo19_tuning(**how):
                                       max_batch, k_max)
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say("Is the procedure right? An exhaustive search takes the best option at each B alone, pricing chains from",
-        "exact tokens per call at every k. The procedure's choice is within",
+    say("Is the procedure right? It prices from the server's rates and keeps one option per range of B. An",
+        "exhaustive search instead takes the best option at each B alone, pricing chains from exact tokens per",
+        "call at every k. The procedure's choice is within",
         f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
                                                               ": NOT within 1%."),
         f"The gap comes from its ranges, each keeping one option while that stays within {tol:.1%} of the best."
@@ -4666,7 +4672,7 @@ def trt_schedule(ks):
 
 def engine_costs(buckets, priced):
     """What each engine's config costs against the full plan: {engine: (the
-    largest shortfall, at which B)}, each engine running the draft lengths
+    largest shortfall, at which B, the k it drafts there)}, each engine running the draft lengths
     its keys say, as engine_configs writes them: vLLM the drafter's own plan;
     SGLang one k at every batch (its EAGLE slots, the plan); TensorRT-LLM
     max_draft_len up to its first key, the schedule after, off past the last."""
@@ -4688,7 +4694,8 @@ def engine_costs(buckets, priced):
     eagle = main.method in ("eagle", "eagle3", "mtp")
     ks = {"vLLM": plan_k, "SGLang": plan_k if eagle else np.full(len(best), k_top), "TRT-LLM": trt}
     got = {e: np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)]) for e, row in ks.items()}
-    return {e: (float(1 - (g / best).min()), int(np.argmin(g / best)) + 1) for e, g in got.items()}
+    worst = {e: int(np.argmin(g / best)) for e, g in got.items()}
+    return {e: (float(1 - (g / best).min()), worst[e] + 1, int(ks[e][worst[e]])) for e, g in got.items()}
 
 
 def print_engine_configs(buckets, priced):
@@ -4700,13 +4707,23 @@ def print_engine_configs(buckets, priced):
     return lines
 
 
+def group_by(values):
+    """{value: [keys with it]}, in first-seen order: {"a": 1, "b": 1} -> {1: ["a", "b"]}."""
+    out = {}
+    for key, value in values.items():
+        out.setdefault(value, []).append(key)
+    return out
+
+
 def demo23_engines(**how):
     """Chapter 23: chapter 19's plan as each engine's config."""
     c19 = chapter19_plan(**how)
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    t = c19.measured[1].tree
     say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters for one server, at",
         f"{c19.n_ctx} tokens of context: for each range of batch sizes B, which drafter runs, as a chain of k",
-        "drafts or as a tree. Its plan:")
+        f"drafts or as a tree ('tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates, {t[1]} steps, {t[2]} positions). Chapter"
+        " 19 also says why its speedups rise with B. Its plan:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -4723,8 +4740,17 @@ def demo23_engines(**how):
         print()
         say("What each config gives up against the plan, running the draft lengths its keys say:")
         print()
-        table([("engine", 10, "<"), ("at most", 9, lambda x: f"{x:.1%}"), ("at B", 6, "d")],
+        table([("engine", 10, "<"), ("at most", 9, lambda x: f"{x:.1%}"), ("at B", 6, "d"), ("k there", 9, "d")],
               [(e, *c) for e, c in costs.items()])
+        own = dict(costs).pop("vLLM")
+        more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
+        print()
+        say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
+            f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there).",
+            " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {extra:.1%} more at B = {b:,},"
+                     f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} draft {k}."
+                     for (extra, b, k), es in group_by({e: (round(c[0] - own[0], 9), c[1], c[2])
+                                                        for e, c in more.items()}).items()))
     worst = max(c[0] for c in costs.values()) if costs else None
     takeaway("an engine runs one drafter on the schedule its keys can say" +
              (f"; here that gives up at most {worst:.1%} of the plan"

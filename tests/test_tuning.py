@@ -287,21 +287,25 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one
     main, _, lost = sd.one_drafter_plan(c19.buckets, (c19.speeds, c19.options, 0.005))
     assert main.name == "big" and in_process[0]["23"].lost == lost and 0 < lost[0] < 1
     costs = sd.engine_costs(c19.buckets, (c19.speeds, c19.options, 0.005))
-    assert costs["vLLM"] == lost  # vLLM's rows say the drafter's own plan exactly
+    assert costs["vLLM"][:2] == lost  # vLLM's rows say the drafter's own plan exactly
     # SGLang's flags fix k = 8: at B = 1 that is big's k = 8 against the plan's tree, by chapter 19's own prices
     big8 = next(i for i, o in enumerate(c19.options) if o.drafter.name == "big" and o.shape == "k = 8")
     best1 = max(1.0, c19.speeds[0].max())
     assert costs["SGLang"][0] >= 1 - c19.speeds[0, big8] / best1 - 1e-12 and costs["SGLang"][0] > lost[0]
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan" in flat_text
+    extra = costs["SGLang"][0] - costs["vLLM"][0]
+    assert costs["SGLang"][2] == 8 and (f"SGLang and TRT-LLM give up {extra:.1%} more at B = {costs['SGLang'][1]},"
+                                        " where their keys make big draft 8.") in flat_text
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs
 
 
 def test_chapter19_ties_the_small_drafts_first_rate_to_round_starts(in_process):
     text = " ".join(section(in_process[1], "19").split())
     first, alpha = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0], sd.pair_alpha(sd.TARGET, sd.MIDDLING)
+    k1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert first < alpha and (f"The small one's first rate, {first:.3f}, is below its alpha, {alpha:.3f}: rounds start"
-                              " after atypical tokens (demo 5).") in text
+                              f" after atypical tokens (demo 5, whose {k1:.3f} is for rounds of k = 1; here k = 8).") in text
 
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

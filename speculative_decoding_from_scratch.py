@@ -1097,14 +1097,15 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
-    say("Both TVs are over P(x1, x2); the exact one never runs the loop.")
+    say("Both TVs are over P(x1, x2). The exact one never runs the loop, so it cannot express continue, a bug in",
+        "the loop.")
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
     if verdicts.get("continue") == "NOT (fit only)":
         print()
-        say("A round must end at its first rejection: later drafts were guessed after a token the output does not"
-            " hold. The exact check assumes that end, so it cannot express continue; only the fit catches it.")
+        say("Only the fit catches continue. A round must end at its first rejection: later drafts were"
+            " conditioned on the rejected draft, which the output does not hold.")
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
@@ -1336,8 +1337,8 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
         exact = exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k, each k its own run (bars: the exact speedup).",
-        "The run at k = 4 is demo 3's." if n_rounds == LESSON_RUN["n_rounds"] else "")
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k, each its own run" +
+        ("; k = 4's is demo 3's" if n_rounds == LESSON_RUN["n_rounds"] else "") + " (bars: the exact speedup).")
     print()
     table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 26, "<")],
@@ -1391,8 +1392,8 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         say(f"The corollary gives every draft the same chance, alpha = {a:.3f}. But a draft's chance depends on the"
             " token before it. A round's first draft"
-            " follows a redrawn or a bonus token, which are not typical of the text: a redrawn token, for one,"
-            " comes from the residual. In rounds of k = 1, the"
+            " follows a redrawn or a bonus token, which are not typical of the text: a redrawn token comes from"
+            " the residual, and a bonus token follows a draft the target kept. In rounds of k = 1, the"
             f" first draft after such a token passes {first:.3f} of the time"
             + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
@@ -1576,7 +1577,7 @@ def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     tokens = expected_tokens(alpha, 1)
     print()
-    say("A server decoding B sequences at once reads the weights once for all of them, so the batch spends the",
+    say("A server decoding B sequences at once reads the weights once for all, so the batch spends the",
         f"idle arithmetic. Take short contexts, {n_ctx} tokens each, a draft {fewer:.0f} times smaller than the target,",
         f"and an assumed alpha = {alpha}. At k = 1, a round's cost in plain passes, against its 1 + alpha =",
         f"{tokens:g} tokens:")
@@ -1586,11 +1587,10 @@ def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
           [(b, verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
             speedup(tokens, 1, draft_cost(b, n_ctx), verify_cost(1, b, n_ctx))) for b in sorted({1, cross, end} - {None})])
     print()
-    say(f"At B = {cross:,} the verifying pass, two positions a sequence, reaches the ridge; past it, it costs more"
-        " than a plain pass." if cross else "The verifying pass stays memory-bound at any batch that fits.",
+    say(f"At B = {cross:,} the verifying pass, two positions a sequence, reaches the ridge." if cross else "The verifying pass stays memory-bound at any batch that fits.",
         f"From B = {end:,} no k helps." if end else
         f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
-        "The draft's c falls a little with B, as a plain pass also reads every sequence's KV cache."
+        "c falls with B: a plain pass also reads every sequence's KV cache."
         if end and draft_cost(end, n_ctx) < draft_cost(1, n_ctx) else "")
     return SimpleNamespace(cross=cross, end=end)
 
@@ -4057,9 +4057,9 @@ def demo19_tuning(**how):
                                       max_batch, k_max)
     planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say("Is the procedure right? It prices from the server's rates and keeps one option per range of B. An",
-        "exhaustive search instead takes the best option at each B alone, pricing chains from exact tokens per",
-        "call at every k. The procedure's choice is within",
+    say(f"Is the procedure right? It prices every chain from the rates read at k = {k_max}, and keeps one option per",
+        "range of B. An exhaustive search instead takes the best option at each B alone, computing each chain's",
+        "tokens per call exactly. The procedure's choice is within",
         f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
                                                               ": NOT within 1%."),
         f"The gap comes from its ranges, each keeping one option while that stays within {tol:.1%} of the best."
@@ -4625,7 +4625,7 @@ def engine_configs(buckets, priced=None):
     tree = next((o for o in used if o.drafter.name == main.name and o.shape.startswith("tree")), None)
     if lost:
         lines.append(f"         (one draft model: {main.name} alone, on its own plan, is at most"
-                     f" {lost[0]:.1%} slower than this plan, at B = {lost[1]:,})")
+                     f" {lost[0]:.1%} slower than the full plan, at B = {lost[1]:,})")
     if tree:
         topk, steps, n, _ = main.tree
         lines.append("         (vLLM's schedule is of chain lengths: the tree runs as a chain here)")
@@ -4747,7 +4747,8 @@ def demo23_engines(**how):
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there).",
-            " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {extra:.1%} more at B = {b:,},"
+            " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {extra * 100:.1f} points more"
+                     f" at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} draft {k}."
                      for (extra, b, k), es in group_by({e: (round(c[0] - own[0], 9), c[1], c[2])
                                                         for e, c in more.items()}).items()))
@@ -4820,7 +4821,7 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   fit     a chi-square test's p-value: how well a sample fits the
           target's distribution; below {P_REJECT:g}, it is NOT the target's
   exact   no sampling: the output's probabilities computed through the
-          rule itself, with rounding below {f"{ROUNDING:.0e}".replace("e-0", "e-")}"""
+          rule itself"""
 BREAK_IT = """
 Now break it: edit one line of a stage and rerun. The README lists edits."""
 

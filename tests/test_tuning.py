@@ -295,7 +295,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan" in flat_text
     extra = costs["SGLang"][0] - costs["vLLM"][0]
-    assert costs["SGLang"][2] == 8 and (f"SGLang and TRT-LLM give up {extra:.1%} more at B = {costs['SGLang'][1]},"
+    assert costs["SGLang"][2] == 8 and (f"SGLang and TRT-LLM give up {extra * 100:.1f} points more at B = {costs['SGLang'][1]},"
                                         " where their keys make big draft 8.") in flat_text
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs
 

@@ -4767,6 +4767,8 @@ def demo23_engines(**how):
 # argparse. It calls into the parts above; nothing above calls it.
 # =============================================================================
 
+K_MAX_DEFAULT, K_MAX_PROFILE, K_MAX_LIMIT = 32, 16, 64  # --k-max: the default, with --profile, and the most
+
 
 # The run: a legend of the terms, the demos in order, then the edits to try.
 LESSON = {  # the default run: the paper, in six demos
@@ -5527,7 +5529,9 @@ def arg_parser():
     add("--label", type=label_pair, action="append", metavar="KEY=VALUE", help="--metrics: count only the samples "
         "with this label, say model_name=m or engine=0 (all of them are summed otherwise)")
     add("--profile", metavar="FILE", help="--plan: a JSON profile of several drafters (README: Tuning a server)")
-    add("--k-max", type=value(int, 1, 64), help="the largest k to consider (32; at most 64)")
+    add("--k-max", type=value(int, 1, K_MAX_LIMIT),
+        help=f"the largest k to consider (default {K_MAX_DEFAULT}; with --per-position or --metrics, the number of"
+             f" rates; with --profile, {K_MAX_PROFILE}; at most {K_MAX_LIMIT})")
     add("--v", type=value(float, 1, 1000), default=1.0, help="--tune: the verifying pass's cost in target passes "
         "(%(default)s; at least 1: a wide pass costs no less than a narrow one)")
     add("--context", type=value(int, 1, 10**7), default=512, help="--plan: tokens of context (%(default)s)")
@@ -5615,8 +5619,9 @@ def run(args):
         except json.JSONDecodeError as error:
             raise ValueError(f"{args.profile} is not JSON: {error.msg} at line {error.lineno}") from None
         target = tuple(args.target_shape or LLAMA2_7B)
-        print_profile_plan(profile_drafters(profile, args.k_max or 16, read_text), args.context, args.max_batch,
-                           args.k_max or 16, accelerator(args.flops, args.bandwidth, args.memory), target)
+        print_profile_plan(profile_drafters(profile, args.k_max or K_MAX_PROFILE, read_text), args.context,
+                           args.max_batch, args.k_max or K_MAX_PROFILE, accelerator(args.flops, args.bandwidth,
+                                                                                    args.memory), target)
     elif args.tune or args.plan:
         if args.metrics:
             labels = dict(args.label or [])
@@ -5629,7 +5634,8 @@ def run(args):
             print()
             args.k = None
         route = dict(k=args.k, mean_length=args.mean_acceptance_length, draft_rate=args.draft_acceptance_rate,
-                     per_position=args.per_position, k_max=args.k_max or len(args.per_position or [0] * 32))
+                     per_position=args.per_position,
+                     k_max=args.k_max or len(args.per_position or [0] * K_MAX_DEFAULT))
         if not routes_given(args):
             route["alpha"] = value(float, 0, 1, "ALPHA ")(args.values[0])
         if args.tune:

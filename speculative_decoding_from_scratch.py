@@ -1755,17 +1755,18 @@ def cross_entropy(S, Q):
     return float(-(S * np.log(Q)).sum() / S.sum())
 
 
-def demo7_distillation(k=4, c=0.1, n_text=20_000):
+def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
     world = random_table(101, sharpness=2.5)
-    P = blend(world, random_table(201, sharpness=2.5), 0.7)  # an imperfect model of it
+    P = blend(world, random_table(201, sharpness=2.5), world_weight)  # an imperfect model of it
+    V = len(P)
     text = plain_decode(world, [0], n_text, np.random.default_rng(7))
     S_text, S_target = bigram_counts(text), visit_joint(P)
     fit, kd_params = low_rank_draft(fit_text(text)), distill(P)
     kd, tv = low_rank_draft(kd_params), low_rank_draft(maximise_alpha(P, kd_params))
-    say(f"A table called the world writes {n_text:,} tokens of text. The target models the world imperfectly: 0.7 of",
-        "the world's table plus 0.3 of another. Each draft is softmax(u v^T + b): u, v and b hold",
-        "6 numbers each, and u v^T is the 6 x 6 table of their products. That is 18 numbers, where",
-        f"a full table has 30 free ones. KL(p||q) measures how far q falls short of p. Each draft runs at k = {k}.")
+    say(f"A table called the world writes {n_text:,} tokens of text. The target models the world imperfectly:"
+        f" {world_weight:g} of the world's table plus {1 - world_weight:g} of another. Each draft is softmax(u v^T +"
+        f" b): u, v and b hold {V} numbers each, and u v^T is the {V} x {V} table of their products. That is"
+        f" {3 * V} numbers, where a full table has {V * (V - 1)} free ones. KL(p||q) measures how far q falls short of p. Each draft runs at k = {k}.")
     print()
     rows = [("1. the world's text", "cross-entropy", cross_entropy(S_text, fit), fit),
             ("2. the target's distributions", "KL(p||q)", cross_entropy(S_target, kd) - cross_entropy(S_target, P), kd),
@@ -2799,10 +2800,13 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         "the text ends, and continues it. Otherwise it follows how often each character follows",
         "the two before it in the documentation.")
     print()
-    say("Prompt lookup drafts with no model at all. It looks for the text's last 4 characters",
-        "earlier in the text, then its last 3, then 2. At the first place they occur, it proposes",
+    say("Prompt lookup drafts with no model at all. It looks for the text's last",
+        f"{VLLM_LOOKUP.n_max} characters earlier in the text, then its last"
+        f" {and_list([str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1)]).replace(' and ', ', then ')}."
+        " At the first place they occur, it proposes",
         "the k characters that followed. vLLM, a serving engine, calls this its ngram method.",
-        "Hugging Face transformers (HF), a Python library, tries the last 2 characters, then 1.",
+        f"Hugging Face transformers (HF), a Python library, tries the last {HF_LOOKUP.n_max} characters, then"
+        f" {', then '.join(str(n) for n in range(HF_LOOKUP.n_max - 1, HF_LOOKUP.n_min - 1, -1))}.",
         "A proposal is certain, so its q is one-hot: the draft is kept with chance p(x). Below, the",
         "prompt's last line (a paragraph to summarise), then what the target writes (\\n: a new line):",
         "near-gibberish between copied runs, as a character model writes.")
@@ -4214,7 +4218,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     workload whose acceptance changes phase."""
     prompt = prompts()["summarise"]
     P, n = PhaseModel(len(prompt), phases), sum(length for length, _ in phases)
-    policies = {"always on, k = 5": {}, f"off for good below {threshold}": dict(switch=(threshold, window)),
+    policies = {f"always on, k = {k}": {}, f"off for good below {threshold}": dict(switch=(threshold, window)),
                 "adaptive k": dict(adapt=True)}
     runs = {name_: [phase_run(P, prompt, n, k, s, **how) for s in seeds] for name_, how in policies.items()}
     rows = []
@@ -4281,7 +4285,7 @@ def greedy_is_argmax(n_tokens, k=4):
     return sum(a == b for a, b in zip(tokens, text[1:]))
 
 
-def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0)):
+def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0), n_greedy=1000):
     """Chapter 21's table: temperature, with the draft sampled at T as the paper
     does, or greedy (its argmax, kept with chance p_T(x)) as vLLM does by
     default. Each row: alpha and the exact speedup both ways, a fit of each
@@ -4311,20 +4315,20 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
            ("greedy", 8, ".2f"), ("sampled", 9, p_text), ("greedy", 8, p_text), ("exact TV", 9, exact_text)],
           [r[:9] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5), ("fit", 6, 7)])
-    same = attempt(lambda: greedy_is_argmax(1000))
-    lower = temperature_words(rows, same)
+    same = attempt(lambda: greedy_is_argmax(n_greedy))
+    lower = temperature_words(rows, same, n_greedy)
     return rows, same, lower
 
 
-def temperature_words(rows, same):
+def temperature_words(rows, same, n_greedy):
     """Chapter 21's sentences, from its table (T > 0: at T = 0 both ways are greedy)."""
     failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     print()
     say("Every row emits its tempered target by both checks." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
-        "At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax loop." if same == 1000 else
-        f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of 1,000 agree).")
+        f"At T = 0, greedy speculation writes the same {n_greedy:,} tokens as a plain argmax loop." if same == n_greedy
+        else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).")
     lower = all(r[3] < r[2] for r in hot)
     slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
                   for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}
@@ -4391,16 +4395,16 @@ def hand_q_rows(Q):
         return verify_round(P, text, drafted, [Q[c] for c in [text[-1]] + drafted[:-1]], rng)
     return verify
 
-def demo21_temperature(k=4, n_rounds=200):
+def demo21_temperature(k=4, n_rounds=200, n_greedy=1000):
     """Chapter 21: alpha and the speedup against temperature, with the draft
     sampled at T or greedy, and the paper's Table 3 beside them."""
-    rows, same, lower = temperature_rows(k, n_rounds)
+    rows, same, lower = temperature_rows(k, n_rounds, n_greedy=n_greedy)
     print()
     say(table3_words(rows))
     takeaway("temperature changes how many drafts pass, and every way still emits its tempered target exactly;"
              " above T = 0 a sampled draft keeps more than a greedy one.",
              {"every temperature emits its tempered target": all(r[9] == "the target" for r in rows),
-              "greedy speculation is argmax decoding": same == 1000,
+              "greedy speculation is argmax decoding": same == n_greedy,
               "greedy drafts keep less at every T > 0": lower})
     return SimpleNamespace(temperatures=rows, greedy=same)
 
@@ -4500,7 +4504,8 @@ def parting_rows(P, D, prompts_, k, n_tokens, n):
 def greedy_parting(k=4, n_tokens=32, n=3):
     """Chapter 22: greedy requests, where relaxed acceptance and FLy change
     the text itself."""
-    P, D = greedy_tables()
+    weight = 0.5  # the draft's blend: this much of the target, the rest an unrelated table
+    P, D = greedy_tables(weight=weight)
     prompts_ = list(range(24))
     rows = parting_rows(P, D, prompts_, k, n_tokens, n)
     say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and an",
@@ -4520,7 +4525,8 @@ def greedy_parting(k=4, n_tokens=32, n=3):
         print("  " + line)
     print()
     say(f"A target table over {len(P)} tokens, flatter than the six-token ones so that near ties occur. The",
-        "draft proposes the likeliest token of a blend, half this target and half an unrelated table.",
+        f"draft proposes the likeliest token of a blend, {weight:g} of this target and {1 - weight:g} of an unrelated"
+        " table.",
         f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts. Every step is deterministic, so every",
         "figure is exact. Parted: texts unlike plain greedy decoding's; first at: the median token where",
         f"they part (1: the first token); TV: the share of prompts whose first {n} tokens differ (for a text",
@@ -4812,7 +4818,7 @@ model checks all k in one call. A rejection rule keeps the output exactly the
 target's (Leviathan, Kalman & Matias 2023: "the paper").
   table   a model: row x is the next-token distribution after token x (a..f)
   blend w a draft: w times the target plus (1 - w) times an unrelated
-          table; the middling draft is w = 0.5
+          table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call scoring all k+1 positions for
           about the cost of one (demo 6); if all pass, the last position

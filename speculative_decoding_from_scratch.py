@@ -1278,10 +1278,11 @@ def best_k(alpha, c, k_max=32):
 # Demo 3. How does the draft's quality set the speed?
 
 
-LESSON_RUN = dict(n_rounds=500, seed=3)  # demos 3 to 5 measure with it, so k = 4 reads alike in all three
+LESSON_RUN = dict(n_rounds=500, seed=3)  # demos 3 to 5 measure with it, so k = LESSON_K reads alike in all three
+LESSON_K = 4  # the draft length demos 3 and 5 run, and demo 4 passes through
 
 
-def demo3_acceptance(k=4, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
+def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in (1, .9, .75, .5, .25, 0)]
     rows, errors = [], []
     for label, Q in drafts:
@@ -1338,7 +1339,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
     say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k, each its own run" +
-        ("; k = 4's is demo 3's" if n_rounds == LESSON_RUN["n_rounds"] else "") + " (bars: the exact speedup).")
+        (f"; k = {LESSON_K}'s is demo 3's" if n_rounds == LESSON_RUN["n_rounds"] else "") + " (bars: the exact speedup).")
     print()
     table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 26, "<")],
@@ -1363,7 +1364,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
 # Demo 5. When is speculation slower?
 
 
-def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
+def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     m = measure(TARGET, MIDDLING, k, n_rounds, seed=LESSON_RUN["seed"])
     a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(m.per_call, k)
     exact = np.array([exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)])
@@ -1372,7 +1373,7 @@ def demo5_break_even(k=4, n_rounds=LESSON_RUN["n_rounds"]):
         s, exact_speedups = speedup(m.per_call, k, c), speedup(exact, np.arange(1, 17), c)
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *best_k(a, c, k_max=16),
                      *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else "alpha <= c"))
-    say(("In demo 3" if (k, n_rounds) == (4, LESSON_RUN["n_rounds"]) else "In its own run") +
+    say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
         f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so it ties with plain decoding at c* = ({m.per_call:.2f} - 1) /"
         f" {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding wins):")
@@ -1566,7 +1567,10 @@ def demo6_free_compute(n_ctx=512):
     return SimpleNamespace(rows=rows, batch=batch)
 
 
-def demo6_batch_words(n_ctx=16, alpha=0.7, k_max=32):
+BATCH_CONTEXT, BATCH_ALPHA = 16, 0.7  # demo 6's batch: a short context each, and an assumed alpha
+
+
+def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     """Demo 6's batch in three sentences: where a verifying pass of k = 1
     crosses the ridge, what it costs from the batch at which no k helps, and
     that batch (the tables are demo6_batch's, under --detail)."""
@@ -4092,9 +4096,10 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets, plan):
     chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
     tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
     (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
-    short = [fastest_k(batch_speedups(expected_tokens(0.7, np.arange(1, 33)), b, 16))[1] for b in (1, max_batch)]
-    (m16, one16), w16 = pass_traffic(LLAMA2_7B, 16, 1, 1), pass_traffic(LLAMA2_7B, 16, 1, 0)[1]
-    return (" ".join([f"In demo 6, with 16 tokens of context, speedups fell as B grew: the batch"
+    short_ctx, alpha = BATCH_CONTEXT, BATCH_ALPHA  # demo 6's batch
+    short = [fastest_k(batch_speedups(expected_tokens(alpha, np.arange(1, 33)), b, short_ctx))[1] for b in (1, max_batch)]
+    (m16, one16), w16 = pass_traffic(LLAMA2_7B, short_ctx, 1, 1), pass_traffic(LLAMA2_7B, short_ctx, 1, 0)[1]
+    return (" ".join([f"In demo 6, with {short_ctx} tokens of context, speedups fell as B grew: the batch"
                       " drove the verifying pass past the ridge." if short[1] < short[0] and m16 > ridge() * (one16 - w16) else "",
                       f"Here, at {n_ctx}, a plain pass also reads every sequence's KV cache, the keys and values of"
                       " every token it has read." + (f" That keeps a plain pass, one position a sequence, below"
@@ -5389,19 +5394,19 @@ def profile_number(d, key, where, lo, hi, whole=False):
     return int(x) if whole else x
 
 
-def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLAMA2_7B):
+def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLAMA2_7B, tol=0.005):
     """--plan --profile: the plan across drafters, and each engine's config."""
     fit = sequences_that_fit(n_ctx, hw, target)
     max_batch = min(max_batch, fit)
-    buckets, speeds, options = plan_drafters(drafters, n_ctx, max_batch, k_max, tol=0.005, hw=hw, target=target)
+    buckets, speeds, options = plan_drafters(drafters, n_ctx, max_batch, k_max, tol=tol, hw=hw, target=target)
     say(f"{plural(len(drafters), 'drafter')}, {plural(n_ctx, 'token')} of context, an {hw.name}: {plural(fit, 'sequence')}"
-        f" fit in {bound(hw.memory / 1e9)} GB; batch sizes 1 to {max_batch:,}; each bucket keeps one choice within 0.5%"
-        " of the best at every B in it:")
+        f" fit in {bound(hw.memory / 1e9)} GB; batch sizes 1 to {max_batch:,}; each bucket keeps one choice within"
+        f" {tol:.1%} of the best at every B in it:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 16, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx, hw, target))
     print()
-    print_engine_configs(buckets, (speeds, options, 0.005))
+    print_engine_configs(buckets, (speeds, options, tol))
     return buckets
 
 

@@ -660,7 +660,10 @@ def samples_to_see(exact, truth, p_reject=P_REJECT):
     return (critical - dof) / delta2 if delta2 > 0 else math.inf
 
 
-def fits_exact(measured, se, exact, z=4):
+FIT_Z = 4  # a sampled mean agrees with its exact value within this many standard errors
+
+
+def fits_exact(measured, se, exact, z=FIT_Z):
     """Does a sampled mean agree with its exact value? Within z standard errors
     (the criterion printed beside it), or to rounding when se is 0."""
     return abs(measured - exact) <= z * se + 1e-9
@@ -1306,7 +1309,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
           rows, groups=[("", 0, 1), ("tokens per target call", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
     print()
-    say("Agrees: within 4 standard errors (+-) of exact.",
+    say(f"Agrees: within {FIT_Z} standard errors (+-) of exact.",
         "Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         "Eq. 1 runs a little off; demo 5 says why." if any(
@@ -2004,7 +2007,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
     rows = [(label, d, n, rate, distinct, exact) for label, d, n, rate, _, distinct, exact in rows]
     wider = rows[2][4] > rows[0][3]
     print()
-    say("Each chain's measured value agrees with its exact one, within 4 standard errors." if not off else
+    say(f"Each chain's measured value agrees with its exact one, within {FIT_Z} standard errors." if not off else
         f"NOT every chain agrees with its exact value: {', '.join(off)}.",
         f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
         f" {'more' if wider else 'NOT more'} than the chain's"
@@ -2624,7 +2627,7 @@ def demo10_policy_verdicts(out):
     misfit = [f"{l}: {r[0]}" for l in labels for r in out[l].rows[2:] if r[7] == "NO"]
     oracle = max(out[l].rows[1][4] for l in labels)
     print()
-    say("Every simulated policy agrees with its exact chain, within 4 standard errors." if not misfit
+    say(f"Every simulated policy agrees with its exact chain, within {FIT_Z} standard errors." if not misfit
         else f"NOT every simulation agrees with its exact chain: {'; '.join(misfit)}.",
         f"Knowing the start context gains at most {oracle - 1:+.1%} over the best fixed k here.",
         ("Beating the best fixed k: " + "; ".join(f"{name_} for the {l} draft, {g:+.1%}" for l, name_, g in beat) +
@@ -3298,7 +3301,7 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
            ("+-", 6, ".2f"), ("agrees", 7, ">")], gains, groups=[("exact", 1, 3), ("block", 4, 6)])
     misfit = [r[0] for r in rows if r[4] == "NO"] + [f"k = {g[0]}" for g in gains if g[6] == "NO"]
     print()
-    say("Every measured value agrees with its exact one, within 4 standard errors." if not misfit else
+    say(f"Every measured value agrees with its exact one, within {FIT_Z} standard errors." if not misfit else
         f"NOT every measured value agrees with its exact one: {', '.join(misfit)}.",
         "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
         else "Block verification LOSES tokens at some k,",
@@ -3761,6 +3764,15 @@ def lossy_exact(P, D, rule, ctx, n, k):
     return chain_rounds(ends, ctx, n, len(P)), outcome_tokens_per_call(ends, len(P))
 
 
+TYPICAL_SHIPPED = (0.09, 0.3)  # vLLM V0's typical acceptance defaults: posterior_threshold, posterior_alpha
+SGLANG_SHIPPED, SGLANG_EXACT = (1, 0.5), (1, 1)  # SGLang's thresholds (single, acc): a setting users run, and exact
+
+
+def setting_text(setting):
+    """A rule's setting as its table row names it: (0.09, 0.3) -> '0.09, 0.3'."""
+    return ", ".join(f"{x:g}" for x in setting)
+
+
 LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it)
     "typical": (("posterior_threshold", "posterior_alpha"), typical_rule, "sampled"),
     "medusa": (("posterior_threshold", "posterior_alpha"), lambda *a: typical_rule(*a, bonus_from_p=False), "sampled"),
@@ -3790,10 +3802,11 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     hot = temper(MIDDLING, 0)
     settings = [("probabilistic", "lossless", None, MIDDLING), ("one-hot", "lossless", None, hot),
                 ("block", "lossless", "block", MIDDLING)]
-    settings += [("typical", f"{e:g}, {a:g}", typical_rule(e, a), MIDDLING)
-                 for e, a in ((0.09, 0.3), (0.3, 0.9), (0.01, 0.03))]
-    settings += [("medusa", "0.09, 0.3", typical_rule(0.09, 0.3, bonus_from_p=False), MIDDLING)]
-    settings += [("sglang", f"{s:g}, {a:g}", sglang_rule(s, a), hot) for s, a in ((1, 1), (1, 0.5), (0.3, 1))]
+    settings += [("typical", setting_text((e, a)), typical_rule(e, a), MIDDLING)
+                 for e, a in (TYPICAL_SHIPPED, (0.3, 0.9), (0.01, 0.03))]
+    settings += [("medusa", setting_text(TYPICAL_SHIPPED), typical_rule(*TYPICAL_SHIPPED, bonus_from_p=False), MIDDLING)]
+    settings += [("sglang", setting_text((s, a)), sglang_rule(s, a), hot) for s, a in (SGLANG_EXACT, SGLANG_SHIPPED,
+                                                                                      (0.3, 1))]
     rows = []
     for label, setting, rule, D in settings:
         verify = verify_block if rule == "block" else verify_round if rule is None else lossy_verifier(rule)
@@ -3822,7 +3835,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
 
 def demo18_verdicts(rows, best, n_runs, n=3, k=3):
     """Chapter 18's sentences on its first table, and the frontier."""
-    typical, medusa = (next((r for r in rows if r[0] == name and r[1] == "0.09, 0.3"), None) for name in
+    typical, medusa = (next((r for r in rows if r[0] == name and r[1] == setting_text(TYPICAL_SHIPPED)), None) for name in
                        ("typical", "medusa"))
     twins = (typical and medusa and None not in (typical[2], medusa[2]) and abs(typical[2] - medusa[2]) < ROUNDING
              and abs(typical[3] - medusa[3]) >= 5e-3 and k >= n)
@@ -3831,14 +3844,14 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3):
     print()
     say("Every rule's sample fits its own exact joint." if not misfit else
         f"NOT every rule's sample fits its own exact joint: {', '.join(misfit)}.",
-        "At (1, 1) SGLang's rule is the one-hot rule: exact TV " + exact_text(
-            next(r[2] for r in rows if r[0] == "sglang" and r[1] == "1, 1")) + ".",
+        f"At ({setting_text(SGLANG_EXACT)}) SGLang's rule is the one-hot rule: exact TV " + exact_text(
+            next(r[2] for r in rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT))) + ".",
         "A setting is dominated when a lossless verifier makes at least as many tokens per call at no distance:"
         f" here {next(r[0] for r in rows if r[1] == 'lossless' and r[3] == best)}, {best:.2f}." if dominated
         else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
         *[f"For scale: a TV of {r[2]:.2f}, typical's at ({r[1]}), means some set of {n}-token texts has a"
           f" probability {r[2]:.2f} higher under the rule than under the target." for r in rows
-          if r[0] == "typical" and r[1] == "0.09, 0.3" and r[2] is not None],
+          if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
         f" the first {n} tokens, and so the TV, are the same, the tokens per call are not." if twins else "")
     frontier(rows)
@@ -3882,15 +3895,18 @@ def engine_settings(lines, rows):
 
 LOSSY_SETTINGS = (
     "vLLM V0   --spec-decoding-acceptance-method typical_acceptance_sampler",
-    "          --typical-acceptance-sampler-posterior-threshold 0.09",
-    "          --typical-acceptance-sampler-posterior-alpha 0.3",
-    "SGLang    --speculative-accept-threshold-single 1.0",
-    "          --speculative-accept-threshold-acc 0.5")
+    f"          --typical-acceptance-sampler-posterior-threshold {TYPICAL_SHIPPED[0]:g}",
+    f"          --typical-acceptance-sampler-posterior-alpha {TYPICAL_SHIPPED[1]:g}",
+    f"SGLang    --speculative-accept-threshold-single {float(SGLANG_SHIPPED[0])}",
+    f"          --speculative-accept-threshold-acc {SGLANG_SHIPPED[1]:g}")
+
+
 def demo18_lossy_cost():
     first = demo18_lossy()
-    engine_settings(LOSSY_SETTINGS, "typical (0.09, 0.3) and sglang (1, 0.5)")
+    engine_settings(LOSSY_SETTINGS, f"typical ({setting_text(TYPICAL_SHIPPED)}) and sglang"
+                                    f" ({setting_text(SGLANG_SHIPPED)})")
     lossless = [r for r in first.rows if r[1] == "lossless"] + [
-        next(r for r in first.rows if r[0] == "sglang" and r[1] == "1, 1")]
+        next(r for r in first.rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT))]
     takeaway("a lossy verifier buys tokens per call with a distance from the target; price it against a"
              " lossless verifier on the same draft first.",
              {"every lossless setting is exact": all(r[2] is not None and r[2] < ROUNDING for r in lossless),
@@ -4481,14 +4497,17 @@ def greedy_tables(V=32, sharpness=1.0, weight=0.5):
     return P, temper(blend(P, softmax(sharpness * np.random.default_rng(182).standard_normal((V, V))), weight), 0)
 
 
+RELAXED_SHIPPED, FLY_SHIPPED = (3, 0.2), (2, 0.3)  # the settings chapter 22 writes in each engine's keys
+
+
 def parting_rows(P, D, prompts_, k, n_tokens, n):
     """Each setting's row: texts that part from plain greedy decoding's, the
     median token where they part, the share whose first n tokens differ (their
     TV), and tokens per call. Every step is deterministic, so each is exact."""
     plain = {s: plain_decode(temper(P, 0), [s], n_tokens, np.random.default_rng(0)) for s in prompts_}
-    settings = [("exact match", "", relaxed_rule(1, 0.0)), ("relaxed", "3, 0.2", relaxed_rule(3, 0.2)),
-                ("relaxed", "15, 0.5", relaxed_rule(15, 0.5)), ("fly", "2, 1.2", fly_rule(2, 1.2)),
-                ("fly", "2, 0.3", fly_rule(2, 0.3)), ("fly", "1, 0.3", fly_rule(1, 0.3))]
+    settings = [("exact match", "", relaxed_rule(1, 0.0))]
+    settings += [("relaxed", setting_text(x), relaxed_rule(*x)) for x in (RELAXED_SHIPPED, (15, 0.5))]
+    settings += [("fly", setting_text(x), fly_rule(*x)) for x in ((2, 1.2), FLY_SHIPPED, (1, 0.3))]
     rows = []
     for label, setting, rule in settings:
         runs = attempt(lambda: [spec_generate(P, D, [s], n_tokens, k, np.random.default_rng(0),
@@ -4549,7 +4568,8 @@ def greedy_parting(k=4, n_tokens=32, n=3):
          " 12).") if changed
         else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it unchanged." +
-        (" The entropy of 3 tokens is at most ln 3 = 1.10, so a higher threshold never opens FLy's gate." if any(
+        (f" The entropy of 3 tokens is at most ln 3 = {math.log(3):.2f}, so a higher threshold never opens FLy's"
+         " gate." if any(
             r[0] == "fly" and float(r[1].split(", ")[1]) > math.log(3) for r in rows if f"{r[0]} ({r[1]})" in same)
          else "") if same else "")
     return rows
@@ -4557,15 +4577,16 @@ def greedy_parting(k=4, n_tokens=32, n=3):
 
 GREEDY_LOSSY_SETTINGS = (
     "TRT-LLM   speculative_config: {decoding_type: MTP,",
-    "            use_relaxed_acceptance_for_thinking: true, relaxed_topk: 3,",
-    "            relaxed_delta: 0.2}",
+    f"            use_relaxed_acceptance_for_thinking: true, relaxed_topk: {RELAXED_SHIPPED[0]},",
+    f"            relaxed_delta: {RELAXED_SHIPPED[1]:g}}}",
     "vLLM FLy  --speculative-config '{..., \"rejection_sample_method\": \"fly\",",
-    "            \"fly_window_size\": 2, \"fly_entropy_threshold\": 0.3}'")
+    f"            \"fly_window_size\": {FLY_SHIPPED[0]}, \"fly_entropy_threshold\": {FLY_SHIPPED[1]:g}}}'")
 
 
 def demo22_greedy_text():
     rows = greedy_parting()
-    engine_settings(GREEDY_LOSSY_SETTINGS, "relaxed (3, 0.2) and fly (2, 0.3)")
+    engine_settings(GREEDY_LOSSY_SETTINGS, f"relaxed ({setting_text(RELAXED_SHIPPED)}) and fly"
+                                           f" ({setting_text(FLY_SHIPPED)})")
     changed = [r for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
     takeaway("on greedy requests a lossy rule changes the text itself to make more tokens per call; price it by"
              " how many texts part, and how early.",

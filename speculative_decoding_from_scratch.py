@@ -831,6 +831,11 @@ def and_list(words):
     return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
 
 
+def number_word(n):
+    """A small count in words, as prose writes it: number_word(4) -> 'four'; 10 and up stay digits."""
+    return "zero one two three four five six seven eight nine".split()[n] if 0 <= n < 10 else f"{n:,}"
+
+
 def plural(n, noun, nouns=None):
     """A count with its noun: plural(1, 'round') -> '1 round', plural(3, 'round') -> '3 rounds'."""
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
@@ -992,6 +997,7 @@ def bugged(name, bugs=None):
 TARGET = random_table(1, sharpness=2.5)
 UNRELATED = random_table(4, sharpness=2.5)
 MIDDLING_WEIGHT = 0.5
+GOOD_WEIGHT = 0.9  # a good draft, where chapters 9, 10 and 21 want one beside the middling draft
 MIDDLING = blend(TARGET, UNRELATED, MIDDLING_WEIGHT)
 DEMO2_RUNS = 400  # the runs per rule of demo 2, which --trace points a reader to
 
@@ -1096,7 +1102,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                                          *sampled[x]) for x in range(VOCAB)],
           groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
     print()
-    say("Four broken rules, each one or two edited lines:")
+    say(f"{number_word(len(BUGS)).capitalize()} broken rules, each one or two edited lines:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
@@ -2145,8 +2151,9 @@ def demo9_verifiers(k=3):
         "before it decides how many to accept (chapter 14 shows how).")
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
     pairs = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
-             ("blend 0.9", TARGET, blend(TARGET, UNRELATED, 0.9)), ("q: p at T=2", TARGET, temper(TARGET, 2)),
-             ("p at T=0.3, q at T=3", temper(TARGET, 0.3), temper(TARGET, 3))]
+             (f"blend {GOOD_WEIGHT:g}", TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT)),
+             *[(f"q: p at T={t:g}", TARGET, temper(TARGET, t)) for t in (2,)],
+             *[(f"p at T={tp:g}, q at T={tq:g}", temper(TARGET, tp), temper(TARGET, tq)) for tp, tq in ((0.3, 3),)]]
     prow, reasons = [], []
     for label, P, Q in pairs:
         settings = verifier_settings(P, Q)
@@ -2591,7 +2598,7 @@ def demo10_policies(c=0.1, n_rounds=400, thresholds=(0.05, 0.1, 0.15, 0.2, 0.3, 
         "here, of the last 2 rounds. The oracles: the",
         "best fixed k, and the best k for each start context, which a server cannot know.")
     out = {}
-    for label, Q in (("middling", MIDDLING), ("blend weight 0.9", blend(TARGET, UNRELATED, 0.9))):
+    for label, Q in (("middling", MIDDLING), (f"blend weight {GOOD_WEIGHT:g}", blend(TARGET, UNRELATED, GOOD_WEIGHT))):
         ks = np.arange(1, 33)
         fixed = [policy_value(TARGET, Q, fixed_policy(j), c) for j in ks]
         k_best = int(np.argmax([f[2] for f in fixed])) + 1
@@ -3627,7 +3634,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         "text it writes. It carries the row for the next token over from the last pass. APEX-1",
         "drafts with a multi-token head. This port drafts by prompt lookup instead: it proposes what followed"
         " the text's last few characters earlier on, a certain proposal, so its q is one-hot. Its target is chapter 11's character model of Python's"
-        " documentation, which copies text it has read. The port fixes four departures from the rule; each"
+        f" documentation, which copies text it has read. The port fixes {number_word(len(APEX_BUGS))} departures from"
+        " the rule; each"
         " goes back as a line (APEX_BUGS, in the script):")
     print()
     table([("", 2, ""), ("bug", 12, "<"), ("what it does", 62, "<")],
@@ -4312,7 +4320,7 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
     default. Each row: alpha and the exact speedup both ways, a fit of each
     way's text, and the larger exact TV of the first n_exact tokens."""
     rows = []
-    for label, Q in (("middling", MIDDLING), ("blend 0.9", blend(TARGET, UNRELATED, 0.9))):
+    for label, Q in (("middling", MIDDLING), (f"blend {GOOD_WEIGHT:g}", blend(TARGET, UNRELATED, GOOD_WEIGHT))):
         for T in temperatures:
             P_T, ways = temper(TARGET, T), (temper(Q, T), temper(Q, 0))  # sampled at T, greedy
             alphas = [pair_alpha(P_T, D) for D in ways]
@@ -4330,7 +4338,7 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
         "at T like the target, as in the paper, or greedy: it proposes its likeliest token, and the",
         "target keeps it with chance p_T(x), the one-hot rule. The middling draft and a good one",
-        f"(blend 0.9), k = {k}; exact speedups at c = {c}; the text of each way fitted to its tempered",
+        f"(blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}; the text of each way fitted to its tempered",
         f"target over {n_rounds} rounds:")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),

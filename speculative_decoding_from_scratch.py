@@ -4023,6 +4023,7 @@ def tree_tokens(P, Q, depth, branching, n_rounds, seed):
     return float(np.mean([len(e) for e in out]))
 
 
+@lru_cache(maxsize=None)  # chapter 23 takes the same plan: `all` prices it once
 def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, big_weight=0.75, branching=2, steps=3):
     """Chapter 19's two drafters, read as a server reports them, and the plan
     the procedure makes of them (chapter 23 takes it to the engines)."""

@@ -1579,10 +1579,10 @@ def demo6_free_compute(n_ctx=512):
 BATCH_CONTEXT, BATCH_ALPHA = 16, 0.7  # demo 6's batch: a short context each, and an assumed alpha
 
 
-def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
-    """Demo 6's batch in three sentences: where a verifying pass of k = 1
-    crosses the ridge, what it costs from the batch at which no k helps, and
-    that batch (the tables are demo6_batch's, under --detail)."""
+def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=False):
+    """Demo 6's batch: where a verifying pass of k = 1 crosses the ridge, and
+    the batch from which no k helps; in detail, a k = 1 round's cost there, in
+    a table (demo6_batch's tables follow it under --detail)."""
     (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
     fit = sequences_that_fit(n_ctx)
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
@@ -1590,20 +1590,24 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     tokens = expected_tokens(alpha, 1)
     print()
-    say("A server decoding B sequences at once reads the weights once for all, so the batch spends the",
-        f"idle arithmetic. Take short contexts, {n_ctx} tokens each, a draft {fewer:.0f} times smaller than the target,",
-        f"and an assumed alpha = {alpha}. At k = 1, a round's cost in plain passes, against its 1 + alpha =",
-        f"{tokens:g} tokens:")
+    if not detail:
+        say("A server decoding B sequences at once reads the weights once for all, so the batch spends the idle",
+            f"arithmetic itself. With {n_ctx} tokens of context each, a verifying pass at k = 1, two positions a"
+            f" sequence, reaches the ridge at B = {cross:,}." if cross else
+            f"With {n_ctx} tokens of context each, a verifying pass at k = 1 stays memory-bound at any batch that fits.",
+            f"At alpha = {alpha}, with a draft {fewer:.0f} times smaller than the target, no k helps from B = {end:,}."
+            if end else f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
+            "The option --detail shows the costs by batch size.")
+        return SimpleNamespace(cross=cross, end=end)
+    say(f"A k = 1 round's cost in plain passes, with {n_ctx} tokens of context, a draft {fewer:.0f} times smaller than",
+        f"the target and alpha = {alpha}, against its 1 + alpha = {tokens:g} tokens:")
     print()
     table([("B", 6, "d"), ("verifying pass", 16, ".3f"), ("draft, c", 10, ".3f"), ("round", 8, ".3f"),
            ("speedup", 9, ".3f")],
           [(b, verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
             speedup(tokens, 1, draft_cost(b, n_ctx), verify_cost(1, b, n_ctx))) for b in sorted({1, cross, end} - {None})])
     print()
-    say(f"At B = {cross:,} the verifying pass, two positions a sequence, reaches the ridge." if cross else "The verifying pass stays memory-bound at any batch that fits.",
-        f"From B = {end:,} no k helps." if end else
-        f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
-        "c falls with B: a plain pass also reads every sequence's KV cache."
+    say("c falls with B: a plain pass also reads every sequence's KV cache."
         if end and draft_cost(end, n_ctx) < draft_cost(1, n_ctx) else "")
     return SimpleNamespace(cross=cross, end=end)
 
@@ -1677,6 +1681,7 @@ def demo6_detail():
            ("speed", 8, lambda x: f"{x:.2f}x")],
           [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
            for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
+    demo6_batch_words(detail=True)
     demo6_batch()
     demo6_batch(n_ctx=512, batches=(1, 4, 16, 64, 128, 256))
     print()

@@ -1106,14 +1106,14 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
-    say("Both TVs are over P(x1, x2). The exact one never runs the loop, so it cannot express continue, a bug in",
-        "the loop.")
+    say("Both TVs are over P(x1, x2). The exact one chains the rule position by position, stopping at the first",
+        "rejection; it never runs the loop, so it cannot express continue, a bug in the loop.")
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
     if verdicts.get("continue") == "NOT (fit only)":
         print()
-        say("Only the fit catches continue. A round must end at its first rejection: later drafts were"
+        say("Only the sample catches continue. A round must end at its first rejection: later drafts were"
             " conditioned on the rejected draft, which the output does not hold.")
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
@@ -1402,8 +1402,9 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         say(f"The corollary gives every draft the same chance, alpha = {a:.3f}. But a draft's chance depends on the"
             " token before it. A round's first draft"
-            " follows a redrawn or a bonus token, which are not typical of the text: a redrawn token comes from"
-            " the residual, and a bonus token follows a draft the target kept. In rounds of k = 1, the"
+            " follows a redrawn or a bonus token, which are not typical of the text. A redrawn token comes from"
+            " the residual; a bonus token follows a draft the target kept, which leans toward tokens the draft"
+            " proposes. In rounds of k = 1, the"
             f" first draft after such a token passes {first:.3f} of the time"
             + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
@@ -1592,10 +1593,8 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
     print()
     if not detail:
         say("A server decoding B sequences at once reads the weights once for all, so the batch spends the idle",
-            f"arithmetic itself. With {n_ctx} tokens of context each, a verifying pass at k = 1, two positions a"
-            f" sequence, reaches the ridge at B = {cross:,}." if cross else
-            f"With {n_ctx} tokens of context each, a verifying pass at k = 1 stays memory-bound at any batch that fits.",
-            f"At alpha = {alpha}, with a draft {fewer:.0f} times smaller than the target, no k helps from B = {end:,}."
+            f"arithmetic itself. With short contexts, {n_ctx} tokens each, and alpha = {alpha}, no k helps from"
+            f" B = {end:,} sequences" + (": the verifying pass is past the ridge." if cross and cross < end else ".")
             if end else f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
             "The option --detail shows the costs by batch size.")
         return SimpleNamespace(cross=cross, end=end)

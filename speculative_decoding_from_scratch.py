@@ -1492,6 +1492,20 @@ def ridge(hw=H100):
     return hw.flops / 2 / hw.bandwidth
 
 
+def token_traffic(n_ctx, target=LLAMA2_7B):
+    """One sequence's share of a one-position pass after n_ctx tokens: (its MACs, the weights'
+    bytes, its KV cache's bytes)."""
+    (m, one), w = pass_traffic(target, n_ctx, 1, 1), pass_traffic(target, n_ctx, 1, 0)[1]
+    return m, w, one - w
+
+
+def ridge_batch(m, w, kv, positions, ridge_point=None):
+    """The smallest batch at which a pass of `positions` per sequence reaches the ridge (its MACs
+    per byte are B positions m / (w + B kv)); None if it never does, at any batch."""
+    ridge_point = ridge() if ridge_point is None else ridge_point
+    return math.ceil(ridge_point * w / (positions * m - ridge_point * kv)) if positions * m > ridge_point * kv else None
+
+
 # Batching. A server decodes B sequences at once: each pass reads the weights
 # once for all of them, so the arithmetic per byte grows with B, and the idle
 # arithmetic that made verification free is spent on the batch instead.
@@ -1584,12 +1598,9 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
     """Demo 6's batch: where a verifying pass of k = 1 crosses the ridge, and
     the batch from which no k helps; in detail, a k = 1 round's cost there, in
     a table (demo6_batch's tables follow it under --detail)."""
-    (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
     fit = sequences_that_fit(n_ctx)
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
-    cross = math.ceil(ridge() * w / (2 * m - ridge() * (one - w))) if 2 * m > ridge() * (one - w) else None
-    fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
-    tokens = expected_tokens(alpha, 1)
+    cross = ridge_batch(*token_traffic(n_ctx), positions=2)
     print()
     if not detail:
         say("A server decoding B sequences at once reads the weights once for all, so the batch spends the idle",
@@ -1598,6 +1609,8 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
             if end else f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
             "The option --detail shows the costs by batch size.")
         return SimpleNamespace(cross=cross, end=end)
+    fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
+    tokens = expected_tokens(alpha, 1)
     say(f"A k = 1 round's cost in plain passes, with {n_ctx} tokens of context, a draft {fewer:.0f} times smaller than",
         f"the target and alpha = {alpha}, against its 1 + alpha = {tokens:g} tokens:")
     print()
@@ -1642,13 +1655,12 @@ def demo6_batch(n_ctx=16, batches=(1, 16, 64, 256, 1024), alphas=(0.7, 0.9), k_m
 
 def demo6_batch_verdict(n_ctx, ends, fit):
     """The batch size from which no k helps, for each alpha, and why."""
-    (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
     print()
     helps = [f"B = {b:,} at alpha = {a}" for a, b in ends.items() if b]
     first = min((b for b in ends.values() if b), default=None)
     say(f"No k helps from {' and from '.join(helps)}." if helps else "",
         " ".join(f"At alpha = {a} some k helps at every batch that fits ({fit:,} sequences)." for a, b in ends.items()
-                 if not b), why_batch(m, w, one - w, ridge()),
+                 if not b), why_batch(*token_traffic(n_ctx), ridge()),
         f"Past it, verifying costs more than a plain pass: {verify_cost(1, first, n_ctx):.2f} plain passes at"
         f" B = {first:,} and k = 1." if first and verify_cost(1, first, n_ctx) > 1 else "")
     return ends
@@ -1658,8 +1670,8 @@ def why_batch(m, w, kv, ridge_point):
     """Why the batch does or does not end speculation, from one token's MACs m,
     the weights' bytes w and one sequence's KV-cache bytes kv: MACs per byte of
     a plain pass is B m / (w + B kv)."""
-    if 2 * m > ridge_point * kv:  # a verifying pass of k = 1 crosses the ridge
-        b = math.ceil(ridge_point * w / (2 * m - ridge_point * kv))
+    b = ridge_batch(m, w, kv, 2, ridge_point)  # where a verifying pass of k = 1 crosses the ridge
+    if b:
         return (f"At k = 1 a verifying pass, 2 positions a sequence, crosses the ridge from B = {b:,}"
                 f" ({2 * b:,} positions, not {ridge_point * w / m:,.0f}: each sequence adds its KV cache to the"
                 " bytes).")
@@ -4124,19 +4136,19 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets, plan):
     first = buckets[0][2]
     chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
     tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
-    (m, one), w = pass_traffic(LLAMA2_7B, n_ctx, 1, 1), pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1]
-    short_ctx, alpha = BATCH_CONTEXT, BATCH_ALPHA  # demo 6's batch
-    short = [fastest_k(batch_speedups(expected_tokens(alpha, np.arange(1, 33)), b, short_ctx))[1] for b in (1, max_batch)]
-    (m16, one16), w16 = pass_traffic(LLAMA2_7B, short_ctx, 1, 1), pass_traffic(LLAMA2_7B, short_ctx, 1, 0)[1]
-    return (" ".join([f"In demo 6, with {short_ctx} tokens of context, speedups fell as B grew: the batch"
-                      " drove the verifying pass past the ridge." if short[1] < short[0] and m16 > ridge() * (one16 - w16) else "",
+    m, w, kv = token_traffic(n_ctx)
+    short = [fastest_k(batch_speedups(expected_tokens(BATCH_ALPHA, np.arange(1, 33)), b, BATCH_CONTEXT))[1]
+             for b in (1, max_batch)]
+    return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, speedups fell as B grew: the batch"
+                      " drove the verifying pass past the ridge." if short[1] < short[0] and
+                      ridge_batch(*token_traffic(BATCH_CONTEXT), positions=1) else "",
                       f"Here, at {n_ctx}, a plain pass also reads every sequence's KV cache, the keys and values of"
                       " every token it has read." + (f" That keeps a plain pass, one position a sequence, below"
-                                                     f" {m / (one - w):.1f} MACs per byte at any B, under the ridge:"
+                                                     f" {m / kv:.1f} MACs per byte at any B, under the ridge:"
                                                      f" each sequence adds {m / 1e9:.1f} GMACs and"
-                                                     f" {(one - w) / 1e9:.2f} GB of KV cache. A verifying pass of"
+                                                     f" {kv / 1e9:.2f} GB of KV cache. A verifying pass of"
                                                      " k+1 positions can still cross it."
-                                                     if m < ridge() * (one - w) else ""),
+                                                     if ridge_batch(m, w, kv, positions=1) is None else ""),
                       "A draft is assumed to read only its weights (its own KV cache is left out): the big one's"
                       " pass costs"
                       f" c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, so speedups rise"
@@ -4638,12 +4650,27 @@ def one_drafter_plan(buckets, priced=None):
     if len({o.drafter.name for o in used}) < 2 or not priced:
         return main, buckets, None
     speeds, options, tol = priced
-    names = {o.drafter.name for o in used}
-    best = np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1), 1.0)
     mine = [i for i, o in enumerate(options) if o.drafter.name == main.name]
     buckets = [(lo, hi, options[mine[j - 1]] if j else None) for lo, hi, j in buckets_of(speeds[:, mine], tol)]
     got = np.concatenate([speeds[lo - 1:hi, options.index(o)] if o else np.ones(hi - lo + 1) for lo, hi, o in buckets])
-    return main, buckets, (float(1 - (got / best).min()), int(np.argmin(got / best)) + 1)
+    return main, buckets, shortfall(got, plan_best(used, speeds, options))
+
+
+def plan_best(used, speeds, options):
+    """The best speedup at each B among the options of the drafters a plan uses (plain decoding's 1 at least)."""
+    names = {o.drafter.name for o in used}
+    return np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1), 1.0)
+
+
+def shortfall(got, best):
+    """How far the speedups got fall below best at worst: (the share, at which B)."""
+    return float(1 - (got / best).min()), int(np.argmin(got / best)) + 1
+
+
+def sglang_algorithm(method):
+    """SGLang's --speculative-algorithm for a vLLM method name (MTP heads run as EAGLE)."""
+    return {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
+            "mtp": "EAGLE"}.get(method, method.upper())
 
 
 def engine_configs(buckets, priced=None):
@@ -4678,8 +4705,7 @@ def engine_configs(buckets, priced=None):
     else:
         steps = k_top
         sg = f"--speculative-eagle-topk 1 --speculative-num-steps {steps} --speculative-num-draft-tokens {steps + 1}"
-    algorithm = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
-                 "mtp": "EAGLE"}.get(main.method, main.method.upper())
+    algorithm = sglang_algorithm(main.method)
     if algorithm == "NGRAM":  # its drafter takes its own --speculative-ngram-* settings, not the EAGLE flags
         sg = "(its n-gram drafter takes its own --speculative-ngram-* settings; no flag there is k)"
     lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
@@ -4723,8 +4749,7 @@ def engine_costs(buckets, priced):
     max_draft_len up to its first key, the schedule after, off past the last."""
     speeds, options, _ = priced
     main, own, _ = one_drafter_plan(buckets, priced)
-    names = {o.drafter.name for _, _, o in buckets if o is not None}
-    best = np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1), 1.0)
+    best = plan_best([o for _, _, o in buckets if o is not None], speeds, options)
     if main is None or any(o is not None and not o.shape.startswith("k") for _, _, o in own):
         return {}  # a tree in the drafter's own plan: no engine here runs it as a schedule of k
     chain = {o.positions - 1: i for i, o in enumerate(options) if o.drafter.name == main.name and o.shape.startswith("k")}
@@ -4736,11 +4761,11 @@ def engine_costs(buckets, priced):
     for j, (hi, k) in enumerate(items[start:]):
         trt[lo:hi] = k_top if j == 0 else k
         lo = hi
-    eagle = main.method in ("eagle", "eagle3", "mtp")
+    eagle = sglang_algorithm(main.method).startswith("EAGLE")  # its adaptive slots say the plan
     ks = {"vLLM": plan_k, "SGLang": plan_k if eagle else np.full(len(best), k_top), "TRT-LLM": trt}
     got = {e: np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)]) for e, row in ks.items()}
-    worst = {e: int(np.argmin(g / best)) for e, g in got.items()}
-    return {e: (float(1 - (g / best).min()), worst[e] + 1, int(ks[e][worst[e]])) for e, g in got.items()}
+    worst = {e: shortfall(g, best) for e, g in got.items()}
+    return {e: (*worst[e], int(ks[e][worst[e][1] - 1])) for e in got}
 
 
 def print_engine_configs(buckets, priced):

@@ -4167,8 +4167,8 @@ def demo19_tree_end(check, nodes, n_ctx, max_batch):
     """Why the search's tree stops being best, from the numbers: the option
     that overtakes it, and the first B at which the tree's pass is past the
     ridge (a cause only where the two meet)."""
-    past = next((b for b in range(1, max_batch + 1)
-                 if bound_text(LLAMA2_7B, n_ctx, nodes - 1, b, b, H100).startswith("compute")), None)
+    past = ridge_batch(*token_traffic(n_ctx), positions=nodes)
+    past = past if past and past <= max_batch else None
     after = check.after
     then = f"{after.drafter.name}'s {after.shape}" if after else "plain decoding"
     if past == check.tree_last + 1:

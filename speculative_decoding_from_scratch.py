@@ -528,6 +528,9 @@ def exact_draft_first_tokens(P, proposals_of, text, n, reads_text=True, rule=Non
     return chain_rounds(lambda d: verify_outcomes(P, [d], proposals_of([d]), rule), text[-1], n, len(P))
 
 
+EXACT_STAGES = ("accept_prob", "residual")  # the stages the exact checks weigh verify_round's cases through
+
+
 def exact_first_tokens(P, Q, ctx, n, k, **how):
     """The exact joint of the first n tokens speculative decoding emits after
     ctx, shape (V,) * n: verify_round's cases weighed through kept_and_replaced
@@ -1091,30 +1094,27 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
             continue
         counts[r], fit, tv = sample, chi2_sf(*pearson(sample, truth)), tv_distance(exact, truth)
         verdicts[r] = both_checks(fit, tv)
-        rows.append((r, tv_distance(sample / n_runs, truth), fit, tv,
+        blind = r in BUGS and not any(f in EXACT_STAGES for f, _, _ in BUGS[r])  # a bug the exact check never runs
+        rows.append((r, tv_distance(sample / n_runs, truth), fit, "cannot see" if blind else tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
+    unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The whole loop, {n_runs:,} runs per rule. Each run keeps its first two tokens after '{name(ctx)}', x1",
-        f"and x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}:")
-    print()
-    grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
-    sampled = counts.get("correct", np.full((VOCAB, VOCAB), np.nan)) / n_runs
-    table(grid + [("", 6, "")] + grid, [(f"   {name(x)}", *truth[x], None, f"   {name(x)}",
-                                         *sampled[x]) for x in range(VOCAB)],
-          groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
-    print()
-    say(f"{number_word(len(BUGS)).capitalize()} broken rules, each one or two edited lines:")
+        f"and x2: the output is a distribution over {VOCAB * VOCAB} pairs, P(x1, x2). The draft is the unrelated",
+        f"table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}."
+        f" {number_word(len(BUGS)).capitalize()} broken rules, each one or two edited lines:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
-    say("Both TVs are over P(x1, x2). The exact one chains the rule position by position, stopping at the first",
-        "rejection; it never runs the loop, so it cannot express continue, a bug in the loop.")
+    say("Both TVs are over P(x1, x2). The exact one chains the rule position by position and stops at the first",
+        "rejection." + (f" It never runs the loop, so it cannot see {and_list(unseen)}, a bug in the loop."
+                        if unseen else ""))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
     if verdicts.get("continue") == "NOT (fit only)":
         print()
-        say("Only the sample catches continue. A round must end at its first rejection: later drafts were"
-            " conditioned on the rejected draft, which the output does not hold.")
+        say("Only the sample catches continue. A round must end at its first rejection: the drafts after it"
+            " followed the rejected token, which the output replaced.")
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
@@ -1130,7 +1130,20 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
              {"the correct rule emits the target": verdicts["correct"] == "the target",
               "every stage passes its own check": all(r[3] for r in stages),
               "every broken rule that ran is caught": all(v != "the target" for r, v in verdicts.items() if r in BUGS)})
-    return SimpleNamespace(verdicts=verdicts, rows=rows, truth=truth, stages=stages)
+    return SimpleNamespace(verdicts=verdicts, rows=rows, truth=truth, stages=stages, counts=counts, n_runs=n_runs)
+
+
+def demo2_detail(result):
+    """Demo 2 in detail: the target's joint of the first two tokens beside
+    the correct rule's sample of it."""
+    grid = [("x1\\x2", 5, "<")] + [(name(x), 5, prob3) for x in range(VOCAB)]
+    sampled = result.counts.get("correct", np.full((VOCAB, VOCAB), np.nan)) / result.n_runs
+    print()
+    say(f"The target's P(x1, x2) beside the correct rule's {result.n_runs:,} runs:")
+    print()
+    table(grid + [("", 6, "")] + grid, [(f"   {name(x)}", *result.truth[x], None, f"   {name(x)}",
+                                         *sampled[x]) for x in range(VOCAB)],
+          groups=[("target joint P(x1, x2)", 0, 6), ("sampled, correct rule", 8, 14)])
 
 
 def stages_alone(P, Q, ctx, k, n_runs, n_u=6000, seed=30):
@@ -1399,17 +1412,19 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
+        start, text, beta = round_starts(TARGET, MIDDLING)
+        short = int(np.argmin(start - text))  # the token rounds start after least often, against the text
         print()
-        say(f"The corollary gives every draft the same chance, alpha = {a:.3f}. But a draft's chance depends on the"
-            " token before it. A round's first draft"
-            " follows a redrawn or a bonus token, which are not typical of the text. A redrawn token comes from"
-            " the residual; a bonus token follows a draft the target kept, which leans toward tokens the draft"
-            " proposes. In rounds of k = 1, the"
-            f" first draft after such a token passes {first:.3f} of the time"
-            + (f", and at c = {edge[0]} that makes (1 + {first:.3f}) / (1 + {edge[0]}) ="
+        say(f"The corollary gives every draft the same chance: alpha = {a:.3f}, the average over the text. But a"
+            " draft's chance depends on the token before it, and rounds do not start where the text does.",
+            f"Only {start[short]:.3f} of rounds of k = 1 start after '{name(short)}'"
+            + (", where drafts pass most often," if short == int(np.argmax(beta)) else "")
+            + f" against {text[short]:.3f} of the text.",
+            f"So their first draft passes {first:.3f} of the time"
+            + (f", and at c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
-            f"The same assumption puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
-            if abs(eq1 - exact[k - 1]) >= 5e-3 else "")
+            f"The same gap puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
+            if abs(eq1 - exact[k - 1]) >= 5e-3 else "", "The option --detail says why.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1419,11 +1434,18 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     return SimpleNamespace(rows=rows, edge=edge, below=below)
 
 
+def round_starts(P, Q):
+    """(start, text, beta): how often rounds of k = 1 start after each token,
+    exactly; how often the target's text holds it; and the chance a draft
+    after it passes, sum min(p, q) over its row."""
+    ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
+    return stationary(ends.sum(axis=1)), stationary(P), np.minimum(P, Q).sum(axis=1)
+
+
 def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
     """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
     target's text, and the first draft's chance to pass after each token."""
-    ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
-    start, text, beta = stationary(ends.sum(axis=1)), stationary(P), np.minimum(P, Q).sum(axis=1)
+    start, text, beta = round_starts(P, Q)
     print()
     say("Where rounds of k = 1 start, exactly, beside how often the target's text holds each token, and the",
         "chance a draft after it passes, sum min(p, q) over its row:")
@@ -1603,9 +1625,11 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
     cross = ridge_batch(*token_traffic(n_ctx), positions=2)
     print()
     if not detail:
-        say("A server decoding B sequences at once reads the weights once for all, so the batch spends the idle",
-            f"arithmetic itself. With short contexts, {n_ctx} tokens each, and alpha = {alpha}, no k helps from"
-            f" B = {end:,} sequences" + (": the verifying pass is past the ridge." if cross and cross < end else ".")
+        say("A server decodes many sequences at once, B of them, in one pass that reads the weights once for all.",
+            "Each sequence scores its own positions, so a batch already spends the idle arithmetic.",
+            f"With short contexts, {n_ctx} tokens each, and alpha = {alpha}, no k helps from B = {end:,}"
+            " sequences" + (": the verifying pass is past the ridge, where each position costs time." if cross and
+                            cross < end else ".")
             if end else f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
             "The option --detail shows the costs by batch size.")
         return SimpleNamespace(cross=cross, end=end)
@@ -4870,6 +4894,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
+    "2": demo2_detail,
     "5": demo5_detail,
     "6": lambda result: demo6_detail(),
     "9": demo9_detail,
@@ -5569,8 +5594,8 @@ def arg_parser():
                     "mode takes")
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
-    ap.add_argument("--detail", action="store_true", help=f"demos {', '.join(most)} and {last} add what a practitioner "
-                    "needs: shipped temperature bugs, a long context on the roofline, vLLM's settings and their "
+    ap.add_argument("--detail", action="store_true", help=f"demos {', '.join(most)} and {last} add detail: a sample "
+                    "beside its target, where rounds start, shipped temperature bugs, a long context on the roofline, vLLM's settings and their "
                     "history, plans and adaptive draft lengths")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")

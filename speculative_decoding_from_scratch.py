@@ -967,7 +967,7 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
 }
 
 BUG_WORDS = {"argmax": "keeps a draft only if it is p's likeliest", "no_resample": "redraws from p, not the residual",
-             "continue": "checks on past a rejection", "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
+             "continue": "keeps checking drafts after a rejection", "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
 
 
 def bugged(name, bugs=None):
@@ -1098,23 +1098,23 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         rows.append((r, tv_distance(sample / n_runs, truth), fit, "cannot see" if blind else tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
-    say(f"The whole loop, {n_runs:,} runs per rule. Each run keeps its first two tokens after '{name(ctx)}', x1",
-        f"and x2: the output is a distribution over {VOCAB * VOCAB} pairs, P(x1, x2). The draft is the unrelated",
+    say(f"The whole loop runs {n_runs:,} times per rule, keeping the first two tokens after '{name(ctx)}': x1 and",
+        f"x2, a pair drawn from P(x1, x2). The draft is the unrelated",
         f"table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}."
         f" {number_word(len(BUGS)).capitalize()} broken rules, each one or two edited lines:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
-    say("Both TVs are over P(x1, x2). The exact one chains the rule position by position and stops at the first",
-        "rejection." + (f" It never runs the loop, so it cannot see {and_list(unseen)}, a bug in the loop."
+    say("Both TVs compare P(x1, x2) with the target's. The exact one chains the rule position by position and",
+        "stops at the first rejection." + (f" It never runs the loop, so it cannot see {and_list(unseen)}, a bug in the loop."
                         if unseen else ""))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
     if verdicts.get("continue") == "NOT (fit only)":
         print()
-        say("Only the sample catches continue. A round must end at its first rejection: the drafts after it"
-            " followed the rejected token, which the output replaced.")
+        say("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
+            " output replaced.")
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
@@ -1317,10 +1317,10 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
             continue
         rows.append((label, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
-    say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
-        "eq. 1 puts tokens per call at 1 + alpha + ... + alpha^k: every round adds one token, redrawn or bonus,",
-        "and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance alpha. A round",
-        "costs 1 + k c target calls, so the speedup is measured tokens per call / (1 + k c).")
+    say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. A round makes one",
+        "target call. The paper's eq. 1 puts its tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
+        "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
+        "alpha. A round takes 1 + k c target calls' time, so the speedup is tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1331,7 +1331,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Agrees: within {FIT_Z} standard errors (+-) of exact.",
         "Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
-        "Eq. 1 runs a little off; demo 5 says why." if any(
+        "Eq. 1 runs a little off (demo 5 says why)." if any(
             r[5] is not None and abs(r[4] - r[5]) >= 5e-3 for r in rows) else "")
     naive_words(k)
     below = all(r[5] < 1 + k * r[1] - 1e-9 for r in rows if r[5] is not None and r[1] < 1)
@@ -1360,11 +1360,11 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
         exact = exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k, each its own run" +
-        (f"; k = {LESSON_K}'s is demo 3's" if n_rounds == LESSON_RUN["n_rounds"] else "") + " (bars: the exact speedup).")
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds for each k." +
+        (f" The k = {LESSON_K} row is demo 3's run." if n_rounds == LESSON_RUN["n_rounds"] else ""))
     print()
     table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
-           ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("", 26, "<")],
+           ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("  bars: exact", 26, "<")],
           [(r[0], *r[2:], "  " + "#" * round(10 * r[7])) for r in rows],
           groups=[("tokens per call", 1, 4), ("speedup", 5, 6)])
     best_m, best_e = (max(rows, key=lambda r: r[i])[0] for i in (6, 7))
@@ -1412,19 +1412,27 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
-        start, text, beta = round_starts(TARGET, MIDDLING)
+        start, text, beta, redrawn = round_starts(TARGET, MIDDLING)
         short = int(np.argmin(start - text))  # the token rounds start after least often, against the text
+        share = redrawn.sum()  # rounds that start after a redrawn token, not a bonus
+        bonus = start - redrawn  # rounds that start after a bonus token
+        residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
+            (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
         print()
-        say(f"The corollary gives every draft the same chance: alpha = {a:.3f}, the average over the text. But a"
-            " draft's chance depends on the token before it, and rounds do not start where the text does.",
-            f"Only {start[short]:.3f} of rounds of k = 1 start after '{name(short)}'"
+        say(f"The corollary, like eq. 1, gives every draft the same chance, alpha = {a:.3f}. But a"
+            " draft's chance depends on the token before it, and a round starts after the last one's final"
+            " token.",
+            f"In rounds of k = 1, that token is redrawn {share:.3f} of the time, from the residual, which leaves out"
+            " what the draft over-proposes." if residual_led else "",
+            (f"So a redrawn token is '{name(short)}' only {redrawn[short] / share:.3f} of the time, and"
+             if residual_led else "And") +
+            f" {start[short]:.3f} of rounds start after '{name(short)}'"
             + (", where drafts pass most often," if short == int(np.argmax(beta)) else "")
             + f" against {text[short]:.3f} of the text.",
-            f"So their first draft passes {first:.3f} of the time"
+            f"Over round starts, the first draft passes {first:.3f} of the time"
             + (f", and at c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
                f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
-            f"The same gap puts demo 3's eq. 1 at {eq1:.2f}, not the exact {exact[k - 1]:.2f}."
-            if abs(eq1 - exact[k - 1]) >= 5e-3 else "", "The option --detail says why.")
+            )
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1435,17 +1443,19 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
 
 
 def round_starts(P, Q):
-    """(start, text, beta): how often rounds of k = 1 start after each token,
-    exactly; how often the target's text holds it; and the chance a draft
-    after it passes, sum min(p, q) over its row."""
+    """(start, text, beta, redrawn): how often rounds of k = 1 start after
+    each token, exactly; how often the target's text holds it; the chance a
+    draft after it passes, sum min(p, q) over its row; and how often a round
+    starts after it redrawn (the rest start after it as a bonus token)."""
     ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
-    return stationary(ends.sum(axis=1)), stationary(P), np.minimum(P, Q).sum(axis=1)
+    start = stationary(ends.sum(axis=1))
+    return start, stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, 0]
 
 
 def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
     """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
     target's text, and the first draft's chance to pass after each token."""
-    start, text, beta = round_starts(P, Q)
+    start, text, beta, _ = round_starts(P, Q)
     print()
     say("Where rounds of k = 1 start, exactly, beside how often the target's text holds each token, and the",
         "chance a draft after it passes, sum min(p, q) over its row:")
@@ -1591,9 +1601,9 @@ def demo6_free_compute(n_ctx=512):
             for n in (1, 2, 4, 8, 16)]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     embedding = 2 * weight_count(*LLAMA2_7B) / 1e9 - weights  # the rest of the 16-bit weights
-    say(f"A Llama-2-7B-shaped decoder, {weight_count(*LLAMA2_7B) / 1e9:.2f} billion 16-bit weights, after {n_ctx} tokens of",
-        f"context. A pass reads each weight it multiplies by once, {weights:.2f} GB, however many",
-        f"positions it scores (the {embedding:.2f} GB embedding table is only looked up). It also reads the KV",
+    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight it multiplies",
+        f"by once, {weights:.2f} GB, however many positions it scores; the {embedding:.2f} GB embedding table is only",
+        "looked up. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
@@ -1625,13 +1635,12 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
     cross = ridge_batch(*token_traffic(n_ctx), positions=2)
     print()
     if not detail:
-        say("A server decodes many sequences at once, B of them, in one pass that reads the weights once for all.",
-            "Each sequence scores its own positions, so a batch already spends the idle arithmetic.",
-            f"With short contexts, {n_ctx} tokens each, and alpha = {alpha}, no k helps from B = {end:,}"
-            " sequences" + (": the verifying pass is past the ridge, where each position costs time." if cross and
-                            cross < end else ".")
-            if end else f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).",
-            "The option --detail shows the costs by batch size.")
+        say("A server decodes B sequences in one pass, reading the weights once for all. Verifying k drafts, that",
+            "pass scores B(k + 1) positions, so a batch spends the idle arithmetic itself.",
+            f"With {n_ctx} tokens of context each, a k = 1 pass crosses the ridge at B = {cross:,}; past it, each"
+            " position costs time." if cross else "",
+            (f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
+             f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences)."))
         return SimpleNamespace(cross=cross, end=end)
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     tokens = expected_tokens(alpha, 1)
@@ -4090,36 +4099,36 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
-    say("A practitioner has several drafters and one server. This chapter's procedure (--plan --profile runs",
-        "it on your figures) prices every way to run each drafter at every batch size B, on demo 6's roofline",
-        f"at {n_ctx} tokens of context, and picks one per range of B. B goes up to {max_batch}, the sequences"
-        f" whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the target's weights. Chapter 23 writes the"
-        " plan as each engine's config.")
+    say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
+        "each drafter at every batch size B, and picks one per range of B. It runs on your figures as --plan",
+        f"--profile. Here it uses demo 6's roofline at {n_ctx} tokens of context, up to B = {max_batch}, the sequences"
+        f" whose KV caches fit in {H100.memory / 1e9:.0f} GB. Chapter 23 writes the plan as each engine's config.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call. Here",
-        f"two drafts for the six-token target report rates at k = {k_max}, computed exactly.",
-        f"The small one's first rate, {rates[1][0]:.3f}, is below its alpha, {pair_alpha(TARGET, MIDDLING):.3f}:"
-        f" rounds start after atypical tokens (demo 5, whose {exact_tokens_per_call(TARGET, MIDDLING, 1) - 1:.3f} is"
-        f" for rounds of k = 1; here k = {k_max})." if rates[1][0] < pair_alpha(TARGET, MIDDLING) - 5e-4 else "")
+        "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
+        f"Two drafts for the six-token target, with their rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    say("Their sizes are",
-        f"assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes a pass than"
-        f" the target, the small one (the middling draft) {fewer[1]:.0f} times fewer. The small one also runs as a"
-        f" tree (chapter 8): {tree[1]} steps, each drawing {tree[0]} candidates from q under every branch,"
-        f" independently, {nodes - 1} drafts ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass"
-        f" of {nodes} positions, the drafts and the token before them, checks them all, and the target keeps one"
-        f" branch: {tree[3]:.2f} tokens per call over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
+    say(f"The small one's first rate, {rates[1][0]:.3f}, is below its alpha, {pair_alpha(TARGET, MIDDLING):.3f}, for"
+        " demo 5's reason: rounds start after the last round's final token, which is not spread like the text." if rates[1][0] < pair_alpha(TARGET, MIDDLING)
+        - 5e-4 else "",
+        f"Their sizes are assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes"
+        f" a pass than the target, the small one (the middling draft) {fewer[1]:.0f} times fewer.")
+    print()
+    say(f"The small one also runs as a tree (chapter 8) of {nodes - 1} drafts: {tree[0]} candidates drawn"
+        f" independently from q under every branch, {tree[1]} steps deep"
+        f" ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass"
+        f" of {nodes} positions (the drafts and the token before them) checks them all and keeps one branch:"
+        f" {tree[3]:.2f} tokens per call over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
         f" {nodes}': {tree[0]} candidates, {tree[1]} steps, {nodes} positions.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets, plan)
+    before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
     say(before)
     print()
-    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
-           ("bound", 18, "<")], plan)
+    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
+          [r[:4] for r in plan])
     if after:
         print()
         say(after)
@@ -4128,63 +4137,49 @@ def demo19_tuning(**how):
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
-    planned_tree = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say(f"Is the procedure right? It prices every chain from the rates read at k = {k_max}, and keeps one option per",
-        "range of B. An exhaustive search instead takes the best option at each B alone, computing each chain's",
-        "tokens per call exactly. The procedure's choice is within",
-        f"{check.worst:.2%} of the search's best at every B" + (" (the goal: 1%)." if check.worst <= 0.01 else
-                                                              ": NOT within 1%."),
-        f"The gap comes from its ranges, each keeping one option while that stays within {tol:.1%} of the best."
-        if check.worst > 0 and untolerant.worst == 0 else "",
-        demo19_tree_end(check, nodes, n_ctx, max_batch) + ("" if planned_tree in (None, check.tree_last) else
-                                                           f" The plan keeps the tree to B = {planned_tree}.")
-        if check.tree_last else "The tree is the best choice at no B here.")
-    takeaway("plan the drafter, k and tree per batch size from the server's own figures: a tree pays only while"
-             " its pass is memory-bound.", {"the procedure is within 1% of the exhaustive search at every B":
-                                            check.worst <= 0.01})
+    say(f"Is the procedure right? It reads tokens per call from the rates at k = {k_max}, and keeps one option per",
+        "range of B. An exhaustive search picks the best option at each B alone, from exact tokens per call.",
+        f"The procedure is within {check.worst:.2%} of it at every B" +
+        (" (the goal: 1%)" if check.worst <= 0.01 else ": NOT within 1%") +
+        (f", since a range keeps its option within {tol:.1%} of the best." if check.worst > 0 and
+         untolerant.worst == 0 else "."),
+        demo19_tree_end(check, nodes, n_ctx, max_batch) if check.tree_last else
+        "The tree is the best choice at no B here.")
+    kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
+    takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
+             " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
+                              "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
 
 
-def demo19_why_rising(shapes, n_ctx, max_batch, buckets, plan):
+def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     """Chapter 19's notes on its plan, from its numbers: why speedups can rise
     with B (a plain pass reads each sequence's KV cache, a draft its weights
-    alone), why a tree can win where a chain keeps more tokens (its draft's
-    passes are fewer and cheaper), and why a range can start memory-bound
-    again (it verifies fewer positions than the range before; plan: the
-    plan's rows, whose last cell is that bound). (before the table, after it)."""
+    alone), and why a tree can win where a chain keeps more tokens (its
+    draft's passes are fewer and cheaper). (before the table, after it)."""
     big, small = shapes
     c = [draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)]
-    runs = [(o.positions, row[4]) for (_, _, o), row in zip(buckets, plan) if o]
-    back = any(b[1].startswith("memory") and a[1].endswith("compute") and b[0] < a[0] for a, b in zip(runs, runs[1:]))
     first = buckets[0][2]
     chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
     tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
     m, w, kv = token_traffic(n_ctx)
     short = [fastest_k(batch_speedups(expected_tokens(BATCH_ALPHA, np.arange(1, 33)), b, BATCH_CONTEXT))[1]
              for b in (1, max_batch)]
-    return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, speedups fell as B grew: the batch"
-                      " drove the verifying pass past the ridge." if short[1] < short[0] and
-                      ridge_batch(*token_traffic(BATCH_CONTEXT), positions=1) else "",
-                      f"Here, at {n_ctx}, a plain pass also reads every sequence's KV cache, the keys and values of"
-                      " every token it has read." + (f" That keeps a plain pass, one position a sequence, below"
-                                                     f" {m / kv:.1f} MACs per byte at any B, under the ridge:"
-                                                     f" each sequence adds {m / 1e9:.1f} GMACs and"
-                                                     f" {kv / 1e9:.2f} GB of KV cache. A verifying pass of"
-                                                     " k+1 positions can still cross it."
-                                                     if ridge_batch(m, w, kv, positions=1) is None else ""),
-                      "A draft is assumed to read only its weights (its own KV cache is left out): the big one's"
-                      " pass costs"
-                      f" c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {max_batch}, so speedups rise"
-                      " with B." if c[1] < c[0] else ""]),
+    return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, speedups fell as B grew."
+                      if short[1] < short[0] else "",
+                      f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
+                      f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass below {m / kv:.1f} MACs per byte at any B, under the"
+                      " ridge." if ridge_batch(m, w, kv, positions=1) is None else "",
+                      "A draft is assumed to read only its weights, so its cost falls as B grows: c ="
+                      f" {c[0]:.3f} of a plain pass at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
+                      if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
                       f" {option_speedup(first, 1, n_ctx):.2f}; {chain.drafter.name}'s {chain.shape} makes"
                       f" {chain.tokens:.2f} from {chain.draft_passes} passes at c ="
                       f" {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}, a speedup of {option_speedup(chain, 1, n_ctx):.2f}."
-                      if tree else "",
-                      "A range starts memory-bound again where it verifies fewer positions a sequence than the range"
-                      " before: fewer MACs per byte." if back else ""]))
+                      if tree else ""]))
 
 
 def demo19_tree_end(check, nodes, n_ctx, max_batch):
@@ -4196,13 +4191,13 @@ def demo19_tree_end(check, nodes, n_ctx, max_batch):
     after = check.after
     then = f"{after.drafter.name}'s {after.shape}" if after else "plain decoding"
     if past == check.tree_last + 1:
-        return (f"The search finds the tree best up to B = {check.tree_last}, then {then}: from there the tree's"
+        return (f"The search's tree is best up to B = {check.tree_last}. Then {then} wins: from there the tree's"
                 f" {nodes} positions are past the ridge.")
     falling = after is not None and draft_cost(check.tree_last + 1, n_ctx, draft=after.drafter.cost) < draft_cost(
         1, n_ctx, draft=after.drafter.cost)
-    return (f"The search finds the tree best up to B = {check.tree_last}, then {then}, while the tree is still"
+    return (f"The search's tree is best up to B = {check.tree_last}. Then {then} wins, while the tree is still"
             " memory-bound" + (f": {after.drafter.name}'s c keeps falling as B grows." if falling else ".") +
-            (f" From B = {past} the tree's {nodes} positions are past the ridge." if past else ""))
+            (f" The tree's {nodes} positions pass the ridge only from B = {past}." if past else ""))
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -4910,17 +4905,18 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call scoring all k+1 positions for
-          about the cost of one (demo 6); if all pass, the last position
+          about the cost of one; if all pass, the last position
           gives a bonus token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
-  fit     a chi-square test's p-value: how well a sample fits the
-          target's distribution; below {P_REJECT:g}, it is NOT the target's
-  exact   no sampling: the output's probabilities computed through the
-          rule itself"""
+  fit     a chi-square test's p-value for a sample against the target's
+          distribution; below {P_REJECT:g}, it is NOT the target's
+  exact   the output's probabilities computed through the rule, not
+          sampled"""
 BREAK_IT = """
-Now break it: edit one line of a stage and rerun. The README lists edits."""
+Now break it: edit one line of a stage function, such as residual(), and rerun.
+The README lists edits."""
 
 
 def menu():

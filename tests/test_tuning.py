@@ -124,7 +124,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     # 248 sequences of 512 tokens fit in 80 GB beside the weights: no engine is told to run 256
     fit = sd.sequences_that_fit(512)
     assert fit < 256 and in_process[0]["19"].buckets[-1][1] == fit
-    assert f"B goes up to {fit}, the sequences whose KV caches fit in 80 GB" in " ".join(
+    assert f"up to B = {fit}, the sequences whose KV caches fit in 80 GB" in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -186,7 +186,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     fit = sd.sequences_that_fit(512)
     buckets, _, options = sd.plan_drafters(list(drafters.values()), 512, fit, 8, tol=0.0)
     untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
-    assert ("The gap comes from its ranges" in text) == (result.check.worst > 0 and untolerant == 0)
+    assert ("since a range keeps its option within 0.5% of the best" in text) == (result.check.worst > 0 and
+                                                                               untolerant == 0)
 
 
 def test_an_option_is_priced_as_its_positions_and_draft_passes_say():
@@ -258,11 +259,14 @@ def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_proce
     text = " ".join(section(in_process[1], "19").split())
     fit = sd.sequences_that_fit(512)
     short = [sd.fastest_k(sd.batch_speedups(sd.expected_tokens(0.7, np.arange(1, 33)), b, 16))[1] for b in (1, fit)]
-    assert short[1] < short[0] and "In demo 6, with 16 tokens of context, speedups fell" in text
+    assert short[1] < short[0] and "In demo 6, with 16 tokens of context, speedups fell as B grew." in text
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
-    assert m / (one - w) < sd.ridge() and f"That keeps a plain pass, one position a sequence, below {m / (one - w):.1f} MACs per byte at any B" in text
+    assert (f"each sequence adds {m / 1e9:.1f} GMACs and {(one - w) / 1e9:.2f} GB of KV cache (the keys and values of"
+            " its 512 tokens) to a plain pass."
+            f" That keeps a plain pass below {m / (one - w):.1f} MACs per byte at any B") in text
+    assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
-    assert c[1] < c[0] and f"c = {c[0]:.3f} of a plain one at B = 1 and {c[1]:.3f} at B = {fit}, so speedups rise" in text
+    assert c[1] < c[0] and f"c = {c[0]:.3f} of a plain pass at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise" in text
 
 
 def test_chapter19_names_what_ends_the_trees_lead_and_when_its_pass_crosses_the_ridge(in_process):
@@ -273,9 +277,9 @@ def test_chapter19_names_what_ends_the_trees_lead_and_when_its_pass_crosses_the_
     assert last > 0 and after is not None and after.shape.startswith("k")
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert past > last + 1  # the chain overtakes while the tree is still memory-bound: the tree's bound is not the cause
-    assert (f"The search finds the tree best up to B = {last}, then {best_next.drafter.name}'s {best_next.shape}, while"
+    assert (f"The search's tree is best up to B = {last}. Then {best_next.drafter.name}'s {best_next.shape} wins, while"
             " the tree is still memory-bound: big's c keeps falling as B grows.") in text
-    assert f"From B = {past} the tree's 15 positions are past the ridge." in text
+    assert f"The tree's 15 positions pass the ridge only from B = {past}." in text
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one_drafter(in_process):
@@ -303,9 +307,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one
 def test_chapter19_ties_the_small_drafts_first_rate_to_round_starts(in_process):
     text = " ".join(section(in_process[1], "19").split())
     first, alpha = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0], sd.pair_alpha(sd.TARGET, sd.MIDDLING)
-    k1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
-    assert first < alpha and (f"The small one's first rate, {first:.3f}, is below its alpha, {alpha:.3f}: rounds start"
-                              f" after atypical tokens (demo 5, whose {k1:.3f} is for rounds of k = 1; here k = 8).") in text
+    assert first < alpha and (f"The small one's first rate, {first:.3f}, is below its alpha, {alpha:.3f}, for demo 5's"
+                              " reason: rounds start after the last round's final token, which is not spread like the"
+                              " text.") in text
 
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

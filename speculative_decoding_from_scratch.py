@@ -3311,21 +3311,31 @@ def demo13_detail(size=4096):
 
 
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
-              " ICLR 2025) looks at the whole block of k drafts before it decides how many to keep. It"
-              " carries a weight w_i along the block (the paper's p_i): w_0 = 1, and w_i = min(1, w_(i-1)"
-              " p(x_i) / q(x_i)), the share of the first i drafts the target still wants. Each position draws"
-              " its own uniform random number: the last passes with chance w_k, an earlier one with chance h_i ="
-              " Z_i / (Z_i + 1 - w_i), where"
-              " Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still"
-              " wants there that the draft does not offer. The block keeps every draft up to the last"
-              " position i that passes, even past one that failed: a failed test emits nothing, so the drafts"
-              " kept still follow tokens the output holds. The token after them, at position i+1, comes from"
-              " max(0, w_i p - q), normalised, or from p if all k passed.")
+              " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep:")
+BLOCK_STEPS = ("A weight w_i is the share of the first i drafts the target still wants: w_0 = 1, and w_i ="
+               " min(1, w_(i-1) p(x_i) / q(x_i)). The paper writes it p_i.",
+               "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
+               " there that the draft does not offer.",
+               "Each position draws its own uniform random number. The last passes with chance w_k, an earlier"
+               " one with chance h_i = Z_i / (Z_i + 1 - w_i).",
+               "The block keeps every draft up to the last position i that passes, even past one that failed. A"
+               " failed test emits nothing, so the drafts kept still follow tokens the output holds.",
+               "The token after them comes from max(0, w_i p - q), normalised, or from p if all k passed.")
+
+
+def say_block_rule():
+    """BLOCK_RULE and its steps, numbered, as chapters 14 and 15 open."""
+    say(BLOCK_RULE)
+    for i, step in enumerate(BLOCK_STEPS, start=1):
+        print("\n".join(textwrap.wrap(step, 78, initial_indent=f"  {i}. ", subsequent_indent="     ",
+                                      break_on_hyphens=False)))
+    print()
 
 
 def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     """Chapter 14: the paper's example, and what block verification gains."""
-    say(BLOCK_RULE, "Chapters 9 and 15 check that it is exact. What does it gain?")
+    say_block_rule()
+    say("Chapters 9 and 15 check that it is exact. What does it gain?")
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
     rows = []
     for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
@@ -3489,9 +3499,10 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     """How a shipped block verifier broke: two edits of block verification and
     vllm-ascend's two shipped paths, by both checks."""
     here = this_module()
-    say(BLOCK_RULE, "Each edit below changes one line of that rule. Then come two code paths, PyTorch and",
-        "Triton, that vllm-ascend shipped; vllm-ascend is the plugin of vLLM, a serving engine, for Huawei's",
-        f"Ascend accelerators. Each verifies the middling draft at k = {k}:")
+    say_block_rule()
+    say("Each edit below changes one line of that rule. Then come two shipped code paths, PyTorch and Triton,",
+        "from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",
+        f"the middling draft at k = {k}:")
     block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
@@ -3502,7 +3513,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
           [("", *row) for label, words in BLOCK_WORDS.items()
            for row in zip([label] + [""] * 9, textwrap.wrap(words, 52, break_on_hyphens=False))])
     print()
-    say(f"Exact TVs of the first 1 to {n} tokens, and a {n_runs}-run fit:")
+    say(f"Exact TVs of the first 1 to {n} tokens, and a fit of {n_runs} runs' first two tokens:")
     print()
     exactness_table(rows)
     caught = demo15_verdicts(rows, target_first_tokens(TARGET, ctx, n), k)

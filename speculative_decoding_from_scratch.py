@@ -1099,13 +1099,13 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The whole loop runs {n_runs:,} times per rule, keeping the first two tokens after '{name(ctx)}': x1 and",
-        f"x2, a pair drawn from P(x1, x2). The draft is the unrelated",
+        f"x2. The draft is the unrelated",
         f"table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}."
         f" {number_word(len(BUGS)).capitalize()} broken rules, each one or two edited lines:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     print()
-    say("Both TVs compare P(x1, x2) with the target's. The exact one chains the rule position by position and",
+    say("Both TVs compare the output's P(x1, x2) with the target's. The exact one chains the rule position by position and",
         "stops at the first rejection." + (f" It never runs the loop, so it cannot see {and_list(unseen)}, a bug in the loop."
                         if unseen else ""))
     print()
@@ -1317,10 +1317,10 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
             continue
         rows.append((label, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
-    say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. A round makes one",
-        "target call. The paper's eq. 1 puts its tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
+    say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
+        "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
-        "alpha. A round takes 1 + k c target calls' time, so the speedup is tokens per call / (1 + k c).")
+        "alpha. A round takes 1 + k c target calls' time, so the speedup is measured tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1407,7 +1407,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     below = [f"{r[0]:.3g}" for r in rows if not isinstance(r[7], str) and r[6] < r[7] - 5e-4]
     first, eq1 = exact[0] - 1, expected_tokens(a, k)
     print()
-    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
+    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), k = 1's"
+        " speedup by eq. 1.",
         f"The exact best falls short of that promise at c = {', '.join(below)}." if below else
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
@@ -1419,20 +1420,22 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
             (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
         print()
-        say(f"The corollary, like eq. 1, gives every draft the same chance, alpha = {a:.3f}. But a"
-            " draft's chance depends on the token before it, and a round starts after the last one's final"
-            " token.",
-            f"In rounds of k = 1, that token is redrawn {share:.3f} of the time, from the residual, which leaves out"
-            " what the draft over-proposes." if residual_led else "",
-            (f"So a redrawn token is '{name(short)}' only {redrawn[short] / share:.3f} of the time, and"
-             if residual_led else "And") +
-            f" {start[short]:.3f} of rounds start after '{name(short)}'"
-            + (", where drafts pass most often," if short == int(np.argmax(beta)) else "")
-            + f" against {text[short]:.3f} of the text.",
-            f"Over round starts, the first draft passes {first:.3f} of the time"
-            + (f", and at c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
-               f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "."),
-            )
+        say(f"Like eq. 1, the corollary gives every draft one chance, alpha = {a:.3f}. But a draft's chance"
+            " depends on the token before it, and a round starts after the last round's final token. In rounds of"
+            f" k = 1, {share:.3f} of those are redrawn from the residual, which leaves out what the draft"
+            " over-proposes. Where rounds start, exactly:")
+        print()
+        table([("token", 5, ">5"), ("text", 8, ".3f"), ("round starts", 14, ".3f"), ("redraws", 9, ".3f"),
+               ("a draft after\nit passes", 15, ".3f")], [(name(x), text[x], start[x], redrawn[x] / share, beta[x])
+                                                       for x in range(len(text))],
+              groups=[("share of", 1, 3)])
+        print()
+        say(f"Rounds start after '{name(short)}'" + (", where drafts pass most often," if short == int(
+            np.argmax(beta)) else "") + " less often than the text holds it" + (
+                f": few redraws are '{name(short)}'." if residual_led else "."),
+            f"Over round starts, the first draft passes {first:.3f} of the time, not {a:.3f}.",
+            f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
+            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1450,25 +1453,6 @@ def round_starts(P, Q):
     ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
     start = stationary(ends.sum(axis=1))
     return start, stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, 0]
-
-
-def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
-    """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
-    target's text, and the first draft's chance to pass after each token."""
-    start, text, beta, _ = round_starts(P, Q)
-    print()
-    say("Where rounds of k = 1 start, exactly, beside how often the target's text holds each token, and the",
-        "chance a draft after it passes, sum min(p, q) over its row:")
-    print()
-    table([("token", 5, ">5"), ("text", 9, ".3f"), ("round starts", 14, ".3f"), ("draft passes", 14, ".3f")],
-          [(name(x), text[x], start[x], beta[x]) for x in range(len(P))])
-    short = int(np.argmin(start - text))
-    print()
-    say(f"Averaged over the text, a draft passes {text @ beta:.3f} of the time: alpha. Averaged over round starts,"
-        f" {start @ beta:.3f}. Rounds start less often after '{name(short)}' ({start[short]:.3f} against"
-        f" {text[short]:.3f})" + (", where a draft passes most often." if short == int(np.argmax(beta)) else "."),
-        "A redrawn token comes from the residual, so it is never a token the draft over-proposes; a bonus token"
-        " follows a draft the target kept.")
 
 
 # -----------------------------------------------------------------------------
@@ -1600,10 +1584,8 @@ def demo6_free_compute(n_ctx=512):
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in (1, 2, 4, 8, 16)]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
-    embedding = 2 * weight_count(*LLAMA2_7B) / 1e9 - weights  # the rest of the 16-bit weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight it multiplies",
-        f"by once, {weights:.2f} GB, however many positions it scores; the {embedding:.2f} GB embedding table is only",
-        "looked up. It also reads the KV",
+        f"by once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
@@ -1634,16 +1616,21 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
     cross = ridge_batch(*token_traffic(n_ctx), positions=2)
     print()
-    if not detail:
-        say("A server decodes B sequences in one pass, reading the weights once for all. Verifying k drafts, that",
-            "pass scores B(k + 1) positions, so a batch spends the idle arithmetic itself.",
-            f"With {n_ctx} tokens of context each, a k = 1 pass crosses the ridge at B = {cross:,}; past it, each"
-            " position costs time." if cross else "",
-            (f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
-             f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences)."))
-        return SimpleNamespace(cross=cross, end=end)
     fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     tokens = expected_tokens(alpha, 1)
+    if not detail:
+        v, c = (verify_cost(1, end, n_ctx), draft_cost(end, n_ctx)) if end else (None, None)
+        say("A server decodes B sequences in one pass that reads the weights once. Verifying k drafts, it scores",
+            "B(k + 1) positions: a big batch uses up the idle arithmetic.",
+            f"Take short contexts, {n_ctx} tokens each: a sequence's KV cache is then only"
+            f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB, and a k = 1 pass crosses the ridge at B = {cross:,}. Past it,"
+            " each position costs time." if cross else "",
+            f"At B = {end:,} a k = 1 round costs {v:.3f} + {c:.3f} = {v + c:.2f} plain passes (the check"
+            f" and a draft), as many as its 1 + alpha = {tokens:.2f} tokens at alpha = {alpha}. From"
+            " there no k helps." if end and v + c >= tokens else
+            f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
+            f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
+        return SimpleNamespace(cross=cross, end=end)
     say(f"A k = 1 round's cost in plain passes, with {n_ctx} tokens of context, a draft {fewer:.0f} times smaller than",
         f"the target and alpha = {alpha}, against its 1 + alpha = {tokens:g} tokens:")
     print()
@@ -4111,8 +4098,8 @@ def demo19_tuning(**how):
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
-        "each drafter at every batch size B, and picks one per range of B. It runs on your figures as --plan",
-        f"--profile. Here it uses demo 6's roofline at {n_ctx} tokens of context, up to B = {max_batch}, the sequences"
+        "each drafter at every batch size B, and picks one per range of B. The option --plan --profile runs it",
+        f"on your drafters' acceptance figures and sizes. Here it uses demo 6's roofline at {n_ctx} tokens of context, up to B = {max_batch}, the sequences"
         f" whose KV caches fit in {H100.memory / 1e9:.0f} GB. Chapter 23 writes the plan as each engine's config.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
@@ -4122,7 +4109,8 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     say(f"The small one's first rate, {rates[1][0]:.3f}, is below its alpha, {pair_alpha(TARGET, MIDDLING):.3f}, for"
-        " demo 5's reason: rounds start after the last round's final token, which is not spread like the text." if rates[1][0] < pair_alpha(TARGET, MIDDLING)
+        " demo 5's reason: rounds start after the last round's final token, which is not spread like the text"
+        f" (demo 5's {exact_tokens_per_call(TARGET, MIDDLING, 1) - 1:.3f} is for rounds of k = 1)." if rates[1][0] < pair_alpha(TARGET, MIDDLING)
         - 5e-4 else "",
         f"Their sizes are assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes"
         f" a pass than the target, the small one (the middling draft) {fewer[1]:.0f} times fewer.")
@@ -4149,8 +4137,8 @@ def demo19_tuning(**how):
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
     print()
-    say(f"Is the procedure right? It reads tokens per call from the rates at k = {k_max}, and keeps one option per",
-        "range of B. An exhaustive search picks the best option at each B alone, from exact tokens per call.",
+    say(f"Is the procedure right? It reads tokens per call from the rates at k = {k_max}, which shift a little with",
+        "k (demo 5's reason), and keeps one option per range of B. An exhaustive search picks the best option at each B alone, from exact tokens per call.",
         f"The procedure is within {check.worst:.2%} of it at every B" +
         (" (the goal: 1%)" if check.worst <= 0.01 else ": NOT within 1%") +
         (f", since a range keeps its option within {tol:.1%} of the best." if check.worst > 0 and
@@ -4175,14 +4163,18 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
     tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
     m, w, kv = token_traffic(n_ctx)
-    short = [fastest_k(batch_speedups(expected_tokens(BATCH_ALPHA, np.arange(1, 33)), b, BATCH_CONTEXT))[1]
-             for b in (1, max_batch)]
-    return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, speedups fell as B grew."
-                      if short[1] < short[0] else "",
+    end = break_even_batch(expected_tokens(BATCH_ALPHA, np.arange(1, 33)), BATCH_CONTEXT,
+                           b_max=sequences_that_fit(BATCH_CONTEXT))  # demo 6's batch from which no k helps
+    ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
+    falls = any(b < a for a, b in zip(ks, ks[1:]))
+    return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end else "",
                       f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
-                      f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass below {m / kv:.1f} MACs per byte at any B, under the"
-                      " ridge." if ridge_batch(m, w, kv, positions=1) is None else "",
-                      "A draft is assumed to read only its weights, so its cost falls as B grows: c ="
+                      f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass below"
+                      f" {m / kv:.1f} MACs per byte at any B, under the ridge." if ridge_batch(m, w, kv, positions=1)
+                      is None else "",
+                      "A verifying pass of k + 1 positions tends to k + 1 times that, so long drafts cross the ridge as"
+                      " B grows, and the plan's k falls." if falls else "",
+                      "A draft is assumed to read only its weights, so its cost falls as B grows: big's c is"
                       f" {c[0]:.3f} of a plain pass at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
                       if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
@@ -4901,7 +4893,6 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
     "2": demo2_detail,
-    "5": demo5_detail,
     "6": lambda result: demo6_detail(),
     "9": demo9_detail,
     "10": demo10_detail,
@@ -5601,9 +5592,9 @@ def arg_parser():
                     "mode takes")
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
-    ap.add_argument("--detail", action="store_true", help=f"demos {', '.join(most)} and {last} add detail: a sample "
-                    "beside its target, where rounds start, shipped temperature bugs, a long context on the roofline, vLLM's settings and their "
-                    "history, plans and adaptive draft lengths")
+    ap.add_argument("--detail", action="store_true", help=f"demos {', '.join(most)} and {last} add detail: a "
+                    "sample beside its target, shipped temperature bugs, a long context on the roofline, vLLM's "
+                    "settings and their history, plans and adaptive draft lengths")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "

@@ -258,15 +258,21 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
 def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_process):
     text = " ".join(section(in_process[1], "19").split())
     fit = sd.sequences_that_fit(512)
-    short = [sd.fastest_k(sd.batch_speedups(sd.expected_tokens(0.7, np.arange(1, 33)), b, 16))[1] for b in (1, fit)]
-    assert short[1] < short[0] and "In demo 6, with 16 tokens of context, speedups fell as B grew." in text
+    # demo 6's batch from which no k helps, by a scan of every B that fits at 16 tokens
+    tokens, fit16 = sd.expected_tokens(0.7, np.arange(1, 33)), sd.sequences_that_fit(16)
+    end = next(b for b in range(1, fit16 + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
+    assert f"In demo 6, with 16 tokens of context, no k helped from B = {end}." in text
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert (f"each sequence adds {m / 1e9:.1f} GMACs and {(one - w) / 1e9:.2f} GB of KV cache (the keys and values of"
             " its 512 tokens) to a plain pass."
             f" That keeps a plain pass below {m / (one - w):.1f} MACs per byte at any B") in text
     assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
-    assert c[1] < c[0] and f"c = {c[0]:.3f} of a plain pass at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise" in text
+    assert c[1] < c[0] and f"big's c is {c[0]:.3f} of a plain pass at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise" in text
+    # the plan's chains shorten as B grows, and the chapter says why
+    ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
+    assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
+    assert "tends to k + 1 times that, so long drafts cross the ridge as B grows, and the plan's k falls." in text
 
 
 def test_chapter19_names_what_ends_the_trees_lead_and_when_its_pass_crosses_the_ridge(in_process):
@@ -307,9 +313,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one
 def test_chapter19_ties_the_small_drafts_first_rate_to_round_starts(in_process):
     text = " ".join(section(in_process[1], "19").split())
     first, alpha = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0], sd.pair_alpha(sd.TARGET, sd.MIDDLING)
+    k1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert first < alpha and (f"The small one's first rate, {first:.3f}, is below its alpha, {alpha:.3f}, for demo 5's"
                               " reason: rounds start after the last round's final token, which is not spread like the"
-                              " text.") in text
+                              f" text (demo 5's {k1:.3f} is for rounds of k = 1).") in text
 
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

@@ -3901,14 +3901,16 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3):
         f"NOT every rule's sample fits its own exact joint: {', '.join(misfit)}.",
         f"At ({setting_text(SGLANG_EXACT)}) SGLang's rule is the one-hot rule: exact TV " + exact_text(
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT))) + ".",
-        "A setting is dominated when a lossless verifier makes at least as many tokens per call at no distance:"
+        "A lossy setting is dominated when a lossless verifier makes at least as many tokens per call at no"
+        " distance:"
         f" here {next(r[0] for r in rows if r[1] == 'lossless' and r[3] == best)}, {best:.2f}." if dominated
         else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
         *[f"For scale: a TV of {r[2]:.2f}, typical's at ({r[1]}), means some set of {n}-token texts has a"
           f" probability {r[2]:.2f} higher under the rule than under the target." for r in rows
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
-        f" the first {n} tokens, and so the TV, are the same, the tokens per call are not." if twins else "")
+        f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"
+        " the next round, and where a round starts sets how far it gets (demo 5)." if twins else "")
     frontier(rows)
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
@@ -4824,7 +4826,7 @@ def demo23_engines(**how):
         "model, so each gets the drafter the plan uses at the most batch sizes" +
         (f", {main.name} here, planned again alone: its ranges differ from the table's." if main else "."),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
-        "Each key is as the engine's source spells it; in parentheses, what an engine cannot say:")
+        "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))

@@ -778,6 +778,15 @@ def say(*sentences, clock=False):
         print("\n".join(line + CLOCK * clock for line in lines))
 
 
+def say_items(items, numbered=False):
+    """A list, one item a paragraph, wrapped at 78 columns under its mark:
+    '  1. ' when numbered, else '  - '."""
+    for i, item in enumerate(items, start=1):
+        mark = f"  {i}. " if numbered else "  - "
+        print("\n".join(textwrap.wrap(item, 78, initial_indent=mark, subsequent_indent=" " * len(mark),
+                                      break_on_hyphens=False)))
+
+
 def takeaway(sentence, checks, clock=False):
     """A demo's last line: what to remember, printed only while every check
     the demo ran holds. checks: {what must hold: did it}. If one failed, the
@@ -1099,15 +1108,17 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The whole loop runs {n_runs:,} times per rule, keeping the first two tokens after '{name(ctx)}': x1 and",
-        f"x2. The draft is the unrelated",
-        f"table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}."
-        f" {number_word(len(BUGS)).capitalize()} broken rules, each one or two edited lines:")
+        f"x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
+        f"{number_word(len(BUGS)).capitalize()} broken rules, each a small edit:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
+    floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
-    say("Both TVs compare the output's P(x1, x2) with the target's. The exact one chains the rule position by position and",
-        "stops at the first rejection." + (f" It never runs the loop, so it cannot see {and_list(unseen)}, a bug in the loop."
-                        if unseen else ""))
+    say("Both TVs compare the output's P(x1, x2) with the target's. A sample's TV is never 0" +
+        (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
+            floor, Exception) else ": sampling adds noise, so the fit decides."),
+        "The exact one chains the rule position by position and stops at the first rejection." +
+        (f" It never runs the loop, so it cannot see {and_list(unseen)}, a bug in the loop." if unseen else ""))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1115,13 +1126,11 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         print()
         say("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
             " output replaced.")
-    floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
-    print()
-    say("A sample's TV is never 0" + (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides."
-                                     if not isinstance(floor, Exception) else ": sampling adds noise, so the fit"
-                                     " decides."), "Each stage checked alone, to blame the one that fails:" if shown else "")
+    if shown:
+        print()
+        say("Each stage checked alone, to blame the one that fails:")
     if shown:
         print()
         table([("stage", 14, "<"), ("must give", 42, "<"), ("result", 16, "<")], [r[:3] for r in stages])
@@ -1420,20 +1429,15 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
             (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
         print()
-        say(f"Like eq. 1, the corollary gives every draft one chance, alpha = {a:.3f}. But a draft's chance"
-            " depends on the token before it, and a round starts after the last round's final token. In rounds of"
-            f" k = 1, {share:.3f} of those are redrawn from the residual, which leaves out what the draft"
-            " over-proposes. Where rounds start, exactly:")
-        print()
-        table([("token", 5, ">5"), ("text", 8, ".3f"), ("round starts", 14, ".3f"), ("redraws", 9, ".3f"),
-               ("a draft after\nit passes", 15, ".3f")], [(name(x), text[x], start[x], redrawn[x] / share, beta[x])
-                                                       for x in range(len(text))],
-              groups=[("share of", 1, 3)])
-        print()
-        say(f"Rounds start after '{name(short)}'" + (", where drafts pass most often," if short == int(
-            np.argmax(beta)) else "") + " less often than the text holds it" + (
-                f": few redraws are '{name(short)}'." if residual_led else "."),
-            f"Over round starts, the first draft passes {first:.3f} of the time, not {a:.3f}.",
+        say(f"The corollary, like eq. 1, assumes every draft passes with the same chance, alpha = {a:.3f}. But a"
+            " round starts after the last round's final token, which is a redraw in"
+            f" {share:.3f} of rounds of k = 1.",
+            "A redraw comes from the residual, which leaves out what the draft over-proposes," if residual_led else "",
+            (f"so only {redrawn[short] / share:.3f} of redraws are '{name(short)}'" if residual_led else
+             f"Few rounds start after '{name(short)}'")
+            + (f", where drafts pass most often ({beta[short]:.3f})." if short == int(np.argmax(beta)) else "."),
+            f"So {start[short]:.3f} of rounds start after '{name(short)}', against {text[short]:.3f} of the text, and"
+            f" the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
     speeds = [r[1] for r in rows]
@@ -1561,8 +1565,10 @@ def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
     return solve_increasing(lambda b: not helps(b), 1, hi // 2, hi, integer=True)
 
 
-def verify_cost(k, batch, n_ctx=16, hw=H100, shape=LLAMA2_7B):
-    """v: a verifying pass over k+1 positions, in plain passes, on demo 6's roofline."""
+def verify_cost(k, batch, n_ctx=None, hw=H100, shape=LLAMA2_7B):
+    """v: a verifying pass over k+1 positions, in plain passes, on demo 6's
+    roofline; n_ctx: tokens of context, demo 6's BATCH_CONTEXT unless given."""
+    n_ctx = BATCH_CONTEXT if n_ctx is None else n_ctx
     return roofline_time(*pass_traffic(shape, n_ctx, k + 1, batch), hw)[0] / roofline_time(
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
@@ -1622,12 +1628,12 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
         v, c = (verify_cost(1, end, n_ctx), draft_cost(end, n_ctx)) if end else (None, None)
         say("A server decodes B sequences in one pass that reads the weights once. Verifying k drafts, it scores",
             "B(k + 1) positions: a big batch uses up the idle arithmetic.",
-            f"Take short contexts, {n_ctx} tokens each: a sequence's KV cache is then only"
-            f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB, and a k = 1 pass crosses the ridge at B = {cross:,}. Past it,"
-            " each position costs time." if cross else "",
-            f"At B = {end:,} a k = 1 round costs {v:.3f} + {c:.3f} = {v + c:.2f} plain passes (the check"
-            f" and a draft), as many as its 1 + alpha = {tokens:.2f} tokens at alpha = {alpha}. From"
-            " there no k helps." if end and v + c >= tokens else
+            f"Take short contexts, {n_ctx} tokens each, so that a sequence adds little to read: an"
+            f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB KV cache (chapter 19 takes long ones). A k = 1 pass then crosses"
+            f" the ridge at B = {cross:,}; past it, each position costs time." if cross else "",
+            f"At B = {end:,} a k = 1 round costs {v:.3f} plain passes for the check and c = {c:.3f} for a draft"
+            f" reading {fewer:.0f} times fewer bytes: {v + c:.2f}, as many as its 1 + alpha = {tokens:.2f} tokens at"
+            f" alpha = {alpha}. From there no k helps." if end and v + c >= tokens else
             f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
             f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
         return SimpleNamespace(cross=cross, end=end)
@@ -3313,9 +3319,7 @@ BLOCK_STEPS = ("A weight w_i is the share of the first i drafts the target still
 def say_block_rule():
     """BLOCK_RULE and its steps, numbered, as chapters 14 and 15 open."""
     say(BLOCK_RULE)
-    for i, step in enumerate(BLOCK_STEPS, start=1):
-        print("\n".join(textwrap.wrap(step, 78, initial_indent=f"  {i}. ", subsequent_indent="     ",
-                                      break_on_hyphens=False)))
+    say_items(BLOCK_STEPS, numbered=True)
     print()
 
 
@@ -4110,15 +4114,11 @@ def demo19_tuning(**how):
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    say(f"The small one's first rate, {rates[1][0]:.3f}, is below its alpha, {pair_alpha(TARGET, MIDDLING):.3f}, for"
-        " demo 5's reason: rounds start after the last round's final token, which is not spread like the text"
-        f" (demo 5's {exact_tokens_per_call(TARGET, MIDDLING, 1) - 1:.3f} is for rounds of k = 1)." if rates[1][0] < pair_alpha(TARGET, MIDDLING)
-        - 5e-4 else "",
-        f"Their sizes are assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes"
+    say(        f"Their sizes are assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes"
         f" a pass than the target, the small one (the middling draft) {fewer[1]:.0f} times fewer.")
     print()
-    say(f"The small one also runs as a tree (chapter 8) of {nodes - 1} drafts: {tree[0]} candidates drawn"
-        f" independently from q under every branch, {tree[1]} steps deep"
+    say(f"The small one also runs as a tree of {nodes - 1} drafts, whose check keeps the target's distribution"
+        f" (chapter 8). It draws {tree[0]} candidates independently from q under every branch, {tree[1]} steps deep"
         f" ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass"
         f" of {nodes} positions (the drafts and the token before them) checks them all and keeps one branch:"
         f" {tree[3]:.2f} tokens per call over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
@@ -4127,6 +4127,9 @@ def demo19_tuning(**how):
     plan = plan_rows(buckets, speeds, options, n_ctx)
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
     say(before)
+    print()
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. A range of B keeps its option while that stays within"
+        f" {tol:.1%} of the best:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4140,11 +4143,10 @@ def demo19_tuning(**how):
                                       max_batch, k_max)
     print()
     say(f"Is the procedure right? It reads tokens per call from the rates at k = {k_max}, which shift a little with",
-        "k (demo 5's reason), and keeps one option per range of B. An exhaustive search picks the best option at each B alone, from exact tokens per call.",
-        f"The procedure is within {check.worst:.2%} of it at every B" +
+        "k (demo 5's reason). An exhaustive search picks the best option at each B alone, from exact tokens per",
+        f"call. The procedure is within {check.worst:.2%} of it at every B" +
         (" (the goal: 1%)" if check.worst <= 0.01 else ": NOT within 1%") +
-        (f", since a range keeps its option within {tol:.1%} of the best." if check.worst > 0 and
-         untolerant.worst == 0 else "."),
+        (f", the {tol:.1%} its ranges allow." if check.worst > 0 and untolerant.worst == 0 else "."),
         demo19_tree_end(check, nodes, n_ctx, max_batch) if check.tree_last else
         "The tree is the best choice at no B here.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
@@ -4176,8 +4178,9 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       is None else "",
                       "A verifying pass of k + 1 positions tends to k + 1 times that, so long drafts cross the ridge as"
                       " B grows, and the plan's k falls." if falls else "",
-                      "A draft is assumed to read only its weights, so its cost falls as B grows: big's c is"
-                      f" {c[0]:.3f} of a plain pass at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
+                      "A draft is assumed to read only its weights, leaving out its own KV cache. So its cost"
+                      f" relative to a plain pass falls as B grows: big's c is {c[0]:.3f} at B = 1, {c[1]:.3f} at"
+                      f" B = {max_batch}. So speedups rise with B."
                       if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
@@ -4308,11 +4311,17 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
     print()
-    say("Adaptive k: the heuristic of transformers (a Python library), 2 more drafts after a",
-        f"round whose drafts all passed, 1 fewer otherwise. Prompt lookup at k = {k}, {len(seeds)} seeds (+-: the",
-        f"standard error of their mean), threshold {threshold} over the last {window} rounds. The per-batch schedule",
-        f"decides once per batch size, in advance and knowing the workload, whether k = {k} pays there on average.",
-        f"Prices are demo 6's roofline: the lookup is free, and a verifying pass of {k + 1} positions costs",
+    say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds (+-: the standard error of their"
+        " mean):")
+    say_items([f"always on: k = {k} every round;",
+               f"per-batch schedule: k = {k} where that pays at the batch size on average, else plain decoding;"
+               " decided once, in advance and knowing the workload;",
+               f"off for good: TensorRT-LLM's switch, at a threshold of {threshold} over the last {window} rounds;",
+               f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
+               " after a round whose drafts all passed, 1 fewer otherwise."])
+    print()
+    say(f"Prices are demo 6's roofline at its {BATCH_CONTEXT} tokens of context: the lookup is free, and a verifying"
+        f" pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ":")
     print()
     table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,

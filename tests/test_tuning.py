@@ -186,8 +186,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     fit = sd.sequences_that_fit(512)
     buckets, _, options = sd.plan_drafters(list(drafters.values()), 512, fit, 8, tol=0.0)
     untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
-    assert ("since a range keeps its option within 0.5% of the best" in text) == (result.check.worst > 0 and
-                                                                               untolerant == 0)
+    assert ("the 0.5% its ranges allow." in text) == (result.check.worst > 0 and untolerant == 0)
 
 
 def test_an_option_is_priced_as_its_positions_and_draft_passes_say():
@@ -268,7 +267,7 @@ def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_proce
             f" That keeps a plain pass below {m / (one - w):.1f} MACs per byte at any B") in text
     assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
-    assert c[1] < c[0] and f"big's c is {c[0]:.3f} of a plain pass at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise" in text
+    assert c[1] < c[0] and f"big's c is {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise" in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
@@ -310,13 +309,14 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs
 
 
-def test_chapter19_ties_the_small_drafts_first_rate_to_round_starts(in_process):
+def test_chapter19_says_rates_read_at_one_k_shift_with_k(in_process):
+    # the small draft's first rate read at k = 8 is not its rate in rounds of k = 1 (demo 5's 0.691): where rounds
+    # start depends on k, so the procedure's reading is an approximation, which the search then prices
     text = " ".join(section(in_process[1], "19").split())
-    first, alpha = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0], sd.pair_alpha(sd.TARGET, sd.MIDDLING)
-    k1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
-    assert first < alpha and (f"The small one's first rate, {first:.3f}, is below its alpha, {alpha:.3f}, for demo 5's"
-                              " reason: rounds start after the last round's final token, which is not spread like the"
-                              f" text (demo 5's {k1:.3f} is for rounds of k = 1).") in text
+    at8 = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0]
+    at1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
+    assert abs(at8 - at1) > 0.01
+    assert "It reads tokens per call from the rates at k = 8, which shift a little with k (demo 5's reason)." in text
 
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

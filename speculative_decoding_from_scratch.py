@@ -833,6 +833,12 @@ def prob3(v):
     return f"{v:.3f}".replace("0.", ".", 1) if v < 1 else "1.00"
 
 
+def every(n, things):
+    """All n of some things, in words: every(2, 'edits') -> 'both edits',
+    every(3, 'edits') -> 'all three edits', every(1, 'edit') -> 'the edit'."""
+    return f"both {things}" if n == 2 else f"all {number_word(n)} {things}" if n > 2 else f"the {things}"
+
+
 def about(n):
     """A count to two significant figures, in words: about(1974584) -> '2.0 million'."""
     return f"{n / 1e6:.1f} million" if n >= 1e6 else f"{float(f'{n:.2g}'):,.0f}"
@@ -2192,10 +2198,11 @@ def demo9_verifiers(k=3):
         "only if they match (else the target's token is emitted). Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
         "before it decides how many to accept (chapter 14 shows how).")
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
-    pairs = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
-             (f"blend {GOOD_WEIGHT:g}", TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT)),
-             *[(f"q: p at T={t:g}", TARGET, temper(TARGET, t)) for t in (2,)],
-             *[(f"p at T={tp:g}, q at T={tq:g}", temper(TARGET, tp), temper(TARGET, tq)) for tp, tq in ((0.3, 3),)]]
+    drafted = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
+               (f"blend {GOOD_WEIGHT:g}", TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT))]  # q from a draft table
+    tempered = [*[(f"q: p at T={t:g}", TARGET, temper(TARGET, t)) for t in (2,)],
+                *[(f"p at T={tp:g}, q at T={tq:g}", temper(TARGET, tp), temper(TARGET, tq)) for tp, tq in ((0.3, 3),)]]
+    pairs = drafted + tempered
     prow, reasons = [], []
     for label, P, Q in pairs:
         settings = verifier_settings(P, Q)
@@ -2210,9 +2217,10 @@ def demo9_verifiers(k=3):
         prow.append((label, *alphas, *tokens, ["prob", "1-hot", "strict", "block", "b 1-hot"][most]))
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
-    say(f"Five pairs of target p and draft q, at k = {k}. The first three draw q from a draft table; the",
-        "last two temper the target's own rows. Column b 1-hot is block over one-hot drafts; most names",
-        "the setting that accepts most, the first named on a tie:")
+    say(f"{number_word(len(pairs)).capitalize()} pairs of target p and draft q, at k = {k}. The first"
+        f" {number_word(len(drafted))} draw q from a draft table; the last {number_word(len(tempered))} temper the"
+        " target's own rows. Column b 1-hot is block over one-hot drafts; most names the setting that accepts most,"
+        " the first named on a tie:")
     print()
     table([("pair", 20, "<"), ("prob", 6, ".3f"), ("1-hot", 6, ".3f"), ("strict", 7, ".3f"),
            ("prob", 6, ".2f"), ("1-hot", 6, ".2f"), ("strict", 7, ".2f"), ("block", 6, ".2f"), ("b 1-hot", 8, ".2f"),
@@ -2249,7 +2257,8 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
     exactness_table(rows)
     lossless = [r for r in rows if r[5] == "the target"]
     print()
-    say("All five settings emit the target's distribution by both checks." if len(lossless) == len(rows) else
+    say(f"All {number_word(len(rows))} settings emit the target's distribution by both checks."
+        if len(lossless) == len(rows) else
         "NOT every setting emits the target's distribution: " +
         "; ".join(f"{r[0]} {VERDICT_WORDS.get(r[5], r[6])}" for r in rows if r not in lossless) + ".")
     return rows
@@ -3522,7 +3531,9 @@ def demo15_verdicts(rows, truth, k):
     print()
     say("Block verification emits the target's distribution by both checks." if rows[0][5] == "the target" else
         f"Block verification, as you have it, {VERDICT_WORDS.get(rows[0][5], rows[0][6])}.",
-        "Both edits and both shipped paths are caught." if caught else
+        f"{every(len(BLOCK_BUGS), 'edits').capitalize()} and {every(len(broken) - len(BLOCK_BUGS), 'shipped paths')}"
+        " are caught."
+        if caught else
         " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else f"{r[0]}: not checked, {r[6]}."
                  for r in broken))
     for label, *tvs, p_fit, verdict, exact, _ in broken:

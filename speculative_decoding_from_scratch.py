@@ -1046,7 +1046,7 @@ def demo1_rule_by_hand(ctx=0):
         f"it is kept with p/q = {ratio:.3f}." if abs(acc[over] - ratio) < 1e-12 else
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print()
-    say("A token's kept share, the chance it is drafted and kept, is q min(1, p/q) = min(p, q).",
+    say("A token is drafted and kept with chance q min(1, p/q) = min(p, q), its kept share.",
         f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}, also the sum of max(0, p - q).",
         f"The redrawn share is that chance times the residual: {1 - beta:.3f} max(0, p - q) / {1 - beta:.3f} ="
         " max(0, p - q).")
@@ -1123,8 +1123,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("Both TVs compare the output's P(x1, x2) with the target's. A sample's TV is never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact one chains the rule position by position and stops at the first rejection." +
-        (f" It never runs the loop, so it cannot see {and_list(unseen)}, a bug in the loop." if unseen else ""))
+        "The exact one chains the rule position by position, stopping at the first rejection, without running the"
+        " loop" + (f": it cannot see {and_list(unseen)}, a bug in the loop." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1335,7 +1335,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
         "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
-        "alpha. A round takes 1 + k c target calls' time, so the speedup is measured tokens per call / (1 + k c).")
+        "alpha. A round costs 1 + k c target calls, so the speedup is measured tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1384,11 +1384,13 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
           groups=[("tokens per call", 1, 4), ("speedup", 5, 6)])
     best_m, best_e = (max(rows, key=lambda r: r[i])[0] for i in (6, 7))
     misfits = [str(r[0]) for r in rows if r[5] == "NO"]
-    a = pair_alpha(TARGET, MIDDLING)
+    gains = np.diff([r[4] for r in rows])  # what each extra draft adds to tokens per call, exactly
     print()
     say("Every row agrees." if not misfits else f"NOT every row agrees: k = {', '.join(misfits)}.",
-        f"The best k is {best_m} measured, {best_e} exact. Exact tokens per call level off below",
-        f"1 / (1 - alpha) = {1 / (1 - a):.2f}, eq. 1 for endless k, while the cost 1 + k c grows.")
+        f"The best k is {best_m} measured, {best_e} exact.",
+        f"Each extra draft adds fewer tokens (exactly +{gains[0]:.2f} at k = 2, +{gains[-1]:.2f} at k = {k_max}),"
+        " while the cost 1 + k c grows." if (np.diff(gains) < 0).all() else
+        "Extra drafts do NOT add fewer and fewer tokens here.")
     exact = {r[0]: r[7] for r in rows}
     takeaway("the speedup peaks at a moderate k, and it is flat near its peak.",
              {"every row agrees": not misfits, f"the best exact k lies inside 1..{k_max}": 1 < best_e < k_max,
@@ -1438,12 +1440,12 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         say(f"The corollary, like eq. 1, assumes every draft passes with the same chance, alpha = {a:.3f}. But a"
             " round starts after the last round's final token, which is a redraw in"
             f" {share:.3f} of rounds of k = 1.",
-            "A redraw comes from the residual, which leaves out what the draft over-proposes," if residual_led else "",
-            (f"so only {redrawn[short] / share:.3f} of redraws are '{name(short)}'" if residual_led else
-             f"Few rounds start after '{name(short)}'")
-            + (f", where drafts pass most often ({beta[short]:.3f})." if short == int(np.argmax(beta)) else "."),
-            f"So {start[short]:.3f} of rounds start after '{name(short)}', against {text[short]:.3f} of the text, and"
-            f" the first draft passes {first:.3f} of the time, not {a:.3f}.",
+            f"Drafts pass most often after '{name(short)}', {beta[short]:.3f} of the time." if short == int(
+                np.argmax(beta)) else "",
+            "A redraw comes from the residual, which leaves out what the draft over-proposes, and only"
+            f" {redrawn[short] / share:.3f} of redraws are '{name(short)}'." if residual_led else "",
+            f"So only {start[short]:.3f} of rounds start after '{name(short)}', against {text[short]:.3f} of the"
+            f" text, and the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
     speeds = [r[1] for r in rows]
@@ -1635,11 +1637,11 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
         say("A server decodes B sequences in one pass that reads the weights once. Verifying k drafts, it scores",
             "B(k + 1) positions: a big batch uses up the idle arithmetic.",
             f"Take short contexts, {n_ctx} tokens each, so that a sequence adds little to read: an"
-            f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB KV cache (chapter 19 takes long ones). A k = 1 pass then crosses"
-            f" the ridge at B = {cross:,}; past it, each position costs time." if cross else "",
-            f"At B = {end:,} a k = 1 round costs {v:.3f} plain passes for the check and c = {c:.3f} for a draft"
-            f" reading {fewer:.0f} times fewer bytes: {v + c:.2f}, as many as its 1 + alpha = {tokens:.2f} tokens at"
-            f" alpha = {alpha}. From there no k helps." if end and v + c >= tokens else
+            f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB KV cache.",
+            f"At B = {end:,}" + (", past the ridge," if cross and cross < end else "") +
+            f" a k = 1 round costs {v:.3f} plain passes for the check plus c = {c:.3f} for a small"
+            f" draft: {v + c:.2f} in all. It makes 1 + alpha = {tokens:.2f} tokens at an assumed alpha = {alpha}: no"
+            " gain. From there no k helps." if end and v + c >= tokens else
             f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
             f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
         return SimpleNamespace(cross=cross, end=end)
@@ -3315,7 +3317,7 @@ def demo13_detail(size=4096):
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
               " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep:")
 BLOCK_STEPS = ("A weight w_i is the share of the first i drafts the target still wants: w_0 = 1, and w_i ="
-               " min(1, w_(i-1) p(x_i) / q(x_i)). The paper writes it p_i.",
+               " min(1, w_(i-1) p(x_i) / q(x_i)). The paper names this weight p_i.",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
                " there that the draft does not offer.",
                "Each position draws its own uniform random number. The last passes with chance w_k, an earlier"
@@ -3335,7 +3337,7 @@ def say_block_rule():
 def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     """Chapter 14: the paper's example, and what block verification gains."""
     say_block_rule()
-    say("Chapters 9 and 15 check that it is exact. What does it gain?")
+    say("Its paper proves these steps exact; chapters 9 and 15 check them. What does it gain?")
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
     rows = []
     for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
@@ -3540,8 +3542,9 @@ def demo15_verdicts(rows, truth, k):
         first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
             print()
-            say(f"A sample needs about {about(samples_to_see(exact, truth))} runs to see {label}'s bias at token {first_bad}."
-                " The exact check sees it at once.")
+            say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
+                f" {truth.ndim} tokens would need about {about(samples_to_see(exact, truth))} runs to see it. The exact"
+                " check sees it at once.")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
@@ -4133,15 +4136,15 @@ def demo19_tuning(**how):
         f" (chapter 8). It draws {tree[0]} candidates independently from q under every branch, {tree[1]} steps deep"
         f" ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass"
         f" of {nodes} positions (the drafts and the token before them) checks them all and keeps one branch:"
-        f" {tree[3]:.2f} tokens per call over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
+        f" {tree[3]:.2f} tokens per call from {tree[1]} draft passes, over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
         f" {nodes}': {tree[0]} candidates, {tree[1]} steps, {nodes} positions.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
     say(before)
     print()
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. A range of B keeps its option while that stays within"
-        f" {tol:.1%} of the best:")
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. A range of B keeps one option while its speedup stays"
+        f" within {tol:.1%} of the best at each B:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4153,6 +4156,7 @@ def demo19_tuning(**how):
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
+    planned = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
     say(f"Is the procedure right? It reads tokens per call from the rates at k = {k_max}, which shift a little with",
         "k (demo 5's reason). An exhaustive search picks the best option at each B alone, from exact tokens per",
@@ -4160,7 +4164,9 @@ def demo19_tuning(**how):
         (" (the goal: 1%)" if check.worst <= 0.01 else ": NOT within 1%") +
         (f", the {tol:.1%} its ranges allow." if check.worst > 0 and untolerant.worst == 0 else "."),
         demo19_tree_end(check, nodes, n_ctx, max_batch) if check.tree_last else
-        "The tree is the best choice at no B here.")
+        "The tree is the best choice at no B here.",
+        f"The plan keeps the tree to B = {planned}, within its {tol:.1%}." if check.tree_last and planned and
+        planned != check.tree_last and check.worst <= tol else "")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4190,7 +4196,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       is None else "",
                       "A verifying pass of k + 1 positions tends to k + 1 times that, so long drafts cross the ridge as"
                       " B grows, and the plan's k falls." if falls else "",
-                      "A draft is assumed to read only its weights, leaving out its own KV cache. So its cost"
+                      "A draft is assumed to read only its weights, leaving out its own KV cache, which flatters"
+                      " it. So its cost"
                       f" relative to a plain pass falls as B grows: big's c is {c[0]:.3f} at B = 1, {c[1]:.3f} at"
                       f" B = {max_batch}. So speedups rise with B."
                       if c[1] < c[0] else ""]),

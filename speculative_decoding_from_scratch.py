@@ -1995,10 +1995,11 @@ def demo8_trees(n_runs=400, n_rounds=200):
     errors = [np.abs(masked_pass(P2, context, tokens, m) - slow).max()
               for m in (tree_attention_mask(tree_parents), np.tri(len(tokens), dtype=bool))]
     print()
-    say(f"Does the mask work? A {len(tokens)}-node tree goes to a target that reads the last two tokens, so a"
-        " node's row depends on its parent. The masked pass matches each path run alone to"
+    say("Does the mask work? The lesson's tables read only the last token, so a wrong mask could not show there.",
+        f"Here a {len(tokens)}-node tree goes to a target that reads the last two tokens, so a node's row depends"
+        " on its parent. The masked pass matches each path run alone to"
         f" {exact_text(errors[0])} in every next-token probability. A plain causal mask, which lets a node"
-        f" read every node before it, is off by {exact_text(errors[1])}.")
+        f" read every node before it, is off by up to {exact_text(errors[1])} in one.")
     exactness = demo8_exactness(n_runs)
     rates, chains_fit, wider = demo8_depth_and_width(n_rounds)
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).",
@@ -2022,14 +2023,13 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         p_fit = chi2_sf(*pearson(counts, truth))
         rows.append((label, tv_distance(counts / n_runs, truth), p_fit, "consistent" if p_fit >= P_REJECT else "NOT the target"))
     print()
-    say("Is a tree exact? A tree verifier, as in SpecInfer (Miao et al. 2023), tries a node's",
-        "children one at a time. Each is kept with chance min(1, p/q). Here the children are drawn",
-        "from q independently, or as distinct tokens, each from q with the earlier ones removed. The"
-        " released code of EAGLE-1, a trained draft head, draws them distinct. When a child is rejected,"
-        " its q must leave p before its sibling",
-        "is tried: p becomes the residual, max(0, p - q) normalised. The bug no_update deletes",
-        f"that line. {n_runs:,} runs each; consistent means the fit finds no difference from the",
-        "target (a tree has no exact check here):")
+    say("Is a tree exact? A tree verifier, as in SpecInfer (Miao et al. 2023), tries a node's children one at a"
+        " time, each kept with chance min(1, p/q). When a child is rejected, p becomes the residual, max(0, p - q)"
+        " normalised, before its sibling is tried. The bug no_update deletes that line. The children are drawn"
+        " from q independently, or as distinct tokens: each from q with its elder siblings removed, the q it is"
+        " then judged by. The released code of EAGLE-1, a trained draft head, draws them distinct.",
+        f"{n_runs:,} runs each; consistent means the fit finds no difference from the target (a tree has no exact"
+        " check here):")
     print()
     table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
     ok = [r[3] == "consistent" for r in rows]

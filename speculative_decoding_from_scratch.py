@@ -1335,7 +1335,8 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
         "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
-        "alpha. A round costs 1 + k c target calls, so the speedup is measured tokens per call / (1 + k c).")
+        "alpha. A round takes as long as 1 + k c target calls, so the speedup is measured tokens per call / (1 +"
+        " k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1437,15 +1438,13 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
             (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
         print()
-        say(f"The corollary, like eq. 1, assumes every draft passes with the same chance, alpha = {a:.3f}. But a"
-            " round starts after the last round's final token, which is a redraw in"
-            f" {share:.3f} of rounds of k = 1.",
-            f"Drafts pass most often after '{name(short)}', {beta[short]:.3f} of the time." if short == int(
-                np.argmax(beta)) else "",
-            "A redraw comes from the residual, which leaves out what the draft over-proposes, and only"
-            f" {redrawn[short] / share:.3f} of redraws are '{name(short)}'." if residual_led else "",
-            f"So only {start[short]:.3f} of rounds start after '{name(short)}', against {text[short]:.3f} of the"
-            f" text, and the first draft passes {first:.3f} of the time, not {a:.3f}.",
+        most = short == int(np.argmax(beta))
+        say("The corollary, like eq. 1, assumes every draft passes with the same chance, alpha, averaged over the"
+            " text. But rounds start in skewed places: after the last round's redraw or bonus token.",
+            f"Redraws avoid '{name(short)}'" + (f", where drafts pass most often ({beta[short]:.3f})" if most else "")
+            + ": the residual leaves out what the draft over-proposes." if residual_led else "",
+            f"So only {start[short]:.3f} of rounds of k = 1 start after '{name(short)}', against {text[short]:.3f} of"
+            f" the text, and their first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
     speeds = [r[1] for r in rows]
@@ -1634,14 +1633,16 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
     tokens = expected_tokens(alpha, 1)
     if not detail:
         v, c = (verify_cost(1, end, n_ctx), draft_cost(end, n_ctx)) if end else (None, None)
+        plain = ridge_batch(*token_traffic(n_ctx), positions=1)  # where a plain pass itself crosses, if it does
         say("A server decodes B sequences in one pass that reads the weights once. Verifying k drafts, it scores",
             "B(k + 1) positions: a big batch uses up the idle arithmetic.",
-            f"Take short contexts, {n_ctx} tokens each, so that a sequence adds little to read: an"
-            f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB KV cache.",
-            f"At B = {end:,}" + (", past the ridge," if cross and cross < end else "") +
-            f" a k = 1 round costs {v:.3f} plain passes for the check plus c = {c:.3f} for a small"
-            f" draft: {v + c:.2f} in all. It makes 1 + alpha = {tokens:.2f} tokens at an assumed alpha = {alpha}: no"
-            " gain. From there no k helps." if end and v + c >= tokens else
+            f"Take short contexts, {n_ctx} tokens each, whose KV caches are only {token_traffic(n_ctx)[2] / 1e6:.1f}"
+            " MB.",
+            f"At B = {end:,} speculation breaks even. A k = 1 check there scores {2 * end:,} positions" +
+            (", past the ridge," if cross and cross < end else "") + f" and costs {v:.3f} plain passes"
+            + (f" (a plain pass of {end:,} is not)" if plain is None or plain > end else "") +
+            f". With c = {c:.3f} for a small draft, a round costs {v + c:.2f}, for 1 + alpha = {tokens:.2f} tokens at"
+            f" an assumed alpha = {alpha}. From there no k helps." if end and v + c >= tokens else
             f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
             f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
         return SimpleNamespace(cross=cross, end=end)
@@ -2068,7 +2069,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
         f" {'more' if wider else 'NOT more'} than the chain's"
         f" {rows[0][3]:.2f}.", f"A chain as long as the tree has nodes, {rows[3][2]}, makes {rows[3][5]:.2f} exactly:"
-        f" {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'}, for as many positions verified.")
+        f" {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than that tree, for as many positions verified.")
     return rows, not off, wider
 
 
@@ -4162,7 +4163,7 @@ def demo19_tuning(**how):
         "k (demo 5's reason). An exhaustive search picks the best option at each B alone, from exact tokens per",
         f"call. The procedure is within {check.worst:.2%} of it at every B" +
         (" (the goal: 1%)" if check.worst <= 0.01 else ": NOT within 1%") +
-        (f", the {tol:.1%} its ranges allow." if check.worst > 0 and untolerant.worst == 0 else "."),
+        (f"; its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
         demo19_tree_end(check, nodes, n_ctx, max_batch) if check.tree_last else
         "The tree is the best choice at no B here.",
         f"The plan keeps the tree to B = {planned}, within its {tol:.1%}." if check.tree_last and planned and
@@ -4196,10 +4197,10 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       is None else "",
                       "A verifying pass of k + 1 positions tends to k + 1 times that, so long drafts cross the ridge as"
                       " B grows, and the plan's k falls." if falls else "",
-                      "A draft is assumed to read only its weights, leaving out its own KV cache, which flatters"
-                      " it. So its cost"
-                      f" relative to a plain pass falls as B grows: big's c is {c[0]:.3f} at B = 1, {c[1]:.3f} at"
-                      f" B = {max_batch}. So speedups rise with B."
+                      "A plain pass reads every sequence's KV cache, so its cost grows with B. A draft is assumed to"
+                      " read only its weights, leaving out its own KV cache, which flatters it. So c, the draft's"
+                      f" cost relative to a plain pass, falls as B grows: big's c is {c[0]:.3f} at B = 1,"
+                      f" {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
                       if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
@@ -4222,9 +4223,10 @@ def demo19_tree_end(check, nodes, n_ctx, max_batch):
                 f" {nodes} positions are past the ridge.")
     falling = after is not None and draft_cost(check.tree_last + 1, n_ctx, draft=after.drafter.cost) < draft_cost(
         1, n_ctx, draft=after.drafter.cost)
-    return (f"The search's tree is best up to B = {check.tree_last}. Then {then} wins, while the tree is still"
-            " memory-bound" + (f": {after.drafter.name}'s c keeps falling as B grows." if falling else ".") +
-            (f" The tree's {nodes} positions pass the ridge only from B = {past}." if past else ""))
+    return (f"The search's tree is best up to B = {check.tree_last}. Then {then} overtakes it" +
+            (f" because {after.drafter.name}'s c keeps falling as B grows" if falling else "") +
+            (f", not because of the ridge: the tree's {nodes} positions cross it only at B = {past}." if past else
+             ", while the tree's pass is still memory-bound."))
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -1137,7 +1137,6 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     if shown:
         print()
         say("Each stage checked alone, to blame the one that fails:")
-    if shown:
         print()
         table([("stage", 14, "<"), ("must give", 42, "<"), ("result", 16, "<")], [r[:3] for r in stages])
     demo2_verdicts(verdicts, stages)
@@ -1423,7 +1422,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
           groups=[(f"k = {k}, measured", 1, 2), ("best, exact", 3, 4), ("Corollary 3.9", 5, 5)])
     edge = [f"{r[0]:.3g}" for r in rows if a > r[0] and r[5] == 0]
     below = [f"{r[0]:.3g}" for r in rows if not isinstance(r[7], str) and r[6] < r[7] - 5e-4]
-    first, eq1 = exact[0] - 1, expected_tokens(a, k)
+    first = exact[0] - 1  # the first draft's pass rate, over where rounds of k = 1 start
     print()
     say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), k = 1's"
         " speedup by eq. 1.",
@@ -1629,7 +1628,6 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
     cross = ridge_batch(*token_traffic(n_ctx), positions=2)
     print()
-    fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     tokens = expected_tokens(alpha, 1)
     if not detail:
         v, c = (verify_cost(1, end, n_ctx), draft_cost(end, n_ctx)) if end else (None, None)
@@ -1646,6 +1644,7 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
             f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
             f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
         return SimpleNamespace(cross=cross, end=end)
+    fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
     say(f"A k = 1 round's cost in plain passes, with {n_ctx} tokens of context, a draft {fewer:.0f} times smaller than",
         f"the target and alpha = {alpha}, against its 1 + alpha = {tokens:g} tokens:")
     print()

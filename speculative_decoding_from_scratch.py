@@ -1438,12 +1438,14 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
             (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
         print()
         most = short == int(np.argmax(beta))
+        over = int((MIDDLING[:, short] > TARGET[:, short]).sum())  # rows whose residual leaves it out
         say("The corollary, like eq. 1, assumes every draft passes with the same chance, alpha, averaged over the"
             " text. But rounds start in skewed places: after the last round's redraw or bonus token.",
-            f"Redraws avoid '{name(short)}'" + (f", where drafts pass most often ({beta[short]:.3f})" if most else "")
-            + ": the residual leaves out what the draft over-proposes." if residual_led else "",
-            f"So only {start[short]:.3f} of rounds of k = 1 start after '{name(short)}', against {text[short]:.3f} of"
-            f" the text, and their first draft passes {first:.3f} of the time, not {a:.3f}.",
+            f"After '{name(short)}', drafts pass most often ({beta[short]:.3f})." if most else "",
+            f"Yet the draft over-proposes '{name(short)}' after {number_word(over)} of the {number_word(len(text))}"
+            f" tokens, and a redraw never gives what the draft over-proposes." if residual_led and over else "",
+            f"So only {start[short]:.3f} of rounds start after '{name(short)}', against {text[short]:.3f} of the text."
+            f" Over all rounds of k = 1, the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
     speeds = [r[1] for r in rows]
@@ -1632,15 +1634,16 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=F
     if not detail:
         v, c = (verify_cost(1, end, n_ctx), draft_cost(end, n_ctx)) if end else (None, None)
         plain = ridge_batch(*token_traffic(n_ctx), positions=1)  # where a plain pass itself crosses, if it does
-        say("A server decodes B sequences in one pass that reads the weights once. Verifying k drafts, it scores",
-            "B(k + 1) positions: a big batch uses up the idle arithmetic.",
-            f"Take short contexts, {n_ctx} tokens each, whose KV caches are only {token_traffic(n_ctx)[2] / 1e6:.1f}"
-            " MB.",
-            f"At B = {end:,} speculation breaks even. A k = 1 check there scores {2 * end:,} positions" +
-            (", past the ridge," if cross and cross < end else "") + f" and costs {v:.3f} plain passes"
-            + (f" (a plain pass of {end:,} is not)" if plain is None or plain > end else "") +
-            f". With c = {c:.3f} for a small draft, a round costs {v + c:.2f}, for 1 + alpha = {tokens:.2f} tokens at"
-            f" an assumed alpha = {alpha}. From there no k helps." if end and v + c >= tokens else
+        under = end and (plain is None or plain > end)  # a plain pass at the break-even batch is memory-bound
+        say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k +"
+            f" 1) positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
+            f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB.",
+            f"At B = {end:,}" + (" a plain pass stays under the ridge, but" if under else "") +
+            f" a k = 1 check scores {2 * end:,} positions" + ((", past it," if under else ", past the ridge,")
+                                                              if cross and cross < end else "") +
+            f" and costs {v:.3f} plain passes. With c = {c:.3f} for a small draft, a round costs {v + c:.2f} plain"
+            f" passes for 1 + alpha = {tokens:.2f} tokens at an assumed alpha = {alpha}: it breaks even. From there"
+            " on, no k helps." if end and v + c >= tokens else
             f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
             f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
         return SimpleNamespace(cross=cross, end=end)
@@ -2884,10 +2887,10 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
                             [("prompt", decode(prompt).split("\n")[-1])] + [("output", line) for line in shown]))
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
-    say(f"Is it exact? The first two tokens by both checks. Then a fit of {n_text} characters: each",
-        "goes in a bin by the chance the target gave it, and the bins' counts are tested against",
-        "those chances. The documentation differs between Python versions, and so does the text",
-        f"sampled from it; a correct draft fails any one fit with chance about {P_REJECT:g}. So a fit below",
+    say("Is it exact? The first two tokens get both checks. Then a fit of",
+        f"{n_text} characters: each goes in a bin by the chance the target gave it, and each bin should hold as",
+        "many characters as its chances add up to. The text sampled differs between Python versions, whose",
+        f"documentation differs. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
@@ -2948,8 +2951,8 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
     say(f"Speed against lam, k = {k}, over two prompts: the paragraph and a Python function to edit.",
         f"The draft is free. The verifying pass over k+1 positions costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]},",
         f"and {verify_cost(k, batches[1]):.2f} at B = {batches[1]}, where that pass, {k + 1} positions for each of B sequences,",
-        f"is {bound_text(LLAMA2_7B, 16, k, batches[1], batches[1], H100)}-bound (demo 6's roofline). Each # is a"
-        " quarter token per call:")
+        f"is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batches[1], batches[1], H100)}-bound (demo 6's roofline, at its"
+        f" {BATCH_CONTEXT} tokens of context). Each # is a quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
            ("", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])
@@ -4125,7 +4128,8 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
-        f"Two drafts for the six-token target, with their rates at k = {k_max}, computed exactly:")
+        f"Two drafts for the six-token target, with their rates at k = {k_max}, computed exactly. Rates shift a"
+        " little with k, for demo 5's reason, so a first rate is not quite alpha:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
@@ -4158,11 +4162,10 @@ def demo19_tuning(**how):
                                       max_batch, k_max)
     planned = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say(f"Is the procedure right? It reads tokens per call from the rates at k = {k_max}, which shift a little with",
-        "k (demo 5's reason). An exhaustive search picks the best option at each B alone, from exact tokens per",
-        f"call. The procedure is within {check.worst:.2%} of it at every B" +
-        (" (the goal: 1%)" if check.worst <= 0.01 else ": NOT within 1%") +
-        (f"; its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
+    say(f"Is the procedure right? It reads tokens per call from the rates at k = {k_max}. An exhaustive search",
+        "picks the best option at each B alone, from exact tokens per call. The procedure is within",
+        f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
+        (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
         demo19_tree_end(check, nodes, n_ctx, max_batch) if check.tree_last else
         "The tree is the best choice at no B here.",
         f"The plan keeps the tree to B = {planned}, within its {tol:.1%}." if check.tree_last and planned and

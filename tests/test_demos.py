@@ -352,10 +352,13 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     assert d == np.argmin(start - pi) == np.argmax(beta) and start[d] < pi[d]
     assert redrawn.sum() * pi[d] - redrawn[d] > kept.sum() * pi[d] - kept[d] > 0
     assert redrawn[d] / redrawn.sum() < pi[d]  # redraws avoid 'd'
-    assert ("But rounds start in skewed places: after the last round's redraw or bonus token. Redraws avoid 'd',"
-            f" where drafts pass most often ({beta[d]:.3f}): the residual leaves out what the draft over-proposes. So"
-            f" only {start[d]:.3f} of rounds of k = 1 start after 'd', against {pi[d]:.3f} of the text, and their"
-            " first draft passes") in flat_text
+    over = int((sd.MIDDLING[:, d] > sd.TARGET[:, d]).sum())  # rows whose residual leaves 'd' out
+    assert over == 3 and all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in range(sd.VOCAB)
+                             if sd.MIDDLING[c, d] > sd.TARGET[c, d])
+    assert ("But rounds start in skewed places: after the last round's redraw or bonus token. After 'd', drafts pass"
+            f" most often ({beta[d]:.3f}). Yet the draft over-proposes 'd' after three of the six tokens, and a redraw"
+            f" never gives what the draft over-proposes. So only {start[d]:.3f} of rounds start after 'd', against"
+            f" {pi[d]:.3f} of the text. Over all rounds of k = 1, the first draft passes") in flat_text
     assert start @ beta == pytest.approx(exact[0] - 1, abs=1e-12)  # the 0.691, the same number two ways
     # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
     m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
@@ -388,11 +391,12 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     assert 1.7 / (v + c) <= 1 < 1.7 / (sd.verify_cost(1, end - 1, 16) + sd.draft_cost(end - 1, 16))
     kv = sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 1)[1] - sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 0)[1]
     assert f"Take short contexts, 16 tokens each, whose KV caches are only {kv / 1e6:.1f} MB." in flat_text
+    assert "a check of k drafts scores B(k + 1) positions." in flat_text
     plain = next(b for b in range(1, 10_000) if b * m / (w + b * (one - w)) >= sd.ridge())  # a plain pass crosses
     assert cross < end < plain
-    assert (f"At B = {end} speculation breaks even. A k = 1 check there scores {2 * end} positions, past the ridge,"
-            f" and costs {v:.3f} plain passes (a plain pass of {end} is not). With c = {c:.3f} for a small draft, a"
-            f" round costs {v + c:.2f}, for 1 + alpha = 1.70 tokens at an assumed alpha = 0.7. From there no k"
+    assert (f"At B = {end} a plain pass stays under the ridge, but a k = 1 check scores {2 * end} positions, past it,"
+            f" and costs {v:.3f} plain passes. With c = {c:.3f} for a small draft, a round costs {v + c:.2f} plain"
+            " passes for 1 + alpha = 1.70 tokens at an assumed alpha = 0.7: it breaks even. From there on, no k"
             " helps.") in flat_text
     detail = " ".join(printed(sd.demo6_detail)[1].split())  # --detail: the k = 1 round's cost at those batches
     assert f"{end} {v:.3f} {c:.3f} {v + c:.3f} {1.7 / (v + c):.3f}" in detail  # the break-even row

@@ -1622,43 +1622,33 @@ def demo6_free_compute(n_ctx=512):
 BATCH_CONTEXT, BATCH_ALPHA = 16, 0.7  # demo 6's batch: a short context each, and an assumed alpha
 
 
-def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32, detail=False):
-    """Demo 6's batch: where a verifying pass of k = 1 crosses the ridge, and
-    the batch from which no k helps; in detail, a k = 1 round's cost there, in
-    a table (demo6_batch's tables follow it under --detail)."""
+def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
+    """Demo 6's batch: a k = 1 round's cost at B = 1, where its check crosses
+    the ridge, and the batch from which no k helps (demo6_batch's tables
+    follow under --detail)."""
     fit = sequences_that_fit(n_ctx)
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
     cross = ridge_batch(*token_traffic(n_ctx), positions=2)
-    print()
     tokens = expected_tokens(alpha, 1)
-    if not detail:
-        v, c = (verify_cost(1, end, n_ctx), draft_cost(end, n_ctx)) if end else (None, None)
-        plain = ridge_batch(*token_traffic(n_ctx), positions=1)  # where a plain pass itself crosses, if it does
-        under = end and (plain is None or plain > end)  # a plain pass at the break-even batch is memory-bound
-        say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k +"
-            f" 1) positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
-            f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB.",
-            f"At B = {end:,}" + (" a plain pass stays under the ridge, but" if under else "") +
-            f" a k = 1 check scores {2 * end:,} positions" + ((", past it," if under else ", past the ridge,")
-                                                              if cross and cross < end else "") +
-            f" and costs {v:.3f} plain passes. With c = {c:.3f} for a small draft, a round costs {v + c:.2f} plain"
-            f" passes for 1 + alpha = {tokens:.2f} tokens at an assumed alpha = {alpha}: it breaks even. From there"
-            " on, no k helps." if end and v + c >= tokens else
-            f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
-            f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
-        return SimpleNamespace(cross=cross, end=end)
-    fewer = pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]
-    say(f"A k = 1 round's cost in plain passes, with {n_ctx} tokens of context, a draft {fewer:.0f} times smaller than",
-        f"the target and alpha = {alpha}, against its 1 + alpha = {tokens:g} tokens:")
     print()
-    table([("B", 6, "d"), ("verifying pass", 16, ".3f"), ("draft, c", 10, ".3f"), ("round", 8, ".3f"),
-           ("speedup", 9, ".3f")],
-          [(b, verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
-            speedup(tokens, 1, draft_cost(b, n_ctx), verify_cost(1, b, n_ctx))) for b in sorted({1, cross, end} - {None})])
+    say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k + 1)",
+        f"positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
+        f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round's cost in plain passes, with a small draft and an",
+        f"assumed alpha = {alpha}, so 1 + alpha = {tokens:.2f} tokens a round:")
     print()
-    say("c falls with B: a plain pass also reads every sequence's KV cache."
-        if end and draft_cost(end, n_ctx) < draft_cost(1, n_ctx) else "")
-    return SimpleNamespace(cross=cross, end=end)
+    rows = [(b, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1]), bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100),
+             verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
+             speedup(tokens, 1, draft_cost(b, n_ctx), verify_cost(1, b, n_ctx))) for b in sorted({1, cross, end} - {None})]
+    table([("B", 5, ",d"), ("plain pass", 12, ">"), ("check", 9, ">"), ("check", 8, ".3f"), ("draft, c", 10, ".3f"),
+           ("round", 8, ".3f"), ("speedup", 9, ".3f")], rows, groups=[("bound", 1, 2), ("cost", 3, 5)])
+    last = rows[-1]
+    print()
+    say(f"The check crosses the ridge at B = {cross:,}; past it, each position costs time." if cross else "",
+        f"At B = {end:,} the round costs {last[5]:.2f} plain passes for its {tokens:.2f} tokens. From there on, no k"
+        " helps." if end and last[0] == end and last[5] >= tokens else
+        f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
+        f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
+    return SimpleNamespace(cross=cross, end=end, rows=rows)
 
 
 def demo6_batch(n_ctx=16, batches=(1, 16, 64, 256, 1024), alphas=(0.7, 0.9), k_max=32):
@@ -1729,7 +1719,6 @@ def demo6_detail():
            ("speed", 8, lambda x: f"{x:.2f}x")],
           [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
            for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
-    demo6_batch_words(detail=True)
     demo6_batch()
     demo6_batch(n_ctx=512, batches=(1, 4, 16, 64, 128, 256))
     print()

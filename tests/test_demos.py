@@ -394,13 +394,16 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     assert "a check of k drafts scores B(k + 1) positions." in flat_text
     plain = next(b for b in range(1, 10_000) if b * m / (w + b * (one - w)) >= sd.ridge())  # a plain pass crosses
     assert cross < end < plain
-    assert (f"At B = {end} a plain pass stays under the ridge, but a k = 1 check scores {2 * end} positions, past it,"
-            f" and costs {v:.3f} plain passes. With c = {c:.3f} for a small draft, a round costs {v + c:.2f} plain"
-            " passes for 1 + alpha = 1.70 tokens at an assumed alpha = 0.7: it breaks even. From there on, no k"
-            " helps.") in flat_text
-    detail = " ".join(printed(sd.demo6_detail)[1].split())  # --detail: the k = 1 round's cost at those batches
-    assert f"{end} {v:.3f} {c:.3f} {v + c:.3f} {1.7 / (v + c):.3f}" in detail  # the break-even row
-    assert "c falls with B: a plain pass also reads" in detail
+    # the table: at B = 1, the crossing and the break-even, a plain pass and a k = 1 check, each bound and priced
+    assert [r[0] for r in result.batch.rows] == [1, cross, end]
+    for b, plain_bound, check_bound, check, draft, round_, gain in result.batch.rows:
+        assert plain_bound == ("memory" if b < plain else "compute")
+        assert check_bound == ("memory" if b < cross else "compute")
+        assert (check, draft) == (sd.verify_cost(1, b, 16), sd.draft_cost(b, 16)) and round_ == check + draft
+        assert gain == pytest.approx(1.7 / round_, rel=1e-12)
+        assert f"{b} {plain_bound} {check_bound} {check:.3f} {draft:.3f} {round_:.3f} {gain:.3f}" in flat_text
+    assert (f"The check crosses the ridge at B = {cross}; past it, each position costs time. At B = {end} the round"
+            f" costs {v + c:.2f} plain passes for its 1.70 tokens. From there on, no k helps.") in flat_text
 
 
 def test_demo6_in_detail_the_batch_tables_at_16_tokens():

@@ -1046,7 +1046,7 @@ def demo1_rule_by_hand(ctx=0):
         f"it is kept with p/q = {ratio:.3f}." if abs(acc[over] - ratio) < 1e-12 else
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print()
-    say("A token is drafted and kept with chance q min(1, p/q) = min(p, q), its kept share.",
+    say("A token is drafted and kept with chance q min(1, p/q) = min(p, q).",
         f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}, also the sum of max(0, p - q).",
         f"The redrawn share is that chance times the residual: {1 - beta:.3f} max(0, p - q) / {1 - beta:.3f} ="
         " max(0, p - q).")
@@ -1115,12 +1115,12 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The whole loop runs {n_runs:,} times per rule, keeping the first two tokens after '{name(ctx)}': x1 and",
         f"x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
-        f"{number_word(len(BUGS)).capitalize()} broken rules, each a small edit:")
+        f"{number_word(len(BUGS)).capitalize()} broken rules:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
-    say("Both TVs compare the output's P(x1, x2) with the target's. A sample's TV is never 0" +
+    say("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "The exact one chains the rule position by position, stopping at the first rejection, without running the"
@@ -1348,20 +1348,13 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         "Eq. 1 runs a little off (demo 5 says why)." if any(
             r[5] is not None and abs(r[4] - r[5]) >= 5e-3 for r in rows) else "")
-    naive_words(k)
     below = all(r[5] < 1 + k * r[1] - 1e-9 for r in rows if r[5] is not None and r[1] < 1)
-    takeaway("a rejection ends the round, so tokens per call stay well below 1 + k alpha.",
+    a = pair_alpha(TARGET, MIDDLING)
+    takeaway("a rejection ends the round, so tokens per call stay well below 1 + k alpha (the middling draft:"
+             f" {1 + k * a:.2f}, against {exact_tokens_per_call(TARGET, MIDDLING, k):.2f}).",
              {"every draft's exact tokens per call are below 1 + k alpha": below,
               "every row agrees with its exact value": not misfits and not errors})
     return SimpleNamespace(rows=rows)
-
-
-def naive_words(k):
-    """Demo 3: the naive estimate 1 + k alpha, for the middling draft."""
-    a = pair_alpha(TARGET, MIDDLING)
-    print()
-    say(f"The naive 1 + k alpha would say {1 + k * a:.2f} for the middling draft, not"
-        f" {exact_tokens_per_call(TARGET, MIDDLING, k):.2f}.")
 
 
 # -----------------------------------------------------------------------------
@@ -1375,8 +1368,8 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
         exact = exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds for each k." +
-        (f" The k = {LESSON_K} row is demo 3's run." if n_rounds == LESSON_RUN["n_rounds"] else ""))
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds for each k" +
+        (f" (k = {LESSON_K}: demo 3's run)." if n_rounds == LESSON_RUN["n_rounds"] else "."))
     print()
     table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("  bars: exact", 26, "<")],
@@ -1439,13 +1432,18 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         most = short == int(np.argmax(beta))
         over = int((MIDDLING[:, short] > TARGET[:, short]).sum())  # rows whose residual leaves it out
-        say("The corollary, like eq. 1, assumes every draft passes with the same chance, alpha, averaged over the"
-            " text. But rounds start in skewed places: after the last round's redraw or bonus token.",
-            f"After '{name(short)}', drafts pass most often ({beta[short]:.3f})." if most else "",
-            f"Yet the draft over-proposes '{name(short)}' after {number_word(over)} of the {number_word(len(text))}"
-            f" tokens, and a redraw never gives what the draft over-proposes." if residual_led and over else "",
-            f"So only {start[short]:.3f} of rounds start after '{name(short)}', against {text[short]:.3f} of the text."
-            f" Over all rounds of k = 1, the first draft passes {first:.3f} of the time, not {a:.3f}.",
+        say("The corollary, like eq. 1, assumes every draft passes with the same chance, alpha. But rounds start in skewed places: after the last round's redraw or bonus token. Each token's"
+            " share of the text and of round starts (k = 1), exactly:")
+        print()
+        table([("token", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
+               ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
+        print()
+        say(f"After '{name(short)}' drafts pass most often, yet rounds start there less than the text does:"
+            if most else f"Rounds start after '{name(short)}' less than the text does:",
+            f"a redraw never gives '{name(short)}' after the {number_word(over)} of {number_word(len(text))} tokens"
+            " where the draft over-proposes it." if residual_led and over else
+            "a round's first token is not drawn as the text's is.",
+            f"Over all rounds of k = 1, the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
     speeds = [r[1] for r in rows]
@@ -1633,8 +1631,8 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     print()
     say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k + 1)",
         f"positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
-        f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round's cost in plain passes, with a small draft and an",
-        f"assumed alpha = {alpha}, so 1 + alpha = {tokens:.2f} tokens a round:")
+        f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round's cost in plain passes, with a small draft; at an",
+        f"assumed alpha = {alpha} it makes {tokens:.2f} tokens:")
     print()
     rows = [(b, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1]), bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100),
              verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
@@ -4922,8 +4920,8 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "13": lambda result: demo13_detail(),
     "21": lambda result: one_sided_temperatures(4, 1000),
 }
-LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens, and the target
-model checks all k in one call. A rejection rule keeps the output exactly the
+LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
+checks them in one call. A rejection rule keeps the output exactly the
 target's (Leviathan, Kalman & Matias 2023: "the paper").
   table   a model: row x is the next-token distribution after token x (a..f)
   blend w a draft: w times the target plus (1 - w) times an unrelated

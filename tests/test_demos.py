@@ -355,10 +355,13 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     over = int((sd.MIDDLING[:, d] > sd.TARGET[:, d]).sum())  # rows whose residual leaves 'd' out
     assert over == 3 and all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in range(sd.VOCAB)
                              if sd.MIDDLING[c, d] > sd.TARGET[c, d])
-    assert ("But rounds start in skewed places: after the last round's redraw or bonus token. After 'd', drafts pass"
-            f" most often ({beta[d]:.3f}). Yet the draft over-proposes 'd' after three of the six tokens, and a redraw"
-            f" never gives what the draft over-proposes. So only {start[d]:.3f} of rounds start after 'd', against"
-            f" {pi[d]:.3f} of the text. Over all rounds of k = 1, the first draft passes") in flat_text
+    assert ("But rounds start in skewed places: after the last round's redraw or bonus token. Each token's share of"
+            " the text and of round starts (k = 1), exactly:") in flat_text
+    for x in range(sd.VOCAB):  # the table: the text's share, the round starts' share, a draft's pass chance after x
+        assert f"{sd.name(x)} {pi[x]:.3f} {start[x]:.3f} {beta[x]:.3f}" in flat_text
+    assert ("After 'd' drafts pass most often, yet rounds start there less than the text does: a redraw never gives"
+            " 'd' after the three of six tokens where the draft over-proposes it. Over all rounds of k = 1, the first"
+            " draft passes") in flat_text
     assert start @ beta == pytest.approx(exact[0] - 1, abs=1e-12)  # the 0.691, the same number two ways
     # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
     m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)

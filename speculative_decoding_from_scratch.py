@@ -3049,8 +3049,8 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
         "output layer gives each token before softmax. Plain decoding multiplies the layer by one",
         "state, a verifying pass by k+1 at once. Floating point can round the two differently. An",
         "ulp (unit in the last place) is the gap between a float and the next one. A float32",
-        f"layer of {P.W.shape[0]:,} tokens by a state of {P.W.shape[1]}, k = {k}, through {blas_name()}; (clock) marks this",
-        "machine's figures:")
+        f"layer of {P.W.shape[0]:,} tokens by a state of {P.W.shape[1]}, on {n_states} states at k = {k}, through"
+        f" {blas_name()}. A line marked (clock) may differ on another machine:")
     print()
     table([("", 38, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"),

@@ -1123,8 +1123,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact one chains the rule position by position, stopping at the first rejection, without running the"
-        " loop" + (f": it cannot see {and_list(unseen)}, a bug in the loop." if unseen else "."))
+        "The exact one builds in the stop at the first rejection and never runs the loop" +
+        (f": it cannot see {and_list(unseen)}, a bug in the loop." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1334,8 +1334,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
         "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
-        "alpha. A round takes as long as 1 + k c target calls, so the speedup is measured tokens per call / (1 +"
-        " k c).")
+        "alpha. A round costs 1 + k c target calls, so the speedup is measured tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1350,8 +1349,8 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
             r[5] is not None and abs(r[4] - r[5]) >= 5e-3 for r in rows) else "")
     below = all(r[5] < 1 + k * r[1] - 1e-9 for r in rows if r[5] is not None and r[1] < 1)
     a = pair_alpha(TARGET, MIDDLING)
-    takeaway("a rejection ends the round, so tokens per call stay well below 1 + k alpha (the middling draft:"
-             f" {1 + k * a:.2f}, against {exact_tokens_per_call(TARGET, MIDDLING, k):.2f}).",
+    takeaway("a rejection ends the round, so tokens per call stay well below the 1 + k alpha of drafts judged each"
+             f" alone (the middling draft: {1 + k * a:.2f}, against {exact_tokens_per_call(TARGET, MIDDLING, k):.2f}).",
              {"every draft's exact tokens per call are below 1 + k alpha": below,
               "every row agrees with its exact value": not misfits and not errors})
     return SimpleNamespace(rows=rows)
@@ -1417,8 +1416,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     below = [f"{r[0]:.3g}" for r in rows if not isinstance(r[7], str) and r[6] < r[7] - 5e-4]
     first = exact[0] - 1  # the first draft's pass rate, over where rounds of k = 1 start
     print()
-    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), k = 1's"
-        " speedup by eq. 1.",
+    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
         f"The exact best falls short of that promise at c = {', '.join(below)}." if below else
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
@@ -1432,18 +1430,18 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         most = short == int(np.argmax(beta))
         over = int((MIDDLING[:, short] > TARGET[:, short]).sum())  # rows whose residual leaves it out
-        say("The corollary, like eq. 1, assumes every draft passes with the same chance, alpha. But rounds start in skewed places: after the last round's redraw or bonus token. Each token's"
-            " share of the text and of round starts (k = 1), exactly:")
+        say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start in skewed places: after the last round's redraw or bonus token. Where rounds of"
+            " k = 1 start, exactly:")
         print()
         table([("token", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
                ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
         print()
-        say(f"After '{name(short)}' drafts pass most often, yet rounds start there less than the text does:"
-            if most else f"Rounds start after '{name(short)}' less than the text does:",
-            f"a redraw never gives '{name(short)}' after the {number_word(over)} of {number_word(len(text))} tokens"
-            " where the draft over-proposes it." if residual_led and over else
-            "a round's first token is not drawn as the text's is.",
-            f"Over all rounds of k = 1, the first draft passes {first:.3f} of the time, not {a:.3f}.",
+        say(f"In {number_word(over)} of the {number_word(len(text))} rows q({name(short)}) > p({name(short)}), so"
+            f" a redraw, from the residual, never yields '{name(short)}' there." if residual_led and over else "",
+            f"So rounds start after '{name(short)}'" + (", where drafts pass most often," if most else "") +
+            " less often than the text does.",
+            f"Weighted by round starts, the last column gives the first draft's pass rate, {first:.3f}; by the text,"
+            f" alpha, {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
     speeds = [r[1] for r in rows]
@@ -1631,17 +1629,20 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     print()
     say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k + 1)",
         f"positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
-        f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round's cost in plain passes, with a small draft; at an",
-        f"assumed alpha = {alpha} it makes {tokens:.2f} tokens:")
+        f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round's cost in plain passes, with a small draft, at an",
+        f"assumed alpha = {alpha}:")
     print()
     rows = [(b, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1]), bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100),
              verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
              speedup(tokens, 1, draft_cost(b, n_ctx), verify_cost(1, b, n_ctx))) for b in sorted({1, cross, end} - {None})]
-    table([("B", 5, ",d"), ("plain pass", 12, ">"), ("check", 9, ">"), ("check", 8, ".3f"), ("draft, c", 10, ".3f"),
-           ("round", 8, ".3f"), ("speedup", 9, ".3f")], rows, groups=[("bound", 1, 2), ("cost", 3, 5)])
+    table([("B", 5, ",d"), ("plain pass", 12, ">"), ("k = 1 check", 13, ">"), ("check", 8, ".3f"),
+           ("draft, c", 10, ".3f"), ("round", 8, ".3f"), ("speedup", 9, ".3f")], rows,
+          groups=[("bound", 1, 2), ("cost in plain passes", 3, 5)])
     last = rows[-1]
     print()
     say(f"The check crosses the ridge at B = {cross:,}; past it, each position costs time." if cross else "",
+        "The draft's c falls with B, as only a plain pass reads the KV caches."
+        if rows[-1][4] < rows[0][4] else "",
         f"At B = {end:,} the round costs {last[5]:.2f} plain passes for its {tokens:.2f} tokens. From there on, no k"
         " helps." if end and last[0] == end and last[5] >= tokens else
         f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
@@ -4927,19 +4928,16 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   blend w a draft: w times the target plus (1 - w) times an unrelated
           table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call scoring all k+1 positions for
-          about the cost of one; if all pass, the last position
-          gives a bonus token
+  round   k drafts, then one target call that scores all k+1 positions;
+          if all pass, the last gives a bonus token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event
   fit     a chi-square test's p-value for a sample against the target's
-          distribution; below {P_REJECT:g}, it is NOT the target's
-  exact   the output's probabilities computed through the rule, not
-          sampled"""
+          distribution; below {P_REJECT:g}, it is NOT the target's"""
 BREAK_IT = """
-Now break it: edit one line of a stage function, such as residual(), and rerun.
-The README lists edits."""
+Now break it: edit a line of residual() or another stage, and rerun. The
+README lists edits."""
 
 
 def menu():

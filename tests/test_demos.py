@@ -185,8 +185,8 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         exact = sd.bugged(bug).exact_first_tokens(sd.TARGET, sd.UNRELATED, 5, 2, 2)
         assert rows[bug][3] == pytest.approx(sd.tv_distance(exact, result.truth), abs=1e-15)
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
-    assert ("The exact one chains the rule position by position, stopping at the first rejection, without running"
-            " the loop: it cannot see continue, a bug in the loop.") in " ".join(text.split())
+    assert ("The exact one builds in the stop at the first rejection and never runs the loop: it cannot see"
+            " continue, a bug in the loop.") in " ".join(text.split())
     assert rows["continue"][3] == "cannot see" and "continue 0.3933 < 1e-12 cannot see NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
     assert all(isinstance(rows[r][3], float) for r in rows if r != "continue")
@@ -340,9 +340,9 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "At c = 0.7 no k wins, though alpha = 0.703 > c." in text
     flat_text = " ".join(text.split())
-    assert (f"first draft passes {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7"
-            f" that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}.") in flat_text and exact[0] / 1.7 < 1
-    assert "by at least (1 + alpha) / (1 + c), k = 1's speedup by eq. 1." in flat_text
+    assert (f"Weighted by round starts, the last column gives the first draft's pass rate, {exact[0] - 1:.3f}; by the"
+            f" text, alpha, {alpha:.3f}. At c = 0.7 that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) ="
+            f" {exact[0] / 1.7:.2f}.") in flat_text and exact[0] / 1.7 < 1
     # where rounds start, against the text: 'd' is the token furthest under, and drafts pass most often after it;
     # the rounds that start after a redrawn token hold few 'd's, and they make most of the shortfall
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
@@ -355,13 +355,12 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     over = int((sd.MIDDLING[:, d] > sd.TARGET[:, d]).sum())  # rows whose residual leaves 'd' out
     assert over == 3 and all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in range(sd.VOCAB)
                              if sd.MIDDLING[c, d] > sd.TARGET[c, d])
-    assert ("But rounds start in skewed places: after the last round's redraw or bonus token. Each token's share of"
-            " the text and of round starts (k = 1), exactly:") in flat_text
+    assert ("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start in skewed places:"
+            " after the last round's redraw or bonus token. Where rounds of k = 1 start, exactly:") in flat_text
     for x in range(sd.VOCAB):  # the table: the text's share, the round starts' share, a draft's pass chance after x
         assert f"{sd.name(x)} {pi[x]:.3f} {start[x]:.3f} {beta[x]:.3f}" in flat_text
-    assert ("After 'd' drafts pass most often, yet rounds start there less than the text does: a redraw never gives"
-            " 'd' after the three of six tokens where the draft over-proposes it. Over all rounds of k = 1, the first"
-            " draft passes") in flat_text
+    assert ("In three of the six rows q(d) > p(d), so a redraw, from the residual, never yields 'd' there. So rounds"
+            " start after 'd', where drafts pass most often, less often than the text does.") in flat_text
     assert start @ beta == pytest.approx(exact[0] - 1, abs=1e-12)  # the 0.691, the same number two ways
     # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
     m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
@@ -405,8 +404,9 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
         assert (check, draft) == (sd.verify_cost(1, b, 16), sd.draft_cost(b, 16)) and round_ == check + draft
         assert gain == pytest.approx(1.7 / round_, rel=1e-12)
         assert f"{b} {plain_bound} {check_bound} {check:.3f} {draft:.3f} {round_:.3f} {gain:.3f}" in flat_text
-    assert (f"The check crosses the ridge at B = {cross}; past it, each position costs time. At B = {end} the round"
-            f" costs {v + c:.2f} plain passes for its 1.70 tokens. From there on, no k helps.") in flat_text
+    assert (f"The check crosses the ridge at B = {cross}; past it, each position costs time. The draft's c falls with"
+            f" B, as only a plain pass reads the KV caches. At B = {end} the round costs {v + c:.2f} plain passes for its"
+            " 1.70 tokens. From there on, no k helps.") in flat_text
 
 
 def test_demo6_in_detail_the_batch_tables_at_16_tokens():

@@ -3203,6 +3203,10 @@ def demo13_times(W, X):
     times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, 4, 8, 16)}
     table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
           [(n, t, t / times[1]) for n, t in times.items()], clock=True)
+    print()
+    say(f"This BLAS charges {times[2] / times[1]:.1f}x for a second column, where the roofline charges nothing. The"
+        " option --detail asks why." if times[2] / times[1] > 1.25 else
+        "A second column costs little here, as on the roofline.", clock=True)
     return times
 
 
@@ -3234,8 +3238,8 @@ def demo13_why(W, X, t1, n_small=1024):
 def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     """Demo 6, part four: predict the speedup from a calibration, then decode."""
     print()
-    say("Calibrated before decoding, in one-column passes: c, a draft pass; v, the verifying",
-        "pass over k+1 positions:")
+    say(f"Calibrated before decoding, in one-column passes: c, a draft pass (a {W_draft.shape[0]} x"
+        f" {W_draft.shape[1]} product); v, the verifying pass over k+1 positions:")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
@@ -3257,7 +3261,7 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
         rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
     print()
-    say("A timed decode of each draft. The paper predicts the speedup as tokens per call / (1 + k",
+    say("Then each draft decodes, timed. The paper predicts the speedup as tokens per call / (1 + k",
         "c). That assumes a verifying pass costs one plain pass. The refined prediction puts v in",
         f"place of that 1, and it picks k = {k_good} for a blend {good_weight} draft. Refined* is the same",
         "formula, with the tokens per call this run got.", clock=True)
@@ -3284,7 +3288,8 @@ def demo13_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
     print()
     for label, _, _, _, _, clock, at_run, error, spread in rows:
         judged = (f"too noisy to judge (spread {spread:.0%})" if spread > too_noisy
-                  else f"refined* {'was' if abs(error) <= tolerance else 'was NOT'} within {tolerance:.0%}")
+                  else f"refined* {'was' if abs(error) <= tolerance else 'was NOT'} within {tolerance:.0%} of the"
+                  " clock")
         say(f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x); {judged}.", clock=True)
     say(f"Here v is {v4:.2f} at k = 4, where the roofline gives {verify_cost(4, 1, 512):.2f}" + (
         ": only a draft that agrees often wins." if v4 > 1.25 else ": k+1 positions cost about one."), clock=True)

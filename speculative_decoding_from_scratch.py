@@ -3683,22 +3683,21 @@ APEX_BUGS = {
 
 APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "draws the token after a replacement from the row the replacement came from,"
-                          " not one that has read it",
+              "next row": "draws the token after a replacement y from the row y was drawn from, not"
+                          " from p after y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 
 def demo17_apex(k=5, lam=0.7, n_text=800):
     """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
     prompt, P, L = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
-    say("APEX-1 is a public from-scratch language model. Its generator keeps what the target has",
-        "read, its KV cache (the keys and values of every token read so far), apart from the",
-        "text it writes. It carries the row for the next token over from the last pass. APEX-1",
-        "drafts with a multi-token head. This port drafts by prompt lookup instead: it proposes what followed"
+    say("APEX-1 is a public from-scratch language model. Its generator has two parts a port can get wrong.",
+        "It keeps what the target has read, its KV cache (the keys and values of every token read so far), apart"
+        " from the text it writes. And it carries the row p for the next token over from one pass to the next.",
+        "APEX-1 drafts with a multi-token head. This port drafts by prompt lookup instead: it proposes what followed"
         " the text's last few characters earlier on, a certain proposal, so its q is one-hot. Its target is chapter 11's character model of Python's"
         f" documentation, which copies text it has read. The port fixes {number_word(len(APEX_BUGS))} departures from"
-        " the rule; each"
-        " goes back as a line (APEX_BUGS, in the script):")
+        " the rule; each can be put back as an edit (APEX_BUGS, in the script):")
     print()
     table([("", 2, ""), ("bug", 12, "<"), ("what it does", 62, "<")],
           [("", *row) for b in APEX_BUGS for row in zip([b, ""], textwrap.wrap(APEX_WORDS[b], 60))])
@@ -3713,8 +3712,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     tables = None if isinstance(cache, str) else calibration_p_value(
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
-    say(f"Each generator writes {n_text} characters. The fit puts each in a bin by the chance the target gave it,",
-        "and tests the bins' counts against those chances. The last row runs the cache bug on the tables"
+    say(f"Each generator writes {n_text} characters. The fit puts each in a bin by the chance the target gave it;",
+        "each bin should hold as many characters as its chances add up to. The last row runs the cache bug on the tables"
         " instead. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]

@@ -4610,7 +4610,8 @@ def greedy_parting(k=4, n_tokens=32, n=3):
         "also keep a draft greedy decoding would not pick:")
     print()
     for line in (
-            "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads in a",
+            "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads,",
+            "             extra output layers that guess ahead (chapter 16), in a",
             "             reasoning model's thinking phase: keep x if it is among p's",
             "             n likeliest and p(x) >= max p - delta. Setting: n, delta.",
             "fly          vLLM's FLy: keep a draft that is not the argmax if (a)",
@@ -4626,8 +4627,8 @@ def greedy_parting(k=4, n_tokens=32, n=3):
         " table.",
         f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts. Every step is deterministic, so every",
         "figure is exact. Parted: texts unlike plain greedy decoding's; first at: the median token where",
-        f"they part (1: the first token); TV: the share of prompts whose first {n} tokens differ (for a text",
-        "that is certain, the TV is 0 or 1).")
+        f"they part (1: the first token); TV: the share of prompts whose first {n} tokens differ. Each prompt's",
+        "text is certain, so its own TV is 0 or 1, and their average is that share.")
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
            lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)

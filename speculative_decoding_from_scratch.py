@@ -1031,8 +1031,8 @@ def demo1_rule_by_hand(ctx=0):
     kept, fixed = q * acc, (1 - beta) * r
     gap = np.abs(kept + fixed - p)
     say("The rule: the draft draws x from q. Keep x with chance min(1, p(x)/q(x)); else redraw",
-        f"from the residual, max(0, p - q) normalised. After '{name(ctx)}', the target's row p and the",
-        "middling draft's row q:")
+        f"from the residual, max(0, p - q) normalised. After '{name(ctx)}', the target's p and the middling",
+        "draft's q:")
     print()
     table([("token", 5, ">5"), ("p", 8, ".4f"), ("q", 8, ".4f"), ("min(1, p/q)", 13, ".3f"),
            ("p - q", 9, "+.3f"), ("residual", 10, ".3f")],

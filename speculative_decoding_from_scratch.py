@@ -4446,9 +4446,12 @@ def table3_words(rows):
     ends = [a for a in pairs.values() if 0 in a and 1 in a]
     rose = sum(a[1] > a[0] for a in ends)
     drafts = "both drafts" if rose == len(ends) == 2 else f"{rose} of these {len(ends)} drafts"
+    at_zero = [f"{a[0]:.3f}" for a in ends]
     return (f"Sampled alpha is higher at T = 1 than at T = 0 for {drafts}. The paper's Table 3 measures alpha"
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
-            " 12.")
+            " 12. At T = 0 both tables are one-hot, so alpha is the share of the target's text where their likeliest"
+            f" tokens agree: {and_list(at_zero)} here. A draft whose likeliest token is always the target's has"
+            " alpha = 1 at T = 0, which no T can raise.")
 
 
 def one_sided_temperatures(k, n_rounds, T=0.5, n_exact=3):

@@ -1123,7 +1123,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV assumes each round stops at its first rejection and never runs the loop" +
+        "The exact TV is computed, not run: it assumes each round stops at its first rejection" +
         (f", so it cannot see {and_list(unseen)}, a bug in the loop." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
@@ -1429,15 +1429,15 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
             (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
         print()
         most = short == int(np.argmax(beta))
-        over = int((MIDDLING[:, short] > TARGET[:, short]).sum())  # rows whose residual leaves it out
+        overs = list(np.flatnonzero(MIDDLING[:, short] > TARGET[:, short]))  # rows whose residual leaves it out
         say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start in skewed places: after the last round's redraw or bonus token. Where rounds of"
             " k = 1 start, exactly:")
         print()
         table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
                ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
         print()
-        say(f"After {number_word(over)} of the {number_word(len(text))} tokens the draft over-proposes"
-            f" '{name(short)}', so a redraw there never gives '{name(short)}'." if residual_led and over else "",
+        say(f"After {and_list([repr(name(c)) for c in overs])} the draft over-proposes '{name(short)}' (q > p), so a"
+            f" redraw there never gives '{name(short)}'." if residual_led and overs else "",
             f"So rounds start after '{name(short)}' {start[short]:.3f} of the time, against {text[short]:.3f} of the"
             " text" + (f", though drafts pass most often after it ({beta[short]:.3f})." if most else "."),
             f"Weighted by round starts, the last column gives the first draft's pass rate, {first:.3f}; by the text,"
@@ -1629,8 +1629,8 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     print()
     say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k + 1)",
         f"positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
-        f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round's cost in plain passes, with a small draft, at an",
-        f"assumed alpha = {alpha}:")
+        f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round makes 1 + alpha = {tokens:.2f} tokens at an assumed",
+        f"alpha = {alpha}. Its cost in plain passes, with a small draft:")
     print()
     rows = [(b, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1]), bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100),
              verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
@@ -2246,7 +2246,8 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
              for label, D, verify, how in verifier_settings(TARGET, MIDDLING)]
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
-    say(f"Are they exact? Exact TVs of the first 1 to {n} tokens, and a {n_runs}-run fit:")
+    say(f"Are they exact? On the middling pair, after '{name(ctx)}': exact TVs of the first 1 to {n} tokens, and a"
+        f" fit of {n_runs} runs' first two:")
     print()
     exactness_table(rows)
     lossless = [r for r in rows if r[5] == "the target"]
@@ -4190,7 +4191,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass below"
                       f" {m / kv:.1f} MACs per byte at any B, under the ridge." if ridge_batch(m, w, kv, positions=1)
                       is None else "",
-                      "A verifying pass of k + 1 positions tends to k + 1 times that, so long drafts cross the ridge as"
+                      f"A verifying pass of k + 1 positions tends to k + 1 times {m / kv:.1f}, so long drafts cross the"
+                      " ridge as"
                       " B grows, and the plan's k falls." if falls else "",
                       "A plain pass reads every sequence's KV cache, so its cost grows with B. A draft is assumed to"
                       " read only its weights, leaving out its own KV cache, which flatters it. So c, the draft's"

@@ -1421,29 +1421,13 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
-        start, text, beta, redrawn = round_starts(TARGET, MIDDLING)
-        short = int(np.argmin(start - text))  # the token rounds start after least often, against the text
-        share = redrawn.sum()  # rounds that start after a redrawn token, not a bonus
-        bonus = start - redrawn  # rounds that start after a bonus token
-        residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
-            (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
         print()
-        most = short == int(np.argmax(beta))
-        overs = list(np.flatnonzero(MIDDLING[:, short] > TARGET[:, short]))  # rows whose residual leaves it out
-        say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start in skewed places: after the last round's redraw or bonus token. Where rounds of"
-            " k = 1 start, exactly:")
-        print()
-        table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
-               ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
-        print()
-        say(f"After {and_list([repr(name(c)) for c in overs])} the draft over-proposes '{name(short)}' (q > p), so a"
-            f" redraw there never gives '{name(short)}'." if residual_led and overs else "",
-            f"So rounds start after '{name(short)}' {start[short]:.3f} of the time, against {text[short]:.3f} of the"
-            " text" + (f", though drafts pass most often after it ({beta[short]:.3f})." if most else "."),
-            f"Weighted by round starts, the last column gives the first draft's pass rate, {first:.3f}; by the text,"
-            f" alpha, {a:.3f}.",
+        say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start in skewed places,"
+            f" after the last round's redraw or bonus token, and in rounds of k = 1 the first draft passes {first:.3f}"
+            f" of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
-            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
+            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
+            "The option --detail shows where rounds start, and why.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1451,6 +1435,32 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
               "a costly draft is slower than plain decoding": any(r[2] == "slower" for r in rows),
               "at some c below alpha no k wins": bool(edge)})
     return SimpleNamespace(rows=rows, edge=edge, below=below)
+
+
+def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
+    """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
+    target's text, and why: a redraw never gives a token the draft
+    over-proposes after the token before it."""
+    start, text, beta, redrawn = round_starts(P, Q)
+    short = int(np.argmin(start - text))  # the token rounds start after least often, against the text
+    share = redrawn.sum()  # rounds that start after a redrawn token, not a bonus
+    bonus = start - redrawn  # rounds that start after a bonus token
+    residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
+        (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
+    most = short == int(np.argmax(beta))
+    overs = list(np.flatnonzero(Q[:, short] > P[:, short]))  # rows whose residual leaves it out
+    print()
+    say("Where rounds of k = 1 start, exactly, against the text:")
+    print()
+    table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
+           ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
+    print()
+    say(f"After {and_list([repr(name(c)) for c in overs])} the draft over-proposes '{name(short)}' (q > p), so a"
+        f" redraw there never gives '{name(short)}'." if residual_led and overs else "",
+        f"So rounds start after '{name(short)}' {start[short]:.3f} of the time, against {text[short]:.3f} of the"
+        " text" + (f", though drafts pass most often after it ({beta[short]:.3f})." if most else "."),
+        f"Weighted by round starts, the last column gives the first draft's pass rate, {start @ beta:.3f}; by the"
+        f" text, alpha, {text @ beta:.3f}.")
 
 
 def round_starts(P, Q):
@@ -4926,6 +4936,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
     "2": demo2_detail,
+    "5": demo5_detail,
     "6": lambda result: demo6_detail(),
     "9": demo9_detail,
     "10": demo10_detail,
@@ -5625,7 +5636,7 @@ def arg_parser():
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
     ap.add_argument("--detail", action="store_true", help=f"demos {', '.join(most)} and {last} add detail: a "
-                    "sample beside its target, shipped temperature bugs, a long context on the roofline, vLLM's "
+                    "sample beside its target, where rounds start, shipped temperature bugs, a long context on the roofline, vLLM's "
                     "settings and their history, plans and adaptive draft lengths")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")

@@ -344,9 +344,25 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "At c = 0.7 no k wins, though alpha = 0.703 > c." in text
     flat_text = " ".join(text.split())
-    assert (f"Weighted by round starts, the last column gives the first draft's pass rate, {exact[0] - 1:.3f}; by the"
-            f" text, alpha, {alpha:.3f}. At c = 0.7 that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) ="
-            f" {exact[0] / 1.7:.2f}.") in flat_text and exact[0] / 1.7 < 1
+    assert ("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start in skewed places,"
+            " after the last round's redraw or bonus token, and in rounds of k = 1 the first draft passes"
+            f" {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7 that gives (1 + {exact[0] - 1:.3f}) / (1 +"
+            f" 0.7) = {exact[0] / 1.7:.2f}. The option --detail shows where rounds start, and why.") in flat_text
+    assert exact[0] / 1.7 < 1
+    # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
+    m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
+    assert f"In demo 3 the middling draft measured {m.per_call:.2f} tokens per call at k = 4 (exactly {exact[3]:.2f})" in text
+    assert [r for r in demo["4"][0] if r[0] == 4][0][2] == m.per_call
+    assert "Takeaway: every draft costs c, kept or not" in text and "alpha > c alone does not promise a win" in text
+    # the bound fails wherever the exact best (a scan over k, or plain decoding) falls short of it
+    below = [f"{c:.3g}" for c in (r[0] for r in result.rows) if alpha > c
+             and max(1.0, sd.speedup(exact, np.arange(1, 17), c).max()) < (1 + alpha) / (1 + c) - 5e-4]
+    assert below == result.below and f"The exact best falls short of that promise at c = {', '.join(below)}." in text
+
+
+def test_demo5_in_detail_where_rounds_start_and_why():
+    flat_text = " ".join(printed(sd.demo5_detail)[1].split())
+    exact1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1)
     # where rounds start, against the text: 'd' is the token furthest under, and drafts pass most often after it;
     # the rounds that start after a redrawn token hold few 'd's, and they make most of the shortfall
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
@@ -357,25 +373,16 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     assert redrawn.sum() * pi[d] - redrawn[d] > kept.sum() * pi[d] - kept[d] > 0
     assert redrawn[d] / redrawn.sum() < pi[d]  # redraws avoid 'd'
     over = list(np.flatnonzero(sd.MIDDLING[:, d] > sd.TARGET[:, d]))  # rows whose residual leaves 'd' out
-    assert [sd.name(c) for c in over] == ["a", "c", "d"] and all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in range(sd.VOCAB)
-                             if sd.MIDDLING[c, d] > sd.TARGET[c, d])
-    assert ("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start in skewed places:"
-            " after the last round's redraw or bonus token. Where rounds of k = 1 start, exactly:") in flat_text
+    assert [sd.name(c) for c in over] == ["a", "c", "d"]
+    assert all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in over)
     for x in range(sd.VOCAB):  # the table: the text's share, the round starts' share, a draft's pass chance after x
         assert f"{sd.name(x)} {pi[x]:.3f} {start[x]:.3f} {beta[x]:.3f}" in flat_text
     assert ("After 'a', 'c' and 'd' the draft over-proposes 'd' (q > p), so a redraw there never gives 'd'. So rounds"
             f" start after 'd' {start[d]:.3f} of the time, against {pi[d]:.3f} of the text, though drafts pass most"
             f" often after it ({beta[d]:.3f}).") in flat_text
-    assert start @ beta == pytest.approx(exact[0] - 1, abs=1e-12)  # the 0.691, the same number two ways
-    # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
-    m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
-    assert f"In demo 3 the middling draft measured {m.per_call:.2f} tokens per call at k = 4 (exactly {exact[3]:.2f})" in text
-    assert [r for r in demo["4"][0] if r[0] == 4][0][2] == m.per_call
-    assert "Takeaway: every draft costs c, kept or not" in text and "alpha > c alone does not promise a win" in text
-    # the bound fails wherever the exact best (a scan over k, or plain decoding) falls short of it
-    below = [f"{c:.3g}" for c in (r[0] for r in result.rows) if alpha > c
-             and max(1.0, sd.speedup(exact, np.arange(1, 17), c).max()) < (1 + alpha) / (1 + c) - 5e-4]
-    assert below == result.below and f"The exact best falls short of that promise at c = {', '.join(below)}." in text
+    assert start @ beta == pytest.approx(exact1 - 1, abs=1e-12)  # the 0.691, the same number two ways
+    assert (f"Weighted by round starts, the last column gives the first draft's pass rate, {exact1 - 1:.3f}; by the"
+            f" text, alpha, {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}.") in flat_text
 
 
 def test_demo6_the_roofline_the_batch_and_their_sentences(demo):

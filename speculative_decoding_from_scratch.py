@@ -1649,13 +1649,17 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
            ("draft, c", 10, ".3f"), ("round", 8, ".3f"), ("speedup", 9, ".3f")], rows,
           groups=[("bound", 1, 2), ("cost in plain passes", 3, 5)])
     last = rows[-1]
+    if end:  # at the break-even batch, is k = 1 the best of every k?
+        at_end = batch_speedups(expected_tokens(alpha, np.arange(1, k_max + 1)), end, n_ctx)
+        longer_worse = bool((at_end[1:] < at_end[0]).all())
     print()
     say(f"The check crosses the ridge at B = {cross:,}; past it, each position costs time." if cross else "",
         "The draft's c falls with B: a plain pass reads every KV cache, the draft (by assumption) only its"
         " weights."
         if rows[-1][4] < rows[0][4] else "",
-        f"At B = {end:,} the round costs {last[5]:.2f} plain passes for its {tokens:.2f} tokens. From there on, no k"
-        " helps." if end and last[0] == end and last[5] >= tokens else
+        f"At B = {end:,} the round costs {last[5]:.2f} plain passes for its {tokens:.2f} tokens" +
+        (", and every longer k does worse: each adds positions past the ridge for fewer tokens." if longer_worse
+         else ".") + " From there on, no k helps." if end and last[0] == end and last[5] >= tokens else
         f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
         f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
     return SimpleNamespace(cross=cross, end=end, rows=rows)

@@ -419,7 +419,10 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
         assert f"{b} {plain_bound} {check_bound} {check:.3f} {draft:.3f} {round_:.3f} {gain:.3f}" in flat_text
     assert (f"The check crosses the ridge at B = {cross}; past it, each position costs time. The draft's c falls with"
             f" B: a plain pass reads every KV cache, the draft (by assumption) only its weights. At B = {end} the round costs {v + c:.2f} plain passes for its"
-            " 1.70 tokens. From there on, no k helps.") in flat_text
+            " 1.70 tokens, and every longer k does worse: each adds positions past the ridge for fewer tokens. From there"
+            " on, no k helps.") in flat_text
+    at_end = sd.batch_speedups(tokens, end, 16)  # every k at the break-even batch: k = 1 ties, longer ones lose
+    assert at_end.argmax() == 0 and (at_end[1:] < at_end[0]).all()
 
 
 def test_demo6_in_detail_the_batch_tables_at_16_tokens():

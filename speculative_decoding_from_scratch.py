@@ -1421,13 +1421,20 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
+        P, start, text, beta, redrawn = TARGET, *round_starts(TARGET, MIDDLING)
+        short = int(np.argmin(start - text))  # the token rounds start after least often, against the text
+        overs = list(np.flatnonzero(MIDDLING[:, short] > TARGET[:, short]))  # rows whose residual leaves it out
+        mechanism = overs and short == int(np.argmax(beta)) and redrawn[short] / redrawn.sum() < text[short]
         print()
-        say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start in skewed places,"
-            f" after the last round's redraw or bonus token, and in rounds of k = 1 the first draft passes {first:.3f}"
-            f" of the time, not {a:.3f}.",
+        say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start after the last"
+            " round's redraw or bonus token" + (", and a redraw never gives a token the draft over-proposes." if
+                                                mechanism else ", not where the text does."),
+            f"The draft over-proposes '{name(short)}' after {number_word(len(overs))} of the {number_word(len(P))}"
+            f" tokens, and drafts pass most often after '{name(short)}'." if mechanism else "",
+            f"So in rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
-            "The option --detail shows where rounds start, and why.")
+            "The option --detail shows where rounds start.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1634,6 +1641,7 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     follow under --detail)."""
     fit = sequences_that_fit(n_ctx)
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
+    m, w, _ = token_traffic(n_ctx)  # one sequence's MACs a position, and the weights' bytes
     cross = ridge_batch(*token_traffic(n_ctx), positions=2)
     tokens = expected_tokens(alpha, 1)
     print()
@@ -1653,7 +1661,8 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
         at_end = batch_speedups(expected_tokens(alpha, np.arange(1, k_max + 1)), end, n_ctx)
         longer_worse = bool((at_end[1:] < at_end[0]).all())
     print()
-    say(f"The check crosses the ridge at B = {cross:,}; past it, each position costs time." if cross else "",
+    say(f"The check crosses the ridge at B = {cross:,}, {2 * cross:,} positions, not {int(ridge() // (m / w)):,}: each"
+        " sequence's KV cache adds bytes. Past it, each position costs time." if cross else "",
         "The draft's c falls with B: a plain pass reads every KV cache, the draft (by assumption) only its"
         " weights."
         if rows[-1][4] < rows[0][4] else "",
@@ -4438,7 +4447,8 @@ def temperature_words(rows, same, n_greedy):
     print()
     say("Every row emits its tempered target by both checks." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
-        f"At T = 0, greedy speculation writes the same {n_greedy:,} tokens as a plain argmax loop." if same == n_greedy
+        f"At T = 0, greedy speculation writes the same {n_greedy:,} tokens as a plain argmax loop, in a run of its own."
+        if same == n_greedy
         else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).")
     lower = all(r[3] < r[2] for r in hot)
     slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
@@ -4467,7 +4477,9 @@ def table3_words(rows):
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
             " 12. At T = 0 both tables are one-hot, so alpha is the share of the target's text where their likeliest"
             f" tokens agree: {and_list(at_zero)} here. A draft whose likeliest token is always the target's has"
-            " alpha = 1 at T = 0, which no T can raise.")
+            " alpha = 1 at T = 0, which no T can raise."
+            + (" So whether temperature slows speculation depends on the draft: it cannot help one that shares the"
+               " target's likeliest token, and it helps these." if rose == len(ends) else ""))
 
 
 def one_sided_temperatures(k, n_rounds, T=0.5, n_exact=3):

@@ -4478,8 +4478,9 @@ def table3_words(rows):
             " 12. At T = 0 both tables are one-hot, so alpha is the share of the target's text where their likeliest"
             f" tokens agree: {and_list(at_zero)} here. A draft whose likeliest token is always the target's has"
             " alpha = 1 at T = 0, which no T can raise."
-            + (" So whether temperature slows speculation depends on the draft: it cannot help one that shares the"
-               " target's likeliest token, and it helps these." if rose == len(ends) else ""))
+            + (" So whether temperature lowers alpha depends on the draft: from T = 0 it cannot raise alpha for one"
+               " that always shares the target's likeliest token, and it raises it for these." if rose == len(ends)
+               else ""))
 
 
 def one_sided_temperatures(k, n_rounds, T=0.5, n_exact=3):

@@ -290,8 +290,8 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
         P0 = sd.temper(sd.TARGET, 0)
         agree = sd.stationary(P0) @ (sd.TARGET.argmax(1) == Q.argmax(1))
         assert sd.pair_alpha(P0, sd.temper(Q, 0)) == pytest.approx(agree, abs=1e-12)
-    assert ("So whether temperature slows speculation depends on the draft: it cannot help one that shares the"
-            " target's likeliest token, and it helps these.") in " ".join(text.split())
+    assert ("So whether temperature lowers alpha depends on the draft: from T = 0 it cannot raise alpha for one that"
+            " always shares the target's likeliest token, and it raises it for these.") in " ".join(text.split())
     assert "Every row emits its tempered target by both checks." in text
     zero = [r[0] for r in result.temperatures if r[1] == 0 and r[2] == 0]
     assert zero == ["middling"] and "At T = 0 the middling draft's likeliest token is never the target's." in text

@@ -3358,7 +3358,8 @@ def say_block_rule():
 def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     """Chapter 14: the paper's example, and what block verification gains."""
     say_block_rule()
-    say("Its paper proves these steps exact; chapters 9 and 15 check them. What does it gain?")
+    say("Its paper proves these steps exact, so h_i's form need not be followed to read on; chapters 9 and 15"
+        " check them. What does it gain?")
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
     rows = []
     for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),

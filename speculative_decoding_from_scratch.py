@@ -1421,15 +1421,14 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
-        P, start, text, beta, redrawn = TARGET, *round_starts(TARGET, MIDDLING)
-        short = int(np.argmin(start - text))  # the token rounds start after least often, against the text
-        overs = list(np.flatnonzero(MIDDLING[:, short] > TARGET[:, short]))  # rows whose residual leaves it out
-        mechanism = overs and short == int(np.argmax(beta)) and redrawn[short] / redrawn.sum() < text[short]
+        r = round_starts(TARGET, MIDDLING)
+        short, overs = r.short, r.overs
+        mechanism = overs and r.most and r.redrawn[short] / r.redrawn.sum() < r.text[short]  # redraws avoid it
         print()
         say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start after the last"
             " round's redraw or bonus token" + (", and a redraw never gives a token the draft over-proposes." if
                                                 mechanism else ", not where the text does."),
-            f"The draft over-proposes '{name(short)}' after {number_word(len(overs))} of the {number_word(len(P))}"
+            f"The draft over-proposes '{name(short)}' after {number_word(len(overs))} of the {number_word(len(r.text))}"
             f" tokens, and drafts pass most often after '{name(short)}'." if mechanism else "",
             f"So in rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
@@ -1448,14 +1447,8 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
     """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
     target's text, and why: a redraw never gives a token the draft
     over-proposes after the token before it."""
-    start, text, beta, redrawn = round_starts(P, Q)
-    short = int(np.argmin(start - text))  # the token rounds start after least often, against the text
-    share = redrawn.sum()  # rounds that start after a redrawn token, not a bonus
-    bonus = start - redrawn  # rounds that start after a bonus token
-    residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
-        (1 - share) * text[short] - bonus[short])  # the redraws make most of the shortfall
-    most = short == int(np.argmax(beta))
-    overs = list(np.flatnonzero(Q[:, short] > P[:, short]))  # rows whose residual leaves it out
+    r = round_starts(P, Q)
+    start, text, beta, short, overs, most = r.start, r.text, r.beta, r.short, r.overs, r.most
     print()
     say("Where rounds of k = 1 start, exactly, against the text:")
     print()
@@ -1463,7 +1456,7 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
            ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
     print()
     say(f"After {and_list([repr(name(c)) for c in overs])} the draft over-proposes '{name(short)}' (q > p), so a"
-        f" redraw there never gives '{name(short)}'." if residual_led and overs else "",
+        f" redraw there never gives '{name(short)}'." if r.residual_led and overs else "",
         f"So rounds start after '{name(short)}' {start[short]:.3f} of the time, against {text[short]:.3f} of the"
         " text" + (f", though drafts pass most often after it ({beta[short]:.3f})." if most else "."),
         f"Weighted by round starts, the last column gives the first draft's pass rate, {start @ beta:.3f}; by the"
@@ -1471,13 +1464,25 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
 
 
 def round_starts(P, Q):
-    """(start, text, beta, redrawn): how often rounds of k = 1 start after
-    each token, exactly; how often the target's text holds it; the chance a
-    draft after it passes, sum min(p, q) over its row; and how often a round
-    starts after it redrawn (the rest start after it as a bonus token)."""
+    """Where rounds of k = 1 start, exactly, and why, as demo 5 and its
+    detail say it: start, how often rounds start after each token; text, how
+    often the target's text holds it; beta, the chance a draft after it
+    passes, sum min(p, q) over its row; redrawn, how often a round starts
+    after it redrawn (the rest after it as a bonus token); short, the token
+    rounds start after least often against the text; overs, the tokens after
+    which the draft over-proposes it (q > p: a redraw there never gives it);
+    most, whether drafts pass most often after it; and residual_led, whether
+    redraws make most of its shortfall."""
     ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
     start = stationary(ends.sum(axis=1))
-    return start, stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, 0]
+    text, beta, redrawn = stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, 0]
+    short = int(np.argmin(start - text))
+    share, bonus = redrawn.sum(), start - redrawn
+    residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
+        (1 - share) * text[short] - bonus[short])
+    return SimpleNamespace(start=start, text=text, beta=beta, redrawn=redrawn, short=short,
+                           overs=list(np.flatnonzero(Q[:, short] > P[:, short])),
+                           most=short == int(np.argmax(beta)), residual_led=residual_led)
 
 
 # -----------------------------------------------------------------------------

@@ -1667,7 +1667,7 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
         longer_worse = bool((at_end[1:] < at_end[0]).all())
     print()
     say(f"The check crosses the ridge at B = {cross:,}, {2 * cross:,} positions, not {int(ridge() // (m / w)):,}: each"
-        " sequence's KV cache adds bytes. Past it, each position costs time." if cross else "",
+        " sequence's KV cache adds bytes." if cross else "",
         "The draft's c falls with B: a plain pass reads every KV cache, the draft (by assumption) only its"
         " weights."
         if rows[-1][4] < rows[0][4] else "",
@@ -3342,8 +3342,8 @@ def demo13_detail(size=4096):
 
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
               " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep:")
-BLOCK_STEPS = ("A weight w_i is the share of the first i drafts the target still wants: w_0 = 1, and w_i ="
-               " min(1, w_(i-1) p(x_i) / q(x_i)). The paper names this weight p_i.",
+BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
+               " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). The paper names this weight p_i.",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
                " there that the draft does not offer.",
                "Each position draws its own uniform random number. The last passes with chance w_k, an earlier"
@@ -3534,10 +3534,10 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say_block_rule()
-    say("Its paper proves these steps exact, so h_i's form need not be followed to read on: this chapter checks the",
-        f"rule and {number_word(len(cases) - 1)} variants of it exactly. Each edit below changes one line of that"
-        " rule. Then come two shipped code paths, PyTorch and Triton,",
-        "from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",
+    say("Its paper proves these steps exact, so h_i's form need not be followed to read on. This chapter checks the",
+        f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
+        f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton, from"
+        " vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",
         f"the middling draft at k = {k}:")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
@@ -4165,7 +4165,7 @@ def demo19_tuning(**how):
         f" (chapter 8). It draws {tree[0]} candidates independently from q under every branch, {tree[1]} steps deep"
         f" ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass"
         f" of {nodes} positions (the drafts and the token before them) checks them all and keeps one branch:"
-        f" {tree[3]:.2f} tokens per call from {tree[1]} draft passes, over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
+        f" {tree[3]:.2f} tokens per call from {tree[1]} draft passes (one a level), over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
         f" {nodes}': {tree[0]} candidates, {tree[1]} steps, {nodes} positions.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
@@ -4222,9 +4222,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass below"
                       f" {m / kv:.1f} MACs per byte at any B, under the ridge." if ridge_batch(m, w, kv, positions=1)
                       is None else "",
-                      f"A verifying pass of k + 1 positions tends to k + 1 times {m / kv:.1f}, so long drafts cross the"
-                      " ridge as"
-                      " B grows, and the plan's k falls." if falls else "",
+                      f"As B grows, a verifying pass of k + 1 positions tends to k + 1 times {m / kv:.1f}, so long drafts"
+                      " cross the ridge, and the plan's k falls." if falls else "",
                       "A plain pass reads every sequence's KV cache, so its cost grows with B. A draft is assumed to"
                       " read only its weights, leaving out its own KV cache, which flatters it. So c, the draft's"
                       f" cost relative to a plain pass, falls as B grows: big's c is {c[0]:.3f} at B = 1,"

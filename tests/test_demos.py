@@ -131,7 +131,7 @@ TERMS = (("vLLM", "serving engine"), ("APEX-1", "a public from-scratch"), ("vllm
          ("HF", "Hugging Face"), ("KV cache", "keys and values"), ("ulp", "unit in the last place"),
          ("logits", "the scores"), ("lam", "weight lam"), ("u v^T", "table of their products"),
          ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "with chance h_i = Z_i / (Z_i + 1 - w_i)"),
-         ("w_i", "the share of the first i drafts"), ("transformers", "a Python library"))
+         ("w_i", "probability of x_1..x_i over the draft"), ("transformers", "a Python library"))
 
 
 def test_terms_are_defined_where_the_reader_first_meets_them(full_run, all_run):
@@ -428,7 +428,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
         assert gain == pytest.approx(1.7 / round_, rel=1e-12)
         assert f"{b} {plain_bound} {check_bound} {check:.3f} {draft:.3f} {round_:.3f} {gain:.3f}" in flat_text
     assert (f"The check crosses the ridge at B = {cross}, {2 * cross} positions, not 295: each sequence's KV cache adds"
-            " bytes. Past it, each position costs time. The draft's c falls with"
+            " bytes. The draft's c falls with"
             f" B: a plain pass reads every KV cache, the draft (by assumption) only its weights. At B = {end} the round costs {v + c:.2f} plain passes for its"
             " 1.70 tokens, and every longer k does worse: each adds positions past the ridge for fewer tokens. From there"
             " on, no k helps.") in flat_text

@@ -271,8 +271,8 @@ def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_proce
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
-    assert (f"tends to k + 1 times {m / (one - w):.1f}, so long drafts cross the ridge as B grows, and the plan's k"
-            " falls.") in text
+    assert (f"As B grows, a verifying pass of k + 1 positions tends to k + 1 times {m / (one - w):.1f}, so long drafts"
+            " cross the ridge, and the plan's k falls.") in text
 
 
 def test_chapter19_names_what_ends_the_trees_lead_and_when_its_pass_crosses_the_ridge(in_process):

@@ -4219,16 +4219,14 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     falls = any(b < a for a, b in zip(ks, ks[1:]))
     return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end else "",
                       f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
-                      f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass below"
-                      f" {m / kv:.1f} MACs per byte at any B, under the ridge." if ridge_batch(m, w, kv, positions=1)
-                      is None else "",
-                      f"As B grows, a verifying pass of k + 1 positions tends to k + 1 times {m / kv:.1f}, so long drafts"
-                      " cross the ridge, and the plan's k falls." if falls else "",
-                      "A plain pass reads every sequence's KV cache, so its cost grows with B. A draft is assumed to"
-                      " read only its weights, leaving out its own KV cache, which flatters it. So c, the draft's"
-                      f" cost relative to a plain pass, falls as B grows: big's c is {c[0]:.3f} at B = 1,"
-                      f" {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
-                      if c[1] < c[0] else ""]),
+                      f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass under the"
+                      f" ridge at any B, below {m / kv:.1f} MACs per byte, and makes it cost more as B grows."
+                      if ridge_batch(m, w, kv, positions=1) is None else "",
+                      f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
+                      f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
+                      if c[1] < c[0] else "",
+                      f"A check of k + 1 positions tends to k + 1 times {m / kv:.1f} MACs per byte as B grows, so long"
+                      " drafts cross the ridge and the plan's k falls." if falls else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
                       f" {option_speedup(first, 1, n_ctx):.2f}; {chain.drafter.name}'s {chain.shape} makes"

@@ -264,15 +264,17 @@ def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_proce
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert (f"each sequence adds {m / 1e9:.1f} GMACs and {(one - w) / 1e9:.2f} GB of KV cache (the keys and values of"
             " its 512 tokens) to a plain pass."
-            f" That keeps a plain pass below {m / (one - w):.1f} MACs per byte at any B") in text
+            f" That keeps a plain pass under the ridge at any B, below {m / (one - w):.1f} MACs per byte, and makes it"
+            " cost more as B grows.") in text
     assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
-    assert c[1] < c[0] and f"big's c is {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise" in text
+    assert c[1] < c[0] and (f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
+                            f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise with B.") in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
-    assert (f"As B grows, a verifying pass of k + 1 positions tends to k + 1 times {m / (one - w):.1f}, so long drafts"
-            " cross the ridge, and the plan's k falls.") in text
+    assert (f"A check of k + 1 positions tends to k + 1 times {m / (one - w):.1f} MACs per byte as B grows, so long"
+            " drafts cross the ridge and the plan's k falls.") in text
 
 
 def test_chapter19_names_what_ends_the_trees_lead_and_when_its_pass_crosses_the_ridge(in_process):

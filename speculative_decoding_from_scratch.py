@@ -1339,7 +1339,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
            ("agrees", 7, ">7"), (f"speedup\nc = {c:g}", 10, ".2f")],
-          rows, groups=[("", 0, 1), ("tokens per target call", 2, 6)])
+          rows, groups=[("", 0, 1), ("tokens per round (one target call)", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
     print()
     say(f"Agrees: within {FIT_Z} standard errors (+-) of exact.",
@@ -1430,7 +1430,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
                                                 mechanism else ", not where the text does."),
             f"The draft over-proposes '{name(short)}' after {number_word(len(overs))} of the {number_word(len(r.text))}"
             f" tokens, and drafts pass most often after '{name(short)}'." if mechanism else "",
-            f"So in rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
+            (f"So rounds start after '{name(short)}' less often than the text does, and in rounds of k = 1 the first"
+             if mechanism else "So in rounds of k = 1 the first") + f" draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
             "The option --detail shows where rounds start.")
@@ -1647,13 +1648,14 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     fit = sequences_that_fit(n_ctx)
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
     m, w, _ = token_traffic(n_ctx)  # one sequence's MACs a position, and the weights' bytes
+    fewer = w / pass_traffic(DRAFT_SHAPE, 0, 1, 0)[1]  # the draft's weight bytes, against the target's
     cross = ridge_batch(*token_traffic(n_ctx), positions=2)
     tokens = expected_tokens(alpha, 1)
     print()
     say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k + 1)",
         f"positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
         f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round makes 1 + alpha = {tokens:.2f} tokens at an assumed",
-        f"alpha = {alpha}. Its cost in plain passes, with a small draft:")
+        f"alpha = {alpha}. Its cost in plain passes, with a draft of {fewer:.0f} times fewer weight bytes:")
     print()
     rows = [(b, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1]), bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100),
              verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
@@ -3346,8 +3348,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). The paper names this weight p_i.",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
                " there that the draft does not offer.",
-               "Each position draws its own uniform random number. The last passes with chance w_k, an earlier"
-               " one with chance h_i = Z_i / (Z_i + 1 - w_i).",
+               "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
+               " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i.",
                "The block keeps every draft up to the last position i that passes, even past one that failed. A"
                " failed test emits nothing, so the drafts kept still follow tokens the output holds.",
                "The token after them comes from max(0, w_i p - q), normalised, or from p if all k passed.")
@@ -4149,7 +4151,8 @@ def demo19_tuning(**how):
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         "each drafter at every batch size B, and picks one per range of B. The option --plan --profile runs it",
         f"on your drafters' acceptance figures and sizes. Here it uses demo 6's roofline at {n_ctx} tokens of context, up to B = {max_batch}, the sequences"
-        f" whose KV caches fit in {H100.memory / 1e9:.0f} GB. Chapter 23 writes the plan as each engine's config.")
+        f" whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the weights. Chapter 23 writes the plan as each"
+        " engine's config.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
@@ -4220,7 +4223,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end else "",
                       f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
                       f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass under the"
-                      f" ridge at any B, below {m / kv:.1f} MACs per byte, and makes it cost more as B grows."
+                      f" ridge at any B, below {m / kv:.1f} MACs per byte (its {m / 1e9:.1f} GMACs over its"
+                      f" {kv / 1e9:.2f} GB), and makes it cost more as B grows."
                       if ridge_batch(m, w, kv, positions=1) is None else "",
                       f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
                       f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."

@@ -130,7 +130,7 @@ TERMS = (("vLLM", "serving engine"), ("APEX-1", "a public from-scratch"), ("vllm
          ("SpecInfer", "tree verifier"), ("EAGLE-1", "a trained draft head"), ("MTP", "multi-token prediction"),
          ("HF", "Hugging Face"), ("KV cache", "keys and values"), ("ulp", "unit in the last place"),
          ("logits", "the scores"), ("lam", "weight lam"), ("u v^T", "table of their products"),
-         ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "with chance h_i = Z_i / (Z_i + 1 - w_i)"),
+         ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i"),
          ("w_i", "probability of x_1..x_i over the draft"), ("transformers", "a Python library"))
 
 
@@ -354,8 +354,9 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     flat_text = " ".join(text.split())
     assert ("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start after the last"
             " round's redraw or bonus token, and a redraw never gives a token the draft over-proposes. The draft"
-            " over-proposes 'd' after three of the six tokens, and drafts pass most often after 'd'. So in rounds of"
-            f" k = 1 the first draft passes {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7 that gives"
+            " over-proposes 'd' after three of the six tokens, and drafts pass most often after 'd'. So rounds start"
+            " after 'd' less often than the text does, and in rounds of k = 1 the first draft passes"
+            f" {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7 that gives"
             f" (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}. The option --detail shows where rounds"
             " start.") in flat_text
     assert exact[0] / 1.7 < 1

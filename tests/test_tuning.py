@@ -264,8 +264,8 @@ def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_proce
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert (f"each sequence adds {m / 1e9:.1f} GMACs and {(one - w) / 1e9:.2f} GB of KV cache (the keys and values of"
             " its 512 tokens) to a plain pass."
-            f" That keeps a plain pass under the ridge at any B, below {m / (one - w):.1f} MACs per byte, and makes it"
-            " cost more as B grows.") in text
+            f" That keeps a plain pass under the ridge at any B, below {m / (one - w):.1f} MACs per byte (its"
+            f" {m / 1e9:.1f} GMACs over its {(one - w) / 1e9:.2f} GB), and makes it cost more as B grows.") in text
     assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
     assert c[1] < c[0] and (f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"

@@ -2908,9 +2908,10 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
     say("Is it exact? The first two tokens get both checks. Then a fit of",
-        f"{n_text} characters: each goes in a bin by the chance the target gave it, and each bin should hold as",
-        "many characters as its chances add up to. The text sampled differs between Python versions, whose",
-        f"documentation differs. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
+        f"{n_text} characters: at each position the target's row sorts the characters into bins by their chance,",
+        "and the one written lands in one bin. Over the text, each bin should catch as many as the chances the rows"
+        " put in it add up to. This text, and so the fit, differs between Python versions, whose documentation"
+        f" differs. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
@@ -3747,8 +3748,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     tables = None if isinstance(cache, str) else calibration_p_value(
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
-    say(f"Each generator writes {n_text} characters. The fit puts each in a bin by the chance the target gave it;",
-        "each bin should hold as many characters as its chances add up to. The last row runs the cache bug on the tables"
+    say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target's row sorts",
+        "the characters into bins by their chance, and each bin should catch as many written characters as the"
+        " chances in it add up to. The last row runs the cache bug on the tables"
         " instead. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]
@@ -4157,7 +4159,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
         f"Two draft models for the six-token target, with their rates at k = {k_max}, computed exactly. Rates shift a"
-        " little with k, for demo 5's reason, so a first rate is not quite alpha:")
+        " little with k, since where rounds start depends on k (demo 5), so a first rate is not quite alpha:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
@@ -4190,8 +4192,9 @@ def demo19_tuning(**how):
                                       max_batch, k_max)
     planned = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say(f"Is the procedure right? It reads tokens per call from the rates at k = {k_max}. An exhaustive search",
-        "picks the best option at each B alone, from exact tokens per call. The procedure is within",
+    say(f"Is the procedure right? It reads every chain's tokens per call from the rates at k = {k_max}. An exhaustive",
+        "search picks the best option at each B alone, from each chain's exact tokens per call (the tree's are the"
+        f" same sampled {tree[3]:.2f}). The procedure is within",
         f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
         demo19_tree_end(check, nodes, n_ctx, max_batch) if check.tree_last else

@@ -319,8 +319,12 @@ def test_chapter19_says_rates_read_at_one_k_shift_with_k(in_process):
     at8 = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0]
     at1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert abs(at8 - at1) > 0.01
-    assert ("with their rates at k = 8, computed exactly. Rates shift a little with k, for demo 5's reason, so a first"
-            " rate is not quite alpha:") in text
+    assert ("with their rates at k = 8, computed exactly. Rates shift a little with k, since where rounds start depends"
+            " on k (demo 5), so a first rate is not quite alpha:") in text
+    # the search prices chains exactly and the tree at its one sampled figure, and says so
+    tree = in_process[0]["19"].buckets[0][2]
+    assert tree.shape.startswith("tree") and (f"from each chain's exact tokens per call (the tree's are the same sampled"
+                                              f" {tree.tokens:.2f})") in text
 
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

@@ -1647,14 +1647,15 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     follow under --detail)."""
     fit = sequences_that_fit(n_ctx)
     end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
-    m, w, _ = token_traffic(n_ctx)  # one sequence's MACs a position, and the weights' bytes
+    traffic = token_traffic(n_ctx)
+    m, w, kv = traffic  # one sequence's MACs a position, the weights' bytes, its KV cache's bytes
     fewer = w / pass_traffic(DRAFT_SHAPE, 0, 1, 0)[1]  # the draft's weight bytes, against the target's
-    cross = ridge_batch(*token_traffic(n_ctx), positions=2)
+    cross = ridge_batch(*traffic, positions=2)
     tokens = expected_tokens(alpha, 1)
     print()
     say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k + 1)",
         f"positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
-        f" {token_traffic(n_ctx)[2] / 1e6:.1f} MB. A k = 1 round makes 1 + alpha = {tokens:.2f} tokens at an assumed",
+        f" {kv / 1e6:.1f} MB. A k = 1 round makes 1 + alpha = {tokens:.2f} tokens at an assumed",
         f"alpha = {alpha}. Its cost in plain passes, with a draft of {fewer:.0f} times fewer weight bytes:")
     print()
     rows = [(b, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1]), bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100),
@@ -1663,16 +1664,16 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     table([("B", 5, ",d"), ("plain pass", 12, ">"), ("k = 1 check", 13, ">"), ("check", 8, ".3f"),
            ("draft, c", 10, ".3f"), ("round", 8, ".3f"), ("speedup", 9, ".3f")], rows,
           groups=[("bound", 1, 2), ("cost in plain passes", 3, 5)])
-    last = rows[-1]
-    if end:  # at the break-even batch, is k = 1 the best of every k?
+    first, last = rows[0], rows[-1]
+    longer_worse = False  # at the break-even batch, does every k > 1 do worse than k = 1?
+    if end:
         at_end = batch_speedups(expected_tokens(alpha, np.arange(1, k_max + 1)), end, n_ctx)
         longer_worse = bool((at_end[1:] < at_end[0]).all())
     print()
     say(f"The check crosses the ridge at B = {cross:,}, {2 * cross:,} positions, not {int(ridge() // (m / w)):,}: each"
         " sequence's KV cache adds bytes." if cross else "",
         "The draft's c falls with B: a plain pass reads every KV cache, the draft (by assumption) only its"
-        " weights."
-        if rows[-1][4] < rows[0][4] else "",
+        " weights." if last[4] < first[4] else "",
         f"At B = {end:,} the round costs {last[5]:.2f} plain passes for its {tokens:.2f} tokens" +
         (", and every longer k does worse: each adds positions past the ridge for fewer tokens." if longer_worse
          else ".") + " From there on, no k helps." if end and last[0] == end and last[5] >= tokens else

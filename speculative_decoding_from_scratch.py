@@ -1406,7 +1406,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
                      *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else "alpha <= c"))
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
-        f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so it ties with plain decoding at c* = ({m.per_call:.2f} - 1) /"
+        f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* = ({m.per_call:.2f} - 1) /"
         f" {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding wins):")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f"),
@@ -1670,7 +1670,7 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
         at_end = batch_speedups(expected_tokens(alpha, np.arange(1, k_max + 1)), end, n_ctx)
         longer_worse = bool((at_end[1:] < at_end[0]).all())
     print()
-    say(f"The check crosses the ridge at B = {cross:,}, {2 * cross:,} positions, not {int(ridge() // (m / w)):,}: each"
+    say(f"The check crosses the ridge at B = {cross:,} ({2 * cross:,} positions, not {int(ridge() // (m / w)):,}): each"
         " sequence's KV cache adds bytes." if cross else "",
         "The draft's c falls with B: a plain pass reads every KV cache, the draft (by assumption) only its"
         " weights." if last[4] < first[4] else "",
@@ -2977,7 +2977,7 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
         f" {BATCH_CONTEXT} tokens of context). Each # is a quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
-           ("", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])
+           ("bars: vLLM", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])
     config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": VLLM_LOOKUP.n_min,
               "prompt_lookup_max": VLLM_LOOKUP.n_max}
     print()
@@ -3354,7 +3354,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i.",
                "The block keeps every draft up to the last position i that passes, even past one that failed. A"
                " failed test emits nothing, so the drafts kept still follow tokens the output holds.",
-               "The token after them comes from max(0, w_i p - q), normalised, or from p if all k passed.")
+               "The token after them comes from max(0, w_i p - q), normalised (i = 0, w_0 = 1, if none passed), or"
+               " from p if all k passed.")
 
 
 def say_block_rule():
@@ -4193,7 +4194,8 @@ def demo19_tuning(**how):
                                       max_batch, k_max)
     planned = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say(f"Is the procedure right? It reads every chain's tokens per call from the rates at k = {k_max}. An exhaustive",
+    say(f"Is the procedure right? It takes two shortcuts: every chain's tokens per call come from the rates at k ="
+        f" {k_max}, and a range of B keeps one option. An exhaustive",
         "search picks the best option at each B alone, from each chain's exact tokens per call (the tree's are the"
         f" same sampled {tree[3]:.2f}). The procedure is within",
         f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
@@ -4981,8 +4983,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call that scores all k+1 positions at
-          once, for about the cost of one; if all pass, the last gives a
-          bonus token
+          once, for about the cost of one; if all k pass, position k+1
+          gives a bonus token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event

@@ -428,7 +428,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
         assert (check, draft) == (sd.verify_cost(1, b, 16), sd.draft_cost(b, 16)) and round_ == check + draft
         assert gain == pytest.approx(1.7 / round_, rel=1e-12)
         assert f"{b} {plain_bound} {check_bound} {check:.3f} {draft:.3f} {round_:.3f} {gain:.3f}" in flat_text
-    assert (f"The check crosses the ridge at B = {cross}, {2 * cross} positions, not 295: each sequence's KV cache adds"
+    assert (f"The check crosses the ridge at B = {cross} ({2 * cross} positions, not 295): each sequence's KV cache adds"
             " bytes. The draft's c falls with"
             f" B: a plain pass reads every KV cache, the draft (by assumption) only its weights. At B = {end} the round costs {v + c:.2f} plain passes for its"
             " 1.70 tokens, and every longer k does worse: each adds positions past the ridge for fewer tokens. From there"

@@ -1423,7 +1423,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     if abs(first - a) >= 5e-4:
         r = round_starts(TARGET, MIDDLING)
         short, overs = r.short, r.overs
-        mechanism = overs and r.most and r.redrawn[short] / r.redrawn.sum() < r.text[short]  # redraws avoid it
+        mechanism = r.left_out and r.most and r.redrawn[short] / r.redrawn.sum() < r.text[short]  # redraws avoid it
         print()
         say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start after the last"
             " round's redraw or bonus token" + (", and a redraw never gives a token the draft over-proposes." if
@@ -1457,7 +1457,7 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
            ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
     print()
     say(f"After {and_list([repr(name(c)) for c in overs])} the draft over-proposes '{name(short)}' (q > p), so a"
-        f" redraw there never gives '{name(short)}'." if r.residual_led and overs else "",
+        f" redraw there never gives '{name(short)}'." if r.residual_led and r.left_out else "",
         f"So rounds start after '{name(short)}' {start[short]:.3f} of the time, against {text[short]:.3f} of the"
         " text" + (f", though drafts pass most often after it ({beta[short]:.3f})." if most else "."),
         f"Weighted by round starts, the last column gives the first draft's pass rate, {start @ beta:.3f}; by the"
@@ -1471,8 +1471,8 @@ def round_starts(P, Q):
     passes, sum min(p, q) over its row; redrawn, how often a round starts
     after it redrawn (the rest after it as a bonus token); short, the token
     rounds start after least often against the text; overs, the tokens after
-    which the draft over-proposes it (q > p: a redraw there never gives it);
-    most, whether drafts pass most often after it; and residual_led, whether
+    which the draft over-proposes it (q > p: a redraw there should never give
+    it); left_out, whether the residual stage indeed leaves it out there; most, whether drafts pass most often after it; and residual_led, whether
     redraws make most of its shortfall."""
     ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
     start = stationary(ends.sum(axis=1))
@@ -1481,9 +1481,10 @@ def round_starts(P, Q):
     share, bonus = redrawn.sum(), start - redrawn
     residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
         (1 - share) * text[short] - bonus[short])
-    return SimpleNamespace(start=start, text=text, beta=beta, redrawn=redrawn, short=short,
-                           overs=list(np.flatnonzero(Q[:, short] > P[:, short])),
-                           most=short == int(np.argmax(beta)), residual_led=residual_led)
+    overs = list(np.flatnonzero(Q[:, short] > P[:, short]))
+    left_out = bool(overs) and all(residual(P[c], Q[c])[short] == 0 for c in overs)  # as the residual stage says
+    return SimpleNamespace(start=start, text=text, beta=beta, redrawn=redrawn, short=short, overs=overs,
+                           left_out=left_out, most=short == int(np.argmax(beta)), residual_led=residual_led)
 
 
 # -----------------------------------------------------------------------------

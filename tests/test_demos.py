@@ -371,6 +371,15 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     assert below == result.below and f"The exact best falls short of that promise at c = {', '.join(below)}." in text
 
 
+def test_demo5_says_why_rounds_start_elsewhere_only_while_the_residual_leaves_the_token_out():
+    # with the residual edited to p, a redraw can give 'd' again: neither demo 5 nor its detail may say it never does
+    m = sd.bugged("no_resample")
+    for text in (printed(m.demo5_break_even)[1], printed(m.demo5_detail)[1]):
+        flat = " ".join(text.split())
+        assert "never gives" not in flat and "over-proposes 'd'" not in flat
+    assert "not where the text does" in " ".join(printed(m.demo5_break_even)[1].split())
+
+
 def test_demo5_in_detail_where_rounds_start_and_why():
     flat_text = " ".join(printed(sd.demo5_detail)[1].split())
     exact1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1)

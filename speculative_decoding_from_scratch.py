@@ -982,7 +982,8 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
 }
 
 BUG_WORDS = {"argmax": "keeps a draft only if it is p's likeliest", "no_resample": "redraws from p, not the residual",
-             "continue": "keeps checking drafts after a rejection", "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
+             "continue": "keeps checking drafts after a rejection",
+             "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
 
 
 def bugged(name, bugs=None):
@@ -1406,8 +1407,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
                      *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else "alpha <= c"))
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
-        f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* = ({m.per_call:.2f} - 1) /"
-        f" {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding wins):")
+        f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
+        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding wins):")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f"),
            ("(1+alpha)/(1+c)", 17, ".3f")], [r[:3] + r[5:] for r in rows],
@@ -1430,8 +1431,9 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
                                                 mechanism else ", not where the text does."),
             f"The draft over-proposes '{name(short)}' after {number_word(len(overs))} of the {number_word(len(r.text))}"
             f" tokens, and drafts pass most often after '{name(short)}'." if mechanism else "",
-            (f"So rounds start after '{name(short)}' less often than the text does, and in rounds of k = 1 the first"
-             if mechanism else "So in rounds of k = 1 the first") + f" draft passes {first:.3f} of the time, not {a:.3f}.",
+            (f"So rounds start after '{name(short)}' less often than the text does, and in rounds of k = 1 the"
+             if mechanism else "So in rounds of k = 1 the") + f" first draft passes {first:.3f} of the time, not"
+            f" {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
             "The option --detail shows where rounds start.")
@@ -1472,7 +1474,8 @@ def round_starts(P, Q):
     after it redrawn (the rest after it as a bonus token); short, the token
     rounds start after least often against the text; overs, the tokens after
     which the draft over-proposes it (q > p: a redraw there should never give
-    it); left_out, whether the residual stage indeed leaves it out there; most, whether drafts pass most often after it; and residual_led, whether
+    it); left_out, whether the residual stage indeed leaves it out there;
+    most, whether drafts pass most often after it; and residual_led, whether
     redraws make most of its shortfall."""
     ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
     start = stationary(ends.sum(axis=1))
@@ -1593,6 +1596,12 @@ def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
     return solve_increasing(lambda b: not helps(b), 1, hi // 2, hi, integer=True)
 
 
+def no_k_helps_from(alpha, n_ctx, k_max=32):
+    """The batch from which no k = 1..k_max beats plain decoding at alpha, by
+    eq. 1 on the roofline, or None if some k helps at every batch that fits."""
+    return break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=sequences_that_fit(n_ctx))
+
+
 def verify_cost(k, batch, n_ctx=None, hw=H100, shape=LLAMA2_7B):
     """v: a verifying pass over k+1 positions, in plain passes, on demo 6's
     roofline; n_ctx: tokens of context, demo 6's BATCH_CONTEXT unless given."""
@@ -1646,8 +1655,7 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
     """Demo 6's batch: a k = 1 round's cost at B = 1, where its check crosses
     the ridge, and the batch from which no k helps (demo6_batch's tables
     follow under --detail)."""
-    fit = sequences_that_fit(n_ctx)
-    end = break_even_batch(expected_tokens(alpha, np.arange(1, k_max + 1)), n_ctx, b_max=fit)
+    fit, end = sequences_that_fit(n_ctx), no_k_helps_from(alpha, n_ctx, k_max)
     traffic = token_traffic(n_ctx)
     m, w, kv = traffic  # one sequence's MACs a position, the weights' bytes, its KV cache's bytes
     fewer = w / pass_traffic(DRAFT_SHAPE, 0, 1, 0)[1]  # the draft's weight bytes, against the target's
@@ -1659,9 +1667,11 @@ def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
         f" {kv / 1e6:.1f} MB. A k = 1 round makes 1 + alpha = {tokens:.2f} tokens at an assumed",
         f"alpha = {alpha}. Its cost in plain passes, with a draft of {fewer:.0f} times fewer weight bytes:")
     print()
-    rows = [(b, str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1]), bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100),
-             verify_cost(1, b, n_ctx), draft_cost(b, n_ctx), verify_cost(1, b, n_ctx) + draft_cost(b, n_ctx),
-             speedup(tokens, 1, draft_cost(b, n_ctx), verify_cost(1, b, n_ctx))) for b in sorted({1, cross, end} - {None})]
+    rows = []
+    for b in sorted({1, cross, end} - {None}):
+        v, c = verify_cost(1, b, n_ctx), draft_cost(b, n_ctx)
+        plain = str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1])
+        rows.append((b, plain, bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100), v, c, v + c, speedup(tokens, 1, c, v)))
     table([("B", 5, ",d"), ("plain pass", 12, ">"), ("k = 1 check", 13, ">"), ("check", 8, ".3f"),
            ("draft, c", 10, ".3f"), ("round", 8, ".3f"), ("speedup", 9, ".3f")], rows,
           groups=[("bound", 1, 2), ("cost in plain passes", 3, 5)])
@@ -1687,13 +1697,12 @@ def demo6_batch(n_ctx=16, batches=(1, 16, 64, 256, 1024), alphas=(0.7, 0.9), k_m
     """Demo 6, part two: a server decoding a batch, on the same roofline; the
     batch sizes from which no k helps join the rows, so the table shows them."""
     print()
-    c = draft_cost(1, n_ctx)
     say("A server decodes B sequences at once and reads the weights once for all, so MACs per byte grow",
         f"with B. The best k at each B, by eq. 1 at two assumed alphas, after {n_ctx} tokens of context. The",
         f"draft reads {pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times"
         " fewer bytes. Bound: what limits the verifying pass.")
     fit, rows = sequences_that_fit(n_ctx), []
-    ends = {a: break_even_batch(expected_tokens(a, np.arange(1, k_max + 1)), n_ctx, b_max=fit) for a in alphas}
+    ends = {a: no_k_helps_from(a, n_ctx, k_max) for a in alphas}
     for b in sorted(set(batches) | {b for b in ends.values() if b}):
         gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
         if b > fit:
@@ -4155,9 +4164,9 @@ def demo19_tuning(**how):
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         "each drafter at every batch size B, and picks one per range of B. The option --plan --profile runs it",
-        f"on your drafters' acceptance figures and sizes. Here it uses demo 6's roofline at {n_ctx} tokens of context, up to B = {max_batch}, the sequences"
-        f" whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the weights. Chapter 23 writes the plan as each"
-        " engine's config.")
+        f"on your drafters' acceptance figures and sizes. Here it uses demo 6's roofline at {n_ctx} tokens of"
+        f" context, up to B = {max_batch}, the sequences whose KV caches fit in {H100.memory / 1e9:.0f} GB beside"
+        " the weights. Chapter 23 writes the plan as each engine's config.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
@@ -4166,15 +4175,15 @@ def demo19_tuning(**how):
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    say(        f"Their sizes are assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes"
+    say(f"Their sizes are assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes"
         f" a pass than the target, the small one (the middling draft) {fewer[1]:.0f} times fewer.")
     print()
     say(f"The small one also runs as a tree of {nodes - 1} drafts, whose check keeps the target's distribution"
         f" (chapter 8). It draws {tree[0]} candidates independently from q under every branch, {tree[1]} steps deep"
-        f" ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass"
-        f" of {nodes} positions (the drafts and the token before them) checks them all and keeps one branch:"
-        f" {tree[3]:.2f} tokens per call from {tree[1]} draft passes (one a level), over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]},"
-        f" {nodes}': {tree[0]} candidates, {tree[1]} steps, {nodes} positions.")
+        f" ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass of {nodes} positions (the drafts"
+        f" and the token before them) checks them all and keeps one branch: {tree[3]:.2f} tokens per call from"
+        f" {tree[1]} draft passes (one a level), over {n_rounds:,} rounds. The plan writes it"
+        f" 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates, {tree[1]} steps, {nodes} positions.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
@@ -4223,11 +4232,11 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
     tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
     m, w, kv = token_traffic(n_ctx)
-    end = break_even_batch(expected_tokens(BATCH_ALPHA, np.arange(1, 33)), BATCH_CONTEXT,
-                           b_max=sequences_that_fit(BATCH_CONTEXT))  # demo 6's batch from which no k helps
+    end = no_k_helps_from(BATCH_ALPHA, BATCH_CONTEXT)  # demo 6's batch from which no k helps
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     falls = any(b < a for a, b in zip(ks, ks[1:]))
-    return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end else "",
+    return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end
+                      else "",
                       f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
                       f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass under the"
                       f" ridge at any B, below {m / kv:.1f} MACs per byte (its {m / 1e9:.1f} GMACs over its"
@@ -4368,8 +4377,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
     print()
-    say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds (+-: the standard error of their"
-        " mean):")
+    say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
+        " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
                f"per-batch schedule: k = {k} where that pays at the batch size on average, else plain decoding;"
                " decided once, in advance and knowing the workload;",
@@ -5669,8 +5678,8 @@ def arg_parser():
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
     ap.add_argument("--detail", action="store_true", help=f"demos {', '.join(most)} and {last} add detail: a "
-                    "sample beside its target, where rounds start, shipped temperature bugs, a long context on the roofline, vLLM's "
-                    "settings and their history, plans and adaptive draft lengths")
+                    "sample beside its target, where rounds start, shipped temperature bugs, a long context on the "
+                    "roofline, vLLM's settings and their history, plans and adaptive draft lengths")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "

@@ -1423,20 +1423,16 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         r = round_starts(TARGET, MIDDLING)
-        short, overs = r.short, r.overs
-        mechanism = r.left_out and r.most and r.redrawn[short] / r.redrawn.sum() < r.text[short]  # redraws avoid it
+        fewer = r.start[r.short] < r.text[r.short]  # rounds start after r.short less often than the text holds it
         print()
-        say("Like eq. 1, the corollary assumes one chance, alpha, for every draft. But rounds start after the last"
-            " round's redraw or bonus token" + (", and a redraw never gives a token the draft over-proposes." if
-                                                mechanism else ", not where the text does."),
-            f"The draft over-proposes '{name(short)}' after {number_word(len(overs))} of the {number_word(len(r.text))}"
-            f" tokens, and drafts pass most often after '{name(short)}'." if mechanism else "",
-            (f"So rounds start after '{name(short)}' less often than the text does, and in rounds of k = 1 the"
-             if mechanism else "So in rounds of k = 1 the") + f" first draft passes {first:.3f} of the time, not"
-            f" {a:.3f}.",
+        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a round starts where the"
+            " last one ended, not at a random point of the text.",
+            f"Rounds start after '{name(r.short)}'" + (", where drafts pass most often," if r.most else "") +
+            " less often than the text does." if fewer else "",
+            f"So in rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
-            "The option --detail shows where rounds start.")
+            "The option --detail shows why.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1453,7 +1449,8 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
     r = round_starts(P, Q)
     start, text, beta, short, overs, most = r.start, r.text, r.beta, r.short, r.overs, r.most
     print()
-    say("Where rounds of k = 1 start, exactly, against the text:")
+    say("A round of k = 1 starts after the last round's redraw or bonus token. Where such rounds start, exactly,"
+        " against the text:")
     print()
     table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
            ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
@@ -1621,11 +1618,11 @@ def bound_text(target, n_ctx, k, lo, hi, hw):
 # Demo 6. Why is checking k tokens nearly free?
 
 
-def demo6_free_compute(n_ctx=512):
+def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     t1 = roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1))[0]
     rows = [(n, *(x / 1e9 for x in pass_traffic(LLAMA2_7B, n_ctx, n)),
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
-            for n in (1, 2, 4, 8, 16)]
+            for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight it multiplies",
         f"by once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
@@ -1637,60 +1634,28 @@ def demo6_free_compute(n_ctx=512):
            ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8"), ("time\nvs 1", 7, ".2f")],
           [(*r[:5], str(r[5]), r[4] / t1) for r in rows])
     one, free = rows[0][3], int(ridge() // rows[0][3])
+    free_rows = [r for r in rows if r[4] / t1 < 1 + 1e-9]  # the rows that cost what one position does
+    past = [r for r in rows if str(r[5]) == "compute"]
+    end = no_k_helps_from(BATCH_ALPHA, BATCH_CONTEXT)
     print()
     say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point: {H100.flops / 2e12:.0f} trillion",
         f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f}, so up to {free} positions",
-        "cost what one does: checking uses idle arithmetic.")
-    batch = demo6_batch_words()
+        "cost what one does: checking uses idle arithmetic.",
+        f"Past the ridge the time grows with the positions: {past[0][0]} cost {past[0][4] / t1:.2f} times one." if past
+        else "")
+    print()
+    say("A server decodes B sequences in one pass, so a check of k drafts scores B(k + 1) positions and meets the",
+        f"ridge sooner. At {BATCH_CONTEXT} tokens of context each and an assumed alpha = {BATCH_ALPHA}, no k helps from",
+        f"B = {end:,} sequences. The option --detail prices each batch." if end else
+        f"B = 1 to every batch that fits, some k helps. The option --detail prices each batch.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
-             {"16 positions cost what one does": abs(rows[-1][4] / t1 - 1) < 1e-9,
-              "a large enough batch ends speculation": bool(batch.end)})
-    return SimpleNamespace(rows=rows, batch=batch)
+             {"below the ridge, more positions cost what one does": len(free_rows) > 1,
+              "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9,
+              "a large enough batch ends speculation": bool(end)})
+    return SimpleNamespace(rows=rows, end=end)
 
 
 BATCH_CONTEXT, BATCH_ALPHA = 16, 0.7  # demo 6's batch: a short context each, and an assumed alpha
-
-
-def demo6_batch_words(n_ctx=BATCH_CONTEXT, alpha=BATCH_ALPHA, k_max=32):
-    """Demo 6's batch: a k = 1 round's cost at B = 1, where its check crosses
-    the ridge, and the batch from which no k helps (demo6_batch's tables
-    follow under --detail)."""
-    fit, end = sequences_that_fit(n_ctx), no_k_helps_from(alpha, n_ctx, k_max)
-    traffic = token_traffic(n_ctx)
-    m, w, kv = traffic  # one sequence's MACs a position, the weights' bytes, its KV cache's bytes
-    fewer = w / pass_traffic(DRAFT_SHAPE, 0, 1, 0)[1]  # the draft's weight bytes, against the target's
-    cross = ridge_batch(*traffic, positions=2)
-    tokens = expected_tokens(alpha, 1)
-    print()
-    say("A server decodes B sequences in one pass that reads the weights once; a check of k drafts scores B(k + 1)",
-        f"positions. Take short contexts, {n_ctx} tokens each, whose KV caches are only"
-        f" {kv / 1e6:.1f} MB. A k = 1 round makes 1 + alpha = {tokens:.2f} tokens at an assumed",
-        f"alpha = {alpha}. Its cost in plain passes, with a draft of {fewer:.0f} times fewer weight bytes:")
-    print()
-    rows = []
-    for b in sorted({1, cross, end} - {None}):
-        v, c = verify_cost(1, b, n_ctx), draft_cost(b, n_ctx)
-        plain = str(roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, 1, b))[1])
-        rows.append((b, plain, bound_text(LLAMA2_7B, n_ctx, 1, b, b, H100), v, c, v + c, speedup(tokens, 1, c, v)))
-    table([("B", 5, ",d"), ("plain pass", 12, ">"), ("k = 1 check", 13, ">"), ("check", 8, ".3f"),
-           ("draft, c", 10, ".3f"), ("round", 8, ".3f"), ("speedup", 9, ".3f")], rows,
-          groups=[("bound", 1, 2), ("cost in plain passes", 3, 5)])
-    first, last = rows[0], rows[-1]
-    longer_worse = False  # at the break-even batch, does every k > 1 do worse than k = 1?
-    if end:
-        at_end = batch_speedups(expected_tokens(alpha, np.arange(1, k_max + 1)), end, n_ctx)
-        longer_worse = bool((at_end[1:] < at_end[0]).all())
-    print()
-    say(f"The check crosses the ridge at B = {cross:,} ({2 * cross:,} positions, not {int(ridge() // (m / w)):,}): each"
-        " sequence's KV cache adds bytes." if cross else "",
-        "The draft's c falls with B: a plain pass reads every KV cache, the draft (by assumption) only its"
-        " weights." if last[4] < first[4] else "",
-        f"At B = {end:,} the round costs {last[5]:.2f} plain passes for its {tokens:.2f} tokens" +
-        (", and every longer k does worse: each adds positions past the ridge for fewer tokens." if longer_worse
-         else ".") + " From there on, no k helps." if end and last[0] == end and last[5] >= tokens else
-        f"At alpha = {alpha}, no k helps for B >= {end:,}." if end else
-        f"A draft with alpha = {alpha} helps at every batch that fits ({fit:,} sequences).")
-    return SimpleNamespace(cross=cross, end=end, rows=rows)
 
 
 def demo6_batch(n_ctx=16, batches=(1, 16, 64, 256, 1024), alphas=(0.7, 0.9), k_max=32):

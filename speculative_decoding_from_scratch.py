@@ -4128,27 +4128,25 @@ def demo19_tuning(**how):
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
-        "each drafter at every batch size B, and picks one per range of B. The option --plan --profile runs it",
-        f"on your drafters' acceptance figures and sizes. Here it uses demo 6's roofline at {n_ctx} tokens of"
-        f" context, up to B = {max_batch}, the sequences whose KV caches fit in {H100.memory / 1e9:.0f} GB beside"
-        " the weights. Chapter 23 writes the plan as each engine's config.")
+        "each drafter at every batch size B, and picks one per range of B. The option --plan --profile does the",
+        f"same with your drafters' figures. Here it uses demo 6's roofline at {n_ctx} tokens of context, up to"
+        f" B = {max_batch}: the sequences whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the weights."
+        " Chapter 23 writes the plan as each engine's config.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
-        f"Two draft models for the six-token target, with their rates at k = {k_max}, computed exactly. Rates shift a"
-        " little with k, since where rounds start depends on k (demo 5), so a first rate is not quite alpha:")
+        f"Two draft models for the six-token target, with their rates at k = {k_max}, computed exactly. They shift a"
+        " little with k, since where rounds start depends on k (demo 5):")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     say(f"Their sizes are assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes"
         f" a pass than the target, the small one (the middling draft) {fewer[1]:.0f} times fewer.")
     print()
-    say(f"The small one also runs as a tree of {nodes - 1} drafts, whose check keeps the target's distribution"
-        f" (chapter 8). It draws {tree[0]} candidates independently from q under every branch, {tree[1]} steps deep"
-        f" ({' + '.join(str(tree[0]**i) for i in range(1, tree[1] + 1))}). One pass of {nodes} positions (the drafts"
-        f" and the token before them) checks them all and keeps one branch: {tree[3]:.2f} tokens per call from"
-        f" {tree[1]} draft passes (one a level), over {n_rounds:,} rounds. The plan writes it"
-        f" 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates, {tree[1]} steps, {nodes} positions.")
+    say(f"The small one also runs as a tree (chapter 8): {tree[0]} candidates under every branch, {tree[1]} steps"
+        f" deep, {nodes - 1} drafts in all. One pass of {nodes} positions ({nodes - 1} drafts and the token before"
+        f" them) checks them and keeps one branch: {tree[3]:.2f} tokens per call from {tree[1]} draft passes,"
+        f" sampled over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
@@ -4169,16 +4167,14 @@ def demo19_tuning(**how):
                                       max_batch, k_max)
     planned = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say(f"Is the procedure right? It takes two shortcuts: every chain's tokens per call come from the rates at k ="
-        f" {k_max}, and a range of B keeps one option. An exhaustive",
-        "search picks the best option at each B alone, from each chain's exact tokens per call (the tree's are the"
-        f" same sampled {tree[3]:.2f}). The procedure is within",
+    say(f"Is the procedure right? It takes two shortcuts: each chain's tokens per call come from the rates at k ="
+        f" {k_max}, and a range of B keeps one option. An exhaustive search picks the best option at each B alone,"
+        f" from exact tokens per call (the tree's: the same sampled {tree[3]:.2f}). The procedure is within",
         f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
-        demo19_tree_end(check, nodes, n_ctx, max_batch) if check.tree_last else
-        "The tree is the best choice at no B here.",
-        f"The plan keeps the tree to B = {planned}, within its {tol:.1%}." if check.tree_last and planned and
-        planned != check.tree_last and check.worst <= tol else "")
+        (f"The search's tree is best up to B = {check.tree_last}" +
+         (f"; the plan keeps it to B = {planned}, within that {tol:.1%}." if planned and planned != check.tree_last
+          and check.worst <= tol else ".")) if check.tree_last else "The tree is the best choice at no B here.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4202,41 +4198,21 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     falls = any(b < a for a, b in zip(ks, ks[1:]))
     return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end
                       else "",
-                      f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
-                      f" keys and values of its {n_ctx} tokens) to a plain pass. That keeps a plain pass under the"
-                      f" ridge at any B, below {m / kv:.1f} MACs per byte (its {m / 1e9:.1f} GMACs over its"
-                      f" {kv / 1e9:.2f} GB), and makes it cost more as B grows."
+                      f"Here, at {n_ctx}, each sequence's KV cache adds {kv / 1e9:.2f} GB to a plain pass. So a"
+                      " plain pass costs more as B grows, and stays under the ridge at any B: below"
+                      f" {m / kv:.1f} MACs per byte."
                       if ridge_batch(m, w, kv, positions=1) is None else "",
                       f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
                       f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
                       if c[1] < c[0] else "",
-                      f"A check of k + 1 positions tends to k + 1 times {m / kv:.1f} MACs per byte as B grows, so long"
-                      " drafts cross the ridge and the plan's k falls." if falls else ""]),
+                      f"A check of k + 1 positions tends to k + 1 times {m / kv:.1f} MACs per byte, so long drafts"
+                      " cross the ridge and the plan's k falls." if falls else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
                       f" {option_speedup(first, 1, n_ctx):.2f}; {chain.drafter.name}'s {chain.shape} makes"
                       f" {chain.tokens:.2f} from {chain.draft_passes} passes at c ="
                       f" {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}, a speedup of {option_speedup(chain, 1, n_ctx):.2f}."
                       if tree else ""]))
-
-
-def demo19_tree_end(check, nodes, n_ctx, max_batch):
-    """Why the search's tree stops being best, from the numbers: the option
-    that overtakes it, and the first B at which the tree's pass is past the
-    ridge (a cause only where the two meet)."""
-    past = ridge_batch(*token_traffic(n_ctx), positions=nodes)
-    past = past if past and past <= max_batch else None
-    after = check.after
-    then = f"{after.drafter.name}'s {after.shape}" if after else "plain decoding"
-    if past == check.tree_last + 1:
-        return (f"The search's tree is best up to B = {check.tree_last}. Then {then} wins: from there the tree's"
-                f" {nodes} positions are past the ridge.")
-    falling = after is not None and draft_cost(check.tree_last + 1, n_ctx, draft=after.drafter.cost) < draft_cost(
-        1, n_ctx, draft=after.drafter.cost)
-    return (f"The search's tree is best up to B = {check.tree_last}. Then {then} overtakes it" +
-            (f" because {after.drafter.name}'s c keeps falling as B grows" if falling else "") +
-            (f", not because of the ridge: the tree's {nodes} positions cross it only at B = {past}." if past else
-             ", while the tree's pass is still memory-bound."))
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -4253,8 +4229,7 @@ def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
         worst = max(worst, 1 - got / best)
         if true_options[int(np.argmax(speeds))].shape.startswith("tree") and speeds.max() > 1:
             tree_last = b
-    after = (true_options[int(np.argmax(true_speeds[tree_last]))] if 0 < tree_last < len(true_speeds) else None)
-    return SimpleNamespace(worst=worst, tree_last=tree_last, after=after)
+    return SimpleNamespace(worst=worst, tree_last=tree_last)
 
 
 # -----------------------------------------------------------------------------

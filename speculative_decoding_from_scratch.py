@@ -1423,16 +1423,23 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         r = round_starts(TARGET, MIDDLING)
-        fewer = r.start[r.short] < r.text[r.short]  # rounds start after r.short less often than the text holds it
+        d = name(r.short)
+        fewer = r.start[r.short] < r.text[r.short]  # rounds start after d less often than the text holds it
+        redraws = r.left_out and fewer and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short]  # they avoid d
         print()
-        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a round starts where the"
-            " last one ended, not at a random point of the text.",
-            f"Rounds start after '{name(r.short)}'" + (", where drafts pass most often," if r.most else "") +
-            " less often than the text does." if fewer else "",
+        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a round starts right"
+            " after the last round's final token, a redraw or a bonus token.",
+            "A redraw never gives a token the draft over-proposes" +
+            (f": in demo 1, after 'a', the residual gives '{d}' nothing." if 0 in r.overs else ".") +
+            f" The draft over-proposes '{d}' after {number_word(len(r.overs))} of the {number_word(VOCAB)} tokens."
+            if redraws else "",
+            f"So rounds start after '{d}' {r.start[r.short]:.3f} of the time, though the text holds '{d}'"
+            f" {r.text[r.short]:.3f} of the time." if fewer else "",
+            (f"And drafts pass most often after '{d}': {r.beta[r.short]:.3f}. " if r.most else "") +
             f"So in rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
-            "The option --detail shows why.")
+            "The option --detail shows each token's shares.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1644,10 +1651,19 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f"Past the ridge the time grows with the positions: {past[0][0]} cost {past[0][4] / t1:.2f} times one." if past
         else "")
     print()
-    say("A server decodes B sequences in one pass, so a check of k drafts scores B(k + 1) positions and meets the",
-        f"ridge sooner. At {BATCH_CONTEXT} tokens of context each and an assumed alpha = {BATCH_ALPHA}, no k helps from",
-        f"B = {end:,} sequences. The option --detail prices each batch." if end else
-        f"B = 1 to every batch that fits, some k helps. The option --detail prices each batch.")
+    cross = ridge_batch(*token_traffic(BATCH_CONTEXT), positions=2)  # where a k = 1 check crosses the ridge
+    fewer = pass_traffic(LLAMA2_7B, 0, 1, 0)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 0)[1]
+    long_helps = no_k_helps_from(BATCH_ALPHA, n_ctx) is None
+    say("A server decodes B sequences in one pass, so a check of k drafts scores B(k+1) positions and meets the",
+        f"ridge sooner. Take short contexts, {BATCH_CONTEXT} tokens each, whose KV caches add few bytes, an assumed",
+        f"alpha = {BATCH_ALPHA}, and a draft that reads {fewer:.0f} times fewer weight bytes.",
+        f"A k = 1 check then crosses the ridge at B = {cross:,}" + (f", and no k helps once B >= {end:,}." if end else
+                                                                   ", yet some k helps at every batch that fits.")
+        if cross else (f"No k helps once B >= {end:,}." if end else "Some k helps at every batch that fits."),
+        f"At {n_ctx} tokens some k helps at every batch that fits: each sequence's larger KV cache keeps a k = 1"
+        " check memory-bound." if end and long_helps and ridge_batch(*token_traffic(n_ctx), positions=2) is None
+        else f"At {n_ctx} tokens some k helps at every batch that fits." if end and long_helps else "",
+        "The option --detail prices each batch.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9,
@@ -4198,8 +4214,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     falls = any(b < a for a, b in zip(ks, ks[1:]))
     return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end
                       else "",
-                      f"Here, at {n_ctx}, each sequence's KV cache adds {kv / 1e9:.2f} GB to a plain pass. So a"
-                      " plain pass costs more as B grows, and stays under the ridge at any B: below"
+                      f"Here, at {n_ctx}, each sequence's KV cache (the keys and values of its {n_ctx} tokens) adds"
+                      f" {kv / 1e9:.2f} GB to a plain pass. So a plain pass costs more as B grows, and stays under the ridge at any B: below"
                       f" {m / kv:.1f} MACs per byte."
                       if ridge_batch(m, w, kv, positions=1) is None else "",
                       f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"

@@ -262,7 +262,7 @@ def test_chapter19_says_why_its_speedups_rise_with_b_where_demo_6s_fell(in_proce
     end = next(b for b in range(1, fit16 + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
     assert f"In demo 6, with 16 tokens of context, no k helped from B = {end}." in text
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
-    assert (f"Here, at 512, each sequence's KV cache adds {(one - w) / 1e9:.2f} GB to a plain pass. So a plain pass"
+    assert (f"Here, at 512, each sequence's KV cache (the keys and values of its 512 tokens) adds {(one - w) / 1e9:.2f} GB to a plain pass. So a plain pass"
             f" costs more as B grows, and stays under the ridge at any B: below {m / (one - w):.1f} MACs per byte.") in text
     assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]

@@ -4156,12 +4156,12 @@ def demo19_tuning(**how):
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    say(f"Their sizes are assumed: the big one (blend {c19.big_weight:g}) reads {fewer[0]:.1f} times fewer weight bytes"
-        f" a pass than the target, the small one (the middling draft) {fewer[1]:.0f} times fewer.")
+    say(f"Their sizes are assumed: a pass of the big one (blend {c19.big_weight:g}) reads 1/{fewer[0]:.1f} of the"
+        f" target's weight bytes, of the small one (the middling draft) 1/{fewer[1]:.0f}.")
     print()
-    say(f"The small one also runs as a tree (chapter 8): {tree[0]} candidates under every branch, {tree[1]} steps"
-        f" deep, {nodes - 1} drafts in all. One pass of {nodes} positions ({nodes - 1} drafts and the token before"
-        f" them) checks them and keeps one branch: {tree[3]:.2f} tokens per call from {tree[1]} draft passes,"
+    say(f"The small one also runs as a tree (chapter 8): {tree[0]} candidates drawn independently from q under every"
+        f" branch, {tree[1]} steps deep, {nodes - 1} drafts in all. One pass of {nodes} positions ({nodes - 1} drafts and the token before"
+        f" them) checks them and keeps one branch: {tree[3]:.2f} tokens per call from {tree[1]} draft passes (one a level),"
         f" sampled over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
@@ -4188,9 +4188,10 @@ def demo19_tuning(**how):
         f" from exact tokens per call (the tree's: the same sampled {tree[3]:.2f}). The procedure is within",
         f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
-        (f"The search's tree is best up to B = {check.tree_last}" +
-         (f"; the plan keeps it to B = {planned}, within that {tol:.1%}." if planned and planned != check.tree_last
-          and check.worst <= tol else ".")) if check.tree_last else "The tree is the best choice at no B here.")
+        f"The search's tree is best up to B = {check.tree_last}" + demo19_tree_end(check, nodes, n_ctx) if
+        check.tree_last else "The tree is the best choice at no B here.",
+        f"The plan keeps the tree to B = {planned}, within its {tol:.1%}." if check.tree_last and planned and
+        planned != check.tree_last and check.worst <= tol else "")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4215,8 +4216,9 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end
                       else "",
                       f"Here, at {n_ctx}, each sequence's KV cache (the keys and values of its {n_ctx} tokens) adds"
-                      f" {kv / 1e9:.2f} GB to a plain pass. So a plain pass costs more as B grows, and stays under the ridge at any B: below"
-                      f" {m / kv:.1f} MACs per byte."
+                      f" {kv / 1e9:.2f} GB to a plain pass. So a plain pass costs more as B grows, and stays under"
+                      f" the ridge at any B: below {m / kv:.1f} MACs per byte, a sequence's {m / 1e9:.1f} GMACs over"
+                      " its KV cache's bytes."
                       if ridge_batch(m, w, kv, positions=1) is None else "",
                       f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
                       f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
@@ -4229,6 +4231,21 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       f" {chain.tokens:.2f} from {chain.draft_passes} passes at c ="
                       f" {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}, a speedup of {option_speedup(chain, 1, n_ctx):.2f}."
                       if tree else ""]))
+
+
+def demo19_tree_end(check, nodes, n_ctx):
+    """How the search's tree loses its lead, from the numbers: the option that
+    wins next, and why: its own c falls with B, or the tree's pass crosses the
+    ridge there."""
+    after = check.after
+    if after is None:
+        return "; after it plain decoding wins."
+    past = ridge_batch(*token_traffic(n_ctx), positions=nodes) == check.tree_last + 1
+    falling = draft_cost(check.tree_last + 1, n_ctx, draft=after.drafter.cost) < draft_cost(
+        1, n_ctx, draft=after.drafter.cost)
+    return (f"; then {after.drafter.name}'s {after.shape} wins" +
+            (f": the tree's {nodes} positions cross the ridge there." if past else
+             f", as {after.drafter.name}'s c keeps falling with B." if falling else "."))
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -4245,7 +4262,8 @@ def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
         worst = max(worst, 1 - got / best)
         if true_options[int(np.argmax(speeds))].shape.startswith("tree") and speeds.max() > 1:
             tree_last = b
-    return SimpleNamespace(worst=worst, tree_last=tree_last)
+    after = true_options[int(np.argmax(true_speeds[tree_last]))] if 0 < tree_last < len(true_speeds) else None
+    return SimpleNamespace(worst=worst, tree_last=tree_last, after=after)
 
 
 # -----------------------------------------------------------------------------

@@ -3344,9 +3344,9 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
                " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i.",
                "The block keeps every draft up to the last position i that passes, even past one that failed. A"
-               " failed test emits nothing, so the drafts kept still follow tokens the output holds.",
-               "The token after them comes from max(0, w_i p - q), normalised (i = 0, w_0 = 1, if none passed), or"
-               " from p if all k passed.")
+               " failed test emits nothing, so the drafts kept still follow the output.",
+               "The next token comes from max(0, w_i p - q), normalised, or from p if all k passed. If none passed,"
+               " i = 0 and w_0 = 1.")
 
 
 def say_block_rule():
@@ -3568,19 +3568,17 @@ def demo15_verdicts(rows, truth, k):
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
             print()
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
-                f" {truth.ndim} tokens would need about {about(samples_to_see(exact, truth))} runs to see it. The exact"
-                " check sees it at once.")
+                f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
+                " sees it at once.")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
         more = all(r[7] > block_kept for r in shipped)
         print()
         say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
-            f"drafts per round; block verification keeps {block_kept:.2f}, token-wise verification"
-            f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
-            "Block verification keeps the most that any exact verifier can when it sees only each position's"
-            " p and q (its paper proves it), so the extra drafts are ones the target would not have emitted."
-            if more else "")
+            f"drafts per round, block verification {block_kept:.2f}.",
+            "No exact verifier that sees only each position's p and q keeps more than block verification (its"
+            " paper proves it), so the extra drafts are ones the target would not have emitted." if more else "")
     return caught
 
 
@@ -3933,7 +3931,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
 
 
 def demo18_verdicts(rows, best, n_runs, n=3, k=3):
-    """Chapter 18's sentences on its first table, and the frontier."""
+    """Chapter 18's sentences on its first table."""
     typical, medusa = (next((r for r in rows if r[0] == name and r[1] == setting_text(TYPICAL_SHIPPED)), None) for name in
                        ("typical", "medusa"))
     twins = (typical and medusa and None not in (typical[2], medusa[2]) and abs(typical[2] - medusa[2]) < ROUNDING
@@ -3954,14 +3952,15 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3):
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
         f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"
-        " the next round, and where a round starts sets how far it gets (demo 5)." if twins else "")
-    frontier(rows)
+        " the next round, and where a round starts sets how far it gets (demo 5)." if twins else "",
+        "The option --detail plots tokens per call against exact TV.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
 
 def frontier(rows, width=56, height=8, top=0.8):
-    """A text plot of tokens per call (across) against exact TV (down from 0):
-    each rule's first letter where its settings land; lossless ones on the top line."""
+    """Chapter 18 in detail: a text plot of tokens per call (across) against
+    exact TV (down from 0), each rule's first letter where its settings land;
+    lossless ones on the top line."""
     lo, hi = 1.0, max(4.0, max(r[3] for r in rows if r[3] is not None))
     grid, cells = [[" "] * (width + 1) for _ in range(height + 1)], {}
     for label, setting, tv, per_call, _, _ in sorted(rows, key=lambda r: r[1] == "lossless"):  # lossless on top
@@ -4957,6 +4956,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "9": demo9_detail,
     "10": demo10_detail,
     "13": lambda result: demo13_detail(),
+    "18": lambda result: frontier(result.first.rows),
     "21": lambda result: one_sided_temperatures(4, 1000),
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model

@@ -1422,24 +1422,13 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
-        r = round_starts(TARGET, MIDDLING)
-        d = name(r.short)
-        fewer = r.start[r.short] < r.text[r.short]  # rounds start after d less often than the text holds it
-        redraws = r.left_out and fewer and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short]  # they avoid d
         print()
-        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a round starts right"
-            " after the last round's final token, a redraw or a bonus token.",
-            "A redraw never gives a token the draft over-proposes" +
-            (f": in demo 1, after 'a', the residual gives '{d}' nothing." if 0 in r.overs else ".") +
-            f" The draft over-proposes '{d}' after {number_word(len(r.overs))} of the {number_word(VOCAB)} tokens."
-            if redraws else "",
-            f"So rounds start after '{d}' {r.start[r.short]:.3f} of the time, though the text holds '{d}'"
-            f" {r.text[r.short]:.3f} of the time." if fewer else "",
-            (f"And drafts pass most often after '{d}': {r.beta[r.short]:.3f}. " if r.most else "") +
-            f"So in rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
+        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But alpha averages over the"
+            " target's text, and a round's first draft is judged only where rounds start.",
+            f"In rounds of k = 1 that first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
-            "The option --detail shows each token's shares.")
+            "The option --detail shows where rounds start, and why.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1471,8 +1460,8 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
 
 
 def round_starts(P, Q):
-    """Where rounds of k = 1 start, exactly, and why, as demo 5 and its
-    detail say it: start, how often rounds start after each token; text, how
+    """Where rounds of k = 1 start, exactly, and why, as demo 5's detail
+    says it: start, how often rounds start after each token; text, how
     often the target's text holds it; beta, the chance a draft after it
     passes, sum min(p, q) over its row; redrawn, how often a round starts
     after it redrawn (the rest after it as a bonus token); short, the token
@@ -1651,19 +1640,11 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f"Past the ridge the time grows with the positions: {past[0][0]} cost {past[0][4] / t1:.2f} times one." if past
         else "")
     print()
-    cross = ridge_batch(*token_traffic(BATCH_CONTEXT), positions=2)  # where a k = 1 check crosses the ridge
-    fewer = pass_traffic(LLAMA2_7B, 0, 1, 0)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 0)[1]
-    long_helps = no_k_helps_from(BATCH_ALPHA, n_ctx) is None
     say("A server decodes B sequences in one pass, so a check of k drafts scores B(k+1) positions and meets the",
-        f"ridge sooner. Take short contexts, {BATCH_CONTEXT} tokens each, whose KV caches add few bytes, an assumed",
-        f"alpha = {BATCH_ALPHA}, and a draft that reads {fewer:.0f} times fewer weight bytes.",
-        f"A k = 1 check then crosses the ridge at B = {cross:,}" + (f", and no k helps once B >= {end:,}." if end else
-                                                                   ", yet some k helps at every batch that fits.")
-        if cross else (f"No k helps once B >= {end:,}." if end else "Some k helps at every batch that fits."),
-        f"At {n_ctx} tokens some k helps at every batch that fits: each sequence's larger KV cache keeps a k = 1"
-        " check memory-bound." if end and long_helps and ridge_batch(*token_traffic(n_ctx), positions=2) is None
-        else f"At {n_ctx} tokens some k helps at every batch that fits." if end and long_helps else "",
-        "The option --detail prices each batch.")
+        f"ridge sooner. On this roofline, with {BATCH_CONTEXT} tokens of context each and an assumed alpha ="
+        f" {BATCH_ALPHA}, no k helps once B >= {end:,}." if end else
+        "ridge sooner. On this roofline, at short contexts, some k still helps at every batch that fits.",
+        "The option --detail prices each batch, and says why.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9,
@@ -3337,15 +3318,16 @@ def demo13_detail(size=4096):
 
 
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
-              " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep:")
+              " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep. Its paper"
+              " proves these steps exact, so their formulas need not be followed to read on:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). The paper names this weight p_i.",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
                " there that the draft does not offer.",
                "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
                " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i.",
-               "The block keeps every draft up to the last position i that passes, even past one that failed. A"
-               " failed test emits nothing, so the drafts kept still follow the output.",
+               "The block keeps x_1..x_i for the last position i that passes, even past one that failed. A failed"
+               " test replaces no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if all k passed. If none passed,"
                " i = 0 and w_0 = 1.")
 
@@ -3360,8 +3342,7 @@ def say_block_rule():
 def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     """Chapter 14: the paper's example, and what block verification gains."""
     say_block_rule()
-    say("Its paper proves these steps exact, so h_i's form need not be followed to read on; chapters 9 and 15"
-        " check them. What does it gain?")
+    say("Chapters 9 and 15 check these steps against the target. What does block verification gain?")
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
     rows = []
     for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
@@ -3531,7 +3512,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say_block_rule()
-    say("Its paper proves these steps exact, so h_i's form need not be followed to read on. This chapter checks the",
+    say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
         f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton, from"
         " vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",

@@ -1335,12 +1335,12 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
         "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
-        "alpha. A round costs 1 + k c target calls, so the speedup is measured tokens per call / (1 + k c).")
+        "alpha. A round is one target call plus k draft calls at c each, so the speedup is measured tokens per call / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
            ("agrees", 7, ">7"), (f"speedup\nc = {c:g}", 10, ".2f")],
-          rows, groups=[("", 0, 1), ("tokens per round (one target call)", 2, 6)])
+          rows, groups=[("", 0, 1), ("tokens per call (one round)", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
     print()
     say(f"Agrees: within {FIT_Z} standard errors (+-) of exact.",

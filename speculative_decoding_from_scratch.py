@@ -1424,8 +1424,9 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     if abs(first - a) >= 5e-4:
         print()
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But alpha averages over the"
-            " target's text, and a round's first draft is judged only where rounds start.",
-            f"In rounds of k = 1 that first draft passes {first:.3f} of the time, not {a:.3f}.",
+            " target's text, while a round starts right after a redraw or a bonus token: not a typical point of"
+            " that text.",
+            f"In rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
             "The option --detail shows where rounds start, and why.")
@@ -1641,8 +1642,11 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         else "")
     print()
     say("A server decodes B sequences in one pass, so a check of k drafts scores B(k+1) positions and meets the",
-        f"ridge sooner. On this roofline, with {BATCH_CONTEXT} tokens of context each and an assumed alpha ="
-        f" {BATCH_ALPHA}, no k helps once B >= {end:,}." if end else
+        f"ridge sooner. Short contexts show it: each sequence's KV cache adds bytes, and at {n_ctx} tokens they"
+        " keep a short check memory-bound at any batch." if ridge_batch(*token_traffic(n_ctx), positions=2) is None
+        else "ridge sooner.",
+        f"On this roofline, with {BATCH_CONTEXT} tokens of context each and an assumed alpha = {BATCH_ALPHA}, no k"
+        f" helps once B >= {end:,}." if end else
         "ridge sooner. On this roofline, at short contexts, some k still helps at every batch that fits.",
         "The option --detail prices each batch, and says why.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
@@ -3353,9 +3357,10 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     print()
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
-        "with k = 2. Accepted drafts per round, beside the ideal: the most any exact verifier keeps",
-        "when it knows the probabilities of whole blocks, not just each position's p and q. It is the sum over",
-        "i of 1 minus the TV between the target's and the draft's first i tokens.")
+        "with k = 2. Accepted drafts per round, beside the ideal, a bound no exact verifier passes. The drafts",
+        "follow the draft's distribution and the output the target's. So the first i drafts can all be kept, as",
+        "the output's first i tokens, at most 1 minus the TV of the two distributions of i tokens of the time;",
+        "the ideal sums that over i.")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]

@@ -4171,7 +4171,8 @@ def demo19_tuning(**how):
     print()
     say(f"Is the procedure right? It takes two shortcuts: each chain's tokens per call come from the rates at k ="
         f" {k_max}, and a range of B keeps one option. An exhaustive search picks the best option at each B alone,"
-        f" from exact tokens per call (the tree's: the same sampled {tree[3]:.2f}). The procedure is within",
+        f" from exact tokens per call (the tree has none, so it keeps its sampled {tree[3]:.2f}). The procedure is"
+        " within",
         f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
         f"The search's tree is best up to B = {check.tree_last}" + demo19_tree_end(check, nodes, n_ctx) if
@@ -4201,16 +4202,15 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     falls = any(b < a for a, b in zip(ks, ks[1:]))
     return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end
                       else "",
-                      f"Here, at {n_ctx}, each sequence's KV cache (the keys and values of its {n_ctx} tokens) adds"
-                      f" {kv / 1e9:.2f} GB to a plain pass. So a plain pass costs more as B grows, and stays under"
-                      f" the ridge at any B: below {m / kv:.1f} MACs per byte, a sequence's {m / 1e9:.1f} GMACs over"
-                      " its KV cache's bytes."
-                      if ridge_batch(m, w, kv, positions=1) is None else "",
+                      f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
+                      f" keys and values of its {n_ctx} tokens) to a plain pass. So as B grows a plain pass costs"
+                      f" more, and its MACs per byte approach {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the"
+                      f" ridge's {ridge():.0f}." if ridge_batch(m, w, kv, positions=1) is None else "",
+                      f"A check of k + 1 positions approaches k + 1 times {m / kv:.1f}, past the ridge from k ="
+                      f" {math.ceil(ridge() * kv / m) - 1}: so the plan's k falls." if falls else "",
                       f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
                       f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
-                      if c[1] < c[0] else "",
-                      f"A check of k + 1 positions tends to k + 1 times {m / kv:.1f} MACs per byte, so long drafts"
-                      " cross the ridge and the plan's k falls." if falls else ""]),
+                      if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
                       f" {option_speedup(first, 1, n_ctx):.2f}; {chain.drafter.name}'s {chain.shape} makes"

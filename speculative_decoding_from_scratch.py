@@ -1058,8 +1058,8 @@ def demo1_rule_by_hand(ctx=0):
     uneven = [name(x) for x in range(VOCAB)  # rounded as the table prints them, the parts miss the sum
               if abs(round(kept[x], 4) + round(fixed[x], 4) - round(kept[x] + fixed[x], 4)) > 5e-5]
     print()
-    say((f"Rounding puts row{'s' * (len(uneven) > 1)} " + " and ".join(f"'{x}'" for x in uneven) +
-         " 0.0001 off.") if uneven else "",
+    say((f"In row{'s' * (len(uneven) > 1)} " + " and ".join(f"'{x}'" for x in uneven) +
+         ", kept + redrawn as printed is 0.0001 off emitted: rounding.") if uneven else "",
         f"The largest |emitted - p| is {exact_text(gap.max())}.",
         "Emitted = p." if gap.max() < ROUNDING else
         f"Emitted != p: token '{name(int(gap.argmax()))}' is off. The rule as it stands is NOT exact.",

@@ -1423,13 +1423,17 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     if abs(first - a) >= 5e-4:
         print()
+        under_only = all(residual(TARGET[c], MIDDLING[c])[x] == 0 for c in range(len(TARGET))
+                         for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But alpha averages over the"
-            " target's text, while a round starts right after a redraw or a bonus token: not a typical point of"
-            " that text.",
-            f"In rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
+            " target's text, and a round starts after the last round's final token.",
+            "When that token was redrawn, it is one the draft under-proposes: the residual gives no other (demo 1)."
+            if under_only else "",
+            f"So rounds start at untypical points: in rounds of k = 1 the first draft passes {first:.3f} of the time,"
+            f" not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
-            "The option --detail shows where rounds start, and why.")
+            "The option --detail shows where rounds start.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1633,7 +1637,6 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     one, free = rows[0][3], int(ridge() // rows[0][3])
     free_rows = [r for r in rows if r[4] / t1 < 1 + 1e-9]  # the rows that cost what one position does
     past = [r for r in rows if str(r[5]) == "compute"]
-    end = no_k_helps_from(BATCH_ALPHA, BATCH_CONTEXT)
     print()
     say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point: {H100.flops / 2e12:.0f} trillion",
         f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f}, so up to {free} positions",
@@ -1641,19 +1644,12 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f"Past the ridge the time grows with the positions: {past[0][0]} cost {past[0][4] / t1:.2f} times one." if past
         else "")
     print()
-    say("A server decodes B sequences in one pass, so a check of k drafts scores B(k+1) positions and meets the",
-        f"ridge sooner. Short contexts show it: each sequence's KV cache adds bytes, and at {n_ctx} tokens they"
-        " keep a short check memory-bound at any batch." if ridge_batch(*token_traffic(n_ctx), positions=2) is None
-        else "ridge sooner.",
-        f"On this roofline, with {BATCH_CONTEXT} tokens of context each and an assumed alpha = {BATCH_ALPHA}, no k"
-        f" helps once B >= {end:,}." if end else
-        "ridge sooner. On this roofline, at short contexts, some k still helps at every batch that fits.",
-        "The option --detail prices each batch, and says why.")
+    say("A server that decodes B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",
+        "ridge. The option --detail and chapter 19 price that.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
-              "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9,
-              "a large enough batch ends speculation": bool(end)})
-    return SimpleNamespace(rows=rows, end=end)
+              "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})
+    return SimpleNamespace(rows=rows)
 
 
 BATCH_CONTEXT, BATCH_ALPHA = 16, 0.7  # demo 6's batch: a short context each, and an assumed alpha
@@ -2950,7 +2946,7 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
     say(f"Speed against lam, k = {k}, over two prompts: the paragraph and a Python function to edit.",
         f"The draft is free. The verifying pass over k+1 positions costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]},",
         f"and {verify_cost(k, batches[1]):.2f} at B = {batches[1]}, where that pass, {k + 1} positions for each of B sequences,",
-        f"is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batches[1], batches[1], H100)}-bound (demo 6's roofline, at its"
+        f"is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batches[1], batches[1], H100)}-bound (demo 6's roofline, at"
         f" {BATCH_CONTEXT} tokens of context). Each # is a quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
@@ -3357,10 +3353,9 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     print()
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
-        "with k = 2. Accepted drafts per round, beside the ideal, a bound no exact verifier passes. The drafts",
-        "follow the draft's distribution and the output the target's. So the first i drafts can all be kept, as",
-        "the output's first i tokens, at most 1 minus the TV of the two distributions of i tokens of the time;",
-        "the ideal sums that over i.")
+        "with k = 2. Accepted drafts per round, beside the ideal, a bound no exact verifier passes. Drafts 1 to i",
+        "come from q and the output's first i tokens from p. Two such samples are equal with chance at most 1",
+        "minus their TV, so drafts 1 to i are all kept at most that often. The ideal adds this up over i.")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -4138,7 +4133,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
         f"Two draft models for the six-token target, with their rates at k = {k_max}, computed exactly. They shift a"
-        " little with k, since where rounds start depends on k (demo 5):")
+        " little with k: rounds start at untypical points (demo 5), and which ones depends on k:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
@@ -4200,14 +4195,14 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     end = no_k_helps_from(BATCH_ALPHA, BATCH_CONTEXT)  # demo 6's batch from which no k helps
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     falls = any(b < a for a, b in zip(ks, ks[1:]))
-    return (" ".join([f"In demo 6, with {BATCH_CONTEXT} tokens of context, no k helped from B = {end:,}." if end
+    return (" ".join([f"With {BATCH_CONTEXT} tokens of context, no k helps from B = {end:,} (demo 6, --detail)." if end
                       else "",
                       f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
                       f" keys and values of its {n_ctx} tokens) to a plain pass. So as B grows a plain pass costs"
                       f" more, and its MACs per byte approach {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the"
                       f" ridge's {ridge():.0f}." if ridge_batch(m, w, kv, positions=1) is None else "",
-                      f"A check of k + 1 positions approaches k + 1 times {m / kv:.1f}, past the ridge from k ="
-                      f" {math.ceil(ridge() * kv / m) - 1}: so the plan's k falls." if falls else "",
+                      f"A check of k + 1 positions tends to k + 1 times {m / kv:.1f} as B grows, so long drafts cross"
+                      " the ridge one by one, and the plan's k falls." if falls else "",
                       f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
                       f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
                       if c[1] < c[0] else ""]),
@@ -4346,7 +4341,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
-    say(f"Prices are demo 6's roofline at its {BATCH_CONTEXT} tokens of context: the lookup is free, and a verifying"
+    say(f"Prices are demo 6's roofline at {BATCH_CONTEXT} tokens of context: the lookup is free, and a verifying"
         f" pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ":")
     print()

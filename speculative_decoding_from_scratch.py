@@ -3869,7 +3869,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token, kept with chance p(x)."),
             ("block", "lossless: the k drafts judged together (chapter 14)."),
-            ("typical", "vLLM V0's (its old engine), after Medusa's (heads on the target that guess ahead): keep x"
+            ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
+                        " ahead): keep x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
                         " spread. q is never read. After a rejection: the argmax. Setting: eps, s"
                         " (posterior_threshold, posterior_alpha)."),

@@ -1425,10 +1425,14 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         under_only = all(residual(TARGET[c], MIDDLING[c])[x] == 0 for c in range(len(TARGET))
                          for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
-        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But alpha averages over the"
-            " target's text, and a round starts after the last round's final token.",
-            "When that token was redrawn, it is one the draft under-proposes: the residual gives no other (demo 1)."
-            if under_only else "",
+        beta = np.minimum(TARGET, MIDDLING).sum(axis=1)  # each row's chance that a draft passes, sum min(p, q)
+        lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
+        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
+            f" depends on the token before it, its row's sum of min(p, q): from {beta[lo]:.3f} after '{name(lo)}' to"
+            f" {beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
+            "A round starts after the last round's final token. When that token was redrawn, it is one the draft"
+            " under-proposes: the residual gives no other (demo 1)." if under_only else
+            "A round starts after the last round's final token.",
             f"So rounds start at untypical points: in rounds of k = 1 the first draft passes {first:.3f} of the time,"
             f" not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
@@ -4133,7 +4137,7 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
-        f"Two draft models for the six-token target, with their rates at k = {k_max}, computed exactly. They shift a"
+        f"Two draft models for the target over six tokens (a..f), with their rates at k = {k_max}, computed exactly. They shift a"
         " little with k: rounds start at untypical points (demo 5), and which ones depends on k:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
@@ -4193,12 +4197,9 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
     tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
     m, w, kv = token_traffic(n_ctx)
-    end = no_k_helps_from(BATCH_ALPHA, BATCH_CONTEXT)  # demo 6's batch from which no k helps
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     falls = any(b < a for a, b in zip(ks, ks[1:]))
-    return (" ".join([f"With {BATCH_CONTEXT} tokens of context, no k helps from B = {end:,} (demo 6, --detail)." if end
-                      else "",
-                      f"Here, at {n_ctx}, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
+    return (" ".join([                      f"At {n_ctx} tokens of context, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
                       f" keys and values of its {n_ctx} tokens) to a plain pass. So as B grows a plain pass costs"
                       f" more, and its MACs per byte approach {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the"
                       f" ridge's {ridge():.0f}." if ridge_batch(m, w, kv, positions=1) is None else "",

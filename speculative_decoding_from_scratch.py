@@ -1417,7 +1417,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     below = [f"{r[0]:.3g}" for r in rows if not isinstance(r[7], str) and r[6] < r[7] - 5e-4]
     first = exact[0] - 1  # the first draft's pass rate, over where rounds of k = 1 start
     print()
-    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c).",
+    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), eq. 1's speedup at"
+        " k = 1.",
         f"The exact best falls short of that promise at c = {', '.join(below)}." if below else
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
@@ -1427,14 +1428,20 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
                          for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
         beta = np.minimum(TARGET, MIDDLING).sum(axis=1)  # each row's chance that a draft passes, sum min(p, q)
         lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
+        r = round_starts(TARGET, MIDDLING)
+        d = name(r.short)
+        starved = (f"Here redraws rarely give '{d}', after which drafts pass most often: rounds start after '{d}'"
+                   f" {r.start[r.short]:.3f} of the time, though '{d}' is {r.text[r.short]:.3f} of the text."
+                   if r.most and r.start[r.short] < r.text[r.short] and under_only
+                   and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
             f" depends on the token before it, its row's sum of min(p, q): from {beta[lo]:.3f} after '{name(lo)}' to"
             f" {beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
             "A round starts after the last round's final token. When that token was redrawn, it is one the draft"
             " under-proposes: the residual gives no other (demo 1)." if under_only else
             "A round starts after the last round's final token.",
-            f"So rounds start at untypical points: in rounds of k = 1 the first draft passes {first:.3f} of the time,"
-            f" not {a:.3f}.",
+            starved,
+            f"So in rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
             "The option --detail shows where rounds start.")
@@ -1469,8 +1476,8 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
 
 
 def round_starts(P, Q):
-    """Where rounds of k = 1 start, exactly, and why, as demo 5's detail
-    says it: start, how often rounds start after each token; text, how
+    """Where rounds of k = 1 start, exactly, and why, as demo 5 and its
+    detail say it: start, how often rounds start after each token; text, how
     often the target's text holds it; beta, the chance a draft after it
     passes, sum min(p, q) over its row; redrawn, how often a round starts
     after it redrawn (the rest after it as a bonus token); short, the token
@@ -2307,9 +2314,9 @@ def setting_parts(D, verify, how, ctx, n, k):
 
 def exactness_table(rows):
     """The table of exactness_rows."""
-    table([("verifier", 22, "<"), ("1", 9, exact_text), ("2", 9, exact_text), ("3", 9, exact_text),
+    table([("verifier", 22, "<"), ("n = 1", 9, exact_text), ("n = 2", 9, exact_text), ("n = 3", 9, exact_text),
            ("fit", 11, p_text), ("verdict", 16, "<")], [r[:6] for r in rows],
-          groups=[("exact TV, first tokens", 1, 3)])
+          groups=[("exact TV, first n tokens", 1, 3)])
 
 
 VLLM_SETTING = {"probabilistic": 'draft_sample_method "probabilistic"',
@@ -3357,7 +3364,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     print()
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
-        "with k = 2. Accepted drafts per round, beside the ideal, a bound no exact verifier passes. Drafts 1 to i",
+        "with k = 2. The table gives each verifier's accepted drafts per round, beside the ideal: a bound no exact"
+        " verifier passes. Drafts 1 to i",
         "come from q and the output's first i tokens from p. Two such samples are equal with chance at most 1",
         "minus their TV, so drafts 1 to i are all kept at most that often. The ideal adds this up over i.")
     print()
@@ -4205,7 +4213,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       f" ridge's {ridge():.0f}." if ridge_batch(m, w, kv, positions=1) is None else "",
                       f"A check of k + 1 positions tends to k + 1 times {m / kv:.1f} as B grows, so long drafts cross"
                       " the ridge one by one, and the plan's k falls." if falls else "",
-                      f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
+                      f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
+                      f" (which flatters it). So c falls: big's is"
                       f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
                       if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"

@@ -353,14 +353,19 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     assert "At c = 0.7 no k wins, though alpha = 0.703 > c." in text
     flat_text = " ".join(text.split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
+    ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
+    start, pi, d = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET), sd.TOKENS.index("d")
+    redrawn = start @ ends[:, 0]
+    assert beta.argmax() == d and start[d] < pi[d] and redrawn[d] / redrawn.sum() < pi[d]  # redraws starve 'd'
     assert 1 - beta[0] == pytest.approx(0.441, abs=5e-4)  # after 'a': demo 1's rejection chance
     assert ("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
             f" depends on the token before it, its row's sum of min(p, q): from {beta.min():.3f} after"
             f" '{sd.TOKENS[beta.argmin()]}' to {beta.max():.3f} after '{sd.TOKENS[beta.argmax()]}'. Alpha averages these"
             " over the target's text. A round starts after the last round's final token. When that token was redrawn,"
             " it is"
-            " one the draft under-proposes: the residual gives no other (demo 1). So rounds start at untypical points:"
-            f" in rounds of k = 1 the first draft passes {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7"
+            " one the draft under-proposes: the residual gives no other (demo 1). Here redraws rarely give 'd', after"
+            f" which drafts pass most often: rounds start after 'd' {start[d]:.3f} of the time, though 'd' is"
+            f" {pi[d]:.3f} of the text. So in rounds of k = 1 the first draft passes {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7"
             f" that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}. The option --detail shows where"
             " rounds start.") in flat_text
     assert exact[0] / 1.7 < 1

@@ -263,7 +263,8 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
             f" byte approach {m / 1e9:.3f} / {(one - w) / 1e9:.3f} = {m / (one - w):.1f}, under the ridge's 148.") in text
     assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
-    assert c[1] < c[0] and (f"A draft is assumed to read only its weights (which flatters it), so c falls: big's is"
+    assert c[1] < c[0] and (f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
+                            f" (which flatters it). So c falls: big's is"
                             f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise with B.") in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]

@@ -1430,9 +1430,10 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
         r = round_starts(TARGET, MIDDLING)
         d = name(r.short)
-        starved = (f"Here redraws rarely give '{d}', after which drafts pass most often: rounds start after '{d}'"
+        starved = (f"Here the draft over-proposes '{d}' after {number_word(len(r.overs))} of the {number_word(VOCAB)}"
+                   f" tokens, so redraws rarely give '{d}', after which drafts pass most often: rounds start after '{d}'"
                    f" {r.start[r.short]:.3f} of the time, though '{d}' is {r.text[r.short]:.3f} of the text."
-                   if r.most and r.start[r.short] < r.text[r.short] and under_only
+                   if r.most and r.start[r.short] < r.text[r.short] and under_only and r.left_out
                    and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
             f" depends on the token before it, its row's sum of min(p, q): from {beta[lo]:.3f} after '{name(lo)}' to"
@@ -1636,8 +1637,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
-    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight it multiplies",
-        f"by once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
+    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads every 16-bit weight once,",
+        f"{weights:.2f} GB, however many positions it scores. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
@@ -3874,8 +3875,8 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
         "for speed. Here its cost is its distance from the target, computed exactly: the TV between",
-        f"its first {n} tokens and the target's. (Chapter 22 covers two rules for greedy requests.) The",
-        f"middling draft, k = {k}, after '{name(ctx)}':")
+        f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
+        f" requests.) The middling draft drafts k = {k}; tokens per call are long-run averages. The rules:")
     print()
     for rule, words in (
             ("probabilistic", "lossless: the paper's rule."),
@@ -3916,9 +3917,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
-    say(f"Fit to exact: each rule's {n_runs} sampled runs against its own exact joint of the first two tokens"
-        " (too few runs for three). It checks the sampling loop against the exact computation; the exact TV"
-        " measures closeness to the target.")
+    say(f"Here the fit tests each rule's {n_runs} sampled runs against that rule's own exact joint of the first two"
+        " tokens (too few runs for three), not against the target. It checks the sampling loop against the exact"
+        " computation; the exact TV measures closeness to the target.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("fit to exact", 14, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
@@ -4162,8 +4163,8 @@ def demo19_tuning(**how):
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
     say(before)
     print()
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. A range of B keeps one option while its speedup stays"
-        f" within {tol:.1%} of the best at each B:")
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
+        f" the same B. A range of B keeps one option while its speedup stays within {tol:.1%} of the best at each B:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4211,11 +4212,13 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       f" keys and values of its {n_ctx} tokens) to a plain pass. So as B grows a plain pass costs"
                       f" more, and its MACs per byte approach {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the"
                       f" ridge's {ridge():.0f}." if ridge_batch(m, w, kv, positions=1) is None else "",
-                      f"A check of k + 1 positions tends to k + 1 times {m / kv:.1f} as B grows, so long drafts cross"
-                      " the ridge one by one, and the plan's k falls." if falls else "",
+                      f"A check's MACs per byte tend to k + 1 times {m / kv:.1f} as B grows, so long drafts cross the"
+                      " ridge one by one, and the plan's k falls." if falls else "",
                       f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
                       f" (which flatters it). So c falls: big's is"
-                      f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}. So speedups rise with B."
+                      f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}, where the KV caches read"
+                      f" {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So speedups rise"
+                      " with B."
                       if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"

@@ -265,11 +265,13 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
     assert c[1] < c[0] and (f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
                             f" (which flatters it). So c falls: big's is"
-                            f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {fit}. So speedups rise with B.") in text
+                            f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {fit}, where the KV caches read"
+                            f" {fit * (one - w) / 1e9:.1f} GB, {fit * (one - w) / w:.1f} times the weights. So speedups"
+                            " rise with B.") in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
-    assert (f"A check of k + 1 positions tends to k + 1 times {m / (one - w):.1f} as B grows, so long drafts cross the"
+    assert (f"A check's MACs per byte tend to k + 1 times {m / (one - w):.1f} as B grows, so long drafts cross the"
             " ridge one by one, and the plan's k falls.") in text
     # one by one: the longest k crosses first, at a smaller B than the next
     crossings = [sd.ridge_batch(*sd.token_traffic(512), positions=k + 1) for k in (8, 7, 6)]

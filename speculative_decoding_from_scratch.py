@@ -1431,8 +1431,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         r = round_starts(TARGET, MIDDLING)
         d = name(r.short)
         starved = (f"Here the draft over-proposes '{d}' after {number_word(len(r.overs))} of the {number_word(VOCAB)}"
-                   f" tokens, so redraws rarely give '{d}', after which drafts pass most often: rounds start after '{d}'"
-                   f" {r.start[r.short]:.3f} of the time, though '{d}' is {r.text[r.short]:.3f} of the text."
+                   f" tokens, so redraws rarely give '{d}'. So rounds start after '{d}' {r.start[r.short]:.3f} of the"
+                   f" time, though '{d}' is {r.text[r.short]:.3f} of the text, and drafts pass most often after '{d}'."
                    if r.most and r.start[r.short] < r.text[r.short] and under_only and r.left_out
                    and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
@@ -1442,7 +1442,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
             " under-proposes: the residual gives no other (demo 1)." if under_only else
             "A round starts after the last round's final token.",
             starved,
-            f"So in rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
+            f"In rounds of k = 1, then, the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
             "The option --detail shows where rounds start.")

@@ -364,9 +364,10 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
             " over the target's text. A round starts after the last round's final token. When that token was redrawn,"
             " it is"
             " one the draft under-proposes: the residual gives no other (demo 1). Here the draft over-proposes 'd'"
-            " after three of the six tokens, so redraws rarely give 'd', after"
-            f" which drafts pass most often: rounds start after 'd' {start[d]:.3f} of the time, though 'd' is"
-            f" {pi[d]:.3f} of the text. So in rounds of k = 1 the first draft passes {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7"
+            " after three of the six tokens, so redraws rarely give 'd'. So rounds start after 'd'"
+            f" {start[d]:.3f} of the time, though 'd' is {pi[d]:.3f} of the text, and drafts pass most often after"
+            " 'd'. In rounds of k = 1, then, the first draft passes"
+            f" {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7"
             f" that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}. The option --detail shows where"
             " rounds start.") in flat_text
     assert exact[0] / 1.7 < 1

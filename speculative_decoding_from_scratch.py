@@ -1664,10 +1664,10 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     return SimpleNamespace(rows=rows)
 
 
-BATCH_CONTEXT, BATCH_ALPHA = 16, 0.7  # demo 6's batch: a short context each, and an assumed alpha
+BATCH_CONTEXT = 16  # a short context: demo 6's detail batches at it, and chapters 11 and 20 price at it
 
 
-def demo6_batch(n_ctx=16, batches=(1, 16, 64, 256, 1024), alphas=(0.7, 0.9), k_max=32):
+def demo6_batch(n_ctx=BATCH_CONTEXT, batches=(1, 16, 64, 256, 1024), alphas=(0.7, 0.9), k_max=32):
     """Demo 6, part two: a server decoding a batch, on the same roofline; the
     batch sizes from which no k helps join the rows, so the table shows them."""
     print()

@@ -1430,17 +1430,17 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
         r = round_starts(TARGET, MIDDLING)
         d = name(r.short)
-        starved = (f"Here the draft over-proposes '{d}' after {number_word(len(r.overs))} of the {number_word(VOCAB)}"
-                   f" tokens, so redraws rarely give '{d}'. So rounds start after '{d}' {r.start[r.short]:.3f} of the"
-                   f" time, though '{d}' is {r.text[r.short]:.3f} of the text, and drafts pass most often after '{d}'."
+        starved = (f"In {number_word(len(r.overs))} of the {number_word(VOCAB)} rows q({d}) > p({d}), so redraws rarely"
+                   f" give '{d}': rounds start after '{d}' {r.start[r.short]:.3f} of the time, though '{d}' is"
+                   f" {r.text[r.short]:.3f} of the text."
                    if r.most and r.start[r.short] < r.text[r.short] and under_only and r.left_out
                    and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
             f" depends on the token before it, its row's sum of min(p, q): from {beta[lo]:.3f} after '{name(lo)}' to"
             f" {beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
-            "A round starts after the last round's final token. When that token was redrawn, it is one the draft"
-            " under-proposes: the residual gives no other (demo 1)." if under_only else
-            "A round starts after the last round's final token.",
+            "A round starts after the last round's final token: a bonus token, drawn from p, or a redraw.",
+            "A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
+            if under_only else "",
             starved,
             f"In rounds of k = 1, then, the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
@@ -4217,8 +4217,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
                       f" (which flatters it). So c falls: big's is"
                       f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}, where the KV caches read"
-                      f" {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So speedups rise"
-                      " with B."
+                      f" {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So here, unlike at"
+                      " short contexts, speedups rise with B."
                       if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
@@ -4963,8 +4963,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call that scores all k+1 positions at
-          once, for about the cost of one; if all k pass, position k+1
-          gives a bonus token
+          once, for about the cost of one (demo 6 shows why); if all k
+          pass, position k+1 gives a bonus token
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event

@@ -266,8 +266,8 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     assert c[1] < c[0] and (f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
                             f" (which flatters it). So c falls: big's is"
                             f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {fit}, where the KV caches read"
-                            f" {fit * (one - w) / 1e9:.1f} GB, {fit * (one - w) / w:.1f} times the weights. So speedups"
-                            " rise with B.") in text
+                            f" {fit * (one - w) / 1e9:.1f} GB, {fit * (one - w) / w:.1f} times the weights. So here, unlike"
+                            " at short contexts, speedups rise with B.") in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1

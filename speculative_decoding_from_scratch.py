@@ -2834,7 +2834,10 @@ def prompts():
             "edit": encode(source + "\n\n# The same, edited:\ndef indent(")}
 
 
-def calibration_p_value(tokens, P, text, edges=(0, 1e-3, 0.01, 0.05, 0.2, 0.5, 0.8, 1.01), min_expected=5.0):
+CALIBRATION_EDGES = (0, 1e-3, 0.01, 0.05, 0.2, 0.5, 0.8, 1.01)  # the chance bins of chapter 11's fit
+
+
+def calibration_p_value(tokens, P, text, edges=CALIBRATION_EDGES, min_expected=5.0):
     """The fit of a long text to a model that reads it, where no token's row
     repeats. Each token's row splits the vocabulary into bins by probability;
     the token lands in one. Summed over the text, the landings are tested
@@ -2893,9 +2896,10 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
                             [("prompt", decode(prompt).split("\n")[-1])] + [("output", line) for line in shown]))
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
-    say("Is it exact? The first two tokens get both checks. Then a fit of",
-        f"{n_text} characters: at each position the target's row sorts the characters into bins by their chance,",
-        "and the one written lands in one bin. Over the text, each bin should catch as many as the chances the rows"
+    say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
+        f" of {n_text} characters: at each position the target's row sorts the characters into bins by their chance"
+        f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
+        " one written lands in one bin. Over the text, each bin should catch as many as the chances the rows"
         " put in it add up to. This text, and so the fit, differs between Python versions, whose documentation"
         f" differs. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")

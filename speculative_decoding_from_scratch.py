@@ -1426,26 +1426,26 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         under_only = all(residual(TARGET[c], MIDDLING[c])[x] == 0 for c in range(len(TARGET))
                          for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
-        beta = np.minimum(TARGET, MIDDLING).sum(axis=1)  # each row's chance that a draft passes, sum min(p, q)
-        lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
         r = round_starts(TARGET, MIDDLING)
         d = name(r.short)
-        starved = (f"In {number_word(len(r.overs))} of the {number_word(VOCAB)} rows q({d}) > p({d}), so redraws rarely"
-                   f" give '{d}': rounds start after '{d}' {r.start[r.short]:.3f} of the time, though '{d}' is"
-                   f" {r.text[r.short]:.3f} of the text."
-                   if r.most and r.start[r.short] < r.text[r.short] and under_only and r.left_out
-                   and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
-            f" depends on the token before it, its row's sum of min(p, q): from {beta[lo]:.3f} after '{name(lo)}' to"
-            f" {beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
-            "A round starts after the last round's final token: a bonus token, drawn from p, or a redraw.",
-            "A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
-            if under_only else "",
-            starved,
-            f"In rounds of k = 1, then, the first draft passes {first:.3f} of the time, not {a:.3f}.",
+            " depends on the token before it: its row's sum of min(p, q).",
+            "And a round starts after the last round's final token: a bonus token, drawn from p, or a redraw" +
+            (", which is only ever a token the draft under-proposes (demo 1)." if under_only else "."),
+            "Where rounds of k = 1 start, exactly:")
+        print()
+        table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
+               ("a draft after it passes", 26, ".3f")], [(name(x), r.text[x], r.start[x], r.beta[x])
+                                                         for x in range(VOCAB)])
+        print()
+        say(f"In {number_word(len(r.overs))} of the {number_word(VOCAB)} rows q({d}) > p({d}), so redraws rarely give"
+            f" '{d}', the token after which drafts pass most often." if r.most and under_only and r.left_out
+            and r.start[r.short] < r.text[r.short] and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short]
+            else "",
+            f"Weighted by round starts, the last column gives the first draft's pass rate, {r.start @ r.beta:.3f};"
+            f" weighted by the text, alpha, {r.text @ r.beta:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
-            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
-            "The option --detail shows where rounds start.")
+            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1456,24 +1456,25 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
 
 
 def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
-    """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
-    target's text, and why: a redraw never gives a token the draft
-    over-proposes after the token before it."""
+    """Demo 5 in detail: how rounds of k = 1 end, a redraw or a bonus token,
+    and the token each leaves to start the next round, against the text; a
+    redraw never gives a token the draft over-proposes after the token
+    before it."""
     r = round_starts(P, Q)
-    start, text, beta, short, overs, most = r.start, r.text, r.beta, r.short, r.overs, r.most
+    bonus = r.start - r.redrawn
+    share = r.redrawn.sum()
     print()
-    say("A round of k = 1 starts after the last round's redraw or bonus token. Where such rounds start, exactly,"
-        " against the text:")
+    say(f"A round of k = 1 ends on a redraw ({share:.3f} of rounds) or on a bonus token ({1 - share:.3f}). The token"
+        " each ends on, which the next round starts after, against the text:")
     print()
-    table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
-           ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
+    table([("token", 5, ">5"), ("in the text", 14, ".3f"), ("after a redraw", 17, ".3f"),
+           ("after a bonus token", 21, ".3f")],
+          [(name(x), r.text[x], r.redrawn[x] / share, bonus[x] / (1 - share)) for x in range(len(r.text))])
     print()
-    say(f"After {and_list([repr(name(c)) for c in overs])} the draft over-proposes '{name(short)}' (q > p), so a"
-        f" redraw there never gives '{name(short)}'." if r.residual_led and r.left_out else "",
-        f"So rounds start after '{name(short)}' {start[short]:.3f} of the time, against {text[short]:.3f} of the"
-        " text" + (f", though drafts pass most often after it ({beta[short]:.3f})." if most else "."),
-        f"Weighted by round starts, the last column gives the first draft's pass rate, {start @ beta:.3f}; by the"
-        f" text, alpha, {text @ beta:.3f}.")
+    d = name(r.short)
+    say(f"After {and_list([repr(name(c)) for c in r.overs])} the draft over-proposes '{d}' (q > p), so a redraw there"
+        f" never gives '{d}': redraws give '{d}' {r.redrawn[r.short] / share:.3f} of the time, against"
+        f" {r.text[r.short]:.3f} of the text." if r.residual_led and r.left_out else "")
 
 
 def round_starts(P, Q):
@@ -3335,7 +3336,7 @@ def demo13_detail(size=4096):
 
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
               " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep. Its paper"
-              " proves these steps exact, so their formulas need not be followed to read on:")
+              " proves these steps keep the target's distribution, so their formulas need not be followed to read on:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). The paper names this weight p_i.",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
@@ -3369,8 +3370,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     print()
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
-        "with k = 2. The table gives each verifier's accepted drafts per round, beside the ideal: a bound no exact"
-        " verifier passes. Drafts 1 to i",
+        "with k = 2. The table gives each verifier's accepted drafts per round, beside the ideal: a bound that no verifier"
+        " keeping the target's distribution passes. Drafts 1 to i",
         "come from q and the output's first i tokens from p. Two such samples are equal with chance at most 1",
         "minus their TV, so drafts 1 to i are all kept at most that often. The ideal adds this up over i.")
     print()
@@ -4150,8 +4151,8 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
-        f"Two draft models for the target over six tokens (a..f), with their rates at k = {k_max}, computed exactly. They shift a"
-        " little with k: rounds start at untypical points (demo 5), and which ones depends on k:")
+        f"Take two draft models for the target, whose tokens are a..f. Their rates shift a little with k, since where"
+        f" rounds start (demo 5) depends on k. Their rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
@@ -4221,8 +4222,7 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
                       f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
                       f" (which flatters it). So c falls: big's is"
                       f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}, where the KV caches read"
-                      f" {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So here, unlike at"
-                      " short contexts, speedups rise with B."
+                      f" {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So speedups rise with B."
                       if c[1] < c[0] else ""]),
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"

@@ -1114,7 +1114,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         rows.append((r, tv_distance(sample / n_runs, truth), fit, "cannot see" if blind else tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
-    say(f"The whole loop runs {n_runs:,} times per rule, keeping the first two tokens after '{name(ctx)}': x1 and",
+    say(f"The whole loop runs {n_runs:,} times per rule, recording the first two tokens after '{name(ctx)}': x1 and",
         f"x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules:")
     print()
@@ -1408,7 +1408,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
         f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
-        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding wins):")
+        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding wins), beside"
+        " a bound from the paper:")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f"),
            ("(1+alpha)/(1+c)", 17, ".3f")], [r[:3] + r[5:] for r in rows],
@@ -1426,26 +1427,26 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         under_only = all(residual(TARGET[c], MIDDLING[c])[x] == 0 for c in range(len(TARGET))
                          for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
+        beta = np.minimum(TARGET, MIDDLING).sum(axis=1)  # each row's chance that a draft passes, sum min(p, q)
+        lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
         r = round_starts(TARGET, MIDDLING)
         d = name(r.short)
+        starved = (f"After {and_list([repr(name(c)) for c in r.overs])}, q({d}) > p({d}), so redraws rarely give"
+                   f" '{d}': rounds start after '{d}' {r.start[r.short]:.3f} of the time, though '{d}' is"
+                   f" {r.text[r.short]:.3f} of the text."
+                   if r.most and r.start[r.short] < r.text[r.short] and under_only and r.left_out
+                   and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
-            " depends on the token before it: its row's sum of min(p, q).",
-            "And a round starts after the last round's final token: a bonus token, drawn from p, or a redraw" +
-            (", which is only ever a token the draft under-proposes (demo 1)." if under_only else "."),
-            "Where rounds of k = 1 start, exactly:")
-        print()
-        table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
-               ("a draft after it passes", 26, ".3f")], [(name(x), r.text[x], r.start[x], r.beta[x])
-                                                         for x in range(VOCAB)])
-        print()
-        say(f"In {number_word(len(r.overs))} of the {number_word(VOCAB)} rows q({d}) > p({d}), so redraws rarely give"
-            f" '{d}', the token after which drafts pass most often." if r.most and under_only and r.left_out
-            and r.start[r.short] < r.text[r.short] and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short]
-            else "",
-            f"Weighted by round starts, the last column gives the first draft's pass rate, {r.start @ r.beta:.3f};"
-            f" weighted by the text, alpha, {r.text @ r.beta:.3f}.",
+            f" depends on the token before it, its row's sum of min(p, q): from {beta[lo]:.3f} after '{name(lo)}' to"
+            f" {beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
+            "A round starts after the last round's final token: a bonus token, drawn from p, or a redraw.",
+            "A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
+            if under_only else "",
+            starved,
+            f"In rounds of k = 1, then, the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
-            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
+            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
+            "The option --detail shows where rounds start.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1456,25 +1457,24 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
 
 
 def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
-    """Demo 5 in detail: how rounds of k = 1 end, a redraw or a bonus token,
-    and the token each leaves to start the next round, against the text; a
-    redraw never gives a token the draft over-proposes after the token
-    before it."""
+    """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
+    target's text, and why: a redraw never gives a token the draft
+    over-proposes after the token before it."""
     r = round_starts(P, Q)
-    bonus = r.start - r.redrawn
-    share = r.redrawn.sum()
+    start, text, beta, short, overs, most = r.start, r.text, r.beta, r.short, r.overs, r.most
     print()
-    say(f"A round of k = 1 ends on a redraw ({share:.3f} of rounds) or on a bonus token ({1 - share:.3f}). The token"
-        " each ends on, which the next round starts after, against the text:")
+    say("A round of k = 1 starts after the last round's redraw or bonus token. Where such rounds start, exactly,"
+        " against the text:")
     print()
-    table([("token", 5, ">5"), ("in the text", 14, ".3f"), ("after a redraw", 17, ".3f"),
-           ("after a bonus token", 21, ".3f")],
-          [(name(x), r.text[x], r.redrawn[x] / share, bonus[x] / (1 - share)) for x in range(len(r.text))])
+    table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
+           ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
     print()
-    d = name(r.short)
-    say(f"After {and_list([repr(name(c)) for c in r.overs])} the draft over-proposes '{d}' (q > p), so a redraw there"
-        f" never gives '{d}': redraws give '{d}' {r.redrawn[r.short] / share:.3f} of the time, against"
-        f" {r.text[r.short]:.3f} of the text." if r.residual_led and r.left_out else "")
+    say(f"After {and_list([repr(name(c)) for c in overs])} the draft over-proposes '{name(short)}' (q > p), so a"
+        f" redraw there never gives '{name(short)}'." if r.residual_led and r.left_out else "",
+        f"So rounds start after '{name(short)}' {start[short]:.3f} of the time, against {text[short]:.3f} of the"
+        " text" + (f", though drafts pass most often after it ({beta[short]:.3f})." if most else "."),
+        f"Weighted by round starts, the last column gives the first draft's pass rate, {start @ beta:.3f}; by the"
+        f" text, alpha, {text @ beta:.3f}.")
 
 
 def round_starts(P, Q):
@@ -2875,10 +2875,10 @@ def replicated(fit_of_seed, seed):
 def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     prompt, P, vllm = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
     say(f"Real text often repeats what came before it. Here the target is a character model of",
-        f"Python's help() text: {docs_corpus()[1]}. With weight lam ({lam} until the speed table varies it),",
-        "it copies: it finds the longest earlier stretch of the text so far that ends the way",
-        "the text ends, and continues it. Otherwise it follows how often each character follows",
-        "the two before it in the documentation.")
+        f"Python's help() text: {docs_corpus()[1]}. With probability lam ({lam} until the speed table varies it),",
+        "it copies: it finds the longest earlier stretch of the text so far (prompt and output) that ends the way",
+        "the text ends, and continues it. With probability 1 - lam, or when no such stretch exists, it follows how",
+        "often each character follows the two before it in the documentation.")
     print()
     say("Prompt lookup drafts with no model at all. It looks for the text's last",
         f"{VLLM_LOOKUP.n_max} characters earlier in the text, then its last"
@@ -3371,7 +3371,7 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
         "with k = 2. The table gives each verifier's accepted drafts per round, beside the ideal: a bound that no verifier"
-        " keeping the target's distribution passes. Drafts 1 to i",
+        " keeping the target's distribution exceeds. Drafts 1 to i",
         "come from q and the output's first i tokens from p. Two such samples are equal with chance at most 1",
         "minus their TV, so drafts 1 to i are all kept at most that often. The ideal adds this up over i.")
     print()
@@ -4345,7 +4345,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                                             ((on[1 + 2 * i], on[2 + 2 * i]) if on[1 + 2 * i] > 1 else (1.0, 0.0))]))
     say("When to fall back? TensorRT-LLM's acceptance_rate_threshold turns speculation off for good",
         "once the average accepted share of recent rounds falls below it. A workload can change.",
-        "Here the target is chapter 11's character model: with weight lam it copies an earlier",
+        "Here the target is chapter 11's character model: with probability lam it copies an earlier",
         "stretch of its own text. The draft is prompt lookup: it proposes what followed the text's",
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")

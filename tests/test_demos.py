@@ -129,7 +129,7 @@ def test_every_line_with_a_wall_clock_figure_is_marked(full_run, all_run, monkey
 TERMS = (("vLLM", "serving engine"), ("APEX-1", "a public from-scratch"), ("vllm-ascend", "Huawei's"),
          ("SpecInfer", "tree verifier"), ("EAGLE-1", "a trained draft head"), ("MTP", "multi-token prediction"),
          ("HF", "Hugging Face"), ("KV cache", "keys and values"), ("ulp", "unit in the last place"),
-         ("logits", "the scores"), ("lam", "weight lam"), ("u v^T", "table of their products"),
+         ("logits", "the scores"), ("lam", "probability lam"), ("u v^T", "table of their products"),
          ("consistent", "onsistent means"), ("route", "is a route"), ("h_i", "h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i"),
          ("w_i", "probability of x_1..x_i over the draft"), ("transformers", "a Python library"))
 
@@ -352,25 +352,23 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
     assert "At c = 0.7 no k wins, though alpha = 0.703 > c." in text
     flat_text = " ".join(text.split())
-    # where rounds of k = 1 start, against the text: 'd' is the token furthest under, and drafts pass most often
-    # after it; the table's last column weighted by round starts is the 0.691, by the text alpha
+    beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
-    start, pi = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET)
-    beta, d = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1), sd.TOKENS.index("d")
+    start, pi, d = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET), sd.TOKENS.index("d")
     redrawn = start @ ends[:, 0]
-    assert d == np.argmin(start - pi) == np.argmax(beta) and start[d] < pi[d] and redrawn[d] / redrawn.sum() < pi[d]
+    assert beta.argmax() == d and start[d] < pi[d] and redrawn[d] / redrawn.sum() < pi[d]  # redraws starve 'd'
     assert 1 - beta[0] == pytest.approx(0.441, abs=5e-4)  # after 'a': demo 1's rejection chance
-    for x in range(sd.VOCAB):
-        assert f"{sd.name(x)} {pi[x]:.3f} {start[x]:.3f} {beta[x]:.3f}" in flat_text
-    assert start @ beta == pytest.approx(exact[0] - 1, abs=1e-12) and pi @ beta == pytest.approx(alpha, abs=1e-12)
     assert ("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
-            " depends on the token before it: its row's sum of min(p, q). And a round starts after the last round's"
-            " final token: a bonus token, drawn from p, or a redraw, which is only ever a token the draft"
-            " under-proposes (demo 1). Where rounds of k = 1 start, exactly:") in flat_text
-    assert ("In three of the six rows q(d) > p(d), so redraws rarely give 'd', the token after which drafts pass most"
-            f" often. Weighted by round starts, the last column gives the first draft's pass rate, {exact[0] - 1:.3f};"
-            f" weighted by the text, alpha, {alpha:.3f}. At c = 0.7 that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) ="
-            f" {exact[0] / 1.7:.2f}.") in flat_text
+            f" depends on the token before it, its row's sum of min(p, q): from {beta.min():.3f} after"
+            f" '{sd.TOKENS[beta.argmin()]}' to {beta.max():.3f} after '{sd.TOKENS[beta.argmax()]}'. Alpha averages these"
+            " over the target's text. A round starts after the last round's final token: a bonus token, drawn from p,"
+            " or a redraw. A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
+            " After 'a', 'c' and 'd', q(d) > p(d), so redraws rarely give 'd': rounds start after 'd'"
+            f" {start[d]:.3f} of the time, though 'd' is {pi[d]:.3f} of the text. In rounds of k = 1, then, the first"
+            " draft passes"
+            f" {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7"
+            f" that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}. The option --detail shows where"
+            " rounds start.") in flat_text
     assert exact[0] / 1.7 < 1
     # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
     m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
@@ -389,31 +387,34 @@ def test_demo5_says_a_redraw_is_under_proposed_only_while_the_residual_makes_it_
     m = sd.bugged("no_resample")
     for f in (m.demo5_break_even, m.demo5_detail):
         flat = " ".join(printed(f)[1].split())
-        assert "only ever a token the draft under-proposes" not in flat and "never gives" not in flat
-        assert "redraws rarely give" not in flat
-    assert "only ever a token the draft under-proposes" in " ".join(printed(sd.demo5_break_even)[1].split())
+        assert "under-proposes: the residual" not in flat and "never gives" not in flat
+    assert "under-proposes: the residual gives no other" in " ".join(printed(sd.demo5_break_even)[1].split())
     assert "never gives 'd'" in " ".join(printed(sd.demo5_detail)[1].split())
 
 
-def test_demo5_in_detail_how_rounds_end_and_what_redraws_leave():
+def test_demo5_in_detail_where_rounds_start_and_why():
     flat_text = " ".join(printed(sd.demo5_detail)[1].split())
-    # a round of k = 1 ends on a redraw (its draft rejected) or a bonus token (kept); the redrawn rounds hold few
-    # 'd's, and they make most of the shortfall
+    exact1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1)
+    # where rounds start, against the text: 'd' is the token furthest under, and drafts pass most often after it;
+    # the rounds that start after a redrawn token hold few 'd's, and they make most of the shortfall
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
     start, pi = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET)
     redrawn, kept = start @ ends[:, 0], start @ ends[:, 1]
-    d = sd.TOKENS.index("d")
-    share = redrawn.sum()
-    assert share == pytest.approx(1 - (sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1), abs=1e-12)
+    beta, d = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1), sd.TOKENS.index("d")
+    assert d == np.argmin(start - pi) == np.argmax(beta) and start[d] < pi[d]
     assert redrawn.sum() * pi[d] - redrawn[d] > kept.sum() * pi[d] - kept[d] > 0
+    assert redrawn[d] / redrawn.sum() < pi[d]  # redraws avoid 'd'
     over = list(np.flatnonzero(sd.MIDDLING[:, d] > sd.TARGET[:, d]))  # rows whose residual leaves 'd' out
     assert [sd.name(c) for c in over] == ["a", "c", "d"]
     assert all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in over)
-    assert f"A round of k = 1 ends on a redraw ({share:.3f} of rounds) or on a bonus token ({1 - share:.3f})." in flat_text
-    for x in range(sd.VOCAB):
-        assert f"{sd.name(x)} {pi[x]:.3f} {redrawn[x] / share:.3f} {kept[x] / (1 - share):.3f}" in flat_text
-    assert ("After 'a', 'c' and 'd' the draft over-proposes 'd' (q > p), so a redraw there never gives 'd': redraws"
-            f" give 'd' {redrawn[d] / share:.3f} of the time, against {pi[d]:.3f} of the text.") in flat_text
+    for x in range(sd.VOCAB):  # the table: the text's share, the round starts' share, a draft's pass chance after x
+        assert f"{sd.name(x)} {pi[x]:.3f} {start[x]:.3f} {beta[x]:.3f}" in flat_text
+    assert ("After 'a', 'c' and 'd' the draft over-proposes 'd' (q > p), so a redraw there never gives 'd'. So rounds"
+            f" start after 'd' {start[d]:.3f} of the time, against {pi[d]:.3f} of the text, though drafts pass most"
+            f" often after it ({beta[d]:.3f}).") in flat_text
+    assert start @ beta == pytest.approx(exact1 - 1, abs=1e-12)  # the 0.691, the same number two ways
+    assert (f"Weighted by round starts, the last column gives the first draft's pass rate, {exact1 - 1:.3f}; by the"
+            f" text, alpha, {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}.") in flat_text
 
 
 def test_demo6_the_roofline_the_batch_and_their_sentences(demo):

@@ -3544,14 +3544,14 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say(f"Exact TVs of the first 1 to {n} tokens, and a fit of {n_runs} runs' first two tokens:")
     print()
     exactness_table(rows)
-    caught = demo15_verdicts(rows, target_first_tokens(TARGET, ctx, n), k)
+    caught = demo15_verdicts(rows, target_first_tokens(TARGET, ctx, n), k, ctx)
     takeaway("a block verifier's output can be checked exactly, and a shipped one can fail that check.",
              {"block verification emits the target": rows[0][5] == "the target",
               "every edit and shipped path is caught": caught})
     return rows
 
 
-def demo15_verdicts(rows, truth, k):
+def demo15_verdicts(rows, truth, k, ctx=5):
     """Chapter 15's sentences, from its table: is every edit and shipped path caught?"""
     broken = rows[1:]
     caught = all(r[5] not in ("the target", "not run", "raised") for r in broken)
@@ -3567,9 +3567,15 @@ def demo15_verdicts(rows, truth, k):
         first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
             print()
+            p, q = TARGET[ctx], MIDDLING[ctx]
+            w1 = [accept_prob(p, q, x) for x in range(len(p))]  # the first weight, min(1, p/q), for each x_1
+            never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
-                " sees it at once.")
+                " sees it at once.",
+                f"Token 2 stays exact here: after '{name(ctx)}', wherever w_1 < 1, h_1 is 0, so no block ends at"
+                " position 1 with w_1 < 1. Where w_1 = 1, the two residuals agree." if label == "tokenwise_residual"
+                and first_bad == 3 and never and any(w < 1 for w in w1) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1

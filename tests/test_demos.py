@@ -564,6 +564,13 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     assert "tokenwise_residual's bias starts at token 3, past the fit's two tokens. A fit of the first 3 would need" in flat
     tokenwise = next(r for r in rows if r[0] == "tokenwise_residual")
     assert tokenwise[1] < 1e-12 and tokenwise[2] < 1e-12 and tokenwise[3] > 1e-4  # exact for 1 and 2 tokens, not 3
+    # why token 2 stays exact after 'f': wherever w_1 = p/q < 1, Z_1 = sum max(0, w_1 p_2 - q_2) is 0, so h_1 is 0
+    p, q = sd.TARGET[5], sd.MIDDLING[5]
+    for x in range(sd.VOCAB):
+        w1 = min(1.0, p[x] / q[x])
+        assert w1 == 1 or np.maximum(w1 * sd.TARGET[x] - sd.MIDDLING[x], 0).sum() == 0
+    assert ("Token 2 stays exact here: after 'f', wherever w_1 < 1, h_1 is 0, so no block ends at position 1 with"
+            " w_1 < 1. Where w_1 = 1, the two residuals agree.") in flat
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     assert min(kept.values()) > block_kept and f"drafts per round, block verification {block_kept:.2f}." in flat

@@ -1443,7 +1443,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
             "A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
             if under_only else "",
             starved,
-            f"In rounds of k = 1, then, the first draft passes {first:.3f} of the time, not {a:.3f}.",
+            (f"And '{d}' is where drafts pass most often ({r.beta[r.short]:.3f}), so in" if starved else "So in") +
+            f" rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
             f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
             f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
             "The option --detail shows where rounds start.")
@@ -3573,8 +3574,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                f"Token 2 stays exact here: after '{name(ctx)}', wherever w_1 < 1, h_1 is 0, so no block ends at"
-                " position 1 with w_1 < 1. Where w_1 = 1, the two residuals agree." if label == "tokenwise_residual"
+                f"Token 2 stays exact by a property of these tables: after '{name(ctx)}', wherever w_1 < 1, Z_1 and so"
+                " h_1 are 0, so no block ends at position 1 with w_1 < 1. Where w_1 = 1, the two residuals agree." if label == "tokenwise_residual"
                 and first_bad == 3 and never and any(w < 1 for w in w1) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
@@ -3891,7 +3892,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     print()
     for rule, words in (
             ("probabilistic", "lossless: the paper's rule."),
-            ("one-hot", "lossless: the draft proposes its likeliest token, kept with chance p(x)."),
+            ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
+                        " it with chance p(x); after a rejection, a token from p with x removed."),
             ("block", "lossless: the k drafts judged together (chapter 14)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead): keep x"
@@ -4152,7 +4154,7 @@ def demo19_tuning(**how):
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         "each drafter at every batch size B, and picks one per range of B. The option --plan --profile does the",
         f"same with your drafters' figures. Here it uses demo 6's roofline at {n_ctx} tokens of context, up to"
-        f" B = {max_batch}: the sequences whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the weights."
+        f" B = {max_batch}: the most sequences whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the weights."
         " Chapter 23 writes the plan as each engine's config.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
@@ -4172,8 +4174,9 @@ def demo19_tuning(**how):
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
-    say(before)
-    print()
+    for paragraph in before:
+        say(paragraph)
+        print()
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
         f" the same B. A range of B keeps one option while its speedup stays within {tol:.1%} of the best at each B:")
     print()
@@ -4191,7 +4194,7 @@ def demo19_tuning(**how):
     print()
     say(f"Is the procedure right? It takes two shortcuts: each chain's tokens per call come from the rates at k ="
         f" {k_max}, and a range of B keeps one option. An exhaustive search picks the best option at each B alone,"
-        f" from exact tokens per call (the tree has none, so it keeps its sampled {tree[3]:.2f}). The procedure is"
+        f" from exact tokens per call (the tree has no exact figure, so it keeps its sampled {tree[3]:.2f}). The procedure is"
         " within",
         f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
@@ -4210,7 +4213,8 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     """Chapter 19's notes on its plan, from its numbers: why speedups can rise
     with B (a plain pass reads each sequence's KV cache, a draft its weights
     alone), and why a tree can win where a chain keeps more tokens (its
-    draft's passes are fewer and cheaper). (before the table, after it)."""
+    draft's passes are fewer and cheaper). (The paragraphs before the table,
+    the one after it.)"""
     big, small = shapes
     c = [draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)]
     first = buckets[0][2]
@@ -4219,17 +4223,18 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     m, w, kv = token_traffic(n_ctx)
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     falls = any(b < a for a, b in zip(ks, ks[1:]))
-    return (" ".join([                      f"At {n_ctx} tokens of context, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
-                      f" keys and values of its {n_ctx} tokens) to a plain pass. So as B grows a plain pass costs"
-                      f" more, and its MACs per byte approach {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the"
-                      f" ridge's {ridge():.0f}." if ridge_batch(m, w, kv, positions=1) is None else "",
-                      f"A check's MACs per byte tend to k + 1 times {m / kv:.1f} as B grows, so long drafts cross the"
-                      " ridge one by one, and the plan's k falls." if falls else "",
-                      f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
-                      f" (which flatters it). So c falls: big's is"
-                      f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}, where the KV caches read"
-                      f" {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So speedups rise with B."
-                      if c[1] < c[0] else ""]),
+    ridge_words = " ".join([
+        f"At {n_ctx} tokens of context, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
+        f" keys and values of its {n_ctx} tokens) to a plain pass. So as B grows a plain pass costs more, and its MACs"
+        f" per byte approach {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the ridge's {ridge():.0f}."
+        if ridge_batch(m, w, kv, positions=1) is None else "",
+        f"A check's MACs per byte tend to k + 1 times {m / kv:.1f} as B grows, so long drafts cross the ridge, the"
+        " longest first, and the plan's k falls." if falls else ""])
+    draft_words = (f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights (which"
+                   f" flatters it). So c falls: big's is {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}, where"
+                   f" the KV caches read {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So"
+                   " speedups rise with B." if c[1] < c[0] else "")
+    return ([p for p in (ridge_words, draft_words) if p],
             " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
                       f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
                       f" {option_speedup(first, 1, n_ctx):.2f}; {chain.drafter.name}'s {chain.shape} makes"

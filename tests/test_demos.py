@@ -364,8 +364,8 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
             " over the target's text. A round starts after the last round's final token: a bonus token, drawn from p,"
             " or a redraw. A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
             " After 'a', 'c' and 'd', q(d) > p(d), so redraws rarely give 'd': rounds start after 'd'"
-            f" {start[d]:.3f} of the time, though 'd' is {pi[d]:.3f} of the text. In rounds of k = 1, then, the first"
-            " draft passes"
+            f" {start[d]:.3f} of the time, though 'd' is {pi[d]:.3f} of the text. And 'd' is where drafts pass most"
+            f" often ({beta[d]:.3f}), so in rounds of k = 1 the first draft passes"
             f" {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7"
             f" that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}. The option --detail shows where"
             " rounds start.") in flat_text
@@ -569,8 +569,8 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     for x in range(sd.VOCAB):
         w1 = min(1.0, p[x] / q[x])
         assert w1 == 1 or np.maximum(w1 * sd.TARGET[x] - sd.MIDDLING[x], 0).sum() == 0
-    assert ("Token 2 stays exact here: after 'f', wherever w_1 < 1, h_1 is 0, so no block ends at position 1 with"
-            " w_1 < 1. Where w_1 = 1, the two residuals agree.") in flat
+    assert ("Token 2 stays exact by a property of these tables: after 'f', wherever w_1 < 1, Z_1 and so h_1 are 0, so"
+            " no block ends at position 1 with w_1 < 1. Where w_1 = 1, the two residuals agree.") in flat
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     assert min(kept.values()) > block_kept and f"drafts per round, block verification {block_kept:.2f}." in flat

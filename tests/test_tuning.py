@@ -124,7 +124,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     # 248 sequences of 512 tokens fit in 80 GB beside the weights: no engine is told to run 256
     fit = sd.sequences_that_fit(512)
     assert fit < 256 and in_process[0]["19"].buckets[-1][1] == fit
-    assert f"up to B = {fit}: the sequences whose KV caches fit in 80 GB" in " ".join(
+    assert f"up to B = {fit}: the most sequences whose KV caches fit in 80 GB" in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -272,7 +272,7 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
     assert (f"A check's MACs per byte tend to k + 1 times {m / (one - w):.1f} as B grows, so long drafts cross the"
-            " ridge one by one, and the plan's k falls.") in text
+            " ridge, the longest first, and the plan's k falls.") in text
     # one by one: the longest k crosses first, at a smaller B than the next
     crossings = [sd.ridge_batch(*sd.token_traffic(512), positions=k + 1) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] < crossings[2] and ks[0] == 8
@@ -326,8 +326,8 @@ def test_chapter19_says_rates_read_at_one_k_shift_with_k(in_process):
             " 8, computed exactly:") in text
     # the search prices chains exactly and the tree at its one sampled figure, and says so
     tree = in_process[0]["19"].buckets[0][2]
-    assert tree.shape.startswith("tree") and (f"from exact tokens per call (the tree has none, so it keeps"
-                                              f" its sampled {tree.tokens:.2f})") in text
+    assert tree.shape.startswith("tree") and (f"from exact tokens per call (the tree has no exact figure, so"
+                                              f" it keeps its sampled {tree.tokens:.2f})") in text
 
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

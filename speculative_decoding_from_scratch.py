@@ -2877,7 +2877,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     prompt, P, vllm = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
     say(f"Real text often repeats what came before it. Here the target is a character model of",
         f"Python's help() text: {docs_corpus()[1]}. With probability lam ({lam} until the speed table varies it),",
-        "it copies: it finds the longest earlier stretch of the text so far (prompt and output) that ends the way",
+        "it copies. It finds the longest earlier stretch of the text so far (prompt and output) that ends the way",
         "the text ends, and continues it. With probability 1 - lam, or when no such stretch exists, it follows how",
         "often each character follows the two before it in the documentation.")
     print()
@@ -3533,8 +3533,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say_block_rule()
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
-        f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton, from"
-        " vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",
+        f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. Both"
+        " come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",
         f"the middling draft at k = {k}:")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()

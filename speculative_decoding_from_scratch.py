@@ -3346,8 +3346,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i.",
                "The block keeps x_1..x_i for the last position i that passes, even past one that failed. A failed"
                " test replaces no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
-               "The next token comes from max(0, w_i p - q), normalised, or from p if all k passed. If none passed,"
-               " i = 0 and w_0 = 1.")
+               "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If none passed, i = 0"
+               " and w_0 = 1.")
 
 
 def say_block_rule():
@@ -3542,7 +3542,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
           [("", *row) for label, words in BLOCK_WORDS.items()
            for row in zip([label] + [""] * 9, textwrap.wrap(words, 52, break_on_hyphens=False))])
     print()
-    say(f"Exact TVs of the first 1 to {n} tokens, and a fit of {n_runs} runs' first two tokens:")
+    say(f"Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and a fit of {n_runs} runs' first two tokens:")
     print()
     exactness_table(rows)
     caught = demo15_verdicts(rows, target_first_tokens(TARGET, ctx, n), k, ctx)
@@ -4223,13 +4223,16 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     m, w, kv = token_traffic(n_ctx)
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     falls = any(b < a for a, b in zip(ks, ks[1:]))
+    crossings = [(k, ridge_batch(m, w, kv, positions=k + 1)) for k in sorted(set(ks), reverse=True)]
     ridge_words = " ".join([
         f"At {n_ctx} tokens of context, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
         f" keys and values of its {n_ctx} tokens) to a plain pass. So as B grows a plain pass costs more, and its MACs"
         f" per byte approach {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the ridge's {ridge():.0f}."
         if ridge_batch(m, w, kv, positions=1) is None else "",
         f"A check's MACs per byte tend to k + 1 times {m / kv:.1f} as B grows, so long drafts cross the ridge, the"
-        " longest first, and the plan's k falls." if falls else ""])
+        " longest first, and past it a check costs more than a plain pass: " + and_list(
+            [f"k = {k} crosses at B = {b:,}" if b and b <= max_batch else f"k = {k} not by B = {max_batch:,}"
+             for k, b in crossings]) + ". So the plan's k falls." if falls else ""])
     draft_words = (f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights (which"
                    f" flatters it). So c falls: big's is {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}, where"
                    f" the KV caches read {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So"

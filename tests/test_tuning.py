@@ -271,11 +271,14 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
+    # the longest k crosses first: where a check of k + 1 positions a sequence first reaches the ridge, by a scan
+    crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
+                      None) for k in (8, 7, 6)]
+    assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     assert (f"A check's MACs per byte tend to k + 1 times {m / (one - w):.1f} as B grows, so long drafts cross the"
-            " ridge, the longest first, and the plan's k falls.") in text
-    # one by one: the longest k crosses first, at a smaller B than the next
-    crossings = [sd.ridge_batch(*sd.token_traffic(512), positions=k + 1) for k in (8, 7, 6)]
-    assert crossings[0] < crossings[1] < crossings[2] and ks[0] == 8
+            " ridge, the longest first, and past it a check costs more than a plain pass: k = 8 crosses at"
+            f" B = {crossings[0]}, k = 7 crosses at B = {crossings[1]} and k = 6 not by B = {fit}. So the plan's k"
+            " falls.") in text
 
 
 def test_chapter19_says_where_the_search_and_the_plan_keep_the_tree_and_what_wins_next(in_process):

@@ -3380,8 +3380,14 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
           + [("ideal", ideal, f"{round(9 * ideal)}/9")])
     print()
+    w1 = accept_prob(P2[0], Q2[0], 0)  # the draft 'a', over-proposed: min(1, p/q)
+    w2 = accept_prob(w1 * P2[1], Q2[1], 1)  # then 'b', under-proposed: the block's weight recovers
+    pair = P2[0, 0] * P2[1, 1]
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
-        " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.")
+        " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.",
+        f"Where the block gains: the drafts 'a' then 'b' are as likely under p as under q ({round(9 * pair)}/9)."
+        f" So w_2 = 1, and position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only"
+        f" {w1:.2g} of the time." if w1 < 1 and w2 > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "")
     gains = []
     for k in ks:
         tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
@@ -3574,8 +3580,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                f"Token 2 stays exact by a property of these tables: after '{name(ctx)}', wherever w_1 < 1, Z_1 and so"
-                " h_1 are 0, so no block ends at position 1 with w_1 < 1. Where w_1 = 1, the two residuals agree." if label == "tokenwise_residual"
+                "Token 2 stays exact by a property of these tables. The two residuals differ for token 2 only when a"
+                f" block ends at position 1 with w_1 < 1, and after '{name(ctx)}' that never happens: there h_1 is 0." if label == "tokenwise_residual"
                 and first_bad == 3 and never and any(w < 1 for w in w1) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
@@ -4178,7 +4184,8 @@ def demo19_tuning(**how):
         say(paragraph)
         print()
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
-        f" the same B. A range of B keeps one option while its speedup stays within {tol:.1%} of the best at each B:")
+        f" the same B. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, and switches"
+        " when it falls further behind:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])

@@ -569,8 +569,8 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     for x in range(sd.VOCAB):
         w1 = min(1.0, p[x] / q[x])
         assert w1 == 1 or np.maximum(w1 * sd.TARGET[x] - sd.MIDDLING[x], 0).sum() == 0
-    assert ("Token 2 stays exact by a property of these tables: after 'f', wherever w_1 < 1, Z_1 and so h_1 are 0, so"
-            " no block ends at position 1 with w_1 < 1. Where w_1 = 1, the two residuals agree.") in flat
+    assert ("Token 2 stays exact by a property of these tables. The two residuals differ for token 2 only when a block"
+            " ends at position 1 with w_1 < 1, and after 'f' that never happens: there h_1 is 0.") in flat
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     assert min(kept.values()) > block_kept and f"drafts per round, block verification {block_kept:.2f}." in flat
@@ -585,6 +585,13 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[3] >= -1e-12 for g in result.gains) and "Every measured value agrees" in text
     assert max(r[1] for r in result.example) <= result.ideal and "Neither keeps more than the ideal" in text
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and round(9 * result.ideal) == 12
+    # where the block gains, by hand: 'a' then 'b' has probability 1/3 * 2/3 = 2/9 under p and 2/3 * 1/3 under q, so the
+    # weight recovers to 1 and the block keeps both, where token-wise checking keeps 'a' with p/q = 1/2
+    w1 = (1 / 3) / (2 / 3)
+    assert min(1, w1 * (2 / 3) / (1 / 3)) == pytest.approx(1)
+    assert ("Where the block gains: the drafts 'a' then 'b' are as likely under p as under q (2/9). So w_2 = 1, and"
+            " position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only 0.5 of the time."
+            ) in " ".join(text.split())
 
 
 def test_demo10_routes_and_their_sentences(demo):

@@ -1335,7 +1335,8 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
         "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
-        "alpha. A round is one target call plus k draft calls at c each, so the speedup is measured tokens per call / (1 + k c).")
+        "alpha. A round is one target call plus k draft calls at c each, so the speedup is measured tokens per call"
+        " / (1 + k c).")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1408,8 +1409,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
         f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
-        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding wins), beside"
-        " a bound from the paper:")
+        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding"
+        " wins), beside a bound from the paper:")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f"),
            ("(1+alpha)/(1+c)", 17, ".3f")], [r[:3] + r[5:] for r in rows],
@@ -1427,9 +1428,9 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         print()
         under_only = all(residual(TARGET[c], MIDDLING[c])[x] == 0 for c in range(len(TARGET))
                          for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
-        beta = np.minimum(TARGET, MIDDLING).sum(axis=1)  # each row's chance that a draft passes, sum min(p, q)
-        lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
         r = round_starts(TARGET, MIDDLING)
+        beta = r.beta  # each row's chance that a draft passes, sum min(p, q)
+        lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
         d = name(r.short)
         starved = (f"After {and_list([repr(name(c)) for c in r.overs])}, q({d}) > p({d}), so redraws rarely give"
                    f" '{d}': rounds start after '{d}' {r.start[r.short]:.3f} of the time, though '{d}' is"
@@ -3371,8 +3372,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     print()
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has no context: the target is (1/3, 2/3) and the draft (2/3, 1/3),",
-        "with k = 2. The table gives each verifier's accepted drafts per round, beside the ideal: a bound that no verifier"
-        " keeping the target's distribution exceeds. Drafts 1 to i",
+        "with k = 2. The table gives each verifier's accepted drafts per round, beside the ideal: a bound that no"
+        " verifier keeping the target's distribution exceeds. Drafts 1 to i",
         "come from q and the output's first i tokens from p. Two such samples are equal with chance at most 1",
         "minus their TV, so drafts 1 to i are all kept at most that often. The ideal adds this up over i.")
     print()
@@ -3387,7 +3388,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.",
         f"Where the block gains: the drafts 'a' then 'b' are as likely under p as under q ({round(9 * pair)}/9)."
         f" So w_2 = 1, and position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only"
-        f" {w1:.2g} of the time." if w1 < 1 and w2 > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "")
+        f" {w1:.2g} of the time." if w1 < 1 and w2 > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING
+        else "")
     gains = []
     for k in ks:
         tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
@@ -3581,7 +3583,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "Token 2 stays exact by a property of these tables. The two residuals differ for token 2 only when a"
-                f" block ends at position 1 with w_1 < 1, and after '{name(ctx)}' that never happens: there h_1 is 0." if label == "tokenwise_residual"
+                f" block ends at position 1 with w_1 < 1, and after '{name(ctx)}' that never happens: there h_1 is 0."
+                if label == "tokenwise_residual"
                 and first_bad == 3 and never and any(w < 1 for w in w1) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
@@ -4174,8 +4177,9 @@ def demo19_tuning(**how):
         f" target's weight bytes, of the small one (the middling draft) 1/{fewer[1]:.0f}.")
     print()
     say(f"The small one also runs as a tree (chapter 8): {tree[0]} candidates drawn independently from q under every"
-        f" branch, {tree[1]} steps deep, {nodes - 1} drafts in all. One pass of {nodes} positions ({nodes - 1} drafts and the token before"
-        f" them) checks them and keeps one branch: {tree[3]:.2f} tokens per call from {tree[1]} draft passes (one a level),"
+        f" branch, {tree[1]} steps deep, {nodes - 1} drafts in all. One pass of {nodes} positions ({nodes - 1} drafts"
+        f" and the token before them) checks them and keeps one branch: {tree[3]:.2f} tokens per call from {tree[1]}"
+        " draft passes (one a level),"
         f" sampled over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
@@ -4184,8 +4188,8 @@ def demo19_tuning(**how):
         say(paragraph)
         print()
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
-        f" the same B. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, and switches"
-        " when it falls further behind:")
+        f" the same B. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, and"
+        " switches when it falls further behind:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4201,7 +4205,8 @@ def demo19_tuning(**how):
     print()
     say(f"Is the procedure right? It takes two shortcuts: each chain's tokens per call come from the rates at k ="
         f" {k_max}, and a range of B keeps one option. An exhaustive search picks the best option at each B alone,"
-        f" from exact tokens per call (the tree has no exact figure, so it keeps its sampled {tree[3]:.2f}). The procedure is"
+        f" from exact tokens per call (the tree has no exact figure, so it keeps its sampled {tree[3]:.2f}). The"
+        " procedure is"
         " within",
         f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),

@@ -293,7 +293,8 @@ def test_chapter19_says_where_the_search_and_the_plan_keep_the_tree_and_what_win
     big = after.drafter.cost
     assert sd.draft_cost(last + 1, 512, draft=big) < sd.draft_cost(1, 512, draft=big)
     assert (f"The search's tree is best up to B = {last}; then big's {after.shape} wins, as big's c keeps falling"
-            f" with B. The plan keeps the tree to B = {planned}, within its 0.5%.") in text
+            f" with B, while the tree's 15 positions cross the ridge only at B = {past}. The plan keeps the tree to"
+            f" B = {planned}, within its 0.5%.") in text
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one_drafter(in_process):

@@ -3880,6 +3880,7 @@ def lossy_exact(P, D, rule, ctx, n, k):
 
 
 TYPICAL_SHIPPED = (0.09, 0.3)  # vLLM V0's typical acceptance defaults: posterior_threshold, posterior_alpha
+TYPICAL_SETTINGS = (TYPICAL_SHIPPED, (0.3, 0.9), (0.01, 0.03))  # chapter 18's: the defaults, a strict one, a loose one
 SGLANG_SHIPPED, SGLANG_EXACT = (1, 0.5), (1, 1)  # SGLang's thresholds (single, acc): a setting users run, and exact
 
 
@@ -3920,7 +3921,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     settings = [("probabilistic", "lossless", None, MIDDLING), ("one-hot", "lossless", None, hot),
                 ("block", "lossless", "block", MIDDLING)]
     settings += [("typical", setting_text((e, a)), typical_rule(e, a), MIDDLING)
-                 for e, a in (TYPICAL_SHIPPED, (0.3, 0.9), (0.01, 0.03))]
+                 for e, a in TYPICAL_SETTINGS]
     settings += [("medusa", setting_text(TYPICAL_SHIPPED), typical_rule(*TYPICAL_SHIPPED, bonus_from_p=False), MIDDLING)]
     settings += [("sglang", setting_text((s, a)), sglang_rule(s, a), hot) for s, a in (SGLANG_EXACT, SGLANG_SHIPPED,
                                                                                       (0.3, 1))]

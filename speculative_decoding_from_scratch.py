@@ -3974,7 +3974,8 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3):
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
         f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"
         " the next round, and where a round starts sets how far it gets (demo 5)." if twins else "",
-        "The option --detail plots tokens per call against exact TV.")
+        "The option --detail plots tokens per call against exact TV, and tries typical's settings with a token"
+        " drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
 
@@ -4001,6 +4002,32 @@ def frontier(rows, width=56, height=8, top=0.8):
     if shared:
         print()
         say("Sharing a cell: " + "; ".join(shared) + ".")
+
+
+def typical_fallbacks(k=3, ctx=5, n=3):
+    """Chapter 18 in detail: why typical's strict setting is farther from the
+    target than its defaults. Each setting's exact TV, as shipped (the argmax
+    after a rejection) and with a token drawn from p there instead."""
+    truth = target_first_tokens(TARGET, ctx, n)
+    rows = []
+    for e, a in TYPICAL_SETTINGS:
+        rule = typical_rule(e, a)
+        sampled = rule._replace(replacement=lambda p, q, x: p)  # after a rejection, a token from p
+        (joint, per_call), (joint_p, _) = (lossy_exact(TARGET, MIDDLING, r, ctx, n, k) for r in (rule, sampled))
+        rows.append((setting_text((e, a)), per_call, tv_distance(joint, truth), tv_distance(joint_p, truth)))
+    print()
+    say(f"Typical's exact TV of the first {n} tokens, as shipped (after a rejection, the argmax) and with a token"
+        " drawn from p there instead:")
+    print()
+    table([("setting", 12, "<"), ("tokens/call", 13, ".2f"), ("argmax", 10, ".4f"), ("from p", 10, ".4f")], rows,
+          groups=[("exact TV, after a rejection", 2, 3)])
+    strict, loose = min(rows, key=lambda r: r[1]), max(rows, key=lambda r: r[1])  # most and fewest rejections
+    print()
+    say(f"The strict ({strict[0]}) rejects the most drafts, and each rejection emits the argmax: drawn from p, its TV"
+        f" falls to {strict[3]:.4f}, less than half." if strict[3] < strict[2] / 2 else "",
+        f"The loose ({loose[0]}) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to"
+        f" {loose[3]:.4f}." if loose[3] > loose[2] / 2 else "")
+    return rows
 
 
 def engine_settings(lines, rows):
@@ -4987,7 +5014,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "9": demo9_detail,
     "10": demo10_detail,
     "13": lambda result: demo13_detail(),
-    "18": lambda result: frontier(result.first.rows),
+    "18": lambda result: (frontier(result.first.rows), typical_fallbacks()),
     "21": lambda result: one_sided_temperatures(4, 1000),
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model

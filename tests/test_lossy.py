@@ -138,6 +138,30 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
     assert "Medusa's rule differs from typical's only in the bonus token" in text
 
 
+def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fallbacks():
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rows = sd.typical_fallbacks()
+    text = flat(out.getvalue())
+    truth = sd.target_first_tokens(sd.TARGET, 5, 3)
+    by = {r[0]: r for r in rows}
+    for (e, a) in sd.TYPICAL_SETTINGS:
+        # the fallback swapped by hand: a Rule with typical's keep and bonus, and p after a rejection
+        rule = sd.typical_rule(e, a)
+        joint, per_call = sd.lossy_exact(sd.TARGET, sd.MIDDLING, rule, 5, 3, 3)
+        from_p = sd.Rule(rule.keep, lambda p, q, x: p, rule.bonus)
+        r = by[sd.setting_text((e, a))]
+        assert r[1] == pytest.approx(per_call) and r[2] == pytest.approx(sd.tv_distance(joint, truth))
+        assert r[3] == pytest.approx(sd.tv_distance(sd.lossy_exact(sd.TARGET, sd.MIDDLING, from_p, 5, 3, 3)[0], truth))
+    strict, loose = by["0.3, 0.9"], by["0.01, 0.03"]
+    assert strict[2] > by["0.09, 0.3"][2] and strict[3] < strict[2] / 2 and loose[3] > loose[2] / 2
+    assert (f"The strict (0.3, 0.9) rejects the most drafts, and each rejection emits the argmax: drawn from p, its TV"
+            f" falls to {strict[3]:.4f}, less than half.") in text
+    assert f"The loose (0.01, 0.03) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to" in text
+
+
 def test_chapter22_counts_the_greedy_texts_each_rule_changes(in_process):
     rows, text = in_process[0]["22"], flat(section(in_process[1], "22"))
     greedy = {(r[0], r[1]): r for r in rows}

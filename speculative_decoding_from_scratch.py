@@ -1348,7 +1348,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Agrees: within {FIT_Z} standard errors (+-) of exact.",
         "Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
-        "Eq. 1 runs a little off (demo 5 says why)." if any(
+        "Eq. 1 runs a little off (demo 5's --detail says why)." if any(
             r[5] is not None and abs(r[4] - r[5]) >= 5e-3 for r in rows) else "")
     tokens = [r[5] for r in rows if r[5] is not None]
     takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
@@ -1398,12 +1398,15 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
 # Demo 5. When is speculation slower?
 
 
+DEMO5_COSTS = (0.05, 0.1, 0.2, 0.3, 0.6, 0.7, 0.8, 1.0)  # demo 5's draft costs c, beside its break-even c*
+
+
 def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     m = measure(TARGET, MIDDLING, k, n_rounds, seed=LESSON_RUN["seed"])
     a, c_star = pair_alpha(TARGET, MIDDLING), break_even_c(m.per_call, k)
     exact = np.array([exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)])
     rows = []
-    for c in sorted([0.05, 0.1, 0.2, 0.3, 0.6, 0.7, 0.8, 1.0, c_star]):
+    for c in sorted([*DEMO5_COSTS, c_star]):
         s, exact_speedups = speedup(m.per_call, k, c), speedup(exact, np.arange(1, 17), c)
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *best_k(a, c, k_max=16),
                      *fastest_k(exact_speedups), (1 + a) / (1 + c) if a > c else "alpha <= c"))
@@ -1411,45 +1414,22 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
         f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
         f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding"
-        " wins), beside a bound from the paper:")
+        " wins):")
     print()
-    table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f"),
-           ("(1+alpha)/(1+c)", 17, ".3f")], [r[:3] + r[5:] for r in rows],
-          groups=[(f"k = {k}, measured", 1, 2), ("best, exact", 3, 4), ("Corollary 3.9", 5, 5)])
+    table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
+          [r[:3] + r[5:7] for r in rows], groups=[(f"k = {k}, measured", 1, 2), ("best, exact", 3, 4)])
     edge = [f"{r[0]:.3g}" for r in rows if a > r[0] and r[5] == 0]
     below = [f"{r[0]:.3g}" for r in rows if not isinstance(r[7], str) and r[6] < r[7] - 5e-4]
-    first = exact[0] - 1  # the first draft's pass rate, over where rounds of k = 1 start
+    slower_above = all((r[2] == "slower") == (r[0] > c_star + 1e-9) for r in rows)
+    wins = [r[0] for r in rows if r[5] > 0]
     print()
-    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), eq. 1's speedup at"
-        " k = 1.",
-        f"The exact best falls short of that promise at c = {', '.join(below)}." if below else
-        "The exact best keeps that promise at every c.",
-        f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
-    if abs(first - a) >= 5e-4:
-        print()
-        under_only = all(residual(TARGET[c], MIDDLING[c])[x] == 0 for c in range(len(TARGET))
-                         for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
-        r = round_starts(TARGET, MIDDLING)
-        beta = r.beta  # each row's chance that a draft passes, sum min(p, q)
-        lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
-        d = name(r.short)
-        starved = (f"After {and_list([repr(name(c)) for c in r.overs])}, q({d}) > p({d}), so redraws rarely give"
-                   f" '{d}': rounds start after '{d}' {r.start[r.short]:.3f} of the time, though '{d}' is"
-                   f" {r.text[r.short]:.3f} of the text."
-                   if r.most and r.start[r.short] < r.text[r.short] and under_only and r.left_out
-                   and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
-        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
-            f" depends on the token before it, its row's sum of min(p, q): from {beta[lo]:.3f} after '{name(lo)}' to"
-            f" {beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
-            "A round starts after the last round's final token: a bonus token, drawn from p, or a redraw.",
-            "A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
-            if under_only else "",
-            starved,
-            (f"And '{d}' is where drafts pass most often ({r.beta[r.short]:.3f}), so in" if starved else "So in") +
-            f" rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
-            f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
-            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "",
-            "The option --detail shows where rounds start.")
+    say(f"Above c* = {c_star:.3f}, k = {k} is slower than plain decoding." if slower_above else "",
+        f"A shorter k still wins up to c = {max(wins):.3g}; from c = {min(r[0] for r in rows if r[5] == 0):.3g}, no k"
+        " does" + (f", though at c = {', '.join(edge)} alpha = {a:.3f} > c." if edge else ".")
+        if wins and any(r[5] == 0 for r in rows) and all(r[5] == 0 for r in rows if r[0] > max(wins)) else
+        f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "",
+        "The option --detail holds that against the paper's Corollary 3.9, which promises a win whenever alpha > c."
+        if edge else "")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -1460,24 +1440,63 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
 
 
 def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
-    """Demo 5 in detail: where rounds of k = 1 start, exactly, against the
-    target's text, and why: a redraw never gives a token the draft
-    over-proposes after the token before it."""
+    """Demo 5 in detail: the paper's Corollary 3.9 against the exact best, why
+    it falls short (a draft's chance depends on the token before it, and rounds
+    do not start where the text does), and how rounds of k = 1 end, a redraw or
+    a bonus token, against the text."""
+    a, exact = pair_alpha(P, Q), np.array([exact_tokens_per_call(P, Q, j) for j in range(1, 17)])
+    costs = [r[0] for r in result.rows] if result is not None else sorted([*DEMO5_COSTS, break_even_c(
+        measure(P, Q, LESSON_K, seed=LESSON_RUN["seed"], n_rounds=LESSON_RUN["n_rounds"]).per_call, LESSON_K)])
+    rows = [(c, *fastest_k(speedup(exact, np.arange(1, 17), c)), (1 + a) / (1 + c)) for c in costs if a > c]
+    print()
+    say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), eq. 1's speedup at"
+        " k = 1. Against the exact best:")
+    print()
+    table([("c", 6, ".3f"), ("k", 5, "d"), ("speedup", 9, ".3f"), ("(1+alpha)/(1+c)", 17, ".3f")], rows,
+          groups=[("best, exact", 1, 2), ("Corollary 3.9", 3, 3)])
+    below = [f"{c:.3g}" for c, _, s, bound in rows if s < bound - 5e-4]
+    edge = [f"{c:.3g}" for c, kk, _, _ in rows if kk == 0]
+    first = exact[0] - 1  # the first draft's pass rate, over where rounds of k = 1 start
+    print()
+    say(f"The exact best falls short of that promise at c = {', '.join(below)}." if below else
+        "The exact best keeps that promise at every c.",
+        f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     r = round_starts(P, Q)
-    start, text, beta, short, overs, most = r.start, r.text, r.beta, r.short, r.overs, r.most
+    if abs(first - a) >= 5e-4:
+        print()
+        under_only = all(residual(P[c], Q[c])[x] == 0 for c in range(len(P))
+                         for x in range(len(P)) if Q[c, x] >= P[c, x])  # the residual's support: p > q
+        lo, hi = int(np.argmin(r.beta)), int(np.argmax(r.beta))  # each row's pass chance, sum min(p, q)
+        d = name(r.short)
+        starved = (f"After {and_list([repr(name(c)) for c in r.overs])}, q({d}) > p({d}), so redraws rarely give"
+                   f" '{d}': rounds start after '{d}' {r.start[r.short]:.3f} of the time, though '{d}' is"
+                   f" {r.text[r.short]:.3f} of the text."
+                   if r.most and r.start[r.short] < r.text[r.short] and under_only and r.left_out
+                   and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
+        say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
+            f" depends on the token before it, its row's sum of min(p, q): from {r.beta[lo]:.3f} after '{name(lo)}'"
+            f" to {r.beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
+            "A round starts after the last round's final token: a bonus token, drawn from p, or a redraw.",
+            "A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
+            if under_only else "",
+            starved,
+            (f"And '{d}' is where drafts pass most often ({r.beta[r.short]:.3f}), so in" if starved else "So in") +
+            f" rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
+            f"At c = {edge[0]} that gives (1 + {first:.3f}) / (1 + {edge[0]}) ="
+            f" {speedup(exact[0], 1, float(edge[0])):.2f}." if edge else "")
+    bonus, share = r.start - r.redrawn, r.redrawn.sum()
     print()
-    say("A round of k = 1 starts after the last round's redraw or bonus token. Where such rounds start, exactly,"
-        " against the text:")
+    say(f"A round of k = 1 ends on a redraw ({share:.3f} of rounds) or on a bonus token ({1 - share:.3f}). The token"
+        " each ends on, which the next round starts after, against the text:")
     print()
-    table([("after", 5, ">5"), ("in the text", 14, ".3f"), ("at round starts", 18, ".3f"),
-           ("a draft after it passes", 26, ".3f")], [(name(x), text[x], start[x], beta[x]) for x in range(len(text))])
+    table([("token", 5, ">5"), ("in the text", 14, ".3f"), ("after a redraw", 17, ".3f"),
+           ("after a bonus token", 21, ".3f")],
+          [(name(x), r.text[x], r.redrawn[x] / share, bonus[x] / (1 - share)) for x in range(len(r.text))])
     print()
-    say(f"After {and_list([repr(name(c)) for c in overs])} the draft over-proposes '{name(short)}' (q > p), so a"
-        f" redraw there never gives '{name(short)}'." if r.residual_led and r.left_out else "",
-        f"So rounds start after '{name(short)}' {start[short]:.3f} of the time, against {text[short]:.3f} of the"
-        " text" + (f", though drafts pass most often after it ({beta[short]:.3f})." if most else "."),
-        f"Weighted by round starts, the last column gives the first draft's pass rate, {start @ beta:.3f}; by the"
-        f" text, alpha, {text @ beta:.3f}.")
+    d = name(r.short)
+    say(f"After {and_list([repr(name(c)) for c in r.overs])} the draft over-proposes '{d}' (q > p), so a redraw there"
+        f" never gives '{d}': redraws give '{d}' {r.redrawn[r.short] / share:.3f} of the time, against"
+        f" {r.text[r.short]:.3f} of the text." if r.residual_led and r.left_out else "")
 
 
 def round_starts(P, Q):
@@ -3973,7 +3992,7 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3):
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
         f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"
-        " the next round, and where a round starts sets how far it gets (demo 5)." if twins else "",
+        " the next round, and where a round starts sets how far it gets (demo 5, --detail)." if twins else "",
         "The option --detail plots tokens per call against exact TV, and tries typical's settings with a token"
         " drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
@@ -4199,7 +4218,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
         f"Take two draft models for the target, whose tokens are a..f. Their rates shift a little with k, since where"
-        f" rounds start (demo 5) depends on k. Their rates at k = {k_max}, computed exactly:")
+        f" rounds start (demo 5, --detail) depends on k. Their rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()

@@ -337,8 +337,9 @@ def test_demo4_the_best_k_sentence_names_the_largest_speedups(demo):
                                                   for k in range(1, 13)])
 
 
-def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds_c(demo):
+def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     result, text = demo["5"]
+    flat_text = " ".join(text.split())
     alpha = sd.pair_alpha(sd.TARGET, sd.MIDDLING)
     for c, s, slower, k_eq, s_eq, k_ex, s_ex, bound in result.rows:
         assert (slower == "slower") == (s < 1 - 1e-9)
@@ -350,71 +351,72 @@ def test_demo5_slower_where_below_one_and_the_corollary_only_where_alpha_exceeds
     exact = np.array([sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, j) for j in range(1, 17)])
     edge = [c for c in (r[0] for r in result.rows) if alpha > c and sd.speedup(exact, np.arange(1, 17), c).max() < 1]
     assert result.edge == [f"{c:.3g}" for c in edge] == ["0.7"]
-    assert "At c = 0.7 no k wins, though alpha = 0.703 > c." in text
-    flat_text = " ".join(text.split())
-    beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
-    ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
-    start, pi, d = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET), sd.TOKENS.index("d")
-    redrawn = start @ ends[:, 0]
-    assert beta.argmax() == d and start[d] < pi[d] and redrawn[d] / redrawn.sum() < pi[d]  # redraws starve 'd'
-    assert 1 - beta[0] == pytest.approx(0.441, abs=5e-4)  # after 'a': demo 1's rejection chance
-    assert ("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
-            f" depends on the token before it, its row's sum of min(p, q): from {beta.min():.3f} after"
-            f" '{sd.TOKENS[beta.argmin()]}' to {beta.max():.3f} after '{sd.TOKENS[beta.argmax()]}'. Alpha averages these"
-            " over the target's text. A round starts after the last round's final token: a bonus token, drawn from p,"
-            " or a redraw. A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
-            " After 'a', 'c' and 'd', q(d) > p(d), so redraws rarely give 'd': rounds start after 'd'"
-            f" {start[d]:.3f} of the time, though 'd' is {pi[d]:.3f} of the text. And 'd' is where drafts pass most"
-            f" often ({beta[d]:.3f}), so in rounds of k = 1 the first draft passes"
-            f" {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7"
-            f" that gives (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}. The option --detail shows where"
-            " rounds start.") in flat_text
-    assert exact[0] / 1.7 < 1
     # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
     m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
+    c_star = (m.per_call - 1) / 4
     assert f"In demo 3 the middling draft measured {m.per_call:.2f} tokens per call at k = 4 (exactly {exact[3]:.2f})" in text
     assert [r for r in demo["4"][0] if r[0] == 4][0][2] == m.per_call
+    wins = [c for c in (r[0] for r in result.rows) if sd.speedup(exact, np.arange(1, 17), c).max() > 1]
+    assert (max(wins), min(r[0] for r in result.rows if r[0] not in wins)) == (0.6, 0.7)
+    assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k still wins up to c = 0.6; from"
+            f" c = 0.7, no k does, though at c = 0.7 alpha = {alpha:.3f} > c. The option --detail holds that against"
+            " the paper's Corollary 3.9, which promises a win whenever alpha > c.") in flat_text
+    assert "Corollary 3.9 (1+alpha)/(1+c)" not in flat_text  # the bound's column is the detail's
     assert "Takeaway: every draft costs c, kept or not" in text and "alpha > c alone does not promise a win" in text
     # the bound fails wherever the exact best (a scan over k, or plain decoding) falls short of it
     below = [f"{c:.3g}" for c in (r[0] for r in result.rows) if alpha > c
              and max(1.0, sd.speedup(exact, np.arange(1, 17), c).max()) < (1 + alpha) / (1 + c) - 5e-4]
-    assert below == result.below and f"The exact best falls short of that promise at c = {', '.join(below)}." in text
+    assert below == result.below == ["0.442", "0.6", "0.7"]
 
 
-def test_demo5_says_a_redraw_is_under_proposed_only_while_the_residual_makes_it_so():
-    # with the residual edited to p, a redraw can give an over-proposed token: neither demo 5 nor its detail may say
-    # it cannot
-    m = sd.bugged("no_resample")
-    for f in (m.demo5_break_even, m.demo5_detail):
-        flat = " ".join(printed(f)[1].split())
-        assert "under-proposes: the residual" not in flat and "never gives" not in flat
-    assert "under-proposes: the residual gives no other" in " ".join(printed(sd.demo5_break_even)[1].split())
-    assert "never gives 'd'" in " ".join(printed(sd.demo5_detail)[1].split())
+def test_demo5_in_detail_says_a_redraw_is_under_proposed_only_while_the_residual_makes_it_so():
+    # with the residual edited to p, a redraw can give an over-proposed token: the detail may not say it cannot
+    flat = " ".join(printed(sd.bugged("no_resample").demo5_detail)[1].split())
+    assert "under-proposes: the residual" not in flat and "never gives" not in flat
+    flat = " ".join(printed(sd.demo5_detail)[1].split())
+    assert "under-proposes: the residual gives no other" in flat and "never gives 'd'" in flat
 
 
-def test_demo5_in_detail_where_rounds_start_and_why():
+def test_demo5_in_detail_the_corollary_why_it_falls_short_and_how_rounds_end():
     flat_text = " ".join(printed(sd.demo5_detail)[1].split())
-    exact1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1)
-    # where rounds start, against the text: 'd' is the token furthest under, and drafts pass most often after it;
-    # the rounds that start after a redrawn token hold few 'd's, and they make most of the shortfall
+    alpha = sd.pair_alpha(sd.TARGET, sd.MIDDLING)
+    exact = np.array([sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, j) for j in range(1, 17)])
+    # the corollary's bound against the exact best, wherever alpha > c
+    assert "The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c)" in flat_text
+    for c in (0.05, 0.1, 0.2, 0.3, 0.6, 0.7):
+        k, s = sd.fastest_k(sd.speedup(exact, np.arange(1, 17), c))
+        assert f"{c:.3f} {k} {s:.3f} {(1 + alpha) / (1 + c):.3f}" in flat_text
+    assert "The exact best falls short of that promise at c = 0.442, 0.6, 0.7." in flat_text
+    # why: where rounds of k = 1 start, against the text; 'd' is the token furthest under, and drafts pass most often
+    # after it; the rounds that start after a redrawn token hold few 'd's, and they make most of the shortfall
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
     start, pi = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET)
     redrawn, kept = start @ ends[:, 0], start @ ends[:, 1]
     beta, d = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1), sd.TOKENS.index("d")
     assert d == np.argmin(start - pi) == np.argmax(beta) and start[d] < pi[d]
     assert redrawn.sum() * pi[d] - redrawn[d] > kept.sum() * pi[d] - kept[d] > 0
-    assert redrawn[d] / redrawn.sum() < pi[d]  # redraws avoid 'd'
+    assert start @ beta == pytest.approx(exact[0] - 1, abs=1e-12)  # the 0.691, weighted by round starts
+    assert 1 - beta[0] == pytest.approx(0.441, abs=5e-4)  # after 'a': demo 1's rejection chance
     over = list(np.flatnonzero(sd.MIDDLING[:, d] > sd.TARGET[:, d]))  # rows whose residual leaves 'd' out
     assert [sd.name(c) for c in over] == ["a", "c", "d"]
     assert all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in over)
-    for x in range(sd.VOCAB):  # the table: the text's share, the round starts' share, a draft's pass chance after x
-        assert f"{sd.name(x)} {pi[x]:.3f} {start[x]:.3f} {beta[x]:.3f}" in flat_text
-    assert ("After 'a', 'c' and 'd' the draft over-proposes 'd' (q > p), so a redraw there never gives 'd'. So rounds"
-            f" start after 'd' {start[d]:.3f} of the time, against {pi[d]:.3f} of the text, though drafts pass most"
-            f" often after it ({beta[d]:.3f}).") in flat_text
-    assert start @ beta == pytest.approx(exact1 - 1, abs=1e-12)  # the 0.691, the same number two ways
-    assert (f"Weighted by round starts, the last column gives the first draft's pass rate, {exact1 - 1:.3f}; by the"
-            f" text, alpha, {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}.") in flat_text
+    assert ("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
+            f" depends on the token before it, its row's sum of min(p, q): from {beta.min():.3f} after 'a' to"
+            f" {beta.max():.3f} after 'd'. Alpha averages these over the target's text. A round starts after the last"
+            " round's final token: a bonus token, drawn from p, or a redraw. A redraw gives only tokens the draft"
+            " under-proposes: the residual gives no other (demo 1). After 'a', 'c' and 'd', q(d) > p(d), so redraws"
+            f" rarely give 'd': rounds start after 'd' {start[d]:.3f} of the time, though 'd' is {pi[d]:.3f} of the"
+            f" text. And 'd' is where drafts pass most often ({beta[d]:.3f}), so in rounds of k = 1 the first draft"
+            f" passes {exact[0] - 1:.3f} of the time, not {alpha:.3f}. At c = 0.7 that gives"
+            f" (1 + {exact[0] - 1:.3f}) / (1 + 0.7) = {exact[0] / 1.7:.2f}.") in flat_text
+    # how rounds end: a redraw or a bonus token, and the token each leaves
+    share = redrawn.sum()
+    assert share == pytest.approx(1 - (exact[0] - 1), abs=1e-12)
+    assert f"A round of k = 1 ends on a redraw ({share:.3f} of rounds) or on a bonus token ({1 - share:.3f})." in flat_text
+    for x in range(sd.VOCAB):
+        assert f"{sd.name(x)} {pi[x]:.3f} {redrawn[x] / share:.3f} {kept[x] / (1 - share):.3f}" in flat_text
+    assert ("After 'a', 'c' and 'd' the draft over-proposes 'd' (q > p), so a redraw there never gives 'd': redraws"
+            f" give 'd' {redrawn[d] / share:.3f} of the time, against {pi[d]:.3f} of the text.") in flat_text
 
 
 def test_demo6_the_roofline_the_batch_and_their_sentences(demo):

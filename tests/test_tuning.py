@@ -326,7 +326,8 @@ def test_chapter19_says_rates_read_at_one_k_shift_with_k(in_process):
     at8 = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0]
     at1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert abs(at8 - at1) > 0.01
-    assert ("Their rates shift a little with k, since where rounds start (demo 5) depends on k. Their rates at k ="
+    assert ("Their rates shift a little with k, since where rounds start (demo 5, --detail) depends on k. Their rates"
+            " at k ="
             " 8, computed exactly:") in text
     # the search prices chains exactly and the tree at its one sampled figure, and says so
     tree = in_process[0]["19"].buckets[0][2]

@@ -1348,7 +1348,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Agrees: within {FIT_Z} standard errors (+-) of exact.",
         "Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
-        "Eq. 1 runs a little off (demo 5's --detail says why)." if any(
+        "Eq. 1 runs a little off (demo 5 says why)." if any(
             r[5] is not None and abs(r[4] - r[5]) >= 5e-3 for r in rows) else "")
     tokens = [r[5] for r in rows if r[5] is not None]
     takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
@@ -1425,11 +1425,18 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     print()
     say(f"Above c* = {c_star:.3f}, k = {k} is slower than plain decoding." if slower_above else "",
         f"A shorter k still wins up to c = {max(wins):.3g}; from c = {min(r[0] for r in rows if r[5] == 0):.3g}, no k"
-        " does" + (f", though at c = {', '.join(edge)} alpha = {a:.3f} > c." if edge else ".")
-        if wins and any(r[5] == 0 for r in rows) and all(r[5] == 0 for r in rows if r[0] > max(wins)) else
-        f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "",
-        "The option --detail holds that against the paper's Corollary 3.9, which promises a win whenever alpha > c."
-        if edge else "")
+        " does." if wins and any(r[5] == 0 for r in rows) and all(r[5] == 0 for r in rows if r[0] > max(wins)) else
+        "")
+    if edge:
+        e = float(edge[0])
+        print()
+        say(f"Yet at c = {edge[0]}, alpha = {a:.3f} > c, and the paper's Corollary 3.9 promises a win whenever"
+            f" alpha > c. It assumes every draft passes with chance alpha, so that k = 1 makes 1 + alpha = {1 + a:.3f}"
+            " tokens per call.",
+            f"But rounds do not start at typical points of the text: k = 1 makes {exact[0]:.3f} (demo 4), and"
+            f" {exact[0]:.3f} / (1 + {edge[0]}) = {speedup(exact[0], 1, e):.2f}." if abs(exact[0] - 1 - a) >= 5e-4
+            and speedup(exact[0], 1, e) < 1 else "",
+            "The option --detail shows where rounds start.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often; alpha > c alone"
              " does not promise a win.",
@@ -3992,7 +3999,7 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3):
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
         f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"
-        " the next round, and where a round starts sets how far it gets (demo 5, --detail)." if twins else "",
+        " the next round, and where a round starts sets how far it gets (demo 5)." if twins else "",
         "The option --detail plots tokens per call against exact TV, and tries typical's settings with a token"
         " drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
@@ -4218,7 +4225,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
         f"Take two draft models for the target, whose tokens are a..f. Their rates shift a little with k, since where"
-        f" rounds start (demo 5, --detail) depends on k. Their rates at k = {k_max}, computed exactly:")
+        f" rounds start (demo 5) depends on k. Their rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
@@ -4259,7 +4266,7 @@ def demo19_tuning(**how):
         " within",
         f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
-        f"The search's tree is best up to B = {check.tree_last}" + demo19_tree_end(check, nodes, n_ctx) if
+        f"In the search, the tree is best up to B = {check.tree_last}" + demo19_tree_end(check, nodes, n_ctx) if
         check.tree_last else "The tree is the best choice at no B here.",
         f"The plan keeps the tree to B = {planned}, within its {tol:.1%}." if check.tree_last and planned and
         planned != check.tree_last and check.worst <= tol else "")
@@ -4319,8 +4326,8 @@ def demo19_tree_end(check, nodes, n_ctx):
         1, n_ctx, draft=after.drafter.cost)
     return (f"; then {after.drafter.name}'s {after.shape} wins" +
             (f": the tree's {nodes} positions cross the ridge there." if crossing == check.tree_last + 1 else
-             f", as {after.drafter.name}'s c keeps falling with B" + (
-                 f", while the tree's {nodes} positions cross the ridge only at B = {crossing:,}." if crossing
+             f", because {after.drafter.name}'s c keeps falling with B" + (
+                 f", before the tree's {nodes}-position check crosses the ridge at B = {crossing:,}." if crossing
                  and crossing > check.tree_last + 1 else ".") if falling else "."))
 
 
@@ -5040,8 +5047,8 @@ LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the tar
 checks them in one call. A rejection rule keeps the output exactly the
 target's (Leviathan, Kalman & Matias 2023: "the paper").
   table   a model: row x is the next-token distribution after token x (a..f)
-  blend w a draft: w times the target plus (1 - w) times an unrelated
-          table; the middling draft is w = {MIDDLING_WEIGHT:g}
+  blend   a draft made of w times the target plus (1 - w) times an
+          unrelated table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call that scores all k+1 positions at
           once, for about the cost of one (demo 6 shows why); if all k

@@ -292,9 +292,9 @@ def test_chapter19_says_where_the_search_and_the_plan_keep_the_tree_and_what_win
     assert past > last + 1
     big = after.drafter.cost
     assert sd.draft_cost(last + 1, 512, draft=big) < sd.draft_cost(1, 512, draft=big)
-    assert (f"The search's tree is best up to B = {last}; then big's {after.shape} wins, as big's c keeps falling"
-            f" with B, while the tree's 15 positions cross the ridge only at B = {past}. The plan keeps the tree to"
-            f" B = {planned}, within its 0.5%.") in text
+    assert (f"In the search, the tree is best up to B = {last}; then big's {after.shape} wins, because big's c keeps"
+            f" falling with B, before the tree's 15-position check crosses the ridge at B = {past}. The plan keeps the"
+            f" tree to B = {planned}, within its 0.5%.") in text
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one_drafter(in_process):
@@ -326,7 +326,7 @@ def test_chapter19_says_rates_read_at_one_k_shift_with_k(in_process):
     at8 = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0]
     at1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert abs(at8 - at1) > 0.01
-    assert ("Their rates shift a little with k, since where rounds start (demo 5, --detail) depends on k. Their rates"
+    assert ("Their rates shift a little with k, since where rounds start (demo 5) depends on k. Their rates"
             " at k ="
             " 8, computed exactly:") in text
     # the search prices chains exactly and the tree at its one sampled figure, and says so

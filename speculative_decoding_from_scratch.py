@@ -1430,11 +1430,18 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     if edge:
         e = float(edge[0])
         print()
+        r = round_starts(TARGET, MIDDLING)
+        under_only = all(residual(TARGET[c], MIDDLING[c])[x] == 0 for c in range(len(TARGET))
+                         for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
+        lower = r.start @ r.beta < r.text @ r.beta - 5e-4  # drafts pass less often where rounds start
         say(f"Yet at c = {edge[0]}, alpha = {a:.3f} > c, and the paper's Corollary 3.9 promises a win whenever"
             f" alpha > c. It assumes every draft passes with chance alpha, so that k = 1 makes 1 + alpha = {1 + a:.3f}"
             " tokens per call.",
-            f"But rounds do not start at typical points of the text: k = 1 makes {exact[0]:.3f} (demo 4), and"
-            f" {exact[0]:.3f} / (1 + {edge[0]}) = {speedup(exact[0], 1, e):.2f}." if abs(exact[0] - 1 - a) >= 5e-4
+            "But a round starts right after the last round's redraw or bonus token, and a redraw is only ever a"
+            " token the draft under-proposes (demo 1)." if under_only else
+            "But a round starts right after the last round's redraw or bonus token.",
+            f"So rounds start where drafts pass less often than on average: k = 1 makes {exact[0]:.3f} (demo 4), and"
+            f" {exact[0]:.3f} / (1 + {edge[0]}) = {speedup(exact[0], 1, e):.2f}." if lower
             and speedup(exact[0], 1, e) < 1 else "",
             "The option --detail shows where rounds start.")
     speeds = [r[1] for r in rows]
@@ -3399,8 +3406,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     print()
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has two tokens and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3;",
-        f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the ideal: a bound that no"
-        " verifier keeping the target's distribution exceeds. Drafts 1 to i",
+        f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
+        " ideal: a bound that no verifier keeping the target's distribution exceeds. Drafts 1 to i",
         "come from q and the output's first i tokens from p. Two such samples are equal with chance at most 1",
         "minus their TV, so drafts 1 to i are all kept at most that often. The ideal adds this up over i.")
     print()
@@ -3999,10 +4006,25 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3):
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
         f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"
-        " the next round, and where a round starts sets how far it gets (demo 5)." if twins else "",
-        "The option --detail plots tokens per call against exact TV, and tries typical's settings with a token"
+        " the next round, and where a round starts sets how far it gets (demo 5)." if twins else "")
+    print()
+    say(demo18_strict_words(rows),
+        "The option --detail plots tokens per call against exact TV, and tries each typical setting with a token"
         " drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
+
+
+def demo18_strict_words(rows):
+    """Why typical's strict setting sits farther from the target than its
+    defaults, where the exact TVs say so: its argmax fallbacks."""
+    fallbacks = {r[0]: r for r in typical_fallback_rows()}
+    shipped = fallbacks.get(setting_text(TYPICAL_SHIPPED))
+    strict = min(fallbacks.values(), key=lambda r: r[1])  # the fewest tokens per call: the most rejections
+    if shipped is None or strict is shipped or not (strict[2] > shipped[2] and strict[3] < strict[2] / 2):
+        return ""
+    return (f"Typical's strict ({strict[0]}) is farther from the target than its defaults mostly through its argmax"
+            f" fallbacks: with a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
+            f" {strict[3]:.4f}.")
 
 
 def frontier(rows, width=56, height=8, top=0.8):
@@ -4030,10 +4052,10 @@ def frontier(rows, width=56, height=8, top=0.8):
         say("Sharing a cell: " + "; ".join(shared) + ".")
 
 
-def typical_fallbacks(k=3, ctx=5, n=3):
-    """Chapter 18 in detail: why typical's strict setting is farther from the
-    target than its defaults. Each setting's exact TV, as shipped (the argmax
-    after a rejection) and with a token drawn from p there instead."""
+def typical_fallback_rows(k=3, ctx=5, n=3):
+    """Each of chapter 18's typical settings: (setting, tokens per call, its
+    exact TV as shipped, with the argmax after a rejection, and with a token
+    drawn from p there instead)."""
     truth = target_first_tokens(TARGET, ctx, n)
     rows = []
     for e, a in TYPICAL_SETTINGS:
@@ -4041,6 +4063,14 @@ def typical_fallbacks(k=3, ctx=5, n=3):
         sampled = rule._replace(replacement=lambda p, q, x: p)  # after a rejection, a token from p
         (joint, per_call), (joint_p, _) = (lossy_exact(TARGET, MIDDLING, r, ctx, n, k) for r in (rule, sampled))
         rows.append((setting_text((e, a)), per_call, tv_distance(joint, truth), tv_distance(joint_p, truth)))
+    return rows
+
+
+def typical_fallbacks(k=3, ctx=5, n=3):
+    """Chapter 18 in detail: why typical's strict setting is farther from the
+    target than its defaults. Each setting's exact TV, as shipped (the argmax
+    after a rejection) and with a token drawn from p there instead."""
+    rows = typical_fallback_rows(k, ctx, n)
     print()
     say(f"Typical's exact TV of the first {n} tokens, as shipped (after a rejection, the argmax) and with a token"
         " drawn from p there instead:")

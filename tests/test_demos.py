@@ -361,9 +361,15 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k still wins up to c = 0.6; from"
             f" c = 0.7, no k does. Yet at c = 0.7, alpha = {alpha:.3f} > c, and the paper's Corollary 3.9 promises a"
             " win whenever alpha > c. It assumes every draft passes with chance alpha, so that k = 1 makes 1 + alpha ="
-            f" {1 + alpha:.3f} tokens per call. But rounds do not start at typical points of the text: k = 1 makes"
-            f" {exact[0]:.3f} (demo 4), and {exact[0]:.3f} / (1 + 0.7) = {exact[0] / 1.7:.2f}. The option --detail"
-            " shows where rounds start.") in flat_text
+            f" {1 + alpha:.3f} tokens per call. But a round starts right after the last round's redraw or bonus token,"
+            " and a redraw is only ever a token the draft under-proposes (demo 1). So rounds start where drafts pass"
+            f" less often than on average: k = 1 makes {exact[0]:.3f} (demo 4), and {exact[0]:.3f} / (1 + 0.7) ="
+            f" {exact[0] / 1.7:.2f}. The option --detail shows where rounds start.") in flat_text
+    # where rounds start, drafts pass less often: each row's pass chance weighted by round starts, against the text
+    ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)
+    start, pi = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET)
+    beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
+    assert start @ beta == pytest.approx(exact[0] - 1, abs=1e-12) and start @ beta < pi @ beta
     assert f"{exact[0]:.2f}" in " ".join(demo["4"][1].split().__iter__()) and exact[0] / 1.7 < 1 < (1 + alpha) / 1.7
     assert "Corollary 3.9 (1+alpha)/(1+c)" not in flat_text  # the bound's column is the detail's
     assert "Takeaway: every draft costs c, kept or not" in text and "alpha > c alone does not promise a win" in text
@@ -377,6 +383,9 @@ def test_demo5_in_detail_says_a_redraw_is_under_proposed_only_while_the_residual
     # with the residual edited to p, a redraw can give an over-proposed token: the detail may not say it cannot
     flat = " ".join(printed(sd.bugged("no_resample").demo5_detail)[1].split())
     assert "under-proposes: the residual" not in flat and "never gives" not in flat
+    lesson = " ".join(printed(sd.bugged("no_resample").demo5_break_even)[1].split())
+    assert "only ever a token the draft under-proposes" not in lesson
+    assert "only ever a token the draft under-proposes" in " ".join(printed(sd.demo5_break_even)[1].split())
     flat = " ".join(printed(sd.demo5_detail)[1].split())
     assert "under-proposes: the residual gives no other" in flat and "never gives 'd'" in flat
 

@@ -162,6 +162,16 @@ def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fal
     assert f"The loose (0.01, 0.03) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to" in text
 
 
+def test_chapter18_puts_the_strict_settings_distance_on_its_argmax_fallbacks(in_process):
+    text = flat(section(in_process[1], "18"))
+    rows = {r[0]: r for r in sd.typical_fallback_rows()}
+    strict = rows["0.3, 0.9"]
+    assert strict[2] > rows["0.09, 0.3"][2] and strict[3] < strict[2] / 2
+    assert ("Typical's strict (0.3, 0.9) is farther from the target than its defaults mostly through its argmax"
+            f" fallbacks: with a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
+            f" {strict[3]:.4f}.") in text
+
+
 def test_chapter22_counts_the_greedy_texts_each_rule_changes(in_process):
     rows, text = in_process[0]["22"], flat(section(in_process[1], "22"))
     greedy = {(r[0], r[1]): r for r in rows}

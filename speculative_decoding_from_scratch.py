@@ -3618,7 +3618,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "Token 2 stays exact by a property of these tables. The two residuals differ for token 2 only when a"
-                f" block ends at position 1 with w_1 < 1, and after '{name(ctx)}' that never happens: there h_1 is 0."
+                f" block ends at position 1 with w_1 < 1, and after '{name(ctx)}' that never happens: wherever w_1 < 1"
+                " there, h_1 is 0."
                 if label == "tokenwise_residual"
                 and first_bad == 3 and never and any(w < 1 for w in w1) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]

@@ -585,7 +585,7 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
         w1 = min(1.0, p[x] / q[x])
         assert w1 == 1 or np.maximum(w1 * sd.TARGET[x] - sd.MIDDLING[x], 0).sum() == 0
     assert ("Token 2 stays exact by a property of these tables. The two residuals differ for token 2 only when a block"
-            " ends at position 1 with w_1 < 1, and after 'f' that never happens: there h_1 is 0.") in flat
+            " ends at position 1 with w_1 < 1, and after 'f' that never happens: wherever w_1 < 1 there, h_1 is 0.") in flat
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     assert min(kept.values()) > block_kept and f"drafts per round, block verification {block_kept:.2f}." in flat

@@ -1440,7 +1440,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
             "But a round starts right after the last round's redraw or bonus token, and a redraw is only ever a"
             " token the draft under-proposes (demo 1)." if under_only else
             "But a round starts right after the last round's redraw or bonus token.",
-            f"So rounds start where drafts pass less often than on average: k = 1 makes {exact[0]:.3f} (demo 4), and"
+            f"With these tables, that leaves rounds starting where drafts pass less often than on average: k = 1"
+            f" makes {exact[0]:.3f} (demo 4), and"
             f" {exact[0]:.3f} / (1 + {edge[0]}) = {speedup(exact[0], 1, e):.2f}." if lower
             and speedup(exact[0], 1, e) < 1 else "",
             "The option --detail shows where rounds start.")
@@ -3946,7 +3947,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
                         " spread. q is never read. After a rejection: the argmax. Setting: eps, s"
                         " (posterior_threshold, posterior_alpha)."),
-            ("medusa", "typical's rule, but its bonus token is the argmax."),
+            ("medusa", "Medusa's own version: typical's rule, but its bonus token is the argmax."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
                        " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
         print("\n".join(textwrap.wrap(words, 78, initial_indent=f"  {rule:<15}", subsequent_indent=" " * 17)))
@@ -4025,7 +4026,8 @@ def demo18_strict_words(rows):
         return ""
     setting = next(s for s in TYPICAL_SETTINGS if setting_text(s) == strict[1])
     from_p = typical_from_p_tv(*setting)
-    return (f"Typical's strict ({strict[1]}) is farther from the target than its defaults mostly through its argmax"
+    return (f"Typical's strict ({strict[1]}) is farther from the target than its defaults ({shipped[1]}) mostly"
+            " through its argmax"
             f" fallbacks: with a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
             f" {from_p:.4f}." if from_p < strict[2] / 2 else "")
 

@@ -362,8 +362,8 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
             f" c = 0.7, no k does. Yet at c = 0.7, alpha = {alpha:.3f} > c, and the paper's Corollary 3.9 promises a"
             " win whenever alpha > c. It assumes every draft passes with chance alpha, so that k = 1 makes 1 + alpha ="
             f" {1 + alpha:.3f} tokens per call. But a round starts right after the last round's redraw or bonus token,"
-            " and a redraw is only ever a token the draft under-proposes (demo 1). So rounds start where drafts pass"
-            f" less often than on average: k = 1 makes {exact[0]:.3f} (demo 4), and {exact[0]:.3f} / (1 + 0.7) ="
+            " and a redraw is only ever a token the draft under-proposes (demo 1). With these tables, that leaves rounds"
+            f" starting where drafts pass less often than on average: k = 1 makes {exact[0]:.3f} (demo 4), and {exact[0]:.3f} / (1 + 0.7) ="
             f" {exact[0] / 1.7:.2f}. The option --detail shows where rounds start.") in flat_text
     # where rounds start, drafts pass less often: each row's pass chance weighted by round starts, against the text
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 1)

@@ -2935,7 +2935,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
-        f" of {n_text} characters: at each position the target's row sorts the characters into bins by their chance"
+        f" of {n_text} characters. At each position the target's row sorts the characters into bins by their chance"
         f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
         " one written lands in one bin. Over the text, each bin should catch as many as the chances the rows"
         " put in it add up to. This text, and so the fit, differs between Python versions, whose documentation"
@@ -4028,7 +4028,7 @@ def demo18_strict_words(rows):
     from_p = typical_from_p_tv(*setting)
     return (f"Typical's strict ({strict[1]}) is farther from the target than its defaults ({shipped[1]}) mostly"
             " through its argmax"
-            f" fallbacks: with a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
+            f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
             f" {from_p:.4f}." if from_p < strict[2] / 2 else "")
 
 
@@ -4366,7 +4366,7 @@ def demo19_tree_end(check, nodes, n_ctx):
         1, n_ctx, draft=after.drafter.cost)
     return (f"; then {after.drafter.name}'s {after.shape} wins" +
             (f": the tree's {nodes} positions cross the ridge there." if crossing == check.tree_last + 1 else
-             f", because {after.drafter.name}'s c keeps falling with B" + (
+             f". It wins because {after.drafter.name}'s c keeps falling with B" + (
                  f", before the tree's {nodes}-position check crosses the ridge at B = {crossing:,}." if crossing
                  and crossing > check.tree_last + 1 else ".") if falling else "."))
 

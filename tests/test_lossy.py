@@ -169,7 +169,7 @@ def test_chapter18_puts_the_strict_settings_distance_on_its_argmax_fallbacks(in_
     assert strict[2] > rows["0.09, 0.3"][2] and strict[3] < strict[2] / 2
     assert ("Typical's strict (0.3, 0.9) is farther from the target than its defaults (0.09, 0.3) mostly through its"
             " argmax"
-            f" fallbacks: with a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
+            f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
             f" {strict[3]:.4f}.") in text
 
 

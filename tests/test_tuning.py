@@ -292,8 +292,8 @@ def test_chapter19_says_where_the_search_and_the_plan_keep_the_tree_and_what_win
     assert past > last + 1
     big = after.drafter.cost
     assert sd.draft_cost(last + 1, 512, draft=big) < sd.draft_cost(1, 512, draft=big)
-    assert (f"In the search, the tree is best up to B = {last}; then big's {after.shape} wins, because big's c keeps"
-            f" falling with B, before the tree's 15-position check crosses the ridge at B = {past}. The plan keeps the"
+    assert (f"In the search, the tree is best up to B = {last}; then big's {after.shape} wins. It wins because big's c"
+            f" keeps falling with B, before the tree's 15-position check crosses the ridge at B = {past}. The plan keeps the"
             f" tree to B = {planned}, within its 0.5%.") in text
 
 

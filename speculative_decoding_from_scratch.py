@@ -1431,14 +1431,12 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         e = float(edge[0])
         print()
         r = round_starts(TARGET, MIDDLING)
-        under_only = all(residual(TARGET[c], MIDDLING[c])[x] == 0 for c in range(len(TARGET))
-                         for x in range(VOCAB) if MIDDLING[c, x] >= TARGET[c, x])  # the residual's support: p > q
         lower = r.start @ r.beta < r.text @ r.beta - 5e-4  # drafts pass less often where rounds start
         say(f"Yet at c = {edge[0]}, alpha = {a:.3f} > c, and the paper's Corollary 3.9 promises a win whenever"
             f" alpha > c. It assumes every draft passes with chance alpha, so that k = 1 makes 1 + alpha = {1 + a:.3f}"
             " tokens per call.",
             "But a round starts right after the last round's redraw or bonus token, and a redraw is only ever a"
-            " token the draft under-proposes (demo 1)." if under_only else
+            " token the draft under-proposes (demo 1)." if r.under_only else
             "But a round starts right after the last round's redraw or bonus token.",
             f"With these tables, that leaves rounds starting where drafts pass less often than on average: k = 1"
             f" makes {exact[0]:.3f} (demo 4), and"
@@ -1477,23 +1475,21 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
         "The exact best keeps that promise at every c.",
         f"At c = {', '.join(edge)} no k wins, though alpha = {a:.3f} > c." if edge else "")
     r = round_starts(P, Q)
+    d = name(r.short)
     if abs(first - a) >= 5e-4:
         print()
-        under_only = all(residual(P[c], Q[c])[x] == 0 for c in range(len(P))
-                         for x in range(len(P)) if Q[c, x] >= P[c, x])  # the residual's support: p > q
         lo, hi = int(np.argmin(r.beta)), int(np.argmax(r.beta))  # each row's pass chance, sum min(p, q)
-        d = name(r.short)
         starved = (f"After {and_list([repr(name(c)) for c in r.overs])}, q({d}) > p({d}), so redraws rarely give"
                    f" '{d}': rounds start after '{d}' {r.start[r.short]:.3f} of the time, though '{d}' is"
                    f" {r.text[r.short]:.3f} of the text."
-                   if r.most and r.start[r.short] < r.text[r.short] and under_only and r.left_out
+                   if r.most and r.start[r.short] < r.text[r.short] and r.under_only and r.left_out
                    and r.redrawn[r.short] / r.redrawn.sum() < r.text[r.short] else "")
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
             f" depends on the token before it, its row's sum of min(p, q): from {r.beta[lo]:.3f} after '{name(lo)}'"
             f" to {r.beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
             "A round starts after the last round's final token: a bonus token, drawn from p, or a redraw.",
             "A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
-            if under_only else "",
+            if r.under_only else "",
             starved,
             (f"And '{d}' is where drafts pass most often ({r.beta[r.short]:.3f}), so in" if starved else "So in") +
             f" rounds of k = 1 the first draft passes {first:.3f} of the time, not {a:.3f}.",
@@ -1508,7 +1504,6 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
            ("after a bonus token", 21, ".3f")],
           [(name(x), r.text[x], r.redrawn[x] / share, bonus[x] / (1 - share)) for x in range(len(r.text))])
     print()
-    d = name(r.short)
     say(f"After {and_list([repr(name(c)) for c in r.overs])} the draft over-proposes '{d}' (q > p), so a redraw there"
         f" never gives '{d}': redraws give '{d}' {r.redrawn[r.short] / share:.3f} of the time, against"
         f" {r.text[r.short]:.3f} of the text." if r.residual_led and r.left_out else "")
@@ -1523,8 +1518,9 @@ def round_starts(P, Q):
     rounds start after least often against the text; overs, the tokens after
     which the draft over-proposes it (q > p: a redraw there should never give
     it); left_out, whether the residual stage indeed leaves it out there;
-    most, whether drafts pass most often after it; and residual_led, whether
-    redraws make most of its shortfall."""
+    under_only, whether the residual stage gives, in every row, only tokens
+    the draft under-proposes (p > q); most, whether drafts pass most often
+    after it; and residual_led, whether redraws make most of its shortfall."""
     ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
     start = stationary(ends.sum(axis=1))
     text, beta, redrawn = stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, 0]
@@ -1534,8 +1530,11 @@ def round_starts(P, Q):
         (1 - share) * text[short] - bonus[short])
     overs = list(np.flatnonzero(Q[:, short] > P[:, short]))
     left_out = bool(overs) and all(residual(P[c], Q[c])[short] == 0 for c in overs)  # as the residual stage says
+    under_only = all(residual(P[c], Q[c])[x] == 0 for c in range(len(P))  # the residual's support: p > q only
+                     for x in range(len(P)) if Q[c, x] >= P[c, x])
     return SimpleNamespace(start=start, text=text, beta=beta, redrawn=redrawn, short=short, overs=overs,
-                           left_out=left_out, most=short == int(np.argmax(beta)), residual_led=residual_led)
+                           left_out=left_out, under_only=under_only, most=short == int(np.argmax(beta)),
+                           residual_led=residual_led)
 
 
 # -----------------------------------------------------------------------------

@@ -4250,59 +4250,47 @@ def demo19_tuning(**how):
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
-        "each drafter at every batch size B, and picks one per range of B. The option --plan --profile does the",
-        f"same with your drafters' figures. Here it uses demo 6's roofline at {n_ctx} tokens of context, up to"
+        "each drafter at every batch size B, and picks one per range of B.",
+        f"Here it uses demo 6's roofline at {n_ctx} tokens of context, up to"
         f" B = {max_batch}: the most sequences whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the weights."
-        " Chapter 23 writes the plan as each engine's config.")
+        " The option --plan --profile runs it on your own figures.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
-        f"Take two draft models for the target, whose tokens are a..f. Their rates shift a little with k, since where"
-        f" rounds start (demo 5) depends on k. Their rates at k = {k_max}, computed exactly:")
+        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call"
+        " (rates shift a little with k).",
+        f"Two draft models of the target, whose tokens are a..f, have these rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     say(f"Their sizes are assumed: a pass of the big one (blend {c19.big_weight:g}) reads 1/{fewer[0]:.1f} of the"
-        f" target's weight bytes, of the small one (the middling draft) 1/{fewer[1]:.0f}.")
-    print()
-    say(f"The small one also runs as a tree (chapter 8): {tree[0]} candidates drawn independently from q under every"
-        f" branch, {tree[1]} steps deep, {nodes - 1} drafts in all. One pass of {nodes} positions ({nodes - 1} drafts"
-        f" and the token before them) checks them and keeps one branch: {tree[3]:.2f} tokens per call from {tree[1]}"
-        " draft passes (one a level),"
-        f" sampled over {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
+        f" target's weight bytes, of the small one (the middling draft) 1/{fewer[1]:.0f}.",
+        f"The small one also runs as a tree (chapter 8): {tree[0]} candidates drawn independently from q under every"
+        f" branch, {tree[1]} steps deep: {nodes - 1} drafts from {tree[1]} draft passes. One pass of {nodes} positions,"
+        f" the drafts and the token before them, checks them all: {tree[3]:.2f} tokens per call, sampled over"
+        f" {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    before, after = demo19_why_rising((big, small), n_ctx, max_batch, buckets)
-    for paragraph in before:
-        say(paragraph)
-        print()
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
         f" the same B. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, and"
         " switches when it falls further behind:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
-    if after:
+    for paragraph in demo19_why((big, small), n_ctx, max_batch, buckets):
         print()
-        say(after)
+        say(paragraph)
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
-    planned = max((hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree")), default=None)
     print()
-    say(f"Is the procedure right? It takes two shortcuts: each chain's tokens per call come from the rates at k ="
-        f" {k_max}, and a range of B keeps one option. An exhaustive search picks the best option at each B alone,"
-        f" from exact tokens per call (the tree has no exact figure, so it keeps its sampled {tree[3]:.2f}). The"
-        " procedure is"
-        " within",
-        f"{check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
+    say("Is the plan right? An exhaustive search prices every option at each B alone, from exact tokens per call"
+        " (the tree's stays sampled)."
+        f" The plan is within {check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
-        f"In the search, the tree is best up to B = {check.tree_last}" + demo19_tree_end(check, nodes, n_ctx) if
-        check.tree_last else "The tree is the best choice at no B here.",
-        f"The plan keeps the tree to B = {planned}, within its {tol:.1%}." if check.tree_last and planned and
-        planned != check.tree_last and check.worst <= tol else "")
+        f"In the search the tree leads up to B = {check.tree_last}" + demo19_tree_end(check, nodes, n_ctx) if
+        check.tree_last else "The tree is the best choice at no B here.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4310,12 +4298,12 @@ def demo19_tuning(**how):
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
 
 
-def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
-    """Chapter 19's notes on its plan, from its numbers: why speedups can rise
-    with B (a plain pass reads each sequence's KV cache, a draft its weights
-    alone), and why a tree can win where a chain keeps more tokens (its
-    draft's passes are fewer and cheaper). (The paragraphs before the table,
-    the one after it.)"""
+def demo19_why(shapes, n_ctx, max_batch, buckets):
+    """Chapter 19's notes on its plan, from its numbers: why a tree can win
+    where a chain keeps more tokens (its draft's passes are fewer and
+    cheaper), why speedups rise with B (a plain pass reads each sequence's KV
+    cache, a draft its weights alone), and why the plan's k falls (long checks
+    cross the ridge)."""
     big, small = shapes
     c = [draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)]
     first = buckets[0][2]
@@ -4325,26 +4313,25 @@ def demo19_why_rising(shapes, n_ctx, max_batch, buckets):
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     falls = any(b < a for a, b in zip(ks, ks[1:]))
     crossings = [(k, ridge_batch(m, w, kv, positions=k + 1)) for k in sorted(set(ks), reverse=True)]
-    ridge_words = " ".join([
-        f"At {n_ctx} tokens of context, each sequence adds {m / 1e9:.1f} GMACs and {kv / 1e9:.2f} GB of KV cache (the"
-        f" keys and values of its {n_ctx} tokens) to a plain pass. So as B grows a plain pass costs more, and its MACs"
-        f" per byte approach {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the ridge's {ridge():.0f}."
-        if ridge_batch(m, w, kv, positions=1) is None else "",
-        f"A check's MACs per byte tend to k + 1 times {m / kv:.1f} as B grows, so long drafts cross the ridge, the"
-        " longest first, and past it a check costs more than a plain pass: " + and_list(
-            [f"k = {k} crosses at B = {b:,}" if b and b <= max_batch else f"k = {k} not by B = {max_batch:,}"
-             for k, b in crossings]) + ". So the plan's k falls." if falls else ""])
-    draft_words = (f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights (which"
-                   f" flatters it). So c falls: big's is {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {max_batch}, where"
-                   f" the KV caches read {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights. So"
-                   " speedups rise with B." if c[1] < c[0] else "")
-    return ([p for p in (ridge_words, draft_words) if p],
-            " ".join([f"At B = 1 the tree makes {first.tokens:.2f} tokens per call from {first.draft_passes} passes"
-                      f" of the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
-                      f" {option_speedup(first, 1, n_ctx):.2f}; {chain.drafter.name}'s {chain.shape} makes"
-                      f" {chain.tokens:.2f} from {chain.draft_passes} passes at c ="
-                      f" {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}, a speedup of {option_speedup(chain, 1, n_ctx):.2f}."
-                      if tree else ""]))
+    tree_words = (f"At B = 1 the tree wins: {first.tokens:.2f} tokens per call from {first.draft_passes} passes of"
+                  f" the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
+                  f" {option_speedup(first, 1, n_ctx):.2f}, against {chain.tokens:.2f} from {chain.draft_passes}"
+                  f" passes of the {chain.drafter.name} one (c = {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}),"
+                  f" {option_speedup(chain, 1, n_ctx):.2f}." if tree else "")
+    draft_words = ("Speedups rise with B because c falls. A plain pass reads every sequence's KV cache, the keys and"
+                   f" values of its tokens; a draft is assumed to read only its weights (which flatters it). Big's c falls from {c[0]:.3f} at B = 1 to"
+                   f" {c[1]:.3f} at B = {max_batch}, where the KV caches read {max_batch * kv / 1e9:.1f} GB,"
+                   f" {max_batch * kv / w:.1f} times the weights." if c[1] < c[0] else "")
+    ridge_words = (f"The plan's k falls because long checks cross the ridge. Each sequence adds {m / 1e9:.3f} GMACs"
+                   f" and {kv / 1e9:.3f} GB of KV cache to a plain pass, so as B grows its MACs per byte approach"
+                   f" {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the ridge's {ridge():.0f}. A check scores"
+                   f" k + 1 positions a sequence, so its MACs per byte tend to k + 1 times {m / kv:.1f}, and long"
+                   " checks cross the ridge: " + and_list(
+                       [f"k = {k} at B = {b:,}" if b and b <= max_batch else
+                        f"k = {k} not by B = {max_batch:,}" for k, b in crossings]) +
+                   ". Past the ridge a check costs more than a plain pass." if falls
+                   and ridge_batch(m, w, kv, positions=1) is None else "")
+    return [p for p in (tree_words, draft_words, ridge_words) if p]
 
 
 def demo19_tree_end(check, nodes, n_ctx):
@@ -4359,7 +4346,7 @@ def demo19_tree_end(check, nodes, n_ctx):
         1, n_ctx, draft=after.drafter.cost)
     return (f"; then {after.drafter.name}'s {after.shape} wins" +
             (f": the tree's {nodes} positions cross the ridge there." if crossing == check.tree_last + 1 else
-             f". It wins because {after.drafter.name}'s c keeps falling with B" + (
+             f", because its c keeps falling with B" + (
                  f", before the tree's {nodes}-position check crosses the ridge at B = {crossing:,}." if crossing
                  and crossing > check.tree_last + 1 else ".") if falling else "."))
 

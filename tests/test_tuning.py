@@ -247,9 +247,10 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     c_small = sd.draft_cost(1, 512, draft=tree.drafter.cost)
     c_big = sd.draft_cost(1, 512, draft=chain.drafter.cost)
     s_tree, s_chain = sd.option_speedup(tree, 1, 512), sd.option_speedup(chain, 1, 512)
-    assert (f"At B = 1 the tree makes {tree.tokens:.2f} tokens per call from {tree.draft_passes} passes of the small"
-            f" draft (c = {c_small:.3f}), a speedup of {s_tree:.2f}; big's {chain.shape} makes {chain.tokens:.2f} from"
-            f" {chain.draft_passes} passes at c = {c_big:.3f}, a speedup of {s_chain:.2f}.") in text
+    assert chain.drafter.name == "big" and chain.shape == f"k = {chain.draft_passes}"
+    assert (f"At B = 1 the tree wins: {tree.tokens:.2f} tokens per call from {tree.draft_passes} passes of the small"
+            f" draft (c = {c_small:.3f}), a speedup of {s_tree:.2f}, against {chain.tokens:.2f} from"
+            f" {chain.draft_passes} passes of the big one (c = {c_big:.3f}), {s_chain:.2f}.") in text
     # at B = 1 both passes are memory-bound, so a round costs 1 + passes * c plain passes
     assert s_tree == pytest.approx(tree.tokens / (1 + tree.draft_passes * c_small), rel=1e-9) and s_tree > s_chain
 
@@ -258,16 +259,15 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     text = " ".join(section(in_process[1], "19").split())
     fit = sd.sequences_that_fit(512)
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
-    assert (f"At 512 tokens of context, each sequence adds {m / 1e9:.1f} GMACs and {(one - w) / 1e9:.2f} GB of KV cache (the keys"
-            " and values of its 512 tokens) to a plain pass. So as B grows a plain pass costs more, and its MACs per"
-            f" byte approach {m / 1e9:.3f} / {(one - w) / 1e9:.3f} = {m / (one - w):.1f}, under the ridge's 148.") in text
+    assert (f"The plan's k falls because long checks cross the ridge. Each sequence adds {m / 1e9:.3f} GMACs and"
+            f" {(one - w) / 1e9:.3f} GB of KV cache to a plain pass, so as B grows its MACs per byte approach"
+            f" {m / 1e9:.3f} / {(one - w) / 1e9:.3f} = {m / (one - w):.1f}, under the ridge's 148.") in text
     assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
-    assert c[1] < c[0] and (f"A plain pass reads every sequence's KV cache; a draft is assumed to read only its weights"
-                            f" (which flatters it). So c falls: big's is"
-                            f" {c[0]:.3f} at B = 1, {c[1]:.3f} at B = {fit}, where the KV caches read"
-                            f" {fit * (one - w) / 1e9:.1f} GB, {fit * (one - w) / w:.1f} times the weights. So speedups"
-                            " rise with B.") in text
+    assert c[1] < c[0] and ("Speedups rise with B because c falls. A plain pass reads every sequence's KV cache, the"
+                            " keys and values of its tokens; a draft is assumed to read only its weights (which flatters it). Big's c falls from"
+                            f" {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {fit}, where the KV caches read"
+                            f" {fit * (one - w) / 1e9:.1f} GB, {fit * (one - w) / w:.1f} times the weights.") in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
@@ -275,10 +275,9 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
-    assert (f"A check's MACs per byte tend to k + 1 times {m / (one - w):.1f} as B grows, so long drafts cross the"
-            " ridge, the longest first, and past it a check costs more than a plain pass: k = 8 crosses at"
-            f" B = {crossings[0]}, k = 7 crosses at B = {crossings[1]} and k = 6 not by B = {fit}. So the plan's k"
-            " falls.") in text
+    assert (f"A check scores k + 1 positions a sequence, so its MACs per byte tend to k + 1 times {m / (one - w):.1f},"
+            f" and long checks cross the ridge: k = 8 at B = {crossings[0]}, k = 7 at B = {crossings[1]} and k = 6 not"
+            f" by B = {fit}. Past the ridge a check costs more than a plain pass.") in text
 
 
 def test_chapter19_says_where_the_search_and_the_plan_keep_the_tree_and_what_wins_next(in_process):
@@ -292,9 +291,10 @@ def test_chapter19_says_where_the_search_and_the_plan_keep_the_tree_and_what_win
     assert past > last + 1
     big = after.drafter.cost
     assert sd.draft_cost(last + 1, 512, draft=big) < sd.draft_cost(1, 512, draft=big)
-    assert (f"In the search, the tree is best up to B = {last}; then big's {after.shape} wins. It wins because big's c"
-            f" keeps falling with B, before the tree's 15-position check crosses the ridge at B = {past}. The plan keeps the"
-            f" tree to B = {planned}, within its 0.5%.") in text
+    assert (f"The plan is within {result.check.worst:.2%} of it at every B: its ranges allow 0.5%. In the search the"
+            f" tree leads up to B = {last}; then big's {after.shape} wins, because its c keeps falling with B, before"
+            f" the tree's 15-position check crosses the ridge at B = {past}.") in text
+    assert f"1-{planned} small tree 2x3, 15" in text  # the plan keeps it a little longer, within its 0.5%
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one_drafter(in_process):
@@ -320,19 +320,20 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one
 
 
 def test_chapter19_says_rates_read_at_one_k_shift_with_k(in_process):
-    # the small draft's first rate read at k = 8 is not its rate in rounds of k = 1 (demo 5's 0.691): where rounds
-    # start depends on k, so the procedure's reading is an approximation, which the search then prices
+    # the small draft's first rate read at k = 8 is not its rate in rounds of k = 1 (demo 5's 1.691 - 1): where
+    # rounds start depends on k, so the procedure's reading is an approximation, which the search then prices
     text = " ".join(section(in_process[1], "19").split())
     at8 = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0]
     at1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert abs(at8 - at1) > 0.01
-    assert ("Their rates shift a little with k, since where rounds start (demo 5) depends on k. Their rates"
-            " at k ="
-            " 8, computed exactly:") in text
+    assert ("A chain of k drafts then makes about 1 plus the first k rates in tokens per call (rates shift a little"
+            " with k). Two draft models of the target, whose tokens are a..f, have these rates at k = 8, computed"
+            " exactly:") in text
     # the search prices chains exactly and the tree at its one sampled figure, and says so
     tree = in_process[0]["19"].buckets[0][2]
-    assert tree.shape.startswith("tree") and (f"from exact tokens per call (the tree has no exact figure, so"
-                                              f" it keeps its sampled {tree.tokens:.2f})") in text
+    assert tree.shape.startswith("tree") and ("An exhaustive search prices every option at each B alone, from exact"
+                                              " tokens per call (the tree's stays sampled).") in text
+    assert f"{tree.tokens:.2f} tokens per call, sampled over 2,000 rounds" in text
 
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

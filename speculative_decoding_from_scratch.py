@@ -1125,8 +1125,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV is computed, not run: it assumes each round stops at its first rejection" +
-        (f", so it cannot see {and_list(unseen)}, a bug in the loop." if unseen else "."))
+        "The exact TV is computed, not run, with each round's stop at its first rejection built in." +
+        (f" So it cannot see {and_list(unseen)}, a bug in the loop; only the fit can." if unseen else ""))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -5071,8 +5071,9 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           unrelated table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call that scores all k+1 positions at
-          once, for about the cost of one (demo 6 shows why); if all k
-          pass, position k+1 gives a bonus token
+          once, as it reads a prompt, for about the cost of one (demo 6
+          shows why); if all k pass, position k+1 gives a bonus token,
+          drawn from p
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls
   TV      total variation: the most two distributions differ on any event

@@ -3611,9 +3611,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "Token 2 stays exact by a property of these tables. The two residuals differ for token 2 only when a"
-                f" block ends at position 1 with w_1 < 1, and after '{name(ctx)}' that never happens: wherever w_1 < 1"
-                " there, h_1 is 0."
+                "The two residuals agree wherever w_i = 1, as when no draft is kept (w_0 = 1), so token 1 is exact."
+                f" After '{name(ctx)}', a block that keeps x_1 alone always has w_1 = 1, so token 2 is exact too: a"
+                " property of these tables."
                 if label == "tokenwise_residual"
                 and first_bad == 3 and never and any(w < 1 for w in w1) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
@@ -3938,7 +3938,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead): keep x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
-                        " spread. q is never read. After a rejection: the argmax. Setting: eps, s"
+                        " spread. q is never read. After a rejection: the argmax; the bonus token: from p. Setting: eps, s"
                         " (posterior_threshold, posterior_alpha)."),
             ("medusa", "Medusa's own version: typical's rule, but its bonus token is the argmax."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="

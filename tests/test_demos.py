@@ -575,13 +575,17 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     assert "tokenwise_residual's bias starts at token 3, past the fit's two tokens. A fit of the first 3 would need" in flat
     tokenwise = next(r for r in rows if r[0] == "tokenwise_residual")
     assert tokenwise[1] < 1e-12 and tokenwise[2] < 1e-12 and tokenwise[3] > 1e-4  # exact for 1 and 2 tokens, not 3
-    # why token 2 stays exact after 'f': wherever w_1 = p/q < 1, Z_1 = sum max(0, w_1 p_2 - q_2) is 0, so h_1 is 0
+    # why token 2 stays exact after 'f': wherever w_1 = p/q < 1, Z_1 = sum max(0, w_1 p_2 - q_2) is 0, so h_1 is 0 and
+    # no block keeps x_1 alone
     p, q = sd.TARGET[5], sd.MIDDLING[5]
     for x in range(sd.VOCAB):
         w1 = min(1.0, p[x] / q[x])
         assert w1 == 1 or np.maximum(w1 * sd.TARGET[x] - sd.MIDDLING[x], 0).sum() == 0
-    assert ("Token 2 stays exact by a property of these tables. The two residuals differ for token 2 only when a block"
-            " ends at position 1 with w_1 < 1, and after 'f' that never happens: wherever w_1 < 1 there, h_1 is 0.") in flat
+    # and the two residuals are one where w_i = 1: max(0, 1 p - q) normalised is the token-wise residual
+    assert np.allclose(sd.block_residual(1.0, p, q), sd.residual(p, q), atol=1e-12)
+    assert ("The two residuals agree wherever w_i = 1, as when no draft is kept (w_0 = 1), so token 1 is exact. After"
+            " 'f', a block that keeps x_1 alone always has w_1 = 1, so token 2 is exact too: a property of these"
+            " tables.") in flat
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     assert min(kept.values()) > block_kept and f"drafts per round, block verification {block_kept:.2f}." in flat

@@ -4256,18 +4256,26 @@ def demo19_tuning(**how):
         " The option --plan --profile runs it on your own figures.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call"
-        " (rates shift a little with k).",
+        "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
         f"Two draft models of the target, whose tokens are a..f, have these rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
+    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
+    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
+    print()
+    say(f"Position 1's rates differ from alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3), and shift a"
+        " little with k: a round's first draft follows the last round's final token, and where rounds end changes"
+        " with k." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
+                          for r, a, r1 in zip(rates, alphas, at_1)) else "")
     print()
     say(f"Their sizes are assumed: a pass of the big one (blend {c19.big_weight:g}) reads 1/{fewer[0]:.1f} of the"
         f" target's weight bytes, of the small one (the middling draft) 1/{fewer[1]:.0f}.",
         f"The small one also runs as a tree (chapter 8): {tree[0]} candidates drawn independently from q under every"
         f" branch, {tree[1]} steps deep: {nodes - 1} drafts from {tree[1]} draft passes. One pass of {nodes} positions,"
-        f" the drafts and the token before them, checks them all: {tree[3]:.2f} tokens per call, sampled over"
-        f" {n_rounds:,} rounds. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
+        " the drafts and the token before them, scores them all: an attention mask lets each draft read only its own"
+        f" branch. A tree verifier keeps one branch, at most {tree[1]} drafts plus a token of its own, and the"
+        f" target's distribution (chapter 8): {tree[3]:.2f} tokens per call, sampled over {n_rounds:,} rounds. The"
+        f" plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
@@ -4285,8 +4293,9 @@ def demo19_tuning(**how):
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
     print()
-    say("Is the plan right? An exhaustive search prices every option at each B alone, from exact tokens per call"
-        " (the tree's stays sampled)."
+    say(f"Is the plan right? It takes two shortcuts: it reads every k from the rates at k = {k_max}, and it keeps one"
+        " option per range of B. An exhaustive search prices every option at each B alone, from exact tokens per"
+        " call at each k (the tree's stays sampled)."
         f" The plan is within {check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
         f"In the search the tree leads up to B = {check.tree_last}" + demo19_tree_end(check, nodes, n_ctx) if
@@ -4313,6 +4322,8 @@ def demo19_why(shapes, n_ctx, max_batch, buckets):
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     falls = any(b < a for a, b in zip(ks, ks[1:]))
     crossings = [(k, ridge_batch(m, w, kv, positions=k + 1)) for k in sorted(set(ks), reverse=True)]
+    ends = {int(o.shape.split()[-1]): hi for _, hi, o in buckets if o is not None and o.shape.startswith("k =")}
+    ends = {k: hi for k, hi in ends.items() if (dict(crossings).get(k) or max_batch + 1) <= max_batch}
     tree_words = (f"At B = 1 the tree wins: {first.tokens:.2f} tokens per call from {first.draft_passes} passes of"
                   f" the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
                   f" {option_speedup(first, 1, n_ctx):.2f}, against {chain.tokens:.2f} from {chain.draft_passes}"
@@ -4329,7 +4340,10 @@ def demo19_why(shapes, n_ctx, max_batch, buckets):
                    " checks cross the ridge: " + and_list(
                        [f"k = {k} at B = {b:,}" if b and b <= max_batch else
                         f"k = {k} not by B = {max_batch:,}" for k, b in crossings]) +
-                   ". Past the ridge a check costs more than a plain pass." if falls
+                   ". Past the ridge a check costs more than a plain pass." + (
+                       f" Each k holds a little past its crossing (k = {ks[0]} to B = {ends[ks[0]]:,}): just past the"
+                       " ridge, a check costs only a little more." if ends and all(
+                           b is None or b <= ends[k] for k, b in crossings if k in ends) else "") if falls
                    and ridge_batch(m, w, kv, positions=1) is None else "")
     return [p for p in (tree_words, draft_words, ridge_words) if p]
 
@@ -4340,14 +4354,14 @@ def demo19_tree_end(check, nodes, n_ctx):
     ridge there."""
     after = check.after
     if after is None:
-        return "; after it plain decoding wins."
+        return ". After it plain decoding wins."
     crossing = ridge_batch(*token_traffic(n_ctx), positions=nodes)  # where the tree's check reaches the ridge
     falling = draft_cost(check.tree_last + 1, n_ctx, draft=after.drafter.cost) < draft_cost(
         1, n_ctx, draft=after.drafter.cost)
-    return (f"; then {after.drafter.name}'s {after.shape} wins" +
+    return (f". Then {after.drafter.name}'s {after.shape} wins" +
             (f": the tree's {nodes} positions cross the ridge there." if crossing == check.tree_last + 1 else
-             f", because its c keeps falling with B" + (
-                 f", before the tree's {nodes}-position check crosses the ridge at B = {crossing:,}." if crossing
+             ", because its c keeps falling with B" + (
+                 f"; the tree's {nodes}-position check crosses the ridge only at B = {crossing:,}." if crossing
                  and crossing > check.tree_last + 1 else ".") if falling else "."))
 
 

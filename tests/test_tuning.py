@@ -270,6 +270,7 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
                             f" {fit * (one - w) / 1e9:.1f} GB, {fit * (one - w) / w:.1f} times the weights.") in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
+    ends = {int(o.shape.split()[-1]): hi for _, hi, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")}
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
     # the longest k crosses first: where a check of k + 1 positions a sequence first reaches the ridge, by a scan
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
@@ -277,7 +278,13 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     assert (f"A check scores k + 1 positions a sequence, so its MACs per byte tend to k + 1 times {m / (one - w):.1f},"
             f" and long checks cross the ridge: k = 8 at B = {crossings[0]}, k = 7 at B = {crossings[1]} and k = 6 not"
-            f" by B = {fit}. Past the ridge a check costs more than a plain pass.") in text
+            f" by B = {fit}. Past the ridge a check costs more than a plain pass. Each k holds a little past its"
+            f" crossing (k = 8 to B = {ends[8]}): just past the ridge, a check costs only a little more.") in text
+    # past its crossing k = 8 still leads among the plan's own prices: a check just past the ridge costs little more
+    result = in_process[0]["19"]
+    names = [(o.drafter.name, o.shape) for o in result.options]
+    assert names[int(np.argmax(result.speeds[crossings[0]]))] == ("big", "k = 8")  # at B = crossing + 1
+    assert ends[8] > crossings[0] and ends[7] > crossings[1]
 
 
 def test_chapter19_says_where_the_search_and_the_plan_keep_the_tree_and_what_wins_next(in_process):
@@ -292,8 +299,8 @@ def test_chapter19_says_where_the_search_and_the_plan_keep_the_tree_and_what_win
     big = after.drafter.cost
     assert sd.draft_cost(last + 1, 512, draft=big) < sd.draft_cost(1, 512, draft=big)
     assert (f"The plan is within {result.check.worst:.2%} of it at every B: its ranges allow 0.5%. In the search the"
-            f" tree leads up to B = {last}; then big's {after.shape} wins, because its c keeps falling with B, before"
-            f" the tree's 15-position check crosses the ridge at B = {past}.") in text
+            f" tree leads up to B = {last}. Then big's {after.shape} wins, because its c keeps falling with B; the"
+            f" tree's 15-position check crosses the ridge only at B = {past}.") in text
     assert f"1-{planned} small tree 2x3, 15" in text  # the plan keeps it a little longer, within its 0.5%
 
 
@@ -326,13 +333,20 @@ def test_chapter19_says_rates_read_at_one_k_shift_with_k(in_process):
     at8 = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0]
     at1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert abs(at8 - at1) > 0.01
-    assert ("A chain of k drafts then makes about 1 plus the first k rates in tokens per call (rates shift a little"
-            " with k). Two draft models of the target, whose tokens are a..f, have these rates at k = 8, computed"
-            " exactly:") in text
+    alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
+    assert abs(sd.exact_per_position(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 8)[0] - alphas[0]) > 0.005
+    assert abs(at8 - alphas[1]) > 0.005
+    assert (f"Position 1's rates differ from alpha ({alphas[0]:.3f} and {alphas[1]:.3f}, demo 3), and shift a little"
+            " with k: a round's first draft follows the last round's final token, and where rounds end changes with"
+            " k.") in text
     # the search prices chains exactly and the tree at its one sampled figure, and says so
     tree = in_process[0]["19"].buckets[0][2]
-    assert tree.shape.startswith("tree") and ("An exhaustive search prices every option at each B alone, from exact"
-                                              " tokens per call (the tree's stays sampled).") in text
+    assert tree.shape.startswith("tree") and ("Is the plan right? It takes two shortcuts: it reads every k from the"
+                                              " rates at k = 8, and it keeps one option per range of B. An exhaustive"
+                                              " search prices every option at each B alone, from exact tokens per call"
+                                              " at each k (the tree's stays sampled).") in text
+    # a tree keeps one branch: at most its depth in drafts, plus one token of its own
+    assert 1 < tree.tokens <= 3 + 1 and "keeps one branch, at most 3 drafts plus a token of its own" in text
     assert f"{tree.tokens:.2f} tokens per call, sampled over 2,000 rounds" in text
 
 

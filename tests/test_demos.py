@@ -374,8 +374,12 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for k in (1, 2, 4):
         assert sd.exact_tokens_per_call(P, Q, k) == pytest.approx(sd.expected_tokens(0.8, k), abs=1e-12)
     # with the acceptance rule edited, the rule moves the count, and the reason is not given
-    assert sd.bugged("argmax").why_eq1_is_off(sd.TARGET, sd.MIDDLING) == ""
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING) != ""
+    for bug in ("argmax", "uniform_q"):
+        assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
+            "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off: the chance")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off: the chance")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""
 
 
 def test_demo5_in_detail_says_a_redraw_is_under_proposed_only_while_the_residual_makes_it_so():

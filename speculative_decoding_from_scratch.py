@@ -4265,31 +4265,25 @@ def demo19_tuning(**how):
         f"Two draft models of the target, whose tokens are a..f, have these rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
-    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
-    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
-    print()
-    say(f"Position 1's rates differ from alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3), and shift a"
-        " little with k: a round's first draft follows the last round's final token, and where rounds end changes"
-        " with k." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
-                          for r, a, r1 in zip(rates, alphas, at_1)) else "")
     print()
     say(f"Their sizes are assumed: a pass of the big one (blend {c19.big_weight:g}) reads 1/{fewer[0]:.1f} of the"
         f" target's weight bytes, of the small one (the middling draft) 1/{fewer[1]:.0f}.",
         f"The small one also runs as a tree (chapter 8): {tree[0]} candidates drawn independently from q under every"
         f" branch, {tree[1]} steps deep: {nodes - 1} drafts from {tree[1]} draft passes. One pass of {nodes} positions,"
-        " the drafts and the token before them, scores them all: an attention mask lets each draft read only its own"
-        f" branch. A tree verifier keeps one branch, at most {tree[1]} drafts plus a token of its own, and the"
-        f" target's distribution (chapter 8): {tree[3]:.2f} tokens per call, sampled over {n_rounds:,} rounds. The"
-        f" plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
+        " the drafts and the token before them, scores them all, each draft reading only its own branch. The"
+        f" verifier keeps one branch: at most {tree[1]} drafts, plus a token of its own. Like the chain's rule, it"
+        f" keeps the target's distribution (chapter 8). Sampled over {n_rounds:,} rounds, it makes {tree[3]:.2f}"
+        f" tokens per call. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
-        f" the same B. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, and"
+        " the same B, on the roofline: tokens per call times a plain pass's time, over a check's time plus the draft"
+        f" passes' times. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, and"
         " switches when it falls further behind:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
-    for paragraph in demo19_why((big, small), n_ctx, max_batch, buckets):
+    for paragraph in demo19_why((big, small), n_ctx, max_batch, buckets, speeds, options, nodes):
         print()
         say(paragraph)
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
@@ -4298,13 +4292,11 @@ def demo19_tuning(**how):
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
     print()
-    say(f"Is the plan right? It takes two shortcuts: it reads every k from the rates at k = {k_max}, and it keeps one"
-        " option per range of B. An exhaustive search prices every option at each B alone, from exact tokens per"
-        " call at each k (the tree's stays sampled)."
+    say(f"Is the plan right? It takes two shortcuts: it prices every k from the rates read at k = {k_max}, and it"
+        " keeps one option per range of B. An exhaustive search prices every option at each B alone, from exact"
+        " tokens per call at each k (the tree's stays sampled)."
         f" The plan is within {check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
-        (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."),
-        f"In the search the tree leads up to B = {check.tree_last}" + demo19_tree_end(check, nodes, n_ctx) if
-        check.tree_last else "The tree is the best choice at no B here.")
+        (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4312,7 +4304,7 @@ def demo19_tuning(**how):
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
 
 
-def demo19_why(shapes, n_ctx, max_batch, buckets):
+def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
     """Chapter 19's notes on its plan, from its numbers: why a tree can win
     where a chain keeps more tokens (its draft's passes are fewer and
     cheaper), why speedups rise with B (a plain pass reads each sequence's KV
@@ -4335,9 +4327,10 @@ def demo19_why(shapes, n_ctx, max_batch, buckets):
                   f" passes of the {chain.drafter.name} one (c = {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}),"
                   f" {option_speedup(chain, 1, n_ctx):.2f}." if tree else "")
     draft_words = ("Speedups rise with B because c falls. A plain pass reads every sequence's KV cache, the keys and"
-                   f" values of its tokens; a draft is assumed to read only its weights (which flatters it). Big's c falls from {c[0]:.3f} at B = 1 to"
-                   f" {c[1]:.3f} at B = {max_batch}, where the KV caches read {max_batch * kv / 1e9:.1f} GB,"
-                   f" {max_batch * kv / w:.1f} times the weights." if c[1] < c[0] else "")
+                   f" values of its tokens; a draft is assumed to read only its weights (which flatters it). Big's c"
+                   f" falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}, where the KV caches read"
+                   f" {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights." if c[1] < c[0] else "")
+    draft_words += tree_end(shapes, n_ctx, buckets, speeds, options, nodes) if draft_words and tree else ""
     ridge_words = (f"The plan's k falls because long checks cross the ridge. Each sequence adds {m / 1e9:.3f} GMACs"
                    f" and {kv / 1e9:.3f} GB of KV cache to a plain pass, so as B grows its MACs per byte approach"
                    f" {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the ridge's {ridge():.0f}. A check scores"
@@ -4353,39 +4346,38 @@ def demo19_why(shapes, n_ctx, max_batch, buckets):
     return [p for p in (tree_words, draft_words, ridge_words) if p]
 
 
-def demo19_tree_end(check, nodes, n_ctx):
-    """How the search's tree loses its lead, from the numbers: the option that
-    wins next, and why: its own c falls with B, or the tree's pass crosses the
-    ridge there."""
-    after = check.after
-    if after is None:
-        return ". After it plain decoding wins."
+def tree_end(shapes, n_ctx, buckets, speeds, options, nodes):
+    """Chapter 19's words on where its plan's tree gives way, from the plan's
+    own prices: the chain that overtakes it, whether the small draft's c was
+    already too low to help the tree much, and where the tree's check crosses
+    the ridge."""
+    tree = next(i for i, o in enumerate(options) if o.shape.startswith("tree"))
+    last = max(hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree"))
+    after = next((o for lo, _, o in buckets if lo == last + 1), None)
+    if after is None or after.shape.startswith("tree"):
+        return ""
+    chain = options.index(after)
+    level = next((b for b in range(1, last + 2) if speeds[b - 1, chain] >= speeds[b - 1, tree]), None)
+    small = max(draft_cost(b, n_ctx, draft=shapes[1]) for b in range(1, len(speeds) + 1))
     crossing = ridge_batch(*token_traffic(n_ctx), positions=nodes)  # where the tree's check reaches the ridge
-    falling = draft_cost(check.tree_last + 1, n_ctx, draft=after.drafter.cost) < draft_cost(
-        1, n_ctx, draft=after.drafter.cost)
-    return (f". Then {after.drafter.name}'s {after.shape} wins" +
-            (f": the tree's {nodes} positions cross the ridge there." if crossing == check.tree_last + 1 else
-             ", because its c keeps falling with B" + (
-                 f"; the tree's {nodes}-position check crosses the ridge only at B = {crossing:,}." if crossing
-                 and crossing > check.tree_last + 1 else ".") if falling else "."))
+    return (f" The small draft's c is {small:.3f} at most, so the tree gains little as B grows:"
+            f" {after.drafter.name}'s {after.shape} overtakes it at B = {level}" +
+            (f", and at B = {crossing} the tree's {nodes}-position check crosses the ridge." if crossing
+             and crossing > level else ".") if level and small < 0.01 else "")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
     """The skill's choice at every B, priced with the true tokens per call,
-    against the best of every option so priced: the worst shortfall, and the
-    last B where a tree is the true best."""
+    against the best of every option so priced: the worst shortfall."""
     _, true_speeds, true_options = plan_drafters(truth, n_ctx, max_batch, k_max)  # the search: every option priced
     index = {(o.drafter.name, o.shape): i for i, o in enumerate(true_options)}
-    worst, tree_last = 0.0, 0
+    worst = 0.0
     for b, speeds in enumerate(true_speeds, start=1):
         best = max(1.0, speeds.max())
         chosen = next((o for lo, hi, o in buckets if lo <= b <= hi), None)
         got = 1.0 if chosen is None else speeds[index[(chosen.drafter.name, chosen.shape)]]
         worst = max(worst, 1 - got / best)
-        if true_options[int(np.argmax(speeds))].shape.startswith("tree") and speeds.max() > 1:
-            tree_last = b
-    after = true_options[int(np.argmax(true_speeds[tree_last]))] if 0 < tree_last < len(true_speeds) else None
-    return SimpleNamespace(worst=worst, tree_last=tree_last, after=after)
+    return SimpleNamespace(worst=worst)
 
 
 # -----------------------------------------------------------------------------

@@ -611,6 +611,18 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert ("Where the block gains: the drafts 'a' then 'b' are as likely under p as under q (2/9). So w_2 = 1, and"
             " position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only 0.5 of the time."
             ) in " ".join(text.split())
+    # where it loses, by hand: 'a' then 'a' (4/9 under q). Token-wise keeps the first with 1/2 and then the second with
+    # 1/2: 0.5 + 0.25. The block's weight falls to 1/4, and position 1 never passes alone (Z_1 = 0: w_1 p <= q for
+    # both tokens), so it keeps both a quarter of the time: 0.5. Gains on 'a','b' (1 draft, 2/9), loses 0.25 x 4/9.
+    assert max(0, w1 * (1 / 3) - 2 / 3) + max(0, w1 * (2 / 3) - 1 / 3) == 0
+    assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
+    assert ("It loses where both drafts are 'a' (4/9 under q): the block keeps 0.5 drafts on average there, token-wise"
+            " checking 0.75. Net: +2/9 -1/9 = +1/9, the table's gap.") in " ".join(text.split())
+    assert "its paper proves it never keeps fewer on average." in " ".join(text.split())
+    # with the acceptance rule edited, the loss no longer adds up to the table's gap, and is not said
+    bad = sd.bugged("argmax")
+    P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
+    assert bad.demo14_loss(P2, Q2, bad.exact_block_tokens_per_call(P2, Q2, 2) - bad.exact_tokens_per_call(P2, Q2, 2)) == ""
 
 
 def test_demo10_routes_and_their_sentences(demo):

@@ -982,7 +982,7 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
 }
 
 BUG_WORDS = {"argmax": "keeps a draft only if it is p's likeliest", "no_resample": "redraws from p, not the residual",
-             "continue": "keeps checking drafts after a rejection",
+             "continue": "after a rejection, goes on checking drafts",
              "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
 
 
@@ -1125,15 +1125,12 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV is computed, not run, with each round's stop at its first rejection built in." +
-        (f" So it cannot see {and_list(unseen)}, a bug in the loop; only the fit can." if unseen else ""))
+        "A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
+        " replaced. The exact TV is computed, not run, with that stop built in" +
+        (f", so it cannot see {and_list(unseen)}, a bug in the loop; only the fit can." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
-    if verdicts.get("continue") == "NOT (fit only)":
-        print()
-        say("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
-            " output replaced.")
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames
     if shown:

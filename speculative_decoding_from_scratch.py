@@ -3959,7 +3959,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                         " ahead): keep x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
                         " spread. q is never read. After a rejection: the argmax; the bonus token: from p. Setting: eps, s"
-                        " (posterior_threshold, posterior_alpha)."),
+                        f" (posterior_threshold, posterior_alpha; vLLM's defaults: {setting_text(TYPICAL_SHIPPED)})."),
             ("medusa", "Medusa's own version: typical's rule, but its bonus token is the argmax."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
                        " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
@@ -3990,9 +3990,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
-    say(f"Here the fit tests each rule's {n_runs} sampled runs against that rule's own exact joint of the first two"
-        " tokens (too few runs for three), not against the target. It checks the sampling loop against the exact"
-        " computation; the exact TV measures closeness to the target.")
+    say("The last column is a fit, as in the legend, but against each rule's own exact joint of the first two tokens,"
+        f" not the target's: {n_runs} sampled runs each (too few for three tokens). It checks the sampling loop"
+        " against the exact computation. The exact TV measures the distance from the target.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("fit to exact", 14, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])

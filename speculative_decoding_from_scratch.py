@@ -1127,7 +1127,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
         " replaced. The exact TV is computed, not run, with that stop built in" +
-        (f", so it cannot see {and_list(unseen)}, a bug in the loop; only the fit can." if unseen else "."))
+        (f", so it cannot see the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, in the loop; only the fit"
+         " can." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])

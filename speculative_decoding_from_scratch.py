@@ -4281,12 +4281,20 @@ def demo19_tuning(**how):
         f"Two draft models of the target, whose tokens are a..f, have these rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
+    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
+    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
+    print()
+    say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3). A draft's chance"
+        " depends on the token before it (demo 3), and a round's first draft follows wherever the last round ended,"
+        " which depends on k." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
+                                     for r, a, r1 in zip(rates, alphas, at_1)) else "")
     print()
     say(f"Their sizes are assumed: a pass of the big one (blend {c19.big_weight:g}) reads 1/{fewer[0]:.1f} of the"
         f" target's weight bytes, of the small one (the middling draft) 1/{fewer[1]:.0f}.",
         f"The small one also runs as a tree (chapter 8): {tree[0]} candidates drawn independently from q under every"
-        f" branch, {tree[1]} steps deep: {nodes - 1} drafts from {tree[1]} draft passes. One pass of {nodes} positions,"
-        " the drafts and the token before them, scores them all, each draft reading only its own branch. The"
+        f" branch, {tree[1]} steps deep: {nodes - 1} drafts ({' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))})"
+        f" from {tree[1]} draft passes. One pass of {nodes} positions, the drafts and the token before them, scores"
+        " them all, each draft given only the tokens above it in its branch. The"
         f" verifier keeps one branch: at most {tree[1]} drafts, plus a token of its own. Like the chain's rule, it"
         f" keeps the target's distribution (chapter 8). Sampled over {n_rounds:,} rounds, it makes {tree[3]:.2f}"
         f" tokens per call. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
@@ -4299,7 +4307,7 @@ def demo19_tuning(**how):
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
-    for paragraph in demo19_why((big, small), n_ctx, max_batch, buckets, speeds, options, nodes):
+    for paragraph in demo19_why((big, small), n_ctx, max_batch, buckets, speeds, options, nodes, tol):
         print()
         say(paragraph)
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
@@ -4320,7 +4328,7 @@ def demo19_tuning(**how):
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
 
 
-def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
+def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes, tol):
     """Chapter 19's notes on its plan, from its numbers: why a tree can win
     where a chain keeps more tokens (its draft's passes are fewer and
     cheaper), why speedups rise with B (a plain pass reads each sequence's KV
@@ -4344,9 +4352,9 @@ def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
                   f" {option_speedup(chain, 1, n_ctx):.2f}." if tree else "")
     draft_words = ("Speedups rise with B because c falls. A plain pass reads every sequence's KV cache, the keys and"
                    f" values of its tokens; a draft is assumed to read only its weights (which flatters it). Big's c"
-                   f" falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}, where the KV caches read"
-                   f" {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights." if c[1] < c[0] else "")
-    draft_words += tree_end(shapes, n_ctx, buckets, speeds, options, nodes) if draft_words and tree else ""
+                   f" falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}, where reading the KV caches"
+                   f" moves {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights." if c[1] < c[0] else "")
+    draft_words += tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol) if draft_words and tree else ""
     ridge_words = (f"The plan's k falls because long checks cross the ridge. Each sequence adds {m / 1e9:.3f} GMACs"
                    f" and {kv / 1e9:.3f} GB of KV cache to a plain pass, so as B grows its MACs per byte approach"
                    f" {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the ridge's {ridge():.0f}. A check scores"
@@ -4362,7 +4370,7 @@ def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
     return [p for p in (tree_words, draft_words, ridge_words) if p]
 
 
-def tree_end(shapes, n_ctx, buckets, speeds, options, nodes):
+def tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol):
     """Chapter 19's words on where its plan's tree gives way, from the plan's
     own prices: the chain that overtakes it, whether the small draft's c was
     already too low to help the tree much, and where the tree's check crosses
@@ -4377,7 +4385,8 @@ def tree_end(shapes, n_ctx, buckets, speeds, options, nodes):
     small = max(draft_cost(b, n_ctx, draft=shapes[1]) for b in range(1, len(speeds) + 1))
     crossing = ridge_batch(*token_traffic(n_ctx), positions=nodes)  # where the tree's check reaches the ridge
     return (f" The small draft's c is {small:.3f} at most, so the tree gains little as B grows:"
-            f" {after.drafter.name}'s {after.shape} overtakes it at B = {level}" +
+            f" {after.drafter.name}'s {after.shape} draws level with it at B = {level} (the plan keeps the tree, within"
+            f" its {tol:.1%})" +
             (f", and at B = {crossing} the tree's {nodes}-position check crosses the ridge." if crossing
              and crossing > level else ".") if level and small < 0.01 else "")
 

@@ -266,8 +266,8 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
     assert c[1] < c[0] and ("Speedups rise with B because c falls. A plain pass reads every sequence's KV cache, the"
                             " keys and values of its tokens; a draft is assumed to read only its weights (which flatters it). Big's c falls from"
-                            f" {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {fit}, where the KV caches read"
-                            f" {fit * (one - w) / 1e9:.1f} GB, {fit * (one - w) / w:.1f} times the weights.") in text
+                            f" {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {fit}, where reading the KV caches"
+                            f" moves {fit * (one - w) / 1e9:.1f} GB, {fit * (one - w) / w:.1f} times the weights.") in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in in_process[0]["19"].buckets if o and o.shape.startswith("k =")}
@@ -303,8 +303,9 @@ def test_chapter19_says_where_its_tree_gives_way_and_why(in_process):
     # the tree's check crosses the ridge one B later, and there the tree falls behind by more than the plan's 0.5%
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert past == level + 1 and result.speeds[past - 1, tree] < 0.995 * result.speeds[past - 1, chain]
-    assert (f"The small draft's c is {small:.3f} at most, so the tree gains little as B grows: big's k = 8 overtakes"
-            f" it at B = {level}, and at B = {past} the tree's 15-position check crosses the ridge.") in text
+    assert (f"The small draft's c is {small:.3f} at most, so the tree gains little as B grows: big's k = 8 draws level"
+            f" with it at B = {level} (the plan keeps the tree, within its 0.5%), and at B = {past} the tree's"
+            " 15-position check crosses the ridge.") in text
     assert f"1-{planned} small tree 2x3, 15" in text
 
 
@@ -344,6 +345,13 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process):
                                               " tokens per call at each k (the tree's stays sampled).") in text
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert 1 < tree.tokens <= 3 + 1 and "The verifier keeps one branch: at most 3 drafts, plus a token of its own." in text
+    assert "14 drafts (2 + 4 + 8) from 3 draft passes" in text and tree.positions == 15
+    # position 1's rate at k = 8 is neither alpha nor its rate in rounds of k = 1, and the chapter says why
+    alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
+    assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
+    assert (f"Position 1's rates are not alpha ({alphas[0]:.3f} and {alphas[1]:.3f}, demo 3). A draft's chance depends"
+            " on the token before it (demo 3), and a round's first draft follows wherever the last round ended, which"
+            " depends on k.") in text
     assert f"Sampled over 2,000 rounds, it makes {tree.tokens:.2f} tokens per call." in text
     # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
     assert ("tokens per call times a plain pass's time, over a check's time plus the draft passes' times") in text

@@ -3405,8 +3405,9 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     say("Its paper's example has two tokens and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3;",
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
         " ideal: a bound that no verifier keeping the target's distribution exceeds. Drafts 1 to i",
-        "come from q and the output's first i tokens from p. Two such samples are equal with chance at most 1",
-        "minus their TV, so drafts 1 to i are all kept at most that often. The ideal adds this up over i.")
+        "come from q and the output's first i tokens from p, and keeping the drafts makes the two equal. Two such"
+        " samples are equal with chance at most 1 minus their TV, so drafts 1 to i are all kept at most that often.",
+        "The ideal adds this up over i.")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -3456,11 +3457,12 @@ def demo14_loss(P2, Q2, net):
         return a1 + a1 * a2, 2 * w2 + (1 - w2) * block_threshold(a1, P2[1], Q2[1])
     change = {(x1, x2): Q2[0, x1] * Q2[1, x2] * (kept(x1, x2)[1] - kept(x1, x2)[0]) for x1 in (0, 1) for x2 in (0, 1)}
     (tw, bl), share = kept(0, 0), Q2[0, 0] * Q2[1, 0]
-    if not (bl < tw and change[0, 1] > 0 and abs(change[0, 1] + change[0, 0] - net) < 1e-9):
+    if not (bl < tw and change[0, 1] > 0 and abs(change[1, 0]) + abs(change[1, 1]) < 1e-12
+            and abs(change[0, 1] + change[0, 0] - net) < 1e-9):
         return ""
     return (f"It loses where both drafts are 'a' ({round(9 * share)}/9 under q): the block keeps {bl:.2g} drafts on"
-            f" average there, token-wise checking {tw:.2g}. Net: {round(9 * change[0, 1]):+d}/9"
-            f" {round(9 * change[0, 0]):+d}/9 = {round(9 * net):+d}/9, the table's gap.")
+            f" average there, token-wise checking {tw:.2g}. After a first 'b' both keep the same. Net:"
+            f" {round(9 * change[0, 1]):+d}/9 {round(9 * change[0, 0]):+d}/9 = {round(9 * net):+d}/9, the table's gap.")
 
 
 # -----------------------------------------------------------------------------

@@ -617,8 +617,9 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     # both tokens), so it keeps both a quarter of the time: 0.5. Gains on 'a','b' (1 draft, 2/9), loses 0.25 x 4/9.
     assert max(0, w1 * (1 / 3) - 2 / 3) + max(0, w1 * (2 / 3) - 1 / 3) == 0
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
+    # after a first 'b' (w_1 = 1, h_1 = 1 as Z_1 = 1/3 > 0): 'b','a' keeps 1 + 1/2 and 'b','b' keeps 2 under both
     assert ("It loses where both drafts are 'a' (4/9 under q): the block keeps 0.5 drafts on average there, token-wise"
-            " checking 0.75. Net: +2/9 -1/9 = +1/9, the table's gap.") in " ".join(text.split())
+            " checking 0.75. After a first 'b' both keep the same. Net: +2/9 -1/9 = +1/9, the table's gap.") in " ".join(text.split())
     assert "its paper proves it never keeps fewer on average." in " ".join(text.split())
     # with the acceptance rule edited, the loss no longer adds up to the table's gap, and is not said
     bad = sd.bugged("argmax")

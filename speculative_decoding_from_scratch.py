@@ -4273,14 +4273,13 @@ def demo19_tuning(**how):
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
-        "each drafter at every batch size B, and picks one per range of B.",
-        f"Here it uses demo 6's roofline at {n_ctx} tokens of context, up to"
-        f" B = {max_batch}: the most sequences whose KV caches fit in {H100.memory / 1e9:.0f} GB beside the weights."
-        " The option --plan --profile runs it on your own figures.")
+        f"each drafter at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
+        f" range of B. It stops at B = {max_batch}, the most sequences whose KV caches fit in"
+        f" {H100.memory / 1e9:.0f} GB beside the weights. The option --plan --profile runs it on your own figures.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
-        f"Two draft models of the target, whose tokens are a..f, have these rates at k = {k_max}, computed exactly:")
+        f"Two draft models of the target have these rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
@@ -4292,20 +4291,18 @@ def demo19_tuning(**how):
                                      for r, a, r1 in zip(rates, alphas, at_1)) else "")
     print()
     say(f"Their sizes are assumed: a pass of the big one (blend {c19.big_weight:g}) reads 1/{fewer[0]:.1f} of the"
-        f" target's weight bytes, of the small one (the middling draft) 1/{fewer[1]:.0f}.",
-        f"The small one also runs as a tree (chapter 8): {tree[0]} candidates drawn independently from q under every"
-        f" branch, {tree[1]} steps deep: {nodes - 1} drafts ({' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))})"
-        f" from {tree[1]} draft passes. One pass of {nodes} positions, the drafts and the token before them, scores"
-        " them all, each draft given only the tokens above it in its branch. The"
-        f" verifier keeps one branch: at most {tree[1]} drafts, plus a token of its own. Like the chain's rule, it"
-        f" keeps the target's distribution (chapter 8). Sampled over {n_rounds:,} rounds, it makes {tree[3]:.2f}"
-        f" tokens per call. The plan writes it 'tree {tree[0]}x{tree[1]}, {nodes}'.")
+        f" target's weight bytes, the small one (the middling draft) 1/{fewer[1]:.0f}.",
+        f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
+        f" candidates drawn independently from q under every branch, {tree[1]} steps deep, {nodes - 1} drafts"
+        f" ({' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}) from {tree[1]} draft passes. One pass of"
+        f" {nodes} positions checks them all, each draft given only the tokens above it in its branch. The verifier"
+        f" keeps one branch, at most {tree[1]} drafts plus a token of its own: {tree[3]:.2f} tokens per call, sampled"
+        f" over {n_rounds:,} rounds. Like the chain's rule, it keeps the target's distribution.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
-        " the same B, on the roofline: tokens per call times a plain pass's time, over a check's time plus the draft"
-        f" passes' times. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, and"
-        " switches when it falls further behind:")
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per call times a plain pass's time,"
+        " over a check's time plus the draft passes' times, at the same B. Going up in B, the plan keeps its option"
+        f" while it stays within {tol:.1%} of the best:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4318,11 +4315,10 @@ def demo19_tuning(**how):
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
     print()
-    say(f"Is the plan right? It takes two shortcuts: it prices every k from the rates read at k = {k_max}, and it"
-        " keeps one option per range of B. An exhaustive search prices every option at each B alone, from exact"
-        " tokens per call at each k (the tree's stays sampled)."
-        f" The plan is within {check.worst:.2%} of it at every B" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
-        (f": its ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."))
+    say(f"Is the plan right? It prices every k from the rates read at k = {k_max} and keeps one option per range. An"
+        " exhaustive search, pricing every option at each B from exact tokens per call (the tree's stays sampled),"
+        f" does at most {check.worst:.2%} better" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
+        (f": the plan's ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4353,21 +4349,18 @@ def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes, tol):
                   f" passes of the {chain.drafter.name} one (c = {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}),"
                   f" {option_speedup(chain, 1, n_ctx):.2f}." if tree else "")
     draft_words = ("Speedups rise with B because c falls. A plain pass reads every sequence's KV cache, the keys and"
-                   f" values of its tokens; a draft is assumed to read only its weights (which flatters it). Big's c"
-                   f" falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}, where reading the KV caches"
-                   f" moves {max_batch * kv / 1e9:.1f} GB, {max_batch * kv / w:.1f} times the weights." if c[1] < c[0] else "")
+                   " values of its tokens. A draft is assumed to read only its weights, which flatters it. Big's"
+                   f" c falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}." if c[1] < c[0] else "")
     draft_words += tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol) if draft_words and tree else ""
-    ridge_words = (f"The plan's k falls because long checks cross the ridge. Each sequence adds {m / 1e9:.3f} GMACs"
-                   f" and {kv / 1e9:.3f} GB of KV cache to a plain pass, so as B grows its MACs per byte approach"
-                   f" {m / 1e9:.3f} / {kv / 1e9:.3f} = {m / kv:.1f}, under the ridge's {ridge():.0f}. A check scores"
-                   f" k + 1 positions a sequence, so its MACs per byte tend to k + 1 times {m / kv:.1f}, and long"
-                   " checks cross the ridge: " + and_list(
-                       [f"k = {k} at B = {b:,}" if b and b <= max_batch else
-                        f"k = {k} not by B = {max_batch:,}" for k, b in crossings]) +
-                   ". Past the ridge a check costs more than a plain pass." + (
-                       f" Each k holds a little past its crossing (k = {ks[0]} to B = {ends[ks[0]]:,}): just past the"
-                       " ridge, a check costs only a little more." if ends and all(
-                           b is None or b <= ends[k] for k, b in crossings if k in ends) else "") if falls
+    ridge_words = (f"The plan's k falls because long checks cross the ridge. As B grows, a plain pass's MACs per byte"
+                   f" approach {m / kv:.1f} ({m / 1e9:.3f} GMACs over {kv / 1e9:.3f} GB a sequence), under the"
+                   f" ridge's {ridge():.0f}; a check's approach k + 1 times that. So " + and_list(
+                       [f"k = {k} crosses the ridge at B = {b:,}" if i == 0 and b and b <= max_batch else
+                        f"k = {k} at {b:,}" if b and b <= max_batch else f"k = {k} not by {max_batch:,}"
+                        for i, (k, b) in enumerate(crossings)]) +
+                   ". Past the ridge a check costs more than a plain pass" + (
+                       f", little at first: k = {ks[0]} holds to B = {ends[ks[0]]:,}." if ends and all(
+                           b is None or b <= ends[k] for k, b in crossings if k in ends) else ".") if falls
                    and ridge_batch(m, w, kv, positions=1) is None else "")
     return [p for p in (tree_words, draft_words, ridge_words) if p]
 
@@ -4386,11 +4379,11 @@ def tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol):
     level = next((b for b in range(1, last + 2) if speeds[b - 1, chain] >= speeds[b - 1, tree]), None)
     small = max(draft_cost(b, n_ctx, draft=shapes[1]) for b in range(1, len(speeds) + 1))
     crossing = ridge_batch(*token_traffic(n_ctx), positions=nodes)  # where the tree's check reaches the ridge
-    return (f" The small draft's c is {small:.3f} at most, so the tree gains little as B grows:"
-            f" {after.drafter.name}'s {after.shape} draws level with it at B = {level} (the plan keeps the tree, within"
-            f" its {tol:.1%})" +
-            (f", and at B = {crossing} the tree's {nodes}-position check crosses the ridge." if crossing
-             and crossing > level else ".") if level and small < 0.01 else "")
+    return (f" The small draft's c is {small:.3f} at most, so the tree gains little."
+            f" {after.drafter.name.capitalize()}'s {after.shape} draws level with it at B = {level}, where the plan"
+            f" keeps the tree, within its {tol:.1%}." +
+            (f" At B = {crossing} the tree's {nodes}-position check crosses the ridge." if crossing
+             and crossing > level else "") if level and small < 0.01 else "")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -1654,6 +1654,18 @@ def verify_cost(k, batch, n_ctx=None, hw=H100, shape=LLAMA2_7B):
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
 
+def long_context_note(k, lengths, hw=H100):
+    """What chapters 11 and 20 would pay at their prompts' own lengths, not
+    BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
+    any batch whose KV caches fit; said only while that is about 1."""
+    worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
+    return (f"A short context makes a large batch's arithmetic count. At the prompt{'s' * (len(lengths) > 1)}'"
+            f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
+            f" ({and_list([f'{n:,}' for n in lengths])} characters), a pass of {k + 1} positions costs"
+            f" {worst:.2f} plain passes at every batch whose KV caches fit in {hw.memory / 1e9:.0f} GB: the KV"
+            " caches keep it memory-bound." if worst < 1.005 else "")
+
+
 def bound_text(target, n_ctx, k, lo, hi, hw):
     """What bounds a bucket's verifying pass at its two ends: 'memory',
     'memory to compute', ...; '' for k = 0 (no verifying pass)."""
@@ -2946,8 +2958,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         f"NOT every draft is the target: {', '.join(bad)}.")
     sweep = demo11_speed(prompt, k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
-    takeaway("where output copies its context, the text drafts itself for free; at large batches,"
-             " verifying is the cost.",
+    takeaway("where output copies its context, the text drafts itself for free; at large batches of short"
+             " contexts, verifying is the cost.",
              {"every draft emits the target": not bad, "tokens per call rise as the text copies more": rising,
               "the verifying pass costs more than copying saves at B = 256 somewhere":
               any(r[4] < 1 for r in sweep.rows)})
@@ -2997,7 +3009,8 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
         f"The draft is free. The verifying pass over k+1 positions costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]},",
         f"and {verify_cost(k, batches[1]):.2f} at B = {batches[1]}, where that pass, {k + 1} positions for each of B sequences,",
         f"is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batches[1], batches[1], H100)}-bound (demo 6's roofline, at"
-        f" {BATCH_CONTEXT} tokens of context). Each # is a quarter token per call:")
+        f" {BATCH_CONTEXT} tokens of context).", long_context_note(k, [len(t) for t in texts]),
+        "Each # is a quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
            ("bars: vLLM", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])
@@ -4496,7 +4509,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     say(f"Prices are demo 6's roofline at {BATCH_CONTEXT} tokens of context: the lookup is free, and a verifying"
         f" pass of {k + 1} positions costs",
-        " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ":")
+        " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".",
+        long_context_note(k, [len(prompt)]), "The policies' speedups:")
     print()
     table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,
           groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])

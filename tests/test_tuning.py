@@ -370,3 +370,20 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
     assert (adaptive[3] < 1) == ("Adaptive k moves k by what passed, not by what a pass costs: at B = 256 it is"
                                  " slower than plain decoding too." in text)
+
+
+def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_costly(in_process):
+    # at 16 tokens of context a 6-position pass at B = 256 is compute-bound; at the prompts' own lengths no batch
+    # that fits in memory is: by a scan of the roofline's own verdict
+    lengths = [len(t) for t in sd.prompts().values()]
+    assert sd.bound_text(sd.LLAMA2_7B, 16, 5, 256, 256, sd.H100) == "compute"
+    for n in lengths:
+        fit = sd.sequences_that_fit(n)
+        assert fit < 300 and all(sd.bound_text(sd.LLAMA2_7B, n, 5, b, b, sd.H100) == "memory" for b in (1, fit))
+        assert max(sd.verify_cost(5, b, n_ctx=n) for b in range(1, fit + 1)) == pytest.approx(1.0, abs=1e-12)
+    for chapter, shown in (("11", lengths), ("20", lengths[:1])):
+        text = " ".join(section(in_process[1], chapter).split())
+        assert ("A short context makes a large batch's arithmetic count." in text and
+                " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs 1.00 plain passes at"
+                " every batch whose KV caches fit in 80 GB: the KV caches keep it memory-bound." in text), chapter
+    assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())

@@ -2945,16 +2945,16 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
         f" of {n_text} characters. At each position the target's row sorts the characters into bins by their chance"
         f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
-        " one written lands in one bin. Over the text, each bin should catch as many as the chances the rows"
-        " put in it add up to. This text, and so the fit, differs between Python versions, whose documentation"
-        f" differs. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
+        " one written lands in one bin. A bin should catch, over the text, the sum of the chances the target gave"
+        " its characters. (Another Python's documentation, and so the text and its fit, differ.) A correct draft"
+        f" fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], rows)
     bad = [r[0] for r in rows if r[4] != "the target"]
     print()
-    say("Every draft emits the target's distribution by both checks." if not bad else
+    say("Every draft emits the target's distribution by all three checks." if not bad else
         f"NOT every draft is the target: {', '.join(bad)}.")
     sweep = demo11_speed(prompt, k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))

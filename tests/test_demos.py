@@ -665,7 +665,7 @@ def test_chapter11_every_draft_is_the_target_and_copying_text_drafts_itself(demo
     result, text = demo["11"]
     assert [r[4] for r in result.rows] == ["the target"] * 2
     assert all(r[2] < 1e-12 for r in result.rows)
-    assert "Every draft emits the target's distribution by both checks." in text
+    assert "Every draft emits the target's distribution by all three checks." in text
     lams = [r[0] for r in result.sweep.rows]
     vllm = [r[1] for r in result.sweep.rows]
     assert lams == sorted(lams) and vllm[-1] > 2 * vllm[0]  # copying text drafts itself

@@ -1126,9 +1126,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
-        " replaced. The exact TV is computed, not run, with that stop built in" +
-        (f", so it cannot see the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, in the loop; only the fit"
-         " can." if unseen else "."))
+        " replaced. The exact TV is computed from the tables, not run, and the computation always stops a round"
+        " there." + (f" So it cannot see the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}; only the fit can."
+                     if unseen else ""))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -5120,7 +5120,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           shows why); if all k pass, position k+1 gives a bonus token,
           drawn from p
   alpha   the chance a draft is accepted, averaged over the target's text
-  c       one draft call's cost, in target calls
+  c       one draft call's cost, in target calls; "per call" always
+          means per target call
   TV      total variation: the most two distributions differ on any event
   fit     a chi-square test's p-value for a sample against the target's
           distribution; below {P_REJECT:g}, it is NOT the target's

@@ -4292,7 +4292,8 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
-        f"Two draft models of the target have these rates at k = {k_max}, computed exactly:")
+        f"Two draft models of the target, big (blend {c19.big_weight:g}) and small (the middling draft), have these"
+        f" rates at k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
@@ -4303,19 +4304,19 @@ def demo19_tuning(**how):
         " which depends on k." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
                                      for r, a, r1 in zip(rates, alphas, at_1)) else "")
     print()
-    say(f"Their sizes are assumed: a pass of the big one (blend {c19.big_weight:g}) reads 1/{fewer[0]:.1f} of the"
-        f" target's weight bytes, the small one (the middling draft) 1/{fewer[1]:.0f}.",
+    say(f"Their sizes are assumed: a pass of the big one reads 1/{fewer[0]:.1f} of the target's weight bytes, the"
+        f" small one 1/{fewer[1]:.0f}.",
         f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates drawn independently from q under every branch, {tree[1]} steps deep, {nodes - 1} drafts"
         f" ({' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}) from {tree[1]} draft passes. One pass of"
         f" {nodes} positions checks them all, each draft given only the tokens above it in its branch. The verifier"
         f" keeps one branch, at most {tree[1]} drafts plus a token of its own: {tree[3]:.2f} tokens per call, sampled"
-        f" over {n_rounds:,} rounds. Like the chain's rule, it keeps the target's distribution.")
+        f" over {n_rounds:,} rounds. Like the chain's rule, it keeps the target's distribution; chapter 8 shows how.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per call times a plain pass's time,"
         " over a check's time plus the draft passes' times, at the same B. Going up in B, the plan keeps its option"
-        f" while it stays within {tol:.1%} of the best:")
+        f" while it stays within {tol:.1%} of the best, so as not to switch for less:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4361,9 +4362,13 @@ def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes, tol):
                   f" {option_speedup(first, 1, n_ctx):.2f}, against {chain.tokens:.2f} from {chain.draft_passes}"
                   f" passes of the {chain.drafter.name} one (c = {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}),"
                   f" {option_speedup(chain, 1, n_ctx):.2f}." if tree else "")
-    draft_words = ("Speedups rise with B because c falls. A plain pass reads every sequence's KV cache, the keys and"
-                   " values of its tokens. A draft is assumed to read only its weights, which flatters it. Big's"
-                   f" c falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}." if c[1] < c[0] else "")
+    same = all(roofline_time(*pass_traffic(d, 0, 1, max_batch), H100)[0] <= roofline_time(
+        *pass_traffic(d, 0, 1, 1), H100)[0] * (1 + 1e-12) for d in shapes)  # a draft pass costs no more at B
+    draft_words = ("Speedups rise with B because c, a draft pass's time over a plain pass's, falls. A plain pass"
+                   " reads every sequence's KV cache, the keys and values of its tokens, so it costs more as B grows."
+                   " A draft is assumed to read only its weights, which flatters it" +
+                   (f": up to B = {max_batch} its pass costs no more." if same else ".") +
+                   f" Big's c falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}." if c[1] < c[0] else "")
     draft_words += tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol) if draft_words and tree else ""
     ridge_words = (f"The plan's k falls because long checks cross the ridge. As B grows, a plain pass's MACs per byte"
                    f" approach {m / kv:.1f} ({m / 1e9:.3f} GMACs over {kv / 1e9:.3f} GB a sequence), under the"

@@ -1659,7 +1659,7 @@ def long_context_note(k, lengths, hw=H100):
     BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
     any batch whose KV caches fit; said only while that is about 1."""
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
-    return (f"A short context makes a large batch's arithmetic count. At the prompt{'s' * (len(lengths) > 1)}'"
+    return (f"That holds for short contexts only. At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters), a pass of {k + 1} positions costs"
             f" {worst:.2f} plain passes at every batch whose KV caches fit in {hw.memory / 1e9:.0f} GB: the KV"
@@ -3012,8 +3012,9 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
         f" {BATCH_CONTEXT} tokens of context).", long_context_note(k, [len(t) for t in texts]),
         "Each # is a quarter token per call:")
     print()
-    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"B = {b}", 9, ".2f") for b in batches],
-           ("bars: vLLM", 28, "<")], rows, groups=[("tokens/call", 1, 2), ("vLLM speedup", 3, 4)])
+    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"speedup\nB = {b}", 9, ".2f") for b in batches],
+           ("bars: vLLM", 28, "<")], rows,
+          groups=[("tokens/call", 1, 2), (f"vLLM, {BATCH_CONTEXT} tokens", 3, 2 + len(batches))])
     config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": VLLM_LOOKUP.n_min,
               "prompt_lookup_max": VLLM_LOOKUP.n_max}
     print()
@@ -4477,6 +4478,15 @@ def phase_speedup(run, batch):
     return sum(e for _, e in run) / sum(verify_cost(d, batch) if d else 1.0 for d, _ in run)
 
 
+def short_proposals(runs, k):
+    """Chapter 20's note on how its rounds are priced: by the drafts each
+    proposed, which prompt lookup often leaves short of k."""
+    drafts = [d for run in runs for d, _ in run]
+    short, none = np.mean([d < k for d in drafts]), np.mean([d == 0 for d in drafts])
+    return (f"A round is priced by the drafts it proposed: always on proposed fewer than {k} in {short:.0%} of its"
+            f" rounds, none in {none:.0%}." if short > 0 else "")
+
+
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
                     threshold=0.3, window=20):
     """Chapter 20: a switch that turns speculation off for good, on a
@@ -4498,7 +4508,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                                             ((on[1 + 2 * i], on[2 + 2 * i]) if on[1 + 2 * i] > 1 else (1.0, 0.0))]))
     say("When to fall back? TensorRT-LLM's acceptance_rate_threshold turns speculation off for good",
         "once the average accepted share of recent rounds falls below it. A workload can change.",
-        "Here the target is chapter 11's character model: with probability lam it copies an earlier",
+        f"Here the target is chapter 11's character model, after its {len(prompt)}-character paragraph prompt: at"
+        " each character, with probability lam it copies an earlier",
         "stretch of its own text. The draft is prompt lookup: it proposes what followed the text's",
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
@@ -4515,7 +4526,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"Prices are demo 6's roofline at {BATCH_CONTEXT} tokens of context: the lookup is free, and a verifying"
         f" pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".",
-        long_context_note(k, [len(prompt)]), "The policies' speedups:")
+        long_context_note(k, [len(prompt)]), short_proposals(runs[f"always on, k = {k}"], k), "The policies'"
+        " speedups:")
     print()
     table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,
           groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])

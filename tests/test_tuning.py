@@ -388,7 +388,22 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert max(sd.verify_cost(5, b, n_ctx=n) for b in range(1, fit + 1)) == pytest.approx(1.0, abs=1e-12)
     for chapter, shown in (("11", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
-        assert ("A short context makes a large batch's arithmetic count." in text and
+        assert ("That holds for short contexts only." in text and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs 1.00 plain passes at"
                 " every batch whose KV caches fit in 80 GB: the KV caches keep it memory-bound." in text), chapter
     assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())
+
+
+def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
+    # always on's B = 256 speedup beats tokens per call over a full check's price: many rounds propose fewer drafts
+    result, text = in_process[0]["20"], " ".join(section(in_process[1], "20").split())
+    on = result.rows[0]
+    assert on[3] > on[1] / sd.verify_cost(5, 256) + 0.05
+    prompt = sd.prompts()["summarise"]
+    P = sd.PhaseModel(len(prompt), ((120, 0.99), (120, 0.3), (120, 0.99)))
+    drafts = [d for s in (0, 1, 2) for d, _ in sd.phase_run(P, prompt, 360, 5, s)]
+    short, none = np.mean([d < 5 for d in drafts]), np.mean([d == 0 for d in drafts])
+    assert 0 < none <= short < 1
+    assert (f"A round is priced by the drafts it proposed: always on proposed fewer than 5 in {short:.0%} of its rounds,"
+            f" none in {none:.0%}.") in text
+    assert f"after its {len(prompt)}-character paragraph prompt: at each character, with probability lam it copies" in text

@@ -4308,11 +4308,13 @@ def demo19_tuning(**how):
     say(f"Their sizes are assumed: a pass of the big one reads 1/{fewer[0]:.1f} of the target's weight bytes, the"
         f" small one 1/{fewer[1]:.0f}.",
         f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates drawn independently from q under every branch, {tree[1]} steps deep, {nodes - 1} drafts"
+        f" candidates drawn independently from q under every node, {tree[1]} steps deep, {nodes - 1} drafts"
         f" ({' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}) from {tree[1]} draft passes. One pass of"
         f" {nodes} positions checks them all, each draft given only the tokens above it in its branch. The verifier"
         f" keeps one branch, at most {tree[1]} drafts plus a token of its own: {tree[3]:.2f} tokens per call, sampled"
-        f" over {n_rounds:,} rounds. Like the chain's rule, it keeps the target's distribution; chapter 8 shows how.")
+        f" over {n_rounds:,} rounds. It tries a node's candidates in turn, and after a rejection the residual becomes"
+        " the target for the next, as in demo 1; so, like the chain's rule, it keeps the target's distribution"
+        " (chapter 8).")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per call times a plain pass's time,"
@@ -4368,7 +4370,7 @@ def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes, tol):
     draft_words = ("Speedups rise with B because c, a draft pass's time over a plain pass's, falls. A plain pass"
                    " reads every sequence's KV cache, the keys and values of its tokens, so it costs more as B grows."
                    " A draft is assumed to read only its weights, which flatters it" +
-                   (f": up to B = {max_batch} its pass costs no more." if same else ".") +
+                   (f": up to B = {max_batch} its pass costs no more than at B = 1." if same else ".") +
                    f" Big's c falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}." if c[1] < c[0] else "")
     draft_words += tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol) if draft_words and tree else ""
     ridge_words = (f"The plan's k falls because long checks cross the ridge. As B grows, a plain pass's MACs per byte"
@@ -4398,7 +4400,8 @@ def tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol):
     level = next((b for b in range(1, last + 2) if speeds[b - 1, chain] >= speeds[b - 1, tree]), None)
     small = max(draft_cost(b, n_ctx, draft=shapes[1]) for b in range(1, len(speeds) + 1))
     crossing = ridge_batch(*token_traffic(n_ctx), positions=nodes)  # where the tree's check reaches the ridge
-    return (f" The small draft's c is {small:.3f} at most, so the tree gains little."
+    lo, hi = speeds[0, tree], speeds[:last, tree].max()
+    return (f" The small draft's c is {small:.3f} at most, so the tree's speedup barely rises: {lo:.2f} to {hi:.2f}."
             f" {after.drafter.name.capitalize()}'s {after.shape} draws level with it at B = {level}, where the plan"
             f" keeps the tree, within its {tol:.1%}." +
             (f" At B = {crossing} the tree's {nodes}-position check crosses the ridge." if crossing

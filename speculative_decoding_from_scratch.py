@@ -2078,9 +2078,10 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     print()
     say("Is a tree exact? A tree verifier, as in SpecInfer (Miao et al. 2023), tries a node's children one at a"
         " time, each kept with chance min(1, p/q). When a child is rejected, p becomes the residual, max(0, p - q)"
-        " normalised, before its sibling is tried. The bug no_update deletes that line. The children are drawn"
-        " from q independently, or as distinct tokens: each from q with its elder siblings removed, the q it is"
-        " then judged by. The released code of EAGLE-1, a trained draft head, draws them distinct.",
+        " normalised, before its sibling is tried: the sibling is a fresh draft against what is still missing, as in"
+        " demo 1. The bug no_update skips that update. The children are drawn from q independently, or as distinct"
+        " tokens: each from q without its elder siblings, renormalised, and judged by min(1, p/q) with that same q."
+        " The released code of EAGLE-1, a trained draft head, draws them distinct.",
         f"{n_runs:,} runs each; consistent means the fit finds no difference from the target (a tree has no exact"
         " check here):")
     print()

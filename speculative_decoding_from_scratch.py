@@ -5136,10 +5136,10 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   blend   a draft made of w times the target plus (1 - w) times an
           unrelated table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call that scores all k+1 positions at
-          once, as it reads a prompt, for about the cost of one (demo 6
-          shows why); if all k pass, position k+1 gives a bonus token,
-          drawn from p
+  round   k drafts, then one target call that scores all k+1 positions in
+          parallel, as when it reads a prompt, for about the cost of one
+          (demo 6 shows why); if all k pass, position k+1 gives a bonus
+          token, drawn from p
   alpha   the chance a draft is accepted, averaged over the target's text
   c       one draft call's cost, in target calls; "per call" always
           means per target call

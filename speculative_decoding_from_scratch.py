@@ -1440,7 +1440,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         and min(losses) > max(wins) else "",
         f"At c = {min(losses):.3g}, k = 1 would need more than 1 + {min(losses):.3g} = {1 + min(losses):.3g} tokens"
         f" per call to win; it makes {exact[0]:.3f} (demo 4)." if losses and exact[0] <= 1 + min(losses) else "",
-        "The option --detail sets this table against the paper's Corollary 3.9.")
+        "The option --detail checks this table against the paper's rule for when speculation wins, its Corollary"
+        " 3.9.")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often.",
              {"the speedup falls as c rises": all(x > y for x, y in zip(speeds, speeds[1:])),
@@ -1697,7 +1698,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     past = [r for r in rows if str(r[5]) == "compute"]
     print()
     say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point: {H100.flops / 2e12:.0f} trillion",
-        f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f}, so up to {free} positions",
+        f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f}, about one MAC per"
+        f" two-byte weight, so up to {free} positions",
         "cost what one does: checking uses idle arithmetic.",
         f"Past the ridge the time grows with the positions: {past[0][0]} cost {past[0][4] / t1:.2f} times one." if past
         else "")

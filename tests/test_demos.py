@@ -354,8 +354,8 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     assert (max(wins), min(r[0] for r in result.rows if r[0] not in wins)) == (0.6, 0.7)
     assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k still wins up to c = 0.6; from"
             " c = 0.7, no k does. At c = 0.7, k = 1 would need more than 1 + 0.7 = 1.7 tokens per call to win; it"
-            f" makes {exact[0]:.3f} (demo 4). The option --detail sets this table against the paper's Corollary"
-            " 3.9.") in flat_text
+            f" makes {exact[0]:.3f} (demo 4). The option --detail checks this table against the paper's rule for"
+            " when speculation wins, its Corollary 3.9.") in flat_text
     assert exact[0] < 1.7 and f"{exact[0]:.2f}" in " ".join(demo["4"][1].split())
     assert "Takeaway: every draft costs c, kept or not, so a draft must be cheap and agree often." in flat_text
     # the lesson leaves the corollary, and where rounds start, to the detail
@@ -438,7 +438,10 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     flat_text = " ".join(text.split())
     assert [r[0] for r in result.rows] == [1, 4, 16, 256, 512, 1024]
     free = int(sd.ridge() // result.rows[0][3])
-    assert f"One decoding step does 0.50, so up to {free} positions cost what one does" in text
+    assert f"One decoding step does 0.50, about one MAC per two-byte weight, so up to {free} positions cost what one" \
+           " does" in " ".join(text.split())
+    w = sd.weight_count(4096, 11008, 32, 32000)  # Llama-2-7B's weights, two bytes each
+    assert result.rows[0][3] == pytest.approx(0.5, abs=0.01) and result.rows[0][1] * 1e9 == pytest.approx(w, rel=0.02)
     assert f"memory-bound below {sd.H100.flops / 2 / sd.H100.bandwidth:.0f} MACs per byte" in text
     # each row's bound is what its MACs per byte say, and a row costs what one position does only below the ridge
     t1 = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1))[0]

@@ -4305,7 +4305,8 @@ def demo19_tuning(**how):
     print()
     say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3). A draft's chance"
         " depends on the token before it (demo 3), and a round's first draft follows wherever the last round ended,"
-        " which depends on k." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
+        f" which depends on k. So rates read at k = {k_max} only approximate another k's; the last paragraph prices"
+        " that." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
                                      for r, a, r1 in zip(rates, alphas, at_1)) else "")
     print()
     say(f"Their sizes are assumed: a pass of the big one reads 1/{fewer[0]:.1f} of the target's weight bytes, the"
@@ -4313,11 +4314,12 @@ def demo19_tuning(**how):
         f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates drawn independently from q under every node, {tree[1]} steps deep, {nodes - 1} drafts"
         f" ({' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}) from {tree[1]} draft passes. One pass of"
-        f" {nodes} positions checks them all, each draft given only the tokens above it in its branch. The verifier"
+        f" {nodes} positions, the {nodes - 1} drafts and the token before them, checks them all, each draft given only"
+        " the tokens above it in its branch. The verifier"
         f" keeps one branch, at most {tree[1]} drafts plus a token of its own: {tree[3]:.2f} tokens per call, sampled"
-        f" over {n_rounds:,} rounds. It tries a node's candidates in turn, and after a rejection the residual becomes"
-        " the target for the next, as in demo 1; so, like the chain's rule, it keeps the target's distribution"
-        " (chapter 8).")
+        f" over {n_rounds:,} rounds. It tries a node's candidates in turn. After a rejection, the next is judged"
+        " against the residual, max(0, p - q) normalised, in place of p: a fresh draft against what is still"
+        " missing, as in demo 1. So, like the chain's rule, it keeps the target's distribution (chapter 8).")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per call times a plain pass's time,"

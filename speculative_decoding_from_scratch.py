@@ -4303,10 +4303,10 @@ def demo19_tuning(**how):
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
     print()
-    say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3). A draft's chance"
-        " depends on the token before it (demo 3), and a round's first draft follows wherever the last round ended,"
-        f" which depends on k. So rates read at k = {k_max} only approximate another k's; the last paragraph prices"
-        " that." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
+    say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3). Alpha averages over"
+        " the target's text, but a round's first draft follows the last round's final token, a redraw or a bonus"
+        " token, and those are not spread as the text is. How rounds end depends on k, so rates read at"
+        f" k = {k_max} only approximate another k's; the last paragraph prices that." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
                                      for r, a, r1 in zip(rates, alphas, at_1)) else "")
     print()
     say(f"Their sizes are assumed: a pass of the big one reads 1/{fewer[0]:.1f} of the target's weight bytes, the"
@@ -4339,8 +4339,9 @@ def demo19_tuning(**how):
     print()
     say(f"Is the plan right? It prices every k from the rates read at k = {k_max} and keeps one option per range. An"
         " exhaustive search, pricing every option at each B from exact tokens per call (the tree's stays sampled),"
-        f" does at most {check.worst:.2%} better" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
-        (f": the plan's ranges allow {tol:.1%}." if check.worst > 0 and untolerant.worst == 0 else "."))
+        f" does at most {check.worst:.2%} better" + ("" if check.worst <= 0.01 else ", NOT within 1%") + "." +
+        (f" With no {tol:.1%} margin the plan picks the search's option at every B, so the rates' shortcut costs"
+         f" nothing here; the {check.worst:.2%} is the margin's." if check.worst > 0 and untolerant.worst == 0 else ""))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4374,12 +4375,14 @@ def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes, tol):
         *pass_traffic(d, 0, 1, 1), H100)[0] * (1 + 1e-12) for d in shapes)  # a draft pass costs no more at B
     draft_words = ("Speedups rise with B because c, a draft pass's time over a plain pass's, falls. A plain pass"
                    " reads every sequence's KV cache, the keys and values of its tokens, so it costs more as B grows."
-                   " A draft is assumed to read only its weights, which flatters it" +
-                   (f": up to B = {max_batch} its pass costs no more than at B = 1." if same else ".") +
+                   " A draft pass is assumed to read only its weights" +
+                   (f", so up to B = {max_batch} it costs no more than at B = 1." if same else ".") +
+                   " That flatters the drafts: a real draft reads its own KV cache too." +
                    f" Big's c falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}." if c[1] < c[0] else "")
     draft_words += tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol) if draft_words and tree else ""
-    ridge_words = (f"The plan's k falls because long checks cross the ridge. As B grows, a plain pass's MACs per byte"
-                   f" approach {m / kv:.1f} ({m / 1e9:.3f} GMACs over {kv / 1e9:.3f} GB a sequence), under the"
+    ridge_words = (f"The plan's k falls because long checks cross the ridge. A pass reads the weights once for the"
+                   " batch, and each sequence adds its own MACs and KV cache. So as B grows, a plain pass's MACs per"
+                   f" byte approach {m / kv:.1f} ({m / 1e9:.3f} GMACs over {kv / 1e9:.3f} GB a sequence), under the"
                    f" ridge's {ridge():.0f}; a check's approach k + 1 times that. So " + and_list(
                        [f"k = {k} crosses the ridge at B = {b:,}" if i == 0 and b and b <= max_batch else
                         f"k = {k} at {b:,}" if b and b <= max_batch else f"k = {k} not by {max_batch:,}"

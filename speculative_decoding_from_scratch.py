@@ -4635,8 +4635,27 @@ def temperature_words(rows, same, n_greedy):
                  if r[1] == 0 and r[2] == 0),
         "Greedy drafts keep less than sampled ones at every T > 0." if lower else
         "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
-        f"Slower than plain decoding: {'; '.join(slow)}." if slow else "No row is slower than plain decoding.")
+        f"Slower than plain decoding: {'; '.join(slow)}." if slow else "No row is slower than plain decoding.",
+        greedy_runs(rows))
     return lower
+
+
+def greedy_runs(rows, k=4):
+    """Chapter 21's note on greedy drafting at T = 0: every row's pass chance
+    is 0 or 1, so passes come in runs and eq. 1, at one chance alpha, falls
+    short of the exact count; said for the good draft, beside T = 0.5."""
+    Q = blend(TARGET, UNRELATED, GOOD_WEIGHT)
+    P0, D = temper(TARGET, 0), temper(Q, 0)
+    beta = np.minimum(P0, D).sum(axis=1)
+    zero, half = (next((r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == T), None) for T in (0, 0.5))
+    if zero is None or half is None or not np.isin(beta, (0, 1)).all():
+        return ""
+    exact, eq1 = exact_tokens_per_call(P0, D, k), expected_tokens(zero[3], k)
+    warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
+    return (f"At T = 0 a greedy draft passes every time after some tokens and never after others, so passes come in"
+            f" runs: blend {GOOD_WEIGHT:g} makes {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.3f} gives"
+            f" {eq1:.2f}. At T = 0.5, with greedy alpha {half[3]:.3f}, it makes {warm:.2f}." if exact > eq1 + 0.05
+            else "")
 
 
 def table3_words(rows):

@@ -320,6 +320,15 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert ("Slower than plain decoding: the middling draft sampled at T = 0, and greedy at T = 0, 0.5, 1.5 and 2."
             in text)
     assert "Greedy drafts keep less than sampled ones at every T > 0." in text
+    # at T = 0 the good draft passes always after a, c, d, f and never after b, e: passes come in runs, so a round's
+    # tokens are not eq. 1's at one chance, by hand: from a start where drafts pass, all 4 pass, else none
+    Q0, P0 = sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0), sd.temper(sd.TARGET, 0)
+    assert list(np.minimum(P0, Q0).sum(axis=1)) == [1, 0, 1, 1, 0, 1]
+    exact = sd.exact_tokens_per_call(P0, Q0, 4)
+    assert exact == pytest.approx(8 / 3, abs=1e-12) and sd.expected_tokens(5 / 9, 4) == pytest.approx(2.1309, abs=1e-4)
+    warm = sd.exact_tokens_per_call(sd.temper(sd.TARGET, 0.5), Q0, 4)
+    assert (f"so passes come in runs: blend 0.9 makes {exact:.2f} tokens per call, where eq. 1 at alpha 0.556 gives 2.13."
+            f" At T = 0.5, with greedy alpha 0.556, it makes {warm:.2f}.") in " ".join(text.split())
 
 
 def test_chapter21_in_detail_the_two_shipped_temperature_bugs():

@@ -3313,7 +3313,8 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     """Demo 6, part four: predict the speedup from a calibration, then decode."""
     print()
     say(f"Calibrated before decoding, in one-column passes: c, a draft pass (a {W_draft.shape[0]} x"
-        f" {W_draft.shape[1]} product); v, the verifying pass over k+1 positions:")
+        f" {W_draft.shape[1]} product); v, the verifying pass over k+1 positions. Each is the median of {reps}"
+        " repeats, timed afresh, with their lowest and highest in brackets:")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
@@ -3338,7 +3339,7 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     say("Then each draft decodes, timed. The paper predicts the speedup as tokens per call / (1 + k",
         "c). That assumes a verifying pass costs one plain pass. The refined prediction puts v in",
         f"place of that 1, and it picks k = {k_good} for a blend {good_weight} draft. Refined* is the same",
-        "formula, with the tokens per call this run got.", clock=True)
+        "formula, with the tokens per call this run got; its error is how far it is above the clock.", clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),

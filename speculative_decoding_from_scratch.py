@@ -2277,8 +2277,8 @@ def demo9_verifiers(k=3):
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
     say(f"{number_word(len(pairs)).capitalize()} pairs of target p and draft q, at k = {k}. The first"
-        f" {number_word(len(drafted))} draw q from a draft table; the last {number_word(len(tempered))} temper the"
-        " target's own rows. Column b 1-hot is block over one-hot drafts; most names the setting that accepts most,"
+        f" {number_word(len(drafted))} draw q from a draft table; the last {number_word(len(tempered))} take the"
+        " target's own rows at a temperature T: p^(1/T), renormalised (chapter 21). Column b 1-hot is block over one-hot drafts; most names the setting that accepts most,"
         " the first named on a tie:")
     print()
     table([("pair", 20, "<"), ("prob", 6, ".3f"), ("1-hot", 6, ".3f"), ("strict", 7, ".3f"),
@@ -2288,13 +2288,14 @@ def demo9_verifiers(k=3):
     same = all(abs(r[5] - r[8]) < 1e-12 for r in prow)
     print()
     wins = sum(w for _, w, _, _ in reasons)
+    where = [label for label, w, _, _ in reasons if w]  # the pairs where one-hot beats probabilistic somewhere
     winners = sorted({r[-1] for r in prow})
     say("Which accepts most depends on the pair." if len(winners) > 1 else
         f"{winners[0]} accepts most for every pair.",
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
-        f" {VOCAB} contexts each), " + (
+        f" {VOCAB} contexts each" + (f"; all in '{where[0]}'" if len(where) == 1 else "") + "), " + (
             "each where the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
             else "NOT each where the target likes the draft's argmax more than the draft does."))
     exactness = demo9_exactness(k)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import speculative_decoding_from_scratch as sd
+from test_demos import section
 
 
 def ids(text):
@@ -253,6 +254,10 @@ def test_chapter9s_one_hot_wins_are_counted_with_the_one_hot_table_and_every_win
         like = P[np.arange(6), x] > Q[np.arange(6), x]
         assert wins == int(beats.sum()) and liked == int(like.sum())
         assert every == bool((beats <= like).all())  # every win is a liked context, not the reverse
+    counts = [wins for _, wins, _, _ in result.reasons]
+    assert counts == [0, 0, 0, 0, 3]  # all three wins are in the last pair, and the chapter says so
+    assert ("in 3 of the 30 cases (5 pairs, 6 contexts each; all in 'p at T=0.3, q at T=3')"
+            in " ".join(section(in_process[1], "9").split()))
 
 
 def test_demo1_prints_the_chance_of_a_rejection_not_of_a_keep(in_process):

@@ -2295,9 +2295,9 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
-        f" {VOCAB} contexts each" + (f"; all in '{where[0]}'" if len(where) == 1 else "") + "), " + (
-            "each where the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
-            else "NOT each where the target likes the draft's argmax more than the draft does."))
+        f" {VOCAB} contexts each)" + (f", all in '{where[0]}'." if len(where) == 1 else ".") + (
+            " In each, the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
+            else " NOT in each does the target like the draft's argmax more than the draft does."))
     exactness = demo9_exactness(k)
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
              {"every setting emits the target": all(r[5] == "the target" for r in exactness),
@@ -2950,7 +2950,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         f" of {n_text} characters. At each position the target's row sorts the characters into bins by their chance"
         f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
         " one written lands in one bin. A bin should catch, over the text, the sum of the chances the target gave"
-        " its characters. (Another Python's documentation, and so the text and its fit, differ.) A correct draft"
+        " its characters. Another Python's documentation, and so this text and its fit, differ. A correct draft"
         f" fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()

@@ -256,7 +256,8 @@ def test_chapter9s_one_hot_wins_are_counted_with_the_one_hot_table_and_every_win
         assert every == bool((beats <= like).all())  # every win is a liked context, not the reverse
     counts = [wins for _, wins, _, _ in result.reasons]
     assert counts == [0, 0, 0, 0, 3]  # all three wins are in the last pair, and the chapter says so
-    assert ("in 3 of the 30 cases (5 pairs, 6 contexts each; all in 'p at T=0.3, q at T=3')"
+    assert ("in 3 of the 30 cases (5 pairs, 6 contexts each), all in 'p at T=0.3, q at T=3'. In each, the target likes"
+            " the draft's argmax more than the draft does."
             in " ".join(section(in_process[1], "9").split()))
 
 

@@ -4294,128 +4294,150 @@ def demo19_tuning(**how):
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         f"each drafter at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
         f" range of B. It stops at B = {max_batch}, the most sequences whose KV caches fit in"
-        f" {H100.memory / 1e9:.0f} GB beside the weights. The option --plan --profile runs it on your own figures.")
+        f" {H100.memory / 1e9:.0f} GB beside the weights. The option --plan --profile runs it on your own figures;"
+        " --detail shows its arithmetic.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
-        f"Two draft models of the target, big (blend {c19.big_weight:g}) and small (the middling draft), have these"
-        f" rates at k = {k_max}, computed exactly:")
+        f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
+        f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
+        f" k = {k_max}, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
-    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
-    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
     print()
-    say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3). Alpha averages over"
-        " the target's text, but a round's first draft follows the last round's final token, a redraw or a bonus"
-        " token, and those are not spread as the text is. How rounds end depends on k, so rates read at"
-        f" k = {k_max} only approximate another k's; the last paragraph prices that." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
-                                     for r, a, r1 in zip(rates, alphas, at_1)) else "")
-    print()
-    say(f"Their sizes are assumed: a pass of the big one reads 1/{fewer[0]:.1f} of the target's weight bytes, the"
-        f" small one 1/{fewer[1]:.0f}.",
-        f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates drawn independently from q under every node, {tree[1]} steps deep, {nodes - 1} drafts"
-        f" ({' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}) from {tree[1]} draft passes. One pass of"
-        f" {nodes} positions, the {nodes - 1} drafts and the token before them, checks them all, each draft given only"
-        " the tokens above it in its branch. The verifier"
-        f" keeps one branch, at most {tree[1]} drafts plus a token of its own: {tree[3]:.2f} tokens per call, sampled"
-        f" over {n_rounds:,} rounds. It tries a node's candidates in turn. After a rejection, the next is judged"
-        " against the residual, max(0, p - q) normalised, in place of p: a fresh draft against what is still"
-        " missing, as in demo 1. So, like the chain's rule, it keeps the target's distribution (chapter 8).")
+    say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
+        f" candidates under every node, {tree[1]} deep, {nodes - 1} drafts checked in one pass of {nodes} positions."
+        f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, sampled over {n_rounds:,} rounds, and"
+        " keeps the target's distribution.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per call times a plain pass's time,"
-        " over a check's time plus the draft passes' times, at the same B. Going up in B, the plan keeps its option"
-        f" while it stays within {tol:.1%} of the best, so as not to switch for less:")
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
+        f" the same B. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, so as not"
+        " to switch for less:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
-    for paragraph in demo19_why((big, small), n_ctx, max_batch, buckets, speeds, options, nodes, tol):
-        print()
-        say(paragraph)
+    shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options, nodes)
+    print()
+    say(demo19_shape(shape, n_ctx, max_batch))
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
     print()
-    say(f"Is the plan right? It prices every k from the rates read at k = {k_max} and keeps one option per range. An"
-        " exhaustive search, pricing every option at each B from exact tokens per call (the tree's stays sampled),"
-        f" does at most {check.worst:.2%} better" + ("" if check.worst <= 0.01 else ", NOT within 1%") + "." +
-        (f" With no {tol:.1%} margin the plan picks the search's option at every B, so the rates' shortcut costs"
-         f" nothing here; the {check.worst:.2%} is the margin's." if check.worst > 0 and untolerant.worst == 0 else ""))
+    say(f"The plan prices every k from the rates at k = {k_max}. An exhaustive search, pricing every option at each B"
+        f" alone from exact tokens per call at each k, beats it by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
+        (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
-    return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds)
+    return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
+                           untolerant=untolerant)
 
 
-def demo19_why(shapes, n_ctx, max_batch, buckets, speeds, options, nodes, tol):
-    """Chapter 19's notes on its plan, from its numbers: why a tree can win
-    where a chain keeps more tokens (its draft's passes are fewer and
-    cheaper), why speedups rise with B (a plain pass reads each sequence's KV
-    cache, a draft its weights alone), and why the plan's k falls (long checks
-    cross the ridge)."""
+def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
+    """What sets chapter 19's plan, from its numbers: the tree and the first
+    chain at B = 1, big's c at both ends, where a chain draws level with the
+    tree (from the plan's own prices), and where each planned k's check
+    crosses the ridge."""
     big, small = shapes
-    c = [draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)]
     first = buckets[0][2]
     chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
     tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
     m, w, kv = token_traffic(n_ctx)
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
-    falls = any(b < a for a, b in zip(ks, ks[1:]))
     crossings = [(k, ridge_batch(m, w, kv, positions=k + 1)) for k in sorted(set(ks), reverse=True)]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in buckets if o is not None and o.shape.startswith("k =")}
     ends = {k: hi for k, hi in ends.items() if (dict(crossings).get(k) or max_batch + 1) <= max_batch}
-    tree_words = (f"At B = 1 the tree wins: {first.tokens:.2f} tokens per call from {first.draft_passes} passes of"
-                  f" the small draft (c = {draft_cost(1, n_ctx, draft=small):.3f}), a speedup of"
-                  f" {option_speedup(first, 1, n_ctx):.2f}, against {chain.tokens:.2f} from {chain.draft_passes}"
-                  f" passes of the {chain.drafter.name} one (c = {draft_cost(1, n_ctx, draft=chain.drafter.cost):.3f}),"
-                  f" {option_speedup(chain, 1, n_ctx):.2f}." if tree else "")
     same = all(roofline_time(*pass_traffic(d, 0, 1, max_batch), H100)[0] <= roofline_time(
         *pass_traffic(d, 0, 1, 1), H100)[0] * (1 + 1e-12) for d in shapes)  # a draft pass costs no more at B
-    draft_words = ("Speedups rise with B because c, a draft pass's time over a plain pass's, falls. A plain pass"
-                   " reads every sequence's KV cache, the keys and values of its tokens, so it costs more as B grows."
-                   " A draft pass is assumed to read only its weights" +
-                   (f", so up to B = {max_batch} it costs no more than at B = 1." if same else ".") +
-                   " That flatters the drafts: a real draft reads its own KV cache too." +
-                   f" Big's c falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at B = {max_batch}." if c[1] < c[0] else "")
-    draft_words += tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol) if draft_words and tree else ""
-    ridge_words = (f"The plan's k falls because long checks cross the ridge. A pass reads the weights once for the"
-                   " batch, and each sequence adds its own MACs and KV cache. So as B grows, a plain pass's MACs per"
-                   f" byte approach {m / kv:.1f} ({m / 1e9:.3f} GMACs over {kv / 1e9:.3f} GB a sequence), under the"
-                   f" ridge's {ridge():.0f}; a check's approach k + 1 times that. So " + and_list(
-                       [f"k = {k} crosses the ridge at B = {b:,}" if i == 0 and b and b <= max_batch else
-                        f"k = {k} at {b:,}" if b and b <= max_batch else f"k = {k} not by {max_batch:,}"
-                        for i, (k, b) in enumerate(crossings)]) +
-                   ". Past the ridge a check costs more than a plain pass" + (
-                       f", little at first: k = {ks[0]} holds to B = {ends[ks[0]]:,}." if ends and all(
-                           b is None or b <= ends[k] for k, b in crossings if k in ends) else ".") if falls
-                   and ridge_batch(m, w, kv, positions=1) is None else "")
-    return [p for p in (tree_words, draft_words, ridge_words) if p]
+    level = last = after = None
+    if tree:
+        t = next(i for i, o in enumerate(options) if o.shape.startswith("tree"))
+        last = max(hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree"))
+        after = next((o for lo, _, o in buckets if lo == last + 1), None)
+        if after is not None and not after.shape.startswith("tree"):
+            a = options.index(after)
+            level = next((b for b in range(1, last + 2) if speeds[b - 1, a] >= speeds[b - 1, t]), None)
+    return SimpleNamespace(
+        first=first, chain=chain, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends, same=same,
+        c=[draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)], c_small=[draft_cost(b, n_ctx, draft=small) for b
+                                                                               in range(1, max_batch + 1)],
+        falls=any(b < a for a, b in zip(ks, ks[1:])), level=level, last=last, after=after,
+        tree_crossing=ridge_batch(m, w, kv, positions=nodes), nodes=nodes,
+        tree_speeds=None if not tree else speeds[:last, next(i for i, o in enumerate(options)
+                                                            if o.shape.startswith("tree"))])
 
 
-def tree_end(shapes, n_ctx, buckets, speeds, options, nodes, tol):
-    """Chapter 19's words on where its plan's tree gives way, from the plan's
-    own prices: the chain that overtakes it, whether the small draft's c was
-    already too low to help the tree much, and where the tree's check crosses
-    the ridge."""
-    tree = next(i for i, o in enumerate(options) if o.shape.startswith("tree"))
-    last = max(hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree"))
-    after = next((o for lo, _, o in buckets if lo == last + 1), None)
-    if after is None or after.shape.startswith("tree"):
-        return ""
-    chain = options.index(after)
-    level = next((b for b in range(1, last + 2) if speeds[b - 1, chain] >= speeds[b - 1, tree]), None)
-    small = max(draft_cost(b, n_ctx, draft=shapes[1]) for b in range(1, len(speeds) + 1))
-    crossing = ridge_batch(*token_traffic(n_ctx), positions=nodes)  # where the tree's check reaches the ridge
-    lo, hi = speeds[0, tree], speeds[:last, tree].max()
-    return (f" The small draft's c is {small:.3f} at most, so the tree's speedup barely rises: {lo:.2f} to {hi:.2f}."
-            f" {after.drafter.name.capitalize()}'s {after.shape} draws level with it at B = {level}, where the plan"
-            f" keeps the tree, within its {tol:.1%}." +
-            (f" At B = {crossing} the tree's {nodes}-position check crosses the ridge." if crossing
-             and crossing > level else "") if level and small < 0.01 else "")
+def demo19_shape(s, n_ctx, max_batch):
+    """Chapter 19's paragraph on what sets its plan, each clause said only
+    while its numbers bear it out."""
+    crossed = [(k, b) for k, b in s.crossings if b and b <= max_batch]
+    clauses = (
+        "Three things set its shape." if s.tree and s.c[1] < s.c[0] and s.falls else "",
+        f"At B = 1 the tree wins: {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the"
+        f" small draft (c = {s.c_small[0]:.3f}) beat {s.chain.drafter.name}'s {s.chain.tokens:.2f} from"
+        f" {s.chain.draft_passes} (c = {s.c[0]:.3f})." if s.tree else "",
+        "As B grows, a plain pass reads more KV cache, the keys and values of every sequence's tokens, while a draft"
+        f" pass is assumed to read its weights alone, which flatters it. So c falls: {s.chain.drafter.name}'s to {s.c[1]:.3f} at B = {max_batch}" + (
+            f", and its {s.after.shape} draws level with the tree at B = {s.level} (the plan keeps the tree, within"
+            " its margin)." if s.level else ".")
+        if s.tree and s.same and s.c[1] < s.c[0] else "",
+        "And long checks cross the ridge as B grows (" + ", ".join(
+            f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)) +
+        "), so k falls" + (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else
+                            ".") if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
+    return " ".join(p for p in clauses if p)
+
+
+def demo19_detail(result):
+    """Chapter 19 in detail: the arithmetic behind its plan. Why position 1's
+    rates are not alpha, how the tree is checked, the speedup as a formula,
+    why c falls and where the tree gives way, why long checks cross the ridge,
+    and what the search's shortfall comes from."""
+    c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
+    drafters, rates, k_max, tol, max_batch = c19.drafters, c19.rates, c19.k_max, c19.tol, c19.max_batch
+    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
+    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
+    tree = c19.measured[1].tree
+    paragraphs = [
+        f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3). Alpha averages over"
+        " the target's text, but a round's first draft follows the last round's final token, a redraw or a bonus"
+        " token, and those are not spread as the text is. How rounds end depends on k, so rates read at"
+        f" k = {k_max} only approximate another k's." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
+                                                           for r, a, r1 in zip(rates, alphas, at_1)) else "",
+        f"The tree: {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {s.nodes - 1} drafts, drawn"
+        f" independently from q. Its pass of {s.nodes} positions holds them and the token before them, each draft"
+        " given only the tokens above it in its branch. The verifier tries a node's candidates in turn; after a"
+        " rejection, the next is judged against the residual, max(0, p - q) normalised, in place of p, as in demo 1."
+        f" It keeps one branch, at most {tree[1]} drafts plus a token of its own.",
+        "The speedup is tokens per call times a plain pass's time, over a check's time plus the draft passes'"
+        " times, all at the same B.",
+        ("A plain pass reads every sequence's KV cache, the keys and values of its tokens, so it costs more as B"
+         " grows. A draft pass is assumed to read only its weights" +
+         (f", so up to B = {max_batch} it costs no more than at B = 1." if s.same else ".") +
+         " That flatters the drafts: a real draft reads its own KV cache too.") if s.c[1] < s.c[0] else "",
+        (f"The small draft's c is {max(s.c_small):.3f} at most, so the tree's speedup barely rises"
+         f" ({s.tree_speeds[0]:.2f} to {s.tree_speeds.max():.2f}). {s.after.drafter.name.capitalize()}'s"
+         f" {s.after.shape} draws level at B = {s.level}, where the plan keeps the tree, within its {tol:.1%}." +
+         (f" At B = {s.tree_crossing} the tree's {s.nodes}-position check crosses the ridge." if s.tree_crossing
+          and s.tree_crossing > s.level else "")) if s.level and max(s.c_small) < 0.01 else "",
+        ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
+         f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"
+         f" {s.kv / 1e9:.3f} GB a sequence), under the ridge's {ridge():.0f}; a check's approach k + 1 times that."
+         " Past the ridge a check costs more than a plain pass" + (
+             f", little at first: k = {s.ks[0]} holds to B = {s.ends[s.ks[0]]:,}." if s.ends and all(
+                 b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends) else "."))
+        if s.falls and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "",
+        (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
+         f" option at every B, so pricing every k from the rates at k = {k_max} costs nothing here.")
+        if check.worst > 0 and untolerant.worst == 0 else ""]
+    for paragraph in paragraphs:
+        if paragraph:
+            print()
+            say(paragraph)
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -5155,6 +5177,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "10": demo10_detail,
     "13": lambda result: demo13_detail(),
     "18": lambda result: (frontier(result.first.rows), typical_fallbacks()),
+    "19": demo19_detail,
     "21": lambda result: one_sided_temperatures(4, 1000),
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
@@ -5851,9 +5874,10 @@ def arg_parser():
                     "mode takes")
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
-    ap.add_argument("--detail", action="store_true", help=f"demos {', '.join(most)} and {last} add detail: a "
-                    "sample beside its target, where rounds start, shipped temperature bugs, a long context on the "
-                    "roofline, vLLM's settings and their history, plans and adaptive draft lengths")
+    ap.add_argument("--detail", action="store_true", help=f"demos and chapters {', '.join(most)} and {last} add "
+                    "detail: a sample beside its target, where rounds start, shipped temperature bugs, a long context "
+                    "on the roofline, vLLM's settings and their history, plans and adaptive draft lengths, a plan's "
+                    "arithmetic")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "

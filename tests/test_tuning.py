@@ -2,6 +2,8 @@
 chain or tree on the roofline, a plan per batch size that an exhaustive search
 cannot beat by more than 1%, each engine's config, and the fallback switch.
 Bad scrapes and bad profiles are one-line usage errors naming what is wrong."""
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -120,6 +122,15 @@ def test_a_profile_plans_every_bucket_and_prints_each_engines_config(tmp_path, c
     assert rows[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in zip(rows, rows[1:]))
 
 
+@pytest.fixture(scope="module")
+def detail19(in_process):
+    """Chapter 19's --detail, printed from the full run's result, as one line."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.demo19_detail(in_process[0]["19"])
+    return " ".join(out.getvalue().split())
+
+
 def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_process):
     # 248 sequences of 512 tokens fit in 80 GB beside the weights: no engine is told to run 256
     fit = sd.sequences_that_fit(512)
@@ -170,7 +181,7 @@ def test_a_profile_that_is_not_json_or_not_there_is_a_usage_error(tmp_path, caps
 
 # --- the skill against an exhaustive search, and the engines' keys -----------------------------------------
 
-def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(in_process):
+def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(in_process, detail19):
     result = in_process[0]["19"]
     assert result.check.worst <= 0.01
     shapes = [o.shape for _, _, o in result.buckets if o is not None]
@@ -186,9 +197,12 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     fit = sd.sequences_that_fit(512)
     buckets, _, options = sd.plan_drafters(list(drafters.values()), 512, fit, 8, tol=0.0)
     untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
-    assert (f"does at most {result.check.worst:.2%} better. With no 0.5% margin the plan picks the search's option at"
-            f" every B, so the rates' shortcut costs nothing here; the {result.check.worst:.2%} is the margin's."
-            in text) == (result.check.worst > 0 and untolerant == 0) == True
+    assert result.check.worst > 0 and untolerant == 0
+    assert (f"The plan prices every k from the rates at k = 8. An exhaustive search, pricing every option at each B"
+            f" alone from exact tokens per call at each k, beats it by at most {result.check.worst:.2%}, inside its 0.5%"
+            " margin.") in text
+    assert (f"The search's {result.check.worst:.2%} is the margin's: with no 0.5% margin the plan picks the search's"
+            " option at every B, so pricing every k from the rates at k = 8 costs nothing here.") in detail19
 
 
 def test_an_option_is_priced_as_its_positions_and_draft_passes_say():
@@ -251,28 +265,27 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     s_tree, s_chain = sd.option_speedup(tree, 1, 512), sd.option_speedup(chain, 1, 512)
     assert chain.drafter.name == "big" and chain.shape == f"k = {chain.draft_passes}"
     assert (f"At B = 1 the tree wins: {tree.tokens:.2f} tokens per call from {tree.draft_passes} passes of the small"
-            f" draft (c = {c_small:.3f}), a speedup of {s_tree:.2f}, against {chain.tokens:.2f} from"
-            f" {chain.draft_passes} passes of the big one (c = {c_big:.3f}), {s_chain:.2f}.") in text
+            f" draft (c = {c_small:.3f}) beat big's {chain.tokens:.2f} from {chain.draft_passes} (c = {c_big:.3f}).") in text
     # at B = 1 both passes are memory-bound, so a round costs 1 + passes * c plain passes
     assert s_tree == pytest.approx(tree.tokens / (1 + tree.draft_passes * c_small), rel=1e-9) and s_tree > s_chain
 
 
-def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
+def test_chapter19_says_why_its_speedups_rise_with_b(in_process, detail19):
     text = " ".join(section(in_process[1], "19").split())
     fit = sd.sequences_that_fit(512)
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
-    assert (f"The plan's k falls because long checks cross the ridge. A pass reads the weights once for the batch,"
-            " and each sequence adds its own MACs and KV cache. So as B grows, a plain pass's MACs per byte"
-            f" approach {m / (one - w):.1f} ({m / 1e9:.3f} GMACs over {(one - w) / 1e9:.3f} GB a sequence), under the"
-            " ridge's 148; a check's approach k + 1 times that.") in text
+    assert ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
+            f" grows, a plain pass's MACs per byte approach {m / (one - w):.1f} ({m / 1e9:.3f} GMACs over"
+            f" {(one - w) / 1e9:.3f} GB a sequence), under the ridge's 148; a check's approach k + 1 times that.") in detail19
     assert m / (one - w) < sd.ridge()
     c = [sd.draft_cost(b, 512, draft=(2048, 5504, 16, 32000)) for b in (1, fit)]
-    assert c[1] < c[0] and ("Speedups rise with B because c, a draft pass's time over a plain pass's, falls. A plain"
-                            " pass reads every sequence's KV cache, the keys and values of its tokens, so it costs more"
-                            " as B grows. A draft pass is assumed to read only its weights, so up to B ="
-                            f" {fit} it costs no more than at B = 1. That flatters the drafts: a real draft reads its"
-                            f" own KV cache too. Big's c falls from {c[0]:.3f} at B = 1 to {c[1]:.3f} at"
-                            f" B = {fit}.") in text
+    assert c[1] < c[0] and ("As B grows, a plain pass reads more KV cache, the keys and values of every sequence's"
+                            " tokens, while a draft pass is assumed to read its weights alone, which flatters it. So c"
+                            f" falls: big's to {c[1]:.3f} at B = {fit}, and its k = 8 draws level with the tree at B ="
+                            " 31 (the plan keeps the tree, within its margin).") in text
+    assert ("A plain pass reads every sequence's KV cache, the keys and values of its tokens, so it costs more as B"
+            f" grows. A draft pass is assumed to read only its weights, so up to B = {fit} it costs no more than at"
+            " B = 1. That flatters the drafts: a real draft reads its own KV cache too.") in detail19
     for shape in ((2048, 5504, 16, 32000), (768, 2048, 4, 32000)):  # both drafts stay memory-bound on their weights
         assert sd.roofline_time(*sd.pass_traffic(shape, 0, 1, fit), sd.H100) == sd.roofline_time(
             *sd.pass_traffic(shape, 0, 1, 1), sd.H100)
@@ -284,8 +297,10 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
-    assert (f"So k = 8 crosses the ridge at B = {crossings[0]}, k = 7 at {crossings[1]} and k = 6 not by {fit}. Past"
-            f" the ridge a check costs more than a plain pass, little at first: k = 8 holds to B = {ends[8]}.") in text
+    assert (f"And long checks cross the ridge as B grows (k = 8 at B = {crossings[0]}, k = 7 at {crossings[1]}), so k"
+            " falls, a little after each crossing.") in text
+    assert (f"Past the ridge a check costs more than a plain pass, little at first: k = 8 holds to B = {ends[8]}."
+            in detail19)
     # past its crossing k = 8 still leads among the plan's own prices: a check just past the ridge costs little more
     result = in_process[0]["19"]
     names = [(o.drafter.name, o.shape) for o in result.options]
@@ -293,7 +308,7 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process):
     assert ends[8] > crossings[0] and ends[7] > crossings[1]
 
 
-def test_chapter19_says_where_its_tree_gives_way_and_why(in_process):
+def test_chapter19_says_where_its_tree_gives_way_and_why(in_process, detail19):
     result, text = in_process[0]["19"], " ".join(section(in_process[1], "19").split())
     planned = max(hi for _, hi, o in result.buckets if o is not None and o.shape.startswith("tree"))
     after = next(o for lo, _, o in result.buckets if lo == planned + 1)
@@ -311,10 +326,9 @@ def test_chapter19_says_where_its_tree_gives_way_and_why(in_process):
     assert past == level + 1 and result.speeds[past - 1, tree] < 0.995 * result.speeds[past - 1, chain]
     lo, hi = result.speeds[0, tree], result.speeds[:planned, tree].max()
     assert (f"{lo:.2f} to {hi:.2f}", f"{lo:.2f}-{hi:.2f}x") == ("3.08 to 3.11", "3.08-3.11x")  # the plan's tree row
-    assert (f"The small draft's c is {small:.3f} at most, so the tree's speedup barely rises: {lo:.2f} to {hi:.2f}."
-            " Big's k = 8 draws level with it"
-            f" at B = {level}, where the plan keeps the tree, within its 0.5%. At B = {past} the tree's 15-position"
-            " check crosses the ridge.") in text
+    assert (f"The small draft's c is {small:.3f} at most, so the tree's speedup barely rises ({lo:.2f} to {hi:.2f})."
+            f" Big's k = 8 draws level at B = {level}, where the plan keeps the tree, within its 0.5%. At B = {past} the"
+            " tree's 15-position check crosses the ridge.") in detail19
     assert f"1-{planned} small tree 2x3, 15" in text and "within 0.5% of the best, so as not to switch for less:" in text
 
 
@@ -340,7 +354,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_running_one
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs
 
 
-def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process):
+def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, detail19):
     # the small draft's first rate read at k = 8 is not its rate in rounds of k = 1 (demo 4's 1.691 - 1): where
     # rounds start depends on k, so pricing every k from one k's rates is a shortcut, which the search then prices
     text = " ".join(section(in_process[1], "19").split())
@@ -348,29 +362,29 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process):
     at1 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1
     assert abs(at8 - at1) > 0.01
     tree = in_process[0]["19"].buckets[0][2]
-    assert tree.shape.startswith("tree") and ("Is the plan right? It prices every k from the rates read at k = 8 and"
-                                              " keeps one option per range. An exhaustive search, pricing every option"
-                                              " at each B from exact tokens per call (the tree's stays sampled), does at"
-                                              f" most {in_process[0]['19'].check.worst:.2%} better") in text
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
-    assert 1 < tree.tokens <= 3 + 1
-    assert "14 drafts (2 + 4 + 8) from 3 draft passes" in text and tree.positions == 15
-    # position 1's rate at k = 8 is neither alpha nor its rate in rounds of k = 1, and the chapter says why
+    assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
+    assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
+            " deep, 14 drafts checked in one pass of 15 positions. It makes"
+            f" {tree.tokens:.2f} tokens per call from 3 draft passes, sampled over 2,000 rounds, and keeps the target's"
+            " distribution.") in text
+    assert "The tree: 2 + 4 + 8 = 14 drafts, drawn independently from q." in detail19
+    assert "It keeps one branch, at most 3 drafts plus a token of its own." in detail19
+    # position 1's rate at k = 8 is neither alpha nor its rate in rounds of k = 1, and the detail says why
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     assert (f"Position 1's rates are not alpha ({alphas[0]:.3f} and {alphas[1]:.3f}, demo 3). Alpha averages over the"
             " target's text, but a round's first draft follows the last round's final token, a redraw or a bonus"
             " token, and those are not spread as the text is. How rounds end depends on k, so rates read at k = 8"
-            " only approximate another k's; the last paragraph prices that.") in text
-    assert (f"The verifier keeps one branch, at most 3 drafts plus a token of its own: {tree.tokens:.2f} tokens per"
-            " call, sampled over 2,000 rounds.") in text
-    # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
-    assert ("Speedup: tokens per call times a plain pass's time, over a check's time plus the draft passes' times, at"
-            " the same B.") in text
+            " only approximate another k's.") in detail19
+    # the speedup, as the detail says it: tokens per call times a plain pass's time, over a check and the draft passes
+    assert ("The speedup is tokens per call times a plain pass's time, over a check's time plus the draft passes'"
+            " times, all at the same B.") in detail19
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]
     check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, tree.positions, 1), sd.H100)[0]
     draft = sd.roofline_time(*sd.pass_traffic((768, 2048, 4, 32000), 0, tree.draft_width, 1), sd.H100)[0]
     assert sd.option_speedup(tree, 1, 512) == pytest.approx(tree.tokens * plain / (check + tree.draft_passes * draft))
+    assert "--detail shows its arithmetic." in text and "Position 1's rates" not in text
 
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

@@ -2947,7 +2947,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
-        f" of {n_text} characters. At each position the target's row sorts the characters into bins by their chance"
+        f" of {n_text} characters. At each position the target sorts the characters into bins by their chance"
         f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
         " one written lands in one bin. A bin should catch, over the text, the sum of the chances the target gave"
         " its characters. Another Python's documentation, and so this text and its fit, differ. A correct draft"
@@ -3806,13 +3806,15 @@ APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
 def demo17_apex(k=5, lam=0.7, n_text=800):
     """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
     prompt, P, L = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
-    say("APEX-1 is a public from-scratch language model. Its generator has two parts a port can get wrong.",
-        "It keeps what the target has read, its KV cache (the keys and values of every token read so far), apart"
-        " from the text it writes. And it carries the row p for the next token over from one pass to the next.",
+    say("APEX-1 is a public from-scratch language model. Its generator, at commit 0490e4a, departs from the rule in"
+        f" at least {number_word(len(APEX_BUGS))} ways. Two are in its own machinery. It keeps what the target has read, its KV"
+        " cache (the keys and values of every token read so far), apart from the text it writes. And it carries the"
+        " row p for the next token over from one pass to the next.",
         "APEX-1 drafts with a multi-token head. This port drafts by prompt lookup instead: it proposes what followed"
-        " the text's last few characters earlier on, a certain proposal, so its q is one-hot. Its target is chapter 11's character model of Python's"
-        f" documentation, which copies text it has read. The port fixes {number_word(len(APEX_BUGS))} departures from"
-        " the rule; each can be put back as an edit (APEX_BUGS, in the script):")
+        " the text's last few characters earlier on. That proposal is deterministic, so its q is one-hot: a draft x"
+        " is kept with chance p(x), and a rejection redraws from p with x removed. Its target is chapter 11's"
+        " character model of Python's documentation, which copies text it has read. The port fixes these"
+        f" {number_word(len(APEX_BUGS))}; each can be put back as an edit (APEX_BUGS, in the script):")
     print()
     table([("", 2, ""), ("bug", 12, "<"), ("what it does", 62, "<")],
           [("", *row) for b in APEX_BUGS for row in zip([b, ""], textwrap.wrap(APEX_WORDS[b], 60))])
@@ -3827,9 +3829,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     tables = None if isinstance(cache, str) else calibration_p_value(
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
-    say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target's row sorts",
-        "the characters into bins by their chance, and each bin should catch as many written characters as the"
-        " chances in it add up to. The last row runs the cache bug on the tables"
+    say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target sorts",
+        "the characters into bins by their chance, and the one written lands in one bin. A bin should catch, over the"
+        " text, the sum of the chances the target gave its characters. The last row runs the cache bug on the tables"
         " instead. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]

@@ -418,6 +418,14 @@ def kept_and_replaced(P, Q, seen=None, draft_from=None):
     return A, R
 
 
+def rule_intact(P, Q):
+    """Whether accept_prob and residual, as the reader has them, still do what
+    the rule says on these tables: each drafted position keeps min(p, q) and
+    redraws max(0, p - q), so it emits p (demo 1's check, on every row)."""
+    A, R = kept_and_replaced(P, Q)
+    return bool(np.allclose(A, np.minimum(P, Q), atol=1e-9) and np.allclose(A + R, P, atol=1e-9))
+
+
 def round_table(P, Q, k, go=None, **how):
     """How one verify_round round ends, from every start context, exactly:
     ends[d, a, y] = P(a drafts accepted and y the round's last token | start d).
@@ -4309,8 +4317,8 @@ def demo19_tuning(**how):
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep, {nodes - 1} drafts checked in one pass of {nodes} positions."
-        f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, sampled over {n_rounds:,} rounds, and"
-        " keeps the target's distribution.")
+        f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, sampled over {n_rounds:,} rounds" +
+        (", and keeps the target's distribution." if rule_intact(TARGET, MIDDLING) else "."))
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
@@ -4409,7 +4417,8 @@ def demo19_detail(result):
         " the target's text, but a round's first draft follows the last round's final token, a redraw or a bonus"
         " token, and those are not spread as the text is. How rounds end depends on k, so rates read at"
         f" k = {k_max} only approximate another k's." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
-                                                           for r, a, r1 in zip(rates, alphas, at_1)) else "",
+                                                           for r, a, r1 in zip(rates, alphas, at_1))
+        and all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters) else "",
         f"The tree: {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {s.nodes - 1} drafts, drawn"
         f" independently from q. Its pass of {s.nodes} positions holds them and the token before them, each draft"
         " given only the tokens above it in its branch. The verifier tries a node's candidates in turn; after a"

@@ -429,3 +429,16 @@ def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
     assert (f"A round is priced by the drafts it proposed: always on proposed fewer than 5 in {short:.0%} of its rounds,"
             f" none in {none:.0%}.") in text
     assert f"after its {len(prompt)}-character paragraph prompt: at each character, with probability lam it copies" in text
+
+
+def test_chapter19_says_its_tree_keeps_the_target_and_why_rates_are_not_alpha_only_while_the_rule_is_intact():
+    assert sd.rule_intact(sd.TARGET, sd.MIDDLING)
+    for bug in ("argmax", "no_resample"):
+        bad = sd.bugged(bug)
+        assert not bad.rule_intact(sd.TARGET, sd.MIDDLING)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            result = bad.demo19_tuning()
+            bad.demo19_detail(result)
+        text = " ".join(out.getvalue().split())
+        assert "keeps the target's distribution" not in text and "Position 1's rates are not alpha" not in text, bug

@@ -4375,6 +4375,10 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
         first=first, chain=chain, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends, same=same,
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)], c_small=[draft_cost(b, n_ctx, draft=small) for b
                                                                                in range(1, max_batch + 1)],
+        c_chain=None if chain is None else draft_cost(1, n_ctx, draft=chain.drafter.cost) if isinstance(
+            chain.drafter.cost, tuple) else chain.drafter.cost,
+        c_cached=[roofline_time(*pass_traffic(big, n_ctx, 1, b), H100)[0] / roofline_time(
+            *pass_traffic(LLAMA2_7B, n_ctx, 1, b), H100)[0] for b in (1, max_batch)],  # big with its own KV cache
         falls=any(b < a for a, b in zip(ks, ks[1:])), level=level, last=last, after=after,
         tree_crossing=ridge_batch(m, w, kv, positions=nodes), nodes=nodes,
         tree_speeds=None if not tree else speeds[:last, next(i for i, o in enumerate(options)
@@ -4389,12 +4393,14 @@ def demo19_shape(s, n_ctx, max_batch):
         "Three things set its shape." if s.tree and s.c[1] < s.c[0] and s.falls else "",
         f"At B = 1 the tree wins: {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the"
         f" small draft (c = {s.c_small[0]:.3f}) beat {s.chain.drafter.name}'s {s.chain.tokens:.2f} from"
-        f" {s.chain.draft_passes} (c = {s.c[0]:.3f})." if s.tree else "",
+        f" {s.chain.draft_passes} (c = {s.c_chain:.3f})." if s.tree else "",
         "As B grows, a plain pass reads more KV cache, the keys and values of every sequence's tokens, while a draft"
         f" pass is assumed to read its weights alone, which flatters it. So c falls: {s.chain.drafter.name}'s to {s.c[1]:.3f} at B = {max_batch}" + (
             f", and its {s.after.shape} draws level with the tree at B = {s.level} (the plan keeps the tree, within"
             " its margin)." if s.level else ".")
         if s.tree and s.same and s.c[1] < s.c[0] else "",
+        f"Counted with its own KV cache, big's c would rise instead, to {s.c_cached[1]:.3f} at B = {max_batch}: the"
+        " plan leans on that assumption." if s.c[1] < s.c[0] and s.c_cached[1] > s.c_cached[0] else "",
         "And long checks cross the ridge as B grows (" + ", ".join(
             f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)) +
         "), so k falls" + (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else

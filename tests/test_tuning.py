@@ -286,6 +286,13 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process, detail19):
     assert ("A plain pass reads every sequence's KV cache, the keys and values of its tokens, so it costs more as B"
             f" grows. A draft pass is assumed to read only its weights, so up to B = {fit} it costs no more than at"
             " B = 1. That flatters the drafts: a real draft reads its own KV cache too.") in detail19
+    # counted with its own KV cache at the same context, big's c would rise with B, not fall, and the chapter says so
+    plain = [sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, b), sd.H100)[0] for b in (1, fit)]
+    cached = [sd.roofline_time(*sd.pass_traffic((2048, 5504, 16, 32000), 512, 1, b), sd.H100)[0] / t
+              for b, t in zip((1, fit), plain)]
+    assert cached[0] < cached[1] and cached[1] > 10 * c[1]
+    assert (f"Counted with its own KV cache, big's c would rise instead, to {cached[1]:.3f} at B = {fit}: the plan leans"
+            " on that assumption.") in text
     for shape in ((2048, 5504, 16, 32000), (768, 2048, 4, 32000)):  # both drafts stay memory-bound on their weights
         assert sd.roofline_time(*sd.pass_traffic(shape, 0, 1, fit), sd.H100) == sd.roofline_time(
             *sd.pass_traffic(shape, 0, 1, 1), sd.H100)

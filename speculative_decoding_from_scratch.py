@@ -3665,8 +3665,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "The two residuals agree wherever w_i = 1, as when no draft is kept (w_0 = 1), so token 1 is exact."
-                f" After '{name(ctx)}', a block that keeps x_1 alone always has w_1 = 1, so token 2 is exact too: a"
-                " property of these tables."
+                f" After '{name(ctx)}', a block that keeps x_1 alone always has w_1 = 1, so token 2 is exact too."
+                " That is a property of these tables: wherever the draft over-proposes x_1 there, the target wants"
+                " nothing at position 2 that the draft does not offer (Z_1 = 0), so no block stops at x_1."
                 if label == "tokenwise_residual"
                 and first_bad == 3 and never and any(w < 1 for w in w1) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
@@ -3675,7 +3676,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         more = all(r[7] > block_kept for r in shipped)
         print()
         say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
-            f"drafts per round, block verification {block_kept:.2f}.",
+            f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
+            f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
             "No exact verifier that sees only each position's p and q keeps more than block verification (its"
             " paper proves it), so the extra drafts are ones the target would not have emitted." if more else "")
     return caught

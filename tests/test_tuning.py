@@ -291,8 +291,21 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process, detail19):
     cached = [sd.roofline_time(*sd.pass_traffic((2048, 5504, 16, 32000), 512, 1, b), sd.H100)[0] / t
               for b, t in zip((1, fit), plain)]
     assert cached[0] < cached[1] and cached[1] > 10 * c[1]
-    assert (f"Counted with its own KV cache, big's c would rise instead, to {cached[1]:.3f} at B = {fit}: the plan leans"
-            " on that assumption.") in text
+    assert (f"That assumption carries the plan. Counted with its own KV cache, big's c would rise instead, from"
+            f" {cached[0]:.3f} at B = 1 to {cached[1]:.3f} at B = {fit}.") in text
+    # priced that way, by its own scan, the plan runs the small draft at every B, and the chapter says so
+    c19 = in_process[0]["19"].c19
+    buckets, speeds, options = sd.plan_drafters(c19.measured, 512, fit, 8, tol=0.005, draft_kv=True)
+    assert {o.drafter.name for _, _, o in buckets} == {"small"} and buckets[0][2].shape.startswith("tree")
+    best = speeds.max(axis=1)
+    assert (f"The plan would then run small at every B, as tree 2x3, 15, k = 8, k = 7 and k = 6, at {best.min():.2f}x"
+            f" to {best.max():.2f}x.") in text
+    # draft_kv prices a shaped draft pass with its own KV cache at the chapter's context, as the target's is
+    o = next(o for o in options if o.drafter.name == "big" and o.shape == "k = 8")
+    plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 248), sd.H100)[0]
+    check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 9, 248), sd.H100)[0]
+    draft = sd.roofline_time(*sd.pass_traffic((2048, 5504, 16, 32000), 512, 1, 248), sd.H100)[0]
+    assert sd.option_speedup(o, 248, 512, draft_kv=True) == pytest.approx(o.tokens * plain / (check + 8 * draft))
     for shape in ((2048, 5504, 16, 32000), (768, 2048, 4, 32000)):  # both drafts stay memory-bound on their weights
         assert sd.roofline_time(*sd.pass_traffic(shape, 0, 1, fit), sd.H100) == sd.roofline_time(
             *sd.pass_traffic(shape, 0, 1, 1), sd.H100)

@@ -1380,8 +1380,9 @@ def why_eq1_is_off(P, Q, gap):
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") +
             ": the chance is not the same everywhere. It depends on the token before the draft: for the middling"
             f" draft, from {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." +
-            (" And a round starts only after a redraw or a bonus token, which are not a fair sample of the text."
-             if np.abs(r.start - r.text).max() >= 5e-4 else "")
+            (" And a round starts only after a redraw or a bonus token, which are not a fair sample of the text" +
+             (": a redraw comes from the residual, which holds only tokens the draft under-proposes." if r.under_only
+              else ".") if np.abs(r.start - r.text).max() >= 5e-4 else "")
             if beta[hi] - beta[lo] >= 5e-4 else "Eq. 1 runs off, though every row passes alike.")
 
 
@@ -4433,10 +4434,12 @@ def demo19_shape(s, n_ctx, max_batch):
             f", and its {s.after.shape} draws level with the tree at B = {s.level} (the plan keeps the tree, within"
             " its margin)." if s.level else ".")
         if s.tree and s.same and s.c[1] < s.c[0] else "",
-        "And long checks cross the ridge as B grows (" + ", ".join(
-            f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)) +
-        "), so k falls" + (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else
-                            ".") if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
+        ("And long checks cross the ridge as B grows: " + and_list(
+            [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
+         f". That is {crossed[0][1] * (crossed[0][0] + 1):,} positions for k = {crossed[0][0]}, not demo 6's"
+         f" {int(ridge() // (s.m / (s.w + s.kv)))}, as each sequence adds its KV cache to the bytes. So k falls" +
+         (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
+        if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
     return " ".join(p for p in clauses if p)
 
 

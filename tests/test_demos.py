@@ -376,7 +376,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off: the chance is not the same everywhere. It depends on the token before the"
             f" draft: for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And a round"
-            " starts only after a redraw or a bonus token, which are not a fair sample of the text.") in flat
+            " starts only after a redraw or a bonus token, which are not a fair sample of the text: a redraw comes from the"
+            " residual, which holds only tokens the draft under-proposes.") in flat
     r = sd.round_starts(sd.TARGET, sd.MIDDLING)  # where rounds of k = 1 start, against the text: 'd' far less often
     assert r.start[3] < r.text[3] - 0.04
     assert (sd.name(int(np.argmin(beta))), sd.name(int(np.argmax(beta)))) == ("a", "d")

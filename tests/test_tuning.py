@@ -317,8 +317,9 @@ def test_chapter19_says_why_its_speedups_rise_with_b(in_process, detail19):
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
-    assert (f"And long checks cross the ridge as B grows (k = 8 at B = {crossings[0]}, k = 7 at {crossings[1]}), so k"
-            " falls, a little after each crossing.") in text
+    assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}. That"
+            f" is {crossings[0] * 9:,} positions for k = 8, not demo 6's 295, as each sequence adds its KV cache to the"
+            " bytes. So k falls, a little after each crossing.") in text
     assert (f"Past the ridge a check costs more than a plain pass, little at first: k = 8 holds to B = {ends[8]}."
             in detail19)
     # past its crossing k = 8 still leads among the plan's own prices: a check just past the ridge costs little more

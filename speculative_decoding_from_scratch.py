@@ -3821,7 +3821,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
     prompt, P, L = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
     say("APEX-1 is a public from-scratch language model. Its generator, at commit 0490e4a, departs from the rule in"
-        f" at least {number_word(len(APEX_BUGS))} ways. Two are in its own machinery. It keeps what the target has read, its KV"
+        f" at least {number_word(len(APEX_BUGS))} ways. Two, cache and next row below, are in its own machinery."
+        " It keeps what the target has read, its KV"
         " cache (the keys and values of every token read so far), apart from the text it writes. And it carries the"
         " row p for the next token over from one pass to the next.",
         "APEX-1 drafts with a multi-token head. This port drafts by prompt lookup instead: it proposes what followed"
@@ -3844,7 +3845,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
     say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target sorts",
-        "the characters into bins by their chance, and the one written lands in one bin. A bin should catch, over the"
+        f"the characters into bins by their chance (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
+        f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin should catch, over the"
         " text, the sum of the chances the target gave its characters. The last row runs the cache bug on the tables"
         " instead. Consistent means the fit finds no difference from the target.")
     print()

@@ -1618,8 +1618,9 @@ def ridge_batch(m, w, kv, positions, ridge_point=None):
 # once for all of them, so the arithmetic per byte grows with B, and the idle
 # arithmetic that made verification free is spent on the batch instead.
 def draft_cost(batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_SHAPE):
-    """c on the roofline: a draft pass, priced on its weights alone, in plain target passes of this batch."""
-    return roofline_time(*pass_traffic(draft, 0, 1, batch), hw)[0] / roofline_time(
+    """c on the roofline: a draft pass, priced like the target's (its weights and its own KV cache of n_ctx tokens
+    a sequence), in plain target passes of this batch."""
+    return roofline_time(*pass_traffic(draft, n_ctx, 1, batch), hw)[0] / roofline_time(
         *pass_traffic(target, n_ctx, 1, batch), hw)[0]
 
 
@@ -1627,7 +1628,7 @@ def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_
     """Speculation against plain decoding of the same batch, on the roofline,
     at k = 1..len(tokens) (tokens[k-1]: tokens per call at k): speedup(tokens,
     k, c, v) with c (a draft pass) and v (a (k+1)-position target pass) in plain
-    passes of this batch. The draft is priced on its weights alone."""
+    passes of this batch. The draft is priced like the target, KV cache and all."""
     ks = np.arange(1, len(tokens) + 1)
     c, v = draft_cost(batch, n_ctx, hw, target, draft), verify_cost(ks, batch, n_ctx, hw, target)
     return speedup(np.asarray(tokens, float), ks, c, v)
@@ -1798,7 +1799,7 @@ def demo6_detail():
     demo6_batch(n_ctx=512, batches=(1, 4, 16, 64, 128, 256))
     print()
     say("These are roofline times, not measurements. Attention's own costs beyond its MACs",
-        "and KV reads, kernel launches and the draft's KV cache are left out. vLLM's",
+        "and KV reads, and kernel launches, are left out. vLLM's",
         'documentation scopes speculative decoding to "medium-to-low QPS (query per second),',
         'memory-bound workloads".')
 
@@ -4227,31 +4228,29 @@ def drafter_options(d, k_max):
     return out
 
 
-def option_speedup(o, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft_kv=False):
+def option_speedup(o, batch, n_ctx, hw=H100, target=LLAMA2_7B):
     """An option's speedup over plain decoding at a batch size, on the roofline:
     tokens per call over (a verifying pass of its positions + its draft passes),
     in plain passes. A drafter's cost is c plain passes a draft pass (held at
-    every batch), or its shape, priced on its weights alone, or with its own KV
-    cache of n_ctx tokens a sequence too when draft_kv."""
+    every batch), or its shape, priced like the target's: its weights and its
+    own KV cache of n_ctx tokens a sequence."""
     plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
     verify = roofline_time(*pass_traffic(target, n_ctx, o.positions, batch), hw)[0]
     if isinstance(o.drafter.cost, tuple):
-        one = roofline_time(*pass_traffic(o.drafter.cost, n_ctx if draft_kv else 0, o.draft_width, batch), hw)[0]
+        one = roofline_time(*pass_traffic(o.drafter.cost, n_ctx, o.draft_width, batch), hw)[0]
     else:
         one = o.drafter.cost * plain
     return o.tokens * plain / (verify + o.draft_passes * one)
 
 
-def plan_drafters(drafters, n_ctx, max_batch, k_max=16, tol=0.01, hw=H100, target=LLAMA2_7B, draft_kv=False):
+def plan_drafters(drafters, n_ctx, max_batch, k_max=16, tol=0.01, hw=H100, target=LLAMA2_7B):
     """The skill: at every batch size, every option of every drafter priced;
     buckets of batch sizes that keep one option while it stays within tol of
     the best at each B, and plain decoding where nothing beats it:
-    ([(first B, last B, option or None)], speeds[B - 1, option], options).
-    draft_kv: price each draft pass with its own KV cache too."""
+    ([(first B, last B, option or None)], speeds[B - 1, option], options)."""
     options = [o for d in drafters for o in drafter_options(d, k_max)]
     batches = np.arange(1, max_batch + 1)  # every batch size at once: the roofline prices arrays
-    speeds = np.array([option_speedup(o, batches, n_ctx, hw, target, draft_kv)
-                       for o in options]).reshape(len(options), -1).T
+    speeds = np.array([option_speedup(o, batches, n_ctx, hw, target) for o in options]).reshape(len(options), -1).T
     return [(lo, hi, options[j - 1] if j else None) for lo, hi, j in buckets_of(speeds, tol)], speeds, options
 
 
@@ -4346,9 +4345,7 @@ def demo19_tuning(**how):
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options, nodes)
     print()
     say(demo19_shape(shape, n_ctx, max_batch))
-    print()
-    say(cached_plan_words(measured, shape, n_ctx, max_batch, k_max, tol,
-                          planned=[o.drafter.name for _, _, o in buckets if o is not None]))
+
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
     check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
@@ -4367,21 +4364,22 @@ def demo19_tuning(**how):
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
-    """What sets chapter 19's plan, from its numbers: the tree and the first
-    chain at B = 1, big's c at both ends, where a chain draws level with the
-    tree (from the plan's own prices), and where each planned k's check
-    crosses the ridge."""
+    """What sets chapter 19's plan, from its numbers: the tree against the
+    chain that keeps the most tokens, at B = 1; whether big runs anywhere, and
+    its c at both ends, with the share of the target's KV cache its own is;
+    where the plan's first chain beats the tree, and where the tree's check
+    and each planned k's check cross the ridge."""
     big, small = shapes
     first = buckets[0][2]
-    chain = next((o for _, _, o in buckets if o is not None and o.shape.startswith("k")), None)
-    tree = first is not None and first.shape.startswith("tree") and chain is not None and chain.tokens > first.tokens
+    chains = [i for i, o in enumerate(options) if o.shape.startswith("k")]
+    longest = options[max(chains, key=lambda i: (options[i].tokens, -i))] if chains else None
+    tree = first is not None and first.shape.startswith("tree") and longest is not None and (
+        longest.tokens > first.tokens)
     m, w, kv = token_traffic(n_ctx)
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     crossings = [(k, ridge_batch(m, w, kv, positions=k + 1)) for k in sorted(set(ks), reverse=True)]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in buckets if o is not None and o.shape.startswith("k =")}
     ends = {k: hi for k, hi in ends.items() if (dict(crossings).get(k) or max_batch + 1) <= max_batch}
-    same = all(roofline_time(*pass_traffic(d, 0, 1, max_batch), H100)[0] <= roofline_time(
-        *pass_traffic(d, 0, 1, 1), H100)[0] * (1 + 1e-12) for d in shapes)  # a draft pass costs no more at B
     level = last = after = None
     if tree:
         t = next(i for i, o in enumerate(options) if o.shape.startswith("tree"))
@@ -4390,36 +4388,17 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
         if after is not None and not after.shape.startswith("tree"):
             a = options.index(after)
             level = next((b for b in range(1, last + 2) if speeds[b - 1, a] >= speeds[b - 1, t]), None)
+    own_kv = [pass_traffic(d, n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (big, LLAMA2_7B)]
     return SimpleNamespace(
-        first=first, chain=chain, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends, same=same,
+        first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)], c_small=[draft_cost(b, n_ctx, draft=small) for b
                                                                                in range(1, max_batch + 1)],
-        c_chain=None if chain is None else draft_cost(1, n_ctx, draft=chain.drafter.cost) if isinstance(
-            chain.drafter.cost, tuple) else chain.drafter.cost,
-        c_cached=[roofline_time(*pass_traffic(big, n_ctx, 1, b), H100)[0] / roofline_time(
-            *pass_traffic(LLAMA2_7B, n_ctx, 1, b), H100)[0] for b in (1, max_batch)],  # big with its own KV cache
+        c_longest=None if longest is None else draft_cost(1, n_ctx, draft=longest.drafter.cost) if isinstance(
+            longest.drafter.cost, tuple) else longest.drafter.cost,
+        big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets), kv_share=own_kv[0] / own_kv[1],
         falls=any(b < a for a, b in zip(ks, ks[1:])), level=level, last=last, after=after,
         tree_crossing=ridge_batch(m, w, kv, positions=nodes), nodes=nodes,
-        tree_speeds=None if not tree else speeds[:last, next(i for i, o in enumerate(options)
-                                                            if o.shape.startswith("tree"))])
-
-
-def cached_plan_words(measured, s, n_ctx, max_batch, k_max, tol, planned=()):
-    """Chapter 19's sentence on its plan with each draft pass priced with its
-    own KV cache too: big's c at both ends, and the plan that gives."""
-    if not (s.c[1] < s.c[0] < s.c_cached[0] < s.c_cached[1]):
-        return ""
-    buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol, draft_kv=True)
-    rows = plan_rows(buckets, speeds, options, n_ctx)
-    names = list(dict.fromkeys(r[1] for r in rows))
-    runs = and_list([r[2] for r in rows])
-    lo, hi = min(speeds.max(axis=1)), max(speeds.max(axis=1))
-    carries = set(names) != set(planned)  # the drafters the plan runs change with the assumption
-    return (("That assumption carries the plan. " if carries else "") +
-            "Counted with its own KV cache, big's c would rise instead, from"
-            f" {s.c_cached[0]:.3f} at B = 1 to {s.c_cached[1]:.3f} at B = {max_batch}. The plan would then run "
-            + (f"{names[0]} at every B" if len(names) == 1 else and_list(names)) + f", as {runs}, at {lo:.2f}x to"
-            f" {hi:.2f}x.")
+        at_1={o.shape + o.drafter.name: speeds[0, i] for i, o in enumerate(options)})  # each option's speedup at B = 1
 
 
 def demo19_shape(s, n_ctx, max_batch):
@@ -4427,15 +4406,17 @@ def demo19_shape(s, n_ctx, max_batch):
     while its numbers bear it out."""
     crossed = [(k, b) for k, b in s.crossings if b and b <= max_batch]
     clauses = (
-        "Three things set its shape." if s.tree and s.c[1] < s.c[0] and s.falls else "",
         f"At B = 1 the tree wins: {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the"
-        f" small draft (c = {s.c_small[0]:.3f}) beat {s.chain.drafter.name}'s {s.chain.tokens:.2f} from"
-        f" {s.chain.draft_passes} (c = {s.c_chain:.3f})." if s.tree else "",
-        "As B grows, a plain pass reads more KV cache, the keys and values of every sequence's tokens, while a draft"
-        f" pass is assumed to read its weights alone, which flatters it. So c falls: {s.chain.drafter.name}'s to {s.c[1]:.3f} at B = {max_batch}" + (
-            f", and its {s.after.shape} draws level with the tree at B = {s.level} (the plan keeps the tree, within"
-            " its margin)." if s.level else ".")
-        if s.tree and s.same and s.c[1] < s.c[0] else "",
+        f" small draft (c = {s.c_small[0]:.3f}), a speedup of {s.at_1[s.first.shape + s.first.drafter.name]:.2f}, beat"
+        f" {s.longest.drafter.name}'s {s.longest.tokens:.2f} from {s.longest.draft_passes} (c = {s.c_longest:.3f}),"
+        f" {s.at_1[s.longest.shape + s.longest.drafter.name]:.2f}." if s.tree and s.at_1[s.first.shape + s.first.drafter.name] > s.at_1[s.longest.shape + s.longest.drafter.name] else "",
+        "Big never wins: each of its passes reads its own KV cache too, a sequence's keys and values, at"
+        f" {s.kv_share:.2f} of the target's. So its c rises with B, from {s.c[0]:.3f} to {s.c[1]:.3f} at B ="
+        f" {max_batch}, while the small draft's stays at {max(s.c_small):.3f} or less." if not s.big_runs
+        and s.c[1] > s.c[0] else "",
+        f"From B = {s.level} the small draft's {s.after.shape} beats the tree, whose {s.nodes}-position check crossed"
+        f" the ridge at B = {s.tree_crossing}." if s.level and s.tree_crossing and s.tree_crossing < s.level
+        and s.after.drafter.name == "small" else "",
         ("And long checks cross the ridge as B grows: " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
          f". That is {crossed[0][1] * (crossed[0][0] + 1):,} positions for k = {crossed[0][0]}, not demo 6's"
@@ -4446,10 +4427,10 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: the arithmetic behind its plan. Why position 1's
-    rates are not alpha, how the tree is checked, the speedup as a formula,
-    why c falls and where the tree gives way, why long checks cross the ridge,
-    and what the search's shortfall comes from."""
+    """Chapter 19 in detail: the arithmetic behind its plan. Why rates read at
+    one k only approximate another's, how the tree is checked, the speedup as
+    a formula, why long checks cross the ridge, and, where the rates' shortcut
+    costs nothing, what the search's shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     drafters, rates, k_max, tol, max_batch = c19.drafters, c19.rates, c19.k_max, c19.tol, c19.max_batch
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
@@ -4468,20 +4449,12 @@ def demo19_detail(result):
         f" It keeps one branch, at most {tree[1]} drafts plus a token of its own.",
         "The speedup is tokens per call times a plain pass's time, over a check's time plus the draft passes'"
         " times, all at the same B.",
-        ("A plain pass reads every sequence's KV cache, the keys and values of its tokens, so it costs more as B"
-         " grows. A draft pass is assumed to read only its weights" +
-         (f", so up to B = {max_batch} it costs no more than at B = 1." if s.same else ".") +
-         " That flatters the drafts: a real draft reads its own KV cache too.") if s.c[1] < s.c[0] else "",
-        (f"The small draft's c is {max(s.c_small):.3f} at most, so the tree's speedup barely rises"
-         f" ({s.tree_speeds[0]:.2f} to {s.tree_speeds.max():.2f}). {s.after.drafter.name.capitalize()}'s"
-         f" {s.after.shape} draws level at B = {s.level}, where the plan keeps the tree, within its {tol:.1%}." +
-         (f" At B = {s.tree_crossing} the tree's {s.nodes}-position check crosses the ridge." if s.tree_crossing
-          and s.tree_crossing > s.level else "")) if s.level and max(s.c_small) < 0.01 else "",
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"
          f" {s.kv / 1e9:.3f} GB a sequence), under the ridge's {ridge():.0f}; a check's approach k + 1 times that."
          " Past the ridge a check costs more than a plain pass" + (
-             f", little at first: k = {s.ks[0]} holds to B = {s.ends[s.ks[0]]:,}." if s.ends and all(
+             f", little at first: with the plan's {tol:.1%} margin, k = {s.ks[0]} holds to B = {s.ends[s.ks[0]]:,}."
+             if s.ends and all(
                  b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends) else "."))
         if s.falls and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "",
         (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
@@ -5026,6 +4999,20 @@ def sglang_algorithm(method):
             "mtp": "EAGLE"}.get(method, method.upper())
 
 
+def chain_schedule(main, own, priced):
+    """The main drafter's plan as a schedule of chain lengths, for an engine
+    whose keys say one k per batch range: [(first B, last B, k)], k = 0 off.
+    Where its own plan runs a tree, its best chains priced the same way take
+    the range (priced = (speeds, options, tol)); unpriced, a tree's range is
+    left off."""
+    if priced and any(o is not None and not o.shape.startswith("k") for _, _, o in own):
+        speeds, options, tol = priced
+        mine = [i for i, o in enumerate(options) if o.drafter.name == main.name and o.shape.startswith("k")]
+        return [(lo, hi, options[mine[j - 1]].positions - 1 if j else 0) for lo, hi, j in buckets_of(speeds[:, mine], tol)]
+    return [(lo, hi, o.positions - 1 if o is not None and o.drafter.name == main.name and o.shape.startswith("k")
+             else 0) for lo, hi, o in own]
+
+
 def engine_configs(buckets, priced=None):
     """The plan as each engine takes it, and, in one line each, what it cannot
     express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
@@ -5042,8 +5029,7 @@ def engine_configs(buckets, priced=None):
     if not used:
         return ["plain decoding at every batch size: leave speculation off"]
     main, buckets, lost = one_drafter_plan(buckets, priced)
-    ks = [(lo, hi, o.positions - 1 if o is not None and o.drafter.name == main.name and o.shape.startswith("k")
-           else 0) for lo, hi, o in buckets]
+    ks = chain_schedule(main, buckets, priced)
     k_top = max(k for _, _, k in ks) or 1
     lines = ["vLLM:    --speculative-config '" + json.dumps({"method": main.method, "num_speculative_tokens": k_top,
                                                     "num_speculative_tokens_per_batch_size": [list(r) for r in ks]}) + "'"]
@@ -5053,7 +5039,8 @@ def engine_configs(buckets, priced=None):
                      f" {lost[0]:.1%} slower than the full plan, at B = {lost[1]:,})")
     if tree:
         topk, steps, n, _ = main.tree
-        lines.append("         (vLLM's schedule is of chain lengths: the tree runs as a chain here)")
+        lines.append("         (vLLM's schedule is of chain lengths: where the plan runs the tree, these rows run"
+                     f" {main.name}'s best chains)")
         sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
     else:
         steps = k_top
@@ -5062,15 +5049,17 @@ def engine_configs(buckets, priced=None):
     if algorithm == "NGRAM":  # its drafter takes its own --speculative-ngram-* settings, not the EAGLE flags
         sg = "(its n-gram drafter takes its own --speculative-ngram-* settings; no flag there is k)"
     lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
-    if len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and (tree or not algorithm.startswith("EAGLE")):
+    if tree and algorithm != "NGRAM":
+        lines.append("         (these flags fix the tree at every batch size)")
+    elif len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and not algorithm.startswith("EAGLE"):
         lines.append("         (these flags fix one k at every batch size; its adaptive mode, which moves the steps,"
                      " runs only for EAGLE drafts, trained draft heads)")
     if not tree and algorithm.startswith("EAGLE"):
         slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
                   "         " + json.dumps(slots),
-                  "         (its slots key the smallest batch of each range; it moves among the steps by an",
-                  "         average of accepted drafts, so a slot of one step pins it)"]
+                  "         (its slots key the smallest batch of each range; it moves among the steps by an"
+                  " average of accepted drafts, so a slot of one step pins it)"]
     trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
            "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
     _, items, start = trt_schedule(ks)
@@ -5078,7 +5067,7 @@ def engine_configs(buckets, priced=None):
               f"         draft_len_schedule: {json.dumps(dict(items[start:]))}}}"]
     if start:
         lines.append(f"         (its first key must map to max_draft_len, so it drafts {k_top} up to B ="
-                     f" {items[start][0]}, whereas {main.name}'s own plan drafts " +
+                     f" {items[start][0]}, whereas {main.name}'s " + ("best chains draft " if tree else "own plan drafts ") +
                      ", then ".join(f"{k} up to B = {hi}" for hi, k in items[:start]) + ")")
     return lines
 
@@ -5096,17 +5085,19 @@ def trt_schedule(ks):
 
 def engine_costs(buckets, priced):
     """What each engine's config costs against the full plan: {engine: (the
-    largest shortfall, at which B, the k it drafts there)}, each engine running the draft lengths
-    its keys say, as engine_configs writes them: vLLM the drafter's own plan;
-    SGLang one k at every batch (its EAGLE slots, the plan); TensorRT-LLM
-    max_draft_len up to its first key, the schedule after, off past the last."""
+    largest shortfall, at which B, what it drafts there: k, or the tree's
+    shape)}, each engine running what its keys say, as engine_configs writes
+    them: vLLM the drafter's best chains (chain_schedule); SGLang its flags at
+    every batch, the tree where the drafter's plan has one, else one k (its
+    EAGLE slots, the plan); TensorRT-LLM max_draft_len up to its first key,
+    the schedule after, off past the last."""
     speeds, options, _ = priced
     main, own, _ = one_drafter_plan(buckets, priced)
     best = plan_best([o for _, _, o in buckets if o is not None], speeds, options)
-    if main is None or any(o is not None and not o.shape.startswith("k") for _, _, o in own):
-        return {}  # a tree in the drafter's own plan: no engine here runs it as a schedule of k
+    if main is None:
+        return {}
     chain = {o.positions - 1: i for i, o in enumerate(options) if o.drafter.name == main.name and o.shape.startswith("k")}
-    ks = [(lo, hi, o.positions - 1 if o else 0) for lo, hi, o in own]
+    ks = chain_schedule(main, own, priced)
     plan_k = np.concatenate([np.full(hi - lo + 1, k) for lo, hi, k in ks])
     k_top, items, start = trt_schedule(ks)
     trt = np.zeros(len(best), int)
@@ -5114,11 +5105,17 @@ def engine_costs(buckets, priced):
     for j, (hi, k) in enumerate(items[start:]):
         trt[lo:hi] = k_top if j == 0 else k
         lo = hi
+    tree = next((options.index(o) for _, _, o in own if o is not None and o.shape.startswith("tree")), None)
     eagle = sglang_algorithm(main.method).startswith("EAGLE")  # its adaptive slots say the plan
-    ks = {"vLLM": plan_k, "SGLang": plan_k if eagle else np.full(len(best), k_top), "TRT-LLM": trt}
-    got = {e: np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)]) for e, row in ks.items()}
-    worst = {e: shortfall(g, best) for e, g in got.items()}
-    return {e: (*worst[e], int(ks[e][worst[e][1] - 1])) for e in got}
+    got = {e: np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)])
+           for e, row in {"vLLM": plan_k, "TRT-LLM": trt}.items()}
+    got["SGLang"] = speeds[:, tree] if tree is not None else np.array(
+        [speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(plan_k if eagle else np.full(len(best), k_top))])
+    drafts = {"vLLM": plan_k, "TRT-LLM": trt,
+              "SGLang": None if tree is not None else plan_k if eagle else np.full(len(best), k_top)}
+    worst = {e: shortfall(got[e], best) for e in ("vLLM", "SGLang", "TRT-LLM")}
+    return {e: (*worst[e], options[tree].shape.split(",")[0] if drafts[e] is None else int(drafts[e][worst[e][1] - 1]))
+            for e in worst}
 
 
 def print_engine_configs(buckets, priced):
@@ -5146,14 +5143,15 @@ def demo23_engines(**how):
     say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters for one server, at",
         f"{c19.n_ctx} tokens of context: for each range of batch sizes B, which drafter runs, as a chain of k",
         f"drafts or as a tree ('tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates, {t[1]} steps, {t[2]} positions). Chapter"
-        " 19 also says why its speedups rise with B. Its plan:")
+        " 19 says why the plan takes this shape. Its plan:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
     print()
     say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft",
         "model, so each gets the drafter the plan uses at the most batch sizes" +
-        (f", {main.name} here, planned again alone: its ranges differ from the table's." if main else "."),
+        (f", {main.name} here, planned again alone: its ranges differ from the table's." if main and lost else
+         f", {main.name} here." if main else "."),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
@@ -5163,16 +5161,21 @@ def demo23_engines(**how):
         print()
         say("What each config gives up against the plan, running the draft lengths its keys say:")
         print()
-        table([("engine", 10, "<"), ("at most", 9, lambda x: f"{x:.1%}"), ("at B", 6, "d"), ("k there", 9, "d")],
+        table([("engine", 10, "<"), ("at most", 9, lambda x: f"{x:.1%}"), ("at B", 6, "d"), ("runs there", 12, ">")],
               [(e, *c) for e, c in costs.items()])
         own = dict(costs).pop("vLLM")
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
+        tree_planned = any(o is not None and o.shape.startswith("tree") for _, _, o in c19.buckets)
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
-            f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there).",
+            f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
+            f"vLLM's rows run {main.name}'s best chains, so its {own[0]:.1%} is the price of the tree they cannot say"
+            f" (k = {own[2]} at B = {own[1]:,}, where the plan runs the tree)." if tree_planned else
+            f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {extra * 100:.1f} points more"
                      f" at B = {b:,},"
-                     f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} draft {k}."
+                     f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
+                     + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}.")
                      for (extra, b, k), es in group_by({e: (round(c[0] - own[0], 9), c[1], c[2])
                                                         for e, c in more.items()}).items()))
     worst = max(c[0] for c in costs.values()) if costs else None

@@ -40,7 +40,7 @@ def test_batch_speedups_at_batch_one_is_the_single_sequence_cost_model():
     # one sequence, 512 tokens: every pass of 2 to 33 positions is memory-bound,
     # so v = 1 and c is the draft's bytes over the target's
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1))[0]
-    c = sd.roofline_time(*sd.pass_traffic(sd.DRAFT_SHAPE, 0, 1))[0] / plain
+    c = sd.roofline_time(*sd.pass_traffic(sd.DRAFT_SHAPE, 512, 1))[0] / plain
     assert sd.batch_speedups(EQ1, 1, 512)[3] == pytest.approx(sd.speedup(EQ1[3], 4, c))
 
 
@@ -55,7 +55,7 @@ def scalar_speedup(tokens, k, batch, n_ctx, hw=sd.H100, target=sd.LLAMA2_7B, dra
         macs = batch * positions * (layers * (4 * d * d + 2 * d * ctx + 3 * d * f) + d * vocab)
         return max((weights + kv) / hw.bandwidth, 2 * macs / hw.flops)
     plain = seconds(target, n_ctx, 1)
-    return tokens / (seconds(target, n_ctx, k + 1) / plain + k * seconds(draft, 0, 1) / plain)
+    return tokens / (seconds(target, n_ctx, k + 1) / plain + k * seconds(draft, n_ctx, 1) / plain)
 
 
 @pytest.mark.parametrize("batch, n_ctx", [(1, 16), (50, 16), (300, 16), (7, 512), (200, 512)])

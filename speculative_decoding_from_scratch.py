@@ -1134,9 +1134,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
-        " replaced. The exact TV is computed from the tables, not run, and the computation always stops a round"
-        " there." + (f" So it cannot see the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}; only the fit can."
-                     if unseen else ""))
+        " replaced. The exact TV is computed from the tables, not run, with that stop built in." +
+        (f" So the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''} cannot be written in it; only the fit can"
+         " catch it." if unseen else ""))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1382,7 +1382,8 @@ def why_eq1_is_off(P, Q, gap):
             f" draft, from {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." +
             (" And a round starts only after a redraw or a bonus token, which are not a fair sample of the text" +
              (": a redraw comes from the residual, which holds only tokens the draft under-proposes." if r.under_only
-              else ".") if np.abs(r.start - r.text).max() >= 5e-4 else "")
+              else ".") + " So alpha, an average over the text, is not the pass chance where rounds start."
+             if np.abs(r.start - r.text).max() >= 5e-4 else "")
             if beta[hi] - beta[lo] >= 5e-4 else "Eq. 1 runs off, though every row passes alike.")
 
 
@@ -3995,7 +3996,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
-            ("block", "lossless: the k drafts judged together (chapter 14)."),
+            ("block", "lossless: the k drafts judged together, which keeps more of them than the paper's rule"
+                      " (chapter 14)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead): keep x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
@@ -4318,7 +4320,8 @@ def demo19_tuning(**how):
         " --detail shows its arithmetic.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. A chain of k drafts then makes 1 plus the first k rates in tokens per call.",
+        f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call,"
+        f" exactly at k = {k_max}.",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4354,7 +4357,9 @@ def demo19_tuning(**how):
     print()
     say(f"The plan prices every k from the rates at k = {k_max}. An exhaustive search, pricing every option at each B"
         f" alone from exact tokens per call at each k, beats it by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
-        (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else "."))
+        (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else
+         f". With no margin it would fall at most {untolerant.worst:.2%} short: the rest is the margin's." if 0 <
+         untolerant.worst < check.worst else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4371,8 +4376,8 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
     and each planned k's check cross the ridge."""
     big, small = shapes
     first = buckets[0][2]
-    chains = [i for i, o in enumerate(options) if o.shape.startswith("k")]
-    longest = options[max(chains, key=lambda i: (options[i].tokens, -i))] if chains else None
+    rivals = [i for i, o in enumerate(options) if first is not None and o.drafter.name != first.drafter.name]
+    longest = options[max(rivals, key=lambda i: (speeds[0, i], -i))] if rivals else None  # the other's best at B = 1
     tree = first is not None and first.shape.startswith("tree") and longest is not None and (
         longest.tokens > first.tokens)
     m, w, kv = token_traffic(n_ctx)
@@ -4388,14 +4393,15 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
         if after is not None and not after.shape.startswith("tree"):
             a = options.index(after)
             level = next((b for b in range(1, last + 2) if speeds[b - 1, a] >= speeds[b - 1, t]), None)
-    own_kv = [pass_traffic(d, n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (big, LLAMA2_7B)]
+    own_kv = [pass_traffic(d, n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (big, small, LLAMA2_7B)]
     return SimpleNamespace(
         first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)], c_small=[draft_cost(b, n_ctx, draft=small) for b
                                                                                in range(1, max_batch + 1)],
         c_longest=None if longest is None else draft_cost(1, n_ctx, draft=longest.drafter.cost) if isinstance(
             longest.drafter.cost, tuple) else longest.drafter.cost,
-        big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets), kv_share=own_kv[0] / own_kv[1],
+        big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets),
+        kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
         falls=any(b < a for a, b in zip(ks, ks[1:])), level=level, last=last, after=after,
         tree_crossing=ridge_batch(m, w, kv, positions=nodes), nodes=nodes,
         at_1={o.shape + o.drafter.name: speeds[0, i] for i, o in enumerate(options)})  # each option's speedup at B = 1
@@ -4406,16 +4412,20 @@ def demo19_shape(s, n_ctx, max_batch):
     while its numbers bear it out."""
     crossed = [(k, b) for k, b in s.crossings if b and b <= max_batch]
     clauses = (
-        f"At B = 1 the tree wins: {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the"
-        f" small draft (c = {s.c_small[0]:.3f}), a speedup of {s.at_1[s.first.shape + s.first.drafter.name]:.2f}, beat"
-        f" {s.longest.drafter.name}'s {s.longest.tokens:.2f} from {s.longest.draft_passes} (c = {s.c_longest:.3f}),"
+        f"At B = 1 the tree wins, a speedup of {s.at_1[s.first.shape + s.first.drafter.name]:.2f}:"
+        f" {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
+        f" {s.c_small[0]:.3f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
+        f" {s.longest.tokens:.2f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.3f}:"
         f" {s.at_1[s.longest.shape + s.longest.drafter.name]:.2f}." if s.tree and s.at_1[s.first.shape + s.first.drafter.name] > s.at_1[s.longest.shape + s.longest.drafter.name] else "",
-        "Big never wins: each of its passes reads its own KV cache too, a sequence's keys and values, at"
-        f" {s.kv_share:.2f} of the target's. So its c rises with B, from {s.c[0]:.3f} to {s.c[1]:.3f} at B ="
-        f" {max_batch}, while the small draft's stays at {max(s.c_small):.3f} or less." if not s.big_runs
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft"
+        " pass reads its own KV cache too, a sequence's keys and values: big's is"
+        f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. So big's c rises with B, from"
+        f" {s.c[0]:.3f} to {s.c[1]:.3f} at B = {max_batch}, while small's stays at {max(s.c_small):.3f} or less."
+        if not s.big_runs
         and s.c[1] > s.c[0] else "",
-        f"From B = {s.level} the small draft's {s.after.shape} beats the tree, whose {s.nodes}-position check crossed"
-        f" the ridge at B = {s.tree_crossing}." if s.level and s.tree_crossing and s.tree_crossing < s.level
+        f"From B = {s.level} the small draft's {s.after.shape}, {s.after.tokens:.2f} tokens per call from"
+        f" {s.after.draft_passes} passes, beats the tree, whose {s.nodes}-position check crossed the ridge at B ="
+        f" {s.tree_crossing}." if s.level and s.tree_crossing and s.tree_crossing < s.level
         and s.after.drafter.name == "small" else "",
         ("And long checks cross the ridge as B grows: " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
@@ -5065,6 +5075,9 @@ def engine_configs(buckets, priced=None):
     _, items, start = trt_schedule(ks)
     lines += [f"TRT-LLM: speculative_config: {{decoding_type: {trt}, max_draft_len: {k_top},",
               f"         draft_len_schedule: {json.dumps(dict(items[start:]))}}}"]
+    if tree:
+        lines.append(f"         (its schedule is of chain lengths too: where the plan runs the tree, it runs"
+                     f" {main.name}'s best chains)")
     if start:
         lines.append(f"         (its first key must map to max_draft_len, so it drafts {k_top} up to B ="
                      f" {items[start][0]}, whereas {main.name}'s " + ("best chains draft " if tree else "own plan drafts ") +
@@ -5142,8 +5155,8 @@ def demo23_engines(**how):
     t = c19.measured[1].tree
     say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters for one server, at",
         f"{c19.n_ctx} tokens of context: for each range of batch sizes B, which drafter runs, as a chain of k",
-        f"drafts or as a tree ('tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates, {t[1]} steps, {t[2]} positions). Chapter"
-        " 19 says why the plan takes this shape. Its plan:")
+        f"drafts or as a tree. 'tree {t[0]}x{t[1]}, {t[2]}' is {t[0]} candidates, {t[1]} steps, {t[2]} positions."
+        " Chapter 19 says why the plan takes this shape. Its plan:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -5151,7 +5164,8 @@ def demo23_engines(**how):
     say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft",
         "model, so each gets the drafter the plan uses at the most batch sizes" +
         (f", {main.name} here, planned again alone: its ranges differ from the table's." if main and lost else
-         f", {main.name} here." if main else "."),
+         f", {main.name} here." + (" It is an EAGLE draft, a trained draft head, so the configs name EAGLE." if
+                                    main.method.startswith("eagle") else "") if main else "."),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
@@ -5172,12 +5186,10 @@ def demo23_engines(**how):
             f"vLLM's rows run {main.name}'s best chains, so its {own[0]:.1%} is the price of the tree they cannot say"
             f" (k = {own[2]} at B = {own[1]:,}, where the plan runs the tree)." if tree_planned else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
-            " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {extra * 100:.1f} points more"
-                     f" at B = {b:,},"
+            " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}.")
-                     for (extra, b, k), es in group_by({e: (round(c[0] - own[0], 9), c[1], c[2])
-                                                        for e, c in more.items()}).items()))
+                     for (given, b, k), es in group_by({e: c for e, c in more.items()}).items()))
     worst = max(c[0] for c in costs.values()) if costs else None
     takeaway("an engine runs one drafter on the schedule its keys can say" +
              (f"; here that gives up at most {worst:.1%} of the plan"

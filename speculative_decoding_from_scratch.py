@@ -1135,7 +1135,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
         " replaced. The exact TV is computed from the tables, not run, with that stop built in." +
-        (f" So the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''} cannot be written in it; only the fit can"
+        (f" So it cannot represent the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}; only the fit can"
          " catch it." if unseen else ""))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
@@ -1382,7 +1382,9 @@ def why_eq1_is_off(P, Q, gap):
             f" draft, from {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." +
             (" And a round starts only after a redraw or a bonus token, which are not a fair sample of the text" +
              (": a redraw comes from the residual, which holds only tokens the draft under-proposes." if r.under_only
-              else ".") + " So alpha, an average over the text, is not the pass chance where rounds start."
+              else ".") + " So alpha, an average over the text, is not the pass chance where rounds start:"
+             f" in rounds of k = 1 the middling draft's first draft passes {exact_tokens_per_call(P, Q, 1) - 1:.3f} of"
+             f" the time, not {pair_alpha(P, Q):.3f}."
              if np.abs(r.start - r.text).max() >= 5e-4 else "")
             if beta[hi] - beta[lo] >= 5e-4 else "Eq. 1 runs off, though every row passes alike.")
 
@@ -4321,7 +4323,7 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call,"
-        f" exactly at k = {k_max}.",
+        f" exactly at k = {k_max}: at a shorter k rounds end earlier, and so start after other tokens (demo 3).",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4358,7 +4360,8 @@ def demo19_tuning(**how):
     say(f"The plan prices every k from the rates at k = {k_max}. An exhaustive search, pricing every option at each B"
         f" alone from exact tokens per call at each k, beats it by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else
-         f". With no margin it would fall at most {untolerant.worst:.2%} short: the rest is the margin's." if 0 <
+         f". Of that, pricing from the k = {k_max} rates costs at most {untolerant.worst:.2%} (the plan with no"
+         f" margin), and the {tol:.1%} margin the rest." if 0 <
          untolerant.worst < check.worst else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
@@ -5164,7 +5167,8 @@ def demo23_engines(**how):
     say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft",
         "model, so each gets the drafter the plan uses at the most batch sizes" +
         (f", {main.name} here, planned again alone: its ranges differ from the table's." if main and lost else
-         f", {main.name} here." + (" It is an EAGLE draft, a trained draft head, so the configs name EAGLE." if
+         f", {main.name} here." + (" The configs take it to be an EAGLE draft, a trained draft head; another draft"
+                                    " model would take its own method name." if
                                     main.method.startswith("eagle") else "") if main else "."),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")

@@ -186,8 +186,8 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][3] == pytest.approx(sd.tv_distance(exact, result.truth), abs=1e-15)
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert ("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
-            " output replaced. The exact TV is computed from the tables, not run, with that stop built in. So the"
-            " continue bug cannot be written in it; only the fit can catch it.") in " ".join(text.split())
+            " output replaced. The exact TV is computed from the tables, not run, with that stop built in. So it"
+            " cannot represent the continue bug; only the fit can catch it.") in " ".join(text.split())
     assert rows["continue"][3] == "cannot see" and "continue 0.3933 < 1e-12 cannot see NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
     assert all(isinstance(rows[r][3], float) for r in rows if r != "continue")
@@ -378,7 +378,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" draft: for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And a round"
             " starts only after a redraw or a bonus token, which are not a fair sample of the text: a redraw comes from the"
             " residual, which holds only tokens the draft under-proposes. So alpha, an average over the text, is not the"
-            " pass chance where rounds start.") in flat
+            " pass chance where rounds start: in rounds of k = 1 the middling draft's first draft passes"
+            f" {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f} of the time, not"
+            f" {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}.") in flat
     r = sd.round_starts(sd.TARGET, sd.MIDDLING)  # where rounds of k = 1 start, against the text: 'd' far less often
     assert r.start[3] < r.text[3] - 0.04
     assert (sd.name(int(np.argmin(beta))), sd.name(int(np.argmax(beta)))) == ("a", "d")

@@ -200,8 +200,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # here the rates' shortcut costs a little too, so the gap is not put down to the margin alone
     assert result.check.worst > 0.005 and untolerant > 0
     assert (f"The plan prices every k from the rates at k = 8. An exhaustive search, pricing every option at each B"
-            f" alone from exact tokens per call at each k, beats it by at most {result.check.worst:.2%}. With no margin"
-            f" it would fall at most {untolerant:.2%} short: the rest is the margin's.") in text
+            f" alone from exact tokens per call at each k, beats it by at most {result.check.worst:.2%}. Of that,"
+            f" pricing from the k = 8 rates costs at most {untolerant:.2%} (the plan with no margin), and the 0.5%"
+            " margin the rest.") in text
     assert "is the margin's" not in detail19
 
 

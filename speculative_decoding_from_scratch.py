@@ -4322,8 +4322,8 @@ def demo19_tuning(**how):
         " --detail shows its arithmetic.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call,"
-        f" exactly at k = {k_max}: at a shorter k rounds end earlier, and so start after other tokens (demo 3).",
+        f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
+        f" That is exact at k = {k_max}; at a shorter k rounds end earlier, and so start after other tokens (demo 3).",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -5157,9 +5157,9 @@ def demo23_engines(**how):
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
     t = c19.measured[1].tree
     say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters for one server, at",
-        f"{c19.n_ctx} tokens of context: for each range of batch sizes B, which drafter runs, as a chain of k",
-        f"drafts or as a tree. 'tree {t[0]}x{t[1]}, {t[2]}' is {t[0]} candidates, {t[1]} steps, {t[2]} positions."
-        " Chapter 19 says why the plan takes this shape. Its plan:")
+        f"{c19.n_ctx} tokens of context. For each range of batch sizes B, it says which drafter runs, as a chain of k",
+        f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates, {t[1]} steps,"
+        f" {t[2]} positions. Chapter 19 says why the plan takes this shape. Its plan:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])

@@ -3763,7 +3763,10 @@ def demo16_acceptance(k):
     print()
     say("Medusa's heads lose, perfect as they are. Head 2 guesses the token two steps on, summed"
         " over every token in between. Verification checks it after one particular token: the"
-        " draft before it." if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.")
+        " draft before it." if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.",
+        f"The chances average over the target's text, and rounds start elsewhere (demo 3), so Medusa's {tokens:.2f}"
+        f" tokens per call is not 1 plus their sum, {1 + sum(reached):.2f}." if abs(tokens - 1 - sum(reached)) >= 5e-4
+        and f"{tokens:.2f}" != f"{1 + sum(reached):.2f}" else "")
     return SimpleNamespace(reached=reached, tokens=tokens)
 
 
@@ -4317,13 +4320,14 @@ def demo19_tuning(**how):
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         f"each drafter at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
-        f" range of B. It stops at B = {max_batch}, the most sequences whose KV caches fit in"
+        f" range of B. It stops at B = {max_batch}, the most sequences whose KV caches fit in the H100's"
         f" {H100.memory / 1e9:.0f} GB beside the weights. The option --plan --profile runs it on your own figures;"
         " --detail shows its arithmetic.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" That is exact at k = {k_max}; at a shorter k rounds end earlier, and so start after other tokens (demo 3).",
+        f" The rates are those of rounds of {k_max} drafts, so the sum is exact there; at a shorter k rounds end"
+        " earlier and start after other tokens (demo 3).",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4337,7 +4341,8 @@ def demo19_tuning(**how):
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep, {nodes - 1} drafts checked in one pass of {nodes} positions."
-        f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, sampled over {n_rounds:,} rounds" +
+        f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
+        f" {n_rounds:,} rounds" +
         (", and keeps the target's distribution." if rule_intact(TARGET, MIDDLING) else "."))
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
@@ -4360,8 +4365,8 @@ def demo19_tuning(**how):
     say(f"The plan prices every k from the rates at k = {k_max}. An exhaustive search, pricing every option at each B"
         f" alone from exact tokens per call at each k, beats it by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else
-         f". Of that, pricing from the k = {k_max} rates costs at most {untolerant.worst:.2%} (the plan with no"
-         f" margin), and the {tol:.1%} margin the rest." if 0 <
+         f". Run without its margin, the plan is within {untolerant.worst:.2%} of the search: pricing from the"
+         f" k = {k_max} rates costs that much, and the {tol:.1%} margin the rest." if 0 <
          untolerant.worst < check.worst else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
@@ -4597,8 +4602,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
-    say(f"Prices are demo 6's roofline at {BATCH_CONTEXT} tokens of context: the lookup is free, and a verifying"
-        f" pass of {k + 1} positions costs",
+    say(f"The table prices a short-context server, demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a"
+        f" large batch crosses the ridge: the lookup is free, and a verifying pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".",
         long_context_note(k, [len(prompt)]), short_proposals(runs[f"always on, k = {k}"], k), "The policies'"
         " speedups:")
@@ -4685,7 +4690,7 @@ def temperature_words(rows, same, n_greedy):
     print()
     say("Every row emits its tempered target by both checks." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
-        f"At T = 0, greedy speculation writes the same {n_greedy:,} tokens as a plain argmax loop, in a run of its own."
+        f"At T = 0, greedy speculation writes the same {n_greedy:,} tokens as a plain argmax loop run separately."
         if same == n_greedy
         else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).")
     lower = all(r[3] < r[2] for r in hot)

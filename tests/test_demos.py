@@ -285,7 +285,7 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     result, text = demo["21"]
     assert [r[9] for r in result.temperatures] == ["the target"] * 10
     assert result.greedy == 1000 and ("At T = 0, greedy speculation writes the same 1,000 tokens as a plain argmax"
-                                      " loop, in a run of its own.") in " ".join(text.split())
+                                      " loop run separately.") in " ".join(text.split())
     # the toy's alpha rises from T = 0 to 1, and at T = 0 alpha is where the two likeliest tokens agree
     for label, Q in (("middling", sd.MIDDLING), ("blend 0.9", sd.blend(sd.TARGET, sd.UNRELATED, 0.9))):
         P0 = sd.temper(sd.TARGET, 0)
@@ -702,6 +702,15 @@ def test_chapter16_perfect_independent_heads_lose(demo):
     reached = result.heads.reached
     assert reached[0] == pytest.approx(1.0) and reached[1] < 1 and reached[2] < reached[1]
     assert "Medusa's heads lose, perfect as they are." in text
+    # the chances are weighted by the target's text, tokens per call by where rounds start: they differ, and it says so
+    tokens = result.heads.tokens
+    assert f"{tokens:.2f}" == "2.99" and f"{1 + sum(reached):.2f}" == "3.00"
+    assert ("The chances average over the target's text, and rounds start elsewhere (demo 3), so Medusa's 2.99 tokens"
+            " per call is not 1 plus their sum, 3.00.") in " ".join(text.split())
+    pi = sd.stationary(sd.TARGET)
+    assert abs(sum(pi[d] * p for d in range(sd.VOCAB) for kept, _, p in
+                   sd.verify_outcomes(sd.TARGET, [d], sd.heads_proposals(sd.medusa_heads(sd.TARGET, 3), 3)([d]))
+                   if len(kept) >= 2) - reached[1]) < 1e-12  # a text average, by hand
 
 
 def test_chapter17_each_apex_departure_is_caught(demo):

@@ -135,7 +135,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     # 248 sequences of 512 tokens fit in 80 GB beside the weights: no engine is told to run 256
     fit = sd.sequences_that_fit(512)
     assert fit < 256 and in_process[0]["19"].buckets[-1][1] == fit
-    assert f"It stops at B = {fit}, the most sequences whose KV caches fit in 80 GB" in " ".join(
+    assert f"It stops at B = {fit}, the most sequences whose KV caches fit in the H100's 80 GB" in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -200,9 +200,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # here the rates' shortcut costs a little too, so the gap is not put down to the margin alone
     assert result.check.worst > 0.005 and untolerant > 0
     assert (f"The plan prices every k from the rates at k = 8. An exhaustive search, pricing every option at each B"
-            f" alone from exact tokens per call at each k, beats it by at most {result.check.worst:.2%}. Of that,"
-            f" pricing from the k = 8 rates costs at most {untolerant:.2%} (the plan with no margin), and the 0.5%"
-            " margin the rest.") in text
+            f" alone from exact tokens per call at each k, beats it by at most {result.check.worst:.2%}. Run without"
+            f" its margin, the plan is within {untolerant:.2%} of the search: pricing from the k = 8 rates costs that"
+            " much, and the 0.5% margin the rest.") in text
     assert "is the margin's" not in detail19
 
 
@@ -382,8 +382,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
             " deep, 14 drafts checked in one pass of 15 positions. It makes"
-            f" {tree.tokens:.2f} tokens per call from 3 draft passes, sampled over 2,000 rounds, and keeps the target's"
-            " distribution.") in text
+            f" {tree.tokens:.2f} tokens per call from 3 draft passes, one a level, sampled over 2,000 rounds, and keeps"
+            " the target's distribution.") in text
     assert "The tree: 2 + 4 + 8 = 14 drafts, drawn independently from q." in detail19
     assert "It keeps one branch, at most 3 drafts plus a token of its own." in detail19
     # position 1's rate at k = 8 is neither alpha nor its rate in rounds of k = 1, and the detail says why

@@ -4334,8 +4334,10 @@ def demo19_tuning(**how):
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
+    intact = {label: rule_intact(TARGET, Q) for label, _, Q, _ in drafters}  # the rule, as the reader has it, exact
+    rates_off = all(abs(r[0] - a) >= 5e-4 for r, a in zip(rates, alphas)) and all(intact.values())
     print()
-    if all(abs(r[0] - a) >= 5e-4 for r, a in zip(rates, alphas)) and all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters):
+    if rates_off:
         say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3): a round starts"
             " after a redraw or a bonus token, which are not a fair sample of the text.")
         print()
@@ -4343,7 +4345,7 @@ def demo19_tuning(**how):
         f" candidates under every node, {tree[1]} deep, {nodes - 1} drafts checked in one pass of {nodes} positions."
         f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
         f" {n_rounds:,} rounds" +
-        (", and keeps the target's distribution." if rule_intact(TARGET, MIDDLING) else "."))
+        (", and keeps the target's distribution." if intact["small"] else "."))
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
@@ -4373,7 +4375,7 @@ def demo19_tuning(**how):
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
-                           untolerant=untolerant)
+                           untolerant=untolerant, rates_off=rates_off)
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
@@ -4412,7 +4414,8 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
         kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
         falls=any(b < a for a, b in zip(ks, ks[1:])), level=level, last=last, after=after,
         tree_crossing=ridge_batch(m, w, kv, positions=nodes), nodes=nodes,
-        at_1={o.shape + o.drafter.name: speeds[0, i] for i, o in enumerate(options)})  # each option's speedup at B = 1
+        first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
+        longest_speed=speeds[0, options.index(longest)] if longest is not None else None)
 
 
 def demo19_shape(s, n_ctx, max_batch):
@@ -4420,11 +4423,11 @@ def demo19_shape(s, n_ctx, max_batch):
     while its numbers bear it out."""
     crossed = [(k, b) for k, b in s.crossings if b and b <= max_batch]
     clauses = (
-        f"At B = 1 the tree wins, a speedup of {s.at_1[s.first.shape + s.first.drafter.name]:.2f}:"
+        f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
         f" {s.c_small[0]:.3f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.2f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.3f}:"
-        f" {s.at_1[s.longest.shape + s.longest.drafter.name]:.2f}." if s.tree and s.at_1[s.first.shape + s.first.drafter.name] > s.at_1[s.longest.shape + s.longest.drafter.name] else "",
+        f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft"
         " pass reads its own KV cache too, a sequence's keys and values: big's is"
         f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. So big's c rises with B, from"
@@ -4451,15 +4454,12 @@ def demo19_detail(result):
     costs nothing, what the search's shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     drafters, rates, k_max, tol, max_batch = c19.drafters, c19.rates, c19.k_max, c19.tol, c19.max_batch
-    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
     tree = c19.measured[1].tree
     paragraphs = [
         f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {rates[1][0]:.3f}"
         f" for small at k = {k_max}, {at_1[1]:.3f} at k = 1. So rates read at k = {k_max} only approximate another"
-        " k's." if all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4
-                                                           for r, a, r1 in zip(rates, alphas, at_1))
-        and all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters) else "",
+        " k's." if result.rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1)) else "",
         f"The tree: {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {s.nodes - 1} drafts, drawn"
         f" independently from q. Its pass of {s.nodes} positions holds them and the token before them, each draft"
         " given only the tokens above it in its branch. The verifier tries a node's candidates in turn; after a"
@@ -5128,13 +5128,11 @@ def engine_costs(buckets, priced):
         lo = hi
     tree = next((options.index(o) for _, _, o in own if o is not None and o.shape.startswith("tree")), None)
     eagle = sglang_algorithm(main.method).startswith("EAGLE")  # its adaptive slots say the plan
-    got = {e: np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)])
-           for e, row in {"vLLM": plan_k, "TRT-LLM": trt}.items()}
-    got["SGLang"] = speeds[:, tree] if tree is not None else np.array(
-        [speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(plan_k if eagle else np.full(len(best), k_top))])
-    drafts = {"vLLM": plan_k, "TRT-LLM": trt,
-              "SGLang": None if tree is not None else plan_k if eagle else np.full(len(best), k_top)}
-    worst = {e: shortfall(got[e], best) for e in ("vLLM", "SGLang", "TRT-LLM")}
+    drafts = {"vLLM": plan_k, "SGLang": None if tree is not None else plan_k if eagle else np.full(len(best), k_top),
+              "TRT-LLM": trt}  # the draft lengths each runs at every B; None: SGLang's fixed tree
+    got = {e: speeds[:, tree] if row is None else
+           np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)]) for e, row in drafts.items()}
+    worst = {e: shortfall(got[e], best) for e in drafts}
     return {e: (*worst[e], options[tree].shape.split(",")[0] if drafts[e] is None else int(drafts[e][worst[e][1] - 1]))
             for e in worst}
 

@@ -4412,7 +4412,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
             longest.drafter.cost, tuple) else longest.drafter.cost,
         big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets),
         kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
-        falls=any(b < a for a, b in zip(ks, ks[1:])), level=level, last=last, after=after,
+        falls=any(b < a for a, b in zip(ks, ks[1:])), level=level, after=after,
         tree_crossing=ridge_batch(m, w, kv, positions=nodes), nodes=nodes,
         first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
         longest_speed=speeds[0, options.index(longest)] if longest is not None else None)

@@ -1124,8 +1124,11 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The whole loop runs {n_runs:,} times per rule, recording the first two tokens after '{name(ctx)}': x1 and",
-        f"x2. The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
-        f"{number_word(len(BUGS)).capitalize()} broken rules:")
+        "x2. Two, because a broken rule can get x1 right and x2 wrong, as continue below does.",
+        f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
+        f"{number_word(len(BUGS)).capitalize()} broken rules"
+        + ("; uniform_q makes two edits, a pair a shipped generator had (chapter 17):" if "uniform_q" in BUGS
+           else ":"))
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
@@ -1442,11 +1445,11 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
         f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
-        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The best k at each c, exactly (k = 0: plain decoding"
-        " wins):")
+        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. Below, those {m.per_call:.2f} tokens priced at each c,"
+        " beside the best k at each c, exactly (k = 0: plain decoding wins):")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
-          rows, groups=[(f"k = {k}, measured", 1, 2), ("best, exact", 3, 4)])
+          rows, groups=[(f"k = {k} at {m.per_call:.2f}", 1, 2), ("best, exact", 3, 4)])
     slower_above = all((r[2] == "slower") == (r[0] > c_star + 1e-9) for r in rows)
     wins, losses = [r[0] for r in rows if r[3] > 0], [r[0] for r in rows if r[3] == 0]
     print()

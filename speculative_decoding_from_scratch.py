@@ -3459,7 +3459,11 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         f"Where the block gains: the drafts 'a' then 'b' are as likely under p as under q ({round(9 * pair)}/9)."
         f" So w_2 = 1, and position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only"
         f" {w1:.2g} of the time." if w1 < 1 and w2 > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING
-        else "", demo14_loss(P2, Q2, rows[1][1] - rows[0][1]))
+        else "")
+    loss = demo14_loss(P2, Q2, rows[1][1] - rows[0][1])
+    if loss:
+        print()
+        say(loss)
     gains = []
     for k in ks:
         tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
@@ -3498,8 +3502,16 @@ def demo14_loss(P2, Q2, net):
     if not (bl < tw and change[0, 1] > 0 and abs(change[1, 0]) + abs(change[1, 1]) < 1e-12
             and abs(change[0, 1] + change[0, 0] - net) < 1e-9):
         return ""
-    return (f"It loses where both drafts are 'a' ({round(9 * share)}/9 under q): the block keeps {bl:.2g} drafts on"
-            f" average there, token-wise checking {tw:.2g}. After a first 'b' both keep the same. Net:"
+    w1 = accept_prob(P2[0], Q2[0], 0)
+    w2, h1 = accept_prob(w1 * P2[1], Q2[1], 0), block_threshold(w1, P2[1], Q2[1])
+    a2 = accept_prob(P2[1], Q2[1], 0)
+    why = (f" There w_1 = {w1:.2g}, w_2 = {w2:.2g} and h_1 = 0: at position 2 the target wants nothing the draft"
+           f" does not offer. So the block keeps both with chance {w2:.2g}, else none: {bl:.2g} drafts on average."
+           f" Token-wise checking keeps the first with chance {w1:.2g} and both with {w1 * a2:.2g}: {tw:.2g}."
+           if h1 < 1e-12 and w2 < w1 < 1 else
+           f" The block keeps {bl:.2g} drafts on average there, token-wise checking {tw:.2g}.")
+    return (f"The block loses where both drafts are 'a' ({round(9 * share)}/9 under q).{why} After a first 'b' both keep"
+            " the same. Net:"
             f" {round(9 * change[0, 1]):+d}/9 {round(9 * change[0, 0]):+d}/9 = {round(9 * net):+d}/9, the table's gap.")
 
 

@@ -3614,12 +3614,12 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
     "cumulative": [("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight")],
 }
 
-BLOCK_WORDS = {"tokenwise_residual": "draws the token after the block from the token-wise residual, not from"
-                                     " max(0, w_i p - q)",
-               "cumulative": "passes each position with chance w_i, not h_i",
-               "vllm-ascend, PyTorch": "keeps the drafts up to the last i where the product of min(1, p/q) up to i"
-                                       " is at least a product of i uniforms; then the token-wise residual",
-               "vllm-ascend, Triton": "the same, with the weight w_i in place of that product"}
+BLOCK_WORDS = {"tokenwise_residual": "step 5: draws the next token from the token-wise residual, max(0, p - q),"
+                                     " not from max(0, w_i p - q)",
+               "cumulative": "step 3: passes an earlier position i with chance w_i, not h_i",
+               "vllm-ascend, PyTorch": "step 3: position i passes if the product of min(1, p/q) up to i is at"
+                                       " least a product of i uniforms; step 5 as tokenwise_residual",
+               "vllm-ascend, Triton": "as PyTorch, but with step 1's weight w_i in place of that product"}
 
 
 def shipped_parts(D, ctx, n, k):

@@ -4019,9 +4019,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("block", "lossless: the k drafts judged together, which keeps more of them than the paper's rule"
                       " (chapter 14)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
-                        " ahead): keep x"
+                        " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
-                        " spread. q is never read. After a rejection: the argmax; the bonus token: from p. Setting: eps, s"
+                        " spread. It never reads q. After a rejection: the argmax; the bonus token: from p. Setting: eps, s"
                         f" (posterior_threshold, posterior_alpha; vLLM's defaults: {setting_text(TYPICAL_SHIPPED)})."),
             ("medusa", "Medusa's own version: typical's rule, but its bonus token is the argmax."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
@@ -4059,10 +4059,10 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("fit to exact", 14, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
-    return demo18_verdicts(rows, best, n_runs, n, k)
+    return demo18_verdicts(rows, best, n_runs, n, k, ctx)
 
 
-def demo18_verdicts(rows, best, n_runs, n=3, k=3):
+def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
     """Chapter 18's sentences on its first table."""
     typical, medusa = (next((r for r in rows if r[0] == name and r[1] == setting_text(TYPICAL_SHIPPED)), None) for name in
                        ("typical", "medusa"))
@@ -4086,7 +4086,7 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3):
         f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"
         " the next round, and a draft's chance depends on the token before it (demo 3)." if twins else "")
     print()
-    say(demo18_strict_words(rows),
+    say(demo18_strict_words(rows), demo18_loose_words(rows, k, ctx, n),
         "The option --detail plots tokens per call against exact TV, and tries each typical setting with a token"
         " drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
@@ -4106,6 +4106,20 @@ def demo18_strict_words(rows):
             " through its argmax"
             f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
             f" {from_p:.4f}." if from_p < strict[2] / 2 else "")
+
+
+def demo18_loose_words(rows, k, ctx, n):
+    """Why typical's loose setting is far from the target too: it keeps most
+    drafts, whatever q proposes, so its text leans to the draft's own."""
+    typical = [r for r in rows if r[0] == "typical" and r[2] is not None]
+    shipped = next((r for r in typical if r[1] == setting_text(TYPICAL_SHIPPED)), None)
+    loose = max(typical, key=lambda r: r[3]) if typical else None  # the most tokens per call: the fewest rejections
+    if shipped is None or loose is shipped:
+        return ""
+    draft_tv = tv_distance(target_first_tokens(MIDDLING, ctx, n), target_first_tokens(TARGET, ctx, n))
+    return (f"The loose ({loose[1]}) keeps {loose[3] - 1:.2f} of its {k} drafts a round, whatever q proposed, so its"
+            f" text leans to the draft's own: the middling draft decoded alone is {draft_tv:.4f} from the target."
+            if shipped[2] <= loose[2] < draft_tv and loose[3] - 1 > k / 2 else "")
 
 
 def frontier(rows, width=56, height=8, top=0.8):

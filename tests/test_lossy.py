@@ -173,6 +173,24 @@ def test_chapter18_puts_the_strict_settings_distance_on_its_argmax_fallbacks(in_
             f" {strict[3]:.4f}.") in text
 
 
+def test_chapter18_says_the_loose_setting_leans_to_the_draft(in_process):
+    # the loose setting keeps most of its drafts whatever q proposed, so its TV sits between the defaults' and that of
+    # the draft decoded alone, computed here from the draft's own table
+    text = flat(section(in_process[1], "18"))
+    rows = {r[0]: r for r in sd.typical_fallback_rows()}
+    loose, shipped = rows["0.01, 0.03"], rows["0.09, 0.3"]
+    joint = [sd.target_first_tokens(T, 5, 3) for T in (sd.MIDDLING, sd.TARGET)]
+    draft_tv = 0.5 * np.abs(joint[0] - joint[1]).sum()
+    assert shipped[2] <= loose[2] < draft_tv and loose[1] - 1 > 3 / 2
+    assert (f"The loose (0.01, 0.03) keeps {loose[1] - 1:.2f} of its 3 drafts a round, whatever q proposed, so its text"
+            f" leans to the draft's own: the middling draft decoded alone is {draft_tv:.4f} from the target.") in text
+    # the sentence follows its numbers: past the draft's own distance, or keeping few drafts, it is not said
+    said = [("typical", "0.09, 0.3", 0.3, 2.0, 1, ""), ("typical", "0.01, 0.03", 0.4, 3.0, 1, "")]
+    assert sd.demo18_loose_words(said, 3, 5, 3).startswith("The loose (0.01, 0.03) keeps 2.00 of its 3 drafts")
+    assert sd.demo18_loose_words([said[0], ("typical", "0.01, 0.03", 0.6, 3.0, 1, "")], 3, 5, 3) == ""
+    assert sd.demo18_loose_words([said[0], ("typical", "0.01, 0.03", 0.4, 2.2, 1, "")], 3, 5, 3) == ""
+
+
 def test_chapter22_counts_the_greedy_texts_each_rule_changes(in_process):
     rows, text = in_process[0]["22"], flat(section(in_process[1], "22"))
     greedy = {(r[0], r[1]): r for r in rows}

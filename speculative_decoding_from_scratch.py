@@ -4372,6 +4372,8 @@ def demo19_tuning(**how):
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep, {nodes - 1} drafts checked in one pass of {nodes} positions."
+        " The check walks down from the root, trying a node's candidates one at a time as chapter 8 shows, and goes"
+        " on from the first one kept."
         f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
         f" {n_rounds:,} rounds" +
         (", and keeps the target's distribution." if intact["small"] else "."))

@@ -381,7 +381,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
-            " deep, 14 drafts checked in one pass of 15 positions. It makes"
+            " deep, 14 drafts checked in one pass of 15 positions. The check walks down from the root, trying a node's"
+            " candidates one at a time as chapter 8 shows, and goes on from the first one kept. It makes"
             f" {tree.tokens:.2f} tokens per call from 3 draft passes, one a level, sampled over 2,000 rounds, and keeps"
             " the target's distribution.") in text
     assert "The tree: 2 + 4 + 8 = 14 drafts, drawn independently from q." in detail19

@@ -990,7 +990,7 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
 }
 
 BUG_WORDS = {"argmax": "keeps a draft only if it is p's likeliest", "no_resample": "redraws from p, not the residual",
-             "continue": "after a rejection, goes on checking drafts",
+             "continue": "after a rejection, checks and emits later drafts",
              "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
 
 
@@ -1124,10 +1124,10 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The whole loop runs {n_runs:,} times per rule, recording the first two tokens after '{name(ctx)}': x1 and",
-        "x2. Two, because a broken rule can get x1 right and x2 wrong, as continue below does.",
+        "x2. Two, because a broken rule can get x1 right and x2 wrong, as the bug named continue, below, does.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules"
-        + ("; uniform_q makes two edits, a pair a shipped generator had (chapter 17):" if "uniform_q" in BUGS
+        + ("; uniform_q is two edits at once, both found in a shipped generator (chapter 17):" if "uniform_q" in BUGS
            else ":"))
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
@@ -1380,16 +1380,18 @@ def why_eq1_is_off(P, Q, gap):
     if not np.allclose(kept, beta, atol=1e-9):
         return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
     r = round_starts(P, Q)
-    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") +
-            ": the chance is not the same everywhere. It depends on the token before the draft: for the middling"
-            f" draft, from {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." +
-            (" And a round starts only after a redraw or a bonus token, which are not a fair sample of the text" +
-             (": a redraw comes from the residual, which holds only tokens the draft under-proposes." if r.under_only
-              else ".") + " So alpha, an average over the text, is not the pass chance where rounds start:"
-             f" in rounds of k = 1 the middling draft's first draft passes {exact_tokens_per_call(P, Q, 1) - 1:.3f} of"
-             f" the time, not {pair_alpha(P, Q):.3f}."
-             if np.abs(r.start - r.text).max() >= 5e-4 else "")
-            if beta[hi] - beta[lo] >= 5e-4 else "Eq. 1 runs off, though every row passes alike.")
+    if beta[hi] - beta[lo] < 5e-4:
+        return "Eq. 1 runs off, though every row passes alike."
+    first = (f"the pass chance depends on the token before the draft: for the middling draft, from {beta[lo]:.3f}"
+             f" after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
+    second = ("a round starts after a redraw or a bonus token, and these are not spread like the text." +
+              (" A redraw, for one, comes from the residual, which holds only tokens the draft under-proposes."
+               if r.under_only else "") +
+              " So where rounds start, the first draft passes with a chance other than alpha, the text's average:"
+              f" {exact_tokens_per_call(P, Q, 1) - 1:.3f}, not {pair_alpha(P, Q):.3f}, in rounds of k = 1."
+              if np.abs(r.start - r.text).max() >= 5e-4 else "")
+    off = "Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off"
+    return f"{off}, for two reasons. First, {first} Second, {second}" if second else f"{off}: {first}"
 
 
 # -----------------------------------------------------------------------------
@@ -4355,8 +4357,8 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" The rates are those of rounds of {k_max} drafts, so the sum is exact there; at a shorter k rounds end"
-        " earlier and start after other tokens (demo 3).",
+        f" The rates are those of rounds of {k_max} drafts, so the sum is exact at k = {k_max} and approximate at"
+        " another k: where rounds start depends on k (demo 3's second reason).",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4367,8 +4369,8 @@ def demo19_tuning(**how):
     rates_off = all(abs(r[0] - a) >= 5e-4 for r, a in zip(rates, alphas)) and all(intact.values())
     print()
     if rates_off:
-        say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}, demo 3): a round starts"
-            " after a redraw or a bonus token, which are not a fair sample of the text.")
+        say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}): rounds do not start at a"
+            " fair sample of the text, demo 3's second reason.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep, {nodes - 1} drafts checked in one pass of {nodes} positions."

@@ -378,13 +378,13 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
 def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(demo):
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
-    assert (f"Eq. 1 runs a little off: the chance is not the same everywhere. It depends on the token before the"
-            f" draft: for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And a round"
-            " starts only after a redraw or a bonus token, which are not a fair sample of the text: a redraw comes from the"
-            " residual, which holds only tokens the draft under-proposes. So alpha, an average over the text, is not the"
-            " pass chance where rounds start: in rounds of k = 1 the middling draft's first draft passes"
-            f" {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f} of the time, not"
-            f" {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}.") in flat
+    assert (f"Eq. 1 runs a little off, for two reasons. First, the pass chance depends on the token before the draft:"
+            f" for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Second, a round"
+            " starts after a redraw or a bonus token, and these are not spread like the text. A redraw, for one, comes"
+            " from the residual, which holds only tokens the draft under-proposes. So where rounds start, the first"
+            f" draft passes with a chance other than alpha, the text's average:"
+            f" {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f}, not"
+            f" {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}, in rounds of k = 1.") in flat
     r = sd.round_starts(sd.TARGET, sd.MIDDLING)  # where rounds of k = 1 start, against the text: 'd' far less often
     assert r.start[3] < r.text[3] - 0.04
     assert (sd.name(int(np.argmin(beta))), sd.name(int(np.argmax(beta)))) == ("a", "d")
@@ -398,8 +398,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off: the chance")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off: the chance")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off, for two reasons. First")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off, for two reasons. First")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""
 
 

@@ -1683,8 +1683,8 @@ def long_context_note(k, lengths, hw=H100):
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
     return (f"That holds for short contexts only. At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
-            f" ({and_list([f'{n:,}' for n in lengths])} characters), a pass of {k + 1} positions costs"
-            f" {worst:.2f} plain passes at every batch whose KV caches fit in {hw.memory / 1e9:.0f} GB: the KV"
+            f" ({and_list([f'{n:,}' for n in lengths])} characters, a token each), a pass of {k + 1} positions costs"
+            f" {worst:.2f} plain passes at every batch whose KV caches fit in {hw.memory / 1e9:.0f} GB. The KV"
             " caches keep it memory-bound." if worst < 1.005 else "")
 
 
@@ -2971,7 +2971,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         f" of {n_text} characters. At each position the target sorts the characters into bins by their chance"
         f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
         " one written lands in one bin. A bin should catch, over the text, the sum of the chances the target gave"
-        " its characters. Another Python's documentation, and so this text and its fit, differ. A correct draft"
+        " its characters. Another Python version's documentation would give another text and other fits. A correct"
+        " draft"
         f" fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
@@ -3031,11 +3032,12 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
         rows.append((lam, *per_call, *(per_call[0] / verify_cost(k, b) for b in batches), "#" * round(4 * per_call[0])))
     print()
     say(f"Speed against lam, k = {k}, over two prompts: the paragraph and a Python function to edit.",
-        f"The draft is free. The verifying pass over k+1 positions costs {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]},",
-        f"and {verify_cost(k, batches[1]):.2f} at B = {batches[1]}, where that pass, {k + 1} positions for each of B sequences,",
-        f"is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batches[1], batches[1], H100)}-bound (demo 6's roofline, at"
-        f" {BATCH_CONTEXT} tokens of context).", long_context_note(k, [len(t) for t in texts]),
-        "Each # is a quarter token per call:")
+        "The draft is free, so the cost is the verifying pass. The table prices a short-context server, demo 6's"
+        f" roofline at {BATCH_CONTEXT} tokens of context. There a pass of {k + 1} positions costs"
+        f" {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]}, and {verify_cost(k, batches[1]):.2f} at"
+        f" B = {batches[1]}, where the pass is"
+        f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batches[1], batches[1], H100)}-bound.",
+        long_context_note(k, [len(t) for t in texts]), "Each # is a quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"speedup\nB = {b}", 9, ".2f") for b in batches],
            ("bars: vLLM", 28, "<")], rows,

@@ -428,8 +428,8 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
     for chapter, shown in (("11", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
         assert ("That holds for short contexts only." in text and
-                " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs 1.00 plain passes at"
-                " every batch whose KV caches fit in 80 GB: the KV caches keep it memory-bound." in text), chapter
+                " and ".join(f"{n:,}" for n in shown) + " characters, a token each), a pass of 6 positions costs 1.00 plain"
+                " passes at every batch whose KV caches fit in 80 GB. The KV caches keep it memory-bound." in text), chapter
     assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())
 
 

@@ -3441,7 +3441,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
                                  ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1)):
         m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
         rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
-    ideal = sum(1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2))
+    terms = [1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2)]
+    ideal = sum(terms)
     print()
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has two tokens and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3;",
@@ -3449,7 +3450,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         " ideal: a bound that no verifier keeping the target's distribution exceeds. Drafts 1 to i",
         "come from q and the output's first i tokens from p, and keeping the drafts makes the two equal. Two such"
         " samples are equal with chance at most 1 minus their TV, so drafts 1 to i are all kept at most that often.",
-        "The ideal adds this up over i.")
+        "The ideal adds this up over i: here " + " + ".join(f"{round(9 * t)}/9" for t in terms) +
+        f" = {round(9 * ideal)}/9.")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -3509,8 +3511,8 @@ def demo14_loss(P2, Q2, net):
     w1 = accept_prob(P2[0], Q2[0], 0)
     w2, h1 = accept_prob(w1 * P2[1], Q2[1], 0), block_threshold(w1, P2[1], Q2[1])
     a2 = accept_prob(P2[1], Q2[1], 0)
-    why = (f" There w_1 = {w1:.2g}, w_2 = {w2:.2g} and h_1 = 0: at position 2 the target wants nothing the draft"
-           f" does not offer. So the block keeps both with chance {w2:.2g}, else none: {bl:.2g} drafts on average."
+    why = (f" There w_1 = {w1:.2g} and w_2 = {w2:.2g}. And Z_1 = 0, so h_1 = 0: at position 2 the target wants"
+           f" nothing the draft does not offer. So the block keeps both with chance {w2:.2g}, else none: {bl:.2g} drafts on average."
            f" Token-wise checking keeps the first with chance {w1:.2g} and both with {w1 * a2:.2g}: {tw:.2g}."
            if h1 < 1e-12 and w2 < w1 < 1 else
            f" The block keeps {bl:.2g} drafts on average there, token-wise checking {tw:.2g}.")

@@ -644,8 +644,8 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert max(0, w1 * (1 / 3) - 2 / 3) + max(0, w1 * (2 / 3) - 1 / 3) == 0
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
     # after a first 'b' (w_1 = 1, h_1 = 1 as Z_1 = 1/3 > 0): 'b','a' keeps 1 + 1/2 and 'b','b' keeps 2 under both
-    assert ("The block loses where both drafts are 'a' (4/9 under q). There w_1 = 0.5, w_2 = 0.25 and h_1 = 0: at"
-            " position 2 the target wants nothing the draft does not offer. So the block keeps both with chance 0.25,"
+    assert ("The block loses where both drafts are 'a' (4/9 under q). There w_1 = 0.5 and w_2 = 0.25. And Z_1 = 0,"
+            " so h_1 = 0: at position 2 the target wants nothing the draft does not offer. So the block keeps both with chance 0.25,"
             " else none: 0.5 drafts on average. Token-wise checking keeps the first with chance 0.5 and both with 0.25:"
             " 0.75. After a first 'b' both keep the same. Net: +2/9 -1/9 = +1/9, the table's gap."
             ) in " ".join(text.split())

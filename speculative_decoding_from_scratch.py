@@ -3680,6 +3680,7 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         if caught else
         " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else f"{r[0]}: not checked, {r[6]}."
                  for r in broken))
+    block_fit = rows[0][-4]  # (label, *tvs, fit, verdict, exact, kept)
     for label, *tvs, p_fit, verdict, exact, _ in broken:
         first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
@@ -3692,8 +3693,12 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 " sees it at once.",
                 "The two residuals agree wherever w_i = 1, as when no draft is kept (w_0 = 1), so token 1 is exact."
                 f" After '{name(ctx)}', a block that keeps x_1 alone always has w_1 = 1, so token 2 is exact too."
-                " That is a property of these tables: wherever the draft over-proposes x_1 there, the target wants"
-                " nothing at position 2 that the draft does not offer (Z_1 = 0), so no block stops at x_1."
+                f" That is a property of these tables: after '{name(ctx)}', wherever the draft over-proposes x_1"
+                " (w_1 < 1), the target wants nothing at position 2 that the draft does not offer. So Z_1 = 0, h_1 = 0,"
+                " and no block stops at x_1." +
+                (" So on the first two tokens the two rules draw alike, and with the same random numbers their runs"
+                 " give the same fit."
+                 if p_fit == block_fit else "")
                 if label == "tokenwise_residual"
                 and first_bad == 3 and never and any(w < 1 for w in w1) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]

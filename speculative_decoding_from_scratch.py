@@ -4484,7 +4484,10 @@ def demo19_shape(s, n_ctx, max_batch):
         ("And long checks cross the ridge as B grows: " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
          f". That is {crossed[0][1] * (crossed[0][0] + 1):,} positions for k = {crossed[0][0]}, not demo 6's"
-         f" {int(ridge() // (s.m / (s.w + s.kv)))}, as each sequence adds its KV cache to the bytes. So k falls" +
+         f" {int(ridge() // (s.m / (s.w + s.kv)))}. At B = {crossed[0][1]} a pass reads the weights once,"
+         f" {s.w / 1e9:.2f} GB, and {crossed[0][1]} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + crossed[0][1] * s.kv) / 1e9:.1f}"
+         f" GB, against demo 6's {(s.w + s.kv) / 1e9:.2f}. The more bytes a pass moves, the more positions it scores in"
+         " that time. So k falls" +
          (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
         if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
     return " ".join(p for p in clauses if p)

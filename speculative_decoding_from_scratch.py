@@ -1384,10 +1384,12 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     first = (f"the pass chance depends on the token before the draft: for the middling draft, from {beta[lo]:.3f}"
              f" after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
-    second = ("a round starts after a redraw or a bonus token, and these are not spread like the text." +
+    second = ("the token just before a round's first draft is a redraw or a bonus token, and it is not distributed"
+              " like the text's tokens." +
               (" A redraw, for one, comes from the residual, which holds only tokens the draft under-proposes."
                if r.under_only else "") +
-              " So where rounds start, the first draft passes with a chance other than alpha, the text's average:"
+              " As the pass chance depends on that token (the first reason), the first draft passes with a chance"
+              " other than alpha, the text's average:"
               f" {exact_tokens_per_call(P, Q, 1) - 1:.3f}, not {pair_alpha(P, Q):.3f}, in rounds of k = 1."
               if np.abs(r.start - r.text).max() >= 5e-4 else "")
     off = "Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off"
@@ -1459,7 +1461,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         f"A shorter k still wins up to c = {max(wins):.3g}; from c = {min(losses):.3g}, no k does." if wins and losses
         and min(losses) > max(wins) else "",
         f"At c = {min(losses):.3g}, k = 1 would need more than 1 + {min(losses):.3g} = {1 + min(losses):.3g} tokens"
-        f" per call to win; it makes {exact[0]:.3f} (demo 4)." if losses and exact[0] <= 1 + min(losses) else "",
+        f" per call to win; it makes {exact[0]:.2f} (demo 4)." if losses and exact[0] <= 1 + min(losses) else "",
         "The option --detail checks this table against the paper's rule for when speculation wins, its Corollary"
         " 3.9.")
     speeds = [r[1] for r in rows]
@@ -1718,7 +1720,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     free_rows = [r for r in rows if r[4] / t1 < 1 + 1e-9]  # the rows that cost what one position does
     past = [r for r in rows if str(r[5]) == "compute"]
     print()
-    say(f"A pass is memory-bound below {ridge():.0f} MACs per byte, the ridge point: {H100.flops / 2e12:.0f} trillion",
+    say(f"A pass is memory-bound below {ridge():.1f} MACs per byte, the ridge point: {H100.flops / 2e12:.1f} trillion",
         f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f}, about one MAC per"
         f" two-byte weight, so up to {free} positions",
         "cost what one does: checking uses idle arithmetic.",

@@ -369,7 +369,7 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     assert (max(wins), min(r[0] for r in result.rows if r[0] not in wins)) == (0.6, 0.7)
     assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k still wins up to c = 0.6; from"
             " c = 0.7, no k does. At c = 0.7, k = 1 would need more than 1 + 0.7 = 1.7 tokens per call to win; it"
-            f" makes {exact[0]:.3f} (demo 4). The option --detail checks this table against the paper's rule for"
+            f" makes {exact[0]:.2f} (demo 4). The option --detail checks this table against the paper's rule for"
             " when speculation wins, its Corollary 3.9.") in flat_text
     assert exact[0] < 1.7 and f"{exact[0]:.2f}" in " ".join(demo["4"][1].split())
     assert "Takeaway: every draft costs c, kept or not, so a draft must be cheap and agree often." in flat_text
@@ -381,10 +381,11 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off, for two reasons. First, the pass chance depends on the token before the draft:"
-            f" for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Second, a round"
-            " starts after a redraw or a bonus token, and these are not spread like the text. A redraw, for one, comes"
-            " from the residual, which holds only tokens the draft under-proposes. So where rounds start, the first"
-            f" draft passes with a chance other than alpha, the text's average:"
+            f" for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Second, the token"
+            " just before a round's first draft is a redraw or a bonus token, and it is not distributed like the text's"
+            " tokens. A redraw, for one, comes from the residual, which holds only tokens the draft under-proposes. As"
+            " the pass chance depends on that token (the first reason), the first draft passes with a chance other"
+            " than alpha, the text's average:"
             f" {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f}, not"
             f" {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}, in rounds of k = 1.") in flat
     r = sd.round_starts(sd.TARGET, sd.MIDDLING)  # where rounds of k = 1 start, against the text: 'd' far less often
@@ -464,7 +465,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
            " does" in " ".join(text.split())
     w = sd.weight_count(4096, 11008, 32, 32000)  # Llama-2-7B's weights, two bytes each
     assert result.rows[0][3] == pytest.approx(0.5, abs=0.01) and result.rows[0][1] * 1e9 == pytest.approx(w, rel=0.02)
-    assert f"memory-bound below {sd.H100.flops / 2 / sd.H100.bandwidth:.0f} MACs per byte" in text
+    assert f"memory-bound below {sd.H100.flops / 2 / sd.H100.bandwidth:.1f} MACs per byte" in text
     # each row's bound is what its MACs per byte say, and a row costs what one position does only below the ridge
     t1 = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1))[0]
     for n, gmacs, gb, per_byte, t, bound in result.rows:

@@ -2947,7 +2947,8 @@ def replicated(fit_of_seed, seed):
 def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     prompt, P, vllm = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
     say(f"Real text often repeats what came before it. Here the target is a character model of",
-        f"Python's help() text: {docs_corpus()[1]}. With probability lam ({lam} until the speed table varies it),",
+        f"Python's help() text: {docs_corpus()[1]} (another Python's differs, and so do this chapter's"
+        f" numbers). With probability lam ({lam} until the speed table varies it),",
         "it copies. It finds the longest earlier stretch of the text so far (prompt and output) that ends the way",
         "the text ends, and continues it. With probability 1 - lam, or when no such stretch exists, it follows how",
         "often each character follows the two before it in the documentation.")
@@ -2972,9 +2973,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
         f" of {n_text} characters. At each position the target sorts the characters into bins by their chance"
         f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
-        " one written lands in one bin. A bin should catch, over the text, the sum of the chances the target gave"
-        " its characters. Another Python version's documentation would give another text and other fits. A correct"
-        " draft"
+        " one written lands in one bin. A bin's expected count is the sum, over the positions, of the chance the"
+        " target gave that bin. A correct draft"
         f" fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
@@ -3881,8 +3881,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     print()
     say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target sorts",
         f"the characters into bins by their chance (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
-        f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin should catch, over the"
-        " text, the sum of the chances the target gave its characters. The last row runs the cache bug on the tables"
+        f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin's expected count is the"
+        " sum, over the positions, of the chance the target gave that bin. The last row runs the cache bug on the tables"
         " instead. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]

@@ -3451,7 +3451,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
         " ideal: a bound that no verifier keeping the target's distribution exceeds. Drafts 1 to i",
         "come from q and the output's first i tokens from p, and keeping the drafts makes the two equal. Two such"
-        " samples are equal with chance at most 1 minus their TV, so drafts 1 to i are all kept at most that often.",
+        " samples are equal with chance at most 1 minus their TV (for one token, demo 1's rule reaches it: it keeps a"
+        " draft with chance sum min(p, q), which is 1 - TV). So drafts 1 to i are all kept at most that often.",
         "The ideal adds this up over i: here " + " + ".join(f"{round(9 * t)}/9" for t in terms) +
         f" = {round(9 * ideal)}/9.")
     print()
@@ -3461,12 +3462,14 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     print()
     w1 = accept_prob(P2[0], Q2[0], 0)  # the draft 'a', over-proposed: min(1, p/q)
     w2 = accept_prob(w1 * P2[1], Q2[1], 1)  # then 'b', under-proposed: the block's weight recovers
-    pair = P2[0, 0] * P2[1, 1]
+    pair, b_after = P2[0, 0] * P2[1, 1], accept_prob(P2[1], Q2[1], 1)  # token-wise, 'b' after a kept 'a'
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
         " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.",
         f"Where the block gains: the drafts 'a' then 'b' are as likely under p as under q ({round(9 * pair)}/9)."
         f" So w_2 = 1, and position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only"
-        f" {w1:.2g} of the time." if w1 < 1 and w2 > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING
+        f" {w1:.2g} of the time, then 'b' with chance {b_after:.2g}: {w1 * (1 + b_after):.2g}"
+        f" draft{'s' * (w1 * (1 + b_after) != 1)} on average,"
+        " against the block's 2." if w1 < 1 and w2 > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING
         else "")
     loss = demo14_loss(P2, Q2, rows[1][1] - rows[0][1])
     if loss:
@@ -3515,7 +3518,8 @@ def demo14_loss(P2, Q2, net):
     a2 = accept_prob(P2[1], Q2[1], 0)
     why = (f" There w_1 = {w1:.2g} and w_2 = {w2:.2g}. And Z_1 = 0, so h_1 = 0: at position 2 the target wants"
            f" nothing the draft does not offer. So the block keeps both with chance {w2:.2g}, else none: {bl:.2g} drafts on average."
-           f" Token-wise checking keeps the first with chance {w1:.2g} and both with {w1 * a2:.2g}: {tw:.2g}."
+           f" Token-wise checking keeps at least the first with chance {w1:.2g}, and both with {w1 * a2:.2g}:"
+           f" {w1:.2g} + {w1 * a2:.2g} = {tw:.2g} drafts."
            if h1 < 1e-12 and w2 < w1 < 1 else
            f" The block keeps {bl:.2g} drafts on average there, token-wise checking {tw:.2g}.")
     return (f"The block loses where both drafts are 'a' ({round(9 * share)}/9 under q).{why} After a first 'b' both keep"

@@ -3697,11 +3697,11 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "The two residuals agree wherever w_i = 1, as when no draft is kept (w_0 = 1), so token 1 is exact."
-                f" After '{name(ctx)}', a block that keeps x_1 alone always has w_1 = 1, so token 2 is exact too."
-                f" That is a property of these tables: after '{name(ctx)}', wherever the draft over-proposes x_1"
-                " (w_1 < 1), the target wants nothing at position 2 that the draft does not offer. So Z_1 = 0, h_1 = 0,"
-                " and no block stops at x_1." +
+                "The two residuals differ only after a block that stops at an over-proposed draft (w_i < 1)."
+                " Token 1 follows no kept draft, so it is exact."
+                f" After '{name(ctx)}', no block stops at an over-proposed x_1, so token 2 is exact too. That is a"
+                " property of these tables: for such an x_1, the target wants nothing at position 2 that the draft"
+                " does not offer (Z_1 = 0, so h_1 = 0)." +
                 (" So on the first two tokens the two rules draw alike, and with the same random numbers their runs"
                  " give the same fit."
                  if p_fit == block_fit else "")

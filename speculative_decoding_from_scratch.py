@@ -4033,7 +4033,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
-            ("block", "lossless: the k drafts judged together, which keeps more of them than the paper's rule"
+            ("block", "lossless: the k drafts judged together, so a draft that fails need not end the round;"
+                      " it keeps more of them than the paper's rule"
                       " (chapter 14)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"

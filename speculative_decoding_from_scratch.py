@@ -4391,8 +4391,8 @@ def demo19_tuning(**how):
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep, {nodes - 1} drafts checked in one pass of {nodes} positions."
-        " The check walks down from the root, trying a node's candidates one at a time as chapter 8 shows, and goes"
-        " on from the first one kept."
+        " The check walks down from the root and goes on from the first candidate kept. It tries a node's"
+        " candidates one at a time, each against what the rejected ones left: the residual, as in demo 1."
         f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
         f" {n_rounds:,} rounds" +
         (", and keeps the target's distribution." if intact["small"] else "."))
@@ -4405,8 +4405,9 @@ def demo19_tuning(**how):
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options, nodes)
-    print()
-    say(demo19_shape(shape, n_ctx, max_batch))
+    for paragraph in demo19_shape(shape, n_ctx, max_batch):
+        print()
+        say(paragraph)
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4469,8 +4470,8 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
 
 
 def demo19_shape(s, n_ctx, max_batch):
-    """Chapter 19's paragraph on what sets its plan, each clause said only
-    while its numbers bear it out."""
+    """Chapter 19's paragraphs on what sets its plan (B = 1, why big never
+    wins, why k falls), each clause said only while its numbers bear it out."""
     crossed = [(k, b) for k, b in s.crossings if b and b <= max_batch]
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
@@ -4490,14 +4491,15 @@ def demo19_shape(s, n_ctx, max_batch):
         and s.after.drafter.name == "small" else "",
         ("And long checks cross the ridge as B grows: " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
-         f". That is {crossed[0][1] * (crossed[0][0] + 1):,} positions for k = {crossed[0][0]}, not demo 6's"
-         f" {int(ridge() // (s.m / (s.w + s.kv)))}. At B = {crossed[0][1]} a pass reads the weights once,"
-         f" {s.w / 1e9:.2f} GB, and {crossed[0][1]} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + crossed[0][1] * s.kv) / 1e9:.1f}"
-         f" GB, against demo 6's {(s.w + s.kv) / 1e9:.2f}. The more bytes a pass moves, the more positions it scores in"
-         " that time. So k falls" +
+         ". The more bytes a pass moves, the more positions it scores in that time, and each sequence adds its KV"
+         f" cache to the bytes. At B = {crossed[0][1]} a pass reads the weights once, {s.w / 1e9:.2f} GB, and"
+         f" {crossed[0][1]} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + crossed[0][1] * s.kv) / 1e9:.1f} GB, against"
+         f" demo 6's {(s.w + s.kv) / 1e9:.2f}. So k = {crossed[0][0]} crosses at"
+         f" {crossed[0][1] * (crossed[0][0] + 1):,} positions, not demo 6's {int(ridge() // (s.m / (s.w + s.kv)))}."
+         " Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So k falls" +
          (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
         if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
-    return " ".join(p for p in clauses if p)
+    return [p for p in (clauses[0], clauses[1], " ".join(p for p in clauses[2:] if p)) if p]  # three paragraphs
 
 
 def demo19_detail(result):

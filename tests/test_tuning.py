@@ -307,11 +307,12 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
-    assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}. That"
-            f" is {crossings[0] * 9:,} positions for k = 8, not demo 6's 295. At B = {crossings[0]} a pass reads the"
-            f" weights once, 13.21 GB, and {crossings[0]} KV caches of 0.27 GB: {(w + crossings[0] * kv) / 1e9:.1f} GB,"
-            " against demo 6's 13.48. The more bytes a pass moves, the more positions it scores in that time. So k"
-            " falls, a little after each crossing.") in text
+    assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}. The"
+            " more bytes a pass moves, the more positions it scores in that time, and each sequence adds its KV cache to"
+            f" the bytes. At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of"
+            f" 0.27 GB: {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at"
+            f" {crossings[0] * 9:,} positions, not demo 6's 295. Past the ridge every position costs time, and a"
+            " chain's last drafts add the fewest tokens. So k falls, a little after each crossing.") in text
     assert ("Past the ridge a check costs more than a plain pass, little at first: with the plan's 0.5% margin, k = 8"
             f" holds to B = {ends[8]}.") in detail19
     # past its crossing k = 8 stays within the margin of the best until its range ends: a check just past the ridge
@@ -384,8 +385,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
-            " deep, 14 drafts checked in one pass of 15 positions. The check walks down from the root, trying a node's"
-            " candidates one at a time as chapter 8 shows, and goes on from the first one kept. It makes"
+            " deep, 14 drafts checked in one pass of 15 positions. The check walks down from the root and goes on from the"
+            " first candidate kept. It tries a node's candidates one at a time, each against what the rejected ones"
+            " left: the residual, as in demo 1. It makes"
             f" {tree.tokens:.2f} tokens per call from 3 draft passes, one a level, sampled over 2,000 rounds, and keeps"
             " the target's distribution.") in text
     assert "The tree: 2 + 4 + 8 = 14 drafts, drawn independently from q." in detail19

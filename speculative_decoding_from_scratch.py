@@ -4726,10 +4726,11 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
     say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
         "at T like the target, as in the paper, or greedy: it proposes its likeliest token, and the",
-        "target keeps it with chance p_T(x), the one-hot rule. The middling draft and a good one",
+        "target keeps it with chance p_T(x): demo 1's rule with q all on x, which after a rejection draws from",
+        "p_T with x removed. The middling draft and a good one",
         f"(blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}. Fit: the text of {n_rounds} rounds, drafted",
-        f"each way, against its tempered target. Exact TV: the larger of the two ways', over the first {n_exact}"
-        " tokens:")
+        f"each way, against its tempered target. Exact TV: the larger of the two ways' (sampled and greedy),"
+        f" over the first {n_exact} tokens after '{name(0)}':")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
            ("greedy", 8, ".2f"), ("sampled", 9, p_text), ("greedy", 8, p_text), ("exact TV", 9, exact_text)],
@@ -4777,7 +4778,8 @@ def greedy_runs(rows, k=4):
     exact, eq1 = exact_tokens_per_call(P0, D, k), expected_tokens(zero[3], k)
     warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
     return (f"At T = 0 a greedy draft passes every time after some tokens and never after others, so passes come in"
-            f" runs: blend {GOOD_WEIGHT:g} makes {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.3f} gives"
+            f" runs. A round that passes once tends to pass again, which eq. 1, one chance for every draft, misses:"
+            f" blend {GOOD_WEIGHT:g} makes {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.3f} gives"
             f" {eq1:.2f}. At T = 0.5 its greedy alpha is about the same, {half[3]:.3f}, but the target's rows are no"
             f" longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1."
             if exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1

@@ -331,7 +331,8 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     exact = sd.exact_tokens_per_call(P0, Q0, 4)
     assert exact == pytest.approx(8 / 3, abs=1e-12) and sd.expected_tokens(5 / 9, 4) == pytest.approx(2.1309, abs=1e-4)
     warm = sd.exact_tokens_per_call(sd.temper(sd.TARGET, 0.5), Q0, 4)
-    assert (f"so passes come in runs: blend 0.9 makes {exact:.2f} tokens per call, where eq. 1 at alpha 0.556 gives 2.13."
+    assert (f"so passes come in runs. A round that passes once tends to pass again, which eq. 1, one chance for every"
+            f" draft, misses: blend 0.9 makes {exact:.2f} tokens per call, where eq. 1 at alpha 0.556 gives 2.13."
             f" At T = 0.5 its greedy alpha is about the same, 0.556, but the target's rows are no longer one-hot, so"
             f" passes no longer come in runs: it makes {warm:.2f}, near eq. 1.") in " ".join(text.split())
     assert abs(warm - sd.expected_tokens(5 / 9, 4)) < 0.1

@@ -1384,13 +1384,9 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     first = (f"the pass chance depends on the token before the draft: for the middling draft, from {beta[lo]:.3f}"
              f" after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
-    second = ("the token just before a round's first draft is a redraw or a bonus token, and it is not distributed"
-              " like the text's tokens." +
-              (" A redraw, for one, comes from the residual, which holds only tokens the draft under-proposes."
-               if r.under_only else "") +
-              " As the pass chance depends on that token (the first reason), the first draft passes with a chance"
-              " other than alpha, the text's average:"
-              f" {exact_tokens_per_call(P, Q, 1) - 1:.3f}, not {pair_alpha(P, Q):.3f}, in rounds of k = 1."
+    second = ("rounds do not start at a fair sample of the text: a round starts after a redraw or a bonus token."
+              f" So in rounds of k = 1 the first draft passes {exact_tokens_per_call(P, Q, 1) - 1:.3f} of the time, not"
+              f" alpha's {pair_alpha(P, Q):.3f} (demo 5's --detail shows where rounds start)."
               if np.abs(r.start - r.text).max() >= 5e-4 else "")
     off = "Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off"
     return f"{off}, for two reasons. First, {first} Second, {second}" if second else f"{off}: {first}"

@@ -382,13 +382,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off, for two reasons. First, the pass chance depends on the token before the draft:"
-            f" for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Second, the token"
-            " just before a round's first draft is a redraw or a bonus token, and it is not distributed like the text's"
-            " tokens. A redraw, for one, comes from the residual, which holds only tokens the draft under-proposes. As"
-            " the pass chance depends on that token (the first reason), the first draft passes with a chance other"
-            " than alpha, the text's average:"
-            f" {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f}, not"
-            f" {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}, in rounds of k = 1.") in flat
+            f" for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Second, rounds do"
+            " not start at a fair sample of the text: a round starts after a redraw or a bonus token. So in rounds of"
+            f" k = 1 the first draft passes {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f} of the time,"
+            f" not alpha's {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f} (demo 5's --detail shows where rounds start).") in flat
     r = sd.round_starts(sd.TARGET, sd.MIDDLING)  # where rounds of k = 1 start, against the text: 'd' far less often
     assert r.start[3] < r.text[3] - 0.04
     assert (sd.name(int(np.argmin(beta))), sd.name(int(np.argmax(beta)))) == ("a", "d")

@@ -1681,9 +1681,10 @@ def long_context_note(k, lengths, hw=H100):
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
     return (f"That holds for short contexts only. At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
-            f" ({and_list([f'{n:,}' for n in lengths])} characters, a token each), a pass of {k + 1} positions costs"
-            f" {worst:.2f} plain passes at every batch whose KV caches fit in {hw.memory / 1e9:.0f} GB. The KV"
-            " caches keep it memory-bound." if worst < 1.005 else "")
+            f" ({and_list([f'{n:,}' for n in lengths])} characters, a token each), each sequence adds its own KV"
+            " cache, the keys and values of the tokens it has read, to the bytes a pass reads. That keeps a pass of"
+            f" {k + 1} positions memory-bound, at {worst:.2f} plain passes, at every batch whose KV caches fit in"
+            f" {hw.memory / 1e9:.0f} GB." if worst < 1.005 else "")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -4613,8 +4614,9 @@ def short_proposals(runs, k):
     proposed, which prompt lookup often leaves short of k."""
     drafts = [d for run in runs for d, _ in run]
     short, none = np.mean([d < k for d in drafts]), np.mean([d == 0 for d in drafts])
-    return (f"A round is priced by the drafts it proposed: always on proposed fewer than {k} in {short:.0%} of its"
-            f" rounds, none in {none:.0%}." if short > 0 else "")
+    return (f"Prompt lookup proposes fewer than {k} drafts when its match ends near the text's end, and none when"
+            " nothing matches. A round is priced by the drafts it proposed: always on proposed fewer than"
+            f" {k} in {short:.0%} of its rounds, none in {none:.0%}." if short > 0 else "")
 
 
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
@@ -4656,8 +4658,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"The table prices a short-context server, demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a"
         f" large batch crosses the ridge: the lookup is free, and a verifying pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".",
-        long_context_note(k, [len(prompt)]), short_proposals(runs[f"always on, k = {k}"], k), "The policies'"
-        " speedups:")
+        long_context_note(k, [len(prompt)]))
+    print()
+    say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
     table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,
           groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])

@@ -3413,7 +3413,7 @@ BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block 
               " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep. Its paper"
               " proves these steps keep the target's distribution, so their formulas need not be followed to read on:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
-               " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). The paper names this weight p_i.",
+               " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)) (the paper's p_i).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
                " there that the draft does not offer.",
                "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
@@ -3447,12 +3447,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has two tokens and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3;",
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
-        " ideal: a bound that no verifier keeping the target's distribution exceeds. Drafts 1 to i",
-        "come from q and the output's first i tokens from p, and keeping the drafts makes the two equal. Two such"
-        " samples are equal with chance at most 1 minus their TV (for one token, demo 1's rule reaches it: it keeps a"
-        " draft with chance sum min(p, q), which is 1 - TV). So drafts 1 to i are all kept at most that often.",
-        "The ideal adds this up over i: here " + " + ".join(f"{round(9 * t)}/9" for t in terms) +
-        f" = {round(9 * ideal)}/9.")
+        " ideal: the most that any verifier keeping the target's distribution can keep (the option --detail"
+        " derives it).")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -3494,7 +3490,19 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
              " k here, and its paper proves it never keeps fewer on average.",
              {"every measured value agrees": not misfit, "neither keeps more than the ideal": not over,
               "block keeps at least as many at every k": min(g[3] for g in gains) >= -1e-12})
-    return SimpleNamespace(example=rows, ideal=ideal, gains=gains)
+    return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains)
+
+
+def demo14_detail(result):
+    """Chapter 14 in detail: the ideal, derived for the paper's example."""
+    terms, ideal = result.terms, result.ideal
+    print()
+    say("The ideal. Drafts 1 to i come from q and the output's first i tokens from p, and keeping the drafts makes"
+        " the two equal. Two such samples are equal with chance at most 1 minus their TV. For one token, demo 1's"
+        " rule reaches that bound: it keeps a draft with chance sum min(p, q), which is 1 - TV. So drafts 1 to i are"
+        " all kept at most 1 - TV of the time. A round's drafts kept, on average, are the sum over i of the chance"
+        " that drafts 1 to i are all kept. So the ideal adds the bounds: here " +
+        " + ".join(f"{round(9 * t)}/9 (i = {i})" for i, t in enumerate(terms, start=1)) + f" = {round(9 * ideal)}/9.")
 
 
 def demo14_loss(P2, Q2, net):
@@ -3514,8 +3522,8 @@ def demo14_loss(P2, Q2, net):
     w1 = accept_prob(P2[0], Q2[0], 0)
     w2, h1 = accept_prob(w1 * P2[1], Q2[1], 0), block_threshold(w1, P2[1], Q2[1])
     a2 = accept_prob(P2[1], Q2[1], 0)
-    why = (f" There w_1 = {w1:.2g} and w_2 = {w2:.2g}. And Z_1 = 0, so h_1 = 0: at position 2 the target wants"
-           f" nothing the draft does not offer. So the block keeps both with chance {w2:.2g}, else none: {bl:.2g} drafts on average."
+    why = (f" There w_1 = {w1:.2g} and w_2 = {w2:.2g}. And Z_1 = 0: at position 2 the target wants nothing the"
+           f" draft does not offer. So h_1 = 0, and position 1 never passes. The block keeps both with chance {w2:.2g}, else none: {bl:.2g} drafts on average."
            f" Token-wise checking keeps at least the first with chance {w1:.2g}, and both with {w1 * a2:.2g}:"
            f" {w1:.2g} + {w1 * a2:.2g} = {tw:.2g} drafts."
            if h1 < 1e-12 and w2 < w1 < 1 else
@@ -5316,6 +5324,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "9": demo9_detail,
     "10": demo10_detail,
     "13": lambda result: demo13_detail(),
+    "14": demo14_detail,
     "18": lambda result: (frontier(result.first.rows), typical_fallbacks()),
     "19": demo19_detail,
     "21": lambda result: one_sided_temperatures(4, 1000),
@@ -6016,8 +6025,8 @@ def arg_parser():
     *most, last = DETAILS
     ap.add_argument("--detail", action="store_true", help=f"demos and chapters {', '.join(most)} and {last} add "
                     "detail: a sample beside its target, where rounds start, shipped temperature bugs, a long context "
-                    "on the roofline, vLLM's settings and their history, plans and adaptive draft lengths, a plan's "
-                    "arithmetic")
+                    "on the roofline, vLLM's settings and their history, plans and adaptive draft lengths, the block "
+                    "verifier's ideal, a plan's arithmetic")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "

@@ -649,9 +649,9 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert max(0, w1 * (1 / 3) - 2 / 3) + max(0, w1 * (2 / 3) - 1 / 3) == 0
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
     # after a first 'b' (w_1 = 1, h_1 = 1 as Z_1 = 1/3 > 0): 'b','a' keeps 1 + 1/2 and 'b','b' keeps 2 under both
-    assert ("The block loses where both drafts are 'a' (4/9 under q). There w_1 = 0.5 and w_2 = 0.25. And Z_1 = 0,"
-            " so h_1 = 0: at position 2 the target wants nothing the draft does not offer. So the block keeps both with chance 0.25,"
-            " else none: 0.5 drafts on average. Token-wise checking keeps at least the first with chance 0.5, and both with"
+    assert ("The block loses where both drafts are 'a' (4/9 under q). There w_1 = 0.5 and w_2 = 0.25. And Z_1 = 0:"
+            " at position 2 the target wants nothing the draft does not offer. So h_1 = 0, and position 1 never passes."
+            " The block keeps both with chance 0.25, else none: 0.5 drafts on average. Token-wise checking keeps at least the first with chance 0.5, and both with"
             " 0.25:"
             " 0.5 + 0.25 = 0.75 drafts. After a first 'b' both keep the same. Net: +2/9 -1/9 = +1/9, the table's gap."
             ) in " ".join(text.split())
@@ -660,6 +660,16 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     bad = sd.bugged("argmax")
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
     assert bad.demo14_loss(P2, Q2, bad.exact_block_tokens_per_call(P2, Q2, 2) - bad.exact_tokens_per_call(P2, Q2, 2)) == ""
+
+
+def test_chapter14_in_detail_derives_the_ideal_from_one_minus_tv(demo, capsys):
+    # the ideal, by hand: 1 - TV of one token (|1/3 - 2/3| = 1/3) plus 1 - TV of two (1/9 + 2/9 + 2/9 + 1/9 = 6/9, half)
+    result, _ = demo["14"]
+    assert result.terms == pytest.approx([6 / 9, 6 / 9]) and result.ideal == pytest.approx(12 / 9)
+    sd.demo14_detail(result)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "So the ideal adds the bounds: here 6/9 (i = 1) + 6/9 (i = 2) = 12/9." in text
+    assert "it keeps a draft with chance sum min(p, q), which is 1 - TV." in text
 
 
 def test_demo10_routes_and_their_sentences(demo):

@@ -4040,8 +4040,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
             ("block", "lossless: the k drafts judged together, so a draft that fails need not end the round;"
-                      " it keeps more of them than the paper's rule"
-                      " (chapter 14)."),
+                      " it keeps more of them than the paper's rule, and stays exact (chapters 14 and 15)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"

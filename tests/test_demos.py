@@ -552,6 +552,21 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
                                            f" {'fewer' if long < widest else 'NOT fewer'}") in " ".join(text.split())
 
 
+def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(demo, capsys):
+    result, text = demo["8"]
+    trees = [r for r in result.rates if r[4] is not None]
+    assert len(trees) == 2 and all(r[4] > r[3] for r in trees)  # distinct beats independent in both trees
+    # a rejected token is one the draft over-proposed, so the residual holds it at 0 and a repeat of it must fail
+    for c in range(sd.VOCAB):
+        over = sd.MIDDLING[c] > sd.TARGET[c]
+        assert (sd.residual(sd.TARGET[c], sd.MIDDLING[c])[over] == 0).all()
+    said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
+            " rejected token, where the residual is 0, so the repeat always fails.")
+    assert said in " ".join(text.split())
+    sd.bugged("no_resample").demo8_depth_and_width(50)  # the residual is p: the reason no longer holds
+    assert said not in " ".join(capsys.readouterr().out.split())
+
+
 def test_demo8_says_so_when_one_correct_tree_fails(capsys):
     m = sd.edited((("draft_children", "children.append(sample_from(without(q, children) if distinct else q, "
                     "rng.random()))", "children.append(sample_from(q, rng.random()))"),))  # distinct ones repeat

@@ -3152,9 +3152,9 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
         "output layer gives each token before softmax. Plain decoding multiplies the layer by one",
         "state, a verifying pass by k+1 at once. Floating point can round the two differently. An",
         "ulp (unit in the last place) is the gap between a float and the next one. The layer here is a float32",
-        f"matrix, {P.W.shape[0]:,} tokens by a state of {P.W.shape[1]}. It scores {n_states * (k + 1)} random states, as"
-        f" {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}. A line marked (clock) depends on this"
-        " machine's arithmetic, and may differ on another:")
+        f"matrix, {P.W.shape[0]:,} tokens by a state of {P.W.shape[1]}. It scores {n_states * (k + 1)} random states,"
+        f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}. A line marked (clock) depends on"
+        " this machine's arithmetic, and may differ on another:")
     print()
     table([("", 38, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"),
@@ -3528,13 +3528,14 @@ def demo14_loss(P2, Q2, net):
     w2, h1 = accept_prob(w1 * P2[1], Q2[1], 0), block_threshold(w1, P2[1], Q2[1])
     a2 = accept_prob(P2[1], Q2[1], 0)
     why = (f" There w_1 = {w1:.2g} and w_2 = {w2:.2g}. And Z_1 = 0: at position 2 the target wants nothing the"
-           f" draft does not offer. So h_1 = 0, and position 1 never passes. The block keeps both with chance {w2:.2g}, else none: {bl:.2g} drafts on average."
+           f" draft does not offer. So h_1 = 0, and position 1 never passes. The block keeps both with chance"
+           f" {w2:.2g}, else none: {bl:.2g} drafts on average."
            f" Token-wise checking keeps at least the first with chance {w1:.2g}, and both with {w1 * a2:.2g}:"
            f" {w1:.2g} + {w1 * a2:.2g} = {tw:.2g} drafts."
            if h1 < 1e-12 and w2 < w1 < 1 else
            f" The block keeps {bl:.2g} drafts on average there, token-wise checking {tw:.2g}.")
-    return (f"The block loses where both drafts are 'a' ({round(9 * share)}/9 under q).{why} After a first 'b' both keep"
-            " the same. Net:"
+    return (f"The block loses where both drafts are 'a' ({round(9 * share)}/9 under q).{why} After a first 'b' both"
+            " keep the same. Net:"
             f" {round(9 * change[0, 1]):+d}/9 {round(9 * change[0, 0]):+d}/9 = {round(9 * net):+d}/9, the table's gap.")
 
 
@@ -3897,8 +3898,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target sorts",
         f"the characters into bins by their chance (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
         f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin's expected count is the"
-        " sum, over the positions, of the chance the target gave that bin. The last row runs the cache bug on the tables"
-        " instead. Consistent means the fit finds no difference from the target.")
+        " sum, over the positions, of the chance the target gave that bin. The last row runs the cache bug on the"
+        " tables instead. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]
                     if tables is not None else [])
@@ -4049,8 +4050,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
-                        " spread. It never reads q. After a rejection: p's argmax; the bonus token: from p. Setting: eps, s"
-                        f" (posterior_threshold, posterior_alpha; vLLM's defaults: {setting_text(TYPICAL_SHIPPED)})."),
+                        " spread. It never reads q. After a rejection: p's argmax; the bonus token: from p. Setting:"
+                        " eps, s (posterior_threshold, posterior_alpha; vLLM's defaults:"
+                        f" {setting_text(TYPICAL_SHIPPED)})."),
             ("medusa", "Medusa's own version: typical's rule, but its bonus token is the argmax."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
                        " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
@@ -4082,8 +4084,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The exact TV measures the distance from the target. The last column checks the sampling loop against the"
-        f" exact computation. It is a fit, as in the legend, of {n_runs} runs' first two tokens (too few for three), but"
-        " against the rule's own exact joint, not the target's. Below 0.001, the loop does not run the rule the TV"
+        f" exact computation. It is a fit, as in the legend, of {n_runs} runs' first two tokens (too few for three),"
+        " but against the rule's own exact joint, not the target's. Below 0.001, the loop does not run the rule the TV"
         " was computed for.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),

@@ -655,8 +655,8 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     w1 = (1 / 3) / (2 / 3)
     assert min(1, w1 * (2 / 3) / (1 / 3)) == pytest.approx(1)
     assert ("Where the block gains: the drafts 'a' then 'b' are as likely under p as under q (2/9). So w_2 = 1, and"
-            " position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only 0.5 of the time, then 'b'"
-            " with chance 1: 1 draft on average, against the block's 2."
+            " position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only 0.5 of the time, then"
+            " 'b' with chance 1: 1 draft on average, against the block's 2."
             ) in " ".join(text.split())
     # where it loses, by hand: 'a' then 'a' (4/9 under q). Token-wise keeps the first with 1/2 and then the second with
     # 1/2: 0.5 + 0.25. The block's weight falls to 1/4, and position 1 never passes alone (Z_1 = 0: w_1 p <= q for
@@ -666,7 +666,8 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     # after a first 'b' (w_1 = 1, h_1 = 1 as Z_1 = 1/3 > 0): 'b','a' keeps 1 + 1/2 and 'b','b' keeps 2 under both
     assert ("The block loses where both drafts are 'a' (4/9 under q). There w_1 = 0.5 and w_2 = 0.25. And Z_1 = 0:"
             " at position 2 the target wants nothing the draft does not offer. So h_1 = 0, and position 1 never passes."
-            " The block keeps both with chance 0.25, else none: 0.5 drafts on average. Token-wise checking keeps at least the first with chance 0.5, and both with"
+            " The block keeps both with chance 0.25, else none: 0.5 drafts on average. Token-wise checking keeps at"
+            " least the first with chance 0.5, and both with"
             " 0.25:"
             " 0.5 + 0.25 = 0.75 drafts. After a first 'b' both keep the same. Net: +2/9 -1/9 = +1/9, the table's gap."
             ) in " ".join(text.split())

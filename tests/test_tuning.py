@@ -308,9 +308,9 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}. The"
-            " more bytes a pass moves, the more positions it scores in that time, and each sequence adds its KV cache to"
-            f" the bytes. At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of"
-            f" 0.27 GB: {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at"
+            " more bytes a pass moves, the more positions it scores in that time, and each sequence adds its KV cache"
+            f" to the bytes. At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV"
+            f" caches of 0.27 GB: {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at"
             f" {crossings[0] * 9:,} positions, not demo 6's 295. Past the ridge every position costs time, and a"
             " chain's last drafts add the fewest tokens. So k falls, a little after each crossing.") in text
     assert ("Past the ridge a check costs more than a plain pass, little at first: with the plan's 0.5% margin, k = 8"

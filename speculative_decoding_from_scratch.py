@@ -1137,9 +1137,10 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
-        " replaced. The exact TV is computed from the tables, not run, with that stop built in." +
-        (f" So it cannot represent the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}; only the fit can"
-         " catch it." if unseen else ""))
+        " replaced. The exact TV is computed from the tables, not run, and it assumes every round stops at its first"
+        " rejection." +
+        (f" So it cannot model the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, which does not stop; only"
+         " the fit can catch it." if unseen else ""))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1384,9 +1385,11 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     first = (f"the pass chance depends on the token before the draft: for the middling draft, from {beta[lo]:.3f}"
              f" after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
-    second = ("rounds do not start at a fair sample of the text: a round starts after a redraw or a bonus token."
-              f" So in rounds of k = 1 the first draft passes {exact_tokens_per_call(P, Q, 1) - 1:.3f} of the time, not"
-              f" alpha's {pair_alpha(P, Q):.3f} (demo 5's --detail shows where rounds start)."
+    second = ("rounds do not start at a fair sample of the text. A round starts after a redraw or a bonus token," +
+              (" and a redraw comes from the residual: only tokens the draft under-proposes." if r.under_only
+               else ".") +
+              f" So in rounds of k = 1, where every draft is a first draft, it passes"
+              f" {exact_tokens_per_call(P, Q, 1) - 1:.3f} of the time, not alpha's {pair_alpha(P, Q):.3f}."
               if np.abs(r.start - r.text).max() >= 5e-4 else "")
     off = "Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off"
     return f"{off}, for two reasons. First, {first} Second, {second}" if second else f"{off}: {first}"
@@ -1457,9 +1460,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         f"A shorter k still wins up to c = {max(wins):.3g}; from c = {min(losses):.3g}, no k does." if wins and losses
         and min(losses) > max(wins) else "",
         f"At c = {min(losses):.3g}, k = 1 would need more than 1 + {min(losses):.3g} = {1 + min(losses):.3g} tokens"
-        f" per call to win; it makes {exact[0]:.2f} (demo 4)." if losses and exact[0] <= 1 + min(losses) else "",
-        "The option --detail checks this table against the paper's rule for when speculation wins, its Corollary"
-        " 3.9.")
+        f" per call to win; it makes {exact[0]:.2f} (demo 4)." if losses and exact[0] <= 1 + min(losses) else "")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often.",
              {"the speedup falls as c rises": all(x > y for x, y in zip(speeds, speeds[1:])),

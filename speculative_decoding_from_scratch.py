@@ -1680,7 +1680,7 @@ def long_context_note(k, lengths, hw=H100):
     BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
     any batch whose KV caches fit; said only while that is about 1."""
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
-    return (f"That holds for short contexts only. At the prompt{'s' * (len(lengths) > 1)}'"
+    return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, a token each), each sequence adds its own KV"
             " cache, the keys and values of the tokens it has read, to the bytes a pass reads. That keeps a pass of"
@@ -2993,7 +2993,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
              " contexts, verifying is the cost.",
              {"every draft emits the target": not bad, "tokens per call rise as the text copies more": rising,
               "the verifying pass costs more than copying saves at B = 256 somewhere":
-              any(r[4] < 1 for r in sweep.rows)})
+              any(r[3] < 1 for r in sweep.rows)})
     return SimpleNamespace(rows=rows, sweep=sweep, sample=sample)
 
 
@@ -3025,7 +3025,7 @@ def target_first_tokens_text(P, text, n):
     return np.array([first[x] * target_first_tokens_text(P, [*text, x], n - 1) for x in range(len(P))])
 
 
-def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
+def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
     """Demo 11: tokens per call against the copy weight, over both prompts, and the speedup it buys."""
     drafts = (("vLLM", VLLM_LOOKUP), ("HF", HF_LOOKUP))
     rows, texts = [], list(prompts().values())
@@ -3034,19 +3034,21 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batches=(1, 256)):
         per_call = [len(texts) * n_tokens / sum(spec_generate(P, L, text, n_tokens, k, np.random.default_rng(20),
                                                               draft=lookup_draft)[1] for text in texts)
                     for _, L in drafts]
-        rows.append((lam, *per_call, *(per_call[0] / verify_cost(k, b) for b in batches), "#" * round(4 * per_call[0])))
+        rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
+    note = long_context_note(k, [len(t) for t in texts])
     print()
     say(f"Speed against lam, k = {k}, over two prompts: the paragraph and a Python function to edit.",
-        "The draft is free, so the cost is the verifying pass. The table prices a short-context server, demo 6's"
-        f" roofline at {BATCH_CONTEXT} tokens of context. There a pass of {k + 1} positions costs"
-        f" {verify_cost(k, batches[0]):.2f} plain passes at B = {batches[0]}, and {verify_cost(k, batches[1]):.2f} at"
-        f" B = {batches[1]}, where the pass is"
-        f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batches[1], batches[1], H100)}-bound.",
-        long_context_note(k, [len(t) for t in texts]), "Each # is a quarter token per call:")
+        f"The draft is free, so the cost is the verifying pass of {k + 1} positions.",
+        note + " So there the speedup is the tokens per call." if note else "")
     print()
-    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), *[(f"speedup\nB = {b}", 9, ".2f") for b in batches],
+    say(f"A short-context server pays more: at {BATCH_CONTEXT} tokens of context (demo 6's roofline) and B ="
+        f" {batch}, the pass is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
+        f" {verify_cost(k, batch):.2f} plain passes. The speedup column prices that case for vLLM's draft. Each # is"
+        " a quarter token per call:")
+    print()
+    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f"),
            ("bars: vLLM", 28, "<")], rows,
-          groups=[("tokens/call", 1, 2), (f"vLLM, {BATCH_CONTEXT} tokens", 3, 2 + len(batches))])
+          groups=[("tokens/call", 1, 2), (f"{BATCH_CONTEXT} tokens", 3, 3)])
     config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": VLLM_LOOKUP.n_min,
               "prompt_lookup_max": VLLM_LOOKUP.n_max}
     print()
@@ -4676,6 +4678,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"The table prices a short-context server, demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a"
         f" large batch crosses the ridge: the lookup is free, and a verifying pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".",
+        "That holds for short contexts only." if long_context_note(k, [len(prompt)]) else "",
         long_context_note(k, [len(prompt)]))
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")

@@ -2103,11 +2103,11 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " time, each kept with chance min(1, p/q). When a child is rejected, p becomes the residual, max(0, p - q)"
         " normalised, before its sibling is tried: the sibling is a fresh draft against what is still missing, as in"
         " demo 1. The bug no_update skips that update. The children are drawn from q independently, or as distinct"
-        " tokens: each from q without its elder siblings, renormalised, and judged by min(1, p/q) against that"
-        " renormalised q, the row it was drawn from."
+        " tokens: each from q without its elder siblings, renormalised. A distinct child is judged against the q it"
+        " was drawn from, that renormalised row."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
-        f"{n_runs:,} runs each, recording the first two tokens after '{name(ctx)}' as demo 2 does; consistent means"
-        " the fit finds no difference from the target (a tree has no exact check here):")
+        f"Each way runs {n_runs:,} times, recording the first two tokens after '{name(ctx)}', as in demo 2. Consistent"
+        " means the fit finds no difference from the target (a tree has no exact check here):")
     print()
     table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
     ok = [r[3] == "consistent" for r in rows]
@@ -2136,7 +2136,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         "positions verified. A chain has one child a node, so it is measured one way.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
-           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("chain exact", 12, ".2f")], rows,
+           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 12, ".2f")], rows,
           groups=[("measured, children", 3, 6)])
     off = [r[0] for r in rows if r[7] and not fits_exact(r[3], r[4], r[7])]
     repeats = all(r[5] > r[3] for r in rows if r[5] is not None) and rule_intact(TARGET, MIDDLING)

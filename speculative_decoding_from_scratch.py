@@ -3419,7 +3419,7 @@ def demo13_detail(size=4096):
 
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
               " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep. Its paper"
-              " proves these steps keep the target's distribution, so their formulas need not be followed to read on:")
+              " proves these steps keep the target's distribution:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)) (the paper's p_i).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
@@ -3432,9 +3432,10 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " and w_0 = 1.")
 
 
-def say_block_rule():
-    """BLOCK_RULE and its steps, numbered, as chapters 14 and 15 open."""
-    say(BLOCK_RULE)
+def say_block_rule(seen=""):
+    """BLOCK_RULE and its steps, numbered, as chapters 14 and 15 open; seen
+    names where a reader may have met them already."""
+    say(BLOCK_RULE[:-1] + (f". They are {seen}, unchanged:" if seen else ":"))
     say_items(BLOCK_STEPS, numbered=True)
     print()
 
@@ -3456,7 +3457,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     say("Its paper's example has two tokens and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3;",
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
         " ideal: the most that any verifier keeping the target's distribution can keep (the option --detail"
-        " derives it).")
+        " derives it). The ideal is a bound, not a verifier. Among verifiers that see only each position's p and q,"
+        " none keeps more than block verification on average (its paper proves it).")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -3667,7 +3669,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
-    say_block_rule()
+    say_block_rule(seen="chapter 14's")
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
         f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. Both"
@@ -3712,11 +3714,11 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "The two residuals differ only after a block that stops at an over-proposed draft (w_i < 1)."
-                " Token 1 follows no kept draft, so it is exact."
-                f" After '{name(ctx)}', no block stops at an over-proposed x_1, so token 2 is exact too. That is a"
-                " property of these tables: for such an x_1, the target wants nothing at position 2 that the draft"
-                " does not offer (Z_1 = 0, so h_1 = 0)." +
+                "The two residuals differ only after a block that stops at an over-proposed draft (w_i < 1). A block"
+                " that keeps no draft has w_0 = 1, so token 1 is exact."
+                f" After '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, a property of these tables: the target"
+                " wants nothing at position 2 that the draft does not offer. So h_1 = 0, no block stops at such an"
+                " x_1, and token 2 is exact too." +
                 (" So on the first two tokens the two rules draw alike, and with the same random numbers their runs"
                  " give the same fit."
                  if p_fit == block_fit else "")

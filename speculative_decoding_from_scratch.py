@@ -4153,8 +4153,9 @@ def demo18_loose_words(rows, k, ctx, n):
     if shipped is None or loose is shipped:
         return ""
     draft_tv = tv_distance(target_first_tokens(MIDDLING, ctx, n), target_first_tokens(TARGET, ctx, n))
-    return (f"The loose ({loose[1]}) keeps {loose[3] - 1:.2f} of its {k} drafts a round, whatever q proposed, so its"
-            f" text leans to the draft's own: the middling draft decoded alone is {draft_tv:.4f} from the target."
+    return (f"The loose ({loose[1]}) keeps {loose[3] - 1:.2f} of its {k} drafts a round, most of what the draft"
+            " proposes. So its text leans to the draft's own: the middling draft decoded alone is"
+            f" {draft_tv:.4f} from the target."
             if shipped[2] <= loose[2] < draft_tv and loose[3] - 1 > k / 2 else "")
 
 

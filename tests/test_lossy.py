@@ -182,7 +182,8 @@ def test_chapter18_says_the_loose_setting_leans_to_the_draft(in_process):
     joint = [sd.target_first_tokens(T, 5, 3) for T in (sd.MIDDLING, sd.TARGET)]
     draft_tv = 0.5 * np.abs(joint[0] - joint[1]).sum()
     assert shipped[2] <= loose[2] < draft_tv and loose[1] - 1 > 3 / 2
-    assert (f"The loose (0.01, 0.03) keeps {loose[1] - 1:.2f} of its 3 drafts a round, whatever q proposed, so its text"
+    assert (f"The loose (0.01, 0.03) keeps {loose[1] - 1:.2f} of its 3 drafts a round, most of what the draft proposes."
+            " So its text"
             f" leans to the draft's own: the middling draft decoded alone is {draft_tv:.4f} from the target.") in text
     # the sentence follows its numbers: past the draft's own distance, or keeping few drafts, it is not said
     said = [("typical", "0.09, 0.3", 0.3, 2.0, 1, ""), ("typical", "0.01, 0.03", 0.4, 3.0, 1, "")]

@@ -4408,7 +4408,7 @@ def demo19_tuning(**how):
             " fair sample of the text, demo 3's second reason.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, {tree[1]} deep. That is"
+        f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
         f" of {nodes} positions with the text's last token. The check walks down from the root and goes on from the"
         " first candidate kept. When a candidate is rejected, p becomes demo 1's residual, max(0, p - q) normalised,"

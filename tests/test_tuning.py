@@ -384,8 +384,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     tree = in_process[0]["19"].buckets[0][2]
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
-    assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
-            " deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with the text's last token. The"
+    assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, each"
+            " drawn from q on its own, 3 deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with"
+            " the text's last token. The"
             " check walks down from the root and goes on from the first candidate kept. When a candidate is rejected, p"
             " becomes demo 1's residual, max(0, p - q) normalised, and the next candidate is checked against that. It"
             " makes"

@@ -4748,8 +4748,8 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
                          both_checks(min(fits_), tv)))
     say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
-        "at T like the target, as in the paper, or greedy: it proposes its likeliest token, and the",
-        "target keeps it with chance p_T(x): demo 1's rule with q all on x, which after a rejection draws from",
+        "at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x, and the",
+        "target keeps it with chance p_T(x). That is demo 1's rule with q all on x; after a rejection it draws from",
         "p_T with x removed. The middling draft and a good one",
         f"(blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}. Fit: the text of {n_rounds} rounds, drafted",
         f"each way, against its tempered target. Exact TV: the larger of the two ways' (sampled and greedy),"

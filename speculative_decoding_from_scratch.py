@@ -1388,8 +1388,9 @@ def why_eq1_is_off(P, Q, gap):
     second = ("rounds do not start at a fair sample of the text. A round starts after a redraw or a bonus token," +
               (" and a redraw comes from the residual: only tokens the draft under-proposes." if r.under_only
                else ".") +
-              f" So in rounds of k = 1, where every draft is a first draft, it passes"
-              f" {exact_tokens_per_call(P, Q, 1) - 1:.3f} of the time, not alpha's {pair_alpha(P, Q):.3f}."
+              " As the pass chance depends on the token before the draft, the first draft passes"
+              f" {exact_tokens_per_call(P, Q, 1) - 1:.3f} of the time, not alpha's {pair_alpha(P, Q):.3f}, in rounds"
+              " of k = 1, where every draft is a first draft."
               if np.abs(r.start - r.text).max() >= 5e-4 else "")
     off = "Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off"
     return f"{off}, for two reasons. First, {first} Second, {second}" if second else f"{off}: {first}"

@@ -384,9 +384,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert (f"Eq. 1 runs a little off, for two reasons. First, the pass chance depends on the token before the draft:"
             f" for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Second, rounds do"
             " not start at a fair sample of the text. A round starts after a redraw or a bonus token, and a redraw"
-            " comes from the residual: only tokens the draft under-proposes. So in rounds of k = 1, where every draft"
-            f" is a first draft, it passes {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f} of the time,"
-            f" not alpha's {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}.") in flat
+            " comes from the residual: only tokens the draft under-proposes. As the pass chance depends on the token"
+            " before the draft, the first draft passes"
+            f" {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f} of the time, not alpha's"
+            f" {sd.pair_alpha(sd.TARGET, sd.MIDDLING):.3f}, in rounds of k = 1, where every draft is a first draft.") in flat
     r = sd.round_starts(sd.TARGET, sd.MIDDLING)  # where rounds of k = 1 start, against the text: 'd' far less often
     assert r.start[3] < r.text[3] - 0.04
     assert (sd.name(int(np.argmin(beta))), sd.name(int(np.argmax(beta)))) == ("a", "d")

@@ -629,13 +629,17 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
         assert w1 == 1 or np.maximum(w1 * sd.TARGET[x] - sd.MIDDLING[x], 0).sum() == 0
     # and the two residuals are one where w_i = 1: max(0, 1 p - q) normalised is the token-wise residual
     assert np.allclose(sd.block_residual(1.0, p, q), sd.residual(p, q), atol=1e-12)
-    assert ("The two residuals differ only after a block that stops at an over-proposed draft (w_i < 1). A block that"
-            " keeps no draft has w_0 = 1, so token 1 is exact. After 'f', every over-proposed x_1 has Z_1 = 0, a"
-            " property of these tables: the target wants nothing at position 2 that the draft does not offer. So"
-            " h_1 = 0, no block stops at such an x_1, and token 2 is exact too.") in flat
+    assert sd.token2_exact_words() == (
+        "The two residuals differ only after a block that stops at an over-proposed draft (w_i < 1). A block that"
+        " keeps no draft has w_0 = 1, so token 1 is exact. After 'f', every over-proposed x_1 has Z_1 = 0, a"
+        " property of these tables: the target wants nothing at position 2 that the draft does not offer. So"
+        " h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
-    assert tokenwise[4] == rows[0][4] and ("So on the first two tokens the two rules draw alike, and with the same"
-                                           " random numbers their runs give the same fit.") in flat
+    assert tokenwise[4] == rows[0][4] and ("On these tables the two rules' outputs first differ at token 3 (the option"
+                                           " --detail says why). So with the same random numbers their runs give the"
+                                           " same fit.") in flat
+    # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
+    assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     token_wise = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1

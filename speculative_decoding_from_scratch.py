@@ -4132,8 +4132,11 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
         " distance:"
         f" here {next(r[0] for r in rows if r[1] == 'lossless' and r[3] == best)}, {best:.2f}." if dominated
         else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
-        *[f"For scale: a TV of {r[2]:.2f}, typical's at ({r[1]}), means some set of {n}-token texts has a"
-          f" probability {r[2]:.2f} higher under the rule than under the target." for r in rows
+        *[f"Typical's defaults ({r[1]}) make {r[3]:.2f} tokens per call,"
+          f" {r[3] / best - 1:.0%} {'more' if r[3] > best else 'fewer'} than"
+          f" {next(b[0] for b in rows if b[1] == 'lossless' and b[3] == best)}'s {best:.2f}, at a TV of {r[2]:.2f}:"
+          f" some set of {n}-token texts has a probability {r[2]:.2f} higher under the rule than under the target."
+          for r in rows
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
         f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"

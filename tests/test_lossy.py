@@ -173,6 +173,14 @@ def test_chapter18_puts_the_strict_settings_distance_on_its_argmax_fallbacks(in_
             f" {strict[3]:.4f}.") in text
 
 
+def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process):
+    text = flat(section(in_process[1], "18"))
+    best = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3)
+    typical = sd.lossy_exact(sd.TARGET, sd.MIDDLING, sd.typical_rule(), 5, 3, 3)[1]
+    assert typical > best and (f"Typical's defaults (0.09, 0.3) make {typical:.2f} tokens per call,"
+                               f" {typical / best - 1:.0%} more than block's {best:.2f}, at a TV of 0.37") in text
+
+
 def test_chapter18_says_the_loose_setting_leans_to_the_draft(in_process):
     # the loose setting keeps most of its drafts whatever q proposed, so its TV sits between the defaults' and that of
     # the draft decoded alone, computed here from the draft's own table

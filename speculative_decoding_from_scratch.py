@@ -1642,11 +1642,14 @@ def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_
     return speedup(np.asarray(tokens, float), ks, c, v)
 
 
-def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B):
-    """How many sequences of n_ctx tokens fit in memory beside the weights
-    (KV caches only; activations and the draft left out)."""
-    weights, one = pass_traffic(target, n_ctx, 1, 0)[1], pass_traffic(target, n_ctx, 1, 1)[1]
-    return int((hw.memory - weights) // (one - weights))
+def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B, drafts=()):
+    """How many sequences of n_ctx tokens fit in memory beside the weights:
+    the target's, and those of any draft shapes given, each model with its own
+    KV cache a sequence (activations left out)."""
+    models = [target, *drafts]
+    weights = sum(pass_traffic(m, n_ctx, 1, 0)[1] for m in models)
+    kv = sum(pass_traffic(m, n_ctx, 1, 1)[1] - pass_traffic(m, n_ctx, 1, 0)[1] for m in models)
+    return int((hw.memory - weights) // kv)
 
 
 def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
@@ -4404,11 +4407,15 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
+    room = [(label, sequences_that_fit(n_ctx, drafts=(shape,))) for label, _, _, shape in c19.drafters]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         f"each drafter at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
         f" range of B. It stops at B = {max_batch}, the most sequences whose KV caches fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB beside the weights. The option --plan --profile runs it on your own figures;"
-        " --detail shows its arithmetic.")
+        f" {H100.memory / 1e9:.0f} GB beside the target's weights." +
+        (" That leaves out the drafts' own weights and KV caches: with them, " + " and ".join(
+            f"{fit} fit beside {label}" for label, fit in room) + "." if any(fit < max_batch for _, fit in room)
+         else "") +
+        " The option --plan --profile runs it on your own figures; --detail shows its arithmetic.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
@@ -4521,7 +4528,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft"
         " pass reads its own KV cache too, a sequence's keys and values: big's is"
-        f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. So big's c rises with B, from"
+        f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. c is a draft pass's time over a"
+        f" target pass's, and at large B both are mostly KV cache, so big's c nears {s.kv_share[0]:.2f}. It rises"
+        " with B, from"
         f" {s.c[0]:.3f} to {s.c[1]:.3f} at B = {max_batch}, while small's stays at {max(s.c_small):.3f} or less."
         if not s.big_runs
         and s.c[1] > s.c[0] else "",

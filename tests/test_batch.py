@@ -83,6 +83,12 @@ def test_sequences_that_fit_by_hand():
     assert sd.sequences_that_fit(512) == int((80e9 - weights) // kv) == 248
     small = sd.Accelerator("small", 1e12, 1e12, weights + 2.5 * kv)
     assert sd.sequences_that_fit(512, small) == 2
+    # a draft held beside the target takes its weights once and its own KV cache a sequence: chapter 19's big draft
+    # (d = 2048, 16 layers, d_ff 5504) and small one (d = 768, 4 layers, d_ff 2048)
+    for shape, fit in (((2048, 5504, 16, 32000), 193), ((768, 2048, 4, 32000), 242)):
+        d, ff, layers, vocab = shape
+        w_draft, kv_draft = 2 * sd.macs_per_token(d, ff, layers, 0, vocab), 2 * 2 * layers * 512 * d
+        assert sd.sequences_that_fit(512, drafts=(shape,)) == int((80e9 - weights - w_draft) // (kv + kv_draft)) == fit
 
 
 def test_the_ridge_point_is_macs_per_byte():

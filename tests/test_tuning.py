@@ -296,8 +296,13 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
             " reads its own KV cache too, a sequence's keys and values: big's is 0.25 of the target's, small's"
-            f" {kv_small:.2f}. So big's c rises with B, from {c[0]:.3f} to {c[1]:.3f} at B = {fit}, while small's stays"
+            f" {kv_small:.2f}. c is a draft pass's time over a target pass's, and at large B both are mostly KV cache,"
+            f" so big's c nears 0.25. It rises with B, from {c[0]:.3f} to {c[1]:.3f} at B = {fit}, while small's stays"
             f" at {c_small:.3f} or less.") in text
+    # the plan's memory cap counts the target alone, and the chapter says what the drafts' own memory would cut
+    assert ("It stops at B = 248, the most sequences whose KV caches fit in the H100's 80 GB beside the target's"
+            " weights. That leaves out the drafts' own weights and KV caches: with them, 193 fit beside big and 242"
+            " fit beside small.") in text
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in result.buckets if o and o.shape.startswith("k =")}

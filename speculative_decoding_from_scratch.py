@@ -1749,7 +1749,7 @@ def demo6_batch(n_ctx=BATCH_CONTEXT, batches=(1, 16, 64, 256, 1024), alphas=(0.7
         f"with B. The best k at each B, by eq. 1 at two assumed alphas, after {n_ctx} tokens of context. The",
         f"draft reads {pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1] / pass_traffic(DRAFT_SHAPE, 0, 1, 1)[1]:.0f} times"
         " fewer bytes. Bound: what limits the verifying pass.")
-    fit, rows = sequences_that_fit(n_ctx), []
+    fit, rows = sequences_that_fit(n_ctx, drafts=(DRAFT_SHAPE,)), []
     ends = {a: no_k_helps_from(a, n_ctx, k_max) for a in alphas}
     for b in sorted(set(batches) | {b for b in ends.values() if b}):
         gb = pass_traffic(LLAMA2_7B, n_ctx, 1, b)[1] / 1e9
@@ -2510,7 +2510,7 @@ def print_plan(tokens, n_ctx, max_batch, source, tol=0.01, hw=H100, **shape):
     """A draft length per batch size for a server, as a table and as vLLM's
     num_speculative_tokens_per_batch_size; returns (buckets, largest shortfall)."""
     target = shape.get("target", LLAMA2_7B)
-    fit = sequences_that_fit(n_ctx, hw, target)
+    fit = sequences_that_fit(n_ctx, hw, target, drafts=(shape.get("draft", DRAFT_SHAPE),))  # both models, both caches
     planned = min(fit, max_batch)
     buckets, speedups = plan_schedule(tokens, n_ctx, planned, tol, hw=hw, **shape)
     chosen = [speedups[lo - 1:hi, k - 1] if k else np.ones(hi - lo + 1) for lo, hi, k in buckets]
@@ -4332,11 +4332,17 @@ def option_speedup(o, batch, n_ctx, hw=H100, target=LLAMA2_7B):
     own KV cache of n_ctx tokens a sequence."""
     plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
     verify = roofline_time(*pass_traffic(target, n_ctx, o.positions, batch), hw)[0]
-    if isinstance(o.drafter.cost, tuple):
-        one = roofline_time(*pass_traffic(o.drafter.cost, n_ctx, o.draft_width, batch), hw)[0]
-    else:
-        one = o.drafter.cost * plain
-    return o.tokens * plain / (verify + o.draft_passes * one)
+    if not isinstance(o.drafter.cost, tuple):
+        return o.tokens * plain / (verify + o.draft_passes * o.drafter.cost * plain)
+    one = roofline_time(*pass_traffic(o.drafter.cost, n_ctx, o.draft_width, batch), hw)[0]
+    fits = np.asarray(batch) <= drafter_fit(o.drafter, n_ctx, hw, target)  # beyond, the draft does not fit: 0
+    return np.where(fits, o.tokens * plain / (verify + o.draft_passes * one), 0.0)[()]
+
+
+def drafter_fit(d, n_ctx, hw=H100, target=LLAMA2_7B):
+    """How many sequences fit beside the target and the drafter: its shape's
+    weights and KV caches counted, where the drafter gives a shape."""
+    return sequences_that_fit(n_ctx, hw, target, drafts=(d.cost,) if isinstance(d.cost, tuple) else ())
 
 
 def plan_drafters(drafters, n_ctx, max_batch, k_max=16, tol=0.01, hw=H100, target=LLAMA2_7B):
@@ -4392,7 +4398,7 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, 
                 for (label, method, _, shape), r in zip(drafters, rates)]
     measured[1] = measured[1]._replace(tree=(branching, steps, nodes,
                                              tree_tokens(TARGET, MIDDLING, steps, branching, n_rounds, 42)))
-    max_batch = min(max_batch, sequences_that_fit(n_ctx))  # a batch whose KV caches do not fit is not run
+    max_batch = min(max_batch, max(drafter_fit(d, n_ctx) for d in measured))  # a batch that does not fit is not run
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
                            big_weight=big_weight,
@@ -4410,11 +4416,10 @@ def demo19_tuning(**how):
     room = [(label, sequences_that_fit(n_ctx, drafts=(shape,))) for label, _, _, shape in c19.drafters]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         f"each drafter at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
-        f" range of B. It stops at B = {max_batch}, the most sequences whose KV caches fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB beside the target's weights." +
-        (" That leaves out the drafts' own weights and KV caches: with them, " + " and ".join(
-            f"{fit} fit beside {label}" for label, fit in room) + "." if any(fit < max_batch for _, fit in room)
-         else "") +
+        f" range of B. It stops at B = {max_batch}, the most sequences that fit in the H100's"
+        f" {H100.memory / 1e9:.0f} GB with a drafter: both models' weights, and in each a KV cache, the keys and"
+        " values of every sequence's tokens." + "".join(f" Beside {label}, {fit} fit, so {label} runs only to B = {fit}." for label, fit in room
+                               if fit < max_batch) +
         " The option --plan --profile runs it on your own figures; --detail shows its arithmetic.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
@@ -4502,10 +4507,11 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
             a = options.index(after)
             level = next((b for b in range(1, last + 2) if speeds[b - 1, a] >= speeds[b - 1, t]), None)
     own_kv = [pass_traffic(d, n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (big, small, LLAMA2_7B)]
+    big_fit = min(max_batch, sequences_that_fit(n_ctx, drafts=(big,)))  # big's last batch: its memory is full
     return SimpleNamespace(
         first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
-        c=[draft_cost(b, n_ctx, draft=big) for b in (1, max_batch)], c_small=[draft_cost(b, n_ctx, draft=small) for b
-                                                                               in range(1, max_batch + 1)],
+        c=[draft_cost(b, n_ctx, draft=big) for b in (1, big_fit)], big_fit=big_fit,
+        c_small=[draft_cost(b, n_ctx, draft=small) for b in range(1, max_batch + 1)],
         c_longest=None if longest is None else draft_cost(1, n_ctx, draft=longest.drafter.cost) if isinstance(
             longest.drafter.cost, tuple) else longest.drafter.cost,
         big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets),
@@ -4531,7 +4537,7 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. c is a draft pass's time over a"
         f" target pass's, and at large B both are mostly KV cache, so big's c nears {s.kv_share[0]:.2f}. It rises"
         " with B, from"
-        f" {s.c[0]:.3f} to {s.c[1]:.3f} at B = {max_batch}, while small's stays at {max(s.c_small):.3f} or less."
+        f" {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.3f} or less."
         if not s.big_runs
         and s.c[1] > s.c[0] else "",
         f"From B = {s.level} the small draft's {s.after.shape}, {s.after.tokens:.2f} tokens per call from"
@@ -5858,9 +5864,9 @@ def plan(context, max_batch, flops=None, bandwidth=None, memory=None, target=Non
     (H100 SXM numbers, in TFLOP/s, TB/s and GB, where none are given)."""
     hw = accelerator(flops, bandwidth, memory)
     target, draft = tuple(target or LLAMA2_7B), tuple(draft or DRAFT_SHAPE)
-    if sequences_that_fit(context, hw, target) < 1:
+    if sequences_that_fit(context, hw, target, drafts=(draft,)) < 1:
         raise ValueError(f"one sequence of {plural(context, 'token')} does not fit in {bound(hw.memory / 1e9)} GB "
-                         "beside the target's weights")
+                         "beside the target's and the draft's weights")
     tokens, alpha, note = route_tokens(**route)
     say(f"{note}.")
     print_plan(tokens, context, max_batch, f"alpha = {alpha:.3f}" if alpha is not None else "per-position rates",

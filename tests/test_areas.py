@@ -236,7 +236,7 @@ def test_the_plan_prices_everything_on_the_accelerator_it_is_given(capsys):
     h100 = np.array([sd.batch_speedups(sd.expected_tokens(0.8, np.arange(1, 9)), b, 512)
                      for b in range(1, 257)])
     assert not np.allclose(scan, h100)
-    planned = min(sd.sequences_that_fit(512, slow, sd.LLAMA2_7B), 256)
+    planned = min(sd.sequences_that_fit(512, slow, sd.LLAMA2_7B, drafts=(sd.DRAFT_SHAPE,)), 256)  # both models
     assert buckets == sd.plan_schedule(sd.expected_tokens(0.8, np.arange(1, 9)), 512, planned, hw=slow)[0]
     assert buckets != sd.plan_schedule(sd.expected_tokens(0.8, np.arange(1, 9)), 512, planned)[0]
     for lo, hi, k in buckets:

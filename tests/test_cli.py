@@ -228,7 +228,7 @@ def test_plan_from_a_server_figure_on_another_accelerator(capsys):
                        "--bandwidth", 2, "--flops", 400, "--memory", 40, "--max-batch", 64)
     assert code == 0 and "accelerator as given" in out
     text = " ".join(out.split())
-    fit = sd.sequences_that_fit(512, sd.Accelerator("x", 400e12, 2e12, 40e9))
+    fit = sd.sequences_that_fit(512, sd.Accelerator("x", 400e12, 2e12, 40e9), drafts=(sd.DRAFT_SHAPE,))
     assert f"{fit:,} sequences fit in 40 GB" in text and "k is at most 32 (--k-max)" in text
 
 

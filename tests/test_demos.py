@@ -719,7 +719,7 @@ def test_demo10_in_detail_plans_and_policies(demo):
     for n_ctx, (buckets, shortfall) in result.plans.items():
         assert shortfall <= 0.01 and buckets[0][0] == 1
         assert all(a[1] + 1 == b[0] for a, b in zip(buckets, buckets[1:]))  # no gap, no overlap
-    assert result.plans[512][0][-1][1] == sd.sequences_that_fit(512)
+    assert result.plans[512][0][-1][1] == sd.sequences_that_fit(512, drafts=(sd.DRAFT_SHAPE,))  # both models' memory
     for out in result.policies.values():
         assert all(r[7] == "yes" for r in out.rows[2:])
         assert out.rows[1][0] == "best k per context"

@@ -132,10 +132,12 @@ def detail19(in_process):
 
 
 def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_process):
-    # 248 sequences of 512 tokens fit in 80 GB beside the weights: no engine is told to run 256
+    # 248 sequences of 512 tokens fit in 80 GB beside the target's weights, and 242 beside the small draft's too,
+    # with its KV caches: chapter 19 stops there, and no engine is told to run 256
     fit = sd.sequences_that_fit(512)
-    assert fit < 256 and in_process[0]["19"].buckets[-1][1] == fit
-    assert f"It stops at B = {fit}, the most sequences whose KV caches fit in the H100's 80 GB" in " ".join(
+    fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
+    assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
+    assert f"It stops at B = {fit19}, the most sequences that fit in the H100's 80 GB with a drafter" in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -277,7 +279,8 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
 def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19):
     text = " ".join(section(in_process[1], "19").split())
     result = in_process[0]["19"]
-    fit = sd.sequences_that_fit(512)
+    big_fit = sd.sequences_that_fit(512, drafts=((2048, 5504, 16, 32000),))  # big's last batch: its memory full
+    fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))  # the plan's last batch, beside small
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
             f" grows, a plain pass's MACs per byte approach {m / (one - w):.1f} ({m / 1e9:.3f} GMACs over"
@@ -288,21 +291,23 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     big, small = (2048, 5504, 16, 32000), (768, 2048, 4, 32000)
     kv = [sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1] for d in (big, sd.LLAMA2_7B)]
     assert kv[0] / kv[1] == pytest.approx(0.25)
-    plain = [sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, b), sd.H100)[0] for b in (1, fit)]
-    c = [sd.roofline_time(*sd.pass_traffic(big, 512, 1, b), sd.H100)[0] / t for b, t in zip((1, fit), plain)]
-    assert c == pytest.approx([sd.draft_cost(b, 512, draft=big) for b in (1, fit)]) and c[0] < c[1]
+    plain = [sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, b), sd.H100)[0] for b in (1, big_fit)]
+    c = [sd.roofline_time(*sd.pass_traffic(big, 512, 1, b), sd.H100)[0] / t for b, t in zip((1, big_fit), plain)]
+    assert c == pytest.approx([sd.draft_cost(b, 512, draft=big) for b in (1, big_fit)]) and c[0] < c[1]
     c_small = max(sd.draft_cost(b, 512, draft=small) for b in range(1, fit + 1))
     assert all(o is None or o.drafter.name == "small" for _, _, o in result.buckets)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
             " reads its own KV cache too, a sequence's keys and values: big's is 0.25 of the target's, small's"
             f" {kv_small:.2f}. c is a draft pass's time over a target pass's, and at large B both are mostly KV cache,"
-            f" so big's c nears 0.25. It rises with B, from {c[0]:.3f} to {c[1]:.3f} at B = {fit}, while small's stays"
+            f" so big's c nears 0.25. It rises with B, from {c[0]:.3f} to {c[1]:.3f} at B = {big_fit}, while small's stays"
             f" at {c_small:.3f} or less.") in text
-    # the plan's memory cap counts the target alone, and the chapter says what the drafts' own memory would cut
-    assert ("It stops at B = 248, the most sequences whose KV caches fit in the H100's 80 GB beside the target's"
-            " weights. That leaves out the drafts' own weights and KV caches: with them, 193 fit beside big and 242"
-            " fit beside small.") in text
+    # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
+    assert (big_fit, fit) == (193, 242) and (
+        "It stops at B = 242, the most sequences that fit in the H100's 80 GB with a drafter: both models' weights,"
+        " and in each a KV cache, the keys and values of every sequence's tokens. Beside big, 193 fit, so big runs"
+        " only to B = 193.") in text
+    assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in result.buckets if o and o.shape.startswith("k =")}

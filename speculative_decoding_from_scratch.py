@@ -1380,20 +1380,25 @@ def why_eq1_is_off(P, Q, gap):
         return ""
     if not np.allclose(kept, beta, atol=1e-9):
         return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
-    r = round_starts(P, Q)
     if beta[hi] - beta[lo] < 5e-4:
         return "Eq. 1 runs off, though every row passes alike."
-    first = (f"the pass chance depends on the token before the draft: for the middling draft, from {beta[lo]:.3f}"
-             f" after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
-    second = ("rounds do not start at a fair sample of the text. A round starts after a redraw or a bonus token," +
-              (" and a redraw comes from the residual: only tokens the draft under-proposes." if r.under_only
-               else ".") +
-              " As the pass chance depends on the token before the draft, the first draft passes"
-              f" {exact_tokens_per_call(P, Q, 1) - 1:.3f} of the time, not alpha's {pair_alpha(P, Q):.3f}, in rounds"
-              " of k = 1, where every draft is a first draft."
-              if np.abs(r.start - r.text).max() >= 5e-4 else "")
-    off = "Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off"
-    return f"{off}, for two reasons. First, {first} Second, {second}" if second else f"{off}: {first}"
+    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it gives every draft one chance, but"
+            f" the chance depends on the token before the draft: for the middling draft, from {beta[lo]:.3f} after"
+            f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
+
+
+def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
+    """Demo 3 in detail: eq. 1's second reason to run off, where rounds start."""
+    r = round_starts(P, Q)
+    if np.abs(r.start - r.text).max() < 5e-4 or not rule_intact(P, Q):
+        return
+    print()
+    say("A second reason eq. 1 runs off: rounds do not start at a fair sample of the text. A round starts after a"
+        " redraw or a bonus token." +
+        (" A redraw comes from the residual: only tokens the draft under-proposes." if r.under_only else "") +
+        " As the pass chance depends on the token before the draft, the first draft passes"
+        f" {exact_tokens_per_call(P, Q, 1) - 1:.3f} of the time, not alpha's {pair_alpha(P, Q):.3f}, in rounds of"
+        " k = 1, where every draft is a first draft. Demo 5's detail shows where rounds start.")
 
 
 # -----------------------------------------------------------------------------
@@ -4425,7 +4430,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
         f" The rates are those of rounds of {k_max} drafts, so the sum is exact at k = {k_max} and approximate at"
-        " another k: where rounds start depends on k (demo 3's second reason).",
+        " another k: where rounds start depends on k.",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4436,8 +4441,8 @@ def demo19_tuning(**how):
     rates_off = all(abs(r[0] - a) >= 5e-4 for r, a in zip(rates, alphas)) and all(intact.values())
     print()
     if rates_off:
-        say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}): rounds do not start at a"
-            " fair sample of the text, demo 3's second reason.")
+        say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}): a round starts after a"
+            " redraw or a bonus token, and those are not spread like the text.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
@@ -5369,6 +5374,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
     "2": demo2_detail,
+    "3": demo3_detail,
     "5": demo5_detail,
     "6": lambda result: demo6_detail(),
     "9": demo9_detail,
@@ -6075,7 +6081,7 @@ def arg_parser():
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
     ap.add_argument("--detail", action="store_true", help=f"demos and chapters {', '.join(most)} and {last} add "
-                    "detail: a sample beside its target, where rounds start, shipped temperature bugs, a long context "
+                    "detail: a sample beside its target, a second reason eq. 1 is off, where rounds start, shipped temperature bugs, a long context "
                     "on the roofline, vLLM's settings and their history, plans and adaptive draft lengths, the block "
                     "verifier's ideal, why a bias waits for token 3, a plan's arithmetic")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument

@@ -3049,13 +3049,15 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
     note = long_context_note(k, [len(t) for t in texts])
     print()
     say(f"Speed against lam, k = {k}, over two prompts: the paragraph and a Python function to edit.",
-        f"The draft is free, so the cost is the verifying pass of {k + 1} positions.",
+        f"The draft is free, so the cost is the verifying pass of {k + 1} positions, priced on demo 6's roofline: a"
+        " Llama-2-7B-shaped target on an H100.",
         note + " So there the speedup is the tokens per call." if note else "")
     print()
     say(f"A short-context server pays more: at {BATCH_CONTEXT} tokens of context (demo 6's roofline) and B ="
         f" {batch}, the pass is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes. The speedup column prices that case for vLLM's draft. Each # is"
-        " a quarter token per call:")
+        f" {verify_cost(k, batch):.2f} plain passes. The speedup column prices that case for vLLM's draft" +
+        (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +
+        " Each # is a quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f"),
            ("bars: vLLM", 28, "<")], rows,

@@ -3434,11 +3434,12 @@ BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block 
               " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep. Its paper"
               " proves these steps keep the target's distribution:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
-               " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)) (the paper's p_i).",
+               " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
                " there that the draft does not offer.",
                "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
-               " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i.",
+               " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is 0 where Z_i is:"
+               " a block can end at i only if the target still wants something there to draw the next token from.",
                "The block keeps x_1..x_i for the last position i that passes, even past one that failed. A failed"
                " test replaces no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If none passed, i = 0"

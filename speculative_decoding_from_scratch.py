@@ -4116,13 +4116,12 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
-    say("The exact TV measures the distance from the target. The last column checks the sampling loop against the"
-        f" exact computation. It is a fit, as in the legend, of {n_runs} runs' first two tokens (too few for three),"
-        " but against the rule's own exact joint, not the target's. Below 0.001, the loop does not run the rule the TV"
-        " was computed for.")
+    say("The exact TV measures the distance from the target. The last column is a self-check of the program: a fit,"
+        f" as in the legend, of {n_runs} runs' first two tokens (too few for three), but against the rule's own exact"
+        " joint, not the target's. Above 0.001, the sampling loop runs the rule the TV was computed for.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
-           ("loop vs exact", 15, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
+           ("self-check", 12, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
     return demo18_verdicts(rows, best, n_runs, n, k, ctx)
 
 

@@ -4823,9 +4823,11 @@ def temperature_words(rows, same, n_greedy):
     print()
     say(" ".join(f"At T = 0 the {r[0]} draft's likeliest token is never the target's." for r in rows
                  if r[1] == 0 and r[2] == 0),
-        "Greedy drafts keep less than sampled ones at every T > 0." if lower else
+        "Greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x), a"
+        " sampled one with chance sum min(p_T, q_T), the table's two alphas." if lower else
         "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
-        f"Slower than plain decoding: {'; '.join(slow)}." if slow else "No row is slower than plain decoding.",
+        f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
+        "No row is slower than plain decoding.",
         greedy_runs(rows))
     return lower
 

@@ -1692,8 +1692,8 @@ def long_context_note(k, lengths, hw=H100):
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), each sequence adds its"
-            " own KV cache, the keys and values of the tokens it has read, to the bytes a pass reads. So the bytes grow"
-            " with B nearly as fast as the arithmetic, and memory runs out before a pass reaches the ridge: a pass"
+            " own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow"
+            " with B, the sequences decoded at once, nearly as fast as the arithmetic, and memory runs out before a pass reaches the ridge. A pass"
             f" of {k + 1} positions stays memory-bound, at {worst:.2f} plain passes, at every batch whose KV caches"
             f" fit in the {hw.name}'s {hw.memory / 1e9:.0f} GB." if worst < 1.005 else "")
 
@@ -2984,10 +2984,10 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
-        f" of {n_text} characters. Each position has its own distribution, so the fit bins by chance: at each"
-        " position the target sorts the characters into bins by their chance"
+        f" of {n_text} characters. Each position has its own distribution, so the fit bins by probability. At each"
+        " position the target sorts the characters into bins by their probability"
         f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
-        " one written lands in one bin. A bin's expected count is the sum, over the positions, of the chance the"
+        " one written lands in one bin. A bin's expected count is the sum, over the positions, of the probability the"
         " target gave that bin. A correct draft"
         f" fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")

@@ -3435,7 +3435,8 @@ BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block 
               " proves these steps keep the target's distribution:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
-               "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1: what the target still wants"
+               "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, p and q there following"
+               " x_1..x_i: what the target still wants"
                " there that the draft does not offer.",
                "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
                " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is 0 where Z_i is:"
@@ -3470,9 +3471,12 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has two tokens and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3;",
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
-        " ideal: the most that any verifier keeping the target's distribution can keep (the option --detail"
-        " derives it). It is a bound that no verifier need reach. Of the verifiers that see only each position's"
-        " p and q, block verification keeps the most on average (its paper proves it)" +
+        " ideal: for each i, the sum over the texts x_1..x_i of the smaller of their probabilities under the target"
+        " and the draft, added over i: here " +
+        " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. It is an upper bound on the"
+        " drafts a verifier keeping the target's distribution keeps, not always reachable (the option --detail"
+        " derives it). Of the verifiers that see only each position's p and q, block verification keeps the most"
+        " on average (its paper proves it)" +
         (f", and it keeps {round(9 * rows[1][1])}/9 here." if rows[1][1] < ideal - 1e-9 else "."))
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),

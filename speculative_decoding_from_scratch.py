@@ -4120,9 +4120,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
-    say("The exact TV measures the distance from the target. The last column is a self-check of the program: a fit,"
-        f" as in the legend, of {n_runs} runs' first two tokens (too few for three), but against the rule's own exact"
-        " joint, not the target's. Above 0.001, the sampling loop runs the rule the TV was computed for.")
+    say("The exact TV measures the distance from the target. The last column is only a self-check of the program:"
+        f" {n_runs} runs' first two tokens fitted to the rule's own exact P(x1, x2), not the target's. Above 0.001,"
+        " the sampling loop agrees with the exact computation.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("self-check", 12, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])

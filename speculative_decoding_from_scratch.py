@@ -4428,8 +4428,8 @@ def demo19_tuning(**how):
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         f"each drafter at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
         f" range of B. It stops at B = {max_batch}, the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB with a drafter: both models' weights, and in each a KV cache, the keys and"
-        " values of every sequence's tokens." + "".join(f" Beside {label}, {fit} fit, so {label} runs only to B = {fit}." for label, fit in room
+        f" {H100.memory / 1e9:.0f} GB with a drafter. That counts both models' weights, and in each a KV cache, the"
+        " keys and values of every sequence's tokens." + "".join(f" With {label} as the drafter, only {fit} fit, so {label} runs only to B = {fit}." for label, fit in room
                                if fit < max_batch) +
         " The option --plan --profile runs it on your own figures; --detail shows its arithmetic.")
     print()
@@ -4448,7 +4448,8 @@ def demo19_tuning(**how):
     print()
     if rates_off:
         say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}): a round starts after a"
-            " redraw or a bonus token, and those are not spread like the text.")
+            " redraw or a bonus token, not at a typical token of the text, and a draft's chance depends on the token"
+            " before it (demo 3).")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
@@ -4461,9 +4462,10 @@ def demo19_tuning(**how):
         (", and keeps the target's distribution." if intact["small"] else "."))
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per second against plain decoding at"
-        f" the same B. Going up in B, the plan keeps its option while it stays within {tol:.1%} of the best, so as not"
-        " to switch for less:")
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per call times a plain pass's"
+        " time, over a check's time plus the draft passes' times, all at the same B on the roofline. Below the ridge"
+        " that is demo 3's tokens per call / (1 + n c), for n draft passes. Going up in B, the plan keeps its option"
+        f" while it stays within {tol:.1%} of the best, so as not to switch for less:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4545,7 +4547,7 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft"
         " pass reads its own KV cache too, a sequence's keys and values: big's is"
-        f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. c is a draft pass's time over a"
+        f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. A draft's c is its pass's time over a"
         f" target pass's, and at large B both are mostly KV cache, so big's c nears {s.kv_share[0]:.2f}. It rises"
         " with B, from"
         f" {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.3f} or less."

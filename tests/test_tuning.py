@@ -299,14 +299,14 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
             " reads its own KV cache too, a sequence's keys and values: big's is 0.25 of the target's, small's"
-            f" {kv_small:.2f}. c is a draft pass's time over a target pass's, and at large B both are mostly KV cache,"
+            f" {kv_small:.2f}. A draft's c is its pass's time over a target pass's, and at large B both are mostly KV cache,"
             f" so big's c nears 0.25. It rises with B, from {c[0]:.3f} to {c[1]:.3f} at B = {big_fit}, while small's stays"
             f" at {c_small:.3f} or less.") in text
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (
-        "It stops at B = 242, the most sequences that fit in the H100's 80 GB with a drafter: both models' weights,"
-        " and in each a KV cache, the keys and values of every sequence's tokens. Beside big, 193 fit, so big runs"
-        " only to B = 193.") in text
+        "It stops at B = 242, the most sequences that fit in the H100's 80 GB with a drafter. That counts both models'"
+        " weights, and in each a KV cache, the keys and values of every sequence's tokens. With big as the drafter,"
+        " only 193 fit, so big runs only to B = 193.") in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
@@ -408,7 +408,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     assert (f"Position 1's rates are not alpha ({alphas[0]:.3f} and {alphas[1]:.3f}): a round starts after a redraw"
-            " or a bonus token, and those are not spread like the text.") in text
+            " or a bonus token, not at a typical token of the text, and a draft's chance depends on the token before"
+            " it (demo 3).") in text
     assert (f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {at8:.3f} for"
             f" small at k = 8, {at1:.3f} at k = 1. So rates read at k = 8 only approximate another k's.") in detail19
     # the speedup, as the detail says it: tokens per call times a plain pass's time, over a check and the draft passes

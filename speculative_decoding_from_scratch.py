@@ -5297,8 +5297,8 @@ def demo23_engines(**how):
     c19 = chapter19_plan(**how)
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
     t = c19.measured[1].tree
-    say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters for one server, at",
-        f"{c19.n_ctx} tokens of context. For each range of batch sizes B, it says which drafter runs, as a chain of k",
+    say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters, big and small, for one"
+        f" server at {c19.n_ctx} tokens of context. For each range of batch sizes B, it says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates, {t[1]} steps,"
         f" {t[2]} positions. Chapter 19 says why the plan takes this shape. Its plan:")
     print()

@@ -3845,8 +3845,9 @@ def demo16_acceptance(k):
     say("Medusa's heads lose, perfect as they are. Head 2 guesses the token two steps on, summed"
         " over every token in between. Verification checks it after one particular token: the"
         " draft before it." if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.",
-        f"The chances average over the target's text, and rounds start elsewhere (demo 3), so Medusa's {tokens:.2f}"
-        f" tokens per call is not 1 plus their sum, {1 + sum(reached):.2f}." if abs(tokens - 1 - sum(reached)) >= 5e-4
+        "The chances average over the target's text, but a round starts after a redraw or a bonus token, not at a"
+        f" typical token. So Medusa's exact {tokens:.2f} tokens per call is not 1 plus their sum,"
+        f" {1 + sum(reached):.2f}." if abs(tokens - 1 - sum(reached)) >= 5e-4
         and f"{tokens:.2f}" != f"{1 + sum(reached):.2f}" else "")
     return SimpleNamespace(reached=reached, tokens=tokens)
 
@@ -3900,8 +3901,8 @@ APEX_BUGS = {
 
 APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "draws the token after a replacement y from the row y was drawn from, not"
-                          " from p after y",
+              "next row": "after replacing a draft with y, reuses the row that gave y for the next token,"
+                          " not the target's row after y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 

@@ -757,8 +757,9 @@ def test_chapter16_perfect_independent_heads_lose(demo):
     # the chances are weighted by the target's text, tokens per call by where rounds start: they differ, and it says so
     tokens = result.heads.tokens
     assert f"{tokens:.2f}" == "2.99" and f"{1 + sum(reached):.2f}" == "3.00"
-    assert ("The chances average over the target's text, and rounds start elsewhere (demo 3), so Medusa's 2.99 tokens"
-            " per call is not 1 plus their sum, 3.00.") in " ".join(text.split())
+    assert ("The chances average over the target's text, but a round starts after a redraw or a bonus token, not at a"
+            " typical token. So Medusa's exact 2.99 tokens per call is not 1 plus their sum, 3.00.") in " ".join(
+        text.split())
     pi = sd.stationary(sd.TARGET)
     assert abs(sum(pi[d] * p for d in range(sd.VOCAB) for kept, _, p in
                    sd.verify_outcomes(sd.TARGET, [d], sd.heads_proposals(sd.medusa_heads(sd.TARGET, 3), 3)([d]))

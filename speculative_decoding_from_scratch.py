@@ -3749,8 +3749,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
 
 def token2_exact_words(ctx=5):
     """Why tokenwise_residual's first two tokens after ctx are exact on these
-    tables, while the rule keeps min(p, q) and the block stage says Z_1 = 0
-    wherever the draft over-proposes x_1; else nothing."""
+    tables, while the rule and its residual are intact and the block stage
+    says Z_1 = 0 wherever the draft over-proposes x_1; else nothing."""
     p, q = TARGET[ctx], MIDDLING[ctx]
     w1 = [accept_prob(p, q, x) for x in range(len(p))]  # the first weight, min(1, p/q), for each x_1
     never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
@@ -3758,7 +3758,8 @@ def token2_exact_words(ctx=5):
             " that keeps no draft has w_0 = 1, so token 1 is exact."
             f" After '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, a property of these tables: the target"
             " wants nothing at position 2 that the draft does not offer. So h_1 = 0, no block stops at such an"
-            " x_1, and token 2 is exact too." if never and any(w < 1 for w in w1) else "")
+            " x_1, and token 2 is exact too." if never and any(w < 1 for w in w1) and rule_intact(TARGET, MIDDLING)
+            else "")
 
 
 def demo15_detail(result):

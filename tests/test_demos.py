@@ -645,6 +645,7 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
                                            " same fit.") in flat
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
+    assert sd.bugged("no_resample").token2_exact_words() == ""  # the residual is p: nothing here is exact
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     token_wise = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1

@@ -1133,7 +1133,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
-    say("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0" +
+    say("The table below has two TVs, sampled and exact; both compare P(x1, x2) with the target's. A sample's TV is"
+        " never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
@@ -1382,7 +1383,7 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
     if beta[hi] - beta[lo] < 5e-4:
         return "Eq. 1 runs off, though every row passes alike."
-    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it gives every draft one chance, but"
+    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it uses one acceptance chance, alpha, for every draft, but"
             f" the chance depends on the token before the draft: for the middling draft, from {beta[lo]:.3f} after"
             f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
 

@@ -382,8 +382,8 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
 def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(demo):
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
-    assert (f"Eq. 1 runs a little off: it gives every draft one chance, but the chance depends on the token before the"
-            f" draft: for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'.") in flat
+    assert (f"Eq. 1 runs a little off: it uses one acceptance chance, alpha, for every draft, but the chance depends"
+            f" on the token before the draft: for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'.") in flat
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited
     _, detail = printed(sd.demo3_detail)
     assert ("A second reason eq. 1 runs off: rounds do not start at a fair sample of the text. A round starts after a"
@@ -406,8 +406,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off: it gives")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off: it gives")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off: it uses one")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off: it uses one")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""
 
 

@@ -1693,10 +1693,11 @@ def long_context_note(k, lengths, hw=H100):
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), each sequence adds its"
-            " own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow"
-            " with B, the sequences decoded at once, nearly as fast as the arithmetic, and memory runs out before a pass reaches the ridge. A pass"
-            f" of {k + 1} positions stays memory-bound, at {worst:.2f} plain passes, at every batch whose KV caches"
-            f" fit in the {hw.name}'s {hw.memory / 1e9:.0f} GB." if worst < 1.005 else "")
+            " own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow with B,"
+            " the sequences decoded at once, nearly as fast as the arithmetic. The"
+            f" {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound, so a pass of {k + 1}"
+            f" positions costs {worst:.2f} plain one-position passes at every batch that fits." if worst < 1.005
+            else "")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -2988,8 +2989,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         f" of {n_text} characters. Each position has its own distribution, so the fit bins by probability. At each"
         " position the target sorts the characters into bins by their probability"
         f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
-        " one written lands in one bin. A bin's expected count is the sum, over the positions, of the probability the"
-        " target gave that bin. A correct draft"
+        " one written lands in one bin. A bin's expected count is the sum, over the positions, of the total"
+        " probability the target gave the characters in that bin. A correct draft"
         f" fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()

@@ -447,10 +447,10 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
         text = " ".join(section(in_process[1], chapter).split())
         assert (("That holds for short contexts only." in text) == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters, one token per character), each sequence adds its"
-                " own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes"
-                " grow with B, the sequences decoded at once, nearly as fast as the arithmetic, and memory runs out before a pass reaches the ridge. A"
-                " pass of 6 positions stays memory-bound, at 1.00 plain passes, at every batch whose KV caches fit in"
-                " the H100 SXM's 80 GB." in text), chapter
+                " own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow with B,"
+                " the sequences decoded at once, nearly as fast as the arithmetic. The H100 SXM's 80 GB fills before a"
+                " pass becomes compute-bound, so a pass of 6 positions costs 1.00 plain one-position passes at every"
+                " batch that fits." in text), chapter
     assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())
 
 

@@ -3441,8 +3441,9 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " x_1..x_i: what the target still wants"
                " there that the draft does not offer.",
                "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
-               " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is 0 where Z_i is:"
-               " a block can end at i only if the target still wants something there to draw the next token from.",
+               " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is the paper's,"
+               " chosen so the output stays the target's. It is 0 where Z_i is: a block can end at i only if the"
+               " target still wants something there to draw the next token from.",
                "The block keeps x_1..x_i for the last position i that passes, even past one that failed. A failed"
                " test replaces no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If none passed, i = 0"
@@ -3732,8 +3733,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "On these tables the two rules' outputs first differ at token 3 (the option --detail says why). So"
-                " with the same random numbers their runs give the same fit."
+                f"On these tables the two rules' outputs first differ at token 3: after '{name(ctx)}' no block stops at"
+                " an over-proposed x_1 (the option --detail shows why). So with the same random numbers their runs"
+                " give the same fit."
                 if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit and token2_exact_words(ctx)
                 else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
@@ -3745,7 +3747,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
             "No exact verifier that sees only each position's p and q keeps more than block verification (its"
-            " paper proves it), so the extra drafts are ones the target would not have emitted." if more else "")
+            " paper proves it). So the shipped paths keep drafts that an exact verifier would reject, and their"
+            " output is not the target's." if more else "")
     return caught
 
 

@@ -4431,19 +4431,17 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
-    room = [(label, sequences_that_fit(n_ctx, drafts=(shape,))) for label, _, _, shape in c19.drafters]
     say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
         f"each drafter at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
         f" range of B. It stops at B = {max_batch}, the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB with a drafter. That counts both models' weights, and in each a KV cache, the"
-        " keys and values of every sequence's tokens." + "".join(f" With {label} as the drafter, only {fit} fit, so {label} runs only to B = {fit}." for label, fit in room
-                               if fit < max_batch) +
-        " The option --plan --profile runs it on your own figures; --detail shows its arithmetic.")
+        f" {H100.memory / 1e9:.0f} GB beside the target and a drafter. That counts both models' weights, and in each"
+        " a KV cache, the keys and values of every sequence's tokens. The option --plan --profile runs it on your"
+        " own figures; --detail shows its arithmetic.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
         f" The rates are those of rounds of {k_max} drafts, so the sum is exact at k = {k_max} and approximate at"
-        " another k: where rounds start depends on k.",
+        " another k: a round starts after a redraw or a bonus token, and how often each happens depends on k.",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4454,9 +4452,9 @@ def demo19_tuning(**how):
     rates_off = all(abs(r[0] - a) >= 5e-4 for r, a in zip(rates, alphas)) and all(intact.values())
     print()
     if rates_off:
-        say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}): a round starts after a"
-            " redraw or a bonus token, not at a typical token of the text, and a draft's chance depends on the token"
-            " before it (demo 3).")
+        say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}) for the same reason:"
+            " rounds do not start at a typical token of the text, and a draft's chance depends on the token before it"
+            " (demo 3).")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
@@ -4557,7 +4555,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. A draft's c is its pass's time over a"
         f" target pass's, and at large B both are mostly KV cache, so big's c nears {s.kv_share[0]:.2f}. It rises"
         " with B, from"
-        f" {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.3f} or less."
+        f" {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.3f} or less." +
+        (f" And with big as the drafter, only {s.big_fit} sequences fit in memory, so big runs only to B ="
+         f" {s.big_fit}." if s.big_fit < max_batch else "")
         if not s.big_runs
         and s.c[1] > s.c[0] else "",
         f"From B = {s.level} the small draft's {s.after.shape}, {s.after.tokens:.2f} tokens per call from"

@@ -137,7 +137,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit = sd.sequences_that_fit(512)
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
-    assert f"It stops at B = {fit19}, the most sequences that fit in the H100's 80 GB with a drafter" in " ".join(
+    assert f"It stops at B = {fit19}, the most sequences that fit in the H100's 80 GB beside the target and a drafter" in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -304,9 +304,9 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
             f" at {c_small:.3f} or less.") in text
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (
-        "It stops at B = 242, the most sequences that fit in the H100's 80 GB with a drafter. That counts both models'"
-        " weights, and in each a KV cache, the keys and values of every sequence's tokens. With big as the drafter,"
-        " only 193 fit, so big runs only to B = 193.") in text
+        "It stops at B = 242, the most sequences that fit in the H100's 80 GB beside the target and a drafter. That"
+        " counts both models' weights, and in each a KV cache, the keys and values of every sequence's tokens.") in text
+    assert "And with big as the drafter, only 193 sequences fit in memory, so big runs only to B = 193." in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
@@ -407,9 +407,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # position 1's rate at k = 8 is neither alpha nor its rate in rounds of k = 1, and the detail says why
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
-    assert (f"Position 1's rates are not alpha ({alphas[0]:.3f} and {alphas[1]:.3f}): a round starts after a redraw"
-            " or a bonus token, not at a typical token of the text, and a draft's chance depends on the token before"
-            " it (demo 3).") in text
+    assert (f"Position 1's rates are not alpha ({alphas[0]:.3f} and {alphas[1]:.3f}) for the same reason: rounds do not"
+            " start at a typical token of the text, and a draft's chance depends on the token before it (demo 3).") in text
     assert (f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {at8:.3f} for"
             f" small at k = 8, {at1:.3f} at k = 1. So rates read at k = 8 only approximate another k's.") in detail19
     # the speedup, as the detail says it: tokens per call times a plain pass's time, over a check and the draft passes

@@ -4806,8 +4806,8 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
         "at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x, and the",
         "target keeps it with chance p_T(x). That is demo 1's rule with q all on x; after a rejection it draws from",
         "p_T with x removed. The middling draft and a good one",
-        f"(blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}. Fit: the text of {n_rounds} rounds, drafted",
-        f"each way, counted by which token follows which, against its tempered target's rows. Exact TV: the larger of the two ways' (sampled and greedy),"
+        f"(blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}. Fit: for each way of drafting, {n_rounds}",
+        "rounds of text, each token pair counted and tested against the tempered target's rows. Exact TV: the larger of the two ways' (sampled and greedy),"
         f" over the first {n_exact} tokens after '{name(0)}':")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),

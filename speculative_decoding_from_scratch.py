@@ -2148,7 +2148,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         "positions verified. A chain has one child a node, so it is measured one way.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
-           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 12, ".2f")], rows,
+           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 14, ".2f")], rows,
           groups=[("measured, children", 3, 6)])
     off = [r[0] for r in rows if r[7] and not fits_exact(r[3], r[4], r[7])]
     repeats = all(r[5] > r[3] for r in rows if r[5] is not None) and rule_intact(TARGET, MIDDLING)

@@ -685,6 +685,8 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " 0.5 + 0.25 = 0.75 drafts. After a first 'b' both keep the same. Net: +2/9 -1/9 = +1/9, the table's gap."
             ) in " ".join(text.split())
     assert "its paper proves it never keeps fewer on average." in " ".join(text.split())
+    # one draft is a block of one: h_1 never runs, w_1 = min(1, p/q), and the two rules keep the same
+    assert abs(result.gains[0][3]) < 5e-4 and "at every k (at k = 1 the two rules are one)," in " ".join(text.split())
     # with the acceptance rule edited, the loss no longer adds up to the table's gap, and is not said
     bad = sd.bugged("argmax")
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)

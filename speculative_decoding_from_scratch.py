@@ -3442,7 +3442,7 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " there that the draft does not offer.",
                "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
                " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is the paper's,"
-               " chosen so the output stays the target's. It is 0 where Z_i is: a block can end at i only if the"
+               " chosen so the output stays the target's. h_i = 0 when Z_i = 0: a block can end at i only if the"
                " target still wants something there to draw the next token from.",
                "The block keeps x_1..x_i for the last position i that passes, even past one that failed. A failed"
                " test replaces no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
@@ -4464,7 +4464,7 @@ def demo19_tuning(**how):
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
         f" of {nodes} positions with the text's last token. The check walks down from the root and goes on from the"
         " first candidate kept. When a candidate is rejected, p becomes demo 1's residual, max(0, p - q) normalised,"
-        " and the next candidate is checked against that."
+        " and the next candidate is checked against that, with q unchanged: demo 1's argument, applied again."
         f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
         f" {n_rounds:,} rounds" +
         (", and keeps the target's distribution." if intact["small"] else "."))
@@ -4572,8 +4572,8 @@ def demo19_shape(s, n_ctx, max_batch):
          ". The more bytes a pass moves, the more positions it scores in that time, and each sequence adds its KV"
          f" cache to the bytes. At B = {crossed[0][1]} a pass reads the weights once, {s.w / 1e9:.2f} GB, and"
          f" {crossed[0][1]} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + crossed[0][1] * s.kv) / 1e9:.1f} GB, against"
-         f" demo 6's {(s.w + s.kv) / 1e9:.2f}. So k = {crossed[0][0]} crosses at"
-         f" {crossed[0][1] * (crossed[0][0] + 1):,} positions, not demo 6's {int(ridge() // (s.m / (s.w + s.kv)))}."
+         f" demo 6's {(s.w + s.kv) / 1e9:.2f}. So k = {crossed[0][0]} crosses at {crossed[0][0] + 1} positions times"
+         f" {crossed[0][1]} sequences, {crossed[0][1] * (crossed[0][0] + 1):,} positions, not demo 6's {int(ridge() // (s.m / (s.w + s.kv)))}."
          " Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So k falls" +
          (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
         if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")

@@ -4697,7 +4697,7 @@ def short_proposals(runs, k):
     short, none = np.mean([d < k for d in drafts]), np.mean([d == 0 for d in drafts])
     return (f"Prompt lookup proposes fewer than {k} drafts when its match ends near the text's end, and none when"
             " nothing matches. A round is priced by the drafts it proposed: always on proposed fewer than"
-            f" {k} in {short:.0%} of its rounds, none in {none:.0%}." if short > 0 else "")
+            f" {k} in {short:.0%} of its rounds, and none at all in {none:.0%}." if short > 0 else "")
 
 
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
@@ -4730,7 +4730,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
-               f"per-batch schedule: k = {k} where that pays at the batch size on average, else plain decoding;"
+               f"per-batch schedule: at each B, k = {k} if that beats plain decoding on average over the workload,"
+               " else plain decoding;"
                " decided once, in advance and knowing the workload;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold} over the last {window} rounds;",
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"

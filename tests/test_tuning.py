@@ -464,7 +464,7 @@ def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
     short, none = np.mean([d < 5 for d in drafts]), np.mean([d == 0 for d in drafts])
     assert 0 < none <= short < 1
     assert (f"A round is priced by the drafts it proposed: always on proposed fewer than 5 in {short:.0%} of its rounds,"
-            f" none in {none:.0%}.") in text
+            f" and none at all in {none:.0%}.") in text
     assert f"after its {len(prompt)}-character paragraph prompt: at each character, with probability lam it copies" in text
 
 

@@ -1383,9 +1383,9 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
     if beta[hi] - beta[lo] < 5e-4:
         return "Eq. 1 runs off, though every row passes alike."
-    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it uses one acceptance chance, alpha, for every draft, but"
-            f" the chance depends on the token before the draft: for the middling draft, from {beta[lo]:.3f} after"
-            f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
+    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it uses one acceptance chance, alpha,"
+            " for every draft. But the chance depends on the token before the draft: for the middling draft, from"
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):

@@ -382,7 +382,7 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
 def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(demo):
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
-    assert (f"Eq. 1 runs a little off: it uses one acceptance chance, alpha, for every draft, but the chance depends"
+    assert (f"Eq. 1 runs a little off: it uses one acceptance chance, alpha, for every draft. But the chance depends"
             f" on the token before the draft: for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'.") in flat
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited
     _, detail = printed(sd.demo3_detail)

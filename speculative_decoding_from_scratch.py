@@ -3472,7 +3472,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     ideal = sum(terms)
     print()
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
-    say("Its paper's example has two tokens and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3;",
+    say("Its paper's example has a vocabulary of two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3;"
+        " q(a) = 2/3, q(b) = 1/3;",
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
         " ideal: for each i, the sum over the texts x_1..x_i of the smaller of their probabilities under the target"
         " and the draft, added over i: here " +

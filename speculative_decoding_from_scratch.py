@@ -4444,8 +4444,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
         f" The rates are those of rounds of {k_max} drafts, so the sum is exact at k = {k_max} and approximate at"
-        " another k: a draft's chance depends on the token before it (demo 3), and which tokens start rounds (after"
-        " a redraw or a bonus token) depends on k.",
+        " another k. A draft's chance depends on the token before it (demo 3). And which tokens start rounds, after"
+        " a redraw or a bonus token, depends on k.",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4463,9 +4463,11 @@ def demo19_tuning(**how):
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
-        f" of {nodes} positions with the text's last token. The check walks down from the root and goes on from the"
-        " first candidate kept. When a candidate is rejected, p becomes demo 1's residual, max(0, p - q) normalised,"
-        " and the next candidate is checked against that, with q unchanged: demo 1's argument, applied again."
+        f" of {nodes} positions with the text's last token. The check walks down from the root. It checks a node's"
+        " first candidate against p by demo 1's rule. If it is rejected, p becomes demo 1's residual, max(0, p - q)"
+        " normalised, and the next candidate is checked against that, with q unchanged. If every candidate is"
+        " rejected, the next token comes from the last residual and the round ends; if one is kept, its siblings"
+        " are dropped and the walk goes on under it."
         f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
         f" {n_rounds:,} rounds" +
         (", and keeps the target's distribution." if intact["small"] else "."))
@@ -4566,11 +4568,13 @@ def demo19_shape(s, n_ctx, max_batch):
         and s.c[1] > s.c[0] else "",
         f"From B = {s.level} the small draft's {s.after.shape}, {s.after.tokens:.2f} tokens per call from"
         f" {s.after.draft_passes} passes, beats the tree, whose {s.nodes}-position check crossed the ridge at B ="
-        f" {s.tree_crossing}." if s.level and s.tree_crossing and s.tree_crossing < s.level
+        f" {s.tree_crossing}." + (f" Past the ridge a check costs only a little more at first, so the tree holds to"
+                                  f" B = {s.level - 1}." if s.level - 1 > s.tree_crossing else "") if s.level and s.tree_crossing and s.tree_crossing < s.level
         and s.after.drafter.name == "small" else "",
         ("And long checks cross the ridge as B grows: " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
-         ". The more bytes a pass moves, the more positions it scores in that time, and each sequence adds its KV"
+         ". A pass's memory time grows with its bytes, so more positions' arithmetic fits under it, and each"
+         " sequence adds its KV"
          f" cache to the bytes. At B = {crossed[0][1]} a pass reads the weights once, {s.w / 1e9:.2f} GB, and"
          f" {crossed[0][1]} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + crossed[0][1] * s.kv) / 1e9:.1f} GB, against"
          f" demo 6's {(s.w + s.kv) / 1e9:.2f}. So k = {crossed[0][0]} crosses at {crossed[0][0] + 1} positions times"

@@ -317,12 +317,13 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
-    assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}. The"
-            " more bytes a pass moves, the more positions it scores in that time, and each sequence adds its KV cache"
-            f" to the bytes. At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV"
-            f" caches of 0.27 GB: {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at"
-            f" 9 positions times {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's 295. Past the ridge every position costs time, and a"
-            " chain's last drafts add the fewest tokens. So k falls, a little after each crossing.") in text
+    assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}. A"
+            " pass's memory time grows with its bytes, so more positions' arithmetic fits under it, and each sequence"
+            f" adds its KV cache to the bytes. At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and"
+            f" {crossings[0]} KV caches of 0.27 GB: {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So"
+            f" k = 8 crosses at 9 positions times {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's"
+            " 295. Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So k"
+            " falls, a little after each crossing.") in text
     assert ("Past the ridge a check costs more than a plain pass, little at first: with the plan's 0.5% margin, k = 8"
             f" holds to B = {ends[8]}.") in detail19
     # past its crossing k = 8 stays within the margin of the best until its range ends: a check just past the ridge
@@ -396,10 +397,11 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, each"
             " drawn from q on its own, 3 deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with"
-            " the text's last token. The"
-            " check walks down from the root and goes on from the first candidate kept. When a candidate is rejected, p"
-            " becomes demo 1's residual, max(0, p - q) normalised, and the next candidate is checked against that, with"
-            " q unchanged: demo 1's argument, applied again. It makes"
+            " the text's last token. The check walks down from the root. It checks a node's first candidate against p"
+            " by demo 1's rule. If it is rejected, p becomes demo 1's residual, max(0, p - q) normalised, and the next"
+            " candidate is checked against that, with q unchanged. If every candidate is rejected, the next token comes"
+            " from the last residual and the round ends; if one is kept, its siblings are dropped and the walk goes on"
+            " under it. It makes"
             f" {tree.tokens:.2f} tokens per call from 3 draft passes, one a level, sampled over 2,000 rounds, and keeps"
             " the target's distribution.") in text
     assert "The tree: 2 + 4 + 8 = 14 drafts, drawn independently from q." in detail19

@@ -4573,13 +4573,9 @@ def demo19_shape(s, n_ctx, max_batch):
         and s.after.drafter.name == "small" else "",
         ("And long checks cross the ridge as B grows: " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
-         ". A pass's memory time grows with its bytes, so more positions' arithmetic fits under it, and each"
-         " sequence adds its KV"
-         f" cache to the bytes. At B = {crossed[0][1]} a pass reads the weights once, {s.w / 1e9:.2f} GB, and"
-         f" {crossed[0][1]} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + crossed[0][1] * s.kv) / 1e9:.1f} GB, against"
-         f" demo 6's {(s.w + s.kv) / 1e9:.2f}. So k = {crossed[0][0]} crosses at {crossed[0][0] + 1} positions times"
-         f" {crossed[0][1]} sequences, {crossed[0][1] * (crossed[0][0] + 1):,} positions, not demo 6's {int(ridge() // (s.m / (s.w + s.kv)))}."
-         " Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So k falls" +
+         ", later than demo 6's 295 positions, as each sequence's KV cache adds to the bytes a pass reads (the"
+         " option --detail gives the arithmetic). Past the ridge every position costs time, and a chain's last"
+         " drafts add the fewest tokens. So k falls" +
          (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
         if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
     return [p for p in (clauses[0], clauses[1], " ".join(p for p in clauses[2:] if p)) if p]  # three paragraphs
@@ -4587,24 +4583,17 @@ def demo19_shape(s, n_ctx, max_batch):
 
 def demo19_detail(result):
     """Chapter 19 in detail: the arithmetic behind its plan. Why rates read at
-    one k only approximate another's, how the tree is checked, the speedup as
-    a formula, why long checks cross the ridge, and, where the rates' shortcut
-    costs nothing, what the search's shortfall comes from."""
+    one k only approximate another's, why long checks cross the ridge where
+    they do, and, where the rates' shortcut costs nothing, what the search's
+    shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     drafters, rates, k_max, tol, max_batch = c19.drafters, c19.rates, c19.k_max, c19.tol, c19.max_batch
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
-    tree = c19.measured[1].tree
     paragraphs = [
         f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {rates[1][0]:.3f}"
         f" for small at k = {k_max}, {at_1[1]:.3f} at k = 1. So rates read at k = {k_max} only approximate another"
         " k's." if result.rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1)) else "",
-        f"The tree: {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {s.nodes - 1} drafts, drawn"
-        f" independently from q. Its pass of {s.nodes} positions holds them and the token before them, each draft"
-        " given only the tokens above it in its branch. The verifier tries a node's candidates in turn; after a"
-        " rejection, the next is judged against the residual, max(0, p - q) normalised, in place of p, as in demo 1."
-        f" It keeps one branch, at most {tree[1]} drafts plus a token of its own.",
-        "The speedup is tokens per call times a plain pass's time, over a check's time plus the draft passes'"
-        " times, all at the same B.",
+        ridge_arithmetic(s, max_batch),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"
          f" {s.kv / 1e9:.3f} GB a sequence), under the ridge's {ridge():.0f}; a check's approach k + 1 times that."
@@ -4620,6 +4609,20 @@ def demo19_detail(result):
         if paragraph:
             print()
             say(paragraph)
+
+
+def ridge_arithmetic(s, max_batch):
+    """Chapter 19 in detail: why its longest chain crosses the ridge at many
+    more positions than demo 6's single sequence, in gigabytes."""
+    crossed = [(k, b) for k, b in s.crossings if b and b <= max_batch]
+    if not (s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
+        return ""
+    k, b = crossed[0]
+    return ("A pass's memory time grows with its bytes, so more positions' arithmetic fits under it, and each"
+            f" sequence adds its KV cache to the bytes. At B = {b} a pass reads the weights once, {s.w / 1e9:.2f} GB,"
+            f" and {b} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + b * s.kv) / 1e9:.1f} GB, against demo 6's"
+            f" {(s.w + s.kv) / 1e9:.2f}. So k = {k} crosses at {k + 1} positions times {b} sequences,"
+            f" {b * (k + 1):,} positions, not demo 6's {int(ridge() // (s.m / (s.w + s.kv)))}.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -317,13 +317,13 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
-    assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}. A"
-            " pass's memory time grows with its bytes, so more positions' arithmetic fits under it, and each sequence"
-            f" adds its KV cache to the bytes. At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and"
-            f" {crossings[0]} KV caches of 0.27 GB: {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So"
-            f" k = 8 crosses at 9 positions times {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's"
-            " 295. Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So k"
-            " falls, a little after each crossing.") in text
+    assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]},"
+            " later than demo 6's 295 positions, as each sequence's KV cache adds to the bytes a pass reads (the option"
+            " --detail gives the arithmetic). Past the ridge every position costs time, and a chain's last drafts add"
+            " the fewest tokens. So k falls, a little after each crossing.") in text
+    assert (f"At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of 0.27 GB:"
+            f" {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at 9 positions times"
+            f" {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's 295.") in detail19
     assert ("Past the ridge a check costs more than a plain pass, little at first: with the plan's 0.5% margin, k = 8"
             f" holds to B = {ends[8]}.") in detail19
     # past its crossing k = 8 stays within the margin of the best until its range ends: a check just past the ridge
@@ -404,8 +404,6 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " under it. It makes"
             f" {tree.tokens:.2f} tokens per call from 3 draft passes, one a level, sampled over 2,000 rounds, and keeps"
             " the target's distribution.") in text
-    assert "The tree: 2 + 4 + 8 = 14 drafts, drawn independently from q." in detail19
-    assert "It keeps one branch, at most 3 drafts plus a token of its own." in detail19
     # position 1's rate at k = 8 is neither alpha nor its rate in rounds of k = 1, and the detail says why
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
@@ -413,9 +411,10 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " start at a typical token of the text, and a draft's chance depends on the token before it (demo 3).") in text
     assert (f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {at8:.3f} for"
             f" small at k = 8, {at1:.3f} at k = 1. So rates read at k = 8 only approximate another k's.") in detail19
-    # the speedup, as the detail says it: tokens per call times a plain pass's time, over a check and the draft passes
-    assert ("The speedup is tokens per call times a plain pass's time, over a check's time plus the draft passes'"
-            " times, all at the same B.") in detail19
+    # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
+    assert ("Speedup: tokens per call times a plain pass's time, over a check's time plus the draft passes' times, all"
+            " at the same B on the roofline. Below the ridge that is demo 3's tokens per call / (1 + n c), for n draft"
+            " passes.") in text
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]
     check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, tree.positions, 1), sd.H100)[0]
     draft = sd.roofline_time(*sd.pass_traffic((768, 2048, 4, 32000), 512, tree.draft_width, 1), sd.H100)[0]

@@ -3475,8 +3475,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     say("Its paper's example has a vocabulary of two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3;"
         " q(a) = 2/3, q(b) = 1/3;",
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
-        " ideal: for each i, the sum over the texts x_1..x_i of the smaller of their probabilities under the target"
-        " and the draft, added over i: here " +
+        " ideal. The ideal adds, over i, the sum over the texts x_1..x_i of the smaller of their probabilities under"
+        " the target and the draft: here " +
         " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. It is an upper bound on the"
         " drafts kept by any verifier that keeps the target's distribution, not always reachable (the option --detail"
         " derives it). Of the verifiers that see only each position's p and q, block verification keeps the most"
@@ -3519,7 +3519,7 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
             g[3] for g in gains) >= -1e-12 and abs(gains[0][3]) < 5e-4 and gains[0][0] == 1 else
         "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
         else "Block verification LOSES tokens at some k,",
-        f"{max(g[3] for g in gains):+.1%} at most here; its paper reports 5% to 8% faster decoding, by the clock,"
+        f"{max(g[3] for g in gains):+.1%} at most here. Its paper reports 5% to 8% faster decoding, by the clock,"
         " across its tasks and datasets.")
     takeaway("judging the block as a whole kept at least as many drafts per round as token-wise checking at every"
              " k here, and its paper proves it never keeps fewer on average.",
@@ -4457,8 +4457,7 @@ def demo19_tuning(**how):
     print()
     if rates_off:
         say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}) for the same reason:"
-            " rounds do not start at a typical token of the text, and a draft's chance depends on the token before it"
-            " (demo 3).")
+            " rounds do not start at a typical token of the text.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"

@@ -408,7 +408,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     assert (f"Position 1's rates are not alpha ({alphas[0]:.3f} and {alphas[1]:.3f}) for the same reason: rounds do not"
-            " start at a typical token of the text, and a draft's chance depends on the token before it (demo 3).") in text
+            " start at a typical token of the text.") in text
     assert (f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {at8:.3f} for"
             f" small at k = 8, {at1:.3f} at k = 1. So rates read at k = 8 only approximate another k's.") in detail19
     # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes

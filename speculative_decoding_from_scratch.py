@@ -1133,12 +1133,14 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
+    say("A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
+        " replaced.")
+    print()
     say("The table below has two TVs, sampled and exact; both compare P(x1, x2) with the target's. A sample's TV is"
         " never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
-        " replaced. The exact TV is computed from the tables, not run, and it assumes every round stops at its first"
+        "The exact TV is computed from the tables, not run, and it assumes every round stops at its first"
         " rejection." +
         (f" So it cannot model the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, which does not stop; only"
          " the fit can catch it." if unseen else ""))

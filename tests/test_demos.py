@@ -186,7 +186,8 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][3] == pytest.approx(sd.tv_distance(exact, result.truth), abs=1e-15)
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert ("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
-            " output replaced. The exact TV is computed from the tables, not run, and it assumes every round stops at"
+            " output replaced.") in " ".join(text.split())
+    assert (" The exact TV is computed from the tables, not run, and it assumes every round stops at"
             " its first rejection. So it cannot model the continue bug, which does not stop; only the fit can catch"
             " it.") in " ".join(text.split())
     assert rows["continue"][3] == "cannot see" and "continue 0.3933 < 1e-12 cannot see NOT (fit only)" in " ".join(

@@ -4573,8 +4573,9 @@ def demo19_shape(s, n_ctx, max_batch):
                                   f" B = {s.level - 1}." if s.level - 1 > s.tree_crossing else "") if s.level and s.tree_crossing and s.tree_crossing < s.level
         and s.after.drafter.name == "small" else "",
         ("And long checks cross the ridge as B grows: " + and_list(
-            [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
-         ", later than demo 6's 295 positions, as each sequence's KV cache adds to the bytes a pass reads (the"
+            [f"k = {k} at B = {b:,} ({b * (k + 1):,} positions)" if i == 0 else f"k = {k} at {b:,} ({b * (k + 1):,})"
+             for i, (k, b) in enumerate(crossed)]) +
+         ", far past demo 6's 295 positions, as each sequence's KV cache adds to the bytes a pass reads (the"
          " option --detail gives the arithmetic). Past the ridge every position costs time, and a chain's last"
          " drafts add the fewest tokens. So k falls" +
          (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
@@ -4820,7 +4821,7 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
         "target keeps it with chance p_T(x). That is demo 1's rule with q all on x; after a rejection it draws from",
         "p_T with x removed. The middling draft and a good one",
         f"(blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}. Fit: for each way of drafting, {n_rounds}",
-        "rounds of text, each token pair counted and tested against the tempered target's rows. Exact TV: the larger of the two ways' (sampled and greedy),"
+        "rounds of text, each (previous, next) token pair counted, one test per row of the tempered target. Exact TV: the larger of the two ways' (sampled and greedy),"
         f" over the first {n_exact} tokens after '{name(0)}':")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),

@@ -4446,8 +4446,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
         f" The rates are those of rounds of {k_max} drafts, so the sum is exact at k = {k_max} and approximate at"
-        " another k, because rounds of another length start at other tokens, and a draft's chance depends on the"
-        " token before it (demo 3).",
+        " another k. That is because rounds of another length start at other tokens, and a draft's chance depends"
+        " on the token before it (demo 3).",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")

@@ -4174,11 +4174,16 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
 
+def typical_rows(rows):
+    """Chapter 18's typical rows that computed, and among them the one at vLLM's defaults (None if it did not)."""
+    typical = [r for r in rows if r[0] == "typical" and r[2] is not None]
+    return typical, next((r for r in typical if r[1] == setting_text(TYPICAL_SHIPPED)), None)
+
+
 def demo18_strict_words(rows):
     """Why typical's strict setting sits farther from the target than its
     defaults, where the exact TVs say so: its argmax fallbacks."""
-    typical = [r for r in rows if r[0] == "typical" and r[2] is not None]
-    shipped = next((r for r in typical if r[1] == setting_text(TYPICAL_SHIPPED)), None)
+    typical, shipped = typical_rows(rows)
     strict = min(typical, key=lambda r: r[3]) if typical else None  # the fewest tokens per call: the most rejections
     if shipped is None or strict is shipped or strict[2] <= shipped[2]:
         return ""
@@ -4193,8 +4198,7 @@ def demo18_strict_words(rows):
 def demo18_loose_words(rows, k, ctx, n):
     """Why typical's loose setting is far from the target too: it keeps most
     drafts, whatever q proposes, so its text leans to the draft's own."""
-    typical = [r for r in rows if r[0] == "typical" and r[2] is not None]
-    shipped = next((r for r in typical if r[1] == setting_text(TYPICAL_SHIPPED)), None)
+    typical, shipped = typical_rows(rows)
     loose = max(typical, key=lambda r: r[3]) if typical else None  # the most tokens per call: the fewest rejections
     if shipped is None or loose is shipped:
         return ""
@@ -4535,6 +4539,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
     big_fit = min(max_batch, sequences_that_fit(n_ctx, drafts=(big,)))  # big's last batch: its memory is full
     return SimpleNamespace(
         first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
+        crossed=[(k, b) for k, b in crossings if b and b <= max_batch],  # the checks that cross within the plan
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, big_fit)], big_fit=big_fit,
         c_small=[draft_cost(b, n_ctx, draft=small) for b in range(1, max_batch + 1)],
         c_longest=None if longest is None else draft_cost(1, n_ctx, draft=longest.drafter.cost) if isinstance(
@@ -4550,7 +4555,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
 def demo19_shape(s, n_ctx, max_batch):
     """Chapter 19's paragraphs on what sets its plan (B = 1, why big never
     wins, why k falls), each clause said only while its numbers bear it out."""
-    crossed = [(k, b) for k, b in s.crossings if b and b <= max_batch]
+    crossed = s.crossed
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
@@ -4595,7 +4600,7 @@ def demo19_detail(result):
         f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {rates[1][0]:.3f}"
         f" for small at k = {k_max}, {at_1[1]:.3f} at k = 1. So rates read at k = {k_max} only approximate another"
         " k's." if result.rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1)) else "",
-        ridge_arithmetic(s, max_batch),
+        ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"
          f" {s.kv / 1e9:.3f} GB a sequence), under the ridge's {ridge():.0f}; a check's approach k + 1 times that."
@@ -4613,13 +4618,12 @@ def demo19_detail(result):
             say(paragraph)
 
 
-def ridge_arithmetic(s, max_batch):
+def ridge_arithmetic(s):
     """Chapter 19 in detail: why its longest chain crosses the ridge at many
     more positions than demo 6's single sequence, in gigabytes."""
-    crossed = [(k, b) for k, b in s.crossings if b and b <= max_batch]
-    if not (s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
+    if not (s.falls and s.crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
         return ""
-    k, b = crossed[0]
+    k, b = s.crossed[0]
     return ("A pass's memory time grows with its bytes, so more positions' arithmetic fits under it, and each"
             f" sequence adds its KV cache to the bytes. At B = {b} a pass reads the weights once, {s.w / 1e9:.2f} GB,"
             f" and {b} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + b * s.kv) / 1e9:.1f} GB, against demo 6's"
@@ -4750,8 +4754,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"The table prices a short-context server, demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a"
         f" large batch crosses the ridge: the lookup is free, and a verifying pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".",
-        "That holds for short contexts only." if long_context_note(k, [len(prompt)]) else "",
-        long_context_note(k, [len(prompt)]))
+        *(("That holds for short contexts only.", note) if (note := long_context_note(k, [len(prompt)])) else ()))
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()

@@ -4440,18 +4440,16 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
-    say("A practitioner has several drafters and one server. This chapter's procedure prices every way to run",
-        f"each drafter at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
+    say("A practitioner has several draft models and one server. This chapter's procedure prices every way to run",
+        f"each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
         f" range of B. It stops at B = {max_batch}, the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB beside the target and a drafter. That counts both models' weights, and in each"
+        f" {H100.memory / 1e9:.0f} GB beside the target and a draft. That counts both models' weights, and in each"
         " a KV cache, the keys and values of every sequence's tokens. The option --plan --profile runs it on your"
         " own figures; --detail shows its arithmetic.")
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" The rates are those of rounds of {k_max} drafts, so the sum is exact at k = {k_max} and approximate at"
-        " another k. That is because rounds of another length start at other tokens, and a draft's chance depends"
-        " on the token before it (demo 3).",
+        f"its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call"
+        f" (exactly, at k = {k_max}).",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4461,19 +4459,11 @@ def demo19_tuning(**how):
     intact = {label: rule_intact(TARGET, Q) for label, _, Q, _ in drafters}  # the rule, as the reader has it, exact
     rates_off = all(abs(r[0] - a) >= 5e-4 for r, a in zip(rates, alphas)) and all(intact.values())
     print()
-    if rates_off:
-        say(f"Position 1's rates are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)}) for the same reason:"
-            " rounds do not start at a typical token of the text.")
-        print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
-        f" of {nodes} positions with the text's last token. The check walks down from the root. It checks a node's"
-        " first candidate against p by demo 1's rule. If it is rejected, p becomes demo 1's residual, max(0, p - q)"
-        " normalised, and the next candidate is checked against that, with q unchanged. If every candidate is"
-        " rejected, the next token comes from the last residual and the round ends; if one is kept, its siblings"
-        " are dropped and the walk goes on under it."
-        f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
+        f" of {nodes} positions with the text's last token. The check keeps at most one candidate a level, by demo"
+        f" 1's rule; --detail walks it. It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
         f" {n_rounds:,} rounds" +
         (", and keeps the target's distribution." if intact["small"] else "."))
     print()
@@ -4496,18 +4486,17 @@ def demo19_tuning(**how):
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
     print()
-    say(f"The plan prices every k from the rates at k = {k_max}. An exhaustive search, pricing every option at each B"
-        f" alone from exact tokens per call at each k, beats it by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
+    say("An exhaustive search, pricing every option at each B alone from exact tokens per call at each k, beats"
+        f" the plan by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else
-         f". Run without its margin, the plan is within {untolerant.worst:.2%} of the search: pricing from the"
-         f" k = {k_max} rates costs that much, and the {tol:.1%} margin the rest." if 0 <
-         untolerant.worst < check.worst else "."))
+         f": {untolerant.worst:.2%} from pricing every k from the k = {k_max} rates, the rest from its {tol:.1%}"
+         " margin." if 0 < untolerant.worst < check.worst else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
-                           untolerant=untolerant, rates_off=rates_off)
+                           untolerant=untolerant, rates_off=rates_off, alphas=alphas, intact=intact["small"])
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
@@ -4562,26 +4551,20 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.3f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.2f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.3f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft"
-        " pass reads its own KV cache too, a sequence's keys and values: big's is"
-        f" {s.kv_share[0]:.2f} of the target's, small's {s.kv_share[1]:.2f}. A draft's c is its pass's time over a"
-        f" target pass's, and at large B both are mostly KV cache, so big's c nears {s.kv_share[0]:.2f}. It rises"
-        " with B, from"
-        f" {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.3f} or less." +
-        (f" And with big as the drafter, only {s.big_fit} sequences fit in memory, so big runs only to B ="
-         f" {s.big_fit}." if s.big_fit < max_batch else "")
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, for a draft"
+        f" pass reads its own. Big's c rises from {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's"
+        f" stays at {max(s.c_small):.3f} or less." +
+        (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
+         if s.big_fit < max_batch else "")
         if not s.big_runs
         and s.c[1] > s.c[0] else "",
         f"From B = {s.level} the small draft's {s.after.shape}, {s.after.tokens:.2f} tokens per call from"
         f" {s.after.draft_passes} passes, beats the tree, whose {s.nodes}-position check crossed the ridge at B ="
-        f" {s.tree_crossing}." + (f" Past the ridge a check costs only a little more at first, so the tree holds to"
-                                  f" B = {s.level - 1}." if s.level - 1 > s.tree_crossing else "") if s.level and s.tree_crossing and s.tree_crossing < s.level
+        f" {s.tree_crossing}." if s.level and s.tree_crossing and s.tree_crossing < s.level
         and s.after.drafter.name == "small" else "",
-        ("And long checks cross the ridge as B grows: " + and_list(
-            [f"k = {k} at B = {b:,} ({b * (k + 1):,} positions)" if i == 0 else f"k = {k} at {b:,} ({b * (k + 1):,})"
-             for i, (k, b) in enumerate(crossed)]) +
-         ", far past demo 6's 295 positions, as each sequence's KV cache adds to the bytes a pass reads (the"
-         " option --detail gives the arithmetic). Past the ridge every position costs time, and a chain's last"
+        ("Longer checks cross it later, " + and_list(
+            [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
+         ", as each sequence's KV cache adds to the bytes a pass reads. Past the ridge every position costs time, and a chain's last"
          " drafts add the fewest tokens. So k falls" +
          (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
         if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
@@ -4590,16 +4573,30 @@ def demo19_shape(s, n_ctx, max_batch):
 
 def demo19_detail(result):
     """Chapter 19 in detail: the arithmetic behind its plan. Why rates read at
-    one k only approximate another's, why long checks cross the ridge where
-    they do, and, where the rates' shortcut costs nothing, what the search's
-    shortfall comes from."""
+    one k only approximate another's, how the tree is checked, why big's c
+    rises, why long checks cross the ridge where they do, and, where the
+    rates' shortcut costs nothing, what the search's shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     drafters, rates, k_max, tol, max_batch = c19.drafters, c19.rates, c19.k_max, c19.tol, c19.max_batch
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
     paragraphs = [
-        f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {rates[1][0]:.3f}"
-        f" for small at k = {k_max}, {at_1[1]:.3f} at k = 1. So rates read at k = {k_max} only approximate another"
-        " k's." if result.rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1)) else "",
+        f"The rates are those of rounds of {k_max} drafts. Where rounds start depends on how the last ones ended,"
+        f" and so on k, and a draft's chance depends on the token before it (demo 3): position 1's rate is"
+        f" {rates[1][0]:.3f} for small at k = {k_max}, {at_1[1]:.3f} at k = 1. So rates read at k = {k_max} only"
+        " approximate another k's. For the same reason position 1's rates are not alpha"
+        f" ({' and '.join(f'{a:.3f}' for a in result.alphas)}): rounds do not start at a typical token of the text."
+        if result.rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1)) else "",
+        "The tree's check walks down from the root. It checks a node's first candidate against p by demo 1's rule."
+        " If it is rejected, p becomes demo 1's residual, max(0, p - q) normalised, and the next candidate is"
+        " checked against that, with q unchanged. If every candidate is rejected, the next token comes from the"
+        " last residual and the round ends; if one is kept, its siblings are dropped and the walk goes on under it."
+        if result.intact else "",
+        ("A draft pass reads its own KV cache, as the target's pass does: big's is"
+         f" {s.kv_share[0]:.2f} of the target's a sequence, small's {s.kv_share[1]:.2f}. At large B both passes"
+         f" are mostly KV cache, so big's c nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
+        (f"Past the ridge a check costs only a little more at first, so the tree holds to B = {s.level - 1}, past"
+         f" its crossing at {s.tree_crossing}.") if s.level and s.tree_crossing and s.level - 1 > s.tree_crossing
+        and s.after.drafter.name == "small" else "",
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"

@@ -137,7 +137,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit = sd.sequences_that_fit(512)
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
-    assert f"It stops at B = {fit19}, the most sequences that fit in the H100's 80 GB beside the target and a drafter" in " ".join(
+    assert f"It stops at B = {fit19}, the most sequences that fit in the H100's 80 GB beside the target and a draft" in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -201,10 +201,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
     # here the rates' shortcut costs a little too, so the gap is not put down to the margin alone
     assert result.check.worst > 0.005 and untolerant > 0
-    assert (f"The plan prices every k from the rates at k = 8. An exhaustive search, pricing every option at each B"
-            f" alone from exact tokens per call at each k, beats it by at most {result.check.worst:.2%}. Run without"
-            f" its margin, the plan is within {untolerant:.2%} of the search: pricing from the k = 8 rates costs that"
-            " much, and the 0.5% margin the rest.") in text
+    assert ("An exhaustive search, pricing every option at each B alone from exact tokens per call at each k, beats"
+            f" the plan by at most {result.check.worst:.2%}: {untolerant:.2%} from pricing every k from the k = 8"
+            " rates, the rest from its 0.5% margin.") in text
     assert "is the margin's" not in detail19
 
 
@@ -297,16 +296,16 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     c_small = max(sd.draft_cost(b, 512, draft=small) for b in range(1, fit + 1))
     assert all(o is None or o.drafter.name == "small" for _, _, o in result.buckets)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
-    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
-            " reads its own KV cache too, a sequence's keys and values: big's is 0.25 of the target's, small's"
-            f" {kv_small:.2f}. A draft's c is its pass's time over a target pass's, and at large B both are mostly KV cache,"
-            f" so big's c nears 0.25. It rises with B, from {c[0]:.3f} to {c[1]:.3f} at B = {big_fit}, while small's stays"
+    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, for a draft"
+            f" pass reads its own. Big's c rises from {c[0]:.3f} to {c[1]:.3f} at B = {big_fit}, while small's stays"
             f" at {c_small:.3f} or less.") in text
+    assert (f"A draft pass reads its own KV cache, as the target's pass does: big's is 0.25 of the target's a sequence,"
+            f" small's {kv_small:.2f}. At large B both passes are mostly KV cache, so big's c nears 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (
-        "It stops at B = 242, the most sequences that fit in the H100's 80 GB beside the target and a drafter. That"
+        "It stops at B = 242, the most sequences that fit in the H100's 80 GB beside the target and a draft. That"
         " counts both models' weights, and in each a KV cache, the keys and values of every sequence's tokens.") in text
-    assert "And with big as the drafter, only 193 sequences fit in memory, so big runs only to B = 193." in text
+    assert "Beside big only 193 sequences fit in memory, so big runs only to B = 193." in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
@@ -317,10 +316,9 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
-    assert (f"And long checks cross the ridge as B grows: k = 8 at B = {crossings[0]} ({crossings[0] * 9:,} positions)"
-            f" and k = 7 at {crossings[1]} ({crossings[1] * 8:,}), far past demo 6's 295 positions, as each sequence's KV cache adds to the bytes a pass reads (the option"
-            " --detail gives the arithmetic). Past the ridge every position costs time, and a chain's last drafts add"
-            " the fewest tokens. So k falls, a little after each crossing.") in text
+    assert (f"Longer checks cross it later, k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}, as each"
+            " sequence's KV cache adds to the bytes a pass reads. Past the ridge every position costs time, and a"
+            " chain's last drafts add the fewest tokens. So k falls, a little after each crossing.") in text
     assert (f"At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of 0.27 GB:"
             f" {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at 9 positions times"
             f" {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's 295.") in detail19
@@ -334,7 +332,7 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     assert ends[8] > crossings[0] and ends[7] > crossings[1]
 
 
-def test_chapter19_says_where_its_tree_gives_way_and_why(in_process):
+def test_chapter19_says_where_its_tree_gives_way_and_why(in_process, detail19):
     result, text = in_process[0]["19"], " ".join(section(in_process[1], "19").split())
     planned = max(hi for _, hi, o in result.buckets if o is not None and o.shape.startswith("tree"))
     after = next(o for lo, _, o in result.buckets if lo == planned + 1)
@@ -348,6 +346,8 @@ def test_chapter19_says_where_its_tree_gives_way_and_why(in_process):
     assert after.shape == "k = 8" and level == planned + 1 and past < level
     assert (f"From B = {level} the small draft's k = 8, {after.tokens:.2f} tokens per call from 8 passes, beats the"
             f" tree, whose 15-position check crossed the ridge at B = {past}.") in text
+    assert (f"Past the ridge a check costs only a little more at first, so the tree holds to B = {planned}, past its"
+            f" crossing at {past}.") in detail19 and planned > past
     assert f"1-{planned} small tree 2x3, 15" in text and "within 0.5% of the best, so as not to switch for less:" in text
 
 
@@ -397,20 +397,22 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, each"
             " drawn from q on its own, 3 deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with"
-            " the text's last token. The check walks down from the root. It checks a node's first candidate against p"
-            " by demo 1's rule. If it is rejected, p becomes demo 1's residual, max(0, p - q) normalised, and the next"
-            " candidate is checked against that, with q unchanged. If every candidate is rejected, the next token comes"
-            " from the last residual and the round ends; if one is kept, its siblings are dropped and the walk goes on"
-            " under it. It makes"
-            f" {tree.tokens:.2f} tokens per call from 3 draft passes, one a level, sampled over 2,000 rounds, and keeps"
-            " the target's distribution.") in text
+            " the text's last token. The check keeps at most one candidate a level, by demo 1's rule; --detail walks"
+            f" it. It makes {tree.tokens:.2f} tokens per call from 3 draft passes, one a level, sampled over 2,000"
+            " rounds, and keeps the target's distribution.") in text
+    assert ("The tree's check walks down from the root. It checks a node's first candidate against p by demo 1's rule."
+            " If it is rejected, p becomes demo 1's residual, max(0, p - q) normalised, and the next candidate is"
+            " checked against that, with q unchanged. If every candidate is rejected, the next token comes from the"
+            " last residual and the round ends; if one is kept, its siblings are dropped and the walk goes on under"
+            " it.") in detail19
     # position 1's rate at k = 8 is neither alpha nor its rate in rounds of k = 1, and the detail says why
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
-    assert (f"Position 1's rates are not alpha ({alphas[0]:.3f} and {alphas[1]:.3f}) for the same reason: rounds do not"
-            " start at a typical token of the text.") in text
-    assert (f"Where rounds start depends on how the last ones ended, and so on k: position 1's rate is {at8:.3f} for"
-            f" small at k = 8, {at1:.3f} at k = 1. So rates read at k = 8 only approximate another k's.") in detail19
+    assert ("The rates are those of rounds of 8 drafts. Where rounds start depends on how the last ones ended, and so"
+            " on k, and a draft's chance depends on the token before it (demo 3): position 1's rate is"
+            f" {at8:.3f} for small at k = 8, {at1:.3f} at k = 1. So rates read at k = 8 only approximate another k's."
+            f" For the same reason position 1's rates are not alpha ({alphas[0]:.3f} and {alphas[1]:.3f}): rounds do"
+            " not start at a typical token of the text.") in detail19
     # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
     assert ("Speedup: tokens per call times a plain pass's time, over a check's time plus the draft passes' times, all"
             " at the same B on the roofline. Below the ridge that is demo 3's tokens per call / (1 + n c), for n draft"
@@ -479,5 +481,6 @@ def test_chapter19_says_its_tree_keeps_the_target_and_why_rates_are_not_alpha_on
             result = bad.demo19_tuning()
             bad.demo19_detail(result)
         text = " ".join(out.getvalue().split())
-        assert "keeps the target's distribution" not in text and "Position 1's rates are not alpha" not in text, bug
+        assert "keeps the target's distribution" not in text and "position 1's rates are not alpha" not in text, bug
         assert "Where rounds start depends on how the last ones ended" not in text, bug
+        assert "The tree's check walks down from the root" not in text, bug

@@ -3477,13 +3477,11 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     say("Its paper's example has a vocabulary of two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3;"
         " q(a) = 2/3, q(b) = 1/3;",
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
-        " ideal. The ideal adds, over i, the sum over the texts x_1..x_i of the smaller of their probabilities under"
-        " the target and the draft: here " +
-        " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. It is an upper bound on the"
-        " drafts kept by any verifier that keeps the target's distribution, not always reachable (the option --detail"
-        " derives it). Of the verifiers that see only each position's p and q, block verification keeps the most"
-        " on average (its paper proves it)" +
-        (f", and it keeps {round(9 * rows[1][1])}/9 here." if rows[1][1] < ideal - 1e-9 else "."))
+        " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. No verifier that"
+        " keeps the target's distribution keeps more on average (the option --detail derives it). But the ideal"
+        " needs the probabilities of whole blocks of text. A verifier sees p and q only along the drafted tokens,"
+        " and block verification keeps the most any such verifier can, on average (its paper proves it)" +
+        (f": {round(9 * rows[1][1])}/9 here." if rows[1][1] < ideal - 1e-9 else "."))
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -3534,7 +3532,8 @@ def demo14_detail(result):
     """Chapter 14 in detail: the ideal, derived for the paper's example."""
     terms, ideal = result.terms, result.ideal
     print()
-    say("The ideal. Drafts 1 to i come from q and the output's first i tokens from p, and keeping the drafts makes"
+    say("The ideal adds, over i, the sum over the texts x_1..x_i of the smaller of their probabilities under the"
+        " target and the draft. Drafts 1 to i come from q and the output's first i tokens from p, and keeping the drafts makes"
         " the two equal. Two such samples are equal with chance at most 1 minus their TV. For one token, demo 1's"
         " rule reaches that bound: it keeps a draft with chance sum min(p, q), which is 1 - TV. So drafts 1 to i are"
         " all kept at most 1 - TV of the time. A round's drafts kept, on average, are the sum over i of the chance"
@@ -3737,12 +3736,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             print()
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
-                " sees it at once.",
-                f"On these tables the two rules' outputs first differ at token 3: after '{name(ctx)}' no block stops at"
-                " an over-proposed x_1 (the option --detail shows why). So with the same random numbers their runs"
-                " give the same fit."
-                if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit and token2_exact_words(ctx)
-                else "")
+                " sees it at once" + (" (the option --detail says why it waits, and why its fit equals block's)."
+                                      if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit
+                                      and token2_exact_words(ctx) else "."))
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
@@ -3751,8 +3747,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
-            "No exact verifier that sees only each position's p and q keeps more than block verification (its"
-            " paper proves it). So the shipped paths keep drafts that an exact verifier would reject, and their"
+            "No exact verifier that sees p and q only along the drafted tokens keeps more on average than block"
+            " verification (its paper proves it). So the shipped paths keep drafts that an exact verifier would reject, and their"
             " output is not the target's." if more else "")
     return caught
 
@@ -3775,9 +3771,12 @@ def token2_exact_words(ctx=5):
 def demo15_detail(result):
     """Chapter 15 in detail: why tokenwise_residual's bias waits for token 3."""
     words = token2_exact_words()
+    same = [r for r in result[1:] if r[0] == "tokenwise_residual" and r[-4] == result[0][-4]]  # (label, ..., fit, ...)
     if words:
         print()
-        say("Why tokenwise_residual's first two tokens are exact.", words)
+        say("Why tokenwise_residual's first two tokens are exact.", words,
+            "So the two rules' outputs first differ at token 3, and with the same random numbers their runs draw"
+            " alike on the fit's two tokens: the same fit." if same else "")
 
 
 # -----------------------------------------------------------------------------

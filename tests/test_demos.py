@@ -641,9 +641,13 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
         " property of these tables: the target wants nothing at position 2 that the draft does not offer. So"
         " h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
-    assert tokenwise[4] == rows[0][4] and ("On these tables the two rules' outputs first differ at token 3: after 'f' no"
-                                           " block stops at an over-proposed x_1 (the option --detail shows why). So"
-                                           " with the same random numbers their runs give the same fit.") in flat
+    assert tokenwise[4] == rows[0][4] and ("sees it at once (the option --detail says why it waits, and why its fit"
+                                           " equals block's).") in flat
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.demo15_detail(rows)
+    assert ("So the two rules' outputs first differ at token 3, and with the same random numbers their runs draw alike"
+            " on the fit's two tokens: the same fit.") in " ".join(out.getvalue().split())
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
     assert sd.bugged("no_resample").token2_exact_words() == ""  # the residual is p: nothing here is exact

@@ -2988,12 +2988,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
-        f" of {n_text} characters. Each position has its own distribution, so the fit bins by probability. At each"
-        " position the target sorts the characters into bins by their probability"
-        f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
-        " one written lands in one bin. A bin's expected count is the sum, over the positions, of the total"
-        " probability the target gave the characters in that bin. A correct draft"
-        f" fails any one fit with chance about {P_REJECT:g}, so a fit below",
+        f" of {n_text} characters, binned by the probability the target gave each (the option --detail says how). A"
+        f" correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
@@ -3009,7 +3005,17 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
              {"every draft emits the target": not bad, "tokens per call rise as the text copies more": rising,
               "the verifying pass costs more than copying saves at B = 256 somewhere":
               any(r[3] < 1 for r in sweep.rows)})
-    return SimpleNamespace(rows=rows, sweep=sweep, sample=sample)
+    return SimpleNamespace(rows=rows, sweep=sweep, sample=sample, n_text=n_text)
+
+
+def demo11_detail(result):
+    """Chapter 11 in detail: how the fit of a long text bins its characters."""
+    print()
+    say(f"The fit of {result.n_text} characters. Each position has its own distribution, so the fit bins by probability. At"
+        " each position the target sorts the characters into bins by their probability"
+        f" (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on), and the"
+        " one written lands in one bin. A bin's expected count is the sum, over the positions, of the total"
+        " probability the target gave the characters in that bin. The fit compares the counts with those sums.")
 
 
 def demo11_exactness(P, prompt, k, n_runs, n_text):
@@ -4133,9 +4139,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
-    say("The exact TV measures the distance from the target. The last column is only a self-check of the program:"
-        f" {n_runs} runs' first two tokens fitted to the rule's own exact P(x1, x2), not the target's. Above 0.001,"
-        " the sampling loop agrees with the exact computation.")
+    say("The exact TV is the distance from the target. The last column only checks the program: the fit of"
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. Above 0.001, the"
+        " sampling loop agrees with the exact computation.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("self-check", 12, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
@@ -4166,12 +4172,11 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
           for r in rows
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
-        f" the first {n} tokens, and so the TV, are the same. The tokens per call are not: the bonus token starts"
-        " the next round, and a draft's chance depends on the token before it (demo 3)." if twins else "")
+        f" the same first {n} tokens and TV, but other tokens per call, as the bonus token starts the next round."
+        if twins else "")
     print()
-    say(demo18_strict_words(rows), demo18_loose_words(rows, k, ctx, n),
-        "The option --detail plots tokens per call against exact TV, and tries each typical setting with a token"
-        " drawn from p after a rejection.")
+    say("The option --detail plots tokens per call against exact TV. It tries each typical setting with a token"
+        " drawn from p after a rejection, which shows why the strict and loose settings sit where they do.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
 
@@ -4181,30 +4186,16 @@ def typical_rows(rows):
     return typical, next((r for r in typical if r[1] == setting_text(TYPICAL_SHIPPED)), None)
 
 
-def demo18_strict_words(rows):
-    """Why typical's strict setting sits farther from the target than its
-    defaults, where the exact TVs say so: its argmax fallbacks."""
-    typical, shipped = typical_rows(rows)
-    strict = min(typical, key=lambda r: r[3]) if typical else None  # the fewest tokens per call: the most rejections
-    if shipped is None or strict is shipped or strict[2] <= shipped[2]:
-        return ""
-    setting = next(s for s in TYPICAL_SETTINGS if setting_text(s) == strict[1])
-    from_p = typical_from_p_tv(*setting)
-    return (f"Typical's strict ({strict[1]}) is farther from the target than its defaults ({shipped[1]}) mostly"
-            " through its argmax"
-            f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
-            f" {from_p:.4f}." if from_p < strict[2] / 2 else "")
-
-
 def demo18_loose_words(rows, k, ctx, n):
-    """Why typical's loose setting is far from the target too: it keeps most
-    drafts, whatever q proposes, so its text leans to the draft's own."""
+    """Chapter 18 in detail, after the sentence on typical's loose setting:
+    it keeps most drafts, whatever q proposes, so its text leans to the
+    draft's own."""
     typical, shipped = typical_rows(rows)
     loose = max(typical, key=lambda r: r[3]) if typical else None  # the most tokens per call: the fewest rejections
     if shipped is None or loose is shipped:
         return ""
     draft_tv = tv_distance(target_first_tokens(MIDDLING, ctx, n), target_first_tokens(TARGET, ctx, n))
-    return (f"The loose ({loose[1]}) keeps {loose[3] - 1:.2f} of its {k} drafts a round, most of what the draft"
+    return (f"It keeps {loose[3] - 1:.2f} of its {k} drafts a round, most of what the draft"
             " proposes. So its text leans to the draft's own: the middling draft decoded alone is"
             f" {draft_tv:.4f} from the target."
             if shipped[2] <= loose[2] < draft_tv and loose[3] - 1 > k / 2 else "")
@@ -4254,7 +4245,7 @@ def typical_from_p_tv(eps, alpha, k=3, ctx=5, n=3):
     return tv_distance(lossy_exact(TARGET, MIDDLING, sampled, ctx, n, k)[0], target_first_tokens(TARGET, ctx, n))
 
 
-def typical_fallbacks(k=3, ctx=5, n=3):
+def typical_fallbacks(k=3, ctx=5, n=3, then=""):
     """Chapter 18 in detail: why typical's strict setting is farther from the
     target than its defaults. Each setting's exact TV, as shipped (the argmax
     after a rejection) and with a token drawn from p there instead."""
@@ -4270,7 +4261,7 @@ def typical_fallbacks(k=3, ctx=5, n=3):
     say(f"The strict ({strict[0]}) rejects the most drafts, and each rejection emits the argmax: drawn from p, its TV"
         f" falls to {strict[3]:.4f}, less than half." if strict[3] < strict[2] / 2 else "",
         f"The loose ({loose[0]}) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to"
-        f" {loose[3]:.4f}." if loose[3] > loose[2] / 2 else "")
+        f" {loose[3]:.4f}." if loose[3] > loose[2] / 2 else "", then if loose[3] > loose[2] / 2 else "")
     return rows
 
 
@@ -4840,7 +4831,7 @@ def temperature_words(rows, same, n_greedy):
     print()
     say("Every row emits its tempered target by both checks." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
-        f"At T = 0, greedy speculation writes the same {n_greedy:,} tokens as a plain argmax loop run separately."
+        f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
         if same == n_greedy
         else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).")
     lower = all(r[3] < r[2] for r in hot)
@@ -4855,8 +4846,7 @@ def temperature_words(rows, same, n_greedy):
         " sampled one with chance sum min(p_T, q_T), the table's two alphas." if lower else
         "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
         f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
-        "No row is slower than plain decoding.",
-        greedy_runs(rows))
+        "No row is slower than plain decoding.")
     return lower
 
 
@@ -4897,6 +4887,16 @@ def table3_words(rows):
             " the target's starts at alpha = 1, so heating it can only lower alpha."
             + (" These two start lower, and heating raised theirs." if rose == len(ends)
                and all(a[0] < 1 for a in ends) else ""))
+
+
+def demo21_detail(result):
+    """Chapter 21 in detail: why greedy drafts at T = 0 beat eq. 1, and two
+    shipped bugs that temper one model and not the other."""
+    runs = greedy_runs(result.temperatures)
+    if runs:
+        print()
+        say(runs)
+    one_sided_temperatures(4, 1000)
 
 
 def one_sided_temperatures(k, n_rounds, T=0.5, n_exact=3):
@@ -5411,12 +5411,14 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "6": lambda result: demo6_detail(),
     "9": demo9_detail,
     "10": demo10_detail,
+    "11": demo11_detail,
     "13": lambda result: demo13_detail(),
     "14": demo14_detail,
     "15": demo15_detail,
-    "18": lambda result: (frontier(result.first.rows), typical_fallbacks()),
+    "18": lambda result: (frontier(result.first.rows),
+                          typical_fallbacks(then=demo18_loose_words(result.first.rows, 3, 5, 3))),
     "19": demo19_detail,
-    "21": lambda result: one_sided_temperatures(4, 1000),
+    "21": demo21_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the
@@ -6114,7 +6116,7 @@ def arg_parser():
     *most, last = DETAILS
     ap.add_argument("--detail", action="store_true", help=f"demos and chapters {', '.join(most)} and {last} add "
                     "detail: a sample beside its target, a second reason eq. 1 is off, where rounds start, shipped temperature bugs, a long context "
-                    "on the roofline, vLLM's settings and their history, plans and adaptive draft lengths, the block "
+                    "on the roofline, vLLM's settings and their history, how a long text's fit bins, plans and adaptive draft lengths, the block "
                     "verifier's ideal, why a bias waits for token 3, a plan's arithmetic")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")

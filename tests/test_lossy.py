@@ -162,17 +162,6 @@ def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fal
     assert f"The loose (0.01, 0.03) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to" in text
 
 
-def test_chapter18_puts_the_strict_settings_distance_on_its_argmax_fallbacks(in_process):
-    text = flat(section(in_process[1], "18"))
-    rows = {r[0]: r for r in sd.typical_fallback_rows()}
-    strict = rows["0.3, 0.9"]
-    assert strict[2] > rows["0.09, 0.3"][2] and strict[3] < strict[2] / 2
-    assert ("Typical's strict (0.3, 0.9) is farther from the target than its defaults (0.09, 0.3) mostly through its"
-            " argmax"
-            f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
-            f" {strict[3]:.4f}.") in text
-
-
 def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process):
     text = flat(section(in_process[1], "18"))
     best = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3)
@@ -181,21 +170,27 @@ def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process
                                f" {typical / best - 1:.0%} more than block's {best:.2f}, at a TV of 0.37") in text
 
 
-def test_chapter18_says_the_loose_setting_leans_to_the_draft(in_process):
+def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(in_process):
     # the loose setting keeps most of its drafts whatever q proposed, so its TV sits between the defaults' and that of
     # the draft decoded alone, computed here from the draft's own table
-    text = flat(section(in_process[1], "18"))
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.DETAILS["18"](in_process[0]["18"])
+    text = flat(out.getvalue())
+    assert "The option --detail plots tokens per call against exact TV" in flat(section(in_process[1], "18"))
     rows = {r[0]: r for r in sd.typical_fallback_rows()}
     loose, shipped = rows["0.01, 0.03"], rows["0.09, 0.3"]
     joint = [sd.target_first_tokens(T, 5, 3) for T in (sd.MIDDLING, sd.TARGET)]
     draft_tv = 0.5 * np.abs(joint[0] - joint[1]).sum()
     assert shipped[2] <= loose[2] < draft_tv and loose[1] - 1 > 3 / 2
-    assert (f"The loose (0.01, 0.03) keeps {loose[1] - 1:.2f} of its 3 drafts a round, most of what the draft proposes."
+    assert (f"falls to {loose[3]:.4f}. It keeps {loose[1] - 1:.2f} of its 3 drafts a round, most of what the draft proposes."
             " So its text"
             f" leans to the draft's own: the middling draft decoded alone is {draft_tv:.4f} from the target.") in text
     # the sentence follows its numbers: past the draft's own distance, or keeping few drafts, it is not said
     said = [("typical", "0.09, 0.3", 0.3, 2.0, 1, ""), ("typical", "0.01, 0.03", 0.4, 3.0, 1, "")]
-    assert sd.demo18_loose_words(said, 3, 5, 3).startswith("The loose (0.01, 0.03) keeps 2.00 of its 3 drafts")
+    assert sd.demo18_loose_words(said, 3, 5, 3).startswith("It keeps 2.00 of its 3 drafts")
     assert sd.demo18_loose_words([said[0], ("typical", "0.01, 0.03", 0.6, 3.0, 1, "")], 3, 5, 3) == ""
     assert sd.demo18_loose_words([said[0], ("typical", "0.01, 0.03", 0.4, 2.2, 1, "")], 3, 5, 3) == ""
 

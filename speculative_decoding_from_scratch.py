@@ -4554,7 +4554,7 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.after.draft_passes} passes, beats the tree, whose {s.nodes}-position check crossed the ridge at B ="
         f" {s.tree_crossing}." if s.level and s.tree_crossing and s.tree_crossing < s.level
         and s.after.drafter.name == "small" else "",
-        ("Longer checks cross it later, " + and_list(
+        ("The chains' shorter checks cross it later, " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
          ", as each sequence's KV cache adds to the bytes a pass reads. Past the ridge every position costs time, and a chain's last"
          " drafts add the fewest tokens. So k falls" +

@@ -316,7 +316,7 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
-    assert (f"Longer checks cross it later, k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}, as each"
+    assert (f"The chains' shorter checks cross it later, k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}, as each"
             " sequence's KV cache adds to the bytes a pass reads. Past the ridge every position costs time, and a"
             " chain's last drafts add the fewest tokens. So k falls, a little after each crossing.") in text
     assert (f"At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of 0.27 GB:"

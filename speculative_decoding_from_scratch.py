@@ -2925,9 +2925,10 @@ def prompts():
 
 
 CALIBRATION_EDGES = (0, 1e-3, 0.01, 0.05, 0.2, 0.5, 0.8, 1.01)  # the chance bins of chapter 11's fit
+CALIBRATION_MIN_EXPECTED = 5.0  # bins expected fewer landings are pooled, as Pearson's test pools cells
 
 
-def calibration_p_value(tokens, P, text, edges=CALIBRATION_EDGES, min_expected=5.0):
+def calibration_p_value(tokens, P, text, edges=CALIBRATION_EDGES, min_expected=CALIBRATION_MIN_EXPECTED):
     """The fit of a long text to a model that reads it, where no token's row
     repeats. Each token's row splits the vocabulary into bins by probability;
     the token lands in one. Summed over the text, the landings are tested

@@ -642,13 +642,10 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
         " property of these tables: the target wants nothing at position 2 that the draft does not offer. So"
         " h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
-    assert tokenwise[4] == rows[0][4] and ("sees it at once (the option --detail says why it waits, and why its fit"
-                                           " equals block's).") in flat
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        sd.demo15_detail(rows)
-    assert ("So the two rules' outputs first differ at token 3, and with the same random numbers their runs draw alike"
-            " on the fit's two tokens: the same fit.") in " ".join(out.getvalue().split())
+    assert tokenwise[4] == rows[0][4] and ("sees it at once. The two residuals differ only after an over-proposed draft"
+                                           " (w_i < 1). After 'f' no block stops at an over-proposed x_1 (the option"
+                                           " --detail says why), so the bias waits for token 3. With the same random"
+                                           " numbers, the two rules' runs draw alike on two tokens: the same fit.") in flat
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
     assert sd.bugged("no_resample").token2_exact_words() == ""  # the residual is p: nothing here is exact
@@ -669,6 +666,11 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[3] >= -1e-12 for g in result.gains) and "Every measured value agrees" in text
     assert max(r[1] for r in result.example) <= result.ideal and "Neither keeps more than the ideal" in text
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and round(9 * result.ideal) == 12
+    # each term of the ideal, by hand: the sum over the texts of min(p, q), 1/3 + 1/3 for one token and
+    # min(1/9, 4/9) + 2 min(2/9, 2/9) + min(4/9, 1/9) for two
+    assert result.terms == pytest.approx([2 / 3, 6 / 9]) and ("beside the ideal, 6/9 + 6/9 = 12/9. Its i-th term sums,"
+                                                            " over the texts x_1..x_i, the smaller of their"
+                                                            " probabilities under the target and the draft") in flat(text)
     # where the block gains, by hand: 'a' then 'b' has probability 1/3 * 2/3 = 2/9 under p and 2/3 * 1/3 under q, so the
     # weight recovers to 1 and the block keeps both, where token-wise checking keeps 'a' with p/q = 1/2
     w1 = (1 / 3) / (2 / 3)

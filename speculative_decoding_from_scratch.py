@@ -1464,12 +1464,13 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
           rows, groups=[(f"k = {k} at {m.per_call:.2f}", 1, 2), ("best, exact", 3, 4)])
     slower_above = all((r[2] == "slower") == (r[0] > c_star + 1e-9) for r in rows)
     wins, losses = [r[0] for r in rows if r[3] > 0], [r[0] for r in rows if r[3] == 0]
+    j = int(np.argmax((exact - 1) / np.arange(1, 17))) + 1  # the k that stays ahead of plain decoding the longest
+    c_all = (exact[j - 1] - 1) / j  # past it, no k wins
     print()
     say(f"Above c* = {c_star:.3f}, k = {k} is slower than plain decoding." if slower_above else "",
-        f"A shorter k still wins up to c = {max(wins):.3g}; from c = {min(losses):.3g}, no k does." if wins and losses
-        and min(losses) > max(wins) else "",
-        f"At c = {min(losses):.3g}, k = 1 would need more than 1 + {min(losses):.3g} = {1 + min(losses):.3g} tokens"
-        f" per call to win; it makes {exact[0]:.2f} (demo 4)." if losses and exact[0] <= 1 + min(losses) else "")
+        f"A shorter k still wins below c = {c_all:.3f}, where k = {j}'s {exact[j - 1]:.3f} tokens per call (demo 4)"
+        f" equal its cost, 1 + {'' if j == 1 else j}c. Above it, no k does." if wins and losses
+        and all((r[3] > 0) == (r[0] < c_all) for r in rows) else "")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often.",
              {"the speedup falls as c rises": all(x > y for x, y in zip(speeds, speeds[1:])),

@@ -372,9 +372,12 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     assert [r for r in demo["4"][0] if r[0] == 4][0][2] == m.per_call
     wins = [c for c in (r[0] for r in result.rows) if sd.speedup(exact, np.arange(1, 17), c).max() > 1]
     assert (max(wins), min(r[0] for r in result.rows if r[0] not in wins)) == (0.6, 0.7)
-    assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k still wins up to c = 0.6; from"
-            " c = 0.7, no k does. At c = 0.7, k = 1 would need more than 1 + 0.7 = 1.7 tokens per call to win; it"
-            f" makes {exact[0]:.2f} (demo 4).") in flat_text
+    # k = 1 breaks even last, at c = 1.691 - 1, by hand: k keeps ahead while its tokens per call beat 1 + k c
+    edges = (exact - 1) / np.arange(1, 17)
+    assert edges.argmax() == 0 and 0.6 < edges[0] < 0.7
+    assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k still wins below c ="
+            f" {exact[0] - 1:.3f}, where k = 1's {exact[0]:.3f} tokens per call (demo 4) equal its cost, 1 + c. Above"
+            " it, no k does.") in flat_text
     assert exact[0] < 1.7 and f"{exact[0]:.2f}" in " ".join(demo["4"][1].split())
     assert "Takeaway: every draft costs c, kept or not, so a draft must be cheap and agree often." in flat_text
     # the lesson leaves the corollary, and where rounds start, to the detail

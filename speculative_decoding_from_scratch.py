@@ -3389,8 +3389,8 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
     for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), (f"blend {good_weight}", good, k_good, 10)):
         refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
         paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
-        rng = np.random.default_rng(11)
-        priced_round = lambda t: verify_round(Priced(TARGET, W), t, *draft_tokens(Priced(Q, W_draft), t, k, rng), rng)
+        rng, target, draft = np.random.default_rng(11), Priced(TARGET, W), Priced(Q, W_draft)  # built once, as plain's
+        priced_round = lambda t: verify_round(target, t, *draft_tokens(draft, t, k, rng), rng)
         t_spec, out = clocked(lambda: list(islice(rounds(priced_round, [0]), n_rounds)))
         per_call = sum(map(len, out)) / n_rounds
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]

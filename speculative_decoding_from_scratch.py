@@ -3338,9 +3338,9 @@ def demo13_times(W, X, ks):
     table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
           [(n, t, t / times[1]) for n, t in times.items()], clock=True)
     print()
-    say(f"This BLAS charges {times[2] / times[1]:.1f}x for a second column, where the roofline charges nothing. The"
-        " option --detail asks why." if times[2] / times[1] > 1.25 else
-        "A second column costs little here, as on the roofline.", clock=True)
+    say(f"A second column costs {times[2] / times[1]:.1f}x one here; the roofline charges nothing. The option"
+        " --detail asks why." if times[2] / times[1] > 1.25 else "A second column costs little here, as on the"
+        " roofline.", clock=True)
     return times
 
 
@@ -3374,7 +3374,8 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
     print()
     say(f"Calibrated before decoding, in one-column passes: c, a draft pass (a {W_draft.shape[0]} x"
         f" {W_draft.shape[1]} product); v, the verifying pass over k+1 positions. Each is the median of {reps}"
-        " repeats, timed afresh, with their lowest and highest in brackets:")
+        " repeats, timed apart from the table above, with their lowest and highest in brackets: they show how much"
+        " the clock moves.")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],

@@ -3493,9 +3493,9 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. Its i-th term sums,"
         " over the texts x_1..x_i, the smaller of their probabilities under the target and the draft: the most often"
         " drafts 1 to i can all be kept. No verifier that keeps the target's distribution keeps more on average (the"
-        " option --detail derives it). But the ideal needs the probabilities of whole blocks of text. A verifier"
-        " sees the rows p and q only after the drafted tokens, not after texts the draft did not write. Block"
-        " verification keeps the most any such verifier can, on average (its paper proves it)" +
+        " option --detail derives it). The ideal is computed from the probabilities of every text, but a verifier"
+        " sees the rows p and q only after the drafted tokens. Of the verifiers that see only those, block"
+        " verification keeps the most on average (its paper proves it)" +
         (f": {round(9 * rows[1][1])}/9 here." if rows[1][1] < ideal - 1e-9 else "."))
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
@@ -3687,7 +3687,7 @@ BLOCK_WORDS = {"tokenwise_residual": "step 5: draws the next token from the toke
                                      " not from max(0, w_i p - q)",
                "cumulative": "step 3: passes an earlier position i with chance w_i, not h_i",
                "vllm-ascend, PyTorch": "step 3: position i passes if the product of min(1, p/q) up to i is at"
-                                       " least a product of i uniforms, which shrinks as i grows; step 5 as"
+                                       " least a product of i uniforms, a bar that falls fast as i grows; step 5 as"
                                        " tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with step 1's weight w_i in place of that product"}
 
@@ -3753,7 +3753,7 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "The two residuals differ only after an over-proposed draft (w_i < 1). After"
-                f" '{name(ctx)}' no block stops at an over-proposed x_1 (the option --detail says why), so the bias"
+                f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0 and no block stops there: the bias"
                 " waits for token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
                 " same fit." if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit
                 and token2_exact_words(ctx) else "")

@@ -646,8 +646,8 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
         " h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and ("sees it at once. The two residuals differ only after an over-proposed draft"
-                                           " (w_i < 1). After 'f' no block stops at an over-proposed x_1 (the option"
-                                           " --detail says why), so the bias waits for token 3. With the same random"
+                                           " (w_i < 1). After 'f', every over-proposed x_1 has Z_1 = 0, so h_1 = 0 and"
+                                           " no block stops there: the bias waits for token 3. With the same random"
                                            " numbers, the two rules' runs draw alike on two tokens: the same fit.") in flat
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""

@@ -4108,8 +4108,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
-            ("block", "lossless: the k drafts judged together, so a draft that fails need not end the round;"
-                      " it keeps more of them than the paper's rule, and stays exact (chapters 14 and 15)."),
+            ("block", "lossless: the k drafts judged together. A failed test replaces no token, so it need not"
+                      " end the round; block keeps more drafts than the paper's rule, and stays exact (chapters 14"
+                      " and 15)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
@@ -4178,12 +4179,13 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
           f" some set of {n}-token texts has a probability {r[2]:.2f} higher under the rule than under the target."
           for r in rows
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
-        f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts:"
-        f" the same first {n} tokens and TV, but other tokens per call, as the bonus token starts the next round."
+        f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts."
+        f" So the first {n} tokens and the TV are the same, but the tokens per call differ: the bonus token starts"
+        " the next round."
         if twins else "")
     print()
-    say("The option --detail plots tokens per call against exact TV. It tries each typical setting with a token"
-        " drawn from p after a rejection, which shows why the strict and loose settings sit where they do.")
+    say(demo18_strict_words(rows), "The option --detail plots tokens per call against exact TV, and tries each"
+        " typical setting with a token drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
 
@@ -4191,6 +4193,21 @@ def typical_rows(rows):
     """Chapter 18's typical rows that computed, and among them the one at vLLM's defaults (None if it did not)."""
     typical = [r for r in rows if r[0] == "typical" and r[2] is not None]
     return typical, next((r for r in typical if r[1] == setting_text(TYPICAL_SHIPPED)), None)
+
+
+def demo18_strict_words(rows):
+    """Why typical's strict setting sits farther from the target than its
+    defaults, where the exact TVs say so: its argmax fallbacks."""
+    typical, shipped = typical_rows(rows)
+    strict = min(typical, key=lambda r: r[3]) if typical else None  # the fewest tokens per call: the most rejections
+    if shipped is None or strict is shipped or strict[2] <= shipped[2]:
+        return ""
+    setting = next(s for s in TYPICAL_SETTINGS if setting_text(s) == strict[1])
+    from_p = typical_from_p_tv(*setting)
+    return (f"Typical's strict ({strict[1]}) is farther from the target than its defaults ({shipped[1]}) mostly"
+            " through its argmax"
+            f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
+            f" {from_p:.4f}." if from_p < strict[2] / 2 else "")
 
 
 def demo18_loose_words(rows, k, ctx, n):

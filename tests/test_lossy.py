@@ -162,6 +162,17 @@ def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fal
     assert f"The loose (0.01, 0.03) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to" in text
 
 
+def test_chapter18_puts_the_strict_settings_distance_on_its_argmax_fallbacks(in_process):
+    text = flat(section(in_process[1], "18"))
+    rows = {r[0]: r for r in sd.typical_fallback_rows()}
+    strict = rows["0.3, 0.9"]
+    assert strict[2] > rows["0.09, 0.3"][2] and strict[3] < strict[2] / 2
+    assert ("Typical's strict (0.3, 0.9) is farther from the target than its defaults (0.09, 0.3) mostly through its"
+            " argmax"
+            f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
+            f" {strict[3]:.4f}.") in text
+
+
 def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process):
     text = flat(section(in_process[1], "18"))
     best = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3)
@@ -179,7 +190,8 @@ def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(in_proces
     with contextlib.redirect_stdout(out):
         sd.DETAILS["18"](in_process[0]["18"])
     text = flat(out.getvalue())
-    assert "The option --detail plots tokens per call against exact TV" in flat(section(in_process[1], "18"))
+    assert ("The option --detail plots tokens per call against exact TV, and tries each typical setting with a token"
+            " drawn from p after a rejection.") in flat(section(in_process[1], "18"))
     rows = {r[0]: r for r in sd.typical_fallback_rows()}
     loose, shipped = rows["0.01, 0.03"], rows["0.09, 0.3"]
     joint = [sd.target_first_tokens(T, 5, 3) for T in (sd.MIDDLING, sd.TARGET)]

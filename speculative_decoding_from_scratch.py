@@ -4470,10 +4470,12 @@ def demo19_tuning(**how):
     shortcut = rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1))  # k's rates differ by k
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
-        f"The rates here are of rounds of {k_max} drafts. A round starts where the last one ended, which depends on"
-        " k and is not a typical token of the text, and a draft's chance depends on the token before it (demo 3)."
-        f" So the sum is exact only at k = {k_max}, and position 1's rates are not alpha"
-        f" ({' and '.join(f'{a:.3f}' for a in alphas)})." if shortcut else "",
+        f"The rates here are of rounds of {k_max} drafts. Rounds start at the tokens the last rounds ended on, which"
+        " are not spread like the text's tokens and depend on k, and a draft's chance depends on the token before"
+        " it (demo 3)."
+        f" So the sum is exact only at k = {k_max}, and position 1's rates"
+        f" ({' and '.join(f'{r[0]:.3f}' for r in rates)}) are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)})."
+        if shortcut else "",
         f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
         f" k = {k_max}, computed exactly:")
@@ -4511,8 +4513,8 @@ def demo19_tuning(**how):
     say("An exhaustive search, pricing every option at each B alone from exact tokens per call at each k, beats"
         f" the plan by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else
-         f": {untolerant.worst:.2%} from pricing every k from the k = {k_max} rates, the rest from its {tol:.1%}"
-         " margin." if 0 < untolerant.worst < check.worst else "."))
+         f". Of that, {untolerant.worst:.2%} comes from pricing every k from the k = {k_max} rates, and the rest"
+         f" from its {tol:.1%} margin." if 0 < untolerant.worst < check.worst else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4567,6 +4569,9 @@ def demo19_shape(s, n_ctx, max_batch):
     """Chapter 19's paragraphs on what sets its plan (B = 1, why big never
     wins, why k falls), each clause said only while its numbers bear it out."""
     crossed = s.crossed
+    alone = int(ridge() // (s.m / (s.w + s.kv)))  # demo 6's positions at the ridge: one sequence
+    grows = s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None and all(
+        b * (k + 1) > alone for k, b in [*crossed, (s.nodes - 1, s.tree_crossing or 0)])
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
@@ -4580,14 +4585,15 @@ def demo19_shape(s, n_ctx, max_batch):
          if s.big_fit < max_batch else "")
         if not s.big_runs
         and s.c[1] > s.c[0] else "",
+        "Each sequence's KV cache adds to the bytes a pass reads, so at large B a pass reaches the ridge only past"
+        f" many more positions than demo 6's {alone}." if grows else "",
         f"From B = {s.level} the small draft's {s.after.shape}, {s.after.tokens:.2f} tokens per call from"
         f" {s.after.draft_passes} passes, beats the tree, whose {s.nodes}-position check crossed the ridge at B ="
-        f" {s.tree_crossing}." if s.level and s.tree_crossing and s.tree_crossing < s.level
+        f" {s.tree_crossing}" + (f" ({s.nodes * s.tree_crossing:,} positions)." if grows else ".") if s.level and s.tree_crossing and s.tree_crossing < s.level
         and s.after.drafter.name == "small" else "",
-        ("The chains' shorter checks cross it later, " + and_list(
+        ("The chains' shorter checks cross it later: " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
-         ", as each sequence's KV cache adds to the bytes a pass reads. Past the ridge every position costs time, and a chain's last"
-         " drafts add the fewest tokens. So k falls" +
+         ". Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So k falls" +
          (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
         if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
     return [p for p in (clauses[0], clauses[1], " ".join(p for p in clauses[2:] if p)) if p]  # three paragraphs

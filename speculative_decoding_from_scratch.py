@@ -3061,12 +3061,12 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
         rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
     note = long_context_note(k, [len(t) for t in texts])
     print()
-    say(f"Speed against lam, k = {k}, over two prompts: the paragraph and a Python function to edit.",
-        f"The draft is free, so the cost is the verifying pass of {k + 1} positions, priced on demo 6's roofline: a"
-        " Llama-2-7B-shaped target on an H100.",
+    say(f"Speed against lam, k = {k}, over two prompts pooled: the paragraph and a Python function to edit.",
+        f"The draft is free, so the cost is the verifying pass of {k + 1} positions. It is priced as if the target"
+        " were demo 6's Llama-2-7B-shaped model on an H100.",
         note + " So there the speedup is the tokens per call." if note else "")
     print()
-    say(f"A short-context server pays more: at {BATCH_CONTEXT} tokens of context (demo 6's roofline) and B ="
+    say(f"A short-context server pays more: at {BATCH_CONTEXT} tokens of context and B ="
         f" {batch}, the pass is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes. The speedup column prices that case for vLLM's draft" +
         (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +

@@ -3502,21 +3502,18 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
           + [("ideal", ideal, f"{round(9 * ideal)}/9")])
     print()
-    w1 = accept_prob(P2[0], Q2[0], 0)  # the draft 'a', over-proposed: min(1, p/q)
-    w2 = accept_prob(w1 * P2[1], Q2[1], 1)  # then 'b', under-proposed: the block's weight recovers
-    pair, b_after = P2[0, 0] * P2[1, 1], accept_prob(P2[1], Q2[1], 1)  # token-wise, 'b' after a kept 'a'
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
         " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.",
-        f"Where the block gains: the drafts 'a' then 'b' are as likely under p as under q ({round(9 * pair)}/9)."
-        f" So w_2 = 1, and position 2 always passes: the block keeps both. Token-wise checking keeps 'a' only"
-        f" {w1:.2g} of the time, then 'b' with chance {b_after:.2g}: {w1 * (1 + b_after):.2g}"
-        f" draft{'s' * (w1 * (1 + b_after) != 1)} on average,"
-        " against the block's 2." if w1 < 1 and w2 > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING
-        else "")
-    loss = demo14_loss(P2, Q2, rows[1][1] - rows[0][1])
-    if loss:
+        "Where does the block gain? Each pair of drafts, its chance under q, and the drafts each verifier keeps"
+        " there on average; the block's gain is weighed by the pair's chance:")
+    print()
+    pairs = demo14_pairs(P2, Q2)
+    table([("drafts", 8, "<"), ("chance", 8, ninths), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
+           ("weighed gain", 14, lambda x: ninths(x, sign=True))], pairs)
+    why = demo14_why(P2, Q2, pairs, rows[1][1] - rows[0][1])
+    if why:
         print()
-        say(loss)
+        say(why)
     gains = []
     for k in ks:
         tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
@@ -3555,33 +3552,47 @@ def demo14_detail(result):
         " + ".join(f"{round(9 * t)}/9 (i = {i})" for i, t in enumerate(terms, start=1)) + f" = {round(9 * ideal)}/9.")
 
 
-def demo14_loss(P2, Q2, net):
-    """Chapter 14's sentence on where the block loses in the paper's example:
-    each pair of drafts' expected kept drafts under both verifiers, through
-    accept_prob and block_threshold, weighed by q; said only while the gain
-    on 'a' then 'b' less this loss is the table's net gap."""
-    def kept(x1, x2):
+def ninths(x, sign=False):
+    """Chapter 14's example in ninths where it is one: ninths(4 / 9) -> '4/9',
+    ninths(-1 / 9, sign=True) -> '-1/9'; a decimal where it is not."""
+    n = round(9 * x)
+    return ("0" if n == 0 else f"{n:+d}/9" if sign else f"{n}/9") if abs(9 * x - n) < 1e-9 else (
+        f"{x:+.3f}" if sign else f"{x:.3f}")
+
+
+def demo14_pairs(P2, Q2):
+    """Chapter 14's example, pair by pair: each pair of drafts, its chance
+    under q, the drafts kept on average by token-wise checking (accept_prob)
+    and by the block (its weights through accept_prob, and block_threshold),
+    and the change weighed by the pair's chance."""
+    rows = []
+    for x1, x2 in product(range(2), repeat=2):
         a1, a2 = accept_prob(P2[0], Q2[0], x1), accept_prob(P2[1], Q2[1], x2)
         w2 = accept_prob(a1 * P2[1], Q2[1], x2)  # the block's weight after both: min(1, w_1 p / q)
-        return a1 + a1 * a2, 2 * w2 + (1 - w2) * block_threshold(a1, P2[1], Q2[1])
-    change = {(x1, x2): Q2[0, x1] * Q2[1, x2] * (kept(x1, x2)[1] - kept(x1, x2)[0]) for x1 in (0, 1) for x2 in (0, 1)}
-    (tw, bl), share = kept(0, 0), Q2[0, 0] * Q2[1, 0]
-    if not (bl < tw and change[0, 1] > 0 and abs(change[1, 0]) + abs(change[1, 1]) < 1e-12
-            and abs(change[0, 1] + change[0, 0] - net) < 1e-9):
-        return ""
-    w1 = accept_prob(P2[0], Q2[0], 0)
-    w2, h1 = accept_prob(w1 * P2[1], Q2[1], 0), block_threshold(w1, P2[1], Q2[1])
-    a2 = accept_prob(P2[1], Q2[1], 0)
-    why = (f" There w_1 = {w1:.2g} and w_2 = {w2:.2g}. And Z_1 = 0: at position 2 the target wants nothing the"
-           f" draft does not offer. So h_1 = 0, and position 1 never passes. The block keeps both with chance"
-           f" {w2:.2g}, else none: {bl:.2g} drafts on average."
-           f" Token-wise checking keeps at least the first with chance {w1:.2g}, and both with {w1 * a2:.2g}:"
-           f" {w1:.2g} + {w1 * a2:.2g} = {tw:.2g} drafts."
-           if h1 < 1e-12 and w2 < w1 < 1 else
-           f" The block keeps {bl:.2g} drafts on average there, token-wise checking {tw:.2g}.")
-    return (f"The block loses where both drafts are 'a' ({round(9 * share)}/9 under q).{why} After a first 'b' both"
-            " keep the same. Net:"
-            f" {round(9 * change[0, 1]):+d}/9 {round(9 * change[0, 0]):+d}/9 = {round(9 * net):+d}/9, the table's gap.")
+        tw, bl = a1 + a1 * a2, 2 * w2 + (1 - w2) * block_threshold(a1, P2[1], Q2[1])
+        chance = Q2[0, x1] * Q2[1, x2]
+        rows.append((f"{'ab'[x1]} {'ab'[x2]}", chance, tw, bl, chance * (bl - tw)))
+    return rows
+
+
+def demo14_why(P2, Q2, pairs, net):
+    """Chapter 14's sentences on its pairs: why the block gains on 'a' then
+    'b' and loses on 'a', 'a', each said only while its numbers bear it out,
+    and the net, only while it is the first table's gap."""
+    change = {r[0]: r[4] for r in pairs}
+    w1 = accept_prob(P2[0], Q2[0], 0)  # the draft 'a', over-proposed: min(1, p/q)
+    w2b, w2a = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(w1 * P2[1], Q2[1], 0)
+    h1 = block_threshold(w1, P2[1], Q2[1])
+    pair = P2[0, 0] * P2[1, 1]
+    return " ".join(p for p in (
+        f"The block gains on 'a' then 'b': the two are as likely under p as under q ({ninths(pair)}), so w_2 = 1"
+        " and position 2 always passes." if change["a b"] > 0 and w1 < 1 and w2b > 1 - ROUNDING
+        and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
+        "It loses on 'a', 'a': there Z_1 = 0, as the target wants nothing at position 2 that the draft does not"
+        f" offer. So h_1 = 0, and the block keeps both, with chance w_2 = {w2a:.2g}, or none."
+        if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 else "",
+        f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
+        if abs(sum(change.values()) - net) < 1e-9 else "") if p)
 
 
 # -----------------------------------------------------------------------------

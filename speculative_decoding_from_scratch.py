@@ -6041,12 +6041,13 @@ def profile_number(d, key, where, lo, hi, whole=False):
 
 def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLAMA2_7B, tol=0.005):
     """--plan --profile: the plan across drafters, and each engine's config."""
-    fit = sequences_that_fit(n_ctx, hw, target)
+    fit = max(drafter_fit(d, n_ctx, hw, target) for d in drafters)  # a server holds its drafter beside the target
+    shaped = fit < sequences_that_fit(n_ctx, hw, target)  # every drafter's own weights and KV caches take room
     max_batch = min(max_batch, fit)
     buckets, speeds, options = plan_drafters(drafters, n_ctx, max_batch, k_max, tol=tol, hw=hw, target=target)
     say(f"{plural(len(drafters), 'drafter')}, {plural(n_ctx, 'token')} of context, an {hw.name}: {plural(fit, 'sequence')}"
-        f" fit in {bound(hw.memory / 1e9)} GB; batch sizes 1 to {max_batch:,}; each bucket keeps one choice within"
-        f" {tol:.1%} of the best at every B in it:")
+        f" fit in {bound(hw.memory / 1e9)} GB{' beside the target and a drafter' * shaped}; batch sizes 1 to"
+        f" {max_batch:,}; each bucket keeps one choice within {tol:.1%} of the best at every B in it:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 16, "<"), ("runs as", 16, "<"), ("speedup", 13, ">"),
            ("bound", 18, "<")], plan_rows(buckets, speeds, options, n_ctx, hw, target))

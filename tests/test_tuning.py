@@ -147,6 +147,22 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     assert f"{fit} sequences fit in 80 GB; batch sizes 1 to {fit};" in " ".join(out.split())
 
 
+def test_a_profile_plan_stops_where_its_shaped_drafter_no_longer_fits(tmp_path, capsys):
+    # a drafter given as a shape holds its weights and a KV cache a sequence beside the target's: 193 sequences of
+    # 512 tokens fit beside chapter 19's big draft, not the target's 248, so no engine is told to run 194 to 248
+    shape = [2048, 5504, 16, 32000]
+    fit = sd.sequences_that_fit(512, drafts=(tuple(shape),))
+    assert fit == 193 < sd.sequences_that_fit(512)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"drafters": [{"name": "d", "method": "draft_model", "draft_shape": shape,
+                                              "per_position": [0.8, 0.6, 0.45, 0.3]}]}))
+    code, out, _ = main(capsys, "--plan", "--profile", str(path), "--max-batch", "1000")
+    rows = json.loads(" ".join(out.split()).split("--speculative-config '")[1].split("'")[0])
+    assert code == 0 and rows["num_speculative_tokens_per_batch_size"][-1][1] == fit
+    assert f"{fit} sequences fit in 80 GB beside the target and a drafter; batch sizes 1 to {fit};" in " ".join(
+        out.split())
+
+
 @pytest.mark.parametrize("change, message", [
     ({"drafters": []}, "the profile must be a JSON object with a non-empty list 'drafters'"),
     ({"drafters": [{"name": "a", "method": "warp", "c": 0.1, "per_position": [0.5]}]}, "drafters[0].method must be"),

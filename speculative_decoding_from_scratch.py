@@ -5472,7 +5472,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           parallel, as when it reads a prompt, for about the cost of one
           (demo 6 shows why); if all k pass, position k+1 gives a bonus
           token, drawn from p
-  alpha   the chance a draft is accepted, averaged over the target's text
+  alpha   the chance a draft is accepted, averaged over the contexts of
+          the target's own text
   c       one draft call's cost, in target calls; "per call" always
           means per target call
   TV      total variation: the most two distributions differ on any event

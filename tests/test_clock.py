@@ -71,20 +71,27 @@ def test_predict_uses_the_medians_and_reports_the_spread():
     assert sd.predict((c, np.full(4, 2.0)), 3.0, k=2)[1] == 0
 
 
-@pytest.mark.parametrize("spread, clock, at_run, v4, words", [
-    (0.1, 2.0, 2.1, 3.0, ["The blend draft wins (2.00x)", "refined* was within 25%", "only a draft that agrees often"]),
-    (0.1, 0.5, 0.7, 3.0, ["The blend draft loses (0.50x)", "refined* was NOT within 25%"]),
-    (0.9, 2.0, 2.1, 3.0, ["wins", "too noisy to judge (spread 90%)"]),
-    (0.1, 2.0, 2.1, 1.1, ["k+1 positions cost about one"]),
+@pytest.mark.parametrize("spread, clocks, at_run, v4, words", [
+    (0.1, (0.5, 2.0), 2.1, 3.0, ["The middling draft loses (0.50x)", "The blend draft wins (2.00x)",
+                                 "refined* was within 25%", "only the draft that agrees often wins."]),
+    (0.1, (1.2, 2.0), 2.1, 3.0, ["The middling draft wins (1.20x)", "yet both drafts win."]),
+    (0.1, (0.5, 0.5), 0.7, 3.0, ["The blend draft loses (0.50x)", "refined* was NOT within 25%",
+                                 "and neither draft wins."]),
+    (0.9, (0.5, 2.0), 2.1, 3.0, ["wins", "too noisy to judge (spread 90%)"]),
+    (0.1, (0.5, 2.0), 2.1, 1.1, ["k+1 positions cost about one"]),
 ])
-def test_chapter13_verdicts_follow_the_clock_and_the_spread(capsys, spread, clock, at_run, v4, words):
-    sd.demo13_verdicts([("blend", 4, 2.0, 2.0, 2.8, clock, at_run, at_run / clock - 1, spread)], v4=v4)
+def test_chapter13_verdicts_follow_the_clock_and_the_spread(capsys, spread, clocks, at_run, v4, words):
+    # (label, k, paper, refined, tokens per call, clock, refined*, error, spread), the middling draft first
+    rows = [(label, 4, 2.0, 2.0, 2.8, clock, at_run, at_run / clock - 1, spread)
+            for label, clock in zip(("middling", "blend"), clocks)]
+    sd.demo13_verdicts(rows, v4=v4)
     text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
     assert all(w in text for w in words), text
     assert f"Here v is {v4:.2f} at k = 4, where the roofline gives {sd.verify_cost(4, 1, 512):.2f}" in text
-    assert ("too noisy" in text) == (spread > 0.5) and ("agrees often" in text) == (v4 > 1.25)
+    assert ("too noisy" in text) == (spread > 0.5)
+    assert ("agrees often" in text) == (v4 > 1.25 and clocks[0] <= 1 < clocks[1])
     # the paper's prediction is 2.0x: the takeaway stands only where v in place of 1 came closer to the clock
-    assert ("Takeaway: price" in text) == (abs(at_run - clock) <= abs(2.0 - clock))
+    assert ("Takeaway: price" in text) == all(abs(at_run - clock) <= abs(2.0 - clock) for clock in clocks)
 
 
 def test_chapter13_every_clock_line_is_marked_and_demo6_rows(monkeypatch):

@@ -1693,14 +1693,18 @@ def long_context_note(k, lengths, hw=H100):
     BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
     any batch whose KV caches fit; said only while that is about 1."""
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
+    n = min(lengths)  # the shortest: the most sequences fit, and the most MACs a byte
+    fit = sequences_that_fit(n, hw)
+    macs, read = pass_traffic(LLAMA2_7B, n, k + 1, fit)
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), each sequence adds its"
             " own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow with B,"
             " the sequences decoded at once, nearly as fast as the arithmetic. The"
-            f" {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound, so a pass of {k + 1}"
-            f" positions costs {worst:.2f} plain one-position passes at every batch that fits." if worst < 1.005
-            else "")
+            f" {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound: at {n:,} characters"
+            f" {fit} sequences fit, and there a pass of {k + 1} positions does {macs / read:.0f} MACs a byte, under the"
+            f" ridge's {ridge(hw):.1f}. At every batch that fits, it costs {worst:.2f} plain one-position passes."
+            if worst < 1.005 and macs / read < ridge(hw) else "")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):

@@ -467,14 +467,19 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
         fit = sd.sequences_that_fit(n)
         assert fit < 300 and all(sd.bound_text(sd.LLAMA2_7B, n, 5, b, b, sd.H100) == "memory" for b in (1, fit))
         assert max(sd.verify_cost(5, b, n_ctx=n) for b in range(1, fit + 1)) == pytest.approx(1.0, abs=1e-12)
+    # the shortest prompt packs the most sequences, and so the most MACs a byte: by the roofline's own traffic
+    fits = [sd.sequences_that_fit(n) for n in lengths]
+    intensity = np.divide(*sd.pass_traffic(sd.LLAMA2_7B, lengths[0], 6, fits[0]))
+    assert lengths[0] == min(lengths) and fits[0] == max(fits) and 100 < intensity < sd.ridge()
     for chapter, shown in (("11", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
         assert (("That holds for short contexts only." in text) == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters, one token per character), each sequence adds its"
                 " own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow with B,"
                 " the sequences decoded at once, nearly as fast as the arithmetic. The H100 SXM's 80 GB fills before a"
-                " pass becomes compute-bound, so a pass of 6 positions costs 1.00 plain one-position passes at every"
-                " batch that fits." in text), chapter
+                f" pass becomes compute-bound: at {lengths[0]} characters {fits[0]} sequences fit, and there a pass"
+                f" of 6 positions does {intensity:.0f} MACs a byte, under the ridge's 147.6. At every batch that fits, it"
+                " costs 1.00 plain one-position passes." in text), chapter
     assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())
 
 

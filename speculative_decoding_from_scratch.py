@@ -4489,18 +4489,18 @@ def demo19_tuning(**how):
     shortcut = rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1))  # k's rates differ by k
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
-        f"The rates here are of rounds of {k_max} drafts. Rounds start at the tokens the last rounds ended on, which"
-        " are not spread like the text's tokens and depend on k, and a draft's chance depends on the token before"
-        " it (demo 3)."
-        f" So the sum is exact only at k = {k_max}, and position 1's rates"
-        f" ({' and '.join(f'{r[0]:.3f}' for r in rates)}) are not alpha ({' and '.join(f'{a:.3f}' for a in alphas)})."
-        if shortcut else "",
-        f"Two draft models of the target, big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
-        f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}), have these rates at"
-        f" k = {k_max}, computed exactly:")
+        f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
+        f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
+        f" {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
+    if shortcut:
+        say(f"Position 1's rates ({' and '.join(f'{r[0]:.3f}' for r in rates)}) are not alpha"
+            f" ({' and '.join(f'{a:.3f}' for a in alphas)}), and the sum is exact only at k = {k_max}. Where a round"
+            " starts depends on how the last one ended, and so on k, and a draft's chance depends on the token"
+            " before it (demo 3).")
+        print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
@@ -4597,8 +4597,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.3f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.2f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.3f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, for a draft"
-        f" pass reads its own. Big's c rises from {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's"
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
+        f" reads its own KV cache, and big's is {s.kv_share[0]:.2f} of the target's a sequence, small's"
+        f" {s.kv_share[1]:.2f}. Big's c rises from {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's"
         f" stays at {max(s.c_small):.3f} or less." +
         (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
          if s.big_fit < max_batch else "")
@@ -4608,7 +4609,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" many more positions than demo 6's {alone}." if grows else "",
         f"From B = {s.level} the small draft's {s.after.shape}, {s.after.tokens:.2f} tokens per call from"
         f" {s.after.draft_passes} passes, beats the tree, whose {s.nodes}-position check crossed the ridge at B ="
-        f" {s.tree_crossing}" + (f" ({s.nodes * s.tree_crossing:,} positions)." if grows else ".") if s.level and s.tree_crossing and s.tree_crossing < s.level
+        f" {s.tree_crossing}" + (f" ({s.nodes * s.tree_crossing:,} positions)" if grows else "") + (
+            f". Just past the ridge a check costs only a little more, so the tree holds to B = {s.level - 1}."
+            if s.level - 1 > s.tree_crossing else ".") if s.level and s.tree_crossing and s.tree_crossing < s.level
         and s.after.drafter.name == "small" else "",
         ("The chains' shorter checks cross it later: " + and_list(
             [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
@@ -4632,12 +4635,8 @@ def demo19_detail(result):
         " was for the next candidate. If every candidate is rejected, the next token comes from the last residual"
         " and the round ends. If one is kept, its siblings are dropped and the walk goes on under it."
         if result.intact else "",
-        ("A draft pass reads its own KV cache, as the target's pass does: big's is"
-         f" {s.kv_share[0]:.2f} of the target's a sequence, small's {s.kv_share[1]:.2f}. At large B both passes"
-         f" are mostly KV cache, so big's c nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
-        (f"Past the ridge a check costs only a little more at first, so the tree holds to B = {s.level - 1}, past"
-         f" its crossing at {s.tree_crossing}.") if s.level and s.tree_crossing and s.level - 1 > s.tree_crossing
-        and s.after.drafter.name == "small" else "",
+        (f"At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
+         f" {s.kv_share[0]:.2f}, its KV cache's share.") if not s.big_runs and s.c[1] > s.c[0] else "",
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"

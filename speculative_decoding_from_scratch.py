@@ -3501,9 +3501,9 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. Its i-th term sums,"
         " over the texts x_1..x_i, the smaller of their probabilities under the target and the draft: the most often"
         " drafts 1 to i can all be kept. No verifier that keeps the target's distribution keeps more on average (the"
-        " option --detail derives it). The ideal is computed from the probabilities of every text, but a verifier"
-        " sees the rows p and q only after the drafted tokens. Of the verifiers that see only those, block"
-        " verification keeps the most on average (its paper proves it)" +
+        " option --detail derives it), but it is not always reachable. A verifier keeps some of the drafts, then"
+        " draws one more token. Of the verifiers that work this way and keep the target's"
+        " distribution, block verification keeps the most on average (its paper proves it)" +
         (f": {round(9 * rows[1][1])}/9 here." if rows[1][1] < ideal - 1e-9 else "."))
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
@@ -3784,8 +3784,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
-            "No exact verifier that sees the rows p and q only after the drafted tokens keeps more on average than"
-            " block verification (its paper proves it). So the shipped paths keep drafts that an exact verifier would reject, and their"
+            "No exact verifier that keeps some drafts, then draws one token, keeps more on average than block"
+            " verification (its paper proves it). So the shipped paths keep drafts that an exact verifier would reject, and their"
             " output is not the target's." if more else "")
     return caught
 

@@ -1703,7 +1703,8 @@ def long_context_note(k, lengths, hw=H100):
             " the sequences decoded at once, nearly as fast as the arithmetic. The"
             f" {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound: at {n:,} characters"
             f" {fit} sequences fit, and there a pass of {k + 1} positions does {macs / read:.0f} MACs a byte, under the"
-            f" ridge's {ridge(hw):.1f}. At every batch that fits, it costs {worst:.2f} plain one-position passes."
+            f" ridge's {ridge(hw):.1f}. At every batch that fits, a pass of {k + 1} positions costs what a"
+            f" one-position pass does ({worst:.2f} plain passes)."
             if worst < 1.005 and macs / read < ridge(hw) else "")
 
 
@@ -3071,7 +3072,8 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
         note + " So there the speedup is the tokens per call." if note else "")
     print()
     say(f"A short-context server pays more: at {BATCH_CONTEXT} tokens of context and B ="
-        f" {batch}, the pass is {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
+        f" {batch}, the pass of {batch * (k + 1):,} positions is"
+        f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes. The speedup column prices that case for vLLM's draft" +
         (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +
         " Each # is a quarter token per call:")

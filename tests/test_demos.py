@@ -671,7 +671,7 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and round(9 * result.ideal) == 12
     # each term of the ideal, by hand: the sum over the texts of min(p, q), 1/3 + 1/3 for one token and
     # min(1/9, 4/9) + 2 min(2/9, 2/9) + min(4/9, 1/9) for two
-    assert result.terms == pytest.approx([2 / 3, 6 / 9]) and ("beside the ideal, 6/9 + 6/9 = 12/9. Its i-th term sums,"
+    assert result.terms == pytest.approx([2 / 3, 6 / 9]) and ("beside the ideal, 6/9 + 6/9 = 12/9. The ideal's i-th term sums,"
                                                             " over the texts x_1..x_i, the smaller of their"
                                                             " probabilities under the target and the draft") in flat(text)
     # where the block gains, by hand: 'a' then 'b' has probability 1/3 * 2/3 = 2/9 under p and 2/3 * 1/3 under q, so the
@@ -702,6 +702,20 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     net = bad.exact_block_tokens_per_call(P2, Q2, 2) - bad.exact_tokens_per_call(P2, Q2, 2)
     assert "It loses on 'a', 'a'" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
     assert sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net + 0.1).endswith("or none.")  # a gap it does not explain
+
+
+def test_chapter14_checks_its_own_example_exactly(demo):
+    # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
+    # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
+    _, text = demo["14"]
+    assert "Block verification's first 3 tokens here are the target's: exact TV < 1e-9." in text
+    P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
+    bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
+    assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bad.demo14_block_gain(n_rounds=50, ks=(1,))
+    assert "Block verification's first 3 tokens here are NOT the target's" in flat(out.getvalue())
 
 
 def test_chapter14_in_detail_derives_the_ideal_from_one_minus_tv(demo, capsys):

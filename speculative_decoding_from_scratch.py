@@ -4125,7 +4125,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
         "for speed. Here its cost is its distance from the target, computed exactly: the TV between",
         f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
-        f" requests.) The middling draft drafts k = {k}; tokens per call are long-run averages. The rules:")
+        f" requests.) The middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")
     print()
     for rule, words in (
             ("probabilistic", "lossless: the paper's rule."),
@@ -4203,8 +4203,8 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
           for r in rows
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
         f"Medusa's rule differs from typical's only in the bonus token, which comes after the first {k} drafts."
-        f" So the first {n} tokens and the TV are the same, but the tokens per call differ: the bonus token starts"
-        " the next round."
+        f" So the first {n} tokens and the TV are the same, but the tokens per call differ: the next round's drafts"
+        " follow the bonus token, so an argmax bonus changes how often they pass."
         if twins else "")
     print()
     say(demo18_strict_words(rows), "The option --detail plots tokens per call against exact TV, and tries each"

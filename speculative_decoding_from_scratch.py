@@ -4479,10 +4479,11 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
+    roomiest = max(measured, key=lambda d: drafter_fit(d, n_ctx)).name  # the drafter beside which the most fit
     say("A practitioner has several draft models and one server. This chapter's procedure prices every way to run",
         f"each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
         f" range of B. It stops at B = {max_batch}, the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB beside the target and a draft. That counts both models' weights, and in each"
+        f" {H100.memory / 1e9:.0f} GB beside the target and the {roomiest} draft. That counts both models' weights, and in each"
         " a KV cache, the keys and values of every sequence's tokens. The option --plan --profile runs it on your"
         " own figures; --detail shows its arithmetic.")
     print()
@@ -4492,7 +4493,8 @@ def demo19_tuning(**how):
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
     shortcut = rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1))  # k's rates differ by k
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
+        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call"
+        f" (exactly at k = {k_max}, where they were counted).",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
@@ -4500,19 +4502,19 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     if shortcut:
-        say(f"Position 1's rates ({' and '.join(f'{r[0]:.3f}' for r in rates)}) are not alpha"
-            f" ({' and '.join(f'{a:.3f}' for a in alphas)}), and the sum is exact only at k = {k_max}. Where a round"
-            " starts depends on how the last one ended, and so on k, and a draft's chance depends on the token"
-            " before it (demo 3).")
+        say(f"Position 1's rates differ from alpha, {' and '.join(f'{a:.3f}' for a in alphas)}, as a round starts"
+            " after a redrawn or bonus token, not at a typical token of the text, and a draft's chance depends on the"
+            " token before it (demo 3). Those starts depend on k, so the other k's rates differ a little.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
-        f" of {nodes} positions with the text's last token. The check walks down from the root. At each node it"
-        " tests the candidates in turn by demo 1's rule: the first against p, each next one against the residual"
-        f" the last rejection left, max(0, p - q) normalised. It goes on under the first candidate kept. It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
-        f" {n_rounds:,} rounds" +
-        (", and keeps the target's distribution." if intact["small"] else "."))
+        f" of {nodes} positions with the text's last token. The check walks down from the root. A node's first"
+        " candidate is kept with chance min(1, p/q), as in demo 1. After a rejection, p becomes max(0, p - q)"
+        " normalised, and the next candidate is tested against that p, with q unchanged. If all are rejected, the"
+        " next token comes from the last p and the round ends; else the walk goes on under the kept one."
+        f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
+        f" {n_rounds:,} rounds; chapter 8 checks that a tree keeps the target's distribution.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per call times a plain pass's"
@@ -4543,7 +4545,7 @@ def demo19_tuning(**how):
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
-                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, intact=intact["small"])
+                           untolerant=untolerant, shortcut=shortcut, at_1=at_1)
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
@@ -4635,10 +4637,6 @@ def demo19_detail(result):
     paragraphs = [
         f"Position 1's rate is {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds"
         f" of 1: rates read at k = {k_max} only approximate another k's." if result.shortcut else "",
-        "The tree's check in full: when a node's candidate is rejected, p becomes the residual and q stays as it"
-        " was for the next candidate. If every candidate is rejected, the next token comes from the last residual"
-        " and the round ends. If one is kept, its siblings are dropped and the walk goes on under it."
-        if result.intact else "",
         (f"At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
          f" {s.kv_share[0]:.2f}, its KV cache's share.") if not s.big_runs and s.c[1] > s.c[0] else "",
         ridge_arithmetic(s),

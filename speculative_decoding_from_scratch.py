@@ -2980,7 +2980,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     say("Prompt lookup drafts with no model at all. It looks for the text's last",
         f"{VLLM_LOOKUP.n_max} characters earlier in the text, then its last"
         f" {and_list([str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1)]).replace(' and ', ', then ')}."
-        " At the first place they occur, it proposes",
+        " At the earliest place they occur, it proposes",
         "the k characters that followed. vLLM, a serving engine, calls this its ngram method.",
         f"Hugging Face transformers (HF), a Python library, tries the last {HF_LOOKUP.n_max} characters, then"
         f" {', then '.join(str(n) for n in range(HF_LOOKUP.n_max - 1, HF_LOOKUP.n_min - 1, -1))}.",
@@ -2996,9 +2996,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     print()
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
         f" of {n_text} characters. At each position the target's probabilities sort the characters into bins (below"
-        f" {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). The fit counts"
-        " the bins the written characters land in, against each bin's probability summed over the positions. A"
-        f" correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
+        f" {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). For each bin,"
+        " the fit compares how many written characters landed in it with how many the target expects there: the"
+        " sum, over the positions, of the probability it gave that bin's characters. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),

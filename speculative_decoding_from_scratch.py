@@ -3380,8 +3380,8 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
     print()
     say(f"Calibrated before decoding, in one-column passes: c, a draft pass (a {W_draft.shape[0]} x"
         f" {W_draft.shape[1]} product); v, the verifying pass over k+1 positions. Each is the median of {reps}"
-        " repeats, timed apart from the table above, with their lowest and highest in brackets: they show how much"
-        " the clock moves.")
+        " repeats, with their lowest and highest in brackets. They are timed as a round runs, between draft passes,"
+        " not back to back as in the table above, and can differ from it.")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
@@ -3408,7 +3408,8 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
         " is the same formula, with the tokens per call this run got. Its error is refined* over the clock, less 1:"
         f" positive where it promised more than the clock gave. Within {tolerance:.0%} counts as a good"
         " prediction.")
-    say(f"The refined prediction picks k = {k_good} for the blend {good_weight} draft.", clock=True)
+    say(f"Of the calibrated k = {and_list([str(k) for k in ks])}, the refined prediction picks k = {k_good} for the"
+        f" blend {good_weight} draft; the middling draft runs at k = {rows[0][1]}.", clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),

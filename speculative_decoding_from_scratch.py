@@ -3513,7 +3513,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
           + [("ideal", ideal, f"{round(9 * ideal)}/9")])
     print()
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, 3, 2), target_first_tokens(P2, 0, 3))
-    say(f"Block verification's first 3 tokens here are {'' if tv < ROUNDING else 'NOT '}the target's: exact TV"
+    say(f"Block verification's output here, its first 3 tokens, is {'' if tv < ROUNDING else 'NOT '}the target's:"
+        " exact TV"
         f" {exact_text(tv)}.",
         f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
         " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.",

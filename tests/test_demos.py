@@ -708,14 +708,14 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert "Block verification's first 3 tokens here are the target's: exact TV < 1e-9." in text
+    assert "Block verification's output here, its first 3 tokens, is the target's: exact TV < 1e-9." in text
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         bad.demo14_block_gain(n_rounds=50, ks=(1,))
-    assert "Block verification's first 3 tokens here are NOT the target's" in flat(out.getvalue())
+    assert "Block verification's output here, its first 3 tokens, is NOT the target's" in flat(out.getvalue())
 
 
 def test_chapter14_in_detail_derives_the_ideal_from_one_minus_tv(demo, capsys):

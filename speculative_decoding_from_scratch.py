@@ -3518,12 +3518,14 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         f" {exact_text(tv)}.",
         f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
         " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.",
-        "Where does the block gain? Each pair of drafts, its chance under q, and the drafts each verifier keeps"
-        " there on average; the block's gain is weighed by the pair's chance:")
+        "Where does the block gain? Each pair of drafts, its chance under q, the block's steps there (step 1's"
+        " weights, step 3's h_1), the drafts each verifier keeps on average, and the block's gain weighed by the"
+        " pair's chance:")
     print()
     pairs = demo14_pairs(P2, Q2)
-    table([("drafts", 8, "<"), ("chance", 8, ninths), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
-           ("weighed gain", 14, lambda x: ninths(x, sign=True))], pairs)
+    table([("drafts", 8, "<"), ("chance", 8, ninths), ("w_1", 6, ".2f"), ("h_1", 6, ".2f"), ("w_2", 6, ".2f"),
+           ("token-wise", 12, ".2f"), ("block", 7, ".2f"), ("weighed gain", 14, lambda x: ninths(x, sign=True))],
+          pairs, groups=[("the block's steps", 2, 4), ("drafts kept", 5, 6)])
     why = demo14_why(P2, Q2, pairs, rows[1][1] - rows[0][1])
     if why:
         print()
@@ -3576,16 +3578,17 @@ def ninths(x, sign=False):
 
 def demo14_pairs(P2, Q2):
     """Chapter 14's example, pair by pair: each pair of drafts, its chance
-    under q, the drafts kept on average by token-wise checking (accept_prob)
-    and by the block (its weights through accept_prob, and block_threshold),
-    and the change weighed by the pair's chance."""
+    under q, the block's w_1, h_1 and w_2 (through accept_prob and
+    block_threshold), the drafts kept on average by token-wise checking and by
+    the block, and the change weighed by the pair's chance."""
     rows = []
     for x1, x2 in product(range(2), repeat=2):
         a1, a2 = accept_prob(P2[0], Q2[0], x1), accept_prob(P2[1], Q2[1], x2)
         w2 = accept_prob(a1 * P2[1], Q2[1], x2)  # the block's weight after both: min(1, w_1 p / q)
         tw, bl = a1 + a1 * a2, 2 * w2 + (1 - w2) * block_threshold(a1, P2[1], Q2[1])
         chance = Q2[0, x1] * Q2[1, x2]
-        rows.append((f"{'ab'[x1]} {'ab'[x2]}", chance, tw, bl, chance * (bl - tw)))
+        rows.append((f"{'ab'[x1]} {'ab'[x2]}", chance, a1, block_threshold(a1, P2[1], Q2[1]), w2, tw, bl,
+                     chance * (bl - tw)))
     return rows
 
 
@@ -3593,7 +3596,7 @@ def demo14_why(P2, Q2, pairs, net):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
     'b' and loses on 'a', 'a', each said only while its numbers bear it out,
     and the net, only while it is the first table's gap."""
-    change = {r[0]: r[4] for r in pairs}
+    change = {r[0]: r[-1] for r in pairs}
     w1 = accept_prob(P2[0], Q2[0], 0)  # the draft 'a', over-proposed: min(1, p/q)
     w2b, w2a = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(w1 * P2[1], Q2[1], 0)
     h1 = block_threshold(w1, P2[1], Q2[1])

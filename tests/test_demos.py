@@ -683,13 +683,17 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     # tokens), so it keeps both a quarter of the time, 0.5. 'a','b' (2/9): the weight recovers to 1, so the block keeps
     # both, token-wise 1/2 + 1/2 * 1. After a first 'b' (w_1 = 1, h_1 = 1 as Z_1 = 1/3 > 0) both keep the same.
     assert max(0, w1 * (1 / 3) - 2 / 3) + max(0, w1 * (2 / 3) - 1 / 3) == 0
-    by_hand = [("a a", 4 / 9, 0.75, 0.5), ("a b", 2 / 9, 1.0, 2.0), ("b a", 2 / 9, 1.5, 1.5), ("b b", 1 / 9, 2.0, 2.0)]
+    # (drafts, chance, w_1, h_1, w_2, token-wise, block), by hand: h_1 = Z_1 / (Z_1 + 1 - w_1), Z_1 = 0 after 'a'
+    # and 1/3 after 'b', where w_1 = 1
+    by_hand = [("a a", 4 / 9, 0.5, 0, 0.25, 0.75, 0.5), ("a b", 2 / 9, 0.5, 0, 1, 1.0, 2.0),
+               ("b a", 2 / 9, 1, 1, 0.5, 1.5, 1.5), ("b b", 1 / 9, 1, 1, 1, 2.0, 2.0)]
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
     for got, want in zip(sd.demo14_pairs(P2, Q2), by_hand):
-        assert got[0] == want[0] and got[1:4] == pytest.approx(want[1:]) and got[4] == pytest.approx(want[1] * (
-            want[3] - want[2]))
+        assert got[0] == want[0] and got[1:7] == pytest.approx(want[1:]) and got[7] == pytest.approx(want[1] * (
+            want[6] - want[5]))
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
-    assert ("a a 4/9 0.75 0.50 -1/9 a b 2/9 1.00 2.00 +2/9 b a 2/9 1.50 1.50 0 b b 1/9 2.00 2.00 0") in flat(text)
+    assert ("a a 4/9 0.50 0.00 0.25 0.75 0.50 -1/9 a b 2/9 0.50 0.00 1.00 1.00 2.00 +2/9 b a 2/9 1.00 1.00 0.50 1.50"
+            " 1.50 0 b b 1/9 1.00 1.00 1.00 2.00 2.00 0") in flat(text)
     assert ("The block gains on 'a' then 'b': the two are as likely under p as under q (2/9), so w_2 = 1 and position"
             " 2 always passes. It loses on 'a', 'a': there Z_1 = 0, as the target wants nothing at position 2 that the"
             " draft does not offer. So h_1 = 0, and the block keeps both, with chance w_2 = 0.25, or none. The gains"

@@ -4508,7 +4508,7 @@ def demo19_tuning(**how):
     print()
     if shortcut:
         say(f"Position 1's rates differ from alpha, {' and '.join(f'{a:.3f}' for a in alphas)}, as a round starts"
-            " after a redrawn or bonus token, not at a typical token of the text, and a draft's chance depends on the"
+            " after a redrawn or bonus token, not at a typical token of the text. A draft's chance depends on the"
             " token before it (demo 3). Those starts depend on k, so the other k's rates differ a little.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"

@@ -429,7 +429,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert "makes about 1 plus the first k rates in tokens per call (exactly at k = 8, where they were counted)" in text
     assert (f"Position 1's rates differ from alpha, {alphas[0]:.3f} and {alphas[1]:.3f}, as a round starts after a"
-            " redrawn or bonus token, not at a typical token of the text, and a draft's chance depends on the token"
+            " redrawn or bonus token, not at a typical token of the text. A draft's chance depends on the token"
             " before it (demo 3). Those starts depend on k, so the other k's rates differ a little.") in text
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"

@@ -2998,7 +2998,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         f" of {n_text} characters. At each position the target's probabilities sort the characters into bins (below"
         f" {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). For each bin,"
         " the fit compares how many written characters landed in it with how many the target expects there: the"
-        " sum, over the positions, of the probability it gave that bin's characters. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
+        f" sum, over the positions, of the probability it gave that bin's characters. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),

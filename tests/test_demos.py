@@ -75,6 +75,14 @@ def test_the_lesson_and_every_chapter_fit_80_columns_and_end_each_with_a_takeawa
     assert "Chapter" not in full_run.split("The chapters go beyond")[0]  # the lesson is demos 1 to 6
 
 
+def test_no_sentence_prints_an_unfilled_field(full_run, all_run):
+    # a string that lost its f prints its field as typed: '{P_REJECT:g}' where 0.001 belongs (read 231 met one)
+    field = re.compile(r"\{[A-Za-z_][\w.\[\]]*(?:![rsa])?(?::[^{}\s]*)?\}")  # a spec has no spaces
+    for runs in (full_run, all_run):
+        assert not field.search(runs), field.search(runs)
+    assert field.search("about {P_REJECT:g}, so") and not field.search('\'{"method": "ngram"}\'')
+
+
 def test_the_lesson_ends_with_a_menu_of_the_chapters(full_run):
     menu = full_run[full_run.index("The chapters go beyond the paper"):]
     for n, (title, _) in sd.CHAPTERS.items():

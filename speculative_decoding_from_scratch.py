@@ -4752,10 +4752,11 @@ def short_proposals(runs, k):
     """Chapter 20's note on how its rounds are priced: by the drafts each
     proposed, which prompt lookup often leaves short of k."""
     drafts = [d for run in runs for d, _ in run]
-    short, none = np.mean([d < k for d in drafts]), np.mean([d == 0 for d in drafts])
+    few, none = np.mean([0 < d < k for d in drafts]), np.mean([d == 0 for d in drafts])
+    share = lambda x: f"{x:.0%}" if x >= 0.005 else "under 1%"  # noqa: E731
     return (f"Prompt lookup proposes fewer than {k} drafts when its match ends near the text's end, and none when"
-            " nothing matches. A round is priced by the drafts it proposed: always on proposed fewer than"
-            f" {k} in {short:.0%} of its rounds, and none at all in {none:.0%}." if short > 0 else "")
+            " nothing matches. A round is priced by the drafts it proposed: always on proposed none in"
+            f" {share(none)} of its rounds, and 1 to {k - 1} in {share(few)}." if few + none > 0 else "")
 
 
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),

@@ -4508,8 +4508,7 @@ def demo19_tuning(**how):
     print()
     if shortcut:
         say(f"Position 1's rates differ from alpha, {' and '.join(f'{a:.3f}' for a in alphas)}, as a round starts"
-            " after a redrawn or bonus token, not at a typical token of the text. A draft's chance depends on the"
-            " token before it (demo 3). Those starts depend on k, so the other k's rates differ a little.")
+            " after a redrawn or bonus token, not at a typical token of the text.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"

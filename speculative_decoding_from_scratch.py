@@ -3465,8 +3465,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
                " x_1..x_i: what the target still wants there that the draft does not offer.",
-               "Each position draws its own uniform random number and passes if it falls below a chance: w_k for"
-               " the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is the paper's,"
+               "Each position i draws its own uniform random number and passes, meaning the block may end there,"
+               " if the number falls below a chance: w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is the paper's,"
                " chosen so the output stays the target's. h_i = 0 when Z_i = 0: a block can end at i only if the"
                " target still wants something there to draw the next token from.",
                "The block keeps x_1..x_i for the last position i that passes, even past one that failed. A failed"
@@ -3503,10 +3503,11 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. The ideal's i-th term sums,"
         " over the texts x_1..x_i, the smaller of their probabilities under the target and the draft: the most often"
         " drafts 1 to i can all be kept. No verifier that keeps the target's distribution keeps more on average (the"
-        " option --detail derives it), but it is not always reachable. A verifier keeps some of the drafts, then"
-        " draws one more token. Of the verifiers that work this way and keep the target's"
-        " distribution, block verification keeps the most on average (its paper proves it)" +
-        (f": {round(9 * rows[1][1])}/9 here." if rows[1][1] < ideal - 1e-9 else "."))
+        " option --detail derives it). A verifier keeps some of the drafts, then draws one more token. Of the"
+        " verifiers that work this way and keep the target's distribution, block verification keeps the most on"
+        " average (its paper proves it)" +
+        (f": {round(9 * rows[1][1])}/9 here. So none of them reaches the ideal here." if rows[1][1] < ideal - 1e-9
+         else "."))
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
@@ -3781,8 +3782,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "The two residuals differ only after an over-proposed draft (w_i < 1). After"
-                f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0 and no block stops there: the bias"
-                " waits for token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
+                f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0 and no block stops there. So every"
+                " block that stops before position 2 has w = 1, where the two residuals are one: the bias waits for"
+                " token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
                 " same fit." if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit
                 and token2_exact_words(ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]

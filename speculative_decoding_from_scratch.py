@@ -4635,11 +4635,11 @@ def demo19_shape(s, n_ctx, max_batch):
 
 def demo19_detail(result):
     """Chapter 19 in detail: the arithmetic behind its plan. Why rates read at
-    one k only approximate another's, how the tree is checked, why big's c
-    rises, why long checks cross the ridge where they do, and, where the
-    rates' shortcut costs nothing, what the search's shortfall comes from."""
+    one k only approximate another's, why big's c nears its KV cache's share,
+    why long checks cross the ridge where they do, and, where the rates'
+    shortcut costs nothing, what the search's shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
-    drafters, rates, k_max, tol, max_batch = c19.drafters, c19.rates, c19.k_max, c19.tol, c19.max_batch
+    rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     paragraphs = [
         f"Position 1's rate is {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds"
         f" of 1: rates read at k = {k_max} only approximate another k's." if result.shortcut else "",

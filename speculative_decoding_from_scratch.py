@@ -2998,7 +2998,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
         f" of {n_text} characters. At each position the target's probabilities sort the characters into bins (below"
         f" {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). For each bin,"
         " the fit compares how many written characters landed in it with how many the target expects there: the"
-        f" sum, over the positions, of the probability it gave that bin's characters. A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below",
+        " sum, over the positions, of the probability it gave that bin's characters. A correct draft fails any one"
+        f" fit with chance about {P_REJECT:g}, so a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
@@ -3021,9 +3022,9 @@ def demo11_detail(result):
     """Chapter 11 in detail: how the fit of a long text bins its characters."""
     print()
     say(f"The fit of {result.n_text} characters bins by probability because each position has its own"
-        f" distribution: counting the characters alone would mix {result.n_text} distributions. The landings in the bins are tested with their exact"
-        f" covariance, and bins expected fewer than {CALIBRATION_MIN_EXPECTED:g} landings are pooled into one, as"
-        " Pearson's test pools cells.")
+        f" distribution: counting the characters alone would mix {result.n_text} distributions. The landings in"
+        f" the bins are tested with their exact covariance, and bins expected fewer than"
+        f" {CALIBRATION_MIN_EXPECTED:g} landings are pooled into one, as Pearson's test pools cells.")
 
 
 def demo11_exactness(P, prompt, k, n_runs, n_text):
@@ -3466,9 +3467,10 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
                " x_1..x_i: what the target still wants there that the draft does not offer.",
                "Each position i draws its own uniform random number and passes, meaning the block may end there,"
-               " if the number falls below a chance: w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is the paper's,"
-               " chosen so the output stays the target's. h_i = 0 when Z_i = 0: a block can end at i only if the"
-               " target still wants something there to draw the next token from.",
+               " if the number falls below a chance: w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i)"
+               " for an earlier position i. h_i is the paper's, chosen so the output stays the target's. h_i = 0"
+               " when Z_i = 0: a block can end at i only if the target still wants something there to draw the"
+               " next token from.",
                "The block keeps x_1..x_i for the last position i that passes, even past one that failed. A failed"
                " test replaces no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If none passed, i = 0"
@@ -3500,10 +3502,10 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     say("Its paper's example has a vocabulary of two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3;"
         " q(a) = 2/3, q(b) = 1/3;",
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
-        " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. The ideal's i-th term sums,"
-        " over the texts x_1..x_i, the smaller of their probabilities under the target and the draft: the most often"
-        " drafts 1 to i can all be kept. No verifier that keeps the target's distribution keeps more on average (the"
-        " option --detail derives it). A verifier keeps some of the drafts, then draws one more token. Of the"
+        " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. The ideal's i-th"
+        " term sums, over the texts x_1..x_i, the smaller of their probabilities under the target and the draft:"
+        " the most often drafts 1 to i can all be kept. No verifier that keeps the target's distribution keeps"
+        " more on average (the option --detail derives it). A verifier keeps some of the drafts, then draws one more token. Of the"
         " verifiers that work this way and keep the target's distribution, block verification keeps the most on"
         " average (its paper proves it)" +
         (f": {round(9 * rows[1][1])}/9 here. So none of them reaches the ideal here." if rows[1][1] < ideal - 1e-9
@@ -3796,8 +3798,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
             "No exact verifier that keeps some drafts, then draws one token, keeps more on average than block"
-            " verification (its paper proves it). So the shipped paths keep drafts that an exact verifier would reject, and their"
-            " output is not the target's." if more else "")
+            " verification (its paper proves it). So the shipped paths keep drafts that an exact verifier would"
+            " reject, and their output is not the target's." if more else "")
     return caught
 
 
@@ -4490,9 +4492,9 @@ def demo19_tuning(**how):
     say("A practitioner has several draft models and one server. This chapter's procedure prices every way to run",
         f"each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
         f" range of B. It stops at B = {max_batch}, the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB beside the target and the {roomiest} draft. That counts both models' weights, and in each"
-        " a KV cache, the keys and values of every sequence's tokens. The option --plan --profile runs it on your"
-        " own figures; --detail shows its arithmetic.")
+        f" {H100.memory / 1e9:.0f} GB beside the target and the {roomiest} draft. That counts both models'"
+        " weights, and in each a KV cache, the keys and values of every sequence's tokens. The option --plan"
+        " --profile runs it on your own figures; --detail shows its arithmetic.")
     print()
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
     intact = {label: rule_intact(TARGET, Q) for label, _, Q, _ in drafters}  # the rule, as the reader has it, exact
@@ -6174,9 +6176,10 @@ def arg_parser():
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
     ap.add_argument("--detail", action="store_true", help=f"demos and chapters {', '.join(most)} and {last} add "
-                    "detail: a sample beside its target, a second reason eq. 1 is off, where rounds start, shipped temperature bugs, a long context "
-                    "on the roofline, vLLM's settings and their history, how a long text's fit pools its bins, plans and adaptive draft lengths, the block "
-                    "verifier's ideal, why a bias waits for token 3, a plan's arithmetic")
+                    "detail: a sample beside its target, a second reason eq. 1 is off, where rounds start, shipped "
+                    "temperature bugs, a long context on the roofline, vLLM's settings and their history, how a long "
+                    "text's fit pools its bins, plans and adaptive draft lengths, the block verifier's ideal, why a "
+                    "bias waits for token 3, a plan's arithmetic")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "

@@ -3505,7 +3505,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. The ideal's i-th"
         " term sums, over the texts x_1..x_i, the smaller of their probabilities under the target and the draft:"
         " the most often drafts 1 to i can all be kept. No verifier that keeps the target's distribution keeps"
-        " more on average (the option --detail derives it). A verifier keeps some of the drafts, then draws one more token. Of the"
+        " more on average (the option --detail derives it). A verifier keeps some of the drafts, then draws one"
+        " more token. Of the"
         " verifiers that work this way and keep the target's distribution, block verification keeps the most on"
         " average (its paper proves it)" +
         (f": {round(9 * rows[1][1])}/9 here. So none of them reaches the ideal here." if rows[1][1] < ideal - 1e-9

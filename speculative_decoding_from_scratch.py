@@ -3466,15 +3466,15 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
                " x_1..x_i: what the target still wants there that the draft does not offer.",
-               "Each position i draws its own uniform random number and passes, meaning the block may end there,"
-               " if the number falls below a chance: w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i)"
+               "Each position i draws its own uniform random number. It is a cut point, where the block may end, if"
+               " that number falls below a chance: w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i)"
                " for an earlier position i. h_i is the paper's, chosen so the output stays the target's. h_i = 0"
                " when Z_i = 0: a block can end at i only if the target still wants something there to draw the"
                " next token from.",
-               "The block keeps x_1..x_i for the last position i that passes, even past one that failed. A failed"
-               " test replaces no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
-               "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If none passed, i = 0"
-               " and w_0 = 1.")
+               "The block keeps x_1..x_i for the last cut point i, even past positions that are not cut points."
+               " Those replace no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
+               "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
+               " cut point, i = 0 and w_0 = 1.")
 
 
 def say_block_rule(seen=""):
@@ -3604,14 +3604,15 @@ def demo14_why(P2, Q2, pairs, net):
     w1 = accept_prob(P2[0], Q2[0], 0)  # the draft 'a', over-proposed: min(1, p/q)
     w2b, w2a = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(w1 * P2[1], Q2[1], 0)
     h1 = block_threshold(w1, P2[1], Q2[1])
-    pair = P2[0, 0] * P2[1, 1]
+    pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
+    row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
     return " ".join(p for p in (
         f"The block gains on 'a' then 'b': the two are as likely under p as under q ({ninths(pair)}), so w_2 = 1"
-        " and position 2 always passes." if change["a b"] > 0 and w1 < 1 and w2b > 1 - ROUNDING
+        " and position 2 is always a cut point." if change["a b"] > 0 and w1 < 1 and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        "It loses on 'a', 'a': there Z_1 = 0, as the target wants nothing at position 2 that the draft does not"
-        f" offer. So h_1 = 0, and the block keeps both, with chance w_2 = {w2a:.2g}, or none."
-        if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 else "",
+        f"It loses on 'a', 'a': after 'a', w_1 p = {row(owed)} is nowhere above q = {row(Q2[1])}, so Z_1 = 0 and"
+        f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
+        if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
         f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
         if abs(sum(change.values()) - net) < 1e-9 else "") if p)
 
@@ -3717,10 +3718,10 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 
 BLOCK_WORDS = {"tokenwise_residual": "step 5: draws the next token from the token-wise residual, max(0, p - q),"
                                      " not from max(0, w_i p - q)",
-               "cumulative": "step 3: passes an earlier position i with chance w_i, not h_i",
-               "vllm-ascend, PyTorch": "step 3: position i passes if the product of min(1, p/q) up to i is at"
-                                       " least a product of i uniforms, a bar that falls fast as i grows; step 5 as"
-                                       " tokenwise_residual",
+               "cumulative": "step 3: makes an earlier position i a cut point with chance w_i, not h_i",
+               "vllm-ascend, PyTorch": "step 3: position i is a cut point if the product of min(1, p/q) up to i is"
+                                       " at least a product of i uniforms, a bar that falls fast as i grows; step 5"
+                                       " as tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with step 1's weight w_i in place of that product"}
 
 

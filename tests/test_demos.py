@@ -704,8 +704,8 @@ def test_chapter14_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert ("a a 4/9 0.50 0.00 0.25 0.75 0.50 -1/9 a b 2/9 0.50 0.00 1.00 1.00 2.00 +2/9 b a 2/9 1.00 1.00 0.50 1.50"
             " 1.50 0 b b 1/9 1.00 1.00 1.00 2.00 2.00 0") in flat(text)
     assert ("The block gains on 'a' then 'b': the two are as likely under p as under q (2/9), so w_2 = 1 and position"
-            " 2 always passes. It loses on 'a', 'a': there Z_1 = 0, as the target wants nothing at position 2 that the"
-            " draft does not offer. So h_1 = 0, and the block keeps both, with chance w_2 = 0.25, or none. The gains"
+            " 2 is always a cut point. It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) is nowhere above q ="
+            " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. The gains"
             " add up to +1/9, the first table's gap.") in flat(text)
     assert "its paper proves it never keeps fewer on average." in " ".join(text.split())
     # one draft is a block of one: h_1 never runs, w_1 = min(1, p/q), and the two rules keep the same

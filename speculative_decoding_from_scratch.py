@@ -1698,13 +1698,13 @@ def long_context_note(k, lengths, hw=H100):
     macs, read = pass_traffic(LLAMA2_7B, n, k + 1, fit)
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
-            f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), each sequence adds its"
-            " own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow with B,"
-            " the sequences decoded at once, nearly as fast as the arithmetic. The"
-            f" {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound: at {n:,} characters"
-            f" {fit} sequences fit, and there a pass of {k + 1} positions does {macs / read:.0f} MACs a byte, under the"
-            f" ridge's {ridge(hw):.1f}. At every batch that fits, a pass of {k + 1} positions costs what a"
-            f" one-position pass does ({worst:.2f} plain passes)."
+            f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), a pass of {k + 1}"
+            f" positions costs what a one-position pass does ({worst:.2f} plain passes) at every batch that fits:"
+            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound. Each sequence"
+            " adds its own KV cache, the keys and values of its tokens, to the bytes a pass reads, so the bytes grow"
+            f" with B, the sequences decoded at once, nearly as fast as the arithmetic. At {n:,} characters {fit}"
+            f" sequences fit, and there a pass of {k + 1} positions does {macs / read:.0f} MACs a byte, under the"
+            f" ridge's {ridge(hw):.1f}."
             if worst < 1.005 and macs / read < ridge(hw) else "")
 
 
@@ -3075,7 +3075,8 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
     say(f"A short-context server pays more: at {BATCH_CONTEXT} tokens of context and B ="
         f" {batch}, the pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes. The speedup column prices that case for vLLM's draft" +
+        f" {verify_cost(k, batch):.2f} plain passes, one-position passes over the same {batch} sequences. The speedup"
+        " column prices that case for vLLM's draft" +
         (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +
         " Each # is a quarter token per call:")
     print()

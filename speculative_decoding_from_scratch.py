@@ -989,9 +989,10 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
                   ("residual", "return d / total if total > 0 else p", "return p")],
 }
 
-BUG_WORDS = {"argmax": "keeps a draft only if it is p's likeliest", "no_resample": "redraws from p, not the residual",
+BUG_WORDS = {"argmax": "keeps only p's likeliest draft, else redraws from the residual",
+             "no_resample": "redraws from p, not the residual",
              "continue": "after a rejection, checks and emits later drafts",
-             "uniform_q": f"takes q as 1/{VOCAB} and redraws from p"}
+             "uniform_q": f"keeps a draft with chance min(1, {VOCAB} p), as if q were 1/{VOCAB}; redraws from p"}
 
 
 def bugged(name, bugs=None):
@@ -1058,8 +1059,8 @@ def demo1_rule_by_hand(ctx=0):
     say("A token is drafted and kept with chance q min(1, p/q) = min(p, q).",
         f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}, also the sum of max(0, p - q), as p"
         " and q each sum to 1.",
-        f"The redrawn share is that chance times the residual: {1 - beta:.3f} max(0, p - q) / {1 - beta:.3f} ="
-        " max(0, p - q).")
+        f"The redrawn share is that chance times the residual: {1 - beta:.3f} times max(0, p - q) / {1 - beta:.3f}"
+        " = max(0, p - q).")
     print()
     table([("token", 5, ">5"), ("kept", 10, ".4f"), ("redrawn", 10, ".4f"), ("emitted", 10, ".4f"), ("p", 8, ".4f")],
           [(name(x), kept[x], fixed[x], kept[x] + fixed[x], p[x]) for x in range(VOCAB)])
@@ -1130,7 +1131,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         + ("; uniform_q is two edits at once, both found in a shipped generator (chapter 17):" if "uniform_q" in BUGS
            else ":"))
     print()
-    table([("", 2, ""), ("bug", 13, "<"), ("what it does", 42, "<")], [("", r, BUG_WORDS[r]) for r in BUGS])
+    table([("", 2, ""), ("bug", 13, "<"), ("what it does", 64, "<")],
+          [("", *row) for r in BUGS for row in zip([r, ""], textwrap.wrap(BUG_WORDS[r], 62, break_on_hyphens=False))])
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
     say("A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
@@ -1457,8 +1459,9 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
         f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
-        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. Below, those {m.per_call:.2f} tokens priced at each c,"
-        " beside the best k at each c, exactly (k = 0: plain decoding wins):")
+        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The table prices those {m.per_call:.2f} tokens at each c:"
+        f" {m.per_call:.2f} / (1 + {k} c). Beside them are the best k at each c and its exact speedup; k = 0 is plain"
+        " decoding:")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
           rows, groups=[(f"k = {k} at {m.per_call:.2f}", 1, 2), ("best, exact", 3, 4)])
@@ -1739,7 +1742,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     past = [r for r in rows if str(r[5]) == "compute"]
     print()
     say(f"A pass is memory-bound below {ridge():.1f} MACs per byte, the ridge point: {H100.flops / 2e12:.1f} trillion",
-        f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f}, about one MAC per"
+        f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f} MACs per byte,"
+        " about one MAC per"
         f" two-byte weight, so up to {free} positions",
         "cost what one does: checking uses idle arithmetic.",
         f"Past the ridge the time grows with the positions: {past[0][0]} cost {past[0][4] / t1:.2f} times one." if past

@@ -479,7 +479,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     flat_text = " ".join(text.split())
     assert [r[0] for r in result.rows] == [1, 4, 16, 256, 512, 1024]
     free = int(sd.ridge() // result.rows[0][3])
-    assert f"One decoding step does 0.50, about one MAC per two-byte weight, so up to {free} positions cost what one" \
+    assert f"One decoding step does 0.50 MACs per byte, about one MAC per two-byte weight, so up to {free} positions cost what one" \
            " does" in " ".join(text.split())
     w = sd.weight_count(4096, 11008, 32, 32000)  # Llama-2-7B's weights, two bytes each
     assert result.rows[0][3] == pytest.approx(0.5, abs=0.01) and result.rows[0][1] * 1e9 == pytest.approx(w, rel=0.02)

@@ -989,7 +989,7 @@ BUGS = {  # the token-wise verifier's, shown in demo 2
                   ("residual", "return d / total if total > 0 else p", "return p")],
 }
 
-BUG_WORDS = {"argmax": "keeps only p's likeliest draft, else redraws from the residual",
+BUG_WORDS = {"argmax": "keeps a draft only if it is p's likeliest token, else redraws from the residual",
              "no_resample": "redraws from p, not the residual",
              "continue": "after a rejection, checks and emits later drafts",
              "uniform_q": f"keeps a draft with chance min(1, {VOCAB} p), as if q were 1/{VOCAB}; redraws from p"}

@@ -3080,7 +3080,7 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
         f" {batch}, the pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes, one-position passes over the same {batch} sequences. The speedup"
-        " column prices that case for vLLM's draft" +
+        " column re-prices the long prompts' tokens per call for vLLM's draft at that cost" +
         (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +
         " Each # is a quarter token per call:")
     print()
@@ -3350,9 +3350,9 @@ def demo13_times(W, X, ks):
     table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
           [(n, t, t / times[1]) for n, t in times.items()], clock=True)
     print()
-    say(f"A second column costs {times[2] / times[1]:.1f}x one here; the roofline charges nothing. The option"
-        " --detail asks why." if times[2] / times[1] > 1.25 else "A second column costs little here, as on the"
-        " roofline.", clock=True)
+    say(f"Two positions cost {times[2] / times[1]:.1f}x one here, where the roofline charges 1.0x. The option"
+        " --detail asks why." if times[2] / times[1] > 1.25 else "Two positions cost about what one does here, as"
+        " on the roofline.", clock=True)
     return times
 
 

@@ -3471,13 +3471,15 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
                " x_1..x_i: what the target still wants there that the draft does not offer.",
-               "Each position i draws its own uniform random number. It is a cut point, where the block may end, if"
-               " that number falls below a chance: w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i)"
-               " for an earlier position i. h_i is the paper's, chosen so the output stays the target's. h_i = 0"
+               "Each position i draws its own uniform random number. The position is a cut point, where the block"
+               " may end, if that number falls below a chance: w_k for the last, position k, and h_i = Z_i / (Z_i +"
+               " 1 - w_i) for an earlier position i. h_i is taken from the paper, which proves the output stays the"
+               " target's. h_i = 0"
                " when Z_i = 0: a block can end at i only if the target still wants something there to draw the"
                " next token from.",
-               "The block keeps x_1..x_i for the last cut point i, even past positions that are not cut points."
-               " Those replace no token (unlike demo 2's continue), so every kept draft follows kept drafts.",
+               "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point is not a"
+               " rejection (unlike demo 2's continue): nothing is redrawn there, so the drafts after it still follow"
+               " the kept text.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
                " cut point, i = 0 and w_0 = 1.")
 
@@ -3509,12 +3511,10 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
         " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. The ideal's i-th"
         " term sums, over the texts x_1..x_i, the smaller of their probabilities under the target and the draft:"
-        " the most often drafts 1 to i can all be kept. No verifier that keeps the target's distribution keeps"
-        " more on average (the option --detail derives it). A verifier keeps some of the drafts, then draws one"
-        " more token. Of the"
-        " verifiers that work this way and keep the target's distribution, block verification keeps the most on"
-        " average (its paper proves it)" +
-        (f": {round(9 * rows[1][1])}/9 here. So none of them reaches the ideal here." if rows[1][1] < ideal - 1e-9
+        " the most often drafts 1 to i can all be kept. So the ideal is an upper bound: no verifier that keeps the"
+        " target's distribution keeps more on average (the option --detail derives it). Block verification keeps"
+        " the most of any exact verifier that keeps some drafts and then draws one token (its paper proves it)" +
+        (f": {round(9 * rows[1][1])}/9 here. So no such verifier reaches the bound here." if rows[1][1] < ideal - 1e-9
          else "."))
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
@@ -3791,9 +3791,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "The two residuals differ only after an over-proposed draft (w_i < 1). After"
-                f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0 and no block stops there. So every"
-                " block that stops before position 2 has w = 1, where the two residuals are one: the bias waits for"
-                " token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
+                f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0 and position 1 is never a cut point"
+                " after it. So whenever the last cut point is 0 or 1, w = 1 there, and both rules draw from the same"
+                " residual: they first differ at token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
                 " same fit." if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit
                 and token2_exact_words(ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]

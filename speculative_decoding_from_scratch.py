@@ -4509,8 +4509,9 @@ def demo19_tuning(**how):
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
     shortcut = rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1))  # k's rates differ by k
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call"
-        f" (exactly at k = {k_max}, where they were counted; rounds of another k start after other tokens).",
+        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
+        f" The rates here were counted in rounds of {k_max}. Rounds of another length start after a different mix"
+        f" of tokens, so at another k the sum is approximate.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")

@@ -4544,6 +4544,7 @@ def demo19_tuning(**how):
     for paragraph in demo19_shape(shape, n_ctx, max_batch):
         print()
         say(paragraph)
+    demo19_crossings(shape, buckets, max_batch)
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4626,21 +4627,51 @@ def demo19_shape(s, n_ctx, max_batch):
         (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
          if s.big_fit < max_batch else "")
         if not s.big_runs
-        and s.c[1] > s.c[0] else "",
-        "Each sequence's KV cache adds to the bytes a pass reads, so at large B a pass reaches the ridge only past"
-        f" many more positions than demo 6's {alone}." if grows else "",
-        f"From B = {s.level} the small draft's {s.after.shape}, {s.after.tokens:.2f} tokens per call from"
-        f" {s.after.draft_passes} passes, beats the tree, whose {s.nodes}-position check crossed the ridge at B ="
-        f" {s.tree_crossing}" + (f" ({s.nodes * s.tree_crossing:,} positions)" if grows else "") + (
-            f". Just past the ridge a check costs only a little more, so the tree holds to B = {s.level - 1}."
-            if s.level - 1 > s.tree_crossing else ".") if s.level and s.tree_crossing and s.tree_crossing < s.level
-        and s.after.drafter.name == "small" else "",
-        ("The chains' shorter checks cross it later: " + and_list(
-            [f"k = {k} at B = {b:,}" if i == 0 else f"k = {k} at {b:,}" for i, (k, b) in enumerate(crossed)]) +
-         ". Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So k falls" +
-         (", a little after each crossing." if all(b < s.ends.get(k, 0) for k, b in crossed) else "."))
-        if s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
-    return [p for p in (clauses[0], clauses[1], " ".join(p for p in clauses[2:] if p)) if p]  # three paragraphs
+        and s.c[1] > s.c[0] else "")
+    return [p for p in clauses if p]
+
+
+def crossing_rows(s, buckets, max_batch):
+    """Chapter 19's plan, option by option: how it runs, the positions its
+    check scores a sequence, the batch at which that check reaches the ridge
+    (None if it never does), the positions the pass then scores, and the last
+    batch the plan runs it."""
+    rows = []
+    for _, hi, o in buckets:
+        if o is not None:
+            b = ridge_batch(s.m, s.w, s.kv, positions=o.positions)
+            rows.append((o.shape, o.positions, b, None if b is None else b * o.positions, hi))
+    return rows
+
+
+def demo19_crossings(s, buckets, max_batch):
+    """Chapter 19's table of where each planned check crosses the ridge, with
+    the sentences it bears out: the KV caches move the ridge past demo 6's
+    positions, and the plan shortens its check a little after each crossing."""
+    rows = crossing_rows(s, buckets, max_batch)
+    alone = int(ridge() // (s.m / (s.w + s.kv)))  # demo 6's positions at the ridge: one sequence
+    crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
+    if not (s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
+        return
+    first = crossed[0]
+    after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
+    print()
+    say("Each sequence's KV cache adds to the bytes a pass reads, so the more sequences a pass holds, the more"
+        f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {alone} for one"
+        " sequence." if all(r[3] > alone for r in crossed) else "",
+        "Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
+        " shortens its check as B grows" + (", a little after each crossing:" if after else ":"))
+    print()
+    table([("runs as", 14, "<"), ("positions", 11, "d"), ("crosses at B", 14, ">"), ("positions then", 16, ">"),
+           ("planned to B", 14, ",d")],
+          [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi) for how, n, b, at, hi in rows])
+    beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
+    if after or beyond:
+        print()
+        say("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch"
+            " sizes past its crossing." if after else "",
+            *[f"{how}'s check would cross at B = {b:,}, past the {max_batch} sequences that fit."
+              for how, _, b, _, _ in beyond])
 
 
 def demo19_detail(result):

@@ -335,11 +335,14 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
-    assert ("Each sequence's KV cache adds to the bytes a pass reads, so at large B a pass reaches the ridge only past"
-            " many more positions than demo 6's 295.") in text
-    assert (f"The chains' shorter checks cross it later: k = 8 at B = {crossings[0]} and k = 7 at {crossings[1]}. Past"
-            " the ridge every position costs time, and a chain's last drafts add the fewest tokens. So k falls, a"
-            " little after each crossing.") in text
+    # the table of crossings, each row by hand: the scan's crossing, its positions then, and the plan's last B
+    for k, b in zip((8, 7), crossings[:2]):
+        assert f"k = {k} {k + 1} {b} {b * (k + 1):,} {ends[k]}" in text
+    k6 = next(b for b in range(1, 400) if sd.bound_text(sd.LLAMA2_7B, 512, 6, b, b, sd.H100) == "compute")
+    assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text
+    assert (f"k = 6's check would cross at B = {k6}, past the {fit} sequences that fit.") in text
+    assert ("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
+            " shortens its check as B grows, a little after each crossing:") in text
     assert (f"At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of 0.27 GB:"
             f" {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at 9 positions times"
             f" {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's 295.") in detail19
@@ -365,9 +368,12 @@ def test_chapter19_says_where_its_tree_gives_way_and_why(in_process, detail19):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert (f"From B = {level} the small draft's k = 8, {after.tokens:.2f} tokens per call from 8 passes, beats the"
-            f" tree, whose 15-position check crossed the ridge at B = {past} ({15 * past:,} positions). Just past the"
-            f" ridge a check costs only a little more, so the tree holds to B = {planned}.") in text and planned > past
+    assert (f"Each sequence's KV cache adds to the bytes a pass reads, so the more sequences a pass holds, the more"
+            f" positions it takes to reach the ridge: {15 * past:,} at B = {past}, against demo 6's 295 for one"
+            " sequence.") in text and 15 * past > 295
+    assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
+    assert ("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch sizes"
+            " past its crossing.") in text
     assert f"1-{planned} small tree 2x3, 15" in text and "within 0.5% of the best, so as not to switch for less:" in text
 
 

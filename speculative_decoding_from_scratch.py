@@ -4540,7 +4540,7 @@ def demo19_tuning(**how):
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
-    shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options, nodes)
+    shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
     for paragraph in demo19_shape(shape, n_ctx, max_batch):
         print()
         say(paragraph)
@@ -4565,12 +4565,11 @@ def demo19_tuning(**how):
                            untolerant=untolerant, shortcut=shortcut, at_1=at_1)
 
 
-def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
+def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     """What sets chapter 19's plan, from its numbers: the tree against the
     chain that keeps the most tokens, at B = 1; whether big runs anywhere, and
     its c at both ends, with the share of the target's KV cache its own is;
-    where the plan's first chain beats the tree, and where the tree's check
-    and each planned k's check cross the ridge."""
+    and where each planned k's check crosses the ridge."""
     big, small = shapes
     first = buckets[0][2]
     rivals = [i for i, o in enumerate(options) if first is not None and o.drafter.name != first.drafter.name]
@@ -4582,14 +4581,6 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
     crossings = [(k, ridge_batch(m, w, kv, positions=k + 1)) for k in sorted(set(ks), reverse=True)]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in buckets if o is not None and o.shape.startswith("k =")}
     ends = {k: hi for k, hi in ends.items() if (dict(crossings).get(k) or max_batch + 1) <= max_batch}
-    level = last = after = None
-    if tree:
-        t = next(i for i, o in enumerate(options) if o.shape.startswith("tree"))
-        last = max(hi for _, hi, o in buckets if o is not None and o.shape.startswith("tree"))
-        after = next((o for lo, _, o in buckets if lo == last + 1), None)
-        if after is not None and not after.shape.startswith("tree"):
-            a = options.index(after)
-            level = next((b for b in range(1, last + 2) if speeds[b - 1, a] >= speeds[b - 1, t]), None)
     own_kv = [pass_traffic(d, n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (big, small, LLAMA2_7B)]
     big_fit = min(max_batch, sequences_that_fit(n_ctx, drafts=(big,)))  # big's last batch: its memory is full
     return SimpleNamespace(
@@ -4601,19 +4592,14 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options, nodes):
             longest.drafter.cost, tuple) else longest.drafter.cost,
         big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets),
         kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
-        falls=any(b < a for a, b in zip(ks, ks[1:])), level=level, after=after,
-        tree_crossing=ridge_batch(m, w, kv, positions=nodes), nodes=nodes,
+        falls=any(b < a for a, b in zip(ks, ks[1:])),
         first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
         longest_speed=speeds[0, options.index(longest)] if longest is not None else None)
 
 
 def demo19_shape(s, n_ctx, max_batch):
     """Chapter 19's paragraphs on what sets its plan (B = 1, why big never
-    wins, why k falls), each clause said only while its numbers bear it out."""
-    crossed = s.crossed
-    alone = int(ridge() // (s.m / (s.w + s.kv)))  # demo 6's positions at the ridge: one sequence
-    grows = s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None and all(
-        b * (k + 1) > alone for k, b in [*crossed, (s.nodes - 1, s.tree_crossing or 0)])
+    wins), each clause said only while its numbers bear it out."""
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="

@@ -3514,7 +3514,8 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         " the most often drafts 1 to i can all be kept. So the ideal is an upper bound: no verifier that keeps the"
         " target's distribution keeps more on average (the option --detail derives it). Block verification keeps"
         " the most of any exact verifier that keeps some drafts and then draws one token (its paper proves it)" +
-        (f": {round(9 * rows[1][1])}/9 here. So no such verifier reaches the bound here." if rows[1][1] < ideal - 1e-9
+        (f": {round(9 * rows[1][1])}/9 here. So the bound is not tight here: even the best verifier of this kind"
+         " stays below it." if rows[1][1] < ideal - 1e-9
          else "."))
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
@@ -3791,9 +3792,10 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "The two residuals differ only after an over-proposed draft (w_i < 1). After"
-                f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0 and position 1 is never a cut point"
-                " after it. So whenever the last cut point is 0 or 1, w = 1 there, and both rules draw from the same"
-                " residual: they first differ at token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
+                f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0: position 1 is never a cut point"
+                " when x_1 is over-proposed. So whenever the last cut point is 0 or 1, w = 1 there, and both rules draw from the same"
+                " residual; when it is 2 or 3, tokens 1 and 2 are drafts, the same under both. They first differ at"
+                " token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
                 " same fit." if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit
                 and token2_exact_words(ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]

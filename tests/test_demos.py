@@ -654,10 +654,11 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
         " h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and ("sees it at once. The two residuals differ only after an over-proposed draft"
-                                           " (w_i < 1). After 'f', every over-proposed x_1 has Z_1 = 0, so h_1 = 0 and"
-                                           " position 1 is never a cut point after it. So whenever the last cut point"
-                                           " is 0 or 1, w = 1 there, and both rules draw from the same residual: they"
-                                           " first differ at token 3. With the same random"
+                                           " (w_i < 1). After 'f', every over-proposed x_1 has Z_1 = 0, so h_1 = 0:"
+                                           " position 1 is never a cut point when x_1 is over-proposed. So whenever"
+                                           " the last cut point is 0 or 1, w = 1 there, and both rules draw from the"
+                                           " same residual; when it is 2 or 3, tokens 1 and 2 are drafts, the same"
+                                           " under both. They first differ at token 3. With the same random"
                                            " numbers, the two rules' runs draw alike on two tokens: the same fit.") in flat
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
@@ -726,8 +727,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
     assert ("So the ideal is an upper bound: no verifier that keeps the target's distribution keeps more on average"
             " (the option --detail derives it). Block verification keeps the most of any exact verifier that keeps some"
-            " drafts and then draws one token (its paper proves it): 11/9 here. So no such verifier reaches the bound"
-            " here.") in text
+            " drafts and then draws one token (its paper proves it): 11/9 here. So the bound is not tight here: even the"
+            " best verifier of this kind stays below it.") in text
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01

@@ -4513,7 +4513,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
         f" The rates here were counted in rounds of {k_max}. Rounds of another length start after a different mix"
-        f" of tokens, so at another k the sum is approximate.",
+        " of tokens (shorter ones end in a bonus token more often), so at another k the sum is approximate.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
@@ -4650,8 +4650,8 @@ def demo19_crossings(s, buckets, max_batch):
         "Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing:" if after else ":"))
     print()
-    table([("runs as", 14, "<"), ("positions", 11, "d"), ("crosses at B", 14, ">"), ("positions then", 16, ">"),
-           ("planned to B", 14, ",d")],
+    table([("runs as", 14, "<"), ("positions\na sequence", 12, "d"), ("crosses\nat B", 9, ">"),
+           ("positions\nin the pass", 13, ">"), ("planned\nto B", 9, ",d")],
           [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi) for how, n, b, at, hi in rows])
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if after or beyond:

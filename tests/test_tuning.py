@@ -434,7 +434,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert ("makes about 1 plus the first k rates in tokens per call. The rates here were counted in rounds of 8. Rounds"
-            " of another length start after a different mix of tokens, so at another k the sum is approximate.") in text
+            " of another length start after a different mix of tokens (shorter ones end in a bonus token more often), so"
+            " at another k the sum is approximate.") in text
     assert (f"Position 1's rates differ from alpha, {alphas[0]:.3f} and {alphas[1]:.3f}, as a round starts after a"
             " redrawn or bonus token, not at a typical token of the text.") in text
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))

@@ -836,6 +836,13 @@ def table(columns, rows, groups=(), clock=False):
               + CLOCK * clock)
 
 
+def labelled_rows(words, width):
+    """Table rows for labels beside their words, wrapped to width: the label
+    on the first line, an indent column first ('', label, line)."""
+    return [("", "" if i else label, line) for label, text in words.items()
+            for i, line in enumerate(textwrap.wrap(text, width, break_on_hyphens=False))]
+
+
 def prob3(v):
     """A probability in 4 characters: prob3(0.05) -> '.050'."""
     return f"{v:.3f}".replace("0.", ".", 1) if v < 1 else "1.00"
@@ -1131,8 +1138,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         + ("; uniform_q is two edits at once, both found in a shipped generator (chapter 17):" if "uniform_q" in BUGS
            else ":"))
     print()
-    table([("", 2, ""), ("bug", 13, "<"), ("what it does", 64, "<")],
-          [("", *row) for r in BUGS for row in zip([r, ""], textwrap.wrap(BUG_WORDS[r], 62, break_on_hyphens=False))])
+    table([("", 2, ""), ("bug", 13, "<"), ("what it does", 64, "<")], labelled_rows(BUG_WORDS, 62))
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
     say("A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
@@ -3607,9 +3613,8 @@ def demo14_why(P2, Q2, pairs, net):
     'b' and loses on 'a', 'a', each said only while its numbers bear it out,
     and the net, only while it is the first table's gap."""
     change = {r[0]: r[-1] for r in pairs}
-    w1 = accept_prob(P2[0], Q2[0], 0)  # the draft 'a', over-proposed: min(1, p/q)
-    w2b, w2a = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(w1 * P2[1], Q2[1], 0)
-    h1 = block_threshold(w1, P2[1], Q2[1])
+    aa, ab = pairs[0], pairs[1]  # the table's rows for 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
+    w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
     pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
     return " ".join(p for p in (
@@ -3757,9 +3762,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         f"the middling draft at k = {k}:")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
-    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")],
-          [("", *row) for label, words in BLOCK_WORDS.items()
-           for row in zip([label] + [""] * 9, textwrap.wrap(words, 52, break_on_hyphens=False))])
+    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")], labelled_rows(BLOCK_WORDS, 52))
     print()
     say(f"Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and a fit of {n_runs} runs' first two tokens:")
     print()
@@ -3986,8 +3989,7 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         " character model of Python's documentation, which copies text it has read. The port fixes these"
         f" {number_word(len(APEX_BUGS))}; each can be put back as an edit (APEX_BUGS, in the script):")
     print()
-    table([("", 2, ""), ("bug", 12, "<"), ("what it does", 62, "<")],
-          [("", *row) for b in APEX_BUGS for row in zip([b, ""], textwrap.wrap(APEX_WORDS[b], 60))])
+    table([("", 2, ""), ("bug", 12, "<"), ("what it does", 62, "<")], labelled_rows(APEX_WORDS, 60))
     rows, cache = [], bugged("cache", APEX_BUGS)
     for label, m in [("ported, fixed", this_module())] + [(b, bugged(b, APEX_BUGS)) for b in APEX_BUGS]:
         fit = m if isinstance(m, str) else attempt(lambda: replicated(lambda seed: calibration_p_value(

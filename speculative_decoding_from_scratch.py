@@ -4597,6 +4597,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
         big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets),
         kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
         falls=any(b < a for a, b in zip(ks, ks[1:])),
+        alone=int(ridge() // (m / (w + kv))),  # demo 6's positions at the ridge: one sequence
         first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
         longest_speed=speeds[0, options.index(longest)] if longest is not None else None)
 
@@ -4639,7 +4640,6 @@ def demo19_crossings(s, buckets, max_batch):
     the sentences it bears out: the KV caches move the ridge past demo 6's
     positions, and the plan shortens its check a little after each crossing."""
     rows = crossing_rows(s, buckets, max_batch)
-    alone = int(ridge() // (s.m / (s.w + s.kv)))  # demo 6's positions at the ridge: one sequence
     crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
     if not (s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
         return
@@ -4647,8 +4647,8 @@ def demo19_crossings(s, buckets, max_batch):
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
     say("Each sequence's KV cache adds to the bytes a pass reads, so the more sequences a pass holds, the more"
-        f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {alone} for one"
-        " sequence." if all(r[3] > alone for r in crossed) else "",
+        f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
+        " sequence." if all(r[3] > s.alone for r in crossed) else "",
         "Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing:" if after else ":"))
     print()
@@ -4704,7 +4704,7 @@ def ridge_arithmetic(s):
             f" sequence adds its KV cache to the bytes. At B = {b} a pass reads the weights once, {s.w / 1e9:.2f} GB,"
             f" and {b} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + b * s.kv) / 1e9:.1f} GB, against demo 6's"
             f" {(s.w + s.kv) / 1e9:.2f}. So k = {k} crosses at {k + 1} positions times {b} sequences,"
-            f" {b * (k + 1):,} positions, not demo 6's {int(ridge() // (s.m / (s.w + s.kv)))}.")
+            f" {b * (k + 1):,} positions, not demo 6's {s.alone}.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -3390,7 +3390,7 @@ def demo13_why(W, X, t1, n_small=1024):
 def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0.25):
     """Demo 6, part four: predict the speedup from a calibration, then decode."""
     print()
-    say(f"Calibrated before decoding, in one-column passes: c, a draft pass (a {W_draft.shape[0]} x"
+    say(f"Calibrated before decoding, in units of a one-column target pass: c, a draft pass (a {W_draft.shape[0]} x"
         f" {W_draft.shape[1]} product); v, the verifying pass over k+1 positions. Each is the median of {reps}"
         " repeats, with their lowest and highest in brackets. They are timed as a round runs, between draft passes,"
         " not back to back as in the table above, and can differ from it.")

@@ -4523,8 +4523,9 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     if shortcut:
-        say(f"Position 1's rates differ from alpha, {' and '.join(f'{a:.3f}' for a in alphas)}, as a round starts"
-            " after a redrawn or bonus token, not at a typical token of the text.")
+        say(f"Position 1's rates differ from alpha, {' and '.join(f'{a:.3f}' for a in alphas)}: a round starts"
+            " after the token that ended the last one, a bonus token or one redrawn from the residual (tokens the"
+            " draft under-proposes). So round starts are not a random sample of the text's tokens.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
@@ -4537,7 +4538,7 @@ def demo19_tuning(**how):
         f" {n_rounds:,} rounds; chapter 8 checks that a tree keeps the target's distribution.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Speedup: tokens per call times a plain pass's"
+    say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Speedup: tokens per call times a plain pass's"
         " time, over a check's time plus the draft passes' times, all at the same B on the roofline. Below the ridge"
         " that is demo 3's tokens per call / (1 + n c), for n draft passes. Going up in B, the plan keeps its option"
         f" while it stays within {tol:.1%} of the best, so as not to switch for less:")
@@ -4650,7 +4651,9 @@ def demo19_crossings(s, buckets, max_batch):
         f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
         " sequence." if all(r[3] > s.alone for r in crossed) else "",
         "Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
-        " shortens its check as B grows" + (", a little after each crossing:" if after else ":"))
+        " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
+        " planned option: the batch at which its check reaches the ridge, the positions that pass scores, and the"
+        " last batch the plan runs it:")
     print()
     table([("runs as", 14, "<"), ("positions\na sequence", 12, "d"), ("crosses\nat B", 9, ">"),
            ("positions\nin the pass", 13, ">"), ("planned\nto B", 9, ",d")],

@@ -342,7 +342,7 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text
     assert (f"k = 6's check would cross at B = {k6}, past the {fit} sequences that fit.") in text
     assert ("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
-            " shortens its check as B grows, a little after each crossing:") in text
+            " shortens its check as B grows, a little after each crossing.") in text
     assert (f"At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of 0.27 GB:"
             f" {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at 9 positions times"
             f" {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's 295.") in detail19
@@ -436,8 +436,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert ("makes about 1 plus the first k rates in tokens per call. The rates here were counted in rounds of 8. Rounds"
             " of another length start after a different mix of tokens (shorter ones end in a bonus token more often), so"
             " at another k the sum is approximate.") in text
-    assert (f"Position 1's rates differ from alpha, {alphas[0]:.3f} and {alphas[1]:.3f}, as a round starts after a"
-            " redrawn or bonus token, not at a typical token of the text.") in text
+    assert (f"Position 1's rates differ from alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: a round starts after the token"
+            " that ended the last one, a bonus token or one redrawn from the residual (tokens the draft under-proposes)."
+            " So round starts are not a random sample of the text's tokens.") in text
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"
             " k = 8 only approximate another k's.") in detail19

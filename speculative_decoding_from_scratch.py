@@ -3613,7 +3613,7 @@ def demo14_why(P2, Q2, pairs, net):
     'b' and loses on 'a', 'a', each said only while its numbers bear it out,
     and the net, only while it is the first table's gap."""
     change = {r[0]: r[-1] for r in pairs}
-    aa, ab = pairs[0], pairs[1]  # the table's rows for 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
+    aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
     pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
@@ -3796,8 +3796,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 " sees it at once.",
                 "The two residuals differ only after an over-proposed draft (w_i < 1). After"
                 f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0: position 1 is never a cut point"
-                " when x_1 is over-proposed. So whenever the last cut point is 0 or 1, w = 1 there, and both rules draw from the same"
-                " residual; when it is 2 or 3, tokens 1 and 2 are drafts, the same under both. They first differ at"
+                " when x_1 is over-proposed. So whenever the last cut point is 0 or 1, w = 1 there, and both rules"
+                " draw from the same residual; when it is 2 or 3, tokens 1 and 2 are drafts, the same under both. They first differ at"
                 " token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
                 " same fit." if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit
                 and token2_exact_words(ctx) else "")
@@ -4538,8 +4538,8 @@ def demo19_tuning(**how):
         f" {n_rounds:,} rounds; chapter 8 checks that a tree keeps the target's distribution.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Speedup: tokens per call times a plain pass's"
-        " time, over a check's time plus the draft passes' times, all at the same B on the roofline. Below the ridge"
+    say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Speedup: tokens"
+        " per call times a plain pass's time, over a check's time plus the draft passes' times, all at the same B on the roofline. Below the ridge"
         " that is demo 3's tokens per call / (1 + n c), for n draft passes. Going up in B, the plan keeps its option"
         f" while it stays within {tol:.1%} of the best, so as not to switch for less:")
     print()
@@ -4657,7 +4657,8 @@ def demo19_crossings(s, buckets, max_batch):
     print()
     table([("runs as", 14, "<"), ("positions\na sequence", 12, "d"), ("crosses\nat B", 9, ">"),
            ("positions\nin the pass", 13, ">"), ("planned\nto B", 9, ",d")],
-          [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi) for how, n, b, at, hi in rows])
+          [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi)
+           for how, n, b, at, hi in rows])
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if after or beyond:
         print()

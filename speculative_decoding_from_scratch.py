@@ -3797,7 +3797,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 "The two residuals differ only after an over-proposed draft (w_i < 1). After"
                 f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0: position 1 is never a cut point"
                 " when x_1 is over-proposed. So whenever the last cut point is 0 or 1, w = 1 there, and both rules"
-                " draw from the same residual; when it is 2 or 3, tokens 1 and 2 are drafts, the same under both. They first differ at"
+                " draw from the same residual; when it is 2 or 3, tokens 1 and 2 are drafts, the same under both."
+                " They first differ at"
                 " token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
                 " same fit." if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit
                 and token2_exact_words(ctx) else "")
@@ -4539,7 +4540,8 @@ def demo19_tuning(**how):
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Speedup: tokens"
-        " per call times a plain pass's time, over a check's time plus the draft passes' times, all at the same B on the roofline. Below the ridge"
+        " per call times a plain pass's time, over a check's time plus the draft passes' times, all at the"
+        " same B on the roofline. Below the ridge"
         " that is demo 3's tokens per call / (1 + n c), for n draft passes. Going up in B, the plan keeps its option"
         f" while it stays within {tol:.1%} of the best, so as not to switch for less:")
     print()

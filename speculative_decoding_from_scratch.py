@@ -3472,7 +3472,8 @@ def demo13_detail(size=4096):
 
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
               " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep. Its paper"
-              " proves these steps keep the target's distribution:")
+              " proves these steps keep the target's distribution, and keep the most drafts on average of any exact"
+              " verifier that keeps some drafts and then draws one token:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
@@ -3518,11 +3519,9 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
         " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. The ideal's i-th"
         " term sums, over the texts x_1..x_i, the smaller of their probabilities under the target and the draft:"
         " the most often drafts 1 to i can all be kept. So the ideal is an upper bound: no verifier that keeps the"
-        " target's distribution keeps more on average (the option --detail derives it). Block verification keeps"
-        " the most of any exact verifier that keeps some drafts and then draws one token (its paper proves it)" +
-        (f": {round(9 * rows[1][1])}/9 here. So the bound is not tight here: even the best verifier of this kind"
-         " stays below it." if rows[1][1] < ideal - 1e-9
-         else "."))
+        " target's distribution keeps more on average (the option --detail derives it)." +
+        (f" Block verification, the best of the verifiers that keep some drafts and then draw one token, keeps"
+         f" {round(9 * rows[1][1])}/9 here: the bound is not tight." if rows[1][1] < ideal - 1e-9 else ""))
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
            ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]

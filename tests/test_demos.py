@@ -726,9 +726,10 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert "Block verification's output here, its first 3 tokens, is the target's: exact TV < 1e-9." in text
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
     assert ("So the ideal is an upper bound: no verifier that keeps the target's distribution keeps more on average"
-            " (the option --detail derives it). Block verification keeps the most of any exact verifier that keeps some"
-            " drafts and then draws one token (its paper proves it): 11/9 here. So the bound is not tight here: even the"
-            " best verifier of this kind stays below it.") in text
+            " (the option --detail derives it). Block verification, the best of the verifiers that keep some drafts and"
+            " then draw one token, keeps 11/9 here: the bound is not tight.") in text
+    assert ("Its paper proves these steps keep the target's distribution, and keep the most drafts on average of any"
+            " exact verifier that keeps some drafts and then draws one token:") in text
     P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01

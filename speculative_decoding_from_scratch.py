@@ -4624,24 +4624,15 @@ def demo19_shape(s, n_ctx, max_batch):
     return [p for p in clauses if p]
 
 
-def crossing_rows(s, buckets, max_batch):
-    """Chapter 19's plan, option by option: how it runs, the positions its
-    check scores a sequence, the batch at which that check reaches the ridge
-    (None if it never does), the positions the pass then scores, and the last
-    batch the plan runs it."""
-    rows = []
-    for _, hi, o in buckets:
-        if o is not None:
-            b = ridge_batch(s.m, s.w, s.kv, positions=o.positions)
-            rows.append((o.shape, o.positions, b, None if b is None else b * o.positions, hi))
-    return rows
-
-
 def demo19_crossings(s, buckets, max_batch):
     """Chapter 19's table of where each planned check crosses the ridge, with
     the sentences it bears out: the KV caches move the ridge past demo 6's
-    positions, and the plan shortens its check a little after each crossing."""
-    rows = crossing_rows(s, buckets, max_batch)
+    positions, and the plan shortens its check a little after each crossing.
+    A row: how the option runs, the positions its check scores a sequence, the
+    batch at which it reaches the ridge (None: never), the positions the pass
+    then scores, and the last batch the plan runs it."""
+    rows = [(o.shape, o.positions, b, None if b is None else b * o.positions, hi) for _, hi, o in buckets
+            if o is not None for b in [ridge_batch(s.m, s.w, s.kv, positions=o.positions)]]
     crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
     if not (s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
         return

@@ -1708,9 +1708,9 @@ def long_context_note(k, lengths, hw=H100):
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), a pass of {k + 1}"
-            f" positions costs what a one-position pass does ({worst:.2f} plain passes) at every batch that fits:"
-            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound. Each sequence"
-            " adds its own KV cache, the keys and values of its tokens, to the bytes a pass reads, so the bytes grow"
+            f" positions costs what a one-position pass does ({worst:.2f} plain passes) at every batch that fits."
+            f" The {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound. Each sequence"
+            " adds its own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow"
             f" with B, the sequences decoded at once, nearly as fast as the arithmetic. At {n:,} characters {fit}"
             f" sequences fit, and there a pass of {k + 1} positions does {macs / read:.0f} MACs a byte, under the"
             f" ridge's {ridge(hw):.1f}."
@@ -3796,7 +3796,7 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 "The two residuals differ only after an over-proposed draft (w_i < 1). After"
                 f" '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, so h_1 = 0: position 1 is never a cut point"
                 " when x_1 is over-proposed. So whenever the last cut point is 0 or 1, w = 1 there, and both rules"
-                " draw from the same residual; when it is 2 or 3, tokens 1 and 2 are drafts, the same under both."
+                " draw from the same residual. When it is 2 or 3, tokens 1 and 2 are drafts, the same under both."
                 " They first differ at"
                 " token 3. With the same random numbers, the two rules' runs draw alike on two tokens: the"
                 " same fit." if label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit
@@ -4639,7 +4639,7 @@ def demo19_crossings(s, buckets, max_batch):
     first = crossed[0]
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
-    say("Each sequence's KV cache adds to the bytes a pass reads, so the more sequences a pass holds, the more"
+    say("Each sequence's KV cache adds to the bytes a pass reads. So the more sequences a pass holds, the more"
         f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
         " sequence." if all(r[3] > s.alone for r in crossed) else "",
         "Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
@@ -4656,7 +4656,7 @@ def demo19_crossings(s, buckets, max_batch):
         print()
         say("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch"
             " sizes past its crossing." if after else "",
-            *[f"{how}'s check would cross at B = {b:,}, past the {max_batch} sequences that fit."
+            *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit."
               for how, _, b, _, _ in beyond])
 
 

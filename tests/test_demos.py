@@ -657,7 +657,7 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
                                            " (w_i < 1). After 'f', every over-proposed x_1 has Z_1 = 0, so h_1 = 0:"
                                            " position 1 is never a cut point when x_1 is over-proposed. So whenever"
                                            " the last cut point is 0 or 1, w = 1 there, and both rules draw from the"
-                                           " same residual; when it is 2 or 3, tokens 1 and 2 are drafts, the same"
+                                           " same residual. When it is 2 or 3, tokens 1 and 2 are drafts, the same"
                                            " under both. They first differ at token 3. With the same random"
                                            " numbers, the two rules' runs draw alike on two tokens: the same fit.") in flat
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes

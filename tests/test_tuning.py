@@ -340,7 +340,7 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
         assert f"k = {k} {k + 1} {b} {b * (k + 1):,} {ends[k]}" in text
     k6 = next(b for b in range(1, 400) if sd.bound_text(sd.LLAMA2_7B, 512, 6, b, b, sd.H100) == "compute")
     assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text
-    assert (f"k = 6's check would cross at B = {k6}, past the {fit} sequences that fit.") in text
+    assert (f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit.") in text
     assert ("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
             " shortens its check as B grows, a little after each crossing.") in text
     assert (f"At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of 0.27 GB:"
@@ -368,7 +368,7 @@ def test_chapter19_says_where_its_tree_gives_way_and_why(in_process, detail19):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert (f"Each sequence's KV cache adds to the bytes a pass reads, so the more sequences a pass holds, the more"
+    assert (f"Each sequence's KV cache adds to the bytes a pass reads. So the more sequences a pass holds, the more"
             f" positions it takes to reach the ridge: {15 * past:,} at B = {past}, against demo 6's 295 for one"
             " sequence.") in text and 15 * past > 295
     assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
@@ -482,9 +482,9 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
         text = " ".join(section(in_process[1], chapter).split())
         assert (("That holds for short contexts only." in text) == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters, one token per character), a pass of 6 positions"
-                " costs what a one-position pass does (1.00 plain passes) at every batch that fits: the H100 SXM's 80 GB"
+                " costs what a one-position pass does (1.00 plain passes) at every batch that fits. The H100 SXM's 80 GB"
                 " fills before a pass becomes compute-bound. Each sequence adds its own KV cache, the keys and values"
-                " of its tokens, to the bytes a pass reads, so the bytes grow with B, the sequences decoded at once,"
+                " of its tokens, to the bytes a pass reads. So the bytes grow with B, the sequences decoded at once,"
                 f" nearly as fast as the arithmetic. At {lengths[0]} characters {fits[0]} sequences fit, and there a"
                 f" pass of 6 positions does {intensity:.0f} MACs a byte, under the ridge's 147.6." in text), chapter
     assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())

@@ -4425,6 +4425,13 @@ def option_speedup(o, batch, n_ctx, hw=H100, target=LLAMA2_7B):
     return np.where(fits, o.tokens * plain / (verify + o.draft_passes * one), 0.0)[()]
 
 
+def roomiest(drafters, n_ctx, hw=H100, target=LLAMA2_7B):
+    """The drafter beside which the most sequences fit, and how many: where a
+    plan across drafters stops, as a server holds its drafter beside the target."""
+    d = max(drafters, key=lambda d: drafter_fit(d, n_ctx, hw, target))
+    return d, drafter_fit(d, n_ctx, hw, target)
+
+
 def drafter_fit(d, n_ctx, hw=H100, target=LLAMA2_7B):
     """How many sequences fit beside the target and the drafter: its shape's
     weights and KV caches counted, where the drafter gives a shape."""
@@ -4484,10 +4491,11 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, 
                 for (label, method, _, shape), r in zip(drafters, rates)]
     measured[1] = measured[1]._replace(tree=(branching, steps, nodes,
                                              tree_tokens(TARGET, MIDDLING, steps, branching, n_rounds, 42)))
-    max_batch = min(max_batch, max(drafter_fit(d, n_ctx) for d in measured))  # a batch that does not fit is not run
+    room, fit = roomiest(measured, n_ctx)
+    max_batch = min(max_batch, fit)  # a batch that does not fit is not run
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
-                           big_weight=big_weight,
+                           big_weight=big_weight, roomiest=room.name,
                            n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, n_rounds=n_rounds, tol=tol,
                            buckets=buckets, speeds=speeds, options=options)
 
@@ -4499,19 +4507,17 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
-    roomiest = max(measured, key=lambda d: drafter_fit(d, n_ctx)).name  # the drafter beside which the most fit
     say("A practitioner has several draft models and one server. This chapter's procedure prices every way to run",
         f"each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
         f" range of B. It stops at B = {max_batch}, the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB beside the target and the {roomiest} draft. That counts both models'"
+        f" {H100.memory / 1e9:.0f} GB beside the target and the {c19.roomiest} draft. That counts both models'"
         " weights, and in each a KV cache, the keys and values of every sequence's tokens. The option --plan"
         " --profile runs it on your own figures; --detail shows its arithmetic.")
     print()
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
-    intact = {label: rule_intact(TARGET, Q) for label, _, Q, _ in drafters}  # the rule, as the reader has it, exact
-    rates_off = all(abs(r[0] - a) >= 5e-4 for r, a in zip(rates, alphas)) and all(intact.values())
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
-    shortcut = rates_off and all(abs(r[0] - r1) >= 5e-4 for r, r1 in zip(rates, at_1))  # k's rates differ by k
+    shortcut = (all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
+                and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
         f" The rates here were counted in rounds of {k_max}. Rounds of another length start after a different mix"
@@ -6085,7 +6091,7 @@ def profile_number(d, key, where, lo, hi, whole=False):
 
 def print_profile_plan(drafters, n_ctx, max_batch, k_max=16, hw=H100, target=LLAMA2_7B, tol=0.005):
     """--plan --profile: the plan across drafters, and each engine's config."""
-    fit = max(drafter_fit(d, n_ctx, hw, target) for d in drafters)  # a server holds its drafter beside the target
+    fit = roomiest(drafters, n_ctx, hw, target)[1]
     shaped = fit < sequences_that_fit(n_ctx, hw, target)  # every drafter's own weights and KV caches take room
     max_batch = min(max_batch, fit)
     buckets, speeds, options = plan_drafters(drafters, n_ctx, max_batch, k_max, tol=tol, hw=hw, target=target)

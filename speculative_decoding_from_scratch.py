@@ -3478,15 +3478,12 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
                " x_1..x_i: what the target still wants there that the draft does not offer.",
-               "Each position i draws its own uniform random number. The position is a cut point, where the block"
-               " may end, if that number falls below a chance: w_k for the last, position k, and h_i = Z_i / (Z_i +"
-               " 1 - w_i) for an earlier position i. h_i is taken from the paper, which proves the output stays the"
-               " target's. h_i = 0"
-               " when Z_i = 0: a block can end at i only if the target still wants something there to draw the"
-               " next token from.",
-               "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point is not a"
-               " rejection (unlike demo 2's continue): nothing is redrawn there, so the drafts after it still follow"
-               " the kept text.",
+               "Each position i is a cut point, where the block may end, with a chance of its own, drawn on its own:"
+               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is the"
+               " paper's, and it proves the output stays the target's. h_i = 0 when Z_i = 0: nothing is left at i"
+               " to draw the next token from.",
+               "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point rejects"
+               " nothing (unlike demo 2's rule), so the drafts after it still follow the kept text.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
                " cut point, i = 0 and w_0 = 1.")
 

@@ -3496,40 +3496,26 @@ def say_block_rule(seen=""):
     print()
 
 
-def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
-    """Chapter 14: the paper's example, and what block verification gains."""
+def demo14_block_gain(n_rounds=500):
+    """Chapter 14: the paper's example, pair by pair: where judging the block gains."""
     say_block_rule()
     say("Chapters 9 and 15 check these steps against the target. What does block verification gain?")
-    P2, Q2 = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # no context
-    rows = []
-    for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
-                                 ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1)):
-        m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
-        rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
-    terms = [1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2)]
-    ideal = sum(terms)
+    P2, Q2 = PAPER_EXAMPLE
+    rows = example_kept(n_rounds)
     print()
-    over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     say("Its paper's example has a vocabulary of two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3;"
         " q(a) = 2/3, q(b) = 1/3;",
-        f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round, beside the"
-        " ideal, " + " + ".join(f"{round(9 * t)}/9" for t in terms) + f" = {round(9 * ideal)}/9. The ideal's i-th"
-        " term sums, over the texts x_1..x_i, the smaller of their probabilities under the target and the draft:"
-        " the most often drafts 1 to i can all be kept. So the ideal is an upper bound: no verifier that keeps the"
-        " target's distribution keeps more on average (the option --detail derives it)." +
-        (f" Block verification, the best of the verifiers that keep some drafts and then draw one token, keeps"
-         f" {round(9 * rows[1][1])}/9 here: the bound is not tight." if rows[1][1] < ideal - 1e-9 else ""))
+        f"k = 2, {n_rounds} rounds measured. The table gives each verifier's accepted drafts per round:")
     print()
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">"), ("measured", 10, ".3f"), ("+-", 7, ".3f"),
-           ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows]
-          + [("ideal", ideal, f"{round(9 * ideal)}/9")])
+           ("agrees", 7, ">")], [(r[0], r[1], f"{round(9 * r[1])}/9", *r[2:]) for r in rows])
     print()
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, 3, 2), target_first_tokens(P2, 0, 3))
+    gap = rows[1][1] - rows[0][1]
     say(f"Block verification's output here, its first 3 tokens, is {'' if tv < ROUNDING else 'NOT '}the target's:"
-        " exact TV"
-        f" {exact_text(tv)}.",
-        f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than"
-        " any exact verifier can." if over else f"Neither keeps more than the ideal {round(9 * ideal)}/9.",
+        f" exact TV {exact_text(tv)}.",
+        f"It keeps {ninths(gap)} of a draft a round more than token-wise checking." if gap > 1e-12 else
+        f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
         "Where does the block gain? Each pair of drafts, its chance under q, the block's steps there (step 1's"
         " weights, step 3's h_1), the drafts each verifier keeps on average, and the block's gain weighed by the"
         " pair's chance:")
@@ -3538,53 +3524,31 @@ def demo14_block_gain(n_rounds=500, ks=(1, 2, 3, 4)):
     table([("drafts", 8, "<"), ("chance", 8, ninths), ("w_1", 6, ".2f"), ("h_1", 6, ".2f"), ("w_2", 6, ".2f"),
            ("token-wise", 12, ".2f"), ("block", 7, ".2f"), ("weighed gain", 14, lambda x: ninths(x, sign=True))],
           pairs, groups=[("the block's steps", 2, 4), ("drafts kept", 5, 6)])
-    why = demo14_why(P2, Q2, pairs, rows[1][1] - rows[0][1])
+    why = demo14_why(P2, Q2, pairs, gap)
     if why:
         print()
         say(why)
-    gains = middling_gains(n_rounds, ks)
-    misfit = [r[0] for r in rows if r[4] == "NO"] + [f"k = {g[0]}" for g in gains if g[6] == "NO"]
-    print()
-    say(f"Every measured value agrees with its exact one, within {FIT_Z} standard errors." if not misfit else
-        f"NOT every measured value agrees with its exact one: {', '.join(misfit)}.",
-        "Block verification keeps at least as many at every k (at k = 1 the two rules are one)," if min(
-            g[3] for g in gains) >= -1e-12 and abs(gains[0][3]) < 5e-4 and gains[0][0] == 1 else
-        "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
-        else "Block verification LOSES tokens at some k,",
-        f"{max(g[3] for g in gains):+.1%} at most here. Its paper reports 5% to 8% faster decoding, by the clock,"
-        " across its tasks and datasets.")
-    takeaway("judging the block as a whole kept at least as many drafts per round as token-wise checking at every"
-             " k here, and its paper proves it never keeps fewer on average.",
-             {"every measured value agrees": not misfit, "neither keeps more than the ideal": not over,
-              "block keeps at least as many at every k": min(g[3] for g in gains) >= -1e-12})
-    return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains)
+    takeaway("judging the block as a whole kept more drafts per round than token-wise checking on the paper's"
+             " example, and its paper proves it never keeps fewer on average.",
+             {"every measured value agrees": all(r[4] == "yes" for r in rows),
+              "the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
+    return SimpleNamespace(example=rows, tv=tv, pairs=pairs)
 
 
-def middling_gains(n_rounds, ks):
-    """Token-wise checking and block verification on the middling draft, in
-    tokens per call at each k, exactly and measured, as a table; the rows."""
-    gains = []
-    for k in ks:
-        tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
-        m = measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=verify_block)
-        gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, fits(m.per_call, m.se, bl)))
-    print("\nThe middling draft, in tokens per call (the drafts kept, plus one):\n")
-    table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"),
-           ("gain", 8, lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"), ("measured", 10, ".2f"),
-           ("+-", 6, ".2f"), ("agrees", 7, ">")], gains, groups=[("exact", 1, 3), ("block", 4, 6)])
-    return gains
+PAPER_EXAMPLE = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # p and q, no context: chapters 14, 24
 
 
-def demo14_detail(result):
-    """Chapter 14 in detail: the ideal, derived for the paper's example."""
-    terms, ideal = result.terms, result.ideal
-    print()
-    say("The ideal. Drafts 1 to i come from q and the output's first i tokens from p, and keeping the drafts makes"
-        " the two equal. Two such samples are equal with chance at most 1 minus their TV. For one token, demo 1's"
-        " rule reaches that bound: it keeps a draft with chance sum min(p, q), which is 1 - TV. So drafts 1 to i are"
-        " all kept at most 1 - TV of the time. A round's drafts kept, on average, are the sum over i of the chance"
-        " that drafts 1 to i are all kept. So the ideal adds the bounds: here " +
-        " + ".join(f"{round(9 * t)}/9 (i = {i})" for i, t in enumerate(terms, start=1)) + f" = {round(9 * ideal)}/9.")
+def example_kept(n_rounds):
+    """The drafts token-wise checking and block verification keep a round on
+    the paper's example, k = 2: (verifier, exact, measured, its standard
+    error, whether the two agree)."""
+    P2, Q2 = PAPER_EXAMPLE
+    rows = []
+    for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
+                                 ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1)):
+        m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
+        rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
+    return rows
 
 
 def ninths(x, sign=False):
@@ -5460,6 +5424,78 @@ def demo23_engines(**how):
     return SimpleNamespace(main=main, lost=lost, costs=costs)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 24. How far is the block from the most a verifier can keep?
+# A bound on every exact verifier, from demo 1's one-token rule, against chapter 14's block.
+
+
+def middling_gains(n_rounds, ks):
+    """Token-wise checking and block verification on the middling draft, in
+    tokens per call at each k, exactly and measured, as a table; the rows."""
+    gains = []
+    for k in ks:
+        tw, bl = exact_tokens_per_call(TARGET, MIDDLING, k), exact_block_tokens_per_call(TARGET, MIDDLING, k)
+        m = measure(TARGET, MIDDLING, k, n_rounds, seed=14, verify=verify_block)
+        gains.append((k, tw, bl, bl / tw - 1, m.per_call, m.se, fits(m.per_call, m.se, bl)))
+    print()
+    say(f"The middling draft, in tokens per call (the drafts kept, plus one; {n_rounds} rounds measured):")
+    print()
+    table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"),
+           ("gain", 8, lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"), ("measured", 10, ".2f"),
+           ("+-", 6, ".2f"), ("agrees", 7, ">")], gains, groups=[("exact", 1, 3), ("block", 4, 6)])
+    return gains
+
+
+def demo24_ideal(n_rounds=500, ks=(1, 2, 3, 4)):
+    """Chapter 24: the ideal, a bound on every exact verifier, against token-wise
+    checking and block verification; then the block's gain on the middling draft."""
+    say("Block verification (Sun et al., ICLR 2025; chapter 14) looks at the whole block of k drafts before it"
+        " decides how many to keep. Its paper proves it keeps the most drafts on average of any exact verifier that"
+        " keeps some drafts and then draws one token. How much room is there above it?")
+    print()
+    say("The ideal bounds every verifier that keeps the target's distribution. Drafts 1 to i come from q, and the"
+        " output's first i tokens from p. Keeping the drafts makes the two equal. Two such samples are equal with"
+        " chance at most 1 minus their TV. For one token, demo 1's rule reaches that bound. So drafts 1 to i are"
+        " all kept at most 1 - TV of the time: the sum, over the texts x_1..x_i, of the smaller of their"
+        " probabilities under the target and the draft. A round's drafts kept, on average, are the sum over i of"
+        " the chance that drafts 1 to i are all kept. So the ideal adds the bounds, one for each i.")
+    P2, Q2 = PAPER_EXAMPLE
+    rows = example_kept(n_rounds)
+    terms = [1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2)]
+    ideal = sum(terms)
+    over = [r[0] for r in rows if r[1] > ideal + 1e-12]
+    print()
+    say("Chapter 14's example, from the block's paper, has a vocabulary of two tokens, a and b, and no context:"
+        " p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3; k = 2. The drafts each verifier keeps a round, exactly,"
+        f" and the ideal, {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
+    print()
+    table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
+          [(r[0], r[1], ninths(r[1])) for r in rows] + [("ideal", ideal, ninths(ideal))])
+    print()
+    say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any exact"
+        " verifier can. An edited stage is breaking the rule." if over else
+        f"Neither keeps more than the ideal, {ninths(ideal)}.",
+        f"Block verification, the best of its kind, keeps {ninths(rows[1][1])} here: the bound is not reached."
+        if not over and rows[1][1] < ideal - 1e-9 else "")
+    gains = middling_gains(n_rounds, ks)
+    misfit = [f"k = {g[0]}" for g in gains if g[6] == "NO"]
+    print()
+    say(f"Every measured value agrees with its exact one, within {FIT_Z} standard errors." if not misfit else
+        f"NOT every measured value agrees with its exact one: {', '.join(misfit)}.",
+        "Block verification keeps at least as many at every k (at k = 1 the two rules are one)," if min(
+            g[3] for g in gains) >= -1e-12 and abs(gains[0][3]) < 5e-4 and gains[0][0] == 1 else
+        "Block verification keeps at least as many at every k," if min(g[3] for g in gains) >= -1e-12
+        else "Block verification LOSES tokens at some k,",
+        f"{max(g[3] for g in gains):+.1%} at most here. Its paper reports 5% to 8% faster decoding, by the clock,"
+        " across its tasks and datasets.")
+    takeaway(f"block verification kept at least as many drafts as token-wise checking at every k here, and stayed"
+             f" under the bound on every exact verifier: {ninths(rows[1][1])} against {ninths(ideal)} on the"
+             " paper's example.",
+             {"every measured value agrees": not misfit, "neither keeps more than the ideal": not over,
+              "block keeps at least as many at every k": min(g[3] for g in gains) >= -1e-12})
+    return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -5496,6 +5532,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "21": ("Does temperature slow speculation down?", demo21_temperature),
     "22": ("Does a lossy verifier change greedy text?", demo22_greedy_text),
     "23": ("How does each engine take a plan?", demo23_engines),
+    "24": ("How far is the block from the most a verifier can keep?", demo24_ideal),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -5507,7 +5544,6 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "10": demo10_detail,
     "11": demo11_detail,
     "13": lambda result: demo13_detail(),
-    "14": demo14_detail,
     "15": demo15_detail,
     "18": lambda result: (frontier(result.first.rows),
                           typical_fallbacks(then=demo18_loose_words(result.first.rows, 3, 5, 3))),

@@ -4493,20 +4493,12 @@ def demo19_tuning(**how):
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    if shortcut:
-        say(f"Position 1's rates differ from alpha, {' and '.join(f'{a:.3f}' for a in alphas)}: a round starts"
-            " after the token that ended the last one, a bonus token or one redrawn from the residual (tokens the"
-            " draft under-proposes). So round starts are not a random sample of the text's tokens.")
-        print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
-        f" of {nodes} positions with the text's last token. The check walks down from the root. A node's first"
-        " candidate is kept with chance min(1, p/q), as in demo 1. After a rejection, p becomes max(0, p - q)"
-        " normalised, and the next candidate is tested against that p, with q unchanged. If all are rejected, the"
-        " next token comes from the last p and the round ends; else the walk goes on under the kept one."
-        f" It makes {tree[3]:.2f} tokens per call from {tree[1]} draft passes, one a level, sampled over"
-        f" {n_rounds:,} rounds; chapter 8 checks that a tree keeps the target's distribution.")
+        f" of {nodes} positions with the text's last token. It makes {tree[3]:.2f} tokens per call from {tree[1]}"
+        f" draft passes, one a level, sampled over {n_rounds:,} rounds. Chapter 8 checks that a tree keeps the"
+        " target's distribution, and --detail says how the tree is checked.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Speedup: tokens"
@@ -4521,7 +4513,9 @@ def demo19_tuning(**how):
     for paragraph in demo19_shape(shape, n_ctx, max_batch):
         print()
         say(paragraph)
-    demo19_crossings(shape, buckets, max_batch)
+    if shape.falls:
+        print()
+        say("As B grows the plan checks fewer positions a sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4539,7 +4533,7 @@ def demo19_tuning(**how):
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
-                           untolerant=untolerant, shortcut=shortcut, at_1=at_1)
+                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas)
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
@@ -4595,63 +4589,25 @@ def demo19_shape(s, n_ctx, max_batch):
     return [p for p in clauses if p]
 
 
-def demo19_crossings(s, buckets, max_batch):
-    """Chapter 19's table of where each planned check crosses the ridge, with
-    the sentences it bears out: the KV caches move the ridge past demo 6's
-    positions, and the plan shortens its check a little after each crossing.
-    A row: how the option runs, the positions its check scores a sequence, the
-    batch at which it reaches the ridge (None: never), the positions the pass
-    then scores, and the last batch the plan runs it."""
-    rows = [(o.shape, o.positions, b, None if b is None else b * o.positions, hi) for _, hi, o in buckets
-            if o is not None for b in [ridge_batch(s.m, s.w, s.kv, positions=o.positions)]]
-    crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
-    if not (s.falls and crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
-        return
-    first = crossed[0]
-    after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
-    print()
-    say("Each sequence's KV cache adds to the bytes a pass reads. So the more sequences a pass holds, the more"
-        f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
-        " sequence." if all(r[3] > s.alone for r in crossed) else "",
-        "Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
-        " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
-        " planned option: the batch at which its check reaches the ridge, the positions that pass scores, and the"
-        " last batch the plan runs it:")
-    print()
-    table([("runs as", 14, "<"), ("positions\na sequence", 12, "d"), ("crosses\nat B", 9, ">"),
-           ("positions\nin the pass", 13, ">"), ("planned\nto B", 9, ",d")],
-          [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi)
-           for how, n, b, at, hi in rows])
-    beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
-    if after or beyond:
-        print()
-        say("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch"
-            " sizes past its crossing." if after else "",
-            *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit."
-              for how, _, b, _, _ in beyond])
-
-
 def demo19_detail(result):
-    """Chapter 19 in detail: the arithmetic behind its plan. Why rates read at
-    one k only approximate another's, why big's c nears its KV cache's share,
-    why long checks cross the ridge where they do, and, where the rates'
-    shortcut costs nothing, what the search's shortfall comes from."""
+    """Chapter 19 in detail: why rates read at one k only approximate
+    another's, how the tree is checked, why big's c nears its KV cache's
+    share, and, where the rates' shortcut costs nothing, what the search's
+    shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     paragraphs = [
-        f"Position 1's rate is {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds"
-        f" of 1: rates read at k = {k_max} only approximate another k's." if result.shortcut else "",
+        f"Position 1's rates differ from alpha, {' and '.join(f'{a:.3f}' for a in result.alphas)}: a round starts"
+        " after the token that ended the last one, a bonus token or one redrawn from the residual (tokens the draft"
+        " under-proposes). So round starts are not a random sample of the text's tokens. Position 1's rate is"
+        f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
+        f" at k = {k_max} only approximate another k's." if result.shortcut else "",
+        "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
+        " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
+        " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
+        " else the walk goes on under the kept one.",
         (f"At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
          f" {s.kv_share[0]:.2f}, its KV cache's share.") if not s.big_runs and s.c[1] > s.c[0] else "",
-        ridge_arithmetic(s),
-        ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
-         f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"
-         f" {s.kv / 1e9:.3f} GB a sequence), under the ridge's {ridge():.0f}; a check's approach k + 1 times that."
-         " Past the ridge a check costs more than a plain pass" + (
-             f", little at first: with the plan's {tol:.1%} margin, k = {s.ks[0]} holds to B = {s.ends[s.ks[0]]:,}."
-             if s.ends and all(
-                 b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends) else "."))
-        if s.falls and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "",
         (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
          f" option at every B, so pricing every k from the rates at k = {k_max} costs nothing here.")
         if check.worst > 0 and untolerant.worst == 0 else ""]
@@ -4659,19 +4615,6 @@ def demo19_detail(result):
         if paragraph:
             print()
             say(paragraph)
-
-
-def ridge_arithmetic(s):
-    """Chapter 19 in detail: why its longest chain crosses the ridge at many
-    more positions than demo 6's single sequence, in gigabytes."""
-    if not (s.falls and s.crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
-        return ""
-    k, b = s.crossed[0]
-    return ("A pass's memory time grows with its bytes, so more positions' arithmetic fits under it, and each"
-            f" sequence adds its KV cache to the bytes. At B = {b} a pass reads the weights once, {s.w / 1e9:.2f} GB,"
-            f" and {b} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + b * s.kv) / 1e9:.1f} GB, against demo 6's"
-            f" {(s.w + s.kv) / 1e9:.2f}. So k = {k} crosses at {k + 1} positions times {b} sequences,"
-            f" {b * (k + 1):,} positions, not demo 6's {s.alone}.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -5493,6 +5436,105 @@ def demo24_ideal(n_rounds=500, ks=(1, 2, 3, 4)):
     return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 25. Why does the best check get shorter as the batch grows?
+# Chapter 19's plan, read against demo 6's roofline: where each check crosses the ridge.
+
+
+def demo25_ridge(**how):
+    """Chapter 25: where each check chapter 19 plans crosses the ridge, and why
+    the plan shortens its check as the batch grows."""
+    c19 = chapter19_plan(**how)
+    s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
+    say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
+        " decodes at once: which draft model, and how many of its drafts to check. It plans to B ="
+        f" {c19.max_batch}, at {c19.n_ctx} tokens of context. As B grows, its plan checks fewer positions a"
+        " sequence. Why?")
+    print()
+    say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
+        f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs a byte. Below"
+        " it, more positions cost no time; past it, every position does. A pass of B sequences, each checking k"
+        " drafts, scores B(k + 1) positions.")
+    checks = demo25_crossings(s, c19.buckets, c19.max_batch)
+    takeaway("a check is nearly free only below the ridge, and a pass scores B times a check's positions; so as the"
+             " batch grows, the best check gets shorter.", checks)
+    return SimpleNamespace(c19=c19, shape=s, checks=checks)
+
+
+def demo25_crossings(s, buckets, max_batch):
+    """Chapter 25's table of where each planned check crosses the ridge, with
+    the sentences it bears out: the KV caches move the ridge past demo 6's
+    positions, and the plan shortens its check a little after each crossing.
+    A row: how the option runs, the positions its check scores a sequence, the
+    batch at which it reaches the ridge (None: never), the positions the pass
+    then scores, and the last batch the plan runs it. Returns the checks the
+    takeaway rests on."""
+    rows = [(o.shape, o.positions, b, None if b is None else b * o.positions, hi) for _, hi, o in buckets
+            if o is not None for b in [ridge_batch(s.m, s.w, s.kv, positions=o.positions)]]
+    crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
+    checks = {"the plan shortens its check as B grows": s.falls,
+              "a planned check crosses the ridge within the plan": bool(crossed),
+              "a plain pass stays under the ridge at every B": ridge_batch(s.m, s.w, s.kv, positions=1) is None}
+    if not all(checks.values()):
+        return checks
+    first = crossed[0]
+    after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
+    print()
+    say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. So the more"
+        " sequences a pass holds, the more"
+        f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
+        " sequence." if all(r[3] > s.alone for r in crossed) else "",
+        "Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
+        " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
+        " planned option: the batch at which its check reaches the ridge, the positions that pass scores, and the"
+        " last batch the plan runs it:")
+    print()
+    table([("runs as", 14, "<"), ("positions\na sequence", 12, "d"), ("crosses\nat B", 9, ">"),
+           ("positions\nin the pass", 13, ">"), ("planned\nto B", 9, ",d")],
+          [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi)
+           for how, n, b, at, hi in rows])
+    beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
+    if after or beyond:
+        print()
+        say("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch"
+            " sizes past its crossing." if after else "",
+            *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit."
+              for how, _, b, _, _ in beyond])
+    return {**checks, "each check crosses inside its range, and holds past it": after}
+
+
+def ridge_arithmetic(s):
+    """Chapter 25 in detail: why its longest chain crosses the ridge at many
+    more positions than demo 6's single sequence, in gigabytes."""
+    if not (s.falls and s.crossed and ridge_batch(s.m, s.w, s.kv, positions=1) is None):
+        return ""
+    k, b = s.crossed[0]
+    return ("A pass's memory time grows with its bytes, so more positions' arithmetic fits under it, and each"
+            f" sequence adds its KV cache to the bytes. At B = {b} a pass reads the weights once, {s.w / 1e9:.2f} GB,"
+            f" and {b} KV caches of {s.kv / 1e9:.2f} GB: {(s.w + b * s.kv) / 1e9:.1f} GB, against demo 6's"
+            f" {(s.w + s.kv) / 1e9:.2f}. So k = {k} crosses at {k + 1} positions times {b} sequences,"
+            f" {b * (k + 1):,} positions, not demo 6's {s.alone}.")
+
+
+def demo25_detail(result):
+    """Chapter 25 in detail: the ridge in gigabytes, and where a plain pass's
+    MACs per byte tend as the batch grows."""
+    s, tol = result.shape, result.c19.tol
+    holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
+    paragraphs = (
+        ridge_arithmetic(s),
+        ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
+         f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"
+         f" {s.kv / 1e9:.3f} GB a sequence), under the ridge's {ridge():.0f}; a check's approach k + 1 times that."
+         " Past the ridge a check costs more than a plain pass" +
+         (f", little at first: with the plan's {tol:.1%} margin, k = {s.ks[0]} holds to B = {s.ends[s.ks[0]]:,}."
+          if holds else ".")) if s.falls and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
+    for paragraph in paragraphs:
+        if paragraph:
+            print()
+            say(paragraph)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -5530,6 +5572,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "22": ("Does a lossy verifier change greedy text?", demo22_greedy_text),
     "23": ("How does each engine take a plan?", demo23_engines),
     "24": ("How far is the block from the most a verifier can keep?", demo24_ideal),
+    "25": ("Why does the best check get shorter as the batch grows?", demo25_ridge),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -5546,6 +5589,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
                           typical_fallbacks(then=demo18_loose_words(result.first.rows, 3, 5, 3))),
     "19": demo19_detail,
     "21": demo21_detail,
+    "25": demo25_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

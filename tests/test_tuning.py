@@ -131,6 +131,15 @@ def detail19(in_process):
     return " ".join(out.getvalue().split())
 
 
+@pytest.fixture
+def detail25(in_process):
+    """Chapter 25's --detail, printed from the full run's result, as one line."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.demo25_detail(in_process[0]["25"])
+    return " ".join(out.getvalue().split())
+
+
 def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_process):
     # 248 sequences of 512 tokens fit in 80 GB beside the target's weights, and 242 beside the small draft's too,
     # with its KV caches: chapter 19 stops there, and no engine is told to run 256
@@ -291,15 +300,16 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     assert s_tree == pytest.approx(tree.tokens / (1 + tree.draft_passes * c_small), rel=1e-9) and s_tree > s_chain
 
 
-def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19):
+def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process, detail19, detail25):
     text = " ".join(section(in_process[1], "19").split())
+    text25 = " ".join(section(in_process[1], "25").split())
     result = in_process[0]["19"]
     big_fit = sd.sequences_that_fit(512, drafts=((2048, 5504, 16, 32000),))  # big's last batch: its memory full
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))  # the plan's last batch, beside small
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
             f" grows, a plain pass's MACs per byte approach {m / (one - w):.1f} ({m / 1e9:.3f} GMACs over"
-            f" {(one - w) / 1e9:.3f} GB a sequence), under the ridge's 148; a check's approach k + 1 times that.") in detail19
+            f" {(one - w) / 1e9:.3f} GB a sequence), under the ridge's 148; a check's approach k + 1 times that.") in detail25
     assert m / (one - w) < sd.ridge()
     # each draft pass reads its own KV cache, priced as the target's is: big's is a quarter of the target's a sequence,
     # so its c rises with B, by the roofline's own prices; the plan never runs it
@@ -328,6 +338,7 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in result.buckets if o and o.shape.startswith("k =")}
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
+    assert "As B grows the plan checks fewer positions a sequence; chapter 25 shows why." in text
     # the longest k crosses first: where a check of k + 1 positions a sequence first reaches the ridge, by a scan
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
                       None) for k in (8, 7, 6)]
@@ -337,17 +348,18 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
     # the table of crossings, each row by hand: the scan's crossing, its positions then, and the plan's last B
     for k, b in zip((8, 7), crossings[:2]):
-        assert f"k = {k} {k + 1} {b} {b * (k + 1):,} {ends[k]}" in text
+        assert f"k = {k} {k + 1} {b} {b * (k + 1):,} {ends[k]}" in text25
     k6 = next(b for b in range(1, 400) if sd.bound_text(sd.LLAMA2_7B, 512, 6, b, b, sd.H100) == "compute")
-    assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text
-    assert (f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit.") in text
+    assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text25
+    assert (f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit.") in text25
     assert ("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
-            " shortens its check as B grows, a little after each crossing.") in text
+            " shortens its check as B grows, a little after each crossing.") in text25
+    assert "Takeaway: a check is nearly free only below the ridge" in text25
     assert (f"At B = {crossings[0]} a pass reads the weights once, 13.21 GB, and {crossings[0]} KV caches of 0.27 GB:"
             f" {(w + crossings[0] * kv) / 1e9:.1f} GB, against demo 6's 13.48. So k = 8 crosses at 9 positions times"
-            f" {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's 295.") in detail19
+            f" {crossings[0]} sequences, {crossings[0] * 9:,} positions, not demo 6's 295.") in detail25
     assert ("Past the ridge a check costs more than a plain pass, little at first: with the plan's 0.5% margin, k = 8"
-            f" holds to B = {ends[8]}.") in detail19
+            f" holds to B = {ends[8]}.") in detail25
     # past its crossing k = 8 stays within the margin of the best until its range ends: a check just past the ridge
     # costs little more
     names = [(o.drafter.name, o.shape) for o in result.options]
@@ -356,8 +368,9 @@ def test_chapter19_says_why_big_never_wins_and_why_k_falls(in_process, detail19)
     assert ends[8] > crossings[0] and ends[7] > crossings[1]
 
 
-def test_chapter19_says_where_its_tree_gives_way_and_why(in_process, detail19):
-    result, text = in_process[0]["19"], " ".join(section(in_process[1], "19").split())
+def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
+    result, text = in_process[0]["19"], " ".join(section(in_process[1], "25").split())
+    text19 = " ".join(section(in_process[1], "19").split())
     planned = max(hi for _, hi, o in result.buckets if o is not None and o.shape.startswith("tree"))
     after = next(o for lo, _, o in result.buckets if lo == planned + 1)
     names = [(o.drafter.name, o.shape) for o in result.options]
@@ -368,13 +381,13 @@ def test_chapter19_says_where_its_tree_gives_way_and_why(in_process, detail19):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert (f"Each sequence's KV cache adds to the bytes a pass reads. So the more sequences a pass holds, the more"
-            f" positions it takes to reach the ridge: {15 * past:,} at B = {past}, against demo 6's 295 for one"
-            " sequence.") in text and 15 * past > 295
+    assert ("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. So the more"
+            f" sequences a pass holds, the more positions it takes to reach the ridge: {15 * past:,} at B = {past},"
+            " against demo 6's 295 for one sequence.") in text and 15 * past > 295
     assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
     assert ("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch sizes"
             " past its crossing.") in text
-    assert f"1-{planned} small tree 2x3, 15" in text and "within 0.5% of the best, so as not to switch for less:" in text
+    assert f"1-{planned} small tree 2x3, 15" in text19 and "within 0.5% of the best, so as not to switch for less:" in text19
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):
@@ -423,12 +436,13 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, each"
             " drawn from q on its own, 3 deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with"
-            " the text's last token. The check walks down from the root. A node's first candidate is kept with chance"
-            " min(1, p/q), as in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate"
-            " is tested against that p, with q unchanged. If all are rejected, the next token comes from the last p"
-            f" and the round ends; else the walk goes on under the kept one. It makes {tree.tokens:.2f} tokens per"
-            " call from 3 draft passes, one a level, sampled over 2,000 rounds; chapter 8 checks that a tree keeps the"
-            " target's distribution.") in text
+            f" the text's last token. It makes {tree.tokens:.2f} tokens per call from 3 draft passes, one a level,"
+            " sampled over 2,000 rounds. Chapter 8 checks that a tree keeps the target's distribution, and --detail"
+            " says how the tree is checked.") in text
+    assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"
+            " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
+            " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"
+            " ends; else the walk goes on under the kept one.") in detail19
     # position 1's rate at k = 8 is neither alpha nor its rate in rounds of k = 1, and the detail says why
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
@@ -438,7 +452,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " at another k the sum is approximate.") in text
     assert (f"Position 1's rates differ from alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: a round starts after the token"
             " that ended the last one, a bonus token or one redrawn from the residual (tokens the draft under-proposes)."
-            " So round starts are not a random sample of the text's tokens.") in text
+            " So round starts are not a random sample of the text's tokens.") in detail19
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"
             " k = 8 only approximate another k's.") in detail19

@@ -4330,7 +4330,7 @@ def demo18_lossy_cost():
 
 
 # -----------------------------------------------------------------------------
-# Chapter 19. Which drafter, which k, which tree, for my server?
+# Chapter 19. Which drafter, k and tree for my server?
 # The lesson's "ship it" step as a skill. A server writes its own acceptance
 # figures to its Prometheus /metrics page (Part 5 reads them, for --tune and
 # --plan); price every candidate drafter at every batch size on demo 6's
@@ -5365,7 +5365,7 @@ def demo23_engines(**how):
 
 
 # -----------------------------------------------------------------------------
-# Chapter 24. How far is the block from the most a verifier can keep?
+# Chapter 24. Could any verifier keep more than the block?
 # A bound on every exact verifier, from demo 1's one-token rule, against chapter 14's block.
 
 
@@ -5437,7 +5437,7 @@ def demo24_ideal(n_rounds=500, ks=(1, 2, 3, 4)):
 
 
 # -----------------------------------------------------------------------------
-# Chapter 25. Why does the best check get shorter as the batch grows?
+# Chapter 25. Why do big batches check fewer drafts?
 # Chapter 19's plan, read against demo 6's roofline: where each check crosses the ridge.
 
 
@@ -5566,13 +5566,13 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "16": ("Can heads on the target replace the draft model?", demo16_heads),
     "17": ("What did a from-scratch generator get wrong?", demo17_apex),
     "18": ("What does a lossy verifier cost?", demo18_lossy_cost),
-    "19": ("Which drafter, which k, which tree, for my server?", demo19_tuning),
+    "19": ("Which drafter, k and tree for my server?", demo19_tuning),
     "20": ("When should a server stop speculating?", demo20_fallback),
     "21": ("Does temperature slow speculation down?", demo21_temperature),
     "22": ("Does a lossy verifier change greedy text?", demo22_greedy_text),
     "23": ("How does each engine take a plan?", demo23_engines),
-    "24": ("How far is the block from the most a verifier can keep?", demo24_ideal),
-    "25": ("Why does the best check get shorter as the batch grows?", demo25_ridge),
+    "24": ("Could any verifier keep more than the block?", demo24_ideal),
+    "25": ("Why do big batches check fewer drafts?", demo25_ridge),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

@@ -3479,8 +3479,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
                " x_1..x_i: what the target still wants there that the draft does not offer.",
                "Each position i is a cut point, where the block may end, with a chance of its own, drawn on its own:"
-               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is the"
-               " paper's, and it proves the output stays the target's. h_i = 0 when Z_i = 0: nothing is left at i"
+               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. The paper"
+               " gives h_i and proves that the output stays the target's. h_i = 0 when Z_i = 0: nothing is left at i"
                " to draw the next token from.",
                "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point rejects"
                " nothing (unlike demo 2's rule), so the drafts after it still follow the kept text.",
@@ -3698,8 +3698,8 @@ BLOCK_WORDS = {"tokenwise_residual": "step 5: draws the next token from the toke
                                      " not from max(0, w_i p - q)",
                "cumulative": "step 3: makes an earlier position i a cut point with chance w_i, not h_i",
                "vllm-ascend, PyTorch": "step 3: position i is a cut point if the product of min(1, p/q) up to i is"
-                                       " at least a product of i uniforms, a bar that falls fast as i grows; step 5"
-                                       " as tokenwise_residual",
+                                       " at least u_1 u_2 ... u_i, one fresh uniform per position multiplied in, a"
+                                       " bar that falls fast as i grows; step 5 as tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with step 1's weight w_i in place of that product"}
 
 
@@ -3724,8 +3724,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say_block_rule(seen="chapter 14's")
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
-        f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. Both"
-        " come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",
+        f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. The"
+        " shipped paths come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",
         f"the middling draft at k = {k}:")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
@@ -3761,8 +3761,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "The option --detail shows why its first two tokens are exact." if label == "tokenwise_residual"
-                and first_bad == 3 and p_fit == block_fit and token2_exact_words(ctx) else "")
+                token2_exact_words(ctx) + " With the same random numbers, the two rules' runs then draw alike on"
+                " two tokens: the same fit." if label == "tokenwise_residual" and first_bad == 3
+                and p_fit == block_fit and token2_exact_words(ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
@@ -3790,17 +3791,6 @@ def token2_exact_words(ctx=5):
             " wants nothing at position 2 that the draft does not offer. So h_1 = 0, no block stops at such an"
             " x_1, and token 2 is exact too." if never and any(w < 1 for w in w1) and rule_intact(TARGET, MIDDLING)
             else "")
-
-
-def demo15_detail(result):
-    """Chapter 15 in detail: why tokenwise_residual's bias waits for token 3."""
-    words = token2_exact_words()
-    tokenwise = next((r for r in result if r[0] == "tokenwise_residual"), None)
-    if words:
-        print()
-        say("Why tokenwise_residual's first two tokens are exact.", words,
-            "With the same random numbers, the two rules' runs then draw alike on two tokens: the same fit."
-            if tokenwise is not None and tokenwise[4] == result[0][4] else "")
 
 
 # -----------------------------------------------------------------------------
@@ -5584,7 +5574,6 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "10": demo10_detail,
     "11": demo11_detail,
     "13": lambda result: demo13_detail(),
-    "15": demo15_detail,
     "18": lambda result: (frontier(result.first.rows),
                           typical_fallbacks(then=demo18_loose_words(result.first.rows, 3, 5, 3))),
     "19": demo19_detail,

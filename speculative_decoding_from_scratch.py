@@ -4475,26 +4475,31 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" The rates here were counted in rounds of {k_max}. Rounds of another length start after a different mix"
-        " of tokens (shorter ones end in a bonus token more often), so at another k the sum is approximate.",
+        f" The rates here were counted in rounds of {k_max}. A round starts after the token that ended the last"
+        " one, a bonus token or one redrawn from the residual, and how often each comes depends on k. So at another"
+        " k the sum is approximate.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
-        f" target's weight bytes a pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
+        f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
+    if shortcut:
+        say(f"So position 1's rates are not alpha, {' and '.join(f'{a:.3f}' for a in alphas)}: round starts are not"
+            " a random sample of the text's tokens.")
+        print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
-        f" of {nodes} positions with the text's last token. It makes {tree[3]:.2f} tokens per call from {tree[1]}"
-        f" draft passes, one a level, sampled over {n_rounds:,} rounds. Chapter 8 checks that a tree keeps the"
+        f" of {nodes} positions with the text's last token. It makes {tree[3]:.3f} tokens per call from {tree[1]}"
+        f" draft passes, one per level, sampled over {n_rounds:,} rounds. Chapter 8 checks that a tree keeps the"
         " target's distribution, and --detail says how the tree is checked.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Speedup: tokens"
-        " per call times a plain pass's time, over a check's time plus the draft passes' times, all at the"
-        " same B on the roofline. Below the ridge"
-        " that is demo 3's tokens per call / (1 + n c), for n draft passes. Going up in B, the plan keeps its option"
+    say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Its speedup is"
+        " tokens per call times t_plain / (t_check + n t_draft), for n draft passes, where each t is a pass's time at"
+        " the same B on the roofline. Below the ridge"
+        " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
         f" while it stays within {tol:.1%} of the best, so as not to switch for less:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
@@ -4505,7 +4510,7 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions a sequence; chapter 25 shows why.")
+        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4564,12 +4569,12 @@ def demo19_shape(s, n_ctx, max_batch):
     wins), each clause said only while its numbers bear it out."""
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
-        f" {s.first.tokens:.2f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
-        f" {s.c_small[0]:.3f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
-        f" {s.longest.tokens:.2f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.3f}:"
+        f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
+        f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
+        f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
-        f" reads its own KV cache, and big's is {s.kv_share[0]:.2f} of the target's a sequence, small's"
+        f" reads its own KV cache, and big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
         f" {s.kv_share[1]:.2f}. Big's c rises from {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's"
         f" stays at {max(s.c_small):.3f} or less." +
         (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
@@ -4587,9 +4592,7 @@ def demo19_detail(result):
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     paragraphs = [
-        f"Position 1's rates differ from alpha, {' and '.join(f'{a:.3f}' for a in result.alphas)}: a round starts"
-        " after the token that ended the last one, a bonus token or one redrawn from the residual (tokens the draft"
-        " under-proposes). So round starts are not a random sample of the text's tokens. Position 1's rate is"
+        "Position 1's rate is"
         f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
         f" at k = {k_max} only approximate another k's." if result.shortcut else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"

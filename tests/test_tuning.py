@@ -292,10 +292,14 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     c_small = sd.draft_cost(1, 512, draft=tree.drafter.cost)
     c_big = sd.draft_cost(1, 512, draft=longest.drafter.cost)
     s_tree, s_chain = sd.option_speedup(tree, 1, 512), sd.option_speedup(longest, 1, 512)
-    assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.2f} tokens per call from"
-            f" {tree.draft_passes} passes of the small draft (c = {c_small:.3f}). Big's best, k = 6, makes"
-            f" {longest.tokens:.2f} tokens per call but costs {longest.draft_passes} passes at c = {c_big:.3f}:"
+    assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} tokens per call from"
+            f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}). Big's best, k = 6, makes"
+            f" {longest.tokens:.3f} tokens per call but costs {longest.draft_passes} passes at c = {c_big:.4f}:"
             f" {s_chain:.2f}.") in text
+    # as printed, the numbers give the speedups back by hand: tokens / (1 + n c), rounded as the chapter rounds them
+    for tokens, n, c, speed in ((tree.tokens, tree.draft_passes, c_small, s_tree),
+                                (longest.tokens, longest.draft_passes, c_big, s_chain)):
+        assert f"{float(f'{tokens:.3f}') / (1 + n * float(f'{c:.4f}')):.2f}" == f"{speed:.2f}"
     # at B = 1 both passes are memory-bound, so a round costs 1 + passes * c plain passes
     assert s_tree == pytest.approx(tree.tokens / (1 + tree.draft_passes * c_small), rel=1e-9) and s_tree > s_chain
 
@@ -323,7 +327,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert all(o is None or o.drafter.name == "small" for _, _, o in result.buckets)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
-            f" reads its own KV cache, and big's is 0.25 of the target's a sequence, small's {kv_small:.2f}. Big's c"
+            f" reads its own KV cache, and big's is 0.25 of the target's per sequence, small's {kv_small:.2f}. Big's c"
             f" rises from {c[0]:.3f} to {c[1]:.3f} at B = {big_fit}, while small's stays at {c_small:.3f} or"
             " less.") in text
     assert ("At large B a draft's pass and the target's are both mostly KV cache, so big's c nears 0.25, its KV"
@@ -338,7 +342,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in result.buckets if o and o.shape.startswith("k =")}
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
-    assert "As B grows the plan checks fewer positions a sequence; chapter 25 shows why." in text
+    assert "As B grows the plan checks fewer positions per sequence; chapter 25 shows why." in text
     # the longest k crosses first: where a check of k + 1 positions a sequence first reaches the ridge, by a scan
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
                       None) for k in (8, 7, 6)]
@@ -436,7 +440,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, each"
             " drawn from q on its own, 3 deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with"
-            f" the text's last token. It makes {tree.tokens:.2f} tokens per call from 3 draft passes, one a level,"
+            f" the text's last token. It makes {tree.tokens:.3f} tokens per call from 3 draft passes, one per level,"
             " sampled over 2,000 rounds. Chapter 8 checks that a tree keeps the target's distribution, and --detail"
             " says how the tree is checked.") in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"
@@ -447,19 +451,18 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
-    assert ("makes about 1 plus the first k rates in tokens per call. The rates here were counted in rounds of 8. Rounds"
-            " of another length start after a different mix of tokens (shorter ones end in a bonus token more often), so"
-            " at another k the sum is approximate.") in text
-    assert (f"Position 1's rates differ from alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: a round starts after the token"
-            " that ended the last one, a bonus token or one redrawn from the residual (tokens the draft under-proposes)."
-            " So round starts are not a random sample of the text's tokens.") in detail19
+    assert ("makes about 1 plus the first k rates in tokens per call. The rates here were counted in rounds of 8. A"
+            " round starts after the token that ended the last one, a bonus token or one redrawn from the residual, and"
+            " how often each comes depends on k. So at another k the sum is approximate.") in text
+    assert (f"So position 1's rates are not alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: round starts are not a random"
+            " sample of the text's tokens.") in text
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"
             " k = 8 only approximate another k's.") in detail19
     # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
-    assert ("Speedup: tokens per call times a plain pass's time, over a check's time plus the draft passes' times, all"
-            " at the same B on the roofline. Below the ridge that is demo 3's tokens per call / (1 + n c), for n draft"
-            " passes.") in text
+    assert ("Its speedup is tokens per call times t_plain / (t_check + n t_draft), for n draft passes, where each t is"
+            " a pass's time at the same B on the roofline. Below the ridge that is demo 3's tokens per call / (1 + n"
+            " c).") in text
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]
     check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, tree.positions, 1), sd.H100)[0]
     draft = sd.roofline_time(*sd.pass_traffic((768, 2048, 4, 32000), 512, tree.draft_width, 1), sd.H100)[0]

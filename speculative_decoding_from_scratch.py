@@ -5441,11 +5441,11 @@ def demo25_ridge(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
         " decodes at once: which draft model, and how many of its drafts to check. It plans to B ="
-        f" {c19.max_batch}, at {c19.n_ctx} tokens of context. As B grows, its plan checks fewer positions a"
+        f" {c19.max_batch}, at {c19.n_ctx} tokens of context. As B grows, its plan checks fewer positions per"
         " sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
-        f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs a byte. Below"
+        f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"
         " it, more positions cost no time; past it, every position does. A pass of B sequences, each checking k"
         " drafts, scores B(k + 1) positions.")
     checks = demo25_crossings(s, c19.buckets, c19.max_batch)
@@ -5473,16 +5473,23 @@ def demo25_crossings(s, buckets, max_batch):
     first = crossed[0]
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
+    each = ridge() * s.kv / s.m  # the positions one more sequence adds to the ridge: its KV cache's bytes' worth
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. So the more"
         " sequences a pass holds, the more"
         f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
         " sequence." if all(r[3] > s.alone for r in crossed) else "",
-        "Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
+        f"But each sequence adds only {each:.1f} positions to the ridge, fewer than any check here scores. So the"
+        f" positions each sequence can check for free fall as B grows, from {s.alone} at B = 1 toward {each:.1f}."
+        if all(r[1] > each for r in rows) else "")
+    print()
+    say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
         " planned option: the batch at which its check reaches the ridge, the positions that pass scores, and the"
-        " last batch the plan runs it:")
+        " last batch the plan runs it" + "".join(
+            f" ('{how}' is chapter 19's tree of {n - 1} drafts, checked as {n} positions per sequence)"
+            for how, n, *_ in rows[:1] if how.startswith("tree")) + ":")
     print()
-    table([("runs as", 14, "<"), ("positions\na sequence", 12, "d"), ("crosses\nat B", 9, ">"),
+    table([("runs as", 14, "<"), ("positions\nper sequence", 14, "d"), ("crosses\nat B", 9, ">"),
            ("positions\nin the pass", 13, ">"), ("planned\nto B", 9, ",d")],
           [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi)
            for how, n, b, at, hi in rows])
@@ -5491,7 +5498,8 @@ def demo25_crossings(s, buckets, max_batch):
         print()
         say("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch"
             " sizes past its crossing." if after else "",
-            *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit."
+            *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
+              f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, _, _ in beyond])
     return {**checks, "each check crosses inside its range, and holds past it": after}
 
@@ -5518,7 +5526,7 @@ def demo25_detail(result):
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"
-         f" {s.kv / 1e9:.3f} GB a sequence), under the ridge's {ridge():.0f}; a check's approach k + 1 times that."
+         f" {s.kv / 1e9:.3f} GB per sequence), under the ridge's {ridge():.0f}; a check's approach k + 1 times that."
          " Past the ridge a check costs more than a plain pass" +
          (f", little at first: with the plan's {tol:.1%} margin, k = {s.ks[0]} holds to B = {s.ends[s.ks[0]]:,}."
           if holds else ".")) if s.falls and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")

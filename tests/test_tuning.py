@@ -313,7 +313,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     (m, one), w = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
             f" grows, a plain pass's MACs per byte approach {m / (one - w):.1f} ({m / 1e9:.3f} GMACs over"
-            f" {(one - w) / 1e9:.3f} GB a sequence), under the ridge's 148; a check's approach k + 1 times that.") in detail25
+            f" {(one - w) / 1e9:.3f} GB per sequence), under the ridge's 148; a check's approach k + 1 times"
+            " that.") in detail25
     assert m / (one - w) < sd.ridge()
     # each draft pass reads its own KV cache, priced as the target's is: big's is a quarter of the target's a sequence,
     # so its c rises with B, by the roofline's own prices; the plan never runs it
@@ -355,7 +356,14 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
         assert f"k = {k} {k + 1} {b} {b * (k + 1):,} {ends[k]}" in text25
     k6 = next(b for b in range(1, 400) if sd.bound_text(sd.LLAMA2_7B, 512, 6, b, b, sd.H100) == "compute")
     assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text25
-    assert (f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit.") in text25
+    assert f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit in the H100's 80 GB." in text25
+    # one more sequence adds its KV cache's bytes, and so ridge * kv / m positions, to what a pass scores at the ridge:
+    # about 5.9, fewer than any planned check's 7 to 15, so each sequence's free positions fall toward it
+    each = sd.ridge() * kv / m
+    assert 5.5 < each < 6 and (f"But each sequence adds only {each:.1f} positions to the ridge, fewer than any check here"
+                               f" scores. So the positions each sequence can check for free fall as B grows, from 295"
+                               f" at B = 1 toward {each:.1f}.") in text25
+    assert sd.ridge() * (w + 2 * kv) / m - sd.ridge() * (w + kv) / m == pytest.approx(each)
     assert ("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
             " shortens its check as B grows, a little after each crossing.") in text25
     assert "Takeaway: a check is nearly free only below the ridge" in text25

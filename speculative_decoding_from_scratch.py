@@ -3585,8 +3585,9 @@ def demo14_why(P2, Q2, pairs, net):
     pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
     return " ".join(p for p in (
-        f"The block gains on 'a' then 'b': the two are as likely under p as under q ({ninths(pair)}), so w_2 = 1"
-        " and position 2 is always a cut point." if change["a b"] > 0 and w1 < 1 and w2b > 1 - ROUNDING
+        f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the pair is"
+        f" as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and the block"
+        " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1 and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
         f"It loses on 'a', 'a': after 'a', w_1 p = {row(owed)} is nowhere above q = {row(Q2[1])}, so Z_1 = 0 and"
         f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."

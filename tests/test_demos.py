@@ -697,8 +697,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
     assert ("a a 4/9 0.50 0.00 0.25 0.75 0.50 -1/9 a b 2/9 0.50 0.00 1.00 1.00 2.00 +2/9 b a 2/9 1.00 1.00 0.50 1.50"
             " 1.50 0 b b 1/9 1.00 1.00 1.00 2.00 2.00 0") in flat(text)
-    assert ("The block gains on 'a' then 'b': the two are as likely under p as under q (2/9), so w_2 = 1 and position"
-            " 2 is always a cut point. It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) is nowhere above q ="
+    assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is as"
+            " likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps both."
+            " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. The gains"
             " add up to +1/9, the first table's gap.") in flat(text)
     assert "Takeaway: judging the block as a whole kept more drafts per round" in flat(text)
@@ -706,6 +707,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     bad = sd.bugged("argmax")
     net = bad.exact_block_tokens_per_call(P2, Q2, 2) - bad.exact_tokens_per_call(P2, Q2, 2)
     assert "It loses on 'a', 'a'" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
+    uniform = sd.bugged("uniform_q")  # keeps 'a' with p / (1/2) = 2/3, not p/q: the 'a' then 'b' reason goes
+    net = uniform.exact_block_tokens_per_call(P2, Q2, 2) - uniform.exact_tokens_per_call(P2, Q2, 2)
+    assert "The block gains on 'a' then 'b'" not in uniform.demo14_why(P2, Q2, uniform.demo14_pairs(P2, Q2), net)
     assert sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net + 0.1).endswith("or none.")  # a gap it does not explain
 
 

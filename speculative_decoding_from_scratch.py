@@ -3478,12 +3478,12 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
                " x_1..x_i: what the target still wants there that the draft does not offer.",
-               "Each position i is a cut point, where the block may end, with a chance of its own, drawn on its own:"
-               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. The paper"
-               " gives h_i and proves that the output stays the target's. h_i = 0 when Z_i = 0: nothing is left at i"
-               " to draw the next token from.",
-               "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point rejects"
-               " nothing (unlike demo 2's rule), so the drafts after it still follow the kept text.",
+               "Each position i becomes a cut point, where the block may end, on a coin flip of its own: with chance"
+               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is 0"
+               " when Z_i = 0, even at w_i = 1: nothing is left at position i+1 to draw the next token from.",
+               "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point throws no draft"
+               " away, unlike the token-wise rule, which ends the round at its first rejection. So the drafts after"
+               " it were still drafted after kept text.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
                " cut point, i = 0 and w_0 = 1.")
 
@@ -3517,12 +3517,12 @@ def demo14_block_gain(n_rounds=500):
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
         "Where does the block gain? Each pair of drafts, its chance under q, the block's steps there (step 1's"
-        " weights, step 3's h_1), the drafts each verifier keeps on average, and the block's gain weighed by the"
+        " weights, step 3's h_1), the drafts each verifier keeps on average, and the block's gain weighted by the"
         " pair's chance:")
     print()
     pairs = demo14_pairs(P2, Q2)
     table([("drafts", 8, "<"), ("chance", 8, ninths), ("w_1", 6, ".2f"), ("h_1", 6, ".2f"), ("w_2", 6, ".2f"),
-           ("token-wise", 12, ".2f"), ("block", 7, ".2f"), ("weighed gain", 14, lambda x: ninths(x, sign=True))],
+           ("token-wise", 12, ".2f"), ("block", 7, ".2f"), ("weighted gain", 15, lambda x: ninths(x, sign=True))],
           pairs, groups=[("the block's steps", 2, 4), ("drafts kept", 5, 6)])
     why = demo14_why(P2, Q2, pairs, gap)
     if why:
@@ -3759,12 +3759,12 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
             print()
+            alike = label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit and token2_exact_words(ctx)
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                token2_exact_words(ctx) + " With the same random numbers, the two rules' runs then draw alike on"
-                " two tokens: the same fit." if label == "tokenwise_residual" and first_bad == 3
-                and p_fit == block_fit and token2_exact_words(ctx) else "")
+                "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
+                " match. Why: " + token2_exact_words(ctx)[0].lower() + token2_exact_words(ctx)[1:] if alike else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1

@@ -654,9 +654,10 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
         " property of these tables: the target wants nothing at position 2 that the draft does not offer. So"
         " h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
-    assert tokenwise[4] == rows[0][4] and ("sees it at once. " + sd.token2_exact_words() + " With the same random"
-                                           " numbers, the two rules' runs then draw alike on two tokens: the same"
-                                           " fit.") in flat
+    words = sd.token2_exact_words()
+    assert tokenwise[4] == rows[0][4] and ("sees it at once. On the first two tokens the two rules draw alike, so with"
+                                           " the same random numbers their fits match. Why: " + words[0].lower()
+                                           + words[1:]) in flat
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
     assert sd.bugged("no_resample").token2_exact_words() == ""  # the residual is p: nothing here is exact

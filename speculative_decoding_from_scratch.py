@@ -5382,13 +5382,15 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     checking and block verification, on the paper's example and the middling
     draft."""
     say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
-        " chapter 14) looks at the whole block of k drafts before it decides how many to keep, so a later draft can"
-        " save an earlier one. Its paper proves it keeps the most drafts on average of any exact verifier that keeps"
-        " some drafts and then draws one token. Could a verifier keep more?")
+        " chapter 14) looks at the whole block of k drafts before it decides how many to keep. So a later draft can"
+        " save an earlier one, as chapter 14 shows pair by pair. Its paper proves it keeps the most drafts on"
+        " average of any exact verifier that keeps some drafts and then draws one token. Could a verifier keep"
+        " more?")
     print()
-    say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the most"
-        " often drafts 1 to i could all be kept, and it adds these up. That sum bounds the drafts a round keeps, on"
-        " average: they are the sum over i of the chance that drafts 1 to i are all kept.")
+    say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
+        " highest chance that drafts 1 to i could all be kept, and it adds these up. That sum bounds the drafts a round keeps, on"
+        " average. Any count's average is the sum over i of the chance it reaches i. So the drafts a round keeps"
+        " average the sum over i of the chance that drafts 1 to i are all kept.")
     print()
     say("Why that most: drafts 1 to i come from q, and the output's first i tokens from p. Keeping the drafts makes"
         " the two the same text. A text can be both with chance at most the smaller of its two probabilities. So"
@@ -5418,7 +5420,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
     say("The middling draft, in tokens per round (the drafts kept, plus one), exactly, for a round that starts at a"
-        " context of the target's own text, as alpha averages:")
+        " random point of the target's own text:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".3f"), ("block", 8, ".3f"), ("ideal", 8, ".3f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)
@@ -5426,22 +5428,22 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     more = min(g[4] for g in gains) >= -1e-12
     one = gains[0][0] == 1 and abs(gains[0][2] - gains[0][1]) < 1e-12 and abs(gains[0][3] - gains[0][1]) < 1e-12
     print()
-    say(("Block verification keeps at least as many at every k (at k = 1 all three are one: demo 1's rule reaches"
+    say(("Block verification keeps at least as many at every k (at k = 1 all three are equal: demo 1's rule reaches"
          " the ideal)," if one else "Block verification keeps at least as many at every k,") if more
         else "Block verification LOSES tokens at some k,",
         f"{max(g[4] for g in gains):+.1%} at most here.",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above it.",
-        "Its paper reports 5% to 8% faster decoding, by the clock, across its tasks and datasets.")
+        "Its paper reports 5% to 8% faster decoding, by the clock, across its own tasks, models and datasets.")
     chained = exact_tokens_per_call(TARGET, MIDDLING, gains[-1][0])
     if abs(chained - gains[-1][1]) >= 5e-4:
         print()
         say(f"The lesson's token-wise {chained:.2f} tokens per call at k = {gains[-1][0]} (exactly {chained:.3f})"
             f" differs from this {gains[-1][1]:.3f}: there a round starts where the last one ended, not at a random"
             " point of the text.")
-    takeaway(f"block verification kept at least as many drafts as token-wise checking at every k here, and the"
-             f" ideal, a ceiling on every exact verifier, stayed above it: {ninths(rows[1][1])} against"
-             f" {ninths(ideal)} on the paper's example.",
+    takeaway(f"the ideal caps every exact verifier, and block verification stayed under it: {ninths(rows[1][1])}"
+             f" against {ninths(ideal)} on the paper's example; on the middling draft the ideal sits up to"
+             f" {max(g[5] for g in gains):.1%} higher.",
              {"neither keeps more than the ideal": not over and not over_k,
               "block keeps at least as many at every k": more,
               "the ideal stays above block on the example": rows[1][1] < ideal - 1e-9})

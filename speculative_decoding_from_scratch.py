@@ -4463,12 +4463,10 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
-    say("A practitioner has several draft models and one server. This chapter's procedure prices every way to run",
-        f"each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks one per"
-        f" range of B. It stops at B = {max_batch}, the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB beside the target and the {c19.roomiest} draft. That counts both models'"
-        " weights, and in each a KV cache, the keys and values of every sequence's tokens. The option --plan"
-        " --profile runs it on your own figures; --detail shows its arithmetic.")
+    say(f"A practitioner has {number_word(len(drafters))} draft models and one server. This chapter's procedure"
+        f" prices every way to run each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of"
+        " context, and picks one per range of B. The option --plan --profile runs it on your own figures; --detail"
+        " shows its arithmetic.")
     print()
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
@@ -4486,22 +4484,28 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     if shortcut:
-        say(f"So position 1's rates are not alpha, {' and '.join(f'{a:.3f}' for a in alphas)}: round starts are not"
-            " a random sample of the text's tokens.")
+        say(f"So position 1's rates are not alpha, {' and '.join(f'{a:.3f}' for a in alphas)}: a draft's chance to"
+            " pass depends on the token before it (demo 3), and round starts are not a random sample of the text's"
+            " tokens.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
-        f" of {nodes} positions with the text's last token. It makes {tree[3]:.3f} tokens per call from {tree[1]}"
+        f" of {nodes} positions with the text's last token. Its check walks down the tree, testing a node's"
+        " candidates in turn by demo 1's rule, each against what p has left after the rejections before it."
+        f" It makes {tree[3]:.3f} tokens per call from {tree[1]}"
         f" draft passes, one per level, sampled over {n_rounds:,} rounds. Chapter 8 checks that a tree keeps the"
-        " target's distribution, and --detail says how the tree is checked.")
+        " target's distribution, and --detail spells out the walk.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Its speedup is"
         " tokens per call times t_plain / (t_check + n t_draft), for n draft passes, where each t is a pass's time at"
         " the same B on the roofline. Below the ridge"
         " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
-        f" while it stays within {tol:.1%} of the best, so as not to switch for less:")
+        f" while it stays within {tol:.1%} of the best, so as not to switch for less. It stops at B = {max_batch},"
+        f" the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and the"
+        f" {c19.roomiest} draft. That counts both models' weights, and in each a KV cache, the keys and values of"
+        " every sequence's tokens:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4511,7 +4515,8 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
+        say("As B grows the plan checks fewer positions per sequence. Chapter 25 shows why, and why each sequence's"
+            " KV cache still lets a large batch check a few drafts nearly free.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4576,8 +4581,8 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
         f" reads its own KV cache, and big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
-        f" {s.kv_share[1]:.2f}. Big's c rises from {s.c[0]:.3f} to {s.c[1]:.3f} at B = {s.big_fit}, while small's"
-        f" stays at {max(s.c_small):.3f} or less." +
+        f" {s.kv_share[1]:.2f}. Big's c rises from {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's"
+        f" stays at {max(s.c_small):.4f} or less." +
         (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
          if s.big_fit < max_batch else "")
         if not s.big_runs

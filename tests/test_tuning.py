@@ -329,21 +329,22 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
             f" reads its own KV cache, and big's is 0.25 of the target's per sequence, small's {kv_small:.2f}. Big's c"
-            f" rises from {c[0]:.3f} to {c[1]:.3f} at B = {big_fit}, while small's stays at {c_small:.3f} or"
+            f" rises from {c[0]:.4f} to {c[1]:.4f} at B = {big_fit}, while small's stays at {c_small:.4f} or"
             " less.") in text
     assert ("At large B a draft's pass and the target's are both mostly KV cache, so big's c nears 0.25, its KV"
             " cache's share.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (
         "It stops at B = 242, the most sequences that fit in the H100's 80 GB beside the target and the small draft. That"
-        " counts both models' weights, and in each a KV cache, the keys and values of every sequence's tokens.") in text
+        " counts both models' weights, and in each a KV cache, the keys and values of every sequence's tokens:") in text
     assert "Beside big only 193 sequences fit in memory, so big runs only to B = 193." in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in result.buckets if o and o.shape.startswith("k =")}
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
-    assert "As B grows the plan checks fewer positions per sequence; chapter 25 shows why." in text
+    assert ("As B grows the plan checks fewer positions per sequence. Chapter 25 shows why, and why each sequence's KV"
+            " cache still lets a large batch check a few drafts nearly free.") in text
     # the longest k crosses first: where a check of k + 1 positions a sequence first reaches the ridge, by a scan
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
                       None) for k in (8, 7, 6)]
@@ -399,7 +400,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
     assert ("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch sizes"
             " past its crossing.") in text
-    assert f"1-{planned} small tree 2x3, 15" in text19 and "within 0.5% of the best, so as not to switch for less:" in text19
+    assert f"1-{planned} small tree 2x3, 15" in text19 and "within 0.5% of the best, so as not to switch for less." in text19
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):
@@ -448,9 +449,10 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, each"
             " drawn from q on its own, 3 deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with"
-            f" the text's last token. It makes {tree.tokens:.3f} tokens per call from 3 draft passes, one per level,"
-            " sampled over 2,000 rounds. Chapter 8 checks that a tree keeps the target's distribution, and --detail"
-            " says how the tree is checked.") in text
+            " the text's last token. Its check walks down the tree, testing a node's candidates in turn by demo 1's"
+            " rule, each against what p has left after the rejections before it. It makes"
+            f" {tree.tokens:.3f} tokens per call from 3 draft passes, one per level, sampled over 2,000 rounds. Chapter"
+            " 8 checks that a tree keeps the target's distribution, and --detail spells out the walk.") in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"
             " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
             " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"
@@ -462,8 +464,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert ("makes about 1 plus the first k rates in tokens per call. The rates here were counted in rounds of 8. A"
             " round starts after the token that ended the last one, a bonus token or one redrawn from the residual, and"
             " how often each comes depends on k. So at another k the sum is approximate.") in text
-    assert (f"So position 1's rates are not alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: round starts are not a random"
-            " sample of the text's tokens.") in text
+    assert (f"So position 1's rates are not alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: a draft's chance to pass"
+            " depends on the token before it (demo 3), and round starts are not a random sample of the text's"
+            " tokens.") in text
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"
             " k = 8 only approximate another k's.") in detail19

@@ -1697,24 +1697,28 @@ def verify_cost(k, batch, n_ctx=None, hw=H100, shape=LLAMA2_7B):
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
 
-def long_context_note(k, lengths, hw=H100):
+def long_context_note(k, lengths, hw=H100, why=False):
     """What chapters 11 and 20 would pay at their prompts' own lengths, not
     BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
-    any batch whose KV caches fit; said only while that is about 1."""
+    any batch whose KV caches fit; said only while that is about 1. why: the
+    reason instead, for --detail."""
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
     n = min(lengths)  # the shortest: the most sequences fit, and the most MACs a byte
     fit = sequences_that_fit(n, hw)
     macs, read = pass_traffic(LLAMA2_7B, n, k + 1, fit)
+    if not (worst < 1.005 and macs / read < ridge(hw)):
+        return ""
+    if why:
+        return (f"Why a long prompt's pass stays free: the {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass"
+                " becomes compute-bound. Each sequence adds its own KV cache, the keys and values of its tokens, to"
+                " the bytes a pass reads. So the bytes grow with B, the sequences decoded at once, nearly as fast as"
+                f" the arithmetic. At {n:,} characters {fit} sequences fit, and there a pass of {k + 1} positions does"
+                f" {macs / read:.0f} MACs per byte, under the ridge's {ridge(hw):.1f}.")
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), a pass of {k + 1}"
-            f" positions costs what a one-position pass does ({worst:.2f} plain passes) at every batch that fits."
-            f" The {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass becomes compute-bound. Each sequence"
-            " adds its own KV cache, the keys and values of its tokens, to the bytes a pass reads. So the bytes grow"
-            f" with B, the sequences decoded at once, nearly as fast as the arithmetic. At {n:,} characters {fit}"
-            f" sequences fit, and there a pass of {k + 1} positions does {macs / read:.0f} MACs a byte, under the"
-            f" ridge's {ridge(hw):.1f}."
-            if worst < 1.005 and macs / read < ridge(hw) else "")
+            f" positions costs what a one-position pass does ({worst:.2f} plain passes) at every batch that fits in"
+            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB; --detail says why.")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -3025,11 +3029,16 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
              {"every draft emits the target": not bad, "tokens per call rise as the text copies more": rising,
               "the verifying pass costs more than copying saves at B = 256 somewhere":
               any(r[3] < 1 for r in sweep.rows)})
-    return SimpleNamespace(rows=rows, sweep=sweep, sample=sample, n_text=n_text)
+    return SimpleNamespace(rows=rows, sweep=sweep, sample=sample, n_text=n_text, k=k)
 
 
 def demo11_detail(result):
-    """Chapter 11 in detail: how the fit of a long text bins its characters."""
+    """Chapter 11 in detail: why the long prompts' pass stays free, and how the
+    fit of a long text bins its characters."""
+    why = long_context_note(result.k, [len(t) for t in prompts().values()], why=True)
+    if why:
+        print()
+        say(why)
     print()
     say(f"The fit of {result.n_text} characters bins by probability because each position has its own"
         f" distribution: counting the characters alone would mix {result.n_text} distributions. The landings in"
@@ -3080,13 +3089,14 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
     say(f"Speed against lam, k = {k}, over two prompts pooled: the paragraph and a Python function to edit.",
         f"The draft is free, so the cost is the verifying pass of {k + 1} positions. It is priced as if the target"
         " were demo 6's Llama-2-7B-shaped model on an H100.",
-        note + " So there the speedup is the tokens per call." if note else "")
+        note.replace("; --detail says why.", ". So there the speedup is the tokens per call; --detail says why.")
+        if note else "")
     print()
-    say(f"A short-context server pays more: at {BATCH_CONTEXT} tokens of context and B ="
-        f" {batch}, the pass of {batch * (k + 1):,} positions is"
+    say(f"A server of short contexts pays more. Suppose the same tokens per call at {BATCH_CONTEXT} tokens of"
+        f" context and B = {batch}: the pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes, one-position passes over the same {batch} sequences. The speedup"
-        " column re-prices the long prompts' tokens per call for vLLM's draft at that cost" +
+        " column divides vLLM's tokens per call by that cost" +
         (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +
         " Each # is a quarter token per call:")
     print()
@@ -4765,7 +4775,15 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         + " it is slower than plain decoding too." if any(rows[3][1 + 2 * i] < 1 for i in range(len(batches))) else "")
     takeaway("a switch that turns speculation off for good can lose what a per-batch schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses})
-    return SimpleNamespace(rows=rows, loses=loses)
+    return SimpleNamespace(rows=rows, loses=loses, k=k, prompt=prompt)
+
+
+def demo20_detail(result):
+    """Chapter 20 in detail: why its prompt's own pass stays free."""
+    why = long_context_note(result.k, [len(result.prompt)], why=True)
+    if why:
+        print()
+        say(why)
 
 
 # -----------------------------------------------------------------------------
@@ -5614,6 +5632,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "18": lambda result: (frontier(result.first.rows),
                           typical_fallbacks(then=demo18_loose_words(result.first.rows, 3, 5, 3))),
     "19": demo19_detail,
+    "20": demo20_detail,
     "21": demo21_detail,
     "25": demo25_detail,
 }

@@ -4117,9 +4117,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
-            ("block", "lossless: the k drafts judged together. A failed test replaces no token, so it need not"
-                      " end the round; block keeps more drafts than the paper's rule, and stays exact (chapters 14"
-                      " and 15)."),
+            ("block", "lossless: block verification (chapter 14) judges the k drafts together, so a draft that"
+                      " fails alone can be kept when the drafts after it make up for it. It keeps more drafts than"
+                      " the paper's rule, and stays exact."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
@@ -4213,8 +4213,8 @@ def demo18_strict_words(rows):
         return ""
     setting = next(s for s in TYPICAL_SETTINGS if setting_text(s) == strict[1])
     from_p = typical_from_p_tv(*setting)
-    return (f"Typical's strict ({strict[1]}) is farther from the target than its defaults ({shipped[1]}) mostly"
-            " through its argmax"
+    return (f"Typical's strictest setting ({strict[1]}), the one that makes the fewest tokens per call, is farther"
+            f" from the target than its defaults ({shipped[1]}) mostly through its argmax"
             f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
             f" {from_p:.4f}." if from_p < strict[2] / 2 else "")
 

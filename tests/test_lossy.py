@@ -167,8 +167,8 @@ def test_chapter18_puts_the_strict_settings_distance_on_its_argmax_fallbacks(in_
     rows = {r[0]: r for r in sd.typical_fallback_rows()}
     strict = rows["0.3, 0.9"]
     assert strict[2] > rows["0.09, 0.3"][2] and strict[3] < strict[2] / 2
-    assert ("Typical's strict (0.3, 0.9) is farther from the target than its defaults (0.09, 0.3) mostly through its"
-            " argmax"
+    assert ("Typical's strictest setting (0.3, 0.9), the one that makes the fewest tokens per call, is farther from"
+            " the target than its defaults (0.09, 0.3) mostly through its argmax"
             f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
             f" {strict[3]:.4f}.") in text
 

@@ -5484,8 +5484,9 @@ def demo25_ridge(**how):
     c19 = chapter19_plan(**how)
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
-        " decodes at once: which draft model, and how many of its drafts to check. It plans to B ="
-        f" {c19.max_batch}, at {c19.n_ctx} tokens of context. As B grows, its plan checks fewer positions per"
+        " decodes at once: which draft model, and how many of its drafts to check. Its plan runs to B ="
+        f" {c19.max_batch}, the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB, at {c19.n_ctx}"
+        " tokens of context. As B grows, its plan checks fewer positions per"
         " sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
@@ -5517,21 +5518,23 @@ def demo25_crossings(s, buckets, max_batch):
     first = crossed[0]
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
-    each = ridge() * s.kv / s.m  # the positions one more sequence adds to the ridge: its KV cache's bytes' worth
+    base, each = ridge() * s.w / s.m, ridge() * s.kv / s.m  # the ridge in positions: base + each B
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. So the more"
         " sequences a pass holds, the more"
         f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
         " sequence." if all(r[3] > s.alone for r in crossed) else "",
-        f"But each sequence adds only {each:.1f} positions to the ridge, fewer than any check here scores. So the"
-        f" positions each sequence can check for free fall as B grows, from {s.alone} at B = 1 toward {each:.1f}."
-        if all(r[1] > each for r in rows) else "")
+        f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions: the weights' share,"
+        " plus each sequence's KV cache's. So each sequence can check about"
+        f" {base:.0f} / B + {each:.1f} positions for free: {s.alone} at B = 1, falling toward {each:.1f}, fewer than"
+        " any check here scores." if all(r[1] > each for r in rows) else "")
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
         " planned option: the batch at which its check reaches the ridge, the positions that pass scores, and the"
         " last batch the plan runs it" + "".join(
-            f" ('{how}' is chapter 19's tree of {n - 1} drafts, checked as {n} positions per sequence)"
-            for how, n, *_ in rows[:1] if how.startswith("tree")) + ":")
+            f" ('{how}' is chapter 19's tree: {a} candidates under each node, {b} deep, {n - 1} drafts checked as"
+            f" {n} positions per sequence)" for how, n, *_ in rows[:1] if how.startswith("tree")
+            for a, b in [map(int, how.split()[1].rstrip(",").split("x"))]) + ":")
     print()
     table([("runs as", 14, "<"), ("positions\nper sequence", 14, "d"), ("crosses\nat B", 9, ">"),
            ("positions\nin the pass", 13, ">"), ("planned\nto B", 9, ",d")],
@@ -5545,7 +5548,8 @@ def demo25_crossings(s, buckets, max_batch):
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, _, _ in beyond])
-    return {**checks, "each check crosses inside its range, and holds past it": after}
+    return {**checks, "each check crosses inside its range, and holds past it": after,
+            "every planned check scores more positions than a sequence adds to the ridge": all(r[1] > each for r in rows)}
 
 
 def ridge_arithmetic(s):

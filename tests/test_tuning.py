@@ -358,12 +358,15 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     k6 = next(b for b in range(1, 400) if sd.bound_text(sd.LLAMA2_7B, 512, 6, b, b, sd.H100) == "compute")
     assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text25
     assert f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit in the H100's 80 GB." in text25
-    # one more sequence adds its KV cache's bytes, and so ridge * kv / m positions, to what a pass scores at the ridge:
-    # about 5.9, fewer than any planned check's 7 to 15, so each sequence's free positions fall toward it
-    each = sd.ridge() * kv / m
-    assert 5.5 < each < 6 and (f"But each sequence adds only {each:.1f} positions to the ridge, fewer than any check here"
-                               f" scores. So the positions each sequence can check for free fall as B grows, from 295"
-                               f" at B = 1 toward {each:.1f}.") in text25
+    # a pass of B sequences is at the ridge when B positions-per-sequence m = ridge (w + B kv): at ridge w / m + B
+    # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
+    # free positions fall toward it
+    base, each = sd.ridge() * w / m, sd.ridge() * kv / m
+    assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"
+                               " the weights' share, plus each sequence's KV cache's. So each sequence can check about"
+                               f" {base:.0f} / B + {each:.1f} positions for free: 295 at B = 1, falling toward"
+                               f" {each:.1f}, fewer than any check here scores.") in text25
+    assert base + each * crossings[0] <= crossings[0] * 9 < base + each * (crossings[0] - 1) + 9  # k = 8 crosses there
     assert sd.ridge() * (w + 2 * kv) / m - sd.ridge() * (w + kv) / m == pytest.approx(each)
     assert ("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
             " shortens its check as B grows, a little after each crossing.") in text25

@@ -3597,7 +3597,8 @@ def demo14_why(P2, Q2, pairs, net):
     return " ".join(p for p in (
         f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the pair is"
         f" as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and the block"
-        " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1 and w2b > 1 - ROUNDING
+        " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
+        and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
         f"It loses on 'a', 'a': after 'a', w_1 p = {row(owed)} is nowhere above q = {row(Q2[1])}, so Z_1 = 0 and"
         f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
@@ -3736,7 +3737,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
         f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. The"
-        " shipped paths come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators. Each verifies",
+        " shipped paths come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend"
+        " accelerators. Each verifies",
         f"the middling draft at k = {k}:")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
@@ -5411,7 +5413,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " more?")
     print()
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
-        " highest chance that drafts 1 to i could all be kept, and it adds these up. That sum bounds the drafts a round keeps, on"
+        " highest chance that drafts 1 to i could all be kept, and it adds these up. That sum bounds the drafts a"
+        " round keeps, on"
         " average. Any count's average is the sum over i of the chance it reaches i. So the drafts a round keeps"
         " average the sum over i of the chance that drafts 1 to i are all kept.")
     print()
@@ -5549,7 +5552,8 @@ def demo25_crossings(s, buckets, max_batch):
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, _, _ in beyond])
     return {**checks, "each check crosses inside its range, and holds past it": after,
-            "every planned check scores more positions than a sequence adds to the ridge": all(r[1] > each for r in rows)}
+            "every planned check scores more positions than a sequence adds to the ridge":
+            all(r[1] > each for r in rows)}
 
 
 def ridge_arithmetic(s):

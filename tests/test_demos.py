@@ -698,8 +698,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
     assert ("a a 4/9 0.50 0.00 0.25 0.75 0.50 -1/9 a b 2/9 0.50 0.00 1.00 1.00 2.00 +2/9 b a 2/9 1.00 1.00 0.50 1.50"
             " 1.50 0 b b 1/9 1.00 1.00 1.00 2.00 2.00 0") in flat(text)
-    assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is as"
-            " likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps both."
+    assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
+            " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps both."
             " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. The gains"
             " add up to +1/9, the first table's gap.") in flat(text)
@@ -735,7 +735,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
 def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(demo):
     result, text = demo["24"]
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
-    assert max(r[1] for r in result.example) <= result.ideal and "Neither keeps more than the ideal, 12/9." in flat(text)
+    assert max(r[1] for r in result.example) <= result.ideal
+    assert "Neither keeps more than the ideal, 12/9." in flat(text)
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and round(9 * result.ideal) == 12
     # each term of the ideal, by hand: the sum over the texts of min(p, q), 1/3 + 1/3 for one token and
     # min(1/9, 4/9) + 2 min(2/9, 2/9) + min(4/9, 1/9) for two

@@ -357,7 +357,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
         assert f"k = {k} {k + 1} {b} {b * (k + 1):,} {ends[k]}" in text25
     k6 = next(b for b in range(1, 400) if sd.bound_text(sd.LLAMA2_7B, 512, 6, b, b, sd.H100) == "compute")
     assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text25
-    assert f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit in the H100's 80 GB." in text25
+    assert f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit in the H100's 80 GB." \
+        in text25
     # a pass of B sequences is at the ridge when B positions-per-sequence m = ridge (w + B kv): at ridge w / m + B
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
@@ -403,7 +404,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
     assert ("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch sizes"
             " past its crossing.") in text
-    assert f"1-{planned} small tree 2x3, 15" in text19 and "within 0.5% of the best, so as not to switch for less." in text19
+    assert f"1-{planned} small tree 2x3, 15" in text19
+    assert "within 0.5% of the best, so as not to switch for less." in text19
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):
@@ -522,7 +524,8 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
                 " Each sequence adds its own KV cache, the keys and values of its tokens, to the bytes a pass reads. So"
                 " the bytes grow with B, the sequences decoded at once, nearly as fast as the arithmetic. At"
                 f" {lengths[0]} characters {fits[0]} sequences fit, and there a pass of 6 positions does"
-                f" {intensity:.0f} MACs per byte, under the ridge's 147.6.") in " ".join(out.getvalue().split()), chapter
+                f" {intensity:.0f} MACs per byte, under the ridge's 147.6.") in " ".join(out.getvalue().split()), \
+            chapter
     assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())
     assert ("Suppose the same tokens per call at 16 tokens of context and B = 256: the pass of 1,536 positions is"
             " compute-bound and costs"

@@ -3492,8 +3492,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is 0"
                " when Z_i = 0, even at w_i = 1: nothing is left at position i+1 to draw the next token from.",
                "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point throws no draft"
-               " away, unlike the token-wise rule, which ends the round at its first rejection. So the drafts after"
-               " it were still drafted after kept text.",
+               " away, unlike the token-wise rule, which ends the round at its first rejection. So a later draft"
+               " can still be kept: nothing before it was replaced.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
                " cut point, i = 0 and w_0 = 1.")
 
@@ -3798,11 +3798,12 @@ def token2_exact_words(ctx=5):
     p, q = TARGET[ctx], MIDDLING[ctx]
     w1 = [accept_prob(p, q, x) for x in range(len(p))]  # the first weight, min(1, p/q), for each x_1
     never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
+    over = [f"'{name(x)}' ({w:.2g})" for x, w in enumerate(w1) if w < 1]
     return ("The two residuals differ only after a block that stops at an over-proposed draft (w_i < 1). A block"
             " that keeps no draft has w_0 = 1, so token 1 is exact."
-            f" After '{name(ctx)}', every over-proposed x_1 has Z_1 = 0, a property of these tables: the target"
-            " wants nothing at position 2 that the draft does not offer. So h_1 = 0, no block stops at such an"
-            " x_1, and token 2 is exact too." if never and any(w < 1 for w in w1) and rule_intact(TARGET, MIDDLING)
+            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}, with w_1 in brackets. After each, Z_1 ="
+            " 0: the target wants nothing at position 2 that the draft does not offer. So h_1 = 0, no block stops"
+            " at such an x_1, and token 2 is exact too." if never and over and rule_intact(TARGET, MIDDLING)
             else "")
 
 
@@ -4119,9 +4120,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
-            ("block", "lossless: block verification (chapter 14) judges the k drafts together, so a draft that"
-                      " fails alone can be kept when the drafts after it make up for it. It keeps more drafts than"
-                      " the paper's rule, and stays exact."),
+            ("block", "lossless: block verification judges the k drafts together, so a draft that fails alone"
+                      " can be kept when the drafts after it make up for it (chapter 14 shows how). It keeps more"
+                      " drafts than the paper's rule, and stays exact."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
@@ -4159,8 +4160,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The exact TV is the distance from the target. The last column only checks the program: the fit of"
-        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. Above 0.001, the"
-        " sampling loop agrees with the exact computation.")
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's (two tokens, as"
+        f" {n_runs} runs cannot fill the {VOCAB ** n} cells of {n} tokens). Above 0.001, the sampling loop agrees with the"
+        " exact computation.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("self-check", 12, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])

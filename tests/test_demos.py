@@ -650,9 +650,10 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     assert np.allclose(sd.block_residual(1.0, p, q), sd.residual(p, q), atol=1e-12)
     assert sd.token2_exact_words() == (
         "The two residuals differ only after a block that stops at an over-proposed draft (w_i < 1). A block that"
-        " keeps no draft has w_0 = 1, so token 1 is exact. After 'f', every over-proposed x_1 has Z_1 = 0, a"
-        " property of these tables: the target wants nothing at position 2 that the draft does not offer. So"
-        " h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
+        " keeps no draft has w_0 = 1, so token 1 is exact. After 'f', the draft over-proposes 'b' (0.0054), 'e'"
+        " (0.39) and 'f' (0.061), with w_1 in brackets. After each, Z_1 = 0: the target wants nothing at position 2"
+        " that the draft does not offer. So h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
+    assert [x for x in range(sd.VOCAB) if p[x] < q[x]] == [1, 4, 5]  # b, e and f, over-proposed after 'f', by hand
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     words = sd.token2_exact_words()
     assert tokenwise[4] == rows[0][4] and ("sees it at once. On the first two tokens the two rules draw alike, so with"

@@ -1718,7 +1718,9 @@ def long_context_note(k, lengths, hw=H100, why=False):
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), a pass of {k + 1}"
             f" positions costs what a one-position pass does ({worst:.2f} plain passes) at every batch that fits in"
-            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB; --detail says why.")
+            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB. Each sequence's KV cache, the keys and values of its tokens,"
+            " is read on every pass, so the bytes grow with B nearly as fast as the arithmetic (--detail gives the"
+            " numbers).")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -3089,8 +3091,7 @@ def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
     say(f"Speed against lam, k = {k}, over two prompts pooled: the paragraph and a Python function to edit.",
         f"The draft is free, so the cost is the verifying pass of {k + 1} positions. It is priced as if the target"
         " were demo 6's Llama-2-7B-shaped model on an H100.",
-        note.replace("; --detail says why.", ". So there the speedup is the tokens per call; --detail says why.")
-        if note else "")
+        note + " So there the speedup is the tokens per call." if note else "")
     print()
     say(f"A server of short contexts pays more. Suppose the same tokens per call at {BATCH_CONTEXT} tokens of"
         f" context and B = {batch}: the pass of {batch * (k + 1):,} positions is"

@@ -5416,16 +5416,15 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " more?")
     print()
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
-        " highest chance that drafts 1 to i could all be kept, and it adds these up. That sum bounds the drafts a"
-        " round keeps, on"
-        " average. Any count's average is the sum over i of the chance it reaches i. So the drafts a round keeps"
-        " average the sum over i of the chance that drafts 1 to i are all kept.")
+        " highest chance that drafts 1 to i could all be kept, and it adds these up.")
     print()
-    say("Why that most: drafts 1 to i come from q, and the output's first i tokens from p. Keeping the drafts makes"
-        " the two the same text. A text can be both with chance at most the smaller of its two probabilities. So"
-        " drafts 1 to i are all kept at most the sum, over the texts x_1..x_i, of the smaller of their"
+    say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. Keeping the drafts"
+        " makes the two the same text. A text can be both with chance at most the smaller of its two probabilities."
+        " So drafts 1 to i are all kept at most the sum, over the texts x_1..x_i, of the smaller of their"
         " probabilities under the target and the draft: 1 minus their TV. For one token, demo 1's rule keeps"
-        " exactly that much.")
+        " exactly that much. And any count's average is the sum over i of the chance it reaches i. So the drafts a"
+        " round keeps average the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds"
+        " each term.")
     P2, Q2 = PAPER_EXAMPLE
     rows = [("token-wise", exact_tokens_per_call(P2, Q2, 2) - 1), ("block", exact_block_tokens_per_call(P2, Q2, 2) - 1)]
     terms = [1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2)]

@@ -781,8 +781,8 @@ def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):
     result, text = demo["24"]
     assert result.terms == pytest.approx([6 / 9, 6 / 9]) and result.ideal == pytest.approx(12 / 9)
     assert "A text can be both with chance at most the smaller of its two probabilities." in flat(text)
-    assert ("Any count's average is the sum over i of the chance it reaches i. So the drafts a round keeps average the"
-            " sum over i of the chance that drafts 1 to i are all kept.") in flat(text)
+    assert ("And any count's average is the sum over i of the chance it reaches i. So the drafts a round keeps average"
+            " the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds each term.") in flat(text)
 
 
 def test_chapter24_says_when_a_verifier_keeps_more_than_the_ideal(capsys):

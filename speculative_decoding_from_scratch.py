@@ -2185,7 +2185,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" {'more' if wider else 'NOT more'} than the chain's"
         f" {rows[0][3]:.2f}.", f"A chain as long as the tree has nodes, {rows[3][2]}, makes {rows[3][5]:.2f} exactly:"
         f" {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than that tree's {rows[2][4]:.2f}, for as many"
-        f" positions verified and {rows[3][1]} draft passes, not {rows[2][1]}.",
+        f" positions verified and {rows[3][1]} draft passes, not {rows[2][1]}: a tree drafts a whole level in one"
+        " pass.",
         "Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
         " rejected token, where the residual is 0, so the repeat always fails." if repeats else "")
     return rows, not off, wider

@@ -4490,9 +4490,9 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" The rates here were counted in rounds of {k_max}. A round starts after the token that ended the last"
-        " one, a bonus token or one redrawn from the residual, and how often each comes depends on k. So at another"
-        " k the sum is approximate.",
+        " But a draft's chance to pass depends on the token before it (demo 3). A round starts after the token that"
+        " ended the last one, a bonus token or one redrawn from the residual, and how often each comes depends on"
+        f" k. So rates counted in rounds of {k_max}, as here, only approximate another k's sum.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
@@ -4500,9 +4500,8 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     if shortcut:
-        say(f"So position 1's rates are not alpha, {' and '.join(f'{a:.3f}' for a in alphas)}: a draft's chance to"
-            " pass depends on the token before it (demo 3), and round starts are not a random sample of the text's"
-            " tokens.")
+        say(f"So position 1's rates are not alpha, {' and '.join(f'{a:.3f}' for a in alphas)}: round starts are not a"
+            " random sample of the text's tokens.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
@@ -4531,8 +4530,12 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence. Chapter 25 shows why, and why each sequence's"
-            " KV cache still lets a large batch check a few drafts nearly free.")
+        last = buckets[-1][2]
+        under = last is not None and (ridge_batch(shape.m, shape.w, shape.kv, positions=last.positions) or
+                                      max_batch + 1) > max_batch
+        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.",
+            f"Yet at B = {max_batch} its check of {last.positions} positions per sequence still stays under the"
+            " ridge: each sequence's KV cache adds bytes to a pass, not just arithmetic." if under else "")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

@@ -334,8 +334,11 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert slow == {("middling", "sampled", 0), *(("middling", "greedy", T) for T in (0, 0.5, 1.5, 2))}
     assert ("These rows are slower than plain decoding: the middling draft sampled at T = 0, and greedy at T = 0, 0.5,"
             " 1.5 and 2." in " ".join(text.split()))
-    assert ("Greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x), a"
-            " sampled one with chance sum min(p_T, q_T), the table's two alphas.") in " ".join(text.split())
+    assert ("Here greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x),"
+            " a sampled one with chance sum min(p_T, q_T), the table's two alphas. That is a fact of these tables, not a"
+            " law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") in " ".join(text.split())
+    # by hand: greedy proposes q's argmax, token 0, kept with chance p(0) = 0.9; sampled keeps min(.9, .6) + min(.1, .4)
+    assert sd.not_a_law(p=(0.5, 0.5), q=(0.9, 0.1)) == ""  # greedy 0.5, sampled 0.6: no counterexample, said nothing
     # at T = 0 the good draft passes always after a, c, d, f and never after b, e: passes come in runs, so a round's
     # tokens are not eq. 1's at one chance, by hand: from a start where drafts pass, all 4 pass, else none
     Q0, P0 = sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0), sd.temper(sd.TARGET, 0)

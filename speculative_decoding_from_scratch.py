@@ -3491,7 +3491,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
                " x_1..x_i: what the target still wants there that the draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own: with chance"
-               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i. h_i is 0"
+               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i (the"
+               " paper's; take it as given). h_i is 0"
                " when Z_i = 0, even at w_i = 1: nothing is left at position i+1 to draw the next token from.",
                "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point throws no draft"
                " away, unlike the token-wise rule, which ends the round at its first rejection. So a later draft"
@@ -3711,9 +3712,9 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_WORDS = {"tokenwise_residual": "step 5: draws the next token from the token-wise residual, max(0, p - q),"
                                      " not from max(0, w_i p - q)",
                "cumulative": "step 3: makes an earlier position i a cut point with chance w_i, not h_i",
-               "vllm-ascend, PyTorch": "step 3: position i is a cut point if the product of min(1, p/q) up to i is"
-                                       " at least u_1 u_2 ... u_i, one fresh uniform per position multiplied in, a"
-                                       " bar that falls fast as i grows; step 5 as tokenwise_residual",
+               "vllm-ascend, PyTorch": "step 3: position i is a cut point if the product of min(1, p/q) up to i,"
+                                       " which unlike w_i never rises, is at least u_1 u_2 ... u_i, a running"
+                                       " product of one fresh uniform per position; step 5 as tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with step 1's weight w_i in place of that product"}
 
 

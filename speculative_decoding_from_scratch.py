@@ -4501,8 +4501,8 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     if shortcut:
-        say(f"So position 1's rates are not alpha, {' and '.join(f'{a:.3f}' for a in alphas)}: round starts are not a"
-            " random sample of the text's tokens.")
+        say("So position 1's rates are not alpha, " + " and ".join(f"{d[0]}'s {a:.3f}" for d, a in zip(drafters, alphas))
+            + ": round starts are not a random sample of the text's tokens.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
@@ -4534,9 +4534,17 @@ def demo19_tuning(**how):
         last = buckets[-1][2]
         under = last is not None and (ridge_batch(shape.m, shape.w, shape.kv, positions=last.positions) or
                                       max_batch + 1) > max_batch
-        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.",
-            f"Yet at B = {max_batch} its check of {last.positions} positions per sequence still stays under the"
-            " ridge: each sequence's KV cache adds bytes to a pass, not just arithmetic." if under else "")
+        # each planned option but the last: where its check crosses the ridge, and where the plan leaves it
+        switches = [(o.shape, ridge_batch(shape.m, shape.w, shape.kv, positions=o.positions), hi + 1)
+                    for (_, hi, o), (_, _, after) in zip(buckets, buckets[1:])
+                    if o is not None and after is not None and after.positions < o.positions]
+        say("As B grows the plan checks fewer positions per sequence. Each switch comes a little after the longer"
+            " check crosses the ridge, past which every position costs time: "
+            + and_list([f"{how} at B = {b}" for how, b, _ in switches]) + "."
+            if switches and all(b is not None and b < left for _, b, left in switches) else
+            "As B grows the plan checks fewer positions per sequence.",
+            f"Each sequence's KV cache adds bytes too, so at B = {max_batch} a check of {last.positions} positions per"
+            " sequence still stays under the ridge." if under else "", "Chapter 25 has the table.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

@@ -343,14 +343,16 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in result.buckets if o and o.shape.startswith("k =")}
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
-    assert ("As B grows the plan checks fewer positions per sequence; chapter 25 shows why. Yet at B = 242 its check of"
-            " 7 positions per sequence still stays under the ridge: each sequence's KV cache adds bytes to a pass, not"
-            " just arithmetic.") in text
     assert sd.bound_text(sd.LLAMA2_7B, 512, 6, fit, fit, sd.H100) == "memory"  # k = 6 at B = 242, by the roofline
     # the longest k crosses first: where a check of k + 1 positions a sequence first reaches the ridge, by a scan
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
+    # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
+    assert ("As B grows the plan checks fewer positions per sequence. Each switch comes a little after the longer check"
+            " crosses the ridge, past which every position costs time: tree 2x3, 15 at B = 32, k = 8 at B ="
+            f" {crossings[0]} and k = 7 at B = {crossings[1]}. Each sequence's KV cache adds bytes too, so at B = 242 a"
+            " check of 7 positions per sequence still stays under the ridge. Chapter 25 has the table.") in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
@@ -472,8 +474,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " before it (demo 3). A round starts after the token that ended the last one, a bonus token or one redrawn"
             " from the residual, and how often each comes depends on k. So rates counted in rounds of 8, as here, only"
             " approximate another k's sum.") in text
-    assert (f"So position 1's rates are not alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: round starts are not a random"
-            " sample of the text's tokens.") in text
+    assert (f"So position 1's rates are not alpha, big's {alphas[0]:.3f} and small's {alphas[1]:.3f}: round starts are"
+            " not a random sample of the text's tokens.") in text
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"
             " k = 8 only approximate another k's.") in detail19

@@ -4200,7 +4200,11 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
         " follow the bonus token, so an argmax bonus changes how often they pass."
         if twins else "")
     print()
-    say(demo18_strict_words(rows), "The option --detail plots tokens per call against exact TV, and tries each"
+    loose = max(typical_rows(rows)[0], key=lambda r: r[3], default=None)  # the most tokens per call
+    say(demo18_strict_words(rows),
+        f"The loosest ({loose[1]}) is far too, for the opposite reason: it keeps most drafts, so its text leans to"
+        " the draft's." if loose and demo18_loose_words(rows, k, ctx, n) else "",
+        "The option --detail plots tokens per call against exact TV, and tries each"
         " typical setting with a token drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 

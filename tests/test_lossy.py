@@ -171,6 +171,10 @@ def test_chapter18_puts_the_strict_settings_distance_on_its_argmax_fallbacks(in_
             " the target than its defaults (0.09, 0.3) mostly through its argmax"
             f" fallbacks. With a token drawn from p after a rejection, its TV would fall from {strict[2]:.4f} to"
             f" {strict[3]:.4f}.") in text
+    # the loosest keeps most of its 3 drafts (3.29 tokens per call: 2.29 drafts), and its TV sits near the draft's own
+    loose = rows["0.01, 0.03"]
+    assert loose[1] - 1 > 3 / 2 and ("The loosest (0.01, 0.03) is far too, for the opposite reason: it keeps most"
+                                     " drafts, so its text leans to the draft's.") in text
 
 
 def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process):

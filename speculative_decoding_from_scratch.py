@@ -5369,8 +5369,9 @@ def demo23_engines(**how):
     t = c19.measured[1].tree
     say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters, big and small, for one"
         f" server at {c19.n_ctx} tokens of context. For each range of batch sizes B, it says which drafter runs, as a chain of k",
-        f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates, {t[1]} steps,"
-        f" {t[2]} positions. Chapter 19 says why the plan takes this shape. Its plan:")
+        f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
+        f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
+        f" {t[2]} positions with the text's last token. Chapter 19 says why the plan takes this shape. Its plan:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -5388,9 +5389,10 @@ def demo23_engines(**how):
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     if costs:
         print()
-        say("What each config gives up against the plan, running the draft lengths its keys say:")
+        say("What each config gives up against the plan, running the draft lengths its keys say: its worst share of"
+            " the plan's speedup lost, the batch size where that happens, and what it runs there:")
         print()
-        table([("engine", 10, "<"), ("at most", 9, lambda x: f"{x:.1%}"), ("at B", 6, "d"), ("runs there", 12, ">")],
+        table([("engine", 10, "<"), ("worst loss", 12, lambda x: f"{x:.1%}"), ("at B", 6, "d"), ("runs there", 12, ">")],
               [(e, *c) for e, c in costs.items()])
         own = dict(costs).pop("vLLM")
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
@@ -5403,7 +5405,10 @@ def demo23_engines(**how):
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
-                     + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}.")
+                     + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
+                         f": the tree's check crosses the ridge at B = {cross}, and past it every position costs"
+                         " time." if (cross := ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])) and cross <= b
+                         else "."))
                      for (given, b, k), es in group_by({e: c for e, c in more.items()}).items()))
     worst = max(c[0] for c in costs.values()) if costs else None
     takeaway("an engine runs one drafter on the schedule its keys can say" +

@@ -1717,8 +1717,9 @@ def long_context_note(k, lengths, hw=H100, why=False):
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), a pass of {k + 1}"
-            f" positions costs what a one-position pass does ({worst:.2f} plain passes) at every batch that fits in"
-            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB. Each sequence's KV cache, the keys and values of its tokens,"
+            f" positions costs what a one-position pass does ({worst:.2f} plain passes). That holds at every batch"
+            f" that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB. Each sequence's KV cache, the keys and values"
+            " of its tokens,"
             " is read on every pass, so the bytes grow with B nearly as fast as the arithmetic (--detail gives the"
             " numbers).")
 
@@ -2185,7 +2186,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" {'more' if wider else 'NOT more'} than the chain's"
         f" {rows[0][3]:.2f}.", f"A chain as long as the tree has nodes, {rows[3][2]}, makes {rows[3][5]:.2f} exactly:"
         f" {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than that tree's {rows[2][4]:.2f}, for as many"
-        f" positions verified and {rows[3][1]} draft passes, not {rows[2][1]}: a tree drafts a whole level in one"
+        f" positions verified and {rows[3][1]} draft passes, not {rows[2][1]}. A tree drafts a whole level in one"
         " pass.",
         "Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
         " rejected token, where the residual is 0, so the repeat always fails." if repeats else "")
@@ -4163,9 +4164,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The exact TV is the distance from the target. The last column only checks the program: the fit of"
-        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's (two tokens, as"
-        f" {n_runs} runs cannot fill the {VOCAB ** n} cells of {n} tokens). Above 0.001, the sampling loop agrees with the"
-        " exact computation.")
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. It reads two tokens,"
+        f" as {n_runs} runs cannot fill the {VOCAB ** n} cells of {n}. Above 0.001, the sampling loop agrees with"
+        " the exact computation.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("self-check", 12, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
@@ -4505,7 +4506,8 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     if shortcut:
-        say("So position 1's rates are not alpha, " + " and ".join(f"{d[0]}'s {a:.3f}" for d, a in zip(drafters, alphas))
+        say("So position 1's rates are not alpha, "
+            + " and ".join(f"{d[0]}'s {a:.3f}" for d, a in zip(drafters, alphas))
             + ": round starts are not a random sample of the text's tokens.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -5130,7 +5132,8 @@ def greedy_parting(k=4, n_tokens=32, n=3):
         " table.",
         f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts. Every step is deterministic, so every",
         "figure is exact. Parted: texts unlike plain greedy decoding's; first at: over the texts that part, the",
-        f"median token where they part (1: the first token); TV: the share of prompts whose first {n} tokens differ. Each prompt's",
+        f"median token where they part (1: the first token); TV: the share of prompts whose first {n} tokens"
+        " differ. Each prompt's",
         "text is certain, so its own TV is 0 or 1, and their average is that share.")
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
@@ -5392,7 +5395,8 @@ def demo23_engines(**how):
         say("What each config gives up against the plan, running the draft lengths its keys say: its worst share of"
             " the plan's speedup lost, the batch size where that happens, and what it runs there:")
         print()
-        table([("engine", 10, "<"), ("worst loss", 12, lambda x: f"{x:.1%}"), ("at B", 6, "d"), ("runs there", 12, ">")],
+        table([("engine", 10, "<"), ("worst loss", 12, lambda x: f"{x:.1%}"), ("at B", 6, "d"),
+               ("runs there", 12, ">")],
               [(e, *c) for e, c in costs.items()])
         own = dict(costs).pop("vLLM")
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
@@ -5570,8 +5574,8 @@ def demo25_crossings(s, buckets, max_batch):
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
         " planned option: the batch at which its check reaches the ridge, the positions that pass scores, and the"
         " last batch the plan runs it" + "".join(
-            f" ('{how}' is chapter 19's tree: {a} candidates under each node, {b} deep, {n - 1} drafts checked as"
-            f" {n} positions per sequence)" for how, n, *_ in rows[:1] if how.startswith("tree")
+            f". Here '{how}' is chapter 19's tree: {a} candidates under each node, {b} deep, {n - 1} drafts checked as"
+            f" {n} positions per sequence" for how, n, *_ in rows[:1] if how.startswith("tree")
             for a, b in [map(int, how.split()[1].rstrip(",").split("x"))]) + ":")
     print()
     table([("runs as", 14, "<"), ("positions\nper sequence", 14, "d"), ("crosses\nat B", 9, ">"),

@@ -524,8 +524,8 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
         text = " ".join(section(in_process[1], chapter).split())
         assert (("That holds for short contexts only." in text) == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters, one token per character), a pass of 6 positions"
-                " costs what a one-position pass does (1.00 plain passes) at every batch that fits in the H100 SXM's"
-                " 80 GB" in text), chapter
+                " costs what a one-position pass does (1.00 plain passes). That holds at every batch that fits in the"
+                " H100 SXM's 80 GB" in text), chapter
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             sd.DETAILS[chapter](in_process[0][chapter])

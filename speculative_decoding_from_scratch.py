@@ -4506,15 +4506,17 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     if shortcut:
-        say("So position 1's rates are not alpha, "
-            + " and ".join(f"{d[0]}'s {a:.3f}" for d, a in zip(drafters, alphas))
-            + ": round starts are not a random sample of the text's tokens.")
+        below = all(r[0] < a for r, a in zip(rates, alphas))
+        say("So position 1's rates (" + ", ".join(f"{r[0]:.3f}" for r in rates)
+            + f") {'fall below' if below else 'differ from'} alpha (" + ", ".join(f"{a:.3f}" for a in alphas) + "): round starts are not a random sample of the"
+            " text's tokens.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
         f" of {nodes} positions with the text's last token. Its check walks down the tree, testing a node's"
-        " candidates in turn by demo 1's rule, each against what p has left after the rejections before it."
+        " candidates in turn by demo 1's rule. After a rejection, the next candidate is tested against the"
+        " residual, max(0, p - q) normalised, in place of p."
         f" It makes {tree[3]:.3f} tokens per call from {tree[1]}"
         f" draft passes, one per level, sampled over {n_rounds:,} rounds. Chapter 8 checks that a tree keeps the"
         " target's distribution, and --detail spells out the walk.")
@@ -4527,7 +4529,7 @@ def demo19_tuning(**how):
         f" while it stays within {tol:.1%} of the best, so as not to switch for less. It stops at B = {max_batch},"
         f" the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and the"
         f" {c19.roomiest} draft. That counts both models' weights, and in each a KV cache, the keys and values of"
-        " every sequence's tokens:")
+        " every sequence's tokens. The plan:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4544,13 +4546,15 @@ def demo19_tuning(**how):
         switches = [(o.shape, ridge_batch(shape.m, shape.w, shape.kv, positions=o.positions), hi + 1)
                     for (_, hi, o), (_, _, after) in zip(buckets, buckets[1:])
                     if o is not None and after is not None and after.positions < o.positions]
-        say("As B grows the plan checks fewer positions per sequence. Each switch comes a little after the longer"
-            " check crosses the ridge, past which every position costs time: "
-            + and_list([f"{how} at B = {b}" for how, b, _ in switches]) + "."
+        say("As B grows the plan checks fewer positions per sequence. Past the ridge every position costs time. So"
+            " the plan switches to a shorter check a few batch sizes after each longer one crosses the ridge:"
+            " crossings at B = " + and_list([f"{b}" for _, b, _ in switches]) + ", switches at "
+            + and_list([f"{left}" for _, _, left in switches]) + f". It waits, as it keeps an option within {tol:.1%}"
+            " of the best."
             if switches and all(b is not None and b < left for _, b, left in switches) else
             "As B grows the plan checks fewer positions per sequence.",
             f"Each sequence's KV cache adds bytes too, so at B = {max_batch} a check of {last.positions} positions per"
-            " sequence still stays under the ridge." if under else "", "Chapter 25 has the table.")
+            " sequence still stays under the ridge." if under else "", "Chapter 25 tabulates each crossing.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

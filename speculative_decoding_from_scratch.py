@@ -4508,8 +4508,8 @@ def demo19_tuning(**how):
     if shortcut:
         below = all(r[0] < a for r, a in zip(rates, alphas))
         say("So position 1's rates (" + ", ".join(f"{r[0]:.3f}" for r in rates)
-            + f") {'fall below' if below else 'differ from'} alpha (" + ", ".join(f"{a:.3f}" for a in alphas) + "): round starts are not a random sample of the"
-            " text's tokens.")
+            + f") {'fall below' if below else 'differ from'} alpha (" + ", ".join(f"{a:.3f}" for a in alphas)
+            + "): round starts are not a random sample of the text's tokens.")
         print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"

@@ -3489,10 +3489,10 @@ BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block 
               " verifier that keeps some drafts and then draws one token:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
-               "Z_i sums max(0, w_i p(x) - q(x)) over the tokens x at position i+1, with p and q the rows after"
-               " x_1..x_i: what the target still wants there that the draft does not offer.",
+               "Z_i sums max(0, w_i p(x) - q(x)) over every token x of the vocabulary, with p and q the rows after"
+               " x_1..x_i: what the target still wants at position i+1 that the draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own: with chance"
-               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i (the"
+               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i, 1 to k - 1 (the"
                " paper's; take it as given). h_i is 0"
                " when Z_i = 0, even at w_i = 1: nothing is left at position i+1 to draw the next token from.",
                "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point throws no draft"
@@ -3713,9 +3713,9 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_WORDS = {"tokenwise_residual": "step 5: draws the next token from the token-wise residual, max(0, p - q),"
                                      " not from max(0, w_i p - q)",
                "cumulative": "step 3: makes an earlier position i a cut point with chance w_i, not h_i",
-               "vllm-ascend, PyTorch": "step 3: position i is a cut point if the product of min(1, p/q) up to i,"
-                                       " which unlike w_i never rises, is at least u_1 u_2 ... u_i, a running"
-                                       " product of one fresh uniform per position; step 5 as tokenwise_residual",
+               "vllm-ascend, PyTorch": "step 3: cut at i if min(1, p_1/q_1) ... min(1, p_i/q_i) >= u_1 ... u_i,"
+                                       " one fresh uniform per position; unlike w_i, that product never rises."
+                                       " Step 5: as tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with step 1's weight w_i in place of that product"}
 
 
@@ -3786,7 +3786,7 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
         more = all(r[7] > block_kept for r in shipped)
         print()
-        say("The shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
+        say("On average and exactly, the shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
             "No exact verifier that keeps some drafts, then draws one token, keeps more on average than block"
@@ -3802,10 +3802,10 @@ def token2_exact_words(ctx=5):
     p, q = TARGET[ctx], MIDDLING[ctx]
     w1 = [accept_prob(p, q, x) for x in range(len(p))]  # the first weight, min(1, p/q), for each x_1
     never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
-    over = [f"'{name(x)}' ({w:.2g})" for x, w in enumerate(w1) if w < 1]
-    return ("The two residuals differ only after a block that stops at an over-proposed draft (w_i < 1). A block"
+    over = [f"'{name(x)}' (w_1 = {w:.2g})" for x, w in enumerate(w1) if w < 1]
+    return ("The two residuals differ only after a block that stops at a position with w_i < 1. A block"
             " that keeps no draft has w_0 = 1, so token 1 is exact."
-            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}, with w_1 in brackets. After each, Z_1 ="
+            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. After each, Z_1 ="
             " 0: the target wants nothing at position 2 that the draft does not offer. So h_1 = 0, no block stops"
             " at such an x_1, and token 2 is exact too." if never and over and rule_intact(TARGET, MIDDLING)
             else "")

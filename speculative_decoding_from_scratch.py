@@ -3492,7 +3492,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                "Z_i sums max(0, w_i p(x) - q(x)) over every token x of the vocabulary, with p and q the rows after"
                " x_1..x_i: what the target still wants at position i+1 that the draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own: with chance"
-               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i, 1 to k - 1 (the"
+               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i, 1 to k - 1"
+               " (the"
                " paper's; take it as given). h_i is 0"
                " when Z_i = 0, even at w_i = 1: nothing is left at position i+1 to draw the next token from.",
                "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point throws no draft"
@@ -3786,7 +3787,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
         more = all(r[7] > block_kept for r in shipped)
         print()
-        say("On average and exactly, the shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
+        say("On average and exactly, the shipped paths keep "
+            + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
             "No exact verifier that keeps some drafts, then draws one token, keeps more on average than block"

@@ -2139,7 +2139,8 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
     say("Is a tree exact? A tree verifier, as in SpecInfer (Miao et al. 2023), tries a node's children one at a"
         " time, each kept with chance min(1, p/q). When a child is rejected, p becomes the residual, max(0, p - q)"
         " normalised, before its sibling is tried: the sibling is a fresh draft against what is still missing, as in"
-        " demo 1. The bug no_update skips that update. The children are drawn from q independently, or as distinct"
+        " demo 1. If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn"
+        " from the last residual and the round ends. The bug no_update skips the update. The children are drawn from q independently, or as distinct"
         " tokens: each from q without its elder siblings, renormalised. A distinct child is judged against the q it"
         " was drawn from, that renormalised row."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",

@@ -567,6 +567,11 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     verdicts = {r[0]: r[3] for r in result.exactness}
     assert verdicts == {"independent": "consistent", "distinct": "consistent", "independent, no_update": "NOT the target"}
     assert "Both ways are consistent with the target; without the update, NOT the target." in text
+    # the walk as verify_tree takes it: down into a kept child; after every child is rejected, a draw from what is
+    # left of p (test_trees checks both on the stage)
+    assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from the"
+            " last residual and the round ends.") in flat(text)
+    assert "A tree drafts a whole level in one pass." in flat(text)
     nodes = {r[0]: r[2] for r in result.rates}
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
     chain, widest = result.rates[0][3], result.rates[2][4]

@@ -2140,7 +2140,8 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " time, each kept with chance min(1, p/q). When a child is rejected, p becomes the residual, max(0, p - q)"
         " normalised, before its sibling is tried: the sibling is a fresh draft against what is still missing, as in"
         " demo 1. If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn"
-        " from the last residual and the round ends. The bug no_update skips the update. The children are drawn from q independently, or as distinct"
+        " from the last residual and the round ends. The bug no_update skips the update. The children are drawn"
+        " from q independently, or as distinct"
         " tokens: each from q without its elder siblings, renormalised. A distinct child is judged against the q it"
         " was drawn from, that renormalised row."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
@@ -5460,7 +5461,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " chapter 14) looks at the whole block of k drafts before it decides how many to keep. So a later draft can"
         " save an earlier one" + (f": on the example below, of the drafts 'a' then 'b', token-wise checking keeps"
                                   f" {ab[5]:.2g} on average and block verification both."
-                                  if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else ".") + " Its paper proves it keeps the most drafts on"
+                                  if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else ".")
+        + " Its paper proves it keeps the most drafts on"
         " average of any exact verifier that keeps some drafts and then draws one token. Could a verifier keep"
         " more?")
     print()

@@ -335,8 +335,8 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert ("These rows are slower than plain decoding: the middling draft sampled at T = 0, and greedy at T = 0, 0.5,"
             " 1.5 and 2." in " ".join(text.split()))
     assert ("Here greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x),"
-            " a sampled one with chance sum min(p_T, q_T), the table's two alphas. That is a fact of these tables, not a"
-            " law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") in " ".join(text.split())
+            " a sampled one with chance sum min(p_T, q_T), the table's two alphas. That is a fact of these tables, not"
+            " a law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") in flat(text)
     # by hand: greedy proposes q's argmax, token 0, kept with chance p(0) = 0.9; sampled keeps min(.9, .6) + min(.1, .4)
     assert sd.not_a_law(p=(0.5, 0.5), q=(0.9, 0.1)) == ""  # greedy 0.5, sampled 0.6: no counterexample, said nothing
     # at T = 0 the good draft passes always after a, c, d, f and never after b, e: passes come in runs, so a round's
@@ -569,8 +569,8 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert "Both ways are consistent with the target; without the update, NOT the target." in text
     # the walk as verify_tree takes it: down into a kept child; after every child is rejected, a draw from what is
     # left of p (test_trees checks both on the stage)
-    assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from the"
-            " last residual and the round ends.") in flat(text)
+    assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
+            " the last residual and the round ends.") in flat(text)
     assert "A tree drafts a whole level in one pass." in flat(text)
     nodes = {r[0]: r[2] for r in result.rates}
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
@@ -708,7 +708,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert ("a a 4/9 0.50 0.00 0.25 0.75 0.50 -1/9 a b 2/9 0.50 0.00 1.00 1.00 2.00 +2/9 b a 2/9 1.00 1.00 0.50 1.50"
             " 1.50 0 b b 1/9 1.00 1.00 1.00 2.00 2.00 0") in flat(text)
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
-            " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps both."
+            " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
+            " both."
             " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. The gains"
             " add up to +1/9, the first table's gap.") in flat(text)
@@ -758,7 +759,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " test.") in flat(text)
     # the pair 'a' then 'b' by hand: token-wise keeps 'a' with p/q = 1/2 and then 'b' always (p/q = 2), 1/2 + 1/2;
     # the block keeps both (chapter 14's table)
-    assert ("of the drafts 'a' then 'b', token-wise checking keeps 1 on average and block verification both.") in flat(text)
+    assert ("of the drafts 'a' then 'b', token-wise checking keeps 1 on average and block verification"
+            " both.") in flat(text)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
     assert result.gains[0][1] == pytest.approx(result.gains[0][2]) == pytest.approx(result.gains[0][3])
     assert "at every k (at k = 1 all three are equal: demo 1's rule reaches the ideal)," in flat(text)
@@ -794,7 +796,8 @@ def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):
     assert result.terms == pytest.approx([6 / 9, 6 / 9]) and result.ideal == pytest.approx(12 / 9)
     assert "A text can be both with chance at most the smaller of its two probabilities." in flat(text)
     assert ("And any count's average is the sum over i of the chance it reaches i. So the drafts a round keeps average"
-            " the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds each term.") in flat(text)
+            " the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds each"
+            " term.") in flat(text)
 
 
 def test_chapter24_says_when_a_verifier_keeps_more_than_the_ideal(capsys):

@@ -4500,30 +4500,22 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        " But a draft's chance to pass depends on the token before it (demo 3). A round starts after the token that"
-        " ended the last one, a bonus token or one redrawn from the residual, and how often each comes depends on"
-        f" k. So rates counted in rounds of {k_max}, as here, only approximate another k's sum.",
+        f" Counted in rounds of {k_max}, as here, they only approximate another k's: where rounds start depends on"
+        " k (--detail says how), and the search at the end prices that error.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    if shortcut:
-        below = all(r[0] < a for r, a in zip(rates, alphas))
-        say("So position 1's rates (" + ", ".join(f"{r[0]:.3f}" for r in rates)
-            + f") {'fall below' if below else 'differ from'} alpha (" + ", ".join(f"{a:.3f}" for a in alphas)
-            + "): round starts are not a random sample of the text's tokens.")
-        print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
         f" of {nodes} positions with the text's last token. Its check walks down the tree, testing a node's"
         " candidates in turn by demo 1's rule. After a rejection, the next candidate is tested against the"
-        " residual, max(0, p - q) normalised, in place of p."
-        f" It makes {tree[3]:.3f} tokens per call from {tree[1]}"
-        f" draft passes, one per level, sampled over {n_rounds:,} rounds. Chapter 8 checks that a tree keeps the"
-        " target's distribution, and --detail spells out the walk.")
+        " residual, max(0, p - q) normalised, in place of p; if all fail, the next token comes from the last"
+        f" residual. It makes {tree[3]:.3f} tokens per call from {tree[1]} draft passes, one per level, sampled over"
+        f" {n_rounds:,} rounds. Chapter 8 checks that a tree is exact.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Its speedup is"
@@ -4531,9 +4523,8 @@ def demo19_tuning(**how):
         " the same B on the roofline. Below the ridge"
         " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
         f" while it stays within {tol:.1%} of the best, so as not to switch for less. It stops at B = {max_batch},"
-        f" the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and the"
-        f" {c19.roomiest} draft. That counts both models' weights, and in each a KV cache, the keys and values of"
-        " every sequence's tokens. The plan:")
+        f" where the target's and the {c19.roomiest} draft's weights and every sequence's KV cache (the keys and"
+        f" values of its tokens) fill the H100's {H100.memory / 1e9:.0f} GB. The plan:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
@@ -4550,15 +4541,13 @@ def demo19_tuning(**how):
         switches = [(o.shape, ridge_batch(shape.m, shape.w, shape.kv, positions=o.positions), hi + 1)
                     for (_, hi, o), (_, _, after) in zip(buckets, buckets[1:])
                     if o is not None and after is not None and after.positions < o.positions]
-        say("As B grows the plan checks fewer positions per sequence. Past the ridge every position costs time. So"
-            " the plan switches to a shorter check a few batch sizes after each longer one crosses the ridge:"
-            " crossings at B = " + and_list([f"{b}" for _, b, _ in switches]) + ", switches at "
-            + and_list([f"{left}" for _, _, left in switches]) + f". It waits, as it keeps an option within {tol:.1%}"
-            " of the best."
+        say("As B grows the plan checks fewer positions per sequence: past the ridge every position costs time, and"
+            " each longer check crosses it a few batch sizes before the plan leaves it."
             if switches and all(b is not None and b < left for _, b, left in switches) else
             "As B grows the plan checks fewer positions per sequence.",
-            f"Each sequence's KV cache adds bytes too, so at B = {max_batch} a check of {last.positions} positions per"
-            " sequence still stays under the ridge." if under else "", "Chapter 25 tabulates each crossing.")
+            "Chapter 25 shows where each crossing falls" + (
+                f", and why a check of {last.positions} positions per sequence still stays under the ridge at B ="
+                f" {max_batch}." if under else "."))
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4640,7 +4629,11 @@ def demo19_detail(result):
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     paragraphs = [
-        "Position 1's rate is"
+        f"Position 1's rates ({', '.join(f'{r[0]:.3f}' for r in rates)})"
+        f" {'fall below' if all(r[0] < a for r, a in zip(rates, result.alphas)) else 'differ from'} alpha"
+        f" ({', '.join(f'{a:.3f}' for a in result.alphas)}): a round starts after the token that ended the last one,"
+        " a bonus token or one redrawn from the residual, and a draft's chance to pass depends on the token before it"
+        " (demo 3). How often each comes depends on k. Position 1's rate is"
         f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
         f" at k = {k_max} only approximate another k's." if result.shortcut else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"

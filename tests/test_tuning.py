@@ -146,8 +146,8 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit = sd.sequences_that_fit(512)
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
-    assert f"It stops at B = {fit19}, the most sequences that fit in the H100's 80 GB beside the target and the small draft" in " ".join(
-        section(in_process[1], "19").split())
+    assert (f"It stops at B = {fit19}, where the target's and the small draft's weights and every sequence's KV cache"
+            " (the keys and values of its tokens) fill the H100's 80 GB.") in " ".join(section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
     code, out, err = main(capsys, "--plan", "--profile", str(path), "--max-batch", "1000")
@@ -335,9 +335,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " cache's share.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (
-        "It stops at B = 242, the most sequences that fit in the H100's 80 GB beside the target and the small draft. That"
-        " counts both models' weights, and in each a KV cache, the keys and values of every sequence's tokens. The"
-        " plan:") in text
+        "It stops at B = 242, where the target's and the small draft's weights and every sequence's KV cache (the keys"
+        " and values of its tokens) fill the H100's 80 GB. The plan:") in text
     assert "Beside big only 193 sequences fit in memory, so big runs only to B = 193." in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
@@ -350,12 +349,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
                       None) for k in (8, 7, 6)]
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
-    assert ("As B grows the plan checks fewer positions per sequence. Past the ridge every position costs time. So the"
-            " plan switches to a shorter check a few batch sizes after each longer one crosses the ridge: crossings at"
-            f" B = 32, {crossings[0]} and {crossings[1]}, switches at 35, {ends[8] + 1} and {ends[7] + 1}. It waits, as"
-            " it keeps an option within 0.5% of the best. Each sequence's KV cache adds bytes too, so at B = 242 a"
-            " check of 7 positions per sequence still stays under the ridge. Chapter 25 tabulates each"
-            " crossing.") in text
+    assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1  # each crossing comes before its switch
+    assert ("As B grows the plan checks fewer positions per sequence: past the ridge every position costs time, and each"
+            " longer check crosses it a few batch sizes before the plan leaves it. Chapter 25 shows where each crossing"
+            " falls, and why a check of 7 positions per sequence still stays under the ridge at B = 242.") in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
@@ -468,9 +465,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " drawn from q on its own, 3 deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with"
             " the text's last token. Its check walks down the tree, testing a node's candidates in turn by demo 1's"
             " rule. After a rejection, the next candidate is tested against the residual, max(0, p - q) normalised, in"
-            " place of p. It makes"
+            " place of p; if all fail, the next token comes from the last residual. It makes"
             f" {tree.tokens:.3f} tokens per call from 3 draft passes, one per level, sampled over 2,000 rounds. Chapter"
-            " 8 checks that a tree keeps the target's distribution, and --detail spells out the walk.") in text
+            " 8 checks that a tree is exact.") in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"
             " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
             " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"
@@ -479,12 +476,13 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
-    assert ("makes about 1 plus the first k rates in tokens per call. But a draft's chance to pass depends on the token"
-            " before it (demo 3). A round starts after the token that ended the last one, a bonus token or one redrawn"
-            " from the residual, and how often each comes depends on k. So rates counted in rounds of 8, as here, only"
-            " approximate another k's sum.") in text
-    assert (f"So position 1's rates ({first[0]:.3f}, {first[1]:.3f}) fall below alpha ({alphas[0]:.3f},"
-            f" {alphas[1]:.3f}): round starts are not a random sample of the text's tokens.") in text
+    assert ("makes about 1 plus the first k rates in tokens per call. Counted in rounds of 8, as here, they only"
+            " approximate another k's: where rounds start depends on k (--detail says how), and the search at the end"
+            " prices that error.") in text
+    assert (f"Position 1's rates ({first[0]:.3f}, {first[1]:.3f}) fall below alpha ({alphas[0]:.3f}, {alphas[1]:.3f}):"
+            " a round starts after the token that ended the last one, a bonus token or one redrawn from the residual,"
+            " and a draft's chance to pass depends on the token before it (demo 3). How often each comes depends on"
+            " k.") in detail19
     assert all(f < a for f, a in zip(first, alphas))
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"

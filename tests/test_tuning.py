@@ -147,7 +147,8 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
     assert (f"It stops at B = {fit19}, where the target's and the small draft's weights and every sequence's KV cache"
-            " (the keys and values of its tokens) fill the H100's 80 GB.") in " ".join(section(in_process[1], "19").split())
+            " (the keys and values of its tokens) fill the H100's 80 GB.") in " ".join(
+        section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
     code, out, err = main(capsys, "--plan", "--profile", str(path), "--max-batch", "1000")
@@ -350,8 +351,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1  # each crossing comes before its switch
-    assert ("As B grows the plan checks fewer positions per sequence: past the ridge every position costs time, and each"
-            " longer check crosses it a few batch sizes before the plan leaves it. Chapter 25 shows where each crossing"
+    assert ("As B grows the plan checks fewer positions per sequence: past the ridge every position costs time, and"
+            " each longer check crosses it a few batch sizes before the plan leaves it. Chapter 25 shows where each crossing"
             " falls, and why a check of 7 positions per sequence still stays under the ridge at B = 242.") in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes

@@ -352,8 +352,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1  # each crossing comes before its switch
     assert ("As B grows the plan checks fewer positions per sequence: past the ridge every position costs time, and"
-            " each longer check crosses it a few batch sizes before the plan leaves it. Chapter 25 shows where each crossing"
-            " falls, and why a check of 7 positions per sequence still stays under the ridge at B = 242.") in text
+            " each longer check crosses it a few batch sizes before the plan leaves it. Chapter 25 shows where each"
+            " crossing falls, and why a check of 7 positions per sequence still stays under the ridge at B = 242.") in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295

@@ -1697,31 +1697,25 @@ def verify_cost(k, batch, n_ctx=None, hw=H100, shape=LLAMA2_7B):
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
 
-def long_context_note(k, lengths, hw=H100, why=False):
+def long_context_note(k, lengths, hw=H100):
     """What chapters 11 and 20 would pay at their prompts' own lengths, not
     BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
-    any batch whose KV caches fit; said only while that is about 1. why: the
-    reason instead, for --detail."""
+    any batch whose KV caches fit, and why; said only while that is about 1."""
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
     n = min(lengths)  # the shortest: the most sequences fit, and the most MACs a byte
     fit = sequences_that_fit(n, hw)
     macs, read = pass_traffic(LLAMA2_7B, n, k + 1, fit)
     if not (worst < 1.005 and macs / read < ridge(hw)):
         return ""
-    if why:
-        return (f"Why a long prompt's pass stays free: the {hw.name}'s {hw.memory / 1e9:.0f} GB fills before a pass"
-                " becomes compute-bound. Each sequence adds its own KV cache, the keys and values of its tokens, to"
-                " the bytes a pass reads. So the bytes grow with B, the sequences decoded at once, nearly as fast as"
-                f" the arithmetic. At {n:,} characters {fit} sequences fit, and there a pass of {k + 1} positions does"
-                f" {macs / read:.0f} MACs per byte, under the ridge's {ridge(hw):.1f}.")
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
             f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), a pass of {k + 1}"
             f" positions costs what a one-position pass does ({worst:.2f} plain passes). That holds at every batch"
             f" that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB. Each sequence's KV cache, the keys and values"
             " of its tokens,"
-            " is read on every pass, so the bytes grow with B nearly as fast as the arithmetic (--detail gives the"
-            " numbers).")
+            " is read on every pass, so the bytes grow with B nearly as fast as the arithmetic. At"
+            f" {n:,} characters {fit} sequences fit, and there a pass of {k + 1} positions does {macs / read:.0f} MACs"
+            f" per byte, under the ridge's {ridge(hw):.1f}.")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -3035,16 +3029,11 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
              {"every draft emits the target": not bad, "tokens per call rise as the text copies more": rising,
               "the verifying pass costs more than copying saves at B = 256 somewhere":
               any(r[3] < 1 for r in sweep.rows)})
-    return SimpleNamespace(rows=rows, sweep=sweep, sample=sample, n_text=n_text, k=k)
+    return SimpleNamespace(rows=rows, sweep=sweep, sample=sample, n_text=n_text)
 
 
 def demo11_detail(result):
-    """Chapter 11 in detail: why the long prompts' pass stays free, and how the
-    fit of a long text bins its characters."""
-    why = long_context_note(result.k, [len(t) for t in prompts().values()], why=True)
-    if why:
-        print()
-        say(why)
+    """Chapter 11 in detail: how the fit of a long text bins its characters."""
     print()
     say(f"The fit of {result.n_text} characters bins by probability because each position has its own"
         f" distribution: counting the characters alone would mix {result.n_text} distributions. The landings in"
@@ -4801,15 +4790,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         + " it is slower than plain decoding too." if any(rows[3][1 + 2 * i] < 1 for i in range(len(batches))) else "")
     takeaway("a switch that turns speculation off for good can lose what a per-batch schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses})
-    return SimpleNamespace(rows=rows, loses=loses, k=k, prompt=prompt)
-
-
-def demo20_detail(result):
-    """Chapter 20 in detail: why its prompt's own pass stays free."""
-    why = long_context_note(result.k, [len(result.prompt)], why=True)
-    if why:
-        print()
-        say(why)
+    return SimpleNamespace(rows=rows, loses=loses)
 
 
 # -----------------------------------------------------------------------------
@@ -5686,7 +5667,6 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "18": lambda result: (frontier(result.first.rows),
                           typical_fallbacks(then=demo18_loose_words(result.first.rows, 3, 5, 3))),
     "19": demo19_detail,
-    "20": demo20_detail,
     "21": demo21_detail,
     "25": demo25_detail,
 }

@@ -3494,10 +3494,9 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " cut point, i = 0 and w_0 = 1.")
 
 
-def say_block_rule(seen=""):
-    """BLOCK_RULE and its steps, numbered, as chapters 14 and 15 open; seen
-    names where a reader may have met them already."""
-    say(BLOCK_RULE[:-1] + (f". They are {seen}, unchanged:" if seen else ":"))
+def say_block_rule():
+    """BLOCK_RULE and its steps, numbered, as chapter 14 opens."""
+    say(BLOCK_RULE)
     say_items(BLOCK_STEPS, numbered=True)
     print()
 
@@ -3702,13 +3701,20 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
     "cumulative": [("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight")],
 }
 
-BLOCK_WORDS = {"tokenwise_residual": "step 5: draws the next token from the token-wise residual, max(0, p - q),"
-                                     " not from max(0, w_i p - q)",
-               "cumulative": "step 3: makes an earlier position i a cut point with chance w_i, not h_i",
-               "vllm-ascend, PyTorch": "step 3: cut at i if min(1, p_1/q_1) ... min(1, p_i/q_i) >= u_1 ... u_i,"
-                                       " one fresh uniform per position; unlike w_i, that product never rises."
-                                       " Step 5: as tokenwise_residual",
-               "vllm-ascend, Triton": "as PyTorch, but with step 1's weight w_i in place of that product"}
+BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
+    "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
+           " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
+    "h_i": "the chance that an earlier position i, 1 to k - 1, is a cut point, where the block may end, each on a"
+           " coin flip of its own: Z_i / (Z_i + 1 - w_i), with Z_i the sum over tokens x of max(0, w_i p(x) - q(x)); 0 when Z_i = 0. The last"
+           " position's chance is w_k",
+    "next token": "the block keeps x_1..x_i for the last cut point i (none: i = 0) and draws the next token from"
+                  " max(0, w_i p - q), normalised, or from p if i = k"}
+BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
+               "cumulative": "h_i: makes an earlier position i a cut point with chance w_i, not h_i",
+               "vllm-ascend, PyTorch": "h_i: cut at i if min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >="
+                                       " u_1 * ... * u_i, one fresh uniform per position; unlike w_i, that product"
+                                       " never rises. Next token: as tokenwise_residual",
+               "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 
 def shipped_parts(D, ctx, n, k):
@@ -3729,7 +3735,13 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
-    say_block_rule(seen="chapter 14's")
+    say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025)"
+        " judges the k drafts x_1..x_k together, so a later draft can save an earlier one; chapter 14 gives its"
+        " steps and an example. Its paper proves its output is the target's. The three parts this chapter's"
+        " variants change:")
+    print()
+    table([("", 2, ""), ("part", 12, "<"), ("", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
+    print()
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
         f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. The"

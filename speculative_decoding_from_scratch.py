@@ -3705,7 +3705,8 @@ BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its 
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
     "h_i": "the chance that an earlier position i, 1 to k - 1, is a cut point, where the block may end, each on a"
-           " coin flip of its own: Z_i / (Z_i + 1 - w_i), with Z_i the sum over tokens x of max(0, w_i p(x) - q(x)); 0 when Z_i = 0. The last"
+           " coin flip of its own: Z_i / (Z_i + 1 - w_i), with Z_i the sum over tokens x of max(0, w_i p(x) - q(x));"
+           " 0 when Z_i = 0. The last"
            " position's chance is w_k",
     "next token": "the block keeps x_1..x_i for the last cut point i (none: i = 0) and draws the next token from"
                   " max(0, w_i p - q), normalised, or from p if i = k"}

@@ -1131,11 +1131,11 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         rows.append((r, tv_distance(sample / n_runs, truth), fit, "cannot see" if blind else tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
-    say(f"The whole loop runs {n_runs:,} times per rule, recording the first two tokens after '{name(ctx)}': x1 and",
+    say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after '{name(ctx)}': x1 and",
         "x2. Two, because a broken rule can get x1 right and x2 wrong, as the bug named continue, below, does.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules"
-        + ("; uniform_q is two edits at once, both found in a shipped generator (chapter 17):" if "uniform_q" in BUGS
+        + ("; uniform_q is two edits at once:" if "uniform_q" in BUGS
            else ":"))
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 64, "<")], labelled_rows(BUG_WORDS, 62))
@@ -1148,8 +1148,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         " never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV is computed from the tables, not run, and it assumes every round stops at its first"
-        " rejection." +
+        "The exact TV assumes every round stops at its first rejection." +
         (f" So it cannot model the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, which does not stop; only"
          " the fit can catch it." if unseen else ""))
     print()
@@ -1395,7 +1394,8 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it uses one acceptance chance, alpha,"
             " for every draft. But the chance depends on the token before the draft: for the middling draft, from"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.")
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And a round starts where the"
+            " last one ended, not at a random point of the text.")
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
@@ -1404,7 +1404,7 @@ def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
     if np.abs(r.start - r.text).max() < 5e-4 or not rule_intact(P, Q):
         return
     print()
-    say("A second reason eq. 1 runs off: rounds do not start at a fair sample of the text. A round starts after a"
+    say("Why where rounds start matters: they do not start at a fair sample of the text. A round starts after a"
         " redraw or a bonus token." +
         (" A redraw comes from the residual: only tokens the draft under-proposes." if r.under_only else "") +
         " As the pass chance depends on the token before the draft, the first draft passes"

@@ -196,8 +196,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert ("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
             " output replaced.") in " ".join(text.split())
-    assert (" The exact TV is computed from the tables, not run, and it assumes every round stops at"
-            " its first rejection. So it cannot model the continue bug, which does not stop; only the fit can catch"
+    assert (" The exact TV assumes every round stops at its first rejection. So it cannot model the continue bug, which does not stop; only the fit can catch"
             " it.") in " ".join(text.split())
     assert rows["continue"][3] == "cannot see" and "continue 0.3933 < 1e-12 cannot see NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
@@ -400,10 +399,12 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off: it uses one acceptance chance, alpha, for every draft. But the chance depends"
-            f" on the token before the draft: for the middling draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'.") in flat
+            f" on the token before the draft: for the middling draft, from {beta.min():.3f} after 'a' to"
+            f" {beta.max():.3f} after 'd'. And a round starts where the last one ended, not at a random point of the"
+            " text.") in flat
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited
     _, detail = printed(sd.demo3_detail)
-    assert ("A second reason eq. 1 runs off: rounds do not start at a fair sample of the text. A round starts after a"
+    assert ("Why where rounds start matters: they do not start at a fair sample of the text. A round starts after a"
             " redraw or a bonus token. A redraw comes from the residual: only tokens the draft under-proposes. As the"
             " pass chance depends on the token before the draft, the first draft passes"
             f" {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f} of the time, not alpha's"

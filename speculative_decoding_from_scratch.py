@@ -4502,14 +4502,19 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Counted in rounds of {k_max}, as here, they only approximate another k's: where rounds start depends on"
-        " k (--detail says how), and the search at the end prices that error.",
+        f" Counted in rounds of {k_max}, as here, they only approximate another k's. A draft's chance to pass"
+        " depends on the token before it (demo 3), and a round starts after the last round's final token, a bonus"
+        " or a redraw, whose mix depends on k. The search at the end prices that error.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
+    if shortcut:
+        say("That is also why position 1's rates (" + ", ".join(f"{r[0]:.3f}" for r in rates) + ") differ from alpha"
+            " (" + ", ".join(f"{a:.3f}" for a in alphas) + "), which averages over the text's own tokens.")
+        print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
@@ -4543,13 +4548,15 @@ def demo19_tuning(**how):
         switches = [(o.shape, ridge_batch(shape.m, shape.w, shape.kv, positions=o.positions), hi + 1)
                     for (_, hi, o), (_, _, after) in zip(buckets, buckets[1:])
                     if o is not None and after is not None and after.positions < o.positions]
-        say("As B grows the plan checks fewer positions per sequence: past the ridge every position costs time, and"
-            " each longer check crosses it a few batch sizes before the plan leaves it."
-            if switches and all(b is not None and b < left for _, b, left in switches) else
-            "As B grows the plan checks fewer positions per sequence.",
-            "Chapter 25 shows where each crossing falls" + (
-                f", and why a check of {last.positions} positions per sequence still stays under the ridge at B ="
-                f" {max_batch}." if under else "."))
+        each = ridge() * shape.kv / shape.m  # the positions one more sequence adds to the ridge
+        say("As B grows the plan checks fewer positions per sequence.",
+            "Each sequence's KV cache adds bytes to a pass, so the ridge moves out as B grows: a check of"
+            f" {last.positions} positions per sequence still stays under it at B = {max_batch}." if under else "",
+            f"But each sequence moves it by only {each:.1f} positions, fewer than a check scores. So each longer"
+            " check crosses it, and past the ridge every position costs time: the plan leaves each check a few batch"
+            " sizes after its crossing (chapter 25)."
+            if switches and all(b is not None and b < left for _, b, left in switches)
+            and all(o.positions > each for _, _, o in buckets if o is not None) else "Chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4631,11 +4638,7 @@ def demo19_detail(result):
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     paragraphs = [
-        f"Position 1's rates ({', '.join(f'{r[0]:.3f}' for r in rates)})"
-        f" {'fall below' if all(r[0] < a for r, a in zip(rates, result.alphas)) else 'differ from'} alpha"
-        f" ({', '.join(f'{a:.3f}' for a in result.alphas)}): a round starts after the token that ended the last one,"
-        " a bonus token or one redrawn from the residual, and a draft's chance to pass depends on the token before it"
-        " (demo 3). How often each comes depends on k. Position 1's rate is"
+        "Position 1's rate is"
         f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
         f" at k = {k_max} only approximate another k's." if result.shortcut else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"

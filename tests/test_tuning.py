@@ -351,9 +351,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1  # each crossing comes before its switch
-    assert ("As B grows the plan checks fewer positions per sequence: past the ridge every position costs time, and"
-            " each longer check crosses it a few batch sizes before the plan leaves it. Chapter 25 shows where each"
-            " crossing falls, and why a check of 7 positions per sequence still stays under the ridge at B = 242.") in text
+    each = sd.ridge() * (one - w) / m  # one more sequence's KV cache, in positions at the ridge
+    assert ("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so"
+            " the ridge moves out as B grows: a check of 7 positions per sequence still stays under it at B = 242. But"
+            f" each sequence moves it by only {each:.1f} positions, fewer than a check scores. So each longer check"
+            " crosses it, and past the ridge every position costs time: the plan leaves each check a few batch sizes"
+            " after its crossing (chapter 25).") in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
@@ -478,12 +481,11 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert ("makes about 1 plus the first k rates in tokens per call. Counted in rounds of 8, as here, they only"
-            " approximate another k's: where rounds start depends on k (--detail says how), and the search at the end"
-            " prices that error.") in text
-    assert (f"Position 1's rates ({first[0]:.3f}, {first[1]:.3f}) fall below alpha ({alphas[0]:.3f}, {alphas[1]:.3f}):"
-            " a round starts after the token that ended the last one, a bonus token or one redrawn from the residual,"
-            " and a draft's chance to pass depends on the token before it (demo 3). How often each comes depends on"
-            " k.") in detail19
+            " approximate another k's. A draft's chance to pass depends on the token before it (demo 3), and a round"
+            " starts after the last round's final token, a bonus or a redraw, whose mix depends on k. The search at"
+            " the end prices that error.") in text
+    assert (f"That is also why position 1's rates ({first[0]:.3f}, {first[1]:.3f}) differ from alpha ({alphas[0]:.3f},"
+            f" {alphas[1]:.3f}), which averages over the text's own tokens.") in text
     assert all(f < a for f, a in zip(first, alphas))
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"

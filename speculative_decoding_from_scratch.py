@@ -3705,16 +3705,17 @@ BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its 
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
     "h_i": "the chance that an earlier position i, 1 to k - 1, is a cut point, where the block may end, each on a"
-           " coin flip of its own: Z_i / (Z_i + 1 - w_i), with Z_i the sum over tokens x of max(0, w_i p(x) - q(x));"
-           " 0 when Z_i = 0. The last"
+           " coin flip of its own: Z_i / (Z_i + 1 - w_i), with Z_i the sum over tokens x of max(0, w_i p(x) - q(x)),"
+           " p and q the next-token distributions after x_1..x_i; 0 when Z_i = 0. The last"
            " position's chance is w_k",
     "next token": "the block keeps x_1..x_i for the last cut point i (none: i = 0) and draws the next token from"
                   " max(0, w_i p - q), normalised, or from p if i = k"}
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
                "cumulative": "h_i: makes an earlier position i a cut point with chance w_i, not h_i",
                "vllm-ascend, PyTorch": "h_i: cut at i if min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >="
-                                       " u_1 * ... * u_i, one fresh uniform per position; unlike w_i, that product"
-                                       " never rises. Next token: as tokenwise_residual",
+                                       " u_1 * ... * u_i, one fresh uniform per position, a bar that falls fast as"
+                                       " i grows; unlike w_i, the product on the left never rises. Next token: as"
+                                       " tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 
@@ -3737,8 +3738,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025)"
-        " judges the k drafts x_1..x_k together, so a later draft can save an earlier one; chapter 14 gives its"
-        " steps and an example. Its paper proves its output is the target's. The three parts this chapter's"
+        " judges the k drafts x_1..x_k together, so a later draft can save an earlier one: the weight below"
+        " recovers when a later draft has p > q. Chapter 14 gives its steps and an example. Its paper proves its"
+        " output is the target's. The three parts this chapter's"
         " variants change:")
     print()
     table([("", 2, ""), ("part", 12, "<"), ("", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
@@ -3811,9 +3813,9 @@ def token2_exact_words(ctx=5):
     over = [f"'{name(x)}' (w_1 = {w:.2g})" for x, w in enumerate(w1) if w < 1]
     return ("The two residuals differ only after a block that stops at a position with w_i < 1. A block"
             " that keeps no draft has w_0 = 1, so token 1 is exact."
-            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. After each, Z_1 ="
-            " 0: the target wants nothing at position 2 that the draft does not offer. So h_1 = 0, no block stops"
-            " at such an x_1, and token 2 is exact too." if never and over and rule_intact(TARGET, MIDDLING)
+            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. After each, w_1 p <= q at every token,"
+            " so Z_1 = 0 and h_1 = 0: no block stops at such an x_1, and token 2 is exact too."
+            if never and over and rule_intact(TARGET, MIDDLING)
             else "")
 
 

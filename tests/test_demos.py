@@ -660,8 +660,8 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     assert sd.token2_exact_words() == (
         "The two residuals differ only after a block that stops at a position with w_i < 1. A block that keeps no"
         " draft has w_0 = 1, so token 1 is exact. After 'f', the draft over-proposes 'b' (w_1 = 0.0054), 'e' (w_1 ="
-        " 0.39) and 'f' (w_1 = 0.061). After each, Z_1 = 0: the target wants nothing at position 2 that the draft"
-        " does not offer. So h_1 = 0, no block stops at such an x_1, and token 2 is exact too.")
+        " 0.39) and 'f' (w_1 = 0.061). After each, w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0: no block"
+        " stops at such an x_1, and token 2 is exact too.")
     assert [x for x in range(sd.VOCAB) if p[x] < q[x]] == [1, 4, 5]  # b, e and f, over-proposed after 'f', by hand
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     words = sd.token2_exact_words()

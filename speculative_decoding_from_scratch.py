@@ -2987,9 +2987,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     say(f"Real text often repeats what came before it. Here the target is a character model of",
         f"Python's help() text: {docs_corpus()[1]} (another Python's differs, and so do this chapter's"
         f" numbers). With probability lam ({lam} until the speed table varies it),",
-        "it copies. It finds the longest earlier stretch of the text so far (prompt and output) that ends the way",
-        "the text ends, and continues it. With probability 1 - lam, or when no such stretch exists, it follows how",
-        "often each character follows the two before it in the documentation.")
+        "it copies: it finds the longest ending of the text so far (prompt and output) that also appears earlier,",
+        "and writes the character that followed it there. With probability 1 - lam, or when there is none, it",
+        "follows how often each character follows the two before it in the documentation.")
     print()
     say("Prompt lookup drafts with no model at all. It looks for the text's last",
         f"{VLLM_LOOKUP.n_max} characters earlier in the text, then its last"
@@ -3009,11 +3009,10 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
-        f" of {n_text} characters. At each position the target's probabilities sort the characters into bins (below"
-        f" {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). For each bin,"
-        " the fit compares how many written characters landed in it with how many the target expects there: the"
-        " sum, over the positions, of the probability it gave that bin's characters. A correct draft fails any one"
-        f" fit with chance about {P_REJECT:g}, so a fit below",
+        f" of one {n_text}-character output. Each written character falls in a bin by the probability the target"
+        f" gave it there (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and"
+        " so on). The fit compares each bin's count with what the target's probabilities expect in it. A correct"
+        f" draft fails any one fit with chance about {P_REJECT:g}, so here a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),

@@ -1394,8 +1394,10 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it uses one acceptance chance, alpha,"
             " for every draft. But the chance depends on the token before the draft: for the middling draft, from"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And a round starts where the"
-            " last one ended, not at a random point of the text.")
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
+                " And a round starts after a redraw or a bonus, so even its first draft's chance is not alpha."
+                # at k = 1 every draft is a first draft
+                if abs(exact_tokens_per_call(P, Q, 1) - 1 - pair_alpha(P, Q)) >= 5e-4 else ""))
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
@@ -1477,7 +1479,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     c_all = (exact[j - 1] - 1) / j  # past it, no k wins
     print()
     say(f"Above c* = {c_star:.3f}, k = {k} is slower than plain decoding." if slower_above else "",
-        f"A shorter k still wins below c = {c_all:.3f}, where k = {j}'s {exact[j - 1]:.3f} tokens per call (demo 4)"
+        f"A shorter k still wins below c = {c_all:.3f}, where k = {j}'s {exact[j - 1]:.3f} tokens per call"
         f" equal its cost, 1 + {'' if j == 1 else j}c. Above it, no k does." if wins and losses
         and all((r[3] > 0) == (r[0] < c_all) for r in rows) else "")
     speeds = [r[1] for r in rows]

@@ -387,7 +387,7 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     edges = (exact - 1) / np.arange(1, 17)
     assert edges.argmax() == 0 and 0.6 < edges[0] < 0.7
     assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k still wins below c ="
-            f" {exact[0] - 1:.3f}, where k = 1's {exact[0]:.3f} tokens per call (demo 4) equal its cost, 1 + c. Above"
+            f" {exact[0] - 1:.3f}, where k = 1's {exact[0]:.3f} tokens per call equal its cost, 1 + c. Above"
             " it, no k does.") in flat_text
     assert exact[0] < 1.7 and f"{exact[0]:.2f}" in " ".join(demo["4"][1].split())
     assert "Takeaway: every draft costs c, kept or not, so a draft must be cheap and agree often." in flat_text
@@ -400,8 +400,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off: it uses one acceptance chance, alpha, for every draft. But the chance depends"
             f" on the token before the draft: for the middling draft, from {beta.min():.3f} after 'a' to"
-            f" {beta.max():.3f} after 'd'. And a round starts where the last one ended, not at a random point of the"
-            " text.") in flat
+            f" {beta.max():.3f} after 'd'. And a round starts after a redraw or a bonus, so even its first draft's"
+            " chance is not alpha.") in flat
+    # by the exact chain at k = 1, where every draft is a first draft: 0.691, not alpha's 0.703
+    assert abs(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1 - sd.pair_alpha(sd.TARGET, sd.MIDDLING)) > 0.01
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited
     _, detail = printed(sd.demo3_detail)
     assert ("Why where rounds start matters: they do not start at a fair sample of the text. A round starts after a"

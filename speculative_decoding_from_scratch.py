@@ -4507,17 +4507,16 @@ def demo19_tuning(**how):
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
         f" Counted in rounds of {k_max}, as here, they only approximate another k's. A draft's chance to pass"
         " depends on the token before it (demo 3), and a round starts after the last round's final token, a bonus"
-        " or a redraw, whose mix depends on k. The search at the end prices that error.",
+        " or a redraw, whose mix depends on k. The search at the end prices that error." + (
+            " For the same reason position 1's rates below (" + ", ".join(f"{r[0]:.3f}" for r in rates) + ") differ"
+            " from alpha (" + ", ".join(f"{a:.3f}" for a in alphas) + "), which averages over the text's own tokens."
+            if shortcut else ""),
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    if shortcut:
-        say("That is also why position 1's rates (" + ", ".join(f"{r[0]:.3f}" for r in rates) + ") differ from alpha"
-            " (" + ", ".join(f"{a:.3f}" for a in alphas) + "), which averages over the text's own tokens.")
-        print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
@@ -4551,15 +4550,16 @@ def demo19_tuning(**how):
         switches = [(o.shape, ridge_batch(shape.m, shape.w, shape.kv, positions=o.positions), hi + 1)
                     for (_, hi, o), (_, _, after) in zip(buckets, buckets[1:])
                     if o is not None and after is not None and after.positions < o.positions]
-        each = ridge() * shape.kv / shape.m  # the positions one more sequence adds to the ridge
+        base, each = ridge() * shape.w / shape.m, ridge() * shape.kv / shape.m  # the ridge: base + each B positions
         say("As B grows the plan checks fewer positions per sequence.",
-            "Each sequence's KV cache adds bytes to a pass, so the ridge moves out as B grows: a check of"
-            f" {last.positions} positions per sequence still stays under it at B = {max_batch}." if under else "",
-            f"But each sequence moves it by only {each:.1f} positions, fewer than a check scores. So each longer"
-            " check crosses it, and past the ridge every position costs time: the plan leaves each check a few batch"
-            " sizes after its crossing (chapter 25)."
+            f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions: the weights'"
+            " share, plus each sequence's KV cache's. A check scores B times its positions, more than"
+            f" {each:.1f} each, so each check crosses the ridge as B grows, and past it every position costs time."
+            " The plan leaves each check a few batch sizes after its crossing (chapter 25 lists them)."
             if switches and all(b is not None and b < left for _, b, left in switches)
-            and all(o.positions > each for _, _, o in buckets if o is not None) else "Chapter 25 shows why.")
+            and all(o.positions > each for _, _, o in buckets if o is not None) else "Chapter 25 shows why.",
+            f"At B = {max_batch} a check of {last.positions} positions per sequence is still under it."
+            if under else "")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

@@ -352,11 +352,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1  # each crossing comes before its switch
     each = sd.ridge() * (one - w) / m  # one more sequence's KV cache, in positions at the ridge
-    assert ("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so"
-            " the ridge moves out as B grows: a check of 7 positions per sequence still stays under it at B = 242. But"
-            f" each sequence moves it by only {each:.1f} positions, fewer than a check scores. So each longer check"
-            " crosses it, and past the ridge every position costs time: the plan leaves each check a few batch sizes"
-            " after its crossing (chapter 25).") in text
+    base = sd.ridge() * w / m  # the weights' share of the ridge, in positions
+    assert (f"As B grows the plan checks fewer positions per sequence. A pass of B sequences reaches the ridge at about"
+            f" {base:.0f} + {each:.1f} B positions: the weights' share, plus each sequence's KV cache's. A check scores"
+            f" B times its positions, more than {each:.1f} each, so each check crosses the ridge as B grows, and past"
+            " it every position costs time. The plan leaves each check a few batch sizes after its crossing (chapter 25"
+            " lists them). At B = 242 a check of 7 positions per sequence is still under it.") in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
@@ -484,8 +485,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " approximate another k's. A draft's chance to pass depends on the token before it (demo 3), and a round"
             " starts after the last round's final token, a bonus or a redraw, whose mix depends on k. The search at"
             " the end prices that error.") in text
-    assert (f"That is also why position 1's rates ({first[0]:.3f}, {first[1]:.3f}) differ from alpha ({alphas[0]:.3f},"
-            f" {alphas[1]:.3f}), which averages over the text's own tokens.") in text
+    assert (f"For the same reason position 1's rates below ({first[0]:.3f}, {first[1]:.3f}) differ from alpha"
+            f" ({alphas[0]:.3f}, {alphas[1]:.3f}), which averages over the text's own tokens.") in text
     assert all(f < a for f, a in zip(first, alphas))
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"

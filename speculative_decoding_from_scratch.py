@@ -3812,10 +3812,11 @@ def token2_exact_words(ctx=5):
     w1 = [accept_prob(p, q, x) for x in range(len(p))]  # the first weight, min(1, p/q), for each x_1
     never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
     over = [f"'{name(x)}' (w_1 = {w:.2g})" for x, w in enumerate(w1) if w < 1]
-    return ("The two residuals differ only after a block that stops at a position with w_i < 1. A block"
-            " that keeps no draft has w_0 = 1, so token 1 is exact."
+    return ("The two residuals differ only after a block that stops at a position with w_i < 1. Token 1 comes"
+            " from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from one with"
+            " w_1 < 1 only when the block stops at position 1."
             f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. After each, w_1 p <= q at every token,"
-            " so Z_1 = 0 and h_1 = 0: no block stops at such an x_1, and token 2 is exact too."
+            " so Z_1 = 0 and h_1 = 0: the block never stops at such an x_1, and token 2 is exact too."
             if never and over and rule_intact(TARGET, MIDDLING)
             else "")
 

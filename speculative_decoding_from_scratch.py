@@ -4506,12 +4506,8 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Counted in rounds of {k_max}, as here, they only approximate another k's. A draft's chance to pass"
-        " depends on the token before it (demo 3), and a round starts after the last round's final token, a bonus"
-        " or a redraw, whose mix depends on k. The search at the end prices that error." + (
-            " For the same reason position 1's rates below (" + ", ".join(f"{r[0]:.3f}" for r in rates) + ") differ"
-            " from alpha (" + ", ".join(f"{a:.3f}" for a in alphas) + "), which averages over the text's own tokens."
-            if shortcut else ""),
+        f" Counted in rounds of {k_max}, as here, they only approximate another k's, as where rounds start depends"
+        " on k (--detail says how); the search at the end prices that error.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
@@ -4521,11 +4517,9 @@ def demo19_tuning(**how):
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
-        f" of {nodes} positions with the text's last token. Its check walks down the tree, testing a node's"
-        " candidates in turn by demo 1's rule. After a rejection, the next candidate is tested against the"
-        " residual, max(0, p - q) normalised, in place of p; if all fail, the next token comes from the last"
-        f" residual. It makes {tree[3]:.3f} tokens per call from {tree[1]} draft passes, one per level, sampled over"
-        f" {n_rounds:,} rounds. Chapter 8 checks that a tree is exact.")
+        f" of {nodes} positions with the text's last token. It makes {tree[3]:.3f} tokens per call from {tree[1]}"
+        f" draft passes, one per level, sampled over {n_rounds:,} rounds. Chapter 8 checks that a tree is exact;"
+        " --detail spells out its walk.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Its speedup is"
@@ -4551,16 +4545,13 @@ def demo19_tuning(**how):
         switches = [(o.shape, ridge_batch(shape.m, shape.w, shape.kv, positions=o.positions), hi + 1)
                     for (_, hi, o), (_, _, after) in zip(buckets, buckets[1:])
                     if o is not None and after is not None and after.positions < o.positions]
-        base, each = ridge() * shape.w / shape.m, ridge() * shape.kv / shape.m  # the ridge: base + each B positions
-        say("As B grows the plan checks fewer positions per sequence.",
-            f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions: the weights'"
-            " share, plus each sequence's KV cache's. A check scores B times its positions, more than"
-            f" {each:.1f} each, so each check crosses the ridge as B grows, and past it every position costs time."
-            " The plan leaves each check a few batch sizes after its crossing (chapter 25 lists them)."
+        each = ridge() * shape.kv / shape.m  # the positions one more sequence adds to the ridge
+        say("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache moves the ridge out"
+            f" by {each:.1f} positions, fewer than a check scores per sequence. So each check crosses it as B grows,"
+            " and past it every position costs time. Chapter 25 shows where."
             if switches and all(b is not None and b < left for _, b, left in switches)
-            and all(o.positions > each for _, _, o in buckets if o is not None) else "Chapter 25 shows why.",
-            f"At B = {max_batch} a check of {last.positions} positions per sequence is still under it."
-            if under else "")
+            and all(o.positions > each for _, _, o in buckets if o is not None) else
+            "As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4642,7 +4633,10 @@ def demo19_detail(result):
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     paragraphs = [
-        "Position 1's rate is"
+        f"Position 1's rates ({', '.join(f'{r[0]:.3f}' for r in rates)}) differ from alpha"
+        f" ({', '.join(f'{a:.3f}' for a in result.alphas)}): a draft's chance to pass depends on the token before it"
+        " (demo 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on"
+        " k. Position 1's rate is"
         f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
         f" at k = {k_max} only approximate another k's." if result.shortcut else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"

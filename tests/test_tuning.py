@@ -352,12 +352,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1  # each crossing comes before its switch
     each = sd.ridge() * (one - w) / m  # one more sequence's KV cache, in positions at the ridge
-    base = sd.ridge() * w / m  # the weights' share of the ridge, in positions
-    assert (f"As B grows the plan checks fewer positions per sequence. A pass of B sequences reaches the ridge at about"
-            f" {base:.0f} + {each:.1f} B positions: the weights' share, plus each sequence's KV cache's. A check scores"
-            f" B times its positions, more than {each:.1f} each, so each check crosses the ridge as B grows, and past"
-            " it every position costs time. The plan leaves each check a few batch sizes after its crossing (chapter 25"
-            " lists them). At B = 242 a check of 7 positions per sequence is still under it.") in text
+    assert (f"As B grows the plan checks fewer positions per sequence. Each sequence's KV cache moves the ridge out by"
+            f" {each:.1f} positions, fewer than a check scores per sequence. So each check crosses it as B grows, and"
+            " past it every position costs time. Chapter 25 shows where.") in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
@@ -468,11 +465,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, each"
             " drawn from q on its own, 3 deep. That is 2 + 4 + 8 = 14 drafts, checked in one pass of 15 positions with"
-            " the text's last token. Its check walks down the tree, testing a node's candidates in turn by demo 1's"
-            " rule. After a rejection, the next candidate is tested against the residual, max(0, p - q) normalised, in"
-            " place of p; if all fail, the next token comes from the last residual. It makes"
-            f" {tree.tokens:.3f} tokens per call from 3 draft passes, one per level, sampled over 2,000 rounds. Chapter"
-            " 8 checks that a tree is exact.") in text
+            f" the text's last token. It makes {tree.tokens:.3f} tokens per call from 3 draft passes, one per level,"
+            " sampled over 2,000 rounds. Chapter 8 checks that a tree is exact; --detail spells out its walk.") in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"
             " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
             " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"
@@ -482,11 +476,11 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert ("makes about 1 plus the first k rates in tokens per call. Counted in rounds of 8, as here, they only"
-            " approximate another k's. A draft's chance to pass depends on the token before it (demo 3), and a round"
-            " starts after the last round's final token, a bonus or a redraw, whose mix depends on k. The search at"
-            " the end prices that error.") in text
-    assert (f"For the same reason position 1's rates below ({first[0]:.3f}, {first[1]:.3f}) differ from alpha"
-            f" ({alphas[0]:.3f}, {alphas[1]:.3f}), which averages over the text's own tokens.") in text
+            " approximate another k's, as where rounds start depends on k (--detail says how); the search at the end"
+            " prices that error.") in text
+    assert (f"Position 1's rates ({first[0]:.3f}, {first[1]:.3f}) differ from alpha ({alphas[0]:.3f}, {alphas[1]:.3f}):"
+            " a draft's chance to pass depends on the token before it (demo 3), and a round starts after the last"
+            " round's final token, a bonus or a redraw, whose mix depends on k.") in detail19
     assert all(f < a for f, a in zip(first, alphas))
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"

@@ -1395,7 +1395,8 @@ def why_eq1_is_off(P, Q, gap):
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it uses one acceptance chance, alpha,"
             " for every draft. But the chance depends on the token before the draft: for the middling draft, from"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " And a round starts after a redraw or a bonus, so even its first draft's chance is not alpha."
+                " And a round starts after a bonus or a redraw, which favours tokens the draft under-proposes, so even"
+                " its first draft's chance is not alpha."
                 # at k = 1 every draft is a first draft
                 if abs(exact_tokens_per_call(P, Q, 1) - 1 - pair_alpha(P, Q)) >= 5e-4 else ""))
 
@@ -1468,8 +1469,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
         f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
         f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The table prices those {m.per_call:.2f} tokens at each c:"
-        f" {m.per_call:.2f} / (1 + {k} c). Beside them are the best k at each c and its exact speedup; k = 0 is plain"
-        " decoding:")
+        f" {m.per_call:.2f} / (1 + {k} c). Beside them, each c's best k, exactly; k = 0 is plain decoding:")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
           rows, groups=[(f"k = {k} at {m.per_call:.2f}", 1, 2), ("best, exact", 3, 4)])

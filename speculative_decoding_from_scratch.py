@@ -3485,9 +3485,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " x_1..x_i: what the target still wants at position i+1 that the draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own: with chance"
                " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i, 1 to k - 1"
-               " (the"
-               " paper's; take it as given). h_i is 0"
-               " when Z_i = 0, even at w_i = 1: nothing is left at position i+1 to draw the next token from.",
+               " (the paper's; take it as given). h_i is 0 when Z_i = 0, even at w_i = 1, where the formula is 0/0:"
+               " nothing is left at position i+1 to draw the next token from.",
                "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point throws no draft"
                " away, unlike the token-wise rule, which ends the round at its first rejection. So a later draft"
                " can still be kept: nothing before it was replaced.",
@@ -3813,9 +3812,10 @@ def token2_exact_words(ctx=5):
     never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
     over = [f"'{name(x)}' (w_1 = {w:.2g})" for x, w in enumerate(w1) if w < 1]
     return ("The two residuals differ only after a block that stops at a position with w_i < 1. Token 1 comes"
-            " from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from one with"
-            " w_1 < 1 only when the block stops at position 1."
-            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. After each, w_1 p <= q at every token,"
+            " from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a residual"
+            " with w_1 < 1 only when the block stops at position 1."
+            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. In the rows after each of these,"
+            " w_1 p <= q at every token,"
             " so Z_1 = 0 and h_1 = 0: the block never stops at such an x_1, and token 2 is exact too."
             if never and over and rule_intact(TARGET, MIDDLING)
             else "")

@@ -4506,8 +4506,8 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Counted in rounds of {k_max}, as here, they only approximate another k's, as where rounds start depends"
-        " on k (--detail says how); the search at the end prices that error.",
+        f" Rates counted while running k = {k_max}, as here, only approximate those under another k, as where rounds"
+        " start depends on k (--detail says how); the search at the end prices that error.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")

@@ -6381,10 +6381,11 @@ def arg_parser():
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
     ap.add_argument("--detail", action="store_true", help=f"demos and chapters {', '.join(most)} and {last} add "
-                    "detail: a sample beside its target, a second reason eq. 1 is off, where rounds start, shipped "
-                    "temperature bugs, a long context on the roofline, vLLM's settings and their history, how a long "
-                    "text's fit pools its bins, plans and adaptive draft lengths, the block verifier's ideal, why a "
-                    "bias waits for token 3, a plan's arithmetic")
+                    "detail, in that order: a sample beside its target, why where rounds start matters, where "
+                    "rounds start, a long context on the roofline, vLLM's settings and their history, plans and "
+                    "adaptive draft lengths, how a long text's fit pools its bins, why this BLAS charges for columns, "
+                    "lossy verifiers plotted against their distance, a plan's arithmetic, shipped temperature bugs, "
+                    "the ridge in gigabytes")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")
     add("--rule", choices=TRACE_RULES, default="probabilistic", metavar="NAME", help="the verifier: probabilistic "

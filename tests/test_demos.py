@@ -400,8 +400,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off: it uses one acceptance chance, alpha, for every draft. But the chance depends"
             f" on the token before the draft: for the middling draft, from {beta.min():.3f} after 'a' to"
-            f" {beta.max():.3f} after 'd'. And a round starts after a bonus or a redraw, which favours tokens the draft"
-            " under-proposes, so even its first draft's chance is not alpha.") in flat
+            f" {beta.max():.3f} after 'd'. And a round starts after a bonus or a redraw, and redraws favour tokens the"
+            " draft under-proposes, so its first draft's chance is not alpha.") in flat
     # by the exact chain at k = 1, where every draft is a first draft: 0.691, not alpha's 0.703
     assert abs(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1 - sd.pair_alpha(sd.TARGET, sd.MIDDLING)) > 0.01
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited

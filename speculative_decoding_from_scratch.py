@@ -3713,8 +3713,8 @@ BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its 
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
                "cumulative": "h_i: makes an earlier position i a cut point with chance w_i, not h_i",
                "vllm-ascend, PyTorch": "h_i: cut at i if min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >="
-                                       " u_1 * ... * u_i, one fresh uniform per position, a bar that falls fast as"
-                                       " i grows; unlike w_i, the product on the left never rises. Next token: as"
+                                       " u_1 * ... * u_i, one fresh uniform per position. The right side shrinks"
+                                       " fast, so later positions become cut points too easily. Next token: as"
                                        " tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 

@@ -4545,10 +4545,12 @@ def demo19_tuning(**how):
         switches = [(o.shape, ridge_batch(shape.m, shape.w, shape.kv, positions=o.positions), hi + 1)
                     for (_, hi, o), (_, _, after) in zip(buckets, buckets[1:])
                     if o is not None and after is not None and after.positions < o.positions]
-        each = ridge() * shape.kv / shape.m  # the positions one more sequence adds to the ridge
-        say("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache moves the ridge out"
-            f" by {each:.1f} positions, fewer than a check scores per sequence. So each check crosses it as B grows,"
-            " and past it every position costs time. Chapter 25 shows where."
+        base, each = ridge() * shape.w / shape.m, ridge() * shape.kv / shape.m  # the ridge: base + each B positions
+        say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
+            f" to about {base:.0f} + {each:.1f} B positions, as each sequence's KV cache adds bytes. A check scores B"
+            " times its positions per sequence, so it crosses the ridge, past which every position costs time: "
+            + and_list([f"{how} at B = {b}" for how, b, _ in switches]) + ". The plan switches a few batch sizes"
+            " later (chapter 25)."
             if switches and all(b is not None and b < left for _, b, left in switches)
             and all(o.positions > each for _, _, o in buckets if o is not None) else
             "As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")

@@ -352,9 +352,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1  # each crossing comes before its switch
     each = sd.ridge() * (one - w) / m  # one more sequence's KV cache, in positions at the ridge
-    assert (f"As B grows the plan checks fewer positions per sequence. Each sequence's KV cache moves the ridge out by"
-            f" {each:.1f} positions, fewer than a check scores per sequence. So each check crosses it as B grows, and"
-            " past it every position costs time. Chapter 25 shows where.") in text
+    base = sd.ridge() * w / m  # the weights' share of the ridge, in positions
+    assert ("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
+            f" to about {base:.0f} + {each:.1f} B positions, as each sequence's KV cache adds bytes. A check scores B"
+            " times its positions per sequence, so it crosses the ridge, past which every position costs time: tree 2x3, 15"
+            f" at B = 32, k = 8 at B = {crossings[0]} and k = 7 at B = {crossings[1]}. The plan switches a few batch"
+            " sizes later (chapter 25).") in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295

@@ -4538,14 +4538,9 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        last = buckets[-1][2]
-        under = last is not None and (ridge_batch(shape.m, shape.w, shape.kv, positions=last.positions) or
-                                      max_batch + 1) > max_batch
-        # each planned option but the last: where its check crosses the ridge, and where the plan leaves it
-        switches = [(o.shape, ridge_batch(shape.m, shape.w, shape.kv, positions=o.positions), hi + 1)
-                    for (_, hi, o), (_, _, after) in zip(buckets, buckets[1:])
-                    if o is not None and after is not None and after.positions < o.positions]
-        base, each = ridge() * shape.w / shape.m, ridge() * shape.kv / shape.m  # the ridge: base + each B positions
+        # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
+        switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
+        base, each = shape.ridge_base, shape.ridge_each
         say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
             f" to about {base:.0f} + {each:.1f} B positions, as each sequence's KV cache adds bytes. A check scores B"
             " times its positions per sequence, so it crosses the ridge, past which every position costs time: "
@@ -4603,6 +4598,11 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
         kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
         falls=any(b < a for a, b in zip(ks, ks[1:])),
         alone=int(ridge() // (m / (w + kv))),  # demo 6's positions at the ridge: one sequence
+        ridge_base=ridge() * w / m, ridge_each=ridge() * kv / m,  # the ridge, in positions: base + each B
+        # each planned option's check: how it runs, its positions a sequence, the batch at which it reaches the
+        # ridge (None: never), and the last batch the plan runs it
+        checks=[(o.shape, o.positions, ridge_batch(m, w, kv, positions=o.positions), hi)
+                for _, hi, o in buckets if o is not None],
         first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
         longest_speed=speeds[0, options.index(longest)] if longest is not None else None)
 
@@ -5553,8 +5553,7 @@ def demo25_crossings(s, buckets, max_batch):
     batch at which it reaches the ridge (None: never), the positions the pass
     then scores, and the last batch the plan runs it. Returns the checks the
     takeaway rests on."""
-    rows = [(o.shape, o.positions, b, None if b is None else b * o.positions, hi) for _, hi, o in buckets
-            if o is not None for b in [ridge_batch(s.m, s.w, s.kv, positions=o.positions)]]
+    rows = [(how, n, b, None if b is None else b * n, hi) for how, n, b, hi in s.checks]
     crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
     checks = {"the plan shortens its check as B grows": s.falls,
               "a planned check crosses the ridge within the plan": bool(crossed),
@@ -5564,7 +5563,7 @@ def demo25_crossings(s, buckets, max_batch):
     first = crossed[0]
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
-    base, each = ridge() * s.w / s.m, ridge() * s.kv / s.m  # the ridge in positions: base + each B
+    base, each = s.ridge_base, s.ridge_each
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. So the more"
         " sequences a pass holds, the more"
         f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"

@@ -4542,7 +4542,8 @@ def demo19_tuning(**how):
         switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
         base, each = shape.ridge_base, shape.ridge_each
         say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
-            f" to about {base:.0f} + {each:.1f} B positions, as each sequence's KV cache adds bytes. A check scores B"
+            f" to about {base:.0f} + {each:.1f} B positions: demo 6's {shape.alone} at B = 1, and {each:.1f} more for"
+            " each further sequence's KV cache. A check scores B"
             " times its positions per sequence, so it crosses the ridge, past which every position costs time: "
             + and_list([f"{how} at B = {b}" for how, b, _ in switches]) + ". The plan switches a few batch sizes"
             " later (chapter 25)."

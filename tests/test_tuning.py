@@ -354,7 +354,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     each = sd.ridge() * (one - w) / m  # one more sequence's KV cache, in positions at the ridge
     base = sd.ridge() * w / m  # the weights' share of the ridge, in positions
     assert ("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
-            f" to about {base:.0f} + {each:.1f} B positions, as each sequence's KV cache adds bytes. A check scores B"
+            f" to about {base:.0f} + {each:.1f} B positions: demo 6's 295 at B = 1, and {each:.1f} more for each"
+            " further sequence's KV cache. A check scores B"
             " times its positions per sequence, so it crosses the ridge, past which every position costs time: tree 2x3, 15"
             f" at B = 32, k = 8 at B = {crossings[0]} and k = 7 at B = {crossings[1]}. The plan switches a few batch"
             " sizes later (chapter 25).") in text

@@ -2989,7 +2989,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     say(f"Real text often repeats what came before it. Here the target is a character model of",
         f"Python's help() text: {docs_corpus()[1]} (another Python's differs, and so do this chapter's"
         f" numbers). With probability lam ({lam} until the speed table varies it),",
-        "it copies: it finds the longest ending of the text so far (prompt and output) that also appears earlier,",
+        "it copies. It finds the longest ending of the text so far (prompt and output) that also appears earlier,",
         "and writes the character that followed it there. With probability 1 - lam, or when there is none, it",
         "follows how often each character follows the two before it in the documentation.")
     print()
@@ -3815,8 +3815,8 @@ def token2_exact_words(ctx=5):
             " from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a residual"
             " with w_1 < 1 only when the block stops at position 1."
             f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. In the rows after each of these,"
-            " w_1 p <= q at every token,"
-            " so Z_1 = 0 and h_1 = 0: the block never stops at such an x_1, and token 2 is exact too."
+            " w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0. The block never stops at such an x_1, and token 2"
+            " is exact too."
             if never and over and rule_intact(TARGET, MIDDLING)
             else "")
 

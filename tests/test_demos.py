@@ -664,7 +664,7 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
         " residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a residual with w_1 < 1"
         " only when the block stops at position 1. After 'f', the draft over-proposes 'b' (w_1 = 0.0054), 'e' (w_1 ="
         " 0.39) and 'f' (w_1 = 0.061). In the rows after each of these, w_1 p <= q at every token, so Z_1 = 0 and h_1 ="
-        " 0: the block never stops at such an x_1, and token 2 is exact too.")
+        " 0. The block never stops at such an x_1, and token 2 is exact too.")
     assert [x for x in range(sd.VOCAB) if p[x] < q[x]] == [1, 4, 5]  # b, e and f, over-proposed after 'f', by hand
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     words = sd.token2_exact_words()

@@ -3543,14 +3543,19 @@ def demo14_block_gain(n_rounds=500):
 PAPER_EXAMPLE = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # p and q, no context: chapters 14, 24
 
 
-def example_kept(n_rounds):
+def example_exact():
     """The drafts token-wise checking and block verification keep a round on
-    the paper's example, k = 2: (verifier, exact, measured, its standard
-    error, whether the two agree)."""
+    the paper's example, k = 2, exactly: (verifier, drafts kept)."""
+    P2, Q2 = PAPER_EXAMPLE
+    return [("token-wise", exact_tokens_per_call(P2, Q2, 2) - 1), ("block", exact_block_tokens_per_call(P2, Q2, 2) - 1)]
+
+
+def example_kept(n_rounds):
+    """example_exact, each beside a measurement: (verifier, exact, measured,
+    its standard error, whether the two agree)."""
     P2, Q2 = PAPER_EXAMPLE
     rows = []
-    for label, verify, exact in (("token-wise", verify_round, exact_tokens_per_call(P2, Q2, 2) - 1),
-                                 ("block", verify_block, exact_block_tokens_per_call(P2, Q2, 2) - 1)):
+    for (label, exact), verify in zip(example_exact(), (verify_round, verify_block)):
         m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
         rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
     return rows
@@ -5428,17 +5433,22 @@ def demo23_engines(**how):
 # A bound on every exact verifier, from demo 1's one-token rule, against chapter 14's block.
 
 
+def ideal_terms(P, Q, d, k):
+    """The ideal's terms from start d: for i = 1..k, 1 - TV between the
+    target's and the draft's first i tokens, the most often drafts 1 to i can
+    all be kept."""
+    return [1 - tv_distance(target_first_tokens(P, d, i), target_first_tokens(Q, d, i)) for i in range(1, k + 1)]
+
+
 def kept_from_text(P, Q, k):
     """Tokens one round makes (the drafts kept, plus one), exactly, averaged
     over start contexts drawn as the target's own text (as alpha is):
-    (token-wise checking, block verification, the ideal). Per start d, the
-    ideal adds, for i = 1..k, 1 - TV between the target's and the draft's
-    first i tokens: the most often drafts 1 to i can all be kept."""
+    (token-wise checking, block verification, the ideal: 1 plus the sum of
+    ideal_terms from each start)."""
     pi = stationary(P)
     token_wise = round_tokens(round_table(P, Q, k))
     block = [sum(prob * (len(kept) + 1) for kept, _, prob in block_round_outcomes(P, Q, d, k)) for d in range(len(P))]
-    ideal = [1 + sum(1 - tv_distance(target_first_tokens(P, d, i), target_first_tokens(Q, d, i))
-                     for i in range(1, k + 1)) for d in range(len(P))]
+    ideal = [1 + sum(ideal_terms(P, Q, d, k)) for d in range(len(P))]
     return float(pi @ token_wise), float(pi @ np.array(block)), float(pi @ np.array(ideal))
 
 
@@ -5467,8 +5477,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " exactly that much. And any count's average is the sum over i of the chance it reaches i. So the drafts a"
         " round keeps average the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds"
         " each term.")
-    rows = [("token-wise", exact_tokens_per_call(P2, Q2, 2) - 1), ("block", exact_block_tokens_per_call(P2, Q2, 2) - 1)]
-    terms = [1 - tv_distance(target_first_tokens(P2, 0, i), target_first_tokens(Q2, 0, i)) for i in (1, 2)]
+    rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()

@@ -4511,8 +4511,7 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Rates counted while running k = {k_max}, as here, only approximate those under another k, as where rounds"
-        " start depends on k (--detail says how); the search at the end prices that error.",
+        f" Rates counted at k = {k_max}, as here, only approximate another k's (--detail says why).",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
@@ -4520,11 +4519,9 @@ def demo19_tuning(**how):
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
-        f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts, checked in one pass"
-        f" of {nodes} positions with the text's last token. It makes {tree[3]:.3f} tokens per call from {tree[1]}"
-        f" draft passes, one per level, sampled over {n_rounds:,} rounds. Chapter 8 checks that a tree is exact;"
-        " --detail spells out its walk.")
+        f" candidates under every node, {tree[1]} deep, so {nodes - 1} drafts checked in one pass of {nodes}"
+        f" positions. It makes {tree[3]:.3f} tokens per call from {tree[1]} draft passes, one per level, sampled over"
+        f" {n_rounds:,} rounds.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Its speedup is"
@@ -4543,18 +4540,7 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
-        switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
-        base, each = shape.ridge_base, shape.ridge_each
-        say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
-            f" to about {base:.0f} + {each:.1f} B positions: demo 6's {shape.alone} at B = 1, and {each:.1f} more for"
-            " each further sequence's KV cache. A check scores B"
-            " times its positions per sequence, so it crosses the ridge, past which every position costs time: "
-            + and_list([f"{how} at B = {b}" for how, b, _ in switches]) + ". The plan switches a few batch sizes"
-            " later (chapter 25)."
-            if switches and all(b is not None and b < left for _, b, left in switches)
-            and all(o.positions > each for _, _, o in buckets if o is not None) else
-            "As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
+        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4622,10 +4608,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. A draft pass"
-        f" reads its own KV cache, and big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
-        f" {s.kv_share[1]:.2f}. Big's c rises from {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's"
-        f" stays at {max(s.c_small):.4f} or less." +
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. Big's c rises"
+        f" from {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.4f} or"
+        " less." +
         (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
          if s.big_fit < max_batch else "")
         if not s.big_runs
@@ -4651,8 +4636,9 @@ def demo19_detail(result):
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
         " else the walk goes on under the kept one.",
-        (f"At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
-         f" {s.kv_share[0]:.2f}, its KV cache's share.") if not s.big_runs and s.c[1] > s.c[0] else "",
+        (f"A draft pass reads its own KV cache, and big's is {s.kv_share[0]:.2f} of the target's per sequence,"
+         f" small's {s.kv_share[1]:.2f}. At large B a draft's pass and the target's are both mostly KV cache, so"
+         f" big's c nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
         (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
          f" option at every B, so pricing every k from the rates at k = {k_max} costs nothing here.")
         if check.worst > 0 and untolerant.worst == 0 else ""]

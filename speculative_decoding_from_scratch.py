@@ -3742,11 +3742,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
-    say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025)"
-        " judges the k drafts x_1..x_k together, so a later draft can save an earlier one: the weight below"
-        " recovers when a later draft has p > q. Chapter 14 gives its steps and an example. Its paper proves its"
-        " output is the target's. The three parts this chapter's"
-        " variants change:")
+    say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
+        " chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier one. Its paper"
+        " proves its output is the target's. The three parts this chapter's variants change:")
     print()
     table([("", 2, ""), ("part", 12, "<"), ("", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
     print()
@@ -3782,17 +3780,15 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         if caught else
         " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else f"{r[0]}: not checked, {r[6]}."
                  for r in broken))
-    block_fit = rows[0][-4]  # (label, *tvs, fit, verdict, exact, kept)
     for label, *tvs, p_fit, verdict, exact, _ in broken:
         first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
             print()
-            alike = label == "tokenwise_residual" and first_bad == 3 and p_fit == block_fit and token2_exact_words(ctx)
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. Why: " + token2_exact_words(ctx)[0].lower() + token2_exact_words(ctx)[1:] if alike else "")
+                " match (--detail says why)." if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
@@ -3806,6 +3802,26 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             " verification (its paper proves it). So the shipped paths keep drafts that an exact verifier would"
             " reject, and their output is not the target's." if more else "")
     return caught
+
+
+def alike_through_token2(rows, ctx=5):
+    """Whether chapter 15's tokenwise_residual row is exact through token 2,
+    its fit is the block's, and token2_exact_words says why."""
+    row = next((r for r in rows if r[0] == "tokenwise_residual"), None)
+    if row is None:
+        return False
+    tvs, p_fit = row[1:-4], row[-4]  # (label, *tvs, fit, verdict, exact, kept)
+    first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
+    return first_bad == 3 and p_fit == rows[0][-4] and p_fit >= P_REJECT and bool(token2_exact_words(ctx))
+
+
+def demo15_detail(rows):
+    """Chapter 15 in detail: why tokenwise_residual's first two tokens are
+    exact here."""
+    if alike_through_token2(rows):
+        print()
+        say("Why tokenwise_residual's first two tokens are exact: " + token2_exact_words()[0].lower()
+            + token2_exact_words()[1:])
 
 
 def token2_exact_words(ctx=5):
@@ -5675,6 +5691,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "10": demo10_detail,
     "11": demo11_detail,
     "13": lambda result: demo13_detail(),
+    "15": demo15_detail,
     "18": lambda result: (frontier(result.first.rows),
                           typical_fallbacks(then=demo18_loose_words(result.first.rows, 3, 5, 3))),
     "19": demo19_detail,
@@ -6381,7 +6398,7 @@ def arg_parser():
                     "detail, in that order: a sample beside its target, why where rounds start matters, where "
                     "rounds start, a long context on the roofline, vLLM's settings and their history, plans and "
                     "adaptive draft lengths, how a long text's fit pools its bins, why this BLAS charges for columns, "
-                    "lossy verifiers plotted against their distance, a plan's arithmetic, shipped temperature bugs, "
+                    "why a wrong residual's first tokens stay exact, lossy verifiers plotted against their distance, a plan's arithmetic, shipped temperature bugs, "
                     "the ridge in gigabytes")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")

@@ -669,8 +669,10 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     words = sd.token2_exact_words()
     assert tokenwise[4] == rows[0][4] and ("sees it at once. On the first two tokens the two rules draw alike, so with"
-                                           " the same random numbers their fits match. Why: " + words[0].lower()
-                                           + words[1:]) in flat
+                                           " the same random numbers their fits match (--detail says why).") in flat
+    _, detail = printed(sd.DETAILS["15"], rows)
+    assert ("Why tokenwise_residual's first two tokens are exact: " + words[0].lower() + words[1:]) in " ".join(
+        detail.split())
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
     assert sd.bugged("no_resample").token2_exact_words() == ""  # the residual is p: nothing here is exact

@@ -3485,11 +3485,9 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " x_1..x_i: what the target still wants at position i+1 that the draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own: with chance"
                " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i, 1 to k - 1"
-               " (the paper's; take it as given). h_i is 0 when Z_i = 0, even at w_i = 1, where the formula is 0/0:"
-               " nothing is left at position i+1 to draw the next token from.",
-               "The block keeps x_1..x_i for the last cut point i. A position that is not a cut point throws no draft"
-               " away, unlike the token-wise rule, which ends the round at its first rejection. So a later draft"
-               " can still be kept: nothing before it was replaced.",
+               " (the paper's; take it as given), and 0 when Z_i = 0: nothing is left at position i+1 to draw from.",
+               "The block keeps x_1..x_i for the last cut point i. Unlike a token-wise rejection, a position that is"
+               " not a cut point throws nothing away, so a later draft can still be kept.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
                " cut point, i = 0 and w_0 = 1.")
 

@@ -3483,9 +3483,9 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over every token x of the vocabulary, with p and q the rows after"
                " x_1..x_i: what the target still wants at position i+1 that the draft does not offer.",
-               "Each position i becomes a cut point, where the block may end, on a coin flip of its own: with chance"
-               " w_k for the last, position k, and h_i = Z_i / (Z_i + 1 - w_i) for an earlier position i, 1 to k - 1"
-               " (the paper's; take it as given), and 0 when Z_i = 0: nothing is left at position i+1 to draw from.",
+               "Each position i becomes a cut point, where the block may end, on a coin flip of its own. The last,"
+               " position k, is one with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 -"
+               " w_i), the paper's; take it as given. At Z_i = 0 and w_i = 1 that is 0/0, and h_i is 0.",
                "The block keeps x_1..x_i for the last cut point i. Unlike a token-wise rejection, a position that is"
                " not a cut point throws nothing away, so a later draft can still be kept.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
@@ -3707,10 +3707,9 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
-    "h_i": "the chance that an earlier position i, 1 to k - 1, is a cut point, where the block may end, each on a"
-           " coin flip of its own: Z_i / (Z_i + 1 - w_i), with Z_i the sum over tokens x of max(0, w_i p(x) - q(x)),"
-           " p and q the next-token distributions after x_1..x_i; 0 when Z_i = 0. The last"
-           " position's chance is w_k",
+    "h_i": "each position flips a coin to be a cut point, where the block may end. The last, position k, is one"
+           " with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 - w_i), 0 when Z_i = 0."
+           " Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after x_1..x_i",
     "next token": "the block keeps x_1..x_i for the last cut point i (none: i = 0) and draws the next token from"
                   " max(0, w_i p - q), normalised, or from p if i = k"}
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
@@ -3741,8 +3740,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
-        " chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier one. Its paper"
-        " proves its output is the target's. The three parts this chapter's variants change:")
+        " chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier one: the weight"
+        " w_i below recovers when a later draft has p > q. Its paper proves its output is the target's. The three"
+        " parts this chapter's variants change:")
     print()
     table([("", 2, ""), ("part", 12, "<"), ("", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
     print()
@@ -3786,7 +3786,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match (--detail says why)." if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
+                " match. The residuals differ only where the block stops at a position with w_i < 1, and here Z_1 = 0"
+                " after every x_1 with w_1 < 1, so it never stops at position 1 (--detail spells it out)."
+                if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
@@ -4511,7 +4513,8 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Rates counted at k = {k_max}, as here, only approximate another k's (--detail says why).",
+        f" Rates counted at k = {k_max}, as here, only approximate another k's: where rounds start depends on k"
+        " (--detail shows how).",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
@@ -4540,7 +4543,10 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
+        say("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass,"
+            f" so a pass of B sequences stays under the ridge up to about {shape.ridge_base:.0f} +"
+            f" {shape.ridge_each:.1f} B positions, not demo 6's {shape.alone}; chapter 25 shows where each check"
+            " crosses it.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4608,9 +4614,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. Big's c rises"
-        f" from {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.4f} or"
-        " less." +
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, which is"
+        f" {s.kv_share[0]:.2f} of the target's per sequence. Big's c rises from {s.c[0]:.4f} to {s.c[1]:.4f} at B ="
+        f" {s.big_fit}, while small's stays at {max(s.c_small):.4f} or less." +
         (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
          if s.big_fit < max_batch else "")
         if not s.big_runs
@@ -4636,9 +4642,9 @@ def demo19_detail(result):
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
         " else the walk goes on under the kept one.",
-        (f"A draft pass reads its own KV cache, and big's is {s.kv_share[0]:.2f} of the target's per sequence,"
-         f" small's {s.kv_share[1]:.2f}. At large B a draft's pass and the target's are both mostly KV cache, so"
-         f" big's c nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
+        (f"A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
+         f" {s.kv_share[1]:.2f}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
+         f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
         (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
          f" option at every B, so pricing every k from the rates at k = {k_max} costs nothing here.")
         if check.worst > 0 and untolerant.worst == 0 else ""]

@@ -328,10 +328,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     c_small = max(sd.draft_cost(b, 512, draft=small) for b in range(1, fit + 1))
     assert all(o is None or o.drafter.name == "small" for _, _, o in result.buckets)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
-    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does. Big's c"
-            f" rises from {c[0]:.4f} to {c[1]:.4f} at B = {big_fit}, while small's stays at {c_small:.4f} or"
-            " less.") in text
-    assert (f"A draft pass reads its own KV cache, and big's is 0.25 of the target's per sequence, small's"
+    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, which is"
+            f" 0.25 of the target's per sequence. Big's c rises from {c[0]:.4f} to {c[1]:.4f} at B = {big_fit}, while"
+            f" small's stays at {c_small:.4f} or less.") in text
+    assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
             f" {kv_small:.2f}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
@@ -351,7 +351,6 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert crossings[0] < crossings[1] <= fit and crossings[2] is None and ks[0] == 8
     # each switch follows its longer check's crossing (the tree's, at B = 32, is scanned in the chapter 25 test)
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1  # each crossing comes before its switch
-    assert "As B grows the plan checks fewer positions per sequence; chapter 25 shows why." in text
     _, w, kv = sd.token_traffic(512)  # the bytes a pass reads: the weights once, and each sequence's KV cache
     # the crossings' positions, by hand, are past demo 6's 295 (one sequence): the KV caches add bytes
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
@@ -366,6 +365,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
+    assert ("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so"
+            f" a pass of B sequences stays under the ridge up to about {base:.0f} + {each:.1f} B positions, not demo"
+            " 6's 295; chapter 25 shows where each check crosses it.") in text
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"
                                " the weights' share, plus each sequence's KV cache's. So each sequence can check about"
                                f" {base:.0f} / B + {each:.1f} positions for free: 295 at B = 1, falling toward"
@@ -472,7 +474,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert ("makes about 1 plus the first k rates in tokens per call. Rates counted at k = 8, as here, only"
-            " approximate another k's (--detail says why).") in text
+            " approximate another k's: where rounds start depends on k (--detail shows how).") in text
     assert (f"Position 1's rates ({first[0]:.3f}, {first[1]:.3f}) differ from alpha ({alphas[0]:.3f}, {alphas[1]:.3f}):"
             " a draft's chance to pass depends on the token before it (demo 3), and a round starts after the last"
             " round's final token, a bonus or a redraw, whose mix depends on k.") in detail19

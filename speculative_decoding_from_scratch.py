@@ -6388,7 +6388,8 @@ def arg_parser():
                     "detail, in that order: a sample beside its target, why where rounds start matters, where "
                     "rounds start, a long context on the roofline, vLLM's settings and their history, plans and "
                     "adaptive draft lengths, how a long text's fit pools its bins, why this BLAS charges for columns, "
-                    "why a wrong residual's first tokens stay exact, lossy verifiers plotted against their distance, a plan's arithmetic, shipped temperature bugs, "
+                    "why a wrong residual's first tokens stay exact, lossy verifiers plotted against their distance, "
+                    "a plan's arithmetic, shipped temperature bugs, "
                     "the ridge in gigabytes")
     add = ap.add_argument_group("watch rounds decode: --trace [N]").add_argument
     add("--trace", action="store_true", help="decode N rounds (4), one drafted token per line")

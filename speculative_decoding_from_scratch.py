@@ -1715,8 +1715,8 @@ def long_context_note(k, lengths, hw=H100):
             f" positions costs what a one-position pass does ({worst:.2f} plain passes). That holds at every batch"
             f" that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB. Each sequence's KV cache, the keys and values"
             " of its tokens,"
-            " is read on every pass, so the bytes grow with B nearly as fast as the arithmetic. At"
-            f" {n:,} characters {fit} sequences fit, and there a pass of {k + 1} positions does {macs / read:.0f} MACs"
+            f" is read on every pass, which keeps its MACs per byte low: at {n:,} characters {fit} sequences fit,"
+            f" and there a pass of {k + 1} positions does {macs / read:.0f} MACs"
             f" per byte, under the ridge's {ridge(hw):.1f}.")
 
 

@@ -1392,11 +1392,11 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
     if beta[hi] - beta[lo] < 5e-4:
         return "Eq. 1 runs off, though every row passes alike."
-    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ": it uses one acceptance chance, alpha,"
-            " for every draft. But the chance depends on the token before the draft: for the middling draft, from"
+    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ", as a draft's chance to pass depends"
+            " on the token before it: for the middling draft, from"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " And a round starts after a bonus or a redraw, and redraws favour tokens the draft under-proposes,"
-                " so its first draft's chance is not alpha."
+                " Alpha weighs them as the target's text does. But a round starts after a bonus or a redraw, and"
+                " redraws favour tokens the draft under-proposes. So its first draft's chance is not alpha."
                 # at k = 1 every draft is a first draft
                 if abs(exact_tokens_per_call(P, Q, 1) - 1 - pair_alpha(P, Q)) >= 5e-4 else ""))
 

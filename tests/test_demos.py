@@ -398,10 +398,10 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
 def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(demo):
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
-    assert (f"Eq. 1 runs a little off: it uses one acceptance chance, alpha, for every draft. But the chance depends"
-            f" on the token before the draft: for the middling draft, from {beta.min():.3f} after 'a' to"
-            f" {beta.max():.3f} after 'd'. And a round starts after a bonus or a redraw, and redraws favour tokens the"
-            " draft under-proposes, so its first draft's chance is not alpha.") in flat
+    assert (f"Eq. 1 runs a little off, as a draft's chance to pass depends on the token before it: for the middling"
+            f" draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Alpha weighs them as the target's"
+            " text does. But a round starts after a bonus or a redraw, and redraws favour tokens the draft"
+            " under-proposes. So its first draft's chance is not alpha.") in flat
     # by the exact chain at k = 1, where every draft is a first draft: 0.691, not alpha's 0.703
     assert abs(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1 - sd.pair_alpha(sd.TARGET, sd.MIDDLING)) > 0.01
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited
@@ -426,8 +426,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off: it uses one")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off: it uses one")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off, as a draft's chance")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off, as a draft's chance")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""
 
 

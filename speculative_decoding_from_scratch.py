@@ -4543,10 +4543,15 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
+        # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
+        switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
         say("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass,"
-            f" so a pass of B sequences stays under the ridge up to about {shape.ridge_base:.0f} +"
-            f" {shape.ridge_each:.1f} B positions, not demo 6's {shape.alone}; chapter 25 shows where each check"
-            " crosses it.")
+            " and more bytes to move hide more arithmetic: a pass of B sequences stays under the ridge up to about"
+            f" {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions, {shape.alone} at B = 1 as in demo 6.",
+            "The checks cross it at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ", each a few"
+            " batch sizes before the plan drops it (chapter 25)."
+            if switches and all(b is not None and b < left for _, b, left in switches) else
+            "Chapter 25 shows where each check crosses it.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

@@ -365,9 +365,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
-    assert ("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so"
-            f" a pass of B sequences stays under the ridge up to about {base:.0f} + {each:.1f} B positions, not demo"
-            " 6's 295; chapter 25 shows where each check crosses it.") in text
+    assert ("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, and"
+            " more bytes to move hide more arithmetic: a pass of B sequences stays under the ridge up to about"
+            f" {base:.0f} + {each:.1f} B positions, 295 at B = 1 as in demo 6. The checks cross it at B = 32 (tree 2x3,"
+            f" 15), B = {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7), each a few batch sizes before the plan"
+            " drops it (chapter 25).") in text
+    assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"
                                " the weights' share, plus each sequence's KV cache's. So each sequence can check about"
                                f" {base:.0f} / B + {each:.1f} positions for free: 295 at B = 1, falling toward"

@@ -4231,10 +4231,14 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
         if twins else "")
     print()
     typical, shipped = typical_rows(rows)
-    ends = [min(typical, key=lambda r: r[3]), max(typical, key=lambda r: r[3])] if typical else []
-    say("The option --detail plots tokens per call against exact TV, and says why typical's strictest and loosest"
-        " settings are farther from the target than its defaults."
-        if shipped and all(r is not shipped and r[2] > shipped[2] for r in ends) else
+    strict, loose = (min(typical, key=lambda r: r[3]), max(typical, key=lambda r: r[3])) if typical else (None, None)
+    farther = shipped is not None and all(r is not shipped and r[2] > shipped[2] for r in (strict, loose))
+    argmax = farther and typical_from_p_tv(*next(t for t in TYPICAL_SETTINGS if setting_text(t) == strict[1]),
+                                           k, ctx, n) < strict[2] / 2  # drawn from p, its TV halves
+    say(f"Typical's strictest ({strict[1]}) and loosest ({loose[1]}) settings are both farther from the target than"
+        " its defaults. The strictest rejects the most drafts, and after each rejection it emits p's argmax. The"
+        " loosest keeps most drafts, so its text leans to the draft's."
+        if argmax and demo18_loose_words(rows, k, ctx, n) else "",
         "The option --detail plots tokens per call against exact TV, and tries each typical setting with a token"
         " drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)

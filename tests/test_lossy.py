@@ -168,11 +168,21 @@ def test_chapter18_says_its_strictest_and_loosest_settings_are_farther_than_its_
     rows = {r[0]: r for r in sd.typical_fallback_rows()}
     strict = rows["0.3, 0.9"]
     assert strict[2] > rows["0.09, 0.3"][2] and strict[3] < strict[2] / 2
-    # the strictest and the loosest are both farther from the target than the defaults, and --detail says why
+    # the strictest and the loosest are both farther from the target than the defaults, and the chapter says why:
+    # drawn from p after a rejection, the strictest's TV halves; the loosest keeps most of its 3 drafts
     loose = rows["0.01, 0.03"]
-    assert loose[2] > rows["0.09, 0.3"][2] and ("The option --detail plots tokens per call against exact TV, and says"
-                                                " why typical's strictest and loosest settings are farther from the"
-                                                " target than its defaults.") in text
+    said = ("Typical's strictest (0.3, 0.9) and loosest (0.01, 0.03) settings are both farther from the target than its"
+            " defaults. The strictest rejects the most drafts, and after each rejection it emits p's argmax. The"
+            " loosest keeps most drafts, so its text leans to the draft's.")
+    assert loose[2] > rows["0.09, 0.3"][2] and loose[1] - 1 > 3 / 2 and said in text
+    # with the strictest's TV below the defaults', the sentence is not said
+    import contextlib
+    import io
+    table = [r if r[1] != "0.3, 0.9" else r[:2] + (0.1,) + r[3:] for r in in_process[0]["18"].first.rows]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.demo18_verdicts(table, in_process[0]["18"].first.best, 150)
+    assert "Typical's strictest" not in flat(out.getvalue()) and "The option --detail plots" in flat(out.getvalue())
 
 
 def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process):

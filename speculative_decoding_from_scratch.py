@@ -3740,7 +3740,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
-        " chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier one: the weight"
+        " chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier one. The weight"
         " w_i below recovers when a later draft has p > q. Its paper proves its output is the target's. The three"
         " parts this chapter's variants change:")
     print()
@@ -3786,8 +3786,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. The residuals differ only where the block stops at a position with w_i < 1, and here Z_1 = 0"
-                " after every x_1 with w_1 < 1, so it never stops at position 1 (--detail spells it out)."
+                " match. They draw differently only after a last cut point i with w_i < 1, and that draw is token"
+                f" i + 1. Position 0 has w_0 = 1. Here, after '{name(ctx)}', h_1 = 0 for every x_1 with w_1 < 1, so"
+                " the first draw that differs is token 3 (--detail spells it out)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":

@@ -1707,7 +1707,8 @@ def long_context_note(k, lengths, hw=H100):
     n = min(lengths)  # the shortest: the most sequences fit, and the most MACs a byte
     fit = sequences_that_fit(n, hw)
     macs, read = pass_traffic(LLAMA2_7B, n, k + 1, fit)
-    if not (worst < 1.005 and macs / read < ridge(hw)):
+    alone = int(ridge(hw) // np.divide(*pass_traffic(LLAMA2_7B, 512, 1, 1)))  # demo 6's free positions, at 512
+    if not (worst < 1.005 and macs / read < ridge(hw) and fit * (k + 1) > alone):
         return ""
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
             f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
@@ -1715,7 +1716,8 @@ def long_context_note(k, lengths, hw=H100):
             f" positions costs what a one-position pass does ({worst:.2f} plain passes). That holds at every batch"
             f" that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB. Each sequence's KV cache, the keys and values"
             " of its tokens,"
-            f" is read on every pass, which keeps its MACs per byte low: at {n:,} characters {fit} sequences fit,"
+            f" is read on every pass, so bytes grow with B as MACs do. The pass then stays under the ridge past demo"
+            f" 6's {alone} positions: at {n:,} characters {fit} sequences fit,"
             f" and there a pass of {k + 1} positions does {macs / read:.0f} MACs"
             f" per byte, under the ridge's {ridge(hw):.1f}.")
 
@@ -3013,7 +3015,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
         f" of one {n_text}-character output. Each written character falls in a bin by the probability the target"
         f" gave it there (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and"
-        " so on). The fit compares each bin's count with what the target's probabilities expect in it. A correct"
+        " so on). The fit compares each bin's count with what the target expects in it: the sum, over positions, of"
+        " its probabilities for the characters in that bin. A correct"
         f" draft fails any one fit with chance about {P_REJECT:g}, so here a fit below",
         f"{P_REJECT:g} counts only if a fresh sample fails too:")
     print()

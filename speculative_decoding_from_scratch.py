@@ -1132,7 +1132,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after '{name(ctx)}': x1 and",
-        "x2. Two, because a broken rule can get x1 right and x2 wrong, as the bug named continue, below, does.",
+        "x2. Two, because a broken rule can get x1 right and x2 wrong, as continue, below, does.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules"
         + ("; uniform_q is two edits at once:" if "uniform_q" in BUGS
@@ -1148,9 +1148,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         " never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV assumes every round stops at its first rejection." +
-        (f" So it cannot model the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, which does not stop; only"
-         " the fit can catch it." if unseen else ""))
+        "The exact TV assumes every round stops at its first rejection" +
+        (f", so it cannot see the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}; only the fit can." if unseen
+         else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1395,8 +1395,9 @@ def why_eq1_is_off(P, Q, gap):
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ", as a draft's chance to pass depends"
             " on the token before it: for the middling draft, from"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " Alpha weighs them as the target's text does. But a round starts after a bonus or a redraw, and"
-                " redraws favour tokens the draft under-proposes. So its first draft's chance is not alpha."
+                " Alpha weighs each token as often as the target's text has it. But a round's first draft follows the"
+                " last round's final token, a bonus or a redraw, and redraws favour tokens the draft under-proposes."
+                " So its first draft's chance is not alpha."
                 # at k = 1 every draft is a first draft
                 if abs(exact_tokens_per_call(P, Q, 1) - 1 - pair_alpha(P, Q)) >= 5e-4 else ""))
 
@@ -5708,10 +5709,10 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   blend   a draft made of w times the target plus (1 - w) times an
           unrelated table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call that scores all k+1 positions in
-          parallel, as when it reads a prompt, for about the cost of one
-          (demo 6 shows why); if all k pass, position k+1 gives a bonus
-          token, drawn from p
+  round   k drafts, then one target call that scores all k+1 positions,
+          as when it reads a prompt, for about the cost of one (demo 6
+          shows why); if all k pass, position k+1 gives a bonus token,
+          drawn from p
   alpha   the chance a draft is accepted, averaged over the contexts of
           the target's own text
   c       one draft call's cost, in target calls; "per call" always

@@ -1719,7 +1719,7 @@ def long_context_note(k, lengths, hw=H100):
             " of its tokens,"
             f" is read on every pass, so bytes grow with B as MACs do. The pass then stays under the ridge past demo"
             f" 6's {alone} positions: at {n:,} characters {fit} sequences fit,"
-            f" and there a pass of {k + 1} positions does {macs / read:.0f} MACs"
+            f" and there a pass of {k + 1} positions each, {fit * (k + 1):,} in all, does {macs / read:.0f} MACs"
             f" per byte, under the ridge's {ridge(hw):.1f}.")
 
 
@@ -3014,12 +3014,10 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600, lams=(0, 0.5, 0.
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
     say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
-        f" of one {n_text}-character output. Each written character falls in a bin by the probability the target"
-        f" gave it there (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and"
-        " so on). The fit compares each bin's count with what the target expects in it: the sum, over positions, of"
-        " its probabilities for the characters in that bin. A correct"
-        f" draft fails any one fit with chance about {P_REJECT:g}, so here a fit below",
-        f"{P_REJECT:g} counts only if a fresh sample fails too:")
+        f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
+        f" character in a bin by the probability the target gave it there (below {CALIBRATION_EDGES[1]:g},"
+        f" {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). It compares each bin's count with what"
+        " the target expects in it: the sum, over positions, of its probabilities for the characters in that bin:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], rows)
@@ -3043,7 +3041,9 @@ def demo11_detail(result):
     say(f"The fit of {result.n_text} characters bins by probability because each position has its own"
         f" distribution: counting the characters alone would mix {result.n_text} distributions. The landings in"
         f" the bins are tested with their exact covariance, and bins expected fewer than"
-        f" {CALIBRATION_MIN_EXPECTED:g} landings are pooled into one, as Pearson's test pools cells.")
+        f" {CALIBRATION_MIN_EXPECTED:g} landings are pooled into one, as Pearson's test pools cells.",
+        f"A correct draft fails any one fit with chance about {P_REJECT:g}, so a fit below {P_REJECT:g} counts"
+        " only if a fresh sample fails too; the table shows the larger of the two p-values.")
 
 
 def demo11_exactness(P, prompt, k, n_runs, n_text):

@@ -530,8 +530,8 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
                 " H100 SXM's 80 GB" in text), chapter
         assert ("Each sequence's KV cache, the keys and values of its tokens, is read on every pass, so bytes grow with"
                 " B as MACs do. The pass then stays under the ridge past demo 6's 295 positions: at"
-                f" {lengths[0]} characters {fits[0]} sequences fit, and there a pass of 6"
-                f" positions does {intensity:.0f} MACs per byte, under the ridge's 147.6.") in text, \
+                f" {lengths[0]} characters {fits[0]} sequences fit, and there a pass of 6 positions each,"
+                f" {fits[0] * 6:,} in all, does {intensity:.0f} MACs per byte, under the ridge's 147.6.") in text, \
             chapter
     assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())
     assert ("Suppose the same tokens per call at 16 tokens of context and B = 256: the pass of 1,536 positions is"

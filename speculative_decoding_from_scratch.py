@@ -4533,7 +4533,7 @@ def demo19_tuning(**how):
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep, so {nodes - 1} drafts checked in one pass of {nodes}"
         f" positions. It makes {tree[3]:.3f} tokens per call from {tree[1]} draft passes, one per level, sampled over"
-        f" {n_rounds:,} rounds.")
+        f" {n_rounds:,} rounds. Chapter 8 shows how one pass checks a tree, and that its sample fits the target.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Its speedup is"
@@ -4555,8 +4555,9 @@ def demo19_tuning(**how):
         # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
         switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
         say("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass,"
-            " and more bytes to move hide more arithmetic: a pass of B sequences stays under the ridge up to about"
-            f" {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions, {shape.alone} at B = 1 as in demo 6.",
+            " and more bytes to move hide more arithmetic. A pass of B sequences stays under the ridge up to about"
+            f" {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions: {shape.ridge_base:.0f} for the weights and"
+            f" {shape.ridge_each:.1f} for each sequence's KV cache, {shape.alone} at B = 1 as in demo 6.",
             "The checks cross it at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ", each a few"
             " batch sizes before the plan drops it (chapter 25)."
             if switches and all(b is not None and b < left for _, b, left in switches) else
@@ -4629,8 +4630,8 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, which is"
-        f" {s.kv_share[0]:.2f} of the target's per sequence. Big's c rises from {s.c[0]:.4f} to {s.c[1]:.4f} at B ="
-        f" {s.big_fit}, while small's stays at {max(s.c_small):.4f} or less." +
+        f" {s.kv_share[0]:.2f} of the target's per sequence, against small's {s.kv_share[1]:.2f}. Big's c rises from"
+        f" {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.4f} or less." +
         (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
          if s.big_fit < max_batch else "")
         if not s.big_runs

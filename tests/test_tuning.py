@@ -329,8 +329,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert all(o is None or o.drafter.name == "small" for _, _, o in result.buckets)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, which is"
-            f" 0.25 of the target's per sequence. Big's c rises from {c[0]:.4f} to {c[1]:.4f} at B = {big_fit}, while"
-            f" small's stays at {c_small:.4f} or less.") in text
+            f" 0.25 of the target's per sequence, against small's {kv_small:.2f}. Big's c rises from {c[0]:.4f} to"
+            f" {c[1]:.4f} at B = {big_fit}, while small's stays at {c_small:.4f} or less.") in text
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
             f" {kv_small:.2f}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
             " 0.25.") in detail19
@@ -366,8 +366,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     assert ("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, and"
-            " more bytes to move hide more arithmetic: a pass of B sequences stays under the ridge up to about"
-            f" {base:.0f} + {each:.1f} B positions, 295 at B = 1 as in demo 6. The checks cross it at B = 32 (tree 2x3,"
+            " more bytes to move hide more arithmetic. A pass of B sequences stays under the ridge up to about"
+            f" {base:.0f} + {each:.1f} B positions: {base:.0f} for the weights and {each:.1f} for each sequence's KV"
+            " cache, 295 at B = 1 as in demo 6. The checks cross it at B = 32 (tree 2x3,"
             f" 15), B = {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7), each a few batch sizes before the plan"
             " drops it (chapter 25).") in text
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
@@ -466,8 +467,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
-            " deep, so 14 drafts checked in one pass of 15 positions. It makes"
-            f" {tree.tokens:.3f} tokens per call from 3 draft passes, one per level, sampled over 2,000 rounds.") in text
+            f" deep, so 14 drafts checked in one pass of 15 positions. It makes {tree.tokens:.3f} tokens per call from 3"
+            " draft passes, one per level, sampled over 2,000 rounds. Chapter 8 shows how one pass checks a tree, and"
+            " that its sample fits the target.") in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"
             " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
             " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"

@@ -3488,8 +3488,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                "Z_i sums max(0, w_i p(x) - q(x)) over every token x of the vocabulary, with p and q the rows after"
                " x_1..x_i: what the target still wants at position i+1 that the draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own. The last,"
-               " position k, is one with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 -"
-               " w_i), the paper's; take it as given. At Z_i = 0 and w_i = 1 that is 0/0, and h_i is 0.",
+               " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
+               " (Z_i + 1 - w_i), the paper's; take it as given. At Z_i = 0 and w_i = 1 that is 0/0, and h_i is 0.",
                "The block keeps x_1..x_i for the last cut point i. Unlike a token-wise rejection, a position that is"
                " not a cut point throws nothing away, so a later draft can still be kept.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
@@ -3711,8 +3711,8 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
-    "h_i": "each position flips a coin to be a cut point, where the block may end. The last, position k, is one"
-           " with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 - w_i), 0 when Z_i = 0."
+    "h_i": "each position flips a coin to be a cut point, where the block may end. The last, position k, is a cut"
+           " point with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 - w_i), 0 when Z_i = 0."
            " Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after x_1..x_i",
     "next token": "the block keeps x_1..x_i for the last cut point i (none: i = 0) and draws the next token from"
                   " max(0, w_i p - q), normalised, or from p if i = k"}
@@ -3745,7 +3745,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
         " chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier one. The weight"
-        " w_i below recovers when a later draft has p > q. Its paper proves its output is the target's. The three"
+        " w_i, defined below, can rise back toward 1 when a later draft has p > q. Its paper proves its output is the target's. The three"
         " parts this chapter's variants change:")
     print()
     table([("", 2, ""), ("part", 12, "<"), ("", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
@@ -3790,9 +3790,10 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. They draw differently only after a last cut point i with w_i < 1, and that draw is token"
-                f" i + 1. Position 0 has w_0 = 1. Here, after '{name(ctx)}', h_1 = 0 for every x_1 with w_1 < 1, so"
-                " the first draw that differs is token 3 (--detail spells it out)."
+                " match. The two residuals are the same where w_i = 1, so the rules draw differently only after a"
+                " last cut point i with w_i < 1, at token i + 1. As w_0 = 1, token 1 never differs. Here, after"
+                f" '{name(ctx)}', Z_1 = 0 for every x_1 with w_1 < 1, so h_1 = 0 there, and the first draw that"
+                " differs is token 3 (--detail spells it out)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":

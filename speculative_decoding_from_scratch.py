@@ -3712,8 +3712,8 @@ BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its 
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
     "h_i": "each position flips a coin to be a cut point, where the block may end. The last, position k, is a cut"
-           " point with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 - w_i), 0 when Z_i = 0."
-           " Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after x_1..x_i",
+           " point with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 - w_i), 0 when"
+           " Z_i = 0. Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after x_1..x_i",
     "next token": "the block keeps x_1..x_i for the last cut point i (none: i = 0) and draws the next token from"
                   " max(0, w_i p - q), normalised, or from p if i = k"}
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
@@ -3745,8 +3745,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
         " chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier one. The weight"
-        " w_i, defined below, can rise back toward 1 when a later draft has p > q. Its paper proves its output is the target's. The three"
-        " parts this chapter's variants change:")
+        " w_i, defined below, can rise back toward 1 when a later draft has p > q. Its paper proves its output is"
+        " the target's. The three parts this chapter's variants change:")
     print()
     table([("", 2, ""), ("part", 12, "<"), ("", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
     print()

@@ -4557,11 +4557,12 @@ def demo19_tuning(**how):
         print()
         # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
         switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
-        say("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass,"
-            " and more bytes to move hide more arithmetic. A pass of B sequences stays under the ridge up to about"
-            f" {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions: {shape.ridge_base:.0f} for the weights and"
-            f" {shape.ridge_each:.1f} for each sequence's KV cache, {shape.alone} at B = 1 as in demo 6.",
-            "The checks cross it at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ", each a few"
+        say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
+            f" to about {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions: {shape.ridge_base:.0f} for the"
+            f" weights and {shape.ridge_each:.1f} for each sequence's KV cache, {shape.alone} at B = 1 as in demo 6."
+            f" So each sequence's share, about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} positions, falls as"
+            " B grows.",
+            "The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ", each a few"
             " batch sizes before the plan drops it (chapter 25)."
             if switches and all(b is not None and b < left for _, b, left in switches) else
             "Chapter 25 shows where each check crosses it.")
@@ -4635,7 +4636,8 @@ def demo19_shape(s, n_ctx, max_batch):
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, which is"
         f" {s.kv_share[0]:.2f} of the target's per sequence, against small's {s.kv_share[1]:.2f}. Big's c rises from"
         f" {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.4f} or less." +
-        (f" Beside big only {s.big_fit} sequences fit in memory, so big runs only to B = {s.big_fit}."
+        (f" With big beside the target only {s.big_fit} sequences fit in memory, so big runs only to B ="
+         f" {s.big_fit}."
          if s.big_fit < max_batch else "")
         if not s.big_runs
         and s.c[1] > s.c[0] else "")

@@ -338,7 +338,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert (big_fit, fit) == (193, 242) and (
         "It stops at B = 242, where the target's and the small draft's weights and every sequence's KV cache (the keys"
         " and values of its tokens) fill the H100's 80 GB. The plan:") in text
-    assert "Beside big only 193 sequences fit in memory, so big runs only to B = 193." in text
+    assert "With big beside the target only 193 sequences fit in memory, so big runs only to B = 193." in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
@@ -365,10 +365,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
-    assert ("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, and"
-            " more bytes to move hide more arithmetic. A pass of B sequences stays under the ridge up to about"
-            f" {base:.0f} + {each:.1f} B positions: {base:.0f} for the weights and {each:.1f} for each sequence's KV"
-            " cache, 295 at B = 1 as in demo 6. The checks cross it at B = 32 (tree 2x3,"
+    assert ("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up to"
+            f" about {base:.0f} + {each:.1f} B positions: {base:.0f} for the weights and {each:.1f} for each sequence's"
+            f" KV cache, 295 at B = 1 as in demo 6. So each sequence's share, about {base:.0f} / B + {each:.1f}"
+            " positions, falls as B grows. The checks cross the ridge at B = 32 (tree 2x3,"
             f" 15), B = {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7), each a few batch sizes before the plan"
             " drops it (chapter 25).") in text
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1

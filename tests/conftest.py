@@ -69,7 +69,7 @@ def pytest_configure(config):
         test_break_it.start_runs()
 
 
-WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs", "in_process"}
+WAITS_ON_A_SUBPROCESS = {"full_run", "full_run_one_ulp", "readme_runs", "stage_runs", "trace_run", "in_process"}
 
 
 def pytest_collection_modifyitems(items):

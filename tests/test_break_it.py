@@ -143,7 +143,7 @@ def run(path, demos):
                           timeout=120, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
 
 
-RUNS = {}  # "readme" -> {name: future}, "stage" -> [future]
+RUNS = {}  # "readme" -> {name: future}, "stage" -> [future], "trace" -> future
 
 
 def start_runs():
@@ -165,6 +165,7 @@ def start_runs():
         return started[old, new, demos]
     RUNS["readme"] = {name: one(*EDITS[name], FLIPS[name][0]) for name in EDITS}
     RUNS["stage"] = [one(old, new, demos, function) for function, old, new, demos, *_ in STAGE_EDITS]
+    RUNS["trace"] = one(*EDITS["residual returns p"], "--trace 1 --rule no_resample")
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +220,14 @@ def test_any_one_line_edit_runs_to_the_end_and_every_verdict_and_blame_follows_i
         assert blamed(found["2"]) == stages
 
 
-def test_a_bug_whose_line_the_reader_changed_says_so_and_the_rest_run(tmp_path):
-    out = run(edited_copy(tmp_path, *EDITS["residual returns p"]), "--trace 1 --rule no_resample")
+@pytest.fixture(scope="module")
+def trace_run():
+    """The README's first edit, then --trace with the bug whose line it changed."""
+    start_runs()
+    return RUNS["trace"].result()
+
+
+def test_a_bug_whose_line_the_reader_changed_says_so_and_the_rest_run(trace_run):
+    out = trace_run
     assert out.returncode == 0 and "Its bug is not run: your edit changed a line it edits." in " ".join(
         out.stdout.split())

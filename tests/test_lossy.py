@@ -138,13 +138,19 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
     assert "Medusa's rule differs from typical's only in its bonus token" in text
 
 
-def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fallbacks():
+@pytest.fixture(scope="module")
+def fallbacks():
+    """Chapter 18's detail on typical's fallbacks, once: (its rows, what it printed, as one line)."""
     import contextlib
     import io
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rows = sd.typical_fallbacks()
-    text = flat(out.getvalue())
+    return rows, flat(out.getvalue())
+
+
+def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fallbacks(fallbacks):
+    rows, text = fallbacks
     truth = sd.target_first_tokens(sd.TARGET, 5, 3)
     by = {r[0]: r for r in rows}
     for (e, a) in sd.TYPICAL_SETTINGS:
@@ -163,9 +169,9 @@ def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fal
     assert f"The loose (0.01, 0.03) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to" in text
 
 
-def test_chapter18_says_its_strictest_and_loosest_settings_are_farther_than_its_defaults(in_process):
+def test_chapter18_says_its_strictest_and_loosest_settings_are_farther_than_its_defaults(in_process, fallbacks):
     text = flat(section(in_process[1], "18"))
-    rows = {r[0]: r for r in sd.typical_fallback_rows()}
+    rows = {r[0]: r for r in fallbacks[0]}  # each checked by hand in the test above
     strict = rows["0.3, 0.9"]
     assert strict[2] > rows["0.09, 0.3"][2] and strict[3] < strict[2] / 2
     # the strictest and the loosest are both farther from the target than the defaults, and the chapter says why:
@@ -193,7 +199,7 @@ def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process
                                f" {typical / best - 1:.0%} more than block's {best:.2f}, at a TV of 0.37") in text
 
 
-def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(in_process):
+def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(in_process, fallbacks):
     # the loose setting keeps most of its drafts whatever q proposed, so its TV sits between the defaults' and that of
     # the draft decoded alone, computed here from the draft's own table
     import contextlib
@@ -202,7 +208,7 @@ def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(in_proces
     with contextlib.redirect_stdout(out):
         sd.DETAILS["18"](in_process[0]["18"])
     text = flat(out.getvalue())
-    rows = {r[0]: r for r in sd.typical_fallback_rows()}
+    rows = {r[0]: r for r in fallbacks[0]}
     loose, shipped = rows["0.01, 0.03"], rows["0.09, 0.3"]
     joint = [sd.target_first_tokens(T, 5, 3) for T in (sd.MIDDLING, sd.TARGET)]
     draft_tv = 0.5 * np.abs(joint[0] - joint[1]).sum()

@@ -60,8 +60,8 @@ def test_each_lookup_uses_its_own_ngram_sizes():
                                                                                          None)[0] == [7]
 
 
-def test_chapter11s_two_lookups_give_different_columns(in_process):
-    rows = in_process[0]["11"].sweep.rows
+def test_chapter26s_two_lookups_give_different_columns(in_process):
+    rows = in_process[0]["26"].rows
     assert all(r[1] != r[2] for r in rows)
 
 

@@ -504,7 +504,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
     assert ("A server that decodes B sequences at once scores B(k+1) positions a pass, so a large batch can cross the"
-            " ridge. The option --detail and chapter 19 price that.") in flat_text
+            " ridge. See chapter 19 and --detail.") in flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert 2 * m5 / (one5 - w5) < sd.ridge() and sd.no_k_helps_from(0.7, 512) is None
@@ -859,19 +859,26 @@ def test_demo10_in_detail_plans_and_policies(demo):
     assert "Beating the best fixed k: confidence" in text and "best k per context for" not in text
 
 
-def test_chapter11_every_draft_is_the_target_and_copying_text_drafts_itself(demo):
+def test_chapter11_every_draft_is_the_target(demo):
     result, text = demo["11"]
     assert [r[4] for r in result.rows] == ["the target"] * 2
     assert all(r[2] < 1e-12 for r in result.rows)
     assert "Every draft emits the target's distribution by all three checks." in text
-    lams = [r[0] for r in result.sweep.rows]
-    vllm = [r[1] for r in result.sweep.rows]
+    assert ("Takeaway: a draft can copy from the text with no model at all, and the same rule keeps the target's"
+            " distribution: its q is one-hot.") in text
+
+
+def test_chapter26_copying_text_drafts_itself(demo):
+    sweep, text = demo["26"]
+    lams = [r[0] for r in sweep.rows]
+    vllm = [r[1] for r in sweep.rows]
     assert lams == sorted(lams) and vllm[-1] > 2 * vllm[0]  # copying text drafts itself
-    assert all(r[3] < r[1] for r in result.sweep.rows)  # a compute-bound check at B = 256 costs more than one pass
+    assert all(r[3] < r[1] for r in sweep.rows)  # a compute-bound check at B = 256 costs more than one pass
     assert ("under the ridge's 147.6. So there the speedup is the tokens per call." in " ".join(text.split())
             and sd.verify_cost(5, 1) == pytest.approx(1.0))
-    assert result.sweep.config == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2,
-                                   "prompt_lookup_max": 4}
+    assert sweep.config == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2,
+                            "prompt_lookup_max": 4}
+    assert "Takeaway: where output copies its context, the text drafts itself for free" in text
 
 
 def test_chapter16_perfect_independent_heads_lose(demo):

@@ -510,7 +510,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
                                  " slower than plain decoding too." in text)
 
 
-def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_costly(in_process):
+def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_costly(in_process):
     # at 16 tokens of context a 6-position pass at B = 256 is compute-bound; at the prompts' own lengths no batch
     # that fits in memory is: by a scan of the roofline's own verdict
     lengths = [len(t) for t in sd.prompts().values()]
@@ -523,7 +523,7 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
     fits = [sd.sequences_that_fit(n) for n in lengths]
     intensity = np.divide(*sd.pass_traffic(sd.LLAMA2_7B, lengths[0], 6, fits[0]))
     assert lengths[0] == min(lengths) and fits[0] == max(fits) and 100 < intensity < sd.ridge()
-    for chapter, shown in (("11", lengths), ("20", lengths[:1])):
+    for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
         assert (("The table prices each round as if on a short-context server, chosen because there a large batch"
                  " crosses the ridge" in text) == (chapter == "20") and
@@ -531,14 +531,15 @@ def test_chapters_11_and_20_say_their_short_context_is_what_makes_a_large_batch_
                 " costs what a one-position pass does (1.00 plain passes). That holds at every batch that fits in the"
                 " H100 SXM's 80 GB" in text), chapter
         assert ("Each sequence's KV cache, the keys and values of its tokens, is read on every pass, so bytes grow with"
-                " B as MACs do. The pass then stays under the ridge past demo 6's 295 positions: at"
+                " B as MACs do. The pass then stays under the ridge past demo 6's 295 positions. At"
                 f" {lengths[0]} characters {fits[0]} sequences fit, and there a pass of 6 positions each,"
                 f" {fits[0] * 6:,} in all, does {intensity:.0f} MACs per byte, under the ridge's 147.6.") in text, \
             chapter
-    assert "at large batches of short contexts, verifying is the cost." in " ".join(section(in_process[1], "11").split())
-    assert ("Suppose the same tokens per call at 16 tokens of context and B = 256: the pass of 1,536 positions is"
-            " compute-bound and costs"
-            f" {sd.verify_cost(5, 256):.2f} plain passes, one-position passes over the same 256 sequences.") in " ".join(section(in_process[1], "11").split())
+    text = " ".join(section(in_process[1], "26").split())
+    assert "at large batches of short contexts, verifying is the cost." in text
+    assert ("Suppose, as a what-if, the same tokens per call at 16 tokens of context and B = 256. Then the pass of"
+            f" 1,536 positions is compute-bound and costs {sd.verify_cost(5, 256):.2f} plain passes, one-position"
+            " passes over the same 256 sequences.") in text
 
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):

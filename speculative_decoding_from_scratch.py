@@ -3071,42 +3071,6 @@ def target_first_tokens_text(P, text, n):
     return np.array([first[x] * target_first_tokens_text(P, [*text, x], n - 1) for x in range(len(P))])
 
 
-def demo11_speed(prompt, k, lams, n_tokens=150, batch=256):
-    """Demo 11: tokens per call against the copy weight, over both prompts, and the speedup it buys."""
-    drafts = (("vLLM", VLLM_LOOKUP), ("HF", HF_LOOKUP))
-    rows, texts = [], list(prompts().values())
-    for lam in lams:
-        P = CopyModel(lam)
-        per_call = [len(texts) * n_tokens / sum(spec_generate(P, L, text, n_tokens, k, np.random.default_rng(20),
-                                                              draft=lookup_draft)[1] for text in texts)
-                    for _, L in drafts]
-        rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
-    note = long_context_note(k, [len(t) for t in texts])
-    print()
-    say(f"Speed against lam, k = {k}, over two prompts pooled: the paragraph and a Python function to edit.",
-        f"The draft is free, so the cost is the verifying pass of {k + 1} positions. It is priced as if the target"
-        " were demo 6's Llama-2-7B-shaped model on an H100.",
-        note + " So there the speedup is the tokens per call." if note else "")
-    print()
-    say(f"A server of short contexts pays more. Suppose, as a what-if, the same tokens per call at {BATCH_CONTEXT}"
-        f" tokens of context and B = {batch}. Then the pass of {batch * (k + 1):,} positions is"
-        f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes, one-position passes over the same {batch} sequences. The speedup"
-        " column divides vLLM's tokens per call by that cost" +
-        (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +
-        " Each # is a quarter token per call:")
-    print()
-    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f"),
-           ("bars: vLLM", 28, "<")], rows,
-          groups=[("tokens/call", 1, 2), (f"{BATCH_CONTEXT} tokens", 3, 3)])
-    config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": VLLM_LOOKUP.n_min,
-              "prompt_lookup_max": VLLM_LOOKUP.n_max}
-    print()
-    say("vLLM runs this draft with:")
-    print("\n  --speculative-config '" + json.dumps(config).replace(' "prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
-    return SimpleNamespace(rows=rows, config=config)
-
-
 # -----------------------------------------------------------------------------
 # Chapter 12. Does speculation change greedy output?
 # The algorithm is exact, yet a server's greedy text can change when
@@ -5656,6 +5620,42 @@ def demo25_detail(result):
 # call against the copy weight lam, and what the verifying pass costs.
 
 
+def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
+    """Chapter 26: tokens per call against the copy weight, over both prompts, and the speedup it buys."""
+    drafts = (("vLLM", VLLM_LOOKUP), ("HF", HF_LOOKUP))
+    rows, texts = [], list(prompts().values())
+    for lam in lams:
+        P = CopyModel(lam)
+        per_call = [len(texts) * n_tokens / sum(spec_generate(P, L, text, n_tokens, k, np.random.default_rng(20),
+                                                              draft=lookup_draft)[1] for text in texts)
+                    for _, L in drafts]
+        rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
+    note = long_context_note(k, [len(t) for t in texts])
+    print()
+    say(f"Speed against lam, k = {k}, over two prompts pooled: the paragraph and a Python function to edit.",
+        f"The draft is free, so the cost is the verifying pass of {k + 1} positions. It is priced as if the target"
+        " were demo 6's Llama-2-7B-shaped model on an H100.",
+        note + " So there the speedup is the tokens per call." if note else "")
+    print()
+    say(f"A server of short contexts pays more. Suppose, as a what-if, the same tokens per call at {BATCH_CONTEXT}"
+        f" tokens of context and B = {batch}. Then the pass of {batch * (k + 1):,} positions is"
+        f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
+        f" {verify_cost(k, batch):.2f} plain passes, one-position passes over the same {batch} sequences. The speedup"
+        " column divides vLLM's tokens per call by that cost" +
+        (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +
+        " Each # is a quarter token per call:")
+    print()
+    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f"),
+           ("bars: vLLM", 28, "<")], rows,
+          groups=[("tokens/call", 1, 2), (f"{BATCH_CONTEXT} tokens", 3, 3)])
+    config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": VLLM_LOOKUP.n_min,
+              "prompt_lookup_max": VLLM_LOOKUP.n_max}
+    print()
+    say("vLLM runs this draft with:")
+    print("\n  --speculative-config '" + json.dumps(config).replace(' "prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
+    return SimpleNamespace(rows=rows, config=config)
+
+
 def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     say("Real text often repeats what came before it. Chapter 11's target is a character model of Python's"
         " documentation that, with probability lam, copies: it writes the character that followed the longest"
@@ -5664,7 +5664,7 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
         " there. The serving engine vLLM calls this its ngram method; Hugging Face transformers (HF), a Python"
         " library, tries shorter endings. Chapter 11 checks that both keep the target's distribution. How much do"
         " they buy?")
-    sweep = demo11_speed(prompts()["summarise"], k, lams)
+    sweep = demo26_speed(prompts()["summarise"], k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
     takeaway("where output copies its context, the text drafts itself for free; at large batches of short"
              " contexts, verifying is the cost.",

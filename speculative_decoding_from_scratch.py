@@ -5613,7 +5613,6 @@ def demo25_detail(result):
             say(paragraph)
 
 
-
 # -----------------------------------------------------------------------------
 # Chapter 26. When does copying the text pay?
 # Chapter 11's copying target and its prompt-lookup drafts, priced: tokens per

@@ -2872,10 +2872,13 @@ VLLM_LOOKUP = Lookup(2, 4, len(ALPHABET))  # vLLM's ngram sizes as chapter 11 ru
 HF_LOOKUP = Lookup(1, 2, len(ALPHABET))  # transformers' prompt lookup: the last 2 characters, then 1
 
 
+TOKEN_ID = {ch: i for i, ch in enumerate(ALPHABET)}
+
+
 def encode(text):
     """Text as token ids: encode('ab') -> [66, 67]; a tab is a space, anything
     outside the alphabet a '?'."""
-    return [ALPHABET.find(ch) if ch in ALPHABET else ALPHABET.index("?") for ch in text.replace("\t", " ")]
+    return [TOKEN_ID.get(ch, TOKEN_ID["?"]) for ch in text.replace("\t", " ")]
 
 
 def decode(tokens):

@@ -1132,7 +1132,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after '{name(ctx)}': x1 and",
-        "x2. Two, because a broken rule can get x1 right and x2 wrong, as continue, below, does.",
+        "x2. Two, because a broken rule can get x1 right and x2 wrong, as the bug named continue, below, does.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules"
         + ("; uniform_q is two edits at once:" if "uniform_q" in BUGS
@@ -1386,7 +1386,6 @@ def why_eq1_is_off(P, Q, gap):
     rule as the reader has it."""
     beta, kept = np.minimum(P, Q).sum(axis=1), kept_and_replaced(P, Q)[0].sum(axis=1)
     lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
-    first, alpha = exact_tokens_per_call(P, Q, 1) - 1, pair_alpha(P, Q)  # at k = 1 every draft is a first draft
     if gap < 5e-3:
         return ""
     if not np.allclose(kept, beta, atol=1e-9):
@@ -1395,11 +1394,8 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ", as a draft's chance to pass depends"
             " on the token before it: for the middling draft, from"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " And a round's first draft follows a bonus or a redraw, not a fair sample of the text. At k = 1,"
-                f" where every draft is a first draft, it passes {first:.3f} of the time, not alpha's {alpha:.3f}"
-                " (--detail says why)."
-                if abs(first - alpha) >= 5e-4 else ""))
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. Eq. 1 uses one alpha for"
+            " every draft; the exact column does not.")
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):

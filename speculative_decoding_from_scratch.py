@@ -3012,7 +3012,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
                             [("prompt", decode(prompt).split("\n")[-1])] + [("output", line) for line in shown]))
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
-    say("Is it exact? The first two characters get demo 2's two checks, a sampled fit and the exact TV. Then a fit"
+    say(f"Is it exact? The first two characters get demo 2's two checks, a fit of {n_runs} runs and the exact TV."
+        " Then a fit"
         f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
         f" character in a bin by the probability the target gave it there (below {CALIBRATION_EDGES[1]:g},"
         f" {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). It compares each bin's count with what"
@@ -3023,9 +3024,14 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     bad = [r for r in rows if r[4] != "the target"]
     wrong, stopped = [r[0] for r in bad if not r[5]], [f"{r[0]} raised {r[5]}" for r in bad if r[5]]
     print()
+    fits = [(r[0], p) for r in rows for p in (r[1], r[3]) if p is not None]
+    low = min(fits, key=lambda f: f[1], default=None)  # the lowest fit that passed, said while it looks low
     say("Every draft emits the target's distribution by all three checks." if not bad else "",
         f"NOT every draft is the target: {', '.join(wrong)}." if wrong else "",
-        f"NOT every draft runs: {'; '.join(stopped)}." if stopped else "")
+        f"NOT every draft runs: {'; '.join(stopped)}." if stopped else "",
+        f"{low[0][0].upper() + low[0][1:]}'s fit of {p_text(low[1])} looks low, but it is above {P_REJECT:g}: of {len(fits)} fits"
+        f" of a correct draft, one this low or lower turns up {1 - (1 - low[1]) ** len(fits):.0%} of the time."
+        if not bad and low and low[1] < 0.05 else "")
     takeaway("a draft can copy from the text with no model at all, and the same rule keeps the target's"
              " distribution: its q is one-hot.", {"every draft emits the target": not bad})
     return SimpleNamespace(rows=rows, sample=sample, n_text=n_text)

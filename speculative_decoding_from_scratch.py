@@ -4491,8 +4491,8 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Rates counted at k = {k_max}, as here, only approximate another k's: where rounds start depends on k"
-        " (--detail shows how).",
+        f" Rates counted at k = {k_max}, as here, only approximate another k's: a round starts after the last"
+        " round's bonus or redraw, and that mix depends on k (--detail shows how).",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")

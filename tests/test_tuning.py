@@ -479,7 +479,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert ("makes about 1 plus the first k rates in tokens per call. Rates counted at k = 8, as here, only"
-            " approximate another k's: where rounds start depends on k (--detail shows how).") in text
+            " approximate another k's: a round starts after the last round's bonus or redraw, and that mix depends on k"
+            " (--detail shows how).") in text
     assert (f"Position 1's rates ({first[0]:.3f}, {first[1]:.3f}) differ from alpha ({alphas[0]:.3f}, {alphas[1]:.3f}):"
             " a draft's chance to pass depends on the token before it (demo 3), and a round starts after the last"
             " round's final token, a bonus or a redraw, whose mix depends on k.") in detail19

@@ -1696,10 +1696,11 @@ def verify_cost(k, batch, n_ctx=None, hw=H100, shape=LLAMA2_7B):
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
 
-def long_context_note(k, lengths, hw=H100):
-    """What chapters 11 and 20 would pay at their prompts' own lengths, not
+def long_context_note(k, lengths, hw=H100, then=""):
+    """What chapters 20 and 26 would pay at their prompts' own lengths, not
     BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
-    any batch whose KV caches fit, and why; said only while that is about 1."""
+    any batch whose KV caches fit, and why; said only while that is about 1.
+    then: a sentence the caller draws from it."""
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
     n = min(lengths)  # the shortest: the most sequences fit, and the most MACs a byte
     fit = sequences_that_fit(n, hw)
@@ -1708,15 +1709,13 @@ def long_context_note(k, lengths, hw=H100):
     if not (worst < 1.005 and macs / read < ridge(hw) and fit * (k + 1) > alone):
         return ""
     return (f"At the prompt{'s' * (len(lengths) > 1)}'"
-            f"{'' if len(lengths) > 1 else 's'} own length{'s' * (len(lengths) > 1)}"
-            f" ({and_list([f'{n:,}' for n in lengths])} characters, one token per character), a pass of {k + 1}"
-            f" positions costs what a one-position pass does ({worst:.2f} plain passes). That holds at every batch"
-            f" that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB. Each sequence's KV cache, the keys and values"
-            " of its tokens,"
-            f" is read on every pass, so bytes grow with B as MACs do. The pass then stays under the ridge past demo"
-            f" 6's {alone} positions. At {n:,} characters {fit} sequences fit,"
-            f" and there a pass of {k + 1} positions each, {fit * (k + 1):,} in all, does {macs / read:.0f} MACs"
-            f" per byte, under the ridge's {ridge(hw):.1f}.")
+            f"{'' if len(lengths) > 1 else 's'} length{'s' * (len(lengths) > 1)}"
+            f" ({and_list([f'{n:,}' for n in lengths])} characters, a token each), a pass of {k + 1}"
+            f" positions costs what one position does ({worst:.2f} plain passes) at every batch that fits in"
+            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then} Demo 6's {alone} free positions were for one sequence."
+            " Each sequence adds its own KV cache, the keys and values of its tokens, so bytes grow with B as MACs do."
+            f" At {n:,} characters {fit} sequences fit, and a pass of {k + 1} positions each, {fit * (k + 1):,} in all,"
+            f" does {macs / read:.0f} MACs per byte, under the ridge's {ridge(hw):.1f}.")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -5634,15 +5633,17 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
                                                               draft=lookup_draft)[1] for text in texts)
                     for _, L in drafts]
         rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
-    note = long_context_note(k, [len(t) for t in texts])
+    note = long_context_note(k, [len(t) for t in texts], then=" So there the speedup is the tokens per call.")
     print()
-    say(f"Speed against lam, k = {k}, over two prompts pooled: the paragraph and a Python function to edit.",
+    say(f"Speed against lam, k = {k}, over two prompts pooled: a paragraph of the documentation to summarise,"
+        " and a Python function to edit.",
         f"The draft is free, so the cost is the verifying pass of {k + 1} positions. It is priced as if the target"
         " were demo 6's Llama-2-7B-shaped model on an H100.",
-        note + " So there the speedup is the tokens per call." if note else "")
+        note)
     print()
-    say(f"A server of short contexts pays more. Suppose, as a what-if, the same tokens per call at {BATCH_CONTEXT}"
-        f" tokens of context and B = {batch}. Then the pass of {batch * (k + 1):,} positions is"
+    say(f"A server of short contexts pays more. As a what-if that only prices the pass (a short context has little"
+        f" to copy), suppose the same tokens per call at {BATCH_CONTEXT} tokens of context and B = {batch}. Then the"
+        f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes, one-position passes over the same {batch} sequences. The speedup"
         " column divides vLLM's tokens per call by that cost" +
@@ -5651,7 +5652,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f"),
            ("bars: vLLM", 28, "<")], rows,
-          groups=[("tokens/call", 1, 2), (f"{BATCH_CONTEXT} tokens", 3, 3)])
+          groups=[("tokens/call", 1, 2), ("what-if", 3, 3)])
     config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": VLLM_LOOKUP.n_min,
               "prompt_lookup_max": VLLM_LOOKUP.n_max}
     print()
@@ -5663,11 +5664,13 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
 def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     say("Real text often repeats what came before it. Chapter 11's target is a character model of Python's"
         " documentation that, with probability lam, copies: it writes the character that followed the longest"
-        " earlier match of the text's end. Its draft is prompt lookup, which needs no model. It finds the text's"
-        " last few characters where they first occurred earlier, and proposes the k characters that followed them"
-        " there. The serving engine vLLM calls this its ngram method; Hugging Face transformers (HF), a Python"
-        " library, tries shorter endings. Chapter 11 checks that both keep the target's distribution. How much do"
-        " they buy?")
+        " earlier match of the text's end. Its draft is prompt lookup, which needs no model. It finds where the"
+        f" text's last {VLLM_LOOKUP.n_max} characters first occurred earlier (else its last"
+        f" {', then '.join(str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1))}), and proposes"
+        " the k characters that followed them there. The serving engine vLLM calls this its ngram method; Hugging"
+        " Face transformers (HF), a Python"
+        f" library, tries its last {HF_LOOKUP.n_max} characters, then {HF_LOOKUP.n_min}. Chapter 11 checks that both"
+        " keep the target's distribution. How much do they buy?")
     sweep = demo26_speed(prompts()["summarise"], k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
     takeaway("where output copies its context, the text drafts itself for free; at large batches of short"

@@ -528,19 +528,20 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         text = " ".join(section(in_process[1], chapter).split())
         assert (("The table prices each round as if on a short-context server, chosen because there a large batch"
                  " crosses the ridge" in text) == (chapter == "20") and
-                " and ".join(f"{n:,}" for n in shown) + " characters, one token per character), a pass of 6 positions"
-                " costs what a one-position pass does (1.00 plain passes). That holds at every batch that fits in the"
-                " H100 SXM's 80 GB" in text), chapter
-        assert ("Each sequence's KV cache, the keys and values of its tokens, is read on every pass, so bytes grow with"
-                " B as MACs do. The pass then stays under the ridge past demo 6's 295 positions. At"
-                f" {lengths[0]} characters {fits[0]} sequences fit, and there a pass of 6 positions each,"
+                " and ".join(f"{n:,}" for n in shown) + " characters, a token each), a pass of 6 positions costs what"
+                " one position does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \
+            chapter
+        assert ("Demo 6's 295 free positions were for one sequence. Each sequence adds its own KV cache, the keys and"
+                " values of its tokens, so bytes grow with B as MACs do. At"
+                f" {lengths[0]} characters {fits[0]} sequences fit, and a pass of 6 positions each,"
                 f" {fits[0] * 6:,} in all, does {intensity:.0f} MACs per byte, under the ridge's 147.6.") in text, \
             chapter
     text = " ".join(section(in_process[1], "26").split())
     assert "at large batches of short contexts, verifying is the cost." in text
-    assert ("Suppose, as a what-if, the same tokens per call at 16 tokens of context and B = 256. Then the pass of"
-            f" 1,536 positions is compute-bound and costs {sd.verify_cost(5, 256):.2f} plain passes, one-position"
-            " passes over the same 256 sequences.") in text
+    assert ("As a what-if that only prices the pass (a short context has little to copy), suppose the same tokens per"
+            " call at 16 tokens of context and B = 256. Then the pass of 1,536 positions is compute-bound and costs"
+            f" {sd.verify_cost(5, 256):.2f} plain passes, one-position passes over the same 256 sequences.") in text
+    assert "at every batch that fits in the H100 SXM's 80 GB. So there the speedup is the tokens per call." in text
 
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):

@@ -3028,8 +3028,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     say("Every draft emits the target's distribution by all three checks." if not bad else "",
         f"NOT every draft is the target: {', '.join(wrong)}." if wrong else "",
         f"NOT every draft runs: {'; '.join(stopped)}." if stopped else "",
-        f"{low[0][0].upper() + low[0][1:]}'s fit of {p_text(low[1])} looks low, but it is above {P_REJECT:g}: of {len(fits)} fits"
-        f" of a correct draft, one this low or lower turns up {1 - (1 - low[1]) ** len(fits):.0%} of the time."
+        f"{low[0][0].upper() + low[0][1:]}'s fit of {p_text(low[1])} looks low, but it is above {P_REJECT:g}: of"
+        f" {len(fits)} fits of a correct draft, one this low or lower turns up {1 - (1 - low[1]) ** len(fits):.0%}"
+        " of the time."
         if not bad and low and low[1] < 0.05 else "")
     takeaway("a draft can copy from the text with no model at all, and the same rule keeps the target's"
              " distribution: its q is one-hot.", {"every draft emits the target": not bad})

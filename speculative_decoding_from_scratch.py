@@ -4165,8 +4165,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The exact TV is the distance from the target. The last column only checks the program: the fit of"
-        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. Above 0.001, the"
-        " sampling loop agrees with the exact computation.")
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. Two, as {n_runs} runs"
+        f" cannot fill the {VOCAB ** n} cells of {n}. Above 0.001, the sampling loop agrees with the exact"
+        " computation.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("self-check", 12, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
@@ -4196,8 +4197,8 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
           f" some set of {n}-token texts has a probability {r[2]:.2f} higher under the rule than under the target."
           for r in rows
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None],
-        f"Medusa's rule differs from typical's only in its bonus token, after the first {k} drafts: the same TV, but"
-        " the next round's drafts follow another token, so its tokens per call differ."
+        f"Medusa's rule differs from typical's only in its bonus token, token {k + 1}, past the {n} the TV measures:"
+        " the same TV, but the next round's drafts follow another token, so its tokens per call differ."
         if twins else "")
     print()
     typical, shipped = typical_rows(rows)

@@ -135,7 +135,8 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
     # medusa differs from typical only in the bonus token, past the first 3 tokens at k = 3: same TV, other speed
     typical, medusa = rows[("typical", "0.09, 0.3")], rows[("medusa", "0.09, 0.3")]
     assert abs(typical[2] - medusa[2]) < 1e-12 and abs(typical[3] - medusa[3]) > 5e-3
-    assert "Medusa's rule differs from typical's only in its bonus token" in text
+    assert "Medusa's rule differs from typical's only in its bonus token, token 4, past the 3 the TV measures" in text
+    assert "Two, as 150 runs cannot fill the 216 cells of 3." in text and sd.VOCAB ** 3 == 216
 
 
 @pytest.fixture(scope="module")

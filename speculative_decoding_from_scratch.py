@@ -4118,7 +4118,7 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 
 def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
-        "for speed. Here its cost is its distance from the target, computed exactly: the TV between",
+        "for speed. Here each rule's cost is its distance from the target, computed exactly: the TV between",
         f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
         f" requests.) The middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")
     print()
@@ -4166,8 +4166,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The exact TV is the distance from the target. The last column only checks the program: the fit of"
-        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. Two, as {n_runs} runs"
-        f" cannot fill the {VOCAB ** n} cells of {n}. Above 0.001, the sampling loop agrees with the exact"
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. It checks only two:"
+        f" {n_runs} runs are too few for the {VOCAB ** n} outcomes of {n} tokens. Above 0.001, the sampling loop"
+        " agrees with the exact"
         " computation.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
@@ -4186,6 +4187,7 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
     print()
     say("Every rule's sample fits its own exact joint." if not misfit else
         f"NOT every rule's sample fits its own exact joint: {', '.join(misfit)}.",
+        one_hot_words(rows),
         f"At ({setting_text(SGLANG_EXACT)}) SGLang's rule is the one-hot rule: exact TV " + exact_text(
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT))) + ".",
         "A lossy setting is dominated when a lossless verifier makes at least as many tokens per call at no"
@@ -4214,6 +4216,17 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
         "The option --detail plots tokens per call against exact TV, and tries each typical setting with a token"
         " drawn from p after a rejection.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
+
+
+def one_hot_words(rows):
+    """Why chapter 18's one-hot row makes the fewest lossless tokens per call:
+    its draft is kept with chance p(x), a lower average than alpha."""
+    per_call = {r[0]: r[3] for r in rows if r[1] == "lossless" and r[3] is not None}
+    hot, alpha = pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(TARGET, MIDDLING)
+    return (f"One-hot makes the fewest lossless tokens per call, {per_call['one-hot']:.2f}: its draft is kept with"
+            f" chance p(x), {hot:.2f} on average here, against alpha {alpha:.2f} for the sampled draft."
+            if {"one-hot", "probabilistic"} <= set(per_call) and per_call["one-hot"] == min(per_call.values())
+            and hot < alpha else "")
 
 
 def typical_rows(rows):

@@ -136,7 +136,14 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
     typical, medusa = rows[("typical", "0.09, 0.3")], rows[("medusa", "0.09, 0.3")]
     assert abs(typical[2] - medusa[2]) < 1e-12 and abs(typical[3] - medusa[3]) > 5e-3
     assert "Medusa's rule differs from typical's only in its bonus token, token 4, past the 3 the TV measures" in text
-    assert "Two, as 150 runs cannot fill the 216 cells of 3." in text and sd.VOCAB ** 3 == 216
+    assert "It checks only two: 150 runs are too few for the 216 outcomes of 3 tokens." in text and sd.VOCAB ** 3 == 216
+    # one-hot keeps its draft with chance p(x), whose average over the target's text is far below alpha
+    hot = sd.pair_alpha(sd.TARGET, sd.temper(sd.MIDDLING, 0))
+    assert hot == pytest.approx(sum(sd.stationary(sd.TARGET)[a] * sd.TARGET[a, sd.MIDDLING[a].argmax()]
+                                    for a in range(sd.VOCAB)))
+    assert (f"One-hot makes the fewest lossless tokens per call, {rows[('one-hot', 'lossless')][3]:.2f}: its draft is"
+            f" kept with chance p(x), {hot:.2f} on average here, against alpha 0.70 for the sampled draft.") in text
+    assert sd.one_hot_words([r for r in result.first.rows if r[0] != "one-hot"]) == ""
 
 
 @pytest.fixture(scope="module")

@@ -4502,8 +4502,8 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Rates counted at k = {k_max}, as here, only approximate another k's: a round starts after the last"
-        " round's bonus or redraw, and that mix depends on k (--detail shows how).",
+        f" Rates counted at k = {k_max}, as here, only approximate another k's. A round starts after the last"
+        " round's bonus or redraw, and the mix of tokens it starts after depends on k (--detail shows how).",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
@@ -4536,7 +4536,8 @@ def demo19_tuning(**how):
         switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
         say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
             f" to about {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions: {shape.ridge_base:.0f} for the"
-            f" weights and {shape.ridge_each:.1f} for each sequence's KV cache, {shape.alone} at B = 1 as in demo 6."
+            f" weights and {shape.ridge_each:.1f} for each sequence's KV cache. That is {shape.alone} at B = 1, as in"
+            " demo 6."
             f" So each sequence's share, about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} positions, falls as"
             " B grows.",
             "The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ", each a few"

@@ -367,7 +367,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     assert ("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up to"
             f" about {base:.0f} + {each:.1f} B positions: {base:.0f} for the weights and {each:.1f} for each sequence's"
-            f" KV cache, 295 at B = 1 as in demo 6. So each sequence's share, about {base:.0f} / B + {each:.1f}"
+            f" KV cache. That is 295 at B = 1, as in demo 6. So each sequence's share, about {base:.0f} / B + {each:.1f}"
             " positions, falls as B grows. The checks cross the ridge at B = 32 (tree 2x3,"
             f" 15), B = {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7), each a few batch sizes before the plan"
             " drops it (chapter 25).") in text
@@ -479,8 +479,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert ("makes about 1 plus the first k rates in tokens per call. Rates counted at k = 8, as here, only"
-            " approximate another k's: a round starts after the last round's bonus or redraw, and that mix depends on k"
-            " (--detail shows how).") in text
+            " approximate another k's. A round starts after the last round's bonus or redraw, and the mix of tokens it"
+            " starts after depends on k (--detail shows how).") in text
     assert (f"Position 1's rates ({first[0]:.3f}, {first[1]:.3f}) differ from alpha ({alphas[0]:.3f}, {alphas[1]:.3f}):"
             " a draft's chance to pass depends on the token before it (demo 3), and a round starts after the last"
             " round's final token, a bonus or a redraw, whose mix depends on k.") in detail19

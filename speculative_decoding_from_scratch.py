@@ -1713,7 +1713,8 @@ def long_context_note(k, lengths, hw=H100, then=""):
             f" ({and_list([f'{n:,}' for n in lengths])} characters, a token each), a pass of {k + 1}"
             f" positions costs what one position does ({worst:.2f} plain passes) at every batch that fits in"
             f" the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then} Demo 6's {alone} free positions were for one sequence."
-            " Each sequence adds its own KV cache, the keys and values of its tokens, so bytes grow with B as MACs do."
+            " Each sequence adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow"
+            " with B too."
             f" At {n:,} characters {fit} sequences fit, and a pass of {k + 1} positions each, {fit * (k + 1):,} in all,"
             f" does {macs / read:.0f} MACs per byte, under the ridge's {ridge(hw):.1f}.")
 
@@ -2998,7 +2999,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f"{VLLM_LOOKUP.n_max} characters earlier in the text, then its last"
         f" {and_list([str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1)]).replace(' and ', ', then ')}."
         " At the earliest place they occur, it proposes",
-        "the k characters that followed. vLLM, a serving engine, calls this its ngram method.",
+        f"the k characters that followed (here k = {k}). vLLM, a serving engine, calls this its ngram method.",
         f"Hugging Face transformers (HF), a Python library, tries the last {HF_LOOKUP.n_max} characters, then"
         f" {', then '.join(str(n) for n in range(HF_LOOKUP.n_max - 1, HF_LOOKUP.n_min - 1, -1))}.",
         "A proposal is certain, so its q is one-hot: the draft is kept with chance p(x). Below, the",

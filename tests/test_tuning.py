@@ -532,7 +532,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                 " one position does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \
             chapter
         assert ("Demo 6's 295 free positions were for one sequence. Each sequence adds its own KV cache, the keys and"
-                " values of its tokens, so bytes grow with B as MACs do. At"
+                " values of its tokens, so the bytes a pass reads grow with B too. At"
                 f" {lengths[0]} characters {fits[0]} sequences fit, and a pass of 6 positions each,"
                 f" {fits[0] * 6:,} in all, does {intensity:.0f} MACs per byte, under the ridge's 147.6.") in text, \
             chapter

@@ -3448,8 +3448,8 @@ def demo13_detail(size=4096):
 
 BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
               " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep. Its paper"
-              " proves these steps keep the target's distribution, and keep the most drafts on average of any exact"
-              " verifier that keeps some drafts and then draws one token:")
+              " proves these steps keep the target's distribution, and keep the most drafts on average of any lossless"
+              " verifier (one whose output is the target's) that keeps some drafts and then draws one token:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over every token x of the vocabulary, with p and q the rows after"
@@ -3770,8 +3770,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
-            "No exact verifier that keeps some drafts, then draws one token, keeps more on average than block"
-            " verification (its paper proves it). So the shipped paths keep drafts that an exact verifier would"
+            "No lossless verifier that keeps some drafts, then draws one token, keeps more on average than block"
+            " verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")
     return caught
 
@@ -5107,7 +5107,7 @@ def greedy_parting(k=4, n_tokens=32, n=3):
     prompts_ = list(range(24))
     rows = parting_rows(P, D, prompts_, k, n_tokens, n)
     say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and an",
-        "exact verifier writes it unchanged. Two serving engines, TensorRT-LLM and vLLM, ship rules that",
+        "lossless verifier writes it unchanged. Two serving engines, TensorRT-LLM and vLLM, ship rules that",
         "also keep a draft greedy decoding would not pick:")
     print()
     for line in (
@@ -5421,7 +5421,7 @@ def demo23_engines(**how):
 
 # -----------------------------------------------------------------------------
 # Chapter 24. Could any verifier keep more than the block?
-# A bound on every exact verifier, from demo 1's one-token rule, against chapter 14's block.
+# A bound on every lossless verifier, from demo 1's one-token rule, against chapter 14's block.
 
 
 def ideal_terms(P, Q, d, k):
@@ -5444,7 +5444,7 @@ def kept_from_text(P, Q, k):
 
 
 def demo24_ideal(ks=(1, 2, 3, 4)):
-    """Chapter 24: the ideal, a bound on every exact verifier, against token-wise
+    """Chapter 24: the ideal, a bound on every lossless verifier, against token-wise
     checking and block verification, on the paper's example and the middling
     draft."""
     P2, Q2 = PAPER_EXAMPLE
@@ -5455,7 +5455,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
                                   f" {ab[5]:.2g} on average and block verification both."
                                   if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else ".")
         + " Its paper proves it keeps the most drafts on"
-        " average of any exact verifier that keeps some drafts and then draws one token. Could a verifier keep"
+        " average of any lossless verifier that keeps some drafts and then draws one token. Could a verifier keep"
         " more?")
     print()
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
@@ -5511,7 +5511,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         say(f"The lesson's token-wise {chained:.2f} tokens per call at k = {gains[-1][0]} (exactly {chained:.3f})"
             f" differs from this {gains[-1][1]:.3f}: there a round starts where the last one ended, not at a random"
             " point of the text.")
-    takeaway(f"the ideal caps every exact verifier, and block verification stayed under it: {ninths(rows[1][1])}"
+    takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on the paper's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",
              {"neither keeps more than the ideal": not over and not over_k,

@@ -682,7 +682,7 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     token_wise = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     assert min(kept.values()) > block_kept > token_wise and (f"drafts per round, block verification {block_kept:.2f},"
                                                             f" token-wise checking {token_wise:.2f}.") in flat
-    assert ("So the shipped paths keep drafts that an exact verifier would reject, and their output is not the"
+    assert ("So the shipped paths keep drafts that a lossless verifier would reject, and their output is not the"
             " target's.") in " ".join(text.split())
     for label, words in sd.BLOCK_PARTS.items():  # the three parts of chapter 14's rule the variants change
         assert f"{label} {words}" in " ".join(text.split())
@@ -739,7 +739,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     _, text = demo["14"]
     assert "Block verification's output here, its first 3 tokens, is the target's: exact TV < 1e-9." in flat(text)
     assert ("Its paper proves these steps keep the target's distribution, and keep the most drafts on average of any"
-            " exact verifier that keeps some drafts and then draws one token:") in text
+            " lossless verifier (one whose output is the target's) that keeps some drafts and then draws one"
+            " token:") in text
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01
@@ -774,7 +775,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert result.gains[0][1] == pytest.approx(result.gains[0][2]) == pytest.approx(result.gains[0][3])
     assert "at every k (at k = 1 all three are equal: demo 1's rule reaches the ideal)," in flat(text)
     room = max(g[5] for g in result.gains)
-    assert ("Takeaway: the ideal caps every exact verifier, and block verification stayed under it: 11/9 against 12/9"
+    assert ("Takeaway: the ideal caps every lossless verifier, and block verification stayed under it: 11/9 against 12/9"
             f" on the paper's example; on the middling draft the ideal sits up to {room:.1%} higher.") in flat(text)
 
 

@@ -3758,8 +3758,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. The residuals differ only after a last cut point i with w_i < 1, at token i + 1, and here"
-                " no such cut point falls before position 2 (--detail says why)."
+                " match. The residuals differ only after a last cut point i with w_i < 1, at token i + 1. Here none"
+                " falls at position 1: Z_1 = 0 after every x_1 with w_1 < 1 (--detail shows it)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":

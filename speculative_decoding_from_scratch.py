@@ -4503,8 +4503,10 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Rates counted at k = {k_max}, as here, only approximate another k's. A round starts after the last"
-        " round's bonus or redraw, and the mix of tokens it starts after depends on k (--detail shows how).",
+        f" Rates counted at k = {k_max}, as here, only approximate another k's." + (
+            f" Position 1's, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
+            f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after the last round's bonus or redraw, and"
+            " the mix of tokens it starts after depends on k (--detail shows how)." if shortcut else ""),
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
@@ -4536,13 +4538,14 @@ def demo19_tuning(**how):
         # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
         switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
         say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
-            f" to about {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions: {shape.ridge_base:.0f} for the"
-            f" weights and {shape.ridge_each:.1f} for each sequence's KV cache. That is {shape.alone} at B = 1, as in"
-            " demo 6."
+            f" to about {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions. At {ridge():.1f} MACs a byte, the"
+            f" weights' {shape.w / 1e9:.2f} GB pay for {shape.ridge_base:.0f} positions of {shape.m / 1e9:.1f} GMACs,"
+            f" and each sequence's {shape.kv / 1e9:.2f} GB of KV cache for {shape.ridge_each:.1f} more. That is"
+            f" {shape.alone} at B = 1, as in demo 6."
             f" So each sequence's share, about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} positions, falls as"
             " B grows.",
-            "The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ", each a few"
-            " batch sizes before the plan drops it (chapter 25)."
+            "The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + "; the plan"
+            f" drops them at B = {and_list([str(left) for _, _, left in switches])} (chapter 25)."
             if switches and all(b is not None and b < left for _, b, left in switches) else
             "Chapter 25 shows where each check crosses it.")
 
@@ -4631,10 +4634,9 @@ def demo19_detail(result):
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     paragraphs = [
-        f"Position 1's rates ({', '.join(f'{r[0]:.3f}' for r in rates)}) differ from alpha"
-        f" ({', '.join(f'{a:.3f}' for a in result.alphas)}): a draft's chance to pass depends on the token before it"
-        " (demo 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on"
-        " k. Position 1's rate is"
+        "Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo 3),"
+        " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k."
+        " Position 1's rate is"
         f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
         f" at k = {k_max} only approximate another k's." if result.shortcut else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"

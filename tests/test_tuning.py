@@ -366,11 +366,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     assert ("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up to"
-            f" about {base:.0f} + {each:.1f} B positions: {base:.0f} for the weights and {each:.1f} for each sequence's"
-            f" KV cache. That is 295 at B = 1, as in demo 6. So each sequence's share, about {base:.0f} / B + {each:.1f}"
-            " positions, falls as B grows. The checks cross the ridge at B = 32 (tree 2x3,"
-            f" 15), B = {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7), each a few batch sizes before the plan"
-            " drops it (chapter 25).") in text
+            f" about {base:.0f} + {each:.1f} B positions. At 147.6 MACs a byte, the weights' {w / 1e9:.2f} GB pay for"
+            f" {base:.0f} positions of {m / 1e9:.1f} GMACs, and each sequence's {kv / 1e9:.2f} GB of KV cache for"
+            f" {each:.1f} more. That is 295 at B = 1, as in demo 6. So each sequence's share, about {base:.0f} / B +"
+            f" {each:.1f} positions, falls as B grows. The checks cross the ridge at B = 32 (tree 2x3, 15), B ="
+            f" {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7); the plan drops them at B ="
+            f" {result.buckets[0][1] + 1}, {ends[8] + 1} and {ends[7] + 1} (chapter 25).") in text
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"
                                " the weights' share, plus each sequence's KV cache's. So each sequence can check about"
@@ -479,11 +480,12 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert ("makes about 1 plus the first k rates in tokens per call. Rates counted at k = 8, as here, only"
-            " approximate another k's. A round starts after the last round's bonus or redraw, and the mix of tokens it"
-            " starts after depends on k (--detail shows how).") in text
-    assert (f"Position 1's rates ({first[0]:.3f}, {first[1]:.3f}) differ from alpha ({alphas[0]:.3f}, {alphas[1]:.3f}):"
-            " a draft's chance to pass depends on the token before it (demo 3), and a round starts after the last"
-            " round's final token, a bonus or a redraw, whose mix depends on k.") in detail19
+            f" approximate another k's. Position 1's, {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha,"
+            f" {alphas[0]:.3f} and {alphas[1]:.3f}. A round starts after the last round's bonus or redraw, and the mix"
+            " of tokens it starts after depends on k (--detail shows how).") in text
+    assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"
+            " 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k.")\
+        in detail19
     assert all(f < a for f, a in zip(first, alphas))
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"

@@ -196,8 +196,8 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert ("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
             " output replaced.") in " ".join(text.split())
-    assert (" The exact TV assumes every round stops at its first rejection, so it cannot see the continue bug; only the"
-            " fit can.") in " ".join(text.split())
+    assert (" The exact TV walks every way a round can go, each stopping at its first rejection, so it cannot model the"
+            " continue bug, which does not stop; only the fit can catch it.") in " ".join(text.split())
     assert rows["continue"][3] == "cannot see" and "continue 0.3933 < 1e-12 cannot see NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
     assert all(isinstance(rows[r][3], float) for r in rows if r != "continue")

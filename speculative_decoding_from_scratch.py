@@ -3717,7 +3717,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " w_i, defined below, can rise back toward 1 when a later draft has p > q. Its paper proves its output is"
         " the target's. The three parts this chapter's variants change:")
     print()
-    table([("", 2, ""), ("part", 12, "<"), ("", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
+    table([("", 2, ""), ("part", 12, "<"), ("what it is", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
     print()
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"

@@ -3681,8 +3681,8 @@ BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its 
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
     "h_i": "each position flips a coin to be a cut point, where the block may end. The last, position k, is a cut"
            " point with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 - w_i), the"
-           " paper's, 0 when Z_i = 0. Z_i, what the target still wants after x_1..x_i that the draft does not offer,"
-           " sums max(0, w_i p(x) - q(x)) over tokens x",
+           " paper's, 0 when Z_i = 0. Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after"
+           " x_1..x_i: what the target still wants there that the draft does not offer",
     "next token": "the block keeps x_1..x_i for the last cut point i (none: i = 0), even where an earlier w fell."
                   " It draws the next token from max(0, w_i p - q), normalised, or from p if i = k"}
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
@@ -3759,8 +3759,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. The residuals differ only after a last cut point i with w_i < 1, at token i + 1. Here none"
-                " falls at position 1: Z_1 = 0 after every x_1 with w_1 < 1 (--detail shows it)."
+                " match. The two rules differ only when the last cut point i has w_i < 1, at token i + 1, and w_0 ="
+                f" 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1, so h_1 = 0 there and position 1 is never"
+                " such a cut point. Tokens 1 and 2 match; the first difference is token 3 (--detail shows Z_1)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":

@@ -4504,16 +4504,18 @@ def demo19_tuning(**how):
     shortcut = (all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call."
-        f" Rates counted at k = {k_max}, as here, only approximate another k's." + (
-            f" Position 1's, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
-            f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after the last round's bonus or redraw, and"
-            " the mix of tokens it starts after depends on k (--detail shows how)." if shortcut else ""),
+        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
         f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
         f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
         f" {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
+    print()
+    say(f"Rates counted at k = {k_max}, as here, only approximate another k's." + (
+        f" Position 1's, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
+        f" {and_list([f'{a:.3f}' for a in alphas])}: a round starts right after a bonus or a redraw, not at a"
+        " typical point of the target's text. The mix of tokens rounds start after depends on k (--detail shows"
+        " how)." if shortcut else ""))
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep, so {nodes - 1} drafts checked in one pass of {nodes}"
@@ -4547,7 +4549,8 @@ def demo19_tuning(**how):
             f" So each sequence's share, about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} positions, falls as"
             " B grows.",
             "The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + "; the plan"
-            f" drops them at B = {and_list([str(left) for _, _, left in switches])} (chapter 25)."
+            f" drops them at B = {and_list([str(left) for _, _, left in switches])}, as just past the ridge a check"
+            " costs only a little more (chapter 25)."
             if switches and all(b is not None and b < left for _, b, left in switches) else
             "Chapter 25 shows where each check crosses it.")
 

@@ -371,7 +371,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" {each:.1f} more. That is 295 at B = 1, as in demo 6. So each sequence's share, about {base:.0f} / B +"
             f" {each:.1f} positions, falls as B grows. The checks cross the ridge at B = 32 (tree 2x3, 15), B ="
             f" {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7); the plan drops them at B ="
-            f" {result.buckets[0][1] + 1}, {ends[8] + 1} and {ends[7] + 1} (chapter 25).") in text
+            f" {result.buckets[0][1] + 1}, {ends[8] + 1} and {ends[7] + 1}, as just past the ridge a check costs only a"
+            " little more (chapter 25).") in text
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"
                                " the weights' share, plus each sequence's KV cache's. So each sequence can check about"
@@ -479,10 +480,11 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
-    assert ("makes about 1 plus the first k rates in tokens per call. Rates counted at k = 8, as here, only"
-            f" approximate another k's. Position 1's, {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha,"
-            f" {alphas[0]:.3f} and {alphas[1]:.3f}. A round starts after the last round's bonus or redraw, and the mix"
-            " of tokens it starts after depends on k (--detail shows how).") in text
+    assert "makes about 1 plus the first k rates in tokens per call. Two draft models of the target" in text
+    assert ("Rates counted at k = 8, as here, only approximate another k's. Position 1's,"
+            f" {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: a round"
+            " starts right after a bonus or a redraw, not at a typical point of the target's text. The mix of tokens"
+            " rounds start after depends on k (--detail shows how).") in text
     assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"
             " 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k.")\
         in detail19

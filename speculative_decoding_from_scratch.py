@@ -1358,7 +1358,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
         "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
         f"alpha. A round is one target call plus k draft calls at c each, so the speedup at c = {c:g} is measured"
-        " tokens per call / (1 + k c).")
+        f" tokens per call / (1 + k c). Agrees: within {FIT_Z} standard errors (+-) of exact.")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
            ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
@@ -1366,8 +1366,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
           rows, groups=[("", 0, 1), ("tokens per call (one round)", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
     print()
-    say(f"Agrees: within {FIT_Z} standard errors (+-) of exact.",
-        "Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
+    say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         why_eq1_is_off(TARGET, MIDDLING, max(abs(r[4] - r[5]) for r in rows if r[5] is not None))
         if not misfits and not errors else "")

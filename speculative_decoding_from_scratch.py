@@ -3486,7 +3486,8 @@ def demo14_block_gain(n_rounds=500):
     print()
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, 3, 2), target_first_tokens(P2, 0, 3))
     gap = rows[1][1] - rows[0][1]
-    say(f"Block verification's output here, its first 3 tokens, is {'' if tv < ROUNDING else 'NOT '}the target's:"
+    say(f"Block verification's output here, its first 3 tokens (the most one round of 2 drafts emits), is"
+        f" {'' if tv < ROUNDING else 'NOT '}the target's:"
         f" exact TV {exact_text(tv)}.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",

@@ -738,7 +738,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert "Block verification's output here, its first 3 tokens, is the target's: exact TV < 1e-9." in flat(text)
+    assert ("Block verification's output here, its first 3 tokens (the most one round of 2 drafts emits), is the"
+            " target's: exact TV < 1e-9.") in flat(text)
     assert ("Its paper proves these steps keep the target's distribution, and keep the most drafts on average of any"
             " lossless verifier (one whose output is the target's) that keeps some drafts and then draws one"
             " token:") in text
@@ -749,7 +750,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     with contextlib.redirect_stdout(out):
         bad.demo14_block_gain(n_rounds=50)
     said = flat(out.getvalue())
-    assert "Block verification's output here, its first 3 tokens, is NOT the target's" in said
+    assert "Block verification's output here, its first 3 tokens (the most one round of 2 drafts emits), is NOT" in said
     assert "Takeaway withheld" in said and "the block's output is the target's" in said
 
 

@@ -4323,8 +4323,8 @@ def engine_settings(lines, rows):
     """The engine settings that run a chapter's rules as printed, each key as
     its source spells it; rows names the table rows they run."""
     print()
-    say(f"The settings that run {rows} above, as each engine spells them (each key read in its",
-        "source; the commits are in this chapter's code):")
+    say(f"The settings that run {rows} above, each key spelled as the engine's own source code spells it (the"
+        " commits are in this chapter's code):")
     print()
     for line in lines:
         print("  " + line)

@@ -4516,8 +4516,8 @@ def demo19_tuning(**how):
     say(f"Rates counted at k = {k_max}, as here, only approximate another k's." + (
         f" Position 1's, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in alphas])}: a round starts right after a bonus or a redraw, not at a"
-        " typical point of the target's text. The mix of tokens rounds start after depends on k (--detail shows"
-        " how)." if shortcut else ""))
+        " typical point of the target's text. The text is still the target's; only where rounds start is skewed,"
+        " and the skew depends on k (--detail shows how)." if shortcut else ""))
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep, so {nodes - 1} drafts checked in one pass of {nodes}"
@@ -4545,7 +4545,7 @@ def demo19_tuning(**how):
         switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
         say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
             f" to about {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions. At {ridge():.1f} MACs a byte, the"
-            f" weights' {shape.w / 1e9:.2f} GB pay for {shape.ridge_base:.0f} positions of {shape.m / 1e9:.1f} GMACs,"
+            f" weights' {shape.w / 1e9:.2f} GB pay for {shape.ridge_base:.0f} positions of {shape.m / 1e9:.2f} GMACs,"
             f" and each sequence's {shape.kv / 1e9:.2f} GB of KV cache for {shape.ridge_each:.1f} more. That is"
             f" {shape.alone} at B = 1, as in demo 6."
             f" So each sequence's share, about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} positions, falls as"

@@ -367,7 +367,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     assert ("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up to"
             f" about {base:.0f} + {each:.1f} B positions. At 147.6 MACs a byte, the weights' {w / 1e9:.2f} GB pay for"
-            f" {base:.0f} positions of {m / 1e9:.1f} GMACs, and each sequence's {kv / 1e9:.2f} GB of KV cache for"
+            f" {base:.0f} positions of {m / 1e9:.2f} GMACs, and each sequence's {kv / 1e9:.2f} GB of KV cache for"
             f" {each:.1f} more. That is 295 at B = 1, as in demo 6. So each sequence's share, about {base:.0f} / B +"
             f" {each:.1f} positions, falls as B grows. The checks cross the ridge at B = 32 (tree 2x3, 15), B ="
             f" {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7); the plan drops them at B ="
@@ -483,8 +483,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert "makes about 1 plus the first k rates in tokens per call. Two draft models of the target" in text
     assert ("Rates counted at k = 8, as here, only approximate another k's. Position 1's,"
             f" {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: a round"
-            " starts right after a bonus or a redraw, not at a typical point of the target's text. The mix of tokens"
-            " rounds start after depends on k (--detail shows how).") in text
+            " starts right after a bonus or a redraw, not at a typical point of the target's text. The text is still"
+            " the target's; only where rounds start is skewed, and the skew depends on k (--detail shows how).") in text
     assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"
             " 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k.")\
         in detail19

@@ -1709,15 +1709,14 @@ def long_context_note(k, lengths, hw=H100, then=""):
     alone = int(ridge(hw) // np.divide(*pass_traffic(LLAMA2_7B, 512, 1, 1)))  # demo 6's free positions, at 512
     if not (worst < 1.005 and macs / read < ridge(hw) and fit * (k + 1) > alone):
         return ""
-    return (f"At the prompt{'s' * (len(lengths) > 1)}'"
-            f"{'' if len(lengths) > 1 else 's'} length{'s' * (len(lengths) > 1)}"
-            f" ({and_list([f'{n:,}' for n in lengths])} characters, a token each), a pass of {k + 1}"
-            f" positions costs what one position does ({worst:.2f} plain passes) at every batch that fits in"
+    return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
+            f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
+            f" {k + 1} positions costs what one position does ({worst:.2f} plain passes) at every batch that fits in"
             f" the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then} Demo 6's {alone} free positions were for one sequence."
-            " Each sequence adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow"
-            " with B too."
-            f" At {n:,} characters {fit} sequences fit, and a pass of {k + 1} positions each, {fit * (k + 1):,} in all,"
-            f" does {macs / read:.0f} MACs per byte, under the ridge's {ridge(hw):.1f}.")
+            " A server decodes B sequences at once, and each adds its own KV cache, the keys and values of its tokens,"
+            f" so the bytes a pass reads grow with B too. At {n:,} characters {fit} sequences fit, and a pass of"
+            f" {k + 1} positions each, {fit * (k + 1):,} in all, does {macs / read:.0f} MACs per byte, under the"
+            f" ridge's {ridge(hw):.1f}.")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -5656,7 +5655,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
                                                               draft=lookup_draft)[1] for text in texts)
                     for _, L in drafts]
         rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
-    note = long_context_note(k, [len(t) for t in texts], then=" So there the speedup is the tokens per call.")
+    note = long_context_note(k, [len(t) for t in texts], then=" There the speedup is the tokens per call.")
     print()
     say(f"Speed against lam, k = {k}, over two prompts pooled: a paragraph of the documentation to summarise,"
         " and a Python function to edit.",
@@ -5664,7 +5663,10 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
         " were demo 6's Llama-2-7B-shaped model on an H100.",
         note)
     print()
-    say(f"A server of short contexts pays more. As a what-if that only prices the pass (a short context has little"
+    bound = bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)
+    say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
+        " the ridge." if bound == "compute" else ".") + " As a what-if that only prices the pass (a short context has"
+        " little"
         f" to copy), suppose the same tokens per call at {BATCH_CONTEXT} tokens of context and B = {batch}. Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"

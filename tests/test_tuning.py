@@ -532,20 +532,22 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         text = " ".join(section(in_process[1], chapter).split())
         assert (("The table prices each round as if on a short-context server, chosen because there a large batch"
                  " crosses the ridge" in text) == (chapter == "20") and
-                " and ".join(f"{n:,}" for n in shown) + " characters, a token each), a pass of 6 positions costs what"
-                " one position does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \
+                " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs what one position"
+                " does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \
             chapter
-        assert ("Demo 6's 295 free positions were for one sequence. Each sequence adds its own KV cache, the keys and"
-                " values of its tokens, so the bytes a pass reads grow with B too. At"
+        assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
+                " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. At"
                 f" {lengths[0]} characters {fits[0]} sequences fit, and a pass of 6 positions each,"
                 f" {fits[0] * 6:,} in all, does {intensity:.0f} MACs per byte, under the ridge's 147.6.") in text, \
             chapter
     text = " ".join(section(in_process[1], "26").split())
     assert "at large batches of short contexts, verifying is the cost." in text
+    assert ("A server of short contexts pays more: their small KV caches add few bytes, so a large batch crosses the"
+            " ridge.") in text
     assert ("As a what-if that only prices the pass (a short context has little to copy), suppose the same tokens per"
             " call at 16 tokens of context and B = 256. Then the pass of 1,536 positions is compute-bound and costs"
             f" {sd.verify_cost(5, 256):.2f} plain passes, one-position passes over the same 256 sequences.") in text
-    assert "at every batch that fits in the H100 SXM's 80 GB. So there the speedup is the tokens per call." in text
+    assert "at every batch that fits in the H100 SXM's 80 GB. There the speedup is the tokens per call." in text
 
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):

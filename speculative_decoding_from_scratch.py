@@ -1133,8 +1133,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     unseen = [r[0] for r in rows if r[3] == "cannot see"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}':"
         " x1 and",
-        "x2. Two, because a broken rule can get x1 right and x2 wrong: continue, below, keeps drafts that followed a"
-        " rejected one.",
+        "x2. Two, because a broken rule can get x1 right and x2 wrong: the continue bug, below, keeps drafts that"
+        " followed a rejection.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules"
         + ("; uniform_q is two edits at once:" if "uniform_q" in BUGS

@@ -4495,6 +4495,7 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
+    shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
     say(f"A practitioner has {number_word(len(drafters))} draft models and one server. This chapter's procedure"
         f" prices every way to run each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of"
         " context, and picks one per range of B. The option --plan --profile runs it on your own figures; --detail"
@@ -4506,9 +4507,11 @@ def demo19_tuning(**how):
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
-        f"Two draft models of the target are big (blend {c19.big_weight:g}, assumed to read 1/{fewer[0]:.1f} of the"
-        f" target's weight bytes per pass) and small (the middling draft, 1/{fewer[1]:.0f}). Their rates in rounds of"
-        f" {k_max} drafts, computed exactly:")
+        f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
+        f" 1/{fewer[0]:.1f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
+        f" tokens, is {shape.kv_share[0]:.2f} the size of the target's. Small, the middling draft, reads"
+        f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2f} the target's. A draft's c, its pass's cost"
+        f" in target passes, counts both. Their rates in rounds of {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
@@ -4519,9 +4522,10 @@ def demo19_tuning(**how):
         " and the skew depends on k (--detail shows how)." if shortcut else ""))
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, {tree[1]} deep, so {nodes - 1} drafts checked in one pass of {nodes}"
-        f" positions. It makes {tree[3]:.3f} tokens per call from {tree[1]} draft passes, one per level, sampled over"
-        f" {n_rounds:,} rounds. Chapter 8 shows how one pass checks a tree, and that its sample fits the target.")
+        f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts are checked with the text's last"
+        f" token in one pass of {nodes} positions. It makes {tree[3]:.3f} tokens per call from {tree[1]} draft"
+        f" passes, one per level, sampled over {n_rounds:,} rounds. Chapter 8 shows how one pass checks a tree, and"
+        " that its sample fits the target.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Its speedup is"
@@ -4529,12 +4533,11 @@ def demo19_tuning(**how):
         " the same B on the roofline. Below the ridge"
         " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
         f" while it stays within {tol:.1%} of the best, so as not to switch for less. It stops at B = {max_batch},"
-        f" where the target's and the {c19.roomiest} draft's weights and every sequence's KV cache (the keys and"
-        f" values of its tokens) fill the H100's {H100.memory / 1e9:.0f} GB. The plan:")
+        f" where the target's and the {c19.roomiest} draft's weights and every sequence's KV cache fill the H100's"
+        f" {H100.memory / 1e9:.0f} GB. The plan:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan])
-    shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
     for paragraph in demo19_shape(shape, n_ctx, max_batch):
         print()
         say(paragraph)
@@ -4621,9 +4624,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, which is"
-        f" {s.kv_share[0]:.2f} of the target's per sequence, against small's {s.kv_share[1]:.2f}. Big's c rises from"
-        f" {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's stays at {max(s.c_small):.4f} or less." +
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
+        f" Big's c rises from {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's stays at"
+        f" {max(s.c_small):.4f} or less." +
         (f" With big beside the target only {s.big_fit} sequences fit in memory, so big runs only to B ="
          f" {s.big_fit}."
          if s.big_fit < max_batch else "")

@@ -147,7 +147,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
     assert (f"It stops at B = {fit19}, where the target's and the small draft's weights and every sequence's KV cache"
-            " (the keys and values of its tokens) fill the H100's 80 GB.") in " ".join(
+            " fill the H100's 80 GB.") in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -328,16 +328,19 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     c_small = max(sd.draft_cost(b, 512, draft=small) for b in range(1, fit + 1))
     assert all(o is None or o.drafter.name == "small" for _, _, o in result.buckets)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
-    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache does, which is"
-            f" 0.25 of the target's per sequence, against small's {kv_small:.2f}. Big's c rises from {c[0]:.4f} to"
-            f" {c[1]:.4f} at B = {big_fit}, while small's stays at {c_small:.4f} or less.") in text
+    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
+            f" Big's c rises from {c[0]:.4f} to {c[1]:.4f} at B = {big_fit}, while small's stays at {c_small:.4f} or"
+            " less.") in text
+    assert ("and its KV cache, the keys and values of its tokens, is 0.25 the size of the target's. Small, the middling"
+            f" draft, reads 1/125, and its KV cache is {kv_small:.2f} the target's. A draft's c, its pass's cost in"
+            " target passes, counts both.") in text
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
             f" {kv_small:.2f}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (
-        "It stops at B = 242, where the target's and the small draft's weights and every sequence's KV cache (the keys"
-        " and values of its tokens) fill the H100's 80 GB. The plan:") in text
+        "It stops at B = 242, where the target's and the small draft's weights and every sequence's KV cache fill"
+        " the H100's 80 GB. The plan:") in text
     assert "With big beside the target only 193 sequences fit in memory, so big runs only to B = 193." in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
@@ -469,7 +472,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
-            f" deep, so 14 drafts checked in one pass of 15 positions. It makes {tree.tokens:.3f} tokens per call from 3"
+            f" deep. Its 14 drafts are checked with the text's last token in one pass of 15 positions. It makes"
+            f" {tree.tokens:.3f} tokens per call from 3"
             " draft passes, one per level, sampled over 2,000 rounds. Chapter 8 shows how one pass checks a tree, and"
             " that its sample fits the target.") in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"

@@ -1626,6 +1626,12 @@ def ridge(hw=H100):
     return hw.flops / 2 / hw.bandwidth
 
 
+def free_positions(n_ctx=512, target=LLAMA2_7B, hw=H100):
+    """Demo 6's free positions: how many one sequence's pass scores below the
+    ridge, after n_ctx tokens of context (295 at demo 6's 512)."""
+    return int(ridge(hw) // np.divide(*pass_traffic(target, n_ctx, 1, 1)))
+
+
 def token_traffic(n_ctx, target=LLAMA2_7B):
     """One sequence's share of a one-position pass after n_ctx tokens: (its MACs, the weights'
     bytes, its KV cache's bytes)."""
@@ -1706,7 +1712,7 @@ def long_context_note(k, lengths, hw=H100, then=""):
     n = min(lengths)  # the shortest: the most sequences fit, and the most MACs a byte
     fit = sequences_that_fit(n, hw)
     macs, read = pass_traffic(LLAMA2_7B, n, k + 1, fit)
-    alone = int(ridge(hw) // np.divide(*pass_traffic(LLAMA2_7B, 512, 1, 1)))  # demo 6's free positions, at 512
+    alone = free_positions(hw=hw)
     if not (worst < 1.005 and macs / read < ridge(hw) and fit * (k + 1) > alone):
         return ""
     return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
@@ -3739,6 +3745,12 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     return rows
 
 
+def first_biased_token(tvs):
+    """The first n whose exact TV of the first n tokens is off (1-based), or
+    None: first_biased_token([0, 0, 3.5e-4]) -> 3."""
+    return next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
+
+
 def demo15_verdicts(rows, truth, k, ctx=5):
     """Chapter 15's sentences, from its table: is every edit and shipped path caught?"""
     broken = rows[1:]
@@ -3752,7 +3764,7 @@ def demo15_verdicts(rows, truth, k, ctx=5):
         " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else f"{r[0]}: not checked, {r[6]}."
                  for r in broken))
     for label, *tvs, p_fit, verdict, exact, _ in broken:
-        first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
+        first_bad = first_biased_token(tvs)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
             print()
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
@@ -3786,7 +3798,7 @@ def alike_through_token2(rows, ctx=5):
     if row is None:
         return False
     tvs, p_fit = row[1:-4], row[-4]  # (label, *tvs, fit, verdict, exact, kept)
-    first_bad = next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
+    first_bad = first_biased_token(tvs)
     return first_bad == 3 and p_fit == rows[0][-4] and p_fit >= P_REJECT and bool(token2_exact_words(ctx))
 
 
@@ -4605,7 +4617,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
         big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets),
         kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
         falls=any(b < a for a, b in zip(ks, ks[1:])),
-        alone=int(ridge() // (m / (w + kv))),  # demo 6's positions at the ridge: one sequence
+        alone=free_positions(n_ctx),  # demo 6's positions at the ridge: one sequence
         ridge_base=ridge() * w / m, ridge_each=ridge() * kv / m,  # the ridge, in positions: base + each B
         # each planned option's check: how it runs, its positions a sequence, the batch at which it reaches the
         # ridge (None: never), and the last batch the plan runs it

@@ -3805,10 +3805,10 @@ def alike_through_token2(rows, ctx=5):
 def demo15_detail(rows):
     """Chapter 15 in detail: why tokenwise_residual's first two tokens are
     exact here."""
-    if alike_through_token2(rows):
+    if alike_through_token2(rows):  # which has checked that token2_exact_words says why
+        words = token2_exact_words()
         print()
-        say("Why tokenwise_residual's first two tokens are exact: " + token2_exact_words()[0].lower()
-            + token2_exact_words()[1:])
+        say("Why tokenwise_residual's first two tokens are exact: " + words[0].lower() + words[1:])
 
 
 def token2_exact_words(ctx=5):

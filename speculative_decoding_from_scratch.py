@@ -4555,20 +4555,7 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
-        switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
-        say("As B grows the plan checks fewer positions per sequence. A pass of B sequences stays under the ridge up"
-            f" to about {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions. At {ridge():.1f} MACs a byte, the"
-            f" weights' {shape.w / 1e9:.2f} GB pay for {shape.ridge_base:.0f} positions of {shape.m / 1e9:.2f} GMACs,"
-            f" and each sequence's {shape.kv / 1e9:.2f} GB of KV cache for {shape.ridge_each:.1f} more. That is"
-            f" {shape.alone} at B = 1, as in demo 6."
-            f" So each sequence's share, about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} positions, falls as"
-            " B grows.",
-            "The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + "; the plan"
-            f" drops them at B = {and_list([str(left) for _, _, left in switches])}, as just past the ridge a check"
-            " costs only a little more (chapter 25)."
-            if switches and all(b is not None and b < left for _, b, left in switches) else
-            "Chapter 25 shows where each check crosses it.")
+        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -5593,7 +5580,9 @@ def demo25_crossings(s, buckets, max_batch):
         f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
         " sequence." if all(r[3] > s.alone for r in crossed) else "",
         f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions: the weights' share,"
-        " plus each sequence's KV cache's. So each sequence can check about"
+        f" plus each sequence's KV cache's. At {ridge():.1f} MACs a byte, the weights' {s.w / 1e9:.2f} GB pay for"
+        f" {base:.0f} positions of {s.m / 1e9:.2f} GMACs, and each sequence's {s.kv / 1e9:.2f} GB of KV cache for"
+        f" {each:.1f} more. So each sequence can check about"
         f" {base:.0f} / B + {each:.1f} positions for free: {s.alone} at B = 1, falling toward {each:.1f}, fewer than"
         " any check here scores." if all(r[1] > each for r in rows) else "")
     print()

@@ -3770,8 +3770,11 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "On the first two tokens here it and block verification draw alike, so with the same random numbers"
-                " their fits match (--detail shows why)."
+                "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
+                " match. The two rules differ only when the last cut point i has w_i < 1, at token i + 1. Token 1"
+                f" never differs, as w_0 = 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1, so h_1 = 0 there:"
+                " position 1 is never such a cut point, and token 2 never differs either. The first difference is"
+                " token 3 (--detail shows Z_1)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":

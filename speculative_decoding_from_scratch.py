@@ -3462,7 +3462,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " x_1..x_i: what the target still wants at position i+1 that the draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own. The last,"
                " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
-               " (Z_i + 1 - w_i), the paper's; take it as given. At Z_i = 0 and w_i = 1 that is 0/0, and h_i is 0.",
+               " (Z_i + 1 - w_i), the paper's formula. It is over 1/2 when Z_i outweighs 1 - w_i, the weight lost by"
+               " position i. At Z_i = 0 and w_i = 1 that is 0/0, and h_i is 0.",
                "The block keeps x_1..x_i for the last cut point i. Unlike a token-wise rejection, a position that is"
                " not a cut point throws nothing away, so a later draft can still be kept.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
@@ -3685,12 +3686,14 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
-    "h_i": "each position flips a coin to be a cut point, where the block may end. The last, position k, is a cut"
-           " point with chance w_k. An earlier position i is one with chance h_i = Z_i / (Z_i + 1 - w_i), the"
-           " paper's, 0 when Z_i = 0. Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after"
-           " x_1..x_i: what the target still wants there that the draft does not offer",
-    "next token": "the block keeps x_1..x_i for the last cut point i (none: i = 0), even where an earlier w fell."
-                  " It draws the next token from max(0, w_i p - q), normalised, or from p if i = k"}
+    "h_i": "each position flips a coin to be a cut point, where the block may end. An earlier position i is one"
+           " with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula. Z_i sums max(0, w_i p(x) - q(x)) over"
+           " tokens x, with p and q the rows after x_1..x_i: what the target still wants there that the draft"
+           " does not offer. So h_i is over 1/2 when Z_i outweighs 1 - w_i, the weight lost by position i, and 0"
+           " when Z_i = 0. The last, position k, is a cut point with chance w_k",
+    "next token": "i is the last cut point, or 0 if there is none. The block keeps x_1..x_i, even if a weight"
+                  " before i fell below 1. It draws the next token from max(0, w_i p - q), normalised, or from p"
+                  " if i = k"}
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
                "cumulative": "h_i: makes an earlier position i a cut point with chance w_i, not h_i",
                "vllm-ascend, PyTorch": "h_i: cut at i if min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >="

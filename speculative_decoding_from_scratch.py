@@ -4536,7 +4536,8 @@ def demo19_tuning(**how):
         f" 1/{fewer[0]:.1f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
         f" tokens, is {shape.kv_share[0]:.2f} the size of the target's. Small, the middling draft, reads"
         f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2f} the target's. A draft's c, its pass's cost"
-        f" in target passes, counts both. Their rates in rounds of {k_max} drafts, computed exactly:")
+        " in target passes, counts both: here c comes from the bytes read, not the lesson's example value."
+        f" Their rates in rounds of {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
@@ -4568,7 +4569,10 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
+        say("As B grows the plan checks fewer positions per sequence: a pass scores B times each check, and past"
+            " the ridge every position costs time." + (
+                " Each sequence's KV cache adds bytes, so the ridge moves up with B, past demo 6's"
+                f" {shape.alone} positions (chapter 25 shows where)." if shape.ridge_each > 0 else ""))
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4637,8 +4641,8 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
-        f" Big's c rises from {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's stays at"
-        f" {max(s.c_small):.4f} or less." +
+        f" Big's c rises from {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's rises only from"
+        f" {s.c_small[0]:.4f} to {max(s.c_small):.4f}." +
         (f" With big beside the target only {s.big_fit} sequences fit in memory, so big runs only to B ="
          f" {s.big_fit}."
          if s.big_fit < max_batch else "")
@@ -5584,14 +5588,12 @@ def demo25_crossings(s, buckets, max_batch):
               "a plain pass stays under the ridge at every B": ridge_batch(s.m, s.w, s.kv, positions=1) is None}
     if not all(checks.values()):
         return checks
-    first = crossed[0]
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
     base, each = s.ridge_base, s.ridge_each
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. So the more"
         " sequences a pass holds, the more"
-        f" positions it takes to reach the ridge: {first[3]:,} at B = {first[2]}, against demo 6's {s.alone} for one"
-        " sequence." if all(r[3] > s.alone for r in crossed) else "",
+        f" positions it takes to reach the ridge, past demo 6's {s.alone} for one sequence." if each > 0 else "",
         f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions: the weights' share,"
         f" plus each sequence's KV cache's. At {ridge():.1f} MACs a byte, the weights' {s.w / 1e9:.2f} GB pay for"
         f" {base:.0f} positions of {s.m / 1e9:.2f} GMACs, and each sequence's {s.kv / 1e9:.2f} GB of KV cache for"

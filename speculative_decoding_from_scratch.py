@@ -1545,8 +1545,8 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
         f" {r.text[r.short]:.3f} of the text." if r.residual_led and r.left_out else "")
 
 
-def round_starts(P, Q):
-    """Where rounds of k = 1 start, exactly, and why, as demo 5 and its
+def round_starts(P, Q, k=1):
+    """Where rounds of k drafts start, exactly, and why, as demo 5 and its
     detail say it: start, how often rounds start after each token; text, how
     often the target's text holds it; beta, the chance a draft after it
     passes, sum min(p, q) over its row; redrawn, how often a round starts
@@ -1557,9 +1557,9 @@ def round_starts(P, Q):
     under_only, whether the residual stage gives, in every row, only tokens
     the draft under-proposes (p > q); most, whether drafts pass most often
     after it; and residual_led, whether redraws make most of its shortfall."""
-    ends = round_table(P, Q, 1)  # [start, drafts kept, the round's last token]
+    ends = round_table(P, Q, k)  # [start, drafts kept, the round's last token]: a redraw if fewer than k kept
     start = stationary(ends.sum(axis=1))
-    text, beta, redrawn = stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, 0]
+    text, beta, redrawn = stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, :k].sum(axis=1)
     short = int(np.argmin(start - text))
     share, bonus = redrawn.sum(), start - redrawn
     residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (

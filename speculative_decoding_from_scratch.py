@@ -3462,8 +3462,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " x_1..x_i: what the target still wants at position i+1 that the draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own. The last,"
                " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
-               " (Z_i + 1 - w_i), the paper's formula. It is over 1/2 when Z_i outweighs 1 - w_i, the weight lost by"
-               " position i. At Z_i = 0 and w_i = 1 that is 0/0, and h_i is 0.",
+               " (Z_i + 1 - w_i), the paper's formula; take it as given. At Z_i = 0 and w_i = 1 that is 0/0, and h_i"
+               " is 0.",
                "The block keeps x_1..x_i for the last cut point i. Unlike a token-wise rejection, a position that is"
                " not a cut point throws nothing away, so a later draft can still be kept.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
@@ -3686,11 +3686,11 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
-    "h_i": "each position flips a coin to be a cut point, where the block may end. An earlier position i is one"
-           " with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula. Z_i sums max(0, w_i p(x) - q(x)) over"
-           " tokens x, with p and q the rows after x_1..x_i: what the target still wants there that the draft"
-           " does not offer. So h_i is over 1/2 when Z_i outweighs 1 - w_i, the weight lost by position i, and 0"
-           " when Z_i = 0. The last, position k, is a cut point with chance w_k",
+    "h_i": "each position flips a coin to be a cut point, where the block may end. An earlier position i is a"
+           " cut point with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula, taken as given; 0 when Z_i ="
+           " 0. Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after x_1..x_i: what the"
+           " target still wants there that the draft does not offer. The last, position k, is a cut point with"
+           " chance w_k",
     "next token": "i is the last cut point, or 0 if there is none. The block keeps x_1..x_i, even if a weight"
                   " before i fell below 1. It draws the next token from max(0, w_i p - q), normalised, or from p"
                   " if i = k"}
@@ -3776,8 +3776,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
                 " match. The two rules differ only when the last cut point i has w_i < 1, at token i + 1. Token 1"
                 f" never differs, as w_0 = 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1, so h_1 = 0 there:"
-                " position 1 is never such a cut point, and token 2 never differs either. The first difference is"
-                " token 3 (--detail shows Z_1)."
+                " position 1 is never a last cut point with w_1 < 1, and token 2 never differs either. The first"
+                " difference is token 3 (--detail shows Z_1)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
@@ -4182,7 +4182,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
-    say("The last column only checks the program: the fit of"
+    say("The self-check column only checks the program: the fit of"
         f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. It checks only two:"
         f" {n_runs} runs are too few for the {VOCAB ** n} outcomes of {n} tokens. Above 0.001, the sampling loop"
         " agrees with the exact"
@@ -4534,18 +4534,24 @@ def demo19_tuning(**how):
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
         f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
         f" 1/{fewer[0]:.1f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
-        f" tokens, is {shape.kv_share[0]:.2f} the size of the target's. Small, the middling draft, reads"
-        f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2f} the target's. A draft's c, its pass's cost"
+        f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, reads"
+        f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2g} the target's. A draft's c, its pass's cost"
         " in target passes, counts both: here c comes from the bytes read, not the lesson's example value."
         f" Their rates in rounds of {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    say(f"Rates counted at k = {k_max}, as here, only approximate another k's." + (
-        f" Position 1's, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
+    starts = round_starts(TARGET, drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
+    say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in alphas])}: a round starts right after a bonus or a redraw, not at a"
-        " typical point of the target's text. The text is still the target's; only where rounds start is skewed,"
-        " and the skew depends on k (--detail shows how)." if shortcut else ""))
+        " typical point of the target's text." + (
+            f" Small's rounds start after '{name(starts.short)}', where its drafts pass most often"
+            f" ({starts.beta[starts.short]:.2f}), in {starts.start[starts.short]:.0%} of rounds, against"
+            f" {starts.text[starts.short]:.0%} of the target's text." if starts.most and rates[1][0] < alphas[1]
+            else "") +
+        " The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"
+        f" counted at k = {k_max}, as here, only approximate another k's (--detail shows how)." if shortcut else
+        f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts are checked with the text's last"
@@ -4569,10 +4575,12 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence: a pass scores B times each check, and past"
-            " the ridge every position costs time." + (
-                " Each sequence's KV cache adds bytes, so the ridge moves up with B, past demo 6's"
-                f" {shape.alone} positions (chapter 25 shows where)." if shape.ridge_each > 0 else ""))
+        say("As B grows the plan checks fewer positions per sequence: a pass scores B times a check's positions,"
+            " and past the ridge every position costs time." + (
+                " The ridge stays at"
+                f" {ridge():.1f} MACs a byte, but each sequence's KV cache adds bytes, so more positions fit under it"
+                f" as B grows: past demo 6's {shape.alone} for one sequence (chapter 25 shows where each check"
+                " crosses)." if shape.ridge_each > 0 else ""))
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4640,14 +4648,12 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
-        f" Big's c rises from {s.c[0]:.4f} to {s.c[1]:.4f} at B = {s.big_fit}, while small's rises only from"
-        f" {s.c_small[0]:.4f} to {max(s.c_small):.4f}." +
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer." +
         (f" With big beside the target only {s.big_fit} sequences fit in memory, so big runs only to B ="
-         f" {s.big_fit}."
-         if s.big_fit < max_batch else "")
-        if not s.big_runs
-        and s.c[1] > s.c[0] else "")
+         f" {s.big_fit}." if s.big_fit < max_batch else "") +
+        f" Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}, while small's rises only"
+        f" from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
+        if not s.big_runs and s.c[1] > s.c[0] else "")
     return [p for p in clauses if p]
 
 
@@ -4669,7 +4675,7 @@ def demo19_detail(result):
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
         " else the walk goes on under the kept one.",
         (f"A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
-         f" {s.kv_share[1]:.2f}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
+         f" {s.kv_share[1]:.2g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
         (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
          f" option at every B, so pricing every k from the rates at k = {k_max} costs nothing here.")

@@ -331,13 +331,14 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert all(o is None or o.drafter.name == "small" for _, _, o in result.buckets)
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
-            f" Big's c rises from {c[0]:.4f} to {c[1]:.4f} at B = {big_fit}, while small's rises only from"
-            f" {c_smalls[0]:.4f} to {c_small:.4f}.") in text
+            f" With big beside the target only {big_fit} sequences fit in memory, so big runs only to B = {big_fit}."
+            f" Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, while small's rises only from"
+            f" {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in text
     assert ("and its KV cache, the keys and values of its tokens, is 0.25 the size of the target's. Small, the middling"
-            f" draft, reads 1/125, and its KV cache is {kv_small:.2f} the target's. A draft's c, its pass's cost in"
+            f" draft, reads 1/125, and its KV cache is {kv_small:.2g} the target's. A draft's c, its pass's cost in"
             " target passes, counts both: here c comes from the bytes read, not the lesson's example value.") in text
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
-            f" {kv_small:.2f}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
+            f" {kv_small:.2g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (
@@ -370,9 +371,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
-    assert ("As B grows the plan checks fewer positions per sequence: a pass scores B times each check, and past the"
-            " ridge every position costs time. Each sequence's KV cache adds bytes, so the ridge moves up with B, past"
-            " demo 6's 295 positions (chapter 25 shows where).") in text
+    assert ("As B grows the plan checks fewer positions per sequence: a pass scores B times a check's positions, and"
+            " past the ridge every position costs time. The ridge stays at 147.6 MACs a byte, but each sequence's KV"
+            " cache adds bytes, so more positions fit under it as B grows: past demo 6's 295 for one sequence (chapter"
+            " 25 shows where each check crosses).") in text
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"
@@ -486,10 +488,20 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert "makes about 1 plus the first k rates in tokens per call. Two draft models of the target" in text
-    assert ("Rates counted at k = 8, as here, only approximate another k's. Position 1's,"
-            f" {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and {alphas[1]:.3f}: a round"
-            " starts right after a bonus or a redraw, not at a typical point of the target's text. The text is still"
-            " the target's; only where rounds start is skewed, and the skew depends on k (--detail shows how).") in text
+    # small's rounds start least often, against the text, after 'd', where its drafts pass most often: by hand, the
+    # share of rounds that start after each token is the stationary law of the round table's start -> last token
+    ends = sd.round_table(sd.TARGET, sd.MIDDLING, 8)
+    start, text_share = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET)
+    beta = [sum(q * sd.accept_prob(sd.TARGET[a], sd.MIDDLING[a], x) for x, q in enumerate(sd.MIDDLING[a]))
+            for a in range(sd.VOCAB)]
+    d = int(np.argmin(start - text_share))
+    assert d == int(np.argmax(beta)) == 3 and start[d] < text_share[d] and start @ beta == pytest.approx(first[1])
+    assert (f"Position 1's rates, {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and"
+            f" {alphas[1]:.3f}: a round starts right after a bonus or a redraw, not at a typical point of the target's"
+            f" text. Small's rounds start after 'd', where its drafts pass most often ({beta[d]:.2f}), in"
+            f" {start[d]:.0%} of rounds, against {text_share[d]:.0%} of the target's text. The text is still the"
+            " target's; only where rounds start is skewed. The skew depends on k, so rates counted at k = 8, as here,"
+            " only approximate another k's (--detail shows how).") in text
     assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"
             " 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k.")\
         in detail19

@@ -4371,7 +4371,7 @@ def demo18_lossy_cost():
     lossless = [r for r in first.rows if r[1] == "lossless"] + [
         next(r for r in first.rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT))]
     takeaway("a lossy verifier buys tokens per call with a distance from the target; price it against a"
-             " lossless verifier on the same draft first.",
+             " lossless verifier on the same draft model first.",
              {"every lossless setting is exact": all(r[2] is not None and r[2] < ROUNDING for r in lossless),
               "every rule's sample fits its exact distribution": not first.misfit})
     return SimpleNamespace(first=first)

@@ -1151,8 +1151,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "The exact TV walks every way a round can go, each stopping at its first rejection" +
-        (f", so it cannot model the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, which does not stop; only"
-         " the fit can catch it." if unseen else "."))
+        (f"; the {and_list(unseen)} bug{'s do' if len(unseen) > 1 else ' does'} not stop, so only the fit catches"
+         " it." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1758,9 +1758,9 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     say(f"A pass is memory-bound below {ridge():.1f} MACs per byte, the ridge point: {H100.flops / 2e12:.1f} trillion",
         f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f} MACs per byte,"
         " about one MAC per"
-        f" two-byte weight, so up to {free} positions",
+        f" two-byte weight, so up to {free} positions ({ridge():.1f} / {one:.2f})",
         "cost what one does: checking uses idle arithmetic.",
-        f"Past the ridge the time grows with the positions: {past[0][0]} cost {past[0][4] / t1:.2f} times one." if past
+        f"Past the ridge, {past[0][0]} positions cost {past[0][4] / t1:.2f} times one." if past
         else "")
     print()
     say("A server that decodes B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",

@@ -196,8 +196,8 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert ("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
             " output replaced.") in " ".join(text.split())
-    assert (" The exact TV walks every way a round can go, each stopping at its first rejection, so it cannot model the"
-            " continue bug, which does not stop; only the fit can catch it.") in " ".join(text.split())
+    assert (" The exact TV walks every way a round can go, each stopping at its first rejection; the continue bug does"
+            " not stop, so only the fit catches it.") in " ".join(text.split())
     assert rows["continue"][3] == "cannot see" and "continue 0.3933 < 1e-12 cannot see NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
     assert all(isinstance(rows[r][3], float) for r in rows if r != "continue")
@@ -485,8 +485,8 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     flat_text = " ".join(text.split())
     assert [r[0] for r in result.rows] == [1, 4, 16, 256, 512, 1024]
     free = int(sd.ridge() // result.rows[0][3])
-    assert f"One decoding step does 0.50 MACs per byte, about one MAC per two-byte weight, so up to {free} positions cost what one" \
-           " does" in " ".join(text.split())
+    assert (f"One decoding step does 0.50 MACs per byte, about one MAC per two-byte weight, so up to {free} positions"
+            f" (147.6 / 0.50) cost what one does") in " ".join(text.split()) and free == int(147.6 / 0.50)
     w = sd.weight_count(4096, 11008, 32, 32000)  # Llama-2-7B's weights, two bytes each
     assert result.rows[0][3] == pytest.approx(0.5, abs=0.01) and result.rows[0][1] * 1e9 == pytest.approx(w, rel=0.02)
     assert f"memory-bound below {sd.H100.flops / 2 / sd.H100.bandwidth:.1f} MACs per byte" in text
@@ -495,7 +495,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     for n, gmacs, gb, per_byte, t, bound in result.rows:
         assert str(bound) == ("memory" if n <= free else "compute") == ("memory" if per_byte < sd.ridge() else "compute")
         assert (abs(t / t1 - 1) < 1e-9) == (n <= free)
-    assert f"Past the ridge the time grows with the positions: 512 cost {result.rows[4][4] / t1:.2f} times one." in flat_text
+    assert f"Past the ridge, 512 positions cost {result.rows[4][4] / t1:.2f} times one." in flat_text
     # the first B (up to what fits) at which no k beats plain decoding at alpha = 0.7, by a scan
     fit = sd.sequences_that_fit(16)
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))

@@ -5139,9 +5139,9 @@ def greedy_parting(k=4, n_tokens=32, n=3):
     P, D = greedy_tables(weight=weight)
     prompts_ = list(range(24))
     rows = parting_rows(P, D, prompts_, k, n_tokens, n)
-    say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and an",
+    say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and a",
         "lossless verifier writes it unchanged. Two serving engines, TensorRT-LLM and vLLM, ship rules that",
-        "also keep a draft greedy decoding would not pick:")
+        "also keep drafts that greedy decoding would not pick:")
     print()
     for line in (
             "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads,",

@@ -1150,7 +1150,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         " never 0" +
         (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV walks every way a round can go, each stopping at its first rejection" +
+        "This program's exact TV enumerates only rounds that stop at their first rejection" +
         (f"; the {and_list(unseen)} bug{'s do' if len(unseen) > 1 else ' does'} not stop, so only the fit catches"
          " it." if unseen else "."))
     print()
@@ -1764,7 +1764,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         else "")
     print()
     say("A server that decodes B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",
-        "ridge. See chapter 19 and --detail.")
+        "ridge. See chapter 25, and rerun with --detail.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})

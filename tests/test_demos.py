@@ -196,7 +196,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert ("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
             " output replaced.") in " ".join(text.split())
-    assert (" The exact TV walks every way a round can go, each stopping at its first rejection; the continue bug does"
+    assert (" This program's exact TV enumerates only rounds that stop at their first rejection; the continue bug does"
             " not stop, so only the fit catches it.") in " ".join(text.split())
     assert rows["continue"][3] == "cannot see" and "continue 0.3933 < 1e-12 cannot see NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
@@ -501,7 +501,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
     assert ("A server that decodes B sequences at once scores B(k+1) positions a pass, so a large batch can cross the"
-            " ridge. See chapter 19 and --detail.") in flat_text
+            " ridge. See chapter 25, and rerun with --detail.") in flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert 2 * m5 / (one5 - w5) < sd.ridge() and sd.no_k_helps_from(0.7, 512) is None

@@ -5484,8 +5484,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ab = demo14_pairs(P2, Q2)[1]  # the drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
         " chapter 14) looks at the whole block of k drafts before it decides how many to keep. So a later draft can"
-        " save an earlier one" + (f": on the example below, of the drafts 'a' then 'b', token-wise checking keeps"
-                                  f" {ab[5]:.2g} on average and block verification both."
+        " save an earlier one" + (f". In chapter 14's example, below, when the draft proposes 'a' then 'b',"
+                                  f" token-wise checking keeps {ab[5]:.2g} of the two on average, and block"
+                                  " verification always keeps both."
                                   if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else ".")
         + " Its paper proves it keeps the most drafts on"
         " average of any lossless verifier that keeps some drafts and then draws one token. Could a verifier keep"
@@ -5496,9 +5497,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     print()
     say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. Keeping the drafts"
         " makes the two the same text. A text can be both with chance at most the smaller of its two probabilities."
-        " So drafts 1 to i are all kept at most the sum, over the texts x_1..x_i, of the smaller of their"
+        " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
         " probabilities under the target and the draft: 1 minus their TV. For one token, demo 1's rule keeps"
-        " exactly that much. And any count's average is the sum over i of the chance it reaches i. So the drafts a"
+        " exactly that much. And a count N's average is the sum over i of the chance that N >= i. So the drafts a"
         " round keeps average the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds"
         " each term.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
@@ -5512,7 +5513,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
           [(r[0], r[1], ninths(r[1])) for r in rows] + [("ideal", ideal, ninths(ideal))])
     print()
-    say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any exact"
+    say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
         f"Block verification keeps {ninths(rows[1][1])}, so no verifier of its kind reaches the ideal here. Whether"

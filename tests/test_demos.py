@@ -772,8 +772,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " test.") in flat(text)
     # the pair 'a' then 'b' by hand: token-wise keeps 'a' with p/q = 1/2 and then 'b' always (p/q = 2), 1/2 + 1/2;
     # the block keeps both (chapter 14's table)
-    assert ("of the drafts 'a' then 'b', token-wise checking keeps 1 on average and block verification"
-            " both.") in flat(text)
+    assert ("when the draft proposes 'a' then 'b', token-wise checking keeps 1 of the two on average, and block"
+            " verification always keeps both.") in flat(text)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
     assert result.gains[0][1] == pytest.approx(result.gains[0][2]) == pytest.approx(result.gains[0][3])
     assert "at every k (at k = 1 all three are equal: demo 1's rule reaches the ideal)," in flat(text)
@@ -808,7 +808,7 @@ def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):
     result, text = demo["24"]
     assert result.terms == pytest.approx([6 / 9, 6 / 9]) and result.ideal == pytest.approx(12 / 9)
     assert "A text can be both with chance at most the smaller of its two probabilities." in flat(text)
-    assert ("And any count's average is the sum over i of the chance it reaches i. So the drafts a round keeps average"
+    assert ("And a count N's average is the sum over i of the chance that N >= i. So the drafts a round keeps average"
             " the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds each"
             " term.") in flat(text)
 

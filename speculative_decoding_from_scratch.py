@@ -4800,18 +4800,20 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
-               f"per-batch schedule: at each B, k = {k} if that beats plain decoding on average over the workload,"
+               f"per-batch schedule: at each batch size B, the number of sequences a server decodes at once, k ="
+               f" {k} if that beats plain decoding on average over the workload,"
                " else plain decoding;"
                " decided once, in advance and knowing the workload;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold} over the last {window} rounds;",
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
-    say("The table prices each round as if on a short-context server, chosen because there a large batch crosses"
-        f" the ridge: demo 6's roofline at {BATCH_CONTEXT} tokens of context. There the lookup is free, and a"
-        f" verifying pass of {k + 1} positions costs",
-        " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".",
-        long_context_note(k, [len(prompt)]))
+    note = long_context_note(k, [len(prompt)], then=" There a check costs what a plain step does, so a switch would"
+                             " have nothing to save.")
+    say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
+        " crosses the ridge" + (" (why not at the prompt's length is said below)" if note else "") + ". There the"
+        f" lookup is free, and a verifying pass of {k + 1} positions costs",
+        " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -4829,11 +4831,17 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at every B shown, beyond"
         " the spread.",
         *[f"At B = {b}, it switches off at about character {at:.0f}{where}, and misses what follows."
-          if on[1 + 2 * i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves ({on[1 + 2 * i]:.2f}), so the schedule"
-          " does not speculate there at all." if on[1 + 2 * i] <= 1 else "" for i, b in enumerate(batches)],
+          if on[1 + 2 * i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
+          f" ({on[1 + 2 * i]:.2f}), so the schedule does not speculate there at all" + (
+              f"; off for good pays that cost until it switches off ({off[1 + 2 * i]:.2f})."
+              if on[1 + 2 * i] < off[1 + 2 * i] < 1 else ".") if on[1 + 2 * i] <= 1 else ""
+          for i, b in enumerate(batches)],
         "Adaptive k moves k by what passed, not by what a pass costs: at B = "
         + " and ".join(str(b) for i, b in enumerate(batches) if rows[3][1 + 2 * i] < 1)
         + " it is slower than plain decoding too." if any(rows[3][1 + 2 * i] < 1 for i in range(len(batches))) else "")
+    if note:
+        print()
+        say(f"Why {BATCH_CONTEXT} tokens of context? {note}")
     takeaway("a switch that turns speculation off for good can lose what a per-batch schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses})
     return SimpleNamespace(rows=rows, loses=loses)

@@ -528,6 +528,9 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
     assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
     assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
+    off = rows["off for good below 0.3"]
+    assert on[3] < off[3] < 1 and (f"so the schedule does not speculate there at all; off for good pays that cost until"
+                                   f" it switches off ({off[3]:.2f}).") in text
     assert (adaptive[3] < 1) == ("Adaptive k moves k by what passed, not by what a pass costs: at B = 256 it is"
                                  " slower than plain decoding too." in text)
 
@@ -547,8 +550,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert lengths[0] == min(lengths) and fits[0] == max(fits) and 100 < intensity < sd.ridge()
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
-        assert (("The table prices each round as if on a short-context server, chosen because there a large batch"
-                 " crosses the ridge" in text) == (chapter == "20") and
+        assert (("The table prices each round on demo 6's roofline at 16 tokens of context, where a large batch"
+                 " crosses the ridge (why not at the prompt's length is said below)." in text) == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs what one position"
                 " does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \
             chapter
@@ -565,6 +568,10 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
             " call at 16 tokens of context and B = 256. Then the pass of 1,536 positions is compute-bound and costs"
             f" {sd.verify_cost(5, 256):.2f} plain passes, one-position passes over the same 256 sequences.") in text
     assert "at every batch that fits in the H100 SXM's 80 GB. There the speedup is the tokens per call." in text
+    text = " ".join(section(in_process[1], "20").split())
+    assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions costs what one"
+            " position does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB. There a check costs"
+            " what a plain step does, so a switch would have nothing to save.") in text
 
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):

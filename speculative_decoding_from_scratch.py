@@ -4897,11 +4897,13 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
         "at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x, and the",
         "target keeps it with chance p_T(x). That is demo 1's rule with q all on x; after a rejection it draws from",
-        "p_T with x removed. The middling draft and a good one",
-        f"(blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}. Fit: for each way of drafting, {n_rounds}",
-        "rounds of text, each (previous, next) token pair counted, one test per row of the tempered target, pooled"
-        " into one p-value. Exact TV: the larger of the two ways' (sampled and greedy),"
-        f" over the first {n_exact} tokens after '{name(0)}':")
+        "p_T with x removed." + (" At T = 0 the two ways are one: a sampled draft is its likeliest token too."
+                                 if all(r[2] == r[3] for r in rows if r[1] == 0 and r[2] is not None) else ""))
+    print()
+    say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}. Fit: for"
+        f" each way of drafting, {n_rounds} rounds of text, each (previous, next) token pair counted, one test per row"
+        " of the tempered target, pooled into one p-value. Exact TV: of the first"
+        f" {n_exact} tokens after '{name(0)}', the larger of the sampled and the greedy way's:")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
            ("greedy", 8, ".2f"), ("sampled", 9, p_text), ("greedy", 8, p_text), ("exact TV", 9, exact_text)],

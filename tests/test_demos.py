@@ -304,6 +304,9 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert ("A draft whose likeliest token always matches the target's starts at alpha = 1, so heating it can only"
             " lower alpha. These two start lower, and heating raised theirs.") in " ".join(text.split())
     assert "Every row emits its tempered target by both checks." in text
+    # at T = 0 the tempered draft is one-hot on its argmax, so the two ways draft alike: their rows are one
+    assert all(r[2:4] == (r[2],) * 2 and r[4] == r[5] for r in result.temperatures if r[1] == 0) and (
+        "At T = 0 the two ways are one: a sampled draft is its likeliest token too.") in " ".join(text.split())
     zero = [r[0] for r in result.temperatures if r[1] == 0 and r[2] == 0]
     assert zero == ["middling"] and "At T = 0 the middling draft's likeliest token is never the target's." in text
     ends = {}

@@ -4898,7 +4898,8 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
         "at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x, and the",
         "target keeps it with chance p_T(x). That is demo 1's rule with q all on x; after a rejection it draws from",
         "p_T with x removed." + (" At T = 0 the two ways are one: a sampled draft is its likeliest token too."
-                                 if all(r[2] == r[3] for r in rows if r[1] == 0 and r[2] is not None) else ""))
+                                 if all(r[2] == r[3] for r in rows if r[1] == 0 and r[2] is not None)
+                                 and (temper(MIDDLING, 0).argmax(axis=1) == MIDDLING.argmax(axis=1)).all() else ""))
     print()
     say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}. Fit: for"
         f" each way of drafting, {n_rounds} rounds of text, each (previous, next) token pair counted, one test per row"

@@ -321,6 +321,16 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert all(sampled[d, 1] > sampled[d, 0] for d in ("middling", "blend 0.9"))
 
 
+def test_chapter21_says_its_two_ways_are_one_at_t0_only_while_temper_takes_the_argmax(capsys):
+    # a reader's edit of temper to argmin: both ways still draft alike at T = 0, but not the likeliest token
+    argmin = {"argmin": [("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
+                          "return one_hot(table.argmin(axis=-1), table.shape[-1])")]}
+    bad = sd.bugged("argmin", argmin)
+    bad.demo21_temperature(n_rounds=20, n_greedy=50)
+    said = flat(capsys.readouterr().out)
+    assert "NOT a plain argmax loop's" in said and "the two ways are one" not in said
+
+
 def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo):
     # greedy drafting: the draft proposes argmax q, kept with chance p_T(argmax q), so alpha is
     # the stationary average of p_T at the draft's argmax, with no call to the rule

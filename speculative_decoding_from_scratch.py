@@ -2143,8 +2143,8 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " demo 1. If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn"
         " from the last residual and the round ends. The bug no_update skips the update. The children are drawn"
         " from q independently, or as distinct"
-        " tokens: each from q without its elder siblings, renormalised. A distinct child is judged against the q it"
-        " was drawn from, that renormalised row."
+        " tokens, sampled without replacement: each from q with its elder siblings removed, renormalised. A distinct"
+        " child is judged against the q it was drawn from, that renormalised row."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
         f"Each way runs {n_runs:,} times, recording the first two tokens after '{name(ctx)}', as in demo 2. Consistent"
         " means the fit finds no difference from the target (a tree has no exact check here):")
@@ -2744,7 +2744,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     say(f"The per-position rates pick the true best k at {picks['--per-position']} of {n} costs, with no model.",
         f"Through eq. 1 the mean acceptance length does at {picks['--mean-acceptance-length']} of {n}, the draft",
         f"acceptance rate at {picks['--draft-acceptance-rate']} of {n}. Taken as alpha, the rate picks it at",
-        f"{picks['the rate taken as alpha']} of {n}: it counts drafts after a rejection, never checked.")
+        f"{picks['the rate taken as alpha']} of {n}: it also counts the drafts after a round's first rejection,"
+        " which the target never judged" + (f", so it reads low ({R:.3f} against {a_R:.3f})." if R < a_R else "."))
     takeaway("pick k from per-position rates or the mean acceptance length, never the draft acceptance"
              " rate as alpha.", {"per-position rates pick the true best k at every cost": picks['--per-position'] == n,
                                  "the mean acceptance length picks it at every cost":

@@ -1947,7 +1947,7 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
     print()
     rows = [("1. the world's text", "cross-entropy", cross_entropy(S_text, fit), fit),
             ("2. the target's distributions", "KL(p||q)", cross_entropy(S_target, kd) - cross_entropy(S_target, P), kd),
-            ("3. alpha itself, from 2", "1 - alpha", 1 - pair_alpha(P, tv), tv),
+            ("3. alpha, starting from 2", "1 - alpha", 1 - pair_alpha(P, tv), tv),
             ("the world's own full table", "", None, world)]
     table([("draft trained on", 30, "<"), ("objective", 14, ">14"), ("value", 7, ".3f"), ("alpha", 7, ".3f"),
            ("tokens/call", 13, ".2f"), (f"speedup\nc = {c:g}", 9, ".2f")],

@@ -3687,7 +3687,7 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
-    "h_i": "each position flips a coin to be a cut point, where the block may end. An earlier position i is a"
+    "h_i": "each position flips a coin to be a cut point, where the block may end. A position i < k is a"
            " cut point with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula, taken as given; 0 when Z_i ="
            " 0. Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after x_1..x_i: what the"
            " target still wants there that the draft does not offer. The last, position k, is a cut point with"
@@ -3776,7 +3776,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
                 " match. The two rules differ only when the last cut point i has w_i < 1, at token i + 1. Token 1"
-                f" never differs, as w_0 = 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1, so h_1 = 0 there:"
+                f" never differs, as w_0 = 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1 (in the row after"
+                " each such x_1, w_1 p <= q at every token), so h_1 = 0 there:"
                 " position 1 is never a last cut point with w_1 < 1, and token 2 never differs either. The first"
                 " difference is token 3 (--detail shows Z_1)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
@@ -4546,8 +4547,8 @@ def demo19_tuning(**how):
     say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in alphas])}: a round starts right after a bonus or a redraw, not at a"
         " typical point of the target's text." + (
-            f" Small's rounds start after '{name(starts.short)}', where its drafts pass most often"
-            f" ({starts.beta[starts.short]:.2f}), in {starts.start[starts.short]:.0%} of rounds, against"
+            f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
+            f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
             f" {starts.text[starts.short]:.0%} of the target's text." if starts.most and rates[1][0] < alphas[1]
             else "") +
         " The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"
@@ -4578,10 +4579,10 @@ def demo19_tuning(**how):
         print()
         say("As B grows the plan checks fewer positions per sequence: a pass scores B times a check's positions,"
             " and past the ridge every position costs time." + (
-                " The ridge stays at"
-                f" {ridge():.1f} MACs a byte, but each sequence's KV cache adds bytes, so more positions fit under it"
-                f" as B grows: past demo 6's {shape.alone} for one sequence (chapter 25 shows where each check"
-                " crosses)." if shape.ridge_each > 0 else ""))
+                f" The ridge stays at {ridge():.1f} MACs a byte, but each sequence's KV cache adds bytes. So a pass"
+                f" holds more positions under it as B grows, past demo 6's {shape.alone} for one sequence, but more"
+                " slowly than B: each sequence's share falls (chapter 25 shows where each check crosses)."
+                if shape.ridge_each > 0 else ""))
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

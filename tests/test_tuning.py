@@ -373,8 +373,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     assert ("As B grows the plan checks fewer positions per sequence: a pass scores B times a check's positions, and"
             " past the ridge every position costs time. The ridge stays at 147.6 MACs a byte, but each sequence's KV"
-            " cache adds bytes, so more positions fit under it as B grows: past demo 6's 295 for one sequence (chapter"
-            " 25 shows where each check crosses).") in text
+            " cache adds bytes. So a pass holds more positions under it as B grows, past demo 6's 295 for one"
+            " sequence, but more slowly than B: each sequence's share falls (chapter 25 shows where each check"
+            " crosses).") in text
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"
@@ -498,8 +499,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert d == int(np.argmax(beta)) == 3 and start[d] < text_share[d] and start @ beta == pytest.approx(first[1])
     assert (f"Position 1's rates, {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and"
             f" {alphas[1]:.3f}: a round starts right after a bonus or a redraw, not at a typical point of the target's"
-            f" text. Small's rounds start after 'd', where its drafts pass most often ({beta[d]:.2f}), in"
-            f" {start[d]:.0%} of rounds, against {text_share[d]:.0%} of the target's text. The text is still the"
+            f" text. Only {start[d]:.0%} of small's rounds start after 'd', where its drafts pass most often"
+            f" ({beta[d]:.2f}), though 'd' is {text_share[d]:.0%} of the target's text. The text is still the"
             " target's; only where rounds start is skewed. The skew depends on k, so rates counted at k = 8, as here,"
             " only approximate another k's (--detail shows how).") in text
     assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"

@@ -4806,16 +4806,21 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f" {k} if that beats plain decoding on average over the workload,"
                " else plain decoding;"
                " decided once, in advance and knowing the workload;",
-               f"off for good: TensorRT-LLM's switch, at a threshold of {threshold} over the last {window} rounds;",
+               f"off for good: TensorRT-LLM's switch, at a threshold of {threshold} over the last {window} rounds."
+               " A round's accepted share is its kept drafts over its proposed drafts; rounds that propose none are"
+               " skipped;",
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
     note = long_context_note(k, [len(prompt)], then=" There a check costs what a plain step does, so a switch would"
                              " have nothing to save.")
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
-        " crosses the ridge" + (" (why not at the prompt's length is said below)" if note else "") + ". There the"
+        " crosses the ridge. There the"
         f" lookup is free, and a verifying pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".")
+    if note:
+        print()
+        say(f"Why {BATCH_CONTEXT} tokens of context? {note}")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -4841,9 +4846,6 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         "Adaptive k moves k by what passed, not by what a pass costs: at B = "
         + " and ".join(str(b) for i, b in enumerate(batches) if rows[3][1 + 2 * i] < 1)
         + " it is slower than plain decoding too." if any(rows[3][1 + 2 * i] < 1 for i in range(len(batches))) else "")
-    if note:
-        print()
-        say(f"Why {BATCH_CONTEXT} tokens of context? {note}")
     takeaway("a switch that turns speculation off for good can lose what a per-batch schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses})
     return SimpleNamespace(rows=rows, loses=loses)

@@ -529,6 +529,8 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
     assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
     assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
+    assert ("A round's accepted share is its kept drafts over its proposed drafts; rounds that propose none are"
+            " skipped;") in text
     off = rows["off for good below 0.3"]
     assert on[3] < off[3] < 1 and (f"so the schedule does not speculate there at all; off for good pays that cost until"
                                    f" it switches off ({off[3]:.2f}).") in text
@@ -552,7 +554,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
         assert (("The table prices each round on demo 6's roofline at 16 tokens of context, where a large batch"
-                 " crosses the ridge (why not at the prompt's length is said below)." in text) == (chapter == "20") and
+                 " crosses the ridge. There the lookup is free" in text) == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs what one position"
                 " does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \
             chapter

@@ -3453,10 +3453,9 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
 
 
-BLOCK_RULE = ("Token-wise verification stops at the first rejected draft. Block verification (Sun et al.,"
-              " ICLR 2025) looks at the whole block of k drafts x_1..x_k before it decides how many to keep. Its paper"
-              " proves these steps keep the target's distribution, and keep the most drafts on average of any lossless"
-              " verifier (one whose output is the target's) that keeps some drafts and then draws one token:")
+BLOCK_RULE = ("How? By these steps, which its paper proves keep the target's distribution and the most drafts on"
+              " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
+              " draws one token:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(x) - q(x)) over every token x of the vocabulary, with p and q the rows after"
@@ -3472,7 +3471,7 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
 
 
 def say_block_rule():
-    """BLOCK_RULE and its steps, numbered, as chapter 14 opens."""
+    """BLOCK_RULE and its steps, numbered, as chapter 14 gives them."""
     say(BLOCK_RULE)
     say_items(BLOCK_STEPS, numbered=True)
     print()
@@ -3480,8 +3479,8 @@ def say_block_rule():
 
 def demo14_block_gain(n_rounds=500):
     """Chapter 14: the paper's example, pair by pair: where judging the block gains."""
-    say_block_rule()
-    say("Chapters 9 and 15 check these steps against the target. What does block verification gain?")
+    say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025)"
+        " looks at the whole block of k drafts x_1..x_k before it decides how many to keep. What does that gain?")
     P2, Q2 = PAPER_EXAMPLE
     rows = example_kept(n_rounds)
     print()
@@ -3498,7 +3497,10 @@ def demo14_block_gain(n_rounds=500):
         f" {'' if tv < ROUNDING else 'NOT '}the target's:"
         f" exact TV {exact_text(tv)}.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking." if gap > 1e-12 else
-        f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
+        f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.")
+    print()
+    say_block_rule()
+    say("Chapters 9 and 15 check these steps against the target.",
         "Where does the block gain? Each pair of drafts, its chance under q, the block's steps there (step 1's"
         " weights, step 3's h_1), the drafts each verifier keeps on average, and the block's gain weighted by the"
         " pair's chance:")

@@ -755,9 +755,12 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     _, text = demo["14"]
     assert ("Block verification's output here, its first 3 tokens (the most one round of 2 drafts emits), is the"
             " target's: exact TV < 1e-9.") in flat(text)
-    assert ("Its paper proves these steps keep the target's distribution, and keep the most drafts on average of any"
-            " lossless verifier (one whose output is the target's) that keeps some drafts and then draws one"
-            " token:") in text
+    assert ("How? By these steps, which its paper proves keep the target's distribution and the most drafts on"
+            " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
+            " draws one token:") in text
+    # the example and its gain come first, then the steps that make it
+    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? By these steps") < text.index(
+        "Where does the block gain?")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01

@@ -3689,11 +3689,10 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
-    "h_i": "each position flips a coin to be a cut point, where the block may end. A position i < k is a"
-           " cut point with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula, taken as given; 0 when Z_i ="
-           " 0. Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after x_1..x_i: what the"
-           " target still wants there that the draft does not offer. The last, position k, is a cut point with"
-           " chance w_k",
+    "h_i": "each position flips a coin to be a cut point, where the block may end: the last, position k, with"
+           " chance w_k; a position i < k with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula, taken as"
+           " given (0 when Z_i = 0). Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after"
+           " x_1..x_i: what the target still wants there that the draft does not offer",
     "next token": "i is the last cut point, or 0 if there is none. The block keeps x_1..x_i, even if a weight"
                   " before i fell below 1. It draws the next token from max(0, w_i p - q), normalised, or from p"
                   " if i = k"}

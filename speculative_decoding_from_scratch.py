@@ -4550,8 +4550,12 @@ def demo19_tuning(**how):
         " typical point of the target's text." + (
             f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
             f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
-            f" {starts.text[starts.short]:.0%} of the target's text." if starts.most and rates[1][0] < alphas[1]
-            else "") +
+            f" {starts.text[starts.short]:.0%} of the target's text." + (
+                " Most rounds end on a redraw from the residual, and after"
+                f" {and_list([repr(name(c)) for c in starts.overs])} the draft over-proposes '{name(starts.short)}', so a"
+                " redraw there never gives it."
+                if starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5 else "")
+            if starts.most and rates[1][0] < alphas[1] else "") +
         " The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"
         f" counted at k = {k_max}, as here, only approximate another k's (--detail shows how)." if shortcut else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
@@ -4578,12 +4582,18 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
+        # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
+        switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
         say("As B grows the plan checks fewer positions per sequence: a pass scores B times a check's positions,"
             " and past the ridge every position costs time." + (
                 f" The ridge stays at {ridge():.1f} MACs a byte, but each sequence's KV cache adds bytes. So a pass"
                 f" holds more positions under it as B grows, past demo 6's {shape.alone} for one sequence, but more"
-                " slowly than B: each sequence's share falls (chapter 25 shows where each check crosses)."
-                if shape.ridge_each > 0 else ""))
+                " slowly than B: each sequence's share falls." if shape.ridge_each > 0 else "") + (
+                " The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ";"
+                f" the plan drops them at B = {and_list([str(left) for _, _, left in switches])}, as just past the"
+                " ridge a check costs only a little more (chapter 25)."
+                if switches and all(b is not None and b < left for _, b, left in switches) else
+                " Chapter 25 shows where each check crosses it."))
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

@@ -4552,8 +4552,8 @@ def demo19_tuning(**how):
             f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
             f" {starts.text[starts.short]:.0%} of the target's text." + (
                 " Most rounds end on a redraw from the residual, and after"
-                f" {and_list([repr(name(c)) for c in starts.overs])} the draft over-proposes '{name(starts.short)}', so a"
-                " redraw there never gives it."
+                f" {and_list([repr(name(c)) for c in starts.overs])} the draft over-proposes"
+                f" '{name(starts.short)}', so a redraw there never gives it."
                 if starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5 else "")
             if starts.most and rates[1][0] < alphas[1] else "") +
         " The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"

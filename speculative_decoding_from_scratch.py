@@ -1424,8 +1424,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
         exact = exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds for each k" +
-        (f" (k = {LESSON_K}: demo 3's run)." if n_rounds == LESSON_RUN["n_rounds"] else "."))
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds for each k.")
     print()
     table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("  bars: exact", 26, "<")],
@@ -5821,10 +5820,10 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   blend   a draft made of w times the target plus (1 - w) times an
           unrelated table; the middling draft is w = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call that scores all k+1 positions,
-          as when it reads a prompt, for about the cost of one (demo 6
-          shows why); if all k pass, position k+1 gives a bonus token,
-          drawn from p
+  round   k drafts, then one target call that gives p at all k+1
+          positions at once, as when it reads a prompt, for about the
+          cost of one (demo 6 shows why); if all k pass, position k+1
+          gives a bonus token, drawn from p
   alpha   the chance a draft is accepted, averaged over the contexts of
           the target's own text
   c       one draft call's cost, in target calls; "per call" always

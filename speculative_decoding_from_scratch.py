@@ -3775,7 +3775,7 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. The two rules differ only when the last cut point i has w_i < 1, at token i + 1. Token 1"
+                " match. The two rules differ only when the last cut point i < k has w_i < 1, at token i + 1. Token 1"
                 f" never differs, as w_0 = 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1 (in the row after"
                 " each such x_1, w_1 p <= q at every token), so h_1 = 0 there:"
                 " position 1 is never a last cut point with w_1 < 1, and token 2 never differs either. The first"
@@ -4552,7 +4552,7 @@ def demo19_tuning(**how):
             f" {starts.text[starts.short]:.0%} of the target's text." + (
                 " Most rounds end on a redraw from the residual, and after"
                 f" {and_list([repr(name(c)) for c in starts.overs])} the draft over-proposes"
-                f" '{name(starts.short)}', so a redraw there never gives it."
+                f" '{name(starts.short)}': the residual, and so a redraw, never gives '{name(starts.short)}' there."
                 if starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5 else "")
             if starts.most and rates[1][0] < alphas[1] else "") +
         " The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"
@@ -4587,7 +4587,8 @@ def demo19_tuning(**how):
             " and past the ridge every position costs time." + (
                 f" The ridge stays at {ridge():.1f} MACs a byte, but each sequence's KV cache adds bytes. So a pass"
                 f" holds more positions under it as B grows, past demo 6's {shape.alone} for one sequence, but more"
-                " slowly than B: each sequence's share falls." if shape.ridge_each > 0 else "") + (
+                " slowly than B, as a pass reads the weights once for all B sequences but each one's KV cache"
+                " apart: each sequence's share falls." if shape.ridge_each > 0 else "") + (
                 " The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ";"
                 f" the plan drops them at B = {and_list([str(left) for _, _, left in switches])}, as just past the"
                 " ridge a check costs only a little more (chapter 25)."

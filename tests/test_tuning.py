@@ -374,7 +374,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert ("As B grows the plan checks fewer positions per sequence: a pass scores B times a check's positions, and"
             " past the ridge every position costs time. The ridge stays at 147.6 MACs a byte, but each sequence's KV"
             " cache adds bytes. So a pass holds more positions under it as B grows, past demo 6's 295 for one"
-            f" sequence, but more slowly than B: each sequence's share falls. The checks cross the ridge at B = 32"
+            " sequence, but more slowly than B, as a pass reads the weights once for all B sequences but each one's KV"
+            f" cache apart: each sequence's share falls. The checks cross the ridge at B = 32"
             f" (tree 2x3, 15), B = {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7); the plan drops them at B ="
             f" {result.buckets[0][1] + 1}, {ends[8] + 1} and {ends[7] + 1}, as just past the ridge a check costs only a"
             " little more (chapter 25).") in text
@@ -508,8 +509,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             f" {alphas[1]:.3f}: a round starts right after a bonus or a redraw, not at a typical point of the target's"
             f" text. Only {start[d]:.0%} of small's rounds start after 'd', where its drafts pass most often"
             f" ({beta[d]:.2f}), though 'd' is {text_share[d]:.0%} of the target's text. Most rounds end on a redraw"
-            " from the residual, and after 'a', 'c' and 'd' the draft over-proposes 'd', so a redraw there never gives"
-            " it. The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"
+            " from the residual, and after 'a', 'c' and 'd' the draft over-proposes 'd': the residual, and so a redraw,"
+            " never gives 'd' there. The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"
             " counted at k = 8, as here, only approximate another k's (--detail shows how).") in text
     assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"
             " 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k.")\

@@ -510,8 +510,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             f" text. Only {start[d]:.0%} of small's rounds start after 'd', where its drafts pass most often"
             f" ({beta[d]:.2f}), though 'd' is {text_share[d]:.0%} of the target's text. Most rounds end on a redraw"
             " from the residual, and after 'a', 'c' and 'd' the draft over-proposes 'd': the residual, and so a redraw,"
-            " never gives 'd' there. The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"
-            " counted at k = 8, as here, only approximate another k's (--detail shows how).") in text
+            " never gives 'd' there. The text is still the target's; only where rounds start is skewed. The skew"
+            " depends on k, so rates counted at k = 8, as here, only approximate another k's (--detail shows how).")\
+        in text
     assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"
             " 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k.")\
         in detail19

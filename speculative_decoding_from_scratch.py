@@ -5818,8 +5818,8 @@ LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the tar
 checks them in one call. A rejection rule keeps the output exactly the
 target's (Leviathan, Kalman & Matias 2023: "the paper").
   table   a model: row x is the next-token distribution after token x (a..f)
-  blend   a draft made of w times the target plus (1 - w) times an
-          unrelated table; the middling draft is w = {MIDDLING_WEIGHT:g}
+  blend   a draft made of m times the target plus (1 - m) times an
+          unrelated table; the middling draft is m = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call that gives p at all k+1
           positions at once, as when it reads a prompt, for about the

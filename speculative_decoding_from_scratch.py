@@ -3692,15 +3692,15 @@ BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its 
            " chance w_k; a position i < k with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula, taken as"
            " given (0 when Z_i = 0). Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after"
            " x_1..x_i: what the target still wants there that the draft does not offer",
-    "next token": "i is the last cut point, or 0 if there is none. The block keeps x_1..x_i, even if a weight"
+    "next token": "let i be the last cut point, or 0 if there is none. The block keeps x_1..x_i, even if a weight"
                   " before i fell below 1. It draws the next token from max(0, w_i p - q), normalised, or from p"
                   " if i = k"}
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
-               "cumulative": "h_i: makes an earlier position i a cut point with chance w_i, not h_i",
+               "cumulative": "h_i: makes a position i < k a cut point with chance w_i, not h_i",
                "vllm-ascend, PyTorch": "h_i: cut at i if min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >="
-                                       " u_1 * ... * u_i, one fresh uniform per position. The right side shrinks"
-                                       " fast, so later positions become cut points too easily. Next token: as"
-                                       " tokenwise_residual",
+                                       " u_1 * ... * u_i, one fresh uniform per position. The right side"
+                                       " averages 1/2^i, so later positions become cut points easily. Next"
+                                       " token: as tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 

@@ -4187,8 +4187,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("The self-check column only checks the program: the fit of"
         f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. It checks only two:"
         f" {n_runs} runs are too few for the {VOCAB ** n} outcomes of {n} tokens. Above 0.001, the sampling loop"
-        " agrees with the exact"
-        " computation.")
+        " agrees with the exact computation. The last column marks a lossy setting dominated when a lossless"
+        " verifier makes at least as many tokens per call at no distance.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("self-check", 12, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
@@ -4205,9 +4205,7 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
         one_hot_words(rows),
         f"At ({setting_text(SGLANG_EXACT)}) SGLang's rule is the one-hot rule: exact TV " + exact_text(
             next(r[2] for r in rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT))) + ".",
-        "A lossy setting is dominated when a lossless verifier makes at least as many tokens per call at no"
-        " distance:"
-        f" here {next(r[0] for r in rows if r[1] == 'lossless' and r[3] == best)}, {best:.2f}." if dominated
+        "" if dominated
         else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
         *[f"Typical's defaults ({r[1]}) make {r[3]:.2f} tokens per call,"
           f" {r[3] / best - 1:.0%} {'more' if r[3] > best else 'fewer'} than"

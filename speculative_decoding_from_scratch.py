@@ -4543,18 +4543,13 @@ def demo19_tuning(**how):
     print()
     starts = round_starts(TARGET, drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
-        f" {and_list([f'{a:.3f}' for a in alphas])}: a round starts right after a bonus or a redraw, not at a"
-        " typical point of the target's text." + (
-            f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
-            f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
-            f" {starts.text[starts.short]:.0%} of the target's text." + (
-                " Most rounds end on a redraw from the residual, and after"
-                f" {and_list([repr(name(c)) for c in starts.overs])} the draft over-proposes"
-                f" '{name(starts.short)}': the residual, and so a redraw, never gives '{name(starts.short)}' there."
-                if starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5 else "")
-            if starts.most and rates[1][0] < alphas[1] else "") +
-        " The text is still the target's; only where rounds start is skewed. The skew depends on k, so rates"
-        f" counted at k = {k_max}, as here, only approximate another k's (--detail shows how)." if shortcut else
+        f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts right after a bonus or a redraw, not at a"
+        " typical point of the target's text" + (
+            ". A redraw comes from the residual, tokens the draft under-proposes, so small's rounds start least often"
+            " where its drafts pass most (--detail shows where)."
+            if starts.under_only and starts.most and rates[1][0] < alphas[1] else " (--detail shows where).") +
+        f" Where rounds start depends on k, so rates counted at k = {k_max}, as here, only approximate another k's."
+        if shortcut else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4579,19 +4574,11 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        # each planned check but the last that a shorter one follows: where it crosses, and where the plan leaves it
-        switches = [(how, b, hi + 1) for (how, n, b, hi), after in zip(shape.checks, shape.checks[1:]) if after[1] < n]
-        say("As B grows the plan checks fewer positions per sequence: a pass scores B times a check's positions,"
-            " and past the ridge every position costs time." + (
-                f" The ridge stays at {ridge():.1f} MACs a byte, but each sequence's KV cache adds bytes. So a pass"
-                f" holds more positions under it as B grows, past demo 6's {shape.alone} for one sequence, but more"
-                " slowly than B, as a pass reads the weights once for all B sequences but each one's KV cache"
-                " apart: each sequence's share falls." if shape.ridge_each > 0 else "") + (
-                " The checks cross the ridge at " + and_list([f"B = {b} ({how})" for how, b, _ in switches]) + ";"
-                f" the plan drops them at B = {and_list([str(left) for _, _, left in switches])}, as just past the"
-                " ridge a check costs only a little more (chapter 25)."
-                if switches and all(b is not None and b < left for _, b, left in switches) else
-                " Chapter 25 shows where each check crosses it."))
+        say("As B grows the plan checks fewer positions per sequence. The weights, read once for the whole batch,"
+            f" pay for about {shape.ridge_base:.0f} positions under the ridge, shared by the B sequences; each"
+            f" sequence's own KV cache pays for about {shape.ridge_each:.1f} more. So each sequence's share, about"
+            f" {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f}, falls. Chapter 25 shows where each check crosses"
+            " it.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4602,8 +4589,7 @@ def demo19_tuning(**how):
     say("An exhaustive search, pricing every option at each B alone from exact tokens per call at each k, beats"
         f" the plan by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
         (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else
-         f". Of that, {untolerant.worst:.2%} comes from pricing every k from the k = {k_max} rates, and the rest"
-         f" from its {tol:.1%} margin." if 0 < untolerant.worst < check.worst else "."))
+         " (--detail says where that comes from)." if 0 < untolerant.worst < check.worst else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4675,9 +4661,18 @@ def demo19_detail(result):
     shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
+    starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     paragraphs = [
         "Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo 3),"
-        " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k."
+        " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k." +
+        (f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
+         f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
+         f" {starts.text[starts.short]:.0%} of the target's text." + (
+             " Most rounds end on a redraw from the residual, and after"
+             f" {and_list([repr(name(c)) for c in starts.overs])} the draft over-proposes"
+             f" '{name(starts.short)}': the residual, and so a redraw, never gives '{name(starts.short)}' there."
+             if starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5 else "")
+         if starts.most and rates[1][0] < result.alphas[1] else "") +
         " Position 1's rate is"
         f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
         f" at k = {k_max} only approximate another k's." if result.shortcut else "",
@@ -4690,7 +4685,9 @@ def demo19_detail(result):
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
         (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
          f" option at every B, so pricing every k from the rates at k = {k_max} costs nothing here.")
-        if check.worst > 0 and untolerant.worst == 0 else ""]
+        if check.worst > 0 and untolerant.worst == 0 else
+        (f"Of the search's {check.worst:.2%}, {untolerant.worst:.2%} comes from pricing every k from the k = {k_max}"
+         f" rates, and the rest from the plan's {tol:.1%} margin.") if 0 < untolerant.worst < check.worst else ""]
     for paragraph in paragraphs:
         if paragraph:
             print()

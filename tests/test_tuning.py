@@ -228,8 +228,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # here the rates' shortcut costs a little too, so the gap is not put down to the margin alone
     assert result.check.worst > 0.005 and untolerant > 0
     assert ("An exhaustive search, pricing every option at each B alone from exact tokens per call at each k, beats"
-            f" the plan by at most {result.check.worst:.2%}. Of that, {untolerant:.2%} comes from pricing every k from"
-            " the k = 8 rates, and the rest from its 0.5% margin.") in text
+            f" the plan by at most {result.check.worst:.2%} (--detail says where that comes from).") in text
+    assert (f"Of the search's {result.check.worst:.2%}, {untolerant:.2%} comes from pricing every k from the k = 8"
+            " rates, and the rest from the plan's 0.5% margin.") in detail19
     assert "is the margin's" not in detail19
 
 
@@ -371,14 +372,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
-    assert ("As B grows the plan checks fewer positions per sequence: a pass scores B times a check's positions, and"
-            " past the ridge every position costs time. The ridge stays at 147.6 MACs a byte, but each sequence's KV"
-            " cache adds bytes. So a pass holds more positions under it as B grows, past demo 6's 295 for one"
-            " sequence, but more slowly than B, as a pass reads the weights once for all B sequences but each one's KV"
-            f" cache apart: each sequence's share falls. The checks cross the ridge at B = 32"
-            f" (tree 2x3, 15), B = {crossings[0]} (k = 8) and B = {crossings[1]} (k = 7); the plan drops them at B ="
-            f" {result.buckets[0][1] + 1}, {ends[8] + 1} and {ends[7] + 1}, as just past the ridge a check costs only a"
-            " little more (chapter 25).") in text
+    assert ("As B grows the plan checks fewer positions per sequence. The weights, read once for the whole batch, pay"
+            f" for about {base:.0f} positions under the ridge, shared by the B sequences; each sequence's own KV cache"
+            f" pays for about {each:.1f} more. So each sequence's share, about {base:.0f} / B + {each:.1f}, falls."
+            " Chapter 25 shows where each check crosses it.") in text
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"
@@ -506,13 +503,16 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert ends[:, :8].sum(axis=(1, 2)) @ start > 0.5
     assert d == int(np.argmax(beta)) == 3 and start[d] < text_share[d] and start @ beta == pytest.approx(first[1])
     assert (f"Position 1's rates, {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and"
-            f" {alphas[1]:.3f}: a round starts right after a bonus or a redraw, not at a typical point of the target's"
-            f" text. Only {start[d]:.0%} of small's rounds start after 'd', where its drafts pass most often"
-            f" ({beta[d]:.2f}), though 'd' is {text_share[d]:.0%} of the target's text. Most rounds end on a redraw"
-            " from the residual, and after 'a', 'c' and 'd' the draft over-proposes 'd': the residual, and so a redraw,"
-            " never gives 'd' there. The text is still the target's; only where rounds start is skewed. The skew"
-            " depends on k, so rates counted at k = 8, as here, only approximate another k's (--detail shows how).")\
-        in text
+            f" {alphas[1]:.3f}. A round starts right after a bonus or a redraw, not at a typical point of the target's"
+            " text. A redraw comes from the residual, tokens the draft under-proposes, so small's rounds start least"
+            " often where its drafts pass most (--detail shows where). Where rounds start depends on k, so rates"
+            " counted at k = 8, as here, only approximate another k's.") in text
+    r8 = sd.round_starts(sd.TARGET, sd.MIDDLING, 8)  # the residual gives only under-proposed tokens; 'd' starts least
+    assert r8.under_only and r8.most and r8.short == d
+    assert (f"Only {start[d]:.0%} of small's rounds start after 'd', where its drafts pass most often ({beta[d]:.2f}),"
+            f" though 'd' is {text_share[d]:.0%} of the target's text. Most rounds end on a redraw from the residual,"
+            " and after 'a', 'c' and 'd' the draft over-proposes 'd': the residual, and so a redraw, never gives 'd'"
+            " there.") in detail19
     assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"
             " 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k.")\
         in detail19

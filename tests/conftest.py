@@ -1,14 +1,16 @@
 """Make the single-file script importable from tests/, and start, as soon as the
 session starts, three runs that tests read:
 - the default run (the lesson), as a reader types it;
-- every chapter but 13, which prints this machine's clock;
+- the chapters that call np.exp (EXP_CALLERS);
 - every demo and chapter through the run's own loop, in a forked copy of this
-  process, which hands back what each returned beside what it printed.
+  process, which hands back what each returned beside what it printed, and how
+  often each called np.exp.
 The first two move every np.exp result by one unit in the last place, as
 another libm or SIMD path would round it; the third does not, and the tests
-compare their text: nothing printed may depend on rounding. All three use the
-second core while the other tests run here, and the tests that wait on them
-run last."""
+compare their text: nothing printed may depend on rounding. A chapter that
+never calls np.exp would print the same text either way, so it is not run
+twice. All three use the second core while the other tests run here, and the
+tests that wait on them run last."""
 import os
 
 # One BLAS thread in this process too, set before numpy loads: the reader's
@@ -32,7 +34,9 @@ sys.path.insert(0, str(ROOT))
 SCRIPT = ROOT / "speculative_decoding_from_scratch.py"
 import speculative_decoding_from_scratch as sd  # noqa: E402
 
-UNCLOCKED = [n for n in sd.CHAPTERS if n != "13"]  # the chapters whose every line is computed
+# the chapters whose runs call np.exp, the function the one-ulp run moves (a test checks this list against the
+# fork's count of calls); chapter 13 is left out, as it prints this machine's clock
+EXP_CALLERS = ["7", "8", "9", "21", "22"]
 ONE_ULP = """
 import runpy, sys
 import numpy as np
@@ -59,7 +63,7 @@ def pytest_configure(config):
     config.full_runs = {
         name: subprocess.Popen([*NICE, sys.executable, *args, str(SCRIPT), *after], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
-        for name, args, after in (("lesson", ["-c", ONE_ULP], []), ("chapters", ["-c", ONE_ULP], UNCLOCKED))}
+        for name, args, after in (("lesson", ["-c", ONE_ULP], []), ("chapters", ["-c", ONE_ULP], EXP_CALLERS))}
     config.demo_fork = fork_every_demo()  # before pytest starts a thread, and before any test changes sd
     # the reader's edits are the longest background work: start them now, not after collection, when this
     # session is going to collect them
@@ -112,15 +116,25 @@ def full_run(pytestconfig):
 def every_demo():
     """Every demo and chapter, run once through the run's own loop as `1 2 3 4
     5 6 all` runs them, chapter 13 on a 256 x 256 W and a clock that always
-    says 1 ms: (n -> what it returned, what the run printed)."""
+    says 1 ms: (n -> what it returned, what the run printed, n -> how many
+    times it called np.exp)."""
+    import collections
     import contextlib
     import io
 
-    results, saved, clocked = {}, dict(sd.DEMOS), sd.clocked
+    import numpy as np
+    results, calls, saved, clocked, exp = {}, collections.Counter(), dict(sd.DEMOS), sd.clocked, np.exp
 
     def recorded(n, f):
         def run():
-            results[n] = f(size=256) if n == "13" else f()
+            def counted(*args, **kwargs):
+                calls[n] += 1
+                return exp(*args, **kwargs)
+            np.exp = counted
+            try:
+                results[n] = f(size=256) if n == "13" else f()
+            finally:
+                np.exp = exp
             return results[n]
         return run
     sd.DEMOS.update({n: (title, recorded(n, f)) for n, (title, f) in saved.items()})
@@ -131,7 +145,7 @@ def every_demo():
     finally:
         sd.DEMOS.update(saved)
         sd.clocked = clocked
-    return results, out.getvalue()
+    return results, out.getvalue(), dict(calls)
 
 
 def fork_every_demo():
@@ -183,5 +197,5 @@ def all_run(in_process):
 
 @pytest.fixture(scope="session")
 def full_run_one_ulp(pytestconfig):
-    """Every chapter but 13, with every np.exp result one ulp larger."""
+    """The chapters that call np.exp, with every np.exp result one ulp larger."""
     return finished(pytestconfig, "chapters")

@@ -4595,7 +4595,7 @@ def demo19_tuning(**how):
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
-                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas)
+                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas, starts=starts)
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
@@ -4655,13 +4655,11 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: why rates read at one k only approximate
-    another's, how the tree is checked, why big's c nears its KV cache's
-    share, and, where the rates' shortcut costs nothing, what the search's
-    shortfall comes from."""
+    """Chapter 19 in detail: where small's rounds start and why rates read at
+    one k only approximate another's, how the tree is checked, why big's c
+    nears its KV cache's share, and what the search's shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
-    rates, k_max, tol = c19.rates, c19.k_max, c19.tol
-    starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
+    rates, k_max, tol, starts = c19.rates, c19.k_max, c19.tol, result.starts
     paragraphs = [
         "Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo 3),"
         " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k." +

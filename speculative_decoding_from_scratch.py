@@ -4811,8 +4811,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                " else plain decoding;"
                " decided once, in advance and knowing the workload;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold} over the last {window} rounds."
-               " A round's accepted share is its kept drafts over its proposed drafts; rounds that propose none are"
-               " skipped;",
+               " Here a round's accepted share is its kept drafts over its proposed drafts; rounds that propose none"
+               " are skipped;",
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()

@@ -539,7 +539,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
     assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
     assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
-    assert ("A round's accepted share is its kept drafts over its proposed drafts; rounds that propose none are"
+    assert ("Here a round's accepted share is its kept drafts over its proposed drafts; rounds that propose none are"
             " skipped;") in text
     off = rows["off for good below 0.3"]
     assert on[3] < off[3] < 1 and (f"so the schedule does not speculate there at all; off for good pays that cost until"

@@ -4147,9 +4147,10 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
-            ("block", "lossless: block verification judges the k drafts together, so a draft that fails alone"
-                      " can be kept when the drafts after it make up for it (chapter 14 shows how). It keeps more"
-                      " drafts than the paper's rule, and stays exact."),
+            ("block", "lossless: block verification judges the k drafts together. Demo 1's min(p, q) bounds a"
+                      " draft judged alone, not a run judged whole: a draft that fails alone can be kept when the"
+                      " drafts after it make up for it (chapter 14 shows how). It keeps more drafts than the"
+                      " paper's rule, and stays exact."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"

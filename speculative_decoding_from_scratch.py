@@ -4139,7 +4139,7 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 
 def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
-        "for speed. Here each rule's cost is its distance from the target, computed exactly: the TV between",
+        "for speed. Here what each rule gives up is its distance from the target, computed exactly: the TV between",
         f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
         f" requests.) The middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")
     print()
@@ -4188,11 +4188,11 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     say("The self-check column only checks the program: the fit of"
         f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. It checks only two:"
         f" {n_runs} runs are too few for the {VOCAB ** n} outcomes of {n} tokens. Above 0.001, the sampling loop"
-        " agrees with the exact computation. The last column marks a lossy setting dominated when a lossless"
+        " agrees with the exact computation. The verdict column marks a lossy setting dominated when a lossless"
         " verifier makes at least as many tokens per call at no distance.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
-           ("self-check", 12, p_text), ("", 12, "<")], rows, groups=[("exact", 2, 3)])
+           ("self-check", 12, p_text), ("verdict", 12, "<")], rows, groups=[("exact", 2, 3)])
     return demo18_verdicts(rows, best, n_runs, n, k, ctx)
 
 

@@ -131,8 +131,8 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
         assert (r[5] == "dominated") == (setting != "lossless" and r[2] >= 1e-9 and r[3] <= best + 1e-12)
     assert rows[("typical", "0.09, 0.3")][2] > 0.3 and rows[("typical", "0.09, 0.3")][3] > best
     assert "dominated" in rows[("sglang", "1, 0.5")] and "Every rule's sample fits its own exact joint." in text
-    assert ("The last column marks a lossy setting dominated when a lossless verifier makes at least as many tokens per"
-            " call at no distance.") in text
+    assert ("The verdict column marks a lossy setting dominated when a lossless verifier makes at least as many tokens"
+            " per call at no distance.") in text
     assert text.index("marks a lossy setting dominated") < text.index("sglang 1, 1")  # above the table
     # block keeps more than the paper's rule, lossless both: min(p, q) bounds a draft alone, not a run
     assert rows[("block", "lossless")][3] > rows[("probabilistic", "lossless")][3] and (

@@ -4546,9 +4546,11 @@ def demo19_tuning(**how):
     say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts right after a bonus or a redraw, not at a"
         " typical point of the target's text" + (
-            ". A redraw comes from the residual, tokens the draft under-proposes, so small's rounds start least often"
-            " where its drafts pass most (--detail shows where)."
-            if starts.under_only and starts.most and rates[1][0] < alphas[1] else " (--detail shows where).") +
+            ". A redraw comes from the residual, tokens the draft under-proposes. Here that seldom includes"
+            f" '{name(starts.short)}', after which small's drafts pass most, so few rounds start there (--detail shows"
+            " how few)."
+            if starts.under_only and starts.most and starts.residual_led and rates[1][0] < alphas[1]
+            else " (--detail shows where).") +
         f" Where rounds start depends on k, so rates counted at k = {k_max}, as here, only approximate another k's."
         if shortcut else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")

@@ -504,11 +504,13 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert d == int(np.argmax(beta)) == 3 and start[d] < text_share[d] and start @ beta == pytest.approx(first[1])
     assert (f"Position 1's rates, {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and"
             f" {alphas[1]:.3f}. A round starts right after a bonus or a redraw, not at a typical point of the target's"
-            " text. A redraw comes from the residual, tokens the draft under-proposes, so small's rounds start least"
-            " often where its drafts pass most (--detail shows where). Where rounds start depends on k, so rates"
+            " text. A redraw comes from the residual, tokens the draft under-proposes. Here that seldom includes 'd',"
+            " after which small's drafts pass most, so few rounds start there (--detail shows how few). Where rounds"
+            " start depends on k, so rates"
             " counted at k = 8, as here, only approximate another k's.") in text
     r8 = sd.round_starts(sd.TARGET, sd.MIDDLING, 8)  # the residual gives only under-proposed tokens; 'd' starts least
-    assert r8.under_only and r8.most and r8.short == d
+    assert r8.under_only and r8.most and r8.residual_led and r8.short == d
+    assert r8.redrawn[d] / r8.redrawn.sum() < text_share[d] / 2  # redraws give 'd' less than half as often as text
     assert (f"Only {start[d]:.0%} of small's rounds start after 'd', where its drafts pass most often ({beta[d]:.2f}),"
             f" though 'd' is {text_share[d]:.0%} of the target's text. Most rounds end on a redraw from the residual,"
             " and after 'a', 'c' and 'd' the draft over-proposes 'd': the residual, and so a redraw, never gives 'd'"

@@ -4289,7 +4289,8 @@ def frontier(rows, width=56, height=8, top=0.8):
 def demo18_detail(result, k=3, ctx=5, n=3):
     """Chapter 18 in detail: every rule on a plot of tokens per call against
     exact TV, Medusa's own rule (typical's with an argmax bonus token) beside
-    typical's at vLLM's defaults, and typical's fallbacks."""
+    typical's at vLLM's defaults, and typical's fallbacks. Returns Medusa's
+    row and the fallbacks' rows."""
     rows, (_, typical) = result.first.rows, typical_rows(result.first.rows)
     joint, per_call = lossy_exact(TARGET, MIDDLING, typical_rule(*TYPICAL_SHIPPED, bonus_from_p=False), ctx, n, k)
     medusa = ("medusa", setting_text(TYPICAL_SHIPPED), tv_distance(joint, target_first_tokens(TARGET, ctx, n)),
@@ -4301,8 +4302,7 @@ def demo18_detail(result, k=3, ctx=5, n=3):
             f" TV is typical's, {medusa[2]:.4f}: the bonus token, token {k + 1}, comes after the {n} the TV measures."
             f" Its tokens per call differ, {per_call:.2f} against {typical[3]:.2f}, as the next round's drafts follow"
             " another token.")
-    typical_fallbacks(then=demo18_loose_words(rows, k, ctx, n))
-    return medusa
+    return SimpleNamespace(medusa=medusa, fallbacks=typical_fallbacks(then=demo18_loose_words(rows, k, ctx, n)))
 
 
 def typical_fallback_rows(k=3, ctx=5, n=3):

@@ -122,7 +122,13 @@ def test_an_exact_tv_agrees_with_a_sample(rule):
     assert sd.tv_distance(joint, truth) > 0.1 and sd.chi2_sf(*sd.pearson(counts, joint)) > 1e-3
 
 
-def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
+@pytest.fixture(scope="module")
+def detail18(in_process):
+    """Chapter 18's --detail, once: (what it returned, what it printed, as one line)."""
+    return printed(sd.DETAILS["18"], in_process[0]["18"])
+
+
+def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18):
     result, text = in_process[0]["18"], flat(section(in_process[1], "18"))
     rows = {(r[0], r[1]): r for r in result.first.rows}
     best = max(r[3] for r in result.first.rows if r[1] == "lossless")
@@ -140,7 +146,7 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
     assert "Takeaway: a lossy verifier buys tokens per call" in text
     # medusa differs from typical only in the bonus token, past the first 3 tokens at k = 3: same TV, other speed
     typical = rows[("typical", "0.09, 0.3")]
-    medusa, detail = printed(sd.DETAILS["18"], result)
+    medusa, detail = detail18[0].medusa, detail18[1]
     assert abs(typical[2] - medusa[2]) < 1e-12 and abs(typical[3] - medusa[3]) > 5e-3 and "medusa" not in text
     assert (f"Medusa's own version of typical's rule takes the argmax as its bonus token. At (0.09, 0.3) its exact TV"
             f" is typical's, {typical[2]:.4f}: the bonus token, token 4, comes after the 3 the TV measures. Its tokens"
@@ -157,14 +163,9 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process):
 
 
 @pytest.fixture(scope="module")
-def fallbacks():
-    """Chapter 18's detail on typical's fallbacks, once: (its rows, what it printed, as one line)."""
-    import contextlib
-    import io
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rows = sd.typical_fallbacks()
-    return rows, flat(out.getvalue())
+def fallbacks(detail18):
+    """Chapter 18's detail on typical's fallbacks: (its rows, what the detail printed, as one line)."""
+    return detail18[0].fallbacks, detail18[1]
 
 
 def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fallbacks(fallbacks):
@@ -220,12 +221,7 @@ def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process
 def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(in_process, fallbacks):
     # the loose setting keeps most of its drafts whatever q proposed, so its TV sits between the defaults' and that of
     # the draft decoded alone, computed here from the draft's own table
-    import contextlib
-    import io
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        sd.DETAILS["18"](in_process[0]["18"])
-    text = flat(out.getvalue())
+    text = fallbacks[1]
     rows = {r[0]: r for r in fallbacks[0]}
     loose, shipped = rows["0.01, 0.03"], rows["0.09, 0.3"]
     joint = [sd.target_first_tokens(T, 5, 3) for T in (sd.MIDDLING, sd.TARGET)]

@@ -5821,10 +5821,10 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           positions at once, as when it reads a prompt, for about the
           cost of one (demo 6 shows why); if all k pass, position k+1
           gives a bonus token, drawn from p
-  alpha   the chance a draft is accepted, averaged over the contexts of
-          the target's own text
-  c       one draft call's cost, in target calls; "per call" always
-          means per target call
+  alpha   the chance a draft is accepted, averaged over contexts as often
+          as the target's own text holds them
+  c       one draft call's cost, in target calls; "per call" means per
+          target call
   TV      total variation: the most two distributions differ on any event
   fit     a chi-square test's p-value for a sample against the target's
           distribution; below {P_REJECT:g}, it is NOT the target's

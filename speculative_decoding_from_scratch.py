@@ -5821,8 +5821,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           positions at once, as when it reads a prompt, for about the
           cost of one (demo 6 shows why); if all k pass, position k+1
           gives a bonus token, drawn from p
-  alpha   the chance a draft is accepted, averaged over contexts as often
-          as the target's own text holds them
+  alpha   the chance a draft is accepted, each context weighted by how
+          often it occurs in the target's text
   c       one draft call's cost, in target calls; "per call" means per
           target call
   TV      total variation: the most two distributions differ on any event

@@ -3463,7 +3463,7 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
                " (Z_i + 1 - w_i), the paper's formula; take it as given. At Z_i = 0 and w_i = 1 that is 0/0, and h_i"
                " is 0.",
-               "The block keeps x_1..x_i for the last cut point i. Unlike a token-wise rejection, a position that is"
+               "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"
                " not a cut point throws nothing away, so a later draft can still be kept.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
                " cut point, i = 0 and w_0 = 1.")
@@ -3692,7 +3692,7 @@ BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its 
            " chance w_k; a position i < k with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula, taken as"
            " given (0 when Z_i = 0). Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after"
            " x_1..x_i: what the target still wants there that the draft does not offer",
-    "next token": "let i be the last cut point, or 0 if there is none. The block keeps x_1..x_i, even if a weight"
+    "next token": "let i be the largest cut point, or 0 if there is none. The block keeps x_1..x_i, even if a weight"
                   " before i fell below 1. It draws the next token from max(0, w_i p - q), normalised, or from p"
                   " if i = k"}
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
@@ -3775,10 +3775,10 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. The two rules differ only when the last cut point i < k has w_i < 1, at token i + 1. Token 1"
+                " match. The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1"
                 f" never differs, as w_0 = 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1 (in the row after"
                 " each such x_1, w_1 p <= q at every token), so h_1 = 0 there:"
-                " position 1 is never a last cut point with w_1 < 1, and token 2 never differs either. The first"
+                " position 1 is never the largest cut point with w_1 < 1, and token 2 never differs either. The first"
                 " difference is token 3 (--detail shows Z_1)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]

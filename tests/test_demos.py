@@ -686,9 +686,9 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     words = sd.token2_exact_words()
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-        " match. The two rules differ only when the last cut point i < k has w_i < 1, at token i + 1. Token 1 never"
+        " match. The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1 never"
         " differs, as w_0 = 1. Here, after 'f', Z_1 = 0 wherever w_1 < 1 (in the row after each such x_1, w_1 p <= q at"
-        " every token), so h_1 = 0 there: position 1 is never a last"
+        " every token), so h_1 = 0 there: position 1 is never the largest"
         " cut point with w_1 < 1, and token 2 never differs either. The first difference is token 3 (--detail shows"
         " Z_1).") in flat
     _, detail = printed(sd.DETAILS["15"], rows)

@@ -3775,7 +3775,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1"
+                " match. The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1."
+                " Token 1"
                 f" never differs, as w_0 = 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1 (in the row after"
                 " each such x_1, w_1 p <= q at every token), so h_1 = 0 there:"
                 " position 1 is never the largest cut point with w_1 < 1, and token 2 never differs either. The first"
@@ -4577,11 +4578,13 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence. The weights, read once for the whole batch,"
-            f" pay for about {shape.ridge_base:.0f} positions under the ridge, shared by the B sequences; each"
-            f" sequence's own KV cache pays for about {shape.ridge_each:.1f} more. So each sequence's share, about"
-            f" {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f}, falls. Chapter 25 shows where each check crosses"
-            " it.")
+        say("As B grows the plan checks fewer positions per sequence. Reading the weights, once for the whole batch,"
+            f" takes as long as about {shape.ridge_base:.0f} positions' arithmetic, shared by the B sequences; each"
+            f" sequence's own KV cache covers about {shape.ridge_each:.1f} more" + (
+                f" (at B = 1, demo 6's {shape.alone})." if abs(shape.ridge_base + shape.ridge_each - shape.alone) < 1
+                else ".") +
+            f" So each sequence's share, about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f}, falls. Chapter 25"
+            " shows where each check crosses it.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

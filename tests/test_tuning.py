@@ -372,10 +372,11 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
-    assert ("As B grows the plan checks fewer positions per sequence. The weights, read once for the whole batch, pay"
-            f" for about {base:.0f} positions under the ridge, shared by the B sequences; each sequence's own KV cache"
-            f" pays for about {each:.1f} more. So each sequence's share, about {base:.0f} / B + {each:.1f}, falls."
-            " Chapter 25 shows where each check crosses it.") in text
+    assert ("As B grows the plan checks fewer positions per sequence. Reading the weights, once for the whole batch,"
+            f" takes as long as about {base:.0f} positions' arithmetic, shared by the B sequences; each sequence's own"
+            f" KV cache covers about {each:.1f} more (at B = 1, demo 6's 295). So each sequence's share, about"
+            f" {base:.0f} / B + {each:.1f}, falls. Chapter 25 shows where each check crosses it.") in text
+    assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"

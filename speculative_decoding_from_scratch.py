@@ -3733,7 +3733,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
         f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. The"
         " shipped paths come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend"
-        " accelerators. Each verifies",
+        " accelerators, as its code stood before commit 2f4d55e7e8 and again at 182b75ea84 (the README gives the"
+        " history). Each verifies",
         f"the middling draft at k = {k}:")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()

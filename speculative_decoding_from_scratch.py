@@ -3688,7 +3688,7 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
 BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
     "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
            " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
-    "h_i": "each position flips a coin to be a cut point, where the block may end: the last, position k, with"
+    "cut points": "each position flips a coin to be a cut point, where the block may end: the last, position k, with"
            " chance w_k; a position i < k with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula, taken as"
            " given (0 when Z_i = 0). Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after"
            " x_1..x_i: what the target still wants there that the draft does not offer",
@@ -3696,11 +3696,11 @@ BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its 
                   " before i fell below 1. It draws the next token from max(0, w_i p - q), normalised, or from p"
                   " if i = k"}
 BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
-               "cumulative": "h_i: makes a position i < k a cut point with chance w_i, not h_i",
-               "vllm-ascend, PyTorch": "h_i: cut at i if min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >="
-                                       " u_1 * ... * u_i, one fresh uniform per position. The right side"
-                                       " averages 1/2^i, so later positions become cut points easily. Next"
-                                       " token: as tokenwise_residual",
+               "cumulative": "cut points: a position i < k is one with chance w_i, not h_i",
+               "vllm-ascend, PyTorch": "cut points: position i, k included, is one if min(1, p(x_1)/q(x_1)) * ..."
+                                       " * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, one fresh uniform per"
+                                       " position. The right side averages 1/2^i, so later positions become cut"
+                                       " points easily. Next token: as tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 

@@ -2994,7 +2994,7 @@ def replicated(fit_of_seed, seed):
 
 def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     prompt, P, vllm = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
-    say(f"Real text often repeats what came before it. Here the target is a character model of",
+    say("Real text often repeats what came before it. Here the target is a character model of",
         f"Python's help() text: {docs_corpus()[1]} (another Python's differs, and so do this chapter's"
         f" numbers). With probability lam (here {lam}; chapter 26 varies it),",
         "it copies. It finds the longest ending of the text so far (prompt and output) that also appears earlier,",

@@ -3,9 +3,6 @@ or an independent computation: the copying model's match rule, the drafters'
 own settings, APEX-1's port and the fit it is judged by, chapter 11's and
 chapter 12's numbers, the text trace, sentences and cells that read a row,
 bad input, and the edit machinery."""
-import contextlib
-import io
-import math
 import re
 
 import numpy as np

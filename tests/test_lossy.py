@@ -185,7 +185,7 @@ def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fal
     assert ("The strict (0.3, 0.9) makes the fewest tokens per call, yet is farther from the target than the defaults"
             " (0.09, 0.3): it rejects the most drafts, and each rejection emits the argmax. Drawn from p, its TV"
             f" falls to {strict[3]:.4f}, less than half.") in text
-    assert f"The loose (0.01, 0.03) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to" in text
+    assert "The loose (0.01, 0.03) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to" in text
 
 
 def test_chapter18_says_its_strictest_and_loosest_settings_are_farther_than_its_defaults(in_process, fallbacks):
@@ -218,7 +218,7 @@ def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process
                                f" {typical / best - 1:.0%} more than block's {best:.2f}, at a TV of 0.37") in text
 
 
-def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(in_process, fallbacks):
+def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(fallbacks):
     # the loose setting keeps most of its drafts whatever q proposed, so its TV sits between the defaults' and that of
     # the draft decoded alone, computed here from the draft's own table
     text = fallbacks[1]

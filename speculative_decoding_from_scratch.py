@@ -4538,37 +4538,30 @@ def demo19_tuning(**how):
         f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
         f" 1/{fewer[0]:.1f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
         f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, reads"
-        f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2g} the target's. A draft's c, its pass's cost"
-        " in target passes, counts both: here c comes from the bytes read, not the lesson's example value."
-        f" Their rates in rounds of {k_max} drafts, computed exactly:")
+        f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2g} the target's. Each draft's c, its pass's"
+        f" cost in target passes, comes from these bytes. Their rates in rounds of {k_max} drafts, computed exactly:")
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     starts = round_starts(TARGET, drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
-        f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts right after a bonus or a redraw, not at a"
-        " typical point of the target's text" + (
-            ". A redraw comes from the residual, tokens the draft under-proposes. Here that seldom includes"
-            f" '{name(starts.short)}', after which small's drafts pass most, so few rounds start there (--detail shows"
-            " how few)."
-            if starts.under_only and starts.most and starts.residual_led and rates[1][0] < alphas[1]
-            else " (--detail shows where).") +
-        f" Where rounds start depends on k, so rates counted at k = {k_max}, as here, only approximate another k's."
+        f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after a bonus or a redraw, not at a typical"
+        " point of the target's text, and which tokens those are depends on k (--detail shows which). So rates"
+        f" counted at k = {k_max} only approximate another k's."
         if shortcut else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts are checked with the text's last"
-        f" token in one pass of {nodes} positions. It makes {tree[3]:.3f} tokens per call from {tree[1]} draft"
-        f" passes, one per level, sampled over {n_rounds:,} rounds. Chapter 8 shows how one pass checks a tree, and"
-        " that its sample fits the target.")
+        f" token in one pass of {nodes} positions. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} tokens per"
+        f" call from {tree[1]} draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max}, the longest its rates cover, and the tree. Its speedup is"
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is"
         " tokens per call times t_plain / (t_check + n t_draft), for n draft passes, where each t is a pass's time at"
         " the same B on the roofline. Below the ridge"
         " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
-        f" while it stays within {tol:.1%} of the best, so as not to switch for less. It stops at B = {max_batch},"
+        f" while it stays within {tol:.1%} of the best. It stops at B = {max_batch},"
         f" where the target's and the {c19.roomiest} draft's weights and every sequence's KV cache fill the H100's"
         f" {H100.memory / 1e9:.0f} GB. The plan:")
     print()
@@ -4579,13 +4572,7 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence. Reading the weights, once for the whole batch,"
-            f" takes as long as about {shape.ridge_base:.0f} positions' arithmetic, shared by the B sequences; each"
-            f" sequence's own KV cache covers about {shape.ridge_each:.1f} more" + (
-                f" (at B = 1, demo 6's {shape.alone})." if abs(shape.ridge_base + shape.ridge_each - shape.alone) < 1
-                else ".") +
-            f" So each sequence's share, about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f}, falls. Chapter 25"
-            " shows where each check crosses it.")
+        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -4593,10 +4580,9 @@ def demo19_tuning(**how):
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
     print()
-    say("An exhaustive search, pricing every option at each B alone from exact tokens per call at each k, beats"
-        f" the plan by at most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
-        (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else
-         " (--detail says where that comes from)." if 0 < untolerant.worst < check.worst else "."))
+    say("An exhaustive search, pricing every option at each B from exact tokens per call, beats the plan by at"
+        f" most {check.worst:.2%}" + ("" if check.worst <= 0.01 else ", NOT within 1%") +
+        (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
@@ -4653,10 +4639,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer." +
-        (f" With big beside the target only {s.big_fit} sequences fit in memory, so big runs only to B ="
-         f" {s.big_fit}." if s.big_fit < max_batch else "") +
-        f" Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}, while small's rises only"
-        f" from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
+        f" Its c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
+        (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
+        f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
         if not s.big_runs and s.c[1] > s.c[0] else "")
     return [p for p in clauses if p]
 

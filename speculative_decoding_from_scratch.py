@@ -3775,13 +3775,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-                " match. The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1."
-                " Token 1"
-                f" never differs, as w_0 = 1. Here, after '{name(ctx)}', Z_1 = 0 wherever w_1 < 1 (in the row after"
-                " each such x_1, w_1 p <= q at every token), so h_1 = 0 there:"
-                " position 1 is never the largest cut point with w_1 < 1, and token 2 never differs either. The first"
-                " difference is token 3 (--detail shows Z_1)."
+                "Through token 2 the two rules draw alike, so with the same random numbers their fits match"
+                " (--detail shows why)."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":
@@ -3826,12 +3821,12 @@ def token2_exact_words(ctx=5):
     w1 = [accept_prob(p, q, x) for x in range(len(p))]  # the first weight, min(1, p/q), for each x_1
     never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
     over = [f"'{name(x)}' (w_1 = {w:.2g})" for x, w in enumerate(w1) if w < 1]
-    return ("The two residuals differ only after a block that stops at a position with w_i < 1. Token 1 comes"
-            " from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a residual"
-            " with w_1 < 1 only when the block stops at position 1."
+    return ("The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1"
+            " comes from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a"
+            " residual with w_1 < 1 only when position 1 is the largest cut point."
             f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. In the rows after each of these,"
-            " w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0. The block never stops at such an x_1, and token 2"
-            " is exact too."
+            " w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0. Position 1 is never a cut point after such an x_1,"
+            " and token 2 is exact too."
             if never and over and rule_intact(TARGET, MIDDLING)
             else "")
 

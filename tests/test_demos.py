@@ -676,21 +676,17 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     # and the two residuals are one where w_i = 1: max(0, 1 p - q) normalised is the token-wise residual
     assert np.allclose(sd.block_residual(1.0, p, q), sd.residual(p, q), atol=1e-12)
     assert sd.token2_exact_words() == (
-        "The two residuals differ only after a block that stops at a position with w_i < 1. Token 1 comes from a"
+        "The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1 comes from a"
         " residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a residual with w_1 < 1"
-        " only when the block stops at position 1. After 'f', the draft over-proposes 'b' (w_1 = 0.0054), 'e' (w_1 ="
-        " 0.39) and 'f' (w_1 = 0.061). In the rows after each of these, w_1 p <= q at every token, so Z_1 = 0 and h_1 ="
-        " 0. The block never stops at such an x_1, and token 2 is exact too.")
+        " only when position 1 is the largest cut point. After 'f', the draft over-proposes 'b' (w_1 = 0.0054), 'e'"
+        " (w_1 = 0.39) and 'f' (w_1 = 0.061). In the rows after each of these, w_1 p <= q at every token, so Z_1 = 0"
+        " and h_1 = 0. Position 1 is never a cut point after such an x_1, and token 2 is exact too.")
     assert [x for x in range(sd.VOCAB) if p[x] < q[x]] == [1, 4, 5]  # b, e and f, over-proposed after 'f', by hand
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     words = sd.token2_exact_words()
     assert tokenwise[4] == rows[0][4] and (
-        "sees it at once. On the first two tokens the two rules draw alike, so with the same random numbers their fits"
-        " match. The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1 never"
-        " differs, as w_0 = 1. Here, after 'f', Z_1 = 0 wherever w_1 < 1 (in the row after each such x_1, w_1 p <= q at"
-        " every token), so h_1 = 0 there: position 1 is never the largest"
-        " cut point with w_1 < 1, and token 2 never differs either. The first difference is token 3 (--detail shows"
-        " Z_1).") in flat
+        "sees it at once. Through token 2 the two rules draw alike, so with the same random numbers their fits match"
+        " (--detail shows why).") in flat
     _, detail = printed(sd.DETAILS["15"], rows)
     assert ("Why tokenwise_residual's first two tokens are exact: " + words[0].lower() + words[1:]) in " ".join(
         detail.split())

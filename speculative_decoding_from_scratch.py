@@ -4144,10 +4144,9 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
-            ("block", "lossless: block verification judges the k drafts together. Demo 1's min(p, q) bounds a"
-                      " draft judged alone, not a run judged whole: a draft that fails alone can be kept when the"
-                      " drafts after it make up for it (chapter 14 shows how). It keeps more drafts than the"
-                      " paper's rule, and stays exact."),
+            ("block", "lossless: block verification judges the k drafts together (chapter 14). It keeps more"
+                      " drafts than the paper's rule and stays exact: demo 1's min(p, q) bounds a draft judged"
+                      " alone, not a run judged whole."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
@@ -4182,9 +4181,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
-    say("The self-check column only checks the program: the fit of"
-        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2), not the target's. It checks only two:"
-        f" {n_runs} runs are too few for the {VOCAB ** n} outcomes of {n} tokens. Above 0.001, the sampling loop"
+    say("The self-check column checks the program, not the rule: the fit of"
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2). Above 0.001, the sampling loop"
         " agrees with the exact computation. The verdict column marks a lossy setting dominated when a lossless"
         " verifier makes at least as many tokens per call at no distance.")
     print()
@@ -4221,8 +4219,7 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
         " its defaults. The strictest rejects the most drafts, and after each rejection it emits p's argmax. The"
         " loosest keeps most drafts, so its text leans to the draft's."
         if argmax and demo18_loose_words(rows, k, ctx, n) else "",
-        "The option --detail plots tokens per call against exact TV, adds Medusa's own rule, and tries each"
-        " typical setting with a token drawn from p after a rejection.")
+        "The option --detail plots tokens per call against exact TV.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
 

@@ -142,7 +142,8 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     assert text.index("marks a lossy setting dominated") < text.index("sglang 1, 1")  # above the table
     # block keeps more than the paper's rule, lossless both: min(p, q) bounds a draft alone, not a run
     assert rows[("block", "lossless")][3] > rows[("probabilistic", "lossless")][3] and (
-        "Demo 1's min(p, q) bounds a draft judged alone, not a run judged whole") in text
+        "It keeps more drafts than the paper's rule and stays exact: demo 1's min(p, q) bounds a draft judged alone,"
+        " not a run judged whole.") in text
     assert "Takeaway: a lossy verifier buys tokens per call" in text
     # medusa differs from typical only in the bonus token, past the first 3 tokens at k = 3: same TV, other speed
     typical = rows[("typical", "0.09, 0.3")]
@@ -152,7 +153,8 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
             f" is typical's, {typical[2]:.4f}: the bonus token, token 4, comes after the 3 the TV measures. Its tokens"
             f" per call differ, {medusa[3]:.2f} against {typical[3]:.2f}, as the next round's drafts follow another"
             " token.") in flat(detail)
-    assert "It checks only two: 150 runs are too few for the 216 outcomes of 3 tokens." in text and sd.VOCAB ** 3 == 216
+    assert ("The self-check column checks the program, not the rule: the fit of 150 runs' first two tokens to the"
+            " rule's own exact P(x1, x2).") in text
     # one-hot keeps its draft with chance p(x), whose average over the target's text is far below alpha
     hot = sd.pair_alpha(sd.TARGET, sd.temper(sd.MIDDLING, 0))
     assert hot == pytest.approx(sum(sd.stationary(sd.TARGET)[a] * sd.TARGET[a, sd.MIDDLING[a].argmax()]

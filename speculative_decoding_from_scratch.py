@@ -1702,11 +1702,11 @@ def verify_cost(k, batch, n_ctx=None, hw=H100, shape=LLAMA2_7B):
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
 
-def long_context_note(k, lengths, hw=H100, then=""):
+def long_context_note(k, lengths, hw=H100, then="", why=True):
     """What chapters 20 and 26 would pay at their prompts' own lengths, not
     BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
-    any batch whose KV caches fit, and why; said only while that is about 1.
-    then: a sentence the caller draws from it."""
+    any batch whose KV caches fit, and why (unless why is False); said only
+    while that is about 1. then: a sentence the caller draws from it."""
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
     n = min(lengths)  # the shortest: the most sequences fit, and the most MACs a byte
     fit = sequences_that_fit(n, hw)
@@ -1717,11 +1717,12 @@ def long_context_note(k, lengths, hw=H100, then=""):
     return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
             f" {k + 1} positions costs what one position does ({worst:.2f} plain passes) at every batch that fits in"
-            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then} Demo 6's {alone} free positions were for one sequence."
-            " A server decodes B sequences at once, and each adds its own KV cache, the keys and values of its tokens,"
-            f" so the bytes a pass reads grow with B too. At {n:,} characters {fit} sequences fit, and a pass of"
-            f" {k + 1} positions each, {fit * (k + 1):,} in all, does {macs / read:.0f} MACs per byte, under the"
-            f" ridge's {ridge(hw):.1f}.")
+            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then}" + (
+                f" Demo 6's {alone} free positions were for one sequence. A server decodes B sequences at once, and"
+                " each adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B"
+                f" too. At {n:,} characters {fit} sequences fit, and a pass of {k + 1} positions each,"
+                f" {fit * (k + 1):,} in all, does {macs / read:.0f} MACs per byte, under the ridge's {ridge(hw):.1f}."
+                if why else ""))
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -4801,7 +4802,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
     note = long_context_note(k, [len(prompt)], then=" There a check costs what a plain step does, so a switch would"
-                             " have nothing to save.")
+                             " have nothing to save (chapter 26 shows why).", why=False)
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
         " crosses the ridge. There the"
         f" lookup is free, and a verifying pass of {k + 1} positions costs",

@@ -565,8 +565,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. At"
                 f" {lengths[0]} characters {fits[0]} sequences fit, and a pass of 6 positions each,"
-                f" {fits[0] * 6:,} in all, does {intensity:.0f} MACs per byte, under the ridge's 147.6.") in text, \
-            chapter
+                f" {fits[0] * 6:,} in all, does {intensity:.0f} MACs per byte, under the ridge's 147.6."
+                in text) == (chapter == "26"), chapter
     text = " ".join(section(in_process[1], "26").split())
     assert "at large batches of short contexts, verifying is the cost." in text
     assert ("A server of short contexts pays more: their small KV caches add few bytes, so a large batch crosses the"
@@ -578,7 +578,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = " ".join(section(in_process[1], "20").split())
     assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions costs what one"
             " position does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB. There a check costs"
-            " what a plain step does, so a switch would have nothing to save.") in text
+            " what a plain step does, so a switch would have nothing to save (chapter 26 shows why).") in text
 
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):

@@ -3734,8 +3734,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
         f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. The"
         " shipped paths come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend"
-        " accelerators, as its code stood before commit 2f4d55e7e8 and again at 182b75ea84 (the README gives the"
-        " history). Each verifies",
+        " accelerators. Both ran this code until a fix (commit 2f4d55e7e8); a later change put it back, and it is"
+        " there at commit 182b75ea84. Each verifies",
         f"the middling draft at k = {k}:")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
@@ -3776,8 +3776,9 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "Through token 2 the two rules draw alike, so with the same random numbers their fits match"
-                " (--detail shows why)."
+                "The two rules differ only from token i + 1, where the largest cut point i < k has w_i < 1. Here"
+                " position 1 is never a cut point where w_1 < 1 (h_1 = 0 there; --detail shows why). So tokens 1"
+                " and 2 come alike, and with the same random numbers the two fits match."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":

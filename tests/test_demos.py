@@ -685,8 +685,9 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     words = sd.token2_exact_words()
     assert tokenwise[4] == rows[0][4] and (
-        "sees it at once. Through token 2 the two rules draw alike, so with the same random numbers their fits match"
-        " (--detail shows why).") in flat
+        "sees it at once. The two rules differ only from token i + 1, where the largest cut point i < k has w_i < 1."
+        " Here position 1 is never a cut point where w_1 < 1 (h_1 = 0 there; --detail shows why). So tokens 1 and 2"
+        " come alike, and with the same random numbers the two fits match.") in flat
     _, detail = printed(sd.DETAILS["15"], rows)
     assert ("Why tokenwise_residual's first two tokens are exact: " + words[0].lower() + words[1:]) in " ".join(
         detail.split())

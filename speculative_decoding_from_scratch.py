@@ -4554,8 +4554,9 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is"
         " tokens per call times t_plain / (t_check + n t_draft), for n draft passes, where each t is a pass's time at"
         " the same B on the roofline. Below the ridge"
-        " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
-        f" while it stays within {tol:.1%} of the best. It stops at B = {max_batch},"
+        " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps the option it has"
+        f" until it falls more than {tol:.1%} below the best, so as not to switch for less. It stops at B ="
+        f" {max_batch},"
         f" where the target's and the {c19.roomiest} draft's weights and every sequence's KV cache fill the H100's"
         f" {H100.memory / 1e9:.0f} GB. The plan:")
     print()

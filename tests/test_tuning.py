@@ -419,7 +419,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert ("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch sizes"
             " past its crossing.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
-    assert "while it stays within 0.5% of the best. It stops at B = 242" in text19
+    assert ("Going up in B, the plan keeps the option it has until it falls more than 0.5% below the best, so as not to"
+            " switch for less. It stops at B = 242") in text19
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):

@@ -4793,18 +4793,18 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
-               f"per-batch schedule: at each batch size B, the number of sequences a server decodes at once, k ="
-               f" {k} if that beats plain decoding on average over the workload,"
-               " else plain decoding;"
-               " decided once, in advance and knowing the workload;",
+               "per-batch schedule: a baseline that knows the workload in advance. At each batch size B, the number"
+               f" of sequences a server decodes at once, it runs k = {k} if that beats plain decoding on average over"
+               " the workload, else plain decoding;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold} over the last {window} rounds."
                " Here a round's accepted share is its kept drafts over its proposed drafts; rounds that propose none"
                " are skipped;",
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
-    note = long_context_note(k, [len(prompt)], then=" There a check costs what a plain step does, so a switch would"
-                             " have nothing to save (chapter 26 shows why).", why=False)
+    note = long_context_note(k, [len(prompt)], then=" There each sequence's KV cache, the keys and values of its"
+                             " tokens, adds so many bytes that no batch reaches the ridge, so a check costs what a plain step does, and a switch would have"
+                             " nothing to save.", why=False)
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
         " crosses the ridge. There the"
         f" lookup is free, and a verifying pass of {k + 1} positions costs",

@@ -3723,18 +3723,22 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
     cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
-    say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
-        " chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier one. The weight"
-        " w_i, defined below, can rise back toward 1 when a later draft has p > q. Its paper proves its output is"
-        " the target's. The three parts this chapter's variants change:")
+    say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
+        " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
+        " one. The weight w_i, defined below, can rise back toward 1 when a later draft has p > q. Its paper proves"
+        " its output is the target's. The three parts this chapter's variants change:")
     print()
     table([("", 2, ""), ("part", 12, "<"), ("what it is", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
     print()
+    saved = saved_words()
+    if saved:
+        say(saved)
+        print()
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
         f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. The"
         " shipped paths come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend"
-        " accelerators. Both ran this code until a fix (commit 2f4d55e7e8); a later change put it back, and it is"
+        " accelerators. Both ran there until a fix (commit 2f4d55e7e8); a later change put them back, and both are"
         " there at commit 182b75ea84. Each verifies",
         f"the middling draft at k = {k}:")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
@@ -3749,6 +3753,17 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
              {"block verification emits the target": rows[0][5] == "the target",
               "every edit and shipped path is caught": caught})
     return rows
+
+
+def saved_words():
+    """Chapter 15's example of a draft saved, from chapter 14's pairs: 'a'
+    then 'b', where the block keeps both every time; '' unless it does."""
+    P2, Q2 = PAPER_EXAMPLE
+    _, _, w1, _, w2, tokenwise, block, _ = demo14_pairs(P2, Q2)[1]  # the pair 'a' then 'b'
+    ratio = P2[1, 1] / Q2[1, 1]  # p/q of the second draft, 'b'
+    return (f"In chapter 14's example, 'a' (p/q = {w1:g}) then 'b' (p/q = {ratio:g}) give w_1 = {w1:g} and w_2 ="
+            f" {w2:g}, so the block keeps both, where token-wise checking keeps {tokenwise:g} on average."
+            if w2 == 1 and block == 2 and tokenwise < block else "")
 
 
 def first_biased_token(tvs):
@@ -3776,9 +3791,10 @@ def demo15_verdicts(rows, truth, k, ctx=5):
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
-                "The two rules differ only from token i + 1, where the largest cut point i < k has w_i < 1. Here"
-                " position 1 is never a cut point where w_1 < 1 (h_1 = 0 there; --detail shows why). So tokens 1"
-                " and 2 come alike, and with the same random numbers the two fits match."
+                "The two rules differ only from token i + 1, where the largest cut point i < k has w_i < 1. Here,"
+                " wherever w_1 < 1, w_1 p <= q at every token after x_1, so Z_1 = 0, h_1 = 0, and position 1 is"
+                " never a cut point. So tokens 1 and 2 come alike, and with the same random numbers the two fits"
+                " match."
                 if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
     shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
     if shipped and rows[0][5] == "the target":

@@ -655,6 +655,19 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     assert "All five settings emit the target's distribution by both checks." in text
 
 
+def test_chapter15_shows_a_draft_saved_on_chapter14s_example_only_while_the_block_saves_it(demo):
+    # by hand: 'a' has p/q = (1/3)/(2/3) = 1/2, so w_1 = 1/2; 'b' has p/q = 2, so w_2 = min(1, 1/2 * 2) = 1: position
+    # 2 is a cut point every time and the block keeps both; token-wise keeps 'a' half the time, then 'b' always
+    flat = " ".join(demo["15"][1].split())
+    assert ("In chapter 14's example, 'a' (p/q = 0.5) then 'b' (p/q = 2) give w_1 = 0.5 and w_2 = 1, so the block"
+            " keeps both, where token-wise checking keeps 1 on average.") in flat
+    assert flat.index("part what it is") < flat.index("In chapter 14's example") < flat.index("This chapter checks")
+    # with accept_prob keeping every draft, 'a' is kept as often as the block keeps it: nothing is saved, and the
+    # sentence goes
+    keep_all = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0"),))
+    assert sd.saved_words() != "" and keep_all.saved_words() == ""
+
+
 def test_chapter15_the_edits_and_the_shipped_paths(demo):
     rows, text = demo["15"]
     verdicts = {r[0]: r[5] for r in rows}
@@ -686,8 +699,8 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     words = sd.token2_exact_words()
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. The two rules differ only from token i + 1, where the largest cut point i < k has w_i < 1."
-        " Here position 1 is never a cut point where w_1 < 1 (h_1 = 0 there; --detail shows why). So tokens 1 and 2"
-        " come alike, and with the same random numbers the two fits match.") in flat
+        " Here, wherever w_1 < 1, w_1 p <= q at every token after x_1, so Z_1 = 0, h_1 = 0, and position 1 is never a"
+        " cut point. So tokens 1 and 2 come alike, and with the same random numbers the two fits match.") in flat
     _, detail = printed(sd.DETAILS["15"], rows)
     assert ("Why tokenwise_residual's first two tokens are exact: " + words[0].lower() + words[1:]) in " ".join(
         detail.split())

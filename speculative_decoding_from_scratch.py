@@ -1148,7 +1148,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     say("The table below has two TVs, sampled and exact; both compare P(x1, x2) with the target's. A sample's TV is"
         " never 0" +
-        (f" (the target decoded alone, {n_runs:,} times: {floor:.4f}), so the fit decides." if not isinstance(
+        (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit decides." if not isinstance(
             floor, Exception) else ": sampling adds noise, so the fit decides."),
         "This program's exact TV enumerates only rounds that stop at their first rejection" +
         (f"; the {and_list(unseen)} bug{'s do' if len(unseen) > 1 else ' does'} not stop, so only the fit catches"

@@ -209,7 +209,8 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
     for bug in sd.BUGS:  # each bug in words
         assert f"{bug} {sd.BUG_WORDS[bug]}" in " ".join(text.split())
     assert "Takeaway: the loop keeps the target's distribution" in text and "The correct rule" not in text
-    assert f"(the target decoded alone, {sd.DEMO2_RUNS} times: {sd.floor_tv(sd.TARGET, 5, sd.DEMO2_RUNS, 2):.4f}), so the fit decides" in text
+    assert (f"A sample's TV is never 0: the target decoded alone, {sd.DEMO2_RUNS} times, gives"
+            f" {sd.floor_tv(sd.TARGET, 5, sd.DEMO2_RUNS, 2):.4f}. So the fit decides.") in " ".join(text.split())
     assert [(r[0], r[3]) for r in result.stages] == [("forward", True), ("sample_from", True),
                                                      ("draft_tokens", True), ("verify_round", True)]
     assert "|within 1/6,000|" in "|".join(r[2] for r in result.stages)

@@ -4819,8 +4819,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
     note = long_context_note(k, [len(prompt)], then=" There each sequence's KV cache, the keys and values of its"
-                             " tokens, adds so many bytes that no batch reaches the ridge, so a check costs what a plain step does, and a switch would have"
-                             " nothing to save.", why=False)
+                             " tokens, adds so many bytes that no batch reaches the ridge, so a check costs what a"
+                             " plain step does, and a switch would have nothing to save.", why=False)
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
         " crosses the ridge. There the"
         f" lookup is free, and a verifying pass of {k + 1} positions costs",

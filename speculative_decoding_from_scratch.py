@@ -3755,15 +3755,19 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     return rows
 
 
-def saved_words():
-    """Chapter 15's example of a draft saved, from chapter 14's pairs: 'a'
-    then 'b', where the block keeps both every time; '' unless it does."""
+def saved_words(weights=True):
+    """A draft saved, from chapter 14's pairs: 'a' then 'b', where the block
+    keeps both every time; '' unless it does. With weights (chapter 15), in
+    the block's w_i; without (chapter 18), in what each verifier keeps."""
     P2, Q2 = PAPER_EXAMPLE
     _, _, w1, _, w2, tokenwise, block, _ = demo14_pairs(P2, Q2)[1]  # the pair 'a' then 'b'
     ratio = P2[1, 1] / Q2[1, 1]  # p/q of the second draft, 'b'
+    if not (w2 == 1 and block == 2 and tokenwise < block):
+        return ""
     return (f"In chapter 14's example, 'a' (p/q = {w1:g}) then 'b' (p/q = {ratio:g}) give w_1 = {w1:g} and w_2 ="
-            f" {w2:g}, so the block keeps both, where token-wise checking keeps {tokenwise:g} on average."
-            if w2 == 1 and block == 2 and tokenwise < block else "")
+            f" {w2:g}, so the block keeps both, where token-wise checking keeps {tokenwise:g} on average." if weights
+            else f"In chapter 14's example, token-wise checking keeps a first draft 'a' with chance {w1:g}; when 'b'"
+            " follows it, the block keeps both every time.")
 
 
 def first_biased_token(tvs):
@@ -4164,7 +4168,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                         " it with chance p(x); after a rejection, a token from p with x removed."),
             ("block", "lossless: block verification judges the k drafts together (chapter 14). It keeps more"
                       " drafts than the paper's rule and stays exact: demo 1's min(p, q) bounds a draft judged"
-                      " alone, not a run judged whole."),
+                      " alone, not a run judged whole. " + saved_words(weights=False)),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
@@ -4200,7 +4204,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The self-check column checks the program, not the rule: the fit of"
-        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2). Above 0.001, the sampling loop"
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2) (two: {n_runs} runs are too few for"
+        f" the {VOCAB ** n} outcomes of {n} tokens). Above 0.001, the sampling loop"
         " agrees with the exact computation. The verdict column marks a lossy setting dominated when a lossless"
         " verifier makes at least as many tokens per call at no distance.")
     print()

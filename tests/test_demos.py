@@ -666,7 +666,7 @@ def test_chapter15_shows_a_draft_saved_on_chapter14s_example_only_while_the_bloc
     # with accept_prob keeping every draft, 'a' is kept as often as the block keeps it: nothing is saved, and the
     # sentence goes
     keep_all = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0"),))
-    assert sd.saved_words() != "" and keep_all.saved_words() == ""
+    assert sd.saved_words() != "" and keep_all.saved_words() == "" and keep_all.saved_words(weights=False) == ""
 
 
 def test_chapter15_the_edits_and_the_shipped_paths(demo):

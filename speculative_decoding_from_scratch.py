@@ -4803,7 +4803,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     on = rows[0]  # a per-batch schedule: k where speculating pays at that B over the workload, else plain decoding
     rows.insert(1, ("per-batch schedule", *[x for i in range(len(batches)) for x in
                                             ((on[1 + 2 * i], on[2 + 2 * i]) if on[1 + 2 * i] > 1 else (1.0, 0.0))]))
-    say("When to fall back? TensorRT-LLM's acceptance_rate_threshold turns speculation off for good",
+    say("When to fall back? In TensorRT-LLM, NVIDIA's serving engine, acceptance_rate_threshold turns speculation"
+        " off for good",
         "once the average accepted share of recent rounds falls below it. A workload can change.",
         f"Here the target is chapter 11's character model, after its {len(prompt)}-character paragraph prompt: at"
         " each character, with probability lam it copies an earlier",

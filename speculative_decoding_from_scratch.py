@@ -3580,7 +3580,8 @@ def demo14_why(P2, Q2, pairs, net):
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        f"It loses on 'a', 'a': after 'a', w_1 p = {row(owed)} is nowhere above q = {row(Q2[1])}, so Z_1 = 0 and"
+        f"It loses on 'a', 'a': after 'a', w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}, so"
+        " Z_1 = 0 and"
         f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
         f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."

@@ -755,7 +755,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
             " both."
-            " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) is nowhere above q ="
+            " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. The gains"
             " add up to +1/9, the first table's gap.") in flat(text)
     assert "Takeaway: judging the block as a whole kept more drafts per round" in flat(text)

@@ -4835,9 +4835,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
         " crosses the ridge. There the"
         f" lookup is free, and a verifying pass of {k + 1} positions costs",
-        " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + (
-            f" ({batches[-1] * (k + 1):,} positions against a plain pass's {batches[-1]})." if len(batches) > 1
-            else "."))
+        " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".")
     if note:
         print()
         say(f"Why {BATCH_CONTEXT} tokens of context? {note}")

@@ -4579,10 +4579,11 @@ def demo19_tuning(**how):
         f" until it falls more than {tol:.1%} below the best, so as not to switch for less. It stops at B ="
         f" {max_batch},"
         f" where the target's and the {c19.roomiest} draft's weights and every sequence's KV cache fill the H100's"
-        f" {H100.memory / 1e9:.0f} GB. The plan:")
+        f" {H100.memory / 1e9:.0f} GB. The plan, with the positions each sequence's check scores:")
     print()
-    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
-          [r[:4] for r in plan])
+    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
+           ("speedup", 13, ">")],
+          [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])
     for paragraph in demo19_shape(shape, n_ctx, max_batch):
         print()
         say(paragraph)

@@ -343,12 +343,16 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (
         "It stops at B = 242, where the target's and the small draft's weights and every sequence's KV cache fill"
-        " the H100's 80 GB. The plan:") in text
+        " the H100's 80 GB. The plan, with the positions each sequence's check scores:") in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
     ends = {int(o.shape.split()[-1]): hi for _, hi, o in result.buckets if o and o.shape.startswith("k =")}
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 1
+    # the plan's positions column: a chain of k checks k + 1 positions a sequence, the tree its 15 nodes
+    for lo, hi, o in result.buckets:
+        k = int(o.shape.split()[-1]) if o.shape.startswith("k =") else 14
+        assert o.positions == k + 1 and f"{lo}-{hi} {o.drafter.name} {o.shape} {k + 1} " in text
     assert sd.bound_text(sd.LLAMA2_7B, 512, 6, fit, fit, sd.H100) == "memory"  # k = 6 at B = 242, by the roofline
     # the longest k crosses first: where a check of k + 1 positions a sequence first reaches the ridge, by a scan
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),

@@ -3453,7 +3453,7 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
 
 
-BLOCK_RULE = ("How? By these steps, which its paper proves keep the target's distribution and the most drafts on"
+BLOCK_RULE = ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
               " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
               " draws one token:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
@@ -4203,8 +4203,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The self-check column checks the program, not the rule: the fit of"
-        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2) (two: {n_runs} runs are too few for"
-        f" the {VOCAB ** n} outcomes of {n} tokens). Above 0.001, the sampling loop"
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2). It fits two because {n_runs} runs are"
+        f" too few for the {VOCAB ** n} outcomes of {n} tokens. Above 0.001, the sampling loop"
         " agrees with the exact computation. The verdict column marks a lossy setting dominated when a lossless"
         " verifier makes at least as many tokens per call at no distance.")
     print()
@@ -4831,7 +4831,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
     note = long_context_note(k, [len(prompt)], then=" There each sequence's KV cache, the keys and values of its"
-                             " tokens, adds so many bytes that no batch reaches the ridge, so a check costs what a"
+                             " tokens, adds so many bytes that no batch reaches the ridge. So a check costs what a"
                              " plain step does, and a switch would have nothing to save.", why=False)
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
         " crosses the ridge. There the"

@@ -773,11 +773,11 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     _, text = demo["14"]
     assert ("Block verification's output here, its first 3 tokens (the most one round of 2 drafts emits), is the"
             " target's: exact TV < 1e-9.") in flat(text)
-    assert ("How? By these steps, which its paper proves keep the target's distribution and the most drafts on"
+    assert ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
             " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
             " draws one token:") in text
     # the example and its gain come first, then the steps that make it
-    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? By these steps") < text.index(
+    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? By the steps below") < text.index(
         "Where does the block gain?")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)

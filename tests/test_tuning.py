@@ -588,7 +588,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions costs what one"
             " position does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB. There"
             " each sequence's KV cache, the keys and values of its tokens, adds so many bytes that no batch reaches the"
-            " ridge, so a check costs what a plain step does, and a switch would have nothing to save.") in text
+            " ridge. So a check costs what a plain step does, and a switch would have nothing to save.") in text
 
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):

@@ -4588,18 +4588,14 @@ def demo19_tuning(**how):
     for paragraph in demo19_shape(shape, n_ctx, max_batch):
         print()
         say(paragraph)
-    crossed = [c for c in shape.checks if c[2] is not None and c[2] <= max_batch]  # (runs as, positions, B, last B)
     if shape.falls:
         print()
         say("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes, so a pass"
             f" of B sequences stays under the ridge up to about {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B"
             " positions" + (f" ({shape.alone} at B = 1, demo 6's)" if abs(
                 shape.ridge_base + shape.ridge_each - shape.alone) < 1 else "") +
-            f": about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} for each sequence, which falls as B grows." +
-            (" The plan drops each check a little after that budget falls below it: " + and_list(
-                [f"{p} positions at B = {b}" if i == 0 else f"{p} at {b}" for i, (_, p, b, _) in enumerate(crossed)])
-             + " (chapter 25)." if crossed and all(b <= hi for _, _, b, hi in crossed) else
-             " Chapter 25 shows where each check crosses it."))
+            f": about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} for each sequence, which falls as B grows"
+            " (chapter 25 shows where each check crosses it).")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

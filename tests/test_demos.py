@@ -700,8 +700,7 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
     words = sd.token2_exact_words()
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. Its fit equals block's (0.61): through token 2 the two rules draw alike, and their runs share"
-        " their random numbers. Token 2 agrees because here position 1 is a cut point only where w_1 = 1, and there"
-        " max(0, w_1 p - q) is max(0, p - q) (--detail shows why).") in flat
+        " their random numbers (--detail shows why token 2 agrees).") in flat
     _, detail = printed(sd.DETAILS["15"], rows)
     assert ("Why tokenwise_residual's first two tokens are exact: " + words[0].lower() + words[1:]) in " ".join(
         detail.split())

@@ -4722,10 +4722,13 @@ def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
 
 # -----------------------------------------------------------------------------
 # Chapter 20. When should a server stop speculating?
-# TensorRT-LLM can turn speculation off for good once the acceptance of recent
-# rounds falls below a threshold (acceptance_rate_threshold, with
-# acceptance_rate_window_size, in its llm_args.py at 00043967). A workload
-# whose acceptance changes phase shows what that costs.
+# TensorRT-LLM can turn speculation off for good (acceptance_rate_threshold,
+# with acceptance_rate_window_size, in its llm_args.py at 00043967). Its
+# SpeculationGate (_torch/speculative/speculation_gate.py at 42ffc268) takes
+# each completed request's accepted drafts per step, its average tokens per
+# step minus 1, and switches off once their average over the last window
+# requests falls below the threshold. A workload whose acceptance changes
+# phase shows what that costs.
 
 
 class PhaseModel:
@@ -4748,9 +4751,10 @@ class PhaseModel:
 def phase_run(P, prompt, n_tokens, k, seed, switch=None, adapt=False):
     """Prompt lookup on a phased target, round by round: [(drafts proposed,
     tokens emitted)]. switch: (threshold, window): TensorRT-LLM's
-    acceptance_rate_threshold, off for good once the average accepted share of
-    the last window rounds falls below it. adapt: transformers' heuristic
-    draft length (+2 after a round whose drafts all passed, else -1)."""
+    acceptance_rate_threshold, off for good once the accepted drafts of the
+    last window rounds average below it (its gate averages requests; this run
+    is one request). adapt: transformers' heuristic draft length (+2 after a
+    round whose drafts all passed, else -1)."""
     rng, L, text, out, recent, off, k_now = np.random.default_rng(seed), VLLM_LOOKUP, list(prompt), \
         [], [], False, k
     while len(text) - len(prompt) < n_tokens:
@@ -4758,9 +4762,10 @@ def phase_run(P, prompt, n_tokens, k, seed, switch=None, adapt=False):
         emitted = verify_round(P, text, drafted, q_rows, rng)
         out.append((len(drafted), len(emitted)))
         text += emitted
-        if drafted:
-            recent.append((len(emitted) - 1) / len(drafted))
+        if not off:  # a round that proposed no drafts accepted none
+            recent.append(len(emitted) - 1)
             off = bool(switch) and len(recent) >= switch[1] and np.mean(recent[-switch[1]:]) < switch[0]
+        if drafted:
             k_now = min(k_now + 2, 16) if adapt and len(emitted) > len(drafted) else max(1, k_now - 1) if adapt else k
     return out
 
@@ -4791,7 +4796,7 @@ def short_proposals(runs, k):
 
 
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
-                    threshold=0.3, window=20):
+                    threshold=1.0, window=20):
     """Chapter 20: a switch that turns speculation off for good, on a
     workload whose acceptance changes phase."""
     prompt = prompts()["summarise"]
@@ -4810,8 +4815,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     rows.insert(1, ("per-batch schedule", *[x for i in range(len(batches)) for x in
                                             ((on[1 + 2 * i], on[2 + 2 * i]) if on[1 + 2 * i] > 1 else (1.0, 0.0))]))
     say("When to fall back? In TensorRT-LLM, NVIDIA's serving engine, acceptance_rate_threshold turns speculation"
-        " off for good",
-        "once the average accepted share of recent rounds falls below it. A workload can change.",
+        " off for good once the accepted drafts per round, averaged over recent requests, fall below it. A workload"
+        " can change.",
         f"Here the target is chapter 11's character model, after its {len(prompt)}-character paragraph prompt: at"
         " each character, with probability lam it copies an earlier",
         "stretch of its own text. The draft is prompt lookup: it proposes what followed the text's",
@@ -4824,9 +4829,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                "per-batch schedule: a baseline that knows the workload in advance. At each batch size B, the number"
                f" of sequences a server decodes at once, it runs k = {k} if that beats plain decoding on average over"
                " the workload, else plain decoding;",
-               f"off for good: TensorRT-LLM's switch, at a threshold of {threshold} over the last {window} rounds."
-               " Here a round's accepted share is its kept drafts over its proposed drafts; rounds that propose none"
-               " are skipped;",
+               f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
+               " averages over the last completed requests; this run is one request, so it averages its last"
+               f" {window} rounds;",
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()

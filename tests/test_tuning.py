@@ -542,13 +542,29 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
     assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
     assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
-    assert ("Here a round's accepted share is its kept drafts over its proposed drafts; rounds that propose none are"
-            " skipped;") in text
-    off = rows["off for good below 0.3"]
+    assert ("off for good: TensorRT-LLM's switch, at a threshold of 1 accepted draft per round. It averages over the"
+            " last completed requests; this run is one request, so it averages its last 20 rounds;") in text
+    off = rows["off for good below 1.0"]
     assert on[3] < off[3] < 1 and (f"so the schedule does not speculate there at all; off for good pays that cost until"
                                    f" it switches off ({off[3]:.2f}).") in text
     assert (adaptive[3] < 1) == ("Adaptive k moves k by what passed, not by what a pass costs: at B = 256 it is"
                                  " slower than plain decoding too." in text)
+
+
+def test_chapter20s_switch_averages_accepted_drafts_per_round_as_tensorrt_llms_gate_does():
+    # TensorRT-LLM's SpeculationGate (speculation_gate.py at 42ffc268) records each completed request's
+    # avg_decoded_tokens_per_iter - 1, its accepted drafts per step, and turns speculation off for good once the mean of
+    # the last window falls below the threshold. Here, by hand on one run: every round counts, one that proposed no
+    # drafts as 0, and the switched run is the plain run up to the first round whose last 20 average below 1
+    prompt = sd.prompts()["summarise"]
+    P = sd.PhaseModel(len(prompt), ((120, 0.99), (120, 0.3), (120, 0.99)))
+    on = sd.phase_run(P, prompt, 360, 5, 0)
+    off = sd.phase_run(P, prompt, 360, 5, 0, switch=(1.0, 20))
+    accepted = [e - 1 for _, e in on]
+    first = next(i for i in range(19, len(on)) if np.mean(accepted[i - 19:i + 1]) < 1.0)
+    assert any(d == 0 for d, _ in on[:first + 1])  # rounds with no drafts are in the average
+    assert off[:first + 1] == on[:first + 1] and all(d == 0 for d, _ in off[first + 1:])
+    assert any(d for d, _ in on[first + 1:])  # the run left on goes on drafting
 
 
 def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_costly(in_process):

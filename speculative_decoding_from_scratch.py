@@ -4839,8 +4839,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                              " tokens, adds so many bytes that no batch reaches the ridge. So a check costs what a"
                              " plain step does, and a switch would have nothing to save.", why=False)
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
-        " crosses the ridge. There the"
-        f" lookup is free, and a verifying pass of {k + 1} positions costs",
+        " crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0); a verifying pass of"
+        f" {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".")
     if note:
         print()

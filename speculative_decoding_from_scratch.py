@@ -4567,9 +4567,8 @@ def demo19_tuning(**how):
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts are checked with the text's last"
-        f" token in one pass of {nodes} positions. The check walks down from the root, keeping the first candidate"
-        f" the rule accepts (chapter 8). Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} tokens per"
-        f" call from {tree[1]} draft passes, one per level.")
+        f" token in one pass of {nodes} positions. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} tokens"
+        f" per call from {tree[1]} draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is"
@@ -4589,12 +4588,7 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes, so a pass"
-            f" of B sequences stays under the ridge up to about {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B"
-            " positions" + (f" ({shape.alone} at B = 1, demo 6's)" if abs(
-                shape.ridge_base + shape.ridge_each - shape.alone) < 1 else "") +
-            f": about {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} for each sequence, which falls as B grows"
-            " (chapter 25 shows where each check crosses it).")
+        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

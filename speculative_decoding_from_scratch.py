@@ -3731,10 +3731,6 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     print()
     table([("", 2, ""), ("part", 12, "<"), ("what it is", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
     print()
-    saved = saved_words()
-    if saved:
-        say(saved)
-        print()
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
         f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. The"
@@ -3754,21 +3750,6 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
              {"block verification emits the target": rows[0][5] == "the target",
               "every edit and shipped path is caught": caught})
     return rows
-
-
-def saved_words(weights=True):
-    """A draft saved, from chapter 14's pairs: 'a' then 'b', where the block
-    keeps both every time; '' unless it does. With weights (chapter 15), in
-    the block's w_i; without (chapter 18), in what each verifier keeps."""
-    P2, Q2 = PAPER_EXAMPLE
-    _, _, w1, _, w2, tokenwise, block, _ = demo14_pairs(P2, Q2)[1]  # the pair 'a' then 'b'
-    ratio = P2[1, 1] / Q2[1, 1]  # p/q of the second draft, 'b'
-    if not (w2 == 1 and block == 2 and tokenwise < block):
-        return ""
-    return (f"In chapter 14's example, 'a' (p/q = {w1:g}) then 'b' (p/q = {ratio:g}) give w_1 = {w1:g} and w_2 ="
-            f" {w2:g}, so the block keeps both, where token-wise checking keeps {tokenwise:g} on average." if weights
-            else f"In chapter 14's example, token-wise checking keeps a first draft 'a' with chance {w1:g}; when 'b'"
-            " follows it, the block keeps both every time.")
 
 
 def first_biased_token(tvs):
@@ -4167,7 +4148,7 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                         " it with chance p(x); after a rejection, a token from p with x removed."),
             ("block", "lossless: block verification judges the k drafts together (chapter 14). It keeps more"
                       " drafts than the paper's rule and stays exact: demo 1's min(p, q) bounds a draft judged"
-                      " alone, not a run judged whole. " + saved_words(weights=False)),
+                      " alone, not a run judged whole."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"

@@ -656,19 +656,6 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     assert "All five settings emit the target's distribution by both checks." in text
 
 
-def test_chapter15_shows_a_draft_saved_on_chapter14s_example_only_while_the_block_saves_it(demo):
-    # by hand: 'a' has p/q = (1/3)/(2/3) = 1/2, so w_1 = 1/2; 'b' has p/q = 2, so w_2 = min(1, 1/2 * 2) = 1: position
-    # 2 is a cut point every time and the block keeps both; token-wise keeps 'a' half the time, then 'b' always
-    flat = " ".join(demo["15"][1].split())
-    assert ("In chapter 14's example, 'a' (p/q = 0.5) then 'b' (p/q = 2) give w_1 = 0.5 and w_2 = 1, so the block"
-            " keeps both, where token-wise checking keeps 1 on average.") in flat
-    assert flat.index("part what it is") < flat.index("In chapter 14's example") < flat.index("This chapter checks")
-    # with accept_prob keeping every draft, 'a' is kept as often as the block keeps it: nothing is saved, and the
-    # sentence goes
-    keep_all = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0"),))
-    assert sd.saved_words() != "" and keep_all.saved_words() == "" and keep_all.saved_words(weights=False) == ""
-
-
 def test_chapter15_the_edits_and_the_shipped_paths(demo):
     rows, text = demo["15"]
     verdicts = {r[0]: r[5] for r in rows}

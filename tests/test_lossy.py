@@ -156,8 +156,6 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     assert ("The self-check column checks the program, not the rule: the fit of 150 runs' first two tokens to the"
             " rule's own exact P(x1, x2). It fits two because 150 runs are too few for the 216 outcomes of 3 tokens.")\
         in text
-    assert ("In chapter 14's example, token-wise checking keeps a first draft 'a' with chance 0.5; when 'b' follows it,"
-            " the block keeps both every time.") in text
     # one-hot keeps its draft with chance p(x), whose average over the target's text is far below alpha
     hot = sd.pair_alpha(sd.TARGET, sd.temper(sd.MIDDLING, 0))
     assert hot == pytest.approx(sum(sd.stationary(sd.TARGET)[a] * sd.TARGET[a, sd.MIDDLING[a].argmax()]

@@ -3687,22 +3687,13 @@ BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that
     "cumulative": [("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight")],
 }
 
-BLOCK_PARTS = {  # chapter 15's short form of chapter 14's steps: the parts its variants change
-    "w_i": "the weight: the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1,"
-           " w_i = min(1, w_(i-1) p(x_i) / q(x_i))",
-    "cut points": "each position flips a coin to be a cut point, where the block may end: the last, position k, with"
-           " chance w_k; a position i < k with chance h_i = Z_i / (Z_i + 1 - w_i), the paper's formula, taken as"
-           " given (0 when Z_i = 0). Z_i sums max(0, w_i p(x) - q(x)) over tokens x, with p and q the rows after"
-           " x_1..x_i: what the target still wants there that the draft does not offer",
-    "next token": "let i be the largest cut point, or 0 if there is none. The block keeps x_1..x_i, even if a weight"
-                  " before i fell below 1. It draws the next token from max(0, w_i p - q), normalised, or from p"
-                  " if i = k"}
-BLOCK_WORDS = {"tokenwise_residual": "next token: from the token-wise residual, max(0, p - q), not max(0, w_i p - q)",
-               "cumulative": "cut points: a position i < k is one with chance w_i, not h_i",
-               "vllm-ascend, PyTorch": "cut points: position i, k included, is one if min(1, p(x_1)/q(x_1)) * ..."
-                                       " * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, one fresh uniform per"
+BLOCK_WORDS = {"tokenwise_residual": "step 5: the next token from the token-wise residual, max(0, p - q), not"
+                                     " max(0, w_i p - q)",
+               "cumulative": "step 3: a position i < k is a cut point with chance w_i, not h_i",
+               "vllm-ascend, PyTorch": "step 3: position i, k included, is a cut point if min(1, p(x_1)/q(x_1)) *"
+                                       " ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, one fresh uniform per"
                                        " position. The right side averages 1/2^i, so later positions become cut"
-                                       " points easily. Next token: as tokenwise_residual",
+                                       " points easily. Step 5: as tokenwise_residual",
                "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 
@@ -3726,10 +3717,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
               ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. The weight w_i, defined below, can rise back toward 1 when a later draft has p > q. Its paper proves"
-        " its output is the target's. The three parts this chapter's variants change:")
-    print()
-    table([("", 2, ""), ("part", 12, "<"), ("what it is", 60, "<")], labelled_rows(BLOCK_PARTS, 60))
+        " one. Its paper proves its output is the target's. Its steps, from chapter 14; this chapter's variants"
+        " change steps 3 and 5:")
+    say_items(BLOCK_STEPS, numbered=True)
     print()
     say("This chapter checks the",
         f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"

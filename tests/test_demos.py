@@ -701,8 +701,8 @@ def test_chapter15_the_edits_and_the_shipped_paths(demo):
                                                             f" token-wise checking {token_wise:.2f}.") in flat
     assert ("So the shipped paths keep drafts that a lossless verifier would reject, and their output is not the"
             " target's.") in " ".join(text.split())
-    for label, words in sd.BLOCK_PARTS.items():  # the three parts of chapter 14's rule the variants change
-        assert f"{label} {words}" in " ".join(text.split())
+    for i, words in enumerate(sd.BLOCK_STEPS, start=1):  # chapter 14's steps, which the variants change
+        assert f"{i}. {words}" in " ".join(text.split())
     assert list(sd.BLOCK_WORDS) == [r[0] for r in rows[1:]]  # each edit and shipped path said in words, in order
     for label, words in sd.BLOCK_WORDS.items():
         assert f"{label} {words}" in " ".join(text.split())

@@ -579,7 +579,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
         assert (("The table prices each round on demo 6's roofline at 16 tokens of context, where a large batch"
-                 " crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0)" in text) == (chapter == "20") and
+                 " crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0)" in text)
+                == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs what one position"
                 " does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \
             chapter

@@ -4528,7 +4528,6 @@ def demo19_tuning(**how):
     print()
     table([("position", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    starts = round_starts(TARGET, drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after a bonus or a redraw, not at a typical"
         " point of the target's text, and which tokens those are depends on k (--detail shows which). So rates"
@@ -4575,7 +4574,7 @@ def demo19_tuning(**how):
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
-                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas, starts=starts)
+                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas)
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
@@ -4638,7 +4637,8 @@ def demo19_detail(result):
     one k only approximate another's, how the tree is checked, why big's c
     nears its KV cache's share, and what the search's shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
-    rates, k_max, tol, starts = c19.rates, c19.k_max, c19.tol, result.starts
+    rates, k_max, tol = c19.rates, c19.k_max, c19.tol
+    starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     paragraphs = [
         "Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo 3),"
         " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k." +

@@ -3682,19 +3682,21 @@ def shipped_block_outcomes(P, Q, d, k):
     return out
 
 
-BLOCK_BUGS = {  # block verification's, shown in chapter 15 beside the ones that shipped
+BLOCK_BUGS = {  # block verification's, shown in chapter 15's detail beside the rule
     "tokenwise_residual": [("block_residual", "return residual(weight * p, q)", "return residual(p, q)")],
     "cumulative": [("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight")],
 }
 
 BLOCK_WORDS = {"tokenwise_residual": "step 5: the next token from the token-wise residual, max(0, p - q), not"
                                      " max(0, w_i p - q)",
-               "cumulative": "step 3: a position i < k is a cut point with chance w_i, not h_i",
-               "vllm-ascend, PyTorch": "step 3: position i, k included, is a cut point if min(1, p(x_1)/q(x_1)) *"
-                                       " ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, one fresh uniform per"
-                                       " position. The right side averages 1/2^i, so later positions become cut"
-                                       " points easily. Step 5: as tokenwise_residual",
-               "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
+               "cumulative": "step 3: a position i < k is a cut point with chance w_i, not h_i"}
+
+SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3: position i, k included, is a cut point if min(1, p(x_1)/q(x_1)) *"
+                                         " ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, with u_j one uniform"
+                                         " drawn at position j. The right side averages 1/2^i, so the test gets"
+                                         " easier at each later position. Step 5: the next token from the"
+                                         " token-wise residual, max(0, p - q), not max(0, w_i p - q)",
+                 "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 
 def shipped_parts(D, ctx, n, k):
@@ -3708,37 +3710,31 @@ def shipped_parts(D, ctx, n, k):
 
 
 def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
-    """How a shipped block verifier broke: two edits of block verification and
-    vllm-ascend's two shipped paths, by both checks."""
-    here = this_module()
+    """How a shipped block verifier broke: vllm-ascend's two shipped paths
+    beside block verification, by both checks."""
     block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
-    cases = [("block", here, MIDDLING, block)] + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS]
-    cases += [("vllm-ascend, PyTorch", here, MIDDLING, shipped),
-              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
+    cases = [("block", this_module(), MIDDLING, block), ("vllm-ascend, PyTorch", this_module(), MIDDLING, shipped),
+             ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. Its paper proves its output is the target's. Its steps, from chapter 14; this chapter's variants"
-        " change steps 3 and 5:")
+        " one. Its paper proves its output is the target's. Its steps, from chapter 14:")
     say_items(BLOCK_STEPS, numbered=True)
     print()
-    say("This chapter checks the",
-        f"rule exactly against {number_word(len(cases) - 1)} variants: {number_word(len(BLOCK_BUGS))} edits of one line"
-        f" each, and {number_word(len(cases) - 1 - len(BLOCK_BUGS))} shipped code paths, PyTorch and Triton. The"
-        " shipped paths come from vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend"
-        " accelerators. Both run as below at its commit 182b75ea84 (2026-08-22); the README gives their history."
-        " Each verifies",
-        f"the middling draft at k = {k}:")
+    say("vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators, ships block"
+        f" verification in {number_word(len(SHIPPED_WORDS))} code paths, PyTorch and Triton. At its commit 182b75ea84"
+        " (2026-08-22) both change steps 3 and 5, as below; the README gives their history.")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
-    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")], labelled_rows(BLOCK_WORDS, 52))
+    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")], labelled_rows(SHIPPED_WORDS, 52))
     print()
-    say(f"Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and a fit of {n_runs} runs' first two tokens:")
+    say(f"Each verifies the middling draft at k = {k}. Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and"
+        f" a fit of {n_runs} runs' first two tokens:")
     print()
     exactness_table(rows)
-    caught = demo15_verdicts(rows, target_first_tokens(TARGET, ctx, n), k, ctx)
+    caught = demo15_verdicts(rows, k)
     takeaway("a block verifier's output can be checked exactly, and a shipped one can fail that check.",
              {"block verification emits the target": rows[0][5] == "the target",
-              "every edit and shipped path is caught": caught})
+              "both shipped paths are caught": caught})
     return rows
 
 
@@ -3748,29 +3744,29 @@ def first_biased_token(tvs):
     return next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
 
 
-def demo15_verdicts(rows, truth, k, ctx=5):
-    """Chapter 15's sentences, from its table: is every edit and shipped path caught?"""
+def caught_words(rows, things):
+    """The verdict on every row but the rule's (rows[0]): whether all are
+    caught, and a sentence that says so or gives each one's verdict."""
     broken = rows[1:]
     caught = all(r[5] not in ("the target", "not run", "raised") for r in broken)
+    return caught, (f"{every(len(broken), things).capitalize()} are caught." if caught else
+                    " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else
+                             f"{r[0]}: not checked, {r[6]}." for r in broken))
+
+
+def rule_verdict(rows):
+    """Chapter 15's sentence on block verification itself, from its row."""
+    return ("Block verification emits the target's distribution by both checks." if rows[0][5] == "the target" else
+            f"Block verification, as you have it, {VERDICT_WORDS.get(rows[0][5], rows[0][6])}.")
+
+
+def demo15_verdicts(rows, k):
+    """Chapter 15's sentences, from its table: is each shipped path caught, and
+    does it keep more drafts than block verification can?"""
+    caught, words = caught_words(rows, "shipped paths")
     print()
-    say("Block verification emits the target's distribution by both checks." if rows[0][5] == "the target" else
-        f"Block verification, as you have it, {VERDICT_WORDS.get(rows[0][5], rows[0][6])}.",
-        f"{every(len(BLOCK_BUGS), 'edits').capitalize()} and {every(len(broken) - len(BLOCK_BUGS), 'shipped paths')}"
-        " are caught."
-        if caught else
-        " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else f"{r[0]}: not checked, {r[6]}."
-                 for r in broken))
-    for label, *tvs, p_fit, verdict, exact, _ in broken:
-        first_bad = first_biased_token(tvs)
-        if first_bad and first_bad > 1 and p_fit >= P_REJECT:
-            print()
-            say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
-                f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
-                " sees it at once.",
-                f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
-                " share their random numbers (--detail shows why token 2 agrees)."
-                if label == "tokenwise_residual" and alike_through_token2(rows, ctx) else "")
-    shipped = [r for r in broken if r[0].startswith("vllm-ascend") and r[7] is not None]
+    say(rule_verdict(rows), words)
+    shipped = [r for r in rows[1:] if r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
         more = all(r[7] > block_kept for r in shipped)
@@ -3786,8 +3782,8 @@ def demo15_verdicts(rows, truth, k, ctx=5):
 
 
 def alike_through_token2(rows, ctx=5):
-    """Whether chapter 15's tokenwise_residual row is exact through token 2,
-    its fit is the block's, and token2_exact_words says why."""
+    """Whether the tokenwise_residual row is exact through token 2, its fit is
+    the block's (rows[0]), and token2_exact_words says why."""
     row = next((r for r in rows if r[0] == "tokenwise_residual"), None)
     if row is None:
         return False
@@ -3796,13 +3792,33 @@ def alike_through_token2(rows, ctx=5):
     return first_bad == 3 and p_fit == rows[0][-4] and p_fit >= P_REJECT and bool(token2_exact_words(ctx))
 
 
-def demo15_detail(rows):
-    """Chapter 15 in detail: why tokenwise_residual's first two tokens are
-    exact here."""
-    if alike_through_token2(rows):  # which has checked that token2_exact_words says why
-        words = token2_exact_words()
-        print()
-        say("Why tokenwise_residual's first two tokens are exact: " + words[0].lower() + words[1:])
+def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
+    """Chapter 15 in detail: two one-line edits of block verification beside
+    the rule, by the same checks, and why the exact check sees what the fit
+    cannot."""
+    block = setting_parts(MIDDLING, None, None, ctx, n, k)
+    edits = [rows[0]] + exactness_rows([(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS],
+                                       k, ctx, n, n_runs)
+    print()
+    say(f"{number_word(len(BLOCK_BUGS)).capitalize()} one-line edits of block verification, by the same checks:")
+    print()
+    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")], labelled_rows(BLOCK_WORDS, 52))
+    print()
+    exactness_table(edits)
+    truth = target_first_tokens(TARGET, ctx, n)
+    print()
+    say(rule_verdict(edits), caught_words(edits, "edits")[1])
+    for label, *tvs, p_fit, verdict, exact, _ in edits[1:]:
+        first_bad = first_biased_token(tvs)
+        if first_bad and first_bad > 1 and p_fit >= P_REJECT:
+            print()
+            say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
+                f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
+                " sees it at once.",
+                f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
+                " share their random numbers. Why they draw alike: " + token2_exact_words(ctx)
+                if label == "tokenwise_residual" and alike_through_token2(edits, ctx) else "")
+    return edits
 
 
 def token2_exact_words(ctx=5):

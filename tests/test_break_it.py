@@ -56,7 +56,8 @@ FLIPS = {
                                 "NOT every draft runs: prompt lookup, vLLM raised UnboundLocalError in verify_round()"]),
     "unweighted block_residual": ("9 15", ["NOT every setting emits the target's distribution: block passes its fit "
                                            "while its exact distribution is off",
-                                           "tokenwise_residual: not checked, your edit changed a line it edits"]),
+                                           "Block verification, as you have it, passes its fit while its exact"
+                                           " distribution is off."]),
 }
 
 # a wider family: (function, the line it has, the line a reader types, the
@@ -100,7 +101,8 @@ STAGE_EDITS = [
     ("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "", "8",
      ["NOT every correct tree is consistent"], "8", None),
     ("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight", "9 15",
-     ["NOT every setting emits the target's distribution", "cumulative: not checked"], "9 15", None),
+     ["NOT every setting emits the target's distribution", "Block verification, as you have it, is NOT the target."],
+     "9 15", None),
     ("block_residual", "return residual(weight * p, q)", "return residual(p, q)", "9 15",
      ["block passes its fit while its exact distribution is off"], "9 15", None),
     ("verify_block", "if rng.random() < h:", "if rng.random() > h:", "9",

@@ -4190,7 +4190,8 @@ def demo18_lossy(k=3, ctx=5, n=3, n_runs=150):
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The self-check column checks the program, not the rule: the fit of"
-        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2). Above 0.001, the sampling loop"
+        f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2). It fits two because {n_runs} runs are"
+        f" too few for the {VOCAB ** n} outcomes of {n} tokens. Above 0.001, the sampling loop"
         " agrees with the exact computation. The verdict column marks a lossy setting dominated when a lossless"
         " verifier makes at least as many tokens per call at no distance.")
     print()
@@ -4228,7 +4229,7 @@ def demo18_verdicts(rows, best, n_runs, n=3, k=3, ctx=5):
         " loosest keeps most drafts, so its text leans to the draft's."
         if argmax and demo18_loose_words(rows, k, ctx, n) else "",
         "The option --detail plots tokens per call against exact TV.")
-    return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit, n_runs=n_runs)
+    return SimpleNamespace(rows=rows, best=best, dominated=dominated, misfit=misfit)
 
 
 def one_hot_words(rows):
@@ -4294,9 +4295,6 @@ def demo18_detail(result, k=3, ctx=5, n=3):
     typical's at vLLM's defaults, and typical's fallbacks. Returns Medusa's
     row and the fallbacks' rows."""
     rows, (_, typical) = result.first.rows, typical_rows(result.first.rows)
-    print()
-    say(f"The self-check fits {number_word(2)} tokens, not {number_word(n)}: {result.first.n_runs} runs are too few"
-        f" for the {VOCAB ** n} outcomes of {n} tokens.")
     joint, per_call = lossy_exact(TARGET, MIDDLING, typical_rule(*TYPICAL_SHIPPED, bonus_from_p=False), ctx, n, k)
     medusa = ("medusa", setting_text(TYPICAL_SHIPPED), tv_distance(joint, target_first_tokens(TARGET, ctx, n)),
               per_call, None, "")

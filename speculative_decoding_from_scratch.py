@@ -3691,9 +3691,8 @@ BLOCK_WORDS = {"tokenwise_residual": "step 5: the next token from the token-wise
 
 SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3: position i, k included, is a cut point if min(1, p(x_1)/q(x_1)) *"
                                          " ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, with u_j one uniform"
-                                         " drawn at position j. The right side averages 1/2^i, so the test gets"
-                                         " easier at each later position. Step 5: the next token from the"
-                                         " token-wise residual, max(0, p - q), not max(0, w_i p - q)",
+                                         " drawn at position j. Step 5: the next token from the token-wise"
+                                         " residual, max(0, p - q), not max(0, w_i p - q)",
                  "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 

@@ -136,7 +136,8 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     for (label, setting), r in rows.items():
         assert (r[5] == "dominated") == (setting != "lossless" and r[2] >= 1e-9 and r[3] <= best + 1e-12)
     assert rows[("typical", "0.09, 0.3")][2] > 0.3 and rows[("typical", "0.09, 0.3")][3] > best
-    assert "dominated" in rows[("sglang", "1, 0.5")] and "Every rule's sample fits its own exact joint." in text
+    assert "dominated" in rows[("sglang", "1, 0.5")] and "self-check" not in text  # the fits are the detail's
+    assert "Every rule's sample fits its own exact joint." in flat(detail18[1]) and detail18[0].misfit == []
     assert ("The verdict column marks a lossy setting dominated when a lossless verifier makes at least as many tokens"
             " per call at no distance.") in text
     assert text.index("marks a lossy setting dominated") < text.index("sglang 1, 1")  # above the table
@@ -153,9 +154,9 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
             f" is typical's, {typical[2]:.4f}: the bonus token, token 4, comes after the 3 the TV measures. Its tokens"
             f" per call differ, {medusa[3]:.2f} against {typical[3]:.2f}, as the next round's drafts follow another"
             " token.") in flat(detail)
-    assert ("The self-check column checks the program, not the rule: the fit of 150 runs' first two tokens to the"
-            " rule's own exact P(x1, x2). It fits two because 150 runs are too few for the 216 outcomes of 3 tokens.")\
-        in text
+    assert ("The self-check checks the program, not the rule: the fit of 150 runs' first two tokens to the rule's own"
+            " exact P(x1, x2). It fits two because 150 runs are too few for the 216 outcomes of 3 tokens.")\
+        in flat(detail18[1])
     # one-hot keeps its draft with chance p(x), whose average over the target's text is far below alpha
     hot = sd.pair_alpha(sd.TARGET, sd.temper(sd.MIDDLING, 0))
     assert hot == pytest.approx(sum(sd.stationary(sd.TARGET)[a] * sd.TARGET[a, sd.MIDDLING[a].argmax()]
@@ -209,7 +210,7 @@ def test_chapter18_says_its_strictest_and_loosest_settings_are_farther_than_its_
     table = [r if r[1] != "0.3, 0.9" else r[:2] + (0.1,) + r[3:] for r in in_process[0]["18"].first.rows]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        sd.demo18_verdicts(table, in_process[0]["18"].first.best, 150)
+        sd.demo18_verdicts(table, in_process[0]["18"].first.best)
     assert "Typical's strictest" not in flat(out.getvalue()) and "The option --detail plots" in flat(out.getvalue())
 
 
@@ -296,3 +297,14 @@ def test_a_bad_knob_on_the_command_line_is_one_usage_line(capsys, args, message)
         sd.main(["--trace", "1", *args])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_chapter18s_self_check_catches_a_sampler_that_leaves_its_exact_joint(in_process):
+    # the sampled verifier edited to redraw from p, not from the rule's row: the exact joints do not move, the samples
+    # of the rules whose row is not p do, and the detail names them
+    rows = in_process[0]["18"].first.rows
+    m = sd.edited((("lossy_verifier", "return list(drafted[:i]) + [sample_from(rule.replacement(p, q, x), rng.random())]",
+                    "return list(drafted[:i]) + [sample_from(p, rng.random())]"),))
+    misfit, text = printed(m.lossy_self_check, rows)
+    assert "typical (0.3, 0.9)" in misfit and "NOT every rule's sample fits its own exact joint: " in text
+    assert not any(label.startswith(("probabilistic", "block")) for label in misfit)  # they never run lossy_verifier

@@ -4572,7 +4572,8 @@ def demo19_tuning(**how):
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts are checked with the text's last"
+        f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts,"
+        f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
         f" token in one pass of {nodes} positions. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} tokens"
         f" per call from {tree[1]} draft passes, one per level.")
     print()

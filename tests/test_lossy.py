@@ -303,7 +303,8 @@ def test_chapter18s_self_check_catches_a_sampler_that_leaves_its_exact_joint(in_
     # the sampled verifier edited to redraw from p, not from the rule's row: the exact joints do not move, the samples
     # of the rules whose row is not p do, and the detail names them
     rows = in_process[0]["18"].first.rows
-    m = sd.edited((("lossy_verifier", "return list(drafted[:i]) + [sample_from(rule.replacement(p, q, x), rng.random())]",
+    m = sd.edited((("lossy_verifier",
+                    "return list(drafted[:i]) + [sample_from(rule.replacement(p, q, x), rng.random())]",
                     "return list(drafted[:i]) + [sample_from(p, rng.random())]"),))
     misfit, text = printed(m.lossy_self_check, rows)
     assert "typical (0.3, 0.9)" in misfit and "NOT every rule's sample fits its own exact joint: " in text

@@ -478,7 +478,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
             " deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token in one pass of 15 positions."
-            f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} tokens per call from 3 draft passes, one per level.") in text
+            f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} tokens per call from 3 draft passes, one per"
+            " level.") in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"
             " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
             " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"

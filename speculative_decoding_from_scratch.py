@@ -843,6 +843,22 @@ def labelled_rows(words, width):
             for i, line in enumerate(textwrap.wrap(text, width, break_on_hyphens=False))]
 
 
+def engine_settings(lines, rows):
+    """The engine settings that run a chapter's rules as printed, each key as
+    its source spells it; rows names the table rows they run."""
+    print()
+    say(f"The settings that run {rows} above, each key spelled as the engine's own source code spells it (the"
+        " commits are in this chapter's code):")
+    print()
+    for line in lines:
+        print("  " + line)
+
+
+def setting_text(setting):
+    """A rule's setting as its table row names it: (0.09, 0.3) -> '0.09, 0.3'."""
+    return ", ".join(f"{x:g}" for x in setting)
+
+
 def prob3(v):
     """A probability in 4 characters: prob3(0.05) -> '.050'."""
     return f"{v:.3f}".replace("0.", ".", 1) if v < 1 else "1.00"
@@ -4127,11 +4143,6 @@ TYPICAL_SETTINGS = (TYPICAL_SHIPPED, (0.3, 0.9), (0.01, 0.03))  # chapter 18's: 
 SGLANG_SHIPPED, SGLANG_EXACT = (1, 0.5), (1, 1)  # SGLang's thresholds (single, acc): a setting users run, and exact
 
 
-def setting_text(setting):
-    """A rule's setting as its table row names it: (0.09, 0.3) -> '0.09, 0.3'."""
-    return ", ".join(f"{x:g}" for x in setting)
-
-
 LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it)
     "typical": (("posterior_threshold", "posterior_alpha"), typical_rule, "sampled"),
     "medusa": (("posterior_threshold", "posterior_alpha"), lambda *a: typical_rule(*a, bonus_from_p=False), "sampled"),
@@ -4368,17 +4379,6 @@ def typical_fallbacks(k=3, ctx=5, n=3, then=""):
         f"The loose ({loose[0]}) keeps the most drafts, whatever q proposes: drawn from p, its TV only falls to"
         f" {loose[3]:.4f}." if loose[3] > loose[2] / 2 else "", then if loose[3] > loose[2] / 2 else "")
     return rows
-
-
-def engine_settings(lines, rows):
-    """The engine settings that run a chapter's rules as printed, each key as
-    its source spells it; rows names the table rows they run."""
-    print()
-    say(f"The settings that run {rows} above, each key spelled as the engine's own source code spells it (the"
-        " commits are in this chapter's code):")
-    print()
-    for line in lines:
-        print("  " + line)
 
 
 LOSSY_SETTINGS = (

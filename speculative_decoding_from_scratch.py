@@ -4172,15 +4172,14 @@ def demo18_lossy(k=3, ctx=5, n=3):
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
                        " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
         print("\n".join(textwrap.wrap(words, 78, initial_indent=f"  {rule:<15}", subsequent_indent=" " * 17)))
-    truth, rows = target_first_tokens(TARGET, ctx, n), []
+    truth, rows, joints = target_first_tokens(TARGET, ctx, n), [], []
     for label, setting, rule, D in lossy_settings():
         result = attempt(lambda: (exact_block_first_tokens(TARGET, D, ctx, n, k),
                                   exact_block_tokens_per_call(TARGET, D, k)) if rule == "block" else
                          lossy_exact(TARGET, D, rule, ctx, n, k))
-        if first_error(result):
-            rows.append((label, setting, None, None, None, "raised"))
-            continue
-        rows.append((label, setting, tv_distance(result[0], truth), result[1], None, ""))
+        joints.append(None if first_error(result) else result[0])  # its exact joint, for --detail's self-check
+        rows.append((label, setting, None, None, None, "raised") if first_error(result) else
+                    (label, setting, tv_distance(result[0], truth), result[1], None, ""))
     best = max(r[3] for r in rows if r[1] == "lossless" and r[3] is not None)
     rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
                      and r[3] <= best + 1e-12 else r[5],) for r in rows]
@@ -4190,7 +4189,7 @@ def demo18_lossy(k=3, ctx=5, n=3):
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("verdict", 12, "<")], [(*r[:4], r[5]) for r in rows], groups=[("exact", 2, 3)])
-    return demo18_verdicts(rows, best, n, k, ctx)
+    return SimpleNamespace(**vars(demo18_verdicts(rows, best, n, k, ctx)), joints=joints)
 
 
 def lossy_settings():
@@ -4204,19 +4203,17 @@ def lossy_settings():
                        for s, a in (SGLANG_EXACT, SGLANG_SHIPPED, (0.3, 1))]
 
 
-def lossy_self_check(rows, k=3, ctx=5, n=3, n_runs=150):
-    """Chapter 18 in detail: each rule's sample beside its own exact joint, the
-    fit of n_runs runs' first two tokens. Returns the rows that do not fit."""
+def lossy_self_check(joints, k=3, ctx=5, n=3, n_runs=150):
+    """Chapter 18 in detail: the fit of each rule's n_runs runs' first two
+    tokens to its own exact joint (None where that raised: left out). Returns
+    the rules that do not fit."""
     checks = []
-    for (label, setting, rule, D), row in zip(lossy_settings(), rows):
-        if row[2] is None:  # its exact joint raised: nothing to check against
-            continue
+    for (label, setting, rule, D), joint in zip(lossy_settings(), joints):
         verify = verify_block if rule == "block" else verify_round if rule is None else lossy_verifier(rule)
-        exact = (exact_block_first_tokens(TARGET, D, ctx, 2, k) if rule == "block" else
-                 lossy_exact(TARGET, D, rule, ctx, 2, k)[0])
         counts = attempt(lambda: first_two(lambda rng: spec_generate(TARGET, D, [ctx], 2, k, rng, verify)[0],
                                            n_runs, seed=30))
-        checks.append((label, setting, counts if first_error(counts) else chi2_sf(*pearson(counts, exact))))
+        if joint is not None:
+            checks.append((label, setting, counts if first_error(counts) else chi2_sf(*pearson(counts, joint.sum(2)))))
     print()
     say("The self-check checks the program, not the rule: the fit of"
         f" {n_runs} runs' first two tokens to the rule's own exact P(x1, x2). It fits two because {n_runs} runs are"
@@ -4325,7 +4322,7 @@ def demo18_detail(result, k=3, ctx=5, n=3):
     typical's at vLLM's defaults, and typical's fallbacks. Returns Medusa's
     row and the fallbacks' rows."""
     rows, (_, typical) = result.first.rows, typical_rows(result.first.rows)
-    misfit = lossy_self_check(rows, k, ctx, n)
+    misfit = lossy_self_check(result.first.joints, k, ctx, n)
     joint, per_call = lossy_exact(TARGET, MIDDLING, typical_rule(*TYPICAL_SHIPPED, bonus_from_p=False), ctx, n, k)
     medusa = ("medusa", setting_text(TYPICAL_SHIPPED), tv_distance(joint, target_first_tokens(TARGET, ctx, n)),
               per_call, None, "")

@@ -302,10 +302,10 @@ def test_a_bad_knob_on_the_command_line_is_one_usage_line(capsys, args, message)
 def test_chapter18s_self_check_catches_a_sampler_that_leaves_its_exact_joint(in_process):
     # the sampled verifier edited to redraw from p, not from the rule's row: the exact joints do not move, the samples
     # of the rules whose row is not p do, and the detail names them
-    rows = in_process[0]["18"].first.rows
+    joints = in_process[0]["18"].first.joints
     m = sd.edited((("lossy_verifier",
                     "return list(drafted[:i]) + [sample_from(rule.replacement(p, q, x), rng.random())]",
                     "return list(drafted[:i]) + [sample_from(p, rng.random())]"),))
-    misfit, text = printed(m.lossy_self_check, rows)
+    misfit, text = printed(m.lossy_self_check, joints)
     assert "typical (0.3, 0.9)" in misfit and "NOT every rule's sample fits its own exact joint: " in text
     assert not any(label.startswith(("probabilistic", "block")) for label in misfit)  # they never run lossy_verifier

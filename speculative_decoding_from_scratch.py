@@ -4638,6 +4638,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
             longest.drafter.cost, tuple) else longest.drafter.cost,
         big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets),
         kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
+        weight_share=pass_traffic(big, 0, 1, 1)[1] / pass_traffic(LLAMA2_7B, 0, 1, 1)[1],  # big's weights, as bytes
         falls=any(b < a for a, b in zip(ks, ks[1:])),
         alone=free_positions(n_ctx),  # demo 6's positions at the ridge: one sequence
         ridge_base=ridge() * w / m, ridge_each=ridge() * kv / m,  # the ridge, in positions: base + each B
@@ -4658,7 +4659,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer." +
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer" +
+        (f", for it is {s.kv_share[0]:.2g} the size of the target's, and its weights only 1/{1 / s.weight_share:.1f}."
+         if s.kv_share[0] > s.weight_share else ".") +
         f" Its c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."

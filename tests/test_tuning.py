@@ -334,7 +334,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     weights = sd.pass_traffic(big, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     assert kv[0] / kv[1] > weights  # its KV cache is a larger share of the target's than its weights are
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer,"
-            f" for it is 0.25 the size of the target's, and its weights only 1/{1 / weights:.1f}. Its c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
+            f" for it is 0.25 the size of the target's, and its weights only 1/{1 / weights:.1f}."
+            f" Its c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in text
     assert ("and its KV cache, the keys and values of its tokens, is 0.25 the size of the target's. Small, the middling"
             f" draft, reads 1/125, and its KV cache is {kv_small:.2g} the target's. Each draft's c, its pass's cost in"

@@ -3598,6 +3598,10 @@ def demo14_why(P2, Q2, pairs, net):
         " Z_1 = 0 and"
         f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
+        "The pairs that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise"
+        " checking always keeps that 'b'." if all(abs(r[-1]) < 1e-12 and r[2] == 1 and abs(r[3] - 1) < ROUNDING
+                                                 for r in pairs[2:])
+        and pairs[2][0].startswith("b") and pairs[3][0].startswith("b") else "",
         f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
         if abs(sum(change.values()) - net) < 1e-9 else "") if p)
 

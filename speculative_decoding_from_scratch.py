@@ -4596,7 +4596,11 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
+        kv = shape.ridge_each > 0 and shape.ridge_base > 0  # free positions: base / B + each, a sequence
+        say(f"Every sequence's KV cache adds to the bytes a pass reads, so a batch scores more than demo 6's {shape.alone}"
+            " positions before it reaches the ridge. But each sequence's share of them falls as B grows, and so the"
+            " plan checks fewer positions per sequence; chapter 25 shows why." if kv else
+            "As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

@@ -377,7 +377,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
-    assert "As B grows the plan checks fewer positions per sequence; chapter 25 shows why." in text
+    assert ("Every sequence's KV cache adds to the bytes a pass reads, so a batch scores more than demo 6's 295"
+            " positions before it reaches the ridge. But each sequence's share of them falls as B grows, and so the"
+            " plan checks fewer positions per sequence; chapter 25 shows why.") in text
+    assert base / 2 + each < base + each  # a sequence's free positions, base / B + each, fall as B grows
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1

@@ -4597,9 +4597,9 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         kv = shape.ridge_each > 0 and shape.ridge_base > 0  # free positions: base / B + each, a sequence
-        say(f"Every sequence's KV cache adds to the bytes a pass reads, so a batch scores more than demo 6's {shape.alone}"
-            " positions before it reaches the ridge. But each sequence's share of them falls as B grows, and so the"
-            " plan checks fewer positions per sequence; chapter 25 shows why." if kv else
+        say(f"Every sequence's KV cache adds to the bytes a pass reads, so the ridge lies past demo 6's {shape.alone}"
+            " positions and moves out as B grows, but more slowly than B. So the positions each sequence can check"
+            " below it fall, and the plan checks fewer; chapter 25 shows why." if kv else
             "As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
@@ -4667,10 +4667,11 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer" +
-        (f", for it is {s.kv_share[0]:.2g} the size of the target's, and its weights only 1/{1 / s.weight_share:.1f}."
-         if s.kv_share[0] > s.weight_share else ".") +
-        f" Its c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer." +
+        (" A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c starts"
+         f" near its weights' share of the target's, 1/{1 / s.weight_share:.1f} for big, and tends to its KV cache's"
+         f" share, {s.kv_share[0]:.2g}, as B grows." if s.weight_share <= s.c[0] < s.c[1] < s.kv_share[0] else "") +
+        f" Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
         if not s.big_runs and s.c[1] > s.c[0] else "")

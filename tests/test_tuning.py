@@ -333,9 +333,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     kv_small = (sd.pass_traffic(small, 512, 1, 1)[1] - sd.pass_traffic(small, 0, 1, 1)[1]) / kv[1]
     weights = sd.pass_traffic(big, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     assert kv[0] / kv[1] > weights  # its KV cache is a larger share of the target's than its weights are
-    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer,"
-            f" for it is 0.25 the size of the target's, and its weights only 1/{1 / weights:.1f}."
-            f" Its c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
+    assert weights <= c[0] < c[1] < kv[0] / kv[1]  # from near its weights' share toward its KV cache's
+    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
+            " A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c starts near"
+            f" its weights' share of the target's, 1/{1 / weights:.1f} for big, and tends to its KV cache's share, 0.25,"
+            " as B grows."
+            f" Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in text
     assert ("and its KV cache, the keys and values of its tokens, is 0.25 the size of the target's. Small, the middling"
             f" draft, reads 1/125, and its KV cache is {kv_small:.2g} the target's. Each draft's c, its pass's cost in"
@@ -377,9 +380,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
-    assert ("Every sequence's KV cache adds to the bytes a pass reads, so a batch scores more than demo 6's 295"
-            " positions before it reaches the ridge. But each sequence's share of them falls as B grows, and so the"
-            " plan checks fewer positions per sequence; chapter 25 shows why.") in text
+    assert ("Every sequence's KV cache adds to the bytes a pass reads, so the ridge lies past demo 6's 295 positions"
+            " and moves out as B grows, but more slowly than B. So the positions each sequence can check below it"
+            " fall, and the plan checks fewer; chapter 25 shows why.") in text
     assert base / 2 + each < base + each  # a sequence's free positions, base / B + each, fall as B grows
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence

@@ -713,7 +713,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
 
 def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     result, text = demo["14"]
-    assert [round(9 * r[1]) for r in result.example] == [10, 11] and all(r[4] == "yes" for r in result.example)
+    assert [round(9 * r[1]) for r in result.example] == [10, 11] and "token-wise 1.1111 10/9 block 1.2222 11/9" in flat(
+        text) and "measured" not in flat(text)  # the measurement is the detail's
+    kept, detail = printed(sd.DETAILS["14"], result)
+    assert [r[4] for r in kept] == ["yes", "yes"] and [r[1] for r in kept] == [r[1] for r in result.example]
+    assert "Both agree: within 4 standard errors (+-) of exact." in detail
     assert "It keeps 1/9 of a draft a round more than token-wise checking." in flat(text)
     # where the block gains, by hand: 'a' then 'b' has probability 1/3 * 2/3 = 2/9 under p and 2/3 * 1/3 under q, so the
     # weight recovers to 1 and the block keeps both, where token-wise checking keeps 'a' with p/q = 1/2
@@ -743,7 +747,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. The pairs"
             " that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise checking"
             " always keeps that 'b'. The gains add up to +1/9, the first table's gap.") in flat(text)
-    assert "Takeaway: judging the block as a whole kept more drafts per round" in flat(text)
+    assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)
     # with the acceptance rule edited, the reasons no longer hold, and are not said
     bad = sd.bugged("argmax")
     net = bad.exact_block_tokens_per_call(P2, Q2, 2) - bad.exact_tokens_per_call(P2, Q2, 2)
@@ -775,7 +779,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        bad.demo14_block_gain(n_rounds=50)
+        bad.demo14_block_gain()
     said = flat(out.getvalue())
     assert "Block verification's output here, its first 3 tokens (the most one round of 2 drafts emits), is NOT" in said
     assert "Takeaway withheld" in said and "the block's output is the target's" in said

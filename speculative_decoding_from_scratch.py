@@ -4574,7 +4574,8 @@ def demo19_tuning(**how):
         f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2g} the target's. Each draft's c, its pass's"
         f" cost in target passes, comes from these bytes. Their rates in rounds of {k_max} drafts, computed exactly:")
     print()
-    table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)], [(d[0], *r) for d, r in zip(drafters, rates)])
+    table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
+          [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after a bonus or a redraw, not at a typical"

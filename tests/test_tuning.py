@@ -227,8 +227,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
     # here the rates' shortcut costs a little too, so the gap is not put down to the margin alone
     assert result.check.worst > 0.005 and untolerant > 0
-    assert ("An exhaustive search, pricing every option at each B from exact tokens per call, beats the plan by at"
-            f" most {result.check.worst:.2%}.") in text
+    assert ("An exhaustive search, pricing every option at each B from exact tokens per call, not the rates at k = 8,"
+            f" and with no 0.5% margin, beats the plan by at most {result.check.worst:.2%}.") in text
     assert (f"Of the search's {result.check.worst:.2%}, {untolerant:.2%} comes from pricing every k from the k = 8"
             " rates, and the rest from the plan's 0.5% margin.") in detail19
     assert "is the margin's" not in detail19
@@ -380,10 +380,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # ridge kv / m positions, about 289 + 5.9 B; 5.9 is fewer than any planned check's 7 to 15, so each sequence's
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
-    assert ("Every sequence's KV cache adds to the bytes a pass reads, so the ridge lies past demo 6's 295 positions"
-            " and moves out as B grows, but more slowly than B. So the positions each sequence can check below it"
-            " fall, and the plan checks fewer; chapter 25 shows why.") in text
-    assert base / 2 + each < base + each  # a sequence's free positions, base / B + each, fall as B grows
+    assert "As B grows the plan checks fewer positions per sequence; chapter 25 shows why." in text
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1

@@ -1153,8 +1153,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         " followed a rejection.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules"
-        + ("; uniform_q is two edits at once:" if "uniform_q" in BUGS
-           else ":"))
+        + ("; uniform_q edits two lines." if "uniform_q" in BUGS
+           else "."))
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 64, "<")], labelled_rows(BUG_WORDS, 62))
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
@@ -1164,11 +1164,11 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     print()
     say("The table below has two TVs, sampled and exact; both compare P(x1, x2) with the target's. A sample's TV is"
         " never 0" +
-        (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit decides." if not isinstance(
-            floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "This program's exact TV enumerates only rounds that stop at their first rejection" +
-        (f"; the {and_list(unseen)} bug{'s do' if len(unseen) > 1 else ' does'} not stop, so only the fit catches"
-         " it." if unseen else "."))
+        (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
+         " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
+        "The exact TV assumes each round stops at its first rejection" +
+        (f"; the {and_list(unseen)} bug{'s do' if len(unseen) > 1 else ' does'} not, so only the fit catches it."
+         if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])

@@ -3540,8 +3540,9 @@ def demo14_detail(result, n_rounds=500):
     table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("measured", 10, ".3f"), ("+-", 7, ".3f"), ("agrees", 7, ">")],
           rows)
     print()
-    say("Both agree: within 4 standard errors (+-) of exact." if all(r[4] == "yes" for r in rows) else
-        "NOT both agree: " + ", ".join(r[0] for r in rows if r[4] != "yes") + " measures off its exact value.")
+    off = [r[0] for r in rows if r[4] != "yes"]
+    say("Both agree: within 4 standard errors (+-) of exact." if not off else
+        f"NOT both agree: {and_list(off)} measure{'s' if len(off) == 1 else ''} off the exact value.")
     return rows
 
 

@@ -720,6 +720,10 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     kept, detail = printed(sd.DETAILS["14"], result)
     assert [r[4] for r in kept] == ["yes", "yes"] and [r[1] for r in kept] == [r[1] for r in result.example]
     assert "Both agree: within 4 standard errors (+-) of exact." in detail
+    # with the sampler edited the exact counts stand, and the measurement says both verifiers are off
+    bent = sd.edited((("sample_from", "return bisect_right(cdf, u * cdf[-1])",
+                       "return bisect_right(cdf, u * u * cdf[-1])"),))
+    assert "NOT both agree: token-wise and block measure off the exact value." in printed(bent.demo14_detail, result)[1]
     assert "It keeps 1/9 of a draft a round more than token-wise checking." in flat(text)
     # where the block gains, by hand: 'a' then 'b' has probability 1/3 * 2/3 = 2/9 under p and 2/3 * 1/3 under q, so the
     # weight recovers to 1 and the block keeps both, where token-wise checking keeps 'a' with p/q = 1/2

@@ -1152,9 +1152,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         "x2. Two, because a broken rule can get x1 right and x2 wrong: the continue bug, below, keeps drafts that"
         " followed a rejection.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
-        f"{number_word(len(BUGS)).capitalize()} broken rules"
-        + ("; uniform_q edits two lines." if "uniform_q" in BUGS
-           else "."))
+        f"{number_word(len(BUGS)).capitalize()} broken rules:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 64, "<")], labelled_rows(BUG_WORDS, 62))
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))

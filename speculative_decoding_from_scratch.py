@@ -1168,7 +1168,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         (f"; the {and_list(unseen)} bug{'s do' if len(unseen) > 1 else ' does'} not, so only the fit catches it."
          if unseen else "."))
     print()
-    table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 16, exact_text), ("verdict", 17, "<")],
+    table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 12, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
     stages = stages_alone(TARGET, UNRELATED, ctx, k, n_runs)
     shown = verdicts["correct"] != "the target" or not all(r[3] for r in stages)  # the table, where it blames

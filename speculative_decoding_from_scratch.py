@@ -4839,7 +4839,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         " can change.",
         f"Here the target is chapter 11's character model, after its {len(prompt)}-character paragraph prompt: at"
         " each character, with probability lam it copies an earlier",
-        "stretch of its own text. The draft is prompt lookup: it proposes what followed the text's",
+        "stretch of its own text. Otherwise it follows how often each character follows the two before it in Python's"
+        " documentation. The draft is prompt lookup: it proposes what followed the text's",
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
     print()

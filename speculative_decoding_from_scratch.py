@@ -4186,8 +4186,7 @@ def demo18_lossy(k=3, ctx=5, n=3):
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
                        " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
         print("\n".join(textwrap.wrap(words, 78, initial_indent=f"  {rule:<15}", subsequent_indent=" " * 17)))
-    truth, rows, joints = target_first_tokens(TARGET, ctx, n), [], []
-    # a row: (rule, setting, exact TV, tokens per call, its fit, None here as the fit is --detail's, verdict)
+    truth, rows, joints = target_first_tokens(TARGET, ctx, n), [], []  # a row's fit, [4], is --detail's: None
     for label, setting, rule, D in lossy_settings():
         result = attempt(lambda: (exact_block_first_tokens(TARGET, D, ctx, n, k),
                                   exact_block_tokens_per_call(TARGET, D, k)) if rule == "block" else

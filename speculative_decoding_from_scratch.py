@@ -4858,10 +4858,11 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     note = long_context_note(k, [len(prompt)], then=" There each sequence's KV cache, the keys and values of its"
                              " tokens, adds so many bytes that no batch reaches the ridge. So a check costs what a"
                              " plain step does, and a switch would have nothing to save.", why=False)
-    say(f"The table prices each round as if the context were {BATCH_CONTEXT} tokens, as a pass of demo 6's"
-        " Llama-2-7B-shaped decoder on its roofline, a token for each character.", note,
-        f"At {BATCH_CONTEXT} tokens a large batch crosses the ridge. Prompt lookup is a string match and costs no draft"
-        f" pass (c = 0); a verifying pass of {k + 1} positions costs",
+    say("Each round is priced as a pass of demo 6's Llama-2-7B-shaped decoder on its roofline, a token for each"
+        " character.", note,
+        f"The table {'instead ' if note else ''}prices each round as if the context were"
+        f" {BATCH_CONTEXT} tokens, where a large batch crosses the ridge. Prompt lookup is a string match and costs no"
+        f" draft pass (c = 0); a verifying pass of {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")

@@ -585,10 +585,10 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert lengths[0] == min(lengths) and fits[0] == max(fits) and 100 < intensity < sd.ridge()
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
-        assert (("The table prices each round as if the context were 16 tokens, as a pass of demo 6's Llama-2-7B-shaped"
-                 " decoder on its roofline, a token for each character. At the prompt's length" in text and
-                 "At 16 tokens a large batch crosses the ridge. Prompt lookup is a string match and costs no draft pass"
-                 " (c = 0)" in text)
+        assert (("Each round is priced as a pass of demo 6's Llama-2-7B-shaped decoder on its roofline, a token for each"
+                 " character. At the prompt's length" in text and
+                 "nothing to save. The table instead prices each round as if the context were 16 tokens, where a large"
+                 " batch crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0)" in text)
                 == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs what one position"
                 " does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \

@@ -4838,8 +4838,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         " can change.",
         f"Here the target is chapter 11's character model, after its {len(prompt)}-character paragraph prompt: at"
         " each character, with probability lam it copies an earlier",
-        "stretch of its own text. Otherwise it follows how often each character follows the two before it in Python's"
-        " documentation. The draft is prompt lookup: it proposes what followed the text's",
+        "stretch of its own text. The draft is prompt lookup: it proposes what followed the text's",
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
     print()
@@ -4858,12 +4857,13 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     note = long_context_note(k, [len(prompt)], then=" At that length each sequence's KV cache, the keys and values of its"
                              " tokens, adds so many bytes that no batch reaches the ridge. So a check costs what a"
                              " plain step does, and a switch would have nothing to save.", why=False)
-    say("Each round is priced as a pass of demo 6's Llama-2-7B-shaped decoder on its roofline, a token for each"
-        " character.", note,
-        f"The table {'instead ' if note else ''}prices each round as if the context were"
-        f" {BATCH_CONTEXT} tokens, where a large batch crosses the ridge. Prompt lookup is a string match and costs no"
-        f" draft pass (c = 0); a verifying pass of {k + 1} positions costs",
+    say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
+        " crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0); a verifying pass of"
+        f" {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".")
+    if note:
+        print()
+        say(f"Why {BATCH_CONTEXT} tokens of context? {note}")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()

@@ -585,10 +585,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert lengths[0] == min(lengths) and fits[0] == max(fits) and 100 < intensity < sd.ridge()
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
-        assert (("Each round is priced as a pass of demo 6's Llama-2-7B-shaped decoder on its roofline, a token for each"
-                 " character. At the prompt's length" in text and
-                 "nothing to save. The table instead prices each round as if the context were 16 tokens, where a large"
-                 " batch crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0)" in text)
+        assert (("The table prices each round on demo 6's roofline at 16 tokens of context, where a large batch"
+                 " crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0)" in text)
                 == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs what one position"
                 " does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB." in text), \
@@ -607,7 +605,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
             f" {sd.verify_cost(5, 256):.2f} plain passes, one-position passes over the same 256 sequences.") in text
     assert "at every batch that fits in the H100 SXM's 80 GB. There the speedup is the tokens per call." in text
     text = " ".join(section(in_process[1], "20").split())
-    assert ("a token for each character. At the prompt's length (493 characters), a pass of 6 positions costs what one"
+    assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions costs what one"
             " position does (1.00 plain passes) at every batch that fits in the H100 SXM's 80 GB. At that length"
             " each sequence's KV cache, the keys and values of its tokens, adds so many bytes that no batch reaches the"
             " ridge. So a check costs what a plain step does, and a switch would have nothing to save.") in text

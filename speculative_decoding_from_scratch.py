@@ -4854,9 +4854,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
-    note = long_context_note(k, [len(prompt)], then=" At that length each sequence's KV cache, the keys and values of its"
-                             " tokens, adds so many bytes that no batch reaches the ridge. So a check costs what a"
-                             " plain step does, and a switch would have nothing to save.", why=False)
+    note = long_context_note(k, [len(prompt)], then=" At that length each sequence's KV cache, the keys and values"
+                             " of its tokens, adds so many bytes that no batch reaches the ridge. So a check costs what"
+                             " a plain step does, and a switch would have nothing to save.", why=False)
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
         " crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0); a verifying pass of"
         f" {k + 1} positions costs",

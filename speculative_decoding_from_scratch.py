@@ -3610,8 +3610,7 @@ def demo14_why(P2, Q2, pairs, net):
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
         "The pairs that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise"
         " checking always keeps that 'b'." if all(abs(r[-1]) < 1e-12 and r[2] == 1 and abs(r[3] - 1) < ROUNDING
-                                                 for r in pairs[2:])
-        and pairs[2][0].startswith("b") and pairs[3][0].startswith("b") else "",
+                                                 for r in pairs if r[0].startswith("b")) else "",
         f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
         if abs(sum(change.values()) - net) < 1e-9 else "") if p)
 
@@ -3736,6 +3735,11 @@ def shipped_parts(D, ctx, n, k):
     return parts
 
 
+def differences(words):
+    """Chapter 15's table of verifiers, each beside what it does differently from block verification."""
+    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")], labelled_rows(words, 52))
+
+
 def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     """How a shipped block verifier broke: vllm-ascend's two shipped paths
     beside block verification, by both checks."""
@@ -3752,7 +3756,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " (2026-08-22) both change steps 3 and 5, as below; the README gives their history.")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
-    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")], labelled_rows(SHIPPED_WORDS, 52))
+    differences(SHIPPED_WORDS)
     print()
     say(f"Each verifies the middling draft at k = {k}. Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and"
         f" a fit of {n_runs} runs' first two tokens:")
@@ -3829,7 +3833,7 @@ def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
     print()
     say(f"{number_word(len(BLOCK_BUGS)).capitalize()} one-line edits of block verification, by the same checks:")
     print()
-    table([("", 2, ""), ("verifier", 22, "<"), ("what it does differently", 52, "<")], labelled_rows(BLOCK_WORDS, 52))
+    differences(BLOCK_WORDS)
     print()
     exactness_table(edits)
     truth = target_first_tokens(TARGET, ctx, n)

@@ -3520,9 +3520,9 @@ def demo14_block_gain():
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], [(*r[:2], *r[5:]) for r in pairs],
           groups=[("drafts kept", 2, 3)])
     why = demo14_why(P2, Q2, pairs, gap)
-    if why:
+    if why.gain or why.net:
         print()
-        say(why)
+        say(why.gain, why.net)
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3530,7 +3530,12 @@ def demo14_block_gain():
 
 
 def demo14_detail(result, n_rounds=500):
-    """Chapter 14 in detail: each verifier's exact drafts kept, measured."""
+    """Chapter 14 in detail: why the block loses on 'a', 'a' and ties on the
+    pairs that start with 'b', and each verifier's exact drafts kept, measured."""
+    why = demo14_why(*PAPER_EXAMPLE, result.pairs, result.example[1][1] - result.example[0][1])
+    if why.loss or why.tie:
+        print()
+        say(why.loss, why.tie)
     rows = example_kept(result.example, n_rounds)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
@@ -3591,28 +3596,28 @@ def demo14_pairs(P2, Q2):
 
 def demo14_why(P2, Q2, pairs, net):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
-    'b' and loses on 'a', 'a', each said only while its numbers bear it out,
-    and the net, only while it is the first table's gap."""
+    'b' (gain), loses on 'a', 'a' (loss) and ties on the pairs that start
+    with 'b' (tie), each said only while its numbers bear it out, and the net,
+    only while it is the first table's gap."""
     change = {r[0]: r[-1] for r in pairs}
     aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
     pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
-    return " ".join(p for p in (
-        f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the pair is"
-        f" as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and the block"
-        " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
-        and w2b > 1 - ROUNDING
-        and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        f"It loses on 'a', 'a': after 'a', w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}, so"
-        " Z_1 = 0 and"
-        f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
-        if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
-        "The pairs that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise"
-        " checking always keeps that 'b'." if all(abs(r[-1]) < 1e-12 and r[2] == 1 and abs(r[3] - 1) < ROUNDING
-                                                 for r in pairs if r[0].startswith("b")) else "",
-        f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
-        if abs(sum(change.values()) - net) < 1e-9 else "") if p)
+    gain = (f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the"
+            f" pair is as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and"
+            " the block keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
+            and w2b > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "")
+    loss = (f"The block loses on 'a', 'a': after 'a', w_1 p = {row(owed)} over (a, b) is nowhere above q ="
+            f" {row(Q2[1])}, so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
+            if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "")
+    tie = ("The pairs that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as"
+           " token-wise checking always keeps that 'b'." if all(abs(r[-1]) < 1e-12 and r[2] == 1 and abs(
+               r[3] - 1) < ROUNDING for r in pairs if r[0].startswith("b")) else "")
+    net = (f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap; --detail says why"
+           " the block loses on 'a', 'a' and ties on the pairs that start with 'b'."
+           if abs(sum(change.values()) - net) < 1e-9 else "")
+    return SimpleNamespace(gain=gain, loss=loss, tie=tie, net=net)
 
 
 # -----------------------------------------------------------------------------

@@ -4585,12 +4585,8 @@ def demo19_tuning(**how):
     table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
           [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
-        f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after a bonus or a redraw, not at a typical"
-        " point of the target's text, and which tokens those are depends on k (--detail shows which). So rates"
-        f" counted at k = {k_max} only approximate another k's."
-        if shortcut else
-        f"Rates counted at k = {k_max}, as here, only approximate another k's.")
+    say(f"Rates counted at k = {k_max}, as here, only approximate another k's" +
+        ("; --detail shows why." if shortcut else "."))
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts,"
@@ -4703,7 +4699,9 @@ def demo19_detail(result):
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     paragraphs = [
-        "Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo 3),"
+        f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
+        f" {and_list([f'{a:.3f}' for a in result.alphas])}: a draft's chance to pass depends on the token before it"
+        " (demo 3),"
         " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k." +
         (f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
          f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"

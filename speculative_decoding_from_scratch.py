@@ -3520,9 +3520,9 @@ def demo14_block_gain():
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], [(*r[:2], *r[5:]) for r in pairs],
           groups=[("drafts kept", 2, 3)])
     why = demo14_why(P2, Q2, pairs, gap)
-    if why.gain or why.net:
+    if why:
         print()
-        say(why.gain, why.net)
+        say(why)
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3530,12 +3530,7 @@ def demo14_block_gain():
 
 
 def demo14_detail(result, n_rounds=500):
-    """Chapter 14 in detail: why the block loses on 'a', 'a' and ties on the
-    pairs that start with 'b', and each verifier's exact drafts kept, measured."""
-    why = demo14_why(*PAPER_EXAMPLE, result.pairs, result.example[1][1] - result.example[0][1])
-    if why.loss or why.tie:
-        print()
-        say(why.loss, why.tie)
+    """Chapter 14 in detail: each verifier's exact drafts kept, measured."""
     rows = example_kept(result.example, n_rounds)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
@@ -3596,28 +3591,28 @@ def demo14_pairs(P2, Q2):
 
 def demo14_why(P2, Q2, pairs, net):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
-    'b' (gain), loses on 'a', 'a' (loss) and ties on the pairs that start
-    with 'b' (tie), each said only while its numbers bear it out, and the net,
-    only while it is the first table's gap."""
+    'b' and loses on 'a', 'a', each said only while its numbers bear it out,
+    and the net, only while it is the first table's gap."""
     change = {r[0]: r[-1] for r in pairs}
     aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
     pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
-    gain = (f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the"
-            f" pair is as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and"
-            " the block keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
-            and w2b > 1 - ROUNDING and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "")
-    loss = (f"The block loses on 'a', 'a': after 'a', w_1 p = {row(owed)} over (a, b) is nowhere above q ="
-            f" {row(Q2[1])}, so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
-            if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "")
-    tie = ("The pairs that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as"
-           " token-wise checking always keeps that 'b'." if all(abs(r[-1]) < 1e-12 and r[2] == 1 and abs(
-               r[3] - 1) < ROUNDING for r in pairs if r[0].startswith("b")) else "")
-    net = (f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap; --detail says why"
-           " the block loses on 'a', 'a' and ties on the pairs that start with 'b'."
-           if abs(sum(change.values()) - net) < 1e-9 else "")
-    return SimpleNamespace(gain=gain, loss=loss, tie=tie, net=net)
+    return " ".join(p for p in (
+        f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the pair is"
+        f" as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and the block"
+        " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
+        and w2b > 1 - ROUNDING
+        and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
+        f"It loses on 'a', 'a': after 'a', w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}, so"
+        " Z_1 = 0 and"
+        f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
+        if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
+        "The pairs that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise"
+        " checking always keeps that 'b'." if all(abs(r[-1]) < 1e-12 and r[2] == 1 and abs(r[3] - 1) < ROUNDING
+                                                 for r in pairs if r[0].startswith("b")) else "",
+        f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
+        if abs(sum(change.values()) - net) < 1e-9 else "") if p)
 
 
 # -----------------------------------------------------------------------------
@@ -4585,8 +4580,12 @@ def demo19_tuning(**how):
     table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
           [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    say(f"Rates counted at k = {k_max}, as here, only approximate another k's" +
-        ("; --detail shows why." if shortcut else "."))
+    say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
+        f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after a bonus or a redraw, not at a typical"
+        " point of the target's text, and which tokens those are depends on k (--detail shows which). So rates"
+        f" counted at k = {k_max} only approximate another k's."
+        if shortcut else
+        f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
     say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts,"
@@ -4699,9 +4698,7 @@ def demo19_detail(result):
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     paragraphs = [
-        f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
-        f" {and_list([f'{a:.3f}' for a in result.alphas])}: a draft's chance to pass depends on the token before it"
-        " (demo 3),"
+        "Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo 3),"
         " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k." +
         (f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
          f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"

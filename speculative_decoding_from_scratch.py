@@ -1144,9 +1144,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         counts[r], fit, tv = sample, chi2_sf(*pearson(sample, truth)), tv_distance(exact, truth)
         verdicts[r] = both_checks(fit, tv)
         blind = r in BUGS and not any(f in EXACT_STAGES for f, _, _ in BUGS[r])  # a bug the exact check never runs
-        rows.append((r, tv_distance(sample / n_runs, truth), fit, "cannot see" if blind else tv,
+        rows.append((r, tv_distance(sample / n_runs, truth), fit, "not scored" if blind else tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
-    unseen = [r[0] for r in rows if r[3] == "cannot see"]
+    unseen = [r[0] for r in rows if r[3] == "not scored"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}':"
         " x1 and",
         "x2. Two, because a broken rule can get x1 right and x2 wrong: the continue bug, below, keeps drafts that"

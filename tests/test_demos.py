@@ -203,7 +203,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
     assert (" The exact TV assumes each round stops at its first rejection; the continue bug does not, so only the fit"
             " catches it.") in " ".join(text.split())
     assert "and k = 2. Four broken rules: bug what it does" in " ".join(text.split())
-    assert rows["continue"][3] == "cannot see" and "continue 0.3933 < 1e-12 cannot see NOT (fit only)" in " ".join(
+    assert rows["continue"][3] == "not scored" and "continue 0.3933 < 1e-12 not scored NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
     assert all(isinstance(rows[r][3], float) for r in rows if r != "continue")
     assert "A round must end at its first rejection" in text

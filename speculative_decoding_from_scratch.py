@@ -3565,6 +3565,14 @@ def example_kept(exact_rows, n_rounds):
     return rows
 
 
+def fraction(x):
+    """x as a fraction of small numbers where it is one: fraction(0.25) ->
+    '1/4', fraction(1.0) -> '1'; a decimal where it is not."""
+    from fractions import Fraction
+    f = Fraction(x).limit_denominator(12)
+    return str(f) if abs(f - x) < 1e-12 else f"{x:.3f}"
+
+
 def ninths(x, sign=False):
     """Chapter 14's example in ninths where it is one: ninths(4 / 9) -> '4/9',
     ninths(-1 / 9, sign=True) -> '-1/9'; a decimal where it is not."""
@@ -3591,13 +3599,16 @@ def demo14_pairs(P2, Q2):
 
 def demo14_why(P2, Q2, pairs, net):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
-    'b' and loses on 'a', 'a', each said only while its numbers bear it out,
-    and the net, only while it is the first table's gap."""
+    'b' and loses on 'a', 'a', and how the two leave its first token p's,
+    each said only while its numbers bear it out, and the net, only while it
+    is the first table's gap."""
     change = {r[0]: r[-1] for r in pairs}
     aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
     pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
+    first_a = exact_block_first_tokens(P2, Q2, 0, 1, 2)[0]  # the block's first token, exactly
+    kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
     return " ".join(p for p in (
         f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the pair is"
         f" as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and the block"
@@ -3608,6 +3619,12 @@ def demo14_why(P2, Q2, pairs, net):
         " Z_1 = 0 and"
         f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
+        "The block's first token is 'a' only when it keeps a pair that starts with 'a': with chance"
+        f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
+        " which is p(a)."
+        if change["a a"] < 0 and change["a b"] > 0 and abs(first_a - P2[0, 0]) < ROUNDING and abs(
+            sum(r[1] * k for r, k in zip((aa, ab), kept)) - first_a) < ROUNDING and residual(P2[0], Q2[0])[0] == 0
+        else "",
         "The pairs that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise"
         " checking always keeps that 'b'." if all(abs(r[-1]) < 1e-12 and r[2] == 1 and abs(r[3] - 1) < ROUNDING
                                                  for r in pairs if r[0].startswith("b")) else "",

@@ -750,7 +750,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
             " both."
             " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
-            " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. The pairs"
+            " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. The block's"
+            " first token is 'a' only when it keeps a pair that starts with 'a': with chance (4/9)(1/4) + (2/9)(1) ="
+            " 1/3, which is p(a). The pairs"
             " that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise checking"
             " always keeps that 'b'. The gains add up to +1/9, the first table's gap.") in flat(text)
     assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)
@@ -766,6 +768,15 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     half = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0",
                        "return 0.5 if Z > 0 else 0.0"),))
     assert "tie" not in half.demo14_why(P2, Q2, half.demo14_pairs(P2, Q2), net)
+    # the first token by hand: 'a' comes only from a kept pair that starts with 'a' (a redraw after 'a' is drawn from
+    # max(0, p - q) = (0, 1/3)): 'a', 'a' kept with chance w_2 = 1/4, 'a', 'b' always, 4/9 / 4 + 2/9 = 1/3 = p(a)
+    assert 4 / 9 / 4 + 2 / 9 == pytest.approx(1 / 3) and sd.residual(P2[0], Q2[0])[0] == 0
+    # with h_i edited to w_i (the cumulative bug), 'a', 'a' keeps its 'a' more often: the first token is no longer
+    # p's, and the sentence goes
+    cumulative = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight"),))
+    assert cumulative.exact_block_first_tokens(P2, Q2, 0, 1, 2)[0] == pytest.approx(4 / 9 * (1 - 3 / 4 * 1 / 2) + 2 / 9)
+    assert "first token is 'a'" not in cumulative.demo14_why(P2, Q2, cumulative.demo14_pairs(P2, Q2), net)
+    assert "first token is 'a'" in sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net)
 
 
 def test_chapter14_checks_its_own_example_exactly(demo):

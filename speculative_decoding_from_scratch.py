@@ -4604,12 +4604,11 @@ def demo19_tuning(**how):
         if shortcut else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
-    say(f"The small one also runs as a tree (chapter 8), written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, {tree[1]} deep. Its {nodes - 1} drafts,"
+    say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
+        f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
-        f" token in one pass of {nodes} positions. The check tries a node's candidates in turn with demo 1's rule;"
-        " after a rejection, p becomes the residual, max(0, p - q) normalised. It goes down into the first candidate"
-        " kept; if none is kept, the next token comes from the last residual, and past a kept leaf, from p."
+        f" token in one pass of {nodes} positions. Chapter 8 shows how the tree is checked, and tests that it keeps"
+        " the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} tokens"
         f" per call from {tree[1]} draft passes, one per level.")
     print()
@@ -4636,9 +4635,9 @@ def demo19_tuning(**how):
                               for i, (label, n, b) in enumerate(crossed)])
         print()
         say("As B grows the plan checks fewer positions per sequence.",
-            "Each sequence's KV cache adds bytes to a pass, so a pass of B sequences reaches the ridge at about"
-            f" {shape.ridge_base:.0f} + {shape.ridge_each:.1f} B positions, past demo 6's {shape.alone} for one"
-            f" sequence. {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
+            "Each sequence's KV cache adds bytes to a pass, so the ridge moves out as B grows: a pass reaches it at"
+            f" about {shape.ridge_base:.0f} positions plus {shape.ridge_each:.1f} for each sequence, demo 6's"
+            f" {shape.alone} at B = 1. {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
             if crossed and shape.ridge_each > 0 else "Chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])

@@ -382,9 +382,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and (  # the tree checks 14 drafts and the text's last token: 15 positions a sequence
-        "As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so a"
-        f" pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions, past demo 6's 295 for"
-        f" one sequence. The tree's 15 positions a sequence cross it at B = {tree}, k = 8's 9 at B = {crossings[0]}"
+        "As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so"
+        f" the ridge moves out as B grows: a pass reaches it at about {base:.0f} positions plus {each:.1f} for each"
+        f" sequence, demo 6's 295 at B = 1. The tree's 15 positions a sequence cross it at B = {tree}, k = 8's 9 at B = {crossings[0]}"
         f" and k = 7's 8 at B = {crossings[1]}; chapter 25 shows the rest.") in text
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence
@@ -487,11 +487,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     tree = in_process[0]["19"].buckets[0][2]
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
-    assert ("The small one also runs as a tree (chapter 8), written 'tree 2x3, 15': 2 candidates under every node, 3"
-            " deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token in one pass of 15 positions. The"
-            " check tries a node's candidates in turn with demo 1's rule; after a rejection, p becomes the residual,"
-            " max(0, p - q) normalised. It goes down into the first candidate kept; if none is kept, the next token"
-            " comes from the last residual, and past a kept leaf, from p."
+    assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
+            " from q, 3 deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token in one pass of 15"
+            " positions. Chapter 8 shows how the tree is checked, and tests that it keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} tokens per call from 3 draft passes, one per"
             " level.") in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"

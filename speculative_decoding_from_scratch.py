@@ -4635,9 +4635,10 @@ def demo19_tuning(**how):
                               for i, (label, n, b) in enumerate(crossed)])
         print()
         say("As B grows the plan checks fewer positions per sequence.",
-            "Each sequence's KV cache adds bytes to a pass, so the ridge moves out as B grows: a pass reaches it at"
-            f" about {shape.ridge_base:.0f} positions plus {shape.ridge_each:.1f} for each sequence, demo 6's"
-            f" {shape.alone} at B = 1. {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
+            "Each sequence's KV cache adds bytes to a pass, so the more sequences a pass holds, the more positions it"
+            f" takes to reach the ridge: about {shape.ridge_base:.0f} plus {shape.ridge_each:.1f} for each sequence,"
+            f" counted over the whole pass, and demo 6's {shape.alone} at B = 1."
+            f" {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
             if crossed and shape.ridge_each > 0 else "Chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])

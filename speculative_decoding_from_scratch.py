@@ -4599,13 +4599,13 @@ def demo19_tuning(**how):
           [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
     starts = round_starts(TARGET, drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
-    c, d = ", ".join(repr(name(x)) for x in starts.overs), repr(name(starts.short))
+    overs, short = [repr(name(x)) for x in starts.overs], repr(name(starts.short))
     say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after a bonus or a redraw, not at a typical"
         " point of the target's text." +
-        (f" Most of small's rounds end on a redraw from the residual, which after {and_list(c.split(', '))} never"
-         f" gives {d}, the token after which its drafts pass most often ({starts.beta[starts.short]:.2f}). So only"
-         f" {starts.start[starts.short]:.0%} of its rounds start after {d}, though {d} is"
+        (f" Most of small's rounds end on a redraw from the residual, which after {and_list(overs)} never"
+         f" gives {short}, the token after which its drafts pass most often ({starts.beta[starts.short]:.2f}). So only"
+         f" {starts.start[starts.short]:.0%} of its rounds start after {short}, though {short} is"
          f" {starts.text[starts.short]:.0%} of the target's text."
          if starts.most and starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5
          and rates[1][0] < alphas[1] else "") +

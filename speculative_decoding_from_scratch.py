@@ -4598,18 +4598,10 @@ def demo19_tuning(**how):
     table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
           [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    starts = round_starts(TARGET, drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
-    overs, short = [repr(name(x)) for x in starts.overs], repr(name(starts.short))
     say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after a bonus or a redraw, not at a typical"
-        " point of the target's text." +
-        (f" Most of small's rounds end on a redraw from the residual, which after {and_list(overs)} never"
-         f" gives {short}, the token after which its drafts pass most often ({starts.beta[starts.short]:.2f}). So only"
-         f" {starts.start[starts.short]:.0%} of its rounds start after {short}, though {short} is"
-         f" {starts.text[starts.short]:.0%} of the target's text."
-         if starts.most and starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5
-         and rates[1][0] < alphas[1] else "") +
-        f" Which tokens start rounds depends on k, so rates counted at k = {k_max} only approximate another k's."
+        " point of the target's text, and which tokens those are depends on k (--detail shows which). So rates"
+        f" counted at k = {k_max} only approximate another k's."
         if shortcut else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
@@ -4728,14 +4720,26 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: small's first rate at two k, as rates read at one
-    k only approximate another's, how the tree is checked, why big's c nears
-    its KV cache's share, and what the search's shortfall comes from."""
+    """Chapter 19 in detail: where small's rounds start and why rates read at
+    one k only approximate another's, how the tree is checked, why big's c
+    nears its KV cache's share, and what the search's shortfall comes from."""
     c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
+    starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     paragraphs = [
-        f"Position 1's rate is {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds"
-        f" of 1: rates read at k = {k_max} only approximate another k's." if result.shortcut else "",
+        "Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo 3),"
+        " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k." +
+        (f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
+         f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
+         f" {starts.text[starts.short]:.0%} of the target's text." + (
+             " Most rounds end on a redraw from the residual, and after"
+             f" {and_list([repr(name(c)) for c in starts.overs])} the draft over-proposes"
+             f" '{name(starts.short)}': the residual, and so a redraw, never gives '{name(starts.short)}' there."
+             if starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5 else "")
+         if starts.most and rates[1][0] < result.alphas[1] else "") +
+        " Position 1's rate is"
+        f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
+        f" at k = {k_max} only approximate another k's." if result.shortcut else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"

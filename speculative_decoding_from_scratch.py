@@ -4636,9 +4636,9 @@ def demo19_tuning(**how):
                               for i, (label, n, b) in enumerate(crossed)])
         print()
         say("As B grows the plan checks fewer positions per sequence.",
-            "Each sequence's KV cache adds bytes to a pass, so the more sequences a pass holds, the more positions it"
-            f" takes to reach the ridge: about {shape.ridge_base:.0f} plus {shape.ridge_each:.1f} for each sequence,"
-            f" counted over the whole pass, and demo 6's {shape.alone} at B = 1."
+            "Each sequence's KV cache adds bytes to a pass, so a pass of B sequences stays under the ridge up to about"
+            f" {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} positions a sequence: demo 6's {shape.alone} at B ="
+            " 1, falling as B grows."
             f" {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
             if crossed and shape.ridge_each > 0 else "Chapter 25 shows why.")
 

@@ -383,8 +383,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and (  # the tree checks 14 drafts and the text's last token: 15 positions a sequence
         "As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so"
-        " the more sequences a pass holds, the more positions it takes to reach the ridge: about"
-        f" {base:.0f} plus {each:.1f} for each sequence, counted over the whole pass, and demo 6's 295 at B = 1. The"
+        f" a pass of B sequences stays under the ridge up to about {base:.0f} / B + {each:.1f} positions a sequence:"
+        " demo 6's 295 at B = 1, falling as B grows. The"
         f" tree's 15 positions a sequence cross it at B = {tree}, k = 8's 9 at B = {crossings[0]} and k = 7's 8 at B ="
         f" {crossings[1]}; chapter 25 shows the rest.") in text
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions

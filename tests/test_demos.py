@@ -751,8 +751,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " both."
             " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. If it keeps"
-            " none, it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. So the block's first token is 'a' only when it keeps a pair that starts with 'a': with chance (4/9)(1/4) + (2/9)(1) ="
-            " 1/3, which is p(a). The pairs"
+            " none, it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. So the block's first token is 'a' only"
+            " when it keeps a pair that starts with 'a': with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a). The"
+            " pairs"
             " that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise checking"
             " always keeps that 'b'. The gains add up to +1/9, the first table's gap.") in flat(text)
     assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)

@@ -147,9 +147,9 @@ def edited_copy(tmp_path, old, new, function=None):
 # 0.3 to 1 s a run takes. A zygote pays that once: a Python process that has imported numpy forks a child for each
 # copy, and the child runs the copy as `python3 copy N ...` would: as __main__, with that argv, the copy's folder
 # first on sys.path, no stdin, and its stdout and stderr to files; an uncaught exception prints its traceback and
-# exits 1. Each child still compiles and runs its own copy from disk.
+# exits 1, and a copy still running after 120 s is stopped. Each child still compiles and runs its own copy from disk.
 ZYGOTE = r"""
-import json, os, runpy, sys
+import json, os, runpy, signal, sys
 import numpy  # noqa: F401  (what the script imports first)
 for request in sys.stdin:
     path, out, err, *argv = json.loads(request)
@@ -160,6 +160,7 @@ for request in sys.stdin:
                                 (2, err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
             os.dup2(os.open(name, flags), fd)
         sys.argv, sys.path[0], code = [path, *argv], os.path.dirname(path), 0
+        signal.alarm(120)  # a copy that hangs is stopped, as a timeout would: SIGALRM ends it
         try:
             runpy.run_path(path, run_name="__main__")
         except SystemExit as done:

@@ -4637,8 +4637,8 @@ def demo19_tuning(**how):
         print()
         say("As B grows the plan checks fewer positions per sequence.",
             "Each sequence's KV cache adds bytes to a pass, so a pass of B sequences stays under the ridge up to about"
-            f" {shape.ridge_base:.0f} / B + {shape.ridge_each:.1f} positions a sequence: demo 6's {shape.alone} at B ="
-            " 1, falling as B grows."
+            f" {shape.ridge_base:.1f} / B + {shape.ridge_each:.2f} positions a sequence: demo 6's {shape.alone} at B"
+            " = 1, falling as B grows."
             f" {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
             if crossed and shape.ridge_each > 0 else "Chapter 25 shows why.")
 

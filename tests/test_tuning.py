@@ -383,11 +383,14 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and (  # the tree checks 14 drafts and the text's last token: 15 positions a sequence
         "As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so"
-        f" a pass of B sequences stays under the ridge up to about {base:.0f} / B + {each:.1f} positions a sequence:"
+        f" a pass of B sequences stays under the ridge up to about {base:.1f} / B + {each:.2f} positions a sequence:"
         " demo 6's 295 at B = 1, falling as B grows. The"
         f" tree's 15 positions a sequence cross it at B = {tree}, k = 8's 9 at B = {crossings[0]} and k = 7's 8 at B ="
         f" {crossings[1]}; chapter 25 shows the rest.") in text
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
+    # the rounded terms a reader checks with land each crossing where the exact ones do
+    for n, b in ((15, tree), (9, crossings[0]), (8, crossings[1])):
+        assert round(base, 1) / b + round(each, 2) < n < round(base, 1) / (b - 1) + round(each, 2)
     assert base + each * 2 > 295 and each > 0  # the ridge, in positions, grows with B from demo 6's one sequence
     assert crossings[0] < ends[8] + 1 and crossings[1] < ends[7] + 1 and 32 < result.buckets[0][1] + 1
     assert 5.5 < each < 6 and (f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions:"

@@ -4636,9 +4636,10 @@ def demo19_tuning(**how):
                               for i, (label, n, b) in enumerate(crossed)])
         print()
         say("As B grows the plan checks fewer positions per sequence.",
-            "Each sequence's KV cache adds bytes to a pass, so a pass of B sequences stays under the ridge up to about"
-            f" {shape.ridge_base:.1f} / B + {shape.ridge_each:.2f} positions a sequence: demo 6's {shape.alone} at B"
-            " = 1, falling as B grows."
+            f"A pass of B sequences, n positions each, does {shape.m / 1e9:.2f} B n GMACs and reads"
+            f" {shape.w / 1e9:.2f} + {shape.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It"
+            f" stays under the ridge, {ridge():.1f} MACs a byte, while n is at most about {shape.ridge_base:.1f} / B +"
+            f" {shape.ridge_each:.2f}: demo 6's {shape.alone} at B = 1, falling as B grows."
             f" {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
             if crossed and shape.ridge_each > 0 else "Chapter 25 shows why.")
 

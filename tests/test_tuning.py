@@ -382,12 +382,16 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and (  # the tree checks 14 drafts and the text's last token: 15 positions a sequence
-        "As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds bytes to a pass, so"
-        f" a pass of B sequences stays under the ridge up to about {base:.1f} / B + {each:.2f} positions a sequence:"
-        " demo 6's 295 at B = 1, falling as B grows. The"
+        f"As B grows the plan checks fewer positions per sequence. A pass of B sequences, n positions each, does"
+        f" {m / 1e9:.2f} B n GMACs and reads {w / 1e9:.2f} + {kv / 1e9:.4f} B GB: the weights once, and each"
+        f" sequence's KV cache. It stays under the ridge, 147.6 MACs a byte, while n is at most about {base:.1f} / B +"
+        f" {each:.2f}: demo 6's 295 at B = 1, falling as B grows. The"
         f" tree's 15 positions a sequence cross it at B = {tree}, k = 8's 9 at B = {crossings[0]} and k = 7's 8 at B ="
         f" {crossings[1]}; chapter 25 shows the rest.") in text
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
+    # the printed figures give the printed terms: 147.6 x 13.21 / 6.74 and 147.6 x 0.2684 / 6.74
+    assert round(147.6 * round(w / 1e9, 2) / round(m / 1e9, 2), 1) == round(base, 1)
+    assert round(147.6 * round(kv / 1e9, 4) / round(m / 1e9, 2), 2) == round(each, 2)
     # the rounded terms a reader checks with land each crossing where the exact ones do
     for n, b in ((15, tree), (9, crossings[0]), (8, crossings[1])):
         assert round(base, 1) / b + round(each, 2) < n < round(base, 1) / (b - 1) + round(each, 2)

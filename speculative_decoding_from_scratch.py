@@ -4590,7 +4590,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
         f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
-        f" 1/{fewer[0]:.1f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
+        f" 1/{fewer[0]:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
         f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, reads"
         f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2g} the target's. Each draft's c, its pass's"
         f" cost in target passes, comes from these bytes. Their rates in rounds of {k_max} drafts, computed exactly:")
@@ -4711,7 +4711,7 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer." +
         (" A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c starts"
-         f" near its weights' share of the target's, 1/{1 / s.weight_share:.1f} for big, and tends to its KV cache's"
+         f" near its weights' share of the target's, 1/{1 / s.weight_share:.2f} for big, and tends to its KV cache's"
          f" share, {s.kv_share[0]:.2g}, as B grows." if s.weight_share <= s.c[0] < s.c[1] < s.kv_share[0] else "") +
         f" Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +

@@ -336,10 +336,13 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert weights <= c[0] < c[1] < kv[0] / kv[1]  # from near its weights' share toward its KV cache's
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
             " A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c starts near"
-            f" its weights' share of the target's, 1/{1 / weights:.1f} for big, and tends to its KV cache's share, 0.25,"
+            f" its weights' share of the target's, 1/{1 / weights:.2f} for big, and tends to its KV cache's share, 0.25,"
             " as B grows."
             f" Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in text
+    # the printed shares give the printed c, as a reader checks it: (13.21 / 7.55 + 0.25 x 0.2684) / (13.21 + 0.2684)
+    assert f"is assumed to read 1/{1 / weights:.2f} of the target's weight bytes" in text and 1 / weights == \
+        pytest.approx(7.55, abs=0.005) and round((13.21 / 7.55 + 0.25 * 0.2684) / (13.21 + 0.2684), 4) == round(c[0], 4)
     assert ("and its KV cache, the keys and values of its tokens, is 0.25 the size of the target's. Small, the middling"
             f" draft, reads 1/125, and its KV cache is {kv_small:.2g} the target's. Each draft's c, its pass's cost in"
             " target passes, comes from these bytes.") in text

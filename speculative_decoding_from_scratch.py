@@ -4592,7 +4592,7 @@ def demo19_tuning(**how):
         f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
         f" 1/{fewer[0]:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
         f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, reads"
-        f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.2g} the target's. Each draft's c, its pass's"
+        f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.3g} the target's. Each draft's c, its pass's"
         f" cost in target passes, comes from these bytes. Their rates in rounds of {k_max} drafts, computed exactly:")
     print()
     table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
@@ -4746,7 +4746,7 @@ def demo19_detail(result):
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
         " else the walk goes on under the kept one.",
         (f"A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
-         f" {s.kv_share[1]:.2g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
+         f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
         (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
          f" option at every B, so pricing every k from the rates at k = {k_max} costs nothing here.")

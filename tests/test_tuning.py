@@ -340,14 +340,17 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " as B grows."
             f" Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in text
-    # the printed shares give the printed c, as a reader checks it: (13.21 / 7.55 + 0.25 x 0.2684) / (13.21 + 0.2684)
+    # the printed shares give the printed c, as a reader checks it: (13.21 / 7.55 + 0.25 x 0.2684) / (13.21 + 0.2684),
+    # and small's at B = 242, (13.21 / 125 + 0.0234 x 242 x 0.2684) / (13.21 + 242 x 0.2684)
+    assert f"its KV cache is {kv_small:.3g} the target's" in text and round((13.21 / 125 + 0.0234 * fit * 0.2684) / (
+        13.21 + fit * 0.2684), 4) == round(c_small, 4)
     assert f"is assumed to read 1/{1 / weights:.2f} of the target's weight bytes" in text and 1 / weights == \
         pytest.approx(7.55, abs=0.005) and round((13.21 / 7.55 + 0.25 * 0.2684) / (13.21 + 0.2684), 4) == round(c[0], 4)
     assert ("and its KV cache, the keys and values of its tokens, is 0.25 the size of the target's. Small, the middling"
-            f" draft, reads 1/125, and its KV cache is {kv_small:.2g} the target's. Each draft's c, its pass's cost in"
+            f" draft, reads 1/125, and its KV cache is {kv_small:.3g} the target's. Each draft's c, its pass's cost in"
             " target passes, comes from these bytes.") in text
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
-            f" {kv_small:.2g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
+            f" {kv_small:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (193, 242) and (

@@ -4630,10 +4630,10 @@ def demo19_tuning(**how):
         print()
         say(paragraph)
     if shape.falls:
-        crossed = [("the tree" if label.startswith("tree") else label, n, b)
-                   for label, n, b, _ in shape.checks if b and b <= max_batch]  # where each check meets the ridge
+        met = [("the tree" if label.startswith("tree") else label, n, b)  # each planned check, the tree's too, that
+               for label, n, b, _ in shape.checks if b and b <= max_batch]  # meets the ridge within the plan
         crossings = and_list([f"{label}'s {n}" + (" positions a sequence cross it" if i == 0 else "") + f" at B = {b}"
-                              for i, (label, n, b) in enumerate(crossed)])
+                              for i, (label, n, b) in enumerate(met)])
         print()
         say("As B grows the plan checks fewer positions per sequence.",
             f"A pass of B sequences, n positions each, does {shape.m / 1e9:.2f} B n GMACs and reads"
@@ -4641,7 +4641,7 @@ def demo19_tuning(**how):
             f" stays under the ridge, {ridge():.1f} MACs a byte, while n is at most about {shape.ridge_base:.1f} / B +"
             f" {shape.ridge_each:.2f}: demo 6's {shape.alone} at B = 1, falling as B grows."
             f" {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
-            if crossed and shape.ridge_each > 0 else "Chapter 25 shows why.")
+            if met and shape.ridge_each > 0 else "Chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]

@@ -179,6 +179,7 @@ for request in sys.stdin:
     print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
 ZYGOTES = threading.local()  # one to each thread of the pool: each runs one copy at a time
+ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}  # one BLAS thread per run: two run beside the tests
 
 
 def run(path, demos):
@@ -186,11 +187,10 @@ def run(path, demos):
     completed process (its return code, stdout and stderr)."""
     if not hasattr(os, "fork"):
         return subprocess.run([*NICE, sys.executable, str(path), *demos.split()], capture_output=True, text=True,
-                              timeout=120, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+                              timeout=120, env=ENV)
     if not hasattr(ZYGOTES, "process"):
         ZYGOTES.process = subprocess.Popen([*NICE, sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, text=True,
-                                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+                                           stdout=subprocess.PIPE, text=True, env=ENV)
         atexit.register(ZYGOTES.process.kill)
     out, err = path.with_name("stdout"), path.with_name("stderr")
     zygote = ZYGOTES.process

@@ -4630,18 +4630,8 @@ def demo19_tuning(**how):
         print()
         say(paragraph)
     if shape.falls:
-        met = [("the tree" if label.startswith("tree") else label, n, b)  # each planned check, the tree's too, that
-               for label, n, b, _ in shape.checks if b and b <= max_batch]  # meets the ridge within the plan
-        crossings = and_list([f"{label}'s {n}" + (" positions a sequence cross it" if i == 0 else "") + f" at B = {b}"
-                              for i, (label, n, b) in enumerate(met)])
         print()
-        say("As B grows the plan checks fewer positions per sequence.",
-            f"A pass of B sequences, n positions each, does {shape.m / 1e9:.2f} B n GMACs and reads"
-            f" {shape.w / 1e9:.2f} + {shape.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It"
-            f" stays under the ridge, {ridge():.1f} MACs a byte, while n is at most about {shape.ridge_base:.1f} / B +"
-            f" {shape.ridge_each:.2f}: demo 6's {shape.alone} at B = 1, falling as B grows."
-            f" {crossings[0].upper()}{crossings[1:]}; chapter 25 shows the rest."
-            if met and shape.ridge_each > 0 else "Chapter 25 shows why.")
+        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
     truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
              for d, (_, _, Q, _) in zip(measured, drafters)]
@@ -5690,15 +5680,11 @@ def demo25_crossings(s, buckets, max_batch):
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
     base, each = s.ridge_base, s.ridge_each
-    say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. So the more"
-        " sequences a pass holds, the more"
-        f" positions it takes to reach the ridge, past demo 6's {s.alone} for one sequence." if each > 0 else "",
-        f"A pass of B sequences reaches the ridge at about {base:.0f} + {each:.1f} B positions: the weights' share,"
-        f" plus each sequence's KV cache's. At {ridge():.1f} MACs a byte, the weights' {s.w / 1e9:.2f} GB pay for"
-        f" {base:.0f} positions of {s.m / 1e9:.2f} GMACs, and each sequence's {s.kv / 1e9:.2f} GB of KV cache for"
-        f" {each:.1f} more. So each sequence can check about"
-        f" {base:.0f} / B + {each:.1f} positions for free: {s.alone} at B = 1, falling toward {each:.1f}, fewer than"
-        " any check here scores." if all(r[1] > each for r in rows) else "")
+    say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads.",
+        f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} B n GMACs and reads {s.w / 1e9:.2f} +"
+        f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while n is"
+        f" at most about {base:.1f} / B + {each:.2f}. That is demo 6's {s.alone} at B = 1, falling toward"
+        f" {each:.2f}, fewer than any check here scores." if each > 0 and all(r[1] > each for r in rows) else "")
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"

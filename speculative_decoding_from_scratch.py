@@ -4615,8 +4615,9 @@ def demo19_tuning(**how):
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is"
-        " tokens per call times t_plain / (t_check + n t_draft), for n draft passes, where each t is a pass's time at"
-        " the same B on the roofline. Below the ridge"
+        " tokens per call times t_plain / (t_check + n t_draft), for n draft passes. Each t is a pass's time at the"
+        " same B on the roofline: t_plain the target's plain pass, t_check its checking pass, t_draft a draft's."
+        " Below the ridge"
         " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps the option it has"
         f" until it falls more than {tol:.1%} below the best, so as not to switch for less. It stops at B ="
         f" {max_batch},"

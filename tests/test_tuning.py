@@ -539,9 +539,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"
             " k = 8 only approximate another k's.") in detail19
     # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
-    assert ("Its speedup is tokens per call times t_plain / (t_check + n t_draft), for n draft passes, where each t is"
-            " a pass's time at the same B on the roofline. Below the ridge that is demo 3's tokens per call / (1 + n"
-            " c).") in text
+    assert ("Its speedup is tokens per call times t_plain / (t_check + n t_draft), for n draft passes. Each t is a"
+            " pass's time at the same B on the roofline: t_plain the target's plain pass, t_check its checking pass,"
+            " t_draft a draft's. Below the ridge that is demo 3's tokens per call / (1 + n c).") in text
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]
     check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, tree.positions, 1), sd.H100)[0]
     draft = sd.roofline_time(*sd.pass_traffic((768, 2048, 4, 32000), 512, tree.draft_width, 1), sd.H100)[0]

@@ -4543,10 +4543,11 @@ def exact_per_position(P, Q, K):
 
 
 def tree_tokens(P, Q, depth, branching, n_rounds, seed):
-    """Tokens per call of a tree of drafts, over n_rounds rounds (chapter 8's trees)."""
+    """Tokens per call of a tree of drafts, over n_rounds rounds (chapter 8's
+    trees), and the mean's standard error."""
     rng = np.random.default_rng(seed)
-    out = islice(rounds(lambda t: tree_round(P, Q, t, depth, branching, rng), [0]), n_rounds)
-    return float(np.mean([len(e) for e in out]))
+    out = [len(e) for e in islice(rounds(lambda t: tree_round(P, Q, t, depth, branching, rng), [0]), n_rounds)]
+    return float(np.mean(out)), float(np.std(out, ddof=1) / math.sqrt(len(out)))
 
 
 @lru_cache(maxsize=None)  # chapter 23 takes the same plan: `all` prices it once
@@ -4559,13 +4560,13 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, 
     rates = [exact_per_position(TARGET, Q, k_max) for _, _, Q, _ in drafters]  # as its counters report it at k_max
     measured = [Drafter(label, method, route_tokens(k_max, per_position=r)[0], None, shape)  # read as --tune reads them
                 for (label, method, _, shape), r in zip(drafters, rates)]
-    measured[1] = measured[1]._replace(tree=(branching, steps, nodes,
-                                             tree_tokens(TARGET, MIDDLING, steps, branching, n_rounds, 42)))
+    tokens, tree_se = tree_tokens(TARGET, MIDDLING, steps, branching, n_rounds, 42)
+    measured[1] = measured[1]._replace(tree=(branching, steps, nodes, tokens))
     room, fit = roomiest(measured, n_ctx)
     max_batch = min(max_batch, fit)  # a batch that does not fit is not run
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
-                           big_weight=big_weight, roomiest=room.name,
+                           tree_se=tree_se, big_weight=big_weight, roomiest=room.name,
                            n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, n_rounds=n_rounds, tol=tol,
                            buckets=buckets, speeds=speeds, options=options)
 
@@ -4610,8 +4611,8 @@ def demo19_tuning(**how):
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
         f" token in one pass of {nodes} positions. Chapter 8 shows how the tree is checked, and tests that it keeps"
         " the target's distribution."
-        f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} tokens"
-        f" per call from {tree[1]} draft passes, one per level.")
+        f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-: a"
+        f" standard error, as in demo 3), from {tree[1]} draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is"

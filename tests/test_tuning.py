@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from itertools import islice
 
 import numpy as np
 import pytest
@@ -496,8 +497,14 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
             " from q, 3 deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token in one pass of 15"
             " positions. Chapter 8 shows how the tree is checked, and tests that it keeps the target's distribution."
-            f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} tokens per call from 3 draft passes, one per"
-            " level.") in text
+            f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
+            " call (+-: a standard error, as in demo 3), from 3 draft passes, one per level.") in text
+    # the standard error, by hand: the same 2,000 rounds' lengths, their spread over the square root of their count
+    rng = np.random.default_rng(42)
+    lengths = [len(e) for e in islice(sd.rounds(lambda t: sd.tree_round(sd.TARGET, sd.MIDDLING, t, 3, 2, rng), [0]),
+                                      2000)]
+    assert np.mean(lengths) == tree.tokens and 0.01 < np.std(lengths, ddof=1) / 2000 ** 0.5 < 0.05
+    assert f"+- {np.std(lengths, ddof=1) / 2000 ** 0.5:.3f} tokens per call" in text
     assert ("The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as"
             " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
             " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"

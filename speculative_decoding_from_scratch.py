@@ -4599,11 +4599,12 @@ def demo19_tuning(**how):
     table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
           [(d[0], *r) for d, r in zip(drafters, rates)])
     print()
-    say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
-        f" {and_list([f'{a:.3f}' for a in alphas])}. A round starts after a bonus or a redraw, not at a typical"
-        " point of the target's text, and which tokens those are depends on k (--detail shows which). So rates"
-        f" counted at k = {k_max} only approximate another k's."
-        if shortcut else
+    exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
+    at_k = all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact))  # the rates' own k: exact
+    off = all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max))
+    say(f"At k = {k_max} these rates give tokens per call exactly. At a shorter k they only approximate it: a round"
+        " starts after the last round's final token, and how often each token ends a round changes with k (--detail"
+        " shows how)." if shortcut and at_k and off else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4720,8 +4721,10 @@ def demo19_detail(result):
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     paragraphs = [
-        "Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo 3),"
-        " and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k." +
+        f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
+        f" {and_list([f'{a:.3f}' for a in result.alphas])}: a draft's chance to pass depends on the token before it"
+        " (demo 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on"
+        " k." +
         (f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
          f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
          f" {starts.text[starts.short]:.0%} of the target's text." + (

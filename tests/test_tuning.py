@@ -527,10 +527,14 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in (0, 2, 3))
     assert ends[:, :8].sum(axis=(1, 2)) @ start > 0.5
     assert d == int(np.argmax(beta)) == 3 and start[d] < text_share[d] and start @ beta == pytest.approx(first[1])
-    assert (f"Position 1's rates, {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and"
-            f" {alphas[1]:.3f}. A round starts after a bonus or a redraw, not at a typical point of the target's"
-            " text, and which tokens those are depends on k (--detail shows which). So rates counted at k = 8 only"
-            " approximate another k's.") in text
+    assert ("At k = 8 these rates give tokens per call exactly. At a shorter k they only approximate it: a round"
+            " starts after the last round's final token, and how often each token ends a round changes with k"
+            " (--detail shows how).") in text
+    # by hand: 1 plus the rates counted at k = 8 is the exact tokens per call at 8, and misses it at every shorter k
+    for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING):
+        rates = sd.exact_per_position(sd.TARGET, Q, 8)
+        assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
+        assert all(abs(1 + sum(rates[:k]) - sd.exact_tokens_per_call(sd.TARGET, Q, k)) > 5e-4 for k in range(1, 8))
     r8 = sd.round_starts(sd.TARGET, sd.MIDDLING, 8)  # the residual gives only under-proposed tokens; 'd' starts least
     assert r8.under_only and r8.most and r8.residual_led and r8.short == d
     assert r8.redrawn[d] / r8.redrawn.sum() < text_share[d] / 2  # redraws give 'd' less than half as often as text
@@ -538,9 +542,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             f" though 'd' is {text_share[d]:.0%} of the target's text. Most rounds end on a redraw from the residual,"
             " and after 'a', 'c' and 'd' the draft over-proposes 'd': the residual, and so a redraw, never gives 'd'"
             " there.") in detail19
-    assert ("Why position 1's rates differ from alpha: a draft's chance to pass depends on the token before it (demo"
-            " 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on k.")\
-        in detail19
+    assert (f"Position 1's rates, {first[0]:.3f} and {first[1]:.3f}, are not demo 3's alpha, {alphas[0]:.3f} and"
+            f" {alphas[1]:.3f}: a draft's chance to pass depends on the token before it (demo 3), and a round starts"
+            " after the last round's final token, a bonus or a redraw, whose mix depends on k.") in detail19
     assert all(f < a for f, a in zip(first, alphas))
     assert all(abs(f - a) > 0.005 for f, a in zip(first, alphas))
     assert (f"Position 1's rate is {at8:.3f} for small in rounds of 8 drafts, {at1:.3f} in rounds of 1: rates read at"

@@ -4588,13 +4588,18 @@ def demo19_tuning(**how):
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
     shortcut = (all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
                 and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
-    say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
-        f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
+    say(f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
         f" 1/{fewer[0]:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
         f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, reads"
         f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.3g} the target's. Each draft's c, its pass's"
-        f" cost in target passes, comes from these bytes. Their rates in rounds of {k_max} drafts, computed exactly:")
+        " cost in target passes, comes from these bytes." + (
+            " A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c starts"
+            " near its weights' share of the target's at B = 1, and tends to its KV cache's share as B grows."
+            if shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0] else ""))
+    print()
+    say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
+        "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
+        f"The two drafts' rates in rounds of {k_max} drafts, computed exactly:")
     print()
     table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
           [(d[0], *r) for d, r in zip(drafters, rates)])
@@ -4703,9 +4708,6 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer." +
-        (" A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c starts"
-         f" near its weights' share of the target's, 1/{1 / s.weight_share:.2f} for big, and tends to its KV cache's"
-         f" share, {s.kv_share[0]:.2g}, as B grows." if s.weight_share <= s.c[0] < s.c[1] < s.kv_share[0] else "") +
         f" Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."

@@ -335,10 +335,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     weights = sd.pass_traffic(big, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     assert kv[0] / kv[1] > weights  # its KV cache is a larger share of the target's than its weights are
     assert weights <= c[0] < c[1] < kv[0] / kv[1]  # from near its weights' share toward its KV cache's
+    assert (f"Big (blend 0.75) is assumed to read 1/{1 / weights:.2f} of the target's weight bytes per pass, and its KV"
+            " cache, the keys and values of its tokens, is 0.25 the size of the target's.") in text
+    assert ("Each draft's c, its pass's cost in target passes, comes from these bytes. A pass reads a model's weights"
+            " once, whatever B, and every sequence's KV cache. So a draft's c starts near its weights' share of the"
+            " target's at B = 1, and tends to its KV cache's share as B grows.") in text
     assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
-            " A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c starts near"
-            f" its weights' share of the target's, 1/{1 / weights:.2f} for big, and tends to its KV cache's share, 0.25,"
-            " as B grows."
             f" Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in text
     # the printed shares give the printed c, as a reader checks it: (13.21 / 7.55 + 0.25 x 0.2684) / (13.21 + 0.2684),
@@ -513,7 +515,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     alphas = [sd.pair_alpha(sd.TARGET, Q) for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
     assert abs(at8 - alphas[1]) > 0.01 and abs(at8 - at1) > 0.01
     first = [sd.exact_per_position(sd.TARGET, Q, 8)[0] for Q in (sd.blend(sd.TARGET, sd.UNRELATED, 0.75), sd.MIDDLING)]
-    assert "makes about 1 plus the first k rates in tokens per call. Two draft models of the target" in text
+    assert "makes about 1 plus the first k rates in tokens per call. The two drafts' rates in rounds of 8 drafts" in text
     # small's rounds start least often, against the text, after 'd', where its drafts pass most often: by hand, the
     # share of rounds that start after each token is the stationary law of the round table's start -> last token
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 8)

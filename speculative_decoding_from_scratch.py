@@ -4647,8 +4647,8 @@ def demo19_tuning(**how):
     untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
                                       max_batch, k_max)
     print()
-    say("An exhaustive search, pricing every option at each B, each chain from its exact tokens per call, not the"
-        f" rates at k = {k_max}, and with no {tol:.1%} margin, beats the plan by at most {check.worst:.2%}"
+    say(f"An exhaustive search prices every option at each B with no {tol:.1%} margin, and each chain from its exact"
+        f" tokens per call, not the rates at k = {k_max}. It beats the plan by at most {check.worst:.2%}"
         + ("" if check.worst <= 0.01 else ", NOT within 1%")
         + (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}

@@ -228,8 +228,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
     # here the rates' shortcut costs a little too, so the gap is not put down to the margin alone
     assert result.check.worst > 0.005 and untolerant > 0
-    assert ("An exhaustive search, pricing every option at each B, each chain from its exact tokens per call, not the"
-            f" rates at k = 8, and with no 0.5% margin, beats the plan by at most {result.check.worst:.2%}.") in text
+    assert ("An exhaustive search prices every option at each B with no 0.5% margin, and each chain from its exact"
+            f" tokens per call, not the rates at k = 8. It beats the plan by at most {result.check.worst:.2%}.") in text
     assert (f"Of the search's {result.check.worst:.2%}, {untolerant:.2%} comes from pricing every k from the k = 8"
             " rates, and the rest from the plan's 0.5% margin.") in detail19
     assert "is the margin's" not in detail19

@@ -5663,13 +5663,13 @@ def demo25_ridge(**how):
         f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"
         " it, more positions cost no time; past it, every position does. A pass of B sequences, each checking k"
         " drafts, scores B(k + 1) positions.")
-    checks = demo25_crossings(s, c19.buckets, c19.max_batch)
+    checks = demo25_crossings(s, c19.buckets, c19.max_batch, c19.tol)
     takeaway("a check is nearly free only below the ridge, and a pass scores B times a check's positions; so as the"
              " batch grows, the best check gets shorter.", checks)
     return SimpleNamespace(c19=c19, shape=s, checks=checks)
 
 
-def demo25_crossings(s, buckets, max_batch):
+def demo25_crossings(s, buckets, max_batch, tol):
     """Chapter 25's table of where each planned check crosses the ridge, with
     the sentences it bears out: the KV caches move the ridge past demo 6's
     positions, and the plan shortens its check a little after each crossing.
@@ -5708,8 +5708,9 @@ def demo25_crossings(s, buckets, max_batch):
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if after or beyond:
         print()
-        say("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch"
-            " sizes past its crossing." if after else "",
+        say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"
+            f" falls more than {tol:.1%} below the best. So each check that crosses holds a few batch sizes past its"
+            " crossing." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, _, _ in beyond])

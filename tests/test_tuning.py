@@ -440,8 +440,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert "Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads." in text \
         and 15 * past > 295
     assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
-    assert ("Just past the ridge a check costs only a little more, so each check that crosses holds a few batch sizes"
-            " past its crossing.") in text
+    assert ("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it falls"
+            " more than 0.5% below the best. So each check that crosses holds a few batch sizes past its crossing.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
     assert ("Going up in B, the plan keeps the option it has until it falls more than 0.5% below the best, so as not to"
             " switch for less. It stops at B = 242") in text19

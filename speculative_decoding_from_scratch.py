@@ -3512,13 +3512,13 @@ def demo14_block_gain():
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.")
     print()
     say_block_rule()
-    say("Where does the block gain? Each pair of drafts, its chance under q, the drafts each verifier keeps on"
-        " average, and the block's gain weighted by the pair's chance:")
+    say("Where does the block gain? Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the"
+        " drafts each verifier keeps on average, and the block's gain weighted by the pair's chance:")
     print()
     pairs = demo14_pairs(P2, Q2)
-    table([("drafts", 8, "<"), ("chance", 8, ninths), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
-           ("weighted gain", 15, lambda x: ninths(x, sign=True))], [(*r[:2], *r[5:]) for r in pairs],
-          groups=[("drafts kept", 2, 3)])
+    table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
+           ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
+           ("weighted gain", 15, lambda x: ninths(x, sign=True))], pairs, groups=[("drafts kept", 5, 6)])
     why = demo14_why(P2, Q2, pairs, gap)
     if why:
         print()

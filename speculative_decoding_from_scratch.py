@@ -4607,9 +4607,23 @@ def demo19_tuning(**how):
     exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
     at_k = all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact))  # the rates' own k: exact
     off = all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max))
-    say(f"At k = {k_max} these rates give tokens per call exactly. At a shorter k they only approximate it: a round"
-        " starts after the last round's final token, and how often each token ends a round changes with k (--detail"
-        " shows how)." if shortcut and at_k and off else
+    starts = round_starts(TARGET, drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
+    why = (shortcut and starts.most and starts.under_only and starts.residual_led and starts.left_out
+           and all(round_starts(TARGET, Q, k_max).redrawn.sum() > 0.5 for _, _, Q, _ in drafters)  # mostly redraws
+           and all(r[0] < a for r, a in zip(rates, alphas)))
+    say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are below demo 3's alpha,"
+        f" {and_list([f'{a:.3f}' for a in alphas])}. Alpha weighs each context by how often the target's text holds"
+        " it. But a round starts after the last round's final token, most often a redraw. A redraw comes from the"
+        " residual, which gives only tokens the draft under-proposes, and after"
+        f" {and_list([repr(name(c)) for c in starts.overs])} small over-proposes '{name(starts.short)}'. So only"
+        f" {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its drafts"
+        f" pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
+        f" {starts.text[starts.short]:.0%} of the target's text." if why else "",
+        f"At k = {k_max} these rates give tokens per call exactly. At a shorter k, whose rounds end elsewhere, they"
+        " only approximate it." if why and at_k and off else
+        f"At k = {k_max} these rates give tokens per call exactly. At a shorter k they only approximate it: a round"
+        " starts after the last round's final token, and how often each token ends a round changes with k." if
+        shortcut and at_k and off else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4656,7 +4670,7 @@ def demo19_tuning(**how):
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
-                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas)
+                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas, why=why)
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
@@ -4723,6 +4737,9 @@ def demo19_detail(result):
     rates, k_max, tol = c19.rates, c19.k_max, c19.tol
     starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
     paragraphs = [
+        f"Position 1's rate is {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in"
+        f" rounds of 1: rounds of another k end, and so start, elsewhere. Rates read at k = {k_max} only approximate"
+        " another k's." if result.why else
         f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
         f" {and_list([f'{a:.3f}' for a in result.alphas])}: a draft's chance to pass depends on the token before it"
         " (demo 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on"

@@ -5707,8 +5707,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads.",
         f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} B n GMACs and reads {s.w / 1e9:.2f} +"
         f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while n is"
-        f" at most about {base:.1f} / B + {each:.2f}. That is demo 6's {s.alone} at B = 1, falling toward"
-        f" {each:.2f}, fewer than any check here scores." if each > 0 and all(r[1] > each for r in rows) else "")
+        f" at most about {base:.1f} / B + {each:.3f}. That is demo 6's {s.alone} at B = 1, falling toward"
+        f" {each:.3f}, fewer than any check here scores." if each > 0 and all(r[1] > each for r in rows) else "")
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"

@@ -4601,8 +4601,8 @@ def demo19_tuning(**how):
         "its per-position rates. A chain of k drafts then makes about 1 plus the first k rates in tokens per call.",
         f"The two drafts' rates in rounds of {k_max} drafts, computed exactly:")
     print()
-    table([("draft", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
-          [(d[0], *r) for d, r in zip(drafters, rates)])
+    table([("drafter", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
+          [(d[0], *r) for d, r in zip(drafters, rates)], groups=[("rate at draft position i", 1, k_max)])
     print()
     exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
     at_k = all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact))  # the rates' own k: exact

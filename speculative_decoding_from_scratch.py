@@ -5709,6 +5709,11 @@ def demo25_crossings(s, buckets, max_batch, tol):
         f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while n is"
         f" at most about {base:.1f} / B + {each:.3f}. That is demo 6's {s.alone} at B = 1, falling toward"
         f" {each:.3f}, fewer than any check here scores." if each > 0 and all(r[1] > each for r in rows) else "")
+    planned = [o for _, _, o in buckets if o is not None]
+    tree, chain = (planned + [None, None])[:2]
+    gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(
+        "k =") and tree.tokens < chain.tokens and tree.draft_passes < chain.draft_passes
+        and tree.positions > chain.positions and crossed and crossed[0][0] == tree.shape)
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
@@ -5723,6 +5728,12 @@ def demo25_crossings(s, buckets, max_batch, tol):
           [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi)
            for how, n, b, at, hi in rows])
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
+    if gives_way:
+        print()
+        say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
+            f" draft passes, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}. Below the ridge the"
+            f" tree's fewer passes win; past it, {chain.shape}'s fewer positions, {chain.positions} against"
+            f" {tree.positions}.")
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"

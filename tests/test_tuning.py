@@ -444,6 +444,13 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert ("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it falls"
             " more than 0.5% below the best. So each check that crosses holds a few batch sizes past its crossing.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
+    # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
+    t, c = result.options[tree], result.options[chain]
+    assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
+    assert result.speeds[0, tree] > result.speeds[0, chain]  # at B = 1, below the ridge, the tree's passes win
+    assert (f"The tree is the first to give way. It makes {t.tokens:.3f} tokens per call from 3 draft passes, and k = 8"
+            f" makes {c.tokens:.3f} from 8. Below the ridge the tree's fewer passes win; past it, k = 8's fewer"
+            " positions, 9 against 15.") in text
     assert ("Going up in B, the plan keeps the option it has until it falls more than 0.5% below the best, so as not to"
             " switch for less. It stops at B = 242") in text19
 

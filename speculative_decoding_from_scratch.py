@@ -1376,7 +1376,7 @@ def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
         f" tokens per call / (1 + k c). Agrees: within {FIT_Z} standard errors (+-) of exact.")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
-           ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
+           ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
            ("agrees", 7, ">7"), (f"speedup\nc = {c:g}", 10, ".2f")],
           rows, groups=[("", 0, 1), ("tokens per call (one round)", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
@@ -1440,7 +1440,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
     say(f"The middling draft at c = {c}, {n_rounds:,} rounds for each k.")
     print()
-    table([("k", 3, "d"), ("measured", 10, ".2f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
+    table([("k", 3, "d"), ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("  bars: exact", 26, "<")],
           [(r[0], *r[2:], "  " + "#" * round(10 * r[7])) for r in rows],
           groups=[("tokens per call", 1, 4), ("speedup", 5, 6)])

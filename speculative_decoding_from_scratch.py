@@ -4655,11 +4655,7 @@ def demo19_tuning(**how):
         print()
         say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
 
-    truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)])
-             for d, (_, _, Q, _) in zip(measured, drafters)]
-    check = skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max)
-    untolerant = skill_against_search(*plan_drafters(measured, n_ctx, max_batch, k_max, tol=0.0)[::2], truth, n_ctx,
-                                      max_batch, k_max)
+    check, untolerant = chapter19_search(c19)
     print()
     say(f"An exhaustive search prices every option at each B with no {tol:.1%} margin, and each chain from its exact"
         f" tokens per call, not the rates at k = {k_max}. It beats the plan by at most {check.worst:.2%}"
@@ -4671,6 +4667,17 @@ def demo19_tuning(**how):
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
                            untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas, why=why)
+
+
+def chapter19_search(c19):
+    """The exhaustive search against chapter 19's plan, each chain priced exactly: the
+    plan's worst shortfall at any B, and that of the plan made with no margin."""
+    truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, c19.k_max + 1)])
+             for d, (_, _, Q, _) in zip(c19.measured, c19.drafters)]
+    check = skill_against_search(c19.buckets, c19.options, truth, c19.n_ctx, c19.max_batch, c19.k_max)
+    untolerant = skill_against_search(*plan_drafters(c19.measured, c19.n_ctx, c19.max_batch, c19.k_max, tol=0.0)[::2],
+                                      truth, c19.n_ctx, c19.max_batch, c19.k_max)
+    return check, untolerant
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):

@@ -1438,7 +1438,7 @@ def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
         exact = exact_tokens_per_call(TARGET, MIDDLING, k)
         rows.append((k, m.rate, m.per_call, m.se, exact, fits(m.per_call, m.se, exact),
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
-    say(f"The middling draft at c = {c}, {n_rounds:,} rounds for each k.")
+    say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k.")
     print()
     table([("k", 3, "d"), ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
            ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("  bars: exact", 26, "<")],
@@ -1777,7 +1777,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f"Past the ridge, {past[0][0]} positions cost {past[0][4] / t1:.2f} times one." if past
         else "")
     print()
-    say("A server that decodes B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",
+    say("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",
         "ridge. See chapter 25, and rerun with --detail.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
@@ -4584,10 +4584,6 @@ def demo19_tuning(**how):
         " context, and picks one per range of B. The option --plan --profile runs it on your own figures; --detail"
         " shows its arithmetic.")
     print()
-    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
-    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of k = 1
-    shortcut = (all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
-                and all(abs(r[0] - a) >= 5e-4 and abs(r[0] - r1) >= 5e-4 for r, a, r1 in zip(rates, alphas, at_1)))
     say(f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
         f" 1/{fewer[0]:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
         f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, reads"
@@ -4604,26 +4600,10 @@ def demo19_tuning(**how):
     table([("drafter", 9, "<")] + [(f"{i}", 6, ".3f") for i in range(1, k_max + 1)],
           [(d[0], *r) for d, r in zip(drafters, rates)], groups=[("rate at draft position i", 1, k_max)])
     print()
-    exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
-    at_k = all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact))  # the rates' own k: exact
-    off = all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max))
-    starts = round_starts(TARGET, drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
-    why = (shortcut and starts.most and starts.under_only and starts.residual_led and starts.left_out
-           and all(round_starts(TARGET, Q, k_max).redrawn.sum() > 0.5 for _, _, Q, _ in drafters)  # mostly redraws
-           and all(r[0] < a for r, a in zip(rates, alphas)))
-    say(f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are below demo 3's alpha,"
-        f" {and_list([f'{a:.3f}' for a in alphas])}. Alpha weighs each context by how often the target's text holds"
-        " it. But a round starts after the last round's final token, most often a redraw. A redraw comes from the"
-        " residual, which gives only tokens the draft under-proposes, and after"
-        f" {and_list([repr(name(c)) for c in starts.overs])} small over-proposes '{name(starts.short)}'. So only"
-        f" {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its drafts"
-        f" pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
-        f" {starts.text[starts.short]:.0%} of the target's text." if why else "",
-        f"At k = {k_max} these rates give tokens per call exactly. At a shorter k, whose rounds end elsewhere, they"
-        " only approximate it." if why and at_k and off else
-        f"At k = {k_max} these rates give tokens per call exactly. At a shorter k they only approximate it: a round"
-        " starts after the last round's final token, and how often each token ends a round changes with k." if
-        shortcut and at_k and off else
+    vs_exact = rates_and_exact(c19)
+    say(f"Position 1's rates sit below demo 3's alpha, {and_list([f'{a:.3f}' for a in vs_exact.alphas])}, and at a"
+        f" k other than {k_max} the rates only approximate tokens per call. Chapter 27 shows why, and what it costs"
+        " the plan." if vs_exact.below and vs_exact.at_k and vs_exact.off else
         f"Rates counted at k = {k_max}, as here, only approximate another k's.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4653,7 +4633,10 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence; chapter 25 shows why.")
+        say("As B grows the plan checks fewer positions per sequence." + (
+            " Each sequence's KV cache adds bytes, so a pass of B sequences reaches demo 6's ridge at about"
+            f" {shape.ridge_base:.1f} + {shape.ridge_each:.3f} B positions, not {shape.alone}. Chapter 25 shows"
+            " where each check crosses it." if shape.ridge_each > 0 else " Chapter 25 shows why."))
 
     check, untolerant = chapter19_search(c19)
     print()
@@ -4666,7 +4649,7 @@ def demo19_tuning(**how):
              " as B grows.", {"the procedure is within 1% of the exhaustive search at every B": check.worst <= 0.01,
                               "the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, check=check, options=options, speeds=speeds, c19=c19, shape=shape,
-                           untolerant=untolerant, shortcut=shortcut, at_1=at_1, alphas=alphas, why=why)
+                           untolerant=untolerant)
 
 
 def chapter19_search(c19):
@@ -4678,6 +4661,26 @@ def chapter19_search(c19):
     untolerant = skill_against_search(*plan_drafters(c19.measured, c19.n_ctx, c19.max_batch, c19.k_max, tol=0.0)[::2],
                                       truth, c19.n_ctx, c19.max_batch, c19.k_max)
     return check, untolerant
+
+
+def rates_and_exact(c19):
+    """Chapter 19's two drafters' rates at k_max against the exact tokens per
+    call at every k, and what says why they part: alpha, and where small's
+    rounds start, at k_max and at 1 (chapter 27 prints them)."""
+    k_max, rates, drafters = c19.k_max, c19.rates, c19.drafters
+    exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
+    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
+    starts = [round_starts(TARGET, drafters[1][2], k) for k in (k_max, 1)]  # small's, in rounds of k_max and of 1
+    intact = all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
+    s = starts[0]
+    return SimpleNamespace(
+        rates=rates, exact=exact, alphas=alphas, starts=starts, k_max=k_max, names=[d[0] for d in drafters],
+        at_k=all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact)),  # the rates' own k: exact
+        off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
+        below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)),
+        why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(
+            round_starts(TARGET, Q, k_max).redrawn.sum() > 0.5 for _, _, Q, _ in drafters),  # mostly redraws
+        bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short])
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
@@ -4737,43 +4740,17 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: where small's rounds start and why rates read at
-    one k only approximate another's, how the tree is checked, why big's c
-    nears its KV cache's share, and what the search's shortfall comes from."""
-    c19, s, check, untolerant = result.c19, result.shape, result.check, result.untolerant
-    rates, k_max, tol = c19.rates, c19.k_max, c19.tol
-    starts = round_starts(TARGET, c19.drafters[1][2], k_max)  # small's: where its rounds of k_max drafts start
+    """Chapter 19 in detail: how the tree is checked, and why big's c nears
+    its KV cache's share."""
+    s = result.shape
     paragraphs = [
-        f"Position 1's rate is {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in"
-        f" rounds of 1: rounds of another k end, and so start, elsewhere. Rates read at k = {k_max} only approximate"
-        " another k's." if result.why else
-        f"Position 1's rates, {and_list([f'{r[0]:.3f}' for r in rates])}, are not demo 3's alpha,"
-        f" {and_list([f'{a:.3f}' for a in result.alphas])}: a draft's chance to pass depends on the token before it"
-        " (demo 3), and a round starts after the last round's final token, a bonus or a redraw, whose mix depends on"
-        " k." +
-        (f" Only {starts.start[starts.short]:.0%} of small's rounds start after '{name(starts.short)}', where its"
-         f" drafts pass most often ({starts.beta[starts.short]:.2f}), though '{name(starts.short)}' is"
-         f" {starts.text[starts.short]:.0%} of the target's text." + (
-             " Most rounds end on a redraw from the residual, and after"
-             f" {and_list([repr(name(c)) for c in starts.overs])} the draft over-proposes"
-             f" '{name(starts.short)}': the residual, and so a redraw, never gives '{name(starts.short)}' there."
-             if starts.residual_led and starts.left_out and starts.redrawn.sum() > 0.5 else "")
-         if starts.most and rates[1][0] < result.alphas[1] else "") +
-        " Position 1's rate is"
-        f" {rates[1][0]:.3f} for small in rounds of {k_max} drafts, {result.at_1[1]:.3f} in rounds of 1: rates read"
-        f" at k = {k_max} only approximate another k's." if result.shortcut else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
         " else the walk goes on under the kept one.",
         (f"A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
-         f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
-        (f"The search's {check.worst:.2%} is the margin's: with no {tol:.1%} margin the plan picks the search's"
-         f" option at every B, so pricing every k from the rates at k = {k_max} costs nothing here.")
-        if check.worst > 0 and untolerant.worst == 0 else
-        (f"Of the search's {check.worst:.2%}, {untolerant.worst:.2%} comes from pricing every k from the k = {k_max}"
-         f" rates, and the rest from the plan's {tol:.1%} margin.") if 0 < untolerant.worst < check.worst else ""]
+         f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else ""]
     for paragraph in paragraphs:
         if paragraph:
             print()
@@ -5853,6 +5830,64 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     return sweep
 
 
+# -----------------------------------------------------------------------------
+# Chapter 27. Do one k's rates price another?
+# A server counts per-position rates at the k it runs; chapter 19's plan prices
+# every k from the rates counted at k = 8. Rounds start after the last round's
+# final token, and that token's mix moves with k.
+
+
+def demo27_rates(**how):
+    """Chapter 27: the rates counted at one k against every k's exact tokens
+    per call, why they part, and what that costs chapter 19's plan."""
+    c19 = chapter19_plan(**how)
+    r = rates_and_exact(c19)
+    k_max, s = r.k_max, r.starts[0]
+    d = f"'{name(s.short)}'"
+    say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
+        f" which drafts 1 to i were all kept. Chapter 19's plan prices every k from rates counted at k = {k_max}: a"
+        " chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
+        f" For chapter 19's two drafts, 1 plus the first k of their rates at k = {k_max}, against each k's exact"
+        " tokens per call:")
+    print()
+    table([("k", 3, "d")] + [(f"{label}\n{n}", 10, ".3f") for n in r.names for label in ("rates", "exact")],
+          [(k, *[v for rates, exact in zip(r.rates, r.exact) for v in (1 + sum(rates[:k]), exact[k - 1])])
+           for k in range(1, k_max + 1)])
+    print()
+    short = [k for k in range(1, k_max) if all(1 + sum(rates[:k]) < exact[k - 1] for rates, exact in zip(r.rates,
+                                                                                                         r.exact))]
+    low = max((e[k - 1] - 1 - sum(x[:k]) for x, e in zip(r.rates, r.exact) for k in short), default=0.0)
+    say(f"At k = {k_max} the two agree: the rates were counted there." if r.at_k else
+        f"NOT even at k = {k_max} do the two agree.",
+        f"At every shorter k the rates read low, by at most {low:.3f}." if len(short) == k_max - 1 else
+        "At a shorter k they differ." if r.off else "")
+    if r.below and r.why:
+        print()
+        say(f"Why? Position 1's rates at k = {k_max}, {and_list([f'{x[0]:.3f}' for x in r.rates])}, are below demo"
+            f" 3's alpha, {and_list([f'{a:.3f}' for a in r.alphas])}. Alpha weighs each context by how often the"
+            " target's text holds it. But a round starts after the last round's final token, most often a redraw. A"
+            " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. In rows"
+            f" {and_list([repr(name(c)) for c in s.overs])} of its table, small over-proposes {d}. So only"
+            f" {s.start[s.short]:.0%} of small's rounds start after {d}, where its drafts pass most often"
+            f" ({s.beta[s.short]:.2f}), though {d} is {s.text[s.short]:.0%} of the target's text.",
+            f"A shorter k ends more rounds on a bonus token, drawn from p: at k = 1, {r.starts[1].start[s.short]:.0%} of"
+            f" small's rounds start after {d}." if r.bonus else "")
+    check, untolerant = chapter19_search(c19)
+    print()
+    say(f"What does it cost the plan? Chapter 19's exhaustive search prices each chain from its exact tokens per call,"
+        f" with no margin, and beats the plan by at most {check.worst:.2%}." +
+        (f" The plan made with no margin, from the rates, falls {untolerant.worst:.2%} short of it: that much is the"
+         f" rates', and the rest the {c19.tol:.1%} margin's." if 0 < untolerant.worst < check.worst else
+         " The plan made with no margin, from the rates, picks the search's option at every B: all of it is the"
+         f" {c19.tol:.1%} margin's." if untolerant.worst == 0 < check.worst else ""))
+    takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
+             " start elsewhere; here the plan they price loses little.",
+             {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,
+              "a shorter k's rounds start elsewhere": r.bonus,
+              "the rates cost the plan under 0.1%": untolerant.worst < 0.001})
+    return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -5892,6 +5927,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "24": ("Could any verifier keep more than the block?", demo24_ideal),
     "25": ("Why do big batches check fewer drafts?", demo25_ridge),
     "26": ("When does copying the text pay?", demo26_copy_speed),
+    "27": ("Do one k's rates price another?", demo27_rates),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

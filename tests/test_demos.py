@@ -527,7 +527,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     fit = sd.sequences_that_fit(16)
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
-    assert ("A server that decodes B sequences at once scores B(k+1) positions a pass, so a large batch can cross the"
+    assert ("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the"
             " ridge. See chapter 25, and rerun with --detail.") in flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]

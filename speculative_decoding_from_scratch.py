@@ -4729,7 +4729,8 @@ def demo19_shape(s, n_ctx, max_batch):
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
         f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
-        f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c = {s.c_longest:.4f}:"
+        f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="
+        f" {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer." +
         f" Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +

@@ -300,8 +300,12 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     s_tree, s_chain = sd.option_speedup(tree, 1, 512), sd.option_speedup(longest, 1, 512)
     assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} tokens per call from"
             f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}). Big's best, k = 6, makes"
-            f" {longest.tokens:.3f} tokens per call but costs {longest.draft_passes} passes at c = {c_big:.4f}:"
+            f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="
+            f" {c_big:.4f}:"
             f" {s_chain:.2f}.") in text
+    big_rates = sd.exact_per_position(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 8)  # by its rates, not exact
+    exact6 = sd.exact_tokens_per_call(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 6)
+    assert longest.tokens == pytest.approx(1 + sum(big_rates[:6])) and f"{longest.tokens:.3f}" != f"{exact6:.3f}"
     # as printed, the numbers give the speedups back by hand: tokens / (1 + n c), rounded as the chapter rounds them
     for tokens, n, c, speed in ((tree.tokens, tree.draft_passes, c_small, s_tree),
                                 (longest.tokens, longest.draft_passes, c_big, s_chain)):

@@ -4671,10 +4671,11 @@ def rates_and_exact(c19):
     exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
     starts = [round_starts(TARGET, drafters[1][2], k) for k in (k_max, 1)]  # small's, in rounds of k_max and of 1
+    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of 1
     intact = all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
     s = starts[0]
     return SimpleNamespace(
-        rates=rates, exact=exact, alphas=alphas, starts=starts, k_max=k_max, names=[d[0] for d in drafters],
+        rates=rates, exact=exact, alphas=alphas, starts=starts, at_1=at_1, k_max=k_max, names=[d[0] for d in drafters],
         at_k=all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact)),  # the rates' own k: exact
         off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
         below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)),
@@ -5657,7 +5658,8 @@ def demo25_ridge(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
         " decodes at once: which draft model, and how many of its drafts to check. Its plan runs to B ="
-        f" {c19.max_batch}, the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB, at {c19.n_ctx}"
+        f" {c19.max_batch}, the most sequences whose KV caches fit in the H100's {H100.memory / 1e9:.0f} GB beside both"
+        f" models' weights and the {c19.roomiest} draft's own KV caches, at {c19.n_ctx}"
         " tokens of context. As B grows, its plan checks fewer positions per"
         " sequence. Why?")
     print()
@@ -5848,10 +5850,10 @@ def demo27_rates(**how):
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
         f" which drafts 1 to i were all kept. Chapter 19's plan prices every k from rates counted at k = {k_max}: a"
         " chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
-        f" For chapter 19's two drafts, 1 plus the first k of their rates at k = {k_max}, against each k's exact"
-        " tokens per call:")
+        f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
+        f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
     print()
-    table([("k", 3, "d")] + [(f"{label}\n{n}", 10, ".3f") for n in r.names for label in ("rates", "exact")],
+    table([("k", 3, "d")] + [(f"{label}\n{n}", 10, ".4f") for n in r.names for label in ("rates", "exact")],
           [(k, *[v for rates, exact in zip(r.rates, r.exact) for v in (1 + sum(rates[:k]), exact[k - 1])])
            for k in range(1, k_max + 1)])
     print()
@@ -5860,7 +5862,7 @@ def demo27_rates(**how):
     low = max((e[k - 1] - 1 - sum(x[:k]) for x, e in zip(r.rates, r.exact) for k in short), default=0.0)
     say(f"At k = {k_max} the two agree: the rates were counted there." if r.at_k else
         f"NOT even at k = {k_max} do the two agree.",
-        f"At every shorter k the rates read low, by at most {low:.3f}." if len(short) == k_max - 1 else
+        f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
         "At a shorter k they differ." if r.off else "")
     if r.below and r.why:
         print()
@@ -5872,15 +5874,17 @@ def demo27_rates(**how):
             f" {s.start[s.short]:.0%} of small's rounds start after {d}, where its drafts pass most often"
             f" ({s.beta[s.short]:.2f}), though {d} is {s.text[s.short]:.0%} of the target's text.",
             f"A shorter k ends more rounds on a bonus token, drawn from p: at k = 1, {r.starts[1].start[s.short]:.0%} of"
-            f" small's rounds start after {d}." if r.bonus else "")
+            f" small's rounds start after {d}, and its position 1 passes {r.at_1[1]:.3f} of the time, not"
+            f" {r.rates[1][0]:.3f}." if r.bonus and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
-    say(f"What does it cost the plan? Chapter 19's exhaustive search prices each chain from its exact tokens per call,"
-        f" with no margin, and beats the plan by at most {check.worst:.2%}." +
-        (f" The plan made with no margin, from the rates, falls {untolerant.worst:.2%} short of it: that much is the"
-         f" rates', and the rest the {c19.tol:.1%} margin's." if 0 < untolerant.worst < check.worst else
-         " The plan made with no margin, from the rates, picks the search's option at every B: all of it is the"
-         f" {c19.tol:.1%} margin's." if untolerant.worst == 0 < check.worst else ""))
+    say(f"What does it cost? Chapter 19's plan prices every k from these rates, and keeps an option until another"
+        f" is more than {c19.tol:.1%} faster, its margin. An exhaustive search prices each k exactly, with no margin:"
+        f" at no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
+        (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
+         " the rates' cost." if 0 < untolerant.worst < check.worst else
+         " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"
+         " here." if untolerant.worst == 0 < check.worst else ""))
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
              " start elsewhere; here the plan they price loses little.",
              {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,

@@ -4633,10 +4633,18 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
+        met = [("the tree" if label.startswith("tree") else label, n, b, hi)  # each planned check that meets the
+               for label, n, b, hi in shape.checks if b and b <= max_batch]  # ridge within the plan
+        before = all(b < hi for *_, b, hi in met)  # each meets it before the plan leaves it
+        crossings = and_list([f"{label}'s {n}" + (" positions a sequence cross it" if i == 0 else "") + f" at B = {b}"
+                              for i, (label, n, b, _) in enumerate(met)])
         say("As B grows the plan checks fewer positions per sequence." + (
-            " Each sequence's KV cache adds bytes, so a pass of B sequences reaches demo 6's ridge at about"
-            f" {shape.ridge_base:.1f} + {shape.ridge_each:.3f} B positions, not {shape.alone}. Chapter 25 shows"
-            " where each check crosses it." if shape.ridge_each > 0 else " Chapter 25 shows why."))
+            " Each sequence's KV cache adds bytes, so a pass of B sequences stays under demo 6's ridge while it"
+            f" scores at most about {shape.ridge_base:.1f} + {shape.ridge_each:.3f} B positions:"
+            f" {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f} a sequence, fewer as B grows." +
+            (f" {crossings[0].upper()}{crossings[1:]}, each before the plan leaves it; chapter 25 shows why."
+             if met and before else " Chapter 25 shows where each check crosses it.")
+            if shape.ridge_each > 0 else " Chapter 25 shows why."))
 
     check, untolerant = chapter19_search(c19)
     print()

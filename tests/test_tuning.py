@@ -398,8 +398,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence. Each sequence's KV cache adds"
-                           f" bytes, so a pass of B sequences reaches demo 6's ridge at about {base:.1f} + {each:.3f} B"
-                           " positions, not 295. Chapter 25 shows where each check crosses it.") in text
+                           " bytes, so a pass of B sequences stays under demo 6's ridge while it scores at most about"
+                           f" {base:.1f} + {each:.3f} B positions: {base:.1f} / B + {each:.3f} a sequence, fewer as B"
+                           f" grows. The tree's 15 positions a sequence cross it at B = {tree}, k = 8's 9 at B ="
+                           f" {crossings[0]} and k = 7's 8 at B = {crossings[1]}, each before the plan leaves it;"
+                           " chapter 25 shows why.") in text
+    assert tree < result.buckets[0][1] and crossings[0] < ends[8] and crossings[1] < ends[7]
     assert (f"Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. A pass of B"
             f" sequences, n positions each, does {m / 1e9:.2f} B n GMACs and reads {w / 1e9:.2f} + {kv / 1e9:.4f} B"
             " GB: the weights once, and each sequence's KV cache. It stays under the ridge while n is at most about"

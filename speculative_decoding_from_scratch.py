@@ -3478,8 +3478,9 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
                " (Z_i + 1 - w_i), Sun et al.'s formula; take it as given. It is 0 if Z_i = 0: step 5 would have"
                " nothing to draw from.",
-               "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"
-               " not a cut point throws nothing away, so a later draft can still be kept.",
+               "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
+               " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
+               " still be kept.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
                " cut point, i = 0 and w_0 = 1.")
 
@@ -3508,7 +3509,8 @@ def demo14_block_gain():
     say(f"Block verification's output here, its first 3 tokens (the most one round of 2 drafts emits), is"
         f" {'' if tv < ROUNDING else 'NOT '}the target's:"
         f" exact TV {exact_text(tv)}.",
-        f"It keeps {ninths(gap)} of a draft a round more than token-wise checking." if gap > 1e-12 else
+        f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
+        f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.")
     print()
     say_block_rule()

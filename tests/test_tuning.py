@@ -457,6 +457,11 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert ("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it falls"
             " more than 0.5% below the best. So each check that crosses holds a few batch sizes past its crossing.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
+    # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
+    fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
+    assert fit == result.c19.max_batch == 242 and (
+        "Its plan runs to B = 242, the most sequences whose KV caches fit in the H100's 80 GB beside both models'"
+        " weights and the small draft's own KV caches, at 512 tokens of context.") in text
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)

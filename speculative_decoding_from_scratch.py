@@ -1354,9 +1354,10 @@ def best_k(alpha, c, k_max=32):
 
 LESSON_RUN = dict(n_rounds=500, seed=3)  # demos 3 to 5 measure with it, so k = LESSON_K reads alike in all three
 LESSON_K = 4  # the draft length demos 3 and 5 run, and demo 4 passes through
+LESSON_C = 0.1  # the draft cost demos 3 and 4 price at
 
 
-def demo3_acceptance(k=LESSON_K, c=0.1, n_rounds=LESSON_RUN["n_rounds"]):
+def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     drafts = [(f"blend weight {w:.2f}", blend(TARGET, UNRELATED, w)) for w in (1, .9, .75, .5, .25, 0)]
     rows, errors = [], []
     for label, Q in drafts:
@@ -1431,7 +1432,7 @@ def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
 # Demo 4. How many tokens should the draft guess?
 
 
-def demo4_draft_length(c=0.1, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
+def demo4_draft_length(c=LESSON_C, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
     rows = []
     for k in range(1, k_max + 1):
         m = measure(TARGET, MIDDLING, k, n_rounds, seed=LESSON_RUN["seed"])

@@ -4589,7 +4589,7 @@ def demo19_tuning(**how):
         " context, and picks one per range of B. The option --plan --profile runs it on your own figures; --detail"
         " shows its arithmetic.")
     print()
-    say(f"Two draft models of the target are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
+    say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
         f" 1/{fewer[0]:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
         f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, reads"
         f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.3g} the target's. Each draft's c, its pass's"
@@ -4616,8 +4616,8 @@ def demo19_tuning(**how):
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
         f" token in one pass of {nodes} positions. Chapter 8 shows how the tree is checked, and tests that it keeps"
         " the target's distribution."
-        f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-: a"
-        f" standard error, as in demo 3), from {tree[1]} draft passes, one per level.")
+        f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-, as in"
+        f" demo 3), from {tree[1]} draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is"
@@ -4653,8 +4653,8 @@ def demo19_tuning(**how):
 
     check, untolerant = chapter19_search(c19)
     print()
-    say(f"An exhaustive search prices every option at each B with no {tol:.1%} margin, and each chain from its exact"
-        f" tokens per call, not the rates at k = {k_max}. It beats the plan by at most {check.worst:.2%}"
+    say(f"An exhaustive search, which prices each chain from its exact tokens per call and has no {tol:.1%} margin,"
+        f" beats the plan by at most {check.worst:.2%} at any B"
         + ("" if check.worst <= 0.01 else ", NOT within 1%")
         + (f", inside its {tol:.1%} margin." if check.worst > 0 and untolerant.worst == 0 else "."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
@@ -4742,7 +4742,8 @@ def demo19_shape(s, n_ctx, max_batch):
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
-        f" {s.c_small[0]:.4f}). {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
+        f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})."
+        f" {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",

@@ -228,8 +228,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     untolerant = sd.skill_against_search(buckets, options, truth, 512, fit, 8).worst
     # here the rates' shortcut costs a little too, so the gap is not put down to the margin alone
     assert result.check.worst > 0.005 and untolerant > 0
-    assert ("An exhaustive search prices every option at each B with no 0.5% margin, and each chain from its exact"
-            f" tokens per call, not the rates at k = 8. It beats the plan by at most {result.check.worst:.2%}.") in text
+    assert ("An exhaustive search, which prices each chain from its exact tokens per call and has no 0.5% margin, beats"
+            f" the plan by at most {result.check.worst:.2%} at any B.") in text
     text27 = " ".join(section(in_process[1], "27").split())
     assert ("What does it cost? Chapter 19's plan prices every k from these rates, and keeps an option until another is"
             " more than 0.5% faster, its margin. An exhaustive search prices each k exactly, with no margin: at no batch"
@@ -299,10 +299,12 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     c_big = sd.draft_cost(1, 512, draft=longest.drafter.cost)
     s_tree, s_chain = sd.option_speedup(tree, 1, 512), sd.option_speedup(longest, 1, 512)
     assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} tokens per call from"
-            f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}). Big's best, k = 6, makes"
+            f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1). Big's"
+            " best, k = 6, makes"
             f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}:"
             f" {s_chain:.2f}.") in text
+    assert sd.LESSON_C == 0.1 and "so the speedup at c = 0.1 is measured" in " ".join(section(in_process[1], "3").split())
     big_rates = sd.exact_per_position(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 8)  # by its rates, not exact
     exact6 = sd.exact_tokens_per_call(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 6)
     assert longest.tokens == pytest.approx(1 + sum(big_rates[:6])) and f"{longest.tokens:.3f}" != f"{exact6:.3f}"
@@ -526,7 +528,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " from q, 3 deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token in one pass of 15"
             " positions. Chapter 8 shows how the tree is checked, and tests that it keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
-            " call (+-: a standard error, as in demo 3), from 3 draft passes, one per level.") in text
+            " call (+-, as in demo 3), from 3 draft passes, one per level.") in text
     # the standard error, by hand: the same 2,000 rounds' lengths, their spread over the square root of their count
     rng = np.random.default_rng(42)
     lengths = [len(e) for e in islice(sd.rounds(lambda t: sd.tree_round(sd.TARGET, sd.MIDDLING, t, 3, 2, rng), [0]),

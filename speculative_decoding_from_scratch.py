@@ -1160,7 +1160,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
         " replaced.")
     print()
-    say("The table below has two TVs, sampled and exact; both compare P(x1, x2) with the target's. A sample's TV is"
+    say("The table's two TVs, sampled and exact, each compare P(x1, x2) with the target's. A sample's TV is"
         " never 0" +
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
@@ -1410,8 +1410,8 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ", as a draft's chance to pass depends"
             " on the token before it: for the middling draft, from"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. Eq. 1 uses one alpha for"
-            " every draft; the exact column does not.")
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. Eq. 1 uses the text's alpha for"
+            " every draft; the exact column, each round's own start (chapter 27).")
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
@@ -1478,13 +1478,13 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         s = speedup(m.per_call, k, c)
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *fastest_k(speedup(exact, np.arange(1, 17), c))))
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
-        f" the middling draft measured {m.per_call:.2f} tokens per call at k = {k} (exactly"
-        f" {exact[k - 1]:.2f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
-        f" ({m.per_call:.2f} - 1) / {k} = {c_star:.3f}. The table prices those {m.per_call:.2f} tokens at each c:"
-        f" {m.per_call:.2f} / (1 + {k} c). Beside them, each c's best k, exactly; k = 0 is plain decoding:")
+        f" the middling draft measured {m.per_call:.3f} tokens per call at k = {k} (exactly"
+        f" {exact[k - 1]:.3f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
+        f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices them at each c:"
+        f" {m.per_call:.3f} / (1 + {k} c). Beside them, each c's exact best k; k = 0 is plain decoding:")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
-          rows, groups=[(f"k = {k} at {m.per_call:.2f}", 1, 2), ("best, exact", 3, 4)])
+          rows, groups=[(f"k = {k} at {m.per_call:.3f}", 1, 2), ("best, exact", 3, 4)])
     slower_above = all((r[2] == "slower") == (r[0] > c_star + 1e-9) for r in rows)
     wins, losses = [r[0] for r in rows if r[3] > 0], [r[0] for r in rows if r[3] == 0]
     j = int(np.argmax((exact - 1) / np.arange(1, 17))) + 1  # the k that stays ahead of plain decoding the longest
@@ -1781,7 +1781,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         else "")
     print()
     say("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",
-        "ridge. See chapter 25, and rerun with --detail.")
+        "ridge. See chapter 25 and --detail.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})

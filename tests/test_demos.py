@@ -406,7 +406,10 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
     m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
     c_star = (m.per_call - 1) / 4
-    assert f"In demo 3 the middling draft measured {m.per_call:.2f} tokens per call at k = 4 (exactly {exact[3]:.2f})" in text
+    assert (f"In demo 3 the middling draft measured {m.per_call:.3f} tokens per call at k = 4 (exactly {exact[3]:.3f})."
+            f" A round costs 1 + 4 c, so k = 4 ties with plain decoding at c* = ({m.per_call:.3f} - 1) / 4 ="
+            f" {c_star:.3f}. The table prices them at each c: {m.per_call:.3f} / (1 + 4 c).") in flat_text
+    assert f"{m.per_call:.3f}" in " ".join(demo["3"][1].split())  # as demo 3 prints it
     assert [r for r in demo["4"][0] if r[0] == 4][0][2] == m.per_call
     wins = [c for c in (r[0] for r in result.rows) if sd.speedup(exact, np.arange(1, 17), c).max() > 1]
     assert (max(wins), min(r[0] for r in result.rows if r[0] not in wins)) == (0.6, 0.7)
@@ -426,8 +429,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off, as a draft's chance to pass depends on the token before it: for the middling"
-            f" draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Eq. 1 uses one alpha for every"
-            " draft; the exact column does not.") in flat
+            f" draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Eq. 1 uses the text's alpha for"
+            " every draft; the exact column, each round's own start (chapter 27).") in flat
     # by the exact chain at k = 1, where every draft is a first draft: 0.691, not alpha's 0.703
     assert abs(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1 - sd.pair_alpha(sd.TARGET, sd.MIDDLING)) > 0.01
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited
@@ -528,7 +531,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
     assert ("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the"
-            " ridge. See chapter 25, and rerun with --detail.") in flat_text
+            " ridge. See chapter 25 and --detail.") in flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert 2 * m5 / (one5 - w5) < sd.ridge() and sd.no_k_helps_from(0.7, 512) is None

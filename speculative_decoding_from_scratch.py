@@ -5001,7 +5001,7 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
         " of the tempered target, pooled into one p-value. Exact TV: of the first"
         f" {n_exact} tokens after '{name(0)}', the larger of the sampled and the greedy way's:")
     print()
-    table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".3f"), ("greedy", 8, ".3f"), ("sampled", 9, ".2f"),
+    table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".4f"), ("greedy", 8, ".4f"), ("sampled", 9, ".2f"),
            ("greedy", 8, ".2f"), ("sampled", 9, p_text), ("greedy", 8, p_text), ("exact TV", 9, exact_text)],
           [r[:9] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5), ("fit", 6, 7)])
     same = attempt(lambda: greedy_is_argmax(n_greedy))
@@ -5049,8 +5049,8 @@ def greedy_runs(rows, k=4):
     warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
     return (f"At T = 0 a greedy draft passes every time after some tokens and never after others, so passes come in"
             f" runs. A round that passes once tends to pass again, which eq. 1, one chance for every draft, misses:"
-            f" blend {GOOD_WEIGHT:g} makes {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.3f} gives"
-            f" {eq1:.2f}. At T = 0.5 its greedy alpha is about the same, {half[3]:.3f}, but the target's rows are no"
+            f" blend {GOOD_WEIGHT:g} makes {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.4f} gives"
+            f" {eq1:.2f}. At T = 0.5 its greedy alpha is about the same, {half[3]:.4f}, but the target's rows are no"
             f" longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1."
             if exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1
             else "")
@@ -5064,11 +5064,13 @@ def table3_words(rows):
     ends = [a for a in pairs.values() if 0 in a and 1 in a]
     rose = sum(a[1] > a[0] for a in ends)
     drafts = "both drafts" if rose == len(ends) == 2 else f"{rose} of these {len(ends)} drafts"
-    at_zero = [f"{a[0]:.3f}" for a in ends]
+    at_zero = [f"{a[0]:.4f}" for a in ends]
     return (f"Sampled alpha is higher at T = 1 than at T = 0 for {drafts}. The paper's Table 3 measures alpha"
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
             " 12. Both can hold. At T = 0 both tables are one-hot, so alpha is the share of the target's text where"
-            f" their likeliest tokens agree: {and_list(at_zero)} here. A draft whose likeliest token always matches"
+            f" their likeliest tokens agree: {and_list(at_zero)} here"
+            + (f" (--detail shows why blend {GOOD_WEIGHT:g}'s greedy row there beats eq. 1)" if greedy_runs(rows) else "")
+            + ". A draft whose likeliest token always matches"
             " the target's starts at alpha = 1, so heating it can only lower alpha."
             + (" These two start lower, and heating raised theirs." if rose == len(ends)
                and all(a[0] < 1 for a in ends) else ""))

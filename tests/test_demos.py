@@ -372,9 +372,12 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     warm = sd.exact_tokens_per_call(sd.temper(sd.TARGET, 0.5), Q0, 4)
     _, text = printed(sd.DETAILS["21"], result)
     assert (f"so passes come in runs. A round that passes once tends to pass again, which eq. 1, one chance for every"
-            f" draft, misses: blend 0.9 makes {exact:.2f} tokens per call, where eq. 1 at alpha 0.556 gives 2.13."
-            f" At T = 0.5 its greedy alpha is about the same, 0.556, but the target's rows are no longer one-hot, so"
+            f" draft, misses: blend 0.9 makes {exact:.2f} tokens per call, where eq. 1 at alpha 0.5556 gives 2.13."
+            f" At T = 0.5 its greedy alpha is about the same, 0.5562, but the target's rows are no longer one-hot, so"
             f" passes no longer come in runs: it makes {warm:.2f}, near eq. 1.") in " ".join(text.split())
+    # the chapter's own text points there, where read 612 met the row it explains: 0.5556 yet 1.90x, not eq. 1's 1.52x
+    assert ("their likeliest tokens agree: 0.0000 and 0.5556 here (--detail shows why blend 0.9's greedy row there"
+            " beats eq. 1).") in flat(demo["21"][1])
     assert abs(warm - sd.expected_tokens(5 / 9, 4)) < 0.1
 
 

@@ -1410,8 +1410,8 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ", as a draft's chance to pass depends"
             " on the token before it: for the middling draft, from"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. Eq. 1 uses the text's alpha for"
-            " every draft; the exact column, each round's own start (chapter 27).")
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And rounds start after a redraw or"
+            " bonus, not at random points of the text (chapter 27).")
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):

@@ -432,8 +432,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off, as a draft's chance to pass depends on the token before it: for the middling"
-            f" draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Eq. 1 uses the text's alpha for"
-            " every draft; the exact column, each round's own start (chapter 27).") in flat
+            f" draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And rounds start after a redraw or"
+            " bonus, not at random points of the text (chapter 27).") in flat
     # by the exact chain at k = 1, where every draft is a first draft: 0.691, not alpha's 0.703
     assert abs(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1 - sd.pair_alpha(sd.TARGET, sd.MIDDLING)) > 0.01
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited

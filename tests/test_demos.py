@@ -370,14 +370,15 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     exact = sd.exact_tokens_per_call(P0, Q0, 4)
     assert exact == pytest.approx(8 / 3, abs=1e-12) and sd.expected_tokens(5 / 9, 4) == pytest.approx(2.1309, abs=1e-4)
     warm = sd.exact_tokens_per_call(sd.temper(sd.TARGET, 0.5), Q0, 4)
-    _, text = printed(sd.DETAILS["21"], result)
-    assert (f"so passes come in runs. A round that passes once tends to pass again, which eq. 1, one chance for every"
-            f" draft, misses: blend 0.9 makes {exact:.2f} tokens per call, where eq. 1 at alpha 0.5556 gives 2.13."
-            f" At T = 0.5 its greedy alpha is about the same, 0.5562, but the target's rows are no longer one-hot, so"
-            f" passes no longer come in runs: it makes {warm:.2f}, near eq. 1.") in " ".join(text.split())
-    # the chapter's own text points there, where read 612 met the row it explains: 0.5556 yet 1.90x, not eq. 1's 1.52x
-    assert ("their likeliest tokens agree: 0.0000 and 0.5556 here (--detail shows why blend 0.9's greedy row there"
-            " beats eq. 1).") in flat(demo["21"][1])
+    _, detail = printed(sd.DETAILS["21"], result)
+    # the runs, and eq. 1's shortfall, are the chapter's own text, where read 612 met the row: 0.5556 yet 1.90x, not
+    # eq. 1's 1.52x; the detail sets T = 0.5 beside it
+    assert ("At T = 0 a greedy draft passes every time after some tokens and never after others, so passes come in"
+            " runs, which eq. 1, one chance for every draft, misses: blend 0.9 makes"
+            f" {exact:.2f} tokens per call, where eq. 1 at alpha 0.5556 gives 2.13.") in flat(demo["21"][1])
+    assert (f"At T = 0.5 blend 0.9's greedy alpha is about the same as at T = 0, 0.5562, but the target's rows are no"
+            f" longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's 2.13.") \
+        in " ".join(detail.split())
     assert abs(warm - sd.expected_tokens(5 / 9, 4)) < 0.1
 
 

@@ -5868,8 +5868,9 @@ def demo27_rates(**how):
     k_max, s = r.k_max, r.starts[0]
     d = f"'{name(s.short)}'"
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
-        f" which drafts 1 to i were all kept. Chapter 19's plan prices every k from rates counted at k = {k_max}: a"
-        " chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
+        " which drafts 1 to i were all kept. Chapter 19's plan picks, for each batch size B, a draft model and how"
+        f" many of its drafts to check, by their priced speedup. It prices every k from rates counted at k = {k_max}:"
+        " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
         f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
     print()
@@ -5885,21 +5886,33 @@ def demo27_rates(**how):
         f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
         "At a shorter k they differ." if r.off else "")
     if r.below and r.why:
+        small = c19.drafters[1][2]
         print()
         say(f"Why? Position 1's rates at k = {k_max}, {and_list([f'{x[0]:.3f}' for x in r.rates])}, are below demo"
             f" 3's alpha, {and_list([f'{a:.3f}' for a in r.alphas])}. Alpha weighs each context by how often the"
             " target's text holds it. But a round starts after the last round's final token, most often a redraw. A"
-            " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. In rows"
-            f" {and_list([repr(name(c)) for c in s.overs])} of its table, small over-proposes {d}. So only"
-            f" {s.start[s.short]:.0%} of small's rounds start after {d}, where its drafts pass most often"
-            f" ({s.beta[s.short]:.2f}), though {d} is {s.text[s.short]:.0%} of the target's text.",
+            " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. For small, after"
+            f" each token: p and q of {d}, how often the text and small's rounds of {k_max} start there, and how often"
+            " a first draft there passes, sum min(p, q):")
+        print()
+        table([("after", 6, "<"), (f"p({name(s.short)})", 8, ".4f"), (f"q({name(s.short)})", 8, ".4f"),
+               ("text", 8, ".4f"), ("starts", 8, ".4f"), ("passes", 8, ".4f")],
+              [(name(c), TARGET[c, s.short], small[c, s.short], s.text[c], s.start[c], s.beta[c])
+               for c in range(len(TARGET))])
+        print()
+        say(f"In rows {and_list([repr(name(c)) for c in s.overs])}, small over-proposes {d}, so a redraw there is"
+            f" never {d}. So only {s.start[s.short]:.0%} of its rounds start after {d}, where its drafts pass most"
+            f" often, though {d} is {s.text[s.short]:.0%} of the text." + (
+                f" The passes, weighted by the text, give alpha, {s.text @ s.beta:.3f}; weighted by the starts,"
+                f" position 1's rate, {s.start @ s.beta:.3f}." if abs(s.text @ s.beta - r.alphas[1]) < 1e-9
+                and abs(s.start @ s.beta - r.rates[1][0]) < 1e-9 else ""),
             f"A shorter k ends more rounds on a bonus token, drawn from p: at k = 1, {r.starts[1].start[s.short]:.0%} of"
-            f" small's rounds start after {d}, and its position 1 passes {r.at_1[1]:.3f} of the time, not"
-            f" {r.rates[1][0]:.3f}." if r.bonus and r.at_1[1] > r.rates[1][0] else "")
+            f" small's rounds start after {d}, and its position 1 passes {r.at_1[1]:.3f} of the time." if r.bonus
+            and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
-    say(f"What does it cost? Chapter 19's plan prices every k from these rates, and keeps an option until another"
-        f" is more than {c19.tol:.1%} faster, its margin. An exhaustive search prices each k exactly, with no margin:"
+    say(f"What does it cost? Chapter 19's plan prices every k from these rates, and keeps an option until it falls"
+        f" more than {c19.tol:.1%} below the best, its margin. An exhaustive search prices each k exactly, with no margin:"
         f" at no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
          " the rates' cost." if 0 < untolerant.worst < check.worst else

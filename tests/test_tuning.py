@@ -231,9 +231,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert ("An exhaustive search, which prices each chain from its exact tokens per call and has no 0.5% margin, beats"
             f" the plan by at most {result.check.worst:.2%} at any B.") in text
     text27 = " ".join(section(in_process[1], "27").split())
-    assert ("What does it cost? Chapter 19's plan prices every k from these rates, and keeps an option until another is"
-            " more than 0.5% faster, its margin. An exhaustive search prices each k exactly, with no margin: at no batch"
-            f" size B is its speedup more than {result.check.worst:.2%} above the plan's. A plan made from the rates"
+    assert ("What does it cost? Chapter 19's plan prices every k from these rates, and keeps an option until it falls"
+            " more than 0.5% below the best, its margin. An exhaustive search prices each k exactly, with no margin: at"
+            f" no batch size B is its speedup more than {result.check.worst:.2%} above the plan's. A plan made from the rates"
             f" with no margin comes within {untolerant:.2%} of the search: that much is the rates' cost.") in text27
     assert "cost nothing" not in text27 and "search's" not in detail19
 
@@ -602,11 +602,22 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     assert (f"Why? Position 1's rates at k = 8, {first[0]:.3f} and {first[1]:.3f}, are below demo 3's alpha,"
             f" {alphas[0]:.3f} and {alphas[1]:.3f}. Alpha weighs each context by how often the target's text holds it."
             " But a round starts after the last round's final token, most often a redraw. A redraw comes from the"
-            " residual, max(0, p - q): never a token the draft over-proposes. In rows 'a', 'c' and 'd' of its table,"
-            f" small over-proposes 'd'. So only {start[d]:.0%} of small's rounds start after 'd', where its drafts pass"
-            f" most often ({beta[d]:.2f}), though 'd' is {text_share[d]:.0%} of the target's text. A shorter k ends"
-            f" more rounds on a bonus token, drawn from p: at k = 1, {start1[d]:.0%} of small's rounds start after"
-            f" 'd', and its position 1 passes {start1 @ beta:.3f} of the time, not {first[1]:.3f}.") in text
+            " residual, max(0, p - q): never a token the draft over-proposes. For small, after each token: p and q of"
+            " 'd', how often the text and small's rounds of 8 start there, and how often a first draft there passes,"
+            " sum min(p, q):") in text
+    # the table, row by row, by hand; and its columns give the sentences' figures as a reader recomputes them
+    for c in range(sd.VOCAB):
+        assert (f"{sd.name(c)} {sd.TARGET[c, d]:.4f} {sd.MIDDLING[c, d]:.4f} {text_share[c]:.4f} {start[c]:.4f}"
+                f" {beta[c]:.4f}") in text
+    assert f"{np.round(text_share, 4) @ np.round(beta, 4):.3f}" == f"{alphas[1]:.3f}"
+    assert f"{np.round(start, 4) @ np.round(beta, 4):.3f}" == f"{first[1]:.3f}"
+    assert ("In rows 'a', 'c' and 'd', small over-proposes 'd', so a redraw there is never 'd'. So only"
+            f" {start[d]:.0%} of its rounds start after 'd', where its drafts pass most often, though 'd' is"
+            f" {text_share[d]:.0%} of the text. The passes, weighted by the text, give alpha, {alphas[1]:.3f};"
+            f" weighted by the starts, position 1's rate, {first[1]:.3f}. A shorter k ends more rounds on a bonus"
+            f" token, drawn from p: at k = 1, {start1[d]:.0%} of small's rounds start after 'd', and its position 1"
+            f" passes {start1 @ beta:.3f} of the time.") in text
+    assert text_share @ beta == pytest.approx(alphas[1], abs=1e-12)
     assert "Takeaway: rates counted at one k give that k's tokens per call exactly" in text
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):

@@ -1395,6 +1395,34 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     return SimpleNamespace(rows=rows)
 
 
+def round_starts(P, Q, k=1):
+    """Where rounds of k drafts start, exactly, and why, as demo 5 and its
+    detail say it: start, how often rounds start after each token; text, how
+    often the target's text holds it; beta, the chance a draft after it
+    passes, sum min(p, q) over its row; redrawn, how often a round starts
+    after it redrawn (the rest after it as a bonus token); short, the token
+    rounds start after least often against the text; overs, the tokens after
+    which the draft over-proposes it (q > p: a redraw there should never give
+    it); left_out, whether the residual stage indeed leaves it out there;
+    under_only, whether the residual stage gives, in every row, only tokens
+    the draft under-proposes (p > q); most, whether drafts pass most often
+    after it; and residual_led, whether redraws make most of its shortfall."""
+    ends = round_table(P, Q, k)  # [start, drafts kept, the round's last token]: a redraw if fewer than k kept
+    start = stationary(ends.sum(axis=1))
+    text, beta, redrawn = stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, :k].sum(axis=1)
+    short = int(np.argmin(start - text))
+    share, bonus = redrawn.sum(), start - redrawn
+    residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
+        (1 - share) * text[short] - bonus[short])
+    overs = list(np.flatnonzero(Q[:, short] > P[:, short]))
+    left_out = bool(overs) and all(residual(P[c], Q[c])[short] == 0 for c in overs)  # as the residual stage says
+    under_only = all(residual(P[c], Q[c])[x] == 0 for c in range(len(P))  # the residual's support: p > q only
+                     for x in range(len(P)) if Q[c, x] >= P[c, x])
+    return SimpleNamespace(start=start, text=text, beta=beta, redrawn=redrawn, short=short, overs=overs,
+                           left_out=left_out, under_only=under_only, most=short == int(np.argmax(beta)),
+                           residual_led=residual_led)
+
+
 def why_eq1_is_off(P, Q, gap):
     """Demo 3's sentence on eq. 1, whose largest gap from the exact count is
     gap: why it is off. While accept_prob keeps min(p, q) of every row, it is
@@ -1557,34 +1585,6 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
     say(f"After {and_list([repr(name(c)) for c in r.overs])} the draft over-proposes '{d}' (q > p), so a redraw there"
         f" never gives '{d}': redraws give '{d}' {r.redrawn[r.short] / share:.3f} of the time, against"
         f" {r.text[r.short]:.3f} of the text." if r.residual_led and r.left_out else "")
-
-
-def round_starts(P, Q, k=1):
-    """Where rounds of k drafts start, exactly, and why, as demo 5 and its
-    detail say it: start, how often rounds start after each token; text, how
-    often the target's text holds it; beta, the chance a draft after it
-    passes, sum min(p, q) over its row; redrawn, how often a round starts
-    after it redrawn (the rest after it as a bonus token); short, the token
-    rounds start after least often against the text; overs, the tokens after
-    which the draft over-proposes it (q > p: a redraw there should never give
-    it); left_out, whether the residual stage indeed leaves it out there;
-    under_only, whether the residual stage gives, in every row, only tokens
-    the draft under-proposes (p > q); most, whether drafts pass most often
-    after it; and residual_led, whether redraws make most of its shortfall."""
-    ends = round_table(P, Q, k)  # [start, drafts kept, the round's last token]: a redraw if fewer than k kept
-    start = stationary(ends.sum(axis=1))
-    text, beta, redrawn = stationary(P), np.minimum(P, Q).sum(axis=1), start @ ends[:, :k].sum(axis=1)
-    short = int(np.argmin(start - text))
-    share, bonus = redrawn.sum(), start - redrawn
-    residual_led = redrawn[short] / share < text[short] and share * text[short] - redrawn[short] > (
-        (1 - share) * text[short] - bonus[short])
-    overs = list(np.flatnonzero(Q[:, short] > P[:, short]))
-    left_out = bool(overs) and all(residual(P[c], Q[c])[short] == 0 for c in overs)  # as the residual stage says
-    under_only = all(residual(P[c], Q[c])[x] == 0 for c in range(len(P))  # the residual's support: p > q only
-                     for x in range(len(P)) if Q[c, x] >= P[c, x])
-    return SimpleNamespace(start=start, text=text, beta=beta, redrawn=redrawn, short=short, overs=overs,
-                           left_out=left_out, under_only=under_only, most=short == int(np.argmax(beta)),
-                           residual_led=residual_led)
 
 
 # -----------------------------------------------------------------------------

@@ -5619,11 +5619,12 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
     say("Chapter 14's example, from the block's paper, has a vocabulary of two tokens, a and b, and no context:"
-        " p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3; k = 2. The drafts kept per round, exactly; the ideal is"
+        " p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3; k = 2. The drafts kept per round, exactly (chapter 14"
+        " derives the block's pair by pair); the ideal, a bound, not a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
-    table([("verifier", 12, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
-          [(r[0], r[1], ninths(r[1])) for r in rows] + [("ideal", ideal, ninths(ideal))])
+    table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
+          [(r[0], r[1], ninths(r[1])) for r in rows] + [("ideal (bound)", ideal, ninths(ideal))])
     print()
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else

@@ -1149,7 +1149,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     unseen = [r[0] for r in rows if r[3] == "not scored"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}':"
         " x1 and",
-        "x2. Two, because a broken rule can get x1 right and x2 wrong: the continue bug, below, keeps drafts that"
+        "x2. Two, because a broken rule can get x1 right and x2 wrong: the continue bug keeps drafts that"
         " followed a rejection.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules:")
@@ -1430,6 +1430,7 @@ def why_eq1_is_off(P, Q, gap):
     rule as the reader has it."""
     beta, kept = np.minimum(P, Q).sum(axis=1), kept_and_replaced(P, Q)[0].sum(axis=1)
     lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
+    starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     if gap < 5e-3:
         return ""
     if not np.allclose(kept, beta, atol=1e-9):
@@ -1438,8 +1439,11 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ", as a draft's chance to pass depends"
             " on the token before it: for the middling draft, from"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And rounds start after a redraw or"
-            " bonus, not at random points of the text (chapter 27).")
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
+                " And most rounds start after a redraw, never a token the draft over-proposes, so fewer start where"
+                " drafts pass most (chapter 27)." if starts.under_only and starts.most and starts.redrawn.sum() > 0.5
+                and starts.start @ beta < starts.text @ beta else
+                " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
@@ -1506,10 +1510,9 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         s = speedup(m.per_call, k, c)
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *fastest_k(speedup(exact, np.arange(1, 17), c))))
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
-        f" the middling draft measured {m.per_call:.3f} tokens per call at k = {k} (exactly"
-        f" {exact[k - 1]:.3f}). A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
+        f" the middling draft measured {m.per_call:.3f} tokens per call at k = {k}. A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
         f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices them at each c:"
-        f" {m.per_call:.3f} / (1 + {k} c). Beside them, each c's exact best k; k = 0 is plain decoding:")
+        f" {m.per_call:.3f} / (1 + {k} c). Beside them, each c's exact best k (0: plain decoding):")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
           rows, groups=[(f"k = {k} at {m.per_call:.3f}", 1, 2), ("best, exact", 3, 4)])

@@ -410,7 +410,7 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     # demo 5 reads demo 3's run at k = 4, so the three demos print one measured value there
     m = sd.measure(sd.TARGET, sd.MIDDLING, 4, **sd.LESSON_RUN)
     c_star = (m.per_call - 1) / 4
-    assert (f"In demo 3 the middling draft measured {m.per_call:.3f} tokens per call at k = 4 (exactly {exact[3]:.3f})."
+    assert (f"In demo 3 the middling draft measured {m.per_call:.3f} tokens per call at k = 4."
             f" A round costs 1 + 4 c, so k = 4 ties with plain decoding at c* = ({m.per_call:.3f} - 1) / 4 ="
             f" {c_star:.3f}. The table prices them at each c: {m.per_call:.3f} / (1 + 4 c).") in flat_text
     assert f"{m.per_call:.3f}" in " ".join(demo["3"][1].split())  # as demo 3 prints it
@@ -433,8 +433,15 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off, as a draft's chance to pass depends on the token before it: for the middling"
-            f" draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And rounds start after a redraw or"
-            " bonus, not at random points of the text (chapter 27).") in flat
+            f" draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And most rounds start after a"
+            " redraw, never a token the draft over-proposes, so fewer start where drafts pass most (chapter 27).") in flat
+    # by hand, in demo 3's rounds of k = 4: redraws end most of them, and the rounds' starts weigh 'd', where drafts
+    # pass most, below the text's share; so the first draft passes less often than alpha
+    ends = sd.round_table(sd.TARGET, sd.MIDDLING, 4)
+    start, text_share = sd.stationary(ends.sum(axis=1)), sd.stationary(sd.TARGET)
+    assert start @ ends[:, :4].sum(axis=(1, 2)) > 0.5 and start[3] < text_share[3] and start @ beta < text_share @ beta
+    assert all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[x] == 0 for c in range(6) for x in range(6)
+               if sd.MIDDLING[c, x] >= sd.TARGET[c, x])
     # by the exact chain at k = 1, where every draft is a first draft: 0.691, not alpha's 0.703
     assert abs(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1 - sd.pair_alpha(sd.TARGET, sd.MIDDLING)) > 0.01
     # the second reason, where rounds start, is the detail's, and it is withheld with the acceptance rule edited

@@ -5895,11 +5895,12 @@ def demo27_rates(**how):
         say(f"Why? Position 1's rates at k = {k_max}, {and_list([f'{x[0]:.3f}' for x in r.rates])}, are below demo"
             f" 3's alpha, {and_list([f'{a:.3f}' for a in r.alphas])}. Alpha weighs each context by how often the"
             " target's text holds it. But a round starts after the last round's final token, most often a redraw. A"
-            " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. For small, after"
-            f" each token: p and q of {d}, how often the text and small's rounds of {k_max} start there, and how often"
-            " a first draft there passes, sum min(p, q):")
+            " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. For small, a row"
+            f" for each token x: p({name(s.short)}) and q({name(s.short)}), the chance that {d} comes next after x;"
+            f" text, x's share of the target's text; starts, the share of small's rounds of {k_max} that start right"
+            " after x; passes, how often a first draft after x passes, sum min(p, q):")
         print()
-        table([("after", 6, "<"), (f"p({name(s.short)})", 8, ".4f"), (f"q({name(s.short)})", 8, ".4f"),
+        table([("x", 6, "<"), (f"p({name(s.short)})", 8, ".4f"), (f"q({name(s.short)})", 8, ".4f"),
                ("text", 8, ".4f"), ("starts", 8, ".4f"), ("passes", 8, ".4f")],
               [(name(c), TARGET[c, s.short], small[c, s.short], s.text[c], s.start[c], s.beta[c])
                for c in range(len(TARGET))])

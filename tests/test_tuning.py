@@ -602,9 +602,10 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     assert (f"Why? Position 1's rates at k = 8, {first[0]:.3f} and {first[1]:.3f}, are below demo 3's alpha,"
             f" {alphas[0]:.3f} and {alphas[1]:.3f}. Alpha weighs each context by how often the target's text holds it."
             " But a round starts after the last round's final token, most often a redraw. A redraw comes from the"
-            " residual, max(0, p - q): never a token the draft over-proposes. For small, after each token: p and q of"
-            " 'd', how often the text and small's rounds of 8 start there, and how often a first draft there passes,"
-            " sum min(p, q):") in text
+            " residual, max(0, p - q): never a token the draft over-proposes. For small, a row for each token x: p(d)"
+            " and q(d), the chance that 'd' comes next after x; text, x's share of the target's text; starts, the share"
+            " of small's rounds of 8 that start right after x; passes, how often a first draft after x passes, sum"
+            " min(p, q): x p(d) q(d) text starts passes") in text
     # the table, row by row, by hand; and its columns give the sentences' figures as a reader recomputes them
     for c in range(sd.VOCAB):
         assert (f"{sd.name(c)} {sd.TARGET[c, d]:.4f} {sd.MIDDLING[c, d]:.4f} {text_share[c]:.4f} {start[c]:.4f}"

@@ -4647,10 +4647,14 @@ def demo19_tuning(**how):
         crossings = and_list([f"{label}'s {n}" + (" positions a sequence cross it" if i == 0 else "") + f" at B = {b}"
                               for i, (label, n, b, _) in enumerate(met)])
         say("As B grows the plan checks fewer positions per sequence." + (
-            " Each sequence's KV cache adds bytes, so a pass of B sequences stays under demo 6's ridge while it"
-            f" scores at most about {shape.ridge_base:.1f} + {shape.ridge_each:.3f} B positions:"
-            f" {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f} a sequence, fewer as B grows." +
-            (f" {crossings[0].upper()}{crossings[1:]}, each before the plan leaves it; chapter 25 shows why."
+            f" A position costs {shape.m / 1e9:.2f} GMACs, and a pass of B sequences reads {shape.w / 1e9:.2f} +"
+            f" {shape.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. So it stays under demo 6's"
+            f" ridge, {ridge():.1f} MACs a byte, while it scores at most about {shape.ridge_base:.1f} +"
+            f" {shape.ridge_each:.3f} B positions: {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f} a sequence,"
+            " fewer as B grows." +
+            (f" {crossings[0].upper()}{crossings[1:]}, each before the plan leaves it: just past the ridge"
+             f" a check costs only a little more, and the plan keeps an option within its {tol:.1%} margin (chapter"
+             " 25)."
              if met and before else " Chapter 25 shows where each check crosses it.")
             if shape.ridge_each > 0 else " Chapter 25 shows why."))
 

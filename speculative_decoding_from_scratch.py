@@ -5065,6 +5065,19 @@ def greedy_runs(rows, k=4):
             f" {eq1:.2f}.")
 
 
+def greedy_loops(P):
+    """The loops greedy decoding of table P ends in, one from each first token
+    (each a frozenset of tokens)."""
+    ahead, loops = temper(P, 0).argmax(axis=1), set()
+    for x in range(len(P)):
+        seen = []
+        while x not in seen:
+            seen.append(x)
+            x = int(ahead[x])
+        loops.add(frozenset(seen[seen.index(x):]))
+    return loops
+
+
 def table3_words(rows):
     """Chapter 21: alpha from T = 0 to T = 1 here, beside the paper's Table 3."""
     pairs = {r[0]: {} for r in rows}
@@ -5077,7 +5090,10 @@ def table3_words(rows):
     return (f"Sampled alpha is higher at T = 1 than at T = 0 for {drafts}. The paper's Table 3 measures alpha"
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
             " 12. Both can hold. At T = 0 both tables are one-hot, so alpha is the share of the target's text where"
-            f" their likeliest tokens agree: {and_list(at_zero)} here. A draft whose likeliest token always matches"
+            f" their likeliest tokens agree: {and_list(at_zero)} here." + (
+                " (A greedy text loops, and which loop depends on its first token; these average over a first token"
+                " drawn uniformly.)" if len(greedy_loops(TARGET)) > 1 else "") +
+            " A draft whose likeliest token always matches"
             " the target's starts at alpha = 1, so heating it can only lower alpha."
             + (" These two start lower, and heating raised theirs." if rose == len(ends)
                and all(a[0] < 1 for a in ends) else ""))

@@ -370,6 +370,13 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     exact = sd.exact_tokens_per_call(P0, Q0, 4)
     assert exact == pytest.approx(8 / 3, abs=1e-12) and sd.expected_tokens(5 / 9, 4) == pytest.approx(2.1309, abs=1e-4)
     warm = sd.exact_tokens_per_call(sd.temper(sd.TARGET, 0.5), Q0, 4)
+    # the greedy target loops a, e, f or stays at b: from a uniform first token, 5 of 6 reach the first loop, so the
+    # text alpha averages over is 5/18 each of a, e and f and 1/6 of b (read 619 could not get 5/9 from one loop)
+    assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
+    assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
+    assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
+    assert ("(A greedy text loops, and which loop depends on its first token; these average over a first token drawn"
+            " uniformly.)") in flat(demo["21"][1])
     _, detail = printed(sd.DETAILS["21"], result)
     # the runs, and eq. 1's shortfall, are the chapter's own text, where read 612 met the row: 0.5556 yet 1.90x, not
     # eq. 1's 1.52x; the detail sets T = 0.5 beside it

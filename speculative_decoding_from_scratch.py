@@ -1437,13 +1437,12 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
     if beta[hi] - beta[lo] < 5e-4:
         return "Eq. 1 runs off, though every row passes alike."
-    return (("Eq. 1 runs a little off" if gap < 0.1 else "Eq. 1 runs off") + ", as a draft's chance to pass depends"
+    return (("Eq. 1 runs a little off." if gap < 0.1 else "Eq. 1 runs off.") + " A draft's chance to pass depends"
             " on the token before it: for the middling draft, from"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " And most rounds start after a redraw, never a token the draft over-proposes, so fewer start where"
-                " drafts pass most (chapter 27)." if starts.under_only and starts.most and starts.redrawn.sum() > 0.5
-                and starts.start @ beta < starts.text @ beta else
-                " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And " + (
+                f"rounds start after '{name(hi)}' less often than the text does (chapter 27)."
+                if starts.start[hi] < starts.text[hi] - 5e-4 else
+                "rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):

@@ -439,9 +439,9 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
 def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(demo):
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
-    assert (f"Eq. 1 runs a little off, as a draft's chance to pass depends on the token before it: for the middling"
-            f" draft, from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And most rounds start after a"
-            " redraw, never a token the draft over-proposes, so fewer start where drafts pass most (chapter 27).") in flat
+    assert (f"Eq. 1 runs a little off. A draft's chance to pass depends on the token before it: for the middling draft,"
+            f" from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And rounds start after 'd' less often than"
+            " the text does (chapter 27).") in flat
     # by hand, in demo 3's rounds of k = 4: redraws end most of them, and the rounds' starts weigh 'd', where drafts
     # pass most, below the text's share; so the first draft passes less often than alpha
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 4)
@@ -473,8 +473,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off, as a draft's chance")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off, as a draft's chance")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs a little off. A draft's chance")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.5).startswith("Eq. 1 runs off. A draft's chance")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""
 
 

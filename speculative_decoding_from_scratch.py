@@ -5893,7 +5893,8 @@ def demo27_rates(**how):
     d = f"'{name(s.short)}'"
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
         " which drafts 1 to i were all kept. Chapter 19's plan picks, for each batch size B, a draft model and how"
-        f" many of its drafts to check, by their priced speedup. It prices every k from rates counted at k = {k_max}:"
+        " many of its drafts to check: the fastest on demo 6's roofline, though it keeps its pick until that falls"
+        f" more than {c19.tol:.1%} below the best, its margin. It prices every k from rates counted at k = {k_max}:"
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
         f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
@@ -5936,11 +5937,10 @@ def demo27_rates(**how):
             and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
-    say(f"What does it cost? Chapter 19's plan prices every k from these rates, and keeps an option until it falls"
-        f" more than {c19.tol:.1%} below the best, its margin. An exhaustive search prices each k exactly, with no margin:"
+    say("What does it cost? An exhaustive search prices each k exactly, with no margin:"
         f" at no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
-         " the rates' cost." if 0 < untolerant.worst < check.worst else
+         " the rates' cost, and the rest the margin's." if 0 < untolerant.worst < check.worst else
          " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"
          " here." if untolerant.worst == 0 < check.worst else ""))
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"

@@ -1438,9 +1438,9 @@ def why_eq1_is_off(P, Q, gap):
     if beta[hi] - beta[lo] < 5e-4:
         return "Eq. 1 runs off, though every row passes alike."
     return (("Eq. 1 runs a little off." if gap < 0.1 else "Eq. 1 runs off.") + " A draft's chance to pass depends"
-            " on the token before it: for the middling draft, from"
+            " on the token before it: for the middling draft,"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And " + (
-                f"rounds start after '{name(hi)}' less often than the text does (chapter 27)."
+                f"rounds start after '{name(hi)}', where drafts pass most, less often than the text does (chapter 27)."
                 if starts.start[hi] < starts.text[hi] - 5e-4 else
                 "rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
 
@@ -1510,7 +1510,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *fastest_k(speedup(exact, np.arange(1, 17), c))))
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.3f} tokens per call at k = {k}. A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
-        f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices them at each c:"
+        f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices them:"
         f" {m.per_call:.3f} / (1 + {k} c). Beside them, each c's exact best k (0: plain decoding):")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],

@@ -419,7 +419,7 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     c_star = (m.per_call - 1) / 4
     assert (f"In demo 3 the middling draft measured {m.per_call:.3f} tokens per call at k = 4."
             f" A round costs 1 + 4 c, so k = 4 ties with plain decoding at c* = ({m.per_call:.3f} - 1) / 4 ="
-            f" {c_star:.3f}. The table prices them at each c: {m.per_call:.3f} / (1 + 4 c).") in flat_text
+            f" {c_star:.3f}. The table prices them: {m.per_call:.3f} / (1 + 4 c).") in flat_text
     assert f"{m.per_call:.3f}" in " ".join(demo["3"][1].split())  # as demo 3 prints it
     assert [r for r in demo["4"][0] if r[0] == 4][0][2] == m.per_call
     wins = [c for c in (r[0] for r in result.rows) if sd.speedup(exact, np.arange(1, 17), c).max() > 1]
@@ -440,8 +440,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off. A draft's chance to pass depends on the token before it: for the middling draft,"
-            f" from {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And rounds start after 'd' less often than"
-            " the text does (chapter 27).") in flat
+            f" {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And rounds start after 'd', where drafts pass"
+            " most, less often than the text does (chapter 27).") in flat
     # by hand, in demo 3's rounds of k = 4: redraws end most of them, and the rounds' starts weigh 'd', where drafts
     # pass most, below the text's share; so the first draft passes less often than alpha
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 4)

@@ -1685,11 +1685,11 @@ def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_
 def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B, drafts=()):
     """How many sequences of n_ctx tokens fit in memory beside the weights:
     the target's, and those of any draft shapes given, each model with its own
-    KV cache a sequence. The weights are those a pass reads: the input
-    embedding table, looked up, not read, is left out (0.26 GB of Llama-2-7B's,
-    one sequence fewer at 512 tokens), as are activations."""
+    KV cache a sequence. The weights are those a pass reads, and the input
+    embedding table, which a pass only looks up but memory holds; activations
+    are left out."""
     models = [target, *drafts]
-    weights = sum(pass_traffic(m, n_ctx, 1, 0)[1] for m in models)
+    weights = sum(pass_traffic(m, n_ctx, 1, 0)[1] + 2 * m[0] * m[3] for m in models)  # and each input embedding
     kv = sum(pass_traffic(m, n_ctx, 1, 1)[1] - pass_traffic(m, n_ctx, 1, 0)[1] for m in models)
     return int((hw.memory - weights) // kv)
 

@@ -142,7 +142,7 @@ def detail25(in_process):
 
 
 def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_process):
-    # 248 sequences of 512 tokens fit in 80 GB beside the target's weights, and 242 beside the small draft's too,
+    # 247 sequences of 512 tokens fit in 80 GB beside the target's weights, and 241 beside the small draft's too,
     # with its KV caches: chapter 19 stops there, and no engine is told to run 256
     fit = sd.sequences_that_fit(512)
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
@@ -159,11 +159,11 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
 
 
 def test_a_profile_plan_stops_where_its_shaped_drafter_no_longer_fits(tmp_path, capsys):
-    # a drafter given as a shape holds its weights and a KV cache a sequence beside the target's: 193 sequences of
-    # 512 tokens fit beside chapter 19's big draft, not the target's 248, so no engine is told to run 194 to 248
+    # a drafter given as a shape holds its weights and a KV cache a sequence beside the target's: 192 sequences of
+    # 512 tokens fit beside chapter 19's big draft, not the target's 247, so no engine is told to run 193 to 247
     shape = [2048, 5504, 16, 32000]
     fit = sd.sequences_that_fit(512, drafts=(tuple(shape),))
-    assert fit == 193 < sd.sequences_that_fit(512)
+    assert fit == 192 < sd.sequences_that_fit(512)
     path = tmp_path / "profile.json"
     path.write_text(json.dumps({"drafters": [{"name": "d", "method": "draft_model", "draft_shape": shape,
                                               "per_position": [0.8, 0.6, 0.45, 0.3]}]}))
@@ -356,7 +356,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in text
     # the printed shares give the printed c, as a reader checks it: (13.21 / 7.55 + 0.25 x 0.2684) / (13.21 + 0.2684),
-    # and small's at B = 242, (13.21 / 125 + 0.0234 x 242 x 0.2684) / (13.21 + 242 x 0.2684)
+    # and small's at B = 241, (13.21 / 125 + 0.0234 x 241 x 0.2684) / (13.21 + 241 x 0.2684)
     assert f"its KV cache is {kv_small:.3g} the target's" in text and round((13.21 / 125 + 0.0234 * fit * 0.2684) / (
         13.21 + fit * 0.2684), 4) == round(c_small, 4)
     assert f"is assumed to read 1/{1 / weights:.2f} of the target's weight bytes" in text and 1 / weights == \
@@ -368,8 +368,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" {kv_small:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
-    assert (big_fit, fit) == (193, 242) and (
-        "It stops at B = 242, where the target's and the small draft's weights and every sequence's KV cache fill"
+    assert (big_fit, fit) == (192, 241) and (
+        "It stops at B = 241, where the target's and the small draft's weights and every sequence's KV cache fill"
         " the H100's 80 GB. The plan, with the positions each sequence's check scores:") in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
@@ -380,7 +380,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     for lo, hi, o in result.buckets:
         k = int(o.shape.split()[-1]) if o.shape.startswith("k =") else 14
         assert o.positions == k + 1 and f"{lo}-{hi} {o.drafter.name} {o.shape} {k + 1} " in text
-    assert sd.bound_text(sd.LLAMA2_7B, 512, 6, fit, fit, sd.H100) == "memory"  # k = 6 at B = 242, by the roofline
+    assert sd.bound_text(sd.LLAMA2_7B, 512, 6, fit, fit, sd.H100) == "memory"  # k = 6 at B = 241, by the roofline
     # the longest k crosses first: where a check of k + 1 positions a sequence first reaches the ridge, by a scan
     crossings = [next((b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, k, b, b, sd.H100) == "compute"),
                       None) for k in (8, 7, 6)]
@@ -466,8 +466,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
-    assert fit == result.c19.max_batch == 242 and (
-        "Its plan runs to B = 242, the most sequences whose KV caches fit in the H100's 80 GB beside both models'"
+    assert fit == result.c19.max_batch == 241 and (
+        "Its plan runs to B = 241, the most sequences whose KV caches fit in the H100's 80 GB beside both models'"
         " weights and the small draft's own KV caches, at 512 tokens of context.") in text
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
@@ -477,7 +477,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
             f" makes {c.tokens:.3f} from 8. Below the ridge the tree's fewer passes win; past it, k = 8's fewer"
             " positions, 9 against 15.") in text
     assert ("Going up in B, the plan keeps the option it has until it falls more than 0.5% below the best, so as not to"
-            " switch for less. It stops at B = 242") in text19
+            " switch for less. It stops at B = 241") in text19
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):
@@ -507,7 +507,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     tree = next(i for i, o in enumerate(c19.options) if o.shape.startswith("tree"))
     assert costs["SGLang"][0] == pytest.approx(float(1 - (c19.speeds[:, tree] / best).min()))
     assert costs["SGLang"][2] == "tree 2x3" and "(these flags fix the tree at every batch size)" in flat_text
-    # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 242
+    # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3: the tree's check crosses the"
                                           f" ridge at B = {cross}, and past it every position costs time.") in flat_text

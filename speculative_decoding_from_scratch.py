@@ -1509,7 +1509,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
         s = speedup(m.per_call, k, c)
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *fastest_k(speedup(exact, np.arange(1, 17), c))))
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
-        f" the middling draft measured {m.per_call:.3f} tokens per call at k = {k}. A round costs 1 + {k} c, so k = {k} ties with plain decoding at c* ="
+        f" the middling draft measured {m.per_call:.3f} tokens per call at k = {k}. A round costs 1 + {k} c, so"
+        f" k = {k} ties with plain decoding at c* ="
         f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices them:"
         f" {m.per_call:.3f} / (1 + {k} c). Beside them, each c's exact best k (0: plain decoding):")
     print()
@@ -5932,7 +5933,8 @@ def demo27_rates(**how):
                 f" The passes, weighted by the text, give alpha, {s.text @ s.beta:.3f}; weighted by the starts,"
                 f" position 1's rate, {s.start @ s.beta:.3f}." if abs(s.text @ s.beta - r.alphas[1]) < 1e-9
                 and abs(s.start @ s.beta - r.rates[1][0]) < 1e-9 else ""),
-            f"A shorter k ends more rounds on a bonus token, drawn from p: at k = 1, {r.starts[1].start[s.short]:.0%} of"
+            "A shorter k ends more rounds on a bonus token, drawn from p: at k = 1,"
+            f" {r.starts[1].start[s.short]:.0%} of"
             f" small's rounds start after {d}, and its position 1 passes {r.at_1[1]:.3f} of the time." if r.bonus
             and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)

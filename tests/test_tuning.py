@@ -307,7 +307,8 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}:"
             f" {s_chain:.2f}.") in text
-    assert sd.LESSON_C == 0.1 and "so the speedup at c = 0.1 is measured" in " ".join(section(in_process[1], "3").split())
+    lesson3 = " ".join(section(in_process[1], "3").split())
+    assert sd.LESSON_C == 0.1 and "so the speedup at c = 0.1 is measured" in lesson3
     big_rates = sd.exact_per_position(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 8)  # by its rates, not exact
     exact6 = sd.exact_tokens_per_call(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 6)
     assert longest.tokens == pytest.approx(1 + sum(big_rates[:6])) and f"{longest.tokens:.3f}" != f"{exact6:.3f}"
@@ -462,7 +463,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
         and 15 * past > 295
     assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
     assert ("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it falls"
-            " more than 0.5% below the best. So each check that crosses holds a few batch sizes past its crossing.") in text
+            " more than 0.5% below the best. So each check that crosses holds a few batch sizes past its"
+            " crossing.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))

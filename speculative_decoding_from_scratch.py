@@ -1440,7 +1440,8 @@ def why_eq1_is_off(P, Q, gap):
     return (("Eq. 1 runs a little off." if gap < 0.1 else "Eq. 1 runs off.") + " A draft's chance to pass depends"
             " on the token before it: for the middling draft,"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And " + (
-                f"rounds start after '{name(hi)}', where drafts pass most, less often than the text does (chapter 27)."
+                f"fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
+                " (chapter 27)."
                 if starts.start[hi] < starts.text[hi] - 5e-4 else
                 "rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
 

@@ -440,8 +440,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off. A draft's chance to pass depends on the token before it: for the middling draft,"
-            f" {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And rounds start after 'd', where drafts pass"
-            " most, less often than the text does (chapter 27).") in flat
+            f" {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And fewer rounds start after 'd', where drafts"
+            " pass most, than its share of the text (chapter 27).") in flat
     # by hand, in demo 3's rounds of k = 4: redraws end most of them, and the rounds' starts weigh 'd', where drafts
     # pass most, below the text's share; so the first draft passes less often than alpha
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 4)

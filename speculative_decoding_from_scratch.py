@@ -1430,13 +1430,13 @@ def why_eq1_is_off(P, Q, gap):
     rule as the reader has it."""
     beta, kept = np.minimum(P, Q).sum(axis=1), kept_and_replaced(P, Q)[0].sum(axis=1)
     lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
-    starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     if gap < 5e-3:
         return ""
     if not np.allclose(kept, beta, atol=1e-9):
         return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
     if beta[hi] - beta[lo] < 5e-4:
         return "Eq. 1 runs off, though every row passes alike."
+    starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     return (("Eq. 1 runs a little off." if gap < 0.1 else "Eq. 1 runs off.") + " A draft's chance to pass depends"
             " on the token before it: for the middling draft,"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And " + (
@@ -4701,8 +4701,8 @@ def rates_and_exact(c19):
         at_k=all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact)),  # the rates' own k: exact
         off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
         below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)),
-        why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(
-            round_starts(TARGET, Q, k_max).redrawn.sum() > 0.5 for _, _, Q, _ in drafters),  # mostly redraws
+        why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(  # mostly redraws
+            r.redrawn.sum() > 0.5 for r in (s, round_starts(TARGET, drafters[0][2], k_max))),
         bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short])
 
 

@@ -1439,11 +1439,14 @@ def why_eq1_is_off(P, Q, gap):
     starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     return (("Eq. 1 runs a little off." if gap < 0.1 else "Eq. 1 runs off.") + " A draft's chance to pass depends"
             " on the token before it: for the middling draft,"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'. And " + (
-                f"fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
-                " (chapter 27)."
-                if starts.start[hi] < starts.text[hi] - 5e-4 else
-                "rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
+            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
+                " Most rounds start after a redraw, never a token the draft over-proposes, like"
+                f" '{name(hi)}' after '{name(0)}' (demo 1). So fewer start after '{name(hi)}', where drafts pass most,"
+                " than its share of the text (chapter 27)." if starts.start[hi] < starts.text[hi] - 5e-4
+                and starts.under_only and starts.redrawn.sum() > 0.5 and Q[0, hi] > P[0, hi] else
+                f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
+                " (chapter 27)." if starts.start[hi] < starts.text[hi] - 5e-4 else
+                " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
@@ -1786,7 +1789,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         else "")
     print()
     say("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",
-        "ridge. See chapter 25 and --detail.")
+        "ridge (chapter 25, --detail).")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})

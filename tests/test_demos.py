@@ -440,8 +440,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
     assert (f"Eq. 1 runs a little off. A draft's chance to pass depends on the token before it: for the middling draft,"
-            f" {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. And fewer rounds start after 'd', where drafts"
-            " pass most, than its share of the text (chapter 27).") in flat
+            f" {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Most rounds start after a redraw, never a token"
+            " the draft over-proposes, like 'd' after 'a' (demo 1). So fewer start after 'd', where drafts pass most,"
+            " than its share of the text (chapter 27).") in flat
+    assert sd.MIDDLING[0, 3] > sd.TARGET[0, 3] and sd.residual(sd.TARGET[0], sd.MIDDLING[0])[3] == 0  # demo 1's row
     # by hand, in demo 3's rounds of k = 4: redraws end most of them, and the rounds' starts weigh 'd', where drafts
     # pass most, below the text's share; so the first draft passes less often than alpha
     ends = sd.round_table(sd.TARGET, sd.MIDDLING, 4)
@@ -556,7 +558,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
     assert ("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the"
-            " ridge. See chapter 25 and --detail.") in flat_text
+            " ridge (chapter 25, --detail).") in flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert 2 * m5 / (one5 - w5) < sd.ridge() and sd.no_k_helps_from(0.7, 512) is None

@@ -4597,10 +4597,12 @@ def demo19_tuning(**how):
         " context, and picks one per range of B. The option --plan --profile runs it on your own figures; --detail"
         " shows its arithmetic.")
     print()
-    say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) is assumed to read"
+    say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
+        f" model of width {big[0]}, against the target's {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. It reads"
         f" 1/{fewer[0]:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
-        f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, reads"
-        f" 1/{fewer[1]:.0f}, and its KV cache is {shape.kv_share[1]:.3g} the target's. Each draft's c, its pass's"
+        f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, stands for"
+        f" {small[2]} layers of width {small[0]}: it reads 1/{fewer[1]:.0f}, and its KV cache is"
+        f" {shape.kv_share[1]:.3g} the target's. Each draft's c, its pass's"
         " cost in target passes, comes from these bytes." + (
             " A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c starts"
             " near its weights' share of the target's at B = 1, and tends to its KV cache's share as B grows."

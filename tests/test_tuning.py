@@ -348,8 +348,11 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     weights = sd.pass_traffic(big, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     assert kv[0] / kv[1] > weights  # its KV cache is a larger share of the target's than its weights are
     assert weights <= c[0] < c[1] < kv[0] / kv[1]  # from near its weights' share toward its KV cache's
-    assert (f"Big (blend 0.75) is assumed to read 1/{1 / weights:.2f} of the target's weight bytes per pass, and its KV"
-            " cache, the keys and values of its tokens, is 0.25 the size of the target's.") in text
+    assert (f"Big (blend 0.75) stands for a 16-layer model of width 2048, against the target's 32 layers of 4096. It"
+            f" reads 1/{1 / weights:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of"
+            " its tokens, is 0.25 the size of the target's.") in text
+    # the KV shares follow from the shapes as a reader checks them: 16 x 2048 / (32 x 4096), 4 x 768 / (32 x 4096)
+    assert kv[0] / kv[1] == 16 * 2048 / (32 * 4096) == 0.25 and kv_small == pytest.approx(4 * 768 / (32 * 4096))
     assert ("Each draft's c, its pass's cost in target passes, comes from these bytes. A pass reads a model's weights"
             " once, whatever B, and every sequence's KV cache. So a draft's c starts near its weights' share of the"
             " target's at B = 1, and tends to its KV cache's share as B grows.") in text
@@ -360,11 +363,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # and small's at B = 241, (13.21 / 125 + 0.0234 x 241 x 0.2684) / (13.21 + 241 x 0.2684)
     assert f"its KV cache is {kv_small:.3g} the target's" in text and round((13.21 / 125 + 0.0234 * fit * 0.2684) / (
         13.21 + fit * 0.2684), 4) == round(c_small, 4)
-    assert f"is assumed to read 1/{1 / weights:.2f} of the target's weight bytes" in text and 1 / weights == \
+    assert f"reads 1/{1 / weights:.2f} of the target's weight bytes" in text and 1 / weights == \
         pytest.approx(7.55, abs=0.005) and round((13.21 / 7.55 + 0.25 * 0.2684) / (13.21 + 0.2684), 4) == round(c[0], 4)
     assert ("and its KV cache, the keys and values of its tokens, is 0.25 the size of the target's. Small, the middling"
-            f" draft, reads 1/125, and its KV cache is {kv_small:.3g} the target's. Each draft's c, its pass's cost in"
-            " target passes, comes from these bytes.") in text
+            " draft, stands for 4 layers of width 768: it reads 1/125, and its KV cache is 0.0234 the target's.") in text
+    assert (f"its KV cache is {kv_small:.3g} the target's. Each draft's c, its pass's cost in target passes, comes from"
+            " these bytes.") in text
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
             f" {kv_small:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c nears"
             " 0.25.") in detail19

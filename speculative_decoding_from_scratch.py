@@ -4598,7 +4598,9 @@ def demo19_tuning(**how):
         " shows its arithmetic.")
     print()
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
-        f" model of width {big[0]}, against the target's {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. It reads"
+        f" model of width {big[0]}, against the target's {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}"
+        + (f", each with an output layer over the same {LLAMA2_7B[3]:,} tokens" if big[3] == LLAMA2_7B[3] else "")
+        + ". It reads"
         f" 1/{fewer[0]:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
         f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, stands for"
         f" {small[2]} layers of width {small[0]}: it reads 1/{fewer[1]:.0f}, and its KV cache is"
@@ -4637,7 +4639,8 @@ def demo19_tuning(**how):
         " that is demo 3's tokens per call / (1 + n c). Going up in B, the plan keeps the option it has"
         f" until it falls more than {tol:.1%} below the best, so as not to switch for less. It stops at B ="
         f" {max_batch},"
-        f" where the target's and the {c19.roomiest} draft's weights and every sequence's KV cache fill the H100's"
+        f" where the target's and the {c19.roomiest} draft's weights, their input embedding tables too, and every"
+        " sequence's KV cache fill the H100's"
         f" {H100.memory / 1e9:.0f} GB. The plan, with the positions each sequence's check scores:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
@@ -5905,8 +5908,8 @@ def demo27_rates(**how):
     d = f"'{name(s.short)}'"
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
         " which drafts 1 to i were all kept. Chapter 19's plan picks, for each batch size B, a draft model and how"
-        " many of its drafts to check: the fastest on demo 6's roofline, though it keeps its pick until that falls"
-        f" more than {c19.tol:.1%} below the best, its margin. It prices every k from rates counted at k = {k_max}:"
+        " many of its drafts to check: the fastest on demo 6's roofline, though as B grows it keeps its pick until"
+        f" the pick falls more than {c19.tol:.1%} below the best, its margin. It prices every k from rates counted at k = {k_max}:"
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
         f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
@@ -5950,7 +5953,8 @@ def demo27_rates(**how):
             and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
-    say("What does it cost? An exhaustive search prices each k exactly, with no margin:"
+    say("What does it cost? An exhaustive search tries every drafter and k at each B, each priced exactly, with no"
+        " margin:"
         f" at no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
          " the rates' cost, and the rest the margin's." if 0 < untolerant.worst < check.worst else

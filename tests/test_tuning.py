@@ -147,8 +147,8 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit = sd.sequences_that_fit(512)
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
-    assert (f"It stops at B = {fit19}, where the target's and the small draft's weights and every sequence's KV cache"
-            " fill the H100's 80 GB.") in " ".join(
+    assert (f"It stops at B = {fit19}, where the target's and the small draft's weights, their input embedding tables"
+            " too, and every sequence's KV cache fill the H100's 80 GB.") in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -231,13 +231,14 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert ("An exhaustive search, which prices each chain from its exact tokens per call and has no 0.5% margin, beats"
             f" the plan by at most {result.check.worst:.2%} at any B.") in text
     text27 = " ".join(section(in_process[1], "27").split())
-    assert ("What does it cost? An exhaustive search prices each k exactly, with no margin: at no batch size B is its"
-            f" speedup more than {result.check.worst:.2%} above the plan's. A plan made from the rates with no margin"
+    assert ("What does it cost? An exhaustive search tries every drafter and k at each B, each priced exactly, with no"
+            f" margin: at no batch size B is its speedup more than {result.check.worst:.2%} above the plan's. A plan made"
+            " from the rates with no margin"
             f" comes within {untolerant:.2%} of the search: that much is the rates' cost, and the rest the margin's.") \
         in text27
     assert ("Chapter 19's plan picks, for each batch size B, a draft model and how many of its drafts to check: the"
-            " fastest on demo 6's roofline, though it keeps its pick until that falls more than 0.5% below the best,"
-            " its margin.") in text27
+            " fastest on demo 6's roofline, though as B grows it keeps its pick until the pick falls more than 0.5%"
+            " below the best, its margin.") in text27
     assert "cost nothing" not in text27 and "search's" not in detail19
 
 
@@ -348,8 +349,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     weights = sd.pass_traffic(big, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     assert kv[0] / kv[1] > weights  # its KV cache is a larger share of the target's than its weights are
     assert weights <= c[0] < c[1] < kv[0] / kv[1]  # from near its weights' share toward its KV cache's
-    assert (f"Big (blend 0.75) stands for a 16-layer model of width 2048, against the target's 32 layers of 4096. It"
-            f" reads 1/{1 / weights:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of"
+    assert (f"Big (blend 0.75) stands for a 16-layer model of width 2048, against the target's 32 layers of 4096, each"
+            f" with an output layer over the same 32,000 tokens. It reads 1/{1 / weights:.2f} of the target's weight"
+            " bytes per pass, and its KV cache, the keys and values of"
             " its tokens, is 0.25 the size of the target's.") in text
     # the KV shares follow from the shapes as a reader checks them: 16 x 2048 / (32 x 4096), 4 x 768 / (32 x 4096)
     assert kv[0] / kv[1] == 16 * 2048 / (32 * 4096) == 0.25 and kv_small == pytest.approx(4 * 768 / (32 * 4096))
@@ -374,8 +376,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
-        "It stops at B = 241, where the target's and the small draft's weights and every sequence's KV cache fill"
-        " the H100's 80 GB. The plan, with the positions each sequence's check scores:") in text
+        "It stops at B = 241, where the target's and the small draft's weights, their input embedding tables too, and"
+        " every sequence's KV cache fill the H100's 80 GB. The plan, with the positions each sequence's check"
+        " scores:") in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]

@@ -1437,15 +1437,16 @@ def why_eq1_is_off(P, Q, gap):
     if beta[hi] - beta[lo] < 5e-4:
         return "Eq. 1 runs off, though every row passes alike."
     starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
+    fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
     return (("Eq. 1 runs a little off." if gap < 0.1 else "Eq. 1 runs off.") + " A draft's chance to pass depends"
             " on the token before it: for the middling draft,"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
                 " Most rounds start after a redraw, never a token the draft over-proposes, like"
                 f" '{name(hi)}' after '{name(0)}' (demo 1). So fewer start after '{name(hi)}', where drafts pass most,"
-                " than its share of the text (chapter 27)." if starts.start[hi] < starts.text[hi] - 5e-4
-                and starts.under_only and starts.redrawn.sum() > 0.5 and Q[0, hi] > P[0, hi] else
+                " than its share of the text (chapter 27)." if fewer and starts.under_only
+                and starts.redrawn.sum() > 0.5 and Q[0, hi] > P[0, hi] else
                 f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
-                " (chapter 27)." if starts.start[hi] < starts.text[hi] - 5e-4 else
+                " (chapter 27)." if fewer else
                 " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
 
 

@@ -569,7 +569,6 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert "--detail shows its arithmetic." in text
 
 
-
 def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_process):
     text = " ".join(section(in_process[1], "27").split())
     better = sd.blend(sd.TARGET, sd.UNRELATED, 0.75)

@@ -5608,16 +5608,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     checking and block verification, on the paper's example and the middling
     draft."""
     P2, Q2 = PAPER_EXAMPLE
-    ab = demo14_pairs(P2, Q2)[1]  # the drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
-    say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025;"
-        " chapter 14) looks at the whole block of k drafts before it decides how many to keep. So a later draft can"
-        " save an earlier one" + (f". In chapter 14's example, below, when the draft proposes 'a' then 'b',"
-                                  f" token-wise checking keeps {ab[5]:.2g} of the two on average, and block"
-                                  " verification always keeps both."
-                                  if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else ".")
-        + " Its paper proves it keeps the most drafts on"
-        " average of any lossless verifier that keeps some drafts and then draws one token. Could a verifier keep"
-        " more?")
+    say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
+        " save an earlier one. Its paper proves it keeps the most drafts on average of any lossless verifier that"
+        " keeps some drafts and then draws one token. Could a verifier keep more?")
     print()
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
         " highest chance that drafts 1 to i could all be kept, and it adds these up.")
@@ -5633,9 +5626,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
-    say("Chapter 14's example, from the block's paper, has a vocabulary of two tokens, a and b, and no context:"
-        " p(a) = 1/3, p(b) = 2/3; q(a) = 2/3, q(b) = 1/3; k = 2. The drafts kept per round, exactly (chapter 14"
-        " derives the block's pair by pair); the ideal, a bound, not a verifier, is"
+    say("On chapter 14's example, two tokens a and b with p(a) = 1/3 and q(a) = 2/3, no context and k = 2, the drafts"
+        " kept per round, exactly; the ideal, a bound, not a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],

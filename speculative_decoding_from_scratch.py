@@ -1092,7 +1092,7 @@ def demo1_rule_by_hand(ctx=0):
               if abs(round(kept[x], 4) + round(fixed[x], 4) - round(kept[x] + fixed[x], 4)) > 5e-5]
     print()
     say((f"In row{'s' * (len(uneven) > 1)} " + " and ".join(f"'{x}'" for x in uneven) +
-         ", kept + redrawn as printed is 0.0001 off emitted: rounding.") if uneven else "",
+         ", kept + redrawn is 0.0001 off emitted: rounding.") if uneven else "",
         f"The largest |emitted - p| is {exact_text(gap.max())}.",
         "Emitted = p." if gap.max() < ROUNDING else
         f"Emitted != p: token '{name(int(gap.argmax()))}' is off. The rule as it stands is NOT exact.",
@@ -1149,8 +1149,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     unseen = [r[0] for r in rows if r[3] == "not scored"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}':"
         " x1 and",
-        "x2. Two, because a broken rule can get x1 right and x2 wrong: the continue bug keeps drafts that"
-        " followed a rejection.",
+        "x2. Two, because the continue bug errs only after a rejection, so only from x2 on.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules:")
     print()
@@ -1160,7 +1159,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
         " replaced.")
     print()
-    say("The table's two TVs, sampled and exact, each compare P(x1, x2) with the target's. A sample's TV is"
+    say("Both TVs, sampled and exact, compare P(x1, x2) with the target's. A sample's TV is"
         " never 0" +
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
@@ -1384,7 +1383,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     print()
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
-        why_eq1_is_off(TARGET, MIDDLING, max(abs(r[4] - r[5]) for r in rows if r[5] is not None))
+        why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None])
         if not misfits and not errors else "")
     tokens = [r[5] for r in rows if r[5] is not None]
     takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
@@ -1423,13 +1422,15 @@ def round_starts(P, Q, k=1):
                            residual_led=residual_led)
 
 
-def why_eq1_is_off(P, Q, gap):
-    """Demo 3's sentence on eq. 1, whose largest gap from the exact count is
-    gap: why it is off. While accept_prob keeps min(p, q) of every row, it is
-    the tables: each row's pass chance, sum min(p, q), differs. Else it is the
-    rule as the reader has it."""
+def why_eq1_is_off(P, Q, gaps):
+    """Demo 3's sentence on eq. 1, whose gaps above the exact counts are gaps
+    (one number or one per row): which way it is off, and why. While
+    accept_prob keeps min(p, q) of every row, it is the tables: each row's pass
+    chance, sum min(p, q), differs. Else it is the rule as the reader has it."""
     beta, kept = np.minimum(P, Q).sum(axis=1), kept_and_replaced(P, Q)[0].sum(axis=1)
     lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
+    gaps = np.atleast_1d(gaps)
+    gap, side = np.abs(gaps).max(), "high" if (gaps > -1e-9).all() else "low" if (gaps < 1e-9).all() else "off"
     if gap < 5e-3:
         return ""
     if not np.allclose(kept, beta, atol=1e-9):
@@ -1438,13 +1439,13 @@ def why_eq1_is_off(P, Q, gap):
         return "Eq. 1 runs off, though every row passes alike."
     starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
-    return (("Eq. 1 runs a little off." if gap < 0.1 else "Eq. 1 runs off.") + " A draft's chance to pass depends"
-            " on the token before it: for the middling draft,"
+    return ((f"Eq. 1 runs slightly {side}." if gap < 0.1 else f"Eq. 1 runs {side}.") + " A draft's chance to pass"
+            " depends on the token before it: for the middling draft,"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " Most rounds start after a redraw, never a token the draft over-proposes, like"
-                f" '{name(hi)}' after '{name(0)}' (demo 1). So fewer start after '{name(hi)}', where drafts pass most,"
-                " than its share of the text (chapter 27)." if fewer and starts.under_only
-                and starts.redrawn.sum() > 0.5 and Q[0, hi] > P[0, hi] else
+                " Each round's first draft follows the last round's final token: most often a redraw, never a token"
+                f" the draft over-proposes, like '{name(hi)}' after '{name(0)}' (demo 1). So fewer rounds start after"
+                f" '{name(hi)}', where drafts pass most, than its share of the text (chapter 27)."
+                if fewer and starts.under_only and starts.redrawn.sum() > 0.5 and Q[0, hi] > P[0, hi] else
                 f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
                 " (chapter 27)." if fewer else
                 " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
@@ -1516,8 +1517,8 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.3f} tokens per call at k = {k}. A round costs 1 + {k} c, so"
         f" k = {k} ties with plain decoding at c* ="
-        f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices them:"
-        f" {m.per_call:.3f} / (1 + {k} c). Beside them, each c's exact best k (0: plain decoding):")
+        f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices k = {k} at each c,"
+        f" {m.per_call:.3f} / (1 + {k} c), and each c's exact best k (0: plain decoding):")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
           rows, groups=[(f"k = {k} at {m.per_call:.3f}", 1, 2), ("best, exact", 3, 4)])
@@ -1790,7 +1791,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         else "")
     print()
     say("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",
-        "ridge (chapter 25, --detail).")
+        "ridge (chapter 25).")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})

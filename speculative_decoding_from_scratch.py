@@ -5879,7 +5879,8 @@ def demo27_rates(**how):
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
         " which drafts 1 to i were all kept. Chapter 19's plan picks, for each batch size B, a draft model and how"
         " many of its drafts to check: the fastest on demo 6's roofline, though as B grows it keeps its pick until"
-        f" the pick falls more than {c19.tol:.1%} below the best, its margin. It prices every k from rates counted at k = {k_max}:"
+        f" the pick falls more than {c19.tol:.1%} below the best, its margin. It prices every k from rates counted at"
+        f" k = {k_max}:"
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
         f" k of their rates at k = {k_max}, against each k's exact tokens per call:")

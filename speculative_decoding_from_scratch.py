@@ -3781,8 +3781,12 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. Its paper proves its output is the target's. Its steps, the same as chapter 14's:")
-    say_items(BLOCK_STEPS, numbered=True)
+        " one. Its paper proves its output is the target's. Chapter 14 gives its five steps; two matter here. Let"
+        " w_i be the target's probability of x_1..x_i over the draft's, capped at 1 at each step. Step 3 makes each"
+        " position i a cut point, where the block may end, on a coin flip of its own: position k with chance w_k, an"
+        " earlier one with chance h_i = Z_i / (Z_i + 1 - w_i), where Z_i sums max(0, w_i p - q) over the vocabulary."
+        " The block keeps x_1..x_i for i the largest cut point."
+        " Step 5 draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
     print()
     say("vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators, ships block"
         f" verification in {number_word(len(SHIPPED_WORDS))} code paths, PyTorch and Triton. At its commit 182b75ea84"

@@ -1149,7 +1149,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     unseen = [r[0] for r in rows if r[3] == "not scored"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}':"
         " x1 and",
-        "x2. Two, because the continue bug errs only after a rejection, so only from x2 on.",
+        "x2.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules:")
     print()
@@ -1164,7 +1164,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
         "The exact TV assumes each round stops at its first rejection" +
-        (f"; the {and_list(unseen)} bug{'s do' if len(unseen) > 1 else ' does'} not, so only the fit catches it."
+        (f", so only the fit can catch the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}."
          if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 12, exact_text), ("verdict", 17, "<")],
@@ -1442,10 +1442,13 @@ def why_eq1_is_off(P, Q, gaps):
     return ((f"Eq. 1 runs slightly {side}." if gap < 0.1 else f"Eq. 1 runs {side}.") + " A draft's chance to pass"
             " depends on the token before it: for the middling draft,"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " Each round's first draft follows the last round's final token: most often a redraw, never a token"
-                f" the draft over-proposes, like '{name(hi)}' after '{name(0)}' (demo 1). So fewer rounds start after"
-                f" '{name(hi)}', where drafts pass most, than its share of the text (chapter 27)."
-                if fewer and starts.under_only and starts.redrawn.sum() > 0.5 and Q[0, hi] > P[0, hi] else
+                " Each round's first draft follows the last round's final token, most often a redraw. A redraw is"
+                " never a token the draft over-proposes there, as it does"
+                f" '{name(hi)}' after {and_list([repr(name(c)) + (' (demo 1)' if c == 0 else '') for c in starts.overs])}."
+                f" So fewer rounds start after '{name(hi)}', where drafts pass most, than alpha assumes: its share"
+                " of the text (chapter 27)."
+                if fewer and starts.under_only and starts.redrawn.sum() > 0.5 and 0 in starts.overs
+                and starts.short == hi and starts.left_out else
                 f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
                 " (chapter 27)." if fewer else
                 " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))

@@ -5095,7 +5095,7 @@ def table3_words(rows):
                 " drawn uniformly.)" if len(greedy_loops(TARGET)) > 1 else "") +
             " A draft whose likeliest token always matches"
             " the target's starts at alpha = 1, so heating it can only lower alpha."
-            + (" These two start lower, and heating raised theirs." if rose == len(ends)
+            + (" These two start lower, and heating to T = 1 raised theirs." if rose == len(ends)
                and all(a[0] < 1 for a in ends) else ""))
 
 

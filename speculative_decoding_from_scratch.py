@@ -5884,10 +5884,8 @@ def demo27_rates(**how):
     k_max, s = r.k_max, r.starts[0]
     d = f"'{name(s.short)}'"
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
-        " which drafts 1 to i were all kept. Chapter 19's plan picks, for each batch size B, a draft model and how"
-        " many of its drafts to check: the fastest on demo 6's roofline, though as B grows it keeps its pick until"
-        f" the pick falls more than {c19.tol:.1%} below the best, its margin. It prices every k from rates counted at"
-        f" k = {k_max}:"
+        " which drafts 1 to i were all kept. Chapter 19's plan picks a draft model and its k for each batch size B."
+        f" It prices every k from rates counted at k = {k_max}:"
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
         f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
@@ -5931,8 +5929,9 @@ def demo27_rates(**how):
             and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
-    say("What does it cost? An exhaustive search tries every option at each B with no margin, each chain priced from"
-        " its exact tokens per call and the tree from its sampled one:"
+    say("What does it cost? As B grows, the plan keeps its pick until the pick falls more than"
+        f" {c19.tol:.1%} below the best, its margin. An exhaustive search tries every option at each B with no"
+        " margin, each chain priced from its exact tokens per call and the tree from its sampled one:"
         f" at no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
          " the rates' cost, and the rest the margin's." if 0 < untolerant.worst < check.worst else

@@ -3644,9 +3644,6 @@ def demo14_why(P2, Q2, pairs, net):
         if change["a a"] < 0 and change["a b"] > 0 and abs(first_a - P2[0, 0]) < ROUNDING and abs(
             sum(r[1] * k for r, k in zip((aa, ab), kept)) - first_a) < ROUNDING and residual(P2[0], Q2[0])[0] == 0
         else "",
-        "The pairs that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise"
-        " checking always keeps that 'b'." if all(abs(r[-1]) < 1e-12 and r[2] == 1 and abs(r[3] - 1) < ROUNDING
-                                                 for r in pairs if r[0].startswith("b")) else "",
         f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
         if abs(sum(change.values()) - net) < 1e-9 else "") if p)
 

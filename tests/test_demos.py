@@ -813,9 +813,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. If it keeps"
             " none, it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. So the block's first token is 'a' only"
             " when it keeps a pair that starts with 'a': with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a). The"
-            " pairs"
-            " that start with 'b' tie: w_1 = 1 and h_1 = 1, so position 1 is always a cut point, as token-wise checking"
-            " always keeps that 'b'. The gains add up to +1/9, the first table's gap.") in flat(text)
+            " gains add up to +1/9, the first table's gap.") in flat(text)
+    # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
+    assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result.pairs if r[0].startswith("b"))
     assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)
     # with the acceptance rule edited, the reasons no longer hold, and are not said
     bad = sd.bugged("argmax")
@@ -824,7 +824,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     uniform = sd.bugged("uniform_q")  # keeps 'a' with p / (1/2) = 2/3, not p/q: the 'a' then 'b' reason goes
     net = uniform.exact_block_tokens_per_call(P2, Q2, 2) - uniform.exact_tokens_per_call(P2, Q2, 2)
     assert "The block gains on 'a' then 'b'" not in uniform.demo14_why(P2, Q2, uniform.demo14_pairs(P2, Q2), net)
-    assert sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net + 0.1).endswith("that 'b'.")  # a gap it does not explain
+    assert sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net + 0.1).endswith("which is p(a).")  # a gap it does not explain
     # the block stage's h_1 edited to 0.5 where the draft wants it 1: the 'b' pairs no longer tie, and the sentence goes
     half = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0",
                        "return 0.5 if Z > 0 else 0.0"),))

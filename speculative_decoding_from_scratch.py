@@ -1439,14 +1439,14 @@ def why_eq1_is_off(P, Q, gaps):
         return "Eq. 1 runs off, though every row passes alike."
     starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
-    return ((f"Eq. 1 runs slightly {side}." if gap < 0.1 else f"Eq. 1 runs {side}.") + " A draft's chance to pass"
-            " depends on the token before it: for the middling draft,"
+    overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
+    return ((f"Eq. 1 runs slightly {side}." if gap < 0.1 else f"Eq. 1 runs {side}.") + " The middling draft's chance"
+            " to pass depends on the token before it:"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " Each round's first draft follows the last round's final token, most often a redraw. A redraw is"
-                " never a token the draft over-proposes there, as it does"
-                f" '{name(hi)}' after {and_list([repr(name(c)) + (' (demo 1)' if c == 0 else '') for c in starts.overs])}."
-                f" So fewer rounds start after '{name(hi)}', where drafts pass most, than alpha assumes: its share"
-                " of the text (chapter 27)."
+                " Each round's first draft follows the last round's final token, most often a redraw. After"
+                f" {overs}, the draft over-proposes '{name(hi)}', so a redraw there is never '{name(hi)}'. Rounds"
+                f" therefore start after '{name(hi)}', where drafts pass most, less often than its share of the text,"
+                " the weight alpha gives it (chapter 27)."
                 if fewer and starts.under_only and starts.redrawn.sum() > 0.5 and 0 in starts.overs
                 and starts.short == hi and starts.left_out else
                 f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"

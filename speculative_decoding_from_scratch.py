@@ -4635,7 +4635,8 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. A speedup is tokens per call times t_plain /"
         " (t_check + n t_draft), for n draft passes, each t a pass's time at that B on the roofline: the target's"
         " plain pass, its check, a draft's. Going up in B, it keeps"
-        f" the option it has until it falls more than {tol:.1%} below the best. It stops at B = {max_batch},"
+        f" the option it has until it falls more than {tol:.1%} below the best, so as not to switch for less. It"
+        f" stops at B = {max_batch},"
         f" where the target's and the {c19.roomiest} draft's weights, their input embedding tables too, and every"
         f" sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB. The plan,"
         " with the positions each sequence's check scores:")
@@ -4652,7 +4653,8 @@ def demo19_tuning(**how):
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
             + (f" A pass of B sequences stays under the ridge while it scores at most about {shape.ridge_base:.1f} +"
                f" {shape.ridge_each:.3f} B positions in all: demo 6's {shape.alone} at B = 1, and"
-               f" {shape.ridge_each:.3f} more for each further sequence's KV cache. That is {shape.ridge_base:.1f} / B"
+               f" {shape.ridge_each:.3f} more for each further sequence, whose KV cache adds bytes to read and so"
+               f" time to fill with work. That is {shape.ridge_base:.1f} / B"
                f" + {shape.ridge_each:.3f} a sequence, fewer as B grows."
                if shape.ridge_each > 0 and int(shape.ridge_base + shape.ridge_each) == shape.alone else ""),
             "Chapter 25 derives it, and shows where each check crosses it" + (

@@ -418,7 +418,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
                            f" position costs time. A pass of B sequences stays under the ridge while it scores at"
                            f" most about {base:.1f} + {each:.3f} B positions in all: demo 6's 295 at B = 1, and"
-                           f" {each:.3f} more for each further sequence's KV cache. That is {base:.1f} / B +"
+                           f" {each:.3f} more for each further sequence, whose KV cache adds bytes to read and so time"
+                           f" to fill with work. That is {base:.1f} / B +"
                            f" {each:.3f} a sequence, fewer as B grows. Chapter 25 derives it, and shows where each"
                            " check crosses it; the plan keeps each a little past it, where a check costs only a little"
                            " more and stays within its 0.5% margin.") in text
@@ -491,8 +492,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert (f"The tree is the first to give way. It makes {t.tokens:.3f} tokens per call from 3 draft passes, and k = 8"
             f" makes {c.tokens:.3f} from 8. Below the ridge the tree's fewer passes win; past it, k = 8's fewer"
             " positions, 9 against 15.") in text
-    assert ("Going up in B, it keeps the option it has until it falls more than 0.5% below the best. It stops at B ="
-            " 241") in text19
+    assert ("Going up in B, it keeps the option it has until it falls more than 0.5% below the best, so as not to switch"
+            " for less. It stops at B = 241") in text19
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):

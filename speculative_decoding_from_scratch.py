@@ -5752,8 +5752,11 @@ def demo25_crossings(s, buckets, max_batch, tol):
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if gives_way:
         print()
+        cost = (f" A pass of the small draft costs c = {s.c_small[0]:.4f} at B = 1."
+                if tree.drafter.name == chain.drafter.name == "small" else "")
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
-            f" draft passes, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}. Below the ridge the"
+            f" draft passes, one per level, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}."
+            f"{cost} Below the ridge the"
             f" tree's fewer passes win; past it, {chain.shape}'s fewer positions, {chain.positions} against"
             f" {tree.positions}.")
     if after or beyond:

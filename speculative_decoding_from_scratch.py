@@ -3789,7 +3789,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " Step 5 draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
     print()
     say("vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators, ships block"
-        f" verification in {number_word(len(SHIPPED_WORDS))} code paths, PyTorch and Triton. At its commit 182b75ea84"
+        f" verification in {number_word(len(SHIPPED_WORDS))} code paths: PyTorch, and Triton, a language for"
+        " accelerator kernels. At its commit 182b75ea84"
         " (2026-08-22) both change steps 3 and 5, as below; the README gives their history.")
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()

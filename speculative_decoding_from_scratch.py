@@ -1159,12 +1159,12 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
         " replaced.")
     print()
-    say("Both TVs, sampled and exact, compare P(x1, x2) with the target's. A sample's TV is"
+    say("Both TVs compare P(x1, x2) with the target's. A sample's TV is"
         " never 0" +
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV assumes each round stops at its first rejection" +
-        (f", so only the fit can catch the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}."
+        "The exact TV runs the rule's stages in its own loop, stopping at the first rejection" +
+        (f", so only the fit catches the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}."
          if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 12, exact_text), ("verdict", 17, "<")],

@@ -201,8 +201,9 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert ("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
             " output replaced.") in " ".join(text.split())
-    assert (" The exact TV assumes each round stops at its first rejection, so only the fit can catch the continue"
-            " bug.") in " ".join(text.split())
+    assert ("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0: the target decoded alone, 400 times,"
+            f" gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact TV runs the rule's stages in its own"
+            " loop, stopping at the first rejection, so only the fit catches the continue bug.") in " ".join(text.split())
     assert "and k = 2. Four broken rules: bug what it does" in " ".join(text.split())
     assert rows["continue"][3] == "not scored" and "continue 0.3933 < 1e-12 not scored NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say

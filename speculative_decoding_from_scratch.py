@@ -1440,15 +1440,16 @@ def why_eq1_is_off(P, Q, gaps):
     starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
     overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
-    return ((f"Eq. 1 runs slightly {side}." if gap < 0.1 else f"Eq. 1 runs {side}.") + " The middling draft's chance"
+    high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5 and 0 in starts.overs
+            and starts.short == hi and starts.left_out)  # the reason below, for eq. 1 running high
+    return ((f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}")
+            + (": rounds start less often where drafts pass most." if high else ".") + " The middling draft's chance"
             " to pass depends on the token before it:"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
                 " Each round's first draft follows the last round's final token, most often a redraw. After"
-                f" {overs}, the draft over-proposes '{name(hi)}', so a redraw there is never '{name(hi)}'. Rounds"
-                f" therefore start after '{name(hi)}', where drafts pass most, less often than its share of the text,"
-                " the weight alpha gives it (chapter 27)."
-                if fewer and starts.under_only and starts.redrawn.sum() > 0.5 and 0 in starts.overs
-                and starts.short == hi and starts.left_out else
+                f" {overs}, the draft over-proposes '{name(hi)}', so a redraw there is never '{name(hi)}'. So only"
+                f" {starts.start[hi]:.0%} of rounds start after '{name(hi)}', though alpha weighs it by its share of"
+                f" the text, {starts.text[hi]:.0%} (chapter 27)." if high else
                 f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
                 " (chapter 27)." if fewer else
                 " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))

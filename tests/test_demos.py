@@ -451,11 +451,14 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
 def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(demo):
     flat = " ".join(demo["3"][1].split())
     beta = np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1)
-    assert (f"Eq. 1 runs slightly high. The middling draft's chance to pass depends on the token before it:"
-            f" {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Each round's first draft follows the last"
-            " round's final token, most often a redraw. After 'a' (demo 1), 'c' and 'd', the draft over-proposes 'd',"
-            " so a redraw there is never 'd'. Rounds therefore start after 'd', where drafts pass most, less often than"
-            " its share of the text, the weight alpha gives it (chapter 27).") in flat
+    starts = sd.round_starts(sd.TARGET, sd.MIDDLING, 4)  # demo 3's rounds of 4
+    assert (f"Eq. 1 runs slightly high: rounds start less often where drafts pass most. The middling draft's chance to"
+            f" pass depends on the token before it: {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Each"
+            " round's first draft follows the last round's final token, most often a redraw. After 'a' (demo 1), 'c'"
+            f" and 'd', the draft over-proposes 'd', so a redraw there is never 'd'. So only {starts.start[3]:.0%} of"
+            f" rounds start after 'd', though alpha weighs it by its share of the text, {starts.text[3]:.0%} (chapter"
+            " 27).") in flat
+    assert (round(starts.start[3], 2), round(starts.text[3], 2)) == (0.09, 0.18)
     # by hand: the middling draft over-proposes 'd' after 'a', 'c' and 'd', and after no other token
     assert [c for c in range(6) if sd.MIDDLING[c, 3] > sd.TARGET[c, 3]] == [0, 2, 3]
     # high, as the table's rows say: eq. 1 at or above the exact count in every row, by hand
@@ -493,7 +496,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs slightly high. The middling draft's chance")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs slightly high: rounds start less often")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, [0.02, -0.01]).startswith("Eq. 1 runs slightly off. The middling")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, [-0.5, 0]).startswith("Eq. 1 runs low. The middling draft's chance")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""

@@ -1982,7 +1982,7 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
             ("3. alpha, starting from 2", "1 - alpha", 1 - pair_alpha(P, tv), tv),
             ("the world's own full table", "", None, world)]
     table([("draft trained on", 30, "<"), ("objective", 14, ">14"), ("value", 7, ".3f"), ("alpha", 7, ".3f"),
-           ("tokens/call", 13, ".2f"), (f"speedup\nc = {c:g}", 9, ".2f")],
+           ("exact\ntokens/call", 13, ".2f"), (f"speedup\nc = {c:g}", 9, ".2f")],
           [(label, obj, v, pair_alpha(P, Q), exact_tokens_per_call(P, Q, k), speedup(exact_tokens_per_call(P, Q, k), k, c))
            for label, obj, v, Q in rows])
     a_fit, a_kd, a_tv, a_world = (pair_alpha(P, Q) for Q in (fit, kd, tv, world))

@@ -529,7 +529,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3: the tree's check crosses the"
-                                          f" ridge at B = {cross}, and past it every position costs time.") in flat_text
+                                          f" ridge at B = {cross} (chapter 25: each sequence's stored keys and"
+                                          " values move it), and past it every position costs time.") in flat_text
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan (SGLang)" in flat_text

@@ -5577,7 +5577,8 @@ def demo23_engines(**how):
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
                          f": the tree's check crosses the ridge at B = {cross} (chapter 25: each sequence's stored keys"
-                         " and values move it), and past it every position costs time." if (cross := ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])) and cross <= b
+                         " and values move it), and past it every position costs time."
+                         if (cross := ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])) and cross <= b
                          else "."))
                      for (given, b, k), es in group_by({e: c for e, c in more.items()}).items()))
     worst = max(c[0] for c in costs.values()) if costs else None

@@ -4605,18 +4605,18 @@ def demo19_tuning(**how):
         f" way to run each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks"
         " one per range of B. The option --plan --profile runs it on your own figures.")
     print()
+    bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
+                   and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
-        f" model of width {big[0]}, against the target's {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}"
-        + (f", each with an output layer over the same {LLAMA2_7B[3]:,} tokens" if big[3] == LLAMA2_7B[3] else "")
-        + ". It reads"
-        f" 1/{fewer[0]:.2f} of the target's weight bytes per pass, and its KV cache, the keys and values of its"
-        f" tokens, is {shape.kv_share[0]:.2g} the size of the target's. Small, the middling draft, stands for"
-        f" {small[2]} layers of width {small[0]}: it reads 1/{fewer[1]:.0f}, and its KV cache is"
-        f" {shape.kv_share[1]:.3g} the target's." + (
-            " A pass reads a model's weights once, whatever B, and every sequence's KV cache. So a draft's c, its"
-            " pass's cost in target passes, starts near its weights' share at B = 1, and tends to its KV cache's"
-            " share as B grows." if shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0] else
-            " Each draft's c, its pass's cost in target passes, comes from these bytes."))
+        f" model of width {big[0]}, small (the middling draft) for {small[2]} layers of width {small[0]}, against the"
+        f" target's {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}: a draft's acceptance comes from its table, its cost"
+        " from that shape. A draft's c, its pass's cost in target passes, comes"
+        " from the bytes a pass reads: its weights once, whatever B, and every sequence's KV cache, the keys and"
+        " values of its tokens." + (
+            f" At B = 1, c is about the draft's share of the target's weight bytes: {shape.c[0]:.4f} for big,"
+            f" {shape.c_small[0]:.4f} for small. As B grows the KV caches come to outweigh the weights, and c tends"
+            f" to the share of the target's KV cache: {shape.kv_share[0]:.2g} and {shape.kv_share[1]:.3g}."
+            if bytes_set_c else ""))
     print()
     vs_exact = rates_and_exact(c19)
     low = [e[k - 1] - 1 - sum(r[:k]) for r, e in zip(vs_exact.rates, vs_exact.exact) for k in range(1, k_max)]

@@ -2178,8 +2178,8 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " tokens, sampled without replacement: each from q with its elder siblings removed, renormalised. A distinct"
         " child is judged against the q it was drawn from, that renormalised row."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
-        f"Each way runs {n_runs:,} times, recording the first two tokens after '{name(ctx)}', as in demo 2. Consistent"
-        " means the fit finds no difference from the target (a tree has no exact check here):")
+        f"Each way runs {n_runs:,} times, recording the first two tokens after '{name(ctx)}', as in demo 2; the exact"
+        " check here covers chains only. Consistent means the fit finds no difference from the target:")
     print()
     table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
     ok = [r[3] == "consistent" for r in rows]

@@ -6017,15 +6017,15 @@ LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the tar
 checks them in one call. A rejection rule keeps the output exactly the
 target's (Leviathan, Kalman & Matias 2023: "the paper").
   table   a model: row x is the next-token distribution after token x (a..f)
-  blend   a draft made of m times the target plus (1 - m) times an
-          unrelated table; the middling draft is m = {MIDDLING_WEIGHT:g}
+  blend   a draft of blend weight m: m times the target plus (1 - m)
+          times an unrelated table; the middling draft is m = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call that gives p at all k+1
           positions at once, as when it reads a prompt, for about the
-          cost of one (demo 6 shows why); if all k pass, position k+1
-          gives a bonus token, drawn from p
-  alpha   the chance a draft is accepted, each context weighted by how
-          often it occurs in the target's text
+          cost of one (demo 6); if all k pass, position k+1 gives a
+          bonus token, drawn from p
+  alpha   the chance a draft is accepted, each previous token weighted
+          by its share of the target's text
   c       one draft call's cost, in target calls; "per call" means per
           target call
   TV      total variation: the most two distributions differ on any event

@@ -4713,6 +4713,9 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     longest = options[max(rivals, key=lambda i: (speeds[0, i], -i))] if rivals else None  # the other's best at B = 1
     tree = first is not None and first.shape.startswith("tree") and longest is not None and (
         longest.tokens > first.tokens)
+    chains = [i for i, o in enumerate(options) if first is not None and o.drafter.name == first.drafter.name
+              and o.shape.startswith("k =")]
+    chain = options[max(chains, key=lambda i: (speeds[0, i], -i))] if chains else None  # its own best chain, B = 1
     m, w, kv = token_traffic(n_ctx)
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     crossings = [(k, ridge_batch(m, w, kv, positions=k + 1)) for k in sorted(set(ks), reverse=True)]
@@ -4738,6 +4741,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
         checks=[(o.shape, o.positions, ridge_batch(m, w, kv, positions=o.positions), hi)
                 for _, hi, o in buckets if o is not None],
         first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
+        chain=chain, chain_speed=speeds[0, options.index(chain)] if chain is not None else None,
         longest_speed=speeds[0, options.index(longest)] if longest is not None else None)
 
 
@@ -4747,7 +4751,10 @@ def demo19_shape(s, n_ctx, max_batch):
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
-        f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})."
+        f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})." + (
+            f" Its best chain, {s.chain.shape}, makes more, {s.chain.tokens:.3f}, but from {s.chain.draft_passes}"
+            f" passes: {s.chain_speed:.2f}." if s.chain is not None and s.chain.tokens > s.first.tokens
+            and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "") +
         f" {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}:"

@@ -309,8 +309,14 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     c_small = sd.draft_cost(1, 512, draft=tree.drafter.cost)
     c_big = sd.draft_cost(1, 512, draft=longest.drafter.cost)
     s_tree, s_chain = sd.option_speedup(tree, 1, 512), sd.option_speedup(longest, 1, 512)
+    # small's own chains at B = 1, by a scan: k = 8 keeps the most and is its fastest, and still loses to the tree
+    smalls = [o for o in result.options if o.drafter.name == "small" and o.shape.startswith("k =")]
+    chain8 = max(smalls, key=lambda o: sd.option_speedup(o, 1, 512))
+    s_chain8 = sd.option_speedup(chain8, 1, 512)
+    assert chain8.shape == "k = 8" and chain8.tokens > tree.tokens and s_chain8 < s_tree
     assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} tokens per call from"
-            f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1). Big's"
+            f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1). Its best"
+            f" chain, k = 8, makes more, {chain8.tokens:.3f}, but from 8 passes: {s_chain8:.2f}. Big's"
             " best, k = 6, makes"
             f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}:"

@@ -5935,7 +5935,8 @@ def demo27_rates(**how):
                for c in range(len(TARGET))])
         print()
         say(f"In rows {and_list([repr(name(c)) for c in s.overs])}, small over-proposes {d}, so a redraw there is"
-            f" never {d}. So only {s.start[s.short]:.0%} of its rounds start after {d}, where its drafts pass most"
+            f" never {d}. So only {s.start[s.short]:.0%} of its rounds of {k_max} start after {d}, where its drafts pass"
+            " most"
             f" often, though {d} is {s.text[s.short]:.0%} of the text." + (
                 f" The passes, weighted by the text, give alpha, {s.text @ s.beta:.3f}; weighted by the starts,"
                 f" position 1's rate, {s.start @ s.beta:.3f}." if abs(s.text @ s.beta - r.alphas[1]) < 1e-9
@@ -5946,8 +5947,12 @@ def demo27_rates(**how):
             and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
-    say("What does it cost? As B grows, the plan keeps its pick until the pick falls more than"
-        f" {c19.tol:.1%} below the best, its margin. An exhaustive search tries every option at each B with no"
+    trees = [o.drafter.name for o in c19.options if o.shape.startswith("tree")]
+    say(f"What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to {k_max} of either draft"
+        + "".join(f" and a tree of the {t} one" for t in trees) + ", pricing the chains from the rates. As B grows,"
+        " it keeps its pick until the pick"
+        f" falls more than {c19.tol:.1%} below the best, its margin. An exhaustive search tries every option at each"
+        " B with no"
         " margin, each chain priced from its exact tokens per call and the tree from its sampled one:"
         f" at no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"

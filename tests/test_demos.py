@@ -201,9 +201,10 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
         assert rows[bug][4] == pytest.approx(sd.tv_distance(exact.sum(axis=1), sd.TARGET[5]), abs=1e-15)
     assert ("A round must end at its first rejection: the drafts after it followed the rejected token, which the"
             " output replaced.") in " ".join(text.split())
-    assert ("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0: the target decoded alone, 400 times,"
-            f" gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact TV runs the rule's stages in its own"
-            " loop, stopping at the first rejection, so only the fit catches the continue bug.") in " ".join(text.split())
+    assert ("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0: the target decoded alone, 400"
+            f" times, gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact"
+            " TV runs the rule's stages in its own loop, stopping at the first rejection, so only the fit catches the"
+            " continue bug.") in " ".join(text.split())
     assert "and k = 2. Four broken rules: bug what it does" in " ".join(text.split())
     assert rows["continue"][3] == "not scored" and "continue 0.3933 < 1e-12 not scored NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
@@ -496,7 +497,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs slightly high: rounds start less often")
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith(
+        "Eq. 1 runs slightly high: rounds start less often")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, [0.02, -0.01]).startswith("Eq. 1 runs slightly off. The middling")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, [-0.5, 0]).startswith("Eq. 1 runs low. The middling draft's chance")
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""
@@ -828,7 +830,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     uniform = sd.bugged("uniform_q")  # keeps 'a' with p / (1/2) = 2/3, not p/q: the 'a' then 'b' reason goes
     net = uniform.exact_block_tokens_per_call(P2, Q2, 2) - uniform.exact_tokens_per_call(P2, Q2, 2)
     assert "The block gains on 'a' then 'b'" not in uniform.demo14_why(P2, Q2, uniform.demo14_pairs(P2, Q2), net)
-    assert sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net + 0.1).endswith("which is p(a).")  # a gap it does not explain
+    # a gap it does not explain: the sum is withheld
+    assert sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net + 0.1).endswith("which is p(a).")
     # the block stage's h_1 edited to 0.5 where the draft wants it 1: the 'b' pairs no longer tie, and the sentence goes
     half = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0",
                        "return 0.5 if Z > 0 else 0.0"),))

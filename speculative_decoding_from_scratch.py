@@ -4652,18 +4652,9 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        met = [(b, hi) for *_, b, hi in shape.checks if b and b <= max_batch]  # the checks that cross within the plan
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (f" A pass of B sequences stays under the ridge while it scores at most about {shape.ridge_base:.1f} +"
-               f" {shape.ridge_each:.3f} B positions in all: demo 6's {shape.alone} at B = 1, and"
-               f" {shape.ridge_each:.3f} more for each further sequence, whose KV cache adds bytes to read and so"
-               f" time to fill with work. That is {shape.ridge_base:.1f} / B"
-               f" + {shape.ridge_each:.3f} a sequence, fewer as B grows."
-               if shape.ridge_each > 0 and int(shape.ridge_base + shape.ridge_each) == shape.alone else ""),
-            "Chapter 25 derives it, and shows where each check crosses it" + (
-                f"; the plan keeps each a little past it, where a check costs only a little more and stays within"
-                f" its {tol:.1%} margin."
-                if met and all(b < hi for b, hi in met) else "."))
+            + (" Each sequence's KV cache adds bytes to a pass, which moves the ridge; chapter 25 shows where each"
+               " check crosses it." if shape.ridge_each > 0 else " Chapter 25 shows where each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})

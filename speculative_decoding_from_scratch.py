@@ -4609,7 +4609,9 @@ def demo19_tuning(**how):
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
         f" model of width {big[0]}, small (the middling draft) for {small[2]} layers of width {small[0]}, against the"
-        f" target's {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}: a draft's acceptance comes from its table, its cost"
+        f" target's {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}"
+        + (f", each with an output layer over the same {LLAMA2_7B[3]:,} tokens" if big[3] == small[3] == LLAMA2_7B[3]
+           else "") + ": a draft's acceptance comes from its table, its cost"
         " from that shape. A draft's c, its pass's cost in target passes, comes"
         " from the bytes a pass reads: its weights once, whatever B, and every sequence's KV cache, the keys and"
         " values of its tokens." + (
@@ -4653,8 +4655,9 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (" Each sequence's KV cache adds bytes to a pass, which moves the ridge; chapter 25 shows where each"
-               " check crosses it." if shape.ridge_each > 0 else " Chapter 25 shows where each check crosses it."))
+            + (" Each sequence's KV cache adds bytes to a pass, so a pass of B sequences can score more positions"
+               " in all before it reaches the ridge, but fewer a sequence; chapter 25 shows where each check crosses"
+               " it." if shape.ridge_each > 0 else " Chapter 25 shows where each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
@@ -5574,8 +5577,9 @@ def demo23_engines(**how):
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         f": the tree's check crosses the ridge at B = {cross} (chapter 25: each sequence's stored keys"
-                         " and values move it), and past it every position costs time."
+                         f": the tree's check crosses the ridge at B = {cross}, past demo 6's"
+                         f" {free_positions(c19.n_ctx)} / {t[2]} as each sequence's stored keys and values add bytes"
+                         " (chapter 25), and past it every position costs time."
                          if (cross := ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])) and cross <= b
                          else "."))
                      for (given, b, k), es in group_by({e: c for e, c in more.items()}).items()))

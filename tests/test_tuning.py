@@ -370,7 +370,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
     assert ("Big (blend 0.75) stands for a 16-layer model of width 2048, small (the middling draft) for 4 layers of"
-            " width 768, against the target's 32 layers of 4096: a draft's acceptance comes from its table, its cost"
+            " width 768, against the target's 32 layers of 4096, each with an output layer over the same 32,000"
+            " tokens: a draft's acceptance comes from its table, its cost"
             " from that shape. A draft's c, its pass's cost in target passes, comes from the bytes a pass reads: its"
             " weights once, whatever B, and every sequence's KV cache, the keys and values of its tokens. At B = 1, c"
             f" is about the draft's share of the target's weight bytes: {c[0]:.4f} for big, {c_smalls[0]:.4f} for"
@@ -419,8 +420,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
-                           " position costs time. Each sequence's KV cache adds bytes to a pass, which moves the"
-                           " ridge; chapter 25 shows where each check crosses it.") in text
+                           " position costs time. Each sequence's KV cache adds bytes to a pass, so a pass of B"
+                           " sequences can score more positions in all before it reaches the ridge, but fewer a"
+                           " sequence; chapter 25 shows where each check crosses it.") in text
     assert tree > 295 // 15  # later than demo 6's 295 positions alone would put it: the KV caches move the ridge
     # the tree's crossing from the printed terms, as a reader finds it: 15 B = 289.3 + 5.878 B
     assert math.ceil(289.3 / (15 - 5.878)) == tree
@@ -528,8 +530,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3: the tree's check crosses the"
-                                          f" ridge at B = {cross} (chapter 25: each sequence's stored keys and"
-                                          " values move it), and past it every position costs time.") in flat_text
+                                          f" ridge at B = {cross}, past demo 6's 295 / 15 as each sequence's"
+                                          " stored keys and values add bytes (chapter 25), and past it every"
+                                          " position costs time.") in flat_text
+    assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan (SGLang)" in flat_text

@@ -226,7 +226,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts: that price is exact at k ="
-                             f" 8, and at most {max(low):.4f} low at a shorter k (chapter 27).") in text
+                             f" 8, and at most {max(low):.4f} low at a shorter k, whose rounds start after other"
+                             " tokens (chapter 27).") in text
     assert "rate at draft position i" not in text  # the rates themselves are chapter 27's to print
     drafters = {o.drafter.name: o.drafter for o in result.options}
     truth = [d._replace(tokens=[sd.exact_tokens_per_call(sd.TARGET, better if d.name == "big" else sd.MIDDLING, k)

@@ -5622,8 +5622,13 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     checking and block verification, on the paper's example and the middling
     draft."""
     P2, Q2 = PAPER_EXAMPLE
+    ab = demo14_pairs(P2, Q2)[1]  # the drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
-        " save an earlier one. Its paper proves it keeps the most drafts on average of any lossless verifier that"
+        " save an earlier one" + (f". In chapter 14's example, below, when the draft proposes 'a' then 'b',"
+                                  f" token-wise checking keeps {ab[5]:.2g} of the two on average, and block"
+                                  " verification always keeps both"
+                                  if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else "") + "."
+        " Its paper proves it keeps the most drafts on average of any lossless verifier that"
         " keeps some drafts and then draws one token. Could a verifier keep more?")
     print()
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"

@@ -887,8 +887,11 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert ("Block verification keeps 11/9, so no verifier of its kind reaches the ideal here. Whether one of another"
             " kind could, say one that draws more than one token after the drafts it keeps, this chapter does not"
             " test.") in flat(text)
+    # the pair 'a' then 'b' by hand: token-wise keeps 'a' with p/q = 1/2 and then 'b' always (p/q = 2), 1/2 + 1/2;
+    # the block keeps both (chapter 14's table)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
-            " can save an earlier one.") in flat(text)
+            " can save an earlier one. In chapter 14's example, below, when the draft proposes 'a' then 'b', token-wise"
+            " checking keeps 1 of the two on average, and block verification always keeps both.") in flat(text)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
     assert result.gains[0][1] == pytest.approx(result.gains[0][2]) == pytest.approx(result.gains[0][3])
     assert "at every k (at k = 1 all three are equal: demo 1's rule reaches the ideal)," in flat(text)

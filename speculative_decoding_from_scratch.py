@@ -1441,9 +1441,12 @@ def why_eq1_is_off(P, Q, gaps):
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
     overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5 and 0 in starts.overs
-            and starts.short == hi and starts.left_out)  # the reason below, for eq. 1 running high
+            and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
+            # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
+            and starts.text @ starts.beta - starts.start @ starts.beta
+            >= expected_tokens(starts.text @ starts.beta, LESSON_K) - exact_tokens_per_call(P, Q, LESSON_K) > 0)
     return ((f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}")
-            + (": rounds start less often where drafts pass most." if high else ".") + " The middling draft's chance"
+            + (": a round's first draft passes less often than alpha." if high else ".") + " The middling draft's chance"
             " to pass depends on the token before it:"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
                 " Each round's first draft follows the last round's final token, most often a redraw. After"

@@ -4640,7 +4640,8 @@ def demo19_tuning(**how):
         f" token in one pass of {nodes} positions. Chapter 8 shows how the tree is checked, and tests that it keeps"
         " the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-, as in"
-        f" demo 3), from {tree[1]} draft passes, one per level.")
+        f" demo 3), from {tree[1]} draft passes, one per level. The plan prices only this tree; chapter 8 shows"
+        " wider ones, and children drawn distinct, that keep more.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. A speedup is tokens per call times t_plain /"

@@ -544,6 +544,13 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
 
 
 def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, detail19):
+    # the one tree it prices, beside chapter 8's: the wider tree, and distinct children, keep more tokens per call
+    rows = {r[0]: r for r in in_process[0]["8"].rates}  # (label, depth, nodes, independent, distinct, exact)
+    two, three = rows["tree, branching 2"], rows["tree, branching 3"]
+    assert three[3] > two[3] and two[4] > two[3] and three[4] > three[3]
+    assert three[3] > in_process[0]["19"].buckets[0][2].tokens
+    assert ("The plan prices only this tree; chapter 8 shows wider ones, and children drawn distinct, that keep more."
+            in " ".join(section(in_process[1], "19").split()))
     # the small draft's first rate read at k = 8 is not its rate in rounds of k = 1 (demo 4's 1.691 - 1): where
     # rounds start depends on k, so pricing every k from one k's rates is a shortcut, which the search then prices
     text = " ".join(section(in_process[1], "19").split())

@@ -5914,7 +5914,7 @@ def demo27_rates(**how):
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
         f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
     print()
-    table([("k", 3, "d")] + [(f"{label}\n{n}", 10, ".4f") for n in r.names for label in ("rates", "exact")],
+    table([("k", 3, "d")] + [(f"{label}\n{n}", 12, ".4f") for n in r.names for label in ("from rates", "exact")],
           [(k, *[v for rates, exact in zip(r.rates, r.exact) for v in (1 + sum(rates[:k]), exact[k - 1])])
            for k in range(1, k_max + 1)])
     print()

@@ -2182,7 +2182,9 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " child is judged against the q it was drawn from, that renormalised row."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
         f"Each way runs {n_runs:,} times, recording the first two tokens after '{name(ctx)}', as in demo 2; the exact"
-        " check here covers chains only. Consistent means the fit finds no difference from the target:")
+        " check here covers chains only. By what a p-value means, even the target's own samples fit below 0.05 about"
+        f" one time in 20, so the line is the legend's {P_REJECT:g}. Consistent means the fit finds no difference"
+        " from the target:")
     print()
     table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
     ok = [r[3] == "consistent" for r in rows]

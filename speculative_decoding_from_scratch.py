@@ -5772,8 +5772,10 @@ def demo25_crossings(s, buckets, max_batch, tol):
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if gives_way:
         print()
-        cost = (f" A pass of the small draft costs c = {s.c_small[0]:.4f} at B = 1."
-                if tree.drafter.name == chain.drafter.name == "small" else "")
+        shape = tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
+        cost = (f" A pass of chapter 19's small draft, {shape[2]} layers of width {shape[0]}, costs c ="
+                f" {s.c_small[0]:.4f} at B = 1."
+                if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple) else "")
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
             f" draft passes, one per level, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}."
             f"{cost} Below the ridge the"

@@ -1749,8 +1749,8 @@ def long_context_note(k, lengths, hw=H100, then="", why=True):
         return ""
     return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
-            f" {k + 1} positions costs what one position does ({worst:.2f} plain passes, of one position a sequence)"
-            " at every batch that fits in"
+            f" {k + 1} positions costs what one position does ({worst:.2f} plain passes; a plain pass scores one"
+            " position a sequence) at every batch that fits in"
             f" the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then}" + (
                 f" Demo 6's {alone} free positions were for one sequence. A server decodes B sequences at once, and"
                 " each adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B"
@@ -5880,10 +5880,12 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
 def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     say("Real text often repeats what came before it. Chapter 11's target is a character model of Python's"
         " documentation that, with probability lam, copies: it writes the character that followed the longest"
-        " earlier match of the text's end. Its draft is prompt lookup, which needs no model. It finds where the"
+        " earlier match of the text's end. Else it draws from a table of what follows each pair of characters."
+        " Its draft is prompt lookup, which needs no model. It finds where the"
         f" text's last {VLLM_LOOKUP.n_max} characters first occurred earlier (else its last"
         f" {', then '.join(str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1))}), and proposes"
-        " the k characters that followed them there. The serving engine vLLM calls this its ngram method; Hugging"
+        " the k characters that followed them there. Its q is all on each guess x, so demo 1's rule keeps x with"
+        " chance p(x). The serving engine vLLM calls this its ngram method; Hugging"
         " Face transformers (HF), a Python"
         f" library, tries its last {HF_LOOKUP.n_max} characters, then {HF_LOOKUP.n_min}. Chapter 11 checks that both"
         " keep the target's distribution. How much do they buy?")

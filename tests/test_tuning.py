@@ -423,7 +423,11 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
                            " position costs time. Each sequence's KV cache adds bytes to a pass, so a pass of B"
                            " sequences can score more positions in all before it reaches the ridge, but fewer a"
-                           " sequence; chapter 25 shows where each check crosses it.") in text
+                           f" sequence: about {base:.1f} / B + {each:.3f}. Chapter 25 derives it and shows where each"
+                           " check crosses it.") in text
+    # each planned check crosses the printed bound, by hand, where the roofline says, and before the plan leaves it
+    for n, b in ((15, tree), (9, crossings[0]), (8, crossings[1])):
+        assert math.ceil(289.3 / (n - 5.878)) == b
     assert tree > 295 // 15  # later than demo 6's 295 positions alone would put it: the KV caches move the ridge
     # the tree's crossing from the printed terms, as a reader finds it: 15 B = 289.3 + 5.878 B
     assert math.ceil(289.3 / (15 - 5.878)) == tree

@@ -2210,7 +2210,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps; nodes:",
-        "positions verified. A chain has one child a node, so it is measured one way.")
+        "drafts verified, in a pass that also scores the text's last token. A chain has one child a node, so it is"
+        " measured one way.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
            ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 14, ".2f")], rows,
@@ -2226,7 +2227,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" {'more' if wider else 'NOT more'} than the chain's"
         f" {rows[0][3]:.2f}.", f"A chain as long as the tree has nodes, {rows[3][2]}, makes {rows[3][5]:.2f} exactly:"
         f" {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than that tree's {rows[2][4]:.2f}, for as many"
-        f" positions verified and {rows[3][1]} draft passes, not {rows[2][1]}. A tree drafts a whole level in one"
+        f" drafts verified and {rows[3][1]} draft passes, not {rows[2][1]}. A tree drafts a whole level in one"
         " pass.",
         "Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
         " rejected token, where the residual is 0, so the repeat always fails." if repeats else "")

@@ -1372,7 +1372,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
         "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
-        f"alpha. A round is one target call plus k draft calls at c each, so the speedup at c = {c:g} is measured"
+        f"alpha. A round costs one target call plus k draft calls at c each: the speedup at c = {c:g} is measured"
         f" tokens per call / (1 + k c). Agrees: within {FIT_Z} standard errors (+-) of exact.")
     print()
     table([("draft", 17, "<"), ("alpha", 7, ".3f"),
@@ -1381,10 +1381,16 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
           rows, groups=[("", 0, 1), ("tokens per call (one round)", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
     print()
+    why, starts, after = why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None]) if (
+        not misfits and not errors) else ("", None, "")
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
-        why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None])
-        if not misfits and not errors else "")
+        why)
+    if starts:
+        print()
+        table([("x", 3, "<"), ("passes", 8, ".3f"), ("text", 7, ".3f"), ("starts", 8, ".3f")], starts)
+        print()
+        say(after)
     tokens = [r[5] for r in rows if r[5] is not None]
     takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
              " falls.",
@@ -1423,39 +1429,44 @@ def round_starts(P, Q, k=1):
 
 
 def why_eq1_is_off(P, Q, gaps):
-    """Demo 3's sentence on eq. 1, whose gaps above the exact counts are gaps
-    (one number or one per row): which way it is off, and why. While
-    accept_prob keeps min(p, q) of every row, it is the tables: each row's pass
-    chance, sum min(p, q), differs. Else it is the rule as the reader has it."""
+    """Demo 3's words on eq. 1, whose gaps above the exact counts are gaps
+    (one number or one per row): which way it is off, and why, as (words, a
+    table's rows or None, words after it). While accept_prob keeps min(p, q)
+    of every row, it is the tables: each row's pass chance, sum min(p, q),
+    differs, and rounds start after some tokens more than the text holds them.
+    Else it is the rule as the reader has it."""
     beta, kept = np.minimum(P, Q).sum(axis=1), kept_and_replaced(P, Q)[0].sum(axis=1)
     lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
     gaps = np.atleast_1d(gaps)
     gap, side = np.abs(gaps).max(), "high" if (gaps > -1e-9).all() else "low" if (gaps < 1e-9).all() else "off"
     if gap < 5e-3:
-        return ""
+        return "", None, ""
     if not np.allclose(kept, beta, atol=1e-9):
-        return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
+        return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.", None, ""
     if beta[hi] - beta[lo] < 5e-4:
-        return "Eq. 1 runs off, though every row passes alike."
+        return "Eq. 1 runs off, though every row passes alike.", None, ""
     starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
-    overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
+    alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5 and 0 in starts.overs
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
-            and starts.text @ starts.beta - starts.start @ starts.beta
-            >= expected_tokens(starts.text @ starts.beta, LESSON_K) - exact_tokens_per_call(P, Q, LESSON_K) > 0)
-    return ((f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}")
-            + (": a round's first draft passes less often than alpha." if high else ".") + " The middling draft's chance"
-            " to pass depends on the token before it:"
+            and alpha - first >= expected_tokens(alpha, LESSON_K) - exact_tokens_per_call(P, Q, LESSON_K) > 0)
+    off = f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}"
+    if high:
+        overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
+        return (f"{off}: a round's first draft passes less often than alpha. For the middling draft, by the token x"
+                " before it: passes, sum min(p, q) in row x; text, x's share of the target's text; starts, the"
+                " share of rounds starting after x:",
+                [(name(c), beta[c], starts.text[c], starts.start[c]) for c in range(len(P))],
+                f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Rounds follow a round's"
+                " final token, most often a redraw, never a token the draft over-proposes: after"
+                f" {overs}, that is '{name(hi)}' (chapter 27).")
+    return (f"{off}. The middling draft's chance to pass depends on the token before it:"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                " Each round's first draft follows the last round's final token, most often a redraw. After"
-                f" {overs}, the draft over-proposes '{name(hi)}', so a redraw there is never '{name(hi)}'. So only"
-                f" {starts.start[hi]:.0%} of rounds start after '{name(hi)}', though alpha weighs it by its share of"
-                f" the text, {starts.text[hi]:.0%} (chapter 27)." if high else
                 f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
                 " (chapter 27)." if fewer else
-                " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."))
+                " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."), None, "")
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
@@ -1777,7 +1788,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads every 16-bit weight once,",
-        f"{weights:.2f} GB, however many positions it scores; the input embedding table, only looked up, is left"
+        f"{weights:.2f} GB, however many positions it scores; the input embedding table is left"
         " out. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
@@ -6068,7 +6079,7 @@ README lists edits."""
 
 def menu():
     """The lesson's last lines: each chapter's number and question, and how to run it."""
-    print(f"\n{'=' * 78}\nThe chapters go beyond the paper; run one by number, or all:\n")
+    print(f"\n{'=' * 78}\nThe chapters go beyond the paper; run one, or all:\n")
     print("\n".join(f"  {n:>2}  {title}" for n, (title, _) in CHAPTERS.items()))
     print(f"\n  python3 {os.path.basename(__file__)} 9\n  python3 {os.path.basename(__file__)} all")
 

@@ -456,12 +456,17 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # by hand: the first draft of demo 3's rounds passes less often than alpha, by more than all eq. 1 runs over
     first, alpha = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)[0], sd.pair_alpha(sd.TARGET, sd.MIDDLING)
     assert alpha - first > sd.expected_tokens(alpha, 4) - sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) > 0
-    assert (f"Eq. 1 runs slightly high: a round's first draft passes less often than alpha. The middling draft's chance"
-            f" to pass depends on the token before it: {beta.min():.3f} after 'a' to {beta.max():.3f} after 'd'. Each"
-            " round's first draft follows the last round's final token, most often a redraw. After 'a' (demo 1), 'c'"
-            f" and 'd', the draft over-proposes 'd', so a redraw there is never 'd'. So only {starts.start[3]:.0%} of"
-            f" rounds start after 'd', though alpha weighs it by its share of the text, {starts.text[3]:.0%} (chapter"
-            " 27).") in flat
+    assert ("Eq. 1 runs slightly high: a round's first draft passes less often than alpha. For the middling draft, by"
+            " the token x before it: passes, sum min(p, q) in row x; text, x's share of the target's text; starts, the"
+            " share of rounds starting after x: x passes text starts") in flat
+    # the table's rows, by hand: each row's pass chance, and where demo 3's rounds of 4 start against the text
+    for x in range(6):
+        assert (f"{sd.name(x)} {beta[x]:.3f} {starts.text[x]:.3f} {starts.start[x]:.3f}") in flat
+    assert starts.text @ beta == pytest.approx(alpha) and starts.start @ beta == pytest.approx(first)
+    assert (f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Rounds follow a round's final"
+            " token, most often a redraw, never a token the draft over-proposes: after 'a' (demo 1), 'c' and 'd', that"
+            " is 'd' (chapter 27).") in flat
+    assert int(np.argmax(beta)) == 3 and int(np.argmin(starts.start - starts.text)) == 3  # 'd': passes most, starts least
     assert (round(starts.start[3], 2), round(starts.text[3], 2)) == (0.09, 0.18)
     # by hand: the middling draft over-proposes 'd' after 'a', 'c' and 'd', and after no other token
     assert [c for c in range(6) if sd.MIDDLING[c, 3] > sd.TARGET[c, 3]] == [0, 2, 3]
@@ -499,12 +504,13 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # with the acceptance rule edited, the rule moves the count, and the reason is not given
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
-            "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith(
-        "Eq. 1 runs slightly high: a round's first draft")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, [0.02, -0.01]).startswith("Eq. 1 runs slightly off. The middling")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, [-0.5, 0]).startswith("Eq. 1 runs low. The middling draft's chance")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""
+            "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.", None, "")
+    words, table_rows, after = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
+    assert words.startswith("Eq. 1 runs slightly high: a round's first draft") and len(table_rows) == 6 and after
+    for gaps, start in (([0.02, -0.01], "Eq. 1 runs slightly off. The middling"), ([-0.5, 0], "Eq. 1 runs low. The")):
+        words, table_rows, after = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, gaps)  # no reason, no table
+        assert words.startswith(start) and table_rows is None and after == ""
+    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ("", None, "")
 
 
 def test_demo5_in_detail_says_a_redraw_is_under_proposed_only_while_the_residual_makes_it_so():
@@ -567,7 +573,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     weights = 2 * (layers * (4 * d * d + 3 * d * d_ff) + d * vocab)
     assert sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1] == weights and f"{weights / 1e9:.2f}" == "13.21"
     assert ("A pass reads every 16-bit weight once, 13.21 GB, however many positions it scores; the input embedding"
-            " table, only looked up, is left out.") in flat_text
+            " table is left out.") in flat_text
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, about one MAC per two-byte weight, so up to {free} positions"
             f" (147.6 / 0.50) cost what one does") in " ".join(text.split()) and free == int(147.6 / 0.50)

@@ -325,7 +325,7 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             f" {c_big:.4f}:"
             f" {s_chain:.2f}.") in text
     lesson3 = " ".join(section(in_process[1], "3").split())
-    assert sd.LESSON_C == 0.1 and "so the speedup at c = 0.1 is measured" in lesson3
+    assert sd.LESSON_C == 0.1 and "the speedup at c = 0.1 is measured" in lesson3
     big_rates = sd.exact_per_position(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 8)  # by its rates, not exact
     exact6 = sd.exact_tokens_per_call(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 6)
     assert longest.tokens == pytest.approx(1 + sum(big_rates[:6])) and f"{longest.tokens:.3f}" != f"{exact6:.3f}"

@@ -1795,7 +1795,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
     print()
     table([("positions", 9, "d"), ("GMACs", 9, ".1f"), ("GB read", 9, ".2f"), ("MACs/byte", 11, ".2f"),
-           ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8"), ("time vs\n1 position", 12, ".2f")],
+           ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8"),
+           ("time vs\n1 position", 12, ".2f")],
           [(*r[:5], str(r[5]), r[4] / t1) for r in rows])
     one, free = rows[0][3], int(ridge() // rows[0][3])
     free_rows = [r for r in rows if r[4] / t1 < 1 + 1e-9]  # the rows that cost what one position does
@@ -5963,7 +5964,8 @@ def demo27_rates(**how):
                for c in range(len(TARGET))])
         print()
         say(f"In rows {and_list([repr(name(c)) for c in s.overs])}, small over-proposes {d}, so a redraw there is"
-            f" never {d}. So only {s.start[s.short]:.0%} of its rounds of {k_max} start after {d}, where its drafts pass"
+            f" never {d}. So only {s.start[s.short]:.0%} of its rounds of {k_max} start after {d}, where its drafts"
+            " pass"
             " most"
             f" often, though {d} is {s.text[s.short]:.0%} of the text." + (
                 f" The passes, weighted by the text, give alpha, {s.text @ s.beta:.3f}; weighted by the starts,"

@@ -466,7 +466,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert (f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Rounds follow a round's final"
             " token, most often a redraw, never a token the draft over-proposes: after 'a' (demo 1), 'c' and 'd', that"
             " is 'd' (chapter 27).") in flat
-    assert int(np.argmax(beta)) == 3 and int(np.argmin(starts.start - starts.text)) == 3  # 'd': passes most, starts least
+    # 'd': drafts pass most after it, and rounds start after it least, against the text
+    assert int(np.argmax(beta)) == 3 and int(np.argmin(starts.start - starts.text)) == 3
     assert (round(starts.start[3], 2), round(starts.text[3], 2)) == (0.09, 0.18)
     # by hand: the middling draft over-proposes 'd' after 'a', 'c' and 'd', and after no other token
     assert [c for c in range(6) if sd.MIDDLING[c, 3] > sd.TARGET[c, 3]] == [0, 2, 3]

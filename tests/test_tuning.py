@@ -732,7 +732,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = " ".join(section(in_process[1], "20").split())
     assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions costs what one"
             " position does (1.00 plain passes; a plain pass scores one position a sequence) at every batch that fits"
-            " in the H100 SXM's 80 GB. At that length each sequence's KV cache, the keys and values of its tokens, adds so many bytes"
+            " in the H100 SXM's 80 GB. At that length each sequence's KV cache, the keys and values of its tokens,"
+            " adds so many bytes"
             " that no batch reaches the"
             " ridge. So a check costs what a plain step does, and a switch would have nothing to save.") in text
 

@@ -1156,7 +1156,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 64, "<")], labelled_rows(BUG_WORDS, 62))
     floor = attempt(lambda: floor_tv(TARGET, ctx, n_runs, 2))
     print()
-    say("A round must end at its first rejection: the drafts after it followed the rejected token, which the output"
+    say("A round must end at its first rejection: later drafts followed the rejected token, which the output"
         " replaced.")
     print()
     say("Both TVs compare P(x1, x2) with the target's. A sample's TV is"
@@ -1456,12 +1456,12 @@ def why_eq1_is_off(P, Q, gaps):
     if high:
         overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
         return (f"{off}: a round's first draft passes less often than alpha. For the middling draft, by the token x"
-                " before it: passes, sum min(p, q) in row x; text, x's share of the target's text; starts, the"
+                " before it: passes, sum min(p, q) in row x; text, x's share of the text; starts, the"
                 " share of rounds starting after x:",
                 [(name(c), beta[c], starts.text[c], starts.start[c]) for c in range(len(P))],
                 f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Rounds follow a round's"
-                " final token, most often a redraw, never a token the draft over-proposes: after"
-                f" {overs}, that is '{name(hi)}' (chapter 27).")
+                f" final token, most often a redraw. In rows {overs} the draft over-proposes '{name(hi)}', so a redraw"
+                f" there is never '{name(hi)}' (chapter 27).")
     return (f"{off}. The middling draft's chance to pass depends on the token before it:"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
                 f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"

@@ -4661,7 +4661,8 @@ def demo19_tuning(**how):
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. A speedup is tokens per call times t_plain /"
         " (t_check + n t_draft), for n draft passes, each t a pass's time at that B on the roofline: the target's"
-        " plain pass, its check, a draft's. Going up in B, it keeps"
+        " plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c t_plain, so that is"
+        " the lesson's tokens per call / (1 + n c). Going up in B, it keeps"
         f" the option it has until it falls more than {tol:.1%} below the best, so as not to switch for less. It"
         f" stops at B = {max_batch},"
         f" where the target's and the {c19.roomiest} draft's weights, their input embedding tables too, and every"

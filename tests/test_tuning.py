@@ -585,11 +585,16 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
     assert ("The plan tries chains of k = 1 to 8 and the tree. A speedup is tokens per call times t_plain / (t_check +"
             " n t_draft), for n draft passes, each t a pass's time at that B on the roofline: the target's plain pass,"
-            " its check, a draft's.") in text
+            " its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c t_plain, so that is the lesson's"
+            " tokens per call / (1 + n c).") in text
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]
     check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, tree.positions, 1), sd.H100)[0]
     draft = sd.roofline_time(*sd.pass_traffic((768, 2048, 4, 32000), 512, tree.draft_width, 1), sd.H100)[0]
     assert sd.option_speedup(tree, 1, 512) == pytest.approx(tree.tokens * plain / (check + tree.draft_passes * draft))
+    # below the ridge, at B = 1, the check costs a plain pass and a draft pass c of one: the lesson's formula
+    c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
+    assert check == pytest.approx(plain) and draft == pytest.approx(c1 * plain)
+    assert sd.option_speedup(tree, 1, 512) == pytest.approx(tree.tokens / (1 + tree.draft_passes * c1))
 
 
 def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_process):

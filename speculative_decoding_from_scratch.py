@@ -1456,12 +1456,13 @@ def why_eq1_is_off(P, Q, gaps):
     if high:
         overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
         return (f"{off}: a round's first draft passes less often than alpha. For the middling draft, by the token x"
-                " before it: passes, sum min(p, q) in row x; text, x's share of the text; starts, the"
-                " share of rounds starting after x:",
+                " before it: passes, sum min(p, q) in row x; text and starts, x's shares of the text and of round"
+                " starts:",
                 [(name(c), beta[c], starts.text[c], starts.start[c]) for c in range(len(P))],
-                f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Rounds follow a round's"
-                f" final token, most often a redraw. In rows {overs} the draft over-proposes '{name(hi)}', so a redraw"
-                f" there is never '{name(hi)}' (chapter 27).")
+                f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Most rounds follow a"
+                f" redraw. In rows {overs} the draft over-proposes '{name(hi)}', so a redraw there is never"
+                f" '{name(hi)}'. So fewer rounds start after '{name(hi)}', where drafts pass most, than the text holds"
+                " (chapter 27).")
     return (f"{off}. The middling draft's chance to pass depends on the token before it:"
             f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
                 f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
@@ -6068,9 +6069,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           times an unrelated table; the middling draft is m = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call that gives p at all k+1
-          positions at once, as when it reads a prompt, for about the
-          cost of one (demo 6); if all k pass, position k+1 gives a
-          bonus token, drawn from p
+          positions at once, for about the cost of one (demo 6); if all k
+          pass, position k+1 gives a bonus token, drawn from p
   alpha   the chance a draft is accepted, each previous token weighted
           by its share of the target's text
   c       one draft call's cost, in target calls; "per call" means per

@@ -457,15 +457,15 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     first, alpha = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)[0], sd.pair_alpha(sd.TARGET, sd.MIDDLING)
     assert alpha - first > sd.expected_tokens(alpha, 4) - sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) > 0
     assert ("Eq. 1 runs slightly high: a round's first draft passes less often than alpha. For the middling draft, by"
-            " the token x before it: passes, sum min(p, q) in row x; text, x's share of the text; starts, the share of"
-            " rounds starting after x: x passes text starts") in flat
+            " the token x before it: passes, sum min(p, q) in row x; text and starts, x's shares of the text and of"
+            " round starts: x passes text starts") in flat
     # the table's rows, by hand: each row's pass chance, and where demo 3's rounds of 4 start against the text
     for x in range(6):
         assert (f"{sd.name(x)} {beta[x]:.3f} {starts.text[x]:.3f} {starts.start[x]:.3f}") in flat
     assert starts.text @ beta == pytest.approx(alpha) and starts.start @ beta == pytest.approx(first)
-    assert (f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Rounds follow a round's final"
-            " token, most often a redraw. In rows 'a' (demo 1), 'c' and 'd' the draft over-proposes 'd', so a redraw"
-            " there is never 'd' (chapter 27).") in flat
+    assert (f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Most rounds follow a redraw. In"
+            " rows 'a' (demo 1), 'c' and 'd' the draft over-proposes 'd', so a redraw there is never 'd'. So fewer"
+            " rounds start after 'd', where drafts pass most, than the text holds (chapter 27).") in flat
     # 'd': drafts pass most after it, and rounds start after it least, against the text
     assert int(np.argmax(beta)) == 3 and int(np.argmin(starts.start - starts.text)) == 3
     assert (round(starts.start[3], 2), round(starts.text[3], 2)) == (0.09, 0.18)

@@ -3874,6 +3874,12 @@ def demo15_verdicts(rows, k):
             "No lossless verifier that keeps some drafts, then draws one token, keeps more on average than block"
             " verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")
+        if more:
+            half = 0.5 * (1 + math.log(2))  # P(u_1 u_2 <= r) = r (1 - ln r), at r = 1/2
+            print()
+            say("Step 3 as shipped is why they keep more: a product of uniforms falls below a number more often than"
+                f" one uniform does. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f},"
+                " where one uniform falls below it half the time.")
     return caught
 
 

@@ -785,6 +785,13 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " or none if there is none. Step 5 draws the next token from max(0, w_i p - q), normalised, or from p if i"
             " = k.") \
         in " ".join(text.split())
+    # why they keep more, by sampling: two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2), not 0.5
+    u = np.random.default_rng(0).random((2, 200_000))
+    assert abs((u[0] * u[1] <= 0.5).mean() - 0.5 * (1 + np.log(2))) < 0.005
+    half = 0.5 * (1 + np.log(2))
+    assert ("Step 3 as shipped is why they keep more: a product of uniforms falls below a number more often than one"
+            f" uniform does. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, where one"
+            " uniform falls below it half the time.") in " ".join(text.split())
     assert list(sd.SHIPPED_WORDS) == [r[0] for r in rows[1:]]  # each shipped path said in words, in order
     for label, words in sd.SHIPPED_WORDS.items():
         assert f"{label} {words}" in " ".join(text.split())

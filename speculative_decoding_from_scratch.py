@@ -5787,7 +5787,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
         " planned option: the batch at which its check reaches the ridge, the positions that pass scores, and the"
         " last batch the plan runs it" + "".join(
-            f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep, {n - 1} drafts checked as"
+            f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep,"
+            f" {n - 1} drafts checked as"
             f" {n} positions per sequence" for how, n, *_ in rows[:1] if how.startswith("tree")
             for a, b in [map(int, how.split()[1].rstrip(",").split("x"))]) + ":")
     print()

@@ -4652,7 +4652,7 @@ def demo19_tuning(**how):
             if bytes_set_c else ""))
     print()
     vs_exact = rates_and_exact(c19)
-    low = [e[k - 1] - 1 - sum(r[:k]) for r, e in zip(vs_exact.rates, vs_exact.exact) for k in range(1, k_max)]
+    low = [g for each in vs_exact.low for g in each]  # every drafter's, at every shorter k
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
         f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
@@ -4712,8 +4712,10 @@ def chapter19_search(c19):
 
 def rates_and_exact(c19):
     """Chapter 19's two drafters' rates at k_max against the exact tokens per
-    call at every k, and what says why they part: alpha, and where small's
-    rounds start, at k_max and at 1 (chapter 27 prints them)."""
+    call at every k (low: how far 1 plus the first k rates falls below the
+    exact count, each drafter at each k < k_max), and what says why they part:
+    alpha, and where small's rounds start, at k_max and at 1 (chapter 27
+    prints them)."""
     k_max, rates, drafters = c19.k_max, c19.rates, c19.drafters
     exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
@@ -4723,6 +4725,7 @@ def rates_and_exact(c19):
     s = starts[0]
     return SimpleNamespace(
         rates=rates, exact=exact, alphas=alphas, starts=starts, at_1=at_1, k_max=k_max, names=[d[0] for d in drafters],
+        low=[[e[k - 1] - 1 - sum(r[:k]) for k in range(1, k_max)] for r, e in zip(rates, exact)],
         at_k=all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact)),  # the rates' own k: exact
         off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
         below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)),
@@ -5953,9 +5956,8 @@ def demo27_rates(**how):
           [(k, *[v for rates, exact in zip(r.rates, r.exact) for v in (1 + sum(rates[:k]), exact[k - 1])])
            for k in range(1, k_max + 1)])
     print()
-    short = [k for k in range(1, k_max) if all(1 + sum(rates[:k]) < exact[k - 1] for rates, exact in zip(r.rates,
-                                                                                                         r.exact))]
-    low = max((e[k - 1] - 1 - sum(x[:k]) for x, e in zip(r.rates, r.exact) for k in short), default=0.0)
+    short = [k for k in range(1, k_max) if all(each[k - 1] > 0 for each in r.low)]  # the rates read low for both
+    low = max((each[k - 1] for each in r.low for k in short), default=0.0)
     say(f"At k = {k_max} the two agree: the rates were counted there." if r.at_k else
         f"NOT even at k = {k_max} do the two agree.",
         f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else

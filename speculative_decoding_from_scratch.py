@@ -4204,19 +4204,10 @@ def lossy_verifier(rule):
 def table_proposals(Q, k):
     """Every k-token draft from table Q after a text, as verify_outcomes takes
     them: [(drafted, q_rows, chance)], one proposal for a one-hot Q."""
-    def proposals(text):
-        out = []
-
-        def grow(drafted, rows, prob):
-            c = drafted[-1] if drafted else text[-1]
-            if len(drafted) == k:
-                out.append((drafted, rows, prob))
-                return
-            for x in np.flatnonzero(Q[c]).tolist():
-                grow(drafted + [x], rows + [Q[c]], prob * Q[c, x])
-        grow([], [], 1.0)
-        return out
-    return proposals
+    def grow(drafted, rows, prob, c):  # every way to finish a draft whose last token is c
+        return [(drafted, rows, prob)] if len(drafted) == k else [
+            d for x in np.flatnonzero(Q[c]).tolist() for d in grow(drafted + [x], rows + [Q[c]], prob * Q[c, x], x)]
+    return lambda text: grow([], [], 1.0, text[-1])
 
 
 def lossy_exact(P, D, rule, ctx, n, k):

@@ -4315,8 +4315,6 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
     say(one_hot_words(rows),
-        f"At ({setting_text(SGLANG_EXACT)}) SGLang's rule is the one-hot rule: exact TV " + exact_text(
-            next(r[2] for r in rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT))) + ".",
         "" if dominated
         else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
         *[f"Typical's defaults ({r[1]}) make {r[3]:.2f} tokens per call,"
@@ -4340,14 +4338,24 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
 
 
 def one_hot_words(rows):
-    """Why chapter 18's one-hot row makes the fewest lossless tokens per call:
-    its draft is kept with chance p(x), a lower average than alpha."""
+    """Chapter 18 on one-hot drafts: why their lossless rule makes the fewest
+    tokens per call (a draft kept with chance p(x), a lower average than
+    alpha); SGLang's exact setting as that rule; and its shipped setting,
+    which only verifiers that sample their drafts dominate, priced against it."""
     per_call = {r[0]: r[3] for r in rows if r[1] == "lossless" and r[3] is not None}
     hot, alpha = pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(TARGET, MIDDLING)
-    return (f"One-hot makes the fewest lossless tokens per call, {per_call['one-hot']:.2f}: its draft is kept with"
-            f" chance p(x), {hot:.2f} on average here, against alpha {alpha:.2f} for the sampled draft."
-            if {"one-hot", "probabilistic"} <= set(per_call) and per_call["one-hot"] == min(per_call.values())
-            and hot < alpha else "")
+    sg = {r[1]: r for r in rows if r[0] == "sglang" and r[2] is not None}
+    exact, shipped = sg.get(setting_text(SGLANG_EXACT)), sg.get(setting_text(SGLANG_SHIPPED))
+    one = per_call.get("one-hot")
+    return " ".join(w for w in (
+        f"One-hot makes the fewest lossless tokens per call, {one:.2f}: its draft is kept with chance p(x), {hot:.2f}"
+        f" on average here, against alpha {alpha:.2f} for the sampled draft." if "probabilistic" in per_call and one ==
+        min(per_call.values()) and hot < alpha else "",
+        f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
+        exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",
+        f"Only verifiers that sample their drafts dominate SGLang's ({shipped[1]}). Against the one-hot rule, it makes"
+        f" {shipped[3] - one:.2f} more tokens per call, at a TV of {shipped[2]:.2f}." if shipped and one and
+        shipped[5] == "dominated" and shipped[3] > one else "") if w)
 
 
 def typical_rows(rows):

@@ -164,6 +164,15 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     assert (f"One-hot makes the fewest lossless tokens per call, {rows[('one-hot', 'lossless')][3]:.2f}: its draft is"
             f" kept with chance p(x), {hot:.2f} on average here, against alpha 0.70 for the sampled draft.") in text
     assert sd.one_hot_words([r for r in result.first.rows if r[0] != "one-hot"]) == ""
+    # SGLang's shipped setting, dominated only by verifiers that sample their drafts, priced against one-hot too
+    sg = rows[("sglang", "1, 0.5")]
+    dominators = [r[0] for r in result.first.rows if r[1] == "lossless" and r[3] >= sg[3]]
+    assert sg[5] == "dominated" and dominators and "one-hot" not in dominators
+    assert (f"Only verifiers that sample their drafts dominate SGLang's (1, 0.5). Against the one-hot rule, it makes"
+            f" {sg[3] - rows[('one-hot', 'lossless')][3]:.2f} more tokens per call, at a TV of {sg[2]:.2f}.") in text
+    assert f"{sg[3] - rows[('one-hot', 'lossless')][3]:.2f}" == "0.61" and f"{sg[2]:.2f}" == "0.60"
+    undominated = [r[:5] + ("",) if r[0] == "sglang" else r for r in result.first.rows]
+    assert "Only verifiers" not in sd.one_hot_words(undominated)
 
 
 @pytest.fixture(scope="module")

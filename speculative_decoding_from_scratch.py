@@ -1381,16 +1381,11 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
           rows, groups=[("", 0, 1), ("tokens per call (one round)", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
     print()
-    why, starts, after = why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None]) if (
-        not misfits and not errors) else ("", None, "")
+    why = why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None]) if (
+        not misfits and not errors) else ""
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         why)
-    if starts:
-        print()
-        table([("x", 3, "<"), ("passes", 8, ".3f"), ("text", 7, ".3f"), ("starts", 8, ".3f")], starts)
-        print()
-        say(after)
     tokens = [r[5] for r in rows if r[5] is not None]
     takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
              " falls.",
@@ -1430,21 +1425,20 @@ def round_starts(P, Q, k=1):
 
 def why_eq1_is_off(P, Q, gaps):
     """Demo 3's words on eq. 1, whose gaps above the exact counts are gaps
-    (one number or one per row): which way it is off, and why, as (words, a
-    table's rows or None, words after it). While accept_prob keeps min(p, q)
-    of every row, it is the tables: each row's pass chance, sum min(p, q),
-    differs, and rounds start after some tokens more than the text holds them.
-    Else it is the rule as the reader has it."""
+    (one number or one per row): which way it is off, and why. While
+    accept_prob keeps min(p, q) of every row, it is the tables: each row's
+    pass chance, sum min(p, q), differs, and rounds start after some tokens
+    more than the text holds them. Else it is the rule as the reader has it."""
     beta, kept = np.minimum(P, Q).sum(axis=1), kept_and_replaced(P, Q)[0].sum(axis=1)
     lo, hi = int(np.argmin(beta)), int(np.argmax(beta))
     gaps = np.atleast_1d(gaps)
     gap, side = np.abs(gaps).max(), "high" if (gaps > -1e-9).all() else "low" if (gaps < 1e-9).all() else "off"
     if gap < 5e-3:
-        return "", None, ""
+        return ""
     if not np.allclose(kept, beta, atol=1e-9):
-        return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.", None, ""
+        return "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row."
     if beta[hi] - beta[lo] < 5e-4:
-        return "Eq. 1 runs off, though every row passes alike.", None, ""
+        return "Eq. 1 runs off, though every row passes alike."
     starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
@@ -1455,19 +1449,17 @@ def why_eq1_is_off(P, Q, gaps):
     off = f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}"
     if high:
         overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
-        return (f"{off}: a round's first draft passes less often than alpha. For the middling draft, by the token x"
-                " before it: passes, sum min(p, q) in row x; text and starts, x's shares of the text and of round"
-                " starts:",
-                [(name(c), beta[c], starts.text[c], starts.start[c]) for c in range(len(P))],
-                f"Weighted by text, passes give alpha, {alpha:.3f}; by starts, {first:.3f}. Most rounds follow a"
-                f" redraw. In rows {overs} the draft over-proposes '{name(hi)}', so a redraw there is never"
-                f" '{name(hi)}'. So fewer rounds start after '{name(hi)}', where drafts pass most, than the text holds"
-                " (chapter 27).")
-    return (f"{off}. The middling draft's chance to pass depends on the token before it:"
-            f" {beta[lo]:.3f} after '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'." + (
-                f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
-                " (chapter 27)." if fewer else
-                " And rounds start after a redraw or bonus, not at random points of the text (chapter 27)."), None, "")
+        return (f"{off}: a round's first draft passes less often than alpha, {first:.3f} against {alpha:.3f} here."
+                f" A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts passed"
+                f" ({1 - starts.redrawn.sum():.2f} of rounds). In rows {overs} the draft over-proposes '{name(hi)}',"
+                f" so a redraw there is never '{name(hi)}'. So rounds start after '{name(hi)}' less often than its"
+                f" share of the text, {starts.start[hi]:.3f} against {starts.text[hi]:.3f}, though drafts after it"
+                f" pass most, {beta[hi]:.3f} of the time (chapter 27).")
+    return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
+        f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
+            f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
+            " (chapter 27)." if fewer else
+            " And rounds start after a redraw or bonus, not at random points of the text (chapter 27).")
 
 
 def demo3_detail(result=None, P=TARGET, Q=MIDDLING):

@@ -1781,8 +1781,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads every 16-bit weight once,",
-        f"{weights:.2f} GB, however many positions it scores; the input embedding table is left"
-        " out. It also reads the KV",
+        f"{weights:.2f} GB, however many positions it scores. The input embedding table is left out: a pass reads"
+        " one row of it per position. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
@@ -6071,8 +6071,8 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
   round   k drafts, then one target call that gives p at all k+1
           positions at once, for about the cost of one (demo 6); if all k
           pass, position k+1 gives a bonus token, drawn from p
-  alpha   the chance a draft is accepted, each previous token weighted
-          by its share of the target's text
+  alpha   the chance a draft is accepted, averaged over the token before
+          it by how often that token appears in the target's text
   c       one draft call's cost, in target calls; "per call" means per
           target call
   TV      total variation: the most two distributions differ on any event

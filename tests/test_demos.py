@@ -572,8 +572,8 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     d, d_ff, layers, vocab = sd.LLAMA2_7B
     weights = 2 * (layers * (4 * d * d + 3 * d * d_ff) + d * vocab)
     assert sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1] == weights and f"{weights / 1e9:.2f}" == "13.21"
-    assert ("A pass reads every 16-bit weight once, 13.21 GB, however many positions it scores; the input embedding"
-            " table is left out.") in flat_text
+    assert ("A pass reads every 16-bit weight once, 13.21 GB, however many positions it scores. The input embedding"
+            " table is left out: a pass reads one row of it per position.") in flat_text
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, about one MAC per two-byte weight, so up to {free} positions"
             f" (147.6 / 0.50) cost what one does") in " ".join(text.split()) and free == int(147.6 / 0.50)

@@ -802,8 +802,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     block, token_wise = (f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call,
                                                                sd.exact_tokens_per_call))
     assert block > token_wise and f"{token_wise:.2f}" in " ".join(demo["3"][1].split())
-    assert (f"On the lesson's middling draft at k = 4, the block makes {block:.3f} tokens per call against token-wise"
-            f" checking's {token_wise:.3f}, {block / token_wise - 1:.1%} more.") in flat(text)
+    assert (f"On the lesson's middling draft at k = 4, the block makes {block:.3f} tokens per call, exactly, against"
+            f" token-wise checking's {token_wise:.3f} (demo 3's exact {token_wise:.2f}), {block / token_wise - 1:.1%}"
+            " more.") in flat(text)
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and "token-wise 1.1111 10/9 block 1.2222 11/9" in flat(
         text) and "measured" not in flat(text)  # the measurement is the detail's
     kept, detail = printed(sd.DETAILS["14"], result)

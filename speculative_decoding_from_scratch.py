@@ -4776,8 +4776,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
         f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})." + (
-            f" Its best chain, {s.chain.shape}, makes more, {s.chain.tokens:.3f}, but from {s.chain.draft_passes}"
-            f" passes: {s.chain_speed:.2f}." if s.chain is not None and s.chain.tokens > s.first.tokens
+            f" Its best chain, {s.chain.shape}, can keep {s.chain.draft_passes} drafts a round to the tree's"
+            f" {s.first.draft_passes}, one a level, so it makes more, {s.chain.tokens:.3f}, but from"
+            f" {s.chain.draft_passes} passes: {s.chain_speed:.2f}." if s.chain is not None and s.chain.tokens > s.first.tokens
             and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "") +
         f" {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="

@@ -5797,7 +5797,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         shape = tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
         cost = (f" A pass of chapter 19's small draft, {shape[2]} layers of width {shape[0]}, costs c ="
-                f" {s.c_small[0]:.4f} at B = 1, rising to {max(s.c_small):.4f} at B = {len(s.c_small)} as its KV"
+                f" {s.c_small[0]:.4f} of a target pass at B = 1, rising to {max(s.c_small):.4f} of one at B ="
+                f" {len(s.c_small)} as its KV"
                 " caches grow."
                 if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple)
                 and s.c_small == sorted(s.c_small) else "")

@@ -499,7 +499,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert (f"The tree is the first to give way. It makes {t.tokens:.3f} tokens per call from 3 draft passes, one per"
             f" level, and k = 8 makes {c.tokens:.3f} from 8. A pass of chapter 19's small draft, 4 layers of width 768,"
-            f" costs c = {c1:.4f} at B = 1, rising to {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} at B ="
+            f" costs c = {c1:.4f} of a target pass at B = 1, rising to"
+            f" {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} of one at B ="
             " 241 as its KV caches grow."
             " Below the ridge the tree's fewer passes win; past it, k = 8's fewer positions, 9 against 15.") in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8

@@ -3773,7 +3773,7 @@ BLOCK_WORDS = {"tokenwise_residual": "step 5: the next token from the token-wise
 SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3: position i, k included, is a cut point if min(1, p(x_1)/q(x_1)) *"
                                          " ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, with u_j one uniform"
                                          " drawn at position j. Step 5: the next token from the token-wise"
-                                         " residual, max(0, p - q), not max(0, w_i p - q)",
+                                         " residual, max(0, p - q), not max(0, w_i p - q); from p if i = k",
                  "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 
@@ -3805,7 +3805,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " min(1, w_(i-1) p(x_i) / q(x_i)). Step 3 makes each position i a cut point, where the block may end, on a"
         " coin flip of its own: position k with chance w_k, an earlier one with chance h_i = Z_i / (Z_i + 1 - w_i),"
         " where Z_i sums max(0, w_i p - q) over the vocabulary, with p and q the rows at position i+1. The block"
-        " keeps x_1..x_i for i the largest cut point, or none if there is none. Step 5 draws the next token from"
+        " keeps x_1..x_i for i the largest cut point; with no cut point, i = 0 and it keeps none. Step 5 draws the"
+        " next token from"
         " max(0, w_i p - q), normalised, or from p if i = k.")
     print()
     say("vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators, ships block"
@@ -3870,9 +3871,10 @@ def demo15_verdicts(rows, k):
         if more:
             half = 0.5 * (1 + math.log(2))  # P(u_1 u_2 <= r) = r (1 - ln r), at r = 1/2
             print()
-            say("Step 3 as shipped is why they keep more: a product of uniforms falls below a number more often than"
-                f" one uniform does. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f},"
-                " where one uniform falls below it half the time.")
+            say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. The block's last"
+                " position is a cut point when one uniform falls below w_k. As shipped, each position i is one when a"
+                " product of i uniforms falls below a weight, more often than one uniform would. Two uniforms'"
+                f" product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time.")
     return caught
 
 

@@ -780,17 +780,25 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " draft's, capped at 1 at each step: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). Step 3 makes each"
             " position i a cut point, where the block may end, on a coin flip of its own: position k with chance w_k,"
             " an earlier one with chance h_i = Z_i / (Z_i + 1 - w_i), where Z_i sums max(0, w_i p - q) over the"
-            " vocabulary, with p and q the rows at position i+1. The block keeps x_1..x_i for i the largest cut point,"
-            " or none if there is none. Step 5 draws the next token from max(0, w_i p - q), normalised, or from p if i"
-            " = k.") \
+            " vocabulary, with p and q the rows at position i+1. The block keeps x_1..x_i for i the largest cut point;"
+            " with no cut point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q),"
+            " normalised, or from p if i = k.") \
         in " ".join(text.split())
+    # step 5 only picks the token after the drafts: edited alone, each round keeps as many drafts, from every start
+    def kept_counts(m, d):  # the chance a round from d keeps 0..3 drafts
+        return np.bincount([len(drafts) for drafts, _, _ in m.block_round_outcomes(m.TARGET, m.MIDDLING, d, 3)],
+                           [p for _, _, p in m.block_round_outcomes(m.TARGET, m.MIDDLING, d, 3)], 4)
+    step5 = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)
+    assert all(kept_counts(step5, d) == pytest.approx(kept_counts(sd, d), abs=1e-12) for d in range(sd.VOCAB))
     # why they keep more, by sampling: two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2), not 0.5
     u = np.random.default_rng(0).random((2, 200_000))
     assert abs((u[0] * u[1] <= 0.5).mean() - 0.5 * (1 + np.log(2))) < 0.005
     half = 0.5 * (1 + np.log(2))
-    assert ("Step 3 as shipped is why they keep more: a product of uniforms falls below a number more often than one"
-            f" uniform does. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, where one"
-            " uniform falls below it half the time.") in " ".join(text.split())
+    assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. The block's last"
+            " position is a cut point when one uniform falls below w_k. As shipped, each position i is one when a"
+            " product of i uniforms falls below a weight, more often than one uniform would. Two uniforms' product"
+            f" falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time.")\
+        in " ".join(text.split())
     assert list(sd.SHIPPED_WORDS) == [r[0] for r in rows[1:]]  # each shipped path said in words, in order
     for label, words in sd.SHIPPED_WORDS.items():
         assert f"{label} {words}" in " ".join(text.split())

@@ -1163,9 +1163,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         " never 0" +
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV has the stop at the first rejection built in" +
-        (f", so it cannot express the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}: only the fit"
-         " catches it." if unseen else "."))
+        "The exact TV sums over rounds that stop at their first rejection" +
+        (f": only the fit can catch the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 12, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])

@@ -203,8 +203,8 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
             " output replaced.") in " ".join(text.split())
     assert ("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0: the target decoded alone, 400"
             f" times, gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact"
-            " TV has the stop at the first rejection built in, so it cannot express the continue bug: only the fit"
-            " catches it.") in " ".join(text.split())
+            " TV sums over rounds that stop at their first rejection: only the fit can catch the continue bug.")\
+        in " ".join(text.split())
     assert "and k = 2. Four broken rules: bug what it does" in " ".join(text.split())
     assert rows["continue"][3] == "not scored" and "continue 0.3933 < 1e-12 not scored NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say

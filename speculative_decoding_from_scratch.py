@@ -1370,7 +1370,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
         "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
-        "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with the same chance",
+        "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with chance",
         f"alpha. A round costs one target call plus k draft calls at c each: the speedup at c = {c:g} is measured"
         f" tokens per call / (1 + k c). Agrees: within {FIT_Z} standard errors (+-) of exact.")
     print()
@@ -1796,8 +1796,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     print()
     say(f"A pass is memory-bound below {ridge():.1f} MACs per byte, the ridge point: {H100.flops / 2e12:.1f} trillion",
         f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f} MACs per byte,"
-        " about one MAC per"
-        f" two-byte weight, so up to {free} positions ({ridge():.1f} / {one:.2f})",
+        f" so up to {free} positions ({ridge():.1f} / {one:.2f})",
         "cost what one does: checking uses idle arithmetic.",
         f"Past the ridge, {past[0][0]} positions cost {past[0][4] / t1:.2f} times one." if past
         else "")

@@ -875,9 +875,9 @@ def about(n):
     return f"{n / 1e6:.1f} million" if n >= 1e6 else f"{float(f'{n:.2g}'):,.0f}"
 
 
-def and_list(words):
-    """'a', 'a and b', 'a, b and c'."""
-    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+def and_list(words, last="and"):
+    """'a', 'a and b', 'a, b and c' (or 'a, b or c', with last="or")."""
+    return ", ".join(words[:-1]) + f" {last} " + words[-1] if len(words) > 1 else "".join(words)
 
 
 def number_word(n):
@@ -1382,9 +1382,11 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     print()
     why = why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None]) if (
         not misfits and not errors) else ""
+    why, steps = why if isinstance(why, tuple) else (why, [])
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         why)
+    say_items(steps, numbered=True)
     tokens = [r[5] for r in rows if r[5] is not None]
     takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
              " falls.",
@@ -1424,7 +1426,8 @@ def round_starts(P, Q, k=1):
 
 def why_eq1_is_off(P, Q, gaps):
     """Demo 3's words on eq. 1, whose gaps above the exact counts are gaps
-    (one number or one per row): which way it is off, and why. While
+    (one number or one per row): which way it is off, and why, as words, or
+    as (words, numbered steps) where it runs high for the reason below. While
     accept_prob keeps min(p, q) of every row, it is the tables: each row's
     pass chance, sum min(p, q), differs, and rounds start after some tokens
     more than the text holds them. Else it is the rule as the reader has it."""
@@ -1447,13 +1450,15 @@ def why_eq1_is_off(P, Q, gaps):
             and alpha - first >= expected_tokens(alpha, LESSON_K) - exact_tokens_per_call(P, Q, LESSON_K) > 0)
     off = f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}"
     if high:
-        overs = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs])
-        return (f"{off}: a round's first draft passes less often than alpha, {first:.3f} against {alpha:.3f} here."
-                f" A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts passed"
-                f" ({1 - starts.redrawn.sum():.2f} of rounds). In rows {overs} the draft over-proposes '{name(hi)}',"
-                f" so a redraw there is never '{name(hi)}'. So rounds start after '{name(hi)}' less often than its"
-                f" share of the text, {starts.start[hi]:.3f} against {starts.text[hi]:.3f}, though drafts after it"
-                f" pass most, {beta[hi]:.3f} of the time (chapter 27).")
+        overs, d = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs], "or"), name(hi)
+        return (f"{off}. Why, for the middling draft:", [
+                    f"A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts"
+                    f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
+                    f"A redraw is never a token the draft over-proposes, and after {overs} it over-proposes '{d}'.",
+                    f"So rounds start after '{d}' less often than its share of the text: {starts.start[hi]:.3f}"
+                    f" against {starts.text[hi]:.3f}.",
+                    f"But drafts after '{d}' pass most often, {beta[hi]:.3f} of the time. So a round's first draft"
+                    f" passes {first:.3f} of the time, not alpha's {alpha:.3f} (chapter 27)."])
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
             f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"

@@ -458,12 +458,12 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert alpha - first > sd.expected_tokens(alpha, 4) - sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) > 0
     assert starts.text @ beta == pytest.approx(alpha) and starts.start @ beta == pytest.approx(first)
     bonus = 1 - starts.start @ sd.round_table(sd.TARGET, sd.MIDDLING, 4)[:, :4].sum(axis=(1, 2))  # all 4 passed
-    assert (f"Eq. 1 runs slightly high: a round's first draft passes less often than alpha, {first:.3f} against"
-            f" {alpha:.3f} here. A round starts after the last round's final token: a redraw, unless all 4 drafts"
-            f" passed ({bonus:.2f} of rounds). In rows 'a' (demo 1), 'c' and 'd' the draft over-proposes 'd', so a"
-            f" redraw there is never 'd'. So rounds start after 'd' less often than its share of the text,"
-            f" {starts.start[3]:.3f} against {starts.text[3]:.3f}, though drafts after it pass most, {beta[3]:.3f} of"
-            " the time (chapter 27).") in flat
+    assert (f"Every row agrees. Eq. 1 runs slightly high. Why, for the middling draft: 1. A round starts after the"
+            f" last round's final token: a redraw, unless all 4 drafts passed ({bonus:.2f} of rounds). 2. A redraw is"
+            " never a token the draft over-proposes, and after 'a' (demo 1), 'c' or 'd' it over-proposes 'd'. 3. So"
+            f" rounds start after 'd' less often than its share of the text: {starts.start[3]:.3f} against"
+            f" {starts.text[3]:.3f}. 4. But drafts after 'd' pass most often, {beta[3]:.3f} of the time. So a round's"
+            f" first draft passes {first:.3f} of the time, not alpha's {alpha:.3f} (chapter 27).") in flat
     assert (f"{first:.3f}", f"{alpha:.3f}", f"{bonus:.2f}", f"{beta[3]:.3f}") == ("0.681", "0.703", "0.25", "0.919")
     assert bonus == pytest.approx(sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)[3])  # the rate of all 4 passing
     # 'd': drafts pass most after it, and rounds start after it least, against the text
@@ -506,10 +506,11 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02).startswith("Eq. 1 runs slightly high: a round's first")
+    words, steps = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
+    assert words == "Eq. 1 runs slightly high. Why, for the middling draft:" and len(steps) == 4
     for gaps, start in (([0.02, -0.01], "Eq. 1 runs slightly off. The middling"), ([-0.5, 0], "Eq. 1 runs low. The")):
         words = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, gaps)  # not high: no reason from where rounds start
-        assert words.startswith(start) and "round's first draft" not in words
+        assert words.startswith(start) and "Why" not in words
     assert sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 1e-3) == ""
 
 

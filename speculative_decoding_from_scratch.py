@@ -4654,7 +4654,9 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
         f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
             f": that price is exact at k = {k_max}, and at most {max(low):.4f} low at a shorter k"
-            + (", whose rounds start after other tokens (chapter 27)." if vs_exact.bonus else " (chapter 27).")
+            + (f". A shorter k ends more rounds on a bonus token, drawn from p, so more of its rounds start after"
+               f" '{name(vs_exact.starts[0].short)}', where drafts pass most (chapter 27)."
+               if vs_exact.bonus and vs_exact.starts[0].most else " (chapter 27).")
             if vs_exact.at_k and low and min(low) > 0 else ". Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"

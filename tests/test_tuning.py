@@ -226,8 +226,15 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts: that price is exact at k ="
-                             f" 8, and at most {max(low):.4f} low at a shorter k, whose rounds start after other"
-                             " tokens (chapter 27).") in text
+                             f" 8, and at most {max(low):.4f} low at a shorter k. A shorter k ends more rounds on a"
+                             " bonus token, drawn from p, so more of its rounds start after 'd', where drafts pass"
+                             " most (chapter 27).") in text
+    # by hand, for small: rounds of 1 end on a bonus more often than rounds of 8, and start after 'd' more often
+    ends = {k: sd.round_table(sd.TARGET, sd.MIDDLING, k) for k in (1, 8)}
+    start = {k: sd.stationary(e.sum(axis=1)) for k, e in ends.items()}
+    bonus = {k: start[k] @ ends[k][:, k].sum(axis=1) for k in (1, 8)}
+    assert bonus[1] > bonus[8] and start[1][3] > start[8][3]
+    assert int(np.argmax(np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1))) == 3
     assert "rate at draft position i" not in text  # the rates themselves are chapter 27's to print
     drafters = {o.drafter.name: o.drafter for o in result.options}
     truth = [d._replace(tokens=[sd.exact_tokens_per_call(sd.TARGET, better if d.name == "big" else sd.MIDDLING, k)

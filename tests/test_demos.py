@@ -665,6 +665,11 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text)
     assert "A tree drafts a whole level in one pass." in flat(text)
+    # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
+    tree3, long_chain = result.rates[2], result.rates[3]
+    assert (f"At demo 3's c = 0.1 a draft pass, the tree's speedup is {tree3[4] / (1 + 3 * 0.1):.2f}, the long"
+            f" chain's {long_chain[5] / (1 + 39 * 0.1):.2f}: slower than plain decoding.") in flat(text)
+    assert long_chain[5] == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)) and tree3[1] == 3
     nodes = {r[0]: r[2] for r in result.rates}
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
     chain, widest = result.rates[0][3], result.rates[2][4]

@@ -1163,8 +1163,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         " never 0" +
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV sums over rounds that stop at their first rejection" +
-        (f": only the fit can catch the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}." if unseen else "."))
+        "The exact TV models only rounds that stop at their first rejection" +
+        (f": it cannot score the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 12, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1806,8 +1806,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f"Past the ridge, {past[0][0]} positions cost {past[0][4] / t1:.2f} times one." if past
         else "")
     print()
-    say("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the",
-        "ridge (chapter 25).")
+    say("With B sequences decoded at once, a pass scores B(k+1) positions, so a large batch can cross the ridge"
+        " (chapter 25).")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})

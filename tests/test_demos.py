@@ -203,7 +203,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
             " output replaced.") in " ".join(text.split())
     assert ("Both TVs compare P(x1, x2) with the target's. A sample's TV is never 0: the target decoded alone, 400"
             f" times, gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact"
-            " TV sums over rounds that stop at their first rejection: only the fit can catch the continue bug.")\
+            " TV models only rounds that stop at their first rejection: it cannot score the continue bug.")\
         in " ".join(text.split())
     assert "and k = 2. Four broken rules: bug what it does" in " ".join(text.split())
     assert rows["continue"][3] == "not scored" and "continue 0.3933 < 1e-12 not scored NOT (fit only)" in " ".join(
@@ -591,8 +591,8 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     fit = sd.sequences_that_fit(16)
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
-    assert ("A server decoding B sequences at once scores B(k+1) positions a pass, so a large batch can cross the"
-            " ridge (chapter 25).") in flat_text
+    assert ("With B sequences decoded at once, a pass scores B(k+1) positions, so a large batch can cross the ridge"
+            " (chapter 25).") in flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert 2 * m5 / (one5 - w5) < sd.ridge() and sd.no_k_helps_from(0.7, 512) is None

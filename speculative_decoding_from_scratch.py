@@ -1444,17 +1444,18 @@ def why_eq1_is_off(P, Q, gaps):
     starts = round_starts(P, Q, LESSON_K)  # where demo 3's rounds start, against the text
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
-    high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5 and 0 in starts.overs
+    eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
+    high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
-            and alpha - first >= expected_tokens(alpha, LESSON_K) - exact_tokens_per_call(P, Q, LESSON_K) > 0)
+            and alpha - first >= eq1 - exact > 0)
     off = f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}"
     if high:
-        overs, d = and_list([repr(name(c)) + (" (demo 1)" if c == 0 else "") for c in starts.overs], "or"), name(hi)
-        return (f"{off}. Why, for the middling draft:", [
+        overs, d = and_list([repr(name(c)) for c in starts.overs], "or"), name(hi)
+        return (f"{off}: {eq1:.2f} against the exact {exact:.2f} for the middling draft. Why:", [
                     f"A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts"
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
-                    f"A redraw is never a token the draft over-proposes, and after {overs} it over-proposes '{d}'.",
+                    f"After {overs} the draft over-proposes '{d}' (q > p), so a redraw there is never '{d}'.",
                     f"So rounds start after '{d}' less often than its share of the text: {starts.start[hi]:.3f}"
                     f" against {starts.text[hi]:.3f}.",
                     f"But drafts after '{d}' pass most often, {beta[hi]:.3f} of the time. So a round's first draft"

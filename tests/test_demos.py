@@ -458,9 +458,11 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert alpha - first > sd.expected_tokens(alpha, 4) - sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) > 0
     assert starts.text @ beta == pytest.approx(alpha) and starts.start @ beta == pytest.approx(first)
     bonus = 1 - starts.start @ sd.round_table(sd.TARGET, sd.MIDDLING, 4)[:, :4].sum(axis=(1, 2))  # all 4 passed
-    assert (f"Every row agrees. Eq. 1 runs slightly high. Why, for the middling draft: 1. A round starts after the"
-            f" last round's final token: a redraw, unless all 4 drafts passed ({bonus:.2f} of rounds). 2. A redraw is"
-            " never a token the draft over-proposes, and after 'a' (demo 1), 'c' or 'd' it over-proposes 'd'. 3. So"
+    eq1, exact = sd.expected_tokens(alpha, 4), sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
+    assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
+            f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
+            f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so a redraw there"
+            " is never 'd'. 3. So"
             f" rounds start after 'd' less often than its share of the text: {starts.start[3]:.3f} against"
             f" {starts.text[3]:.3f}. 4. But drafts after 'd' pass most often, {beta[3]:.3f} of the time. So a round's"
             f" first draft passes {first:.3f} of the time, not alpha's {alpha:.3f} (chapter 27).") in flat
@@ -507,7 +509,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert words == "Eq. 1 runs slightly high. Why, for the middling draft:" and len(steps) == 4
+    assert words == "Eq. 1 runs slightly high: 2.79 against the exact 2.77 for the middling draft. Why:" and len(
+        steps) == 4
     for gaps, start in (([0.02, -0.01], "Eq. 1 runs slightly off. The middling"), ([-0.5, 0], "Eq. 1 runs low. The")):
         words = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, gaps)  # not high: no reason from where rounds start
         assert words.startswith(start) and "Why" not in words

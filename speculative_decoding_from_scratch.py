@@ -5072,14 +5072,23 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     slow = [f"the {d} draft " + ", and ".join(f"{way} at T = {and_list(ts)}" for way, ts in ways.items() if ts)
             for d, ways in slower.items() if any(ways.values())]
     print()
-    say(" ".join(f"At T = 0 the {r[0]} draft's likeliest token is never the target's." for r in rows
-                 if r[1] == 0 and r[2] == 0),
+    say(" ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
         "Here greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x),"
         " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else
         "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
         f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
         "No row is slower than plain decoding.")
     return lower
+
+
+def never_agree_words(label, Q, P=TARGET):
+    """Why a draft's alpha at T = 0 is 0: its likeliest token is the target's
+    only after tokens the target's greedy text never comes back to (or never)."""
+    agree = [c for c in range(len(P)) if P[c].argmax() == Q[c].argmax()]
+    text = stationary(temper(P, 0))  # where greedy text runs, from a uniform first token
+    where = f" only after {and_list([repr(name(c)) for c in agree])}, which the target's greedy text never returns to"
+    return (f"At T = 0 the {label} draft's likeliest token is the target's{where if agree else ' after no token'}."
+            if all(text[c] < 1e-12 for c in agree) else "")
 
 
 def greedy_runs(rows, k=4):

@@ -327,7 +327,14 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert all(r[2:4] == (r[2],) * 2 and r[4] == r[5] for r in result.temperatures if r[1] == 0) and (
         "At T = 0 the two ways are one: a sampled draft is its likeliest token too.") in " ".join(text.split())
     zero = [r[0] for r in result.temperatures if r[1] == 0 and r[2] == 0]
-    assert zero == ["middling"] and "At T = 0 the middling draft's likeliest token is never the target's." in text
+    # by hand: the argmaxes agree only after 'c' and 'd'; greedy text from c goes c, d, e, f, a, e, ...: never back
+    assert [c for c in range(6) if sd.TARGET[c].argmax() == sd.MIDDLING[c].argmax()] == [2, 3]
+    walk = [2]
+    for _ in range(12):
+        walk.append(int(sd.TARGET[walk[-1]].argmax()))
+    assert walk[:3] == [2, 3, 4] and not {2, 3} & set(walk[2:])
+    assert zero == ["middling"] and ("At T = 0 the middling draft's likeliest token is the target's only after 'c'"
+                                     " and 'd', which the target's greedy text never returns to.") in flat(text)
     ends = {}
     for r in result.temperatures:
         ends.setdefault(r[0], {})[r[1]] = r[2]

@@ -5977,7 +5977,7 @@ def demo27_rates(**how):
         f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
         "At a shorter k they differ." if r.off else "")
     if r.below and r.why:
-        small = c19.drafters[1][2]
+        small, many = c19.drafters[1][2], int(np.argmax(s.start - s.text))  # many: rounds start after it most, per text
         print()
         say(f"Why? Position 1's rates at k = {k_max}, {and_list([f'{x[0]:.3f}' for x in r.rates])}, are below demo"
             f" 3's alpha, {and_list([f'{a:.3f}' for a in r.alphas])}. Alpha weighs each context by how often the"
@@ -5992,11 +5992,13 @@ def demo27_rates(**how):
               [(name(c), TARGET[c, s.short], small[c, s.short], s.text[c], s.start[c], s.beta[c])
                for c in range(len(TARGET))])
         print()
-        say(f"In rows {and_list([repr(name(c)) for c in s.overs])}, small over-proposes {d}, so a redraw there is"
+        say(f"After {and_list([repr(name(c)) for c in s.overs], 'or')}, small over-proposes {d}, so a redraw there is"
             f" never {d}. So only {s.start[s.short]:.0%} of its rounds of {k_max} start after {d}, where its drafts"
             " pass"
             " most"
             f" often, though {d} is {s.text[s.short]:.0%} of the text." + (
+                f" And {s.start[many]:.0%} start after '{name(many)}', where they pass least, though it is"
+                f" {s.text[many]:.0%} of the text." if many == int(np.argmin(s.beta)) else "") + (
                 f" The passes, weighted by the text, give alpha, {s.text @ s.beta:.3f}; weighted by the starts,"
                 f" position 1's rate, {s.start @ s.beta:.3f}." if abs(s.text @ s.beta - r.alphas[1]) < 1e-9
                 and abs(s.start @ s.beta - r.rates[1][0]) < 1e-9 else ""),
@@ -6008,7 +6010,9 @@ def demo27_rates(**how):
     print()
     trees = [o.drafter.name for o in c19.options if o.shape.startswith("tree")]
     say(f"What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to {k_max} of either draft"
-        + "".join(f" and a tree of the {t} one" for t in trees) + ", pricing the chains from the rates. As B grows,"
+        + "".join(f" and a tree of the {t} one" for t in trees) + ", pricing the chains from the rates." + (
+            " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
+            if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
         " it keeps its pick until the pick"
         f" falls more than {c19.tol:.1%} below the best, its margin. An exhaustive search tries every option at each"
         " B with no"

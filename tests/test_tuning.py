@@ -247,7 +247,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert "exhaustive search" not in text  # chapter 27 holds it, below
     text27 = " ".join(section(in_process[1], "27").split())
     assert ("What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to 8 of either draft and a"
-            " tree of the small one, pricing the chains from the rates. As B grows, it keeps its pick until the pick"
+            " tree of the small one, pricing the chains from the rates. The best pick changes with B, as past demo 6's"
+            " ridge every checked position costs time (chapter 25). As B grows, it keeps its pick until the pick"
             " falls more than 0.5% below the best,"
             " its margin. An exhaustive search tries every option at each B with no margin, each chain priced"
             " from its exact tokens per call and the tree from its sampled one:"
@@ -662,9 +663,12 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
                 f" {beta[c]:.4f}") in text
     assert f"{np.round(text_share, 4) @ np.round(beta, 4):.3f}" == f"{alphas[1]:.3f}"
     assert f"{np.round(start, 4) @ np.round(beta, 4):.3f}" == f"{first[1]:.3f}"
-    assert ("In rows 'a', 'c' and 'd', small over-proposes 'd', so a redraw there is never 'd'. So only"
+    # by hand: 'a' is where rounds start most often against the text, and where drafts pass least
+    assert int(np.argmax(start - text_share)) == 0 == int(np.argmin(beta))
+    assert ("After 'a', 'c' or 'd', small over-proposes 'd', so a redraw there is never 'd'. So only"
             f" {start[d]:.0%} of its rounds of 8 start after 'd', where its drafts pass most often, though 'd' is"
-            f" {text_share[d]:.0%} of the text. The passes, weighted by the text, give alpha, {alphas[1]:.3f};"
+            f" {text_share[d]:.0%} of the text. And {start[0]:.0%} start after 'a', where they pass least, though it"
+            f" is {text_share[0]:.0%} of the text. The passes, weighted by the text, give alpha, {alphas[1]:.3f};"
             f" weighted by the starts, position 1's rate, {first[1]:.3f}. A shorter k ends more rounds on a bonus"
             f" token, drawn from p: at k = 1, {start1[d]:.0%} of small's rounds start after 'd', and its position 1"
             f" passes {start1 @ beta:.3f} of the time.") in text

@@ -3056,7 +3056,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f"{VLLM_LOOKUP.n_max} characters earlier in the text, then its last"
         f" {and_list([str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1)]).replace(' and ', ', then ')}."
         " At the earliest place they occur, it proposes",
-        f"the k characters that followed (here k = {k}). vLLM, a serving engine, calls this its ngram method.",
+        f"up to k characters that followed (here k = {k}). vLLM, a serving engine, calls this its ngram method.",
         f"Hugging Face transformers (HF), a Python library, tries the last {HF_LOOKUP.n_max} characters, then"
         f" {', then '.join(str(n) for n in range(HF_LOOKUP.n_max - 1, HF_LOOKUP.n_min - 1, -1))}.",
         "A proposal is certain, so its q is one-hot: the draft is kept with chance p(x). Below, the",
@@ -3880,7 +3880,8 @@ def demo15_verdicts(rows, k):
             print()
             say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. The block's last"
                 " position is a cut point when one uniform falls below w_k. As shipped, each position i is one when a"
-                " product of i uniforms falls below a weight, more often than one uniform would. Two uniforms'"
+                " product of i uniforms falls below a weight: from i = 2 on, more often than one uniform would."
+                " Two uniforms'"
                 f" product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time.")
     return caught
 
@@ -4242,9 +4243,9 @@ def demo18_lossy(k=3, ctx=5, n=3):
             ("probabilistic", "lossless: the paper's rule."),
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
-            ("block", "lossless: block verification judges the k drafts together (chapter 14). It keeps more"
-                      " drafts than the paper's rule and stays exact: demo 1's min(p, q) bounds a draft judged"
-                      " alone, not a run judged whole."),
+            ("block", "lossless: block verification judges the k drafts together (chapter 14). On average it"
+                      " keeps at least as many drafts as the paper's rule and stays exact: demo 1's min(p, q) bounds"
+                      " a draft judged alone, not a run judged whole."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
@@ -4332,7 +4333,8 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
     argmax = farther and typical_from_p_tv(*next(t for t in TYPICAL_SETTINGS if setting_text(t) == strict[1]),
                                            k, ctx, n) < strict[2] / 2  # drawn from p, its TV halves
     say(f"Typical's strictest ({strict[1]}) and loosest ({loose[1]}) settings are both farther from the target than"
-        " its defaults. The strictest rejects the most drafts, and after each rejection it emits p's argmax. The"
+        " its defaults. The strictest of the three rejects the most drafts, and after each rejection it emits p's"
+        " argmax. The"
         " loosest keeps most drafts, so its text leans to the draft's."
         if argmax and demo18_loose_words(rows, k, ctx, n) else "",
         "The option --detail plots tokens per call against exact TV.")
@@ -4355,7 +4357,7 @@ def one_hot_words(rows):
         min(per_call.values()) and hot < alpha else "",
         f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
         exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",
-        f"Only verifiers that sample their drafts dominate SGLang's ({shipped[1]}). Against the one-hot rule, it makes"
+        f"Every verifier that dominates SGLang's ({shipped[1]}) samples its drafts. Against the one-hot rule, it makes"
         f" {shipped[3] - one:.2f} more tokens per call, at a TV of {shipped[2]:.2f}." if shipped and one and
         shipped[5] == "dominated" and shipped[3] > one else "") if w)
 
@@ -4789,8 +4791,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})." + (
             f" Its best chain, {s.chain.shape}, can keep {s.chain.draft_passes} drafts a round to the tree's"
             f" {s.first.draft_passes}, one a level, so it makes more, {s.chain.tokens:.3f}, but from"
-            f" {s.chain.draft_passes} passes: {s.chain_speed:.2f}." if s.chain is not None and s.chain.tokens > s.first.tokens
-            and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "") +
+            f" {s.chain.draft_passes} passes: {s.chain_speed:.2f}." if s.chain is not None
+            and s.chain.tokens > s.first.tokens and s.chain.draft_passes > s.first.draft_passes
+            and s.chain_speed < s.first_speed else "") +
         f" {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}:"
@@ -4951,7 +4954,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
     note = long_context_note(k, [len(prompt)], then=" At that length each sequence's KV cache, the keys and values"
-                             " of its tokens, adds so many bytes that no batch reaches the ridge. So a check costs what"
+                             " of its tokens, adds so many bytes that no batch that fits reaches the ridge. So a check"
+                             " costs what"
                              " a plain step does, and a switch would have nothing to save.", why=False)
     say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
         " crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0); a verifying pass of"
@@ -5622,7 +5626,8 @@ def demo23_engines(**how):
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
-            f"vLLM's rows run {main.name}'s best chains, so its {own[0]:.1%} is the price of the tree they cannot say"
+            f"vLLM's rows run {main.name}'s best chains, to the plan's {c19.tol:.1%} margin, so its {own[0]:.1%} is the"
+            " price of the tree they cannot say"
             f" (k = {own[2]} at B = {own[1]:,}, where the plan runs the tree)." if tree_planned else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
@@ -5825,7 +5830,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
             f" draft passes, one per level, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}."
             f"{cost} Below the ridge the"
-            f" tree's fewer passes win; past it, {chain.shape}'s fewer positions, {chain.positions} against"
+            f" tree's fewer passes win; a little past it, {chain.shape}'s fewer positions, {chain.positions} against"
             f" {tree.positions}.")
     if after or beyond:
         print()
@@ -5905,7 +5910,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. The speedup"
         " column divides vLLM's tokens per call by that cost" +
-        (": slower than plain decoding at every lam." if all(r[3] < 1 for r in rows) else ".") +
+        (": slower than plain decoding at every lam in the table." if all(r[3] < 1 for r in rows) else ".") +
         " Each # is a quarter token per call:")
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f"),
@@ -5930,7 +5935,7 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
         " Its draft is prompt lookup, which needs no model. It finds where the"
         f" text's last {VLLM_LOOKUP.n_max} characters first occurred earlier (else its last"
         f" {', then '.join(str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1))}), and proposes"
-        " the k characters that followed them there. Its q is all on each guess x, so demo 1's rule keeps x with"
+        " up to k characters that followed them there. Its q is all on each guess x, so demo 1's rule keeps x with"
         " chance p(x). The serving engine vLLM calls this its ngram method; Hugging"
         " Face transformers (HF), a Python"
         f" library, tries its last {HF_LOOKUP.n_max} characters, then {HF_LOOKUP.n_min}. Chapter 11 checks that both"
@@ -6104,7 +6109,7 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           target call
   TV      total variation: the most two distributions differ on any event
   fit     a chi-square test's p-value for a sample against the target's
-          distribution; below {P_REJECT:g}, it is NOT the target's
+          distribution; below {P_REJECT:g}, judged NOT the target's
   exact   computed from the tables through the rule, not sampled"""
 BREAK_IT = """
 Now break it: edit a line of residual() or another stage, and rerun. The

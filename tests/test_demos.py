@@ -812,7 +812,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     half = 0.5 * (1 + np.log(2))
     assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. The block's last"
             " position is a cut point when one uniform falls below w_k. As shipped, each position i is one when a"
-            " product of i uniforms falls below a weight, more often than one uniform would. Two uniforms' product"
+            " product of i uniforms falls below a weight: from i = 2 on, more often than one uniform would. Two"
+            " uniforms' product"
             f" falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time.")\
         in " ".join(text.split())
     assert list(sd.SHIPPED_WORDS) == [r[0] for r in rows[1:]]  # each shipped path said in words, in order

@@ -1086,7 +1086,7 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert [r[2] for r in result.rows] == ["consistent"] + ["NOT the target"] * 4
     assert [r[0] for r in result.rows[1:]] == list(sd.APEX_BUGS)
     assert result.tables >= sd.P_REJECT and "A table reads only the last token, so it cannot see the cache bug" in text
-    assert "Every departure is caught." in text
+    assert "On the character model, every departure is caught." in text
     assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())
     for bug in sd.APEX_BUGS:  # each departure in words
         assert f"{bug} {sd.APEX_WORDS[bug]}" in " ".join(text.split())

@@ -5942,8 +5942,8 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
         " keep the target's distribution. How much do they buy?")
     sweep = demo26_speed(prompts()["summarise"], k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
-    takeaway("where output copies its context, the text drafts itself for free; at large batches of short"
-             " contexts, verifying is the cost.",
+    takeaway("the text drafts for free, and buys more tokens per call the more the output copies it; at large"
+             " batches of short contexts, verifying is the cost.",
              {"tokens per call rise as the text copies more": rising,
               "the verifying pass costs more than copying saves at B = 256 somewhere":
               any(r[3] < 1 for r in sweep.rows)})

@@ -4263,9 +4263,9 @@ def demo18_lossy(k=3, ctx=5, n=3):
         joints.append(None if first_error(result) else result[0])  # its exact joint, for --detail's self-check
         rows.append((label, setting, None, None, None, "raised") if first_error(result) else
                     (label, setting, tv_distance(result[0], truth), result[1], None, ""))
-    best = max(r[3] for r in rows if r[1] == "lossless" and r[3] is not None)
-    rows = [r[:5] + ("dominated" if r[1] != "lossless" and r[2] is not None and r[2] >= ROUNDING
-                     and r[3] <= best + 1e-12 else r[5],) for r in rows]
+    best = max((r[3] for r in rows if r[1] == "lossless" and r[3] is not None and r[2] < ROUNDING), default=None)
+    rows = [r[:5] + ("dominated" if best is not None and r[1] != "lossless" and r[2] is not None
+                     and r[2] >= ROUNDING and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
     say("The verdict column marks a lossy setting dominated when a lossless verifier makes at least as many tokens"
         " per call at no distance.")
@@ -4318,14 +4318,14 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
     print()
     say(one_hot_words(rows),
-        "" if dominated
-        else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
+        "" if dominated else "NOT one lossless row is exact as you have it, so none can mark a setting dominated."
+        if best is None else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
         *[f"Typical's defaults ({r[1]}) make {r[3]:.2f} tokens per call,"
-          f" {r[3] / best - 1:.0%} {'more' if r[3] > best else 'fewer'} than"
+          f" {abs(r[3] / best - 1):.0%} {'more' if r[3] > best else 'fewer'} than"
           f" {next(b[0] for b in rows if b[1] == 'lossless' and b[3] == best)}'s {best:.2f}, at a TV of {r[2]:.2f}:"
           f" some set of {n}-token texts has a probability {r[2]:.2f} higher under the rule than under the target."
           for r in rows
-          if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None])
+          if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None and best is not None])
     print()
     typical, shipped = typical_rows(rows)
     strict, loose = (min(typical, key=lambda r: r[3]), max(typical, key=lambda r: r[3])) if typical else (None, None)
@@ -4346,7 +4346,7 @@ def one_hot_words(rows):
     tokens per call (a draft kept with chance p(x), a lower average than
     alpha); SGLang's exact setting as that rule; and its shipped setting,
     which only verifiers that sample their drafts dominate, priced against it."""
-    per_call = {r[0]: r[3] for r in rows if r[1] == "lossless" and r[3] is not None}
+    per_call = {r[0]: r[3] for r in rows if r[1] == "lossless" and r[3] is not None and r[2] < ROUNDING}
     hot, alpha = pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(TARGET, MIDDLING)
     sg = {r[1]: r for r in rows if r[0] == "sglang" and r[2] is not None}
     exact, shipped = sg.get(setting_text(SGLANG_EXACT)), sg.get(setting_text(SGLANG_SHIPPED))
@@ -4354,7 +4354,7 @@ def one_hot_words(rows):
     return " ".join(w for w in (
         f"One-hot makes the fewest lossless tokens per call, {one:.2f}: its draft is kept with chance p(x), {hot:.2f}"
         f" on average here, against alpha {alpha:.2f} for the sampled draft." if "probabilistic" in per_call and one ==
-        min(per_call.values()) and hot < alpha else "",
+        min(per_call.values()) and hot < alpha and rule_intact(TARGET, temper(MIDDLING, 0)) else "",
         f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
         exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",
         f"Every verifier that dominates SGLang's ({shipped[1]}) samples its drafts. Against the one-hot rule, it makes"

@@ -320,3 +320,15 @@ def test_chapter18s_self_check_catches_a_sampler_that_leaves_its_exact_joint(in_
     misfit, text = printed(m.lossy_self_check, joints)
     assert "typical (0.3, 0.9)" in misfit and "NOT every rule's sample fits its own exact joint: " in text
     assert not any(label.startswith(("probabilistic", "block")) for label in misfit)  # they never run lossy_verifier
+
+
+def test_chapter18_marks_nothing_dominated_when_no_lossless_row_is_exact():
+    # with accept_prob edited (demo 2's argmax bug), the paper's, one-hot and block rows all part from the target:
+    # none may mark a lossy setting dominated, or vouch for why one-hot keeps its drafts
+    result, out = printed(sd.bugged("argmax").demo18_lossy)
+    lossless = [r for r in result.rows if r[1] == "lossless"]
+    assert lossless and all(r[2] is not None and r[2] >= sd.ROUNDING for r in lossless)
+    assert result.best is None and not result.dominated and "dominated" not in [r[5] for r in result.rows]
+    assert "NOT one lossless row is exact as you have it, so none can mark a setting dominated." in flat(out)
+    assert "One-hot makes the fewest" not in flat(out) and "Every verifier that dominates" not in flat(out)
+    assert "Typical's defaults" not in flat(out)

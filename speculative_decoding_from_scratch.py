@@ -1986,7 +1986,8 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
     kd, tv = low_rank_draft(kd_params), low_rank_draft(maximise_alpha(P, kd_params))
     say(f"A table called the world writes {n_text:,} tokens of text. The target models the world imperfectly:"
         f" {world_weight:g} of the world's table plus {1 - world_weight:g} of another. Each trained draft is"
-        f" softmax(u v^T + b): u, v and b hold {V} numbers each, and u v^T is the {V} x {V} table of their products. That is"
+        f" softmax(u v^T + b): u, v and b hold {V} numbers each, and u v^T is the {V} x {V} table of their products."
+        " That is"
         f" {3 * V} numbers, where a full table has {V * (V - 1)} free ones. KL(p||q) measures how far q falls short of p. Each draft runs at k = {k}.")
     print()
     rows = [("1. the world's text", "cross-entropy", cross_entropy(S_text, fit), fit),
@@ -4121,7 +4122,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     say("The fixed port is consistent with the target." if rows[0][2] == "consistent" else
         f"The fixed port, as you have it: {rows[0][2]}.",
         "On the character model, every departure is caught." if caught else
-        "On the character model, NOT every departure is caught: " + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
+        "On the character model, NOT every departure is caught: "
+        + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
         ("A table reads only the last token, so it cannot see the cache bug." if tables >= P_REJECT
          else "Even the tables see the cache bug.") if tables is not None else "")
     takeaway("a generator that keeps its own cache must cut it back, and must draw from the residual and"

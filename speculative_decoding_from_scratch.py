@@ -4644,10 +4644,10 @@ def demo19_tuning(**how):
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
-        f" model of width {big[0]}, small (the middling draft) for {small[2]} layers of width {small[0]}, against the"
-        f" target's {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}"
-        + (f", each with an output layer over the same {LLAMA2_7B[3]:,} tokens" if big[3] == small[3] == LLAMA2_7B[3]
-           else "") + ": a draft's acceptance comes from its table, its cost"
+        f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
+        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}."
+        + (f" Each has an output layer over the same {LLAMA2_7B[3]:,} tokens." if big[3] == small[3] == LLAMA2_7B[3]
+           else "") + " A draft's acceptance comes from its table, its cost"
         " from that shape. A draft's c, its pass's cost in target passes, comes"
         " from the bytes a pass reads: its weights once, whatever B, and every sequence's KV cache, the keys and"
         " values of its tokens." + (
@@ -6022,9 +6022,8 @@ def demo27_rates(**how):
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
         " it keeps its pick until the pick"
         f" falls more than {c19.tol:.1%} below the best, its margin. An exhaustive search tries every option at each"
-        " B with no"
-        " margin, each chain priced from its exact tokens per call and the tree from its sampled one:"
-        f" at no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
+        " B with no margin. It prices each chain from its exact tokens per call, and the tree from its sampled one."
+        f" At no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
          " the rates' cost, and the rest the margin's." if 0 < untolerant.worst < check.worst else
          " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"

@@ -250,9 +250,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " tree of the small one, pricing the chains from the rates. The best pick changes with B, as past demo 6's"
             " ridge every checked position costs time (chapter 25). As B grows, it keeps its pick until the pick"
             " falls more than 0.5% below the best,"
-            " its margin. An exhaustive search tries every option at each B with no margin, each chain priced"
-            " from its exact tokens per call and the tree from its sampled one:"
-            f" at no batch size B is its speedup more than {check.worst:.2%} above the plan's. A plan made"
+            " its margin. An exhaustive search tries every option at each B with no margin. It prices each chain"
+            " from its exact tokens per call, and the tree from its sampled one."
+            f" At no batch size B is its speedup more than {check.worst:.2%} above the plan's. A plan made"
             " from the rates with no margin"
             f" comes within {untolerant:.2%} of the search: that much is the rates' cost, and the rest the margin's.") \
         in text27
@@ -379,9 +379,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     small_weights = sd.pass_traffic(small, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
-    assert ("Big (blend 0.75) stands for a 16-layer model of width 2048, small (the middling draft) for 4 layers of"
-            " width 768, against the target's 32 layers of 4096, each with an output layer over the same 32,000"
-            " tokens: a draft's acceptance comes from its table, its cost"
+    assert ("Big (blend 0.75) stands for a 16-layer model of width 2048. Small (the middling draft) stands for 4"
+            " layers of width 768. The target has 32 layers of 4096. Each has an output layer over the same 32,000"
+            " tokens. A draft's acceptance comes from its table, its cost"
             " from that shape. A draft's c, its pass's cost in target passes, comes from the bytes a pass reads: its"
             " weights once, whatever B, and every sequence's KV cache, the keys and values of its tokens. At B = 1, c"
             f" is about the draft's share of the target's weight bytes: {c[0]:.4f} for big, {c_smalls[0]:.4f} for"

@@ -3879,12 +3879,24 @@ def demo15_verdicts(rows, k):
         if more:
             half = 0.5 * (1 + math.log(2))  # P(u_1 u_2 <= r) = r (1 - ln r), at r = 1/2
             print()
-            say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. The block's last"
-                " position is a cut point when one uniform falls below w_k. As shipped, each position i is one when a"
-                " product of i uniforms falls below a weight: from i = 2 on, more often than one uniform would."
-                " Two uniforms'"
-                f" product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time.")
+            full = [all_kept(m.block_round_outcomes if i == 0 else m.shipped_block_outcomes, k) for i, m in
+                    enumerate((this_module(), this_module(), bugged("Triton kernel", SHIPPED_BUGS)))]
+            say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. At the last"
+                " position, k, the block is cut with chance w_k: one uniform below w_k. As shipped, position k is a"
+                " cut point when a product of k uniforms falls below a weight, which happens more often than one"
+                f" uniform would. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one"
+                " uniform half the time.", f"So from a random point of the text, all {k} drafts are kept in"
+                f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
+                if len(shipped) == 2 and min(full[1:]) > full[0] else "")
     return caught
+
+
+def all_kept(outcomes, k, P=TARGET, Q=MIDDLING):
+    """The chance that a round from a random point of the target's text keeps
+    all k drafts, from outcomes(P, Q, d, k): a round's ends, as
+    block_round_outcomes lists them."""
+    start = stationary(P)
+    return sum(start[d] * p for d in range(len(P)) for kept, _, p in outcomes(P, Q, d, k) if len(kept) == k)
 
 
 def alike_through_token2(rows, ctx=5):

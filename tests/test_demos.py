@@ -810,12 +810,18 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     u = np.random.default_rng(0).random((2, 200_000))
     assert abs((u[0] * u[1] <= 0.5).mean() - 0.5 * (1 + np.log(2))) < 0.005
     half = 0.5 * (1 + np.log(2))
-    assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. The block's last"
-            " position is a cut point when one uniform falls below w_k. As shipped, each position i is one when a"
-            " product of i uniforms falls below a weight: from i = 2 on, more often than one uniform would. Two"
-            " uniforms' product"
-            f" falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time.")\
-        in " ".join(text.split())
+    # by hand, from a start drawn from the target's text: the chance each verifier keeps all 3 drafts
+    start = sd.stationary(sd.TARGET)
+    triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)
+    full = [sum(start[d] * p for d in range(6) for kept, _, p in f(sd.TARGET, sd.MIDDLING, d, 3) if len(kept) == 3)
+            for f in (sd.block_round_outcomes, sd.shipped_block_outcomes, triton.shipped_block_outcomes)]
+    assert min(full[1:]) > full[0] + 0.1
+    assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. At the last position,"
+            " k, the block is cut with chance w_k: one uniform below w_k. As shipped, position k is a cut point when a"
+            " product of k uniforms falls below a weight, which happens more often than one uniform would. Two"
+            f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time."
+            f" So from a random point of the text, all 3 drafts are kept in {full[1]:.2f} (PyTorch) and"
+            f" {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
     assert list(sd.SHIPPED_WORDS) == [r[0] for r in rows[1:]]  # each shipped path said in words, in order
     for label, words in sd.SHIPPED_WORDS.items():
         assert f"{label} {words}" in " ".join(text.split())

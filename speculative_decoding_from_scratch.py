@@ -4371,9 +4371,9 @@ def one_hot_words(rows):
         min(per_call.values()) and hot < alpha and rule_intact(TARGET, temper(MIDDLING, 0)) else "",
         f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
         exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",
-        f"Every verifier that dominates SGLang's ({shipped[1]}) samples its drafts. Against the one-hot rule, it makes"
-        f" {shipped[3] - one:.2f} more tokens per call, at a TV of {shipped[2]:.2f}." if shipped and one and
-        shipped[5] == "dominated" and shipped[3] > one else "") if w)
+        f"Every verifier that dominates SGLang's ({shipped[1]}) samples its drafts. Against the one-hot rule, SGLang's"
+        f" ({shipped[1]}) makes {shipped[3] - one:.2f} more tokens per call, at a TV of {shipped[2]:.2f}."
+        if shipped and one and shipped[5] == "dominated" and shipped[3] > one else "") if w)
 
 
 def typical_rows(rows):

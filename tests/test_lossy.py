@@ -169,7 +169,8 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     sg = rows[("sglang", "1, 0.5")]
     dominators = [r[0] for r in result.first.rows if r[1] == "lossless" and r[3] >= sg[3]]
     assert sg[5] == "dominated" and dominators and "one-hot" not in dominators
-    assert (f"Every verifier that dominates SGLang's (1, 0.5) samples its drafts. Against the one-hot rule, it makes"
+    assert (f"Every verifier that dominates SGLang's (1, 0.5) samples its drafts. Against the one-hot rule, SGLang's"
+            " (1, 0.5) makes"
             f" {sg[3] - rows[('one-hot', 'lossless')][3]:.2f} more tokens per call, at a TV of {sg[2]:.2f}.") in text
     assert f"{sg[3] - rows[('one-hot', 'lossless')][3]:.2f}" == "0.61" and f"{sg[2]:.2f}" == "0.60"
     undominated = [r[:5] + ("",) if r[0] == "sglang" else r for r in result.first.rows]

@@ -459,6 +459,15 @@ def exact_tokens_per_call(P, Q, k, **how):
     return float(stationary(ends.sum(axis=1)) @ round_tokens(ends))
 
 
+def exact_per_position(P, Q, K):
+    """What a server's per-position counters converge to at K drafts a round:
+    the chance that the first i drafts all pass, i = 1..K, over the rounds'
+    own start contexts, from round_table with no sampling."""
+    ends = round_table(P, Q, K)
+    start = stationary(ends.sum(axis=1))
+    return [float(start @ ends[:, i:].sum(axis=(1, 2))) for i in range(1, K + 1)]
+
+
 def target_first_tokens(P, ctx, n):
     """The target's own joint of its next n tokens after ctx, shape (V,) * n:
     p(x1 | ctx) p(x2 | x1) ... p(xn | xn-1). What speculation must reproduce."""
@@ -4601,15 +4610,6 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
         rows.append((f"{lo}-{hi}", o.drafter.name, o.shape, f"{s.min():.2f}-{s.max():.2f}x",
                      bound_text(target, n_ctx, o.positions - 1, lo, hi, hw)))
     return rows
-
-
-def exact_per_position(P, Q, K):
-    """What a server's per-position counters converge to at K drafts a round:
-    the chance that the first i drafts all pass, i = 1..K, over the rounds'
-    own start contexts, from round_table with no sampling."""
-    ends = round_table(P, Q, K)
-    start = stationary(ends.sum(axis=1))
-    return [float(start @ ends[:, i:].sum(axis=(1, 2))) for i in range(1, K + 1)]
 
 
 def tree_tokens(P, Q, depth, branching, n_rounds, seed):

@@ -1454,6 +1454,8 @@ def why_eq1_is_off(P, Q, gaps):
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
+    rates = exact_per_position(P, Q, LESSON_K)
+    later = [b / a for a, b in zip(rates, rates[1:])]  # draft i's pass chance, once drafts 1 to i-1 passed
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
@@ -1467,8 +1469,9 @@ def why_eq1_is_off(P, Q, gaps):
                     f"After {overs} the draft over-proposes '{d}' (q > p), so a redraw there is never '{d}'.",
                     f"So rounds start after '{d}' less often than its share of the text: {starts.start[hi]:.3f}"
                     f" against {starts.text[hi]:.3f}.",
-                    f"But drafts after '{d}' pass most often, {beta[hi]:.3f} of the time. So a round's first draft"
-                    f" passes {first:.3f} of the time, not alpha's {alpha:.3f} (chapter 27)."])
+                    f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
+                    f" below alpha's {alpha:.3f}" + (f"; later drafts pass {min(later):.3f} to {max(later):.3f}"
+                                                     if min(later) > alpha else "") + " (chapter 27)."])
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
             f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"

@@ -466,13 +466,19 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert starts.text @ beta == pytest.approx(alpha) and starts.start @ beta == pytest.approx(first)
     bonus = 1 - starts.start @ sd.round_table(sd.TARGET, sd.MIDDLING, 4)[:, :4].sum(axis=(1, 2))  # all 4 passed
     eq1, exact = sd.expected_tokens(alpha, 4), sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
+    rates = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)
+    later = [rates[i] / rates[i - 1] for i in (1, 2, 3)]  # drafts 2 to 4, once the drafts before them passed
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so a redraw there"
             " is never 'd'. 3. So"
             f" rounds start after 'd' less often than its share of the text: {starts.start[3]:.3f} against"
-            f" {starts.text[3]:.3f}. 4. But drafts after 'd' pass most often, {beta[3]:.3f} of the time. So a round's"
-            f" first draft passes {first:.3f} of the time, not alpha's {alpha:.3f} (chapter 27).") in flat
+            f" {starts.text[3]:.3f}. 4. But drafts after 'd' pass most: {beta[3]:.3f}. So a round's first draft passes"
+            f" {first:.3f}, below alpha's {alpha:.3f}; later drafts pass {min(later):.3f} to {max(later):.3f} (chapter"
+            " 27).") in flat
+    # the later drafts close the sum by hand: 1 + 0.681 (1 + r2 + r2 r3 + r2 r3 r4) is the exact count, not eq. 1's
+    assert 1 + first * (1 + later[0] + later[0] * later[1] + later[0] * later[1] * later[2]) == pytest.approx(
+        sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4), abs=1e-12) and min(later) > alpha
     assert (f"{first:.3f}", f"{alpha:.3f}", f"{bonus:.2f}", f"{beta[3]:.3f}") == ("0.681", "0.703", "0.25", "0.919")
     assert bonus == pytest.approx(sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)[3])  # the rate of all 4 passing
     # 'd': drafts pass most after it, and rounds start after it least, against the text

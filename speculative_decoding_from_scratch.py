@@ -1455,7 +1455,7 @@ def why_eq1_is_off(P, Q, gaps):
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
     rates = exact_per_position(P, Q, LESSON_K)
-    later = [b / a for a, b in zip(rates, rates[1:])]  # draft i's pass chance, once drafts 1 to i-1 passed
+    later = [b / a if a > 0 else 0.0 for a, b in zip(rates, rates[1:])]  # draft i's pass chance, once 1 to i-1 passed
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over

@@ -2203,7 +2203,8 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " tokens, sampled without replacement: each from q with its elder siblings removed, renormalised. A distinct"
         " child is judged against the q it was drawn from, that renormalised row."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
-        f"Each way runs {n_runs:,} times, recording the first two tokens after '{name(ctx)}', as in demo 2; the exact"
+        f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"
+        f" unrelated table, recording the first two tokens after '{name(ctx)}', as in demo 2; the exact"
         " check here covers chains only. By what a p-value means, even the target's own samples fit below 0.05 about"
         f" one time in 20, so the line is the legend's {P_REJECT:g}. Consistent means the fit finds no difference"
         " from the target:")

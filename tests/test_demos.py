@@ -684,8 +684,8 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # the exactness runs' tree and draft, as the sentence names them
     import inspect
     defaults = inspect.signature(sd.demo8_exactness).parameters
-    assert (defaults["depth"].default, defaults["branching"].default) == (2, 2) and "UNRELATED, [ctx]" in inspect.getsource(
-        sd.demo8_exactness)
+    assert (defaults["depth"].default, defaults["branching"].default) == (2, 2)
+    assert "UNRELATED, [ctx]" in inspect.getsource(sd.demo8_exactness)
     assert ("Each way runs 400 times on a tree 2 deep with 2 children a node, drafted by demo 2's unrelated table,"
             " recording the first two tokens after 'f', as in demo 2") in flat(text)
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses

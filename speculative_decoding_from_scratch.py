@@ -1470,7 +1470,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f"So rounds start after '{d}' less often than its share of the text: {starts.start[hi]:.3f}"
                     f" against {starts.text[hi]:.3f}.",
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
-                    f" below alpha's {alpha:.3f}" + (f"; later drafts pass {min(later):.3f} to {max(later):.3f}"
+                    f" below alpha's {alpha:.3f}" + ("; later drafts, once reached, pass slightly above it"
                                                      if min(later) > alpha else "") + " (chapter 27)."])
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (

@@ -5778,8 +5778,8 @@ def demo25_ridge(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
         " decodes at once: which draft model, and how many of its drafts to check. Its plan runs to B ="
-        f" {c19.max_batch}, the most sequences whose KV caches fit in the H100's {H100.memory / 1e9:.0f} GB beside both"
-        f" models' weights and the {c19.roomiest} draft's own KV caches, at {c19.n_ctx}"
+        f" {c19.max_batch}, the most sequences whose KV caches fit in the H100's {H100.memory / 1e9:.0f} GB beside the"
+        f" target's and the {c19.roomiest} draft's weights and that draft's own KV caches, at {c19.n_ctx}"
         " tokens of context. As B grows, its plan checks fewer positions per"
         " sequence. Why?")
     print()
@@ -6036,10 +6036,10 @@ def demo27_rates(**how):
         + "".join(f" and a tree of the {t} one" for t in trees) + ", pricing the chains from the rates." + (
             " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
-        " it keeps its pick until the pick"
+        " the plan keeps its pick until the pick"
         f" falls more than {c19.tol:.1%} below the best, its margin. An exhaustive search tries every option at each"
-        " B with no margin. It prices each chain from its exact tokens per call, and the tree from its sampled one."
-        f" At no batch size B is its speedup more than {check.worst:.2%} above the plan's." +
+        " B with no margin. The search prices each chain from its exact tokens per call, and the tree from its sampled"
+        f" one. At no batch size B is the search's speedup more than {check.worst:.2%} above the plan's." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
          " the rates' cost, and the rest the margin's." if 0 < untolerant.worst < check.worst else
          " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"

@@ -248,11 +248,11 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     text27 = " ".join(section(in_process[1], "27").split())
     assert ("What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to 8 of either draft and a"
             " tree of the small one, pricing the chains from the rates. The best pick changes with B, as past demo 6's"
-            " ridge every checked position costs time (chapter 25). As B grows, it keeps its pick until the pick"
+            " ridge every checked position costs time (chapter 25). As B grows, the plan keeps its pick until the pick"
             " falls more than 0.5% below the best,"
-            " its margin. An exhaustive search tries every option at each B with no margin. It prices each chain"
-            " from its exact tokens per call, and the tree from its sampled one."
-            f" At no batch size B is its speedup more than {check.worst:.2%} above the plan's. A plan made"
+            " its margin. An exhaustive search tries every option at each B with no margin. The search prices each"
+            " chain from its exact tokens per call, and the tree from its sampled one."
+            f" At no batch size B is the search's speedup more than {check.worst:.2%} above the plan's. A plan made"
             " from the rates with no margin"
             f" comes within {untolerant:.2%} of the search: that much is the rates' cost, and the rest the margin's.") \
         in text27
@@ -498,8 +498,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
-        "Its plan runs to B = 241, the most sequences whose KV caches fit in the H100's 80 GB beside both models'"
-        " weights and the small draft's own KV caches, at 512 tokens of context.") in text
+        "Its plan runs to B = 241, the most sequences whose KV caches fit in the H100's 80 GB beside the target's and"
+        " the small draft's weights and that draft's own KV caches, at 512 tokens of context.") in text
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)

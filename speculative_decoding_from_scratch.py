@@ -1391,11 +1391,14 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     print()
     why = why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None]) if (
         not misfits and not errors) else ""
-    why, steps = why if isinstance(why, tuple) else (why, [])
+    why, steps, terms = why if isinstance(why, tuple) else (why, [], None)
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         why)
     say_items(steps, numbered=True)
+    if terms:
+        print()
+        table([("", 7, "<")] + [(f"i = {i}", 7, ".3f") for i in range(1, k + 1)] + [("1 + sum", 9, ".2f")], terms)
     tokens = [r[5] for r in rows if r[5] is not None]
     takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
              " falls.",
@@ -1436,7 +1439,8 @@ def round_starts(P, Q, k=1):
 def why_eq1_is_off(P, Q, gaps):
     """Demo 3's words on eq. 1, whose gaps above the exact counts are gaps
     (one number or one per row): which way it is off, and why, as words, or
-    as (words, numbered steps) where it runs high for the reason below. While
+    as (words, numbered steps, a table's rows) where it runs high for the
+    reason below. While
     accept_prob keeps min(p, q) of every row, it is the tables: each row's
     pass chance, sum min(p, q), differs, and rounds start after some tokens
     more than the text holds them. Else it is the rule as the reader has it."""
@@ -1454,8 +1458,7 @@ def why_eq1_is_off(P, Q, gaps):
     fewer = starts.start[hi] < starts.text[hi] - 5e-4  # fewer start after hi than its share of the text
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
-    rates = exact_per_position(P, Q, LESSON_K)
-    later = [b / a if a > 0 else 0.0 for a, b in zip(rates, rates[1:])]  # draft i's pass chance, once 1 to i-1 passed
+    rates = exact_per_position(P, Q, LESSON_K)  # the chance drafts 1 to i all pass, i = 1..k
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
@@ -1470,8 +1473,8 @@ def why_eq1_is_off(P, Q, gaps):
                     f"So rounds start after '{d}' less often than its share of the text: {starts.start[hi]:.3f}"
                     f" against {starts.text[hi]:.3f}.",
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
-                    f" below alpha's {alpha:.3f}" + ("; later drafts, once reached, pass slightly above it"
-                                                     if min(later) > alpha else "") + " (chapter 27)."])
+                    f" not alpha's {alpha:.3f} (chapter 27). The chance that drafts 1 to i all pass:"],
+                [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)])
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
             f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"

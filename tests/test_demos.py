@@ -466,19 +466,20 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert starts.text @ beta == pytest.approx(alpha) and starts.start @ beta == pytest.approx(first)
     bonus = 1 - starts.start @ sd.round_table(sd.TARGET, sd.MIDDLING, 4)[:, :4].sum(axis=(1, 2))  # all 4 passed
     eq1, exact = sd.expected_tokens(alpha, 4), sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
-    rates = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)
-    later = [rates[i] / rates[i - 1] for i in (1, 2, 3)]  # drafts 2 to 4, once the drafts before them passed
+    rates = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)  # the chance drafts 1 to i all pass
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so a redraw there"
             " is never 'd'. 3. So"
             f" rounds start after 'd' less often than its share of the text: {starts.start[3]:.3f} against"
             f" {starts.text[3]:.3f}. 4. But drafts after 'd' pass most: {beta[3]:.3f}. So a round's first draft passes"
-            f" {first:.3f}, below alpha's {alpha:.3f}; later drafts, once reached, pass slightly above it (chapter"
-            " 27).") in flat
-    # the later drafts close the sum by hand: 1 + 0.681 (1 + r2 + r2 r3 + r2 r3 r4) is the exact count, not eq. 1's
-    assert 1 + first * (1 + later[0] + later[0] * later[1] + later[0] * later[1] * later[2]) == pytest.approx(
-        sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4), abs=1e-12) and min(later) > alpha
+            f" {first:.3f}, not alpha's {alpha:.3f} (chapter 27). The chance that drafts 1 to i all pass: i = 1 i = 2"
+            " i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {exact:.2f} eq. 1 "
+            + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4)) + f" {eq1:.2f}") in flat
+    # the table's terms close the sum: the first falls short of eq. 1's, the later ones run slightly over, and the
+    # exact row adds up to the exact count
+    assert 1 + sum(rates) == pytest.approx(exact, abs=1e-12) and rates[0] < alpha
+    assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))
     assert (f"{first:.3f}", f"{alpha:.3f}", f"{bonus:.2f}", f"{beta[3]:.3f}") == ("0.681", "0.703", "0.25", "0.919")
     assert bonus == pytest.approx(sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)[3])  # the rate of all 4 passing
     # 'd': drafts pass most after it, and rounds start after it least, against the text
@@ -521,9 +522,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     for bug in ("argmax", "uniform_q"):
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
-    words, steps = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
+    words, steps, terms = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert words == "Eq. 1 runs slightly high: 2.79 against the exact 2.77 for the middling draft. Why:" and len(
-        steps) == 4
+        steps) == 4 and [t[0] for t in terms] == ["exact", "eq. 1"]
     for gaps, start in (([0.02, -0.01], "Eq. 1 runs slightly off. The middling"), ([-0.5, 0], "Eq. 1 runs low. The")):
         words = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, gaps)  # not high: no reason from where rounds start
         assert words.startswith(start) and "Why" not in words

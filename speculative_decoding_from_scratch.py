@@ -2207,8 +2207,8 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " child is judged against the q it was drawn from, that renormalised row."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
         f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"
-        f" unrelated table, recording the first two tokens after '{name(ctx)}', as in demo 2; the exact"
-        " check here covers chains only. By what a p-value means, even the target's own samples fit below 0.05 about"
+        f" unrelated table, recording the first two tokens after '{name(ctx)}', as in demo 2. Trees get no exact TV"
+        " here: the fit alone decides. By what a p-value means, even the target's own samples fit below 0.05 about"
         f" one time in 20, so the line is the legend's {P_REJECT:g}. Consistent means the fit finds no difference"
         " from the target:")
     print()
@@ -5856,7 +5856,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"
-            f" falls more than {tol:.1%} below the best. So each check that crosses holds a few batch sizes past its"
+            f" falls more than {tol:.1%} below the best, so as not to switch for less. So each check that crosses holds a few batch sizes past its"
             " crossing." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."

@@ -5856,8 +5856,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"
-            f" falls more than {tol:.1%} below the best, so as not to switch for less. So each check that crosses holds a few batch sizes past its"
-            " crossing." if after else "",
+            f" falls more than {tol:.1%} below the best, so as not to switch for less. So each check that crosses"
+            " holds a few batch sizes past its crossing." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, _, _ in beyond])

@@ -4760,6 +4760,14 @@ def rates_and_exact(c19):
         bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short])
 
 
+def ridge_words(s):
+    """Where a pass of B sequences meets the ridge, from plan_shape's terms:
+    the MACs and bytes of n positions a sequence, and the n it allows."""
+    return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} B n GMACs and reads {s.w / 1e9:.2f} +"
+            f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
+            f" n is at most about {s.ridge_base:.1f} / B + {s.ridge_each:.3f}.")
+
+
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     """What sets chapter 19's plan, from its numbers: the tree against the
     chain that keeps the most tokens, at B = 1; whether big runs anywhere, and
@@ -5813,11 +5821,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
         return checks
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
-    base, each = s.ridge_base, s.ridge_each
+    each = s.ridge_each
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads.",
-        f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} B n GMACs and reads {s.w / 1e9:.2f} +"
-        f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while n is"
-        f" at most about {base:.1f} / B + {each:.3f}. That is demo 6's {s.alone} at B = 1, falling toward"
+        ridge_words(s) + f" That is demo 6's {s.alone} at B = 1, falling toward"
         f" {each:.3f}, fewer than any check here scores." if each > 0 and all(r[1] > each for r in rows) else "")
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]

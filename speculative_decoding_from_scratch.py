@@ -4715,10 +4715,9 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (" Each sequence's KV cache adds bytes to a pass, so a pass of B sequences can score more positions"
-               " in all before it reaches the ridge, but fewer a sequence: about"
-               f" {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f}. Chapter 25 derives it and shows where each"
-               " check crosses it." if shape.ridge_each > 0 else " Chapter 25 shows where each check crosses it."))
+            + (" " + ridge_words(shape) + " So the more sequences, the fewer positions each can check for free."
+               " Chapter 25 shows where each check crosses it." if shape.ridge_each > 0
+               else " Chapter 25 shows where each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})

@@ -430,10 +430,11 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
-                           " position costs time. Each sequence's KV cache adds bytes to a pass, so a pass of B"
-                           " sequences can score more positions in all before it reaches the ridge, but fewer a"
-                           f" sequence: about {base:.1f} / B + {each:.3f}. Chapter 25 derives it and shows where each"
-                           " check crosses it.") in text
+                           f" position costs time. A pass of B sequences, n positions each, does {m / 1e9:.2f} B n"
+                           f" GMACs and reads {w / 1e9:.2f} + {kv / 1e9:.4f} B GB: the weights once, and each"
+                           " sequence's KV cache. It stays under the ridge while n is at most about"
+                           f" {base:.1f} / B + {each:.3f}. So the more sequences, the fewer positions each can check"
+                           " for free. Chapter 25 shows where each check crosses it.") in text
     # each planned check crosses the printed bound, by hand, where the roofline says, and before the plan leaves it
     for n, b in ((15, tree), (9, crossings[0]), (8, crossings[1])):
         assert math.ceil(289.3 / (n - 5.878)) == b

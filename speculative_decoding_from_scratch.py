@@ -3845,7 +3845,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         f" a fit of {n_runs} runs' first two tokens:")
     print()
     exactness_table(rows)
-    caught = demo15_verdicts(rows, k)
+    caught = demo15_verdicts(rows, k, ctx, n)
     takeaway("a block verifier's output can be checked exactly, and a shipped one can fail that check.",
              {"block verification emits the target": rows[0][5] == "the target",
               "both shipped paths are caught": caught})
@@ -3874,7 +3874,7 @@ def rule_verdict(rows):
             f"Block verification, as you have it, {VERDICT_WORDS.get(rows[0][5], rows[0][6])}.")
 
 
-def demo15_verdicts(rows, k):
+def demo15_verdicts(rows, k, ctx=5, n=3):
     """Chapter 15's sentences, from its table: is each shipped path caught, and
     does it keep more drafts than block verification can?"""
     caught, words = caught_words(rows, "shipped paths")
@@ -3904,6 +3904,14 @@ def demo15_verdicts(rows, k):
                 " uniform half the time.", f"So from a random point of the text, all {k} drafts are kept in"
                 f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
+            step5 = attempt(lambda: tv_distance(bugged("tokenwise_residual", BLOCK_BUGS).exact_block_first_tokens(
+                TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n)))
+            shipped_tv = [r[n] for r in shipped if r[n] is not None]
+            print()
+            say(f"Fixing step 3 alone would leave step 5's change: block verification with the token-wise residual."
+                f" Its first {n} tokens are off by an exact TV of only {exact_text(step5)}, against"
+                f" {and_list([f'{t:.2f}' for t in shipped_tv])} as shipped."
+                if not first_error(step5) and shipped_tv and ROUNDING <= step5 < min(shipped_tv) / 10 else "")
     return caught
 
 

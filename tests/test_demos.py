@@ -837,6 +837,14 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time."
             f" So from a random point of the text, all 3 drafts are kept in {full[1]:.2f} (PyTorch) and"
             f" {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
+    # step 3 fixed alone leaves the detail's tokenwise_residual edit: off, but by far less than as shipped
+    step5 = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)
+    tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
+                         sd.target_first_tokens(sd.TARGET, 5, 3))
+    assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
+    assert ("Fixing step 3 alone would leave step 5's change: block verification with the token-wise residual. Its"
+            f" first 3 tokens are off by an exact TV of only {sd.exact_text(tv5)}, against"
+            f" {rows[1][3]:.2f} and {rows[2][3]:.2f} as shipped.") in " ".join(text.split())
     assert list(sd.SHIPPED_WORDS) == [r[0] for r in rows[1:]]  # each shipped path said in words, in order
     for label, words in sd.SHIPPED_WORDS.items():
         assert f"{label} {words}" in " ".join(text.split())

@@ -493,8 +493,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
         and 15 * past > 295
     assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
     assert ("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it falls"
-            " more than 0.5% below the best, so as not to switch for less. So each check that crosses holds a few batch sizes past its"
-            " crossing.") in text
+            " more than 0.5% below the best, so as not to switch for less. So each check that crosses holds a few"
+            " batch sizes past its crossing.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))

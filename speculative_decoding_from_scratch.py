@@ -3895,8 +3895,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
         if more:
             half = 0.5 * (1 + math.log(2))  # P(u_1 u_2 <= r) = r (1 - ln r), at r = 1/2
             print()
-            full = [all_kept(m.block_round_outcomes if i == 0 else m.shipped_block_outcomes, k) for i, m in
-                    enumerate((this_module(), this_module(), bugged("Triton kernel", SHIPPED_BUGS)))]
+            full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
+                                             bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
             say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. At the last"
                 " position, k, the block is cut with chance w_k: one uniform below w_k. As shipped, position k is a"
                 " cut point when a product of k uniforms falls below a weight, which happens more often than one"

@@ -1459,9 +1459,6 @@ def why_eq1_is_off(P, Q, gaps):
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
     rates = exact_per_position(P, Q, LESSON_K)  # the chance drafts 1 to i all pass, i = 1..k
-    after_kept = starts.start @ kept_and_replaced(P, Q)[0]  # where a kept first draft lands
-    after_kept = after_kept / after_kept.sum()
-    second = float(after_kept @ beta)  # the chance the second draft passes, once the first has
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
@@ -1469,18 +1466,14 @@ def why_eq1_is_off(P, Q, gaps):
     off = f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}"
     if high:
         overs, d = and_list([repr(name(c)) for c in starts.overs], "or"), name(hi)
-        return (f"{off}: {eq1:.2f} against the exact {exact:.2f} for blend {MIDDLING_WEIGHT:.2f}. Why:", [
+        return (f"{off}: {eq1:.2f} against the exact {exact:.2f} for the middling draft. Why:", [
                     f"A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts"
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
                     f"After {overs} the draft over-proposes '{d}' (q > p), so a redraw there is never '{d}'.",
                     f"So rounds start after '{d}' less often than its share of the text: {starts.start[hi]:.3f}"
                     f" against {starts.text[hi]:.3f}.",
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
-                    f" not alpha's {alpha:.3f} (chapter 27)." + (
-                        f" A kept first draft is '{d}' {after_kept[hi]:.3f} of the time, against the text's"
-                        f" {starts.text[hi]:.3f}, so the second passes {second:.3f}." if second > alpha
-                        and after_kept[hi] > starts.text[hi] and abs(second - rates[1] / rates[0]) < 1e-9 else "")
-                    + " Drafts 1 to i all pass with chance:"],
+                    f" not alpha's {alpha:.3f} (chapter 27). The chance that drafts 1 to i all pass:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)])
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (

@@ -1801,8 +1801,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads every 16-bit weight once,",
-        f"{weights:.2f} GB, however many positions it scores. The input embedding table is left out. It also reads"
-        " the KV",
+        f"{weights:.2f} GB, however many positions it scores. The input embedding table is left out: a pass reads"
+        " one row of it per position. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
@@ -1822,7 +1822,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f"Past the ridge, {past[0][0]} positions cost {past[0][4] / t1:.2f} times one." if past
         else "")
     print()
-    say("A batch of B sequences scores B(k+1) positions a pass, and can cross the ridge (chapter 25).")
+    say("With B sequences decoded at once, a pass scores B(k+1) positions, so a large batch can cross the ridge"
+        " (chapter 25).")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})

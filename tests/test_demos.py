@@ -591,7 +591,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     weights = 2 * (layers * (4 * d * d + 3 * d * d_ff) + d * vocab)
     assert sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1] == weights and f"{weights / 1e9:.2f}" == "13.21"
     assert ("A pass reads every 16-bit weight once, 13.21 GB, however many positions it scores. The input embedding"
-            " table is left out.") in flat_text
+            " table is left out: a pass reads one row of it per position.") in flat_text
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, so up to {free} positions (147.6 / 0.50) cost what one"
             " does") in " ".join(text.split()) and free == int(147.6 / 0.50)
@@ -608,7 +608,8 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     fit = sd.sequences_that_fit(16)
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
-    assert "A batch of B sequences scores B(k+1) positions a pass, and can cross the ridge (chapter 25)." in flat_text
+    assert ("With B sequences decoded at once, a pass scores B(k+1) positions, so a large batch can cross the ridge"
+            " (chapter 25).") in flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert 2 * m5 / (one5 - w5) < sd.ridge() and sd.no_k_helps_from(0.7, 512) is None

@@ -6047,15 +6047,18 @@ def demo27_rates(**how):
             and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
-    trees = [o.drafter.name for o in c19.options if o.shape.startswith("tree")]
+    trees = [(o.drafter.name, *o.shape.split()[1].rstrip(",").split("x")) for o in c19.options
+             if o.shape.startswith("tree")]  # (drafter, candidates under each node, depth)
     say(f"What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to {k_max} of either draft"
-        + "".join(f" and a tree of the {t} one" for t in trees) + ", pricing the chains from the rates." + (
+        + "".join(f" and a tree of the {t} one ({a} candidates under each node, {b} deep)" for t, a, b in trees)
+        + ", pricing the chains from the rates." + (
             " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
         " the plan keeps its pick until the pick"
         f" falls more than {c19.tol:.1%} below the best, its margin. An exhaustive search tries every option at each"
         " B with no margin. The search prices each chain from its exact tokens per call, and the tree from its sampled"
-        f" one. At no batch size B is the search's speedup more than {check.worst:.2%} above the plan's." +
+        " one, as trees have no exact count here. At no batch size B is the search's speedup more than"
+        f" {check.worst:.2%} above the plan's." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
          " the rates' cost, and the rest the margin's." if 0 < untolerant.worst < check.worst else
          " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"

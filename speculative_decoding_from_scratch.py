@@ -4689,9 +4689,7 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
         f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
             f": that price is exact at k = {k_max}, and at most {max(low):.4f} low at a shorter k"
-            + (f". A shorter k ends more rounds on a bonus token, drawn from p, so more of its rounds start after"
-               f" '{name(vs_exact.starts[0].short)}', where drafts pass most (chapter 27)."
-               if vs_exact.bonus and vs_exact.starts[0].most else " (chapter 27).")
+            + (" (chapter 27 says why)." if vs_exact.below and vs_exact.why else " (chapter 27).")  # as it does
             if vs_exact.at_k and low and min(low) > 0 else ". Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4700,8 +4698,7 @@ def demo19_tuning(**how):
         f" token in one pass of {nodes} positions. The check tries a node's children one at a time by demo 1's rule,"
         " p becoming the residual after each rejection; chapter 8 tests that it keeps the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-, as in"
-        f" demo 3), from {tree[1]} draft passes, one per level. The plan prices only this tree; chapter 8 shows"
-        " wider ones, and children drawn distinct, that keep more.")
+        f" demo 3), from {tree[1]} draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. A speedup is tokens per call times t_plain /"
@@ -4722,10 +4719,8 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (" " + ridge_words(shape) + " So the more sequences, the fewer positions each can check for free."
-               " Chapter 25 shows where each check crosses it." if shape.ridge_each > 0
-               else " Chapter 25 shows where each check crosses it."))
+        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time,"
+            " and chapter 25 shows where each check crosses it.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})

@@ -4719,8 +4719,13 @@ def demo19_tuning(**how):
         say(paragraph)
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time,"
-            " and chapter 25 shows where each check crosses it.")
+        crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
+        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
+            + (" Each check gives way a little after it reaches the ridge: " + "; ".join(
+                f"{'the tree' if how.startswith('tree') else how}'s, of {n} positions, at B = {b}"
+                for how, n, b in crossed) + " (chapter 25)." if crossed and len(crossed) == len(
+                    [c for c in shape.checks if c[2] is not None and c[2] <= max_batch]) else " Chapter 25 shows where"
+                " each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})

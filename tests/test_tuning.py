@@ -430,7 +430,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
-                           " position costs time, and chapter 25 shows where each check crosses it.") in text
+                           " position costs time. Each check gives way a little after it reaches the ridge: the"
+                           f" tree's, of 15 positions, at B = {tree}; k = 8's, of 9 positions, at B ="
+                           f" {crossings[0]}; k = 7's, of 8 positions, at B = {crossings[1]} (chapter 25).") in text
     assert (f"A pass of B sequences, n positions each, does {m / 1e9:.2f} B n GMACs and reads {w / 1e9:.2f} +"
             f" {kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while n"
             f" is at most about {base:.1f} / B + {each:.3f}.") in text25

@@ -1469,9 +1469,10 @@ def why_eq1_is_off(P, Q, gaps):
         return (f"{off}: {eq1:.2f} against the exact {exact:.2f} for the middling draft. Why:", [
                     f"A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts"
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
-                    f"After {overs} the draft over-proposes '{d}' (q > p), so a redraw there is never '{d}'.",
-                    f"So rounds start after '{d}' less often than its share of the text: {starts.start[hi]:.3f}"
-                    f" against {starts.text[hi]:.3f}.",
+                    f"After {overs} the draft over-proposes '{d}' (q > p), so the residual never redraws '{d}'"
+                    " there.",
+                    f"So a round's first draft follows '{d}' in {starts.start[hi]:.3f} of rounds, though '{d}' is"
+                    f" {starts.text[hi]:.3f} of the text.",
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
                     f" not alpha's {alpha:.3f} (chapter 27). The chance that drafts 1 to i all pass:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)])
@@ -1548,7 +1549,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     say(("In demo 3" if (k, n_rounds) == (LESSON_K, LESSON_RUN["n_rounds"]) else "In its own run") +
         f" the middling draft measured {m.per_call:.3f} tokens per call at k = {k}. A round costs 1 + {k} c, so"
         f" k = {k} ties with plain decoding at c* ="
-        f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices k = {k} at each c,"
+        f" ({m.per_call:.3f} - 1) / {k} = {c_star:.3f}. The table prices k = {k},"
         f" {m.per_call:.3f} / (1 + {k} c), and each c's exact best k (0: plain decoding):")
     print()
     table([("c", 6, ".3f"), ("speedup", 9, ".2f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],

@@ -438,7 +438,7 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     c_star = (m.per_call - 1) / 4
     assert (f"In demo 3 the middling draft measured {m.per_call:.3f} tokens per call at k = 4."
             f" A round costs 1 + 4 c, so k = 4 ties with plain decoding at c* = ({m.per_call:.3f} - 1) / 4 ="
-            f" {c_star:.3f}. The table prices k = 4 at each c, {m.per_call:.3f} / (1 + 4 c), and each c's exact best k"
+            f" {c_star:.3f}. The table prices k = 4, {m.per_call:.3f} / (1 + 4 c), and each c's exact best k"
             " (0: plain decoding):") in flat_text
     assert f"{m.per_call:.3f}" in " ".join(demo["3"][1].split())  # as demo 3 prints it
     assert [r for r in demo["4"][0] if r[0] == 4][0][2] == m.per_call
@@ -469,10 +469,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     rates = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)  # the chance drafts 1 to i all pass
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
-            f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so a redraw there"
-            " is never 'd'. 3. So"
-            f" rounds start after 'd' less often than its share of the text: {starts.start[3]:.3f} against"
-            f" {starts.text[3]:.3f}. 4. But drafts after 'd' pass most: {beta[3]:.3f}. So a round's first draft passes"
+            f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual"
+            " never redraws 'd' there. 3. So"
+            f" a round's first draft follows 'd' in {starts.start[3]:.3f} of rounds, though 'd' is"
+            f" {starts.text[3]:.3f} of the text. 4. But drafts after 'd' pass most: {beta[3]:.3f}. So a round's first draft passes"
             f" {first:.3f}, not alpha's {alpha:.3f} (chapter 27). The chance that drafts 1 to i all pass: i = 1 i = 2"
             " i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {exact:.2f} eq. 1 "
             + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4)) + f" {eq1:.2f}") in flat

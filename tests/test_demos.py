@@ -472,7 +472,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual"
             " never redraws 'd' there. 3. So"
             f" a round's first draft follows 'd' in {starts.start[3]:.3f} of rounds, though 'd' is"
-            f" {starts.text[3]:.3f} of the text. 4. But drafts after 'd' pass most: {beta[3]:.3f}. So a round's first draft passes"
+            f" {starts.text[3]:.3f} of the text. 4. But drafts after 'd' pass most: {beta[3]:.3f}. So a round's first"
+            " draft passes"
             f" {first:.3f}, not alpha's {alpha:.3f} (chapter 27). The chance that drafts 1 to i all pass: i = 1 i = 2"
             " i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {exact:.2f} eq. 1 "
             + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4)) + f" {eq1:.2f}") in flat

@@ -2252,10 +2252,10 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f"NOT every chain agrees with its exact value: {', '.join(off)}.",
         f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
         f" {'more' if wider else 'NOT more'} than the chain's"
-        f" {rows[0][3]:.2f}.", f"A chain as long as the tree has nodes, {rows[3][2]}, makes {rows[3][5]:.2f} exactly:"
-        f" {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than that tree's {rows[2][4]:.2f}, for as many"
-        f" drafts verified and {rows[3][1]} draft passes, not {rows[2][1]}. A tree drafts a whole level in one"
-        " pass.", f"At demo 3's c = {LESSON_C:g} a draft pass, the tree's speedup is"
+        f" {rows[0][3]:.2f}.", f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
+        f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
+        f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}: a tree"
+        " drafts a whole level in one pass.", f"At demo 3's c = {LESSON_C:g} a draft pass, the tree's speedup is"
         f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the long chain's"
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
         + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."),

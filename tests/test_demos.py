@@ -682,7 +682,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # left of p (test_trees checks both on the stage)
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text)
-    assert "A tree drafts a whole level in one pass." in flat(text)
+    assert "where the tree needs 3: a tree drafts a whole level in one pass." in flat(text)
     # the exactness runs' tree and draft, as the sentence names them
     import inspect
     defaults = inspect.signature(sd.demo8_exactness).parameters
@@ -701,8 +701,9 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     chain, widest = result.rates[0][3], result.rates[2][4]
     assert f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's {chain:.2f}" in " ".join(text.split())
     long = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)  # a chain verifying as many positions as the tree
-    assert result.rates[3][5] == long and (f"A chain as long as the tree has nodes, 39, makes {long:.2f} exactly:"
-                                           f" {'fewer' if long < widest else 'NOT fewer'}") in " ".join(text.split())
+    assert result.rates[3][5] == long and (f"A chain of 39 drafts, as many as that tree has nodes, makes"
+                                           f" {long:.2f} exactly, {'fewer' if long < widest else 'NOT fewer'}") \
+        in " ".join(text.split())
 
 
 def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(demo, capsys):

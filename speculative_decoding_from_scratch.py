@@ -4773,7 +4773,8 @@ def ridge_words(s):
     the MACs and bytes of n positions a sequence, and the n it allows."""
     return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} B n GMACs and reads {s.w / 1e9:.2f} +"
             f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
-            f" n is at most about {s.ridge_base:.1f} / B + {s.ridge_each:.3f}.")
+            f" its MACs are at most {ridge():.1f} times its bytes: while n is at most about {s.ridge_base:.1f} / B +"
+            f" {s.ridge_each:.3f}.")
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
@@ -5831,8 +5832,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     each = s.ridge_each
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads.",
-        ridge_words(s) + f" That is demo 6's {s.alone} at B = 1, falling toward"
-        f" {each:.3f}, fewer than any check here scores." if each > 0 and all(r[1] > each for r in rows) else "")
+        ridge_words(s) + f" That is demo 6's {s.alone} at B = 1. As B grows it falls toward {each:.3f}, fewer than"
+        f" any check below scores ({min(r[1] for r in rows)} to {max(r[1] for r in rows)}), so each reaches the ridge"
+        " at some B." if each > 0 and all(r[1] > each for r in rows) else "")
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]
     gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(

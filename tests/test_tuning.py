@@ -433,9 +433,6 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
                            " position costs time. Each check gives way a little after it reaches the ridge: the"
                            f" tree's, of 15 positions, at B = {tree}; k = 8's, of 9 positions, at B ="
                            f" {crossings[0]}; k = 7's, of 8 positions, at B = {crossings[1]} (chapter 25).") in text
-    assert (f"A pass of B sequences, n positions each, does {m / 1e9:.2f} B n GMACs and reads {w / 1e9:.2f} +"
-            f" {kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while n"
-            f" is at most about {base:.1f} / B + {each:.3f}.") in text25
     # each planned check crosses the printed bound, by hand, where the roofline says, and before the plan leaves it
     for n, b in ((15, tree), (9, crossings[0]), (8, crossings[1])):
         assert math.ceil(289.3 / (n - 5.878)) == b
@@ -445,9 +442,11 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert tree < result.buckets[0][1] and crossings[0] < ends[8] and crossings[1] < ends[7]
     assert (f"Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. A pass of B"
             f" sequences, n positions each, does {m / 1e9:.2f} B n GMACs and reads {w / 1e9:.2f} + {kv / 1e9:.4f} B"
-            " GB: the weights once, and each sequence's KV cache. It stays under the ridge while n is at most about"
-            f" {base:.1f} / B + {each:.3f}. That is demo 6's 295 at B = 1, falling toward {each:.3f}, fewer than any"
-            " check here scores.") in text25
+            " GB: the weights once, and each sequence's KV cache. It stays under the ridge while its MACs are at most"
+            f" 147.6 times its bytes: while n is at most about {base:.1f} / B + {each:.3f}. That is demo 6's 295 at"
+            f" B = 1. As B grows it falls toward {each:.3f}, fewer than any check below scores (7 to 15), so each"
+            " reaches the ridge at some B.") in text25
+    assert f"{sd.ridge():.1f}" == "147.6" and f"{147.6 * w / m:.1f}" == f"{base:.1f}"  # the bound, as a reader finds it
     assert f"tree 2x3, 15 15 {tree} " in text25 and 5.5 < each < 6 < 7  # k = 6 checks 7, the fewest planned
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
     # the printed figures give the printed terms: 147.6 x 13.21 / 6.74 and 147.6 x 0.2684 / 6.74 (5.878)

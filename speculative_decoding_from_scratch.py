@@ -6057,11 +6057,11 @@ def demo27_rates(**how):
         + ", pricing the chains from the rates." + (
             " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
-        " the plan keeps its pick until the pick"
-        f" falls more than {c19.tol:.1%} below the best, its margin. An exhaustive search tries every option at each"
-        " B with no margin. The search prices each chain from its exact tokens per call, and the tree from its sampled"
+        " the plan keeps its pick until, priced from the"
+        f" rates, it falls more than {c19.tol:.1%} below the best, its margin. An exhaustive search tries every"
+        " option at each B with no margin. The search prices each chain from its exact tokens per call, and the tree from its sampled"
         " one, as trees have no exact count here. At no batch size B is the search's speedup more than"
-        f" {check.worst:.2%} above the plan's." +
+        f" {check.worst:.2%} above that of the plan's pick, priced the same way." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
          " the rates' cost, and the rest the margin's." if 0 < untolerant.worst < check.worst else
          " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"

@@ -4668,7 +4668,8 @@ def demo19_tuning(**how):
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
     say(f"A practitioner has {number_word(len(drafters))} draft models and one server. This chapter prices every"
         f" way to run each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks"
-        " one per range of B. The option --plan --profile runs it on your own figures.")
+        " one per range of B. The option --plan --profile FILE runs it on your own"
+        " drafters: a JSON file of each one's acceptance figures and cost (README: Tuning a server).")
     print()
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's

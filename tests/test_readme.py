@@ -62,3 +62,10 @@ def test_the_debugger_session_is_what_pdb_answers_and_q_ends_the_run():
             said, answer = said.split("\n", 1)[1], answer[-len(said.split("\n", 1)[1]):]
         assert digits(answer) == digits(said), command
     assert "Takeaway" not in out  # q quit the debugger and ended the run
+
+
+def test_every_readme_section_the_run_points_to_is_there(all_run):
+    # "(README: Tuning a server)" and the like, in the run and in --help, each name a section heading of the README
+    pointed = set(re.findall(r"\(README: ([^)]+)\)", " ".join((all_run + SCRIPT.read_text()).split())))
+    headings = set(re.findall(r"^## (.+)$", README, re.M))
+    assert "Tuning a server" in pointed and pointed <= headings, pointed - headings

@@ -2422,7 +2422,7 @@ def demo9_verifiers(k=3):
           prow, groups=[("alpha", 1, 3), (f"tokens per call, k = {k}", 4, 8)])
     same = all(abs(r[5] - r[8]) < 1e-12 for r in prow)
     print()
-    wins = sum(w for _, w, _, _ in reasons)
+    wins, liked = sum(w for _, w, _, _ in reasons), sum(n for _, _, n, _ in reasons)
     where = [label for label, w, _, _ in reasons if w]  # the pairs where one-hot beats probabilistic somewhere
     winners = sorted({r[-1] for r in prow})
     say("Which accepts most depends on the pair." if len(winners) > 1 else
@@ -2431,8 +2431,12 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
         f" {VOCAB} contexts each)" + (f", all in '{where[0]}'." if len(where) == 1 else ".") + (
-            " In each, the target likes the draft's argmax more than the draft does." if all(r[3] for r in reasons)
-            else " NOT in each does the target like the draft's argmax more than the draft does."))
+            " It can win only where the target puts more on the draft's argmax x than the draft does, p(x) > q(x):"
+            " else probabilistic's sum min(p, q) is at least p(x)." + (
+                f" That holds in {liked} of the {VOCAB * len(pairs)}, so it is needed, not enough." if liked > wins
+                else " That holds in just those cases.") if all(r[3] for r in reasons)
+            else " It wins also where p(x) <= q(x) at the draft's argmax x, which min(1, p/q) cannot do: the"
+            " acceptance rule as you have it is suspect."))
     exactness = demo9_exactness(k)
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
              {"every setting emits the target": all(r[5] == "the target" for r in exactness),

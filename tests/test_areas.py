@@ -3,6 +3,8 @@ or an independent computation: the copying model's match rule, the drafters'
 own settings, APEX-1's port and the fit it is judged by, chapter 11's and
 chapter 12's numbers, the text trace, sentences and cells that read a row,
 bad input, and the edit machinery."""
+import contextlib
+import io
 import re
 
 import numpy as np
@@ -253,9 +255,24 @@ def test_chapter9s_one_hot_wins_are_counted_with_the_one_hot_table_and_every_win
         assert every == bool((beats <= like).all())  # every win is a liked context, not the reverse
     counts = [wins for _, wins, _, _ in result.reasons]
     assert counts == [0, 0, 0, 0, 3]  # all three wins are in the last pair, and the chapter says so
-    assert ("in 3 of the 30 cases (5 pairs, 6 contexts each), all in 'p at T=0.3, q at T=3'. In each, the target likes"
-            " the draft's argmax more than the draft does."
+    liked = [n for _, _, n, _ in result.reasons]
+    assert sum(liked) == 19 > sum(counts)  # the condition is needed, not enough: it holds where one-hot still loses
+    assert ("in 3 of the 30 cases (5 pairs, 6 contexts each), all in 'p at T=0.3, q at T=3'. It can win only where the"
+            " target puts more on the draft's argmax x than the draft does, p(x) > q(x): else probabilistic's sum"
+            " min(p, q) is at least p(x). That holds in 19 of the 30, so it is needed, not enough."
             in " ".join(section(in_process[1], "9").split()))
+    # the reason, by hand: where q(x) >= p(x) at the argmax x, min(p, q) at x alone is p(x), what one-hot keeps
+    for P, Q in pairs:
+        x = Q.argmax(axis=1)
+        not_liked = P[np.arange(6), x] <= Q[np.arange(6), x]
+        assert (np.minimum(P, Q).sum(axis=1)[not_liked] >= P[np.arange(6), x][not_liked] - 1e-12).all()
+    # with the acceptance rule broken, one-hot wins where the rule could not, and the chapter says so
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.bugged("argmax").demo9_verifiers()
+    text = " ".join(out.getvalue().split())
+    assert ("It wins also where p(x) <= q(x) at the draft's argmax x, which min(1, p/q) cannot do: the acceptance rule"
+            " as you have it is suspect.") in text and "needed, not enough" not in text
 
 
 def test_demo1_prints_the_chance_of_a_rejection_not_of_a_keep(in_process):

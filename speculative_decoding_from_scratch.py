@@ -1391,7 +1391,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     print()
     why = why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None]) if (
         not misfits and not errors) else ""
-    why, steps, terms = why if isinstance(why, tuple) else (why, [], None)
+    why, steps, terms, later = why if isinstance(why, tuple) else (why, [], None, "")
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         why)
@@ -1399,6 +1399,9 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     if terms:
         print()
         table([("", 7, "<")] + [(f"i = {i}", 7, ".3f") for i in range(1, k + 1)] + [("1 + sum", 9, ".2f")], terms)
+        if later:
+            print()
+            say(later)
     tokens = [r[5] for r in rows if r[5] is not None]
     takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
              " falls.",
@@ -1439,8 +1442,8 @@ def round_starts(P, Q, k=1):
 def why_eq1_is_off(P, Q, gaps):
     """Demo 3's words on eq. 1, whose gaps above the exact counts are gaps
     (one number or one per row): which way it is off, and why, as words, or
-    as (words, numbered steps, a table's rows) where it runs high for the
-    reason below. While
+    as (words, numbered steps, a table's rows, why later drafts pass above
+    alpha) where it runs high for the reason below. While
     accept_prob keeps min(p, q) of every row, it is the tables: each row's
     pass chance, sum min(p, q), differs, and rounds start after some tokens
     more than the text holds them. Else it is the rule as the reader has it."""
@@ -1459,6 +1462,12 @@ def why_eq1_is_off(P, Q, gaps):
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
     rates = exact_per_position(P, Q, LESSON_K)  # the chance drafts 1 to i all pass, i = 1..k
+    lands, later_d = starts.start, True  # where kept drafts 1..k-1 land, each kept after the one before it
+    for i in range(1, LESSON_K):
+        lands = lands @ kept_and_replaced(P, Q)[0]
+        lands = lands / lands.sum()
+        later_d &= bool(lands[hi] > starts.text[hi] and abs(lands @ beta - rates[i] / rates[i - 1]) < 1e-9
+                        and rates[i] / rates[i - 1] > alpha)  # draft i+1 passes above alpha, after more 'd'
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
@@ -1475,7 +1484,9 @@ def why_eq1_is_off(P, Q, gaps):
                     f" {starts.text[hi]:.3f} of the text.",
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
                     f" not alpha's {alpha:.3f} (chapter 27). The chance that drafts 1 to i all pass:"],
-                [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)])
+                [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
+                f"Later drafts pass a little above alpha: a kept draft is '{d}' more often than the text is."
+                if later_d else "")
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
             f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
@@ -1802,8 +1813,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads every 16-bit weight once,",
-        f"{weights:.2f} GB, however many positions it scores. The input embedding table is left out: a pass reads"
-        " one row of it per position. It also reads the KV",
+        f"{weights:.2f} GB, however many positions it scores; of the input embedding table, only one row per"
+        " position. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
@@ -1819,9 +1830,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     say(f"A pass is memory-bound below {ridge():.1f} MACs per byte, the ridge point: {H100.flops / 2e12:.1f} trillion",
         f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f} MACs per byte,"
         f" so up to {free} positions ({ridge():.1f} / {one:.2f})",
-        "cost what one does: checking uses idle arithmetic.",
-        f"Past the ridge, {past[0][0]} positions cost {past[0][4] / t1:.2f} times one." if past
-        else "")
+        "cost what one does: checking uses idle arithmetic.")
     print()
     say("With B sequences decoded at once, a pass scores B(k+1) positions, so a large batch can cross the ridge"
         " (chapter 25).")

@@ -4705,7 +4705,9 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
         f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
             f": that price is exact at k = {k_max}, and at most {max(low):.4f} low at a shorter k"
-            + (" (chapter 27 says why)." if vs_exact.below and vs_exact.why else " (chapter 27).")  # as it does
+            + (". A shorter k ends more rounds on a bonus token, drawn from p. So its rounds start more as the"
+               " text does, and its first drafts pass more often (chapter 27)." if vs_exact.closer
+               else " (chapter 27).")
             if vs_exact.at_k and low and min(low) > 0 else ". Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4737,7 +4739,7 @@ def demo19_tuning(**how):
         print()
         crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (" Each check gives way a little after it reaches the ridge: " + "; ".join(
+            + (" The plan drops each option a little after its check reaches the ridge: " + "; ".join(
                 f"{'the tree' if how.startswith('tree') else how}'s, of {n} positions, at B = {b}"
                 for how, n, b in crossed) + " (chapter 25)." if crossed and len(crossed) == len(
                     [c for c in shape.checks if c[2] is not None and c[2] <= max_batch]) else " Chapter 25 shows where"
@@ -4780,7 +4782,12 @@ def rates_and_exact(c19):
         below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)),
         why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(  # mostly redraws
             r.redrawn.sum() > 0.5 for r in (s, round_starts(TARGET, drafters[0][2], k_max))),
-        bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short])
+        bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short],
+        # each drafter's rounds of 1 start nearer the text than its rounds of k_max (in TV), on more bonus tokens,
+        # and their first draft passes more often
+        closer=all(tv_distance(one.start, one.text) < tv_distance(many.start, many.text) and one.redrawn.sum() < many.redrawn.sum()
+                   and a1 > r[0] for (_, _, Q, _), r, a1 in zip(drafters, rates, at_1)
+                   for one, many in [(round_starts(TARGET, Q, 1), round_starts(TARGET, Q, k_max))]))
 
 
 def ridge_words(s):

@@ -6075,17 +6075,21 @@ def demo27_rates(**how):
     trees = [(o.drafter.name, *o.shape.split()[1].rstrip(",").split("x")) for o in c19.options
              if o.shape.startswith("tree")]  # (drafter, candidates under each node, depth)
     say(f"What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to {k_max} of either draft"
-        + "".join(f" and a tree of the {t} one ({a} candidates under each node, {b} deep)" for t, a, b in trees)
-        + ", pricing the chains from the rates." + (
+        + "".join(f" and a tree of the {t} one (chapter 8: {a} candidates under each node, {b} deep)"
+                  for t, a, b in trees)
+        + ". It prices the chains from the rates" + (", and the tree from its sampled tokens per call, as trees have no"
+                                                     " exact count here" if trees else "") + "." + (
             " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
         " the plan keeps its pick until, priced from the"
-        f" rates, it falls more than {c19.tol:.1%} below the best, its margin. An exhaustive search tries every"
-        " option at each B with no margin. The search prices each chain from its exact tokens per call, and the tree from its sampled"
-        " one, as trees have no exact count here. At no batch size B is the search's speedup more than"
+        f" rates, it falls more than {c19.tol:.1%} below the best, its margin, so as not to switch for less. An"
+        " exhaustive search tries every option at each B with no margin, pricing each chain from its exact tokens per"
+        " call. At no batch size B is the search's speedup more than"
         f" {check.worst:.2%} above that of the plan's pick, priced the same way." +
-        (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: that much is"
-         " the rates' cost, and the rest the margin's." if 0 < untolerant.worst < check.worst else
+        (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: so the margin,"
+         f" not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
+         f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
+         0 < untolerant.worst else
          " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"
          " here." if untolerant.worst == 0 < check.worst else ""))
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"

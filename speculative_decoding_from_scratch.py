@@ -4785,7 +4785,8 @@ def rates_and_exact(c19):
         bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short],
         # each drafter's rounds of 1 start nearer the text than its rounds of k_max (in TV), on more bonus tokens,
         # and their first draft passes more often
-        closer=all(tv_distance(one.start, one.text) < tv_distance(many.start, many.text) and one.redrawn.sum() < many.redrawn.sum()
+        closer=all(tv_distance(one.start, one.text) < tv_distance(many.start, many.text)
+                   and one.redrawn.sum() < many.redrawn.sum()
                    and a1 > r[0] for (_, _, Q, _), r, a1 in zip(drafters, rates, at_1)
                    for one, many in [(round_starts(TARGET, Q, 1), round_starts(TARGET, Q, k_max))]))
 

@@ -438,7 +438,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
-                           " position costs time. The plan drops each option a little after its check reaches the ridge: the"
+                           " position costs time. The plan drops each option a little after its check reaches"
+                           " the ridge: the"
                            f" tree's, of 15 positions, at B = {tree}; k = 8's, of 9 positions, at B ="
                            f" {crossings[0]}; k = 7's, of 8 positions, at B = {crossings[1]} (chapter 25).") in text
     # each planned check crosses the printed bound, by hand, where the roofline says, and before the plan leaves it

@@ -5665,7 +5665,9 @@ def demo23_engines(**how):
     say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft",
         "model, so each gets the drafter the plan uses at the most batch sizes" +
         (f", {main.name} here, planned again alone: its ranges differ from the table's." if main and lost else
-         f", {main.name} here." + (" The configs take it to be an EAGLE draft, a trained draft head; another draft"
+         f", {main.name} here" + (", the only one it runs (chapter 19 says why)" if {
+             o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name} else "") + "." + (
+             " The configs take it to be an EAGLE draft, a trained draft head; another draft"
                                     " model would take its own method name." if
                                     main.method.startswith("eagle") else "") if main else "."),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
@@ -5687,16 +5689,19 @@ def demo23_engines(**how):
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
-            f"vLLM's rows run {main.name}'s best chains, to the plan's {c19.tol:.1%} margin, so its {own[0]:.1%} is the"
+            f"vLLM's rows run {main.name}'s best chains, within the {c19.tol:.1%} by which the plan lets its pick trail"
+            f" the best, so its {own[0]:.1%} is the"
             " price of the tree they cannot say"
             f" (k = {own[2]} at B = {own[1]:,}, where the plan runs the tree)." if tree_planned else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         f": the tree's check crosses the ridge at B = {cross}, past demo 6's"
-                         f" {free_positions(c19.n_ctx)} / {t[2]} as each sequence's stored keys and values add bytes"
-                         " (chapter 25), and past it every position costs time."
+                         f". The tree's check reaches the ridge at B = {cross}, not at demo 6's"
+                         f" {free_positions(c19.n_ctx)} / {t[2]} = {free_positions(c19.n_ctx) / t[2]:.1f}: each"
+                         " sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass"
+                         " does fewer MACs per byte (chapter 25)."
+                         f" Past B = {cross}, every position the tree checks costs time."
                          if (cross := ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])) and cross <= b
                          else "."))
                      for (given, b, k), es in group_by({e: c for e, c in more.items()}).items()))

@@ -557,15 +557,19 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert costs["SGLang"][2] == "tree 2x3" and "(these flags fix the tree at every batch size)" in flat_text
     # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
-    assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3: the tree's check crosses the"
-                                          f" ridge at B = {cross}, past demo 6's 295 / 15 as each sequence's"
-                                          " stored keys and values add bytes (chapter 25), and past it every"
-                                          " position costs time.") in flat_text
+    assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3. The tree's check reaches"
+                                          f" the ridge at B = {cross}, not at demo 6's 295 / 15 = 19.7: each"
+                                          " sequence's KV cache, the keys and values of its tokens, adds bytes"
+                                          f" of its own, so a pass does fewer MACs per byte (chapter 25). Past B = {cross}, every position the tree"
+                                          " checks costs time.") in flat_text
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan (SGLang)" in flat_text
-    assert (f"vLLM's rows run small's best chains, to the plan's 0.5% margin, so its {costs['vLLM'][0]:.1%} is the"
+    assert "so each gets the drafter the plan uses at the most batch sizes, small here, the only one it runs" \
+        " (chapter 19 says why)." in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
+    assert (f"vLLM's rows run small's best chains, within the 0.5% by which the plan lets its pick trail the best,"
+            f" so its {costs['vLLM'][0]:.1%} is the"
             " price of the tree they cannot"
             f" say (k = {costs['vLLM'][2]} at B = {costs['vLLM'][1]}, where the plan runs the tree).") in flat_text
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs

@@ -5018,8 +5018,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                              " of its tokens, adds so many bytes that no batch that fits reaches the ridge. So a check"
                              " costs what"
                              " a plain step does, and a switch would have nothing to save.", why=False)
-    say(f"The table prices each round on demo 6's roofline at {BATCH_CONTEXT} tokens of context, where a large batch"
-        " crosses the ridge. Prompt lookup is a string match and costs no draft pass (c = 0); a verifying pass of"
+    say(f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
+        " chosen so that a large batch crosses the ridge" + (", as the text's own length would not (below)" if note
+                                                              else "") + ". Prompt lookup is a string match and costs no draft pass (c = 0); a verifying pass of"
         f" {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".")
     if note:

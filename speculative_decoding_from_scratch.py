@@ -3842,8 +3842,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " w_i be the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1, and w_i ="
         " min(1, w_(i-1) p(x_i) / q(x_i)). Step 3 flips a coin of its own at each position i. If it lands heads, i is"
         " a cut point, where the block may end. Position k's coin lands heads with chance w_k, an earlier one's"
-        " with chance h_i = Z_i / (Z_i + 1 - w_i). Z_i sums max(0, w_i p - q) over the vocabulary, with p and q the"
-        " target's and the draft's rows for the token after x_i. The block"
+        " with chance h_i = Z_i / (Z_i + 1 - w_i). Z_i sums max(0, w_i p - q) over the vocabulary, with p and q"
+        " row x_i of the target's and the draft's tables: their distributions for the token after x_i. The block"
         " keeps x_1..x_i for i the largest cut point; with no cut point, i = 0 and it keeps none. Step 5 draws the"
         " next token from"
         " max(0, w_i p - q), normalised, or from p if i = k.")

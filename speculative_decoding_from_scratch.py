@@ -3106,7 +3106,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
         f" character in a bin by the probability the target gave it there (below {CALIBRATION_EDGES[1]:g},"
         f" {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). It compares each bin's count with what"
-        " the target expects in it: the sum, over positions, of its probabilities for the characters in that bin:")
+        " the target expects in it: the sum, over positions, of the target's probabilities there of every character"
+        " whose probability falls in that bin:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], [r[:5] for r in rows])
@@ -3118,8 +3119,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     say("Every draft emits the target's distribution by all three checks." if not bad else "",
         f"NOT every draft is the target: {', '.join(wrong)}." if wrong else "",
         f"NOT every draft runs: {'; '.join(stopped)}." if stopped else "",
-        f"{low[0][0].upper() + low[0][1:]}'s fit of {p_text(low[1])} looks low, but it is above {P_REJECT:g}: of"
-        f" {len(fits)} fits of a correct draft, one this low or lower turns up {1 - (1 - low[1]) ** len(fits):.0%}"
+        f"The fit of {p_text(low[1])} for {low[0]} looks low, but it is above {P_REJECT:g}: of"
+        f" {len(fits)} fits of a correct draft" + (f" ({len(rows)} drafts, 2 fit columns)" if len(fits) == 2 * len(
+            rows) else "") + f", one this low or lower turns up {1 - (1 - low[1]) ** len(fits):.0%}"
         " of the time."
         if not bad and low and low[1] < 0.05 else "")
     takeaway("a draft can copy from the text with no model at all, and the same rule keeps the target's"

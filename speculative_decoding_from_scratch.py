@@ -2433,6 +2433,7 @@ def demo9_verifiers(k=3):
     same = all(abs(r[5] - r[8]) < 1e-12 for r in prow)
     print()
     wins, liked = sum(w for _, w, _, _ in reasons), sum(n for _, _, n, _ in reasons)
+    keeps_min = all(np.allclose(kept_and_replaced(P, Q)[0], np.minimum(P, Q), atol=1e-9) for _, P, Q in pairs)
     where = [label for label, w, _, _ in reasons if w]  # the pairs where one-hot beats probabilistic somewhere
     winners = sorted({r[-1] for r in prow})
     say("Which accepts most depends on the pair." if len(winners) > 1 else
@@ -2444,8 +2445,8 @@ def demo9_verifiers(k=3):
             " It can win only where the target puts more on the draft's argmax x than the draft does, p(x) > q(x):"
             " else probabilistic's sum min(p, q) is at least p(x)." + (
                 f" That holds in {liked} of the {VOCAB * len(pairs)}, so it is needed, not enough." if liked > wins
-                else " That holds in just those cases.") if all(r[3] for r in reasons)
-            else " It wins also where p(x) <= q(x) at the draft's argmax x, which min(1, p/q) cannot do: the"
+                else " That holds in just those cases.") if all(r[3] for r in reasons) and keeps_min
+            else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x, which min(1, p/q) cannot do: the"
             " acceptance rule as you have it is suspect."))
     exactness = demo9_exactness(k)
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",

@@ -273,6 +273,16 @@ def test_chapter9s_one_hot_wins_are_counted_with_the_one_hot_table_and_every_win
     text = " ".join(out.getvalue().split())
     assert ("It wins also where p(x) <= q(x) at the draft's argmax x, which min(1, p/q) cannot do: the acceptance rule"
             " as you have it is suspect.") in text and "needed, not enough" not in text
+    # with the ratio squared, one-hot still wins only where p(x) > q(x), but the reason (probabilistic keeps sum
+    # min(p, q)) no longer holds, so it is not given
+    squared = {"squared": [("accept_prob", "return min(1.0, float(p[x] / q[x]))",
+                            "return min(1.0, float(p[x] / q[x]) ** 2)")]}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.bugged("squared", squared).demo9_verifiers()
+    text = " ".join(out.getvalue().split())
+    assert "One-hot accepts more than probabilistic in 2 of the 30 cases" in text
+    assert "sum min(p, q) is at least p(x)" not in text and "It wins also where" not in text
 
 
 def test_demo1_prints_the_chance_of_a_rejection_not_of_a_keep(in_process):

@@ -4795,15 +4795,6 @@ def rates_and_exact(c19):
                    for one, many in [(round_starts(TARGET, Q, 1), round_starts(TARGET, Q, k_max))]))
 
 
-def ridge_words(s):
-    """Where a pass of B sequences meets the ridge, from plan_shape's terms:
-    the MACs and bytes of n positions a sequence, and the n it allows."""
-    return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} B n GMACs and reads {s.w / 1e9:.2f} +"
-            f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
-            f" its MACs are at most {ridge():.1f} times its bytes: while n is at most about {s.ridge_base:.1f} / B +"
-            f" {s.ridge_each:.3f}.")
-
-
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     """What sets chapter 19's plan, from its numbers: the tree against the
     chain that keeps the most tokens, at B = 1; whether big runs anywhere, and
@@ -5822,6 +5813,15 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
 # -----------------------------------------------------------------------------
 # Chapter 25. Why do big batches check fewer drafts?
 # Chapter 19's plan, read against demo 6's roofline: where each check crosses the ridge.
+
+
+def ridge_words(s):
+    """Where a pass of B sequences meets the ridge, from plan_shape's terms:
+    the MACs and bytes of n positions a sequence, and the n it allows."""
+    return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} B n GMACs and reads {s.w / 1e9:.2f} +"
+            f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
+            f" its MACs are at most {ridge():.1f} times its bytes: while n is at most about {s.ridge_base:.1f} / B +"
+            f" {s.ridge_each:.3f}.")
 
 
 def demo25_ridge(**how):

@@ -3313,7 +3313,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     print()
     say(f"A flip needs a near tie: give the layer pairs of rows {gap:.0e} apart. Greedy text,".replace("e-0", "e-"),
         f"{n_tokens} tokens from {n_prompts} prompts. The draft is the target itself, a position at a time, so any"
-        " difference is arithmetic:")
+        " difference is arithmetic. Where texts differ, the median token at which they part, and the top-two margin"
+        " there:")
     print()
     table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
            ("margin there", 14, ".1e")], rows, clock=True)
@@ -3325,7 +3326,7 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
             "they agree," if part["float32, each alone"].startswith("0/") else "NOT all agree,"),
         f"at {cost:.1f}x the time.", "Float64 " + ("agrees too." if part["float64, one product"].startswith("0/")
                                               else "does NOT agree."),
-        "The bonus bug (the bonus from the last draft's row) " + (
+        "The bonus bug (the bonus token scored at the last draft's position, not the one after it) " + (
             "still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith("0/")
             else "does NOT part them."), clock=True)
     return rows

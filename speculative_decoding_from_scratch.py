@@ -1462,12 +1462,16 @@ def why_eq1_is_off(P, Q, gaps):
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
     rates = exact_per_position(P, Q, LESSON_K)  # the chance drafts 1 to i all pass, i = 1..k
-    lands, later_d = starts.start, True  # where kept drafts 1..k-1 land, each kept after the one before it
-    for i in range(1, LESSON_K):
-        lands = lands @ kept_and_replaced(P, Q)[0]
-        lands = lands / lands.sum()
-        later_d &= bool(lands[hi] > starts.text[hi] and abs(lands @ beta - rates[i] / rates[i - 1]) < 1e-9
-                        and rates[i] / rates[i - 1] > alpha)  # draft i+1 passes above alpha, after more 'd'
+    lands, later_d, kept_all = starts.start, True, 0  # where kept drafts 1..k land, each kept after the one before
+    for i in range(1, LESSON_K + 1):
+        lands = lands @ kept_and_replaced(P, Q)[0]  # unnormalised: the chance draft i is kept, and as what
+        kept_all = kept_all + lands
+        if i < LESSON_K:
+            later_d &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
+                            and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
+    bonus = starts.start - starts.redrawn  # the text, per round: kept drafts, then a redraw or a bonus token
+    mix = SimpleNamespace(text=starts.text, kept=kept_all[hi] / kept_all.sum(),
+                          redrawn=starts.redrawn[hi] / starts.redrawn.sum(), total=(kept_all + starts.redrawn + bonus)[hi] / (kept_all + starts.redrawn + bonus).sum())
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
@@ -1483,10 +1487,11 @@ def why_eq1_is_off(P, Q, gaps):
                     f"So a round's first draft follows '{d}' in {starts.start[hi]:.3f} of rounds, though '{d}' is"
                     f" {starts.text[hi]:.3f} of the text.",
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
-                    f" not alpha's {alpha:.3f} (chapter 27). The chance that drafts 1 to i all pass:"],
+                    f" not alpha's {alpha:.3f} (chapter 27). Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
-                f"Later drafts pass a little above alpha: a kept draft is '{d}' more often than the text is."
-                if later_d else "")
+                f"Later drafts pass a little above alpha: the text is kept drafts, redraws and bonuses; redraws are"
+                f" rarely '{d}', so kept drafts are '{d}' more than the text is." if later_d and mix.kept > mix.text[hi]
+                > mix.redrawn and abs(mix.total - mix.text[hi]) < 1e-9 else "")
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
             f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
@@ -1812,9 +1817,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
-    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads every 16-bit weight once,",
-        f"{weights:.2f} GB, however many positions it scores; of the input embedding table, only one row per"
-        " position. It also reads the KV",
+    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads every 16-bit weight it"
+        f" multiplies by once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")

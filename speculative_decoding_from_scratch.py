@@ -1469,9 +1469,9 @@ def why_eq1_is_off(P, Q, gaps):
         if i < LESSON_K:
             later_d &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
                             and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
-    bonus = starts.start - starts.redrawn  # the text, per round: kept drafts, then a redraw or a bonus token
+    whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     mix = SimpleNamespace(text=starts.text, kept=kept_all[hi] / kept_all.sum(),
-                          redrawn=starts.redrawn[hi] / starts.redrawn.sum(), total=(kept_all + starts.redrawn + bonus)[hi] / (kept_all + starts.redrawn + bonus).sum())
+                          redrawn=starts.redrawn[hi] / starts.redrawn.sum(), total=whole[hi] / whole.sum())
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
@@ -2450,7 +2450,8 @@ def demo9_verifiers(k=3):
             " else probabilistic's sum min(p, q) is at least p(x)." + (
                 f" That holds in {liked} of the {VOCAB * len(pairs)}, so it is needed, not enough." if liked > wins
                 else " That holds in just those cases.") if all(r[3] for r in reasons) and keeps_min
-            else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x, which min(1, p/q) cannot do: the"
+            else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x,"
+            " which min(1, p/q) cannot do: the"
             " acceptance rule as you have it is suspect."))
     exactness = demo9_exactness(k)
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
@@ -5020,7 +5021,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                              " a plain step does, and a switch would have nothing to save.", why=False)
     say(f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge" + (", as the text's own length would not (below)" if note
-                                                              else "") + ". Prompt lookup is a string match and costs no draft pass (c = 0); a verifying pass of"
+                                                              else "") + ". Prompt lookup is a string match and"
+        " costs no draft pass (c = 0); a verifying pass of"
         f" {k + 1} positions costs",
         " and ".join(f"{verify_cost(k, b):.2f} plain passes at B = {b}" for b in batches) + ".")
     if note:

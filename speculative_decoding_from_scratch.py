@@ -5668,7 +5668,7 @@ def demo23_engines(**how):
     say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft",
         "model, so each gets the drafter the plan uses at the most batch sizes" +
         (f", {main.name} here, planned again alone: its ranges differ from the table's." if main and lost else
-         f", {main.name} here" + (", the only one it runs (chapter 19 says why)" if {
+         f", {main.name} here" + (", the only one the plan runs (chapter 19 says why)" if {
              o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name} else "") + "." + (
              " The configs take it to be an EAGLE draft, a trained draft head; another draft"
                                     " model would take its own method name." if
@@ -5692,8 +5692,8 @@ def demo23_engines(**how):
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
-            f"vLLM's rows run {main.name}'s best chains, within the {c19.tol:.1%} by which the plan lets its pick trail"
-            f" the best, so its {own[0]:.1%} is the"
+            f"vLLM's rows run {main.name}'s best chain at each B, to within {c19.tol:.1%}, the margin by which chapter"
+            f" 19's plan lets a pick trail the best. So its {own[0]:.1%} is the"
             " price of the tree they cannot say"
             f" (k = {own[2]} at B = {own[1]:,}, where the plan runs the tree)." if tree_planned else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",

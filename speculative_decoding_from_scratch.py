@@ -4715,8 +4715,8 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
         f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
             f": that price is exact at k = {k_max}, and at most {max(low):.4f} low at a shorter k"
-            + (". A shorter k ends more rounds on a bonus token, drawn from p. So its rounds start more as the"
-               " text does, and its first drafts pass more often (chapter 27)." if vs_exact.closer
+            + (". A shorter k ends more rounds on a bonus token, drawn from p. So the tokens its rounds start after"
+               " are spread more as in the text, and its first drafts pass more often (chapter 27)." if vs_exact.closer
                else " (chapter 27).")
             if vs_exact.at_k and low and min(low) > 0 else ". Chapter 27 shows how close that price comes."))
     print()
@@ -4751,7 +4751,9 @@ def demo19_tuning(**how):
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
             + (" The plan drops each option a little after its check reaches the ridge: " + "; ".join(
                 f"{'the tree' if how.startswith('tree') else how}'s, of {n} positions, at B = {b}"
-                for how, n, b in crossed) + " (chapter 25)." if crossed and len(crossed) == len(
+                for how, n, b in crossed) + (". Each sequence's KV cache adds bytes, so these come later than demo"
+                f" 6's {shape.alone} positions would put them" if all(b * n > shape.alone for _, n, b in crossed)
+                else "") + " (chapter 25)." if crossed and len(crossed) == len(
                     [c for c in shape.checks if c[2] is not None and c[2] <= max_batch]) else " Chapter 25 shows where"
                 " each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}

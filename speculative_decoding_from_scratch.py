@@ -4138,8 +4138,8 @@ APEX_BUGS = {
 
 APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "after replacing a draft with y, reuses the row that gave y for the next token,"
-                          " not the target's row after y",
+              "next row": "after a rejection redraws y, draws the token after y from the row p at y's own"
+                          " position, not the target's row after y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 
@@ -4172,7 +4172,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target sorts",
         f"the characters into bins by their chance (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
         f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin's expected count is the"
-        " sum, over the positions, of the chance the target gave that bin. The last row runs the cache bug on the"
+        " sum, over the positions, of the target's chances there of every character whose chance falls in that bin."
+        " The last row runs the cache bug on the"
         " tables instead. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]

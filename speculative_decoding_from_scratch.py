@@ -1168,8 +1168,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("A round must end at its first rejection: later drafts followed the rejected token, which the output"
         " replaced.")
     print()
-    say("Both TVs compare P(x1, x2) with the target's. A sample's TV is"
-        " never 0" +
+    say("A sample's TV is never 0" +
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
         "The exact TV models only rounds that stop at their first rejection" +
@@ -1487,10 +1486,12 @@ def why_eq1_is_off(P, Q, gaps):
                     f"So a round's first draft follows '{d}' in {starts.start[hi]:.3f} of rounds, though '{d}' is"
                     f" {starts.text[hi]:.3f} of the text.",
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
-                    f" not alpha's {alpha:.3f} (chapter 27). Drafts 1 to i all pass with chance:"],
+                    f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
-                f"Later drafts pass a little above alpha: the text is kept drafts, redraws and bonuses; redraws are"
-                f" rarely '{d}', so kept drafts are '{d}' more than the text is." if later_d and mix.kept > mix.text[hi]
+                f"Later drafts pass a little above alpha: draft 2 passes in {rates[1]:.3f} / {rates[0]:.3f} ="
+                f" {rates[1] / rates[0]:.3f} of the rounds where draft 1 did. Each follows a kept draft, more often"
+                f" '{d}' than the text is, and drafts after '{d}' pass most. The text is kept drafts, redraws and"
+                f" bonuses; redraws are rarely '{d}'." if later_d and mix.kept > mix.text[hi]
                 > mix.redrawn and abs(mix.total - mix.text[hi]) < 1e-9 else "")
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
@@ -1576,7 +1577,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     c_all = (exact[j - 1] - 1) / j  # past it, no k wins
     print()
     say(f"Above c* = {c_star:.3f}, k = {k} is slower than plain decoding." if slower_above else "",
-        f"A shorter k still wins below c = {c_all:.3f}, where k = {j}'s {exact[j - 1]:.3f} tokens per call"
+        f"A shorter k wins below c = {c_all:.3f}, where k = {j}'s {exact[j - 1]:.3f} tokens per call"
         f" equal its cost, 1 + {'' if j == 1 else j}c. Above it, no k does." if wins and losses
         and all((r[3] > 0) == (r[0] < c_all) for r in rows) else "")
     speeds = [r[1] for r in rows]

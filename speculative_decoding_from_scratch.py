@@ -3432,8 +3432,8 @@ def demo13_times(W, X, ks):
           [(n, t, t / times[1]) for n, t in times.items()], clock=True)
     print()
     say(f"Two positions cost {times[2] / times[1]:.1f}x one here, where the roofline charges 1.0x. The option"
-        " --detail asks why." if times[2] / times[1] > 1.25 else "Two positions cost about what one does here, as"
-        " on the roofline.", clock=True)
+        " --detail times two positions three ways to find out why." if times[2] / times[1] > 1.25 else
+        "Two positions cost about what one does here, as on the roofline.", clock=True)
     return times
 
 

@@ -122,3 +122,12 @@ def test_speedup_with_a_priced_verifying_pass():
     # tokens / (v + k c): 2.8 tokens, k = 4, c = .05, v = 3.3 -> 2.8 / 3.5
     assert sd.speedup(2.8, 4, 0.05, v=3.3) == pytest.approx(0.8)
     assert sd.speedup(2.8, 4, 0.05) == sd.speedup(2.8, 4, 0.05, v=1.0) == pytest.approx(2.8 / 1.2)
+
+
+def test_chapter13_says_what_its_detail_does_when_two_positions_cost_more(capsys, monkeypatch):
+    # a clock that charges two columns 3x one: the chapter points to --detail for why, saying what it does
+    monkeypatch.setattr(sd, "median_time", lambda f, calls=1, **kw: {1: 1e-3, 2: 3e-3}.get(f().shape[1], 4e-3))
+    sd.demo13_times(np.ones((8, 8), np.float32), np.ones((8, 17), np.float32), (4, 16))
+    text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
+    assert ("Two positions cost 3.0x one here, where the roofline charges 1.0x. The option --detail times two positions"
+            " three ways to find out why.") in text

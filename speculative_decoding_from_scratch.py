@@ -5773,8 +5773,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
-    say("On chapter 14's example, two tokens a and b with p(a) = 1/3 and q(a) = 2/3, no context and k = 2, the drafts"
-        " kept per round, exactly; the ideal, a bound, not a verifier, is"
+    say("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
+        " gives the drafts each verifier keeps per round, exactly. The ideal, a bound, not a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],

@@ -989,7 +989,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and round(9 * result.ideal) == 12
     # each term of the ideal, by hand: the sum over the texts of min(p, q), 1/3 + 1/3 for one token and
     # min(1/9, 4/9) + 2 min(2/9, 2/9) + min(4/9, 1/9) for two
-    assert result.terms == pytest.approx([2 / 3, 6 / 9]) and ("the ideal, a bound, not a verifier, is 6/9 (i = 1) + 6/9"
+    assert result.terms == pytest.approx([2 / 3, 6 / 9]) and ("The ideal, a bound, not a verifier, is 6/9 (i = 1) + 6/9"
                                                               " (i = 2): verifier exact token-wise 1.1111 10/9 block"
                                                               " 1.2222 11/9 ideal (bound) 1.3333 12/9") in flat(text)
     assert ("the sum, over the texts x_1..x_i, of the smaller of their probabilities under the target and the draft: 1"

@@ -4309,8 +4309,8 @@ def demo18_lossy(k=3, ctx=5, n=3):
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
             ("block", "lossless: block verification judges the k drafts together (chapter 14). On average it"
-                      " keeps at least as many drafts as the paper's rule and stays exact: demo 1's min(p, q) bounds"
-                      " a draft judged alone, not a run judged whole."),
+                      " keeps at least as many drafts as the paper's rule and stays exact, as chapter 14 shows: demo"
+                      " 1's min(p, q) limits a draft judged alone, not a run judged whole."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"

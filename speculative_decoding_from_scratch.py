@@ -5421,10 +5421,11 @@ def greedy_parting(k=4, n_tokens=32, n=3):
         f"draft proposes the likeliest token of a blend, {weight:g} of this target and {1 - weight:g} of an unrelated"
         " table.",
         f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts. Every step is deterministic, so every",
-        "figure is exact. Parted: texts unlike plain greedy decoding's; first at: over the texts that part, the",
-        f"median token where they part (1: the first token); TV: the share of prompts whose first {n} tokens"
-        " differ. Each prompt's",
-        "text is certain, so its own TV is 0 or 1, and their average is that share.")
+        "figure is exact. The columns:")
+    say_items([f"parted: the prompts whose {n_tokens} tokens differ from plain greedy decoding's;",
+               "first at: among those, the median token where they first differ (1: the first token);",
+               f"TV: the share of prompts whose first {n} tokens differ. Each prompt's text is certain, so its own TV"
+               " is 0 or 1, and their average is that share."])
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
            lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)

@@ -4041,7 +4041,8 @@ def demo16_heads(k=3, n_runs=400):
         "can guess the tokens after the next. Medusa's heads each guess one position on their own,",
         "from the same state. The heads of multi-token prediction (MTP), as in DeepSeek-V3, guess",
         "in sequence: each reads the guess before it. Here the heads are perfect: head i is the",
-        f"target's own i-step distribution, P^i, on the tables, and k = {k}. Perfect MTP heads are the target"
+        f"target's own i-step distribution, P^i (the target's table P, as a matrix, to the power i), and k = {k}."
+        " Perfect MTP heads are the target"
         " itself, so only Medusa's need a check: the first two tokens after 'f',"
         f" {n_runs:,} runs, by both checks.")
     rows = demo16_exactness(k, n_runs)
@@ -4075,7 +4076,8 @@ def demo16_acceptance(k):
                for i in range(1, k + 1)]
     tokens = outcome_tokens_per_call(lambda d: ends[d], VOCAB)
     print()
-    say("The chance that the first i drafts all pass, and tokens per call:")
+    say("The chance that the first i drafts all pass, averaged over the target's text as alpha is, and the exact"
+        " tokens per call:")
     print()
     table([("heads", 12, "<"), *[(f"i = {i}", 8, ".3f") for i in range(1, k + 1)], ("tokens/call", 13, ".2f")],
           [("Medusa", *reached, tokens), ("MTP", *[1.0] * k, k + 1.0)])
@@ -4083,7 +4085,7 @@ def demo16_acceptance(k):
     say("Medusa's heads lose, perfect as they are. Head 2 guesses the token two steps on, summed"
         " over every token in between. Verification checks it after one particular token: the"
         " draft before it." if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.",
-        "The chances average over the target's text, but a round starts after a redraw or a bonus token, not at a"
+        "But a round starts after a redraw or a bonus token, not at a"
         f" typical token. So Medusa's exact {tokens:.2f} tokens per call is not 1 plus their sum,"
         f" {1 + sum(reached):.2f}." if abs(tokens - 1 - sum(reached)) >= 5e-4
         and f"{tokens:.2f}" != f"{1 + sum(reached):.2f}" else "")

@@ -1488,10 +1488,10 @@ def why_eq1_is_off(P, Q, gaps):
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
-                f"Later drafts pass a little above alpha: draft 2 passes in {rates[1]:.3f} / {rates[0]:.3f} ="
-                f" {rates[1] / rates[0]:.2f} of the rounds where draft 1 did. Each follows a kept draft, more often"
-                f" '{d}' than the text is, and drafts after '{d}' pass most. The text is kept drafts, redraws and"
-                f" bonuses; redraws are rarely '{d}'." if later_d and mix.kept > mix.text[hi]
+                f"Draft 2 passes in {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} of the rounds where"
+                f" draft 1 did, above alpha. The text is kept drafts, redraws and bonuses; redraws are rarely '{d}', so"
+                f" kept drafts are '{d}' more than the text is. Later drafts follow kept ones, and drafts after '{d}'"
+                " pass most." if later_d and mix.kept > mix.text[hi]
                 > mix.redrawn and abs(mix.total - mix.text[hi]) < 1e-9 else "")
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (

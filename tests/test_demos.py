@@ -490,10 +490,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert lands[3] > starts.text[3] and rates[i] / rates[i - 1] == pytest.approx(lands @ beta) and lands @ beta > alpha
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
-    assert (f"Later drafts pass a little above alpha: draft 2 passes in {rates[1]:.3f} / {rates[0]:.3f} ="
-            f" {rates[1] / rates[0]:.2f} of the rounds where draft 1 did. Each follows a kept draft, more often 'd' than"
-            " the text is, and drafts after 'd' pass most. The text is kept drafts, redraws and bonuses; redraws are"
-            " rarely 'd'.") in flat
+    assert (f"Draft 2 passes in {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} of the rounds where draft 1"
+            " did, above alpha. The text is kept drafts, redraws and bonuses; redraws are rarely 'd', so kept drafts are"
+            " 'd' more than the text is. Later drafts follow kept ones, and drafts after 'd' pass most.") in flat
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
     # that ends it; together they are the text, and the redraws are the part short of 'd'
     K, kept_d = np.minimum(sd.TARGET, sd.MIDDLING), np.zeros(6)
@@ -548,7 +547,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("Later drafts pass a little above alpha: draft 2 passes in 0.496 / 0.681 = 0.73 of")
+    assert later.startswith("Draft 2 passes in 0.496 / 0.681 = 0.73 of the rounds where draft 1 did, above alpha.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)

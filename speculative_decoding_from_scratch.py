@@ -6106,11 +6106,12 @@ def demo27_rates(**how):
                                                      " exact count here" if trees else "") + "." + (
             " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
-        " the plan keeps its pick until, priced from the"
-        f" rates, it falls more than {c19.tol:.1%} below the best, its margin, so as not to switch for less. An"
-        " exhaustive search tries every option at each B with no margin, pricing each chain from its exact tokens per"
-        " call. At no batch size B is the search's speedup more than"
-        f" {check.worst:.2%} above that of the plan's pick, priced the same way." +
+        " the plan switches only when its pick, priced from the"
+        f" rates, falls more than {c19.tol:.1%} below the best: smaller gains are not worth a switch. That"
+        f" {c19.tol:.1%} is its margin. An exhaustive search tries every option at each B with no margin, pricing"
+        " each chain from its exact tokens per call. At no batch size B is the search's speedup more than"
+        f" {check.worst:.2%} above the plan's pick, both priced from exact tokens per call (the tree from its"
+        " sampled count)." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: so the margin,"
          f" not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search." if

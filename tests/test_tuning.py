@@ -256,10 +256,11 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " tree of the small one (chapter 8: 2 candidates under each node, 3 deep). It prices the chains from the"
             " rates, and the tree from its sampled tokens per call, as trees have no exact count here. The best"
             " pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25). As B grows,"
-            " the plan keeps its pick until, priced from the rates, it falls more than 0.5% below the best,"
-            " its margin, so as not to switch for less. An exhaustive search tries every option at each B with no"
-            " margin, pricing each chain from its exact tokens per call. At no batch size B is the search's speedup"
-            f" more than {check.worst:.2%} above that of the plan's pick, priced the same way. A plan made from the"
+            " the plan switches only when its pick, priced from the rates, falls more than 0.5% below the best:"
+            " smaller gains are not worth a switch. That 0.5% is its margin. An exhaustive search tries every option"
+            " at each B with no margin, pricing each chain from its exact tokens per call. At no batch size B is the"
+            f" search's speedup more than {check.worst:.2%} above the plan's pick, both priced from exact tokens per"
+            " call (the tree from its sampled count). A plan made from the"
             f" rates with no margin comes within {untolerant:.2%} of the search: so the margin, not the rates, costs"
             f" most of the {check.worst:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'

@@ -3480,7 +3480,7 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
     k_good = max(ks, key=lambda k: predicted[k][0])
     t_token = clocked(lambda: plain_decode(Priced(TARGET, W), [0], n_plain, np.random.default_rng(11)))[0] / n_plain
     rows = []
-    for label, Q, k, n_rounds in (("middling", MIDDLING, 4, 20), (f"blend {good_weight}", good, k_good, 10)):
+    for label, Q, k, n_rounds in (("middling", MIDDLING, LESSON_K, 20), (f"blend {good_weight}", good, k_good, 10)):
         refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
         paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
         rng, target, draft = np.random.default_rng(11), Priced(TARGET, W), Priced(Q, W_draft)  # built once, as plain's
@@ -3490,13 +3490,13 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
         rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
     print()
-    say("Then each draft decodes, timed. The paper predicts the speedup as tokens per call / (1 + k c). That"
-        " assumes a verifying pass costs one plain pass. The refined prediction puts v in place of that 1. Refined*"
-        " is the same formula, with the tokens per call this run got. Its error is refined* over the clock, less 1:"
+    say("Then each draft decodes, timed. The paper predicts the speedup as tokens per call / (1 + k c), with the"
+        " exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
+        " in place of that 1. Refined* is the same formula, with the tokens per call this run got. Its error is refined* over the clock, less 1:"
         f" positive where it promised more than the clock gave. Within {tolerance:.0%} counts as a good"
         " prediction.")
     say(f"Of the calibrated k = {and_list([str(k) for k in ks])}, the refined prediction picks k = {k_good} for the"
-        f" blend {good_weight} draft; the middling draft runs at k = {rows[0][1]}.", clock=True)
+        f" blend {good_weight} draft; the middling draft runs at the lesson's k = {rows[0][1]}.", clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),

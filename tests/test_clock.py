@@ -131,3 +131,12 @@ def test_chapter13_says_what_its_detail_does_when_two_positions_cost_more(capsys
     text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
     assert ("Two positions cost 3.0x one here, where the roofline charges 1.0x. The option --detail times two positions"
             " three ways to find out why.") in text
+
+
+def test_chapter13_says_which_tokens_per_call_each_prediction_uses(in_process):
+    text = " ".join(in_process[1][in_process[1].index("Chapter 13."):].replace("(clock)", "").split())
+    rows = in_process[0]["13"].model  # (label, k, paper, refined, per call, clock, refined*, error, spread)
+    middling = next(r for r in rows if r[0] == "middling")
+    # the paper's column is tokens per call / (1 + k c) with the exact count, as the sentence says
+    assert middling[1] == sd.LESSON_K and "The paper predicts the speedup as tokens per call / (1 + k c), with the" \
+        " exact tokens per call." in text and "the middling draft runs at the lesson's k = 4." in text

@@ -3851,7 +3851,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
         " one. Its paper proves its output is the target's. Chapter 14 gives its five steps; two matter here. Let"
         " w_i be the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1, and w_i ="
-        " min(1, w_(i-1) p(x_i) / q(x_i)). Step 3 flips a coin of its own at each position i. If it lands heads, i is"
+        " min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows x_i was drafted from. Step 3 flips a coin of its own at each position i. If it lands heads, i is"
         " a cut point, where the block may end. Position k's coin lands heads with chance w_k, an earlier one's"
         " with chance h_i = Z_i / (Z_i + 1 - w_i). Z_i sums max(0, w_i p - q) over the vocabulary, with p and q"
         " row x_i of the target's and the draft's tables: their distributions for the token after x_i. The block"
@@ -4718,7 +4718,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
         f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
-            f": that price is exact at k = {k_max}, and at most {max(low):.4f} low at a shorter k"
+            f": that price is exact at k = {k_max}, and at most {max(low):.4f} tokens per call low at a shorter k"
             + (". A shorter k ends more rounds on a bonus token, drawn from p. So the tokens its rounds start after"
                " are spread more as in the text, and its first drafts pass more often (chapter 27)." if vs_exact.closer
                else " (chapter 27).")

@@ -226,7 +226,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts: that price is exact at k ="
-                             f" 8, and at most {max(low):.4f} low at a shorter k. A shorter k ends more rounds on a"
+                             f" 8, and at most {max(low):.4f} tokens per call low at a shorter k. A shorter k ends more rounds on a"
                              " bonus token, drawn from p. So the tokens its rounds start after are spread more as in"
                              " the text, and its first drafts pass more often (chapter 27).") in text
     # by hand, for small: rounds of 1 end on a bonus more often than rounds of 8, and start after 'd' more often

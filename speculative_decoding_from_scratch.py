@@ -3492,9 +3492,9 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
     print()
     say("Then each draft decodes, timed. The paper predicts the speedup as tokens per call / (1 + k c), with the"
         " exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
-        " in place of that 1. Refined* is the same formula, with the tokens per call this run got. Its error is refined* over the clock, less 1:"
-        f" positive where it promised more than the clock gave. Within {tolerance:.0%} counts as a good"
-        " prediction.")
+        " in place of that 1. Refined* is the same formula, with the tokens per call this run got. Its error is"
+        f" refined* over the clock, less 1: positive where it promised more than the clock gave. Within"
+        f" {tolerance:.0%} counts as a good prediction.")
     say(f"Of the calibrated k = {and_list([str(k) for k in ks])}, the refined prediction picks k = {k_good} for the"
         f" blend {good_weight} draft; the middling draft runs at the lesson's k = {rows[0][1]}.", clock=True)
     print()

@@ -226,7 +226,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts: that price is exact at k ="
-                             f" 8, and at most {max(low):.4f} tokens per call low at a shorter k. A shorter k ends more rounds on a"
+                             f" 8, and at most {max(low):.4f} tokens per call low at a shorter k. A shorter k ends"
+                             " more rounds on a"
                              " bonus token, drawn from p. So the tokens its rounds start after are spread more as in"
                              " the text, and its first drafts pass more often (chapter 27).") in text
     # by hand, for small: rounds of 1 end on a bonus more often than rounds of 8, and start after 'd' more often
@@ -563,7 +564,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3. The tree's check reaches"
                                           f" the ridge at B = {cross}, not at demo 6's 295 / 15 = 19.7: each"
                                           " sequence's KV cache, the keys and values of its tokens, adds bytes"
-                                          f" of its own, so a pass does fewer MACs per byte (chapter 25). Past B = {cross}, every position the tree"
+                                          " of its own, so a pass does fewer MACs per byte (chapter 25). Past"
+                                          f" B = {cross}, every position the tree"
                                           " checks costs time.") in flat_text
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
@@ -737,7 +739,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
         assert (("The table prices each round on demo 6's roofline as if the context were 16 tokens: a setting"
-                 " chosen so that a large batch crosses the ridge, as the text's own length would not (below). Prompt lookup is a string match and costs no draft pass (c = 0)" in text)
+                 " chosen so that a large batch crosses the ridge, as the text's own length would not (below). Prompt"
+                 " lookup is a string match and costs no draft pass (c = 0)" in text)
                 == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs what one position"
                 " does (1.00 plain passes; a plain pass scores one position a sequence) at every batch that fits in"

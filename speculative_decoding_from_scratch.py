@@ -5673,15 +5673,16 @@ def demo23_engines(**how):
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
     print()
-    say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft",
-        "model, so each gets the drafter the plan uses at the most batch sizes" +
-        (f", {main.name} here, planned again alone: its ranges differ from the table's." if main and lost else
-         f", {main.name} here" + (", the only one the plan runs (chapter 19 says why)" if {
-             o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name} else "") + "." + (
-             " The configs take it to be an EAGLE draft, a trained draft head; another draft"
-                                    " model would take its own method name." if
-                                    main.method.startswith("eagle") else "") if main else "."),
-        "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1.",
+    only = main is not None and {o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name}
+    say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft"
+        " model." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 19 says why)." if only else
+                     " Each gets the drafter the plan uses at the most batch sizes" + (
+                         f", {main.name} here, planned again alone: its ranges differ from the table's."
+                         if main and lost else f", {main.name} here." if main else ".")) + (
+            " The configs take it to be an EAGLE draft, a trained draft head; another draft model would take its own"
+            " method name." if main and main.method.startswith("eagle") else ""),
+        "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1."
+        " TensorRT-LLM's keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol))

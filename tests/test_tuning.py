@@ -571,8 +571,12 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan (SGLang)" in flat_text
-    assert "so each gets the drafter the plan uses at the most batch sizes, small here, the only one the plan" \
-        " runs (chapter 19 says why)." in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
+    assert "Each runs one draft model. This plan runs only small, so each gets small (chapter 19 says why)." \
+        in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
+    # TensorRT-LLM's keys, by hand from the plan's ranges: each one's last B
+    assert "TensorRT-LLM's keys are each range's last B." in flat_text and sorted(
+        int(b) for b in json.loads(flat_text.split("draft_len_schedule: ")[1].split("}")[0] + "}")) == [
+            hi for _, hi, o in c19.buckets if o.shape.startswith("k =")]
     assert (f"vLLM's rows run small's best chain at each B, to within 0.5%, the margin by which chapter 19's plan"
             f" lets a pick trail the best. So its {costs['vLLM'][0]:.1%} is the"
             " price of the tree they cannot"

@@ -2218,9 +2218,9 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " demo 1. If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn"
         " from the last residual and the round ends. The bug no_update skips the update. The children are drawn"
         " from q independently, or as distinct"
-        " tokens, sampled without replacement: each from q with its elder siblings removed, renormalised. A distinct"
-        " child is judged against the q it was drawn from, that renormalised row, and if rejected leaves the residual"
-        " against it."
+        " tokens, sampled without replacement: each from q', q with its elder siblings removed, renormalised. A"
+        " distinct child x is kept with chance min(1, p(x)/q'(x)); if it is rejected, p becomes max(0, p - q')"
+        " normalised."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
         f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"
         f" unrelated table, recording the first two tokens after '{name(ctx)}', as in demo 2. Trees get no exact TV"

@@ -92,8 +92,9 @@ def test_verify_tree_takes_rejected_mass_out_before_the_next_sibling():
 
 
 def test_verify_tree_distinct_checks_against_q_without_earlier_siblings(in_process):
-    assert ("A distinct child is judged against the q it was drawn from, that renormalised row, and if rejected leaves"
-            " the residual against it.") in " ".join(in_process[1].split())  # chapter 8 says what this test pins
+    assert ("each from q', q with its elder siblings removed, renormalised. A distinct child x is kept with chance"
+            " min(1, p(x)/q'(x)); if it is rejected, p becomes max(0, p - q') normalised.") in " ".join(
+        in_process[1].split())  # chapter 8 says what this test pins
     # children 0 then 1. 0: ratio .5, u = .9 rejects, p -> [0, .5, .5]. 1 was drawn
     # from q without 0 = [0, 2/3, 1/3]: ratio .5 / (2/3) = .75, u = .8 rejects;
     # p -> norm(max(0, [0, .5 - 2/3, .5 - 1/3])) = [0, 0, 1] -> 2

@@ -1488,10 +1488,11 @@ def why_eq1_is_off(P, Q, gaps):
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
-                f"Draft 2 passes in {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} of the rounds where"
-                f" draft 1 did, above alpha. The text is kept drafts, redraws and bonuses; redraws are rarely '{d}', so"
-                f" kept drafts are '{d}' more than the text is. Later drafts follow kept ones, and drafts after '{d}'"
-                " pass most." if later_d and mix.kept > mix.text[hi]
+                f"The text is kept drafts, redraws and bonuses. '{d}' is {starts.text[hi]:.3f} of it but rarely a"
+                f" redraw, so more than {starts.text[hi]:.3f} of kept drafts are '{d}'. Later drafts follow kept ones,"
+                f" and drafts after '{d}' pass most: draft 2 passes in {rates[1]:.3f} / {rates[0]:.3f} ="
+                f" {rates[1] / rates[0]:.2f} of rounds where draft 1 did, above alpha."
+                if later_d and mix.kept > mix.text[hi]
                 > mix.redrawn and abs(mix.total - mix.text[hi]) < 1e-9 else "")
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
@@ -1818,8 +1819,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
-    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads every 16-bit weight it"
-        f" multiplies by once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
+    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads once every 16-bit weight"
+        f" it multiplies by, {weights:.2f} GB, however many positions it scores. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
         f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")

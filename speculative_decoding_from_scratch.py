@@ -2219,14 +2219,16 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " demo 1. If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn"
         " from the last residual and the round ends. The bug no_update skips the update. The children are drawn"
         " from q independently, or as distinct"
-        " tokens, sampled without replacement: each from q', q with its elder siblings removed, renormalised. A"
+        " tokens, sampled without replacement: each from q', which is q with the siblings drawn before it removed,"
+        " renormalised. A"
         " distinct child x is kept with chance min(1, p(x)/q'(x)); if it is rejected, p becomes max(0, p - q')"
         " normalised."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
         f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"
         f" unrelated table, recording the first two tokens after '{name(ctx)}', as in demo 2. Trees get no exact TV"
         " here: the fit alone decides. By what a p-value means, even the target's own samples fit below 0.05 about"
-        f" one time in 20, so the line is the legend's {P_REJECT:g}. Consistent means the fit finds no difference"
+        f" one time in 20, so the line is the fit's {P_REJECT:g}, as defined at the top. Consistent means the fit finds"
+        " no difference"
         " from the target:")
     print()
     table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)

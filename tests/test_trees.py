@@ -92,7 +92,8 @@ def test_verify_tree_takes_rejected_mass_out_before_the_next_sibling():
 
 
 def test_verify_tree_distinct_checks_against_q_without_earlier_siblings(in_process):
-    assert ("each from q', q with its elder siblings removed, renormalised. A distinct child x is kept with chance"
+    assert ("each from q', which is q with the siblings drawn before it removed, renormalised. A distinct child x is"
+            " kept with chance"
             " min(1, p(x)/q'(x)); if it is rejected, p becomes max(0, p - q') normalised.") in " ".join(
         in_process[1].split())  # chapter 8 says what this test pins
     # children 0 then 1. 0: ratio .5, u = .9 rejects, p -> [0, .5, .5]. 1 was drawn

@@ -843,8 +843,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert ("So the shipped paths keep drafts that a lossless verifier would reject, and their output is not the"
             " target's.") in " ".join(text.split())
     assert ("Chapter 14 gives its five steps; two matter here. Let w_i be the target's probability of x_1..x_i over the"
-            " draft's, capped at 1 at each step: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the"
-            " rows x_i was drafted from. Step 3 flips a"
+            " draft's, capped at 1 at each step: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q row"
+            " x_(i-1) of each table (x_0: the text's last token). Step 3 flips a"
             " coin of its own at each position i. If it lands heads, i is a cut point, where the block may end."
             " Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i)."
             " Z_i sums max(0, w_i p - q) over the vocabulary, with p and q row x_i of the"

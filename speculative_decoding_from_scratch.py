@@ -4724,8 +4724,10 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
         f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
             f": that price is exact at k = {k_max}, and at most {max(low):.4f} tokens per call low at a shorter k"
-            + (". A shorter k ends more rounds on a bonus token, drawn from p. So the tokens its rounds start after"
-               " are spread more as in the text, and its first drafts pass more often (chapter 27)." if vs_exact.closer
+            + (". A shorter k ends more rounds on a bonus token, drawn from p, and fewer on a redraw, which is rarely"
+               f" '{name(vs_exact.starts[0].short)}' (demo 3). So more of its rounds start after"
+               f" '{name(vs_exact.starts[0].short)}', where drafts pass most, and its first drafts pass more often"
+               " (chapter 27)." if vs_exact.closer
                else " (chapter 27).")
             if vs_exact.at_k and low and min(low) > 0 else ". Chapter 27 shows how close that price comes."))
     print()
@@ -4804,12 +4806,14 @@ def rates_and_exact(c19):
         why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(  # mostly redraws
             r.redrawn.sum() > 0.5 for r in (s, round_starts(TARGET, drafters[0][2], k_max))),
         bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short],
-        # each drafter's rounds of 1 start nearer the text than its rounds of k_max (in TV), on more bonus tokens,
-        # and their first draft passes more often
-        closer=all(tv_distance(one.start, one.text) < tv_distance(many.start, many.text)
-                   and one.redrawn.sum() < many.redrawn.sum()
-                   and a1 > r[0] for (_, _, Q, _), r, a1 in zip(drafters, rates, at_1)
-                   for one, many in [(round_starts(TARGET, Q, 1), round_starts(TARGET, Q, k_max))]))
+        # each drafter's rounds of 1 end on a redraw less often than its rounds of k_max, start after small's
+        # scarce token (where drafts pass most, and redraws never give it somewhere) more often, and their first
+        # draft passes more often
+        closer=s.most and s.left_out and all(
+            one.redrawn.sum() < many.redrawn.sum() and one.start[s.short] > many.start[s.short]
+            and int(np.argmax(one.beta)) == s.short and a1 > r[0]
+            for (_, _, Q, _), r, a1 in zip(drafters, rates, at_1)
+            for one, many in [(round_starts(TARGET, Q, 1), round_starts(TARGET, Q, k_max))]))
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):

@@ -6103,7 +6103,8 @@ def demo27_rates(**how):
                 and abs(s.start @ s.beta - r.rates[1][0]) < 1e-9 else ""),
             "A shorter k ends more rounds on a bonus token, drawn from p: at k = 1,"
             f" {r.starts[1].start[s.short]:.0%} of"
-            f" small's rounds start after {d}, and its position 1 passes {r.at_1[1]:.3f} of the time." if r.bonus
+            f" small's rounds start after {d}, and its position 1 passes {r.at_1[1]:.3f} of the time, not"
+            f" {r.rates[1][0]:.3f}: so rates counted at k = {k_max} price k = 1 low." if r.bonus
             and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
@@ -6116,8 +6117,8 @@ def demo27_rates(**how):
                                                      " exact count here" if trees else "") + "." + (
             " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
-        " the plan switches only when its pick, priced from the"
-        f" rates, falls more than {c19.tol:.1%} below the best: smaller gains are not worth a switch. That"
+        " the plan keeps its current pick until that pick, priced from the"
+        f" rates, falls more than {c19.tol:.1%} below the best at that B: smaller gains are not worth a switch. That"
         f" {c19.tol:.1%} is its margin. An exhaustive search tries every option at each B with no margin, pricing"
         " each chain from its exact tokens per call. At no batch size B is the search's speedup more than"
         f" {check.worst:.2%} above the plan's pick, both priced from exact tokens per call (the tree from its"

@@ -4809,7 +4809,7 @@ def rates_and_exact(c19):
         # each drafter's rounds of 1 end on a redraw less often than its rounds of k_max, start after small's
         # scarce token (where drafts pass most, and redraws never give it somewhere) more often, and their first
         # draft passes more often
-        closer=s.most and s.left_out and all(
+        closer=intact and s.most and s.left_out and all(
             one.redrawn.sum() < many.redrawn.sum() and one.start[s.short] > many.start[s.short]
             and int(np.argmax(one.beta)) == s.short and a1 > r[0]
             for (_, _, Q, _), r, a1 in zip(drafters, rates, at_1)

@@ -984,9 +984,13 @@ def edited(edits):
     LookupError says which line the function does not have exactly once."""
     module = dict(globals(), __name__="edited")
     for k, f in globals().items():
-        if inspect.isfunction(f) and f.__module__ == __name__:
-            module[k] = type(f)(f.__code__, module, k, f.__defaults__, f.__closure__)
-            module[k].__kwdefaults__ = f.__kwdefaults__
+        cached = getattr(f, "__wrapped__", None) if k != "edited" else None  # an lru_cache of this file's own
+        if inspect.isfunction(f) and f.__module__ == __name__ or inspect.isfunction(cached):
+            g = cached or f
+            module[k] = type(g)(g.__code__, module, k, g.__defaults__, g.__closure__)
+            module[k].__kwdefaults__ = g.__kwdefaults__
+            if cached:  # subtle: a cache of its own, or the edited module would reuse what this one computed
+                module[k] = lru_cache(maxsize=None)(module[k])
     lines = {}  # function -> (its edited source lines, its first line number)
     for function, old, new in edits:
         if not inspect.isfunction(globals().get(function)):

@@ -9,7 +9,6 @@ import math
 import subprocess
 import sys
 from itertools import islice
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -816,12 +815,12 @@ def test_chapters_19_and_27_say_why_rates_are_not_alpha_only_while_the_rule_is_i
 
 def test_chapter19_gives_the_reason_its_rates_read_low_only_while_the_rule_is_intact():
     # with the ratio squared, drafts no longer pass with chance sum min(p, q), so 'where drafts pass most' and the
-    # pointer to demo 3's reason (which demo 3 then withholds) would not hold. The edited module shares chapter 19's
-    # cached plan with this one, so its rates are rebuilt through the edited stages here
+    # pointer to demo 3's reason (which demo 3 then withholds) would not hold
     squared = {"squared": [("accept_prob", "return min(1.0, float(p[x] / q[x]))",
                             "return min(1.0, float(p[x] / q[x]) ** 2)")]}
-    m, c19 = sd.bugged("squared", squared), sd.chapter19_plan()
-    assert sd.rates_and_exact(c19).closer  # as shipped, the reason is given
-    edited = SimpleNamespace(k_max=8, drafters=c19.drafters,
-                             rates=[m.exact_per_position(m.TARGET, Q, 8) for _, _, Q, _ in c19.drafters])
-    assert not m.rule_intact(sd.TARGET, sd.MIDDLING) and not m.rates_and_exact(edited).closer
+    m = sd.bugged("squared", squared)
+    assert sd.rates_and_exact(sd.chapter19_plan()).closer  # as shipped, the reason is given
+    # the edited module plans through its own stages, with a cache of its own: its rates are the edited rule's
+    assert m.chapter19_plan is not sd.chapter19_plan and m.chapter19_plan().rates[1][0] == pytest.approx(
+        m.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0]) != pytest.approx(sd.chapter19_plan().rates[1][0])
+    assert not m.rule_intact(sd.TARGET, sd.MIDDLING) and not m.rates_and_exact(m.chapter19_plan()).closer

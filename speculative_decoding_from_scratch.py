@@ -3358,8 +3358,8 @@ def demo12_ties(n_tokens=200, k=4):
         first = next((i + 1 for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
         rows.append((label, "all the same" if first is None else f"part at token {first}"))
     print()
-    say("An exact tie needs one rule everywhere. Tie the two likeliest tokens after 'a'; at",
-        "temperature 0 a tie goes to the lower id:")
+    say("An exact tie needs one rule everywhere. Back on the six-token tables, tie the two likeliest tokens after"
+        " 'a'; at temperature 0 a tie goes to the lower id:")
     print()
     table([("verification breaks ties", 26, "<"), (f"{n_tokens} tokens", 20, "<")], rows)
     print()

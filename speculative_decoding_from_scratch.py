@@ -4739,7 +4739,8 @@ def demo19_tuning(**how):
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
         f" token in one pass of {nodes} positions. The check tries a node's children one at a time by demo 1's rule,"
-        " p becoming the residual after each rejection; chapter 8 tests that it keeps the target's distribution."
+        " p becoming the residual after each rejection; if all are rejected, the next token comes from the last"
+        " residual. Chapter 8 tests that it keeps the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-, as in"
         f" demo 3), from {tree[1]} draft passes, one per level.")
     print()

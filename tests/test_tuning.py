@@ -601,7 +601,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
             " from q, 3 deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token in one pass of 15"
             " positions. The check tries a node's children one at a time by demo 1's rule, p becoming the residual"
-            " after each rejection; chapter 8 tests that it keeps the target's distribution."
+            " after each rejection; if all are rejected, the next token comes from the last residual. Chapter 8 tests"
+            " that it keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
             " call (+-, as in demo 3), from 3 draft passes, one per level.") in text
     # the standard error, by hand: the same 2,000 rounds' lengths, their spread over the square root of their count

@@ -6068,7 +6068,8 @@ def demo27_rates(**how):
         f" It prices every k from rates counted at k = {k_max}:"
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
-        f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
+        f" k of their rates at k = {k_max} (exact, as a server counting many rounds would find them), against each k's"
+        " exact tokens per call:")
     print()
     table([("k", 3, "d")] + [(f"{label}\n{n}", 12, ".4f") for n in r.names for label in ("from rates", "exact")],
           [(k, *[v for rates, exact in zip(r.rates, r.exact) for v in (1 + sum(rates[:k]), exact[k - 1])])
@@ -6123,7 +6124,8 @@ def demo27_rates(**how):
             " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
         " the plan keeps its current pick until that pick, priced from the"
-        f" rates, falls more than {c19.tol:.1%} below the best at that B: smaller gains are not worth a switch. That"
+        f" rates, falls more than {c19.tol:.1%} below the best at that B, priced the same way: smaller gains are not"
+        " worth a switch. That"
         f" {c19.tol:.1%} is its margin. An exhaustive search tries every option at each B with no margin, pricing"
         " each chain from its exact tokens per call. At no batch size B is the search's speedup more than"
         f" {check.worst:.2%} above the plan's pick, both priced from exact tokens per call (the tree from its"

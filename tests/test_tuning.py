@@ -256,12 +256,15 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert check.worst > 0.005 and untolerant > 0
     assert "exhaustive search" not in text  # chapter 27 holds it, below
     text27 = " ".join(section(in_process[1], "27").split())
+    assert "1 plus the first k of their rates at k = 8 (exact, as a server counting many rounds would find them)" \
+        in text27
     assert ("What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to 8 of either draft and a"
             " tree of the small one (chapter 8: 2 candidates under each node, 3 deep). It prices the chains from the"
             " rates, and the tree from its sampled tokens per call, as trees have no exact count here. The best"
             " pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25). As B grows,"
             " the plan keeps its current pick until that pick, priced from the rates, falls more than 0.5% below the"
-            " best at that B: smaller gains are not worth a switch. That 0.5% is its margin. An exhaustive search"
+            " best at that B, priced the same way: smaller gains are not worth a switch. That 0.5% is its margin. An"
+            " exhaustive search"
             " tries every option"
             " at each B with no margin, pricing each chain from its exact tokens per call. At no batch size B is the"
             f" search's speedup more than {check.worst:.2%} above the plan's pick, both priced from exact tokens per"

@@ -3932,8 +3932,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             print()
             full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
                                              bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
-            say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. At the last"
-                " position, k, the block is cut with chance w_k: one uniform below w_k. As shipped, position k is a"
+            say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block,"
+                " the last position, k, is a cut point, keeping all k drafts, with chance w_k: one uniform below"
+                " w_k. As shipped, position k is a"
                 " cut point when a product of k uniforms falls below a weight, which happens more often than one"
                 f" uniform would. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one"
                 " uniform half the time.", f"So from a random point of the text, all {k} drafts are kept in"

@@ -869,8 +869,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     full = [sum(start[d] * p for d in range(6) for kept, _, p in f(sd.TARGET, sd.MIDDLING, d, 3) if len(kept) == 3)
             for f in (sd.block_round_outcomes, sd.shipped_block_outcomes, triton.shipped_block_outcomes)]
     assert min(full[1:]) > full[0] + 0.1
-    assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. At the last position,"
-            " k, the block is cut with chance w_k: one uniform below w_k. As shipped, position k is a cut point when a"
+    assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block, the last"
+            " position, k, is a cut point, keeping all k drafts, with chance w_k: one uniform below w_k. As shipped,"
+            " position k is a cut point when a"
             " product of k uniforms falls below a weight, which happens more often than one uniform would. Two"
             f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time."
             f" So from a random point of the text, all 3 drafts are kept in {full[1]:.2f} (PyTorch) and"

@@ -3557,7 +3557,7 @@ BLOCK_RULE = ("How? By the steps below. Its paper proves they keep the target's 
               " draws one token:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
-               "Z_i sums max(0, w_i p(x) - q(x)) over every token x of the vocabulary, with p and q the rows after"
+               "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
                " x_1..x_i (in a table, the rows after x_i): what the target still wants at position i+1 that the"
                " draft does not offer.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own. The last,"

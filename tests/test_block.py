@@ -257,3 +257,10 @@ def test_a_verifier_that_reads_the_wrong_position_hides_on_a_table_that_repeats_
     assert sd.tv_distance(counts / 2000, truth) > 0.05 and fit(counts, truth) < 1e-9
     right = sampled_joint(sd, P, Q, 0, 2, 3, 2000, seed=5, verify=sd.verify_block)
     assert fit(right, truth) > 1e-3
+
+
+def test_chapter14_names_the_summed_token_apart_from_the_drafts(in_process):
+    # step 2 sums over a token y, so it reads apart from the drafts x_1..x_i
+    text = " ".join(in_process[1][in_process[1].index("Chapter 14."):].split())
+    assert "2. Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after" \
+        " x_1..x_i" in text

@@ -1492,12 +1492,13 @@ def why_eq1_is_off(P, Q, gaps):
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
-                f"The text is kept drafts, redraws and bonuses. '{d}' is {starts.text[hi]:.3f} of it but rarely a"
-                f" redraw, so more than {starts.text[hi]:.3f} of kept drafts are '{d}'. Later drafts follow kept ones,"
-                f" and drafts after '{d}' pass most: draft 2 passes in {rates[1]:.3f} / {rates[0]:.3f} ="
-                f" {rates[1] / rates[0]:.2f} of rounds where draft 1 did, above alpha."
-                if later_d and mix.kept > mix.text[hi]
-                > mix.redrawn and abs(mix.total - mix.text[hi]) < 1e-9 else "")
+                f"From i = 2 exact runs higher: later drafts follow kept ones. '{d}' is"
+                f" {starts.text[hi]:.3f} of the text: kept drafts, redraws and bonuses. It is rarely redrawn,"
+                f" so more than {starts.text[hi]:.3f} of kept drafts are '{d}', after which drafts pass most. Draft 2"
+                f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has,"
+                " above alpha."
+                if later_d and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
+                and mix.kept > mix.text[hi] > mix.redrawn and abs(mix.total - mix.text[hi]) < 1e-9 else "")
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
             f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
@@ -1842,7 +1843,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f" so up to {free} positions ({ridge():.1f} / {one:.2f})",
         "cost what one does: checking uses idle arithmetic.")
     print()
-    say("With B sequences decoded at once, a pass scores B(k+1) positions, so a large batch can cross the ridge"
+    say("Decoding B sequences at once, a pass scores B(k+1) positions: a large batch can cross the ridge"
         " (chapter 25).")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
@@ -6228,7 +6229,7 @@ README lists edits."""
 
 def menu():
     """The lesson's last lines: each chapter's number and question, and how to run it."""
-    print(f"\n{'=' * 78}\nThe chapters go beyond the paper; run one, or all:\n")
+    print(f"\n{'=' * 78}\nThe chapters go beyond the paper:\n")
     print("\n".join(f"  {n:>2}  {title}" for n, (title, _) in CHAPTERS.items()))
     print(f"\n  python3 {os.path.basename(__file__)} 9\n  python3 {os.path.basename(__file__)} all")
 

@@ -491,10 +491,11 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert rates[i] / rates[i - 1] == pytest.approx(lands @ beta)
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
-    assert ("The text is kept drafts, redraws and bonuses. 'd' is 0.184 of it but rarely a redraw, so more than 0.184"
-            " of kept drafts are 'd'. Later drafts follow kept ones, and drafts after 'd' pass most: draft 2 passes in"
-            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} of rounds where draft 1 did, above alpha.")\
-        in flat and f"{starts.text[3]:.3f}" == "0.184"
+    assert ("From i = 2 exact runs higher: later drafts follow kept ones. 'd' is 0.184 of the text: kept drafts,"
+            " redraws and bonuses. It is rarely redrawn, so more than 0.184 of kept drafts are 'd', after which drafts"
+            f" pass most. Draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has,"
+            " above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
+    assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
     # that ends it; together they are the text, and the redraws are the part short of 'd'
     K, kept_d = np.minimum(sd.TARGET, sd.MIDDLING), np.zeros(6)
@@ -549,8 +550,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("The text is kept drafts, redraws and bonuses.") and later.endswith(
-        "draft 2 passes in 0.496 / 0.681 = 0.73 of rounds where draft 1 did, above alpha.")
+    assert later.startswith("From i = 2 exact runs higher: later drafts follow kept ones.") and later.endswith(
+        "Draft 2 passes 0.496 / 0.681 = 0.73 once draft 1 has, above alpha.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)
@@ -642,7 +643,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     fit = sd.sequences_that_fit(16)
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
-    assert ("With B sequences decoded at once, a pass scores B(k+1) positions, so a large batch can cross the ridge"
+    assert ("Decoding B sequences at once, a pass scores B(k+1) positions: a large batch can cross the ridge"
             " (chapter 25).") in flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]

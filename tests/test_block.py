@@ -264,3 +264,16 @@ def test_chapter14_names_the_summed_token_apart_from_the_drafts(in_process):
     text = " ".join(in_process[1][in_process[1].index("Chapter 14."):].split())
     assert "2. Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after" \
         " x_1..x_i" in text
+
+
+def test_pytorchs_product_of_capped_ratios_is_never_above_w_k():
+    # chapter 15 says so: through the stages, the shipped PyTorch weight (a product of capped ratios) stays at or
+    # below the block's w_k (the capped running product), on random rows and drafts
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        product, w = 1.0, 1.0
+        for _ in range(4):
+            p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+            x = int(rng.integers(6))
+            product, w = sd.shipped_weight(product, p, q, x), sd.accept_prob(w * p, q, x)
+            assert product <= w + 1e-12

@@ -873,7 +873,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block, the last"
             " position, k, is a cut point, keeping all k drafts, with chance w_k: one uniform below w_k. As shipped,"
             " position k is a cut point when a"
-            " product of k uniforms falls below a weight, which happens more often than one uniform would. Two"
+            " product of k uniforms falls below a weight (Triton's w_k; PyTorch's product of the capped ratios, never"
+            " above w_k), which happens more often than one uniform would. Two"
             f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time."
             f" So from a random point of the text, all 3 drafts are kept in {full[1]:.2f} (PyTorch) and"
             f" {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())

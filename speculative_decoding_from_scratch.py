@@ -6129,7 +6129,8 @@ def demo27_rates(**how):
         " the plan keeps its current pick until that pick, priced from the"
         f" rates, falls more than {c19.tol:.1%} below the best at that B, priced the same way: smaller gains are not"
         " worth a switch. That"
-        f" {c19.tol:.1%} is its margin. An exhaustive search tries every option at each B with no margin, pricing"
+        f" {c19.tol:.1%} is its margin. So two things can cost speed: the rates' pricing, and the margin. An"
+        " exhaustive search tries every option at each B with no margin, pricing"
         " each chain from its exact tokens per call. At no batch size B is the search's speedup more than"
         f" {check.worst:.2%} above the plan's pick, both priced from exact tokens per call (the tree from its"
         " sampled count)." +

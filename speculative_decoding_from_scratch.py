@@ -1442,6 +1442,31 @@ def round_starts(P, Q, k=1):
                            residual_led=residual_led)
 
 
+def why_later_drafts_pass_more(P, Q, starts, rates, hi):
+    """Demo 3's last paragraph, said only while its numbers bear it out: from
+    draft 2 on the exact terms run above eq. 1's, as each later draft follows
+    a kept one, and kept drafts are hi more often than the text is. The text
+    is kept drafts, redraws and bonuses; redraws are short of hi, so the kept
+    drafts make it up. starts: round_starts for these rounds; rates: the
+    chance drafts 1 to i all pass; hi: the token drafts pass most after."""
+    beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
+    lands, later, kept_all = starts.start, True, 0  # where kept drafts 1..k land, each kept after the one before
+    for i in range(1, LESSON_K + 1):
+        lands = lands @ kept_and_replaced(P, Q)[0]  # unnormalised: the chance draft i is kept, and as what
+        kept_all = kept_all + lands
+        if i < LESSON_K:
+            later &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
+                          and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
+    whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
+    kept, redrawn = kept_all[hi] / kept_all.sum(), starts.redrawn[hi] / starts.redrawn.sum()
+    return (f"From i = 2 exact runs higher: later drafts follow kept ones. '{d}' is {starts.text[hi]:.3f} of the"
+            f" text: kept drafts, redraws and bonuses. It is rarely redrawn, so more than {starts.text[hi]:.3f} of"
+            f" kept drafts are '{d}', after which drafts pass most. Draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
+            f" {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
+            if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
+            and kept > starts.text[hi] > redrawn and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
+
+
 def why_eq1_is_off(P, Q, gaps):
     """Demo 3's words on eq. 1, whose gaps above the exact counts are gaps
     (one number or one per row): which way it is off, and why, as words, or
@@ -1465,16 +1490,6 @@ def why_eq1_is_off(P, Q, gaps):
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
     rates = exact_per_position(P, Q, LESSON_K)  # the chance drafts 1 to i all pass, i = 1..k
-    lands, later_d, kept_all = starts.start, True, 0  # where kept drafts 1..k land, each kept after the one before
-    for i in range(1, LESSON_K + 1):
-        lands = lands @ kept_and_replaced(P, Q)[0]  # unnormalised: the chance draft i is kept, and as what
-        kept_all = kept_all + lands
-        if i < LESSON_K:
-            later_d &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
-                            and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
-    whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
-    mix = SimpleNamespace(text=starts.text, kept=kept_all[hi] / kept_all.sum(),
-                          redrawn=starts.redrawn[hi] / starts.redrawn.sum(), total=whole[hi] / whole.sum())
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
@@ -1492,13 +1507,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f"But drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
-                f"From i = 2 exact runs higher: later drafts follow kept ones. '{d}' is"
-                f" {starts.text[hi]:.3f} of the text: kept drafts, redraws and bonuses. It is rarely redrawn,"
-                f" so more than {starts.text[hi]:.3f} of kept drafts are '{d}', after which drafts pass most. Draft 2"
-                f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has,"
-                " above alpha."
-                if later_d and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
-                and mix.kept > mix.text[hi] > mix.redrawn and abs(mix.total - mix.text[hi]) < 1e-9 else "")
+                why_later_drafts_pass_more(P, Q, starts, rates, hi))
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
             f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"

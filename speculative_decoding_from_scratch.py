@@ -4778,7 +4778,7 @@ def demo19_tuning(**how):
         crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
             + (" The plan drops each option a little after its check reaches the ridge: " + "; ".join(
-                f"{'the tree' if how.startswith('tree') else how}'s, of {n} positions, at B = {b}"
+                f"{'the tree' if how.startswith('tree') else how}'s, of {n} positions, at B = {b} ({n * b:,} in all)"
                 for how, n, b in crossed) + (". Each sequence's KV cache adds bytes, so these come later than demo"
                 f" 6's {shape.alone} positions would put them" if all(b * n > shape.alone for _, n, b in crossed)
                 else "") + " (chapter 25)." if crossed and len(crossed) == len(

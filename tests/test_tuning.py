@@ -451,8 +451,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
                            " position costs time. The plan drops each option a little after its check reaches"
                            " the ridge: the"
-                           f" tree's, of 15 positions, at B = {tree}; k = 8's, of 9 positions, at B ="
-                           f" {crossings[0]}; k = 7's, of 8 positions, at B = {crossings[1]}. Each sequence's KV"
+                           f" tree's, of 15 positions, at B = {tree} ({15 * tree:,} in all); k = 8's, of 9 positions,"
+                           f" at B = {crossings[0]} ({9 * crossings[0]:,} in all); k = 7's, of 8 positions, at B ="
+                           f" {crossings[1]} ({8 * crossings[1]:,} in all). Each sequence's KV"
                            " cache adds bytes, so these come later than demo 6's 295 positions would put them"
                            " (chapter 25).") in text
     # each planned check crosses the printed bound, by hand, where the roofline says, and before the plan leaves it

@@ -2194,14 +2194,15 @@ def demo8_trees(n_runs=400, n_rounds=200):
     table([("", 5, "<")] + [(str(j + 1), 2, ">2") for j in range(6)],
           [(f"  {i + 1}", *("x" if m else "." for m in mask[i])) for i in range(6)])
     P2, context = random_table(8, sharpness=2.0, order=2), (0, 1)  # an order-2 target
-    tokens, tree_parents = draft_tree(MIDDLING, 1, 3, 2, np.random.default_rng(8))
+    depth, width = 3, 2
+    tokens, tree_parents = draft_tree(MIDDLING, 1, depth, width, np.random.default_rng(8))
     slow = np.array([path_alone(P2, context, tokens, tree_parents, i) for i in range(len(tokens))])
     errors = [np.abs(masked_pass(P2, context, tokens, m) - slow).max()
               for m in (tree_attention_mask(tree_parents), np.tri(len(tokens), dtype=bool))]
     print()
     say("Does the mask work? The lesson's tables read only the last token, so a wrong mask could not show there.",
-        f"Here a {len(tokens)}-node tree goes to a target that reads the last two tokens, so a node's row depends"
-        " on its parent. The masked pass matches each path run alone to"
+        f"Here a {len(tokens)}-node tree ({width} children a node, {depth} deep) goes to a target that reads the last"
+        " two tokens, so a node's next-token distribution depends on its parent. The masked pass matches each path run alone to"
         f" {exact_text(errors[0])} in every next-token probability. A plain causal mask, which lets a node"
         f" read every node before it, is off by up to {exact_text(errors[1])} in one.")
     exactness = demo8_exactness(n_runs)

@@ -717,6 +717,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text)
     assert "where the tree needs 3: a tree drafts a whole level in one pass." in flat(text)
+    assert f"Here a {2 + 4 + 8}-node tree (2 children a node, 3 deep) goes to a target" in flat(text)
     # the exactness runs' tree and draft, as the sentence names them
     import inspect
     defaults = inspect.signature(sd.demo8_exactness).parameters

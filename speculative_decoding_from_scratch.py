@@ -2202,8 +2202,8 @@ def demo8_trees(n_runs=400, n_rounds=200):
     print()
     say("Does the mask work? The lesson's tables read only the last token, so a wrong mask could not show there.",
         f"Here a {len(tokens)}-node tree ({width} children a node, {depth} deep) goes to a target that reads the last"
-        " two tokens, so a node's next-token distribution depends on its parent. The masked pass matches each path run alone to"
-        f" {exact_text(errors[0])} in every next-token probability. A plain causal mask, which lets a node"
+        " two tokens, so a node's next-token distribution depends on its parent. The masked pass matches each path run"
+        f" alone to {exact_text(errors[0])} in every next-token probability. A plain causal mask, which lets a node"
         f" read every node before it, is off by up to {exact_text(errors[1])} in one.")
     exactness = demo8_exactness(n_runs)
     rates, chains_fit, wider = demo8_depth_and_width(n_rounds)

@@ -4740,12 +4740,13 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
         f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
-            f": that price is exact at k = {k_max}, and at most {max(low):.4f} tokens per call low at a shorter k"
-            + (". A shorter k ends more rounds on a bonus token, drawn from p, and fewer on a redraw, which is rarely"
-               f" '{name(vs_exact.starts[0].short)}' (demo 3). So more of its rounds start after"
-               f" '{name(vs_exact.starts[0].short)}', where drafts pass most, and its first drafts pass more often"
-               " (chapter 27)." if vs_exact.closer
-               else " (chapter 27).")
+            (f": that price is exact at k = {k_max}. A shorter k ends more rounds on a bonus token, drawn from p, and"
+             f" fewer on a redraw, which is rarely '{name(vs_exact.starts[0].short)}' (demo 3). So more of its rounds"
+             f" start after '{name(vs_exact.starts[0].short)}', where drafts pass most, and its first drafts pass"
+             f" more often: rates counted at k = {k_max} price it low, by at most {max(low):.4f} tokens per call"
+             " (chapter 27)." if vs_exact.closer else
+             f": that price is exact at k = {k_max}, and at most {max(low):.4f} tokens per call low at a shorter k"
+             " (chapter 27).")
             if vs_exact.at_k and low and min(low) > 0 else ". Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"

@@ -226,10 +226,10 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts: that price is exact at k ="
-                             f" 8, and at most {max(low):.4f} tokens per call low at a shorter k. A shorter k ends"
-                             " more rounds on a bonus token, drawn from p, and fewer on a redraw, which is rarely 'd'"
-                             " (demo 3). So more of its rounds start after 'd', where drafts pass most, and its first"
-                             " drafts pass more often (chapter 27).") in text
+                             " 8. A shorter k ends more rounds on a bonus token, drawn from p, and fewer on a redraw,"
+                             " which is rarely 'd' (demo 3). So more of its rounds start after 'd', where drafts pass"
+                             " most, and its first drafts pass more often: rates counted at k = 8 price it low, by at"
+                             f" most {max(low):.4f} tokens per call (chapter 27).") in text
     # by hand, for small: rounds of 1 end on a bonus more often than rounds of 8, and start after 'd' more often
     ends = {k: sd.round_table(sd.TARGET, sd.MIDDLING, k) for k in (1, 8)}
     start = {k: sd.stationary(e.sum(axis=1)) for k, e in ends.items()}

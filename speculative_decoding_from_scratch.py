@@ -1459,10 +1459,10 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept, redrawn = kept_all[hi] / kept_all.sum(), starts.redrawn[hi] / starts.redrawn.sum()
-    return (f"From i = 2 exact runs higher: later drafts follow kept ones. '{d}' is {starts.text[hi]:.3f} of the"
-            f" text: kept drafts, redraws and bonuses. It is rarely redrawn, so more than {starts.text[hi]:.3f} of"
-            f" kept drafts are '{d}', after which drafts pass most. Draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
-            f" {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
+    return (f"From i = 2 each exact term is above eq. 1's: later drafts follow kept ones. '{d}' is"
+            f" {starts.text[hi]:.3f} of the text: kept drafts, redraws and bonuses. It is rarely redrawn, so more than"
+            f" {starts.text[hi]:.3f} of kept drafts are '{d}', after which drafts pass most. Draft 2 passes"
+            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
             and kept > starts.text[hi] > redrawn and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
 

@@ -472,7 +472,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual"
             " never redraws 'd' there. 3. So"
             f" a round's first draft follows 'd' in {starts.start[3]:.3f} of rounds, though 'd' is"
-            f" {starts.text[3]:.3f} of the text. 4. But drafts after 'd' pass most: {beta[3]:.3f}. So a round's first"
+            f" {starts.text[3]:.3f} of the text. 4. And drafts after 'd' pass most: {beta[3]:.3f}. So a round's first"
             " draft passes"
             f" {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance: i = 1 i = 2"
             " i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {exact:.2f} eq. 1 "

@@ -3869,13 +3869,13 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
         " one. Its paper proves its output is the target's. Chapter 14 gives its five steps; two matter here. Let"
         " w_i be the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1, and w_i ="
-        " min(1, w_(i-1) p(x_i) / q(x_i)), with p and q row x_(i-1) of each table (x_0: the text's last token). Step"
-        " 3 flips a coin of its"
+        " min(1, w_(i-1) p(x_i) / q(x_i)). Here p and q are row x_(i-1) of each table (x_0: the text's last token)."
+        " Step 3 flips a coin of its"
         " own at each position i. If it lands heads, i is"
         " a cut point, where the block may end. Position k's coin lands heads with chance w_k, an earlier one's"
         " with chance h_i = Z_i / (Z_i + 1 - w_i), Sun et al.'s; take it as given. Z_i sums max(0, w_i p - q) over"
-        " the vocabulary, what the target still wants that the draft does not offer, with p and q"
-        " row x_i of the target's and the draft's tables: their distributions for the token after x_i. The block"
+        " the vocabulary: what the target still wants that the draft does not offer. Here p and q are"
+        " row x_i of each table: their distributions for the token after x_i. The block"
         " keeps x_1..x_i for i the largest cut point; with no cut point, i = 0 and it keeps none. Step 5 draws the"
         " next token from"
         " max(0, w_i p - q), normalised, or from p if i = k.")
@@ -3947,9 +3947,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block,"
                 " the last position, k, is a cut point, keeping all k drafts, with chance w_k: one uniform below"
                 " w_k. As shipped, position k is a"
-                " cut point when a product of k uniforms falls below a weight (Triton's w_k; PyTorch's product of"
-                " the capped ratios, never above w_k), which happens more often than one"
-                f" uniform would. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one"
+                " cut point when a product of k uniforms falls below a weight, which happens more often than one"
+                " uniform would. The weight is Triton's w_k, or PyTorch's product of the capped ratios, never above"
+                f" w_k. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one"
                 " uniform half the time.", f"So from a random point of the text, all {k} drafts are kept in"
                 f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
@@ -4744,7 +4744,7 @@ def demo19_tuning(**how):
             (f": that price is exact at k = {k_max}. A shorter k ends more rounds on a bonus token, drawn from p, and"
              f" fewer on a redraw, which is rarely '{name(vs_exact.starts[0].short)}' (demo 3). So more of its rounds"
              f" start after '{name(vs_exact.starts[0].short)}', where drafts pass most, and its first drafts pass"
-             f" more often: rates counted at k = {k_max} price it low, by at most {max(low):.4f} tokens per call"
+             f" more often. So rates counted at k = {k_max} price it low, by at most {max(low):.4f} tokens per call"
              " (chapter 27)." if vs_exact.closer else
              f": that price is exact at k = {k_max}, and at most {max(low):.4f} tokens per call low at a shorter k"
              " (chapter 27).")
@@ -6082,9 +6082,9 @@ def demo27_rates(**how):
         " which drafts 1 to i were all kept. Chapter 19's plan picks a draft model and its k for each batch size B."
         f" It prices every k from rates counted at k = {k_max}:"
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
+        " The rates here are exact, as a server counting many rounds would find them."
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
-        f" k of their rates at k = {k_max} (exact, as a server counting many rounds would find them), against each k's"
-        " exact tokens per call:")
+        f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
     print()
     table([("k", 3, "d")] + [(f"{label}\n{n}", 12, ".4f") for n in r.names for label in ("from rates", "exact")],
           [(k, *[v for rates, exact in zip(r.rates, r.exact) for v in (1 + sum(rates[:k]), exact[k - 1])])
@@ -6139,7 +6139,7 @@ def demo27_rates(**how):
             " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
         " the plan keeps its current pick until that pick, priced from the"
-        f" rates, falls more than {c19.tol:.1%} below the best at that B, priced the same way: smaller gains are not"
+        f" rates, falls more than {c19.tol:.1%} below the best at that B, priced the same way. Smaller gains are not"
         " worth a switch. That"
         f" {c19.tol:.1%} is its margin. So two things can cost speed: the rates' pricing, and the margin. An"
         " exhaustive search tries every option at each B with no margin, pricing"

@@ -228,7 +228,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts: that price is exact at k ="
                              " 8. A shorter k ends more rounds on a bonus token, drawn from p, and fewer on a redraw,"
                              " which is rarely 'd' (demo 3). So more of its rounds start after 'd', where drafts pass"
-                             " most, and its first drafts pass more often: rates counted at k = 8 price it low, by at"
+                             " most, and its first drafts pass more often. So rates counted at k = 8 price it low, by at"
                              f" most {max(low):.4f} tokens per call (chapter 27).") in text
     # by hand, for small: rounds of 1 end on a bonus more often than rounds of 8, and start after 'd' more often
     ends = {k: sd.round_table(sd.TARGET, sd.MIDDLING, k) for k in (1, 8)}
@@ -256,14 +256,14 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert check.worst > 0.005 and untolerant > 0
     assert "exhaustive search" not in text  # chapter 27 holds it, below
     text27 = " ".join(section(in_process[1], "27").split())
-    assert "1 plus the first k of their rates at k = 8 (exact, as a server counting many rounds would find them)" \
+    assert "The rates here are exact, as a server counting many rounds would find them. For chapter 19's two drafts" \
         in text27
     assert ("What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to 8 of either draft and a"
             " tree of the small one (chapter 8: 2 candidates under each node, 3 deep). It prices the chains from the"
             " rates, and the tree from its sampled tokens per call, as trees have no exact count here. The best"
             " pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25). As B grows,"
             " the plan keeps its current pick until that pick, priced from the rates, falls more than 0.5% below the"
-            " best at that B, priced the same way: smaller gains are not worth a switch. That 0.5% is its margin. So"
+            " best at that B, priced the same way. Smaller gains are not worth a switch. That 0.5% is its margin. So"
             " two things can cost"
             " speed: the rates' pricing, and the margin. An"
             " exhaustive search"

@@ -1450,9 +1450,9 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     drafts make it up. starts: round_starts for these rounds; rates: the
     chance drafts 1 to i all pass; hi: the token drafts pass most after."""
     beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
-    lands, later, kept_all = starts.start, True, 0  # where kept drafts 1..k land, each kept after the one before
-    for i in range(1, LESSON_K + 1):
-        lands = lands @ kept_and_replaced(P, Q)[0]  # unnormalised: the chance draft i is kept, and as what
+    kept_table, lands, later, kept_all = kept_and_replaced(P, Q)[0], starts.start, True, 0
+    for i in range(1, LESSON_K + 1):  # where kept drafts 1..k land, each kept after the one before
+        lands = lands @ kept_table  # unnormalised: the chance draft i is kept, and as what
         kept_all = kept_all + lands
         if i < LESSON_K:
             later &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
@@ -4813,7 +4813,8 @@ def rates_and_exact(c19):
     k_max, rates, drafters = c19.k_max, c19.rates, c19.drafters
     exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
-    starts = [round_starts(TARGET, drafters[1][2], k) for k in (k_max, 1)]  # small's, in rounds of k_max and of 1
+    each = [{k: round_starts(TARGET, Q, k) for k in (k_max, 1)} for _, _, Q, _ in drafters]  # rounds of k_max, 1
+    starts = [each[1][k_max], each[1][1]]  # small's
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of 1
     intact = all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
     s = starts[0]
@@ -4824,16 +4825,14 @@ def rates_and_exact(c19):
         off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
         below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)),
         why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(  # mostly redraws
-            r.redrawn.sum() > 0.5 for r in (s, round_starts(TARGET, drafters[0][2], k_max))),
+            r.redrawn.sum() > 0.5 for r in (s, each[0][k_max])),
         bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short],
         # each drafter's rounds of 1 end on a redraw less often than its rounds of k_max, start after small's
         # scarce token (where drafts pass most, and redraws never give it somewhere) more often, and their first
         # draft passes more often
         closer=intact and s.most and s.left_out and all(
-            one.redrawn.sum() < many.redrawn.sum() and one.start[s.short] > many.start[s.short]
-            and int(np.argmax(one.beta)) == s.short and a1 > r[0]
-            for (_, _, Q, _), r, a1 in zip(drafters, rates, at_1)
-            for one, many in [(round_starts(TARGET, Q, 1), round_starts(TARGET, Q, k_max))]))
+            d[1].redrawn.sum() < d[k_max].redrawn.sum() and d[1].start[s.short] > d[k_max].start[s.short]
+            and int(np.argmax(d[1].beta)) == s.short and a1 > r[0] for d, r, a1 in zip(each, rates, at_1)))
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):

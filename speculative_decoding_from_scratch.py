@@ -4718,57 +4718,45 @@ def demo19_tuning(**how):
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
     say(f"A practitioner has {number_word(len(drafters))} draft models and one server. This chapter prices every"
         f" way to run each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks"
-        " one per range of B. The option --plan --profile FILE runs it on your own"
-        " drafters: a JSON file of each one's acceptance figures and cost (README: Tuning a server).")
+        " one per range of B. The option --plan --profile FILE runs it on your own drafters' figures (README:"
+        " Tuning a server).")
     print()
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
         f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
-        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}."
-        + (f" Each has an output layer over the same {LLAMA2_7B[3]:,} tokens." if big[3] == small[3] == LLAMA2_7B[3]
-           else "") + " A draft's acceptance comes from its table, its cost"
-        " from that shape. A draft's c, its pass's cost in target passes, comes"
-        " from the bytes a pass reads: its weights once, whatever B, and every sequence's KV cache, the keys and"
-        " values of its tokens." + (
-            f" At B = 1, c is about the draft's share of the target's weight bytes: {shape.c[0]:.4f} for big,"
-            f" {shape.c_small[0]:.4f} for small. As B grows the KV caches come to outweigh the weights, and c tends"
-            f" to the share of the target's KV cache: {shape.kv_share[0]:.2g} and {shape.kv_share[1]:.3g}."
+        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table. Its c, a"
+        " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
+        " cache, the keys and values of its tokens." + (
+            f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small."
             if bytes_set_c else ""))
     print()
     vs_exact = rates_and_exact(c19)
     low = [g for each in vs_exact.low for g in each]  # every drafter's, at every shorter k
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates in tokens per call.",
-        f"Here the rates are computed exactly, in rounds of {k_max} drafts" + (
-            (f": that price is exact at k = {k_max}. A shorter k ends more rounds on a bonus token, drawn from p, and"
-             f" fewer on a redraw, which is rarely '{name(vs_exact.starts[0].short)}' (demo 3). So more of its rounds"
-             f" start after '{name(vs_exact.starts[0].short)}', where drafts pass most, and its first drafts pass"
-             f" more often. So rates counted at k = {k_max} price it low, by at most {max(low):.4f} tokens per call"
-             " (chapter 27)." if vs_exact.closer else
-             f": that price is exact at k = {k_max}, and at most {max(low):.4f} tokens per call low at a shorter k"
-             " (chapter 27).")
-            if vs_exact.at_k and low and min(low) > 0 else ". Chapter 27 shows how close that price comes."))
+        "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
+            f" That price is exact at k = {k_max}, and at most {max(low):.4f} tokens per call low at a shorter k;"
+            " chapter 27 shows why." if vs_exact.at_k and low and min(low) > 0 else
+            " Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
-        f" token in one pass of {nodes} positions. The check tries a node's children one at a time by demo 1's rule,"
-        " p becoming the residual after each rejection; if all are rejected, the next token comes from the last"
-        " residual. Chapter 8 tests that it keeps the target's distribution."
+        f" token in one pass of {nodes} positions. The check tries a node's children one at a time by demo 1's rule."
+        " Chapter 8 shows how, and tests that it keeps the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-, as in"
         f" demo 3), from {tree[1]} draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. A speedup is tokens per call times t_plain /"
-        " (t_check + n t_draft), for n draft passes, each t a pass's time at that B on the roofline: the target's"
-        " plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c t_plain, so that is"
-        " the lesson's tokens per call / (1 + n c). Going up in B, it keeps"
-        f" the option it has until it falls more than {tol:.1%} below the best, so as not to switch for less. It"
-        f" stops at B = {max_batch},"
-        f" where the target's and the {c19.roomiest} draft's weights, their input embedding tables too, and every"
-        f" sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB. The plan,"
-        " with the positions each sequence's check scores:")
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"
+        " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: the"
+        " target's plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c"
+        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan keeps its option until it falls more than {tol:.1%} below the best:"
+        f" smaller gains are not worth a switch. It stops at B = {max_batch}, where the target's and the"
+        f" {c19.roomiest} draft's weights, their input embedding tables too, and every sequence's KV cache fill the"
+        f" H100's {H100.memory / 1e9:.0f} GB."
+        " The plan, with the positions each sequence's check scores:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
            ("speedup", 13, ">")],
@@ -4813,8 +4801,8 @@ def rates_and_exact(c19):
     k_max, rates, drafters = c19.k_max, c19.rates, c19.drafters
     exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
-    each = [{k: round_starts(TARGET, Q, k) for k in (k_max, 1)} for _, _, Q, _ in drafters]  # rounds of k_max, 1
-    starts = [each[1][k_max], each[1][1]]  # small's
+    big = round_starts(TARGET, drafters[0][2], k_max)  # where big's rounds of k_max start
+    starts = [round_starts(TARGET, drafters[1][2], k) for k in (k_max, 1)]  # small's, in rounds of k_max and of 1
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of 1
     intact = all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
     s = starts[0]
@@ -4825,14 +4813,8 @@ def rates_and_exact(c19):
         off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
         below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)),
         why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(  # mostly redraws
-            r.redrawn.sum() > 0.5 for r in (s, each[0][k_max])),
-        bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short],
-        # each drafter's rounds of 1 end on a redraw less often than its rounds of k_max, start after small's
-        # scarce token (where drafts pass most, and redraws never give it somewhere) more often, and their first
-        # draft passes more often
-        closer=intact and s.most and s.left_out and all(
-            d[1].redrawn.sum() < d[k_max].redrawn.sum() and d[1].start[s.short] > d[k_max].start[s.short]
-            and int(np.argmax(d[1].beta)) == s.short and a1 > r[0] for d, r, a1 in zip(each, rates, at_1)))
+            r.redrawn.sum() > 0.5 for r in (s, big)),
+        bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short])
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):

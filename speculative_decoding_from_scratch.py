@@ -1160,10 +1160,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
         rows.append((r, tv_distance(sample / n_runs, truth), fit, "not scored" if blind else tv,
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "not scored"]
-    say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}':"
-        " x1 and",
-        "x2.",
-        f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}), and k = {k}.",
+    say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}',"
+        " the pair (x1, x2).",
+        f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}); k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules:")
     print()
     table([("", 2, ""), ("bug", 13, "<"), ("what it does", 64, "<")], labelled_rows(BUG_WORDS, 62))
@@ -1446,8 +1445,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     """Demo 3's last paragraph, said only while its numbers bear it out: from
     draft 2 on the exact terms run above eq. 1's, as each later draft follows
     a kept one, and kept drafts are hi more often than the text is. The text
-    is kept drafts, redraws and bonuses; redraws are short of hi, so the kept
-    drafts make it up. starts: round_starts for these rounds; rates: the
+    is kept drafts, redraws and bonuses; redraws and bonuses are short of hi,
+    so the kept drafts make it up. starts: round_starts for these rounds; rates: the
     chance drafts 1 to i all pass; hi: the token drafts pass most after."""
     beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
     kept_table, lands, later, kept_all = kept_and_replaced(P, Q)[0], starts.start, True, 0
@@ -1458,13 +1457,15 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             later &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
+    bonuses = starts.start - starts.redrawn  # the rounds that end on a bonus, by the token it is
     kept, redrawn = kept_all[hi] / kept_all.sum(), starts.redrawn[hi] / starts.redrawn.sum()
-    return (f"From i = 2 each exact term is above eq. 1's: later drafts follow kept ones. '{d}' is"
-            f" {starts.text[hi]:.3f} of the text: kept drafts, redraws and bonuses. It is rarely redrawn, so more than"
-            f" {starts.text[hi]:.3f} of kept drafts are '{d}', after which drafts pass most. Draft 2 passes"
+    bonus = bonuses[hi] / bonuses.sum() if bonuses.sum() > 0 else 0.0
+    return (f"From i = 2 each exact term is above eq. 1's: later drafts follow kept ones. The text's tokens are kept"
+            f" drafts, redraws and bonuses, and {starts.text[hi]:.3f} are '{d}'. Redraws and bonuses are '{d}' less"
+            f" often, so kept drafts more often, and drafts after '{d}' pass most. Draft 2 passes"
             f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
-            and kept > starts.text[hi] > redrawn and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
+            and kept > starts.text[hi] > max(redrawn, bonus) and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
 
 
 def why_eq1_is_off(P, Q, gaps):
@@ -6207,10 +6208,10 @@ target's (Leviathan, Kalman & Matias 2023: "the paper").
           times an unrelated table; the middling draft is m = {MIDDLING_WEIGHT:g}
   p, q    the target's and the draft's next-token distributions
   round   k drafts, then one target call that gives p at all k+1
-          positions at once, for about the cost of one (demo 6); if all k
-          pass, position k+1 gives a bonus token, drawn from p
+          positions, for about the cost of one (demo 6); if all k pass,
+          position k+1 gives a bonus token, drawn from p
   alpha   the chance a draft is accepted, averaged over the token before
-          it by how often that token appears in the target's text
+          it by that token's share of the target's text
   c       one draft call's cost, in target calls; "per call" means per
           target call
   TV      total variation: the most two distributions differ on any event

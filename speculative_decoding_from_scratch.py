@@ -6061,8 +6061,7 @@ def demo27_rates(**how):
     k_max, s = r.k_max, r.starts[0]
     d = f"'{name(s.short)}'"
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
-        " which drafts 1 to i were all kept. Chapter 19's plan picks a draft model and its k for each batch size B."
-        f" It prices every k from rates counted at k = {k_max}:"
+        f" which drafts 1 to i were all kept. Chapter 19's plan prices every k from rates counted at k = {k_max}:"
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
         " The rates here are exact, as a server counting many rounds would find them."
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
@@ -6079,15 +6078,17 @@ def demo27_rates(**how):
         f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
         "At a shorter k they differ." if r.off else "")
     if r.below and r.why:
-        small, many = c19.drafters[1][2], int(np.argmax(s.start - s.text))  # many: rounds start after it most, per text
+        small = c19.drafters[1][2]
         print()
         say(f"Why? Position 1's rates at k = {k_max}, {and_list([f'{x[0]:.3f}' for x in r.rates])}, are below demo"
             f" 3's alpha, {and_list([f'{a:.3f}' for a in r.alphas])}. Alpha weighs each context by how often the"
             " target's text holds it. But a round starts after the last round's final token, most often a redraw. A"
             " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. For small, a row"
-            f" for each token x: p({name(s.short)}) and q({name(s.short)}), the chance that {d} comes next after x;"
-            f" text, x's share of the target's text; starts, the share of small's rounds of {k_max} that start right"
-            " after x; passes, how often a first draft after x passes, sum min(p, q):")
+            " for each token x:")
+        say_items([f"p({name(s.short)}), q({name(s.short)}): the chance that {d} comes next after x",
+                   "text: x's share of the target's text",
+                   f"starts: the share of small's rounds of {k_max} that start right after x",
+                   "passes: how often a first draft after x passes, sum min(p, q)"])
         print()
         table([("x", 6, "<"), (f"p({name(s.short)})", 8, ".4f"), (f"q({name(s.short)})", 8, ".4f"),
                ("text", 8, ".4f"), ("starts", 8, ".4f"), ("passes", 8, ".4f")],
@@ -6099,8 +6100,6 @@ def demo27_rates(**how):
             " pass"
             " most"
             f" often, though {d} is {s.text[s.short]:.0%} of the text." + (
-                f" And {s.start[many]:.0%} start after '{name(many)}', where they pass least, though it is"
-                f" {s.text[many]:.0%} of the text." if many == int(np.argmin(s.beta)) else "") + (
                 f" The passes, weighted by the text, give alpha, {s.text @ s.beta:.3f}; weighted by the starts,"
                 f" position 1's rate, {s.start @ s.beta:.3f}." if abs(s.text @ s.beta - r.alphas[1]) < 1e-9
                 and abs(s.start @ s.beta - r.rates[1][0]) < 1e-9 else ""),
@@ -6114,22 +6113,15 @@ def demo27_rates(**how):
     trees = [(o.drafter.name, *o.shape.split()[1].rstrip(",").split("x")) for o in c19.options
              if o.shape.startswith("tree")]  # (drafter, candidates under each node, depth)
     say(f"What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to {k_max} of either draft"
-        + "".join(f" and a tree of the {t} one (chapter 8: {a} candidates under each node, {b} deep)"
-                  for t, a, b in trees)
-        + ". It prices the chains from the rates" + (", and the tree from its sampled tokens per call, as trees have no"
-                                                     " exact count here" if trees else "") + "." + (
-            " The best pick changes with B, as past demo 6's ridge every checked position costs time (chapter 25)."
-            if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") + " As B grows,"
-        " the plan keeps its current pick until that pick, priced from the"
-        f" rates, falls more than {c19.tol:.1%} below the best at that B, priced the same way. Smaller gains are not"
-        " worth a switch. That"
-        f" {c19.tol:.1%} is its margin. So two things can cost speed: the rates' pricing, and the margin. An"
-        " exhaustive search tries every option at each B with no margin, pricing"
-        " each chain from its exact tokens per call. At no batch size B is the search's speedup more than"
-        f" {check.worst:.2%} above the plan's pick, both priced from exact tokens per call (the tree from its"
-        " sampled count)." +
-        (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search: so the margin,"
-         f" not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
+        + "".join(f" and a tree of the {t} one" for t, _, _ in trees) + ". It prices the chains from the rates"
+        + (", the tree from its sampled tokens per call" if trees else "") + "."
+        f" It keeps its pick until that pick falls more than {c19.tol:.1%} below the best: smaller gains are not"
+        f" worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every option at each B with"
+        " no margin, pricing each chain from its exact tokens per call. Priced that way, the search's speedup is at"
+        f" most {check.worst:.2%} above the plan's pick at any B." +
+        (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search at every B:"
+         f" so the margin, not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst <
+         check.worst / 2 else
          f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
          0 < untolerant.worst else
          " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"

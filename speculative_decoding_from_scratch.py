@@ -3868,18 +3868,18 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. Its paper proves its output is the target's. Chapter 14 gives its five steps; two matter here. Let"
-        " w_i be the target's probability of x_1..x_i over the draft's, capped at 1 at each step: w_0 = 1, and w_i ="
-        " min(1, w_(i-1) p(x_i) / q(x_i)). Here p and q are row x_(i-1) of each table (x_0: the text's last token)."
-        " Step 3 flips a coin of its"
-        " own at each position i. If it lands heads, i is"
-        " a cut point, where the block may end. Position k's coin lands heads with chance w_k, an earlier one's"
-        " with chance h_i = Z_i / (Z_i + 1 - w_i), Sun et al.'s; take it as given. Z_i sums max(0, w_i p - q) over"
-        " the vocabulary: what the target still wants that the draft does not offer. Here p and q are"
-        " row x_i of each table: their distributions for the token after x_i. The block"
-        " keeps x_1..x_i for i the largest cut point; with no cut point, i = 0 and it keeps none. Step 5 draws the"
-        " next token from"
-        " max(0, w_i p - q), normalised, or from p if i = k.")
+        " one. Its paper proves its output is the target's. Chapter 14 gives its five steps; steps 3 and 5 matter"
+        " here. They use two numbers at each position i:")
+    say_items(["w_i: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at"
+               " w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
+               " text's last token).",
+               "Z_i: max(0, w_i p - q) summed over the vocabulary, with p and q the rows after x_i. It is what the"
+               " target still wants at position i+1 that the draft does not offer."])
+    say("Step 3 flips a coin of its own at each position i. If it lands heads, i is a cut point, where the block may"
+        " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 -"
+        " w_i), Sun et al.'s; take it as given. The block keeps x_1..x_i for i the largest cut point; with no cut"
+        " point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and"
+        " q the rows after x_i, or from p if i = k.")
     print()
     say("vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators, ships block"
         f" verification in {number_word(len(SHIPPED_WORDS))} code paths: PyTorch, and Triton, a language for"
@@ -3941,17 +3941,19 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             " verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")
         if more:
-            half = 0.5 * (1 + math.log(2))  # P(u_1 u_2 <= r) = r (1 - ln r), at r = 1/2
+            # P(u_1 ... u_k <= r) = r (1 + L + L^2 / 2! + ... + L^(k-1) / (k-1)!), L = -ln r, at r = 1/2
+            below = 0.5 * sum(math.log(2) ** j / math.factorial(j) for j in range(k))
+            terms = " + ".join(["1", "ln 2"] + [f"(ln 2)^{j} / {math.factorial(j)}" for j in range(2, k)])
             print()
             full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
                                              bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
             say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block,"
-                " the last position, k, is a cut point, keeping all k drafts, with chance w_k: one uniform below"
-                " w_k. As shipped, position k is a"
-                " cut point when a product of k uniforms falls below a weight, which happens more often than one"
-                " uniform would. The weight is Triton's w_k, or PyTorch's product of the capped ratios, never above"
-                f" w_k. Two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one"
-                " uniform half the time.", f"So from a random point of the text, all {k} drafts are kept in"
+                " position k is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it"
+                " is one when a product of k uniforms falls below a weight: Triton's w_k, or PyTorch's product of the"
+                " capped ratios, never above w_k. A product of uniforms falls below a weight more often than one"
+                " uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below 0.5 with chance"
+                                    f" 0.5 ({terms}) = {below:.2f}, one uniform half the time." if k > 1 else ""),
+                f"So from a random point of the text, all {k} drafts are kept in"
                 f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
             step5 = attempt(lambda: tv_distance(bugged("tokenwise_residual", BLOCK_BUGS).exact_block_first_tokens(

@@ -848,40 +848,39 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
                                                             f" token-wise checking {token_wise:.2f}.") in text
     assert ("So the shipped paths keep drafts that a lossless verifier would reject, and their output is not the"
             " target's.") in " ".join(text.split())
-    assert ("Chapter 14 gives its five steps; two matter here. Let w_i be the target's probability of x_1..x_i over the"
-            " draft's, capped at 1 at each step: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). Here p and q are"
-            " row x_(i-1) of each table (x_0: the text's last token). Step 3 flips a"
-            " coin of its own at each position i. If it lands heads, i is a cut point, where the block may end."
-            " Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i),"
-            " Sun et al.'s; take it as given. Z_i sums max(0, w_i p - q) over the vocabulary: what the target still"
-            " wants that the draft does not offer. Here p and q are row x_i of each table: their distributions for"
-            " the token after x_i. The block keeps x_1..x_i"
-            " for i the largest cut point;"
-            " with no cut point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q),"
-            " normalised, or from p if i = k.") \
-        in " ".join(text.split())
+    assert ("Chapter 14 gives its five steps; steps 3 and 5 matter here. They use two numbers at each position i: -"
+            " w_i: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 ="
+            " 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last"
+            " token). - Z_i: max(0, w_i p - q) summed over the vocabulary, with p and q the rows after x_i. It is what"
+            " the target still wants at position i+1 that the draft does not offer. Step 3 flips a coin of its own at"
+            " each position i. If it lands heads, i is a cut point, where the block may end. Position k's coin lands"
+            " heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), Sun et al.'s; take it"
+            " as given. The block keeps x_1..x_i for i the largest cut point; with no cut point, i = 0 and it keeps"
+            " none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
+            " or from p if i = k.") in " ".join(text.split())
     # step 5 only picks the token after the drafts: edited alone, each round keeps as many drafts, from every start
     def kept_counts(m, d):  # the chance a round from d keeps 0..3 drafts
         return np.bincount([len(drafts) for drafts, _, _ in m.block_round_outcomes(m.TARGET, m.MIDDLING, d, 3)],
                            [p for _, _, p in m.block_round_outcomes(m.TARGET, m.MIDDLING, d, 3)], 4)
     step5 = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)
     assert all(kept_counts(step5, d) == pytest.approx(kept_counts(sd, d), abs=1e-12) for d in range(sd.VOCAB))
-    # why they keep more, by sampling: two uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2), not 0.5
-    u = np.random.default_rng(0).random((2, 200_000))
-    assert abs((u[0] * u[1] <= 0.5).mean() - 0.5 * (1 + np.log(2))) < 0.005
-    half = 0.5 * (1 + np.log(2))
+    # why they keep more, by sampling: three uniforms' product falls below 0.5 with chance
+    # 0.5 (1 + ln 2 + (ln 2)^2 / 2), not 0.5
+    u = np.random.default_rng(0).random((3, 200_000))
+    below = 0.5 * (1 + np.log(2) + np.log(2) ** 2 / 2)
+    assert abs((u[0] * u[1] * u[2] <= 0.5).mean() - below) < 0.005
     # by hand, from a start drawn from the target's text: the chance each verifier keeps all 3 drafts
     start = sd.stationary(sd.TARGET)
     triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)
     full = [sum(start[d] * p for d in range(6) for kept, _, p in f(sd.TARGET, sd.MIDDLING, d, 3) if len(kept) == 3)
             for f in (sd.block_round_outcomes, sd.shipped_block_outcomes, triton.shipped_block_outcomes)]
     assert min(full[1:]) > full[0] + 0.1
-    assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block, the last"
-            " position, k, is a cut point, keeping all k drafts, with chance w_k: one uniform below w_k. As shipped,"
-            " position k is a cut point when a"
-            " product of k uniforms falls below a weight, which happens more often than one uniform would. The weight"
-            " is Triton's w_k, or PyTorch's product of the capped ratios, never above w_k. Two"
-            f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2) = {half:.2f}, one uniform half the time."
+    assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block, position k"
+            " is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it is one when a"
+            " product of k uniforms falls below a weight: Triton's w_k, or PyTorch's product of the capped ratios,"
+            " never above w_k. A product of uniforms falls below a weight more often than one uniform does. Three"
+            f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2 + (ln 2)^2 / 2) = {below:.2f}, one uniform"
+            " half the time."
             f" So from a random point of the text, all 3 drafts are kept in {full[1]:.2f} (PyTorch) and"
             f" {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
     # step 3 fixed alone leaves the detail's tokenwise_residual edit: off, but by far less than as shipped

@@ -2241,11 +2241,9 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " normalised."
         " The released code of EAGLE-1, a trained draft head, draws them distinct.",
         f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"
-        f" unrelated table, recording the first two tokens after '{name(ctx)}', as in demo 2. Trees get no exact TV"
-        " here: the fit alone decides. By what a p-value means, even the target's own samples fit below 0.05 about"
-        f" one time in 20, so the line is the fit's {P_REJECT:g}, as defined at the top. Consistent means the fit finds"
-        " no difference"
-        " from the target:")
+        f" unrelated table, recording the pair (x1, x2) after '{name(ctx)}', as in demo 2. Trees get no exact TV"
+        " here: the fit alone decides. Even the target's own samples fit below 0.05 about one time in 20, so the line"
+        f" is {P_REJECT:g}, as defined at the top. Consistent means the fit finds no difference from the target:")
     print()
     table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
     ok = [r[3] == "consistent" for r in rows]
@@ -2270,8 +2268,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         exact = exact_tokens_per_call(TARGET, MIDDLING, d) if b == 1 else None
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
-    say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps; nodes:",
-        "drafts verified, in a pass that also scores the text's last token. A chain has one child a node, so it is"
+    say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: drafts, all"
+        " verified in one pass with the text's last token, whose p judges the first level. A chain has one child a node, so it is"
         " measured one way.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
@@ -2294,7 +2292,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
         + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."),
         "Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
-        " rejected token, where the residual is 0, so the repeat always fails." if repeats else "")
+        " rejected token. A token is rejected only where q > p, so the residual there is 0, and the repeat always"
+        " fails." if repeats else "")
     return rows, not off, wider
 
 

@@ -728,8 +728,9 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert (defaults["depth"].default, defaults["branching"].default) == (2, 2)
     assert "UNRELATED, [ctx]" in inspect.getsource(sd.demo8_exactness)
     assert ("Each way runs 400 times on a tree 2 deep with 2 children a node, drafted by demo 2's unrelated table,"
-            " recording the first two tokens after 'f', as in demo 2. Trees get no exact TV here: the fit alone"
-            " decides.") in flat(text)
+            " recording the pair (x1, x2) after 'f', as in demo 2. Trees get no exact TV here: the fit alone"
+            " decides. Even the target's own samples fit below 0.05 about one time in 20, so the line is 0.001, as"
+            " defined at the top.") in flat(text)
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
     tree3, long_chain = result.rates[2], result.rates[3]
     assert (f"At demo 3's c = 0.1 a draft pass, the tree's speedup is {tree3[4] / (1 + 3 * 0.1):.2f}, the long"
@@ -753,8 +754,14 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
     for c in range(sd.VOCAB):
         over = sd.MIDDLING[c] > sd.TARGET[c]
         assert (sd.residual(sd.TARGET[c], sd.MIDDLING[c])[over] == 0).all()
+        rejected = [sd.accept_prob(sd.TARGET[c], sd.MIDDLING[c], x) < 1 for x in range(sd.VOCAB)]
+        assert rejected == list(over)  # 'rejected only where q > p'
+    # the pass scores the text's last token beside the nodes: its p judges the first level
+    assert ("Depth: draft steps. Nodes: drafts, all verified in one pass with the text's last token, whose p judges the"
+            " first level.") in " ".join(text.split())
     said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
-            " rejected token, where the residual is 0, so the repeat always fails.")
+            " rejected token. A token is rejected only where q > p, so the residual there is 0, and the repeat always"
+            " fails.")
     assert said in " ".join(text.split())
     sd.bugged("no_resample").demo8_depth_and_width(50)  # the residual is p: the reason no longer holds
     assert said not in " ".join(capsys.readouterr().out.split())

@@ -5767,19 +5767,22 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     draft."""
     P2, Q2 = PAPER_EXAMPLE
     ab = demo14_pairs(P2, Q2)[1]  # the drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
+    same = abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12  # the pair as likely under p as under q
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
         " save an earlier one" + (f". In chapter 14's example, below, when the draft proposes 'a' then 'b',"
                                   f" token-wise checking keeps {ab[5]:.2g} of the two on average, and block"
-                                  " verification always keeps both"
+                                  " verification always keeps both" + (
+                                      f". The pair is as likely under p as under q, {ninths(ab[1])}" if same else "")
                                   if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else "") + "."
-        " Its paper proves it keeps the most drafts on average of any lossless verifier that"
-        " keeps some drafts and then draws one token. Could a verifier keep more?")
+        " Its paper proves it keeps the most drafts on average of any lossless verifier (one whose output is the"
+        " target's) that keeps some drafts and then draws one token. Could a verifier keep more?")
     print()
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
         " highest chance that drafts 1 to i could all be kept, and it adds these up.")
     print()
     say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. Keeping the drafts"
-        " makes the two the same text. A text can be both with chance at most the smaller of its two probabilities."
+        " makes the two the same text. They can both be a given text x_1..x_i with chance at most the smaller of"
+        " its probabilities under q and p."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
         " probabilities under the target and the draft: 1 minus their TV. For one token, demo 1's rule keeps"
         " exactly that much. And a count N's average is the sum over i of the chance that N >= i. So the drafts a"
@@ -5800,8 +5803,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
         f"Block verification keeps {ninths(rows[1][1])}, so no verifier of its kind reaches the ideal here. Whether"
-        " one of another kind could, say one that draws more than one token after the drafts it keeps, this chapter"
-        " does not test." if not over and rows[1][1] < ideal - 1e-9 else "")
+        " a verifier of another kind could, this chapter does not test." if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
@@ -5827,7 +5829,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         print()
         say(f"The lesson's exact token-wise {chained:.4f} tokens per call at k = {gains[-1][0]} differs from this"
             f" {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of the text."
-            + (" Chapter 27 shows why that keeps fewer." if chained < gains[-1][1] else ""))
+            + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else ""))
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on the paper's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",

@@ -1016,14 +1016,16 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert ("the sum, over the texts x_1..x_i, of the smaller of their probabilities under the target and the draft: 1"
             " minus their TV.") in flat(text)
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
-    assert ("Block verification keeps 11/9, so no verifier of its kind reaches the ideal here. Whether one of another"
-            " kind could, say one that draws more than one token after the drafts it keeps, this chapter does not"
-            " test.") in flat(text)
+    assert ("Block verification keeps 11/9, so no verifier of its kind reaches the ideal here. Whether a verifier of"
+            " another kind could, this chapter does not test.") in flat(text)
     # the pair 'a' then 'b' by hand: token-wise keeps 'a' with p/q = 1/2 and then 'b' always (p/q = 2), 1/2 + 1/2;
     # the block keeps both (chapter 14's table)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
             " can save an earlier one. In chapter 14's example, below, when the draft proposes 'a' then 'b', token-wise"
-            " checking keeps 1 of the two on average, and block verification always keeps both.") in flat(text)
+            " checking keeps 1 of the two on average, and block verification always keeps both. The pair is as likely"
+            " under p as under q, 2/9. Its paper proves it keeps the most drafts on average of any lossless verifier"
+            " (one whose output is the target's)") in flat(text)
+    assert (1 / 3) * (2 / 3) == pytest.approx((2 / 3) * (1 / 3)) == pytest.approx(2 / 9)  # p(a b) = q(a b), by hand
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
     assert result.gains[0][1] == pytest.approx(result.gains[0][2]) == pytest.approx(result.gains[0][3])
     assert "at every k (at k = 1 all three are equal: demo 1's rule reaches the ideal)," in flat(text)
@@ -1054,14 +1056,15 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert chained < result.gains[-1][1] - 0.01 and (f"The lesson's exact token-wise {chained:.4f} tokens per call at"
                                                      f" k = 4 differs from this {result.gains[-1][1]:.4f}: there a round"
                                                      " starts where the last one ended, not at a random point of the"
-                                                     " text. Chapter 27 shows why that keeps fewer.") in flat(text)
+                                                     " text. Demo 3 shows why that keeps fewer.") in flat(text)
 
 
 def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):
     # the ideal, by hand: 1 - TV of one token (|1/3 - 2/3| = 1/3) plus 1 - TV of two (1/9 + 2/9 + 2/9 + 1/9 = 6/9, half)
     result, text = demo["24"]
     assert result.terms == pytest.approx([6 / 9, 6 / 9]) and result.ideal == pytest.approx(12 / 9)
-    assert "A text can be both with chance at most the smaller of its two probabilities." in flat(text)
+    assert ("They can both be a given text x_1..x_i with chance at most the smaller of its probabilities under q and"
+            " p.") in flat(text)
     assert ("And a count N's average is the sum over i of the chance that N >= i. So the drafts a round keeps average"
             " the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds each"
             " term.") in flat(text)

@@ -3723,8 +3723,9 @@ def demo14_why(P2, Q2, pairs, net):
         " Z_1 = 0 and"
         f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
-        f"If it keeps none, it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}: always 'b'. So the"
-        " block's first token is 'a' only when it keeps a pair that starts with 'a': with chance"
+        f"If it keeps none, it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}: always 'b'. The"
+        " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"
+        " chance"
         f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
         " which is p(a)."
         if change["a a"] < 0 and change["a b"] > 0 and abs(first_a - P2[0, 0]) < ROUNDING and abs(

@@ -949,8 +949,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " both."
             " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. If it keeps"
-            " none, it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. So the block's first token is 'a' only"
-            " when it keeps a pair that starts with 'a': with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a). The"
+            " none, it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays exact: the block's"
+            " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a). The"
             " gains add up to +1/9, the first table's gap.") in flat(text)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
     assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result.pairs if r[0].startswith("b"))

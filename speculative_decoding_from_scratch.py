@@ -5146,7 +5146,7 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     print()
-    say(f"Every row emits its tempered target, both ways, by demo 2's two checks: each fit of {n_rounds} rounds of"
+    say(f"Every row emits its tempered target, both ways, by demo 2's two checks. Each fit of {n_rounds} rounds of"
         f" text is {p_text(min(f for r in rows for f in r[6:8]))} or more, and each exact TV of the first {n_exact}"
         f" tokens after '{name(0)}' is {exact_text(max(r[8] for r in rows))}." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
@@ -5173,7 +5173,8 @@ def never_agree_words(label, Q, P=TARGET):
     only after tokens the target's greedy text never comes back to (or never)."""
     agree = [c for c in range(len(P)) if P[c].argmax() == Q[c].argmax()]
     text = stationary(temper(P, 0))  # where greedy text runs, from a uniform first token
-    where = f" only after {and_list([repr(name(c)) for c in agree])}, which the target's greedy text never returns to"
+    where = (f" only after {and_list([repr(name(c)) for c in agree])}. The target's greedy text, which loops, never"
+             " returns to them")
     return (f"At T = 0 the {label} draft's likeliest token is the target's{where if agree else ' after no token'}."
             if all(text[c] < 1e-12 for c in agree) else "")
 
@@ -5193,9 +5194,9 @@ def greedy_runs(rows, k=4):
     warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
     if not (exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1):
         return "", ""
-    return (f"At T = 0 a greedy draft passes every time after some tokens and never after others, so passes come in"
-            f" runs, which eq. 1, one chance for every draft, misses: blend {GOOD_WEIGHT:g} makes {exact:.2f} tokens"
-            f" per call, where eq. 1 at alpha {zero[3]:.4f} gives {eq1:.2f}.",
+    return (f"At T = 0 a greedy draft passes every time after some tokens and never after others. So passes come in"
+            f" runs, which eq. 1 misses: it gives every draft the same chance, alpha. Blend {GOOD_WEIGHT:g} makes"
+            f" {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.4f} gives {eq1:.2f}.",
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
             f" {eq1:.2f}.")
@@ -5227,8 +5228,8 @@ def table3_words(rows):
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
             " 12. Both can hold. At T = 0 both tables are one-hot, so alpha is the share of the target's text where"
             f" their likeliest tokens agree: {and_list(at_zero)} here." + (
-                " (A greedy text loops, and which loop depends on its first token; these average over a first token"
-                " drawn uniformly.)" if len(greedy_loops(TARGET)) > 1 else "") +
+                " A greedy text loops, and which loop depends on its first token: these average over a first token"
+                " drawn uniformly." if len(greedy_loops(TARGET)) > 1 else "") +
             " A draft whose likeliest token always matches"
             " the target's starts at alpha = 1, so heating it can only lower alpha."
             + (" These two start lower, and heating to T = 1 raised theirs." if rose == len(ends)

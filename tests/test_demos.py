@@ -321,7 +321,7 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
             " lower alpha. These two start lower, and heating to T = 1 raised theirs.") in " ".join(text.split())
     fits = [f for r in result.temperatures for f in r[6:8]]
     assert 0.001 < min(fits) < 0.05 and max(r[8] for r in result.temperatures) < 1e-9  # the floor and the ceiling shown
-    assert ("Every row emits its tempered target, both ways, by demo 2's two checks: each fit of 200 rounds of text is"
+    assert ("Every row emits its tempered target, both ways, by demo 2's two checks. Each fit of 200 rounds of text is"
             f" {sd.p_text(min(fits))} or more, and each exact TV of the first 3 tokens after 'a' is < 1e-9.") \
         in " ".join(text.split())
     # at T = 0 the tempered draft is one-hot on its argmax, so the two ways draft alike: their rows are one
@@ -335,7 +335,8 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
         walk.append(int(sd.TARGET[walk[-1]].argmax()))
     assert walk[:3] == [2, 3, 4] and not {2, 3} & set(walk[2:])
     assert zero == ["middling"] and ("At T = 0 the middling draft's likeliest token is the target's only after 'c'"
-                                     " and 'd', which the target's greedy text never returns to.") in flat(text)
+                                     " and 'd'. The target's greedy text, which loops, never returns to them.")\
+        in flat(text)
     ends = {}
     for r in result.temperatures:
         ends.setdefault(r[0], {})[r[1]] = r[2]
@@ -395,13 +396,13 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
-    assert ("(A greedy text loops, and which loop depends on its first token; these average over a first token drawn"
-            " uniformly.)") in flat(demo["21"][1])
+    assert ("A greedy text loops, and which loop depends on its first token: these average over a first token drawn"
+            " uniformly.") in flat(demo["21"][1])
     _, detail = printed(sd.DETAILS["21"], result)
     # the runs, and eq. 1's shortfall, are the chapter's own text, where read 612 met the row: 0.5556 yet 1.90x, not
     # eq. 1's 1.52x; the detail sets T = 0.5 beside it
-    assert ("At T = 0 a greedy draft passes every time after some tokens and never after others, so passes come in"
-            " runs, which eq. 1, one chance for every draft, misses: blend 0.9 makes"
+    assert ("At T = 0 a greedy draft passes every time after some tokens and never after others. So passes come in"
+            " runs, which eq. 1 misses: it gives every draft the same chance, alpha. Blend 0.9 makes"
             f" {exact:.2f} tokens per call, where eq. 1 at alpha 0.5556 gives 2.13.") in flat(demo["21"][1])
     assert (f"At T = 0.5 blend 0.9's greedy alpha is about the same as at T = 0, 0.5562, but the target's rows are no"
             f" longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's 2.13.") \

@@ -1807,9 +1807,8 @@ def long_context_note(k, lengths, hw=H100, then="", why=True):
         return ""
     return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
-            f" {k + 1} positions costs what one position does ({worst:.2f} plain passes; a plain pass scores one"
-            " position a sequence) at every batch that fits in"
-            f" the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then}" + (
+            f" {k + 1} positions a sequence costs what a pass of one does, {worst:.2f} plain passes, at every batch"
+            f" that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then}" + (
                 f" Demo 6's {alone} free positions were for one sequence. A server decodes B sequences at once, and"
                 " each adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B"
                 f" too. At {n:,} characters {fit} sequences fit, and a pass of {k + 1} positions each,"
@@ -3144,7 +3143,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     say("Every draft emits the target's distribution by all three checks." if not bad else "",
         f"NOT every draft is the target: {', '.join(wrong)}." if wrong else "",
         f"NOT every draft runs: {'; '.join(stopped)}." if stopped else "",
-        f"The fit of {p_text(low[1])} for {low[0]} looks low, but it is above {P_REJECT:g}: of"
+        f"The fit of {p_text(low[1])} for {low[0]} looks low, but it is above {P_REJECT:g}. Of"
         f" {len(fits)} fits of a correct draft" + (f" ({len(rows)} drafts, 2 fit columns)" if len(fits) == 2 * len(
             rows) else "") + f", one this low or lower turns up {1 - (1 - low[1]) ** len(fits):.0%}"
         " of the time."
@@ -5861,10 +5860,9 @@ def demo25_ridge(**how):
     c19 = chapter19_plan(**how)
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
-        " decodes at once: which draft model, and how many of its drafts to check. Its plan runs to B ="
-        f" {c19.max_batch}, the most sequences whose KV caches fit in the H100's {H100.memory / 1e9:.0f} GB beside the"
-        f" target's and the {c19.roomiest} draft's weights and that draft's own KV caches, at {c19.n_ctx}"
-        " tokens of context. As B grows, its plan checks fewer positions per"
+        f" decodes at once: which draft model, and how many of its drafts to check. Its plan runs to B = {c19.max_batch}"
+        f" at {c19.n_ctx} tokens of context. That is the most sequences whose KV caches, the target's and the"
+        f" {c19.roomiest} draft's, fit in the H100's {H100.memory / 1e9:.0f} GB beside both models' weights. As B grows, its plan checks fewer positions per"
         " sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
@@ -5922,10 +5920,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
     if gives_way:
         print()
         shape = tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
-        cost = (f" A pass of chapter 19's small draft, {shape[2]} layers of width {shape[0]}, costs c ="
-                f" {s.c_small[0]:.4f} of a target pass at B = 1, rising to {max(s.c_small):.4f} of one at B ="
-                f" {len(s.c_small)} as its KV"
-                " caches grow."
+        cost = (f" Chapter 19's small draft has {shape[2]} layers of width {shape[0]}. A pass of it costs c ="
+                f" {s.c_small[0]:.4f} of a target pass at B = 1, rising to {max(s.c_small):.4f} at B ="
+                f" {len(s.c_small)} as its KV caches grow."
                 if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple)
                 and s.c_small == sorted(s.c_small) else "")
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"

@@ -1131,7 +1131,7 @@ def test_chapter11_every_draft_is_the_target(demo):
     fits = [p for r in result.rows for p in (r[1], r[3])]
     low = min(fits)
     assert 0.001 <= low < 0.05 and (f"The fit of {sd.p_text(low)} for prompt lookup, HF looks low, but it is"
-                                    " above 0.001: of 4 fits of a correct draft (2 drafts, 2 fit columns), one this"
+                                    " above 0.001. Of 4 fits of a correct draft (2 drafts, 2 fit columns), one this"
                                     " low or lower turns up"
                                     f" {1 - (1 - low) ** 4:.0%} of the time.") in text
     assert "Is it exact? The first two characters get demo 2's two checks, a fit of 400 runs and the exact TV." in text

@@ -510,18 +510,17 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
-        "Its plan runs to B = 241, the most sequences whose KV caches fit in the H100's 80 GB beside the target's and"
-        " the small draft's weights and that draft's own KV caches, at 512 tokens of context.") in text
+        "Its plan runs to B = 241 at 512 tokens of context. That is the most sequences whose KV caches, the target's"
+        " and the small draft's, fit in the H100's 80 GB beside both models' weights.") in text
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
     assert result.speeds[0, tree] > result.speeds[0, chain]  # at B = 1, below the ridge, the tree's passes win
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert (f"The tree is the first to give way. It makes {t.tokens:.3f} tokens per call from 3 draft passes, one per"
-            f" level, and k = 8 makes {c.tokens:.3f} from 8. A pass of chapter 19's small draft, 4 layers of width 768,"
-            f" costs c = {c1:.4f} of a target pass at B = 1, rising to"
-            f" {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} of one at B ="
-            " 241 as its KV caches grow."
+            f" level, and k = 8 makes {c.tokens:.3f} from 8. Chapter 19's small draft has 4 layers of width 768. A pass"
+            f" of it costs c = {c1:.4f} of a target pass at B = 1, rising to"
+            f" {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} at B = 241 as its KV caches grow."
             " Below the ridge the tree's fewer passes win; a little past it, k = 8's fewer positions, 9 against 15.")\
         in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
@@ -742,9 +741,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                  " chosen so that a large batch crosses the ridge, as the text's own length would not (below). Prompt"
                  " lookup is a string match and costs no draft pass (c = 0)" in text)
                 == (chapter == "20") and
-                " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions costs what one position"
-                " does (1.00 plain passes; a plain pass scores one position a sequence) at every batch that fits in"
-                " the H100 SXM's 80 GB." in text), \
+                " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions a sequence costs what a"
+                " pass of one does, 1.00 plain passes, at every batch that fits in the H100 SXM's 80 GB." in text), \
             chapter
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. At"
@@ -766,9 +764,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     # the verdict covers the rows it sits over, and says so
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
-    assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions costs what one"
-            " position does (1.00 plain passes; a plain pass scores one position a sequence) at every batch that fits"
-            " in the H100 SXM's 80 GB. At that length each sequence's KV cache, the keys and values of its tokens,"
+    assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions a sequence costs"
+            " what a pass of one does, 1.00 plain passes, at every batch that fits in the H100 SXM's 80 GB. At that length each sequence's KV cache, the keys and values of its tokens,"
             " adds so many bytes"
             " that no batch that fits reaches the"
             " ridge. So a check costs what a plain step does, and a switch would have nothing to save.") in text

@@ -1445,8 +1445,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     """Demo 3's last paragraph, said only while its numbers bear it out: from
     draft 2 on the exact terms run above eq. 1's, as each later draft follows
     a kept one, and kept drafts are hi more often than the text is. The text
-    is kept drafts, redraws and bonuses; redraws and bonuses are short of hi,
-    so the kept drafts make it up. starts: round_starts for these rounds; rates: the
+    is kept drafts and the tokens that end rounds (a round starts after the
+    last one's end); those are short of hi, so the kept drafts make it up. starts: round_starts for these rounds; rates: the
     chance drafts 1 to i all pass; hi: the token drafts pass most after."""
     beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
     kept_table, lands, later, kept_all = kept_and_replaced(P, Q)[0], starts.start, True, 0
@@ -1457,15 +1457,13 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             later &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
-    bonuses = starts.start - starts.redrawn  # the rounds that end on a bonus, by the token it is
-    kept, redrawn = kept_all[hi] / kept_all.sum(), starts.redrawn[hi] / starts.redrawn.sum()
-    bonus = bonuses[hi] / bonuses.sum() if bonuses.sum() > 0 else 0.0
-    return (f"From i = 2 each exact term is above eq. 1's: later drafts follow kept ones. The text's tokens are kept"
-            f" drafts, redraws and bonuses, and {starts.text[hi]:.3f} are '{d}'. Redraws and bonuses are '{d}' less"
-            f" often, so kept drafts more often, and drafts after '{d}' pass most. Draft 2 passes"
-            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
+    kept = kept_all[hi] / kept_all.sum()
+    return (f"From i = 2 each exact term is above eq. 1's. Only {starts.start[hi]:.3f} of rounds end on '{d}'. The"
+            f" rest of the text is kept drafts, so more than {starts.text[hi]:.3f} of them are '{d}'. Later drafts"
+            f" follow kept ones, and so '{d}' more often: draft 2 passes {rates[1]:.3f} /"
+            f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
-            and kept > starts.text[hi] > max(redrawn, bonus) and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
+            and kept > starts.text[hi] > starts.start[hi] and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
 
 
 def why_eq1_is_off(P, Q, gaps):

@@ -3509,9 +3509,9 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
         " exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
         " in place of that 1. Refined* is the same formula, with the tokens per call this run got. Its error is"
         f" refined* over the clock, less 1: positive where it promised more than the clock gave. Within"
-        f" {tolerance:.0%} counts as a good prediction.")
+        f" {tolerance:.0%} counts as a good prediction. The middling draft runs at the lesson's k = {rows[0][1]}.")
     say(f"Of the calibrated k = {and_list([str(k) for k in ks])}, the refined prediction picks k = {k_good} for the"
-        f" blend {good_weight} draft; the middling draft runs at the lesson's k = {rows[0][1]}.", clock=True)
+        f" blend {good_weight} draft.", clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),

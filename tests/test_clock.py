@@ -139,4 +139,4 @@ def test_chapter13_says_which_tokens_per_call_each_prediction_uses(in_process):
     middling = next(r for r in rows if r[0] == "middling")
     # the paper's column is tokens per call / (1 + k c) with the exact count, as the sentence says
     assert middling[1] == sd.LESSON_K and "The paper predicts the speedup as tokens per call / (1 + k c), with the" \
-        " exact tokens per call." in text and "the middling draft runs at the lesson's k = 4." in text
+        " exact tokens per call." in text and "The middling draft runs at the lesson's k = 4." in text

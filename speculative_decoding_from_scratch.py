@@ -4743,8 +4743,9 @@ def demo19_tuning(**how):
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
-        f" token in one pass of {nodes} positions. The check tries a node's children one at a time by demo 1's rule."
-        " Chapter 8 shows how, and tests that it keeps the target's distribution."
+        f" token in one pass of {nodes} positions. The check tries a node's children one at a time by demo 1's rule,"
+        " p becoming the residual after each rejection. If all fail, the next token comes from the last residual."
+        " Chapter 8 tests that it keeps the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-, as in"
         f" demo 3), from {tree[1]} draft passes, one per level.")
     print()
@@ -4876,7 +4877,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}:"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer." +
+        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache" + (
+            f", {s.kv_share[0]:.2f} of the target's per sequence," if s.kv_share[0] > s.c[0] else "") +
+        " makes them dearer." +
         f" Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
@@ -5768,8 +5771,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ab = demo14_pairs(P2, Q2)[1]  # the drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     same = abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12  # the pair as likely under p as under q
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
-        " save an earlier one" + (f". In chapter 14's example, below, when the draft proposes 'a' then 'b',"
-                                  f" token-wise checking keeps {ab[5]:.2g} of the two on average, and block"
+        f" save an earlier one. Chapter 14's example, below, has two tokens a and b, p(a) = {fraction(P2[0, 0])} and"
+        f" q(a) = {fraction(Q2[0, 0])}, no context and k = 2" + (f". When the draft proposes 'a' then 'b', token-wise checking keeps {ab[5]:.2g} of the two on average, and block"
                                   " verification always keeps both" + (
                                       f". The pair is as likely under p as under q, {ninths(ab[1])}" if same else "")
                                   if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else "") + "."
@@ -5791,8 +5794,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
-    say("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
-        " gives the drafts each verifier keeps per round, exactly. The ideal, a bound, not a verifier, is"
+    say("On that example, the table gives the drafts each verifier keeps per round, exactly. The ideal, a bound, not a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
@@ -5801,7 +5803,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
-        f"Block verification keeps {ninths(rows[1][1])}, so no verifier of its kind reaches the ideal here. Whether"
+        f"Block verification keeps {ninths(rows[1][1])}, so no verifier that keeps some drafts and then draws one"
+        " token reaches the ideal here. Whether"
         " a verifier of another kind could, this chapter does not test." if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]

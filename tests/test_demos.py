@@ -1016,12 +1016,13 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert ("the sum, over the texts x_1..x_i, of the smaller of their probabilities under the target and the draft: 1"
             " minus their TV.") in flat(text)
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
-    assert ("Block verification keeps 11/9, so no verifier of its kind reaches the ideal here. Whether a verifier of"
-            " another kind could, this chapter does not test.") in flat(text)
+    assert ("Block verification keeps 11/9, so no verifier that keeps some drafts and then draws one token reaches the"
+            " ideal here. Whether a verifier of another kind could, this chapter does not test.") in flat(text)
     # the pair 'a' then 'b' by hand: token-wise keeps 'a' with p/q = 1/2 and then 'b' always (p/q = 2), 1/2 + 1/2;
     # the block keeps both (chapter 14's table)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
-            " can save an earlier one. In chapter 14's example, below, when the draft proposes 'a' then 'b', token-wise"
+            " can save an earlier one. Chapter 14's example, below, has two tokens a and b, p(a) = 1/3 and q(a) = 2/3,"
+            " no context and k = 2. When the draft proposes 'a' then 'b', token-wise"
             " checking keeps 1 of the two on average, and block verification always keeps both. The pair is as likely"
             " under p as under q, 2/9. Its paper proves it keeps the most drafts on average of any lossless verifier"
             " (one whose output is the target's)") in flat(text)

@@ -394,7 +394,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
             " cache, the keys and values of its tokens. At B = 1 the weights count most: c is"
             f" {c[0]:.4f} for big, {c_smalls[0]:.4f} for small.") in text
-    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache makes them dearer."
+    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache, 0.25 of the"
+            " target's per sequence, makes them dearer."
             f" Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in text
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
@@ -593,8 +594,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
             " from q, 3 deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token in one pass of 15"
-            " positions. The check tries a node's children one at a time by demo 1's rule. Chapter 8 shows how, and"
-            " tests that it keeps the target's distribution."
+            " positions. The check tries a node's children one at a time by demo 1's rule, p becoming the residual"
+            " after each rejection. If all fail, the next token comes from the last residual. Chapter 8 tests that it"
+            " keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
             " call (+-, as in demo 3), from 3 draft passes, one per level.") in text
     # the standard error, by hand: the same 2,000 rounds' lengths, their spread over the square root of their count

@@ -3835,7 +3835,8 @@ BLOCK_WORDS = {"tokenwise_residual": "step 5: the next token from the token-wise
                                      " max(0, w_i p - q)",
                "cumulative": "step 3: a position i < k is a cut point with chance w_i, not h_i"}
 
-SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3: position i, k included, is a cut point if min(1, p(x_1)/q(x_1)) *"
+SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of both coins: position i, k included, is a cut point if"
+                                         " min(1, p(x_1)/q(x_1)) *"
                                          " ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, with u_j one uniform"
                                          " drawn at position j. Step 5: the next token from the token-wise"
                                          " residual, max(0, p - q), not max(0, w_i p - q); from p if i = k",
@@ -3874,7 +3875,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " target still wants at position i+1 that the draft does not offer."])
     say("Step 3 flips a coin of its own at each position i. If it lands heads, i is a cut point, where the block may"
         " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 -"
-        " w_i), Sun et al.'s; take it as given. The block keeps x_1..x_i for i the largest cut point; with no cut"
+        " w_i), Sun et al.'s; take it as given. Step 4 keeps x_1..x_i for i the largest cut point; with no cut"
         " point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and"
         " q the rows after x_i, or from p if i = k.")
     print()
@@ -3950,7 +3951,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
                 " capped ratios, never above w_k. A product of uniforms falls below a weight more often than one"
                 " uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below 0.5 with chance"
                                     f" 0.5 ({terms}) = {below:.2f}, one uniform half the time." if k > 1 else ""),
-                f"So from a random point of the text, all {k} drafts are kept in"
+                f"So, with the token before a round drawn from the target's text, all {k} drafts are kept in"
                 f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
             step5 = attempt(lambda: tv_distance(bugged("tokenwise_residual", BLOCK_BUGS).exact_block_first_tokens(

@@ -862,7 +862,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " the target still wants at position i+1 that the draft does not offer. Step 3 flips a coin of its own at"
             " each position i. If it lands heads, i is a cut point, where the block may end. Position k's coin lands"
             " heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), Sun et al.'s; take it"
-            " as given. The block keeps x_1..x_i for i the largest cut point; with no cut point, i = 0 and it keeps"
+            " as given. Step 4 keeps x_1..x_i for i the largest cut point; with no cut point, i = 0 and it keeps"
             " none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
             " or from p if i = k.") in " ".join(text.split())
     # step 5 only picks the token after the drafts: edited alone, each round keeps as many drafts, from every start
@@ -888,7 +888,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " never above w_k. A product of uniforms falls below a weight more often than one uniform does. Three"
             f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2 + (ln 2)^2 / 2) = {below:.2f}, one uniform"
             " half the time."
-            f" So from a random point of the text, all 3 drafts are kept in {full[1]:.2f} (PyTorch) and"
+            f" So, with the token before a round drawn from the target's text, all 3 drafts are kept in {full[1]:.2f} (PyTorch) and"
             f" {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
     # step 3 fixed alone leaves the detail's tokenwise_residual edit: off, but by far less than as shipped
     step5 = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)

@@ -1446,8 +1446,9 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     draft 2 on the exact terms run above eq. 1's, as each later draft follows
     a kept one, and kept drafts are hi more often than the text is. The text
     is kept drafts and the tokens that end rounds (a round starts after the
-    last one's end); those are short of hi, so the kept drafts make it up. starts: round_starts for these rounds; rates: the
-    chance drafts 1 to i all pass; hi: the token drafts pass most after."""
+    last one's end); those are short of hi, so the kept drafts make it up.
+    starts: round_starts for these rounds; rates: the chance drafts 1 to i
+    all pass; hi: the token drafts pass most after."""
     beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
     kept_table, lands, later, kept_all = kept_and_replaced(P, Q)[0], starts.start, True, 0
     for i in range(1, LESSON_K + 1):  # where kept drafts 1..k land, each kept after the one before
@@ -1463,7 +1464,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             f" follow kept ones, and so '{d}' more often: draft 2 passes {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
-            and kept > starts.text[hi] > starts.start[hi] and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
+            and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
+            and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
 
 
 def why_eq1_is_off(P, Q, gaps):
@@ -2266,8 +2268,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: drafts, all"
-        " verified in one pass with the text's last token, whose p judges the first level. A chain has one child a node, so it is"
-        " measured one way.")
+        " verified in one pass with the text's last token, whose p judges the first level. A chain has one child a"
+        " node, so it is measured one way.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
            ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 14, ".2f")], rows,
@@ -4754,7 +4756,8 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"
         " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: the"
         " target's plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c"
-        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan keeps its option until it falls more than {tol:.1%} below the best:"
+        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
+        f" until it falls more than {tol:.1%} below the best:"
         f" smaller gains are not worth a switch. It stops at B = {max_batch}, where the target's and the"
         f" {c19.roomiest} draft's weights, their input embedding tables too, and every sequence's KV cache fill the"
         f" H100's {H100.memory / 1e9:.0f} GB."
@@ -5773,10 +5776,11 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     same = abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12  # the pair as likely under p as under q
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
         f" save an earlier one. Chapter 14's example, below, has two tokens a and b, p(a) = {fraction(P2[0, 0])} and"
-        f" q(a) = {fraction(Q2[0, 0])}, no context and k = 2" + (f". When the draft proposes 'a' then 'b', token-wise checking keeps {ab[5]:.2g} of the two on average, and block"
-                                  " verification always keeps both" + (
-                                      f". The pair is as likely under p as under q, {ninths(ab[1])}" if same else "")
-                                  if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else "") + "."
+        f" q(a) = {fraction(Q2[0, 0])}, no context and k = 2" + (
+            f". When the draft proposes 'a' then 'b', token-wise checking keeps {ab[5]:.2g} of the two on average, and"
+            " block verification always keeps both"
+            + (f". The pair is as likely under p as under q, {ninths(ab[1])}" if same else "")
+            if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else "") + "."
         " Its paper proves it keeps the most drafts on average of any lossless verifier (one whose output is the"
         " target's) that keeps some drafts and then draws one token. Could a verifier keep more?")
     print()
@@ -5795,7 +5799,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
-    say("On that example, the table gives the drafts each verifier keeps per round, exactly. The ideal, a bound, not a verifier, is"
+    say("On that example, the table gives the drafts each verifier keeps per round, exactly. The ideal, a bound, not"
+        " a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
@@ -5805,8 +5810,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
         f"Block verification keeps {ninths(rows[1][1])}, so no verifier that keeps some drafts and then draws one"
-        " token reaches the ideal here. Whether"
-        " a verifier of another kind could, this chapter does not test." if not over and rows[1][1] < ideal - 1e-9 else "")
+        " token reaches the ideal here. Whether a verifier of another kind could, this chapter does not test."
+        if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
@@ -5862,10 +5867,10 @@ def demo25_ridge(**how):
     c19 = chapter19_plan(**how)
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
-        f" decodes at once: which draft model, and how many of its drafts to check. Its plan runs to B = {c19.max_batch}"
-        f" at {c19.n_ctx} tokens of context. That is the most sequences whose KV caches, the target's and the"
-        f" {c19.roomiest} draft's, fit in the H100's {H100.memory / 1e9:.0f} GB beside both models' weights. As B grows, its plan checks fewer positions per"
-        " sequence. Why?")
+        f" decodes at once: which draft model, and how many of its drafts to check. Its plan runs to B ="
+        f" {c19.max_batch} at {c19.n_ctx} tokens of context. That is the most sequences whose KV caches, the target's"
+        f" and the {c19.roomiest} draft's, fit in the H100's {H100.memory / 1e9:.0f} GB beside both models' weights."
+        " As B grows, its plan checks fewer positions per sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
         f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"

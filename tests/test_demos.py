@@ -888,8 +888,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " never above w_k. A product of uniforms falls below a weight more often than one uniform does. Three"
             f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2 + (ln 2)^2 / 2) = {below:.2f}, one uniform"
             " half the time."
-            f" So, with the token before a round drawn from the target's text, all 3 drafts are kept in {full[1]:.2f} (PyTorch) and"
-            f" {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
+            " So, with the token before a round drawn from the target's text, all 3 drafts are kept in"
+            f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
     # step 3 fixed alone leaves the detail's tokenwise_residual edit: off, but by far less than as shipped
     step5 = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
@@ -950,8 +950,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. If it keeps"
             " none, it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays exact: the block's"
-            " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a). The"
-            " gains add up to +1/9, the first table's gap.") in flat(text)
+            " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
+            " 1/3, which is p(a). The gains add up to +1/9, the first table's gap.") in flat(text)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
     assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result.pairs if r[0].startswith("b"))
     assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)

@@ -228,7 +228,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. That price is exact at k ="
                              f" 8, and at most {max(low):.4f} tokens per call low at a shorter k; chapter 27 shows"
                              " why.") in text
-    # why, as chapter 27 says it, by hand for small: rounds of 1 end on a bonus more often than rounds of 8, and start after 'd' more often
+    # why, as chapter 27 says it, by hand for small: rounds of 1 end on a bonus more often than rounds of 8, and
+    # start after 'd' more often
     ends = {k: sd.round_table(sd.TARGET, sd.MIDDLING, k) for k in (1, 8)}
     start = {k: sd.stationary(e.sum(axis=1)) for k, e in ends.items()}
     bonus = {k: start[k] @ ends[k][:, k].sum(axis=1) for k in (1, 8)}
@@ -613,8 +614,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
     assert ("The plan tries chains of k = 1 to 8 and the tree. Its speedup is tokens per call times t_plain / (t_check"
             " + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: the target's plain"
-            " pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c t_plain, so that is the lesson's"
-            " tokens per call / (1 + n c).") in text
+            " pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c t_plain, so that is the"
+            " lesson's tokens per call / (1 + n c).") in text
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]
     check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, tree.positions, 1), sd.H100)[0]
     draft = sd.roofline_time(*sd.pass_traffic((768, 2048, 4, 32000), 512, tree.draft_width, 1), sd.H100)[0]
@@ -767,8 +768,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
     assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions a sequence costs"
-            " 1.00 plain passes, as one position does, at every batch that fits in the H100 SXM's 80 GB. At that length each sequence's KV cache, the keys and values of its tokens,"
-            " adds so many bytes"
+            " 1.00 plain passes, as one position does, at every batch that fits in the H100 SXM's 80 GB. At that length"
+            " each sequence's KV cache, the keys and values of its tokens, adds so many bytes"
             " that no batch that fits reaches the"
             " ridge. So a check costs what a plain step does, and a switch would have nothing to save.") in text
 

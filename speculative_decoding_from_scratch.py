@@ -1405,8 +1405,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
             print()
             say(later)
     tokens = [r[5] for r in rows if r[5] is not None]
-    takeaway("a better draft makes more tokens per call; since a rejection ends the round, they fall fast as alpha"
-             " falls.",
+    takeaway("a better draft makes more tokens per call; as a rejection ends the round, they fall fast with alpha.",
              {"tokens per call fall as alpha falls": len(tokens) == len(rows) and all(
                  x > y for x, y in zip(tokens, tokens[1:])),
               "every row agrees with its exact value": not misfits and not errors})
@@ -1459,9 +1458,9 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
-    return (f"From i = 2 each exact term is above eq. 1's. Only {starts.start[hi]:.3f} of rounds end on '{d}'. The"
-            f" rest of the text is kept drafts, so more than {starts.text[hi]:.3f} of them are '{d}'. Later drafts"
-            f" follow kept ones, and so '{d}' more often: draft 2 passes {rates[1]:.3f} /"
+    return (f"From i = 2 each exact term is above eq. 1's. The text is kept drafts and rounds' last tokens, only"
+            f" {starts.start[hi]:.3f} of which are '{d}' (step 3), so over {starts.text[hi]:.3f} of kept drafts are"
+            f" '{d}'. Later drafts follow kept ones, and so '{d}' more often: draft 2 passes {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
@@ -1557,7 +1556,7 @@ def demo4_draft_length(c=LESSON_C, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
         " while the cost 1 + k c grows." if (np.diff(gains) < 0).all() else
         "Extra drafts do NOT add fewer and fewer tokens here.")
     exact = {r[0]: r[7] for r in rows}
-    takeaway("the speedup peaks at a moderate k, and it is flat near its peak.",
+    takeaway("the speedup peaks at a moderate k and is flat near it.",
              {"every row agrees": not misfits, f"the best exact k lies inside 1..{k_max}": 1 < best_e < k_max,
               "the speedup one k either side of its peak is within 5% of it":
               1 < best_e < k_max and min(exact[best_e - 1], exact[best_e + 1]) >= 0.95 * exact[best_e]})

@@ -298,8 +298,8 @@ def test_demo3_every_exact_column_is_the_exact_value_and_every_row_fits(demo):
     exact = [r[5] for r in result.rows]  # from perfect to unrelated: alpha falls, and so do tokens per call
     assert all(x > y for x, y in zip(exact, exact[1:])) and all(
         x[1] > y[1] for x, y in zip(result.rows, result.rows[1:]))
-    assert ("Takeaway: a better draft makes more tokens per call; since a rejection ends the round, they fall fast as"
-            " alpha falls.") in " ".join(text.split())
+    assert ("Takeaway: a better draft makes more tokens per call; as a rejection ends the round, they fall fast with"
+            " alpha.") in " ".join(text.split())
     # a reader divides the printed measured by 1.4 and gets the printed speedup: 500 rounds' mean is a count over
     # 500, exact at 3 decimals (at 2, blend 0.90's 4.43 / 1.4 gives 3.16, not 3.17: read 599)
     for label, alpha, measured, se, eq1, exact, fits, speed in result.rows:
@@ -493,8 +493,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert rates[i] / rates[i - 1] == pytest.approx(lands @ beta)
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
-    assert ("From i = 2 each exact term is above eq. 1's. Only 0.089 of rounds end on 'd'. The rest of the text is"
-            " kept drafts, so more than 0.184 of them are 'd'. Later drafts follow kept ones, and so 'd' more often:"
+    assert ("From i = 2 each exact term is above eq. 1's. The text is kept drafts and rounds' last tokens, only 0.089"
+            " of which are 'd' (step 3), so over 0.184 of kept drafts are 'd'. Later drafts follow kept ones, and so"
+            " 'd' more often:"
             f" draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
@@ -554,7 +555,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("From i = 2 each exact term is above eq. 1's. Only 0.089 of rounds end on 'd'.") and \
+    assert later.startswith("From i = 2 each exact term is above eq. 1's. The text is kept drafts and rounds' last"
+                            " tokens, only 0.089 of which are 'd' (step 3)") and \
         later.endswith("draft 2 passes 0.496 / 0.681 = 0.73 once draft 1 has, above alpha.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)

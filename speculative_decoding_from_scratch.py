@@ -3867,7 +3867,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. Its paper proves its output is the target's. Chapter 14 gives its five steps; steps 3 and 5 matter"
+        " one (step 4 below). Its paper proves its output is the target's. Chapter 14 gives its five steps; steps 3 and 5 matter"
         " here. They use two numbers at each position i:")
     say_items(["w_i: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at"
                " w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
@@ -4449,8 +4449,8 @@ def one_hot_words(rows):
         min(per_call.values()) and hot < alpha and rule_intact(TARGET, temper(MIDDLING, 0)) else "",
         f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
         exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",
-        f"Every verifier that dominates SGLang's ({shipped[1]}) samples its drafts. Against the one-hot rule, SGLang's"
-        f" ({shipped[1]}) makes {shipped[3] - one:.2f} more tokens per call, at a TV of {shipped[2]:.2f}."
+        f"Only verifiers that sample their drafts dominate SGLang's ({shipped[1]}). On one-hot drafts, against the"
+        f" one-hot rule, it makes {shipped[3] - one:.2f} more tokens per call, at a TV of {shipped[2]:.2f}."
         if shipped and one and shipped[5] == "dominated" and shipped[3] > one else "") if w)
 
 
@@ -4771,12 +4771,13 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
+        later = all(b * n > shape.alone for _, n, b in crossed)  # every check crosses past demo 6's positions
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
+            + (" Each sequence's KV cache adds bytes, so the ridge, in positions, rises with B from demo 6's"
+               f" {shape.alone}." if later and shape.ridge_each > 0 else "")
             + (" The plan drops each option a little after its check reaches the ridge: " + "; ".join(
                 f"{'the tree' if how.startswith('tree') else how}'s, of {n} positions, at B = {b} ({n * b:,} in all)"
-                for how, n, b in crossed) + (". Each sequence's KV cache adds bytes, so these come later than demo"
-                f" 6's {shape.alone} positions would put them" if all(b * n > shape.alone for _, n, b in crossed)
-                else "") + " (chapter 25)." if crossed and len(crossed) == len(
+                for how, n, b in crossed) + ". Chapter 25 works these out." if crossed and len(crossed) == len(
                     [c for c in shape.checks if c[2] is not None and c[2] <= max_batch]) else " Chapter 25 shows where"
                 " each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
@@ -5926,7 +5927,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     if gives_way:
         print()
         shape = tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
-        cost = (f" Chapter 19's small draft has {shape[2]} layers of width {shape[0]}. A pass of it costs c ="
+        cost = (f" Chapter 19 prices its small draft, the middling table, as a model of {shape[2]} layers of width"
+                f" {shape[0]}. A pass of it costs c ="
                 f" {s.c_small[0]:.4f} of a target pass at B = 1, rising to {max(s.c_small):.4f} at B ="
                 f" {len(s.c_small)} as its KV caches grow."
                 if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple)
@@ -6120,12 +6122,15 @@ def demo27_rates(**how):
     print()
     trees = [(o.drafter.name, *o.shape.split()[1].rstrip(",").split("x")) for o in c19.options
              if o.shape.startswith("tree")]  # (drafter, candidates under each node, depth)
-    say(f"What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to {k_max} of either draft"
+    say(f"What does it cost? At each batch size B, the number of sequences a server decodes at once, chapter 19's"
+        f" plan picks among chains of k = 1 to {k_max} of either draft"
         + "".join(f" and a tree of the {t} one" for t, _, _ in trees) + ". It prices the chains from the rates"
         + (", the tree from its sampled tokens per call" if trees else "") + "."
-        f" It keeps its pick until that pick falls more than {c19.tol:.1%} below the best: smaller gains are not"
+        f" Going up in B, it keeps its pick until that pick falls more than {c19.tol:.1%} below the best: smaller"
+        " gains are not"
         f" worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every option at each B with"
-        " no margin, pricing each chain from its exact tokens per call. Priced that way, the search's speedup is at"
+        " no margin, pricing each chain from its exact tokens per call. With both priced that way, the search's speedup"
+        " is at"
         f" most {check.worst:.2%} above the plan's pick at any B." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search at every B:"
          f" so the margin, not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst <

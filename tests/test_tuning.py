@@ -257,11 +257,12 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     text27 = " ".join(section(in_process[1], "27").split())
     assert "The rates here are exact, as a server counting many rounds would find them. For chapter 19's two drafts" \
         in text27
-    assert ("What does it cost? At each B, chapter 19's plan picks among chains of k = 1 to 8 of either draft and a"
-            " tree of the small one. It prices the chains from the rates, the tree from its sampled tokens per call."
-            " It keeps its pick until that pick falls more than 0.5% below the best: smaller gains are not worth a"
-            " switch. That 0.5% is its margin. An exhaustive search tries every option at each B with no margin,"
-            " pricing each chain from its exact tokens per call. Priced that way, the search's speedup is at most"
+    assert ("What does it cost? At each batch size B, the number of sequences a server decodes at once, chapter 19's"
+            " plan picks among chains of k = 1 to 8 of either draft and a tree of the small one. It prices the chains"
+            " from the rates, the tree from its sampled tokens per call. Going up in B, it keeps its pick until that"
+            " pick falls more than 0.5% below the best: smaller gains are not worth a switch. That 0.5% is its margin."
+            " An exhaustive search tries every option at each B with no margin, pricing each chain from its exact"
+            " tokens per call. With both priced that way, the search's speedup is at most"
             f" {check.worst:.2%} above the plan's pick at any B. A plan made from the rates with no margin comes within"
             f" {untolerant:.2%} of the search at every B: so the margin, not the rates, costs most of the"
             f" {check.worst:.2%}.") in text27
@@ -439,13 +440,13 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
-                           " position costs time. The plan drops each option a little after its check reaches"
-                           " the ridge: the"
+                           " position costs time. Each sequence's KV cache adds bytes, so the ridge, in positions,"
+                           " rises with B from demo 6's 295. The plan drops each option a little after its check"
+                           " reaches the ridge: the"
                            f" tree's, of 15 positions, at B = {tree} ({15 * tree:,} in all); k = 8's, of 9 positions,"
                            f" at B = {crossings[0]} ({9 * crossings[0]:,} in all); k = 7's, of 8 positions, at B ="
-                           f" {crossings[1]} ({8 * crossings[1]:,} in all). Each sequence's KV"
-                           " cache adds bytes, so these come later than demo 6's 295 positions would put them"
-                           " (chapter 25).") in text
+                           f" {crossings[1]} ({8 * crossings[1]:,} in all). Chapter 25 works these out.") in text
+    assert each > 0 and round(base + each) == 295  # the ridge in positions, base + each B, is 295 at B = 1 and rises
     # each planned check crosses the printed bound, by hand, where the roofline says, and before the plan leaves it
     for n, b in ((15, tree), (9, crossings[0]), (8, crossings[1])):
         assert math.ceil(289.3 / (n - 5.878)) == b
@@ -520,8 +521,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert result.speeds[0, tree] > result.speeds[0, chain]  # at B = 1, below the ridge, the tree's passes win
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert (f"The tree is the first to give way. It makes {t.tokens:.3f} tokens per call from 3 draft passes, one per"
-            f" level, and k = 8 makes {c.tokens:.3f} from 8. Chapter 19's small draft has 4 layers of width 768. A pass"
-            f" of it costs c = {c1:.4f} of a target pass at B = 1, rising to"
+            f" level, and k = 8 makes {c.tokens:.3f} from 8. Chapter 19 prices its small draft, the middling table, as"
+            f" a model of 4 layers of width 768. A pass of it costs c = {c1:.4f} of a target pass at B = 1, rising to"
             f" {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} at B = 241 as its KV caches grow."
             " Below the ridge the tree's fewer passes win; a little past it, k = 8's fewer positions, 9 against 15.")\
         in text

@@ -1458,9 +1458,10 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
-    return (f"From i = 2 each exact term is above eq. 1's. The text is kept drafts and rounds' last tokens, only"
-            f" {starts.start[hi]:.3f} of which are '{d}' (step 3), so over {starts.text[hi]:.3f} of kept drafts are"
-            f" '{d}'. Later drafts follow kept ones, and so '{d}' more often: draft 2 passes {rates[1]:.3f} /"
+    return (f"From i = 2 each exact term is above eq. 1's. The text mixes kept drafts and rounds' last tokens. Only"
+            f" {starts.start[hi]:.3f} of last tokens are '{d}' (step 3), against {starts.text[hi]:.3f} of the text, so"
+            f" more than {starts.text[hi]:.3f} of kept drafts are. Later drafts follow kept ones, so '{d}' more often:"
+            f" draft 2 passes {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
@@ -1834,8 +1835,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads once every 16-bit weight"
         f" it multiplies by, {weights:.2f} GB, however many positions it scores. It also reads the KV",
-        f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is a roofline model of",
-        f"an {H100.name} ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
+        f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is an {H100.name}'s",
+        f"roofline ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
     print()
     table([("positions", 9, "d"), ("GMACs", 9, ".1f"), ("GB read", 9, ".2f"), ("MACs/byte", 11, ".2f"),
@@ -4738,8 +4739,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" That price is exact at k = {k_max}, and at most {max(low):.4f} tokens per call low at a shorter k;"
-            " chapter 27 shows why." if vs_exact.at_k and low and min(low) > 0 else
+            f" Chapter 27 shows that price is within {max(low):.4f} tokens per call at every k." if vs_exact.at_k
+            and low and min(low) > 0 else
             " Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4757,9 +4758,8 @@ def demo19_tuning(**how):
         " target's plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c"
         f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
         f" until it falls more than {tol:.1%} below the best:"
-        f" smaller gains are not worth a switch. It stops at B = {max_batch}, where the target's and the"
-        f" {c19.roomiest} draft's weights, their input embedding tables too, and every sequence's KV cache fill the"
-        f" H100's {H100.memory / 1e9:.0f} GB."
+        f" smaller gains are not worth a switch. It stops at B = {max_batch}, where the target, the {c19.roomiest}"
+        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB."
         " The plan, with the positions each sequence's check scores:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
@@ -4773,13 +4773,13 @@ def demo19_tuning(**how):
         crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
         later = all(b * n > shape.alone for _, n, b in crossed)  # every check crosses past demo 6's positions
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (" Each sequence's KV cache adds bytes, so the ridge, in positions, rises with B from demo 6's"
-               f" {shape.alone}." if later and shape.ridge_each > 0 else "")
-            + (" The plan drops each option a little after its check reaches the ridge: " + "; ".join(
-                f"{'the tree' if how.startswith('tree') else how}'s, of {n} positions, at B = {b} ({n * b:,} in all)"
-                for how, n, b in crossed) + ". Chapter 25 works these out." if crossed and len(crossed) == len(
-                    [c for c in shape.checks if c[2] is not None and c[2] <= max_batch]) else " Chapter 25 shows where"
-                " each check crosses it."))
+            + (" The plan drops each option a little after its check reaches the ridge: " + ", ".join(
+                f"{'the tree' if how.startswith('tree') else how} at B = {b}" for how, n, b in crossed) + "." + (
+                " Each sequence's KV cache adds bytes, so these come later than demo 6's"
+                f" {shape.alone} positions suggest" if later and shape.ridge_each > 0 else " Chapter 25 works them out")
+                + ("; chapter 25 works them out." if later and shape.ridge_each > 0 else ".")
+                if crossed and len(crossed) == len([c for c in shape.checks if c[2] is not None and c[2] <= max_batch])
+                else " Chapter 25 shows where each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})

@@ -3877,7 +3877,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " target still wants at position i+1 that the draft does not offer."])
     say("Step 3 flips a coin of its own at each position i. If it lands heads, i is a cut point, where the block may"
         " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 -"
-        " w_i), Sun et al.'s; take it as given. Step 4 keeps x_1..x_i for i the largest cut point; with no cut"
+        " w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the largest cut point; with no cut"
         " point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and"
         " q the rows after x_i, or from p if i = k.")
     print()
@@ -3933,7 +3933,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
         more = all(r[7] > block_kept for r in shipped)
         print()
-        say("Exactly, on average, the shipped paths keep "
+        say("On average, exactly, the shipped paths keep "
             + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
@@ -3943,16 +3943,15 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
         if more:
             # P(u_1 ... u_k <= r) = r (1 + L + L^2 / 2! + ... + L^(k-1) / (k-1)!), L = -ln r, at r = 1/2
             below = 0.5 * sum(math.log(2) ** j / math.factorial(j) for j in range(k))
-            terms = " + ".join(["1", "ln 2"] + [f"(ln 2)^{j} / {math.factorial(j)}" for j in range(2, k)])
             print()
             full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
                                              bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
             say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block,"
                 " position k is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it"
-                " is one when a product of k uniforms falls below a weight: Triton's w_k, or PyTorch's product of the"
+                " is a cut point when a product of k uniforms falls below a weight: Triton's w_k, or PyTorch's product of the"
                 " capped ratios, never above w_k. A product of uniforms falls below a weight more often than one"
                 " uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below 0.5 with chance"
-                                    f" 0.5 ({terms}) = {below:.2f}, one uniform half the time." if k > 1 else ""),
+                                    f" {below:.2f}, one uniform half the time." if k > 1 else ""),
                 f"So, with the token before a round drawn from the target's text, all {k} drafts are kept in"
                 f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
@@ -5444,8 +5443,8 @@ def greedy_parting(k=4, n_tokens=32, n=3):
         "figure is exact. The columns:")
     say_items([f"parted: the prompts whose {n_tokens} tokens differ from plain greedy decoding's;",
                "first at: among those, the median token where they first differ (1: the first token);",
-               f"TV: the share of prompts whose first {n} tokens differ. Each prompt's text is certain, so its own TV"
-               " is 0 or 1, and their average is that share."])
+               f"TV: the share of prompts whose first {n} tokens differ from greedy decoding's. Each prompt's text"
+               " is certain, so its own TV is 0 or 1, and their average is that share."])
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
            lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)
@@ -5726,10 +5725,10 @@ def demo23_engines(**how):
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         f". The tree's check reaches the ridge at B = {cross}, not at demo 6's"
+                         f". The tree's check reaches the ridge at B = {cross}, later than demo 6's"
                          f" {free_positions(c19.n_ctx)} / {t[2]} = {free_positions(c19.n_ctx) / t[2]:.1f}: each"
                          " sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass"
-                         " does fewer MACs per byte (chapter 25)."
+                         " needs more positions to reach the ridge (chapter 25)."
                          f" Past B = {cross}, every position the tree checks costs time."
                          if (cross := ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])) and cross <= b
                          else "."))
@@ -6129,8 +6128,8 @@ def demo27_rates(**how):
         f" Going up in B, it keeps its pick until that pick falls more than {c19.tol:.1%} below the best: smaller"
         " gains are not"
         f" worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every option at each B with"
-        " no margin, pricing each chain from its exact tokens per call. With both priced that way, the search's speedup"
-        " is at"
+        " no margin, pricing each chain from its exact tokens per call. With the plan's picks priced that way too, the"
+        " search's speedup is at"
         f" most {check.worst:.2%} above the plan's pick at any B." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search at every B:"
          f" so the margin, not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst <

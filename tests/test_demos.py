@@ -863,10 +863,12 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " token). - Z_i: max(0, w_i p - q) summed over the vocabulary, with p and q the rows after x_i. It is what"
             " the target still wants at position i+1 that the draft does not offer. Step 3 flips a coin of its own at"
             " each position i. If it lands heads, i is a cut point, where the block may end. Position k's coin lands"
-            " heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), Sun et al.'s; take it"
-            " as given. Step 4 keeps x_1..x_i for i the largest cut point; with no cut point, i = 0 and it keeps"
-            " none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
+            " heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
+            " chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the largest cut point; with"
+            " no cut point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
             " or from p if i = k.") in " ".join(text.split())
+    # 'or 0 if Z_i = 0': with w_i = 1 and p = q nothing is left to want, and the coin never lands heads
+    assert sd.block_threshold(1.0, np.array([0.5, 0.5]), np.array([0.5, 0.5])) == 0
     # step 5 only picks the token after the drafts: edited alone, each round keeps as many drafts, from every start
     def kept_counts(m, d):  # the chance a round from d keeps 0..3 drafts
         return np.bincount([len(drafts) for drafts, _, _ in m.block_round_outcomes(m.TARGET, m.MIDDLING, d, 3)],
@@ -885,11 +887,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             for f in (sd.block_round_outcomes, sd.shipped_block_outcomes, triton.shipped_block_outcomes)]
     assert min(full[1:]) > full[0] + 0.1
     assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block, position k"
-            " is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it is one when a"
+            " is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it is a cut point when a"
             " product of k uniforms falls below a weight: Triton's w_k, or PyTorch's product of the capped ratios,"
             " never above w_k. A product of uniforms falls below a weight more often than one uniform does. Three"
-            f" uniforms' product falls below 0.5 with chance 0.5 (1 + ln 2 + (ln 2)^2 / 2) = {below:.2f}, one uniform"
-            " half the time."
+            f" uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the time."
             " So, with the token before a round drawn from the target's text, all 3 drafts are kept in"
             f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
     # step 3 fixed alone leaves the detail's tokenwise_residual edit: off, but by far less than as shipped

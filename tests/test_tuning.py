@@ -261,7 +261,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " from the rates, the tree from its sampled tokens per call. Going up in B, it keeps its pick until that"
             " pick falls more than 0.5% below the best: smaller gains are not worth a switch. That 0.5% is its margin."
             " An exhaustive search tries every option at each B with no margin, pricing each chain from its exact"
-            " tokens per call. With both priced that way, the search's speedup is at most"
+            " tokens per call. With the plan's picks priced that way too, the search's speedup is at most"
             f" {check.worst:.2%} above the plan's pick at any B. A plan made from the rates with no margin comes within"
             f" {untolerant:.2%} of the search at every B: so the margin, not the rates, costs most of the"
             f" {check.worst:.2%}.") in text27
@@ -560,9 +560,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3. The tree's check reaches"
-                                          f" the ridge at B = {cross}, not at demo 6's 295 / 15 = 19.7: each"
+                                          f" the ridge at B = {cross}, later than demo 6's 295 / 15 = 19.7: each"
                                           " sequence's KV cache, the keys and values of its tokens, adds bytes"
-                                          " of its own, so a pass does fewer MACs per byte (chapter 25). Past"
+                                          " of its own, so a pass needs more positions to reach the ridge"
+                                          " (chapter 25). Past"
                                           f" B = {cross}, every position the tree"
                                           " checks costs time.") in flat_text
     assert cross > 295 / 15

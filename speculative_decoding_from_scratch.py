@@ -4434,24 +4434,24 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
 
 
 def one_hot_words(rows):
-    """Chapter 18 on one-hot drafts: why their lossless rule makes the fewest
-    tokens per call (a draft kept with chance p(x), a lower average than
-    alpha); SGLang's exact setting as that rule; and its shipped setting,
-    which only verifiers that sample their drafts dominate, priced against it."""
+    """Chapter 18 on one-hot drafts: why their lossless rule makes the fewest tokens per call (a draft kept
+    with chance p(x), below alpha on average); SGLang's exact setting as that rule; and its shipped setting,
+    which only verifiers that sample their drafts dominate (over), priced against it."""
     per_call = {r[0]: r[3] for r in rows if r[1] == "lossless" and r[3] is not None and r[2] < ROUNDING}
     hot, alpha = pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(TARGET, MIDDLING)
     sg = {r[1]: r for r in rows if r[0] == "sglang" and r[2] is not None}
     exact, shipped = sg.get(setting_text(SGLANG_EXACT)), sg.get(setting_text(SGLANG_SHIPPED))
-    one = per_call.get("one-hot")
+    one, over = per_call.get("one-hot"), [r for r, t in per_call.items() if shipped and t >= shipped[3]]
     return " ".join(w for w in (
         f"One-hot makes the fewest lossless tokens per call, {one:.2f}: its draft is kept with chance p(x), {hot:.2f}"
         f" on average here, against alpha {alpha:.2f} for the sampled draft." if "probabilistic" in per_call and one ==
         min(per_call.values()) and hot < alpha and rule_intact(TARGET, temper(MIDDLING, 0)) else "",
         f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
         exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",
-        f"Only verifiers that sample their drafts dominate SGLang's ({shipped[1]}). On one-hot drafts, against the"
-        f" one-hot rule, it makes {shipped[3] - one:.2f} more tokens per call, at a TV of {shipped[2]:.2f}."
-        if shipped and one and shipped[5] == "dominated" and shipped[3] > one else "") if w)
+        f"Only {and_list(over)}, whose drafts are sampled from q, dominate SGLang's ({shipped[1]}). On one-hot drafts,"
+        f" against the one-hot rule, SGLang's ({shipped[1]}) makes {shipped[3] - one:.2f} more tokens per call, at a"
+        f" TV of {shipped[2]:.2f}." if shipped and one and shipped[5] == "dominated" and shipped[3] > one and over
+        and "one-hot" not in over else "") if w)
 
 
 def typical_rows(rows):
@@ -5790,7 +5790,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " makes the two the same text. They can both be a given text x_1..x_i with chance at most the smaller of"
         " its probabilities under q and p."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
-        " probabilities under the target and the draft: 1 minus their TV. For one token, demo 1's rule keeps"
+        " probabilities under the target and the draft: 1 minus their TV, which is demo 1's sum of max(0, p - q)."
+        " For one token, demo 1's rule keeps"
         " exactly that much. And a count N's average is the sum over i of the chance that N >= i. So the drafts a"
         " round keeps average the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds"
         " each term.")
@@ -5838,7 +5839,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
             f" {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of the text."
             + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else ""))
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
-             f" against {ninths(ideal)} on the paper's example; on the middling draft the ideal sits up to"
+             f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",
              {"neither keeps more than the ideal": not over and not over_k,
               "block keeps at least as many at every k": more,

@@ -1017,7 +1017,9 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
                                                               " (i = 2): verifier exact token-wise 1.1111 10/9 block"
                                                               " 1.2222 11/9 ideal (bound) 1.3333 12/9") in flat(text)
     assert ("the sum, over the texts x_1..x_i, of the smaller of their probabilities under the target and the draft: 1"
-            " minus their TV.") in flat(text)
+            " minus their TV, which is demo 1's sum of max(0, p - q).") in flat(text)
+    p, q = sd.TARGET[0], sd.MIDDLING[0]  # the TV is demo 1's sum of max(0, p - q), and 1 minus sum min(p, q)
+    assert sd.tv_distance(p, q) == pytest.approx(np.maximum(p - q, 0).sum()) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
     assert ("Block verification keeps 11/9, so no verifier that keeps some drafts and then draws one token reaches the"
             " ideal here. Whether a verifier of another kind could, this chapter does not test.") in flat(text)
@@ -1035,7 +1037,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert "at every k (at k = 1 all three are equal: demo 1's rule reaches the ideal)," in flat(text)
     room = max(g[5] for g in result.gains)
     assert ("Takeaway: the ideal caps every lossless verifier, and block verification stayed under it: 11/9 against 12/9"
-            f" on the paper's example; on the middling draft the ideal sits up to {room:.1%} higher.") in flat(text)
+            f" on chapter 14's example; on the middling draft the ideal sits up to {room:.1%} higher.") in flat(text)
 
 
 def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):

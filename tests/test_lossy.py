@@ -169,12 +169,13 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     sg = rows[("sglang", "1, 0.5")]
     dominators = [r[0] for r in result.first.rows if r[1] == "lossless" and r[3] >= sg[3]]
     assert sg[5] == "dominated" and dominators and "one-hot" not in dominators
-    assert ("Only verifiers that sample their drafts dominate SGLang's (1, 0.5). On one-hot drafts, against the one-hot"
-            " rule, it makes"
+    assert sorted(dominators) == ["block", "probabilistic"]
+    assert ("Only probabilistic and block, whose drafts are sampled from q, dominate SGLang's (1, 0.5). On one-hot"
+            " drafts, against the one-hot rule, SGLang's (1, 0.5) makes"
             f" {sg[3] - rows[('one-hot', 'lossless')][3]:.2f} more tokens per call, at a TV of {sg[2]:.2f}.") in text
     assert f"{sg[3] - rows[('one-hot', 'lossless')][3]:.2f}" == "0.61" and f"{sg[2]:.2f}" == "0.60"
     undominated = [r[:5] + ("",) if r[0] == "sglang" else r for r in result.first.rows]
-    assert "Only verifiers that sample their drafts dominate" not in sd.one_hot_words(undominated)
+    assert "whose drafts are sampled from q, dominate" not in sd.one_hot_words(undominated)
 
 
 @pytest.fixture(scope="module")
@@ -331,5 +332,5 @@ def test_chapter18_marks_nothing_dominated_when_no_lossless_row_is_exact():
     assert lossless and all(r[2] is not None and r[2] >= sd.ROUNDING for r in lossless)
     assert result.best is None and not result.dominated and "dominated" not in [r[5] for r in result.rows]
     assert "NOT one lossless row is exact as you have it, so none can mark a setting dominated." in flat(out)
-    assert "One-hot makes the fewest" not in flat(out) and "Only verifiers that sample their drafts dominate" not in flat(out)
+    assert "One-hot makes the fewest" not in flat(out) and "whose drafts are sampled from q, dominate" not in flat(out)
     assert "Typical's defaults" not in flat(out)

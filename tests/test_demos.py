@@ -724,6 +724,10 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
             " the last residual and the round ends.") in flat(text)
     assert "where the tree needs 3: a tree drafts a whole level in one pass." in flat(text)
     assert f"Here a {2 + 4 + 8}-node tree (2 children a node, 3 deep) goes to a target" in flat(text)
+    # no_update, as the sentence says it: the line that makes p the residual after a rejection, deleted
+    assert "The bug no_update leaves p unchanged after a rejection." in flat(text)
+    (func, line, typed), = sd.TREE_BUGS["no_update"]
+    assert func == "verify_tree" and line.startswith("p = residual(p, ") and typed == ""
     # the exactness runs' tree and draft, as the sentence names them
     import inspect
     defaults = inspect.signature(sd.demo8_exactness).parameters

@@ -1458,9 +1458,9 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
-    return (f"From i = 2 each exact term is above eq. 1's. The text mixes kept drafts and rounds' last tokens. Only"
-            f" {starts.start[hi]:.3f} of last tokens are '{d}' (step 3), against {starts.text[hi]:.3f} of the text, so"
-            f" more than {starts.text[hi]:.3f} of kept drafts are. Later drafts follow kept ones, so '{d}' more often:"
+    return (f"From i = 2 each exact term is above eq. 1's. Every token of the text is a kept draft or a round's last"
+            f" token. Last tokens are short of '{d}' (step 3), so more than {starts.text[hi]:.3f} of kept drafts are"
+            f" '{d}'. Later drafts follow kept ones, so '{d}' more often:"
             f" draft 2 passes {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
@@ -1503,8 +1503,8 @@ def why_eq1_is_off(P, Q, gaps):
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
                     f"After {overs} the draft over-proposes '{d}' (q > p), so the residual never redraws '{d}'"
                     " there.",
-                    f"So a round's first draft follows '{d}' in {starts.start[hi]:.3f} of rounds, though '{d}' is"
-                    f" {starts.text[hi]:.3f} of the text.",
+                    f"So only {starts.start[hi]:.3f} of rounds end on '{d}', though '{d}' is {starts.text[hi]:.3f} of"
+                    " the text.",
                     f"And drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],

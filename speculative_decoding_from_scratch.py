@@ -3947,8 +3947,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
                                              bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
             say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block,"
                 " position k is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it"
-                " is a cut point when a product of k uniforms falls below a weight: Triton's w_k, or PyTorch's product of the"
-                " capped ratios, never above w_k. A product of uniforms falls below a weight more often than one"
+                " is a cut point when a product of k uniforms falls below a weight: Triton's w_k, or PyTorch's"
+                " product of the capped ratios, never above w_k, as it caps each ratio, not their running product. A"
+                " product of uniforms falls below a weight more often than one"
                 " uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below 0.5 with chance"
                                     f" {below:.2f}, one uniform half the time." if k > 1 else ""),
                 f"So, with the token before a round drawn from the target's text, all {k} drafts are kept in"
@@ -4326,7 +4327,7 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 
 def demo18_lossy(k=3, ctx=5, n=3):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
-        "for speed. Here what each rule gives up is its distance from the target, computed exactly: the TV between",
+        "for speed. Each rule's cost is its distance from the target, computed exactly: the TV between",
         f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
         f" requests.) The middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")
     print()
@@ -4737,7 +4738,7 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" Chapter 27 shows that price is within {max(low):.4f} tokens per call at every k." if vs_exact.at_k
+            f" Chapter 27 shows each k's exact tokens per call is within {max(low):.4f} of that price." if vs_exact.at_k
             and low and min(low) > 0 else
             " Chapter 27 shows how close that price comes."))
     print()
@@ -5789,7 +5790,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " makes the two the same text. They can both be a given text x_1..x_i with chance at most the smaller of"
         " its probabilities under q and p."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
-        " probabilities under the target and the draft: 1 minus their TV, which is demo 1's sum of max(0, p - q)."
+        " probabilities under the target and the draft: 1 minus their TV. (The TV is demo 1's sum of max(0, p - q),"
+        " its rejection chance.)"
         " For one token, demo 1's rule keeps"
         " exactly that much. And a count N's average is the sum over i of the chance that N >= i. So the drafts a"
         " round keeps average the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds"
@@ -5832,11 +5834,15 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above it.",
         "Its paper reports 5% to 8% faster decoding, by the clock, across its own tasks, models and datasets.")
     chained = exact_tokens_per_call(TARGET, MIDDLING, gains[-1][0])
+    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, gains[-1][0])  # chapter 14's, rounds chained
     if abs(chained - gains[-1][1]) >= 5e-4:
         print()
         say(f"The lesson's exact token-wise {chained:.4f} tokens per call at k = {gains[-1][0]} differs from this"
             f" {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of the text."
-            + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else ""))
+            + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else "")
+            + (f" Chapter 14's block, {block_chained:.3f}, is below this {gains[-1][2]:.4f} for the same reason, so its"
+               f" gain reads {block_chained / chained - 1:.1%}, not {gains[-1][4]:.1%}." if block_chained
+               < gains[-1][2] and chained < gains[-1][1] else ""))
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",
@@ -6121,15 +6127,16 @@ def demo27_rates(**how):
     print()
     trees = [(o.drafter.name, *o.shape.split()[1].rstrip(",").split("x")) for o in c19.options
              if o.shape.startswith("tree")]  # (drafter, candidates under each node, depth)
-    say(f"What does it cost? At each batch size B, the number of sequences a server decodes at once, chapter 19's"
+    say(f"What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's"
         f" plan picks among chains of k = 1 to {k_max} of either draft"
         + "".join(f" and a tree of the {t} one" for t, _, _ in trees) + ". It prices the chains from the rates"
-        + (", the tree from its sampled tokens per call" if trees else "") + "."
-        f" Going up in B, it keeps its pick until that pick falls more than {c19.tol:.1%} below the best: smaller"
-        " gains are not"
-        f" worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every option at each B with"
-        " no margin, pricing each chain from its exact tokens per call. With the plan's picks priced that way too, the"
-        " search's speedup is at"
+        + (", the tree from its sampled tokens per call" if trees else "") + "." + (
+            " The best pick changes with B: past demo 6's ridge, every checked position costs time."
+            if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") +
+        f" Going up in B, it keeps its pick until that pick, so priced, falls more than {c19.tol:.1%} below the best:"
+        f" smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
+        " option at each B with no margin, pricing each chain from its exact tokens per call and the tree as before."
+        " With the plan's picks priced that way too, the search's speedup is at"
         f" most {check.worst:.2%} above the plan's pick at any B." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search at every B:"
          f" so the margin, not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst <

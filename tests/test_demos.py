@@ -891,7 +891,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block, position k"
             " is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it is a cut point when a"
             " product of k uniforms falls below a weight: Triton's w_k, or PyTorch's product of the capped ratios,"
-            " never above w_k. A product of uniforms falls below a weight more often than one uniform does. Three"
+            " never above w_k, as it caps each ratio, not their running product. A product of uniforms falls below a weight more often than one uniform does. Three"
             f" uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the time."
             " So, with the token before a round drawn from the target's text, all 3 drafts are kept in"
             f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
@@ -1019,7 +1019,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
                                                               " (i = 2): verifier exact token-wise 1.1111 10/9 block"
                                                               " 1.2222 11/9 ideal (bound) 1.3333 12/9") in flat(text)
     assert ("the sum, over the texts x_1..x_i, of the smaller of their probabilities under the target and the draft: 1"
-            " minus their TV, which is demo 1's sum of max(0, p - q).") in flat(text)
+            " minus their TV. (The TV is demo 1's sum of max(0, p - q), its rejection chance.)") in flat(text)
     p, q = sd.TARGET[0], sd.MIDDLING[0]  # the TV is demo 1's sum of max(0, p - q), and 1 minus sum min(p, q)
     assert sd.tv_distance(p, q) == pytest.approx(np.maximum(p - q, 0).sum()) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
@@ -1065,6 +1065,11 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
                                                      f" k = 4 differs from this {result.gains[-1][1]:.4f}: there a round"
                                                      " starts where the last one ended, not at a random point of the"
                                                      " text. Demo 3 shows why that keeps fewer.") in flat(text)
+    # chapter 14's block figure is chained rounds too: below the table's, and its gain over token-wise above it
+    chained_block = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
+    assert (f"Chapter 14's block, {chained_block:.3f}, is below this 2.8954 for the same reason, so its gain reads"
+            f" {chained_block / sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) - 1:.1%}, not 2.9%.") in flat(text)
+    assert f"{chained_block:.3f}" == "2.874" and f"makes {chained_block:.3f} tokens" in flat(demo["14"][1])
 
 
 def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):

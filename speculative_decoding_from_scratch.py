@@ -5177,7 +5177,7 @@ def never_agree_words(label, Q, P=TARGET):
     agree = [c for c in range(len(P)) if P[c].argmax() == Q[c].argmax()]
     text = stationary(temper(P, 0))  # where greedy text runs, from a uniform first token
     where = (f" only after {and_list([repr(name(c)) for c in agree])}. The target's greedy text, which loops, never"
-             " returns to them")
+             " returns to them: they hold none of its text, so alpha is 0")
     return (f"At T = 0 the {label} draft's likeliest token is the target's{where if agree else ' after no token'}."
             if all(text[c] < 1e-12 for c in agree) else "")
 

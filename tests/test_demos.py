@@ -335,7 +335,8 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
         walk.append(int(sd.TARGET[walk[-1]].argmax()))
     assert walk[:3] == [2, 3, 4] and not {2, 3} & set(walk[2:])
     assert zero == ["middling"] and ("At T = 0 the middling draft's likeliest token is the target's only after 'c'"
-                                     " and 'd'. The target's greedy text, which loops, never returns to them.")\
+                                     " and 'd'. The target's greedy text, which loops, never returns to them: they hold none of its"
+                                     " text, so alpha is 0.")\
         in flat(text)
     ends = {}
     for r in result.temperatures:

@@ -3867,7 +3867,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one (step 4 below). Its paper proves its output is the target's. Chapter 14 gives its five steps; steps 3 and 5 matter"
+        " one (step 4 below). Its paper proves its output is the target's. Chapter 14 gives its five steps; steps 3"
+        " and 5 matter"
         " here. They use two numbers at each position i:")
     say_items(["w_i: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at"
                " w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
@@ -3876,7 +3877,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " target still wants at position i+1 that the draft does not offer."])
     say("Step 3 flips a coin of its own at each position i. If it lands heads, i is a cut point, where the block may"
         " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 -"
-        " w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the largest cut point; with no cut"
+        " w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the"
+        " largest cut point; with no cut"
         " point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and"
         " q the rows after x_i, or from p if i = k.")
     print()

@@ -335,7 +335,8 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
         walk.append(int(sd.TARGET[walk[-1]].argmax()))
     assert walk[:3] == [2, 3, 4] and not {2, 3} & set(walk[2:])
     assert zero == ["middling"] and ("At T = 0 the middling draft's likeliest token is the target's only after 'c'"
-                                     " and 'd'. The target's greedy text, which loops, never returns to them: they hold none of its"
+                                     " and 'd'. The target's greedy text, which loops, never returns to them: they"
+                                     " hold none of its"
                                      " text, so alpha is 0.")\
         in flat(text)
     ends = {}
@@ -494,7 +495,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
     assert ("From i = 2 each exact term is above eq. 1's. Every token of the text is a kept draft or a round's last"
-            " token. Last tokens are short of 'd' (step 3), so more than 0.184 of kept drafts are 'd'. Later drafts follow kept ones, so 'd' more often:"
+            " token. Last tokens are short of 'd' (step 3), so more than 0.184 of kept drafts are 'd'. Later drafts"
+            " follow kept ones, so 'd' more often:"
             f" draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
@@ -868,7 +870,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " each position i. If it lands heads, i is a cut point, where the block may end. Position k's coin lands"
             " heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
             " chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the largest cut point; with"
-            " no cut point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
+            " no cut point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised,"
+            " with p and q the rows after x_i,"
             " or from p if i = k.") in " ".join(text.split())
     # 'or 0 if Z_i = 0': with w_i = 1 and p = q nothing is left to want, and the coin never lands heads
     assert sd.block_threshold(1.0, np.array([0.5, 0.5]), np.array([0.5, 0.5])) == 0
@@ -890,12 +893,15 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             for f in (sd.block_round_outcomes, sd.shipped_block_outcomes, triton.shipped_block_outcomes)]
     assert min(full[1:]) > full[0] + 0.1
     assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block, position k"
-            " is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it is a cut point when a"
+            " is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it is a cut point"
+            " when a"
             " product of k uniforms falls below a weight: Triton's w_k, or PyTorch's product of the capped ratios,"
-            " never above w_k, as it caps each ratio, not their running product. A product of uniforms falls below a weight more often than one uniform does. Three"
+            " never above w_k, as it caps each ratio, not their running product. A product of uniforms falls below a"
+            " weight more often than one uniform does. Three"
             f" uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the time."
             " So, with the token before a round drawn from the target's text, all 3 drafts are kept in"
-            f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}.") in " ".join(text.split())
+            f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's"
+            f" {full[0]:.2f}.") in " ".join(text.split())
     # step 3 fixed alone leaves the detail's tokenwise_residual edit: off, but by far less than as shipped
     step5 = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),

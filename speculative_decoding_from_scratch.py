@@ -1458,12 +1458,13 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
-    return (f"From i = 2 each exact term is above eq. 1's. Every token of the text is a kept draft or a round's last"
-            f" token. Last tokens are short of '{d}' (step 3), so more than {starts.text[hi]:.3f} of kept drafts are"
-            f" '{d}'. Later drafts follow kept ones, so '{d}' more often:"
-            f" draft 2 passes {rates[1]:.3f} /"
+    return (f"Later terms run above eq. 1's, too little to make up the first. Every token of the text is a kept draft"
+            f" or a round's last token. Last tokens are short of '{d}' (step 3), so more than {starts.text[hi]:.3f} of"
+            f" kept drafts are '{d}'. Draft 2 follows draft 1, a kept draft, so '{d}' more often: it passes"
+            f" {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
-            if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'exact runs higher'
+            if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
+            and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
             and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
 
@@ -1501,7 +1502,7 @@ def why_eq1_is_off(P, Q, gaps):
         return (f"{off}: {eq1:.2f} against the exact {exact:.2f} for the middling draft. Why:", [
                     f"A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts"
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
-                    f"After {overs} the draft over-proposes '{d}' (q > p), so the residual never redraws '{d}'"
+                    f"After {overs} the draft over-proposes '{d}', so the residual never redraws '{d}'"
                     " there.",
                     f"So only {starts.start[hi]:.3f} of rounds end on '{d}', though '{d}' is {starts.text[hi]:.3f} of"
                     " the text.",
@@ -1593,7 +1594,7 @@ def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):
     c_all = (exact[j - 1] - 1) / j  # past it, no k wins
     print()
     say(f"Above c* = {c_star:.3f}, k = {k} is slower than plain decoding." if slower_above else "",
-        f"A shorter k wins below c = {c_all:.3f}, where k = {j}'s {exact[j - 1]:.3f} tokens per call"
+        f"A shorter k beats plain decoding below c = {c_all:.3f}, where k = {j}'s {exact[j - 1]:.3f} tokens per call"
         f" equal its cost, 1 + {'' if j == 1 else j}c. Above it, no k does." if wins and losses
         and all((r[3] > 0) == (r[0] < c_all) for r in rows) else "")
     speeds = [r[1] for r in rows]

@@ -451,7 +451,7 @@ def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     # k = 1 breaks even last, at c = 1.691 - 1, by hand: k keeps ahead while its tokens per call beat 1 + k c
     edges = (exact - 1) / np.arange(1, 17)
     assert edges.argmax() == 0 and 0.6 < edges[0] < 0.7
-    assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k wins below c ="
+    assert (f"Above c* = {c_star:.3f}, k = 4 is slower than plain decoding. A shorter k beats plain decoding below c ="
             f" {exact[0] - 1:.3f}, where k = 1's {exact[0]:.3f} tokens per call equal its cost, 1 + c. Above"
             " it, no k does.") in flat_text
     assert exact[0] < 1.7 and f"{exact[0]:.2f}" in " ".join(demo["4"][1].split())
@@ -473,7 +473,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     rates = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)  # the chance drafts 1 to i all pass
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
-            f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual"
+            f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd', so the residual"
             f" never redraws 'd' there. 3. So only {starts.start[3]:.3f} of rounds end on 'd', though 'd' is"
             f" {starts.text[3]:.3f} of the text. 4. And drafts after 'd' pass most: {beta[3]:.3f}. So a round's first"
             " draft passes"
@@ -494,10 +494,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert rates[i] / rates[i - 1] == pytest.approx(lands @ beta)
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
-    assert ("From i = 2 each exact term is above eq. 1's. Every token of the text is a kept draft or a round's last"
-            " token. Last tokens are short of 'd' (step 3), so more than 0.184 of kept drafts are 'd'. Later drafts"
-            " follow kept ones, so 'd' more often:"
-            f" draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
+    assert ("Later terms run above eq. 1's, too little to make up the first. Every token of the text is a kept draft or"
+            " a round's last token. Last tokens are short of 'd' (step 3), so more than 0.184 of kept drafts are 'd'."
+            " Draft 2 follows draft 1, a kept draft, so 'd' more often:"
+            f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
@@ -556,9 +556,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("From i = 2 each exact term is above eq. 1's. Every token of the text is a kept draft or"
-                            " a round's last token. Last tokens are short of 'd' (step 3)") and \
-        later.endswith("draft 2 passes 0.496 / 0.681 = 0.73 once draft 1 has, above alpha.")
+    assert later.startswith("Later terms run above eq. 1's, too little to make up the first. Every token of the text"
+                            " is a kept draft or a round's last token. Last tokens are short of 'd' (step 3)") and \
+        later.endswith("it passes 0.496 / 0.681 = 0.73 once draft 1 has, above alpha.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)

@@ -3950,9 +3950,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
                                              bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
             say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block,"
                 " position k is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it"
-                " is a cut point when a product of k uniforms falls below a weight: Triton's w_k, or PyTorch's"
-                " product of the capped ratios, never above w_k, as it caps each ratio, not their running product. A"
-                " product of uniforms falls below a weight more often than one"
+                " is a cut point when a product of k uniforms falls below a weight. Triton's weight is w_k. PyTorch's"
+                " is the product of the capped ratios, never above w_k, as it caps each ratio, not their running"
+                " product. A product of uniforms falls below a weight more often than one"
                 " uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below 0.5 with chance"
                                     f" {below:.2f}, one uniform half the time." if k > 1 else ""),
                 f"So, with the token before a round drawn from the target's text, all {k} drafts are kept in"
@@ -5789,8 +5789,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
         " highest chance that drafts 1 to i could all be kept, and it adds these up.")
     print()
-    say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. Keeping the drafts"
-        " makes the two the same text. They can both be a given text x_1..x_i with chance at most the smaller of"
+    say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. If drafts 1 to i"
+        " are all kept, the output's first i tokens are those drafts. They can both be a given text x_1..x_i with chance at most the smaller of"
         " its probabilities under q and p."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
         " probabilities under the target and the draft: 1 minus their TV. (The TV is demo 1's sum of max(0, p - q),"
@@ -6136,8 +6136,8 @@ def demo27_rates(**how):
         + (", the tree from its sampled tokens per call" if trees else "") + "." + (
             " The best pick changes with B: past demo 6's ridge, every checked position costs time."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") +
-        f" Going up in B, it keeps its pick until that pick, so priced, falls more than {c19.tol:.1%} below the best:"
-        f" smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
+        f" Going up in B, it keeps its pick until, priced from the rates, it falls more than {c19.tol:.1%} below the"
+        f" best option priced the same way: smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
         " option at each B with no margin, pricing each chain from its exact tokens per call and the tree as before."
         " With the plan's picks priced that way too, the search's speedup is at"
         f" most {check.worst:.2%} above the plan's pick at any B." +

@@ -3958,14 +3958,6 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
                 f"So, with the token before a round drawn from the target's text, all {k} drafts are kept in"
                 f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
-            step5 = attempt(lambda: tv_distance(bugged("tokenwise_residual", BLOCK_BUGS).exact_block_first_tokens(
-                TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n)))
-            shipped_tv = [r[n] for r in shipped if r[n] is not None]
-            print()
-            say(f"Fixing step 3 alone would leave step 5's change: block verification with the token-wise residual."
-                f" Its first {n} tokens are off by an exact TV of only {exact_text(step5)}, against"
-                f" {and_list([f'{t:.2f}' for t in shipped_tv])} as shipped."
-                if not first_error(step5) and shipped_tv and ROUNDING <= step5 < min(shipped_tv) / 10 else "")
     return caught
 
 

@@ -3603,9 +3603,8 @@ def demo14_block_gain():
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, 3, 2), target_first_tokens(P2, 0, 3))
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    say(f"Block verification's output here, its first 3 tokens (the most one round of 2 drafts emits), is"
-        f" {'' if tv < ROUNDING else 'NOT '}the target's:"
-        f" exact TV {exact_text(tv)}.",
+    say("One round of 2 drafts emits at most 3 tokens. Block verification's first 3 tokens here are"
+        f" {'' if tv < ROUNDING else 'NOT '}the target's: exact TV {exact_text(tv)}.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",

@@ -1459,8 +1459,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
     return (f"Later terms run above eq. 1's, too little to make up the first. Every token of the text is a kept draft"
-            f" or a round's last token. Last tokens are short of '{d}' (step 3), so more than {starts.text[hi]:.3f} of"
-            f" kept drafts are '{d}'. Draft 2 follows draft 1, a kept draft, so '{d}' more often: it passes"
+            f" or a round's final token. Final tokens are short of '{d}' (step 3), so more than {starts.text[hi]:.3f}"
+            f" of kept drafts are '{d}'. Draft 2 follows draft 1, a kept draft, so it follows '{d}' more often: it passes"
             f" {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
@@ -3950,8 +3950,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block,"
                 " position k is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it"
                 " is a cut point when a product of k uniforms falls below a weight. Triton's weight is w_k. PyTorch's"
-                " is the product of the capped ratios, never above w_k, as it caps each ratio, not their running"
-                " product. A product of uniforms falls below a weight more often than one"
+                " is the product of the ratios, each capped at 1 before multiplying, so a ratio above 1 never lifts it"
+                " back up: it is never above w_k. A product of uniforms falls below a weight more often than one"
                 " uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below 0.5 with chance"
                                     f" {below:.2f}, one uniform half the time." if k > 1 else ""),
                 f"So, with the token before a round drawn from the target's text, all {k} drafts are kept in"
@@ -4767,7 +4767,8 @@ def demo19_tuning(**how):
         later = all(b * n > shape.alone for _, n, b in crossed)  # every check crosses past demo 6's positions
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
             + (" The plan drops each option a little after its check reaches the ridge: " + ", ".join(
-                f"{'the tree' if how.startswith('tree') else how} at B = {b}" for how, n, b in crossed) + "." + (
+                f"{'the tree' if how.startswith('tree') else how} at B = {b} ({n * b:,}"
+                + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)) + "." + (
                 " Each sequence's KV cache adds bytes, so these come later than demo 6's"
                 f" {shape.alone} positions suggest" if later and shape.ridge_each > 0 else " Chapter 25 works them out")
                 + ("; chapter 25 works them out." if later and shape.ridge_each > 0 else ".")
@@ -5225,7 +5226,7 @@ def table3_words(rows):
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
             " 12. Both can hold. At T = 0 both tables are one-hot, so alpha is the share of the target's text where"
             f" their likeliest tokens agree: {and_list(at_zero)} here." + (
-                " A greedy text loops, and which loop depends on its first token: these average over a first token"
+                " A greedy text loops, and which loop depends on its first token: the alphas at T = 0 average over a first token"
                 " drawn uniformly." if len(greedy_loops(TARGET)) > 1 else "") +
             " A draft whose likeliest token always matches"
             " the target's starts at alpha = 1, so heating it can only lower alpha."
@@ -5834,8 +5835,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         say(f"The lesson's exact token-wise {chained:.4f} tokens per call at k = {gains[-1][0]} differs from this"
             f" {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of the text."
             + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else "")
-            + (f" Chapter 14's block, {block_chained:.3f}, is below this {gains[-1][2]:.4f} for the same reason, so its"
-               f" gain reads {block_chained / chained - 1:.1%}, not {gains[-1][4]:.1%}." if block_chained
+            + (f" Chapter 14's block figure, {block_chained:.3f}, also continues the text: against"
+               f" {chained:.4f} it is {block_chained / chained - 1:+.1%}, where this table's gain is"
+               f" {gains[-1][4]:+.1%}." if block_chained
                < gains[-1][2] and chained < gains[-1][1] else ""))
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
@@ -6127,8 +6129,8 @@ def demo27_rates(**how):
         + (", the tree from its sampled tokens per call" if trees else "") + "." + (
             " The best pick changes with B: past demo 6's ridge, every checked position costs time."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") +
-        f" Going up in B, it keeps its pick until, priced from the rates, it falls more than {c19.tol:.1%} below the"
-        f" best option priced the same way: smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
+        f" Going up in B, the plan keeps its current pick until that pick's speedup, priced from the rates, falls more"
+        f" than {c19.tol:.1%} below the best option's, priced the same way: smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
         " option at each B with no margin, pricing each chain from its exact tokens per call and the tree as before."
         " With the plan's picks priced that way too, the search's speedup is at"
         f" most {check.worst:.2%} above the plan's pick at any B." +

@@ -259,8 +259,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert ("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's"
             " plan picks among chains of k = 1 to 8 of either draft and a tree of the small one. It prices the chains"
             " from the rates, the tree from its sampled tokens per call. The best pick changes with B: past demo 6's"
-            " ridge, every checked position costs time. Going up in B, it keeps its pick until, priced from the rates, it"
-            " falls more than 0.5% below the best option priced the same way: smaller gains are not worth a switch. That 0.5% is its margin."
+            " ridge, every checked position costs time. Going up in B, the plan keeps its current pick until that pick's"
+            " speedup, priced from the rates, falls more than 0.5% below the best option's, priced the same way: smaller gains are not worth a switch. That 0.5% is its margin."
             " An exhaustive search tries every option at each B with no margin, pricing each chain from its exact"
             " tokens per call and the tree as before. With the plan's picks priced that way too, the search's"
             " speedup is at most"
@@ -442,7 +442,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
                            " position costs time. The plan drops each option a little after its check reaches the"
-                           f" ridge: the tree at B = {tree}, k = 8 at B = {crossings[0]}, k = 7 at B = {crossings[1]}."
+                           f" ridge: the tree at B = {tree} ({15 * tree} positions in all), k = 8 at B = {crossings[0]}"
+                           f" ({9 * crossings[0]}), k = 7 at B = {crossings[1]} ({8 * crossings[1]:,})."
                            " Each sequence's KV cache adds bytes, so these come later than demo 6's 295 positions"
                            " suggest; chapter 25 works them out.") in text
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 

@@ -6129,8 +6129,8 @@ def demo27_rates(**how):
         + (", the tree from its sampled tokens per call" if trees else "") + "." + (
             " The best pick changes with B: past demo 6's ridge, every checked position costs time."
             if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") +
-        f" Going up in B, the plan keeps its current pick until that pick's speedup, priced from the rates, falls more"
-        f" than {c19.tol:.1%} below the best option's, priced the same way: smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
+        f" Going up in B, the plan keeps its pick until the pick's speedup, priced from the rates, falls more"
+        f" than {c19.tol:.1%} below the best option's. Smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
         " option at each B with no margin, pricing each chain from its exact tokens per call and the tree as before."
         " With the plan's picks priced that way too, the search's speedup is at"
         f" most {check.worst:.2%} above the plan's pick at any B." +

@@ -3600,10 +3600,11 @@ def demo14_block_gain():
     print()
     table([("verifier", 12, "<"), ("drafts kept", 13, ".4f"), ("", 7, ">")], [(*r, ninths(r[1])) for r in rows])
     print()
-    tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, 3, 2), target_first_tokens(P2, 0, 3))
+    k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output
+    tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    say("One round of 2 drafts emits at most 3 tokens. Block verification's first 3 tokens here are"
+    say(f"One round of {k} drafts emits at most {n} tokens. Block verification's first {n} tokens here are"
         f" {'' if tv < ROUNDING else 'NOT '}the target's: exact TV {exact_text(tv)}.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
@@ -4764,14 +4765,14 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
-        later = all(b * n > shape.alone for _, n, b in crossed)  # every check crosses past demo 6's positions
+        later = shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)  # past demo 6's positions
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
             + (" The plan drops each option a little after its check reaches the ridge: " + ", ".join(
                 f"{'the tree' if how.startswith('tree') else how} at B = {b} ({n * b:,}"
                 + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)) + "." + (
                 " Each sequence's KV cache adds bytes, so these come later than demo 6's"
-                f" {shape.alone} positions suggest" if later and shape.ridge_each > 0 else " Chapter 25 works them out")
-                + ("; chapter 25 works them out." if later and shape.ridge_each > 0 else ".")
+                f" {shape.alone} positions suggest; chapter 25 works them out." if later else
+                " Chapter 25 works them out.")
                 if crossed and len(crossed) == len([c for c in shape.checks if c[2] is not None and c[2] <= max_batch])
                 else " Chapter 25 shows where each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}

@@ -1461,8 +1461,7 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     return (f"Later terms run above eq. 1's, too little to make up the first. Every token of the text is a kept draft"
             f" or a round's final token. Final tokens are short of '{d}' (step 3), so more than {starts.text[hi]:.3f}"
             f" of kept drafts are '{d}'. Draft 2 follows draft 1, a kept draft, so it follows '{d}' more often: it passes"
-            f" {rates[1]:.3f} /"
-            f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
+            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
@@ -2267,8 +2266,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         exact = exact_tokens_per_call(TARGET, MIDDLING, d) if b == 1 else None
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
-    say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: drafts, all"
-        " verified in one pass with the text's last token, whose p judges the first level. A chain has one child a"
+    say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
+        " drafts. One target pass scores every node and the text's last token, whose p judges the first level. A chain has one child a"
         " node, so it is measured one way.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
@@ -3938,7 +3937,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
         say("On average, exactly, the shipped paths keep "
             + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
-            f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}.",
+            f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round continuing the text as in the lesson.",
             "No lossless verifier that keeps some drafts, then draws one token, keeps more on average than block"
             " verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")
@@ -5796,7 +5795,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
-    say("On that example, the table gives the drafts each verifier keeps per round, exactly. The ideal, a bound, not"
+    say("On that example, the table gives the drafts each verifier keeps per round, exactly, averaged over the"
+        " pairs the draft proposes. The ideal, a bound, not"
         " a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
@@ -6133,8 +6133,8 @@ def demo27_rates(**how):
         f" Going up in B, the plan keeps its pick until the pick's speedup, priced from the rates, falls more"
         f" than {c19.tol:.1%} below the best option's. Smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
         " option at each B with no margin, pricing each chain from its exact tokens per call and the tree as before."
-        " With the plan's picks priced that way too, the search's speedup is at"
-        f" most {check.worst:.2%} above the plan's pick at any B." +
+        " Pricing the plan's picks from exact tokens per call as well, the search beats them by at"
+        f" most {check.worst:.2%} at any B." +
         (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search at every B:"
          f" so the margin, not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst <
          check.worst / 2 else

@@ -764,8 +764,8 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
         rejected = [sd.accept_prob(sd.TARGET[c], sd.MIDDLING[c], x) < 1 for x in range(sd.VOCAB)]
         assert rejected == list(over)  # 'rejected only where q > p'
     # the pass scores the text's last token beside the nodes: its p judges the first level
-    assert ("Depth: draft steps. Nodes: drafts, all verified in one pass with the text's last token, whose p judges the"
-            " first level.") in " ".join(text.split())
+    assert ("Depth: draft steps. Nodes: the number of drafts. One target pass scores every node and the text's last"
+            " token, whose p judges the first level.") in " ".join(text.split())
     said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
             " rejected token. A token is rejected only where q > p, so the residual there is 0, and the repeat always"
             " fails.")
@@ -858,8 +858,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     token_wise = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
-    assert min(kept.values()) > block_kept > token_wise and (f"drafts per round, block verification {block_kept:.2f},"
-                                                            f" token-wise checking {token_wise:.2f}.") in text
+    assert min(kept.values()) > block_kept > token_wise and (
+        f"drafts per round, block verification {block_kept:.2f}, token-wise checking {token_wise:.2f}, each round"
+        " continuing the text as in the lesson.") in " ".join(text.split())
     assert ("So the shipped paths keep drafts that a lossless verifier would reject, and their output is not the"
             " target's.") in " ".join(text.split())
     assert ("Chapter 14 gives its five steps; steps 3 and 5 matter here. They use two numbers at each position i: -"

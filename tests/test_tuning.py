@@ -262,9 +262,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " ridge, every checked position costs time. Going up in B, the plan keeps its pick until the pick's"
             " speedup, priced from the rates, falls more than 0.5% below the best option's. Smaller gains are not worth a switch. That 0.5% is its margin."
             " An exhaustive search tries every option at each B with no margin, pricing each chain from its exact"
-            " tokens per call and the tree as before. With the plan's picks priced that way too, the search's"
-            " speedup is at most"
-            f" {check.worst:.2%} above the plan's pick at any B. A plan made from the rates with no margin comes within"
+            " tokens per call and the tree as before. Pricing the plan's picks from exact tokens per call as well, the"
+            f" search beats them by at most {check.worst:.2%} at any B. A plan made from the rates with no margin comes within"
             f" {untolerant:.2%} of the search at every B: so the margin, not the rates, costs most of the"
             f" {check.worst:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'

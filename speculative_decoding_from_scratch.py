@@ -4732,8 +4732,9 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" Chapter 27 shows each k's exact tokens per call is within {max(low):.4f} of that price." if vs_exact.at_k
-            and low and min(low) > 0 else
+            f" That price is exact at k = {k_max}. A shorter k's rounds start after other tokens (demo 3), so its price"
+            f" is off, by at most {max(low):.4f} tokens per call (chapter 27)." if vs_exact.at_k
+            and low and min(low) > 0 and vs_exact.bonus else  # rounds of 1 start elsewhere than rounds of k_max
             " Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"

@@ -4751,8 +4751,8 @@ def demo19_tuning(**how):
         " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: the"
         " target's plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c"
         f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
-        f" until it falls more than {tol:.1%} below the best:"
-        f" smaller gains are not worth a switch. It stops at B = {max_batch}, where the target, the {c19.roomiest}"
+        f" until it falls more than {tol:.1%} below the best: smaller gains are not worth a switch. That {tol:.1%}"
+        f" is its margin. It stops at B = {max_batch}, where the target, the {c19.roomiest}"
         f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB."
         " The plan, with the positions each sequence's check scores:")
     print()
@@ -6123,25 +6123,15 @@ def demo27_rates(**how):
             and r.at_1[1] > r.rates[1][0] else "")
     check, untolerant = chapter19_search(c19)
     print()
-    trees = [(o.drafter.name, *o.shape.split()[1].rstrip(",").split("x")) for o in c19.options
-             if o.shape.startswith("tree")]  # (drafter, candidates under each node, depth)
-    say(f"What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's"
-        f" plan picks among chains of k = 1 to {k_max} of either draft"
-        + "".join(f" and a tree of the {t} one" for t, _, _ in trees) + ". It prices the chains from the rates"
-        + (", the tree from its sampled tokens per call" if trees else "") + "." + (
-            " The best pick changes with B: past demo 6's ridge, every checked position costs time."
-            if len({o.shape for _, _, o in c19.buckets if o is not None}) > 1 else "") +
-        f" Going up in B, the plan keeps its pick until the pick's speedup, priced from the rates, falls more"
-        f" than {c19.tol:.1%} below the best option's. Smaller gains are not worth a switch. That {c19.tol:.1%} is its margin. An exhaustive search tries every"
-        " option at each B with no margin, pricing each chain from its exact tokens per call and the tree as before."
-        " Pricing the plan's picks from exact tokens per call as well, the search beats them by at"
-        f" most {check.worst:.2%} at any B." +
-        (f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search at every B:"
-         f" so the margin, not the rates, costs most of the {check.worst:.2%}." if 0 < untolerant.worst <
-         check.worst / 2 else
-         f" A plan made from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
+    say("What does it cost? Chapter 19's plan prices its chains from these rates and picks an option at each batch"
+        " size B, the sequences a server decodes at once. An exhaustive search prices every option exactly at each B"
+        " and takes the best. Priced exactly too, the plan's picks fall at most"
+        f" {check.worst:.2%} below the search's speedup at any B." +
+        (f" Most of that is the plan's {c19.tol:.1%} margin (chapter 19), not the rates: a plan from the rates with no"
+         f" margin comes within {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
+         f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
          0 < untolerant.worst else
-         " A plan made from the rates with no margin picks the search's option at every B: the rates cost nothing"
+         " A plan from the rates with no margin picks the search's option at every B: the rates cost nothing"
          " here." if untolerant.worst == 0 < check.worst else ""))
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
              " start elsewhere; here the plan they price loses little.",

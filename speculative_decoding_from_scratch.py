@@ -1460,7 +1460,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     kept = kept_all[hi] / kept_all.sum()
     return (f"Later terms run above eq. 1's, too little to make up the first. Every token of the text is a kept draft"
             f" or a round's final token. Final tokens are short of '{d}' (step 3), so more than {starts.text[hi]:.3f}"
-            f" of kept drafts are '{d}'. Draft 2 follows draft 1, a kept draft, so it follows '{d}' more often: it passes"
+            f" of kept drafts are '{d}'. Draft 2 follows draft 1, a kept draft, so it follows '{d}' more often: it"
+            " passes"
             f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
@@ -2267,7 +2268,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
-        " drafts. One target pass scores every node and the text's last token, whose p judges the first level. A chain has one child a"
+        " drafts. One target pass scores every node and the text's last token, whose p judges the first level. A"
+        " chain has one child a"
         " node, so it is measured one way.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
@@ -5227,7 +5229,8 @@ def table3_words(rows):
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
             " 12. Both can hold. At T = 0 both tables are one-hot, so alpha is the share of the target's text where"
             f" their likeliest tokens agree: {and_list(at_zero)} here." + (
-                " A greedy text loops, and which loop depends on its first token: the alphas at T = 0 average over a first token"
+                " A greedy text loops, and which loop depends on its first token: the alphas at T = 0 average over a"
+                " first token"
                 " drawn uniformly." if len(greedy_loops(TARGET)) > 1 else "") +
             " A draft whose likeliest token always matches"
             " the target's starts at alpha = 1, so heating it can only lower alpha."
@@ -5783,7 +5786,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " highest chance that drafts 1 to i could all be kept, and it adds these up.")
     print()
     say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. If drafts 1 to i"
-        " are all kept, the output's first i tokens are those drafts. They can both be a given text x_1..x_i with chance at most the smaller of"
+        " are all kept, the output's first i tokens are those drafts. They can both be a given text x_1..x_i with"
+        " chance at most the smaller of"
         " its probabilities under q and p."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
         " probabilities under the target and the draft: 1 minus their TV. (The TV is demo 1's sum of max(0, p - q),"

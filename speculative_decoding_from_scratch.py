@@ -4769,9 +4769,10 @@ def demo19_tuning(**how):
         crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
         later = shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)  # past demo 6's positions
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (" The plan drops each option a little after its check reaches the ridge: " + ", ".join(
-                f"{'the tree' if how.startswith('tree') else how} at B = {b} ({n * b:,}"
-                + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)) + "." + (
+            + (" The plan drops each option a little after its check reaches the ridge. The checks reach it at "
+                + and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
+                            + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
+                + "." + (
                 " Each sequence's KV cache adds bytes, so these come later than demo 6's"
                 f" {shape.alone} positions suggest; chapter 25 works them out." if later else
                 " Chapter 25 works them out.")

@@ -437,8 +437,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every"
                            " position costs time. The plan drops each option a little after its check reaches the"
-                           f" ridge: the tree at B = {tree} ({15 * tree} positions in all), k = 8 at B = {crossings[0]}"
-                           f" ({9 * crossings[0]}), k = 7 at B = {crossings[1]} ({8 * crossings[1]:,})."
+                           f" ridge. The checks reach it at B = {tree} for the tree ({15 * tree} positions in all), B ="
+                           f" {crossings[0]} for k = 8 ({9 * crossings[0]}) and B = {crossings[1]} for k = 7"
+                           f" ({8 * crossings[1]:,})."
                            " Each sequence's KV cache adds bytes, so these come later than demo 6's 295 positions"
                            " suggest; chapter 25 works them out.") in text
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 

@@ -3880,7 +3880,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say("Step 3 flips a coin of its own at each position i. If it lands heads, i is a cut point, where the block may"
         " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 -"
         " w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the"
-        " largest cut point; with no cut"
+        " largest cut point, even past positions whose coins failed; with no cut"
         " point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and"
         " q the rows after x_i, or from p if i = k.")
     print()
@@ -6132,8 +6132,9 @@ def demo27_rates(**how):
         " size B, the sequences a server decodes at once. An exhaustive search prices every option exactly at each B"
         " and takes the best. Priced exactly too, the plan's picks fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
-        (f" Most of that is the plan's {c19.tol:.1%} margin (chapter 19), not the rates: a plan from the rates with no"
-         f" margin comes within {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
+        (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates: going up in B, it keeps its pick until"
+         f" another prices {c19.tol:.1%} higher (chapter 19). A plan from the rates with no margin comes within"
+         f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
          0 < untolerant.worst else
          " A plan from the rates with no margin picks the search's option at every B: the rates cost nothing"

@@ -870,7 +870,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " the target still wants at position i+1 that the draft does not offer. Step 3 flips a coin of its own at"
             " each position i. If it lands heads, i is a cut point, where the block may end. Position k's coin lands"
             " heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
-            " chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the largest cut point; with"
+            " chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the largest cut point, even"
+            " past positions whose coins failed; with"
             " no cut point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised,"
             " with p and q the rows after x_i,"
             " or from p if i = k.") in " ".join(text.split())

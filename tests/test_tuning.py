@@ -260,8 +260,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert ("What does it cost? Chapter 19's plan prices its chains from these rates and picks an option at each batch"
             " size B, the sequences a server decodes at once. An exhaustive search prices every option exactly at each"
             f" B and takes the best. Priced exactly too, the plan's picks fall at most {check.worst:.2%} below the"
-            " search's speedup at any B. Most of that is the plan's 0.5% margin (chapter 19), not the rates: a plan"
-            f" from the rates with no margin comes within {untolerant:.2%}.") in text27
+            " search's speedup at any B. Most of that is the plan's 0.5% margin, not the rates: going up in B, it keeps"
+            " its pick until another prices 0.5% higher (chapter 19). A plan from the rates with no margin comes within"
+            f" {untolerant:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'
 
     assert "Chapter 19's plan prices every k from rates counted at k = 8" in text27

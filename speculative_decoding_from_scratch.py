@@ -5787,7 +5787,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " highest chance that drafts 1 to i could all be kept, and it adds these up.")
     print()
     say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. If drafts 1 to i"
-        " are all kept, the output's first i tokens are those drafts. The drafts and the output can both be a given text x_1..x_i with"
+        " are all kept, the output's first i tokens are those drafts. The drafts and the output can both be a given"
+        " text x_1..x_i with"
         " chance at most the smaller of"
         " its probabilities under q and p."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"

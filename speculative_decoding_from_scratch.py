@@ -4437,7 +4437,7 @@ def one_hot_words(rows):
     hot, alpha = pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(TARGET, MIDDLING)
     sg = {r[1]: r for r in rows if r[0] == "sglang" and r[2] is not None}
     exact, shipped = sg.get(setting_text(SGLANG_EXACT)), sg.get(setting_text(SGLANG_SHIPPED))
-    one, over = per_call.get("one-hot"), [r for r, t in per_call.items() if shipped and t >= shipped[3]]
+    one, over = per_call.get("one-hot"), [r for r, t in per_call.items() if t >= shipped[3]] if shipped else []
     return " ".join(w for w in (
         f"One-hot makes the fewest lossless tokens per call, {one:.2f}: its draft is kept with chance p(x), {hot:.2f}"
         f" on average here, against alpha {alpha:.2f} for the sampled draft." if "probabilistic" in per_call and one ==
@@ -4767,17 +4767,15 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
+        every = len(crossed) == len([c for c in shape.checks if c[2] is not None and c[2] <= max_batch])
         later = shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)  # past demo 6's positions
+        where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
+                          + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
+        why = (f" Each sequence's KV cache adds bytes, so these come later than demo 6's {shape.alone} positions"
+               " suggest; chapter 25 works them out." if later else " Chapter 25 works them out.")
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (" The plan drops each option a little after its check reaches the ridge. The checks reach it at "
-                + and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
-                            + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
-                + "." + (
-                " Each sequence's KV cache adds bytes, so these come later than demo 6's"
-                f" {shape.alone} positions suggest; chapter 25 works them out." if later else
-                " Chapter 25 works them out.")
-                if crossed and len(crossed) == len([c for c in shape.checks if c[2] is not None and c[2] <= max_batch])
-                else " Chapter 25 shows where each check crosses it."))
+            + (" The plan drops each option a little after its check reaches the ridge. The checks reach it at"
+               f" {where}.{why}" if crossed and every else " Chapter 25 shows where each check crosses it."))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})

@@ -795,10 +795,10 @@ def say(*sentences, clock=False):
         print("\n".join(line + CLOCK * clock for line in lines))
 
 
-def say_items(items, numbered=False):
+def say_items(items, numbered=False, start=1):
     """A list, one item a paragraph, wrapped at 78 columns under its mark:
-    '  1. ' when numbered, else '  - '."""
-    for i, item in enumerate(items, start=1):
+    '  1. ' (from start) when numbered, else '  - '."""
+    for i, item in enumerate(items, start=start):
         mark = f"  {i}. " if numbered else "  - "
         print("\n".join(textwrap.wrap(item, 78, initial_indent=mark, subsequent_indent=" " * len(mark),
                                       break_on_hyphens=False)))
@@ -3838,11 +3838,10 @@ BLOCK_WORDS = {"tokenwise_residual": "step 5: the next token from the token-wise
                                      " max(0, w_i p - q)",
                "cumulative": "step 3: a position i < k is a cut point with chance w_i, not h_i"}
 
-SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of both coins: position i, k included, is a cut point if"
-                                         " min(1, p(x_1)/q(x_1)) *"
-                                         " ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i, with u_j one uniform"
-                                         " drawn at position j. Step 5: the next token from the token-wise"
-                                         " residual, max(0, p - q), not max(0, w_i p - q); from p if i = k",
+SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of both coins: position i (k too) is a cut point if"
+                                         " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i,"
+                                         " uniforms drawn one per position. Step 5: the token-wise residual, max(0,"
+                                         " p - q), in place of max(0, w_i p - q)",
                  "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
 
 
@@ -3869,20 +3868,15 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one (step 4 below). Its paper proves its output is the target's. Chapter 14 gives its five steps; steps 3"
-        " and 5 matter"
-        " here. They use two numbers at each position i:")
-    say_items(["w_i: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at"
-               " w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
-               " text's last token).",
-               "Z_i: max(0, w_i p - q) summed over the vocabulary, with p and q the rows after x_i. It is what the"
-               " target still wants at position i+1 that the draft does not offer."])
-    say("Step 3 flips a coin of its own at each position i. If it lands heads, i is a cut point, where the block may"
-        " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 -"
-        " w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the"
-        " largest cut point, even past positions whose coins failed; with no cut"
-        " point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised, with p and"
-        " q the rows after x_i, or from p if i = k.")
+        " one. Its paper proves its output is the target's. Its steps 3 to 5 matter here. They use a weight w_i: the"
+        " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
+        " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
+    say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
+               " k's coin lands heads with chance w_k, an earlier one's with a chance chapter 14 gives.",
+               "The block keeps x_1..x_i for i the largest cut point, even past failed coins. With no cut point, i ="
+               " 0 and it keeps none.",
+               "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
+               " if i = k."], numbered=True, start=3)
     print()
     say("vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators, ships block"
         f" verification in {number_word(len(SHIPPED_WORDS))} code paths: PyTorch, and Triton, a language for"
@@ -3949,14 +3943,13 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             print()
             full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
                                              bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
-            say("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block,"
-                " position k is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it"
-                " is a cut point when a product of k uniforms falls below a weight. Triton's weight is w_k. PyTorch's"
-                " is the product of the ratios, each capped at 1 before multiplying, so a ratio above 1 never lifts it"
-                " back up: it is never above w_k. A product of uniforms falls below a weight more often than one"
-                " uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below 0.5 with chance"
-                                    f" {below:.2f}, one uniform half the time." if k > 1 else ""),
-                f"So, with the token before a round drawn from the target's text, all {k} drafts are kept in"
+            say("Why more? Step 5 only picks the token after the kept drafts; step 3 sets how many. In the block,"
+                " all k drafts are kept when one uniform falls below w_k. As shipped, they are kept when a product of"
+                " k uniforms falls below a weight, in Triton w_k itself. A product of uniforms falls below a weight"
+                " more often than one uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below"
+                                                        f" 0.5 with chance {below:.2f}, one uniform half the time."
+                                                        if k > 1 else ""),
+                f"So, from a start drawn from the target's text, all {k} drafts are kept in"
                 f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
     return caught
@@ -3988,6 +3981,10 @@ def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     edits = [rows[0]] + exactness_rows([(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS],
                                        k, ctx, n, n_runs)
+    print()
+    say("In step 3, an earlier position i's coin lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i ="
+        " 0. Z_i sums max(0, w_i p - q) over the vocabulary, with p and q the rows after x_i. It is what the target"
+        " still wants at position i+1 that the draft does not offer. Both are Sun et al.'s (chapter 14).")
     print()
     say(f"{number_word(len(BLOCK_BUGS)).capitalize()} one-line edits of block verification, by the same checks:")
     print()

@@ -863,18 +863,18 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         " continuing the text as in the lesson.") in " ".join(text.split())
     assert ("So the shipped paths keep drafts that a lossless verifier would reject, and their output is not the"
             " target's.") in " ".join(text.split())
-    assert ("Chapter 14 gives its five steps; steps 3 and 5 matter here. They use two numbers at each position i: -"
-            " w_i: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 ="
-            " 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last"
-            " token). - Z_i: max(0, w_i p - q) summed over the vocabulary, with p and q the rows after x_i. It is what"
-            " the target still wants at position i+1 that the draft does not offer. Step 3 flips a coin of its own at"
-            " each position i. If it lands heads, i is a cut point, where the block may end. Position k's coin lands"
-            " heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
-            " chances are Sun et al.'s; take them as given. Step 4 keeps x_1..x_i for i the largest cut point, even"
-            " past positions whose coins failed; with"
-            " no cut point, i = 0 and it keeps none. Step 5 draws the next token from max(0, w_i p - q), normalised,"
-            " with p and q the rows after x_i,"
-            " or from p if i = k.") in " ".join(text.split())
+    assert ("Its steps 3 to 5 matter here. They use a weight w_i: the target's probability of x_1..x_i over the"
+            " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
+            " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
+            " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k, an"
+            " earlier one's with a chance chapter 14 gives. 4. The block keeps x_1..x_i for i the largest cut point,"
+            " even past failed coins. With no cut point, i = 0 and it keeps none. 5. The next token comes from max(0,"
+            " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
+    # the detail, whose edits and reasons use h_i and Z_i, defines them first
+    assert ("In step 3, an earlier position i's coin lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i ="
+            " 0. Z_i sums max(0, w_i p - q) over the vocabulary, with p and q the rows after x_i.") in " ".join(
+        detail.split())
+    assert " ".join(detail.split()).index("h_i = Z_i") < " ".join(detail.split()).index("not h_i")
     # 'or 0 if Z_i = 0': with w_i = 1 and p = q nothing is left to want, and the coin never lands heads
     assert sd.block_threshold(1.0, np.array([0.5, 0.5]), np.array([0.5, 0.5])) == 0
     # step 5 only picks the token after the drafts: edited alone, each round keeps as many drafts, from every start
@@ -894,17 +894,18 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     full = [sum(start[d] * p for d in range(6) for kept, _, p in f(sd.TARGET, sd.MIDDLING, d, 3) if len(kept) == 3)
             for f in (sd.block_round_outcomes, sd.shipped_block_outcomes, triton.shipped_block_outcomes)]
     assert min(full[1:]) > full[0] + 0.1
-    assert ("Step 3 sets how many drafts a round keeps; step 5 only which token follows them. In the block, position k"
-            " is a cut point, keeping all k drafts, when one uniform falls below w_k. As shipped, it is a cut point"
-            " when a"
-            " product of k uniforms falls below a weight. Triton's weight is w_k. PyTorch's is the product of the"
-            " ratios, each capped at 1 before multiplying, so a ratio above 1 never lifts it back up: it is never above"
-            " w_k. A product of uniforms falls below a"
-            " weight more often than one uniform does. Three"
-            f" uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the time."
-            " So, with the token before a round drawn from the target's text, all 3 drafts are kept in"
+    assert ("Why more? Step 5 only picks the token after the kept drafts; step 3 sets how many. In the block, all k"
+            " drafts are kept when one uniform falls below w_k. As shipped, they are kept when a product of k uniforms"
+            " falls below a weight, in Triton w_k itself. A product of uniforms falls below a weight more often than"
+            f" one uniform does. Three uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the"
+            " time. So, from a start drawn from the target's text, all 3 drafts are kept in"
             f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's"
             f" {full[0]:.2f}.") in " ".join(text.split())
+    # 'in Triton w_k itself': its running weight is the block's min(1, w p/q), draft by draft
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        p, q, x, w = sd.TARGET[rng.integers(6)], sd.MIDDLING[rng.integers(6)], int(rng.integers(6)), rng.random()
+        assert triton.shipped_weight(w, p, q, x) == sd.accept_prob(w * p, q, x)
     # step 3 fixed alone leaves the detail's tokenwise_residual edit: off, but by far less than as shipped
     step5 = sd.bugged("tokenwise_residual", sd.BLOCK_BUGS)
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),

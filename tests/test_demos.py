@@ -715,7 +715,9 @@ def test_demo7_says_so_when_distilling_does_not_win(monkeypatch):
 
 def test_demo8_the_mask_and_the_tree_verdicts(demo):
     result, text = demo["8"]
-    assert result.mask_error == 0 and result.causal_error > 0.5
+    mask, detail = printed(sd.DETAILS["8"], result)  # the mask's check is the detail's
+    assert mask.mask_error == 0 and mask.causal_error > 0.5 and "So the mask works." in detail
+    assert "The option --detail checks that the mask works." in text and "Does the mask work?" not in text
     verdicts = {r[0]: r[3] for r in result.exactness}
     assert verdicts == {"independent": "consistent", "distinct": "consistent", "independent, no_update": "NOT the target"}
     assert "Both ways are consistent with the target; without the update, NOT the target." in text
@@ -724,7 +726,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text)
     assert "where the tree needs 3: a tree drafts a whole level in one pass." in flat(text)
-    assert f"Here a {2 + 4 + 8}-node tree (2 children a node, 3 deep) goes to a target" in flat(text)
+    assert f"Here a {2 + 4 + 8}-node tree (2 children a node, 3 deep) goes to a target" in detail
     # no_update, as the sentence says it: the line that makes p the residual after a rejection, deleted
     assert "The bug no_update leaves p unchanged after a rejection." in flat(text)
     (func, line, typed), = sd.TREE_BUGS["no_update"]
@@ -751,6 +753,13 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert result.rates[3][5] == long and (f"A chain of 39 drafts, as many as that tree has nodes, makes"
                                            f" {long:.2f} exactly, {'fewer' if long < widest else 'NOT fewer'}") \
         in " ".join(text.split())
+
+
+def test_chapter8_in_detail_says_so_when_the_mask_lets_a_node_see_its_uncle():
+    m = sd.edited((("tree_attention_mask", "mask[i] |= mask[parent]", "mask[i] |= mask[max(0, i - 2)]"),))
+    result, detail = printed(m.demo8_detail, None)
+    assert result.mask_error > 0.01 and "The mask does NOT give each node what its path alone gets." in detail
+    assert "So the mask works." not in detail
 
 
 def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(demo, capsys):

@@ -966,22 +966,24 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             want[6] - want[5]))
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
     assert ("drafts chance w_1 h_1 w_2 token-wise block weighted gain a a 4/9 1/2 0 1/4 0.75 0.50 -1/9 a b 2/9 1/2 0 1"
-            " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in flat(text)
+            " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in detail  # the pairs: the detail's
+    assert "weighted gain" not in text
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
-            " both."
-            " It loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
+            " both. The option --detail shows every pair of drafts, and why the output stays exact.") in flat(text)
+    assert ("The block loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. If it keeps"
             " none, it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays exact: the block's"
             " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
-            " 1/3, which is p(a). The gains add up to +1/9, the first table's gap.") in flat(text)
+            " 1/3, which is p(a). The gains add up to +1/9, the first table's gap.") in detail
+    assert "The block gains" not in detail and "loses" not in flat(text)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
     assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result.pairs if r[0].startswith("b"))
     assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)
     # with the acceptance rule edited, the reasons no longer hold, and are not said
     bad = sd.bugged("argmax")
     net = bad.exact_block_tokens_per_call(P2, Q2, 2) - bad.exact_tokens_per_call(P2, Q2, 2)
-    assert "It loses on 'a', 'a'" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
+    assert "loses on 'a', 'a'" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
     uniform = sd.bugged("uniform_q")  # keeps 'a' with p / (1/2) = 2/3, not p/q: the 'a' then 'b' reason goes
     net = uniform.exact_block_tokens_per_call(P2, Q2, 2) - uniform.exact_tokens_per_call(P2, Q2, 2)
     assert "The block gains on 'a' then 'b'" not in uniform.demo14_why(P2, Q2, uniform.demo14_pairs(P2, Q2), net)
@@ -1013,7 +1015,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
             " draws one token:") in text
     # the example and its gain come first, then the steps that make it
     assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? By the steps below") < text.index(
-        "Where does the block gain?")
+        "The block gains on")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01

@@ -4757,9 +4757,8 @@ def demo19_tuning(**how):
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
-        f" token in one pass of {nodes} positions. The check tries a node's children one at a time by demo 1's rule,"
-        " p becoming the residual after each rejection. If all fail, the next token comes from the last residual."
-        " Chapter 8 tests that it keeps the target's distribution."
+        f" token in one pass of {nodes} positions. Chapter 8 shows how a tree is checked, and that it keeps the"
+        " target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-, as in"
         f" demo 3), from {tree[1]} draft passes, one per level.")
     print()
@@ -4776,21 +4775,14 @@ def demo19_tuning(**how):
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
            ("speedup", 13, ">")],
           [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])
-    for paragraph in demo19_shape(shape, n_ctx, max_batch):
-        print()
-        say(paragraph)
+    for paragraph in demo19_shape(shape, n_ctx, max_batch)[:2]:
+        if paragraph:
+            print()
+            say(paragraph)
     if shape.falls:
         print()
-        crossed = [(how, n, b) for how, n, b, hi in shape.checks if b is not None and b < hi]  # given way after
-        every = len(crossed) == len([c for c in shape.checks if c[2] is not None and c[2] <= max_batch])
-        later = shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)  # past demo 6's positions
-        where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
-                          + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
-        why = (f" Each sequence's KV cache adds bytes, so these come later than demo 6's {shape.alone} positions"
-               " suggest; chapter 25 works them out." if later else " Chapter 25 works them out.")
-        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            + (" The plan drops each option a little after its check reaches the ridge. The checks reach it at"
-               f" {where}.{why}" if crossed and every else " Chapter 25 shows where each check crosses it."))
+        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
+            "The option --detail says where each check reaches it.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
@@ -4877,8 +4869,9 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
 
 
 def demo19_shape(s, n_ctx, max_batch):
-    """Chapter 19's paragraphs on what sets its plan (B = 1, why big never
-    wins), each clause said only while its numbers bear it out."""
+    """Chapter 19's paragraphs on what sets its plan: B = 1, why big never
+    wins, and how its c rises (the detail's), each said only while its numbers
+    bear it out ("" where withheld)."""
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
@@ -4894,30 +4887,45 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache" + (
             f", {s.kv_share[0]:.2f} of the target's per sequence," if s.kv_share[0] > s.c[0] else "") +
-        " makes them dearer." +
-        f" Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
+        " makes them dearer." if not s.big_runs and s.c[1] > s.c[0] else "",
+        f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
         if not s.big_runs and s.c[1] > s.c[0] else "")
-    return [p for p in clauses if p]
+    return list(clauses)
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: how the tree is checked, and why big's c nears
-    its KV cache's share."""
-    s = result.shape
+    """Chapter 19 in detail: how the tree is checked, how big's c rises toward
+    its KV cache's share, and where each planned check reaches the ridge."""
+    s, n_ctx, max_batch = result.shape, result.c19.n_ctx, result.c19.max_batch
     paragraphs = [
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
         " else the walk goes on under the kept one.",
-        (f"A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
+        (demo19_shape(s, n_ctx, max_batch)[2] +
+         f" A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
-         f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else ""]
+         f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
+        demo19_crossings(s, max_batch) if s.falls else ""]
     for paragraph in paragraphs:
         if paragraph:
             print()
             say(paragraph)
+
+
+def demo19_crossings(s, max_batch):
+    """Chapter 19's detail on where each planned check reaches the ridge."""
+    crossed = [(how, n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # given way after
+    every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
+    later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # past demo 6's positions
+    where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
+                      + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
+    why = (f" Each sequence's KV cache adds bytes, so these come later than demo 6's {s.alone} positions"
+           " suggest; chapter 25 works them out." if later else " Chapter 25 works them out.")
+    return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
+            f" {where}.{why}" if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -6117,37 +6117,17 @@ def demo27_rates(**how):
         f"NOT even at k = {k_max} do the two agree.",
         f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
         "At a shorter k they differ." if r.off else "")
-    if r.below and r.why:
-        small = c19.drafters[1][2]
+    s1 = r.starts[1]  # where small's rounds of 1 start
+    if r.below and r.bonus and r.at_1[1] > r.rates[1][0] and s.most and s.start[s.short] < min(s.text[s.short], s1.start[s.short]):
         print()
-        say(f"Why? Position 1's rates at k = {k_max}, {and_list([f'{x[0]:.3f}' for x in r.rates])}, are below demo"
-            f" 3's alpha, {and_list([f'{a:.3f}' for a in r.alphas])}. Alpha weighs each context by how often the"
-            " target's text holds it. But a round starts after the last round's final token, most often a redraw. A"
-            " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. For small, a row"
-            " for each token x:")
-        say_items([f"p({name(s.short)}), q({name(s.short)}): the chance that {d} comes next after x",
-                   "text: x's share of the target's text",
-                   f"starts: the share of small's rounds of {k_max} that start right after x",
-                   "passes: how often a first draft after x passes, sum min(p, q)"])
-        print()
-        table([("x", 6, "<"), (f"p({name(s.short)})", 8, ".4f"), (f"q({name(s.short)})", 8, ".4f"),
-               ("text", 8, ".4f"), ("starts", 8, ".4f"), ("passes", 8, ".4f")],
-              [(name(c), TARGET[c, s.short], small[c, s.short], s.text[c], s.start[c], s.beta[c])
-               for c in range(len(TARGET))])
-        print()
-        say(f"After {and_list([repr(name(c)) for c in s.overs], 'or')}, small over-proposes {d}, so a redraw there is"
-            f" never {d}. So only {s.start[s.short]:.0%} of its rounds of {k_max} start after {d}, where its drafts"
-            " pass"
-            " most"
-            f" often, though {d} is {s.text[s.short]:.0%} of the text." + (
-                f" The passes, weighted by the text, give alpha, {s.text @ s.beta:.3f}; weighted by the starts,"
-                f" position 1's rate, {s.start @ s.beta:.3f}." if abs(s.text @ s.beta - r.alphas[1]) < 1e-9
-                and abs(s.start @ s.beta - r.rates[1][0]) < 1e-9 else ""),
-            "A shorter k ends more rounds on a bonus token, drawn from p: at k = 1,"
-            f" {r.starts[1].start[s.short]:.0%} of"
-            f" small's rounds start after {d}, and its position 1 passes {r.at_1[1]:.3f} of the time, not"
-            f" {r.rates[1][0]:.3f}: so rates counted at k = {k_max} price k = 1 low." if r.bonus
-            and r.at_1[1] > r.rates[1][0] else "")
+        say("Why? A round starts after the last round's final token, not at a random point of the target's text as"
+            f" alpha assumes (demo 3). Where rounds start moves with k. Small's drafts pass most often after {d}:"
+            f" {s.beta[s.short]:.3f} of the time. At k = {k_max}, only {s.start[s.short]:.0%} of small's rounds start"
+            f" after {d}, though {d} is {s.text[s.short]:.0%} of the text; at k = 1, {s1.start[s.short]:.0%}. So"
+            f" small's position 1 passes {r.rates[1][0]:.3f} of the time in rounds of {k_max}, and {r.at_1[1]:.3f} in"
+            f" rounds of 1: rates counted at k = {k_max} price k = 1 low.",
+            f"The option --detail shows, token by token, why rounds of {k_max} rarely start after {d}."
+            if r.why else "")
     check, untolerant = chapter19_search(c19)
     print()
     say("What does it cost? Chapter 19's plan prices its chains from these rates and picks an option at each batch"
@@ -6167,6 +6147,38 @@ def demo27_rates(**how):
               "a shorter k's rounds start elsewhere": r.bonus,
               "the rates cost the plan under 0.1%": untolerant.worst < 0.001})
     return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant)
+
+
+def demo27_detail(result):
+    """Chapter 27 in detail: why small's rounds of k_max rarely start after
+    the token its drafts pass most after, token by token."""
+    c19, r = result.c19, result.rates
+    k_max, s = r.k_max, r.starts[0]
+    d = f"'{name(s.short)}'"
+    if r.below and r.why:
+        small = c19.drafters[1][2]
+        print()
+        say(f"Position 1's rates at k = {k_max}, {and_list([f'{x[0]:.3f}' for x in r.rates])}, are below demo"
+            f" 3's alpha, {and_list([f'{a:.3f}' for a in r.alphas])}. Alpha weighs each context by how often the"
+            " target's text holds it. But a round starts after the last round's final token, most often a redraw. A"
+            " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. For small, a row"
+            " for each token x:")
+        say_items([f"p({name(s.short)}), q({name(s.short)}): the chance that {d} comes next after x",
+                   "text: x's share of the target's text",
+                   f"starts: the share of small's rounds of {k_max} that start right after x",
+                   "passes: how often a first draft after x passes, sum min(p, q)"])
+        print()
+        table([("x", 6, "<"), (f"p({name(s.short)})", 8, ".4f"), (f"q({name(s.short)})", 8, ".4f"),
+               ("text", 8, ".4f"), ("starts", 8, ".4f"), ("passes", 8, ".4f")],
+              [(name(c), TARGET[c, s.short], small[c, s.short], s.text[c], s.start[c], s.beta[c])
+               for c in range(len(TARGET))])
+        print()
+        say(f"After {and_list([repr(name(c)) for c in s.overs], 'or')}, small over-proposes {d}, so a redraw there is"
+            f" never {d}. So only {s.start[s.short]:.0%} of its rounds of {k_max} start after {d}, where its drafts"
+            f" pass most often, though {d} is {s.text[s.short]:.0%} of the text." + (
+                f" The passes, weighted by the text, give alpha, {s.text @ s.beta:.3f}; weighted by the starts,"
+                f" position 1's rate, {s.start @ s.beta:.3f}." if abs(s.text @ s.beta - r.alphas[1]) < 1e-9
+                and abs(s.start @ s.beta - r.rates[1][0]) < 1e-9 else ""))
 
 
 # =============================================================================
@@ -6227,6 +6239,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "19": demo19_detail,
     "21": demo21_detail,
     "25": demo25_detail,
+    "27": demo27_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

@@ -573,12 +573,19 @@ def exact_first_tokens(P, Q, ctx, n, k, **how):
 def outcome_tokens_per_call(outcomes_of, vocab):
     """exact_tokens_per_call from round outcomes [(kept, row, prob)] per start
     context: the same chain of round starts, for verifiers with no closed form."""
-    tokens, last = np.zeros(vocab), np.zeros((vocab, vocab))
+    tokens = [sum(prob * (len(kept) + 1) for kept, _, prob in outcomes_of(d)) for d in range(vocab)]
+    return float(outcome_starts(outcomes_of, vocab) @ tokens)
+
+
+def outcome_starts(outcomes_of, vocab):
+    """Where chained rounds start, from round outcomes per start context: how
+    often a round starts after each token, as each round starts after the
+    last one's final token (drawn from its row)."""
+    last = np.zeros((vocab, vocab))
     for d in range(vocab):
         for kept, row, prob in outcomes_of(d):
-            tokens[d] += prob * (len(kept) + 1)
             last[d] += prob * row / row.sum()
-    return float(stationary(last) @ tokens)
+    return stationary(last)
 
 
 # -----------------------------------------------------------------------------
@@ -3628,9 +3635,9 @@ def demo14_block_gain():
     print()
     say_block_rule()
     pairs = demo14_pairs(P2, Q2)
-    gains = demo14_why(P2, Q2, pairs, gap, parts=True)[0]
-    if gains:
-        say(gains, "The option --detail shows every pair of drafts, and why the output stays exact.")
+    gains = demo14_why(P2, Q2, pairs, gap, parts=True)[:2]
+    if gains[0]:
+        say(*gains, "The option --detail shows every pair of drafts, and why the output stays exact.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3648,7 +3655,7 @@ def demo14_detail(result, n_rounds=500):
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
            ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], result.pairs, groups=[("drafts kept", 5, 6)])
-    why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[1:]  # the first, the gain, is the chapter's
+    why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[2:]  # the first two, the gain, are the chapter's
     if any(why):
         print()
         say(*why)
@@ -3722,7 +3729,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
     'b' and loses on 'a', 'a', and how the two leave its first token p's,
     each said only while its numbers bear it out, and the net, only while it
-    is the first table's gap. With parts, the four as a list ("" where withheld)."""
+    is the first table's gap. With parts, the five as a list ("" where withheld)."""
     change = {r[0]: r[-1] for r in pairs}
     aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
@@ -3736,7 +3743,11 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        f"The block loses on 'a', 'a': after 'a', w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}, so"
+        f"Weighted by the pair's chance, that gains {ninths(change['a b'])} of a draft a round. The block gives back"
+        f" {ninths(-change['a a'])} on 'a' then 'a': it keeps {aa[6]:.2f} drafts there on average, token-wise checking"
+        f" {aa[5]:.2f}." if change["a a"] < 0 < change["a b"] and abs(change["a a"] + change["a b"] - net) < 1e-9
+        else "",
+        f"Why it loses on 'a', 'a': after 'a', w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}, so"
         " Z_1 = 0 and"
         f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
@@ -3856,7 +3867,7 @@ BLOCK_WORDS = {"tokenwise_residual": "step 5: the next token from the token-wise
                                      " max(0, w_i p - q)",
                "cumulative": "step 3: a position i < k is a cut point with chance w_i, not h_i"}
 
-SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of both coins: position i (k too) is a cut point if"
+SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of its coins: position i (k too) is a cut point if"
                                          " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i,"
                                          " uniforms drawn one per position. Step 5: the token-wise residual, max(0,"
                                          " p - q), in place of max(0, w_i p - q)",
@@ -3967,18 +3978,19 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
                 " more often than one uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below"
                                                         f" 0.5 with chance {below:.2f}, one uniform half the time."
                                                         if k > 1 else ""),
-                f"So, from a start drawn from the target's text, all {k} drafts are kept in"
+                f"So, in the same rounds, all {k} drafts are kept in"
                 f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
     return caught
 
 
 def all_kept(outcomes, k, P=TARGET, Q=MIDDLING):
-    """The chance that a round from a random point of the target's text keeps
-    all k drafts, from outcomes(P, Q, d, k): a round's ends, as
-    block_round_outcomes lists them."""
-    start = stationary(P)
-    return sum(start[d] * p for d in range(len(P)) for kept, _, p in outcomes(P, Q, d, k) if len(kept) == k)
+    """The chance that a round keeps all k drafts, each round continuing the
+    text, from outcomes(P, Q, d, k): a round's ends, as block_round_outcomes
+    lists them."""
+    ends = lru_cache(None)(lambda d: outcomes(P, Q, d, k))
+    start = outcome_starts(ends, len(P))
+    return sum(start[d] * p for d in range(len(P)) for kept, _, p in ends(d) if len(kept) == k)
 
 
 def alike_through_token2(rows, ctx=5):

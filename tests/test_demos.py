@@ -897,17 +897,25 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     u = np.random.default_rng(0).random((3, 200_000))
     below = 0.5 * (1 + np.log(2) + np.log(2) ** 2 / 2)
     assert abs((u[0] * u[1] * u[2] <= 0.5).mean() - below) < 0.005
-    # by hand, from a start drawn from the target's text: the chance each verifier keeps all 3 drafts
-    start = sd.stationary(sd.TARGET)
+    # by hand, in rounds that continue the text, as the averages above: the chance each verifier keeps all 3 drafts.
+    # A round starts after the last one's final token: where rounds start is the stationary law of start -> that token
     triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)
-    full = [sum(start[d] * p for d in range(6) for kept, _, p in f(sd.TARGET, sd.MIDDLING, d, 3) if len(kept) == 3)
-            for f in (sd.block_round_outcomes, sd.shipped_block_outcomes, triton.shipped_block_outcomes)]
+    full = []
+    for f in (sd.block_round_outcomes, sd.shipped_block_outcomes, triton.shipped_block_outcomes):
+        ends = [f(sd.TARGET, sd.MIDDLING, d, 3) for d in range(6)]
+        last = np.array([sum(p * row / row.sum() for _, row, p in ends[d]) for d in range(6)])
+        start = sd.stationary(last)
+        full.append(sum(start[d] * p for d in range(6) for kept, _, p in ends[d] if len(kept) == 3))
+        assert start @ [sum(p * (len(kept) + 1) for kept, _, p in ends[d]) for d in range(6)] == pytest.approx(
+            1 + {f: r[7] for f, r in zip((sd.shipped_block_outcomes, triton.shipped_block_outcomes), rows[1:])}.get(
+                f, sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1))  # the same rounds as the averages'
+
     assert min(full[1:]) > full[0] + 0.1
     assert ("Why more? Step 5 only picks the token after the kept drafts; step 3 sets how many. In the block, all k"
             " drafts are kept when one uniform falls below w_k. As shipped, they are kept when a product of k uniforms"
             " falls below a weight, in Triton w_k itself. A product of uniforms falls below a weight more often than"
             f" one uniform does. Three uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the"
-            " time. So, from a start drawn from the target's text, all 3 drafts are kept in"
+            " time. So, in the same rounds, all 3 drafts are kept in"
             f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's"
             f" {full[0]:.2f}.") in " ".join(text.split())
     # 'in Triton w_k itself': its running weight is the block's min(1, w p/q), draft by draft
@@ -970,13 +978,15 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
-            " both. The option --detail shows every pair of drafts, and why the output stays exact.") in flat(text)
-    assert ("The block loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
+            " both. Weighted by the pair's chance, that gains 2/9 of a draft a round. The block gives back 1/9 on 'a'"
+            " then 'a': it keeps 0.50 drafts there on average, token-wise checking 0.75. The option --detail shows every"
+            " pair of drafts, and why the output stays exact.") in flat(text)
+    assert ("Why it loses on 'a', 'a': after 'a', w_1 p = (0.17, 0.33) over (a, b) is nowhere above q ="
             " (0.67, 0.33), so Z_1 = 0 and h_1 = 0. The block keeps both, with chance w_2 = 0.25, or none. If it keeps"
             " none, it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays exact: the block's"
             " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
             " 1/3, which is p(a). The gains add up to +1/9, the first table's gap.") in detail
-    assert "The block gains" not in detail and "loses" not in flat(text)
+    assert "The block gains" not in detail and "gives back" not in detail and "loses" not in flat(text)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
     assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result.pairs if r[0].startswith("b"))
     assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)

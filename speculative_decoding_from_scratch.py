@@ -1465,11 +1465,11 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
-    return (f"Later terms run above eq. 1's, too little to make up the first. Every token of the text is a kept draft"
-            f" or a round's final token. Final tokens are short of '{d}' (step 3), so more than {starts.text[hi]:.3f}"
-            f" of kept drafts are '{d}'. Draft 2 follows draft 1, a kept draft, so it follows '{d}' more often: it"
-            " passes"
-            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has, above alpha."
+    return (f"Later terms run above eq. 1's, too little to make up the first's shortfall. The text is kept"
+            f" drafts and final tokens, {starts.text[hi]:.3f} '{d}' in all. Final tokens are only"
+            f" {starts.start[hi]:.3f} '{d}', so kept drafts are more than {starts.text[hi]:.3f} '{d}'. Draft"
+            f" 2 follows draft 1, a kept draft, so it follows '{d}' more often: it passes {rates[1]:.3f} /"
+            f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
@@ -1841,8 +1841,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
-    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads once every 16-bit weight"
-        f" it multiplies by, {weights:.2f} GB, however many positions it scores. It also reads the KV",
+    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight"
+        f" once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is an {H100.name}'s",
         f"roofline ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")

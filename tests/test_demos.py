@@ -494,11 +494,13 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert rates[i] / rates[i - 1] == pytest.approx(lands @ beta)
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
-    assert ("Later terms run above eq. 1's, too little to make up the first. Every token of the text is a kept draft or"
-            " a round's final token. Final tokens are short of 'd' (step 3), so more than 0.184 of kept drafts are 'd'."
+    assert ("Later terms run above eq. 1's, too little to make up the first's shortfall. The text is kept drafts and"
+            " final tokens, 0.184 'd' in all. Final tokens are only 0.089 'd', so kept drafts are more than 0.184 'd'."
             " Draft 2 follows draft 1, a kept draft, so it follows 'd' more often:"
             f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
-            " draft 1 has, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
+            " draft 1 has passed, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
+    assert "So only 0.089 of rounds end on 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
+    assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
     # that ends it; together they are the text. A round ends on 'd' as often as the next starts after it, 0.089:
@@ -556,9 +558,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("Later terms run above eq. 1's, too little to make up the first. Every token of the text"
-                            " is a kept draft or a round's final token. Final tokens are short of 'd' (step 3)") and \
-        later.endswith("it passes 0.496 / 0.681 = 0.73 once draft 1 has, above alpha.")
+    assert later.startswith("Later terms run above eq. 1's, too little to make up the first's shortfall. The text is"
+                            " kept drafts and final tokens, 0.184 'd' in all. Final tokens are only 0.089 'd'") and \
+        later.endswith("it passes 0.496 / 0.681 = 0.73 once draft 1 has passed, above alpha.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)
@@ -632,7 +634,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     d, d_ff, layers, vocab = sd.LLAMA2_7B
     weights = 2 * (layers * (4 * d * d + 3 * d * d_ff) + d * vocab)
     assert sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1] == weights and f"{weights / 1e9:.2f}" == "13.21"
-    assert "A pass reads once every 16-bit weight it multiplies by, 13.21 GB, however many positions it scores." in \
+    assert "A pass reads each 16-bit weight once, 13.21 GB, however many positions it scores." in \
         flat_text
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, so up to {free} positions (147.6 / 0.50) cost what one"

@@ -2305,7 +2305,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" {rows[0][3]:.2f}.", f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}: a tree"
-        " drafts a whole level in one pass.", f"At demo 3's c = {LESSON_C:g} a draft pass, the tree's speedup is"
+        " drafts a whole level in one pass.", f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
         f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the long chain's"
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
         + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."),
@@ -3962,7 +3962,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
         say("On average, exactly, the shipped paths keep "
             + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
-            f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round continuing the text as in the lesson.",
+            f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round starting after the last one's final"
+            " token (demo 3).",
             "No lossless verifier that keeps some drafts, then draws one token, keeps more on average than block"
             " verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")
@@ -6130,7 +6131,8 @@ def demo27_rates(**how):
         f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
         "At a shorter k they differ." if r.off else "")
     s1 = r.starts[1]  # where small's rounds of 1 start
-    if r.below and r.bonus and r.at_1[1] > r.rates[1][0] and s.most and s.start[s.short] < min(s.text[s.short], s1.start[s.short]):
+    if (r.below and r.bonus and r.at_1[1] > r.rates[1][0] and s.most
+            and s.start[s.short] < min(s.text[s.short], s1.start[s.short])):
         print()
         say("Why? A round starts after the last round's final token, not at a random point of the target's text as"
             f" alpha assumes (demo 3). Where rounds start moves with k. Small's drafts pass most often after {d}:"

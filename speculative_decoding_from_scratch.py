@@ -5805,17 +5805,10 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     checking and block verification, on the paper's example and the middling
     draft."""
     P2, Q2 = PAPER_EXAMPLE
-    ab = demo14_pairs(P2, Q2)[1]  # the drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
-    same = abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12  # the pair as likely under p as under q
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
-        f" save an earlier one. Chapter 14's example, below, has two tokens a and b, p(a) = {fraction(P2[0, 0])} and"
-        f" q(a) = {fraction(Q2[0, 0])}, no context and k = 2" + (
-            f". When the draft proposes 'a' then 'b', token-wise checking keeps {ab[5]:.2g} of the two on average, and"
-            " block verification always keeps both"
-            + (f". The pair is as likely under p as under q, {ninths(ab[1])}" if same else "")
-            if abs(ab[6] - 2) < ROUNDING and ab[5] < 2 - ROUNDING else "") + "."
-        " Its paper proves it keeps the most drafts on average of any lossless verifier (one whose output is the"
-        " target's) that keeps some drafts and then draws one token. Could a verifier keep more?")
+        " save an earlier one. Its paper proves it keeps the most drafts on average of any lossless verifier (one"
+        " whose output is the target's) that keeps some drafts and then draws one token. Could a verifier keep"
+        " more?")
     print()
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
         " highest chance that drafts 1 to i could all be kept, and it adds these up.")
@@ -5836,9 +5829,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
-    say("On that example, the table gives the drafts each verifier keeps per round, exactly, averaged over the"
-        " pairs the draft proposes. The ideal, a bound, not"
-        " a verifier, is"
+    say(f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
+        " no context and k = 2. The drafts each verifier keeps per round there, exactly, averaged over the pairs"
+        " the draft proposes. The ideal, a bound, not a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
@@ -5870,17 +5863,6 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above it.",
         "Its paper reports 5% to 8% faster decoding, by the clock, across its own tasks, models and datasets.")
-    chained = exact_tokens_per_call(TARGET, MIDDLING, gains[-1][0])
-    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, gains[-1][0])  # chapter 14's, rounds chained
-    if abs(chained - gains[-1][1]) >= 5e-4:
-        print()
-        say(f"The lesson's exact token-wise {chained:.4f} tokens per call at k = {gains[-1][0]} differs from this"
-            f" {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of the text."
-            + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else "")
-            + (f" Chapter 14's block figure, {block_chained:.3f}, also continues the text: against"
-               f" {chained:.4f} it is {block_chained / chained - 1:+.1%}, where this table's gain is"
-               f" {gains[-1][4]:+.1%}." if block_chained
-               < gains[-1][2] and chained < gains[-1][1] else ""))
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",
@@ -5888,6 +5870,23 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
               "block keeps at least as many at every k": more,
               "the ideal stays above block on the example": rows[1][1] < ideal - 1e-9})
     return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains)
+
+
+def demo24_detail(result):
+    """Chapter 24 in detail: its middling rows, which start at a random point
+    of the text, against the lesson's and chapter 14's, which chain rounds."""
+    gains = result.gains
+    chained = exact_tokens_per_call(TARGET, MIDDLING, gains[-1][0])
+    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, gains[-1][0])  # chapter 14's, rounds chained
+    if abs(chained - gains[-1][1]) >= 5e-4:
+        print()
+        say(f"The lesson's exact token-wise {chained:.4f} tokens per call at k = {gains[-1][0]} differs from the"
+            f" table's {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of the text."
+            + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else "")
+            + (f" Chapter 14's block figure, {block_chained:.3f}, also continues the text: against"
+               f" {chained:.4f} it is {block_chained / chained - 1:+.1%}, where this table's gain is"
+               f" {gains[-1][4]:+.1%}." if block_chained
+               < gains[-1][2] and chained < gains[-1][1] else ""))
 
 
 # -----------------------------------------------------------------------------
@@ -6252,6 +6251,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "18": demo18_detail,
     "19": demo19_detail,
     "21": demo21_detail,
+    "24": demo24_detail,
     "25": demo25_detail,
     "27": demo27_detail,
 }

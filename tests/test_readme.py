@@ -69,3 +69,12 @@ def test_every_readme_section_the_run_points_to_is_there(all_run):
     pointed = set(re.findall(r"\(README: ([^)]+)\)", " ".join((all_run + SCRIPT.read_text()).split())))
     headings = set(re.findall(r"^## (.+)$", README, re.M))
     assert "Tuning a server" in pointed and pointed <= headings, pointed - headings
+
+
+def test_the_readme_lists_every_demo_and_chapter_with_a_detail_view():
+    said = " ".join(re.search(r"With `--detail`, (.*?) add detail", README, re.S)[1].split())
+    demos, chapters = re.fullmatch(r"demos ([\d, and]+) and chapters ([\d, and]+)", said).groups()
+    listed = [n for part in (demos, chapters) for n in re.findall(r"\d+", part)]
+    assert listed == list(sd.DETAILS)
+    assert all(n in sd.LESSON for n in re.findall(r"\d+", demos)) and all(n in sd.CHAPTERS for n in re.findall(
+        r"\d+", chapters))

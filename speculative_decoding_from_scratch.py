@@ -1843,7 +1843,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight"
         f" once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
-        f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is an {H100.name}'s",
+        f"cache, the keys and values of earlier tokens, not new ones: {(rows[0][2] - weights):.2f} GB. The time is an {H100.name}'s",
         f"roofline ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
     print()

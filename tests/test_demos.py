@@ -636,6 +636,12 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     assert sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1] == weights and f"{weights / 1e9:.2f}" == "13.21"
     assert "A pass reads each 16-bit weight once, 13.21 GB, however many positions it scores." in \
         flat_text
+    # the KV cache read is the 512 earlier tokens' keys and values, by hand (K and V, 2 bytes, each layer, width d):
+    # the same at every row, as the new positions' own are not read
+    kv = 2 * 2 * layers * 512 * d
+    assert all(r[2] * 1e9 == pytest.approx(weights + kv) for r in result.rows)
+    assert f"It also reads the KV cache, the keys and values of earlier tokens, not new ones: {kv / 1e9:.2f} GB." in \
+        flat_text
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, so up to {free} positions (147.6 / 0.50) cost what one"
             " does") in " ".join(text.split()) and free == int(147.6 / 0.50)

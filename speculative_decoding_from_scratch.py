@@ -3871,7 +3871,9 @@ SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of its coins: positio
                                          " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i,"
                                          " uniforms drawn one per position. Step 5: the token-wise residual, max(0,"
                                          " p - q), in place of max(0, w_i p - q)",
-                 "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product"}
+                 "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product. (w_i caps"
+                                        " the running product at 1; PyTorch caps each ratio, so its product is"
+                                        " never above w_i.)"}
 
 
 def shipped_parts(D, ctx, n, k):
@@ -3979,8 +3981,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
                 " more often than one uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below"
                                                         f" 0.5 with chance {below:.2f}, one uniform half the time."
                                                         if k > 1 else ""),
-                f"So, in the same rounds, all {k} drafts are kept in"
-                f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's {full[0]:.2f}."
+                f"So all {k} drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of those rounds,"
+                f" against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
     return caught
 
@@ -4762,8 +4764,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" That price is exact at k = {k_max}. A shorter k's rounds start after other tokens (demo 3), so its price"
-            f" is off, by at most {max(low):.4f} tokens per call (chapter 27)." if vs_exact.at_k
+            f" That price is exact at k = {k_max}. A shorter k's rounds start after a different mix of tokens (demo 3),"
+            f" so its price reads low, by at most {max(low):.4f} tokens per call (chapter 27)." if vs_exact.at_k
             and low and min(low) > 0 and vs_exact.bonus else  # rounds of 1 start elsewhere than rounds of k_max
             " Chapter 27 shows how close that price comes."))
     print()
@@ -6130,25 +6132,27 @@ def demo27_rates(**how):
         f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
         "At a shorter k they differ." if r.off else "")
     s1 = r.starts[1]  # where small's rounds of 1 start
-    if (r.below and r.bonus and r.at_1[1] > r.rates[1][0] and s.most
+    if (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
             and s.start[s.short] < min(s.text[s.short], s1.start[s.short])):
         print()
         say("Why? A round starts after the last round's final token, not at a random point of the target's text as"
-            f" alpha assumes (demo 3). Where rounds start moves with k. Small's drafts pass most often after {d}:"
-            f" {s.beta[s.short]:.3f} of the time. At k = {k_max}, only {s.start[s.short]:.0%} of small's rounds start"
-            f" after {d}, though {d} is {s.text[s.short]:.0%} of the text; at k = 1, {s1.start[s.short]:.0%}. So"
-            f" small's position 1 passes {r.rates[1][0]:.3f} of the time in rounds of {k_max}, and {r.at_1[1]:.3f} in"
-            f" rounds of 1: rates counted at k = {k_max} price k = 1 low.",
-            f"The option --detail shows, token by token, why rounds of {k_max} rarely start after {d}."
-            if r.why else "")
+            " alpha assumes (demo 3). That token is a redraw unless all k drafts passed, and a redraw is never a"
+            f" token the draft over-proposes. Small over-proposes {d} after"
+            f" {and_list([repr(name(c)) for c in s.overs], 'or')}. Redraws end {s.redrawn.sum():.0%} of its rounds"
+            f" of {k_max}, and {s1.redrawn.sum():.0%} of its rounds of 1. So only {s.start[s.short]:.0%} of its"
+            f" rounds of {k_max} start after {d}, though {d} is {s.text[s.short]:.0%} of the text; at k = 1,"
+            f" {s1.start[s.short]:.0%}. Its drafts pass most often after {d}, {s.beta[s.short]:.3f} of the time, so"
+            f" its position 1 passes {r.rates[1][0]:.3f} in rounds of {k_max} and {r.at_1[1]:.3f} in rounds of 1:"
+            f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
     check, untolerant = chapter19_search(c19)
     print()
     say("What does it cost? Chapter 19's plan prices its chains from these rates and picks an option at each batch"
-        " size B, the sequences a server decodes at once. An exhaustive search prices every option exactly at each B"
-        " and takes the best. Priced exactly too, the plan's picks fall at most"
+        " size B, the sequences a server decodes at once. An exhaustive search prices each chain exactly"
+        + (", and the tree by its sampled rounds as the plan does," if any(d.tree for d in c19.measured) else "")
+        + " at each B, and takes the best. The plan's picks, priced the same way, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates: going up in B, it keeps its pick until"
-         f" another prices {c19.tol:.1%} higher (chapter 19). A plan from the rates with no margin comes within"
+         f" it falls more than {c19.tol:.1%} below the best (chapter 19). A plan from the rates with no margin comes within"
          f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
          0 < untolerant.worst else

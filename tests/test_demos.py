@@ -923,9 +923,20 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " drafts are kept when one uniform falls below w_k. As shipped, they are kept when a product of k uniforms"
             " falls below a weight, in Triton w_k itself. A product of uniforms falls below a weight more often than"
             f" one uniform does. Three uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the"
-            " time. So, in the same rounds, all 3 drafts are kept in"
-            f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of rounds, against the block's"
-            f" {full[0]:.2f}.") in " ".join(text.split())
+            f" time. So all 3 drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of those rounds,"
+            f" against the block's {full[0]:.2f}.") in " ".join(text.split())
+    # the table's aside, by hand on every start and 3 drafts: PyTorch's product of capped ratios never tops the
+    # block's w_i, which caps the running product; on some texts it falls below
+    below = False
+    for d, *xs in product(range(6), repeat=4):
+        w = shipped = 1.0
+        for c, x in zip([d, *xs], xs):
+            w = min(1.0, w * sd.TARGET[c, x] / sd.MIDDLING[c, x])
+            shipped = sd.shipped_weight(shipped, sd.TARGET[c], sd.MIDDLING[c], x)
+            assert shipped <= w + 1e-12
+            below |= shipped < w - 1e-6
+    assert below and ("(w_i caps the running product at 1; PyTorch caps each ratio, so its product is never above"
+                      " w_i.)") in " ".join(text.split())
     # 'in Triton w_k itself': its running weight is the block's min(1, w p/q), draft by draft
     rng = np.random.default_rng(1)
     for _ in range(50):

@@ -226,8 +226,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. That price is exact at k ="
-                             " 8. A shorter k's rounds start after other tokens (demo 3), so its price is off, by at"
-                             f" most {max(low):.4f} tokens per call (chapter 27).") in text
+                             " 8. A shorter k's rounds start after a different mix of tokens (demo 3), so its price"
+                             f" reads low, by at most {max(low):.4f} tokens per call (chapter 27).") in text
     # why, as chapter 27 says it, by hand for small: rounds of 1 end on a bonus more often than rounds of 8, and
     # start after 'd' more often
     ends = {k: sd.round_table(sd.TARGET, sd.MIDDLING, k) for k in (1, 8)}
@@ -258,12 +258,17 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert "The rates here are exact, as a server counting many rounds would find them. For chapter 19's two drafts" \
         in text27
     assert ("What does it cost? Chapter 19's plan prices its chains from these rates and picks an option at each batch"
-            " size B, the sequences a server decodes at once. An exhaustive search prices every option exactly at each"
-            f" B and takes the best. Priced exactly too, the plan's picks fall at most {check.worst:.2%} below the"
-            " search's speedup at any B. Most of that is the plan's 0.5% margin, not the rates: going up in B, it keeps"
-            " its pick until another prices 0.5% higher (chapter 19). A plan from the rates with no margin comes within"
+            " size B, the sequences a server decodes at once. An exhaustive search prices each chain exactly, and the"
+            " tree by its sampled rounds as the plan does, at each B, and takes the best. The plan's picks, priced the"
+            f" same way, fall at most {check.worst:.2%} below the search's speedup at any B. Most of that is the plan's"
+            " 0.5% margin, not the rates: going up in B, it keeps its pick until it falls more than 0.5% below the best"
+            " (chapter 19). A plan from the rates with no margin comes within"
             f" {untolerant:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'
+    # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
+    sampled = [d.tree for d in result.c19.measured]
+    assert any(sampled) and sorted(map(str, (d.tree for d in truth))) == sorted(map(str, sampled))
+    assert "and the tree by its sampled rounds as the plan does" in text27
 
     assert "Chapter 19's plan prices every k from rates counted at k = 8" in text27
     assert "cost nothing" not in text27 and "search's" not in detail19
@@ -669,13 +674,23 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     start1 = sd.stationary(ends1.sum(axis=1))
     assert start1 @ ends1[:, 0].sum(axis=1) < start @ ends[:, :8].sum(axis=(1, 2)) and start1[d] > start[d]
     # the chapter says the short why; the detail gives it token by token
+    redrawn = [starts.redrawn.sum() for starts in (sd.round_starts(sd.TARGET, sd.MIDDLING, k) for k in (8, 1))]
+    assert redrawn[0] > redrawn[1]  # by hand below: a shorter k ends more rounds on a bonus token
     assert ("Why? A round starts after the last round's final token, not at a random point of the target's text as"
-            " alpha assumes (demo 3). Where rounds start moves with k. Small's drafts pass most often after 'd':"
-            f" {beta[d]:.3f} of the time. At k = 8, only {start[d]:.0%} of small's rounds start after 'd', though 'd'"
-            f" is {text_share[d]:.0%} of the text; at k = 1, {start1[d]:.0%}. So small's position 1 passes"
-            f" {first[1]:.3f} of the time in rounds of 8, and {start1 @ beta:.3f} in rounds of 1: rates counted at k ="
-            " 8 price k = 1 low. The option --detail shows, token by token, why rounds of 8 rarely start after"
-            " 'd'.") in text and start1 @ beta > first[1] and "Position 1's rates at k = 8" not in text
+            " alpha assumes (demo 3). That token is a redraw unless all k drafts passed, and a redraw is never a token"
+            " the draft over-proposes. Small over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
+            f" {redrawn[0]:.0%} of its rounds of 8, and {redrawn[1]:.0%} of its rounds of 1. So only {start[d]:.0%} of"
+            f" its rounds of 8 start after 'd', though 'd' is {text_share[d]:.0%} of the text; at k = 1,"
+            f" {start1[d]:.0%}. Its drafts pass most often after 'd', {beta[d]:.3f} of the time, so its position 1"
+            f" passes {first[1]:.3f} in rounds of 8 and {start1 @ beta:.3f} in rounds of 1: rates counted at k = 8"
+            " price k = 1 low. The option --detail gives each token's figures.") in text and start1 @ beta > first[1]
+    assert "Position 1's rates at k = 8" not in text
+    # by hand: the share of rounds a redraw ends is 1 minus the chance all k drafts pass from a round's start, each
+    # kept with min(p, q) along the way: row c of min(P, Q)^k, summed
+    for k, share in zip((8, 1), redrawn):
+        starts = sd.round_starts(sd.TARGET, sd.MIDDLING, k).start
+        all_pass = np.linalg.matrix_power(np.minimum(sd.TARGET, sd.MIDDLING), k).sum(axis=1)
+        assert share == pytest.approx(1 - starts @ all_pass, abs=1e-12)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.DETAILS["27"](in_process[0]["27"])

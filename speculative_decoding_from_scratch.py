@@ -1843,7 +1843,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight"
         f" once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
-        f"cache, the keys and values of earlier tokens, not new ones: {(rows[0][2] - weights):.2f} GB. The time is an {H100.name}'s",
+        f"cache, the keys and values of earlier tokens, not new ones: {(rows[0][2] - weights):.2f} GB. The time is"
+        f" an {H100.name}'s",
         f"roofline ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
     print()
@@ -5883,7 +5884,8 @@ def demo24_detail(result):
     if abs(chained - gains[-1][1]) >= 5e-4:
         print()
         say(f"The lesson's exact token-wise {chained:.4f} tokens per call at k = {gains[-1][0]} differs from the"
-            f" table's {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of the text."
+            f" table's {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of"
+            " the text."
             + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else "")
             + (f" Chapter 14's block figure, {block_chained:.3f}, also continues the text: against"
                f" {chained:.4f} it is {block_chained / chained - 1:+.1%}, where this table's gain is"
@@ -6152,7 +6154,8 @@ def demo27_rates(**how):
         + " at each B, and takes the best. The plan's picks, priced the same way, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates: going up in B, it keeps its pick until"
-         f" it falls more than {c19.tol:.1%} below the best (chapter 19). A plan from the rates with no margin comes within"
+         f" it falls more than {c19.tol:.1%} below the best (chapter 19). A plan from the rates with no margin comes"
+         " within"
          f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
          0 < untolerant.worst else

@@ -5809,7 +5809,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     draft."""
     P2, Q2 = PAPER_EXAMPLE
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
-        " save an earlier one. Its paper proves it keeps the most drafts on average of any lossless verifier (one"
+        " save an earlier one that the lesson's rule would reject. Its paper proves it keeps the most drafts on"
+        " average of any lossless verifier (one"
         " whose output is the target's) that keeps some drafts and then draws one token. Could a verifier keep"
         " more?")
     print()
@@ -5833,8 +5834,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
     say(f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
-        " no context and k = 2. The drafts each verifier keeps per round there, exactly, averaged over the pairs"
-        " the draft proposes. The ideal, a bound, not a verifier, is"
+        " no context and k = 2. The table gives the drafts each verifier keeps per round there, exactly, averaged"
+        " over the pairs the draft proposes. The ideal, a bound, not a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
@@ -5850,8 +5851,13 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
+    chained = exact_tokens_per_call(TARGET, MIDDLING, gains[-1][0])  # the lesson's, rounds chained
     say("The middling draft, in tokens per round (the drafts kept, plus one), exactly, for a round that starts at a"
-        " random point of the target's own text:")
+        " random point of the target's own text" + (
+            f". Demo 3's rounds start after the last one's final token, so its exact {chained:.2f} at k ="
+            f" {gains[-1][0]} is"
+            " lower; the option --detail says more:" if chained < gains[-1][1] - 5e-4
+            else ":"))
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)

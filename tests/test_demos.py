@@ -1075,10 +1075,11 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert ("Block verification keeps 11/9, so no verifier that keeps some drafts and then draws one token reaches the"
             " ideal here. Whether a verifier of another kind could, this chapter does not test.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
-            " can save an earlier one. Its paper proves it keeps the most drafts on average of any lossless verifier"
-            " (one whose output is the target's)") in flat(text)
-    assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The drafts"
-            " each verifier keeps per round there, exactly, averaged over the pairs the draft proposes.") in flat(text)
+            " can save an earlier one that the lesson's rule would reject. Its paper proves it keeps the most drafts on"
+            " average of any lossless verifier (one whose output is the target's)") in flat(text)
+    assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
+            " gives the drafts each verifier keeps per round there, exactly, averaged over the pairs the draft"
+            " proposes.") in flat(text)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
     assert result.gains[0][1] == pytest.approx(result.gains[0][2]) == pytest.approx(result.gains[0][3])
     assert "at every k (at k = 1 all three are equal: demo 1's rule reaches the ideal)," in flat(text)
@@ -1108,6 +1109,10 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     # both numbers
     detail = printed(sd.DETAILS["24"], result)[1]
     assert "The lesson's exact" not in flat(text) and "Chapter 14's block figure" not in flat(text)
+    assert (f"for a round that starts at a random point of the target's own text. Demo 3's rounds start after the last"
+            f" one's final token, so its exact {sd.exact_tokens_per_call(P, Q, 4):.2f} at k = 4 is lower; the option"
+            " --detail says more:") in flat(text) and f"exact {sd.exact_tokens_per_call(P, Q, 4):.2f}" in flat(
+        demo["3"][1])
     text = detail
     chained = sd.exact_tokens_per_call(P, Q, 4)
     assert chained < result.gains[-1][1] - 0.01 and (f"The lesson's exact token-wise {chained:.4f} tokens per call at"

@@ -1513,7 +1513,8 @@ def why_eq1_is_off(P, Q, gaps):
                     " there.",
                     f"So only {starts.start[hi]:.3f} of rounds end on '{d}', though '{d}' is {starts.text[hi]:.3f} of"
                     " the text.",
-                    f"And drafts after '{d}' pass most: {beta[hi]:.3f}. So a round's first draft passes {first:.3f},"
+                    f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token, so it passes"
+                    f" {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
                 why_later_drafts_pass_more(P, Q, starts, rates, hi))

@@ -475,9 +475,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd', so the residual"
             f" never redraws 'd' there. 3. So only {starts.start[3]:.3f} of rounds end on 'd', though 'd' is"
-            f" {starts.text[3]:.3f} of the text. 4. And drafts after 'd' pass most: {beta[3]:.3f}. So a round's first"
-            " draft passes"
-            f" {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance: i = 1 i = 2"
+            f" {starts.text[3]:.3f} of the text. 4. Drafts after 'd' pass most: {beta[3]:.3f}. A round's first draft"
+            f" follows a final token, so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance: i = 1 i = 2"
             " i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {exact:.2f} eq. 1 "
             + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4)) + f" {eq1:.2f}") in flat
     # the table's terms close the sum: the first falls short of eq. 1's, the later ones run slightly over, and the

@@ -1511,9 +1511,9 @@ def why_eq1_is_off(P, Q, gaps):
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
                     f"After {overs} the draft over-proposes '{d}', so the residual never redraws '{d}'"
                     " there.",
-                    f"So only {starts.start[hi]:.3f} of rounds end on '{d}', though '{d}' is {starts.text[hi]:.3f} of"
+                    f"So {starts.start[hi]:.3f} of rounds end on '{d}', though '{d}' is {starts.text[hi]:.3f} of"
                     " the text.",
-                    f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token, so it passes"
+                    f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token, seldom '{d}', so it passes"
                     f" {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
@@ -1862,8 +1862,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f" so up to {free} positions ({ridge():.1f} / {one:.2f})",
         "cost what one does: checking uses idle arithmetic.")
     print()
-    say("Decoding B sequences at once, a pass scores B(k+1) positions: a large batch can cross the ridge"
-        " (chapter 25).")
+    say("Decoding B sequences at once, a pass scores B(k+1) positions: a large batch can cross the ridge.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})

@@ -474,9 +474,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd', so the residual"
-            f" never redraws 'd' there. 3. So only {starts.start[3]:.3f} of rounds end on 'd', though 'd' is"
+            f" never redraws 'd' there. 3. So {starts.start[3]:.3f} of rounds end on 'd', though 'd' is"
             f" {starts.text[3]:.3f} of the text. 4. Drafts after 'd' pass most: {beta[3]:.3f}. A round's first draft"
-            f" follows a final token, so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance: i = 1 i = 2"
+            f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
+            " pass with chance: i = 1 i = 2"
             " i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {exact:.2f} eq. 1 "
             + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4)) + f" {eq1:.2f}") in flat
     # the table's terms close the sum: the first falls short of eq. 1's, the later ones run slightly over, and the
@@ -498,7 +499,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             " Draft 2 follows draft 1, a kept draft, so it follows 'd' more often:"
             f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has passed, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
-    assert "So only 0.089 of rounds end on 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
+    assert "So 0.089 of rounds end on 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
     assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
@@ -657,8 +658,8 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     fit = sd.sequences_that_fit(16)
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))
     end = next(b for b in range(1, fit + 1) if sd.batch_speedups(tokens, b, 16).max() <= 1)
-    assert ("Decoding B sequences at once, a pass scores B(k+1) positions: a large batch can cross the ridge"
-            " (chapter 25).") in flat_text
+    assert "Decoding B sequences at once, a pass scores B(k+1) positions: a large batch can cross the ridge." in \
+        flat_text
     # at 512 tokens a k = 1 check never crosses: 2 m / kv, what it tends to as B grows, stays under the ridge
     (m5, one5), w5 = sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1]
     assert 2 * m5 / (one5 - w5) < sd.ridge() and sd.no_k_helps_from(0.7, 512) is None

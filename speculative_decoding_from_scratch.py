@@ -3745,14 +3745,13 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
         f"Weighted by the pair's chance, that gains {ninths(change['a b'])} of a draft a round. The block gives back"
-        f" {ninths(-change['a a'])} on 'a' then 'a': it keeps {aa[6]:.2f} drafts there on average, token-wise checking"
-        f" {aa[5]:.2f}." if change["a a"] < 0 < change["a b"] and abs(change["a a"] + change["a b"] - net) < 1e-9
-        else "",
-        f"Why it loses on 'a', 'a': after 'a', w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}, so"
-        " Z_1 = 0 and"
-        f" h_1 = 0. The block keeps both, with chance w_2 = {w2a:.2g}, or none."
+        f" {ninths(-change['a a'])} on 'a' then 'a'. There Z_1 = 0, so position 1 is never a cut point: the block"
+        f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
+        f" against token-wise checking's {aa[5]:.2f}." if change["a a"] < 0 < change["a b"] and abs(
+            change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12 and abs(aa[6] - 2 * w2a) < 1e-12 else "",
+        f"Why Z_1 = 0 after 'a': w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}."
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
-        f"If it keeps none, it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}: always 'b'. The"
+        f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}: always 'b'. The"
         " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"
         " chance"
         f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"

@@ -6153,13 +6153,14 @@ def demo27_rates(**how):
             f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
     check, untolerant = chapter19_search(c19)
     print()
-    say("What does it cost? Chapter 19's plan prices its chains from these rates and picks an option at each batch"
-        " size B, the sequences a server decodes at once. An exhaustive search prices each chain exactly"
-        + (", and the tree by its sampled rounds as the plan does," if any(d.tree for d in c19.measured) else "")
-        + " at each B, and takes the best. The plan's picks, priced the same way, fall at most"
+    say("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
+        " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
+        " prices its chains from these rates. A search prices every chain exactly"
+        + (" (the tree still from its sampled rounds, as the plan does)" if any(d.tree for d in c19.measured) else "")
+        + " and takes the best at each B. The plan's picks, priced the same way, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates: going up in B, it keeps its pick until"
-         f" it falls more than {c19.tol:.1%} below the best (chapter 19). A plan from the rates with no margin comes"
+         f" it falls more than {c19.tol:.1%} below the best it prices (chapter 19). A plan from the rates with no margin comes"
          " within"
          f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if

@@ -257,18 +257,18 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     text27 = " ".join(section(in_process[1], "27").split())
     assert "The rates here are exact, as a server counting many rounds would find them. For chapter 19's two drafts" \
         in text27
-    assert ("What does it cost? Chapter 19's plan prices its chains from these rates and picks an option at each batch"
-            " size B, the sequences a server decodes at once. An exhaustive search prices each chain exactly, and the"
-            " tree by its sampled rounds as the plan does, at each B, and takes the best. The plan's picks, priced the"
-            f" same way, fall at most {check.worst:.2%} below the search's speedup at any B. Most of that is the plan's"
-            " 0.5% margin, not the rates: going up in B, it keeps its pick until it falls more than 0.5% below the best"
-            " (chapter 19). A plan from the rates with no margin comes within"
+    assert ("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
+            " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
+            " chain exactly (the tree still from its sampled rounds, as the plan does) and takes the best at each B."
+            f" The plan's picks, priced the same way, fall at most {check.worst:.2%} below the search's speedup at any"
+            " B. Most of that is the plan's 0.5% margin, not the rates: going up in B, it keeps its pick until it falls"
+            " more than 0.5% below the best it prices (chapter 19). A plan from the rates with no margin comes within"
             f" {untolerant:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
     sampled = [d.tree for d in result.c19.measured]
     assert any(sampled) and sorted(map(str, (d.tree for d in truth))) == sorted(map(str, sampled))
-    assert "and the tree by its sampled rounds as the plan does" in text27
+    assert "(the tree still from its sampled rounds, as the plan does)" in text27
 
     assert "Chapter 19's plan prices every k from rates counted at k = 8" in text27
     assert "cost nothing" not in text27 and "search's" not in detail19

@@ -1002,7 +1002,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " = 1/4, else none. That is 0.50 drafts on average, against token-wise checking's 0.75. The option --detail"
             " shows every pair of drafts, and why the output stays exact.") in flat(text)
     assert ("Why Z_1 = 0 after 'a': w_1 p = (0.17, 0.33) over (a, b) is nowhere above q = (0.67, 0.33). If the block"
-            " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays exact: the block's"
+            " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays"
+            " exact: the block's"
             " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
             " 1/3, which is p(a). The gains add up to +1/9, the first table's gap.") in detail
     assert "The block gains" not in detail and "gives back" not in detail and "loses" not in flat(text)
@@ -1116,7 +1117,8 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     text = detail
     chained = sd.exact_tokens_per_call(P, Q, 4)
     assert chained < result.gains[-1][1] - 0.01 and (f"The lesson's exact token-wise {chained:.4f} tokens per call at"
-                                                     f" k = 4 differs from the table's {result.gains[-1][1]:.4f}: there a round"
+                                                     f" k = 4 differs from the table's {result.gains[-1][1]:.4f}:"
+                                                     " there a round"
                                                      " starts where the last one ended, not at a random point of the"
                                                      " text. Demo 3 shows why that keeps fewer.") in flat(text)
     # chapter 14's block figure is chained rounds too: below the table's, and its gain over token-wise above it

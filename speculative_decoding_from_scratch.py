@@ -3899,11 +3899,13 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
              ("vllm-ascend, Triton", bugged("Triton kernel", SHIPPED_BUGS), MIDDLING, shipped)]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. Its paper proves its output is the target's. Its steps 3 to 5 matter here. They use a weight w_i: the"
+        " one. Its paper proves its output is the target's. Of its five steps (chapter 14), steps 3 to 5 matter"
+        " here. They use a weight w_i: the"
         " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
-               " k's coin lands heads with chance w_k, an earlier one's with a chance chapter 14 gives.",
+               " k's coin lands heads with chance w_k, an earlier one's with a chance chapter 14 gives. This chapter's"
+               " reasoning uses only position k's.",
                "The block keeps x_1..x_i for i the largest cut point, even past failed coins. With no cut point, i ="
                " 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
@@ -3981,7 +3983,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
                 " more often than one uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below"
                                                         f" 0.5 with chance {below:.2f}, one uniform half the time."
                                                         if k > 1 else ""),
-                f"So all {k} drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of those rounds,"
+                f"So all {k} drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of all rounds,"
+                f" averaged as above,"
                 f" against the block's {full[0]:.2f}."
                 if len(shipped) == 2 and min(full[1:]) > full[0] else "")
     return caught

@@ -880,11 +880,13 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         " starting after the last one's final token (demo 3).") in " ".join(text.split())
     assert ("So the shipped paths keep drafts that a lossless verifier would reject, and their output is not the"
             " target's.") in " ".join(text.split())
-    assert ("Its steps 3 to 5 matter here. They use a weight w_i: the target's probability of x_1..x_i over the"
+    assert ("Of its five steps (chapter 14), steps 3 to 5 matter here. They use a weight w_i: the target's"
+            " probability of x_1..x_i over the"
             " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
             " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k, an"
-            " earlier one's with a chance chapter 14 gives. 4. The block keeps x_1..x_i for i the largest cut point,"
+            " earlier one's with a chance chapter 14 gives. This chapter's reasoning uses only position k's. 4. The"
+            " block keeps x_1..x_i for i the largest cut point,"
             " even past failed coins. With no cut point, i = 0 and it keeps none. 5. The next token comes from max(0,"
             " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
     # the detail, whose edits and reasons use h_i and Z_i, defines them first
@@ -923,7 +925,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " drafts are kept when one uniform falls below w_k. As shipped, they are kept when a product of k uniforms"
             " falls below a weight, in Triton w_k itself. A product of uniforms falls below a weight more often than"
             f" one uniform does. Three uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the"
-            f" time. So all 3 drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of those rounds,"
+            f" time. So all 3 drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of all rounds,"
+            " averaged as above,"
             f" against the block's {full[0]:.2f}.") in " ".join(text.split())
     # the table's aside, by hand on every start and 3 drafts: PyTorch's product of capped ratios never tops the
     # block's w_i, which caps the running product; on some texts it falls below

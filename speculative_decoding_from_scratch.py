@@ -2252,10 +2252,12 @@ def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
         " time, each kept with chance min(1, p/q). When a child is rejected, p becomes the residual, max(0, p - q)"
         " normalised, before its sibling is tried: the sibling is a fresh draft against what is still missing, as in"
         " demo 1. If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn"
-        " from the last residual and the round ends. The bug no_update leaves p unchanged after a rejection.")
+        " from the last residual and the round ends. At a kept leaf, the next token is a bonus token, drawn from"
+        " its p. The bug no_update leaves p unchanged after a rejection.")
     print()
-    say("The children are drawn from q independently, or as distinct tokens, sampled without replacement: each from"
-        " q', which is q with the siblings drawn before it removed, renormalised. A distinct child x is kept with"
+    say("The children are drawn one of two ways. Independently, each from q. Or distinct, sampled without"
+        " replacement: each from q', which is q with the siblings drawn before it removed, renormalised. A distinct"
+        " child x is kept with"
         " chance min(1, p(x)/q'(x)); if it is rejected, p becomes max(0, p - q') normalised. The released code of"
         " EAGLE-1, a trained draft head, draws them distinct.",
         f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"

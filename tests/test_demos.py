@@ -734,6 +734,14 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text)
     assert "where the tree needs 3: a tree drafts a whole level in one pass." in flat(text)
+    # a kept leaf ends the walk with a bonus token from its own p: one child, drafted where q <= p so always kept
+    x, ctx = 4, 0  # 'e' after 'a': q = 0.191 <= p = 0.382 (demo 1)
+    assert sd.MIDDLING[ctx, x] <= sd.TARGET[ctx, x]
+    rng = np.random.default_rng(3)
+    ends = [sd.verify_tree(sd.TARGET, [ctx], [x], [-1], [sd.MIDDLING[ctx], sd.MIDDLING[x]], rng) for _ in range(4000)]
+    assert all(e[0] == x and len(e) == 2 for e in ends)
+    assert sd.tv_distance(np.bincount([e[1] for e in ends], minlength=6) / 4000, sd.TARGET[x]) < 0.04
+    assert "At a kept leaf, the next token is a bonus token, drawn from its p." in flat(text)
     assert f"Here a {2 + 4 + 8}-node tree (2 children a node, 3 deep) goes to a target" in detail
     # no_update, as the sentence says it: the line that makes p the residual after a rejection, deleted
     assert "The bug no_update leaves p unchanged after a rejection." in flat(text)

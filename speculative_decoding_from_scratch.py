@@ -4770,7 +4770,7 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
             f" That price is exact at k = {k_max}. A shorter k's rounds start after a different mix of tokens (demo 3),"
-            f" so its price reads low, by at most {max(low):.4f} tokens per call (chapter 27)." if vs_exact.at_k
+            f" so its price reads below its exact tokens per call, by at most {max(low):.4f} (chapter 27)." if vs_exact.at_k
             and low and min(low) > 0 and vs_exact.bonus else  # rounds of 1 start elsewhere than rounds of k_max
             " Chapter 27 shows how close that price comes."))
     print()
@@ -4789,7 +4789,8 @@ def demo19_tuning(**how):
         f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
         f" until it falls more than {tol:.1%} below the best: smaller gains are not worth a switch. That {tol:.1%}"
         f" is its margin. It stops at B = {max_batch}, where the target, the {c19.roomiest}"
-        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB."
+        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
+            f"; beside big, B = {shape.big_fit} fills it" if shape.big_fit < max_batch else "") + "."
         " The plan, with the positions each sequence's check scores:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
@@ -4802,7 +4803,7 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
-            "The option --detail says where each check reaches it.")
+            "The option --detail says where each check reaches the ridge.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})

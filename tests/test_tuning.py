@@ -149,7 +149,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
     assert (f"It stops at B = {fit19}, where the target, the small draft and every sequence's KV cache fill the"
-            " H100's 80 GB.") in " ".join(
+            " H100's 80 GB; beside big, B = 192 fills it.") in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -227,7 +227,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. That price is exact at k ="
                              " 8. A shorter k's rounds start after a different mix of tokens (demo 3), so its price"
-                             f" reads low, by at most {max(low):.4f} tokens per call (chapter 27).") in text
+                             f" reads below its exact tokens per call, by at most {max(low):.4f} (chapter 27).") in text
     # why, as chapter 27 says it, by hand for small: rounds of 1 end on a bonus more often than rounds of 8, and
     # start after 'd' more often
     ends = {k: sd.round_table(sd.TARGET, sd.MIDDLING, k) for k in (1, 8)}
@@ -407,7 +407,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
-        "It stops at B = 241, where the target, the small draft and every sequence's KV cache fill the H100's 80 GB."
+        "It stops at B = 241, where the target, the small draft and every sequence's KV cache fill the H100's 80 GB;"
+        f" beside big, B = {big_fit} fills it."
         " The plan, with the positions each sequence's check"
         " scores:") in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
@@ -442,7 +443,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            " The option --detail says where each check reaches it.") in text
+            " The option --detail says where each check reaches the ridge.") in text
     assert tree == 32 and ("The plan drops each option a little after its check reaches the"
                            f" ridge. The checks reach it at B = {tree} for the tree ({15 * tree} positions in all), B ="
                            f" {crossings[0]} for k = 8 ({9 * crossings[0]}) and B = {crossings[1]} for k = 7"

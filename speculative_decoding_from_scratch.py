@@ -1513,7 +1513,8 @@ def why_eq1_is_off(P, Q, gaps):
                     " there.",
                     f"So {starts.start[hi]:.3f} of rounds end on '{d}', though '{d}' is {starts.text[hi]:.3f} of"
                     " the text.",
-                    f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token, seldom '{d}', so it passes"
+                    f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token,"
+                    f" seldom '{d}', so it passes"
                     f" {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
@@ -3753,7 +3754,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
             change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12 and abs(aa[6] - 2 * w2a) < 1e-12 else "",
         f"Why Z_1 = 0 after 'a': w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}."
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
-        f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}: always 'b'. The"
+        f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
+        " always 'b'. The"
         " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"
         " chance"
         f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
@@ -4770,7 +4772,8 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
             f" That price is exact at k = {k_max}. A shorter k's rounds start after a different mix of tokens (demo 3),"
-            f" so its price reads below its exact tokens per call, by at most {max(low):.4f} (chapter 27)." if vs_exact.at_k
+            f" so its price reads below its exact tokens per call, by at most {max(low):.4f} (chapter"
+            " 27)." if vs_exact.at_k
             and low and min(low) > 0 and vs_exact.bonus else  # rounds of 1 start elsewhere than rounds of k_max
             " Chapter 27 shows how close that price comes."))
     print()
@@ -6166,7 +6169,8 @@ def demo27_rates(**how):
         + " and takes the best at each B. The plan's picks, priced the same way, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates: going up in B, it keeps its pick until"
-         f" it falls more than {c19.tol:.1%} below the best it prices (chapter 19). A plan from the rates with no margin comes"
+         f" it falls more than {c19.tol:.1%} below the best it prices (chapter 19). A plan from the rates with no"
+         " margin comes"
          " within"
          f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if

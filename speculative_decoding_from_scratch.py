@@ -3591,8 +3591,8 @@ BLOCK_RULE = ("How? By the steps below. Its paper proves they keep the target's 
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
-               " x_1..x_i (in a table, the rows after x_i): what the target still wants at position i+1 that the"
-               " draft does not offer.",
+               " x_i. At i = 0, where w_0 = 1, it is demo 1's rejection chance, the sum of max(0, p - q). Step 5"
+               " draws from what it sums.",
                "Each position i becomes a cut point, where the block may end, on a coin flip of its own. The last,"
                " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
                " (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0: step 5"
@@ -3627,8 +3627,8 @@ def demo14_block_gain():
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    say(f"One round of {k} drafts emits at most {n} tokens. Block verification's first {n} tokens here are"
-        f" {'' if tv < ROUNDING else 'NOT '}the target's: exact TV {exact_text(tv)}.",
+    say(f"One round of {k} drafts emits at most {n} tokens. Block verification's first {n} tokens here, its whole"
+        f" first round and perhaps more, are {'' if tv < ROUNDING else 'NOT '}the target's: exact TV {exact_text(tv)}.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
@@ -3747,10 +3747,13 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        f"Weighted by the pair's chance, that gains {ninths(change['a b'])} of a draft a round. The block gives back"
-        f" {ninths(-change['a a'])} on 'a' then 'a'. There Z_1 = 0, so position 1 is never a cut point: the block"
+        f"That is {ab[6] - ab[5]:.2g} draft more; weighted by the pair's chance under q, {ninths(ab[1])}, it gains"
+        f" {ninths(change['a b'])} of a draft a round. The block gives back {ninths(-change['a a'])} on 'a' then 'a'"
+        f" (chance {ninths(aa[1])}). There Z_1 = 0, so position 1 is never a cut point: the block"
         f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
-        f" against token-wise checking's {aa[5]:.2f}." if change["a a"] < 0 < change["a b"] and abs(
+        f" against token-wise checking's {aa[5]:.2f}."
+        + (" The pairs that start with 'b' tie." if change["b a"] == change["b b"] == 0 else "")
+        if change["a a"] < 0 < change["a b"] and abs(
             change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12 and abs(aa[6] - 2 * w2a) < 1e-12 else "",
         f"Why Z_1 = 0 after 'a': w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}."
         if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",

@@ -1008,10 +1008,11 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
-            " both. Weighted by the pair's chance, that gains 2/9 of a draft a round. The block gives back 1/9 on 'a'"
-            " then 'a'. There Z_1 = 0, so position 1 is never a cut point: the block keeps both drafts with chance w_2"
-            " = 1/4, else none. That is 0.50 drafts on average, against token-wise checking's 0.75. The option --detail"
-            " shows every pair of drafts, and why the output stays exact.") in flat(text)
+            " both. That is 1 draft more; weighted by the pair's chance under q, 2/9, it gains 2/9 of a draft a round."
+            " The block gives back 1/9 on 'a' then 'a' (chance 4/9). There Z_1 = 0, so position 1 is never a cut point:"
+            " the block keeps both drafts with chance w_2 = 1/4, else none. That is 0.50 drafts on average, against"
+            " token-wise checking's 0.75. The pairs that start with 'b' tie. The option --detail shows every pair of"
+            " drafts, and why the output stays exact.") in flat(text)
     assert ("Why Z_1 = 0 after 'a': w_1 p = (0.17, 0.33) over (a, b) is nowhere above q = (0.67, 0.33). If the block"
             " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays"
             " exact: the block's"
@@ -1049,8 +1050,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert ("One round of 2 drafts emits at most 3 tokens. Block verification's first 3 tokens here are the target's:"
-            " exact TV < 1e-9.") in flat(text)
+    assert ("One round of 2 drafts emits at most 3 tokens. Block verification's first 3 tokens here, its whole first"
+            " round and perhaps more, are the target's: exact TV < 1e-9.") in flat(text)
     assert ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
             " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
             " draws one token:") in text
@@ -1064,7 +1065,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     with contextlib.redirect_stdout(out):
         bad.demo14_block_gain()
     said = flat(out.getvalue())
-    assert "Block verification's first 3 tokens here are NOT the target's" in said
+    assert ("Block verification's first 3 tokens here, its whole first round and perhaps more, are NOT the"
+            " target's") in said
     assert "Takeaway withheld" in said and "the block's output is the target's" in said
 
 

@@ -6160,7 +6160,7 @@ def demo27_rates(**how):
             f" {and_list([repr(name(c)) for c in s.overs], 'or')}. Redraws end {s.redrawn.sum():.0%} of its rounds"
             f" of {k_max}, and {s1.redrawn.sum():.0%} of its rounds of 1. So only {s.start[s.short]:.0%} of its"
             f" rounds of {k_max} start after {d}, though {d} is {s.text[s.short]:.0%} of the text; at k = 1,"
-            f" {s1.start[s.short]:.0%}. Its drafts pass most often after {d}, {s.beta[s.short]:.3f} of the time, so"
+            f" {s1.start[s.short]:.0%}. Its drafts pass most often after {d}, {s.beta[s.short]:.3f} of the time. So"
             f" its position 1 passes {r.rates[1][0]:.3f} in rounds of {k_max} and {r.at_1[1]:.3f} in rounds of 1:"
             f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
     check, untolerant = chapter19_search(c19)
@@ -6169,12 +6169,11 @@ def demo27_rates(**how):
         " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
         " prices its chains from these rates. A search prices every chain exactly"
         + (" (the tree still from its sampled rounds, as the plan does)" if any(d.tree for d in c19.measured) else "")
-        + " and takes the best at each B. The plan's picks, priced the same way, fall at most"
+        + " and takes the best at each B. The plan's picks, priced as the search prices them, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
-        (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates: going up in B, it keeps its pick until"
-         f" it falls more than {c19.tol:.1%} below the best it prices (chapter 19). A plan from the rates with no"
-         " margin comes"
-         " within"
+        (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates. As B grows, the plan keeps its current"
+         f" pick until that pick prices more than {c19.tol:.1%} below the best at that B (chapter 19). A plan from the"
+         " rates with no margin comes within"
          f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
          0 < untolerant.worst else

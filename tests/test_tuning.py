@@ -260,9 +260,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert ("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
             " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
             " chain exactly (the tree still from its sampled rounds, as the plan does) and takes the best at each B."
-            f" The plan's picks, priced the same way, fall at most {check.worst:.2%} below the search's speedup at any"
-            " B. Most of that is the plan's 0.5% margin, not the rates: going up in B, it keeps its pick until it falls"
-            " more than 0.5% below the best it prices (chapter 19). A plan from the rates with no margin comes within"
+            f" The plan's picks, priced as the search prices them, fall at most {check.worst:.2%} below the search's"
+            " speedup at any B. Most of that is the plan's 0.5% margin, not the rates. As B grows, the plan keeps its"
+            " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). A plan from the rates with no margin comes within"
             f" {untolerant:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
@@ -682,7 +682,7 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
             " the draft over-proposes. Small over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
             f" {redrawn[0]:.0%} of its rounds of 8, and {redrawn[1]:.0%} of its rounds of 1. So only {start[d]:.0%} of"
             f" its rounds of 8 start after 'd', though 'd' is {text_share[d]:.0%} of the text; at k = 1,"
-            f" {start1[d]:.0%}. Its drafts pass most often after 'd', {beta[d]:.3f} of the time, so its position 1"
+            f" {start1[d]:.0%}. Its drafts pass most often after 'd', {beta[d]:.3f} of the time. So its position 1"
             f" passes {first[1]:.3f} in rounds of 8 and {start1 @ beta:.3f} in rounds of 1: rates counted at k = 8"
             " price k = 1 low. The option --detail gives each token's figures.") in text and start1 @ beta > first[1]
     assert "Position 1's rates at k = 8" not in text

@@ -5999,8 +5999,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
             f" draft passes, one per level, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}."
             f"{cost} Below the ridge the"
-            f" tree's fewer passes win; a little past it, {chain.shape}'s fewer positions, {chain.positions} against"
-            f" {tree.positions}.")
+            f" tree's fewer draft passes win, {tree.draft_passes} against {chain.draft_passes}; a little past it,"
+            f" {chain.shape}'s fewer positions, {chain.positions} against {tree.positions}.")
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"

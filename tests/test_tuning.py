@@ -529,7 +529,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
             f" level, and k = 8 makes {c.tokens:.3f} from 8. Chapter 19 prices its small draft, the middling table, as"
             f" a model of 4 layers of width 768. A pass of it costs c = {c1:.4f} of a target pass at B = 1, rising to"
             f" {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} at B = 241 as its KV caches grow."
-            " Below the ridge the tree's fewer passes win; a little past it, k = 8's fewer positions, 9 against 15.")\
+            " Below the ridge the tree's fewer draft passes win, 3 against 8; a little past it, k = 8's fewer positions, 9"
+            " against 15.")\
         in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))

@@ -5276,15 +5276,14 @@ def table3_words(rows):
     at_zero = [f"{a[0]:.4f}" for a in ends]
     return (f"Sampled alpha is higher at T = 1 than at T = 0 for {drafts}. The paper's Table 3 measures alpha"
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
-            " 12. Both can hold. At T = 0 both tables are one-hot, so alpha is the share of the target's text where"
+            " 12. Both can hold. A draft whose likeliest token always matches the target's has alpha = 1 at T = 0,"
+            " so heating it can only lower alpha."
+            + (" These two start lower, and heating to T = 1 raised theirs." if rose == len(ends)
+               and all(a[0] < 1 for a in ends) else "") +
+            " At T = 0 both tables are one-hot, so alpha is the share of the target's text where"
             f" their likeliest tokens agree: {and_list(at_zero)} here." + (
                 " A greedy text loops, and which loop depends on its first token: the alphas at T = 0 average over a"
-                " first token"
-                " drawn uniformly." if len(greedy_loops(TARGET)) > 1 else "") +
-            " A draft whose likeliest token always matches"
-            " the target's starts at alpha = 1, so heating it can only lower alpha."
-            + (" These two start lower, and heating to T = 1 raised theirs." if rose == len(ends)
-               and all(a[0] < 1 for a in ends) else ""))
+                " first token drawn uniformly." if len(greedy_loops(TARGET)) > 1 else ""))
 
 
 def demo21_detail(result):

@@ -262,7 +262,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " chain exactly (the tree still from its sampled rounds, as the plan does) and takes the best at each B."
             f" The plan's picks, priced as the search prices them, fall at most {check.worst:.2%} below the search's"
             " speedup at any B. Most of that is the plan's 0.5% margin, not the rates. As B grows, the plan keeps its"
-            " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). A plan from the rates with no margin comes within"
+            " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). A plan from"
+            " the rates with no margin comes within"
             f" {untolerant:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
@@ -529,7 +530,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
             f" level, and k = 8 makes {c.tokens:.3f} from 8. Chapter 19 prices its small draft, the middling table, as"
             f" a model of 4 layers of width 768. A pass of it costs c = {c1:.4f} of a target pass at B = 1, rising to"
             f" {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} at B = 241 as its KV caches grow."
-            " Below the ridge the tree's fewer draft passes win, 3 against 8; a little past it, k = 8's fewer positions, 9"
+            " Below the ridge the tree's fewer draft passes win, 3 against 8; a little past it, k = 8's fewer"
+            " positions, 9"
             " against 15.")\
         in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8

@@ -3911,8 +3911,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
-               " k's coin lands heads with chance w_k, an earlier one's with a chance chapter 14 gives. This chapter's"
-               " reasoning uses only position k's.",
+               " k's coin lands heads with chance w_k, an earlier one's with a chance chapter 14 gives.",
                "The block keeps x_1..x_i for i the largest cut point, even past failed coins. With no cut point, i ="
                " 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
@@ -3979,22 +3978,32 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             " verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")
         if more:
-            # P(u_1 ... u_k <= r) = r (1 + L + L^2 / 2! + ... + L^(k-1) / (k-1)!), L = -ln r, at r = 1/2
-            below = 0.5 * sum(math.log(2) ** j / math.factorial(j) for j in range(k))
             print()
-            full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
-                                             bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
-            say("Why more? Step 5 only picks the token after the kept drafts; step 3 sets how many. In the block,"
-                " all k drafts are kept when one uniform falls below w_k. As shipped, they are kept when a product of"
-                " k uniforms falls below a weight, in Triton w_k itself. A product of uniforms falls below a weight"
-                " more often than one uniform does." + (f" {number_word(k).capitalize()} uniforms' product falls below"
-                                                        f" 0.5 with chance {below:.2f}, one uniform half the time."
-                                                        if k > 1 else ""),
-                f"So all {k} drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of all rounds,"
-                f" averaged as above,"
-                f" against the block's {full[0]:.2f}."
-                if len(shipped) == 2 and min(full[1:]) > full[0] else "")
+            say("The option --detail says why they keep more.")
     return caught
+
+
+def why_shipped_keep_more(rows, k):
+    """Chapter 15's detail on why the shipped paths keep more drafts than the
+    block: step 3's product of uniforms, and how often each keeps all k; said
+    only while the block is exact and both shipped paths keep more."""
+    shipped = [r for r in rows[1:] if r[7] is not None]
+    if not shipped or rows[0][5] != "the target" or not all(
+            r[7] > exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1 for r in shipped):
+        return ""
+    # P(u_1 ... u_k <= r) = r (1 + L + L^2 / 2! + ... + L^(k-1) / (k-1)!), L = -ln r, at r = 1/2
+    below = 0.5 * sum(math.log(2) ** j / math.factorial(j) for j in range(k))
+    full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
+                                     bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
+    return " ".join(p for p in (
+        "Why do the shipped paths keep more? Step 5 only picks the token after the kept drafts; step 3 sets how many."
+        " In the block, all k drafts are kept when one uniform falls below w_k. As shipped, they are kept when a"
+        " product of k uniforms falls below a weight: in PyTorch the product of capped ratios, in Triton w_k itself."
+        " A product of uniforms falls below a weight more often than one uniform does.",
+        f"{number_word(k).capitalize()} uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half"
+        " the time." if k > 1 else "",
+        f"So all {k} drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of the chapter's rounds,"
+        f" against the block's {full[0]:.2f}." if len(shipped) == 2 and min(full[1:]) > full[0] else "") if p)
 
 
 def all_kept(outcomes, k, P=TARGET, Q=MIDDLING):
@@ -4021,6 +4030,10 @@ def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
     """Chapter 15 in detail: two one-line edits of block verification beside
     the rule, by the same checks, and why the exact check sees what the fit
     cannot."""
+    why = why_shipped_keep_more(rows, k)
+    if why:
+        print()
+        say(why)
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     edits = [rows[0]] + exactness_rows([(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS],
                                        k, ctx, n, n_runs)

@@ -894,7 +894,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
             " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k, an"
-            " earlier one's with a chance chapter 14 gives. This chapter's reasoning uses only position k's. 4. The"
+            " earlier one's with a chance chapter 14 gives. 4. The"
             " block keeps x_1..x_i for i the largest cut point,"
             " even past failed coins. With no cut point, i = 0 and it keeps none. 5. The next token comes from max(0,"
             " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
@@ -930,13 +930,20 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
                 f, sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1))  # the same rounds as the averages'
 
     assert min(full[1:]) > full[0] + 0.1
-    assert ("Why more? Step 5 only picks the token after the kept drafts; step 3 sets how many. In the block, all k"
-            " drafts are kept when one uniform falls below w_k. As shipped, they are kept when a product of k uniforms"
-            " falls below a weight, in Triton w_k itself. A product of uniforms falls below a weight more often than"
-            f" one uniform does. Three uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half the"
-            f" time. So all 3 drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of all rounds,"
-            " averaged as above,"
-            f" against the block's {full[0]:.2f}.") in " ".join(text.split())
+    # why they keep more: the detail's, and the chapter says where to find it
+    assert "The option --detail says why they keep more." in " ".join(text.split()) and "Why do" not in text
+    assert ("Why do the shipped paths keep more? Step 5 only picks the token after the kept drafts; step 3 sets how"
+            " many. In the block, all k drafts are kept when one uniform falls below w_k. As shipped, they are kept"
+            " when a product of k uniforms falls below a weight: in PyTorch the product of capped ratios, in Triton w_k"
+            " itself. A product of uniforms falls below a weight more often than one uniform does. Three uniforms'"
+            f" product falls below 0.5 with chance {below:.2f}, one uniform half the time. So all 3 drafts are kept in"
+            f" {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of the chapter's rounds, against the block's"
+            f" {full[0]:.2f}.") in detail
+    assert detail.index("Why do the shipped paths") < detail.index("In step 3, an earlier position")
+    # with block verification not exact (the residual stage edited), the reason is withheld
+    bad_rows = [list(r) for r in rows]
+    bad_rows[0][5] = "NOT the target"
+    assert sd.why_shipped_keep_more(bad_rows, 3) == ""
     # the table's aside, by hand on every start and 3 drafts: PyTorch's product of capped ratios never tops the
     # block's w_i, which caps the running product; on some texts it falls below
     below = False

@@ -5876,14 +5876,17 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     print()
     k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
     chained, eq1 = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(alpha, k)  # the lesson's two
-    say("The middling draft, in tokens per round (the drafts kept, plus one), exactly, for a round that starts at a"
-        " random point of the target's own text" + (
-            f". Demo 3's rounds start after the last one's final token, so its exact {chained:.2f} at k = {k} is"
-            " lower." if chained < gains[-1][1] - 5e-4 else "") + (
-            f" Its eq. 1, {eq1:.2f}, is lower too: from a random start draft 1 passes with chance alpha, but drafts 1"
-            " to i all pass more often than alpha^i (demo 3)." if eq1 < gains[-1][1] - 5e-4 and gains[0][0] == 1
-            and abs(gains[0][1] - 1 - alpha) < 1e-9 else "") + (
-            " The option --detail says more:" if chained < gains[-1][1] - 5e-4 else ":"))
+    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
+    caption = " ".join(p for p in (
+        "The middling draft, in tokens per round (the drafts kept, plus one), exactly, for a round that starts at a"
+        " random point of the target's own text.",
+        "Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at"
+        f" k = {k} are lower: {chained:.2f} token-wise, {block_chained:.3f} block ({block_chained / chained - 1:+.1%})."
+        if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2] else "",
+        f"Demo 3's eq. 1, {eq1:.2f}, is below this table's token-wise figure too: from a random start draft 1 passes"
+        " with chance alpha, but drafts 1 to i all pass more often than alpha^i."
+        if eq1 < gains[-1][1] - 5e-4 and gains[0][0] == 1 and abs(gains[0][1] - 1 - alpha) < 1e-9 else "") if p)
+    say(caption[:-1] + ":")  # the last sentence introduces the table
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)
@@ -5906,24 +5909,6 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
               "block keeps at least as many at every k": more,
               "the ideal stays above block on the example": rows[1][1] < ideal - 1e-9})
     return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains)
-
-
-def demo24_detail(result):
-    """Chapter 24 in detail: its middling rows, which start at a random point
-    of the text, against the lesson's and chapter 14's, which chain rounds."""
-    gains = result.gains
-    chained = exact_tokens_per_call(TARGET, MIDDLING, gains[-1][0])
-    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, gains[-1][0])  # chapter 14's, rounds chained
-    if abs(chained - gains[-1][1]) >= 5e-4:
-        print()
-        say(f"The lesson's exact token-wise {chained:.4f} tokens per call at k = {gains[-1][0]} differs from the"
-            f" table's {gains[-1][1]:.4f}: there a round starts where the last one ended, not at a random point of"
-            " the text."
-            + (" Demo 3 shows why that keeps fewer." if chained < gains[-1][1] else "")
-            + (f" Chapter 14's block figure, {block_chained:.3f}, also continues the text: against"
-               f" {chained:.4f} it is {block_chained / chained - 1:+.1%}, where this table's gain is"
-               f" {gains[-1][4]:+.1%}." if block_chained
-               < gains[-1][2] and chained < gains[-1][1] else ""))
 
 
 # -----------------------------------------------------------------------------
@@ -6292,7 +6277,6 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "18": demo18_detail,
     "19": demo19_detail,
     "21": demo21_detail,
-    "24": demo24_detail,
     "25": demo25_detail,
     "27": demo27_detail,
 }

@@ -1465,9 +1465,9 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
-    return (f"Later terms run above eq. 1's, too little to make up the first's shortfall. The text is kept"
-            f" drafts and final tokens, {starts.text[hi]:.3f} '{d}' in all. Final tokens are only"
-            f" {starts.start[hi]:.3f} '{d}', so kept drafts are more than {starts.text[hi]:.3f} '{d}'. Draft"
+    return (f"Later terms run above eq. 1's, too little to make up the first's shortfall. The text is kept drafts"
+            f" and final tokens. '{d}' is {starts.text[hi]:.3f} of the text but {starts.start[hi]:.3f} of final"
+            f" tokens, so over {starts.text[hi]:.3f} of kept drafts. Draft"
             f" 2 follows draft 1, a kept draft, so it follows '{d}' more often: it passes {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'

@@ -3733,7 +3733,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
     'b' and loses on 'a', 'a', and how the two leave its first token p's,
     each said only while its numbers bear it out, and the net, only while it
-    is the first table's gap. With parts, the five as a list ("" where withheld)."""
+    is the first table's gap. With parts, the four as a list ("" where withheld)."""
     change = {r[0]: r[-1] for r in pairs}
     aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
@@ -3749,14 +3749,14 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
         f"That is {ab[6] - ab[5]:.2g} draft more; weighted by the pair's chance under q, {ninths(ab[1])}, it gains"
         f" {ninths(change['a b'])} of a draft a round. The block gives back {ninths(-change['a a'])} on 'a' then 'a'"
-        f" (chance {ninths(aa[1])}). There Z_1 = 0, so position 1 is never a cut point: the block"
+        f" (chance {ninths(aa[1])}). There w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}, so"
+        " Z_1 = 0 and position 1 is never a cut point: the block"
         f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
         f" against token-wise checking's {aa[5]:.2f}."
-        + (" The pairs that start with 'b' tie." if change["b a"] == change["b b"] == 0 else "")
-        if change["a a"] < 0 < change["a b"] and abs(
-            change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12 and abs(aa[6] - 2 * w2a) < 1e-12 else "",
-        f"Why Z_1 = 0 after 'a': w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}."
-        if change["a a"] < 0 and h1 < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
+        + (" The pairs that start with 'b' tie: there w_1 = h_1 = 1." if change["b a"] == change["b b"] == 0
+           and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")
+        if change["a a"] < 0 < change["a b"] and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
+        and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
         f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
         " always 'b'. The"
         " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"

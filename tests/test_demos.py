@@ -1017,11 +1017,12 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
             " both. That is 1 draft more; weighted by the pair's chance under q, 2/9, it gains 2/9 of a draft a round."
-            " The block gives back 1/9 on 'a' then 'a' (chance 4/9). There Z_1 = 0, so position 1 is never a cut point:"
-            " the block keeps both drafts with chance w_2 = 1/4, else none. That is 0.50 drafts on average, against"
-            " token-wise checking's 0.75. The pairs that start with 'b' tie. The option --detail shows every pair of"
-            " drafts, and why the output stays exact.") in flat(text)
-    assert ("Why Z_1 = 0 after 'a': w_1 p = (0.17, 0.33) over (a, b) is nowhere above q = (0.67, 0.33). If the block"
+            " The block gives back 1/9 on 'a' then 'a' (chance 4/9). There w_1 p = (0.17, 0.33) over (a, b) is nowhere"
+            " above q = (0.67, 0.33), so Z_1 = 0 and position 1 is never a cut point: the block keeps both drafts with"
+            " chance w_2 = 1/4, else none. That is 0.50 drafts on average, against token-wise checking's 0.75. The"
+            " pairs that start with 'b' tie: there w_1 = h_1 = 1. The option --detail shows every pair of drafts, and"
+            " why the output stays exact.") in flat(text)
+    assert ("If the block"
             " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays"
             " exact: the block's"
             " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
@@ -1033,7 +1034,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     # with the acceptance rule edited, the reasons no longer hold, and are not said
     bad = sd.bugged("argmax")
     net = bad.exact_block_tokens_per_call(P2, Q2, 2) - bad.exact_tokens_per_call(P2, Q2, 2)
-    assert "Why Z_1 = 0" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
+    assert "so Z_1 = 0" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
     uniform = sd.bugged("uniform_q")  # keeps 'a' with p / (1/2) = 2/3, not p/q: the 'a' then 'b' reason goes
     net = uniform.exact_block_tokens_per_call(P2, Q2, 2) - uniform.exact_tokens_per_call(P2, Q2, 2)
     assert "The block gains on 'a' then 'b'" not in uniform.demo14_why(P2, Q2, uniform.demo14_pairs(P2, Q2), net)

@@ -3979,7 +3979,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             " reject, and their output is not the target's." if more else "")
         if more:
             print()
-            say("The option --detail says why they keep more.")
+            say("Their step 3 compares with a product of uniforms, which shrinks as i grows, so late positions pass"
+                " easily. The option --detail says more.")
     return caught
 
 

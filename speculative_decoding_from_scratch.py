@@ -5839,7 +5839,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " more?")
     print()
     say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
-        " highest chance that drafts 1 to i could all be kept, and it adds these up.")
+        " highest chance that any lossless verifier could keep drafts 1 to i, and it adds these up.")
     print()
     say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. If drafts 1 to i"
         " are all kept, the output's first i tokens are those drafts. The drafts and the output can both be a given"
@@ -5882,11 +5882,13 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         "The middling draft, in tokens per round (the drafts kept, plus one), exactly, for a round that starts at a"
         " random point of the target's own text.",
         "Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at"
-        f" k = {k} are lower: {chained:.2f} token-wise, {block_chained:.3f} block ({block_chained / chained - 1:+.1%})."
+        f" k = {k} are lower: {chained:.3f} token-wise, {block_chained:.3f} block, {block_chained / chained - 1:+.1%}"
+        f" (against at most {max(g[4] for g in gains):+.1%} below)."
         if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2] else "",
-        f"Demo 3's eq. 1, {eq1:.2f}, is below this table's token-wise figure too: from a random start draft 1 passes"
-        " with chance alpha, but drafts 1 to i all pass more often than alpha^i."
-        if eq1 < gains[-1][1] - 5e-4 and gains[0][0] == 1 and abs(gains[0][1] - 1 - alpha) < 1e-9 else "") if p)
+        f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and this table's token-wise figure: from a random start draft 1"
+        " passes with chance alpha, but drafts 1 to i all pass more often than alpha^i."
+        if chained < eq1 < gains[-1][1] - 5e-4 and gains[0][0] == 1 and abs(gains[0][1] - 1 - alpha) < 1e-9
+        else "") if p)
     say(caption[:-1] + ":")  # the last sentence introduces the table
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),

@@ -1085,6 +1085,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
     assert max(r[1] for r in result.example) <= result.ideal
     assert "Neither keeps more than the ideal, 12/9." in flat(text)
+    assert ("For each i it takes the highest chance that any lossless verifier could keep drafts 1 to i, and it adds"
+            " these up.") in flat(text)
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and round(9 * result.ideal) == 12
     # each term of the ideal, by hand: the sum over the texts of min(p, q), 1/3 + 1/3 for one token and
     # min(1/9, 4/9) + 2 min(2/9, 2/9) + min(4/9, 1/9) for two
@@ -1134,12 +1136,15 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     chained, chained_block = sd.exact_tokens_per_call(P, Q, 4), sd.exact_block_tokens_per_call(P, Q, 4)
     assert chained < result.gains[-1][1] - 0.01 and chained_block < result.gains[-1][2]
     assert chained_block / chained - 1 > result.gains[-1][4]
+    eq1 = sd.expected_tokens(sd.pair_alpha(P, Q), 4)
+    assert chained < eq1 < result.gains[-1][1] and max(g[4] for g in result.gains) < chained_block / chained - 1
     assert ("for a round that starts at a random point of the target's own text. Demo 3 and chapter 14 start each"
             " round after the last one's final token instead, so their figures at k = 4 are lower:"
-            f" {chained:.2f} token-wise, {chained_block:.3f} block ({chained_block / chained - 1:+.1%}). Demo 3's eq. 1,"
-            f" {sd.expected_tokens(sd.pair_alpha(P, Q), 4):.2f}, is below this table's token-wise figure too: from a"
-            " random start draft 1 passes with chance alpha, but drafts 1 to i all pass more often than alpha^i:"
-            ) in flat(text)
+            f" {chained:.3f} token-wise, {chained_block:.3f} block, {chained_block / chained - 1:+.1%} (against at most"
+            f" {max(g[4] for g in result.gains):+.1%} below). Eq. 1's {eq1:.2f} sits between {chained:.3f} and this"
+            " table's token-wise figure: from a random start draft 1 passes with chance alpha, but drafts 1 to i all"
+            " pass more often than alpha^i:") in flat(text)
+    assert f"{round(chained_block, 3) / round(chained, 3) - 1:+.1%}" == f"{chained_block / chained - 1:+.1%}"
     assert "24" not in sd.DETAILS
     # the paper's abstract: "wall-clock speedups over the standard token verification algorithm of 5%-8%"
     assert ("Its paper reports 5% to 8% faster decoding than token-wise verification, by the clock, across its own"

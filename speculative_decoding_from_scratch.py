@@ -1466,8 +1466,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
     return (f"Later terms run above eq. 1's, too little to make up the first's shortfall. The text is kept drafts"
-            f" and final tokens. '{d}' is {starts.text[hi]:.3f} of the text but {starts.start[hi]:.3f} of final"
-            f" tokens, so over {starts.text[hi]:.3f} of kept drafts. Draft"
+            f" and final tokens. Final tokens hold less '{d}' than the text's {starts.text[hi]:.3f}, only"
+            f" {starts.start[hi]:.3f}, so kept drafts must hold more. Draft"
             f" 2 follows draft 1, a kept draft, so it follows '{d}' more often: it passes {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'

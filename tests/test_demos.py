@@ -496,7 +496,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
     assert ("Later terms run above eq. 1's, too little to make up the first's shortfall. The text is kept drafts and"
-            " final tokens. 'd' is 0.184 of the text but 0.089 of final tokens, so over 0.184 of kept drafts."
+            " final tokens. Final tokens hold less 'd' than the text's 0.184, only 0.089, so kept drafts must hold more."
             " Draft 2 follows draft 1, a kept draft, so it follows 'd' more often:"
             f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has passed, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
@@ -560,7 +560,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Later terms run above eq. 1's, too little to make up the first's shortfall. The text is"
-                            " kept drafts and final tokens. 'd' is 0.184 of the text but 0.089 of final tokens") and \
+                            " kept drafts and final tokens. Final tokens hold less 'd' than the text's 0.184, only"
+                            " 0.089") and \
         later.endswith("it passes 0.496 / 0.681 = 0.73 once draft 1 has passed, above alpha.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)

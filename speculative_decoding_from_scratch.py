@@ -3593,7 +3593,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
                " x_i. At i = 0, where w_0 = 1, it is demo 1's rejection chance, the sum of max(0, p - q). Step 5"
                " draws from what it sums.",
-               "Each position i becomes a cut point, where the block may end, on a coin flip of its own. The last,"
+               "Each position i, from 1 to k, becomes a cut point, where the block may end, on a coin flip of its"
+               " own. The last,"
                " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
                " (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0: step 5"
                " would have nothing to draw from.",
@@ -3601,7 +3602,7 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
                "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
-               " cut point, i = 0 and w_0 = 1.")
+               " cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's residual.")
 
 
 def say_block_rule():

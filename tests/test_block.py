@@ -264,6 +264,9 @@ def test_chapter14_names_the_summed_token_apart_from_the_drafts(in_process):
     text = " ".join(in_process[1][in_process[1].index("Chapter 14."):].split())
     assert ("2. Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
             " x_i. At i = 0, where w_0 = 1, it is demo 1's rejection chance, the sum of max(0, p - q).") in text
+    assert "3. Each position i, from 1 to k, becomes a cut point" in text
+    assert ("If no position is a cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's"
+            " residual.") in text
     # by hand, on demo 1's row: 1 - sum min(p, q) = 0.441, the rejection chance, is Z_0
     p, q = sd.TARGET[0], sd.MIDDLING[0]
     assert np.maximum(1.0 * p - q, 0).sum() == pytest.approx(1 - np.minimum(p, q).sum())

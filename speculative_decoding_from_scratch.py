@@ -4811,7 +4811,8 @@ def demo19_tuning(**how):
         f" until it falls more than {tol:.1%} below the best: smaller gains are not worth a switch. That {tol:.1%}"
         f" is its margin. It stops at B = {max_batch}, where the target, the {c19.roomiest}"
         f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
-            f"; beside big, B = {shape.big_fit} fills it" if shape.big_fit < max_batch else "") + "."
+            f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""
+        ) + "."
         " The plan, with the positions each sequence's check scores:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),

@@ -149,7 +149,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
     assert (f"It stops at B = {fit19}, where the target, the small draft and every sequence's KV cache fill the"
-            " H100's 80 GB; beside big, B = 192 fills it.") in " ".join(
+            " H100's 80 GB; with big as the drafter, memory fills at B = 192.") in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -409,7 +409,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
         "It stops at B = 241, where the target, the small draft and every sequence's KV cache fill the H100's 80 GB;"
-        f" beside big, B = {big_fit} fills it."
+        f" with big as the drafter, memory fills at B = {big_fit}."
         " The plan, with the positions each sequence's check"
         " scores:") in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run

@@ -6166,17 +6166,18 @@ def demo27_rates(**how):
             " alpha assumes (demo 3). That token is a redraw unless all k drafts passed, and a redraw is never a"
             f" token the draft over-proposes. Small over-proposes {d} after"
             f" {and_list([repr(name(c)) for c in s.overs], 'or')}. Redraws end {s.redrawn.sum():.0%} of its rounds"
-            f" of {k_max}, and {s1.redrawn.sum():.0%} of its rounds of 1. So only {s.start[s.short]:.0%} of its"
-            f" rounds of {k_max} start after {d}, though {d} is {s.text[s.short]:.0%} of the text; at k = 1,"
-            f" {s1.start[s.short]:.0%}. Its drafts pass most often after {d}, {s.beta[s.short]:.3f} of the time. So"
-            f" its position 1 passes {r.rates[1][0]:.3f} in rounds of {k_max} and {r.at_1[1]:.3f} in rounds of 1:"
+            f" at k = {k_max}, and {s1.redrawn.sum():.0%} at k = 1. So only {s.start[s.short]:.0%} of its rounds at"
+            f" k = {k_max} start after {d}, though {d} is {s.text[s.short]:.0%} of the text; at k = 1,"
+            f" {s1.start[s.short]:.0%} do. Its drafts pass most often after {d}, {s.beta[s.short]:.3f} of the time. So"
+            f" its position 1 passes {r.rates[1][0]:.3f} at k = {k_max} and {r.at_1[1]:.3f} at k = 1:"
             f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
     check, untolerant = chapter19_search(c19)
     print()
     say("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
         " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
         " prices its chains from these rates. A search prices every chain exactly"
-        + (" (the tree still from its sampled rounds, as the plan does)" if any(d.tree for d in c19.measured) else "")
+        + (" (its tree of the small draft still from its sampled rounds, as the plan does)"
+           if any(d.tree for d in c19.measured) else "")
         + " and takes the best at each B. The plan's picks, priced as the search prices them, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates. As B grows, the plan keeps its current"

@@ -259,7 +259,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         in text27
     assert ("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
             " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
-            " chain exactly (the tree still from its sampled rounds, as the plan does) and takes the best at each B."
+            " chain exactly (its tree of the small draft still from its sampled rounds, as the plan does) and takes the"
+            " best at each B."
             f" The plan's picks, priced as the search prices them, fall at most {check.worst:.2%} below the search's"
             " speedup at any B. Most of that is the plan's 0.5% margin, not the rates. As B grows, the plan keeps its"
             " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). A plan from"
@@ -269,7 +270,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
     sampled = [d.tree for d in result.c19.measured]
     assert any(sampled) and sorted(map(str, (d.tree for d in truth))) == sorted(map(str, sampled))
-    assert "(the tree still from its sampled rounds, as the plan does)" in text27
+    assert "(its tree of the small draft still from its sampled rounds, as the plan does)" in text27
 
     assert "Chapter 19's plan prices every k from rates counted at k = 8" in text27
     assert "cost nothing" not in text27 and "search's" not in detail19
@@ -683,10 +684,10 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     assert ("Why? A round starts after the last round's final token, not at a random point of the target's text as"
             " alpha assumes (demo 3). That token is a redraw unless all k drafts passed, and a redraw is never a token"
             " the draft over-proposes. Small over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
-            f" {redrawn[0]:.0%} of its rounds of 8, and {redrawn[1]:.0%} of its rounds of 1. So only {start[d]:.0%} of"
-            f" its rounds of 8 start after 'd', though 'd' is {text_share[d]:.0%} of the text; at k = 1,"
-            f" {start1[d]:.0%}. Its drafts pass most often after 'd', {beta[d]:.3f} of the time. So its position 1"
-            f" passes {first[1]:.3f} in rounds of 8 and {start1 @ beta:.3f} in rounds of 1: rates counted at k = 8"
+            f" {redrawn[0]:.0%} of its rounds at k = 8, and {redrawn[1]:.0%} at k = 1. So only {start[d]:.0%} of its"
+            f" rounds at k = 8 start after 'd', though 'd' is {text_share[d]:.0%} of the text; at k = 1,"
+            f" {start1[d]:.0%} do. Its drafts pass most often after 'd', {beta[d]:.3f} of the time. So its position 1"
+            f" passes {first[1]:.3f} at k = 8 and {start1 @ beta:.3f} at k = 1: rates counted at k = 8"
             " price k = 1 low. The option --detail gives each token's figures.") in text and start1 @ beta > first[1]
     assert "Position 1's rates at k = 8" not in text
     # by hand: the share of rounds a redraw ends is 1 minus the chance all k drafts pass from a round's start, each

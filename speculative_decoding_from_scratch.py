@@ -3968,7 +3968,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
     shipped = [r for r in rows[1:] if r[7] is not None]
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
-        more = all(r[7] > block_kept for r in shipped)
+        more = keep_more_than_block(rows, k)
         print()
         say("On average, exactly, the shipped paths keep "
             + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
@@ -3985,14 +3985,21 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
     return caught
 
 
+def keep_more_than_block(rows, k):
+    """Whether block verification is exact in rows (rows[0]) and every shipped
+    path there keeps more drafts per round than it, exactly."""
+    shipped = [r for r in rows[1:] if r[7] is not None]
+    return bool(shipped) and rows[0][5] == "the target" and all(
+        r[7] > exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1 for r in shipped)
+
+
 def why_shipped_keep_more(rows, k):
     """Chapter 15's detail on why the shipped paths keep more drafts than the
     block: step 3's product of uniforms, and how often each keeps all k; said
     only while the block is exact and both shipped paths keep more."""
-    shipped = [r for r in rows[1:] if r[7] is not None]
-    if not shipped or rows[0][5] != "the target" or not all(
-            r[7] > exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1 for r in shipped):
+    if not keep_more_than_block(rows, k):
         return ""
+    shipped = [r for r in rows[1:] if r[7] is not None]
     # P(u_1 ... u_k <= r) = r (1 + L + L^2 / 2! + ... + L^(k-1) / (k-1)!), L = -ln r, at r = 1/2
     below = 0.5 * sum(math.log(2) ** j / math.factorial(j) for j in range(k))
     full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,

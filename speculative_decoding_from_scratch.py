@@ -3592,7 +3592,7 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
                " x_i. At i = 0, where w_0 = 1, it is demo 1's rejection chance, the sum of max(0, p - q). Step 5"
-               " draws from what it sums.",
+               " below draws from what it sums.",
                "Each position i, from 1 to k, becomes a cut point, where the block may end, on a coin flip of its"
                " own. The last,"
                " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
@@ -3628,8 +3628,8 @@ def demo14_block_gain():
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    say(f"One round of {k} drafts emits at most {n} tokens. Block verification's first {n} tokens here, its whole"
-        f" first round and perhaps more, are {'' if tv < ROUNDING else 'NOT '}the target's: exact TV {exact_text(tv)}.",
+    say(f"Block verification's first {n} tokens here are {'' if tv < ROUNDING else 'NOT '}the target's: exact TV"
+        f" {exact_text(tv)}. A round of {k} drafts emits at most {n} tokens, so they cover the whole first round.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
@@ -3754,7 +3754,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         " Z_1 = 0 and position 1 is never a cut point: the block"
         f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
         f" against token-wise checking's {aa[5]:.2f}."
-        + (" The pairs that start with 'b' tie: there w_1 = h_1 = 1." if change["b a"] == change["b b"] == 0
+        + (" The pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft"
+           " with chance w_2, as token-wise checking keeps it." if change["b a"] == change["b b"] == 0
            and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")
         if change["a a"] < 0 < change["a b"] and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
         and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",

@@ -3927,6 +3927,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     print()
     differences(SHIPPED_WORDS)
     print()
+    say("Their step 3 compares with a product of uniforms, which shrinks as i grows, so late positions pass easily.")
+    print()
     say(f"Each verifies the middling draft at k = {k}. Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and"
         f" a fit of {n_runs} runs' first two tokens:")
     print()
@@ -3981,8 +3983,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             " reject, and their output is not the target's." if more else "")
         if more:
             print()
-            say("Their step 3 compares with a product of uniforms, which shrinks as i grows, so late positions pass"
-                " easily. The option --detail says more.")
+            say("The option --detail says why they keep more.")
     return caught
 
 

@@ -5861,9 +5861,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " probabilities under the target and the draft: 1 minus their TV. (The TV is demo 1's sum of max(0, p - q),"
         " its rejection chance.)"
         " For one token, demo 1's rule keeps"
-        " exactly that much. And a count N's average is the sum over i of the chance that N >= i. So the drafts a"
-        " round keeps average the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds"
-        " each term.")
+        " exactly that much. And a count N's average is the sum over i of the chance that N >= i. So on average a"
+        " round keeps the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds each"
+        " term.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
@@ -5894,8 +5894,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " random point of the target's own text.",
         "Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at"
         f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block. The block's gain there,"
-        f" {block_chained / chained - 1:+.1%}, is more than from a random start, at most"
-        f" {max(g[4] for g in gains):+.1%} below."
+        f" {block_chained / chained - 1:+.1%}, is more than its gain from a random start, at most"
+        f" {max(g[4] for g in gains):+.1%} in the table below."
         if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2]
         and block_chained / chained - 1 > max(g[4] for g in gains) else "",
         f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and this table's token-wise figure: from a random start draft 1"

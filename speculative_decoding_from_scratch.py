@@ -6185,7 +6185,7 @@ def demo27_rates(**how):
     say("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
         " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
         " prices its chains from these rates. A search prices every chain exactly"
-        + (" (its tree of the small draft still from its sampled rounds, as the plan does)"
+        + (f" (the small draft's tree still priced from {c19.n_rounds:,} sampled rounds, as in the plan)"
            if any(d.tree for d in c19.measured) else "")
         + " and takes the best at each B. The plan's picks, priced as the search prices them, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +

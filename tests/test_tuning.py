@@ -259,8 +259,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         in text27
     assert ("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
             " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
-            " chain exactly (its tree of the small draft still from its sampled rounds, as the plan does) and takes the"
-            " best at each B."
+            " chain exactly (the small draft's tree still priced from 2,000 sampled rounds, as in the plan) and takes"
+            " the best at each B."
             f" The plan's picks, priced as the search prices them, fall at most {check.worst:.2%} below the search's"
             " speedup at any B. Most of that is the plan's 0.5% margin, not the rates. As B grows, the plan keeps its"
             " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). A plan from"
@@ -270,7 +270,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
     sampled = [d.tree for d in result.c19.measured]
     assert any(sampled) and sorted(map(str, (d.tree for d in truth))) == sorted(map(str, sampled))
-    assert "(its tree of the small draft still from its sampled rounds, as the plan does)" in text27
+    assert "(the small draft's tree still priced from 2,000 sampled rounds, as in the plan)" in text27
 
     assert "Chapter 19's plan prices every k from rates counted at k = 8" in text27
     assert "cost nothing" not in text27 and "search's" not in detail19

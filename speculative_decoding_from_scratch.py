@@ -2314,8 +2314,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
         + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."),
         "Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
-        " rejected token. A token is rejected only where q > p, so the residual there is 0, and the repeat always"
-        " fails." if repeats else "")
+        " rejected token. After x is rejected, p becomes the residual, which is 0 at x: x could be rejected only"
+        " if q(x) > p(x). So a sibling that repeats x always fails." if repeats else "")
     return rows, not off, wider
 
 
@@ -3750,10 +3750,11 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
         f"That is {ab[6] - ab[5]:.2g} draft more; weighted by the pair's chance under q, {ninths(ab[1])}, it gains"
         f" {ninths(change['a b'])} of a draft a round. The block gives back {ninths(-change['a a'])} on 'a' then 'a'"
-        f" (chance {ninths(aa[1])}). There w_1 p = {row(owed)} over (a, b) is nowhere above q = {row(Q2[1])}, so"
+        f" (chance {ninths(aa[1])}). There w_1 = {fraction(w1)}, so w_1 p = {row(owed)} over (a, b) is nowhere above"
+        f" q = {row(Q2[1])}, so"
         " Z_1 = 0 and position 1 is never a cut point: the block"
         f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
-        f" against token-wise checking's {aa[5]:.2f}."
+        f" against token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}."
         + (" The pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft"
            " with chance w_2, as token-wise checking keeps it." if change["b a"] == change["b b"] == 0
            and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")

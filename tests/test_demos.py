@@ -794,8 +794,8 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
     assert ("Depth: draft steps. Nodes: the number of drafts. One target pass scores every node and the text's last"
             " token, whose p judges the first level.") in " ".join(text.split())
     said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
-            " rejected token. A token is rejected only where q > p, so the residual there is 0, and the repeat always"
-            " fails.")
+            " rejected token. After x is rejected, p becomes the residual, which is 0 at x: x could be rejected only if"
+            " q(x) > p(x). So a sibling that repeats x always fails.")
     assert said in " ".join(text.split())
     sd.bugged("no_resample").demo8_depth_and_width(50)  # the residual is p: the reason no longer holds
     assert said not in " ".join(capsys.readouterr().out.split())
@@ -1020,9 +1020,10 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
             " both. That is 1 draft more; weighted by the pair's chance under q, 2/9, it gains 2/9 of a draft a round."
-            " The block gives back 1/9 on 'a' then 'a' (chance 4/9). There w_1 p = (0.17, 0.33) over (a, b) is nowhere"
-            " above q = (0.67, 0.33), so Z_1 = 0 and position 1 is never a cut point: the block keeps both drafts with"
-            " chance w_2 = 1/4, else none. That is 0.50 drafts on average, against token-wise checking's 0.75. The"
+            " The block gives back 1/9 on 'a' then 'a' (chance 4/9). There w_1 = 1/2, so w_1 p = (0.17, 0.33) over"
+            " (a, b) is nowhere above q = (0.67, 0.33), so Z_1 = 0 and position 1 is never a cut point: the block keeps"
+            " both drafts with chance w_2 = 1/4, else none. That is 0.50 drafts on average, against token-wise"
+            " checking's 1/2 + 1/4 = 0.75. The"
             " pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft with"
             " chance w_2, as token-wise checking keeps it. The option --detail shows every pair of drafts, and why the"
             " output stays exact.") in flat(text)

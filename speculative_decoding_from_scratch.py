@@ -5857,7 +5857,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " are all kept, the output's first i tokens are those drafts. The drafts and the output can both be a given"
         " text x_1..x_i with"
         " chance at most the smaller of"
-        " its probabilities under q and p."
+        " its probabilities under q and p, each a product along the text."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
         " probabilities under the target and the draft: 1 minus their TV. (The TV is demo 1's sum of max(0, p - q),"
         " its rejection chance.)"
@@ -5890,20 +5890,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
     chained, eq1 = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(alpha, k)  # the lesson's two
     block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
-    caption = " ".join(p for p in (
-        "The middling draft, in tokens per round (the drafts kept, plus one), exactly, for a round that starts at a"
-        " random point of the target's own text.",
-        "Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at"
-        f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block. The block's gain there,"
-        f" {block_chained / chained - 1:+.1%}, is more than its gain from a random start, at most"
-        f" {max(g[4] for g in gains):+.1%} in the table below."
-        if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2]
-        and block_chained / chained - 1 > max(g[4] for g in gains) else "",
-        f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and this table's token-wise figure: from a random start draft 1"
-        " passes with chance alpha, but drafts 1 to i all pass more often than alpha^i."
-        if chained < eq1 < gains[-1][1] - 5e-4 and gains[0][0] == 1 and abs(gains[0][1] - 1 - alpha) < 1e-9
-        else "") if p)
-    say(caption[:-1] + ":")  # the last sentence introduces the table
+    say("The middling draft, in tokens per round (the drafts kept, plus one), exactly, for a round that starts at a"
+        " random point of the target's own text:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)
@@ -5919,6 +5907,19 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above it.",
         "Its paper reports 5% to 8% faster decoding than token-wise verification, by the clock, across its own"
         " tasks, models and datasets.")
+    k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
+    chained, eq1 = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(alpha, k)  # the lesson's two
+    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
+    print()
+    say("Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at"
+        f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block. The block's gain there,"
+        f" {block_chained / chained - 1:+.1%}, is more than its gain from a random start."
+        if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2]
+        and block_chained / chained - 1 > max(g[4] for g in gains) else "",
+        f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and the table's token-wise {gains[-1][1]:.4f}: from a random"
+        " start draft 1 passes with chance alpha, but drafts 1 to i all pass more often than alpha^i."
+        if chained < eq1 < gains[-1][1] - 5e-4 and gains[0][0] == 1 and abs(gains[0][1] - 1 - alpha) < 1e-9
+        else "")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",

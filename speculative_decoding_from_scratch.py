@@ -3748,7 +3748,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        f"That is {ab[6] - ab[5]:.2g} draft more; weighted by the pair's chance under q, {ninths(ab[1])}, it gains"
+        f"Token-wise checking keeps {ab[5]:.2g} draft there on average, the block {ab[6]:.2g}. Weighted by the pair's"
+        f" chance under q, {ninths(ab[1])}, the block gains"
         f" {ninths(change['a b'])} of a draft a round. The block gives back {ninths(-change['a a'])} on 'a' then 'a'"
         f" (chance {ninths(aa[1])}). There w_1 = {fraction(w1)}, so w_1 p = {row(owed)} over (a, b) is nowhere above"
         f" q = {row(Q2[1])}, so"

@@ -1019,7 +1019,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
-            " both. That is 1 draft more; weighted by the pair's chance under q, 2/9, it gains 2/9 of a draft a round."
+            " both. Token-wise checking keeps 1 draft there on average, the block 2. Weighted by the pair's chance under"
+            " q, 2/9, the block gains 2/9 of a draft a round."
             " The block gives back 1/9 on 'a' then 'a' (chance 4/9). There w_1 = 1/2, so w_1 p = (0.17, 0.33) over"
             " (a, b) is nowhere above q = (0.67, 0.33), so Z_1 = 0 and position 1 is never a cut point: the block keeps"
             " both drafts with chance w_2 = 1/4, else none. That is 0.50 drafts on average, against token-wise"

@@ -5861,8 +5861,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " chance at most the smaller of"
         " its probabilities under q and p, each a product along the text."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
-        " probabilities under the target and the draft: 1 minus the TV of their i-token texts. For one token, that TV"
-        " is demo 1's rejection chance, the sum of max(0, p - q), and demo 1's rule keeps exactly 1 minus it. And a count N's average is the sum over i of the chance that N >= i. So on average a"
+        " probabilities under the target and the draft. That sum is 1 minus the TV of the two i-token distributions."
+        " For one token, that TV is demo 1's rejection chance, the sum of max(0, p - q), and demo 1's rule keeps"
+        " exactly 1 minus it. And a count N's average is the sum over i of the chance that N >= i. So on average a"
         " round keeps the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds each"
         " term.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
@@ -5890,8 +5891,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
     chained, eq1 = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(alpha, k)  # the lesson's two
     block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
-    say("The middling draft, in tokens per round (the drafts kept, plus one), exactly, for a round that starts at a"
-        " random point of the target's own text, not where the last round ended as in demo 3 (see below):")
+    say("Here a round starts at a random point of the target's own text, not where the last round ended as in demo 3"
+        " (see below). The middling draft, in tokens per round (the drafts kept, plus one), exactly:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)

@@ -1100,9 +1100,9 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert result.terms == pytest.approx([2 / 3, 6 / 9]) and ("The ideal, a bound, not a verifier, is 6/9 (i = 1) + 6/9"
                                                               " (i = 2): verifier exact token-wise 1.1111 10/9 block"
                                                               " 1.2222 11/9 ideal (bound) 1.3333 12/9") in flat(text)
-    assert ("the sum, over the texts x_1..x_i, of the smaller of their probabilities under the target and the draft: 1"
-            " minus the TV of their i-token texts. For one token, that TV is demo 1's rejection chance, the sum of max(0,"
-            " p - q), and demo 1's rule keeps exactly 1 minus it.") in flat(text)
+    assert ("the sum, over the texts x_1..x_i, of the smaller of their probabilities under the target and the draft."
+            " That sum is 1 minus the TV of the two i-token distributions. For one token, that TV is demo 1's rejection"
+            " chance, the sum of max(0, p - q), and demo 1's rule keeps exactly 1 minus it.") in flat(text)
     p, q = sd.TARGET[0], sd.MIDDLING[0]  # the TV is demo 1's sum of max(0, p - q), and 1 minus sum min(p, q)
     assert sd.tv_distance(p, q) == pytest.approx(np.maximum(p - q, 0).sum()) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
@@ -1146,8 +1146,9 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert chained_block / chained - 1 > result.gains[-1][4]
     eq1 = sd.expected_tokens(sd.pair_alpha(P, Q), 4)
     assert chained < eq1 < result.gains[-1][1] and max(g[4] for g in result.gains) < chained_block / chained - 1
-    assert ("for a round that starts at a random point of the target's own text, not where the last round ended as in"
-            " demo 3 (see below): k token-wise") in flat(text)
+    assert ("Here a round starts at a random point of the target's own text, not where the last round ended as in demo 3"
+            " (see below). The middling draft, in tokens per round (the drafts kept, plus one), exactly: k token-wise"
+            ) in flat(text)
     assert ("Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at k ="
             f" 4 are lower: {chained:.3f} token-wise and {chained_block:.3f} block. The block's gain there,"
             f" {chained_block / chained - 1:+.1%}, is more than its gain from a random start. Eq. 1's {eq1:.2f} sits"

@@ -3628,8 +3628,8 @@ def demo14_block_gain():
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    say(f"Block verification's first {n} tokens here are {'' if tv < ROUNDING else 'NOT '}the target's: exact TV"
-        f" {exact_text(tv)}. A round of {k} drafts emits at most {n} tokens, so they cover the whole first round.",
+    say(f"Block verification's first {n} tokens here, the most one round of {k} drafts can emit, are"
+        f" {'' if tv < ROUNDING else 'NOT '}the target's: exact TV {exact_text(tv)}.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",

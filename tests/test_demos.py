@@ -1068,8 +1068,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert ("Block verification's first 3 tokens here are the target's: exact TV < 1e-9. A round of 2 drafts emits at"
-            " most 3 tokens, so they cover the whole first round.") in flat(text)
+    assert ("Block verification's first 3 tokens here, the most one round of 2 drafts can emit, are the target's: exact"
+            " TV < 1e-9.") in flat(text)
     assert ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
             " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
             " draws one token:") in text
@@ -1083,7 +1083,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     with contextlib.redirect_stdout(out):
         bad.demo14_block_gain()
     said = flat(out.getvalue())
-    assert "Block verification's first 3 tokens here are NOT the target's" in said
+    assert "Block verification's first 3 tokens here, the most one round of 2 drafts can emit, are NOT the" in said
     assert "Takeaway withheld" in said and "the block's output is the target's" in said
 
 

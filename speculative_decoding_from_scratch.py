@@ -3748,14 +3748,16 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        f"Token-wise checking keeps {ab[5]:.2g} draft there on average, the block {ab[6]:.2g}. Weighted by the pair's"
-        f" chance under q, {ninths(ab[1])}, the block gains"
-        f" {ninths(change['a b'])} of a draft a round. The block gives back {ninths(-change['a a'])} on 'a' then 'a'"
-        f" (chance {ninths(aa[1])}). There w_1 = {fraction(w1)}, so w_1 p = {row(owed)} over (a, b) is nowhere above"
+        f"Token-wise checking keeps {ab[5]:.2g} draft there on average, the block {ab[6]:.2g}:"
+        f" {ab[6] - ab[5]:.2g} more, times the pair's chance under q, {ninths(ab[1])}, is a gain of"
+        f" {ninths(change['a b'])} of a draft a round."
+        " The block gives back some on 'a' then 'a'."
+        f" There w_1 = {fraction(w1)}, so w_1 p = {row(owed)} over (a, b) is nowhere above"
         f" q = {row(Q2[1])}, so"
         " Z_1 = 0 and position 1 is never a cut point: the block"
         f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
-        f" against token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}."
+        f" against token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}: {aa[5] - aa[6]:.2f}"
+        f" fewer, times the pair's chance, {ninths(aa[1])}, is {ninths(-change['a a'])}."
         + (" The pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft"
            " with chance w_2, as token-wise checking keeps it." if change["b a"] == change["b b"] == 0
            and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")

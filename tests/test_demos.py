@@ -1019,15 +1019,14 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
-            " both. Token-wise checking keeps 1 draft there on average, the block 2. Weighted by the pair's chance under"
-            " q, 2/9, the block gains 2/9 of a draft a round."
-            " The block gives back 1/9 on 'a' then 'a' (chance 4/9). There w_1 = 1/2, so w_1 p = (0.17, 0.33) over"
-            " (a, b) is nowhere above q = (0.67, 0.33), so Z_1 = 0 and position 1 is never a cut point: the block keeps"
-            " both drafts with chance w_2 = 1/4, else none. That is 0.50 drafts on average, against token-wise"
-            " checking's 1/2 + 1/4 = 0.75. The"
-            " pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft with"
-            " chance w_2, as token-wise checking keeps it. The option --detail shows every pair of drafts, and why the"
-            " output stays exact.") in flat(text)
+            " both. Token-wise checking keeps 1 draft there on average, the block 2: 1 more, times the pair's chance"
+            " under q, 2/9, is a gain of 2/9 of a draft a round. The block gives back some on 'a' then 'a'. There w_1 ="
+            " 1/2, so w_1 p = (0.17, 0.33) over (a, b) is nowhere above q = (0.67, 0.33), so Z_1 = 0 and position 1 is"
+            " never a cut point: the block keeps both drafts with chance w_2 = 1/4, else none. That is 0.50 drafts on"
+            " average, against token-wise checking's 1/2 + 1/4 = 0.75: 0.25 fewer, times the pair's chance, 4/9, is"
+            " 1/9. The pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft"
+            " with chance w_2, as token-wise checking keeps it. The option --detail shows every pair of drafts, and"
+            " why the output stays exact.") in flat(text)
     # the tie by hand: after 'b', w_2 = min(1, 1 * p/q), the chance token-wise checking keeps the second draft
     for r in result.pairs[2:]:
         assert r[4] == pytest.approx(sd.accept_prob(P2[1], Q2[1], "ab".index(r[0][2])))

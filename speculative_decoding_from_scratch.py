@@ -3932,7 +3932,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     differences(SHIPPED_WORDS)
     print()
     say("Their step 3 compares the weight with a product of uniforms, which shrinks as i grows. The block's last coin"
-        " compares w_k with one uniform.")
+        " compares w_k with one uniform. A product of uniforms falls below a weight more often than one uniform"
+        " does.")
     print()
     say(f"Each verifies the middling draft at k = {k}. Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and"
         f" a fit of {n_runs} runs' first two tokens:")

@@ -5859,10 +5859,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " highest chance that any lossless verifier could keep drafts 1 to i, and it adds these up.")
     print()
     say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. If drafts 1 to i"
-        " are all kept, the output's first i tokens are those drafts. The drafts and the output can both be a given"
-        " text x_1..x_i with"
-        " chance at most the smaller of"
-        " its probabilities under q and p, each a product along the text."
+        " are all kept, the output's first i tokens are those drafts. The chance that the drafts are a given text"
+        " x_1..x_i and the output starts with it too is at most q(x_1..x_i), the drafts' chance, and at most"
+        " p(x_1..x_i), the output's. Each is a product along the text."
         " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
         " probabilities under the target and the draft. That sum is 1 minus the TV of the two i-token distributions."
         " For one token, that TV is demo 1's rejection chance, the sum of max(0, p - q), and demo 1's rule keeps"

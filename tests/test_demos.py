@@ -1173,8 +1173,9 @@ def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):
     # the ideal, by hand: 1 - TV of one token (|1/3 - 2/3| = 1/3) plus 1 - TV of two (1/9 + 2/9 + 2/9 + 1/9 = 6/9, half)
     result, text = demo["24"]
     assert result.terms == pytest.approx([6 / 9, 6 / 9]) and result.ideal == pytest.approx(12 / 9)
-    assert ("The drafts and the output can both be a given text x_1..x_i with chance at most the smaller of its"
-            " probabilities under q and p, each a product along the text.") in flat(text)
+    assert ("The chance that the drafts are a given text x_1..x_i and the output starts with it too is at most"
+            " q(x_1..x_i), the drafts' chance, and at most p(x_1..x_i), the output's. Each is a product along the text."
+            ) in flat(text)
     assert ("And a count N's average is the sum over i of the chance that N >= i. So on average a round keeps the sum"
             " over i of the chance that drafts 1 to i are all kept, and the ideal bounds each term.") in flat(text)
 

@@ -3740,6 +3740,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
     pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
+    fractions = lambda v: "(" + ", ".join(fraction(x) for x in v) + ")"  # noqa: E731
     first_a = exact_block_first_tokens(P2, Q2, 0, 1, 2)[0]  # the block's first token, exactly
     kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
     said = (
@@ -3752,8 +3753,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         f" {ab[6] - ab[5]:.2g} more, times the pair's chance under q, {ninths(ab[1])}, is a gain of"
         f" {ninths(change['a b'])} of a draft a round."
         " The block gives back some on 'a' then 'a'."
-        f" There w_1 = {fraction(w1)}, so w_1 p = {row(owed)} over (a, b) is nowhere above"
-        f" q = {row(Q2[1])}, so"
+        f" There w_1 = {fraction(w1)}, so w_1 p = {fractions(owed)} over (a, b) is nowhere above"
+        f" q = {fractions(Q2[1])}, so"
         " Z_1 = 0 and position 1 is never a cut point: the block"
         f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
         f" against token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}: {aa[5] - aa[6]:.2f}"

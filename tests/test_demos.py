@@ -1022,7 +1022,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
             " both. Token-wise checking keeps 1 draft there on average, the block 2: 1 more, times the pair's chance"
             " under q, 2/9, is a gain of 2/9 of a draft a round. The block gives back some on 'a' then 'a'. There w_1 ="
-            " 1/2, so w_1 p = (0.17, 0.33) over (a, b) is nowhere above q = (0.67, 0.33), so Z_1 = 0 and position 1 is"
+            " 1/2, so w_1 p = (1/6, 1/3) over (a, b) is nowhere above q = (2/3, 1/3), so Z_1 = 0 and position 1 is"
             " never a cut point: the block keeps both drafts with chance w_2 = 1/4, else none. That is 0.50 drafts on"
             " average, against token-wise checking's 1/2 + 1/4 = 0.75: 0.25 fewer, times the pair's chance, 4/9, is"
             " 1/9. The pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft"

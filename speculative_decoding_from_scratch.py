@@ -3975,7 +3975,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
     caught, words = caught_words(rows, "shipped paths")
     print()
     say(rule_verdict(rows), words)
-    shipped = [r for r in rows[1:] if r[7] is not None]
+    shipped = shipped_rows(rows)
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
         more = keep_more_than_block(rows, k)
@@ -3994,10 +3994,15 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
     return caught
 
 
+def shipped_rows(rows):
+    """Chapter 15's rows of shipped paths that ran: those with drafts kept per round (r[7])."""
+    return [r for r in rows[1:] if r[7] is not None]
+
+
 def keep_more_than_block(rows, k):
     """Whether block verification is exact in rows (rows[0]) and every shipped
     path there keeps more drafts per round than it, exactly."""
-    shipped = [r for r in rows[1:] if r[7] is not None]
+    shipped = shipped_rows(rows)
     return bool(shipped) and rows[0][5] == "the target" and all(
         r[7] > exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1 for r in shipped)
 
@@ -4008,7 +4013,7 @@ def why_shipped_keep_more(rows, k):
     only while the block is exact and both shipped paths keep more."""
     if not keep_more_than_block(rows, k):
         return ""
-    shipped = [r for r in rows[1:] if r[7] is not None]
+    shipped = shipped_rows(rows)
     # P(u_1 ... u_k <= r) = r (1 + L + L^2 / 2! + ... + L^(k-1) / (k-1)!), L = -ln r, at r = 1/2
     below = 0.5 * sum(math.log(2) ** j / math.factorial(j) for j in range(k))
     full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
@@ -4834,7 +4839,8 @@ def demo19_tuning(**how):
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
            ("speedup", 13, ">")],
           [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])
-    for paragraph in demo19_shape(shape, n_ctx, max_batch)[:2]:
+    said = demo19_shape(shape, n_ctx, max_batch)  # the first two are the chapter's, the third the detail's
+    for paragraph in said[:2]:
         if paragraph:
             print()
             say(paragraph)
@@ -4845,7 +4851,7 @@ def demo19_tuning(**how):
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
-    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape)
+    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said)
 
 
 def chapter19_search(c19):
@@ -4957,13 +4963,13 @@ def demo19_shape(s, n_ctx, max_batch):
 def demo19_detail(result):
     """Chapter 19 in detail: how the tree is checked, how big's c rises toward
     its KV cache's share, and where each planned check reaches the ridge."""
-    s, n_ctx, max_batch = result.shape, result.c19.n_ctx, result.c19.max_batch
+    s, max_batch = result.shape, result.c19.max_batch
     paragraphs = [
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
         " else the walk goes on under the kept one.",
-        (demo19_shape(s, n_ctx, max_batch)[2] +
+        (result.said[2] +
          f" A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",

@@ -3642,7 +3642,8 @@ def demo14_block_gain():
     pairs = demo14_pairs(P2, Q2)
     gains = demo14_why(P2, Q2, pairs, gap, parts=True)[:2]
     if gains[0]:
-        say(*gains, "The option --detail shows every pair of drafts, and why the output stays exact.")
+        say(*gains, "The option --detail shows every pair of drafts, why 'a' then 'a' loses, and why the output"
+            " stays exact.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3661,9 +3662,10 @@ def demo14_detail(result, n_rounds=500):
            ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], result.pairs, groups=[("drafts kept", 5, 6)])
     why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[2:]  # the first two, the gain, are the chapter's
-    if any(why):
-        print()
-        say(*why)
+    for paragraph in (why[:1], why[1:]):  # why 'a' then 'a' loses; why the output stays exact
+        if any(paragraph):
+            print()
+            say(*paragraph)
     rows = example_kept(result.example, n_rounds)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
@@ -3734,7 +3736,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
     'b' and loses on 'a', 'a', and how the two leave its first token p's,
     each said only while its numbers bear it out, and the net, only while it
-    is the first table's gap. With parts, the four as a list ("" where withheld)."""
+    is the first table's gap. With parts, the five as a list ("" where withheld)."""
     change = {r[0]: r[-1] for r in pairs}
     aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
@@ -3752,16 +3754,17 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         f"Token-wise checking keeps {ab[5]:.2g} draft there on average, the block {ab[6]:.2g}:"
         f" {ab[6] - ab[5]:.2g} more, times the pair's chance under q, {ninths(ab[1])}, is a gain of"
         f" {ninths(change['a b'])} of a draft a round."
-        " The block gives back some on 'a' then 'a'."
-        f" There w_1 = {fraction(w1)}, so w_1 p = {fractions(owed)} over (a, b) is nowhere above"
-        f" q = {fractions(Q2[1])}, so"
-        " Z_1 = 0 and position 1 is never a cut point: the block"
-        f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
-        f" against token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}: {aa[5] - aa[6]:.2f}"
-        f" fewer, times the pair's chance, {ninths(aa[1])}, is {ninths(-change['a a'])}."
+        + (f" The block gives back {ninths(-change['a a'])} on 'a' then 'a', where it keeps both drafts or none."
+           if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12 else "")
         + (" The pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft"
            " with chance w_2, as token-wise checking keeps it." if change["b a"] == change["b b"] == 0
            and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")
+        if change["a b"] > 0 else "",
+        f"Why 'a' then 'a' loses: there w_1 = {fraction(w1)}, so w_1 p = {fractions(owed)} over (a, b) is nowhere"
+        f" above q = {fractions(Q2[1])}. So Z_1 = 0 and position 1 is never a cut point: the block"
+        f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
+        f" against token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}: {aa[5] - aa[6]:.2f}"
+        f" fewer, times the pair's chance, {ninths(aa[1])}, is {ninths(-change['a a'])}."
         if change["a a"] < 0 < change["a b"] and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
         and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
         f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"

@@ -5900,9 +5900,6 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
-    k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
-    chained, eq1 = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(alpha, k)  # the lesson's two
-    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
     say("Here a round starts at a random point of the target's own text, not where the last round ended as in demo 3"
         " (see below). The middling draft, in tokens per round (the drafts kept, plus one), exactly:")
     print()

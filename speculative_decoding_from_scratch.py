@@ -5865,19 +5865,16 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " whose output is the target's) that keeps some drafts and then draws one token. Could a verifier keep"
         " more?")
     print()
-    say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it takes the"
-        " highest chance that any lossless verifier could keep drafts 1 to i, and it adds these up.")
+    say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it bounds the"
+        " chance that drafts 1 to i are all kept, and it adds these bounds up.")
     print()
-    say("Why it is a ceiling: drafts 1 to i come from q, and the output's first i tokens from p. If drafts 1 to i"
-        " are all kept, the output's first i tokens are those drafts. The chance that the drafts are a given text"
-        " x_1..x_i and the output starts with it too is at most q(x_1..x_i), the drafts' chance, and at most"
-        " p(x_1..x_i), the output's. Each is a product along the text."
-        " So drafts 1 to i are all kept with chance at most the sum, over the texts x_1..x_i, of the smaller of their"
-        " probabilities under the target and the draft. That sum is 1 minus the TV of the two i-token distributions."
-        " For one token, that TV is demo 1's rejection chance, the sum of max(0, p - q), and demo 1's rule keeps"
-        " exactly 1 minus it. And a count N's average is the sum over i of the chance that N >= i. So on average a"
-        " round keeps the sum over i of the chance that drafts 1 to i are all kept, and the ideal bounds each"
-        " term.")
+    say("Why it is a ceiling: if drafts 1 to i are all kept, the output's first i tokens are those drafts. The drafts"
+        " come from q and the output from p. So the chance that both are a given text x_1..x_i is at most the smaller"
+        " of q(x_1..x_i) and p(x_1..x_i), each a product along the text. Summed over the texts, that bounds the chance"
+        " that drafts 1 to i are all kept. The sum is 1 minus the TV of the two i-token distributions. For i = 1 it"
+        " is 1 minus demo 1's rejection chance. A round's count N of kept drafts"
+        " averages the sum over i of the chance that N >= i, that drafts 1 to i are all kept. So the ideal caps the"
+        " average.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
@@ -5922,12 +5919,12 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
     print()
     say("Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at"
-        f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block. The block's gain there,"
-        f" {block_chained / chained - 1:+.1%}, is more than its gain from a random start."
+        f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block, a gain of"
+        f" {block_chained / chained - 1:+.1%}, more than from a random start."
         if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2]
         and block_chained / chained - 1 > max(g[4] for g in gains) else "",
-        f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and the table's token-wise {gains[-1][1]:.4f}: from a random"
-        " start draft 1 passes with chance alpha, but drafts 1 to i all pass more often than alpha^i."
+        f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and the table's {gains[-1][1]:.4f}: it takes drafts 1 to i to"
+        " all pass with chance alpha^i, but from a random start they pass more often."
         if chained < eq1 < gains[-1][1] - 5e-4 and gains[0][0] == 1 and abs(gains[0][1] - 1 - alpha) < 1e-9
         else "")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"

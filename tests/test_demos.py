@@ -1024,7 +1024,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " under q, 2/9, is a gain of 2/9 of a draft a round. The block gives back 1/9 on 'a' then 'a', where it"
             " keeps both drafts or none. The pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept,"
             " and the second draft with chance w_2, as token-wise checking keeps it. The option --detail shows every"
-            " pair of drafts, why 'a' then 'a' loses, and why the output stays exact.") in flat(text)
+            " pair of drafts, why 'a' then 'a' loses and why the output stays exact.") in flat(text)
     assert ("Why 'a' then 'a' loses: there w_1 = 1/2, so w_1 p = (1/6, 1/3) over (a, b) is nowhere above q = (2/3,"
             " 1/3). So Z_1 = 0 and position 1 is never a cut point: the block keeps both drafts with chance w_2 = 1/4,"
             " else none. That is 0.50 drafts on average, against token-wise checking's 1/2 + 1/4 = 0.75: 0.25 fewer,"
@@ -1064,6 +1064,16 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert cumulative.exact_block_first_tokens(P2, Q2, 0, 1, 2)[0] == pytest.approx(4 / 9 * (1 - 3 / 4 * 1 / 2) + 2 / 9)
     assert "first token is 'a'" not in cumulative.demo14_why(P2, Q2, cumulative.demo14_pairs(P2, Q2), net)
     assert "first token is 'a'" in sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net)
+
+
+def test_chapter14_points_to_an_exactness_its_detail_no_longer_shows_only_while_it_holds(capsys):
+    # residual() edited to return p: the block's redraw after 'a', 'a' can be 'a', its first token is no longer p's,
+    # and the detail withholds why the output stays exact; so the chapter's pointer to it goes too
+    bad = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
+    bad.demo14_block_gain()
+    said = flat(capsys.readouterr().out)
+    assert "The option --detail shows every pair of drafts and why 'a' then 'a' loses." in said
+    assert "stays exact" not in said and "Takeaway withheld" in said
 
 
 def test_chapter14_checks_its_own_example_exactly(demo):

@@ -3640,11 +3640,10 @@ def demo14_block_gain():
     print()
     say_block_rule()
     pairs = demo14_pairs(P2, Q2)
-    why = demo14_why(P2, Q2, pairs, gap, parts=True)  # the gain, here; why 'a' then 'a' loses and why the output
-    if why[0]:                                        # stays exact, in the detail, said there only where they hold
-        shows = ["every pair of drafts"] + ["why 'a' then 'a' loses"] * bool(why[2]) + [
-            "why the output stays exact"] * bool(why[3])
-        say(*why[:2], f"The option --detail shows {and_list(shows)}.")
+    why = demo14_why(P2, Q2, pairs, gap, parts=True)  # the gain, here; why the output stays exact, in the detail,
+    if why[0]:                                        # said there only where it holds
+        say(*why[:2], "The option --detail shows every pair of drafts" + (", and why the output stays exact."
+                                                                          if why[2] else "."))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3663,10 +3662,9 @@ def demo14_detail(result, n_rounds=500):
            ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], result.pairs, groups=[("drafts kept", 5, 6)])
     why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[2:]  # the first two, the gain, are the chapter's
-    for paragraph in (why[:1], why[1:]):  # why 'a' then 'a' loses; why the output stays exact
-        if any(paragraph):
-            print()
-            say(*paragraph)
+    if any(why):
+        print()
+        say(*why)
     rows = example_kept(result.example, n_rounds)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
@@ -3737,7 +3735,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
     'b' and loses on 'a', 'a', and how the two leave its first token p's,
     each said only while its numbers bear it out, and the net, only while it
-    is the first table's gap. With parts, the five as a list ("" where withheld)."""
+    is the first table's gap. With parts, the four as a list ("" where withheld)."""
     change = {r[0]: r[-1] for r in pairs}
     aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
@@ -3746,6 +3744,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     fractions = lambda v: "(" + ", ".join(fraction(x) for x in v) + ")"  # noqa: E731
     first_a = exact_block_first_tokens(P2, Q2, 0, 1, 2)[0]  # the block's first token, exactly
     kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
+    z_b = float(np.maximum(P2[1] - Q2[1], 0).sum())  # Z_1 after a first 'b', where w_1 = 1: demo 1's sum
     said = (
         f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the pair is"
         f" as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and the block"
@@ -3755,19 +3754,18 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         f"Token-wise checking keeps {ab[5]:.2g} draft there on average, the block {ab[6]:.2g}:"
         f" {ab[6] - ab[5]:.2g} more, times the pair's chance under q, {ninths(ab[1])}, is a gain of"
         f" {ninths(change['a b'])} of a draft a round."
-        + (f" The block gives back {ninths(-change['a a'])} on 'a' then 'a', where it keeps both drafts or none."
-           if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12 else "")
-        + (" The pairs that start with 'b' tie: there w_1 = h_1 = 1, so 'b' is always kept, and the second draft"
-           " with chance w_2, as token-wise checking keeps it." if change["b a"] == change["b b"] == 0
+        + (f" The block gives back {ninths(-change['a a'])} on 'a' then 'a'. There w_1 = {fraction(w1)}, and"
+           f" w_1 p = {fractions(owed)} is nowhere above q = {fractions(Q2[1])}, so Z_1 = 0 and h_1 = 0. So the block"
+           f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
+           f" token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}. That is"
+           f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
+           if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
+           and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "")
+        + (f" The pairs that start with 'b' tie: there w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. So 'b' is"
+           " always kept, and the second draft with chance w_2, as token-wise checking keeps it."
+           if change["b a"] == change["b b"] == 0 and z_b > 0
            and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")
         if change["a b"] > 0 else "",
-        f"Why 'a' then 'a' loses: there w_1 = {fraction(w1)}, so w_1 p = {fractions(owed)} over (a, b) is nowhere"
-        f" above q = {fractions(Q2[1])}. So Z_1 = 0 and position 1 is never a cut point: the block"
-        f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none. That is {aa[6]:.2f} drafts on average,"
-        f" against token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}: {aa[5] - aa[6]:.2f}"
-        f" fewer, times the pair's chance, {ninths(aa[1])}, is {ninths(-change['a a'])}."
-        if change["a a"] < 0 < change["a b"] and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
-        and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
         f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
         " always 'b'. The"
         " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"

@@ -3934,7 +3934,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     print()
     differences(SHIPPED_WORDS)
     print()
-    say("Their step 3 compares the weight with a product of uniforms, which shrinks as i grows. The block's last coin"
+    say("Both paths test position i against a product of i uniforms, which shrinks as i grows. The block's last coin"
         " compares w_k with one uniform. A product of uniforms falls below a weight more often than one uniform"
         " does.")
     print()
@@ -3987,7 +3987,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round starting after the last one's final"
             " token (demo 3).",
-            "No lossless verifier that keeps some drafts, then draws one token, keeps more on average than block"
+            "No lossless verifier (one whose output is the target's) that keeps some drafts, then draws one token,"
+            " keeps more on average than block"
             " verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")
         if more:

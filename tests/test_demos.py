@@ -932,7 +932,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
 
     assert min(full[1:]) > full[0] + 0.1
     # why they keep more: the detail's, and the chapter says where to find it
-    assert ("Their step 3 compares the weight with a product of uniforms, which shrinks as i grows. The block's last"
+    assert ("Both paths test position i against a product of i uniforms, which shrinks as i grows. The block's last"
             " coin compares w_k with one uniform. A product of uniforms falls below a weight more often than one uniform"
             " does.") in " ".join(text.split()) and "Why do" not in text
     assert "The option --detail says why they keep more." in " ".join(text.split())

@@ -1511,7 +1511,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
                     f"After {overs} the draft over-proposes '{d}', so the residual never redraws '{d}'"
                     " there.",
-                    f"So {starts.start[hi]:.3f} of rounds end on '{d}', though '{d}' is {starts.text[hi]:.3f} of"
+                    f"So {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is {starts.text[hi]:.3f} of"
                     " the text.",
                     f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token,"
                     f" seldom '{d}', so it passes"

@@ -475,7 +475,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd', so the residual"
-            f" never redraws 'd' there. 3. So {starts.start[3]:.3f} of rounds end on 'd', though 'd' is"
+            f" never redraws 'd' there. 3. So {starts.start[3]:.3f} of final tokens are 'd', though 'd' is"
             f" {starts.text[3]:.3f} of the text. 4. Drafts after 'd' pass most: {beta[3]:.3f}. A round's first draft"
             f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2"
@@ -500,7 +500,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             " Draft 2 follows draft 1, a kept draft, so it follows 'd' more often:"
             f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has passed, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
-    assert "So 0.089 of rounds end on 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
+    assert "So 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
     assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token

@@ -3934,10 +3934,6 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     print()
     differences(SHIPPED_WORDS)
     print()
-    say("Both paths test position i against a product of i uniforms, which shrinks as i grows. The block's last coin"
-        " compares w_k with one uniform. A product of uniforms falls below a weight more often than one uniform"
-        " does.")
-    print()
     say(f"Each verifies the middling draft at k = {k}. Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and"
         f" a fit of {n_runs} runs' first two tokens:")
     print()
@@ -3993,7 +3989,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             " reject, and their output is not the target's." if more else "")
         if more:
             print()
-            say("The option --detail says why they keep more.")
+            say("Why they keep more: both paths test position i against a product of i uniforms, which shrinks as i"
+                " grows. The block's last coin compares w_k with one uniform. A product of uniforms falls below a"
+                " weight more often than one uniform does. The option --detail gives the numbers.")
     return caught
 
 

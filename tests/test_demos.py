@@ -932,10 +932,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
 
     assert min(full[1:]) > full[0] + 0.1
     # why they keep more: the detail's, and the chapter says where to find it
-    assert ("Both paths test position i against a product of i uniforms, which shrinks as i grows. The block's last"
-            " coin compares w_k with one uniform. A product of uniforms falls below a weight more often than one uniform"
-            " does.") in " ".join(text.split()) and "Why do" not in text
-    assert "The option --detail says why they keep more." in " ".join(text.split())
+    assert ("reject, and their output is not the target's. Why they keep more: both paths test position i against a"
+            " product of i uniforms, which shrinks as i grows. The block's last coin compares w_k with one uniform. A"
+            " product of uniforms falls below a weight more often than one uniform does. The option --detail gives the"
+            " numbers.") in " ".join(text.split()) and "Why do" not in text
     assert ("Why do the shipped paths keep more? Step 5 only picks the token after the kept drafts; step 3 sets how"
             " many. In the block, all k drafts are kept when one uniform falls below w_k. As shipped, they are kept"
             " when a product of k uniforms falls below a weight: in PyTorch the product of capped ratios, in Triton w_k"

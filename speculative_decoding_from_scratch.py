@@ -1465,10 +1465,10 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
-    return (f"Later terms run above eq. 1's, too little to make up the first's shortfall. The text is kept drafts"
-            f" and final tokens. Final tokens hold less '{d}' than the text's {starts.text[hi]:.3f}, only"
-            f" {starts.start[hi]:.3f}, so kept drafts must hold more. Draft"
-            f" 2 follows draft 1, a kept draft, so it follows '{d}' more often: it passes {rates[1]:.3f} /"
+    return (f"Later terms run above eq. 1's, too little to make up the first's shortfall. Every output token is a"
+            f" kept draft or a final token. Final tokens hold less '{d}' than the output's {starts.text[hi]:.3f}, so"
+            f" kept drafts hold more. So draft 2, which follows kept draft 1, follows '{d}' more often: it passes"
+            f" {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
@@ -1512,7 +1512,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f"After {overs} the draft over-proposes '{d}', so the residual never redraws '{d}'"
                     " there.",
                     f"So {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is {starts.text[hi]:.3f} of"
-                    " the text.",
+                    " the output.",
                     f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token,"
                     f" seldom '{d}', so it passes"
                     f" {first:.3f},"

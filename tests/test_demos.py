@@ -476,7 +476,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd', so the residual"
             f" never redraws 'd' there. 3. So {starts.start[3]:.3f} of final tokens are 'd', though 'd' is"
-            f" {starts.text[3]:.3f} of the text. 4. Drafts after 'd' pass most: {beta[3]:.3f}. A round's first draft"
+            f" {starts.text[3]:.3f} of the output. 4. Drafts after 'd' pass most: {beta[3]:.3f}. A round's first draft"
             f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2"
             " i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {exact:.2f} eq. 1 "
@@ -495,9 +495,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert rates[i] / rates[i - 1] == pytest.approx(lands @ beta)
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
-    assert ("Later terms run above eq. 1's, too little to make up the first's shortfall. The text is kept drafts and"
-            " final tokens. Final tokens hold less 'd' than the text's 0.184, only 0.089, so kept drafts must hold more."
-            " Draft 2 follows draft 1, a kept draft, so it follows 'd' more often:"
+    assert ("Later terms run above eq. 1's, too little to make up the first's shortfall. Every output token is a kept"
+            " draft or a final token. Final tokens hold less 'd' than the output's 0.184, so kept drafts hold more. So"
+            " draft 2, which follows kept draft 1, follows 'd' more often:"
             f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has passed, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert "So 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
@@ -559,9 +559,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("Later terms run above eq. 1's, too little to make up the first's shortfall. The text is"
-                            " kept drafts and final tokens. Final tokens hold less 'd' than the text's 0.184, only"
-                            " 0.089") and \
+    assert later.startswith("Later terms run above eq. 1's, too little to make up the first's shortfall. Every"
+                            " output token is a kept draft or a final token. Final tokens hold less 'd' than the"
+                            " output's 0.184") and \
         later.endswith("it passes 0.496 / 0.681 = 0.73 once draft 1 has passed, above alpha.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)

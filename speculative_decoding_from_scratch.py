@@ -3628,8 +3628,8 @@ def demo14_block_gain():
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    say(f"Block verification's first {n} tokens here, the most one round of {k} drafts can emit, are"
-        f" {'' if tv < ROUNDING else 'NOT '}the target's: exact TV {exact_text(tv)}.",
+    say(f"Block verification's first {n} output tokens are {'' if tv < ROUNDING else 'NOT '}the target's: exact TV"
+        f" {exact_text(tv)}. One round of {k} drafts emits at most {n}; when it emits fewer, the next round goes on.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
@@ -5894,9 +5894,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
-    say("The ideal is no verifier: it ends no round for the next to start after. So here every round starts at a"
-        " random point of the target's own text, not where the last round ended as in demo 3. The middling draft, in"
-        " tokens per round (the drafts kept, plus one), exactly:")
+    say("The ideal is only a bound: it emits no tokens, so no round of its own ends for the next to start after. To"
+        " compare all three alike, each round in the table below starts after a token drawn by its share of the"
+        " target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus one), exactly:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)
@@ -5916,9 +5916,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     chained, eq1 = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(alpha, k)  # the lesson's two
     block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
     print()
-    say("Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at"
+    say("Demo 3 and chapter 14 start each round after the last one's final token, so their figures at"
         f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block, a gain of"
-        f" {block_chained / chained - 1:+.1%}, more than from a random start."
+        f" {block_chained / chained - 1:+.1%}, more than in the table."
         if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2]
         and block_chained / chained - 1 > max(g[4] for g in gains) else "",
         f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and the table's {gains[-1][1]:.4f}: it takes drafts 1 to i to"

@@ -1081,8 +1081,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert ("Block verification's first 3 tokens here, the most one round of 2 drafts can emit, are the target's: exact"
-            " TV < 1e-9.") in flat(text)
+    assert ("Block verification's first 3 output tokens are the target's: exact TV < 1e-9. One round of 2 drafts emits"
+            " at most 3; when it emits fewer, the next round goes on.") in flat(text)
     assert ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
             " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
             " draws one token:") in text
@@ -1096,7 +1096,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     with contextlib.redirect_stdout(out):
         bad.demo14_block_gain()
     said = flat(out.getvalue())
-    assert "Block verification's first 3 tokens here, the most one round of 2 drafts can emit, are NOT the" in said
+    assert "Block verification's first 3 output tokens are NOT the target's" in said
     assert "Takeaway withheld" in said and "the block's output is the target's" in said
 
 
@@ -1157,12 +1157,13 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert chained_block / chained - 1 > result.gains[-1][4]
     eq1 = sd.expected_tokens(sd.pair_alpha(P, Q), 4)
     assert chained < eq1 < result.gains[-1][1] and max(g[4] for g in result.gains) < chained_block / chained - 1
-    assert ("The ideal is no verifier: it ends no round for the next to start after. So here every round starts at a"
-            " random point of the target's own text, not where the last round ended as in demo 3. The middling draft, in"
-            " tokens per round (the drafts kept, plus one), exactly: k token-wise") in flat(text)
-    assert ("Demo 3 and chapter 14 start each round after the last one's final token instead, so their figures at k ="
+    assert ("The ideal is only a bound: it emits no tokens, so no round of its own ends for the next to start after. To"
+            " compare all three alike, each round in the table below starts after a token drawn by its share of the"
+            " target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus"
+            " one), exactly: k token-wise") in flat(text)
+    assert ("Demo 3 and chapter 14 start each round after the last one's final token, so their figures at k ="
             f" 4 are lower: {chained:.3f} token-wise and {chained_block:.3f} block, a gain of"
-            f" {chained_block / chained - 1:+.1%}, more than from a random start. Eq. 1's {eq1:.2f} sits"
+            f" {chained_block / chained - 1:+.1%}, more than in the table. Eq. 1's {eq1:.2f} sits"
             f" between {chained:.3f} and the table's {result.gains[-1][1]:.4f}: it takes drafts 1 to i to all pass"
             " with chance alpha^i, but, as in demo 3, a draft that follows a kept draft passes more often than"
             " alpha.") in flat(text)

@@ -3920,7 +3920,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
-               " k's coin lands heads with chance w_k, an earlier one's with a chance chapter 14 gives.",
+               " k's coin lands heads with chance w_k. An earlier one's lands heads with chance h_i = Z_i / (Z_i + 1"
+               " - w_i), or 0 if Z_i = 0, where Z_i sums step 5's max(0, w_i p - q) over the vocabulary. Both"
+               " chances are Sun et al.'s; take them as given.",
                "The block keeps x_1..x_i for i the largest cut point, even past failed coins. With no cut point, i ="
                " 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
@@ -4061,10 +4063,6 @@ def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     edits = [rows[0]] + exactness_rows([(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS],
                                        k, ctx, n, n_runs)
-    print()
-    say("In step 3, an earlier position i's coin lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i ="
-        " 0. Z_i sums max(0, w_i p - q) over the vocabulary, with p and q the rows after x_i. It is what the target"
-        " still wants at position i+1 that the draft does not offer. Both are Sun et al.'s (chapter 14).")
     print()
     say(f"{number_word(len(BLOCK_BUGS)).capitalize()} one-line edits of block verification, by the same checks:")
     print()

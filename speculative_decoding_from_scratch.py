@@ -5894,7 +5894,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     print()
     say("The ideal is only a bound: it emits no tokens, so no round of its own ends for the next to start after. To"
         " compare all three alike, each round in the table below starts after a token drawn by its share of the"
-        " target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus one), exactly:")
+        " target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus"
+        " one), exactly:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)

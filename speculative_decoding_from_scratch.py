@@ -3591,8 +3591,7 @@ BLOCK_RULE = ("How? By the steps below. Its paper proves they keep the target's 
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
                "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
-               " x_i. At i = 0, where w_0 = 1, it is demo 1's rejection chance, the sum of max(0, p - q). Step 5"
-               " below draws from what it sums.",
+               " x_i. Step 5 below draws from what it sums.",
                "Each position i, from 1 to k, becomes a cut point, where the block may end, on a coin flip of its"
                " own. The last,"
                " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"

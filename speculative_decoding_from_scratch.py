@@ -3639,10 +3639,12 @@ def demo14_block_gain():
     print()
     say_block_rule()
     pairs = demo14_pairs(P2, Q2)
-    why = demo14_why(P2, Q2, pairs, gap, parts=True)  # the gain, here; why the output stays exact, in the detail,
-    if why[0]:                                        # said there only where it holds
-        say(*why[:2], "The option --detail shows every pair of drafts" + (", and why the output stays exact."
-                                                                          if why[2] else "."))
+    why = demo14_why(P2, Q2, pairs, gap, parts=True)  # the gain and the give-back, here; why the output stays
+    if why[0]:                                        # exact, in the detail, said there only where it holds
+        say(*why[:2])
+        print()
+    say(why[2], "The option --detail shows every pair of drafts" + (", and why the output stays exact." if why[3]
+                                                                    else "."))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3660,7 +3662,7 @@ def demo14_detail(result, n_rounds=500):
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
            ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], result.pairs, groups=[("drafts kept", 5, 6)])
-    why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[2:]  # the first two, the gain, are the chapter's
+    why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[3:]  # the first three are the chapter's
     if any(why):
         print()
         say(*why)
@@ -3734,7 +3736,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     """Chapter 14's sentences on its pairs: why the block gains on 'a' then
     'b' and loses on 'a', 'a', and how the two leave its first token p's,
     each said only while its numbers bear it out, and the net, only while it
-    is the first table's gap. With parts, the four as a list ("" where withheld)."""
+    is the first table's gap. With parts, the five as a list ("" where withheld)."""
     change = {r[0]: r[-1] for r in pairs}
     aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
@@ -3752,8 +3754,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
         f"Token-wise checking keeps {ab[5]:.2g} draft there on average, the block {ab[6]:.2g}:"
         f" {ab[6] - ab[5]:.2g} more, times the pair's chance under q, {ninths(ab[1])}, is a gain of"
-        f" {ninths(change['a b'])} of a draft a round."
-        + (f" The block gives back {ninths(-change['a a'])} on 'a' then 'a'. There w_1 = {fraction(w1)}, and"
+        f" {ninths(change['a b'])} of a draft a round." if change["a b"] > 0 else "",
+        ((f"The block gives back {ninths(-change['a a'])} on 'a' then 'a'. There w_1 = {fraction(w1)}, and"
            f" w_1 p = {fractions(owed)} is nowhere above q = {fractions(Q2[1])}, so Z_1 = 0 and h_1 = 0. So the block"
            f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
            f" token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}. That is"
@@ -3763,7 +3765,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         + (f" The pairs that start with 'b' tie: there w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. So 'b' is"
            " always kept, and the second draft with chance w_2, as token-wise checking keeps it."
            if change["b a"] == change["b b"] == 0 and z_b > 0
-           and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")
+           and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")).strip()
         if change["a b"] > 0 else "",
         f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
         " always 'b'. The"

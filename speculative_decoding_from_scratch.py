@@ -1817,7 +1817,7 @@ def long_context_note(k, lengths, hw=H100, then="", why=True):
         return ""
     return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
-            f" {k + 1} positions for each sequence costs {worst:.2f} plain passes, as one does, at every batch"
+            f" {k + 1} positions for each sequence costs {worst:.2f} plain passes at every batch"
             f" that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB.{then}" + (
                 f" Demo 6's {alone} free positions were for one sequence. A server decodes B sequences at once, and"
                 " each adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B"
@@ -2871,8 +2871,9 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     n = len(costs)
     print()
     say(f"The per-position rates pick the true best k at {picks['--per-position']} of {n} costs, with no model.",
-        f"Through eq. 1 the mean acceptance length does at {picks['--mean-acceptance-length']} of {n}, the draft",
-        f"acceptance rate at {picks['--draft-acceptance-rate']} of {n}. Taken as alpha, the rate picks it at",
+        f"Through eq. 1 the mean acceptance length picks it at {picks['--mean-acceptance-length']} of {n}, and the",
+        f"draft acceptance rate, turned into the same alpha, at {picks['--draft-acceptance-rate']} of {n}. The rate",
+        "taken as alpha itself picks it at",
         f"{picks['the rate taken as alpha']} of {n}: it also counts the drafts after a round's first rejection,"
         " which the target never judged" + (f", so it reads low ({R:.3f} against {a_R:.3f})." if R < a_R else "."))
     takeaway("pick k from per-position rates or the mean acceptance length, never the draft acceptance"
@@ -4408,8 +4409,7 @@ def demo18_lossy(k=3, ctx=5, n=3):
             ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
                         " it with chance p(x); after a rejection, a token from p with x removed."),
             ("block", "lossless: block verification judges the k drafts together (chapter 14). On average it"
-                      " keeps at least as many drafts as the paper's rule and stays exact, as chapter 14 shows: demo"
-                      " 1's min(p, q) limits a draft judged alone, not a run judged whole."),
+                      " keeps at least as many drafts as the paper's rule and stays exact (chapter 14 shows how)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x"
                         " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
@@ -5802,8 +5802,8 @@ def demo23_engines(**how):
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
-            f"vLLM's rows run {main.name}'s best chain at each B, to within {c19.tol:.1%}, the margin by which chapter"
-            f" 19's plan lets a pick trail the best. So its {own[0]:.1%} is the"
+            f"At each B, vLLM's rows run a chain within {c19.tol:.1%} of {main.name}'s best: chapter 19's plan lets a"
+            f" pick trail the best by that much. So its {own[0]:.1%} is the"
             " price of the tree they cannot say"
             f" (k = {own[2]} at B = {own[1]:,}, where the plan runs the tree)." if tree_planned else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",

@@ -587,8 +587,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "TensorRT-LLM's keys are each range's last B." in flat_text and sorted(
         int(b) for b in json.loads(flat_text.split("draft_len_schedule: ")[1].split("}")[0] + "}")) == [
             hi for _, hi, o in c19.buckets if o.shape.startswith("k =")]
-    assert (f"vLLM's rows run small's best chain at each B, to within 0.5%, the margin by which chapter 19's plan"
-            f" lets a pick trail the best. So its {costs['vLLM'][0]:.1%} is the"
+    assert (f"At each B, vLLM's rows run a chain within 0.5% of small's best: chapter 19's plan lets a pick trail"
+            f" the best by that much. So its {costs['vLLM'][0]:.1%} is the"
             " price of the tree they cannot"
             f" say (k = {costs['vLLM'][2]} at B = {costs['vLLM'][1]}, where the plan runs the tree).") in flat_text
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs
@@ -774,7 +774,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                  " lookup is a string match and costs no draft pass (c = 0)" in text)
                 == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence costs"
-                " 1.00 plain passes, as one does, at every batch that fits in the H100 SXM's 80 GB." in text), \
+                " 1.00 plain passes at every batch that fits in the H100 SXM's 80 GB." in text), \
             chapter
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. At"
@@ -797,7 +797,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
     assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions for each sequence"
-            " costs 1.00 plain passes, as one does, at every batch that fits in the H100 SXM's 80 GB. At that length"
+            " costs 1.00 plain passes at every batch that fits in the H100 SXM's 80 GB. At that length"
             " each sequence's KV cache, the keys and values of its tokens, adds so many bytes"
             " that no batch that fits reaches the"
             " ridge. So a check costs what a plain step does, and a switch would have nothing to save.") in text

@@ -4140,7 +4140,7 @@ def demo16_heads(k=3, n_runs=400):
         "from the same state. The heads of multi-token prediction (MTP), as in DeepSeek-V3, guess",
         "in sequence: each reads the guess before it. Here the heads are perfect: head i is the",
         f"target's own i-step distribution, P^i (the target's table P, as a matrix, to the power i), and k = {k}."
-        " Perfect MTP heads are the target"
+        " Head 1 is P itself, the target's own next-token row. Perfect MTP heads are the target"
         " itself, so only Medusa's need a check: the first two tokens after 'f',"
         f" {n_runs:,} runs, by both checks.")
     rows = demo16_exactness(k, n_runs)

@@ -1283,6 +1283,9 @@ def test_chapter16_perfect_independent_heads_lose(demo):
     reached = result.heads.reached
     assert reached[0] == pytest.approx(1.0) and reached[1] < 1 and reached[2] < reached[1]
     assert "Medusa's heads lose, perfect as they are." in text
+    # head 1 is P itself: the target's own row, so the first draft always passes (the table's 1.000)
+    assert np.array_equal(sd.medusa_heads(sd.TARGET, 3)[0], sd.TARGET)
+    assert "Head 1 is P itself, the target's own next-token row." in " ".join(text.split())
     # the chances are weighted by the target's text, tokens per call by where rounds start: they differ, and it says so
     tokens = result.heads.tokens
     assert f"{tokens:.2f}" == "2.99" and f"{1 + sum(reached):.2f}" == "3.00"

@@ -2488,8 +2488,9 @@ def demo9_verifiers(k=3):
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
         f" {VOCAB} contexts each)" + (f", all in '{where[0]}'." if len(where) == 1 else ".") + (
             " It can win only where the target puts more on the draft's argmax x than the draft does, p(x) > q(x):"
-            " else probabilistic's sum min(p, q) is at least p(x)." + (
-                f" That holds in {liked} of the {VOCAB * len(pairs)}, so it is needed, not enough." if liked > wins
+            " else min(p(x), q(x)) = p(x), so probabilistic's sum min(p, q) is at least p(x)." + (
+                f" The condition p(x) > q(x) holds in {liked} of the {VOCAB * len(pairs)}, yet one-hot wins in only"
+                f" {wins}: it is needed, not enough." if liked > wins
                 else " That holds in just those cases.") if all(r[3] for r in reasons) and keeps_min
             else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x,"
             " which min(1, p/q) cannot do: the"

@@ -4811,10 +4811,10 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" That price is exact at k = {k_max}. A shorter k's rounds start after a different mix of tokens (demo 3),"
-            f" so its price reads below its exact tokens per call, by at most {max(low):.4f} (chapter"
-            " 27)." if vs_exact.at_k
-            and low and min(low) > 0 and vs_exact.bonus else  # rounds of 1 start elsewhere than rounds of k_max
+            f" That price is exact at k = {k_max}. A shorter k's rounds end on a bonus token more often, so more of"
+            f" them start after '{name(vs_exact.starts[0].short)}', where drafts pass most (demo 3). So its price"
+            f" reads below its exact tokens per call, by at most {max(low):.4f} (chapter 27)." if vs_exact.at_k
+            and low and min(low) > 0 and vs_exact.bonus and vs_exact.starts[0].most else  # rounds of 1: elsewhere
             " Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4846,8 +4846,12 @@ def demo19_tuning(**how):
             print()
             say(paragraph)
     if shape.falls:
+        crossed = crossed_checks(shape)  # each past demo 6's positions for one sequence: KV caches move the ridge
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
+            f"Each sequence's KV cache adds bytes, so the ridge comes later than demo 6's {shape.alone} positions"
+            " suggest." if crossed and shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)
+            else "",
             "The option --detail says where each check reaches the ridge.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
@@ -4983,15 +4987,18 @@ def demo19_detail(result):
 
 def demo19_crossings(s, max_batch):
     """Chapter 19's detail on where each planned check reaches the ridge."""
-    crossed = [(how, n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # given way after
+    crossed = crossed_checks(s)
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
-    later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # past demo 6's positions
     where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
                       + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
-    why = (f" Each sequence's KV cache adds bytes, so these come later than demo 6's {s.alone} positions"
-           " suggest; chapter 25 works them out." if later else " Chapter 25 works them out.")
     return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
-            f" {where}.{why}" if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
+            f" {where}. Chapter 25 works them out." if crossed and every else
+            "Chapter 25 shows where each check crosses the ridge.")
+
+
+def crossed_checks(s):
+    """Chapter 19's planned checks that reach the ridge before the plan drops them: (how, positions, B)."""
+    return [(how, n, b) for how, n, b, hi in s.checks if b is not None and b < hi]
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -1469,7 +1469,7 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             f" kept draft or a final token. Final tokens hold less '{d}' than the output's {starts.text[hi]:.3f}, so"
             f" kept drafts hold more. So draft 2, which follows kept draft 1, follows '{d}' more often: it passes"
             f" {rates[1]:.3f} /"
-            f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha."
+            f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
@@ -1511,8 +1511,8 @@ def why_eq1_is_off(P, Q, gaps):
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
                     f"After {overs} the draft over-proposes '{d}', so the residual never redraws '{d}'"
                     " there.",
-                    f"So {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is {starts.text[hi]:.3f} of"
-                    " the output.",
+                    f"Overall, {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
+                    f" {starts.text[hi]:.3f} of the output.",
                     f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token,"
                     f" seldom '{d}', so it passes"
                     f" {first:.3f},"

@@ -475,7 +475,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
             f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
             f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd', so the residual"
-            f" never redraws 'd' there. 3. So {starts.start[3]:.3f} of final tokens are 'd', though 'd' is"
+            f" never redraws 'd' there. 3. Overall, {starts.start[3]:.3f} of final tokens are 'd', though 'd' is"
             f" {starts.text[3]:.3f} of the output. 4. Drafts after 'd' pass most: {beta[3]:.3f}. A round's first draft"
             f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2"
@@ -499,8 +499,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             " draft or a final token. Final tokens hold less 'd' than the output's 0.184, so kept drafts hold more. So"
             " draft 2, which follows kept draft 1, follows 'd' more often:"
             f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
-            " draft 1 has passed, above alpha.") in flat and f"{starts.text[3]:.3f}" == "0.184"
-    assert "So 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
+            " draft 1 has passed, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
+    assert "Overall, 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
     assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
@@ -562,7 +562,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert later.startswith("Later terms run above eq. 1's, too little to make up the first's shortfall. Every"
                             " output token is a kept draft or a final token. Final tokens hold less 'd' than the"
                             " output's 0.184") and \
-        later.endswith("it passes 0.496 / 0.681 = 0.73 once draft 1 has passed, above alpha.")
+        later.endswith("it passes 0.496 / 0.681 = 0.73 once draft 1 has passed, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)

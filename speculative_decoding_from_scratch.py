@@ -3591,7 +3591,8 @@ BLOCK_RULE = ("How? By the steps below. Its paper proves they keep the target's 
               " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
               " draws one token:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
-               " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
+               " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
+               " text's last token).",
                "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
                " x_i. Step 5 below draws from what it sums.",
                "Each position i, from 1 to k, becomes a cut point, where the block may end, on a coin flip of its"

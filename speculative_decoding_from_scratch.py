@@ -3925,7 +3925,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
                " k's coin lands heads with chance w_k. An earlier one's lands heads with chance h_i = Z_i / (Z_i + 1"
-               " - w_i), or 0 if Z_i = 0, where Z_i sums step 5's max(0, w_i p - q) over the vocabulary. Both"
+               " - w_i), or 0 if Z_i = 0, where Z_i sums max(0, w_i p - q) over the vocabulary, with p and q the"
+               " rows after x_i. Both"
                " chances are Sun et al.'s; take them as given.",
                "The block keeps x_1..x_i for i the largest cut point, even past failed coins. With no cut point, i ="
                " 0 and it keeps none.",
@@ -3995,9 +3996,10 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
             " reject, and their output is not the target's." if more else "")
         if more:
             print()
-            say("Why they keep more: both paths test position i against a product of i uniforms, which shrinks as i"
-                " grows. The block's last coin compares w_k with one uniform. A product of uniforms falls below a"
-                " weight more often than one uniform does. The option --detail gives the numbers.")
+            say("Why they keep more, in part: the block keeps all k drafts when one uniform falls below w_k. Both"
+                " shipped paths keep them all when a product of k uniforms falls below a weight, and a product of"
+                " uniforms falls below a weight more often than one uniform does. The option --detail gives how"
+                " often each keeps all k.")
     return caught
 
 

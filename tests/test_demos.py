@@ -895,8 +895,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
             " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k. An"
-            " earlier one's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0, where Z_i sums step"
-            " 5's max(0, w_i p - q) over the vocabulary. Both chances are Sun et al.'s; take them as given. 4. The"
+            " earlier one's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0, where Z_i sums max(0,"
+            " w_i p - q) over the vocabulary, with p and q the rows after x_i. Both chances are Sun et al.'s; take them"
+            " as given. 4. The"
             " block keeps x_1..x_i for i the largest cut point,"
             " even past failed coins. With no cut point, i = 0 and it keeps none. 5. The next token comes from max(0,"
             " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
@@ -930,10 +931,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
 
     assert min(full[1:]) > full[0] + 0.1
     # why they keep more: the detail's, and the chapter says where to find it
-    assert ("reject, and their output is not the target's. Why they keep more: both paths test position i against a"
-            " product of i uniforms, which shrinks as i grows. The block's last coin compares w_k with one uniform. A"
-            " product of uniforms falls below a weight more often than one uniform does. The option --detail gives the"
-            " numbers.") in " ".join(text.split()) and "Why do" not in text
+    assert ("reject, and their output is not the target's. Why they keep more, in part: the block keeps all k drafts"
+            " when one uniform falls below w_k. Both shipped paths keep them all when a product of k uniforms falls"
+            " below a weight, and a product of uniforms falls below a weight more often than one uniform does. The"
+            " option --detail gives how often each keeps all k.") in " ".join(text.split()) and "Why do" not in text
     assert ("Why do the shipped paths keep more? Step 5 only picks the token after the kept drafts; step 3 sets how"
             " many. In the block, all k drafts are kept when one uniform falls below w_k. As shipped, they are kept"
             " when a product of k uniforms falls below a weight: in PyTorch the product of capped ratios, in Triton w_k"

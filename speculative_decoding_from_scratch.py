@@ -5905,8 +5905,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
     say("The ideal is only a bound: it emits no tokens, so no round of its own ends for the next to start after. To"
-        " compare all three alike, each round in the table below starts after a token drawn by its share of the"
-        " target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus"
+        " compare all three alike, each round in the table below starts after a token drawn as often as it appears"
+        " in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus"
         " one), exactly:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
@@ -5926,16 +5926,17 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
     chained, eq1 = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(alpha, k)  # the lesson's two
     block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
+    first = exact_per_position(TARGET, MIDDLING, k)[0]  # draft 1's pass chance in demo 3's chained rounds
     print()
     say("Demo 3 and chapter 14 start each round after the last one's final token, so their figures at"
         f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block, a gain of"
         f" {block_chained / chained - 1:+.1%}, more than in the table."
         if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2]
         and block_chained / chained - 1 > max(g[4] for g in gains) else "",
-        f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and the table's {gains[-1][1]:.4f}: it takes drafts 1 to i to"
-        " all pass with chance alpha^i, but, as in demo 3, a draft that follows a kept draft passes more often than"
-        " alpha."
-        if chained < eq1 < gains[-1][1] - 5e-4 and [g[0] for g in gains[:2]] == [1, 2]
+        f"Eq. 1's {eq1:.2f} sits between {chained:.3f} and the table's {gains[-1][1]:.4f}. In the table draft 1"
+        " passes with chance alpha exactly, and, as in demo 3, a draft that follows a kept draft passes more often,"
+        f" so the table runs above eq. 1. In demo 3 draft 1 passes only {first:.3f}, so demo 3 runs below it."
+        if chained < eq1 < gains[-1][1] - 5e-4 and [g[0] for g in gains[:2]] == [1, 2] and first < alpha
         and abs(gains[0][1] - 1 - alpha) < 1e-9 and (gains[1][1] - gains[0][1]) / alpha > alpha else "")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"

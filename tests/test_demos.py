@@ -1156,15 +1156,16 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     eq1 = sd.expected_tokens(sd.pair_alpha(P, Q), 4)
     assert chained < eq1 < result.gains[-1][1] and max(g[4] for g in result.gains) < chained_block / chained - 1
     assert ("The ideal is only a bound: it emits no tokens, so no round of its own ends for the next to start after. To"
-            " compare all three alike, each round in the table below starts after a token drawn by its share of the"
-            " target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus"
-            " one), exactly: k token-wise") in flat(text)
+            " compare all three alike, each round in the table below starts after a token drawn as often as it appears"
+            " in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept,"
+            " plus one), exactly: k token-wise") in flat(text)
     assert ("Demo 3 and chapter 14 start each round after the last one's final token, so their figures at k ="
             f" 4 are lower: {chained:.3f} token-wise and {chained_block:.3f} block, a gain of"
             f" {chained_block / chained - 1:+.1%}, more than in the table. Eq. 1's {eq1:.2f} sits"
-            f" between {chained:.3f} and the table's {result.gains[-1][1]:.4f}: it takes drafts 1 to i to all pass"
-            " with chance alpha^i, but, as in demo 3, a draft that follows a kept draft passes more often than"
-            " alpha.") in flat(text)
+            f" between {chained:.3f} and the table's {result.gains[-1][1]:.4f}. In the table draft 1 passes with chance"
+            " alpha exactly, and, as in demo 3, a draft that follows a kept draft passes more often, so the table runs"
+            f" above eq. 1. In demo 3 draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f}, so demo 3 runs below"
+            " it.") in flat(text)
     # by hand, from a random start: draft 2 passes pi M M 1 / (pi M 1) once draft 1 has passed, above alpha = pi M 1
     M = np.minimum(P, Q)
     assert (pi @ M @ M.sum(axis=1)) / (pi @ M.sum(axis=1)) > sd.pair_alpha(P, Q) + 0.01

@@ -1387,7 +1387,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
         rows.append((label, alpha, m.per_call, m.se, expected_tokens(alpha, k), exact,
                      fits(m.per_call, m.se, exact), speedup(m.per_call, k, c)))
     say(f"Drafts from perfect (blend 1) to unrelated (blend 0), k = {k}, {n_rounds:,} rounds each. The paper's",
-        "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one token,",
+        "eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k: every round adds one final token,",
         "redrawn or bonus, and draft i counts if drafts 1 to i pass. It assumes each passes with chance",
         f"alpha. A round costs one target call plus k draft calls at c each: the speedup at c = {c:g} is measured"
         f" tokens per call / (1 + k c). Agrees: within {FIT_Z} standard errors (+-) of exact.")

@@ -4243,8 +4243,8 @@ APEX_BUGS = {
 
 APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "after a rejection redraws y, draws the token after y from the row p at y's own"
-                          " position, not the target's row after y",
+              "next row": "after a rejection redraws y, draws the token after y from the row y itself came"
+                          " from, not the target's row after y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 

@@ -1310,6 +1310,9 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())
     for bug in sd.APEX_BUGS:  # each departure in words
         assert f"{bug} {sd.APEX_WORDS[bug]}" in " ".join(text.split())
+    # 'the row y itself came from': y is drawn from p_rows[kept]'s residual, and the bug carries p_rows[kept] over
+    assert "out.append(sample_from(residual(p_rows[kept], q_rows[kept]), rng.random()))" in inspect.getsource(
+        sd.apex_generate) and sd.APEX_BUGS["next row"][0][2] == "row = p_rows[kept]"
 
 
 def test_demo12_the_wide_pass_the_texts_and_the_ties(demo):

@@ -1210,6 +1210,20 @@ def test_chapter24_says_when_a_verifier_keeps_more_than_the_ideal(capsys):
     assert "NOT within the ideal" in said and "Takeaway withheld" in said
 
 
+def test_chapter24_gives_the_blocks_worst_loss_when_it_loses(capsys):
+    # accept_prob's ratio squared: the block keeps fewer than token-wise checking at k = 2 to 4 (by hand below), so
+    # the sentence gives the worst loss, not the best gain, and no blank paragraph stands where the chained ones were
+    bad = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))",
+                      "return min(1.0, float(p[x] / q[x]) ** 2)"),))
+    gains = [bad.kept_from_text(sd.TARGET, sd.MIDDLING, k) for k in (1, 2, 3, 4)]
+    worst = min(bl / tw - 1 for tw, bl, _ in gains)
+    assert worst < -0.04
+    bad.demo24_ideal()
+    said = capsys.readouterr().out
+    assert f"Block verification LOSES tokens at some k: {worst:+.1%} at worst." in flat(said)
+    assert "at most here" not in said and "\n\n\n" not in said
+
+
 def test_demo10_routes_and_their_sentences(demo):
     result, text = demo["10"]
     assert result.picks == {"--per-position": 3, "--mean-acceptance-length": 3, "--draft-acceptance-rate": 3,

@@ -3945,7 +3945,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         f" a fit of {n_runs} runs' first two tokens:")
     print()
     exactness_table(rows)
-    caught = demo15_verdicts(rows, k, ctx, n)
+    caught = demo15_verdicts(rows, k, ctx, n, {label: m for label, m, _, _ in cases[1:]})
     takeaway("a block verifier's output can be checked exactly, and a shipped one can fail that check.",
              {"block verification emits the target": rows[0][5] == "the target",
               "both shipped paths are caught": caught})
@@ -3974,25 +3974,27 @@ def rule_verdict(rows):
             f"Block verification, as you have it, {VERDICT_WORDS.get(rows[0][5], rows[0][6])}.")
 
 
-def demo15_verdicts(rows, k, ctx=5, n=3):
+def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
     """Chapter 15's sentences, from its table: is each shipped path caught, and
-    does it keep more drafts than block verification can?"""
+    does it keep more drafts than block verification can, from every start
+    token too (each shipped path's module in modules, by its label)?"""
     caught, words = caught_words(rows, "shipped paths")
     print()
     say(rule_verdict(rows), words)
     shipped = shipped_rows(rows)
     if shipped and rows[0][5] == "the target":
         block_kept = exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1
-        more = keep_more_than_block(rows, k)
+        more = keep_more_than_block(rows, k) and modules is not None and all(
+            more_from_every_start(modules[r[0]], k) for r in shipped)
         print()
         say("On average, exactly, the shipped paths keep "
             + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round starting after the last one's final"
             " token (demo 3).",
-            "No lossless verifier (one whose output is the target's) that keeps some drafts, then draws one token,"
-            " keeps more on average than block"
-            " verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
+            "They keep more than the block from every start token too. From a given start, no lossless verifier (one"
+            " whose output is the target's) that keeps some drafts, then draws one token, keeps more on average than"
+            " block verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")
         if more:
             print()
@@ -4006,6 +4008,13 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
 def shipped_rows(rows):
     """Chapter 15's rows of shipped paths that ran: those with drafts kept per round (r[7])."""
     return [r for r in rows[1:] if r[7] is not None]
+
+
+def more_from_every_start(m, k):
+    """Whether m's shipped path keeps more drafts on average than block verification after every start token."""
+    kept = lambda ends: sum(p * len(drafts) for drafts, _, p in ends)  # noqa: E731
+    return all(kept(m.shipped_block_outcomes(TARGET, MIDDLING, d, k)) > kept(block_round_outcomes(
+        TARGET, MIDDLING, d, k)) for d in range(VOCAB))
 
 
 def keep_more_than_block(rows, k):

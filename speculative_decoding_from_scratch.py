@@ -3630,8 +3630,9 @@ def demo14_block_gain():
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    say(f"Block verification's first {n} output tokens are {'' if tv < ROUNDING else 'NOT '}the target's: exact TV"
-        f" {exact_text(tv)}. One round of {k} drafts emits at most {n}; when it emits fewer, the next round goes on.",
+    say(f"Block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact TV of its first"
+        f" {n} tokens, as many as one round of {k} drafts can emit, is {exact_text(tv)}. Where a round emits fewer,"
+        " they run into the next round.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",

@@ -1102,8 +1102,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert ("Block verification's first 3 output tokens are the target's: exact TV < 1e-9. One round of 2 drafts emits"
-            " at most 3; when it emits fewer, the next round goes on.") in flat(text)
+    assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
+            " 2 drafts can emit, is < 1e-9. Where a round emits fewer, they run into the next round.") in flat(text)
     assert ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
             " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
             " draws one token:") in text
@@ -1117,7 +1117,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     with contextlib.redirect_stdout(out):
         bad.demo14_block_gain()
     said = flat(out.getvalue())
-    assert "Block verification's first 3 output tokens are NOT the target's" in said
+    assert "Block verification's output is NOT the target's: the exact TV of its first 3 tokens" in said
     assert "Takeaway withheld" in said and "the block's output is the target's" in said
 
 

@@ -3888,13 +3888,21 @@ BLOCK_WORDS = {"tokenwise_residual": "step 5: the next token from the token-wise
                                      " max(0, w_i p - q)",
                "cumulative": "step 3: a position i < k is a cut point with chance w_i, not h_i"}
 
-SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of its coins: position i (k too) is a cut point if"
-                                         " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i,"
-                                         " uniforms drawn one per position. Step 5: the token-wise residual, max(0,"
-                                         " p - q), in place of max(0, w_i p - q)",
+
+def two_weights(r1, r2):
+    """For ratios p/q of r1 then r2: PyTorch's product of capped ratios, and w_2."""
+    return min(1, r1) * min(1, r2), min(1, min(1, r1) * r2)
+
+
+EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
+SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of all its coins: one uniform u_j per position, and"
+                                         " position i (k too) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
+                                         " p(x_i)/q(x_i)) >= u_1 * ... * u_i. Step 5: the token-wise residual,"
+                                         " max(0, p - q), in place of max(0, w_i p - q)",
                  "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product. (w_i caps"
                                         " the running product at 1; PyTorch caps each ratio, so its product is"
-                                        " never above w_i.)"}
+                                        " never above w_i. Ratios {:g} then {:g}: PyTorch's product is {:g}, w_2 is"
+                                        " {:g}.)".format(*EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS))}
 
 
 def shipped_parts(D, ctx, n, k):

@@ -968,7 +968,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             assert shipped <= w + 1e-12
             below |= shipped < w - 1e-6
     assert below and ("(w_i caps the running product at 1; PyTorch caps each ratio, so its product is never above"
-                      " w_i.)") in " ".join(text.split())
+                      " w_i. Ratios 0.5 then 2: PyTorch's product is 0.5, w_2 is 1.)") in " ".join(text.split())
+    # the example through the stages: ratio 0.5 then 2 on a draft x = 0 whose q is 1/2
+    pq = [(np.array([r / 2, 1 - r / 2]), np.array([0.5, 0.5])) for r in sd.EXAMPLE_RATIOS]
+    assert sd.shipped_weight(sd.shipped_weight(1.0, *pq[0], 0), *pq[1], 0) == 0.5
+    assert sd.accept_prob(sd.accept_prob(*pq[0], 0) * pq[1][0], pq[1][1], 0) == 1
     # 'in Triton w_k itself': its running weight is the block's min(1, w p/q), draft by draft
     rng = np.random.default_rng(1)
     for _ in range(50):

@@ -1188,7 +1188,7 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
             " plus one), exactly: k token-wise") in flat(text)
     assert ("Demo 3 and chapter 14 start each round after the last one's final token, so their figures at k ="
             f" 4 are lower: {chained:.3f} token-wise and {chained_block:.3f} block, a gain of"
-            f" {chained_block / chained - 1:+.1%}, more than in the table. Eq. 1's {eq1:.2f} sits"
+            f" {chained_block / chained - 1:+.1%}. Eq. 1's {eq1:.2f} sits"
             f" between {chained:.3f} and the table's {result.gains[-1][1]:.4f}. In the table draft 1 passes with chance"
             " alpha exactly, and, as in demo 3, a draft that follows a kept draft passes more often, so the table runs"
             f" above eq. 1. In demo 3 draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f}, so demo 3 runs below"

@@ -3595,9 +3595,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " text's last token).",
                "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
                " x_i. Step 5 below draws from what it sums.",
-               "Each position i, from 1 to k, becomes a cut point, where the block may end, on a coin flip of its"
-               " own. The last,"
-               " position k, is a cut point with chance w_k. An earlier position i is one with chance h_i = Z_i /"
+               "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
+               " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i /"
                " (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0: step 5"
                " would have nothing to draw from.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
@@ -3631,8 +3630,8 @@ def demo14_block_gain():
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
     say(f"Block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact TV of its first"
-        f" {n} tokens, as many as one round of {k} drafts can emit, is {exact_text(tv)}. Where a round emits fewer,"
-        " they run into the next round.",
+        f" {n} tokens, as many as one round of {k} drafts can emit, is {exact_text(tv)}. If a round emits fewer"
+        f" than {n}, the rest come from the next round.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",

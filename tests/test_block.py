@@ -264,7 +264,7 @@ def test_chapter14_names_the_summed_token_apart_from_the_drafts(in_process):
     text = " ".join(in_process[1][in_process[1].index("Chapter 14."):].split())
     assert ("2. Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
             " x_i. Step 5 below draws from what it sums.") in text
-    assert "3. Each position i, from 1 to k, becomes a cut point" in text
+    assert "3. Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point" in text
     assert ("If no position is a cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's"
             " residual.") in text
     # by hand, on demo 1's row: with w_0 = 1, step 5's max(0, p - q) is demo 1's residual, and its sum, Z_0, is

@@ -1107,7 +1107,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
-            " 2 drafts can emit, is < 1e-9. Where a round emits fewer, they run into the next round.") in flat(text)
+            " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
+        text)
     assert ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
             " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
             " draws one token:") in text

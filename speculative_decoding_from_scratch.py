@@ -3933,7 +3933,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
                " k's coin lands heads with chance w_k. An earlier one's lands heads with chance h_i = Z_i / (Z_i + 1"
-               " - w_i), or 0 if Z_i = 0, where Z_i sums max(0, w_i p - q) over the vocabulary, with p and q the"
+               " - w_i), or 0 if Z_i = 0 (step 5 would have nothing to draw from), where Z_i sums max(0, w_i p - q)"
+               " over the vocabulary, with p and q the"
                " rows after x_i. Both"
                " chances are Sun et al.'s; take them as given.",
                "The block keeps x_1..x_i for i the largest cut point, even past failed coins. With no cut point, i ="
@@ -4000,7 +4001,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round starting after the last one's final"
             " token (demo 3).",
-            "They keep more than the block from every start token too. From a given start, no lossless verifier (one"
+            "The averages weight start tokens differently, so compare start by start: from every start token, they"
+            " keep more than the block. From a given start, no lossless verifier (one"
             " whose output is the target's) that keeps some drafts, then draws one token, keeps more on average than"
             " block verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
             " reject, and their output is not the target's." if more else "")

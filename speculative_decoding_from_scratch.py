@@ -5917,8 +5917,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
-        f"Block verification keeps {ninths(rows[1][1])}, so no verifier that keeps some drafts and then draws one"
-        " token reaches the ideal here. Whether a verifier of another kind could, this chapter does not test."
+        f"Block verification keeps {ninths(rows[1][1])}, and it is proven best of the verifiers that keep some drafts"
+        " and then draw one token, so none of them reaches the ideal here. Whether a verifier of another kind could,"
+        " this chapter does not test."
         if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]

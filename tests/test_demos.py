@@ -1146,7 +1146,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     p, q = sd.TARGET[0], sd.MIDDLING[0]  # the TV is demo 1's sum of max(0, p - q), and 1 minus sum min(p, q)
     assert sd.tv_distance(p, q) == pytest.approx(np.maximum(p - q, 0).sum()) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
-    assert ("Block verification keeps 11/9, so no verifier that keeps some drafts and then draws one token reaches the"
+    assert ("Block verification keeps 11/9, and it is proven best of the verifiers that keep some drafts and then draw"
+            " one token, so none of them reaches the"
             " ideal here. Whether a verifier of another kind could, this chapter does not test.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
             " can save an earlier one that the lesson's rule would reject. Its paper proves it keeps the most drafts on"

@@ -3755,7 +3755,9 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        f"Token-wise checking keeps {ab[5]:.2g} draft there on average, the block {ab[6]:.2g}:"
+        f"Token-wise checking keeps {ab[5]:.2g} draft there on average"
+        + (f" (both with chance {fraction(w1)}, else none)" if abs(ab[5] - 2 * w1) < 1e-12 else "")
+        + f", the block {ab[6]:.2g}:"
         f" {ab[6] - ab[5]:.2g} more, times the pair's chance under q, {ninths(ab[1])}, is a gain of"
         f" {ninths(change['a b'])} of a draft a round." if change["a b"] > 0 else "",
         ((f"The block gives back {ninths(-change['a a'])} on 'a' then 'a'. There w_1 = {fraction(w1)}, and"

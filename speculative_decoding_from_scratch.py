@@ -5895,8 +5895,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " whose output is the target's) that keeps some drafts and then draws one token. Could a verifier keep"
         " more?")
     print()
-    say("The ideal is a ceiling for every verifier that keeps the target's distribution. For each i it bounds the"
-        " chance that drafts 1 to i are all kept, and it adds these bounds up.")
+    say("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
+        " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up.")
     print()
     say("Why it is a ceiling: if drafts 1 to i are all kept, the output's first i tokens are those drafts. The drafts"
         " come from q and the output from p. So the chance that both are a given text x_1..x_i is at most the smaller"

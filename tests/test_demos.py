@@ -1135,7 +1135,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
     assert max(r[1] for r in result.example) <= result.ideal
     assert "Neither keeps more than the ideal, 12/9." in flat(text)
-    assert ("For each i it bounds the chance that drafts 1 to i are all kept, and it adds these bounds up."
+    assert ("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
+            " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up."
             ) in flat(text)
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and round(9 * result.ideal) == 12
     # each term of the ideal, by hand: the sum over the texts of min(p, q), 1/3 + 1/3 for one token and

@@ -1466,8 +1466,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
     return (f"Later terms run above eq. 1's, too little to make up the first's shortfall. Every output token is a"
-            f" kept draft or a final token. Final tokens hold less '{d}' than the output's {starts.text[hi]:.3f}, so"
-            f" kept drafts hold more. So draft 2, which follows kept draft 1, follows '{d}' more often: it passes"
+            f" kept draft or a final token. Final tokens hold less '{d}' than the output's {starts.text[hi]:.3f},"
+            f" kept drafts more. So draft 2, after kept draft 1, follows '{d}' more often: it passes"
             f" {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
@@ -1507,13 +1507,14 @@ def why_eq1_is_off(P, Q, gaps):
     if high:
         overs, d = and_list([repr(name(c)) for c in starts.overs], "or"), name(hi)
         return (f"{off}: {eq1:.2f} against the exact {exact:.2f} for the middling draft. Why:", [
+                    f"Drafts after '{d}' pass most: {beta[hi]:.3f}.",
                     f"A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts"
                     f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
                     f"After {overs} the draft over-proposes '{d}', so the residual never redraws '{d}'"
                     " there.",
                     f"Overall, {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
                     f" {starts.text[hi]:.3f} of the output.",
-                    f"Drafts after '{d}' pass most: {beta[hi]:.3f}. A round's first draft follows a final token,"
+                    "A round's first draft follows a final token,"
                     f" seldom '{d}', so it passes"
                     f" {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],

@@ -473,10 +473,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     eq1, exact = sd.expected_tokens(alpha, 4), sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
     rates = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)  # the chance drafts 1 to i all pass
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
-            f" draft. Why: 1. A round starts after the last round's final token: a redraw, unless all 4 drafts passed"
-            f" ({bonus:.2f} of rounds). 2. After 'a', 'c' or 'd' the draft over-proposes 'd', so the residual"
-            f" never redraws 'd' there. 3. Overall, {starts.start[3]:.3f} of final tokens are 'd', though 'd' is"
-            f" {starts.text[3]:.3f} of the output. 4. Drafts after 'd' pass most: {beta[3]:.3f}. A round's first draft"
+            f" draft. Why: 1. Drafts after 'd' pass most: {beta[3]:.3f}. 2. A round starts after the last round's final"
+            f" token: a redraw, unless all 4 drafts passed ({bonus:.2f} of rounds). 3. After 'a', 'c' or 'd' the draft"
+            f" over-proposes 'd', so the residual never redraws 'd' there. 4. Overall, {starts.start[3]:.3f} of final"
+            f" tokens are 'd', though 'd' is {starts.text[3]:.3f} of the output. 5. A round's first draft"
             f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2"
             " i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {exact:.2f} eq. 1 "
@@ -496,8 +496,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
     assert ("Later terms run above eq. 1's, too little to make up the first's shortfall. Every output token is a kept"
-            " draft or a final token. Final tokens hold less 'd' than the output's 0.184, so kept drafts hold more. So"
-            " draft 2, which follows kept draft 1, follows 'd' more often:"
+            " draft or a final token. Final tokens hold less 'd' than the output's 0.184, kept drafts more. So draft 2,"
+            " after kept draft 1, follows 'd' more often:"
             f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has passed, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert "Overall, 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
@@ -570,7 +570,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert not all(r[i] / r[i - 1] > sd.pair_alpha(sd.TARGET, low) for i in (1, 2, 3))
     assert sd.why_eq1_is_off(sd.TARGET, low, 0.02)[1] and sd.why_eq1_is_off(sd.TARGET, low, 0.02)[3] == ""
     assert words == "Eq. 1 runs slightly high: 2.79 against the exact 2.77 for the middling draft. Why:" and len(
-        steps) == 4 and [t[0] for t in terms] == ["exact", "eq. 1"]
+        steps) == 5 and [t[0] for t in terms] == ["exact", "eq. 1"]
     for gaps, start in (([0.02, -0.01], "Eq. 1 runs slightly off. The middling"), ([-0.5, 0], "Eq. 1 runs low. The")):
         words = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, gaps)  # not high: no reason from where rounds start
         assert words.startswith(start) and "Why" not in words

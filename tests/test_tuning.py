@@ -777,7 +777,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                  " lookup is a string match and costs no draft pass (c = 0)" in text)
                 == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence costs"
-                " 1.00 plain passes at every batch that fits in the H100 SXM's 80 GB." in text), \
+                " 1.00 plain passes, of one position each, at every batch that fits in the H100 SXM's 80 GB." in text), \
             chapter
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. At"
@@ -800,7 +800,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
     assert ("Why 16 tokens of context? At the prompt's length (493 characters), a pass of 6 positions for each sequence"
-            " costs 1.00 plain passes at every batch that fits in the H100 SXM's 80 GB. At that length"
+            " costs 1.00 plain passes, of one position each, at every batch that fits in the H100 SXM's 80 GB. At"
+            " that length"
             " each sequence's KV cache, the keys and values of its tokens, adds so many bytes"
             " that no batch that fits reaches the"
             " ridge. So a check costs what a plain step does, and a switch would have nothing to save.") in text

@@ -888,7 +888,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert min(kept.values()) > block_kept > token_wise and (
         f"drafts per round, block verification {block_kept:.2f}, token-wise checking {token_wise:.2f}, each round"
         " starting after the last one's final token (demo 3).") in " ".join(text.split())
-    assert ("The averages weight start tokens differently, so compare start by start: from every start token, they"
+    assert ("The averages weight start tokens differently, as each verifier's rounds end on different tokens, so"
+            " compare start by start: from every start token, they"
             " keep more than the block. From a given start, no lossless verifier (one"
             " whose output is the target's) that keeps some drafts, then draws one token, keeps more on average than"
             " block verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
@@ -906,14 +907,12 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " probability of x_1..x_i over the"
             " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
-            " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k. An"
-            " earlier one's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0 (step 5 would have"
-            " nothing to draw"
-            " from), where Z_i sums max(0,"
-            " w_i p - q) over the vocabulary, with p and q the rows after x_i. Both chances are Sun et al.'s; take them"
-            " as given. 4. The"
-            " block keeps x_1..x_i for i the largest cut point,"
-            " even past failed coins. With no cut point, i = 0 and it keeps none. 5. The next token comes from max(0,"
+            " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k. For an"
+            " earlier one, let Z_i sum max(0, w_i p - q) over the vocabulary, with p and q now the rows after x_i: what"
+            " step 5 draws from. Its coin lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
+            " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point. A"
+            " position that is not a cut point does not end the block. With no cut point, i = 0 and it keeps none. 5."
+            " The next token comes from max(0,"
             " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
     # the chapter defines h_i and Z_i, which the detail's edits use, once (reads 822 and 824 lacked them)
     assert "h_i = Z_i" not in detail and "h_i = Z_i" in text

@@ -4833,13 +4833,14 @@ def demo19_tuning(**how):
     print()
     vs_exact = rates_and_exact(c19)
     low = [g for each in vs_exact.low for g in each]  # every drafter's, at every shorter k
+    s, d = vs_exact.starts[0], name(vs_exact.starts[0].short)  # small's rounds of k_max: where they start
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" That price is exact at k = {k_max}. A shorter k's rounds end on a bonus token more often, so more of"
-            f" them start after '{name(vs_exact.starts[0].short)}', where drafts pass most (demo 3). So its price"
-            f" reads below its exact tokens per call, by at most {max(low):.4f} (chapter 27)." if vs_exact.at_k
-            and low and min(low) > 0 and vs_exact.bonus and vs_exact.starts[0].most else  # rounds of 1: elsewhere
+            f" That price is exact at k = {k_max}. A shorter k's rounds end more often on a bonus token, drawn from"
+            f" p, and less often on a redraw, seldom '{d}' (demo 3). So more of them start after '{d}', where drafts"
+            f" pass most, and its price reads below its exact tokens per call, by at most {max(low):.4f} (chapter"
+            " 27)." if vs_exact.at_k and low and min(low) > 0 and vs_exact.bonus and s.most and s.left_out else
             " Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4872,11 +4873,11 @@ def demo19_tuning(**how):
             say(paragraph)
     if shape.falls:
         crossed = crossed_checks(shape)  # each past demo 6's positions for one sequence: KV caches move the ridge
+        later = crossed and shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
-            f"Each sequence's KV cache adds bytes, so the ridge comes later than demo 6's {shape.alone} positions"
-            " suggest." if crossed and shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)
-            else "",
+            f"Each sequence's KV cache adds bytes, so a batch reaches the ridge later than demo 6's {shape.alone}"
+            " positions for one sequence suggest." if later else "",
             "The option --detail says where each check reaches the ridge.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
@@ -4964,9 +4965,8 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
 
 
 def demo19_shape(s, n_ctx, max_batch):
-    """Chapter 19's paragraphs on what sets its plan: B = 1, why big never
-    wins, and how its c rises (the detail's), each said only while its numbers
-    bear it out ("" where withheld)."""
+    """Chapter 19's paragraphs on what sets its plan: B = 1, why big never wins, and how its c rises (the
+    detail's), each said only while its numbers bear it out ("" where withheld)."""
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="

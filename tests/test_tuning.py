@@ -226,9 +226,10 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. That price is exact at k ="
-                             " 8. A shorter k's rounds end on a bonus token more often, so more of them start after"
-                             " 'd', where drafts pass most (demo 3). So its price reads below its exact tokens per"
-                             f" call, by at most {max(low):.4f} (chapter 27).") in text
+                             " 8. A shorter k's rounds end more often on a bonus token, drawn from p, and less often"
+                             " on a redraw, seldom 'd' (demo 3). So more of them start after 'd', where drafts pass"
+                             " most, and its price reads below its exact tokens per call, by at most"
+                             f" {max(low):.4f} (chapter 27).") in text
     # 'where drafts pass most': after 'd' the middling draft passes most, by hand
     assert int(np.argmax(np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1))) == 3
     # why, as chapter 27 says it, by hand for small: rounds of 1 end on a bonus more often than rounds of 8, and
@@ -448,8 +449,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
     assert ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            " Each sequence's KV cache adds bytes, so the ridge comes later than demo 6's 295 positions suggest. The"
-            " option --detail says where each check reaches the ridge.") in text
+            " Each sequence's KV cache adds bytes, so a batch reaches the ridge later than demo 6's 295 positions for"
+            " one sequence suggest. The option --detail says where each check reaches the ridge.") in text
     assert tree == 32 and ("The plan drops each option a little after its check reaches the"
                            f" ridge. The checks reach it at B = {tree} for the tree ({15 * tree} positions in all), B ="
                            f" {crossings[0]} for k = 8 ({9 * crossings[0]}) and B = {crossings[1]} for k = 7"

@@ -3156,8 +3156,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
         f" character in a bin by the probability the target gave it there (below {CALIBRATION_EDGES[1]:g},"
         f" {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). It compares each bin's count with what"
-        " the target expects in it: the sum, over positions, of the target's probabilities there of every character"
-        " whose probability falls in that bin:")
+        " the target expects in it. For that, at each position it adds up the probabilities of the characters that"
+        " fall in the bin, then totals this over the positions:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], [r[:5] for r in rows])
@@ -4298,8 +4298,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     print()
     say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target sorts",
         f"the characters into bins by their chance (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
-        f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin's expected count is the"
-        " sum, over the positions, of the target's chances there of every character whose chance falls in that bin."
+        f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin's expected count adds up,"
+        " at each position, the chances of the characters in that bin, then totals this over the positions."
         " The last row runs the cache bug on the"
         " tables instead. Consistent means the fit finds no difference from the target.")
     print()

@@ -4276,8 +4276,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     say("APEX-1 is a public from-scratch language model. Its generator, at commit 0490e4a, departs from the rule in"
         f" at least {number_word(len(APEX_BUGS))} ways. Two, cache and next row below, are in its own machinery."
         " It keeps what the target has read, its KV"
-        " cache (the keys and values of every token read so far), apart from the text it writes. And it carries the"
-        " row p for the next token over from one pass to the next.",
+        " cache (the keys and values of every token read so far), separately from the text it writes. And it carries"
+        " the"
+        " row p for the next token over from one pass to the next (the next row bug carries the wrong one).",
         "APEX-1 drafts with a multi-token head. This port drafts by prompt lookup instead: it proposes what followed"
         " the text's last few characters earlier on. That proposal is deterministic, so its q is one-hot: a draft x"
         " is kept with chance p(x), and a rejection redraws from p with x removed. Its target is chapter 11's"

@@ -5838,9 +5838,9 @@ def demo23_engines(**how):
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"At each B, vLLM's rows run a chain within {c19.tol:.1%} of {main.name}'s best: chapter 19's plan lets a"
-            f" pick trail the best by that much. So its {own[0]:.1%} is the"
-            " price of the tree they cannot say"
-            f" (k = {own[2]} at B = {own[1]:,}, where the plan runs the tree)." if tree_planned else
+            f" pick trail the best by that much. So its {own[0]:.1%} is the tree's lead over k = {own[2]} at B ="
+            f" {own[1]:,}, where the plan runs the tree: the price of the tree they cannot say." if tree_planned
+            and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "

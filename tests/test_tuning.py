@@ -592,7 +592,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
             hi for _, hi, o in c19.buckets if o.shape.startswith("k =")]
     assert (f"At each B, vLLM's rows run a chain within 0.5% of small's best: chapter 19's plan lets a pick trail"
             f" the best by that much. So its {costs['vLLM'][0]:.1%} is the tree's lead over k = {costs['vLLM'][2]} at"
-            f" B = {costs['vLLM'][1]}, where the plan runs the tree: the price of the tree they cannot say.") in flat_text
+            f" B = {costs['vLLM'][1]}, where the plan runs the tree: the price of the tree they cannot"
+            " say.") in flat_text
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs
 
 

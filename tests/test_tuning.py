@@ -227,8 +227,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. That price is exact at k ="
                              " 8. A shorter k's rounds end more often on a bonus token, drawn from p, and less often"
-                             " on a redraw, seldom 'd' (demo 3). So more of them start after 'd', where drafts pass"
-                             " most, and its price reads below its exact tokens per call, by at most"
+                             " on a redraw, which is seldom 'd' (demo 3). So more of them start after 'd', where"
+                             " drafts pass most, and the price for that k reads below its exact tokens per call, by at"
+                             " most"
                              f" {max(low):.4f} (chapter 27).") in text
     # 'where drafts pass most': after 'd' the middling draft passes most, by hand
     assert int(np.argmax(np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1))) == 3

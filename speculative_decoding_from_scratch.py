@@ -4003,12 +4003,12 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round starting after the last one's final"
             " token (demo 3).",
-            "The averages weight start tokens differently, as each verifier's rounds end on different tokens, so"
-            " compare start by start: from every start token, they"
-            " keep more than the block. From a given start, no lossless verifier (one"
-            " whose output is the target's) that keeps some drafts, then draws one token, keeps more on average than"
-            " block verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
-            " reject, and their output is not the target's." if more else "")
+            "Block verification's paper proves that from any given start token, no lossless verifier (one whose output"
+            " is the target's) that keeps some drafts, then draws one token, keeps more on average than it. The"
+            " averages above mix start tokens in different shares, as each verifier's rounds end on different tokens."
+            " So compare start by start: from every start token, both shipped paths keep more than the block. They"
+            " therefore keep drafts that a lossless verifier would reject, and their output is not the target's."
+            if more else "")
         if more:
             print()
             say("Why they keep more, in part: the block keeps all k drafts when one uniform falls below w_k. Both"

@@ -888,12 +888,12 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert min(kept.values()) > block_kept > token_wise and (
         f"drafts per round, block verification {block_kept:.2f}, token-wise checking {token_wise:.2f}, each round"
         " starting after the last one's final token (demo 3).") in " ".join(text.split())
-    assert ("The averages weight start tokens differently, as each verifier's rounds end on different tokens, so"
-            " compare start by start: from every start token, they"
-            " keep more than the block. From a given start, no lossless verifier (one"
-            " whose output is the target's) that keeps some drafts, then draws one token, keeps more on average than"
-            " block verification (its paper proves it). So the shipped paths keep drafts that a lossless verifier would"
-            " reject, and their output is not the target's.") in " ".join(text.split())
+    assert ("Block verification's paper proves that from any given start token, no lossless verifier (one whose output"
+            " is the target's) that keeps some drafts, then draws one token, keeps more on average than it. The"
+            " averages above mix start tokens in different shares, as each verifier's rounds end on different tokens."
+            " So compare start by start: from every start token, both shipped paths keep more than the block. They"
+            " therefore keep drafts that a lossless verifier would reject, and their output is not the"
+            " target's.") in " ".join(text.split())
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
     # per round, from a given start; the averages above start where each verifier's own rounds end)
     triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)
@@ -1000,7 +1000,7 @@ def test_chapter15_argues_from_every_start_only_while_it_holds(demo, capsys):
         shipped_block_outcomes=sd.block_round_outcomes)})
     text = " ".join(capsys.readouterr().out.split())
     assert "drafts per round, block verification" in text and "every start token" not in text
-    assert "So the shipped paths keep drafts" not in text
+    assert "therefore keep drafts" not in text
 
 
 def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):

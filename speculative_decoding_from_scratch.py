@@ -3595,7 +3595,7 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
                " text's last token).",
                "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
-               " x_i. Step 5 below draws from what it sums.",
+               " x_i: the total of the unnormalised distribution step 5 draws from if the block ends at i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
                " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i /"
                " (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0: step 5"
@@ -3936,7 +3936,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
                " k's coin lands heads with chance w_k. For an earlier one, let Z_i sum max(0, w_i p - q) over the"
-               " vocabulary, with p and q now the rows after x_i: what step 5 draws from. Its coin lands heads with"
+               " vocabulary, with p and q now the rows after x_i, not x_(i-1): the total of what step 5 draws from"
+               " if the block ends at i. Its coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
                " given.",
                "The block keeps x_1..x_i for i the largest cut point. A position that is not a cut point does not end"
@@ -4005,8 +4006,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
             " token (demo 3).",
             "Block verification's paper proves that from any given start token, no lossless verifier (one whose output"
             " is the target's) that keeps some drafts, then draws one token, keeps more on average than it. The"
-            " averages above mix start tokens in different shares, as each verifier's rounds end on different tokens."
-            " So compare start by start: from every start token, both shipped paths keep more than the block. They"
+            " averages above mix start tokens in different shares, as each verifier's rounds end on different tokens,"
+            " so a higher average alone could come from easier starts. So compare start by start: from every start"
+            " token, both shipped paths keep more than the block. They"
             " therefore keep drafts that a lossless verifier would reject, and their output is not the target's."
             if more else "")
         if more:

@@ -890,8 +890,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         " starting after the last one's final token (demo 3).") in " ".join(text.split())
     assert ("Block verification's paper proves that from any given start token, no lossless verifier (one whose output"
             " is the target's) that keeps some drafts, then draws one token, keeps more on average than it. The"
-            " averages above mix start tokens in different shares, as each verifier's rounds end on different tokens."
-            " So compare start by start: from every start token, both shipped paths keep more than the block. They"
+            " averages above mix start tokens in different shares, as each verifier's rounds end on different tokens,"
+            " so a higher average alone could come from easier starts. So compare start by start: from every start"
+            " token, both shipped paths keep more than the block. They"
             " therefore keep drafts that a lossless verifier would reject, and their output is not the"
             " target's.") in " ".join(text.split())
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
@@ -908,8 +909,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
             " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k. For an"
-            " earlier one, let Z_i sum max(0, w_i p - q) over the vocabulary, with p and q now the rows after x_i: what"
-            " step 5 draws from. Its coin lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
+            " earlier one, let Z_i sum max(0, w_i p - q) over the vocabulary, with p and q now the rows after x_i, not"
+            " x_(i-1): the total of what step 5 draws from if the block ends at i. Its coin lands heads with chance"
+            " h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
             " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point. A"
             " position that is not a cut point does not end the block. With no cut point, i = 0 and it keeps none. 5."
             " The next token comes from max(0,"

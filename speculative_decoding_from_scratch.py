@@ -1100,8 +1100,7 @@ def demo1_rule_by_hand(ctx=0):
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print()
     say("A token is drafted and kept with chance q min(1, p/q) = min(p, q).",
-        f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}, also the sum of max(0, p - q), as p"
-        " and q each sum to 1.",
+        f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}, also the sum of max(0, p - q).",
         f"The redrawn share is that chance times the residual: {1 - beta:.3f} times max(0, p - q) / {1 - beta:.3f}"
         " = max(0, p - q).")
     print()
@@ -1507,11 +1506,12 @@ def why_eq1_is_off(P, Q, gaps):
     if high:
         overs, d = and_list([repr(name(c)) for c in starts.overs], "or"), name(hi)
         return (f"{off}: {eq1:.2f} against the exact {exact:.2f} for the middling draft. Why:", [
-                    f"Drafts after '{d}' pass most: {beta[hi]:.3f}.",
-                    f"A round starts after the last round's final token: a redraw, unless all {LESSON_K} drafts"
-                    f" passed ({1 - starts.redrawn.sum():.2f} of rounds).",
-                    f"After {overs} the draft over-proposes '{d}', so the residual never redraws '{d}'"
-                    " there.",
+                    f"A draft's chance to pass depends on the token before it: after '{d}' it is highest,"
+                    f" {beta[hi]:.3f}.",
+                    f"A round starts after the last round's final token, which is a redraw unless all {LESSON_K}"
+                    f" drafts passed ({1 - starts.redrawn.sum():.2f} of rounds).",
+                    f"After {overs} the draft over-proposes '{d}' (q > p), so the residual never redraws"
+                    f" '{d}' there.",
                     f"Overall, {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
                     f" {starts.text[hi]:.3f} of the output.",
                     "A round's first draft follows a final token,"

@@ -473,9 +473,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     eq1, exact = sd.expected_tokens(alpha, 4), sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
     rates = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)  # the chance drafts 1 to i all pass
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
-            f" draft. Why: 1. Drafts after 'd' pass most: {beta[3]:.3f}. 2. A round starts after the last round's final"
-            f" token: a redraw, unless all 4 drafts passed ({bonus:.2f} of rounds). 3. After 'a', 'c' or 'd' the draft"
-            f" over-proposes 'd', so the residual never redraws 'd' there. 4. Overall, {starts.start[3]:.3f} of final"
+            f" draft. Why: 1. A draft's chance to pass depends on the token before it: after 'd' it is highest,"
+            f" {beta[3]:.3f}. 2. A round starts after the last round's final token, which is a redraw unless all 4"
+            f" drafts passed ({bonus:.2f} of rounds). 3. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so"
+            f" the residual never redraws 'd' there. 4. Overall, {starts.start[3]:.3f} of final"
             f" tokens are 'd', though 'd' is {starts.text[3]:.3f} of the output. 5. A round's first draft"
             f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2"

@@ -4211,7 +4211,7 @@ def demo16_acceptance(k):
     say("Medusa's heads lose, perfect as they are. Head 2 guesses the token two steps on, summed"
         " over every token in between. Verification checks it after one particular token: the"
         " draft before it." if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.",
-        "Those chances average over the text; a round, though, starts after a redraw or a bonus token, not at a"
+        "The table's chances average over the text; a round, though, starts after a redraw or a bonus token, not at a"
         f" typical token. So Medusa's exact {tokens:.2f} tokens per call is not 1 plus their sum,"
         f" {1 + sum(reached):.2f}." if abs(tokens - 1 - sum(reached)) >= 5e-4
         and f"{tokens:.2f}" != f"{1 + sum(reached):.2f}" else "")

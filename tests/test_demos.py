@@ -1342,8 +1342,8 @@ def test_chapter16_perfect_independent_heads_lose(demo):
     tokens = result.heads.tokens
     assert f"{tokens:.2f}" == "2.99" and f"{1 + sum(reached):.2f}" == "3.00"
     assert ("averaged over the target's text as alpha is, and the exact tokens per call:" in " ".join(text.split())
-            and "Those chances average over the text; a round, though, starts after a redraw or a bonus token, not at a"
-            " typical token. So Medusa's exact 2.99 tokens per call is not 1 plus their sum, 3.00.") in " ".join(
+            and "The table's chances average over the text; a round, though, starts after a redraw or a bonus token,"
+            " not at a typical token. So Medusa's exact 2.99 tokens per call is not 1 plus their sum, 3.00.") in " ".join(
         text.split())
     pi = sd.stationary(sd.TARGET)
     assert abs(sum(pi[d] * p for d in range(sd.VOCAB) for kept, _, p in

@@ -1343,8 +1343,8 @@ def test_chapter16_perfect_independent_heads_lose(demo):
     assert f"{tokens:.2f}" == "2.99" and f"{1 + sum(reached):.2f}" == "3.00"
     assert ("averaged over the target's text as alpha is, and the exact tokens per call:" in " ".join(text.split())
             and "The table's chances average over the text; a round, though, starts after a redraw or a bonus token,"
-            " not at a typical token. So Medusa's exact 2.99 tokens per call is not 1 plus their sum, 3.00.") in " ".join(
-        text.split())
+            " not at a typical token. So Medusa's exact 2.99 tokens per call is not 1 plus their sum, 3.00."
+            ) in " ".join(text.split())
     pi = sd.stationary(sd.TARGET)
     assert abs(sum(pi[d] * p for d in range(sd.VOCAB) for kept, _, p in
                    sd.verify_outcomes(sd.TARGET, [d], sd.heads_proposals(sd.medusa_heads(sd.TARGET, 3), 3)([d]))

@@ -5893,9 +5893,12 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     checking and block verification, on the paper's example and the middling
     draft."""
     P2, Q2 = PAPER_EXAMPLE
+    ab = demo14_pairs(P2, Q2)[1]  # drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, ...)
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
-        " save an earlier one that the lesson's rule would reject. Its paper proves it keeps the most drafts on"
-        " average of any lossless verifier (one"
+        " save an earlier one that the lesson's rule would reject.",
+        f"In chapter 14's example it always keeps 'a' then 'b', where the lesson's rule keeps that 'a' with chance"
+        f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 else "",
+        "Its paper proves it keeps the most drafts on average of any lossless verifier (one"
         " whose output is the target's) that keeps some drafts and then draws one token. Could a verifier keep"
         " more?")
     print()

@@ -1137,6 +1137,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
     assert max(r[1] for r in result.example) <= result.ideal
     assert "Neither keeps more than the ideal, 12/9." in flat(text)
+    assert ("In chapter 14's example it always keeps 'a' then 'b', where the lesson's rule keeps that 'a' with chance"
+            " 1/2.") in flat(text) and sd.accept_prob(*(r[0] for r in sd.PAPER_EXAMPLE), 0) == 0.5
     assert ("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
             " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up."
             ) in flat(text)
@@ -1154,8 +1156,9 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " one token, so none of them reaches the"
             " ideal here. Whether a verifier of another kind could, this chapter does not test.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
-            " can save an earlier one that the lesson's rule would reject. Its paper proves it keeps the most drafts on"
-            " average of any lossless verifier (one whose output is the target's)") in flat(text)
+            " can save an earlier one that the lesson's rule would reject. In chapter 14's example it always keeps 'a'"
+            " then 'b', where the lesson's rule keeps that 'a' with chance 1/2. Its paper proves it keeps the most"
+            " drafts on average of any lossless verifier (one whose output is the target's)") in flat(text)
     assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
             " gives the drafts each verifier keeps per round there, exactly, averaged over the pairs the draft"
             " proposes.") in flat(text)

@@ -3935,9 +3935,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
-               " k's coin lands heads with chance w_k. For an earlier one, let Z_i sum max(0, w_i p - q) over the"
-               " vocabulary, with p and q now the rows after x_i, not x_(i-1): the total of what step 5 draws from"
-               " if the block ends at i. Its coin lands heads with"
+               " k's coin lands heads with chance w_k. For a position i < k, let Z_i sum max(0, w_i p - q) over the"
+               " vocabulary, with p and q now the rows after x_i, not x_(i-1): the unnormalised leftover step 5 draws"
+               " from if the block ends at i. Its coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
                " given.",
                "The block keeps x_1..x_i for i the largest cut point. A position that is not a cut point does not end"
@@ -4014,7 +4014,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
         if more:
             print()
             say("Why they keep more, in part: the block keeps all k drafts when one uniform falls below w_k. Both"
-                " shipped paths keep them all when a product of k uniforms falls below a weight, and a product of"
+                " shipped paths keep them all when a product of k uniforms falls below their weight (PyTorch's"
+                " capped-ratio product, Triton's w_k), and a product of"
                 " uniforms falls below a weight more often than one uniform does. The option --detail gives how"
                 " often each keeps all k.")
     return caught

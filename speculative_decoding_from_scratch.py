@@ -6035,7 +6035,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     each = s.ridge_each
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads.",
         ridge_words(s) + f" That is demo 6's {s.alone} at B = 1. As B grows it falls toward {each:.3f}, fewer than"
-        f" any check below scores ({min(r[1] for r in rows)} to {max(r[1] for r in rows)}), so each reaches the ridge"
+        f" any check in the table below scores ({min(r[1] for r in rows)} to {max(r[1] for r in rows)}), so each"
+        " reaches the ridge"
         " at some B." if each > 0 and all(r[1] > each for r in rows) else "")
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]
@@ -6045,7 +6046,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
-        " planned option: the batch at which its check reaches the ridge, the positions that pass scores, and the"
+        " planned option: the batch at which its check reaches the ridge, the positions that pass scores in all, and"
+        " the"
         " last batch the plan runs it" + "".join(
             f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep,"
             f" {n - 1} drafts checked as"

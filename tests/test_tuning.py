@@ -469,7 +469,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" sequences, n positions each, does {m / 1e9:.2f} B n GMACs and reads {w / 1e9:.2f} + {kv / 1e9:.4f} B"
             " GB: the weights once, and each sequence's KV cache. It stays under the ridge while its MACs are at most"
             f" 147.6 times its bytes: while n is at most about {base:.1f} / B + {each:.3f}. That is demo 6's 295 at"
-            f" B = 1. As B grows it falls toward {each:.3f}, fewer than any check below scores (7 to 15), so each"
+            f" B = 1. As B grows it falls toward {each:.3f}, fewer than any check in the table below scores (7 to"
+            " 15), so each"
             " reaches the ridge at some B.") in text25
     assert f"{sd.ridge():.1f}" == "147.6" and f"{147.6 * w / m:.1f}" == f"{base:.1f}"  # the bound, as a reader finds it
     assert f"tree 2x3, 15 15 {tree} " in text25 and 5.5 < each < 6 < 7  # k = 6 checks 7, the fewest planned

@@ -1464,13 +1464,18 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept = kept_all[hi] / kept_all.sum()
-    return (f"Later terms run above eq. 1's, too little to make up the first's shortfall. Every output token is a"
+    shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
+    over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
+    short = shown(alpha) - shown(rates[0])
+    return (f"Later terms run {over:.3f} above eq. 1's in all, less than the first's {short:.3f} shortfall. Every"
+            " output token is a"
             f" kept draft or a final token. Final tokens hold less '{d}' than the output's {starts.text[hi]:.3f},"
             f" kept drafts more. So draft 2, after kept draft 1, follows '{d}' more often: it passes"
             f" {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
+            and 0 < over < short  # and so as the table prints them
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
             and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
 

@@ -499,8 +499,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
     assert ("Later terms run 0.008 above eq. 1's in all, less than the first's 0.022 shortfall. Every output token is"
-            " a kept draft or a final token. Final tokens hold less 'd' than the output's 0.184, kept drafts more. So draft 2,"
-            " after kept draft 1, follows 'd' more often:"
+            " a kept draft or a final token. Final tokens hold less 'd' than the output's 0.184, kept drafts more. So"
+            " draft 2, after kept draft 1, follows 'd' more often:"
             f" it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once"
             " draft 1 has passed, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert "Overall, 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'

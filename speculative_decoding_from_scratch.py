@@ -1467,7 +1467,7 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
-    return (f"Later terms run {over:.3f} above eq. 1's in all, less than the first's {short:.3f} shortfall. Every"
+    return (f"Terms 2 to 4 together run {over:.3f} above eq. 1's, less than the first's {short:.3f} shortfall. Every"
             " output token is a"
             f" kept draft or a final token. Final tokens hold less '{d}' than the output's {starts.text[hi]:.3f},"
             f" kept drafts more. So draft 2, after kept draft 1, follows '{d}' more often: it passes"

@@ -3940,9 +3940,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
-               " k's coin lands heads with chance w_k. For a position i < k, let Z_i sum max(0, w_i p - q) over the"
-               " vocabulary, with p and q now the rows after x_i, not x_(i-1): the unnormalised leftover step 5 draws"
-               " from if the block ends at i. Its coin lands heads with"
+               " k's coin lands heads with chance w_k. For a position i < k, let Z_i be the total of max(0, w_i p - q)"
+               " over the vocabulary: the unnormalised distribution step 5 draws from if the block ends at i. Its p"
+               " and q are the rows after x_i, as the next token follows x_i. Its coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
                " given.",
                "The block keeps x_1..x_i for i the largest cut point. A position that is not a cut point does not end"
@@ -4011,7 +4011,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
             " token (demo 3).",
             "Block verification's paper proves that from any given start token, no lossless verifier (one whose output"
             " is the target's) that keeps some drafts, then draws one token, keeps more on average than it. The"
-            " averages above mix start tokens in different shares, as each verifier's rounds end on different tokens,"
+            " averages above mix start tokens (the token a round starts after) in different shares, as each"
+            " verifier's rounds end on different tokens,"
             " so a higher average alone could come from easier starts. So compare start by start: from every start"
             " token, both shipped paths keep more than the block. They"
             " therefore keep drafts that a lossless verifier would reject, and their output is not the target's."
@@ -5902,7 +5903,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ab = demo14_pairs(P2, Q2)[1]  # drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, ...)
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
         " save an earlier one that the lesson's rule would reject.",
-        f"In chapter 14's example it always keeps 'a' then 'b', where the lesson's rule keeps that 'a' with chance"
+        "In chapter 14's example, below, it keeps both of the drafts 'a' then 'b', where the lesson's rule keeps"
+        " that 'a' with chance"
         f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 else "",
         "Its paper proves it keeps the most drafts on average of any lossless verifier (one"
         " whose output is the target's) that keeps some drafts and then draws one token. Could a verifier keep"

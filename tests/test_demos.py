@@ -893,7 +893,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         " starting after the last one's final token (demo 3).") in " ".join(text.split())
     assert ("Block verification's paper proves that from any given start token, no lossless verifier (one whose output"
             " is the target's) that keeps some drafts, then draws one token, keeps more on average than it. The"
-            " averages above mix start tokens in different shares, as each verifier's rounds end on different tokens,"
+            " averages above mix start tokens (the token a round starts after) in different shares, as each"
+            " verifier's rounds end on different tokens,"
             " so a higher average alone could come from easier starts. So compare start by start: from every start"
             " token, both shipped paths keep more than the block. They"
             " therefore keep drafts that a lossless verifier would reject, and their output is not the"
@@ -912,10 +913,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
             " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k. For a"
-            " position i < k, let Z_i sum max(0, w_i p - q) over the vocabulary, with p and q now the rows after"
-            " x_i, not"
-            " x_(i-1): the unnormalised leftover step 5 draws from if the block ends at i. Its coin lands heads with"
-            " chance"
+            " position i < k, let Z_i be the total of max(0, w_i p - q) over the vocabulary: the unnormalised"
+            " distribution step 5 draws from if the block ends at i. Its p and q are the rows after x_i, as the next"
+            " token follows x_i. Its coin lands heads with chance"
             " h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
             " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point. A"
             " position that is not a cut point does not end the block. With no cut point, i = 0 and it keeps none. 5."
@@ -1142,8 +1142,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
     assert max(r[1] for r in result.example) <= result.ideal
     assert "Neither keeps more than the ideal, 12/9." in flat(text)
-    assert ("In chapter 14's example it always keeps 'a' then 'b', where the lesson's rule keeps that 'a' with chance"
-            " 1/2.") in flat(text) and sd.accept_prob(*(r[0] for r in sd.PAPER_EXAMPLE), 0) == 0.5
+    assert ("In chapter 14's example, below, it keeps both of the drafts 'a' then 'b', where the lesson's rule keeps"
+            " that 'a' with chance 1/2.") in flat(text) and sd.accept_prob(*(r[0] for r in sd.PAPER_EXAMPLE), 0) == 0.5
     assert ("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
             " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up."
             ) in flat(text)
@@ -1161,8 +1161,9 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " one token, so none of them reaches the"
             " ideal here. Whether a verifier of another kind could, this chapter does not test.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
-            " can save an earlier one that the lesson's rule would reject. In chapter 14's example it always keeps 'a'"
-            " then 'b', where the lesson's rule keeps that 'a' with chance 1/2. Its paper proves it keeps the most"
+            " can save an earlier one that the lesson's rule would reject. In chapter 14's example, below, it keeps both"
+            " of the drafts 'a' then 'b', where the lesson's rule keeps that 'a' with chance 1/2. Its paper proves"
+            " it keeps the most"
             " drafts on average of any lossless verifier (one whose output is the target's)") in flat(text)
     assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
             " gives the drafts each verifier keeps per round there, exactly, averaged over the pairs the draft"

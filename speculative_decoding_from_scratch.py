@@ -4009,8 +4009,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
             f"drafts per round, block verification {block_kept:.2f}, token-wise checking"
             f" {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round starting after the last one's final"
             " token (demo 3).",
-            "Block verification's paper proves that from any given start token, no lossless verifier (one whose output"
-            " is the target's) that keeps some drafts, then draws one token, keeps more on average than it. The"
+            "Sun et al. prove that, from any given start token, block verification keeps at least as many drafts on"
+            " average as any lossless verifier (one whose output is the target's) that keeps some drafts and then draws"
+            " one token. The"
             " averages above mix start tokens (the token a round starts after) in different shares, as each"
             " verifier's rounds end on different tokens,"
             " so a higher average alone could come from easier starts. So compare start by start: from every start"

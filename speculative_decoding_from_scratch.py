@@ -3769,7 +3769,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         ((f"The block gives back {ninths(-change['a a'])} on 'a' then 'a'. There w_1 = {fraction(w1)}, and"
            f" w_1 p = {fractions(owed)} is nowhere above q = {fractions(Q2[1])}, so Z_1 = 0 and h_1 = 0. So the block"
            f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
-           f" token-wise checking's {fraction(w1)} + {fraction(aa[5] - w1)} = {aa[5]:.2f}. That is"
+           f" token-wise checking's {fraction(w1)} (the first kept) + {fraction(aa[5] - w1)} (both kept) ="
+           f" {aa[5]:.2f}. That is"
            f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
            if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
            and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "")
@@ -5943,8 +5944,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
-    say("The ideal is only a bound: it emits no tokens, so no round of its own ends for the next to start after. To"
-        " compare all three alike, each round in the table below starts after a token drawn as often as it appears"
+    say("A round's tokens depend on the token it starts after (demo 3). The ideal emits no tokens, so it has no last"
+        " round to start after. To compare all three alike, each round in the table below starts after a token drawn"
+        " as often as it appears"
         " in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus"
         " one), exactly:")
     print()

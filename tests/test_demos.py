@@ -1061,7 +1061,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " under q, 2/9, is a gain of 2/9 of a draft a round. The block gives back 1/9 on 'a' then 'a'. There w_1"
             " = 1/2, and w_1 p = (1/6, 1/3) is nowhere above q = (2/3, 1/3), so Z_1 = 0 and h_1 = 0. So the block"
             " keeps both drafts with chance w_2 = 1/4, else none: 0.50 drafts on average, against token-wise checking's"
-            " 1/2 + 1/4 = 0.75. That is 0.25 fewer, times the pair's chance, 4/9: 1/9. The pairs that start with 'b'"
+            " 1/2 (the first kept) + 1/4 (both kept) = 0.75. That is 0.25 fewer, times the pair's chance, 4/9: 1/9."
+            " The pairs that start with 'b'"
             " tie: there w_1 = 1 and Z_1 = 1/3, so h_1 = 1. So 'b' is always kept, and the second draft with chance"
             " w_2, as token-wise checking keeps it. The option --detail shows every pair of drafts, and why the output"
             " stays exact.") in flat(text)
@@ -1201,8 +1202,9 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert chained_block / chained - 1 > result.gains[-1][4]
     eq1 = sd.expected_tokens(sd.pair_alpha(P, Q), 4)
     assert chained < eq1 < result.gains[-1][1] and max(g[4] for g in result.gains) < chained_block / chained - 1
-    assert ("The ideal is only a bound: it emits no tokens, so no round of its own ends for the next to start after. To"
-            " compare all three alike, each round in the table below starts after a token drawn as often as it appears"
+    assert ("A round's tokens depend on the token it starts after (demo 3). The ideal emits no tokens, so it has no last"
+            " round to start after. To compare all three alike, each round in the table below starts after a token"
+            " drawn as often as it appears"
             " in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept,"
             " plus one), exactly: k token-wise") in flat(text)
     assert ("Demo 3 and chapter 14 start each round after the last one's final token, so their figures at k ="

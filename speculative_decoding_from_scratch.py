@@ -3761,11 +3761,11 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        f"Token-wise checking keeps {ab[5]:.2g} draft there on average"
-        + (f" (both with chance {fraction(w1)}, else none)" if abs(ab[5] - 2 * w1) < 1e-12 else "")
-        + f", the block {ab[6]:.2g}:"
-        f" {ab[6] - ab[5]:.2g} more, times the pair's chance under q, {ninths(ab[1])}, is a gain of"
-        f" {ninths(change['a b'])} of a draft a round." if change["a b"] > 0 else "",
+        (f"Token-wise checking keeps both with chance {fraction(w1)}, else none: " if abs(ab[5] - 2 * w1) < 1e-12
+         else "Token-wise checking keeps ")
+        + f"{ab[5]:.2g} draft on average. The block keeps {ab[6]:.2g}. The pair has chance {ninths(ab[1])} under"
+        f" q, so the block gains ({ab[6]:.2g} - {ab[5]:.2g}) times {ninths(ab[1])} = {ninths(change['a b'])} of a"
+        " draft a round." if change["a b"] > 0 else "",
         ((f"The block gives back {ninths(-change['a a'])} on 'a' then 'a'. There w_1 = {fraction(w1)}, and"
            f" w_1 p = {fractions(owed)} is nowhere above q = {fractions(Q2[1])}, so Z_1 = 0 and h_1 = 0. So the block"
            f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
@@ -3903,10 +3903,10 @@ def two_weights(r1, r2):
 
 
 EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
-SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of all its coins: one uniform u_j per position, and"
+SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of all its coins: draws u_1..u_k once a round;"
                                          " position i (k too) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
-                                         " p(x_i)/q(x_i)) >= u_1 * ... * u_i. Step 5: the token-wise residual,"
-                                         " max(0, p - q), in place of max(0, w_i p - q)",
+                                         " p(x_i)/q(x_i)) >= u_1 * ... * u_i; step 4 unchanged. Step 5: the"
+                                         " token-wise residual, max(0, p - q), in place of max(0, w_i p - q)",
                  "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product. (w_i caps"
                                         " the running product at 1; PyTorch caps each ratio, so its product is"
                                         " never above w_i. Ratios {:g} then {:g}: PyTorch's product is {:g}, w_2 is"

@@ -1056,9 +1056,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
-            " both. Token-wise checking keeps 1 draft there on average (both with chance 1/2, else none), the block 2:"
-            " 1 more, times the pair's chance"
-            " under q, 2/9, is a gain of 2/9 of a draft a round. The block gives back 1/9 on 'a' then 'a'. There w_1"
+            " both. Token-wise checking keeps both with chance 1/2, else none: 1 draft on average. The block keeps 2."
+            " The pair has chance 2/9 under q, so the block gains (2 - 1) times 2/9 = 2/9 of a draft a round. The"
+            " block gives back 1/9 on 'a' then 'a'. There w_1"
             " = 1/2, and w_1 p = (1/6, 1/3) is nowhere above q = (2/3, 1/3), so Z_1 = 0 and h_1 = 0. So the block"
             " keeps both drafts with chance w_2 = 1/4, else none: 0.50 drafts on average, against token-wise checking's"
             " 1/2 (the first kept) + 1/4 (both kept) = 0.75. That is 0.25 fewer, times the pair's chance, 4/9: 1/9."

@@ -2320,8 +2320,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
         + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."),
         "Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
-        " rejected token. After x is rejected, p becomes the residual, which is 0 at x: x could be rejected only"
-        " if q(x) > p(x). So a sibling that repeats x always fails." if repeats else "")
+        " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
+        " that is 0 at x. So a sibling that repeats x always fails." if repeats else "")
     return rows, not off, wider
 
 

@@ -797,8 +797,8 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
     assert ("Depth: draft steps. Nodes: the number of drafts. One target pass scores every node and the text's last"
             " token, whose p judges the first level.") in " ".join(text.split())
     said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
-            " rejected token. After x is rejected, p becomes the residual, which is 0 at x: x could be rejected only if"
-            " q(x) > p(x). So a sibling that repeats x always fails.")
+            " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
+            " that is 0 at x. So a sibling that repeats x always fails.")
     assert said in " ".join(text.split())
     sd.bugged("no_resample").demo8_depth_and_width(50)  # the residual is p: the reason no longer holds
     assert said not in " ".join(capsys.readouterr().out.split())

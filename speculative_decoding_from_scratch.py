@@ -3600,7 +3600,8 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
                " text's last token).",
                "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
-               " x_i: the total of the unnormalised distribution step 5 draws from if the block ends at i.",
+               " x_i: the total of max(0, w_i p - q), the unnormalised distribution that step 5 draws from if the"
+               " block ends at i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
                " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i /"
                " (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0: step 5"

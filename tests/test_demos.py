@@ -1160,7 +1160,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
     assert ("Block verification keeps 11/9, and it is proven best of the verifiers that keep some drafts and then draw"
             " one token, so none of them reaches the"
-            " ideal here. Whether a verifier of another kind could, this chapter does not test.") in flat(text)
+            " ideal here.") in flat(text) and "another kind" not in text
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
             " can save an earlier one that the lesson's rule would reject. In chapter 14's example, below, it keeps both"
             " of the drafts 'a' then 'b', where the lesson's rule keeps that 'a' with chance 1/2. Its paper proves"
@@ -1199,8 +1199,6 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     chained, chained_block = sd.exact_tokens_per_call(P, Q, 4), sd.exact_block_tokens_per_call(P, Q, 4)
     assert chained < result.gains[-1][1] - 0.01 and chained_block < result.gains[-1][2]
     assert chained_block / chained - 1 > result.gains[-1][4]
-    eq1 = sd.expected_tokens(sd.pair_alpha(P, Q), 4)
-    assert chained < eq1 < result.gains[-1][1] and max(g[4] for g in result.gains) < chained_block / chained - 1
     assert ("A round's tokens depend on the token it starts after (demo 3). The ideal emits no tokens, so it has no last"
             " round to start after. To compare all three alike, each round in the table below starts after a token"
             " drawn as often as it appears"
@@ -1208,11 +1206,9 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
             " plus one), exactly: k token-wise") in flat(text)
     assert ("Demo 3 and chapter 14 start each round after the last one's final token, so their figures at k ="
             f" 4 are lower: {chained:.3f} token-wise and {chained_block:.3f} block, a gain of"
-            f" {chained_block / chained - 1:+.1%}. Eq. 1's {eq1:.2f} sits"
-            f" between {chained:.3f} and the table's {result.gains[-1][1]:.4f}. In the table draft 1 passes with chance"
-            " alpha exactly, and, as in demo 3, a draft that follows a kept draft passes more often, so the table runs"
-            f" above eq. 1. In demo 3 draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f}, so demo 3 runs below"
-            " it.") in flat(text)
+            f" {chained_block / chained - 1:+.1%}. In demo 3, draft 1 then passes only"
+            f" {sd.exact_per_position(P, Q, 4)[0]:.3f}, not alpha's {sd.pair_alpha(P, Q):.3f}.") in flat(text)
+    assert sd.exact_per_position(P, Q, 4)[0] < sd.pair_alpha(P, Q) - 0.01  # the chained start is the harder one
     # by hand, from a random start: draft 2 passes pi M M 1 / (pi M 1) once draft 1 has passed, above alpha = pi M 1
     M = np.minimum(P, Q)
     assert (pi @ M @ M.sum(axis=1)) / (pi @ M.sum(axis=1)) > sd.pair_alpha(P, Q) + 0.01

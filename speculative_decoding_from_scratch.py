@@ -4850,14 +4850,14 @@ def demo19_tuning(**how):
     vs_exact = rates_and_exact(c19)
     low = [g for each in vs_exact.low for g in each]  # every drafter's, at every shorter k
     s, d = vs_exact.starts[0], name(vs_exact.starts[0].short)  # small's rounds of k_max: where they start
-    why = vs_exact.at_k and low and min(low) > 0 and vs_exact.bonus and s.most and s.left_out
+    after_d = all(round_starts(TARGET, MIDDLING, k).start[s.short] > s.start[s.short] for k in range(1, k_max))
+    why = vs_exact.at_k and low and min(low) > 0 and after_d and s.most
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" That price is exact at k = {k_max}. A shorter k's rounds end more often on a bonus token, drawn from"
-            f" p, and less often on a redraw, which is seldom '{d}' (demo 3). So more of them start after '{d}', where"
-            f" drafts pass most, and the price for that k reads below its exact tokens per call, by at most"
-            f" {max(low):.4f} (chapter 27)." if why else " Chapter 27 shows how close that price comes."))
+            f" That price is exact at k = {k_max}. A shorter k's rounds start more often after '{d}', where drafts"
+            " pass most, so the price for that k reads below its exact tokens per call, by at most"
+            f" {max(low):.4f}. Chapter 27 shows why." if why else " Chapter 27 shows how close that price comes."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"

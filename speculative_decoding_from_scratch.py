@@ -3599,9 +3599,8 @@ BLOCK_RULE = ("How? By the steps below. Its paper proves they keep the target's 
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
                " text's last token).",
-               "Z_i sums max(0, w_i p(y) - q(y)) over every token y of the vocabulary, with p and q the rows after"
-               " x_i: the total of max(0, w_i p - q), the unnormalised distribution that step 5 draws from if the"
-               " block ends at i.",
+               "Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. If"
+               " the block ends at i, step 5 draws the next token from these terms, normalised.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
                " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i /"
                " (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0: step 5"
@@ -3942,9 +3941,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
-               " k's coin lands heads with chance w_k. For a position i < k, let Z_i be the total of max(0, w_i p - q)"
-               " over the vocabulary: the unnormalised distribution step 5 draws from if the block ends at i. Its p"
-               " and q are the rows after x_i, as the next token follows x_i. Its coin lands heads with"
+               " k's coin lands heads with chance w_k. For a position i < k, let Z_i be the sum, over every token y,"
+               " of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. If the block ends at i, step 5 draws"
+               " the next token from these terms, normalised. Its coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
                " given.",
                "The block keeps x_1..x_i for i the largest cut point. A position that is not a cut point does not end"

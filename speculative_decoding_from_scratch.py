@@ -3946,8 +3946,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " the next token from these terms, normalised. Its coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
                " given.",
-               "The block keeps x_1..x_i for i the largest cut point. A position that is not a cut point does not end"
-               " the block. With no cut point, i = 0 and it keeps none.",
+               "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)
     print()
@@ -4006,10 +4005,10 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
         if more:
             print()
             paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
-            say(f"On average, from every start token (the token a round starts after), {paths} keep more"
-                " drafts per round than the block.",
-                "Sun et al. prove that, from any start token, no lossless verifier (one whose output is the target's)"
-                " keeps more, of those that keep some drafts and then draw one token.",
+            say(f"From each start token (the token a round starts after), {paths} keep more drafts per round, on"
+                " average, than the block.",
+                "Sun et al. prove that no lossless verifier (one whose output is the target's) that keeps some drafts"
+                " and then draws one token keeps more than the block, from any start token.",
                 "So the shipped paths keep drafts that a lossless verifier would reject.",
                 "The option --detail gives the figures, and why they keep more.")
     return caught

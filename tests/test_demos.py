@@ -891,9 +891,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert min(kept.values()) > block_kept > token_wise and (
         f"drafts per round, block verification {block_kept:.2f}, token-wise checking {token_wise:.2f}, each round"
         " starting after the last one's final token (demo 3).") in flat(detail)
-    assert ("On average, from every start token (the token a round starts after), both shipped paths keep more drafts"
-            " per round than the block. Sun et al. prove that, from any start token, no lossless verifier (one whose"
-            " output is the target's) keeps more, of those that keep some drafts and then draw one token. So the"
+    assert ("From each start token (the token a round starts after), both shipped paths keep more drafts per round,"
+            " on average, than the block. Sun et al. prove that no lossless verifier (one whose output is the target's)"
+            " that keeps some drafts and then draws one token keeps more than the block, from any start token. So the"
             " shipped paths keep drafts that a lossless verifier would reject. The option --detail gives the figures,"
             " and why they keep more.") in flat(text) and "drafts per round, block" not in text
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
@@ -917,8 +917,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " rows after x_i. If the block ends at i, step 5 draws the next token from these terms, normalised. Its"
             " coin lands heads with chance"
             " h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
-            " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point. A"
-            " position that is not a cut point does not end the block. With no cut point, i = 0 and it keeps none. 5."
+            " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point. With"
+            " no cut point, i = 0 and it keeps none. 5."
             " The next token comes from max(0,"
             " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
     # the chapter defines h_i and Z_i, which the detail's edits use, once (reads 822 and 824 lacked them)
@@ -1003,7 +1003,7 @@ def test_chapter15_argues_from_every_start_only_while_it_holds(demo, capsys, mon
     sd.demo15_verdicts(rows, 3, modules={"vllm-ascend, PyTorch": sd, "vllm-ascend, Triton": SimpleNamespace(
         shipped_block_outcomes=sd.block_round_outcomes)})
     text = flat(capsys.readouterr().out)
-    assert "Both shipped paths are caught." in text and "every start token" not in text
+    assert "Both shipped paths are caught." in text and "each start token" not in text
     assert "would reject" not in text and "--detail" not in text
     # and the detail keeps its averages but drops the start-by-start margin
     monkeypatch.setattr(sd, "start_margin", lambda m, k: 0.0)

@@ -1467,12 +1467,11 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
-    return (f"Terms 2 to 4 together run {over:.3f} above eq. 1's, less than the first's {short:.3f} shortfall. Every"
-            " output token is a"
-            f" kept draft or a final token. Final tokens hold less '{d}' than the output's {starts.text[hi]:.3f},"
-            f" kept drafts more. So draft 2, after kept draft 1, follows '{d}' more often: it passes"
-            f" {rates[1]:.3f} /"
-            f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f} once draft 1 has passed, above alpha's {alpha:.3f}."
+    return (f"Columns i = 2 to 4 run {over:.3f} above eq. 1's; column i = 1 runs {short:.3f} below. Every output"
+            f" token is a kept draft or a final token. Final tokens hold less '{d}' than the output, so kept drafts"
+            f" hold more than its {starts.text[hi]:.3f}. So draft 2, after kept draft 1, follows '{d}' more often: once"
+            f" draft 1 has passed, it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above"
+            f" alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and 0 < over < short  # and so as the table prints them

@@ -4847,14 +4847,14 @@ def demo19_tuning(**how):
     vs_exact = rates_and_exact(c19)
     low = [g for each in vs_exact.low for g in each]  # every drafter's, at every shorter k
     s, d = vs_exact.starts[0], name(vs_exact.starts[0].short)  # small's rounds of k_max: where they start
-    after_d = all(round_starts(TARGET, MIDDLING, k).start[s.short] > s.start[s.short] for k in range(1, k_max))
-    why = vs_exact.at_k and low and min(low) > 0 and after_d and s.most
+    why = vs_exact.at_k and low and min(low) > 0 and vs_exact.bonus and s.most and s.left_out
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" That price is exact at k = {k_max}. A shorter k's rounds start more often after '{d}', where drafts"
-            " pass most, so the price for that k reads below its exact tokens per call, by at most"
-            f" {max(low):.4f}. Chapter 27 shows why." if why else " Chapter 27 shows how close that price comes."))
+            f" That price is exact at k = {k_max}. A shorter k passes all its drafts more often, so more of its rounds"
+            f" end on a bonus token, drawn from p, and fewer on a redraw, which is seldom '{d}' (demo 3). So they"
+            f" start more often after '{d}', where drafts pass most, and the price for that k underestimates its exact"
+            f" tokens per call, by at most {max(low):.4f}." if why else " Chapter 27 checks that price."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
@@ -4913,25 +4913,25 @@ def rates_and_exact(c19):
     """Chapter 19's two drafters' rates at k_max against the exact tokens per
     call at every k (low: how far 1 plus the first k rates falls below the
     exact count, each drafter at each k < k_max), and what says why they part:
-    alpha, and where small's rounds start, at k_max and at 1 (chapter 27
-    prints them)."""
+    alpha, and where small's rounds start, at k_max and at 1, and whether
+    every shorter k's start more often after the short token (chapter 27)."""
     k_max, rates, drafters = c19.k_max, c19.rates, c19.drafters
     exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
     alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
     big = round_starts(TARGET, drafters[0][2], k_max)  # where big's rounds of k_max start
-    starts = [round_starts(TARGET, drafters[1][2], k) for k in (k_max, 1)]  # small's, in rounds of k_max and of 1
+    small = [round_starts(TARGET, drafters[1][2], k) for k in range(1, k_max + 1)]  # small's, in rounds of each k
     at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of 1
     intact = all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
-    s = starts[0]
+    s = small[-1]
     return SimpleNamespace(
-        rates=rates, exact=exact, alphas=alphas, starts=starts, at_1=at_1, k_max=k_max, names=[d[0] for d in drafters],
+        rates=rates, exact=exact, alphas=alphas, starts=[s, small[0]], at_1=at_1, k_max=k_max,
         low=[[e[k - 1] - 1 - sum(r[:k]) for k in range(1, k_max)] for r, e in zip(rates, exact)],
         at_k=all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact)),  # the rates' own k: exact
         off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
-        below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)),
+        below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)), names=[d[0] for d in drafters],
         why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(  # mostly redraws
             r.redrawn.sum() > 0.5 for r in (s, big)),
-        bonus=starts[1].redrawn.sum() < s.redrawn.sum() and starts[1].start[s.short] > s.start[s.short])
+        bonus=all(r.redrawn.sum() < s.redrawn.sum() and r.start[s.short] > s.start[s.short] for r in small[:-1]))
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):

@@ -3768,7 +3768,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         ((f"The block gives back {ninths(-change['a a'])} on 'a' then 'a'. There w_1 = {fraction(w1)}, and"
            f" w_1 p = {fractions(owed)} is nowhere above q = {fractions(Q2[1])}, so Z_1 = 0 and h_1 = 0. So the block"
            f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
-           f" token-wise checking's {fraction(w1)} (the first kept) + {fraction(aa[5] - w1)} (both kept) ="
+           f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
            f" {aa[5]:.2f}. That is"
            f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
            if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
@@ -3941,10 +3941,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
                " k's coin lands heads with chance w_k. For a position i < k, let Z_i be the sum, over every token y,"
-               " of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. If the block ends at i, step 5 draws"
-               " the next token from these terms, normalised. Its coin lands heads with"
+               " of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Position i's coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
-               " given.",
+               " given. If the block ends at i, step 5 draws the next token from Z_i's terms, normalised.",
                "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)

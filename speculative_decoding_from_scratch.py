@@ -5874,7 +5874,7 @@ def demo23_engines(**how):
 
 
 # -----------------------------------------------------------------------------
-# Chapter 24. Could any verifier keep more than the block?
+# Chapter 24. How close is the block to a ceiling on all verifiers?
 # A bound on every lossless verifier, from demo 1's one-token rule, against chapter 14's block.
 
 
@@ -5905,12 +5905,12 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ab = demo14_pairs(P2, Q2)[1]  # drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, ...)
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
         " save an earlier one that the lesson's rule would reject.",
-        "In chapter 14's example, below, it keeps both of the drafts 'a' then 'b', where the lesson's rule keeps"
+        "In chapter 14's example, below, it always keeps both of the drafts 'a' then 'b', where the lesson's rule keeps"
         " that 'a' with chance"
         f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 else "",
         "Its paper proves it keeps the most drafts on average of any lossless verifier (one"
-        " whose output is the target's) that keeps some drafts and then draws one token. Could a verifier keep"
-        " more?")
+        " whose output is the target's) that keeps some drafts and then draws one token. How many more could"
+        " a verifier keep?")
     print()
     say("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
         " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up.")
@@ -5943,8 +5943,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
-    say("A round's tokens depend on the token it starts after (demo 3). The ideal emits no tokens, so it has no last"
-        " round to start after. To compare all three alike, each round in the table below starts after a token drawn"
+    say("A round's tokens depend on the token it starts after (demo 3). The ideal is a bound on one round, not a"
+        " decoder: it has no last round to start after. To compare all three alike, each round in the table below"
+        " starts after a token drawn"
         " as often as it appears"
         " in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus"
         " one), exactly:")
@@ -5955,8 +5956,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     more = min(g[4] for g in gains) >= -1e-12
     one = gains[0][0] == 1 and abs(gains[0][2] - gains[0][1]) < 1e-12 and abs(gains[0][3] - gains[0][1]) < 1e-12
     print()
-    say(("Block verification keeps at least as many at every k (at k = 1 all three are equal: demo 1's rule reaches"
-         " the ideal)," if one else "Block verification keeps at least as many at every k,") if more
+    say(("Block verification makes at least as many tokens per round at every k (at k = 1 all three are equal:"
+         " demo 1's rule reaches"
+         " the ideal)," if one else "Block verification makes at least as many tokens per round at every k,") if more
         else f"Block verification LOSES tokens at some k: {min(g[4] for g in gains):+.1%} at worst.",
         f"{max(g[4] for g in gains):+.1%} at most here." if more else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
@@ -6331,7 +6333,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "21": ("Does temperature slow speculation down?", demo21_temperature),
     "22": ("Does a lossy verifier change greedy text?", demo22_greedy_text),
     "23": ("How does each engine take a plan?", demo23_engines),
-    "24": ("Could any verifier keep more than the block?", demo24_ideal),
+    "24": ("How close is the block to a ceiling on all verifiers?", demo24_ideal),
     "25": ("Why do big batches check fewer drafts?", demo25_ridge),
     "26": ("When does copying the text pay?", demo26_copy_speed),
     "27": ("Do one k's rates price another?", demo27_rates),

@@ -501,7 +501,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert ("Columns i = 2 to 4 run 0.008 above eq. 1's; column i = 1 runs 0.022 below. Every output token is a kept"
             " draft or a final token. Final tokens hold less 'd' than the output, so kept drafts hold more than its"
             " 0.184. So draft 2, after kept draft 1, follows 'd' more often: once draft 1 has passed, it passes"
-            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
+            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's"
+            " 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert "Overall, 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
     assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
@@ -1141,7 +1142,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
     assert max(r[1] for r in result.example) <= result.ideal
     assert "Neither keeps more than the ideal, 12/9." in flat(text)
-    assert ("In chapter 14's example, below, it keeps both of the drafts 'a' then 'b', where the lesson's rule keeps"
+    assert ("In chapter 14's example, below, it always keeps both of the drafts 'a' then 'b', where the lesson's rule"
+            " keeps"
             " that 'a' with chance 1/2.") in flat(text) and sd.accept_prob(*(r[0] for r in sd.PAPER_EXAMPLE), 0) == 0.5
     assert ("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
             " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up."
@@ -1160,7 +1162,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " one token, so none of them reaches the"
             " ideal here.") in flat(text) and "another kind" not in text
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
-            " can save an earlier one that the lesson's rule would reject. In chapter 14's example, below, it keeps both"
+            " can save an earlier one that the lesson's rule would reject. In chapter 14's example, below, it always"
+            " keeps both"
             " of the drafts 'a' then 'b', where the lesson's rule keeps that 'a' with chance 1/2. Its paper proves"
             " it keeps the most"
             " drafts on average of any lossless verifier (one whose output is the target's)") in flat(text)
@@ -1197,8 +1200,9 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     chained, chained_block = sd.exact_tokens_per_call(P, Q, 4), sd.exact_block_tokens_per_call(P, Q, 4)
     assert chained < result.gains[-1][1] - 0.01 and chained_block < result.gains[-1][2]
     assert chained_block / chained - 1 > result.gains[-1][4]
-    assert ("A round's tokens depend on the token it starts after (demo 3). The ideal emits no tokens, so it has no last"
-            " round to start after. To compare all three alike, each round in the table below starts after a token"
+    assert ("A round's tokens depend on the token it starts after (demo 3). The ideal is a bound on one round, not a"
+            " decoder: it has no last round to start after. To compare all three alike, each round in the table below"
+            " starts after a token"
             " drawn as often as it appears"
             " in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept,"
             " plus one), exactly: k token-wise") in flat(text)

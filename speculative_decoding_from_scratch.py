@@ -4858,10 +4858,9 @@ def demo19_tuning(**how):
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
-        f" token in one pass of {nodes} positions. Chapter 8 shows how a tree is checked, and that it keeps the"
-        " target's distribution."
-        f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call (+-, as in"
-        f" demo 3), from {tree[1]} draft passes, one per level.")
+        f" token in one pass of {nodes} positions. Chapter 8 shows how a tree is checked, and that it keeps"
+        f" the target's distribution. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f}"
+        f" tokens per call (+-, as in demo 3), from {tree[1]} draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"

@@ -1467,11 +1467,11 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
-    return (f"Columns i = 2 to 4 run {over:.3f} above eq. 1's; column i = 1 runs {short:.3f} below. Every output"
-            f" token is a kept draft or a final token. Final tokens hold less '{d}' than the output, so kept drafts"
-            f" hold more than its {starts.text[hi]:.3f}. So draft 2, after kept draft 1, follows '{d}' more often: once"
-            f" draft 1 has passed, it passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above"
-            f" alpha's {alpha:.3f}."
+    return (f"Columns i = 2 to 4 together run {over:.3f} above eq. 1's; column i = 1 runs {short:.3f} below."
+            f" Every output token is a kept draft or a final token. Final tokens are {starts.start[hi]:.3f} '{d}',"
+            f" below the output's {starts.text[hi]:.3f}, so kept drafts hold more. So draft 2, after kept draft 1,"
+            f" follows '{d}' more often: once draft 1 has passed, it passes {rates[1]:.3f} / {rates[0]:.3f} ="
+            f" {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and 0 < over < short  # and so as the table prints them
@@ -4851,9 +4851,10 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
             f" That price is exact at k = {k_max}. A shorter k passes all its drafts more often, so more of its rounds"
-            f" end on a bonus token, drawn from p, and fewer on a redraw, which is seldom '{d}' (demo 3). So they"
-            f" start more often after '{d}', where drafts pass most, and the price for that k underestimates its exact"
-            f" tokens per call, by at most {max(low):.4f}." if why else " Chapter 27 checks that price."))
+            f" end on a bonus token, drawn from p, and fewer on a redraw, which is seldom '{d}' (demo 3). So its next"
+            f" rounds start more often after '{d}', where drafts pass most. Rates counted in rounds of {k_max} miss"
+            f" this, so the price for a shorter k underestimates its exact tokens per call, by at most {max(low):.4f}."
+            if why else " Chapter 27 checks that price."))
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"

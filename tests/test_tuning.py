@@ -227,9 +227,10 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. That price is exact at k ="
                              " 8. A shorter k passes all its drafts more often, so more of its rounds end on a bonus"
-                             " token, drawn from p, and fewer on a redraw, which is seldom 'd' (demo 3). So they start"
-                             " more often after 'd', where drafts pass most, and the price for that k underestimates"
-                             f" its exact tokens per call, by at most {max(low):.4f}.") in text
+                             " token, drawn from p, and fewer on a redraw, which is seldom 'd' (demo 3). So its next"
+                             " rounds start more often after 'd', where drafts pass most. Rates counted in rounds of 8"
+                             " miss this, so the price for a shorter k underestimates its exact tokens per call, by at"
+                             f" most {max(low):.4f}.") in text
     # 'where drafts pass most': after 'd' the middling draft passes most, by hand
     assert int(np.argmax(np.minimum(sd.TARGET, sd.MIDDLING).sum(axis=1))) == 3
     # why, as chapter 27 says it, by hand for small: rounds of 1 end on a bonus more often than rounds of 8, and

@@ -5905,19 +5905,20 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ab = demo14_pairs(P2, Q2)[1]  # drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, ...)
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
         " save an earlier one that the lesson's rule would reject.",
-        "In chapter 14's example, below, it always keeps both of the drafts 'a' then 'b', where the lesson's rule keeps"
-        " that 'a' with chance"
-        f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 else "",
+        "In chapter 14's example, below, the drafts 'a' then 'b' are as likely under p as under q,"
+        f" {ninths(ab[1])} each, so it always keeps both, where the lesson's rule keeps that 'a' with chance"
+        f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 and abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12 else "",
         "Its paper proves it keeps the most drafts on average of any lossless verifier (one"
         " whose output is the target's) that keeps some drafts and then draws one token. How many more could"
-        " a verifier keep?")
+        " any lossless verifier keep, whatever its form?")
     print()
     say("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
         " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up.")
     print()
     say("Why it is a ceiling: if drafts 1 to i are all kept, the output's first i tokens are those drafts. The drafts"
-        " come from q and the output from p. So the chance that both are a given text x_1..x_i is at most the smaller"
-        " of q(x_1..x_i) and p(x_1..x_i), each a product along the text. Summed over the texts, that bounds the chance"
+        " come from q and the output from p. So the chance that the drafts are a given text x_1..x_i and the output"
+        " starts with it too is at most q(x_1..x_i), and at most p(x_1..x_i), each a product along the text. Summed"
+        " over the texts, that bounds the chance"
         " that drafts 1 to i are all kept. The sum is 1 minus the TV of the two i-token distributions. For i = 1 it"
         " is 1 minus demo 1's rejection chance. A round keeps N drafts. N's average is the sum over i of the chance"
         " that N >= i, and N >= i means drafts 1 to i are all kept. So the ideal caps the average.")

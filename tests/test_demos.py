@@ -1142,9 +1142,11 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
     assert max(r[1] for r in result.example) <= result.ideal
     assert "Neither keeps more than the ideal, 12/9." in flat(text)
-    assert ("In chapter 14's example, below, it always keeps both of the drafts 'a' then 'b', where the lesson's rule"
-            " keeps"
-            " that 'a' with chance 1/2.") in flat(text) and sd.accept_prob(*(r[0] for r in sd.PAPER_EXAMPLE), 0) == 0.5
+    assert ("In chapter 14's example, below, the drafts 'a' then 'b' are as likely under p as under q, 2/9 each, so it"
+            " always keeps both, where the lesson's rule keeps that 'a' with chance 1/2.") in flat(text)
+    P2, Q2 = sd.PAPER_EXAMPLE  # by hand: p(a) p(b) = 1/3 * 2/3 and q(a) q(b) = 2/3 * 1/3, and p/q = 1/2 at 'a'
+    assert P2[0, 0] * P2[0, 1] == pytest.approx(2 / 9) == pytest.approx(Q2[0, 0] * Q2[0, 1])
+    assert sd.accept_prob(P2[0], Q2[0], 0) == 0.5
     assert ("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
             " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up."
             ) in flat(text)
@@ -1162,11 +1164,12 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " one token, so none of them reaches the"
             " ideal here.") in flat(text) and "another kind" not in text
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
-            " can save an earlier one that the lesson's rule would reject. In chapter 14's example, below, it always"
-            " keeps both"
-            " of the drafts 'a' then 'b', where the lesson's rule keeps that 'a' with chance 1/2. Its paper proves"
-            " it keeps the most"
-            " drafts on average of any lossless verifier (one whose output is the target's)") in flat(text)
+            " can save an earlier one that the lesson's rule would reject. In chapter 14's example, below, the drafts"
+            " 'a'"
+            " then 'b' are as likely under p as under q, 2/9 each, so it always keeps both, where the lesson's rule"
+            " keeps that 'a' with chance 1/2. Its paper proves it keeps the most drafts on average of any lossless"
+            " verifier (one whose output is the target's) that keeps some drafts and then draws one token. How many"
+            " more could any lossless verifier keep, whatever its form?") in flat(text)
     assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
             " gives the drafts each verifier keeps per round there, exactly, averaged over the pairs the draft"
             " proposes.") in flat(text)
@@ -1233,8 +1236,9 @@ def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):
     # the ideal, by hand: 1 - TV of one token (|1/3 - 2/3| = 1/3) plus 1 - TV of two (1/9 + 2/9 + 2/9 + 1/9 = 6/9, half)
     result, text = demo["24"]
     assert result.terms == pytest.approx([6 / 9, 6 / 9]) and result.ideal == pytest.approx(12 / 9)
-    assert ("So the chance that both are a given text x_1..x_i is at most the smaller of q(x_1..x_i) and p(x_1..x_i),"
-            " each a product along the text. Summed over the texts, that bounds the chance that drafts 1 to i are all"
+    assert ("So the chance that the drafts are a given text x_1..x_i and the output starts with it too is at most"
+            " q(x_1..x_i), and at most p(x_1..x_i), each a product along the text. Summed over the texts, that bounds"
+            " the chance that drafts 1 to i are all"
             " kept. The sum is 1 minus the TV of the two i-token distributions. For i = 1 it is 1 minus demo 1's"
             " rejection chance.") in flat(text)
     assert ("A round keeps N drafts. N's average is the sum over i of the chance that N >= i, and N >= i means drafts 1"

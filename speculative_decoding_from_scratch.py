@@ -3902,11 +3902,11 @@ def two_weights(r1, r2):
 
 
 EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
-SHIPPED_WORDS = {"vllm-ascend, PyTorch": "step 3, in place of all its coins: draws u_1..u_k once a round;"
-                                         " position i (k too) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
-                                         " p(x_i)/q(x_i)) >= u_1 * ... * u_i; step 4 unchanged. Step 5: the"
-                                         " token-wise residual, max(0, p - q), in place of max(0, w_i p - q)",
-                 "vllm-ascend, Triton": "as PyTorch, but with the weight w_i in place of that product. (w_i caps"
+SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k once a round, in place of the coins. Position i"
+                                         " (k too) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
+                                         " p(x_i)/q(x_i)) >= u_1 * ... * u_i. Step 5: the token-wise residual,"
+                                         " max(0, p - q), in place of max(0, w_i p - q).",
+                 "vllm-ascend, Triton": "As PyTorch, but with the weight w_i in place of that product. (w_i caps"
                                         " the running product at 1; PyTorch caps each ratio, so its product is"
                                         " never above w_i. Ratios {:g} then {:g}: PyTorch's product is {:g}, w_2 is"
                                         " {:g}.)".format(*EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS))}
@@ -3943,7 +3943,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " k's coin lands heads with chance w_k. For a position i < k, let Z_i be the sum, over every token y,"
                " of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Position i's coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
-               " given. If the block ends at i, step 5 draws the next token from Z_i's terms, normalised.",
+               " given.",
                "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)

@@ -4888,8 +4888,8 @@ def demo19_tuning(**how):
         later = crossed and shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
-            f"Each sequence's KV cache adds bytes, so a batch reaches the ridge later than demo 6's {shape.alone}"
-            " positions for one sequence suggest." if later else "",
+            "Each sequence's KV cache adds bytes, so a batch's check stays below the ridge past"
+            f" {shape.alone} positions in all, demo 6's figure for one sequence." if later else "",
             "The option --detail says where each check reaches the ridge.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"

@@ -1468,10 +1468,10 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Columns i = 2 to 4 together run {over:.3f} above eq. 1's; column i = 1 runs {short:.3f} below."
-            f" Every output token is a kept draft or a final token. Final tokens are {starts.start[hi]:.3f} '{d}',"
-            f" below the output's {starts.text[hi]:.3f}, so kept drafts hold more. So draft 2, after kept draft 1,"
-            f" follows '{d}' more often: once draft 1 has passed, it passes {rates[1]:.3f} / {rates[0]:.3f} ="
-            f" {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
+            f" Every output token is a kept draft or a final token. Final tokens hold less '{d}' than the output"
+            f" (point 4), so kept drafts hold more '{d}' than the output. So draft 2, after kept draft 1, follows"
+            f" '{d}' more often, and after '{d}' drafts pass {beta[hi]:.3f}: once draft 1 has passed, it passes"
+            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and 0 < over < short  # and so as the table prints them
@@ -1513,7 +1513,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f"A draft's chance to pass depends on the token before it: after '{d}' it is highest,"
                     f" {beta[hi]:.3f}.",
                     f"A round starts after the last round's final token, which is a redraw unless all {LESSON_K}"
-                    f" drafts passed ({1 - starts.redrawn.sum():.2f} of rounds).",
+                    " drafts passed.",
                     f"After {overs} the draft over-proposes '{d}' (q > p), so the residual never redraws"
                     f" '{d}' there.",
                     f"Overall, {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"

@@ -4884,13 +4884,9 @@ def demo19_tuning(**how):
             print()
             say(paragraph)
     if shape.falls:
-        crossed = crossed_checks(shape)  # each past demo 6's positions for one sequence: KV caches move the ridge
-        later = crossed and shape.ridge_each > 0 and all(b * n > shape.alone for _, n, b in crossed)
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
-            "Each sequence's KV cache adds bytes, so a batch's check stays below the ridge past"
-            f" {shape.alone} positions in all, demo 6's figure for one sequence." if later else "",
-            "The option --detail says where each check reaches the ridge.")
+            demo19_crossings(shape, max_batch))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
@@ -5003,9 +4999,9 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: how the tree is checked, how big's c rises toward
-    its KV cache's share, and where each planned check reaches the ridge."""
-    s, max_batch = result.shape, result.c19.max_batch
+    """Chapter 19 in detail: how the tree is checked, and how big's c rises
+    toward its KV cache's share."""
+    s = result.shape
     paragraphs = [
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
@@ -5015,7 +5011,7 @@ def demo19_detail(result):
          f" A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
-        demo19_crossings(s, max_batch) if s.falls else ""]
+    ]
     for paragraph in paragraphs:
         if paragraph:
             print()
@@ -5023,14 +5019,17 @@ def demo19_detail(result):
 
 
 def demo19_crossings(s, max_batch):
-    """Chapter 19's detail on where each planned check reaches the ridge."""
+    """Chapter 19's sentences on where each planned check reaches the ridge,
+    past demo 6's positions for one sequence while each does."""
     crossed = crossed_checks(s)
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
     where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
                       + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
+    later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # KV caches move the ridge
     return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
-            f" {where}. Chapter 25 works them out." if crossed and every else
-            "Chapter 25 shows where each check crosses the ridge.")
+            f" {where}." + (f" Each total is past demo 6's {s.alone}, its figure for one sequence, as each sequence's"
+                            " KV cache adds bytes." if later else "") + " Chapter 25 works them out."
+            if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
 
 
 def crossed_checks(s):

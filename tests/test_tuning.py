@@ -454,13 +454,13 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # free positions fall toward it
     base, each = sd.ridge() * w / m, sd.ridge() * kv / m
     tree = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100) == "compute")
-    assert ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time."
-            " Each sequence's KV cache adds bytes, so a batch's check stays below the ridge past 295 positions in all,"
-            " demo 6's figure for one sequence. The option --detail says where each check reaches the ridge.") in text
-    assert tree == 32 and ("The plan drops each option a little after its check reaches the"
+    assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position"
+                           " costs time. The plan drops each option a little after its check reaches the"
                            f" ridge. The checks reach it at B = {tree} for the tree ({15 * tree} positions in all), B ="
                            f" {crossings[0]} for k = 8 ({9 * crossings[0]}) and B = {crossings[1]} for k = 7"
-                           f" ({8 * crossings[1]:,}). Chapter 25 works them out.") in detail19
+                           f" ({8 * crossings[1]:,}). Each total is past demo 6's 295, its figure for one sequence, as"
+                           " each sequence's KV cache adds bytes. Chapter 25 works them out.") in text
+    assert "reaches the ridge" not in detail19
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 
     assert each > 0 and round(base + each) == 295  # the ridge in positions, base + each B, is 295 at B = 1 and rises
     # each planned check crosses the printed bound, by hand, where the roofline says, and before the plan leaves it

@@ -5908,8 +5908,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         f" {ninths(ab[1])} each, so it always keeps both, where the lesson's rule keeps that 'a' with chance"
         f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 and abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12 else "",
         "Its paper proves it keeps the most drafts on average of any lossless verifier (one"
-        " whose output is the target's) that keeps some drafts and then draws one token. How many more could"
-        " any lossless verifier keep, whatever its form?")
+        " whose output is the target's) that keeps some drafts and then draws one token. How close does it come"
+        " to a ceiling on every lossless verifier?")
     print()
     say("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
         " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up.")
@@ -5960,7 +5960,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
          " demo 1's rule reaches"
          " the ideal)," if one else "Block verification makes at least as many tokens per round at every k,") if more
         else f"Block verification LOSES tokens at some k: {min(g[4] for g in gains):+.1%} at worst.",
-        f"{max(g[4] for g in gains):+.1%} at most here." if more else "",
+        f"{max(g[4] for g in gains):+.1%} at most in this table." if more else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above it.",
         "Its paper reports 5% to 8% faster decoding than token-wise verification, by the clock, across its own"

@@ -1168,14 +1168,15 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " 'a'"
             " then 'b' are as likely under p as under q, 2/9 each, so it always keeps both, where the lesson's rule"
             " keeps that 'a' with chance 1/2. Its paper proves it keeps the most drafts on average of any lossless"
-            " verifier (one whose output is the target's) that keeps some drafts and then draws one token. How many"
-            " more could any lossless verifier keep, whatever its form?") in flat(text)
+            " verifier (one whose output is the target's) that keeps some drafts and then draws one token. How"
+            " close does it come to a ceiling on every lossless verifier?") in flat(text)
     assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
             " gives the drafts each verifier keeps per round there, exactly, averaged over the pairs the draft"
             " proposes.") in flat(text)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
     assert result.gains[0][1] == pytest.approx(result.gains[0][2]) == pytest.approx(result.gains[0][3])
     assert "at every k (at k = 1 all three are equal: demo 1's rule reaches the ideal)," in flat(text)
+    assert f"{max(g[4] for g in result.gains):+.1%} at most in this table." in flat(text)
     room = max(g[5] for g in result.gains)
     assert ("Takeaway: the ideal caps every lossless verifier, and block verification stayed under it: 11/9 against 12/9"
             f" on chapter 14's example; on the middling draft the ideal sits up to {room:.1%} higher.") in flat(text)
@@ -1270,7 +1271,7 @@ def test_chapter24_gives_the_blocks_worst_loss_when_it_loses(capsys):
     bad.demo24_ideal()
     said = capsys.readouterr().out
     assert f"Block verification LOSES tokens at some k: {worst:+.1%} at worst." in flat(said)
-    assert "at most here" not in said and "\n\n\n" not in said
+    assert "at most in this table" not in said and "\n\n\n" not in said
 
 
 def test_demo10_routes_and_their_sentences(demo):

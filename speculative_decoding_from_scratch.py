@@ -4843,18 +4843,10 @@ def demo19_tuning(**how):
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small."
             if bytes_set_c else ""))
     print()
-    vs_exact = rates_and_exact(c19)
-    low = [g for each in vs_exact.low for g in each]  # every drafter's, at every shorter k
-    s, d = vs_exact.starts[0], name(vs_exact.starts[0].short)  # small's rounds of k_max: where they start
-    why = vs_exact.at_k and low and min(low) > 0 and vs_exact.bonus and s.most and s.left_out
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts." + (
-            f" That price is exact at k = {k_max}. A shorter k passes all its drafts more often, so more of its rounds"
-            f" end on a bonus token, drawn from p, and fewer on a redraw, which is seldom '{d}' (demo 3). So its next"
-            f" rounds start more often after '{d}', where drafts pass most. Rates counted in rounds of {k_max} miss"
-            f" this, so the price for a shorter k underestimates its exact tokens per call, by at most {max(low):.4f}."
-            if why else " Chapter 27 checks that price."))
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price at"
+        " every k.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
@@ -4867,9 +4859,8 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"
         " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: the"
         " target's plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c"
-        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan keeps its option"
-        f" until it falls more than {tol:.1%} below the best: smaller gains are not worth a switch. That {tol:.1%}"
-        f" is its margin. It stops at B = {max_batch}, where the target, the {c19.roomiest}"
+        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan switches only when"
+        f" its option falls more than {tol:.1%}, its margin, below the best. It stops at B = {max_batch}, where the target, the {c19.roomiest}"
         f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
             f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""
         ) + "."

@@ -916,7 +916,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " position i < k, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the"
             " rows after x_i. Position i's coin lands heads with chance"
             " h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
-            " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point. With"
+            " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point."
+            " With"
             " no cut point, i = 0 and it keeps none. 5."
             " The next token comes from max(0,"
             " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())

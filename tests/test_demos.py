@@ -501,7 +501,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert ("Columns i = 2 to 4 together run 0.008 above eq. 1's; column i = 1 runs 0.022 below. Every output token is"
             " a kept draft or a final token. Final tokens hold less 'd' than the output (point 4), so kept drafts hold"
             " more 'd' than the output. So draft 2, after kept draft 1, follows 'd' more often, and after 'd' drafts"
-            f" pass {beta[3]:.3f}: once draft 1 has passed, it passes {rates[1]:.3f} / {rates[0]:.3f} ="
+            f" pass {beta[3]:.3f}: given that draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
     assert "Overall, 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
@@ -565,7 +565,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Columns i = 2 to 4 together run 0.008 above eq. 1's; column i = 1 runs 0.022 below."
                             " Every output token is a kept draft or a final token. Final tokens hold less 'd'")\
-        and later.endswith("once draft 1 has passed, it passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
+        and later.endswith("given that draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)

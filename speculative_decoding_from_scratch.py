@@ -5896,8 +5896,11 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ab = demo14_pairs(P2, Q2)[1]  # drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, ...)
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
         " save an earlier one that the lesson's rule would reject.",
-        "In chapter 14's example, below, the drafts 'a' then 'b' are as likely under p as under q,"
-        f" {ninths(ab[1])} each, so it always keeps both, where the lesson's rule keeps that 'a' with chance"
+        f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
+        " no context and k = 2.",
+        "There the drafts 'a' then 'b' are as likely under p as under q,"
+        f" {ninths(ab[1])} each, so block verification always keeps both, where the lesson's rule keeps that 'a' with"
+        " chance"
         f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 and abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12 else "",
         "Its paper proves it keeps the most drafts on average of any lossless verifier (one"
         " whose output is the target's) that keeps some drafts and then draws one token. How close does it come"
@@ -5917,8 +5920,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
-    say(f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
-        " no context and k = 2. The table gives the drafts each verifier keeps per round there, exactly, averaged"
+    say("On chapter 14's example, the table gives the drafts each verifier keeps per round, exactly, averaged"
         " over the pairs the draft proposes. The ideal, a bound, not a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
@@ -5929,7 +5931,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
         f"Block verification keeps {ninths(rows[1][1])}, and it is proven best of the verifiers that keep some drafts"
-        " and then draw one token, so none of them reaches the ideal here."
+        " and then draw one token, so none of them reaches the ideal here. The ideal is only a bound: this chapter"
+        " does not show that any verifier reaches it."
         if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]

@@ -4843,10 +4843,12 @@ def demo19_tuning(**how):
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small."
             if bytes_set_c else ""))
     print()
+    low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price at"
-        " every k.")
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. At a shorter k that price reads"
+        f" low, by at most {max(low):.4f} tokens per call: chapter 27 shows why." if min(low) > 0 else
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
@@ -4860,7 +4862,8 @@ def demo19_tuning(**how):
         " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: the"
         " target's plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c"
         f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan switches only when"
-        f" its option falls more than {tol:.1%}, its margin, below the best. It stops at B = {max_batch}, where the"
+        f" its current choice falls more than {tol:.1%}, its margin, below the best. It stops at B = {max_batch},"
+        " where the"
         f" target, the {c19.roomiest}"
         f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
             f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""
@@ -4971,7 +4974,8 @@ def demo19_shape(s, n_ctx, max_batch):
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
         f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})." + (
-            f" Its best chain, {s.chain.shape}, can keep {s.chain.draft_passes} drafts a round to the tree's"
+            f" {s.first.drafter.name.capitalize()}'s best chain, {s.chain.shape}, can keep {s.chain.draft_passes}"
+            " drafts a round to the tree's"
             f" {s.first.draft_passes}, one a level, so it makes more, {s.chain.tokens:.3f}, but from"
             f" {s.chain.draft_passes} passes: {s.chain_speed:.2f}." if s.chain is not None
             and s.chain.tokens > s.first.tokens and s.chain.draft_passes > s.first.draft_passes
@@ -5019,8 +5023,9 @@ def demo19_crossings(s, max_batch):
                       + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
     later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # KV caches move the ridge
     return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
-            f" {where}." + (f" Each total is past demo 6's {s.alone}, its figure for one sequence, as each sequence's"
-                            " KV cache adds bytes." if later else "") + " Chapter 25 works them out."
+            f" {where}." + (f" Each total is above the {s.alone} positions demo 6 found for one sequence: every"
+                            " sequence adds its own KV cache to the bytes a pass reads, so the pass stays"
+                            " memory-bound for more MACs." if later else "") + " Chapter 25 works them out."
             if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
 
 

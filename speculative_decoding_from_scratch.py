@@ -3601,8 +3601,9 @@ BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the dr
                "Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. If"
                " the block ends at i, step 5 draws the next token from these terms, normalised.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
-               " end. Position k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i /"
-               " (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0: step 5"
+               " end. Position k's coin lands heads with chance w_k. An earlier position i's lands heads with chance"
+               " h_i = Z_i / (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0:"
+               " step 5"
                " would have nothing to draw from.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
@@ -3755,7 +3756,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
     z_b = float(np.maximum(P2[1] - Q2[1], 0).sum())  # Z_1 after a first 'b', where w_1 = 1: demo 1's sum
     said = (
-        f"The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = {w1:.2g}. But the pair is"
+        "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q ="
+        f" {w1:.2g}. But the pair is"
         f" as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and the block"
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
@@ -3765,8 +3767,9 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         + f"{ab[5]:.2g} draft on average. The block keeps {ab[6]:.2g}. The pair has chance {ninths(ab[1])} under"
         f" q, so the block gains ({ab[6]:.2g} - {ab[5]:.2g}) times {ninths(ab[1])} = {ninths(change['a b'])} of a"
         " draft a round." if change["a b"] > 0 else "",
-        ((f"The block gives back {ninths(-change['a a'])} on 'a' then 'a'. There w_1 = {fraction(w1)}, and"
-           f" w_1 p = {fractions(owed)} is nowhere above q = {fractions(Q2[1])}, so Z_1 = 0 and h_1 = 0. So the block"
+        ((f"The block gives back {ninths(-change['a a'])} when they are 'a' then 'a'. There w_1 = {fraction(w1)},"
+           f" and w_1 p = {fractions(owed)} is nowhere above q = {fractions(Q2[1])} (over a, b), so Z_1 = 0 and h_1 ="
+           " 0. So the block"
            f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
            f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
            f" {aa[5]:.2f}. That is"

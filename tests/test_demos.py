@@ -1053,12 +1053,14 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert ("drafts chance w_1 h_1 w_2 token-wise block weighted gain a a 4/9 1/2 0 1/4 0.75 0.50 -1/9 a b 2/9 1/2 0 1"
             " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in detail  # the pairs: the detail's
     assert "weighted gain" not in text
-    assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5. But the pair is"
+    assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
+            " But the pair is"
             " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
             " both. Token-wise checking keeps both with chance 1/2, else none: 1 draft on average. The block keeps 2."
             " The pair has chance 2/9 under q, so the block gains (2 - 1) times 2/9 = 2/9 of a draft a round. The"
-            " block gives back 1/9 on 'a' then 'a'. There w_1"
-            " = 1/2, and w_1 p = (1/6, 1/3) is nowhere above q = (2/3, 1/3), so Z_1 = 0 and h_1 = 0. So the block"
+            " block gives back 1/9 when they are 'a' then 'a'. There w_1"
+            " = 1/2, and w_1 p = (1/6, 1/3) is nowhere above q = (2/3, 1/3) (over a, b), so Z_1 = 0 and h_1 = 0. So the"
+            " block"
             " keeps both drafts with chance w_2 = 1/4, else none: 0.50 drafts on average, against token-wise checking's"
             " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 0.75. That is 0.25 fewer, times the pair's chance, 4/9: 1/9."
             " The pairs that start with 'b'"
@@ -1086,7 +1088,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "gives back" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
     uniform = sd.bugged("uniform_q")  # keeps 'a' with p / (1/2) = 2/3, not p/q: the 'a' then 'b' reason goes
     net = uniform.exact_block_tokens_per_call(P2, Q2, 2) - uniform.exact_tokens_per_call(P2, Q2, 2)
-    assert "The block gains on 'a' then 'b'" not in uniform.demo14_why(P2, Q2, uniform.demo14_pairs(P2, Q2), net)
+    assert "The block gains when the drafts are" not in uniform.demo14_why(P2, Q2, uniform.demo14_pairs(P2, Q2), net)
     # a gap it does not explain: the sum is withheld
     assert sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net + 0.1).endswith("which is p(a).")
     # the block stage's h_1 edited to 0.5 where the draft wants it 1: the 'b' pairs no longer tie, and the sentence goes
@@ -1126,7 +1128,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
             " draws one token:") in text
     # the example and its gain come first, then the steps that make it
     assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? By the steps below") < text.index(
-        "The block gains on")
+        "The block gains when")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01

@@ -3905,7 +3905,8 @@ def two_weights(r1, r2):
 
 
 EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
-SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k once a round, in place of the coins. Position i"
+SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform between 0 and 1, once a round, in"
+                                         " place of the coins. Position i"
                                          " (k too) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
                                          " p(x_i)/q(x_i)) >= u_1 * ... * u_i. Step 5: the token-wise residual,"
                                          " max(0, p - q), in place of max(0, w_i p - q).",
@@ -3947,7 +3948,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Position i's coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
                " given.",
-               "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
+               "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"
+               " not a cut point does not end the block: a later draft can still be kept. With no cut point, i = 0 and"
+               " it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)
     print()
@@ -4011,7 +4014,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
                 "Sun et al. prove that no lossless verifier (one whose output is the target's) that keeps some drafts"
                 " and then draws one token keeps more than the block, from any start token.",
                 "So the shipped paths keep drafts that a lossless verifier would reject.",
-                "The option --detail gives the figures, and why they keep more.")
+                "They keep more in part because a product of uniforms, u_1 * ... * u_i, falls below a weight more"
+                " often than one uniform does. The option --detail gives the figures.")
     return caught
 
 

@@ -894,8 +894,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert ("From each start token (the token a round starts after), both shipped paths keep more drafts per round,"
             " on average, than the block. Sun et al. prove that no lossless verifier (one whose output is the target's)"
             " that keeps some drafts and then draws one token keeps more than the block, from any start token. So the"
-            " shipped paths keep drafts that a lossless verifier would reject. The option --detail gives the figures,"
-            " and why they keep more.") in flat(text) and "drafts per round, block" not in text
+            " shipped paths keep drafts that a lossless verifier would reject. They keep more in part because a"
+            " product of uniforms, u_1 * ... * u_i, falls below a weight more often than one uniform does. The option"
+            " --detail gives the figures.") in flat(text) and "drafts per round, block" not in text
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
     # per round, from a given start; the averages above start where each verifier's own rounds end)
     triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)
@@ -917,8 +918,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " rows after x_i. Position i's coin lands heads with chance"
             " h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
             " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point."
-            " With"
-            " no cut point, i = 0 and it keeps none. 5."
+            " Unlike a token-wise rejection, a position that is not a cut point does not end the block: a later draft"
+            " can still be kept. With no cut point, i = 0 and it keeps none. 5."
             " The next token comes from max(0,"
             " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
     # the chapter defines h_i and Z_i, which the detail's edits use, once (reads 822 and 824 lacked them)
@@ -951,7 +952,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
 
     assert min(full[1:]) > full[0] + 0.1
     # why they keep more: the detail's, and the chapter says where to find it
-    assert "Why do" not in text and "uniform" not in text
+    assert "Why do" not in text and "Three uniforms" not in text
     assert ("Why do the shipped paths keep more? Step 5 only picks the token after the kept drafts; step 3 sets how"
             " many. In the block, all k drafts are kept when one uniform falls below w_k. As shipped, they are kept"
             " when a product of k uniforms falls below a weight: in PyTorch the product of capped ratios, in Triton w_k"

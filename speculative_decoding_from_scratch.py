@@ -3752,7 +3752,6 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
     pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
-    fractions = lambda v: "(" + ", ".join(fraction(x) for x in v) + ")"  # noqa: E731
     first_a = exact_block_first_tokens(P2, Q2, 0, 1, 2)[0]  # the block's first token, exactly
     kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
     z_b = float(np.maximum(P2[1] - Q2[1], 0).sum())  # Z_1 after a first 'b', where w_1 = 1: demo 1's sum
@@ -3769,8 +3768,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         f" q, so the block gains ({ab[6]:.2g} - {ab[5]:.2g}) times {ninths(ab[1])} = {ninths(change['a b'])} of a"
         " draft a round." if change["a b"] > 0 else "",
         ((f"The block gives back {ninths(-change['a a'])} when they are 'a' then 'a'. There w_1 = {fraction(w1)},"
-           f" and w_1 p = {fractions(owed)} is nowhere above q = {fractions(Q2[1])} (over a, b), so Z_1 = 0 and h_1 ="
-           " 0. So the block"
+           " so Z_1 = " + " + ".join(f"max(0, {fraction(w)} - {fraction(q)})" for w, q in zip(owed, Q2[1]))
+           + " = 0 and h_1 = 0: position 1 is never a cut point. So the block"
            f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
            f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
            f" {aa[5]:.2f}. That is"

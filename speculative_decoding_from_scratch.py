@@ -3908,7 +3908,8 @@ EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
 SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform between 0 and 1, once a round, in"
                                          " place of the coins. Position i"
                                          " (k too) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
-                                         " p(x_i)/q(x_i)) >= u_1 * ... * u_i. Step 5: the token-wise residual,"
+                                         " p(x_i)/q(x_i)) >= u_1 * ... * u_i: there is no h_i, and the positions share"
+                                         " their uniforms. Step 5: the token-wise residual,"
                                          " max(0, p - q), in place of max(0, w_i p - q).",
                  "vllm-ascend, Triton": "As PyTorch, but with the weight w_i in place of that product. (w_i caps"
                                         " the running product at 1; PyTorch caps each ratio, so its product is"
@@ -4007,6 +4008,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
         more = keep_more_than_block(rows, k) and modules is not None and all(
             start_margin(modules[r[0]], k) > 0 for r in shipped)
         if more:
+            full = [all_kept(f, k) for f in [block_round_outcomes] + [
+                modules[r[0]].shipped_block_outcomes for r in shipped]]  # the chance a round keeps all k drafts
             print()
             paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
             say(f"From each start token (the token a round starts after), {paths} keep more drafts per round, on"
@@ -4014,8 +4017,10 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
                 "Sun et al. prove that no lossless verifier (one whose output is the target's) that keeps some drafts"
                 " and then draws one token keeps more than the block, from any start token.",
                 "So the shipped paths keep drafts that a lossless verifier would reject.",
-                "They keep more in part because a product of uniforms, u_1 * ... * u_i, falls below a weight more"
-                " often than one uniform does. The option --detail gives the figures.")
+                "Part of why: the block keeps all k drafts when position k's coin, heads with chance w_k, lands"
+                " heads. A shipped path keeps them all when u_1 * ... * u_k falls below its weight, which happens more"
+                " often, as a product of k uniforms tends to be small." if min(full[1:]) > full[0] else "",
+                "The option --detail gives the figures.")
     return caught
 
 

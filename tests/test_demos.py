@@ -895,9 +895,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert ("From each start token (the token a round starts after), both shipped paths keep more drafts per round,"
             " on average, than the block. Sun et al. prove that no lossless verifier (one whose output is the target's)"
             " that keeps some drafts and then draws one token keeps more than the block, from any start token. So the"
-            " shipped paths keep drafts that a lossless verifier would reject. They keep more in part because a"
-            " product of uniforms, u_1 * ... * u_i, falls below a weight more often than one uniform does. The option"
-            " --detail gives the figures.") in flat(text) and "drafts per round, block" not in text
+            " shipped paths keep drafts that a lossless verifier would reject. Part of why: the block keeps all k"
+            " drafts when position k's coin, heads with chance w_k, lands heads. A shipped path keeps them all when"
+            " u_1 * ... * u_k falls below its weight, which happens more often, as a product of k uniforms tends to be"
+            " small. The option --detail gives the figures.") in flat(text) and "drafts per round, block" not in text
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
     # per round, from a given start; the averages above start where each verifier's own rounds end)
     triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)
@@ -1007,6 +1008,11 @@ def test_chapter15_argues_from_every_start_only_while_it_holds(demo, capsys, mon
     text = flat(capsys.readouterr().out)
     assert "Both shipped paths are caught." in text and "each start token" not in text
     assert "would reject" not in text and "--detail" not in text
+    # with every path keeping all k drafts as often as the block, the reason is withheld and the argument stays
+    monkeypatch.setattr(sd, "all_kept", lambda outcomes, k: 0.5)
+    sd.demo15_verdicts(rows, 3, modules=sd.shipped_modules())
+    text = flat(capsys.readouterr().out)
+    assert "would reject." in text and "Part of why" not in text and "--detail gives the figures" in text
     # and the detail keeps its averages but drops the start-by-start margin
     monkeypatch.setattr(sd, "start_margin", lambda m, k: 0.0)
     averages, why = sd.why_shipped_keep_more(rows, 3)

@@ -5928,10 +5928,10 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     print()
     say("Why it is a ceiling: if drafts 1 to i are all kept, the output's first i tokens are those drafts. The drafts"
         " come from q and the output from p. So the chance that the drafts are a given text x_1..x_i and the output"
-        " starts with it too is at most q(x_1..x_i), and at most p(x_1..x_i), each a product along the text. Summed"
-        " over the texts, that bounds the chance"
-        " that drafts 1 to i are all kept. The sum is 1 minus the TV of the two i-token distributions. For i = 1 it"
-        " is 1 minus demo 1's rejection chance. A round keeps N drafts. N's average is the sum over i of the chance"
+        " starts with it too is at most min(q(x_1..x_i), p(x_1..x_i)), each a product along the text. Summed over"
+        " the texts, that bounds the chance that drafts 1 to i are all kept. For i = 1 the sum is demo 1's sum"
+        " min(p, q), 1 minus its rejection chance; for any i it is 1 minus the TV of the two i-token distributions."
+        " A round keeps N drafts. N's average is the sum over i of the chance"
         " that N >= i, and N >= i means drafts 1 to i are all kept. So the ideal caps the average.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
@@ -5948,8 +5948,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
         f"Block verification keeps {ninths(rows[1][1])}, and it is proven best of the verifiers that keep some drafts"
-        " and then draw one token, so none of them reaches the ideal here. The ideal is only a bound: this chapter"
-        " does not show that any verifier reaches it."
+        " and then draw one token, so none of them reaches the ideal here: for them the gap is slack in the bound."
+        " This chapter does not show that a verifier of any kind reaches the ideal."
         if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
@@ -5975,7 +5975,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         f"{max(g[4] for g in gains):+.1%} at most in this table." if more else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above it.",
-        "Its paper reports 5% to 8% faster decoding than token-wise verification, by the clock, across its own"
+        "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, across their own"
         " tasks, models and datasets.")
     k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
     chained = exact_tokens_per_call(TARGET, MIDDLING, k)  # the lesson's exact figure
@@ -5983,7 +5983,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     first = exact_per_position(TARGET, MIDDLING, k)[0]  # draft 1's pass chance in demo 3's chained rounds
     if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2]:
         print()
-        say("Demo 3 and chapter 14 start each round after the last one's final token, so their figures at"
+        say("Demo 3 and chapter 14 start each round after the last one's final token, as a running decoder does, so"
+            " their figures at"
             f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block, a gain of"
             f" {block_chained / chained - 1:+.1%}.",
             f"In demo 3, draft 1 then passes only {first:.3f}, not alpha's {alpha:.3f}."

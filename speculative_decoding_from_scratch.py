@@ -4858,14 +4858,16 @@ def demo19_tuning(**how):
     low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. At a shorter k that price reads"
-        f" low, by at most {max(low):.4f} tokens per call: chapter 27 shows why." if min(low) > 0 else
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. At a shorter k that price falls"
+        f" below the chain's exact tokens per call, by at most {max(low):.4f}: chapter 27 shows why." if min(low) > 0
+        else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
         f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
-        f" token in one pass of {nodes} positions. Chapter 8 shows how a tree is checked, and that it keeps"
+        f" token, whose p judges the first level, in one pass of {nodes} positions. Chapter 8 shows how a tree is"
+        " checked, and that it keeps"
         f" the target's distribution. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f}"
         f" tokens per call (+-, as in demo 3), from {tree[1]} draft passes, one per level.")
     print()

@@ -226,7 +226,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
     assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. At a shorter k that price"
-                             f" reads low, by at most {max(low):.4f} tokens per call: chapter 27 shows why.") in text
+                             " falls below the chain's exact tokens per call, by at most"
+                             f" {max(low):.4f}: chapter 27 shows why.") in text
     assert "bonus" not in text.split("chapter 27 shows why")[0]  # the why is chapter 27's
     assert f"At every shorter k the rates read low, by at most {max(low):.4f}." in " ".join(
         section(in_process[1], "27").split())
@@ -617,8 +618,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
-            " from q, 3 deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token in one pass of 15"
-            " positions. Chapter 8 shows how a tree is checked, and that it keeps the target's distribution."
+            " from q, 3 deep. Its 14 drafts, 2 + 4 + 8, are checked with the text's last token, whose p judges"
+            " the first level, in one pass of 15 positions. Chapter 8 shows how a tree is checked, and that it keeps"
+            " the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
             " call (+-, as in demo 3), from 3 draft passes, one per level.") in text
     # the standard error, by hand: the same 2,000 rounds' lengths, their spread over the square root of their count

@@ -2298,7 +2298,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
         " drafts. One target pass scores every node and the text's last token, whose p judges the first level. A"
         " chain has one child a"
-        " node, so it is measured one way.")
+        " node, so its measured value is in the first column; only a chain has an exact value.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
            ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 14, ".2f")], rows,
@@ -2306,13 +2306,14 @@ def demo8_depth_and_width(n_rounds, depth=3):
     off = [r[0] for r in rows if r[7] and not fits_exact(r[3], r[4], r[7])]
     repeats = all(r[5] > r[3] for r in rows if r[5] is not None) and rule_intact(TARGET, MIDDLING)
     rows = [(label, d, n, rate, distinct, exact) for label, d, n, rate, _, distinct, _, exact in rows]
-    wider = rows[2][4] > rows[0][3]
+    wider = rows[2][4] > rows[0][5]
     print()
     say(f"Each chain's measured value agrees with its exact one, within {FIT_Z} standard errors." if not off else
         f"NOT every chain agrees with its exact value: {', '.join(off)}.",
         f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
         f" {'more' if wider else 'NOT more'} than the chain's"
-        f" {rows[0][3]:.2f}.", f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
+        f" {rows[0][5]:.2f}, exactly.",
+        f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}: a tree"
         " drafts a whole level in one pass.", f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"

@@ -769,8 +769,10 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert long_chain[5] == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)) and tree3[1] == 3
     nodes = {r[0]: r[2] for r in result.rates}
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
-    chain, widest = result.rates[0][3], result.rates[2][4]
-    assert f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's {chain:.2f}" in " ".join(text.split())
+    chain, widest = result.rates[0][5], result.rates[2][4]  # the chain exactly, as the long chain below
+    assert chain == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3))
+    assert (f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's"
+            f" {chain:.2f}, exactly.") in " ".join(text.split())
     long = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)  # a chain verifying as many positions as the tree
     assert result.rates[3][5] == long and (f"A chain of 39 drafts, as many as that tree has nodes, makes"
                                            f" {long:.2f} exactly, {'fewer' if long < widest else 'NOT fewer'}") \

@@ -3650,12 +3650,12 @@ def demo14_block_gain():
     print()
     say_block_rule()
     pairs = demo14_pairs(P2, Q2)
-    why = demo14_why(P2, Q2, pairs, gap, parts=True)  # the gain and the give-back, here; why the output stays
-    if why[0]:                                        # exact, in the detail, said there only where it holds
-        say(*why[:2])
-        print()
-    say(why[2], "The option --detail shows every pair of drafts" + (", and why the output stays exact." if why[3]
-                                                                    else "."))
+    why = demo14_why(P2, Q2, pairs, gap, parts=True)  # how the block gains, here; the sums, in the detail
+    loses = {r[0]: r[-1] for r in pairs}["a a"] < 0
+    say(why[0], "It is not better on every pair: when the drafts are 'a' then 'a', it keeps fewer than token-wise"
+        " checking." if why[0] and loses else "",
+        "The option --detail shows every pair, what each verifier keeps there" + (
+            ", and why the output stays exact." if why[3] else "."))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3673,10 +3673,14 @@ def demo14_detail(result, n_rounds=500):
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
            ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], result.pairs, groups=[("drafts kept", 5, 6)])
-    why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[3:]  # the first three are the chapter's
-    if any(why):
+    why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)  # the first is the chapter's
+    if why[1]:
         print()
-        say(*why)
+        say("When the drafts are 'a' then 'b',", why[1][0].lower() + why[1][1:])
+    for paragraph in why[2:]:
+        if paragraph:
+            print()
+            say(paragraph)
     rows = example_kept(result.example, n_rounds)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")

@@ -1064,18 +1064,19 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in detail  # the pairs: the detail's
     assert "weighted gain" not in text
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
-            " But the pair is"
-            " as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the block keeps"
-            " both. Token-wise checking keeps both with chance 1/2, else none: 1 draft on average. The block keeps 2."
-            " The pair has chance 2/9 under q, so the block gains (2 - 1) times 2/9 = 2/9 of a draft a round. The"
-            " block gives back 1/9 when they are 'a' then 'a'. There w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0,"
-            " 1/3 - 1/3) = 0 and h_1 = 0: position 1 is never a cut point. So the block"
+            " But the pair is as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the"
+            " block keeps both. It is not better on every pair: when the drafts are 'a' then 'a', it keeps fewer than"
+            " token-wise checking. The option --detail shows every pair, what each verifier keeps there, and why the"
+            " output stays exact.") in flat(text)
+    assert ("When the drafts are 'a' then 'b', token-wise checking keeps both with chance 1/2, else none: 1 draft on"
+            " average. The block keeps 2. The pair has chance 2/9 under q, so the block gains (2 - 1) times 2/9 = 2/9"
+            " of a draft a round. The block gives back 1/9 when they are 'a' then 'a'. There w_1 = 1/2, so Z_1 ="
+            " max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0 and h_1 = 0: position 1 is never a cut point. So the block"
             " keeps both drafts with chance w_2 = 1/4, else none: 0.50 drafts on average, against token-wise checking's"
             " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 0.75. That is 0.25 fewer, times the pair's chance, 4/9: 1/9."
-            " The pairs that start with 'b'"
-            " tie: there w_1 = 1 and Z_1 = 1/3, so h_1 = 1. So 'b' is always kept, and the second draft with chance"
-            " w_2, as token-wise checking keeps it. The option --detail shows every pair of drafts, and why the output"
-            " stays exact.") in flat(text)
+            " The pairs that start with 'b' tie: there w_1 = 1 and Z_1 = 1/3, so h_1 = 1. So 'b' is always kept, and"
+            " the second draft with chance w_2, as token-wise checking keeps it.") in flat(detail)
+    assert "gives back" not in text and "2/9 of a draft" not in flat(text)  # the sums are the detail's
     # after 'b', w_1 = 1 and Z_1 = max(0, 1/3 - 2/3) + max(0, 2/3 - 1/3) = 1/3, so h_1 = (1/3) / (1/3 + 0) = 1
     assert sd.block_threshold(1.0, P2[1], Q2[1]) == pytest.approx(1)
     # the tie by hand: after 'b', w_2 = min(1, 1 * p/q), the chance token-wise checking keeps the second draft
@@ -1086,7 +1087,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " exact: the block's"
             " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
             " 1/3, which is p(a). The gains add up to +1/9, the first table's gap.") in detail
-    assert "The block gains" not in detail and "gives back" not in detail and "loses" not in flat(text)
+    assert "The block gains when" not in detail and "loses" not in flat(text)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
     assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result.pairs if r[0].startswith("b"))
     assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)
@@ -1121,8 +1122,16 @@ def test_chapter14_points_to_an_exactness_its_detail_no_longer_shows_only_while_
     bad = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
     bad.demo14_block_gain()
     said = flat(capsys.readouterr().out)
-    assert "The option --detail shows every pair of drafts." in said
+    assert "The option --detail shows every pair, what each verifier keeps there." in said
     assert "stays exact" not in said and "Takeaway withheld" in said
+
+
+def test_chapter14_says_the_block_is_not_better_on_every_pair_only_while_one_pair_loses(capsys, monkeypatch):
+    real = sd.demo14_pairs
+    monkeypatch.setattr(sd, "demo14_pairs", lambda P, Q: [r[:-1] + (0.0,) if r[0] == "a a" else r for r in real(P, Q)])
+    sd.demo14_block_gain()
+    said = flat(capsys.readouterr().out)
+    assert "The block gains when the drafts are 'a' then 'b'." in said and "not better on every pair" not in said
 
 
 def test_chapter14_checks_its_own_example_exactly(demo):

@@ -498,7 +498,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
-    assert ("Columns 2 to 4 together run 0.008 above eq. 1's, column 1 0.022 below: net, 0.014 below. Every output"
+    assert ("The i = 2 to 4 columns run 0.008 above eq. 1's in all, i = 1 0.022 below: net, 0.014 below. Every output"
             " token is"
             " a kept draft or a final token. Final tokens hold less 'd' than the output (point 4), so kept drafts hold"
             " more 'd' than the output. So draft 2, after kept draft 1, follows 'd' more often, and after 'd' drafts"
@@ -564,7 +564,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("Columns 2 to 4 together run 0.008 above eq. 1's, column 1 0.022 below: net, 0.014 below."
+    assert later.startswith("The i = 2 to 4 columns run 0.008 above eq. 1's in all, i = 1 0.022 below: net, 0.014"
+                            " below."
                             " Every output token is a kept draft or a final token. Final tokens hold less 'd'")\
         and later.endswith("given that draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the

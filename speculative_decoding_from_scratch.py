@@ -3651,9 +3651,11 @@ def demo14_block_gain():
     say_block_rule()
     pairs = demo14_pairs(P2, Q2)
     why = demo14_why(P2, Q2, pairs, gap, parts=True)  # how the block gains, here; the sums, in the detail
-    loses = {r[0]: r[-1] for r in pairs}["a a"] < 0
-    say(why[0], "It is not better on every pair: when the drafts are 'a' then 'a', it keeps fewer than token-wise"
-        " checking." if why[0] and loses else "",
+    aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
+    say(why[0], "It is not better on every pair: when the drafts are 'a' then 'a', h_1 = 0, so it keeps both with"
+        f" chance w_2 = {fraction(aa[4])}, else none, {aa[6]:.2f} drafts on average, against token-wise checking's"
+        f" {aa[5]:.2f}." if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[3] == 0 and abs(aa[6] - 2 * aa[4]) < 1e-12
+        else "",
         "The option --detail shows every pair, what each verifier keeps there" + (
             ", and why the output stays exact." if why[3] else "."))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"

@@ -3947,8 +3947,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                                                           for label, m in shipped_modules().items()]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. Its paper proves its output is the target's. Of its five steps (chapter 14), steps 3 to 5 matter"
-        " here. They use a weight w_i: the"
+        " one. Its paper proves its output is the target's. Chapter 14 gives its rule in five steps: steps 1 and 2"
+        " define a weight w_i and a sum Z_i, and steps 3 to 5 use them. The weight w_i is the"
         " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"

@@ -914,7 +914,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
                            for m in (sd, triton)))
     assert min(margins) > 0.05 and (f"Start by start, each shipped path keeps, on average, at least {min(margins):.2f}"
                                     " drafts a round more than the block.") in flat(detail)
-    assert ("Of its five steps (chapter 14), steps 3 to 5 matter here. They use a weight w_i: the target's"
+    assert ("Chapter 14 gives its rule in five steps: steps 1 and 2 define a weight w_i and a sum Z_i, and steps 3 to"
+            " 5 use them. The weight w_i is the target's"
             " probability of x_1..x_i over the"
             " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."

@@ -4004,9 +4004,8 @@ def rule_verdict(rows):
 
 
 def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
-    """Chapter 15's sentences, from its table: is each shipped path caught, and
-    does it keep more drafts than block verification can, from every start
-    token too (each shipped path's module in modules, by its label)?"""
+    """Chapter 15's sentences: is each shipped path caught, and does it keep more drafts than the block can, from
+    every start token (each shipped path's module in modules, by label), and keep all k more often?"""
     caught, words = caught_words(rows, "shipped paths")
     print()
     say(rule_verdict(rows), words)
@@ -4014,9 +4013,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
     if shipped and rows[0][5] == "the target":
         more = keep_more_than_block(rows, k) and modules is not None and all(
             start_margin(modules[r[0]], k) > 0 for r in shipped)
-        if more:
-            full = [all_kept(f, k) for f in [block_round_outcomes] + [
-                modules[r[0]].shipped_block_outcomes for r in shipped]]  # the chance a round keeps all k drafts
+        if more:  # below, the chance a round keeps all k drafts: the block's, then each shipped path's
+            full = [all_kept(f, k) for f in [block_round_outcomes, *(modules[r[0]].shipped_block_outcomes
+                                                                     for r in shipped)]]
             print()
             paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
             say(f"From each start token (the token a round starts after), {paths} keep more drafts per round, on"
@@ -4026,7 +4025,9 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
                 "So the shipped paths keep drafts that a lossless verifier would reject.",
                 "Part of why: the block keeps all k drafts when position k's coin, heads with chance w_k, lands"
                 " heads. A shipped path keeps them all when u_1 * ... * u_k falls below its weight, which happens more"
-                " often, as a product of k uniforms tends to be small." if min(full[1:]) > full[0] else "",
+                " often, as a product of k uniforms tends to be small: in "
+                + " and ".join(f"{f:.2f} ({r[0][13:]})" for f, r in zip(full[1:], shipped))
+                + f" of rounds, against the block's {full[0]:.2f}." if min(full[1:]) > full[0] else "",
                 "The option --detail gives the figures.")
     return caught
 

@@ -901,7 +901,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " shipped paths keep drafts that a lossless verifier would reject. Part of why: the block keeps all k"
             " drafts when position k's coin, heads with chance w_k, lands heads. A shipped path keeps them all when"
             " u_1 * ... * u_k falls below its weight, which happens more often, as a product of k uniforms tends to be"
-            " small. The option --detail gives the figures.") in flat(text) and "drafts per round, block" not in text
+            " small: in 0.54 (PyTorch) and 0.55 (Triton) of rounds, against the block's 0.38. The option --detail gives"
+            " the figures.") in flat(text) and "drafts per round, block" not in text
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
     # per round, from a given start; the averages above start where each verifier's own rounds end)
     triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)

@@ -4867,7 +4867,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. At a shorter k that price falls"
-        f" below the chain's exact tokens per call, by at most {max(low):.4f}: chapter 27 shows why." if min(low) > 0
+        f" below the chain's exact tokens per call, by at most {max(low):.4f}, as where rounds start depends on k"
+        " (demo 3); chapter 27 shows how." if min(low) > 0
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -5958,8 +5959,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
         f"Block verification keeps {ninths(rows[1][1])}, and it is proven best of the verifiers that keep some drafts"
-        " and then draw one token, so none of them reaches the ideal here: for them the gap is slack in the bound."
-        " This chapter does not show that a verifier of any kind reaches the ideal."
+        " and then draw one token, so none of them reaches the ideal here: for them the gap is looseness in the bound,"
+        " not a gain they miss. Whether any lossless verifier reaches the ideal is left open."
         if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]

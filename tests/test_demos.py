@@ -1184,8 +1184,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert sd.tv_distance(p, q) == pytest.approx(np.maximum(p - q, 0).sum()) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
     assert ("Block verification keeps 11/9, and it is proven best of the verifiers that keep some drafts and then draw"
-            " one token, so none of them reaches the ideal here: for them the gap is slack in the bound. This chapter"
-            " does not show that a verifier of any kind reaches the ideal.") in flat(text)
+            " one token, so none of them reaches the ideal here: for them the gap is looseness in the bound, not a gain"
+            " they miss. Whether any lossless verifier reaches the ideal is left open.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
             " can save an earlier one that the lesson's rule would reject. Chapter 14's example has two tokens a and"
             " b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. There the drafts 'a' then 'b' are as likely under p"

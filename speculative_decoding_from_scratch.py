@@ -3947,8 +3947,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                                                           for label, m in shipped_modules().items()]
     say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
         " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. Its paper proves its output is the target's. Chapter 14 gives its rule in five steps: steps 1 and 2"
-        " define a weight w_i and a sum Z_i, and steps 3 to 5 use them. The weight w_i is the"
+        " one. Its paper proves its output is the target's. Chapter 14 gives its rule in five steps. Its steps 1"
+        " and 2 define a weight w_i, next, and a sum Z_i, in step 3 below; steps 3 to 5 use them. The weight w_i is the"
         " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
@@ -4866,9 +4866,9 @@ def demo19_tuning(**how):
     low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. At a shorter k that price falls"
-        f" below the chain's exact tokens per call, by at most {max(low):.4f}, as where rounds start depends on k"
-        " (demo 3); chapter 27 shows how." if min(low) > 0
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. Priced with the first k of"
+        f" them, a shorter chain comes out below its exact tokens per call, by at most {max(low):.4f}, as its rounds"
+        " start after other tokens (demo 3); chapter 27 shows how." if min(low) > 0
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -5930,9 +5930,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         f" {ninths(ab[1])} each, so block verification always keeps both, where the lesson's rule keeps that 'a' with"
         " chance"
         f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 and abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12 else "",
-        "Its paper proves it keeps the most drafts on average of any lossless verifier (one"
-        " whose output is the target's) that keeps some drafts and then draws one token. How close does it come"
-        " to a ceiling on every lossless verifier?")
+        "Its paper proves it keeps the most drafts on average of the lossless verifiers (whose output is the"
+        " target's) of one form: keep some drafts, then draw one token. How close does it come to a ceiling on"
+        " every lossless verifier, of any form?")
     print()
     say("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
         " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up.")
@@ -5941,7 +5941,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " come from q and the output from p. So the chance that the drafts are a given text x_1..x_i and the output"
         " starts with it too is at most min(q(x_1..x_i), p(x_1..x_i)), each a product along the text. Summed over"
         " the texts, that bounds the chance that drafts 1 to i are all kept. For i = 1 the sum is demo 1's sum"
-        " min(p, q), 1 minus its rejection chance; for any i it is 1 minus the TV of the two i-token distributions."
+        " min(p, q): 1 minus its rejection chance, sum max(0, p - q), which is the TV of p and q. For any i it is 1"
+        " minus the TV of the two i-token distributions."
         " A round keeps N drafts. N's average is the sum over i of the chance"
         " that N >= i, and N >= i means drafts 1 to i are all kept. So the ideal caps the average.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
@@ -5958,9 +5959,10 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
-        f"Block verification keeps {ninths(rows[1][1])}, and it is proven best of the verifiers that keep some drafts"
-        " and then draw one token, so none of them reaches the ideal here: for them the gap is looseness in the bound,"
-        " not a gain they miss. Whether any lossless verifier reaches the ideal is left open."
+        f"Block verification keeps {ninths(rows[1][1])}, and it is proven best of that form, so no verifier of that"
+        f" form reaches {ninths(ideal)} here: for them the {ninths(ideal - rows[1][1])} between block and ideal is"
+        " looseness in the bound, not drafts they could still keep. Whether a verifier of any form reaches the ideal,"
+        " this chapter leaves open."
         if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]

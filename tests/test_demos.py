@@ -915,8 +915,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
                            for m in (sd, triton)))
     assert min(margins) > 0.05 and (f"Start by start, each shipped path keeps, on average, at least {min(margins):.2f}"
                                     " drafts a round more than the block.") in flat(detail)
-    assert ("Chapter 14 gives its rule in five steps: steps 1 and 2 define a weight w_i and a sum Z_i, and steps 3 to"
-            " 5 use them. The weight w_i is the target's"
+    assert ("Chapter 14 gives its rule in five steps. Its steps 1 and 2 define a weight w_i, next, and a sum Z_i, in"
+            " step 3 below; steps 3 to 5 use them. The weight w_i is the target's"
             " probability of x_1..x_i over the"
             " draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
@@ -1179,20 +1179,21 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert result.terms == pytest.approx([2 / 3, 6 / 9]) and ("The ideal, a bound, not a verifier, is 6/9 (i = 1) + 6/9"
                                                               " (i = 2): verifier exact token-wise 1.1111 10/9 block"
                                                               " 1.2222 11/9 ideal (bound) 1.3333 12/9") in flat(text)
-    assert "for any i it is 1 minus the TV of the two i-token distributions." in flat(text)
+    assert "For any i it is 1 minus the TV of the two i-token distributions." in flat(text)
     p, q = sd.TARGET[0], sd.MIDDLING[0]  # the TV is demo 1's sum of max(0, p - q), and 1 minus sum min(p, q)
     assert sd.tv_distance(p, q) == pytest.approx(np.maximum(p - q, 0).sum()) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
-    assert ("Block verification keeps 11/9, and it is proven best of the verifiers that keep some drafts and then draw"
-            " one token, so none of them reaches the ideal here: for them the gap is looseness in the bound, not a gain"
-            " they miss. Whether any lossless verifier reaches the ideal is left open.") in flat(text)
+    assert ("Block verification keeps 11/9, and it is proven best of that form, so no verifier of that form reaches"
+            " 12/9 here: for them the 1/9 between block and ideal is"
+            " looseness in the bound, not drafts they could still keep. Whether a verifier of any form reaches the"
+            " ideal, this chapter leaves open.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft"
             " can save an earlier one that the lesson's rule would reject. Chapter 14's example has two tokens a and"
             " b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. There the drafts 'a' then 'b' are as likely under p"
             " as under q, 2/9 each, so block verification always keeps both, where the lesson's rule keeps that 'a'"
-            " with chance 1/2. Its paper proves it keeps the most drafts on average of any lossless verifier (one whose"
-            " output is the target's) that keeps some drafts and then draws one token. How close does it come to a"
-            " ceiling on every lossless verifier?") in flat(text)
+            " with chance 1/2. Its paper proves it keeps the most drafts on average of the lossless verifiers (whose"
+            " output is the target's) of one form: keep some drafts, then draw one token. How close does it come to a"
+            " ceiling on every lossless verifier, of any form?") in flat(text)
     assert ("On chapter 14's example, the table gives the drafts each verifier keeps per round, exactly, averaged over"
             " the pairs the draft proposes.") in flat(text)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
@@ -1262,8 +1263,9 @@ def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):
     assert result.terms == pytest.approx([6 / 9, 6 / 9]) and result.ideal == pytest.approx(12 / 9)
     assert ("So the chance that the drafts are a given text x_1..x_i and the output starts with it too is at most"
             " min(q(x_1..x_i), p(x_1..x_i)), each a product along the text. Summed over the texts, that bounds the"
-            " chance that drafts 1 to i are all kept. For i = 1 the sum is demo 1's sum min(p, q), 1 minus its"
-            " rejection chance; for any i it is 1 minus the TV of the two i-token distributions.") in flat(text)
+            " chance that drafts 1 to i are all kept. For i = 1 the sum is demo 1's sum min(p, q): 1 minus its"
+            " rejection chance, sum max(0, p - q), which is the TV of p and q. For any i it is 1 minus the TV of the"
+            " two i-token distributions.") in flat(text)
     assert ("A round keeps N drafts. N's average is the sum over i of the chance that N >= i, and N >= i means drafts 1"
             " to i are all kept. So the ideal caps the average.") in flat(text)
     # the ideal's first term, 1 - TV of one token, is 1 minus demo 1's rejection chance, sum max(0, p - q)

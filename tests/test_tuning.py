@@ -225,10 +225,10 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         rates = sd.exact_per_position(sd.TARGET, Q, 8)
         low += [sd.exact_tokens_per_call(sd.TARGET, Q, k) - 1 - sum(rates[:k]) for k in range(1, 8)]
         assert 1 + sum(rates) == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, Q, 8), abs=1e-12)
-    assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. At a shorter k that price"
-                             " falls below the chain's exact tokens per call, by at most"
-                             f" {max(low):.4f}, as where rounds start depends on k (demo 3); chapter 27 shows how.") \
-        in text
+    assert min(low) > 0 and ("Here the rates are computed exactly, in rounds of 8 drafts. Priced with the first k of"
+                             " them, a shorter chain comes out below its exact tokens per call, by at most"
+                             f" {max(low):.4f}, as its rounds start after other tokens (demo 3); chapter 27 shows"
+                             " how.") in text
     assert "bonus" not in text.split("chapter 27 shows how")[0]  # the rest of the why is chapter 27's
     assert f"At every shorter k the rates read low, by at most {max(low):.4f}." in " ".join(
         section(in_process[1], "27").split())

@@ -4055,17 +4055,15 @@ def keep_more_than_block(rows, k):
 
 def why_shipped_keep_more(rows, k):
     """Chapter 15's detail on the drafts the shipped paths keep: the averages,
-    the least they keep above the block from any start, and why, in step 3's
-    product of uniforms; said only while the block is exact and both shipped
-    paths keep more (paragraphs, or none)."""
+    the least they keep above the block from any start, and step 3's product
+    of uniforms; said only while the block is exact and both shipped paths
+    keep more (paragraphs, or none)."""
     if not keep_more_than_block(rows, k):
         return []
     shipped = shipped_rows(rows)
     margin = min(start_margin(shipped_modules()[r[0]], k) for r in shipped)
     # P(u_1 ... u_k <= r) = r (1 + L + L^2 / 2! + ... + L^(k-1) / (k-1)!), L = -ln r, at r = 1/2
     below = 0.5 * sum(math.log(2) ** j / math.factorial(j) for j in range(k))
-    full = [all_kept(f, k) for f in (block_round_outcomes, shipped_block_outcomes,
-                                     bugged("Triton kernel", SHIPPED_BUGS).shipped_block_outcomes)]
     averages = " ".join(p for p in (
         "On average, exactly, the shipped paths keep " + " and ".join(f"{r[7]:.2f} ({r[0][13:]})" for r in shipped),
         f"drafts per round, block verification {exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, token-wise"
@@ -4075,15 +4073,10 @@ def why_shipped_keep_more(rows, k):
         f" Start by start, each shipped path keeps, on average, at least {margin:.2f} drafts a round more than the"
         " block."
         if margin > 0 else ""))
-    why = " ".join(p for p in (
-        "Why do the shipped paths keep more? Step 5 only picks the token after the kept drafts; step 3 sets how many."
-        " In the block, all k drafts are kept when one uniform falls below w_k. As shipped, they are kept when a"
-        " product of k uniforms falls below a weight: in PyTorch the product of capped ratios, in Triton w_k itself."
-        " A product of uniforms falls below a weight more often than one uniform does.",
-        f"{number_word(k).capitalize()} uniforms' product falls below 0.5 with chance {below:.2f}, one uniform half"
-        " the time." if k > 1 else "",
-        f"So all {k} drafts are kept in {full[1]:.2f} (PyTorch) and {full[2]:.2f} (Triton) of the chapter's rounds,"
-        f" against the block's {full[0]:.2f}." if len(shipped) == 2 and min(full[1:]) > full[0] else "") if p)
+    why = ("Only step 3 sets how many drafts are kept; step 5 picks the token after them. A shipped path's weight is"
+           " in PyTorch the product of capped ratios, in Triton w_k itself." + (
+               f" How small a product of uniforms tends to be: {number_word(k)} uniforms' product falls below 0.5 with"
+               f" chance {below:.2f}, one uniform half the time." if k > 1 else ""))
     return [averages, why]
 
 

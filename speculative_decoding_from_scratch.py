@@ -802,6 +802,14 @@ def say(*sentences, clock=False):
         print("\n".join(line + CLOCK * clock for line in lines))
 
 
+def say_paragraphs(paragraphs):
+    """Each paragraph that has something to say, after a blank line; "" prints nothing."""
+    for paragraph in paragraphs:
+        if paragraph:
+            print()
+            say(paragraph)
+
+
 def say_items(items, numbered=False, start=1):
     """A list, one item a paragraph, wrapped at 78 columns under its mark:
     '  1. ' (from start) when numbered, else '  - '."""
@@ -3679,10 +3687,7 @@ def demo14_detail(result, n_rounds=500):
     if why[1]:
         print()
         say("When the drafts are 'a' then 'b',", why[1][0].lower() + why[1][1:])
-    for paragraph in why[2:]:
-        if paragraph:
-            print()
-            say(paragraph)
+    say_paragraphs(why[2:])
     rows = example_kept(result.example, n_rounds)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
@@ -4109,9 +4114,7 @@ def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
     """Chapter 15 in detail: two one-line edits of block verification beside
     the rule, by the same checks, and why the exact check sees what the fit
     cannot."""
-    for paragraph in why_shipped_keep_more(rows, k):
-        print()
-        say(paragraph)
+    say_paragraphs(why_shipped_keep_more(rows, k))
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     edits = [rows[0]] + exactness_rows([(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS],
                                        k, ctx, n, n_runs)
@@ -4890,10 +4893,7 @@ def demo19_tuning(**how):
            ("speedup", 13, ">")],
           [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are the chapter's, the third the detail's
-    for paragraph in said[:2]:
-        if paragraph:
-            print()
-            say(paragraph)
+    say_paragraphs(said[:2])
     if shape.falls:
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
@@ -5024,10 +5024,7 @@ def demo19_detail(result):
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
     ]
-    for paragraph in paragraphs:
-        if paragraph:
-            print()
-            say(paragraph)
+    say_paragraphs(paragraphs)
 
 
 def demo19_crossings(s, max_batch):
@@ -6136,10 +6133,7 @@ def demo25_detail(result):
          " Past the ridge a check costs more than a plain pass" +
          (f", little at first: with the plan's {tol:.1%} margin, k = {s.ks[0]} holds to B = {s.ends[s.ks[0]]:,}."
           if holds else ".")) if s.falls and ridge_batch(s.m, s.w, s.kv, positions=1) is None else "")
-    for paragraph in paragraphs:
-        if paragraph:
-            print()
-            say(paragraph)
+    say_paragraphs(paragraphs)
 
 
 # -----------------------------------------------------------------------------

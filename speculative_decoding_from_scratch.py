@@ -3683,11 +3683,7 @@ def demo14_detail(result, n_rounds=500):
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
            ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], result.pairs, groups=[("drafts kept", 5, 6)])
-    why = demo14_why(P2, Q2, result.pairs, result.gap, parts=True)  # the first is the chapter's
-    if why[1]:
-        print()
-        say("When the drafts are 'a' then 'b',", why[1][0].lower() + why[1][1:])
-    say_paragraphs(why[2:])
+    say_paragraphs(demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[1:])  # the first is the chapter's
     rows = example_kept(result.example, n_rounds)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
@@ -3774,8 +3770,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        (f"Token-wise checking keeps both with chance {fraction(w1)}, else none: " if abs(ab[5] - 2 * w1) < 1e-12
-         else "Token-wise checking keeps ")
+        "When the drafts are 'a' then 'b', token-wise checking keeps " + (
+            f"both with chance {fraction(w1)}, else none: " if abs(ab[5] - 2 * w1) < 1e-12 else "")
         + f"{ab[5]:.2g} draft on average. The block keeps {ab[6]:.2g}. The pair has chance {ninths(ab[1])} under"
         f" q, so the block gains ({ab[6]:.2g} - {ab[5]:.2g}) times {ninths(ab[1])} = {ninths(change['a b'])} of a"
         " draft a round." if change["a b"] > 0 else "",

@@ -5907,18 +5907,10 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     checking and block verification, on the paper's example and the middling
     draft."""
     P2, Q2 = PAPER_EXAMPLE
-    ab = demo14_pairs(P2, Q2)[1]  # drafts 'a' then 'b': (drafts, chance, w_1, h_1, w_2, token-wise, block, ...)
-    say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
-        " save an earlier one that the lesson's rule would reject.",
-        f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
-        " no context and k = 2.",
-        "There the drafts 'a' then 'b' are as likely under p as under q,"
-        f" {ninths(ab[1])} each, so block verification always keeps both, where the lesson's rule keeps that 'a' with"
-        " chance"
-        f" {fraction(ab[2])}." if ab[6] == 2 and ab[2] < 1 and abs(P2[0, 0] * P2[0, 1] - ab[1]) < 1e-12 else "",
-        "Its paper proves it keeps the most drafts on average of the lossless verifiers (whose output is the"
-        " target's) of one form: keep some drafts, then draw one token. How close does it come to a ceiling on"
-        " every lossless verifier, of any form?")
+    say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole. Its paper proves it"
+        " keeps the most drafts on average of the lossless verifiers (whose output is the target's) of one form: keep"
+        " some drafts, then draw one token. How close does it come to a ceiling on every lossless verifier, of any"
+        " form?")
     print()
     say("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
         " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up.")
@@ -5927,16 +5919,16 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " come from q and the output from p. So the chance that the drafts are a given text x_1..x_i and the output"
         " starts with it too is at most min(q(x_1..x_i), p(x_1..x_i)), each a product along the text. Summed over"
         " the texts, that bounds the chance that drafts 1 to i are all kept. For i = 1 the sum is demo 1's sum"
-        " min(p, q): 1 minus its rejection chance, sum max(0, p - q), which is the TV of p and q. For any i it is 1"
-        " minus the TV of the two i-token distributions."
+        " min(p, q), the chance its rule keeps a draft."
         " A round keeps N drafts. N's average is the sum over i of the chance"
-        " that N >= i, and N >= i means drafts 1 to i are all kept. So the ideal caps the average.")
+        " that N >= i, that drafts 1 to i are all kept. So the ideal caps the average.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
-    say("On chapter 14's example, the table gives the drafts each verifier keeps per round, exactly, averaged"
-        " over the pairs the draft proposes. The ideal, a bound, not a verifier, is"
+    say(f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
+        " no context and k = 2. The table gives the drafts each verifier keeps per round on average, exactly. The"
+        " ideal, a bound, not a verifier, is"
         f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
@@ -5945,21 +5937,17 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
-        f"Block verification keeps {ninths(rows[1][1])}, and it is proven best of that form, so no verifier of that"
-        f" form reaches {ninths(ideal)} here: for them the {ninths(ideal - rows[1][1])} between block and ideal is"
-        " looseness in the bound, not drafts they could still keep. Whether a verifier of any form reaches the ideal,"
-        " this chapter leaves open."
+        f"Block verification is proven best of its form, so for that form the {ninths(ideal - rows[1][1])} left is"
+        f" looseness in the bound. Whether a verifier of another form reaches {ninths(ideal)}, this chapter leaves"
+        " open."
         if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
-    say("A round's tokens depend on the token it starts after (demo 3). The ideal is a bound on one round, not a"
-        " decoder: it has no last round to start after. To compare all three alike, each round in the table below"
-        " starts after a token drawn"
-        " as often as it appears"
-        " in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts kept, plus"
-        " one), exactly:")
+    say("The ideal bounds one round, which has no last round to start after. So each round below starts after a"
+        " token drawn as often as it appears in the target's text, as alpha's average does. The middling draft, in"
+        " tokens per round (the drafts kept, plus one), exactly:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)
@@ -5967,27 +5955,22 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     more = min(g[4] for g in gains) >= -1e-12
     one = gains[0][0] == 1 and abs(gains[0][2] - gains[0][1]) < 1e-12 and abs(gains[0][3] - gains[0][1]) < 1e-12
     print()
-    say(("Block verification makes at least as many tokens per round at every k (at k = 1 all three are equal:"
-         " demo 1's rule reaches"
-         " the ideal)," if one else "Block verification makes at least as many tokens per round at every k,") if more
-        else f"Block verification LOSES tokens at some k: {min(g[4] for g in gains):+.1%} at worst.",
-        f"{max(g[4] for g in gains):+.1%} at most in this table." if more else "",
+    say(f"Block verification makes at least as many tokens per round at every k, {max(g[4] for g in gains):+.1%} at"
+        " most." if more else
+        f"Block verification LOSES tokens at some k: {min(g[4] for g in gains):+.1%} at worst.",
+        "At k = 1 all three are equal: demo 1's rule reaches the ideal." if one else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
-        f"The ideal sits up to {max(g[5] for g in gains):.1%} above it.",
-        "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, across their own"
-        " tasks, models and datasets.")
+        f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
+        "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, on their own models"
+        " and tasks.")
     k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
     chained = exact_tokens_per_call(TARGET, MIDDLING, k)  # the lesson's exact figure
-    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
     first = exact_per_position(TARGET, MIDDLING, k)[0]  # draft 1's pass chance in demo 3's chained rounds
-    if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2]:
+    if chained < gains[-1][1] - 5e-4 and first < alpha and abs(gains[0][1] - 1 - alpha) < 1e-9:
         print()
-        say("Demo 3 and chapter 14 start each round after the last one's final token, as a running decoder does, so"
-            " their figures at"
-            f" k = {k} are lower: {chained:.3f} token-wise and {block_chained:.3f} block, a gain of"
-            f" {block_chained / chained - 1:+.1%}.",
-            f"In demo 3, draft 1 then passes only {first:.3f}, not alpha's {alpha:.3f}."
-            if first < alpha and abs(gains[0][1] - 1 - alpha) < 1e-9 else "")
+        say("Demo 3 starts each round after the last one's final token, as a running decoder does. There draft 1"
+            f" passes {first:.3f}, not alpha's {alpha:.3f}, so its k = {k} figure, {chained:.3f}, sits below the"
+            f" {gains[-1][1]:.4f} here.")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",

@@ -4858,9 +4858,8 @@ def demo19_tuning(**how):
     low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. Priced with the first k of"
-        f" them, a shorter chain comes out below its exact tokens per call, by at most {max(low):.4f}, as its rounds"
-        " start after other tokens (demo 3); chapter 27 shows how." if min(low) > 0
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. For a shorter chain that price"
+        f" runs low, by at most {max(low):.4f}; chapter 27 shows why." if min(low) > 0
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -4870,7 +4869,7 @@ def demo19_tuning(**how):
         f" token, whose p judges the first level, in one pass of {nodes} positions. Chapter 8 shows how a tree is"
         " checked, and that it keeps"
         f" the target's distribution. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f}"
-        f" tokens per call (+-, as in demo 3), from {tree[1]} draft passes, one per level.")
+        f" tokens per call, from {tree[1]} draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"
@@ -4880,9 +4879,7 @@ def demo19_tuning(**how):
         f" its current choice falls more than {tol:.1%}, its margin, below the best. It stops at B = {max_batch},"
         " where the"
         f" target, the {c19.roomiest}"
-        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
-            f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""
-        ) + "."
+        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB."
         " The plan, with the positions each sequence's check scores:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
@@ -5030,11 +5027,8 @@ def demo19_crossings(s, max_batch):
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
     where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
                       + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
-    later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # KV caches move the ridge
     return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
-            f" {where}." + (f" Each total is above the {s.alone} positions demo 6 found for one sequence: every"
-                            " sequence adds its own KV cache to the bytes a pass reads, so the pass stays"
-                            " memory-bound for more MACs." if later else "") + " Chapter 25 works them out."
+            f" {where}. Chapter 25 works them out."
             if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
 
 

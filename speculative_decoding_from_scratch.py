@@ -3946,11 +3946,11 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     cases = [("block", this_module(), MIDDLING, block)] + [(label, m, MIDDLING, shipped)
                                                           for label, m in shipped_modules().items()]
-    say("Token-wise verification, the lesson's rule, stops at the first rejected draft. Block verification (Sun et"
-        " al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later draft can save an earlier"
-        " one. Its paper proves its output is the target's. Chapter 14 gives its rule in five steps. Its steps 1"
-        " and 2 define a weight w_i, next, and a sum Z_i, in step 3 below; steps 3 to 5 use them. The weight w_i is the"
-        " target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then"
+    say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
+        " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
+        " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from steps"
+        " 1 and 2: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 ="
+        " 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
                " k's coin lands heads with chance w_k. For a position i < k, let Z_i be the sum, over every token y,"
@@ -4014,9 +4014,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
     if shipped and rows[0][5] == "the target":
         more = keep_more_than_block(rows, k) and modules is not None and all(
             start_margin(modules[r[0]], k) > 0 for r in shipped)
-        if more:  # below, the chance a round keeps all k drafts: the block's, then each shipped path's
-            full = [all_kept(f, k) for f in [block_round_outcomes, *(modules[r[0]].shipped_block_outcomes
-                                                                     for r in shipped)]]
+        if more:
             print()
             paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
             say(f"From each start token (the token a round starts after), {paths} keep more drafts per round, on"
@@ -4024,12 +4022,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
                 "Sun et al. prove that no lossless verifier (one whose output is the target's) that keeps some drafts"
                 " and then draws one token keeps more than the block, from any start token.",
                 "So the shipped paths keep drafts that a lossless verifier would reject.",
-                "Part of why: the block keeps all k drafts when position k's coin, heads with chance w_k, lands"
-                " heads. A shipped path keeps them all when u_1 * ... * u_k falls below its weight, which happens more"
-                " often, as a product of k uniforms tends to be small: in "
-                + " and ".join(f"{f:.2f} ({r[0][13:]})" for f, r in zip(full[1:], shipped))
-                + f" of rounds, against the block's {full[0]:.2f}." if min(full[1:]) > full[0] else "",
-                "The option --detail gives the figures.")
+                "The option --detail gives the figures and part of why.")
     return caught
 
 
@@ -4074,7 +4067,13 @@ def why_shipped_keep_more(rows, k):
         f" Start by start, each shipped path keeps, on average, at least {margin:.2f} drafts a round more than the"
         " block."
         if margin > 0 else ""))
-    why = ("Only step 3 sets how many drafts are kept; step 5 picks the token after them. A shipped path's weight is"
+    full = [all_kept(f, k) for f in [block_round_outcomes, *(shipped_modules()[r[0]].shipped_block_outcomes
+                                                             for r in shipped)]]  # the block's, then each path's
+    why = (("Part of why: the block keeps all k drafts when position k's coin, heads with chance w_k, lands heads. A"
+            " shipped path keeps them all when u_1 * ... * u_k falls below its weight, which happens more often: in "
+            + " and ".join(f"{f:.2f} ({r[0][13:]})" for f, r in zip(full[1:], shipped))
+            + f" of rounds, against the block's {full[0]:.2f}. " if min(full[1:]) > full[0] else "") +
+           "Only step 3 sets how many drafts are kept; step 5 picks the token after them. A shipped path's weight is"
            " in PyTorch the product of capped ratios, in Triton w_k itself." + (
                f" How small a product of uniforms tends to be: {number_word(k)} uniforms' product falls below 0.5 with"
                f" chance {below:.2f}, one uniform half the time." if k > 1 else ""))

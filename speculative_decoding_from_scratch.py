@@ -2327,10 +2327,12 @@ def demo8_depth_and_width(n_rounds, depth=3):
         " drafts a whole level in one pass.", f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
         f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the long chain's"
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
-        + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."),
-        "Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
-        " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
-        " that is 0 at x. So a sibling that repeats x always fails." if repeats else "")
+        + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."))
+    if repeats:
+        print()
+        say("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
+            " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
+            " that is 0 at x. So a sibling that repeats x always fails.")
     return rows, not off, wider
 
 

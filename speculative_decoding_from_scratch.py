@@ -4859,8 +4859,9 @@ def demo19_tuning(**how):
     low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. For a shorter chain that price"
-        f" runs low, by at most {max(low):.4f}; chapter 27 shows why." if min(low) > 0
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. Priced with the first k of"
+        f" them, a shorter chain comes out below its exact tokens per call, by at most {max(low):.4f}: its rounds"
+        " start after other tokens (demo 3). Chapter 27 shows how." if min(low) > 0
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -5028,8 +5029,11 @@ def demo19_crossings(s, max_batch):
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
     where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
                       + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
+    later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # KV caches move the ridge
     return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
-            f" {where}. Chapter 25 works them out."
+            f" {where}." + (f" Each total is above demo 6's {s.alone} positions for one sequence: every sequence's"
+                            " KV cache adds to the bytes a pass reads, which moves the ridge." if later else "") +
+            " Chapter 25 works them out."
             if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
 
 

@@ -3917,11 +3917,12 @@ def two_weights(r1, r2):
 EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
 SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform between 0 and 1, once a round, in"
                                          " place of the coins. Position i"
-                                         " (k too) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
+                                         " (k too, in place of its w_k coin) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
                                          " p(x_i)/q(x_i)) >= u_1 * ... * u_i: there is no h_i, and the positions share"
                                          " their uniforms. Step 5: the token-wise residual,"
                                          " max(0, p - q), in place of max(0, w_i p - q).",
-                 "vllm-ascend, Triton": "As PyTorch, but with the weight w_i in place of that product. (w_i caps"
+                 "vllm-ascend, Triton": "As PyTorch (shared uniforms, and step 5's token-wise residual), but with"
+                                        " the weight w_i in place of that product. (w_i caps"
                                         " the running product at 1; PyTorch caps each ratio, so its product is"
                                         " never above w_i. Ratios {:g} then {:g}: PyTorch's product is {:g}, w_2 is"
                                         " {:g}.)".format(*EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS))}
@@ -4014,13 +4015,12 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
     say(rule_verdict(rows), words)
     shipped = shipped_rows(rows)
     if shipped and rows[0][5] == "the target":
-        more = keep_more_than_block(rows, k) and modules is not None and all(
-            start_margin(modules[r[0]], k) > 0 for r in shipped)
-        if more:
+        margin = min(start_margin(modules[r[0]], k) for r in shipped) if modules is not None else 0.0
+        if keep_more_than_block(rows, k) and margin > 0:
             print()
             paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
             say(f"From each start token (the token a round starts after), {paths} keep more drafts per round, on"
-                " average, than the block.",
+                f" average, than the block: at least {margin:.2f} more.",
                 "Sun et al. prove that no lossless verifier (one whose output is the target's) that keeps some drafts"
                 " and then draws one token keeps more than the block, from any start token.",
                 "So the shipped paths keep drafts that a lossless verifier would reject.",
@@ -4051,13 +4051,12 @@ def keep_more_than_block(rows, k):
 
 def why_shipped_keep_more(rows, k):
     """Chapter 15's detail on the drafts the shipped paths keep: the averages,
-    the least they keep above the block from any start, and step 3's product
-    of uniforms; said only while the block is exact and both shipped paths
-    keep more (paragraphs, or none)."""
+    how often each keeps all k, and step 3's product of uniforms; said only
+    while the block is exact and both shipped paths keep more (paragraphs, or
+    none)."""
     if not keep_more_than_block(rows, k):
         return []
     shipped = shipped_rows(rows)
-    margin = min(start_margin(shipped_modules()[r[0]], k) for r in shipped)
     # P(u_1 ... u_k <= r) = r (1 + L + L^2 / 2! + ... + L^(k-1) / (k-1)!), L = -ln r, at r = 1/2
     below = 0.5 * sum(math.log(2) ** j / math.factorial(j) for j in range(k))
     averages = " ".join(p for p in (
@@ -4065,10 +4064,8 @@ def why_shipped_keep_more(rows, k):
         f"drafts per round, block verification {exact_block_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, token-wise"
         f" checking {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round starting after the last one's"
         " final token (demo 3).",
-        "These averages weigh start tokens in different shares, as each verifier's rounds end on different tokens."
-        f" Start by start, each shipped path keeps, on average, at least {margin:.2f} drafts a round more than the"
-        " block."
-        if margin > 0 else ""))
+        "These averages weigh start tokens in different shares, as each verifier's rounds end on different tokens,"
+        " so the chapter compares them start by start."))
     full = [all_kept(f, k) for f in [block_round_outcomes, *(shipped_modules()[r[0]].shipped_block_outcomes
                                                              for r in shipped)]]  # the block's, then each path's
     why = (("Part of why: the block keeps all k drafts when position k's coin, heads with chance w_k, lands heads. A"

@@ -1186,7 +1186,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert sd.tv_distance(p, q) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
     assert ("Block verification is proven best of its form, so for that form the 1/9 left is looseness in the bound."
-            " Whether a verifier of another form reaches 12/9, this chapter leaves open.") in flat(text)
+            " Whether any lossless verifier reaches 12/9, this chapter leaves open.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole. Its paper proves"
             " it keeps the most drafts on average of the lossless verifiers (whose output is the target's) of one"
             " form: keep some drafts, then draw one token. How close does it come to a ceiling on every lossless"
@@ -1224,12 +1224,22 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     chained, chained_block = sd.exact_tokens_per_call(P, Q, 4), sd.exact_block_tokens_per_call(P, Q, 4)
     assert chained < result.gains[-1][1] - 0.01 and chained_block < result.gains[-1][2]
     assert chained_block / chained - 1 > result.gains[-1][4]
-    assert ("The ideal bounds one round, which has no last round to start after. So each round below starts after a"
-            " token drawn as often as it appears in the target's text, as alpha's average does. The middling draft, in"
-            " tokens per round (the drafts kept, plus one), exactly: k token-wise") in flat(text)
-    assert ("Demo 3 starts each round after the last one's final token, as a running decoder does. There draft 1"
-            f" passes {sd.exact_per_position(P, Q, 4)[0]:.3f}, not alpha's {sd.pair_alpha(P, Q):.3f}, so its k = 4"
-            f" figure, {chained:.3f}, sits below the {result.gains[-1][1]:.4f} here.") in flat(text)
+    assert ("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
+            " single round, with no round before it. So each round below starts after a token drawn as often as it"
+            " appears in the target's text, as alpha's average does. The middling draft, in tokens per round (the"
+            " drafts kept, plus one), exactly: k token-wise") in flat(text)
+    # draft 2's pass chance once draft 1 passed, from a random start, by hand: pi M M 1 / pi M 1, M = min(P, Q); it is
+    # the k = 2 row's gain over the k = 1 row's, over draft 1's pass chance
+    M, pi = np.minimum(P, Q), sd.stationary(P)
+    second = (pi @ M @ M.sum(axis=1)) / (pi @ M.sum(axis=1))
+    tw = [g[1] for g in result.gains]
+    assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
+    eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
+    assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
+    assert (f"At k = 4 token-wise checking makes {tw[3]:.4f} here, above eq. 1's 2.79 (demo 3): once draft 1 passes,"
+            f" draft 2 passes {second:.3f}, by the k = 1 and 2 rows, not alpha's {sd.pair_alpha(P, Q):.3f}. It is"
+            f" above demo 3's exact {chained:.3f}, where draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f}."
+            ) in flat(text)
     assert sd.exact_per_position(P, Q, 4)[0] < sd.pair_alpha(P, Q) - 0.01  # the chained start is the harder one
     # by hand, from a random start: draft 2 passes pi M M 1 / (pi M 1) once draft 1 has passed, above alpha = pi M 1
     M = np.minimum(P, Q)
@@ -1405,3 +1415,14 @@ def test_demo12_the_wide_pass_the_texts_and_the_ties(demo):
     assert parts["the bonus bug, alone"] == f"{n}/{n}"  # a real bug parts them whatever the arithmetic
     assert [r[1] for r in result.ties] == ["all the same", "part at token 1"]
     assert "One tie-break everywhere keeps the text; another in verification changes it." in text
+
+
+def test_chapter24_explains_its_token_wise_column_only_while_draft_2_passes_above_alpha(capsys, monkeypatch):
+    # rounds whose drafts pass with alpha each, as eq. 1 assumes: draft 2 passes alpha once draft 1 has passed, the
+    # column is eq. 1's, and the sentence that puts it above eq. 1 is not said
+    alpha, true = sd.pair_alpha(sd.TARGET, sd.MIDDLING), sd.kept_from_text
+    monkeypatch.setattr(sd, "kept_from_text", lambda P, Q, k: (sum(alpha ** i for i in range(k + 1)),
+                                                               *true(P, Q, k)[1:]))
+    sd.demo24_ideal()
+    said = flat(capsys.readouterr().out)
+    assert "1.7031" in said and "above eq. 1's" not in said and "draft 2 passes" not in said

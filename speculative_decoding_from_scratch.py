@@ -1475,12 +1475,11 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
-    return (f"The i = 2 to 4 columns together run {over:.3f} above eq. 1's, i = 1 {short:.3f} below: net,"
-            f" {short - over:.3f} below."
-            f" Every output token is a kept draft or a final token. Final tokens hold less '{d}' than the output"
-            f" (point 4), so kept drafts hold more '{d}' than the output. So draft 2, after kept draft 1, follows"
-            f" '{d}' more often, and after '{d}' drafts pass {beta[hi]:.3f}: once draft 1 passed, draft 2 passes"
-            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
+    return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
+            f" Why later drafts pass more: every output token is a kept draft or a final token. Final tokens hold"
+            f" less '{d}' than the output (point 4), so kept drafts hold more. Draft 2 follows kept draft 1, so it"
+            f" follows '{d}' more often, and after '{d}' drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2"
+            f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and 0 < over < short  # and so as the table prints them

@@ -498,11 +498,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
-    assert ("The i = 2 to 4 columns together run 0.008 above eq. 1's, i = 1 0.022 below: net, 0.014 below. Every output"
-            " token is"
-            " a kept draft or a final token. Final tokens hold less 'd' than the output (point 4), so kept drafts hold"
-            " more 'd' than the output. So draft 2, after kept draft 1, follows 'd' more often, and after 'd' drafts"
-            f" pass {beta[3]:.3f}: once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
+    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
+            " every output token is a kept draft or a final token. Final tokens hold less 'd' than the output (point"
+            " 4), so kept drafts hold more. Draft 2 follows kept draft 1, so it follows 'd' more often, and after 'd'"
+            f" drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
     assert "Overall, 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
@@ -564,10 +563,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("The i = 2 to 4 columns together run 0.008 above eq. 1's, i = 1 0.022 below: net, 0.014"
-                            " below."
-                            " Every output token is a kept draft or a final token. Final tokens hold less 'd'")\
-        and later.endswith("once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
+    assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
+                            " drafts pass more: every output token is a kept draft or a final token.")\
+        and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)

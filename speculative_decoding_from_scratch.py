@@ -4862,9 +4862,9 @@ def demo19_tuning(**how):
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, each drawn from q, {tree[1]} deep. Its {nodes - 1} drafts,"
-        f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, are checked with the text's last"
-        f" token, whose p judges the first level, in one pass of {nodes} positions. Chapter 8 shows how a tree is"
+        f" candidates under every node, each drawn from q, {tree[1]} deep. One pass scores {nodes} positions: its"
+        f" {nodes - 1} drafts, {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, and the text's last"
+        " token, whose p judges the first level. Chapter 8 shows how a tree is"
         " checked, and that it keeps"
         f" the target's distribution. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f}"
         f" tokens per call, from {tree[1]} draft passes, one per level.")

@@ -1524,7 +1524,7 @@ def why_eq1_is_off(P, Q, gaps):
                     " drafts passed.",
                     f"After {overs} the draft over-proposes '{d}' (q > p), so the residual never redraws"
                     f" '{d}' there.",
-                    f"Overall, {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
+                    f"So only {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
                     f" {starts.text[hi]:.3f} of the output.",
                     "A round's first draft follows a final token,"
                     f" seldom '{d}', so it passes"

@@ -476,7 +476,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" draft. Why: 1. A draft's chance to pass depends on the token before it: after 'd' it is highest,"
             f" {beta[3]:.3f}. 2. A round starts after the last round's final token, which is a redraw unless all 4"
             " drafts passed. 3. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so"
-            f" the residual never redraws 'd' there. 4. Overall, {starts.start[3]:.3f} of final"
+            f" the residual never redraws 'd' there. 4. So only {starts.start[3]:.3f} of final"
             f" tokens are 'd', though 'd' is {starts.text[3]:.3f} of the output. 5. A round's first draft"
             f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2"
@@ -504,7 +504,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
-    assert "Overall, 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
+    assert "So only 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
     assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token

@@ -2305,7 +2305,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
         " drafts. One target pass scores every node and the text's last token, whose p judges the first level. A"
         " chain has one child a"
-        " node, so its measured value is in the first column; only a chain has an exact value.")
+        " node, so its measured value is in the independent column; only a chain has an exact value.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
            ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 14, ".2f")], rows,
@@ -2318,8 +2318,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
     say(f"Each chain's measured value agrees with its exact one, within {FIT_Z} standard errors." if not off else
         f"NOT every chain agrees with its exact value: {', '.join(off)}.",
         f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
-        f" {'more' if wider else 'NOT more'} than the chain's"
-        f" {rows[0][5]:.2f}, exactly.",
+        f" {'more' if wider else 'NOT more'} than the chain's exact {rows[0][5]:.2f}.",
         f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}: a tree"
@@ -3652,7 +3651,8 @@ def demo14_block_gain():
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
-        f"On the lesson's middling draft at k = {LESSON_K}, the block makes {lesson[0]:.3f} tokens per call, exactly,"
+        f"On the lesson's middling draft at k = {LESSON_K}, each round starting after the last one's final token"
+        f" (demo 3), the block makes {lesson[0]:.3f} tokens per call, exactly,"
         f" against token-wise checking's {lesson[1]:.3f} (demo 3's exact {lesson[1]:.2f}),"
         f" {lesson[0] / lesson[1] - 1:.1%} more."
         if lesson[0] > lesson[1] + 5e-4 else "")
@@ -3661,10 +3661,13 @@ def demo14_block_gain():
     pairs = demo14_pairs(P2, Q2)
     why = demo14_why(P2, Q2, pairs, gap, parts=True)  # how the block gains, here; the sums, in the detail
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
-    say(why[0], "It is not better on every pair: when the drafts are 'a' then 'a', h_1 = 0, so it keeps both with"
+    one = accept_prob(P2[0], Q2[0], 0)  # token-wise: draft 1 kept with this chance, both with its square
+    say(why[0], f"It is not better on every pair: when the drafts are 'a' then 'a', w_1 = {fraction(aa[2])}, so w_1 p"
+        " <= q at both tokens: Z_1 = 0 and h_1 = 0. So it keeps both with"
         f" chance w_2 = {fraction(aa[4])}, else none, {aa[6]:.2f} drafts on average, against token-wise checking's"
-        f" {aa[5]:.2f}." if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[3] == 0 and abs(aa[6] - 2 * aa[4]) < 1e-12
-        else "",
+        f" {aa[5]:.2f} ({fraction(one)} + {fraction(one * one)})."
+        if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[3] == 0 and abs(aa[6] - 2 * aa[4]) < 1e-12
+        and (aa[2] * P2[0] <= Q2[0] + 1e-12).all() and abs(aa[5] - one - one * one) < 1e-12 else "",
         "The option --detail shows every pair, what each verifier keeps there" + (
             ", and why the output stays exact." if why[3] else "."))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
@@ -3915,10 +3918,10 @@ def two_weights(r1, r2):
 
 EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
 SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform between 0 and 1, once a round, in"
-                                         " place of the coins. Position i"
-                                         " (k too, in place of its w_k coin) is a cut point if min(1, p(x_1)/q(x_1)) * ... * min(1,"
-                                         " p(x_i)/q(x_i)) >= u_1 * ... * u_i: there is no h_i, and the positions share"
-                                         " their uniforms. Step 5: the token-wise residual,"
+                                         " place of the coins. Every position i, k included, is a cut point if"
+                                         " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i."
+                                         " There is no h_i, and each position reuses the uniforms before it. Step"
+                                         " 5: the token-wise residual,"
                                          " max(0, p - q), in place of max(0, w_i p - q).",
                  "vllm-ascend, Triton": "As PyTorch (shared uniforms, and step 5's token-wise residual), but with"
                                         " the weight w_i in place of that product. (w_i caps"

@@ -771,7 +771,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     chain, widest = result.rates[0][5], result.rates[2][4]  # the chain exactly, as the long chain below
     assert chain == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3))
     assert (f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's"
-            f" {chain:.2f}, exactly.") in " ".join(text.split())
+            f" exact {chain:.2f}.") in " ".join(text.split()) and "in the independent column;" in " ".join(text.split())
     long = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)  # a chain verifying as many positions as the tree
     assert result.rates[3][5] == long and (f"A chain of 39 drafts, as many as that tree has nodes, makes"
                                            f" {long:.2f} exactly, {'fewer' if long < widest else 'NOT fewer'}") \
@@ -1030,7 +1030,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     block, token_wise = (f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call,
                                                                sd.exact_tokens_per_call))
     assert block > token_wise and f"{token_wise:.2f}" in " ".join(demo["3"][1].split())
-    assert (f"On the lesson's middling draft at k = 4, the block makes {block:.3f} tokens per call, exactly, against"
+    assert (f"On the lesson's middling draft at k = 4, each round starting after the last one's final token (demo 3),"
+            f" the block makes {block:.3f} tokens per call, exactly, against"
             f" token-wise checking's {token_wise:.3f} (demo 3's exact {token_wise:.2f}), {block / token_wise - 1:.1%}"
             " more.") in flat(text)
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and "token-wise 1.1111 10/9 block 1.2222 11/9" in flat(
@@ -1068,8 +1069,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
             " But the pair is as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the"
-            " block keeps both. It is not better on every pair: when the drafts are 'a' then 'a', h_1 = 0, so it keeps"
-            " both with chance w_2 = 1/4, else none, 0.50 drafts on average, against token-wise checking's 0.75. The"
+            " block keeps both. It is not better on every pair: when the drafts are 'a' then 'a', w_1 = 1/2, so w_1 p"
+            " <= q at both tokens: Z_1 = 0 and h_1 = 0. So it keeps both with chance w_2 = 1/4, else none, 0.50 drafts"
+            " on average, against token-wise checking's 0.75 (1/2 + 1/4). The"
             " option --detail shows every pair, what each verifier keeps there, and why the"
             " output stays exact.") in flat(text)
     assert ("When the drafts are 'a' then 'b', token-wise checking keeps both with chance 1/2, else none: 1 draft on"

@@ -4855,12 +4855,15 @@ def demo19_tuning(**how):
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small."
             if bytes_set_c else ""))
     print()
-    low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
+    why = rates_and_exact(c19)
+    low = [g for each in why.low for g in each]  # how far each shorter k's price falls short
+    d = f"'{name(why.starts[0].short)}'"  # the token small's rounds of k_max start after too seldom
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. Priced with the first k of"
-        f" them, a shorter chain comes out below its exact tokens per call, by at most {max(low):.4f}: its rounds"
-        " start after other tokens (demo 3). Chapter 27 shows how." if min(low) > 0
+        f" them, a shorter chain comes out below its exact tokens per call, by at most {max(low):.4f}." + (
+            " Small's shorter chains end on a redraw less often, so more of their rounds start after"
+            f" {d}, where its drafts pass most (demo 3)." if why.why and why.bonus else "") + " Chapter 27 shows how." if min(low) > 0
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -5031,7 +5034,8 @@ def demo19_crossings(s, max_batch):
     later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # KV caches move the ridge
     return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
             f" {where}." + (f" Each total is above demo 6's {s.alone} positions for one sequence: every sequence's"
-                            " KV cache adds to the bytes a pass reads, which moves the ridge." if later else "") +
+                            " KV cache adds to the bytes a pass reads, so a pass reaches the ridge at more"
+                            " positions." if later else "") +
             " Chapter 25 works them out."
             if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
 
@@ -5935,8 +5939,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
-        f"Block verification is proven best of its form, so for that form the {ninths(ideal - rows[1][1])} left is"
-        f" looseness in the bound. Whether any lossless verifier reaches {ninths(ideal)}, this chapter leaves open."
+        f"Block verification is proven best of its form, so no verifier of that form keeps {ninths(ideal)} here: for"
+        f" that form the bound is {ninths(ideal - rows[1][1])} too high. Whether any lossless verifier reaches {ninths(ideal)}, this chapter leaves open."
         if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
@@ -5963,15 +5967,18 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " and tasks.")
     k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
     chained = exact_tokens_per_call(TARGET, MIDDLING, k)  # the lesson's exact figure
+    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
     first = exact_per_position(TARGET, MIDDLING, k)[0]  # draft 1's pass chance in demo 3's chained rounds
     second = (gains[1][1] - gains[0][1]) / (gains[0][1] - 1) if len(gains) > 1 else 0.0  # draft 2, once 1 passed
     eq1 = expected_tokens(alpha, k)
     if abs(gains[0][1] - 1 - alpha) < 1e-9 and gains[-1][1] > eq1 + 5e-3 and second > alpha:
         print()
         say(f"At k = {k} token-wise checking makes {gains[-1][1]:.4f} here, above eq. 1's {eq1:.2f} (demo 3): once"
-            f" draft 1 passes, draft 2 passes {second:.3f}, by the k = 1 and 2 rows, not alpha's {alpha:.3f}.",
-            f"It is above demo 3's exact {chained:.3f}, where draft 1 passes only {first:.3f}."
-            if chained < gains[-1][1] - 5e-4 and first < alpha else "")
+            f" draft 1 passes, draft 2 passes {gains[1][1] - gains[0][1]:.4f} / {gains[0][1] - 1:.4f} = {second:.3f},"
+            f" from the token-wise rows k = 1 and 2, not alpha's {alpha:.3f}.",
+            f"Demo 3's exact {chained:.3f} and chapter 14's {block_chained:.3f} for the block are lower: their rounds"
+            f" start after the last one's final token, and there draft 1 passes only {first:.3f}."
+            if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2] - 5e-4 and first < alpha else "")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",
@@ -5989,8 +5996,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
 def ridge_words(s):
     """Where a pass of B sequences meets the ridge, from plan_shape's terms:
     the MACs and bytes of n positions a sequence, and the n it allows."""
-    return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} B n GMACs and reads {s.w / 1e9:.2f} +"
-            f" {s.kv / 1e9:.4f} B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
+    return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} * B * n GMACs and reads"
+            f" {s.w / 1e9:.2f} + {s.kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
             f" its MACs are at most {ridge():.1f} times its bytes: while n is at most about {s.ridge_base:.1f} / B +"
             f" {s.ridge_each:.3f}.")
 

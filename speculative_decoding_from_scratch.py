@@ -3602,9 +3602,9 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
 
 
-BLOCK_RULE = ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
-              " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
-              " draws one token:")
+BLOCK_RULE = ("How? By the steps below. Its paper proves that they keep the target's distribution, and that no lossless"
+              " verifier (one whose output is the target's) that keeps some drafts and then draws one token keeps"
+              " more drafts on average:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
                " text's last token).",
@@ -3662,8 +3662,9 @@ def demo14_block_gain():
     why = demo14_why(P2, Q2, pairs, gap, parts=True)  # how the block gains, here; the sums, in the detail
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     one = accept_prob(P2[0], Q2[0], 0)  # token-wise: draft 1 kept with this chance, both with its square
-    say(why[0], f"It is not better on every pair: when the drafts are 'a' then 'a', w_1 = {fraction(aa[2])}, so w_1 p"
-        " <= q at both tokens: Z_1 = 0 and h_1 = 0. So it keeps both with"
+    say(why[0], f"It is not better on every pair: when the drafts are 'a' then 'a', w_1 = {fraction(aa[2])}, so w_1"
+        f" p(y) <= q(y) for y = a and y = b ({fraction(aa[2] * P2[0, 0])} <= {fraction(Q2[0, 0])},"
+        f" {fraction(aa[2] * P2[0, 1])} <= {fraction(Q2[0, 1])}): Z_1 = 0 and h_1 = 0. So it keeps both with"
         f" chance w_2 = {fraction(aa[4])}, else none, {aa[6]:.2f} drafts on average, against token-wise checking's"
         f" {aa[5]:.2f} ({fraction(one)} + {fraction(one * one)})."
         if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[3] == 0 and abs(aa[6] - 2 * aa[4]) < 1e-12
@@ -3920,8 +3921,9 @@ EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
 SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform between 0 and 1, once a round, in"
                                          " place of the coins. Every position i, k included, is a cut point if"
                                          " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i."
-                                         " There is no h_i, and each position reuses the uniforms before it. Step"
-                                         " 5: the token-wise residual,"
+                                         " There is no h_i, and position i's test uses the same u_1..u_(i-1) as the"
+                                         " tests before it, so the cut points are not independent coins. Step 5:"
+                                         " the token-wise residual,"
                                          " max(0, p - q), in place of max(0, w_i p - q).",
                  "vllm-ascend, Triton": "As PyTorch (shared uniforms, and step 5's token-wise residual), but with"
                                         " the weight w_i in place of that product. (w_i caps"
@@ -3958,7 +3960,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
-               " k's coin lands heads with chance w_k. For a position i < k, let Z_i be the sum, over every token y,"
+               " k's coin lands heads with chance w_k. For a position i from 1 to k - 1, let Z_i be the sum, over"
+               " every token y,"
                " of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Position i's coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
                " given.",
@@ -4855,15 +4858,11 @@ def demo19_tuning(**how):
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small."
             if bytes_set_c else ""))
     print()
-    why = rates_and_exact(c19)
-    low = [g for each in why.low for g in each]  # how far each shorter k's price falls short
-    d = f"'{name(why.starts[0].short)}'"  # the token small's rounds of k_max start after too seldom
+    low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. Priced with the first k of"
-        f" them, a shorter chain comes out below its exact tokens per call, by at most {max(low):.4f}." + (
-            " Small's shorter chains end on a redraw less often, so more of their rounds start after"
-            f" {d}, where its drafts pass most (demo 3)." if why.why and why.bonus else "") + " Chapter 27 shows how." if min(low) > 0
+        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
+        " slightly low; chapter 27 shows why, and what that costs the plan." if 0 < min(low) <= max(low) < 0.02
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -4883,8 +4882,9 @@ def demo19_tuning(**how):
         f" its current choice falls more than {tol:.1%}, its margin, below the best. It stops at B = {max_batch},"
         " where the"
         f" target, the {c19.roomiest}"
-        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB."
-        " The plan, with the positions each sequence's check scores:")
+        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
+            f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""
+        ) + ". The plan, with the positions each sequence's check scores:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
            ("speedup", 13, ">")],
@@ -5034,8 +5034,8 @@ def demo19_crossings(s, max_batch):
     later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # KV caches move the ridge
     return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
             f" {where}." + (f" Each total is above demo 6's {s.alone} positions for one sequence: every sequence's"
-                            " KV cache adds to the bytes a pass reads, so a pass reaches the ridge at more"
-                            " positions." if later else "") +
+                            f" KV cache adds to the bytes a pass reads, so reaching the ridge's {ridge():.1f} MACs"
+                            " per byte takes more positions." if later else "") +
             " Chapter 25 works them out."
             if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
 
@@ -5973,9 +5973,11 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     eq1 = expected_tokens(alpha, k)
     if abs(gains[0][1] - 1 - alpha) < 1e-9 and gains[-1][1] > eq1 + 5e-3 and second > alpha:
         print()
-        say(f"At k = {k} token-wise checking makes {gains[-1][1]:.4f} here, above eq. 1's {eq1:.2f} (demo 3): once"
-            f" draft 1 passes, draft 2 passes {gains[1][1] - gains[0][1]:.4f} / {gains[0][1] - 1:.4f} = {second:.3f},"
-            f" from the token-wise rows k = 1 and 2, not alpha's {alpha:.3f}.",
+        say(f"At k = {k} token-wise checking makes {gains[-1][1]:.4f} here, above eq. 1's {eq1:.2f} (demo 3). Its rows"
+            f" give the pass chances: draft 1 passes {gains[0][1]:.4f} - 1 = {gains[0][1] - 1:.4f}, drafts 1 and 2"
+            f" both {gains[1][1]:.4f} - {gains[0][1]:.4f} = {gains[1][1] - gains[0][1]:.4f}. So once draft 1 passes,"
+            f" draft 2 passes {gains[1][1] - gains[0][1]:.4f} / {gains[0][1] - 1:.4f} = {second:.3f}, not alpha's"
+            f" {alpha:.3f}.",
             f"Demo 3's exact {chained:.3f} and chapter 14's {block_chained:.3f} for the block are lower: their rounds"
             f" start after the last one's final token, and there draft 1 passes only {first:.3f}."
             if chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2] - 5e-4 and first < alpha else "")

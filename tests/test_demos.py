@@ -918,7 +918,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " steps 1 and 2: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
             " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k. For a"
-            " position i < k, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the"
+            " position i from 1 to k - 1, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the"
             " rows after x_i. Position i's coin lands heads with chance"
             " h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
             " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point."
@@ -1069,8 +1069,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
             " But the pair is as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the"
-            " block keeps both. It is not better on every pair: when the drafts are 'a' then 'a', w_1 = 1/2, so w_1 p"
-            " <= q at both tokens: Z_1 = 0 and h_1 = 0. So it keeps both with chance w_2 = 1/4, else none, 0.50 drafts"
+            " block keeps both. It is not better on every pair: when the drafts are 'a' then 'a', w_1 = 1/2, so w_1"
+            " p(y) <= q(y) for y = a and y = b (1/6 <= 2/3, 1/3 <= 1/3): Z_1 = 0 and h_1 = 0. So it keeps both with chance w_2 = 1/4, else none, 0.50 drafts"
             " on average, against token-wise checking's 0.75 (1/2 + 1/4). The"
             " option --detail shows every pair, what each verifier keeps there, and why the"
             " output stays exact.") in flat(text)
@@ -1147,9 +1147,9 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
             " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
         text)
-    assert ("How? By the steps below. Its paper proves they keep the target's distribution, and the most drafts on"
-            " average of any lossless verifier (one whose output is the target's) that keeps some drafts and then"
-            " draws one token:") in text
+    assert ("How? By the steps below. Its paper proves that they keep the target's distribution, and that no lossless"
+            " verifier (one whose output is the target's) that keeps some drafts and then draws one token keeps more"
+            " drafts on average:") in flat(text)
     # the example and its gain come first, then the steps that make it
     assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? By the steps below") < text.index(
         "The block gains when")
@@ -1237,9 +1237,9 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
-    assert (f"At k = 4 token-wise checking makes {tw[3]:.4f} here, above eq. 1's 2.79 (demo 3): once draft 1 passes,"
-            f" draft 2 passes 0.5028 / 0.7031 = {second:.3f}, from the token-wise rows k = 1 and 2, not alpha's"
-            f" {sd.pair_alpha(P, Q):.3f}. Demo 3's exact {chained:.3f} and chapter 14's {chained_block:.3f} for the"
+    assert (f"At k = 4 token-wise checking makes {tw[3]:.4f} here, above eq. 1's 2.79 (demo 3). Its rows give the pass"
+            " chances: draft 1 passes 1.7031 - 1 = 0.7031, drafts 1 and 2 both 2.2059 - 1.7031 = 0.5028. So once draft"
+            f" 1 passes, draft 2 passes 0.5028 / 0.7031 = {second:.3f}, not alpha's {sd.pair_alpha(P, Q):.3f}. Demo 3's exact {chained:.3f} and chapter 14's {chained_block:.3f} for the"
             " block are lower: their rounds start after the last one's final token, and there draft 1 passes only"
             f" {sd.exact_per_position(P, Q, 4)[0]:.3f}.") in flat(text)
     # the printed quotient checks from the printed rows

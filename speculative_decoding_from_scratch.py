@@ -3602,9 +3602,9 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
 
 
-BLOCK_RULE = ("How? By the steps below. Its paper proves that they keep the target's distribution, and that no lossless"
-              " verifier (one whose output is the target's) that keeps some drafts and then draws one token keeps"
-              " more drafts on average:")
+BLOCK_RULE = ("How? By the steps below. Its paper proves that they keep the target's distribution. It also proves that"
+              " no lossless verifier (one whose output is the target's) that keeps some drafts and then draws one"
+              " token keeps more drafts on average:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
                " text's last token).",
@@ -3649,7 +3649,7 @@ def demo14_block_gain():
         f" {n} tokens, as many as one round of {k} drafts can emit, is {exact_text(tv)}. If a round emits fewer"
         f" than {n}, the rest come from the next round.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
-        f" call against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
+        f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
         f"On the lesson's middling draft at k = {LESSON_K}, each round starting after the last one's final token"
         f" (demo 3), the block makes {lesson[0]:.3f} tokens per call, exactly,"
@@ -3961,8 +3961,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
                " k's coin lands heads with chance w_k. For a position i from 1 to k - 1, let Z_i be the sum, over"
-               " every token y,"
-               " of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Position i's coin lands heads with"
+               " every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i: the terms step 5 draws"
+               " from if the block ends at i. Position i's coin lands heads with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
                " given.",
                "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"

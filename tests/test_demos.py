@@ -922,7 +922,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k. For a"
             " position i from 1 to k - 1, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p"
             " and q the"
-            " rows after x_i. Position i's coin lands heads with chance"
+            " rows after x_i: the terms step 5 draws from if the block ends at i. Position i's coin lands heads with"
+            " chance"
             " h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
             " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point."
             " Unlike a token-wise rejection, a position that is not a cut point does not end the block: a later draft"
@@ -1046,8 +1047,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     bent = sd.edited((("sample_from", "return bisect_right(cdf, u * cdf[-1])",
                        "return bisect_right(cdf, u * u * cdf[-1])"),))
     assert "NOT both agree: token-wise and block measure off the exact value." in printed(bent.demo14_detail, result)[1]
-    assert ("It keeps 1/9 of a draft a round more than token-wise checking: 20/9 tokens per call against 19/9, 5.3%"
-            " more.") in flat(text) and f"{(20 / 9) / (19 / 9) - 1:.1%}" == "5.3%"
+    assert ("It keeps 1/9 of a draft a round more than token-wise checking: 20/9 tokens per call (drafts kept, plus"
+            " one) against 19/9, 5.3% more.") in flat(text) and f"{(20 / 9) / (19 / 9) - 1:.1%}" == "5.3%"
     # where the block gains, by hand: 'a' then 'b' has probability 1/3 * 2/3 = 2/9 under p and 2/3 * 1/3 under q, so the
     # weight recovers to 1 and the block keeps both, where token-wise checking keeps 'a' with p/q = 1/2
     w1 = (1 / 3) / (2 / 3)
@@ -1151,9 +1152,9 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
             " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
         text)
-    assert ("How? By the steps below. Its paper proves that they keep the target's distribution, and that no lossless"
-            " verifier (one whose output is the target's) that keeps some drafts and then draws one token keeps more"
-            " drafts on average:") in flat(text)
+    assert ("How? By the steps below. Its paper proves that they keep the target's distribution. It also proves that"
+            " no lossless verifier (one whose output is the target's) that keeps some drafts and then draws one token"
+            " keeps more drafts on average:") in flat(text)
     # the example and its gain come first, then the steps that make it
     assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? By the steps below") < text.index(
         "The block gains when")

@@ -1476,8 +1476,9 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
-            f" Why later drafts pass more: every output token is a kept draft or a final token. Final tokens hold"
-            f" less '{d}' than the output (point 4), so kept drafts hold more. Draft 2 follows kept draft 1, so it"
+            f" Why later drafts pass more: the output, {starts.text[hi]:.3f} '{d}', is kept drafts plus final tokens,"
+            f" only {starts.start[hi]:.3f} '{d}', so kept drafts are over {starts.text[hi]:.3f} '{d}'. Draft 2 follows"
+            " kept draft 1, so it"
             f" follows '{d}' more often, and after '{d}' drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2"
             f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
@@ -1524,7 +1525,7 @@ def why_eq1_is_off(P, Q, gaps):
                     " drafts passed.",
                     f"After {overs} the draft over-proposes '{d}' (q > p), so the residual never redraws"
                     f" '{d}' there.",
-                    f"So only {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
+                    f"Overall, only {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
                     f" {starts.text[hi]:.3f} of the output.",
                     "A round's first draft follows a final token,"
                     f" seldom '{d}', so it passes"
@@ -3602,19 +3603,18 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
 
 
-BLOCK_RULE = ("How? By the steps below. Its paper proves that they keep the target's distribution. It also proves that"
+BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's distribution. It also proves that"
               " no lossless verifier (one whose output is the target's) that keeps some drafts and then draws one"
-              " token keeps more drafts on average:")
+              " token keeps more drafts on average. The steps:")
 BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
                " text's last token).",
                "Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. If"
                " the block ends at i, step 5 draws the next token from these terms, normalised.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
-               " end. Position k's coin lands heads with chance w_k. An earlier position i's lands heads with chance"
-               " h_i = Z_i / (Z_i + 1 - w_i). Both chances are Sun et al.'s; take them as given. h_i is 0 if Z_i = 0:"
-               " step 5"
-               " would have nothing to draw from.",
+               " end. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and an"
+               " earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). h_i is 0 if Z_i = 0: step 5 would"
+               " have nothing to draw from.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
@@ -3649,7 +3649,8 @@ def demo14_block_gain():
         f" {n} tokens, as many as one round of {k} drafts can emit, is {exact_text(tv)}. If a round emits fewer"
         f" than {n}, the rest come from the next round.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
-        f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%} more." if gap > 1e-12 else
+        f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%}"
+        " more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
         f"On the lesson's middling draft at k = {LESSON_K}, each round starting after the last one's final token"
         f" (demo 3), the block makes {lesson[0]:.3f} tokens per call, exactly,"
@@ -3959,12 +3960,11 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " 1 and 2: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 ="
         " 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
-    say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. Position"
-               " k's coin lands heads with chance w_k. For a position i from 1 to k - 1, let Z_i be the sum, over"
-               " every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i: the terms step 5 draws"
-               " from if the block ends at i. Position i's coin lands heads with"
-               " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both chances are Sun et al.'s; take them as"
-               " given.",
+    say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
+               " position i from 1 to k - 1, let Z_i be the total step 5 would draw from if the block ended at i: the"
+               " sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Sun et al.'s"
+               " chances, to take as given: position k's coin lands heads with chance w_k, and position i's with"
+               " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"
                " not a cut point does not end the block: a later draft can still be kept. With no cut point, i = 0 and"
                " it keeps none.",
@@ -4028,7 +4028,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
                 f" average, than the block: at least {margin:.2f} more.",
                 "Sun et al. prove that no lossless verifier (one whose output is the target's) that keeps some drafts"
                 " and then draws one token keeps more than the block, from any start token.",
-                "So the shipped paths keep drafts that a lossless verifier would reject.",
+                "Keeping more than that, the shipped paths cannot be lossless: they keep drafts a lossless verifier"
+                " would reject.",
                 "The option --detail gives the figures and part of why.")
     return caught
 
@@ -4862,7 +4863,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
-        " slightly low; chapter 27 shows why, and what that costs the plan." if 0 < min(low) <= max(low) < 0.02
+        f" slightly low, by at most {max(low):.4f} tokens per call; chapter 27 shows why, and what that costs the"
+        " plan." if 0 < min(low) <= max(low) < 0.02
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -5939,8 +5941,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
-        f"Block verification is proven best of its form, so no verifier of that form keeps {ninths(ideal)} here: for"
-        f" that form the bound is {ninths(ideal - rows[1][1])} too high. Whether any lossless verifier reaches"
+        "Block verification is proven best of the verifiers that keep some drafts, then draw one token, so none of"
+        f" them keeps {ninths(ideal)} here: for them the bound is {ninths(ideal - rows[1][1])} too high. Whether any"
+        " lossless verifier reaches"
         f" {ninths(ideal)}, this chapter leaves open."
         if not over and rows[1][1] < ideal - 1e-9 else "")
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
@@ -5967,9 +5970,12 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, on their own models"
         " and tasks.")
     if why_above_eq1(gains):
+        first = exact_per_position(TARGET, MIDDLING, gains[-1][0])[0]  # draft 1's pass chance in demo 3's rounds
         print()
-        say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {gains[-1][0]} than this table; the option"
-            " --detail says why.")
+        say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {gains[-1][0]}: their rounds start after the"
+            f" last one's final token, where draft 1 passes only {first:.3f} (demo 3, point 5). The option --detail"
+            " says why this table's token-wise column tops eq. 1's"
+            f" {expected_tokens(pair_alpha(TARGET, MIDDLING), gains[-1][0]):.2f}.")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",

@@ -476,7 +476,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" draft. Why: 1. A draft's chance to pass depends on the token before it: after 'd' it is highest,"
             f" {beta[3]:.3f}. 2. A round starts after the last round's final token, which is a redraw unless all 4"
             " drafts passed. 3. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so"
-            f" the residual never redraws 'd' there. 4. So only {starts.start[3]:.3f} of final"
+            f" the residual never redraws 'd' there. 4. Overall, only {starts.start[3]:.3f} of final"
             f" tokens are 'd', though 'd' is {starts.text[3]:.3f} of the output. 5. A round's first draft"
             f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2"
@@ -499,12 +499,12 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
     assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
-            " every output token is a kept draft or a final token. Final tokens hold less 'd' than the output (point"
-            " 4), so kept drafts hold more. Draft 2 follows kept draft 1, so it follows 'd' more often, and after 'd'"
+            " the output, 0.184 'd', is kept drafts plus final tokens, only 0.089 'd', so kept drafts are over 0.184"
+            " 'd'. Draft 2 follows kept draft 1, so it follows 'd' more often, and after 'd'"
             f" drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
-    assert "So only 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
+    assert "Overall, only 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
     assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
@@ -564,7 +564,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
-                            " drafts pass more: every output token is a kept draft or a final token.")\
+                            " drafts pass more: the output, 0.184 'd', is kept drafts plus final tokens, only 0.089"
+                            " 'd', so kept drafts are over 0.184 'd'.")\
         and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
@@ -896,8 +897,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert ("From each start token (the token a round starts after), both shipped paths keep more drafts per round,"
             " on average, than the block: at least 0.11 more. Sun et al. prove that no lossless verifier (one whose"
             " output is the target's)"
-            " that keeps some drafts and then draws one token keeps more than the block, from any start token. So the"
-            " shipped paths keep drafts that a lossless verifier would reject. The option --detail gives the figures"
+            " that keeps some drafts and then draws one token keeps more than the block, from any start token. Keeping"
+            " more than that, the shipped paths cannot be lossless: they keep drafts a lossless verifier would reject."
+            " The option --detail gives the figures"
             " and part of why.") in flat(text) and "drafts per round, block" not in text
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
     # per round, from a given start; the averages above start where each verifier's own rounds end)
@@ -919,13 +921,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " steps 1 and 2: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts"
             " at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
-            " Heads makes i a cut point, where the block may end. Position k's coin lands heads with chance w_k. For a"
-            " position i from 1 to k - 1, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p"
-            " and q the"
-            " rows after x_i: the terms step 5 draws from if the block ends at i. Position i's coin lands heads with"
-            " chance"
-            " h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. Both"
-            " chances are Sun et al.'s; take them as given. 4. The block keeps x_1..x_i for i the largest cut point."
+            " Heads makes i a cut point, where the block may end. For a position i from 1 to k - 1, let Z_i be the"
+            " total step 5 would draw from if the block ended at i: the sum, over every token y, of max(0, w_i p(y) -"
+            " q(y)), with p and q the rows after x_i. Sun et al.'s chances, to take as given: position k's coin lands"
+            " heads with chance w_k, and position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. 4. The"
+            " block keeps x_1..x_i for i the largest cut point."
             " Unlike a token-wise rejection, a position that is not a cut point does not end the block: a later draft"
             " can still be kept. With no cut point, i = 0 and it keeps none. 5."
             " The next token comes from max(0,"
@@ -1152,11 +1152,11 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
             " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
         text)
-    assert ("How? By the steps below. Its paper proves that they keep the target's distribution. It also proves that"
-            " no lossless verifier (one whose output is the target's) that keeps some drafts and then draws one token"
-            " keeps more drafts on average:") in flat(text)
+    assert ("How? Its paper proves that the steps below keep the target's distribution. It also proves that no"
+            " lossless verifier (one whose output is the target's) that keeps some drafts and then draws one token"
+            " keeps more drafts on average. The steps: 1.") in flat(text)
     # the example and its gain come first, then the steps that make it
-    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? By the steps below") < text.index(
+    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? Its paper proves") < text.index(
         "The block gains when")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
@@ -1190,8 +1190,9 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert sum(q[x] * sd.accept_prob(p, q, x) for x in range(sd.VOCAB)) == pytest.approx(np.minimum(p, q).sum())
     assert sd.tv_distance(p, q) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
-    assert ("Block verification is proven best of its form, so no verifier of that form keeps 12/9 here: for that form"
-            " the bound is 1/9 too high. Whether any lossless verifier reaches 12/9, this chapter leaves open."
+    assert ("Block verification is proven best of the verifiers that keep some drafts, then draw one token, so none of"
+            " them keeps 12/9 here: for them the bound is 1/9 too high. Whether any lossless verifier reaches 12/9,"
+            " this chapter leaves open."
             ) in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole. Take the lossless"
             " verifiers (whose output is the target's) that keep some drafts, then draw one token, as token-wise"
@@ -1242,8 +1243,10 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
-    assert ("Demo 3 and chapter 14 make fewer tokens per round at k = 4 than this table; the option --detail says why."
-            ) in flat(text) and "0.5028" not in text
+    assert ("Demo 3 and chapter 14 make fewer tokens per round at k = 4: their rounds start after the last one's final"
+            f" token, where draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 5). The option"
+            " --detail says why this table's token-wise column tops eq. 1's"
+            " 2.79.") in flat(text) and "0.5028" not in text
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.demo24_detail(result)

@@ -1476,8 +1476,9 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
-            f" Why later drafts pass more: the output, {starts.text[hi]:.3f} '{d}', is kept drafts plus final tokens,"
-            f" only {starts.start[hi]:.3f} '{d}', so kept drafts are over {starts.text[hi]:.3f} '{d}'. Draft 2 follows"
+            f" Why later drafts pass more: the output, {starts.text[hi]:.3f} '{d}', mixes kept drafts and final"
+            f" tokens, only {starts.start[hi]:.3f} '{d}', so more than {starts.text[hi]:.3f} of kept drafts are '{d}'."
+            " Draft 2 follows"
             " kept draft 1, so it"
             f" follows '{d}' more often, and after '{d}' drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2"
             f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."

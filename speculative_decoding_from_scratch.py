@@ -4486,8 +4486,8 @@ def demo18_lossy(k=3, ctx=5, n=3):
     rows = [r[:5] + ("dominated" if best is not None and r[1] != "lossless" and r[2] is not None
                      and r[2] >= ROUNDING and r[3] <= best + 1e-12 else r[5],) for r in rows]
     print()
-    say("The verdict column marks a lossy setting dominated when a lossless verifier makes at least as many tokens"
-        " per call at no distance.")
+    say("A setting reads (eps, s) for typical and (single, acc) for sglang. The verdict column marks a lossy setting"
+        " dominated when a lossless verifier makes at least as many tokens per call at no distance.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
            ("verdict", 12, "<")], [(*r[:4], r[5]) for r in rows], groups=[("exact", 2, 3)])

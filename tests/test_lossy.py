@@ -138,8 +138,9 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     assert rows[("typical", "0.09, 0.3")][2] > 0.3 and rows[("typical", "0.09, 0.3")][3] > best
     assert "dominated" in rows[("sglang", "1, 0.5")] and "self-check" not in text  # the fits are the detail's
     assert "Every rule's sample fits its own exact joint." in flat(detail18[1]) and detail18[0].misfit == []
-    assert ("The verdict column marks a lossy setting dominated when a lossless verifier makes at least as many tokens"
-            " per call at no distance.") in text
+    assert ("A setting reads (eps, s) for typical and (single, acc) for sglang. The verdict column marks a lossy setting"
+            " dominated when a lossless verifier makes at least as many tokens per call at no distance.") in text
+    assert sd.lossy_settings()[3][1] == "0.09, 0.3" and sd.TYPICAL_SHIPPED == (0.09, 0.3)  # eps first, then s
     assert text.index("marks a lossy setting dominated") < text.index("sglang 1, 1")  # above the table
     # block keeps more than the paper's rule, lossless both: min(p, q) bounds a draft alone, not a run
     assert rows[("block", "lossless")][3] > rows[("probabilistic", "lossless")][3] and (

@@ -5182,15 +5182,12 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                              " costs what"
                              " a plain step does, and a switch would have nothing to save.", why=False)
     say(f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
-        " chosen so that a large batch crosses the ridge" + (", as the text's own length would not (below)" if note
-                                                              else "") + ". Prompt lookup is a string match and"
-        " costs no draft pass (c = 0). A verifying pass of"
+        " chosen so that a large batch crosses the ridge.", note)
+    print()
+    say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
         " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".")
-    if note:
-        print()
-        say(f"Why {BATCH_CONTEXT} tokens of context? {note}")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()

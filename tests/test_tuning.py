@@ -812,7 +812,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     # the verdict covers the rows it sits over, and says so
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
-    assert ("a setting chosen so that a large batch crosses the ridge. At the prompt's length (493 characters), a pass of 6 positions for each sequence"
+    assert ("a setting chosen so that a large batch crosses the ridge. At the prompt's length (493 characters), a pass"
+            " of 6 positions for each sequence"
             " costs 1.00 plain passes, of one position each, at every batch that fits in the H100 SXM's 80 GB. At"
             " that length"
             " each sequence's KV cache, the keys and values of its tokens, adds so many bytes"

@@ -5371,7 +5371,8 @@ def table3_words(rows):
             " so heating it can only lower alpha."
             + (" These two start lower, and heating to T = 1 raised theirs." if rose == len(ends)
                and all(a[0] < 1 for a in ends) else "") +
-            " At T = 0 both tables are one-hot, so alpha is the share of the target's text where"
+            " At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's"
+            " text where"
             f" their likeliest tokens agree: {and_list(at_zero)} here." + (
                 " A greedy text loops, and which loop depends on its first token: the alphas at T = 0 average over a"
                 " first token drawn uniformly." if len(greedy_loops(TARGET)) > 1 else ""))
@@ -5850,14 +5851,16 @@ def demo23_engines(**how):
                ("runs there", 12, ">")],
               [(e, *c) for e, c in costs.items()])
         own = dict(costs).pop("vLLM")
+        alike = [e for e, c in costs.items() if e == "vLLM" or (e != "SGLang" and c == own)]  # chains only, as vLLM
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
         tree_planned = any(o is not None and o.shape.startswith("tree") for _, _, o in c19.buckets)
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"At each B, vLLM's rows run a chain within {c19.tol:.1%} of {main.name}'s best: chapter 19's plan lets a"
-            f" pick trail the best by that much. So its {own[0]:.1%} is the tree's lead over k = {own[2]} at B ="
-            f" {own[1]:,}, where the plan runs the tree: the price of the tree they cannot say." if tree_planned
+            f" pick trail the best by that much. So its {own[0]:.1%} is the tree's alone: {' and '.join(alike)}"
+            f" {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}, so at B = {own[1]:,}, where the plan runs the tree,"
+            f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}, {own[0]:.1%} slower." if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"

@@ -318,8 +318,8 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
         agree = sd.stationary(P0) @ (sd.TARGET.argmax(1) == Q.argmax(1))
         assert sd.pair_alpha(P0, sd.temper(Q, 0)) == pytest.approx(agree, abs=1e-12)
     assert ("Both can hold. A draft whose likeliest token always matches the target's has alpha = 1 at T = 0, so"
-            " heating it can only lower alpha. These two start lower, and heating to T = 1 raised theirs. At T = 0 both"
-            " tables are one-hot") in " ".join(text.split())
+            " heating it can only lower alpha. These two start lower, and heating to T = 1 raised theirs. At T = 0 the"
+            " target's and the draft's tables are both one-hot") in " ".join(text.split())
     fits = [f for r in result.temperatures for f in r[6:8]]
     assert 0.001 < min(fits) < 0.05 and max(r[8] for r in result.temperatures) < 1e-9  # the floor and the ceiling shown
     assert ("Every row emits its tempered target, both ways, by demo 2's two checks. Each fit of 200 rounds of text is"

@@ -6024,8 +6024,8 @@ def ridge_words(s):
     return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} * B * n GMACs and reads"
             f" {s.w / 1e9:.2f} + {s.kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays"
             f" under the ridge while its MACs are at most {ridge():.1f} times its bytes: while n is at most about"
-            f" {s.ridge_base:.1f} / B +"
-            f" {s.ridge_each:.3f}.")
+            f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f} ({ridge():.1f} * {s.w / 1e9:.2f} / {s.m / 1e9:.2f} ="
+            f" {s.ridge_base:.1f}, {ridge():.1f} * {s.kv / 1e9:.4f} / {s.m / 1e9:.2f} = {s.ridge_each:.3f}).")
 
 
 def demo25_ridge(**how):
@@ -6271,9 +6271,10 @@ def demo27_rates(**how):
     say("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
         " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
         " prices its chains from these rates. A search prices every chain exactly"
-        + (f" (the small draft's tree still priced from {c19.n_rounds:,} sampled rounds, as in the plan)"
+        + (f" (the tree, which the plan tries only for the small draft, still priced from {c19.n_rounds:,} sampled"
+           " rounds, as in the plan)"
            if any(d.tree for d in c19.measured) else "")
-        + " and takes the best at each B. The plan's picks, priced as the search prices them, fall at most"
+        + " and takes the best at each B. The plan's picks, priced exactly as the search prices them, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates. As B grows, the plan keeps its current"
          f" pick until that pick prices more than {c19.tol:.1%} below the best at that B (chapter 19). A plan from the"

@@ -5563,15 +5563,16 @@ def greedy_parting(k=4, n_tokens=32, n=3):
         "also keep drafts that greedy decoding would not pick:")
     print()
     for line in (
-            "relaxed      TensorRT-LLM's, for MTP (multi-token prediction) heads,",
-            "             extra output layers that guess ahead (chapter 16), in a",
-            "             reasoning model's thinking phase: keep x if it is among p's",
-            "             n likeliest and p(x) >= max p - delta. Setting: n, delta.",
+            "relaxed      keep x if it is among p's n likeliest and",
+            "             p(x) >= max p - delta. TensorRT-LLM uses it with MTP",
+            "             (multi-token prediction) heads, extra output layers that",
+            "             guess ahead (chapter 16), in a reasoning model's thinking",
+            "             phase; here it judges every token. Setting: n, delta.",
             "fly          vLLM's FLy: keep a draft that is not the argmax if (a)",
-            "             the entropy of p's top 3 (-sum p ln p over those three, at",
-            "             most ln 3) is at least a threshold, and (b) the next few",
-            "             drafts, as many as the window, are each their position's",
-            "             argmax. Setting: window, threshold.",
+            "             the entropy of p's top 3 (-sum p ln p over those three, not",
+            "             renormalised, at most ln 3) is at least a threshold, and",
+            "             (b) the next few drafts, as many as the window, are each",
+            "             their position's argmax. Setting: window, threshold.",
             "exact match  keep only the argmax: greedy decoding's own rule."):
         print("  " + line)
     print()

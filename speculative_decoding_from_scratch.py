@@ -5860,7 +5860,8 @@ def demo23_engines(**how):
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"At each B, vLLM's rows run a chain within {c19.tol:.1%} of {main.name}'s best: chapter 19's plan lets a"
             f" pick trail the best by that much. So its {own[0]:.1%} is the tree's alone: {' and '.join(alike)}"
-            f" {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}, so at B = {own[1]:,}, where the plan runs the tree,"
+            f" {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}, so at B = {own[1]:,},"
+            " where the plan runs the tree,"
             f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}, {own[0]:.1%} slower." if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",

@@ -273,7 +273,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
             " chain exactly (the tree, which the plan tries only for the small draft, still priced from 2,000 sampled"
             " rounds, as in the plan) and takes the best at each B."
-            f" The plan's picks, priced exactly as the search prices them, fall at most {check.worst:.2%} below the search's"
+            " The plan's picks, priced exactly as the search prices them, fall at most"
+            f" {check.worst:.2%} below the search's"
             " speedup at any B. Most of that is the plan's 0.5% margin, not the rates. As B grows, the plan keeps its"
             " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). A plan from"
             " the rates with no margin comes within"
@@ -607,7 +608,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
             hi for _, hi, o in c19.buckets if o.shape.startswith("k =")]
     assert (f"At each B, vLLM's rows run a chain within 0.5% of small's best: chapter 19's plan lets a pick trail"
             f" the best by that much. So its {costs['vLLM'][0]:.1%} is the tree's alone: vLLM and TRT-LLM schedule"
-            f" chain lengths, so at B = {costs['vLLM'][1]}, where the plan runs the tree, they run k = {costs['vLLM'][2]},"
+            f" chain lengths, so at B = {costs['vLLM'][1]}, where the plan runs the tree, they run k ="
+            f" {costs['vLLM'][2]},"
             f" {costs['vLLM'][0]:.1%} slower.") in flat_text
     assert costs["TRT-LLM"] == costs["vLLM"]  # TensorRT-LLM's keys, chains only, lose what vLLM's do
     assert "--speculative-config" not in section(in_process[1], "19")  # chapter 19 plans; chapter 23 writes configs

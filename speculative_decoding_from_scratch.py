@@ -2505,8 +2505,9 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
         f" {VOCAB} contexts each)" + (f", all in '{where[0]}'." if len(where) == 1 else ".") + (
-            " It can win only where the target puts more on the draft's argmax x than the draft does, p(x) > q(x):"
-            " else min(p(x), q(x)) = p(x), so probabilistic's sum min(p, q) is at least p(x)." + (
+            " Where p(x) <= q(x) at the draft's argmax x, one-hot's chance p(x) = min(p(x), q(x)) is a term of"
+            " probabilistic's sum min(p, q), so probabilistic accepts at least as often. So one-hot can win only where"
+            " p(x) > q(x)." + (
                 f" The condition p(x) > q(x) holds in {liked} of the {VOCAB * len(pairs)}, yet one-hot wins in only"
                 f" {wins}: it is needed, not enough." if liked > wins
                 else " That holds in just those cases.") if all(r[3] for r in reasons) and keeps_min
@@ -3377,7 +3378,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     X = np.ones((wide.W.shape[1], k + 1), np.float32)
     cost = median_time(lambda: products_alone(wide.W, X)) / median_time(lambda: wide.W @ X)
     print()
-    say(f"A flip needs a near tie: give the layer pairs of rows {gap:.0e} apart. Greedy text,".replace("e-0", "e-"),
+    say(f"A flip needs a near tie: the layer's rows come in pairs, each a copy of the other with every entry off by"
+        f" about {gap:.0e} of itself, so each pair's logits nearly tie. Greedy text,".replace("e-0", "e-"),
         f"{n_tokens} tokens from {n_prompts} prompts. The draft is the target itself, a position at a time, so any"
         " difference is arithmetic. Where texts differ, the median token at which they part, and the top-two margin"
         " there:")
@@ -4239,9 +4241,9 @@ def demo16_acceptance(k):
         " over every token in between. Verification checks it after one particular token: the"
         " draft before it." if reached[-1] < 1 - 1e-9 else "NOT lower: these heads lose nothing.",
         "The table's chances average over the text; a round, though, starts after a redraw or a bonus token, not at a"
-        f" typical token. So Medusa's exact {tokens:.2f} tokens per call is not 1 plus their sum,"
-        f" {1 + sum(reached):.2f}." if abs(tokens - 1 - sum(reached)) >= 5e-4
-        and f"{tokens:.2f}" != f"{1 + sum(reached):.2f}" else "")
+        f" typical token. So Medusa's exact {tokens:.3f} tokens per call is not 1 plus their sum,"
+        f" {1 + sum(reached):.3f}." if abs(tokens - 1 - sum(reached)) >= 5e-4
+        and f"{tokens:.3f}" != f"{1 + sum(reached):.3f}" else "")
     return SimpleNamespace(reached=reached, tokens=tokens)
 
 
@@ -4303,7 +4305,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
     prompt, P, L = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
     say("APEX-1 is a public from-scratch language model. Its generator, at commit 0490e4a, departs from the rule in"
-        f" at least {number_word(len(APEX_BUGS))} ways. Two, cache and next row below, are in its own machinery."
+        f" at least {number_word(len(APEX_BUGS))} ways. Two of them, cache and next row below, are in its own"
+        " machinery, not in the rule."
         " It keeps what the target has read, its KV"
         " cache (the keys and values of every token read so far), separately from the text it writes. And it carries"
         " the"

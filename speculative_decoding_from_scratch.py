@@ -1476,8 +1476,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
-            f" Why later drafts pass more: the output, {starts.text[hi]:.3f} '{d}', mixes kept drafts and final"
-            f" tokens, only {starts.start[hi]:.3f} '{d}', so more than {starts.text[hi]:.3f} of kept drafts are '{d}'."
+            " Why later drafts pass more: output tokens are kept drafts or final tokens. Final tokens are only"
+            f" {starts.start[hi]:.3f} '{d}', so kept drafts are more than the output's {starts.text[hi]:.3f} '{d}'."
             " Draft 2 follows"
             " kept draft 1, so it"
             f" follows '{d}' more often, and after '{d}' drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2"
@@ -5980,9 +5980,10 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         first = exact_per_position(TARGET, MIDDLING, gains[-1][0])[0]  # draft 1's pass chance in demo 3's rounds
         print()
         say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {gains[-1][0]}: their rounds start after the"
-            f" last one's final token, where draft 1 passes only {first:.3f} (demo 3, point 5). The option --detail"
-            " says why this table's token-wise column tops eq. 1's"
-            f" {expected_tokens(pair_alpha(TARGET, MIDDLING), gains[-1][0]):.2f}.")
+            f" last one's final token, where draft 1 passes only {first:.3f} (demo 3, point 5). Here draft 1 passes"
+            f" alpha's {pair_alpha(TARGET, MIDDLING):.3f}, and later drafts pass more, as in demo 3, so the token-wise"
+            f" column tops eq. 1's {expected_tokens(pair_alpha(TARGET, MIDDLING), gains[-1][0]):.2f}; the option"
+            " --detail works it out.")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",

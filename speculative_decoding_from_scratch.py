@@ -5318,8 +5318,8 @@ def never_agree_words(label, Q, P=TARGET):
     only after tokens the target's greedy text never comes back to (or never)."""
     agree = [c for c in range(len(P)) if P[c].argmax() == Q[c].argmax()]
     text = stationary(temper(P, 0))  # where greedy text runs, from a uniform first token
-    where = (f" only after {and_list([repr(name(c)) for c in agree])}. The target's greedy text, which loops, never"
-             " returns to them: they hold none of its text, so alpha is 0")
+    where = (f" only after {and_list([repr(name(c)) for c in agree])}. Whatever its first token, the target's greedy"
+             " text falls into a loop that never visits them: they hold none of its text, so alpha is 0")
     return (f"At T = 0 the {label} draft's likeliest token is the target's{where if agree else ' after no token'}."
             if all(text[c] < 1e-12 for c in agree) else "")
 
@@ -6104,16 +6104,17 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         shape = tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
         cost = (f" Chapter 19 prices its small draft, the middling table, as a model of {shape[2]} layers of width"
-                f" {shape[0]}. A pass of it costs c ="
-                f" {s.c_small[0]:.4f} of a target pass at B = 1, rising to {max(s.c_small):.4f} at B ="
-                f" {len(s.c_small)} as its KV caches grow."
+                f" {shape[0]}. Its c, a pass's time over the target's at the same B, is {s.c_small[0]:.4f} at B = 1"
+                f" and rises to {max(s.c_small):.4f} at B = {len(s.c_small)}: its KV caches grow large beside its"
+                " small weights."
                 if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple)
-                and s.c_small == sorted(s.c_small) else "")
+                and s.c_small == sorted(s.c_small) and s.kv_share[1] > max(s.c_small) else "")
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
             f" draft passes, one per level, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}."
             f"{cost} Below the ridge the"
-            f" tree's fewer draft passes win, {tree.draft_passes} against {chain.draft_passes}; a little past it,"
-            f" {chain.shape}'s fewer positions, {chain.positions} against {tree.positions}.")
+            f" tree's fewer draft passes win, {tree.draft_passes} against {chain.draft_passes}. A little past it, the"
+            f" tree's check of {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions},"
+            " and that outweighs its fewer draft passes.")
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"
@@ -6172,7 +6173,8 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
                                                               draft=lookup_draft)[1] for text in texts)
                     for _, L in drafts]
         rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
-    note = long_context_note(k, [len(t) for t in texts], then=" There the speedup is the tokens per call.")
+    note = long_context_note(k, [len(t) for t in texts], then=" So at these lengths the speedup is the tokens"
+                             " per call, the vLLM and HF columns.")
     print()
     say(f"Speed against lam, k = {k}, over two prompts pooled: a paragraph of the documentation to summarise,"
         " and a Python function to edit.",

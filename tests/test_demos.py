@@ -335,10 +335,10 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     for _ in range(12):
         walk.append(int(sd.TARGET[walk[-1]].argmax()))
     assert walk[:3] == [2, 3, 4] and not {2, 3} & set(walk[2:])
+    assert not {2, 3} & set().union(*sd.greedy_loops(sd.TARGET))  # 'whatever its first token': no loop visits them
     assert zero == ["middling"] and ("At T = 0 the middling draft's likeliest token is the target's only after 'c'"
-                                     " and 'd'. The target's greedy text, which loops, never returns to them: they"
-                                     " hold none of its"
-                                     " text, so alpha is 0.")\
+                                     " and 'd'. Whatever its first token, the target's greedy text falls into a"
+                                     " loop that never visits them: they hold none of its text, so alpha is 0.")\
         in flat(text)
     ends = {}
     for r in result.temperatures:
@@ -1379,7 +1379,8 @@ def test_chapter26_copying_text_drafts_itself(demo):
     vllm = [r[1] for r in sweep.rows]
     assert lams == sorted(lams) and vllm[-1] > 2 * vllm[0]  # copying text drafts itself
     assert all(r[3] < r[1] for r in sweep.rows)  # a compute-bound check at B = 256 costs more than one pass
-    assert ("80 GB: the pass stays memory-bound. There the speedup is the tokens per call." in " ".join(text.split())
+    assert ("80 GB: the pass stays memory-bound. So at these lengths the speedup is the tokens per call, the vLLM and"
+            " HF columns." in " ".join(text.split())
             and sd.verify_cost(5, 1) == pytest.approx(1.0))
     assert sweep.config == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2,
                             "prompt_lookup_max": 4}

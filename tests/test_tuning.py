@@ -545,13 +545,17 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
     assert result.speeds[0, tree] > result.speeds[0, chain]  # at B = 1, below the ridge, the tree's passes win
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
+    # 'its KV caches grow large beside its small weights': c climbs from c1 toward the KV cache's share, 2 * 4 * 768
+    # of the target's 2 * 32 * 4096 per sequence, as B grows
+    share = (4 * 768) / (32 * 4096)
+    assert c1 < sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)) < share == pytest.approx(0.0234375)
     assert (f"The tree is the first to give way. It makes {t.tokens:.3f} tokens per call from 3 draft passes, one per"
             f" level, and k = 8 makes {c.tokens:.3f} from 8. Chapter 19 prices its small draft, the middling table, as"
-            f" a model of 4 layers of width 768. A pass of it costs c = {c1:.4f} of a target pass at B = 1, rising to"
-            f" {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} at B = 241 as its KV caches grow."
-            " Below the ridge the tree's fewer draft passes win, 3 against 8; a little past it, k = 8's fewer"
-            " positions, 9"
-            " against 15.")\
+            f" a model of 4 layers of width 768. Its c, a pass's time over the target's at the same B, is {c1:.4f} at"
+            f" B = 1 and rises to {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} at B = 241: its KV caches"
+            " grow large beside its small weights. Below the ridge the tree's fewer draft passes win, 3 against 8. A"
+            " little past it, the tree's check of 15 positions a sequence costs more than k = 8's 9, and that"
+            " outweighs its fewer draft passes.")\
         in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
@@ -653,6 +657,10 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert sd.option_speedup(tree, 1, 512) == pytest.approx(tree.tokens * plain / (check + tree.draft_passes * draft))
     # below the ridge, at B = 1, the check costs a plain pass and a draft pass c of one: the lesson's formula
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
+    # 'its KV caches grow large beside its small weights': c climbs from c1 toward the KV cache's share, 2 * 4 * 768
+    # of the target's 2 * 32 * 4096 per sequence, as B grows
+    share = (4 * 768) / (32 * 4096)
+    assert c1 < sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)) < share == pytest.approx(0.0234375)
     assert check == pytest.approx(plain) and draft == pytest.approx(c1 * plain)
     assert sd.option_speedup(tree, 1, 512) == pytest.approx(tree.tokens / (1 + tree.draft_passes * c1))
 
@@ -815,8 +823,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert rows[0][0] == 0 and rows[0][1] > 1.05 and (f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per"
                                                       " call: what followed the same characters earlier is often what"
                                                       " the character model writes next.") in text
-    assert ("at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. There the speedup is the"
-            " tokens per call.") in text
+    assert ("at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So at these lengths the"
+            " speedup is the tokens per call, the vLLM and HF columns.") in text
     # the verdict covers the rows it sits over, and says so
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())

@@ -499,8 +499,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
     assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
-            " output tokens are kept drafts or final tokens. Final tokens are only 0.089 'd', so kept drafts are more"
-            " than the output's 0.184 'd'. Draft 2 follows kept draft 1, so it follows 'd' more often, and after 'd'"
+            " the output, 0.184 'd', is kept drafts and final tokens. Final tokens are only 0.089 'd', so more than"
+            " 0.184 of kept drafts are 'd'. Draft 2 follows kept draft 1, so it follows 'd' more often, and after 'd'"
             f" drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
@@ -564,8 +564,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
-                            " drafts pass more: output tokens are kept drafts or final tokens. Final tokens are only"
-                            " 0.089 'd', so kept drafts are more than the output's 0.184 'd'.")\
+                            " drafts pass more: the output, 0.184 'd', is kept drafts and final tokens. Final tokens"
+                            " are only 0.089 'd', so more than 0.184 of kept drafts are 'd'.")\
         and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
@@ -1190,14 +1190,15 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert sum(q[x] * sd.accept_prob(p, q, x) for x in range(sd.VOCAB)) == pytest.approx(np.minimum(p, q).sum())
     assert sd.tv_distance(p, q) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
-    assert ("Block verification is proven best of the verifiers that keep some drafts, then draw one token, so none of"
+    assert ("Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, so"
+            " none of"
             " them keeps 12/9 here: for them the bound is 1/9 too high. Whether any lossless verifier reaches 12/9,"
             " this chapter leaves open."
             ) in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole. Take the lossless"
-            " verifiers (whose output is the target's) that keep some drafts, then draw one token, as token-wise"
-            " checking does. Among them, its paper proves, block verification keeps the most drafts on average. How"
-            " close does it come to a ceiling on every lossless verifier, of any form?") in flat(text)
+            " verifiers (whose output is the target's) that keep the first few drafts, then draw one token, as"
+            " token-wise checking does. Among them, Sun et al. prove, block verification keeps the most drafts on"
+            " average. How close does it come to a ceiling on every lossless verifier, of any form?") in flat(text)
     assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
             " gives the drafts each verifier keeps per round on average, exactly.") in flat(text)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
@@ -1243,8 +1244,9 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
-    assert ("Demo 3 and chapter 14 make fewer tokens per round at k = 4: their rounds start after the last one's final"
-            f" token, where draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 5). Here draft 1"
+    assert (f"Demo 3 and chapter 14 make fewer tokens per round at k = 4, {chained:.3f} token-wise against the"
+            f" {tw[3]:.4f} here: their rounds start after the last one's final token, where draft 1 passes only"
+            f" {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 5). Here draft 1"
             f" passes alpha's {sd.pair_alpha(P, Q):.3f}, and later drafts pass more, as in demo 3, so the token-wise"
             " column tops eq. 1's 2.79; the option --detail works it out.") in flat(text) and "0.5028" not in text
     out = io.StringIO()

@@ -5826,8 +5826,9 @@ def demo23_engines(**how):
     c19 = chapter19_plan(**how)
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
     t = c19.measured[1].tree
-    say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters, big and small, for one"
-        f" server at {c19.n_ctx} tokens of context. For each range of batch sizes B, it says which drafter runs, as a chain of k",
+    say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters, big (blend"
+        f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. For"
+        " each range of batch sizes B, it says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
         f" {t[2]} positions with the text's last token. Chapter 19 says why the plan takes this shape. Its plan:")
@@ -5868,7 +5869,8 @@ def demo23_engines(**how):
             f" pick trail the best by that much. So its {own[0]:.1%} is the tree's alone: {' and '.join(alike)}"
             f" {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}, so at B = {own[1]:,},"
             " where the plan runs the tree,"
-            f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}, {own[0]:.1%} slower." if tree_planned
+            f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}, {own[0]:.1%} slower."
+            + tree_loss_words(c19, main, own, t) if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
@@ -5889,6 +5891,23 @@ def demo23_engines(**how):
              {"each engine's config is written": [line[:8] for line in lines if line[:1] != " "] ==
               ["vLLM:   ", "SGLang: ", "TRT-LLM:"]})
     return SimpleNamespace(main=main, lost=lost, costs=costs)
+
+
+def tree_loss_words(c19, main, own, t):
+    """Chapter 23's clause on why a chain schedule loses most just below the
+    tree's ridge: its loss against the tree grows with B while the draft's c
+    rises, up to the last batch before the tree's check reaches the ridge
+    ("" unless the plan's speeds bear that out)."""
+    named = {o.shape: i for i, o in enumerate(c19.options) if o.drafter.name == main.name}
+    tree, chain = named.get(f"tree {t[0]}x{t[1]}, {t[2]}"), named.get(f"k = {own[2]}")
+    cross = ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])
+    if tree is None or chain is None or cross != own[1] + 1:
+        return ""
+    loss = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]
+    return (f" That loss grows with B, from {loss[0]:.1%} at B = 1: the draft's c rises, and k = {own[2]}'s"
+            f" {own[2]} draft passes cost more than the tree's {t[1]}. B = {own[1]} is the last batch before the tree's"
+            " check reaches the ridge." if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9
+            and (np.diff([draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, own[1] + 1)]) > 0).all() else "")
 
 
 # -----------------------------------------------------------------------------

@@ -878,3 +878,20 @@ def test_an_edited_module_plans_chapter19_through_its_own_stages():
     assert m.chapter19_plan is not sd.chapter19_plan and m.chapter19_plan().rates[1][0] == pytest.approx(
         m.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0]) != pytest.approx(sd.chapter19_plan().rates[1][0])
     assert not m.rule_intact(sd.TARGET, sd.MIDDLING)
+
+
+def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_ridge(in_process, monkeypatch):
+    text = " ".join(section(in_process[1], "23").split())
+    # by hand at B = 1, below the ridge: speedup = tokens per call / (1 + n c), the tree 3 passes, k = 8 eight
+    c19 = in_process[0]["19"].c19
+    c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
+    tree, chain = (next(o for o in c19.options if o.drafter.name == "small" and o.shape == shape)
+                   for shape in ("tree 2x3, 15", "k = 8"))
+    loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
+    assert (f"That loss grows with B, from {loss:.1%} at B = 1: the draft's c rises, and k = 8's 8 draft passes cost"
+            " more than the tree's 3. B = 31 is the last batch before the tree's check reaches the ridge.") in text
+    assert sd.ridge_batch(*sd.token_traffic(512), positions=15) == 32
+    # with the tree's ridge elsewhere, the clause is not said
+    monkeypatch.setattr(sd, "ridge_batch", lambda *a, **k: 40)
+    result = in_process[0]["23"]
+    assert sd.tree_loss_words(c19, result.main, result.costs["vLLM"], c19.measured[1].tree) == ""

@@ -3611,7 +3611,8 @@ def demo13_detail(size=4096):
 BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's distribution. It also proves that"
               " no lossless verifier (one whose output is the target's) that keeps some drafts and then draws one"
               " token keeps more drafts on average. The steps:")
-BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, capped at 1 at each step:"
+BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, the running product capped at 1"
+               " after each draft:"
                " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
                " text's last token).",
                "Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. If"
@@ -3962,12 +3963,13 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
         " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
         " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from steps"
-        " 1 and 2: the target's probability of x_1..x_i over the draft's, capped at 1 at each step. It starts at w_0 ="
+        " 1 and 2: the target's probability of x_1..x_i over the draft's, the running product capped at 1 after each"
+        " draft. It starts at w_0 ="
         " 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
-               " position i from 1 to k - 1, let Z_i be the total step 5 would draw from if the block ended at i: the"
-               " sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Sun et al.'s"
+               " position i from 1 to k - 1, let Z_i be the mass of step 5's residual, before normalising, if the block"
+               " ended at i: the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Sun et al.'s"
                " chances, to take as given: position k's coin lands heads with chance w_k, and position i's with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"
@@ -4033,8 +4035,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
                 f" average, than the block: at least {margin:.2f} more.",
                 "Sun et al. prove that no lossless verifier (one whose output is the target's) that keeps some drafts"
                 " and then draws one token keeps more than the block, from any start token.",
-                "Keeping more than that, the shipped paths cannot be lossless: they keep drafts a lossless verifier"
-                " would reject.",
+                "Keeping more than the block, the shipped paths cannot be lossless: they keep drafts a lossless"
+                " verifier would reject.",
                 "The option --detail gives the figures and part of why.")
     return caught
 

@@ -3970,7 +3970,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
                " position i from 1 to k - 1, let Z_i be the mass of step 5's residual, before normalising, if the block"
                " ended at i: the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after"
-               " x_i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and position i's with"
+               " x_i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
+               " position i's with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"
                " not a cut point does not end the block: a later draft can still be kept. With no cut point, i = 0 and"

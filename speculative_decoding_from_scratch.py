@@ -1476,7 +1476,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
-            f" Why later drafts pass more: the output, {starts.text[hi]:.3f} '{d}', is kept drafts and final tokens."
+            f" Why later drafts pass more: the output, {starts.text[hi]:.3f} '{d}', is a mix of kept drafts and final"
+            " tokens."
             f" Final tokens are only {starts.start[hi]:.3f} '{d}', so more than {starts.text[hi]:.3f} of kept drafts"
             f" are '{d}'."
             " Draft 2 follows"
@@ -3611,10 +3612,9 @@ def demo13_detail(size=4096):
 BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's distribution. It also proves that"
               " no lossless verifier (one whose output is the target's) that keeps some drafts and then draws one"
               " token keeps more drafts on average. The steps:")
-BLOCK_STEPS = ("A weight w_i is the target's probability of x_1..x_i over the draft's, the running product capped at 1"
-               " after each draft:"
-               " w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the"
-               " text's last token).",
+BLOCK_STEPS = ("A weight w_i: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
+               " q the rows after x_(i-1) (x_0: the text's last token). It is the target's probability of x_1..x_i"
+               " over the draft's, capped at 1 as it runs.",
                "Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. If"
                " the block ends at i, step 5 draws the next token from these terms, normalised.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
@@ -3968,9 +3968,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " 1; then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
-               " position i from 1 to k - 1, let Z_i be the mass of step 5's residual, before normalising, if the block"
-               " ended at i: the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after"
-               " x_i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
+               " position i from 1 to k - 1, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p"
+               " and q the rows after x_i: the mass of step 5's residual, before normalising, if the block ended at"
+               " i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
                " position i's with"
                " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"

@@ -499,8 +499,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
     assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
-            " the output, 0.184 'd', is kept drafts and final tokens. Final tokens are only 0.089 'd', so more than"
-            " 0.184 of kept drafts are 'd'. Draft 2 follows kept draft 1, so it follows 'd' more often, and after 'd'"
+            " the output, 0.184 'd', is a mix of kept drafts and final tokens. Final tokens are only 0.089 'd', so"
+            " more than 0.184 of kept drafts are 'd'. Draft 2 follows kept draft 1, so it follows 'd' more often, and"
+            " after 'd'"
             f" drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
@@ -564,8 +565,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
-                            " drafts pass more: the output, 0.184 'd', is kept drafts and final tokens. Final tokens"
-                            " are only 0.089 'd', so more than 0.184 of kept drafts are 'd'.")\
+                            " drafts pass more: the output, 0.184 'd', is a mix of kept drafts and final tokens."
+                            " Final tokens are only 0.089 'd', so more than 0.184 of kept drafts are 'd'.")\
         and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
@@ -924,9 +925,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
             " Heads makes i a cut point, where the block may end. For a position i from 1 to k - 1, let Z_i be the"
-            " mass of step 5's residual, before normalising, if the block ended at i: the sum, over every token y, of"
-            " max(0, w_i p(y) -"
-            " q(y)), with p and q the rows after x_i. Sun et al.'s chances, to take as given: position k's coin lands"
+            " sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i: the mass of step"
+            " 5's residual, before normalising, if the block ended at i. Sun et al.'s chances, to take as given:"
+            " position k's coin lands"
             " heads with chance w_k, and position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. 4. The"
             " block keeps x_1..x_i for i the largest cut point."
             " Unlike a token-wise rejection, a position that is not a cut point does not end the block: a later draft"

@@ -4873,13 +4873,15 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
-        f" slightly low, by at most {max(low):.4f} tokens per call. That costs the plan under 0.1% of its speedup;"
-        " chapter 27 shows why." if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001
+        f" slightly low, by at most {max(low):.4f} tokens per call. Without its margin (below), a plan from them comes"
+        " within 0.1% of one priced exactly; chapter 27 shows why." if 0 < min(low) <= max(low) < 0.02
+        and untolerant < 0.001
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, each drawn from q, {tree[1]} deep. One pass scores {nodes} positions: its"
+        f" candidates under every node, each drawn from q on its own, {tree[1]} deep (chapter 8 finds that distinct"
+        f" children keep more; the plan prices this simpler tree). One pass scores {nodes} positions: its"
         f" {nodes - 1} drafts, {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, and the text's last"
         " token, whose p judges the first level. Chapter 8 shows how a tree is"
         " checked, and that it keeps"
@@ -5865,6 +5867,7 @@ def demo23_engines(**how):
         alike = [e for e, c in costs.items() if e == "vLLM" or (e != "SGLang" and c == own)]  # chains only, as vLLM
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
         tree_planned = any(o is not None and o.shape.startswith("tree") for _, _, o in c19.buckets)
+        said = tree_loss_words(c19, main, own, t) if tree_planned else ""  # why the loss peaks below the ridge
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
@@ -5873,17 +5876,19 @@ def demo23_engines(**how):
             f" {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}, so at B = {own[1]:,},"
             " where the plan runs the tree,"
             f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}, {own[0]:.1%} slower."
-            + tree_loss_words(c19, main, own, t) if tree_planned
+            + said if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         f". The tree's check reaches the ridge at B = {cross}, later than demo 6's"
-                         f" {free_positions(c19.n_ctx)} / {t[2]} = {free_positions(c19.n_ctx) / t[2]:.1f}: each"
-                         " sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass"
-                         " needs more positions to reach the ridge (chapter 25)."
-                         f" Past B = {cross}, every position the tree checks costs time."
+                         (f". Past B = {cross}, where the tree's check reaches the ridge, every position it checks"
+                          " costs time." if said else
+                          f". The tree's check reaches the ridge at B = {cross}, later than demo 6's"
+                          f" {free_positions(c19.n_ctx)} / {t[2]} = {free_positions(c19.n_ctx) / t[2]:.1f}: each"
+                          " sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass"
+                          " needs more positions to reach the ridge (chapter 25)."
+                          f" Past B = {cross}, every position the tree checks costs time.")
                          if (cross := ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])) and cross <= b
                          else "."))
                      for (given, b, k), es in group_by({e: c for e, c in more.items()}).items()))
@@ -5907,9 +5912,12 @@ def tree_loss_words(c19, main, own, t):
     if tree is None or chain is None or cross != own[1] + 1:
         return ""
     loss = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]
-    return (f" That loss grows with B, from {loss[0]:.1%} at B = 1: the draft's c rises, and k = {own[2]}'s"
-            f" {own[2]} draft passes cost more than the tree's {t[1]}. B = {own[1]} is the last batch before the tree's"
-            " check reaches the ridge." if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9
+    return (f" That loss grows with B, from {loss[0]:.1%} at B = 1: the draft's c rises, as its KV caches weigh more"
+            f" against its small weights (chapter 25), and k = {own[2]}'s {own[2]} draft passes cost more than the"
+            f" tree's {t[1]}. B = {own[1]} is the last batch before the tree's check reaches the ridge, at B = {cross}:"
+            f" later than demo 6's {free_positions(c19.n_ctx)} / {t[2]} = {free_positions(c19.n_ctx) / t[2]:.1f}, as"
+            " each sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass needs more"
+            " positions to reach the ridge." if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9
             and (np.diff([draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, own[1] + 1)]) > 0).all() else "")
 
 

@@ -1449,7 +1449,7 @@ def test_chapter24_explains_its_token_wise_column_only_while_draft_2_passes_abov
     alpha, true = sd.pair_alpha(sd.TARGET, sd.MIDDLING), sd.kept_from_text
     monkeypatch.setattr(sd, "kept_from_text", lambda P, Q, k: (sum(alpha ** i for i in range(k + 1)),
                                                                *true(P, Q, k)[1:]))
-    result = sd.demo24_ideal()
+    result = sd.demo24_ideal(ks=(1, 2))
     sd.demo24_detail(result)
     said = flat(capsys.readouterr().out)
     assert "1.7031" in said and "above eq. 1's" not in said and "draft 2 passes" not in said

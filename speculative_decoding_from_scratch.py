@@ -3964,15 +3964,13 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
         " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from steps"
         " 1 and 2: the target's probability of x_1..x_i over the draft's, the running product capped at 1 after each"
-        " draft. It starts at w_0 ="
-        " 1; then"
-        " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token).")
+        " draft. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
+        " x_(i-1) (x_0: the text's last token).")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
                " position i from 1 to k - 1, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p"
                " and q the rows after x_i: the mass of step 5's residual, before normalising, if the block ended at"
                " i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
-               " position i's with"
-               " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
+               " position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"
                " not a cut point does not end the block: a later draft can still be kept. With no cut point, i = 0 and"
                " it keeps none.",
@@ -4064,10 +4062,8 @@ def keep_more_than_block(rows, k):
 
 
 def why_shipped_keep_more(rows, k):
-    """Chapter 15's detail on the drafts the shipped paths keep: the averages,
-    how often each keeps all k, and step 3's product of uniforms; said only
-    while the block is exact and both shipped paths keep more (paragraphs, or
-    none)."""
+    """Chapter 15's detail on the drafts the shipped paths keep: the averages, how often each keeps all k, and
+    step 3's product of uniforms; said only while the block is exact and both keep more (paragraphs, or none)."""
     if not keep_more_than_block(rows, k):
         return []
     shipped = shipped_rows(rows)
@@ -4099,9 +4095,8 @@ def shipped_modules():
 
 
 def all_kept(outcomes, k, P=TARGET, Q=MIDDLING):
-    """The chance that a round keeps all k drafts, each round continuing the
-    text, from outcomes(P, Q, d, k): a round's ends, as block_round_outcomes
-    lists them."""
+    """The chance that a round keeps all k drafts, each round continuing the text, from outcomes(P, Q, d, k):
+    a round's ends, as block_round_outcomes lists them."""
     ends = lru_cache(None)(lambda d: outcomes(P, Q, d, k))
     start = outcome_starts(ends, len(P))
     return sum(start[d] * p for d in range(len(P)) for kept, _, p in ends(d) if len(kept) == k)
@@ -4119,9 +4114,8 @@ def alike_through_token2(rows, ctx=5):
 
 
 def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
-    """Chapter 15 in detail: two one-line edits of block verification beside
-    the rule, by the same checks, and why the exact check sees what the fit
-    cannot."""
+    """Chapter 15 in detail: two one-line edits of block verification beside the rule, by the same checks, and
+    why the exact check sees what the fit cannot."""
     say_paragraphs(why_shipped_keep_more(rows, k))
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     edits = [rows[0]] + exactness_rows([(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS],

@@ -4023,7 +4023,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
     every start token (each shipped path's module in modules, by label), and keep all k more often?"""
     caught, words = caught_words(rows, "shipped paths")
     print()
-    say(rule_verdict(rows), words)
+    say(rule_verdict(rows), words, step3_words(rows, k, ctx, n) if caught else "")
     shipped = shipped_rows(rows)
     if shipped and rows[0][5] == "the target":
         margin = min(start_margin(modules[r[0]], k) for r in shipped) if modules is not None else 0.0
@@ -4038,6 +4038,18 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
                 " verifier would reject.",
                 "The option --detail gives the figures and part of why.")
     return caught
+
+
+def step3_words(rows, k=3, ctx=5, n=3):
+    """Chapter 15's sentence on which change does the harm: block verification with only step 5 changed (the
+    detail's tokenwise_residual) is off by far less than the shipped paths, so most of their error is step 3's."""
+    if rows[0][5] != "the target" or any(r[1 + n - 1] is None for r in rows[1:]):
+        return ""
+    step5 = bugged("tokenwise_residual", BLOCK_BUGS)
+    tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
+    least = min(r[1 + n - 1] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens
+    return (f"Most of their error is step 3's: with only step 5 changed, the first {n} tokens are off by"
+            f" {exact_text(tv)} (--detail)." if ROUNDING <= tv < least / 10 else "")
 
 
 def shipped_rows(rows):

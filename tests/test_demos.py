@@ -1001,6 +1001,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
+    assert (f"Both shipped paths are caught. Most of their error is step 3's: with only step 5 changed, the first 3"
+            f" tokens are off by {sd.exact_text(tv5)} (--detail).") in flat(text)
+    assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said
     assert f"tokenwise_residual < 1e-9 < 1e-9 {sd.exact_text(tv5)}" in " ".join(detail.split())  # the detail's row
     assert list(sd.SHIPPED_WORDS) == [r[0] for r in rows[1:]]  # each shipped path said in words, in order
     for label, words in sd.SHIPPED_WORDS.items():
@@ -1016,7 +1019,7 @@ def test_chapter15_argues_from_every_start_only_while_it_holds(demo, capsys, mon
         shipped_block_outcomes=sd.block_round_outcomes)})
     text = flat(capsys.readouterr().out)
     assert "Both shipped paths are caught." in text and "each start token" not in text
-    assert "would reject" not in text and "--detail" not in text
+    assert "would reject" not in text and "--detail gives" not in text
     # with every path keeping all k drafts as often as the block, the reason is withheld and the argument stays
     monkeypatch.setattr(sd, "all_kept", lambda outcomes, k: 0.5)
     sd.demo15_verdicts(rows, 3, modules=sd.shipped_modules())

@@ -4048,8 +4048,9 @@ def step3_words(rows, k=3, ctx=5, n=3):
     step5 = bugged("tokenwise_residual", BLOCK_BUGS)
     tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
     least = min(r[1 + n - 1] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens
-    return (f"Most of their error is step 3's: with only step 5 changed, the first {n} tokens are off by"
-            f" {exact_text(tv)} (--detail)." if ROUNDING <= tv < least / 10 else "")
+    return (f"Most of their error is step 3's: block verification with only step 5 changed, to the token-wise"
+            f" residual, has an exact TV of {exact_text(tv)} on the first {n} tokens (the option --detail shows it)."
+            if ROUNDING <= tv < least / 10 else "")
 
 
 def shipped_rows(rows):
@@ -4879,8 +4880,9 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
-        f" slightly low, by at most {max(low):.4f} tokens per call. Without its margin (below), a plan from them comes"
-        " within 0.1% of one priced exactly; chapter 27 shows why." if 0 < min(low) <= max(low) < 0.02
+        f" slightly low, by at most {max(low):.4f} tokens per call. That moves little: with no switching margin"
+        " (below), a plan from these rates comes within 0.1% of the speedup of a plan priced exactly; chapter 27 shows"
+        " why." if 0 < min(low) <= max(low) < 0.02
         and untolerant < 0.001
         else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
@@ -6019,8 +6021,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         first = exact_per_position(TARGET, MIDDLING, gains[-1][0])[0]  # draft 1's pass chance in demo 3's rounds
         print()
         chained = exact_tokens_per_call(TARGET, MIDDLING, gains[-1][0])  # demo 3's exact figure
-        say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {gains[-1][0]}, {chained:.3f} token-wise against"
-            f" the {gains[-1][1]:.4f} here: their rounds start after the"
+        say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {gains[-1][0]}: {chained:.3f} token-wise and"
+            f" {exact_block_tokens_per_call(TARGET, MIDDLING, gains[-1][0]):.3f} block, against {gains[-1][1]:.4f} and"
+            f" {gains[-1][2]:.4f} here. Their rounds start after the"
             f" last one's final token, where draft 1 passes only {first:.3f} (demo 3, point 5). Here draft 1 passes"
             f" alpha's {pair_alpha(TARGET, MIDDLING):.3f}, and later drafts pass more, as in demo 3, so the token-wise"
             f" column tops eq. 1's {expected_tokens(pair_alpha(TARGET, MIDDLING), gains[-1][0]):.2f}; the option"

@@ -1001,8 +1001,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
-    assert (f"Both shipped paths are caught. Most of their error is step 3's: with only step 5 changed, the first 3"
-            f" tokens are off by {sd.exact_text(tv5)} (--detail).") in flat(text)
+    assert ("Both shipped paths are caught. Most of their error is step 3's: block verification with only step 5"
+            f" changed, to the token-wise residual, has an exact TV of {sd.exact_text(tv5)} on the first 3 tokens (the"
+            " option --detail shows it).") in flat(text)
     assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said
     assert f"tokenwise_residual < 1e-9 < 1e-9 {sd.exact_text(tv5)}" in " ".join(detail.split())  # the detail's row
     assert list(sd.SHIPPED_WORDS) == [r[0] for r in rows[1:]]  # each shipped path said in words, in order
@@ -1251,8 +1252,9 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
-    assert (f"Demo 3 and chapter 14 make fewer tokens per round at k = 4, {chained:.3f} token-wise against the"
-            f" {tw[3]:.4f} here: their rounds start after the last one's final token, where draft 1 passes only"
+    assert (f"Demo 3 and chapter 14 make fewer tokens per round at k = 4: {chained:.3f} token-wise and"
+            f" {chained_block:.3f} block, against {tw[3]:.4f} and {result.gains[-1][2]:.4f} here. Their rounds start"
+            " after the last one's final token, where draft 1 passes only"
             f" {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 5). Here draft 1"
             f" passes alpha's {sd.pair_alpha(P, Q):.3f}, and later drafts pass more, as in demo 3, so the token-wise"
             " column tops eq. 1's 2.79; the option --detail works it out.") in flat(text) and "0.5028" not in text

@@ -229,8 +229,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
         "Here the rates are computed exactly, in rounds of 8 drafts. They price a shorter chain slightly low, by at most"
-        f" {max(low):.4f} tokens per call. Without its margin (below), a plan from them comes within 0.1% of one priced"
-        " exactly; chapter 27 shows why.") in text
+        f" {max(low):.4f} tokens per call. That moves little: with no switching margin (below), a plan from these rates"
+        " comes within 0.1% of the speedup of a plan priced exactly; chapter 27 shows why.") in text
     assert sd.chapter19_search(in_process[0]["19"].c19)[1].worst < 0.001  # 'within 0.1%': chapter 27's margin-free plan
     assert "bonus" not in text.split("chapter 27 shows why")[0]
     assert f"At every shorter k the rates read low, by at most {max(low):.4f}." in " ".join(

@@ -6017,51 +6017,54 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
         "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, on their own models"
         " and tasks.")
-    if why_above_eq1(gains):
-        first = exact_per_position(TARGET, MIDDLING, gains[-1][0])[0]  # draft 1's pass chance in demo 3's rounds
+    above = above_eq1(gains)
+    if above:
         print()
-        chained = exact_tokens_per_call(TARGET, MIDDLING, gains[-1][0])  # demo 3's exact figure
-        say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {gains[-1][0]}: {chained:.3f} token-wise and"
-            f" {exact_block_tokens_per_call(TARGET, MIDDLING, gains[-1][0]):.3f} block, against {gains[-1][1]:.4f} and"
-            f" {gains[-1][2]:.4f} here. Their rounds start after the"
-            f" last one's final token, where draft 1 passes only {first:.3f} (demo 3, point 5). Here draft 1 passes"
-            f" alpha's {pair_alpha(TARGET, MIDDLING):.3f}, and later drafts pass more, as in demo 3, so the token-wise"
-            f" column tops eq. 1's {expected_tokens(pair_alpha(TARGET, MIDDLING), gains[-1][0]):.2f}; the option"
-            " --detail works it out.")
+        say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {above.k}: {above.chained:.3f} token-wise and"
+            f" {above.block_chained:.3f} block, against {gains[-1][1]:.4f} and {gains[-1][2]:.4f} here. Their rounds"
+            f" start after the last one's final token, where draft 1 passes only {above.first:.3f} (demo 3, point 5)."
+            f" Here draft 1 passes alpha's {above.alpha:.3f}, and later drafts pass more, as in demo 3, so the"
+            f" token-wise column tops eq. 1's {above.eq1:.2f}; the option --detail works it out.")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",
              {"neither keeps more than the ideal": not over and not over_k,
               "block keeps at least as many at every k": more,
               "the ideal stays above block on the example": rows[1][1] < ideal - 1e-9})
-    return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains)
+    return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains, above=above)
 
 
-def why_above_eq1(gains):
-    """Chapter 24's detail: why its token-wise column tops eq. 1 and demo 3's
-    exact figure, from the table's own rows (gains, as demo24_ideal makes
-    them); said only while the numbers bear it out ("" where withheld)."""
+def above_eq1(gains):
+    """Why chapter 24's token-wise column tops eq. 1 and demo 3's exact figure, from the table's own rows (gains,
+    as demo24_ideal makes them): the figures, or None while the numbers do not bear it out."""
     k, alpha = gains[-1][0], pair_alpha(TARGET, MIDDLING)
-    chained = exact_tokens_per_call(TARGET, MIDDLING, k)  # the lesson's exact figure
-    block_chained = exact_block_tokens_per_call(TARGET, MIDDLING, k)  # chapter 14's, rounds chained
-    first = exact_per_position(TARGET, MIDDLING, k)[0]  # draft 1's pass chance in demo 3's chained rounds
-    second = (gains[1][1] - gains[0][1]) / (gains[0][1] - 1) if len(gains) > 1 else 0.0  # draft 2, once 1 passed
-    eq1 = expected_tokens(alpha, k)
-    if not (abs(gains[0][1] - 1 - alpha) < 1e-9 and gains[-1][1] > eq1 + 5e-3 and second > alpha
-            and chained < gains[-1][1] - 5e-4 and block_chained < gains[-1][2] - 5e-4 and first < alpha):
+    w = SimpleNamespace(k=k, alpha=alpha, eq1=expected_tokens(alpha, k),
+                        chained=exact_tokens_per_call(TARGET, MIDDLING, k),  # the lesson's exact figure
+                        block_chained=exact_block_tokens_per_call(TARGET, MIDDLING, k),  # chapter 14's, rounds chained
+                        first=exact_per_position(TARGET, MIDDLING, k)[0],  # draft 1's pass chance in demo 3's rounds
+                        second=(gains[1][1] - gains[0][1]) / (gains[0][1] - 1) if len(gains) > 1 else 0.0)
+    holds = (abs(gains[0][1] - 1 - alpha) < 1e-9 and gains[-1][1] > w.eq1 + 5e-3 and w.second > alpha
+             and w.chained < gains[-1][1] - 5e-4 and w.block_chained < gains[-1][2] - 5e-4 and w.first < alpha)
+    return w if holds else None
+
+
+def why_above_eq1(gains, w=None):
+    """Chapter 24's detail paragraph on above_eq1's figures ("" where withheld)."""
+    w = w or above_eq1(gains)
+    if w is None:
         return ""
-    return (f"Why does token-wise checking make {gains[-1][1]:.4f} in the table at k = {k}, above eq. 1's {eq1:.2f}"
-            " (demo 3)? In its column each step up in k adds the chance that drafts 1 to k all pass: draft 1 passes"
-            f" {gains[0][1]:.4f} - 1 = {gains[0][1] - 1:.4f}, drafts 1 and 2 both {gains[1][1]:.4f} -"
+    return (f"Why does token-wise checking make {gains[-1][1]:.4f} in the table at k = {w.k}, above eq. 1's"
+            f" {w.eq1:.2f} (demo 3)? In its column each step up in k adds the chance that drafts 1 to k all pass: draft"
+            f" 1 passes {gains[0][1]:.4f} - 1 = {gains[0][1] - 1:.4f}, drafts 1 and 2 both {gains[1][1]:.4f} -"
             f" {gains[0][1]:.4f} = {gains[1][1] - gains[0][1]:.4f}. So once draft 1 passes, draft 2 passes"
-            f" {gains[1][1] - gains[0][1]:.4f} / {gains[0][1] - 1:.4f} = {second:.3f}, not alpha's {alpha:.3f}."
-            f" Demo 3's exact {chained:.3f} and chapter 14's {block_chained:.3f} for the block are lower: their rounds"
-            f" start after the last one's final token, and there draft 1 passes only {first:.3f}.")
+            f" {gains[1][1] - gains[0][1]:.4f} / {gains[0][1] - 1:.4f} = {w.second:.3f}, not alpha's {w.alpha:.3f}."
+            f" Demo 3's exact {w.chained:.3f} and chapter 14's {w.block_chained:.3f} for the block are lower: their"
+            f" rounds start after the last one's final token, and there draft 1 passes only {w.first:.3f}.")
 
 
 def demo24_detail(result):
     """Chapter 24 in detail: why its token-wise column tops eq. 1 and demo 3."""
-    say_paragraphs([why_above_eq1(result.gains)])
+    say_paragraphs([why_above_eq1(result.gains, result.above)])
 
 
 # -----------------------------------------------------------------------------

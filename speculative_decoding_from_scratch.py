@@ -4888,8 +4888,8 @@ def demo19_tuning(**how):
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, each drawn from q on its own, {tree[1]} deep (chapter 8 finds that distinct"
-        f" children keep more; the plan prices this simpler tree). One pass scores {nodes} positions: its"
+        f" candidates under every node, each drawn from q on its own, {tree[1]} deep (chapter 8 sets such children"
+        f" beside distinct ones; the plan prices these). One pass scores {nodes} positions: its"
         f" {nodes - 1} drafts, {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, and the text's last"
         " token, whose p judges the first level. Chapter 8 shows how a tree is"
         " checked, and that it keeps"

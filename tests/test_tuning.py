@@ -631,8 +631,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
-            " from q on its own, 3 deep (chapter 8 finds that distinct children keep more; the plan prices this simpler"
-            " tree). One pass scores 15 positions: its 14 drafts, 2 + 4 + 8, and the text's last token,"
+            " from q on its own, 3 deep (chapter 8 sets such children beside distinct ones; the plan prices these). One"
+            " pass scores 15 positions: its 14 drafts, 2 + 4 + 8, and the text's last token,"
             " whose p judges the first level. Chapter 8 shows how a tree is checked, and that it keeps"
             " the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"

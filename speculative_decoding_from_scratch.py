@@ -6043,7 +6043,9 @@ def above_eq1(gains):
                         block_chained=exact_block_tokens_per_call(TARGET, MIDDLING, k),  # chapter 14's, rounds chained
                         first=exact_per_position(TARGET, MIDDLING, k)[0],  # draft 1's pass chance in demo 3's rounds
                         second=(gains[1][1] - gains[0][1]) / (gains[0][1] - 1) if len(gains) > 1 else 0.0)
-    holds = (abs(gains[0][1] - 1 - alpha) < 1e-9 and gains[-1][1] > w.eq1 + 5e-3 and w.second > alpha
+    reach = [gains[0][1] - 1] + [b[1] - a[1] for a, b in zip(gains, gains[1:])]  # drafts 1 to i all pass, by row
+    later = [g[0] for g in gains] == list(range(1, k + 1)) and all(b / a > alpha for a, b in zip(reach, reach[1:]))
+    holds = (abs(gains[0][1] - 1 - alpha) < 1e-9 and gains[-1][1] > w.eq1 + 5e-3 and w.second > alpha and later
              and w.chained < gains[-1][1] - 5e-4 and w.block_chained < gains[-1][2] - 5e-4 and w.first < alpha)
     return w if holds else None
 

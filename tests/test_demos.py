@@ -1460,3 +1460,8 @@ def test_chapter24_explains_its_token_wise_column_only_while_draft_2_passes_abov
     said = flat(capsys.readouterr().out)
     assert "1.7031" in said and "above eq. 1's" not in said and "draft 2 passes" not in said
     assert "--detail says why" not in said and sd.why_above_eq1(result.gains) == ""
+    # 'later drafts pass more': each of drafts 2 to 4 passes above alpha once the drafts before it have, by hand
+    P, Q = sd.TARGET, sd.MIDDLING
+    M, pi = np.minimum(P, Q), sd.stationary(P)
+    reach = [pi @ np.linalg.matrix_power(M, i).sum(axis=1) for i in (1, 2, 3, 4)]
+    assert all(b / a > alpha for a, b in zip(reach, reach[1:]))

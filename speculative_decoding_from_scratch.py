@@ -5892,10 +5892,8 @@ def demo23_engines(**how):
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
                          (f". Past B = {cross}, where the tree's check reaches the ridge, every position it checks"
                           " costs time." if said else
-                          f". The tree's check reaches the ridge at B = {cross}, later than demo 6's"
-                          f" {free_positions(c19.n_ctx)} / {t[2]} = {free_positions(c19.n_ctx) / t[2]:.1f}: each"
-                          " sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass"
-                          " needs more positions to reach the ridge (chapter 25)."
+                          f". The tree's check reaches the ridge at B = {cross}, "
+                          + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
                           f" Past B = {cross}, every position the tree checks costs time.")
                          if (cross := ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])) and cross <= b
                          else "."))
@@ -5907,6 +5905,15 @@ def demo23_engines(**how):
              {"each engine's config is written": [line[:8] for line in lines if line[:1] != " "] ==
               ["vLLM:   ", "SGLang: ", "TRT-LLM:"]})
     return SimpleNamespace(main=main, lost=lost, costs=costs)
+
+
+def ridge_later_words(n_ctx, positions):
+    """Chapter 23's two clauses on a check of `positions` a sequence: it reaches the ridge later than demo 6's
+    free positions for one sequence suggest, and why."""
+    free = free_positions(n_ctx)
+    return (f"later than demo 6's {free} / {positions} = {free / positions:.1f}",
+            "each sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass needs more"
+            " positions to reach the ridge")
 
 
 def tree_loss_words(c19, main, own, t):
@@ -5923,9 +5930,8 @@ def tree_loss_words(c19, main, own, t):
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1: the draft's c rises, as its KV caches weigh more"
             f" against its small weights (chapter 25), and k = {own[2]}'s {own[2]} draft passes cost more than the"
             f" tree's {t[1]}. B = {own[1]} is the last batch before the tree's check reaches the ridge, at B = {cross}:"
-            f" later than demo 6's {free_positions(c19.n_ctx)} / {t[2]} = {free_positions(c19.n_ctx) / t[2]:.1f}, as"
-            " each sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass needs more"
-            " positions to reach the ridge." if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9
+            " {}, as {}.".format(*ridge_later_words(c19.n_ctx, t[2]))
+            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9
             and (np.diff([draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, own[1] + 1)]) > 0).all() else "")
 
 

@@ -4043,11 +4043,11 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
 def step3_words(rows, k=3, ctx=5, n=3):
     """Chapter 15's sentence on which change does the harm: block verification with only step 5 changed (the
     detail's tokenwise_residual) is off by under a hundredth of the shipped paths' error, so step 3 does it."""
-    if rows[0][5] != "the target" or any(r[1 + n - 1] is None for r in rows[1:]):
+    if rows[0][5] != "the target" or any(r[n] is None for r in rows[1:]):
         return ""
     step5 = bugged("tokenwise_residual", BLOCK_BUGS)
     tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
-    least = min(r[1 + n - 1] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens
+    least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
     return (f"Fixing step 3 alone would remove nearly all their error: block verification with only step 5 changed,"
             f" to the token-wise residual, has an exact TV of {exact_text(tv)} on the first {n} tokens (the option"
             " --detail shows it)." if ROUNDING <= tv < least / 100 else "")

@@ -4876,20 +4876,15 @@ def demo19_tuning(**how):
             if bytes_set_c else ""))
     print()
     low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
-    untolerant = chapter19_search(c19)[1].worst  # a margin-free plan from the rates, against exact prices
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
-        f" slightly low, by at most {max(low):.4f} tokens per call. That moves little: with no switching margin"
-        " (below), a plan from these rates comes within 0.1% of the speedup of a plan priced exactly; chapter 27 shows"
-        " why." if 0 < min(low) <= max(low) < 0.02
-        and untolerant < 0.001
-        else
+        " slightly low: --detail says by how much, and chapter 27 why." if 0 < min(low) <= max(low) < 0.02 else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, each drawn from q on its own, {tree[1]} deep (chapter 8 sets such children"
-        f" beside distinct ones; the plan prices these). One pass scores {nodes} positions: its"
+        f" candidates under every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes}"
+        " positions: its"
         f" {nodes - 1} drafts, {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, and the text's last"
         " token, whose p judges the first level. Chapter 8 shows how a tree is"
         " checked, and that it keeps"
@@ -4916,7 +4911,7 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
-            demo19_crossings(shape, max_batch))
+            demo19_crossings(shape, max_batch)[0])
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
@@ -5030,10 +5025,16 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: how the tree is checked, and how big's c rises
-    toward its KV cache's share."""
-    s = result.shape
+    """Chapter 19 in detail: its rates' error, the tree's check, big's c as B
+    grows, and each check's positions at the ridge."""
+    s, c19 = result.shape, result.c19
+    low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
+    untolerant = chapter19_search(c19)[1].worst  # a margin-free plan from the rates, against exact prices
     paragraphs = [
+        f"The rates, from rounds of {c19.k_max} drafts, price a shorter chain low by at most {max(low):.4f} tokens per"
+        " call. That moves little: with no switching margin, a plan from these rates comes within 0.1% of the"
+        " speedup of a plan priced exactly; chapter 27 shows why." if 0 < min(low) <= max(low) < 0.02
+        and untolerant < 0.001 else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
@@ -5042,24 +5043,26 @@ def demo19_detail(result):
          f" A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
+        demo19_crossings(s, c19.max_batch)[1] if s.falls else "",
     ]
     say_paragraphs(paragraphs)
 
 
 def demo19_crossings(s, max_batch):
-    """Chapter 19's sentences on where each planned check reaches the ridge,
-    past demo 6's positions for one sequence while each does."""
+    """Chapter 19's sentence on where each planned check reaches the ridge, and
+    the detail's on its positions there ("" where withheld)."""
     crossed = crossed_checks(s)
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
-    where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how} ({n * b:,}"
-                      + (" positions in all)" if j == 0 else ")") for j, (how, n, b) in enumerate(crossed)])
+    if not (crossed and every):
+        return "Chapter 25 shows where each check crosses the ridge.", ""
+    name = ["the tree" if how.startswith("tree") else how for how, _, _ in crossed]
+    where = and_list([f"B = {b} for {w}" for w, (_, _, b) in zip(name, crossed)])
+    totals = and_list([f"{n * b:,} for {w}" for w, (_, n, b) in zip(name, crossed)])
     later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # KV caches move the ridge
-    return ("The plan drops each option a little after its check reaches the ridge. The checks reach it at"
-            f" {where}." + (f" Each total is above demo 6's {s.alone} positions for one sequence: every sequence's"
-                            f" KV cache adds to the bytes a pass reads, so reaching the ridge's {ridge():.1f} MACs"
-                            " per byte takes more positions." if later else "") +
-            " Chapter 25 works them out."
-            if crossed and every else "Chapter 25 shows where each check crosses the ridge.")
+    return (f"The plan drops each option a little after its check reaches the ridge: at {where}. Chapter 25 works"
+            " them out.", f"Chapter 19's checks reach the ridge at these positions in all: {totals}. Each total is"
+            f" above demo 6's {s.alone} positions for one sequence: every sequence's KV cache adds to the bytes a"
+            f" pass reads, so reaching the ridge's {ridge():.1f} MACs per byte takes more positions." if later else "")
 
 
 def crossed_checks(s):

@@ -228,11 +228,13 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # 'slightly low': below each shorter k's exact count at every k, by under 0.02 tokens per call, about 1% of the
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
-        "Here the rates are computed exactly, in rounds of 8 drafts. They price a shorter chain slightly low, by at most"
-        f" {max(low):.4f} tokens per call. That moves little: with no switching margin (below), a plan from these rates"
-        " comes within 0.1% of the speedup of a plan priced exactly; chapter 27 shows why.") in text
+        "Here the rates are computed exactly, in rounds of 8 drafts. They price a shorter chain slightly low: --detail"
+        " says by how much, and chapter 27 why.") in text
+    assert (f"The rates, from rounds of 8 drafts, price a shorter chain low by at most {max(low):.4f} tokens per call."
+            " That moves little: with no switching margin, a plan from these rates comes within 0.1% of the speedup of"
+            " a plan priced exactly; chapter 27 shows why.") in detail19
     assert sd.chapter19_search(in_process[0]["19"].c19)[1].worst < 0.001  # 'within 0.1%': chapter 27's margin-free plan
-    assert "bonus" not in text.split("chapter 27 shows why")[0]
+    assert "bonus" not in text.split("chapter 27 why")[0]
     assert f"At every shorter k the rates read low, by at most {max(low):.4f}." in " ".join(
         section(in_process[1], "27").split())
     # 'where drafts pass most': after 'd' the middling draft passes most, by hand
@@ -463,12 +465,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert f"{147.6 * 13.21 / 6.74:.1f}" == f"{base:.1f}" and f"{147.6 * 0.2684 / 6.74:.3f}" == f"{each:.3f}"
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position"
                            " costs time. The plan drops each option a little after its check reaches the"
-                           f" ridge. The checks reach it at B = {tree} for the tree ({15 * tree} positions in all), B ="
-                           f" {crossings[0]} for k = 8 ({9 * crossings[0]}) and B = {crossings[1]} for k = 7"
-                           f" ({8 * crossings[1]:,}). Each total is above demo 6's 295 positions for one sequence:"
-                           " every sequence's KV cache adds to the bytes a pass reads, so reaching the ridge's 147.6"
-                           " MACs per byte takes more positions. Chapter 25 works them out.") in text
-    assert "reaches the ridge" not in detail19
+                           f" ridge: at B = {tree} for the tree, B = {crossings[0]} for k = 8 and B = {crossings[1]} for"
+                           " k = 7. Chapter 25 works them out.") in text
+    assert (f"Chapter 19's checks reach the ridge at these positions in all: {15 * tree} for the tree, {9 * crossings[0]}"
+            f" for k = 8 and {8 * crossings[1]:,} for k = 7. Each total is above demo 6's 295 positions for one sequence:"
+            " every sequence's KV cache adds to the bytes a pass reads, so reaching the ridge's 147.6 MACs per byte"
+            " takes more positions.") in detail19
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 
     assert each > 0 and round(base + each) == 295  # the ridge in positions, base + each B, is 295 at B = 1 and rises
     # each planned check crosses the printed bound, by hand, where the roofline says, and before the plan leaves it
@@ -631,8 +633,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
-            " from q on its own, 3 deep (chapter 8 sets such children beside distinct ones; the plan prices these). One"
-            " pass scores 15 positions: its 14 drafts, 2 + 4 + 8, and the text's last token,"
+            " from q on its own, 3 deep. One pass scores 15 positions: its 14 drafts, 2 + 4 + 8, and the text's last token,"
             " whose p judges the first level. Chapter 8 shows how a tree is checked, and that it keeps"
             " the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"

@@ -3965,9 +3965,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " and q the rows after x_i: the mass of step 5's residual, before normalising, if the block ended at"
                " i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
                " position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
-               "The block keeps x_1..x_i for i the largest cut point. Unlike a token-wise rejection, a position that is"
-               " not a cut point does not end the block: a later draft can still be kept. With no cut point, i = 0 and"
-               " it keeps none.",
+               "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)
     print()
@@ -4024,13 +4022,11 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
         if keep_more_than_block(rows, k) and margin > 0:
             print()
             paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
-            say(f"From each start token (the token a round starts after), {paths} keep more drafts per round, on"
-                f" average, than the block: at least {margin:.2f} more.",
-                "Sun et al. prove that no lossless verifier (one whose output is the target's) that keeps some drafts"
-                " and then draws one token keeps more than the block, from any start token.",
-                "Keeping more than the block, the shipped paths cannot be lossless: they keep drafts a lossless"
-                " verifier would reject.",
-                "The option --detail gives the figures and part of why.")
+            say(f"From each start token (the token a round starts after), {paths} keep at least {margin:.2f} more"
+                " drafts per round than the block, on average. Sun et al. prove that no lossless verifier (one whose"
+                " output is the target's) of the block's form, keeping some drafts and then drawing one token, does"
+                " that. So the shipped paths keep drafts a lossless verifier would reject. The option --detail gives"
+                " the figures and part of why.")
     return caught
 
 

@@ -6149,9 +6149,16 @@ def demo25_crossings(s, buckets, max_batch, tol):
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if gives_way:
         print()
+        shape = tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
+        cost = (f" Chapter 19 prices its small draft, the middling table, as a model of {shape[2]} layers of width"
+                f" {shape[0]}. Its c, a pass's time over the target's at the same B, is {s.c_small[0]:.4f} at B = 1"
+                f" and rises to {max(s.c_small):.4f} at B = {len(s.c_small)}: its KV caches grow large beside its"
+                " small weights."
+                if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple)
+                and s.c_small == sorted(s.c_small) and s.kv_share[1] > max(s.c_small) else "")
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
             f" draft passes, one per level, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}."
-            " Below the ridge the"
+            f"{cost} Below the ridge the"
             f" tree's fewer draft passes win, {tree.draft_passes} against {chain.draft_passes}. A little past it, the"
             f" tree's check of {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions},"
             " and that outweighs its fewer draft passes.")
@@ -6166,19 +6173,6 @@ def demo25_crossings(s, buckets, max_batch, tol):
     return {**checks, "each check crosses inside its range, and holds past it": after,
             "every planned check scores more positions than a sequence adds to the ridge":
             all(r[1] > each for r in rows)}
-
-
-def small_cost_words(s, buckets):
-    """Chapter 25's detail on how the small draft's c rises with B, said
-    while its first two planned options are both small's."""
-    planned = [o for _, _, o in buckets if o is not None]
-    tree, chain = (planned + [None, None])[:2]
-    shape = None if tree is None else tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
-    return (f"Chapter 19 prices its small draft, the middling table, as a model of {shape[2]} layers of width"
-            f" {shape[0]}. Its c, a pass's time over the target's at the same B, is {s.c_small[0]:.4f} at B = 1 and"
-            f" rises to {max(s.c_small):.4f} at B = {len(s.c_small)}: its KV caches grow large beside its small"
-            " weights." if chain is not None and tree.drafter.name == chain.drafter.name == "small"
-            and isinstance(shape, tuple) and s.c_small == sorted(s.c_small) and s.kv_share[1] > max(s.c_small) else "")
 
 
 def ridge_arithmetic(s):
@@ -6200,7 +6194,6 @@ def demo25_detail(result):
     s, tol = result.shape, result.c19.tol
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
-        small_cost_words(s, result.c19.buckets),
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"

@@ -5883,7 +5883,8 @@ def demo23_engines(**how):
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         (f". Past B = {cross}, every position the tree checks costs time." if said else
+                         (f". Past B = {cross}, where the tree's check reaches the ridge, every position it checks"
+                          " costs time." if said else
                           f". The tree's check reaches the ridge at B = {cross}, "
                           + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
                           f" Past B = {cross}, every position the tree checks costs time.")
@@ -5920,9 +5921,9 @@ def tree_loss_words(c19, main, own, t):
         return ""
     loss = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1: the draft's c rises, as its KV caches weigh more"
-            f" against its small weights, and k = {own[2]}'s {own[2]} draft passes cost more than the"
-            f" tree's {t[1]}. B = {own[1]} is the last batch before the tree's check reaches the ridge, at B = {cross}"
-            " (chapter 25)."
+            f" against its small weights (chapter 25), and k = {own[2]}'s {own[2]} draft passes cost more than the"
+            f" tree's {t[1]}. B = {own[1]} is the last batch before the tree's check reaches the ridge, at B = {cross}:"
+            " {}, as {}.".format(*ridge_later_words(c19.n_ctx, t[2]))
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9
             and (np.diff([draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, own[1] + 1)]) > 0).all() else "")
 

@@ -4901,7 +4901,7 @@ def demo19_tuning(**how):
     if shape.falls:
         print()
         say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
-            demo19_crossings(shape, max_batch)[0])
+            demo19_crossings(shape, max_batch))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
@@ -5015,8 +5015,8 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: its rates' error, the tree's check, big's c as B
-    grows, and each check's positions at the ridge."""
+    """Chapter 19 in detail: its rates' error, the tree's check, and big's c
+    as B grows."""
     s, c19 = result.shape, result.c19
     low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
     untolerant = chapter19_search(c19)[1].worst  # a margin-free plan from the rates, against exact prices
@@ -5033,26 +5033,25 @@ def demo19_detail(result):
          f" A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
-        demo19_crossings(s, c19.max_batch)[1] if s.falls else "",
     ]
     say_paragraphs(paragraphs)
 
 
 def demo19_crossings(s, max_batch):
-    """Chapter 19's sentence on where each planned check reaches the ridge, and
-    the detail's on its positions there ("" where withheld)."""
+    """Chapter 19's sentences on where each planned check reaches the ridge,
+    past demo 6's positions for one sequence while each does."""
     crossed = crossed_checks(s)
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
     if not (crossed and every):
-        return "Chapter 25 shows where each check crosses the ridge.", ""
-    name = ["the tree" if how.startswith("tree") else how for how, _, _ in crossed]
-    where = and_list([f"B = {b} for {w}" for w, (_, _, b) in zip(name, crossed)])
-    totals = and_list([f"{n * b:,} for {w}" for w, (_, n, b) in zip(name, crossed)])
-    later = s.ridge_each > 0 and all(b * n > s.alone for _, n, b in crossed)  # KV caches move the ridge
-    return (f"The plan drops each option a little after its check reaches the ridge: at {where}. Chapter 25 works"
-            " them out.", f"Chapter 19's checks reach the ridge at these positions in all: {totals}. Each total is"
-            f" above demo 6's {s.alone} positions for one sequence: every sequence's KV cache adds to the bytes a"
-            f" pass reads, so reaching the ridge's {ridge():.1f} MACs per byte takes more positions." if later else "")
+        return "Chapter 25 shows where each check crosses the ridge."
+    where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how}" for how, _, b in crossed])
+    how, n, b = crossed[0]  # the first check to reach the ridge
+    later = s.ridge_each > 0 and all(m * p > s.alone for _, p, m in crossed)  # KV caches move the ridge
+    return (f"The plan drops each option a little after its check reaches the ridge: at {where}." + (
+        f" That is later than demo 6's {s.alone} positions suggest: at B = {b} the"
+        f" {'tree' if how.startswith('tree') else how}'s check scores {n * b:,} in all. Each sequence's KV cache adds"
+        f" {s.kv / 1e9:.2f} GB to the bytes a pass reads, so reaching the ridge's {ridge():.1f} MACs per byte takes"
+        " more positions." if later else "") + " Chapter 25 works them out.")
 
 
 def crossed_checks(s):

@@ -4026,8 +4026,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
             paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
             say(f"From each start token (the token a round starts after), {paths} keep at least {margin:.2f} more"
                 " drafts per round than the block, on average. Sun et al. prove that no lossless verifier (one whose"
-                " output is the target's) of the block's form, keeping some drafts and then drawing one token, does"
-                " that. So the shipped paths keep drafts a lossless verifier would reject. The option --detail gives"
+                " output is the target's) of the block's form, keeping some drafts and then drawing one token, keeps"
+                " more drafts per round than the block from any start token. So the shipped paths keep drafts a lossless verifier would reject. The option --detail gives"
                 " the figures and part of why.")
     return caught
 
@@ -4040,9 +4040,9 @@ def step3_words(rows, k=3, ctx=5, n=3):
     step5 = bugged("tokenwise_residual", BLOCK_BUGS)
     tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
     least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
-    return (f"Fixing step 3 alone would remove nearly all their error: block verification with only step 5 changed,"
-            f" to the token-wise residual, has an exact TV of {exact_text(tv)} on the first {n} tokens (the option"
-            " --detail shows it)." if ROUNDING <= tv < least / 100 else "")
+    return (f"Step 3 causes nearly all their error. Keep the shipped step 5, the token-wise residual, but restore step"
+            f" 3's coins, and the exact TV of the first {n} tokens falls to {exact_text(tv)} (the option --detail"
+            " shows it)." if ROUNDING <= tv < least / 100 else "")
 
 
 def shipped_rows(rows):

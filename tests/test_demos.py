@@ -897,7 +897,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         " starting after the last one's final token (demo 3).") in flat(detail)
     assert ("From each start token (the token a round starts after), both shipped paths keep at least 0.11 more drafts"
             " per round than the block, on average. Sun et al. prove that no lossless verifier (one whose output is the"
-            " target's) of the block's form, keeping some drafts and then drawing one token, does that. So the shipped"
+            " target's) of the block's form, keeping some drafts and then drawing one token, keeps more drafts per round"
+            " than the block from any start token. So the shipped"
             " paths keep drafts a lossless verifier would reject. The option --detail gives the figures and part of"
             " why.") in flat(text) and "drafts per round, block" not in text
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
@@ -996,9 +997,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
-    assert ("Both shipped paths are caught. Fixing step 3 alone would remove nearly all their error: block"
-            " verification with only step 5 changed, to the token-wise residual, has an exact TV of"
-            f" {sd.exact_text(tv5)} on the first 3 tokens (the option --detail shows it).") in flat(text)
+    assert ("Both shipped paths are caught. Step 3 causes nearly all their error. Keep the shipped step 5, the"
+            " token-wise residual, but restore step 3's coins, and the exact TV of the first 3 tokens falls to"
+            f" {sd.exact_text(tv5)} (the option --detail shows it).") in flat(text)
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV
     assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said
     assert f"tokenwise_residual < 1e-9 < 1e-9 {sd.exact_text(tv5)}" in " ".join(detail.split())  # the detail's row

@@ -5958,7 +5958,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     checking and block verification, on the paper's example and the middling
     draft."""
     P2, Q2 = PAPER_EXAMPLE
-    say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole. Take the lossless"
+    say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
+        " save an earlier one that token-wise checking would reject. Take the lossless"
         " verifiers (whose output is the target's) that keep the first few drafts, then draw one token, as token-wise"
         " checking does. Among them, Sun et al. prove, block verification keeps the most drafts on average. How close"
         " does it come to a ceiling on every lossless verifier, of any form?")
@@ -5988,9 +5989,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     say(f"NOT within the ideal: {' and '.join(over)} {'keep' if len(over) > 1 else 'keeps'} more than any lossless"
         " verifier can. An edited stage is breaking the rule." if over else
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
-        "Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, so"
-        " none of"
-        f" them keeps {ninths(ideal)} here: for them the bound is {ninths(ideal - rows[1][1])} too high. Whether any"
+        "Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, and"
+        f" it keeps {ninths(rows[1][1])}. So none of them reaches {ninths(ideal)} here: for them the ideal is"
+        f" {ninths(ideal - rows[1][1])} too high. Whether any"
         " lossless verifier reaches"
         f" {ninths(ideal)}, this chapter leaves open."
         if not over and rows[1][1] < ideal - 1e-9 else "")
@@ -5999,8 +6000,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
     say("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
-        " single round, with no round before it. So each round below starts after a token drawn as often as it"
-        " appears in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts"
+        " single round from a given start token. So that all three columns start alike, each round below starts after a"
+        " token drawn as often as it appears in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts"
         " kept, plus one), exactly:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
@@ -6023,8 +6024,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {above.k}: {above.chained:.3f} token-wise and"
             f" {above.block_chained:.3f} block, against {gains[-1][1]:.4f} and {gains[-1][2]:.4f} here. Their rounds"
             f" start after the last one's final token, where draft 1 passes only {above.first:.3f} (demo 3, point 5)."
-            f" Here draft 1 passes alpha's {above.alpha:.3f}, and later drafts pass more, as in demo 3, so the"
-            f" token-wise column tops eq. 1's {above.eq1:.2f}; the option --detail works it out.")
+            f" Here draft 1 passes alpha's {above.alpha:.3f}. Once it has passed, later drafts pass more often than"
+            f" alpha, as in demo 3, so token-wise checking's {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}; the"
+            " option --detail works it out.")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
              f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
              f" {max(g[5] for g in gains):.1%} higher.",

@@ -1193,12 +1193,11 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert sum(q[x] * sd.accept_prob(p, q, x) for x in range(sd.VOCAB)) == pytest.approx(np.minimum(p, q).sum())
     assert sd.tv_distance(p, q) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
-    assert ("Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, so"
-            " none of"
-            " them keeps 12/9 here: for them the bound is 1/9 too high. Whether any lossless verifier reaches 12/9,"
-            " this chapter leaves open."
-            ) in flat(text)
-    assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole. Take the lossless"
+    assert ("Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, and"
+            " it keeps 11/9. So none of them reaches 12/9 here: for them the ideal is 1/9 too high. Whether any"
+            " lossless verifier reaches 12/9, this chapter leaves open.") in flat(text)
+    assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
+            " save an earlier one that token-wise checking would reject. Take the lossless"
             " verifiers (whose output is the target's) that keep the first few drafts, then draw one token, as"
             " token-wise checking does. Among them, Sun et al. prove, block verification keeps the most drafts on"
             " average. How close does it come to a ceiling on every lossless verifier, of any form?") in flat(text)
@@ -1236,8 +1235,8 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert chained < result.gains[-1][1] - 0.01 and chained_block < result.gains[-1][2]
     assert chained_block / chained - 1 > result.gains[-1][4]
     assert ("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
-            " single round, with no round before it. So each round below starts after a token drawn as often as it"
-            " appears in the target's text, as alpha's average does. The middling draft, in tokens per round (the"
+            " single round from a given start token. So that all three columns start alike, each round below starts"
+            " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling draft, in tokens per round (the"
             " drafts kept, plus one), exactly: k token-wise") in flat(text)
     # draft 2's pass chance once draft 1 passed, from a random start, by hand: pi M M 1 / pi M 1, M = min(P, Q); it is
     # the k = 2 row's gain over the k = 1 row's, over draft 1's pass chance
@@ -1251,8 +1250,8 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
             f" {chained_block:.3f} block, against {tw[3]:.4f} and {result.gains[-1][2]:.4f} here. Their rounds start"
             " after the last one's final token, where draft 1 passes only"
             f" {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 5). Here draft 1"
-            f" passes alpha's {sd.pair_alpha(P, Q):.3f}, and later drafts pass more, as in demo 3, so the token-wise"
-            " column tops eq. 1's 2.79; the option --detail works it out.") in flat(text) and "0.5028" not in text
+            f" passes alpha's {sd.pair_alpha(P, Q):.3f}. Once it has passed, later drafts pass more often than alpha, as"
+            f" in demo 3, so token-wise checking's {tw[3]:.4f} tops eq. 1's 2.79; the option --detail works it out.") in flat(text) and "0.5028" not in text
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.demo24_detail(result)

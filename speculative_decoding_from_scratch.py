@@ -4027,8 +4027,8 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
             say(f"From each start token (the token a round starts after), {paths} keep at least {margin:.2f} more"
                 " drafts per round than the block, on average. Sun et al. prove that no lossless verifier (one whose"
                 " output is the target's) of the block's form, keeping some drafts and then drawing one token, keeps"
-                " more drafts per round than the block from any start token. So the shipped paths keep drafts a lossless verifier would reject. The option --detail gives"
-                " the figures and part of why.")
+                " more drafts per round than the block from any start token. So the shipped paths keep drafts a"
+                " lossless verifier would reject. The option --detail gives the figures and part of why.")
     return caught
 
 
@@ -6000,9 +6000,9 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
     say("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
-        " single round from a given start token. So that all three columns start alike, each round below starts after a"
-        " token drawn as often as it appears in the target's text, as alpha's average does. The middling draft, in tokens per round (the drafts"
-        " kept, plus one), exactly:")
+        " single round from a given start token. So that all three columns start alike, each round below starts"
+        " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling"
+        " draft, in tokens per round (the drafts kept, plus one), exactly:")
     print()
     table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
            ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)

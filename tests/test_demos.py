@@ -1236,8 +1236,8 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert chained_block / chained - 1 > result.gains[-1][4]
     assert ("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
             " single round from a given start token. So that all three columns start alike, each round below starts"
-            " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling draft, in tokens per round (the"
-            " drafts kept, plus one), exactly: k token-wise") in flat(text)
+            " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling"
+            " draft, in tokens per round (the drafts kept, plus one), exactly: k token-wise") in flat(text)
     # draft 2's pass chance once draft 1 passed, from a random start, by hand: pi M M 1 / pi M 1, M = min(P, Q); it is
     # the k = 2 row's gain over the k = 1 row's, over draft 1's pass chance
     M, pi = np.minimum(P, Q), sd.stationary(P)
@@ -1251,7 +1251,8 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
             " after the last one's final token, where draft 1 passes only"
             f" {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 5). Here draft 1"
             f" passes alpha's {sd.pair_alpha(P, Q):.3f}. Once it has passed, later drafts pass more often than alpha, as"
-            f" in demo 3, so token-wise checking's {tw[3]:.4f} tops eq. 1's 2.79; the option --detail works it out.") in flat(text) and "0.5028" not in text
+            f" in demo 3, so token-wise checking's {tw[3]:.4f} tops eq. 1's 2.79; the option --detail works it"
+            " out.") in flat(text) and "0.5028" not in text
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.demo24_detail(result)

@@ -5884,8 +5884,7 @@ def demo23_engines(**how):
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         (f". Past B = {cross}, where the tree's check reaches the ridge, every position it checks"
-                          " costs time." if said else
+                         (f". Past B = {cross}, every position the tree checks costs time." if said else
                           f". The tree's check reaches the ridge at B = {cross}, "
                           + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
                           f" Past B = {cross}, every position the tree checks costs time.")
@@ -5901,13 +5900,13 @@ def demo23_engines(**how):
     return SimpleNamespace(main=main, lost=lost, costs=costs)
 
 
-def ridge_later_words(n_ctx, positions):
+def ridge_later_words(n_ctx, positions, defined=False):
     """Chapter 23's two clauses on a check of `positions` a sequence: it reaches the ridge later than demo 6's
-    free positions for one sequence suggest, and why."""
+    free positions for one sequence suggest, and why (the KV cache defined unless it already is)."""
     free = free_positions(n_ctx)
     return (f"later than demo 6's {free} / {positions} = {free / positions:.1f}",
-            "each sequence's KV cache, the keys and values of its tokens, adds bytes of its own, so a pass needs more"
-            " positions to reach the ridge")
+            "each sequence's KV cache" + ("" if defined else ", the keys and values of its tokens,") + " adds bytes of"
+            " its own, so a pass needs more positions to reach the ridge")
 
 
 def tree_loss_words(c19, main, own, t):
@@ -5921,10 +5920,12 @@ def tree_loss_words(c19, main, own, t):
     if tree is None or chain is None or cross != own[1] + 1:
         return ""
     loss = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]
-    return (f" That loss grows with B, from {loss[0]:.1%} at B = 1: the draft's c rises, as its KV caches weigh more"
-            f" against its small weights (chapter 25), and k = {own[2]}'s {own[2]} draft passes cost more than the"
-            f" tree's {t[1]}. B = {own[1]} is the last batch before the tree's check reaches the ridge, at B = {cross}:"
-            " {}, as {}.".format(*ridge_later_words(c19.n_ctx, t[2]))
+    return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
+            f" {t[1]}, one a level, and each costs c. The draft's c rises with B: each sequence adds its KV cache, the"
+            " keys and values of its tokens, to every pass, and the draft's small weights count for less and less"
+            " (chapter 25)."
+            f" B = {own[1]} is the last batch before the tree's check reaches the ridge, at B = {cross}:"
+            " {}, as {}.".format(*ridge_later_words(c19.n_ctx, t[2], defined=True))
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9
             and (np.diff([draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, own[1] + 1)]) > 0).all() else "")
 

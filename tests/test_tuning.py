@@ -597,12 +597,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert costs["SGLang"][2] == "tree 2x3" and "(these flags fix the tree at every batch size)" in flat_text
     # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
-    assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3. Past B = {cross}, where the"
-                                          " tree's check reaches the ridge, every position it checks costs time."
-                                          ) in flat_text
-    assert (f"reaches the ridge, at B = {cross}: later than demo 6's 295 / 15 = 19.7, as each sequence's KV cache, the"
-            " keys and values of its tokens, adds bytes of its own, so a pass needs more positions to reach the"
-            " ridge.") in flat_text
+    assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3. Past B = {cross}, every"
+                                          " position the tree checks costs time.") in flat_text
+    assert (f"reaches the ridge, at B = {cross}: later than demo 6's 295 / 15 = 19.7, as each sequence's KV cache adds"
+            " bytes of its own, so a pass needs more positions to reach the ridge.") in flat_text
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
@@ -890,9 +888,10 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     tree, chain = (next(o for o in c19.options if o.drafter.name == "small" and o.shape == shape)
                    for shape in ("tree 2x3, 15", "k = 8"))
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
-    assert (f"That loss grows with B, from {loss:.1%} at B = 1: the draft's c rises, as its KV caches weigh more"
-            " against its small weights (chapter 25), and k = 8's 8 draft passes cost more than the tree's 3. B = 31"
-            " is the last batch before the tree's check reaches the ridge, at B = 32:") in text
+    assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, one a level,"
+            " and each costs c. The draft's c rises with B: each sequence adds its KV cache, the keys and values of its"
+            " tokens, to every pass, and the draft's small weights count for less and less (chapter 25). B = 31 is the"
+            " last batch before the tree's check reaches the ridge, at B = 32:") in text
     assert sd.ridge_batch(*sd.token_traffic(512), positions=15) == 32
     # with the tree's ridge elsewhere, the clause is not said
     monkeypatch.setattr(sd, "ridge_batch", lambda *a, **k: 40)

@@ -338,7 +338,8 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert not {2, 3} & set().union(*sd.greedy_loops(sd.TARGET))  # 'whatever its first token': no loop visits them
     assert zero == ["middling"] and ("At T = 0 the middling draft's likeliest token is the target's only after 'c'"
                                      " and 'd'. Whatever its first token, the target's greedy text falls into a"
-                                     " loop that never visits them: they hold none of its text, so alpha is 0.")\
+                                     " loop that never visits 'c' or 'd': they hold none of its text, so alpha is"
+                                     " 0.")\
         in flat(text)
     ends = {}
     for r in result.temperatures:

@@ -6085,7 +6085,8 @@ def ridge_words(s):
     the MACs and bytes of n positions a sequence, and the n it allows."""
     return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} * B * n GMACs and reads"
             f" {s.w / 1e9:.2f} + {s.kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays"
-            f" under the ridge while its MACs are at most {ridge():.1f} times its bytes: while n is at most about"
+            f" under the ridge while its MACs are at most {ridge():.1f} times its bytes, {s.m / 1e9:.2f} B n <="
+            f" {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B): while n is at most about"
             f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f} ({ridge():.1f} * {s.w / 1e9:.2f} / {s.m / 1e9:.2f} ="
             f" {s.ridge_base:.1f}, {ridge():.1f} * {s.kv / 1e9:.4f} / {s.m / 1e9:.2f} = {s.ridge_each:.3f}).")
 
@@ -6142,7 +6143,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
-        " planned option: the batch at which its check reaches the ridge, the positions that pass scores in all, and"
+        " planned option: the batch at which its check reaches the ridge, the positions the whole pass scores then, and"
         " the"
         " last batch the plan runs it" + "".join(
             f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep,"

@@ -484,7 +484,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" sequences, n positions each, does {m / 1e9:.2f} * B * n GMACs and reads {w / 1e9:.2f} +"
             f" {kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
             " its MACs are at most"
-            f" 147.6 times its bytes: while n is at most about {base:.1f} / B + {each:.3f} (147.6 * 13.21 / 6.74 ="
+            f" 147.6 times its bytes, 6.74 B n <= 147.6 (13.21 + 0.2684 B): while n is at most about {base:.1f} / B + {each:.3f} (147.6 * 13.21 / 6.74 ="
             f" {base:.1f}, 147.6 * 0.2684 / 6.74 = {each:.3f}). That is demo 6's 295 at"
             f" B = 1. As B grows it falls toward {each:.3f}, fewer than any check in the table below scores (7 to"
             " 15), so each"

@@ -1478,8 +1478,7 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
             f" Why later drafts pass more: the output, {starts.text[hi]:.3f} '{d}', is a mix of kept drafts and final"
             " tokens."
-            f" Final tokens are only {starts.start[hi]:.3f} '{d}', so more than {starts.text[hi]:.3f} of kept drafts"
-            f" are '{d}'."
+            f" Final tokens are only {starts.start[hi]:.3f} '{d}', so kept drafts are more often '{d}': {kept:.3f}."
             " Draft 2 follows"
             " kept draft 1, so it"
             f" follows '{d}' more often, and after '{d}' drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2"
@@ -1516,6 +1515,7 @@ def why_eq1_is_off(P, Q, gaps):
     rates = exact_per_position(P, Q, LESSON_K)  # the chance drafts 1 to i all pass, i = 1..k
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
+            and starts.redrawn[hi] / starts.redrawn.sum() < starts.text[hi]  # 'redraws are seldom hi'
             # a round's first draft passes less often than alpha, by at least all that eq. 1 runs over
             and alpha - first >= eq1 - exact > 0)
     off = f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}"
@@ -1526,8 +1526,8 @@ def why_eq1_is_off(P, Q, gaps):
                     f" {beta[hi]:.3f}.",
                     f"A round starts after the last round's final token, which is a redraw unless all {LESSON_K}"
                     " drafts passed.",
-                    f"After {overs} the draft over-proposes '{d}' (q > p), so the residual never redraws"
-                    f" '{d}' there.",
+                    f"Redraws are seldom '{d}': after {overs} the draft over-proposes '{d}' (q > p), so the"
+                    f" residual never redraws '{d}' there.",
                     f"Overall, only {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
                     f" {starts.text[hi]:.3f} of the output.",
                     "A round's first draft follows a final token,"

@@ -476,7 +476,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert (f"Every row agrees. Eq. 1 runs slightly high: {eq1:.2f} against the exact {exact:.2f} for the middling"
             f" draft. Why: 1. A draft's chance to pass depends on the token before it: after 'd' it is highest,"
             f" {beta[3]:.3f}. 2. A round starts after the last round's final token, which is a redraw unless all 4"
-            " drafts passed. 3. After 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so"
+            " drafts passed. 3. Redraws are seldom 'd': after 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so"
             f" the residual never redraws 'd' there. 4. Overall, only {starts.start[3]:.3f} of final"
             f" tokens are 'd', though 'd' is {starts.text[3]:.3f} of the output. 5. A round's first draft"
             f" follows a final token, seldom 'd', so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
@@ -497,13 +497,18 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert rates[i] / rates[i - 1] == pytest.approx(lands @ beta)
     # the ratio to 2 places is the same from the shown terms as from the exact ones, so a reader's division checks
     assert f"{float(f'{rates[1]:.3f}') / float(f'{rates[0]:.3f}'):.2f}" == f"{rates[1] / rates[0]:.2f}" == "0.73"
+    # 'kept drafts are more often d', by hand: a round is 1 + sum(rates) tokens, the kept drafts and one final
+    # token, and the text is 0.184 'd'; what the final tokens lack, the kept drafts make up
+    kept_d = (starts.text[3] * (1 + sum(rates)) - starts.start[3]) / sum(rates)
+    assert kept_d > starts.text[3] > starts.start[3] and f"{kept_d:.3f}" == "0.238"
+    # 'redraws are seldom d': the share of 'd' among final tokens that are redraws is below its share of the text
+    assert starts.redrawn[3] / starts.redrawn.sum() < 0.1 < starts.text[3]
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
     assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
             " the output, 0.184 'd', is a mix of kept drafts and final tokens. Final tokens are only 0.089 'd', so"
-            " more than 0.184 of kept drafts are 'd'. Draft 2 follows kept draft 1, so it follows 'd' more often, and"
-            " after 'd'"
-            f" drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
+            f" kept drafts are more often 'd': {kept_d:.3f}. Draft 2 follows kept draft 1, so it follows 'd' more"
+            f" often, and after 'd' drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat and f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
     assert "Overall, only 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
@@ -567,7 +572,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
                             " drafts pass more: the output, 0.184 'd', is a mix of kept drafts and final tokens."
-                            " Final tokens are only 0.089 'd', so more than 0.184 of kept drafts are 'd'.")\
+                            " Final tokens are only 0.089 'd', so kept drafts are more often 'd': 0.238.")\
         and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)

@@ -1471,22 +1471,22 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             later &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
                           and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
-    kept = kept_all[hi] / kept_all.sum()
+    kept, n = kept_all[hi] / kept_all.sum(), 1 + kept_all.sum()  # kept drafts' share of hi; a round's tokens
     shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
+    mixed = (shown(starts.text[hi]) * round(n, 2) - shown(starts.start[hi])) / round(n - 1, 2)  # as printed
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
-            f" Why later drafts pass more: the output, {starts.text[hi]:.3f} '{d}', is a mix of kept drafts and final"
-            " tokens."
-            f" Final tokens are only {starts.start[hi]:.3f} '{d}', so kept drafts are more often '{d}': {kept:.3f}."
-            " Draft 2 follows"
-            " kept draft 1, so it"
-            f" follows '{d}' more often, and after '{d}' drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2"
+            f" Why later drafts pass more: a round's {n:.2f} tokens are {n - 1:.2f} kept drafts and 1 final token. So"
+            f" kept drafts are ({starts.text[hi]:.3f} * {n:.2f} - {starts.start[hi]:.3f}) / {n - 1:.2f} = {kept:.3f}"
+            f" '{d}', above the output's {starts.text[hi]:.3f}. Draft 2 follows kept draft 1, so it follows '{d}' more"
+            f" often, where drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2"
             f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and 0 < over < short  # and so as the table prints them
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
+            and f"{mixed:.3f}" == f"{kept:.3f}"  # the mix, from the printed figures, checks
             and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
 
 
@@ -1530,8 +1530,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f" residual never redraws '{d}' there.",
                     f"Overall, only {starts.start[hi]:.3f} of final tokens are '{d}', though '{d}' is"
                     f" {starts.text[hi]:.3f} of the output.",
-                    "A round's first draft follows a final token,"
-                    f" seldom '{d}', so it passes"
+                    f"A round's first draft follows a final token, seldom '{d}', so it passes"
                     f" {first:.3f},"
                     f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
                 [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],

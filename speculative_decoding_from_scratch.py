@@ -5328,8 +5328,8 @@ def never_agree_words(label, Q, P=TARGET):
     text = stationary(temper(P, 0))  # where greedy text runs, from a uniform first token
     names = [repr(name(c)) for c in agree]
     where = (f" only after {and_list(names)}. Whatever its first token, the target's greedy text falls into a loop"
-             f" that never visits {and_list(names, 'or')}: {'it holds' if len(names) == 1 else 'they hold'} none of its text, so alpha"
-             " is 0")
+             f" that never visits {and_list(names, 'or')}: {'it holds' if len(names) == 1 else 'they hold'} none of"
+             " its text, so alpha is 0")
     return (f"At T = 0 the {label} draft's likeliest token is the target's{where if agree else ' after no token'}."
             if all(text[c] < 1e-12 for c in agree) else "")
 

@@ -5874,8 +5874,8 @@ def demo23_engines(**how):
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
-            f"At each B, vLLM's rows run a chain within {c19.tol:.1%} of {main.name}'s best: chapter 19's plan lets a"
-            f" pick trail the best by that much. So its {own[0]:.1%} is the tree's alone: {' and '.join(alike)}"
+            f"At each B, vLLM's rows run a chain within {c19.tol:.1%} of {main.name}'s best chain: chapter 19's plan"
+            f" lets a pick trail the best by that much. So its {own[0]:.1%} is the tree's alone: {' and '.join(alike)}"
             f" {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}, so at B = {own[1]:,},"
             " where the plan runs the tree,"
             f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}, {own[0]:.1%} slower."
@@ -5921,14 +5921,17 @@ def tree_loss_words(c19, main, own, t):
     if tree is None or chain is None or cross != own[1] + 1:
         return ""
     loss = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]
+    c = [draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, c19.max_batch + 1)]
+    kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]
+    share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
-            f" {t[1]}, one a level, and each costs c. The draft's c rises with B: each sequence adds its KV cache, the"
-            " keys and values of its tokens, to every pass, and the draft's small weights count for less and less"
-            " (chapter 25)."
-            f" B = {own[1]} is the last batch before the tree's check reaches the ridge, at B = {cross}:"
+            f" {t[1]}, one a level, and each costs c. {main.name.capitalize()}'s KV cache, the keys and values of its"
+            f" tokens, is {share:.4f} of the target's per sequence, {share / c[0]:.1f} times its c at B = 1,"
+            f" {c[0]:.4f}. So as B grows and KV caches fill both passes, c climbs toward {share:.4f} (chapter 25). The"
+            f" loss peaks at B = {own[1]}, the last batch before the tree's check reaches the ridge, at B = {cross}:"
             " {}, as {}.".format(*ridge_later_words(c19.n_ctx, t[2], defined=True))
-            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9
-            and (np.diff([draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, own[1] + 1)]) > 0).all() else "")
+            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and isinstance(main.cost, tuple)
+            and (np.diff(c) > 0).all() and c[0] < c[-1] < share else "")
 
 
 # -----------------------------------------------------------------------------

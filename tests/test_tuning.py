@@ -612,7 +612,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "TensorRT-LLM's keys are each range's last B." in flat_text and sorted(
         int(b) for b in json.loads(flat_text.split("draft_len_schedule: ")[1].split("}")[0] + "}")) == [
             hi for _, hi, o in c19.buckets if o.shape.startswith("k =")]
-    assert (f"At each B, vLLM's rows run a chain within 0.5% of small's best: chapter 19's plan lets a pick trail"
+    assert (f"At each B, vLLM's rows run a chain within 0.5% of small's best chain: chapter 19's plan lets a pick trail"
             f" the best by that much. So its {costs['vLLM'][0]:.1%} is the tree's alone: vLLM and TRT-LLM schedule"
             f" chain lengths, so at B = {costs['vLLM'][1]}, where the plan runs the tree, they run k ="
             f" {costs['vLLM'][2]},"
@@ -890,9 +890,13 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
                    for shape in ("tree 2x3, 15", "k = 8"))
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, one a level,"
-            " and each costs c. The draft's c rises with B: each sequence adds its KV cache, the keys and values of its"
-            " tokens, to every pass, and the draft's small weights count for less and less (chapter 25). B = 31 is the"
-            " last batch before the tree's check reaches the ridge, at B = 32:") in text
+            " and each costs c. Small's KV cache, the keys and values of its tokens, is 0.0234 of the target's per"
+            f" sequence, {0.0234375 / c1:.1f} times its c at B = 1, {c1:.4f}. So as B grows and KV caches fill both"
+            " passes, c climbs toward 0.0234 (chapter 25). The loss peaks at B = 31, the last batch before the tree's"
+            " check reaches the ridge, at B = 32:") in text
+    # small's KV cache per sequence, by hand: 4 layers of width 768 against the target's 32 of 4096 (keys and
+    # values alike); c rises toward it and stays below it up to the plan's last batch
+    assert (4 * 768) / (32 * 4096) == 0.0234375 and c1 < sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)) < 0.0234375
     assert sd.ridge_batch(*sd.token_traffic(512), positions=15) == 32
     # with the tree's ridge elsewhere, the clause is not said
     monkeypatch.setattr(sd, "ridge_batch", lambda *a, **k: 40)

@@ -5041,7 +5041,7 @@ def demo19_detail(result):
 def demo19_crossings(s, max_batch):
     """Chapter 19's sentences on where each planned check reaches the ridge,
     past demo 6's positions for one sequence while each does."""
-    crossed = crossed_checks(s)
+    crossed = [(how, n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
     if not (crossed and every):
         return "Chapter 25 shows where each check crosses the ridge."
@@ -5053,11 +5053,6 @@ def demo19_crossings(s, max_batch):
         f" {'tree' if how.startswith('tree') else how}'s check scores {n * b:,} in all. Each sequence's KV cache adds"
         f" {s.kv / 1e9:.2f} GB to the bytes a pass reads, so reaching the ridge's {ridge():.1f} MACs per byte takes"
         " more positions." if later else "") + " Chapter 25 works them out.")
-
-
-def crossed_checks(s):
-    """Chapter 19's planned checks that reach the ridge before the plan drops them: (how, positions, B)."""
-    return [(how, n, b) for how, n, b, hi in s.checks if b is not None and b < hi]
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

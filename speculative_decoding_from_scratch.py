@@ -4870,7 +4870,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
-        " slightly low: --detail says by how much, and chapter 27 why." if 0 < min(low) <= max(low) < 0.02 else
+        f" slightly low, by at most {max(low):.4f} tokens per call, which costs a plan under 0.1% (--detail);"
+        " chapter 27 says why." if 0 < min(low) <= max(low) < 0.02 and chapter19_search(c19)[1].worst < 0.001 else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -5045,14 +5046,15 @@ def demo19_crossings(s, max_batch):
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
     if not (crossed and every):
         return "Chapter 25 shows where each check crosses the ridge."
-    where = and_list([f"B = {b} for {'the tree' if how.startswith('tree') else how}" for how, _, b in crossed])
+    where = and_list([f"{b} ({'the tree' if how.startswith('tree') else how})" for how, _, b in crossed])
     how, n, b = crossed[0]  # the first check to reach the ridge
     later = s.ridge_each > 0 and all(m * p > s.alone for _, p, m in crossed)  # KV caches move the ridge
-    return (f"The plan drops each option a little after its check reaches the ridge: at {where}." + (
-        f" That is later than demo 6's {s.alone} positions suggest: at B = {b} the"
+    return (f"Each option's check reaches the ridge at B = {where}" + (
+        f", later than demo 6's {s.alone} positions suggest: at B = {b} the"
         f" {'tree' if how.startswith('tree') else how}'s check scores {n * b:,} in all. Each sequence's KV cache adds"
         f" {s.kv / 1e9:.2f} GB to the bytes a pass reads, so reaching the ridge's {ridge():.1f} MACs per byte takes"
-        " more positions." if later else "") + " Chapter 25 works them out.")
+        " more positions." if later else ".") + " The plan drops each option a little after its crossing; chapter 25"
+            " works them out.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -3614,8 +3614,8 @@ BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's dist
 BLOCK_STEPS = ("A weight w_i: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
                " q the rows after x_(i-1) (x_0: the text's last token). It is the target's probability of x_1..x_i"
                " over the draft's, capped at 1 as it runs.",
-               "Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. If"
-               " the block ends at i, step 5 draws the next token from these terms, normalised.",
+               "For i below k, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows"
+               " after x_i. If the block ends at such an i, step 5 draws the next token from these terms, normalised.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
                " end. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and an"
                " earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). h_i is 0 if Z_i = 0: step 5 would"

@@ -5309,7 +5309,9 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     slow = [f"the {d} draft " + ", and ".join(f"{way} at T = {and_list(ts)}" for way, ts in ways.items() if ts)
             for d, ways in slower.items() if any(ways.values())]
     print()
-    say(" ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
+    say("A greedy text loops, and which loop depends on its first token: the alphas at T = 0 average over a first"
+        " token drawn uniformly." if len(greedy_loops(TARGET)) > 1 else "",
+        " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
         "Here greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x),"
         " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else
         "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
@@ -5384,9 +5386,7 @@ def table3_words(rows):
                and all(a[0] < 1 for a in ends) else "") +
             " At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's"
             " text where"
-            f" their likeliest tokens agree: {and_list(at_zero)} here." + (
-                " A greedy text loops, and which loop depends on its first token: the alphas at T = 0 average over a"
-                " first token drawn uniformly." if len(greedy_loops(TARGET)) > 1 else ""))
+            f" their likeliest tokens agree: {and_list(at_zero)} here.")
 
 
 def demo21_detail(result):

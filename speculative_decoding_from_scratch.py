@@ -6159,8 +6159,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         shape = tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
         cost = (f" Chapter 19 prices its small draft, the middling table, as a model of {shape[2]} layers of width"
                 f" {shape[0]}. Its c, a draft pass's time over a plain target pass's at the same B, is"
-                f" {s.c_small[0]:.4f} at B = 1 and rises to {max(s.c_small):.4f} at B = {len(s.c_small)}: its KV caches grow large beside its"
-                " small weights."
+                f" {s.c_small[0]:.4f} at B = 1 and rises to {max(s.c_small):.4f} at B = {len(s.c_small)}: its KV"
+                " caches grow large beside its small weights."
                 if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple)
                 and s.c_small == sorted(s.c_small) and s.kv_share[1] > max(s.c_small) else "")
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"

@@ -1473,14 +1473,17 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
     kept, n = kept_all[hi] / kept_all.sum(), 1 + kept_all.sum()  # kept drafts' share of hi; a round's tokens
     shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
-    mixed = (shown(starts.text[hi]) * round(n, 2) - shown(starts.start[hi])) / round(n - 1, 2)  # as printed
+    hi_round = shown(shown(starts.text[hi]) * round(n, 2))  # a round's hi tokens, from the printed figures
+    hi_kept = shown(hi_round - shown(starts.start[hi]))  # those among its kept drafts
+    mixed = hi_kept / round(n - 1, 2)  # their share, as a reader divides it
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
-            f" Why later drafts pass more: a round's {n:.2f} tokens are {n - 1:.2f} kept drafts and 1 final token. So"
-            f" kept drafts are ({starts.text[hi]:.3f} * {n:.2f} - {starts.start[hi]:.3f}) / {n - 1:.2f} = {kept:.3f}"
-            f" '{d}', above the output's {starts.text[hi]:.3f}. Draft 2 follows kept draft 1, so it follows '{d}' more"
-            f" often, where drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2"
+            f" Why later drafts pass more: a round's {n:.2f} tokens hold {starts.text[hi]:.3f} * {n:.2f} ="
+            f" {hi_round:.3f} '{d}'. Its one final token supplies {starts.start[hi]:.3f} of them, so its {n - 1:.2f}"
+            f" kept drafts hold {hi_kept:.3f}: a share of {kept:.3f}, above the output's {starts.text[hi]:.3f}. Drafts"
+            f" 2 to {LESSON_K} each follow a kept draft, so they follow '{d}' more often, where drafts pass"
+            f" {beta[hi]:.3f}. Once draft 1 passed, draft 2"
             f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'

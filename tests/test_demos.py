@@ -933,8 +933,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " p and q the rows after x_(i-1) (x_0: the text's last token). 3. Each position i flips a coin of its own."
             " Heads makes i a cut point, where the block may end. For a position i from 1 to k - 1, let Z_i be the"
-            " mass of step 5's residual, before normalising, if the block ended at i: the sum, over every token y, of"
-            " max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Sun et al.'s chances, to take as given:"
+            " sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i: the mass of step"
+            " 5's residual, before normalising, if the block ended at i. Sun et al.'s chances, to take as given:"
             " position k's coin lands"
             " heads with chance w_k, and position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. 4. The"
             " block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none. 5."
@@ -1008,7 +1008,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
     assert ("Both shipped paths are caught. Step 3 causes nearly all their error. Keep the shipped step 5, the"
-            " token-wise residual, but restore step 3's coins: the two paths become one verifier, and the exact TV of"
+            " token-wise residual, but restore step 3's coins: the two paths, which differ only in step 3, become one"
+            " verifier, and the exact TV of"
             f" its first 3 tokens is {sd.exact_text(tv5)} (the option --detail shows it).") in flat(text)
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV
     assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said

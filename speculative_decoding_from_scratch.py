@@ -5925,13 +5925,17 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
-            f" {t[1]}, one a level, and each costs c. {main.name.capitalize()}'s KV cache, the keys and values of its"
-            f" tokens, is {share:.4f} of the target's per sequence, {share / c[0]:.1f} times its c at B = 1,"
-            f" {c[0]:.4f}. So as B grows and KV caches fill both passes, c climbs toward {share:.4f} (chapter 25). The"
+            f" {t[1]}, one a level, and each costs c, a draft pass's time over a plain target pass's. At B = 1 the"
+            f" draft's small weights set it: {c[0]:.4f}. At large B both passes mostly read each sequence's KV cache,"
+            f" the keys and values of its tokens, and {main.name}'s is {share:.4f} of the target's. So c climbs toward"
+            f" {share:.4f} (chapter 25), and the chain's {own[2]} passes grow dearer against the tree's {t[1]}. The"
             f" loss peaks at B = {own[1]}, the last batch before the tree's check reaches the ridge, at B = {cross}:"
             " {}, as {}.".format(*ridge_later_words(c19.n_ctx, t[2], defined=True))
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and isinstance(main.cost, tuple)
-            and (np.diff(c) > 0).all() and c[0] < c[-1] < share else "")
+            and (np.diff(c) > 0).all() and c[0] < c[-1] < share
+            and pass_traffic(main.cost, 0, 1, 1)[1] > kv[0]  # at B = 1 the draft's weights outweigh its KV cache
+            and all(b * c19.max_batch > pass_traffic(d, 0, 1, 1)[1] for b, d in zip(kv, (main.cost, LLAMA2_7B)))
+            else "")
 
 
 # -----------------------------------------------------------------------------

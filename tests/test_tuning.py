@@ -890,10 +890,15 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
                    for shape in ("tree 2x3, 15", "k = 8"))
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, one a level,"
-            " and each costs c. Small's KV cache, the keys and values of its tokens, is 0.0234 of the target's per"
-            f" sequence, {0.0234375 / c1:.1f} times its c at B = 1, {c1:.4f}. So as B grows and KV caches fill both"
-            " passes, c climbs toward 0.0234 (chapter 25). The loss peaks at B = 31, the last batch before the tree's"
-            " check reaches the ridge, at B = 32:") in text
+            f" and each costs c, a draft pass's time over a plain target pass's. At B = 1 the draft's small weights set"
+            f" it: {c1:.4f}. At large B both passes mostly read each sequence's KV cache, the keys and values of its"
+            " tokens, and small's is 0.0234 of the target's. So c climbs toward 0.0234 (chapter 25), and the chain's 8"
+            " passes grow dearer against the tree's 3. The loss peaks at B = 31, the last batch before the tree's check"
+            " reaches the ridge, at B = 32:") in text
+    # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes
+    small, kv = (768, 2048, 4, 32000), lambda d: sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1]
+    assert sd.pass_traffic(small, 0, 1, 1)[1] > kv(small)
+    assert all(241 * kv(d) > sd.pass_traffic(d, 0, 1, 1)[1] for d in (small, sd.LLAMA2_7B))
     # small's KV cache per sequence, by hand: 4 layers of width 768 against the target's 32 of 4096 (keys and
     # values alike); c rises toward it and stays below it up to the plan's last batch
     assert (4 * 768) / (32 * 4096) == 0.0234375 and c1 < sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)) < 0.0234375

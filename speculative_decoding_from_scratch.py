@@ -5312,8 +5312,9 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     slow = [f"the {d} draft " + ", and ".join(f"{way} at T = {and_list(ts)}" for way, ts in ways.items() if ts)
             for d, ways in slower.items() if any(ways.values())]
     print()
-    say("A greedy text loops, and which loop depends on its first token: the alphas at T = 0 average over a first"
-        " token drawn uniformly." if len(greedy_loops(TARGET)) > 1 else "",
+    say("At T = 0 the target's text is a loop, and which loop depends on its first token. So each token's share of"
+        f" the text, by which alpha weighs, is averaged over the {number_word(VOCAB)} first tokens, each equally"
+        " likely." if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
         "Here greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x),"
         " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else
@@ -5352,8 +5353,8 @@ def greedy_runs(rows, k=4):
     if not (exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1):
         return "", ""
     return (f"At T = 0 a greedy draft passes every time after some tokens and never after others. So passes come in"
-            f" runs, which eq. 1 misses: it gives every draft the same chance, alpha. Blend {GOOD_WEIGHT:g} makes"
-            f" {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.4f} gives {eq1:.2f}.",
+            " runs, which eq. 1 misses: it gives every draft the same chance, alpha, so it runs low. Blend"
+            f" {GOOD_WEIGHT:g} makes {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.4f} gives {eq1:.2f}.",
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
             f" {eq1:.2f}.")

@@ -4873,7 +4873,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
-        f" slightly low, by at most {max(low):.4f} tokens per call, which costs a plan under 0.1% (--detail);"
+        f" slightly low, by at most {max(low):.4f} tokens per call, which costs a plan under 0.1% of its speedup"
+        " (--detail);"
         " chapter 27 says why." if 0 < min(low) <= max(low) < 0.02 and chapter19_search(c19)[1].worst < 0.001 else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -5053,7 +5054,8 @@ def demo19_crossings(s, max_batch):
     how, n, b = crossed[0]  # the first check to reach the ridge
     later = s.ridge_each > 0 and all(m * p > s.alone for _, p, m in crossed)  # KV caches move the ridge
     return (f"Each option's check reaches the ridge at B = {where}" + (
-        f", later than demo 6's {s.alone} positions suggest: at B = {b} the"
+        f", later than demo 6's {s.alone} positions suggest ({s.alone} / {n} = {s.alone / n:.1f} for the"
+        f" {'tree' if how.startswith('tree') else how}): at B = {b} the"
         f" {'tree' if how.startswith('tree') else how}'s check scores {n * b:,} in all. Each sequence's KV cache adds"
         f" {s.kv / 1e9:.2f} GB to the bytes a pass reads, so reaching the ridge's {ridge():.1f} MACs per byte takes"
         " more positions." if later else ".") + " The plan drops each option a little after its crossing; chapter 25"

@@ -5878,8 +5878,9 @@ def demo23_engines(**how):
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"At each B, vLLM's rows run a chain within {c19.tol:.1%} of {main.name}'s best chain: chapter 19's plan"
-            f" lets a pick trail the best by that much. So its {own[0]:.1%} is the tree's alone: {' and '.join(alike)}"
-            f" {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}, so at B = {own[1]:,},"
+            f" lets a pick trail the best by that much. So all of its {own[0]:.1%} comes from not running the tree:"
+            f" {' and '.join(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'},"
+            f" so at B = {own[1]:,},"
             " where the plan runs the tree,"
             f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}, {own[0]:.1%} slower."
             + said if tree_planned
@@ -5888,7 +5889,7 @@ def demo23_engines(**how):
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         (f". Past B = {cross}, every position the tree checks costs time." if said else
+                         (f", far past B = {cross}." if said else
                           f". The tree's check reaches the ridge at B = {cross}, "
                           + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
                           f" Past B = {cross}, every position the tree checks costs time.")
@@ -5933,7 +5934,8 @@ def tree_loss_words(c19, main, own, t):
             f" the keys and values of its tokens, and {main.name}'s is {share:.4f} of the target's. So c climbs toward"
             f" {share:.4f} (chapter 25), and the chain's {own[2]} passes grow dearer against the tree's {t[1]}. The"
             f" loss peaks at B = {own[1]}, the last batch before the tree's check reaches the ridge, at B = {cross}:"
-            " {}, as {}.".format(*ridge_later_words(c19.n_ctx, t[2], defined=True))
+            " {}, as {}. Past it, every position the tree checks costs time, and its lead shrinks.".format(
+                *ridge_later_words(c19.n_ctx, t[2], defined=True))
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and isinstance(main.cost, tuple)
             and (np.diff(c) > 0).all() and c[0] < c[-1] < share
             and pass_traffic(main.cost, 0, 1, 1)[1] > kv[0]  # at B = 1 the draft's weights outweigh its KV cache

@@ -6179,7 +6179,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
             f" draft passes, one per level, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}."
             f"{cost} Below the ridge the"
-            f" tree's fewer draft passes win, {tree.draft_passes} against {chain.draft_passes}. A little past it, the"
+            f" tree's fewer draft passes win, {tree.draft_passes} against {chain.draft_passes}"
+            + (", and a rising c favours them more." if cost else ".") + " A little past it, the"
             f" tree's check of {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions},"
             " and that outweighs its fewer draft passes.")
     if after or beyond:

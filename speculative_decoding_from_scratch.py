@@ -5314,9 +5314,9 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     slow = [f"the {d} draft " + ", and ".join(f"{way} at T = {and_list(ts)}" for way, ts in ways.items() if ts)
             for d, ways in slower.items() if any(ways.values())]
     print()
-    say("At T = 0 the target's text is a loop, and which loop depends on its first token. So each token's share of"
-        f" the text, by which alpha weighs, is averaged over the {number_word(VOCAB)} first tokens, each equally"
-        " likely." if len(greedy_loops(TARGET)) > 1 else "",
+    say("At T = 0 the target's text is a loop, and which loop depends on its first token. So each token's long-run"
+        f" share of the text, by which alpha weighs, is averaged over the {number_word(VOCAB)} first tokens, each"
+        " equally likely." if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
         "Here greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x),"
         " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else

@@ -400,9 +400,9 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
-    assert ("At T = 0 the target's text is a loop, and which loop depends on its first token. So each token's share of"
-            " the text, by which alpha weighs, is averaged over the six first tokens, each equally likely. At T = 0 the"
-            " middling draft's likeliest token") in flat(demo["21"][1])  # reads 1027 and 1030
+    assert ("At T = 0 the target's text is a loop, and which loop depends on its first token. So each token's long-run"
+            " share of the text, by which alpha weighs, is averaged over the six first tokens, each equally likely. At"
+            " T = 0 the middling draft's likeliest token") in flat(demo["21"][1])  # reads 1027 and 1030
     _, detail = printed(sd.DETAILS["21"], result)
     # the runs, and eq. 1's shortfall, are the chapter's own text, where read 612 met the row: 0.5556 yet 1.90x, not
     # eq. 1's 1.52x; the detail sets T = 0.5 beside it

@@ -4873,8 +4873,8 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
-        f" slightly low, by at most {max(low):.4f} tokens per call, which costs a plan under 0.1% of its speedup"
-        " (--detail);"
+        f" slightly low, by at most {max(low):.4f} tokens per call, so a plan chosen on them is under 0.1% slower"
+        " than one chosen on exact prices (--detail);"
         " chapter 27 says why." if 0 < min(low) <= max(low) < 0.02 and chapter19_search(c19)[1].worst < 0.001 else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -5050,16 +5050,16 @@ def demo19_crossings(s, max_batch):
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
     if not (crossed and every):
         return "Chapter 25 shows where each check crosses the ridge."
-    where = and_list([f"{b} ({'the tree' if how.startswith('tree') else how})" for how, _, b in crossed])
     how, n, b = crossed[0]  # the first check to reach the ridge
+    label = lambda h: "the tree" if h.startswith("tree") else h  # noqa: E731
     later = s.ridge_each > 0 and all(m * p > s.alone for _, p, m in crossed)  # KV caches move the ridge
-    return (f"Each option's check reaches the ridge at B = {where}" + (
-        f", later than demo 6's {s.alone} positions suggest ({s.alone} / {n} = {s.alone / n:.1f} for the"
-        f" {'tree' if how.startswith('tree') else how}): at B = {b} the"
-        f" {'tree' if how.startswith('tree') else how}'s check scores {n * b:,} in all. Each sequence's KV cache adds"
-        f" {s.kv / 1e9:.2f} GB to the bytes a pass reads, so reaching the ridge's {ridge():.1f} MACs per byte takes"
-        " more positions." if later else ".") + " The plan drops each option a little after its crossing; chapter 25"
-            " works them out.")
+    where = and_list([f"{m}" + (f" ({label(h)}, {p * m:,} positions in all)" if j == 0 and later else f" ({label(h)})")
+                      for j, (h, p, m) in enumerate(crossed)])
+    return ((f"Demo 6's {s.alone} positions would put {label(how)}'s crossing at B = {s.alone} / {n} ="
+             f" {s.alone / n:.1f}. But each sequence's KV cache adds {s.kv / 1e9:.2f} GB to the bytes a pass reads, so"
+             f" reaching the ridge's {ridge():.1f} MACs per byte takes more positions. " if later else "")
+            + f"Each option's check reaches it at B = {where}. The plan drops each option a little after its"
+            " crossing; chapter 25 works them out.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -229,8 +229,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
         "Here the rates are computed exactly, in rounds of 8 drafts. They price a shorter chain slightly low, by at most"
-        f" {max(low):.4f} tokens per call, which costs a plan under 0.1% of its speedup (--detail); chapter 27 says"
-        " why.") in text
+        f" {max(low):.4f} tokens per call, so a plan chosen on them is under 0.1% slower than one chosen on exact prices"
+        " (--detail); chapter 27 says why.") in text
     assert (f"The rates, from rounds of 8 drafts, price a shorter chain low by at most {max(low):.4f} tokens per call."
             " That moves little: with no switching margin, a plan from these rates comes within 0.1% of the speedup of"
             " a plan priced exactly; chapter 27 shows why.") in detail19
@@ -465,13 +465,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the two terms from the printed figures, as a reader checks them
     assert f"{147.6 * 13.21 / 6.74:.1f}" == f"{base:.1f}" and f"{147.6 * 0.2684 / 6.74:.3f}" == f"{each:.3f}"
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position"
-                           f" costs time. Each option's check reaches the ridge at B = {tree} (the tree), {crossings[0]}"
-                           f" (k = 8) and {crossings[1]} (k = 7), later than demo 6's 295 positions suggest (295 / 15"
-                           f" = {295 / 15:.1f} for the tree): at B ="
-                           f" {tree} the tree's check scores {15 * tree} in all. Each sequence's KV cache adds"
-                           f" {kv / 1e9:.2f} GB to the bytes a pass reads, so reaching the ridge's 147.6 MACs per byte"
-                           " takes more positions. The plan drops each option a little after its crossing; chapter 25"
-                           " works them out.") in text and f"{kv / 1e9:.2f}" == "0.27"
+                           " costs time. Demo 6's 295 positions would put the tree's crossing at B = 295 / 15 ="
+                           f" {295 / 15:.1f}. But each sequence's KV cache adds {kv / 1e9:.2f} GB to the bytes a pass"
+                           " reads, so reaching the ridge's 147.6 MACs per byte takes more positions. Each option's"
+                           f" check reaches it at B = {tree} (the tree, {15 * tree} positions in all), {crossings[0]}"
+                           f" (k = 8) and {crossings[1]} (k = 7). The plan drops each option a little after its"
+                           " crossing; chapter 25 works them out.") in text and f"{kv / 1e9:.2f}" == "0.27"
     assert "reaches the ridge" not in detail19
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 
     assert each > 0 and round(base + each) == 295  # the ridge in positions, base + each B, is 295 at B = 1 and rises

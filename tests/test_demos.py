@@ -508,11 +508,12 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert starts.redrawn[3] / starts.redrawn.sum() < 0.1 < starts.text[3]
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
-    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more: a"
-            " round's 2.77 tokens hold 0.184 * 2.77 = 0.510 'd'. Its one final token is 'd' with chance 0.089, so its"
-            f" 1.77 kept drafts hold 0.421: a share of {kept_d:.3f}, above the output's 0.184. Drafts 2 to 4 each follow"
-            f" a kept draft, so they follow 'd' more often, where drafts pass {beta[3]:.3f}. Once draft 1 passed, draft"
-            f" 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat
+    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
+            " kept drafts are 'd' more often than the output. On average a round's 2.77 tokens hold 0.184 * 2.77 = 0.510"
+            " 'd'. Its one final token is 'd' with chance 0.089, so its 1.77 kept drafts hold 0.421: a share of"
+            f" {kept_d:.3f}. So drafts 2 to 4, each after a kept draft, follow 'd' more often, where drafts pass"
+            f" {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
+            f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat
     assert f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
     assert "Only 0.089 of final tokens are 'd'" in flat  # step 3's figure, the final tokens' share of 'd'
@@ -575,9 +576,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
-                            " drafts pass more: a round's 2.77 tokens hold 0.184 * 2.77 = 0.510 'd'. Its one final"
-                            " token is 'd' with chance 0.089, so its 1.77 kept drafts hold 0.421: a share of 0.238,"
-                            " above the output's 0.184.")\
+                            " drafts pass more: kept drafts are 'd' more often than the output. On average a round's"
+                            " 2.77 tokens hold 0.184 * 2.77 = 0.510 'd'. Its one final token is 'd' with chance 0.089,"
+                            " so its 1.77 kept drafts hold 0.421: a share of 0.238.")\
         and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)

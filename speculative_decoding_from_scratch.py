@@ -4875,10 +4875,10 @@ def demo19_tuning(**how):
     low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts. They price a shorter chain"
+        f"call. Here the rates are exact for rounds of {k_max} drafts. Used to price a shorter chain, they come out"
         f" slightly low, by at most {max(low):.4f} tokens per call, so a plan chosen on them is under 0.1% slower"
-        " than one chosen on exact prices (--detail);"
-        " chapter 27 says why." if 0 < min(low) <= max(low) < 0.02 and chapter19_search(c19)[1].worst < 0.001 else
+        " than one chosen on exact prices (--detail); chapter 27 says why."
+        if 0 < min(low) <= max(low) < 0.02 and chapter19_search(c19)[1].worst < 0.001 else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"

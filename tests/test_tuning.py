@@ -228,9 +228,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # 'slightly low': below each shorter k's exact count at every k, by under 0.02 tokens per call, about 1% of the
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
-        "Here the rates are computed exactly, in rounds of 8 drafts. They price a shorter chain slightly low, by at most"
-        f" {max(low):.4f} tokens per call, so a plan chosen on them is under 0.1% slower than one chosen on exact prices"
-        " (--detail); chapter 27 says why.") in text
+        "Here the rates are exact for rounds of 8 drafts. Used to price a shorter chain, they come out slightly low, by"
+        f" at most {max(low):.4f} tokens per call, so a plan chosen on them is under 0.1% slower than one chosen on"
+        " exact prices (--detail); chapter 27 says why.") in text
     assert (f"The rates, from rounds of 8 drafts, price a shorter chain low by at most {max(low):.4f} tokens per call."
             " That moves little: with no switching margin, a plan from these rates comes within 0.1% of the speedup of"
             " a plan priced exactly; chapter 27 shows why.") in detail19

@@ -5317,11 +5317,15 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     slow = [f"the {d} draft " + ", and ".join(f"{way} at T = {and_list(ts)}" for way, ts in ways.items() if ts)
             for d, ways in slower.items() if any(ways.values())]
     print()
-    say("At T = 0 the target's text is a loop, and which loop depends on its first token. So each token's long-run"
-        f" share of the text, by which alpha weighs, is averaged over the {number_word(VOCAB)} first tokens, each"
-        " equally likely." if len(greedy_loops(TARGET)) > 1 else "",
-        " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
-        "Here greedy drafts keep less than sampled ones at every T > 0: a greedy draft x passes with chance p_T(x),"
+    at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
+    say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
+        f" where their likeliest tokens agree: {and_list(at_zero)} here.",
+        "That text is a loop, and which loop depends on its first token. So each token's long-run share of it, by"
+        f" which alpha weighs, is averaged over the {number_word(VOCAB)} first tokens, each equally likely."
+        if len(greedy_loops(TARGET)) > 1 else "",
+        " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0))
+    print()
+    say("At every T > 0, greedy drafts keep less than sampled ones here: a greedy draft x passes with chance p_T(x),"
         " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else
         "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
         f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
@@ -5386,16 +5390,12 @@ def table3_words(rows):
     ends = [a for a in pairs.values() if 0 in a and 1 in a]
     rose = sum(a[1] > a[0] for a in ends)
     drafts = "both drafts" if rose == len(ends) == 2 else f"{rose} of these {len(ends)} drafts"
-    at_zero = [f"{a[0]:.4f}" for a in ends]
     return (f"Sampled alpha is higher at T = 1 than at T = 0 for {drafts}. The paper's Table 3 measures alpha"
             " at the same two temperatures for 16 combinations of target, draft and task: it is lower at T = 1 in"
             " 12. Both can hold. A draft whose likeliest token always matches the target's has alpha = 1 at T = 0,"
             " so heating it can only lower alpha."
             + (" These two start lower, and heating to T = 1 raised theirs." if rose == len(ends)
-               and all(a[0] < 1 for a in ends) else "") +
-            " At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's"
-            " text where"
-            f" their likeliest tokens agree: {and_list(at_zero)} here.")
+               and all(a[0] < 1 for a in ends) else ""))
 
 
 def demo21_detail(result):

@@ -6354,14 +6354,13 @@ def demo27_rates(**how):
     print()
     say("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
         " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
-        " prices its chains from these rates. A search prices every chain exactly"
-        + (f" (the tree, which the plan tries only for the small draft, still priced from {c19.n_rounds:,} sampled"
-           " rounds, as in the plan)"
-           if any(d.tree for d in c19.measured) else "")
-        + " and takes the best at each B. The plan's picks, priced exactly as the search prices them, fall at most"
+        " prices its chains from these rates. A search prices every chain exactly and takes the best at each B."
+        + (f" It prices the tree, which the plan tries only for the small draft, as the plan does: from"
+           f" {c19.n_rounds:,} sampled rounds." if any(d.tree for d in c19.measured) else "")
+        + " The plan's picks, priced exactly as the search prices them, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
-        (f" Most of that is the plan's {c19.tol:.1%} margin, not the rates. As B grows, the plan keeps its current"
-         f" pick until that pick prices more than {c19.tol:.1%} below the best at that B (chapter 19). A plan from the"
+        (f" As B grows, the plan keeps its current pick until that pick prices more than {c19.tol:.1%} below the best"
+         f" at that B (chapter 19). Most of the {check.worst:.2%} is that margin, not the rates: a plan from the"
          " rates with no margin comes within"
          f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if

@@ -276,13 +276,11 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         in text27
     assert ("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
             " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
-            " chain exactly (the tree, which the plan tries only for the small draft, still priced from 2,000 sampled"
-            " rounds, as in the plan) and takes the best at each B."
-            " The plan's picks, priced exactly as the search prices them, fall at most"
-            f" {check.worst:.2%} below the search's"
-            " speedup at any B. Most of that is the plan's 0.5% margin, not the rates. As B grows, the plan keeps its"
-            " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). A plan from"
-            " the rates with no margin comes within"
+            " chain exactly and takes the best at each B. It prices the tree, which the plan tries only for the small"
+            " draft, as the plan does: from 2,000 sampled rounds. The plan's picks, priced exactly as the search prices"
+            f" them, fall at most {check.worst:.2%} below the search's speedup at any B. As B grows, the plan keeps its"
+            " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). Most of the"
+            f" {check.worst:.2%} is that margin, not the rates: a plan from the rates with no margin comes within"
             f" {untolerant:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure

@@ -1454,6 +1454,10 @@ def test_demo12_the_wide_pass_the_texts_and_the_ties(demo):
     share, ulps, worst, flips, margin = result.widths
     assert 0 <= share <= 1 and (worst == 0) == (share == 0)
     assert ("NOT bit-identical" in text) == (share > 0)
+    # 'wide' and 'alone', the first table's words, are defined before it (read 1050)
+    flat12 = flat(text)
+    assert flat12.index("one state alone, a verifying pass by k+1 at once: a wide product.") < flat12.index(
+        "wide vs alone")
     parts = {r[0]: r[1] for r in result.rows}
     assert parts["float32, each alone"].startswith("0/")  # width-independent arithmetic: plain and speculative agree
     n = parts["the bonus bug, alone"].split("/")[1]

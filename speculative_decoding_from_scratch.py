@@ -5198,8 +5198,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                              " of its tokens, adds so many bytes that no batch that fits reaches the ridge. So a check"
                              " costs what"
                              " a plain step does, and a switch would have nothing to save.", why=False)
-    say(f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
-        " chosen so that a large batch crosses the ridge.", note)
+    say(note, "Instead, the table prices each round on demo 6's roofline as if the context were"
+        f" {BATCH_CONTEXT} tokens, where a large batch crosses the ridge." if note else
+        f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
+        " chosen so that a large batch crosses the ridge.")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"

@@ -3336,8 +3336,8 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
     share, ulps, worst, flips, margin = widths_differ(P, n=n_states, k=k)
     say("Greedy decoding takes the likeliest token, the argmax of the logits: the scores the",
         "output layer gives each token before softmax. Plain decoding multiplies the layer by one",
-        "state alone, a verifying pass by k+1 at once: a wide product. Floating point can round the two differently. An",
-        "ulp (unit in the last place) is the gap between a float and the next one. The layer here is a float32",
+        "state alone, a verifying pass by k+1 at once: a wide product. Floating point can round the two differently.",
+        "An ulp (unit in the last place) is the gap between a float and the next one. The layer here is a float32",
         f"matrix, {P.W.shape[0]:,} tokens by a state of {P.W.shape[1]}. It scores {n_states * (k + 1)} random states,"
         f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}. A line marked (clock) depends on"
         " this machine's arithmetic, and may differ on another:")

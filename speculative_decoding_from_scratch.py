@@ -1414,7 +1414,8 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     say_items(steps, numbered=True)
     if terms:
         print()
-        table([("", 7, "<")] + [(f"i = {i}", 7, ".3f") for i in range(1, k + 1)] + [("1 + sum", 9, ".2f")], terms)
+        table([("", 7, "<")] + [(f"i = {i}", 7, ".3f") for i in range(1, k + 1)] + [("1 + sum", 9, ".3f")],
+              [(label, *row, 1 + sum(round(x, 3) for x in row)) for label, *row in terms])  # the sum of the shown terms
         if later:
             print()
             say(later)
@@ -1479,11 +1480,11 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high. Why"
-            f" later drafts pass more: kept drafts are '{d}' more often than the output. On average a round's {n:.2f}"
-            f" tokens hold {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}'. Its one final token is '{d}' with"
-            f" chance {starts.start[hi]:.3f}, so its {n - 1:.2f} kept drafts hold {hi_kept:.3f}: a share of {kept:.3f}."
-            f" So drafts 2 to {LESSON_K}, each after a kept draft, follow '{d}' more often, where drafts pass"
-            f" {beta[hi]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
+            f" later drafts pass more: kept drafts are more often '{d}'. The output is rounds end to end, so on average"
+            f" a round's {n:.2f} tokens hold {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}'. Its one final"
+            f" token is '{d}' with chance {starts.start[hi]:.3f}, so its {n - 1:.2f} kept drafts hold {hi_kept:.3f}: a"
+            f" share of {kept:.3f}. So drafts 2 to {LESSON_K}, each after a kept draft, follow '{d}' more often, where"
+            f" drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
@@ -1524,19 +1525,16 @@ def why_eq1_is_off(P, Q, gaps):
     off = f"Eq. 1 runs slightly {side}" if gap < 0.1 else f"Eq. 1 runs {side}"
     if high:
         overs, d = and_list([repr(name(c)) for c in starts.overs], "or"), name(hi)
-        return (f"{off}: {eq1:.2f} against the exact {exact:.2f} for the middling draft. Why:", [
-                    f"A draft's chance to pass depends on the token before it: after '{d}' it is highest,"
-                    f" {beta[hi]:.3f}.",
-                    f"A round starts after the last round's final token, which is a redraw unless all {LESSON_K}"
+        return (f"{off} for the middling draft: {eq1:.2f} against {exact:.2f} exact. Why:", [
+                    f"A draft's chance to pass depends on the token before it: highest after '{d}', {beta[hi]:.3f}.",
+                    f"A round starts after the last round's final token: a redraw unless all {LESSON_K}"
                     " drafts passed.",
                     f"Redraws are seldom '{d}': after {overs} the draft over-proposes '{d}' (q > p), so the"
                     f" residual never redraws '{d}' there.",
-                    f"Only {starts.start[hi]:.3f} of final tokens are '{d}', against {starts.text[hi]:.3f} of the"
-                    " output.",
-                    f"A round's first draft follows a final token, seldom '{d}', so it passes"
-                    f" {first:.3f},"
-                    f" not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance:"],
-                [("exact", *rates, 1 + sum(rates)), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)), eq1)],
+                    f"A round's first draft follows a final token, '{d}' only {starts.start[hi]:.3f} of the time"
+                    f" against {starts.text[hi]:.3f} of the output, so it passes {first:.3f}, not alpha's {alpha:.3f}."
+                    " Drafts 1 to i all pass with chance:"],
+                [("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)))],
                 why_later_drafts_pass_more(P, Q, starts, rates, hi))
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
@@ -6047,7 +6045,7 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         print()
         say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {above.k}: {above.chained:.3f} token-wise and"
             f" {above.block_chained:.3f} block, against {gains[-1][1]:.4f} and {gains[-1][2]:.4f} here. Their rounds"
-            f" start after the last one's final token, where draft 1 passes only {above.first:.3f} (demo 3, point 5)."
+            f" start after the last one's final token, where draft 1 passes only {above.first:.3f} (demo 3, point 4)."
             f" Here draft 1 passes alpha's {above.alpha:.3f}. Once it has passed, later drafts pass more often than"
             f" alpha, as in demo 3, so token-wise checking's {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}; the"
             " option --detail works it out.")

@@ -4028,10 +4028,10 @@ def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
             print()
             paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
             say(f"Whatever the start token (the token a round starts after), {paths} keep on average at least"
-                f" {margin:.2f} more drafts per round than the block. Sun et al. prove that no lossless verifier (one"
-                " whose output is the target's) of the block's form, keeping some drafts and then drawing one token,"
-                " keeps more drafts per round than the block from any start token. So the shipped paths keep drafts a"
-                " lossless verifier would reject. The option --detail gives the figures and part of why.")
+                f" {margin:.2f} more drafts per round than the block. Sun et al. prove that from every start token, no"
+                " lossless verifier (one whose output is the target's) of the block's form, keeping some drafts and"
+                " then drawing one token, keeps more drafts per round on average than the block. So the shipped paths"
+                " keep drafts a lossless verifier would reject. The option --detail gives the figures and part of why.")
     return caught
 
 

@@ -913,10 +913,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         f"drafts per round, block verification {block_kept:.2f}, token-wise checking {token_wise:.2f}, each round"
         " starting after the last one's final token (demo 3).") in flat(detail)
     assert ("Whatever the start token (the token a round starts after), both shipped paths keep on average at least"
-            " 0.11 more drafts per round than the block. Sun et al. prove that no lossless verifier (one whose output"
-            " is the target's) of the block's form, keeping some drafts and then drawing one token, keeps more drafts"
-            " per round than the block from any start token. So the shipped paths keep drafts a lossless verifier would"
-            " reject. The option --detail gives the figures and part of why.") in flat(text)
+            " 0.11 more drafts per round than the block. Sun et al. prove that from every start token, no lossless"
+            " verifier (one whose output is the target's) of the block's form, keeping some drafts and then drawing one"
+            " token, keeps more drafts per round on average than the block. So the shipped paths keep drafts a lossless"
+            " verifier would reject. The option --detail gives the figures and part of why.") in flat(text)
     assert "drafts per round, block" not in text
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
     # per round, from a given start; the averages above start where each verifier's own rounds end)

@@ -5929,11 +5929,12 @@ def tree_loss_words(c19, main, own, t):
     named = {o.shape: i for i, o in enumerate(c19.options) if o.drafter.name == main.name}
     tree, chain = named.get(f"tree {t[0]}x{t[1]}, {t[2]}"), named.get(f"k = {own[2]}")
     cross = ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])
-    if tree is None or chain is None or cross != own[1] + 1:
+    if tree is None or chain is None or cross != own[1] + 1 or not isinstance(main.cost, tuple):
         return ""
     loss = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]
     c = [draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, c19.max_batch + 1)]
-    kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]
+    w = [pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]  # each model's weights, in bytes
+    kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
             f" {t[1]}, one a level, and each costs c, a draft pass's time over a plain target pass's. At B = 1 the"
@@ -5943,11 +5944,8 @@ def tree_loss_words(c19, main, own, t):
             f" loss peaks at B = {own[1]}, the last batch before the tree's check reaches the ridge, at B = {cross}:"
             " {}, as {}. Past it, every position the tree checks costs time, and its lead shrinks.".format(
                 *ridge_later_words(c19.n_ctx, t[2], defined=True))
-            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and isinstance(main.cost, tuple)
-            and (np.diff(c) > 0).all() and c[0] < c[-1] < share
-            and pass_traffic(main.cost, 0, 1, 1)[1] > kv[0]  # at B = 1 the draft's weights outweigh its KV cache
-            and all(b * c19.max_batch > pass_traffic(d, 0, 1, 1)[1] for b, d in zip(kv, (main.cost, LLAMA2_7B)))
-            else "")
+            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
+            and c[0] < c[-1] < share and w[0] > kv[0] and all(k * c19.max_batch > b for k, b in zip(kv, w)) else "")
 
 
 # -----------------------------------------------------------------------------

@@ -4871,12 +4871,13 @@ def demo19_tuning(**how):
             if bytes_set_c else ""))
     print()
     low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
+    untolerant = chapter19_search(c19)[1].worst  # a margin-free plan from the rates, against exact prices
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are exact for rounds of {k_max} drafts. Used to price a shorter chain, they come out"
         f" slightly low, by at most {max(low):.4f} tokens per call, so a plan chosen on them is under 0.1% slower"
         " than one chosen on exact prices (--detail); chapter 27 says why."
-        if 0 < min(low) <= max(low) < 0.02 and chapter19_search(c19)[1].worst < 0.001 else
+        if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001 else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
@@ -4912,7 +4913,8 @@ def demo19_tuning(**how):
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
-    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said)
+    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said,
+                           low=low, untolerant=untolerant)
 
 
 def chapter19_search(c19):
@@ -5024,9 +5026,7 @@ def demo19_shape(s, n_ctx, max_batch):
 def demo19_detail(result):
     """Chapter 19 in detail: its rates' error, the tree's check, and big's c
     as B grows."""
-    s, c19 = result.shape, result.c19
-    low = [g for each in rates_and_exact(c19).low for g in each]  # how far each shorter k's price falls short
-    untolerant = chapter19_search(c19)[1].worst  # a margin-free plan from the rates, against exact prices
+    s, c19, low, untolerant = result.shape, result.c19, result.low, result.untolerant
     paragraphs = [
         f"The rates, from rounds of {c19.k_max} drafts, price a shorter chain low by at most {max(low):.4f} tokens per"
         " call. That moves little: with no switching margin, a plan from these rates comes within 0.1% of the"

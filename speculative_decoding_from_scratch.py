@@ -5026,9 +5026,9 @@ def demo19_shape(s, n_ctx, max_batch):
 def demo19_detail(result):
     """Chapter 19 in detail: its rates' error, the tree's check, and big's c
     as B grows."""
-    s, c19, low, untolerant = result.shape, result.c19, result.low, result.untolerant
+    s, low, untolerant = result.shape, result.low, result.untolerant
     paragraphs = [
-        f"The chapter's 0.1% compares a plan chosen on the rates with no switching margin against the best choice"
+        "The chapter's 0.1% compares a plan chosen on the rates with no switching margin against the best choice"
         f" priced exactly, at every B: it is {untolerant:.2%} at worst." if 0 < min(low) <= max(low) < 0.02
         and untolerant < 0.001 else "",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"

@@ -3670,7 +3670,7 @@ def demo14_block_gain():
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
     say(why[0], f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = "
-        + " + ".join(f"max(0, {fraction(w)} - {fraction(q)})" for w, q in zip(owed, Q2[0]))
+        + z_terms(owed, Q2[0])
         + f" = 0: position 1 is never a cut point. It keeps both with chance w_2 = {fraction(aa[4])}:"
         f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}."
         if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
@@ -3737,6 +3737,12 @@ def fraction(x):
     return str(f) if abs(f - x) < 1e-12 else f"{x:.3f}"
 
 
+def z_terms(owed, q):
+    """Z_1 written out term by term, as chapter 14 sums it: z_terms([1/6, 1/3],
+    [2/3, 1/3]) -> 'max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3)'."""
+    return " + ".join(f"max(0, {fraction(w)} - {fraction(x)})" for w, x in zip(owed, q))
+
+
 def ninths(x, sign=False):
     """Chapter 14's example in ninths where it is one: ninths(4 / 9) -> '4/9',
     ninths(-1 / 9, sign=True) -> '-1/9'; a decimal where it is not."""
@@ -3787,7 +3793,7 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
         f" q, so the block gains ({ab[6]:.2g} - {ab[5]:.2g}) times {ninths(ab[1])} = {ninths(change['a b'])} of a"
         " draft a round." if change["a b"] > 0 else "",
         ((f"The block gives back {ninths(-change['a a'])} when they are 'a' then 'a'. There w_1 = {fraction(w1)},"
-           " so Z_1 = " + " + ".join(f"max(0, {fraction(w)} - {fraction(q)})" for w, q in zip(owed, Q2[1]))
+           " so Z_1 = " + z_terms(owed, Q2[1])
            + " = 0 and h_1 = 0: position 1 is never a cut point. So the block"
            f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
            f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="

@@ -1175,7 +1175,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "not scored"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}',"
-        " the pair (x1, x2).",
+        f" the pair (x1, x2). Each TV below is over the {VOCAB ** 2} possible pairs.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}); k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules:")
     print()
@@ -1480,10 +1480,11 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high. Why"
-            f" later drafts pass more: kept drafts are more often '{d}'. The output is rounds end to end, so on average"
-            f" a round's {n:.2f} tokens hold {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}'. Its one final"
-            f" token is '{d}' with chance {starts.start[hi]:.3f}, so its {n - 1:.2f} kept drafts hold {hi_kept:.3f}: a"
-            f" share of {kept:.3f}. So drafts 2 to {LESSON_K}, each after a kept draft, follow '{d}' more often, where"
+            f" later drafts pass more: the output is rounds end to end, so on average"
+            f" a round's {n:.2f} tokens hold {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}'. A round's final"
+            f" token is '{d}' {starts.start[hi]:.3f} of the time, so its {n - 1:.2f} kept drafts hold {hi_round:.3f} -"
+            f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} = {kept:.3f},"
+            f" against the output's {starts.text[hi]:.3f}. So drafts 2 to {LESSON_K}, each after a kept draft, follow '{d}' more often, where"
             f" drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
@@ -1531,8 +1532,9 @@ def why_eq1_is_off(P, Q, gaps):
                     " drafts passed.",
                     f"Redraws are seldom '{d}': after {overs} the draft over-proposes '{d}' (q > p), so the"
                     f" residual never redraws '{d}' there.",
-                    f"A round's first draft follows a final token, '{d}' only {starts.start[hi]:.3f} of the time"
-                    f" against {starts.text[hi]:.3f} of the output, so it passes {first:.3f}, not alpha's {alpha:.3f}."
+                    f"So a round's first draft follows '{d}' only {starts.start[hi]:.3f} of the time, though alpha"
+                    f" weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. The first draft passes"
+                    f" {first:.3f}, not alpha's {alpha:.3f}."
                     " Drafts 1 to i all pass with chance:"],
                 [("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)))],
                 why_later_drafts_pass_more(P, Q, starts, rates, hi))
@@ -1863,7 +1865,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight"
         f" once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
-        f"cache, the keys and values of earlier tokens, not new ones: {(rows[0][2] - weights):.2f} GB. The time is"
+        f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is"
         f" an {H100.name}'s",
         f"roofline ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
         "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")

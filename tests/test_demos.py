@@ -205,7 +205,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
             f" times, gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact"
             " TV models only rounds that stop at their first rejection: it cannot score the continue bug.")\
         in " ".join(text.split())
-    assert ("the pair (x1, x2). The draft is the unrelated table (alpha = 0.41); k = 2. Four broken rules: bug what it"
+    assert ("the pair (x1, x2). Each TV below is over the 36 possible pairs. The draft is the unrelated table (alpha = 0.41); k = 2. Four broken rules: bug what it"
             " does") in " ".join(text.split())
     assert rows["continue"][3] == "not scored" and "continue 0.3933 < 1e-12 not scored NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
@@ -482,8 +482,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" Why: 1. A draft's chance to pass depends on the token before it: highest after 'd', {beta[3]:.3f}. 2. A"
             " round starts after the last round's final token: a redraw unless all 4 drafts passed. 3. Redraws are"
             " seldom 'd': after 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual never redraws 'd'"
-            f" there. 4. A round's first draft follows a final token, 'd' only {starts.start[3]:.3f} of the time against"
-            f" {starts.text[3]:.3f} of the output, so it passes {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all"
+            f" there. 4. So a round's first draft follows 'd' only {starts.start[3]:.3f} of the time, though alpha weighs"
+            f" 'd' by its share of the output, {starts.text[3]:.3f}. The first draft passes {first:.3f}, not alpha's"
+            f" {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2 i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates)
             + f" {1 + sum(shown[0]):.3f} eq. 1 " + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4))
             + f" {1 + sum(shown[1]):.3f}") in flat
@@ -514,14 +515,14 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
     assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
-            " kept drafts are more often 'd'. The output is rounds end to end, so on average a round's 2.77 tokens hold"
-            " 0.184 * 2.77 = 0.510 'd'. Its one final token is 'd' with chance 0.089, so its 1.77 kept drafts hold"
-            f" 0.421: a share of {kept_d:.3f}. So drafts 2 to 4, each after a kept draft, follow 'd' more often, where"
+            " the output is rounds end to end, so on average a round's 2.77 tokens hold 0.184 * 2.77 = 0.510 'd'. A"
+            " round's final token is 'd' 0.089 of the time, so its 1.77 kept drafts hold 0.510 - 0.089 = 0.421 'd': a"
+            f" share of 0.421 / 1.77 = {kept_d:.3f}, against the output's 0.184. So drafts 2 to 4, each after a kept draft, follow 'd' more often, where"
             f" drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
             f" {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat
     assert f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
-    assert "follows a final token, 'd' only 0.089 of the time" in flat  # point 4's figure: final tokens' share of 'd'
+    assert "first draft follows 'd' only 0.089 of the time" in flat  # point 4's figure: final tokens' share of 'd'
     assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
@@ -581,9 +582,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
-                            " drafts pass more: kept drafts are more often 'd'. The output is rounds end to end, so on"
-                            " average a round's 2.77 tokens hold 0.184 * 2.77 = 0.510 'd'. Its one final token is 'd'"
-                            " with chance 0.089, so its 1.77 kept drafts hold 0.421: a share of 0.238.")\
+                            " drafts pass more: the output is rounds end to end, so on average a round's 2.77 tokens"
+                            " hold 0.184 * 2.77 = 0.510 'd'. A round's final token is 'd' 0.089 of the time, so its"
+                            " 1.77 kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = 0.238, against"
+                            " the output's 0.184.")\
         and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
@@ -664,7 +666,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     # the same at every row, as the new positions' own are not read
     kv = 2 * 2 * layers * 512 * d
     assert all(r[2] * 1e9 == pytest.approx(weights + kv) for r in result.rows)
-    assert f"It also reads the KV cache, the keys and values of earlier tokens, not new ones: {kv / 1e9:.2f} GB." in \
+    assert f"It also reads the KV cache, the keys and values of earlier tokens: {kv / 1e9:.2f} GB." in \
         flat_text
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, so up to {free} positions (147.6 / 0.50) cost what one"

@@ -1480,13 +1480,13 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high. Why"
-            f" later drafts pass more: the output is rounds end to end, so on average"
-            f" a round's {n:.2f} tokens hold {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}'. A round's final"
-            f" token is '{d}' {starts.start[hi]:.3f} of the time, so its {n - 1:.2f} kept drafts hold {hi_round:.3f} -"
-            f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} = {kept:.3f},"
-            f" against the output's {starts.text[hi]:.3f}. So drafts 2 to {LESSON_K}, each after a kept draft, follow '{d}' more often, where"
-            f" drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} ="
-            f" {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
+            f" later drafts pass more: the output is rounds end to end, so on average a round's {n:.2f} tokens hold"
+            f" {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}'. A round's final token is '{d}'"
+            f" {starts.start[hi]:.3f} of the time, so its {n - 1:.2f} kept drafts hold {hi_round:.3f} -"
+            f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
+            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}. So drafts 2 to {LESSON_K}, each after a kept"
+            f" draft, follow '{d}' more often, where drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2 passes"
+            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and 0 < over < short  # and so as the table prints them

@@ -483,8 +483,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             " round starts after the last round's final token: a redraw unless all 4 drafts passed. 3. Redraws are"
             " seldom 'd': after 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual never redraws 'd'"
             f" there. 4. So a round's first draft follows 'd' only {starts.start[3]:.3f} of the time, though alpha"
-            f" weighs 'd' by its share of the output, {starts.text[3]:.3f}. The first draft passes {first:.3f}, not alpha's"
-            f" {alpha:.3f}. Drafts 1 to i all"
+            f" weighs 'd' by its share of the output, {starts.text[3]:.3f}. The first draft passes {first:.3f}, not"
+            f" alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2 i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates)
             + f" {1 + sum(shown[0]):.3f} eq. 1 " + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4))
             + f" {1 + sum(shown[1]):.3f}") in flat

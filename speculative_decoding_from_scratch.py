@@ -3612,13 +3612,14 @@ def demo13_detail(size=4096):
 
 
 BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's distribution. It also proves that"
-              " no lossless verifier (one whose output is the target's) that keeps some drafts and then draws one"
-              " token keeps more drafts on average. The steps:")
+              " among lossless verifiers (whose output is the target's) that keep some drafts and then draw one"
+              " token, none keeps more drafts on average. The steps:")
 BLOCK_STEPS = ("A weight w_i: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
                " q the rows after x_(i-1) (x_0: the text's last token). It is the target's probability of x_1..x_i"
                " over the draft's, capped at 1 as it runs.",
                "For i below k, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows"
-               " after x_i. If the block ends at such an i, step 5 draws the next token from these terms, normalised.",
+               " after x_i: the distributions of the token that would follow x_i. If the block ends at such an i,"
+               " step 5 draws the next token from these terms, normalised.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
                " end. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and an"
                " earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). h_i is 0 if Z_i = 0: step 5 would"
@@ -4051,9 +4052,11 @@ def step3_words(rows, k=3, ctx=5, n=3):
     step5 = bugged("tokenwise_residual", BLOCK_BUGS)
     tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
     least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
-    return (f"Step 3 causes nearly all their error. Keep the shipped step 5, the token-wise residual, but restore step"
-            " 3's coins: the two paths, which differ only in step 3, become one verifier, and the exact TV of its first"
-            f" {n} tokens is {exact_text(tv)} (the option --detail shows it)." if ROUNDING <= tv < least / 100 else "")
+    shipped = and_list([f"{r[n]:.4f}" for r in rows[1:]])
+    return (f"Step 3 causes nearly all their error. If step 3's coins come back and step 5 stays as shipped, the"
+            " token-wise residual, the two paths become one verifier: they differ only in step 3. The exact TV"
+            f" of its first {n} tokens is {exact_text(tv)}, against {shipped} as shipped (the option --detail shows"
+            " it)." if ROUNDING <= tv < least / 100 else "")
 
 
 def shipped_rows(rows):
@@ -5063,11 +5066,12 @@ def demo19_crossings(s, max_batch):
     later = s.ridge_each > 0 and all(m * p > s.alone for _, p, m in crossed)  # KV caches move the ridge
     where = and_list([f"{m}" + (f" ({label(h)}, {p * m:,} positions in all)" if j == 0 and later else f" ({label(h)})")
                       for j, (h, p, m) in enumerate(crossed)])
-    return ((f"Demo 6's {s.alone} positions would put {label(how)}'s crossing at B = {s.alone} / {n} ="
-             f" {s.alone / n:.1f}. But each sequence's KV cache adds {s.kv / 1e9:.2f} GB to the bytes a pass reads, so"
-             f" reaching the ridge's {ridge():.1f} MACs per byte takes more positions. " if later else "")
-            + f"Each option's check reaches it at B = {where}. The plan drops each option a little after its"
-            " crossing; chapter 25 works them out.")
+    return ((f"Demo 6's {s.alone} positions would put {label(how)}'s check at the ridge at B = {s.alone} / {n} ="
+             f" {s.alone / n:.1f}. But a pass of B sequences reads {s.w / 1e9:.2f} + {s.kv / 1e9:.2f} B GB, as each"
+             f" sequence's KV cache adds bytes, so reaching the ridge's {ridge():.1f} MACs per byte takes more"
+             " positions. " if later else "")
+            + f"Each option's check reaches it at B = {where}. The plan drops each option a little past that"
+            " B; chapter 25 works them out.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -5327,8 +5331,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
         f" where their likeliest tokens agree: {and_list(at_zero)} here.",
-        "That text is a loop, and which loop depends on its first token. So each token's long-run share of it, by"
-        f" which alpha weighs, is averaged over the {number_word(VOCAB)} first tokens, each equally likely."
+        "That text is a loop, and which loop depends on its first token. Alpha weighs each token by its share of"
+        f" that text, so here the share is averaged over the {number_word(VOCAB)} first tokens, each equally likely."
         if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0))
     print()
@@ -5922,10 +5926,11 @@ def best_chain(c19, main, b):
 def ridge_later_words(n_ctx, positions, defined=False):
     """Chapter 23's two clauses on a check of `positions` a sequence: it reaches the ridge later than demo 6's
     free positions for one sequence suggest, and why (the KV cache defined unless it already is)."""
-    free = free_positions(n_ctx)
+    free, (_, w, kv) = free_positions(n_ctx), token_traffic(n_ctx)
     return (f"later than demo 6's {free} / {positions} = {free / positions:.1f}",
-            "each sequence's KV cache" + ("" if defined else ", the keys and values of its tokens,") + " adds bytes of"
-            " its own, so a pass needs more positions to reach the ridge")
+            f"a pass of B sequences reads {w / 1e9:.2f} + {kv / 1e9:.2f} B GB, as each sequence's KV cache"
+            + ("" if defined else ", the keys and values of its tokens,") + " adds bytes of its own, so it needs more"
+            " positions to reach the ridge")
 
 
 def tree_loss_words(c19, main, own, t):
@@ -5945,11 +5950,11 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
             f" {t[1]}, one a level, and each costs c, a draft pass's time over a plain target pass's. At B = 1 the"
-            f" draft's small weights set it: {c[0]:.4f}. At large B both passes mostly read each sequence's KV cache,"
+            f" draft's small weights set c: {c[0]:.4f}. At large B both passes mostly read each sequence's KV cache,"
             f" the keys and values of its tokens, and {main.name}'s is {share:.4f} of the target's. So c climbs toward"
             f" {share:.4f} (chapter 25), and the chain's {own[2]} passes grow dearer against the tree's {t[1]}. The"
-            f" loss peaks at B = {own[1]}, the last batch before the tree's check reaches the ridge, at B = {cross}:"
-            " {}, as {}. Past it, every position the tree checks costs time, and its lead shrinks.".format(
+            f" loss peaks at B = {own[1]}, the last batch before the tree's check reaches the ridge, at B = {cross}."
+            " That is {}: {}. Past it, every position the tree checks costs time, and its lead shrinks.".format(
                 *ridge_later_words(c19.n_ctx, t[2], defined=True))
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and c[0] < c[-1] < share and w[0] > kv[0] and all(k * c19.max_batch > b for k, b in zip(kv, w)) else "")
@@ -6108,10 +6113,10 @@ def ridge_words(s):
     the MACs and bytes of n positions a sequence, and the n it allows."""
     return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} * B * n GMACs and reads"
             f" {s.w / 1e9:.2f} + {s.kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays"
-            f" under the ridge while its MACs are at most {ridge():.1f} times its bytes, {s.m / 1e9:.2f} B n <="
-            f" {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B): while n is at most about"
-            f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f} ({ridge():.1f} * {s.w / 1e9:.2f} / {s.m / 1e9:.2f} ="
-            f" {s.ridge_base:.1f}, {ridge():.1f} * {s.kv / 1e9:.4f} / {s.m / 1e9:.2f} = {s.ridge_each:.3f}).")
+            f" under the ridge while its MACs are at most {ridge():.1f} times its bytes: {s.m / 1e9:.2f} B n <="
+            f" {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B). Dividing by {s.m / 1e9:.2f} B, n is at most about"
+            f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f}, as {ridge():.1f} * {s.w / 1e9:.2f} / {s.m / 1e9:.2f} ="
+            f" {s.ridge_base:.1f} and {ridge():.1f} * {s.kv / 1e9:.4f} / {s.m / 1e9:.2f} = {s.ridge_each:.3f}.")
 
 
 def demo25_ridge(**how):

@@ -403,8 +403,9 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
-    assert ("That text is a loop, and which loop depends on its first token. So each token's long-run share of it, by"
-            " which alpha weighs, is averaged over the six first tokens, each equally likely. At T = 0 the middling"
+    assert ("That text is a loop, and which loop depends on its first token. Alpha weighs each token by its share of"
+            " that text, so here the share is averaged over the six first tokens, each equally likely. At T = 0 the"
+            " middling"
             " draft's likeliest token") in flat(demo["21"][1])  # reads 1027, 1030 and 1047
     _, detail = printed(sd.DETAILS["21"], result)
     # the runs, and eq. 1's shortfall, are the chapter's own text, where read 612 met the row: 0.5556 yet 1.90x, not
@@ -1016,10 +1017,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
-    assert ("Both shipped paths are caught. Step 3 causes nearly all their error. Keep the shipped step 5, the"
-            " token-wise residual, but restore step 3's coins: the two paths, which differ only in step 3, become one"
-            " verifier, and the exact TV of"
-            f" its first 3 tokens is {sd.exact_text(tv5)} (the option --detail shows it).") in flat(text)
+    assert ("Both shipped paths are caught. Step 3 causes nearly all their error. If step 3's coins come back and step 5"
+            " stays as shipped, the token-wise residual, the two paths become one verifier: they differ only in step"
+            f" 3. The exact TV of its first 3 tokens is {sd.exact_text(tv5)}, against"
+            f" {rows[1][3]:.4f} and {rows[2][3]:.4f} as shipped (the option --detail shows it).") in flat(text)
+    assert f"{rows[1][3]:.4f} and {rows[2][3]:.4f}" == "0.2459 and 0.2672"  # the table's n = 3 column
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV
     assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said
     assert f"tokenwise_residual < 1e-9 < 1e-9 {sd.exact_text(tv5)}" in " ".join(detail.split())  # the detail's row
@@ -1175,8 +1177,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
             " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
         text)
-    assert ("How? Its paper proves that the steps below keep the target's distribution. It also proves that no"
-            " lossless verifier (one whose output is the target's) that keeps some drafts and then draws one token"
+    assert ("How? Its paper proves that the steps below keep the target's distribution. It also proves that among"
+            " lossless verifiers (whose output is the target's) that keep some drafts and then draw one token, none"
             " keeps more drafts on average. The steps: 1.") in flat(text)
     # the example and its gain come first, then the steps that make it
     assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? Its paper proves") < text.index(

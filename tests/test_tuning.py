@@ -463,12 +463,13 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the two terms from the printed figures, as a reader checks them
     assert f"{147.6 * 13.21 / 6.74:.1f}" == f"{base:.1f}" and f"{147.6 * 0.2684 / 6.74:.3f}" == f"{each:.3f}"
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position"
-                           " costs time. Demo 6's 295 positions would put the tree's crossing at B = 295 / 15 ="
-                           f" {295 / 15:.1f}. But each sequence's KV cache adds {kv / 1e9:.2f} GB to the bytes a pass"
-                           " reads, so reaching the ridge's 147.6 MACs per byte takes more positions. Each option's"
+                           " costs time. Demo 6's 295 positions would put the tree's check at the ridge at B = 295 /"
+                           f" 15 = {295 / 15:.1f}. But a pass of B sequences reads {w / 1e9:.2f} + {kv / 1e9:.2f} B"
+                           " GB, as each sequence's KV cache adds bytes, so reaching the ridge's 147.6 MACs per byte"
+                           " takes more positions. Each option's"
                            f" check reaches it at B = {tree} (the tree, {15 * tree} positions in all), {crossings[0]}"
-                           f" (k = 8) and {crossings[1]} (k = 7). The plan drops each option a little after its"
-                           " crossing; chapter 25 works them out.") in text and f"{kv / 1e9:.2f}" == "0.27"
+                           f" (k = 8) and {crossings[1]} (k = 7). The plan drops each option a little past that"
+                           " B; chapter 25 works them out.") in text and f"{kv / 1e9:.2f}" == "0.27"
     assert "reaches the ridge" not in detail19
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 
     assert each > 0 and round(base + each) == 295  # the ridge in positions, base + each B, is 295 at B = 1 and rises
@@ -483,9 +484,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" sequences, n positions each, does {m / 1e9:.2f} * B * n GMACs and reads {w / 1e9:.2f} +"
             f" {kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
             " its MACs are at most"
-            f" 147.6 times its bytes, 6.74 B n <= 147.6 (13.21 + 0.2684 B): while n is at most about {base:.1f} / B +"
-            f" {each:.3f} (147.6 * 13.21 / 6.74 ="
-            f" {base:.1f}, 147.6 * 0.2684 / 6.74 = {each:.3f}). That is demo 6's 295 at"
+            f" 147.6 times its bytes: 6.74 B n <= 147.6 (13.21 + 0.2684 B). Dividing by 6.74 B, n is at most about"
+            f" {base:.1f} / B + {each:.3f}, as 147.6 * 13.21 / 6.74 = {base:.1f} and 147.6 * 0.2684 / 6.74 ="
+            f" {each:.3f}. That is demo 6's 295 at"
             f" B = 1. As B grows it falls toward {each:.3f}, fewer than any check in the table below scores (7 to"
             " 15), so each"
             " reaches the ridge at some B.") in text25
@@ -599,9 +600,11 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and f"where its keys make small run its tree 2x3, far past B = {cross}." \
         in flat_text
-    assert (f"reaches the ridge, at B = {cross}: later than demo 6's 295 / 15 = 19.7, as each sequence's KV cache adds"
-            " bytes of its own, so a pass needs more positions to reach the ridge. Past it, every position the tree"
-            " checks costs time, and its lead shrinks.") in flat_text
+    assert (f"reaches the ridge, at B = {cross}. That is later than demo 6's 295 / 15 = 19.7: a pass of B sequences"
+            " reads 13.21 + 0.27 B GB, as each sequence's KV cache adds bytes of its own, so it needs more positions to"
+            " reach the ridge. Past it, every position the tree checks costs time, and its lead shrinks.") in flat_text
+    _, w, kv = sd.token_traffic(512)
+    assert f"{w / 1e9:.2f} + {kv / 1e9:.2f}" == "13.21 + 0.27"  # demo 6's weights and one sequence's KV cache
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
@@ -903,10 +906,10 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, one a level,"
             f" and each costs c, a draft pass's time over a plain target pass's. At B = 1 the draft's small weights set"
-            f" it: {c1:.4f}. At large B both passes mostly read each sequence's KV cache, the keys and values of its"
+            f" c: {c1:.4f}. At large B both passes mostly read each sequence's KV cache, the keys and values of its"
             " tokens, and small's is 0.0234 of the target's. So c climbs toward 0.0234 (chapter 25), and the chain's 8"
             " passes grow dearer against the tree's 3. The loss peaks at B = 31, the last batch before the tree's check"
-            " reaches the ridge, at B = 32:") in text
+            " reaches the ridge, at B = 32.") in text
     # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes
     small, kv = (768, 2048, 4, 32000), lambda d: sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1]
     assert sd.pass_traffic(small, 0, 1, 1)[1] > kv(small)

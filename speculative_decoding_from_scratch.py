@@ -1175,7 +1175,7 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
                      tv_distance(exact.sum(axis=1), TARGET[ctx]), verdicts[r]))
     unseen = [r[0] for r in rows if r[3] == "not scored"]
     say(f"The loop runs {n_runs:,} times per rule, recording the first two tokens after the prompt '{name(ctx)}',"
-        f" the pair (x1, x2). Each TV below is over the {VOCAB ** 2} possible pairs.",
+        f" the pair (x1, x2). TVs are over the {VOCAB ** 2} pairs.",
         f"The draft is the unrelated table (alpha = {pair_alpha(TARGET, UNRELATED):.2f}); k = {k}.",
         f"{number_word(len(BUGS)).capitalize()} broken rules:")
     print()
@@ -1480,10 +1480,11 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high. Why"
-            f" later drafts pass more: the output is rounds end to end, so on average a round's {n:.2f} tokens hold"
-            f" {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}'. A round's final token is '{d}'"
-            f" {starts.start[hi]:.3f} of the time, so its {n - 1:.2f} kept drafts hold {hi_round:.3f} -"
-            f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
+            f" later drafts pass more: the output is rounds end to end, and a round's {n:.2f} tokens are {n - 1:.2f}"
+            f" kept drafts and one final token. On average they hold {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f}"
+            f" '{d}'. The final token, the next round's start, is '{d}' {starts.start[hi]:.3f} of the time"
+            f" (point 4). So the kept drafts hold {hi_round:.3f} - {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}':"
+            f" a share of {hi_kept:.3f} / {n - 1:.2f} ="
             f" {kept:.3f}, against the output's {starts.text[hi]:.3f}. So drafts 2 to {LESSON_K}, each after a kept"
             f" draft, follow '{d}' more often, where drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2 passes"
             f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
@@ -1533,7 +1534,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f"Redraws are seldom '{d}': after {overs} the draft over-proposes '{d}' (q > p), so the"
                     f" residual never redraws '{d}' there.",
                     f"So a round's first draft follows '{d}' only {starts.start[hi]:.3f} of the time, though alpha"
-                    f" weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. The first draft passes"
+                    f" weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. It passes"
                     f" {first:.3f}, not alpha's {alpha:.3f}."
                     " Drafts 1 to i all pass with chance:"],
                 [("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)))],

@@ -205,7 +205,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
             f" times, gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact"
             " TV models only rounds that stop at their first rejection: it cannot score the continue bug.")\
         in " ".join(text.split())
-    assert ("the pair (x1, x2). Each TV below is over the 36 possible pairs. The draft is the unrelated table (alpha ="
+    assert ("the pair (x1, x2). TVs are over the 36 pairs. The draft is the unrelated table (alpha ="
             " 0.41); k = 2. Four broken rules: bug what it does") in " ".join(text.split())
     assert rows["continue"][3] == "not scored" and "continue 0.3933 < 1e-12 not scored NOT (fit only)" in " ".join(
         text.split())  # a bug only in verify_round: the exact check, built without it, has nothing to say
@@ -484,7 +484,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             " round starts after the last round's final token: a redraw unless all 4 drafts passed. 3. Redraws are"
             " seldom 'd': after 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual never redraws 'd'"
             f" there. 4. So a round's first draft follows 'd' only {starts.start[3]:.3f} of the time, though alpha"
-            f" weighs 'd' by its share of the output, {starts.text[3]:.3f}. The first draft passes {first:.3f}, not"
+            f" weighs 'd' by its share of the output, {starts.text[3]:.3f}. It passes {first:.3f}, not"
             f" alpha's {alpha:.3f}. Drafts 1 to i all"
             " pass with chance: i = 1 i = 2 i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates)
             + f" {1 + sum(shown[0]):.3f} eq. 1 " + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4))
@@ -516,8 +516,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
     assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
-            " the output is rounds end to end, so on average a round's 2.77 tokens hold 0.184 * 2.77 = 0.510 'd'. A"
-            " round's final token is 'd' 0.089 of the time, so its 1.77 kept drafts hold 0.510 - 0.089 = 0.421 'd': a"
+            " the output is rounds end to end, and a round's 2.77 tokens are 1.77 kept drafts and one final token. On"
+            " average they hold 0.184 * 2.77 = 0.510 'd'. The final token, the next round's start, is 'd'"
+            " 0.089 of the time (point 4). So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a"
             f" share of 0.421 / 1.77 = {kept_d:.3f}, against the output's 0.184. So drafts 2 to 4, each after a kept"
             f" draft, follow 'd' more often, where drafts pass {beta[3]:.3f}. Once draft 1 passed, draft 2 passes"
             f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat
@@ -583,9 +584,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
-                            " drafts pass more: the output is rounds end to end, so on average a round's 2.77 tokens"
-                            " hold 0.184 * 2.77 = 0.510 'd'. A round's final token is 'd' 0.089 of the time, so its"
-                            " 1.77 kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = 0.238, against"
+                            " drafts pass more: the output is rounds end to end, and a round's 2.77 tokens are 1.77"
+                            " kept drafts and one final token. On average they hold 0.184 * 2.77 = 0.510 'd'. The"
+                            " final token, the next round's start, is 'd' 0.089 of the time (point 4). So"
+                            " the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = 0.238, against"
                             " the output's 0.184.")\
         and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the

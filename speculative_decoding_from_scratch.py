@@ -3974,11 +3974,12 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from steps"
         " 1 and 2: the target's probability of x_1..x_i over the draft's, the running product capped at 1 after each"
         " draft. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
-        " x_(i-1) (x_0: the text's last token).")
+        " x_(i-1) (x_0: the text's last token). A later draft the target likes more than the draft does (p/q"
+        f" above 1) lifts w back up: ratios 0.5 then 2 give w_1 = {min(1, 0.5):g} but w_2 = {min(1, min(1, 0.5) * 2):g}.")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
-               " position i from 1 to k - 1, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p"
-               " and q the rows after x_i: the mass of step 5's residual, before normalising, if the block ended at"
-               " i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
+               " position i from 1 to k - 1, let Z_i be the mass step 5's residual would have, before normalising, if"
+               " the block ended at i: the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows"
+               " after x_i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
                " position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
@@ -4054,8 +4055,8 @@ def step3_words(rows, k=3, ctx=5, n=3):
     tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
     least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
     shipped = and_list([f"{r[n]:.4f}" for r in rows[1:]])
-    return (f"Step 3 causes nearly all their error. If step 3's coins come back and step 5 stays as shipped, the"
-            " token-wise residual, the two paths become one verifier: they differ only in step 3. The exact TV"
+    return (f"Step 3 causes nearly all their error. The two paths differ only in step 3; with its coins restored,"
+            " and step 5's token-wise residual kept, they become one verifier. The exact TV"
             f" of its first {n} tokens is {exact_text(tv)}, against {shipped} as shipped (the option --detail shows"
             " it)." if ROUNDING <= tv < least / 100 else "")
 

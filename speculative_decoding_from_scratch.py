@@ -3973,9 +3973,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
         " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from steps"
         " 1 and 2: the target's probability of x_1..x_i over the draft's, the running product capped at 1 after each"
-        " draft. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
-        " x_(i-1) (x_0: the text's last token). A later draft the target likes more than the draft does (p/q"
-        f" above 1) lifts w back up: ratios 0.5 then 2 give w_1 = {min(1, 0.5):g} but w_2 = {min(1, min(1, 0.5) * 2):g}.")
+        " draft. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
+        " (x_0: the text's last token). A later draft the target likes more than the draft does (p/q above 1) lifts w"
+        f" back up: ratios 0.5 then 2 give w_1 = {min(1, 0.5):g} but w_2 = {min(1, min(1, 0.5) * 2):g}.")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
                " position i from 1 to k - 1, let Z_i be the mass step 5's residual would have, before normalising, if"
                " the block ended at i: the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows"

@@ -941,16 +941,15 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
             " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from"
             " steps 1 and 2: the target's probability of x_1..x_i over the draft's, the running product capped at 1"
-            " after each draft. It starts"
-            " at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
-            " p and q the rows after x_(i-1) (x_0: the text's last token). A later draft the target likes more than the"
-            " draft does (p/q above 1) lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but w_2 = 1. 3. Each position i flips a coin"
-            " of its own. Heads makes i a cut point, where the block may end. For a position i from 1 to k - 1, let"
-            " Z_i be the mass step 5's residual would have, before normalising, if the block ended at i: the sum, over"
-            " every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Sun et al.'s chances, to take as given:"
-            " position k's coin lands"
-            " heads with chance w_k, and position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. 4. The"
-            " block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none. 5."
+            " after each draft. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows"
+            " after x_(i-1) (x_0: the text's last token). A later draft the target likes more than the draft does (p/q"
+            " above 1) lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but w_2 = 1. 3. Each position i flips a coin"
+            " of its own. Heads makes i a cut point, where the block may end. For a position i from 1 to k - 1, let Z_i"
+            " be the mass step 5's residual would have, before normalising, if the block ended at i: the sum, over"
+            " every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Sun et al.'s chances, to take"
+            " as given: position k's coin lands heads with chance w_k, and position i's with chance h_i = Z_i / (Z_i +"
+            " 1 - w_i), or 0 if Z_i = 0. 4. The block keeps x_1..x_i for i the largest cut point. With no cut point, i"
+            " = 0 and it keeps none. 5."
             " The next token comes from max(0,"
             " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
     # the chapter defines h_i and Z_i, which the detail's edits use, once (reads 822 and 824 lacked them)
@@ -1020,10 +1019,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
-    assert ("Both shipped paths are caught. Step 3 causes nearly all their error. The two paths differ only in step 3; with its"
-            " coins restored, and step 5's token-wise residual kept, they become one verifier."
-            f" The exact TV of its first 3 tokens is {sd.exact_text(tv5)}, against"
-            f" {rows[1][3]:.4f} and {rows[2][3]:.4f} as shipped (the option --detail shows it).") in flat(text)
+    assert ("Both shipped paths are caught. Step 3 causes nearly all their error. The two paths differ only in step 3;"
+            " with its coins restored, and step 5's token-wise residual kept, they become one verifier. The exact TV of"
+            f" its first 3 tokens is {sd.exact_text(tv5)}, against {rows[1][3]:.4f} and {rows[2][3]:.4f} as shipped (the"
+            " option --detail shows it).") in flat(text)
     assert f"{rows[1][3]:.4f} and {rows[2][3]:.4f}" == "0.2459 and 0.2672"  # the table's n = 3 column
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV
     assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said

@@ -3618,9 +3618,9 @@ BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's dist
 BLOCK_STEPS = ("A weight w_i: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
                " q the rows after x_(i-1) (x_0: the text's last token). It is the target's probability of x_1..x_i"
                " over the draft's, capped at 1 as it runs.",
-               "For i below k, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows"
-               " after x_i: the distributions of the token that would follow x_i. If the block ends at such an i,"
-               " step 5 draws the next token from these terms, normalised.",
+               "For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q"
+               " the rows after x_i: the distributions of the token that would follow x_i. If the block ends at such"
+               " an i, step 5 draws the next token from these terms, normalised.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
                " end. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and an"
                " earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). h_i is 0 if Z_i = 0: step 5 would"
@@ -6198,9 +6198,10 @@ def demo25_crossings(s, buckets, max_batch, tol):
                 " caches grow large beside its small weights."
                 if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple)
                 and s.c_small == sorted(s.c_small) and s.kv_share[1] > max(s.c_small) else "")
-        say(f"The tree is the first to give way. It makes {tree.tokens:.3f} tokens per call from {tree.draft_passes}"
-            f" draft passes, one per level, and {chain.shape} makes {chain.tokens:.3f} from {chain.draft_passes}."
-            f"{cost} Below the ridge the"
+        fewer = tree.tokens < chain.tokens
+        say(f"The tree is the first to give way. It makes {'fewer' if fewer else 'more'} tokens per call than"
+            f" {chain.shape}, {tree.tokens:.3f} against {chain.tokens:.3f}, {'but' if fewer else 'and'} from"
+            f" {tree.draft_passes} draft passes, one per level, against {chain.draft_passes}.{cost} Below the ridge the"
             f" tree's fewer draft passes win, {tree.draft_passes} against {chain.draft_passes}"
             + (", and a rising c favours them more." if cost else ".") + " A little past it, the"
             f" tree's check of {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions},"

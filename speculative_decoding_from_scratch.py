@@ -4891,19 +4891,17 @@ def demo19_tuning(**how):
         f"call. Here the rates are exact for rounds of {k_max} drafts."
         + (" A shorter chain's rounds start after other tokens (demo 3, point 4): fewer of them end on a redraw. So"
            " the rates price it" if vs_exact.bonus and vs_exact.why else " The rates price a shorter chain")
-        + f" slightly low, by at most {max(low):.4f} tokens per call. A plan chosen on"
-        " them loses under 0.1% of the speedup of one chosen on exact prices (--detail); chapter 27 works it out."
+        + f" slightly low, by at most {max(low):.4f} tokens per call. A plan chosen on them loses under 0.1% of the"
+        " speedup of one chosen on exact prices (--detail); chapter 27 works it out."
         if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001 else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
-    say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]}"
-        f" candidates under every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes}"
-        " positions: its"
-        f" {nodes - 1} drafts, {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, and the text's last"
-        " token, whose p judges the first level. Chapter 8 shows how a tree is"
-        " checked, and that it keeps"
-        f" the target's distribution. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f}"
-        f" tokens per call, from {tree[1]} draft passes, one per level.")
+    say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
+        f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: its {nodes - 1}"
+        f" drafts, {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, and the text's last token, whose p"
+        " judges the first level. Chapter 8 shows how a tree is checked, and that it keeps the target's distribution."
+        f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call, from {tree[1]}"
+        " draft passes, one per level.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"

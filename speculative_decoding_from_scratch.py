@@ -5335,7 +5335,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
         f" where their likeliest tokens agree: {and_list(at_zero)} here.",
         "That text is a loop, and which loop depends on its first token. Alpha weighs each token by its share of"
-        f" that text, so here the share is averaged over the {number_word(VOCAB)} first tokens, each equally likely."
+        f" that text, so here the share is averaged over the {number_word(VOCAB)} first tokens, taken as equally"
+        " likely."
         if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0))
     print()
@@ -5375,9 +5376,13 @@ def greedy_runs(rows, k=4):
     warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
     if not (exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1):
         return "", ""
-    return (f"At T = 0 a greedy draft passes every time after some tokens and never after others. So passes come in"
-            " runs, which eq. 1 misses: it gives every draft the same chance, alpha, so it runs low. Blend"
-            f" {GOOD_WEIGHT:g} makes {exact:.2f} tokens per call, where eq. 1 at alpha {zero[3]:.4f} gives {eq1:.2f}.",
+    rates, alpha = exact_per_position(P0, D, k), zero[3]
+    return ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
+            f" are set by the token it starts after, and come in runs. For blend {GOOD_WEIGHT:g} the chance that drafts"
+            f" 1 to i all pass is {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1 to {k}. Eq. 1 gives"
+            " every draft the same chance, alpha, so it puts"
+            f" {and_list([f'{alpha ** i:.3f}' for i in range(1, k + 1)])}. So blend {GOOD_WEIGHT:g} makes {exact:.2f}"
+            f" tokens per call, 1 plus those chances, where eq. 1 at alpha {alpha:.4f} gives {eq1:.2f}.",
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
             f" {eq1:.2f}.")

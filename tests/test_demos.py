@@ -404,15 +404,21 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
     assert ("That text is a loop, and which loop depends on its first token. Alpha weighs each token by its share of"
-            " that text, so here the share is averaged over the six first tokens, each equally likely. At T = 0 the"
+            " that text, so here the share is averaged over the six first tokens, taken as equally likely. At T = 0 the"
             " middling"
             " draft's likeliest token") in flat(demo["21"][1])  # reads 1027, 1030 and 1047
     _, detail = printed(sd.DETAILS["21"], result)
     # the runs, and eq. 1's shortfall, are the chapter's own text, where read 612 met the row: 0.5556 yet 1.90x, not
     # eq. 1's 1.52x; the detail sets T = 0.5 beside it
-    assert ("At T = 0 a greedy draft passes every time after some tokens and never after others. So passes come in"
-            " runs, which eq. 1 misses: it gives every draft the same chance, alpha, so it runs low. Blend 0.9 makes"
-            f" {exact:.2f} tokens per call, where eq. 1 at alpha 0.5556 gives 2.13.") in flat(demo["21"][1])
+    rates = sd.exact_per_position(P0, Q0, 4)  # by hand: 5 of 6 rounds start after f and keep 2 drafts, 1 after b none
+    assert rates == pytest.approx([5 / 6, 5 / 6, 0, 0], abs=1e-12) and 1 + sum(rates) == pytest.approx(exact)
+    assert ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
+            " are set by the token it starts after, and come in runs. For blend 0.9 the chance that drafts 1 to i all"
+            " pass is 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4. Eq. 1 gives every draft the same chance, alpha,"
+            " so it puts 0.556, 0.309, 0.171 and 0.095. So blend 0.9 makes"
+            f" {exact:.2f} tokens per call, 1 plus those chances, where eq. 1 at alpha 0.5556 gives 2.13.") \
+        in flat(demo["21"][1])
+    assert [f"{(5 / 9) ** i:.3f}" for i in (1, 2, 3, 4)] == ["0.556", "0.309", "0.171", "0.095"]
     assert (f"At T = 0.5 blend 0.9's greedy alpha is about the same as at T = 0, 0.5562, but the target's rows are no"
             f" longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's 2.13.") \
         in " ".join(detail.split())

@@ -5875,8 +5875,9 @@ def demo23_engines(**how):
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
-            " The configs take it to be an EAGLE draft, a trained draft head; another draft model would take its own"
-            " method name." if main and main.method.startswith("eagle") else ""),
+            f" Chapter 19's figures name {main.name}'s method as EAGLE, a trained draft head, so the configs do too; a"
+            " separate draft model would take its own method name."
+            if main and main.method.startswith("eagle") else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1."
         " TensorRT-LLM's keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")

@@ -6040,7 +6040,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
     say("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
-        " single round from a given start token. So that all three columns start alike, each round below starts"
+        " single round from a given start token: it is a bound, not a decoder, so it has no last round to start after."
+        " So that all three columns start alike, each round below starts"
         " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling"
         " draft, in tokens per round (the drafts kept, plus one), exactly:")
     print()

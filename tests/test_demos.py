@@ -1268,7 +1268,8 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert chained < result.gains[-1][1] - 0.01 and chained_block < result.gains[-1][2]
     assert chained_block / chained - 1 > result.gains[-1][4]
     assert ("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
-            " single round from a given start token. So that all three columns start alike, each round below starts"
+            " single round from a given start token: it is a bound, not a decoder, so it has no last round to start"
+            " after. So that all three columns start alike, each round below starts"
             " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling"
             " draft, in tokens per round (the drafts kept, plus one), exactly: k token-wise") in flat(text)
     # draft 2's pass chance once draft 1 passed, from a random start, by hand: pi M M 1 / pi M 1, M = min(P, Q); it is

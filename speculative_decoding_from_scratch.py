@@ -1480,13 +1480,13 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high. Why"
-            f" later drafts pass more: the output is rounds end to end, and a round's {n:.2f} tokens are {n - 1:.2f}"
-            f" kept drafts and one final token. On average they hold {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f}"
-            f" '{d}'. The final token, the next round's start, is '{d}' {starts.start[hi]:.3f} of the time"
-            f" (point 4). So the kept drafts hold {hi_round:.3f} - {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}':"
-            f" a share of {hi_kept:.3f} / {n - 1:.2f} ="
-            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}. So drafts 2 to {LESSON_K}, each after a kept"
-            f" draft, follow '{d}' more often, where drafts pass {beta[hi]:.3f}. Once draft 1 passed, draft 2 passes"
+            f" later drafts pass more: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more often"
+            f" '{d}', where drafts pass most. The output is rounds end to end, and a round's {n:.2f}"
+            f" tokens, {n - 1:.2f} kept drafts and one final token, hold on average {starts.text[hi]:.3f} * {n:.2f} ="
+            f" {hi_round:.3f} '{d}'. The final token is the next round's start, so it is '{d}'"
+            f" {starts.start[hi]:.3f} of the time (point 4). So the kept drafts hold {hi_round:.3f} -"
+            f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
+            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}. Once draft 1 passed, draft 2 passes"
             f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
@@ -1883,8 +1883,6 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f} MACs per byte,"
         f" so up to {free} positions ({ridge():.1f} / {one:.2f})",
         "cost what one does: checking uses idle arithmetic.")
-    print()
-    say("Decoding B sequences at once, a pass scores B(k+1) positions: a large batch can cross the ridge.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",
              {"below the ridge, more positions cost what one does": len(free_rows) > 1,
               "past the ridge, more positions cost more": bool(past) and past[0][4] / t1 > 1 + 1e-9})

@@ -5326,8 +5326,14 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     lower = all(r[3] < r[2] for r in hot)
     slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
                   for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}
-    slow = [f"the {d} draft " + ", and ".join(f"{way} at T = {and_list(ts)}" for way, ts in ways.items() if ts)
-            for d, ways in slower.items() if any(ways.values())]
+    one = {r[0] for r in rows if r[1] == 0 and r[2] == r[3] and r[4] == r[5]}  # at T = 0 both ways are one row
+
+    def slow_at(d, ways):  # a draft's slow rows, its T = 0 row once where both ways are one
+        both = d in one and all("0" in ts for ts in ways.values())
+        rest = {way: [t for t in ts if not (both and t == "0")] for way, ts in ways.items()}
+        return f"the {d} draft " + ", and ".join(["at T = 0 (both ways)"] * both + [
+            f"{way} at T = {and_list(ts)}" for way, ts in rest.items() if ts])
+    slow = [slow_at(d, ways) for d, ways in slower.items() if any(ways.values())]
     print()
     at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
@@ -5375,12 +5381,15 @@ def greedy_runs(rows, k=4):
     if not (exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1):
         return "", ""
     rates, alpha = exact_per_position(P0, D, k), zero[3]
+    kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
+    shares = and_list([f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4])
     return ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
-            f" are set by the token it starts after, and come in runs. For blend {GOOD_WEIGHT:g} the chance that drafts"
-            f" 1 to i all pass is {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1 to {k}. Eq. 1 gives"
-            " every draft the same chance, alpha, so it puts"
+            f" are set by the token it starts after, and come in runs. Of blend {GOOD_WEIGHT:g}'s rounds, {shares}. The"
+            f" chance that drafts 1 to i all pass is thus {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1"
+            f" to {k}. Eq. 1 gives every draft the same chance, alpha, so it puts"
             f" {and_list([f'{alpha ** i:.3f}' for i in range(1, k + 1)])}. So blend {GOOD_WEIGHT:g} makes {exact:.2f}"
-            f" tokens per call, 1 plus those chances, where eq. 1 at alpha {alpha:.4f} gives {eq1:.2f}.",
+            f" tokens per call, 1 plus its own {number_word(k)} chances, where eq. 1 at alpha {alpha:.4f} gives"
+            f" {eq1:.2f}.",
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
             f" {eq1:.2f}.")

@@ -5877,14 +5877,15 @@ def demo23_engines(**how):
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
     print()
     only = main is not None and {o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name}
-    say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one draft"
-        " model." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 19 says why)." if only else
+    big_method = dict(d[:2] for d in c19.drafters).get("big")
+    say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one"
+        " drafter." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 19 says why)." if only else
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
-            f" Chapter 19's figures name {main.name}'s method as EAGLE, a trained draft head, so the configs do too; a"
-            " separate draft model would take its own method name."
-            if main and main.method.startswith("eagle") else ""),
+            f" In chapter 19's figures {main.name} is an EAGLE draft, a trained draft head on the target, so the"
+            " configs name EAGLE; a separate draft model, as big is there, would take its own method name."
+            if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1."
         " TensorRT-LLM's keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")

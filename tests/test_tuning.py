@@ -619,12 +619,13 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan (SGLang)" in flat_text
-    assert "Each runs one draft model. This plan runs only small, so each gets small (chapter 19 says why)." \
+    assert "Each runs one drafter. This plan runs only small, so each gets small (chapter 19 says why)." \
         in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
     # the method the configs name is the one chapter 19's figures give small
-    assert dict((d[0], d[1]) for d in sd.chapter19_plan().drafters)["small"] == "eagle" and (
-        "Chapter 19's figures name small's method as EAGLE, a trained draft head, so the configs do too; a separate"
-        " draft model would take its own method name.") in flat_text and '"method": "eagle"' in flat_text
+    assert dict(d[:2] for d in sd.chapter19_plan().drafters) == {"big": "draft_model", "small": "eagle"} and (
+        "In chapter 19's figures small is an EAGLE draft, a trained draft head on the target, so the configs name"
+        " EAGLE; a separate draft model, as big is there, would take its own method name.") in flat_text \
+        and '"method": "eagle"' in flat_text
     # TensorRT-LLM's keys, by hand from the plan's ranges: each one's last B
     assert "TensorRT-LLM's keys are each range's last B." in flat_text and sorted(
         int(b) for b in json.loads(flat_text.split("draft_len_schedule: ")[1].split("}")[0] + "}")) == [

@@ -4886,9 +4886,10 @@ def demo19_tuning(**how):
     untolerant = chapter19_search(c19)[1].worst  # a margin-free plan from the rates, against exact prices
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are exact for rounds of {k_max} drafts."
-        + (" A shorter chain's rounds start after other tokens (demo 3, point 4): fewer of them end on a redraw. So"
-           " the rates price it" if vs_exact.bonus and vs_exact.why else " The rates price a shorter chain")
+        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k."
+        + (" A shorter chain keeps all its drafts more often, so fewer of its rounds end on a redraw, and its rounds"
+           " start after other tokens (demo 3, points 2 to 4). Its drafts then pass a little more often than the rates"
+           " say: they price it" if vs_exact.bonus and vs_exact.why else " They price a shorter chain")
         + f" slightly low, by at most {max(low):.4f} tokens per call. A plan chosen on them loses under 0.1% of the"
         " speedup of one chosen on exact prices (--detail); chapter 27 works it out."
         if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001 else

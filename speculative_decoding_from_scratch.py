@@ -4053,8 +4053,9 @@ def step3_words(rows, k=3, ctx=5, n=3):
     tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
     least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
     shipped = and_list([f"{r[n]:.4f}" for r in rows[1:]])
-    return (f"Step 3 causes nearly all their error. The two paths differ only in step 3; with its coins restored,"
-            " and step 5's token-wise residual kept, they become one verifier. The exact TV"
+    return (f"Step 3 causes nearly all their error. The two paths differ only in step 3. Give both the block's"
+            " step 3, its coins, and keep step 5's token-wise residual: they become one verifier, wrong only in step 5."
+            " The exact TV"
             f" of its first {n} tokens is {exact_text(tv)}, against {shipped} as shipped (the option --detail shows"
             " it)." if ROUNDING <= tv < least / 100 else "")
 

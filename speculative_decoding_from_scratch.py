@@ -3661,8 +3661,8 @@ def demo14_block_gain():
         " more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
         f"On the lesson's middling draft at k = {LESSON_K}, each round starting after the last one's final token"
-        f" (demo 3), the block makes {lesson[0]:.3f} tokens per call, exactly,"
-        f" against token-wise checking's {lesson[1]:.3f} (demo 3's exact {lesson[1]:.2f}),"
+        f" (demo 3), the block makes {lesson[0]:.4f} tokens per call, exactly,"
+        f" against token-wise checking's {lesson[1]:.4f} (demo 3's exact {lesson[1]:.2f}),"
         f" {lesson[0] / lesson[1] - 1:.1%} more."
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
@@ -6073,8 +6073,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " and tasks.")
     if above:
         print()
-        say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {above.k}: {above.chained:.3f} token-wise and"
-            f" {above.block_chained:.3f} block, against {gains[-1][1]:.4f} and {gains[-1][2]:.4f} here. Their rounds"
+        say(f"Demo 3 and chapter 14 make fewer tokens per round at k = {above.k}: {above.chained:.4f} token-wise and"
+            f" {above.block_chained:.4f} block, against {gains[-1][1]:.4f} and {gains[-1][2]:.4f} here. Their rounds"
             f" start after the last one's final token, where draft 1 passes only {above.first:.3f} (demo 3, point 4)."
             f" Here draft 1 passes alpha's {above.alpha:.3f}. Once it has passed, later drafts pass more often than"
             f" alpha, as in demo 3, so token-wise checking's {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}; the"
@@ -6114,7 +6114,7 @@ def why_above_eq1(gains, w=None):
             f" 1 passes {gains[0][1]:.4f} - 1 = {gains[0][1] - 1:.4f}, drafts 1 and 2 both {gains[1][1]:.4f} -"
             f" {gains[0][1]:.4f} = {gains[1][1] - gains[0][1]:.4f}. So once draft 1 passes, draft 2 passes"
             f" {gains[1][1] - gains[0][1]:.4f} / {gains[0][1] - 1:.4f} = {w.second:.3f}, not alpha's {w.alpha:.3f}."
-            f" Demo 3's exact {w.chained:.3f} and chapter 14's {w.block_chained:.3f} for the block are lower: their"
+            f" Demo 3's exact {w.chained:.4f} and chapter 14's {w.block_chained:.4f} for the block are lower: their"
             f" rounds start after the last one's final token, and there draft 1 passes only {w.first:.3f}.")
 
 

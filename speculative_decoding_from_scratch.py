@@ -5386,7 +5386,8 @@ def greedy_runs(rows, k=4):
     kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
     shares = and_list([f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4])
     return ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
-            f" are set by the token it starts after, and come in runs. Of blend {GOOD_WEIGHT:g}'s rounds, {shares}. The"
+            f" are set by the token it starts after, and come in runs. Averaged over the"
+            f" {number_word(VOCAB)} first tokens, as alpha is, of blend {GOOD_WEIGHT:g}'s rounds {shares}. The"
             f" chance that drafts 1 to i all pass is thus {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1"
             f" to {k}. Eq. 1 gives every draft the same chance, alpha, so it puts"
             f" {and_list([f'{alpha ** i:.3f}' for i in range(1, k + 1)])}. So blend {GOOD_WEIGHT:g} makes {exact:.2f}"

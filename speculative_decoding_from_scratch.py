@@ -3995,7 +3995,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         f" a fit of {n_runs} runs' first two tokens:")
     print()
     exactness_table(rows)
-    caught = demo15_verdicts(rows, k, ctx, n, {label: m for label, m, _, _ in cases[1:]})
+    caught = demo15_verdicts(rows, k, ctx, n)
     takeaway("a block verifier's output can be checked exactly, and a shipped one can fail that check.",
              {"block verification emits the target": rows[0][5] == "the target",
               "both shipped paths are caught": caught})
@@ -4024,24 +4024,26 @@ def rule_verdict(rows):
             f"Block verification, as you have it, {VERDICT_WORDS.get(rows[0][5], rows[0][6])}.")
 
 
-def demo15_verdicts(rows, k, ctx=5, n=3, modules=None):
-    """Chapter 15's sentences: is each shipped path caught, and does it keep more drafts than the block can, from
-    every start token (each shipped path's module in modules, by label), and keep all k more often?"""
+def demo15_verdicts(rows, k, ctx=5, n=3):
+    """Chapter 15's sentences: is each shipped path caught, and which step causes it?"""
     caught, words = caught_words(rows, "shipped paths")
     print()
     say(rule_verdict(rows), words, step3_words(rows, k, ctx, n) if caught else "")
-    shipped = shipped_rows(rows)
-    if shipped and rows[0][5] == "the target":
-        margin = min(start_margin(modules[r[0]], k) for r in shipped) if modules is not None else 0.0
-        if keep_more_than_block(rows, k) and margin > 0:
-            print()
-            paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
-            say(f"Whatever the start token (the token a round starts after), {paths} keep on average at least"
-                f" {margin:.2f} more drafts per round than the block. Sun et al. prove that from every start token, no"
-                " lossless verifier (one whose output is the target's) of the block's form, keeping some drafts and"
-                " then drawing one token, keeps more drafts per round on average than the block. So the shipped paths"
-                " keep drafts a lossless verifier would reject. The option --detail gives the figures and part of why.")
     return caught
+
+
+def keep_more_words(rows, k, modules):
+    """Chapter 15's detail on the drafts the shipped paths keep, start by start (each shipped path's module in
+    modules, by label): said only while the block is exact and each keeps more from every start token."""
+    if not ((shipped := shipped_rows(rows)) and rows[0][5] == "the target" and keep_more_than_block(rows, k)):
+        return ""
+    margin = min(start_margin(modules[r[0]], k) for r in shipped)
+    paths = "both shipped paths" if len(shipped) == 2 else f"the {shipped[0][0][13:]} path"
+    return (f"Whatever the start token (the token a round starts after), {paths} keep on average at least"
+            f" {margin:.2f} more drafts per round than the block. Sun et al. prove that from every start token, no"
+            " lossless verifier (one whose output is the target's) of the block's form, keeping some drafts and"
+            " then drawing one token, keeps more drafts per round on average than the block. So the shipped paths"
+            " keep drafts a lossless verifier would reject." if margin > 0 else "")
 
 
 def step3_words(rows, k=3, ctx=5, n=3):
@@ -4095,7 +4097,7 @@ def why_shipped_keep_more(rows, k):
         f" checking {exact_tokens_per_call(TARGET, MIDDLING, k) - 1:.2f}, each round starting after the last one's"
         " final token (demo 3).",
         "These averages weigh start tokens in different shares, as each verifier's rounds end on different tokens,"
-        " so the chapter compares them start by start."))
+        " so the paragraph above compares them start by start."))
     full = [all_kept(f, k) for f in [block_round_outcomes, *(shipped_modules()[r[0]].shipped_block_outcomes
                                                              for r in shipped)]]  # the block's, then each path's
     why = (("Part of why: the block keeps all k drafts when position k's coin, heads with chance w_k, lands heads. A"
@@ -4136,7 +4138,7 @@ def alike_through_token2(rows, ctx=5):
 def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
     """Chapter 15 in detail: two one-line edits of block verification beside the rule, by the same checks, and
     why the exact check sees what the fit cannot."""
-    say_paragraphs(why_shipped_keep_more(rows, k))
+    say_paragraphs([keep_more_words(rows, k, shipped_modules()), *why_shipped_keep_more(rows, k)])
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     edits = [rows[0]] + exactness_rows([(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS],
                                        k, ctx, n, n_runs)

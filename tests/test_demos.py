@@ -927,8 +927,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " 0.11 more drafts per round than the block. Sun et al. prove that from every start token, no lossless"
             " verifier (one whose output is the target's) of the block's form, keeping some drafts and then drawing one"
             " token, keeps more drafts per round on average than the block. So the shipped paths keep drafts a lossless"
-            " verifier would reject. The option --detail gives the figures and part of why.") in flat(text)
-    assert "drafts per round, block" not in text
+            " verifier would reject. On average, exactly,") in flat(detail)
+    assert "drafts per round, block" not in text and "Whatever the start token" not in text  # the detail's
     # from every start token, by hand: each shipped path keeps more on average than the block (the paper's bound is
     # per round, from a given start; the averages above start where each verifier's own rounds end)
     triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)
@@ -940,9 +940,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         margins.append(min(kept_from(m.shipped_block_outcomes(sd.TARGET, sd.MIDDLING, d, 3)) - block
                            for m in (sd, triton)))
     assert min(margins) > 0.05 and (f"both shipped paths keep on average at least {min(margins):.2f} more drafts per"
-                                    " round than the block.") in flat(text)
+                                    " round than the block.") in flat(detail)
     assert ("These averages weigh start tokens in different shares, as each verifier's rounds end on different tokens,"
-            " so the chapter compares them start by start.") in flat(detail)
+            " so the paragraph above compares them start by start.") in flat(detail)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
             " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
             " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from"
@@ -1039,29 +1039,27 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         assert f"{label} {words}" in " ".join(text.split())
 
 
-def test_chapter15_argues_from_every_start_only_while_it_holds(demo, capsys, monkeypatch):
+def test_chapter15_argues_from_every_start_only_while_it_holds(demo, monkeypatch):
     # a shipped path that keeps no more than the block from some start (here: the block's own outcomes) withholds
-    # the argument from the paper's bound, though the averages in its rows still keep more
+    # the detail's argument from the paper's bound, though the averages in its rows still keep more
     from types import SimpleNamespace
     rows = demo["15"][0]
-    sd.demo15_verdicts(rows, 3, modules={"vllm-ascend, PyTorch": sd, "vllm-ascend, Triton": SimpleNamespace(
-        shipped_block_outcomes=sd.block_round_outcomes)})
-    text = flat(capsys.readouterr().out)
-    assert "Both shipped paths are caught." in text and "each start token" not in text
-    assert "would reject" not in text and "--detail gives" not in text
+    assert sd.keep_more_words(rows, 3, {"vllm-ascend, PyTorch": sd, "vllm-ascend, Triton": SimpleNamespace(
+        shipped_block_outcomes=sd.block_round_outcomes)}) == ""
+    assert sd.keep_more_words(rows, 3, sd.shipped_modules()).endswith("would reject.")
     # with every path keeping all k drafts as often as the block, the reason is withheld and the argument stays
     monkeypatch.setattr(sd, "all_kept", lambda outcomes, k: 0.5)
-    sd.demo15_verdicts(rows, 3, modules=sd.shipped_modules())
-    text = flat(capsys.readouterr().out)
-    assert "would reject." in text and "--detail gives the figures and part of why" in text
+    assert sd.keep_more_words(rows, 3, sd.shipped_modules()).endswith("would reject.")
     averages, why = sd.why_shipped_keep_more(rows, 3)
     assert "Part of why" not in why and why.startswith("Only step 3 sets")
-    # with no margin from some start, the chapter withholds the argument and the detail keeps its averages
+    # with no margin from some start, the detail withholds the argument and keeps its averages
     monkeypatch.setattr(sd, "start_margin", lambda m, k: 0.0)
-    sd.demo15_verdicts(rows, 3, modules=sd.shipped_modules())
-    assert "would reject" not in flat(capsys.readouterr().out)
+    assert sd.keep_more_words(rows, 3, sd.shipped_modules()) == ""
     averages, why = sd.why_shipped_keep_more(rows, 3)
     assert "On average, exactly, the shipped paths keep" in averages
+    # with block verification itself off, nothing is argued from its bound
+    bad_rows = [(*rows[0][:5], "NOT the target", *rows[0][6:])] + list(rows[1:])
+    assert sd.keep_more_words(bad_rows, 3, sd.shipped_modules()) == ""
 
 
 def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):

@@ -1481,10 +1481,10 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high. Why"
             f" later drafts pass more: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more often"
-            f" '{d}', where drafts pass most. The output is rounds end to end, and a round's {n:.2f} tokens,"
-            f" {n - 1:.2f} kept drafts and one final token, hold on average {starts.text[hi]:.3f} * {n:.2f} ="
-            f" {hi_round:.3f} '{d}'. The final token is what the next round starts after, so it is '{d}'"
-            f" {starts.start[hi]:.3f} of the time (point 4). So the kept drafts hold {hi_round:.3f} -"
+            f" '{d}', after which drafts pass most. The output is rounds end to end, so {starts.text[hi]:.3f} of a"
+            f" round's {n:.2f} tokens ({n - 1:.2f} kept drafts and one final token) are '{d}' on average:"
+            f" {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f}. The final token is what the next round starts after,"
+            f" so it is '{d}' {starts.start[hi]:.3f} of the time (point 4). So the kept drafts hold {hi_round:.3f} -"
             f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
             f" {kept:.3f}, against the output's {starts.text[hi]:.3f}. Once draft 1 passed, draft 2 passes"
             f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
@@ -1534,7 +1534,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f"Redraws are seldom '{d}': after {overs} the draft over-proposes '{d}' (q > p), so the"
                     f" residual never redraws '{d}' there.",
                     f"So a round's first draft follows '{d}' only {starts.start[hi]:.3f} of the time, though alpha"
-                    f" weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. It passes"
+                    f" weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. The first draft passes"
                     f" {first:.3f}, not alpha's {alpha:.3f}."
                     " Drafts 1 to i all pass with chance:"],
                 [("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)))],

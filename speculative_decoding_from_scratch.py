@@ -4884,15 +4884,15 @@ def demo19_tuning(**how):
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small."
             if bytes_set_c else ""))
     print()
-    vs_exact = rates_and_exact(c19)
+    vs_exact, untolerant = rates_and_exact(c19), chapter19_search(c19)[1].worst  # the rates; a margin-free plan
     low = [g for each in vs_exact.low for g in each]  # how far each shorter k's price falls short
-    untolerant = chapter19_search(c19)[1].worst  # a margin-free plan from the rates, against exact prices
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k."
         + (" A shorter chain keeps all its drafts more often, so fewer of its rounds end on a redraw, and its rounds"
-           " start after other tokens (demo 3, points 2 to 4). Its drafts then pass a little more often than the rates"
-           " say: they price it" if vs_exact.bonus and vs_exact.why else " They price a shorter chain")
+           f" start after other tokens: small's more often after '{name(vs_exact.starts[0].short)}', where its drafts"
+           " pass most (demo 3, points 2 to 4). Its drafts then pass a little more often than the rates say: they"
+           " price it" if vs_exact.bonus and vs_exact.why else " They price a shorter chain")
         + f" slightly low, by at most {max(low):.4f} tokens per call. A plan chosen on them loses under 0.1% of the"
         " speedup of one chosen on exact prices (--detail); chapter 27 works it out."
         if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001 else

@@ -229,11 +229,11 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
         "Here the rates are computed exactly at k = 8 and reused for every shorter k. A shorter chain keeps all its"
-        " drafts more often, so fewer of its rounds end on a redraw, and its rounds start after other tokens (demo 3,"
-        " points 2 to 4). Its drafts then pass a little more often than the rates say: they price it slightly low, by"
-        " at most"
-        f" {max(low):.4f} tokens per call. A plan chosen on them loses under 0.1% of the speedup of one chosen on"
-        " exact prices (--detail); chapter 27 works it out.") in text
+        " drafts more often, so fewer of its rounds end on a redraw, and its rounds start after other tokens: small's"
+        " more often after 'd', where its drafts pass most (demo 3, points 2 to 4). Its drafts then pass a little more"
+        f" often than the rates say: they price it slightly low, by at most {max(low):.4f} tokens per call. A plan"
+        " chosen on them loses under 0.1% of the speedup of one chosen on exact prices (--detail); chapter 27 works it"
+        " out.") in text
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
     for Q in (better, sd.MIDDLING):

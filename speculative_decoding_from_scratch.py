@@ -5060,23 +5060,15 @@ def demo19_detail(result):
 
 
 def demo19_crossings(s, max_batch):
-    """Chapter 19's sentences on where each planned check reaches the ridge,
-    past demo 6's positions for one sequence while each does."""
-    crossed = [(how, n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
+    """Chapter 19's sentence on where each planned check reaches the ridge:
+    past demo 6's positions for one sequence while each does (chapter 25
+    gives the batch sizes)."""
+    crossed = [(n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
-    if not (crossed and every):
-        return "Chapter 25 shows where each check crosses the ridge."
-    how, n, b = crossed[0]  # the first check to reach the ridge
-    label = lambda h: "the tree" if h.startswith("tree") else h  # noqa: E731
-    later = s.ridge_each > 0 and all(m * p > s.alone for _, p, m in crossed)  # KV caches move the ridge
-    where = and_list([f"{m}" + (f" ({label(h)}, {p * m:,} positions in all)" if j == 0 and later else f" ({label(h)})")
-                      for j, (h, p, m) in enumerate(crossed)])
-    return ((f"Demo 6's {s.alone} positions would put {label(how)}'s check at the ridge at B = {s.alone} / {n} ="
-             f" {s.alone / n:.1f}. But a pass of B sequences reads {s.w / 1e9:.2f} + {s.kv / 1e9:.2f} B GB, as each"
-             f" sequence's KV cache adds bytes, so reaching the ridge's {ridge():.1f} MACs per byte takes more"
-             " positions. " if later else "")
-            + f"Each option's check reaches it at B = {where}. The plan drops each option a little past that"
-            " B; chapter 25 works them out.")
+    later = crossed and every and s.ridge_each > 0 and all(n * b > s.alone for n, b in crossed)  # KV caches move it
+    return ("Chapter 25 works out where each check reaches the ridge: later than demo 6's"
+            f" {s.alone} positions for one sequence suggest, as each sequence's KV cache adds bytes to the pass."
+            if later else "Chapter 25 shows where each check crosses the ridge.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

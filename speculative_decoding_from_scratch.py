@@ -5937,14 +5937,13 @@ def best_chain(c19, main, b):
     return max(chains, key=lambda o: c19.speeds[b - 1, c19.options.index(o)]).shape if chains else None
 
 
-def ridge_later_words(n_ctx, positions, defined=False):
+def ridge_later_words(n_ctx, positions):
     """Chapter 23's two clauses on a check of `positions` a sequence: it reaches the ridge later than demo 6's
-    free positions for one sequence suggest, and why (the KV cache defined unless it already is)."""
+    free positions for one sequence suggest, and why."""
     free, (_, w, kv) = free_positions(n_ctx), token_traffic(n_ctx)
     return (f"later than demo 6's {free} / {positions} = {free / positions:.1f}",
-            f"a pass of B sequences reads {w / 1e9:.2f} + {kv / 1e9:.2f} B GB, as each sequence's KV cache"
-            + ("" if defined else ", the keys and values of its tokens,") + " adds bytes of its own, so it needs more"
-            " positions to reach the ridge")
+            f"a pass of B sequences reads {w / 1e9:.2f} + {kv / 1e9:.2f} B GB, as each sequence's KV cache, the keys"
+            " and values of its tokens, adds bytes of its own, so it needs more positions to reach the ridge")
 
 
 def tree_loss_words(c19, main, own, t):
@@ -5963,13 +5962,11 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
-            f" {t[1]}, one a level, and each costs c, a draft pass's time over a plain target pass's. At B = 1 the"
-            f" draft's small weights set c: {c[0]:.4f}. At large B both passes mostly read each sequence's KV cache,"
-            f" the keys and values of its tokens, and {main.name}'s is {share:.4f} of the target's. So c climbs toward"
-            f" {share:.4f} (chapter 25), and the chain's {own[2]} passes grow dearer against the tree's {t[1]}. The"
-            f" loss peaks at B = {own[1]}, the last batch before the tree's check reaches the ridge, at B = {cross}."
-            " That is {}: {}. Past it, every position the tree checks costs time, and its lead shrinks.".format(
-                *ridge_later_words(c19.n_ctx, t[2], defined=True))
+            f" {t[1]}, one a level. As B grows each draft pass costs relatively more, as every pass reads each"
+            f" sequence's KV cache, the keys and values of its tokens: {main.name}'s c climbs from {c[0]:.4f} toward"
+            f" {share:.4f}, its KV cache's share of the target's (chapter 25). The loss peaks at B = {own[1]}, the last"
+            f" batch before the tree's check reaches the ridge, at B = {cross} (chapter 25 works it out). Past it,"
+            " every position the tree checks costs time, and its lead shrinks."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and c[0] < c[-1] < share and w[0] > kv[0] and all(k * c19.max_batch > b for k, b in zip(kv, w)) else "")
 

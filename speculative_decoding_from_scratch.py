@@ -5880,8 +5880,8 @@ def demo23_engines(**how):
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
-            f" In chapter 19's figures {main.name} is an EAGLE draft, a trained draft head on the target, so the"
-            " configs name EAGLE; a separate draft model, as big is there, would take its own method name."
+            f" Here {main.name} stands in for an EAGLE draft, a trained draft head on the target, so the configs name"
+            " EAGLE; a separate draft model, as big is, would take its own method name."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1."
         " TensorRT-LLM's keys are each range's last B.",
@@ -5962,13 +5962,16 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
-            f" {t[1]}, one a level. As B grows each draft pass costs relatively more, as every pass reads each"
-            f" sequence's KV cache, the keys and values of its tokens: {main.name}'s c climbs from {c[0]:.4f} toward"
-            f" {share:.4f}, its KV cache's share of the target's (chapter 25). The loss peaks at B = {own[1]}, the last"
-            f" batch before the tree's check reaches the ridge, at B = {cross} (chapter 25 works it out). Past it,"
-            " every position the tree checks costs time, and its lead shrinks."
+            f" {t[1]}, one a level, and each costs relatively more as B grows. A pass reads its weights once, but each"
+            " sequence's KV cache, the keys and values of its tokens, on its own; so at large B both passes mostly read"
+            f" KV caches, and {main.name}'s c climbs from {c[0]:.4f} toward {share:.4f}, its KV cache's share of the"
+            f" target's (chapter 25). The loss peaks at B = {own[1]}, the last batch before the tree's check reaches"
+            f" the ridge, at B = {cross}: {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds"
+            " bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs time, and its"
+            " lead shrinks."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
-            and c[0] < c[-1] < share and w[0] > kv[0] and all(k * c19.max_batch > b for k, b in zip(kv, w)) else "")
+            and c[0] < c[-1] < share and w[0] > kv[0] and all(k * c19.max_batch > b for k, b in zip(kv, w))
+            and cross * t[2] > free_positions(c19.n_ctx) else "")
 
 
 # -----------------------------------------------------------------------------

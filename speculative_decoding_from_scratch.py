@@ -4889,10 +4889,10 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k."
-        + (" A shorter chain keeps all its drafts more often, so fewer of its rounds end on a redraw, and its rounds"
-           f" start after other tokens: small's more often after '{name(vs_exact.starts[0].short)}', where its drafts"
-           " pass most (demo 3, points 2 to 4). Its drafts then pass a little more often than the rates say: they"
-           " price it" if vs_exact.bonus and vs_exact.why else " They price a shorter chain")
+        + (" A shorter chain keeps all its drafts more often, so more of its rounds end on a bonus token, drawn from"
+           f" p, and fewer on a redraw, which for small is seldom '{(d := name(vs_exact.starts[0].short))}' (demo 3,"
+           f" point 3). So small's rounds start after '{d}' more often, where its drafts pass most. The rates from k ="
+           f" {k_max} price a shorter chain" if vs_exact.bonus and vs_exact.why else " They price a shorter chain")
         + f" slightly low, by at most {max(low):.4f} tokens per call. A plan chosen on them loses under 0.1% of the"
         " speedup of one chosen on exact prices (--detail); chapter 27 works it out."
         if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001 else

@@ -1481,9 +1481,9 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high. Why"
             f" later drafts pass more: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more often"
-            f" '{d}', after which drafts pass most. The output is rounds end to end, so {starts.text[hi]:.3f} of a"
-            f" round's {n:.2f} tokens ({n - 1:.2f} kept drafts and one final token) are '{d}' on average:"
-            f" {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f}. The final token is what the next round starts after,"
+            f" '{d}', after which drafts pass most. The output is rounds end to end, so a round's {n:.2f} tokens"
+            f" ({n - 1:.2f} kept drafts and one final token) hold on average {starts.text[hi]:.3f} * {n:.2f} ="
+            f" {hi_round:.3f} '{d}'. The final token is what the next round starts after,"
             f" so it is '{d}' {starts.start[hi]:.3f} of the time (point 4). So the kept drafts hold {hi_round:.3f} -"
             f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
             f" {kept:.3f}, against the output's {starts.text[hi]:.3f}. Once draft 1 passed, draft 2 passes"

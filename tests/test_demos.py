@@ -523,8 +523,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
     assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
             " drafts 2 to 4 each follow a kept draft, and kept drafts are more often 'd', after which drafts pass most."
-            " The output is rounds end to end, so 0.184 of a round's 2.77 tokens (1.77 kept drafts and one final token)"
-            " are 'd' on average: 0.184 * 2.77 = 0.510. The final token is what the next round starts after, so it is"
+            " The output is rounds end to end, so a round's 2.77 tokens (1.77 kept drafts and one final token) hold on"
+            " average 0.184 * 2.77 = 0.510 'd'. The final token is what the next round starts after, so it is"
             " 'd' 0.089 of the time (point 4). So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 /"
             f" 1.77 = {kept_d:.3f}, against the output's 0.184. Once draft 1 passed, draft 2 passes {rates[1]:.3f} /"
             f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat
@@ -591,9 +591,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
     assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
                             " drafts pass more: drafts 2 to 4 each follow a kept draft, and kept drafts are more often"
-                            " 'd', after which drafts pass most. The output is rounds end to end, so 0.184 of a round's"
-                            " 2.77 tokens (1.77 kept drafts and one final token) are 'd' on average: 0.184 * 2.77 ="
-                            " 0.510. The final token is what the next round starts after, so it is 'd' 0.089 of the"
+                            " 'd', after which drafts pass most. The output is rounds end to end, so a round's 2.77"
+                            " tokens (1.77 kept drafts and one final token) hold on average 0.184 * 2.77 = 0.510 'd'."
+                            " The final token is what the next round starts after, so it is 'd' 0.089 of the"
                             " time (point 4). So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 /"
                             " 1.77 = 0.238, against the output's 0.184.")\
         and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")

@@ -4890,7 +4890,7 @@ def demo19_tuning(**how):
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k."
         + (" A shorter chain keeps all its drafts more often, so more of its rounds end on a bonus token, drawn from"
-           f" p, and fewer on a redraw, which for small is seldom '{(d := name(vs_exact.starts[0].short))}' (demo 3,"
+           f" p. Fewer end on a redraw, which for small is seldom '{(d := name(vs_exact.starts[0].short))}' (demo 3,"
            f" point 3). So small's rounds start after '{d}' more often, where its drafts pass most. The rates from k ="
            f" {k_max} price a shorter chain" if vs_exact.bonus and vs_exact.why else " They price a shorter chain")
         + f" slightly low, by at most {max(low):.4f} tokens per call. A plan chosen on them loses under 0.1% of the"
@@ -5881,7 +5881,7 @@ def demo23_engines(**how):
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
             f" Here {main.name} stands in for an EAGLE draft, a trained draft head on the target, so the configs name"
-            " EAGLE; a separate draft model, as big is, would take its own method name."
+            " EAGLE. A separate draft model, as big is, would take its own method name."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1."
         " TensorRT-LLM's keys are each range's last B.",
@@ -5963,12 +5963,12 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
             f" {t[1]}, one a level, and each costs relatively more as B grows. A pass reads its weights once, but each"
-            " sequence's KV cache, the keys and values of its tokens, on its own; so at large B both passes mostly read"
-            f" KV caches, and {main.name}'s c climbs from {c[0]:.4f} toward {share:.4f}, its KV cache's share of the"
-            f" target's (chapter 25). The loss peaks at B = {own[1]}, the last batch before the tree's check reaches"
-            f" the ridge, at B = {cross}: {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds"
-            " bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs time, and its"
-            " lead shrinks."
+            " sequence's KV cache, the keys and values of its tokens, on its own. So at large B both passes mostly"
+            f" read KV caches, and {main.name}'s c climbs from {c[0]:.4f} toward {share:.4f}, its KV cache's share of"
+            f" the target's (chapter 25). The loss peaks at B = {own[1]}, the last batch before the tree's check"
+            f" reaches the ridge, at B = {cross}. That is {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's"
+            " KV cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs"
+            " time, and its lead shrinks."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and c[0] < c[-1] < share and w[0] > kv[0] and all(k * c19.max_batch > b for k, b in zip(kv, w))
             and cross * t[2] > free_positions(c19.n_ctx) else "")

@@ -229,7 +229,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
         "Here the rates are computed exactly at k = 8 and reused for every shorter k. A shorter chain keeps all its"
-        " drafts more often, so more of its rounds end on a bonus token, drawn from p, and fewer on a redraw, which for"
+        " drafts more often, so more of its rounds end on a bonus token, drawn from p. Fewer end on a redraw, which for"
         " small is seldom 'd' (demo 3, point 3). So small's rounds start after 'd' more often, where its drafts pass"
         f" most. The rates from k = 8 price a shorter chain slightly low, by at most {max(low):.4f} tokens per call. A"
         " plan chosen on them loses under 0.1% of the speedup of one chosen on exact prices (--detail); chapter 27"
@@ -607,9 +607,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and f"where its keys make small run its tree 2x3, far past B = {cross}." \
         in flat_text
-    assert (f"reaches the ridge, at B = {cross}: later than demo 6's 295 / 15 = 19.7, as each sequence's KV cache adds"
-            " bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs time, and its"
-            " lead shrinks.") in flat_text and cross * 15 > 295
+    assert (f"reaches the ridge, at B = {cross}. That is later than demo 6's 295 / 15 = 19.7, as each sequence's KV"
+            " cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs"
+            " time, and its lead shrinks.") in flat_text and cross * 15 > 295
     assert f"tree 2x3, 15 15 {cross} {15 * cross:,} " in " ".join(section(in_process[1], "25").split())  # worked out
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
@@ -619,7 +619,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
         in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
     # the method the configs name is the one chapter 19's figures give small
     assert dict(d[:2] for d in sd.chapter19_plan().drafters) == {"big": "draft_model", "small": "eagle"} and (
-        "Here small stands in for an EAGLE draft, a trained draft head on the target, so the configs name EAGLE; a"
+        "Here small stands in for an EAGLE draft, a trained draft head on the target, so the configs name EAGLE. A"
         " separate draft model, as big is, would take its own method name.") in flat_text \
         and '"method": "eagle"' in flat_text
     # TensorRT-LLM's keys, by hand from the plan's ranges: each one's last B
@@ -918,10 +918,10 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, one a level,"
             " and each costs relatively more as B grows. A pass reads its weights once, but each sequence's KV cache,"
-            " the keys and values of its tokens, on its own; so at large B both passes mostly read KV caches, and"
+            " the keys and values of its tokens, on its own. So at large B both passes mostly read KV caches, and"
             f" small's c climbs from {c1:.4f} toward 0.0234, its KV cache's share of the target's (chapter 25). The loss"
-            " peaks at B = 31, the last batch before the tree's check reaches the ridge, at B = 32: later than demo 6's"
-            " 295 / 15 = 19.7, as each sequence's KV cache adds bytes to the pass (chapter 25 works it out).") in text
+            " peaks at B = 31, the last batch before the tree's check reaches the ridge, at B = 32. That is later than"
+            " demo 6's 295 / 15 = 19.7, as each sequence's KV cache adds bytes to the pass (chapter 25 works it out).") in text
     # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes
     small, kv = (768, 2048, 4, 32000), lambda d: sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1]
     assert sd.pass_traffic(small, 0, 1, 1)[1] > kv(small)

@@ -4055,11 +4055,10 @@ def step3_words(rows, k=3, ctx=5, n=3):
     tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
     least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
     shipped = and_list([f"{r[n]:.4f}" for r in rows[1:]])
-    return (f"Step 3 causes nearly all their error. The two paths differ only in step 3. Give both the block's"
-            " step 3, its coins, and keep step 5's token-wise residual: they become one verifier, wrong only in step 5."
-            " The exact TV"
-            f" of its first {n} tokens is {exact_text(tv)}, against {shipped} as shipped (the option --detail shows"
-            " it)." if ROUNDING <= tv < least / 100 else "")
+    return ("The two paths differ from each other only in step 3. With the block's coins in step 3, and their"
+            " token-wise residual kept in step 5, they become one verifier, wrong only in step 5: the exact TV of its"
+            f" first {n} tokens is {exact_text(tv)}, against {shipped} as shipped (the option --detail shows it). So"
+            " step 3 causes nearly all their error." if ROUNDING <= tv < least / 100 else "")
 
 
 def shipped_rows(rows):

@@ -921,7 +921,8 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             " the keys and values of its tokens, on its own. So at large B both passes mostly read KV caches, and"
             f" small's c climbs from {c1:.4f} toward 0.0234, its KV cache's share of the target's (chapter 25). The loss"
             " peaks at B = 31, the last batch before the tree's check reaches the ridge, at B = 32. That is later than"
-            " demo 6's 295 / 15 = 19.7, as each sequence's KV cache adds bytes to the pass (chapter 25 works it out).") in text
+            " demo 6's 295 / 15 = 19.7, as each sequence's KV cache adds bytes to the pass (chapter 25 works it"
+            " out).") in text
     # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes
     small, kv = (768, 2048, 4, 32000), lambda d: sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1]
     assert sd.pass_traffic(small, 0, 1, 1)[1] > kv(small)

@@ -5377,10 +5377,12 @@ def greedy_runs(rows, k=4):
         return "", ""
     rates, alpha = exact_per_position(P0, D, k), zero[3]
     kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
-    shares = and_list([f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4])
+    shares = and_list([f"{p:.3f}" + (f" of blend {GOOD_WEIGHT:g}'s rounds" if i == 0 else "") + " keep"
+                       f" {number_word(j) if j else 'none'}" for i, (j, p) in enumerate(
+                           (j, p) for j, p in enumerate(kept) if p > 5e-4)])
     return ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
-            f" are set by the token it starts after, and come in runs. Averaged over the"
-            f" {number_word(VOCAB)} first tokens, as alpha is, of blend {GOOD_WEIGHT:g}'s rounds {shares}. The"
+            " are set by the token it starts after, and come in runs." + settled_words(P0, D, k, kept) + " Averaged"
+            f" over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. The"
             f" chance that drafts 1 to i all pass is thus {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1"
             f" to {k}. Eq. 1 gives every draft the same chance, alpha, so it puts"
             f" {and_list([f'{alpha ** i:.3f}' for i in range(1, k + 1)])}. So blend {GOOD_WEIGHT:g} makes {exact:.2f}"
@@ -5389,6 +5391,42 @@ def greedy_runs(rows, k=4):
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
             f" {eq1:.2f}.")
+
+
+def settled_rounds(P, Q, k):
+    """Where each first token's rounds settle when every round is certain (T = 0): for each start token, the one
+    token every round starts after once they repeat, and the drafts each keeps; None unless each settles on one."""
+    ends = round_table(P, Q, k)  # [start, drafts kept, the round's last token]
+    sure = [np.argwhere(ends[d] > 1 - 1e-9) for d in range(len(P))]
+    if any(len(s) != 1 for s in sure):
+        return None
+    step = [tuple(int(v) for v in s[0]) for s in sure]  # from each start: (drafts kept, the next round's start)
+    settled = []
+    for d in range(len(P)):
+        seen = []
+        while d not in seen:
+            seen.append(d)
+            d = step[d][1]
+        if step[d][1] != d:  # rounds that cycle through several starts: not one token
+            return None
+        settled.append((d, step[d][0]))
+    return settled
+
+
+def settled_words(P, Q, k, kept):
+    """Chapter 21's clause on where greedy rounds settle, from settled_rounds, while its counts give the shares
+    of rounds that keep each number of drafts (kept); else nothing."""
+    settled = settled_rounds(P, Q, k)
+    if settled is None:
+        return ""
+    groups = {g: settled.count(g) for g in dict.fromkeys(settled)}  # each settled round, and how many reach it
+    if any(abs(kept[j] - sum(n for (_, m), n in groups.items() if m == j) / len(P)) > 1e-9 for j in range(k + 1)):
+        return ""
+    said = [f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}"
+            for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]
+    counts = sorted(groups.values(), reverse=True)
+    return (f" From {number_word(counts[0])} of the {number_word(len(P))} first tokens the rounds settle: {said[0]}"
+            + "".join(f"; from {number_word(n)}, {w}" for n, w in zip(counts[1:], said[1:])) + ".")
 
 
 def greedy_loops(P):

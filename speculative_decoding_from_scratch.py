@@ -3615,7 +3615,8 @@ BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's dist
               " token, none keeps more drafts on average. The steps:")
 BLOCK_STEPS = ("A weight w_i: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
                " q the rows after x_(i-1) (x_0: the text's last token). It is the target's probability of x_1..x_i"
-               " over the draft's, capped at 1 as it runs.",
+               " over the draft's until that ratio first passes 1; the cap then sets it to 1, and it runs on from"
+               " there.",
                "For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q"
                " the rows after x_i: the distributions of the token that would follow x_i. If the block ends at such"
                " an i, step 5 draws the next token from these terms, normalised.",
@@ -3785,7 +3786,8 @@ def demo14_why(P2, Q2, pairs, net, parts=False):
     said = (
         "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q ="
         f" {w1:.2g}. But the pair is"
-        f" as likely under p as under q ({ninths(pair)}), so w_2 = 1, position 2 is always a cut point, and the block"
+        f" as likely under p as under q ({ninths(pair)}), and w_1 = {fraction(w1)} stays under the cap, so w_2 = 1,"
+        " position 2 is always a cut point, and the block"
         " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",

@@ -1115,11 +1115,11 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in detail  # the pairs: the detail's
     assert "weighted gain" not in text
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
-            " But the pair is as likely under p as under q (2/9), so w_2 = 1, position 2 is always a cut point, and the"
-            " block keeps both. It is not better on every pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3)"
-            " + max(0, 1/3 - 1/3) = 0: position 1 is never a cut point. It keeps both with chance w_2 = 1/4: 0.50"
-            " drafts on average, against token-wise checking's 0.75. The option --detail shows every pair, what each"
-            " verifier keeps there, and why the output stays exact.") in flat(text)
+            " But the pair is as likely under p as under q (2/9), and w_1 = 1/2 stays under the cap, so w_2 = 1,"
+            " position 2 is always a cut point, and the block keeps both. It is not better on every pair. On 'a' then"
+            " 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is never a cut point. It"
+            " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The option"
+            " --detail shows every pair, what each verifier keeps there, and why the output stays exact.") in flat(text)
     assert ("When the drafts are 'a' then 'b', token-wise checking keeps both with chance 1/2, else none: 1 draft on"
             " average. The block keeps 2. The pair has chance 2/9 under q, so the block gains (2 - 1) times 2/9 = 2/9"
             " of a draft a round. The block gives back 1/9 when they are 'a' then 'a'. There w_1 = 1/2, so Z_1 ="

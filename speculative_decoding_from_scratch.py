@@ -5427,7 +5427,8 @@ def settled_words(P, Q, k, kept):
     said = [f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}"
             for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]
     counts = sorted(groups.values(), reverse=True)
-    return (f" From {number_word(counts[0])} of the {number_word(len(P))} first tokens the rounds settle: {said[0]}"
+    return (f" From {number_word(counts[0])} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds"
+            f" settle: {said[0]}"
             + "".join(f"; from {number_word(n)}, {w}" for n, w in zip(counts[1:], said[1:])) + ".")
 
 

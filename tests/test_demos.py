@@ -413,11 +413,11 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     rates = sd.exact_per_position(P0, Q0, 4)  # by hand: 5 of 6 rounds start after f and keep 2 drafts, 1 after b none
     assert rates == pytest.approx([5 / 6, 5 / 6, 0, 0], abs=1e-12) and 1 + sum(rates) == pytest.approx(exact)
     assert ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
-            " are set by the token it starts after, and come in runs. From five of the six first tokens the rounds"
-            " settle: each starts after 'f' and keeps two; from one, each starts after 'b' and keeps none. Averaged over"
-            " the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep none and 0.833 keep two. The chance"
-            " that drafts 1 to i all pass is thus 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4. Eq. 1 gives every"
-            " draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095. So blend 0.9 makes"
+            " are set by the token it starts after, and come in runs. From five of the six first tokens, blend 0.9's"
+            " rounds settle: each starts after 'f' and keeps two; from one, each starts after 'b' and keeps none."
+            " Averaged over the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep none and 0.833 keep"
+            " two. The chance that drafts 1 to i all pass is thus 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4. Eq. 1"
+            " gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095. So blend 0.9 makes"
             f" {exact:.2f} tokens per call, 1 plus its own four chances, where eq. 1 at alpha 0.5556 gives 2.13.") \
         in flat(demo["21"][1])
     # where the rounds settle, by hand: at T = 0 the good draft agrees after a, c, d and f; the target's greedy text

@@ -1289,10 +1289,10 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
     assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block, the"
-            f" block {chained_block / chained - 1:.1%} ahead: their rounds start after the last one's final token,"
-            f" where draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 4). Here draft 1 passes"
-            f" alpha's {sd.pair_alpha(P, Q):.3f}, and later drafts still pass more often, as in demo 3, so this table's"
-            f" {tw[3]:.4f} tops eq. 1's 2.79 (--detail).") in flat(text) and "0.5028" not in text
+            f" block {chained_block / chained - 1:.1%} ahead: their rounds start after the last one's final token, where"
+            f" draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 4). Here draft 1 passes"
+            f" alpha's {sd.pair_alpha(P, Q):.3f}, and later drafts still pass more often than alpha, as in demo 3, so"
+            f" this table's {tw[3]:.4f} tops eq. 1's 2.79 (--detail).") in flat(text) and "0.5028" not in text
     assert chained < tw[3] and chained_block < result.gains[-1][2]  # 'fewer': than this table's k = 4 row
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

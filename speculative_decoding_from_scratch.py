@@ -3964,8 +3964,8 @@ def differences(words):
 
 
 def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
-    """How a shipped block verifier broke: vllm-ascend's two shipped paths
-    beside block verification, by both checks."""
+    """How vllm-ascend's two shipped block verifiers broke, beside block verification, by both checks."""
+    r1, r2 = EXAMPLE_RATIOS  # the table's example of the two weights, here of w_i's cap
     block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     cases = [("block", this_module(), MIDDLING, block)] + [(label, m, MIDDLING, shipped)
                                                           for label, m in shipped_modules().items()]
@@ -3975,7 +3975,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " 1 and 2: the target's probability of x_1..x_i over the draft's, the running product capped at 1 after each"
         " draft. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
         " (x_0: the text's last token). A later draft the target likes more than the draft does (p/q above 1) lifts w"
-        f" back up: ratios 0.5 then 2 give w_1 = {min(1, 0.5):g} but w_2 = {min(1, min(1, 0.5) * 2):g}.")
+        f" back up: ratios {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
                " position i from 1 to k - 1, let Z_i be the mass step 5's residual would have, before normalising, if"
                " the block ended at i: the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows"
@@ -4887,11 +4887,12 @@ def demo19_tuning(**how):
     print()
     vs_exact, untolerant = rates_and_exact(c19), chapter19_search(c19)[1].worst  # the rates; a margin-free plan
     low = [g for each in vs_exact.low for g in each]  # how far each shorter k's price falls short
+    d = name(vs_exact.starts[0].short)  # the token small's drafts pass most after
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k."
         + (" A shorter chain keeps all its drafts more often, so more of its rounds end on a bonus token, drawn from"
-           f" p. Fewer end on a redraw, which for small is seldom '{(d := name(vs_exact.starts[0].short))}' (demo 3,"
+           f" p. Fewer end on a redraw, which for small is seldom '{d}' (demo 3,"
            f" point 3). So small's rounds start after '{d}' more often, where its drafts pass most. The rates from k ="
            f" {k_max} price a shorter chain" if vs_exact.bonus and vs_exact.why else " They price a shorter chain")
         + f" slightly low, by at most {max(low):.4f} tokens per call. A plan chosen on them loses under 0.1% of the"
@@ -5379,9 +5380,8 @@ def greedy_runs(rows, k=4):
         return "", ""
     rates, alpha = exact_per_position(P0, D, k), zero[3]
     kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
-    shares = and_list([f"{p:.3f}" + (f" of blend {GOOD_WEIGHT:g}'s rounds" if i == 0 else "") + " keep"
-                       f" {number_word(j) if j else 'none'}" for i, (j, p) in enumerate(
-                           (j, p) for j, p in enumerate(kept) if p > 5e-4)])
+    parts = [f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4]
+    shares = and_list([parts[0].replace(" keep", f" of blend {GOOD_WEIGHT:g}'s rounds keep", 1), *parts[1:]])
     return ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
             " are set by the token it starts after, and come in runs." + settled_words(P0, D, k, kept) + " Averaged"
             f" over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. The"
@@ -5424,12 +5424,10 @@ def settled_words(P, Q, k, kept):
     groups = {g: settled.count(g) for g in dict.fromkeys(settled)}  # each settled round, and how many reach it
     if any(abs(kept[j] - sum(n for (_, m), n in groups.items() if m == j) / len(P)) > 1e-9 for j in range(k + 1)):
         return ""
-    said = [f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}"
-            for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]
-    counts = sorted(groups.values(), reverse=True)
-    return (f" From {number_word(counts[0])} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds"
-            f" settle: {said[0]}"
-            + "".join(f"; from {number_word(n)}, {w}" for n, w in zip(counts[1:], said[1:])) + ".")
+    said = [(number_word(n), f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}")
+            for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]  # the most-reached round first
+    return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
+            f" {said[0][1]}" + "".join(f"; from {n}, {w}" for n, w in said[1:]) + ".")
 
 
 def greedy_loops(P):

@@ -4866,7 +4866,7 @@ def demo19_tuning(**how):
     c19 = chapter19_plan(**how)
     (big, small), nodes, drafters, measured = c19.shapes, c19.nodes, c19.drafters, c19.measured
     tree = measured[1].tree
-    n_ctx, max_batch, k_max, n_rounds, tol = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds, c19.tol
+    n_ctx, max_batch, k_max, n_rounds = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
@@ -4887,16 +4887,11 @@ def demo19_tuning(**how):
     print()
     vs_exact, untolerant = rates_and_exact(c19), chapter19_search(c19)[1].worst  # the rates; a margin-free plan
     low = [g for each in vs_exact.low for g in each]  # how far each shorter k's price falls short
-    d = name(vs_exact.starts[0].short)  # the token small's drafts pass most after
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k."
-        + (" A shorter chain keeps all its drafts more often, so more of its rounds end on a bonus token, drawn from"
-           f" p. Fewer end on a redraw, which for small is seldom '{d}' (demo 3,"
-           f" point 3). So small's rounds start after '{d}' more often, where its drafts pass most. The rates from k ="
-           f" {k_max} price a shorter chain" if vs_exact.bonus and vs_exact.why else " They price a shorter chain")
-        + f" slightly low, by at most {max(low):.4f} tokens per call. A plan chosen on them loses under 0.1% of the"
-        " speedup of one chosen on exact prices (--detail); chapter 27 works it out."
+        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. They price a"
+        f" shorter chain slightly low, by at most {max(low):.4f} tokens per call, and a plan chosen on them loses"
+        " under 0.1% of the speedup (--detail). Chapter 27 shows why."
         if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001 else
         f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
     print()
@@ -4911,9 +4906,7 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"
         " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: the"
         " target's plain pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c"
-        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Going up in B, the plan switches only when"
-        f" its current choice falls more than {tol:.1%}, its margin, below the best. It stops at B = {max_batch},"
-        " where the"
+        f" t_plain, so that is the lesson's tokens per call / (1 + n c). It stops at B = {max_batch}, where the"
         f" target, the {c19.roomiest}"
         f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
             f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""
@@ -4926,8 +4919,8 @@ def demo19_tuning(**how):
     say_paragraphs(said[:2])
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
-            demo19_crossings(shape, max_batch))
+        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time"
+            " (chapter 25).")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
@@ -5046,9 +5039,11 @@ def demo19_detail(result):
     as B grows."""
     s, low, untolerant = result.shape, result.low, result.untolerant
     paragraphs = [
-        "The chapter's 0.1% compares a plan chosen on the rates with no switching margin against the best choice"
-        f" priced exactly, at every B: it is {untolerant:.2%} at worst." if 0 < min(low) <= max(low) < 0.02
-        and untolerant < 0.001 else "",
+        f"Going up in B, the plan switches only when its current choice falls more than {result.c19.tol:.1%}, its"
+        " margin, below the best." + (
+            " The chapter's 0.1% compares a plan chosen on the rates with no margin against the best choice"
+            f" priced exactly, at every B: it is {untolerant:.2%} at worst." if 0 < min(low) <= max(low) < 0.02
+            and untolerant < 0.001 else ""),
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
@@ -5059,18 +5054,6 @@ def demo19_detail(result):
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
     ]
     say_paragraphs(paragraphs)
-
-
-def demo19_crossings(s, max_batch):
-    """Chapter 19's sentence on where each planned check reaches the ridge:
-    past demo 6's positions for one sequence while each does (chapter 25
-    gives the batch sizes)."""
-    crossed = [(n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
-    every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
-    later = crossed and every and s.ridge_each > 0 and all(n * b > s.alone for n, b in crossed)  # KV caches move it
-    return ("Chapter 25 works out where each check reaches the ridge: later than demo 6's"
-            f" {s.alone} positions for one sequence suggest, as each sequence's KV cache adds bytes to the pass."
-            if later else "Chapter 25 shows where each check crosses the ridge.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

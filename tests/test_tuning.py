@@ -228,12 +228,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # 'slightly low': below each shorter k's exact count at every k, by under 0.02 tokens per call, about 1% of the
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
-        "Here the rates are computed exactly at k = 8 and reused for every shorter k. A shorter chain keeps all its"
-        " drafts more often, so more of its rounds end on a bonus token, drawn from p. Fewer end on a redraw, which for"
-        " small is seldom 'd' (demo 3, point 3). So small's rounds start after 'd' more often, where its drafts pass"
-        f" most. The rates from k = 8 price a shorter chain slightly low, by at most {max(low):.4f} tokens per call. A"
-        " plan chosen on them loses under 0.1% of the speedup of one chosen on exact prices (--detail); chapter 27"
-        " works it out.") in text
+        "Here the rates are computed exactly at k = 8 and reused for every shorter k. They price a shorter chain"
+        f" slightly low, by at most {max(low):.4f} tokens per call, and a plan chosen on them loses under 0.1% of the"
+        " speedup (--detail). Chapter 27 shows why.") in text
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
     for Q in (better, sd.MIDDLING):
@@ -242,7 +239,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     s8 = sd.round_starts(sd.TARGET, sd.MIDDLING, 8)
     assert all(sd.round_starts(sd.TARGET, sd.MIDDLING, k).start[s8.short] > s8.start[s8.short] for k in range(1, 8))
     untolerant = sd.chapter19_search(in_process[0]["19"].c19)[1].worst
-    assert ("The chapter's 0.1% compares a plan chosen on the rates with no switching margin against the best choice"
+    assert ("Going up in B, the plan switches only when its current choice falls more than 0.5%, its margin, below the"
+            " best. The chapter's 0.1% compares a plan chosen on the rates with no margin against the best choice"
             f" priced exactly, at every B: it is {untolerant:.2%} at worst.") in detail19
     assert sd.chapter19_search(in_process[0]["19"].c19)[1].worst < 0.001  # 'within 0.1%': chapter 27's margin-free plan
     assert f"At every shorter k the rates read low, by at most {max(low):.4f}." in " ".join(
@@ -472,9 +470,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the two terms from the printed figures, as a reader checks them
     assert f"{147.6 * 13.21 / 6.74:.1f}" == f"{base:.1f}" and f"{147.6 * 0.2684 / 6.74:.3f}" == f"{each:.3f}"
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position"
-                           " costs time. Chapter 25 works out where each check reaches the ridge: later than demo 6's"
-                           " 295 positions for one sequence suggest, as each sequence's KV cache adds bytes to the"
-                           " pass.") in text and kv > 0
+                           " costs time (chapter 25).") in text and kv > 0
     assert "reaches the ridge" not in detail19
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 
     assert each > 0 and round(base + each) == 295  # the ridge in positions, base + each B, is 295 at B = 1 and rises
@@ -571,9 +567,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
         in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
-    assert ("Going up in B, the plan switches only when its current choice falls more than 0.5%, its margin, below the"
-            " best."
-            " It stops at B = 241") in text19
+    assert "(1 + n c). It stops at B = 241" in text19  # the margin is the detail's
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):
@@ -935,16 +929,3 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     monkeypatch.setattr(sd, "ridge_batch", lambda *a, **k: 40)
     result = in_process[0]["23"]
     assert sd.tree_loss_words(c19, result.main, result.costs["vLLM"], c19.measured[1].tree) == ""
-
-
-def test_chapter19_says_the_ridge_comes_later_only_while_kv_caches_move_it(in_process):
-    from types import SimpleNamespace
-    shape = in_process[0]["19"].shape
-    said = sd.demo19_crossings(shape, 241)
-    assert said.startswith("Chapter 25 works out where each check reaches the ridge: later than demo 6's 295")
-    # with no KV cache per sequence the ridge stays at demo 6's positions: the 'later' clause is withheld
-    flat = SimpleNamespace(**{**vars(shape), "ridge_each": 0.0})
-    assert sd.demo19_crossings(flat, 241) == "Chapter 25 shows where each check crosses the ridge."
-    # a check that would cross before demo 6's 295 positions in all: not 'later'
-    early = SimpleNamespace(**{**vars(shape), "alone": 10 ** 6})
-    assert sd.demo19_crossings(early, 241) == "Chapter 25 shows where each check crosses the ridge."

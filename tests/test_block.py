@@ -263,8 +263,7 @@ def test_chapter14_names_the_summed_token_apart_from_the_drafts(in_process):
     # step 2 sums over a token y, so it reads apart from the drafts x_1..x_i
     text = " ".join(in_process[1][in_process[1].index("Chapter 14."):].split())
     assert ("2. For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the"
-            " rows after x_i: the distributions of the token that would follow x_i. If the block ends at such an i,"
-            " step 5 draws the next token from these terms, normalised.") in text
+            " rows after x_i: the distributions of the token that would follow x_i.") in text
     assert "3. Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point" in text
     assert ("If no position is a cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's"
             " residual.") in text

@@ -1171,7 +1171,8 @@ def test_chapter14_points_to_an_exactness_its_detail_no_longer_shows_only_while_
     bad = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
     bad.demo14_block_gain()
     said = flat(capsys.readouterr().out)
-    assert "It is not better on every pair: the option --detail shows every pair, what each verifier keeps there." in said
+    assert ("It is not better on every pair: the option --detail shows every pair, what each verifier keeps"
+            " there.") in said
     assert "stays exact" not in said and "Takeaway withheld" in said
 
 

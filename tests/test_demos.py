@@ -1245,8 +1245,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert "At k = 1 all three are equal: demo 1's rule reaches the ideal." in flat(text)
     chained = [f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call, sd.exact_tokens_per_call)]
     assert (f"at every k, {max(g[4] for g in result.gains):+.1%} at most. At k = 1") in flat(text)
-    assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block, the block 3.6% ahead" in flat(text) and (
-        f"{chained[0] / chained[1] - 1:.1%}" == "3.6%")
+    assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block, as their rounds start" in flat(text)
     room = max(g[5] for g in result.gains)
     assert ("Takeaway: the ideal caps every lossless verifier, and block verification stayed under it: 11/9 against 12/9"
             f" on chapter 14's example; on the middling draft the ideal sits up to {room:.1%} higher.") in flat(text)
@@ -1287,11 +1286,8 @@ def test_chapter24s_middling_table_is_one_round_from_the_targets_text(demo):
     assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
-    assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block, the"
-            f" block {chained_block / chained - 1:.1%} ahead: their rounds start after the last one's final token, where"
-            f" draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f} (demo 3, point 4). Here draft 1 passes"
-            f" alpha's {sd.pair_alpha(P, Q):.3f}, and later drafts still pass more often than alpha, as in demo 3, so"
-            f" this table's {tw[3]:.4f} tops eq. 1's 2.79 (--detail).") in flat(text) and "0.5028" not in text
+    assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block, as"
+            " their rounds start after the last one's final token (--detail).") in flat(text) and "0.5028" not in text
     assert chained < tw[3] and chained_block < result.gains[-1][2]  # 'fewer': than this table's k = 4 row
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -3933,10 +3933,9 @@ SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform b
                                          " the token-wise residual,"
                                          " max(0, p - q), in place of max(0, w_i p - q).",
                  "vllm-ascend, Triton": "As PyTorch (shared uniforms, and step 5's token-wise residual), but with"
-                                        " the weight w_i in place of that product. (w_i caps"
-                                        " the running product at 1; PyTorch caps each ratio, so its product is"
-                                        " never above w_i. Ratios {:g} then {:g}: PyTorch's product is {:g}, w_2 is"
-                                        " {:g}.)".format(*EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS))}
+                                        " the weight w_i in place of that product: after ratios {:g} then {:g},"
+                                        " PyTorch's product is {:g}, w_2 is {:g}.".format(
+                                            *EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS))}
 
 
 def shipped_parts(D, ctx, n, k):
@@ -4048,10 +4047,9 @@ def step3_words(rows, k=3, ctx=5, n=3):
     tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
     least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
     shipped = and_list([f"{r[n]:.4f}" for r in rows[1:]])
-    return ("The two paths differ from each other only in step 3. With the block's coins in step 3, and their"
-            " token-wise residual kept in step 5, they become one verifier, wrong only in step 5: the exact TV of its"
-            f" first {n} tokens is {exact_text(tv)}, against {shipped} as shipped (the option --detail shows it). So"
-            " step 3 causes nearly all their error." if ROUNDING <= tv < least / 100 else "")
+    return ("Both change step 5 alike. With the block's coins in step 3, they become one verifier: the exact TV of"
+            f" its first {n} tokens is {exact_text(tv)}, against {shipped} as shipped (--detail). So step 3 causes"
+            " nearly all their error." if ROUNDING <= tv < least / 100 else "")
 
 
 def shipped_rows(rows):

@@ -1018,8 +1018,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             shipped = sd.shipped_weight(shipped, sd.TARGET[c], sd.MIDDLING[c], x)
             assert shipped <= w + 1e-12
             below |= shipped < w - 1e-6
-    assert below and ("(w_i caps the running product at 1; PyTorch caps each ratio, so its product is never above"
-                      " w_i. Ratios 0.5 then 2: PyTorch's product is 0.5, w_2 is 1.)") in " ".join(text.split())
+    assert below and ("but with the weight w_i in place of that product: after ratios 0.5 then 2, PyTorch's product is"
+                      " 0.5, w_2 is 1.") in " ".join(text.split())
     # the example through the stages: ratio 0.5 then 2 on a draft x = 0 whose q is 1/2
     pq = [(np.array([r / 2, 1 - r / 2]), np.array([0.5, 0.5])) for r in sd.EXAMPLE_RATIOS]
     assert sd.shipped_weight(sd.shipped_weight(1.0, *pq[0], 0), *pq[1], 0) == 0.5
@@ -1034,11 +1034,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
-    assert ("Both shipped paths are caught. The two paths differ from each other only in step 3. With the block's coins"
-            " in step 3, and their token-wise residual kept in step 5, they become one verifier, wrong only in step 5:"
-            f" the exact TV of its first 3 tokens is {sd.exact_text(tv5)}, against {rows[1][3]:.4f} and"
-            f" {rows[2][3]:.4f} as shipped (the option --detail shows it). So step 3 causes nearly all their"
-            " error.") in flat(text)
+    assert ("Both shipped paths are caught. Both change step 5 alike. With the block's coins in step 3, they become one"
+            f" verifier: the exact TV of its first 3 tokens is {sd.exact_text(tv5)}, against {rows[1][3]:.4f} and"
+            f" {rows[2][3]:.4f} as shipped (--detail). So step 3 causes nearly all their error.") in flat(text)
     assert f"{rows[1][3]:.4f} and {rows[2][3]:.4f}" == "0.2459 and 0.2672"  # the table's n = 3 column
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV
     assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said

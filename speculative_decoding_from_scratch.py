@@ -5338,18 +5338,19 @@ def never_agree_words(label, Q, P=TARGET):
 def greedy_runs(rows, k=4):
     """Chapter 21's note on greedy drafting at T = 0: every row's pass chance
     is 0 or 1, so passes come in runs and eq. 1, at one chance alpha, falls
-    short of the exact count. For the good draft: (its sentence, said only
-    while its numbers bear it out, and the detail's, beside T = 0.5)."""
+    short of the exact count. For the good draft, each said only while its
+    numbers bear it out: (the detail's paragraph on T = 0, its sentence on T =
+    0.5, and the chapter's pointer to both)."""
     Q = blend(TARGET, UNRELATED, GOOD_WEIGHT)
     P0, D = temper(TARGET, 0), temper(Q, 0)
     beta = np.minimum(P0, D).sum(axis=1)
     zero, half = (next((r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == T), None) for T in (0, 0.5))
     if zero is None or half is None or not np.isin(beta, (0, 1)).all():
-        return "", ""
+        return "", "", ""
     exact, eq1 = exact_tokens_per_call(P0, D, k), expected_tokens(zero[3], k)
     warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
     if not (exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1):
-        return "", ""
+        return "", "", ""
     rates, alpha = exact_per_position(P0, D, k), zero[3]
     kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
     parts = [f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4]
@@ -5364,7 +5365,10 @@ def greedy_runs(rows, k=4):
             f" {eq1:.2f}.",
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
-            f" {eq1:.2f}.")
+            f" {eq1:.2f}.",
+            f"At T = 0, greedy passes come in runs: blend {GOOD_WEIGHT:g}'s rounds keep"
+            f" {and_list([number_word(j) if j else 'none' for j, p in enumerate(kept) if p > 5e-4], 'or')}. So it"
+            f" makes {exact:.2f} tokens per call, where eq. 1 at its alpha gives {eq1:.2f} (--detail).")
 
 
 def settled_rounds(P, Q, k):
@@ -5434,10 +5438,7 @@ def table3_words(rows):
 def demo21_detail(result):
     """Chapter 21 in detail: greedy drafts at T = 0.5, beside eq. 1, and two
     shipped bugs that temper one model and not the other."""
-    runs = greedy_runs(result.temperatures)[1]
-    if runs:
-        print()
-        say(runs)
+    say_paragraphs(greedy_runs(result.temperatures)[:2])
     one_sided_temperatures(4, 1000)
 
 
@@ -5486,10 +5487,7 @@ def demo21_temperature(k=4, n_rounds=200, n_greedy=1000):
     rows, same, lower = temperature_rows(k, n_rounds, n_greedy=n_greedy)
     print()
     say(table3_words(rows))
-    runs = greedy_runs(rows)[0]
-    if runs:
-        print()
-        say(runs)
+    say_paragraphs(greedy_runs(rows)[2:])
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     good = [r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[5] is not None]  # the good draft, by T
     span = (f", from {good[0][5]:.2f}x at T = {good[0][1]:g} to {good[-1][5]:.2f}x at T = {good[-1][1]:g},"

@@ -408,8 +408,8 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
             " middling"
             " draft's likeliest token") in flat(demo["21"][1])  # reads 1027, 1030 and 1047
     _, detail = printed(sd.DETAILS["21"], result)
-    # the runs, and eq. 1's shortfall, are the chapter's own text, where read 612 met the row: 0.5556 yet 1.90x, not
-    # eq. 1's 1.52x; the detail sets T = 0.5 beside it
+    # the runs, and eq. 1's shortfall, where read 612 met the row: 0.5556 yet 1.90x, not eq. 1's 1.52x; the chapter
+    # says it in two sentences, the detail works it out and sets T = 0.5 beside it
     rates = sd.exact_per_position(P0, Q0, 4)  # by hand: 5 of 6 rounds start after f and keep 2 drafts, 1 after b none
     assert rates == pytest.approx([5 / 6, 5 / 6, 0, 0], abs=1e-12) and 1 + sum(rates) == pytest.approx(exact)
     assert ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
@@ -419,7 +419,9 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
             " two. The chance that drafts 1 to i all pass is thus 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4. Eq. 1"
             " gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095. So blend 0.9 makes"
             f" {exact:.2f} tokens per call, 1 plus its own four chances, where eq. 1 at alpha 0.5556 gives 2.13.") \
-        in flat(demo["21"][1])
+        in flat(detail) and "At T = 0 a greedy draft passes every time" not in flat(demo["21"][1])
+    assert ("At T = 0, greedy passes come in runs: blend 0.9's rounds keep none or two. So it makes"
+            f" {exact:.2f} tokens per call, where eq. 1 at its alpha gives 2.13 (--detail).") in flat(demo["21"][1])
     # where the rounds settle, by hand: at T = 0 the good draft agrees after a, c, d and f; the target's greedy text
     # runs a -> e -> f -> a and b -> b. A round after f keeps a and e, fails after e and ends on f again: two kept.
     # After b it fails at once and ends on b: none. Every other start reaches f within a round.

@@ -6202,21 +6202,13 @@ def demo25_crossings(s, buckets, max_batch, tol):
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if gives_way:
         print()
-        shape = tree.drafter.cost  # the small draft's shape: (width, hidden, layers, vocabulary)
-        cost = (f" Chapter 19 prices its small draft, the middling table, as a model of {shape[2]} layers of width"
-                f" {shape[0]}. Its c, a draft pass's time over a plain target pass's at the same B, is"
-                f" {s.c_small[0]:.4f} at B = 1 and rises to {max(s.c_small):.4f} at B = {len(s.c_small)}: its KV"
-                " caches grow large beside its small weights."
-                if tree.drafter.name == chain.drafter.name == "small" and isinstance(shape, tuple)
-                and s.c_small == sorted(s.c_small) and s.kv_share[1] > max(s.c_small) else "")
         fewer = tree.tokens < chain.tokens
         say(f"The tree is the first to give way. It makes {'fewer' if fewer else 'more'} tokens per call than"
             f" {chain.shape}, {tree.tokens:.3f} against {chain.tokens:.3f}, {'but' if fewer else 'and'} from"
-            f" {tree.draft_passes} draft passes, one per level, against {chain.draft_passes}.{cost} Below the ridge the"
-            f" tree's fewer draft passes win, {tree.draft_passes} against {chain.draft_passes}"
-            + (", and a rising c favours them more." if cost else ".") + " A little past it, the"
-            f" tree's check of {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions},"
-            " and that outweighs its fewer draft passes.")
+            f" {tree.draft_passes} draft passes, one per level, against {chain.draft_passes}. Below the ridge those"
+            " fewer passes win. A little past it, the tree's check of"
+            f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
+            " outweighs them.")
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"

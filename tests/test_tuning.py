@@ -551,19 +551,11 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
     assert result.speeds[0, tree] > result.speeds[0, chain]  # at B = 1, below the ridge, the tree's passes win
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
-    # 'its KV caches grow large beside its small weights': c climbs from c1 toward the KV cache's share, 2 * 4 * 768
-    # of the target's 2 * 32 * 4096 per sequence, as B grows
-    share = (4 * 768) / (32 * 4096)
-    assert c1 < sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)) < share == pytest.approx(0.0234375)
     assert t.tokens < c.tokens  # 'fewer', 'but'
     assert (f"The tree is the first to give way. It makes fewer tokens per call than k = 8, {t.tokens:.3f} against"
-            f" {c.tokens:.3f}, but from 3 draft passes, one per level, against 8. Chapter 19 prices its small draft, the"
-            " middling table, as a model of 4 layers of width 768. Its c, a draft pass's time over a plain target"
-            f" pass's at the same B, is {c1:.4f} at B = 1 and rises to"
-            f" {sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000)):.4f} at B = 241: its KV caches grow large beside"
-            " its small weights. Below the ridge the tree's fewer draft passes win, 3 against 8, and a rising c favours"
-            " them more. A little past it, the tree's check of 15 positions a sequence costs more than k = 8's 9, and"
-            " that outweighs its fewer draft passes.")\
+            f" {c.tokens:.3f}, but from 3 draft passes, one per level, against 8. Below the ridge those fewer passes"
+            " win. A little past it, the tree's check of 15 positions a sequence costs more than k = 8's 9, and that"
+            " outweighs them.")\
         in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))

@@ -1838,7 +1838,7 @@ def long_context_note(k, lengths, hw=H100, then="", why=True):
     return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
             f" {k + 1} positions for each sequence takes {worst:.2f} times as long as a plain pass of one position"
-            f" each, at every batch that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB: the pass stays"
+            f" each. That holds at every batch that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB: the pass stays"
             f" memory-bound.{then}" + (
                 f" Demo 6's {alone} free positions were for one sequence. A server decodes B sequences at once, and"
                 " each adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B"

@@ -817,7 +817,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                  " the context were 16 tokens, where a large batch crosses the ridge." in text)
                 == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
-                " 1.00 times as long as a plain pass of one position each, at every batch that fits in the H100 SXM's"
+                " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
+                " H100 SXM's"
                 " 80 GB: the pass stays memory-bound." in text), \
             chapter
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
@@ -836,13 +837,14 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert rows[0][0] == 0 and rows[0][1] > 1.05 and (f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per"
                                                       " call: what followed the same characters earlier is often what"
                                                       " the character model writes next.") in text
-    assert ("at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So at these lengths the"
-            " speedup is the tokens per call, the vLLM and HF columns.") in text
+    assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So at these"
+            " lengths the speedup is the tokens per call, the vLLM and HF columns.") in text
     # the verdict covers the rows it sits over, and says so
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
     assert ("At the prompt's length (493 characters), a pass of 6 positions for each sequence"
-            " takes 1.00 times as long as a plain pass of one position each, at every batch that fits in the H100 SXM's"
+            " takes 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
+            " H100 SXM's"
             " 80 GB: the pass stays memory-bound. At"
             " that length"
             " each sequence's KV cache, the keys and values of its tokens, adds so many bytes"

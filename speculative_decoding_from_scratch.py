@@ -1479,15 +1479,15 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     mixed = hi_kept / round(n - 1, 2)  # their share, as a reader divides it
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
-    return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high. Why"
-            f" later drafts pass more: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more often"
-            f" '{d}', after which drafts pass most. The output is rounds end to end, so a round's {n:.2f} tokens"
-            f" ({n - 1:.2f} kept drafts and one final token) hold on average {starts.text[hi]:.3f} * {n:.2f} ="
-            f" {hi_round:.3f} '{d}'. The final token is what the next round starts after,"
-            f" so it is '{d}' {starts.start[hi]:.3f} of the time (point 4). So the kept drafts hold {hi_round:.3f} -"
+    return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
+            f" Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above"
+            f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
+            f" often '{d}', after which drafts pass most. The output is rounds end to end, so a round's {n:.2f} tokens,"
+            f" {n - 1:.2f} kept drafts and one final token, hold on average {starts.text[hi]:.3f} * {n:.2f} ="
+            f" {hi_round:.3f} '{d}'. Each round's first draft follows the last round's final token, so final tokens"
+            f" are '{d}' {starts.start[hi]:.3f} of the time, as in point 4. So the kept drafts hold {hi_round:.3f} -"
             f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
-            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}. Once draft 1 passed, draft 2 passes"
-            f" {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's {alpha:.3f}."
+            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and 0 < over < short  # and so as the table prints them

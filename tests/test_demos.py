@@ -532,13 +532,13 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert starts.redrawn[3] / starts.redrawn.sum() < 0.1 < starts.text[3]
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
-    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later drafts pass more:"
-            " drafts 2 to 4 each follow a kept draft, and kept drafts are more often 'd', after which drafts pass most."
-            " The output is rounds end to end, so a round's 2.77 tokens (1.77 kept drafts and one final token) hold on"
-            " average 0.184 * 2.77 = 0.510 'd'. The final token is what the next round starts after, so it is"
-            " 'd' 0.089 of the time (point 4). So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 /"
-            f" 1.77 = {kept_d:.3f}, against the output's 0.184. Once draft 1 passed, draft 2 passes {rates[1]:.3f} /"
-            f" {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's 0.703.") in flat
+    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Once draft 1 passed, draft 2"
+            f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's 0.703. Why: drafts 2 to"
+            " 4 each follow a kept draft, and kept drafts are more often 'd', after which drafts pass most. The output"
+            " is rounds end to end, so a round's 2.77 tokens, 1.77 kept drafts and one final token, hold on average"
+            " 0.184 * 2.77 = 0.510 'd'. Each round's first draft follows the last round's final token, so final tokens"
+            " are 'd' 0.089 of the time, as in point 4. So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of"
+            f" 0.421 / 1.77 = {kept_d:.3f}, against the output's 0.184.") in flat
     assert f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
     assert "first draft follows 'd' only 0.089 of the time" in flat  # point 4's figure: final tokens' share of 'd'
@@ -600,14 +600,11 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why later"
-                            " drafts pass more: drafts 2 to 4 each follow a kept draft, and kept drafts are more often"
-                            " 'd', after which drafts pass most. The output is rounds end to end, so a round's 2.77"
-                            " tokens (1.77 kept drafts and one final token) hold on average 0.184 * 2.77 = 0.510 'd'."
-                            " The final token is what the next round starts after, so it is 'd' 0.089 of the"
-                            " time (point 4). So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 /"
-                            " 1.77 = 0.238, against the output's 0.184.")\
-        and later.endswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703.")
+    assert later.startswith("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Once draft"
+                            " 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703. Why: drafts 2 to 4"
+                            " each follow a kept draft")\
+        and later.endswith("So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = 0.238, against"
+                           " the output's 0.184.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)

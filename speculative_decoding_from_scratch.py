@@ -5367,9 +5367,9 @@ def greedy_runs(rows, k=4):
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
             f" {eq1:.2f}.",
-            f"At T = 0, greedy passes come in runs: blend {GOOD_WEIGHT:g}'s rounds keep"
-            f" {and_list([number_word(j) if j else 'none' for j, p in enumerate(kept) if p > 5e-4], 'or')}. So it"
-            f" makes {exact:.2f} tokens per call, where eq. 1 at its alpha gives {eq1:.2f} (--detail).")
+            f"At T = 0, greedy passes come in runs: {shares}. So blend {GOOD_WEIGHT:g} makes 1 + "
+            + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4) + f" = {exact:.2f} tokens"
+            f" per call. Eq. 1, which gives every draft the same chance, alpha, puts {eq1:.2f} (--detail).")
 
 
 def settled_rounds(P, Q, k):

@@ -420,8 +420,9 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
             " gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095. So blend 0.9 makes"
             f" {exact:.2f} tokens per call, 1 plus its own four chances, where eq. 1 at alpha 0.5556 gives 2.13.") \
         in flat(detail) and "At T = 0 a greedy draft passes every time" not in flat(demo["21"][1])
-    assert ("At T = 0, greedy passes come in runs: blend 0.9's rounds keep none or two. So it makes"
-            f" {exact:.2f} tokens per call, where eq. 1 at its alpha gives 2.13 (--detail).") in flat(demo["21"][1])
+    assert ("At T = 0, greedy passes come in runs: 0.167 of blend 0.9's rounds keep none and 0.833 keep two. So blend"
+            f" 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call. Eq. 1, which gives every draft the same chance,"
+            " alpha, puts 2.13 (--detail).") in flat(demo["21"][1]) and f"{1 + 2 * 0.833:.2f}" == f"{exact:.2f}"
     # where the rounds settle, by hand: at T = 0 the good draft agrees after a, c, d and f; the target's greedy text
     # runs a -> e -> f -> a and b -> b. A round after f keeps a and e, fails after e and ends on f again: two kept.
     # After b it fails at once and ends on b: none. Every other start reaches f within a round.

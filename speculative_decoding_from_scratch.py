@@ -3614,9 +3614,9 @@ BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's dist
               " among lossless verifiers (whose output is the target's) that keep some drafts and then draw one"
               " token, none keeps more drafts on average. The steps:")
 BLOCK_STEPS = ("A weight w_i: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
-               " q the rows after x_(i-1) (x_0: the text's last token). It is the target's probability of x_1..x_i"
-               " over the draft's until that ratio first passes 1; the cap then sets it to 1, and it runs on from"
-               " there.",
+               " q the rows after x_(i-1) (x_0: the text's last token). Until the cap first acts, w_i is the"
+               " target's probability of x_1..x_i over the draft's. Once it acts, w is 1, and later ratios multiply"
+               " from 1.",
                "For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q"
                " the rows after x_i: the distributions of the token that would follow x_i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
@@ -3668,9 +3668,12 @@ def demo14_block_gain():
     say_block_rule()
     pairs = demo14_pairs(P2, Q2)
     why = demo14_why(P2, Q2, pairs, gap, parts=True)  # how the block gains, here; the sums, in the detail
-    loses = why[0] and any(r[-1] < 0 for r in pairs)  # a pair where the block keeps fewer, weighed by its chance
-    say(why[0], ("It is not better on every pair: the option --detail shows" if loses else "The option --detail shows")
-        + " every pair, what each verifier keeps there" + (", and why the output stays exact." if why[3] else "."))
+    loses = [r for r in pairs if r[-1] < 0] if why[0] else []  # where the block keeps fewer, weighed by its chance
+    say(why[0], "It is not better on every pair: on " + " or ".join(f"'{r[0][0]}' then '{r[0][2]}'" for r in loses)
+        + " it keeps " + " or ".join(f"{r[6]:.2f}" for r in loses) + " drafts on average, token-wise checking "
+        + " or ".join(f"{r[5]:.2f}" for r in loses) + "." if loses else "",
+        "The option --detail shows every pair, what each verifier keeps there" + (
+            ", and why the output stays exact." if why[3] else "."))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})

@@ -6212,12 +6212,17 @@ def demo25_crossings(s, buckets, max_batch, tol):
     if gives_way:
         print()
         fewer = tree.tokens < chain.tokens
+        priced = s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
+        c1 = s.c_small[0]
         say(f"The tree is the first to give way. It makes {'fewer' if fewer else 'more'} tokens per call than"
-            f" {chain.shape}, {tree.tokens:.3f} against {chain.tokens:.3f}, {'but' if fewer else 'and'} from"
-            f" {tree.draft_passes} draft passes, one per level, against {chain.draft_passes}. Below the ridge those"
-            " fewer passes win. A little past it, the tree's check of"
+            f" {chain.shape}, {tree.tokens:.3f} against {chain.tokens:.3f} (chapter 19), {'but' if fewer else 'and'}"
+            f" from {tree.draft_passes} draft passes, one per level, against {chain.draft_passes}."
+            + (f" Below the ridge, at small's c of {c1:.4f} (B = 1), that is {tree.tokens:.3f} / (1 +"
+               f" {tree.draft_passes} c) = {s.first_speed:.2f} against {chain.tokens:.3f} / (1 + {chain.draft_passes}"
+               f" c) = {s.chain_speed:.2f}." if priced and s.first_speed > s.chain_speed else "")
+            + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
-            " outweighs them.")
+            f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves.")
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"

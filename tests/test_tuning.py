@@ -555,10 +555,12 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert t.tokens < c.tokens  # 'fewer', 'but'
     assert (f"The tree is the first to give way. It makes fewer tokens per call than k = 8, {t.tokens:.3f} against"
-            f" {c.tokens:.3f}, but from 3 draft passes, one per level, against 8. Below the ridge those fewer passes"
-            " win. A little past it, the tree's check of 15 positions a sequence costs more than k = 8's 9, and that"
-            " outweighs them.")\
-        in text
+            f" {c.tokens:.3f} (chapter 19), but from 3 draft passes, one per level, against 8. Below the ridge, at"
+            f" small's c of {c1:.4f} (B = 1), that is {t.tokens:.3f} / (1 + 3 c) ="
+            f" {t.tokens / (1 + 3 * round(c1, 4)):.2f} against {c.tokens:.3f} / (1 + 8 c) ="
+            f" {c.tokens / (1 + 8 * round(c1, 4)):.2f}. A little past the ridge, the tree's check of 15 positions a"
+            " sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it saves.") in text
+    assert f"{result.speeds[0, tree]:.2f} against" in text  # the plan's own price at B = 1, as the reader's sum gives
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
     assert "(1 + n c). It stops at B = 241" in text19  # the margin is the detail's

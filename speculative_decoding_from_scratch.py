@@ -5310,7 +5310,7 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
         both = d in one and all("0" in ts for ts in ways.values())
         rest = {way: [t for t in ts if not (both and t == "0")] for way, ts in ways.items()}
         return f"the {d} draft " + ", and ".join(["at T = 0 (both ways)"] * both + [
-            f"{way} at T = {and_list(ts)}" for way, ts in rest.items() if ts])
+            f"its {way} drafts at T = {and_list(ts)}" for way, ts in rest.items() if ts])
     slow = [slow_at(d, ways) for d, ways in slower.items() if any(ways.values())]
     print()
     at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0

@@ -379,8 +379,8 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
         assert (T == 0) <= (a_greedy == a_sampled)
     slow = {(r[0], way, r[1]) for r in result.temperatures for way, s in (("sampled", r[4]), ("greedy", r[5])) if s < 1}
     assert slow == {("middling", "sampled", 0), *(("middling", "greedy", T) for T in (0, 0.5, 1.5, 2))}
-    assert ("These rows are slower than plain decoding: the middling draft at T = 0 (both ways), and greedy at T ="
-            " 0.5, 1.5 and 2." in " ".join(text.split()))
+    assert ("These rows are slower than plain decoding: the middling draft at T = 0 (both ways), and its greedy drafts"
+            " at T = 0.5, 1.5 and 2." in " ".join(text.split()))
     assert ("At every T > 0, greedy drafts keep less than sampled ones here: a greedy draft x passes with chance p_T(x),"
             " a sampled one with chance sum min(p_T, q_T), the table's two alphas. That is a fact of these tables, not"
             " a law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") in flat(text)

@@ -5879,12 +5879,12 @@ def demo23_engines(**how):
     c19 = chapter19_plan(**how)
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
     t = c19.measured[1].tree
-    say("A plan has to be written in each engine's own keys. Chapter 19 planned two drafters, big (blend"
+    say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. For"
-        " each range of batch sizes B, it says which drafter runs, as a chain of k",
+        " each range of batch sizes B, its plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token. Chapter 19 says why the plan takes this shape. Its plan:")
+        f" {t[2]} positions with the text's last token. Chapter 19 says why the plan takes this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])

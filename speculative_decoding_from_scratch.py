@@ -4886,7 +4886,7 @@ def demo19_tuning(**how):
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. They price a"
         f" shorter chain slightly low, by at most {max(low):.4f} tokens per call." + (
             " A shorter chain's rounds end more often on a bonus token, drawn from p, and less often on a redraw,"
-            f" seldom '{name(vs_exact.starts[0].short)}'. So more of them start after"
+            f" which is seldom '{name(vs_exact.starts[0].short)}'. So more of them start after"
             f" '{name(vs_exact.starts[0].short)}', where small's drafts pass most (chapter 27)."
             if vs_exact.bonus and vs_exact.why else " Chapter 27 shows why.")
         + " A plan chosen on them loses under 0.1% of the speedup (--detail)."

@@ -5318,8 +5318,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
         f" where their likeliest tokens agree: {and_list(at_zero)} here.",
         "That text is a loop, and which loop depends on its first token. Alpha weighs each token by its share of"
-        f" that text, so here the share is averaged over the {number_word(VOCAB)} first tokens, taken as equally"
-        " likely."
+        f" that text, so here each token's weight is its share of the loop, averaged over the {number_word(VOCAB)}"
+        " first tokens, taken as equally likely."
         if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0))
     print()
@@ -5348,8 +5348,8 @@ def greedy_runs(rows, k=4):
     """Chapter 21's note on greedy drafting at T = 0: every row's pass chance
     is 0 or 1, so passes come in runs and eq. 1, at one chance alpha, falls
     short of the exact count. For the good draft, each said only while its
-    numbers bear it out: (the detail's paragraph on T = 0, its sentence on T =
-    0.5, and the chapter's pointer to both)."""
+    numbers bear it out: (the detail's pass chances at T = 0 beside eq. 1's,
+    its sentence on T = 0.5, and the chapter's paragraph on T = 0)."""
     Q = blend(TARGET, UNRELATED, GOOD_WEIGHT)
     P0, D = temper(TARGET, 0), temper(Q, 0)
     beta = np.minimum(P0, D).sum(axis=1)
@@ -5364,20 +5364,21 @@ def greedy_runs(rows, k=4):
     kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
     parts = [f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4]
     shares = and_list([parts[0].replace(" keep", f" of blend {GOOD_WEIGHT:g}'s rounds keep", 1), *parts[1:]])
-    return ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
-            " are set by the token it starts after, and come in runs." + settled_words(P0, D, k, kept) + " Averaged"
-            f" over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. The"
-            f" chance that drafts 1 to i all pass is thus {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1"
-            f" to {k}. Eq. 1 gives every draft the same chance, alpha, so it puts"
-            f" {and_list([f'{alpha ** i:.3f}' for i in range(1, k + 1)])}. So blend {GOOD_WEIGHT:g} makes {exact:.2f}"
-            f" tokens per call, 1 plus its own {number_word(k)} chances, where eq. 1 at alpha {alpha:.4f} gives"
-            f" {eq1:.2f}.",
+    made = (f"So blend {GOOD_WEIGHT:g} makes 1 + "
+            + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4)
+            + f" = {exact:.2f} tokens per call.")
+    return ("Round by round, the chance that drafts 1 to i all pass is"
+            f" {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1 to {k}. Eq. 1 gives every draft the"
+            " same chance, alpha, so it puts"
+            f" {and_list([f'{alpha ** i:.3f}' for i in range(1, k + 1)])}: {eq1:.2f} tokens per call at alpha"
+            f" {alpha:.4f}.",
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
             f" {eq1:.2f}.",
-            f"At T = 0, greedy passes come in runs: {shares}. So blend {GOOD_WEIGHT:g} makes 1 + "
-            + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4) + f" = {exact:.2f} tokens"
-            f" per call. Eq. 1, which gives every draft the same chance, alpha, puts {eq1:.2f} (--detail).")
+            "At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
+            " are set by the token it starts after, and come in runs." + settled_words(P0, D, k, kept) + " Averaged"
+            f" over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. {made} Eq. 1, which gives every draft"
+            f" the same chance, alpha, puts {eq1:.2f} (--detail).")
 
 
 def settled_rounds(P, Q, k):

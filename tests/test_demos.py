@@ -404,25 +404,24 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
     assert ("That text is a loop, and which loop depends on its first token. Alpha weighs each token by its share of"
-            " that text, so here the share is averaged over the six first tokens, taken as equally likely. At T = 0 the"
-            " middling"
+            " that text, so here each token's weight is its share of the loop, averaged over the six first tokens, taken"
+            " as equally likely. At T = 0 the middling"
             " draft's likeliest token") in flat(demo["21"][1])  # reads 1027, 1030 and 1047
     _, detail = printed(sd.DETAILS["21"], result)
-    # the runs, and eq. 1's shortfall, where read 612 met the row: 0.5556 yet 1.90x, not eq. 1's 1.52x; the chapter
-    # says it in two sentences, the detail works it out and sets T = 0.5 beside it
+    # the runs, and eq. 1's shortfall, where read 612 met the row: 0.5556 yet 1.90x, not eq. 1's 1.52x; the detail
+    # gives the pass chances i by i and sets T = 0.5 beside them
     rates = sd.exact_per_position(P0, Q0, 4)  # by hand: 5 of 6 rounds start after f and keep 2 drafts, 1 after b none
     assert rates == pytest.approx([5 / 6, 5 / 6, 0, 0], abs=1e-12) and 1 + sum(rates) == pytest.approx(exact)
     assert ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
             " are set by the token it starts after, and come in runs. From five of the six first tokens, blend 0.9's"
             " rounds settle: each starts after 'f' and keeps two; from one, each starts after 'b' and keeps none."
             " Averaged over the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep none and 0.833 keep"
-            " two. The chance that drafts 1 to i all pass is thus 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4. Eq. 1"
-            " gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095. So blend 0.9 makes"
-            f" {exact:.2f} tokens per call, 1 plus its own four chances, where eq. 1 at alpha 0.5556 gives 2.13.") \
-        in flat(detail) and "At T = 0 a greedy draft passes every time" not in flat(demo["21"][1])
-    assert ("At T = 0, greedy passes come in runs: 0.167 of blend 0.9's rounds keep none and 0.833 keep two. So blend"
-            f" 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call. Eq. 1, which gives every draft the same chance,"
-            " alpha, puts 2.13 (--detail).") in flat(demo["21"][1]) and f"{1 + 2 * 0.833:.2f}" == f"{exact:.2f}"
+            f" two. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call. Eq. 1, which gives every draft the"
+            " same chance, alpha, puts 2.13 (--detail).") in flat(demo["21"][1]) and f"{1 + 2 * 0.833:.2f}" == (
+        f"{exact:.2f}")
+    assert ("Round by round, the chance that drafts 1 to i all pass is 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4."
+            " Eq. 1 gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095: 2.13 tokens"
+            " per call at alpha 0.5556.") in flat(detail)
     # where the rounds settle, by hand: at T = 0 the good draft agrees after a, c, d and f; the target's greedy text
     # runs a -> e -> f -> a and b -> b. A round after f keeps a and e, fails after e and ends on f again: two kept.
     # After b it fails at once and ends on b: none. Every other start reaches f within a round.

@@ -5981,8 +5981,9 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
             f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} to"
-            f" {c[-1]:.4f} at B = {c19.max_batch}, as each sequence's KV cache, the keys and values of its tokens,"
-            f" grows (chapter 19, --detail). The loss peaks at B = {own[1]}, the last batch before the tree's check"
+            f" {c[-1]:.4f} at B = {c19.max_batch}: a pass reads one KV cache, the keys and values of its tokens, per"
+            f" sequence, and by B = {c19.max_batch} those caches outweigh {main.name}'s weights (chapter 19, --detail)."
+            f" The loss peaks at B = {own[1]}, the last batch size before the tree's check, of {t[2]} B positions,"
             f" reaches the ridge, at B = {cross}. That is {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's"
             " KV cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs"
             " time, and its lead shrinks."

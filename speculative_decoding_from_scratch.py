@@ -3669,10 +3669,14 @@ def demo14_block_gain():
     say_block_rule()
     pairs = demo14_pairs(P2, Q2)
     why = demo14_why(P2, Q2, pairs, gap, parts=True)  # how the block gains, here; the sums, in the detail
-    loses = [r for r in pairs if r[-1] < 0] if why[0] else []  # where the block keeps fewer, weighed by its chance
-    say(why[0], "It is not better on every pair: on " + " or ".join(f"'{r[0][0]}' then '{r[0][2]}'" for r in loses)
-        + " it keeps " + " or ".join(f"{r[6]:.2f}" for r in loses) + " drafts on average, token-wise checking "
-        + " or ".join(f"{r[5]:.2f}" for r in loses) + "." if loses else "",
+    aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
+    owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
+    say(why[0], f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = "
+        + z_terms(owed, Q2[0])
+        + f" = 0: position 1 is never a cut point. It keeps both with chance w_2 = {fraction(aa[4])}:"
+        f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}."
+        if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
+        and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "",
         "The option --detail shows every pair, what each verifier keeps there" + (
             ", and why the output stays exact." if why[3] else "."))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"

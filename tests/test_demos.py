@@ -1113,9 +1113,10 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
             " But the pair is as likely under p as under q (2/9), and w_1 = 1/2 stays under the cap, so w_2 = 1,"
-            " position 2 is always a cut point, and the block keeps both. It is not better on every pair: on 'a' then"
-            " 'a' it keeps 0.50 drafts on average, token-wise checking 0.75. The option --detail shows every pair, what"
-            " each verifier keeps there, and why the output stays exact.") in flat(text)
+            " position 2 is always a cut point, and the block keeps both. It is not better on every pair. On 'a' then"
+            " 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is never a cut point. It"
+            " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The option"
+            " --detail shows every pair, what each verifier keeps there, and why the output stays exact.") in flat(text)
     # step 1 in words, by hand: before the cap acts w_i is the product of the ratios; once it acts, w restarts at 1
     assert ("Until the cap first acts, w_i is the target's probability of x_1..x_i over the draft's. Once it acts, w is"
             " 1, and later ratios multiply from 1.") in flat(text)
@@ -1174,8 +1175,8 @@ def test_chapter14_points_to_an_exactness_its_detail_no_longer_shows_only_while_
     bad = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
     bad.demo14_block_gain()
     said = flat(capsys.readouterr().out)
-    assert ("It is not better on every pair: on 'a' then 'a' it keeps 0.50 drafts on average, token-wise checking"
-            " 0.75. The option --detail shows every pair, what each verifier keeps there.") in said
+    assert ("keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The option"
+            " --detail shows every pair, what each verifier keeps there.") in said
     assert "stays exact" not in said and "Takeaway withheld" in said
 
 

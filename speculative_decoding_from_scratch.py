@@ -2310,9 +2310,9 @@ def demo8_depth_and_width(n_rounds, depth=3):
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
-        " drafts. One target pass scores every node and the text's last token, whose p judges the first level. A"
-        " chain has one child a"
-        " node, so its measured value is in the independent column; only a chain has an exact value.")
+        " drafts. One target pass scores every node and the text's last token, whose p judges the first level. With"
+        " one child a node, independent and distinct drawing are the same, so a chain's measured value is in the"
+        " independent column. Only a chain has an exact value.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
            ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 14, ".2f")], rows,

@@ -809,7 +809,9 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     chain, widest = result.rates[0][5], result.rates[2][4]  # the chain exactly, as the long chain below
     assert chain == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3))
     assert (f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's"
-            f" exact {chain:.2f}.") in " ".join(text.split()) and "in the independent column;" in " ".join(text.split())
+            f" exact {chain:.2f}.") in " ".join(text.split())
+    assert ("With one child a node, independent and distinct drawing are the same, so a chain's measured value is in the"
+            " independent column.") in " ".join(text.split())
     long = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)  # a chain verifying as many positions as the tree
     assert result.rates[3][5] == long and (f"A chain of 39 drafts, as many as that tree has nodes, makes"
                                            f" {long:.2f} exactly, {'fewer' if long < widest else 'NOT fewer'}") \

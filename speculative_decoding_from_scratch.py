@@ -3976,9 +3976,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " (x_0: the text's last token). A later draft the target likes more than the draft does (p/q above 1) lifts w"
         f" back up: ratios {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
-               " position i from 1 to k - 1, let Z_i be the mass step 5's residual would have, before normalising, if"
-               " the block ended at i: the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows"
-               " after x_i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
+               " position i from 1 to k - 1, let Z_i be the sum, over every token y, of max(0, w_i p(y) - q(y)), with"
+               " p and q the rows after x_i: the mass step 5's residual would have, before normalising, if the block"
+               " ended at i. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and"
                " position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"

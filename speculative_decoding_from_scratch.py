@@ -4888,11 +4888,12 @@ def demo19_tuning(**how):
     low = [g for each in vs_exact.low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. They price a"
-        f" shorter chain slightly low, by at most {max(low):.4f} tokens per call." + (
+        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. The k = {k_max}"
+        f" rates price a shorter chain slightly low, by at most {max(low):.4f} tokens per call." + (
             " A shorter chain's rounds end more often on a bonus token, drawn from p, and less often on a redraw,"
             f" which is seldom '{name(vs_exact.starts[0].short)}'. So more of them start after"
-            f" '{name(vs_exact.starts[0].short)}', where small's drafts pass most (chapter 27)."
+            f" '{name(vs_exact.starts[0].short)}', where small's drafts pass most, and its drafts pass more often than"
+            f" the k = {k_max} rates say (chapter 27)."
             if vs_exact.bonus and vs_exact.why else " Chapter 27 shows why.")
         + " A plan chosen on them loses under 0.1% of the speedup (--detail)."
         if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001 else

@@ -229,11 +229,11 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # 'slightly low': below each shorter k's exact count at every k, by under 0.02 tokens per call, about 1% of the
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
-        "Here the rates are computed exactly at k = 8 and reused for every shorter k. They price a shorter chain"
-        f" slightly low, by at most {max(low):.4f} tokens per call. A shorter chain's rounds end more often on a bonus"
-        " token, drawn from p, and less often on a redraw, which is seldom 'd'. So more of them start after 'd', where"
-        " small's drafts pass most (chapter 27). A plan chosen on them loses under 0.1% of the speedup"
-        " (--detail).") in text
+        "Here the rates are computed exactly at k = 8 and reused for every shorter k. The k = 8 rates price a shorter"
+        f" chain slightly low, by at most {max(low):.4f} tokens per call. A shorter chain's rounds end more often on a"
+        " bonus token, drawn from p, and less often on a redraw, which is seldom 'd'. So more of them start after 'd',"
+        " where small's drafts pass most, and its drafts pass more often than the k = 8 rates say (chapter 27). A plan"
+        " chosen on them loses under 0.1% of the speedup (--detail).") in text
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
     for Q in (better, sd.MIDDLING):

@@ -5323,9 +5323,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
         f" where their likeliest tokens agree: {and_list(at_zero)} here.",
-        "That text is a loop, and which loop depends on its first token. Alpha weighs each token by its share of"
-        f" that text, so here each token's weight is its share of the loop, averaged over the {number_word(VOCAB)}"
-        " first tokens, taken as equally likely."
+        "That text is a loop, and which loop depends on its first token. So alpha weighs each token by its share of"
+        f" the loop, averaged over the {number_word(VOCAB)} first tokens, taken as equally likely."
         if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0))
     print()

@@ -403,9 +403,8 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
-    assert ("That text is a loop, and which loop depends on its first token. Alpha weighs each token by its share of"
-            " that text, so here each token's weight is its share of the loop, averaged over the six first tokens, taken"
-            " as equally likely. At T = 0 the middling"
+    assert ("That text is a loop, and which loop depends on its first token. So alpha weighs each token by its share of"
+            " the loop, averaged over the six first tokens, taken as equally likely. At T = 0 the middling"
             " draft's likeliest token") in flat(demo["21"][1])  # reads 1027, 1030 and 1047
     _, detail = printed(sd.DETAILS["21"], result)
     # the runs, and eq. 1's shortfall, where read 612 met the row: 0.5556 yet 1.90x, not eq. 1's 1.52x; the detail

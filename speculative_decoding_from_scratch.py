@@ -5988,10 +5988,10 @@ def tree_loss_words(c19, main, own, t):
             f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} to"
             f" {c[-1]:.4f} at B = {c19.max_batch}: a pass reads one KV cache, the keys and values of its tokens, per"
             f" sequence, and by B = {c19.max_batch} those caches outweigh {main.name}'s weights (chapter 19, --detail)."
-            f" The loss peaks at B = {own[1]}, the last batch size before the tree's check, of {t[2]} B positions,"
-            f" reaches the ridge, at B = {cross}. That is {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's"
-            " KV cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs"
-            " time, and its lead shrinks."
+            f" The loss peaks at B = {own[1]}. At B = {cross} the tree's check, {t[2]} positions a sequence,"
+            f" {t[2] * cross:,} in all, reaches the ridge. That is {ridge_later_words(c19.n_ctx, t[2])[0]}, as each"
+            " sequence's KV cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree"
+            " checks costs time, and its lead shrinks."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and c[0] < c[-1] < share and w[0] > kv[0] and all(k * c19.max_batch > b for k, b in zip(kv, w))
             and cross * t[2] > free_positions(c19.n_ctx) else "")

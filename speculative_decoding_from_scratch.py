@@ -6157,8 +6157,12 @@ def demo25_ridge(**how):
     the plan shortens its check as the batch grows."""
     c19 = chapter19_plan(**how)
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
+    runs = {o.drafter.name for _, _, o in c19.buckets if o}  # the draft models the plan runs anywhere
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
-        f" decodes at once: which draft model, and how many of its drafts to check. Its plan runs to B ="
+        " decodes at once: which draft model, and how many of its drafts to check." + (
+            f" Of its two draft models, big (blend {c19.big_weight:g}) and small (the middling draft), it runs"
+            f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
+        + " Its plan runs to B ="
         f" {c19.max_batch} at {c19.n_ctx} tokens of context. That is the most sequences whose KV caches, the target's"
         f" and the {c19.roomiest} draft's, fit in the H100's {H100.memory / 1e9:.0f} GB beside both models' weights."
         " As B grows, its plan checks fewer positions per sequence. Why?")

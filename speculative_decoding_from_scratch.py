@@ -3675,7 +3675,7 @@ def demo14_block_gain():
     say(why[0], f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = "
         + z_terms(owed, Q2[0])
         + f" = 0: position 1 is never a cut point. It keeps both with chance w_2 = {fraction(aa[4])}:"
-        f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}."
+        f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}." + net_words(pairs, gap)
         if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
         and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "",
         "The option --detail shows every pair, what each verifier keeps there" + (
@@ -3744,6 +3744,20 @@ def z_terms(owed, q):
     """Z_1 written out term by term, as chapter 14 sums it: z_terms([1/6, 1/3],
     [2/3, 1/3]) -> 'max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3)'."""
     return " + ".join(f"max(0, {fraction(w)} - {fraction(x)})" for w, x in zip(owed, q))
+
+
+def net_words(pairs, gap):
+    """Chapter 14's sum of its pairs (demo14_pairs' rows), each pair's change weighed by its chance under q, said
+    only while it adds up to the block's gain: the pairs that tie, then what it gains and gives back."""
+    said = lambda r: f"'{r[0][0]}' then '{r[0][2]}'"  # noqa: E731
+    ties = [said(r) for r in pairs if abs(r[-1]) < 1e-12]
+    gains = [f"{ninths(r[-1])} on {said(r)}" for r in pairs if r[-1] > 1e-12]
+    losses = [f"{ninths(-r[-1])} on {said(r)}" for r in pairs if r[-1] < -1e-12]
+    if not (gains and losses and abs(sum(r[-1] for r in pairs) - gap) < 1e-12):
+        return ""
+    tie = f" The pair{'s' * (len(ties) > 1)} {and_list(ties)} tie{'s' * (len(ties) == 1)}." if ties else ""
+    return (tie + " Weighed by each pair's chance under q, the block gains"
+            f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
 
 
 def ninths(x, sign=False):

@@ -1116,8 +1116,14 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " But the pair is as likely under p as under q (2/9), and w_1 = 1/2 stays under the cap, so w_2 = 1,"
             " position 2 is always a cut point, and the block keeps both. It is not better on every pair. On 'a' then"
             " 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is never a cut point. It"
-            " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The option"
-            " --detail shows every pair, what each verifier keeps there, and why the output stays exact.") in flat(text)
+            " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
+            " 'b' then 'a' and 'b' then 'b' tie. Weighed by each pair's chance under q, the block gains 2/9 on 'a' then"
+            " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all. The option --detail shows every pair, what each"
+            " verifier keeps there, and why the output stays exact.") in flat(text)
+    # the sum by hand: (2 - 1) * 2/9 on 'a','b' less (0.75 - 0.5) * 4/9 on 'a','a' is the block's 1/9
+    assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx(1 / 9)
+    # a sum that does not add up to the block's gain is not said
+    assert sd.net_words(sd.demo14_pairs(*sd.PAPER_EXAMPLE), 2 / 9) == ""
     # step 1 in words, by hand: before the cap acts w_i is the product of the ratios; once it acts, w restarts at 1
     assert ("Until the cap first acts, w_i is the target's probability of x_1..x_i over the draft's. Once it acts, w is"
             " 1, and later ratios multiply from 1.") in flat(text)
@@ -1130,7 +1136,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 0.75. That is 0.25 fewer, times the pair's chance, 4/9: 1/9."
             " The pairs that start with 'b' tie: there w_1 = 1 and Z_1 = 1/3, so h_1 = 1. So 'b' is always kept, and"
             " the second draft with chance w_2, as token-wise checking keeps it.") in flat(detail)
-    assert "gives back" not in text and "2/9 of a draft" not in flat(text)  # the sums are the detail's
+    assert "2/9 of a draft" not in flat(text)  # the sums term by term are the detail's; the chapter gives the total
     # after 'b', w_1 = 1 and Z_1 = max(0, 1/3 - 2/3) + max(0, 2/3 - 1/3) = 1/3, so h_1 = (1/3) / (1/3 + 0) = 1
     assert sd.block_threshold(1.0, P2[1], Q2[1]) == pytest.approx(1)
     # the tie by hand: after 'b', w_2 = min(1, 1 * p/q), the chance token-wise checking keeps the second draft
@@ -1176,8 +1182,8 @@ def test_chapter14_points_to_an_exactness_its_detail_no_longer_shows_only_while_
     bad = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
     bad.demo14_block_gain()
     said = flat(capsys.readouterr().out)
-    assert ("keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The option"
-            " --detail shows every pair, what each verifier keeps there.") in said
+    assert ("gives back 1/9 on 'a' then 'a': 1/9 in all. The option --detail shows every pair, what each verifier"
+            " keeps there.") in said
     assert "stays exact" not in said and "Takeaway withheld" in said
 
 

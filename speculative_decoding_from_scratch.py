@@ -4906,7 +4906,7 @@ def demo19_tuning(**how):
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. The k = {k_max}"
         f" rates price a shorter chain slightly low, by at most {max(low):.4f} tokens per call." + (
             " A shorter chain's rounds end more often on a bonus token, drawn from p, and less often on a redraw,"
-            f" which is seldom '{name(vs_exact.starts[0].short)}'. So more of them start after"
+            f" which is seldom '{name(vs_exact.starts[0].short)}'. So more of a shorter chain's rounds start after"
             f" '{name(vs_exact.starts[0].short)}', where small's drafts pass most, and its drafts pass more often than"
             f" the k = {k_max} rates say (chapter 27)."
             if vs_exact.bonus and vs_exact.why else " Chapter 27 shows why.")

@@ -4938,8 +4938,8 @@ def demo19_tuning(**how):
     say_paragraphs(said[:2])
     if shape.falls:
         print()
-        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time"
-            " (chapter 25).")
+        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
+            demo19_crossings(shape, max_batch))
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
@@ -5073,6 +5073,19 @@ def demo19_detail(result):
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
     ]
     say_paragraphs(paragraphs)
+
+
+def demo19_crossings(s, max_batch):
+    """Chapter 19's sentence on where the planned checks reach the ridge:
+    past demo 6's positions for one sequence while each does (chapter 25
+    gives every batch size)."""
+    crossed = [(n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
+    every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
+    later = crossed and every and s.ridge_each > 0 and all(n * b > s.alone for n, b in crossed)  # KV caches move it
+    n, b = crossed[0] if crossed else (0, 0)
+    return ("Each sequence's KV cache adds bytes to a pass, so each check reaches the ridge later than demo 6's"
+            f" {s.alone} positions for one sequence suggest: the first, of {n} positions a sequence, at B = {b},"
+            f" {n * b:,} in all (chapter 25)." if later else "Chapter 25 shows where each check crosses the ridge.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

@@ -473,7 +473,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the two terms from the printed figures, as a reader checks them
     assert f"{147.6 * 13.21 / 6.74:.1f}" == f"{base:.1f}" and f"{147.6 * 0.2684 / 6.74:.3f}" == f"{each:.3f}"
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position"
-                           " costs time (chapter 25).") in text and kv > 0
+                           " costs time. Each sequence's KV cache adds bytes to a pass, so each check reaches the ridge"
+                           " later than demo 6's 295 positions for one sequence suggest: the first, of 15 positions a"
+                           " sequence, at B = 32, 480 in all (chapter 25).") in text and kv > 0
     assert "reaches the ridge" not in detail19
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 
     assert each > 0 and round(base + each) == 295  # the ridge in positions, base + each B, is 295 at B = 1 and rises
@@ -942,3 +944,14 @@ def test_chapter19_says_why_the_rates_read_low_only_while_the_rounds_bear_it_out
     sd.demo19_tuning()
     said = " ".join(capsys.readouterr().out.split())
     assert "tokens per call. Chapter 27 shows why. A plan chosen on them" in said and "seldom 'd'" not in said
+
+
+def test_chapter19_says_the_ridge_comes_later_only_while_kv_caches_move_it(in_process):
+    shape = in_process[0]["19"].shape
+    assert sd.demo19_crossings(shape, 241).startswith("Each sequence's KV cache adds bytes to a pass, so each check")
+    # with no KV cache per sequence the ridge stays at demo 6's positions: the 'later' clause is withheld
+    flat = SimpleNamespace(**{**vars(shape), "ridge_each": 0.0})
+    assert sd.demo19_crossings(flat, 241) == "Chapter 25 shows where each check crosses the ridge."
+    # a check that would cross before demo 6's 295 positions in all: not 'later'
+    early = SimpleNamespace(**{**vars(shape), "alone": 10 ** 6})
+    assert sd.demo19_crossings(early, 241) == "Chapter 25 shows where each check crosses the ridge."

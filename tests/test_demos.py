@@ -535,9 +535,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's 0.703. Why: drafts 2"
             " to 4 each follow a kept draft, and kept drafts are more often 'd', after which drafts pass most. A"
             " round's 2.77 tokens are 1.77 kept drafts and one final token. The output is rounds end to end, so those"
-            " 2.77 tokens hold 'd' at the output's rate: 0.184 * 2.77 = 0.510 'd' a round. Each round's first draft"
-            " follows the last"
-            " round's final token, so final tokens are 'd' 0.089 of the time (point 4). So the kept drafts hold 0.510"
+            " tokens hold 'd' at the output's rate: 0.184 * 2.77 = 0.510 'd' a round. A round's final token is what"
+            " the next round's first draft follows, so it is 'd' 0.089 of the time (point 4). So the kept drafts hold"
+            " 0.510"
             f" - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = {kept_d:.3f}, against the output's 0.184.") in flat
     assert f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's

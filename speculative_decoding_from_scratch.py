@@ -5352,7 +5352,9 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
         "That text is a loop, and which loop depends on its first token. So alpha weighs each token by its share of"
         f" the loop, averaged over the {number_word(VOCAB)} first tokens, taken as equally likely."
         if len(greedy_loops(TARGET)) > 1 else "",
-        " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0))
+        " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
+        " ".join(loop_alpha_words(TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT), r[0], r[2]) for r in rows
+                 if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == 0))
     print()
     say("At every T > 0, greedy drafts keep less than sampled ones here: a greedy draft x passes with chance p_T(x),"
         " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else
@@ -5445,6 +5447,38 @@ def settled_words(P, Q, k, kept):
             for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]  # the most-reached round first
     return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
             f" {said[0][1]}" + "".join(f"; from {n}, {w}" for n, w in said[1:]) + ".")
+
+
+def loop_alpha_words(P, Q, label, alpha):
+    """Chapter 21's alpha at T = 0 for one draft, loop by loop: the first
+    tokens whose greedy text ends in each loop of P, and the share of the loop
+    after which Q's likeliest token is P's; said only while they add up to
+    alpha ("" otherwise)."""
+    top_p, top_q = temper(P, 0).argmax(axis=1), temper(Q, 0).argmax(axis=1)
+    reach = {loop: 0 for loop in greedy_loops(P)}
+    for x in range(len(P)):  # follow the greedy text from each first token into its loop
+        seen = []
+        while x not in seen:
+            seen.append(x)
+            x = int(top_p[x])
+        reach[frozenset(seen[seen.index(x):])] += 1
+    loops = sorted(reach, key=lambda loop: (-reach[loop], min(loop)))
+    agree = {loop: sum(int(top_p[c] == top_q[c]) for c in loop) for loop in loops}
+    if len(loops) < 2 or abs(sum(reach[o] / len(P) * agree[o] / len(o) for o in loops) - alpha) > 1e-9:
+        return ""
+
+    def where(loop, who):  # the loop, and where in it the draft agrees
+        names = and_list([repr(name(c)) for c in sorted(loop)])
+        if len(loop) == 1:
+            return f"stays at {names}, after which {who} {'is' if agree[loop] else 'is not'}"
+        return (f"loops through {names}, and {who} is the target's after {number_word(agree[loop])} of the"
+                f" {number_word(len(loop))}")
+    token = f"{label}'s likeliest token"
+    said = [f"From {number_word(reach[loops[0]])} of the {number_word(len(P))} first tokens the target's greedy text"
+            f" {where(loops[0], token)}"] + [
+        f"from {number_word(reach[o])} it {where(o, 'it')}" for o in loops[1:]]
+    terms = " + ".join(f"{fraction(reach[o] / len(P))} * {fraction(agree[o] / len(o))}" for o in loops)
+    return "; ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
 
 
 def greedy_loops(P):

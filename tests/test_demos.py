@@ -406,6 +406,15 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert ("That text is a loop, and which loop depends on its first token. So alpha weighs each token by its share of"
             " the loop, averaged over the six first tokens, taken as equally likely. At T = 0 the middling"
             " draft's likeliest token") in flat(demo["21"][1])  # reads 1027, 1030 and 1047
+    # blend 0.9's alpha at T = 0, loop by loop, by hand: 5 of 6 first tokens reach a -> e -> f, where its argmax is
+    # the target's after a and f; 1 stays at b, where it is not
+    Q0 = sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0)
+    assert [int(x) for x in Q0.argmax(axis=1)][0::5] == [4, 0] and int(Q0.argmax(axis=1)[1]) != 1
+    assert ("From five of the six first tokens the target's greedy text loops through 'a', 'e' and 'f', and blend 0.9's"
+            " likeliest token is the target's after two of the three; from one it stays at 'b', after which it is not."
+            " So blend 0.9's alpha = 5/6 * 2/3 + 1/6 * 0 = 0.5556.") in flat(demo["21"][1])
+    assert 5 / 6 * 2 / 3 == pytest.approx(5 / 9)
+    assert sd.loop_alpha_words(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.9), "blend 0.9", 0.6) == ""  # no sum
     _, detail = printed(sd.DETAILS["21"], result)
     # the runs, and eq. 1's shortfall, where read 612 met the row: 0.5556 yet 1.90x, not eq. 1's 1.52x; the detail
     # gives the pass chances i by i and sets T = 0.5 beside them

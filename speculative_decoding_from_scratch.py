@@ -5476,9 +5476,9 @@ def loop_alpha_words(P, Q, label, alpha):
     token = f"{label}'s likeliest token"
     said = [f"From {number_word(reach[loops[0]])} of the {number_word(len(P))} first tokens the target's greedy text"
             f" {where(loops[0], token)}"] + [
-        f"from {number_word(reach[o])} it {where(o, 'it')}" for o in loops[1:]]
+        f"From {number_word(reach[o])} it {where(o, 'it')}" for o in loops[1:]]
     terms = " + ".join(f"{fraction(reach[o] / len(P))} * {fraction(agree[o] / len(o))}" for o in loops)
-    return "; ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
+    return ". ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
 
 
 def greedy_loops(P):

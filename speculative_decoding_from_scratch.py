@@ -6024,7 +6024,7 @@ def ridge_later_words(n_ctx, positions):
     """Chapter 23's two clauses on a check of `positions` a sequence: it reaches the ridge later than demo 6's
     free positions for one sequence suggest, and why."""
     free, (_, w, kv) = free_positions(n_ctx), token_traffic(n_ctx)
-    return (f"later than demo 6's {free} / {positions} = {free / positions:.1f}",
+    return (f"later than demo 6's {free} / {positions} = {free / positions:.1f} sequences",
             f"a pass of B sequences reads {w / 1e9:.2f} + {kv / 1e9:.2f} B GB, as each sequence's KV cache, the keys"
             " and values of its tokens, adds bytes of its own, so it needs more positions to reach the ridge")
 
@@ -6045,10 +6045,10 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
-            f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} to"
-            f" {c[-1]:.4f} at B = {c19.max_batch}: a pass reads one KV cache, the keys and values of its tokens, per"
-            f" sequence, and by B = {c19.max_batch} those caches outweigh {main.name}'s weights (chapter 19, --detail)."
-            f" The loss peaks at B = {own[1]}. At B = {cross} the tree's check, {t[2]} positions a sequence,"
+            f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} at B ="
+            f" 1 to {c[-1]:.4f} at B = {c19.max_batch}: a pass reads one KV cache, the keys and values of its tokens,"
+            f" per sequence, and by B = {c19.max_batch} those caches outweigh {main.name}'s weights (chapter 19,"
+            f" --detail). The loss peaks at B = {own[1]}. At B = {cross} the tree's check, {t[2]} positions a sequence,"
             f" {t[2] * cross:,} in all, reaches the ridge. That is {ridge_later_words(c19.n_ctx, t[2])[0]}, as each"
             " sequence's KV cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree"
             " checks costs time, and its lead shrinks."

@@ -3627,7 +3627,7 @@ BLOCK_STEPS = ("A weight w_i: w_0 = 1, and after each draft x_i, w_i = min(1, w_
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
-               "The next token comes from max(0, w_i p - q), normalised, or from p if i = k. If no position is a"
+               "The next token comes from max(0, w_i p - q) / Z_i, or from p if i = k. If no position is a"
                " cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's residual.")
 
 

@@ -6087,7 +6087,8 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
     draft."""
     P2, Q2 = PAPER_EXAMPLE
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
-        " save an earlier one that token-wise checking would reject. Take the lossless"
+        " save an earlier one that token-wise checking would reject. Chapter 14 gives its rule; here only its counts"
+        " matter. Take the lossless"
         " verifiers (whose output is the target's) that keep the first few drafts, then draw one token, as token-wise"
         " checking does. Among them, Sun et al. prove, block verification keeps the most drafts on average. How close"
         " does it come to a ceiling on every lossless verifier, of any form?")

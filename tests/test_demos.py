@@ -1255,7 +1255,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " it keeps 11/9. So no verifier of that kind reaches 12/9 here: for that kind the ideal is 1/9 too high."
             " Whether any lossless verifier reaches 12/9, this chapter leaves open.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
-            " save an earlier one that token-wise checking would reject. Take the lossless"
+            " save an earlier one that token-wise checking would reject. Chapter 14 gives its rule; here only its counts"
+            " matter. Take the lossless"
             " verifiers (whose output is the target's) that keep the first few drafts, then draw one token, as"
             " token-wise checking does. Among them, Sun et al. prove, block verification keeps the most drafts on"
             " average. How close does it come to a ceiling on every lossless verifier, of any form?") in flat(text)

@@ -5082,8 +5082,9 @@ def demo19_crossings(s, max_batch):
     later = crossed and every and s.ridge_each > 0 and all(n * b > s.alone for n, b in crossed)  # KV caches move it
     n, b = crossed[0] if crossed else (0, 0)
     return ("Each sequence's KV cache adds bytes to a pass, so each check reaches the ridge later than demo 6's"
-            f" {s.alone} positions for one sequence suggest: the first, of {n} positions a sequence, at B = {b},"
-            f" {n * b:,} in all (chapter 25)." if later else "Chapter 25 shows where each check crosses the ridge.")
+            f" {s.alone} positions for one sequence suggest. The first, of {n} positions a sequence, reaches it at B ="
+            f" {b}: {n * b:,} in all (chapter 25)." if later else
+            "Chapter 25 shows where each check crosses the ridge.")
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):

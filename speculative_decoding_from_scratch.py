@@ -6047,7 +6047,7 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
             f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} at B ="
-            f" 1 to {c[-1]:.4f} at B = {c19.max_batch}: a pass reads one KV cache, the keys and values of its tokens,"
+            f" 1 to {c[-1]:.4f} at B = {c19.max_batch}. A pass reads one KV cache, the keys and values of its tokens,"
             f" per sequence, and by B = {c19.max_batch} those caches outweigh {main.name}'s weights (chapter 19,"
             f" --detail). The loss peaks at B = {own[1]}. At B = {cross} the tree's check, {t[2]} positions a sequence,"
             f" {t[2] * cross:,} in all, reaches the ridge. That is {ridge_later_words(c19.n_ctx, t[2])[0]}, as each"

@@ -917,7 +917,7 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     c241 = sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000))
     assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, and each"
-            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241: a pass"
+            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241. A pass"
             " reads one KV cache, the keys and values of its tokens, per sequence, and by B = 241 those caches"
             " outweigh small's weights (chapter 19, --detail). The loss peaks at B = 31. At B = 32 the tree's check,"
             " 15 positions a sequence, 480 in all, reaches the ridge. That is later than demo 6's 295 / 15 = 19.7"

@@ -4070,7 +4070,7 @@ def step3_words(rows, k=3, ctx=5, n=3):
     least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
     shipped = and_list([f"{r[n]:.4f}" for r in rows[1:]])
     return ("The two paths differ only in step 3's test, and change step 5 alike. So with the block's coins in step"
-            " 3, they become one verifier, wrong only in step 5. The exact TV of its first"
+            " 3, the two paths become one verifier, wrong only in step 5. The exact TV of its first"
             f" {n} tokens is {exact_text(tv)}, against {shipped} as shipped (--detail). So step 3 causes nearly all"
             " their error." if ROUNDING <= tv < least / 100 else "")
 

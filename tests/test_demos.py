@@ -1044,10 +1044,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
-    assert ("Both shipped paths are caught. The two paths differ only in step 3's test, and change step 5 alike. So with"
-            " the block's coins in step 3, they become one verifier, wrong only in step 5. The exact TV of its first 3"
-            f" tokens is {sd.exact_text(tv5)}, against {rows[1][3]:.4f} and {rows[2][3]:.4f} as shipped (--detail). So"
-            " step 3 causes nearly all their error.") in flat(text)
+    assert ("Both shipped paths are caught. The two paths differ only in step 3's test, and change step 5 alike. So"
+            " with the block's coins in step 3, the two paths become one verifier, wrong only in step 5. The exact TV"
+            f" of its first 3 tokens is {sd.exact_text(tv5)}, against {rows[1][3]:.4f} and {rows[2][3]:.4f} as shipped"
+            " (--detail). So step 3 causes nearly all their error.") in flat(text)
     assert f"{rows[1][3]:.4f} and {rows[2][3]:.4f}" == "0.2459 and 0.2672"  # the table's n = 3 column
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV
     assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said

@@ -4904,7 +4904,8 @@ def demo19_tuning(**how):
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. The k = {k_max}"
         f" rates price a shorter chain slightly low, by at most {max(low):.4f} tokens per call." + (
             " A shorter chain's rounds end more often on a bonus token, drawn from p, and less often on a redraw,"
-            f" which is seldom '{name(vs_exact.starts[0].short)}'. So more of a shorter chain's rounds start after"
+            f" which is seldom '{name(vs_exact.starts[0].short)}' (demo 3, point 3). So more of a shorter chain's"
+            " rounds start after"
             f" '{name(vs_exact.starts[0].short)}', where small's drafts pass most, and its drafts pass more often than"
             f" the k = {k_max} rates say (chapter 27)."
             if vs_exact.bonus and vs_exact.why else " Chapter 27 shows why.")
@@ -5080,10 +5081,12 @@ def demo19_crossings(s, max_batch):
     crossed = [(n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
     later = crossed and every and s.ridge_each > 0 and all(n * b > s.alone for n, b in crossed)  # KV caches move it
-    n, b = crossed[0] if crossed else (0, 0)
+    first = min((c for c in s.checks if c[2] is not None and c[2] < c[3]), key=lambda c: c[2], default=None)
+    how, n, b = (first[0], first[1], first[2]) if first else ("", 0, 0)
+    check = "The tree's check" if how.startswith("tree") else f"The check of {how}"
     return ("Each sequence's KV cache adds bytes to a pass, so each check reaches the ridge later than demo 6's"
-            f" {s.alone} positions for one sequence suggest. The first, of {n} positions a sequence, reaches it at B ="
-            f" {b}: {n * b:,} in all (chapter 25)." if later else
+            f" {s.alone} positions for one sequence suggest. {check}, {n} positions a sequence, reaches it first, at"
+            f" B = {b}: {n * b:,} in all (chapter 25)." if later else
             "Chapter 25 shows where each check crosses the ridge.")
 
 

@@ -231,7 +231,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert 0 < min(low) <= max(low) < 0.02 and (
         "Here the rates are computed exactly at k = 8 and reused for every shorter k. The k = 8 rates price a shorter"
         f" chain slightly low, by at most {max(low):.4f} tokens per call. A shorter chain's rounds end more often on a"
-        " bonus token, drawn from p, and less often on a redraw, which is seldom 'd'. So more of a shorter chain's"
+        " bonus token, drawn from p, and less often on a redraw, which is seldom 'd' (demo 3, point 3). So more of a"
+        " shorter chain's"
         " rounds start after 'd', where small's drafts pass most, and its drafts pass more often than the k = 8 rates"
         " say (chapter 27). A plan chosen on them loses under 0.1% of the speedup (--detail).") in text
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
@@ -474,8 +475,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert f"{147.6 * 13.21 / 6.74:.1f}" == f"{base:.1f}" and f"{147.6 * 0.2684 / 6.74:.3f}" == f"{each:.3f}"
     assert tree == 32 and ("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position"
                            " costs time. Each sequence's KV cache adds bytes to a pass, so each check reaches the ridge"
-                           " later than demo 6's 295 positions for one sequence suggest. The first, of 15 positions a"
-                           " sequence, reaches it at B = 32: 480 in all (chapter 25).") in text and kv > 0
+                           " later than demo 6's 295 positions for one sequence suggest. The tree's check, 15 positions"
+                           " a sequence, reaches it first, at B = 32: 480 in all (chapter 25).") in text and kv > 0
     assert "reaches the ridge" not in detail19
     assert 15 * tree > 295 and 9 * crossings[0] > 295 and 8 * crossings[1] > 295  # 'later than 295 suggest' 
     assert each > 0 and round(base + each) == 295  # the ridge in positions, base + each B, is 295 at B = 1 and rises

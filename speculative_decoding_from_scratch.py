@@ -5471,12 +5471,17 @@ def loop_alpha_words(P, Q, label, alpha):
     if len(loops) < 2 or abs(sum(reach[o] / len(P) * agree[o] / len(o) for o in loops) - alpha) > 1e-9:
         return ""
 
-    def where(loop, who):  # the loop, and where in it the draft agrees
-        names = and_list([repr(name(c)) for c in sorted(loop)])
+    def where(loop, who):  # the loop in its greedy order, and after which of its tokens the draft agrees
         if len(loop) == 1:
-            return f"stays at {names}, after which {who} {'is' if agree[loop] else 'is not'}"
-        return (f"loops through {names}, and {who} is the target's after {number_word(agree[loop])} of the"
-                f" {number_word(len(loop))}")
+            return f"stays at {repr(name(min(loop)))}, after which {who} {'is' if agree[loop] else 'is not'}"
+        order = [min(loop)]
+        while len(order) < len(loop):
+            order.append(int(top_p[order[-1]]))
+        yes = [repr(name(c)) for c in order if top_p[c] == top_q[c]]
+        no = [repr(name(c)) for c in order if top_p[c] != top_q[c]]
+        but = f" but not after {and_list(no)}" if yes and no else ""
+        return (f"loops {', '.join(repr(name(c)) for c in order)} and back to {repr(name(order[0]))}, and {who} is"
+                f" the target's after {and_list(yes) if yes else 'none'}{but}")
     token = f"{label}'s likeliest token"
     said = [f"From {number_word(reach[loops[0]])} of the {number_word(len(P))} first tokens the target's greedy text"
             f" {where(loops[0], token)}"] + [

@@ -410,8 +410,9 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     # the target's after a and f; 1 stays at b, where it is not
     Q0 = sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0)
     assert [int(x) for x in Q0.argmax(axis=1)][0::5] == [4, 0] and int(Q0.argmax(axis=1)[1]) != 1
-    assert ("From five of the six first tokens the target's greedy text loops through 'a', 'e' and 'f', and blend 0.9's"
-            " likeliest token is the target's after two of the three. From one it stays at 'b', after which it is not."
+    assert ("From five of the six first tokens the target's greedy text loops 'a', 'e', 'f' and back to 'a', and blend"
+            " 0.9's likeliest token is the target's after 'a' and 'f' but not after 'e'. From one it stays at 'b', after"
+            " which it is not."
             " So blend 0.9's alpha = 5/6 * 2/3 + 1/6 * 0 = 0.5556.") in flat(demo["21"][1])
     assert 5 / 6 * 2 / 3 == pytest.approx(5 / 9)
     assert sd.loop_alpha_words(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.9), "blend 0.9", 0.6) == ""  # no sum

@@ -604,7 +604,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and f"where its keys make small run its tree 2x3, far past B = {cross}." \
         in flat_text
-    assert (f"At B = {cross} the tree's check, 15 positions a sequence, {15 * cross} in all, reaches the ridge. That is"
+    assert (f"At B = {cross} the tree's check, 15 positions a sequence, {15 * cross} in all, reaches the ridge, so the"
+            f" loss peaks just before, at B = {cross - 1}. That is"
             " later than demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV"
             " cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs"
             " time, and its lead shrinks.") in flat_text and cross * 15 > 295
@@ -918,11 +919,12 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     c241 = sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000))
     assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, and each"
-            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241. A pass"
-            " reads one KV cache, the keys and values of its tokens, per sequence, and by B = 241 those caches"
-            " outweigh small's weights (chapter 19, --detail). The loss peaks at B = 31. At B = 32 the tree's check,"
-            " 15 positions a sequence, 480 in all, reaches the ridge. That is later than demo 6's 295 / 15 = 19.7"
-            " sequences, as each sequence's KV cache adds bytes to the pass (chapter 25 works it out).") in text
+            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241. Each of"
+            " its passes reads one KV cache, the keys and values of its tokens, per sequence, and by B = 241 those"
+            " caches outweigh small's weights (chapter 19, --detail). At B = 32 the tree's check, 15 positions a"
+            " sequence, 480 in all, reaches the ridge, so the loss peaks just before, at B = 31. That is later than"
+            " demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV cache adds bytes to the pass (chapter 25 works"
+            " it out).") in text
     assert f"small's rises only from {c1:.4f} to {c241:.4f} at B = 241." in " ".join(detail19.split())  # the pointer
     # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes
     small, kv = (768, 2048, 4, 32000), lambda d: sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1]

@@ -6234,7 +6234,8 @@ def demo25_ridge(**how):
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + " Its plan runs to B ="
         f" {c19.max_batch} at {c19.n_ctx} tokens of context. That is the most sequences whose KV caches, the target's"
-        f" and the {c19.roomiest} draft's, fit in the H100's {H100.memory / 1e9:.0f} GB beside both models' weights."
+        f" and the {c19.roomiest} draft's, fit in the H100's {H100.memory / 1e9:.0f} GB beside the target's and"
+        f" {c19.roomiest}'s weights."
         " As B grows, its plan checks fewer positions per sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
@@ -6299,9 +6300,11 @@ def demo25_crossings(s, buckets, max_batch, tol):
         say(f"The tree is the first to give way. It makes {'fewer' if fewer else 'more'} tokens per call than"
             f" {chain.shape}, {tree.tokens:.3f} against {chain.tokens:.3f} (chapter 19), {'but' if fewer else 'and'}"
             f" from {tree.draft_passes} draft passes, one per level, against {chain.draft_passes}."
-            + (f" Below the ridge, at small's c of {c1:.4f} (B = 1), that is {tree.tokens:.3f} / (1 +"
-               f" {tree.draft_passes} c) = {s.first_speed:.2f} against {chain.tokens:.3f} / (1 + {chain.draft_passes}"
-               f" c) = {s.chain_speed:.2f}." if priced and s.first_speed > s.chain_speed else "")
+            + (f" Small's c, a draft pass's cost in target passes, is {c1:.4f} at B = 1 and rises with B (chapter 19)."
+               f" At B = 1, below the ridge, that gives {tree.tokens:.3f} / (1 + {tree.draft_passes} c) ="
+               f" {s.first_speed:.2f} against {chain.tokens:.3f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}."
+               if priced and s.first_speed > s.chain_speed and s.c_small == sorted(s.c_small)
+               and s.c_small[-1] > c1 else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
             f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves.")

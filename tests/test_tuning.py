@@ -554,7 +554,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
         "Its plan runs to B = 241 at 512 tokens of context. That is the most sequences whose KV caches, the target's"
-        " and the small draft's, fit in the H100's 80 GB beside both models' weights.") in text
+        " and the small draft's, fit in the H100's 80 GB beside the target's and small's weights.") in text
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
@@ -562,8 +562,9 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert t.tokens < c.tokens  # 'fewer', 'but'
     assert (f"The tree is the first to give way. It makes fewer tokens per call than k = 8, {t.tokens:.3f} against"
-            f" {c.tokens:.3f} (chapter 19), but from 3 draft passes, one per level, against 8. Below the ridge, at"
-            f" small's c of {c1:.4f} (B = 1), that is {t.tokens:.3f} / (1 + 3 c) ="
+            f" {c.tokens:.3f} (chapter 19), but from 3 draft passes, one per level, against 8. Small's c, a draft pass's"
+            f" cost in target passes, is {c1:.4f} at B = 1 and rises with B (chapter 19). At B = 1, below the ridge,"
+            f" that gives {t.tokens:.3f} / (1 + 3 c) ="
             f" {t.tokens / (1 + 3 * round(c1, 4)):.2f} against {c.tokens:.3f} / (1 + 8 c) ="
             f" {c.tokens / (1 + 8 * round(c1, 4)):.2f}. A little past the ridge, the tree's check of 15 positions a"
             " sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it saves.") in text

@@ -5412,10 +5412,10 @@ def greedy_runs(rows, k=4):
             f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
             f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
             f" {eq1:.2f}.",
-            "At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
-            " are set by the token it starts after, and come in runs." + settled_words(P0, D, k, kept) + " Averaged"
-            f" over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. {made} Eq. 1, which gives every draft"
-            f" the same chance, alpha, puts {eq1:.2f} (--detail).")
+            "At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
+            " starts after the same token keeps the same number of drafts." + settled_words(P0, D, k, kept)
+            + f" Averaged over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. {made} Eq. 1, which gives"
+            f" every draft the same chance, alpha, puts {eq1:.2f} (--detail).")
 
 
 def settled_rounds(P, Q, k):
@@ -5447,10 +5447,21 @@ def settled_words(P, Q, k, kept):
     groups = {g: settled.count(g) for g in dict.fromkeys(settled)}  # each settled round, and how many reach it
     if any(abs(kept[j] - sum(n for (_, m), n in groups.items() if m == j) / len(P)) > 1e-9 for j in range(k + 1)):
         return ""
-    said = [(number_word(n), f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}")
-            for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]  # the most-reached round first
+    top_p, top_q = P.argmax(axis=1), Q.argmax(axis=1)
+
+    def why_kept(d, j):  # why a round after d keeps j: its drafts pass j times, the next fails, the target puts d back
+        chain = [d]
+        for _ in range(j):
+            chain.append(int(top_p[chain[-1]]))
+        c = chain[-1]
+        if not (j and all(top_q[x] == top_p[x] for x in chain[:-1]) and top_q[c] != top_p[c] and top_p[c] == d):
+            return ""
+        return (f" Its drafts {and_list([repr(name(x)) for x in chain[1:]])} pass, the next fails, and the target's"
+                f" token there is '{name(d)}' again.")
+    said = [(number_word(n), f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
+             why_kept(d, j)) for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]  # the most-reached first
     return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
-            f" {said[0][1]}" + "".join(f"; from {n}, {w}" for n, w in said[1:]) + ".")
+            f" {said[0][1]}{said[0][2]}" + "".join(f" From {n}, {w}{y}" for n, w, y in said[1:]))
 
 
 def loop_alpha_words(P, Q, label, alpha):
@@ -5473,7 +5484,8 @@ def loop_alpha_words(P, Q, label, alpha):
 
     def where(loop, who):  # the loop in its greedy order, and after which of its tokens the draft agrees
         if len(loop) == 1:
-            return f"stays at {repr(name(min(loop)))}, after which {who} {'is' if agree[loop] else 'is not'}"
+            return (f"stays at {repr(name(min(loop)))}, and after it {who} {'is' if agree[loop] else 'is not'} the"
+                    " target's")
         order = [min(loop)]
         while len(order) < len(loop):
             order.append(int(top_p[order[-1]]))
@@ -5485,7 +5497,7 @@ def loop_alpha_words(P, Q, label, alpha):
     token = f"{label}'s likeliest token"
     said = [f"From {number_word(reach[loops[0]])} of the {number_word(len(P))} first tokens the target's greedy text"
             f" {where(loops[0], token)}"] + [
-        f"From {number_word(reach[o])} it {where(o, 'it')}" for o in loops[1:]]
+        f"From {number_word(reach[o])} the text {where(o, token)}" for o in loops[1:]]
     terms = " + ".join(f"{fraction(reach[o] / len(P))} * {fraction(agree[o] / len(o))}" for o in loops)
     return ". ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
 

@@ -411,8 +411,8 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     Q0 = sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0)
     assert [int(x) for x in Q0.argmax(axis=1)][0::5] == [4, 0] and int(Q0.argmax(axis=1)[1]) != 1
     assert ("From five of the six first tokens the target's greedy text loops 'a', 'e', 'f' and back to 'a', and blend"
-            " 0.9's likeliest token is the target's after 'a' and 'f' but not after 'e'. From one it stays at 'b', after"
-            " which it is not."
+            " 0.9's likeliest token is the target's after 'a' and 'f' but not after 'e'. From one the text stays at 'b',"
+            " and after it blend 0.9's likeliest token is not the target's."
             " So blend 0.9's alpha = 5/6 * 2/3 + 1/6 * 0 = 0.5556.") in flat(demo["21"][1])
     assert 5 / 6 * 2 / 3 == pytest.approx(5 / 9)
     assert sd.loop_alpha_words(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.9), "blend 0.9", 0.6) == ""  # no sum
@@ -421,13 +421,14 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     # gives the pass chances i by i and sets T = 0.5 beside them
     rates = sd.exact_per_position(P0, Q0, 4)  # by hand: 5 of 6 rounds start after f and keep 2 drafts, 1 after b none
     assert rates == pytest.approx([5 / 6, 5 / 6, 0, 0], abs=1e-12) and 1 + sum(rates) == pytest.approx(exact)
-    assert ("At T = 0 a greedy draft passes every time after some tokens and never after others. So a round's passes"
-            " are set by the token it starts after, and come in runs. From five of the six first tokens, blend 0.9's"
-            " rounds settle: each starts after 'f' and keeps two; from one, each starts after 'b' and keeps none."
-            " Averaged over the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep none and 0.833 keep"
-            f" two. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call. Eq. 1, which gives every draft the"
-            " same chance, alpha, puts 2.13 (--detail).") in flat(demo["21"][1]) and f"{1 + 2 * 0.833:.2f}" == (
-        f"{exact:.2f}")
+    words = ("At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
+             " starts after the same token keeps the same number of drafts. From five of the six first tokens, blend"
+             " 0.9's rounds settle: each starts after 'f' and keeps two. Its drafts 'a' and 'e' pass, the next fails,"
+             " and the target's token there is 'f' again. From one, each starts after 'b' and keeps none. Averaged over"
+             " the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep none and 0.833 keep two. So blend"
+             f" 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call. Eq. 1, which gives every draft the same chance,"
+             " alpha, puts 2.13 (--detail).")
+    assert words in flat(demo["21"][1]) and f"{1 + 2 * 0.833:.2f}" == f"{exact:.2f}"
     assert ("Round by round, the chance that drafts 1 to i all pass is 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4."
             " Eq. 1 gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095: 2.13 tokens"
             " per call at alpha 0.5556.") in flat(detail)

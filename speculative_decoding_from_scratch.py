@@ -6067,14 +6067,16 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
             f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} at B ="
-            f" 1 to {c[-1]:.4f} at B = {c19.max_batch}. Each of its passes reads one KV cache, the keys and values of"
-            f" its tokens, per sequence, and by B = {c19.max_batch} those caches outweigh {main.name}'s weights"
-            f" (chapter 19, --detail). At B = {cross} the tree's check, {t[2]} positions a sequence, {t[2] * cross:,}"
-            f" in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}. That is"
-            f" {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass (chapter 25"
-            " works it out). Past it, every position the tree checks costs time, and its lead shrinks."
+            f" 1 to {c[-1]:.4f} at B = {c19.max_batch}. At B = 1 both passes read mostly weights, and {main.name}'s are"
+            " few. A pass also reads one KV cache, the keys and values of a sequence's tokens, per sequence. By B ="
+            f" {c19.max_batch} both passes read mostly those, and {main.name}'s cache is {share:.4f} of the target's,"
+            f" so c climbs toward {share:.4f} (chapter 19, --detail). At B = {cross} the tree's check, {t[2]} positions"
+            f" a sequence, {t[2] * cross:,} in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}."
+            f" That is {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass"
+            " (chapter 25 works it out). Past it, every position the tree checks costs time, and its lead shrinks."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
-            and c[0] < c[-1] < share and w[0] > kv[0] and all(k * c19.max_batch > b for k, b in zip(kv, w))
+            and c[0] < c[-1] < share and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
+            and all(k * c19.max_batch > b for k, b in zip(kv, w))
             and cross * t[2] > free_positions(c19.n_ctx) else "")
 
 

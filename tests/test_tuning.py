@@ -920,12 +920,13 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     c241 = sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000))
     assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, and each"
-            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241. Each of"
-            " its passes reads one KV cache, the keys and values of its tokens, per sequence, and by B = 241 those"
-            " caches outweigh small's weights (chapter 19, --detail). At B = 32 the tree's check, 15 positions a"
-            " sequence, 480 in all, reaches the ridge, so the loss peaks just before, at B = 31. That is later than"
-            " demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV cache adds bytes to the pass (chapter 25 works"
-            " it out).") in text
+            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241. At B = 1"
+            " both passes read mostly weights, and small's are few. A pass also reads one KV cache, the keys and values"
+            " of a sequence's tokens, per sequence. By B = 241 both passes read mostly those, and small's cache is"
+            " 0.0234 of the target's, so c climbs toward 0.0234 (chapter 19, --detail). At B = 32 the tree's check, 15"
+            " positions a sequence, 480 in all, reaches the ridge, so the loss peaks just before, at B = 31. That is"
+            " later than demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV cache adds bytes to the pass"
+            " (chapter 25 works it out).") in text
     assert f"small's rises only from {c1:.4f} to {c241:.4f} at B = 241." in " ".join(detail19.split())  # the pointer
     # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes
     small, kv = (768, 2048, 4, 32000), lambda d: sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1]

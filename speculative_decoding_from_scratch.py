@@ -6011,8 +6011,9 @@ def demo23_engines(**how):
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"{' and '.join(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
             f" {own[1]:,}, where the plan runs the tree, {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}"
-            + (f", {main.name}'s best chain there, {own[0]:.1%} slower: all of that loss comes from not running the"
-               " tree." if best_chain(c19, main, own[1]) == f"k = {own[2]}" else f", {own[0]:.1%} slower.")
+            + (f", {main.name}'s best chain of up to {c19.k_max} drafts there, {own[0]:.1%} slower: all of that loss"
+               " comes from not running the tree." if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
+               f", {own[0]:.1%} slower.")
             + said if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",

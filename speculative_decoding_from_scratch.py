@@ -5470,13 +5470,8 @@ def loop_alpha_words(P, Q, label, alpha):
     after which Q's likeliest token is P's; said only while they add up to
     alpha ("" otherwise)."""
     top_p, top_q = temper(P, 0).argmax(axis=1), temper(Q, 0).argmax(axis=1)
-    reach = {loop: 0 for loop in greedy_loops(P)}
-    for x in range(len(P)):  # follow the greedy text from each first token into its loop
-        seen = []
-        while x not in seen:
-            seen.append(x)
-            x = int(top_p[x])
-        reach[frozenset(seen[seen.index(x):])] += 1
+    ends = loop_of_each_start(P)
+    reach = {loop: ends.count(loop) for loop in set(ends)}  # how many first tokens end in each loop
     loops = sorted(reach, key=lambda loop: (-reach[loop], min(loop)))
     agree = {loop: sum(int(top_p[c] == top_q[c]) for c in loop) for loop in loops}
     if len(loops) < 2 or abs(sum(reach[o] / len(P) * agree[o] / len(o) for o in loops) - alpha) > 1e-9:
@@ -5502,17 +5497,23 @@ def loop_alpha_words(P, Q, label, alpha):
     return ". ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
 
 
-def greedy_loops(P):
-    """The loops greedy decoding of table P ends in, one from each first token
-    (each a frozenset of tokens)."""
-    ahead, loops = temper(P, 0).argmax(axis=1), set()
+def loop_of_each_start(P):
+    """For each first token, the loop greedy decoding of table P ends in (a
+    frozenset of tokens)."""
+    ahead, ends = temper(P, 0).argmax(axis=1), []
     for x in range(len(P)):
         seen = []
         while x not in seen:
             seen.append(x)
             x = int(ahead[x])
-        loops.add(frozenset(seen[seen.index(x):]))
-    return loops
+        ends.append(frozenset(seen[seen.index(x):]))
+    return ends
+
+
+def greedy_loops(P):
+    """The loops greedy decoding of table P ends in, one from each first token
+    (each a frozenset of tokens)."""
+    return set(loop_of_each_start(P))
 
 
 def table3_words(rows):

@@ -5078,11 +5078,10 @@ def demo19_crossings(s, max_batch):
     """Chapter 19's sentence on where the planned checks reach the ridge:
     past demo 6's positions for one sequence while each does (chapter 25
     gives every batch size)."""
-    crossed = [(n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
+    crossed = [(how, n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
     every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
-    later = crossed and every and s.ridge_each > 0 and all(n * b > s.alone for n, b in crossed)  # KV caches move it
-    first = min((c for c in s.checks if c[2] is not None and c[2] < c[3]), key=lambda c: c[2], default=None)
-    how, n, b = (first[0], first[1], first[2]) if first else ("", 0, 0)
+    later = crossed and every and s.ridge_each > 0 and all(n * b > s.alone for _, n, b in crossed)  # KV caches move it
+    how, n, b = min(crossed, key=lambda c: c[2], default=("", 0, 0))  # the first to cross
     check = "The tree's check" if how.startswith("tree") else f"The check of {how}"
     return ("Each sequence's KV cache adds bytes to a pass, so each check reaches the ridge later than demo 6's"
             f" {s.alone} positions for one sequence suggest. {check}, {n} positions a sequence, reaches it first, at"

@@ -5427,13 +5427,10 @@ def settled_rounds(P, Q, k):
     step = [tuple(int(v) for v in s[0]) for s in sure]  # from each start: (drafts kept, the next round's start)
     settled = []
     for d in range(len(P)):
-        seen = []
-        while d not in seen:
-            seen.append(d)
-            d = step[d][1]
-        if step[d][1] != d:  # rounds that cycle through several starts: not one token
+        loop = loop_from(d, lambda x: step[x][1])
+        if len(loop) != 1:  # rounds that cycle through several starts: not one token
             return None
-        settled.append((d, step[d][0]))
+        settled.append((loop[0], step[loop[0]][0]))
     return settled
 
 
@@ -5480,9 +5477,7 @@ def loop_alpha_words(P, Q, label, alpha):
         if len(loop) == 1:
             return (f"stays at {repr(name(min(loop)))}, and after it {who} {'is' if agree[loop] else 'is not'} the"
                     " target's")
-        order = [min(loop)]
-        while len(order) < len(loop):
-            order.append(int(top_p[order[-1]]))
+        order = loop_from(min(loop), lambda y: int(top_p[y]))
         yes = [repr(name(c)) for c in order if top_p[c] == top_q[c]]
         no = [repr(name(c)) for c in order if top_p[c] != top_q[c]]
         but = f" but not after {and_list(no)}" if yes and no else ""
@@ -5499,14 +5494,18 @@ def loop_alpha_words(P, Q, label, alpha):
 def loop_of_each_start(P):
     """For each first token, the loop greedy decoding of table P ends in (a
     frozenset of tokens)."""
-    ahead, ends = temper(P, 0).argmax(axis=1), []
-    for x in range(len(P)):
-        seen = []
-        while x not in seen:
-            seen.append(x)
-            x = int(ahead[x])
-        ends.append(frozenset(seen[seen.index(x):]))
-    return ends
+    ahead = temper(P, 0).argmax(axis=1)
+    return [frozenset(loop_from(x, lambda y: int(ahead[y]))) for x in range(len(P))]
+
+
+def loop_from(x, step):
+    """The loop that following step from x ends in, in the order it runs:
+    loop_from(0, lambda y: [1, 2, 1][y]) -> [1, 2]."""
+    seen = []
+    while x not in seen:
+        seen.append(x)
+        x = step(x)
+    return seen[seen.index(x):]
 
 
 def greedy_loops(P):

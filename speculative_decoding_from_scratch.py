@@ -5287,7 +5287,7 @@ def not_a_law(p=(0.9, 0.1), q=(0.6, 0.4)):
             f" {greedy:.2g} and sampled {sampled:.2g}." if greedy > sampled else "")
 
 
-def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0), n_greedy=1000):
+def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0)):
     """Chapter 21's table: temperature, with the draft sampled at T as the paper
     does, or greedy (its argmax, kept with chance p_T(x)) as vLLM does by
     default. Each row: alpha and the exact speedup both ways, a fit of each
@@ -5307,6 +5307,11 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
                 continue
             rows.append((label, T, *alphas, *(speedup(t, k, c) for t in tokens), *fits_, tv,
                          both_checks(min(fits_), tv)))
+    return rows
+
+
+def temperature_table(rows, k, c=0.1):
+    """Chapter 21's opening: what temperature and a greedy draft are, and its table."""
     say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
         "at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x, and the",
@@ -5319,9 +5324,6 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".4f"), ("greedy", 8, ".4f"), ("sampled", 9, ".2f"),
            ("greedy", 8, ".2f")], [r[:6] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5)])
-    same = attempt(lambda: greedy_is_argmax(n_greedy))
-    lower = temperature_words(rows, same, n_greedy, n_rounds, n_exact)
-    return rows, same, lower
 
 
 def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
@@ -5576,10 +5578,13 @@ def hand_q_rows(Q):
         return verify_round(P, text, drafted, [Q[c] for c in [text[-1]] + drafted[:-1]], rng)
     return verify
 
-def demo21_temperature(k=4, n_rounds=200, n_greedy=1000):
+def demo21_temperature(k=4, n_rounds=200, n_greedy=1000, n_exact=3):
     """Chapter 21: alpha and the speedup against temperature, with the draft
     sampled at T or greedy, and the paper's Table 3 beside them."""
-    rows, same, lower = temperature_rows(k, n_rounds, n_greedy=n_greedy)
+    rows = temperature_rows(k, n_rounds, n_exact=n_exact)
+    temperature_table(rows, k)
+    same = attempt(lambda: greedy_is_argmax(n_greedy))
+    lower = temperature_words(rows, same, n_greedy, n_rounds, n_exact)
     print()
     say(table3_words(rows))
     say_paragraphs(greedy_runs(rows)[2:])

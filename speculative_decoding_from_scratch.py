@@ -5351,6 +5351,17 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
             f"its {way} drafts at T = {and_list(ts)}" for way, ts in rest.items() if ts])
     slow = [slow_at(d, ways) for d, ways in slower.items() if any(ways.values())]
     print()
+    say("At every T > 0, greedy drafts keep less than sampled ones here: a greedy draft x passes with chance p_T(x),"
+        " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else
+        "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
+        f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
+        "No row is slower than plain decoding.")
+    return lower
+
+
+def zero_alpha_words(rows):
+    """Chapter 28's paragraph on alpha at T = 0: where the two likeliest tokens
+    agree, along the loops the target's greedy text runs in."""
     at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
         f" where their likeliest tokens agree: {and_list(at_zero)} here.",
@@ -5360,13 +5371,6 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
         " ".join(loop_alpha_words(TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT), r[0], r[2]) for r in rows
                  if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == 0))
-    print()
-    say("At every T > 0, greedy drafts keep less than sampled ones here: a greedy draft x passes with chance p_T(x),"
-        " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else
-        "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
-        f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
-        "No row is slower than plain decoding.")
-    return lower
 
 
 def never_agree_words(label, Q, P=TARGET):
@@ -5533,9 +5537,7 @@ def table3_words(rows):
 
 
 def demo21_detail(result):
-    """Chapter 21 in detail: greedy drafts at T = 0.5, beside eq. 1, and two
-    shipped bugs that temper one model and not the other."""
-    say_paragraphs(greedy_runs(result.temperatures)[:2])
+    """Chapter 21 in detail: two shipped bugs that temper one model and not the other."""
     one_sided_temperatures(4, 1000)
 
 
@@ -5587,7 +5589,6 @@ def demo21_temperature(k=4, n_rounds=200, n_greedy=1000, n_exact=3):
     lower = temperature_words(rows, same, n_greedy, n_rounds, n_exact)
     print()
     say(table3_words(rows))
-    say_paragraphs(greedy_runs(rows)[2:])
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     good = [r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[5] is not None]  # the good draft, by T
     span = (f", from {good[0][5]:.2f}x at T = {good[0][1]:g} to {good[-1][5]:.2f}x at T = {good[-1][1]:g},"
@@ -6544,6 +6545,45 @@ def demo27_detail(result):
                 and abs(s.start @ s.beta - r.rates[1][0]) < 1e-9 else ""))
 
 
+# -----------------------------------------------------------------------------
+# Chapter 28. Why does greedy drafting at T = 0 beat eq. 1?
+# At T = 0 a draft's pass chance after each token is 0 or 1, so a round's
+# passes are set by the token it starts after: eq. 1's one chance misprices it.
+
+
+def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
+    """Chapter 28: chapter 21's two drafts at T = 0, and why the good one's
+    rounds beat eq. 1 at its alpha (T = 0.5's rows go to --detail)."""
+    rows = temperature_rows(k, n_rounds, c=c, temperatures=(0, 0.5))
+    zero = [r for r in rows if r[1] == 0 and r[5] is not None]
+    say(f"As in chapter 21, take the middling draft and a good one (blend {GOOD_WEIGHT:g}) at temperature T, where p"
+        " becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A greedy draft"
+        f" proposes its likeliest token x, and the target keeps it with chance p_T(x). At T = 0, k = {k} and c = {c}:")
+    print()
+    table([("draft", 10, "<"), ("alpha", 8, ".4f"), ("speedup", 9, ".2f")], [(r[0], r[3], r[5]) for r in zero])
+    good = next((r for r in zero if r[0] == f"blend {GOOD_WEIGHT:g}"), None)
+    eq1 = expected_tokens(good[3], k) if good else None
+    beats = good is not None and speedup(eq1, k, c) < good[5] - 0.05
+    print()
+    if good:
+        say(f"Eq. 1 at alpha {good[3]:.4f} gives {eq1:.2f} tokens per call, a speedup of {speedup(eq1, k, c):.2f},"
+            + (f" not {good[5]:.2f}. Why?" if beats else f" and the exact speedup is {good[5]:.2f}."))
+        print()
+    zero_alpha_words(zero)
+    say_paragraphs(greedy_runs(rows)[2:])
+    exact, high = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(pair_alpha(TARGET, MIDDLING), k)
+    takeaway("at T = 0 a draft's passes are set by where its rounds start, not by one chance alpha; eq. 1 can run low"
+             " as well as high.",
+             {f"blend {GOOD_WEIGHT:g}'s greedy rounds beat eq. 1 at T = 0": beats,
+              "eq. 1 runs high for the middling draft at T = 1 (demo 3)": high > exact})
+    return SimpleNamespace(temperatures=rows)
+
+
+def demo28_detail(result):
+    """Chapter 28 in detail: the good draft's pass chances at T = 0 beside eq. 1's, and T = 0.5's."""
+    say_paragraphs(greedy_runs(result.temperatures)[:2])
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -6584,6 +6624,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "25": ("Why do big batches check fewer drafts?", demo25_ridge),
     "26": ("When does copying the text pay?", demo26_copy_speed),
     "27": ("Do one k's rates price another?", demo27_rates),
+    "28": ("Why does greedy drafting at T = 0 beat eq. 1?", demo28_greedy_runs),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -6604,6 +6645,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "24": demo24_detail,
     "25": demo25_detail,
     "27": demo27_detail,
+    "28": demo28_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

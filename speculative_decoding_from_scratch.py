@@ -5359,167 +5359,6 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
     return lower
 
 
-def zero_alpha_words(rows):
-    """Chapter 28's paragraph on alpha at T = 0: where the two likeliest tokens
-    agree, along the loops the target's greedy text runs in."""
-    at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
-    say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
-        f" where their likeliest tokens agree: {and_list(at_zero)} here.",
-        "That text is a loop, and which loop depends on its first token. So alpha weighs each token by its share of"
-        f" the loop, averaged over the {number_word(VOCAB)} first tokens, taken as equally likely."
-        if len(greedy_loops(TARGET)) > 1 else "",
-        " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
-        " ".join(loop_alpha_words(TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT), r[0], r[2]) for r in rows
-                 if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == 0))
-
-
-def never_agree_words(label, Q, P=TARGET):
-    """Why a draft's alpha at T = 0 is 0: its likeliest token is the target's
-    only after tokens the target's greedy text never comes back to (or never)."""
-    agree = [c for c in range(len(P)) if P[c].argmax() == Q[c].argmax()]
-    text = stationary(temper(P, 0))  # where greedy text runs, from a uniform first token
-    names = [repr(name(c)) for c in agree]
-    where = (f" only after {and_list(names)}. Whatever its first token, the target's greedy text falls into a loop"
-             f" that never visits {and_list(names, 'or')}: {'it holds' if len(names) == 1 else 'they hold'} none of"
-             " its text, so alpha is 0")
-    return (f"At T = 0 the {label} draft's likeliest token is the target's{where if agree else ' after no token'}."
-            if all(text[c] < 1e-12 for c in agree) else "")
-
-
-def greedy_runs(rows, k=4):
-    """Chapter 21's note on greedy drafting at T = 0: every row's pass chance
-    is 0 or 1, so passes come in runs and eq. 1, at one chance alpha, falls
-    short of the exact count. For the good draft, each said only while its
-    numbers bear it out: (the detail's pass chances at T = 0 beside eq. 1's,
-    its sentence on T = 0.5, and the chapter's paragraph on T = 0)."""
-    Q = blend(TARGET, UNRELATED, GOOD_WEIGHT)
-    P0, D = temper(TARGET, 0), temper(Q, 0)
-    beta = np.minimum(P0, D).sum(axis=1)
-    zero, half = (next((r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == T), None) for T in (0, 0.5))
-    if zero is None or half is None or not np.isin(beta, (0, 1)).all():
-        return "", "", ""
-    exact, eq1 = exact_tokens_per_call(P0, D, k), expected_tokens(zero[3], k)
-    warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
-    if not (exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1):
-        return "", "", ""
-    rates, alpha = exact_per_position(P0, D, k), zero[3]
-    kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
-    parts = [f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4]
-    shares = and_list([parts[0].replace(" keep", f" of blend {GOOD_WEIGHT:g}'s rounds keep", 1), *parts[1:]])
-    made = (f"So blend {GOOD_WEIGHT:g} makes 1 + "
-            + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4)
-            + f" = {exact:.2f} tokens per call.")
-    return ("Round by round, the chance that drafts 1 to i all pass is"
-            f" {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1 to {k}. Eq. 1 gives every draft the"
-            " same chance, alpha, so it puts"
-            f" {and_list([f'{alpha ** i:.3f}' for i in range(1, k + 1)])}: {eq1:.2f} tokens per call at alpha"
-            f" {alpha:.4f}.",
-            f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
-            f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
-            f" {eq1:.2f}.",
-            "At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
-            " starts after the same token keeps the same number of drafts." + settled_words(P0, D, k, kept)
-            + f" Averaged over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. {made} Eq. 1, which gives"
-            f" every draft the same chance, alpha, puts {eq1:.2f} (--detail).")
-
-
-def settled_rounds(P, Q, k):
-    """Where each first token's rounds settle when every round is certain (T = 0): for each start token, the one
-    token every round starts after once they repeat, and the drafts each keeps; None unless each settles on one."""
-    ends = round_table(P, Q, k)  # [start, drafts kept, the round's last token]
-    sure = [np.argwhere(ends[d] > 1 - 1e-9) for d in range(len(P))]
-    if any(len(s) != 1 for s in sure):
-        return None
-    step = [tuple(int(v) for v in s[0]) for s in sure]  # from each start: (drafts kept, the next round's start)
-    settled = []
-    for d in range(len(P)):
-        loop = loop_from(d, lambda x: step[x][1])
-        if len(loop) != 1:  # rounds that cycle through several starts: not one token
-            return None
-        settled.append((loop[0], step[loop[0]][0]))
-    return settled
-
-
-def settled_words(P, Q, k, kept):
-    """Chapter 21's clause on where greedy rounds settle, from settled_rounds, while its counts give the shares
-    of rounds that keep each number of drafts (kept); else nothing."""
-    settled = settled_rounds(P, Q, k)
-    if settled is None:
-        return ""
-    groups = {g: settled.count(g) for g in dict.fromkeys(settled)}  # each settled round, and how many reach it
-    if any(abs(kept[j] - sum(n for (_, m), n in groups.items() if m == j) / len(P)) > 1e-9 for j in range(k + 1)):
-        return ""
-    top_p, top_q = P.argmax(axis=1), Q.argmax(axis=1)
-
-    def why_kept(d, j):  # why a round after d keeps j: its drafts pass j times, the next fails, the target puts d back
-        chain = [d]
-        for _ in range(j):
-            chain.append(int(top_p[chain[-1]]))
-        c = chain[-1]
-        if not (j and all(top_q[x] == top_p[x] for x in chain[:-1]) and top_q[c] != top_p[c] and top_p[c] == d):
-            return ""
-        return (f" Its drafts {and_list([repr(name(x)) for x in chain[1:]])} pass, the next fails, and the target's"
-                f" token there is '{name(d)}' again.")
-    said = [(number_word(n), f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
-             why_kept(d, j)) for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]  # the most-reached first
-    return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
-            f" {said[0][1]}{said[0][2]}" + "".join(f" From {n}, {w}{y}" for n, w, y in said[1:]))
-
-
-def loop_alpha_words(P, Q, label, alpha):
-    """Chapter 21's alpha at T = 0 for one draft, loop by loop: the first
-    tokens whose greedy text ends in each loop of P, and the share of the loop
-    after which Q's likeliest token is P's; said only while they add up to
-    alpha ("" otherwise)."""
-    top_p, top_q = temper(P, 0).argmax(axis=1), temper(Q, 0).argmax(axis=1)
-    ends = loop_of_each_start(P)
-    reach = {loop: ends.count(loop) for loop in set(ends)}  # how many first tokens end in each loop
-    loops = sorted(reach, key=lambda loop: (-reach[loop], min(loop)))
-    agree = {loop: sum(int(top_p[c] == top_q[c]) for c in loop) for loop in loops}
-    if len(loops) < 2 or abs(sum(reach[o] / len(P) * agree[o] / len(o) for o in loops) - alpha) > 1e-9:
-        return ""
-
-    def where(loop, who):  # the loop in its greedy order, and after which of its tokens the draft agrees
-        if len(loop) == 1:
-            return (f"stays at {repr(name(min(loop)))}, and after it {who} {'is' if agree[loop] else 'is not'} the"
-                    " target's")
-        order = loop_from(min(loop), lambda y: int(top_p[y]))
-        yes = [repr(name(c)) for c in order if top_p[c] == top_q[c]]
-        no = [repr(name(c)) for c in order if top_p[c] != top_q[c]]
-        but = f" but not after {and_list(no)}" if yes and no else ""
-        return (f"loops {', '.join(repr(name(c)) for c in order)} and back to {repr(name(order[0]))}, and {who} is"
-                f" the target's after {and_list(yes) if yes else 'none'}{but}")
-    token = f"{label}'s likeliest token"
-    said = [f"From {number_word(reach[loops[0]])} of the {number_word(len(P))} first tokens the target's greedy text"
-            f" {where(loops[0], token)}"] + [
-        f"From {number_word(reach[o])} the text {where(o, token)}" for o in loops[1:]]
-    terms = " + ".join(f"{fraction(reach[o] / len(P))} * {fraction(agree[o] / len(o))}" for o in loops)
-    return ". ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
-
-
-def loop_of_each_start(P):
-    """For each first token, the loop greedy decoding of table P ends in (a
-    frozenset of tokens)."""
-    ahead = temper(P, 0).argmax(axis=1)
-    return [frozenset(loop_from(x, lambda y: int(ahead[y]))) for x in range(len(P))]
-
-
-def loop_from(x, step):
-    """The loop that following step from x ends in, in the order it runs:
-    loop_from(0, lambda y: [1, 2, 1][y]) -> [1, 2]."""
-    seen = []
-    while x not in seen:
-        seen.append(x)
-        x = step(x)
-    return seen[seen.index(x):]
-
-
-def greedy_loops(P):
-    """The loops greedy decoding of table P ends in, one from each first token
-    (each a frozenset of tokens)."""
-    return set(loop_of_each_start(P))
-
-
 def table3_words(rows):
     """Chapter 21: alpha from T = 0 to T = 1 here, beside the paper's Table 3."""
     pairs = {r[0]: {} for r in rows}
@@ -6549,6 +6388,167 @@ def demo27_detail(result):
 # Chapter 28. Why does greedy drafting at T = 0 beat eq. 1?
 # At T = 0 a draft's pass chance after each token is 0 or 1, so a round's
 # passes are set by the token it starts after: eq. 1's one chance misprices it.
+
+
+def zero_alpha_words(rows):
+    """Chapter 28's paragraph on alpha at T = 0: where the two likeliest tokens
+    agree, along the loops the target's greedy text runs in."""
+    at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
+    say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
+        f" where their likeliest tokens agree: {and_list(at_zero)} here.",
+        "That text is a loop, and which loop depends on its first token. So alpha weighs each token by its share of"
+        f" the loop, averaged over the {number_word(VOCAB)} first tokens, taken as equally likely."
+        if len(greedy_loops(TARGET)) > 1 else "",
+        " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
+        " ".join(loop_alpha_words(TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT), r[0], r[2]) for r in rows
+                 if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == 0))
+
+
+def never_agree_words(label, Q, P=TARGET):
+    """Why a draft's alpha at T = 0 is 0: its likeliest token is the target's
+    only after tokens the target's greedy text never comes back to (or never)."""
+    agree = [c for c in range(len(P)) if P[c].argmax() == Q[c].argmax()]
+    text = stationary(temper(P, 0))  # where greedy text runs, from a uniform first token
+    names = [repr(name(c)) for c in agree]
+    where = (f" only after {and_list(names)}. Whatever its first token, the target's greedy text falls into a loop"
+             f" that never visits {and_list(names, 'or')}: {'it holds' if len(names) == 1 else 'they hold'} none of"
+             " its text, so alpha is 0")
+    return (f"At T = 0 the {label} draft's likeliest token is the target's{where if agree else ' after no token'}."
+            if all(text[c] < 1e-12 for c in agree) else "")
+
+
+def greedy_runs(rows, k=4):
+    """Chapter 21's note on greedy drafting at T = 0: every row's pass chance
+    is 0 or 1, so passes come in runs and eq. 1, at one chance alpha, falls
+    short of the exact count. For the good draft, each said only while its
+    numbers bear it out: (the detail's pass chances at T = 0 beside eq. 1's,
+    its sentence on T = 0.5, and the chapter's paragraph on T = 0)."""
+    Q = blend(TARGET, UNRELATED, GOOD_WEIGHT)
+    P0, D = temper(TARGET, 0), temper(Q, 0)
+    beta = np.minimum(P0, D).sum(axis=1)
+    zero, half = (next((r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == T), None) for T in (0, 0.5))
+    if zero is None or half is None or not np.isin(beta, (0, 1)).all():
+        return "", "", ""
+    exact, eq1 = exact_tokens_per_call(P0, D, k), expected_tokens(zero[3], k)
+    warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
+    if not (exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1):
+        return "", "", ""
+    rates, alpha = exact_per_position(P0, D, k), zero[3]
+    kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
+    parts = [f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4]
+    shares = and_list([parts[0].replace(" keep", f" of blend {GOOD_WEIGHT:g}'s rounds keep", 1), *parts[1:]])
+    made = (f"So blend {GOOD_WEIGHT:g} makes 1 + "
+            + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4)
+            + f" = {exact:.2f} tokens per call.")
+    return ("Round by round, the chance that drafts 1 to i all pass is"
+            f" {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1 to {k}. Eq. 1 gives every draft the"
+            " same chance, alpha, so it puts"
+            f" {and_list([f'{alpha ** i:.3f}' for i in range(1, k + 1)])}: {eq1:.2f} tokens per call at alpha"
+            f" {alpha:.4f}.",
+            f"At T = 0.5 blend {GOOD_WEIGHT:g}'s greedy alpha is about the same as at T = 0, {half[3]:.4f}, but the"
+            f" target's rows are no longer one-hot, so passes no longer come in runs: it makes {warm:.2f}, near eq. 1's"
+            f" {eq1:.2f}.",
+            "At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
+            " starts after the same token keeps the same number of drafts." + settled_words(P0, D, k, kept)
+            + f" Averaged over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. {made} Eq. 1, which gives"
+            f" every draft the same chance, alpha, puts {eq1:.2f} (--detail).")
+
+
+def settled_rounds(P, Q, k):
+    """Where each first token's rounds settle when every round is certain (T = 0): for each start token, the one
+    token every round starts after once they repeat, and the drafts each keeps; None unless each settles on one."""
+    ends = round_table(P, Q, k)  # [start, drafts kept, the round's last token]
+    sure = [np.argwhere(ends[d] > 1 - 1e-9) for d in range(len(P))]
+    if any(len(s) != 1 for s in sure):
+        return None
+    step = [tuple(int(v) for v in s[0]) for s in sure]  # from each start: (drafts kept, the next round's start)
+    settled = []
+    for d in range(len(P)):
+        loop = loop_from(d, lambda x: step[x][1])
+        if len(loop) != 1:  # rounds that cycle through several starts: not one token
+            return None
+        settled.append((loop[0], step[loop[0]][0]))
+    return settled
+
+
+def settled_words(P, Q, k, kept):
+    """Chapter 21's clause on where greedy rounds settle, from settled_rounds, while its counts give the shares
+    of rounds that keep each number of drafts (kept); else nothing."""
+    settled = settled_rounds(P, Q, k)
+    if settled is None:
+        return ""
+    groups = {g: settled.count(g) for g in dict.fromkeys(settled)}  # each settled round, and how many reach it
+    if any(abs(kept[j] - sum(n for (_, m), n in groups.items() if m == j) / len(P)) > 1e-9 for j in range(k + 1)):
+        return ""
+    top_p, top_q = P.argmax(axis=1), Q.argmax(axis=1)
+
+    def why_kept(d, j):  # why a round after d keeps j: its drafts pass j times, the next fails, the target puts d back
+        chain = [d]
+        for _ in range(j):
+            chain.append(int(top_p[chain[-1]]))
+        c = chain[-1]
+        if not (j and all(top_q[x] == top_p[x] for x in chain[:-1]) and top_q[c] != top_p[c] and top_p[c] == d):
+            return ""
+        return (f" Its drafts {and_list([repr(name(x)) for x in chain[1:]])} pass, the next fails, and the target's"
+                f" token there is '{name(d)}' again.")
+    said = [(number_word(n), f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
+             why_kept(d, j)) for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]  # the most-reached first
+    return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
+            f" {said[0][1]}{said[0][2]}" + "".join(f" From {n}, {w}{y}" for n, w, y in said[1:]))
+
+
+def loop_alpha_words(P, Q, label, alpha):
+    """Chapter 21's alpha at T = 0 for one draft, loop by loop: the first
+    tokens whose greedy text ends in each loop of P, and the share of the loop
+    after which Q's likeliest token is P's; said only while they add up to
+    alpha ("" otherwise)."""
+    top_p, top_q = temper(P, 0).argmax(axis=1), temper(Q, 0).argmax(axis=1)
+    ends = loop_of_each_start(P)
+    reach = {loop: ends.count(loop) for loop in set(ends)}  # how many first tokens end in each loop
+    loops = sorted(reach, key=lambda loop: (-reach[loop], min(loop)))
+    agree = {loop: sum(int(top_p[c] == top_q[c]) for c in loop) for loop in loops}
+    if len(loops) < 2 or abs(sum(reach[o] / len(P) * agree[o] / len(o) for o in loops) - alpha) > 1e-9:
+        return ""
+
+    def where(loop, who):  # the loop in its greedy order, and after which of its tokens the draft agrees
+        if len(loop) == 1:
+            return (f"stays at {repr(name(min(loop)))}, and after it {who} {'is' if agree[loop] else 'is not'} the"
+                    " target's")
+        order = loop_from(min(loop), lambda y: int(top_p[y]))
+        yes = [repr(name(c)) for c in order if top_p[c] == top_q[c]]
+        no = [repr(name(c)) for c in order if top_p[c] != top_q[c]]
+        but = f" but not after {and_list(no)}" if yes and no else ""
+        return (f"loops {', '.join(repr(name(c)) for c in order)} and back to {repr(name(order[0]))}, and {who} is"
+                f" the target's after {and_list(yes) if yes else 'none'}{but}")
+    token = f"{label}'s likeliest token"
+    said = [f"From {number_word(reach[loops[0]])} of the {number_word(len(P))} first tokens the target's greedy text"
+            f" {where(loops[0], token)}"] + [
+        f"From {number_word(reach[o])} the text {where(o, token)}" for o in loops[1:]]
+    terms = " + ".join(f"{fraction(reach[o] / len(P))} * {fraction(agree[o] / len(o))}" for o in loops)
+    return ". ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
+
+
+def loop_of_each_start(P):
+    """For each first token, the loop greedy decoding of table P ends in (a
+    frozenset of tokens)."""
+    ahead = temper(P, 0).argmax(axis=1)
+    return [frozenset(loop_from(x, lambda y: int(ahead[y]))) for x in range(len(P))]
+
+
+def loop_from(x, step):
+    """The loop that following step from x ends in, in the order it runs:
+    loop_from(0, lambda y: [1, 2, 1][y]) -> [1, 2]."""
+    seen = []
+    while x not in seen:
+        seen.append(x)
+        x = step(x)
+    return seen[seen.index(x):]
+
+
+def greedy_loops(P):
+    """The loops greedy decoding of table P ends in, one from each first token
+    (each a frozenset of tokens)."""
+    return set(loop_of_each_start(P))
 
 
 def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):

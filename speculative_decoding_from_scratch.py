@@ -1414,8 +1414,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     say_items(steps, numbered=True)
     if terms:
         print()
-        table([("", 7, "<")] + [(f"i = {i}", 7, ".3f") for i in range(1, k + 1)] + [("1 + sum", 9, ".3f")],
-              [(label, *row, 1 + sum(round(x, 3) for x in row)) for label, *row in terms])  # the sum of the shown terms
+        pass_chance_table(terms)
         if later:
             print()
             say(later)
@@ -1425,6 +1424,13 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
                  x > y for x, y in zip(tokens, tokens[1:])),
               "every row agrees with its exact value": not misfits and not errors})
     return SimpleNamespace(rows=rows)
+
+
+def pass_chance_table(terms):
+    """Demo 3's and chapter 29's table: for each (label, *rates), the chance
+    drafts 1 to i all pass, i = 1..k, and 1 + their sum, a round's tokens."""
+    table([("", 7, "<")] + [(f"i = {i}", 7, ".3f") for i in range(1, len(terms[0]))] + [("1 + sum", 9, ".3f")],
+          [(label, *row, 1 + sum(round(x, 3) for x in row)) for label, *row in terms])  # the sum of the shown terms
 
 
 def round_starts(P, Q, k=1):
@@ -1455,8 +1461,22 @@ def round_starts(P, Q, k=1):
                            residual_led=residual_led)
 
 
+def eq1_net_words(alpha, rates):
+    """Demo 3's last lines, said only while the table bears them out: eq. 1
+    runs high at draft 1 and low, by less, over the later drafts; rates: the
+    chance drafts 1 to i all pass."""
+    shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
+    over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
+    short = shown(alpha) - shown(rates[0])
+    return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to {len(rates)}: net,"
+            f" {short - over:.3f} high." + (f" Drafts 2 to {len(rates)} pass more often than alpha once the draft"
+                                            " before passed: chapter 29 says why." if all(
+                                                b / a > alpha for a, b in zip(rates, rates[1:])) else "")
+            if all(r > alpha ** i for i, r in enumerate(rates[1:], start=2)) and 0 < over < short else "")
+
+
 def why_later_drafts_pass_more(P, Q, starts, rates, hi):
-    """Demo 3's last paragraph, said only while its numbers bear it out: from
+    """Chapter 29's paragraph, said only while its numbers bear it out: from
     draft 2 on the exact terms run above eq. 1's, as each later draft follows
     a kept one, and kept drafts are hi more often than the text is. The text
     is kept drafts and the tokens that end rounds (a round starts after the
@@ -1477,21 +1497,17 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     hi_round = shown(shown(starts.text[hi]) * round(n, 2))  # a round's hi tokens, from the printed figures
     hi_kept = shown(hi_round - shown(starts.start[hi]))  # those among its kept drafts
     mixed = hi_kept / round(n - 1, 2)  # their share, as a reader divides it
-    over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
-    short = shown(alpha) - shown(rates[0])
-    return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to 4: net, {short - over:.3f} high."
-            f" Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above"
+    return (f"Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above"
             f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
             f" often '{d}', after which drafts pass most. A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
             " final token. The output is rounds end to end, so those tokens hold"
             f" '{d}' at the output's rate: {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}' a round. A round's"
             " final token is what the next round's first draft follows, so it is"
-            f" '{d}' {starts.start[hi]:.3f} of the time (point 4). So the kept drafts hold {hi_round:.3f} -"
+            f" '{d}' {starts.start[hi]:.3f} of the time (above). So the kept drafts hold {hi_round:.3f} -"
             f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
             f" {kept:.3f}, against the output's {starts.text[hi]:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
-            and 0 < over < short  # and so as the table prints them
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
             and f"{mixed:.3f}" == f"{kept:.3f}"  # the mix, from the printed figures, checks
             and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
@@ -1539,7 +1555,7 @@ def why_eq1_is_off(P, Q, gaps):
                     f" {first:.3f}, not alpha's {alpha:.3f}."
                     " Drafts 1 to i all pass with chance:"],
                 [("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)))],
-                why_later_drafts_pass_more(P, Q, starts, rates, hi))
+                eq1_net_words(alpha, rates))
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (
         f" '{name(lo)}' to {beta[hi]:.3f} after '{name(hi)}'.") + (
             f" And fewer rounds start after '{name(hi)}', where drafts pass most, than its share of the text"
@@ -6584,6 +6600,36 @@ def demo28_detail(result):
     say_paragraphs(greedy_runs(result.temperatures)[:2])
 
 
+# -----------------------------------------------------------------------------
+# Chapter 29. Why do later drafts pass more often than alpha?
+# Demo 3's middling draft at k = 4: eq. 1 prices every draft at one chance,
+# alpha, but a draft's chance is set by the token before it.
+
+
+def demo29_later_drafts(P=TARGET, Q=MIDDLING, k=LESSON_K):
+    """Chapter 29: demo 3's pass chances, draft by draft, and why drafts 2 to
+    k pass more often than alpha once draft 1 passed."""
+    starts, rates = round_starts(P, Q, k), exact_per_position(P, Q, k)
+    alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
+    hi = int(np.argmax(starts.beta))
+    d = name(hi)
+    say(f"In demo 3 the middling draft runs at k = {k}. Eq. 1 gives every draft one chance to pass, alpha ="
+        f" {alpha:.3f}. But a draft's chance depends on the token before it: highest after '{d}',"
+        f" {starts.beta[hi]:.3f}. Alpha weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. A round's"
+        f" first draft follows '{d}' only {starts.start[hi]:.3f} of the time (demo 3 says why), so it passes"
+        f" {first:.3f}. Drafts 1 to i all pass with chance:")
+    print()
+    pass_chance_table([("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, k + 1)))])
+    why = why_later_drafts_pass_more(P, Q, starts, rates, hi)
+    print()
+    say(why or "NOT every draft after the first passes more often than alpha, with the stages as you have them.")
+    takeaway("a draft's chance to pass is set by the token before it, so eq. 1's one chance prices the first draft"
+             " high and the later ones low.",
+             {"the first draft passes less often than alpha": first < alpha,
+              "drafts 2 to k pass more often than alpha, once the draft before passed": bool(why)})
+    return SimpleNamespace(rates=rates, alpha=alpha, first=first)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -6625,6 +6671,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "26": ("When does copying the text pay?", demo26_copy_speed),
     "27": ("Do one k's rates price another?", demo27_rates),
     "28": ("Why does greedy drafting at T = 0 beat eq. 1?", demo28_greedy_runs),
+    "29": ("Why do later drafts pass more often than alpha?", demo29_later_drafts),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

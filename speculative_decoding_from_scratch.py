@@ -1475,44 +1475,6 @@ def eq1_net_words(alpha, rates):
             if all(r > alpha ** i for i, r in enumerate(rates[1:], start=2)) and 0 < over < short else "")
 
 
-def why_later_drafts_pass_more(P, Q, starts, rates, hi):
-    """Chapter 29's paragraph, said only while its numbers bear it out: from
-    draft 2 on the exact terms run above eq. 1's, as each later draft follows
-    a kept one, and kept drafts are hi more often than the text is. The text
-    is kept drafts and the tokens that end rounds (a round starts after the
-    last one's end); those are short of hi, so the kept drafts make it up.
-    starts: round_starts for these rounds; rates: the chance drafts 1 to i
-    all pass; hi: the token drafts pass most after."""
-    beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
-    kept_table, lands, later, kept_all = kept_and_replaced(P, Q)[0], starts.start, True, 0
-    for i in range(1, LESSON_K + 1):  # where kept drafts 1..k land, each kept after the one before
-        lands = lands @ kept_table  # unnormalised: the chance draft i is kept, and as what
-        kept_all = kept_all + lands
-        if i < LESSON_K:
-            later &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
-                          and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
-    whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
-    kept, n = kept_all[hi] / kept_all.sum(), 1 + kept_all.sum()  # kept drafts' share of hi; a round's tokens
-    shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
-    hi_round = shown(shown(starts.text[hi]) * round(n, 2))  # a round's hi tokens, from the printed figures
-    hi_kept = shown(hi_round - shown(starts.start[hi]))  # those among its kept drafts
-    mixed = hi_kept / round(n - 1, 2)  # their share, as a reader divides it
-    return (f"Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above"
-            f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
-            f" often '{d}', after which drafts pass most. A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
-            " final token. The output is rounds end to end, so those tokens hold"
-            f" '{d}' at the output's rate: {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}' a round. A round's"
-            " final token is what the next round's first draft follows, so it is"
-            f" '{d}' {starts.start[hi]:.3f} of the time (above). So the kept drafts hold {hi_round:.3f} -"
-            f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
-            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}."
-            if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
-            and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
-            and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
-            and f"{mixed:.3f}" == f"{kept:.3f}"  # the mix, from the printed figures, checks
-            and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
-
-
 def why_eq1_is_off(P, Q, gaps):
     """Demo 3's words on eq. 1, whose gaps above the exact counts are gaps
     (one number or one per row): which way it is off, and why, as words, or
@@ -6604,6 +6566,44 @@ def demo28_detail(result):
 # Chapter 29. Why do later drafts pass more often than alpha?
 # Demo 3's middling draft at k = 4: eq. 1 prices every draft at one chance,
 # alpha, but a draft's chance is set by the token before it.
+
+
+def why_later_drafts_pass_more(P, Q, starts, rates, hi):
+    """Chapter 29's paragraph, said only while its numbers bear it out: from
+    draft 2 on the exact terms run above eq. 1's, as each later draft follows
+    a kept one, and kept drafts are hi more often than the text is. The text
+    is kept drafts and the tokens that end rounds (a round starts after the
+    last one's end); those are short of hi, so the kept drafts make it up.
+    starts: round_starts for these rounds; rates: the chance drafts 1 to i
+    all pass; hi: the token drafts pass most after."""
+    beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
+    kept_table, lands, later, kept_all = kept_and_replaced(P, Q)[0], starts.start, True, 0
+    for i in range(1, LESSON_K + 1):  # where kept drafts 1..k land, each kept after the one before
+        lands = lands @ kept_table  # unnormalised: the chance draft i is kept, and as what
+        kept_all = kept_all + lands
+        if i < LESSON_K:
+            later &= bool(lands[hi] / lands.sum() > starts.text[hi] and rates[i] / rates[i - 1] > alpha
+                          and abs(lands @ beta / lands.sum() - rates[i] / rates[i - 1]) < 1e-9)  # after more 'd'
+    whole = kept_all + starts.start  # the text, per round: kept drafts, then the redraw or bonus that ends it
+    kept, n = kept_all[hi] / kept_all.sum(), 1 + kept_all.sum()  # kept drafts' share of hi; a round's tokens
+    shown = lambda x: round(x, 3)  # noqa: E731 -- as the table prints them, so a reader's sums check
+    hi_round = shown(shown(starts.text[hi]) * round(n, 2))  # a round's hi tokens, from the printed figures
+    hi_kept = shown(hi_round - shown(starts.start[hi]))  # those among its kept drafts
+    mixed = hi_kept / round(n - 1, 2)  # their share, as a reader divides it
+    return (f"Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above"
+            f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
+            f" often '{d}', after which drafts pass most. A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
+            " final token. The output is rounds end to end, so those tokens hold"
+            f" '{d}' at the output's rate: {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}' a round. A round's"
+            " final token is what the next round's first draft follows, so it is"
+            f" '{d}' {starts.start[hi]:.3f} of the time (above). So the kept drafts hold {hi_round:.3f} -"
+            f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
+            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}."
+            if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
+            and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
+            and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
+            and f"{mixed:.3f}" == f"{kept:.3f}"  # the mix, from the printed figures, checks
+            and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
 
 
 def demo29_later_drafts(P=TARGET, Q=MIDDLING, k=LESSON_K):

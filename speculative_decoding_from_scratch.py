@@ -3617,7 +3617,7 @@ def say_block_rule():
 
 
 def demo14_block_gain():
-    """Chapter 14: the paper's example, pair by pair: where judging the block gains."""
+    """Chapter 14: what judging the block gains on its paper's example, and its rule."""
     say("Token-wise verification stops at the first rejected draft. Block verification (Sun et al., ICLR 2025)"
         " looks at the whole block of k drafts x_1..x_k before it decides how many to keep. What does that gain?")
     P2, Q2 = PAPER_EXAMPLE
@@ -3645,36 +3645,15 @@ def demo14_block_gain():
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
     say_block_rule()
-    pairs = demo14_pairs(P2, Q2)
-    why = demo14_why(P2, Q2, pairs, gap, parts=True)  # how the block gains, here; the sums, in the detail
-    aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
-    owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
-    say(why[0], f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = "
-        + z_terms(owed, Q2[0])
-        + f" = 0: position 1 is never a cut point. It keeps both with chance w_2 = {fraction(aa[4])}:"
-        f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}." + net_words(pairs, gap)
-        if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
-        and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "",
-        "The option --detail shows every pair, what each verifier keeps there" + (
-            ", and why the output stays exact." if why[3] else "."))
+    say("Chapter 30 walks this example pair by pair.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
-    return SimpleNamespace(example=rows, tv=tv, pairs=pairs, gap=gap)
+    return SimpleNamespace(example=rows, tv=tv, gap=gap)
 
 
 def demo14_detail(result, n_rounds=500):
-    """Chapter 14 in detail: where the block gains, pair by pair, and each
-    verifier's exact drafts kept, measured."""
-    P2, Q2 = PAPER_EXAMPLE
-    print()
-    say("Where does the block gain? Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the"
-        " drafts each verifier keeps on average, and the block's gain weighted by the pair's chance:")
-    print()
-    table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
-           ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
-           ("weighted gain", 15, lambda x: ninths(x, sign=True))], result.pairs, groups=[("drafts kept", 5, 6)])
-    say_paragraphs(demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[1:])  # the first is the chapter's
+    """Chapter 14 in detail: each verifier's exact drafts kept, measured."""
     rows = example_kept(result.example, n_rounds)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
@@ -6630,6 +6609,59 @@ def demo29_later_drafts(P=TARGET, Q=MIDDLING, k=LESSON_K):
     return SimpleNamespace(rates=rates, alpha=alpha, first=first)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 30. Where does the block gain, pair by pair?
+# Chapter 14's example, k = 2: each pair of drafts, what token-wise checking
+# and the block keep there, and why.
+
+
+def demo30_pairs():
+    """Chapter 30: chapter 14's example pair by pair: where judging the block
+    gains, where it gives some back, and why its output stays exact."""
+    P2, Q2 = PAPER_EXAMPLE
+    rows = example_exact()
+    gap = rows[1][1] - rows[0][1]
+    say("Take chapter 14's block verification (Sun et al., ICLR 2025) on its paper's example. It has two tokens, a"
+        f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
+        f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with"
+        " chance min(1, p(x) / q(x)), and stops at the first rejection. The block flips a coin at each position;"
+        " heads makes it a cut point. It keeps the drafts up to its last cut point, or none. Position 2's coin"
+        " lands heads with chance w_2 = min(1, w_1 p(x_2) / q(x_2)), where w_1 = min(1, p(x_1) / q(x_1)). Position"
+        " 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1). Z_1 is the sum over tokens y of max(0, w_1 p(y)"
+        " - q(y)); h_1 is 0 if Z_1 = 0.")
+    print()
+    say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
+        " average, and the block's gain weighted by the pair's chance:")
+    print()
+    pairs = demo14_pairs(P2, Q2)
+    table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
+           ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
+           ("weighted gain", 15, lambda x: ninths(x, sign=True))], pairs, groups=[("drafts kept", 5, 6)])
+    why = demo14_why(P2, Q2, pairs, gap, parts=True)
+    aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
+    owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
+    gives_back = (f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = "
+                  + z_terms(owed, Q2[0])
+                  + f" = 0: position 1 is never a cut point. It keeps both with chance w_2 = {fraction(aa[4])}:"
+                  f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}."
+                  if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
+                  and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
+    net = net_words(pairs, gap)
+    say_paragraphs([why[0], gives_back + net, why[3]])
+    takeaway(f"the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"
+             f" none does: {ninths(gap)} of a draft a round in all, here.",
+             {"the block gains on 'a' then 'b'": bool(why[0]), "it gives some back on 'a' then 'a'": bool(gives_back),
+              "the pairs add up to the block's gain": bool(net), "its first token is p's": bool(why[3])})
+    return SimpleNamespace(pairs=pairs, gap=gap)
+
+
+def demo30_detail(result):
+    """Chapter 30 in detail: the two pairs that differ, term by term, and why
+    the pairs after 'b' tie."""
+    P2, Q2 = PAPER_EXAMPLE
+    say_paragraphs(demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[1:3])
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -6672,6 +6704,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "27": ("Do one k's rates price another?", demo27_rates),
     "28": ("Why does greedy drafting at T = 0 beat eq. 1?", demo28_greedy_runs),
     "29": ("Why do later drafts pass more often than alpha?", demo29_later_drafts),
+    "30": ("Where does the block gain, pair by pair?", demo30_pairs),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -6693,6 +6726,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "25": demo25_detail,
     "27": demo27_detail,
     "28": demo28_detail,
+    "30": demo30_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

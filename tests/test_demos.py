@@ -1134,9 +1134,11 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " more.") in flat(text)
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and "token-wise 1.1111 10/9 block 1.2222 11/9" in flat(
         text) and "measured" not in flat(text)  # the measurement is the detail's
-    kept, detail = printed(sd.DETAILS["14"], result)
+    kept, detail14 = printed(sd.DETAILS["14"], result)
+    result30, text30 = demo["30"]
+    _, detail = printed(sd.DETAILS["30"], result30)
     assert [r[4] for r in kept] == ["yes", "yes"] and [r[1] for r in kept] == [r[1] for r in result.example]
-    assert "Both agree: within 4 standard errors (+-) of exact." in detail
+    assert "Both agree: within 4 standard errors (+-) of exact." in detail14
     # with the sampler edited the exact counts stand, and the measurement says both verifiers are off
     bent = sd.edited((("sample_from", "return bisect_right(cdf, u * cdf[-1])",
                        "return bisect_right(cdf, u * u * cdf[-1])"),))
@@ -1163,7 +1165,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             want[6] - want[5]))
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
     assert ("drafts chance w_1 h_1 w_2 token-wise block weighted gain a a 4/9 1/2 0 1/4 0.75 0.50 -1/9 a b 2/9 1/2 0 1"
-            " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in detail  # the pairs: the detail's
+            " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in flat(text30)  # chapter 30's
     assert "weighted gain" not in text
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
             " But the pair is as likely under p as under q (2/9), and w_1 = 1/2 stays under the cap, so w_2 = 1,"
@@ -1171,8 +1173,12 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is never a cut point. It"
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie. Weighed by each pair's chance under q, the block gains 2/9 on 'a' then"
-            " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all. The option --detail shows every pair, what each"
-            " verifier keeps there, and why the output stays exact.") in flat(text)
+            " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
+    assert "Chapter 30 walks this example pair by pair. Takeaway:" in flat(text)
+    # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
+    assert ("on its paper's example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
+            " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"
+            " first rejection.") in flat(text30) and "h_i = Z_i / (Z_i + 1 - w_i)" in flat(text)
     # the sum by hand: (2 - 1) * 2/9 on 'a','b' less (0.75 - 0.5) * 4/9 on 'a','a' is the block's 1/9
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx(1 / 9)
     # a sum that does not add up to the block's gain is not said
@@ -1189,20 +1195,21 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 0.75. That is 0.25 fewer, times the pair's chance, 4/9: 1/9."
             " The pairs that start with 'b' tie: there w_1 = 1 and Z_1 = 1/3, so h_1 = 1. So 'b' is always kept, and"
             " the second draft with chance w_2, as token-wise checking keeps it.") in flat(detail)
-    assert "2/9 of a draft" not in flat(text)  # the sums term by term are the detail's; the chapter gives the total
+    assert "2/9 of a draft" not in flat(text30)  # the sums term by term are the detail's; the chapter gives the total
     # after 'b', w_1 = 1 and Z_1 = max(0, 1/3 - 2/3) + max(0, 2/3 - 1/3) = 1/3, so h_1 = (1/3) / (1/3 + 0) = 1
     assert sd.block_threshold(1.0, P2[1], Q2[1]) == pytest.approx(1)
     # the tie by hand: after 'b', w_2 = min(1, 1 * p/q), the chance token-wise checking keeps the second draft
-    for r in result.pairs[2:]:
+    for r in result30.pairs[2:]:
         assert r[4] == pytest.approx(sd.accept_prob(P2[1], Q2[1], "ab".index(r[0][2])))
     assert ("If the block"
             " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays"
             " exact: the block's"
             " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
-            " 1/3, which is p(a). The gains add up to +1/9, the first table's gap.") in detail
-    assert "The block gains when" not in detail and "loses" not in flat(text)
+            " 1/3, which is p(a). Takeaway: the block gains where a later draft makes up for an earlier one's low ratio,"
+            " and gives some back where none does: 1/9 of a draft a round in all, here.") in flat(text30)
+    assert "The block gains when" not in detail and "loses" not in flat(text30)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
-    assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result.pairs if r[0].startswith("b"))
+    assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result30.pairs if r[0].startswith("b"))
     assert "Takeaway: judging the block as a whole keeps more drafts per round" in flat(text)
     # with the acceptance rule edited, the reasons no longer hold, and are not said
     bad = sd.bugged("argmax")
@@ -1229,24 +1236,23 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "first token is 'a'" in sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net)
 
 
-def test_chapter14_points_to_an_exactness_its_detail_no_longer_shows_only_while_it_holds(capsys):
+def test_chapter30_says_its_output_stays_exact_only_while_it_does(capsys):
     # residual() edited to return p: the block's redraw after 'a', 'a' can be 'a', its first token is no longer p's,
-    # and the detail withholds why the output stays exact; so the chapter's pointer to it goes too
+    # and chapter 30 withholds why the output stays exact, and its takeaway
     bad = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
-    bad.demo14_block_gain()
+    bad.demo30_pairs()
     said = flat(capsys.readouterr().out)
-    assert ("gives back 1/9 on 'a' then 'a': 1/9 in all. The option --detail shows every pair, what each verifier"
-            " keeps there.") in said
+    assert "gives back 1/9 on 'a' then 'a': 1/9 in all." in said
     assert "stays exact" not in said and "Takeaway withheld" in said
 
 
-def test_chapter14_says_the_block_is_not_better_on_every_pair_only_while_one_pair_loses(capsys, monkeypatch):
+def test_chapter30_says_the_block_is_not_better_on_every_pair_only_while_one_pair_loses(capsys, monkeypatch):
     real = sd.demo14_pairs
     monkeypatch.setattr(sd, "demo14_pairs", lambda P, Q: [r[:-1] + (0.0,) if r[0] == "a a" else r for r in real(P, Q)])
-    sd.demo14_block_gain()
+    sd.demo30_pairs()
     said = flat(capsys.readouterr().out)
     assert "The block gains when the drafts are 'a' then 'b'." in said and "not better on every pair" not in said
-    assert "cut point, and the block keeps both. The option --detail shows every pair" in said
+    assert "Takeaway withheld" in said and "it gives some back on 'a' then 'a'" in said
 
 
 def test_chapter14_checks_its_own_example_exactly(demo):
@@ -1261,7 +1267,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
             " keeps more drafts on average. The steps: 1.") in flat(text)
     # the example and its gain come first, then the steps that make it
     assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? Its paper proves") < text.index(
-        "The block gains when")
+        "Chapter 30 walks this example")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01

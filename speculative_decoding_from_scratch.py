@@ -3696,102 +3696,12 @@ def fraction(x):
     return str(f) if abs(f - x) < 1e-12 else f"{x:.3f}"
 
 
-def z_terms(owed, q):
-    """Z_1 written out term by term, as chapter 14 sums it: z_terms([1/6, 1/3],
-    [2/3, 1/3]) -> 'max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3)'."""
-    return " + ".join(f"max(0, {fraction(w)} - {fraction(x)})" for w, x in zip(owed, q))
-
-
-def net_words(pairs, gap):
-    """Chapter 14's sum of its pairs (demo14_pairs' rows), each pair's change weighed by its chance under q, said
-    only while it adds up to the block's gain: the pairs that tie, then what it gains and gives back."""
-    said = lambda r: f"'{r[0][0]}' then '{r[0][2]}'"  # noqa: E731
-    ties = [said(r) for r in pairs if abs(r[-1]) < 1e-12]
-    gains = [f"{ninths(r[-1])} on {said(r)}" for r in pairs if r[-1] > 1e-12]
-    losses = [f"{ninths(-r[-1])} on {said(r)}" for r in pairs if r[-1] < -1e-12]
-    if not (gains and losses and abs(sum(r[-1] for r in pairs) - gap) < 1e-12):
-        return ""
-    tie = f" The pair{'s' * (len(ties) > 1)} {and_list(ties)} tie{'s' * (len(ties) == 1)}." if ties else ""
-    return (tie + " Weighed by each pair's chance under q, the block gains"
-            f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
-
-
 def ninths(x, sign=False):
     """Chapter 14's example in ninths where it is one: ninths(4 / 9) -> '4/9',
     ninths(-1 / 9, sign=True) -> '-1/9'; a decimal where it is not."""
     n = round(9 * x)
     return ("0" if n == 0 else f"{n:+d}/9" if sign else f"{n}/9") if abs(9 * x - n) < 1e-9 else (
         f"{x:+.3f}" if sign else f"{x:.3f}")
-
-
-def demo14_pairs(P2, Q2):
-    """Chapter 14's example, pair by pair: each pair of drafts, its chance
-    under q, the block's w_1, h_1 and w_2 (through accept_prob and
-    block_threshold), the drafts kept on average by token-wise checking and by
-    the block, and the change weighed by the pair's chance."""
-    rows = []
-    for x1, x2 in product(range(2), repeat=2):
-        a1, a2 = accept_prob(P2[0], Q2[0], x1), accept_prob(P2[1], Q2[1], x2)
-        w2 = accept_prob(a1 * P2[1], Q2[1], x2)  # the block's weight after both: min(1, w_1 p / q)
-        tw, bl = a1 + a1 * a2, 2 * w2 + (1 - w2) * block_threshold(a1, P2[1], Q2[1])
-        chance = Q2[0, x1] * Q2[1, x2]
-        rows.append((f"{'ab'[x1]} {'ab'[x2]}", chance, a1, block_threshold(a1, P2[1], Q2[1]), w2, tw, bl,
-                     chance * (bl - tw)))
-    return rows
-
-
-def demo14_why(P2, Q2, pairs, net, parts=False):
-    """Chapter 14's sentences on its pairs: why the block gains on 'a' then
-    'b' and loses on 'a', 'a', and how the two leave its first token p's,
-    each said only while its numbers bear it out, and the net, only while it
-    is the first table's gap. With parts, the five as a list ("" where withheld)."""
-    change = {r[0]: r[-1] for r in pairs}
-    aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
-    w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
-    pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
-    row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
-    first_a = exact_block_first_tokens(P2, Q2, 0, 1, 2)[0]  # the block's first token, exactly
-    kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
-    z_b = float(np.maximum(P2[1] - Q2[1], 0).sum())  # Z_1 after a first 'b', where w_1 = 1: demo 1's sum
-    said = (
-        "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q ="
-        f" {w1:.2g}. But the pair is"
-        f" as likely under p as under q ({ninths(pair)}), and w_1 = {fraction(w1)} stays under the cap, so w_2 = 1,"
-        " position 2 is always a cut point, and the block"
-        " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
-        and w2b > 1 - ROUNDING
-        and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
-        "When the drafts are 'a' then 'b', token-wise checking keeps " + (
-            f"both with chance {fraction(w1)}, else none: " if abs(ab[5] - 2 * w1) < 1e-12 else "")
-        + f"{ab[5]:.2g} draft on average. The block keeps {ab[6]:.2g}. The pair has chance {ninths(ab[1])} under"
-        f" q, so the block gains ({ab[6]:.2g} - {ab[5]:.2g}) times {ninths(ab[1])} = {ninths(change['a b'])} of a"
-        " draft a round." if change["a b"] > 0 else "",
-        ((f"The block gives back {ninths(-change['a a'])} when they are 'a' then 'a'. There w_1 = {fraction(w1)},"
-           " so Z_1 = " + z_terms(owed, Q2[1])
-           + " = 0 and h_1 = 0: position 1 is never a cut point. So the block"
-           f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
-           f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
-           f" {aa[5]:.2f}. That is"
-           f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
-           if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
-           and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "")
-        + (f" The pairs that start with 'b' tie: there w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. So 'b' is"
-           " always kept, and the second draft with chance w_2, as token-wise checking keeps it."
-           if change["b a"] == change["b b"] == 0 and z_b > 0
-           and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")).strip()
-        if change["a b"] > 0 else "",
-        f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
-        " always 'b'. The"
-        " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"
-        " chance"
-        f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
-        " which is p(a)."
-        if change["a a"] < 0 and change["a b"] > 0 and abs(first_a - P2[0, 0]) < ROUNDING and abs(
-            sum(r[1] * k for r, k in zip((aa, ab), kept)) - first_a) < ROUNDING and residual(P2[0], Q2[0])[0] == 0
-        else "",
-        f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
-        if abs(sum(change.values()) - net) < 1e-9 else "")
-    return list(said) if parts else " ".join(p for p in said if p)
 
 
 # -----------------------------------------------------------------------------
@@ -6615,6 +6525,96 @@ def demo29_later_drafts(P=TARGET, Q=MIDDLING, k=LESSON_K):
 # and the block keep there, and why.
 
 
+def z_terms(owed, q):
+    """Z_1 written out term by term, as chapter 30 sums it: z_terms([1/6, 1/3],
+    [2/3, 1/3]) -> 'max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3)'."""
+    return " + ".join(f"max(0, {fraction(w)} - {fraction(x)})" for w, x in zip(owed, q))
+
+
+def net_words(pairs, gap):
+    """Chapter 30's sum of its pairs (block_pairs' rows), each pair's change weighed by its chance under q, said
+    only while it adds up to the block's gain: the pairs that tie, then what it gains and gives back."""
+    said = lambda r: f"'{r[0][0]}' then '{r[0][2]}'"  # noqa: E731
+    ties = [said(r) for r in pairs if abs(r[-1]) < 1e-12]
+    gains = [f"{ninths(r[-1])} on {said(r)}" for r in pairs if r[-1] > 1e-12]
+    losses = [f"{ninths(-r[-1])} on {said(r)}" for r in pairs if r[-1] < -1e-12]
+    if not (gains and losses and abs(sum(r[-1] for r in pairs) - gap) < 1e-12):
+        return ""
+    tie = f" The pair{'s' * (len(ties) > 1)} {and_list(ties)} tie{'s' * (len(ties) == 1)}." if ties else ""
+    return (tie + " Weighed by each pair's chance under q, the block gains"
+            f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
+
+
+def block_pairs(P2, Q2):
+    """Chapter 14's example, pair by pair: each pair of drafts, its chance
+    under q, the block's w_1, h_1 and w_2 (through accept_prob and
+    block_threshold), the drafts kept on average by token-wise checking and by
+    the block, and the change weighed by the pair's chance."""
+    rows = []
+    for x1, x2 in product(range(2), repeat=2):
+        a1, a2 = accept_prob(P2[0], Q2[0], x1), accept_prob(P2[1], Q2[1], x2)
+        w2 = accept_prob(a1 * P2[1], Q2[1], x2)  # the block's weight after both: min(1, w_1 p / q)
+        tw, bl = a1 + a1 * a2, 2 * w2 + (1 - w2) * block_threshold(a1, P2[1], Q2[1])
+        chance = Q2[0, x1] * Q2[1, x2]
+        rows.append((f"{'ab'[x1]} {'ab'[x2]}", chance, a1, block_threshold(a1, P2[1], Q2[1]), w2, tw, bl,
+                     chance * (bl - tw)))
+    return rows
+
+
+def block_pair_words(P2, Q2, pairs, net, parts=False):
+    """Chapter 30's sentences on the pairs: why the block gains on 'a' then
+    'b' and loses on 'a', 'a', and how the two leave its first token p's,
+    each said only while its numbers bear it out, and the net, only while it
+    is the first table's gap. With parts, the five as a list ("" where withheld)."""
+    change = {r[0]: r[-1] for r in pairs}
+    aa, ab = pairs[0], pairs[1]  # rows 'a' then 'a' and 'a' then 'b': (drafts, chance, w_1, h_1, w_2, ...)
+    w1, h1, w2a, w2b = aa[2], aa[3], aa[4], ab[4]
+    pair, owed = P2[0, 0] * P2[1, 1], w1 * P2[1]  # w_1 p at position 2: what the target still wants there
+    row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
+    first_a = exact_block_first_tokens(P2, Q2, 0, 1, 2)[0]  # the block's first token, exactly
+    kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
+    z_b = float(np.maximum(P2[1] - Q2[1], 0).sum())  # Z_1 after a first 'b', where w_1 = 1: demo 1's sum
+    said = (
+        "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q ="
+        f" {w1:.2g}. But the pair is"
+        f" as likely under p as under q ({ninths(pair)}), and w_1 = {fraction(w1)} stays under the cap, so w_2 = 1,"
+        " position 2 is always a cut point, and the block"
+        " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
+        and w2b > 1 - ROUNDING
+        and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
+        "When the drafts are 'a' then 'b', token-wise checking keeps " + (
+            f"both with chance {fraction(w1)}, else none: " if abs(ab[5] - 2 * w1) < 1e-12 else "")
+        + f"{ab[5]:.2g} draft on average. The block keeps {ab[6]:.2g}. The pair has chance {ninths(ab[1])} under"
+        f" q, so the block gains ({ab[6]:.2g} - {ab[5]:.2g}) times {ninths(ab[1])} = {ninths(change['a b'])} of a"
+        " draft a round." if change["a b"] > 0 else "",
+        ((f"The block gives back {ninths(-change['a a'])} when they are 'a' then 'a'. There w_1 = {fraction(w1)},"
+           " so Z_1 = " + z_terms(owed, Q2[1])
+           + " = 0 and h_1 = 0: position 1 is never a cut point. So the block"
+           f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
+           f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
+           f" {aa[5]:.2f}. That is"
+           f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
+           if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
+           and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "")
+        + (f" The pairs that start with 'b' tie: there w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. So 'b' is"
+           " always kept, and the second draft with chance w_2, as token-wise checking keeps it."
+           if change["b a"] == change["b b"] == 0 and z_b > 0
+           and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")).strip()
+        if change["a b"] > 0 else "",
+        f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
+        " always 'b'. The"
+        " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"
+        " chance"
+        f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
+        " which is p(a)."
+        if change["a a"] < 0 and change["a b"] > 0 and abs(first_a - P2[0, 0]) < ROUNDING and abs(
+            sum(r[1] * k for r, k in zip((aa, ab), kept)) - first_a) < ROUNDING and residual(P2[0], Q2[0])[0] == 0
+        else "",
+        f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
+        if abs(sum(change.values()) - net) < 1e-9 else "")
+    return list(said) if parts else " ".join(p for p in said if p)
+
+
 def demo30_pairs():
     """Chapter 30: chapter 14's example pair by pair: where judging the block
     gains, where it gives some back, and why its output stays exact."""
@@ -6633,11 +6633,11 @@ def demo30_pairs():
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance:")
     print()
-    pairs = demo14_pairs(P2, Q2)
+    pairs = block_pairs(P2, Q2)
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
            ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], pairs, groups=[("drafts kept", 5, 6)])
-    why = demo14_why(P2, Q2, pairs, gap, parts=True)
+    why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
     gives_back = (f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = "
@@ -6659,7 +6659,7 @@ def demo30_detail(result):
     """Chapter 30 in detail: the two pairs that differ, term by term, and why
     the pairs after 'b' tie."""
     P2, Q2 = PAPER_EXAMPLE
-    say_paragraphs(demo14_why(P2, Q2, result.pairs, result.gap, parts=True)[1:3])
+    say_paragraphs(block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:3])
 
 
 # =============================================================================

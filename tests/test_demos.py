@@ -1160,7 +1160,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
                ("b a", 2 / 9, 1, 1, 0.5, 1.5, 1.5), ("b b", 1 / 9, 1, 1, 1, 2.0, 2.0)]
     P2, Q2 = sd.PAPER_EXAMPLE
     assert P2 == pytest.approx(np.array([[1 / 3, 2 / 3]] * 2)) and Q2 == pytest.approx(np.array([[2 / 3, 1 / 3]] * 2))
-    for got, want in zip(sd.demo14_pairs(P2, Q2), by_hand):
+    for got, want in zip(sd.block_pairs(P2, Q2), by_hand):
         assert got[0] == want[0] and got[1:7] == pytest.approx(want[1:]) and got[7] == pytest.approx(want[1] * (
             want[6] - want[5]))
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
@@ -1182,7 +1182,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     # the sum by hand: (2 - 1) * 2/9 on 'a','b' less (0.75 - 0.5) * 4/9 on 'a','a' is the block's 1/9
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx(1 / 9)
     # a sum that does not add up to the block's gain is not said
-    assert sd.net_words(sd.demo14_pairs(*sd.PAPER_EXAMPLE), 2 / 9) == ""
+    assert sd.net_words(sd.block_pairs(*sd.PAPER_EXAMPLE), 2 / 9) == ""
     # step 1 in words, by hand: before the cap acts w_i is the product of the ratios; once it acts, w restarts at 1
     assert ("Until the cap first acts, w_i is the target's probability of x_1..x_i over the draft's. Once it acts, w is"
             " 1, and later ratios multiply from 1.") in flat(text)
@@ -1214,17 +1214,18 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     # with the acceptance rule edited, the reasons no longer hold, and are not said
     bad = sd.bugged("argmax")
     net = bad.exact_block_tokens_per_call(P2, Q2, 2) - bad.exact_tokens_per_call(P2, Q2, 2)
-    assert "Z_1 = 0" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
-    assert "gives back" not in bad.demo14_why(P2, Q2, bad.demo14_pairs(P2, Q2), net)
+    assert "Z_1 = 0" not in bad.block_pair_words(P2, Q2, bad.block_pairs(P2, Q2), net)
+    assert "gives back" not in bad.block_pair_words(P2, Q2, bad.block_pairs(P2, Q2), net)
     uniform = sd.bugged("uniform_q")  # keeps 'a' with p / (1/2) = 2/3, not p/q: the 'a' then 'b' reason goes
     net = uniform.exact_block_tokens_per_call(P2, Q2, 2) - uniform.exact_tokens_per_call(P2, Q2, 2)
-    assert "The block gains when the drafts are" not in uniform.demo14_why(P2, Q2, uniform.demo14_pairs(P2, Q2), net)
+    said = uniform.block_pair_words(P2, Q2, uniform.block_pairs(P2, Q2), net)
+    assert "The block gains when the drafts are" not in said
     # a gap it does not explain: the sum is withheld
-    assert sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net + 0.1).endswith("which is p(a).")
+    assert sd.block_pair_words(P2, Q2, sd.block_pairs(P2, Q2), net + 0.1).endswith("which is p(a).")
     # the block stage's h_1 edited to 0.5 where the draft wants it 1: the 'b' pairs no longer tie, and the sentence goes
     half = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0",
                        "return 0.5 if Z > 0 else 0.0"),))
-    assert "tie" not in half.demo14_why(P2, Q2, half.demo14_pairs(P2, Q2), net)
+    assert "tie" not in half.block_pair_words(P2, Q2, half.block_pairs(P2, Q2), net)
     # the first token by hand: 'a' comes only from a kept pair that starts with 'a' (a redraw after 'a' is drawn from
     # max(0, p - q) = (0, 1/3)): 'a', 'a' kept with chance w_2 = 1/4, 'a', 'b' always, 4/9 / 4 + 2/9 = 1/3 = p(a)
     assert 4 / 9 / 4 + 2 / 9 == pytest.approx(1 / 3) and sd.residual(P2[0], Q2[0])[0] == 0
@@ -1232,8 +1233,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     # p's, and the sentence goes
     cumulative = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", "return weight"),))
     assert cumulative.exact_block_first_tokens(P2, Q2, 0, 1, 2)[0] == pytest.approx(4 / 9 * (1 - 3 / 4 * 1 / 2) + 2 / 9)
-    assert "first token is 'a'" not in cumulative.demo14_why(P2, Q2, cumulative.demo14_pairs(P2, Q2), net)
-    assert "first token is 'a'" in sd.demo14_why(P2, Q2, sd.demo14_pairs(P2, Q2), net)
+    assert "first token is 'a'" not in cumulative.block_pair_words(P2, Q2, cumulative.block_pairs(P2, Q2), net)
+    assert "first token is 'a'" in sd.block_pair_words(P2, Q2, sd.block_pairs(P2, Q2), net)
 
 
 def test_chapter30_says_its_output_stays_exact_only_while_it_does(capsys):
@@ -1247,8 +1248,8 @@ def test_chapter30_says_its_output_stays_exact_only_while_it_does(capsys):
 
 
 def test_chapter30_says_the_block_is_not_better_on_every_pair_only_while_one_pair_loses(capsys, monkeypatch):
-    real = sd.demo14_pairs
-    monkeypatch.setattr(sd, "demo14_pairs", lambda P, Q: [r[:-1] + (0.0,) if r[0] == "a a" else r for r in real(P, Q)])
+    real = sd.block_pairs
+    monkeypatch.setattr(sd, "block_pairs", lambda P, Q: [r[:-1] + (0.0,) if r[0] == "a a" else r for r in real(P, Q)])
     sd.demo30_pairs()
     said = flat(capsys.readouterr().out)
     assert "The block gains when the drafts are 'a' then 'b'." in said and "not better on every pair" not in said

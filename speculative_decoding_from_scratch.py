@@ -5816,10 +5816,9 @@ def kept_from_text(P, Q, k):
     return float(pi @ token_wise), float(pi @ np.array(block)), float(pi @ np.array(ideal))
 
 
-def demo24_ideal(ks=(1, 2, 3, 4)):
+def demo24_ideal():
     """Chapter 24: the ideal, a bound on every lossless verifier, against token-wise
-    checking and block verification, on the paper's example and the middling
-    draft."""
+    checking and block verification, on the paper's example."""
     P2, Q2 = PAPER_EXAMPLE
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts as a whole, so a later draft can"
         " save an earlier one that token-wise checking would reject. Chapter 14 gives its rule; here only its counts"
@@ -5859,42 +5858,13 @@ def demo24_ideal(ks=(1, 2, 3, 4)):
         " lossless verifier reaches"
         f" {ninths(ideal)}, this chapter leaves open."
         if not over and rows[1][1] < ideal - 1e-9 else "")
-    gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
-    gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
-    percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
     print()
-    say("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
-        " single round from a given start token: it is a bound, not a decoder, so it has no last round to start after."
-        " So that all three columns start alike, each round below starts"
-        " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling"
-        " draft, in tokens per round (the drafts kept, plus one), exactly:")
-    print()
-    table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
-           ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)
-    over_k = [f"k = {g[0]}" for g in gains if g[2] > g[3] + 1e-12 or g[1] > g[3] + 1e-12]
-    more = min(g[4] for g in gains) >= -1e-12
-    one = gains[0][0] == 1 and abs(gains[0][2] - gains[0][1]) < 1e-12 and abs(gains[0][3] - gains[0][1]) < 1e-12
-    above = above_eq1(gains)
-    print()
-    say(f"Block verification makes at least as many tokens per round at every k, {max(g[4] for g in gains):+.1%} at"
-        " most." if more else f"Block verification LOSES tokens at some k: {min(g[4] for g in gains):+.1%} at worst.",
-        "At k = 1 all three are equal: demo 1's rule reaches the ideal." if one else "",
-        f"NOT within the ideal at {', '.join(over_k)}." if over_k else
-        f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
-        f"Here draft 1 passes alpha's {above.alpha:.3f} and later drafts more often, as in demo 3, so the token-wise"
-        f" {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}. Demo 3 and chapter 14 make fewer at k = {above.k},"
-        f" {above.chained:.4f} token-wise and {above.block_chained:.4f} block, as their rounds start after the last"
-        " one's final token (--detail)."
-        if above and more else "",
-        "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, on their own models"
-        " and tasks.")
+    say("Chapter 31 sets the three side by side on the lesson's middling draft.")
     takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
-             f" against {ninths(ideal)} on chapter 14's example; on the middling draft the ideal sits up to"
-             f" {max(g[5] for g in gains):.1%} higher.",
-             {"neither keeps more than the ideal": not over and not over_k,
-              "block keeps at least as many at every k": more,
+             f" against {ninths(ideal)} on chapter 14's example.",
+             {"neither keeps more than the ideal": not over,
               "the ideal stays above block on the example": rows[1][1] < ideal - 1e-9})
-    return SimpleNamespace(example=rows, ideal=ideal, terms=terms, gains=gains, above=above)
+    return SimpleNamespace(example=rows, ideal=ideal, terms=terms)
 
 
 def above_eq1(gains):
@@ -5925,11 +5895,6 @@ def why_above_eq1(gains, w=None):
             f" {gains[1][1] - gains[0][1]:.4f} / {gains[0][1] - 1:.4f} = {w.second:.3f}, not alpha's {w.alpha:.3f}."
             f" Demo 3's exact {w.chained:.4f} and chapter 14's {w.block_chained:.4f} for the block are lower: their"
             f" rounds start after the last one's final token, and there draft 1 passes only {w.first:.3f}.")
-
-
-def demo24_detail(result):
-    """Chapter 24 in detail: why its token-wise column tops eq. 1 and demo 3."""
-    say_paragraphs([why_above_eq1(result.gains, result.above)])
 
 
 # -----------------------------------------------------------------------------
@@ -6662,6 +6627,58 @@ def demo30_detail(result):
     say_paragraphs(block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:3])
 
 
+# -----------------------------------------------------------------------------
+# Chapter 31. How far below the ceiling is the block on the middling draft?
+# Chapter 24's ideal beside token-wise checking and the block, k = 1 to 4.
+
+
+def demo31_middling(ks=(1, 2, 3, 4)):
+    """Chapter 31: chapter 24's ideal against token-wise checking and block
+    verification on the middling draft, one round from the target's text."""
+    say("The ideal of chapter 24 is a ceiling on every lossless verifier (one whose output is the target's). For"
+        " each i, the chance that drafts 1 to i are all kept is at most the sum, over texts x_1..x_i, of min(p(x_1..x_i),"
+        " q(x_1..x_i)). The ideal adds these bounds up. Block verification (chapter 14) judges the k drafts as a"
+        " whole, so a later draft can save an earlier one that token-wise checking would reject.")
+    print()
+    gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
+    gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
+    percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
+    say("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
+        " single round from a given start token: it is a bound, not a decoder, so it has no last round to start after."
+        " So that all three columns start alike, each round below starts"
+        " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling"
+        " draft, in tokens per round (the drafts kept, plus one), exactly:")
+    print()
+    table([("k", 4, "d"), ("token-wise", 12, ".4f"), ("block", 8, ".4f"), ("ideal", 8, ".4f"),
+           ("block's gain", 14, percent), ("ideal over block", 18, percent)], gains)
+    over_k = [f"k = {g[0]}" for g in gains if g[2] > g[3] + 1e-12 or g[1] > g[3] + 1e-12]
+    more = min(g[4] for g in gains) >= -1e-12
+    one = gains[0][0] == 1 and abs(gains[0][2] - gains[0][1]) < 1e-12 and abs(gains[0][3] - gains[0][1]) < 1e-12
+    above = above_eq1(gains)
+    print()
+    say(f"Block verification makes at least as many tokens per round at every k, {max(g[4] for g in gains):+.1%} at"
+        " most." if more else f"Block verification LOSES tokens at some k: {min(g[4] for g in gains):+.1%} at worst.",
+        "At k = 1 all three are equal: demo 1's rule reaches the ideal." if one else "",
+        f"NOT within the ideal at {', '.join(over_k)}." if over_k else
+        f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
+        f"Here draft 1 passes alpha's {above.alpha:.3f} and later drafts more often, as in chapter 29, so the"
+        f" token-wise {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}. Demo 3 and chapter 14 make fewer at k = {above.k},"
+        f" {above.chained:.4f} token-wise and {above.block_chained:.4f} block, as their rounds start after the last"
+        " one's final token (--detail)."
+        if above and more else "",
+        "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, on their own models"
+        " and tasks.")
+    takeaway(f"on the middling draft, judging the block gains up to {max(g[4] for g in gains):.1%} over token-wise"
+             f" checking, and the ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
+             {"neither keeps more than the ideal": not over_k, "block keeps at least as many at every k": more})
+    return SimpleNamespace(gains=gains, above=above)
+
+
+def demo31_detail(result):
+    """Chapter 31 in detail: why its token-wise column tops eq. 1 and demo 3."""
+    say_paragraphs([why_above_eq1(result.gains, result.above)])
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -6705,6 +6722,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "28": ("Why does greedy drafting at T = 0 beat eq. 1?", demo28_greedy_runs),
     "29": ("Why do later drafts pass more often than alpha?", demo29_later_drafts),
     "30": ("Where does the block gain, pair by pair?", demo30_pairs),
+    "31": ("How far below the ceiling is the block on the middling draft?", demo31_middling),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -6722,11 +6740,11 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "18": demo18_detail,
     "19": demo19_detail,
     "21": demo21_detail,
-    "24": demo24_detail,
     "25": demo25_detail,
     "27": demo27_detail,
     "28": demo28_detail,
     "30": demo30_detail,
+    "31": demo31_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

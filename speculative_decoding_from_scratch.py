@@ -6541,10 +6541,11 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
     z_b = float(np.maximum(P2[1] - Q2[1], 0).sum())  # Z_1 after a first 'b', where w_1 = 1: demo 1's sum
     said = (
         "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q ="
-        f" {w1:.2g}. But the pair is"
-        f" as likely under p as under q ({ninths(pair)}), and w_1 = {fraction(w1)} stays under the cap, so w_2 = 1,"
-        " position 2 is always a cut point, and the block"
-        " keeps both." if change["a b"] > 0 and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
+        f" {w1:.2g}. But the pair is as likely under p as under q ({ninths(pair)}). w_1 = {fraction(w1)} is below 1,"
+        f" so the min leaves it, and w_2 = {fraction(w1)} * {fraction(P2[1, 1] / Q2[1, 1])} = 1: position 2 is"
+        " always a cut point, and the block keeps both."
+        if change["a b"] > 0 and abs(w1 * P2[1, 1] / Q2[1, 1] - 1) < ROUNDING
+        and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
         and abs(pair - Q2[0, 0] * Q2[1, 1]) < ROUNDING else "",
         "When the drafts are 'a' then 'b', token-wise checking keeps " + (
@@ -6567,12 +6568,13 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
            and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")).strip()
         if change["a b"] > 0 else "",
         f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
-        " always 'b'. The"
+        " always 'b'. And as h_1 = 0 after 'a', it never keeps a lone 'a'. So the"
         " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"
         " chance"
         f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
         " which is p(a)."
-        if change["a a"] < 0 and change["a b"] > 0 and abs(first_a - P2[0, 0]) < ROUNDING and abs(
+        if change["a a"] < 0 and change["a b"] > 0 and aa[3] == ab[3] == 0
+        and abs(first_a - P2[0, 0]) < ROUNDING and abs(
             sum(r[1] * k for r, k in zip((aa, ab), kept)) - first_a) < ROUNDING and residual(P2[0], Q2[0])[0] == 0
         else "",
         f"The gains add up to {ninths(sum(change.values()), sign=True)}, the first table's gap."
@@ -6589,11 +6591,13 @@ def demo30_pairs():
     say("Take chapter 14's block verification (Sun et al., ICLR 2025) on its paper's example. It has two tokens, a"
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with"
-        " chance min(1, p(x) / q(x)), and stops at the first rejection. The block flips a coin at each position;"
-        " heads makes it a cut point. It keeps the drafts up to its last cut point, or none. Position 2's coin"
-        " lands heads with chance w_2 = min(1, w_1 p(x_2) / q(x_2)), where w_1 = min(1, p(x_1) / q(x_1)). Position"
-        " 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1). Z_1 is the sum over tokens y of max(0, w_1 p(y)"
-        " - q(y)); h_1 is 0 if Z_1 = 0.")
+        " chance min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 ="
+        " min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, and"
+        " heads makes it a cut point. The block keeps drafts 1 to j, for j the furthest cut point, or none if there"
+        " is none. Sun et al.'s chances, to take as given: the last position's coin lands heads with chance w_2."
+        " Position 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1 is the sum over tokens y of"
+        " max(0, w_1 p(y) - q(y)). If Z_1 = 0, h_1 is 0: after a cut at 1, the next token is drawn from max(0, w_1"
+        " p - q) / Z_1, and there would be nothing to draw.")
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance:")
@@ -6636,9 +6640,9 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     """Chapter 31: chapter 24's ideal against token-wise checking and block
     verification on the middling draft, one round from the target's text."""
     say("The ideal of chapter 24 is a ceiling on every lossless verifier (one whose output is the target's). For"
-        " each i, the chance that drafts 1 to i are all kept is at most the sum, over texts x_1..x_i, of min(p(x_1..x_i),"
-        " q(x_1..x_i)). The ideal adds these bounds up. Block verification (chapter 14) judges the k drafts as a"
-        " whole, so a later draft can save an earlier one that token-wise checking would reject.")
+        " each i, the chance that drafts 1 to i are all kept is at most the sum, over texts x_1..x_i, of"
+        " min(p(x_1..x_i), q(x_1..x_i)). The ideal adds these bounds up. Block verification (chapter 14) judges"
+        " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject.")
     print()
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
@@ -6662,9 +6666,9 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
         f"Here draft 1 passes alpha's {above.alpha:.3f} and later drafts more often, as in chapter 29, so the"
-        f" token-wise {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}. Demo 3 and chapter 14 make fewer at k = {above.k},"
-        f" {above.chained:.4f} token-wise and {above.block_chained:.4f} block, as their rounds start after the last"
-        " one's final token (--detail)."
+        f" token-wise {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}. Demo 3 and chapter 14 make fewer at k ="
+        f" {above.k}, {above.chained:.4f} token-wise and {above.block_chained:.4f} block, as their rounds start"
+        " after the last one's final token (--detail)."
         if above and more else "",
         "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, on their own models"
         " and tasks.")

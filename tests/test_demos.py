@@ -1168,8 +1168,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in flat(text30)  # chapter 30's
     assert "weighted gain" not in text
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
-            " But the pair is as likely under p as under q (2/9), and w_1 = 1/2 stays under the cap, so w_2 = 1,"
-            " position 2 is always a cut point, and the block keeps both. It is not better on every pair. On 'a' then"
+            " But the pair is as likely under p as under q (2/9). w_1 = 1/2 is below 1, so the min leaves it, and w_2 ="
+            " 1/2 * 2 = 1: position 2 is always a cut point, and the block keeps both. It is not better on every pair. On 'a' then"
             " 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is never a cut point. It"
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie. Weighed by each pair's chance under q, the block gains 2/9 on 'a' then"
@@ -1202,8 +1202,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     for r in result30.pairs[2:]:
         assert r[4] == pytest.approx(sd.accept_prob(P2[1], Q2[1], "ab".index(r[0][2])))
     assert ("If the block"
-            " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. The output stays"
-            " exact: the block's"
+            " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. And as h_1 = 0 after"
+            " 'a', it never keeps a lone 'a'. So the output stays exact: the block's"
             " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
             " 1/3, which is p(a). Takeaway: the block gains where a later draft makes up for an earlier one's low ratio,"
             " and gives some back where none does: 1/9 of a draft a round in all, here.") in flat(text30)

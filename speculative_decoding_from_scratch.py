@@ -3592,16 +3592,16 @@ def demo13_detail(size=4096):
 BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's distribution. It also proves that"
               " among lossless verifiers (whose output is the target's) that keep some drafts and then draw one"
               " token, none keeps more drafts on average. The steps:")
-BLOCK_STEPS = ("A weight w_i: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
-               " q the rows after x_(i-1) (x_0: the text's last token). Until the cap first acts, w_i is the"
-               " target's probability of x_1..x_i over the draft's. Once it acts, w is 1, and later ratios multiply"
-               " from 1.",
+BLOCK_STEPS = ("A weight w_i, the target's probability of x_1..x_i over the draft's, capped at 1: w_0 = 1, and after"
+               " each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
+               " the text's last token). Once the product would pass 1, the min sets w to 1, and later ratios"
+               " multiply from 1.",
                "For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q"
                " the rows after x_i: the distributions of the token that would follow x_i.",
-               "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point, where the block may"
-               " end. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and an"
-               " earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). h_i is 0 if Z_i = 0: step 5 would"
-               " have nothing to draw from.",
+               "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
+               " its last one (step 4). Sun et al.'s chances, to take as given: position k's coin lands heads with"
+               " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). If Z_i = 0, h_i is"
+               " 0, even where the formula reads 0/0: step 5 would have nothing to draw from.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",

@@ -1169,8 +1169,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
             " But the pair is as likely under p as under q (2/9). w_1 = 1/2 is below 1, so the min leaves it, and w_2 ="
-            " 1/2 * 2 = 1: position 2 is always a cut point, and the block keeps both. It is not better on every pair. On 'a' then"
-            " 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is never a cut point. It"
+            " 1/2 * 2 = 1: position 2 is always a cut point, and the block keeps both. It is not better on every"
+            " pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is"
+            " never a cut point. It"
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie. Weighed by each pair's chance under q, the block gains 2/9 on 'a' then"
             " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
@@ -1184,8 +1185,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     # a sum that does not add up to the block's gain is not said
     assert sd.net_words(sd.block_pairs(*sd.PAPER_EXAMPLE), 2 / 9) == ""
     # step 1 in words, by hand: before the cap acts w_i is the product of the ratios; once it acts, w restarts at 1
-    assert ("Until the cap first acts, w_i is the target's probability of x_1..x_i over the draft's. Once it acts, w is"
-            " 1, and later ratios multiply from 1.") in flat(text)
+    assert ("A weight w_i, the target's probability of x_1..x_i over the draft's, capped at 1: w_0 = 1,") in flat(text)
+    assert ("Once the product would pass 1, the min sets w to 1, and later ratios multiply from 1.") in flat(text)
+    assert ("Heads makes i a cut point; the block ends at its last one (step 4).") in flat(text)
     assert min(1, min(1, 0.5 * 4) * 0.5) == 0.5 and 0.5 * 4 * 0.5 == 1.0  # ratios 0.5, 4, 0.5: from 1, not from 2
     assert ("When the drafts are 'a' then 'b', token-wise checking keeps both with chance 1/2, else none: 1 draft on"
             " average. The block keeps 2. The pair has chance 2/9 under q, so the block gains (2 - 1) times 2/9 = 2/9"

@@ -1469,8 +1469,9 @@ def eq1_net_words(alpha, rates):
     over = sum(shown(r) - shown(alpha ** i) for i, r in enumerate(rates[1:], start=2))
     short = shown(alpha) - shown(rates[0])
     return (f"Eq. 1 is {short:.3f} high at i = 1 and {over:.3f} low over i = 2 to {len(rates)}: net,"
-            f" {short - over:.3f} high." + (f" Drafts 2 to {len(rates)} pass more often than alpha once the draft"
-                                            " before passed: chapter 29 says why." if all(
+            f" {short - over:.3f} high." + (f" Once draft 1 passed, draft 2 passes {shown(rates[1]):.3f} /"
+                                            f" {shown(rates[0]):.3f} = {shown(rates[1]) / shown(rates[0]):.3f}, above"
+                                            " alpha: chapter 29 says why." if all(
                                                 b / a > alpha for a, b in zip(rates, rates[1:])) else "")
             if all(r > alpha ** i for i, r in enumerate(rates[1:], start=2)) and 0 < over < short else "")
 
@@ -1508,13 +1509,14 @@ def why_eq1_is_off(P, Q, gaps):
         overs, d = and_list([repr(name(c)) for c in starts.overs], "or"), name(hi)
         return (f"{off} for the middling draft: {eq1:.2f} against {exact:.2f} exact. Why:", [
                     f"A draft's chance to pass depends on the token before it: highest after '{d}', {beta[hi]:.3f}.",
-                    f"A round starts after the last round's final token: a redraw unless all {LESSON_K}"
+                    f"A round starts after the last round's final token: its redraw, or its bonus if all {LESSON_K}"
                     " drafts passed.",
                     f"Redraws are seldom '{d}': after {overs} the draft over-proposes '{d}' (q > p), so the"
                     f" residual never redraws '{d}' there.",
-                    f"So a round's first draft follows '{d}' only {starts.start[hi]:.3f} of the time, though alpha"
-                    f" weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. The first draft passes"
-                    f" {first:.3f}, not alpha's {alpha:.3f}."
+                    f"So the token a round's first draft follows is '{d}' only {starts.start[hi]:.3f} of the time,"
+                    f" though alpha weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. With fewer"
+                    f" starts after '{d}', where drafts pass most, the first draft passes {first:.3f}, not alpha's"
+                    f" {alpha:.3f}."
                     " Drafts 1 to i all pass with chance:"],
                 [("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)))],
                 eq1_net_words(alpha, rates))
@@ -5193,9 +5195,11 @@ def temperature_table(rows, k, c=0.1):
            ("greedy", 8, ".2f")], [r[:6] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5)])
 
 
-def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
+def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     """Chapter 21's sentences, from its table and its rows' checks (T > 0: at
     T = 0 both ways are greedy)."""
+    zero = {r[0]: r for r in rows if r[1] == 0 and r[5] is not None}  # each draft's T = 0 row
+    middling, good = zero.get("middling"), zero.get(f"blend {GOOD_WEIGHT:g}")
     failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     print()
@@ -5205,7 +5209,11 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact):
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
         f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
         if same == n_greedy
-        else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).")
+        else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).",
+        f"Chapter 28 says why the middling draft's alpha at T = 0 is 0, and why blend {GOOD_WEIGHT:g}'s"
+        f" {good[5]:.2f} there beats eq. 1 at its alpha, {speedup(expected_tokens(good[3], k), k, c):.2f}."
+        if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
+        else "")
     lower = all(r[3] < r[2] for r in hot)
     slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
                   for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}
@@ -5292,7 +5300,7 @@ def demo21_temperature(k=4, n_rounds=200, n_greedy=1000, n_exact=3):
     rows = temperature_rows(k, n_rounds, n_exact=n_exact)
     temperature_table(rows, k)
     same = attempt(lambda: greedy_is_argmax(n_greedy))
-    lower = temperature_words(rows, same, n_greedy, n_rounds, n_exact)
+    lower = temperature_words(rows, same, n_greedy, n_rounds, n_exact, k)
     print()
     say(table3_words(rows))
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
@@ -6228,8 +6236,8 @@ def zero_alpha_words(rows):
     at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
         f" where their likeliest tokens agree: {and_list(at_zero)} here.",
-        "That text is a loop, and which loop depends on its first token. So alpha weighs each token by its share of"
-        f" the loop, averaged over the {number_word(VOCAB)} first tokens, taken as equally likely."
+        "That text is a loop, and which loop depends on its first token. So here alpha averages each token's share of"
+        f" its loop over the {number_word(VOCAB)} first tokens, taken as equally likely."
         if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
         " ".join(loop_alpha_words(TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT), r[0], r[2]) for r in rows
@@ -6283,7 +6291,8 @@ def greedy_runs(rows, k=4):
             "At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
             " starts after the same token keeps the same number of drafts." + settled_words(P0, D, k, kept)
             + f" Averaged over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. {made} Eq. 1, which gives"
-            f" every draft the same chance, alpha, puts {eq1:.2f} (--detail).")
+            f" every draft the same chance, alpha, puts {eq1:.2f}. Run the chapter with --detail for both, draft by"
+            " draft.")
 
 
 def settled_rounds(P, Q, k):
@@ -6321,8 +6330,8 @@ def settled_words(P, Q, k, kept):
         c = chain[-1]
         if not (j and all(top_q[x] == top_p[x] for x in chain[:-1]) and top_q[c] != top_p[c] and top_p[c] == d):
             return ""
-        return (f" Its drafts {and_list([repr(name(x)) for x in chain[1:]])} pass, the next fails, and the target's"
-                f" token there is '{name(d)}' again.")
+        return (f" A round after '{name(d)}' drafts {and_list([repr(name(x)) for x in chain[1:]])}, which pass; the"
+                f" draft after '{name(c)}' fails, and the target's token there is '{name(d)}' again.")
     said = [(number_word(n), f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
              why_kept(d, j)) for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]  # the most-reached first
     return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
@@ -6444,10 +6453,13 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     hi_round = shown(shown(starts.text[hi]) * round(n, 2))  # a round's hi tokens, from the printed figures
     hi_kept = shown(hi_round - shown(starts.start[hi]))  # those among its kept drafts
     mixed = hi_kept / round(n - 1, 2)  # their share, as a reader divides it
-    return (f"Once draft 1 passed, draft 2 passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above"
+    seen = [shown(r) for r in rates]  # the quotients from the table's figures, as a reader divides them
+    each = [f"draft {i}{' passes' * (i == 2)} {b:.3f} / {a:.3f} = {b / a:.3f}"
+            for i, (a, b) in enumerate(zip(seen, seen[1:]), start=2)]
+    return (f"Once the drafts before it passed, {each[0]}{', ' * (len(each) > 1)}{and_list(each[1:])}: each above"
             f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
             f" often '{d}', after which drafts pass most. A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
-            " final token. The output is rounds end to end, so those tokens hold"
+            " final token, and the output is nothing but rounds end to end. So on average a round's tokens hold"
             f" '{d}' at the output's rate: {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}' a round. A round's"
             " final token is what the next round's first draft follows, so it is"
             f" '{d}' {starts.start[hi]:.3f} of the time (above). So the kept drafts hold {hi_round:.3f} -"
@@ -6455,6 +6467,7 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             f" {kept:.3f}, against the output's {starts.text[hi]:.3f}."
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
+            and all(b / a > shown(alpha) for a, b in zip(seen, seen[1:]))  # and so as the table prints them
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
             and f"{mixed:.3f}" == f"{kept:.3f}"  # the mix, from the printed figures, checks
             and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
@@ -6467,7 +6480,7 @@ def demo29_later_drafts(P=TARGET, Q=MIDDLING, k=LESSON_K):
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     hi = int(np.argmax(starts.beta))
     d = name(hi)
-    say(f"In demo 3 the middling draft runs at k = {k}. Eq. 1 gives every draft one chance to pass, alpha ="
+    say(f"In demo 3 the middling draft runs at k = {k}. Eq. 1 gives every draft a single chance to pass, alpha ="
         f" {alpha:.3f}. But a draft's chance depends on the token before it: highest after '{d}',"
         f" {starts.beta[hi]:.3f}. Alpha weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. A round's"
         f" first draft follows '{d}' only {starts.start[hi]:.3f} of the time (demo 3 says why), so it passes"
@@ -6477,7 +6490,7 @@ def demo29_later_drafts(P=TARGET, Q=MIDDLING, k=LESSON_K):
     why = why_later_drafts_pass_more(P, Q, starts, rates, hi)
     print()
     say(why or "NOT every draft after the first passes more often than alpha, with the stages as you have them.")
-    takeaway("a draft's chance to pass is set by the token before it, so eq. 1's one chance prices the first draft"
+    takeaway("a draft's chance to pass is set by the token before it, so eq. 1's single chance prices the first draft"
              " high and the later ones low.",
              {"the first draft passes less often than alpha": first < alpha,
               "drafts 2 to k pass more often than alpha, once the draft before passed": bool(why)})

@@ -427,8 +427,9 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
-    assert ("That text is a loop, and which loop depends on its first token. So alpha weighs each token by its share of"
-            " the loop, averaged over the six first tokens, taken as equally likely. At T = 0 the middling"
+    assert ("That text is a loop, and which loop depends on its first token. So here alpha averages each token's share"
+            " of"
+            " its loop over the six first tokens, taken as equally likely. At T = 0 the middling"
             " draft's likeliest token") in flat(text)  # reads 1027, 1030 and 1047
     # blend 0.9's alpha at T = 0, loop by loop, by hand: 5 of 6 first tokens reach a -> e -> f, where its argmax is
     # the target's after a and f; 1 stays at b, where it is not
@@ -447,11 +448,12 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     assert rates == pytest.approx([5 / 6, 5 / 6, 0, 0], abs=1e-12) and 1 + sum(rates) == pytest.approx(exact)
     words = ("At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
              " starts after the same token keeps the same number of drafts. From five of the six first tokens, blend"
-             " 0.9's rounds settle: each starts after 'f' and keeps two. Its drafts 'a' and 'e' pass, the next fails,"
-             " and the target's token there is 'f' again. From one, each starts after 'b' and keeps none. Averaged over"
-             " the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep none and 0.833 keep two. So blend"
-             f" 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call. Eq. 1, which gives every draft the same chance,"
-             " alpha, puts 2.13 (--detail).")
+             " 0.9's rounds settle: each starts after 'f' and keeps two. A round after 'f' drafts 'a' and 'e', which"
+             " pass; the draft after 'e' fails, and the target's token there is 'f' again. From one, each starts after"
+             " 'b' and keeps none. Averaged over the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep"
+             f" none and 0.833 keep two. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call. Eq. 1, which"
+             " gives every draft the same chance, alpha, puts 2.13. Run the chapter with --detail for both, draft by"
+             " draft.")
     assert words in flat(text) and f"{1 + 2 * 0.833:.2f}" == f"{exact:.2f}"
     assert ("Round by round, the chance that drafts 1 to i all pass is 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4."
             " Eq. 1 gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095: 2.13 tokens"
@@ -532,11 +534,12 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     shown = [round(x, 3) for x in rates], [round(alpha ** i, 3) for i in (1, 2, 3, 4)]
     assert (f"Every row agrees. Eq. 1 runs slightly high for the middling draft: {eq1:.2f} against {exact:.2f} exact."
             f" Why: 1. A draft's chance to pass depends on the token before it: highest after 'd', {beta[3]:.3f}. 2. A"
-            " round starts after the last round's final token: a redraw unless all 4 drafts passed. 3. Redraws are"
-            " seldom 'd': after 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual never redraws 'd'"
-            f" there. 4. So a round's first draft follows 'd' only {starts.start[3]:.3f} of the time, though alpha"
-            f" weighs 'd' by its share of the output, {starts.text[3]:.3f}. The first draft passes {first:.3f}, not"
-            f" alpha's {alpha:.3f}. Drafts 1 to i all"
+            " round starts after the last round's final token: its redraw, or its bonus if all 4 drafts passed. 3."
+            " Redraws are seldom 'd': after 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual never"
+            f" redraws 'd' there. 4. So the token a round's first draft follows is 'd' only {starts.start[3]:.3f} of"
+            f" the time, though alpha weighs 'd' by its share of the output, {starts.text[3]:.3f}. With fewer starts"
+            f" after 'd', where drafts pass most, the first draft passes {first:.3f}, not alpha's {alpha:.3f}. Drafts"
+            " 1 to i all"
             " pass with chance: i = 1 i = 2 i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates)
             + f" {1 + sum(shown[0]):.3f} eq. 1 " + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4))
             + f" {1 + sum(shown[1]):.3f}") in flat
@@ -566,21 +569,21 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert starts.redrawn[3] / starts.redrawn.sum() < 0.1 < starts.text[3]
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
-    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Drafts 2 to 4 pass more"
-            " often than alpha once the draft before passed: chapter 29 says why. Takeaway:") in flat
+    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Once draft 1 passed, draft 2"
+            " passes 0.496 / 0.681 = 0.728, above alpha: chapter 29 says why. Takeaway:") in flat
     assert ("pass with chance: i = 1 i = 2 i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates)
             + f" {1 + sum(shown[0]):.3f} eq. 1 ") in flat29 and "= In demo 3 the middling draft runs at k = 4." in flat29
-    assert ("Once draft 1 passed, draft 2"
-            f" passes {rates[1]:.3f} / {rates[0]:.3f} = {rates[1] / rates[0]:.2f}, above alpha's 0.703. Why: drafts 2"
-            " to 4 each follow a kept draft, and kept drafts are more often 'd', after which drafts pass most. A"
-            " round's 2.77 tokens are 1.77 kept drafts and one final token. The output is rounds end to end, so those"
-            " tokens hold 'd' at the output's rate: 0.184 * 2.77 = 0.510 'd' a round. A round's final token is what"
-            " the next round's first draft follows, so it is 'd' 0.089 of the time (above). So the kept drafts hold"
-            " 0.510"
-            f" - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = {kept_d:.3f}, against the output's 0.184.") in flat29
+    assert f"{0.496 / 0.681:.3f}" == "0.728" and f"{0.350 / 0.496:.3f}" == "0.706" and f"{0.248 / 0.350:.3f}" == "0.709"
+    assert ("Once the drafts before it passed, draft 2 passes 0.496 / 0.681 = 0.728, draft 3 0.350 / 0.496 = 0.706 and"
+            " draft 4 0.248 / 0.350 = 0.709: each above alpha's 0.703. Why: drafts 2 to 4 each follow a kept draft, and"
+            " kept drafts are more often 'd', after which drafts pass most. A round's 2.77 tokens are 1.77 kept drafts"
+            " and one final token, and the output is nothing but rounds end to end. So on average a round's tokens hold"
+            " 'd' at the output's rate: 0.184 * 2.77 = 0.510 'd' a round. A round's final token is what the next"
+            " round's first draft follows, so it is 'd' 0.089 of the time (above). So the kept drafts hold 0.510 -"
+            f" 0.089 = 0.421 'd': a share of 0.421 / 1.77 = {kept_d:.3f}, against the output's 0.184.") in flat29
     assert f"{starts.text[3]:.3f}" == "0.184"
     assert beta[3] == beta.max()  # 'd' is the token after which drafts pass most, point 1's
-    assert "first draft follows 'd' only 0.089 of the time" in flat  # point 4's figure: final tokens' share of 'd'
+    assert "first draft follows is 'd' only 0.089 of the time" in flat  # point 4's figure: final tokens' share of 'd'
     assert f"{starts.start[3]:.3f}" == "0.089"
     assert all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'from i = 2 exact runs higher', by hand
     # the accounting, by hand: per round of 4, the kept drafts (draft i kept as what), the redraw or the bonus token
@@ -639,11 +642,12 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
         assert sd.bugged(bug).why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02) == (
             "Eq. 1 runs off: the acceptance rule as you have it does not keep min(p, q) of each row.")
     words, steps, terms, later = sd.why_eq1_is_off(sd.TARGET, sd.MIDDLING, 0.02)
-    assert later == ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Drafts 2 to 4"
-                     " pass more often than alpha once the draft before passed: chapter 29 says why.")
+    assert later == ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Once draft 1 passed,"
+                     " draft 2 passes 0.496 / 0.681 = 0.728, above alpha: chapter 29 says why.")
     why = sd.why_later_drafts_pass_more(sd.TARGET, sd.MIDDLING, starts, rates, 3)
-    assert why.startswith("Once draft 1 passed, draft 2 passes 0.496 / 0.681 = 0.73, above alpha's 0.703. Why: drafts"
-                          " 2 to 4 each follow a kept draft")\
+    assert why.startswith("Once the drafts before it passed, draft 2 passes 0.496 / 0.681 = 0.728, draft 3 0.350 /"
+                          " 0.496 = 0.706 and draft 4 0.248 / 0.350 = 0.709: each above alpha's 0.703. Why: drafts 2 to"
+                          " 4")\
         and why.endswith("So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = 0.238, against"
                          " the output's 0.184.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the

@@ -231,7 +231,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     assert 0 < min(low) <= max(low) < 0.02 and (
         "Here the rates are computed exactly at k = 8 and reused for every shorter k. The k = 8 rates price a shorter"
         f" chain slightly low, by at most {max(low):.4f} tokens per call. A shorter chain's rounds end more often on a"
-        " bonus token, drawn from p, and less often on a redraw, which is seldom 'd' (demo 3, point 3). So more of a"
+        " bonus token, drawn from p, and less often on a redraw, which is seldom 'd' (chapter 29, point 3). So more of a"
         " shorter chain's"
         " rounds start after 'd', where small's drafts pass most, and its drafts pass more often than the k = 8 rates"
         " say (chapter 27). A plan chosen on them loses under 0.1% of the speedup (--detail).") in text

@@ -1422,13 +1422,6 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     return SimpleNamespace(rows=rows)
 
 
-def pass_chance_table(terms):
-    """Chapter 29's table: for each (label, *rates), the chance
-    drafts 1 to i all pass, i = 1..k, and 1 + their sum, a round's tokens."""
-    table([("", 7, "<")] + [(f"i = {i}", 7, ".3f") for i in range(1, len(terms[0]))] + [("1 + sum", 9, ".3f")],
-          [(label, *row, 1 + sum(round(x, 3) for x in row)) for label, *row in terms])  # the sum of the shown terms
-
-
 def round_starts(P, Q, k=1):
     """Where rounds of k drafts start, exactly, and why, as demo 5 and its
     detail say it: start, how often rounds start after each token; text, how
@@ -6422,6 +6415,13 @@ def demo28_detail(result):
 # Chapter 29. Why does eq. 1 run high for the middling draft?
 # Demo 3's middling draft at k = 4: eq. 1 prices every draft at one chance,
 # alpha, but a draft's chance is set by the token before it.
+
+
+def pass_chance_table(terms):
+    """Chapter 29's table: for each (label, *rates), the chance
+    drafts 1 to i all pass, i = 1..k, and 1 + their sum, a round's tokens."""
+    table([("", 7, "<")] + [(f"i = {i}", 7, ".3f") for i in range(1, len(terms[0]))] + [("1 + sum", 9, ".3f")],
+          [(label, *row, 1 + sum(round(x, 3) for x in row)) for label, *row in terms])  # the sum of the shown terms
 
 
 def why_later_drafts_pass_more(P, Q, starts, rates, hi):

@@ -4752,21 +4752,10 @@ def demo19_tuning(**how):
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small."
             if bytes_set_c else ""))
     print()
-    vs_exact, untolerant = rates_and_exact(c19), chapter19_search(c19)[1].worst  # the rates; a margin-free plan
-    low = [g for each in vs_exact.low for g in each]  # how far each shorter k's price falls short
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. The k = {k_max}"
-        f" rates price a shorter chain slightly low, by at most {max(low):.4f} tokens per call." + (
-            " A shorter chain's rounds end more often on a bonus token, drawn from p, and less often on a redraw,"
-            f" which is seldom '{name(vs_exact.starts[0].short)}' (chapter 29, point 3). So more of a shorter chain's"
-            " rounds start after"
-            f" '{name(vs_exact.starts[0].short)}', where small's drafts pass most, and its drafts pass more often than"
-            f" the k = {k_max} rates say (chapter 27)."
-            if vs_exact.bonus and vs_exact.why else " Chapter 27 shows why.")
-        + " A plan chosen on them loses under 0.1% of the speedup (--detail)."
-        if 0 < min(low) <= max(low) < 0.02 and untolerant < 0.001 else
-        f"call. Here the rates are computed exactly, in rounds of {k_max} drafts; chapter 27 checks that price.")
+        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k: chapter 27 asks"
+        " how well they price them.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
         f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: its {nodes - 1}"
@@ -4785,20 +4774,16 @@ def demo19_tuning(**how):
             f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""
         ) + ". The plan, with the positions each sequence's check scores:")
     print()
-    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
-           ("speedup", 13, ">")],
-          [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])
-    said = demo19_shape(shape, n_ctx, max_batch)  # the first two are the chapter's, the third the detail's
-    say_paragraphs(said[:2])
-    if shape.falls:
-        print()
-        say("As B grows the plan checks fewer positions per sequence: past demo 6's ridge every position costs time.",
-            demo19_crossings(shape, max_batch))
+    plan_table(plan, buckets)
+    said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
+    print()
+    say("As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
+        "Chapter 32 says why the tree wins at B = 1 and big never runs." if said[0] and said[1] else
+        "Chapter 32 asks what sets the plan's choice at B = 1.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
-    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said,
-                           low=low, untolerant=untolerant)
+    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said)
 
 
 def chapter19_search(c19):
@@ -4910,13 +4895,10 @@ def demo19_shape(s, n_ctx, max_batch):
 def demo19_detail(result):
     """Chapter 19 in detail: its rates' error, the tree's check, and big's c
     as B grows."""
-    s, low, untolerant = result.shape, result.low, result.untolerant
+    s = result.shape
     paragraphs = [
         f"Going up in B, the plan switches only when its current choice falls more than {result.c19.tol:.1%}, its"
-        " margin, below the best." + (
-            " The chapter's 0.1% compares a plan chosen on the rates with no margin against the best choice"
-            f" priced exactly, at every B: it is {untolerant:.2%} at worst." if 0 < min(low) <= max(low) < 0.02
-            and untolerant < 0.001 else ""),
+        " margin, below the best.",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
@@ -4929,19 +4911,12 @@ def demo19_detail(result):
     say_paragraphs(paragraphs)
 
 
-def demo19_crossings(s, max_batch):
-    """Chapter 19's sentence on where the planned checks reach the ridge:
-    past demo 6's positions for one sequence while each does (chapter 25
-    gives every batch size)."""
-    crossed = [(how, n, b) for how, n, b, hi in s.checks if b is not None and b < hi]  # cross before it is dropped
-    every = len(crossed) == len([c for c in s.checks if c[2] is not None and c[2] <= max_batch])
-    later = crossed and every and s.ridge_each > 0 and all(n * b > s.alone for _, n, b in crossed)  # KV caches move it
-    how, n, b = min(crossed, key=lambda c: c[2], default=("", 0, 0))  # the first to cross
-    check = "The tree's check" if how.startswith("tree") else f"The check of {how}"
-    return ("Each sequence's KV cache adds bytes to a pass, so each check reaches the ridge later than demo 6's"
-            f" {s.alone} positions for one sequence suggest. {check}, {n} positions a sequence, reaches it first, at"
-            f" B = {b}: {n * b:,} in all (chapter 25)." if later else
-            "Chapter 25 shows where each check crosses the ridge.")
+def plan_table(plan, buckets):
+    """Chapter 19's plan as a table (plan_rows' rows), with the positions each
+    sequence's check scores; chapter 32 prints it too."""
+    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
+           ("speedup", 13, ">")],
+          [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -6689,6 +6664,37 @@ def demo31_detail(result):
     say_paragraphs([why_above_eq1(result.gains, result.above)])
 
 
+# -----------------------------------------------------------------------------
+# Chapter 32. Why does the tree win at B = 1, and big never?
+# Chapter 19's plan at its first batch size: what each option makes, and what
+# its draft passes cost.
+
+
+def demo32_first_choice(**how):
+    """Chapter 32: why chapter 19's plan runs small's tree at B = 1, and never
+    runs big, from each option's tokens per call and its draft passes' c."""
+    c19 = chapter19_plan(**how)
+    (big, small), tree = c19.shapes, c19.measured[1].tree
+    s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
+    say("The plan of chapter 19 picks, at each batch size B, one of two draft models and how to run it. Big (blend"
+        f" {c19.big_weight:g}) stands for a {big[2]}-layer model of width {big[0]}, small (the middling draft) for"
+        f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's"
+        " c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's"
+        " KV cache, the keys and values of its tokens. A chain of k drafts takes k draft passes, and its tokens per"
+        " call come from how often the server saw drafts 1 to i all kept (chapter 19). Small's tree,"
+        f" 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, {tree[1]} deep,"
+        f" in {tree[1]} passes, one a level. Below the ridge, an option's speedup is its tokens per call / (1 + n"
+        " c), for n draft passes. The plan:")
+    print()
+    plan_table(plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx), c19.buckets)
+    said = demo19_shape(s, c19.n_ctx, c19.max_batch)
+    say_paragraphs(said[:2])
+    takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
+             " passes beat a longer chain's, and big's dear passes never pay.",
+             {"the tree wins at B = 1 on fewer passes": bool(said[0]), "big's passes never pay": bool(said[1])})
+    return SimpleNamespace(c19=c19, shape=s, said=said)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -6733,6 +6739,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "29": ("Why does eq. 1 run high for the middling draft?", demo29_eq1_high),
     "30": ("Where does the block gain, pair by pair?", demo30_pairs),
     "31": ("How far below the ceiling is the block on the middling draft?", demo31_middling),
+    "32": ("Why does the tree win at B = 1, and big never?", demo32_first_choice),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

@@ -4786,42 +4786,6 @@ def demo19_tuning(**how):
     return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said)
 
 
-def chapter19_search(c19):
-    """The exhaustive search against chapter 19's plan, each chain priced exactly: the
-    plan's worst shortfall at any B, and that of the plan made with no margin."""
-    truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, c19.k_max + 1)])
-             for d, (_, _, Q, _) in zip(c19.measured, c19.drafters)]
-    check = skill_against_search(c19.buckets, c19.options, truth, c19.n_ctx, c19.max_batch, c19.k_max)
-    untolerant = skill_against_search(*plan_drafters(c19.measured, c19.n_ctx, c19.max_batch, c19.k_max, tol=0.0)[::2],
-                                      truth, c19.n_ctx, c19.max_batch, c19.k_max)
-    return check, untolerant
-
-
-def rates_and_exact(c19):
-    """Chapter 19's two drafters' rates at k_max against the exact tokens per
-    call at every k (low: how far 1 plus the first k rates falls below the
-    exact count, each drafter at each k < k_max), and what says why they part:
-    alpha, and where small's rounds start, at k_max and at 1, and whether
-    every shorter k's start more often after the short token (chapter 27)."""
-    k_max, rates, drafters = c19.k_max, c19.rates, c19.drafters
-    exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
-    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
-    big = round_starts(TARGET, drafters[0][2], k_max)  # where big's rounds of k_max start
-    small = [round_starts(TARGET, drafters[1][2], k) for k in range(1, k_max + 1)]  # small's, in rounds of each k
-    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of 1
-    intact = all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
-    s = small[-1]
-    return SimpleNamespace(
-        rates=rates, exact=exact, alphas=alphas, starts=[s, small[0]], at_1=at_1, k_max=k_max,
-        low=[[e[k - 1] - 1 - sum(r[:k]) for k in range(1, k_max)] for r, e in zip(rates, exact)],
-        at_k=all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact)),  # the rates' own k: exact
-        off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
-        below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)), names=[d[0] for d in drafters],
-        why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(  # mostly redraws
-            r.redrawn.sum() > 0.5 for r in (s, big)),
-        bonus=all(r.redrawn.sum() < s.redrawn.sum() and r.start[s.short] > s.start[s.short] for r in small[:-1]))
-
-
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     """What sets chapter 19's plan, from its numbers: the tree against the
     chain that keeps the most tokens, at B = 1; whether big runs anywhere, and
@@ -4917,20 +4881,6 @@ def plan_table(plan, buckets):
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
            ("speedup", 13, ">")],
           [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])
-
-
-def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
-    """The skill's choice at every B, priced with the true tokens per call,
-    against the best of every option so priced: the worst shortfall."""
-    _, true_speeds, true_options = plan_drafters(truth, n_ctx, max_batch, k_max)  # the search: every option priced
-    index = {(o.drafter.name, o.shape): i for i, o in enumerate(true_options)}
-    worst = 0.0
-    for b, speeds in enumerate(true_speeds, start=1):
-        best = max(1.0, speeds.max())
-        chosen = next((o for lo, hi, o in buckets if lo <= b <= hi), None)
-        got = 1.0 if chosen is None else speeds[index[(chosen.drafter.name, chosen.shape)]]
-        worst = max(worst, 1 - got / best)
-    return SimpleNamespace(worst=worst)
 
 
 # -----------------------------------------------------------------------------
@@ -6089,6 +6039,56 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
 # A server counts per-position rates at the k it runs; chapter 19's plan prices
 # every k from the rates counted at k = 8. Rounds start after the last round's
 # final token, and that token's mix moves with k.
+
+
+def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
+    """The skill's choice at every B, priced with the true tokens per call,
+    against the best of every option so priced: the worst shortfall."""
+    _, true_speeds, true_options = plan_drafters(truth, n_ctx, max_batch, k_max)  # the search: every option priced
+    index = {(o.drafter.name, o.shape): i for i, o in enumerate(true_options)}
+    worst = 0.0
+    for b, speeds in enumerate(true_speeds, start=1):
+        best = max(1.0, speeds.max())
+        chosen = next((o for lo, hi, o in buckets if lo <= b <= hi), None)
+        got = 1.0 if chosen is None else speeds[index[(chosen.drafter.name, chosen.shape)]]
+        worst = max(worst, 1 - got / best)
+    return SimpleNamespace(worst=worst)
+
+
+def chapter19_search(c19):
+    """Chapter 27's exhaustive search against chapter 19's plan, each chain priced exactly: the
+    plan's worst shortfall at any B, and that of the plan made with no margin."""
+    truth = [d._replace(tokens=[exact_tokens_per_call(TARGET, Q, k) for k in range(1, c19.k_max + 1)])
+             for d, (_, _, Q, _) in zip(c19.measured, c19.drafters)]
+    check = skill_against_search(c19.buckets, c19.options, truth, c19.n_ctx, c19.max_batch, c19.k_max)
+    untolerant = skill_against_search(*plan_drafters(c19.measured, c19.n_ctx, c19.max_batch, c19.k_max, tol=0.0)[::2],
+                                      truth, c19.n_ctx, c19.max_batch, c19.k_max)
+    return check, untolerant
+
+
+def rates_and_exact(c19):
+    """Chapter 19's two drafters' rates at k_max against the exact tokens per
+    call at every k (low: how far 1 plus the first k rates falls below the
+    exact count, each drafter at each k < k_max), and what says why they part:
+    alpha, and where small's rounds start, at k_max and at 1, and whether
+    every shorter k's start more often after the short token (chapter 27)."""
+    k_max, rates, drafters = c19.k_max, c19.rates, c19.drafters
+    exact = [[exact_tokens_per_call(TARGET, Q, k) for k in range(1, k_max + 1)] for _, _, Q, _ in drafters]
+    alphas = [pair_alpha(TARGET, Q) for _, _, Q, _ in drafters]
+    big = round_starts(TARGET, drafters[0][2], k_max)  # where big's rounds of k_max start
+    small = [round_starts(TARGET, drafters[1][2], k) for k in range(1, k_max + 1)]  # small's, in rounds of each k
+    at_1 = [exact_per_position(TARGET, Q, 1)[0] for _, _, Q, _ in drafters]  # position 1's rate in rounds of 1
+    intact = all(rule_intact(TARGET, Q) for _, _, Q, _ in drafters)  # the rule, as the reader has it, exact
+    s = small[-1]
+    return SimpleNamespace(
+        rates=rates, exact=exact, alphas=alphas, starts=[s, small[0]], at_1=at_1, k_max=k_max,
+        low=[[e[k - 1] - 1 - sum(r[:k]) for k in range(1, k_max)] for r, e in zip(rates, exact)],
+        at_k=all(abs(1 + sum(r) - e[-1]) < 1e-9 for r, e in zip(rates, exact)),  # the rates' own k: exact
+        off=all(abs(1 + sum(r[:k]) - e[k - 1]) >= 5e-4 for r, e in zip(rates, exact) for k in range(1, k_max)),
+        below=intact and all(r[0] < a - 5e-4 for r, a in zip(rates, alphas)), names=[d[0] for d in drafters],
+        why=intact and s.most and s.under_only and s.residual_led and s.left_out and all(  # mostly redraws
+            r.redrawn.sum() > 0.5 for r in (s, big)),
+        bonus=all(r.redrawn.sum() < s.redrawn.sum() and r.start[s.short] > s.start[s.short] for r in small[:-1]))
 
 
 def demo27_rates(**how):

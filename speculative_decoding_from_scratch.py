@@ -2180,23 +2180,19 @@ def path_alone(P2, context, tokens, parents, i):
 TREE_BUGS = {"no_update": [("verify_tree", "p = residual(p, q_j)  # rejected: take its mass out before the next sibling", "")]}
 
 
-def demo8_trees(n_runs=400, n_rounds=200):
-    parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
-    mask = tree_attention_mask(parents)
-    say("A tree drafts several candidates per node; one pass checks them all. In this small one, nodes 1",
-        "and 2 are two guesses for the next token; 3 and 4 follow 1, and 5 and 6 follow 2. The pass's",
-        "attention mask lets each node read only its own branch (x: may attend):")
-    print()
-    table([("", 5, "<")] + [(str(j + 1), 2, ">2") for j in range(6)],
-          [(f"  {i + 1}", *("x" if m else "." for m in mask[i])) for i in range(6)])
-    print()
-    say("The option --detail checks that the mask works.")
-    exactness = demo8_exactness(n_runs)
+def demo8_trees(n_rounds=200):
+    """Chapter 8: tokens per call of trees against chains, and what a tree's
+    width buys."""
+    say("A tree drafts several candidates per node, and one target pass checks them all. A tree verifier walks"
+        " down from the root, as in SpecInfer (Miao et al. 2023). It tries a node's children one at a time, each"
+        " kept with chance min(1, p/q). After a rejection, p becomes the residual, max(0, p - q) normalised, before"
+        " the next sibling is tried. The children are drawn one of two ways: independently, each from q, or"
+        " distinct, without replacement, as the released code of EAGLE-1, a trained draft head, draws them."
+        " Chapter 33 shows how one pass checks a tree, and asks whether both ways keep the target's distribution.")
     rates, chains_fit, wider = demo8_depth_and_width(n_rounds)
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).",
-             {"both correct trees are consistent": all(r[3] == "consistent" for r in exactness[:2]),
-              "every chain agrees with its exact value": chains_fit, "the widest tree beats the chain": wider})
-    return SimpleNamespace(exactness=exactness, rates=rates)
+             {"every chain agrees with its exact value": chains_fit, "the widest tree beats the chain": wider})
+    return SimpleNamespace(rates=rates)
 
 
 def demo8_detail(result, depth=3, width=2):
@@ -6695,6 +6691,33 @@ def demo32_first_choice(**how):
     return SimpleNamespace(c19=c19, shape=s, said=said)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 33. Does a tree of drafts keep the target's distribution?
+# Chapter 8's trees: the attention mask one pass checks them with, and the
+# walk that keeps the output the target's, drawn two ways and with a bug.
+
+
+def demo33_tree_exact(n_runs=400):
+    """Chapter 33: a tree's attention mask, and whether its verifier keeps the
+    target's distribution, with children drawn independently or distinct."""
+    parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
+    mask = tree_attention_mask(parents)
+    say("A tree drafts several candidates per node; one pass checks them all (chapter 8 weighs what that buys). In"
+        " this small one, nodes 1 and 2 are two guesses for the next token; 3 and 4 follow 1, and 5 and 6 follow 2."
+        " The pass's attention mask lets each node read only its own branch (x: may attend):")
+    print()
+    table([("", 5, "<")] + [(str(j + 1), 2, ">2") for j in range(6)],
+          [(f"  {i + 1}", *("x" if m else "." for m in mask[i])) for i in range(6)])
+    print()
+    say("The option --detail checks that the mask works.")
+    rows = demo8_exactness(n_runs)
+    takeaway("a tree keeps the target's distribution when each rejection turns p into the residual before the next"
+             " sibling is tried, with its children drawn either way.",
+             {"both correct trees are consistent": all(r[3] == "consistent" for r in rows[:2]),
+              "the tree without the update is caught": rows[2][3] == "NOT the target"})
+    return SimpleNamespace(exactness=rows)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -6740,6 +6763,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "30": ("Where does the block gain, pair by pair?", demo30_pairs),
     "31": ("How far below the ceiling is the block on the middling draft?", demo31_middling),
     "32": ("Why does the tree win at B = 1, and big never?", demo32_first_choice),
+    "33": ("Does a tree of drafts keep the target's distribution?", demo33_tree_exact),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -6747,7 +6771,6 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "3": demo3_detail,
     "5": demo5_detail,
     "6": lambda result: demo6_detail(),
-    "8": demo8_detail,
     "9": demo9_detail,
     "10": demo10_detail,
     "11": demo11_detail,
@@ -6762,6 +6785,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "28": demo28_detail,
     "30": demo30_detail,
     "31": demo31_detail,
+    "33": demo8_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

@@ -823,16 +823,19 @@ def test_demo7_says_so_when_distilling_does_not_win(monkeypatch):
 
 def test_demo8_the_mask_and_the_tree_verdicts(demo):
     result, text = demo["8"]
-    mask, detail = printed(sd.DETAILS["8"], result)  # the mask's check is the detail's
+    result33, text33 = demo["33"]
+    mask, detail = printed(sd.DETAILS["33"], result33)  # the mask's check is the detail's
     assert mask.mask_error == 0 and mask.causal_error > 0.5 and "So the mask works." in detail
-    assert "The option --detail checks that the mask works." in text and "Does the mask work?" not in text
-    verdicts = {r[0]: r[3] for r in result.exactness}
+    assert "The option --detail checks that the mask works." in text33 and "Does the mask work?" not in text33
+    verdicts = {r[0]: r[3] for r in result33.exactness}
     assert verdicts == {"independent": "consistent", "distinct": "consistent", "independent, no_update": "NOT the target"}
-    assert "Both ways are consistent with the target; without the update, NOT the target." in text
+    assert "Both ways are consistent with the target; without the update, NOT the target. Takeaway:" in text33
+    assert ("Chapter 33 shows how one pass checks a tree, and asks whether both ways keep the target's distribution."
+            ) in flat(text) and "consistent" not in text
     # the walk as verify_tree takes it: down into a kept child; after every child is rejected, a draw from what is
     # left of p (test_trees checks both on the stage)
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
-            " the last residual and the round ends.") in flat(text)
+            " the last residual and the round ends.") in flat(text33)
     assert "where the tree needs 3: a tree drafts a whole level in one pass." in flat(text)
     # a kept leaf ends the walk with a bonus token from its own p: one child, drafted where q <= p so always kept
     x, ctx = 4, 0  # 'e' after 'a': q = 0.191 <= p = 0.382 (demo 1)
@@ -841,10 +844,10 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     ends = [sd.verify_tree(sd.TARGET, [ctx], [x], [-1], [sd.MIDDLING[ctx], sd.MIDDLING[x]], rng) for _ in range(4000)]
     assert all(e[0] == x and len(e) == 2 for e in ends)
     assert sd.tv_distance(np.bincount([e[1] for e in ends], minlength=6) / 4000, sd.TARGET[x]) < 0.04
-    assert "At a kept leaf, the next token is a bonus token, drawn from its p." in flat(text)
+    assert "At a kept leaf, the next token is a bonus token, drawn from its p." in flat(text33)
     assert f"Here a {2 + 4 + 8}-node tree (2 children a node, 3 deep) goes to a target" in detail
     # no_update, as the sentence says it: the line that makes p the residual after a rejection, deleted
-    assert "The bug no_update leaves p unchanged after a rejection." in flat(text)
+    assert "The bug no_update leaves p unchanged after a rejection." in flat(text33)
     (func, line, typed), = sd.TREE_BUGS["no_update"]
     assert func == "verify_tree" and line.startswith("p = residual(p, ") and typed == ""
     # the exactness runs' tree and draft, as the sentence names them
@@ -855,7 +858,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert ("Each way runs 400 times on a tree 2 deep with 2 children a node, drafted by demo 2's unrelated table,"
             " recording the pair (x1, x2) after 'f', as in demo 2. Trees get no exact TV here: the fit alone"
             " decides. Even the target's own samples fit below 0.05 about one time in 20, so the line is 0.001, as"
-            " defined at the top.") in flat(text)
+            " defined at the top.") in flat(text33)
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
     tree3, long_chain = result.rates[2], result.rates[3]
     assert (f"At c = 0.1 per draft pass, as in demo 3, the tree's speedup is {tree3[4] / (1 + 3 * 0.1):.2f}, the long"

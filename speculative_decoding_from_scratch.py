@@ -2195,68 +2195,6 @@ def demo8_trees(n_rounds=200):
     return SimpleNamespace(rates=rates)
 
 
-def demo8_detail(result, depth=3, width=2):
-    """Chapter 8 in detail: does the tree's attention mask work? On an order-2
-    target, the masked pass against each path run alone, and against a plain
-    causal mask."""
-    P2, context = random_table(8, sharpness=2.0, order=2), (0, 1)  # an order-2 target
-    tokens, tree_parents = draft_tree(MIDDLING, 1, depth, width, np.random.default_rng(8))
-    slow = np.array([path_alone(P2, context, tokens, tree_parents, i) for i in range(len(tokens))])
-    errors = [np.abs(masked_pass(P2, context, tokens, m) - slow).max()
-              for m in (tree_attention_mask(tree_parents), np.tri(len(tokens), dtype=bool))]
-    print()
-    say("Does the mask work? The lesson's tables read only the last token, so a wrong mask could not show there.",
-        f"Here a {len(tokens)}-node tree ({width} children a node, {depth} deep) goes to a target that reads the last"
-        " two tokens, so a node's next-token distribution depends on its parent. The masked pass matches each path run"
-        f" alone to {exact_text(errors[0])} in every next-token probability. A plain causal mask, which lets a node"
-        f" read every node before it, is off by up to {exact_text(errors[1])} in one.")
-    print()
-    say("So the mask works." if errors[0] < ROUNDING <= errors[1] else
-        "The mask does NOT give each node what its path alone gets." if errors[0] >= ROUNDING else
-        "A plain causal mask is NOT caught here.")
-    return SimpleNamespace(mask_error=errors[0], causal_error=errors[1])
-
-
-def demo8_exactness(n_runs, ctx=5, depth=2, branching=2):
-    """Demo 8, part two: the tree keeps the target's distribution (or not)."""
-    truth, rows = target_first_tokens(TARGET, ctx, 2), []
-    for label, module, distinct in (("independent", this_module(), False), ("distinct", this_module(), True),
-                                    ("independent, no_update", bugged("no_update", TREE_BUGS), False)):
-        counts = module if isinstance(module, str) else attempt(lambda: first_two(
-            lambda rng: module.tree_generate(TARGET, UNRELATED, [ctx], 2, depth, branching, rng, distinct)[0],
-            n_runs, seed=9))
-        if isinstance(counts, (str, Exception)):
-            rows.append((label, None, None, "not run: " + counts if isinstance(counts, str) else "raised"))
-            continue
-        p_fit = chi2_sf(*pearson(counts, truth))
-        rows.append((label, tv_distance(counts / n_runs, truth), p_fit, "consistent" if p_fit >= P_REJECT else "NOT the target"))
-    print()
-    say("Is a tree exact? A tree verifier, as in SpecInfer (Miao et al. 2023), tries a node's children one at a"
-        " time, each kept with chance min(1, p/q). When a child is rejected, p becomes the residual, max(0, p - q)"
-        " normalised, before its sibling is tried: the sibling is a fresh draft against what is still missing, as in"
-        " demo 1. If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn"
-        " from the last residual and the round ends. At a kept leaf, the next token is a bonus token, drawn from"
-        " its p. The bug no_update leaves p unchanged after a rejection.")
-    print()
-    say("The children are drawn one of two ways. Independently, each from q. Or distinct, sampled without"
-        " replacement: each from q', which is q with the siblings drawn before it removed, renormalised. A distinct"
-        " child x is kept with"
-        " chance min(1, p(x)/q'(x)); if it is rejected, p becomes max(0, p - q') normalised. The released code of"
-        " EAGLE-1, a trained draft head, draws them distinct.",
-        f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"
-        f" unrelated table, recording the pair (x1, x2) after '{name(ctx)}', as in demo 2. Trees get no exact TV"
-        " here: the fit alone decides. Even the target's own samples fit below 0.05 about one time in 20, so the line"
-        f" is {P_REJECT:g}, as defined at the top. Consistent means the fit finds no difference from the target:")
-    print()
-    table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
-    ok = [r[3] == "consistent" for r in rows]
-    print()
-    say("Both ways are consistent with the target;" if ok[0] and ok[1] else "NOT every correct tree is consistent;",
-        "without the update, NOT the target." if rows[2][3] == "NOT the target"
-        else f"without the update: {rows[2][3]}.")
-    return rows
-
-
 def demo8_depth_and_width(n_rounds, depth=3):
     """Demo 8, part three: tokens per target call, by depth and by nodes."""
     nodes = {b: sum(b**i for i in range(1, depth + 1)) for b in (1, 2, 3)}  # the root is not a node
@@ -6697,6 +6635,46 @@ def demo32_first_choice(**how):
 # walk that keeps the output the target's, drawn two ways and with a bug.
 
 
+def demo33_exactness(n_runs, ctx=5, depth=2, branching=2):
+    """Chapter 33's runs: the tree keeps the target's distribution (or not)."""
+    truth, rows = target_first_tokens(TARGET, ctx, 2), []
+    for label, module, distinct in (("independent", this_module(), False), ("distinct", this_module(), True),
+                                    ("independent, no_update", bugged("no_update", TREE_BUGS), False)):
+        counts = module if isinstance(module, str) else attempt(lambda: first_two(
+            lambda rng: module.tree_generate(TARGET, UNRELATED, [ctx], 2, depth, branching, rng, distinct)[0],
+            n_runs, seed=9))
+        if isinstance(counts, (str, Exception)):
+            rows.append((label, None, None, "not run: " + counts if isinstance(counts, str) else "raised"))
+            continue
+        p_fit = chi2_sf(*pearson(counts, truth))
+        rows.append((label, tv_distance(counts / n_runs, truth), p_fit, "consistent" if p_fit >= P_REJECT else "NOT the target"))
+    print()
+    say("Is a tree exact? A tree verifier, as in SpecInfer (Miao et al. 2023), tries a node's children one at a"
+        " time, each kept with chance min(1, p/q). When a child is rejected, p becomes the residual, max(0, p - q)"
+        " normalised, before its sibling is tried: the sibling is a fresh draft against what is still missing, as in"
+        " demo 1. If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn"
+        " from the last residual and the round ends. At a kept leaf, the next token is a bonus token, drawn from"
+        " its p. The bug no_update leaves p unchanged after a rejection.")
+    print()
+    say("The children are drawn one of two ways. Independently, each from q. Or distinct, sampled without"
+        " replacement: each from q', which is q with the siblings drawn before it removed, renormalised. A distinct"
+        " child x is kept with"
+        " chance min(1, p(x)/q'(x)); if it is rejected, p becomes max(0, p - q') normalised. The released code of"
+        " EAGLE-1, a trained draft head, draws them distinct.",
+        f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"
+        f" unrelated table, recording the pair (x1, x2) after '{name(ctx)}', as in demo 2. Trees get no exact TV"
+        " here: the fit alone decides. Even the target's own samples fit below 0.05 about one time in 20, so the line"
+        f" is {P_REJECT:g}, as defined at the top. Consistent means the fit finds no difference from the target:")
+    print()
+    table([("children", 24, "<"), ("TV", 8, ".4f"), ("fit", 12, p_text), ("verdict", 28, "<")], rows)
+    ok = [r[3] == "consistent" for r in rows]
+    print()
+    say("Both ways are consistent with the target;" if ok[0] and ok[1] else "NOT every correct tree is consistent;",
+        "without the update, NOT the target." if rows[2][3] == "NOT the target"
+        else f"without the update: {rows[2][3]}.")
+    return rows
+
+
 def demo33_tree_exact(n_runs=400):
     """Chapter 33: a tree's attention mask, and whether its verifier keeps the
     target's distribution, with children drawn independently or distinct."""
@@ -6710,12 +6688,34 @@ def demo33_tree_exact(n_runs=400):
           [(f"  {i + 1}", *("x" if m else "." for m in mask[i])) for i in range(6)])
     print()
     say("The option --detail checks that the mask works.")
-    rows = demo8_exactness(n_runs)
+    rows = demo33_exactness(n_runs)
     takeaway("a tree keeps the target's distribution when each rejection turns p into the residual before the next"
              " sibling is tried, with its children drawn either way.",
              {"both correct trees are consistent": all(r[3] == "consistent" for r in rows[:2]),
               "the tree without the update is caught": rows[2][3] == "NOT the target"})
     return SimpleNamespace(exactness=rows)
+
+
+def demo33_detail(result, depth=3, width=2):
+    """Chapter 33 in detail: does the tree's attention mask work? On an order-2
+    target, the masked pass against each path run alone, and against a plain
+    causal mask."""
+    P2, context = random_table(8, sharpness=2.0, order=2), (0, 1)  # an order-2 target
+    tokens, tree_parents = draft_tree(MIDDLING, 1, depth, width, np.random.default_rng(8))
+    slow = np.array([path_alone(P2, context, tokens, tree_parents, i) for i in range(len(tokens))])
+    errors = [np.abs(masked_pass(P2, context, tokens, m) - slow).max()
+              for m in (tree_attention_mask(tree_parents), np.tri(len(tokens), dtype=bool))]
+    print()
+    say("Does the mask work? The lesson's tables read only the last token, so a wrong mask could not show there.",
+        f"Here a {len(tokens)}-node tree ({width} children a node, {depth} deep) goes to a target that reads the last"
+        " two tokens, so a node's next-token distribution depends on its parent. The masked pass matches each path run"
+        f" alone to {exact_text(errors[0])} in every next-token probability. A plain causal mask, which lets a node"
+        f" read every node before it, is off by up to {exact_text(errors[1])} in one.")
+    print()
+    say("So the mask works." if errors[0] < ROUNDING <= errors[1] else
+        "The mask does NOT give each node what its path alone gets." if errors[0] >= ROUNDING else
+        "A plain causal mask is NOT caught here.")
+    return SimpleNamespace(mask_error=errors[0], causal_error=errors[1])
 
 
 # =============================================================================
@@ -6785,7 +6785,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "28": demo28_detail,
     "30": demo30_detail,
     "31": demo31_detail,
-    "33": demo8_detail,
+    "33": demo33_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

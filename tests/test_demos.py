@@ -852,9 +852,9 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert func == "verify_tree" and line.startswith("p = residual(p, ") and typed == ""
     # the exactness runs' tree and draft, as the sentence names them
     import inspect
-    defaults = inspect.signature(sd.demo8_exactness).parameters
+    defaults = inspect.signature(sd.demo33_exactness).parameters
     assert (defaults["depth"].default, defaults["branching"].default) == (2, 2)
-    assert "UNRELATED, [ctx]" in inspect.getsource(sd.demo8_exactness)
+    assert "UNRELATED, [ctx]" in inspect.getsource(sd.demo33_exactness)
     assert ("Each way runs 400 times on a tree 2 deep with 2 children a node, drafted by demo 2's unrelated table,"
             " recording the pair (x1, x2) after 'f', as in demo 2. Trees get no exact TV here: the fit alone"
             " decides. Even the target's own samples fit below 0.05 about one time in 20, so the line is 0.001, as"
@@ -880,7 +880,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
 
 def test_chapter8_in_detail_says_so_when_the_mask_lets_a_node_see_its_uncle():
     m = sd.edited((("tree_attention_mask", "mask[i] |= mask[parent]", "mask[i] |= mask[max(0, i - 2)]"),))
-    result, detail = printed(m.demo8_detail, None)
+    result, detail = printed(m.demo33_detail, None)
     assert result.mask_error > 0.01 and "The mask does NOT give each node what its path alone gets." in detail
     assert "So the mask works." not in detail
 
@@ -909,7 +909,7 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
 def test_demo8_says_so_when_one_correct_tree_fails(capsys):
     m = sd.edited((("draft_children", "children.append(sample_from(without(q, children) if distinct else q, "
                     "rng.random()))", "children.append(sample_from(q, rng.random()))"),))  # distinct ones repeat
-    rows = m.demo8_exactness(600)
+    rows = m.demo33_exactness(600)
     text = " ".join(capsys.readouterr().out.split())
     assert [r[3] for r in rows] == ["consistent", "raised", "NOT the target"]
     assert "NOT every correct tree is consistent; without the update, NOT the target." in text

@@ -3831,7 +3831,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
     """Chapter 15's sentences: is each shipped path caught, and which step causes it?"""
     caught, words = caught_words(rows, "shipped paths")
     print()
-    say(rule_verdict(rows), words, step3_words(rows, k, ctx, n) if caught else "")
+    say(rule_verdict(rows), words, "Chapter 34 asks which of their two changes does the harm." if caught else "")
     return caught
 
 
@@ -3849,19 +3849,18 @@ def keep_more_words(rows, k, modules):
             " keep drafts a lossless verifier would reject." if margin > 0 else "")
 
 
-def step3_words(rows, k=3, ctx=5, n=3):
-    """Chapter 15's sentence on which change does the harm: block verification with only step 5 changed (the
-    detail's tokenwise_residual) is off by under a hundredth of the shipped paths' error, so step 3 does it."""
-    if rows[0][5] != "the target" or any(r[n] is None for r in rows[1:]):
+def step3_words(edits, shipped, n=3):
+    """Chapter 34's sentence on which change does the harm: block verification with only step 5 changed
+    (tokenwise_residual, in edits) is off by under a hundredth of the shipped paths' exact TVs of the first n
+    tokens (shipped), so step 3 does it; said only while block verification (edits[0]) is exact."""
+    step5 = next((r for r in edits if r[0] == "tokenwise_residual"), None)
+    if edits[0][5] != "the target" or step5 is None or step5[n] is None or None in shipped or not shipped:
         return ""
-    step5 = bugged("tokenwise_residual", BLOCK_BUGS)
-    tv = tv_distance(step5.exact_block_first_tokens(TARGET, MIDDLING, ctx, n, k), target_first_tokens(TARGET, ctx, n))
-    least = min(r[n] for r in rows[1:])  # the shipped paths' exact TV of the first n tokens (row: label, *tvs, ...)
-    shipped = and_list([f"{r[n]:.4f}" for r in rows[1:]])
-    return ("The two paths differ only in step 3's test, and change step 5 alike. So with the block's coins in step"
-            " 3, the two paths become one verifier, wrong only in step 5. The exact TV of its first"
-            f" {n} tokens is {exact_text(tv)}, against {shipped} as shipped (--detail). So step 3 causes nearly all"
-            " their error." if ROUNDING <= tv < least / 100 else "")
+    return ("The two shipped paths differ only in step 3's test, and change step 5 alike. So with the block's coins"
+            " in step 3, the two paths become one verifier, wrong only in step 5: tokenwise_residual. The exact TV of"
+            f" its first {n} tokens is {exact_text(step5[n])}, against {and_list([f'{tv:.4f}' for tv in shipped])}"
+            " as shipped. So step 3 causes nearly all their error." if ROUNDING <= step5[n] < min(shipped) / 100
+            else "")
 
 
 def shipped_rows(rows):
@@ -3937,33 +3936,9 @@ def alike_through_token2(rows, ctx=5):
     return first_bad == 3 and p_fit == rows[0][-4] and p_fit >= P_REJECT and bool(token2_exact_words(ctx))
 
 
-def demo15_detail(rows, k=3, ctx=5, n=3, n_runs=400):
-    """Chapter 15 in detail: two one-line edits of block verification beside the rule, by the same checks, and
-    why the exact check sees what the fit cannot."""
+def demo15_detail(rows, k=3):
+    """Chapter 15 in detail: the drafts the shipped paths keep, against the block's."""
     say_paragraphs([keep_more_words(rows, k, shipped_modules()), *why_shipped_keep_more(rows, k)])
-    block = setting_parts(MIDDLING, None, None, ctx, n, k)
-    edits = [rows[0]] + exactness_rows([(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS],
-                                       k, ctx, n, n_runs)
-    print()
-    say(f"{number_word(len(BLOCK_BUGS)).capitalize()} one-line edits of block verification, by the same checks:")
-    print()
-    differences(BLOCK_WORDS)
-    print()
-    exactness_table(edits)
-    truth = target_first_tokens(TARGET, ctx, n)
-    print()
-    say(rule_verdict(edits), caught_words(edits, "edits")[1])
-    for label, *tvs, p_fit, verdict, exact, _ in edits[1:]:
-        first_bad = first_biased_token(tvs)
-        if first_bad and first_bad > 1 and p_fit >= P_REJECT:
-            print()
-            say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
-                f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
-                " sees it at once.",
-                f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
-                " share their random numbers. Why they draw alike: " + token2_exact_words(ctx)
-                if label == "tokenwise_residual" and alike_through_token2(edits, ctx) else "")
-    return edits
 
 
 def token2_exact_words(ctx=5):
@@ -6718,6 +6693,66 @@ def demo33_detail(result, depth=3, width=2):
     return SimpleNamespace(mask_error=errors[0], causal_error=errors[1])
 
 
+# -----------------------------------------------------------------------------
+# Chapter 34. Which of the shipped paths' two changes does the harm?
+# Block verification with one step changed at a time, by chapter 15's checks,
+# and why the exact check sees what the fit cannot.
+
+
+def shipped_exact_tvs(k=3, ctx=5, n=3):
+    """Chapter 15's shipped paths' exact TV of their first n tokens after ctx (None where one raises)."""
+    truth, tvs = target_first_tokens(TARGET, ctx, n), []
+    for m in shipped_modules().values():
+        exact = attempt(shipped_parts(MIDDLING, ctx, n, k)(m)[1])
+        tvs.append(None if isinstance(exact, Exception) else tv_distance(exact, truth))
+    return tvs
+
+
+def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
+    """Chapter 34: block verification with one step changed at a time, against
+    the shipped paths' error: which change does the harm, and what each check sees."""
+    say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's"
+        " plugin of vLLM (a serving engine). They change two of block verification's five steps (chapter 14). The"
+        " block weighs drafts by w_i, the target's probability of x_1..x_i over the draft's, capped at 1. In"
+        " step 3 it flips a coin of its own at each position i, and heads makes i a cut point. Position k's coin"
+        " lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), where Z_i is the"
+        " sum over tokens y of max(0, w_i p(y) - q(y)). Both paths test every position against one shared product"
+        " of uniforms instead. In step 5 the block draws the next token from max(0, w_i p - q), normalised; both"
+        " paths use the token-wise residual, max(0, p - q). Which change does the harm?")
+    print()
+    block = setting_parts(MIDDLING, None, None, ctx, n, k)
+    edits = exactness_rows([("block", this_module(), MIDDLING, block)]
+                           + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS], k, ctx, n, n_runs)
+    say(f"{number_word(len(BLOCK_BUGS)).capitalize()} one-line edits of block verification each change one step."
+        f" Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and a fit of {n_runs} runs' first two tokens,"
+        f" on the middling draft at k = {k}:")
+    print()
+    differences(BLOCK_WORDS)
+    print()
+    exactness_table(edits)
+    truth = target_first_tokens(TARGET, ctx, n)
+    step3 = step3_words(edits, shipped_exact_tvs(k, ctx, n), n)
+    print()
+    say(rule_verdict(edits), caught_words(edits, "edits")[1], step3)
+    alike = False
+    for label, *tvs, p_fit, verdict, exact, _ in edits[1:]:
+        first_bad = first_biased_token(tvs)
+        if first_bad and first_bad > 1 and p_fit >= P_REJECT:
+            alike |= label == "tokenwise_residual" and alike_through_token2(edits, ctx)
+            print()
+            say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
+                f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
+                " sees it at once.",
+                f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
+                " share their random numbers. Why they draw alike: " + token2_exact_words(ctx)
+                if label == "tokenwise_residual" and alike_through_token2(edits, ctx) else "")
+    takeaway("step 3's shared uniforms do nearly all of the shipped paths' harm; step 5's token-wise residual alone"
+             " biases only later tokens, which the exact check sees and a fit of two tokens cannot.",
+             {"step 5 alone is off by under a hundredth of the shipped paths": bool(step3),
+              "step 5 alone is exact through token 2": alike})
+    return edits
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -6764,6 +6799,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "31": ("How far below the ceiling is the block on the middling draft?", demo31_middling),
     "32": ("Why does the tree win at B = 1, and big never?", demo32_first_choice),
     "33": ("Does a tree of drafts keep the target's distribution?", demo33_tree_exact),
+    "34": ("Which of the shipped paths' two changes does the harm?", demo34_which_step),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

@@ -954,13 +954,17 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     pytorch = next(r for r in rows if r[0] == "vllm-ascend, PyTorch")
     assert pytorch[1] == pytest.approx(0.0730, abs=5e-5) and pytorch[2] == pytest.approx(0.2098, abs=5e-5)
     assert "Block verification emits the target's distribution by both checks. Both shipped paths are caught." in text
-    assert "tokenwise_residual" not in text and "cumulative" not in text  # the edits are the detail's
-    edits, detail = printed(sd.DETAILS["15"], rows)
+    assert "tokenwise_residual" not in text and "cumulative" not in text  # the edits are chapter 34's
+    assert "Both shipped paths are caught. Chapter 34 asks which of their two changes does the harm. Takeaway:" in flat(
+        text)
+    _, detail = printed(sd.DETAILS["15"], rows)
+    edits, text34 = demo["34"]
+    assert "tokenwise_residual" not in detail
     assert {r[0]: r[5] for r in edits} == {"block": "the target", "tokenwise_residual": "NOT (exact only)",
                                            "cumulative": "NOT the target"}
-    assert "Block verification emits the target's distribution by both checks. Both edits are caught." in detail
+    assert "Block verification emits the target's distribution by both checks. Both edits are caught." in text34
     assert ("tokenwise_residual's bias starts at token 3, past the fit's two tokens. A fit of the first 3 would need"
-            " about 2.0 million runs to see it") in detail
+            " about 2.0 million runs to see it") in text34
     tokenwise = next(r for r in edits if r[0] == "tokenwise_residual")
     assert tokenwise[1] < 1e-12 and tokenwise[2] < 1e-12 and tokenwise[3] > 1e-4  # exact for 1 and 2 tokens, not 3
     # why token 2 stays exact after 'f': wherever w_1 = p/q < 1, Z_1 = sum max(0, w_1 p_2 - q_2) is 0, so h_1 is 0 and
@@ -981,12 +985,12 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. Its fit equals block's (0.61): through token 2 the two rules draw alike, and their runs share"
-        " their random numbers. Why they draw alike: " + sd.token2_exact_words()) in detail
+        " their random numbers. Why they draw alike: " + sd.token2_exact_words()) in text34
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
     assert sd.bugged("no_resample").token2_exact_words() == ""  # the residual is p: nothing here is exact
     for label, words in sd.BLOCK_WORDS.items():
-        assert f"{label} {words}" in detail
+        assert f"{label} {words}" in text34
     kept = {r[0]: r[7] for r in rows if r[7] is not None}
     block_kept = sd.exact_block_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
     token_wise = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3) - 1
@@ -1095,14 +1099,21 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     tv5 = sd.tv_distance(step5.exact_block_first_tokens(sd.TARGET, sd.MIDDLING, 5, 3, 3),
                          sd.target_first_tokens(sd.TARGET, 5, 3))
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
-    assert ("Both shipped paths are caught. The two paths differ only in step 3's test, and change step 5 alike. So"
-            " with the block's coins in step 3, the two paths become one verifier, wrong only in step 5. The exact TV"
-            f" of its first 3 tokens is {sd.exact_text(tv5)}, against {rows[1][3]:.4f} and {rows[2][3]:.4f} as shipped"
-            " (--detail). So step 3 causes nearly all their error.") in flat(text)
+    edits, text34 = demo["34"]
+    assert ("Both edits are caught. The two shipped paths differ only in step 3's test, and change step 5 alike. So"
+            " with the block's coins in step 3, the two paths become one verifier, wrong only in step 5:"
+            f" tokenwise_residual. The exact TV of its first 3 tokens is {sd.exact_text(tv5)}, against"
+            f" {rows[1][3]:.4f} and {rows[2][3]:.4f} as shipped. So step 3 causes nearly all their error.") in flat(
+        text34)
+    assert sd.shipped_exact_tvs() == pytest.approx([rows[1][3], rows[2][3]], abs=1e-12)
     assert f"{rows[1][3]:.4f} and {rows[2][3]:.4f}" == "0.2459 and 0.2672"  # the table's n = 3 column
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV
-    assert sd.step3_words(bad_rows, 3) == ""  # with block verification off, no share of blame is said
-    assert f"tokenwise_residual < 1e-9 < 1e-9 {sd.exact_text(tv5)}" in " ".join(detail.split())  # the detail's row
+    bad_edits = [list(r) for r in edits]
+    bad_edits[0][5] = "NOT the target"
+    assert sd.step3_words(bad_edits, [rows[1][3], rows[2][3]]) == ""  # block verification off: no blame is said
+    assert sd.step3_words(edits, [rows[1][3], rows[2][3]]).startswith("The two shipped paths differ")
+    assert sd.step3_words(edits, [tv5 * 50, rows[2][3]]) == ""  # not under a hundredth of each: not 'nearly all'
+    assert f"tokenwise_residual < 1e-9 < 1e-9 {sd.exact_text(tv5)}" in " ".join(text34.split())  # chapter 34's row
     assert list(sd.SHIPPED_WORDS) == [r[0] for r in rows[1:]]  # each shipped path said in words, in order
     for label, words in sd.SHIPPED_WORDS.items():
         assert f"{label} {words}" in " ".join(text.split())
@@ -1594,3 +1605,13 @@ def test_chapter31_explains_its_token_wise_column_only_while_draft_2_passes_abov
     M, pi = np.minimum(P, Q), sd.stationary(P)
     reach = [pi @ np.linalg.matrix_power(M, i).sum(axis=1) for i in (1, 2, 3, 4)]
     assert all(b / a > alpha for a, b in zip(reach, reach[1:]))
+
+
+def test_chapter34_withholds_its_blame_when_block_verification_is_off(capsys):
+    # residual() edited to return p: block verification itself is no longer exact, so no share of the shipped
+    # paths' error is put on either step, and the takeaway is withheld
+    bad = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
+    bad.demo34_which_step(n_runs=50)
+    said = flat(capsys.readouterr().out)
+    assert "Block verification, as you have it," in said and "step 3 causes nearly all" not in said
+    assert "Takeaway withheld" in said and "step 5 alone is off by under a hundredth of the shipped paths" in said

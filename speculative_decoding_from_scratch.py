@@ -3805,12 +3805,6 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     return rows
 
 
-def first_biased_token(tvs):
-    """The first n whose exact TV of the first n tokens is off (1-based), or
-    None: first_biased_token([0, 0, 3.5e-4]) -> 3."""
-    return next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
-
-
 def caught_words(rows, things):
     """The verdict on every row but the rule's (rows[0]): whether all are
     caught, and a sentence that says so or gives each one's verdict."""
@@ -3847,20 +3841,6 @@ def keep_more_words(rows, k, modules):
             " lossless verifier (one whose output is the target's) of the block's form, keeping some drafts and"
             " then drawing one token, keeps more drafts per round on average than the block. So the shipped paths"
             " keep drafts a lossless verifier would reject." if margin > 0 else "")
-
-
-def step3_words(edits, shipped, n=3):
-    """Chapter 34's sentence on which change does the harm: block verification with only step 5 changed
-    (tokenwise_residual, in edits) is off by under a hundredth of the shipped paths' exact TVs of the first n
-    tokens (shipped), so step 3 does it; said only while block verification (edits[0]) is exact."""
-    step5 = next((r for r in edits if r[0] == "tokenwise_residual"), None)
-    if edits[0][5] != "the target" or step5 is None or step5[n] is None or None in shipped or not shipped:
-        return ""
-    return ("The two shipped paths differ only in step 3's test, and change step 5 alike. So with the block's coins"
-            " in step 3, the two paths become one verifier, wrong only in step 5: tokenwise_residual. The exact TV of"
-            f" its first {n} tokens is {exact_text(step5[n])}, against {and_list([f'{tv:.4f}' for tv in shipped])}"
-            " as shipped. So step 3 causes nearly all their error." if ROUNDING <= step5[n] < min(shipped) / 100
-            else "")
 
 
 def shipped_rows(rows):
@@ -3925,38 +3905,9 @@ def all_kept(outcomes, k, P=TARGET, Q=MIDDLING):
     return sum(start[d] * p for d in range(len(P)) for kept, _, p in ends(d) if len(kept) == k)
 
 
-def alike_through_token2(rows, ctx=5):
-    """Whether the tokenwise_residual row is exact through token 2, its fit is
-    the block's (rows[0]), and token2_exact_words says why."""
-    row = next((r for r in rows if r[0] == "tokenwise_residual"), None)
-    if row is None:
-        return False
-    tvs, p_fit = row[1:-4], row[-4]  # (label, *tvs, fit, verdict, exact, kept)
-    first_bad = first_biased_token(tvs)
-    return first_bad == 3 and p_fit == rows[0][-4] and p_fit >= P_REJECT and bool(token2_exact_words(ctx))
-
-
 def demo15_detail(rows, k=3):
     """Chapter 15 in detail: the drafts the shipped paths keep, against the block's."""
     say_paragraphs([keep_more_words(rows, k, shipped_modules()), *why_shipped_keep_more(rows, k)])
-
-
-def token2_exact_words(ctx=5):
-    """Why tokenwise_residual's first two tokens after ctx are exact on these
-    tables, while the rule and its residual are intact and the block stage
-    says Z_1 = 0 wherever the draft over-proposes x_1; else nothing."""
-    p, q = TARGET[ctx], MIDDLING[ctx]
-    w1 = [accept_prob(p, q, x) for x in range(len(p))]  # the first weight, min(1, p/q), for each x_1
-    never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
-    over = [f"'{name(x)}' (w_1 = {w:.2g})" for x, w in enumerate(w1) if w < 1]
-    return ("The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1"
-            " comes from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a"
-            " residual with w_1 < 1 only when position 1 is the largest cut point."
-            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. In the rows after each of these,"
-            " w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0. Position 1 is never a cut point after such an x_1,"
-            " and token 2 is exact too."
-            if never and over and rule_intact(TARGET, MIDDLING)
-            else "")
 
 
 # -----------------------------------------------------------------------------
@@ -6697,6 +6648,55 @@ def demo33_detail(result, depth=3, width=2):
 # Chapter 34. Which of the shipped paths' two changes does the harm?
 # Block verification with one step changed at a time, by chapter 15's checks,
 # and why the exact check sees what the fit cannot.
+
+
+def first_biased_token(tvs):
+    """The first n whose exact TV of the first n tokens is off (1-based), or
+    None: first_biased_token([0, 0, 3.5e-4]) -> 3."""
+    return next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
+
+
+def step3_words(edits, shipped, n=3):
+    """Chapter 34's sentence on which change does the harm: block verification with only step 5 changed
+    (tokenwise_residual, in edits) is off by under a hundredth of the shipped paths' exact TVs of the first n
+    tokens (shipped), so step 3 does it; said only while block verification (edits[0]) is exact."""
+    step5 = next((r for r in edits if r[0] == "tokenwise_residual"), None)
+    if edits[0][5] != "the target" or step5 is None or step5[n] is None or None in shipped or not shipped:
+        return ""
+    return ("The two shipped paths differ only in step 3's test, and change step 5 alike. So with the block's coins"
+            " in step 3, the two paths become one verifier, wrong only in step 5: tokenwise_residual. The exact TV of"
+            f" its first {n} tokens is {exact_text(step5[n])}, against {and_list([f'{tv:.4f}' for tv in shipped])}"
+            " as shipped. So step 3 causes nearly all their error." if ROUNDING <= step5[n] < min(shipped) / 100
+            else "")
+
+
+def alike_through_token2(rows, ctx=5):
+    """Whether the tokenwise_residual row is exact through token 2, its fit is
+    the block's (rows[0]), and token2_exact_words says why."""
+    row = next((r for r in rows if r[0] == "tokenwise_residual"), None)
+    if row is None:
+        return False
+    tvs, p_fit = row[1:-4], row[-4]  # (label, *tvs, fit, verdict, exact, kept)
+    first_bad = first_biased_token(tvs)
+    return first_bad == 3 and p_fit == rows[0][-4] and p_fit >= P_REJECT and bool(token2_exact_words(ctx))
+
+
+def token2_exact_words(ctx=5):
+    """Why tokenwise_residual's first two tokens after ctx are exact on these
+    tables, while the rule and its residual are intact and the block stage
+    says Z_1 = 0 wherever the draft over-proposes x_1; else nothing."""
+    p, q = TARGET[ctx], MIDDLING[ctx]
+    w1 = [accept_prob(p, q, x) for x in range(len(p))]  # the first weight, min(1, p/q), for each x_1
+    never = all(w == 1 or block_threshold(w, TARGET[x], MIDDLING[x]) == 0 for x, w in enumerate(w1))
+    over = [f"'{name(x)}' (w_1 = {w:.2g})" for x, w in enumerate(w1) if w < 1]
+    return ("The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1"
+            " comes from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a"
+            " residual with w_1 < 1 only when position 1 is the largest cut point."
+            f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. In the rows after each of these,"
+            " w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0. Position 1 is never a cut point after such an x_1,"
+            " and token 2 is exact too."
+            if never and over and rule_intact(TARGET, MIDDLING)
+            else "")
 
 
 def shipped_exact_tvs(k=3, ctx=5, n=3):

@@ -3810,7 +3810,8 @@ def caught_words(rows, things):
     caught, and a sentence that says so or gives each one's verdict."""
     broken = rows[1:]
     caught = all(r[5] not in ("the target", "not run", "raised") for r in broken)
-    return caught, (f"{every(len(broken), things).capitalize()} are caught." if caught else
+    are = "is" if len(broken) == 1 else "are"
+    return caught, (f"{every(len(broken), things).capitalize()} {are} caught." if caught else
                     " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else
                              f"{r[0]}: not checked, {r[6]}." for r in broken))
 
@@ -5504,13 +5505,13 @@ def demo23_engines(**how):
             + (f", {main.name}'s best chain of up to {c19.k_max} drafts there, {own[0]:.1%} slower: all of that loss"
                " comes from not running the tree." if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
                f", {own[0]:.1%} slower.")
-            + said if tree_planned
+            + (f" Chapter 35 says why that loss peaks at B = {own[1]:,}." if said else "") if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         (f", far past B = {cross}." if said else
+                         (f", far past B = {cross}, where the tree's check reaches the ridge (chapter 35)." if said else
                           f". The tree's check reaches the ridge at B = {cross}, "
                           + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
                           f" Past B = {cross}, every position the tree checks costs time.")
@@ -6663,11 +6664,12 @@ def step3_words(edits, shipped, n=3):
     step5 = next((r for r in edits if r[0] == "tokenwise_residual"), None)
     if edits[0][5] != "the target" or step5 is None or step5[n] is None or None in shipped or not shipped:
         return ""
-    return ("The two shipped paths differ only in step 3's test, and change step 5 alike. So with the block's coins"
-            " in step 3, the two paths become one verifier, wrong only in step 5: tokenwise_residual. The exact TV of"
-            f" its first {n} tokens is {exact_text(step5[n])}, against {and_list([f'{tv:.4f}' for tv in shipped])}"
-            " as shipped. So step 3 causes nearly all their error." if ROUNDING <= step5[n] < min(shipped) / 100
-            else "")
+    return ("The two shipped paths differ only in the weight step 3 tests, and change step 5 alike. So with the"
+            " block's coins in step 3, the two paths become one verifier, wrong only in step 5: tokenwise_residual."
+            f" The exact TV of its first {n} tokens is {exact_text(step5[n])}, against"
+            f" {and_list([f'{tv:.4f} ({label[13:]})' for tv, label in zip(shipped, shipped_modules())])} as shipped"
+            " (chapter 15). So the shipped step 3 causes nearly all their error."
+            if ROUNDING <= step5[n] < min(shipped) / 100 else "")
 
 
 def alike_through_token2(rows, ctx=5):
@@ -6693,8 +6695,12 @@ def token2_exact_words(ctx=5):
             " comes from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a"
             " residual with w_1 < 1 only when position 1 is the largest cut point."
             f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. In the rows after each of these,"
-            " w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0. Position 1 is never a cut point after such an x_1,"
-            " and token 2 is exact too."
+            " w_1 p <= q at every token" + (
+                f" (the middling draft is {MIDDLING_WEIGHT:g} times the target plus the rest, so q >="
+                f" {MIDDLING_WEIGHT:g} p, and each of these w_1 is under {MIDDLING_WEIGHT:g})"
+                if all(w < MIDDLING_WEIGHT for w in w1 if w < 1) and (MIDDLING >= MIDDLING_WEIGHT * TARGET).all()
+                else "") + ", so Z_1 = 0 and h_1 = 0. Position 1 is never a cut point after such an x_1, and token"
+            " 2 is exact too."
             if never and over and rule_intact(TARGET, MIDDLING)
             else "")
 
@@ -6712,45 +6718,110 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     """Chapter 34: block verification with one step changed at a time, against
     the shipped paths' error: which change does the harm, and what each check sees."""
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's"
-        " plugin of vLLM (a serving engine). They change two of block verification's five steps (chapter 14). The"
-        " block weighs drafts by w_i, the target's probability of x_1..x_i over the draft's, capped at 1. In"
-        " step 3 it flips a coin of its own at each position i, and heads makes i a cut point. Position k's coin"
-        " lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), where Z_i is the"
-        " sum over tokens y of max(0, w_i p(y) - q(y)). Both paths test every position against one shared product"
-        " of uniforms instead. In step 5 the block draws the next token from max(0, w_i p - q), normalised; both"
-        " paths use the token-wise residual, max(0, p - q). Which change does the harm?")
+        " plugin of vLLM (a serving engine). Each changes two of block verification's five steps (chapter 14). The"
+        " block weighs drafts by w_i, the target's probability of x_1..x_i over the draft's, capped at 1 after each"
+        " draft. In step 3 it flips a coin of its own at each position i, and heads makes i a cut point. Position"
+        " k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), where Z_i"
+        " is the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. In step 4 it keeps"
+        " x_1..x_i for i the largest cut point. In step 5 it draws the next token from max(0, w_i p - q),"
+        " normalised.")
     print()
-    block = setting_parts(MIDDLING, None, None, ctx, n, k)
-    edits = exactness_rows([("block", this_module(), MIDDLING, block)]
-                           + [(b, bugged(b, BLOCK_BUGS), MIDDLING, block) for b in BLOCK_BUGS], k, ctx, n, n_runs)
-    say(f"{number_word(len(BLOCK_BUGS)).capitalize()} one-line edits of block verification each change one step."
-        f" Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and a fit of {n_runs} runs' first two tokens,"
-        f" on the middling draft at k = {k}:")
+    say("The shipped paths draw u_1..u_k once a round, each uniform between 0 and 1. In step 3, position i is a cut"
+        " point if a weight is at least u_1 * ... * u_i: in PyTorch the product of min(1, p/q) over drafts 1 to i,"
+        " in Triton w_i. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the"
+        " harm?")
     print()
-    differences(BLOCK_WORDS)
+    block, step5 = setting_parts(MIDDLING, None, None, ctx, n, k), "tokenwise_residual"
+    edits = exactness_rows([("block", this_module(), MIDDLING, block),
+                            (step5, bugged(step5, BLOCK_BUGS), MIDDLING, block)], k, ctx, n, n_runs)
+    say(f"A one-line edit of block verification makes step 5's change alone. Exact TVs of the first 1 to {n} tokens"
+        f" after '{name(ctx)}', and a fit of {n_runs} runs' first two tokens, on the middling draft at k = {k}:")
+    print()
+    differences({step5: BLOCK_WORDS[step5]})
     print()
     exactness_table(edits)
     truth = target_first_tokens(TARGET, ctx, n)
     step3 = step3_words(edits, shipped_exact_tvs(k, ctx, n), n)
     print()
-    say(rule_verdict(edits), caught_words(edits, "edits")[1], step3)
+    say(rule_verdict(edits), caught_words(edits, "edit")[1], step3)
     alike = False
     for label, *tvs, p_fit, verdict, exact, _ in edits[1:]:
         first_bad = first_biased_token(tvs)
         if first_bad and first_bad > 1 and p_fit >= P_REJECT:
-            alike |= label == "tokenwise_residual" and alike_through_token2(edits, ctx)
+            alike |= label == step5 and alike_through_token2(edits, ctx)
             print()
             say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
                 " share their random numbers. Why they draw alike: " + token2_exact_words(ctx)
-                if label == "tokenwise_residual" and alike_through_token2(edits, ctx) else "")
-    takeaway("step 3's shared uniforms do nearly all of the shipped paths' harm; step 5's token-wise residual alone"
-             " biases only later tokens, which the exact check sees and a fit of two tokens cannot.",
+                if label == step5 and alike_through_token2(edits, ctx) else "")
+    takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the shipped"
+             " paths' harm; step 5's token-wise residual alone biases only later tokens, which the exact check sees"
+             " and a fit of two tokens cannot.",
              {"step 5 alone is off by under a hundredth of the shipped paths": bool(step3),
               "step 5 alone is exact through token 2": alike})
     return edits
+
+
+def demo34_detail(edits, k=3, ctx=5, n=3, n_runs=400):
+    """Chapter 34 in detail: another one-line edit of step 3, cumulative, by the same checks."""
+    block = setting_parts(MIDDLING, None, None, ctx, n, k)
+    rows = [edits[0]] + exactness_rows([("cumulative", bugged("cumulative", BLOCK_BUGS), MIDDLING, block)],
+                                       k, ctx, n, n_runs)
+    print()
+    say("Another one-line edit changes step 3, but not as the shipped paths do: it keeps the block's coins and"
+        " gives an earlier position's coin chance w_i in place of h_i.")
+    print()
+    differences({"cumulative": BLOCK_WORDS["cumulative"]})
+    print()
+    exactness_table(rows)
+    print()
+    say(rule_verdict(rows), caught_words(rows, "edit")[1])
+    return rows
+
+
+# -----------------------------------------------------------------------------
+# Chapter 35. Where does a chain schedule lose most to the tree?
+# Chapter 23's vLLM and TensorRT-LLM configs run small's best chain where
+# chapter 19's plan runs the tree: what that costs at each batch size, and why.
+
+
+def demo35_chain_loss(**how):
+    """Chapter 35: the loss of chain-only schedules against chapter 19's tree,
+    batch size by batch size, and why it peaks just below the tree's ridge."""
+    c19 = chapter19_plan(**how)
+    main, _, _ = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    t, own = c19.measured[1].tree, costs.get("vLLM") if costs else None
+    named = {o.shape: i for i, o in enumerate(c19.options) if main and o.drafter.name == main.name}
+    tree, chain = named.get(f"tree {t[0]}x{t[1]}, {t[2]}"), named.get(f"k = {own[2]}") if own else None
+    end = max((hi for _, hi, o in c19.buckets if o is not None and o.shape.startswith("tree")), default=0)
+    if None in (tree, chain) or not end:
+        say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
+        takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
+        return SimpleNamespace(rows=[], said="")
+    say(f"The plan of chapter 19 runs {main.name}'s tree, 'tree {t[0]}x{t[1]}, {t[2]}', from B = 1 to {end}: {t[0]}"
+        f" candidates under each node, {t[1]} deep, {t[2]} positions checked a sequence, from {t[1]} draft passes,"
+        " one a level. Two serving engines, vLLM and TensorRT-LLM, take configs that can say only chain lengths, so"
+        " there they run"
+        f" {main.name}'s best chain, k = {own[2]}, from {own[2]} draft passes (chapter 23). A draft pass's c is its"
+        " cost in target passes. Each one's speedup at batch size B, on demo 6's roofline, and what the chain loses"
+        " against the tree:")
+    print()
+    batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})
+    rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
+             1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches if b <= c19.max_batch]
+    table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".2f"), (f"k = {own[2]}", 8, ".2f"),
+           ("chain's loss", 14, lambda x: f"{x:.1%}")], rows)
+    said = tree_loss_words(c19, main, own, t)
+    print()
+    say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
+        "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.")
+    takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
+             " passes costs more as B grows, and past it the tree's own check costs time.",
+             {"the loss grows with B up to the batch before the tree's ridge": bool(said)})
+    return SimpleNamespace(rows=rows, said=said)
 
 
 # =============================================================================
@@ -6800,6 +6871,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "32": ("Why does the tree win at B = 1, and big never?", demo32_first_choice),
     "33": ("Does a tree of drafts keep the target's distribution?", demo33_tree_exact),
     "34": ("Which of the shipped paths' two changes does the harm?", demo34_which_step),
+    "35": ("Where does a chain schedule lose most to the tree?", demo35_chain_loss),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -6822,6 +6894,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "30": demo30_detail,
     "31": demo31_detail,
     "33": demo33_detail,
+    "34": demo34_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

@@ -597,13 +597,15 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert costs["SGLang"][2] == "tree 2x3" and "(these flags fix the tree at every batch size)" in flat_text
     # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
-    assert cross < costs["SGLang"][1] and f"where its keys make small run its tree 2x3, far past B = {cross}." \
-        in flat_text
+    assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3, far past B = {cross}, where"
+                                           " the tree's check reaches the ridge (chapter 35).") in flat_text
+    assert "Chapter 35 says why that loss peaks at B = 31. SGLang" in flat_text
+    text35 = " ".join(section(in_process[1], "35").split())
     assert (f"At B = {cross} the tree's check, 15 positions a sequence, {15 * cross} in all, reaches the ridge, so the"
             f" loss peaks just before, at B = {cross - 1}. That is"
             " later than demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV"
             " cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs"
-            " time, and its lead shrinks.") in flat_text and cross * 15 > 295
+            " time, and its lead shrinks.") in text35 and cross * 15 > 295
     assert f"tree 2x3, 15 15 {cross} {15 * cross:,} " in " ".join(section(in_process[1], "25").split())  # worked out
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
@@ -904,8 +906,8 @@ def test_an_edited_module_plans_chapter19_through_its_own_stages():
     assert not m.rule_intact(sd.TARGET, sd.MIDDLING)
 
 
-def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_ridge(in_process, monkeypatch, detail19):
-    text = " ".join(section(in_process[1], "23").split())
+def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_ridge(in_process, monkeypatch, detail19):
+    text = " ".join(section(in_process[1], "35").split())
     # by hand at B = 1, below the ridge: speedup = tokens per call / (1 + n c), the tree 3 passes, k = 8 eight
     c19 = in_process[0]["19"].c19
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
@@ -934,6 +936,11 @@ def test_chapter23_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     monkeypatch.setattr(sd, "ridge_batch", lambda *a, **k: 40)
     result = in_process[0]["23"]
     assert sd.tree_loss_words(c19, result.main, result.costs["vLLM"], c19.measured[1].tree) == ""
+    # and chapter 35's table gives the loss at each batch size shown, from the plan's own speeds: it peaks at 31
+    rows = in_process[0]["35"].rows
+    assert [r[0] for r in rows] == [1, 8, 16, 24, 31, 32, 34] and max(rows, key=lambda r: r[4])[0] == 31
+    assert all(r[4] == pytest.approx(1 - r[3] / r[2]) for r in rows) and rows[0][4] == pytest.approx(loss)
+    assert f"1 {c1:.4f} " in text and "The chain's loss peaks at B = 31, 4.4%. That loss grows with B" in text
 
 
 def test_chapter32_withholds_its_takeaway_when_big_is_the_better_draft(capsys):

@@ -532,8 +532,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     eq1, exact = sd.expected_tokens(alpha, 4), sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4)
     rates = sd.exact_per_position(sd.TARGET, sd.MIDDLING, 4)  # the chance drafts 1 to i all pass
     shown = [round(x, 3) for x in rates], [round(alpha ** i, 3) for i in (1, 2, 3, 4)]
-    assert (f"Every row agrees. Eq. 1 runs slightly high for the middling draft, {eq1:.2f} against {exact:.2f} exact:"
-            " chapter 29 says why. Takeaway:") in flat
+    assert ("Every row agrees. Eq. 1 is at or slightly above exact in every row. For the middling draft it is"
+            f" {eq1:.2f} against {exact:.2f}: chapter 29 says why. Takeaway:") in flat
+    assert all(f"{r[4]:.2f}" >= f"{r[5]:.2f}" for r in demo["3"][0].rows)  # 'at or above', as the table prints it
     assert (f"Eq. 1 runs slightly high for the middling draft: {eq1:.2f} against {exact:.2f} exact."
             f" Why: 1. A draft's chance to pass depends on the token before it: highest after 'd', {beta[3]:.3f}. 2. A"
             " round starts after the last round's final token: its redraw, or its bonus if all 4 drafts passed. 3."
@@ -896,8 +897,8 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
         rejected = [sd.accept_prob(sd.TARGET[c], sd.MIDDLING[c], x) < 1 for x in range(sd.VOCAB)]
         assert rejected == list(over)  # 'rejected only where q > p'
     # the pass scores the text's last token beside the nodes: its p judges the first level
-    assert ("Depth: draft steps. Nodes: the number of drafts. One target pass scores every node and the text's last"
-            " token, whose p judges the first level.") in " ".join(text.split())
+    assert ("Depth: draft steps. Nodes: the number of drafts. One target pass scores every node and also the text's"
+            " last token; that token's p judges the first-level drafts.") in " ".join(text.split())
     said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
             " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
             " that is 0 at x. So a sibling that repeats x always fails.")
@@ -1028,8 +1029,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " after x_(i-1) (x_0: the text's last token). A later draft the target likes more than the draft does (p/q"
             " above 1) lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but w_2 = 1. 3. Each position i flips a coin"
             " of its own. Heads makes i a cut point, where the block may end. For a position i from 1 to k - 1, let Z_i"
-            " be the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i: the mass"
-            " step 5's residual would have, before normalising, if the block ended at i. Sun et al.'s chances, to take"
+            " be the mass step 5's residual would have, before normalising, if the block ended at i: the sum, over"
+            " every token y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i (not after x_(i-1), as for"
+            " w_i). Sun et al.'s chances, to take"
             " as given: position k's coin lands heads with chance w_k, and position i's with chance h_i = Z_i / (Z_i +"
             " 1 - w_i), or 0 if Z_i = 0. 4. The block keeps x_1..x_i for i the largest cut point. With no cut point, i"
             " = 0 and it keeps none. 5."
@@ -1351,7 +1353,7 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert "At k = 1 all three are equal: demo 1's rule reaches the ideal." in flat(text)
     chained = [f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call, sd.exact_tokens_per_call)]
     assert (f"at every k, {max(g[4] for g in result.gains):+.1%} at most. At k = 1") in flat(text)
-    assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block, as their rounds start" in flat(text)
+    assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block. Their rounds start" in flat(text)
     room, gain = max(g[5] for g in result.gains), max(g[4] for g in result.gains)
     assert (f"Takeaway: on the middling draft, judging the block gains up to {gain:.1%} over token-wise checking, and"
             f" the ideal sits up to {room:.1%} above the block.") in flat(text)
@@ -1392,10 +1394,11 @@ def test_chapter31s_middling_table_is_one_round_from_the_targets_text(demo):
     assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
-    assert (f"Here draft 1 passes alpha's {sd.pair_alpha(P, Q):.3f} and later drafts more often, as in chapter 29, so"
-            f" the token-wise {tw[3]:.4f} tops eq. 1's 2.79. Demo 3 and chapter 14 make fewer at k = 4, {chained:.4f}"
-            f" token-wise and {chained_block:.4f} block, as their rounds start after the last one's final token"
-            " (--detail).") in flat(text) and "0.5028" not in text
+    assert (f"With starts drawn as the text's, draft 1 passes with chance alpha, {sd.pair_alpha(P, Q):.3f}, and later"
+            f" drafts more often (chapter 29), so the token-wise {tw[3]:.4f} tops eq. 1's 2.79. Demo 3 and chapter 14"
+            f" make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block. Their rounds start after"
+            " the last one's final token, seldom the token drafts pass most after, so there draft 1 passes only"
+            f" {sd.exact_per_position(P, Q, 4)[0]:.3f}.") in flat(text) and "0.5028" not in text
     assert chained < tw[3] and chained_block < result.gains[-1][2]  # 'fewer': than this table's k = 4 row
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -1424,7 +1427,7 @@ def test_chapter31s_middling_table_is_one_round_from_the_targets_text(demo):
     alpha = sd.pair_alpha(P, Q)
     assert pi @ M.sum(axis=1) == pytest.approx(alpha, abs=1e-12)
     assert all(pi @ np.linalg.matrix_power(M, i).sum(axis=1) > alpha ** i for i in (2, 3, 4))
-    assert f"{sd.exact_tokens_per_call(P, Q, 4):.2f} exact" in flat(demo["3"][1])
+    assert f"against {sd.exact_tokens_per_call(P, Q, 4):.2f}: chapter 29 says why" in flat(demo["3"][1])
     assert f"{chained_block:.4f}" == "2.8737" and f"makes {chained_block:.4f} tokens" in flat(demo["14"][1])
 
 

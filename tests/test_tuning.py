@@ -228,8 +228,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # 'slightly low': below each shorter k's exact count at every k, by under 0.02 tokens per call, about 1% of the
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
-        "Here the rates are computed exactly at k = 8 and reused for every shorter k: chapter 27 asks how well they"
-        " price them.") in text
+        "Here the rates are computed exactly at k = 8 and reused for every shorter k. A round's length moves which"
+        " token the next round starts after, so chapter 27 asks how well they price them.") in text
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
     for Q in (better, sd.MIDDLING):
@@ -366,10 +366,10 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1)."
             " Small's best"
             f" chain, k = 8, can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
-            f" {chain8.tokens:.3f}, but from 8 passes: {s_chain8:.2f}. Big's"
+            f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. Big's"
             " best, k = 6, makes"
             f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="
-            f" {c_big:.4f}:"
+            f" {c_big:.4f}: a speedup of"
             f" {s_chain:.2f}.") in text
     lesson3 = " ".join(section(in_process[1], "3").split())
     assert sd.LESSON_C == 0.1 and "the speedup at c = 0.1 is measured" in lesson3
@@ -672,9 +672,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert "The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per call." in text
     # the speedup, as the chapter says it: tokens per call times a plain pass's time, over a check and the draft passes
     assert ("The plan tries chains of k = 1 to 8 and the tree. Its speedup is tokens per call times t_plain / (t_check"
-            " + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: the target's plain"
-            " pass, its check, a draft's. Below the ridge t_check = t_plain, and t_draft = c t_plain, so that is the"
-            " lesson's tokens per call / (1 + n c).") in text
+            " + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: t_plain the target's"
+            " plain pass, t_check its check, t_draft a draft's. Below the ridge t_check = t_plain, and t_draft = c"
+            " t_plain, so that is the lesson's tokens per call / (1 + n c).") in text
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]
     check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, tree.positions, 1), sd.H100)[0]
     draft = sd.roofline_time(*sd.pass_traffic((768, 2048, 4, 32000), 512, tree.draft_width, 1), sd.H100)[0]

@@ -5506,8 +5506,8 @@ def demo23_engines(**how):
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"{' and '.join(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
             f" {own[1]:,}, where the plan runs the tree, {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}"
-            + (f", {main.name}'s best chain of up to {c19.k_max} drafts there, {own[0]:.1%} slower: all of that loss"
-               " comes from not running the tree." if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
+            + (f", {main.name}'s best chain of up to {c19.k_max} drafts there. They are {own[0]:.1%} slower: all of"
+               " that loss comes from not running the tree." if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
                f", {own[0]:.1%} slower.")
             + (f" Chapter 35 says why that loss peaks at B = {own[1]:,}." if said else "") if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
@@ -6703,11 +6703,11 @@ def token2_exact_words(ctx=5):
             " comes from a residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a"
             " residual with w_1 < 1 only when position 1 is the largest cut point."
             f" After '{name(ctx)}', the draft over-proposes {and_list(over)}. In the rows after each of these,"
-            " w_1 p <= q at every token" + (
-                f" (the middling draft is {MIDDLING_WEIGHT:g} times the target plus the rest, so q >="
-                f" {MIDDLING_WEIGHT:g} p, and each of these w_1 is under {MIDDLING_WEIGHT:g})"
+            " w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0." + (
+                f" (The middling draft is {MIDDLING_WEIGHT:g} times the target plus the rest, so q >="
+                f" {MIDDLING_WEIGHT:g} p, and each of these w_1 is under {MIDDLING_WEIGHT:g}.)"
                 if all(w < MIDDLING_WEIGHT for w in w1 if w < 1) and (MIDDLING >= MIDDLING_WEIGHT * TARGET).all()
-                else "") + ", so Z_1 = 0 and h_1 = 0. Position 1 is never a cut point after such an x_1, and token"
+                else "") + " Position 1 is never a cut point after such an x_1, and token"
             " 2 is exact too."
             if never and over and rule_intact(TARGET, MIDDLING)
             else "")
@@ -6729,8 +6729,8 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " plugin of vLLM (a serving engine). Each changes two of block verification's five steps (chapter 14). The"
         " block weighs drafts by w_i, the target's probability of x_1..x_i over the draft's, capped at 1 after each"
         " draft. In step 3 it flips a coin of its own at each position i, and heads makes i a cut point. Position"
-        " k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i), where Z_i"
-        " is the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. In step 4 it keeps"
+        " k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i). Z_i is"
+        " the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. In step 4 it keeps"
         " x_1..x_i for i the largest cut point. In step 5 it draws the next token from max(0, w_i p - q),"
         " normalised.")
     print()
@@ -6762,10 +6762,10 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
-                " share their random numbers. Why they draw alike: " + token2_exact_words(ctx)
+                " share their random numbers (--detail says why they draw alike)."
                 if label == step5 and alike_through_token2(edits, ctx) else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the shipped"
-             " paths' harm; step 5's token-wise residual alone biases only later tokens, which the exact check sees"
+             " paths' harm. Step 5's token-wise residual alone biases only later tokens: the exact check sees them,"
              " and a fit of two tokens cannot.",
              {"step 5 alone is off by under a hundredth of the shipped paths": bool(step3),
               "step 5 alone is exact through token 2": alike})
@@ -6773,7 +6773,11 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
 
 
 def demo34_detail(edits, k=3, ctx=5, n=3, n_runs=400):
-    """Chapter 34 in detail: another one-line edit of step 3, cumulative, by the same checks."""
+    """Chapter 34 in detail: why tokenwise_residual draws as block does
+    through token 2, and another one-line edit of step 3, cumulative, by the
+    same checks."""
+    say_paragraphs(["Why tokenwise_residual draws as block does through token 2: " + token2_exact_words(ctx)
+                    if alike_through_token2(edits, ctx) else ""])
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     rows = [edits[0]] + exactness_rows([("cumulative", bugged("cumulative", BLOCK_BUGS), MIDDLING, block)],
                                        k, ctx, n, n_runs)
@@ -6809,10 +6813,10 @@ def demo35_chain_loss(**how):
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
         return SimpleNamespace(rows=[], said="")
-    say(f"The plan of chapter 19 runs {main.name}'s tree, 'tree {t[0]}x{t[1]}, {t[2]}', from B = 1 to {end}: {t[0]}"
-        f" candidates under each node, {t[1]} deep, {t[2]} positions checked a sequence, from {t[1]} draft passes,"
-        " one a level. Two serving engines, vLLM and TensorRT-LLM, take configs that can say only chain lengths, so"
-        " there they run"
+    say(f"The plan of chapter 19 runs {main.name}'s tree, 'tree {t[0]}x{t[1]}, {t[2]}', from B = 1 to {end}. It has"
+        f" {t[0]} candidates under each node, {t[1]} deep: {t[2]} positions checked a sequence, from {t[1]} draft"
+        " passes, one a level. Two serving engines, vLLM and TensorRT-LLM, take configs that can say only chain"
+        " lengths, so there they run"
         f" {main.name}'s best chain, k = {own[2]}, from {own[2]} draft passes (chapter 23). A draft pass's c is its"
         " cost in target passes. Each one's speedup at batch size B, on demo 6's roofline, and what the chain loses"
         " against the tree:")

@@ -982,14 +982,15 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         "The two rules differ only when the largest cut point i < k has w_i < 1, at token i + 1. Token 1 comes from a"
         " residual only when the block keeps no draft, where w_0 = 1: exact. Token 2 comes from a residual with w_1 < 1"
         " only when position 1 is the largest cut point. After 'f', the draft over-proposes 'b' (w_1 = 0.0054), 'e'"
-        " (w_1 = 0.39) and 'f' (w_1 = 0.061). In the rows after each of these, w_1 p <= q at every token (the middling"
-        " draft is 0.5 times the target plus the rest, so q >= 0.5 p, and each of these w_1 is under 0.5), so Z_1 = 0"
-        " and h_1 = 0. Position 1 is never a cut point after such an x_1, and token 2 is exact too.")
+        " (w_1 = 0.39) and 'f' (w_1 = 0.061). In the rows after each of these, w_1 p <= q at every token, so Z_1 = 0"
+        " and h_1 = 0. (The middling draft is 0.5 times the target plus the rest, so q >= 0.5 p, and each of these w_1"
+        " is under 0.5.) Position 1 is never a cut point after such an x_1, and token 2 is exact too.")
     assert [x for x in range(sd.VOCAB) if p[x] < q[x]] == [1, 4, 5]  # b, e and f, over-proposed after 'f', by hand
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. Its fit equals block's (0.61): through token 2 the two rules draw alike, and their runs share"
-        " their random numbers. Why they draw alike: " + sd.token2_exact_words()) in text34
+        " their random numbers (--detail says why they draw alike).") in text34
+    assert "Why tokenwise_residual draws as block does through token 2: " + sd.token2_exact_words() in detail34
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
     assert sd.bugged("no_resample").token2_exact_words() == ""  # the residual is p: nothing here is exact

@@ -627,8 +627,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     chains = [i for i, o in enumerate(c19.options) if o.drafter.name == "small" and o.shape.startswith("k =")]
     assert c19.options[max(chains, key=lambda i: c19.speeds[b - 1, i])].shape == f"k = {k}" == "k = 8" and b == 31
     assert (f"vLLM and TRT-LLM schedule chain lengths. At B = {b}, where the plan runs the tree, they run k = {k},"
-            f" small's best chain of up to 8 drafts there, {costs['vLLM'][0]:.1%} slower: all of that loss comes from"
-            " not running the tree.") in flat_text
+            f" small's best chain of up to 8 drafts there. They are {costs['vLLM'][0]:.1%} slower: all of that loss"
+            " comes from not running the tree.") in flat_text
     real = sd.best_chain
     try:
         sd.best_chain = lambda *a: "k = 7"

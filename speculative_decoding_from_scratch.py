@@ -5770,20 +5770,14 @@ def demo25_crossings(s, buckets, max_batch, tol):
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if gives_way:
         print()
-        fewer = tree.tokens < chain.tokens
         priced = s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
-        c1 = s.c_small[0]
-        say(f"The tree is the first to give way. It makes {'fewer' if fewer else 'more'} tokens per call than"
-            f" {chain.shape}, {tree.tokens:.3f} against {chain.tokens:.3f} (chapter 19), {'but' if fewer else 'and'}"
-            f" from {tree.draft_passes} draft passes, one per level, against {chain.draft_passes}."
-            + (f" Small's c, a draft pass's cost in target passes, is {c1:.4f} at B = 1 and rises with B (chapter 19)."
-               f" At B = 1, below the ridge, that gives {tree.tokens:.3f} / (1 + {tree.draft_passes} c) ="
-               f" {s.first_speed:.2f} against {chain.tokens:.3f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}."
-               if priced and s.first_speed > s.chain_speed and s.c_small == sorted(s.c_small)
-               and s.c_small[-1] > c1 else "")
+        say("The tree is the first to give way."
+            + (f" At B = 1 it beats {chain.shape} on fewer draft passes, {tree.draft_passes} against"
+               f" {chain.draft_passes} (chapter 32)." if priced and s.first_speed > s.chain_speed else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
-            f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves.")
+            f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves (chapter 35 prices it B"
+            " by B).")
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"

@@ -3514,13 +3514,15 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
 
 
-BLOCK_RULE = ("How? Its paper proves that the steps below keep the target's distribution. It also proves that"
-              " among lossless verifiers (whose output is the target's) that keep some drafts and then draw one"
-              " token, none keeps more drafts on average. The steps:")
-BLOCK_STEPS = ("A weight w_i, the target's probability of x_1..x_i over the draft's, capped at 1: w_0 = 1, and after"
-               " each draft x_i, w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
-               " the text's last token). Once the product would pass 1, the min sets w to 1, and later ratios"
-               " multiply from 1.",
+BLOCK_RULE = ("How? Chapter 30 walks this example pair by pair; here is the rule. Its paper proves that the steps"
+              " below keep the target's distribution. Token-wise checking and"
+              " the block are both lossless verifiers (whose output is the target's) that keep some drafts, then draw"
+              " one token. The paper also proves that no verifier of that kind keeps more drafts on average than the"
+              " block. The steps:")
+BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) /"
+               " q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token). Until the cap first acts,"
+               " w_i is the target's probability of x_1..x_i over the draft's. Once the product would pass 1, the min"
+               " sets w to 1, and later ratios multiply from 1.",
                "For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q"
                " the rows after x_i: the distributions of the token that would follow x_i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
@@ -3570,7 +3572,6 @@ def demo14_block_gain():
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
     say_block_rule()
-    say("Chapter 30 walks this example pair by pair.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and its paper proves it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3741,9 +3742,10 @@ def two_weights(r1, r2):
 EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
 SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform between 0 and 1, once a round, in"
                                          " place of the coins. Every position i, k included, is a cut point if"
-                                         " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i."
-                                         " There is no h_i, and position i's test uses the same u_1..u_(i-1) as the"
-                                         " tests before it, so the cut points are not independent coins. Step 5:"
+                                         " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i:"
+                                         " each ratio capped on its own, unlike w_i. There is no h_i, and"
+                                         " position i's test uses the same u_1..u_(i-1) as the tests before it,"
+                                         " so the cut points are not independent coins. Step 5:"
                                          " the token-wise residual,"
                                          " max(0, p - q), in place of max(0, w_i p - q).",
                  "vllm-ascend, Triton": "As PyTorch (shared uniforms, and step 5's token-wise residual), but with"
@@ -4711,9 +4713,10 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}: a speedup of"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache" + (
-            f", {s.kv_share[0]:.2f} of the target's per sequence," if s.kv_share[0] > s.c[0] else "") +
-        " makes them dearer." if not s.big_runs and s.c[1] > s.c[0] else "",
+        "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
+        " both models' passes, so big's c rises" + (
+            f" from {s.c[0]:.4f} toward its KV cache's share of the target's, {s.kv_share[0]:.2f}"
+            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." if not s.big_runs and s.c[1] > s.c[0] else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
@@ -5464,7 +5467,8 @@ def demo23_engines(**how):
     t = c19.measured[1].tree
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. For"
-        " each range of batch sizes B, its plan says which drafter runs, as a chain of k",
+        " each range of batch sizes B, the numbers of sequences a server decodes at once, its plan says which drafter"
+        " runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
         f" {t[2]} positions with the text's last token. Chapter 19 says why the plan takes this shape:")
@@ -5515,7 +5519,9 @@ def demo23_engines(**how):
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         (f", far past B = {cross}, where the tree's check reaches the ridge (chapter 35)." if said else
+                         (f", far past B = {cross}, where the tree's check reaches the ridge: chapter 25 says why"
+                          f" there, not at demo 6's {free_positions(c19.n_ctx)} / {t[2]} ="
+                          f" {free_positions(c19.n_ctx) / t[2]:.1f}." if said else
                           f". The tree's check reaches the ridge at B = {cross}, "
                           + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
                           f" Past B = {cross}, every position the tree checks costs time.")
@@ -5563,13 +5569,15 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
             f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} at B ="
-            f" 1 to {c[-1]:.4f} at B = {c19.max_batch}. At B = 1 both passes read mostly weights, and {main.name}'s are"
-            " few. A pass also reads one KV cache, the keys and values of a sequence's tokens, per sequence. By B ="
+            f" 1 to {c[-1]:.4f} at B = {c19.max_batch}, the plan's largest batch. At B = 1 the draft's pass and the"
+            f" target's both read mostly weights, and {main.name} has few. A pass also reads one KV cache, the keys"
+            " and values of a sequence's tokens, per sequence. By B ="
             f" {c19.max_batch} both passes read mostly those, and {main.name}'s cache is {share:.4f} of the target's,"
-            f" so c climbs toward {share:.4f} (chapter 19, --detail). At B = {cross} the tree's check, {t[2]} positions"
-            f" a sequence, {t[2] * cross:,} in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}."
-            f" That is {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass"
-            " (chapter 25 works it out). Past it, every position the tree checks costs time, and its lead shrinks."
+            f" so c climbs toward {share:.4f} (chapter 19, --detail). Past the ridge, every position the tree checks"
+            f" costs time, and its lead shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence,"
+            f" {t[2] * cross:,} in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}. That is"
+            f" {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass (chapter 25"
+            " works it out)."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and c[0] < c[-1] < share and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
             and all(k * c19.max_batch > b for k, b in zip(kv, w))
@@ -5743,10 +5751,10 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     each = s.ridge_each
     say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads.",
-        ridge_words(s) + f" That is demo 6's {s.alone} at B = 1. As B grows it falls toward {each:.3f}, fewer than"
-        f" any check in the table below scores ({min(r[1] for r in rows)} to {max(r[1] for r in rows)}), so each"
-        " reaches the ridge"
-        " at some B." if each > 0 and all(r[1] > each for r in rows) else "")
+        ridge_words(s) + f" That is demo 6's {s.alone} at B = 1. As B grows, this limit falls toward {each:.3f}"
+        " positions per sequence. Every check in the table below scores more than that"
+        f" ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the ridge at some B."
+        if each > 0 and all(r[1] > each for r in rows) else "")
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]
     gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(
@@ -5773,7 +5781,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         priced = s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
         say("The tree is the first to give way."
             + (f" At B = 1 it beats {chain.shape} on fewer draft passes, {tree.draft_passes} against"
-               f" {chain.draft_passes} (chapter 32)." if priced and s.first_speed > s.chain_speed else "")
+               f" {chain.draft_passes}, as it drafts each level's candidates in one pass (chapter 32)."
+               if priced and s.first_speed > s.chain_speed else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
             f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves (chapter 35 prices it B"
@@ -6057,8 +6066,9 @@ def zero_alpha_words(rows):
     at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
         f" where their likeliest tokens agree: {and_list(at_zero)} here.",
-        "That text is a loop, and which loop depends on its first token. So here alpha averages each token's share of"
-        f" its loop over the {number_word(VOCAB)} first tokens, taken as equally likely."
+        "That text is a loop, and which loop depends on its first token. So here alpha is, for each first token, the"
+        " share of its loop where the two likeliest tokens agree, averaged over the"
+        f" {number_word(VOCAB)} first tokens, taken as equally likely."
         if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
         " ".join(loop_alpha_words(TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT), r[0], r[2]) for r in rows
@@ -6720,13 +6730,14 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     """Chapter 34: block verification with one step changed at a time, against
     the shipped paths' error: which change does the harm, and what each check sees."""
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's"
-        " plugin of vLLM (a serving engine). Each changes two of block verification's five steps (chapter 14). The"
-        " block weighs drafts by w_i, the target's probability of x_1..x_i over the draft's, capped at 1 after each"
-        " draft. In step 3 it flips a coin of its own at each position i, and heads makes i a cut point. Position"
-        " k's coin lands heads with chance w_k, an earlier one's with chance h_i = Z_i / (Z_i + 1 - w_i). Z_i is"
-        " the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. In step 4 it keeps"
-        " x_1..x_i for i the largest cut point. In step 5 it draws the next token from max(0, w_i p - q),"
-        " normalised.")
+        " plugin of vLLM (a serving engine). Each changes two of block verification's five steps (chapter 14)."
+        " Steps 1 and 2 weigh the drafts by w_i, the target's probability of x_1..x_i over the draft's, capped at 1"
+        " after each draft: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
+        " x_(i-1). In step 3 the block flips a coin of its own at each position i, and heads makes i a cut point."
+        " Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, an earlier one's"
+        " with chance h_i = Z_i / (Z_i + 1 - w_i). Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), with p"
+        " and q the rows after x_i. In step 4 it keeps x_1..x_i for i the largest cut point, or none (i = 0). In"
+        " step 5 it draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
     print()
     say("The shipped paths draw u_1..u_k once a round, each uniform between 0 and 1. In step 3, position i is a cut"
         " point if a weight is at least u_1 * ... * u_i: in PyTorch the product of min(1, p/q) over drafts 1 to i,"
@@ -6756,7 +6767,7 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
-                " share their random numbers (--detail says why they draw alike)."
+                " share their random numbers. Run the chapter with --detail for why they draw alike."
                 if label == step5 and alike_through_token2(edits, ctx) else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the shipped"
              " paths' harm. Step 5's token-wise residual alone biases only later tokens: the exact check sees them,"
@@ -6807,10 +6818,11 @@ def demo35_chain_loss(**how):
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
         return SimpleNamespace(rows=[], said="")
-    say(f"The plan of chapter 19 runs {main.name}'s tree, 'tree {t[0]}x{t[1]}, {t[2]}', from B = 1 to {end}. It has"
-        f" {t[0]} candidates under each node, {t[1]} deep: {t[2]} positions checked a sequence, from {t[1]} draft"
-        " passes, one a level. Two serving engines, vLLM and TensorRT-LLM, take configs that can say only chain"
-        " lengths, so there they run"
+    say(f"The plan of chapter 19 runs {main.name}, the middling draft, as a tree, 'tree {t[0]}x{t[1]}, {t[2]}', from"
+        f" B = 1 to {end}. It has {t[0]} candidates under each node, {t[1]} deep:"
+        f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"
+        f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"
+        " vLLM and TensorRT-LLM, take configs that can say only chain lengths, so there they run"
         f" {main.name}'s best chain, k = {own[2]}, from {own[2]} draft passes (chapter 23). A draft pass's c is its"
         " cost in target passes. Each one's speedup at batch size B, on demo 6's roofline, and what the chain loses"
         " against the tree:")
@@ -6818,7 +6830,7 @@ def demo35_chain_loss(**how):
     batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
              1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches if b <= c19.max_batch]
-    table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".2f"), (f"k = {own[2]}", 8, ".2f"),
+    table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".3f"), (f"k = {own[2]}", 8, ".3f"),
            ("chain's loss", 14, lambda x: f"{x:.1%}")], rows)
     said = tree_loss_words(c19, main, own, t)
     print()

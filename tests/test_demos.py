@@ -427,9 +427,9 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
-    assert ("That text is a loop, and which loop depends on its first token. So here alpha averages each token's share"
-            " of"
-            " its loop over the six first tokens, taken as equally likely. At T = 0 the middling"
+    assert ("That text is a loop, and which loop depends on its first token. So here alpha is, for each first token,"
+            " the share of its loop where the two likeliest tokens agree, averaged over the six first tokens, taken as"
+            " equally likely. At T = 0 the middling"
             " draft's likeliest token") in flat(text)  # reads 1027, 1030 and 1047
     # blend 0.9's alpha at T = 0, loop by loop, by hand: 5 of 6 first tokens reach a -> e -> f, where its argmax is
     # the target's after a and f; 1 stays at b, where it is not
@@ -989,7 +989,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. Its fit equals block's (0.61): through token 2 the two rules draw alike, and their runs share"
-        " their random numbers (--detail says why they draw alike).") in text34
+        " their random numbers. Run the chapter with --detail for why they draw alike.") in text34
     assert "Why tokenwise_residual draws as block does through token 2: " + sd.token2_exact_words() in detail34
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
@@ -1200,7 +1200,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie. Weighed by each pair's chance under q, the block gains 2/9 on 'a' then"
             " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
-    assert "Chapter 30 walks this example pair by pair. Takeaway:" in flat(text)
+    assert "How? Chapter 30 walks this example pair by pair; here is the rule." in flat(text)
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
     assert ("on its paper's example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"
@@ -1210,7 +1210,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     # a sum that does not add up to the block's gain is not said
     assert sd.net_words(sd.block_pairs(*sd.PAPER_EXAMPLE), 2 / 9) == ""
     # step 1 in words, by hand: before the cap acts w_i is the product of the ratios; once it acts, w restarts at 1
-    assert ("A weight w_i, the target's probability of x_1..x_i over the draft's, capped at 1: w_0 = 1,") in flat(text)
+    assert ("A weight w_i, capped at each step: w_0 = 1,") in flat(text) and ("Until the cap first acts, w_i is the"
+                                                                       " target's probability of x_1..x_i over the"
+                                                                       " draft's.") in flat(text)
     assert ("Once the product would pass 1, the min sets w to 1, and later ratios multiply from 1.") in flat(text)
     assert ("Heads makes i a cut point; the block ends at its last one (step 4).") in flat(text)
     assert min(1, min(1, 0.5 * 4) * 0.5) == 0.5 and 0.5 * 4 * 0.5 == 1.0  # ratios 0.5, 4, 0.5: from 1, not from 2
@@ -1290,12 +1292,12 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
             " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
         text)
-    assert ("How? Its paper proves that the steps below keep the target's distribution. It also proves that among"
-            " lossless verifiers (whose output is the target's) that keep some drafts and then draw one token, none"
-            " keeps more drafts on average. The steps: 1.") in flat(text)
+    assert ("How? Chapter 30 walks this example pair by pair; here is the rule. Its paper proves that the steps below"
+            " keep the target's distribution. Token-wise checking and the block are both lossless verifiers (whose"
+            " output is the target's) that keep some drafts, then draw one token. The paper also proves that no"
+            " verifier of that kind keeps more drafts on average than the block. The steps: 1.") in flat(text)
     # the example and its gain come first, then the steps that make it
-    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? Its paper proves") < text.index(
-        "Chapter 30 walks this example")
+    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? Chapter 30") < text.index("The steps:")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01

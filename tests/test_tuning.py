@@ -423,8 +423,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " cache, the keys and values of its tokens. At B = 1 the weights count most: c is"
             f" {c[0]:.4f} for big, {c_smalls[0]:.4f} for small.") in text
     text32 = " ".join(section(in_process[1], "32").split())
-    assert ("Big never wins: at B = 1 its weights make its passes dear, and as B grows its KV cache, 0.25 of the"
-            " target's per sequence, makes them dearer.") in text32 and "Big's c rises" not in text32
+    assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
+            f" both models' passes, so big's c rises from {c[0]:.4f} toward its KV cache's share of the target's,"
+            " 0.25.") in text32 and "Big's c rises" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
             " wins at B = 1 and big never runs. Takeaway:") in text
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
@@ -488,9 +489,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" 147.6 times its bytes: 6.74 B n <= 147.6 (13.21 + 0.2684 B). Dividing by 6.74 B, n is at most about"
             f" {base:.1f} / B + {each:.3f}, as 147.6 * 13.21 / 6.74 = {base:.1f} and 147.6 * 0.2684 / 6.74 ="
             f" {each:.3f}. That is demo 6's 295 at"
-            f" B = 1. As B grows it falls toward {each:.3f}, fewer than any check in the table below scores (7 to"
-            " 15), so each"
-            " reaches the ridge at some B.") in text25
+            f" B = 1. As B grows, this limit falls toward {each:.3f} positions per sequence. Every check in the table"
+            " below scores more than that (7 to 15 positions), so each reaches the ridge at some B.") in text25
     assert f"{sd.ridge():.1f}" == "147.6" and f"{147.6 * w / m:.1f}" == f"{base:.1f}"  # the bound, as a reader finds it
     assert f"tree 2x3, 15 15 {tree} " in text25 and 5.5 < each < 6 < 7  # k = 6 checks 7, the fewest planned
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
@@ -555,9 +555,10 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert result.speeds[0, tree] > result.speeds[0, chain]  # at B = 1, below the ridge, the tree's passes win
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert t.tokens < c.tokens  # 'fewer', 'but'
-    assert ("The tree is the first to give way. At B = 1 it beats k = 8 on fewer draft passes, 3 against 8 (chapter"
-            " 32). A little past the ridge, the tree's check of 15 positions a sequence costs more than k = 8's 9, and"
-            " that outweighs the 5 draft passes it saves (chapter 35 prices it B by B).") in text
+    assert ("The tree is the first to give way. At B = 1 it beats k = 8 on fewer draft passes, 3 against 8, as it"
+            " drafts each level's candidates in one pass (chapter 32). A little past the ridge, the tree's check of 15"
+            " positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it saves (chapter"
+            " 35 prices it B by B).") in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
     assert "(1 + n c). It stops at B = 241" in text19  # the margin is the detail's
@@ -593,14 +594,15 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3, far past B = {cross}, where"
-                                           " the tree's check reaches the ridge (chapter 35).") in flat_text
+                                           " the tree's check reaches the ridge: chapter 25 says why there, not at demo"
+                                           " 6's 295 / 15 = 19.7.") in flat_text
     assert "Chapter 35 says why that loss peaks at B = 31. SGLang" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
-    assert (f"At B = {cross} the tree's check, 15 positions a sequence, {15 * cross} in all, reaches the ridge, so the"
+    assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
+            f" {cross} the tree's check, 15 positions a sequence, {15 * cross} in all, reaches the ridge, so the"
             f" loss peaks just before, at B = {cross - 1}. That is"
             " later than demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV"
-            " cache adds bytes to the pass (chapter 25 works it out). Past it, every position the tree checks costs"
-            " time, and its lead shrinks.") in text35 and cross * 15 > 295
+            " cache adds bytes to the pass (chapter 25 works it out).") in text35 and cross * 15 > 295
     assert f"tree 2x3, 15 15 {cross} {15 * cross:,} " in " ".join(section(in_process[1], "25").split())  # worked out
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
@@ -911,13 +913,14 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     c241 = sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000))
     assert (f"That loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3, and each"
-            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241. At B = 1"
-            " both passes read mostly weights, and small's are few. A pass also reads one KV cache, the keys and values"
-            " of a sequence's tokens, per sequence. By B = 241 both passes read mostly those, and small's cache is"
-            " 0.0234 of the target's, so c climbs toward 0.0234 (chapter 19, --detail). At B = 32 the tree's check, 15"
-            " positions a sequence, 480 in all, reaches the ridge, so the loss peaks just before, at B = 31. That is"
-            " later than demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV cache adds bytes to the pass"
-            " (chapter 25 works it out).") in text
+            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241, the plan's"
+            " largest batch. At B = 1 the draft's pass and the target's both read mostly weights, and small has few. A"
+            " pass also reads one KV cache, the keys and values of a sequence's tokens, per sequence. By B = 241 both"
+            " passes read mostly those, and small's cache is 0.0234 of the target's, so c climbs toward 0.0234"
+            " (chapter 19, --detail). Past the ridge, every position the tree checks costs time, and its lead shrinks."
+            " At B = 32 the tree's check, 15 positions a sequence, 480 in all, reaches the ridge, so the loss peaks"
+            " just before, at B = 31. That is later than demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV"
+            " cache adds bytes to the pass (chapter 25 works it out).") in text
     assert f"small's rises only from {c1:.4f} to {c241:.4f} at B = 241." in " ".join(detail19.split())  # the pointer
     # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes
     small, kv = (768, 2048, 4, 32000), lambda d: sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1]

@@ -5989,7 +5989,7 @@ def demo27_rates(**how):
             and s.start[s.short] < min(s.text[s.short], s1.start[s.short])):
         print()
         say("Why? A round starts after the last round's final token, not at a random point of the target's text as"
-            " alpha assumes (demo 3). That token is a redraw unless all k drafts passed, and a redraw is never a"
+            " alpha assumes (chapter 29). That token is a redraw unless all k drafts passed, and a redraw is never a"
             f" token the draft over-proposes. Small over-proposes {d} after"
             f" {and_list([repr(name(c)) for c in s.overs], 'or')}. Redraws end {s.redrawn.sum():.0%} of its rounds"
             f" at k = {k_max}, and {s1.redrawn.sum():.0%} at k = 1. So only {s.start[s.short]:.0%} of its rounds at"

@@ -733,7 +733,7 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     redrawn = [starts.redrawn.sum() for starts in (sd.round_starts(sd.TARGET, sd.MIDDLING, k) for k in (8, 1))]
     assert redrawn[0] > redrawn[1]  # by hand below: a shorter k ends more rounds on a bonus token
     assert ("Why? A round starts after the last round's final token, not at a random point of the target's text as"
-            " alpha assumes (demo 3). That token is a redraw unless all k drafts passed, and a redraw is never a token"
+            " alpha assumes (chapter 29). That token is a redraw unless all k drafts passed, and a redraw is never a token"
             " the draft over-proposes. Small over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
             f" {redrawn[0]:.0%} of its rounds at k = 8, and {redrawn[1]:.0%} at k = 1. So only {start[d]:.0%} of its"
             f" rounds at k = 8 start after 'd', though 'd' is {text_share[d]:.0%} of the text; at k = 1,"

@@ -3522,9 +3522,10 @@ BLOCK_RULE = ("How? Chapter 30 walks this example pair by pair; here is the rule
 BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) /"
                " q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token). Until the cap first acts,"
                " w_i is the target's probability of x_1..x_i over the draft's. Once the product would pass 1, the min"
-               " sets w to 1, and later ratios multiply from 1.",
+               " sets w to 1, and later ratios multiply from 1: ratios 0.5 then 4 then 0.5 give w = 0.5, 1, 0.5.",
                "For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q"
-               " the rows after x_i: the distributions of the token that would follow x_i.",
+               " the rows after x_i: the distributions of the token that would follow x_i. Z_i is the mass step 5's"
+               " residual has, before normalising, if the block ends at i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
                " its last one (step 4). Sun et al.'s chances, to take as given: position k's coin lands heads with"
                " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). If Z_i = 0, h_i is"
@@ -4605,7 +4606,8 @@ def demo19_tuning(**how):
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
     say(f"A practitioner has {number_word(len(drafters))} draft models and one server. This chapter prices every"
-        f" way to run each draft at every batch size B, on demo 6's roofline at {n_ctx} tokens of context, and picks"
+        " way to run each draft at every batch size B, the number of sequences decoded at once, on demo 6's"
+        f" roofline at {n_ctx} tokens of context, and picks"
         " one per range of B. The option --plan --profile FILE runs it on your own drafters' figures (README:"
         " Tuning a server).")
     print()
@@ -4622,12 +4624,14 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. A round's length"
-        " moves which token the next round starts after, so chapter 27 asks how well they price them.")
+        f" moves which token the next round starts after, so rates counted at k = {k_max} may misprice a shorter k;"
+        " chapter 27 measures by how much.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
         f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: its {nodes - 1}"
-        f" drafts, {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, and the text's last token, whose p"
-        " judges the first level. Chapter 8 shows how a tree is checked, and that it keeps the target's distribution."
+        f" drafts, {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}, and the text's last token, whose p,"
+        f" the next token's distribution, judges the {tree[0]} first-level drafts. Chapter 8 shows how a tree is"
+        " checked, and that it keeps the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call, from {tree[1]}"
         " draft passes, one per level.")
     print()
@@ -4715,8 +4719,9 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
         " both models' passes, so big's c rises" + (
-            f" from {s.c[0]:.4f} toward its KV cache's share of the target's, {s.kv_share[0]:.2f}"
-            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." if not s.big_runs and s.c[1] > s.c[0] else "",
+            f" from {s.c[0]:.4f} toward the ratio of its KV cache to the target's, {s.kv_share[0]:.2f}, while small's"
+            f" rises only toward {s.kv_share[1]:.4f}" if s.kv_share[0] > s.c[1] > s.c[0] else "") + "."
+        if not s.big_runs and s.c[1] > s.c[0] else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
@@ -4989,8 +4994,9 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
         f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
         if same == n_greedy
         else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).",
-        f"Chapter 28 says why the middling draft's alpha at T = 0 is 0, and why blend {GOOD_WEIGHT:g}'s"
-        f" {good[5]:.2f} there beats eq. 1 at its alpha, {speedup(expected_tokens(good[3], k), k, c):.2f}."
+        f"Chapter 28 says why the middling draft's alpha at T = 0 is 0, and why blend {GOOD_WEIGHT:g}'s speedup of"
+        f" {good[5]:.2f} there beats the {speedup(expected_tokens(good[3], k), k, c):.2f} that eq. 1 predicts from its"
+        f" alpha of {good[3]:.4f}."
         if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
         else "")
     lower = all(r[3] < r[2] for r in hot)
@@ -5483,8 +5489,8 @@ def demo23_engines(**how):
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
-            f" Here {main.name} stands in for an EAGLE draft, a trained draft head on the target, so the configs name"
-            " EAGLE. A separate draft model, as big is, would take its own method name."
+            " The configs name EAGLE, a draft head trained on the target; here"
+            f" {main.name} plays that head. Big, a separate model, would need another method name."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1."
         " TensorRT-LLM's keys are each range's last B.",
@@ -5494,8 +5500,8 @@ def demo23_engines(**how):
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     if costs:
         print()
-        say("What each config gives up against the plan, running the draft lengths its keys say: its worst share of"
-            " the plan's speedup lost, the batch size where that happens, and what it runs there:")
+        say("What each config gives up against the plan, running the draft lengths its keys say: its worst loss, 1"
+            " minus its speedup over the plan's, the batch size where that happens, and what it runs there:")
         print()
         table([("engine", 10, "<"), ("worst loss", 12, lambda x: f"{x:.1%}"), ("at B", 6, "d"),
                ("runs there", 12, ">")],
@@ -5510,8 +5516,9 @@ def demo23_engines(**how):
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"{' and '.join(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
             f" {own[1]:,}, where the plan runs the tree, {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}"
-            + (f", {main.name}'s best chain of up to {c19.k_max} drafts there. They are {own[0]:.1%} slower: all of"
-               " that loss comes from not running the tree." if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
+            + (f", {main.name}'s best chain there; the plan tries none longer than {c19.k_max}. They are"
+               f" {own[0]:.1%} slower: all of that loss comes from not running the tree."
+               if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
                f", {own[0]:.1%} slower.")
             + (f" Chapter 35 says why that loss peaks at B = {own[1]:,}." if said else "") if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
@@ -5519,9 +5526,11 @@ def demo23_engines(**how):
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"
                      f" where {'its' if len(es) == 1 else 'their'} keys make {main.name} "
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
-                         (f", far past B = {cross}, where the tree's check reaches the ridge: chapter 25 says why"
-                          f" there, not at demo 6's {free_positions(c19.n_ctx)} / {t[2]} ="
-                          f" {free_positions(c19.n_ctx) / t[2]:.1f}." if said else
+                         (f", far past B = {cross}, where the tree's check reaches the ridge. Demo 6's"
+                          f" {free_positions(c19.n_ctx)} positions at {t[2]} a sequence would put the ridge at B ="
+                          f" {free_positions(c19.n_ctx) / t[2]:.1f}; each sequence's KV cache, the keys and values"
+                          " of its tokens, adds bytes, which moves"
+                          f" it to B = {cross} (chapter 25)." if said else
                           f". The tree's check reaches the ridge at B = {cross}, "
                           + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
                           f" Past B = {cross}, every position the tree checks costs time.")
@@ -5791,7 +5800,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"
             f" falls more than {tol:.1%} below the best, so as not to switch for less. So each check that crosses"
-            " holds a few batch sizes past its crossing." if after else "",
+            f" holds past its crossing, here by {min(r[4] - r[2] for r in crossed)} to"
+            f" {max(r[4] - r[2] for r in crossed)} batch sizes." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, _, _ in beyond])
@@ -6552,8 +6562,8 @@ def demo32_first_choice(**how):
         f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's"
         " c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's"
         " KV cache, the keys and values of its tokens. A chain of k drafts takes k draft passes. Its tokens per call"
-        " are 1 plus its first k per-position rates, the share of rounds in which drafts 1 to i were all kept,"
-        " computed exactly (chapter 19). Small's tree,"
+        " are 1 + r_1 + ... + r_k, where r_i is the share of rounds in which drafts 1 to i were all kept, computed"
+        " exactly (chapter 19): eq. 1 with each alpha^i replaced by r_i. Small's tree,"
         f" 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, {tree[1]} deep,"
         f" in {tree[1]} passes, one a level; one target pass checks its {c19.nodes - 1} drafts and the text's last"
         f" token, {c19.nodes} positions. At B = 1, below the ridge, an option's speedup is its tokens per call / (1 +"
@@ -6824,13 +6834,13 @@ def demo35_chain_loss(**how):
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"
         " vLLM and TensorRT-LLM, take configs that can say only chain lengths, so there they run"
         f" {main.name}'s best chain, k = {own[2]}, from {own[2]} draft passes (chapter 23). A draft pass's c is its"
-        " cost in target passes. Each one's speedup at batch size B, on demo 6's roofline, and what the chain loses"
-        " against the tree:")
+        " cost in target passes. Each one's speedup at batch size B, on demo 6's roofline, and the chain's loss"
+        " against the tree, 1 minus its speedup over the tree's:")
     print()
     batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
              1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches if b <= c19.max_batch]
-    table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".3f"), (f"k = {own[2]}", 8, ".3f"),
+    table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".4f"), (f"k = {own[2]}", 8, ".4f"),
            ("chain's loss", 14, lambda x: f"{x:.1%}")], rows)
     said = tree_loss_words(c19, main, own, t)
     print()

@@ -334,6 +334,12 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     rose = [label for label, a in ends.items() if a[1] > a[0]]
     assert len(ends) == 2 and ("Sampled alpha is higher at T = 1 than at T = 0 for both drafts" in text) == (len(rose) == 2)
     assert "Takeaway: it depends on the drafting." in text
+    # the pointer to chapter 28, with eq. 1's price at blend 0.9's alpha at T = 0, by hand: (1 - a^5) / (1 - a) / 1.4
+    a = 5 / 9
+    assert f"{(1 - a ** 5) / (1 - a) / 1.4:.2f}" == "1.52" and ("Chapter 28 says why the middling draft's alpha at T = 0"
+                                                             " is 0, and why blend 0.9's speedup of 1.90 there beats"
+                                                             " the 1.52 that eq. 1 predicts from its alpha of 0.5556."
+                                                             ) in flat(text)
     # the takeaway's two halves, from the table: a greedy row above T = 0 below 1, and sampled faster at T = 1
     sampled = {(r[0], r[1]): r[4] for r in result.temperatures}
     assert any(r[5] < 1 for r in result.temperatures if r[1] > 0)
@@ -1213,7 +1219,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert ("A weight w_i, capped at each step: w_0 = 1,") in flat(text) and ("Until the cap first acts, w_i is the"
                                                                        " target's probability of x_1..x_i over the"
                                                                        " draft's.") in flat(text)
-    assert ("Once the product would pass 1, the min sets w to 1, and later ratios multiply from 1.") in flat(text)
+    assert ("Once the product would pass 1, the min sets w to 1, and later ratios multiply from 1: ratios 0.5 then 4"
+            " then 0.5 give w = 0.5, 1, 0.5.") in flat(text)
     assert ("Heads makes i a cut point; the block ends at its last one (step 4).") in flat(text)
     assert min(1, min(1, 0.5 * 4) * 0.5) == 0.5 and 0.5 * 4 * 0.5 == 1.0  # ratios 0.5, 4, 0.5: from 1, not from 2
     assert ("When the drafts are 'a' then 'b', token-wise checking keeps both with chance 1/2, else none: 1 draft on"

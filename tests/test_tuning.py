@@ -229,7 +229,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
         "Here the rates are computed exactly at k = 8 and reused for every shorter k. A round's length moves which"
-        " token the next round starts after, so chapter 27 asks how well they price them.") in text
+        " token the next round starts after, so rates counted at k = 8 may misprice a shorter k; chapter 27 measures"
+        " by how much.") in text
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
     for Q in (better, sd.MIDDLING):
@@ -424,8 +425,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" {c[0]:.4f} for big, {c_smalls[0]:.4f} for small.") in text
     text32 = " ".join(section(in_process[1], "32").split())
     assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
-            f" both models' passes, so big's c rises from {c[0]:.4f} toward its KV cache's share of the target's,"
-            " 0.25.") in text32 and "Big's c rises" not in text32
+            f" both models' passes, so big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
+            f" 0.25, while small's rises only toward {kv_small:.4f}.") in text32 and "Big's c rises" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
             " wins at B = 1 and big never runs. Takeaway:") in text
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
@@ -538,8 +539,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
         and 15 * past > 295
     assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
     assert ("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it falls"
-            " more than 0.5% below the best, so as not to switch for less. So each check that crosses holds a few"
-            " batch sizes past its crossing.") in text
+            " more than 0.5% below the best, so as not to switch for less. So each check that crosses holds past its"
+            " crossing, here by 2 to 9 batch sizes.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     assert ("which draft model, and how many of its drafts to check. Of its two draft models, big (blend 0.75) and"
@@ -594,8 +595,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # the tree's 15 positions per sequence cross the ridge at B = 32, by the roofline's own verdict, long before 241
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3, far past B = {cross}, where"
-                                           " the tree's check reaches the ridge: chapter 25 says why there, not at demo"
-                                           " 6's 295 / 15 = 19.7.") in flat_text
+                                           " the tree's check reaches the ridge. Demo 6's 295 positions at 15 a sequence"
+                                           " would put the ridge at B = 19.7; each sequence's KV cache, the keys and"
+                                           f" values of its tokens, adds bytes, which moves it to B = {cross} (chapter"
+                                           " 25).") in flat_text
     assert "Chapter 35 says why that loss peaks at B = 31. SGLang" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
@@ -612,8 +615,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
         in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
     # the method the configs name is the one chapter 19's figures give small
     assert dict(d[:2] for d in sd.chapter19_plan().drafters) == {"big": "draft_model", "small": "eagle"} and (
-        "Here small stands in for an EAGLE draft, a trained draft head on the target, so the configs name EAGLE. A"
-        " separate draft model, as big is, would take its own method name.") in flat_text \
+        "The configs name EAGLE, a draft head trained on the target; here small plays that head. Big, a separate"
+        " model, would need another method name.") in flat_text \
         and '"method": "eagle"' in flat_text
     # TensorRT-LLM's keys, by hand from the plan's ranges: each one's last B
     assert "TensorRT-LLM's keys are each range's last B." in flat_text and sorted(
@@ -624,7 +627,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     chains = [i for i, o in enumerate(c19.options) if o.drafter.name == "small" and o.shape.startswith("k =")]
     assert c19.options[max(chains, key=lambda i: c19.speeds[b - 1, i])].shape == f"k = {k}" == "k = 8" and b == 31
     assert (f"vLLM and TRT-LLM schedule chain lengths. At B = {b}, where the plan runs the tree, they run k = {k},"
-            f" small's best chain of up to 8 drafts there. They are {costs['vLLM'][0]:.1%} slower: all of that loss"
+            f" small's best chain there; the plan tries none longer than 8. They are {costs['vLLM'][0]:.1%} slower: all"
+            " of that loss"
             " comes from not running the tree.") in flat_text
     real = sd.best_chain
     try:
@@ -652,7 +656,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
             " from q on its own, 3 deep. One pass scores 15 positions: its 14 drafts, 2 + 4 + 8, and the text's last"
-            " token, whose p judges the first level. Chapter 8 shows how a tree is checked, and that it keeps"
+            " token, whose p, the next token's distribution, judges the 2 first-level drafts. Chapter 8 shows how a tree"
+            " is checked, and that it keeps"
             " the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
             " call, from 3 draft passes, one per level.") in text
@@ -733,8 +738,8 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     redrawn = [starts.redrawn.sum() for starts in (sd.round_starts(sd.TARGET, sd.MIDDLING, k) for k in (8, 1))]
     assert redrawn[0] > redrawn[1]  # by hand below: a shorter k ends more rounds on a bonus token
     assert ("Why? A round starts after the last round's final token, not at a random point of the target's text as"
-            " alpha assumes (chapter 29). That token is a redraw unless all k drafts passed, and a redraw is never a token"
-            " the draft over-proposes. Small over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
+            " alpha assumes (chapter 29). That token is a redraw unless all k drafts passed, and a redraw is never a"
+            " token the draft over-proposes. Small over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
             f" {redrawn[0]:.0%} of its rounds at k = 8, and {redrawn[1]:.0%} at k = 1. So only {start[d]:.0%} of its"
             f" rounds at k = 8 start after 'd', though 'd' is {text_share[d]:.0%} of the text; at k = 1,"
             f" {start1[d]:.0%} do. Its drafts pass most often after 'd', {beta[d]:.3f} of the time. So its position 1"

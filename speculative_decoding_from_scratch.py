@@ -5576,7 +5576,8 @@ def tree_loss_words(c19, main, own, t):
     w = [pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]  # each model's weights, in bytes
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
-    return (f" That loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft passes, the tree"
+    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft"
+            " passes, the tree"
             f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} at B ="
             f" 1 to {c[-1]:.4f} at B = {c19.max_batch}, the plan's largest batch. At B = 1 the draft's pass and the"
             f" target's both read mostly weights, and {main.name} has few. A pass also reads one KV cache, the keys"
@@ -6686,11 +6687,12 @@ def step3_words(edits, shipped, n=3):
     step5 = next((r for r in edits if r[0] == "tokenwise_residual"), None)
     if edits[0][5] != "the target" or step5 is None or step5[n] is None or None in shipped or not shipped:
         return ""
-    return ("The two shipped paths differ only in the weight step 3 tests, and change step 5 alike. So with the"
-            " block's coins in step 3, the two paths become one verifier, wrong only in step 5: tokenwise_residual."
-            f" The exact TV of its first {n} tokens is {exact_text(step5[n])}, against"
-            f" {and_list([f'{tv:.4f} ({label[13:]})' for tv, label in zip(shipped, shipped_modules())])} as shipped"
-            " (chapter 15). So the shipped step 3 causes nearly all their error."
+    return ("The two shipped paths differ only in the weight step 3 tests, and change step 5 alike. Give either"
+            " path the block's coins in step 3 and it becomes tokenwise_residual, wrong only in step 5. So its exact"
+            f" TV of the first {n} tokens, {exact_text(step5[n])}, is what step 5 alone costs on the same draft, k"
+            " and start. As shipped, the paths are off by"
+            f" {and_list([f'{tv:.4f} ({label[13:]})' for tv, label in zip(shipped, shipped_modules())])} (chapter"
+            " 15), so the shipped step 3 causes nearly all their error."
             if ROUNDING <= step5[n] < min(shipped) / 100 else "")
 
 
@@ -6739,20 +6741,21 @@ def shipped_exact_tvs(k=3, ctx=5, n=3):
 def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     """Chapter 34: block verification with one step changed at a time, against
     the shipped paths' error: which change does the harm, and what each check sees."""
-    say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's"
-        " plugin of vLLM (a serving engine). Each changes two of block verification's five steps (chapter 14)."
-        " Steps 1 and 2 weigh the drafts by w_i, the target's probability of x_1..x_i over the draft's, capped at 1"
-        " after each draft: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
-        " x_(i-1). In step 3 the block flips a coin of its own at each position i, and heads makes i a cut point."
-        " Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, an earlier one's"
-        " with chance h_i = Z_i / (Z_i + 1 - w_i). Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), with p"
-        " and q the rows after x_i. In step 4 it keeps x_1..x_i for i the largest cut point, or none (i = 0). In"
-        " step 5 it draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
+    say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
+        " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
+        " chapter 14). Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over the draft's, capped"
+        " at 1 after each draft: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
+        " x_(i-1). Step 2 sums Z_i, over tokens y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. In"
+        " step 3 the block flips a coin of its own at each position i from 1 to k, and heads makes i a cut point. Sun"
+        " et al.'s chances, to take as given: position k's coin lands heads with chance w_k, an earlier one's with"
+        " chance h_i = Z_i / (Z_i + 1 - w_i). In step 4 it keeps x_1..x_i for i the largest cut point, or none (i ="
+        " 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
     print()
-    say("The shipped paths draw u_1..u_k once a round, each uniform between 0 and 1. In step 3, position i is a cut"
-        " point if a weight is at least u_1 * ... * u_i: in PyTorch the product of min(1, p/q) over drafts 1 to i,"
-        " in Triton w_i. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the"
-        " harm?")
+    say("The shipped paths draw u_1..u_k once a round, each uniform between 0 and 1, the same uniforms for every"
+        " position. In step 3, position i is a cut point if its weight is at least u_1 * ... * u_i. In PyTorch the"
+        " weight is the product of min(1, p/q) over drafts 1 to i, each ratio capped on its own; in Triton it is w_i,"
+        " the running product capped as it goes. In step 5 both draw from the token-wise residual, max(0, p - q)."
+        " Which change does the harm?")
     print()
     block, step5 = setting_parts(MIDDLING, None, None, ctx, n, k), "tokenwise_residual"
     edits = exactness_rows([("block", this_module(), MIDDLING, block),
@@ -6777,7 +6780,8 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
-                " share their random numbers. Run the chapter with --detail for why they draw alike."
+                " share their random numbers. In short, after 'f' position 1 is never a cut point where w_1 < 1; run"
+                " the chapter with --detail for why."
                 if label == step5 and alike_through_token2(edits, ctx) else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the shipped"
              " paths' harm. Step 5's token-wise residual alone biases only later tokens: the exact check sees them,"
@@ -6828,8 +6832,9 @@ def demo35_chain_loss(**how):
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
         return SimpleNamespace(rows=[], said="")
-    say(f"The plan of chapter 19 runs {main.name}, the middling draft, as a tree, 'tree {t[0]}x{t[1]}, {t[2]}', from"
-        f" B = 1 to {end}. It has {t[0]} candidates under each node, {t[1]} deep:"
+    say("The plan of chapter 19 picks, for each batch size B, the number of sequences a server decodes at once, a draft"
+        f" model and how to run it. From B = 1 to {end} it runs {main.name}, the middling draft, as a tree, 'tree"
+        f" {t[0]}x{t[1]}, {t[2]}'; past B = {end}, chains. The tree has {t[0]} candidates under each node, {t[1]} deep:"
         f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"
         " vLLM and TensorRT-LLM, take configs that can say only chain lengths, so there they run"

@@ -995,7 +995,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. Its fit equals block's (0.61): through token 2 the two rules draw alike, and their runs share"
-        " their random numbers. Run the chapter with --detail for why they draw alike.") in text34
+        " their random numbers. In short, after 'f' position 1 is never a cut point where w_1 < 1; run the chapter"
+        " with --detail for why.") in text34
     assert "Why tokenwise_residual draws as block does through token 2: " + sd.token2_exact_words() in detail34
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
@@ -1113,10 +1114,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
     edits, text34 = demo["34"]
     assert ("The edit is caught. The two shipped paths differ only in the weight step 3 tests, and change step 5"
-            " alike. So with the block's coins in step 3, the two paths become one verifier, wrong only in step 5:"
-            f" tokenwise_residual. The exact TV of its first 3 tokens is {sd.exact_text(tv5)}, against"
-            f" {rows[1][3]:.4f} (PyTorch) and {rows[2][3]:.4f} (Triton) as shipped (chapter 15). So the shipped step 3"
-            " causes nearly all their error.") in flat(text34)
+            " alike. Give either path the block's coins in step 3 and it becomes tokenwise_residual, wrong only in"
+            f" step 5. So its exact TV of the first 3 tokens, {sd.exact_text(tv5)}, is what step 5 alone costs on the"
+            f" same draft, k and start. As shipped, the paths are off by {rows[1][3]:.4f} (PyTorch) and"
+            f" {rows[2][3]:.4f} (Triton) (chapter 15), so the shipped step 3 causes nearly all their error.") in flat(
+        text34)
     assert sd.shipped_exact_tvs() == pytest.approx([rows[1][3], rows[2][3]], abs=1e-12)
     assert f"{rows[1][3]:.4f} and {rows[2][3]:.4f}" == "0.2459 and 0.2672"  # the table's n = 3 column
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV

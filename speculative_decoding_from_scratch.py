@@ -3516,11 +3516,11 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
 
 
-BLOCK_RULE = ("How? Chapter 30 walks this example pair by pair; here is the rule. Its paper proves that the steps"
-              " below keep the target's distribution. Token-wise checking and"
-              " the block are both lossless verifiers (whose output is the target's) that keep some drafts, then draw"
-              " one token. The paper also proves that no verifier of that kind keeps more drafts on average than the"
-              " block. The steps:")
+BLOCK_RULE = ("How? A later draft can save an earlier one that token-wise checking would reject; chapter 30 walks"
+              " this example pair by pair. Sun et al. prove that the steps below keep the target's distribution."
+              " Token-wise checking and the block are both lossless verifiers (whose output is the target's) that keep"
+              " some drafts, then draw one token. Sun et al. also prove that no verifier of that kind keeps more"
+              " drafts on average than the block. The steps:")
 BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) /"
                " q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token). Until the cap first acts,"
                " w_i is the target's probability of x_1..x_i over the draft's. Once the product would pass 1, the min"
@@ -3531,7 +3531,7 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
                " its last one (step 4). Sun et al.'s chances, to take as given: position k's coin lands heads with"
                " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). If Z_i = 0, h_i is"
-               " 0, even where the formula reads 0/0: step 5 would have nothing to draw from.",
+               " 0, even where the formula reads 0/0 (Z_i = 0 and w_i = 1): step 5 would have nothing to draw from.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
@@ -3576,7 +3576,7 @@ def demo14_block_gain():
     print()
     say_block_rule()
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
-             " example, and its paper proves it never keeps fewer on average.",
+             " example, and Sun et al. prove it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
     return SimpleNamespace(example=rows, tv=tv, gap=gap)
 
@@ -3752,7 +3752,8 @@ SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform b
                                          " the token-wise residual,"
                                          " max(0, p - q), in place of max(0, w_i p - q).",
                  "vllm-ascend, Triton": "As PyTorch (shared uniforms, and step 5's token-wise residual), but with"
-                                        " the weight w_i in place of that product: after ratios {:g} then {:g},"
+                                        " the weight w_i in place of the product of capped ratios: after ratios"
+                                        " {:g} then {:g},"
                                         " PyTorch's product is {:g}, w_2 is {:g}.".format(
                                             *EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS))}
 
@@ -5480,7 +5481,8 @@ def demo23_engines(**how):
         " runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token. Chapter 19 says why the plan takes this shape:")
+        f" {t[2]} positions with the text's last token. Chapter 19 prices the plan, with small's draft passes far"
+        " cheaper than the lesson's c = 0.1; chapters 25 and 32 say why it takes this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -5488,7 +5490,7 @@ def demo23_engines(**how):
     only = main is not None and {o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name}
     big_method = dict(d[:2] for d in c19.drafters).get("big")
     say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one"
-        " drafter." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 19 says why)." if only else
+        " drafter." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 32 says why)." if only else
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
@@ -5503,8 +5505,8 @@ def demo23_engines(**how):
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     if costs:
         print()
-        say("What each config gives up against the plan, running the draft lengths its keys say: its worst loss, 1"
-            " minus its speedup over the plan's, the batch size where that happens, and what it runs there:")
+        say("What each config gives up against the plan, running the draft lengths its keys say. Its worst loss is 1"
+            " minus its speedup over the plan's; then the batch size where that happens, and what it runs there:")
         print()
         table([("engine", 10, "<"), ("worst loss", 12, lambda x: f"{x:.1%}"), ("at B", 6, "d"),
                ("runs there", 12, ">")],
@@ -5531,8 +5533,9 @@ def demo23_engines(**how):
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
                          (f", far past B = {cross}, where the tree's check reaches the ridge. Demo 6's"
                           f" {free_positions(c19.n_ctx)} positions at {t[2]} a sequence would put the ridge at B ="
-                          f" {free_positions(c19.n_ctx) / t[2]:.1f}; each sequence's KV cache, the keys and values"
-                          " of its tokens, adds bytes, which moves"
+                          f" {free_positions(c19.n_ctx) / t[2]:.1f} if the bytes read stayed one sequence's. Each"
+                          " sequence's KV cache, the keys and values of its tokens, adds bytes to read, so the pass"
+                          " stays memory-bound for more sequences, which moves"
                           f" it to B = {cross} (chapter 25)." if said else
                           f". The tree's check reaches the ridge at B = {cross}, "
                           + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
@@ -6455,17 +6458,17 @@ def demo30_pairs():
     P2, Q2 = PAPER_EXAMPLE
     rows = example_exact()
     gap = rows[1][1] - rows[0][1]
-    say("Take chapter 14's block verification (Sun et al., ICLR 2025) on its paper's example. It has two tokens, a"
+    say("Take chapter 14's block verification (Sun et al., ICLR 2025) on Sun et al.'s example. It has two tokens, a"
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
-        f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with"
-        " chance min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 ="
-        " min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, and"
-        " heads makes it a cut point. The block keeps drafts 1 to j, for j the furthest cut point, or none if there"
-        " is none. Sun et al.'s chances, to take as given: the last position's coin lands heads with chance w_2."
-        " Position 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1 is the sum over tokens y of"
-        " max(0, w_1 p(y) - q(y)). After a cut at 1 the block draws its next token from max(0, w_1 p - q) / Z_1;"
-        " after none, from max(0, p - q), normalised. So if Z_1 = 0 there is nothing to draw after a cut at 1, and"
-        " h_1 is 0.")
+        f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
+        " min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 = min(1, p(x_1)"
+        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, and heads makes it a cut"
+        " point; the coins are independent. The block keeps drafts 1 to j, for j the furthest cut point, or none if"
+        " there is none. So it keeps both with chance w_2 and only the first with chance (1 - w_2) h_1. Sun et al.'s"
+        " chances, to take as given: the last position's coin lands heads with chance w_2. Position 1's lands heads"
+        " with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1 is the sum over tokens y of max(0, w_1 p(y) - q(y))."
+        " After a cut at 2 the block draws a bonus token from p; after a cut at 1, from max(0, w_1 p - q) / Z_1; after"
+        " none, from max(0, p - q), normalised. So if Z_1 = 0 there is nothing to draw after a cut at 1, and h_1 is 0.")
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance:")
@@ -6533,12 +6536,12 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         "At k = 1 all three are equal: demo 1's rule reaches the ideal." if one else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
-        f"With starts drawn as the text's, draft 1 passes with chance alpha, {above.alpha:.3f}, and later drafts more"
-        f" often (chapter 29), so the token-wise {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}. Demo 3 and chapter"
-        f" 14 make fewer at k = {above.k}, {above.chained:.4f} token-wise and {above.block_chained:.4f} block. Their"
-        " rounds start after the last round's final token, a redraw or a bonus. That is seldom the token after which"
-        " drafts pass most (chapter 29), so there draft 1"
-        f" passes only {above.first:.3f}."
+        f"Demo 3 and chapter 14 make fewer at k = {above.k}, {above.chained:.4f} token-wise and"
+        f" {above.block_chained:.4f} block. Their rounds start after the last round's final token, a redraw or a"
+        f" bonus, which is seldom '{name(round_starts(TARGET, MIDDLING, above.k).short)}', the token after which"
+        f" drafts pass most (chapter 29). So there draft 1 passes only {above.first:.3f}, and eq. 1 runs high. Here"
+        f" starts are drawn as the text's, so draft 1 passes with chance alpha, {above.alpha:.3f}, and later drafts"
+        f" more often: the token-wise {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}."
         if above and more else "",
         "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, on their own models"
         " and tasks.")
@@ -6699,11 +6702,12 @@ def step3_words(edits, shipped, n=3):
     if edits[0][5] != "the target" or step5 is None or step5[n] is None or None in shipped or not shipped:
         return ""
     return ("The two shipped paths differ only in the weight step 3 tests, and change step 5 alike. Give either"
-            " path the block's coins in step 3 and it becomes tokenwise_residual, wrong only in step 5. So its exact"
-            f" TV of the first {n} tokens, {exact_text(step5[n])}, is what step 5 alone costs on the same draft, k"
-            " and start. As shipped, the paths are off by"
+            " path the block's coins in step 3, weight and all, and it becomes tokenwise_residual, wrong only in step"
+            f" 5. Its exact TV of the first {n} tokens is {exact_text(step5[n])}; as shipped, on the same draft, k"
+            " and start, the paths' is"
             f" {and_list([f'{tv:.4f} ({label[13:]})' for tv, label in zip(shipped, shipped_modules())])} (chapter"
-            " 15), so the shipped step 3 causes nearly all their error."
+            f" 15). So fixing step 3 alone leaves {exact_text(step5[n])} of their error: the shipped step 3 causes"
+            " nearly all of it."
             if ROUNDING <= step5[n] < min(shipped) / 100 else "")
 
 
@@ -6755,18 +6759,18 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
         " chapter 14). Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over the draft's, capped"
-        " at 1 after each draft: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
+        " at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
         " x_(i-1). Step 2 sums Z_i, over tokens y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. In"
         " step 3 the block flips a coin of its own at each position i from 1 to k, and heads makes i a cut point. Sun"
         " et al.'s chances, to take as given: position k's coin lands heads with chance w_k, an earlier one's with"
         " chance h_i = Z_i / (Z_i + 1 - w_i). In step 4 it keeps x_1..x_i for i the largest cut point, or none (i ="
         " 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
     print()
-    say("The shipped paths draw u_1..u_k once a round, each uniform between 0 and 1, the same uniforms for every"
-        " position. In step 3, position i is a cut point if its weight is at least u_1 * ... * u_i. In PyTorch the"
-        " weight is the product of min(1, p/q) over drafts 1 to i, each ratio capped on its own; in Triton it is w_i,"
-        " the running product capped as it goes. In step 5 both draw from the token-wise residual, max(0, p - q)."
-        " Which change does the harm?")
+    say("The shipped paths draw u_1..u_k once a round, each uniform between 0 and 1: one per position, and position"
+        " i's test reuses all of u_1..u_i, where the block flips a fresh coin at each position. In step 3, position i"
+        " is a cut point if its weight is at least u_1 * ... * u_i. In PyTorch the weight is the product of min(1,"
+        " p/q) over drafts 1 to i, each ratio capped on its own; in Triton it is w_i, the running product capped as it"
+        " goes. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the harm?")
     print()
     block, step5 = setting_parts(MIDDLING, None, None, ctx, n, k), "tokenwise_residual"
     edits = exactness_rows([("block", this_module(), MIDDLING, block),
@@ -6791,8 +6795,9 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
-                " share their random numbers. In short, after 'f' position 1 is never a cut point where w_1 < 1; run"
-                " the chapter with --detail for why."
+                " share their random numbers. Step 5's two residuals differ only after a cut at some i >= 1 with"
+                f" w_i < 1. After '{name(ctx)}', position 1 is never such a cut, so token 3 is the first that can"
+                " differ; run the chapter with --detail for why."
                 if label == step5 and alike_through_token2(edits, ctx) else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the shipped"
              " paths' harm. Step 5's token-wise residual alone biases only later tokens: the exact check sees them,"
@@ -6843,8 +6848,8 @@ def demo35_chain_loss(**how):
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
         return SimpleNamespace(rows=[], said="")
-    say("The plan of chapter 19 picks, for each batch size B, the number of sequences a server decodes at once, a draft"
-        f" model and how to run it. From B = 1 to {end} it runs {main.name}, the middling draft, as a tree, 'tree"
+    say("For each batch size B (the number of sequences a server decodes at once), the plan of chapter 19 picks a"
+        f" draft model and how to run it. From B = 1 to {end} it runs {main.name}, the middling draft, as a tree, 'tree"
         f" {t[0]}x{t[1]}, {t[2]}'; past B = {end}, chains. The tree has {t[0]} candidates under each node, {t[1]} deep:"
         f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"

@@ -997,8 +997,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. Its fit equals block's (0.61): through token 2 the two rules draw alike, and their runs share"
-        " their random numbers. In short, after 'f' position 1 is never a cut point where w_1 < 1; run the chapter"
-        " with --detail for why.") in text34
+        " their random numbers. Step 5's two residuals differ only after a cut at some i >= 1 with w_i < 1. After"
+        " 'f', position 1 is never such a cut, so token 3 is the first that can differ; run the chapter with --detail"
+        " for why.") in text34
     assert "Why tokenwise_residual draws as block does through token 2: " + sd.token2_exact_words() in detail34
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
@@ -1098,7 +1099,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             shipped = sd.shipped_weight(shipped, sd.TARGET[c], sd.MIDDLING[c], x)
             assert shipped <= w + 1e-12
             below |= shipped < w - 1e-6
-    assert below and ("but with the weight w_i in place of that product: after ratios 0.5 then 2, PyTorch's product is"
+    assert below and ("but with the weight w_i in place of the product of capped ratios: after ratios 0.5 then 2,"
+                      " PyTorch's product is"
                       " 0.5, w_2 is 1.") in " ".join(text.split())
     # the example through the stages: ratio 0.5 then 2 on a draft x = 0 whose q is 1/2
     pq = [(np.array([r / 2, 1 - r / 2]), np.array([0.5, 0.5])) for r in sd.EXAMPLE_RATIOS]
@@ -1116,11 +1118,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert sd.ROUNDING < tv5 < min(r[3] for r in rows[1:]) / 10
     edits, text34 = demo["34"]
     assert ("The edit is caught. The two shipped paths differ only in the weight step 3 tests, and change step 5"
-            " alike. Give either path the block's coins in step 3 and it becomes tokenwise_residual, wrong only in"
-            f" step 5. So its exact TV of the first 3 tokens, {sd.exact_text(tv5)}, is what step 5 alone costs on the"
-            f" same draft, k and start. As shipped, the paths are off by {rows[1][3]:.4f} (PyTorch) and"
-            f" {rows[2][3]:.4f} (Triton) (chapter 15), so the shipped step 3 causes nearly all their error.") in flat(
-        text34)
+            " alike. Give either path the block's coins in step 3, weight and all, and it becomes tokenwise_residual,"
+            f" wrong only in step 5. Its exact TV of the first 3 tokens is {sd.exact_text(tv5)}; as shipped, on the"
+            f" same draft, k and start, the paths' is {rows[1][3]:.4f} (PyTorch) and {rows[2][3]:.4f} (Triton)"
+            f" (chapter 15). So fixing step 3 alone leaves {sd.exact_text(tv5)} of their error: the shipped step 3"
+            " causes nearly all of it.") in flat(text34)
     assert sd.shipped_exact_tvs() == pytest.approx([rows[1][3], rows[2][3]], abs=1e-12)
     assert f"{rows[1][3]:.4f} and {rows[2][3]:.4f}" == "0.2459 and 0.2672"  # the table's n = 3 column
     assert tv5 < min(r[3] for r in rows[1:]) / 100  # 'nearly all': under a hundredth of either path's TV
@@ -1211,9 +1213,10 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie. Weighed by each pair's chance under q, the block gains 2/9 on 'a' then"
             " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
-    assert "How? Chapter 30 walks this example pair by pair; here is the rule." in flat(text)
+    assert ("How? A later draft can save an earlier one that token-wise checking would reject; chapter 30 walks this"
+            " example pair by pair.") in flat(text)
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
-    assert ("on its paper's example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
+    assert ("on Sun et al.'s example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"
             " first rejection.") in flat(text30) and "h_i = Z_i / (Z_i + 1 - w_i)" in flat(text)
     # the sum by hand: (2 - 1) * 2/9 on 'a','b' less (0.75 - 0.5) * 4/9 on 'a','a' is the block's 1/9
@@ -1304,12 +1307,12 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
             " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
         text)
-    assert ("How? Chapter 30 walks this example pair by pair; here is the rule. Its paper proves that the steps below"
-            " keep the target's distribution. Token-wise checking and the block are both lossless verifiers (whose"
-            " output is the target's) that keep some drafts, then draw one token. The paper also proves that no"
-            " verifier of that kind keeps more drafts on average than the block. The steps: 1.") in flat(text)
+    assert ("Sun et al. prove that the steps below keep the target's distribution. Token-wise checking and the block"
+            " are both lossless verifiers (whose output is the target's) that keep some drafts, then draw one token."
+            " Sun et al. also prove that no verifier of that kind keeps more drafts on average than the block. The"
+            " steps: 1.") in flat(text)
     # the example and its gain come first, then the steps that make it
-    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? Chapter 30") < text.index("The steps:")
+    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? A later") < text.index("The steps:")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01
@@ -1409,12 +1412,12 @@ def test_chapter31s_middling_table_is_one_round_from_the_targets_text(demo):
     assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
-    assert (f"With starts drawn as the text's, draft 1 passes with chance alpha, {sd.pair_alpha(P, Q):.3f}, and later"
-            f" drafts more often (chapter 29), so the token-wise {tw[3]:.4f} tops eq. 1's 2.79. Demo 3 and chapter 14"
-            f" make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block. Their rounds start after"
-            " the last round's final token, a redraw or a bonus. That is seldom the token after which drafts pass most"
-            " (chapter 29), so there draft 1 passes only"
-            f" {sd.exact_per_position(P, Q, 4)[0]:.3f}.") in flat(text) and "0.5028" not in text
+    assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block. Their"
+            " rounds start after the last round's final token, a redraw or a bonus, which is seldom 'd', the token"
+            " after which drafts pass most (chapter 29). So there draft 1 passes only"
+            f" {sd.exact_per_position(P, Q, 4)[0]:.3f}, and eq. 1 runs high. Here starts are drawn as the text's, so"
+            f" draft 1 passes with chance alpha, {sd.pair_alpha(P, Q):.3f}, and later drafts more often: the token-wise"
+            f" {tw[3]:.4f} tops eq. 1's 2.79.") in flat(text) and "0.5028" not in text
     assert chained < tw[3] and chained_block < result.gains[-1][2]  # 'fewer': than this table's k = 4 row
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -596,9 +596,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3, far past B = {cross}, where"
                                            " the tree's check reaches the ridge. Demo 6's 295 positions at 15 a sequence"
-                                           " would put the ridge at B = 19.7; each sequence's KV cache, the keys and"
-                                           f" values of its tokens, adds bytes, which moves it to B = {cross} (chapter"
-                                           " 25).") in flat_text
+                                           " would put the ridge at B = 19.7 if the bytes read stayed one sequence's."
+                                           " Each sequence's KV cache, the keys and values of its tokens, adds bytes to"
+                                           " read, so the pass stays memory-bound for more sequences, which moves it to"
+                                           f" B = {cross} (chapter 25).") in flat_text
     assert "Chapter 35 says why that loss peaks at B = 31. SGLang" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
@@ -611,7 +612,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan (SGLang)" in flat_text
-    assert "Each runs one drafter. This plan runs only small, so each gets small (chapter 19 says why)." \
+    assert "Each runs one drafter. This plan runs only small, so each gets small (chapter 32 says why)." \
         in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
     # the method the configs name is the one chapter 19's figures give small
     assert dict(d[:2] for d in sd.chapter19_plan().drafters) == {"big": "draft_model", "small": "eagle"} and (

@@ -4608,9 +4608,9 @@ def demo19_tuning(**how):
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
-    say(f"A practitioner has {number_word(len(drafters))} draft models and one server. This chapter prices every"
-        " way to run each draft at every batch size B, the number of sequences decoded at once, on demo 6's"
-        f" roofline at {n_ctx} tokens of context, and picks"
+    say(f"A practitioner has {number_word(len(drafters))} draft models and one server. A batch size B is the number"
+        " of sequences the server decodes at once. This chapter prices every way to run each draft at every B, on"
+        f" demo 6's roofline at {n_ctx} tokens of context, and picks"
         " one per range of B. The option --plan --profile FILE runs it on your own drafters' figures (README:"
         " Tuning a server).")
     print()
@@ -5802,8 +5802,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
                if priced and s.first_speed > s.chain_speed else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
-            f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves (chapter 35 prices it B"
-            " by B).")
+            f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves. Chapter 35 prices it B"
+            " by B.")
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"
@@ -6573,8 +6573,8 @@ def demo32_first_choice(**how):
         f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's"
         " c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's"
         " KV cache, the keys and values of its tokens. A chain of k drafts takes k draft passes. Its tokens per call"
-        " are 1 + r_1 + ... + r_k, where r_i is the share of rounds in which drafts 1 to i were all kept, computed"
-        " exactly (chapter 19): eq. 1 with each alpha^i replaced by r_i. Small's tree,"
+        " are 1 + r_1 + ... + r_k: eq. 1 with each alpha^i replaced by r_i, the share of rounds in which drafts 1"
+        " to i were all kept, computed exactly (chapter 19). Small's tree,"
         f" 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, {tree[1]} deep,"
         f" in {tree[1]} passes, one a level; one target pass checks its {c19.nodes - 1} drafts and the text's last"
         f" token, {c19.nodes} positions. At B = 1, below the ridge, an option's speedup is its tokens per call / (1 +"

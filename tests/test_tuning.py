@@ -558,8 +558,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert t.tokens < c.tokens  # 'fewer', 'but'
     assert ("The tree is the first to give way. At B = 1 it beats k = 8 on fewer draft passes, 3 against 8, as it"
             " drafts each level's candidates in one pass (chapter 32). A little past the ridge, the tree's check of 15"
-            " positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it saves (chapter"
-            " 35 prices it B by B).") in text
+            " positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it saves. Chapter"
+            " 35 prices it B by B.") in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
     assert "(1 + n c). It stops at B = 241" in text19  # the margin is the detail's

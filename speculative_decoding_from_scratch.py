@@ -1464,10 +1464,11 @@ def eq1_net_words(alpha, rates):
 
 
 def why_eq1_is_off(P, Q, gaps):
-    """Demo 3's words on eq. 1, whose gaps above the exact counts are gaps
-    (one number or one per row): which way it is off, and why, as words, or
-    as (words, numbered steps, a table's rows, why later drafts pass above
-    alpha) where it runs high for the reason below. While
+    """Demo 3's and chapter 29's words on eq. 1, whose gaps above the exact
+    counts are gaps (one number or one per row): which way it is off, and why,
+    as words, or as (words, numbered steps, a table's rows, eq. 1's net over
+    them) where it runs high for the reason below (chapter 29 says it; demo 3
+    points there). While
     accept_prob keeps min(p, q) of every row, it is the tables: each row's
     pass chance, sum min(p, q), differs, and rounds start after some tokens
     more than the text holds them. Else it is the rule as the reader has it."""

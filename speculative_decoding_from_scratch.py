@@ -2415,8 +2415,9 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
         f" {VOCAB} contexts each)" + (f", all in '{where[0]}'." if len(where) == 1 else ".") + (
-            " Where p(x) <= q(x) at the draft's argmax x, one-hot's chance p(x) = min(p(x), q(x)) is a term of"
-            " probabilistic's sum min(p, q), so probabilistic accepts at least as often. So one-hot can win only where"
+            " Where p(x) <= q(x) at the draft's argmax x, one-hot's chance p(x) = min(p(x), q(x)) is one term of"
+            " probabilistic's acceptance chance, the sum over all tokens y of min(p(y), q(y)) (demo 1), so"
+            " probabilistic accepts at least as often. So one-hot can win only where"
             " p(x) > q(x)." + (
                 f" The condition p(x) > q(x) holds in {liked} of the {VOCAB * len(pairs)}, yet one-hot wins in only"
                 f" {wins}: it is needed, not enough." if liked > wins
@@ -3241,8 +3242,9 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
     P = GreedyHead(gap=0)
     share, ulps, worst, flips, margin = widths_differ(P, n=n_states, k=k)
     say("Greedy decoding takes the likeliest token, the argmax of the logits: the scores the",
-        "output layer gives each token before softmax. Plain decoding multiplies the layer by one",
-        "state alone, a verifying pass by k+1 at once: a wide product. Floating point can round the two differently.",
+        "output layer gives each token before softmax. Plain decoding multiplies the layer's weight matrix by one",
+        "hidden state; a verifying pass multiplies it by k+1 states at once: a wide product. Floating point can",
+        "round the two differently.",
         "An ulp (unit in the last place) is the gap between a float and the next one. The layer here is a float32",
         f"matrix, {P.W.shape[0]:,} tokens by a state of {P.W.shape[1]}. It scores {n_states * (k + 1)} random states,"
         f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}. A line marked (clock) depends on"
@@ -3288,7 +3290,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     X = np.ones((wide.W.shape[1], k + 1), np.float32)
     cost = median_time(lambda: products_alone(wide.W, X)) / median_time(lambda: wide.W @ X)
     print()
-    say(f"A flip needs a near tie: the layer's rows come in pairs, each a copy of the other with every entry off by"
+    say(f"A flip needs a near tie, so a second layer is built to tie: its rows come in pairs, each a copy of the"
+        " other with every entry off by"
         f" about {gap:.0e} of itself, so each pair's logits nearly tie. Greedy text,".replace("e-0", "e-"),
         f"{n_tokens} tokens from {n_prompts} prompts. The draft is the target itself, a position at a time, so any"
         " difference is arithmetic. Where texts differ, the median token at which they part, and the top-two margin"
@@ -3464,7 +3467,8 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
     print()
     say("Then each draft decodes, timed. The paper predicts the speedup as tokens per call / (1 + k c), with the"
         " exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
-        " in place of that 1. Refined* is the same formula, with the tokens per call this run got. Its error is"
+        " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this"
+        " run got in place of the exact ones. Its error is"
         f" refined* over the clock, less 1: positive where it promised more than the clock gave. Within"
         f" {tolerance:.0%} counts as a good prediction. The middling draft runs at the lesson's k = {rows[0][1]}.")
     say(f"Of the calibrated k = {and_list([str(k) for k in ks])}, the refined prediction picks k = {k_good} for the"
@@ -4259,8 +4263,7 @@ def demo18_lossy(k=3, ctx=5, n=3):
 
 
 def lossy_settings():
-    """Chapter 18's rows: (rule, setting, its Rule, or None for the paper's
-    rule and "block" for block verification, the draft table)."""
+    """Chapter 18's rows: (rule, setting, its Rule: None for the paper's, "block" for block's; the draft table)."""
     hot = temper(MIDDLING, 0)
     settings = [("probabilistic", "lossless", None, MIDDLING), ("one-hot", "lossless", None, hot),
                 ("block", "lossless", "block", MIDDLING)]
@@ -4270,9 +4273,8 @@ def lossy_settings():
 
 
 def lossy_self_check(joints, k=3, ctx=5, n=3, n_runs=150):
-    """Chapter 18 in detail: the fit of each rule's n_runs runs' first two
-    tokens to its own exact joint (None where that raised: left out). Returns
-    the rules that do not fit."""
+    """Chapter 18 in detail: the fit of each rule's n_runs runs' first two tokens to its own exact joint (None
+    where that raised: left out). Returns the rules that do not fit."""
     checks = []
     for (label, setting, rule, D), joint in zip(lossy_settings(), joints):
         verify = verify_block if rule == "block" else verify_round if rule is None else lossy_verifier(rule)
@@ -4325,18 +4327,21 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
 
 
 def one_hot_words(rows):
-    """Chapter 18 on one-hot drafts: why their lossless rule makes the fewest tokens per call (a draft kept
-    with chance p(x), below alpha on average); SGLang's exact setting as that rule; and its shipped setting,
-    which only verifiers that sample their drafts dominate (over), priced against it."""
+    """Chapter 18 on one-hot drafts: why their lossless rule makes the fewest tokens per call; SGLang's exact
+    setting as that rule; and its shipped setting, which only sampled drafts dominate (over), priced against it."""
     per_call = {r[0]: r[3] for r in rows if r[1] == "lossless" and r[3] is not None and r[2] < ROUNDING}
     hot, alpha = pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(TARGET, MIDDLING)
     sg = {r[1]: r for r in rows if r[0] == "sglang" and r[2] is not None}
     exact, shipped = sg.get(setting_text(SGLANG_EXACT)), sg.get(setting_text(SGLANG_SHIPPED))
     one, over = per_call.get("one-hot"), [r for r, t in per_call.items() if t >= shipped[3]] if shipped else []
+    top = int(MIDDLING[0].argmax())  # the middling draft's likeliest token after 'a', in demo 1's row
+    low = (f" The draft's likeliest token can be one the target rates low: after '{name(0)}' it is '{name(top)}' (q"
+           f" {MIDDLING[0, top]:.3f}), which the target gives {TARGET[0, top]:.3f} (demo 1)." if TARGET[0, top] <
+           MIDDLING[0, top] / 2 else "")
     return " ".join(w for w in (
         f"One-hot makes the fewest lossless tokens per call, {one:.2f}: its draft is kept with chance p(x), {hot:.2f}"
-        f" on average here, against alpha {alpha:.2f} for the sampled draft." if "probabilistic" in per_call and one ==
-        min(per_call.values()) and hot < alpha and rule_intact(TARGET, temper(MIDDLING, 0)) else "",
+        f" on average here, against alpha {alpha:.2f} for the sampled draft.{low}" if "probabilistic" in per_call and
+        one == min(per_call.values()) and hot < alpha and rule_intact(TARGET, temper(MIDDLING, 0)) else "",
         f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
         exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",
         f"Only {and_list(over)}, whose drafts are sampled from q, dominate SGLang's ({shipped[1]}). On one-hot drafts,"
@@ -4875,8 +4880,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
-    note = long_context_note(k, [len(prompt)], then=" At that length each sequence's KV cache, the keys and values"
-                             " of its tokens, adds so many bytes that no batch that fits reaches the ridge. So a check"
+    note = long_context_note(k, [len(prompt)], then=" A batch reads the weights once for all its sequences, so"
+                             " its MACs per byte grow with its size. But at that length each sequence's KV cache,"
+                             " the keys and values of its tokens, adds so many bytes that no batch that fits"
+                             " reaches the ridge. So a check"
                              " costs what"
                              " a plain step does, and a switch would have nothing to save.", why=False)
     say(note, "Instead, the table prices each round on demo 6's roofline as if the context were"

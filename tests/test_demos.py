@@ -1604,7 +1604,7 @@ def test_demo12_the_wide_pass_the_texts_and_the_ties(demo):
     assert ("NOT bit-identical" in text) == (share > 0)
     # 'wide' and 'alone', the first table's words, are defined before it (read 1050)
     flat12 = flat(text)
-    assert flat12.index("one state alone, a verifying pass by k+1 at once: a wide product.") < flat12.index(
+    assert flat12.index("a verifying pass multiplies it by k+1 states at once: a wide product.") < flat12.index(
         "wide vs alone")
     parts = {r[0]: r[1] for r in result.rows}
     assert parts["float32, each alone"].startswith("0/")  # width-independent arithmetic: plain and speculative agree

@@ -164,6 +164,10 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
                                     for a in range(sd.VOCAB)))
     assert (f"One-hot makes the fewest lossless tokens per call, {rows[('one-hot', 'lossless')][3]:.2f}: its draft is"
             f" kept with chance p(x), {hot:.2f} on average here, against alpha 0.70 for the sampled draft.") in text
+    # why p(x) is low, by demo 1's row after 'a': the draft's likeliest token is 'c', which the target rates low
+    assert int(sd.MIDDLING[0].argmax()) == 2 and sd.TARGET[0, 2] < sd.MIDDLING[0, 2] / 2
+    assert ("The draft's likeliest token can be one the target rates low: after 'a' it is 'c' (q 0.496), which the"
+            " target gives 0.091 (demo 1).") in text
     assert sd.one_hot_words([r for r in result.first.rows if r[0] != "one-hot"]) == ""
     # SGLang's shipped setting, dominated only by verifiers that sample their drafts, priced against one-hot too
     sg = rows[("sglang", "1, 0.5")]

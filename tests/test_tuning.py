@@ -855,15 +855,13 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     # the verdict covers the rows it sits over, and says so
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
-    assert ("At the prompt's length (493 characters), a pass of 6 positions for each sequence"
-            " takes 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
-            " H100 SXM's"
-            " 80 GB: the pass stays memory-bound. At"
-            " that length"
-            " each sequence's KV cache, the keys and values of its tokens, adds so many bytes"
-            " that no batch that fits reaches the"
-            " ridge. So a check costs what a plain step does, and a switch would have nothing to save. Instead, the"
-            " table prices each round on demo 6's roofline as if the context were 16 tokens") in text  # reason first
+    assert ("At the prompt's length (493 characters), a pass of 6 positions for each sequence takes 1.00 times as long"
+            " as a plain pass of one position each. That holds at every batch that fits in the H100 SXM's 80 GB: the"
+            " pass stays memory-bound. A batch reads the weights once for all its sequences, so its MACs per byte grow"
+            " with its size. But at that length each sequence's KV cache, the keys and values of its tokens, adds so"
+            " many bytes that no batch that fits reaches the ridge. So a check costs what a plain step does, and a"
+            " switch would have nothing to save. Instead, the table prices each round on demo 6's roofline as if the"
+            " context were 16 tokens") in text  # reason first
 
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):

@@ -3521,8 +3521,10 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
 
 
-BLOCK_RULE = ("How? A later draft can save an earlier one that token-wise checking would reject; chapter 30 walks"
-              " this example pair by pair. Sun et al. prove that the steps below keep the target's distribution."
+BLOCK_RULE = ("How? A later draft can save an earlier one that token-wise checking would reject: the weight of"
+              " step 1 can climb back after a low ratio, and step 4 keeps x_1 whenever a later position is a cut"
+              " point. Chapter 30 walks this example pair by pair. Sun et al. prove that the steps below keep the"
+              " target's distribution."
               " Token-wise checking and the block are both lossless verifiers (whose output is the target's) that keep"
               " some drafts, then draw one token. Sun et al. also prove that no verifier of that kind keeps more"
               " drafts on average than the block. The steps:")
@@ -5505,7 +5507,8 @@ def demo23_engines(**how):
             " The configs name EAGLE, a draft head trained on the target; here"
             f" {main.name} plays that head. Big, a separate model, would need another method name."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
-        "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1."
+        "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1, or"
+        f" for the tree its {t[2] - 1} drafts + 1."
         " TensorRT-LLM's keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
@@ -5514,7 +5517,8 @@ def demo23_engines(**how):
     if costs:
         print()
         say("What each config gives up against the plan, running the draft lengths its keys say. Its worst loss is 1"
-            " minus its speedup over the plan's; then the batch size where that happens, and what it runs there:")
+            " - (its speedup / the plan's speedup), at the batch size where that ratio is lowest; then what it runs"
+            " there:")
         print()
         table([("engine", 10, "<"), ("worst loss", 12, lambda x: f"{x:.1%}"), ("at B", 6, "d"),
                ("runs there", 12, ">")],
@@ -6768,15 +6772,16 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
         " chapter 14). Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over the draft's, capped"
         " at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
-        " x_(i-1). Step 2 sums Z_i, over tokens y, of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. In"
-        " step 3 the block flips a coin of its own at each position i from 1 to k, and heads makes i a cut point. Sun"
-        " et al.'s chances, to take as given: position k's coin lands heads with chance w_k, an earlier one's with"
-        " chance h_i = Z_i / (Z_i + 1 - w_i). In step 4 it keeps x_1..x_i for i the largest cut point, or none (i ="
-        " 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
+        " x_(i-1). Step 2 computes Z_i = the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after"
+        " x_i. In step 3 the block flips a coin of its own at each position i from 1 to k, and heads makes i a cut"
+        " point. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, an earlier"
+        " one's with chance h_i = Z_i / (Z_i + 1 - w_i). In step 4 it keeps x_1..x_i for i the largest cut point, or"
+        " none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
     print()
     say("The shipped paths draw u_1..u_k once a round, each uniform between 0 and 1: one per position, and position"
-        " i's test reuses all of u_1..u_i, where the block flips a fresh coin at each position. In step 3, position i"
-        " is a cut point if its weight is at least u_1 * ... * u_i. In PyTorch the weight is the product of min(1,"
+        " i's test reuses all of u_1..u_i, whereas the block flips a fresh coin at each position. In step 3, position"
+        " i is a cut point if its weight is at least u_1 * ... * u_i; step 4 is unchanged. In PyTorch the weight is"
+        " the product of min(1,"
         " p/q) over drafts 1 to i, each ratio capped on its own; in Triton it is w_i, the running product capped as it"
         " goes. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the harm?")
     print()
@@ -6804,8 +6809,9 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
                 " sees it at once.",
                 f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
                 " share their random numbers. Step 5's two residuals differ only after a cut at some i >= 1 with"
-                f" w_i < 1. After '{name(ctx)}', position 1 is never such a cut, so token 3 is the first that can"
-                " differ; run the chapter with --detail for why."
+                f" w_i < 1. After '{name(ctx)}', wherever w_1 < 1, Z_1 = 0 and so h_1 = 0: position 1 is never such"
+                " a cut. And a token 2 that starts a new round is that round's first token, which both rules draw"
+                " alike. So token 3 is the first that can differ (--detail works it through)."
                 if label == step5 and alike_through_token2(edits, ctx) else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the shipped"
              " paths' harm. Step 5's token-wise residual alone biases only later tokens: the exact check sees them,"

@@ -998,8 +998,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. Its fit equals block's (0.61): through token 2 the two rules draw alike, and their runs share"
         " their random numbers. Step 5's two residuals differ only after a cut at some i >= 1 with w_i < 1. After"
-        " 'f', position 1 is never such a cut, so token 3 is the first that can differ; run the chapter with --detail"
-        " for why.") in text34
+        " 'f', wherever w_1 < 1, Z_1 = 0 and so h_1 = 0: position 1 is never such a cut. And a token 2 that starts a"
+        " new round is that round's first token, which both rules draw alike. So token 3 is the first that can"
+        " differ (--detail works it through).") in text34
     assert "Why tokenwise_residual draws as block does through token 2: " + sd.token2_exact_words() in detail34
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
@@ -1213,8 +1214,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie. Weighed by each pair's chance under q, the block gains 2/9 on 'a' then"
             " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
-    assert ("How? A later draft can save an earlier one that token-wise checking would reject; chapter 30 walks this"
-            " example pair by pair.") in flat(text)
+    assert ("How? A later draft can save an earlier one that token-wise checking would reject: the weight of step 1 can"
+            " climb back after a low ratio, and step 4 keeps x_1 whenever a later position is a cut point. Chapter 30"
+            " walks this example pair by pair.") in flat(text)
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
     assert ("on Sun et al.'s example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"

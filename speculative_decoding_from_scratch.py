@@ -3753,16 +3753,15 @@ EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_WORDS' example of the two weights
 SHIPPED_WORDS = {"vllm-ascend, PyTorch": "Step 3: draws u_1..u_k, each uniform between 0 and 1, once a round, in"
                                          " place of the coins. Every position i, k included, is a cut point if"
                                          " min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)) >= u_1 * ... * u_i:"
-                                         " each ratio capped on its own, unlike w_i. There is no h_i, and"
+                                         " each ratio capped on its own, unlike w_i (ratios {:g} then {:g} give"
+                                         " {:g} here, w_2 = {:g}). There is no h_i, and"
                                          " position i's test uses the same u_1..u_(i-1) as the tests before it,"
                                          " so the cut points are not independent coins. Step 5:"
                                          " the token-wise residual,"
-                                         " max(0, p - q), in place of max(0, w_i p - q).",
+                                         " max(0, p - q), in place of max(0, w_i p - q).".format(
+                                             *EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS)),
                  "vllm-ascend, Triton": "As PyTorch (shared uniforms, and step 5's token-wise residual), but with"
-                                        " the weight w_i in place of the product of capped ratios: after ratios"
-                                        " {:g} then {:g},"
-                                        " PyTorch's product is {:g}, w_2 is {:g}.".format(
-                                            *EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS))}
+                                        " the weight w_i in place of the product of capped ratios."}
 
 
 def shipped_parts(D, ctx, n, k):
@@ -6808,10 +6807,11 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
                 f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
                 " sees it at once.",
                 f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
-                " share their random numbers. Step 5's two residuals differ only after a cut at some i >= 1 with"
-                f" w_i < 1. After '{name(ctx)}', wherever w_1 < 1, Z_1 = 0 and so h_1 = 0: position 1 is never such"
-                " a cut. And a token 2 that starts a new round is that round's first token, which both rules draw"
-                " alike. So token 3 is the first that can differ (--detail works it through)."
+                " share their random numbers. Step 5's two residuals differ only after a cut at some i from 1 to k -"
+                f" 1 with w_i < 1. In these tables, after '{name(ctx)}', wherever w_1 < 1, Z_1 = 0 and so h_1 = 0:"
+                " position 1 is never such a cut (a fact of the tables, not of the rule; --detail works it through)."
+                " And a token 2 that starts a new round is a kept draft or drawn at i = 0, where w_0 = 1 makes the two"
+                " residuals one. So token 3 is the first that can differ."
                 if label == step5 and alike_through_token2(edits, ctx) else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the shipped"
              " paths' harm. Step 5's token-wise residual alone biases only later tokens: the exact check sees them,"

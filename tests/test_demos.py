@@ -997,10 +997,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and (
         "sees it at once. Its fit equals block's (0.61): through token 2 the two rules draw alike, and their runs share"
-        " their random numbers. Step 5's two residuals differ only after a cut at some i >= 1 with w_i < 1. After"
-        " 'f', wherever w_1 < 1, Z_1 = 0 and so h_1 = 0: position 1 is never such a cut. And a token 2 that starts a"
-        " new round is that round's first token, which both rules draw alike. So token 3 is the first that can"
-        " differ (--detail works it through).") in text34
+        " their random numbers. Step 5's two residuals differ only after a cut at some i from 1 to k - 1 with w_i <"
+        " 1. In these tables, after 'f', wherever w_1 < 1, Z_1 = 0 and so h_1 = 0: position 1 is never such a cut (a"
+        " fact of the tables, not of the rule; --detail works it through). And a token 2 that starts a new round is"
+        " a kept draft or drawn at i = 0, where w_0 = 1 makes the two residuals one. So token 3 is the first that"
+        " can differ.") in text34
     assert "Why tokenwise_residual draws as block does through token 2: " + sd.token2_exact_words() in detail34
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
@@ -1100,9 +1101,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             shipped = sd.shipped_weight(shipped, sd.TARGET[c], sd.MIDDLING[c], x)
             assert shipped <= w + 1e-12
             below |= shipped < w - 1e-6
-    assert below and ("but with the weight w_i in place of the product of capped ratios: after ratios 0.5 then 2,"
-                      " PyTorch's product is"
-                      " 0.5, w_2 is 1.") in " ".join(text.split())
+    said15 = " ".join(text.split())
+    assert below and "each ratio capped on its own, unlike w_i (ratios 0.5 then 2 give 0.5 here, w_2 = 1)." in said15
+    assert "but with the weight w_i in place of the product of capped ratios." in said15
     # the example through the stages: ratio 0.5 then 2 on a draft x = 0 whose q is 1/2
     pq = [(np.array([r / 2, 1 - r / 2]), np.array([0.5, 0.5])) for r in sd.EXAMPLE_RATIOS]
     assert sd.shipped_weight(sd.shipped_weight(1.0, *pq[0], 0), *pq[1], 0) == 0.5

@@ -5578,13 +5578,18 @@ def ridge_later_words(n_ctx, positions):
             " and values of its tokens, adds bytes of its own, so it needs more positions to reach the ridge")
 
 
+def tree_and_chain(c19, main, t, k):
+    """The indices in chapter 19's options of main's tree t and of its chain of k drafts (None where absent)."""
+    named = {o.shape: i for i, o in enumerate(c19.options) if main and o.drafter.name == main.name}
+    return named.get(f"tree {t[0]}x{t[1]}, {t[2]}"), named.get(f"k = {k}")
+
+
 def tree_loss_words(c19, main, own, t):
     """Chapter 23's clause on why a chain schedule loses most just below the
     tree's ridge: its loss against the tree grows with B while the draft's c
     rises, up to the last batch before the tree's check reaches the ridge
     ("" unless the plan's speeds bear that out)."""
-    named = {o.shape: i for i, o in enumerate(c19.options) if o.drafter.name == main.name}
-    tree, chain = named.get(f"tree {t[0]}x{t[1]}, {t[2]}"), named.get(f"k = {own[2]}")
+    tree, chain = tree_and_chain(c19, main, t, own[2])
     cross = ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])
     if tree is None or chain is None or cross != own[1] + 1 or not isinstance(main.cost, tuple):
         return ""
@@ -6855,8 +6860,7 @@ def demo35_chain_loss(**how):
     main, _, _ = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     t, own = c19.measured[1].tree, costs.get("vLLM") if costs else None
-    named = {o.shape: i for i, o in enumerate(c19.options) if main and o.drafter.name == main.name}
-    tree, chain = named.get(f"tree {t[0]}x{t[1]}, {t[2]}"), named.get(f"k = {own[2]}") if own else None
+    tree, chain = tree_and_chain(c19, main, t, own[2]) if own else (None, None)
     end = max((hi for _, hi, o in c19.buckets if o is not None and o.shape.startswith("tree")), default=0)
     if None in (tree, chain) or not end:
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")

@@ -3662,11 +3662,11 @@ def shipped_weight(weight, p, q, x):
 def verify_block_shipped(P, text, drafted, q_rows, rng):
     """vllm-ascend's block path before #7808, with verify_round's contract."""
     p_rows = forward(P, text, drafted)
-    k, weight, uniforms, last = len(drafted), 1.0, 1.0, 0
+    k, weights, uniforms, last = len(drafted), [1.0], 1.0, 0  # weights[i]: the running weight after draft i
     for i, (p, q, x) in enumerate(zip(p_rows, q_rows, drafted), start=1):
-        weight = shipped_weight(weight, p, q, x)
+        weights.append(shipped_weight(weights[-1], p, q, x))
         uniforms *= rng.random()  # cumprod(u)
-        if weight >= uniforms:
+        if weights[i] >= uniforms:
             last = i
     if last == k:
         return list(drafted) + [sample_from(p_rows[k], rng.random())]

@@ -6700,8 +6700,23 @@ def demo33_detail(result, depth=3, width=2):
 
 # -----------------------------------------------------------------------------
 # Chapter 34. Which of the shipped paths' two changes does the harm?
-# Block verification with one step changed at a time, by chapter 15's checks,
-# and why the exact check sees what the fit cannot.
+# Each change made alone, by chapter 15's checks: block verification with the
+# shipped step 5, and with Triton's step 3 (its path with step 5 put back).
+
+
+ONE_CHANGE_BUGS = {  # each of the shipped paths' two changes alone, as chapter 34 checks them
+    "tokenwise_residual": BLOCK_BUGS["tokenwise_residual"],
+    "shared_uniforms": SHIPPED_BUGS["Triton kernel"] + [  # Triton's path with the block's step 5
+        ("verify_block_shipped", "return list(drafted[:last]) + [sample_from(residual(p_rows[last], q_rows[last]),"
+         " rng.random())]", "return list(drafted[:last]) + [sample_from(block_residual(weights[last], p_rows[last],"
+         " q_rows[last]), rng.random())]"),
+        ("shipped_block_outcomes", "row = P[xs[-1]] if i == k else residual(P[contexts[i]], Q[contexts[i]])",
+         "row = P[xs[-1]] if i == k else block_residual(W[i], P[contexts[i]], Q[contexts[i]])")]}
+
+ONE_CHANGE_WORDS = {"tokenwise_residual": "step 5 alone: the next token from the token-wise residual, max(0, p -"
+                                          " q), not max(0, w_i p - q)",
+                    "shared_uniforms": "step 3 alone: Triton's shared uniforms in place of the coins",
+                    "vllm-ascend, Triton": "both, as shipped"}
 
 
 def first_biased_token(tvs):
@@ -6710,21 +6725,17 @@ def first_biased_token(tvs):
     return next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
 
 
-def step3_words(edits, shipped, n=3):
-    """Chapter 34's sentence on which change does the harm: block verification with only step 5 changed
-    (tokenwise_residual, in edits) is off by under a hundredth of the shipped paths' exact TVs of the first n
-    tokens (shipped), so step 3 does it; said only while block verification (edits[0]) is exact."""
-    step5 = next((r for r in edits if r[0] == "tokenwise_residual"), None)
-    if edits[0][5] != "the target" or step5 is None or step5[n] is None or None in shipped or not shipped:
+def harm_words(rows, n=3):
+    """Chapter 34's answer, from its rows (block, step 5 alone, step 3 alone, both): said only while block
+    verification is exact, step 3 alone is off by at least 99% of both, and step 5 alone by under 1%."""
+    block, step5, step3, both = rows
+    if block[5] != "the target" or None in (step5[n], step3[n], both[n]):
         return ""
-    return ("The two shipped paths differ only in the weight step 3 tests, and change step 5 alike. Give either"
-            " path the block's coins in step 3, weight and all, and it becomes tokenwise_residual, wrong only in step"
-            f" 5. Its exact TV of the first {n} tokens is {exact_text(step5[n])}; as shipped, on the same draft, k"
-            " and start, the paths' is"
-            f" {and_list([f'{tv:.4f} ({label[13:]})' for tv, label in zip(shipped, shipped_modules())])} (chapter"
-            f" 15). So fixing step 3 alone leaves {exact_text(step5[n])} of their error: the shipped step 3 causes"
-            " nearly all of it."
-            if ROUNDING <= step5[n] < min(shipped) / 100 else "")
+    if not (step3[n] >= 0.99 * both[n] and ROUNDING <= step5[n] < both[n] / 100):
+        return ""
+    return (f"Over the first {n} tokens, step 3 alone is off by {step3[n]:.4f}, and both changes together by"
+            f" {both[n]:.4f}: the shipped step 3 does nearly all of the harm. Step 5 alone is off by"
+            f" {exact_text(step5[n])}.")
 
 
 def alike_through_token2(rows, ctx=5):
@@ -6760,78 +6771,67 @@ def token2_exact_words(ctx=5):
             else "")
 
 
-def shipped_exact_tvs(k=3, ctx=5, n=3):
-    """Chapter 15's shipped paths' exact TV of their first n tokens after ctx (None where one raises)."""
-    truth, tvs = target_first_tokens(TARGET, ctx, n), []
-    for m in shipped_modules().values():
-        exact = attempt(shipped_parts(MIDDLING, ctx, n, k)(m)[1])
-        tvs.append(None if isinstance(exact, Exception) else tv_distance(exact, truth))
-    return tvs
-
-
 def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
-    """Chapter 34: block verification with one step changed at a time, against
-    the shipped paths' error: which change does the harm, and what each check sees."""
+    """Chapter 34: each of the shipped paths' two changes made alone, beside
+    both: which change does the harm, and what each check sees."""
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
         " chapter 14). Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over the draft's, capped"
         " at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
-        " x_(i-1). Step 2 computes Z_i = the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after"
-        " x_i. In step 3 the block flips a coin of its own at each position i from 1 to k, and heads makes i a cut"
-        " point. Sun et al.'s chances, to take as given: position k's coin lands heads with chance w_k, an earlier"
-        " one's with chance h_i = Z_i / (Z_i + 1 - w_i). In step 4 it keeps x_1..x_i for i the largest cut point, or"
-        " none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, or from p if i = k.")
+        " x_(i-1). Steps 2 and 3 give each position i from 1 to k a coin of its own, heads with a chance Sun et al."
+        " derive from w_i and the rows (chapter 14). Heads makes i a cut point. In step 4 the block keeps x_1..x_i for"
+        " i the largest cut point, or none (i = 0). In step 5 it draws the next token from max(0, w_i p - q),"
+        " normalised, with p and q the rows after x_i, or from p if i = k.")
     print()
-    say("The shipped paths draw u_1..u_k once a round, each uniform between 0 and 1: one per position, and position"
-        " i's test reuses all of u_1..u_i, whereas the block flips a fresh coin at each position. In step 3, position"
-        " i is a cut point if its weight is at least u_1 * ... * u_i; step 4 is unchanged. In PyTorch the weight is"
-        " the product of min(1,"
-        " p/q) over drafts 1 to i, each ratio capped on its own; in Triton it is w_i, the running product capped as it"
-        " goes. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the harm?")
+    say("The shipped paths change steps 3 and 5. In step 3 they draw u_1..u_k once a round, each uniform between 0"
+        " and 1, in place of the coins. Position i is a cut point if its weight is at least u_1 * ... * u_i, so each"
+        " test reuses the uniforms of the tests before it. Triton's weight is w_i; PyTorch's caps each ratio on its"
+        " own (chapter 15). In step 5 both draw from the token-wise residual, max(0, p - q), in place of max(0, w_i"
+        " p - q). Which change does the harm?")
     print()
-    block, step5 = setting_parts(MIDDLING, None, None, ctx, n, k), "tokenwise_residual"
-    edits = exactness_rows([("block", this_module(), MIDDLING, block),
-                            (step5, bugged(step5, BLOCK_BUGS), MIDDLING, block)], k, ctx, n, n_runs)
-    say(f"A one-line edit of block verification makes step 5's change alone. Exact TVs of the first 1 to {n} tokens"
-        f" after '{name(ctx)}', and a fit of {n_runs} runs' first two tokens, on the middling draft at k = {k}:")
+    block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
+    rows = exactness_rows([("block", this_module(), MIDDLING, block),
+                           ("tokenwise_residual", bugged("tokenwise_residual", ONE_CHANGE_BUGS), MIDDLING, block),
+                           ("shared_uniforms", bugged("shared_uniforms", ONE_CHANGE_BUGS), MIDDLING, triton),
+                           ("vllm-ascend, Triton", shipped_modules()["vllm-ascend, Triton"], MIDDLING, triton)],
+                          k, ctx, n, n_runs)
+    say(f"Make each change alone, on Triton's weight, and check each as chapter 15 does: on the middling draft at k ="
+        f" {k}, the exact TV of the first 1 to {n} tokens after '{name(ctx)}', and a fit of {n_runs} runs' first two"
+        " tokens:")
     print()
-    differences({step5: BLOCK_WORDS[step5]})
+    differences(ONE_CHANGE_WORDS)
     print()
-    exactness_table(edits)
-    truth = target_first_tokens(TARGET, ctx, n)
-    step3 = step3_words(edits, shipped_exact_tvs(k, ctx, n), n)
+    exactness_table(rows)
+    answer = harm_words(rows, n)
+    step5 = rows[1]
+    first_bad = first_biased_token(step5[1:1 + n])
+    hidden = first_bad is not None and first_bad > 2 and step5[4] >= P_REJECT
     print()
-    say(rule_verdict(edits), caught_words(edits, "edit")[1], step3)
-    alike = False
-    for label, *tvs, p_fit, verdict, exact, _ in edits[1:]:
-        first_bad = first_biased_token(tvs)
-        if first_bad and first_bad > 1 and p_fit >= P_REJECT:
-            alike |= label == step5 and alike_through_token2(edits, ctx)
-            print()
-            say(f"{label}'s bias starts at token {first_bad}, past the fit's two tokens. A fit of the first"
-                f" {truth.ndim} would need about {about(samples_to_see(exact, truth))} runs to see it; the exact check"
-                " sees it at once.",
-                f"Its fit equals block's ({p_text(p_fit)}): through token 2 the two rules draw alike, and their runs"
-                " share their random numbers. Step 5's two residuals differ only after a cut at some i from 1 to k -"
-                f" 1 with w_i < 1. In these tables, after '{name(ctx)}', wherever w_1 < 1, Z_1 = 0 and so h_1 = 0:"
-                " position 1 is never such a cut (a fact of the tables, not of the rule; --detail works it through)."
-                " And a token 2 that starts a new round is a kept draft or drawn at i = 0, where w_0 = 1 makes the two"
-                " residuals one. So token 3 is the first that can differ."
-                if label == step5 and alike_through_token2(edits, ctx) else "")
-    takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the shipped"
-             " paths' harm. Step 5's token-wise residual alone biases only later tokens: the exact check sees them,"
-             " and a fit of two tokens cannot.",
-             {"step 5 alone is off by under a hundredth of the shipped paths": bool(step3),
-              "step 5 alone is exact through token 2": alike})
-    return edits
+    say(rule_verdict(rows), answer,
+        f"It is exact through token {first_bad - 1} here" + (" (--detail says why)" if alike_through_token2(rows, ctx)
+                                                             else "") +
+        f", so the fit of two tokens cannot see it; the exact check sees it at token {first_bad}."
+        if answer and hidden else "")
+    takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm. Step 5's"
+             " token-wise residual alone biases only later tokens: the exact check sees them, and a fit of two tokens"
+             " cannot.",
+             {"step 3 alone is off by nearly as much as both, step 5 alone by under a hundredth": bool(answer),
+              "step 5 alone is exact through token 2, and passes the fit": hidden})
+    return rows
 
 
 def demo34_detail(edits, k=3, ctx=5, n=3, n_runs=400):
     """Chapter 34 in detail: why tokenwise_residual draws as block does
-    through token 2, and another one-line edit of step 3, cumulative, by the
-    same checks."""
-    say_paragraphs(["Why tokenwise_residual draws as block does through token 2: " + token2_exact_words(ctx)
-                    if alike_through_token2(edits, ctx) else ""])
+    through token 2, how many runs a fit would need to see it, and another
+    one-line edit of step 3, cumulative, by the same checks."""
+    step5, truth = edits[1], target_first_tokens(TARGET, ctx, n)
+    runs = samples_to_see(step5[6], truth) if isinstance(step5[6], np.ndarray) else math.inf
+    say_paragraphs(["Why tokenwise_residual draws as block does through token 2 (with Z_i the sum over tokens y of"
+                    " max(0, w_i p(y) - q(y)), and h_i = Z_i / (Z_i + 1 - w_i) the chance of heads at a position i <"
+                    " k): " + token2_exact_words(ctx)
+                    if alike_through_token2(edits, ctx) else "",
+                    f"A fit of the first {n} tokens would need about {about(runs)} runs to see tokenwise_residual's"
+                    " bias; the exact check sees it at once." if runs < math.inf else ""])
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     rows = [edits[0]] + exactness_rows([("cumulative", bugged("cumulative", BLOCK_BUGS), MIDDLING, block)],
                                        k, ctx, n, n_runs)

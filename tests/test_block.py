@@ -199,6 +199,23 @@ def test_the_shipped_path_by_hand():
     assert sd.verify_block_shipped(P3, [0], [0, 1], rows(Q3, 0, 0), ScriptedRng([0.6, 0.5, 0.5])) == [0, 1, 2]
 
 
+def test_chapter34_step3_alone_is_the_shipped_path_with_the_blocks_residual():
+    # every row p, every q row q; drafts [0, 0]: ratios .5 and .5, so w_1 = .5 and w_2 = .25 (Triton's weight).
+    # Uniforms .3 (.5 >= .3: a cut at 1) then .9 (.27 > .25: none at 2): the last cut is 1, where the shipped path
+    # draws from norm(max(0, p - q)) = [0, 8/9, 1/9, 0] and the block's step 5 from norm(max(0, .5 p - q)) = [0, 1,
+    # 0, 0]; the draw's u = .95 tells the two apart
+    p, q = np.array([0.1, 0.5, 0.3, 0.1]), np.array([0.2, 0.1, 0.25, 0.45])
+    P, q_rows = np.array([p] * 4), [q, q]
+    triton = sd.bugged("Triton kernel", sd.SHIPPED_BUGS)
+    step3 = sd.bugged("shared_uniforms", sd.ONE_CHANGE_BUGS)
+    assert triton.verify_block_shipped(P, [0], [0, 0], q_rows, ScriptedRng([0.3, 0.9, 0.95])) == [0, 2]
+    assert step3.verify_block_shipped(P, [0], [0, 0], q_rows, ScriptedRng([0.3, 0.9, 0.95])) == [0, 1]
+    # and its exact outcomes draw from the same residual: the rows after a cut at 1 are the block's
+    ends = step3.shipped_block_outcomes(P, np.array([q] * 4), 0, 2)
+    after_cut_at_1 = [row for kept, row, _ in ends if kept == [0]]
+    assert after_cut_at_1 and all(np.allclose(row, sd.block_residual(0.5, p, q)) for row in after_cut_at_1)
+
+
 @pytest.mark.parametrize("W", [[0.9, 0.5, 0.4], [0.3, 0.3, 0.2], [1.0, 1.0, 0.1], [0.5, 0.25, 0.0],
                                [0.99, 0.7, 0.6, 0.2], [1.0], [0.0, 0.0]])
 def test_last_passing_against_a_monte_carlo_of_products_of_uniforms(W):

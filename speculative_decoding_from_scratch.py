@@ -796,10 +796,13 @@ ROUNDING = 1e-9  # an exact value below this is zero up to rounding; above it, a
 
 def say(*sentences, clock=False):
     """Print a paragraph wrapped at 78 columns (its numbers and words are decided
-    at run time). clock=True marks every line as holding a wall-clock figure."""
-    lines = textwrap.wrap(" ".join(s for s in sentences if s), 78 - len(CLOCK) * clock, break_on_hyphens=False)
-    if lines:  # nothing to say prints nothing, not a blank line
-        print("\n".join(line + CLOCK * clock for line in lines))
+    at run time). clock=True marks every line, at column 78, as holding a
+    wall-clock figure, and starts each sentence given on a line of its own."""
+    width = 78 - len(CLOCK) * clock
+    lines = ([line for s in sentences if s for line in textwrap.wrap(s, width, break_on_hyphens=False)] if clock
+             else textwrap.wrap(" ".join(s for s in sentences if s), width, break_on_hyphens=False))
+    if lines:  # nothing to say prints nothing, not a blank line; a clocked sentence starts a line of its own
+        print("\n".join(line.ljust(78 - len(CLOCK)) + CLOCK if clock else line for line in lines))
 
 
 def say_paragraphs(paragraphs):
@@ -3364,16 +3367,19 @@ class Priced:
 
 
 def calibrate(W, W_draft, X, k, reps=4):
-    """c and v per repeat, priced as a decoder pays them: a one-column target
-    pass (plain decoding's step), then a round: k one-column draft passes (c is
-    their mean) and one (k+1)-column target pass, each in one-column passes."""
-    c, v = [], []
+    """c, v and the round's first draft pass per repeat, priced as a decoder
+    pays them: a one-column target pass (plain decoding's step), then a round:
+    k one-column draft passes (c is their mean) and one (k+1)-column target
+    pass, each in one-column passes."""
+    c, v, first = [], [], []
     W @ X[:, :1]  # a warm-up pass, as a decoder has always just made one
     for _ in range(reps):
         t1 = clocked(lambda: W @ X[:, :1])[0]
-        c.append(np.mean([clocked(lambda: W_draft @ X[:, :1])[0] for _ in range(k)]) / t1)
+        drafts = [clocked(lambda: W_draft @ X[:, :1])[0] / t1 for _ in range(k)]
+        c.append(np.mean(drafts))
+        first.append(drafts[0])
         v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
-    return np.array(c), np.array(v)
+    return np.array(c), np.array(v), np.array(first)
 
 
 def clock_operands(size):
@@ -3384,9 +3390,9 @@ def clock_operands(size):
 
 def demo13_clock(size=4096):
     """Demo 6 on a real clock: W stands in for the target, a size/8 x size one for the draft."""
-    say("This chapter measures your machine, so its numbers move from run to run. Demo 6",
-        "priced a pass on a roofline model of an accelerator. Here a CPU does the work.",
-        "A verifying pass over k+1 positions multiplies the weights by k+1 columns at once.")
+    say("This chapter measures your machine, so its numbers move from run to run. Each line marked (clock) at its"
+        " right holds a time measured here. Demo 6 priced a pass on a roofline model of an accelerator. Here a CPU"
+        " does the work. A verifying pass over k+1 positions multiplies the weights by k+1 columns at once.")
     W, X = clock_operands(size)
     ks = (4, 16)  # the rounds chapter 13 decodes
     times = demo13_times(W, X, ks)
@@ -3397,65 +3403,83 @@ def demo13_clock(size=4096):
 def demo13_times(W, X, ks):
     """Chapter 13, part one: what a pass over 1, 2 and each round's k+1 positions costs on this machine."""
     print()
-    say(f"On this machine, marked (clock): a float32 {W.shape[0]} x {W.shape[1]} W times X, a column per",
-        f"position, through {blas_name()}. The positions are 1, 2, and k+1 for the rounds of k ="
-        f" {and_list([str(k) for k in ks])} below.")
+    say(f"The product timed is a float32 {W.shape[0]} x {W.shape[1]} W times X, a column per position, through"
+        f" {blas_name()}. The positions are 1, 2, and k+1 for the rounds of k = {and_list([str(k) for k in ks])}"
+        " below.")
     print()
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, *(k + 1 for k in ks))}
     table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
           [(n, t, t / times[1]) for n, t in times.items()], clock=True)
     print()
-    say(f"Two positions cost {times[2] / times[1]:.1f}x one here, where the roofline charges 1.0x. The option"
-        " --detail times two positions three ways to find out why." if times[2] / times[1] > 1.25 else
-        "Two positions cost about what one does here, as on the roofline.", clock=True)
+    say(f"Two positions cost {times[2] / times[1]:.1f}x one here, where the roofline charges 1.0x."
+        if times[2] / times[1] > 1.25 else "Two positions cost about what one does here, as on the roofline.",
+        clock=True)
+    demo13_why(W, X, times[1])
     return times
 
 
 def demo13_why(W, X, t1, n_small=1024):
-    """Chapter 13 in detail: does the multi-column cost stay in cache, and split into 1-column products?"""
+    """Chapter 13: does the cost of a second column stay with W in cache, and
+    go when the two columns are two 1-column products?"""
     two = median_time(lambda: W @ X[:, :2]) / t1
     twice = median_time(lambda: (W @ X[:, :1], W @ X[:, 1:2])) / t1
     small, x = W[:n_small, :n_small].copy(), X[:n_small]  # 4 MiB: stays in cache
     in_cache = median_time(lambda: small @ x[:, :2]) / median_time(lambda: small @ x[:, :1])
-    square = median_time(lambda: small @ small, repeats=1, calls=2)
-    flops, bandwidth = 2 * n_small**3 / square, W.nbytes / t1
-    columns = 2 * flops / bandwidth  # MACs per second / weights streamed per second
-    print("\nTwo positions, each ratio the median of 3 repeats of 3 calls:\n")
+    print()
+    say("Two positions timed three ways, each ratio the median of 3 repeats of 3 calls:")
+    print()
     table([("two positions, as", 42, "<"), ("x one column", 14, ".2f")],
           [("one 2-column product", two), ("two 1-column products", twice),
            (f"one 2-column product, {small.nbytes >> 20} MiB W in cache", in_cache)], clock=True)
     print()
-    say(f"This CPU's arithmetic ({flops / 1e9:.0f} GFLOP/s, a {n_small} x {n_small} square product) could",
-        f"do about {columns:.0f} columns in the time one column takes to stream W ({bandwidth / 1e9:.0f} GB/s).",
-        f"This BLAS charges {two:.1f}x for two.",
-        "With W in cache the extra cost stays, so it is not the memory." if in_cache > 1.5 else
+    if two <= 1.25:
+        say("A second column costs little here, as on the roofline.", clock=True)
+        return two, twice, in_cache
+    say("With W in cache the extra cost stays, so it is not the memory." if in_cache > 1.5 else
         "With W in cache the extra cost mostly goes, so memory traffic is part of it.",
         ("Two 1-column products beat one 2-column product, so it is not the arithmetic"
          + (" either: it is how this BLAS handles a few columns." if in_cache > 1.5 else ".")) if twice < two
         else "Two 1-column products do not beat one 2-column product here.", clock=True)
-    return two, twice, in_cache, columns
+    return two, twice, in_cache
+
+
+def demo13_roofline(W, t1, n_small=1024):
+    """Chapter 13 in detail: how many columns this CPU's arithmetic could do
+    in the time one column takes to stream W, as demo 6's roofline reckons."""
+    small = W[:n_small, :n_small].copy()
+    square = median_time(lambda: small @ small, repeats=1, calls=2)
+    flops, bandwidth = 2 * n_small**3 / square, W.nbytes / t1
+    columns = 2 * flops / bandwidth  # MACs per second / weights streamed per second
+    say(f"This CPU's arithmetic ({flops / 1e9:.0f} GFLOP/s, a {n_small} x {n_small} square product) could do about"
+        f" {columns:.0f} columns in the time one column takes to stream W ({bandwidth / 1e9:.0f} GB/s)." + (
+            " On the roofline, then, a few columns would cost about one." if columns >= 2 else ""), clock=True)
+    return columns
 
 
 def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0.25):
     """Demo 6, part four: predict the speedup from a calibration, then decode."""
     print()
-    say(f"Calibrated before decoding, in units of a one-column target pass: c, a draft pass (a {W_draft.shape[0]} x"
-        f" {W_draft.shape[1]} product); v, the verifying pass over k+1 positions. Each is the median of {reps}"
-        " repeats, with their lowest and highest in brackets. They are timed as a round runs, between draft passes,"
-        " not back to back as in the table above, and can differ from it.")
+    say("Before decoding, the chapter calibrates two costs, in units of a one-column target pass. c is one draft pass,"
+        f" a {W_draft.shape[0]} x {W_draft.shape[1]} product, the mean over a round's k. v is one verifying pass over"
+        f" k+1 positions. Each is the median of {reps} repeats, with their lowest and highest in brackets. They are"
+        " timed as a round runs, between draft passes, not back to back as in the table above, and can differ from"
+        " it.")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
           [(k, np.median(c), f"({c.min():.3f}-{c.max():.3f})", np.median(v), f"({v.min():.2f}-{v.max():.2f})")
-           for k, (c, v) in calib.items()], clock=True)
+           for k, (c, v, _) in calib.items()], clock=True)
+    print()
+    say(*first_pass_words(calib), clock=True)
     good_weight = 0.95
     good = blend(TARGET, UNRELATED, good_weight)
     predicted = {k: predict(calib[k], exact_tokens_per_call(TARGET, good, k), k) for k in ks}
     k_good = max(ks, key=lambda k: predicted[k][0])
     t_token = clocked(lambda: plain_decode(Priced(TARGET, W), [0], n_plain, np.random.default_rng(11)))[0] / n_plain
     rows = []
-    for label, Q, k, n_rounds in (("middling", MIDDLING, LESSON_K, 20), (f"blend {good_weight}", good, k_good, 10)):
+    runs = (("middling", MIDDLING, LESSON_K, 20), (f"blend {good_weight}", good, k_good, 10))
+    for label, Q, k, n_rounds in runs:
         refined, spread = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
         paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
         rng, target, draft = np.random.default_rng(11), Priced(TARGET, W), Priced(Q, W_draft)  # built once, as plain's
@@ -3468,11 +3492,11 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
     say("Then each draft decodes, timed. The paper predicts the speedup as tokens per call / (1 + k c), with the"
         " exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
         " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this"
-        " run got in place of the exact ones. Its error is"
+        f" run got, over {and_list([str(r[3]) for r in runs])} rounds, in place of the exact ones. Its error is"
         f" refined* over the clock, less 1: positive where it promised more than the clock gave. Within"
         f" {tolerance:.0%} counts as a good prediction. The middling draft runs at the lesson's k = {rows[0][1]}.")
-    say(f"Of the calibrated k = {and_list([str(k) for k in ks])}, the refined prediction picks k = {k_good} for the"
-        f" blend {good_weight} draft.", clock=True)
+    say(f"For the blend {good_weight} draft, refined picks k = {k_good} of {and_list([str(k) for k in ks])}.",
+        clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
@@ -3482,10 +3506,26 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
     return rows
 
 
+def first_pass_words(calib):
+    """Why c falls with k, from calibrate's first draft passes, as sentences:
+    said only where c falls and, at every k, a round's first draft pass costs
+    over 1.5 times the rest's mean."""
+    ks = sorted(calib)
+    first = {k: np.median(calib[k][2]) for k in ks}
+    rest = {k: np.median((k * calib[k][0] - calib[k][2]) / (k - 1)) for k in ks if k > 1}
+    if len(rest) < 2 or not all(first[k] > 1.5 * rest[k] for k in rest):
+        return ()
+    if np.median(calib[ks[-1]][0]) >= np.median(calib[ks[0]][0]):
+        return ()
+    return ("A round's first draft pass, after a target pass, costs the most.",
+            f"At k = {ks[-1]} it costs {first[ks[-1]]:.3f}, each pass after it {rest[ks[-1]]:.3f}.",
+            "So c, their mean, is lower where a round has more drafts.")
+
+
 def predict(calibration, tokens, k):
     """(refined speedup from the median c and v, the interquartile range of the
     per-repeat predictions as a fraction of it: how far the calibration wobbles)."""
-    c, v = calibration
+    c, v = calibration[:2]
     q25, q75 = np.percentile([speedup(tokens, k, c_r, v_r) for c_r, v_r in zip(c, v)], [25, 75])
     median = speedup(tokens, k, np.median(c), np.median(v))
     return median, (q75 - q25) / median
@@ -3496,24 +3536,25 @@ def demo13_verdicts(rows, v4, tolerance=0.25, too_noisy=0.5):
     print()
     for label, _, _, _, _, clock, at_run, error, spread in rows:
         judged = (f"too noisy to judge (spread {spread:.0%})" if spread > too_noisy
-                  else f"refined* {'was' if abs(error) <= tolerance else 'was NOT'} within {tolerance:.0%} of the"
-                  " clock")
+                  else f"refined* {'came' if abs(error) <= tolerance else 'did NOT come'} within {tolerance:.0%}")
         say(f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x); {judged}.", clock=True)
     wins = [r[5] > 1 for r in rows]  # (middling, the draft that agrees often): did each beat plain decoding?
-    say(f"Here v is {v4:.2f} at k = 4, where the roofline gives {verify_cost(4, 1, 512):.2f}" + (
-        ": k+1 positions cost about one." if v4 <= 1.25 else
-        ": only the draft that agrees often wins." if wins == [False, True] else
-        ", yet both drafts win." if all(wins) else ", and neither draft wins." if not any(wins) else "."), clock=True)
+    say(f"Here v is {v4:.2f} at k = 4; the roofline gives {verify_cost(4, 1, 512):.2f}.",
+        "So k+1 positions cost about one." if v4 <= 1.25 else
+        "At that price, only the draft that agrees often wins." if wins == [False, True] else
+        "Even so, both drafts win." if all(wins) else "At that price, neither draft wins." if not any(wins) else "",
+        clock=True)
     closer = all(abs(at_run - clock) <= abs(paper - clock) for _, _, paper, _, _, clock, at_run, _, _ in rows)
-    takeaway("price the verifying pass on your own machine before you pick k.",
+    takeaway("price the verifying pass on your machine before picking k.",
              {"v in place of 1 predicts the clock better than the paper's formula": closer}, clock=True)
 
 
 def demo13_detail(size=4096):
-    """Chapter 13 in detail: why this BLAS charges for columns."""
+    """Chapter 13 in detail: what the roofline expects of this CPU."""
+    print()
     W, X = clock_operands(size)
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
-    return demo13_why(W, X, median_time(lambda: W @ X[:, :1], calls=1), n_small=min(1024, size))
+    return demo13_roofline(W, median_time(lambda: W @ X[:, :1], calls=1), n_small=min(1024, size))
 
 
 # -----------------------------------------------------------------------------

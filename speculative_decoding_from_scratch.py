@@ -2374,7 +2374,8 @@ def demo9_verifiers(k=3):
     say("vLLM, an open-source serving engine, has offered several verifier settings. Probabilistic:",
         "the draft samples x from q, and x is accepted with chance min(1, p/q). One-hot: the draft",
         "proposes its argmax; a deterministic draft's q is one-hot, so x is accepted with chance",
-        "p(x). Strict: the draft samples x from q, the target samples its own token, and x is accepted",
+        "p(x); on a rejection, the next token comes from demo 1's residual, here p with x taken out. Strict:"
+        " the draft samples x from q, the target samples its own token, and x is accepted",
         "only if they match (else the target's token is emitted). Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
         "before it decides how many to accept (chapter 14 shows how).")
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
@@ -2399,8 +2400,8 @@ def demo9_verifiers(k=3):
     print()
     say(f"{number_word(len(pairs)).capitalize()} pairs of target p and draft q, at k = {k}. The first"
         f" {number_word(len(drafted))} draw q from a draft table; the last {number_word(len(tempered))} take the"
-        " target's own rows at a temperature T: p^(1/T), renormalised (chapter 21). Column b 1-hot is block over one-hot drafts; most names the setting that accepts most,"
-        " the first named on a tie:")
+        " target's own rows at a temperature T: p^(1/T), renormalised (chapter 21). Column b 1-hot is block over"
+        " one-hot drafts; most names the setting with the most tokens per call, the first named on a tie:")
     print()
     table([("pair", 20, "<"), ("prob", 6, ".3f"), ("1-hot", 6, ".3f"), ("strict", 7, ".3f"),
            ("prob", 6, ".2f"), ("1-hot", 6, ".2f"), ("strict", 7, ".2f"), ("block", 6, ".2f"), ("b 1-hot", 8, ".2f"),
@@ -2417,9 +2418,10 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
-        f" {VOCAB} contexts each)" + (f", all in '{where[0]}'." if len(where) == 1 else ".") + (
-            " Where p(x) <= q(x) at the draft's argmax x, one-hot's chance p(x) = min(p(x), q(x)) is one term of"
-            " probabilistic's acceptance chance, the sum over all tokens y of min(p(y), q(y)) (demo 1), so"
+        f" {VOCAB} contexts each, a context being the token before the draft)"
+        + (f", all in '{where[0]}'." if len(where) == 1 else ".") + (
+            " Probabilistic accepts with chance the sum over all tokens y of min(p(y), q(y)) (demo 1). Where p(x) <="
+            " q(x) at the draft's argmax x, one-hot's chance p(x) = min(p(x), q(x)) is one term of that sum, so"
             " probabilistic accepts at least as often. So one-hot can win only where"
             " p(x) > q(x)." + (
                 f" The condition p(x) > q(x) holds in {liked} of the {VOCAB * len(pairs)}, yet one-hot wins in only"
@@ -3559,13 +3561,10 @@ def demo13_detail(size=4096):
 
 # -----------------------------------------------------------------------------
 # Chapter 14. What does judging the drafts as a block gain?
-# Block verification's stages are chapter 9's; BLOCK_RULE says them in words.
+# Block verification's stages are chapter 9's; BLOCK_RULE and BLOCK_STEPS say them in words.
 
 
-BLOCK_RULE = ("How? A later draft can save an earlier one that token-wise checking would reject: the weight of"
-              " step 1 can climb back after a low ratio, and step 4 keeps x_1 whenever a later position is a cut"
-              " point. Chapter 30 walks this example pair by pair. Sun et al. prove that the steps below keep the"
-              " target's distribution."
+BLOCK_RULE = ("Sun et al. prove that the five steps below keep the target's distribution."
               " Token-wise checking and the block are both lossless verifiers (whose output is the target's) that keep"
               " some drafts, then draw one token. Sun et al. also prove that no verifier of that kind keeps more"
               " drafts on average than the block. The steps:")
@@ -3578,8 +3577,9 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                " residual has, before normalising, if the block ends at i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
                " its last one (step 4). Sun et al.'s chances, to take as given: position k's coin lands heads with"
-               " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). If Z_i = 0, h_i is"
-               " 0, even where the formula reads 0/0 (Z_i = 0 and w_i = 1): step 5 would have nothing to draw from.",
+               " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). The formula gives"
+               " 0 whenever Z_i = 0, except where w_i = 1 too and it reads 0/0. h_i is 0 there as well: step 5 would"
+               " have nothing to draw from.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
@@ -3587,11 +3587,17 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                " cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's residual.")
 
 
+BLOCK_HOW = ("How does the block gain? A later draft can save an earlier one that token-wise checking would reject."
+             " The weight of step 1 can climb back after a low ratio, and step 4 keeps x_1 whenever a later position"
+             " is a cut point. Chapter 30 walks this example pair by pair.")
+
+
 def say_block_rule():
-    """BLOCK_RULE and its steps, numbered, as chapter 14 gives them."""
+    """BLOCK_RULE, its steps, numbered, and how the block gains, as chapter 14 gives them."""
     say(BLOCK_RULE)
     say_items(BLOCK_STEPS, numbered=True)
     print()
+    say(BLOCK_HOW)
 
 
 def demo14_block_gain():
@@ -4643,7 +4649,7 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, 
     max_batch = min(max_batch, fit)  # a batch that does not fit is not run
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
-                           tree_se=tree_se, big_weight=big_weight, roomiest=room.name,
+                           tree_se=tree_se, big_weight=big_weight, roomiest=room.name, fit=fit,
                            n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, n_rounds=n_rounds, tol=tol,
                            buckets=buckets, speeds=speeds, options=options)
 
@@ -4743,9 +4749,9 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
         alone=free_positions(n_ctx),  # demo 6's positions at the ridge: one sequence
         ridge_base=ridge() * w / m, ridge_each=ridge() * kv / m,  # the ridge, in positions: base + each B
         # each planned option's check: how it runs, its positions a sequence, the batch at which it reaches the
-        # ridge (None: never), and the last batch the plan runs it
-        checks=[(o.shape, o.positions, ridge_batch(m, w, kv, positions=o.positions), hi)
-                for _, hi, o in buckets if o is not None],
+        # ridge (None: never), and the first and last batch the plan runs it
+        checks=[(o.shape, o.positions, ridge_batch(m, w, kv, positions=o.positions), lo, hi)
+                for lo, hi, o in buckets if o is not None],
         first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
         chain=chain, chain_speed=speeds[0, options.index(chain)] if chain is not None else None,
         longest_speed=speeds[0, options.index(longest)] if longest is not None else None)
@@ -4878,7 +4884,8 @@ def short_proposals(runs, k):
     few, none = np.mean([0 < d < k for d in drafts]), np.mean([d == 0 for d in drafts])
     share = lambda x: f"{x:.0%}" if x >= 0.005 else "under 1%"  # noqa: E731
     return (f"Prompt lookup proposes fewer than {k} drafts when its match ends near the text's end, and none when"
-            " nothing matches. A round is priced by the drafts it proposed: always on proposed none in"
+            " nothing matches. A round that proposed j drafts costs a pass of j + 1 positions per sequence; one that"
+            " proposed none costs a plain pass. Always on proposed none in"
             f" {share(none)} of its rounds, and 1 to {k - 1} in {share(few)}." if few + none > 0 else "")
 
 
@@ -4928,8 +4935,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                              " reaches the ridge. So a check"
                              " costs what"
                              " a plain step does, and a switch would have nothing to save.", why=False)
-    say(note, "Instead, the table prices each round on demo 6's roofline as if the context were"
-        f" {BATCH_CONTEXT} tokens, where a large batch crosses the ridge." if note else
+    say(note, "Instead, the table takes each round's drafts and accepted tokens from the character model, and prices"
+        f" each pass as demo 6's Llama-2-7B-shaped decoder running B sequences of {BATCH_CONTEXT} tokens of context"
+        " each, where a large batch crosses the ridge." if note else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")
     print()
@@ -5526,9 +5534,10 @@ def demo23_engines(**how):
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
     t = c19.measured[1].tree
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
-        f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. For"
-        " each range of batch sizes B, the numbers of sequences a server decodes at once, its plan says which drafter"
-        " runs, as a chain of k",
+        f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
+        " batch size, is the number of sequences a server decodes at once; the plan runs to B ="
+        f" {c19.max_batch}" + (", the most that fit in the H100's memory (chapter 25)" if c19.max_batch == c19.fit
+                               else "") + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
         f" {t[2]} positions with the text's last token. Chapter 19 prices the plan, with small's draft passes far"
@@ -5547,9 +5556,9 @@ def demo23_engines(**how):
             " The configs name EAGLE, a draft head trained on the target; here"
             f" {main.name} plays that head. Big, a separate model, would need another method name."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
-        "vLLM's rows are [first B, last B, k]. SGLang's draft tokens count the token before the drafts: k + 1, or"
-        f" for the tree its {t[2] - 1} drafts + 1."
-        " TensorRT-LLM's keys are each range's last B.",
+        "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
+        f" drafts: k + 1, or for the tree its {t[2] - 1} drafts + 1."
+        " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol))
@@ -5585,10 +5594,11 @@ def demo23_engines(**how):
                      + (f"draft {k}." if isinstance(k, int) else f"run its tree {k[5:]}" + (
                          (f", far past B = {cross}, where the tree's check reaches the ridge. Demo 6's"
                           f" {free_positions(c19.n_ctx)} positions at {t[2]} a sequence would put the ridge at B ="
-                          f" {free_positions(c19.n_ctx) / t[2]:.1f} if the bytes read stayed one sequence's. Each"
-                          " sequence's KV cache, the keys and values of its tokens, adds bytes to read, so the pass"
-                          " stays memory-bound for more sequences, which moves"
-                          f" it to B = {cross} (chapter 25)." if said else
+                          f" {free_positions(c19.n_ctx) / t[2]:.1f} if the bytes read stayed one sequence's. But a"
+                          f" pass of B sequences reads {token_traffic(c19.n_ctx)[1] / 1e9:.2f} +"
+                          f" {token_traffic(c19.n_ctx)[2] / 1e9:.2f} B GB, each sequence adding its KV cache, the"
+                          " keys and values of its tokens. So the pass stays memory-bound for more sequences, up to"
+                          f" B = {cross} (chapter 25 works it out)." if said else
                           f". The tree's check reaches the ridge at B = {cross}, "
                           + "{}: {} (chapter 25).".format(*ridge_later_words(c19.n_ctx, t[2])) +
                           f" Past B = {cross}, every position the tree checks costs time.")
@@ -5814,7 +5824,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     batch at which it reaches the ridge (None: never), the positions the pass
     then scores, and the last batch the plan runs it. Returns the checks the
     takeaway rests on."""
-    rows = [(how, n, b, None if b is None else b * n, hi) for how, n, b, hi in s.checks]
+    rows = [(how, n, b, None if b is None else b * n, hi, lo) for how, n, b, lo, hi in s.checks]
     crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
     checks = {"the plan shortens its check as B grows": s.falls,
               "a planned check crosses the ridge within the plan": bool(crossed),
@@ -5839,16 +5849,19 @@ def demo25_crossings(s, buckets, max_batch, tol):
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
         " planned option: the batch at which its check reaches the ridge, the positions the whole pass scores then, and"
         " the"
-        " last batch the plan runs it" + "".join(
-            f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep,"
-            f" {n - 1} drafts checked as"
-            f" {n} positions per sequence" for how, n, *_ in rows[:1] if how.startswith("tree")
-            for a, b in [map(int, how.split()[1].rstrip(",").split("x"))]) + ":")
+        " batches the plan runs it for" + "".join(
+            f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep. That is"
+            f" {' + '.join(str(a**j) for j in range(1, b + 1))} = {n - 1} drafts, checked as {n - 1} + 1 = {n}"
+            " positions per sequence, as a chain of k drafts is checked as k + 1"
+            for how, n, *_ in rows[:1] if how.startswith("tree")
+            for a, b in [map(int, how.split()[1].rstrip(",").split("x"))]
+            if sum(a**j for j in range(1, b + 1)) == n - 1)
+        + ":")
     print()
     table([("runs as", 14, "<"), ("positions\nper sequence", 14, "d"), ("crosses\nat B", 9, ">"),
-           ("positions\nin the pass", 13, ">"), ("planned\nto B", 9, ",d")],
-          [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", hi)
-           for how, n, b, at, hi in rows])
+           ("positions\nin the pass", 13, ">"), ("planned\nfor B", 11, ">")],
+          [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", f"{lo:,}-{hi:,}")
+           for how, n, b, at, hi, lo in rows])
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     if gives_way:
         print()
@@ -5869,7 +5882,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
             f" {max(r[4] - r[2] for r in crossed)} batch sizes." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
-              for how, _, b, _, _ in beyond])
+              for how, _, b, *_ in beyond])
     return {**checks, "each check crosses inside its range, and holds past it": after,
             "every planned check scores more positions than a sequence adds to the ridge":
             all(r[1] > each for r in rows)}
@@ -6496,11 +6509,12 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
         if change["a b"] > 0 else "",
         f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
         " always 'b'. And as h_1 = 0 after 'a', it never keeps a lone 'a'. So the"
-        " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a', with"
-        " chance"
+        " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a' (a pair"
+        " that starts with 'b' has w_1 = 1 and h_1 = 1, so its 'b' is always kept), with chance"
         f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
         " which is p(a)."
         if change["a a"] < 0 and change["a b"] > 0 and aa[3] == ab[3] == 0
+        and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b"))
         and abs(first_a - P2[0, 0]) < ROUNDING and abs(
             sum(r[1] * k for r, k in zip((aa, ab), kept)) - first_a) < ROUNDING and residual(P2[0], Q2[0])[0] == 0
         else "",
@@ -6521,11 +6535,12 @@ def demo30_pairs():
         " min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 = min(1, p(x_1)"
         " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, and heads makes it a cut"
         " point; the coins are independent. The block keeps drafts 1 to j, for j the furthest cut point, or none if"
-        " there is none. So it keeps both with chance w_2 and only the first with chance (1 - w_2) h_1. Sun et al.'s"
-        " chances, to take as given: the last position's coin lands heads with chance w_2. Position 1's lands heads"
-        " with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1 is the sum over tokens y of max(0, w_1 p(y) - q(y))."
-        " After a cut at 2 the block draws a bonus token from p; after a cut at 1, from max(0, w_1 p - q) / Z_1; after"
-        " none, from max(0, p - q), normalised. So if Z_1 = 0 there is nothing to draw after a cut at 1, and h_1 is 0.")
+        " there is none. Sun et al.'s chances, to take as given: the last position's coin lands heads with chance"
+        " w_2. Position 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1 is the sum over tokens y"
+        " of max(0, w_1 p(y) - q(y)). So the block keeps both drafts with chance w_2, and only the first with chance"
+        " (1 - w_2) h_1. After a cut at 2 the block draws a bonus token from p; after a cut at 1, from max(0, w_1 p -"
+        " q) / Z_1; after none, from max(0, p - q), normalised. So if Z_1 = 0 there is nothing to draw after a cut at"
+        " 1, and h_1 is 0.")
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance:")

@@ -257,11 +257,11 @@ def test_chapter9s_one_hot_wins_are_counted_with_the_one_hot_table_and_every_win
     assert counts == [0, 0, 0, 0, 3]  # all three wins are in the last pair, and the chapter says so
     liked = [n for _, _, n, _ in result.reasons]
     assert sum(liked) == 19 > sum(counts)  # the condition is needed, not enough: it holds where one-hot still loses
-    assert ("in 3 of the 30 cases (5 pairs, 6 contexts each), all in 'p at T=0.3, q at T=3'. Where p(x) <= q(x) at the"
-            " draft's argmax x, one-hot's chance p(x) = min(p(x), q(x)) is one term of probabilistic's acceptance"
-            " chance, the sum over all tokens y of min(p(y), q(y)) (demo 1), so probabilistic accepts at least as"
-            " often. So one-hot can win only where p(x) > q(x). The condition p(x) > q(x) holds in 19 of the 30, yet"
-            " one-hot wins in only 3: it is needed, not enough."
+    assert ("in 3 of the 30 cases (5 pairs, 6 contexts each, a context being the token before the draft), all in 'p at"
+            " T=0.3, q at T=3'. Probabilistic accepts with chance the sum over all tokens y of min(p(y), q(y)) (demo"
+            " 1). Where p(x) <= q(x) at the draft's argmax x, one-hot's chance p(x) = min(p(x), q(x)) is one term of"
+            " that sum, so probabilistic accepts at least as often. So one-hot can win only where p(x) > q(x). The"
+            " condition p(x) > q(x) holds in 19 of the 30, yet one-hot wins in only 3: it is needed, not enough."
             in " ".join(section(in_process[1], "9").split()))
     # the reason, by hand: where q(x) >= p(x) at the argmax x, min(p, q) at x alone is p(x), what one-hot keeps
     for P, Q in pairs:

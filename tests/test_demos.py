@@ -1216,9 +1216,10 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie. Weighed by each pair's chance under q, the block gains 2/9 on 'a' then"
             " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
-    assert ("How? A later draft can save an earlier one that token-wise checking would reject: the weight of step 1 can"
-            " climb back after a low ratio, and step 4 keeps x_1 whenever a later position is a cut point. Chapter 30"
-            " walks this example pair by pair.") in flat(text)
+    assert ("from demo 1's residual. How does the block gain? A later draft can save an earlier one that token-wise"
+            " checking would reject. The weight of step 1 can climb back after a low ratio, and step 4 keeps x_1"
+            " whenever a later position is a cut point. Chapter 30 walks this example pair by pair. Takeaway:") in flat(
+                text)  # after the steps it names (read 1247)
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
     assert ("on Sun et al.'s example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"
@@ -1252,7 +1253,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert ("If the block"
             " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. And as h_1 = 0 after"
             " 'a', it never keeps a lone 'a'. So the output stays exact: the block's"
-            " first token is 'a' only when it keeps a pair that starts with 'a', with chance (4/9)(1/4) + (2/9)(1) ="
+            " first token is 'a' only when it keeps a pair that starts with 'a' (a pair that starts with 'b' has w_1 ="
+            " 1 and h_1 = 1, so its 'b' is always kept), with chance (4/9)(1/4) + (2/9)(1) ="
             " 1/3, which is p(a). Takeaway: the block gains where a later draft makes up for an earlier one's low ratio,"
             " and gives some back where none does: 1/9 of a draft a round in all, here.") in flat(text30)
     assert "The block gains when" not in detail and "loses" not in flat(text30)
@@ -1311,12 +1313,13 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
             " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
         text)
-    assert ("Sun et al. prove that the steps below keep the target's distribution. Token-wise checking and the block"
-            " are both lossless verifiers (whose output is the target's) that keep some drafts, then draw one token."
-            " Sun et al. also prove that no verifier of that kind keeps more drafts on average than the block. The"
-            " steps: 1.") in flat(text)
-    # the example and its gain come first, then the steps that make it
-    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How? A later") < text.index("The steps:")
+    assert ("Sun et al. prove that the five steps below keep the target's distribution. Token-wise checking and the"
+            " block are both lossless verifiers (whose output is the target's) that keep some drafts, then draw one"
+            " token. Sun et al. also prove that no verifier of that kind keeps more drafts on average than the block."
+            " The steps: 1.") in flat(text)
+    # the example and its gain come first, then the steps that make it, then how they gain (read 1247)
+    assert text.index("It keeps 1/9 of a draft a round more") < text.index("The steps:") < text.index(
+        "How does the block gain?")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01

@@ -460,9 +460,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert crossings[0] * 9 > 295 and crossings[1] * 8 > 295
     # the table of crossings, each row by hand: the scan's crossing, its positions then, and the plan's last B
     for k, b in zip((8, 7), crossings[:2]):
-        assert f"k = {k} {k + 1} {b} {b * (k + 1):,} {ends[k]}" in text25
+        assert f"k = {k} {k + 1} {b} {b * (k + 1):,} " in text25 and f"-{ends[k]:,}" in text25
     k6 = next(b for b in range(1, 400) if sd.bound_text(sd.LLAMA2_7B, 512, 6, b, b, sd.H100) == "compute")
-    assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {fit}" in text25
+    assert k6 > fit and f"k = 6 7 {k6} {k6 * 7:,} {ends[7] + 1}-{fit}" in text25
     assert f"The check of k = 6 would cross at B = {k6}, past the {fit} sequences that fit in the H100's 80 GB." \
         in text25
     # a pass of B sequences is at the ridge when B positions-per-sequence m = ridge (w + B kv): at ridge w / m + B
@@ -537,7 +537,10 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert after.shape == "k = 8" and level == planned + 1 and past < level
     assert "Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads." in text \
         and 15 * past > 295
-    assert f"tree 2x3, 15 15 {past} {15 * past:,} {planned}" in text and planned > past
+    assert f"tree 2x3, 15 15 {past} {15 * past:,} 1-{planned}" in text and planned > past
+    # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
+    assert "1-34 k = 8 9 93 837 35-95 k = 7 8 137 1,096 96-146 k = 6 7 258 1,806 147-241" in text
+    assert "That is 2 + 4 + 8 = 14 drafts, checked as 14 + 1 = 15 positions per sequence" in text
     assert ("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it falls"
             " more than 0.5% below the best, so as not to switch for less. So each check that crosses holds past its"
             " crossing, here by 2 to 9 batch sizes.") in text
@@ -597,9 +600,14 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert cross < costs["SGLang"][1] and (f"where its keys make small run its tree 2x3, far past B = {cross}, where"
                                            " the tree's check reaches the ridge. Demo 6's 295 positions at 15 a sequence"
                                            " would put the ridge at B = 19.7 if the bytes read stayed one sequence's."
-                                           " Each sequence's KV cache, the keys and values of its tokens, adds bytes to"
-                                           " read, so the pass stays memory-bound for more sequences, which moves it to"
-                                           f" B = {cross} (chapter 25).") in flat_text
+                                           " But a pass of B sequences reads 13.21 + 0.27 B GB, each sequence adding"
+                                           " its KV cache, the keys and values of its tokens. So the pass stays"
+                                           f" memory-bound for more sequences, up to B = {cross} (chapter 25 works it"
+                                           " out).") in flat_text
+    # where B ends, and why (read 1248 asked what runs above 241)
+    last = max(hi for _, hi, _ in c19.buckets)
+    assert f"the plan runs to B = {last}, the most that fit in the H100's memory (chapter 25)." in flat_text
+    assert last == c19.c19.fit == 241  # chapter 25's fit, at 512 tokens
     assert "Chapter 35 says why that loss peaks at B = 31. SGLang" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
@@ -620,7 +628,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
         " model, would need another method name.") in flat_text \
         and '"method": "eagle"' in flat_text
     # TensorRT-LLM's keys, by hand from the plan's ranges: each one's last B
-    assert "TensorRT-LLM's keys are each range's last B." in flat_text and sorted(
+    assert "TensorRT-LLM's draft_len_schedule keys are each range's last B." in flat_text and sorted(
         int(b) for b in json.loads(flat_text.split("draft_len_schedule: ")[1].split("}")[0] + "}")) == [
             hi for _, hi, o in c19.buckets if o.shape.startswith("k =")]
     # at the B where vLLM loses most, its k is small's best chain by the plan's own prices, so the loss is the tree's
@@ -826,8 +834,9 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert lengths[0] == min(lengths) and fits[0] == max(fits) and 100 < intensity < sd.ridge()
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
-        assert (("a switch would have nothing to save. Instead, the table prices each round on demo 6's roofline as if"
-                 " the context were 16 tokens, where a large batch crosses the ridge." in text)
+        assert (("a switch would have nothing to save. Instead, the table takes each round's drafts and accepted tokens"
+                 " from the character model, and prices each pass as demo 6's Llama-2-7B-shaped decoder running B"
+                 " sequences of 16 tokens of context each, where a large batch crosses the ridge." in text)
                 == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
@@ -860,8 +869,9 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
             " pass stays memory-bound. A batch reads the weights once for all its sequences, so its MACs per byte grow"
             " with its size. But at that length each sequence's KV cache, the keys and values of its tokens, adds so"
             " many bytes that no batch that fits reaches the ridge. So a check costs what a plain step does, and a"
-            " switch would have nothing to save. Instead, the table prices each round on demo 6's roofline as if the"
-            " context were 16 tokens") in text  # reason first
+            " switch would have nothing to save. Instead, the table takes each round's drafts and accepted tokens from"
+            " the character model, and prices each pass as demo 6's Llama-2-7B-shaped decoder running B sequences of"
+            " 16 tokens of context each") in text  # reason first
 
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
@@ -874,7 +884,8 @@ def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
     drafts = [d for s in (0, 1, 2) for d, _ in sd.phase_run(P, prompt, 360, 5, s)]
     short, none = np.mean([d < 5 for d in drafts]), np.mean([d == 0 for d in drafts])
     assert 0 < none <= short < 1
-    assert (f"A round is priced by the drafts it proposed: always on proposed none in {none:.0%} of its rounds, and 1"
+    assert (f"A round that proposed j drafts costs a pass of j + 1 positions per sequence; one that proposed none costs"
+            f" a plain pass. Always on proposed none in {none:.0%} of its rounds, and 1"
             f" to 4 in {short - none:.0%}." if short - none >= 0.005 else "and 1 to 4 in under 1%") in text
     assert f"after its {len(prompt)}-character paragraph prompt: at each character, with probability lam it copies" in text
 

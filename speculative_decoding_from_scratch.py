@@ -5429,10 +5429,13 @@ def engine_configs(buckets, priced=None):
     if lost:
         lines.append(f"         (one draft model: {main.name} alone, on its own plan, is at most"
                      f" {lost[0]:.1%} slower than the full plan, at B = {lost[1]:,})")
+    costs = engine_costs(buckets, priced) if priced else {}
+    sg_tree = tree and (not costs or isinstance(costs["SGLang"][2], str))  # SGLang runs the tree: its best choice
     if tree:
-        topk, steps, n, _ = main.tree
         lines.append("         (vLLM's schedule is of chain lengths: where the plan runs the tree, these rows run"
                      f" {main.name}'s best chains)")
+    if sg_tree:
+        topk, steps, n, _ = main.tree
         sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
     else:
         steps = k_top
@@ -5441,17 +5444,21 @@ def engine_configs(buckets, priced=None):
     if algorithm == "NGRAM":  # its drafter takes its own --speculative-ngram-* settings, not the EAGLE flags
         sg = "(its n-gram drafter takes its own --speculative-ngram-* settings; no flag there is k)"
     lines += [f"SGLang:  --speculative-algorithm {algorithm} {sg}"]
-    if tree and algorithm != "NGRAM":
+    if sg_tree and algorithm != "NGRAM":
         lines.append("         (these flags fix the tree at every batch size)")
     elif len({k for _, _, k in ks}) > 1 and algorithm != "NGRAM" and not algorithm.startswith("EAGLE"):
         lines.append("         (these flags fix one k at every batch size; its adaptive mode, which moves the steps,"
                      " runs only for EAGLE drafts, trained draft heads)")
-    if not tree and algorithm.startswith("EAGLE"):
+    if not sg_tree and algorithm.startswith("EAGLE"):
         slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
                   "         " + json.dumps(slots),
                   "         (its slots key the smallest batch of each range; it moves among the steps by an"
                   " average of accepted drafts, so a slot of one step pins it)"]
+        if tree and costs:
+            worse, at = tree_shortfall(buckets, priced)
+            lines.append(f"         (adaptive mode runs chains only, at topk 1; flags for {main.name}'s tree would fix"
+                         f" it at every batch size, {worse:.1%} slower than the full plan at B = {at:,})")
     trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
            "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
     _, items, start = trt_schedule(ks)
@@ -5478,6 +5485,18 @@ def trt_schedule(ks):
     return k_top, items, next((i for i, (_, k) in enumerate(items) if k == k_top), 0)
 
 
+def tree_shortfall(buckets, priced):
+    """How far the drafter an engine serves falls below the full plan at worst
+    if it runs its tree at every batch size, as SGLang's flags fix it: (the
+    share, at which B), or None where its own plan has no tree."""
+    speeds, options, _ = priced
+    _, own, _ = one_drafter_plan(buckets, priced)
+    tree = next((options.index(o) for _, _, o in own if o is not None and o.shape.startswith("tree")), None)
+    if tree is None:
+        return None
+    return shortfall(speeds[:, tree], plan_best([o for _, _, o in buckets if o is not None], speeds, options))
+
+
 def engine_costs(buckets, priced):
     """What each engine's config costs against the full plan: {engine: (the
     largest shortfall, at which B, what it drafts there: k, or the tree's
@@ -5501,11 +5520,15 @@ def engine_costs(buckets, priced):
         trt[lo:hi] = k_top if j == 0 else k
         lo = hi
     tree = next((options.index(o) for _, _, o in own if o is not None and o.shape.startswith("tree")), None)
-    eagle = sglang_algorithm(main.method).startswith("EAGLE")  # its adaptive slots say the plan
-    drafts = {"vLLM": plan_k, "SGLang": None if tree is not None else plan_k if eagle else np.full(len(best), k_top),
+    eagle = sglang_algorithm(main.method).startswith("EAGLE")  # its adaptive slots say the plan's chains
+    running = lambda row: np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)])  # noqa: E731
+    # SGLang runs a tree only through flags that fix it at every B (adaptive mode needs topk 1), so it takes the tree
+    # only where that loses less at worst than the drafter's chains in adaptive slots
+    sg_tree = tree is not None and (not eagle or tree_shortfall(buckets, priced)[0] < shortfall(running(plan_k),
+                                                                                                 best)[0])
+    drafts = {"vLLM": plan_k, "SGLang": None if sg_tree else plan_k if eagle else np.full(len(best), k_top),
               "TRT-LLM": trt}  # the draft lengths each runs at every B; None: SGLang's fixed tree
-    got = {e: speeds[:, tree] if row is None else
-           np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)]) for e, row in drafts.items()}
+    got = {e: speeds[:, tree] if row is None else running(row) for e, row in drafts.items()}
     worst = {e: shortfall(got[e], best) for e in drafts}
     return {e: (*worst[e], options[tree].shape.split(",")[0] if drafts[e] is None else int(drafts[e][worst[e][1] - 1]))
             for e in worst}
@@ -5533,6 +5556,8 @@ def demo23_engines(**how):
     c19 = chapter19_plan(**how)
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
     t = c19.measured[1].tree
+    costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once; the plan runs to B ="
@@ -5557,12 +5582,11 @@ def demo23_engines(**how):
             f" {main.name} plays that head. Big, a separate model, would need another method name."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
-        f" drafts: k + 1, or for the tree its {t[2] - 1} drafts + 1."
+        " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol))
-    costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     if costs:
         print()
         say("What each config gives up against the plan, running the draft lengths its keys say. Its worst loss is 1"
@@ -5573,14 +5597,14 @@ def demo23_engines(**how):
                ("runs there", 12, ">")],
               [(e, *c) for e, c in costs.items()])
         own = dict(costs).pop("vLLM")
-        alike = [e for e, c in costs.items() if e == "vLLM" or (e != "SGLang" and c == own)]  # chains only, as vLLM
+        alike = [e for e, c in costs.items() if e == "vLLM" or c == own and not isinstance(c[2], str)]  # chains
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
         tree_planned = any(o is not None and o.shape.startswith("tree") for _, _, o in c19.buckets)
         said = tree_loss_words(c19, main, own, t) if tree_planned else ""  # why the loss peaks below the ridge
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
-            f"{' and '.join(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
+            f"{and_list(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
             f" {own[1]:,}, where the plan runs the tree, {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}"
             + (f", {main.name}'s best chain there; the plan tries none longer than {c19.k_max}. They are"
                f" {own[0]:.1%} slower: all of that loss comes from not running the tree."
@@ -5608,7 +5632,7 @@ def demo23_engines(**how):
     worst = max(c[0] for c in costs.values()) if costs else None
     takeaway("an engine runs one drafter on the schedule its keys can say" +
              (f"; here that gives up at most {worst:.1%} of the plan"
-              f" ({' and '.join(e for e, c in costs.items() if c[0] > worst - 1e-9)})." if costs else "."),
+              f" ({and_list([e for e, c in costs.items() if c[0] > worst - 1e-9])})." if costs else "."),
              {"each engine's config is written": [line[:8] for line in lines if line[:1] != " "] ==
               ["vLLM:   ", "SGLang: ", "TRT-LLM:"]})
     return SimpleNamespace(main=main, lost=lost, costs=costs)

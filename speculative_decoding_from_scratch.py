@@ -3297,10 +3297,11 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     print()
     say(f"A flip needs a near tie, so a second layer is built to tie: its rows come in pairs, each a copy of the"
         " other with every entry off by"
-        f" about {gap:.0e} of itself, so each pair's logits nearly tie. Greedy text,".replace("e-0", "e-"),
-        f"{n_tokens} tokens from {n_prompts} prompts. The draft is the target itself, a position at a time, so any"
-        " difference is arithmetic. Where texts differ, the median token at which they part, and the top-two margin"
-        " there:")
+        f" about {gap:.0e} of itself, so each pair's logits nearly tie.".replace("e-0", "e-"),
+        f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation,"
+        " and the two texts are compared. The draft is the target itself, scoring a position at a time, so any"
+        " difference comes from the verifying pass's arithmetic. Where the texts differ, the median token at which"
+        " they part, and the top-two margin there:")
     print()
     table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
            ("margin there", 14, ".1e")], rows, clock=True)
@@ -3429,11 +3430,12 @@ def demo13_why(W, X, t1, n_small=1024):
     small, x = W[:n_small, :n_small].copy(), X[:n_small]  # 4 MiB: stays in cache
     in_cache = median_time(lambda: small @ x[:, :2]) / median_time(lambda: small @ x[:, :1])
     print()
-    say("Two positions timed three ways, each ratio the median of 3 repeats of 3 calls:")
+    say("Two positions timed three ways, each against one column of the same W, the median of 3 repeats of 3 calls."
+        f" The last row's W is the top {n_small} x {n_small} corner, {small.nbytes >> 20} MiB, which stays in cache:")
     print()
     table([("two positions, as", 42, "<"), ("x one column", 14, ".2f")],
           [("one 2-column product", two), ("two 1-column products", twice),
-           (f"one 2-column product, {small.nbytes >> 20} MiB W in cache", in_cache)], clock=True)
+           (f"one 2-column product, the {small.nbytes >> 20} MiB W", in_cache)], clock=True)
     print()
     if two <= 1.25:
         say("A second column costs little here, as on the roofline.", clock=True)
@@ -3491,14 +3493,15 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4, tolerance=0
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)[0]
         rows.append((label, k, paper, refined, per_call, clock, at_run, at_run / clock - 1, spread))
     print()
-    say("Then each draft decodes, timed. The paper predicts the speedup as tokens per call / (1 + k c), with the"
-        " exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
-        " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this"
-        f" run got, over {and_list([str(r[3]) for r in runs])} rounds, in place of the exact ones. Its error is"
-        f" refined* over the clock, less 1: positive where it promised more than the clock gave. Within"
-        f" {tolerance:.0%} counts as a good prediction. The middling draft runs at the lesson's k = {rows[0][1]}.")
-    say(f"For the blend {good_weight} draft, refined picks k = {k_good} of {and_list([str(k) for k in ks])}.",
-        clock=True)
+    say(f"Then each draft decodes on the clock: the middling draft {runs[0][3]} rounds at the lesson's k ="
+        f" {runs[0][2]}, the blend {good_weight} draft {runs[1][3]}. The tables give the tokens, and each pass pays for"
+        f" its product: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
+        f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
+        " the exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
+        " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
+        " got in place of the exact ones. Its error is refined* over the clock, less 1: positive where it promised"
+        f" more than the clock gave. Within {tolerance:.0%} counts as a good prediction.")
+    say(f"The blend {good_weight} draft runs at k = {k_good}, where refined predicts most.", clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
@@ -4282,10 +4285,10 @@ def demo18_lossy(k=3, ctx=5, n=3):
             ("block", "lossless: block verification judges the k drafts together (chapter 14). On average it"
                       " keeps at least as many drafts as the paper's rule and stays exact (chapter 14 shows how)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
-                        " ahead). The draft samples x from q as usual; the rule keeps x"
-                        " if p(x) > min(eps, s e^-H), where H = -sum p ln p, the entropy of p, is large when p is"
-                        " spread. It never reads q. After a rejection: p's argmax; the bonus token: from p. Setting:"
-                        " eps, s (posterior_threshold, posterior_alpha; vLLM's defaults:"
+                        " ahead). The draft samples x from q as usual; the rule keeps x if p(x) > min(eps, s e^-H),"
+                        " where H = -sum p ln p, the entropy of p, is large when p is spread: a spread p lowers the"
+                        " bar, and larger eps and s raise it. It never reads q. After a rejection: p's argmax; the"
+                        " bonus token: from p. Setting: eps, s (posterior_threshold, posterior_alpha; vLLM's defaults:"
                         f" {setting_text(TYPICAL_SHIPPED)})."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
                        " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
@@ -5093,7 +5096,8 @@ def table3_words(rows):
             " 12. The two findings do not conflict. A draft whose likeliest token always matches the target's has alpha"
             " = 1 at T = 0,"
             " so heating it can only lower alpha."
-            + (" These two start lower, and heating to T = 1 raised theirs." if rose == len(ends)
+            + (" These two start well below 1 at T = 0, at " + and_list([f"{a[0]:.2f}" for a in ends]) + ", so heating"
+               " has room to raise alpha, and to T = 1 it did." if rose == len(ends) and all(a[0] < 0.9 for a in ends)
                and all(a[0] < 1 for a in ends) else ""))
 
 
@@ -5901,7 +5905,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"
-            f" falls more than {tol:.1%} below the best, so as not to switch for less. So each check that crosses"
+            f" falls more than {tol:.1%} below the best option's speedup at that B, so as not to switch for less. So"
+            " each check that crosses"
             f" holds past its crossing, here by {min(r[4] - r[2] for r in crossed)} to"
             f" {max(r[4] - r[2] for r in crossed)} batch sizes." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
@@ -6813,8 +6818,11 @@ def harm_words(rows, n=3):
         return ""
     if not (step3[n] >= 0.99 * both[n] and ROUNDING <= step5[n] < both[n] / 100):
         return ""
+    more = both[n] - step3[n]
+    together = (f"{exact_text(more)} more" if more >= ROUNDING else f"{exact_text(-more)} less" if -more >= ROUNDING
+                else "as much")
     return (f"Over the first {n} tokens, step 3 alone is off by {step3[n]:.4f}, and both changes together by"
-            f" {both[n]:.4f}: the shipped step 3 does nearly all of the harm. Step 5 alone is off by"
+            f" {together}: the shipped step 3 does nearly all of the harm. Step 5 alone is off by"
             f" {exact_text(step5[n])}.")
 
 
@@ -6858,8 +6866,9 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
         " chapter 14). Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over the draft's, capped"
         " at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
-        " x_(i-1). Steps 2 and 3 give each position i from 1 to k a coin of its own, heads with a chance Sun et al."
-        " derive from w_i and the rows (chapter 14). Heads makes i a cut point. In step 4 the block keeps x_1..x_i for"
+        " x_(i-1). Step 2 computes, for each position i from 1 to k, a chance from w_i and the rows (Sun et al.'s"
+        " formula; chapter 14). Step 3 flips a coin of its own at each position, heads with that chance, and heads"
+        " makes i a cut point. In step 4 the block keeps x_1..x_i for"
         " i the largest cut point, or none (i = 0). In step 5 it draws the next token from max(0, w_i p - q),"
         " normalised, with p and q the rows after x_i, or from p if i = k.")
     print()
@@ -6887,11 +6896,14 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     first_bad = first_biased_token(step5[1:1 + n])
     hidden = first_bad is not None and first_bad > 2 and step5[4] >= P_REJECT
     print()
+    alike = alike_through_token2(rows, ctx)
     say(rule_verdict(rows), answer,
-        f"It is exact through token {first_bad - 1} here" + (" (--detail says why)" if alike_through_token2(rows, ctx)
-                                                             else "") +
-        f", so the fit of two tokens cannot see it; the exact check sees it at token {first_bad}."
-        if answer and hidden else "")
+        f"It is exact through token {first_bad - 1} here, so the fit of two tokens cannot see it; the exact check sees"
+        f" it at token {first_bad}." if answer and hidden else "",
+        f"Why token 2? The two residuals are one where w_i = 1, as at i = 0. And after '{name(ctx)}', these tables"
+        " never make position 1 the last cut point when w_1 < 1 (--detail works it out). So tokens 1 and 2 come out"
+        " alike, and as the two rules' runs share their random numbers, their fits are one number."
+        if answer and hidden and alike and first_bad == 3 else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm. Step 5's"
              " token-wise residual alone biases only later tokens: the exact check sees them, and a fit of two tokens"
              " cannot.",

@@ -3580,9 +3580,8 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                " residual has, before normalising, if the block ends at i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
                " its last one (step 4). Sun et al.'s chances, to take as given: position k's coin lands heads with"
-               " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). The formula gives"
-               " 0 whenever Z_i = 0, except where w_i = 1 too and it reads 0/0. h_i is 0 there as well: step 5 would"
-               " have nothing to draw from.",
+               " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). h_i = 0 whenever"
+               " Z_i = 0, even where w_i = 1 too and the formula reads 0/0: step 5 would have nothing to draw from.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
@@ -3592,15 +3591,27 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
 
 BLOCK_HOW = ("How does the block gain? A later draft can save an earlier one that token-wise checking would reject."
              " The weight of step 1 can climb back after a low ratio, and step 4 keeps x_1 whenever a later position"
-             " is a cut point. Chapter 30 walks this example pair by pair.")
+             " is a cut point.")  # gain_example follows it, then chapter 30's pointer
 
 
-def say_block_rule():
-    """BLOCK_RULE, its steps, numbered, and how the block gains, as chapter 14 gives them."""
+def say_block_rule(example=""):
+    """BLOCK_RULE, its steps, numbered, and how the block gains, as chapter 14 gives them, with an example of it."""
     say(BLOCK_RULE)
     say_items(BLOCK_STEPS, numbered=True)
     print()
-    say(BLOCK_HOW)
+    say(BLOCK_HOW, example, "Chapter 30 walks this example pair by pair.")
+
+
+def gain_example(P2, Q2):
+    """Chapter 14's example of how the block gains, through accept_prob: on drafts a then b, w_2 = 1, so position 2
+    is always a cut point and both are kept, where token-wise checking keeps them with chance w_1 ("" otherwise)."""
+    w1 = accept_prob(P2[0], Q2[0], 0)  # draft a, then b
+    w2, second = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(P2[1], Q2[1], 1)
+    if not (w1 < 1 and w2 == 1 and second == 1):
+        return ""
+    return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
+            f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So position 2 is always a cut point and both drafts are kept,"
+            f" where token-wise checking keeps them with chance {fraction(w1)}.")
 
 
 def demo14_block_gain():
@@ -3631,7 +3642,7 @@ def demo14_block_gain():
         " more."
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
-    say_block_rule()
+    say_block_rule(gain_example(P2, Q2))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
              " example, and Sun et al. prove it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -4932,15 +4943,12 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
                " after a round whose drafts all passed, 1 fewer otherwise."])
     print()
-    note = long_context_note(k, [len(prompt)], then=" A batch reads the weights once for all its sequences, so"
-                             " its MACs per byte grow with its size. But at that length each sequence's KV cache,"
-                             " the keys and values of its tokens, adds so many bytes that no batch that fits"
-                             " reaches the ridge. So a check"
-                             " costs what"
-                             " a plain step does, and a switch would have nothing to save.", why=False)
-    say(note, "Instead, the table takes each round's drafts and accepted tokens from the character model, and prices"
-        f" each pass as demo 6's Llama-2-7B-shaped decoder running B sequences of {BATCH_CONTEXT} tokens of context"
-        " each, where a large batch crosses the ridge." if note else
+    note = long_context_note(k, [len(prompt)])
+    say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
+        " Llama-2-7B-shaped decoder running B sequences at once, a character a token." if note else "",
+        note, "So a check costs what a plain step does there, and a switch would have nothing to save. The table"
+        f" prices each pass at {BATCH_CONTEXT} tokens of context instead, chosen so that a large batch crosses the"
+        " ridge." if note else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")
     print()
@@ -6819,8 +6827,9 @@ def harm_words(rows, n=3):
     if not (step3[n] >= 0.99 * both[n] and ROUNDING <= step5[n] < both[n] / 100):
         return ""
     more = both[n] - step3[n]
-    together = (f"{exact_text(more)} more" if more >= ROUNDING else f"{exact_text(-more)} less" if -more >= ROUNDING
-                else "as much")
+    same = ", the same to four places" if f"{both[n]:.4f}" == f"{step3[n]:.4f}" else ""
+    together = (f"{exact_text(more)} more{same}" if more >= ROUNDING else f"{exact_text(-more)} less{same}"
+                if -more >= ROUNDING else "as much")
     return (f"Over the first {n} tokens, step 3 alone is off by {step3[n]:.4f}, and both changes together by"
             f" {together}: the shipped step 3 does nearly all of the harm. Step 5 alone is off by"
             f" {exact_text(step5[n])}.")
@@ -6873,10 +6882,10 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " normalised, with p and q the rows after x_i, or from p if i = k.")
     print()
     say("The shipped paths change steps 3 and 5. In step 3 they draw u_1..u_k once a round, each uniform between 0"
-        " and 1, in place of the coins. Position i is a cut point if its weight is at least u_1 * ... * u_i, so each"
-        " test reuses the uniforms of the tests before it. Triton's weight is w_i; PyTorch's caps each ratio on its"
-        " own (chapter 15). In step 5 both draw from the token-wise residual, max(0, p - q), in place of max(0, w_i"
-        " p - q). Which change does the harm?")
+        " and 1, in place of the coins, and test the weight itself in place of step 2's chance. Position i is a cut"
+        " point if its weight is at least u_1 * ... * u_i, so each test reuses the uniforms of the tests before it."
+        " Triton's weight is w_i; PyTorch's caps each ratio on its own (chapter 15). In step 5 both draw from the"
+        " token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     rows = exactness_rows([("block", this_module(), MIDDLING, block),
@@ -6900,13 +6909,14 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     say(rule_verdict(rows), answer,
         f"It is exact through token {first_bad - 1} here, so the fit of two tokens cannot see it; the exact check sees"
         f" it at token {first_bad}." if answer and hidden else "",
-        f"Why token 2? The two residuals are one where w_i = 1, as at i = 0. And after '{name(ctx)}', these tables"
-        " never make position 1 the last cut point when w_1 < 1 (--detail works it out). So tokens 1 and 2 come out"
-        " alike, and as the two rules' runs share their random numbers, their fits are one number."
+        "Why is step 5 alone exact through token 2? The two residuals agree where w_i = 1. A round that keeps no"
+        " draft draws its token with w_0 = 1. A round that keeps only x_1 draws token 2 with w_1, and after"
+        f" '{name(ctx)}' these tables never keep x_1 alone with w_1 < 1 (the option --detail works it out). So tokens"
+        " 1 and 2 come out alike, and as the two rules' runs share their random numbers, their fits are one number."
         if answer and hidden and alike and first_bad == 3 else "")
-    takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm. Step 5's"
-             " token-wise residual alone biases only later tokens: the exact check sees them, and a fit of two tokens"
-             " cannot.",
+    takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm. Here step"
+             " 5's token-wise residual alone biases only later tokens: the exact check sees them, and a fit of two"
+             " tokens cannot.",
              {"step 3 alone is off by nearly as much as both, step 5 alone by under a hundredth": bool(answer),
               "step 5 alone is exact through token 2, and passes the fit": hidden})
     return rows

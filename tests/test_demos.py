@@ -997,9 +997,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
     assert tokenwise[4] == rows[0][4] and (
         "Step 5 alone is off by 3.5e-04. It is exact through token 2 here, so the fit of two tokens cannot see it;"
-        " the exact check sees it at token 3. Why token 2? The two residuals are one where w_i = 1, as at i = 0. And"
-        " after 'f', these tables never make position 1 the last cut point when w_1 < 1 (--detail works it out). So"
-        " tokens 1 and 2 come out alike, and as the two rules' runs share their random numbers, their fits are one"
+        " the exact check sees it at token 3. Why is step 5 alone exact through token 2? The two residuals agree where"
+        " w_i = 1. A round that keeps no draft draws its token with w_0 = 1. A round that keeps only x_1 draws token 2"
+        " with w_1, and after 'f' these tables never keep x_1 alone with w_1 < 1 (the option --detail works it out)."
+        " So tokens 1 and 2 come out alike, and as the two rules' runs share their random numbers, their fits are one"
         " number.") in flat(text34)
     assert "Why tokenwise_residual draws as block does through token 2 (" in detail34
     assert sd.token2_exact_words() in flat(detail34)
@@ -1126,8 +1127,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert [r[0] for r in edits] == ["block", "tokenwise_residual", "shared_uniforms", "vllm-ascend, Triton"]
     assert edits[2][3] == pytest.approx(tv3, abs=1e-12) and edits[3][3] == pytest.approx(rows[2][3], abs=1e-12)
     assert (f"Over the first 3 tokens, step 3 alone is off by {tv3:.4f}, and both changes together by"
-            f" {sd.exact_text(rows[2][3] - tv3)} more: the shipped step 3 does nearly all of the harm. Step 5 alone is"
-            f" off by {sd.exact_text(tv5)}.") in flat(text34)
+            f" {sd.exact_text(rows[2][3] - tv3)} more, the same to four places: the shipped step 3 does nearly all of"
+            f" the harm. Step 5 alone is off by {sd.exact_text(tv5)}.") in flat(text34)
     assert sd.exact_text(rows[2][3] - tv3) == "2.9e-05"  # read 1253 hunted for the difference four places hid
     assert f"{tv3:.4f} and {rows[2][3]:.4f}" == "0.2672 and 0.2672"  # the table's n = 3 column
     bad = [list(r) for r in edits]
@@ -1225,8 +1226,13 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
     assert ("from demo 1's residual. How does the block gain? A later draft can save an earlier one that token-wise"
             " checking would reject. The weight of step 1 can climb back after a low ratio, and step 4 keeps x_1"
-            " whenever a later position is a cut point. Chapter 30 walks this example pair by pair. Takeaway:") in flat(
-                text)  # after the steps it names (read 1247)
+            " whenever a later position is a cut point. On drafts a then b, w_1 = 1/2 and w_2 = min(1, 1/2 * 2) = 1. So"
+            " position 2 is always a cut point and both drafts are kept, where token-wise checking keeps them with"
+            " chance 1/2. Chapter 30 walks this example pair by pair. Takeaway:") in flat(
+                text)  # after the steps it names (read 1247), with the example read 1263 worked by hand
+    squared = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))",
+                          "return min(1.0, float(p[x] / q[x]) ** 2)"),))
+    assert squared.gain_example(*sd.PAPER_EXAMPLE) == ""  # ratios squared: w_1 = 1/4, w_2 = 1/4, so nothing is saved
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
     assert ("on Sun et al.'s example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"

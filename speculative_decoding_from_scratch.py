@@ -3849,14 +3849,15 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
         " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
         " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from steps"
-        " 1 and 2: the target's probability of x_1..x_i over the draft's, the running product capped at 1 after each"
-        " draft. It starts at w_0 = 1; then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
-        " (x_0: the text's last token). A later draft the target likes more than the draft does (p/q above 1) lifts w"
+        " 1 and 2: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
+        " the text's last token). Until the cap first acts, that is the target's probability of x_1..x_i over the"
+        " draft's. A later draft the target likes more than the draft does (p/q above 1) lifts w"
         f" back up: ratios {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
-               " position i from 1 to k - 1, let Z_i be the mass step 5's residual would have, before normalising, if"
-               " the block ended at i: the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the rows"
-               " after x_i (not after x_(i-1), as for w_i). Sun et al.'s chances, to take as given: position k's coin"
+               " position i from 1 to k - 1, let Z_i = the sum over every token y of max(0, w_i p(y) - q(y)), with p"
+               " and q the rows after x_i, as the token drawn next follows x_i. It is the mass step 5's residual would"
+               " have, before normalising, if the block ended at i. Sun et al.'s chances, to take as given: position"
+               " k's coin"
                " lands heads with chance w_k, and"
                " position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
@@ -4381,8 +4382,8 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
                                            k, ctx, n) < strict[2] / 2  # drawn from p, its TV halves
     say(f"Typical's strictest ({strict[1]}) and loosest ({loose[1]}) settings are both farther from the target than"
         " its defaults. The strictest of the three rejects the most drafts, and after each rejection it emits p's"
-        " argmax. The"
-        " loosest keeps most drafts, so its text leans to the draft's."
+        " argmax, so its text leans to p's likeliest token. The loosest keeps most drafts, so its text leans to the"
+        " draft's."
         if argmax and demo18_loose_words(rows, k, ctx, n) else "",
         "The option --detail plots tokens per call against exact TV.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated)
@@ -4695,13 +4696,15 @@ def demo19_tuning(**how):
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
         f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. A round's length"
-        f" moves which token the next round starts after, so rates counted at k = {k_max} may misprice a shorter k;"
+        f" moves which token the next round starts after, and a draft's acceptance depends on the token before it,"
+        f" so rates counted at k = {k_max} may misprice a shorter k;"
         " chapter 27 measures by how much.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
-        f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: its {nodes - 1}"
-        f" drafts ({' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))}) and the text's last token, whose p"
-        f" judges the {tree[0]} first-level drafts. Chapter 33 shows how a tree is checked, and asks whether it keeps"
+        f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: 1, the text's"
+        f" last token, whose p judges the {tree[0]} first-level drafts, and"
+        f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {nodes - 1} drafts. Chapter 33 shows how a"
+        " tree is checked, and asks whether it keeps"
         " the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call, from {tree[1]}"
         " draft passes, one per level.")
@@ -5465,12 +5468,12 @@ def engine_configs(buckets, priced=None):
         slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
                   "         " + json.dumps(slots),
-                  "         (its slots key the smallest batch of each range; it moves among the steps by an"
-                  " average of accepted drafts, so a slot of one step pins it)"]
+                  "         (each key in FILE is the smallest B of a range; SGLang picks among that key's"
+                  " candidate_steps by a running average of accepted drafts, so one listed value fixes k there)"]
         if tree and costs:
             worse, at = tree_shortfall(buckets, priced)
-            lines.append(f"         (adaptive mode runs chains only, at topk 1; flags for {main.name}'s tree would fix"
-                         f" it at every batch size, {worse:.1%} slower than the full plan at B = {at:,})")
+            lines.append(f"         (adaptive mode runs chains only, topk 1; setting the tree's flags instead would run"
+                         f" {main.name}'s tree at every B, {worse:.1%} slower than the full plan at B = {at:,})")
     trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
            "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
     _, items, start = trt_schedule(ks)
@@ -5570,6 +5573,7 @@ def demo23_engines(**how):
     t = c19.measured[1].tree
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
+    small_c = [draft_cost(b, c19.n_ctx, draft=c19.shapes[1]) for b in (1, c19.max_batch)]  # a small draft pass
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once; the plan runs to B ="
@@ -5578,7 +5582,9 @@ def demo23_engines(**how):
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
         f" {t[2]} positions with the text's last token. Chapter 19 prices the plan, with small's draft passes far"
-        " cheaper than the lesson's c = 0.1; chapters 25 and 32 say why it takes this shape:")
+        " cheaper than the lesson's c = 0.1" + (
+            f": c = {small_c[0]:.3f} at B = 1, rising to {small_c[1]:.3f} at B = {c19.max_batch}" if max(small_c) < 0.05
+            else "") + "; chapters 25 and 32 say why it takes this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -6576,8 +6582,9 @@ def demo30_pairs():
         " w_2. Position 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1 is the sum over tokens y"
         " of max(0, w_1 p(y) - q(y)). So the block keeps both drafts with chance w_2, and only the first with chance"
         " (1 - w_2) h_1. After a cut at 2 the block draws a bonus token from p; after a cut at 1, from max(0, w_1 p -"
-        " q) / Z_1; after none, from max(0, p - q), normalised. So if Z_1 = 0 there is nothing to draw after a cut at"
-        " 1, and h_1 is 0.")
+        " q) / Z_1; after none, from max(0, p - q), normalised. If Z_1 = 0, h_1 = 0, as it must:"
+        " there would be nothing to draw after a cut at"
+        " 1.")
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance:")

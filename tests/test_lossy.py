@@ -218,8 +218,8 @@ def test_chapter18_says_its_strictest_and_loosest_settings_are_farther_than_its_
     loose = rows["0.01, 0.03"]
     said = ("Typical's strictest (0.3, 0.9) and loosest (0.01, 0.03) settings are both farther from the target than its"
             " defaults. The strictest of the three rejects the most drafts, and after each rejection it emits p's"
-            " argmax. The"
-            " loosest keeps most drafts, so its text leans to the draft's.")
+            " argmax, so its text leans to p's likeliest token. The loosest keeps most drafts, so its text leans to the"
+            " draft's.")
     assert loose[2] > rows["0.09, 0.3"][2] and loose[1] - 1 > 3 / 2 and said in text
     # with the strictest's TV below the defaults', the sentence is not said
     import contextlib

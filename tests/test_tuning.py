@@ -229,8 +229,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
         "Here the rates are computed exactly at k = 8 and reused for every shorter k. A round's length moves which"
-        " token the next round starts after, so rates counted at k = 8 may misprice a shorter k; chapter 27 measures"
-        " by how much.") in text
+        " token the next round starts after, and a draft's acceptance depends on the token before it, so rates counted"
+        " at k = 8 may misprice a shorter k; chapter 27 measures by how much.") in text
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
     for Q in (better, sd.MIDDLING):
@@ -599,9 +599,12 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert costs["SGLang"] == costs["vLLM"] and costs["SGLang"][0] < tree_loss
     assert "(these flags fix the tree at every batch size)" not in flat_text
     assert "--speculative-eagle-topk 1" in flat_text
-    assert ("(adaptive mode runs chains only, at topk 1; flags for small's tree would fix it at every batch size,"
-            f" {tree_loss:.1%} slower than the full plan at B = 241)") in flat_text
-    slots = json.loads(flat_text.split("FILE holding ")[1].split(" (its slots")[0])
+    assert ("(adaptive mode runs chains only, topk 1; setting the tree's flags instead would run small's tree at every"
+            f" B, {tree_loss:.1%} slower than the full plan at B = 241)") in flat_text
+    # small's c, from the roofline at both ends of the plan (read 1262 reconciled 3x with demo 4's 1.98x by hand)
+    cs = [sd.draft_cost(b, 512, draft=c19.c19.shapes[1]) for b in (1, 241)]
+    assert f"c = {cs[0]:.3f} at B = 1, rising to {cs[1]:.3f} at B = 241;" in flat_text and max(cs) < 0.05
+    slots = json.loads(flat_text.split("FILE holding ")[1].split(" (each key in FILE")[0])
     assert slots == {str(lo): {"candidate_steps": [k]} for lo, _, k in rows}  # vLLM's rows, keyed by their first B
     # where the tree would win, SGLang keeps its flags: a plan whose tree loses less than its chains at worst
     speeds = c19.speeds.copy()
@@ -671,8 +674,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
-            " from q on its own, 3 deep. One pass scores 15 positions: its 14 drafts (2 + 4 + 8) and the text's last"
-            " token, whose p judges the 2 first-level drafts. Chapter 33 shows how a tree is checked, and asks whether"
+            " from q on its own, 3 deep. One pass scores 15 positions: 1, the text's last token, whose p judges the 2"
+            " first-level drafts, and 2 + 4 + 8 = 14 drafts. Chapter 33 shows how a tree is checked, and asks whether"
             " it keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
             " call, from 3 draft passes, one per level.") in text

@@ -3499,8 +3499,10 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
         " the exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
         " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
-        " got in place of the exact ones, so luck in the rounds does not count against it.")
-    say(f"The blend {good_weight} draft runs at k = {k_good}, where refined predicts most.", clock=True)
+        " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
+        " measured: plain decoding's time per token, timed here, over this run's.")
+    say(f"Blend {good_weight} runs at k = {k_good}: refined predicts more there"
+        + (f" than at {and_list([str(k) for k in ks if k != k_good])}." if len(ks) > 1 else "."), clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
@@ -3580,7 +3582,8 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
                " its last one (step 4). Sun et al.'s chances, to take as given: position k's coin lands heads with"
                " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). h_i = 0 whenever"
-               " Z_i = 0, even where w_i = 1 too and the formula reads 0/0: step 5 would have nothing to draw from.",
+               " Z_i = 0, even where w_i = 1 too and the formula reads 0/0 (that happens only where p = q): step 5"
+               " would have nothing to draw from.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
@@ -3630,8 +3633,8 @@ def demo14_block_gain():
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
     say(f"Block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact TV of its first"
-        f" {n} tokens, as many as one round of {k} drafts can emit, is {exact_text(tv)}. If a round emits fewer"
-        f" than {n}, the rest come from the next round.",
+        f" {n} tokens is {exact_text(tv)}. A round of {k} drafts emits at most {n}; if it emits fewer, the next round"
+        " supplies the rest.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%}"
         " more." if gap > 1e-12 else
@@ -4296,11 +4299,11 @@ def demo18_lossy(k=3, ctx=5, n=3):
             ("block", "lossless: block verification judges the k drafts together (chapter 14). On average it"
                       " keeps at least as many drafts as the paper's rule and stays exact (chapter 14 shows how)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
-                        " ahead). The draft samples x from q as usual; the rule keeps x if p(x) > min(eps, s e^-H),"
-                        " where H = -sum p ln p, the entropy of p, is large when p is spread: a spread p lowers the"
-                        " bar, and larger eps and s raise it. It never reads q. After a rejection: p's argmax; the"
-                        " bonus token: from p. Setting: eps, s (posterior_threshold, posterior_alpha; vLLM's defaults:"
-                        f" {setting_text(TYPICAL_SHIPPED)})."),
+                        " ahead). The draft samples x from q as usual; the rule keeps x if p(x) is above the bar"
+                        " min(eps, s e^-H). H = -sum p ln p, the entropy of p, is large when p is spread, so a spread p"
+                        " lowers the bar; larger eps or s raise it. It never reads q. After a rejection: p's argmax;"
+                        " the bonus token: from p. Setting: eps, s (posterior_threshold, posterior_alpha; vLLM's"
+                        f" defaults: {setting_text(TYPICAL_SHIPPED)})."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
                        " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
         print("\n".join(textwrap.wrap(words, 78, initial_indent=f"  {rule:<15}", subsequent_indent=" " * 17)))
@@ -5580,10 +5583,10 @@ def demo23_engines(**how):
                                else "") + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token. Chapter 19 prices the plan, with small's draft passes far"
-        " cheaper than the lesson's c = 0.1" + (
-            f": c = {small_c[0]:.3f} at B = 1, rising to {small_c[1]:.3f} at B = {c19.max_batch}" if max(small_c) < 0.05
-            else "") + "; chapters 25 and 32 say why it takes this shape:")
+        f" {t[2]} positions with the text's last token. Chapter 19 prices the plan with small's draft passes" + (
+            f" at c = {small_c[0]:.3f} at B = 1, rising to {small_c[1]:.3f} at B = {c19.max_batch}, far below the"
+            " lesson's 0.1" if max(small_c) < 0.05 else "") + ". The plan is below; chapters 25 and 32 say why it has"
+        " this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -5591,7 +5594,8 @@ def demo23_engines(**how):
     only = main is not None and {o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name}
     big_method = dict(d[:2] for d in c19.drafters).get("big")
     say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one"
-        " drafter." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 32 says why)." if only else
+        " drafter." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 32 says why the plan never"
+                       " runs big)." if only else
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
@@ -6550,11 +6554,11 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
            and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")).strip()
         if change["a b"] > 0 else "",
         f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
-        " always 'b'. And as h_1 = 0 after 'a', it never keeps a lone 'a'. So the"
-        " output stays exact: the block's first token is 'a' only when it keeps a pair that starts with 'a' (a pair"
-        " that starts with 'b' has w_1 = 1 and h_1 = 1, so its 'b' is always kept), with chance"
+        " always 'b'. And as h_1 = 0 after 'a', it never keeps a lone 'a'. A pair that starts with 'b' has w_1 = 1"
+        " and h_1 = 1, so its 'b' is always kept. So the block's first token is 'a' only when it keeps a pair that"
+        " starts with 'a', with chance"
         f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
-        " which is p(a)."
+        " which is p(a): the first token is p's."
         if change["a a"] < 0 and change["a b"] > 0 and aa[3] == ab[3] == 0
         and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b"))
         and abs(first_a - P2[0, 0]) < ROUNDING and abs(
@@ -6578,8 +6582,9 @@ def demo30_pairs():
         " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, and heads makes it a cut"
         " point; the coins are independent. The block keeps drafts 1 to j, for j the furthest cut point, or none if"
         " there is none. Sun et al.'s chances, to take as given: the last position's coin lands heads with chance"
-        " w_2. Position 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1 is the sum over tokens y"
-        " of max(0, w_1 p(y) - q(y)). So the block keeps both drafts with chance w_2, and only the first with chance"
+        " w_2. Position 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1, the sum over tokens y of"
+        " max(0, w_1 p(y) - q(y)), is the mass of what the block draws from after a cut at 1. So the block keeps both"
+        " drafts with chance w_2, and only the first with chance"
         " (1 - w_2) h_1. After a cut at 2 the block draws a bonus token from p; after a cut at 1, from max(0, w_1 p -"
         " q) / Z_1; after none, from max(0, p - q), normalised. If Z_1 = 0, h_1 = 0, as it must:"
         " there would be nothing to draw after a cut at"
@@ -6824,6 +6829,13 @@ def first_biased_token(tvs):
     return next((j + 1 for j, tv in enumerate(tvs) if tv is not None and tv >= ROUNDING), None)
 
 
+def under_half(ctx=5):
+    """Why Z_1 = 0 after ctx wherever w_1 < 1: each such w_1 is under the middling draft's weight m, and q >= m p,
+    so w_1 p <= q at every token."""
+    w1 = [accept_prob(TARGET[ctx], MIDDLING[ctx], x) for x in range(len(TARGET))]
+    return all(w < MIDDLING_WEIGHT for w in w1 if w < 1) and bool((MIDDLING >= MIDDLING_WEIGHT * TARGET).all())
+
+
 def harm_words(rows, n=3):
     """Chapter 34's answer, from its rows (block, step 5 alone, step 3 alone, both): said only while block
     verification is exact, step 3 alone is off by at least 99% of both, and step 5 alone by under 1%."""
@@ -6867,8 +6879,7 @@ def token2_exact_words(ctx=5):
             " w_1 p <= q at every token, so Z_1 = 0 and h_1 = 0." + (
                 f" (The middling draft is {MIDDLING_WEIGHT:g} times the target plus the rest, so q >="
                 f" {MIDDLING_WEIGHT:g} p, and each of these w_1 is under {MIDDLING_WEIGHT:g}.)"
-                if all(w < MIDDLING_WEIGHT for w in w1 if w < 1) and (MIDDLING >= MIDDLING_WEIGHT * TARGET).all()
-                else "") + " Position 1 is never a cut point after such an x_1, and token"
+                if under_half(ctx) else "") + " Position 1 is never a cut point after such an x_1, and token"
             " 2 is exact too."
             if never and over and rule_intact(TARGET, MIDDLING)
             else "")
@@ -6878,17 +6889,18 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     """Chapter 34: each of the shipped paths' two changes made alone, beside
     both: which change does the harm, and what each check sees."""
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
-        " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
-        " chapter 14). Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over the draft's, capped"
-        " at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after"
-        " x_(i-1). Step 2 computes, for each position i from 1 to k, a chance from w_i and the rows (Sun et al.'s"
-        " formula; chapter 14). Step 3 flips a coin of its own at each position, heads with that chance, and heads"
-        " makes i a cut point. In step 4 the block keeps x_1..x_i for"
-        " i the largest cut point, or none (i = 0). In step 5 it draws the next token from max(0, w_i p - q),"
-        " normalised, with p and q the rows after x_i, or from p if i = k.")
+        " vLLM (a serving engine). Each changes how block verification (Sun et al., ICLR 2025; chapter 14) ends a"
+        " block, and what it draws after. Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over"
+        " the draft's, capped at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
+        " q the rows after x_(i-1). Step 2 gives each position i a chance: w_k for the last, and for i < k, h_i = Z_i"
+        " / (Z_i + 1 - w_i), where Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), p and q the rows after x_i"
+        " (Sun et al.'s formula, to take as given). Step 3 flips a coin of its own at each position, heads with that"
+        " chance, and heads makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or"
+        " none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows"
+        " after x_i, or from p if i = k.")
     print()
-    say("The shipped paths change steps 3 and 5. In step 3 they draw u_1..u_k once a round, each uniform between 0"
-        " and 1, in place of the coins, and test the weight itself in place of step 2's chance. Position i is a cut"
+    say("The shipped paths change step 3, which drops step 2's chances with it, and step 5. In place of the coins they"
+        " draw u_1..u_k once a round, each uniform between 0 and 1, and test the weight itself. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so each test reuses the uniforms of the tests before it."
         " Triton's weight is w_i; PyTorch's caps each ratio on its own (chapter 15). In step 5 both draw from the"
         " token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
@@ -6916,10 +6928,12 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         f"It is exact through token {first_bad - 1} here, so the fit of two tokens cannot see it; the exact check sees"
         f" it at token {first_bad}." if answer and hidden else "",
         "Why is step 5 alone exact through token 2? The two residuals agree where w_i = 1. A round that keeps no"
-        " draft draws its token with w_0 = 1. A round that keeps only x_1 draws token 2 with w_1, and after"
-        f" '{name(ctx)}' these tables never keep x_1 alone with w_1 < 1 (the option --detail works it out). So tokens"
+        " draft draws its token with w_0 = 1. A round that keeps only x_1 draws token 2 with w_1. After"
+        f" '{name(ctx)}', every x_1 with w_1 < 1 has w_1 under {MIDDLING_WEIGHT:g}, and the middling draft has q >="
+        f" {MIDDLING_WEIGHT:g} p, so w_1 p <= q at every token: Z_1 = 0, h_1 = 0, and x_1 is never kept alone there"
+        " (the option --detail lists them). So tokens"
         " 1 and 2 come out alike, and as the two rules' runs share their random numbers, their fits are one number."
-        if answer and hidden and alike and first_bad == 3 else "")
+        if answer and hidden and alike and first_bad == 3 and under_half(ctx) else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm. Here step"
              " 5's token-wise residual alone biases only later tokens: the exact check sees them, and a fit of two"
              " tokens cannot.",
@@ -6934,9 +6948,7 @@ def demo34_detail(edits, k=3, ctx=5, n=3, n_runs=400):
     one-line edit of step 3, cumulative, by the same checks."""
     step5, truth = edits[1], target_first_tokens(TARGET, ctx, n)
     runs = samples_to_see(step5[6], truth) if isinstance(step5[6], np.ndarray) else math.inf
-    say_paragraphs(["Why tokenwise_residual draws as block does through token 2 (with Z_i the sum over tokens y of"
-                    " max(0, w_i p(y) - q(y)), and h_i = Z_i / (Z_i + 1 - w_i) the chance of heads at a position i <"
-                    " k): " + token2_exact_words(ctx)
+    say_paragraphs(["Why tokenwise_residual draws as block does through token 2, x_1 by x_1: " + token2_exact_words(ctx)
                     if alike_through_token2(edits, ctx) else "",
                     f"A fit of the first {n} tokens would need about {about(runs)} runs to see tokenwise_residual's"
                     " bias; the exact check sees it at once." if runs < math.inf else ""])

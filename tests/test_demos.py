@@ -999,10 +999,17 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         "Step 5 alone is off by 3.5e-04. It is exact through token 2 here, so the fit of two tokens cannot see it;"
         " the exact check sees it at token 3. Why is step 5 alone exact through token 2? The two residuals agree where"
         " w_i = 1. A round that keeps no draft draws its token with w_0 = 1. A round that keeps only x_1 draws token 2"
-        " with w_1, and after 'f' these tables never keep x_1 alone with w_1 < 1 (the option --detail works it out)."
-        " So tokens 1 and 2 come out alike, and as the two rules' runs share their random numbers, their fits are one"
-        " number.") in flat(text34)
-    assert "Why tokenwise_residual draws as block does through token 2 (" in detail34
+        " with w_1. After 'f', every x_1 with w_1 < 1 has w_1 under 0.5, and the middling draft has q >= 0.5 p, so"
+        " w_1 p <= q at every token: Z_1 = 0, h_1 = 0, and x_1 is never kept alone there (the option --detail lists"
+        " them). So tokens 1 and 2 come out alike, and as the two rules' runs share their random numbers, their fits"
+        " are one number.") in flat(text34)
+    assert sd.under_half()
+    weight, sd.MIDDLING_WEIGHT = sd.MIDDLING_WEIGHT, 0.3  # 'e' has w_1 = 0.39: not under 0.3, and the reason goes
+    try:
+        assert not sd.under_half()
+    finally:
+        sd.MIDDLING_WEIGHT = weight
+    assert "Why tokenwise_residual draws as block does through token 2, x_1 by x_1: " in detail34
     assert sd.token2_exact_words() in flat(detail34)
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
@@ -1263,13 +1270,12 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     # the tie by hand: after 'b', w_2 = min(1, 1 * p/q), the chance token-wise checking keeps the second draft
     for r in result30.pairs[2:]:
         assert r[4] == pytest.approx(sd.accept_prob(P2[1], Q2[1], "ab".index(r[0][2])))
-    assert ("If the block"
-            " keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. And as h_1 = 0 after"
-            " 'a', it never keeps a lone 'a'. So the output stays exact: the block's"
-            " first token is 'a' only when it keeps a pair that starts with 'a' (a pair that starts with 'b' has w_1 ="
-            " 1 and h_1 = 1, so its 'b' is always kept), with chance (4/9)(1/4) + (2/9)(1) ="
-            " 1/3, which is p(a). Takeaway: the block gains where a later draft makes up for an earlier one's low ratio,"
-            " and gives some back where none does: 1/9 of a draft a round in all, here.") in flat(text30)
+    assert ("If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = (0.00, 0.33): always 'b'. And as"
+            " h_1 = 0 after 'a', it never keeps a lone 'a'. A pair that starts with 'b' has w_1 = 1 and h_1 = 1, so its"
+            " 'b' is always kept. So the block's first token is 'a' only when it keeps a pair that starts with 'a',"
+            " with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a): the first token is p's. Takeaway: the block gains"
+            " where a later draft makes up for an earlier one's low ratio, and gives some back where none does: 1/9 of"
+            " a draft a round in all, here.") in flat(text30)
     assert "The block gains when" not in detail and "loses" not in flat(text30)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
     assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result30.pairs if r[0].startswith("b"))
@@ -1284,7 +1290,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     said = uniform.block_pair_words(P2, Q2, uniform.block_pairs(P2, Q2), net)
     assert "The block gains when the drafts are" not in said
     # a gap it does not explain: the sum is withheld
-    assert sd.block_pair_words(P2, Q2, sd.block_pairs(P2, Q2), net + 0.1).endswith("which is p(a).")
+    assert sd.block_pair_words(P2, Q2, sd.block_pairs(P2, Q2), net + 0.1).endswith("which is p(a): the first token is"
+                                                                                   " p's.")
     # the block stage's h_1 edited to 0.5 where the draft wants it 1: the 'b' pairs no longer tie, and the sentence goes
     half = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0",
                        "return 0.5 if Z > 0 else 0.0"),))
@@ -1323,8 +1330,8 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as one round of"
-            " 2 drafts can emit, is < 1e-9. If a round emits fewer than 3, the rest come from the next round.") in flat(
+    assert ("Block verification's output is the target's: the exact TV of its first 3 tokens is < 1e-9. A round of 2"
+            " drafts emits at most 3; if it emits fewer, the next round supplies the rest.") in flat(
         text)
     assert ("Sun et al. prove that the five steps below keep the target's distribution. Token-wise checking and the"
             " block are both lossless verifiers (whose output is the target's) that keep some drafts, then draw one"

@@ -3311,11 +3311,11 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         "Even one wide product keeps the texts here.",
         "Each position alone makes the pass width-independent, and " + (
             "they agree," if part["float32, each alone"].startswith("0/") else "NOT all agree,"),
-        f"at {cost:.1f}x the time.", "Float64 " + ("agrees too." if part["float64, one product"].startswith("0/")
-                                              else "does NOT agree."),
-        "The bonus bug (the bonus token scored at the last draft's position, not the one after it) " + (
-            "still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith("0/")
-            else "does NOT part them."), clock=True)
+        f"at {cost:.1f}x the time.", "Float64, with one wide product, " + (
+            "agrees too." if part["float64, one product"].startswith("0/") else "does NOT agree."),
+        "The bonus bug (the bonus token scored at the last draft's position, not the one after it), with each position"
+        " scored alone, " + ("still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith(
+            "0/") else "does NOT part them."), clock=True)
     return rows
 
 
@@ -3333,7 +3333,7 @@ def demo12_ties(n_tokens=200, k=4):
         rows.append((label, "all the same" if first is None else f"part at token {first}"))
     print()
     say("An exact tie needs one rule everywhere. Back on the six-token tables, tie the two likeliest tokens after"
-        " 'a'; at temperature 0 a tie goes to the lower id:")
+        f" 'a', and decode from the prompt 'a' at k = {k}; at temperature 0 a tie goes to the lower id:")
     print()
     table([("verification breaks ties", 26, "<"), (f"{n_tokens} tokens", 20, "<")], rows)
     print()
@@ -4703,8 +4703,8 @@ def demo19_tuning(**how):
         " chapter 27 measures by how much.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
-        f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: 1, the text's"
-        f" last token, whose p judges the {tree[0]} first-level drafts, and"
+        f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: the text's last"
+        f" token (whose p judges the {tree[0]} first-level drafts) plus"
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {nodes - 1} drafts. Chapter 33 shows how a"
         " tree is checked, and asks whether it keeps"
         " the target's distribution."

@@ -171,7 +171,8 @@ def test_chapter12s_float64_sentence_reads_its_own_row(monkeypatch, capsys, floa
     monkeypatch.setattr(sd, "median_time", lambda f, **kw: 1e-3)
     sd.demo12_texts(4, 16, 4, 1e-6)
     text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
-    assert ("Float64 does NOT agree." in text) == float64_parts and ("Float64 agrees too." in text) != float64_parts
+    assert ("Float64, with one wide product, does NOT agree." in text) == float64_parts
+    assert ("Float64, with one wide product, agrees too." in text) != float64_parts
 
 
 # --- the text trace --------------------------------------------------------------------------------------

@@ -675,8 +675,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
-            " from q on its own, 3 deep. One pass scores 15 positions: 1, the text's last token, whose p judges the 2"
-            " first-level drafts, and 2 + 4 + 8 = 14 drafts. Chapter 33 shows how a tree is checked, and asks whether"
+            " from q on its own, 3 deep. One pass scores 15 positions: the text's last token (whose p judges the 2"
+            " first-level drafts) plus 2 + 4 + 8 = 14 drafts. Chapter 33 shows how a tree is checked, and asks whether"
             " it keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
             " call, from 3 draft passes, one per level.") in text

@@ -1111,7 +1111,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             assert shipped <= w + 1e-12
             below |= shipped < w - 1e-6
     said15 = " ".join(text.split())
-    assert below and "each ratio capped on its own, unlike w_i (ratios 0.5 then 2 give 0.5 here, w_2 = 1)." in said15
+    assert below and "each ratio capped on its own, unlike w_i (ratios 0.5 then 2: here 0.5, while w_2 = 1)." in said15
     assert "but with the weight w_i in place of the product of capped ratios." in said15
     # the example through the stages: ratio 0.5 then 2 on a draft x = 0 whose q is 1/2
     pq = [(np.array([r / 2, 1 - r / 2]), np.array([0.5, 0.5])) for r in sd.EXAMPLE_RATIOS]

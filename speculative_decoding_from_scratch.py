@@ -3850,18 +3850,17 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                                                           for label, m in shipped_modules().items()]
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
         " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
-        " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from steps"
-        " 1 and 2: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
+        " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i, chapter"
+        " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
         " the text's last token). Until the cap first acts, that is the target's probability of x_1..x_i over the"
-        " draft's. A later draft the target likes more than the draft does (p/q above 1) lifts w"
-        f" back up: ratios {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
+        " draft's. A later draft the target likes more than the draft does (p/q above 1) lifts w back up: ratios"
+        f" {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
     say_items(["Each position i flips a coin of its own. Heads makes i a cut point, where the block may end. For a"
                " position i from 1 to k - 1, let Z_i = the sum over every token y of max(0, w_i p(y) - q(y)), with p"
-               " and q the rows after x_i, as the token drawn next follows x_i. It is the mass step 5's residual would"
-               " have, before normalising, if the block ended at i. Sun et al.'s chances, to take as given: position"
-               " k's coin"
-               " lands heads with chance w_k, and"
-               " position i's with chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0.",
+               " and q the rows after x_i, because the token drawn next follows x_i. It is the total mass that step"
+               " 5's residual would have, before normalising, if the block ended at i. Sun et al.'s chances, to take"
+               " as given: position k's coin lands heads with chance w_k, and position i's with chance h_i = Z_i /"
+               " (Z_i + 1 - w_i), or 0 if Z_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point. With no cut point, i = 0 and it keeps none.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)
@@ -6582,8 +6581,8 @@ def demo30_pairs():
         " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, and heads makes it a cut"
         " point; the coins are independent. The block keeps drafts 1 to j, for j the furthest cut point, or none if"
         " there is none. Sun et al.'s chances, to take as given: the last position's coin lands heads with chance"
-        " w_2. Position 1's lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1), where Z_1, the sum over tokens y of"
-        " max(0, w_1 p(y) - q(y)), is the mass of what the block draws from after a cut at 1. So the block keeps both"
+        " w_2. Let Z_1 be the sum over tokens y of max(0, w_1 p(y) - q(y)), the mass of what the block draws from after"
+        " a cut at 1. Position 1's coin lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1). So the block keeps both"
         " drafts with chance w_2, and only the first with chance"
         " (1 - w_2) h_1. After a cut at 2 the block draws a bonus token from p; after a cut at 1, from max(0, w_1 p -"
         " q) / Z_1; after none, from max(0, p - q), normalised. If Z_1 = 0, h_1 = 0, as it must:"
@@ -6887,22 +6886,21 @@ def token2_exact_words(ctx=5):
 
 def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     """Chapter 34: each of the shipped paths' two changes made alone, beside
-    both: which change does the harm, and what each check sees."""
+    both, by the exact TV of the first n tokens: which change does the harm."""
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
         " vLLM (a serving engine). Each changes how block verification (Sun et al., ICLR 2025; chapter 14) ends a"
         " block, and what it draws after. Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over"
         " the draft's, capped at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
-        " q the rows after x_(i-1). Step 2 gives each position i a chance: w_k for the last, and for i < k, h_i = Z_i"
-        " / (Z_i + 1 - w_i), where Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), p and q the rows after x_i"
-        " (Sun et al.'s formula, to take as given). Step 3 flips a coin of its own at each position, heads with that"
-        " chance, and heads makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or"
-        " none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows"
-        " after x_i, or from p if i = k.")
+        " q the rows after x_(i-1). Step 2 gives each position i a chance of heads from w_i and the rows after x_i"
+        " (Sun et al.'s formula; chapter 14). Step 3 flips a coin of its own at each position, heads with that chance,"
+        " and heads makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or none (i ="
+        " 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
+        " or from p if i = k.")
     print()
-    say("The shipped paths change step 3, which drops step 2's chances with it, and step 5. In place of the coins they"
-        " draw u_1..u_k once a round, each uniform between 0 and 1, and test the weight itself. Position i is a cut"
-        " point if its weight is at least u_1 * ... * u_i, so each test reuses the uniforms of the tests before it."
-        " Triton's weight is w_i; PyTorch's caps each ratio on its own (chapter 15). In step 5 both draw from the"
+    say("The shipped paths change two steps: step 3, so step 2's chances go unused, and step 5. In place of the coins"
+        " they draw u_1..u_k once a round, each uniform between 0 and 1, and test the weight itself. Position i is a"
+        " cut point if its weight is at least u_1 * ... * u_i, so each test reuses the uniforms of the tests before"
+        " it. Triton's weight is w_i; PyTorch's caps each ratio on its own (chapter 15). In step 5 both draw from the"
         " token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
@@ -6911,47 +6909,43 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
                            ("shared_uniforms", bugged("shared_uniforms", ONE_CHANGE_BUGS), MIDDLING, triton),
                            ("vllm-ascend, Triton", shipped_modules()["vllm-ascend, Triton"], MIDDLING, triton)],
                           k, ctx, n, n_runs)
-    say(f"Make each change alone, on Triton's weight, and check each as chapter 15 does: on the middling draft at k ="
-        f" {k}, the exact TV of the first 1 to {n} tokens after '{name(ctx)}', and a fit of {n_runs} runs' first two"
-        " tokens:")
+    say(f"Make each change alone, on Triton's weight, and check each as chapter 15 does, by the exact TV of its first"
+        f" {n} tokens after '{name(ctx)}', on the middling draft at k = {k}:")
     print()
     differences(ONE_CHANGE_WORDS)
     print()
-    exactness_table(rows)
+    table([("verifier", 22, "<"), (f"exact TV, first {n} tokens", 26, exact_text)], [(r[0], r[n]) for r in rows])
     answer = harm_words(rows, n)
-    step5 = rows[1]
-    first_bad = first_biased_token(step5[1:1 + n])
-    hidden = first_bad is not None and first_bad > 2 and step5[4] >= P_REJECT
     print()
-    alike = alike_through_token2(rows, ctx)
-    say(rule_verdict(rows), answer,
-        f"It is exact through token {first_bad - 1} here, so the fit of two tokens cannot see it; the exact check sees"
-        f" it at token {first_bad}." if answer and hidden else "",
-        "Why is step 5 alone exact through token 2? The two residuals agree where w_i = 1. A round that keeps no"
-        " draft draws its token with w_0 = 1. A round that keeps only x_1 draws token 2 with w_1. After"
-        f" '{name(ctx)}', every x_1 with w_1 < 1 has w_1 under {MIDDLING_WEIGHT:g}, and the middling draft has q >="
-        f" {MIDDLING_WEIGHT:g} p, so w_1 p <= q at every token: Z_1 = 0, h_1 = 0, and x_1 is never kept alone there"
-        " (the option --detail lists them). So tokens"
-        " 1 and 2 come out alike, and as the two rules' runs share their random numbers, their fits are one number."
-        if answer and hidden and alike and first_bad == 3 and under_half(ctx) else "")
-    takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm. Here step"
-             " 5's token-wise residual alone biases only later tokens: the exact check sees them, and a fit of two"
-             " tokens cannot.",
-             {"step 3 alone is off by nearly as much as both, step 5 alone by under a hundredth": bool(answer),
-              "step 5 alone is exact through token 2, and passes the fit": hidden})
+    say(f"Block verification is exact: its TV is {exact_text(rows[0][n])}." if rows[0][5] == "the target" else
+        rule_verdict(rows), answer,
+        "The option --detail adds chapter 15's fit, which step 5 alone passes, and says why." if answer else "")
+    takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm; step 5's"
+             " token-wise residual alone is off by far less.",
+             {"step 3 alone is off by nearly as much as both, step 5 alone by under a hundredth": bool(answer)})
     return rows
 
 
 def demo34_detail(edits, k=3, ctx=5, n=3, n_runs=400):
-    """Chapter 34 in detail: why tokenwise_residual draws as block does
-    through token 2, how many runs a fit would need to see it, and another
-    one-line edit of step 3, cumulative, by the same checks."""
+    """Chapter 34 in detail: its rows by both of chapter 15's checks, why
+    tokenwise_residual passes the fit (it draws as block does through token 2),
+    and another one-line edit of step 3, cumulative, by the same checks."""
+    print()
+    say(f"Chapter 15's two checks of each: the exact TVs of the first 1 to {n} tokens, and a fit of {n_runs} runs'"
+        " first two tokens:")
+    print()
+    exactness_table(edits)
     step5, truth = edits[1], target_first_tokens(TARGET, ctx, n)
+    first_bad = first_biased_token(step5[1:1 + n])
+    hidden = first_bad is not None and first_bad > 2 and step5[4] >= P_REJECT
     runs = samples_to_see(step5[6], truth) if isinstance(step5[6], np.ndarray) else math.inf
-    say_paragraphs(["Why tokenwise_residual draws as block does through token 2, x_1 by x_1: " + token2_exact_words(ctx)
-                    if alike_through_token2(edits, ctx) else "",
-                    f"A fit of the first {n} tokens would need about {about(runs)} runs to see tokenwise_residual's"
-                    " bias; the exact check sees it at once." if runs < math.inf else ""])
+    say_paragraphs([f"tokenwise_residual is exact through token {first_bad - 1} here, so a fit of two tokens cannot see"
+                    f" its bias; the exact check sees it at token {first_bad}. A fit of the first {n} would need about"
+                    f" {about(runs)} runs." if hidden and runs < math.inf else "",
+                    "Why it draws as block does through token 2, x_1 by x_1, with Z_1 the sum over tokens y of max(0,"
+                    " w_1 p(y) - q(y)) and h_1 = Z_1 / (Z_1 + 1 - w_1) position 1's chance of heads: "
+                    + token2_exact_words(ctx) + " Their runs share their random numbers, so their fits are one number."
+                    if hidden and alike_through_token2(edits, ctx) else ""])
     block = setting_parts(MIDDLING, None, None, ctx, n, k)
     rows = [edits[0]] + exactness_rows([("cumulative", bugged("cumulative", BLOCK_BUGS), MIDDLING, block)],
                                        k, ctx, n, n_runs)

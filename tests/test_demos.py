@@ -974,8 +974,12 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     rows34, detail34 = printed(sd.DETAILS["34"], edits)
     assert {r[0]: r[5] for r in rows34} == {"block": "the target", "cumulative": "NOT the target"}
     assert "cumulative" not in text34 and "The edit is caught." in detail34
-    assert ("A fit of the first 3 tokens would need about 2.0 million runs to see tokenwise_residual's bias; the exact"
-            " check sees it at once.") in flat(detail34)
+    assert ("tokenwise_residual is exact through token 2 here, so a fit of two tokens cannot see its bias; the exact"
+            " check sees it at token 3. A fit of the first 3 would need about 2.0 million runs.") in flat(detail34)
+    # the chapter shows the exact TV of the first 3 tokens; the fit, and why step 5 alone passes it, are the detail's
+    assert "fit" not in flat(text34).split("Takeaway")[0].replace("chapter 15's fit", "")
+    assert ("Step 5 alone is off by 3.5e-04. The option --detail adds chapter 15's fit, which step 5 alone passes,"
+            " and says why.") in flat(text34)
     tokenwise = next(r for r in edits if r[0] == "tokenwise_residual")
     assert tokenwise[1] < 1e-12 and tokenwise[2] < 1e-12 and tokenwise[3] > 1e-4  # exact for 1 and 2 tokens, not 3
     # why token 2 stays exact after 'f': wherever w_1 = p/q < 1, Z_1 = sum max(0, w_1 p_2 - q_2) is 0, so h_1 is 0 and
@@ -995,21 +999,15 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
         " is under 0.5.) Position 1 is never a cut point after such an x_1, and token 2 is exact too.")
     assert [x for x in range(sd.VOCAB) if p[x] < q[x]] == [1, 4, 5]  # b, e and f, over-proposed after 'f', by hand
     # the two fits are one number because the two rules' runs share their random numbers and draw alike
-    assert tokenwise[4] == rows[0][4] and (
-        "Step 5 alone is off by 3.5e-04. It is exact through token 2 here, so the fit of two tokens cannot see it;"
-        " the exact check sees it at token 3. Why is step 5 alone exact through token 2? The two residuals agree where"
-        " w_i = 1. A round that keeps no draft draws its token with w_0 = 1. A round that keeps only x_1 draws token 2"
-        " with w_1. After 'f', every x_1 with w_1 < 1 has w_1 under 0.5, and the middling draft has q >= 0.5 p, so"
-        " w_1 p <= q at every token: Z_1 = 0, h_1 = 0, and x_1 is never kept alone there (the option --detail lists"
-        " them). So tokens 1 and 2 come out alike, and as the two rules' runs share their random numbers, their fits"
-        " are one number.") in flat(text34)
+    assert tokenwise[4] == rows[0][4] and ("Their runs share their random numbers, so their fits are one number."
+                                           in flat(detail34))
     assert sd.under_half()
     weight, sd.MIDDLING_WEIGHT = sd.MIDDLING_WEIGHT, 0.3  # 'e' has w_1 = 0.39: not under 0.3, and the reason goes
     try:
         assert not sd.under_half()
     finally:
         sd.MIDDLING_WEIGHT = weight
-    assert "Why tokenwise_residual draws as block does through token 2, x_1 by x_1: " in detail34
+    assert "Why it draws as block does through token 2, x_1 by x_1, with Z_1 the sum over tokens y of" in flat(detail34)
     assert sd.token2_exact_words() in flat(detail34)
     # with the block stage's h edited to w (the cumulative bug), Z_1 = 0 no longer stops blocks: the reason goes
     assert sd.bugged("cumulative", sd.BLOCK_BUGS).token2_exact_words() == ""
@@ -1045,20 +1043,18 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " so the paragraph above compares them start by start.") in flat(detail)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
             " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
-            " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i from"
-            " steps 1 and 2: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
+            " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i, chapter"
+            " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
             " (x_0: the text's last token). Until the cap first acts, that is the target's probability of x_1..x_i over"
-            " the draft's. A later draft the target likes more than the draft does (p/q"
-            " above 1) lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but w_2 = 1. 3. Each position i flips a coin"
-            " of its own. Heads makes i a cut point, where the block may end. For a position i from 1 to k - 1, let Z_i"
-            " = the sum over every token y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i, as the token"
-            " drawn next follows x_i. It is the mass step 5's residual would have, before normalising, if the block"
-            " ended at i. Sun et al.'s chances, to take"
-            " as given: position k's coin lands heads with chance w_k, and position i's with chance h_i = Z_i / (Z_i +"
-            " 1 - w_i), or 0 if Z_i = 0. 4. The block keeps x_1..x_i for i the largest cut point. With no cut point, i"
-            " = 0 and it keeps none. 5."
-            " The next token comes from max(0,"
-            " w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
+            " the draft's. A later draft the target likes more than the draft does (p/q above 1) lifts w back up:"
+            " ratios 0.5 then 2 give w_1 = 0.5 but w_2 = 1. 3. Each position i flips a coin of its own. Heads makes i a"
+            " cut point, where the block may end. For a position i from 1 to k - 1, let Z_i = the sum over every token"
+            " y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i, because the token drawn next follows x_i."
+            " It is the total mass that step 5's residual would have, before normalising, if the block ended at i. Sun"
+            " et al.'s chances, to take as given: position k's coin lands heads with chance w_k, and position i's with"
+            " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0. 4. The block keeps x_1..x_i for i the largest cut"
+            " point. With no cut point, i = 0 and it keeps none. 5. The next token comes from max(0, w_i p - q),"
+            " normalised, with p and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
     # the chapter defines h_i and Z_i, which the detail's edits use, once (reads 822 and 824 lacked them)
     assert "h_i = Z_i" not in detail and "h_i = Z_i" in text
     # 'or 0 if Z_i = 0': with w_i = 1 and p = q nothing is left to want, and the coin never lands heads

@@ -4293,8 +4293,8 @@ def demo18_lossy(k=3, ctx=5, n=3):
     print()
     for rule, words in (
             ("probabilistic", "lossless: the paper's rule."),
-            ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
-                        " it with chance p(x); after a rejection, a token from p with x removed."),
+            ("one-hot", "lossless: the draft proposes its likeliest token x; demo 1's rule with q all on x keeps it"
+                        " with chance p(x); after a rejection, a token from max(0, p - q), p with x removed."),
             ("block", "lossless: block verification judges the k drafts together (chapter 14). On average it"
                       " keeps at least as many drafts as the paper's rule and stays exact (chapter 14 shows how)."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
@@ -4691,7 +4691,8 @@ def demo19_tuning(**how):
         f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table. Its c, a"
         " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
         " cache, the keys and values of its tokens." + (
-            f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small."
+            f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small. As B"
+            f" grows the KV caches count more, and small's c rises to {max(shape.c_small):.4f} by B = {max_batch}."
             if bytes_set_c else ""))
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
@@ -5473,7 +5474,10 @@ def engine_configs(buckets, priced=None):
                   " candidate_steps by a running average of accepted drafts, so one listed value fixes k there)"]
         if tree and costs:
             worse, at = tree_shortfall(buckets, priced)
-            lines.append(f"         (adaptive mode runs chains only, topk 1; setting the tree's flags instead would run"
+            topk, steps, n, _ = main.tree
+            lines.append(f"         (adaptive mode runs chains only, topk 1; setting the tree's flags instead,"
+                         f" --speculative-eagle-topk {topk} --speculative-num-steps {steps}"
+                         f" --speculative-num-draft-tokens {n}, would run"
                          f" {main.name}'s tree at every B, {worse:.1%} slower than the full plan at B = {at:,})")
     trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
            "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
@@ -5626,7 +5630,7 @@ def demo23_engines(**how):
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"{and_list(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
             f" {own[1]:,}, where the plan runs the tree, {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}"
-            + (f", {main.name}'s best chain there; the plan tries none longer than {c19.k_max}. They are"
+            + (f", the best of {main.name}'s chains there, which the plan tries up to k = {c19.k_max}. They are"
                f" {own[0]:.1%} slower: all of that loss comes from not running the tree."
                if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
                f", {own[0]:.1%} slower.")

@@ -599,8 +599,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert costs["SGLang"] == costs["vLLM"] and costs["SGLang"][0] < tree_loss
     assert "(these flags fix the tree at every batch size)" not in flat_text
     assert "--speculative-eagle-topk 1" in flat_text
-    assert ("(adaptive mode runs chains only, topk 1; setting the tree's flags instead would run small's tree at every"
-            f" B, {tree_loss:.1%} slower than the full plan at B = 241)") in flat_text
+    assert ("(adaptive mode runs chains only, topk 1; setting the tree's flags instead, --speculative-eagle-topk 2"
+            " --speculative-num-steps 3 --speculative-num-draft-tokens 15, would run small's tree at every B,"
+            f" {tree_loss:.1%} slower than the full plan at B = 241)") in flat_text
     # small's c, from the roofline at both ends of the plan (read 1262 reconciled 3x with demo 4's 1.98x by hand)
     cs = [sd.draft_cost(b, 512, draft=c19.c19.shapes[1]) for b in (1, 241)]
     assert f"at c = {cs[0]:.3f} at B = 1, rising to {cs[1]:.3f} at B = 241, far below the lesson's 0.1." in flat_text
@@ -647,7 +648,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert c19.options[max(chains, key=lambda i: c19.speeds[b - 1, i])].shape == f"k = {k}" == "k = 8" and b == 31
     assert (f"vLLM, SGLang and TRT-LLM schedule chain lengths. At B = {b}, where the plan runs the tree, they run k ="
             f" {k},"
-            f" small's best chain there; the plan tries none longer than 8. They are {costs['vLLM'][0]:.1%} slower: all"
+            f" the best of small's chains there, which the plan tries up to k = 8. They are {costs['vLLM'][0]:.1%}"
+            " slower: all"
             " of that loss"
             " comes from not running the tree.") in flat_text
     real = sd.best_chain

@@ -6556,7 +6556,8 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
            if change["b a"] == change["b b"] == 0 and z_b > 0
            and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")).strip()
         if change["a b"] > 0 else "",
-        f"If the block keeps none of 'a', 'a', it redraws from max(0, p - q) = {row(np.maximum(P2[0] - Q2[0], 0))}:"
+        "If the block keeps none of 'a', 'a', it redraws from max(0, p - q), which is"
+        f" {row(np.maximum(P2[0] - Q2[0], 0))} over (a, b):"
         " always 'b'. And as h_1 = 0 after 'a', it never keeps a lone 'a'. A pair that starts with 'b' has w_1 = 1"
         " and h_1 = 1, so its 'b' is always kept. So the block's first token is 'a' only when it keeps a pair that"
         " starts with 'a', with chance"
@@ -6582,16 +6583,14 @@ def demo30_pairs():
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
         " min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 = min(1, p(x_1)"
-        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, and heads makes it a cut"
-        " point; the coins are independent. The block keeps drafts 1 to j, for j the furthest cut point, or none if"
-        " there is none. Sun et al.'s chances, to take as given: the last position's coin lands heads with chance"
-        " w_2. Let Z_1 be the sum over tokens y of max(0, w_1 p(y) - q(y)), the mass of what the block draws from after"
-        " a cut at 1. Position 1's coin lands heads with chance h_1 = Z_1 / (Z_1 + 1 - w_1). So the block keeps both"
-        " drafts with chance w_2, and only the first with chance"
-        " (1 - w_2) h_1. After a cut at 2 the block draws a bonus token from p; after a cut at 1, from max(0, w_1 p -"
-        " q) / Z_1; after none, from max(0, p - q), normalised. If Z_1 = 0, h_1 = 0, as it must:"
-        " there would be nothing to draw after a cut at"
-        " 1.")
+        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, with a chance given"
+        " below, and heads makes it a cut point; the coins are independent. The block keeps drafts 1 to j, for j the"
+        " furthest cut point, or none if there is none. After a cut at 2 it draws a bonus token from p; after a cut at"
+        " 1, from max(0, w_1 p - q), normalised; after none, from max(0, p - q), normalised. Let Z_1 be the sum over"
+        " tokens y of max(0, w_1 p(y) - q(y)): the mass drawn from after a cut at 1. Sun et al.'s chances, to take as"
+        " given: the last position's coin lands heads with chance w_2, position 1's with chance h_1 = Z_1 / (Z_1 + 1 -"
+        " w_1). If Z_1 = 0, h_1 = 0, as it must: there would be nothing to draw after a cut at 1. So the block keeps"
+        " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1.")
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance:")
@@ -6848,7 +6847,7 @@ def harm_words(rows, n=3):
     if not (step3[n] >= 0.99 * both[n] and ROUNDING <= step5[n] < both[n] / 100):
         return ""
     more = both[n] - step3[n]
-    same = ", the same to four places" if f"{both[n]:.4f}" == f"{step3[n]:.4f}" else ""
+    same = ", so the two rows print alike" if f"{both[n]:.4f}" == f"{step3[n]:.4f}" else ""
     together = (f"{exact_text(more)} more{same}" if more >= ROUNDING else f"{exact_text(-more)} less{same}"
                 if -more >= ROUNDING else "as much")
     return (f"Over the first {n} tokens, step 3 alone is off by {step3[n]:.4f}, and both changes together by"
@@ -6896,13 +6895,14 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " block, and what it draws after. Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over"
         " the draft's, capped at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
         " q the rows after x_(i-1). Step 2 gives each position i a chance of heads from w_i and the rows after x_i"
-        " (Sun et al.'s formula; chapter 14). Step 3 flips a coin of its own at each position, heads with that chance,"
+        " (Sun et al.'s formula, chapter 14; here only that it exists matters). Step 3 flips a coin of its own at each"
+        " position, heads with that chance,"
         " and heads makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or none (i ="
         " 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
         " or from p if i = k.")
     print()
-    say("The shipped paths change two steps: step 3, so step 2's chances go unused, and step 5. In place of the coins"
-        " they draw u_1..u_k once a round, each uniform between 0 and 1, and test the weight itself. Position i is a"
+    say("The shipped paths change steps 3 and 5. Their step 3 drops the coins, so step 2's chances go unused: they"
+        " draw u_1..u_k once a round, each uniform between 0 and 1, and test the weight itself. Position i is a"
         " cut point if its weight is at least u_1 * ... * u_i, so each test reuses the uniforms of the tests before"
         " it. Triton's weight is w_i; PyTorch's caps each ratio on its own (chapter 15). In step 5 both draw from the"
         " token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
@@ -6923,7 +6923,8 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     print()
     say(f"Block verification is exact: its TV is {exact_text(rows[0][n])}." if rows[0][5] == "the target" else
         rule_verdict(rows), answer,
-        "The option --detail adds chapter 15's fit, which step 5 alone passes, and says why." if answer else "")
+        "The option --detail adds chapter 15's fit, which step 5 alone passes, and says why it passes." if answer
+        else "")
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm; step 5's"
              " token-wise residual alone is off by far less.",
              {"step 3 alone is off by nearly as much as both, step 5 alone by under a hundredth": bool(answer)})

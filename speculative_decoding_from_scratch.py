@@ -2399,8 +2399,9 @@ def demo9_verifiers(k=3):
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
     say(f"{number_word(len(pairs)).capitalize()} pairs of target p and draft q, at k = {k}. The first"
-        f" {number_word(len(drafted))} draw q from a draft table; the last {number_word(len(tempered))} take the"
-        " target's own rows at a temperature T: p^(1/T), renormalised (chapter 21). Column b 1-hot is block over"
+        f" {number_word(len(drafted))} draw q from a draft table. The last {number_word(len(tempered))} temper the"
+        " target's own rows, p^(1/T) renormalised at a temperature T (chapter 21): the fourth tempers only q, the"
+        " fifth both p and q. Column b 1-hot is block over"
         " one-hot drafts; most names the setting with the most tokens per call, the first named on a tie:")
     print()
     table([("pair", 20, "<"), ("prob", 6, ".3f"), ("1-hot", 6, ".3f"), ("strict", 7, ".3f"),
@@ -3299,7 +3300,9 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         " other with every entry off by"
         f" about {gap:.0e} of itself, so each pair's logits nearly tie.".replace("e-0", "e-"),
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation,"
-        " and the two texts are compared. The draft is the target itself, scoring a position at a time, so any"
+        " and the two texts are compared. A position's state is a fixed random vector for its token plus half the"
+        " one for the token before; the layer scores it. The draft is the target itself, scoring a position at a"
+        " time, so any"
         " difference comes from the verifying pass's arithmetic. Where the texts differ, the median token at which"
         " they part, and the top-two margin there:")
     print()
@@ -3430,7 +3433,8 @@ def demo13_why(W, X, t1, n_small=1024):
     small, x = W[:n_small, :n_small].copy(), X[:n_small]  # 4 MiB: stays in cache
     in_cache = median_time(lambda: small @ x[:, :2]) / median_time(lambda: small @ x[:, :1])
     print()
-    say("Two positions timed three ways, each against one column of the same W, the median of 3 repeats of 3 calls."
+    say("Two positions timed three ways, each as a multiple of a one-column product with the same W, and each the"
+        " median of 3 repeats of 3 calls, timed apart from the table above."
         f" The last row's W is the top {n_small} x {n_small} corner, {small.nbytes >> 20} MiB, which stays in cache:")
     print()
     table([("two positions, as", 42, "<"), ("x one column", 14, ".2f")],
@@ -3493,16 +3497,17 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)
         rows.append((label, k, paper, refined, per_call, clock, at_run))
     print()
-    say(f"Then each draft decodes on the clock: the middling draft {runs[0][3]} rounds at the lesson's k ="
-        f" {runs[0][2]}, the blend {good_weight} draft {runs[1][3]}. The model tables choose the tokens, and each pass"
-        f" pays for its product: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
+    say("Then each draft decodes on the clock. The model tables choose the tokens, and each pass pays for its"
+        f" product: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
         f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
         " the exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
         " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
         " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
         " measured: plain decoding's time per token, timed here, over this run's.")
-    say(f"Blend {good_weight} runs at k = {k_good}: refined predicts more there"
-        + (f" than at {and_list([str(k) for k in ks if k != k_good])}." if len(ks) > 1 else "."), clock=True)
+    say(f"The middling draft runs {runs[0][3]} rounds at the lesson's k = {runs[0][2]}.",
+        f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}, refined's pick of"
+        f" {and_list([str(k) for k in ks])}.",
+        clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
@@ -4950,10 +4955,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     note = long_context_note(k, [len(prompt)])
     say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-        " Llama-2-7B-shaped decoder running B sequences at once, a character a token." if note else "",
-        note, "So a check costs what a plain step does there, and a switch would have nothing to save. The table"
-        f" prices each pass at {BATCH_CONTEXT} tokens of context instead, chosen so that a large batch crosses the"
-        " ridge." if note else
+        f" Llama-2-7B-shaped decoder running B sequences at once, a character a token, at {BATCH_CONTEXT} tokens of"
+        " context, where a large batch crosses the ridge. Why not at the prompt's own length?" if note else "",
+        note, "So a check would cost what a plain step does there, and a switch would have nothing to save." if note
+        else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")
     print()

@@ -170,7 +170,7 @@ def test_chapter13_says_which_tokens_per_call_each_prediction_uses(in_process):
     # the paper's column is tokens per call / (1 + k c) with the exact count, as the sentence says
     assert middling[1] == sd.LESSON_K and "The paper predicts the speedup as tokens per call / (1 + k c), with the" \
         " exact tokens per call." in text
-    assert "the middling draft 20 rounds at the lesson's k = 4, the blend 0.95 draft 10." in text
+    assert "The middling draft runs 20 rounds at the lesson's k = 4. Blend 0.95 runs 10 rounds at k =" in text
     # refined and refined*, as formulas: v in place of the paper's 1, and this run's tokens per call in refined*
     assert ("The refined prediction puts v in place of that 1: tokens per call / (v + k c). Refined* is that formula"
             " with the tokens per call this run got in place of the exact ones, so luck in the rounds does not count"

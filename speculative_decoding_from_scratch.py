@@ -1808,16 +1808,17 @@ def long_context_note(k, lengths, hw=H100, then="", why=True):
     alone = free_positions(hw=hw)
     if not (worst < 1.005 and macs / read < ridge(hw) and fit * (k + 1) > alone):
         return ""
-    return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
+    batches = (f"Demo 6's {alone} free positions were for one sequence. A server decodes B sequences at once, and each"
+               " adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. "
+               if why else "")
+    return (batches + f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
             f" {k + 1} positions for each sequence takes {worst:.2f} times as long as a plain pass of one position"
             f" each. That holds at every batch that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB: the pass stays"
-            f" memory-bound.{then}" + (
-                f" Demo 6's {alone} free positions were for one sequence. A server decodes B sequences at once, and"
-                " each adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B"
-                f" too. At {n:,} characters {fit} sequences fit, and a pass of {k + 1} positions each,"
+            " memory-bound." + (
+                f" At {n:,} characters {fit} sequences fit, and a pass of {k + 1} positions each,"
                 f" {fit * (k + 1):,} in all, does {macs / read:.0f} MACs per byte, under the ridge's {ridge(hw):.1f}."
-                if why else ""))
+                if why else "") + then)
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -5703,14 +5704,13 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft"
-            " passes, the tree"
-            f" {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from {c[0]:.4f} at B ="
-            f" 1 to {c[-1]:.4f} at B = {c19.max_batch}, the plan's largest batch. At B = 1 the draft's pass and the"
-            f" target's both read mostly weights, and {main.name} has few. A pass also reads one KV cache, the keys"
-            " and values of a sequence's tokens, per sequence. By B ="
-            f" {c19.max_batch} both passes read mostly those, and {main.name}'s cache is {share:.4f} of the target's,"
-            f" so c climbs toward {share:.4f} (chapter 19, --detail). Past the ridge, every position the tree checks"
-            f" costs time, and its lead shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence,"
+            f" passes, the tree {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from"
+            f" {c[0]:.4f} at B = 1 to {c[-1]:.4f} at B = {c19.max_batch}, the plan's largest batch, past the table. At"
+            f" B = 1 the draft's pass and the target's both read mostly weights, and {main.name} has few weights. A"
+            " pass also reads one KV cache, the keys and values of a sequence's tokens, per sequence. By B ="
+            f" {c19.max_batch} both passes read mostly KV caches, and {main.name}'s cache is {share:.4f} of the"
+            f" target's, so c climbs toward {share:.4f} (chapter 19, --detail). Past the ridge, every position the tree"
+            f" checks costs time, and its lead shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence,"
             f" {t[2] * cross:,} in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}. That is"
             f" {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass (chapter 25"
             " works it out)."
@@ -5998,9 +5998,9 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     print()
     bound = bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)
     say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
-        " the ridge." if bound == "compute" else ".") + " As a what-if that only prices the pass (a short context has"
-        " little"
-        f" to copy), suppose the same tokens per call at {BATCH_CONTEXT} tokens of context and B = {batch}. Then the"
+        " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
+        f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real short context would"
+        " have little to copy, and make fewer tokens per call.) Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. The speedup"
@@ -6128,13 +6128,14 @@ def demo27_rates(**how):
         "At a shorter k they differ." if r.off else "")
     s1 = r.starts[1]  # where small's rounds of 1 start
     if (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
-            and s.start[s.short] < min(s.text[s.short], s1.start[s.short])):
+            and s.start[s.short] < min(s.text[s.short], s1.start[s.short]) and s1.redrawn.sum() < s.redrawn.sum()):
         print()
-        say("Why? A round starts after the last round's final token, not at a random point of the target's text as"
-            " alpha assumes (chapter 29). That token is a redraw unless all k drafts passed, and a redraw is never a"
-            f" token the draft over-proposes. Small over-proposes {d} after"
-            f" {and_list([repr(name(c)) for c in s.overs], 'or')}. Redraws end {s.redrawn.sum():.0%} of its rounds"
-            f" at k = {k_max}, and {s1.redrawn.sum():.0%} at k = 1. So only {s.start[s.short]:.0%} of its rounds at"
+        say("Why? A round's first draft is judged after the last round's final token, not at a random point of the"
+            " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
+            " is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that place, and small"
+            f" over-proposes {d} after {and_list([repr(name(c)) for c in s.overs], 'or')}. Redraws end"
+            f" {s.redrawn.sum():.0%} of its rounds at k = {k_max}, but {s1.redrawn.sum():.0%} at k = 1, where more"
+            f" rounds end on a bonus that can be {d}. So only {s.start[s.short]:.0%} of its rounds at"
             f" k = {k_max} start after {d}, though {d} is {s.text[s.short]:.0%} of the text; at k = 1,"
             f" {s1.start[s.short]:.0%} do. Its drafts pass most often after {d}, {s.beta[s.short]:.3f} of the time. So"
             f" its position 1 passes {r.rates[1][0]:.3f} at k = {k_max} and {r.at_1[1]:.3f} at k = 1:"
@@ -6144,7 +6145,7 @@ def demo27_rates(**how):
     say("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
         " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
         " prices its chains from these rates. A search prices every chain exactly and takes the best at each B."
-        + (f" It prices the tree, which the plan tries only for the small draft, as the plan does: from"
+        + (f" The search prices the tree, which the plan tries only for the small draft, as the plan does: from"
            f" {c19.n_rounds:,} sampled rounds." if any(d.tree for d in c19.measured) else "")
         + " The plan's picks, priced exactly as the search prices them, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
@@ -6657,6 +6658,7 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     more = min(g[4] for g in gains) >= -1e-12
     one = gains[0][0] == 1 and abs(gains[0][2] - gains[0][1]) < 1e-12 and abs(gains[0][3] - gains[0][1]) < 1e-12
     above = above_eq1(gains)
+    rs = round_starts(TARGET, MIDDLING, above.k) if above else None  # where the lesson's rounds start
     print()
     say(f"Block verification makes at least as many tokens per round at every k, {max(g[4] for g in gains):+.1%} at"
         " most." if more else f"Block verification LOSES tokens at some k: {min(g[4] for g in gains):+.1%} at worst.",
@@ -6665,12 +6667,16 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
         f"Demo 3 and chapter 14 make fewer at k = {above.k}, {above.chained:.4f} token-wise and"
         f" {above.block_chained:.4f} block. Their rounds start after the last round's final token, a redraw or a"
-        f" bonus, which is seldom '{name(round_starts(TARGET, MIDDLING, above.k).short)}', the token after which"
-        f" drafts pass most (chapter 29). So there draft 1 passes only {above.first:.3f}, and eq. 1 runs high. Here"
-        f" starts are drawn as the text's, so draft 1 passes with chance alpha, {above.alpha:.3f}, and later drafts"
-        f" more often: the token-wise {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}."
-        if above and more else "",
-        "Sun et al. report 5% to 8% faster decoding than token-wise verification, by the clock, on their own models"
+        f" bonus. That token is '{name(rs.short)}' only {rs.start[rs.short]:.3f} of the time, against"
+        f" {rs.text[rs.short]:.3f} of the text, as a redraw is never '{name(rs.short)}' where the draft over-proposes"
+        f" it; and drafts pass most after '{name(rs.short)}' (chapter 29). So there draft 1 passes only"
+        f" {above.first:.3f}, and eq. 1 runs high. Here starts are drawn as the text's, so draft 1 passes with chance"
+        f" alpha, {above.alpha:.3f}, and once it passes, draft 2 passes {above.second:.3f}: the token-wise"
+        f" {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}."
+        if above and more and rs.left_out and rs.most and rs.start[rs.short] < rs.text[rs.short]
+        and above.second > above.alpha else "",
+        "Sun et al., the block's authors, report 5% to 8% faster decoding than token-wise verification, by the clock,"
+        " on their own models"
         " and tasks.")
     takeaway(f"on the middling draft, judging the block gains up to {max(g[4] for g in gains):.1%} over token-wise"
              f" checking, and the ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
@@ -6997,8 +7003,8 @@ def demo35_chain_loss(**how):
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"
         " vLLM and TensorRT-LLM, take configs that can say only chain lengths, so there they run"
         f" {main.name}'s best chain, k = {own[2]}, from {own[2]} draft passes (chapter 23). A draft pass's c is its"
-        " cost in target passes. Each one's speedup at batch size B, on demo 6's roofline, and the chain's loss"
-        " against the tree, 1 minus its speedup over the tree's:")
+        " cost in target passes. The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the"
+        " chain's loss, 1 - (the chain's speedup / the tree's):")
     print()
     batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],

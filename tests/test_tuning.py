@@ -282,11 +282,11 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         in text27
     assert ("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
             " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
-            " chain exactly and takes the best at each B. It prices the tree, which the plan tries only for the small"
-            " draft, as the plan does: from 2,000 sampled rounds. The plan's picks, priced exactly as the search prices"
-            f" them, fall at most {check.worst:.2%} below the search's speedup at any B. As B grows, the plan keeps its"
-            " current pick until that pick prices more than 0.5% below the best at that B (chapter 19). Most of the"
-            f" {check.worst:.2%} is that margin, not the rates: a plan from the rates with no margin comes within"
+            " chain exactly and takes the best at each B. The search prices the tree, which the plan tries only for the"
+            " small draft, as the plan does: from 2,000 sampled rounds. The plan's picks, priced exactly as the search"
+            f" prices them, fall at most {check.worst:.2%} below the search's speedup at any B. As B grows, the plan"
+            " keeps its current pick until that pick prices more than 0.5% below the best at that B (chapter 19). Most"
+            f" of the {check.worst:.2%} is that margin, not the rates: a plan from the rates with no margin comes within"
             f" {untolerant:.2%}.") in text27
     assert untolerant < check.worst / 2  # 'most'
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
@@ -758,10 +758,12 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     # the chapter says the short why; the detail gives it token by token
     redrawn = [starts.redrawn.sum() for starts in (sd.round_starts(sd.TARGET, sd.MIDDLING, k) for k in (8, 1))]
     assert redrawn[0] > redrawn[1]  # by hand below: a shorter k ends more rounds on a bonus token
-    assert ("Why? A round starts after the last round's final token, not at a random point of the target's text as"
-            " alpha assumes (chapter 29). That token is a redraw unless all k drafts passed, and a redraw is never a"
-            " token the draft over-proposes. Small over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
-            f" {redrawn[0]:.0%} of its rounds at k = 8, and {redrawn[1]:.0%} at k = 1. So only {start[d]:.0%} of its"
+    assert ("Why? A round's first draft is judged after the last round's final token, not at a random point of the"
+            " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
+            " is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that place, and small"
+            " over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
+            f" {redrawn[0]:.0%} of its rounds at k = 8, but {redrawn[1]:.0%} at k = 1, where more rounds end on a bonus"
+            f" that can be 'd'. So only {start[d]:.0%} of its"
             f" rounds at k = 8 start after 'd', though 'd' is {text_share[d]:.0%} of the text; at k = 1,"
             f" {start1[d]:.0%} do. Its drafts pass most often after 'd', {beta[d]:.3f} of the time. So its position 1"
             f" passes {first[1]:.3f} at k = 8 and {start1 @ beta:.3f} at k = 1: rates counted at k = 8"
@@ -857,32 +859,36 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                 " 80 GB: the pass stays memory-bound." in text), \
             chapter
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
-                " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. At"
-                f" {lengths[0]} characters {fits[0]} sequences fit, and a pass of 6 positions each,"
+                " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. At the"
+                in text), chapter  # the reason first, then the lengths (read 1295)
+        assert (f"memory-bound. At {lengths[0]} characters {fits[0]} sequences fit, and a pass of 6 positions each,"
                 f" {fits[0] * 6:,} in all, does {intensity:.0f} MACs per byte, under the ridge's 147.6."
                 in text) or chapter == "20", chapter  # chapter 20 gives its own prompt's figures (tested below)
     text = " ".join(section(in_process[1], "26").split())
     assert "at large batches of short contexts, verifying is the cost." in text
     assert ("A server of short contexts pays more: their small KV caches add few bytes, so a large batch crosses the"
             " ridge.") in text
-    assert ("As a what-if that only prices the pass (a short context has little to copy), suppose the same tokens per"
-            " call at 16 tokens of context and B = 256. Then the pass of 1,536 positions is compute-bound and costs"
+    assert ("As a what-if, keep the tokens per call above and change only the pass's cost: suppose 16 tokens of context"
+            " and B = 256. (A real short context would have little to copy, and make fewer tokens per call.) Then the"
+            " pass of 1,536 positions is compute-bound and costs"
             f" {sd.verify_cost(5, 256):.2f} plain passes over the same 256 sequences.") in text
     rows = in_process[0]["26"].rows
     assert rows[0][0] == 0 and rows[0][1] > 1.05 and (f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per"
                                                       " call: what followed the same characters earlier is often what"
                                                       " the character model writes next.") in text
-    assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So at these"
-            " lengths the speedup is the tokens per call, the vLLM and HF columns.") in text
+    assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. At 493"
+            " characters 257 sequences fit") in text
+    assert "under the ridge's 147.6. So at these lengths the speedup is the tokens per call, the vLLM and HF" in text
     # the verdict covers the rows it sits over, and says so
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
     assert ("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
             " Llama-2-7B-shaped decoder running B sequences at once, a character a token, at 16 tokens of context,"
-            " where a large batch crosses the ridge. Why not at the prompt's own length? At the prompt's length (493"
-            " characters), a pass of 6 positions for each sequence takes 1.00 times as long as a plain pass of one"
-            " position each. That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound."
-            " Demo 6's 295 free positions were for one sequence.") in text  # the model priced first, then the reason
+            " where a large batch crosses the ridge. Why not at the prompt's own length? Demo 6's 295 free positions"
+            " were for one sequence. A server decodes B sequences at once, and each adds its own KV cache, the keys and"
+            " values of its tokens, so the bytes a pass reads grow with B too. At the prompt's length (493 characters),"
+            " a pass of 6 positions for each sequence takes 1.00 times as long as a plain pass of one position each.")\
+        in text  # the model priced first, then the reason
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert (f"At 493 characters {fit} sequences fit, and a pass of 6 positions each, {6 * fit:,} in all, does"
@@ -944,15 +950,14 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     c241 = sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000))
     assert (f"Up to B = 31 that loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3,"
-            " and each"
-            f" pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241, the plan's"
-            " largest batch. At B = 1 the draft's pass and the target's both read mostly weights, and small has few. A"
-            " pass also reads one KV cache, the keys and values of a sequence's tokens, per sequence. By B = 241 both"
-            " passes read mostly those, and small's cache is 0.0234 of the target's, so c climbs toward 0.0234"
-            " (chapter 19, --detail). Past the ridge, every position the tree checks costs time, and its lead shrinks."
-            " At B = 32 the tree's check, 15 positions a sequence, 480 in all, reaches the ridge, so the loss peaks"
-            " just before, at B = 31. That is later than demo 6's 295 / 15 = 19.7 sequences, as each sequence's KV"
-            " cache adds bytes to the pass (chapter 25 works it out).") in text
+            f" and each pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241,"
+            " the plan's largest batch, past the table. At B = 1 the draft's pass and the target's both read mostly"
+            " weights, and small has few weights. A pass also reads one KV cache, the keys and values of a sequence's"
+            " tokens, per sequence. By B = 241 both passes read mostly KV caches, and small's cache is 0.0234 of the"
+            " target's, so c climbs toward 0.0234 (chapter 19, --detail). Past the ridge, every position the tree"
+            " checks costs time, and its lead shrinks. At B = 32 the tree's check, 15 positions a sequence, 480 in all,"
+            " reaches the ridge, so the loss peaks just before, at B = 31. That is later than demo 6's 295 / 15 = 19.7"
+            " sequences, as each sequence's KV cache adds bytes to the pass (chapter 25 works it out).") in text
     assert f"small's rises only from {c1:.4f} to {c241:.4f} at B = 241." in " ".join(detail19.split())  # the pointer
     # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes
     small, kv = (768, 2048, 4, 32000), lambda d: sd.pass_traffic(d, 512, 1, 1)[1] - sd.pass_traffic(d, 0, 1, 1)[1]

@@ -3506,8 +3506,8 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
         " measured: plain decoding's time per token, timed here, over this run's.")
     say(f"The middling draft runs {runs[0][3]} rounds at the lesson's k = {runs[0][2]}.",
-        f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}, refined's pick of"
-        f" {and_list([str(k) for k in ks])}.",
+        f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}, which refined prefers"
+        + (f" to {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1 else "."),
         clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
@@ -3587,9 +3587,9 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                " residual has, before normalising, if the block ends at i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
                " its last one (step 4). Sun et al.'s chances, to take as given: position k's coin lands heads with"
-               " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). h_i = 0 whenever"
-               " Z_i = 0, even where w_i = 1 too and the formula reads 0/0 (that happens only where p = q): step 5"
-               " would have nothing to draw from.",
+               " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). If Z_i = 0, step 5"
+               " has nothing to draw from at i, so h_i = 0. That also settles the one case where the formula reads"
+               " 0/0, Z_i = 0 with w_i = 1, which happens only where p = q.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
@@ -4956,8 +4956,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     note = long_context_note(k, [len(prompt)])
     say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-        f" Llama-2-7B-shaped decoder running B sequences at once, a character a token, at {BATCH_CONTEXT} tokens of"
-        " context, where a large batch crosses the ridge. Why not at the prompt's own length?" if note else "",
+        f" Llama-2-7B-shaped decoder running B sequences at once, a character a token, at a deliberately short"
+        f" {BATCH_CONTEXT} tokens of context, so that a large batch crosses the ridge. Why not at the prompt's own"
+        " length?" if note else "",
         note, "So a check would cost what a plain step does there, and a switch would have nothing to save." if note
         else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
@@ -5636,7 +5637,7 @@ def demo23_engines(**how):
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"{and_list(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
             f" {own[1]:,}, where the plan runs the tree, {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}"
-            + (f", the best of {main.name}'s chains there, which the plan tries up to k = {c19.k_max}. They are"
+            + (f", the best there of the chains k = 1 to {c19.k_max} the plan considers. They are"
                f" {own[0]:.1%} slower: all of that loss comes from not running the tree."
                if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
                f", {own[0]:.1%} slower.")
@@ -6589,14 +6590,15 @@ def demo30_pairs():
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
         " min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 = min(1, p(x_1)"
-        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, with a chance given"
-        " below, and heads makes it a cut point; the coins are independent. The block keeps drafts 1 to j, for j the"
-        " furthest cut point, or none if there is none. After a cut at 2 it draws a bonus token from p; after a cut at"
-        " 1, from max(0, w_1 p - q), normalised; after none, from max(0, p - q), normalised. Let Z_1 be the sum over"
-        " tokens y of max(0, w_1 p(y) - q(y)): the mass drawn from after a cut at 1. Sun et al.'s chances, to take as"
-        " given: the last position's coin lands heads with chance w_2, position 1's with chance h_1 = Z_1 / (Z_1 + 1 -"
-        " w_1). If Z_1 = 0, h_1 = 0, as it must: there would be nothing to draw after a cut at 1. So the block keeps"
-        " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1.")
+        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, heads with chance h_1 for"
+        " position 1 and w_2 for position 2 (h_1 below), and heads makes it a cut point; the coins are independent."
+        " The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. After a cut at 2 it"
+        " draws a bonus token from p; after a cut at 1, it replaces draft 2 with a token from max(0, w_1 p - q),"
+        " normalised; after none, it replaces draft 1 with one from max(0, p - q), normalised. Let Z_1 be the sum over"
+        " tokens y of max(0, w_1 p(y) - q(y)): the total, before normalising, of what is drawn from after a cut at 1."
+        " Sun et al.'s chance, to take as given: h_1 = Z_1 / (Z_1 + 1 - w_1). If Z_1 = 0, h_1 = 0, as it must: there"
+        " would be nothing to draw after a cut at 1. So the block keeps both drafts with chance w_2, and only the"
+        " first with chance (1 - w_2) h_1.")
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance:")
@@ -6640,7 +6642,8 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     verification on the middling draft, one round from the target's text."""
     say("The ideal of chapter 24 is a ceiling on every lossless verifier (one whose output is the target's). For"
         " each i, the chance that drafts 1 to i are all kept is at most the sum, over texts x_1..x_i, of"
-        " min(p(x_1..x_i), q(x_1..x_i)). The ideal adds these bounds up. Block verification (chapter 14) judges"
+        " min(p(x_1..x_i), q(x_1..x_i)), each the chance of the whole text from the round's start. The ideal is 1 plus"
+        " these bounds, summed over i = 1 to k. Block verification (chapter 14) judges"
         " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject.")
     print()
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
@@ -6669,10 +6672,10 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         f" {above.block_chained:.4f} block. Their rounds start after the last round's final token, a redraw or a"
         f" bonus. That token is '{name(rs.short)}' only {rs.start[rs.short]:.3f} of the time, against"
         f" {rs.text[rs.short]:.3f} of the text, as a redraw is never '{name(rs.short)}' where the draft over-proposes"
-        f" it; and drafts pass most after '{name(rs.short)}' (chapter 29). So there draft 1 passes only"
-        f" {above.first:.3f}, and eq. 1 runs high. Here starts are drawn as the text's, so draft 1 passes with chance"
-        f" alpha, {above.alpha:.3f}, and once it passes, draft 2 passes {above.second:.3f}: the token-wise"
-        f" {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}."
+        f" it; and drafts pass most after '{name(rs.short)}' (chapter 29). Eq. 1 assumes every draft passes with"
+        f" alpha, {above.alpha:.3f}. In demo 3's rounds draft 1 passes only {above.first:.3f}, so eq. 1 runs high"
+        " there. Here starts are drawn as the text's: draft 1 passes with chance alpha, and once it passes, draft 2"
+        f" passes {above.second:.3f}, so the token-wise {gains[-1][1]:.4f} tops eq. 1's {above.eq1:.2f}."
         if above and more and rs.left_out and rs.most and rs.start[rs.short] < rs.text[rs.short]
         and above.second > above.alpha else "",
         "Sun et al., the block's authors, report 5% to 8% faster decoding than token-wise verification, by the clock,"
@@ -6913,10 +6916,11 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " or from p if i = k.")
     print()
     say("The shipped paths change steps 3 and 5. Their step 3 drops the coins, so step 2's chances go unused: they"
-        " draw u_1..u_k once a round, each uniform between 0 and 1, and test the weight itself. Position i is a"
-        " cut point if its weight is at least u_1 * ... * u_i, so each test reuses the uniforms of the tests before"
-        " it. Triton's weight is w_i; PyTorch's caps each ratio on its own (chapter 15). In step 5 both draw from the"
-        " token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
+        " draw u_1..u_k once a round, each uniform between 0 and 1, and compare the weight itself, not step 2's"
+        " chance, with their product: position i is a cut point if its weight is at least u_1 * ... * u_i, so each"
+        " test reuses the uniforms of the tests before it. Step 4 is unchanged. Triton's weight is w_i; PyTorch's is"
+        " the product of min(1, p(x_j) / q(x_j)) over j = 1 to i, with no running cap (chapter 15). In step 5 both"
+        " draw from the token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     rows = exactness_rows([("block", this_module(), MIDDLING, block),

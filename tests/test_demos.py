@@ -1389,7 +1389,8 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
     assert ("The ideal of chapter 24 is a ceiling on every lossless verifier (one whose output is the target's). For"
             " each i, the chance that drafts 1 to i are all kept is at most the sum, over texts x_1..x_i, of"
-            " min(p(x_1..x_i), q(x_1..x_i)).") in flat(text)
+            " min(p(x_1..x_i), q(x_1..x_i)), each the chance of the whole text from the round's start. The ideal is 1"
+            " plus these bounds, summed over i = 1 to k.") in flat(text)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one
     assert result.gains[0][1] == pytest.approx(result.gains[0][2]) == pytest.approx(result.gains[0][3])
     assert "At k = 1 all three are equal: demo 1's rule reaches the ideal." in flat(text)
@@ -1439,10 +1440,10 @@ def test_chapter31s_middling_table_is_one_round_from_the_targets_text(demo):
     assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block. Their"
             " rounds start after the last round's final token, a redraw or a bonus. That token is 'd' only 0.089 of the"
             " time, against 0.184 of the text, as a redraw is never 'd' where the draft over-proposes it; and drafts"
-            " pass most after 'd' (chapter 29). So there draft 1 passes only"
-            f" {sd.exact_per_position(P, Q, 4)[0]:.3f}, and eq. 1 runs high. Here starts are drawn as the text's, so"
-            f" draft 1 passes with chance alpha, {sd.pair_alpha(P, Q):.3f}, and once it passes, draft 2 passes"
-            f" {sd.above_eq1(result.gains).second:.3f}: the token-wise {tw[3]:.4f} tops eq. 1's 2.79.") in flat(text)
+            f" pass most after 'd' (chapter 29). Eq. 1 assumes every draft passes with alpha, {sd.pair_alpha(P, Q):.3f}."
+            f" In demo 3's rounds draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f}, so eq. 1 runs high there."
+            " Here starts are drawn as the text's: draft 1 passes with chance alpha, and once it passes, draft 2 passes"
+            f" {sd.above_eq1(result.gains).second:.3f}, so the token-wise {tw[3]:.4f} tops eq. 1's 2.79.") in flat(text)
     assert "0.5028" not in text and sd.above_eq1(result.gains).second > sd.pair_alpha(P, Q)  # read 1297 asked why
     assert chained < tw[3] and chained_block < result.gains[-1][2]  # 'fewer': than this table's k = 4 row
     out = io.StringIO()

@@ -648,7 +648,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert c19.options[max(chains, key=lambda i: c19.speeds[b - 1, i])].shape == f"k = {k}" == "k = 8" and b == 31
     assert (f"vLLM, SGLang and TRT-LLM schedule chain lengths. At B = {b}, where the plan runs the tree, they run k ="
             f" {k},"
-            f" the best of small's chains there, which the plan tries up to k = 8. They are {costs['vLLM'][0]:.1%}"
+            f" the best there of the chains k = 1 to 8 the plan considers. They are {costs['vLLM'][0]:.1%}"
             " slower: all"
             " of that loss"
             " comes from not running the tree.") in flat_text
@@ -850,8 +850,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
         text = " ".join(section(in_process[1], chapter).split())
         assert (("prices each pass as demo 6's Llama-2-7B-shaped decoder running B sequences at once, a character a"
-                 " token, at 16 tokens of context, where a large batch crosses the ridge. Why not at the prompt's own"
-                 " length?" in text)
+                 " token, at a deliberately short 16 tokens of context, so that a large batch crosses the ridge. Why"
+                 " not at the prompt's own length?" in text)
                 == (chapter == "20") and
                 " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
@@ -883,8 +883,9 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = " ".join(section(in_process[1], "20").split())
     assert ("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-            " Llama-2-7B-shaped decoder running B sequences at once, a character a token, at 16 tokens of context,"
-            " where a large batch crosses the ridge. Why not at the prompt's own length? Demo 6's 295 free positions"
+            " Llama-2-7B-shaped decoder running B sequences at once, a character a token, at a deliberately short 16"
+            " tokens of context, so that a large batch crosses the ridge. Why not at the prompt's own length? Demo 6's"
+            " 295 free positions"
             " were for one sequence. A server decodes B sequences at once, and each adds its own KV cache, the keys and"
             " values of its tokens, so the bytes a pass reads grow with B too. At the prompt's length (493 characters),"
             " a pass of 6 positions for each sequence takes 1.00 times as long as a plain pass of one position each.")\

@@ -6146,8 +6146,8 @@ def demo27_rates(**how):
     say("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
         " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
         " prices its chains from these rates. A search prices every chain exactly and takes the best at each B."
-        + (f" The search prices the tree, which the plan tries only for the small draft, as the plan does: from"
-           f" {c19.n_rounds:,} sampled rounds." if any(d.tree for d in c19.measured) else "")
+        + (f" Both try a tree only for the small draft, and price it alike, from {c19.n_rounds:,} sampled rounds."
+           if [d.tree is not None for d in c19.measured] == [False, True] else "")
         + " The plan's picks, priced exactly as the search prices them, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" As B grows, the plan keeps its current pick until that pick prices more than {c19.tol:.1%} below the best"
@@ -6590,12 +6590,13 @@ def demo30_pairs():
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
         " min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 = min(1, p(x_1)"
-        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, heads with chance h_1 for"
-        " position 1 and w_2 for position 2 (h_1 below), and heads makes it a cut point; the coins are independent."
+        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, heads with chance w_2 for"
+        " position 2 and h_1, defined below, for position 1. Heads makes it a cut point; the coins are independent."
         " The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. After a cut at 2 it"
         " draws a bonus token from p; after a cut at 1, it replaces draft 2 with a token from max(0, w_1 p - q),"
         " normalised; after none, it replaces draft 1 with one from max(0, p - q), normalised. Let Z_1 be the sum over"
-        " tokens y of max(0, w_1 p(y) - q(y)): the total, before normalising, of what is drawn from after a cut at 1."
+        " tokens y of max(0, w_1 p(y) - q(y)): the total, before normalising, of the distribution that replaces draft 2"
+        " after a cut at 1."
         " Sun et al.'s chance, to take as given: h_1 = Z_1 / (Z_1 + 1 - w_1). If Z_1 = 0, h_1 = 0, as it must: there"
         " would be nothing to draw after a cut at 1. So the block keeps both drafts with chance w_2, and only the"
         " first with chance (1 - w_2) h_1.")
@@ -6915,11 +6916,11 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
         " or from p if i = k.")
     print()
-    say("The shipped paths change steps 3 and 5. Their step 3 drops the coins, so step 2's chances go unused: they"
-        " draw u_1..u_k once a round, each uniform between 0 and 1, and compare the weight itself, not step 2's"
-        " chance, with their product: position i is a cut point if its weight is at least u_1 * ... * u_i, so each"
-        " test reuses the uniforms of the tests before it. Step 4 is unchanged. Triton's weight is w_i; PyTorch's is"
-        " the product of min(1, p(x_j) / q(x_j)) over j = 1 to i, with no running cap (chapter 15). In step 5 both"
+    say("The shipped paths change steps 3 and 5. Their step 3 draws u_1..u_k, each uniform between 0 and 1, once a"
+        " round. Position i is a cut point if its weight is at least u_1 * ... * u_i. Step 2's chance is never used,"
+        " and each test reuses the uniforms of the tests before it. Step 4 is unchanged. Triton's weight is w_i."
+        " PyTorch's caps each ratio, not the running product (chapter 15); this chapter sets that aside and uses"
+        " Triton's. In step 5 both"
         " draw from the token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)

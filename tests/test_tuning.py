@@ -282,8 +282,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         in text27
     assert ("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
             " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
-            " chain exactly and takes the best at each B. The search prices the tree, which the plan tries only for the"
-            " small draft, as the plan does: from 2,000 sampled rounds. The plan's picks, priced exactly as the search"
+            " chain exactly and takes the best at each B. Both try a tree only for the small draft, and price it alike,"
+            " from 2,000 sampled rounds. The plan's picks, priced exactly as the search"
             f" prices them, fall at most {check.worst:.2%} below the search's speedup at any B. As B grows, the plan"
             " keeps its current pick until that pick prices more than 0.5% below the best at that B (chapter 19). Most"
             f" of the {check.worst:.2%} is that margin, not the rates: a plan from the rates with no margin comes within"

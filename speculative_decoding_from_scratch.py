@@ -6618,19 +6618,21 @@ def demo30_pairs():
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
     net = net_words(pairs, gap)
-    say_paragraphs([why[0], gives_back + net, why[3]])
+    say_paragraphs([why[0], gives_back + net,
+                    "The option --detail adds the sums term by term, and checks that the block's first token is p's."
+                    if why[3] else ""])
     takeaway(f"the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"
              f" none does: {ninths(gap)} of a draft a round in all, here.",
              {"the block gains on 'a' then 'b'": bool(why[0]), "it gives some back on 'a' then 'a'": bool(gives_back),
-              "the pairs add up to the block's gain": bool(net), "its first token is p's": bool(why[3])})
+              "the pairs add up to the block's gain": bool(net)})
     return SimpleNamespace(pairs=pairs, gap=gap)
 
 
 def demo30_detail(result):
-    """Chapter 30 in detail: the two pairs that differ, term by term, and why
-    the pairs after 'b' tie."""
+    """Chapter 30 in detail: the two pairs that differ, term by term, why the
+    pairs after 'b' tie, and why the block's first token is p's."""
     P2, Q2 = PAPER_EXAMPLE
-    say_paragraphs(block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:3])
+    say_paragraphs(block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4])
 
 
 # -----------------------------------------------------------------------------

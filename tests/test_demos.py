@@ -1270,9 +1270,10 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " always 'b'. And as"
             " h_1 = 0 after 'a', it never keeps a lone 'a'. A pair that starts with 'b' has w_1 = 1 and h_1 = 1, so its"
             " 'b' is always kept. So the block's first token is 'a' only when it keeps a pair that starts with 'a',"
-            " with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a): the first token is p's. Takeaway: the block gains"
-            " where a later draft makes up for an earlier one's low ratio, and gives some back where none does: 1/9 of"
-            " a draft a round in all, here.") in flat(text30)
+            " with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a): the first token is p's.") in flat(detail)
+    assert ("The option --detail adds the sums term by term, and checks that the block's first token is p's. Takeaway:"
+            " the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"
+            " none does: 1/9 of a draft a round in all, here.") in flat(text30)  # one question a chapter (read 1316)
     assert "The block gains when" not in detail and "loses" not in flat(text30)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
     assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result30.pairs if r[0].startswith("b"))
@@ -1304,14 +1305,15 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "first token is 'a'" in sd.block_pair_words(P2, Q2, sd.block_pairs(P2, Q2), net)
 
 
-def test_chapter30_says_its_output_stays_exact_only_while_it_does(capsys):
+def test_chapter30_says_its_first_token_is_ps_only_while_it_is(capsys):
     # residual() edited to return p: the block's redraw after 'a', 'a' can be 'a', its first token is no longer p's,
-    # and chapter 30 withholds why the output stays exact, and its takeaway
+    # and chapter 30 no longer points to that check; its gains, which count kept drafts, and its takeaway stand
     bad = sd.edited((("residual", "return d / total if total > 0 else p", "return p"),))
-    bad.demo30_pairs()
+    result = bad.demo30_pairs()
+    bad.demo30_detail(result)
     said = flat(capsys.readouterr().out)
     assert "gives back 1/9 on 'a' then 'a': 1/9 in all." in said
-    assert "stays exact" not in said and "Takeaway withheld" in said
+    assert "first token is p's" not in said and "Takeaway withheld" not in said
 
 
 def test_chapter30_says_the_block_is_not_better_on_every_pair_only_while_one_pair_loses(capsys, monkeypatch):

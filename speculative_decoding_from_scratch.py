@@ -3395,16 +3395,20 @@ def clock_operands(size):
     return np.full((size, size), 1e-3, np.float32), np.ones((size, 17), np.float32)
 
 
+CLOCK_KS = (4, 16)  # the rounds chapter 36 decodes, whose checks chapter 13 times
+
+
 def demo13_clock(size=4096):
-    """Demo 6 on a real clock: W stands in for the target, a size/8 x size one for the draft."""
+    """Demo 6's pass on a real clock: W stands in for the target."""
     say("This chapter measures your machine, so its numbers move from run to run. Each line marked (clock) at its"
         " right holds a time measured here. Demo 6 priced a pass on a roofline model of an accelerator. Here a CPU"
         " does the work. A verifying pass over k+1 positions multiplies the weights by k+1 columns at once.")
     W, X = clock_operands(size)
-    ks = (4, 16)  # the rounds chapter 13 decodes
-    times = demo13_times(W, X, ks)
-    model = demo13_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X, ks)
-    return SimpleNamespace(times=times, model=model)
+    times = demo13_times(W, X, CLOCK_KS)
+    ratio = times[2] / times[1]
+    takeaway("time a check on your own machine; the roofline may not hold.",
+             {"two positions cost more than 1.25 times one here": ratio > 1.25}, clock=True)
+    return SimpleNamespace(times=times)
 
 
 def demo13_times(W, X, ks):
@@ -3412,7 +3416,7 @@ def demo13_times(W, X, ks):
     print()
     say(f"The product timed is a float32 {W.shape[0]} x {W.shape[1]} W times X, a column per position, through"
         f" {blas_name()}. The positions are 1, 2, and k+1 for the rounds of k = {and_list([str(k) for k in ks])}"
-        " below.")
+        " that chapter 36 decodes.")
     print()
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, *(k + 1 for k in ks))}
@@ -3472,8 +3476,8 @@ def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     say("Before decoding, the chapter calibrates two costs, in units of a one-column target pass. c is a draft pass, a"
         f" {W_draft.shape[0]} x {W_draft.shape[1]} product, averaged over a round's k passes. v is one verifying pass"
         f" over k+1 positions. Each is the median of {reps} repeats, with their lowest and highest in brackets. They"
-        " are timed as a round runs, between draft passes, not back to back as in the table above, and can differ from"
-        " it.")
+        " are timed as a round runs, between draft passes, not back to back as chapter 13 times them, and can differ"
+        " from its table.")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
@@ -7028,6 +7032,26 @@ def demo35_chain_loss(**how):
     return SimpleNamespace(rows=rows, said=said)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 36. Does pricing the check predict the clock?
+# Chapter 13's products as a decoder's passes: calibrate c and v, predict the
+# speedup, decode on the clock, and compare.
+
+
+def demo36_clock_model(size=4096):
+    """Chapter 36: a cost model that prices the check, against the clock: W stands in for the target, a size/8 x
+    size one for the draft."""
+    say("This chapter measures your machine, so its numbers move from run to run. Each line marked (clock) at its"
+        " right holds a time measured here. Chapter 13 times a check of k+1 positions on this CPU, where demo 6's"
+        " roofline charges one plain pass. Does a cost model that prices the check predict"
+        f" the speedup the clock gives? A float32 {size} x {size} W stands in for the target, and a {size // 8} x"
+        f" {size} one for the draft. A pass multiplies W by a column per position.")
+    W, X = clock_operands(size)
+    median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
+    model = demo13_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X, CLOCK_KS)
+    return SimpleNamespace(model=model)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -7076,6 +7100,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "33": ("Does a tree of drafts keep the target's distribution?", demo33_tree_exact),
     "34": ("Which of the shipped paths' two changes does the harm?", demo34_which_step),
     "35": ("Where does a chain schedule lose most to the tree?", demo35_chain_loss),
+    "36": ("Does pricing the check predict the clock?", demo36_clock_model),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

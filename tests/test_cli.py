@@ -243,7 +243,8 @@ def test_list_and_help(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["99"], "unknown demo '99'; the lesson is 1-6, the chapters 7-35, and all runs every chapter"), (["--bogus"], "unrecognized arguments: --bogus"),
+    (["99"], "unknown demo '99'; the lesson is 1-6, the chapters 7-36, and all runs every chapter"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
     (["2", "x"], "unknown demo 'x'"), (["--list", "2"], "--list takes no numbers, got 2"),
     (["--seed", "5"], "--seed goes with --trace"), (["--rule", "argmax"], "--rule goes with --trace"),
     (["--detail", "--trace"], "--detail goes with"), (["--text", "edit"], "--text goes with --trace"),

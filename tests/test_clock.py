@@ -100,6 +100,7 @@ def test_chapter13_every_clock_line_is_marked_and_demo6_rows(monkeypatch):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             sd.demo13_clock(size=256)
+            sd.demo36_clock_model(size=256)
         outputs.append(out.getvalue())
     assert outputs[0] != outputs[1]
     unclocked = ["\n".join("<clock>" if l.endswith("(clock)") else l for l in o.splitlines()) for o in outputs]
@@ -164,8 +165,8 @@ def test_chapter13_says_why_c_falls_with_k_only_from_its_first_passes():
 
 
 def test_chapter13_says_which_tokens_per_call_each_prediction_uses(in_process):
-    text = " ".join(in_process[1][in_process[1].index("Chapter 13."):].replace("(clock)", "").split())
-    rows = in_process[0]["13"].model  # (label, k, paper, refined, per call, clock, refined*)
+    text = " ".join(in_process[1][in_process[1].index("Chapter 36."):].replace("(clock)", "").split())
+    rows = in_process[0]["36"].model  # (label, k, paper, refined, per call, clock, refined*)
     middling = next(r for r in rows if r[0] == "middling")
     # the paper's column is tokens per call / (1 + k c) with the exact count, as the sentence says
     assert middling[1] == sd.LESSON_K and "The paper predicts the speedup as tokens per call / (1 + k c), with the" \
@@ -175,3 +176,14 @@ def test_chapter13_says_which_tokens_per_call_each_prediction_uses(in_process):
     assert ("The refined prediction puts v in place of that 1: tokens per call / (v + k c). Refined* is that formula"
             " with the tokens per call this run got in place of the exact ones, so luck in the rounds does not count"
             " against it.") in text
+
+
+@pytest.mark.parametrize("two, holds", [(3e-3, True), (1.1e-3, False)])
+def test_chapter13s_takeaway_follows_what_two_positions_cost(capsys, monkeypatch, two, holds):
+    # a second column that costs 3x one: time the check on your own machine; at 1.1x the roofline holds, and the
+    # takeaway is withheld with the check that failed
+    monkeypatch.setattr(sd, "demo13_times", lambda W, X, ks: {1: 1e-3, 2: two, 5: 4e-3, 17: 5e-3})
+    sd.demo13_clock(size=8)
+    text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
+    assert ("Takeaway: time a check on your own machine; the roofline may not hold." in text) == holds
+    assert ("two positions cost more than 1.25 times one here" in text) == (not holds)

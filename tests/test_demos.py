@@ -68,12 +68,13 @@ def test_the_lesson_and_every_chapter_fit_80_columns_and_end_each_with_a_takeawa
         for n in numbers:
             title = sd.DEMOS[n][0]
             assert heading(n) + title in runs and title.endswith("?")  # each asks its question
-            # chapter 13 runs here on a fake clock, whose verdict may withhold its takeaway
-            assert "\nTakeaway: " in section(runs, n) or n == "13" and "\nTakeaway" in section(runs, n)
+            # chapters 13 and 36 run here on a fake clock, whose verdicts may withhold their takeaways
+            assert "\nTakeaway: " in section(runs, n) or n in ("13", "36") and "\nTakeaway" in section(runs, n)
         assert max(len(line) for line in runs.splitlines()) <= 80
         assert runs.isascii()  # any stdout encoding can print it
         assert "Now break it" in runs and " stopped: " not in runs and "Not checked" not in runs
-        assert "Takeaway withheld" not in runs.replace(section(runs, "13"), "") if "13" in numbers else runs
+        assert "Takeaway withheld" not in runs.replace(section(runs, "13"), "").replace(section(runs, "36"), "") \
+            if "13" in numbers else runs
     assert "Chapter" not in full_run.split("The chapters go beyond")[0]  # the lesson is demos 1 to 6
 
 
@@ -104,7 +105,7 @@ def test_nothing_printed_depends_on_rounding(full_run, all_run, full_run_one_ulp
     # the two runs in subprocesses moved every np.exp result one ulp up, as another
     # libm or SIMD path could round it; this process did not: the same text, wall-clock lines aside
     calls = in_process[2]  # how often each demo called np.exp, in the unmoved run
-    callers = sorted((n for n in calls if n in sd.CHAPTERS and n != "13"), key=int)  # 13 measures this machine
+    callers = sorted((n for n in calls if n in sd.CHAPTERS and n not in ("13", "36")), key=int)  # the clock's
     assert callers == EXP_CALLERS and all(section(full_run_one_ulp, n) for n in EXP_CALLERS)  # each was moved
     for n in [*sd.LESSON, *EXP_CALLERS]:  # a demo that never calls np.exp prints the same text either way
         moved = section(full_run if n in sd.LESSON else full_run_one_ulp, n)
@@ -120,11 +121,11 @@ def test_selected_demos_print_exactly_what_the_full_run_prints(full_run, all_run
 
 
 def test_every_line_with_a_wall_clock_figure_is_marked(full_run, all_run, monkeypatch):
-    # chapters 12 and 13 measure this machine; no other demo or chapter has a (clock) line
+    # chapters 12, 13 and 36 measure this machine; no other demo or chapter has a (clock) line
     for n in sd.DEMOS:
         marked = sum(line.endswith("(clock)") for line in section(full_run if n in sd.LESSON else all_run,
                                                                    n).splitlines())
-        assert (marked > 5) if n in ("12", "13") else (marked == 0), n
+        assert (marked > 5) if n in ("12", "13", "36") else (marked == 0), n
     # chapter 13 twice on a small W with a clock that returns random times: every
     # line that changes must be marked
     outputs = []
@@ -134,6 +135,7 @@ def test_every_line_with_a_wall_clock_figure_is_marked(full_run, all_run, monkey
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             sd.demo13_clock(size=256)
+            sd.demo36_clock_model(size=256)
         outputs.append(out.getvalue())
     assert outputs[0] != outputs[1]
     assert unclocked(outputs[0]) == unclocked(outputs[1])

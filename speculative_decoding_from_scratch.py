@@ -3352,43 +3352,6 @@ def demo12_ties(n_tokens=200, k=4):
 # Chapter 13. What does checking cost on this machine?
 
 
-# The real clock. Everything above counts calls; this puts a price on them.
-# A Priced table is a table model that also runs a real matrix product on
-# every lookup, so the unchanged stage functions decode on a real clock.
-class Priced:
-    """A table model whose every forward pass also pays for one: W @ X, one
-    column per position it computes. A draft call pays one column (the rest
-    are cached); verify_round's pass pays k+1 columns in one product."""
-
-    def __init__(self, table, W):
-        self.table, self.W = table, W
-        self.X = np.ones((W.shape[1], 64), W.dtype)
-
-    def __call__(self, text, new, cached):
-        rows = forward(self.table, text, new, cached)
-        self.W @ self.X[:, :len(rows)]  # the pass, paid in full
-        return rows
-
-    def __len__(self):
-        return len(self.table)
-
-
-def calibrate(W, W_draft, X, k, reps=4):
-    """c, v and the round's first draft pass per repeat, priced as a decoder
-    pays them: a one-column target pass (plain decoding's step), then a round:
-    k one-column draft passes (c is their mean) and one (k+1)-column target
-    pass, each in one-column passes."""
-    c, v, first = [], [], []
-    W @ X[:, :1]  # a warm-up pass, as a decoder has always just made one
-    for _ in range(reps):
-        t1 = clocked(lambda: W @ X[:, :1])[0]
-        drafts = [clocked(lambda: W_draft @ X[:, :1])[0] / t1 for _ in range(k)]
-        c.append(np.mean(drafts))
-        first.append(drafts[0])
-        v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
-    return np.array(c), np.array(v), np.array(first)
-
-
 def clock_operands(size):
     """Demo 6's products: a size x size float32 W (4096: 64 MiB, far past the
     last-level cache) standing in for the target, and X, a column per position."""
@@ -3468,101 +3431,6 @@ def demo13_roofline(W, t1, n_small=1024):
         f" {columns:.0f} columns in the time one column takes to stream W ({bandwidth / 1e9:.0f} GB/s)." + (
             " On the roofline, then, a few columns would cost about one." if columns >= 2 else ""), clock=True)
     return columns
-
-
-def demo13_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
-    """Demo 6, part four: predict the speedup from a calibration, then decode."""
-    print()
-    say("Before decoding, the chapter calibrates two costs, in units of a one-column target pass. c is a draft pass, a"
-        f" {W_draft.shape[0]} x {W_draft.shape[1]} product, averaged over a round's k passes. v is one verifying pass"
-        f" over k+1 positions. Each is the median of {reps} repeats, with their lowest and highest in brackets. They"
-        " are timed as a round runs, between draft passes, not back to back as chapter 13 times them, and can differ"
-        " from its table.")
-    print()
-    calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
-    table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
-          [(k, np.median(c), f"({c.min():.3f}-{c.max():.3f})", np.median(v), f"({v.min():.2f}-{v.max():.2f})")
-           for k, (c, v, _) in calib.items()], clock=True)
-    print()
-    say(*first_pass_words(calib), clock=True)
-    good_weight = 0.95
-    good = blend(TARGET, UNRELATED, good_weight)
-    predicted = {k: predict(calib[k], exact_tokens_per_call(TARGET, good, k), k) for k in ks}
-    k_good = max(ks, key=lambda k: predicted[k])
-    t_token = clocked(lambda: plain_decode(Priced(TARGET, W), [0], n_plain, np.random.default_rng(11)))[0] / n_plain
-    rows = []
-    runs = (("middling", MIDDLING, LESSON_K, 20), (f"blend {good_weight}", good, k_good, 10))
-    for label, Q, k, n_rounds in runs:
-        refined = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
-        paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
-        rng, target, draft = np.random.default_rng(11), Priced(TARGET, W), Priced(Q, W_draft)  # built once, as plain's
-        priced_round = lambda t: verify_round(target, t, *draft_tokens(draft, t, k, rng), rng)
-        t_spec, out = clocked(lambda: list(islice(rounds(priced_round, [0]), n_rounds)))
-        per_call = sum(map(len, out)) / n_rounds
-        clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)
-        rows.append((label, k, paper, refined, per_call, clock, at_run))
-    print()
-    say("Then each draft decodes on the clock. The model tables choose the tokens, and each pass pays for its"
-        f" product: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
-        f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
-        " the exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
-        " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
-        " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
-        " measured: plain decoding's time per token, timed here, over this run's.")
-    say(f"The middling draft runs {runs[0][3]} rounds at the lesson's k = {runs[0][2]}.",
-        f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}, which refined prefers"
-        + (f" to {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1 else "."),
-        clock=True)
-    print()
-    times = lambda x: f"{x:.2f}x"  # noqa: E731
-    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
-           ("tokens/call", 13, ".2f"), ("clock", 7, times), ("refined*", 10, times)], rows,
-          groups=[("predicted", 2, 3), ("this run", 4, 6)], clock=True)
-    demo13_verdicts(rows, np.median(calib[4][1]))
-    return rows
-
-
-def first_pass_words(calib):
-    """Why c falls with k, from calibrate's first draft passes, as sentences:
-    said only where c falls and, at every k, a round's first draft pass costs
-    over 1.5 times the rest's mean."""
-    ks = sorted(calib)
-    first = {k: np.median(calib[k][2]) for k in ks}
-    rest = {k: np.median((k * calib[k][0] - calib[k][2]) / (k - 1)) for k in ks if k > 1}
-    if len(rest) < 2 or not all(first[k] > 1.5 * rest[k] for k in rest):
-        return ()
-    if np.median(calib[ks[-1]][0]) >= np.median(calib[ks[0]][0]):
-        return ()
-    return ("A round's first draft pass, after a target pass, costs the most.",
-            f"At k = {ks[-1]} it costs {first[ks[-1]]:.3f}, each pass after it {rest[ks[-1]]:.3f} (medians).",
-            "So c, the mean of a round's passes, is lower where a round has more.")
-
-
-def predict(calibration, tokens, k):
-    """The refined speedup, tokens / (v + k c), from calibrate's median c and v."""
-    c, v = calibration[:2]
-    return speedup(tokens, k, np.median(c), np.median(v))
-
-
-def demo13_verdicts(rows, v4):
-    """Chapter 13's closing sentences, from the predictions and the clock: rows of (label, k, paper, refined,
-    tokens per call, clock, refined*), the middling draft first."""
-    print()
-    say(*[f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x)." for label, *_, clock, _ in rows],
-        clock=True)
-    nearer = [r[0] for r in rows if abs(r[6] - r[5]) < abs(r[2] - r[5])]  # refined* nearer the clock than the paper
-    say("Refined* is nearer the clock than the paper's for " + (
-        "both drafts." if len(nearer) == len(rows) == 2 else f"the {nearer[0]} draft only." if len(nearer) == 1
-        else "neither draft."), clock=True)
-    wins = [r[5] > 1 for r in rows]  # (middling, the draft that agrees often): did each beat plain decoding?
-    say(f"Here v is {v4:.2f} at k = 4; the roofline gives {verify_cost(4, 1, 512):.2f}.",
-        "So k+1 positions cost about one." if v4 <= 1.25 else
-        "At that price, only the draft that agrees often wins." if wins == [False, True] else
-        "Even so, both drafts win." if all(wins) else "At that price, neither draft wins." if not any(wins) else "",
-        clock=True)
-    takeaway("price the verifying pass on your machine before picking k.",
-             {"v in place of 1 predicts the clock better than the paper's formula": len(nearer) == len(rows)},
-             clock=True)
 
 
 def demo13_detail(size=4096):
@@ -7038,6 +6906,138 @@ def demo35_chain_loss(**how):
 # speedup, decode on the clock, and compare.
 
 
+# The real clock. Everything above counts calls; this puts a price on them.
+# A Priced table is a table model that also runs a real matrix product on
+# every lookup, so the unchanged stage functions decode on a real clock.
+class Priced:
+    """A table model whose every forward pass also pays for one: W @ X, one
+    column per position it computes. A draft call pays one column (the rest
+    are cached); verify_round's pass pays k+1 columns in one product."""
+
+    def __init__(self, table, W):
+        self.table, self.W = table, W
+        self.X = np.ones((W.shape[1], 64), W.dtype)
+
+    def __call__(self, text, new, cached):
+        rows = forward(self.table, text, new, cached)
+        self.W @ self.X[:, :len(rows)]  # the pass, paid in full
+        return rows
+
+    def __len__(self):
+        return len(self.table)
+
+
+def calibrate(W, W_draft, X, k, reps=4):
+    """c, v and the round's first draft pass per repeat, priced as a decoder
+    pays them: a one-column target pass (plain decoding's step), then a round:
+    k one-column draft passes (c is their mean) and one (k+1)-column target
+    pass, each in one-column passes."""
+    c, v, first = [], [], []
+    W @ X[:, :1]  # a warm-up pass, as a decoder has always just made one
+    for _ in range(reps):
+        t1 = clocked(lambda: W @ X[:, :1])[0]
+        drafts = [clocked(lambda: W_draft @ X[:, :1])[0] / t1 for _ in range(k)]
+        c.append(np.mean(drafts))
+        first.append(drafts[0])
+        v.append(clocked(lambda: W @ X[:, :k + 1])[0] / t1)
+    return np.array(c), np.array(v), np.array(first)
+
+
+def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
+    """Chapter 36: predict the speedup from a calibration, then decode on the clock."""
+    print()
+    say("Before decoding, the chapter calibrates two costs, in units of a one-column target pass. c is a draft pass, a"
+        f" {W_draft.shape[0]} x {W_draft.shape[1]} product, averaged over a round's k passes. v is one verifying pass"
+        f" over k+1 positions. Each is the median of {reps} repeats, with their lowest and highest in brackets. They"
+        " are timed as a round runs, between draft passes, not back to back as chapter 13 times them, and can differ"
+        " from its table.")
+    print()
+    calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
+    table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
+          [(k, np.median(c), f"({c.min():.3f}-{c.max():.3f})", np.median(v), f"({v.min():.2f}-{v.max():.2f})")
+           for k, (c, v, _) in calib.items()], clock=True)
+    print()
+    say(*first_pass_words(calib), clock=True)
+    good_weight = 0.95
+    good = blend(TARGET, UNRELATED, good_weight)
+    predicted = {k: predict(calib[k], exact_tokens_per_call(TARGET, good, k), k) for k in ks}
+    k_good = max(ks, key=lambda k: predicted[k])
+    t_token = clocked(lambda: plain_decode(Priced(TARGET, W), [0], n_plain, np.random.default_rng(11)))[0] / n_plain
+    rows = []
+    runs = (("middling", MIDDLING, LESSON_K, 20), (f"blend {good_weight}", good, k_good, 10))
+    for label, Q, k, n_rounds in runs:
+        refined = predict(calib[k], exact_tokens_per_call(TARGET, Q, k), k)
+        paper = speedup(exact_tokens_per_call(TARGET, Q, k), k, np.median(calib[k][0]))
+        rng, target, draft = np.random.default_rng(11), Priced(TARGET, W), Priced(Q, W_draft)  # built once, as plain's
+        priced_round = lambda t: verify_round(target, t, *draft_tokens(draft, t, k, rng), rng)
+        t_spec, out = clocked(lambda: list(islice(rounds(priced_round, [0]), n_rounds)))
+        per_call = sum(map(len, out)) / n_rounds
+        clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)
+        rows.append((label, k, paper, refined, per_call, clock, at_run))
+    print()
+    say("Then each draft decodes on the clock. The model tables choose the tokens, and each pass pays for its"
+        f" product: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
+        f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
+        " the exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
+        " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
+        " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
+        " measured: plain decoding's time per token, timed here, over this run's.")
+    say(f"The middling draft runs {runs[0][3]} rounds at the lesson's k = {runs[0][2]}.",
+        f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}, which refined prefers"
+        + (f" to {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1 else "."),
+        clock=True)
+    print()
+    times = lambda x: f"{x:.2f}x"  # noqa: E731
+    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
+           ("tokens/call", 13, ".2f"), ("clock", 7, times), ("refined*", 10, times)], rows,
+          groups=[("predicted", 2, 3), ("this run", 4, 6)], clock=True)
+    demo36_verdicts(rows, np.median(calib[4][1]))
+    return rows
+
+
+def first_pass_words(calib):
+    """Why c falls with k, from calibrate's first draft passes, as sentences:
+    said only where c falls and, at every k, a round's first draft pass costs
+    over 1.5 times the rest's mean."""
+    ks = sorted(calib)
+    first = {k: np.median(calib[k][2]) for k in ks}
+    rest = {k: np.median((k * calib[k][0] - calib[k][2]) / (k - 1)) for k in ks if k > 1}
+    if len(rest) < 2 or not all(first[k] > 1.5 * rest[k] for k in rest):
+        return ()
+    if np.median(calib[ks[-1]][0]) >= np.median(calib[ks[0]][0]):
+        return ()
+    return ("A round's first draft pass, after a target pass, costs the most.",
+            f"At k = {ks[-1]} it costs {first[ks[-1]]:.3f}, each pass after it {rest[ks[-1]]:.3f} (medians).",
+            "So c, the mean of a round's passes, is lower where a round has more.")
+
+
+def predict(calibration, tokens, k):
+    """The refined speedup, tokens / (v + k c), from calibrate's median c and v."""
+    c, v = calibration[:2]
+    return speedup(tokens, k, np.median(c), np.median(v))
+
+
+def demo36_verdicts(rows, v4):
+    """Chapter 36's closing sentences, from the predictions and the clock: rows of (label, k, paper, refined,
+    tokens per call, clock, refined*), the middling draft first."""
+    print()
+    say(*[f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x)." for label, *_, clock, _ in rows],
+        clock=True)
+    nearer = [r[0] for r in rows if abs(r[6] - r[5]) < abs(r[2] - r[5])]  # refined* nearer the clock than the paper
+    say("Refined* is nearer the clock than the paper's for " + (
+        "both drafts." if len(nearer) == len(rows) == 2 else f"the {nearer[0]} draft only." if len(nearer) == 1
+        else "neither draft."), clock=True)
+    wins = [r[5] > 1 for r in rows]  # (middling, the draft that agrees often): did each beat plain decoding?
+    say(f"Here v is {v4:.2f} at k = 4; the roofline gives {verify_cost(4, 1, 512):.2f}.",
+        "So k+1 positions cost about one." if v4 <= 1.25 else
+        "At that price, only the draft that agrees often wins." if wins == [False, True] else
+        "Even so, both drafts win." if all(wins) else "At that price, neither draft wins." if not any(wins) else "",
+        clock=True)
+    takeaway("price the verifying pass on your machine before picking k.",
+             {"v in place of 1 predicts the clock better than the paper's formula": len(nearer) == len(rows)},
+             clock=True)
+
+
 def demo36_clock_model(size=4096):
     """Chapter 36: a cost model that prices the check, against the clock: W stands in for the target, a size/8 x
     size one for the draft."""
@@ -7048,7 +7048,7 @@ def demo36_clock_model(size=4096):
         f" {size} one for the draft. A pass multiplies W by a column per position.")
     W, X = clock_operands(size)
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
-    model = demo13_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X, CLOCK_KS)
+    model = demo36_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X, CLOCK_KS)
     return SimpleNamespace(model=model)
 
 

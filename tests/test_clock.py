@@ -81,7 +81,7 @@ def test_chapter13_verdicts_follow_the_clock(capsys, clocks, at_runs, v4, words)
     # (label, k, paper, refined, tokens per call, clock, refined*), the middling draft first; the paper says 2.0x
     rows = [(label, 4, 2.0, 2.0, 2.8, clock, at_run) for label, clock, at_run in zip(("middling", "blend"), clocks,
                                                                                      at_runs)]
-    sd.demo13_verdicts(rows, v4=v4)
+    sd.demo36_verdicts(rows, v4=v4)
     text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
     assert all(w in text for w in words), text
     assert f"Here v is {v4:.2f} at k = 4; the roofline gives {sd.verify_cost(4, 1, 512):.2f}." in text

@@ -3364,8 +3364,9 @@ CLOCK_KS = (4, 16)  # the rounds chapter 36 decodes, whose checks chapter 13 tim
 def demo13_clock(size=4096):
     """Demo 6's pass on a real clock: W stands in for the target."""
     say("This chapter measures your machine, so its numbers move from run to run. Each line marked (clock) at its"
-        " right holds a time measured here. Demo 6 priced a pass on a roofline model of an accelerator. Here a CPU"
-        " does the work. A verifying pass over k+1 positions multiplies the weights by k+1 columns at once.")
+        " right holds, or depends on, a time measured here. Demo 6 priced a pass on a roofline model of an"
+        " accelerator. Here a CPU does the work. A verifying pass over k+1 positions multiplies the weights by k+1"
+        " columns at once.")
     W, X = clock_operands(size)
     times = demo13_times(W, X, CLOCK_KS)
     ratio = times[2] / times[1]
@@ -6462,16 +6463,14 @@ def demo30_pairs():
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
         " min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 = min(1, p(x_1)"
-        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Then each position flips a coin, heads with chance w_2 for"
-        " position 2 and h_1, defined below, for position 1. Heads makes it a cut point; the coins are independent."
-        " The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. After a cut at 2 it"
-        " draws a bonus token from p; after a cut at 1, it replaces draft 2 with a token from max(0, w_1 p - q),"
-        " normalised; after none, it replaces draft 1 with one from max(0, p - q), normalised. Let Z_1 be the sum over"
-        " tokens y of max(0, w_1 p(y) - q(y)): the total, before normalising, of the distribution that replaces draft 2"
-        " after a cut at 1."
-        " Sun et al.'s chance, to take as given: h_1 = Z_1 / (Z_1 + 1 - w_1). If Z_1 = 0, h_1 = 0, as it must: there"
-        " would be nothing to draw after a cut at 1. So the block keeps both drafts with chance w_2, and only the"
-        " first with chance (1 - w_2) h_1.")
+        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Let Z_1 be the sum over tokens y of max(0, w_1 p(y) -"
+        " q(y)), and h_1 = Z_1 / (Z_1 + 1 - w_1), Sun et al.'s chance, to take as given. Then position 2 flips a coin"
+        " that lands heads with chance w_2, and position 1 one with chance h_1; the coins are independent, and heads"
+        " makes a position a cut point. The block keeps drafts 1 to j, for j the furthest cut point, or none if there"
+        " is none. So it keeps both drafts with chance w_2, and only the first with chance (1 - w_2) h_1. After a cut"
+        " at 2 it draws a bonus token from p; after a cut at 1, it replaces draft 2 with a token from max(0, w_1 p -"
+        " q) / Z_1; after none, it replaces draft 1 with one from max(0, p - q), normalised. If Z_1 = 0, h_1 = 0, as"
+        " it must: there would be nothing to draw after a cut at 1.")
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance:")
@@ -7042,8 +7041,8 @@ def demo36_clock_model(size=4096):
     """Chapter 36: a cost model that prices the check, against the clock: W stands in for the target, a size/8 x
     size one for the draft."""
     say("This chapter measures your machine, so its numbers move from run to run. Each line marked (clock) at its"
-        " right holds a time measured here. Chapter 13 times a check of k+1 positions on this CPU, where demo 6's"
-        " roofline charges one plain pass. Does a cost model that prices the check predict"
+        " right holds, or depends on, a time measured here. Demo 6's roofline prices a check of k+1 positions at one"
+        " plain pass; chapter 13 times such a check on this CPU. Does a cost model that prices the check predict"
         f" the speedup the clock gives? A float32 {size} x {size} W stands in for the target, and a {size // 8} x"
         f" {size} one for the draft. A pass multiplies W by a column per position.")
     W, X = clock_operands(size)

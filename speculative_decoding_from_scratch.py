@@ -5302,7 +5302,7 @@ def chain_schedule(main, own, priced):
              else 0) for lo, hi, o in own]
 
 
-def engine_configs(buckets, priced=None):
+def engine_configs(buckets, priced=None, costs=None):
     """The plan as each engine takes it, and, in one line each, what it cannot
     express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
     rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
@@ -5326,7 +5326,7 @@ def engine_configs(buckets, priced=None):
     if lost:
         lines.append(f"         (one draft model: {main.name} alone, on its own plan, is at most"
                      f" {lost[0]:.1%} slower than the full plan, at B = {lost[1]:,})")
-    costs = engine_costs(buckets, priced) if priced else {}
+    costs = costs if costs is not None else engine_costs(buckets, priced) if priced else {}  # engine_costs' figures
     sg_tree = tree and (not costs or isinstance(costs["SGLang"][2], str))  # SGLang runs the tree: its best choice
     if tree:
         lines.append("         (vLLM's schedule is of chain lengths: where the plan runs the tree, these rows run"
@@ -5434,9 +5434,9 @@ def engine_costs(buckets, priced):
             for e in worst}
 
 
-def print_engine_configs(buckets, priced):
+def print_engine_configs(buckets, priced, costs=None):
     """engine_configs as printed: each engine's line wrapped at 78 columns, its continuations indented."""
-    lines = engine_configs(buckets, priced)
+    lines = engine_configs(buckets, priced, costs)
     for line in lines:
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
@@ -5490,7 +5490,7 @@ def demo23_engines(**how):
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
-    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs)
     if costs:
         print()
         say("What each config gives up against the plan, running the draft lengths its keys say. Its worst loss is 1"

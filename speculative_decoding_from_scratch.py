@@ -5424,8 +5424,8 @@ def engine_costs(buckets, priced):
     running = lambda row: np.array([speeds[b, chain[k]] if k else 1.0 for b, k in enumerate(row)])  # noqa: E731
     # SGLang runs a tree only through flags that fix it at every B (adaptive mode needs topk 1), so it takes the tree
     # only where that loses less at worst than the drafter's chains in adaptive slots
-    sg_tree = tree is not None and (not eagle or tree_shortfall(buckets, priced)[0] < shortfall(running(plan_k),
-                                                                                                 best)[0])
+    sg_tree = tree is not None and (not eagle or shortfall(speeds[:, tree], best)[0] < shortfall(running(plan_k),
+                                                                                               best)[0])
     drafts = {"vLLM": plan_k, "SGLang": None if sg_tree else plan_k if eagle else np.full(len(best), k_top),
               "TRT-LLM": trt}  # the draft lengths each runs at every B; None: SGLang's fixed tree
     got = {e: speeds[:, tree] if row is None else running(row) for e, row in drafts.items()}

@@ -6401,8 +6401,9 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
     z_b = float(np.maximum(P2[1] - Q2[1], 0).sum())  # Z_1 after a first 'b', where w_1 = 1: demo 1's sum
     said = (
         "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q ="
-        f" {w1:.2g}. But the pair is as likely under p as under q ({ninths(pair)}). w_1 = {fraction(w1)} is not"
-        f" clipped by the min, so it carries into w_2, where p(b) / q(b) = {fraction(P2[1, 1] / Q2[1, 1])} makes"
+        f" {w1:.2g}. But the pair as a whole is as likely under p as under q ({ninths(pair)}), so a verifier that"
+        f" judges the pair can always keep it. w_1 = {fraction(w1)} carries into w_2, where p(b) / q(b) ="
+        f" {fraction(P2[1, 1] / Q2[1, 1])} makes"
         f" up for it: w_2 = min(1, {fraction(w1)} * {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So position 2 is"
         " always a cut point, and the block keeps both."
         if change["a b"] > 0 and abs(w1 * P2[1, 1] / Q2[1, 1] - 1) < ROUNDING
@@ -6454,18 +6455,18 @@ def demo30_pairs():
     say("Take chapter 14's block verification (Sun et al., ICLR 2025) on Sun et al.'s example. It has two tokens, a"
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
-        " min(1, p(x) / q(x)), and stops at the first rejection. The block first sets two weights: w_1 = min(1, p(x_1)"
-        " / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). Let Z_1 be the sum over tokens y of max(0, w_1 p(y) -"
-        " q(y)), and h_1 = Z_1 / (Z_1 + 1 - w_1), Sun et al.'s chance, to take as given. Then position 2 flips a coin"
-        " that lands heads with chance w_2, and position 1 one with chance h_1; the coins are independent, and heads"
-        " makes a position a cut point. The block keeps drafts 1 to j, for j the furthest cut point, or none if there"
-        " is none. So it keeps both drafts with chance w_2, and only the first with chance (1 - w_2) h_1. After a cut"
-        " at 2 it draws a bonus token from p; after a cut at 1, it replaces draft 2 with a token from max(0, w_1 p -"
-        " q) / Z_1; after none, it replaces draft 1 with one from max(0, p - q), normalised. If Z_1 = 0, h_1 = 0, as"
-        " it must: there would be nothing to draw after a cut at 1.")
+        " min(1, p(x) / q(x)), and stops at the first rejection. The block, for drafts x_1 then x_2:")
+    say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)).",
+               "Z_1 is the sum over tokens y of max(0, w_1 p(y) - q(y)), and h_1 = Z_1 / (Z_1 + 1 - w_1), or 0 if"
+               " Z_1 = 0: Sun et al.'s chance, to take as given.",
+               "Two independent coins: position 2's lands heads with chance w_2, position 1's with chance h_1. Heads"
+               " makes a position a cut point.",
+               "The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. So it keeps"
+               " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1."], numbered=True)
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
-        " average, and the block's gain weighted by the pair's chance:")
+        " average, and the block's gain weighted by the pair's chance. Token-wise checking keeps r_1 + r_1 r_2"
+        " drafts on average, with r_i = min(1, p(x_i) / q(x_i)); the block keeps 2 w_2 + (1 - w_2) h_1:")
     print()
     pairs = block_pairs(P2, Q2)
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),

@@ -1220,9 +1220,16 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert ("drafts chance w_1 h_1 w_2 token-wise block weighted gain a a 4/9 1/2 0 1/4 0.75 0.50 -1/9 a b 2/9 1/2 0 1"
             " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in flat(text30)  # chapter 30's
     assert "weighted gain" not in text
+    # the two columns' formulas, as chapter 30 says them, by hand from each row's w_1, h_1, w_2 and the ratios
+    assert ("Token-wise checking keeps r_1 + r_1 r_2 drafts on average, with r_i = min(1, p(x_i) / q(x_i)); the block"
+            " keeps 2 w_2 + (1 - w_2) h_1:") in flat(text30)
+    for (drafts, _, w_1, h_1, w_2, tw, bl, _), want in zip(sd.block_pairs(P2, Q2), by_hand):
+        r = [min(1, P2[0, "ab".index(x)] / Q2[0, "ab".index(x)]) for x in drafts.split()]
+        assert tw == pytest.approx(r[0] + r[0] * r[1]) and bl == pytest.approx(2 * w_2 + (1 - w_2) * h_1)
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q = 0.5."
-            " But the pair is as likely under p as under q (2/9). w_1 = 1/2 is not clipped by the min, so it carries"
-            " into w_2, where p(b) / q(b) = 2 makes up for it: w_2 = min(1, 1/2 * 2) = 1. So position 2 is always a"
+            " But the pair as a whole is as likely under p as under q (2/9), so a verifier that judges the pair can"
+            " always keep it. w_1 = 1/2 carries into w_2, where p(b) / q(b) = 2 makes up for it: w_2 = min(1, 1/2 * 2)"
+            " = 1. So position 2 is always a"
             " cut point, and the block keeps both. It is not better on every"
             " pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is"
             " never a cut point. It"

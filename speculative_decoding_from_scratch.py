@@ -5720,9 +5720,9 @@ def demo25_ridge(**how):
             f" Of its two draft models, big (blend {c19.big_weight:g}) and small (the middling draft), it runs"
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + " Its plan runs to B ="
-        f" {c19.max_batch} at {c19.n_ctx} tokens of context. That is the most sequences whose KV caches, the target's"
-        f" and the {c19.roomiest} draft's, fit in the H100's {H100.memory / 1e9:.0f} GB beside the target's and"
-        f" {c19.roomiest}'s weights."
+        f" {c19.max_batch} at {c19.n_ctx} tokens of context: the most sequences that fit in the H100's"
+        f" {H100.memory / 1e9:.0f} GB, with the target's and {c19.roomiest}'s weights and each sequence's KV cache in"
+        " both, the keys and values of its tokens, which every pass reads."
         " As B grows, its plan checks fewer positions per sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
@@ -5753,10 +5753,13 @@ def demo25_crossings(s, buckets, max_batch, tol):
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
-    say("Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads.",
-        ridge_words(s) + f" That is demo 6's {s.alone} at B = 1. As B grows, this limit falls toward {each:.3f}"
+    say(f"A pass of B sequences stays under the ridge while each sequence scores at most about {s.ridge_base:.1f} / B"
+        f" + {each:.3f} positions. The weights' bytes, read once, are shared by the batch: that is the"
+        f" {s.ridge_base:.1f} / B. Each sequence's KV cache adds bytes of its own: that is the {each:.3f}. The option"
+        f" --detail derives both. At B = 1 that is demo 6's {s.alone}. As B grows, the limit falls toward {each:.3f}"
         " positions per sequence. Every check in the table below scores more than that"
-        f" ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the ridge at some B."
+        f" ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions). So each reaches the ridge at some B,"
+        f" the first at which {s.ridge_base:.1f} / B + {each:.3f} falls below its positions per sequence."
         if each > 0 and all(r[1] > each for r in rows) else "")
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]
@@ -5786,8 +5789,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         priced = s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
         say("The tree is the first to give way."
-            + (f" At B = 1 it beats {chain.shape} on fewer draft passes, {tree.draft_passes} against"
-               f" {chain.draft_passes}, as it drafts each level's candidates in one pass (chapter 32)."
+            + (f" At B = 1 it beats {chain.shape}, though it makes fewer tokens per call, {tree.tokens:.2f} against"
+               f" {chain.tokens:.2f}. It needs {tree.draft_passes} draft passes against {chain.draft_passes}, as it"
+               " drafts each level's candidates in one pass (chapter 32)."
                if priced and s.first_speed > s.chain_speed else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
@@ -5827,6 +5831,7 @@ def demo25_detail(result):
     s, tol = result.shape, result.c19.tol
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
+        ridge_words(s) if s.ridge_each > 0 else "",
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"

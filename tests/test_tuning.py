@@ -483,15 +483,19 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the tree's crossing from the printed terms, as a reader finds it: 15 B = 289.3 + 5.878 B
     assert math.ceil(289.3 / (15 - 5.878)) == tree
     assert tree < result.buckets[0][1] and crossings[0] < ends[8] and crossings[1] < ends[7]
-    assert (f"Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads. A pass of B"
+    assert (f"A pass of B"
             f" sequences, n positions each, does {m / 1e9:.2f} * B * n GMACs and reads {w / 1e9:.2f} +"
             f" {kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
             " its MACs are at most"
             f" 147.6 times its bytes: 6.74 B n <= 147.6 (13.21 + 0.2684 B). Dividing by 6.74 B, n is at most about"
             f" {base:.1f} / B + {each:.3f}, as 147.6 * 13.21 / 6.74 = {base:.1f} and 147.6 * 0.2684 / 6.74 ="
-            f" {each:.3f}. That is demo 6's 295 at"
-            f" B = 1. As B grows, this limit falls toward {each:.3f} positions per sequence. Every check in the table"
-            " below scores more than that (7 to 15 positions), so each reaches the ridge at some B.") in text25
+            f" {each:.3f}.") in detail25 and "Dividing by" not in text25  # the arithmetic is the detail's
+    assert (f"A pass of B sequences stays under the ridge while each sequence scores at most about {base:.1f} / B +"
+            f" {each:.3f} positions. The weights' bytes, read once, are shared by the batch: that is the {base:.1f} / B."
+            f" Each sequence's KV cache adds bytes of its own: that is the {each:.3f}. The option --detail derives both."
+            f" At B = 1 that is demo 6's 295. As B grows, the limit falls toward {each:.3f} positions per sequence."
+            " Every check in the table below scores more than that (7 to 15 positions). So each reaches the ridge at"
+            f" some B, the first at which {base:.1f} / B + {each:.3f} falls below its positions per sequence.") in text25
     assert f"{sd.ridge():.1f}" == "147.6" and f"{147.6 * w / m:.1f}" == f"{base:.1f}"  # the bound, as a reader finds it
     assert f"tree 2x3, 15 15 {tree} " in text25 and 5.5 < each < 6 < 7  # k = 6 checks 7, the fewest planned
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
@@ -535,8 +539,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert "Each sequence's KV cache, the keys and values of its tokens, adds to the bytes a pass reads." in text \
-        and 15 * past > 295
+    assert "Each sequence's KV cache adds bytes of its own: that is the 5.878." in text and 15 * past > 295
     assert f"tree 2x3, 15 15 {past} {15 * past:,} 1-{planned}" in text and planned > past
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 837 35-95 k = 7 8 137 1,096 96-146 k = 6 7 258 1,806 147-241" in text
@@ -551,16 +554,18 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert {o.drafter.name for _, _, o in result.c19.buckets if o} == {"small"}  # the plan, by its own rows
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
-        "Its plan runs to B = 241 at 512 tokens of context. That is the most sequences whose KV caches, the target's"
-        " and the small draft's, fit in the H100's 80 GB beside the target's and small's weights.") in text
+        "Its plan runs to B = 241 at 512 tokens of context: the most sequences that fit in the H100's 80 GB, with the"
+        " target's and small's weights and each sequence's KV cache in both, the keys and values of its tokens, which"
+        " every pass reads.") in text
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
     assert result.speeds[0, tree] > result.speeds[0, chain]  # at B = 1, below the ridge, the tree's passes win
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert t.tokens < c.tokens  # 'fewer', 'but'
-    assert ("The tree is the first to give way. At B = 1 it beats k = 8 on fewer draft passes, 3 against 8, as it"
-            " drafts each level's candidates in one pass (chapter 32). A little past the ridge, the tree's check of 15"
+    assert (f"The tree is the first to give way. At B = 1 it beats k = 8, though it makes fewer tokens per call,"
+            f" {t.tokens:.2f} against {c.tokens:.2f}. It needs 3 draft passes against 8, as it drafts each level's"
+            " candidates in one pass (chapter 32). A little past the ridge, the tree's check of 15"
             " positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it saves. Chapter"
             " 35 prices it B by B.") in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8

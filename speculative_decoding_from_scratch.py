@@ -3695,7 +3695,8 @@ EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_CHANGES' example of the two weights
 SHIPPED_CHANGES = ("Step 3, both paths: no coins and no h_i. Each round draws u_1..u_k, each uniform between 0 and 1."
                    " Position i, k included, is a cut point if its weight is at least u_1 * ... * u_i. Position i's"
                    " test reuses the u_1..u_(i-1) of the tests before it, so the cut points are not independent.",
-                   "The weight: in Triton, w_i. In PyTorch, min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i)), each"
+                   "Step 3's weight: in Triton, w_i. In PyTorch, min(1, p(x_1)/q(x_1)) * ... *"
+                   " min(1, p(x_i)/q(x_i)), each"
                    " ratio capped on its own: ratios {:g} then {:g} give {:g} there, while w_2 = {:g}.".format(
                        *EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS)),
                    "Step 5, both paths: the token-wise residual, max(0, p - q), in place of max(0, w_i p - q).")
@@ -3732,7 +3733,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " with chance w_k. An earlier position i's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0"
                " if Z_i = 0: Sun et al.'s chance, to take as given. Z_i (chapter 14's step 2) is the sum over every"
                " token y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i.",
-               "The block keeps x_1..x_i for i the last cut point, or none if there is none.",
+               "The block keeps x_1..x_i for i the last cut point. With none, i = 0: it keeps no draft.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)
     print()
@@ -6361,9 +6362,10 @@ def z_terms(owed, q):
     return " + ".join(f"max(0, {fraction(w)} - {fraction(x)})" for w, x in zip(owed, q))
 
 
-def net_words(pairs, gap):
+def net_words(pairs, gap, z_b=0.0):
     """Chapter 30's sum of its pairs (block_pairs' rows), each pair's change weighed by its chance under q, said
-    only while it adds up to the block's gain: the pairs that tie, then what it gains and gives back."""
+    only while it adds up to the block's gain: the pairs that tie (and, from z_b, Z_1 after 'b', why they tie
+    while they start with 'b'), then what it gains and gives back."""
     said = lambda r: f"'{r[0][0]}' then '{r[0][2]}'"  # noqa: E731
     ties = [said(r) for r in pairs if abs(r[-1]) < 1e-12]
     gains = [f"{ninths(r[-1])} on {said(r)}" for r in pairs if r[-1] > 1e-12]
@@ -6371,6 +6373,10 @@ def net_words(pairs, gap):
     if not (gains and losses and abs(sum(r[-1] for r in pairs) - gap) < 1e-12):
         return ""
     tie = f" The pair{'s' * (len(ties) > 1)} {and_list(ties)} tie{'s' * (len(ties) == 1)}." if ties else ""
+    if ties and z_b > 0 and all(r[0].startswith("b") and r[2] == 1 and abs(r[3] - 1) < 1e-12
+                                for r in pairs if abs(r[-1]) < 1e-12):  # w_1 = 1 and h_1 = 1 on every tie
+        tie = (tie[:-1] + f": after 'b', w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. Each verifier then keeps 'b'"
+               " always, and the second draft with chance w_2.")
     return (tie + " Weighed by each pair's chance under q, the block gains"
             f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
 
@@ -6403,9 +6409,8 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
     row = lambda v: "(" + ", ".join(f"{x:.2f}" for x in v) + ")"  # noqa: E731
     first_a = exact_block_first_tokens(P2, Q2, 0, 1, 2)[0]  # the block's first token, exactly
     kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
-    z_b = float(np.maximum(P2[1] - Q2[1], 0).sum())  # Z_1 after a first 'b', where w_1 = 1: demo 1's sum
     said = (
-        "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with p/q ="
+        "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with chance p/q ="
         f" {w1:.2g}. But the pair as a whole is as likely under p as under q ({ninths(pair)}), so a verifier that"
         f" judges the pair can always keep it. w_1 = {fraction(w1)} carries into w_2, where p(b) / q(b) ="
         f" {fraction(P2[1, 1] / Q2[1, 1])} makes"
@@ -6429,10 +6434,7 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
            f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
            if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
            and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "")
-        + (f" The pairs that start with 'b' tie: there w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. So 'b' is"
-           " always kept, and the second draft with chance w_2, as token-wise checking keeps it."
-           if change["b a"] == change["b b"] == 0 and z_b > 0
-           and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b")) else "")).strip()
+        ).strip()
         if change["a b"] > 0 else "",
         "If the block keeps none of 'a', 'a', it redraws from max(0, p - q), which is"
         f" {row(np.maximum(P2[0] - Q2[0], 0))} over (a, b):"
@@ -6440,7 +6442,7 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
         " and h_1 = 1, so its 'b' is always kept. So the block's first token is 'a' only when it keeps a pair that"
         " starts with 'a', with chance"
         f" {' + '.join(f'({ninths(r[1])})({fraction(k)})' for r, k in zip((aa, ab), kept))} = {fraction(first_a)},"
-        " which is p(a): the first token is p's."
+        " which is p(a): the first token follows p."
         if change["a a"] < 0 and change["a b"] > 0 and aa[3] == ab[3] == 0
         and all(r[2] == 1 and abs(r[3] - 1) < 1e-12 for r in pairs if r[0].startswith("b"))
         and abs(first_a - P2[0, 0]) < ROUNDING and abs(
@@ -6486,9 +6488,10 @@ def demo30_pairs():
                   f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
-    net = net_words(pairs, gap)
+    net = net_words(pairs, gap, float(np.maximum(P2[1] - Q2[1], 0).sum()))  # Z_1 after 'b', where w_1 = 1
     say_paragraphs([why[0], gives_back + net,
-                    "The option --detail adds the sums term by term, and checks that the block's first token is p's."
+                    "The option --detail adds the sums term by term, and checks that the block's first token follows"
+                    " p."
                     if why[3] else ""])
     takeaway(f"the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"
              f" none does: {ninths(gap)} of a draft a round in all, here.",
@@ -6499,7 +6502,7 @@ def demo30_pairs():
 
 def demo30_detail(result):
     """Chapter 30 in detail: the two pairs that differ, term by term, why the
-    pairs after 'b' tie, and why the block's first token is p's."""
+    pairs after 'b' tie, and why the block's first token follows p."""
     P2, Q2 = PAPER_EXAMPLE
     say_paragraphs(block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4])
 

@@ -6000,17 +6000,21 @@ def demo27_rates(**how):
         "At a shorter k they differ." if r.off else "")
     s1 = r.starts[1]  # where small's rounds of 1 start
     if (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
-            and s.start[s.short] < min(s.text[s.short], s1.start[s.short]) and s1.redrawn.sum() < s.redrawn.sum()):
+            and s.start[s.short] < s1.start[s.short] < s.text[s.short] and s1.redrawn.sum() < s.redrawn.sum()):
         print()
         say("Why? A round's first draft is judged after the last round's final token, not at a random point of the"
             " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
             " is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that place, and small"
-            f" over-proposes {d} after {and_list([repr(name(c)) for c in s.overs], 'or')}. Redraws end"
-            f" {s.redrawn.sum():.0%} of its rounds at k = {k_max}, but {s1.redrawn.sum():.0%} at k = 1, where more"
-            f" rounds end on a bonus that can be {d}. So only {s.start[s.short]:.0%} of its rounds at"
-            f" k = {k_max} start after {d}, though {d} is {s.text[s.short]:.0%} of the text; at k = 1,"
-            f" {s1.start[s.short]:.0%} do. Its drafts pass most often after {d}, {s.beta[s.short]:.3f} of the time. So"
-            f" its position 1 passes {r.rates[1][0]:.3f} at k = {k_max} and {r.at_1[1]:.3f} at k = 1:"
+            f" over-proposes {d} after {and_list([repr(name(c)) for c in s.overs], 'or')}. Yet small's drafts pass"
+            f" most often after {d}, {s.beta[s.short]:.3f} of the time. So where more rounds end on a redraw,"
+            f" fewer start after {d}, and position 1 passes less often. Small's rounds at k = 1 and k = {k_max}:")
+        print()
+        table([("", 30, "<"), ("k = 1", 8, ">"), (f"k = {k_max}", 8, ">")],
+              [("rounds that end on a redraw", f"{s1.redrawn.sum():.0%}", f"{s.redrawn.sum():.0%}"),
+               (f"rounds that start after {d}", f"{s1.start[s.short]:.0%}", f"{s.start[s.short]:.0%}"),
+               ("position 1's pass rate", f"{r.at_1[1]:.3f}", f"{r.rates[1][0]:.3f}")])
+        print()
+        say(f"{d} is {s.text[s.short]:.0%} of the text, but fewer rounds start after it, fewest at k = {k_max}. So"
             f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
     check, untolerant = chapter19_search(c19)
     print()
@@ -6021,10 +6025,9 @@ def demo27_rates(**how):
            if [d.tree is not None for d in c19.measured] == [False, True] else "")
         + " The plan's picks, priced exactly as the search prices them, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
-        (f" As B grows, the plan keeps its current pick until that pick prices more than {c19.tol:.1%} below the best"
-         f" at that B (chapter 19). Most of the {check.worst:.2%} is that margin, not the rates: a plan from the"
-         " rates with no margin comes within"
-         f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else
+        (f" Most of that is the plan's own margin: as B grows, it keeps its pick until that pick prices more than"
+         f" {c19.tol:.1%} below the best at that B (chapter 19). A plan from the same rates with no margin comes"
+         f" within {untolerant.worst:.2%}: that is what the rates cost." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
          0 < untolerant.worst else
          " A plan from the rates with no margin picks the search's option at every B: the rates cost nothing"

@@ -284,10 +284,10 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
             " chain exactly and takes the best at each B. Both try a tree only for the small draft, and price it alike,"
             " from 2,000 sampled rounds. The plan's picks, priced exactly as the search"
-            f" prices them, fall at most {check.worst:.2%} below the search's speedup at any B. As B grows, the plan"
-            " keeps its current pick until that pick prices more than 0.5% below the best at that B (chapter 19). Most"
-            f" of the {check.worst:.2%} is that margin, not the rates: a plan from the rates with no margin comes within"
-            f" {untolerant:.2%}.") in text27
+            f" prices them, fall at most {check.worst:.2%} below the search's speedup at any B. Most of that is the"
+            " plan's own margin: as B grows, it keeps its pick until that pick prices more than 0.5% below the best at"
+            " that B (chapter 19). A plan from the same rates with no margin comes within"
+            f" {untolerant:.2%}: that is what the rates cost.") in text27
     assert untolerant < check.worst / 2  # 'most'
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
     sampled = [d.tree for d in result.c19.measured]
@@ -766,13 +766,14 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     assert ("Why? A round's first draft is judged after the last round's final token, not at a random point of the"
             " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
             " is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that place, and small"
-            " over-proposes 'd' after 'a', 'c' or 'd'. Redraws end"
-            f" {redrawn[0]:.0%} of its rounds at k = 8, but {redrawn[1]:.0%} at k = 1, where more rounds end on a bonus"
-            f" that can be 'd'. So only {start[d]:.0%} of its"
-            f" rounds at k = 8 start after 'd', though 'd' is {text_share[d]:.0%} of the text; at k = 1,"
-            f" {start1[d]:.0%} do. Its drafts pass most often after 'd', {beta[d]:.3f} of the time. So its position 1"
-            f" passes {first[1]:.3f} at k = 8 and {start1 @ beta:.3f} at k = 1: rates counted at k = 8"
-            " price k = 1 low. The option --detail gives each token's figures.") in text and start1 @ beta > first[1]
+            " over-proposes 'd' after 'a', 'c' or 'd'. Yet small's drafts pass most often after 'd',"
+            f" {beta[d]:.3f} of the time. So where more rounds end on a redraw, fewer start after 'd', and position 1"
+            " passes less often. Small's rounds at k = 1 and k = 8: k = 1 k = 8 rounds that end on a redraw"
+            f" {redrawn[1]:.0%} {redrawn[0]:.0%} rounds that start after 'd' {start1[d]:.0%} {start[d]:.0%} position 1's"
+            f" pass rate {start1 @ beta:.3f} {first[1]:.3f} 'd' is {text_share[d]:.0%} of the text, but fewer rounds"
+            " start after it, fewest at k = 8. So rates counted at k = 8 price k = 1 low. The option --detail gives"
+            " each token's figures.") in text and start1 @ beta > first[1]
+    assert start[d] < start1[d] < text_share[d]  # 'fewer rounds start after it, fewest at k = 8'
     assert "Position 1's rates at k = 8" not in text
     # by hand: the share of rounds a redraw ends is 1 minus the chance all k drafts pass from a round's start, each
     # kept with min(p, q) along the way: row c of min(P, Q)^k, summed

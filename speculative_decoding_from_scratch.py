@@ -1815,10 +1815,17 @@ def long_context_note(k, lengths, hw=H100, then="", why=True):
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
             f" {k + 1} positions for each sequence takes {worst:.2f} times as long as a plain pass of one position"
             f" each. That holds at every batch that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB: the pass stays"
-            " memory-bound." + (
-                f" At {n:,} characters {fit} sequences fit, and a pass of {k + 1} positions each,"
-                f" {fit * (k + 1):,} in all, does {macs / read:.0f} MACs per byte, under the ridge's {ridge(hw):.1f}."
-                if why else "") + then)
+            " memory-bound." + then)
+
+
+def context_macs_words(n_ctx=None, ref=512):
+    """Why a position costs fewer MACs at a short context (BATCH_CONTEXT
+    unless given) than demo 6's: its attention reads n_ctx keys, not ref
+    ("" unless it does fewer)."""
+    n_ctx = BATCH_CONTEXT if n_ctx is None else n_ctx
+    m, r = (pass_traffic(LLAMA2_7B, n, 1, 1)[0] / 1e9 for n in (n_ctx, ref))
+    return (f"At {n_ctx} tokens of context a position does {m:.2f} GMACs, against {r:.2f} at demo 6's {ref}: its"
+            f" attention reads {n_ctx} keys, not {ref}." if m < r else "")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -4777,7 +4784,8 @@ def short_proposals(runs, k):
     return (f"Prompt lookup proposes fewer than {k} drafts when its match ends near the text's end, and none when"
             " nothing matches. A round that proposed j drafts costs a pass of j + 1 positions per sequence; one that"
             " proposed none costs a plain pass. Always on proposed none in"
-            f" {share(none)} of its rounds, and 1 to {k - 1} in {share(few)}." if few + none > 0 else "")
+            f" {share(none)} of its rounds, 1 to {k - 1} in {share(few)}, and all {k} in the other"
+            f" {share(1 - few - none)}." if few + none > 0 else "")
 
 
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
@@ -4833,7 +4841,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".")
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", context_macs_words())
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -4859,8 +4867,11 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         "Adaptive k moves k by what passed, not by what a pass costs: at B = "
         + " and ".join(str(b) for i, b in enumerate(batches) if rows[3][1 + 2 * i] < 1)
         + " it is slower than plain decoding too." if any(rows[3][1 + 2 * i] < 1 for i in range(len(batches))) else "")
-    takeaway("a switch that turns speculation off for good can lose what a per-batch schedule keeps.",
-             {"the permanent switch-off loses to the per-batch schedule": loses})
+    stops = [on[1 + 2 * i] <= 1 for i in range(len(batches))]  # where speculating costs more than it saves
+    takeaway("stop speculating where a check costs more than it saves, batch size by batch size, as the per-batch"
+             " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
+             {"the permanent switch-off loses to the per-batch schedule": loses,
+              "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
     return SimpleNamespace(rows=rows, loses=loses)
 
 
@@ -5875,7 +5886,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
         " have little to copy, and make fewer tokens per call.) Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. The speedup"
+        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. {context_macs_words()} The speedup"
         " column divides vLLM's tokens per call by that cost" +
         (": slower than plain decoding at every lam in the table." if all(r[3] < 1 for r in rows) else ".") +
         " Each # is a quarter token per call:")

@@ -4244,8 +4244,7 @@ def lossy_self_check(joints, k=3, ctx=5, n=3, n_runs=150):
 def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
     """Chapter 18's sentences on its first table."""
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
-    print()
-    say(one_hot_words(rows),
+    say_paragraphs([one_hot_words(rows), " ".join(w for w in (
         "" if dominated else "NOT one lossless row is exact as you have it, so none can mark a setting dominated."
         if best is None else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
         *[f"Typical's defaults ({r[1]}) make {r[3]:.2f} tokens per call,"
@@ -4254,6 +4253,7 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
           f" some set of {n}-token texts has a probability {r[2]:.2f} higher under the rule than under the target."
           for r in rows
           if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None and best is not None])
+        if w)])
     print()
     typical, shipped = typical_rows(rows)
     strict, loose = (min(typical, key=lambda r: r[3]), max(typical, key=lambda r: r[3])) if typical else (None, None)
@@ -5486,8 +5486,9 @@ def demo23_engines(**how):
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
-            " The configs name EAGLE, a draft head trained on the target; here"
-            f" {main.name} plays that head. Big, a separate model, would need another method name."
+            " The configs name EAGLE, whose drafter is a small head trained on the target's own features. In these"
+            f" tables every drafter is a table, so {main.name} stands in for that head. Big stands in for a separate"
+            " draft model, which the engines run under another method name."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +

@@ -3737,9 +3737,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " the text's last token). A ratio p/q above 1 lifts w back up: ratios"
         f" {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
     say_items(["Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands heads"
-               " with chance w_k. An earlier position i's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0"
-               " if Z_i = 0: Sun et al.'s chance, to take as given. Z_i (chapter 14's step 2) is the sum over every"
-               " token y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i.",
+               " with chance w_k. For an earlier position i, let Z_i (chapter 14's step 2) be the sum over every"
+               " token y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Its coin lands heads with"
+               " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0: Sun et al.'s chance, to take as given.",
                "The block keeps x_1..x_i for i the last cut point. With none, i = 0: it keeps no draft.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)
@@ -3784,7 +3784,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
     """Chapter 15's sentences: is each shipped path caught, and which step causes it?"""
     caught, words = caught_words(rows, "shipped paths")
     print()
-    say(rule_verdict(rows), words, "Chapter 34 asks which of their two changes does the harm." if caught else "")
+    say(rule_verdict(rows), words, "Chapter 34 asks which step's change does the harm." if caught else "")
     return caught
 
 
@@ -4838,10 +4838,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")
     print()
-    say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
+    say("Prompt lookup is a string match and costs no draft pass (c = 0).", context_macs_words(), "A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", context_macs_words())
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -5352,7 +5352,7 @@ def engine_configs(buckets, priced=None, costs=None):
                      " runs only for EAGLE drafts, trained draft heads)")
     if not sg_tree and algorithm.startswith("EAGLE"):
         slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
-        lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, FILE holding",
+        lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, where FILE holds",
                   "         " + json.dumps(slots),
                   "         (each key in FILE is the smallest B of a range; SGLang picks among that key's"
                   " candidate_steps by a running average of accepted drafts, so one listed value fixes k there)"]
@@ -5804,7 +5804,12 @@ def demo25_crossings(s, buckets, max_batch, tol):
         say("The tree is the first to give way."
             + (f" At B = 1 it beats {chain.shape}, though it makes fewer tokens per call, {tree.tokens:.2f} against"
                f" {chain.tokens:.2f}. It needs {tree.draft_passes} draft passes against {chain.draft_passes}, as it"
-               " drafts each level's candidates in one pass (chapter 32)."
+               " drafts each level's candidates in one pass (chapter 32)." + (
+                   f" At B = 1 small's draft pass costs c = {s.c_small[0]:.4f} target passes, so the tree makes"
+                   f" {tree.tokens:.2f} / (1 + {tree.draft_passes} c) = {s.first_speed:.2f}, against"
+                   f" {chain.tokens:.2f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}." if all(
+                       abs(speed - o.tokens / (1 + o.draft_passes * s.c_small[0])) < 1e-9  # below the ridge
+                       for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "")
                if priced and s.first_speed > s.chain_speed else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
@@ -5884,10 +5889,10 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
         " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
         f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real short context would"
-        " have little to copy, and make fewer tokens per call.) Then the"
+        f" have little to copy, and make fewer tokens per call.) {context_macs_words()} Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. {context_macs_words()} The speedup"
+        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. The speedup"
         " column divides vLLM's tokens per call by that cost" +
         (": slower than plain decoding at every lam in the table." if all(r[3] < 1 for r in rows) else ".") +
         " Each # is a quarter token per call:")
@@ -6017,7 +6022,7 @@ def demo27_rates(**how):
         say("Why? A round's first draft is judged after the last round's final token, not at a random point of the"
             " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
             " is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that place, and small"
-            f" over-proposes {d} after {and_list([repr(name(c)) for c in s.overs], 'or')}. Yet small's drafts pass"
+            f" over-proposes {d} after {and_list([repr(name(c)) for c in s.overs], 'or')}. And small's drafts pass"
             f" most often after {d}, {s.beta[s.short]:.3f} of the time. So where more rounds end on a redraw,"
             f" fewer start after {d}, and position 1 passes less often. Small's rounds at k = 1 and k = {k_max}:")
         print()

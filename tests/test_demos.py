@@ -966,7 +966,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert pytorch[1] == pytest.approx(0.0730, abs=5e-5) and pytorch[2] == pytest.approx(0.2098, abs=5e-5)
     assert "Block verification emits the target's distribution by both checks. Both shipped paths are caught." in text
     assert "tokenwise_residual" not in text and "cumulative" not in text  # the edits are chapter 34's
-    assert "Both shipped paths are caught. Chapter 34 asks which of their two changes does the harm. Takeaway:" in flat(
+    assert "Both shipped paths are caught. Chapter 34 asks which step's change does the harm. Takeaway:" in flat(
         text)
     _, detail = printed(sd.DETAILS["15"], rows)
     edits, text34 = demo["34"]
@@ -1049,9 +1049,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
             " (x_0: the text's last token). A ratio p/q above 1 lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but"
             " w_2 = 1. 3. Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands"
-            " heads with chance w_k. An earlier position i's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), or 0"
-            " if Z_i = 0: Sun et al.'s chance, to take as given. Z_i (chapter 14's step 2) is the sum over every token"
-            " y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. 4. The block keeps x_1..x_i for i the last"
+            " heads with chance w_k. For an earlier position i, let Z_i (chapter 14's step 2) be the sum over every"
+            " token y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Its coin lands heads with chance h_i"
+            " = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0: Sun et al.'s chance, to take as given. 4. The block keeps x_1..x_i for i the last"
             " cut point. With none, i = 0: it keeps no draft. 5. The next token comes from max(0, w_i p - q),"
             " normalised, with p"
             " and q the rows after x_i, or from p if i = k.") in " ".join(text.split())

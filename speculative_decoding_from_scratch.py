@@ -6493,11 +6493,11 @@ def demo30_pairs():
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance. Token-wise checking keeps r_1 + r_1 r_2"
-        " drafts on average, with r_i = min(1, p(x_i) / q(x_i)); the block keeps 2 w_2 + (1 - w_2) h_1:")
+        " drafts on average, for r_i its chance to keep draft i; the block keeps 2 w_2 + (1 - w_2) h_1:")
     print()
     pairs = block_pairs(P2, Q2)
-    table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 5, fraction), ("h_1", 5, fraction),
-           ("w_2", 5, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
+    table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 6, fraction), ("h_1", 6, fraction),
+           ("w_2", 6, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))], pairs, groups=[("drafts kept", 5, 6)])
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)

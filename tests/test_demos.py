@@ -1222,7 +1222,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in flat(text30)  # chapter 30's
     assert "weighted gain" not in text
     # the two columns' formulas, as chapter 30 says them, by hand from each row's w_1, h_1, w_2 and the ratios
-    assert ("Token-wise checking keeps r_1 + r_1 r_2 drafts on average, with r_i = min(1, p(x_i) / q(x_i)); the block"
+    assert ("Token-wise checking keeps r_1 + r_1 r_2 drafts on average, for r_i its chance to keep draft i; the block"
             " keeps 2 w_2 + (1 - w_2) h_1:") in flat(text30)
     for (drafts, _, w_1, h_1, w_2, tw, bl, _), want in zip(sd.block_pairs(P2, Q2), by_hand):
         r = [min(1, P2[0, "ab".index(x)] / Q2[0, "ab".index(x)]) for x in drafts.split()]

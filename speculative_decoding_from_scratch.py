@@ -4819,8 +4819,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
-               "per-batch schedule: a baseline that knows the workload in advance. At each batch size B, the number"
-               f" of sequences a server decodes at once, it runs k = {k} if that beats plain decoding on average over"
+               "per-batch schedule: a baseline that knows the workload in advance. At each batch size B (the number"
+               f" of sequences a server decodes at once), it runs k = {k} if that beats plain decoding on average over"
                " the workload, else plain decoding;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
                " averages over the last completed requests; this run is one request, so it averages its last"
@@ -4831,9 +4831,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     note = long_context_note(k, [len(prompt)])
     say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
         f" Llama-2-7B-shaped decoder running B sequences at once, a character a token, at a deliberately short"
-        f" {BATCH_CONTEXT} tokens of context, so that a large batch crosses the ridge. Why not at the prompt's own"
-        " length?" if note else "",
-        note, "So a check would cost what a plain step does there, and a switch would have nothing to save." if note
+        f" {BATCH_CONTEXT} tokens of context, so that a large batch crosses the ridge. At the prompt's own length no"
+        " batch that fits in memory crosses it, so a switch would have nothing to save; --detail says why." if note
         else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")
@@ -4872,7 +4871,15 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses)
+    return SimpleNamespace(rows=rows, loses=loses, prompt=prompt, k=k)
+
+
+def demo20_detail(result):
+    """Chapter 20 in detail: why it prices passes at BATCH_CONTEXT tokens, not at its prompt's own length."""
+    note = long_context_note(result.k, [len(result.prompt)])
+    say_paragraphs([f"Why price at {BATCH_CONTEXT} tokens, not at the prompt's own length? " + note + " So a check"
+                    " would cost what a plain step does there, and a switch would have nothing to save." if note
+                    else ""])
 
 
 # -----------------------------------------------------------------------------
@@ -7136,6 +7143,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "15": demo15_detail,
     "18": demo18_detail,
     "19": demo19_detail,
+    "20": demo20_detail,
     "21": demo21_detail,
     "25": demo25_detail,
     "27": demo27_detail,

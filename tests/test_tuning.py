@@ -856,13 +856,14 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     fits = [sd.sequences_that_fit(n) for n in lengths]
     intensity = np.divide(*sd.pass_traffic(sd.LLAMA2_7B, lengths[0], 6, fits[0]))
     assert lengths[0] == min(lengths) and fits[0] == max(fits) and 100 < intensity < sd.ridge()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.DETAILS["20"](in_process[0]["20"])
+    detail20 = " ".join(out.getvalue().split())  # chapter 20 gives why in its detail, chapter 26 in its body
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
-        text = " ".join(section(in_process[1], chapter).split())
-        assert (("prices each pass as demo 6's Llama-2-7B-shaped decoder running B sequences at once, a character a"
-                 " token, at a deliberately short 16 tokens of context, so that a large batch crosses the ridge. Why"
-                 " not at the prompt's own length?" in text)
-                == (chapter == "20") and
-                " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
+        text = " ".join(section(in_process[1], chapter).split()) if chapter == "26" else detail20
+        assert (("Why price at 16 tokens, not at the prompt's own length? Demo 6's 295" in text) == (chapter == "20")
+                and " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
                 " H100 SXM's"
                 " 80 GB: the pass stays memory-bound." in text), \
@@ -891,16 +892,14 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = " ".join(section(in_process[1], "20").split())
     assert ("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
             " Llama-2-7B-shaped decoder running B sequences at once, a character a token, at a deliberately short 16"
-            " tokens of context, so that a large batch crosses the ridge. Why not at the prompt's own length? Demo 6's"
-            " 295 free positions"
-            " were for one sequence. A server decodes B sequences at once, and each adds its own KV cache, the keys and"
-            " values of its tokens, so the bytes a pass reads grow with B too. At the prompt's length (493 characters),"
-            " a pass of 6 positions for each sequence takes 1.00 times as long as a plain pass of one position each.")\
-        in text  # the model priced first, then the reason
+            " tokens of context, so that a large batch crosses the ridge.") in text  # the model priced first
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So a check would"
-            " cost what a plain step does there, and a switch would have nothing to save.") in text
+            " cost what a plain step does there, and a switch would have nothing to save.") in detail20
+    assert ("at a deliberately short 16 tokens of context, so that a large batch crosses the ridge. At the prompt's own"
+            " length no batch that fits in memory crosses it, so a switch would have nothing to save; --detail says"
+            " why.") in text and "Demo 6's 295" not in text
     assert macs / read < sd.ridge()  # the largest batch that fits, the most MACs a byte, stays under the ridge
     # the verifying pass's price at 16 tokens, from a position's MACs there (reads 1402 and 1409 used demo 6's 6.74
     # and found 4.57): the attention of a position reads as many keys as the context holds

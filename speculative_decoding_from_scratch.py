@@ -3463,13 +3463,12 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                " w_i is the target's probability of x_1..x_i over the draft's. Once the product would pass 1, the min"
                " sets w to 1, and later ratios multiply from 1: ratios 0.5 then 4 then 0.5 give w = 0.5, 1, 0.5.",
                "For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q"
-               " the rows after x_i: the distributions of the token that would follow x_i. Z_i is the mass step 5's"
-               " residual has, before normalising, if the block ends at i.",
+               " the rows after x_i. Z_i is the mass step 5's residual has, before normalising, if the block ends at"
+               " i.",
                "Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point; the block ends at"
                " its last one (step 4). Sun et al.'s chances, to take as given: position k's coin lands heads with"
                " chance w_k, and an earlier position i's with chance h_i = Z_i / (Z_i + 1 - w_i). If Z_i = 0, step 5"
-               " has nothing to draw from at i, so h_i = 0. That also settles the one case where the formula reads"
-               " 0/0, Z_i = 0 with w_i = 1, which happens only where p = q.",
+               " has nothing to draw from at i, so h_i = 0.",
                "The block keeps x_1..x_i for i the largest cut point, and drops the drafts after it. Unlike a"
                " token-wise rejection, a position that is not a cut point does not end the block: a later draft can"
                " still be kept.",
@@ -3517,10 +3516,13 @@ def demo14_block_gain():
     k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
+    alpha = float(np.minimum(P2[0], Q2[0]).sum())  # no context: every draft passes with this chance
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
     say(f"Block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact TV of its first"
-        f" {n} tokens is {exact_text(tv)}. A round of {k} drafts emits at most {n}; if it emits fewer, the next round"
-        " supplies the rest.",
+        f" {n} tokens is {exact_text(tv)}.",
+        (f"Token-wise checking keeps alpha + alpha^2 = {ninths(rows[0][1])} drafts a round, eq. 1's count with alpha ="
+         f" sum min(p, q) = {fraction(alpha)}, exact here as there is no context. Chapter 30 counts the block's"
+         f" {ninths(rows[1][1])} pair by pair." if abs(alpha + alpha**2 - rows[0][1]) < 1e-12 else ""),
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%}"
         " more." if gap > 1e-12 else
@@ -3532,7 +3534,8 @@ def demo14_block_gain():
     print()
     say_block_rule(gain_example(P2, Q2))
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
-             " example, and Sun et al. prove it never keeps fewer on average.",
+             f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call, and Sun et al. prove it never keeps fewer"
+             " on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
     return SimpleNamespace(example=rows, tv=tv, gap=gap)
 

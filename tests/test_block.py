@@ -280,7 +280,7 @@ def test_chapter14_names_the_summed_token_apart_from_the_drafts(in_process):
     # step 2 sums over a token y, so it reads apart from the drafts x_1..x_i
     text = " ".join(in_process[1][in_process[1].index("Chapter 14."):].split())
     assert ("2. For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the"
-            " rows after x_i: the distributions of the token that would follow x_i.") in text
+            " rows after x_i. Z_i is the mass step 5's residual has") in text
     assert "3. Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point" in text
     assert "5. The next token comes from max(0, w_i p - q) / Z_i, or from p if i = k." in text  # Z_i normalises
     assert ("If no position is a cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's"

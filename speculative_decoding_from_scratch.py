@@ -4574,15 +4574,14 @@ def demo19_tuning(**how):
         " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
         " cache, the keys and values of its tokens." + (
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small. As B"
-            f" grows the KV caches count more, and small's c rises to {max(shape.c_small):.4f} by B = {max_batch}."
+            f" grows the KV caches count more, and small's c rises to {max(shape.c_small):.4f} by B ="
+            f" {max_batch}: its KV cache is a larger share of the target's than its weights are."
             if bytes_set_c else ""))
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. A round's length"
-        f" moves which token the next round starts after, and a draft's acceptance depends on the token before it,"
-        f" so rates counted at k = {k_max} may misprice a shorter k;"
-        " chapter 27 measures by how much.")
+        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. Chapter 27"
+        " measures what that misprices.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
         f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: the text's last"
@@ -4597,7 +4596,8 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"
         " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: t_plain the"
         " target's plain pass, t_check its check, t_draft a draft's. Below the ridge t_check = t_plain, and t_draft = c"
-        f" t_plain, so that is the lesson's tokens per call / (1 + n c). It stops at B = {max_batch}, where the"
+        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Chapter 25 finds the B at which each check"
+        f" passes the ridge. It stops at B = {max_batch}, where the"
         f" target, the {c19.roomiest}"
         f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
             f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""

@@ -6010,7 +6010,8 @@ def demo27_rates(**how):
     d = f"'{name(s.short)}'"
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
         f" which drafts 1 to i were all kept. Chapter 19's plan prices every k from rates counted at k = {k_max}:"
-        " a chain of k drafts makes about 1 plus the first k rates in tokens per call. How close is that 'about'?"
+        " a chain of k drafts makes about 1 plus the first k rates in tokens per call (eq. 1, with rate i in place of"
+        " alpha^i). How close is that 'about'?"
         " The rates here are exact, as a server counting many rounds would find them."
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
         f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
@@ -6045,12 +6046,12 @@ def demo27_rates(**how):
             f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
     check, untolerant = chapter19_search(c19)
     print()
-    say("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
-        " drafter and a chain of k drafts" + (" or a tree" if any(d.tree for d in c19.measured) else "") + ". It"
-        " prices its chains from these rates. A search prices every chain exactly and takes the best at each B."
-        + (f" Both try a tree only for the small draft, and price it alike, from {c19.n_rounds:,} sampled rounds."
-           if [d.tree is not None for d in c19.measured] == [False, True] else "")
-        + " The plan's picks, priced exactly as the search prices them, fall at most"
+    say("What does it cost? Chapter 19's plan picks a drafter and a chain of k drafts" + (
+        " or a tree" if any(d.tree for d in c19.measured) else "") + " for each batch size B (the sequences a server"
+        " decodes at once), and prices its chains from these rates. A search prices every chain exactly and takes"
+        " the best at each B." + (" Both price the tree alike, from sampled rounds."
+                                  if [d.tree is not None for d in c19.measured] == [False, True] else "")
+        + " The plan's picks, priced exactly, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" Most of that is the plan's own margin: as B grows, it keeps its pick until that pick prices more than"
          f" {c19.tol:.1%} below the best at that B (chapter 19). A plan from the same rates with no margin comes"

@@ -279,11 +279,10 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     text27 = " ".join(section(in_process[1], "27").split())
     assert "The rates here are exact, as a server counting many rounds would find them. For chapter 19's two drafts" \
         in text27
-    assert ("What does it cost? At each batch size B, the sequences a server decodes at once, chapter 19's plan picks a"
-            " drafter and a chain of k drafts or a tree. It prices its chains from these rates. A search prices every"
-            " chain exactly and takes the best at each B. Both try a tree only for the small draft, and price it alike,"
-            " from 2,000 sampled rounds. The plan's picks, priced exactly as the search"
-            f" prices them, fall at most {check.worst:.2%} below the search's speedup at any B. Most of that is the"
+    assert ("What does it cost? Chapter 19's plan picks a drafter and a chain of k drafts or a tree for each batch size"
+            " B (the sequences a server decodes at once), and prices its chains from these rates. A search prices every"
+            " chain exactly and takes the best at each B. Both price the tree alike, from sampled rounds. The plan's"
+            f" picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. Most of that is the"
             " plan's own margin: as B grows, it keeps its pick until that pick prices more than 0.5% below the best at"
             " that B (chapter 19). A plan from the same rates with no margin comes within"
             f" {untolerant:.2%}: that is what the rates cost.") in text27

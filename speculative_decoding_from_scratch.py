@@ -5496,9 +5496,8 @@ def demo23_engines(**how):
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
-            " The configs name EAGLE, whose drafter is a small head trained on the target's own features. In these"
-            f" tables every drafter is a table, so {main.name} stands in for that head. Big stands in for a separate"
-            " draft model, which the engines run under another method name."
+            " The configs name EAGLE, whose drafter is a small head trained on the target's own features;"
+            f" {main.name}, a table like every drafter here, stands in for that head."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +

@@ -640,9 +640,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
             " runs big).") in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
     # the method the configs name is the one chapter 19's figures give small
     assert dict(d[:2] for d in sd.chapter19_plan().drafters) == {"big": "draft_model", "small": "eagle"} and (
-        "The configs name EAGLE, whose drafter is a small head trained on the target's own features. In these tables"
-        " every drafter is a table, so small stands in for that head. Big stands in for a separate draft model, which"
-        " the engines run under another method name.") in flat_text \
+        "The configs name EAGLE, whose drafter is a small head trained on the target's own features; small, a table"
+        " like every drafter here, stands in for that head.") in flat_text \
         and '"method": "eagle"' in flat_text
     # TensorRT-LLM's keys, by hand from the plan's ranges: each one's last B
     assert "TensorRT-LLM's draft_len_schedule keys are each range's last B." in flat_text and sorted(

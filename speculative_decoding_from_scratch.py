@@ -6111,9 +6111,9 @@ def zero_alpha_words(rows):
     at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
     say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
         f" where their likeliest tokens agree: {and_list(at_zero)} here.",
-        "That text is a loop, and which loop depends on its first token. So here alpha is, for each first token, the"
-        " share of its loop where the two likeliest tokens agree, averaged over the"
-        f" {number_word(VOCAB)} first tokens, taken as equally likely."
+        "That text is a loop, and which loop depends on its first token. So here alpha is an average over the"
+        f" {number_word(VOCAB)} first tokens, taken as equally likely: for each, the share of its loop where the two"
+        " likeliest tokens agree."
         if len(greedy_loops(TARGET)) > 1 else "",
         " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
         " ".join(loop_alpha_words(TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT), r[0], r[2]) for r in rows
@@ -6283,8 +6283,12 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     beats = good is not None and speedup(eq1, k, c) < good[5] - 0.05
     print()
     if good:
-        say(f"Eq. 1 at alpha {good[3]:.4f} gives {eq1:.2f} tokens per call, a speedup of {speedup(eq1, k, c):.2f},"
-            + (f" not {good[5]:.2f}. Why?" if beats else f" and the exact speedup is {good[5]:.2f}."))
+        hard = next((r for r in zero if r[0] == "middling"), None)
+        say(f"Eq. 1 at alpha {good[3]:.4f} gives 1 + alpha + ... + alpha^{k} = {eq1:.2f} tokens per call, a speedup"
+            f" of {speedup(eq1, k, c):.2f}," + (f" not {good[5]:.2f}. Why?" if beats else
+                                               f" and the exact speedup is {good[5]:.2f}."),
+            f"(The middling draft, at alpha 0, makes the 1 token per call eq. 1 gives it: 1 / (1 + {k} c) ="
+            f" {hard[5]:.2f}.)" if hard and hard[3] == 0 and abs(hard[5] - speedup(1.0, k, c)) < 1e-9 else "")
         print()
     zero_alpha_words(zero)
     say_paragraphs(greedy_runs(rows)[2:])

@@ -428,7 +428,9 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     Q0, P0 = sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0), sd.temper(sd.TARGET, 0)
     exact = sd.exact_tokens_per_call(P0, Q0, 4)
     warm = sd.exact_tokens_per_call(sd.temper(sd.TARGET, 0.5), Q0, 4)
-    assert ("Eq. 1 at alpha 0.5556 gives 2.13 tokens per call, a speedup of 1.52, not 1.90. Why?") in flat(text)
+    assert ("Eq. 1 at alpha 0.5556 gives 1 + alpha + ... + alpha^4 = 2.13 tokens per call, a speedup of 1.52, not 1.90."
+            " Why? (The middling draft, at alpha 0, makes the 1 token per call eq. 1 gives it: 1 / (1 + 4 c) = 0.71.)")\
+        in flat(text) and f"{1 / 1.4:.2f}" == "0.71"  # read 1420 asked why the middling row is there
     assert 1 + 5 / 9 + (5 / 9) ** 2 + (5 / 9) ** 3 + (5 / 9) ** 4 == pytest.approx(2.1309, abs=1e-4)
     assert "Takeaway: at T = 0 a draft's passes are set by where its rounds start" in flat(text)
     # the greedy target loops a, e, f or stays at b: from a uniform first token, 5 of 6 reach the first loop, so the
@@ -436,9 +438,9 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
-    assert ("That text is a loop, and which loop depends on its first token. So here alpha is, for each first token,"
-            " the share of its loop where the two likeliest tokens agree, averaged over the six first tokens, taken as"
-            " equally likely. At T = 0 the middling"
+    assert ("That text is a loop, and which loop depends on its first token. So here alpha is an average over the six"
+            " first tokens, taken as equally likely: for each, the share of its loop where the two likeliest tokens"
+            " agree. At T = 0 the middling"
             " draft's likeliest token") in flat(text)  # reads 1027, 1030 and 1047
     # blend 0.9's alpha at T = 0, loop by loop, by hand: 5 of 6 first tokens reach a -> e -> f, where its argmax is
     # the target's after a and f; 1 stays at b, where it is not

@@ -4015,13 +4015,14 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
     prompt, P, L = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
     say("APEX-1 is a public from-scratch language model. Its generator, at commit 0490e4a, departs from the rule in"
-        f" at least {number_word(len(APEX_BUGS))} ways. Two of them, cache and next row below, are in its own"
-        " machinery, not in the rule."
+        f" at least {number_word(len(APEX_BUGS))} ways. Two of them (cache and next row, in the table below) are in"
+        " its own machinery, not in the rule."
         " It keeps what the target has read, its KV"
         " cache (the keys and values of every token read so far), separately from the text it writes. And it carries"
         " the"
         " row p for the next token over from one pass to the next (the next row bug carries the wrong one).",
-        "APEX-1 drafts with a multi-token head. This port drafts by prompt lookup instead: it proposes what followed"
+        "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
+        " lookup instead: it proposes what followed"
         " the text's last few characters earlier on. That proposal is deterministic, so its q is one-hot: a draft x"
         " is kept with chance p(x), and a rejection redraws from p with x removed. Its target is chapter 11's"
         " character model of Python's documentation, which copies text it has read. The port fixes these"
@@ -4043,8 +4044,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         f"the characters into bins by their chance (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
         f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin's expected count adds up,"
         " at each position, the chances of the characters in that bin, then totals this over the positions."
-        " The last row runs the cache bug on the"
-        " tables instead. Consistent means the fit finds no difference from the target.")
+        " The last row runs the cache bug with the lesson's target table in place of the character model, prompt"
+        " lookup drafting from its tokens. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]
                     if tables is not None else [])
@@ -4058,8 +4059,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
         ("A table reads only the last token, so it cannot see the cache bug." if tables >= P_REJECT
          else "Even the tables see the cache bug.") if tables is not None else "")
-    takeaway("a generator that keeps its own cache must cut it back, and must draw from the residual and"
-             " the right row; each departure shows in a fit.",
+    takeaway("a generator must judge each draft by its own q, redraw from the residual, take the next row from the"
+             " target, and cut rejected drafts from its cache. On the character model a fit catches each departure.",
              {"the fixed port is consistent": rows[0][2] == "consistent", "every departure is caught": caught})
     return SimpleNamespace(rows=rows, tables=tables)
 

@@ -1645,6 +1645,12 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert [r[0] for r in result.rows[1:]] == list(sd.APEX_BUGS)
     assert result.tables >= sd.P_REJECT and "A table reads only the last token, so it cannot see the cache bug" in text
     assert "On the character model, every departure is caught." in text
+    # the takeaway names all four departures, as the table lists them (read 1418 found uniform q left out)
+    assert ("Takeaway: a generator must judge each draft by its own q, redraw from the residual, take the next row"
+            " from the target, and cut rejected drafts from its cache. On the character model a fit catches each"
+            " departure.") in flat(text) and len(sd.APEX_BUGS) == 4
+    assert ("The last row runs the cache bug with the lesson's target table in place of the character model, prompt"
+            " lookup drafting from its tokens.") in flat(text)
     assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())
     for bug in sd.APEX_BUGS:  # each departure in words
         assert f"{bug} {sd.APEX_WORDS[bug]}" in " ".join(text.split())

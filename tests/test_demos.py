@@ -1623,6 +1623,8 @@ def test_chapter16_perfect_independent_heads_lose(demo):
     reached = result.heads.reached
     assert reached[0] == pytest.approx(1.0) and reached[1] < 1 and reached[2] < reached[1]
     assert "Medusa's heads lose, perfect as they are." in text
+    assert ("Takeaway: heads can stand in for the draft model: their drafts go through the same rule, and the output"
+            " stays the target's.") in flat(text)  # the chapter's question answered (read 1417)
     # head 1 is P itself: the target's own row, so the first draft always passes (the table's 1.000)
     assert np.array_equal(sd.medusa_heads(sd.TARGET, 3)[0], sd.TARGET)
     assert "Head 1 is P itself, the target's own next-token row." in " ".join(text.split())

@@ -2039,8 +2039,9 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
     S_text, S_target = bigram_counts(text), visit_joint(P)
     fit, kd_params = low_rank_draft(fit_text(text)), distill(P)
     kd, tv = low_rank_draft(kd_params), low_rank_draft(maximise_alpha(P, kd_params))
-    say(f"A table called the world writes {n_text:,} tokens of text. The target models the world imperfectly:"
-        f" {world_weight:g} of the world's table plus {1 - world_weight:g} of another. Each trained draft is"
+    say(f"A table called the world writes {n_text:,} tokens of text: the text the target learned from. The target"
+        f" models the world imperfectly: {world_weight:g} of the world's table plus {1 - world_weight:g} of another."
+        " Each trained draft is"
         f" softmax(u v^T + b): u, v and b hold {V} numbers each, and u v^T is the {V} x {V} table of their products."
         " That is"
         f" {3 * V} numbers, where a full table has {V * (V - 1)} free ones. KL(p||q) measures how far q falls short of p. Each draft runs at k = {k}.")
@@ -2058,9 +2059,10 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
     say(f"Distilling the target {'beats' if a_kd > a_fit else 'does NOT beat'} fitting the text, {a_kd:.3f} to {a_fit:.3f}.",
         f"Even the world's own table reaches only {a_world:.3f}: the text teaches the world, not the target."
         if a_world < a_kd else "", f"Climbing alpha itself {'gains more' if a_tv > a_kd else 'does NOT gain'}.")
-    takeaway("train the draft on the target's distributions, not on the target's training data.",
+    takeaway("train the draft on the target's distributions, not on the text the target learned from; then climb"
+             " alpha itself.",
              {"distilling beats fitting the text": a_kd > a_fit,
-              "distilling beats even the world's own table": a_kd > a_world})
+              "distilling beats even the world's own table": a_kd > a_world, "climbing alpha gains more": a_tv > a_kd})
     return SimpleNamespace(alpha_fit=a_fit, alpha_kd=a_kd, alpha_tv=a_tv, alpha_world=a_world, rows=rows, P=P)
 
 

@@ -815,6 +815,9 @@ def test_demo7_distillation_beats_fitting_the_text(demo):
     assert result.alpha_world < result.alpha_kd
     assert f"Distilling the target beats fitting the text, {result.alpha_kd:.3f} to {result.alpha_fit:.3f}" in text
     assert "Climbing alpha itself gains more." in text
+    # the takeaway says what the table's best row does, and what the world's text stands for (read 1414)
+    assert ("Takeaway: train the draft on the target's distributions, not on the text the target learned from; then"
+            " climb alpha itself.") in flat(text) and "tokens of text: the text the target learned from." in flat(text)
 
 
 def test_demo7_the_objective_column_is_what_its_row_names(demo):
@@ -831,6 +834,7 @@ def test_demo7_says_so_when_distilling_does_not_win(monkeypatch):
                                                                             np.random.default_rng(7))))
     _, text = printed(sd.demo7_distillation)
     assert "Distilling the target does NOT beat fitting the text" in text
+    assert "Takeaway withheld" in text
 
 
 def test_demo8_the_mask_and_the_tree_verdicts(demo):

@@ -1828,6 +1828,15 @@ def context_macs_words(n_ctx=None, ref=512):
             f" attention reads {n_ctx} keys, not {ref}." if m < r else "")
 
 
+def plain_pass_words(batch, n_ctx=None):
+    """What a plain pass of batch sequences reads at a short context (BATCH_CONTEXT unless given): the weights
+    once and each sequence's KV cache, the bytes chapters 20 and 26 price their check against."""
+    n_ctx = BATCH_CONTEXT if n_ctx is None else n_ctx
+    read, weights = pass_traffic(LLAMA2_7B, n_ctx, 1, batch)[1], pass_traffic(LLAMA2_7B, 0, 1, 1)[1]
+    return (f"A plain pass there reads {read / 1e9:.2f} GB: the weights, {weights / 1e9:.2f} GB, and {batch} KV caches"
+            f" of {n_ctx} tokens, {(read - weights) / 1e9:.2f} GB.")
+
+
 def bound_text(target, n_ctx, k, lo, hi, hw):
     """What bounds a bucket's verifying pass at its two ends: 'memory',
     'memory to compute', ...; '' for k = 0 (no verifying pass)."""
@@ -3762,7 +3771,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     exactness_table(rows)
     caught = demo15_verdicts(rows, k, ctx, n)
     takeaway(f"both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check of the first"
-             f" {n} tokens catches each: they are off by " + " and ".join(f"{r[3]:.4f}" for r in rows[1:]) + ".",
+             f" {n} tokens catches each at every n: they are off by " + " and ".join(f"{r[3]:.4f}" for r in rows[1:])
+             + f" at n = {n}.",
              {"block verification emits the target": rows[0][5] == "the target",
               "both shipped paths are caught": caught})
     return rows
@@ -4847,7 +4857,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("Prompt lookup is a string match and costs no draft pass (c = 0).", context_macs_words(), "A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".")
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", plain_pass_words(max(batches)))
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -5905,7 +5915,8 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
         f" have little to copy, and make fewer tokens per call.) {context_macs_words()} Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. The speedup"
+        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. {plain_pass_words(batch)} The"
+        " speedup"
         " column divides vLLM's tokens per call by that cost" +
         (": slower than plain decoding at every lam in the table." if all(r[3] < 1 for r in rows) else ".") +
         " Each # is a quarter token per call:")
@@ -6057,7 +6068,8 @@ def demo27_rates(**how):
         + " The plan's picks, priced exactly, fall at most"
         f" {check.worst:.2%} below the search's speedup at any B." +
         (f" Most of that is the plan's own margin: as B grows, it keeps its pick until that pick prices more than"
-         f" {c19.tol:.1%} below the best at that B (chapter 19). A plan from the same rates with no margin comes"
+         f" {c19.tol:.1%} below the best at that B (chapter 19's --detail). A plan from the same rates with no"
+         " margin comes"
          f" within {untolerant.worst:.2%}: that is what the rates cost." if 0 < untolerant.worst < check.worst / 2 else
          f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
          0 < untolerant.worst else
@@ -6159,7 +6171,9 @@ def greedy_runs(rows, k=4):
     shares = and_list([parts[0].replace(" keep", f" of blend {GOOD_WEIGHT:g}'s rounds keep", 1), *parts[1:]])
     made = (f"So blend {GOOD_WEIGHT:g} makes 1 + "
             + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4)
-            + f" = {exact:.2f} tokens per call.")
+            + f" = {exact:.2f} tokens per call" + (
+                f", the table's speedup of {zero[5]:.2f} at c = 0.1." if zero[5] is not None
+                and abs(speedup(exact, k, 0.1) - zero[5]) < 1e-9 else "."))
     return ("Round by round, the chance that drafts 1 to i all pass is"
             f" {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1 to {k}. Eq. 1 gives every draft the"
             " same chance, alpha, so it puts"

@@ -284,7 +284,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " chain exactly and takes the best at each B. Both price the tree alike, from sampled rounds. The plan's"
             f" picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. Most of that is the"
             " plan's own margin: as B grows, it keeps its pick until that pick prices more than 0.5% below the best at"
-            " that B (chapter 19). A plan from the same rates with no margin comes within"
+            " that B (chapter 19's --detail). A plan from the same rates with no margin comes within"
             f" {untolerant:.2%}: that is what the rates cost.") in text27
     assert untolerant < check.worst / 2  # 'most'
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
@@ -907,6 +907,11 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     traffic = sd.pass_traffic(sd.LLAMA2_7B, 16, 6, 256)
     assert f"{traffic[0] / 1536 / 1e9:.2f}" == "6.61" and f"{sd.verify_cost(5, 256):.2f}" == "4.48"
     assert sd.context_macs_words(512) == ""  # no fewer MACs than demo 6's: nothing to say
+    # the plain pass's bytes at B = 256, which read 1424 needed to reach 4.48: the weights, 256 KV caches of 16 tokens
+    kv16 = 2 * 32 * 4096 * 2 * 16  # keys and values, 32 layers of 4096, 16-bit, 16 tokens
+    assert sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 256)[1] == sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1] + 256 * kv16
+    assert ("4.48 at B = 256. A plain pass there reads 15.36 GB: the weights, 13.21 GB, and 256 KV caches of 16 tokens,"
+            " 2.15 GB.") in text
     assert ("Takeaway: stop speculating where a check costs more than it saves, batch size by batch size, as the"
             " per-batch schedule does. A switch that turns it off for good can lose what that schedule keeps.") in text
 

@@ -4979,9 +4979,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
         f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
         if same == n_greedy
         else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).",
-        f"Chapter 28 says why the middling draft's alpha at T = 0 is 0, and why blend {GOOD_WEIGHT:g}'s speedup of"
-        f" {good[5]:.2f} there beats the {speedup(expected_tokens(good[3], k), k, c):.2f} that eq. 1 predicts from its"
-        f" alpha of {good[3]:.4f}."
+        f"Chapter 28 explains the two rows at T = 0: why the middling draft's alpha is 0, and why blend"
+        f" {GOOD_WEIGHT:g}'s speedup beats what eq. 1 predicts from its alpha."
         if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
         else "")
     lower = all(r[3] < r[2] for r in hot)

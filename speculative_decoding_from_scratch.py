@@ -4756,6 +4756,9 @@ class PhaseModel:
                                 len(self.models) - 1)].row(seq, len(text) + i) for i in range(cached, len(new) + 1)]
 
 
+ADAPT_MAX = 16  # the most drafts the adaptive heuristic grows to in chapter 20
+
+
 def phase_run(P, prompt, n_tokens, k, seed, switch=None, adapt=False):
     """Prompt lookup on a phased target, round by round: [(drafts proposed,
     tokens emitted)]. switch: (threshold, window): TensorRT-LLM's
@@ -4774,7 +4777,8 @@ def phase_run(P, prompt, n_tokens, k, seed, switch=None, adapt=False):
             recent.append(len(emitted) - 1)
             off = bool(switch) and len(recent) >= switch[1] and np.mean(recent[-switch[1]:]) < switch[0]
         if drafted:
-            k_now = min(k_now + 2, 16) if adapt and len(emitted) > len(drafted) else max(1, k_now - 1) if adapt else k
+            k_now = (min(k_now + 2, ADAPT_MAX) if adapt and len(emitted) > len(drafted) else max(1, k_now - 1)
+                     if adapt else k)
     return out
 
 
@@ -4840,10 +4844,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f" of sequences a server decodes at once), it runs k = {k} if that beats plain decoding on average over"
                " the workload, else plain decoding;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
-               " averages over the last completed requests; this run is one request, so it averages its last"
-               f" {window} rounds;",
+               " averages over the last completed requests; this run is one request, so here it averages its last"
+               f" {window} rounds instead;",
                f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
-               " after a round whose drafts all passed, 1 fewer otherwise."])
+               f" after a round whose drafts all passed, 1 fewer otherwise (here kept between 1 and {ADAPT_MAX})."])
     print()
     note = long_context_note(k, [len(prompt)])
     say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"

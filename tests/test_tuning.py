@@ -816,7 +816,13 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
     assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
     assert ("off for good: TensorRT-LLM's switch, at a threshold of 1 accepted draft per round. It averages over the"
-            " last completed requests; this run is one request, so it averages its last 20 rounds;") in text
+            " last completed requests; this run is one request, so here it averages its last 20 rounds"
+            " instead;") in text
+    assert "2 more drafts after a round whose drafts all passed, 1 fewer otherwise (here kept between 1 and 16)." in text
+    # the cap, by hand: the heuristic never runs more than 16 drafts, whatever passes
+    prompt = sd.prompts()["summarise"]
+    model = sd.PhaseModel(len(prompt), ((120, 0.99), (120, 0.3), (120, 0.99)))
+    assert max(d for d, _ in sd.phase_run(model, prompt, 360, 5, 0, adapt=True)) <= 16 == sd.ADAPT_MAX
     off = rows["off for good below 1.0"]
     assert on[3] < off[3] < 1 and (f"so the schedule does not speculate there at all; off for good pays that cost until"
                                    f" it switches off ({off[3]:.2f}).") in text

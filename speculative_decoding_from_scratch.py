@@ -4566,6 +4566,18 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, 
                            buckets=buckets, speeds=speeds, options=options)
 
 
+def output_layer_words(shapes, names=("big", "small")):
+    """Chapters 19 and 32: each draft shape's output layer, over its vocabulary, as a share of its weights, which
+    a count of layers and widths leaves out (read 1418 found small's c twice its layers' share)."""
+    vocab = {d[3] for d in shapes}
+    if len(vocab) != 1:
+        return ""
+    shares = [2 * d[0] * d[3] / pass_traffic(d, 0, 1, 1)[1] for d in shapes]
+    return (f"Each shape also has an output layer over a {vocab.pop():,}-token vocabulary, as the target has: "
+            + ", ".join(f"{x:.0%} of {n}'s" + " weights" * (i == 0) for i, (x, n) in enumerate(zip(shares, names)))
+            + ".")
+
+
 def demo19_tuning(**how):
     c19 = chapter19_plan(**how)
     (big, small), nodes, drafters, measured = c19.shapes, c19.nodes, c19.drafters, c19.measured
@@ -4584,7 +4596,8 @@ def demo19_tuning(**how):
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
         f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
-        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table. Its c, a"
+        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. {output_layer_words((big, small))} A draft's"
+        " acceptance comes from its table. Its c, a"
         " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
         " cache, the keys and values of its tokens." + (
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small. As B"
@@ -4685,7 +4698,8 @@ def demo19_shape(s, n_ctx, max_batch):
             f" {s.chain.draft_passes} passes: a speedup of {s.chain_speed:.2f}." if s.chain is not None
             and s.chain.tokens > s.first.tokens and s.chain.draft_passes > s.first.draft_passes
             and s.chain_speed < s.first_speed else "") +
-        f" {s.longest.drafter.name.capitalize()}'s best, {s.longest.shape}, makes"
+        f" {s.longest.drafter.name.capitalize()}'s best option,"
+        f" {'a chain of ' * s.longest.shape.startswith('k =')}{s.longest.shape}, makes"
         f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}: a speedup of"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
@@ -6636,8 +6650,9 @@ def demo32_first_choice(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     say("The plan of chapter 19 picks, at each batch size B, one of two draft models and how to run it. Big (blend"
         f" {c19.big_weight:g}) stands for a {big[2]}-layer model of width {big[0]}, small (the middling draft) for"
-        f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's"
-        " c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's"
+        f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}."
+        f" {output_layer_words((big, small))} A draft's c, a pass's cost in target passes, comes from the bytes a"
+        " pass reads: its weights, and every sequence's"
         " KV cache, the keys and values of its tokens. A chain of k drafts takes k draft passes. Its tokens per call"
         " are 1 + r_1 + ... + r_k: eq. 1 with each alpha^i replaced by r_i, the share of rounds in which drafts 1"
         " to i were all kept, computed exactly (chapter 19). Small's tree,"

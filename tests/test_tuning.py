@@ -366,7 +366,7 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             " Small's best"
             f" chain, k = 8, can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
             f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. Big's"
-            " best, k = 6, makes"
+            " best option, a chain of k = 6, makes"
             f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}: a speedup of"
             f" {s_chain:.2f}.") in text
@@ -417,11 +417,19 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
     assert ("Big (blend 0.75) stands for a 16-layer model of width 2048. Small (the middling draft) stands for 4"
-            " layers of width 768. The target has 32 layers of 4096. A draft's acceptance comes from its table. Its c, a"
+            " layers of width 768. The target has 32 layers of 4096. Each shape also has an output layer over a"
+            " 32,000-token vocabulary, as the target has: 7% of big's weights, 46% of small's. A draft's acceptance"
+            " comes from its table. Its c, a"
             " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
             " cache, the keys and values of its tokens. At B = 1 the weights count most: c is"
             f" {c[0]:.4f} for big, {c_smalls[0]:.4f} for small.") in text
     text32 = " ".join(section(in_process[1], "32").split())
+    # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
+    # out when they counted layers x width^2 against c
+    for shape, share in ((big, "7%"), (small, "46%")):
+        assert f"{2 * shape[0] * 32000 / sd.pass_traffic(shape, 0, 1, 1)[1]:.0%}" == share
+    assert "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's" \
+        in text32
     assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
             f" both models' passes, so big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
             f" 0.25, while small's rises only toward {kv_small:.4f}.") in text32 and "Big's c rises" not in text32

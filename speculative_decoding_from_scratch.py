@@ -4282,7 +4282,8 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
         " argmax, so its text leans to p's likeliest token. The loosest keeps most drafts, so its text leans to the"
         " draft's."
         if argmax and demo18_loose_words(rows, k, ctx, n) else "",
-        "The option --detail plots tokens per call against exact TV.")
+        "The option --detail plots tokens per call against exact TV, and gives the engine settings that run two of"
+        " these rows.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated)
 
 
@@ -4373,8 +4374,9 @@ def demo18_detail(result, k=3, ctx=5, n=3):
             f" TV is typical's, {medusa[2]:.4f}: the bonus token, token {k + 1}, comes after the {n} the TV measures."
             f" Its tokens per call differ, {per_call:.2f} against {typical[3]:.2f}, as the next round's drafts follow"
             " another token.")
-    return SimpleNamespace(medusa=medusa, fallbacks=typical_fallbacks(then=demo18_loose_words(rows, k, ctx, n)),
-                           misfit=misfit)
+    fallbacks = typical_fallbacks(then=demo18_loose_words(rows, k, ctx, n))
+    engine_settings(LOSSY_SETTINGS, f"typical ({setting_text(TYPICAL_SHIPPED)}) and sglang ({setting_text(SGLANG_SHIPPED)})")
+    return SimpleNamespace(medusa=medusa, fallbacks=fallbacks, misfit=misfit)
 
 
 def typical_fallback_rows(k=3, ctx=5, n=3):
@@ -4428,8 +4430,6 @@ LOSSY_SETTINGS = (
 
 def demo18_lossy_cost():
     first = demo18_lossy()
-    engine_settings(LOSSY_SETTINGS, f"typical ({setting_text(TYPICAL_SHIPPED)}) and sglang"
-                                    f" ({setting_text(SGLANG_SHIPPED)})")
     lossless = [r for r in first.rows if r[1] == "lossless"] + [
         next(r for r in first.rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT))]
     takeaway("a lossy verifier buys tokens per call with a distance from the target; price it against a"

@@ -4566,16 +4566,21 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, 
                            buckets=buckets, speeds=speeds, options=options)
 
 
-def output_layer_words(shapes, names=("big", "small")):
+def output_layer_words(shapes, n_ctx, names=("big", "small")):
     """Chapters 19 and 32: each draft shape's output layer, over its vocabulary, as a share of its weights, which
-    a count of layers and widths leaves out (read 1418 found small's c twice its layers' share)."""
+    a count of layers and widths leaves out (read 1418 found small's c twice its layers' share), and what that
+    does to the last shape's c at B = 1."""
     vocab = {d[3] for d in shapes}
     if len(vocab) != 1:
         return ""
     shares = [2 * d[0] * d[3] / pass_traffic(d, 0, 1, 1)[1] for d in shapes]
+    last = shapes[-1]
+    c = draft_cost(1, n_ctx, draft=last)
+    layers = (pass_traffic(last, 0, 1, 1)[1] * (1 - shares[-1])) / pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1]
     return (f"Each shape also has an output layer over a {vocab.pop():,}-token vocabulary, as the target has: "
             + ", ".join(f"{x:.0%} of {n}'s" + " weights" * (i == 0) for i, (x, n) in enumerate(zip(shares, names)))
-            + ".")
+            + "." + (f" So {names[-1]}'s c at B = 1, {c:.4f}, is about twice what its {last[2]} layers alone would"
+                     " give." if round(c / layers) == 2 else ""))
 
 
 def demo19_tuning(**how):
@@ -4596,7 +4601,7 @@ def demo19_tuning(**how):
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
         f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
-        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. {output_layer_words((big, small))} A draft's"
+        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. {output_layer_words((big, small), n_ctx)} A draft's"
         " acceptance comes from its table. Its c, a"
         " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
         " cache, the keys and values of its tokens." + (
@@ -6651,7 +6656,8 @@ def demo32_first_choice(**how):
     say("The plan of chapter 19 picks, at each batch size B, one of two draft models and how to run it. Big (blend"
         f" {c19.big_weight:g}) stands for a {big[2]}-layer model of width {big[0]}, small (the middling draft) for"
         f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}."
-        f" {output_layer_words((big, small))} A draft's c, a pass's cost in target passes, comes from the bytes a"
+        f" {output_layer_words((big, small), c19.n_ctx)} A draft's c, a pass's cost in target passes, comes from the"
+        " bytes a"
         " pass reads: its weights, and every sequence's"
         " KV cache, the keys and values of its tokens. A chain of k drafts takes k draft passes. Its tokens per call"
         " are 1 + r_1 + ... + r_k: eq. 1 with each alpha^i replaced by r_i, the share of rounds in which drafts 1"

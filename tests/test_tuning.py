@@ -418,7 +418,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
     assert ("Big (blend 0.75) stands for a 16-layer model of width 2048. Small (the middling draft) stands for 4"
             " layers of width 768. The target has 32 layers of 4096. Each shape also has an output layer over a"
-            " 32,000-token vocabulary, as the target has: 7% of big's weights, 46% of small's. A draft's acceptance"
+            " 32,000-token vocabulary, as the target has: 7% of big's weights, 46% of small's. So small's c at B = 1,"
+            " 0.0083, is about twice what its 4 layers alone would give. A draft's acceptance"
             " comes from its table. Its c, a"
             " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
             " cache, the keys and values of its tokens. At B = 1 the weights count most: c is"
@@ -428,6 +429,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # out when they counted layers x width^2 against c
     for shape, share in ((big, "7%"), (small, "46%")):
         assert f"{2 * shape[0] * 32000 / sd.pass_traffic(shape, 0, 1, 1)[1]:.0%}" == share
+    # 'about twice': small's c against its layers' bytes alone (its weights less the output layer) over the target's
+    layers_only = (sd.pass_traffic(small, 0, 1, 1)[1] - 2 * 768 * 32000) / sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[1]
+    assert 1.9 < sd.draft_cost(1, 512, draft=small) / layers_only < 2.1
     assert "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's" \
         in text32
     assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"

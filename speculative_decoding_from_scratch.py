@@ -6331,11 +6331,14 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
             f" {hard[5]:.2f}.)" if hard and hard[3] == 0 and abs(hard[5] - speedup(1.0, k, c)) < 1e-9 else "")
         print()
     zero_alpha_words(zero)
-    say_paragraphs(greedy_runs(rows)[2:])
+    settled = greedy_runs(rows)[2:]
+    say_paragraphs(settled)
     exact, high = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(pair_alpha(TARGET, MIDDLING), k)
-    takeaway("at T = 0 a draft's passes are set by where its rounds start, not by one chance alpha; eq. 1 can run low"
-             " as well as high.",
+    takeaway("at T = 0 a draft's passes are set by where its rounds start, not by one chance alpha. Blend"
+             f" {GOOD_WEIGHT:g}'s rounds start where its passing drafts come first, so eq. 1 runs low here; for the"
+             " middling draft at T = 1 it runs high (demo 3).",
              {f"blend {GOOD_WEIGHT:g}'s greedy rounds beat eq. 1 at T = 0": beats,
+              f"blend {GOOD_WEIGHT:g}'s rounds settle where they start": "rounds settle" in settled[0],
               "eq. 1 runs high for the middling draft at T = 1 (demo 3)": high > exact})
     return SimpleNamespace(temperatures=rows)
 

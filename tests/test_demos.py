@@ -1439,7 +1439,9 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert "At k = 1 all three are equal: demo 1's rule reaches the ideal." in flat(text)
     chained = [f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call, sd.exact_tokens_per_call)]
     assert (f"at every k, {max(g[4] for g in result.gains):+.1%} at most. At k = 1") in flat(text)
-    assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block. Their rounds start" in flat(text)
+    assert ("Demo 3's rounds, which start after the last round's final token, make fewer at k = 4: --detail says why."
+            in flat(text)) and chained[1] < result.gains[-1][1]  # the why is the detail's (reads 1436 and 1444)
+    assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block. Their rounds start" in flat(result.starts)
     room, gain = max(g[5] for g in result.gains), max(g[4] for g in result.gains)
     assert (f"Takeaway: on the middling draft, judging the block gains up to {gain:.1%} over token-wise checking, and"
             f" the ideal sits up to {room:.1%} above the block.") in flat(text)
@@ -1480,13 +1482,17 @@ def test_chapter31s_middling_table_is_one_round_from_the_targets_text(demo):
     assert second == pytest.approx((tw[1] - tw[0]) / (tw[0] - 1), abs=1e-12) and second > sd.pair_alpha(P, Q)
     eq1 = sum(sd.pair_alpha(P, Q) ** i for i in range(5))  # 1 + alpha + ... + alpha^4
     assert tw[3] > eq1 + 0.02 and f"{eq1:.2f}" == "2.79"
+    detail31 = io.StringIO()
+    with contextlib.redirect_stdout(detail31):
+        sd.demo31_detail(result)
     assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block. Their"
             " rounds start after the last round's final token, a redraw or a bonus. That token is 'd' only 0.089 of the"
             " time, against 0.184 of the text, as a redraw is never 'd' where the draft over-proposes it; and drafts"
             f" pass most after 'd' (chapter 29). Eq. 1 assumes every draft passes with alpha, {sd.pair_alpha(P, Q):.3f}."
             f" In demo 3's rounds draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f}, so eq. 1 runs high there."
             " Here starts are drawn as the text's: draft 1 passes with chance alpha, and once it passes, draft 2 passes"
-            f" {sd.above_eq1(result.gains).second:.3f}, so the token-wise {tw[3]:.4f} tops eq. 1's 2.79.") in flat(text)
+            f" {sd.above_eq1(result.gains).second:.3f}, so the token-wise {tw[3]:.4f} tops eq. 1's 2.79.") in flat(
+        detail31.getvalue()) and "That token is 'd' only" not in flat(text)
     assert "0.5028" not in text and sd.above_eq1(result.gains).second > sd.pair_alpha(P, Q)  # read 1297 asked why
     assert chained < tw[3] and chained_block < result.gains[-1][2]  # 'fewer': than this table's k = 4 row
     out = io.StringIO()

@@ -5716,8 +5716,9 @@ def demo24_ideal():
         if not over and rows[1][1] < ideal - 1e-9 else "")
     print()
     say("Chapter 31 sets the three side by side on the lesson's middling draft.")
-    takeaway(f"the ideal caps every lossless verifier, and block verification stayed under it: {ninths(rows[1][1])}"
-             f" against {ninths(ideal)} on chapter 14's example.",
+    takeaway(f"the block comes within {ninths(ideal - rows[1][1])} of a draft a round of the ideal on chapter 14's"
+             f" example, {ninths(rows[1][1])} against {ninths(ideal)}. The block is the best of its kind, so that gap"
+             " is slack in the ideal for that kind, not a draft the block leaves behind.",
              {"neither keeps more than the ideal": not over,
               "the ideal stays above block on the example": rows[1][1] < ideal - 1e-9})
     return SimpleNamespace(example=rows, ideal=ideal, terms=terms)

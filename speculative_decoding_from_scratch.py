@@ -5535,8 +5535,8 @@ def demo23_engines(**how):
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
-            " The configs name EAGLE, whose drafter is a small head trained on the target's own features;"
-            f" {main.name}, a table like every drafter here, stands in for that head."
+            " The configs name EAGLE, whose drafter is a small head trained on the target's own features."
+            f" {main.name.capitalize()}, a table like every drafter here, stands in for that head."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
@@ -5783,8 +5783,8 @@ def demo25_ridge(**how):
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + " Its plan runs to B ="
         f" {c19.max_batch} at {c19.n_ctx} tokens of context: the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB, with the target's and {c19.roomiest}'s weights and each sequence's KV cache in"
-        " both, the keys and values of its tokens, which every pass reads."
+        f" {H100.memory / 1e9:.0f} GB. Memory holds the target's and {c19.roomiest}'s weights, and each sequence's KV"
+        " cache in both: the keys and values of its tokens, which every pass reads."
         " As B grows, its plan checks fewer positions per sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
@@ -5866,7 +5866,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
             " by B.")
     if after or beyond:
         print()
-        say("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it"
+        say("Just past the ridge a check costs only a little more. And chapter 19's plan keeps an option until it"
             f" falls more than {tol:.1%} below the best option's speedup at that B, so as not to switch for less. So"
             " each check that crosses"
             f" holds past its crossing, here by {min(r[4] - r[2] for r in crossed)} to"
@@ -5937,8 +5937,9 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     bound = bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)
     say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
         " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
-        f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real short context would"
-        f" have little to copy, and make fewer tokens per call.) {context_macs_words()} Then the"
+        f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. {context_macs_words()} (A real"
+        " short context would"
+        f" have little to copy, and make fewer tokens per call.) Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. {plain_pass_words(batch)} The"
@@ -6050,8 +6051,8 @@ def demo27_rates(**how):
     d = f"'{name(s.short)}'"
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
         f" which drafts 1 to i were all kept. Chapter 19's plan prices every k from rates counted at k = {k_max}:"
-        " a chain of k drafts makes about 1 plus the first k rates in tokens per call (eq. 1, with rate i in place of"
-        " alpha^i). How close is that 'about'?"
+        " a chain of k drafts makes about 1 plus the first k rates in tokens per call. That is eq. 1, with rate i in"
+        " place of alpha^i. How close is that 'about'?"
         " The rates here are exact, as a server counting many rounds would find them."
         f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
         f" k of their rates at k = {k_max}, against each k's exact tokens per call:")

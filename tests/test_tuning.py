@@ -554,7 +554,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 837 35-95 k = 7 8 137 1,096 96-146 k = 6 7 258 1,806 147-241" in text
     assert "That is 2 + 4 + 8 = 14 drafts, checked as 14 + 1 = 15 positions per sequence" in text
-    assert ("Just past the ridge a check costs only a little more, and chapter 19's plan keeps an option until it falls"
+    assert ("Just past the ridge a check costs only a little more. And chapter 19's plan keeps an option until it falls"
             " more than 0.5% below the best option's speedup at that B, so as not to switch for less. So each check"
             " that crosses holds past its crossing, here by 2 to 9 batch sizes.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
@@ -564,9 +564,9 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert {o.drafter.name for _, _, o in result.c19.buckets if o} == {"small"}  # the plan, by its own rows
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
-        "Its plan runs to B = 241 at 512 tokens of context: the most sequences that fit in the H100's 80 GB, with the"
-        " target's and small's weights and each sequence's KV cache in both, the keys and values of its tokens, which"
-        " every pass reads.") in text
+        "Its plan runs to B = 241 at 512 tokens of context: the most sequences that fit in the H100's 80 GB. Memory"
+        " holds the target's and small's weights, and each sequence's KV cache in both: the keys and values of its"
+        " tokens, which every pass reads.") in text
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
@@ -652,7 +652,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
             " runs big).") in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
     # the method the configs name is the one chapter 19's figures give small
     assert dict(d[:2] for d in sd.chapter19_plan().drafters) == {"big": "draft_model", "small": "eagle"} and (
-        "The configs name EAGLE, whose drafter is a small head trained on the target's own features; small, a table"
+        "The configs name EAGLE, whose drafter is a small head trained on the target's own features. Small, a table"
         " like every drafter here, stands in for that head.") in flat_text \
         and '"method": "eagle"' in flat_text
     # TensorRT-LLM's keys, by hand from the plan's ranges: each one's last B
@@ -892,9 +892,9 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert ("A server of short contexts pays more: their small KV caches add few bytes, so a large batch crosses the"
             " ridge.") in text
     assert ("As a what-if, keep the tokens per call above and change only the pass's cost: suppose 16 tokens of context"
-            " and B = 256. (A real short context would have little to copy, and make fewer tokens per call.) At 16"
-            " tokens of context a position does 6.61 GMACs, against 6.74 at demo 6's 512: its attention reads 16 keys,"
-            " not 512. Then the pass of 1,536 positions is compute-bound and costs"
+            " and B = 256. At 16 tokens of context a position does 6.61 GMACs, against 6.74 at demo 6's 512: its"
+            " attention reads 16 keys, not 512. (A real short context would have little to copy, and make fewer tokens"
+            " per call.) Then the pass of 1,536 positions is compute-bound and costs"
             f" {sd.verify_cost(5, 256):.2f} plain passes over the same 256 sequences.") in text
     rows = in_process[0]["26"].rows
     assert rows[0][0] == 0 and rows[0][1] > 1.05 and (f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per"

@@ -2392,7 +2392,7 @@ def demo9_verifiers(k=3):
             for name_, D, _, how in verifier_settings(p, q)[:3]]
     say("vLLM, an open-source serving engine, has offered several verifier settings. Probabilistic:",
         "the draft samples x from q, and x is accepted with chance min(1, p/q). One-hot: the draft",
-        "proposes its argmax; a deterministic draft's q is one-hot, so x is accepted with chance",
+        "proposes its argmax. A deterministic draft's q is one-hot, so x is accepted with chance",
         "p(x); on a rejection, the next token comes from demo 1's residual, here p with x taken out. Strict:"
         " the draft samples x from q, the target samples its own token, and x is accepted",
         "only if they match (else the target's token is emitted). Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
@@ -3315,7 +3315,7 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     X = np.ones((wide.W.shape[1], k + 1), np.float32)
     cost = median_time(lambda: products_alone(wide.W, X)) / median_time(lambda: wide.W @ X)
     print()
-    say(f"A flip needs a near tie, so a second layer is built to tie: its rows come in pairs, each a copy of the"
+    say(f"A flip needs a near tie, so a second layer is built to tie. Its rows come in pairs, each a copy of the"
         " other with every entry off by"
         f" about {gap:.0e} of itself, so each pair's logits nearly tie.".replace("e-0", "e-"),
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation,"
@@ -6671,7 +6671,8 @@ def demo32_first_choice(**how):
         " bytes a"
         " pass reads: its weights, and every sequence's"
         " KV cache, the keys and values of its tokens. A chain of k drafts takes k draft passes. Its tokens per call"
-        " are 1 + r_1 + ... + r_k: eq. 1 with each alpha^i replaced by r_i, the share of rounds in which drafts 1"
+        " are 1 + r_1 + ... + r_k, eq. 1 with each alpha^i replaced by r_i. Here r_i is the share of rounds in which"
+        " drafts 1"
         " to i were all kept, computed exactly (chapter 19). Small's tree,"
         f" 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, {tree[1]} deep,"
         f" in {tree[1]} passes, one a level; one target pass checks its {c19.nodes - 1} drafts and the text's last"
@@ -7033,7 +7034,8 @@ def calibrate(W, W_draft, X, k, reps=4):
 def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     """Chapter 36: predict the speedup from a calibration, then decode on the clock."""
     print()
-    say("Before decoding, the chapter calibrates two costs, in units of a one-column target pass. c is a draft pass, a"
+    say("Before decoding, the chapter calibrates two costs, in units of a one-column target pass. The cost c is a"
+        " draft pass, a"
         f" {W_draft.shape[0]} x {W_draft.shape[1]} product, averaged over a round's k passes. v is one verifying pass"
         f" over k+1 positions. Each is the median of {reps} repeats, with their lowest and highest in brackets. They"
         " are timed as a round runs, between draft passes, not back to back as chapter 13 times them, and can differ"

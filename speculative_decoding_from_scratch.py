@@ -2813,13 +2813,16 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
                 picks[label] += j == best
             rows.append((c if i == 0 else None, label, alpha, j, s_j, speedup(exact[j], j, c) if j else 1.0))
     print()
-    say(f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: one count, two scales." if abs(R - (L - 1) / k) < 1e-12
+    say(f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: the same accepted drafts, counted per round in the length"
+        " and per drafted token in the rate." if abs(R - (L - 1) / k) < 1e-12
         else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
         "This script's --tune picks k from any one of these figures. Each way in is a route: it",
         "turns the figures into tokens per call at every k, prices each k at cost c, and picks the fastest.",
         (f"The length and the rate give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length gives alpha = {a_L:.3f} (the rate {a_R:.3f}),") +
-        f" the alpha at which eq. 1 at k = {k} gives the length.",
+        f" the alpha at which eq. 1 at k = {k} gives the length." + (
+            f" It is not demo 3's {pair_alpha(TARGET, MIDDLING):.3f}: these rounds are sampled, and eq. 1 is not exact"
+            " (chapter 29)." if f"{a_L:.3f}" != f"{pair_alpha(TARGET, MIDDLING):.3f}" else ""),
         "The exact route knows the tables. Predicted and true: the speedup at the k picked:")
     print()
     table([("c", 5, "g"), ("route", 27, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),

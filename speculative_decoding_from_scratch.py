@@ -4288,8 +4288,8 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
         " argmax, so its text leans to p's likeliest token. The loosest keeps most drafts, so its text leans to the"
         " draft's."
         if argmax and demo18_loose_words(rows, k, ctx, n) else "",
-        "The option --detail plots tokens per call against exact TV, and gives the engine settings that run two of"
-        " these rows.")
+        "The option --detail plots tokens per call against exact TV, and gives the engine settings that run typical"
+        f" ({setting_text(TYPICAL_SHIPPED)}) and sglang ({setting_text(SGLANG_SHIPPED)}).")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated)
 
 

@@ -4635,7 +4635,7 @@ def demo19_tuning(**how):
         " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: t_plain the"
         " target's plain pass, t_check its check, t_draft a draft's. Below the ridge t_check = t_plain, and t_draft = c"
         f" t_plain, so that is the lesson's tokens per call / (1 + n c). Chapter 25 finds the B at which each check"
-        f" passes the ridge. It stops at B = {max_batch}, where the"
+        f" passes the ridge. The plan stops at B = {max_batch}, where the"
         f" target, the {c19.roomiest}"
         f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
             f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""

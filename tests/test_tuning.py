@@ -148,7 +148,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit = sd.sequences_that_fit(512)
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
-    assert (f"It stops at B = {fit19}, where the target, the small draft and every sequence's KV cache fill the"
+    assert (f"The plan stops at B = {fit19}, where the target, the small draft and every sequence's KV cache fill the"
             " H100's 80 GB; with big as the drafter, memory fills at B = 192.") in " ".join(
         section(in_process[1], "19").split())
     path = tmp_path / "profile.json"
@@ -446,9 +446,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
-        "It stops at B = 241, where the target, the small draft and every sequence's KV cache fill the H100's 80 GB;"
-        f" with big as the drafter, memory fills at B = {big_fit}. The plan, with the positions each sequence's check"
-        " scores:") in text
+        "The plan stops at B = 241, where the target, the small draft and every sequence's KV cache fill the H100's 80"
+        f" GB; with big as the drafter, memory fills at B = {big_fit}. The plan, with the positions each sequence's"
+        " check scores:") in text
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
@@ -582,7 +582,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
             " 35 prices it B by B.") in text
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
-    assert "passes the ridge. It stops at B = 241" in text19  # the margin is the detail's
+    assert "passes the ridge. The plan stops at B = 241" in text19  # the margin is the detail's
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):

@@ -1823,7 +1823,7 @@ def context_macs_words(n_ctx=None, ref=512):
     unless given) than demo 6's: its attention reads n_ctx keys, not ref
     ("" unless it does fewer)."""
     n_ctx = BATCH_CONTEXT if n_ctx is None else n_ctx
-    m, r = (pass_traffic(LLAMA2_7B, n, 1, 1)[0] / 1e9 for n in (n_ctx, ref))
+    m, r = (token_traffic(n)[0] / 1e9 for n in (n_ctx, ref))
     return (f"At {n_ctx} tokens of context a position does {m:.2f} GMACs, against {r:.2f} at demo 6's {ref}: its"
             f" attention reads {n_ctx} keys, not {ref}." if m < r else "")
 
@@ -1832,9 +1832,9 @@ def plain_pass_words(batch, n_ctx=None):
     """What a plain pass of batch sequences reads at a short context (BATCH_CONTEXT unless given): the weights
     once and each sequence's KV cache, the bytes chapters 20 and 26 price their check against."""
     n_ctx = BATCH_CONTEXT if n_ctx is None else n_ctx
-    read, weights = pass_traffic(LLAMA2_7B, n_ctx, 1, batch)[1], pass_traffic(LLAMA2_7B, 0, 1, 1)[1]
-    return (f"A plain pass there reads {read / 1e9:.2f} GB: the weights, {weights / 1e9:.2f} GB, and {batch} KV caches"
-            f" of {n_ctx} tokens, {(read - weights) / 1e9:.2f} GB.")
+    _, weights, kv = token_traffic(n_ctx)
+    return (f"A plain pass there reads {(weights + batch * kv) / 1e9:.2f} GB: the weights, {weights / 1e9:.2f} GB, and"
+            f" {batch} KV caches of {n_ctx} tokens, {batch * kv / 1e9:.2f} GB.")
 
 
 def bound_text(target, n_ctx, k, lo, hi, hw):
@@ -4917,15 +4917,14 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, prompt=prompt, k=k)
+    return SimpleNamespace(rows=rows, loses=loses, note=note)
 
 
 def demo20_detail(result):
     """Chapter 20 in detail: why it prices passes at BATCH_CONTEXT tokens, not at its prompt's own length."""
-    note = long_context_note(result.k, [len(result.prompt)])
-    say_paragraphs([f"Why price at {BATCH_CONTEXT} tokens, not at the prompt's own length? " + note + " So a check"
-                    " would cost what a plain step does there, and a switch would have nothing to save." if note
-                    else ""])
+    say_paragraphs([f"Why price at {BATCH_CONTEXT} tokens, not at the prompt's own length? " + result.note + " So a"
+                    " check would cost what a plain step does there, and a switch would have nothing to save."
+                    if result.note else ""])
 
 
 # -----------------------------------------------------------------------------

@@ -6754,8 +6754,8 @@ def demo33_tree_exact(n_runs=400):
     print()
     say("The option --detail checks that the mask works.")
     rows = demo33_exactness(n_runs)
-    takeaway("a tree keeps the target's distribution when each rejection turns p into the residual before the next"
-             " sibling is tried, with its children drawn either way.",
+    takeaway("a tree's output is consistent with the target's when each rejection turns p into the residual before"
+             " the next sibling is tried, with its children drawn either way; without that update it is not.",
              {"both correct trees are consistent": all(r[3] == "consistent" for r in rows[:2]),
               "the tree without the update is caught": rows[2][3] == "NOT the target"})
     return SimpleNamespace(exactness=rows)

@@ -856,6 +856,10 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     verdicts = {r[0]: r[3] for r in result33.exactness}
     assert verdicts == {"independent": "consistent", "distinct": "consistent", "independent, no_update": "NOT the target"}
     assert "Both ways are consistent with the target; without the update, NOT the target. Takeaway:" in text33
+    # the takeaway says what a 400-run fit shows, consistent, not more (read 1442: such a fit would miss a 3.5e-4 bias)
+    assert ("Takeaway: a tree's output is consistent with the target's when each rejection turns p into the residual"
+            " before the next sibling is tried, with its children drawn either way; without that update it is not.")\
+        in flat(text33)
     assert ("Chapter 33 shows how one pass checks a tree, and asks whether both ways keep the target's distribution."
             ) in flat(text) and "consistent" not in text
     # the walk as verify_tree takes it: down into a kept child; after every child is rejected, a draw from what is

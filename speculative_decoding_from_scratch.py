@@ -4648,8 +4648,12 @@ def demo19_tuning(**how):
         "Chapter 32 says why the tree wins at B = 1 and big never runs." if said[0] and said[1] else
         "Chapter 32 asks what sets the plan's choice at B = 1.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
+    planned = [(lo, hi, o) for lo, hi, o in buckets if o is not None]
+    drafters = {o.drafter.name for _, _, o in planned}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
-             " as B grows.", {"the plan changes its choice with B": len(kinds) > 1})
+             " as B grows. Here that is " + (f"{drafters.pop()} throughout, " if len(drafters) == 1 else "")
+             + and_list([f"{o.shape} at B = {lo}-{hi}" for lo, hi, o in planned]) + ".",
+             {"the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said)
 
 

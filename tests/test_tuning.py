@@ -1007,6 +1007,10 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # and chapter 19 says so: its KV cache is a larger share of the target's than its weights (0.8%) are
     weights = sd.pass_traffic(small, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     text19 = " ".join(section(in_process[1], "19").split())
+    # the takeaway gives this plan's answer, range by range, as the plan's table prints it (read 1431: 'generic')
+    assert ("Here that is small throughout, tree 2x3, 15 at B = 1-34, k = 8 at B = 35-95, k = 7 at B = 96-146 and k = 6"
+            " at B = 147-241.") in text19 and [(lo, hi) for lo, hi, _ in c19.buckets] == [
+                (1, 34), (35, 95), (96, 146), (147, 241)]
     assert weights < c1 < 0.0234375 and ("small's c rises to 0.0208 by B = 241: its KV cache is a larger share of the"
                                          " target's than its weights are.") in text19
     assert sd.ridge_batch(*sd.token_traffic(512), positions=15) == 32

@@ -3130,7 +3130,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f" {len(fits)} fits of a correct draft" + (f" ({len(rows)} drafts, 2 fit columns)" if len(fits) == 2 * len(
             rows) else "") + f", one this low or lower turns up {1 - (1 - low[1]) ** len(fits):.0%}"
         " of the time."
-        if not bad and low and low[1] < 0.05 else "")
+        if not bad and low and low[1] < 0.05 else "", "Chapter 26 asks when copying pays.")
     takeaway("a draft can copy from the text with no model at all, and the same rule keeps the target's"
              " distribution: its q is one-hot.", {"every draft emits the target": not bad})
     return SimpleNamespace(rows=rows, sample=sample, n_text=n_text)

@@ -1617,6 +1617,9 @@ def test_demo10_in_detail_plans_and_policies(demo):
 
 def test_chapter11_every_draft_is_the_target(demo):
     result, text = demo["11"]
+    # whether copying pays is chapter 26's question, and chapter 11 says so (read 1439: 'answered only half')
+    assert "Chapter 26 asks when copying pays." in flat(text)
+    assert sd.CHAPTERS["26"][0] == "When does copying the text pay?"
     assert [r[4] for r in result.rows] == ["the target"] * 2
     assert all(r[2] < 1e-12 for r in result.rows)
     assert "Every draft emits the target's distribution by all three checks." in text

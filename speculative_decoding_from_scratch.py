@@ -1547,7 +1547,7 @@ def demo4_draft_length(c=LESSON_C, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
     say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k.")
     print()
     table([("k", 3, "d"), ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
-           ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("  bars: exact", 26, "<")],
+           ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("  exact, # = 0.1x", 26, "<")],
           [(r[0], *r[2:], "  " + "#" * round(10 * r[7])) for r in rows],
           groups=[("tokens per call", 1, 4), ("speedup", 5, 6)])
     best_m, best_e = (max(rows, key=lambda r: r[i])[0] for i in (6, 7))
@@ -1855,7 +1855,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight"
-        f" once, {weights:.2f} GB, however many positions it scores. It also reads the KV",
+        f" once, {weights:.2f} GB, however many positions it scores; the input embeddings are only looked up."
+        " It also reads the KV",
         f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is"
         f" an {H100.name}'s",
         f"roofline ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",

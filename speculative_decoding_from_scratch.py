@@ -1414,7 +1414,8 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
         middling = next(r for r in rows if r[0] == f"blend weight {MIDDLING_WEIGHT:.2f}")
         at_or_above = all(round(r[4], 2) >= round(r[5], 2) for r in rows)  # as the table prints them
         why = (("Eq. 1 is at or slightly above exact in every row. " if at_or_above else "")
-               + f"For the middling draft it is {middling[4]:.2f} against {middling[5]:.2f}: chapter 29 says why.")
+               + f"For the middling draft it is {middling[4]:.2f} against {middling[5]:.2f}: a round's first draft"
+               " passes less often than alpha, and chapter 29 says why.")
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         why)

@@ -2823,8 +2823,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
         (f"The length and the rate give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length gives alpha = {a_L:.3f} (the rate {a_R:.3f}),") +
         f" the alpha at which eq. 1 at k = {k} gives the length." + (
-            f" It is not demo 3's {pair_alpha(TARGET, MIDDLING):.3f}: these rounds are sampled, and eq. 1 is not exact"
-            " (chapter 29)." if f"{a_L:.3f}" != f"{pair_alpha(TARGET, MIDDLING):.3f}" else ""),
+            f" It is not demo 3's {a_3}: these rounds are sampled, and eq. 1 is not exact (chapter 29)."
+            if f"{a_L:.3f}" != (a_3 := f"{pair_alpha(TARGET, MIDDLING):.3f}") else ""),
         "The exact route knows the tables. Predicted and true: the speedup at the k picked:")
     print()
     table([("c", 5, "g"), ("route", 27, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),
@@ -3393,7 +3393,7 @@ def demo13_clock(size=4096):
     W, X = clock_operands(size)
     times = demo13_times(W, X, CLOCK_KS)
     ratio = times[2] / times[1]
-    priced = float(np.divide(*(roofline_time(*pass_traffic(LLAMA2_7B, 512, n))[0] for n in (2, 1))))  # demo 6's
+    priced = float(verify_cost(1, 1, 512))  # two positions on demo 6's roofline, in plain passes
     takeaway(f"here two positions cost {ratio:.1f} times one, where demo 6's roofline says {priced:.1f}. Time a check"
              " on your own"
              " machine before you trust the roofline to price it.",
@@ -3535,7 +3535,7 @@ def demo14_block_gain():
     k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
-    alpha = float(np.minimum(P2[0], Q2[0]).sum())  # no context: every draft passes with this chance
+    alpha = pair_alpha(P2, Q2)  # no context: every draft passes with this chance
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
     say(f"Block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact TV of its first"
         f" {n} tokens is {exact_text(tv)}.",
@@ -4276,9 +4276,8 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
           f" {abs(r[3] / best - 1):.0%} {'more' if r[3] > best else 'fewer'} than"
           f" {next(b[0] for b in rows if b[1] == 'lossless' and b[3] == best)}'s {best:.2f}, at a TV of {r[2]:.2f}:"
           f" some set of {n}-token texts has a probability {r[2]:.2f} higher under the rule than under the target."
-          for r in rows
-          if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None and best is not None])
-        if w)])
+          for r in rows if r[0] == "typical" and r[1] == setting_text(TYPICAL_SHIPPED) and r[2] is not None
+          and best is not None]) if w)])
     print()
     typical, shipped = typical_rows(rows)
     strict, loose = (min(typical, key=lambda r: r[3]), max(typical, key=lambda r: r[3])) if typical else (None, None)
@@ -4290,8 +4289,8 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
         " argmax, so its text leans to p's likeliest token. The loosest keeps most drafts, so its text leans to the"
         " draft's."
         if argmax and demo18_loose_words(rows, k, ctx, n) else "",
-        "The option --detail plots tokens per call against exact TV, and gives the engine settings that run typical"
-        f" ({setting_text(TYPICAL_SHIPPED)}) and sglang ({setting_text(SGLANG_SHIPPED)}).")
+        "The option --detail plots tokens per call against exact TV, and gives the engine settings that run"
+        f" {LOSSY_SHIPPED}.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated)
 
 
@@ -4383,7 +4382,7 @@ def demo18_detail(result, k=3, ctx=5, n=3):
             f" Its tokens per call differ, {per_call:.2f} against {typical[3]:.2f}, as the next round's drafts follow"
             " another token.")
     fallbacks = typical_fallbacks(then=demo18_loose_words(rows, k, ctx, n))
-    engine_settings(LOSSY_SETTINGS, f"typical ({setting_text(TYPICAL_SHIPPED)}) and sglang ({setting_text(SGLANG_SHIPPED)})")
+    engine_settings(LOSSY_SETTINGS, LOSSY_SHIPPED)
     return SimpleNamespace(medusa=medusa, fallbacks=fallbacks, misfit=misfit)
 
 
@@ -4434,6 +4433,7 @@ LOSSY_SETTINGS = (
     f"          --typical-acceptance-sampler-posterior-alpha {TYPICAL_SHIPPED[1]:g}",
     f"SGLang    --speculative-accept-threshold-single {float(SGLANG_SHIPPED[0])}",
     f"          --speculative-accept-threshold-acc {SGLANG_SHIPPED[1]:g}")
+LOSSY_SHIPPED = f"typical ({setting_text(TYPICAL_SHIPPED)}) and sglang ({setting_text(SGLANG_SHIPPED)})"  # the rows
 
 
 def demo18_lossy_cost():
@@ -4581,10 +4581,10 @@ def output_layer_words(shapes, n_ctx, names=("big", "small")):
     vocab = {d[3] for d in shapes}
     if len(vocab) != 1:
         return ""
-    shares = [2 * d[0] * d[3] / pass_traffic(d, 0, 1, 1)[1] for d in shapes]
-    last = shapes[-1]
+    weights, outs = [pass_traffic(d, 0, 1, 1)[1] for d in shapes], [2 * d[0] * d[3] for d in shapes]
+    shares, last = [o / w for o, w in zip(outs, weights)], shapes[-1]
     c = draft_cost(1, n_ctx, draft=last)
-    layers = (pass_traffic(last, 0, 1, 1)[1] * (1 - shares[-1])) / pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1]
+    layers = (weights[-1] - outs[-1]) / pass_traffic(LLAMA2_7B, n_ctx, 1, 1)[1]  # its layers' share of a target pass
     return (f"Each shape also has an output layer over a {vocab.pop():,}-token vocabulary, as the target has: "
             + ", ".join(f"{x:.0%} of {n}'s" + " weights" * (i == 0) for i, (x, n) in enumerate(zip(shares, names)))
             + "." + (f" So {names[-1]}'s c at B = 1, {c:.4f}, is about twice what its {last[2]} layers alone would"
@@ -5946,8 +5946,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
         " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
         f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. {context_macs_words()} (A real"
-        " short context would"
-        f" have little to copy, and make fewer tokens per call.) Then the"
+        " short context would have little to copy, and make fewer tokens per call.) Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
         f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. {plain_pass_words(batch)} The"
@@ -6515,17 +6514,15 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
         + f"{ab[5]:.2g} draft on average. The block keeps {ab[6]:.2g}. The pair has chance {ninths(ab[1])} under"
         f" q, so the block gains ({ab[6]:.2g} - {ab[5]:.2g}) times {ninths(ab[1])} = {ninths(change['a b'])} of a"
         " draft a round." if change["a b"] > 0 else "",
-        ((f"The block gives back {ninths(-change['a a'])} when they are 'a' then 'a'. There w_1 = {fraction(w1)},"
-           " so Z_1 = " + z_terms(owed, Q2[1])
-           + " = 0 and h_1 = 0: position 1 is never a cut point. So the block"
-           f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
-           f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
-           f" {aa[5]:.2f}. That is"
-           f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
-           if change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
-           and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "")
-        ).strip()
-        if change["a b"] > 0 else "",
+        f"The block gives back {ninths(-change['a a'])} when they are 'a' then 'a'. There w_1 = {fraction(w1)},"
+        " so Z_1 = " + z_terms(owed, Q2[1])
+        + " = 0 and h_1 = 0: position 1 is never a cut point. So the block"
+        f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
+        f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
+        f" {aa[5]:.2f}. That is"
+        f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
+        if change["a b"] > 0 and change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
+        and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
         "If the block keeps none of 'a', 'a', it redraws from max(0, p - q), which is"
         f" {row(np.maximum(P2[0] - Q2[0], 0))} over (a, b):"
         " always 'b'. And as h_1 = 0 after 'a', it never keeps a lone 'a'. A pair that starts with 'b' has w_1 = 1"

@@ -4609,14 +4609,12 @@ def demo19_tuning(**how):
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
         f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
-        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. {output_layer_words((big, small), n_ctx)} A draft's"
-        " acceptance comes from its table. Its c, a"
+        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table. Its c, a"
         " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
         " cache, the keys and values of its tokens." + (
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small. As B"
             f" grows the KV caches count more, and small's c rises to {max(shape.c_small):.4f} by B ="
-            f" {max_batch}: its KV cache is a larger share of the target's than its weights are."
-            if bytes_set_c else ""))
+            f" {max_batch}. The option --detail builds each c from its shape." if bytes_set_c else ""))
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
@@ -4626,9 +4624,8 @@ def demo19_tuning(**how):
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
         f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: the text's last"
         f" token (whose p judges the {tree[0]} first-level drafts) plus"
-        f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {nodes - 1} drafts. Chapter 33 shows how a"
-        " tree is checked, and asks whether it keeps"
-        " the target's distribution."
+        f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {nodes - 1} drafts. The option --detail"
+        " gives the rule that checks it; chapter 33 tests whether that keeps the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call, from {tree[1]}"
         " draft passes, one per level.")
     print()
@@ -4656,7 +4653,10 @@ def demo19_tuning(**how):
              " as B grows. Here that is " + (f"{drafters.pop()} throughout, " if len(drafters) == 1 else "")
              + and_list([f"{o.shape} at B = {lo}-{hi}" for lo, hi, o in planned]) + ".",
              {"the plan changes its choice with B": len(kinds) > 1})
-    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said)
+    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said,
+                           c_words=output_layer_words((big, small), n_ctx) + (
+                               " Small's c rises with B because its KV cache is a larger share of the target's than"
+                               " its weights are." if bytes_set_c else ""))
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
@@ -4737,6 +4737,7 @@ def demo19_detail(result):
     as B grows."""
     s = result.shape
     paragraphs = [
+        result.c_words,
         f"Going up in B, the plan switches only when its current choice falls more than {result.c19.tol:.1%}, its"
         " margin, below the best.",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
@@ -4871,9 +4872,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
-               "per-batch schedule: a baseline that knows the workload in advance. At each batch size B (the number"
-               f" of sequences a server decodes at once), it runs k = {k} if that beats plain decoding on average over"
-               " the workload, else plain decoding;",
+               "per-batch schedule: a baseline that knows the workload's average in advance, as a plan from a server's"
+               " own counts would (chapter 19). At each batch size B (the number of sequences a server decodes at"
+               f" once), it runs k = {k} if that beats plain decoding on average over the workload, else plain"
+               " decoding;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
                " averages over the last completed requests; this run is one request, so here it averages its last"
                f" {window} rounds instead;",
@@ -4889,10 +4891,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")
     print()
-    say("Prompt lookup is a string match and costs no draft pass (c = 0).", context_macs_words(), "A verifying pass of"
+    say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", plain_pass_words(max(batches)))
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + "; --detail builds both.")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -4909,7 +4911,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at every B shown, beyond"
         " the spread.",
-        *[f"At B = {b}, it switches off at about character {at:.0f}{where}, and misses what follows."
+        f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
+        " change.",
+        *[f"At B = {b}, it misses the speedup that follows."
           if on[1 + 2 * i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
           f" ({on[1 + 2 * i]:.2f}), so the schedule does not speculate there at all" + (
               f"; off for good pays that cost until it switches off ({off[1 + 2 * i]:.2f})."
@@ -4923,14 +4927,16 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, note=note)
+    return SimpleNamespace(rows=rows, loses=loses, note=note, price=" ".join(
+        (f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)} come from two figures.",
+         context_macs_words(), plain_pass_words(max(batches)))))
 
 
 def demo20_detail(result):
     """Chapter 20 in detail: why it prices passes at BATCH_CONTEXT tokens, not at its prompt's own length."""
     say_paragraphs([f"Why price at {BATCH_CONTEXT} tokens, not at the prompt's own length? " + result.note + " So a"
                     " check would cost what a plain step does there, and a switch would have nothing to save."
-                    if result.note else ""])
+                    if result.note else "", result.price])
 
 
 # -----------------------------------------------------------------------------
@@ -5799,10 +5805,10 @@ def demo25_ridge(**how):
         f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"
         " it, more positions cost no time; past it, every position does. A pass of B sequences, each checking k"
         " drafts, scores B(k + 1) positions.")
-    checks = demo25_crossings(s, c19.buckets, c19.max_batch, c19.tol)
+    checks, priced = demo25_crossings(s, c19.buckets, c19.max_batch, c19.tol)
     takeaway("a check is nearly free only below the ridge, and a pass scores B times a check's positions; so as the"
              " batch grows, the best check gets shorter.", checks)
-    return SimpleNamespace(c19=c19, shape=s, checks=checks)
+    return SimpleNamespace(c19=c19, shape=s, checks=checks, priced=priced)
 
 
 def demo25_crossings(s, buckets, max_batch, tol):
@@ -5812,14 +5818,15 @@ def demo25_crossings(s, buckets, max_batch, tol):
     A row: how the option runs, the positions its check scores a sequence, the
     batch at which it reaches the ridge (None: never), the positions the pass
     then scores, and the last batch the plan runs it. Returns the checks the
-    takeaway rests on."""
+    takeaway rests on, and the tree's prices at B = 1 for the detail ("" if
+    withheld)."""
     rows = [(how, n, b, None if b is None else b * n, hi, lo) for how, n, b, lo, hi in s.checks]
     crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
     checks = {"the plan shortens its check as B grows": s.falls,
               "a planned check crosses the ridge within the plan": bool(crossed),
               "a plain pass stays under the ridge at every B": ridge_batch(s.m, s.w, s.kv, positions=1) is None}
     if not all(checks.values()):
-        return checks
+        return checks, ""
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
@@ -5855,19 +5862,21 @@ def demo25_crossings(s, buckets, max_batch, tol):
           [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", f"{lo:,}-{hi:,}")
            for how, n, b, at, hi, lo in rows])
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
+    priced = ""
     if gives_way:
         print()
-        priced = s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
+        wins = (s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
+                and s.first_speed > s.chain_speed)
+        priced = (f"At B = 1 small's draft pass costs c = {s.c_small[0]:.4f} target passes, so the tree makes"
+                  f" {tree.tokens:.2f} / (1 + {tree.draft_passes} c) = {s.first_speed:.2f}, against {chain.shape}'s"
+                  f" {chain.tokens:.2f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}." if wins and all(
+                      abs(speed - o.tokens / (1 + o.draft_passes * s.c_small[0])) < 1e-9  # below the ridge
+                      for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "")
         say("The tree is the first to give way."
             + (f" At B = 1 it beats {chain.shape}, though it makes fewer tokens per call, {tree.tokens:.2f} against"
-               f" {chain.tokens:.2f}. It needs {tree.draft_passes} draft passes against {chain.draft_passes}, as it"
-               " drafts each level's candidates in one pass (chapter 32)." + (
-                   f" At B = 1 small's draft pass costs c = {s.c_small[0]:.4f} target passes, so the tree makes"
-                   f" {tree.tokens:.2f} / (1 + {tree.draft_passes} c) = {s.first_speed:.2f}, against"
-                   f" {chain.tokens:.2f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}." if all(
-                       abs(speed - o.tokens / (1 + o.draft_passes * s.c_small[0])) < 1e-9  # below the ridge
-                       for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "")
-               if priced and s.first_speed > s.chain_speed else "")
+               f" {chain.tokens:.2f}: it needs {tree.draft_passes} draft passes against {chain.draft_passes}, as it"
+               " drafts each level's candidates in one pass (chapter 32)." + (" The option --detail prices both."
+                                                                             if priced else "") if wins else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
             f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves. Chapter 35 prices it B"
@@ -5884,7 +5893,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
               for how, _, b, *_ in beyond])
     return {**checks, "each check crosses inside its range, and holds past it": after,
             "every planned check scores more positions than a sequence adds to the ridge":
-            all(r[1] > each for r in rows)}
+            all(r[1] > each for r in rows)}, priced
 
 
 def ridge_arithmetic(s):
@@ -5906,6 +5915,7 @@ def demo25_detail(result):
     s, tol = result.shape, result.c19.tol
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
+        result.priced,
         ridge_words(s) if s.ridge_each > 0 else "",
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
@@ -5934,7 +5944,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
                     for _, L in drafts]
         rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
     note = long_context_note(k, [len(t) for t in texts], then=" So at these lengths the speedup is the tokens"
-                             " per call, the vLLM and HF columns.")
+                             " per call, the vLLM and HF columns; --detail says why.", why=False)
     print()
     say(f"Speed against lam, k = {k}, over two prompts pooled: a paragraph of the documentation to summarise,"
         " and a Python function to edit.",
@@ -5945,11 +5955,11 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     bound = bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)
     say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
         " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
-        f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. {context_macs_words()} (A real"
+        f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real"
         " short context would have little to copy, and make fewer tokens per call.) Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. {plain_pass_words(batch)} The"
+        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences; --detail builds that price. The"
         " speedup"
         " column divides vLLM's tokens per call by that cost" +
         (": slower than plain decoding at every lam in the table." if all(r[3] < 1 for r in rows) else ".") +
@@ -5967,7 +5977,11 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     print()
     say("vLLM runs this draft with:")
     print("\n  --speculative-config '" + json.dumps(config).replace(' "prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
-    return SimpleNamespace(rows=rows, config=config)
+    why = long_context_note(k, [len(t) for t in texts])
+    return SimpleNamespace(rows=rows, config=config, detail=[
+        "Why does a check cost a plain pass at the prompts' lengths? " + why[:why.find("At the prompt")] if why else "",
+        " ".join((f"The what-if's {verify_cost(k, batch):.2f} plain passes come from two figures.",
+                  context_macs_words(), plain_pass_words(batch)))])
 
 
 def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
@@ -5990,6 +6004,11 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
               "the verifying pass costs more than copying saves at B = 256 somewhere":
               any(r[3] < 1 for r in sweep.rows)})
     return sweep
+
+
+def demo26_detail(result):
+    """Chapter 26 in detail: why a long prompt's check costs a plain pass, and the what-if's price."""
+    say_paragraphs(result.detail)
 
 
 # -----------------------------------------------------------------------------
@@ -6099,22 +6118,26 @@ def demo27_rates(**how):
         " decodes at once), and prices its chains from these rates. A search prices every chain exactly and takes"
         " the best at each B." + (" Both price the tree alike, from sampled rounds."
                                   if [d.tree is not None for d in c19.measured] == [False, True] else "")
-        + " The plan's picks, priced exactly, fall at most"
-        f" {check.worst:.2%} below the search's speedup at any B." +
-        (f" Most of that is the plan's own margin: as B grows, it keeps its pick until that pick prices more than"
-         f" {c19.tol:.1%} below the best at that B (chapter 19's --detail). A plan from the same rates with no"
-         " margin comes"
-         f" within {untolerant.worst:.2%}: that is what the rates cost." if 0 < untolerant.worst < check.worst / 2 else
-         f" A plan from the rates with no margin comes within {untolerant.worst:.2%} of the search." if
-         0 < untolerant.worst else
-         " A plan from the rates with no margin picks the search's option at every B: the rates cost nothing"
-         " here." if untolerant.worst == 0 < check.worst else ""))
+        + (f" A plan from these rates comes within {untolerant.worst:.2%} of the search's speedup at every B: that is"
+           " what the rates cost. Chapter 19's plan adds a margin, and --detail says what that costs."
+           if 0 < untolerant.worst < check.worst / 2 else
+           f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
+           f" plan from the rates with no margin comes within {untolerant.worst:.2%} of the search."
+           if 0 < untolerant.worst else
+           f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
+           " plan from the rates with no margin picks the search's option at every B: the rates cost nothing here."
+           if untolerant.worst == 0 < check.worst else ""))
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
              " start elsewhere; here the plan they price loses little.",
              {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,
               "a shorter k's rounds start elsewhere": r.bonus,
               "the rates cost the plan under 0.1%": untolerant.worst < 0.001})
-    return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant)
+    return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant, margin=(
+        f"Chapter 19's plan keeps its pick, as B grows, until that pick prices more than {c19.tol:.1%} below the best"
+        f" at that B. Its picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any"
+        " B:"
+        f" most of that is the margin, since a plan from the same rates with no margin comes within"
+        f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else ""))
 
 
 def demo27_detail(result):
@@ -6123,6 +6146,9 @@ def demo27_detail(result):
     c19, r = result.c19, result.rates
     k_max, s = r.k_max, r.starts[0]
     d = f"'{name(s.short)}'"
+    if result.margin:
+        print()
+        say(result.margin)
     if r.below and r.why:
         small = c19.drafters[1][2]
         print()
@@ -7214,6 +7240,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "20": demo20_detail,
     "21": demo21_detail,
     "25": demo25_detail,
+    "26": demo26_detail,
     "27": demo27_detail,
     "28": demo28_detail,
     "30": demo30_detail,

@@ -281,11 +281,17 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         in text27
     assert ("What does it cost? Chapter 19's plan picks a drafter and a chain of k drafts or a tree for each batch size"
             " B (the sequences a server decodes at once), and prices its chains from these rates. A search prices every"
-            " chain exactly and takes the best at each B. Both price the tree alike, from sampled rounds. The plan's"
-            f" picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. Most of that is the"
-            " plan's own margin: as B grows, it keeps its pick until that pick prices more than 0.5% below the best at"
-            " that B (chapter 19's --detail). A plan from the same rates with no margin comes within"
-            f" {untolerant:.2%}: that is what the rates cost.") in text27
+            " chain exactly and takes the best at each B. Both price the tree alike, from sampled rounds. A plan from"
+            f" these rates comes within {untolerant:.2%} of the search's speedup at every B: that is what the rates"
+            " cost. Chapter 19's plan adds a margin, and --detail says what that costs.") in text27
+    # the margin's share is the detail's (reads 1456 and 1463 stalled at 0.51% beside a 0.5% margin)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.DETAILS["27"](in_process[0]["27"])
+    assert ("Chapter 19's plan keeps its pick, as B grows, until that pick prices more than 0.5% below the best at that"
+            f" B. Its picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B:"
+            " most of that is the margin, since a plan from the same rates with no margin comes within"
+            f" {untolerant:.2%}.") in " ".join(out.getvalue().split()) and "0.51%" not in text27
     assert untolerant < check.worst / 2  # 'most'
     # the search's truth replaces each chain's tokens per call with the exact ones and keeps the tree's sampled figure
     sampled = [d.tree for d in result.c19.measured]
@@ -417,13 +423,15 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
     assert ("Big (blend 0.75) stands for a 16-layer model of width 2048. Small (the middling draft) stands for 4"
-            " layers of width 768. The target has 32 layers of 4096. Each shape also has an output layer over a"
-            " 32,000-token vocabulary, as the target has: 7% of big's weights, 46% of small's. So small's c at B = 1,"
-            " 0.0083, is about twice what its 4 layers alone would give. A draft's acceptance"
-            " comes from its table. Its c, a"
-            " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
+            " layers of width 768. The target has 32 layers of 4096. A draft's acceptance comes from its table. Its c,"
+            " a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
             " cache, the keys and values of its tokens. At B = 1 the weights count most: c is"
             f" {c[0]:.4f} for big, {c_smalls[0]:.4f} for small.") in text
+    # the shapes' arithmetic a reader rebuilt (reads 1418, 1425) is the detail's, first (read 1452 spent 3 minutes)
+    assert " ".join(detail19.split()).startswith(
+        "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's weights,"
+        " 46% of small's. So small's c at B = 1, 0.0083, is about twice what its 4 layers alone would give.")
+    assert "output layer" not in text
     text32 = " ".join(section(in_process[1], "32").split())
     # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
     # out when they counted layers x width^2 against c
@@ -574,12 +582,17 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert t.tokens < c.tokens  # 'fewer', 'but'
     assert (f"The tree is the first to give way. At B = 1 it beats k = 8, though it makes fewer tokens per call,"
-            f" {t.tokens:.2f} against {c.tokens:.2f}. It needs 3 draft passes against 8, as it drafts each level's"
-            " candidates in one pass (chapter 32). At B = 1 small's draft pass costs c = 0.0083 target passes, so the"
-            f" tree makes 3.16 / (1 + 3 c) = {t.tokens / (1 + 3 * c1):.2f}, against 3.22 / (1 + 8 c) ="
-            f" {c.tokens / (1 + 8 * c1):.2f}. A little past the ridge, the tree's check of 15"
-            " positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it saves. Chapter"
-            " 35 prices it B by B.") in text
+            f" {t.tokens:.2f} against {c.tokens:.2f}: it needs 3 draft passes against 8, as it drafts each level's"
+            " candidates in one pass (chapter 32). The option --detail prices both. A little past the ridge, the tree's"
+            " check of 15 positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it"
+            " saves. Chapter 35 prices it B by B.") in text
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.DETAILS["25"](in_process[0]["25"])
+    assert " ".join(out.getvalue().split()).startswith(
+        "At B = 1 small's draft pass costs c = 0.0083 target passes, so the"
+        f" tree makes 3.16 / (1 + 3 c) = {t.tokens / (1 + 3 * c1):.2f}, against k = 8's 3.22 / (1 + 8 c) ="
+        f" {c.tokens / (1 + 8 * c1):.2f}.")
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
     assert "passes the ridge. The plan stops at B = 241" in text19  # the margin is the detail's
@@ -695,8 +708,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
             " from q on its own, 3 deep. One pass scores 15 positions: the text's last token (whose p judges the 2"
-            " first-level drafts) plus 2 + 4 + 8 = 14 drafts. Chapter 33 shows how a tree is checked, and asks whether"
-            " it keeps the target's distribution."
+            " first-level drafts) plus 2 + 4 + 8 = 14 drafts. The option --detail gives the rule that checks it;"
+            " chapter 33 tests whether that keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
             " call, from 3 draft passes, one per level.") in text
     # the standard error, by hand: the same 2,000 rounds' lengths, their spread over the square root of their count
@@ -823,10 +836,23 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256.") in text
+            " 256; --detail builds both.") in text
     on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
     assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
     assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
+    # where it switched off, by hand: one place for every B, as a run's rounds never see B (reads 1452 and 1462 asked
+    # why 'at B = 1')
+    prompt = sd.prompts()["summarise"]
+    model = sd.PhaseModel(len(prompt), ((120, 0.99), (120, 0.3), (120, 0.99)))
+    ats = []
+    for seed in (0, 1, 2):
+        run = sd.phase_run(model, prompt, 360, 5, seed, switch=(1.0, 20))
+        last = max(i + 1 for i, (d, _) in enumerate(run) if d)  # the last round that proposed drafts
+        ats.append(sum(e for _, e in run[:last]))
+    at = float(np.median(ats))
+    assert 120 <= at < 240 and (f"It switches off at about character {at:.0f}, in stretch 2 of 3 (characters 120 to"
+                                " 240), at every B: it counts accepted drafts, which B does not change. At B = 1, it"
+                                " misses the speedup that follows.") in text
     assert ("off for good: TensorRT-LLM's switch, at a threshold of 1 accepted draft per round. It averages over the"
             " last completed requests; this run is one request, so here it averages its last 20 rounds"
             " instead;") in text
@@ -871,47 +897,51 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     fits = [sd.sequences_that_fit(n) for n in lengths]
     intensity = np.divide(*sd.pass_traffic(sd.LLAMA2_7B, lengths[0], 6, fits[0]))
     assert lengths[0] == min(lengths) and fits[0] == max(fits) and 100 < intensity < sd.ridge()
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        sd.DETAILS["20"](in_process[0]["20"])
-    detail20 = " ".join(out.getvalue().split())  # chapter 20 gives why in its detail, chapter 26 in its body
+    details = {}
+    for n in ("20", "26"):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            sd.DETAILS[n](in_process[0][n])
+        details[n] = " ".join(out.getvalue().split())
+    bodies = {n: " ".join(section(in_process[1], n).split()) for n in ("20", "26")}
+    # both bodies give the prompts' lengths and the price there; the reason is each detail's (read 1295: the reason
+    # first, then the lengths)
     for chapter, shown in (("26", lengths), ("20", lengths[:1])):
-        text = " ".join(section(in_process[1], chapter).split()) if chapter == "26" else detail20
-        assert (("Why price at 16 tokens, not at the prompt's own length? Demo 6's 295" in text) == (chapter == "20")
-                and " and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
+        text = bodies[chapter] if chapter == "26" else details["20"]
+        assert (" and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
-                " H100 SXM's"
-                " 80 GB: the pass stays memory-bound." in text), \
-            chapter
+                " H100 SXM's 80 GB: the pass stays memory-bound.") in text, chapter
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
-                " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. At the"
-                in text), chapter  # the reason first, then the lengths (read 1295)
+                " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too.") in \
+            details[chapter] and "Demo 6's 295" not in bodies[chapter], chapter
         assert "sequences fit, and a pass of" not in text, chapter  # reads 1402 and 1409 rechecked them for 2 minutes
-    text = " ".join(section(in_process[1], "26").split())
+    assert details["20"].startswith("Why price at 16 tokens, not at the prompt's own length? Demo 6's 295")
+    assert details["26"].startswith("Why does a check cost a plain pass at the prompts' lengths? Demo 6's 295")
+    text = bodies["26"]
     assert "at large batches of short contexts, verifying is the cost." in text
     assert ("A server of short contexts pays more: their small KV caches add few bytes, so a large batch crosses the"
             " ridge.") in text
     assert ("As a what-if, keep the tokens per call above and change only the pass's cost: suppose 16 tokens of context"
-            " and B = 256. At 16 tokens of context a position does 6.61 GMACs, against 6.74 at demo 6's 512: its"
-            " attention reads 16 keys, not 512. (A real short context would have little to copy, and make fewer tokens"
-            " per call.) Then the pass of 1,536 positions is compute-bound and costs"
-            f" {sd.verify_cost(5, 256):.2f} plain passes over the same 256 sequences.") in text
+            " and B = 256. (A real short context would have little to copy, and make fewer tokens per call.) Then the"
+            " pass of 1,536 positions is compute-bound and costs"
+            f" {sd.verify_cost(5, 256):.2f} plain passes over the same 256 sequences; --detail builds that"
+            " price.") in text
     rows = in_process[0]["26"].rows
     assert rows[0][0] == 0 and rows[0][1] > 1.05 and (f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per"
                                                       " call: what followed the same characters earlier is often what"
                                                       " the character model writes next.") in text
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So at these"
-            " lengths the speedup is the tokens per call, the vLLM and HF columns.") in text
+            " lengths the speedup is the tokens per call, the vLLM and HF columns; --detail says why.") in text
     # the verdict covers the rows it sits over, and says so
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
-    text = " ".join(section(in_process[1], "20").split())
+    text = bodies["20"]
     assert ("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
             " Llama-2-7B-shaped decoder running B sequences at once, a character a token, at a deliberately short 16"
             " tokens of context, so that a large batch crosses the ridge.") in text  # the model priced first
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So a check would"
-            " cost what a plain step does there, and a switch would have nothing to save.") in detail20
+            " cost what a plain step does there, and a switch would have nothing to save.") in details["20"]
     assert ("at a deliberately short 16 tokens of context, so that a large batch crosses the ridge. At the prompt's own"
             " length no batch that fits in memory crosses it, so a switch would have nothing to save; --detail says"
             " why.") in text and "Demo 6's 295" not in text
@@ -920,19 +950,22 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     # and found 4.57): the attention of a position reads as many keys as the context holds
     short, long_ = (sd.pass_traffic(sd.LLAMA2_7B, n, 1, 1)[0] / 1e9 for n in (16, 512))
     assert f"{short:.2f} {long_:.2f}" == "6.61 6.74" and short < long_
-    assert ("costs no draft pass (c = 0). At 16 tokens of context a position does 6.61 GMACs, against 6.74 at demo"
-            " 6's 512: its attention reads 16 keys, not 512. A verifying pass of 6 positions") in text  # before 4.48
     traffic = sd.pass_traffic(sd.LLAMA2_7B, 16, 6, 256)
     assert f"{traffic[0] / 1536 / 1e9:.2f}" == "6.61" and f"{sd.verify_cost(5, 256):.2f}" == "4.48"
     assert sd.context_macs_words(512) == ""  # no fewer MACs than demo 6's: nothing to say
     # the plain pass's bytes at B = 256, which read 1424 needed to reach 4.48: the weights, 256 KV caches of 16 tokens
     kv16 = 2 * 32 * 4096 * 2 * 16  # keys and values, 32 layers of 4096, 16-bit, 16 tokens
     assert sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 256)[1] == sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1] + 256 * kv16
-    assert ("4.48 at B = 256. A plain pass there reads 15.36 GB: the weights, 13.21 GB, and 256 KV caches of 16 tokens,"
-            " 2.15 GB.") in text
+    # both build their 4.48 in the detail, where a reader who wants to check it looks (reads 1452 and 1462 spent 2 to
+    # 3 minutes on it in chapter 20's body)
+    for chapter, lead in (("20", "The check's 4.48 plain passes at B = 256"),
+                          ("26", "The what-if's 4.48 plain passes")):
+        assert (lead + " come from two figures. At 16 tokens of context a position does 6.61 GMACs, against 6.74 at"
+                " demo 6's 512: its attention reads 16 keys, not 512. A plain pass there reads 15.36 GB: the weights,"
+                " 13.21 GB, and 256 KV caches of 16 tokens, 2.15 GB.") in details[chapter], chapter
+        assert "15.36 GB" not in bodies[chapter] and "6.61 GMACs" not in bodies[chapter], chapter
     assert ("Takeaway: stop speculating where a check costs more than it saves, batch size by batch size, as the"
             " per-batch schedule does. A switch that turns it off for good can lose what that schedule keeps.") in text
-
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
     # always on's B = 256 speedup beats tokens per call over a full check's price: many rounds propose fewer drafts
@@ -1011,8 +1044,9 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert ("Here that is small throughout, tree 2x3, 15 at B = 1-34, k = 8 at B = 35-95, k = 7 at B = 96-146 and k = 6"
             " at B = 147-241.") in text19 and [(lo, hi) for lo, hi, _ in c19.buckets] == [
                 (1, 34), (35, 95), (96, 146), (147, 241)]
-    assert weights < c1 < 0.0234375 and ("small's c rises to 0.0208 by B = 241: its KV cache is a larger share of the"
-                                         " target's than its weights are.") in text19
+    assert weights < c1 < 0.0234375 and "small's c rises to 0.0208 by B = 241. The option --detail builds each c from" \
+        " its shape." in text19 and ("Small's c rises with B because its KV cache is a larger share of the target's"
+                                    " than its weights are.") in " ".join(detail19.split())
     assert sd.ridge_batch(*sd.token_traffic(512), positions=15) == 32
     # with the tree's ridge elsewhere, the clause is not said
     monkeypatch.setattr(sd, "ridge_batch", lambda *a, **k: 40)

@@ -4884,7 +4884,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     note = long_context_note(k, [len(prompt)])
     say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-        f" Llama-2-7B-shaped decoder running B sequences at once, a character a token, at a deliberately short"
+        f" Llama-2-7B-shaped decoder running B sequences at once, each with this run's rounds, a character a token, at a deliberately short"
         f" {BATCH_CONTEXT} tokens of context, so that a large batch crosses the ridge. At the prompt's own length no"
         " batch that fits in memory crosses it, so a switch would have nothing to save; --detail says why." if note
         else
@@ -5560,13 +5560,15 @@ def demo23_engines(**how):
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs)
     if costs:
         print()
+        same = len(set(costs.values())) == 1  # one row said three times is a sentence (read 1463)
         say("What each config gives up against the plan, running the draft lengths its keys say. Its worst loss is 1"
-            " - (its speedup / the plan's speedup), at the batch size where that ratio is lowest; then what it runs"
-            " there:")
-        print()
-        table([("engine", 10, "<"), ("worst loss", 12, lambda x: f"{x:.1%}"), ("at B", 6, "d"),
-               ("runs there", 12, ">")],
-              [(e, *c) for e, c in costs.items()])
+            " - (its speedup / the plan's speedup), at the batch size where that ratio is lowest" + (
+                f": {next(iter(costs.values()))[0]:.1%} for all {number_word(len(costs))}." if same else
+                "; then what it runs there:"))
+        if not same:
+            print()
+            table([("engine", 10, "<"), ("worst loss", 12, lambda x: f"{x:.1%}"), ("at B", 6, "d"),
+                   ("runs there", 12, ">")], [(e, *c) for e, c in costs.items()])
         own = dict(costs).pop("vLLM")
         alike = [e for e, c in costs.items() if e == "vLLM" or c == own and not isinstance(c[2], str)]  # chains
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
@@ -5879,8 +5881,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
                                                                              if priced else "") if wins else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
-            f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves. Chapter 35 prices it B"
-            " by B.")
+            f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves"
+            + (f", at c = {s.c_small[rows[0][4]]:.4f} each at B = {rows[0][4] + 1}" if rows[0][4] < max_batch else "")
+            + ". Chapter 35 prices it B by B.")
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more. And chapter 19's plan keeps an option until it"
@@ -6118,8 +6121,9 @@ def demo27_rates(**how):
         " decodes at once), and prices its chains from these rates. A search prices every chain exactly and takes"
         " the best at each B." + (" Both price the tree alike, from sampled rounds."
                                   if [d.tree is not None for d in c19.measured] == [False, True] else "")
-        + (f" A plan from these rates comes within {untolerant.worst:.2%} of the search's speedup at every B: that is"
-           " what the rates cost. Chapter 19's plan adds a margin, and --detail says what that costs."
+        + (f" Priced exactly, the picks of a plan from these rates come within {untolerant.worst:.2%} of the search's"
+           " speedup at every B: that is what the rates cost. Chapter 19's plan also waits to switch until its pick"
+           f" falls {c19.tol:.1%} behind; --detail prices that margin."
            if 0 < untolerant.worst < check.worst / 2 else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            f" plan from the rates with no margin comes within {untolerant.worst:.2%} of the search."

@@ -586,7 +586,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
             f" {t.tokens:.2f} against {c.tokens:.2f}: it needs 3 draft passes against 8, as it drafts each level's"
             " candidates in one pass (chapter 32). The option --detail prices both. A little past the ridge, the tree's"
             " check of 15 positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it"
-            f" saves, at c = {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35. Chapter 35 prices"
+            f" saves, at c = {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35. Chapter 35"
+            " prices"
             " it B by B.") in text  # read 1471 could not close the comparison without the draft's c there
     assert [hi for _, hi, o in result.buckets if o is not None and o.shape.startswith("tree")] == [34]
     out = io.StringIO()

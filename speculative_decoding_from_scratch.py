@@ -3115,8 +3115,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
         f" character in a bin by the probability the target gave it there (below {CALIBRATION_EDGES[1]:g},"
         f" {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). It compares each bin's count with what"
-        " the target expects in it. For that, at each position it adds up the probabilities of the characters that"
-        " fall in the bin, then totals this over the positions:")
+        " the target expects there: the chance the target gave that bin's characters, summed over the positions."
+        " The three checks:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], [r[:5] for r in rows])
@@ -3125,7 +3125,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     print()
     fits = [(r[0], p) for r in rows for p in (r[1], r[3]) if p is not None]
     low = min(fits, key=lambda f: f[1], default=None)  # the lowest fit that passed, said while it looks low
-    say("Every draft emits the target's distribution by all three checks." if not bad else "",
+    say(f"{'Both drafts emit' if len(rows) == 2 else 'Every draft emits'} the target's distribution by all three"
+        " checks." if not bad else "",
         f"NOT every draft is the target: {', '.join(wrong)}." if wrong else "",
         f"NOT every draft runs: {'; '.join(stopped)}." if stopped else "",
         f"The fit of {p_text(low[1])} for {low[0]} looks low, but it is above {P_REJECT:g}. Of"
@@ -3778,9 +3779,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     print()
     exactness_table(rows)
     caught = demo15_verdicts(rows, k, ctx, n)
-    takeaway(f"both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check of the first"
-             f" {n} tokens catches each at every n: they are off by " + " and ".join(f"{r[3]:.4f}" for r in rows[1:])
-             + f" at n = {n}.",
+    takeaway("both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check of the first"
+             f" n tokens catches each, at n = {and_list([str(i) for i in range(1, n + 1)])}: at n = {n} they are off"
+             " by " + " and ".join(f"{r[3]:.4f}" for r in rows[1:]) + ".",
              {"block verification emits the target": rows[0][5] == "the target",
               "both shipped paths are caught": caught})
     return rows
@@ -4993,7 +4994,7 @@ def temperature_table(rows, k, c=0.1):
     """Chapter 21's opening: what temperature and a greedy draft are, and its table."""
     say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
-        "at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x, and the",
+        "either at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x, and the",
         "target keeps it with chance p_T(x). That is demo 1's rule with q all on x; after a rejection it draws from",
         "p_T with x removed." + (" At T = 0 the two ways are one: a sampled draft is its likeliest token too."
                                  if all(r[2] == r[3] for r in rows if r[1] == 0 and r[2] is not None)
@@ -5562,8 +5563,8 @@ def demo23_engines(**how):
     if costs:
         print()
         same = len(set(costs.values())) == 1  # one row said three times is a sentence (read 1463)
-        say("What each config gives up against the plan, running the draft lengths its keys say. Its worst loss is 1"
-            " - (its speedup / the plan's speedup), at the batch size where that ratio is lowest" + (
+        say("Each config gives up some of the plan, as it runs only the draft lengths its keys say. Its worst loss is"
+            " 1 - (its speedup / the plan's speedup), at the batch size where that ratio is lowest" + (
                 f": {next(iter(costs.values()))[0]:.1%} for all {number_word(len(costs))}." if same else
                 "; then what it runs there:"))
         if not same:
@@ -6003,7 +6004,7 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     sweep = demo26_speed(prompts()["summarise"], k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
     takeaway("the text drafts for free, and buys more tokens per call the more the output copies it; at large"
-             " batches of short contexts, verifying is the cost.",
+             " batches of short contexts, verifying can cost more than copying saves.",
              {"tokens per call rise as the text copies more": rising,
               "the verifying pass costs more than copying saves at B = 256 somewhere":
               any(r[3] < 1 for r in sweep.rows)})
@@ -7109,7 +7110,7 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         " measured: plain decoding's time per token, timed here, over this run's.")
     say(f"The middling draft runs {runs[0][3]} rounds at the lesson's k = {runs[0][2]}.",
         f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}, which refined prefers"
-        + (f" to {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1 else "."),
+        + (f" over k = {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1 else "."),
         clock=True)
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731

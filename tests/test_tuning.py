@@ -922,7 +922,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert details["20"].startswith("Why price at 16 tokens, not at the prompt's own length? Demo 6's 295")
     assert details["26"].startswith("Why does a check cost a plain pass at the prompts' lengths? Demo 6's 295")
     text = bodies["26"]
-    assert "at large batches of short contexts, verifying is the cost." in text
+    assert "at large batches of short contexts, verifying can cost more than copying saves." in text
     assert ("A server of short contexts pays more: their small KV caches add few bytes, so a large batch crosses the"
             " ridge.") in text
     assert ("As a what-if, keep the tokens per call above and change only the pass's cost: suppose 16 tokens of context"

@@ -1173,7 +1173,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert [r[0] for r in rows[1:]] == ["vllm-ascend, PyTorch", "vllm-ascend, Triton"]
     assert (f"Takeaway: both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check of"
             f" the first n tokens catches each, at n = 1, 2 and 3: at n = 3 they are off by {rows[1][3]:.4f} and"
-            f" {rows[2][3]:.4f}.") in said15 and min(r[1] for r in rows[1:]) > 0.05  # n = 1 already catches each (read 1427)
+            f" {rows[2][3]:.4f}.") in said15 and min(r[1] for r in rows[1:]) > 0.05  # n = 1 catches each (read 1427)
 
 
 def test_chapter15_argues_from_every_start_only_while_it_holds(demo, monkeypatch):

@@ -4993,8 +4993,8 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1
 def temperature_table(rows, k, c=0.1):
     """Chapter 21's opening: what temperature and a greedy draft are, and its table."""
     say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
-        "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is sampled",
-        "either at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x,"
+        "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is either",
+        "sampled at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x,"
         " and the",
         "target keeps it with chance p_T(x). That is demo 1's rule with q all on x; after a rejection it draws from",
         "p_T with x removed." + (" At T = 0 the two ways are one: a sampled draft is its likeliest token too."

@@ -2560,15 +2560,12 @@ def demo9_detail(result):
 
 # -----------------------------------------------------------------------------
 # Chapter 10. Which k for my server?
-# A server reports acceptance figures, not alpha. Each route turns them into
-# tokens per call at every k: per-position rates with no model, or a mean
-# acceptance length or a draft acceptance rate inverted through eq. 1. The
-# chapter's detail plans k for every batch size on demo 6's roofline, and
-# values draft lengths that adapt: a policy is a state, the k it drafts in that
-# state, and the next state given how many drafts were accepted. Over (start
-# context, state) a policy is a Markov chain, so its long-run tokens per call
-# and draft calls per round are exact, from round_table; the same policy run
-# through spec_round checks them.
+# A server reports acceptance figures, not alpha. Each route turns them into tokens per call at every k:
+# per-position rates with no model, or a mean acceptance length or a draft acceptance rate inverted through
+# eq. 1. The chapter's detail plans k for every batch size on demo 6's roofline, and values draft lengths that
+# adapt: a policy is a state, the k it drafts in that state, and the next state given how many drafts were
+# accepted. Over (start context, state) a policy is a Markov chain, so its long-run tokens per call and draft
+# calls per round are exact, from round_table; the same policy run through spec_round checks them.
 
 
 # What servers report. A serving engine does not print the paper's alpha.
@@ -2793,7 +2790,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     sizes = measure(TARGET, MIDDLING, k, n_rounds, seed=15).sizes
     L, R, rates = server_metrics(sizes, k)
     exact = {j: exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 33)}
-    a_L, a_R = alpha_from_mean_length(L, k), alpha_from_draft_rate(R, k)
+    a_L, a_R, a_x = alpha_from_mean_length(L, k), alpha_from_draft_rate(R, k), alpha_from_mean_length(exact[k], k)
     say(f"A server reports three figures, not alpha. Here they are for the middling draft at k = {k}",
         f"over {n_rounds:,} rounds, counted as vLLM, a serving engine, counts them:")
     print()
@@ -2818,12 +2815,16 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     say(f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: the same accepted drafts, counted per round in the length"
         " and per drafted token in the rate." if abs(R - (L - 1) / k) < 1e-12
         else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
-        "This script's --tune picks k from any one of these figures. Each way in is a route: it",
-        "turns the figures into tokens per call at every k, prices each k at cost c, and picks the fastest.",
+        "This script's --tune picks k from any one of these figures. Each way in is a route: it turns the figures"
+        " into tokens per call at every k, prices each k at cost c, and picks the fastest.",
         (f"The length and the rate give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length gives alpha = {a_L:.3f} (the rate {a_R:.3f}),") +
         f" the alpha at which eq. 1 at k = {k} gives the length." + (
-            f" It is not demo 3's {a_3}: these rounds are sampled, and eq. 1 is not exact (chapter 29)."
+            f" It is not demo 3's {a_3}." + (  # each reason, with the way it moves alpha (a_x: eq. 1 from exact)
+                f" Eq. 1 run back from the exact length at k = {k}, {exact[k]:.3f}, gives {a_x:.3f}, as eq. 1 is not"
+                " exact (chapter 29)." if f"{a_x:.3f}" != a_3 else "") + (
+                f" These sampled rounds ran {'longer' if L > exact[k] else 'shorter'}, {L:.3f}, which gives"
+                f" {a_L:.3f}." if f"{a_x:.3f}" != f"{a_L:.3f}" else "")
             if f"{a_L:.3f}" != (a_3 := f"{pair_alpha(TARGET, MIDDLING):.3f}") else ""),
         "The exact route knows the tables. Predicted and true: the speedup at the k picked:")
     print()

@@ -5878,9 +5878,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
                       for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "")
         say("The tree is the first to give way."
             + (f" At B = 1 it beats {chain.shape}, though it makes fewer tokens per call, {tree.tokens:.2f} against"
-               f" {chain.tokens:.2f}: it needs {tree.draft_passes} draft passes against {chain.draft_passes}, as it"
-               " drafts each level's candidates in one pass (chapter 32)." + (" The option --detail prices both."
-                                                                             if priced else "") if wins else "")
+               f" {chain.tokens:.2f}: it needs {tree.draft_passes} draft passes against {chain.draft_passes}, at c ="
+               f" {s.c_small[0]:.4f} target passes each (chapter 19), as it drafts each level's candidates in one"
+               " pass (chapter 32)." + (" The option --detail prices both." if priced else "") if wins else "")
             + " A little past the ridge, the tree's check of"
             f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
             f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves"

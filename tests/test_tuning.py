@@ -583,8 +583,9 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert t.tokens < c.tokens  # 'fewer', 'but'
     assert (f"The tree is the first to give way. At B = 1 it beats k = 8, though it makes fewer tokens per call,"
-            f" {t.tokens:.2f} against {c.tokens:.2f}: it needs 3 draft passes against 8, as it drafts each level's"
-            " candidates in one pass (chapter 32). The option --detail prices both. A little past the ridge, the tree's"
+            f" {t.tokens:.2f} against {c.tokens:.2f}: it needs 3 draft passes against 8, at c = {c1:.4f} target"
+            " passes each (chapter 19), as it drafts each level's candidates in one pass (chapter 32). The option"
+            " --detail prices both. A little past the ridge, the tree's"
             " check of 15 positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it"
             f" saves, at c = {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35. Chapter 35"
             " prices"

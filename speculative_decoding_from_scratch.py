@@ -3284,7 +3284,7 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
     print()
     table([("", 38, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"),
-           ("by, where they differ", f"{ulps:.0f} ulps (median)"), ("the largest difference", f"{worst:.1e}"),
+           ("the median difference, where nonzero", f"{ulps:.0f} ulps"), ("the largest difference", f"{worst:.1e}"),
            (f"argmaxes that flip, of {n_states * (k + 1)} positions", f"{flips}"), ("the smallest top-two margin", f"{margin:.1e}")], clock=True)
     print()
     say("The wide pass is " + ("NOT bit-identical to scoring each position alone." if share else
@@ -3325,9 +3325,9 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     say(f"A flip needs a near tie, so a second layer is built to tie. Its rows come in pairs, each a copy of the"
         " other with every entry off by"
         f" about {gap:.0e} of itself, so each pair's logits nearly tie.".replace("e-0", "e-"),
-        f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation,"
-        " and the two texts are compared. A position's state is a fixed random vector for its token plus half the"
-        " one for the token before; the layer scores it. The draft is the target itself, scoring a position at a"
+        f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
+        f" at k = {k}, and the two texts are compared. A position's state is a fixed random vector for its token"
+        " plus half the one for the token before; the layer scores it. The draft is the target itself, scoring a position at a"
         " time, so any"
         " difference comes from the verifying pass's arithmetic. Where the texts differ, the median token at which"
         " they part, and the top-two margin there:")
@@ -3340,7 +3340,7 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         "Even one wide product keeps the texts here.",
         "Each position alone makes the pass width-independent, and " + (
             "they agree," if part["float32, each alone"].startswith("0/") else "NOT all agree,"),
-        f"at {cost:.1f}x the time.", "Float64, with one wide product, " + (
+        f"at {cost:.1f}x the time of one wide product.", "Float64, with one wide product, " + (
             "agrees too." if part["float64, one product"].startswith("0/") else "does NOT agree."),
         "The bonus bug (the bonus token scored at the last draft's position, not the one after it), with each position"
         " scored alone, " + ("still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith(

@@ -3327,10 +3327,9 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         f" about {gap:.0e} of itself, so each pair's logits nearly tie.".replace("e-0", "e-"),
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
         f" at k = {k}, and the two texts are compared. A position's state is a fixed random vector for its token"
-        " plus half the one for the token before; the layer scores it. The draft is the target itself, scoring a position at a"
-        " time, so any"
-        " difference comes from the verifying pass's arithmetic. Where the texts differ, the median token at which"
-        " they part, and the top-two margin there:")
+        " plus half the one for the token before; the layer scores it. The draft is the target itself, scoring a"
+        " position at a time, so any difference comes from the verifying pass's arithmetic. Where the texts differ,"
+        " the median token at which they part, and the top-two margin there:")
     print()
     table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
            ("margin there", 14, ".1e")], rows, clock=True)

@@ -794,13 +794,20 @@ CLOCK = "  (clock)"  # marks every printed line that holds a wall-clock measurem
 ROUNDING = 1e-9  # an exact value below this is zero up to rounding; above it, a bias
 
 
+def wrap(text, width, **indents):
+    """textwrap.wrap that keeps each ' = ' with its two sides ("k = 4" is
+    never split over two lines) and never breaks at a hyphen."""
+    glued = textwrap.wrap(text.replace(" = ", "\xa0=\xa0"), width, break_on_hyphens=False, **indents)
+    return [line.replace("\xa0", " ") for line in glued]
+
+
 def say(*sentences, clock=False):
     """Print a paragraph wrapped at 78 columns (its numbers and words are decided
     at run time). clock=True marks every line, at column 78, as holding a
     wall-clock figure, and starts each sentence given on a line of its own."""
     width = 78 - len(CLOCK) * clock
-    lines = ([line for s in sentences if s for line in textwrap.wrap(s, width, break_on_hyphens=False)] if clock
-             else textwrap.wrap(" ".join(s for s in sentences if s), width, break_on_hyphens=False))
+    lines = ([line for s in sentences if s for line in wrap(s, width)] if clock
+             else wrap(" ".join(s for s in sentences if s), width))
     if lines:  # nothing to say prints nothing, not a blank line; a clocked sentence starts a line of its own
         print("\n".join(line.ljust(78 - len(CLOCK)) + CLOCK if clock else line for line in lines))
 
@@ -818,8 +825,7 @@ def say_items(items, numbered=False, start=1):
     '  1. ' (from start) when numbered, else '  - '."""
     for i, item in enumerate(items, start=start):
         mark = f"  {i}. " if numbered else "  - "
-        print("\n".join(textwrap.wrap(item, 78, initial_indent=mark, subsequent_indent=" " * len(mark),
-                                      break_on_hyphens=False)))
+        print("\n".join(wrap(item, 78, initial_indent=mark, subsequent_indent=" " * len(mark))))
 
 
 def takeaway(sentence, checks, clock=False):

@@ -6129,8 +6129,9 @@ def demo27_rates(**how):
         " the best at each B." + (" Both price the tree alike, from sampled rounds."
                                   if [d.tree is not None for d in c19.measured] == [False, True] else "")
         + (f" Priced exactly, the picks of a plan from these rates come within {untolerant.worst:.2%} of the search's"
-           " speedup at every B: that is what the rates cost. Chapter 19's plan also waits to switch until its pick"
-           f" falls {c19.tol:.1%} behind; --detail prices that margin."
+           " speedup at every B: that is what the rates cost. Chapter 19's plan adds a margin: going up in B, it"
+           f" keeps its pick until that pick falls {c19.tol:.1%} behind the best, so as not to switch for less."
+           " The option --detail prices that margin."
            if 0 < untolerant.worst < check.worst / 2 else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            f" plan from the rates with no margin comes within {untolerant.worst:.2%} of the search."

@@ -283,8 +283,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
             " B (the sequences a server decodes at once), and prices its chains from these rates. A search prices every"
             " chain exactly and takes the best at each B. Both price the tree alike, from sampled rounds. Priced"
             f" exactly, the picks of a plan from these rates come within {untolerant:.2%} of the search's speedup at"
-            " every B: that is what the rates cost. Chapter 19's plan also waits to switch until its pick falls 0.5%"
-            " behind; --detail prices that margin.") in text27  # read 1470: which speedup, and what margin
+            " every B: that is what the rates cost. Chapter 19's plan adds a margin: going up in B, it keeps its pick"
+            " until that pick falls 0.5% behind the best, so as not to switch for less. The option --detail prices"
+            " that margin.") in text27  # read 1470: which speedup, and what margin
     # the margin's share is the detail's (reads 1456 and 1463 stalled at 0.51% beside a 0.5% margin)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -4878,8 +4878,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
-               "per-batch schedule: a baseline that knows the workload's average in advance, as a plan from a server's"
-               " own counts would (chapter 19). At each batch size B (the number of sequences a server decodes at"
+               "per-batch schedule: a baseline that knows the workload's average in advance, which a plan from a"
+               " server's past counts estimates (chapter 19). At each batch size B (the number of sequences a server decodes at"
                f" once), it runs k = {k} if that beats plain decoding on average over the workload, else plain"
                " decoding;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"

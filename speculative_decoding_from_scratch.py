@@ -4890,8 +4890,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     note = long_context_note(k, [len(prompt)])
     say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-        " Llama-2-7B-shaped decoder running B sequences at once, each with this run's rounds, a character a token,"
-        " at a deliberately short"
+        " Llama-2-7B-shaped decoder running B sequences at once, a character a token. Each sequence runs this run's"
+        " rounds. The pass is priced at a deliberately short"
         f" {BATCH_CONTEXT} tokens of context, so that a large batch crosses the ridge. At the prompt's own length no"
         " batch that fits in memory crosses it, so a switch would have nothing to save; --detail says why." if note
         else
@@ -4901,7 +4901,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + "; --detail builds both.")
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ". The option --detail builds both.")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -5882,11 +5882,11 @@ def demo25_crossings(s, buckets, max_batch, tol):
                       for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "")
         say("The tree is the first to give way."
             + (f" At B = 1 it beats {chain.shape}, though it makes fewer tokens per call, {tree.tokens:.2f} against"
-               f" {chain.tokens:.2f}: it needs {tree.draft_passes} draft passes against {chain.draft_passes}, at c ="
+               f" {chain.tokens:.2f}. It needs {tree.draft_passes} draft passes against {chain.draft_passes}, at c ="
                f" {s.c_small[0]:.4f} target passes each (chapter 19), as it drafts each level's candidates in one"
                " pass (chapter 32)." + (" The option --detail prices both." if priced else "") if wins else "")
             + " A little past the ridge, the tree's check of"
-            f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}, and that"
+            f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}. That"
             f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves"
             + (f", at c = {s.c_small[rows[0][4]]:.4f} each at B = {rows[0][4] + 1}" if rows[0][4] < max_batch else "")
             + ". Chapter 35 prices it B by B.")
@@ -5968,7 +5968,8 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
         " short context would have little to copy, and make fewer tokens per call.) Then the"
         f" pass of {batch * (k + 1):,} positions is"
         f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences; --detail builds that price. The"
+        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. The option --detail builds that"
+        " price. The"
         " speedup"
         " column divides vLLM's tokens per call by that cost" +
         (": slower than plain decoding at every lam in the table." if all(r[3] < 1 for r in rows) else ".") +
@@ -6538,7 +6539,7 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
     said = (
         "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with chance p/q ="
         f" {w1:.2g}. But the pair as a whole is as likely under p as under q ({ninths(pair)}), so a verifier that"
-        f" judges the pair can always keep it. w_1 = {fraction(w1)} carries into w_2, where p(b) / q(b) ="
+        f" judges the pair can always keep it. The weight w_1 = {fraction(w1)} carries into w_2, where p(b) / q(b) ="
         f" {fraction(P2[1, 1] / Q2[1, 1])} makes"
         f" up for it: w_2 = min(1, {fraction(w1)} * {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So position 2 is"
         " always a cut point, and the block keeps both."

@@ -1253,7 +1253,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " p/q ="
             " 0.5."
             " But the pair as a whole is as likely under p as under q (2/9), so a verifier that judges the pair can"
-            " always keep it. w_1 = 1/2 carries into w_2, where p(b) / q(b) = 2 makes up for it: w_2 = min(1, 1/2 * 2)"
+            " always keep it. The weight w_1 = 1/2 carries into w_2, where p(b) / q(b) = 2 makes up for it: w_2 = min(1, 1/2 * 2)"
             " = 1. So position 2 is always a"
             " cut point, and the block keeps both. It is not better on every"
             " pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is"

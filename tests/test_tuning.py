@@ -584,10 +584,10 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert t.tokens < c.tokens  # 'fewer', 'but'
     assert (f"The tree is the first to give way. At B = 1 it beats k = 8, though it makes fewer tokens per call,"
-            f" {t.tokens:.2f} against {c.tokens:.2f}: it needs 3 draft passes against 8, at c = {c1:.4f} target"
+            f" {t.tokens:.2f} against {c.tokens:.2f}. It needs 3 draft passes against 8, at c = {c1:.4f} target"
             " passes each (chapter 19), as it drafts each level's candidates in one pass (chapter 32). The option"
             " --detail prices both. A little past the ridge, the tree's"
-            " check of 15 positions a sequence costs more than k = 8's 9, and that outweighs the 5 draft passes it"
+            " check of 15 positions a sequence costs more than k = 8's 9. That outweighs the 5 draft passes it"
             f" saves, at c = {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35. Chapter 35"
             " prices"
             " it B by B.") in text  # read 1471 could not close the comparison without the draft's c there
@@ -842,7 +842,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256; --detail builds both.") in text
+            " 256. The option --detail builds both.") in text
     on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
     assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
     assert result.loses and "Off for good loses to the per-batch schedule at every B shown" in text
@@ -930,8 +930,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert ("As a what-if, keep the tokens per call above and change only the pass's cost: suppose 16 tokens of context"
             " and B = 256. (A real short context would have little to copy, and make fewer tokens per call.) Then the"
             " pass of 1,536 positions is compute-bound and costs"
-            f" {sd.verify_cost(5, 256):.2f} plain passes over the same 256 sequences; --detail builds that"
-            " price.") in text
+            f" {sd.verify_cost(5, 256):.2f} plain passes over the same 256 sequences. The option --detail builds"
+            " that price.") in text
     rows = in_process[0]["26"].rows
     assert rows[0][0] == 0 and rows[0][1] > 1.05 and (f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per"
                                                       " call: what followed the same characters earlier is often what"
@@ -942,9 +942,9 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table." in text
     text = bodies["20"]
     assert ("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-            " Llama-2-7B-shaped decoder running B sequences at once, each with this run's rounds, a character a token,"
-            " at a deliberately short 16"
-            " tokens of context, so that a large batch crosses the ridge.") in text  # the model priced first
+            " Llama-2-7B-shaped decoder running B sequences at once, a character a token. Each sequence runs this run's"
+            " rounds. The pass is priced at a deliberately short 16 tokens of context, so that a large batch crosses"
+            " the ridge.") in text  # the model priced first
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So a check would"

@@ -4878,10 +4878,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
-               "per-batch schedule: a baseline that knows the workload's average in advance, which a plan from a"
-               " server's past counts estimates (chapter 19). At each batch size B (the number of sequences a server decodes at"
-               f" once), it runs k = {k} if that beats plain decoding on average over the workload, else plain"
-               " decoding;",
+               "per-batch schedule: a baseline given the workload's average in advance (a server would estimate it from"
+               " past counts, as chapter 19's plan does). At each batch size B (the number of sequences a server"
+               f" decodes at once), it runs k = {k} if that beats plain decoding on average over the workload, else"
+               " plain decoding;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
                " averages over the last completed requests; this run is one request, so here it averages its last"
                f" {window} rounds instead;",
@@ -4901,7 +4901,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ". The option --detail builds both.")
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + "." + (
+            f" At B = {max(batches)} the check is compute-bound, and a plain pass reads the weights and {max(batches)}"
+            " KV caches." if bound_text(LLAMA2_7B, BATCH_CONTEXT, k, max(batches), max(batches), H100) == "compute"
+            else "") + " The option --detail builds both.")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()

@@ -5842,9 +5842,10 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     each = s.ridge_each
     say(f"A pass of B sequences stays under the ridge while each sequence scores at most about {s.ridge_base:.1f} / B"
-        f" + {each:.3f} positions. The weights' bytes, read once, are shared by the batch: that is the"
-        f" {s.ridge_base:.1f} / B. Each sequence's KV cache adds bytes of its own: that is the {each:.3f}. The option"
-        f" --detail derives both. At B = 1 that is demo 6's {s.alone}. As B grows, the limit falls toward {each:.3f}"
+        f" + {each:.3f} positions. A position does {s.m / 1e9:.2f} GMACs. The weights, {s.w / 1e9:.2f} GB, are read"
+        f" once for the whole batch: {ridge():.1f} * {s.w / 1e9:.2f} / {s.m / 1e9:.2f} = {s.ridge_base:.1f}. Each"
+        f" sequence's KV cache adds {s.kv / 1e9:.4f} GB of its own: {ridge():.1f} * {s.kv / 1e9:.4f} /"
+        f" {s.m / 1e9:.2f} = {each:.3f}. At B = 1 that is demo 6's {s.alone}. As B grows, the limit falls toward {each:.3f}"
         " positions per sequence. Every check in the table below scores more than that"
         f" ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions). So each reaches the ridge at some B,"
         f" the first at which {s.ridge_base:.1f} / B + {each:.3f} falls below its positions per sequence."
@@ -5853,7 +5854,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     tree, chain = (planned + [None, None])[:2]
     gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(
         "k =") and tree.tokens < chain.tokens and tree.draft_passes < chain.draft_passes
-        and tree.positions > chain.positions and crossed and crossed[0][0] == tree.shape)
+        and tree.positions > chain.positions == max(r[1] for r in rows[1:]) and crossed and crossed[0][0] == tree.shape)
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
@@ -5878,21 +5879,22 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         wins = (s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
                 and s.first_speed > s.chain_speed)
-        priced = (f"At B = 1 small's draft pass costs c = {s.c_small[0]:.4f} target passes, so the tree makes"
-                  f" {tree.tokens:.2f} / (1 + {tree.draft_passes} c) = {s.first_speed:.2f}, against {chain.shape}'s"
-                  f" {chain.tokens:.2f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}." if wins and all(
-                      abs(speed - o.tokens / (1 + o.draft_passes * s.c_small[0])) < 1e-9  # below the ridge
-                      for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "")
-        say("The tree is the first to give way."
-            + (f" At B = 1 it beats {chain.shape}, though it makes fewer tokens per call, {tree.tokens:.2f} against"
-               f" {chain.tokens:.2f}. It needs {tree.draft_passes} draft passes against {chain.draft_passes}, at c ="
-               f" {s.c_small[0]:.4f} target passes each (chapter 19), as it drafts each level's candidates in one"
-               " pass (chapter 32)." + (" The option --detail prices both." if priced else "") if wins else "")
-            + " A little past the ridge, the tree's check of"
-            f" {tree.positions} positions a sequence costs more than {chain.shape}'s {chain.positions}. That"
-            f" outweighs the {chain.draft_passes - tree.draft_passes} draft passes it saves"
-            + (f", at c = {s.c_small[rows[0][4]]:.4f} each at B = {rows[0][4] + 1}" if rows[0][4] < max_batch else "")
-            + ". Chapter 35 prices it B by B.")
+        say("The tree is the first to give way: it checks the most positions a sequence. Chapter 32 says why it wins"
+            " at B = 1, chapter 35 prices its loss B by B, and --detail gives both in short.")
+        priced = " ".join((  # the detail's: why the tree wins at B = 1 and gives way just past its ridge
+            "The tree against " + chain.shape + ", the plan's next pick." + (
+                f" At B = 1 the tree wins, though it makes fewer tokens per call, {tree.tokens:.2f} against"
+                f" {chain.tokens:.2f}: it needs {tree.draft_passes} draft passes against {chain.draft_passes}, as it"
+                " drafts each level's candidates in one pass." + (
+                    f" Small's draft pass costs c = {s.c_small[0]:.4f} target passes there, so the tree makes"
+                    f" {tree.tokens:.2f} / (1 + {tree.draft_passes} c) = {s.first_speed:.2f}, against"
+                    f" {chain.tokens:.2f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}." if all(
+                        abs(speed - o.tokens / (1 + o.draft_passes * s.c_small[0])) < 1e-9  # below the ridge
+                        for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "") if wins else ""),
+            f"A little past the ridge, the tree's check of {tree.positions} positions a sequence costs more than"
+            f" {chain.shape}'s {chain.positions}. That outweighs the {chain.draft_passes - tree.draft_passes} draft"
+            " passes it saves" + (f", at c = {s.c_small[rows[0][4]]:.4f} each at B = {rows[0][4] + 1}"
+                                  if rows[0][4] < max_batch else "") + "."))
     if after or beyond:
         print()
         say("Just past the ridge a check costs only a little more. And chapter 19's plan keeps an option until it"

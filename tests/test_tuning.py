@@ -511,9 +511,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" {base:.1f} / B + {each:.3f}, as 147.6 * 13.21 / 6.74 = {base:.1f} and 147.6 * 0.2684 / 6.74 ="
             f" {each:.3f}.") in detail25 and "Dividing by" not in text25  # the arithmetic is the detail's
     assert (f"A pass of B sequences stays under the ridge while each sequence scores at most about {base:.1f} / B +"
-            f" {each:.3f} positions. The weights' bytes, read once, are shared by the batch: that is the {base:.1f} / B."
-            f" Each sequence's KV cache adds bytes of its own: that is the {each:.3f}. The option --detail derives both."
-            f" At B = 1 that is demo 6's 295. As B grows, the limit falls toward {each:.3f} positions per sequence."
+            f" {each:.3f} positions. A position does 6.74 GMACs. The weights, 13.21 GB, are read once for the whole"
+            f" batch: 147.6 * 13.21 / 6.74 = {base:.1f}. Each sequence's KV cache adds 0.2684 GB of its own: 147.6 *"
+            f" 0.2684 / 6.74 = {each:.3f}. At B = 1 that is demo 6's 295. As B grows, the limit falls toward {each:.3f} positions per sequence."
             " Every check in the table below scores more than that (7 to 15 positions). So each reaches the ridge at"
             f" some B, the first at which {base:.1f} / B + {each:.3f} falls below its positions per sequence.") in text25
     assert f"{sd.ridge():.1f}" == "147.6" and f"{147.6 * w / m:.1f}" == f"{base:.1f}"  # the bound, as a reader finds it
@@ -559,7 +559,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert "Each sequence's KV cache adds bytes of its own: that is the 5.878." in text and 15 * past > 295
+    assert "Each sequence's KV cache adds 0.2684 GB of its own: 147.6 * 0.2684 / 6.74 = 5.878." in text \
+        and 15 * past > 295  # the terms in the body, as reads 1471, 1482 and 1490 rebuilt them from demo 6
     assert f"tree 2x3, 15 15 {past} {15 * past:,} 1-{planned}" in text and planned > past
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 837 35-95 k = 7 8 137 1,096 96-146 k = 6 7 258 1,806 147-241" in text
@@ -583,22 +584,23 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert result.speeds[0, tree] > result.speeds[0, chain]  # at B = 1, below the ridge, the tree's passes win
     c1 = sd.draft_cost(1, 512, draft=(768, 2048, 4, 32000))
     assert t.tokens < c.tokens  # 'fewer', 'but'
-    assert (f"The tree is the first to give way. At B = 1 it beats k = 8, though it makes fewer tokens per call,"
-            f" {t.tokens:.2f} against {c.tokens:.2f}. It needs 3 draft passes against 8, at c = {c1:.4f} target"
-            " passes each (chapter 19), as it drafts each level's candidates in one pass (chapter 32). The option"
-            " --detail prices both. A little past the ridge, the tree's"
-            " check of 15 positions a sequence costs more than k = 8's 9. That outweighs the 5 draft passes it"
-            f" saves, at c = {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35. Chapter 35"
-            " prices"
-            " it B by B.") in text  # read 1471 could not close the comparison without the draft's c there
+    # the body says which gives way and where the why is; the why, with its prices, is the detail's (reads 1471,
+    # 1482 and 1490 spent minutes on it in the body, a question chapters 32 and 35 own)
+    assert ("The tree is the first to give way: it checks the most positions a sequence. Chapter 32 says why it wins at"
+            " B = 1, chapter 35 prices its loss B by B, and --detail gives both in short.") in text
+    assert "0.0083" not in text and "0.0144" not in text
     assert [hi for _, hi, o in result.buckets if o is not None and o.shape.startswith("tree")] == [34]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.DETAILS["25"](in_process[0]["25"])
     assert " ".join(out.getvalue().split()).startswith(
-        "At B = 1 small's draft pass costs c = 0.0083 target passes, so the"
-        f" tree makes 3.16 / (1 + 3 c) = {t.tokens / (1 + 3 * c1):.2f}, against k = 8's 3.22 / (1 + 8 c) ="
-        f" {c.tokens / (1 + 8 * c1):.2f}.")
+        "The tree against k = 8, the plan's next pick. At B = 1 the tree wins, though it makes fewer tokens per call,"
+        f" {t.tokens:.2f} against {c.tokens:.2f}: it needs 3 draft passes against 8, as it drafts each level's"
+        f" candidates in one pass. Small's draft pass costs c = {c1:.4f} target passes there, so the"
+        f" tree makes 3.16 / (1 + 3 c) = {t.tokens / (1 + 3 * c1):.2f}, against 3.22 / (1 + 8 c) ="
+        f" {c.tokens / (1 + 8 * c1):.2f}. A little past the ridge, the tree's check of 15 positions a sequence costs"
+        " more than k = 8's 9. That outweighs the 5 draft passes it saves, at c ="
+        f" {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35.")
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
     assert "passes the ridge. The plan stops at B = 241" in text19  # the margin is the detail's

@@ -5845,8 +5845,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         f" + {each:.3f} positions. A position does {s.m / 1e9:.2f} GMACs. The weights, {s.w / 1e9:.2f} GB, are read"
         f" once for the whole batch: {ridge():.1f} * {s.w / 1e9:.2f} / {s.m / 1e9:.2f} = {s.ridge_base:.1f}. Each"
         f" sequence's KV cache adds {s.kv / 1e9:.4f} GB of its own: {ridge():.1f} * {s.kv / 1e9:.4f} /"
-        f" {s.m / 1e9:.2f} = {each:.3f}. At B = 1 that is demo 6's {s.alone}. As B grows, the limit falls toward {each:.3f}"
-        " positions per sequence. Every check in the table below scores more than that"
+        f" {s.m / 1e9:.2f} = {each:.3f}. At B = 1 that is demo 6's {s.alone}. As B grows, the limit falls toward"
+        f" {each:.3f} positions per sequence. Every check in the table below scores more than that"
         f" ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions). So each reaches the ridge at some B,"
         f" the first at which {s.ridge_base:.1f} / B + {each:.3f} falls below its positions per sequence."
         if each > 0 and all(r[1] > each for r in rows) else "")

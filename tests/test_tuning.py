@@ -513,7 +513,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert (f"A pass of B sequences stays under the ridge while each sequence scores at most about {base:.1f} / B +"
             f" {each:.3f} positions. A position does 6.74 GMACs. The weights, 13.21 GB, are read once for the whole"
             f" batch: 147.6 * 13.21 / 6.74 = {base:.1f}. Each sequence's KV cache adds 0.2684 GB of its own: 147.6 *"
-            f" 0.2684 / 6.74 = {each:.3f}. At B = 1 that is demo 6's 295. As B grows, the limit falls toward {each:.3f} positions per sequence."
+            f" 0.2684 / 6.74 = {each:.3f}. At B = 1 that is demo 6's 295. As B grows, the limit falls toward"
+            f" {each:.3f} positions per sequence."
             " Every check in the table below scores more than that (7 to 15 positions). So each reaches the ridge at"
             f" some B, the first at which {base:.1f} / B + {each:.3f} falls below its positions per sequence.") in text25
     assert f"{sd.ridge():.1f}" == "147.6" and f"{147.6 * w / m:.1f}" == f"{base:.1f}"  # the bound, as a reader finds it

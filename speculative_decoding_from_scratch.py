@@ -796,8 +796,13 @@ ROUNDING = 1e-9  # an exact value below this is zero up to rounding; above it, a
 
 def wrap(text, width, **indents):
     """textwrap.wrap that keeps each ' = ' with its two sides ("k = 4" is
-    never split over two lines) and never breaks at a hyphen."""
-    glued = textwrap.wrap(text.replace(" = ", "\xa0=\xa0"), width, break_on_hyphens=False, **indents)
+    never split over two lines), a number with its unit ("1.82 GB"), and
+    never breaks at a hyphen."""
+    glued = text.replace(" = ", "\xa0=\xa0")
+    for unit in ("GB", "GMACs", "ms"):  # after a digit only: "1.82 GB", not "the GB"
+        pieces = glued.split(f" {unit}")
+        glued = pieces[0] + "".join(("\xa0" if a[-1:].isdigit() else " ") + unit + b for a, b in zip(pieces, pieces[1:]))
+    glued = textwrap.wrap(glued, width, break_on_hyphens=False, **indents)
     return [line.replace("\xa0", " ") for line in glued]
 
 

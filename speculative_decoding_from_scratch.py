@@ -4618,11 +4618,23 @@ def demo19_tuning(**how):
     print()
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
+    reads = {(d, b): pass_traffic(d, n_ctx, 1, b) for d in (big, small, LLAMA2_7B) for b in (1, max_batch)}
+    by_bytes = all(roofline_time(*t)[1] == "memory" for t in reads.values()) and all(  # c is a ratio of bytes
+        abs(reads[d, b][1] / reads[LLAMA2_7B, b][1] - draft_cost(b, n_ctx, draft=d)) < 1e-12
+        for d, b in ((big, 1), (small, 1), (small, max_batch)))
+    gb = lambda d, b: f"{reads[d, b][1] / 1e9:.2f} GB"  # noqa: E731
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
         f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
         f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table. Its c, a"
         " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
         " cache, the keys and values of its tokens." + (
+            " A draft's pass and the target's plain pass are both memory-bound, so c is the ratio of their bytes. At"
+            " B = 1 the weights"
+            f" count most: big reads {gb(big, 1)} and small {gb(small, 1)}, against the target's"
+            f" {gb(LLAMA2_7B, 1)}, so c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. At B ="
+            f" {max_batch} small reads {gb(small, max_batch)} against {gb(LLAMA2_7B, max_batch)}: the KV caches count"
+            f" more, and its c rises to {max(shape.c_small):.4f}. The option --detail builds each pass's bytes from"
+            " its shape." if bytes_set_c and by_bytes else
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small. As B"
             f" grows the KV caches count more, and small's c rises to {max(shape.c_small):.4f} by B ="
             f" {max_batch}. The option --detail builds each c from its shape." if bytes_set_c else ""))
@@ -4647,9 +4659,8 @@ def demo19_tuning(**how):
         f" t_plain, so that is the lesson's tokens per call / (1 + n c). Chapter 25 finds the B at which each check"
         f" passes the ridge. The plan stops at B = {max_batch}, where the"
         f" target, the {c19.roomiest}"
-        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB" + (
-            f"; with big as the drafter, memory fills at B = {shape.big_fit}" if shape.big_fit < max_batch else ""
-        ) + ". The plan, with the positions each sequence's check scores:")
+        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB. The plan, with the"
+        " positions each sequence's check scores:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's

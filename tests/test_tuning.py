@@ -149,8 +149,8 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
     assert (f"The plan stops at B = {fit19}, where the target, the small draft and every sequence's KV cache fill the"
-            " H100's 80 GB; with big as the drafter, memory fills at B = 192.") in " ".join(
-        section(in_process[1], "19").split())
+            " H100's 80 GB. The plan,") in " ".join(section(in_process[1], "19").split())
+    assert sd.sequences_that_fit(512, drafts=((2048, 5504, 16, 32000),)) == 192  # big's, which the detail gives
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
     code, out, err = main(capsys, "--plan", "--profile", str(path), "--max-batch", "1000")
@@ -427,8 +427,17 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert ("Big (blend 0.75) stands for a 16-layer model of width 2048. Small (the middling draft) stands for 4"
             " layers of width 768. The target has 32 layers of 4096. A draft's acceptance comes from its table. Its c,"
             " a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
-            " cache, the keys and values of its tokens. At B = 1 the weights count most: c is"
-            f" {c[0]:.4f} for big, {c_smalls[0]:.4f} for small.") in text
+            " cache, the keys and values of its tokens. A draft's pass and the target's plain pass are both"
+            " memory-bound, so c is the ratio of their bytes. At B = 1 the weights count most: big reads 1.82 GB and"
+            " small 0.11 GB, against the target's 13.48 GB, so c is"
+            f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small.") in text
+    # the bytes a reader divides (read 1473 rebuilt each c from the shapes for 2.5 minutes), by the roofline's own
+    # traffic: each pass memory-bound, so c is the ratio of bytes
+    for d, b, gb, c_ in ((big, 1, "1.82", c[0]), (small, 1, "0.11", c_smalls[0]), (small, 241, "1.62", c_small)):
+        draft_pass, target_pass = sd.pass_traffic(d, 512, 1, b), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, b)
+        assert sd.roofline_time(*draft_pass)[1] == sd.roofline_time(*target_pass)[1] == "memory"
+        assert f"{draft_pass[1] / 1e9:.2f}" == gb and draft_pass[1] / target_pass[1] == pytest.approx(c_, abs=1e-12)
+    assert f"{sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 241)[1] / 1e9:.2f}" == "77.91"
     # the shapes' arithmetic a reader rebuilt (reads 1418, 1425) is the detail's, first (read 1452 spent 3 minutes)
     assert " ".join(detail19.split()).startswith(
         "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's weights,"
@@ -457,8 +466,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
         "The plan stops at B = 241, where the target, the small draft and every sequence's KV cache fill the H100's 80"
-        f" GB; with big as the drafter, memory fills at B = {big_fit}. The plan, with the positions each sequence's"
-        " check scores:") in text
+        " GB. The plan, with the positions each sequence's check scores:") in text and (
+        f"at B = {big_fit}, the most sequences that fit in memory beside it") in detail19  # big's, in the detail
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
     ks = [int(o.shape.split()[-1]) for _, _, o in result.buckets if o and o.shape.startswith("k =")]
@@ -1056,9 +1065,9 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert ("Here that is small throughout, tree 2x3, 15 at B = 1-34, k = 8 at B = 35-95, k = 7 at B = 96-146 and k = 6"
             " at B = 147-241.") in text19 and [(lo, hi) for lo, hi, _ in c19.buckets] == [
                 (1, 34), (35, 95), (96, 146), (147, 241)]
-    assert weights < c1 < 0.0234375 and "small's c rises to 0.0208 by B = 241. The option --detail builds each c from" \
-        " its shape." in text19 and ("Small's c rises with B because its KV cache is a larger share of the target's"
-                                    " than its weights are.") in " ".join(detail19.split())
+    assert weights < c1 < 0.0234375 and "At B = 241 small reads 1.62 GB against 77.91 GB: the KV caches count more," \
+        " and its c rises to 0.0208." in text19 and ("Small's c rises with B because its KV cache is a larger share of"
+                                                    " the target's than its weights are.") in " ".join(detail19.split())
     assert sd.ridge_batch(*sd.token_traffic(512), positions=15) == 32
     # with the tree's ridge elsewhere, the clause is not said
     monkeypatch.setattr(sd, "ridge_batch", lambda *a, **k: 40)

@@ -801,7 +801,8 @@ def wrap(text, width, **indents):
     glued = text.replace(" = ", "\xa0=\xa0")
     for unit in ("GB", "GMACs", "ms"):  # after a digit only: "1.82 GB", not "the GB"
         pieces = glued.split(f" {unit}")
-        glued = pieces[0] + "".join(("\xa0" if a[-1:].isdigit() else " ") + unit + b for a, b in zip(pieces, pieces[1:]))
+        glued = pieces[0] + "".join(("\xa0" if a[-1:].isdigit() else " ") + unit + b
+                                    for a, b in zip(pieces, pieces[1:]))
     glued = textwrap.wrap(glued, width, break_on_hyphens=False, **indents)
     return [line.replace("\xa0", " ") for line in glued]
 

@@ -1841,6 +1841,21 @@ def context_macs_words(n_ctx=None, ref=512):
             f" attention reads {n_ctx} keys, not {ref}." if m < r else "")
 
 
+def check_price_words(k, batch):
+    """Chapters 20 and 26: a check of k+1 positions a sequence at BATCH_CONTEXT, priced in plain passes as a reader
+    checks it, the two times the roofline gives ("" unless the check is compute-bound and the plain pass
+    memory-bound, and the times as printed give the ratio as printed)."""
+    (check, bound), (plain, plain_bound) = (roofline_time(*pass_traffic(LLAMA2_7B, BATCH_CONTEXT, n, batch))
+                                            for n in (k + 1, 1))
+    read = pass_traffic(LLAMA2_7B, BATCH_CONTEXT, 1, batch)[1]
+    if not (bound == "compute" and plain_bound == "memory"
+            and f"{round(check * 1e3, 3) / round(plain * 1e3, 3):.2f}" == f"{check / plain:.2f}"):
+        return ""
+    return (f"At B = {batch} the check's {batch * (k + 1):,} positions take {check * 1e3:.3f} ms of arithmetic, and a"
+            f" plain pass takes {plain * 1e3:.3f} ms to read the weights and {batch} KV caches, {read / 1e9:.2f} GB:"
+            f" {check / plain:.2f} times as long.")
+
+
 def plain_pass_words(batch, n_ctx=None):
     """What a plain pass of batch sequences reads at a short context (BATCH_CONTEXT unless given): the weights
     once and each sequence's KV cache, the bytes chapters 20 and 26 price their check against."""
@@ -4919,9 +4934,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
         " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + "." + (
-            f" At B = {max(batches)} the check is compute-bound, and a plain pass reads the weights and {max(batches)}"
-            " KV caches." if bound_text(LLAMA2_7B, BATCH_CONTEXT, k, max(batches), max(batches), H100) == "compute"
-            else "") + " The option --detail builds both.")
+            " " + check_price_words(k, max(batches)) if check_price_words(k, max(batches)) else "")
+        + " The option --detail builds both.")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -5987,11 +6001,11 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
         " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
         f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real"
-        " short context would have little to copy, and make fewer tokens per call.) Then the"
-        f" pass of {batch * (k + 1):,} positions is"
-        f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-        f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences. The option --detail builds that"
-        " price. The"
+        " short context would have little to copy, and make fewer tokens per call.) " + (
+            check_price_words(k, batch) or f"Then the pass of {batch * (k + 1):,} positions is"
+            f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
+            f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences.")
+        + " The option --detail builds that price. The"
         " speedup"
         " column divides vLLM's tokens per call by that cost" +
         (": slower than plain decoding at every lam in the table." if all(r[3] < 1 for r in rows) else ".") +

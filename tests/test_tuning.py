@@ -849,13 +849,22 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     assert "Takeaway: rates counted at one k give that k's tokens per call exactly" in " ".join(
         section(in_process[1], "27").split())
 
+PRICE_4_48 = ("At B = 256 the check's 1,536 positions take 20.536 ms of arithmetic, and a plain pass takes 4.586 ms"
+              " to read the weights and 256 KV caches, 15.36 GB: 4.48 times as long.")
+
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):
     result, text = in_process[0]["20"], " ".join(section(in_process[1], "20").split())
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256. At B = 256 the check is compute-bound, and a plain pass reads the weights and 256 KV caches. The"
-            " option --detail builds both.") in text  # read 1492 spent 3 minutes reaching 4.48 without the caches
+            " 256. " + PRICE_4_48 + " The option --detail builds both.") in text  # read 1492 spent 3 minutes on 4.48
+    # the two times, by hand: 1,536 positions of 6.61 GMACs (two flops each) at the H100's peak, and the weights plus
+    # 256 KV caches of 16 tokens at its bandwidth; a reader divides the printed times and gets the printed 4.48
+    macs = 1536 * sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 1)[0]
+    read = sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1] + 256 * 2 * 32 * 4096 * 2 * 16
+    check, plain = 2 * macs / sd.H100.flops, read / sd.H100.bandwidth
+    assert f"{check * 1e3:.3f} {plain * 1e3:.3f} {read / 1e9:.2f}" == "20.536 4.586 15.36"
+    assert f"{20.536 / 4.586:.2f}" == f"{check / plain:.2f}" == f"{sd.verify_cost(5, 256):.2f}" == "4.48"
     assert sd.bound_text(sd.LLAMA2_7B, 16, 5, 256, 256, sd.H100) == "compute"
     on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
     assert on[3] < 1 and schedule[3] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
@@ -942,10 +951,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert ("A server of short contexts pays more: their small KV caches add few bytes, so a large batch crosses the"
             " ridge.") in text
     assert ("As a what-if, keep the tokens per call above and change only the pass's cost: suppose 16 tokens of context"
-            " and B = 256. (A real short context would have little to copy, and make fewer tokens per call.) Then the"
-            " pass of 1,536 positions is compute-bound and costs"
-            f" {sd.verify_cost(5, 256):.2f} plain passes over the same 256 sequences. The option --detail builds"
-            " that price.") in text
+            " and B = 256. (A real short context would have little to copy, and make fewer tokens per call.) "
+            + PRICE_4_48 + " The option --detail builds that price.") in text
     rows = in_process[0]["26"].rows
     assert rows[0][0] == 0 and rows[0][1] > 1.05 and (f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per"
                                                       " call: what followed the same characters earlier is often what"
@@ -984,7 +991,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert (lead + " come from two figures. At 16 tokens of context a position does 6.61 GMACs, against 6.74 at"
                 " demo 6's 512: its attention reads 16 keys, not 512. A plain pass there reads 15.36 GB: the weights,"
                 " 13.21 GB, and 256 KV caches of 16 tokens, 2.15 GB.") in details[chapter], chapter
-        assert "15.36 GB" not in bodies[chapter] and "6.61 GMACs" not in bodies[chapter], chapter
+        assert PRICE_4_48 in bodies[chapter] and "6.61 GMACs" not in bodies[chapter], chapter  # the times, in the body
     assert ("Takeaway: stop speculating where a check costs more than it saves, batch size by batch size, as the"
             " per-batch schedule does. A switch that turns it off for good can lose what that schedule keeps.") in text
 

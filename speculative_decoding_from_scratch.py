@@ -919,6 +919,14 @@ def and_list(words, last="and"):
     return ", ".join(words[:-1]) + f" {last} " + words[-1] if len(words) > 1 else "".join(words)
 
 
+def speeds_to_check(a, b):
+    """Two speedups, a the better, to the fewest decimals (2 to 4) at which
+    1 - b / a, as a reader takes it from them, prints as it does to 0.1%:
+    ('3.0295x', '2.8951x')."""
+    d = next((d for d in (2, 3, 4) if f"{1 - round(b, d) / round(a, d):.1%}" == f"{1 - b / a:.1%}"), 4)
+    return f"{a:.{d}f}x", f"{b:.{d}f}x"
+
+
 def number_word(n):
     """A small count in words, as prose writes it: number_word(4) -> 'four'; 10 and up stay digits."""
     return "zero one two three four five six seven eight nine".split()[n] if 0 <= n < 10 else f"{n:,}"
@@ -5576,9 +5584,9 @@ def demo23_engines(**how):
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
         f" {t[2]} positions with the text's last token. Chapter 19 prices the plan with small's draft passes" + (
-            f" at c = {small_c[0]:.3f} at B = 1, rising to {small_c[1]:.3f} at B = {c19.max_batch}, far below the"
-            " lesson's 0.1" if max(small_c) < 0.05 else "") + ". The plan is below; chapters 25 and 32 say why it has"
-        " this shape:")
+            f" at c = {small_c[0]:.3f} at B = 1, rising to {small_c[1]:.3f} at B = {c19.max_batch} as its KV"
+            " caches count more, all far below the lesson's 0.1" if small_c[0] < small_c[1] < .05 else "")
+        + ". The plan is below; chapters 25 and 32 say why it has this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -5614,11 +5622,14 @@ def demo23_engines(**how):
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
         tree_planned = any(o is not None and o.shape.startswith("tree") for _, _, o in c19.buckets)
         said = tree_loss_words(c19, main, own, t) if tree_planned else ""  # why the loss peaks below the ridge
+        ix = tree_and_chain(c19, main, t, own[2])  # the tree's and the chain's speedups at the worst B, to check
+        pair = speeds_to_check(*c19.speeds[own[1] - 1, list(ix)]) if None not in ix else None
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"{and_list(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
-            f" {own[1]:,}, where the plan runs the tree, {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}"
+            f" {own[1]:,}, where the plan runs the tree{f' at {pair[0]}' * bool(pair)},"
+            f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}{f' at {pair[1]}' * bool(pair)}"
             + (f", the best there of the chains k = 1 to {c19.k_max} the plan considers. They are"
                f" {own[0]:.1%} slower: all of that loss comes from not running the tree."
                if best_chain(c19, main, own[1]) == f"k = {own[2]}" else

@@ -6137,15 +6137,11 @@ def demo27_rates(**how):
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. That is eq. 1, with rate i in"
         " place of alpha^i. How close is that 'about'?"
         " The rates here are exact, as a server counting many rounds would find them."
-        f" For chapter 19's two drafts, big (blend {c19.big_weight:g}) and small (the middling draft), 1 plus the first"
-        f" k of their rates at k = {k_max}, against each k's exact tokens per call:")
-    print()
-    table([("k", 3, "d")] + [(f"{label}\n{n}", 12, ".4f") for n in r.names for label in ("from rates", "exact")],
-          [(k, *[v for rates, exact in zip(r.rates, r.exact) for v in (1 + sum(rates[:k]), exact[k - 1])])
-           for k in range(1, k_max + 1)])
-    print()
-    short = [k for k in range(1, k_max) if all(each[k - 1] > 0 for each in r.low)]  # the rates read low for both
-    low = max((each[k - 1] for each in r.low for k in short), default=0.0)
+        f" For chapter 19's small draft (the middling draft), 1 plus the first k of its rates at k = {k_max}, against"
+        f" each k's exact tokens per call ({r.names[0]}'s, blend {c19.big_weight:g}, are in --detail):")
+    rates_table(r, 1)
+    short = [k for k in range(1, k_max) if r.low[1][k - 1] > 0]  # where small's rates read low
+    low = max((r.low[1][k - 1] for k in short), default=0.0)
     say(f"At k = {k_max} the two agree: the rates were counted there." if r.at_k else
         f"NOT even at k = {k_max} do the two agree.",
         f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
@@ -6170,15 +6166,11 @@ def demo27_rates(**how):
             f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
     check, untolerant = chapter19_search(c19)
     print()
-    say("What does it cost? Chapter 19's plan picks a drafter and a chain of k drafts" + (
-        " or a tree" if any(d.tree for d in c19.measured) else "") + " for each batch size B (the sequences a server"
-        " decodes at once), and prices its chains from these rates. A search prices every chain exactly and takes"
-        " the best at each B." + (" Both price the tree alike, from sampled rounds."
-                                  if [d.tree is not None for d in c19.measured] == [False, True] else "")
-        + (f" Priced exactly, the picks of a plan from these rates come within {untolerant.worst:.2%} of the search's"
-           " speedup at every B: that is what the rates cost. Chapter 19's plan adds a margin: going up in B, it"
-           f" keeps its pick until that pick falls {c19.tol:.1%} behind the best, so as not to switch for less."
-           " The option --detail prices that margin."
+    say("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
+        " what its prices favour, pricing its chains from these rates. A search instead prices every chain exactly."
+        + (f" Picking by the rates costs at most {untolerant.worst:.2%} of the search's speedup at any B. Chapter 19's"
+           f" plan also keeps a pick until it falls {c19.tol:.1%} behind the best, so as not to switch for less;"
+           " --detail prices that margin."
            if 0 < untolerant.worst < check.worst / 2 else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            f" plan from the rates with no margin comes within {untolerant.worst:.2%} of the search."
@@ -6192,11 +6184,22 @@ def demo27_rates(**how):
               "a shorter k's rounds start elsewhere": r.bonus,
               "the rates cost the plan under 0.1%": untolerant.worst < 0.001})
     return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant, margin=(
+        ("The search and the plan price the tree alike, from sampled rounds. "
+         if [d.tree is not None for d in c19.measured] == [False, True] else "") +
         f"Chapter 19's plan keeps its pick, as B grows, until that pick prices more than {c19.tol:.1%} below the best"
         f" at that B. Its picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any"
         " B:"
         f" most of that is the margin, since a plan from the same rates with no margin comes within"
         f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else ""))
+
+
+def rates_table(r, i):
+    """Chapter 27's table for drafter i: 1 plus the first k of its rates at k_max against each k's exact tokens per
+    call, after a blank line and before one."""
+    print()
+    table([("k", 3, "d"), ("from rates", 12, ".4f"), ("exact", 10, ".4f")],
+          [(k, 1 + sum(r.rates[i][:k]), r.exact[i][k - 1]) for k in range(1, r.k_max + 1)])
+    print()
 
 
 def demo27_detail(result):
@@ -6208,6 +6211,11 @@ def demo27_detail(result):
     if result.margin:
         print()
         say(result.margin)
+    print()
+    say(f"{r.names[0].capitalize()} (blend {c19.big_weight:g}), the same way:")
+    rates_table(r, 0)
+    low = [x for x in r.low[0] if x > 0]
+    say(f"Its rates too read low at every shorter k, by at most {max(low):.4f}." if len(low) == k_max - 1 else "")
     if r.below and r.why:
         small = c19.drafters[1][2]
         print()

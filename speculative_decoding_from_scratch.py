@@ -5883,11 +5883,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
-    say(f"A pass of B sequences stays under the ridge while each sequence scores at most about {s.ridge_base:.1f} / B"
-        f" + {each:.3f} positions. A position does {s.m / 1e9:.2f} GMACs. The weights, {s.w / 1e9:.2f} GB, are read"
-        f" once for the whole batch: {ridge():.1f} * {s.w / 1e9:.2f} / {s.m / 1e9:.2f} = {s.ridge_base:.1f}. Each"
-        f" sequence's KV cache adds {s.kv / 1e9:.4f} GB of its own: {ridge():.1f} * {s.kv / 1e9:.4f} /"
-        f" {s.m / 1e9:.2f} = {each:.3f}. At B = 1 that is demo 6's {s.alone}. As B grows, the limit falls toward"
+    say(ridge_words(s) + f" At B = 1 the limit is demo 6's {s.alone}. As B grows, it falls toward"
         f" {each:.3f} positions per sequence. Every check in the table below scores more than that"
         f" ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions). So each reaches the ridge at some B,"
         f" the first at which {s.ridge_base:.1f} / B + {each:.3f} falls below its positions per sequence."
@@ -5921,8 +5917,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         wins = (s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
                 and s.first_speed > s.chain_speed)
-        say("The tree is the first to give way: it checks the most positions a sequence. Chapter 32 says why it wins"
-            " at B = 1, chapter 35 prices its loss B by B, and --detail gives both in short.")
+        say("The tree is the first to give way: it checks the most positions per sequence. Chapter 32 says why it wins"
+            " at B = 1, chapter 35 prices its loss B by B, and the option --detail gives both in short.")
         priced = " ".join((  # the detail's: why the tree wins at B = 1 and gives way just past its ridge
             "The tree against " + chain.shape + ", the plan's next pick." + (
                 f" At B = 1 the tree wins, though it makes fewer tokens per call, {tree.tokens:.2f} against"
@@ -5972,7 +5968,6 @@ def demo25_detail(result):
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
         result.priced,
-        ridge_words(s) if s.ridge_each > 0 else "",
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"

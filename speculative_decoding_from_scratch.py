@@ -4930,8 +4930,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     note = long_context_note(k, [len(prompt)])
     say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-        " Llama-2-7B-shaped decoder running B sequences at once, a character a token. All B sequences are priced as copies"
-        " of this one run. The pass is priced at a deliberately short"
+        " Llama-2-7B-shaped decoder running B sequences at once, a character a token. All B sequences are priced as"
+        " copies of this one run. The pass is priced at a deliberately short"
         f" {BATCH_CONTEXT} tokens of context, so that a large batch crosses the ridge. At the prompt's own length no"
         " batch that fits in memory crosses it, so a switch would have nothing to save; --detail says why." if note
         else

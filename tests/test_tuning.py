@@ -970,8 +970,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = bodies["20"]
     assert ("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
             " Llama-2-7B-shaped decoder running B sequences at once, a character a token. All B sequences are priced as"
-            " copies of this one run. The pass is priced at a deliberately short 16 tokens of context, so that a large batch crosses"
-            " the ridge.") in text  # the model priced first
+            " copies of this one run. The pass is priced at a deliberately short 16 tokens of context, so that a large"
+            " batch crosses the ridge.") in text  # the model priced first
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So a check would"

@@ -4062,8 +4062,8 @@ APEX_BUGS = {
 
 APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "after a rejection redraws y, draws the token after y from the row y itself came"
-                          " from, not the target's row after y",
+              "next row": "after a rejection redraws y, then takes p for the token after y from the stale row y"
+                          " was drawn from, not the target's row after y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 
@@ -6668,8 +6668,11 @@ def demo30_pairs():
                     "The option --detail adds the sums term by term, and checks that the block's first token follows"
                     " p."
                     if why[3] else ""])
+    kept = [sum(r[1] * r[i] for r in pairs) for i in (6, 5)]  # drafts a round, block and token-wise, over the pairs
     takeaway(f"the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"
-             f" none does: {ninths(gap)} of a draft a round in all, here.",
+             f" none does: {ninths(gap)} of a draft a round in all, here" + (
+                 f", {ninths(kept[0])} against token-wise checking's {ninths(kept[1])}."
+                 if abs(kept[0] - kept[1] - gap) < 1e-9 else "."),
              {"the block gains on 'a' then 'b'": bool(why[0]), "it gives some back on 'a' then 'a'": bool(gives_back),
               "the pairs add up to the block's gain": bool(net)})
     return SimpleNamespace(pairs=pairs, gap=gap)

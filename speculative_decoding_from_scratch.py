@@ -2247,8 +2247,8 @@ def demo8_trees(n_rounds=200):
     width buys."""
     say("A tree drafts several candidates per node, and one target pass checks them all. A tree verifier walks"
         " down from the root, as in SpecInfer (Miao et al. 2023). It tries a node's children one at a time, each"
-        " kept with chance min(1, p/q). After a rejection, p becomes the residual, max(0, p - q) normalised,"
-        " before the next sibling is tried. A kept child continues the walk at its children; if all are rejected,"
+        " kept with chance min(1, p/q), with q the distribution that child was drawn from. After a rejection, p"
+        " becomes the residual, max(0, p - q) normalised, before the next sibling is tried. A kept child continues the walk at its children; if all are rejected,"
         " the next token is drawn from the last residual. The children are drawn one of two ways: independently,"
         " each from q, or distinct, without replacement, each from q with the siblings drawn before it removed,"
         " renormalised. The released code of EAGLE-1, a trained draft head, draws them distinct."
@@ -2277,7 +2277,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         " drafts. One target pass scores every node and also the text's last token; that token's p judges the"
         " first-level drafts. With"
         " one child a node, independent and distinct drawing are the same, so a chain's measured value is in the"
-        " independent column. Only a chain has an exact value.")
+        " independent column. Only a chain has an exact value; the script does not enumerate a tree's"
+        " rounds.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
            ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 14, ".2f")], rows,

@@ -2248,11 +2248,12 @@ def demo8_trees(n_rounds=200):
     say("A tree drafts several candidates per node, and one target pass checks them all. A tree verifier walks"
         " down from the root, as in SpecInfer (Miao et al. 2023). It tries a node's children one at a time, each"
         " kept with chance min(1, p/q), with q the distribution that child was drawn from. After a rejection, p"
-        " becomes the residual, max(0, p - q) normalised, before the next sibling is tried. A kept child continues the walk at its children; if all are rejected,"
-        " the next token is drawn from the last residual. The children are drawn one of two ways: independently,"
-        " each from q, or distinct, without replacement, each from q with the siblings drawn before it removed,"
-        " renormalised. The released code of EAGLE-1, a trained draft head, draws them distinct."
-        " Chapter 33 shows how one pass checks a tree, and asks whether both ways keep the target's distribution.")
+        " becomes the residual, max(0, p - q) normalised, before the next sibling is tried. A kept child continues"
+        " the walk at its children; if all are rejected, the next token is drawn from the last residual. The"
+        " children are drawn one of two ways: independently, each from q, or distinct, without replacement, each"
+        " from q with the siblings drawn before it removed, renormalised. The released code of EAGLE-1, a trained"
+        " draft head, draws them distinct. Chapter 33 shows how one pass checks a tree, and asks whether both ways"
+        " keep the target's distribution.")
     rates, chains_fit, wider = demo8_depth_and_width(n_rounds)
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).",
              {"every chain agrees with its exact value": chains_fit, "the widest tree beats the chain": wider})

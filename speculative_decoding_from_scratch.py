@@ -5293,10 +5293,11 @@ def greedy_parting(k=4, n_tokens=32, n=3):
     print()
     for line in (
             "relaxed      keep x if it is among p's n likeliest and",
-            "             p(x) >= max p - delta. TensorRT-LLM uses it with MTP",
-            "             (multi-token prediction) heads, extra output layers that",
-            "             guess ahead (chapter 16), in a reasoning model's thinking",
-            "             phase; here it judges every token. Setting: n, delta.",
+            "             p(x) >= max p - delta. TensorRT-LLM uses it in a",
+            "             reasoning model's thinking phase, with MTP heads: extra",
+            "             output layers that guess ahead (multi-token prediction,",
+            "             chapter 16). Here it judges every token. Setting: n,",
+            "             delta.",
             "fly          vLLM's FLy: keep a draft that is not the argmax if (a)",
             "             the entropy of p's top 3 (-sum p ln p over those three, not",
             "             renormalised, at most ln 3) is at least a threshold, and",

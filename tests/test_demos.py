@@ -78,6 +78,20 @@ def test_the_lesson_and_every_chapter_fit_80_columns_and_end_each_with_a_takeawa
     assert "Chapter" not in full_run.split("The chapters go beyond")[0]  # the lesson is demos 1 to 6
 
 
+def test_prose_never_splits_an_equation_or_a_number_from_its_unit(full_run, all_run):
+    # 'k =' at a line's end, '= 4' or 'GB' at the next one's start made a reader piece a sentence together (read 1486)
+    lines = (full_run + all_run).splitlines()
+    assert not [line for line in lines if line.endswith(" =") or line.lstrip().startswith(("= ", "GB", "ms "))]
+    assert sd.wrap("a b k = 4", 7) == ["a b", "k = 4"] and sd.wrap("it reads 1.82 GB", 14) == ["it reads", "1.82 GB"]
+    assert sd.wrap("the GB", 4) == ["the", "GB"]  # a unit glues only to a number
+
+
+def test_two_speedups_print_to_the_decimals_at_which_a_reader_gets_their_printed_loss():
+    # chapter 23's pair: at 2 decimals 1 - 2.90 / 3.03 is 4.3%, where the loss is 4.4%; at 4 it is 4.4%
+    assert sd.speeds_to_check(3.029549655643762, 2.8950537501617863) == ("3.0295x", "2.8951x")
+    assert sd.speeds_to_check(2.0, 1.5) == ("2.00x", "1.50x")  # 25.0% either way: two decimals do
+
+
 def test_no_sentence_prints_an_unfilled_field(full_run, all_run):
     # a string that lost its f prints its field as typed: '{P_REJECT:g}' where 0.001 belongs (read 231 met one)
     field = re.compile(r"\{[A-Za-z_][\w.\[\]]*(?:![rsa])?(?::[^{}\s]*)?\}")  # a spec has no spaces

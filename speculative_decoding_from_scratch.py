@@ -1859,9 +1859,10 @@ def check_price_words(k, batch):
     if not (bound == "compute" and plain_bound == "memory"
             and f"{round(check * 1e3, 3) / round(plain * 1e3, 3):.2f}" == f"{check / plain:.2f}"):
         return ""
-    return (f"At B = {batch} the check's {batch * (k + 1):,} positions take {check * 1e3:.3f} ms of arithmetic, and a"
-            f" plain pass takes {plain * 1e3:.3f} ms to read the weights and {batch} KV caches, {read / 1e9:.2f} GB:"
-            f" {check / plain:.2f} times as long.")
+    per = pass_traffic(LLAMA2_7B, BATCH_CONTEXT, 1, 1)[0] / 1e9  # a position's GMACs: its attention reads few keys
+    return (f"At B = {batch} the check's {batch * (k + 1):,} positions, {per:.2f} GMACs each at {BATCH_CONTEXT} tokens"
+            f" of context, take {check * 1e3:.3f} ms of arithmetic, and a plain pass takes {plain * 1e3:.3f} ms to read"
+            f" the weights and {batch} KV caches, {read / 1e9:.2f} GB: {check / plain:.2f} times as long.")
 
 
 def plain_pass_words(batch, n_ctx=None):

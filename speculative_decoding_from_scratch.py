@@ -3649,6 +3649,22 @@ def ninths(x, sign=False):
         f"{x:+.3f}" if sign else f"{x:.3f}")
 
 
+def block_pairs(P2, Q2):
+    """Chapter 14's example, pair by pair: each pair of drafts, its chance
+    under q, the block's w_1, h_1 and w_2 (through accept_prob and
+    block_threshold), the drafts kept on average by token-wise checking and by
+    the block, and the change weighed by the pair's chance."""
+    rows = []
+    for x1, x2 in product(range(2), repeat=2):
+        a1, a2 = accept_prob(P2[0], Q2[0], x1), accept_prob(P2[1], Q2[1], x2)
+        w2 = accept_prob(a1 * P2[1], Q2[1], x2)  # the block's weight after both: min(1, w_1 p / q)
+        tw, bl = a1 + a1 * a2, 2 * w2 + (1 - w2) * block_threshold(a1, P2[1], Q2[1])
+        chance = Q2[0, x1] * Q2[1, x2]
+        rows.append((f"{'ab'[x1]} {'ab'[x2]}", chance, a1, block_threshold(a1, P2[1], Q2[1]), w2, tw, bl,
+                     chance * (bl - tw)))
+    return rows
+
+
 # -----------------------------------------------------------------------------
 # Chapter 15. How did a shipped block verifier break?
 
@@ -6560,22 +6576,6 @@ def net_words(pairs, gap, z_b=0.0):
                " always, and the second draft with chance w_2.")
     return (tie + " Weighed by each pair's chance under q, the block gains"
             f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
-
-
-def block_pairs(P2, Q2):
-    """Chapter 14's example, pair by pair: each pair of drafts, its chance
-    under q, the block's w_1, h_1 and w_2 (through accept_prob and
-    block_threshold), the drafts kept on average by token-wise checking and by
-    the block, and the change weighed by the pair's chance."""
-    rows = []
-    for x1, x2 in product(range(2), repeat=2):
-        a1, a2 = accept_prob(P2[0], Q2[0], x1), accept_prob(P2[1], Q2[1], x2)
-        w2 = accept_prob(a1 * P2[1], Q2[1], x2)  # the block's weight after both: min(1, w_1 p / q)
-        tw, bl = a1 + a1 * a2, 2 * w2 + (1 - w2) * block_threshold(a1, P2[1], Q2[1])
-        chance = Q2[0, x1] * Q2[1, x2]
-        rows.append((f"{'ab'[x1]} {'ab'[x2]}", chance, a1, block_threshold(a1, P2[1], Q2[1]), w2, tw, bl,
-                     chance * (bl - tw)))
-    return rows
 
 
 def block_pair_words(P2, Q2, pairs, net, parts=False):

@@ -4666,11 +4666,8 @@ def demo19_tuning(**how):
     print()
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
-    reads = {(d, b): pass_traffic(d, n_ctx, 1, b) for d in (big, small, LLAMA2_7B) for b in (1, max_batch)}
-    by_bytes = all(roofline_time(*t)[1] == "memory" for t in reads.values()) and all(  # c is a ratio of bytes
-        abs(reads[d, b][1] / reads[LLAMA2_7B, b][1] - draft_cost(b, n_ctx, draft=d)) < 1e-12
-        for d, b in ((big, 1), (small, 1), (small, max_batch)))
-    gb = lambda d, b: f"{reads[d, b][1] / 1e9:.2f} GB"  # noqa: E731
+    gb = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx)
+    by_bytes = gb is not None
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
         f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
         f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table. Its c, a"
@@ -4770,6 +4767,18 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
         first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
         chain=chain, chain_speed=speeds[0, options.index(chain)] if chain is not None else None,
         longest_speed=speeds[0, options.index(longest)] if longest is not None else None)
+
+
+def pass_bytes(pairs, n_ctx):
+    """Chapters 19 and 32: the bytes a pass reads, as text, gb(shape, B) ->
+    '1.82 GB', for each (draft, B) in pairs and the target at those B; None
+    unless every such pass is memory-bound and each draft's c is its bytes
+    over the target's."""
+    reads = {(d, b): pass_traffic(d, n_ctx, 1, b) for d, b in [*pairs, *((LLAMA2_7B, b) for _, b in pairs)]}
+    if not (all(roofline_time(*t)[1] == "memory" for t in reads.values()) and all(
+            abs(reads[d, b][1] / reads[LLAMA2_7B, b][1] - draft_cost(b, n_ctx, draft=d)) < 1e-12 for d, b in pairs)):
+        return None
+    return lambda d, b: f"{reads[d, b][1] / 1e9:.2f} GB"
 
 
 def demo19_shape(s, n_ctx, max_batch):

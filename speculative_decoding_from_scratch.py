@@ -6780,11 +6780,13 @@ def demo32_first_choice(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     say("The plan of chapter 19 picks, at each batch size B, one of two draft models and how to run it. Big (blend"
         f" {c19.big_weight:g}) stands for a {big[2]}-layer model of width {big[0]}, small (the middling draft) for"
-        f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}."
-        f" {output_layer_words((big, small), c19.n_ctx)} A draft's c, a pass's cost in target passes, comes from the"
-        " bytes a"
-        " pass reads: its weights, and every sequence's"
-        " KV cache, the keys and values of its tokens. A chain of k drafts takes k draft passes. Its tokens per call"
+        f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's"
+        " c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's"
+        " KV cache, the keys and values of its tokens." + (
+            f" At B = 1 each pass is memory-bound: big reads {gb(big, 1)} and small {gb(small, 1)}, against the"
+            f" target's {gb(LLAMA2_7B, 1)}, so c is {s.c[0]:.4f} for big and {s.c_small[0]:.4f} for small."
+            if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
+        + " A chain of k drafts takes k draft passes. Its tokens per call"
         " are 1 + r_1 + ... + r_k, eq. 1 with each alpha^i replaced by r_i. Here r_i is the share of rounds in which"
         " drafts 1"
         " to i were all kept, computed exactly (chapter 19). Small's tree,"

@@ -451,7 +451,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     layers_only = (sd.pass_traffic(small, 0, 1, 1)[1] - 2 * 768 * 32000) / sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[1]
     assert 1.9 < sd.draft_cost(1, 512, draft=small) / layers_only < 2.1
     assert "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's" \
-        in text32
+        in detail19 and "output layer" not in text32  # chapter 32 gives the bytes c divides, as chapter 19 does
+    assert ("At B = 1 each pass is memory-bound: big reads 1.82 GB and small 0.11 GB, against the target's 13.48 GB, so"
+            f" c is {c[0]:.4f} for big and {c_smalls[0]:.4f} for small.") in text32  # read 1489 checked the shares
     assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
             f" both models' passes, so big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
             f" 0.25, while small's rises only toward {kv_small:.4f}.") in text32 and "Big's c rises" not in text32

@@ -7188,9 +7188,9 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
         " measured: plain decoding's time per token, timed here, over this run's.")
     say(f"The middling draft runs {runs[0][3]} rounds at the lesson's k = {runs[0][2]}.")
-    say(f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}, which refined prefers"
-        + (f" over k = {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1 else "."),
-        clock=True)
+    say(f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}" + (
+        f"; refined prefers it to k = {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1 else "."),
+        clock=True)  # one line at the clock's width: read 1501 pieced the sentence together across its mark
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),

@@ -1853,16 +1853,16 @@ def check_price_words(k, batch):
     """Chapters 20 and 26: a check of k+1 positions a sequence at BATCH_CONTEXT, priced in plain passes as a reader
     checks it, the two times the roofline gives ("" unless the check is compute-bound and the plain pass
     memory-bound, and the times as printed give the ratio as printed)."""
+    per, w, kv = token_traffic(BATCH_CONTEXT)  # a position's MACs (its attention reads few keys), and the bytes
     (check, bound), (plain, plain_bound) = (roofline_time(*pass_traffic(LLAMA2_7B, BATCH_CONTEXT, n, batch))
                                             for n in (k + 1, 1))
-    read = pass_traffic(LLAMA2_7B, BATCH_CONTEXT, 1, batch)[1]
     if not (bound == "compute" and plain_bound == "memory"
-            and f"{round(check * 1e3, 3) / round(plain * 1e3, 3):.2f}" == f"{check / plain:.2f}"):
+            and f"{round(check * 1e3, 3) / round(plain * 1e3, 3):.2f}" == f"{verify_cost(k, batch):.2f}"):
         return ""
-    per = pass_traffic(LLAMA2_7B, BATCH_CONTEXT, 1, 1)[0] / 1e9  # a position's GMACs: its attention reads few keys
-    return (f"At B = {batch} the check's {batch * (k + 1):,} positions, {per:.2f} GMACs each at {BATCH_CONTEXT} tokens"
-            f" of context, take {check * 1e3:.3f} ms of arithmetic, and a plain pass takes {plain * 1e3:.3f} ms to read"
-            f" the weights and {batch} KV caches, {read / 1e9:.2f} GB: {check / plain:.2f} times as long.")
+    return (f"At B = {batch} the check's {batch * (k + 1):,} positions, {per / 1e9:.2f} GMACs each at {BATCH_CONTEXT}"
+            f" tokens of context, take {check * 1e3:.3f} ms of arithmetic, and a plain pass takes {plain * 1e3:.3f} ms"
+            f" to read the weights and {batch} KV caches, {(w + batch * kv) / 1e9:.2f} GB: {verify_cost(k, batch):.2f}"
+            " times as long.")
 
 
 def plain_pass_words(batch, n_ctx=None):
@@ -4974,9 +4974,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + "." + (
-            " " + check_price_words(k, max(batches)) if check_price_words(k, max(batches)) else "")
-        + " The option --detail builds both.")
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", check_price_words(k, max(batches)),
+        "The option --detail builds both.")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -5662,8 +5661,8 @@ def demo23_engines(**how):
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"{and_list(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
-            f" {own[1]:,}, where the plan runs the tree{f' at {pair[0]}' * bool(pair)},"
-            f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}{f' at {pair[1]}' * bool(pair)}"
+            f" {own[1]:,}, where the plan runs the tree{f' at {pair[0]}' if pair else ''},"
+            f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}{f' at {pair[1]}' if pair else ''}"
             + (f", the best there of the chains k = 1 to {c19.k_max} the plan considers. They are"
                f" {own[0]:.1%} slower: all of that loss comes from not running the tree."
                if best_chain(c19, main, own[1]) == f"k = {own[2]}" else

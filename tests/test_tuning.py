@@ -763,6 +763,15 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert sd.option_speedup(tree, 1, 512) == pytest.approx(tree.tokens / (1 + tree.draft_passes * c1))
 
 
+def test_chapter23_says_its_loss_without_the_two_speedups_when_it_cannot_find_them(monkeypatch):
+    # with the tree's or the chain's option not found, the sentence drops the speedups, and the chapter runs on
+    monkeypatch.setattr(sd, "tree_and_chain", lambda *a: (None, None))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.demo23_engines()
+    assert "where the plan runs the tree, they run k = 8, the best there" in " ".join(out.getvalue().split())
+
+
 def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_process):
     text = " ".join(section(in_process[1], "27").split())
     better = sd.blend(sd.TARGET, sd.UNRELATED, 0.75)

@@ -4634,7 +4634,7 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, 
 
 
 def output_layer_words(shapes, n_ctx, names=("big", "small")):
-    """Chapters 19 and 32: each draft shape's output layer, over its vocabulary, as a share of its weights, which
+    """Chapter 19's detail: each draft shape's output layer, over its vocabulary, as a share of its weights, which
     a count of layers and widths leaves out (read 1418 found small's c twice its layers' share), and what that
     does to the last shape's c at B = 1."""
     vocab = {d[3] for d in shapes}
@@ -4678,11 +4678,11 @@ def demo19_tuning(**how):
             f" count most: big reads {gb(big, 1)} and small {gb(small, 1)}, against the target's"
             f" {gb(LLAMA2_7B, 1)}, so c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. At B ="
             f" {max_batch} small reads {gb(small, max_batch)} against {gb(LLAMA2_7B, max_batch)}: the KV caches count"
-            f" more, and its c rises to {max(shape.c_small):.4f}. The option --detail builds each pass's bytes from"
-            " its shape." if bytes_set_c and by_bytes else
+            f" more, and its c rises to {max(shape.c_small):.4f}. The option --detail says what in each shape sets"
+            " its bytes." if bytes_set_c and by_bytes else
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small. As B"
             f" grows the KV caches count more, and small's c rises to {max(shape.c_small):.4f} by B ="
-            f" {max_batch}. The option --detail builds each c from its shape." if bytes_set_c else ""))
+            f" {max_batch}. The option --detail says what in each shape sets its c." if bytes_set_c else ""))
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",

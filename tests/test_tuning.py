@@ -442,6 +442,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
         "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's weights,"
         " 46% of small's. So small's c at B = 1, 0.0083, is about twice what its 4 layers alone would give.")
     assert "output layer" not in text
+    # the pointer says what the detail gives, the output layer's share of the weights (the review found it promised
+    # to build the bytes, which the detail does not)
+    assert "and its c rises to 0.0208. The option --detail says what in each shape sets its bytes." in text
     text32 = " ".join(section(in_process[1], "32").split())
     # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
     # out when they counted layers x width^2 against c

@@ -4812,8 +4812,9 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: its rates' error, the tree's check, and big's c
-    as B grows."""
+    """Chapter 19 in detail: what in each shape sets its c (the output layer's
+    share, the KV cache's), the plan's margin, the tree's check, and big's c as
+    B grows."""
     s = result.shape
     paragraphs = [
         result.c_words,
@@ -5014,7 +5015,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
 
 
 def demo20_detail(result):
-    """Chapter 20 in detail: why it prices passes at BATCH_CONTEXT tokens, not at its prompt's own length."""
+    """Chapter 20 in detail: why it prices passes at BATCH_CONTEXT tokens, not at its prompt's own length, and
+    the two figures behind a check's price there."""
     say_paragraphs([f"Why price at {BATCH_CONTEXT} tokens, not at the prompt's own length? " + result.note + " So a"
                     " check would cost what a plain step does there, and a switch would have nothing to save."
                     if result.note else "", result.price])
@@ -5995,8 +5997,9 @@ def ridge_arithmetic(s):
 
 
 def demo25_detail(result):
-    """Chapter 25 in detail: the ridge in gigabytes, and where a plain pass's
-    MACs per byte tend as the batch grows."""
+    """Chapter 25 in detail: why the tree wins at B = 1 and gives way past its
+    ridge, the ridge in gigabytes, and where a plain pass's MACs per byte tend
+    as the batch grows."""
     s, tol = result.shape, result.c19.tol
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
@@ -6231,8 +6234,9 @@ def rates_table(r, i):
 
 
 def demo27_detail(result):
-    """Chapter 27 in detail: why small's rounds of k_max rarely start after
-    the token its drafts pass most after, token by token."""
+    """Chapter 27 in detail: what chapter 19's margin costs, big's rates
+    against its exact counts, and why small's rounds of k_max rarely start
+    after the token its drafts pass most after, token by token."""
     c19, r = result.c19, result.rates
     k_max, s = r.k_max, r.starts[0]
     d = f"'{name(s.short)}'"

@@ -869,6 +869,7 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     assert "Takeaway: rates counted at one k give that k's tokens per call exactly" in " ".join(
         section(in_process[1], "27").split())
 
+
 PRICE_4_48 = ("At B = 256 the check's 1,536 positions, 6.61 GMACs each at 16 tokens of context, take 20.536 ms of"
               " arithmetic, and a plain pass takes 4.586 ms to read the weights and 256 KV caches, 15.36 GB: 4.48 times"
               " as long.")  # read 1499 priced the positions at demo 6's 6.74 and got 20.94 ms
@@ -1015,6 +1016,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert PRICE_4_48 in bodies[chapter] and "against 6.74" not in bodies[chapter], chapter  # the times, in the body
     assert ("Takeaway: stop speculating where a check costs more than it saves, batch size by batch size, as the"
             " per-batch schedule does. A switch that turns it off for good can lose what that schedule keeps.") in text
+
 
 def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
     # always on's B = 256 speedup beats tokens per call over a full check's price: many rounds propose fewer drafts

@@ -8032,7 +8032,7 @@ def arg_parser():
     ap.add_argument("--list", action="store_true", help="print the lesson's and the chapters' questions")
     *most, last = DETAILS
     ap.add_argument("--detail", action="store_true", help=f"demos and chapters {', '.join(most)} and {last} add "
-                    "detail, in that order: a sample beside its target, why where rounds start matters, where "
+                    "detail, among them: a sample beside its target, why where rounds start matters, where "
                     "rounds start, a long context on the roofline, vLLM's settings and their history, plans and "
                     "adaptive draft lengths, how a long text's fit pools its bins, why this BLAS charges for columns, "
                     "why a wrong residual's first tokens stay exact, lossy verifiers plotted against their distance, "

@@ -980,8 +980,7 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     result, text = demo["9"]
     assert [(r[0], round(r[1], 12)) for r in result.row] == [("probabilistic", 0.5), ("one-hot", 0.9),
                                                               ("strict", 0.39)]
-    for label, *values, most in result.pairs:
-        tokens = values[3:]
+    for label, *tokens, most in result.pairs:
         names = ["prob", "1-hot", "strict", "block", "b 1-hot"]
         assert most == names[next(i for i, t in enumerate(tokens) if t >= max(tokens) - 1e-9)]
         assert tokens[3] >= tokens[0] - 1e-12  # block never keeps fewer than the token-wise rule

@@ -1829,14 +1829,25 @@ def long_context_note(k, lengths, hw=H100, then="", why=True):
     alone = free_positions(hw=hw)
     if not (worst < 1.005 and macs / read < ridge(hw) and fit * (k + 1) > alone):
         return ""
-    batches = (f"Demo 6's {alone} free positions were for one sequence. A server decodes B sequences at once, and each"
-               " adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too. "
-               if why else "")
+    batches = batches_words(hw) + " " if why else ""
     return (batches + f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
             f" {k + 1} positions for each sequence takes {worst:.2f} times as long as a plain pass of one position"
             f" each. That holds at every batch that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB: the pass stays"
             " memory-bound." + then)
+
+
+def batches_words(hw=H100):
+    """Why chapters 20 and 26 price a batch, not demo 6's one sequence: each sequence adds its own KV cache."""
+    return (f"Demo 6's {free_positions(hw=hw)} free positions were for one sequence. A server decodes B sequences at"
+            " once, and each adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow"
+            " with B too.")
+
+
+def price_figures_words(lead, batch):
+    """Chapters 20 and 26 in detail: the figures behind a check's price at BATCH_CONTEXT, after a lead naming it."""
+    figures = [w for w in (context_macs_words(), plain_pass_words(batch)) if w]
+    return " ".join((f"{lead} come from {number_word(len(figures))} figures.", *figures))
 
 
 def context_macs_words(n_ctx=None, ref=512):
@@ -5008,9 +5019,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, note=note, price=" ".join(
-        (f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)} come from two figures.",
-         context_macs_words(), plain_pass_words(max(batches)))))
+    return SimpleNamespace(rows=rows, loses=loses, note=note, price=price_figures_words(
+        f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}", max(batches)))
 
 
 def demo20_detail(result):
@@ -6064,11 +6074,9 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     print()
     say("vLLM runs this draft with:")
     print("\n  --speculative-config '" + json.dumps(config).replace(' "prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
-    why = long_context_note(k, [len(t) for t in texts])
     return SimpleNamespace(rows=rows, config=config, detail=[
-        "Why does a check cost a plain pass at the prompts' lengths? " + why[:why.find("At the prompt")] if why else "",
-        " ".join((f"The what-if's {verify_cost(k, batch):.2f} plain passes come from two figures.",
-                  context_macs_words(), plain_pass_words(batch)))])
+        "Why does a check cost a plain pass at the prompts' lengths? " + batches_words() if note else "",
+        price_figures_words(f"The what-if's {verify_cost(k, batch):.2f} plain passes", batch)])
 
 
 def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):

@@ -3594,7 +3594,7 @@ def demo14_block_gain():
         (f"The block's {ninths(rows[1][1])} sums, over the {number_word(len(pairs))} pairs of drafts, each pair's"
          f" chance under q times the drafts the block keeps. For {and_list([r[0] for r in pairs])}: "
          + " + ".join(f"{ninths(r[1])} * {fraction(r[6])}" for r in pairs) + ". Chapter 30 shows how."
-         if abs(sum(r[1] * r[6] for r in pairs) - rows[1][1]) < 1e-12 else ""),
+         if abs(pairs_kept(pairs)[0] - rows[1][1]) < 1e-12 else ""),
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%}"
         " more." if gap > 1e-12 else
@@ -3678,6 +3678,12 @@ def block_pairs(P2, Q2):
         rows.append((f"{'ab'[x1]} {'ab'[x2]}", chance, a1, block_threshold(a1, P2[1], Q2[1]), w2, tw, bl,
                      chance * (bl - tw)))
     return rows
+
+
+def pairs_kept(pairs):
+    """Drafts kept a round over block_pairs' rows, each weighed by its chance under q: (the block's, token-wise
+    checking's)."""
+    return tuple(sum(r[1] * r[i] for r in pairs) for i in (6, 5))
 
 
 # -----------------------------------------------------------------------------
@@ -6178,11 +6184,10 @@ def demo27_rates(**how):
         f" For chapter 19's small draft (the middling draft), 1 plus the first k of its rates at k = {k_max}, against"
         f" each k's exact tokens per call ({r.names[0]}'s, blend {c19.big_weight:g}, are in --detail):")
     rates_table(r, 1)
-    short = [k for k in range(1, k_max) if r.low[1][k - 1] > 0]  # where small's rates read low
-    low = max((r.low[1][k - 1] for k in short), default=0.0)
+    low = reads_low(r, 1)
     say(f"At k = {k_max} the two agree: the rates were counted there." if r.at_k else
         f"NOT even at k = {k_max} do the two agree.",
-        f"At every shorter k the rates read low, by at most {low:.4f}." if len(short) == k_max - 1 else
+        f"At every shorter k the rates read low, by at most {low:.4f}." if low is not None else
         "At a shorter k they differ." if r.off else "")
     s1 = r.starts[1]  # where small's rounds of 1 start
     if (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
@@ -6203,19 +6208,19 @@ def demo27_rates(**how):
         say(f"{d} is {s.text[s.short]:.0%} of the text, but fewer rounds start after it, fewest at k = {k_max}. So"
             f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
     check, untolerant = chapter19_search(c19)
+    margin_led = 0 < untolerant.worst < check.worst / 2  # most of the plan's gap is its margin, not the rates
     print()
     say("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
         " what its prices favour, pricing its chains from these rates. A search instead prices every chain exactly."
         + (f" Picking by the rates costs at most {untolerant.worst:.2%} of the search's speedup at any B. Chapter 19's"
            f" plan also keeps a pick until it falls {c19.tol:.1%} behind the best, so as not to switch for less;"
            " --detail prices that margin."
-           if 0 < untolerant.worst < check.worst / 2 else
+           if margin_led else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
-           f" plan from the rates with no margin comes within {untolerant.worst:.2%} of the search."
-           if 0 < untolerant.worst else
-           f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
-           " plan from the rates with no margin picks the search's option at every B: the rates cost nothing here."
-           if untolerant.worst == 0 < check.worst else ""))
+           " plan from the rates with no margin " + (
+               f"comes within {untolerant.worst:.2%} of the search." if 0 < untolerant.worst else
+               "picks the search's option at every B: the rates cost nothing here.")
+           if 0 < untolerant.worst or untolerant.worst == 0 < check.worst else ""))
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
              " start elsewhere; here the plan they price loses little.",
              {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,
@@ -6228,7 +6233,14 @@ def demo27_rates(**how):
         f" at that B. Its picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any"
         " B:"
         f" most of that is the margin, since a plan from the same rates with no margin comes within"
-        f" {untolerant.worst:.2%}." if 0 < untolerant.worst < check.worst / 2 else ""))
+        f" {untolerant.worst:.2%}." if margin_led else ""))
+
+
+def reads_low(r, i):
+    """Chapter 27: the most drafter i's rates, counted at k_max, read below a shorter k's exact tokens per call,
+    or None unless they read low at every shorter k."""
+    gaps = r.low[i]
+    return max(gaps) if gaps and all(g > 0 for g in gaps) else None
 
 
 def rates_table(r, i):
@@ -6253,8 +6265,8 @@ def demo27_detail(result):
     print()
     say(f"{r.names[0].capitalize()} (blend {c19.big_weight:g}), the same way:")
     rates_table(r, 0)
-    low = [x for x in r.low[0] if x > 0]
-    say(f"Its rates too read low at every shorter k, by at most {max(low):.4f}." if len(low) == k_max - 1 else "")
+    low = reads_low(r, 0)
+    say(f"Its rates too read low at every shorter k, by at most {low:.4f}." if low is not None else "")
     if r.below and r.why:
         small = c19.drafters[1][2]
         print()
@@ -6696,7 +6708,7 @@ def demo30_pairs():
                     "The option --detail adds the sums term by term, and checks that the block's first token follows"
                     " p."
                     if why[3] else ""])
-    kept = [sum(r[1] * r[i] for r in pairs) for i in (6, 5)]  # drafts a round, block and token-wise, over the pairs
+    kept = pairs_kept(pairs)
     takeaway(f"the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"
              f" none does: {ninths(gap)} of a draft a round in all, here" + (
                  f", {ninths(kept[0])} against token-wise checking's {ninths(kept[1])}."

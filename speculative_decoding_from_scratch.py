@@ -3834,9 +3834,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " the text's last token). A ratio p/q above 1 lifts w back up: ratios"
         f" {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
     say_items(["Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands heads"
-               " with chance w_k. For an earlier position i, let Z_i (chapter 14's step 2) be the sum over every"
-               " token y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Its coin lands heads with"
-               " chance h_i = Z_i / (Z_i + 1 - w_i), or 0 if Z_i = 0: Sun et al.'s chance, to take as given.",
+               " with chance w_k. An earlier position i's lands heads with chance h_i, from w_i and the rows after"
+               " x_i by Sun et al.'s formula (chapter 14 gives it; here it is enough that each coin is its own).",
                "The block keeps x_1..x_i for i the last cut point. With none, i = 0: it keeps no draft.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)
@@ -3853,9 +3852,9 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     print()
     exactness_table(rows)
     caught = demo15_verdicts(rows, k, ctx, n)
-    takeaway("both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check of the first"
-             f" n tokens catches each, at n = {and_list([str(i) for i in range(1, n + 1)])}: at n = {n} they are off"
-             " by " + " and ".join(f"{r[3]:.4f}" for r in rows[1:]) + ".",
+    takeaway("both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check catches each"
+             f" at every n from 1 to {n}: at n = {n} they are off by " + " and ".join(f"{r[3]:.4f}" for r in rows[1:])
+             + ".",
              {"block verification emits the target": rows[0][5] == "the target",
               "both shipped paths are caught": caught})
     return rows
@@ -4114,14 +4113,15 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         f" at least {number_word(len(APEX_BUGS))} ways. Two of them (cache and next row, in the table below) are in"
         " its own machinery, not in the rule."
         " It keeps what the target has read, its KV"
-        " cache (the keys and values of every token read so far), separately from the text it writes. And it carries"
-        " the"
-        " row p for the next token over from one pass to the next (the next row bug carries the wrong one).",
+        " cache (the keys and values of every token read so far), separately from the text it writes. And after a"
+        " rejection it must take the next token's row p from the target's row after the redrawn token, which the"
+        " next row bug does not.",
         "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed"
         " the text's last few characters earlier on. That proposal is deterministic, so its q is one-hot: a draft x"
         " is kept with chance p(x), and a rejection redraws from p with x removed. Its target is chapter 11's"
-        " character model of Python's documentation, which copies text it has read. The port fixes these"
+        " character model of Python's documentation, which often copies a passage from earlier in its text. The port"
+        " fixes these"
         f" {number_word(len(APEX_BUGS))}; each can be put back as an edit (APEX_BUGS, in the script):")
     print()
     table([("", 2, ""), ("bug", 12, "<"), ("what it does", 62, "<")], labelled_rows(APEX_WORDS, 60))
@@ -4138,8 +4138,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     print()
     say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target sorts",
         f"the characters into bins by their chance (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
-        f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. A bin's expected count adds up,"
-        " at each position, the chances of the characters in that bin, then totals this over the positions."
+        f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. The fit compares each bin's"
+        " count with its expected count: the bin's chance at each position, summed over the positions."
         " The last row runs the cache bug with the lesson's target table in place of the character model, prompt"
         " lookup drafting from its tokens. Consistent means the fit finds no difference from the target.")
     print()
@@ -5748,18 +5748,18 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft"
-            f" passes, the tree {t[1]}, and each pass costs more as B grows. {main.name.capitalize()}'s c climbs from"
-            f" {c[0]:.4f} at B = 1 to {c[-1]:.4f} at B = {c19.max_batch}, the plan's largest batch, past the table. At"
-            f" B = 1 the draft's pass and the target's both read mostly weights, and {main.name} has few weights. A"
-            " pass also reads one KV cache, the keys and values of a sequence's tokens, per sequence. By B ="
-            f" {c19.max_batch} both passes read mostly KV caches, and {main.name}'s cache is {share:.4f} of the"
-            f" target's, so c climbs toward {share:.4f} (chapter 19, --detail). Past the ridge, every position the tree"
+            f" passes, the tree {t[1]}, and each pass costs more as B grows: {main.name}'s c climbs from {c[0]:.4f} at"
+            f" B = 1 to {c[-1]:.4f} at B = {c19.max_batch}, the plan's largest batch. A pass reads the weights once"
+            " and each sequence's KV cache, the keys and values of its tokens. The caches count more as B grows, and"
+            f" {main.name}'s cache is {share:.4f} of the target's, its weights only {w[0] / w[1]:.4f}. Past the"
+            " ridge, every position the tree"
             f" checks costs time, and its lead shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence,"
             f" {t[2] * cross:,} in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}. That is"
             f" {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass (chapter 25"
             " works it out)."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
-            and c[0] < c[-1] < share and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
+            and w[0] / w[1] < c[0] < c[-1] < share
+            and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
             and all(k * c19.max_batch > b for k, b in zip(kv, w))
             and cross * t[2] > free_positions(c19.n_ctx) else "")
 
@@ -5812,12 +5812,15 @@ def demo24_ideal():
         " that N >= i, that drafts 1 to i are all kept. So the ideal caps the average.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
+    two = np.minimum(target_first_tokens(P2, 0, 2), target_first_tokens(Q2, 0, 2))  # i = 2's term, pair by pair
+    pairs = (f" (the pairs aa, ab, ba and bb give {and_list([ninths(t) for t in two.ravel()])})"
+             if abs(two.sum() - terms[1]) < 1e-12 else "")
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
     say(f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
         " no context and k = 2. The table gives the drafts each verifier keeps per round on average, exactly. The"
         " ideal, a bound, not a verifier, is"
-        f" {' + '.join(f'{ninths(t)} (i = {i})' for i, t in enumerate(terms, start=1))}:")
+        f" {ninths(terms[0])} for i = 1 (demo 1's sum min(p, q)) plus {ninths(terms[1])} for i = 2{pairs}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
           [(r[0], r[1], ninths(r[1])) for r in rows] + [("ideal (bound)", ideal, ninths(ideal))])
@@ -5833,9 +5836,9 @@ def demo24_ideal():
         if not over and rows[1][1] < ideal - 1e-9 else "")
     print()
     say("Chapter 31 sets the three side by side on the lesson's middling draft.")
-    takeaway(f"the block comes within {ninths(ideal - rows[1][1])} of a draft a round of the ideal on chapter 14's"
-             f" example, {ninths(rows[1][1])} against {ninths(ideal)}. The block is the best of its kind, so that gap"
-             " is slack in the ideal for that kind, not a draft the block leaves behind.",
+    takeaway(f"on chapter 14's example the block keeps {ninths(rows[1][1])} drafts a round,"
+             f" {ninths(ideal - rows[1][1])} under the ideal's {ninths(ideal)}. The block is the best of its kind, so no verifier of its kind"
+             " closes that gap.",
              {"neither keeps more than the ideal": not over,
               "the ideal stays above block on the example": rows[1][1] < ideal - 1e-9})
     return SimpleNamespace(example=rows, ideal=ideal, terms=terms)
@@ -7007,20 +7010,17 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     both, by the exact TV of the first n tokens: which change does the harm."""
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
         " vLLM (a serving engine). Each changes how block verification (Sun et al., ICLR 2025; chapter 14) ends a"
-        " block, and what it draws after. Step 1 weighs the drafts by w_i, the target's probability of x_1..x_i over"
-        " the draft's, capped at 1 after each draft. So w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and"
-        " q the rows after x_(i-1). Step 2 gives each position i a chance of heads from w_i and the rows after x_i"
-        " (Sun et al.'s formula, chapter 14; here only that it exists matters). Step 3 flips a coin of its own at each"
-        " position, heads with that chance,"
-        " and heads makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or none (i ="
-        " 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i,"
-        " or from p if i = k.")
+        " block, and what it draws after. Step 1 weighs the drafts: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) /"
+        " q(x_i)), with p and q the rows after x_(i-1). Steps 2 and 3 give each position i a coin of its own,"
+        " heads with a chance from w_i and the rows after x_i (Sun et al.'s formula; chapter 14 gives it). Heads"
+        " makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or none (i = 0). In"
+        " step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or"
+        " from p if i = k.")
     print()
     say("The shipped paths change steps 3 and 5. Their step 3 draws u_1..u_k, each uniform between 0 and 1, once a"
         " round. Position i is a cut point if its weight is at least u_1 * ... * u_i. Step 2's chance is never used,"
-        " and each test reuses the uniforms of the tests before it. Step 4 is unchanged. Triton's weight is w_i."
-        " PyTorch's caps each ratio, not the running product (chapter 15); this chapter sets that aside and uses"
-        " Triton's. In step 5 both"
+        " and each test reuses the uniforms of the tests before it. Step 4 is unchanged. Triton's weight is w_i;"
+        " PyTorch's differs (chapter 15), and this chapter uses Triton's. In step 5 both"
         " draw from the token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)

@@ -1071,12 +1071,13 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
                    for shape in ("tree 2x3, 15", "k = 8"))
     loss = 1 - (chain.tokens / (1 + 8 * c1)) / (tree.tokens / (1 + 3 * c1))
     c241 = sd.draft_cost(241, 512, draft=(768, 2048, 4, 32000))
+    weights = sd.pass_traffic((768, 2048, 4, 32000), 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
+    assert f"{weights:.4f}" == "0.0080" and weights < c1  # at B = 1 c is about the weights' share (read 1487)
     assert (f"Up to B = 31 that loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3,"
-            f" and each pass costs more as B grows. Small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241,"
-            " the plan's largest batch, past the table. At B = 1 the draft's pass and the target's both read mostly"
-            " weights, and small has few weights. A pass also reads one KV cache, the keys and values of a sequence's"
-            " tokens, per sequence. By B = 241 both passes read mostly KV caches, and small's cache is 0.0234 of the"
-            " target's, so c climbs toward 0.0234 (chapter 19, --detail). Past the ridge, every position the tree"
+            f" and each pass costs more as B grows: small's c climbs from {c1:.4f} at B = 1 to {c241:.4f} at B = 241,"
+            " the plan's largest batch. A pass reads the weights once and each sequence's KV cache, the keys and"
+            " values of its tokens. The caches count more as B grows, and small's cache is 0.0234 of the target's, its"
+            f" weights only {weights:.4f}. Past the ridge, every position the tree"
             " checks costs time, and its lead shrinks. At B = 32 the tree's check, 15 positions a sequence, 480 in all,"
             " reaches the ridge, so the loss peaks just before, at B = 31. That is later than demo 6's 295 / 15 = 19.7"
             " sequences, as each sequence's KV cache adds bytes to the pass (chapter 25 works it out).") in text

@@ -5302,10 +5302,10 @@ def greedy_tables(V=32, sharpness=1.0, weight=0.5):
 RELAXED_SHIPPED, FLY_SHIPPED = (3, 0.2), (2, 0.3)  # the settings chapter 22 writes in each engine's keys
 
 
-def parting_rows(P, D, prompts_, k, n_tokens, n):
+def parting_rows(P, D, prompts_, k, n_tokens):
     """Each setting's row: texts that part from plain greedy decoding's, the
-    median token where they part, the share whose first n tokens differ (their
-    TV), and tokens per call. Every step is deterministic, so each is exact."""
+    median token where they part, and tokens per call. Every step is
+    deterministic, so each is exact."""
     plain = {s: plain_decode(temper(P, 0), [s], n_tokens, np.random.default_rng(0)) for s in prompts_}
     settings = [("exact match", "", relaxed_rule(1, 0.0))]
     settings += [("relaxed", setting_text(x), relaxed_rule(*x)) for x in (RELAXED_SHIPPED, (15, 0.5))]
@@ -5315,25 +5315,24 @@ def parting_rows(P, D, prompts_, k, n_tokens, n):
         runs = attempt(lambda: [spec_generate(P, D, [s], n_tokens, k, np.random.default_rng(0),
                                               lossy_verifier(rule))[:2] for s in prompts_])
         if isinstance(runs, Exception):
-            rows.append((label, setting, "raised", None, None, None))
+            rows.append((label, setting, "raised", None, None))
             continue
         firsts = [next((i for i, (a, b) in enumerate(zip(out, plain[s])) if a != b), None)
                   for s, (out, _) in zip(prompts_, runs)]
         parted = [f for f in firsts if f is not None]
         rows.append((label, setting, f"{len(parted)}/{len(prompts_)}",
                      float(np.median(parted)) + 1 if parted else None,
-                     sum(f is not None and f < n for f in firsts) / len(prompts_),
                      len(prompts_) * n_tokens / sum(calls for _, calls in runs)))
     return rows
 
 
-def greedy_parting(k=4, n_tokens=32, n=3):
+def greedy_parting(k=4, n_tokens=32):
     """Chapter 22: greedy requests, where relaxed acceptance and FLy change
     the text itself."""
     weight = 0.5  # the draft's blend: this much of the target, the rest an unrelated table
     P, D = greedy_tables(weight=weight)
     prompts_ = list(range(24))
-    rows = parting_rows(P, D, prompts_, k, n_tokens, n)
+    rows = parting_rows(P, D, prompts_, k, n_tokens)
     say("A greedy request takes the target's likeliest token at each step. Its text is fixed, and a",
         "lossless verifier writes it unchanged. Two serving engines, TensorRT-LLM and vLLM, ship rules that",
         "also keep drafts that greedy decoding would not pick:")
@@ -5347,7 +5346,7 @@ def greedy_parting(k=4, n_tokens=32, n=3):
             "             delta.",
             "fly          vLLM's FLy: keep a draft that is not the argmax if (a)",
             "             the entropy of p's top 3 (-sum p ln p over those three, not",
-            "             renormalised, at most ln 3) is at least a threshold, and",
+            "             renormalised) is at least a threshold, and",
             "             (b) the next few drafts, as many as the window, are each",
             "             their position's argmax. Setting: window, threshold.",
             "exact match  keep only the argmax: greedy decoding's own rule."):
@@ -5356,15 +5355,14 @@ def greedy_parting(k=4, n_tokens=32, n=3):
     say(f"A target table over {len(P)} tokens, flatter than the six-token ones so that near ties occur. The",
         f"draft proposes the likeliest token of a blend, {weight:g} of this target and {1 - weight:g} of an unrelated"
         " table.",
-        f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts. Every step is deterministic, so every",
+        f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts, each one start token. Every step is"
+        " deterministic, so every",
         "figure is exact. The columns:")
     say_items([f"parted: the prompts whose {n_tokens} tokens differ from plain greedy decoding's;",
-               "first at: among those, the median token where they first differ (1: the first token);",
-               f"TV: the share of prompts whose first {n} tokens differ from greedy decoding's. Each prompt's text"
-               " is certain, so its own TV is 0 or 1, and their average is that share."])
+               "first at: among those, the median token where they first differ (1: the first token)."])
     print()
     table([("rule", 13, "<"), ("setting", 10, "<"), ("parted", 8, ">"), ("first at", 10,
-           lambda x: f"{x:.1f}"), ("TV", 8, ".3f"), ("tokens/call", 13, ".2f")], rows)
+           lambda x: f"{x:.1f}"), ("tokens/call", 13, ".2f")], rows)
     exact = rows[0]
     changed = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and not r[2].startswith("0/")]
     same = [f"{r[0]} ({r[1]})" for r in rows[1:] if r[2] != "raised" and r[2].startswith("0/")]
@@ -5400,7 +5398,7 @@ def demo22_greedy_text():
              {"the exact match keeps greedy text": rows[0][2].startswith("0/"),
               "a lossy setting changes the text": bool(changed),
               "each setting that changes the text makes more tokens per call than the exact match":
-              all(r[5] > rows[0][5] for r in changed)})
+              all(r[4] > rows[0][4] for r in changed)})
     return rows
 
 

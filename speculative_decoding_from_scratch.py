@@ -4101,8 +4101,8 @@ APEX_BUGS = {
 
 APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "after a rejection redraws y, then takes p for the token after y from the stale row y"
-                          " was drawn from, not the target's row after y",
+              "next row": "after a rejection, carries over the row the replacement y was drawn from, not the"
+                          " target's row after y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 
@@ -4113,9 +4113,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         f" at least {number_word(len(APEX_BUGS))} ways. Two of them (cache and next row, in the table below) are in"
         " its own machinery, not in the rule."
         " It keeps what the target has read, its KV"
-        " cache (the keys and values of every token read so far), separately from the text it writes. And after a"
-        " rejection it must take the next token's row p from the target's row after the redrawn token, which the"
-        " next row bug does not.",
+        " cache (the keys and values of every token read so far), separately from the text it writes. And each round"
+        " begins with a token drawn from a row p carried over from the round before: the target's row after that"
+        " round's last token.",
         "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed"
         " the text's last few characters earlier on. That proposal is deterministic, so its q is one-hot: a draft x"
@@ -4153,7 +4153,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         "On the character model, every departure is caught." if caught else
         "On the character model, NOT every departure is caught: "
         + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
-        ("A table reads only the last token, so it cannot see the cache bug." if tables >= P_REJECT
+        ("A table reads only the last token, which stays right, so it cannot see the stale cache behind it."
+         if tables >= P_REJECT
          else "Even the tables see the cache bug.") if tables is not None else "")
     takeaway("a generator must judge each draft by its own q, redraw from the residual, take the next row from the"
              " target, and cut rejected drafts from its cache. On the character model a fit catches each departure.",
@@ -4787,14 +4788,20 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
 
 def pass_bytes(pairs, n_ctx):
     """Chapters 19 and 32: the bytes a pass reads, as text, gb(shape, B) ->
-    '1.82 GB', for each (draft, B) in pairs and the target at those B; None
+    '1.817 GB', for each (draft, B) in pairs and the target at those B; None
     unless every such pass is memory-bound and each draft's c is its bytes
-    over the target's."""
+    over the target's. The GB take the fewest decimals at which the printed
+    bytes divide to each c as printed, to 4 decimals (read 1500 found 1.82 /
+    13.48 gives 0.1350, not 0.1348)."""
     reads = {(d, b): pass_traffic(d, n_ctx, 1, b) for d, b in [*pairs, *((LLAMA2_7B, b) for _, b in pairs)]}
     if not (all(roofline_time(*t)[1] == "memory" for t in reads.values()) and all(
             abs(reads[d, b][1] / reads[LLAMA2_7B, b][1] - draft_cost(b, n_ctx, draft=d)) < 1e-12 for d, b in pairs)):
         return None
-    return lambda d, b: f"{reads[d, b][1] / 1e9:.2f} GB"
+    gb = {key: t[1] / 1e9 for key, t in reads.items()}
+    places = next((n for n in range(2, 7) if all(
+        f"{round(gb[d, b], n) / round(gb[LLAMA2_7B, b], n):.4f}" == f"{draft_cost(b, n_ctx, draft=d):.4f}"
+        for d, b in pairs)), 6)
+    return lambda d, b: f"{gb[d, b]:.{places}f} GB"
 
 
 def demo19_shape(s, n_ctx, max_batch):
@@ -5746,17 +5753,17 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft"
-            f" passes, the tree {t[1]}, and each pass costs more as B grows: {main.name}'s c climbs from {c[0]:.4f} at"
-            f" B = 1 to {c[-1]:.4f} at B = {c19.max_batch}, the plan's largest batch. A pass reads the weights once"
-            " and each sequence's KV cache, the keys and values of its tokens. The caches count more as B grows, and"
-            f" {main.name}'s cache is {share:.4f} of the target's, its weights only {w[0] / w[1]:.4f}. Past the"
-            " ridge, every position the tree"
+            f" passes, the tree {t[1]}, and each pass costs more as B grows. A draft's c is the bytes its pass reads"
+            f" over the target's. At B = 1 both read mostly weights, and {main.name}'s weights are {w[0] / w[1]:.4f}"
+            " of the target's. Each sequence adds its KV cache, the keys and values of its tokens, and"
+            f" {main.name}'s is {share:.4f} of the target's. So c climbs from {c[0]:.4f} at B = 1 to {c[-1]:.4f} at"
+            f" B = {c19.max_batch}, the plan's largest batch. Past the ridge, every position the tree"
             f" checks costs time, and its lead shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence,"
             f" {t[2] * cross:,} in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}. That is"
             f" {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass (chapter 25"
             " works it out)."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
-            and w[0] / w[1] < c[0] < c[-1] < share
+            and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
             and all(k * c19.max_batch > b for k, b in zip(kv, w))
             and cross * t[2] > free_positions(c19.n_ctx) else "")
@@ -7100,7 +7107,8 @@ def demo35_chain_loss(**how):
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
         return SimpleNamespace(rows=[], said="")
     say("For each batch size B (the number of sequences a server decodes at once), the plan of chapter 19 picks a"
-        f" draft model and how to run it. From B = 1 to {end} it runs {main.name}, the middling draft, as a tree, 'tree"
+        f" draft model and how to run it. From B = 1 to {end} it runs the draft model {main.name} (the middling draft)"
+        " as a tree, 'tree"
         f" {t[0]}x{t[1]}, {t[2]}'; past B = {end}, chains. The tree has {t[0]} candidates under each node, {t[1]} deep:"
         f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"

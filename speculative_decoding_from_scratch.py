@@ -5818,14 +5818,17 @@ def demo24_ideal():
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
     two = np.minimum(target_first_tokens(P2, 0, 2), target_first_tokens(Q2, 0, 2))  # i = 2's term, pair by pair
+    alpha = float(np.minimum(P2[0], Q2[0]).sum())  # demo 1's chance a draft is kept
     pairs = (f" (the pairs aa, ab, ba and bb give {and_list([ninths(t) for t in two.ravel()])})"
              if abs(two.sum() - terms[1]) < 1e-12 else "")
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
     print()
     say(f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
-        " no context and k = 2. The table gives the drafts each verifier keeps per round on average, exactly. The"
-        " ideal, a bound, not a verifier, is"
-        f" {ninths(terms[0])} for i = 1 (demo 1's sum min(p, q)) plus {ninths(terms[1])} for i = 2{pairs}:")
+        " no context and k = 2. The table gives the drafts each verifier keeps per round on average, exactly."
+        + (f" Token-wise checking keeps alpha + alpha^2 = {ninths(rows[0][1])}, with alpha = sum min(p, q) ="
+           f" {fraction(alpha)}; the block's {ninths(rows[1][1])} is worked out in chapter 14."
+           if abs(rows[0][1] - alpha - alpha ** 2) < 1e-12 else "") + " The ideal, a bound, not a verifier, is"
+        f" {ninths(terms[0])} for i = 1 (alpha) plus {ninths(terms[1])} for i = 2{pairs}:")
     print()
     table([("verifier", 15, "<"), ("exact", 9, ".4f"), ("", 7, ">")],
           [(r[0], r[1], ninths(r[1])) for r in rows] + [("ideal (bound)", ideal, ninths(ideal))])

@@ -1430,7 +1430,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     # each term of the ideal, by hand: the sum over the texts of min(p, q), 1/3 + 1/3 for one token and
     # min(1/9, 4/9) + 2 min(2/9, 2/9) + min(4/9, 1/9) for two
     assert result.terms == pytest.approx([2 / 3, 6 / 9]) and ("The ideal, a bound, not a verifier, is 6/9 for i = 1"
-                                                              " (demo 1's sum min(p, q)) plus 6/9 for i = 2 (the pairs"
+                                                              " (alpha) plus 6/9 for i = 2 (the pairs"
                                                               " aa, ab, ba and bb give 1/9, 2/9, 2/9 and 1/9):"
                                                               " verifier exact token-wise 1.1111 10/9 block"
                                                               " 1.2222 11/9 ideal (bound) 1.3333 12/9") in flat(text)
@@ -1448,7 +1448,10 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " block verification keeps the most drafts on average. How close does it come to a ceiling on every"
             " lossless verifier, of any form?") in flat(text)
     assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
-            " gives the drafts each verifier keeps per round on average, exactly.") in flat(text)
+            " gives the drafts each verifier keeps per round on average, exactly. Token-wise checking keeps alpha +"
+            " alpha^2 = 10/9, with alpha = sum min(p, q) = 2/3; the block's 11/9 is worked out in chapter 14.") in flat(
+        text)  # read 1503 rebuilt 10/9 and could not place 11/9
+    assert result.example[0][1] == pytest.approx(2 / 3 + 4 / 9)
     assert ("Chapter 31 sets the three side by side on the lesson's middling draft. Takeaway: on chapter 14's example"
             " the block keeps 11/9 drafts a round, 1/9 under the ideal's 12/9. The block is the best of its kind, so no"
             " verifier of its kind closes that gap.") in flat(text)  # read 1441: 'stayed under it' held for any

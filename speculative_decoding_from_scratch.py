@@ -5759,8 +5759,8 @@ def tree_loss_words(c19, main, own, t):
             f" passes, the tree {t[1]}, and each pass costs more as B grows. A draft's c is the bytes its pass reads"
             f" over the target's. At B = 1 both read mostly weights, and {main.name}'s weights are {w[0] / w[1]:.4f}"
             " of the target's. Each sequence adds its KV cache, the keys and values of its tokens, and"
-            f" {main.name}'s is {share:.4f} of the target's. So c climbs from {c[0]:.4f} at B = 1 to {c[-1]:.4f} at"
-            f" B = {c19.max_batch}, the plan's largest batch. Past the ridge, every position the tree"
+            f" {main.name}'s is {share:.4f} of the target's, a larger share. So c climbs with B, from {c[0]:.4f} at"
+            f" B = 1 toward {share:.4f}. Past the ridge, every position the tree"
             f" checks costs time, and its lead shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence,"
             f" {t[2] * cross:,} in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}. That is"
             f" {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass (chapter 25"
@@ -7113,7 +7113,7 @@ def demo35_chain_loss(**how):
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
         return SimpleNamespace(rows=[], said="")
     say("For each batch size B (the number of sequences a server decodes at once), the plan of chapter 19 picks a"
-        f" draft model and how to run it. From B = 1 to {end} it runs the draft model {main.name} (the middling draft)"
+        f" draft model and how to run it. From B = 1 to {end} it runs the draft model named {main.name} (the middling draft)"
         " as a tree, 'tree"
         f" {t[0]}x{t[1]}, {t[2]}'; past B = {end}, chains. The tree has {t[0]} candidates under each node, {t[1]} deep:"
         f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"

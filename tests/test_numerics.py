@@ -109,3 +109,16 @@ def test_widths_differ_counts_what_it_says():
     assert 0 <= share <= 1 and 0 <= flips <= 50 and margin > 0
     assert (share == 0) == (worst == 0) and (ulps == 0) == (share == 0)
     assert sd.top_margin(np.array([[1.0, 5.0], [3.0, 5.0], [2.0, 4.5]])).tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("worst, margin, said", [(1e-6, 1.8e-4, "the smallest margin is 180 times the largest"),
+                                                 (1e-6, 5e-6, "No argmax flips. ")])
+def test_chapter12_says_far_above_only_when_the_margin_is(monkeypatch, capsys, worst, margin, said):
+    # 'far above' is the ratio of the two printed figures, and withheld where it is under 10 (reads 1448 to 1492)
+    monkeypatch.setattr(sd, "widths_differ", lambda P, n, k: (0.5, 2, worst, 0, margin))
+    monkeypatch.setattr(sd, "demo12_texts", lambda *a: [("float32, each alone", "0/16", None, None),
+                                                         ("the bonus bug, alone", "16/16", 5, 3e-6)])
+    monkeypatch.setattr(sd, "demo12_ties", lambda: [("as plain decoding", "all the same")])
+    sd.demo12_greedy_numerics()
+    out = " ".join(line.replace("(clock)", "") for line in capsys.readouterr().out.splitlines())
+    assert said in " ".join(out.split()) + " " and ("times" in out) == ("times" in said)

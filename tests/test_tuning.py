@@ -1080,9 +1080,8 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert (f"Up to B = 31 that loss grows with B, from {loss:.1%} at B = 1. The chain takes 8 draft passes, the tree 3,"
             " and each pass costs more as B grows. A draft's c is the bytes its pass reads over the target's. At B = 1"
             f" both read mostly weights, and small's weights are {weights:.4f} of the target's. Each sequence adds its"
-            " KV cache, the keys and values of its tokens, and small's is 0.0234 of the target's. So c climbs from"
-            f" {c1:.4f} at B = 1 to {c241:.4f} at B = 241, the plan's largest batch. Past the ridge, every position the"
-            " tree"
+            " KV cache, the keys and values of its tokens, and small's is 0.0234 of the target's, a larger share. So c"
+            f" climbs with B, from {c1:.4f} at B = 1 toward 0.0234. Past the ridge, every position the tree"
             " checks costs time, and its lead shrinks. At B = 32 the tree's check, 15 positions a sequence, 480 in all,"
             " reaches the ridge, so the loss peaks just before, at B = 31. That is later than demo 6's 295 / 15 = 19.7"
             " sequences, as each sequence's KV cache adds bytes to the pass (chapter 25 works it out).") in text

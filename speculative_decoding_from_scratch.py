@@ -4776,6 +4776,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
             longest.drafter.cost, tuple) else longest.drafter.cost,
         big_runs=any(o is not None and o.drafter.name == "big" for _, _, o in buckets),
         kv_share=[own_kv[0] / own_kv[2], own_kv[1] / own_kv[2]],
+        layers=[(d[2], d[0]) for d in (big, small, LLAMA2_7B)],  # (layers, width): a token's KV cache is their product
         weight_share=pass_traffic(big, 0, 1, 1)[1] / pass_traffic(LLAMA2_7B, 0, 1, 1)[1],  # big's weights, as bytes
         falls=any(b < a for a, b in zip(ks, ks[1:])),
         alone=free_positions(n_ctx),  # demo 6's positions at the ridge: one sequence
@@ -4810,6 +4811,8 @@ def pass_bytes(pairs, n_ctx):
 def demo19_shape(s, n_ctx, max_batch):
     """Chapter 19's paragraphs on what sets its plan: B = 1, why big never wins, and how its c rises (the
     detail's), each said only while its numbers bear it out ("" where withheld)."""
+    layers_set_kv = all(abs(share - a * b / (s.layers[2][0] * s.layers[2][1])) < 1e-12  # read 1506 rebuilt them
+                        for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
@@ -4827,8 +4830,11 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
         " both models' passes, so big's c rises" + (
-            f" from {s.c[0]:.4f} toward the ratio of its KV cache to the target's, {s.kv_share[0]:.2f}, while small's"
-            f" rises only toward {s.kv_share[1]:.4f}" if s.kv_share[0] > s.c[1] > s.c[0] else "") + "."
+            f" from {s.c[0]:.4f} toward the ratio of its KV cache to the target's, {s.kv_share[0]:.2f}" + (
+                " ({} layers of width {} against {} of {})".format(*s.layers[0], *s.layers[2]) if layers_set_kv
+                else "") + f", while small's rises only toward {s.kv_share[1]:.4f}" + (
+                " ({} of {})".format(*s.layers[1]) if layers_set_kv else "")
+            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "."
         if not s.big_runs and s.c[1] > s.c[0] else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +

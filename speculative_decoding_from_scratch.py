@@ -2862,9 +2862,10 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     say(f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: the same accepted drafts, counted per round in the length"
         " and per drafted token in the rate." if abs(R - (L - 1) / k) < 1e-12
         else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
-        "This script's --tune picks k from any one of these figures. Each way in is a route: it turns the figures"
-        " into tokens per call at every k, prices each k at cost c, and picks the fastest.",
-        (f"The length and the rate give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
+        "This script's --tune picks k from any one of these figures. Each is a route: it turns the figure into tokens"
+        f" per call at each k (the per-position rates only up to k = {k}, where they were counted), prices each k at"
+        " cost c, and picks the fastest.",
+        (f"The length and the rate, the same count, give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length gives alpha = {a_L:.3f} (the rate {a_R:.3f}),") +
         f" the alpha at which eq. 1 at k = {k} gives the length." + (
             f" It is not demo 3's {a_3}." + (  # each reason, with the way it moves alpha (a_x: eq. 1 from exact)
@@ -3162,8 +3163,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         " Then a fit"
         f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
         f" character in a bin by the probability the target gave it there (below {CALIBRATION_EDGES[1]:g},"
-        f" {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). It compares each bin's count with what"
-        " the target expects there: the chance the target gave that bin's characters, summed over the positions."
+        f" {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). It compares each bin's count with its"
+        " expected count: the bin's chance at each position, summed over the positions."
         " The three checks:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),

@@ -2607,8 +2607,8 @@ def demo9_detail(result):
 
 # -----------------------------------------------------------------------------
 # Chapter 10. Which k for my server?
-# A server reports acceptance figures, not alpha. Each route turns them into tokens per call at every k:
-# per-position rates with no model, or a mean acceptance length or a draft acceptance rate inverted through
+# A server reports acceptance figures, not alpha. Each route turns them into tokens per call at each k:
+# per-position rates with no model (only up to the k they were counted at), or a mean acceptance length or a draft acceptance rate inverted through
 # eq. 1. The chapter's detail plans k for every batch size on demo 6's roofline, and values draft lengths that
 # adapt: a policy is a state, the k it drafts in that state, and the next state given how many drafts were
 # accepted. Over (start context, state) a policy is a Markov chain, so its long-run tokens per call and draft
@@ -7801,9 +7801,9 @@ def scrape_text(sizes, k, model="toy", engine="0"):
 
 # -----------------------------------------------------------------------------
 # --tune and --plan: from a server's figures to k
-# Tokens per call at every k come from one of four routes: an alpha through eq.
+# Tokens per call at each k come from one of four routes: an alpha through eq.
 # 1, a mean acceptance length or a draft acceptance rate inverted through eq. 1,
-# or per-position rates with no model. --tune prices them with a draft cost c;
+# or per-position rates with no model (up to the k they were counted at). --tune prices them with a draft cost c;
 # --plan on demo 6's roofline for every batch size.
 
 

@@ -3591,12 +3591,12 @@ def demo14_block_gain():
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
     pairs = block_pairs(P2, Q2)  # chapter 30's rows: (drafts, chance under q, w_1, h_1, w_2, token-wise, block, gain)
     say(f"Block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact TV of its first"
-        f" {n} tokens is {exact_text(tv)}.",
-        (f"Token-wise checking keeps alpha + alpha^2 = {ninths(rows[0][1])} drafts a round, eq. 1's count with alpha ="
-         f" sum min(p, q) = {fraction(alpha)}, exact here as there is no context." if abs(alpha + alpha**2 - rows[0][1])
+        f" {n} tokens, as many as a round can make, is {exact_text(tv)}.",
+        (f"Token-wise checking keeps alpha + alpha^2 = {ninths(rows[0][1])} drafts a round, eq. 1's count less the"
+         f" token drawn, with alpha = sum min(p, q) = {fraction(alpha)}, exact here as there is no context." if abs(alpha + alpha**2 - rows[0][1])
          < 1e-12 else ""),
         (f"The block's {ninths(rows[1][1])} sums, over the {number_word(len(pairs))} pairs of drafts, each pair's"
-         f" chance under q times the drafts the block keeps. For {and_list([r[0] for r in pairs])}: "
+         f" chance under q times the drafts the block keeps from it on average. For {and_list([r[0] for r in pairs])}: "
          + " + ".join(f"{ninths(r[1])} * {fraction(r[6])}" for r in pairs) + ". Chapter 30 shows how."
          if abs(pairs_kept(pairs)[0] - rows[1][1]) < 1e-12 else ""),
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"

@@ -1391,10 +1391,13 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert ("Block verification's output is the target's: the exact TV of its first 3 tokens is < 1e-9. Token-wise"
-            " checking keeps alpha + alpha^2 = 10/9 drafts a round, eq. 1's count with alpha = sum min(p, q) = 2/3,"
+    assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as a round can"
+            " make, is"
+            " < 1e-9. Token-wise"
+            " checking keeps alpha + alpha^2 = 10/9 drafts a round, eq. 1's count less the token drawn, with alpha ="
+            " sum min(p, q) = 2/3,"
             " exact here as there is no context. The block's 11/9 sums, over the four pairs of drafts, each pair's"
-            " chance under q times the drafts the block keeps. For a a, a b, b a and b b: 4/9 * 1/2 + 2/9 * 2 + 2/9"
+            " chance under q times the drafts the block keeps from it on average. For a a, a b, b a and b b: 4/9 * 1/2 + 2/9 * 2 + 2/9"
             " * 3/2 + 1/9 * 2. Chapter 30 shows how.") in flat(text)  # read 1482 worked the sum out for 4 minutes
     assert 4 / 9 * 1 / 2 + 2 / 9 * 2 + 2 / 9 * 3 / 2 + 1 / 9 * 2 == pytest.approx(11 / 9)  # the sum, by hand
     assert 2 / 3 + (2 / 3) ** 2 == pytest.approx(10 / 9)  # by hand: min(1/3, 2/3) + min(2/3, 1/3) = 2/3

@@ -4707,8 +4707,8 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k. Chapter 27"
-        " measures what that misprices.")
+        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k, though k moves"
+        " where rounds start. Chapter 27 measures what that misprices.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
         f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: the text's last"
@@ -4716,14 +4716,14 @@ def demo19_tuning(**how):
         f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {nodes - 1} drafts. The option --detail"
         " gives the rule that checks it; chapter 33 tests whether that keeps the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call, from {tree[1]}"
-        " draft passes, one per level.")
+        " draft passes: each drafts a whole level at once.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"
         " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: t_plain the"
         " target's plain pass, t_check its check, t_draft a draft's. Below the ridge t_check = t_plain, and t_draft = c"
-        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Chapter 25 finds the B at which each check"
-        f" passes the ridge. The plan stops at B = {max_batch}, where the"
+        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Past the ridge t_check grows with the"
+        f" positions checked. Chapter 25 finds the B at which each check passes the ridge. The plan stops at B = {max_batch}, where the"
         f" target, the {c19.roomiest}"
         f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB. The plan, with the"
         " positions each sequence's check scores:")

@@ -228,8 +228,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # 'slightly low': below each shorter k's exact count at every k, by under 0.02 tokens per call, about 1% of the
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
-        "Here the rates are computed exactly at k = 8 and reused for every shorter k. Chapter 27 measures what that"
-        " misprices.") in text
+        "Here the rates are computed exactly at k = 8 and reused for every shorter k, though k moves where rounds"
+        " start. Chapter 27 measures what that misprices.") in text
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
     for Q in (better, sd.MIDDLING):
@@ -740,7 +740,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " first-level drafts) plus 2 + 4 + 8 = 14 drafts. The option --detail gives the rule that checks it;"
             " chapter 33 tests whether that keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
-            " call, from 3 draft passes, one per level.") in text
+            " call, from 3 draft passes: each drafts a whole level at once.") in text
     # the standard error, by hand: the same 2,000 rounds' lengths, their spread over the square root of their count
     rng = np.random.default_rng(42)
     lengths = [len(e) for e in islice(sd.rounds(lambda t: sd.tree_round(sd.TARGET, sd.MIDDLING, t, 3, 2, rng), [0]),

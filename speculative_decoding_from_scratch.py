@@ -4768,7 +4768,10 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     ends = {k: hi for k, hi in ends.items() if (dict(crossings).get(k) or max_batch + 1) <= max_batch}
     own_kv = [pass_traffic(d, n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (big, small, LLAMA2_7B)]
     big_fit = min(max_batch, sequences_that_fit(n_ctx, drafts=(big,)))  # big's last batch: its memory is full
-    return SimpleNamespace(
+    mine = [[i for i, o in enumerate(options) if (o.drafter.name == "big") == is_big] for is_big in (True, False)]
+    big_gap = float((speeds[:big_fit, mine[1]].max(axis=1) - speeds[:big_fit, mine[0]].max(axis=1)).min()) if all(
+        mine) else None  # how far big's best option trails the other's at its closest, B = 1 to big_fit
+    return SimpleNamespace(big_gap=big_gap,
         first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
         crossed=[(k, b) for k, b in crossings if b and b <= max_batch],  # the checks that cross within the plan
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, big_fit)], big_fit=big_fit,
@@ -4835,7 +4838,9 @@ def demo19_shape(s, n_ctx, max_batch):
                 " ({} layers of width {} against {} of {})".format(*s.layers[0], *s.layers[2]) if layers_set_kv
                 else "") + f", while small's rises only toward {s.kv_share[1]:.4f}" + (
                 " ({} of {})".format(*s.layers[1]) if layers_set_kv else "")
-            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "."
+            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." + (
+            f" At every B up to {s.big_fit}, where big's memory fills, its best option trails small's best by"
+            f" {s.big_gap:.2f} or more." if s.big_gap is not None and s.big_gap > 5e-3 else "")
         if not s.big_runs and s.c[1] > s.c[0] else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
@@ -6836,7 +6841,7 @@ def demo32_first_choice(**how):
         f" 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, {tree[1]} deep,"
         f" in {tree[1]} passes, one a level; one target pass checks its {c19.nodes - 1} drafts and the text's last"
         f" token, {c19.nodes} positions. At B = 1, below the ridge, an option's speedup is its tokens per call / (1 +"
-        " n c), for n draft passes. The plan:")
+        " n c), for n draft passes; chapter 19 prices every other B. The plan:")
     print()
     plan_table(plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx), c19.buckets)
     said = demo19_shape(s, c19.n_ctx, c19.max_batch)

@@ -464,7 +464,15 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
             f" both models' passes, so big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
             f" 0.25 (16 layers of width 2048 against 32 of 4096), while small's rises only toward {kv_small:.4f} (4 of"
-            " 768).") in text32 and (16 * 2048) / (32 * 4096) == 0.25  # read 1506 rebuilt both from the shapes and "Big's c rises" not in text32
+            " 768).") in text32 and (16 * 2048) / (32 * 4096) == 0.25  # read 1506 rebuilt both from the shapes
+    # 'never', shown: at every B big's memory allows, big's best option against small's, by hand from the plan's
+    # speeds (reads 1506 and 1509: only B = 1 was shown)
+    plan = result.c19
+    cols = [[i for i, o in enumerate(plan.options) if o.drafter.name == name] for name in ("big", "small")]
+    gap = (plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).min()
+    assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
+        f"At every B up to 192, where big's memory fills, its best option trails small's best by {gap:.2f} or"
+        " more.") in text32 and "Big's c rises" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
             " wins at B = 1 and big never runs. Takeaway:") in text
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"

@@ -5517,7 +5517,7 @@ def engine_configs(buckets, priced=None, costs=None):
     sg_tree = tree and (not costs or isinstance(costs["SGLang"][2], str))  # SGLang runs the tree: its best choice
     if tree:
         lines.append("         (vLLM's schedule is of chain lengths: where the plan runs the tree, these rows run"
-                     f" {main.name}'s best chains)")
+                     f" {main.name}'s best chain at each B)")
     if sg_tree:
         topk, steps, n, _ = main.tree
         sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
@@ -5541,11 +5541,12 @@ def engine_configs(buckets, priced=None, costs=None):
                   " candidate_steps by a running average of accepted drafts, so one listed value fixes k there)"]
         if tree and costs:
             worse, at = tree_shortfall(buckets, priced)
+            best = plan_best([o for _, _, o in buckets if o is not None], *priced[:2])[at - 1]  # the plan's, at B
             topk, steps, n, _ = main.tree
             lines.append(f"         (adaptive mode runs chains only, topk 1; setting the tree's flags instead,"
                          f" --speculative-eagle-topk {topk} --speculative-num-steps {steps}"
-                         f" --speculative-num-draft-tokens {n}, would run"
-                         f" {main.name}'s tree at every B, {worse:.1%} slower than the full plan at B = {at:,})")
+                         f" --speculative-num-draft-tokens {n}, would run {main.name}'s tree at every B, which at"
+                         f" B = {at:,} makes {best * (1 - worse):.2f}x against the plan's {best:.2f}x)")
     trt = {"EAGLE3": "Eagle3", "EAGLE": "MTP" if main.method == "mtp" else "Eagle", "NGRAM": "NGram",
            "STANDALONE": "Draft_Target"}.get(algorithm, algorithm)
     _, items, start = trt_schedule(ks)
@@ -5553,7 +5554,7 @@ def engine_configs(buckets, priced=None, costs=None):
               f"         draft_len_schedule: {json.dumps(dict(items[start:]))}}}"]
     if tree:
         lines.append(f"         (its schedule is of chain lengths too: where the plan runs the tree, it runs"
-                     f" {main.name}'s best chains)")
+                     f" {main.name}'s best chain at each B)")
     if start:
         lines.append(f"         (its first key must map to max_draft_len, so it drafts {k_top} up to B ="
                      f" {items[start][0]}, whereas {main.name}'s " + ("best chains draft " if tree else "own plan drafts ") +
@@ -5645,7 +5646,6 @@ def demo23_engines(**how):
     t = c19.measured[1].tree
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
-    small_c = [draft_cost(b, c19.n_ctx, draft=c19.shapes[1]) for b in (1, c19.max_batch)]  # a small draft pass
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once; the plan runs to B ="
@@ -5653,10 +5653,8 @@ def demo23_engines(**how):
                                else "") + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token. Chapter 19 prices the plan with small's draft passes" + (
-            f" at c = {small_c[0]:.3f} at B = 1, rising to {small_c[1]:.3f} at B = {c19.max_batch} as its KV"
-            " caches count more, all far below the lesson's 0.1" if small_c[0] < small_c[1] < .05 else "")
-        + ". The plan is below; chapters 25 and 32 say why it has this shape:")
+        f" {t[2]} positions with the text's last token. The plan is below; chapters 25 and 32 say why it has this"
+        " shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])

@@ -644,7 +644,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     best_chain = np.array([max(c19.speeds[b, i] for i in chains) for b in range(len(c19.speeds))])
     vllm = json.loads(flat_text.split("--speculative-config '")[1].split("'")[0])
     rows = vllm["num_speculative_tokens_per_batch_size"]
-    assert rows[0][:2] == [1, 95] and rows[0][2] == 8 and "these rows run small's best chains" in flat_text
+    assert rows[0][:2] == [1, 95] and rows[0][2] == 8 and "these rows run small's best chain at each B" in flat_text
     for lo, hi, k in rows:  # each row's chain is within the plan's 0.5% of the best chain at every B in it
         i = next(i for i in chains if c19.options[i].shape == f"k = {k}")
         assert all(c19.speeds[b - 1, i] >= 0.995 * best_chain[b - 1] - 1e-12 for b in range(lo, hi + 1))
@@ -662,13 +662,12 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "(these flags fix the tree at every batch size)" not in flat_text
     assert "--speculative-eagle-topk 1" in flat_text
     assert ("(adaptive mode runs chains only, topk 1; setting the tree's flags instead, --speculative-eagle-topk 2"
-            " --speculative-num-steps 3 --speculative-num-draft-tokens 15, would run small's tree at every B,"
-            f" {tree_loss:.1%} slower than the full plan at B = 241)") in flat_text
-    # small's c, from the roofline at both ends of the plan (read 1262 reconciled 3x with demo 4's 1.98x by hand)
-    cs = [sd.draft_cost(b, 512, draft=c19.c19.shapes[1]) for b in (1, 241)]
-    assert (f"at c = {cs[0]:.3f} at B = 1, rising to {cs[1]:.3f} at B = 241 as its KV caches count more, all far below"
-            " the lesson's 0.1.") in flat_text  # reads 1472, 1480 and 1493 asked why c rises; chapter 19 gives bytes
-    assert max(cs) < 0.05
+            " --speculative-num-steps 3 --speculative-num-draft-tokens 15, would run small's tree at every B, which at"
+            f" B = 241 makes {c19.speeds[240, tree]:.2f}x against the plan's {best[240]:.2f}x)") in flat_text
+    # the two speedups, not a share a reader cannot check (reads 1493 and 1496); they divide to the worst loss
+    assert 1 - c19.speeds[240, tree] / best[240] == pytest.approx(tree_loss)
+    # small's c is chapter 19's, 32's and 35's: every read here asked why it rises, which this chapter did not say
+    assert "far below the lesson's 0.1" not in flat_text
     slots = json.loads(flat_text.split("FILE, where FILE holds ")[1].split(" (each key in FILE")[0])
     assert slots == {str(lo): {"candidate_steps": [k]} for lo, _, k in rows}  # vLLM's rows, keyed by their first B
     # where the tree would win, SGLang keeps its flags: a plan whose tree loses less than its chains at worst

@@ -4707,8 +4707,8 @@ def demo19_tuning(**how):
     print()
     say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
         "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly at k = {k_max} and reused for every shorter k, though k moves"
-        " where rounds start. Chapter 27 measures what that misprices.")
+        f"call. Here the rates are computed exactly at k = {k_max}; a shorter k uses its first k rates, which chapter"
+        " 27 checks.")
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
         f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: the text's last"

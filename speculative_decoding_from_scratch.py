@@ -4687,20 +4687,17 @@ def demo19_tuning(**how):
     print()
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
-    gb = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx)
-    by_bytes = gb is not None
+    by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
         f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
         f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table. Its c, a"
         " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
         " cache, the keys and values of its tokens." + (
-            " A draft's pass and the target's plain pass are both memory-bound, so c is the ratio of their bytes. At"
-            " B = 1 the weights"
-            f" count most: big reads {gb(big, 1)} and small {gb(small, 1)}, against the target's"
-            f" {gb(LLAMA2_7B, 1)}, so c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. At B ="
-            f" {max_batch} small reads {gb(small, max_batch)} against {gb(LLAMA2_7B, max_batch)}: the KV caches count"
-            f" more, and its c rises to {max(shape.c_small):.4f}. The option --detail says what in each shape sets"
-            " its bytes." if bytes_set_c and by_bytes else
+            " Both passes are memory-bound, so c is the draft's bytes over the target's (chapter 32 gives them): at"
+            f" B = 1, {shape.c[0]:.4f} for big, above the lesson's {LESSON_C:g}, and {shape.c_small[0]:.4f} for"
+            f" small, far below it. As B grows the KV caches count more, and small's c rises to"
+            f" {max(shape.c_small):.4f} at B = {max_batch}. The option --detail says what in each shape sets its"
+            " bytes." if bytes_set_c and by_bytes and shape.c[0] > LESSON_C > 5 * shape.c_small[0] else
             f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small. As B"
             f" grows the KV caches count more, and small's c rises to {max(shape.c_small):.4f} by B ="
             f" {max_batch}. The option --detail says what in each shape sets its c." if bytes_set_c else ""))
@@ -4712,9 +4709,8 @@ def demo19_tuning(**how):
     print()
     say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
         f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: the text's last"
-        f" token (whose p judges the {tree[0]} first-level drafts) plus"
-        f" {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {nodes - 1} drafts. The option --detail"
-        " gives the rule that checks it; chapter 33 tests whether that keeps the target's distribution."
+        f" token plus {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {nodes - 1} drafts. Chapter 33"
+        " checks that the rule that judges it keeps the target's distribution."
         f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call, from {tree[1]}"
         " draft passes: each drafts a whole level at once.")
     print()
@@ -4795,10 +4791,10 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
 
 
 def pass_bytes(pairs, n_ctx):
-    """Chapters 19 and 32: the bytes a pass reads, as text, gb(shape, B) ->
-    '1.817 GB', for each (draft, B) in pairs and the target at those B; None
-    unless every such pass is memory-bound and each draft's c is its bytes
-    over the target's. The GB take the fewest decimals at which the printed
+    """Chapter 32's bytes a pass reads, as text, gb(shape, B) -> '1.817 GB',
+    for each (draft, B) in pairs and the target at those B; None unless every
+    such pass is memory-bound and each draft's c is its bytes over the
+    target's, which chapter 19 checks before it says so. The GB take the fewest decimals at which the printed
     bytes divide to each c as printed, to 4 decimals (read 1500 found 1.82 /
     13.48 gives 0.1350, not 0.1348)."""
     reads = {(d, b): pass_traffic(d, n_ctx, 1, b) for d, b in [*pairs, *((LLAMA2_7B, b) for _, b in pairs)]}

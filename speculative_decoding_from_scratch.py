@@ -6404,6 +6404,13 @@ def settled_rounds(P, Q, k):
     return settled
 
 
+def starts_words(ends, end):
+    """The first tokens whose run ends in end (ends: one per first token), by name if one or two ("'b'"), else
+    how many ("three")."""
+    starts = [repr(name(x)) for x, e in enumerate(ends) if e == end]
+    return and_list(starts) if len(starts) <= 2 else number_word(len(starts))
+
+
 def settled_words(P, Q, k, kept):
     """Chapter 21's clause on where greedy rounds settle, from settled_rounds, while its counts give the shares
     of rounds that keep each number of drafts (kept); else nothing."""
@@ -6424,8 +6431,9 @@ def settled_words(P, Q, k, kept):
             return ""
         return (f" A round after '{name(d)}' drafts {and_list([repr(name(x)) for x in chain[1:]])}, which pass; the"
                 f" draft after '{name(c)}' fails, and the target's token there is '{name(d)}' again.")
-    said = [(number_word(n), f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
-             why_kept(d, j)) for (d, j), n in sorted(groups.items(), key=lambda g: -g[1])]  # the most-reached first
+    said = [(number_word(n) if not i else starts_words(settled, (d, j)),
+             f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
+             why_kept(d, j)) for i, ((d, j), n) in enumerate(sorted(groups.items(), key=lambda g: -g[1]))]
     return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
             f" {said[0][1]}{said[0][2]}" + "".join(f" From {n}, {w}{y}" for n, w, y in said[1:]))
 
@@ -6456,7 +6464,7 @@ def loop_alpha_words(P, Q, label, alpha):
     token = f"{label}'s likeliest token"
     said = [f"From {number_word(reach[loops[0]])} of the {number_word(len(P))} first tokens the target's greedy text"
             f" {where(loops[0], token)}"] + [
-        f"From {number_word(reach[o])} the text {where(o, token)}" for o in loops[1:]]
+        f"From {starts_words(ends, o)} the text {where(o, token)}" for o in loops[1:]]
     terms = " + ".join(f"{fraction(reach[o] / len(P))} * {fraction(agree[o] / len(o))}" for o in loops)
     return ". ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
 

@@ -473,7 +473,7 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     Q0 = sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0)
     assert [int(x) for x in Q0.argmax(axis=1)][0::5] == [4, 0] and int(Q0.argmax(axis=1)[1]) != 1
     assert ("From five of the six first tokens the target's greedy text loops 'a', 'e', 'f' and back to 'a', and blend"
-            " 0.9's likeliest token is the target's after 'a' and 'f' but not after 'e'. From one the text stays at 'b',"
+            " 0.9's likeliest token is the target's after 'a' and 'f' but not after 'e'. From 'b' the text stays at 'b',"
             " and after it blend 0.9's likeliest token is not the target's."
             " So blend 0.9's alpha = 5/6 * 2/3 + 1/6 * 0 = 0.5556.") in flat(text)
     assert 5 / 6 * 2 / 3 == pytest.approx(5 / 9)
@@ -486,7 +486,7 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     words = ("At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
              " starts after the same token keeps the same number of drafts. From five of the six first tokens, blend"
              " 0.9's rounds settle: each starts after 'f' and keeps two. A round after 'f' drafts 'a' and 'e', which"
-             " pass; the draft after 'e' fails, and the target's token there is 'f' again. From one, each starts after"
+             " pass; the draft after 'e' fails, and the target's token there is 'f' again. From 'b', each starts after"
              " 'b' and keeps none. Averaged over the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep"
              f" none and 0.833 keep two. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call, the table's"
              f" speedup of {exact / 1.4:.2f} at c = 0.1. Eq. 1, which"

@@ -6064,7 +6064,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
         per_call = [len(texts) * n_tokens / sum(spec_generate(P, L, text, n_tokens, k, np.random.default_rng(20),
                                                               draft=lookup_draft)[1] for text in texts)
                     for _, L in drafts]
-        rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch), "#" * round(4 * per_call[0])))
+        rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch)))
     note = long_context_note(k, [len(t) for t in texts], then=" So at these lengths the speedup is the tokens"
                              " per call, the vLLM and HF columns; --detail says why.", why=False)
     print()
@@ -6078,18 +6078,12 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
         " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
         f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real"
-        " short context would have little to copy, and make fewer tokens per call.) " + (
-            check_price_words(k, batch) or f"Then the pass of {batch * (k + 1):,} positions is"
-            f" {bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)}-bound and costs"
-            f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences.")
-        + " The option --detail builds that price. The"
-        " speedup"
-        " column divides vLLM's tokens per call by that cost" +
-        (": slower than plain decoding at every lam in the table." if all(r[3] < 1 for r in rows) else ".") +
-        " Each # is a quarter token per call:")
+        " short context would have little to copy, and make fewer tokens per call.) Then the pass of"
+        f" {batch * (k + 1):,} positions is {bound}-bound and costs {verify_cost(k, batch):.2f} plain passes over the"
+        f" same {batch} sequences. The option --detail builds that price. The speedup column divides vLLM's tokens per call by that cost" +
+        (": slower than plain decoding at every lam in the table:" if all(r[3] < 1 for r in rows) else ":"))
     print()
-    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f"),
-           ("bars: vLLM", 28, "<")], rows,
+    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f")], rows,
           groups=[("tokens/call", 1, 2), ("what-if", 3, 3)])
     if rows[0][0] == 0 and rows[0][1] > 1.05:
         print()

@@ -6196,7 +6196,7 @@ def demo27_rates(**how):
         " place of alpha^i. How close is that 'about'?"
         " The rates here are exact, as a server counting many rounds would find them."
         f" For chapter 19's small draft (the middling draft), 1 plus the first k of its rates at k = {k_max}, against"
-        f" each k's exact tokens per call ({r.names[0]}'s, blend {c19.big_weight:g}, are in --detail):")
+        " each k's exact tokens per call:")
     rates_table(r, 1)
     low = reads_low(r, 1)
     say(f"At k = {k_max} the two agree: the rates were counted there." if r.at_k else
@@ -6226,9 +6226,8 @@ def demo27_rates(**how):
     print()
     say("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
         " what its prices favour, pricing its chains from these rates. A search instead prices every chain exactly."
-        + (f" Picking by the rates costs at most {untolerant.worst:.2%} of the search's speedup at any B. Chapter 19's"
-           f" plan also keeps a pick until it falls {c19.tol:.1%} behind the best, so as not to switch for less;"
-           " --detail prices that margin."
+        + (f" Picking by the rates costs at most {untolerant.worst:.2%} of the search's speedup at any B. The option"
+           " --detail prices the plan's margin, and the other draft's rates."
            if margin_led else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            " plan from the rates with no margin " + (

@@ -7220,11 +7220,14 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         per_call = sum(map(len, out)) / n_rounds
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)
         rows.append((label, k, paper, refined, per_call, clock, at_run))
+    exact = [f"{exact_tokens_per_call(TARGET, MIDDLING, LESSON_K):.2f} for the middling draft at k = {LESSON_K}",
+             f"for blend {good_weight}, " + and_list([f"{exact_tokens_per_call(TARGET, good, k):.2f} at k = {k}"
+                                                     for k in ks])]  # at each k, as which k it runs is the clock's
     print()
     say("Then each draft decodes on the clock. The model tables choose the tokens, and each pass pays for its"
         f" product: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
         f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
-        " the exact tokens per call. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
+        f" the exact tokens per call: {'; '.join(exact)}. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
         " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
         " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
         " measured: plain decoding's time per token, timed here, over this run's.")
@@ -7276,6 +7279,8 @@ def demo36_verdicts(rows, v4):
     wins = [r[5] > 1 for r in rows]  # (middling, the draft that agrees often): did each beat plain decoding?
     say(f"Here v is {v4:.2f} at k = 4; the roofline gives {verify_cost(4, 1, 512):.2f}.",
         "So k+1 positions cost about one." if v4 <= 1.25 else
+        "Chapter 13 asks why a few columns cost so much more than one here.",
+        "" if v4 <= 1.25 else
         "At that price, only the draft that agrees often wins." if wins == [False, True] else
         "Even so, both drafts win." if all(wins) else "At that price, neither draft wins." if not any(wins) else "",
         clock=True)

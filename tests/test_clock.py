@@ -172,7 +172,10 @@ def test_chapter13_says_which_tokens_per_call_each_prediction_uses(in_process):
     middling = next(r for r in rows if r[0] == "middling")
     # the paper's column is tokens per call / (1 + k c) with the exact count, as the sentence says
     assert middling[1] == sd.LESSON_K and "The paper predicts the speedup as tokens per call / (1 + k c), with the" \
-        " exact tokens per call." in text
+        " exact tokens per call: 2.77 for the middling draft at k = 4; for blend 0.95, 4.71 at k = 4 and 13.50 at" \
+        " k = 16." in text  # both of blend 0.95's, as the clock picks its k (reads 1487 and 1501 backed them out)
+    good = sd.blend(sd.TARGET, sd.UNRELATED, 0.95)
+    assert [f"{sd.exact_tokens_per_call(sd.TARGET, good, k):.2f}" for k in (4, 16)] == ["4.71", "13.50"]
     assert "The middling draft runs 20 rounds at the lesson's k = 4. Blend 0.95 runs 10 rounds at k =" in text
     # refined and refined*, as formulas: v in place of the paper's 1, and this run's tokens per call in refined*
     assert ("The refined prediction puts v in place of that 1: tokens per call / (v + k c). Refined* is that formula"

@@ -6078,9 +6078,10 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
         " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
         f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real"
-        " short context would have little to copy, and make fewer tokens per call.) Then the pass of"
-        f" {batch * (k + 1):,} positions is {bound}-bound and costs {verify_cost(k, batch):.2f} plain passes over the"
-        f" same {batch} sequences. The option --detail builds that price. The speedup column divides vLLM's tokens per call by that cost" +
+        " short context would have little to copy, and make fewer tokens per call.) " + (
+            check_price_words(k, batch) or f"Then the pass of {batch * (k + 1):,} positions is {bound}-bound and costs"
+            f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences.")
+        + " The option --detail builds that price. The speedup column divides vLLM's tokens per call by that cost" +
         (": slower than plain decoding at every lam in the table:" if all(r[3] < 1 for r in rows) else ":"))
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f")], rows,

@@ -5642,6 +5642,7 @@ def demo23_engines(**how):
     t = c19.measured[1].tree
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
+    small_c = draft_cost(1, c19.n_ctx, draft=c19.shapes[1])  # a small draft pass at B = 1 (read 1513: why k = 8?)
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once; the plan runs to B ="
@@ -5649,8 +5650,10 @@ def demo23_engines(**how):
                                else "") + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token. The plan is below; chapters 25 and 32 say why it has this"
-        " shape:")
+        f" {t[2]} positions with the text's last token." + (
+            f" A small draft pass costs c = {small_c:.3f} of a target pass at B = 1, far below the lesson's"
+            f" {LESSON_C:g} (chapter 19), so long chains pay." if small_c < LESSON_C / 5 else "")
+        + " The plan is below; chapters 25 and 32 say why it has this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -5766,11 +5769,10 @@ def tree_loss_words(c19, main, own, t):
             f" over the target's. At B = 1 both read mostly weights, and {main.name}'s weights are {w[0] / w[1]:.4f}"
             " of the target's. Each sequence adds its KV cache, the keys and values of its tokens, and"
             f" {main.name}'s is {share:.4f} of the target's, a larger share. So c climbs with B, from {c[0]:.4f} at"
-            f" B = 1 toward {share:.4f}. Past the ridge, every position the tree"
-            f" checks costs time, and its lead shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence,"
-            f" {t[2] * cross:,} in all, reaches the ridge, so the loss peaks just before, at B = {own[1]}. That is"
-            f" {ridge_later_words(c19.n_ctx, t[2])[0]}, as each sequence's KV cache adds bytes to the pass (chapter 25"
-            " works it out)."
+            f" B = 1 toward {share:.4f}. Past the ridge, every position the tree checks costs time, and its lead"
+            f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, {t[2] * cross:,} in all, reaches"
+            f" the ridge, so the loss peaks just before, at B = {own[1]}. That is {ridge_later_words(c19.n_ctx, t[2])[0]},"
+            " as each sequence's KV cache adds bytes to the pass (chapter 25 works it out)."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches

@@ -4277,18 +4277,18 @@ def demo18_lossy(k=3, ctx=5, n=3):
     print()
     for rule, words in (
             ("probabilistic", "lossless: the paper's rule."),
-            ("one-hot", "lossless: the draft proposes its likeliest token x; demo 1's rule with q all on x keeps it"
-                        " with chance p(x); after a rejection, a token from max(0, p - q), p with x removed."),
-            ("block", "lossless: block verification judges the k drafts together (chapter 14). On average it"
-                      " keeps at least as many drafts as the paper's rule and stays exact (chapter 14 shows how)."),
+            ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
+                        " it with chance p(x); after a rejection, a token from p with x removed."),
+            ("block", "lossless: block verification judges the k drafts together (chapter 14); on average it"
+                      " keeps at least as many drafts as the paper's rule."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x if p(x) is above the bar"
                         " min(eps, s e^-H). H = -sum p ln p, the entropy of p, is large when p is spread, so a spread p"
                         " lowers the bar; larger eps or s raise it. It never reads q. After a rejection: p's argmax;"
                         " the bonus token: from p. Setting: eps, s (posterior_threshold, posterior_alpha; vLLM's"
                         f" defaults: {setting_text(TYPICAL_SHIPPED)})."),
-            ("sglang", "SGLang's, on one-hot drafts: keep x if u <= p(x) / acc, u uniform in [0, 1), or if p(x) >="
-                       " single. After a rejection: a token from p with x removed. Setting: single, acc.")):
+            ("sglang", "SGLang's, on one-hot drafts: keep x if p(x) >= single, or else if u <= p(x) / acc, u uniform"
+                       " in [0, 1). After a rejection: a token from p with x removed. Setting: single, acc.")):
         print("\n".join(textwrap.wrap(words, 78, initial_indent=f"  {rule:<15}", subsequent_indent=" " * 17)))
     truth, rows, joints = target_first_tokens(TARGET, ctx, n), [], []  # a row's fit, [4], is --detail's: None
     for label, setting, rule, D in lossy_settings():

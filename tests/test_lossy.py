@@ -144,8 +144,8 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     assert text.index("marks a lossy setting dominated") < text.index("sglang 1, 1")  # above the table
     # block keeps more than the paper's rule, lossless both: min(p, q) bounds a draft alone, not a run
     assert rows[("block", "lossless")][3] > rows[("probabilistic", "lossless")][3] and (
-        "On average it keeps at least as many drafts as the paper's rule and stays exact (chapter 14 shows"
-        " how).") in text
+        "lossless: block verification judges the k drafts together (chapter 14); on average it keeps at least as"
+        " many drafts as the paper's rule.") in text
     assert "Takeaway: a lossy verifier buys tokens per call" in text
     # medusa differs from typical only in the bonus token, past the first 3 tokens at k = 3: same TV, other speed
     typical = rows[("typical", "0.09, 0.3")]

@@ -6712,12 +6712,16 @@ def demo30_pairs():
     print()
     say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
         " average, and the block's gain weighted by the pair's chance. Token-wise checking keeps r_1 + r_1 r_2"
-        " drafts on average, for r_i its chance to keep draft i; the block keeps 2 w_2 + (1 - w_2) h_1:")
+        " drafts on average, for r_i its chance to keep draft i; the block keeps 2 w_2 + (1 - w_2) h_1. The last row"
+        " weighs each pair by its chance:")
     print()
     pairs = block_pairs(P2, Q2)
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 6, fraction), ("h_1", 6, fraction),
            ("w_2", 6, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
-           ("weighted gain", 15, lambda x: ninths(x, sign=True))], pairs, groups=[("drafts kept", 5, 6)])
+           ("weighted gain", 15, lambda x: ninths(x, sign=True))],
+          pairs + [("all", sum(r[1] for r in pairs), None, None, None,
+                    *[ninths(x) for x in reversed(pairs_kept(pairs))], sum(r[7] for r in pairs))],
+          groups=[("drafts kept", 5, 6)])  # the last row: each pair weighed by its chance (read 1487 summed them)
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2

@@ -1261,7 +1261,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "weighted gain" not in text
     # the two columns' formulas, as chapter 30 says them, by hand from each row's w_1, h_1, w_2 and the ratios
     assert ("Token-wise checking keeps r_1 + r_1 r_2 drafts on average, for r_i its chance to keep draft i; the block"
-            " keeps 2 w_2 + (1 - w_2) h_1:") in flat(text30)
+            " keeps 2 w_2 + (1 - w_2) h_1. The last row weighs each pair by its chance:") in flat(text30)
+    # the totals a reader summed (reads 1487 and 1497): 10/9 and 11/9, and the pairs' chances to 9/9
+    assert "all 9/9 10/9 11/9 +1/9" in flat(text30)
     for (drafts, _, w_1, h_1, w_2, tw, bl, _), want in zip(sd.block_pairs(P2, Q2), by_hand):
         r = [min(1, P2[0, "ab".index(x)] / Q2[0, "ab".index(x)]) for x in drafts.split()]
         assert tw == pytest.approx(r[0] + r[0] * r[1]) and bl == pytest.approx(2 * w_2 + (1 - w_2) * h_1)

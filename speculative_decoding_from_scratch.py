@@ -2863,8 +2863,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
         " and per drafted token in the rate." if abs(R - (L - 1) / k) < 1e-12
         else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
         "This script's --tune picks k from any one of these figures. Each is a route: it turns the figure into tokens"
-        f" per call at each k (the per-position rates only up to k = {k}, where they were counted), prices each k at"
-        " cost c, and picks the fastest.",
+        " per call at each k, prices each k at cost c, and picks the fastest. The per-position rates price k only up"
+        f" to {k}, where they were counted.",
         (f"The length and the rate, the same count, give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length gives alpha = {a_L:.3f} (the rate {a_R:.3f}),") +
         f" the alpha at which eq. 1 at k = {k} gives the length." + (
@@ -3411,8 +3411,8 @@ def demo12_ties(n_tokens=200, k=4):
         rows.append((label, "all the same" if first is None else f"part at token {first}"))
     print()
     say("An exact tie needs one rule everywhere. Back on the six-token tables, tie the two likeliest tokens after"
-        f" 'a', and decode from the prompt 'a' at k = {k}, drafting with the middling draft; at temperature 0 a tie"
-        " goes to the lower id:")
+        f" 'a'. Decode from the prompt 'a' at k = {k}, drafting with the middling draft; at temperature 0 a tie goes"
+        " to the lower id:")
     print()
     table([("verification breaks ties", 26, "<"), (f"first {n_tokens} tokens", 20, "<")], rows)
     print()

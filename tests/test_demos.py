@@ -1640,9 +1640,10 @@ def test_demo10_routes_and_their_sentences(demo):
             f" as eq. 1 is not exact (chapter 29). These sampled rounds ran longer, {L:.3f}, which gives 0.706.") \
         in flat(text)
     # the per-position route prices only the k its rates were counted at ('at every k' was false: reads 1447 to 1491)
-    assert len(sd.per_position_tokens(rates)) == 5 and ("it turns the figure into tokens per call at each k (the"
-                                                        " per-position rates only up to k = 5, where they were"
-                                                        " counted)") in flat(text)
+    assert len(sd.per_position_tokens(rates)) == 5 and ("it turns the figure into tokens per call at each k, prices"
+                                                        " each k at cost c, and picks the fastest. The per-position"
+                                                        " rates price k only up to 5, where they were counted.") \
+        in flat(text)
 
 
 def test_demo10_in_detail_plans_and_policies(demo):

@@ -2309,7 +2309,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}: a tree"
         " drafts a whole level in one pass.", f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
-        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the long chain's"
+        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the depth-{depth} chain's"
+        f" {speedup(rows[0][5], rows[0][1], LESSON_C):.2f}, the long chain's"
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
         + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."))
     if repeats:
@@ -4043,7 +4044,7 @@ def demo16_acceptance(k):
     say("The chance that the first i drafts all pass, averaged over the target's text as alpha is, and the exact"
         " tokens per call:")
     print()
-    table([("heads", 12, "<"), *[(f"i = {i}", 8, ".3f") for i in range(1, k + 1)], ("tokens/call", 13, ".2f")],
+    table([("heads", 12, "<"), *[(f"i = {i}", 8, ".3f") for i in range(1, k + 1)], ("tokens/call", 13, ".3f")],
           [("Medusa", *reached, tokens), ("MTP", *[1.0] * k, k + 1.0)])
     print()
     say("Medusa's heads lose, perfect as they are. Head 2 guesses the token two steps on, summed"
@@ -6230,7 +6231,8 @@ def demo27_rates(**how):
     say("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
         " what its prices favour, pricing its chains from these rates. A search instead prices every chain exactly."
         + (f" Picking by the rates costs at most {untolerant.worst:.2%} of the search's speedup at any B. The option"
-           " --detail prices the plan's margin, and the other draft's rates."
+           " --detail prices the plan's margin, and the rates of chapter 19's other draft, big (blend"
+           f" {c19.big_weight:g})."
            if margin_led else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            " plan from the rates with no margin " + (

@@ -6997,7 +6997,8 @@ def harm_words(rows, n=3):
                 if -more >= ROUNDING else "as much")
     return (f"Over the first {n} tokens, step 3 alone is off by {step3[n]:.4f}, and both changes together by"
             f" {together}: the shipped step 3 does nearly all of the harm. Step 5 alone is off by"
-            f" {exact_text(step5[n])}.")
+            f" {exact_text(step5[n])}" + (", more than it adds to step 3: TVs do not add." if step5[n] > abs(more) + ROUNDING
+                                          else "."))
 
 
 def alike_through_token2(rows, ctx=5):

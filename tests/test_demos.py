@@ -1019,7 +1019,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " check sees it at token 3. A fit of the first 3 would need about 2.0 million runs.") in flat(detail34)
     # the chapter shows the exact TV of the first 3 tokens; the fit, and why step 5 alone passes it, are the detail's
     assert "fit" not in flat(text34).split("Takeaway")[0].replace("chapter 15's fit", "")
-    assert ("Step 5 alone is off by 3.5e-04. The option --detail adds chapter 15's fit, which step 5 alone passes,"
+    assert ("Step 5 alone is off by 3.5e-04, more than it adds to step 3: TVs do not add. The option --detail adds"
+            " chapter 15's fit, which step 5 alone passes,"
             " and says why it passes.") in flat(text34)
     tokenwise = next(r for r in edits if r[0] == "tokenwise_residual")
     assert tokenwise[1] < 1e-12 and tokenwise[2] < 1e-12 and tokenwise[3] > 1e-4  # exact for 1 and 2 tokens, not 3
@@ -1170,7 +1171,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert edits[2][3] == pytest.approx(tv3, abs=1e-12) and edits[3][3] == pytest.approx(rows[2][3], abs=1e-12)
     assert (f"Over the first 3 tokens, step 3 alone is off by {tv3:.4f}, and both changes together by"
             f" {sd.exact_text(rows[2][3] - tv3)} more, so the two rows print alike: the shipped step 3 does nearly all"
-            f" of the harm. Step 5 alone is off by {sd.exact_text(tv5)}.") in flat(text34)
+            f" of the harm. Step 5 alone is off by {sd.exact_text(tv5)}, more than it adds to step 3: TVs do not"
+            " add.") in flat(text34) and tv5 > rows[2][3] - tv3  # read 1528 stopped on 3.5e-04 alone, 2.9e-05 more
     assert sd.exact_text(rows[2][3] - tv3) == "2.9e-05"  # read 1253 hunted for the difference four places hid
     assert f"{tv3:.4f} and {rows[2][3]:.4f}" == "0.2672 and 0.2672"  # the table's n = 3 column
     bad = [list(r) for r in edits]

@@ -2875,7 +2875,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
                 f" These sampled rounds ran {'longer' if L > exact[k] else 'shorter'}, {L:.3f}, which gives"
                 f" {a_L:.3f}." if f"{a_x:.3f}" != f"{a_L:.3f}" else "")
             if f"{a_L:.3f}" != (a_3 := f"{pair_alpha(TARGET, MIDDLING):.3f}") else ""),
-        "The exact route knows the tables. Predicted and true: the speedup at the k picked:")
+        "The exact route knows the tables. Below, the k each route picks, the speedup it predicts there, and the"
+        " true speedup at that k:")
     print()
     table([("c", 5, "g"), ("route", 27, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),
            ("predicted", 11, lambda x: f"{x:.2f}x"), ("true at k", 11, lambda x: f"{x:.2f}x")], rows)
@@ -3834,7 +3835,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                                                           for label, m in shipped_modules().items()]
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
         " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
-        " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i, chapter"
+        " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
+        " They use a weight w_i, chapter"
         " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
         " the text's last token). A ratio p/q above 1 lifts w back up: ratios"
         f" {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
@@ -4119,8 +4121,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         " its own machinery, not in the rule."
         " It keeps what the target has read, its KV"
         " cache (the keys and values of every token read so far), separately from the text it writes. And each round"
-        " begins with a token drawn from a row p carried over from the round before: the target's row after that"
-        " round's last token.",
+        " begins with a token drawn from a row p carried over from the round before: the target's row after the"
+        " last token that round wrote.",
         "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed"
         " the text's last few characters earlier on. That proposal is deterministic, so its q is one-hot: a draft x"
@@ -4836,7 +4838,9 @@ def demo19_shape(s, n_ctx, max_batch):
                 else "") + f", while small's rises only toward {s.kv_share[1]:.4f}" + (
                 " ({} of {})".format(*s.layers[1]) if layers_set_kv else "")
             if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." + (
-            f" At every B up to {s.big_fit}, where big's memory fills, its best option trails small's best by"
+            f" At every B up to {s.big_fit}" + (f", where big, the target and the KV caches fill the H100's"
+                                               f" {H100.memory / 1e9:.0f} GB," if s.big_fit < max_batch else ",")
+            + " big's best option trails small's best by"
             f" {s.big_gap:.2f} or more." if s.big_gap is not None and s.big_gap > 5e-3 else "")
         if not s.big_runs and s.c[1] > s.c[0] else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +

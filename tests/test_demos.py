@@ -1085,7 +1085,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " so the paragraph above compares them start by start.") in flat(detail)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
             " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
-            " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below. They use a weight w_i, chapter"
+            " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
+            " They use a weight w_i, chapter"
             " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
             " (x_0: the text's last token). A ratio p/q above 1 lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but"
             " w_2 = 1. 3. Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands"

@@ -1098,7 +1098,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " and q the rows after x_i, or from p if i = k.") in " ".join(text.split())
     # the chapter names h_i and leaves its formula to chapter 14, as nothing here uses it (read 1483 lost 1.5 minutes)
     assert "h_i = Z_i" not in detail and "h_i = Z_i" not in text and "chance h_i, from w_i" in text
-    # 'or 0 if Z_i = 0': with w_i = 1 and p = q nothing is left to want, and the coin never lands heads
+    # h_i is 0 where Z_i = 0 (chapter 14's 'if Z_i = 0'): with w_i = 1 and p = q nothing is left to want
     assert sd.block_threshold(1.0, np.array([0.5, 0.5]), np.array([0.5, 0.5])) == 0
     # step 5 only picks the token after the drafts: edited alone, each round keeps as many drafts, from every start
     def kept_counts(m, d):  # the chance a round from d keeps 0..3 drafts
@@ -1788,3 +1788,20 @@ def test_chapter34_withholds_its_blame_when_block_verification_is_off(capsys):
     said = flat(capsys.readouterr().out)
     assert "Block verification, as you have it," in said and "the shipped step 3 does nearly all" not in said
     assert "Takeaway withheld" in said and "step 3 alone is off by nearly as much as both" in said
+
+
+def test_chapter15s_takeaway_gives_every_n_only_where_each_path_is_off_at_each(monkeypatch, capsys):
+    # a shipped path exact through 2 tokens, off at 3 (chapter 34's step 5 alone): caught, but not 'at every n';
+    # and a path that raised (no TVs) withholds the takeaway rather than crash (the review found both)
+    rows = [("block", 0.0, 0.0, 0.0, 0.6, "the target", "", 1.0),
+            ("vllm-ascend, PyTorch", 0.07, 0.2, 0.25, 1e-13, "NOT the target", "", 2.0),
+            ("vllm-ascend, Triton", 0.0, 0.0, 3.5e-4, 1e-13, "NOT the target", "", 2.0)]
+    monkeypatch.setattr(sd, "exactness_rows", lambda *a: rows)
+    sd.demo15_shipped_block()
+    text = " ".join(capsys.readouterr().out.split())
+    assert "both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check catches each." \
+        in text and "at every n" not in text
+    rows[2] = ("vllm-ascend, Triton", None, None, None, None, "raised", "TypeError", None)
+    sd.demo15_shipped_block()
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Takeaway withheld" in text and "at every n" not in text

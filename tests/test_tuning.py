@@ -475,7 +475,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     gap = (plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).min()
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
         f"At every B up to 192, where big, the target and the KV caches fill the H100's 80 GB, big's best option"
-        f" trails small's best by {gap:.2f} or more.") in text32  # read 1524 asked what memory fills and "Big's c rises" not in text32
+        f" trails small's best by {gap:.2f} or more.") in text32 and "Big's c rises" not in text32  # read 1524 asked
+    # what memory fills
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
             " wins at B = 1 and big never runs. Takeaway:") in text
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
@@ -750,7 +751,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
     assert ("The small one also runs as a tree, written 'tree 2x3, 15': 2 candidates under every node, each drawn"
             " from q on its own, 3 deep. One pass scores 15 positions: the text's last token plus 2 + 4 + 8 = 14"
-            " drafts. Chapter 33 checks that the rule that judges it keeps the target's distribution."
+            " drafts. Chapter 33 tests whether the rule that judges it keeps the target's distribution."
             f" Over 2,000 sampled rounds it makes {tree.tokens:.3f} +- {in_process[0]['19'].c19.tree_se:.3f} tokens per"
             " call, from 3 draft passes: each drafts a whole level at once.") in text
     # the standard error, by hand: the same 2,000 rounds' lengths, their spread over the square root of their count

@@ -5648,7 +5648,7 @@ def demo23_engines(**how):
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
     small_c = draft_cost(1, c19.n_ctx, draft=c19.shapes[1])  # a small draft pass at B = 1 (read 1513: why k = 8?)
-    long_k = any(o and o.drafter.name == "small" and o.shape[:3] == "k =" and int(o.shape[4:]) > LESSON_K
+    long_k = any(o and o.drafter.name == "small" and o.shape.startswith("k =") and int(o.shape.split()[-1]) > LESSON_K
                  for _, _, o in c19.buckets)  # the plan runs small's chains longer than the lesson's k
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
@@ -5835,7 +5835,7 @@ def demo24_ideal():
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
     two = np.minimum(target_first_tokens(P2, 0, 2), target_first_tokens(Q2, 0, 2))  # i = 2's term, pair by pair
-    alpha = float(np.minimum(P2[0], Q2[0]).sum())  # demo 1's chance a draft is kept
+    alpha = pair_alpha(P2, Q2)  # demo 1's chance a draft is kept (no context: every row alike)
     pairs = (f" (the pairs aa, ab, ba and bb give {and_list([ninths(t) for t in two.ravel()])})"
              if abs(two.sum() - terms[1]) < 1e-12 else "")
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
@@ -7221,7 +7221,8 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     say(*first_pass_words(calib), clock=True)
     good_weight = 0.95
     good = blend(TARGET, UNRELATED, good_weight)
-    predicted = {k: predict(calib[k], exact_tokens_per_call(TARGET, good, k), k) for k in ks}
+    good_tokens = {k: exact_tokens_per_call(TARGET, good, k) for k in ks}  # its exact tokens per call at each k
+    predicted = {k: predict(calib[k], good_tokens[k], k) for k in ks}
     k_good = max(ks, key=lambda k: predicted[k])
     t_token = clocked(lambda: plain_decode(Priced(TARGET, W), [0], n_plain, np.random.default_rng(11)))[0] / n_plain
     rows = []
@@ -7236,8 +7237,7 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         clock, at_run = t_token * per_call * n_rounds / t_spec, predict(calib[k], per_call, k)
         rows.append((label, k, paper, refined, per_call, clock, at_run))
     exact = [f"{exact_tokens_per_call(TARGET, MIDDLING, LESSON_K):.2f} for the middling draft at k = {LESSON_K}",
-             f"for blend {good_weight}, " + and_list([f"{exact_tokens_per_call(TARGET, good, k):.2f} at k = {k}"
-                                                     for k in ks])]  # at each k, as which k it runs is the clock's
+             f"for blend {good_weight}, " + and_list([f"{good_tokens[k]:.2f} at k = {k}" for k in ks])]  # at each k, as which k it runs is the clock's
     print()
     say("Then each draft decodes on the clock. The model tables choose the tokens, and each pass pays for its"
         f" product: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"

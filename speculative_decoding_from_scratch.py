@@ -3527,10 +3527,7 @@ def demo13_detail(size=4096):
 # Block verification's stages are chapter 9's; BLOCK_RULE and BLOCK_STEPS say them in words.
 
 
-BLOCK_RULE = ("Sun et al. prove that the five steps below keep the target's distribution."
-              " Token-wise checking and the block are both lossless verifiers (whose output is the target's) that keep"
-              " some drafts, then draw one token. Sun et al. also prove that no verifier of that kind keeps more"
-              " drafts on average than the block. The steps:")
+BLOCK_RULE = "Sun et al.'s rule, in five steps:"
 BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft x_i, w_i = min(1, w_(i-1) p(x_i) /"
                " q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token). Until the cap first acts,"
                " w_i is the target's probability of x_1..x_i over the draft's. Once the product would pass 1, the min"
@@ -3549,17 +3546,10 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                " cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's residual.")
 
 
-BLOCK_HOW = ("How does the block gain? A later draft can save an earlier one that token-wise checking would reject."
-             " The weight of step 1 can climb back after a low ratio, and step 4 keeps x_1 whenever a later position"
-             " is a cut point.")  # gain_example follows it, then chapter 30's pointer
-
-
-def say_block_rule(example=""):
-    """BLOCK_RULE, its steps, numbered, and how the block gains, as chapter 14 gives them, with an example of it."""
+def say_block_rule():
+    """BLOCK_RULE and its steps, numbered, as chapter 14's detail gives them."""
     say(BLOCK_RULE)
     say_items(BLOCK_STEPS, numbered=True)
-    print()
-    say(BLOCK_HOW, example, "Chapter 30 walks this example pair by pair.")
 
 
 def gain_example(P2, Q2):
@@ -3570,8 +3560,8 @@ def gain_example(P2, Q2):
     if not (w1 < 1 and w2 == 1 and second == 1):
         return ""
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
-            f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So position 2 is always a cut point and both drafts are kept,"
-            f" where token-wise checking keeps them with chance {fraction(w1)}.")
+            f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So the block always keeps both, where token-wise checking keeps"
+            f" them with chance {fraction(w1)}.")
 
 
 def demo14_block_gain():
@@ -3581,7 +3571,7 @@ def demo14_block_gain():
     P2, Q2 = PAPER_EXAMPLE
     rows = example_exact()
     print()
-    say("Its paper's example has a vocabulary of two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3;"
+    say("Sun et al.'s example has a vocabulary of two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3;"
         " q(a) = 2/3, q(b) = 1/3; k = 2. Each verifier's accepted drafts per round, exactly:")
     print()
     table([("verifier", 12, "<"), ("drafts kept", 13, ".4f"), ("", 7, ">")], [(*r, ninths(r[1])) for r in rows])
@@ -3589,18 +3579,9 @@ def demo14_block_gain():
     k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
-    alpha = pair_alpha(P2, Q2)  # no context: every draft passes with this chance
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    pairs = block_pairs(P2, Q2)  # chapter 30's rows: (drafts, chance under q, w_1, h_1, w_2, token-wise, block, gain)
     say(f"Block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact TV of its first"
         f" {n} tokens, as many as a round can make, is {exact_text(tv)}.",
-        (f"Token-wise checking keeps alpha + alpha^2 = {ninths(rows[0][1])} drafts a round, eq. 1's count less the"
-         f" token drawn, with alpha = sum min(p, q) = {fraction(alpha)}, exact here as there is no context." if abs(alpha + alpha**2 - rows[0][1])
-         < 1e-12 else ""),
-        (f"The block's {ninths(rows[1][1])} sums, over the {number_word(len(pairs))} pairs of drafts, each pair's"
-         f" chance under q times the drafts the block keeps from it on average. For {and_list([r[0] for r in pairs])}: "
-         + " + ".join(f"{ninths(r[1])} * {fraction(r[6])}" for r in pairs) + ". Chapter 30 shows how."
-         if abs(pairs_kept(pairs)[0] - rows[1][1]) < 1e-12 else ""),
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%}"
         " more." if gap > 1e-12 else
@@ -3610,8 +3591,15 @@ def demo14_block_gain():
         " more."
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
-    say_block_rule(gain_example(P2, Q2))
-    takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on the paper's"
+    say("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
+        " w_0 = 1 and p and q the rows after x_(i-1). Until the cap acts, w_i is the target's probability of"
+        " x_1..x_i over the draft's. A coin at each position makes it a cut point, and the block keeps every draft"
+        " up to its last cut point. The last position, k, is one with chance w_k. A later ratio above 1 can lift w"
+        " back up after a low one.", gain_example(P2, Q2),
+        f"Chapter 30 takes the example pair by pair and sums it to {ninths(pairs_kept(block_pairs(P2, Q2))[0])}.",
+        "Sun et al. prove that the block's output is the target's, and that no verifier whose output is the"
+        " target's keeps more drafts on average. The option --detail gives their rule in five steps.")
+    takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
              f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call, and Sun et al. prove it never keeps fewer"
              " on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
@@ -3621,6 +3609,8 @@ def demo14_block_gain():
 def demo14_detail(result, n_rounds=500):
     """Chapter 14 in detail: each verifier's exact drafts kept, measured."""
     rows = example_kept(result.example, n_rounds)
+    print()
+    say_block_rule()
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
     print()
@@ -3835,14 +3825,14 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                                                           for label, m in shipped_modules().items()]
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
         " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
-        " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
+        " target's. Chapter 14's option --detail gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
         " They use a weight w_i, chapter"
         " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
         " the text's last token). A ratio p/q above 1 lifts w back up: ratios"
         f" {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
     say_items(["Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands heads"
                " with chance w_k. An earlier position i's lands heads with chance h_i, from w_i and the rows after"
-               " x_i by Sun et al.'s formula (chapter 14 gives it; here it is enough that each coin is its own).",
+               " x_i by Sun et al.'s formula (chapter 14's --detail gives it; here it is enough that each coin is its own).",
                "The block keeps x_1..x_i for i the last cut point. With none, i = 0: it keeps no draft.",
                "The next token comes from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
                " if i = k."], numbered=True, start=3)
@@ -5816,7 +5806,7 @@ def demo24_ideal():
     P2, Q2 = PAPER_EXAMPLE
     say("Block verification (Sun et al., ICLR 2025; chapter 14) decides how many drafts to keep after seeing all k,"
         " so a later draft can"
-        " save an earlier one that token-wise checking would reject. Chapter 14 gives its rule; here only its counts"
+        " save an earlier one that token-wise checking would reject. Chapter 14's --detail gives its rule; here only its counts"
         " matter. Take the lossless"
         " verifiers (whose output is the target's) that keep the first few drafts, then draw one token, as token-wise"
         " checking does. Among them, Sun et al. prove, block verification keeps the most drafts on average. How close"
@@ -7045,7 +7035,7 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " vLLM (a serving engine). Each changes how block verification (Sun et al., ICLR 2025; chapter 14) ends a"
         " block, and what it draws after. Step 1 weighs the drafts: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) /"
         " q(x_i)), with p and q the rows after x_(i-1). Steps 2 and 3 give each position i a coin of its own,"
-        " heads with a chance from w_i and the rows after x_i (Sun et al.'s formula; chapter 14 gives it). Heads"
+        " heads with a chance from w_i and the rows after x_i (Sun et al.'s formula; chapter 14's --detail gives it). Heads"
         " makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or none (i = 0). In"
         " step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or"
         " from p if i = k.")

@@ -13,6 +13,7 @@ import pytest
 
 import speculative_decoding_from_scratch as sd
 from helpers import ScriptedRng
+from test_demos import printed
 from test_exact import fit, random_pair, sampled_joint
 from test_stages import P3, Q3
 
@@ -278,7 +279,7 @@ def test_a_verifier_that_reads_the_wrong_position_hides_on_a_table_that_repeats_
 
 def test_chapter14_names_the_summed_token_apart_from_the_drafts(in_process):
     # step 2 sums over a token y, so it reads apart from the drafts x_1..x_i
-    text = " ".join(in_process[1][in_process[1].index("Chapter 14."):].split())
+    text = " ".join(printed(sd.DETAILS["14"], in_process[0]["14"])[1].split())  # the detail gives the steps
     assert ("2. For i from 0 to k - 1, Z_i is the sum, over every token y, of max(0, w_i p(y) - q(y)), with p and q the"
             " rows after x_i. Z_i is the mass step 5's residual has") in text
     assert "3. Each position i, from 1 to k, flips a coin of its own. Heads makes i a cut point" in text

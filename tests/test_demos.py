@@ -173,10 +173,10 @@ def test_terms_are_defined_where_the_reader_first_meets_them(full_run, all_run):
         text = flat(section(all_run, n))
         for name, definition in TERMS:
             first = re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)
-            if first:  # a definition may be one of several; one that names a formula leaves it to chapter 14
+            if first:  # a definition may be one of several; one that names a formula leaves it to chapter 14's detail
                 near = text[max(0, first.start() - 150):first.start() + 250]
                 assert any(d in near for d in ((definition,) if isinstance(definition, str) else definition)), (n, name)
-    assert "h_i = Z_i / (Z_i + 1 - w_i)" in flat(section(all_run, "14"))  # where the formula is given
+    assert "h_i = Z_i / (Z_i + 1 - w_i)" in flat(printed(sd.DETAILS["14"], sd.demo14_block_gain())[1])  # given there
 
 
 def test_no_stage_numbers_and_no_function_named_but_the_ones_a_reader_edits(full_run, all_run):
@@ -1085,13 +1085,13 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " so the paragraph above compares them start by start.") in flat(detail)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
             " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
-            " target's. Chapter 14 gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
+            " target's. Chapter 14's option --detail gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
             " They use a weight w_i, chapter"
             " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
             " (x_0: the text's last token). A ratio p/q above 1 lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but"
             " w_2 = 1. 3. Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands"
             " heads with chance w_k. An earlier position i's lands heads with chance h_i, from w_i and the rows after"
-            " x_i by Sun et al.'s formula (chapter 14 gives it; here it is enough that each coin is its own). 4. The"
+            " x_i by Sun et al.'s formula (chapter 14's --detail gives it; here it is enough that each coin is its own). 4. The"
             " block keeps x_1..x_i for i the last"
             " cut point. With none, i = 0: it keeps no draft. 5. The next token comes from max(0, w_i p - q),"
             " normalised, with p"
@@ -1285,30 +1285,34 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 'b' then 'a' and 'b' then 'b' tie: after 'b', w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each verifier then keeps"
             " 'b' always, and the second draft with chance w_2. Weighed by each pair's chance under q, the block gains"
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
-    assert ("from demo 1's residual. How does the block gain? A later draft can save an earlier one that token-wise"
-            " checking would reject. The weight of step 1 can climb back after a low ratio, and step 4 keeps x_1"
-            " whenever a later position is a cut point. On drafts a then b, w_1 = 1/2 and w_2 = min(1, 1/2 * 2) = 1. So"
-            " position 2 is always a cut point and both drafts are kept, where token-wise checking keeps them with"
-            " chance 1/2. Chapter 30 walks this example pair by pair. Takeaway:") in flat(
-                text)  # after the steps it names (read 1247), with the example read 1263 worked by hand
+    assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
+            " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
+    assert ("The last position, k, is one with chance w_k. A later ratio above 1 can lift w back up after a low one."
+            " On drafts a then b, w_1 = 1/2 and w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where"
+            " token-wise checking keeps them with chance 1/2. Chapter 30 takes the example pair by pair and sums it to"
+            " 11/9.") in flat(text)  # the example read 1263 worked by hand; the sum is chapter 30's (read 1522)
+    # the rule's five steps are the detail's (read 1522 spent 5 of its 17.5 minutes on them)
+    assert "The steps:" not in text and "h_i = Z_i / (Z_i + 1 - w_i)" not in flat(text)
+    assert "Sun et al.'s rule, in five steps: 1. A weight w_i" in flat(printed(sd.DETAILS["14"], result)[1])
     squared = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))",
                           "return min(1.0, float(p[x] / q[x]) ** 2)"),))
     assert squared.gain_example(*sd.PAPER_EXAMPLE) == ""  # ratios squared: w_1 = 1/4, w_2 = 1/4, so nothing is saved
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
     assert ("on Sun et al.'s example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"
-            " first rejection.") in flat(text30) and "h_i = Z_i / (Z_i + 1 - w_i)" in flat(text)
+            " first rejection.") in flat(text30)
     # the sum by hand: (2 - 1) * 2/9 on 'a','b' less (0.75 - 0.5) * 4/9 on 'a','a' is the block's 1/9
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx(1 / 9)
     # a sum that does not add up to the block's gain is not said
     assert sd.net_words(sd.block_pairs(*sd.PAPER_EXAMPLE), 2 / 9) == ""
     # step 1 in words, by hand: before the cap acts w_i is the product of the ratios; once it acts, w restarts at 1
-    assert ("A weight w_i, capped at each step: w_0 = 1,") in flat(text) and ("Until the cap first acts, w_i is the"
-                                                                       " target's probability of x_1..x_i over the"
-                                                                       " draft's.") in flat(text)
+    steps = flat(detail14)  # the five steps are chapter 14's detail
+    assert ("A weight w_i, capped at each step: w_0 = 1,") in steps and ("Until the cap first acts, w_i is the"
+                                                                     " target's probability of x_1..x_i over the"
+                                                                     " draft's.") in steps
     assert ("Once the product would pass 1, the min sets w to 1, and later ratios multiply from 1: ratios 0.5 then 4"
-            " then 0.5 give w = 0.5, 1, 0.5.") in flat(text)
-    assert ("Heads makes i a cut point; the block ends at its last one (step 4).") in flat(text)
+            " then 0.5 give w = 0.5, 1, 0.5.") in steps
+    assert ("Heads makes i a cut point; the block ends at its last one (step 4).") in steps
     assert min(1, min(1, 0.5 * 4) * 0.5) == 0.5 and 0.5 * 4 * 0.5 == 1.0  # ratios 0.5, 4, 0.5: from 1, not from 2
     assert ("When the drafts are 'a' then 'b', token-wise checking keeps both with chance 1/2, else none: 1 draft on"
             " average. The block keeps 2. The pair has chance 2/9 under q, so the block gains (2 - 1) times 2/9 = 2/9"
@@ -1339,8 +1343,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
     assert "The block gains when" not in detail and "loses" not in flat(text30)
     # the pairs that start with 'b' tie: the table's zero gains, with w_1 = h_1 = 1 (position 1 always a cut point)
     assert all(r[-1] == 0 and r[2] == 1 and r[3] == pytest.approx(1) for r in result30.pairs if r[0].startswith("b"))
-    assert ("Takeaway: judging the block as a whole keeps more drafts per round than token-wise checking on the"
-            " paper's example, 5.3% more tokens per call, and Sun et al. prove it never keeps fewer on"
+    assert ("Takeaway: judging the block as a whole keeps more drafts per round than token-wise checking on Sun"
+            " et al.'s example, 5.3% more tokens per call, and Sun et al. prove it never keeps fewer on"
             " average.") in flat(text)
     # with the acceptance rule edited, the reasons no longer hold, and are not said
     bad = sd.bugged("argmax")
@@ -1399,22 +1403,10 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
     assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as a round can"
-            " make, is"
-            " < 1e-9. Token-wise"
-            " checking keeps alpha + alpha^2 = 10/9 drafts a round, eq. 1's count less the token drawn, with alpha ="
-            " sum min(p, q) = 2/3,"
-            " exact here as there is no context. The block's 11/9 sums, over the four pairs of drafts, each pair's"
-            " chance under q times the drafts the block keeps from it on average. For a a, a b, b a and b b: 4/9 * 1/2 + 2/9 * 2 + 2/9"
-            " * 3/2 + 1/9 * 2. Chapter 30 shows how.") in flat(text)  # read 1482 worked the sum out for 4 minutes
-    assert 4 / 9 * 1 / 2 + 2 / 9 * 2 + 2 / 9 * 3 / 2 + 1 / 9 * 2 == pytest.approx(11 / 9)  # the sum, by hand
-    assert 2 / 3 + (2 / 3) ** 2 == pytest.approx(10 / 9)  # by hand: min(1/3, 2/3) + min(2/3, 1/3) = 2/3
-    assert ("Sun et al. prove that the five steps below keep the target's distribution. Token-wise checking and the"
-            " block are both lossless verifiers (whose output is the target's) that keep some drafts, then draw one"
-            " token. Sun et al. also prove that no verifier of that kind keeps more drafts on average than the block."
-            " The steps: 1.") in flat(text)
-    # the example and its gain come first, then the steps that make it, then how they gain (read 1247)
-    assert text.index("It keeps 1/9 of a draft a round more") < text.index("The steps:") < text.index(
-        "How does the block gain?")
+            " make, is < 1e-9. It keeps 1/9 of a draft a round more") in flat(text)
+    assert "alpha + alpha^2" not in text and "4/9 * 1/2" not in text  # chapter 30 sums the pairs (read 1522)
+    # the example and its gain come first, then how the block gains (read 1247)
+    assert text.index("It keeps 1/9 of a draft a round more") < text.index("How does the block gain?")
     P2, Q2 = sd.PAPER_EXAMPLE
     bad = sd.bugged("cumulative", sd.BLOCK_BUGS)
     assert sd.tv_distance(bad.exact_block_first_tokens(P2, Q2, 0, 3, 2), sd.target_first_tokens(P2, 0, 3)) > 0.01
@@ -1452,7 +1444,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " it keeps 11/9. So no verifier of that kind reaches 12/9 here: for that kind the ideal is 1/9 too high."
             " Whether any lossless verifier reaches 12/9, this chapter leaves open.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) decides how many drafts to keep after seeing all k,"
-            " so a later draft can save an earlier one that token-wise checking would reject. Chapter 14 gives its"
+            " so a later draft can save an earlier one that token-wise checking would reject. Chapter 14's --detail gives its"
             " rule; here only its counts matter. Take the lossless verifiers (whose output is the target's) that keep"
             " the first few drafts, then draw one token, as token-wise checking does. Among them, Sun et al. prove,"
             " block verification keeps the most drafts on average. How close does it come to a ceiling on every"

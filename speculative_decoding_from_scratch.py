@@ -4683,40 +4683,29 @@ def demo19_tuning(**how):
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
     say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
-        f" model of width {big[0]}. Small (the middling draft) stands for {small[2]} layers of width {small[0]}. The"
-        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table. Its c, a"
-        " pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's KV"
-        " cache, the keys and values of its tokens." + (
-            " Both passes are memory-bound, so c is the draft's bytes over the target's (chapter 32 gives them): at"
-            f" B = 1, {shape.c[0]:.4f} for big, above the lesson's {LESSON_C:g}, and {shape.c_small[0]:.4f} for"
-            f" small, far below it. As B grows the KV caches count more, and small's c rises to"
-            f" {max(shape.c_small):.4f} at B = {max_batch}. The option --detail says what in each shape sets its"
-            " bytes." if bytes_set_c and by_bytes and shape.c[0] > LESSON_C > 5 * shape.c_small[0] else
-            f" At B = 1 the weights count most: c is {shape.c[0]:.4f} for big, {shape.c_small[0]:.4f} for small. As B"
-            f" grows the KV caches count more, and small's c rises to {max(shape.c_small):.4f} by B ="
-            f" {max_batch}. The option --detail says what in each shape sets its c." if bytes_set_c else ""))
+        f" model of width {big[0]}, small (the middling draft) for {small[2]} layers of width {small[0]}, and the"
+        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table." + (
+            " Its c is the bytes its pass reads over the target's, as both passes are memory-bound: the weights, and"
+            " every sequence's KV cache, the keys and values of its tokens." if bytes_set_c and by_bytes else
+            " Its c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every"
+            " sequence's KV cache, the keys and values of its tokens.") + (
+            f" At B = 1, c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. The option --detail"
+            " says what sets each c and how it rises with B." if bytes_set_c else ""))
     print()
-    say("A server counts, for each draft position i, the share of rounds in which drafts 1 to i were all kept:",
-        "its per-position rates. The plan prices a chain of k drafts at 1 plus the first k rates, in tokens per",
-        f"call. Here the rates are computed exactly at k = {k_max}; a shorter k uses its first k rates, which chapter"
-        " 27 checks.")
+    say("A chain of k drafts makes 1 plus the first k per-position rates tokens per call. Rate i is the share of"
+        f" rounds in which drafts 1 to i were all kept. Here the rates are exact at k = {k_max}; chapter 27 checks"
+        " that a shorter k may use the first k.")
     print()
-    say(f"The small one also runs as a tree, written 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under"
-        f" every node, each drawn from q on its own, {tree[1]} deep. One pass scores {nodes} positions: the text's last"
-        f" token plus {' + '.join(str(tree[0] ** i) for i in range(1, tree[1] + 1))} = {nodes - 1} drafts. Chapter 33"
-        " tests whether the rule that judges it keeps the target's distribution."
-        f" Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens per call, from {tree[1]}"
-        " draft passes: each drafts a whole level at once.")
+    say(f"Small also runs as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
+        f" drawn from q on its own, {tree[1]} deep. One pass scores its {nodes - 1} drafts and the text's last token,"
+        f" {nodes} positions. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens"
+        f" per call, from {tree[1]} draft passes, one a level. Chapter 33 tests the rule that judges it.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Its speedup is tokens per call times t_plain /"
-        " (t_check + n t_draft), for n draft passes. Each t is a pass's time at that B on the roofline: t_plain the"
-        " target's plain pass, t_check its check, t_draft a draft's. Below the ridge t_check = t_plain, and t_draft = c"
-        f" t_plain, so that is the lesson's tokens per call / (1 + n c). Past the ridge t_check grows with the"
-        f" positions checked. Chapter 25 finds the B at which each check passes the ridge. The plan stops at B = {max_batch}, where the"
-        f" target, the {c19.roomiest}"
-        f" draft and every sequence's KV cache fill the H100's {H100.memory / 1e9:.0f} GB. The plan, with the"
-        " positions each sequence's check scores:")
+    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
+        " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. Past the ridge a"
+        f" check costs more as it scores more positions (chapter 25). The plan stops at B = {max_batch}, where the"
+        f" H100's {H100.memory / 1e9:.0f} GB is full. The plan, with the positions each sequence's check scores:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
@@ -4728,8 +4717,9 @@ def demo19_tuning(**how):
     planned = [(lo, hi, o) for lo, hi, o in buckets if o is not None]
     drafters = {o.drafter.name for _, _, o in planned}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
-             " as B grows. Here that is " + (f"{drafters.pop()} throughout, " if len(drafters) == 1 else "")
-             + and_list([f"{o.shape} at B = {lo}-{hi}" for lo, hi, o in planned]) + ".",
+             " as B grows. Here " + (f"{drafters.pop()} runs throughout, from " if len(drafters) == 1 else "it goes"
+                                     " from ") + f"{planned[0][2].shape} at B = {planned[0][0]} to"
+             f" {planned[-1][2].shape} at B = {planned[-1][1]}.",
              {"the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said,
                            c_words=output_layer_words((big, small), n_ctx) + (

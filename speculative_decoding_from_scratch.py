@@ -4972,10 +4972,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
-               "per-batch schedule: a baseline given the workload's average in advance (a server would estimate it from"
-               " past counts, as chapter 19's plan does). At each batch size B (the number of sequences a server"
-               f" decodes at once), it runs k = {k} if that beats plain decoding on average over the workload, else"
-               " plain decoding;",
+               "per-batch schedule: at each batch size B (the number of sequences a server decodes at once), k ="
+               f" {k} if that beats plain decoding on average over the workload, else plain decoding. It is given"
+               " that average in advance; a server would estimate it from past counts;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
                " averages over the last completed requests; this run is one request, so here it averages its last"
                f" {window} rounds instead;",
@@ -4983,11 +4982,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f" after a round whose drafts all passed, 1 fewer otherwise (here kept between 1 and {ADAPT_MAX})."])
     print()
     note = long_context_note(k, [len(prompt)])
-    say("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-        " Llama-2-7B-shaped decoder running B sequences at once, a character a token. All B sequences are priced as"
-        " copies of this one run. The pass is priced at a deliberately short"
-        f" {BATCH_CONTEXT} tokens of context, so that a large batch crosses the ridge. At the prompt's own length no"
-        " batch that fits in memory crosses it, so a switch would have nothing to save; --detail says why." if note
+    say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
+        f" character a token, at a deliberately short {BATCH_CONTEXT} tokens of context. At the prompt's own length"
+        " no batch that fits in memory crosses the ridge, so a switch would have nothing to save; --detail says"
+        " why." if note
         else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")
@@ -4995,8 +4993,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", check_price_words(k, max(batches)),
-        "The option --detail builds both.")
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".",
+        f"At B = {max(batches)} the check's arithmetic outlasts a plain pass's reading of the weights and KV caches;"
+        " the option --detail builds both times." if check_price_words(k, max(batches)) else "")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -5029,8 +5028,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, note=note, price=price_figures_words(
-        f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}", max(batches)))
+    return SimpleNamespace(rows=rows, loses=loses, note=note, price=check_price_words(k, max(batches)) + (
+        " " + price_figures_words("The two times", max(batches)) if check_price_words(k, max(batches)) else ""))
 
 
 def demo20_detail(result):
@@ -6062,18 +6061,8 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
         " were demo 6's Llama-2-7B-shaped model on an H100, a character for a token.",
         note)
     print()
-    bound = bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)
-    say("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch crosses"
-        " the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call above and change only"
-        f" the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real"
-        " short context would have little to copy, and make fewer tokens per call.) " + (
-            check_price_words(k, batch) or f"Then the pass of {batch * (k + 1):,} positions is {bound}-bound and costs"
-            f" {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences.")
-        + " The option --detail builds that price. The speedup column divides vLLM's tokens per call by that cost" +
-        (": slower than plain decoding at every lam in the table:" if all(r[3] < 1 for r in rows) else ":"))
-    print()
-    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f"), (f"speedup\nB = {batch}", 10, ".2f")], rows,
-          groups=[("tokens/call", 1, 2), ("what-if", 3, 3)])
+    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), ("HF", 7, ".2f")], [r[:3] for r in rows],
+          groups=[("tokens/call", 1, 2)])
     if rows[0][0] == 0 and rows[0][1] > 1.05:
         print()
         say(f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per call: what followed the same characters"
@@ -6083,9 +6072,24 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     print()
     say("vLLM runs this draft with:")
     print("\n  --speculative-config '" + json.dumps(config).replace(' "prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
-    return SimpleNamespace(rows=rows, config=config, detail=[
-        "Why does a check cost a plain pass at the prompts' lengths? " + batches_words() if note else "",
-        price_figures_words(f"The what-if's {verify_cost(k, batch):.2f} plain passes", batch)])
+    return SimpleNamespace(rows=rows, config=config, k=k, batch=batch, detail=[
+        "Why does a check cost a plain pass at the prompts' lengths? " + batches_words() if note else ""])
+
+
+def what_if_words(result):
+    """Chapter 26's detail: its what-if, short contexts at a large batch, where a check costs more, and what it
+    does to vLLM's tokens per call."""
+    k, batch, rows = result.k, result.batch, result.rows
+    bound = bound_text(LLAMA2_7B, BATCH_CONTEXT, k, batch, batch, H100)
+    return [("A server of short contexts pays more" + (": their small KV caches add few bytes, so a large batch"
+             " crosses the ridge." if bound == "compute" else ".") + " As a what-if, keep the tokens per call and"
+             f" change only the pass's cost: suppose {BATCH_CONTEXT} tokens of context and B = {batch}. (A real short"
+             " context would have little to copy, and make fewer tokens per call.) " + (
+                 check_price_words(k, batch) or f"Then the pass of {batch * (k + 1):,} positions is {bound}-bound"
+                 f" and costs {verify_cost(k, batch):.2f} plain passes over the same {batch} sequences.")),
+            price_figures_words(f"The what-if's {verify_cost(k, batch):.2f} plain passes", batch),
+            "The speedup divides vLLM's tokens per call by that cost" + (
+                ": slower than plain decoding at every lam here:" if all(r[3] < 1 for r in rows) else ":")]
 
 
 def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
@@ -6102,17 +6106,20 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
         " keep the target's distribution. How much do they buy?")
     sweep = demo26_speed(prompts()["summarise"], k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
-    takeaway("the text drafts for free, and buys more tokens per call the more the output copies it; at large"
-             " batches of short contexts, verifying can cost more than copying saves.",
-             {"tokens per call rise as the text copies more": rising,
-              "the verifying pass costs more than copying saves at B = 256 somewhere":
-              any(r[3] < 1 for r in sweep.rows)})
+    print()
+    say("The option --detail prices a what-if: short contexts at a large batch, where verifying costs more than"
+        " copying saves, as chapter 20 shows." if any(r[3] < 1 for r in sweep.rows) else "")
+    takeaway("the text drafts for free, and buys more tokens per call the more the output copies it.",
+             {"tokens per call rise as the text copies more": rising})
     return sweep
 
 
 def demo26_detail(result):
     """Chapter 26 in detail: why a long prompt's check costs a plain pass, and the what-if's price."""
-    say_paragraphs(result.detail)
+    say_paragraphs(result.detail + what_if_words(result))
+    print()
+    table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), (f"speedup\nB = {result.batch}", 10, ".2f")],
+          [(r[0], r[1], r[3]) for r in result.rows], groups=[("what-if", 2, 2)])
 
 
 # -----------------------------------------------------------------------------

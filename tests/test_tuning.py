@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import speculative_decoding_from_scratch as sd
-from test_demos import section
+from test_demos import printed, section
 
 # A real capture: the Prometheus query result that vLLM PR #24049 shows for its data-parallel metrics
 # (8 engines; Prometheus adds the instance and job labels), written back as exposition lines. The
@@ -894,7 +894,11 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256. " + PRICE_4_48 + " The option --detail builds both.") in text  # read 1492 spent 3 minutes on 4.48
+            " 256. At B = 256 the check's arithmetic outlasts a plain pass's reading of the weights and KV caches; the"
+            " option --detail builds both times.") in text and PRICE_4_48 not in text  # read 1518 checked it for 1.5
+    # minutes: the times are the detail's, where a reader who wants to check 4.48 looks (read 1492 spent 3 on it)
+    detail20 = printed(sd.DETAILS["20"], result)[1]
+    assert PRICE_4_48 + " The two times come from two figures." in detail20
     # the two times, by hand: 1,536 positions of 6.61 GMACs (two flops each) at the H100's peak, and the weights plus
     # 256 KV caches of 16 tokens at its bandwidth; a reader divides the printed times and gets the printed 4.48
     macs = 1536 * sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 1)[0]
@@ -984,13 +988,16 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert details["20"].startswith("Why price at 16 tokens, not at the prompt's own length? Demo 6's 295")
     assert details["26"].startswith("Why does a check cost a plain pass at the prompts' lengths? Demo 6's 295")
     text = bodies["26"]
-    assert "at large batches of short contexts, verifying can cost more than copying saves." in text
+    # the what-if is the detail's, whole (read 1523 spent 4 of its 12 minutes checking it): with its two times, as
+    # without them read 1512 rebuilt 4.48 from demo 6 and got 5.2; read 1494 spent a minute on the bars, which went
+    assert ("The option --detail prices a what-if: short contexts at a large batch, where verifying costs more than"
+            " copying saves, as chapter 20 shows.") in text and "what-if" not in text.split("The option --detail")[0]
+    assert "Takeaway: the text drafts for free, and buys more tokens per call the more the output copies it." in text
     assert ("A server of short contexts pays more: their small KV caches add few bytes, so a large batch crosses the"
-            " ridge.") in text
-    assert ("As a what-if, keep the tokens per call above and change only the pass's cost: suppose 16 tokens of context"
+            " ridge.") in details["26"]
+    assert ("As a what-if, keep the tokens per call and change only the pass's cost: suppose 16 tokens of context"
             " and B = 256. (A real short context would have little to copy, and make fewer tokens per call.) "
-            + PRICE_4_48 + " The option --detail builds that price.") in text  # without the two times, read 1512
-    # rebuilt 4.48 from demo 6 and got 5.2; read 1494 spent a minute on the bars, which went
+            + PRICE_4_48) in details["26"]
     assert "#" not in text
     rows = in_process[0]["26"].rows
     assert rows[0][0] == 0 and rows[0][1] > 1.05 and (f"Even at lam = 0 vLLM's draft makes {rows[0][1]:.2f} tokens per"
@@ -999,19 +1006,17 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So at these"
             " lengths the speedup is the tokens per call, the vLLM and HF columns; --detail says why.") in text
     # the verdict covers the rows it sits over, and says so
-    assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam in the table:" in text
+    assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam here:" in details["26"]
     text = bodies["20"]
-    assert ("The character model gives each round's drafts and accepted tokens. The table prices each pass as demo 6's"
-            " Llama-2-7B-shaped decoder running B sequences at once, a character a token. All B sequences are priced as"
-            " copies of this one run. The pass is priced at a deliberately short 16 tokens of context, so that a large"
-            " batch crosses the ridge.") in text  # the model priced first
+    assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
+            " character a token, at a deliberately short 16 tokens of context.") in text  # the model priced first
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So a check would"
             " cost what a plain step does there, and a switch would have nothing to save.") in details["20"]
-    assert ("at a deliberately short 16 tokens of context, so that a large batch crosses the ridge. At the prompt's own"
-            " length no batch that fits in memory crosses it, so a switch would have nothing to save; --detail says"
-            " why.") in text and "Demo 6's 295" not in text
+    assert ("at a deliberately short 16 tokens of context. At the prompt's own length no batch that fits in memory"
+            " crosses the ridge, so a switch would have nothing to save; --detail says why.") in text and (
+                "Demo 6's 295" not in text)
     assert macs / read < sd.ridge()  # the largest batch that fits, the most MACs a byte, stays under the ridge
     # the verifying pass's price at 16 tokens, from a position's MACs there (reads 1402 and 1409 used demo 6's 6.74
     # and found 4.57): the attention of a position reads as many keys as the context holds
@@ -1025,13 +1030,13 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 256)[1] == sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1] + 256 * kv16
     # both build their 4.48 in the detail, where a reader who wants to check it looks (reads 1452 and 1462 spent 2 to
     # 3 minutes on it in chapter 20's body)
-    for chapter, lead in (("20", "The check's 4.48 plain passes at B = 256"),
+    for chapter, lead in (("20", "The two times"),
                           ("26", "The what-if's 4.48 plain passes")):
         assert (lead + " come from two figures. At 16 tokens of context a position does 6.61 GMACs, against 6.74 at"
                 " demo 6's 512: its attention reads 16 keys, not 512. A plain pass there reads 15.36 GB: the weights,"
                 " 13.21 GB, and 256 KV caches of 16 tokens, 2.15 GB.") in details[chapter], chapter
         assert "against 6.74" not in bodies[chapter], chapter
-    assert all(PRICE_4_48 in bodies[n] for n in ("20", "26"))  # the times, in both bodies
+    assert all(PRICE_4_48 in details[n] and PRICE_4_48 not in bodies[n] for n in ("20", "26"))  # the details' times
     assert ("Takeaway: stop speculating where a check costs more than it saves, batch size by batch size, as the"
             " per-batch schedule does. A switch that turns it off for good can lose what that schedule keeps.") in text
 

@@ -5945,11 +5945,13 @@ def demo25_crossings(s, buckets, max_batch, tol):
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
-    say(ridge_words(s) + f" At B = 1 the limit is demo 6's {s.alone}. As B grows, it falls toward"
-        f" {each:.3f} positions per sequence. Every check in the table below scores more than that"
-        f" ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions). So each reaches the ridge at some B,"
-        f" the first at which {s.ridge_base:.1f} / B + {each:.3f} falls below its positions per sequence."
-        if each > 0 and all(r[1] > each for r in rows) else "")
+    say(f"Below the ridge, the weights' bytes pay for the MACs of about {s.ridge_base:.1f} positions, shared by the B"
+        f" sequences, and each sequence's KV cache pays for {each:.3f} more of its own. So a sequence can check about"
+        f" {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling toward {each:.3f} as B"
+        " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores more"
+        f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
+        f" ridge at some B: the first at which {s.ridge_base:.1f} / B + {each:.3f} falls below its positions per"
+        " sequence." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone else "")
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]
     gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(
@@ -6031,6 +6033,7 @@ def demo25_detail(result):
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
         result.priced,
+        ridge_words(s),
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"

@@ -532,17 +532,21 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert math.ceil(289.3 / (15 - 5.878)) == tree
     assert tree < result.buckets[0][1] and crossings[0] < ends[8] and crossings[1] < ends[7]
     # the limit's reason, then the limit, in the body (read 1496: 'the formula comes before its reason, so I worked it
-    # out myself'; reads 1471, 1482 and 1490 rebuilt the terms from demo 6)
+    # out myself'); its algebra is the detail's (read 1519 checked both quotients; reads 1471, 1482 and 1490 rebuilt
+    # the terms from demo 6, which the detail does)
+    assert (f"Below the ridge, the weights' bytes pay for the MACs of about {base:.1f} positions, shared by the B"
+            f" sequences, and each sequence's KV cache pays for {each:.3f} more of its own. So a sequence can check"
+            f" about {base:.1f} / B + {each:.3f} positions: demo 6's 295 at B = 1, falling toward {each:.3f} as B"
+            " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores"
+            f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B: the first at which"
+            f" {base:.1f} / B + {each:.3f} falls below its positions per sequence.") in text25
     assert (f"A pass of B"
             f" sequences, n positions each, does {m / 1e9:.2f} * B * n GMACs and reads {w / 1e9:.2f} +"
             f" {kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
             " its MACs are at most"
             f" 147.6 times its bytes: 6.74 B n <= 147.6 (13.21 + 0.2684 B). Dividing by 6.74 B, n is at most about"
             f" {base:.1f} / B + {each:.3f}, as 147.6 * 13.21 / 6.74 = {base:.1f} and 147.6 * 0.2684 / 6.74 ="
-            f" {each:.3f}. At B = 1 the limit is demo 6's 295. As B grows, it falls toward {each:.3f} positions per"
-            " sequence. Every check in the table below scores more than that (7 to 15 positions). So each reaches the"
-            f" ridge at some B, the first at which {base:.1f} / B + {each:.3f} falls below its positions per"
-            " sequence.") in text25 and "Dividing by" not in detail25  # said once
+            f" {each:.3f}.") in detail25 and "Dividing by" not in text25  # said once
     assert f"{sd.ridge():.1f}" == "147.6" and f"{147.6 * w / m:.1f}" == f"{base:.1f}"  # the bound, as a reader finds it
     assert f"tree 2x3, 15 15 {tree} " in text25 and 5.5 < each < 6 < 7  # k = 6 checks 7, the fewest planned
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
@@ -586,7 +590,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert "147.6 * 0.2684 / 6.74 = 5.878." in text and 15 * past > 295  # the terms in the body
+    assert "each sequence's KV cache pays for 5.878 more of its own." in text and 15 * past > 295  # the terms
     assert f"tree 2x3, 15 15 {past} {15 * past:,} 1-{planned}" in text and planned > past
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 837 35-95 k = 7 8 137 1,096 96-146 k = 6 7 258 1,806 147-241" in text

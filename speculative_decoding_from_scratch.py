@@ -6505,12 +6505,10 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     beats = good is not None and speedup(eq1, k, c) < good[5] - 0.05
     print()
     if good:
-        hard = next((r for r in zero if r[0] == "middling"), None)
         say(f"Eq. 1 at alpha {good[3]:.4f} gives 1 + alpha + ... + alpha^{k} = {eq1:.2f} tokens per call, a speedup"
             f" of {speedup(eq1, k, c):.2f}," + (f" not {good[5]:.2f}. Why?" if beats else
                                                f" and the exact speedup is {good[5]:.2f}."),
-            f"(The middling draft, at alpha 0, makes the 1 token per call eq. 1 gives it: 1 / (1 + {k} c) ="
-            f" {hard[5]:.2f}.)" if hard and hard[3] == 0 and abs(hard[5] - speedup(1.0, k, c)) < 1e-9 else "")
+            "")
         print()
     zero_alpha_words(zero)
     settled = greedy_runs(rows)[2:]
@@ -7204,9 +7202,7 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     say("Before decoding, the chapter calibrates two costs, in units of a one-column target pass. The cost c is a"
         " draft pass, a"
         f" {W_draft.shape[0]} x {W_draft.shape[1]} product, averaged over a round's k passes. v is one verifying pass"
-        f" over k+1 positions. Each is the median of {reps} repeats, with their lowest and highest in brackets. They"
-        " are timed as a round runs, between draft passes, not back to back as chapter 13 times them, and can differ"
-        " from its table.")
+        f" over k+1 positions. Each is the median of {reps} repeats, with their lowest and highest in brackets.")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
@@ -7240,10 +7236,11 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         f" the exact tokens per call: {'; '.join(exact)}. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
         " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
         " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
-        " measured: plain decoding's time per token, timed here, over this run's.")
+        " measured: plain decoding's time per token, timed here, over this run's time per token.")
     say(f"The middling draft runs {runs[0][3]} rounds at the lesson's k = {runs[0][2]}.")
     say(f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}" + (
-        f"; refined prefers it to k = {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1 else "."),
+        f", which refined prefers to k = {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1
+        else "."),
         clock=True)  # one line at the clock's width: read 1501 pieced the sentence together across its mark
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731

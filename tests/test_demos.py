@@ -453,8 +453,8 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     exact = sd.exact_tokens_per_call(P0, Q0, 4)
     warm = sd.exact_tokens_per_call(sd.temper(sd.TARGET, 0.5), Q0, 4)
     assert ("Eq. 1 at alpha 0.5556 gives 1 + alpha + ... + alpha^4 = 2.13 tokens per call, a speedup of 1.52, not 1.90."
-            " Why? (The middling draft, at alpha 0, makes the 1 token per call eq. 1 gives it: 1 / (1 + 4 c) = 0.71.)")\
-        in flat(text) and f"{1 / 1.4:.2f}" == "0.71"  # read 1420 asked why the middling row is there
+            " Why?") in flat(text) and "(The middling draft" not in text  # read 1525 stopped on the aside; the
+    # paragraph after it says why the middling row is there (read 1420 asked)
     assert 1 + 5 / 9 + (5 / 9) ** 2 + (5 / 9) ** 3 + (5 / 9) ** 4 == pytest.approx(2.1309, abs=1e-4)
     assert ("Takeaway: at T = 0 a draft's passes are set by where its rounds start, not by one chance alpha. Blend"
             " 0.9's rounds start where its passing drafts come first, so eq. 1 runs low here; for the middling draft at"

@@ -2616,12 +2616,10 @@ def demo9_detail(result):
 # calls per round are exact, from round_table; the same policy run through spec_round checks them.
 
 
-# What servers report. A serving engine does not print the paper's alpha.
-# vLLM reports a mean acceptance length (tokens per target call, bonus
-# included), a draft acceptance rate (accepted / drafted tokens) and, for each
-# position i, the share of drafts whose first i tokens all passed. The first
-# two give alpha only through eq. 1's one-alpha-everywhere assumption; the
-# per-position rates give tokens per call with no model at all.
+# What servers report, not the paper's alpha: vLLM gives a mean acceptance length (tokens per target call, bonus
+# included), a draft acceptance rate (accepted / drafted tokens) and, for each position i, the share of drafts whose
+# first i tokens all passed. The first two give alpha only through eq. 1's one alpha everywhere; the per-position
+# rates give tokens per call with no model at all.
 def server_metrics(sizes, k):
     """What vLLM reports for rounds of draft length k that emitted `sizes`
     tokens each: (mean acceptance length, draft acceptance rate, per-position
@@ -2868,13 +2866,9 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
         f" to {k}, where they were counted.",
         (f"The length and the rate, the same count, give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length gives alpha = {a_L:.3f} (the rate {a_R:.3f}),") +
-        f" the alpha at which eq. 1 at k = {k} gives the length." + (
-            f" It is not demo 3's {a_3}." + (  # each reason, with the way it moves alpha (a_x: eq. 1 from exact)
-                f" Eq. 1 run back from the exact length at k = {k}, {exact[k]:.3f}, gives {a_x:.3f}, as eq. 1 is not"
-                " exact (chapter 29)." if f"{a_x:.3f}" != a_3 else "") + (
-                f" These sampled rounds ran {'longer' if L > exact[k] else 'shorter'}, {L:.3f}, which gives"
-                f" {a_L:.3f}." if f"{a_x:.3f}" != f"{a_L:.3f}" else "")
-            if f"{a_L:.3f}" != (a_3 := f"{pair_alpha(TARGET, MIDDLING):.3f}") else ""),
+        f" the alpha at which eq. 1 at k = {k} gives the length" + (
+            f"; --detail says why it is not demo 3's {a_3}." if (differs := f"{a_L:.3f}" != (
+                a_3 := f"{pair_alpha(TARGET, MIDDLING):.3f}")) else "."),
         "The exact route knows the tables. Below, the k each route picks, the speedup it predicts there, and the"
         " true speedup at that k:")
     print()
@@ -2893,12 +2887,18 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
                                  "the mean acceptance length picks it at every cost":
                                  picks['--mean-acceptance-length'] == n,
                                  "the rate taken as alpha misses it somewhere": picks['the rate taken as alpha'] < n})
-    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L)
+    why = [f"Why is the length's alpha, {a_L:.3f}, not demo 3's {a_3}?"] + [w for w, said in (  # each reason, with
+        (f"Eq. 1 run back from the exact length at k = {k}, {exact[k]:.3f}, gives {a_x:.3f}, as eq. 1 is not exact"
+         " (chapter 29).", f"{a_x:.3f}" != a_3),  # the way it moves alpha (a_x: eq. 1 from exact)
+        (f"These sampled rounds ran {'longer' if L > exact[k] else 'shorter'}, {L:.3f}, which gives {a_L:.3f}.",
+         f"{a_x:.3f}" != f"{a_L:.3f}")) if said]
+    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, why=" ".join(why) * differs)
 
 
 def demo10_detail(result, contexts=(16, 512), max_batch=1024):
-    """Demo 10 in detail: a draft length for every batch size, and draft lengths that adapt."""
+    """Demo 10 in detail: why its alpha is not demo 3's, a k for every batch size, and k that adapt."""
     tokens, alpha = expected_tokens(result.alpha, np.arange(1, 33)), result.alpha
+    say_paragraphs([result.why])
     print()
     say("A schedule for the server: the best k for every batch size B on demo 6's roofline,",
         f"at alpha = {alpha:.3f}. vLLM takes it as num_speculative_tokens_per_batch_size: rows of",

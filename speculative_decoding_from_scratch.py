@@ -4139,12 +4139,10 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     tables = None if isinstance(cache, str) else calibration_p_value(
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
-    say(f"Each generator writes {n_text} characters. The fit is chapter 11's: at each position the target sorts",
-        f"the characters into bins by their chance (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
-        f" {CALIBRATION_EDGES[2]:g}, and so on), and the one written lands in one bin. The fit compares each bin's"
-        " count with its expected count: the bin's chance at each position, summed over the positions."
-        " The last row runs the cache bug with the lesson's target table in place of the character model, prompt"
-        " lookup drafting from its tokens. Consistent means the fit finds no difference from the target.")
+    say(f"Each generator writes {n_text} characters, and a fit checks them as chapter 11 does. It bins each written"
+        " character by the chance the target gave it, and compares each bin's count with the target's expected count."
+        " The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its"
+        " tokens. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]
                     if tables is not None else [])

@@ -1729,8 +1729,9 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert ("Takeaway: a generator must judge each draft by its own q, redraw from the residual, take the next row"
             " from the target, and cut rejected drafts from its cache. On the character model a fit catches each"
             " departure.") in flat(text) and len(sd.APEX_BUGS) == 4
-    assert ("The last row runs the cache bug with the lesson's target table in place of the character model, prompt"
-            " lookup drafting from its tokens.") in flat(text)
+    assert ("It bins each written character by the chance the target gave it, and compares each bin's count with the"
+            " target's expected count. The last row runs the cache bug on the lesson's target table instead, prompt"
+            " lookup drafting from its tokens.") in flat(text)  # read 1527 reread the bins' edges and sums
     assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())
     for bug in sd.APEX_BUGS:  # each departure in words
         assert f"{bug} {sd.APEX_WORDS[bug]}" in " ".join(text.split())

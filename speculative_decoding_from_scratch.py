@@ -6540,7 +6540,7 @@ def pass_chance_table(terms):
 
 
 def why_later_drafts_pass_more(P, Q, starts, rates, hi):
-    """Chapter 29's paragraph, said only while its numbers bear it out: from
+    """Chapter 29's paragraph and its detail's count, said only while its numbers bear them out: from
     draft 2 on the exact terms run above eq. 1's, as each later draft follows
     a kept one, and kept drafts are hi more often than the text is. The text
     is kept drafts and the tokens that end rounds (a round starts after the
@@ -6564,21 +6564,23 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     seen = [shown(r) for r in rates]  # the quotients from the table's figures, as a reader divides them
     each = [f"draft {i}{' passes' * (i == 2)} {b:.3f} / {a:.3f} = {b / a:.3f}"
             for i, (a, b) in enumerate(zip(seen, seen[1:]), start=2)]
-    return (f"Once the drafts before it passed, {each[0]}{', ' * (len(each) > 1)}{and_list(each[1:])}: each above"
+    return ((f"Once the drafts before it passed, {each[0]}{', ' * (len(each) > 1)}{and_list(each[1:])}: each above"
             f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
-            f" often '{d}', after which drafts pass most. A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
+            f" often '{d}', after which drafts pass most: {kept:.3f} of them are '{d}', against the output's"
+            f" {starts.text[hi]:.3f}. The option --detail counts them.",
+            f"How often are kept drafts '{d}'? A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
             " final token, and the output is nothing but rounds end to end. So on average a round's tokens hold"
             f" '{d}' at the output's rate: {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}' a round. A round's"
             " final token is what the next round's first draft follows, so it is"
             f" '{d}' {starts.start[hi]:.3f} of the time (above). So the kept drafts hold {hi_round:.3f} -"
             f" {shown(starts.start[hi]):.3f} = {hi_kept:.3f} '{d}': a share of {hi_kept:.3f} / {n - 1:.2f} ="
-            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}."
+            f" {kept:.3f}, against the output's {starts.text[hi]:.3f}.")
             if later and all(r > alpha ** i for i, r in enumerate(rates[1:], start=2))  # 'later terms run above'
             and sum(r - alpha ** i for i, r in enumerate(rates[1:], start=2)) < alpha - rates[0]  # 'too little'
             and all(b / a > shown(alpha) for a, b in zip(seen, seen[1:]))  # and so as the table prints them
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
             and f"{mixed:.3f}" == f"{kept:.3f}"  # the mix, from the printed figures, checks
-            and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else "")
+            and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else ("", ""))
 
 
 def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
@@ -6593,7 +6595,7 @@ def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
         f" if every draft passed with a single chance, alpha = {alpha:.3f}.",
         words or "Eq. 1 is NOT off for the middling draft, with the stages as you have them.")
     say_items(steps, numbered=True)
-    later = why_later_drafts_pass_more(P, Q, starts, rates, hi) if terms else ""
+    later, counted = why_later_drafts_pass_more(P, Q, starts, rates, hi) if terms else ("", "")
     if terms:
         print()
         pass_chance_table(terms)
@@ -6602,7 +6604,7 @@ def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
              " high and the later ones low.",
              {"eq. 1 runs high for the reason given": bool(steps), "the net adds up": bool(net),
               "drafts 2 to k pass more often than alpha, once the drafts before passed": bool(later)})
-    return SimpleNamespace(rates=rates, alpha=alpha)
+    return SimpleNamespace(rates=rates, alpha=alpha, counted=counted)
 
 
 # -----------------------------------------------------------------------------
@@ -7380,6 +7382,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "26": demo26_detail,
     "27": demo27_detail,
     "28": demo28_detail,
+    "29": lambda result: say_paragraphs([result.counted]),
     "30": demo30_detail,
     "31": demo31_detail,
     "33": demo33_detail,

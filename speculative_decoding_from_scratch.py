@@ -6227,10 +6227,11 @@ def demo27_rates(**how):
     margin_led = 0 < untolerant.worst < check.worst / 2  # most of the plan's gap is its margin, not the rates
     print()
     say("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
-        " what its prices favour, pricing its chains from these rates. A search instead prices every chain exactly."
-        + (f" Picking by the rates costs at most {untolerant.worst:.2%} of the search's speedup at any B. The option"
-           " --detail prices the plan's margin, and the rates of chapter 19's other draft, big (blend"
-           f" {c19.big_weight:g})."
+        " the option its prices favour, pricing its chains from these rates. A search instead prices every chain"
+        " exactly." + (f" Picking the fastest option by these rates, not by exact prices, loses at most"
+                       f" {untolerant.worst:.2%} of the search's speedup at any B. The option --detail prices the"
+                       f" plan's margin, and the rates of chapter 19's other draft model, big (blend"
+                       f" {c19.big_weight:g})."
            if margin_led else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            " plan from the rates with no margin " + (

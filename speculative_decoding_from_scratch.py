@@ -4816,7 +4816,7 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_longest:.4f}: a speedup of"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
-        " both models' passes, so big's c rises" + (
+        " both the draft's passes and the target's, so big's c rises" + (
             f" from {s.c[0]:.4f} toward the ratio of its KV cache to the target's, {s.kv_share[0]:.2f}" + (
                 " ({} layers of width {} against {} of {})".format(*s.layers[0], *s.layers[2]) if layers_set_kv
                 else "") + f", while small's rises only toward {s.kv_share[1]:.4f}" + (
@@ -6837,14 +6837,10 @@ def demo32_first_choice(**how):
             f" At B = 1 each pass is memory-bound: big reads {gb(big, 1)} and small {gb(small, 1)}, against the"
             f" target's {gb(LLAMA2_7B, 1)}, so c is {s.c[0]:.4f} for big and {s.c_small[0]:.4f} for small."
             if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
-        + " A chain of k drafts takes k draft passes. Its tokens per call"
-        " are 1 + r_1 + ... + r_k, eq. 1 with each alpha^i replaced by r_i. Here r_i is the share of rounds in which"
-        " drafts 1"
-        " to i were all kept, computed exactly (chapter 19). Small's tree,"
-        f" 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, {tree[1]} deep,"
-        f" in {tree[1]} passes, one a level; one target pass checks its {c19.nodes - 1} drafts and the text's last"
-        f" token, {c19.nodes} positions. At B = 1, below the ridge, an option's speedup is its tokens per call / (1 +"
-        " n c), for n draft passes; chapter 19 prices every other B. The plan:")
+        + " A chain of k drafts takes k draft passes, and its tokens per call are computed exactly (chapter 19)."
+        f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node,"
+        f" {tree[1]} deep, in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"
+        " tokens per call / (1 + n c), for n draft passes; chapter 19 prices every other B. The plan:")
     print()
     plan_table(plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx), c19.buckets)
     said = demo19_shape(s, c19.n_ctx, c19.max_batch)

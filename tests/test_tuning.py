@@ -464,7 +464,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " so"
             f" c is {c[0]:.4f} for big and {c_smalls[0]:.4f} for small.") in text32  # read 1489 checked the shares
     assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
-            f" both models' passes, so big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
+            f" both the draft's passes and the target's, so big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
             f" 0.25 (16 layers of width 2048 against 32 of 4096), while small's rises only toward {kv_small:.4f} (4 of"
             " 768).") in text32 and (16 * 2048) / (32 * 4096) == 0.25  # read 1506 rebuilt both from the shapes
     # 'never', shown: at every B big's memory allows, big's best option against small's, by hand from the plan's

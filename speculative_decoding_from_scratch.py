@@ -5825,7 +5825,7 @@ def demo24_ideal():
     say(f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
         " no context and k = 2. The table gives the drafts each verifier keeps per round on average, exactly."
         + (f" Token-wise checking keeps alpha + alpha^2 = {ninths(rows[0][1])}, with alpha = sum min(p, q) ="
-           f" {fraction(alpha)}; the block's {ninths(rows[1][1])} is worked out in chapter 14."
+           f" {fraction(alpha)}; the block's {ninths(rows[1][1])} is worked out in chapter 30."
            if abs(rows[0][1] - alpha - alpha ** 2) < 1e-12 else "") + " The ideal, a bound, not a verifier, is"
         f" {ninths(terms[0])} for i = 1 (alpha) plus {ninths(terms[1])} for i = 2{pairs}:")
     print()

@@ -1455,7 +1455,7 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " lossless verifier, of any form?") in flat(text)
     assert ("Chapter 14's example has two tokens a and b, p(a) = 1/3 and q(a) = 2/3, no context and k = 2. The table"
             " gives the drafts each verifier keeps per round on average, exactly. Token-wise checking keeps alpha +"
-            " alpha^2 = 10/9, with alpha = sum min(p, q) = 2/3; the block's 11/9 is worked out in chapter 14.") in flat(
+            " alpha^2 = 10/9, with alpha = sum min(p, q) = 2/3; the block's 11/9 is worked out in chapter 30.") in flat(
         text)  # read 1503 rebuilt 10/9 and could not place 11/9
     assert result.example[0][1] == pytest.approx(2 / 3 + 4 / 9)
     assert ("Chapter 31 sets the three side by side on the lesson's middling draft. Takeaway: on chapter 14's example"

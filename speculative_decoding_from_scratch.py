@@ -2483,10 +2483,7 @@ def demo9_verifiers(k=3):
     keeps_min = all(np.allclose(kept_and_replaced(P, Q)[0], np.minimum(P, Q), atol=1e-9) for _, P, Q in pairs)
     where = [label for label, w, _, _ in reasons if w]  # the pairs where one-hot beats probabilistic somewhere
     winners = sorted({r[-1] for r in prow})
-    say("Which accepts most depends on the pair." if len(winners) > 1 else
-        f"{winners[0]} accepts most for every pair.",
-        "Over one-hot drafts, block accepts what one-hot accepts." if same else
-        "Over one-hot drafts, block does NOT accept what one-hot accepts.",
+    cases = (  # the detail's, but for a rule that lets one-hot win where min(1, p/q) cannot
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
         f" {VOCAB} contexts each, a context being the token before the draft)"
         + (f", all in '{where[0]}'." if len(where) == 1 else ".") + (
@@ -2500,11 +2497,19 @@ def demo9_verifiers(k=3):
             else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x,"
             " which min(1, p/q) cannot do: the"
             " acceptance rule as you have it is suspect."))
+    say("Which accepts most depends on the pair." if len(winners) > 1 else
+        f"{winners[0]} accepts most for every pair.",
+        "Over one-hot drafts, block accepts what one-hot accepts." if same else
+        "Over one-hot drafts, block does NOT accept what one-hot accepts.",
+        (f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
+         f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else
+         "One-hot never beats probabilistic here;") + " --detail says where it can." if all(r[3] for r in reasons)
+        else cases)
     exactness = demo9_exactness(k)
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
              {"every setting emits the target": all(r[5] == "the target" for r in exactness),
               "the setting that keeps most differs between pairs": len(winners) > 1})
-    return SimpleNamespace(row=rows, agree=agree, pairs=prow, reasons=reasons, exactness=exactness)
+    return SimpleNamespace(row=rows, agree=agree, pairs=prow, reasons=reasons, exactness=exactness, cases=cases)
 
 
 def demo9_exactness(k, ctx=5, n=3, n_runs=400):
@@ -2580,7 +2585,9 @@ VLLM_SETTING = {"probabilistic": 'draft_sample_method "probabilistic"',
 
 
 def demo9_detail(result):
-    """Demo 9 in detail: one row by hand, the settings as vLLM names them, and where they came from."""
+    """Demo 9 in detail: where one-hot can win, one row by hand, the settings as vLLM names them, and where they
+    came from."""
+    say_paragraphs([result.cases])
     print()
     say("For p = (0.9, 0.05, 0.05) and q = (0.4, 0.3, 0.3), the chance a draft is kept, through",
         "accept_prob:")

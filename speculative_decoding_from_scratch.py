@@ -5003,9 +5003,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".",
-        f"At B = {max(batches)} the check's arithmetic outlasts a plain pass's reading of the weights and KV caches;"
-        " the option --detail builds both times." if check_price_words(k, max(batches)) else "")
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", check_price_words(k, max(batches)),
+        "The option --detail builds both.")
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
@@ -5038,8 +5037,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, note=note, price=check_price_words(k, max(batches)) + (
-        " " + price_figures_words("The two times", max(batches)) if check_price_words(k, max(batches)) else ""))
+    return SimpleNamespace(rows=rows, loses=loses, note=note, price=price_figures_words(
+        f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}", max(batches)))
 
 
 def demo20_detail(result):

@@ -3588,6 +3588,9 @@ def demo14_block_gain():
     print()
     table([("verifier", 12, "<"), ("drafts kept", 13, ".4f"), ("", 7, ">")], [(*r, ninths(r[1])) for r in rows])
     print()
+    say("Chapter 30 derives both counts, pair of drafts by pair." if all(abs(a - r[1]) < 1e-12 for a, r in zip(
+        pairs_kept(block_pairs(P2, Q2))[::-1], rows)) else "")
+    print()
     k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
@@ -3606,9 +3609,9 @@ def demo14_block_gain():
     say("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
         " w_0 = 1 and p and q the rows after x_(i-1). Until the cap acts, w_i is the target's probability of"
         " x_1..x_i over the draft's. A coin at each position makes it a cut point, and the block keeps every draft"
-        " up to its last cut point. The last position, k, is one with chance w_k. A later ratio above 1 can lift w"
-        " back up after a low one.", gain_example(P2, Q2),
-        f"Chapter 30 takes the example pair by pair and sums it to {ninths(pairs_kept(block_pairs(P2, Q2))[0])}.",
+        " up to its last cut point. Position k's coin lands heads with chance w_k; an earlier one's, with a chance"
+        " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
+        gain_example(P2, Q2),
         "Sun et al. prove that the block's output is the target's, and that no verifier whose output is the"
         " target's keeps more drafts on average. The option --detail gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
@@ -4702,7 +4705,7 @@ def demo19_tuning(**how):
             f" At B = 1, c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. The option --detail"
             " says what sets each c and how it rises with B." if bytes_set_c else ""))
     print()
-    say("A chain of k drafts makes 1 plus the first k per-position rates tokens per call. Rate i is the share of"
+    say("A chain of k drafts makes, in tokens per call, 1 plus its first k per-position rates. Rate i is the share of"
         f" rounds in which drafts 1 to i were all kept. Here the rates are exact at k = {k_max}; chapter 27 checks"
         " that a shorter k may use the first k.")
     print()
@@ -4715,7 +4718,8 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
         " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. Past the ridge a"
         f" check costs more as it scores more positions (chapter 25). The plan stops at B = {max_batch}, where the"
-        f" H100's {H100.memory / 1e9:.0f} GB is full. The plan, with the positions each sequence's check scores:")
+        f" H100's {H100.memory / 1e9:.0f} GB is full. The plan, with the positions each sequence's check scores, and"
+        " the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's

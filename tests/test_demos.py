@@ -1291,10 +1291,13 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
     assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
-    assert ("The last position, k, is one with chance w_k. A later ratio above 1 can lift w back up after a low one."
-            " On drafts a then b, w_1 = 1/2 and w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where"
-            " token-wise checking keeps them with chance 1/2. Chapter 30 takes the example pair by pair and sums it to"
-            " 11/9.") in flat(text)  # the example read 1263 worked by hand; the sum is chapter 30's (read 1522)
+    assert ("Position k's coin lands heads with chance w_k; an earlier one's, with a chance Sun et al. give"
+            " (--detail). A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
+            " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where token-wise checking keeps them with"
+            " chance 1/2.") in flat(text)  # the example read 1263 worked by hand; read 1529 tried to rebuild 11/9
+    # without the earlier coins' chance, so the chapter says where each count is derived, under the table
+    assert "token-wise 1.1111 10/9 block 1.2222 11/9 Chapter 30 derives both counts, pair of drafts by pair." in flat(
+        text)
     # the rule's five steps are the detail's (read 1522 spent 5 of its 17.5 minutes on them)
     assert "The steps:" not in text and "h_i = Z_i / (Z_i + 1 - w_i)" not in flat(text)
     assert "Sun et al.'s rule, in five steps: 1. A weight w_i" in flat(printed(sd.DETAILS["14"], result)[1])

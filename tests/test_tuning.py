@@ -486,7 +486,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
         "The plan stops at B = 241, where the H100's 80 GB is full. The plan, with the positions each sequence's check"
-        " scores:") in text and (
+        " scores, and the lowest and highest speedup over each range of B:") in text and (
         f"at B = {big_fit}, the most sequences that fit in memory beside it") in detail19  # big's, in the detail
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why
@@ -766,7 +766,7 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
             " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"
             " ends; else the walk goes on under the kept one.") in detail19
-    assert ("A chain of k drafts makes 1 plus the first k per-position rates tokens per call. Rate i is the share of"
+    assert ("A chain of k drafts makes, in tokens per call, 1 plus its first k per-position rates. Rate i is the share of"
             " rounds in which drafts 1 to i were all kept.") in text
     # the speedup, as the chapter says it: below the ridge the lesson's formula, past it a dearer check
     assert ("The plan tries chains of k = 1 to 8 and the tree. Below demo 6's ridge a check costs one plain pass, and"

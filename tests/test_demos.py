@@ -618,8 +618,10 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert f"{0.496 / 0.681:.3f}" == "0.728" and f"{0.350 / 0.496:.3f}" == "0.706" and f"{0.248 / 0.350:.3f}" == "0.709"
     assert ("Once the drafts before it passed, draft 2 passes 0.496 / 0.681 = 0.728, draft 3 0.350 / 0.496 = 0.706 and"
             " draft 4 0.248 / 0.350 = 0.709: each above alpha's 0.703. Why: drafts 2 to 4 each follow a kept draft, and"
-            f" kept drafts are more often 'd', after which drafts pass most: {kept_d:.3f} of them are 'd', against the"
-            " output's 0.184. The option --detail counts them.") in flat29  # the count is the detail's (read 1516
+            " kept drafts are more often 'd', after which drafts pass most. The output is kept drafts and final tokens,"
+            " and its final tokens are 'd' only 0.089 of the time, so its kept drafts make up the rest:"
+            f" {kept_d:.3f} of them are 'd', against the output's 0.184. The option --detail counts them.") in flat29
+    # why, from point 4 (read 1533 supplied the step); the count is the detail's (read 1516
     # spent 2 minutes checking it)
     assert ("How often are kept drafts 'd'? A round's 2.77 tokens are 1.77 kept drafts"
             " and one final token, and the output is nothing but rounds end to end. So on average a round's tokens hold"

@@ -5921,7 +5921,7 @@ def demo25_ridge(**how):
         + " Its plan runs to B ="
         f" {c19.max_batch} at {c19.n_ctx} tokens of context: the most sequences that fit in the H100's"
         f" {H100.memory / 1e9:.0f} GB. Memory holds the target's and {c19.roomiest}'s weights, and each sequence's KV"
-        " cache in both: the keys and values of its tokens, which every pass reads."
+        " cache in both models: the keys and values of its tokens, which every pass reads."
         " As B grows, its plan checks fewer positions per sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"

@@ -607,7 +607,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
         "Its plan runs to B = 241 at 512 tokens of context: the most sequences that fit in the H100's 80 GB. Memory"
-        " holds the target's and small's weights, and each sequence's KV cache in both: the keys and values of its"
+        " holds the target's and small's weights, and each sequence's KV cache in both models: the keys and values of its"
         " tokens, which every pass reads.") in text
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]

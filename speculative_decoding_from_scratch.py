@@ -6723,8 +6723,8 @@ def demo30_pairs():
                "The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. So it keeps"
                " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1."], numbered=True)
     print()
-    say("Each pair of drafts, its chance under q, the block's w_1, h_1 and w_2, the drafts each verifier keeps on"
-        " average, and the block's gain weighted by the pair's chance. Token-wise checking keeps r_1 + r_1 r_2"
+    say("Below, for each pair of drafts: its chance under q, the block's weights and chance, the drafts each"
+        " verifier keeps on average, and the block's gain times the pair's chance. Token-wise checking keeps r_1 + r_1 r_2"
         " drafts on average, for r_i its chance to keep draft i; the block keeps 2 w_2 + (1 - w_2) h_1. The last row"
         " weighs each pair by its chance:")
     print()

@@ -4755,6 +4755,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     chains = [i for i, o in enumerate(options) if first is not None and o.drafter.name == first.drafter.name
               and o.shape.startswith("k =")]
     chain = options[max(chains, key=lambda i: (speeds[0, i], -i))] if chains else None  # its own best chain, B = 1
+    k_top = max((int(options[i].shape.split()[-1]) for i in chains), default=None)  # the longest chain it tries
     m, w, kv = token_traffic(n_ctx)
     ks = [int(o.shape.split()[-1]) for _, _, o in buckets if o is not None and o.shape.startswith("k =")]
     crossings = [(k, ridge_batch(m, w, kv, positions=k + 1)) for k in sorted(set(ks), reverse=True)]
@@ -4765,7 +4766,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     mine = [[i for i, o in enumerate(options) if (o.drafter.name == "big") == is_big] for is_big in (True, False)]
     big_gap = float((speeds[:big_fit, mine[1]].max(axis=1) - speeds[:big_fit, mine[0]].max(axis=1)).min()) if all(
         mine) else None  # how far big's best option trails the other's at its closest, B = 1 to big_fit
-    return SimpleNamespace(big_gap=big_gap,
+    return SimpleNamespace(big_gap=big_gap, k_top=k_top,
         first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
         crossed=[(k, b) for k, b in crossings if b and b <= max_batch],  # the checks that cross within the plan
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, big_fit)], big_fit=big_fit,
@@ -4815,7 +4816,8 @@ def demo19_shape(s, n_ctx, max_batch):
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
         f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})." + (
-            f" {s.first.drafter.name.capitalize()}'s best chain, {s.chain.shape}, can keep {s.chain.draft_passes}"
+            f" {s.first.drafter.name.capitalize()}'s best chain, {s.chain.shape} (the plan tries k up to {s.k_top}),"
+            f" can keep {s.chain.draft_passes}"
             " drafts a round to the tree's"
             f" {s.first.draft_passes}, one a level, so it makes more, {s.chain.tokens:.3f} tokens per call, but from"
             f" {s.chain.draft_passes} passes: a speedup of {s.chain_speed:.2f}." if s.chain is not None

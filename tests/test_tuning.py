@@ -372,7 +372,7 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} tokens per call from"
             f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1)."
             " Small's best"
-            f" chain, k = 8, can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
+            f" chain, k = 8 (the plan tries k up to 8), can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
             f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. Big's"
             " best option, a chain of k = 6, makes"
             f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="

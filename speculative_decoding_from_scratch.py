@@ -6853,7 +6853,8 @@ def demo32_first_choice(**how):
             if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
         + " A chain of k drafts takes k draft passes, and its tokens per call are computed exactly (chapter 19)."
         f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node,"
-        f" {tree[1]} deep, in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"
+        f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"
+        f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"
         " tokens per call / (1 + n c), for n draft passes; chapter 19 prices every other B. The plan:")
     print()
     plan_table(plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx), c19.buckets)
@@ -7297,7 +7298,7 @@ def demo36_verdicts(rows, v4):
     wins = [r[5] > 1 for r in rows]  # (middling, the draft that agrees often): did each beat plain decoding?
     say(f"Here v is {v4:.2f} at k = 4; the roofline gives {verify_cost(4, 1, 512):.2f}.",
         "So k+1 positions cost about one." if v4 <= 1.25 else
-        "Chapter 13 times a few columns against one on this machine.",
+        "Chapter 13 asks why a few columns cost so much more than one here.",
         "" if v4 <= 1.25 else
         "At that price, only the draft that agrees often wins." if wins == [False, True] else
         "Even so, both drafts win." if all(wins) else "At that price, neither draft wins." if not any(wins) else "",

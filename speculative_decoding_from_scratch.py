@@ -5391,7 +5391,8 @@ def greedy_parting(k=4, n_tokens=32):
          " 12).") if changed
         else "No lossy setting changes the text here.",
         f"{' and '.join(same)} {'leaves' if len(same) == 1 else 'leave'} it unchanged." +
-        (f" The entropy of 3 tokens is at most ln 3 = {math.log(3):.2f}, so a higher threshold never opens FLy's"
+        (f" The entropy of p's top 3, whose chances sum to at most 1, is at most ln 3 = {math.log(3):.2f}, so a higher"
+         " threshold never opens FLy's"
          " gate." if any(
             r[0] == "fly" and float(r[1].split(", ")[1]) > math.log(3) for r in rows if f"{r[0]} ({r[1]})" in same)
          else "") if same else "")

@@ -2503,7 +2503,7 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         (f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
          f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else
-         "One-hot never beats probabilistic here;") + " --detail says where it can." if all(r[3] for r in reasons)
+         "One-hot never beats probabilistic here;") + " --detail says when it can." if all(r[3] for r in reasons)
         else cases)
     exactness = demo9_exactness(k)
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
@@ -3573,7 +3573,8 @@ def gain_example(P2, Q2):
         return ""
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So the block always keeps both, where token-wise checking keeps"
-            f" them with chance {fraction(w1)}.")
+            f" them with chance {fraction(w1)}." + (" On other pairs it can keep fewer; chapter 30 weighs each pair."
+                                                   if any(r[6] < r[5] for r in block_pairs(P2, Q2)) else ""))
 
 
 def demo14_block_gain():
@@ -6241,10 +6242,10 @@ def demo27_rates(**how):
     print()
     say("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
         " the option its prices favour, pricing its chains from these rates. A search instead prices every chain"
-        " exactly." + (f" Picking the fastest option by these rates, not by exact prices, loses at most"
-                       f" {untolerant.worst:.2%} of the search's speedup at any B. The option --detail prices the"
-                       f" plan's margin, and the rates of chapter 19's other draft model, big (blend"
-                       f" {c19.big_weight:g})."
+        " exactly." + (f" Picking the fastest option (a drafter, and its k or tree) by these rates, not by exact"
+                       f" prices, loses at most {untolerant.worst:.2%} of the search's speedup at any B. The option"
+                       f" --detail prices the plan's margin (it keeps an option until another is {c19.tol:.1%}"
+                       f" faster), and the rates of chapter 19's other draft model, big (blend {c19.big_weight:g})."
            if margin_led else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            " plan from the rates with no margin " + (
@@ -6509,7 +6510,8 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     zero = [r for r in rows if r[1] == 0 and r[5] is not None]
     say(f"As in chapter 21, take the middling draft and a good one (blend {GOOD_WEIGHT:g}) at temperature T, where p"
         " becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A greedy draft"
-        f" proposes its likeliest token x, and the target keeps it with chance p_T(x). At T = 0, k = {k} and c = {c}:")
+        f" proposes its likeliest token x, and the target keeps it with chance p_T(x), the tempered target's chance"
+        f" of x. At T = 0, k = {k} and c = {c}:")
     print()
     table([("draft", 10, "<"), ("alpha", 8, ".4f"), ("speedup", 9, ".2f")], [(r[0], r[3], r[5]) for r in zero])
     good = next((r for r in zero if r[0] == f"blend {GOOD_WEIGHT:g}"), None)
@@ -6649,7 +6651,7 @@ def net_words(pairs, gap, z_b=0.0):
     if ties and z_b > 0 and all(r[0].startswith("b") and r[2] == 1 and abs(r[3] - 1) < 1e-12
                                 for r in pairs if abs(r[-1]) < 1e-12):  # w_1 = 1 and h_1 = 1 on every tie
         tie = (tie[:-1] + f": after 'b', w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. Each verifier then keeps 'b'"
-               " always, and the second draft with chance w_2.")
+               " always, and the second draft with chance w_2, which here is r_2 too.")
     return (tie + " Weighed by each pair's chance under q, the block gains"
             f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
 

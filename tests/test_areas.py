@@ -264,7 +264,7 @@ def test_chapter9s_one_hot_wins_are_counted_with_the_one_hot_table_and_every_win
             " that sum, so probabilistic accepts at least as often. So one-hot can win only where p(x) > q(x). The"
             " condition p(x) > q(x) holds in 19 of the 30, yet one-hot wins in only 3: it is needed, not enough."
             in result.cases)  # the detail's (read 1515 spent 1.5 minutes on counts it could not check)
-    assert ("One-hot beats probabilistic only on 'p at T=0.3, q at T=3'; --detail says where it can." in " ".join(
+    assert ("One-hot beats probabilistic only on 'p at T=0.3, q at T=3'; --detail says when it can." in " ".join(
         section(in_process[1], "9").split())) and "of the 30 cases" not in section(in_process[1], "9")
     # the reason, by hand: where q(x) >= p(x) at the argmax x, min(p, q) at x alone is p(x), what one-hot keeps
     for P, Q in pairs:

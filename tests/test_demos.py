@@ -1289,14 +1289,15 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " never a cut point. It"
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie: after 'b', w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each verifier then keeps"
-            " 'b' always, and the second draft with chance w_2. Weighed by each pair's chance under q, the block gains"
+            " 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by each pair's chance under q, the block gains"
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
     assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
     assert ("Position k's coin lands heads with chance w_k; an earlier one's, with a chance Sun et al. give"
             " (--detail). A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
             " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where token-wise checking keeps them with"
-            " chance 1/2.") in flat(text)  # the example read 1263 worked by hand; read 1529 tried to rebuild 11/9
+            " chance 1/2. On other pairs it can keep fewer; chapter 30 weighs each pair.") in flat(text)  # the
+    # example read 1263 worked by hand (read 1536 found it adds 2/9, twice the gain); read 1529 tried to rebuild 11/9
     # without the earlier coins' chance, so the chapter says where each count is derived, under the table
     assert "token-wise 1.1111 10/9 block 1.2222 11/9 Chapter 30 derives both counts, pair of drafts by pair." in flat(
         text)
@@ -1332,7 +1333,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 1/9.")\
         in flat(detail) and "tie" not in flat(detail)  # why the pairs after 'b' tie is the chapter's (read 1404)
     assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: after 'b', w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each verifier"
-            " then keeps 'b' always, and the second draft with chance w_2. Weighed by") in flat(text30)
+            " then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by") in flat(text30)
     assert "2/9 of a draft" not in flat(text30)  # the sums term by term are the detail's; the chapter gives the total
     # after 'b', w_1 = 1 and Z_1 = max(0, 1/3 - 2/3) + max(0, 2/3 - 1/3) = 1/3, so h_1 = (1/3) / (1/3 + 0) = 1
     assert sd.block_threshold(1.0, P2[1], Q2[1]) == pytest.approx(1)

@@ -279,9 +279,10 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
         in text27
     assert ("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
             " the option its prices favour, pricing its chains from these rates. A search instead prices every chain"
-            " exactly. Picking the fastest option by these rates, not by exact prices, loses at most"
-            f" {untolerant:.2%} of the search's speedup at any B. The option --detail prices the plan's margin, and"
-            " the rates of chapter 19's other draft model, big (blend 0.75).") in text27  # read 1520 could not tell
+            " exactly. Picking the fastest option (a drafter, and its k or tree) by these rates, not by exact prices,"
+            f" loses at most {untolerant:.2%} of the search's speedup at any B. The option --detail prices the plan's"
+            " margin (it keeps an option until another is 0.5% faster), and the rates of chapter 19's other draft"
+            " model, big (blend 0.75).") in text27  # reads 1520 and 1543 could not tell
     # reads 1470, 1484 and 1491: which speedup, and no tree to learn; read 1495 looked for what the margin cost, and
     # who big is (named once, where the detail is pointed to; read 1520 asked which 'other draft')
     assert text27.lower().replace("big batch", "").count("big") == 1

@@ -5000,9 +5000,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     note = long_context_note(k, [len(prompt)])
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-        f" character a token, at a deliberately short {BATCH_CONTEXT} tokens of context. At the prompt's own length"
-        " no batch that fits in memory crosses the ridge, so a switch would have nothing to save; --detail says"
-        " why." if note
+        f" character a token, at a deliberately short {BATCH_CONTEXT} tokens of context, so that a large batch"
+        " crosses the ridge. The option --detail says why the prompt's own length would leave a switch nothing to"
+        " save." if note
         else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")

@@ -3616,7 +3616,7 @@ def demo14_block_gain():
         "Sun et al. prove that the block's output is the target's, and that no verifier whose output is the"
         " target's keeps more drafts on average. The option --detail gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
-             f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call, and Sun et al. prove it never keeps fewer"
+             f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call. Sun et al. prove it never keeps fewer"
              " on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
     return SimpleNamespace(example=rows, tv=tv, gap=gap)
@@ -4817,8 +4817,8 @@ def demo19_shape(s, n_ctx, max_batch):
         f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
         f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
         f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})." + (
-            f" {s.first.drafter.name.capitalize()}'s best chain, {s.chain.shape} (the plan tries k up to {s.k_top}),"
-            f" can keep {s.chain.draft_passes}"
+            f" {s.first.drafter.name.capitalize()}'s best chain of those the plan tries (k up to {s.k_top}) is"
+            f" {s.chain.shape}. It can keep {s.chain.draft_passes}"
             " drafts a round to the tree's"
             f" {s.first.draft_passes}, one a level, so it makes more, {s.chain.tokens:.3f} tokens per call, but from"
             f" {s.chain.draft_passes} passes: a speedup of {s.chain_speed:.2f}." if s.chain is not None
@@ -4830,7 +4830,7 @@ def demo19_shape(s, n_ctx, max_batch):
         f" {s.c_longest:.4f}: a speedup of"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
-        " both the draft's passes and the target's, so big's c rises" + (
+        " both the draft's passes and the target's. So big's c rises" + (
             f" from {s.c[0]:.4f} toward the ratio of its KV cache to the target's, {s.kv_share[0]:.2f}" + (
                 " ({} layers of width {} against {} of {})".format(*s.layers[0], *s.layers[2]) if layers_set_kv
                 else "") + f", while small's rises only toward {s.kv_share[1]:.4f}" + (
@@ -5000,8 +5000,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     note = long_context_note(k, [len(prompt)])
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-        f" character a token, at a deliberately short {BATCH_CONTEXT} tokens of context, so that a large batch"
-        " crosses the ridge. The option --detail says why the prompt's own length would leave a switch nothing to"
+        f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
+        " large batch crosses the ridge. The option --detail says why the prompt's own length would leave a switch nothing to"
         " save." if note
         else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
@@ -5961,7 +5961,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
         f" sequences, and each sequence's KV cache pays for {each:.3f} more of its own. So a sequence can check about"
         f" {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling toward {each:.3f} as B"
         " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores more"
-        f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
+        f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions). So each reaches the"
         f" ridge at some B: the first at which {s.ridge_base:.1f} / B + {each:.3f} falls below its positions per"
         " sequence." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone else "")
     planned = [o for _, _, o in buckets if o is not None]
@@ -6583,7 +6583,7 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     return ((f"Once the drafts before it passed, {each[0]}{', ' * (len(each) > 1)}{and_list(each[1:])}: each above"
             f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
             f" often '{d}', after which drafts pass most. The output is kept drafts and final tokens, and its final"
-            f" tokens are '{d}' only {starts.start[hi]:.3f} of the time, so its kept drafts make up the rest:"
+            f" tokens are '{d}' only {starts.start[hi]:.3f} of the time. So its kept drafts make up the rest:"
             f" {kept:.3f} of them are '{d}', against the output's {starts.text[hi]:.3f}. The option --detail counts"
             " them.",
             f"How often are kept drafts '{d}'? A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"

@@ -373,7 +373,7 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} tokens per call from"
             f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1)."
             " Small's best"
-            f" chain, k = 8 (the plan tries k up to 8), can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
+            f" chain of those the plan tries (k up to 8) is k = 8. It can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
             f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. Big's"
             " best option, a chain of k = 6, makes"
             f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="
@@ -465,7 +465,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " so"
             f" c is {c[0]:.4f} for big and {c_smalls[0]:.4f} for small.") in text32  # read 1489 checked the shares
     assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
-            f" both the draft's passes and the target's, so big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
+            f" both the draft's passes and the target's. So big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
             f" 0.25 (16 layers of width 2048 against 32 of 4096), while small's rises only toward {kv_small:.4f} (4 of"
             " 768).") in text32 and (16 * 2048) / (32 * 4096) == 0.25  # read 1506 rebuilt both from the shapes
     # 'never', shown: at every B big's memory allows, big's best option against small's, by hand from the plan's
@@ -540,7 +540,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" sequences, and each sequence's KV cache pays for {each:.3f} more of its own. So a sequence can check"
             f" about {base:.1f} / B + {each:.3f} positions: demo 6's 295 at B = 1, falling toward {each:.3f} as B"
             " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores"
-            f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B: the first at which"
+            f" more than {each:.3f} (7 to 15 positions). So each reaches the ridge at some B: the first at which"
             f" {base:.1f} / B + {each:.3f} falls below its positions per sequence.") in text25
     assert (f"A pass of B"
             f" sequences, n positions each, does {m / 1e9:.2f} * B * n GMACs and reads {w / 1e9:.2f} +"
@@ -1012,13 +1012,13 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam here:" in details["26"]
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-            " character a token, at a deliberately short 16 tokens of context, so that a large batch crosses the"
-            " ridge.") in text  # the model priced first
+            " character a token. It prices them at a deliberately short 16 tokens of context, so that a large batch"
+            " crosses the ridge.") in text  # the model priced first
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So a check would"
             " cost what a plain step does there, and a switch would have nothing to save.") in details["20"]
-    assert ("at a deliberately short 16 tokens of context, so that a large batch crosses the ridge. The option"
+    assert ("a deliberately short 16 tokens of context, so that a large batch crosses the ridge. The option"
             " --detail says why the prompt's own length would leave a switch nothing to save.") in text and (
                 "Demo 6's 295" not in text)  # reads 1530 and 1539 spent 2.5 and 1.5 minutes checking the claim
     assert macs / read < sd.ridge()  # the largest batch that fits, the most MACs a byte, stays under the ridge

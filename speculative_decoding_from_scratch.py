@@ -3589,7 +3589,7 @@ def demo14_block_gain():
     print()
     table([("verifier", 12, "<"), ("drafts kept", 13, ".4f"), ("", 7, ">")], [(*r, ninths(r[1])) for r in rows])
     print()
-    say("Chapter 30 derives both counts, pair of drafts by pair." if all(abs(a - r[1]) < 1e-12 for a, r in zip(
+    say("Chapter 30 derives both counts, one pair of drafts at a time." if all(abs(a - r[1]) < 1e-12 for a, r in zip(
         pairs_kept(block_pairs(P2, Q2))[::-1], rows)) else "")
     print()
     k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output
@@ -4732,9 +4732,9 @@ def demo19_tuning(**how):
     planned = [(lo, hi, o) for lo, hi, o in buckets if o is not None]
     drafters = {o.drafter.name for _, _, o in planned}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
-             " as B grows. Here " + (f"{drafters.pop()} runs throughout, from " if len(drafters) == 1 else "it goes"
-                                     " from ") + f"{planned[0][2].shape} at B = {planned[0][0]} to"
-             f" {planned[-1][2].shape} at B = {planned[-1][1]}.",
+             " as B grows." + (" Here " + (f"{drafters.pop()} runs throughout, from " if len(drafters) == 1 else
+                                           "it goes from ") + f"{planned[0][2].shape} at B = {planned[0][0]} to"
+                               f" {planned[-1][2].shape} at B = {planned[-1][1]}." if planned else ""),
              {"the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said,
                            c_words=output_layer_words((big, small), n_ctx) + (

@@ -1143,3 +1143,17 @@ def test_chapter32_withholds_its_takeaway_when_big_is_the_better_draft(capsys):
     said = " ".join(capsys.readouterr().out.split())
     assert "Takeaway withheld" in said and "the tree wins at B = 1 on fewer passes; big's passes never pay" in said
     assert "At B = 1 the tree wins" not in said and "Big never wins" not in said
+
+
+def test_chapter19_withholds_its_takeaway_when_the_plan_runs_nothing(monkeypatch):
+    # every range of B planned as plain decoding: the takeaway names no first or last option, and is withheld
+    # rather than raise (the review found an IndexError on an empty plan)
+    planned = sd.chapter19_plan()  # cached: the plan every chapter shares, copied with nothing run
+    monkeypatch.setattr(sd, "chapter19_plan", lambda **how: sd.SimpleNamespace(**{
+        **vars(planned), "buckets": [(lo, hi, None) for lo, hi, _ in planned.buckets]}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.demo19_tuning()
+    said = " ".join(out.getvalue().split())
+    assert "Takeaway withheld. This check failed: the plan changes its choice with B." in said and (
+        "runs throughout, from" not in said)

@@ -4826,7 +4826,7 @@ def demo19_shape(s, n_ctx, max_batch):
             and s.chain_speed < s.first_speed else "") +
         f" {s.longest.drafter.name.capitalize()}'s best option,"
         f" {'a chain of ' * s.longest.shape.startswith('k =')}{s.longest.shape}, makes"
-        f" {s.longest.tokens:.3f} tokens per call by its rates but costs {s.longest.draft_passes} passes at c ="
+        f" {s.longest.tokens:.3f} tokens per call by its per-position rates but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}: a speedup of"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
@@ -5957,8 +5957,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
     after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
-    say(f"Below the ridge, the weights' bytes pay for the MACs of about {s.ridge_base:.1f} positions, shared by the B"
-        f" sequences, and each sequence's KV cache pays for {each:.3f} more of its own. So a sequence can check about"
+    say(f"Below the ridge, a check's bytes pay for its MACs. The target's weights pay for about {s.ridge_base:.1f}"
+        f" positions, shared by the B sequences, and each sequence's KV cache in the target for {each:.3f} more of its"
+        " own. So a sequence can check about"
         f" {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling toward {each:.3f} as B"
         " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores more"
         f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions). So each reaches the"

@@ -376,7 +376,7 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             f" chain of those the plan tries (k up to 8) is k = 8. It can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
             f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. Big's"
             " best option, a chain of k = 6, makes"
-            f" {longest.tokens:.3f} tokens per call by its rates but costs {longest.draft_passes} passes at c ="
+            f" {longest.tokens:.3f} tokens per call by its per-position rates but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}: a speedup of"
             f" {s_chain:.2f}.") in text
     lesson3 = " ".join(section(in_process[1], "3").split())
@@ -536,8 +536,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the limit's reason, then the limit, in the body (read 1496: 'the formula comes before its reason, so I worked it
     # out myself'); its algebra is the detail's (read 1519 checked both quotients; reads 1471, 1482 and 1490 rebuilt
     # the terms from demo 6, which the detail does)
-    assert (f"Below the ridge, the weights' bytes pay for the MACs of about {base:.1f} positions, shared by the B"
-            f" sequences, and each sequence's KV cache pays for {each:.3f} more of its own. So a sequence can check"
+    assert (f"Below the ridge, a check's bytes pay for its MACs. The target's weights pay for about {base:.1f}"
+            f" positions, shared by the B sequences, and each sequence's KV cache in the target for {each:.3f} more of"
+            " its own. So a sequence can check"
             f" about {base:.1f} / B + {each:.3f} positions: demo 6's 295 at B = 1, falling toward {each:.3f} as B"
             " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores"
             f" more than {each:.3f} (7 to 15 positions). So each reaches the ridge at some B: the first at which"
@@ -592,7 +593,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert "each sequence's KV cache pays for 5.878 more of its own." in text and 15 * past > 295  # the terms
+    assert "each sequence's KV cache in the target for 5.878 more of its own." in text and 15 * past > 295  # the terms
     assert f"tree 2x3, 15 15 {past} {15 * past:,} 1-{planned}" in text and planned > past
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 837 35-95 k = 7 8 137 1,096 96-146 k = 6 7 258 1,806 147-241" in text

@@ -4986,7 +4986,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
     print()
-    say(f"{number_word(len(rows)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
+    shown = rows[:3]  # adaptive k, rows[3], is the detail's
+    say(f"{number_word(len(shown)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
         " (+-: the standard error of their mean):")
     say_items([f"always on: k = {k} every round;",
                "per-batch schedule: at each batch size B (the number of sequences a server decodes at once), k ="
@@ -4994,9 +4995,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                " that average in advance; a server would estimate it from past counts;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
                " averages over the last completed requests; this run is one request, so here it averages its last"
-               f" {window} rounds instead;",
-               f"adaptive k: the heuristic of transformers (a Python library), starting at k = {k}: 2 more drafts"
-               f" after a round whose drafts all passed, 1 fewer otherwise (here kept between 1 and {ADAPT_MAX})."])
+               f" {window} rounds instead."])
     print()
     note = long_context_note(k, [len(prompt)])
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
@@ -5015,7 +5014,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
     print()
-    table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], rows,
+    table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], shown,
           groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])
     schedule, off = rows[1], rows[2]
     at = float(np.median([switched_off_at(r) for r in runs[rows[2][0]]]))  # where off for good went off
@@ -5036,15 +5035,22 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
               f"; off for good pays that cost until it switches off ({off[1 + 2 * i]:.2f})."
               if on[1 + 2 * i] < off[1 + 2 * i] < 1 else ".") if on[1 + 2 * i] <= 1 else ""
           for i, b in enumerate(batches)],
-        "Adaptive k moves k by what passed, not by what a pass costs: at B = "
-        + " and ".join(str(b) for i, b in enumerate(batches) if rows[3][1 + 2 * i] < 1)
-        + " it is slower than plain decoding too." if any(rows[3][1 + 2 * i] < 1 for i in range(len(batches))) else "")
+        "The option --detail adds a fourth policy, one that adapts k.")
+    adaptive = rows[3]
+    adaptive_words = (  # the detail's
+        f"Adaptive k, the heuristic of transformers (a Python library), starts at k = {k} and drafts 2 more after a"
+        f" round whose drafts all passed, 1 fewer otherwise (here kept between 1 and {ADAPT_MAX}). It makes "
+        + and_list([f"{adaptive[1 + 2 * i]:.2f} +- {adaptive[2 + 2 * i]:.2f} at B = {b}" for i, b in enumerate(batches)])
+        + "." + (" It moves k by what passed, not by what a pass costs: at B = "
+                 + " and ".join(str(b) for i, b in enumerate(batches) if adaptive[1 + 2 * i] < 1)
+                 + " it is slower than plain decoding too." if any(adaptive[1 + 2 * i] < 1 for i in range(len(batches)))
+                 else ""))
     stops = [on[1 + 2 * i] <= 1 for i in range(len(batches))]  # where speculating costs more than it saves
     takeaway("stop speculating where a check costs more than it saves, batch size by batch size, as the per-batch"
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, note=note, price=price_figures_words(
+    return SimpleNamespace(rows=rows, loses=loses, note=note, adaptive=adaptive_words, price=price_figures_words(
         f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}", max(batches)))
 
 
@@ -5053,7 +5059,7 @@ def demo20_detail(result):
     the two figures behind a check's price there."""
     say_paragraphs([f"Why price at {BATCH_CONTEXT} tokens, not at the prompt's own length? " + result.note + " So a"
                     " check would cost what a plain step does there, and a switch would have nothing to save."
-                    if result.note else "", result.price])
+                    if result.note else "", result.price, result.adaptive])
 
 
 # -----------------------------------------------------------------------------

@@ -5968,9 +5968,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         " own. So a sequence can check about"
         f" {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling toward {each:.3f} as B"
         " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores more"
-        f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions). So each reaches the"
-        f" ridge at some B: the first at which {s.ridge_base:.1f} / B + {each:.3f} falls below its positions per"
-        " sequence." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone else "")
+        f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
+        " ridge at some B." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone else "")
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]
     gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(
@@ -5979,9 +5978,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
-        " planned option: the batch at which its check reaches the ridge, the positions the whole pass scores then, and"
-        " the"
-        " batches the plan runs it for" + "".join(
+        " planned option: the batch at which its check reaches the ridge, and the batches the plan runs it for"
+        + "".join(
             f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep. That is"
             f" {' + '.join(str(a**j) for j in range(1, b + 1))} = {n - 1} drafts, checked as {n - 1} + 1 = {n}"
             " positions per sequence, as a chain of k drafts is checked as k + 1"
@@ -5991,9 +5989,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         + ":")
     print()
     table([("runs as", 14, "<"), ("positions\nper sequence", 14, "d"), ("crosses\nat B", 9, ">"),
-           ("positions\nin the pass", 13, ">"), ("planned\nfor B", 11, ">")],
-          [(how, n, "never" if b is None else f"{b:,}", "" if at is None else f"{at:,}", f"{lo:,}-{hi:,}")
-           for how, n, b, at, hi, lo in rows])
+           ("planned\nfor B", 11, ">")],
+          [(how, n, "never" if b is None else f"{b:,}", f"{lo:,}-{hi:,}") for how, n, b, at, hi, lo in rows])
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
     priced = ""
     if gives_way:
@@ -6018,11 +6015,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
                                   if rows[0][4] < max_batch else "") + "."))
     if after or beyond:
         print()
-        say("Just past the ridge a check costs only a little more. And chapter 19's plan keeps an option until it"
-            f" falls more than {tol:.1%} below the best option's speedup at that B, so as not to switch for less. So"
-            " each check that crosses"
-            f" holds past its crossing, here by {min(r[4] - r[2] for r in crossed)} to"
-            f" {max(r[4] - r[2] for r in crossed)} batch sizes." if after else "",
+        say("Each check that crosses holds a little past its crossing. Just past the ridge a check costs only a"
+            f" little more, and chapter 19's plan switches only when its option falls more than {tol:.1%} below the"
+            " best." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, *_ in beyond])

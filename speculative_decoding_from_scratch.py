@@ -4696,13 +4696,11 @@ def demo19_tuning(**how):
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
-    say(f"The two draft models are big and small. Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer"
-        f" model of width {big[0]}, small (the middling draft) for {small[2]} layers of width {small[0]}, and the"
-        f" target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's acceptance comes from its table." + (
-            " Its c is the bytes its pass reads over the target's, as both passes are memory-bound: the weights, and"
-            " every sequence's KV cache, the keys and values of its tokens." if bytes_set_c and by_bytes else
-            " Its c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every"
-            " sequence's KV cache, the keys and values of its tokens.") + (
+    say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft), each standing for"
+        " a model of its own shape (chapter 32 gives the shapes). A draft's acceptance comes from its table." + (
+            " Its c is the bytes its pass reads divided by the target's, as both passes are memory-bound."
+            if bytes_set_c and by_bytes else " Its c, a pass's cost in target passes, comes from the bytes a pass"
+            " reads.") + (
             f" At B = 1, c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. The option --detail"
             " says what sets each c and how it rises with B." if bytes_set_c else ""))
     print()
@@ -4717,8 +4715,9 @@ def demo19_tuning(**how):
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
-        " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. Past the ridge a"
-        f" check costs more as it scores more positions (chapter 25). The plan stops at B = {max_batch}, where the"
+        " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. Each check reaches"
+        " the ridge at some B, and past it costs more as it scores more positions (chapter 25). The plan stops at"
+        f" B = {max_batch}, where the"
         f" H100's {H100.memory / 1e9:.0f} GB is full. The plan, with the positions each sequence's check scores, and"
         " the lowest and highest speedup over each range of B:")
     print()
@@ -4854,7 +4853,8 @@ def demo19_detail(result):
     B grows."""
     s = result.shape
     paragraphs = [
-        result.c_words,
+        "Big stands for a {}-layer model of width {}, small for {} layers of width {}; the target has {} layers of {}."
+        .format(*s.layers[0], *s.layers[1], *s.layers[2]) + " " + result.c_words,
         f"Going up in B, the plan switches only when its current choice falls more than {result.c19.tol:.1%}, its"
         " margin, below the best.",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"

@@ -425,11 +425,11 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     small_weights = sd.pass_traffic(small, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
-    assert ("Big (blend 0.75) stands for a 16-layer model of width 2048, small (the middling draft) for 4 layers of"
-            " width 768, and the target has 32 layers of 4096. A draft's acceptance comes from its table. Its c is the"
-            " bytes its pass reads over the target's, as both passes are memory-bound: the weights, and every"
-            f" sequence's KV cache, the keys and values of its tokens. At B = 1, c is {c[0]:.4f} for big and"
-            f" {c_smalls[0]:.4f} for small. The option --detail says what sets each c and how it rises with B.") in text
+    assert ("The two draft models are big (blend 0.75) and small (the middling draft), each standing for a model of its"
+            " own shape (chapter 32 gives the shapes). A draft's acceptance comes from its table. Its c is the bytes"
+            " its pass reads divided by the target's, as both passes are memory-bound. At B = 1, c is"
+            f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small. The option --detail says what sets each c and how"
+            " it rises with B.") in text and "width 2048" not in text  # reads 1529 and 1546 tried c from the shapes
     assert f"small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = 241" in " ".join(
         sd.demo19_shape(in_process[0]["19"].shape, 512, 241)[2].split())  # the detail's (read 1522 checked it)
     assert " GB," not in text and " GB against" not in text  # the bytes are chapter 32's (reads 1494, 1511)
@@ -445,7 +445,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert f"{1.82 / 13.48:.4f}" != f"{c[0]:.4f}"  # two decimals would not do
     # the shapes' arithmetic a reader rebuilt (reads 1418, 1425) is the detail's, first (read 1452 spent 3 minutes)
     assert " ".join(detail19.split()).startswith(
-        "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's weights,"
+        "Big stands for a 16-layer model of width 2048, small for 4 layers of width 768; the target has 32 layers of"
+        " 4096. Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's weights,"
         " 46% of small's. So small's c at B = 1, 0.0083, is about twice what its 4 layers alone would give.")
     assert "output layer" not in text
     # the pointer says what the detail gives, the output layer's share of the weights (the review found it promised
@@ -636,7 +637,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
         f" {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35.")
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
-    assert "check costs more as it scores more positions (chapter 25). The plan stops at B = 241" in text19  # the margin is the detail's
+    assert "past it costs more as it scores more positions (chapter 25). The plan stops at B = 241" in text19  # the margin is the detail's
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):
@@ -772,8 +773,8 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " rounds in which drafts 1 to i were all kept.") in text
     # the speedup, as the chapter says it: below the ridge the lesson's formula, past it a dearer check
     assert ("The plan tries chains of k = 1 to 8 and the tree. Below demo 6's ridge a check costs one plain pass, and"
-            " the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. Past the ridge a check"
-            " costs more as it scores more positions (chapter 25).") in text
+            " the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. Each check reaches the ridge"
+            " at some B, and past it costs more as it scores more positions (chapter 25).") in text
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]
     check = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, tree.positions, 1), sd.H100)[0]
     draft = sd.roofline_time(*sd.pass_traffic((768, 2048, 4, 32000), 512, tree.draft_width, 1), sd.H100)[0]

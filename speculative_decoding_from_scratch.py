@@ -6242,24 +6242,25 @@ def demo27_rates(**how):
     check, untolerant = chapter19_search(c19)
     margin_led = 0 < untolerant.worst < check.worst / 2  # most of the plan's gap is its margin, not the rates
     print()
-    say("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
+    cost = ("What do the rates cost chapter 19's plan? At each batch size B (the sequences a server decodes at once),"
+        " the plan picks"
         " the option its prices favour, pricing its chains from these rates. A search instead prices every chain"
         " exactly." + (f" Picking the fastest option (a drafter, and its k or tree) by these rates, not by exact"
-                       f" prices, loses at most {untolerant.worst:.2%} of the search's speedup at any B. The option"
-                       f" --detail prices the plan's margin (it keeps an option until another is {c19.tol:.1%}"
-                       f" faster), and the rates of chapter 19's other draft model, big (blend {c19.big_weight:g})."
+                       f" prices, loses at most {untolerant.worst:.2%} of the search's speedup at any B. The plan's"
+                       f" margin (it keeps an option until another is {c19.tol:.1%} faster) costs more: see below."
            if margin_led else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            " plan from the rates with no margin " + (
                f"comes within {untolerant.worst:.2%} of the search." if 0 < untolerant.worst else
                "picks the search's option at every B: the rates cost nothing here.")
            if 0 < untolerant.worst or untolerant.worst == 0 < check.worst else ""))
+    say("The option --detail prices what these rates cost chapter 19's plan, and gives the rates of its other draft"
+        f" model, big (blend {c19.big_weight:g}).")
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
-             " start elsewhere; here the plan they price loses little.",
+             " start elsewhere.",
              {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,
-              "a shorter k's rounds start elsewhere": r.bonus,
-              "the rates cost the plan under 0.1%": untolerant.worst < 0.001})
-    return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant, margin=(
+              "a shorter k's rounds start elsewhere": r.bonus})
+    return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant, cost=cost, margin=(
         ("The search and the plan price the tree alike, from sampled rounds. "
          if [d.tree is not None for d in c19.measured] == [False, True] else "") +
         f"Chapter 19's plan keeps its pick, as B grows, until that pick prices more than {c19.tol:.1%} below the best"
@@ -6292,9 +6293,7 @@ def demo27_detail(result):
     c19, r = result.c19, result.rates
     k_max, s = r.k_max, r.starts[0]
     d = f"'{name(s.short)}'"
-    if result.margin:
-        print()
-        say(result.margin)
+    say_paragraphs([result.cost, result.margin])
     print()
     say(f"{r.names[0].capitalize()} (blend {c19.big_weight:g}), the same way:")
     rates_table(r, 0)

@@ -277,15 +277,16 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     text27 = " ".join(section(in_process[1], "27").split())
     assert "The rates here are exact, as a server counting many rounds would find them. For chapter 19's small draft" \
         in text27
-    assert ("What does it cost? At each batch size B (the sequences a server decodes at once), chapter 19's plan picks"
-            " the option its prices favour, pricing its chains from these rates. A search instead prices every chain"
-            " exactly. Picking the fastest option (a drafter, and its k or tree) by these rates, not by exact prices,"
-            f" loses at most {untolerant:.2%} of the search's speedup at any B. The option --detail prices the plan's"
-            " margin (it keeps an option until another is 0.5% faster), and the rates of chapter 19's other draft"
-            " model, big (blend 0.75).") in text27  # reads 1520 and 1543 could not tell
-    # reads 1470, 1484 and 1491: which speedup, and no tree to learn; read 1495 looked for what the margin cost, and
-    # who big is (named once, where the detail is pointed to; read 1520 asked which 'other draft')
+    assert ("The option --detail prices what these rates cost chapter 19's plan, and gives the rates of its other draft"
+            " model, big (blend 0.75).") in text27 and "0.04%" not in text27  # reads 1534, 1543 and 1551 could not
+    # check the cost, and read 1551 had not met B: it is the detail's, with who big is (named once, where the detail
+    # is pointed to; read 1520 asked which 'other draft')
     assert text27.lower().replace("big batch", "").count("big") == 1
+    assert ("What do the rates cost chapter 19's plan? At each batch size B (the sequences a server decodes at once),"
+            " the plan picks the option its prices favour, pricing its chains from these rates. A search instead prices"
+            " every chain exactly. Picking the fastest option (a drafter, and its k or tree) by these rates, not by"
+            f" exact prices, loses at most {untolerant:.2%} of the search's speedup at any B.") in " ".join(
+                in_process[0]["27"].cost.split())
     # the margin's share is the detail's (reads 1456 and 1463 stalled at 0.51% beside a 0.5% margin)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -3392,7 +3392,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
         f" at k = {k}, and the two texts are compared. Each position's state comes from its token and the one"
         " before. The draft is the target itself, scoring a"
-        " position at a time, so any difference comes from the verifying pass's arithmetic. Where the texts differ,"
+        " position at a time, so any difference comes from the verifying pass's arithmetic. The last row adds a"
+        " bug: the bonus token scored at the last draft's position, not the one after it. Where the texts differ,"
         " the median token at which they part, and the largest top-two margin where they part:")
     print()
     table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
@@ -3402,11 +3403,10 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     say("One wide product parts the texts." if not part["float32, one product"].startswith("0/") else
         "Even one wide product keeps the texts here.",
         "Each position alone makes the pass width-independent, and " + (
-            "the texts agree," if part["float32, each alone"].startswith("0/") else "NOT all texts agree,"),
-        f"at {cost:.1f}x the time of one wide product.", "Float64, with one wide product, " + (
+            "the texts agree," if part["float32, each alone"].startswith("0/") else "NOT all texts agree,")
+        + f" at {cost:.1f}x the time of one wide product.", "Float64, with one wide product, " + (
             "agrees too." if part["float64, one product"].startswith("0/") else "does NOT agree."),
-        "The bonus bug (the bonus token scored at the last draft's position, not the one after it), with each position"
-        " scored alone, " + ("still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith(
+        "The bonus bug, with each position scored alone, " + ("still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith(
             "0/") else "does NOT part them."), clock=True)
     return rows
 

@@ -3609,8 +3609,9 @@ def demo14_block_gain():
     print()
     say("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
         " w_0 = 1 and p and q the rows after x_(i-1). Until the cap acts, w_i is the target's probability of"
-        " x_1..x_i over the draft's. A coin at each position makes it a cut point, and the block keeps every draft"
-        " up to its last cut point. Position k's coin lands heads with chance w_k; an earlier one's, with a chance"
+        " x_1..x_i over the draft's. Each position flips a coin, and heads makes it a cut point. The block keeps"
+        " every draft up to its last cut point, or none if there is none, then draws one token. Position k's coin"
+        " lands heads with chance w_k; an earlier one's, with a chance"
         " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
         gain_example(P2, Q2),
         "Sun et al. prove that the block's output is the target's, and that no verifier whose output is the"
@@ -4825,7 +4826,7 @@ def demo19_shape(s, n_ctx, max_batch):
             and s.chain_speed < s.first_speed else "") +
         f" {s.longest.drafter.name.capitalize()}'s best option,"
         f" {'a chain of ' * s.longest.shape.startswith('k =')}{s.longest.shape}, makes"
-        f" {s.longest.tokens:.3f} tokens per call by its per-position rates but costs {s.longest.draft_passes} passes at c ="
+        f" {s.longest.tokens:.3f} tokens per call by its per-position rates (chapter 19) but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}: a speedup of"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"

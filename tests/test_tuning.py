@@ -377,7 +377,7 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             f" chain of those the plan tries (k up to 8) is k = 8. It can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
             f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. Big's"
             " best option, a chain of k = 6, makes"
-            f" {longest.tokens:.3f} tokens per call by its per-position rates but costs {longest.draft_passes} passes at c ="
+            f" {longest.tokens:.3f} tokens per call by its per-position rates (chapter 19) but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}: a speedup of"
             f" {s_chain:.2f}.") in text
     lesson3 = " ".join(section(in_process[1], "3").split())

@@ -193,3 +193,11 @@ def test_chapter13s_takeaway_follows_what_two_positions_cost(capsys, monkeypatch
     assert ("Takeaway: here two positions cost 3.0 times one, where demo 6's roofline says 1.0. Time a check on your"
             " own machine before you trust the roofline to price it." in text) == holds  # reads 1416 and 1440: the size
     assert ("two positions cost more than 1.25 times one here" in text) == (not holds)
+
+
+def test_predict_divides_the_figures_as_chapter_36_prints_them():
+    # reads 1535, 1539, 1547 and 1556 divided the printed tokens per call, c and v and found the paper's column 0.01
+    # off: each prediction now takes them as printed (tokens to 2 decimals, c to 3, v to 2)
+    c, v = np.array([0.12345] * 4), np.array([3.546] * 4)
+    assert sd.predict((c, v), 2.7745, k=4) == 2.77 / (3.55 + 4 * 0.123)
+    assert sd.predict((c, v), 13.4987, k=16, v=1.0) == 13.50 / (1.0 + 16 * 0.123)

@@ -2436,6 +2436,10 @@ def acceptance(P, Q, how):
     return kept_and_replaced(P, Q, **how)[0].sum(axis=1)
 
 
+ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x), and a rejection redraws from"
+                " max(0, p - q), which is p with x removed")  # chapters 9, 11, 17, 18 and 26: a q all on its draft x
+
+
 def demo9_verifiers(k=3):
     p, q = np.array([[0.9, 0.05, 0.05]]), np.array([[0.4, 0.3, 0.3]])
     closed = {"probabilistic": ("sum min(p, q)", float(np.minimum(p, q).sum())),
@@ -2444,8 +2448,7 @@ def demo9_verifiers(k=3):
             for name_, D, _, how in verifier_settings(p, q)[:3]]
     say("vLLM, an open-source serving engine, has offered several verifier settings. Probabilistic:",
         "the draft samples x from q, and x is accepted with chance min(1, p/q). One-hot: the draft",
-        "proposes its argmax. A deterministic draft's q is one-hot, so x is accepted with chance",
-        "p(x); on a rejection, the next token comes from demo 1's residual, here p with x taken out. Strict:"
+        f"proposes its argmax x, and q is all on x: {ONE_HOT_RULE}. Strict:"
         " the draft samples x from q, the target samples its own token, and x is accepted",
         "only if they match (else the target's token is emitted). Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
         "before it decides how many to accept (chapter 14 shows how).")
@@ -3158,7 +3161,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f"up to k characters that followed (here k = {k}). vLLM, a serving engine, calls this its ngram method.",
         f"Hugging Face transformers (HF), a Python library, tries the last {HF_LOOKUP.n_max} characters, then"
         f" {', then '.join(str(n) for n in range(HF_LOOKUP.n_max - 1, HF_LOOKUP.n_min - 1, -1))}.",
-        "A proposal is certain, so its q is one-hot: the draft is kept with chance p(x). Below, the",
+        f"A proposal x is certain, so q is all on x: {ONE_HOT_RULE}. Below, the",
         "prompt's last line (a paragraph to summarise), then what the target writes (\\n: a new line):",
         "near-gibberish between copied runs, as a character model writes.")
     sample = attempt(lambda: spec_generate(P, vllm, prompt, 100, k, np.random.default_rng(0), draft=lookup_draft)[0])
@@ -4135,8 +4138,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         " last token that round wrote.",
         "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed"
-        " the text's last few characters earlier on. That proposal is deterministic, so its q is one-hot: a draft x"
-        " is kept with chance p(x), and a rejection redraws from p with x removed. Its target is chapter 11's"
+        f" the text's last few characters earlier on. A proposal x is deterministic, so q is all on x: {ONE_HOT_RULE}."
+        " Its target is chapter 11's"
         " character model of Python's documentation, which often copies a passage from earlier in its text. The port"
         " fixes these"
         f" {number_word(len(APEX_BUGS))}; each can be put back as an edit (APEX_BUGS, in the script):")
@@ -4288,8 +4291,7 @@ def demo18_lossy(k=3, ctx=5, n=3):
     print()
     for rule, words in (
             ("probabilistic", "lossless: the paper's rule."),
-            ("one-hot", "lossless: the draft proposes its likeliest token x, and demo 1's rule with q all on x keeps"
-                        " it with chance p(x); after a rejection, a token from p with x removed."),
+            ("one-hot", f"lossless: the draft proposes its likeliest token x, and q is all on x: {ONE_HOT_RULE}."),
             ("block", "lossless: block verification judges the k drafts together (chapter 14); on average it"
                       " keeps at least as many drafts as the paper's rule."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
@@ -6125,7 +6127,7 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
         f" text's last {VLLM_LOOKUP.n_max} characters first occurred earlier (else its last"
         f" {', then '.join(str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1))}), and proposes"
         " up to k characters that followed them there. Its q is all on each guess x, so demo 1's rule keeps x with"
-        " chance p(x). The serving engine vLLM calls this its ngram method; Hugging"
+        " chance min(1, p(x) / 1), which is p(x). The serving engine vLLM calls this its ngram method; Hugging"
         " Face transformers (HF), a Python"
         f" library, tries its last {HF_LOOKUP.n_max} characters, then {HF_LOOKUP.n_min}. Chapter 11 checks that both"
         " keep the target's distribution. How much do they buy?")

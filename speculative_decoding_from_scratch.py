@@ -2436,7 +2436,7 @@ def acceptance(P, Q, how):
     return kept_and_replaced(P, Q, **how)[0].sum(axis=1)
 
 
-ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x), and a rejection redraws from"
+ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x). A rejection redraws from"
                 " max(0, p - q), which is p with x removed")  # chapters 9, 11, 17, 18 and 26: a q all on its draft x
 
 

@@ -1870,10 +1870,14 @@ def check_price_words(k, batch):
     if not (bound == "compute" and plain_bound == "memory"
             and f"{round(check * 1e3, 3) / round(plain * 1e3, 3):.2f}" == f"{verify_cost(k, batch):.2f}"):
         return ""
+    ref = token_traffic(512)[0]  # demo 6's position, at 512 tokens of context (read 1552 compared them)
+    parts = [round(w / 1e9, 2), round(batch * kv / 1e9, 2)]  # the bytes, as a reader adds them (read 1552 rebuilt them)
+    split = (f", the weights' {parts[0]:.2f} and {batch} KV caches' {parts[1]:.2f}"
+             if f"{sum(parts):.2f}" == f"{(w + batch * kv) / 1e9:.2f}" else f", the weights and {batch} KV caches")
     return (f"At B = {batch} the check's {batch * (k + 1):,} positions, {per / 1e9:.2f} GMACs each at {BATCH_CONTEXT}"
-            f" tokens of context, take {check * 1e3:.3f} ms of arithmetic, and a plain pass takes {plain * 1e3:.3f} ms"
-            f" to read the weights and {batch} KV caches, {(w + batch * kv) / 1e9:.2f} GB: {verify_cost(k, batch):.2f}"
-            " times as long.")
+            f" tokens of context" + (f" (demo 6's {ref / 1e9:.2f} at 512)" if ref > per else "") + f", take"
+            f" {check * 1e3:.3f} ms of arithmetic. A plain pass takes {plain * 1e3:.3f} ms to read"
+            f" {(w + batch * kv) / 1e9:.2f} GB{split}: the check takes {verify_cost(k, batch):.2f} times as long.")
 
 
 def plain_pass_words(batch, n_ctx=None):
@@ -5005,8 +5009,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     note = long_context_note(k, [len(prompt)])
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
-        " large batch crosses the ridge. The option --detail says why the prompt's own length would leave a switch nothing to"
-        " save." if note
+        " large batch crosses the ridge; --detail says why the prompt's own length would not." if note
         else
         f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
         " chosen so that a large batch crosses the ridge.")

@@ -894,9 +894,11 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
         section(in_process[1], "27").split())
 
 
-PRICE_4_48 = ("At B = 256 the check's 1,536 positions, 6.61 GMACs each at 16 tokens of context, take 20.536 ms of"
-              " arithmetic, and a plain pass takes 4.586 ms to read the weights and 256 KV caches, 15.36 GB: 4.48 times"
-              " as long.")  # read 1499 priced the positions at demo 6's 6.74 and got 20.94 ms
+PRICE_4_48 = ("At B = 256 the check's 1,536 positions, 6.61 GMACs each at 16 tokens of context (demo 6's 6.74 at 512),"
+              " take 20.536 ms of arithmetic. A plain pass takes 4.586 ms to read 15.36 GB, the weights' 13.21 and 256"
+              " KV caches' 2.15: the check takes 4.48 times as long.")  # read 1499 priced the positions at demo 6's
+# 6.74 and found 20.94 ms; read 1552 rebuilt the 15.36 GB from demo 6 for 2.5 minutes
+
 
 def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_process):
     result, text = in_process[0]["20"], " ".join(section(in_process[1], "20").split())
@@ -1020,13 +1022,13 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
             " character a token. It prices them at a deliberately short 16 tokens of context, so that a large batch"
-            " crosses the ridge.") in text  # the model priced first
+            " crosses the ridge;") in text  # the model priced first
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert ("That holds at every batch that fits in the H100 SXM's 80 GB: the pass stays memory-bound. So a check would"
             " cost what a plain step does there, and a switch would have nothing to save.") in details["20"]
-    assert ("a deliberately short 16 tokens of context, so that a large batch crosses the ridge. The option"
-            " --detail says why the prompt's own length would leave a switch nothing to save.") in text and (
+    assert ("a deliberately short 16 tokens of context, so that a large batch crosses the ridge; --detail says why"
+            " the prompt's own length would not.") in text and (
                 "Demo 6's 295" not in text)  # reads 1530 and 1539 spent 2.5 and 1.5 minutes checking the claim
     assert macs / read < sd.ridge()  # the largest batch that fits, the most MACs a byte, stays under the ridge
     # the verifying pass's price at 16 tokens, from a position's MACs there (reads 1402 and 1409 used demo 6's 6.74

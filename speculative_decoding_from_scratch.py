@@ -2476,9 +2476,9 @@ def demo9_verifiers(k=3):
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
     say(f"{number_word(len(pairs)).capitalize()} pairs of target p and draft q, at k = {k}. The first"
-        f" {number_word(len(drafted))} take q from a draft table. The last {number_word(len(tempered))} temper the"
-        " target's own rows, p^(1/T) renormalised at a temperature T (chapter 21): the fourth tempers only q, the"
-        " fifth both p and q. Column b 1-hot is block over"
+        f" {number_word(len(drafted))} take q from a draft table. The last {number_word(len(tempered))} build q, and"
+        " in the fifth p too, from the target's own rows tempered: p^(1/T) renormalised at a temperature T (chapter"
+        " 21), with T in the row's name. Column b 1-hot is block over"
         " one-hot drafts; most names the setting with the most tokens per call, the first named on a tie:")
     print()
     table([("pair", 20, "<"), ("prob", 7, ".2f"), ("1-hot", 7, ".2f"), ("strict", 8, ".2f"), ("block", 7, ".2f"),

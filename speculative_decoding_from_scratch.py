@@ -6867,9 +6867,11 @@ def demo32_first_choice(**how):
         f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node,"
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"
         f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"
-        " tokens per call / (1 + n c), for n draft passes; chapter 19 prices every other B. The plan:")
+        " tokens per call / (1 + n c), for n draft passes; chapter 19 prices every other B.")
+    lo, hi, first = c19.buckets[0]
     print()
-    plan_table(plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx), c19.buckets)
+    say(f"Chapter 19's plan runs {first.drafter.name}'s {first.shape} from B = {lo} to {hi}" + (
+        ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else "")
     said = demo19_shape(s, c19.n_ctx, c19.max_batch)
     say_paragraphs(said[:2])
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"

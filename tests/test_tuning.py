@@ -454,6 +454,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # to build the bytes, which the detail does not)
     assert "for small. The option --detail says what sets each c and how it rises with B." in text
     text32 = " ".join(section(in_process[1], "32").split())
+    # chapter 32 names the plan's choice at B = 1 and leaves its table to chapter 19 (reads 1534, 1547 and 1567 asked
+    # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's)
+    assert ("Chapter 19's plan runs small's tree 2x3, 15 from B = 1 to 34, and never runs big. Why?") in text32 and (
+        "batch size B drafter" not in text32)
     # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
     # out when they counted layers x width^2 against c
     for shape, share in ((big, "7%"), (small, "46%")):

@@ -4880,7 +4880,7 @@ def demo19_detail(result):
 
 def plan_table(plan, buckets):
     """Chapter 19's plan as a table (plan_rows' rows), with the positions each
-    sequence's check scores; chapter 32 prints it too."""
+    sequence's check scores."""
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
            ("speedup", 13, ">")],
           [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])

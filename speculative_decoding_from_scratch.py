@@ -2506,7 +2506,8 @@ def demo9_verifiers(k=3):
             " acceptance rule as you have it is suspect."))
     say("Which accepts most depends on the pair." if len(winners) > 1 else
         f"{winners[0]} accepts most for every pair.",
-        "Over one-hot drafts, block accepts what one-hot accepts." if same else
+        "Over one-hot drafts, block accepts what one-hot accepts: with q all on x, no ratio p/q passes 1, so no"
+        " later draft can save an earlier one." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         (f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
          f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else
@@ -2532,7 +2533,7 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
     exactness_table(rows)
     lossless = [r for r in rows if r[5] == "the target"]
     print()
-    say(f"All {number_word(len(rows))} settings emit the target's distribution by both checks."
+    say(f"All {number_word(len(rows))} verifiers in the table emit the target's distribution by both checks."
         if len(lossless) == len(rows) else
         "NOT every setting emits the target's distribution: " +
         "; ".join(f"{r[0]} {VERDICT_WORDS.get(r[5], r[6])}" for r in rows if r not in lossless) + ".")

@@ -3398,9 +3398,9 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         " other with every entry off by"
         f" about {gap:.0e} of itself, so each pair's logits nearly tie.".replace("e-0", "e-"),
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
-        f" at k = {k}, and the two texts are compared. Each position's state comes from its token and the one"
-        " before. The draft is the target itself, scoring a"
-        " position at a time, so any difference comes from the verifying pass's arithmetic. The last row adds a"
+        f" at k = {k}, and the two texts are compared. The draft is the target itself, scoring a position at a"
+        " time. Greedy, a draft is kept only where it is the verifying pass's argmax too, so any difference comes"
+        " from the verifying pass's arithmetic. The last row adds a"
         " bug: the bonus token scored at the last draft's position, not the one after it. Where the texts differ,"
         " the median token at which they part, and the largest top-two margin where they part:")
     print()

@@ -5126,8 +5126,9 @@ def temperature_table(rows, k, c=0.1):
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is either",
         "sampled at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x,"
         " and the",
-        "target keeps it with chance p_T(x). That is demo 1's rule with q all on x; after a rejection it draws from",
-        "p_T with x removed." + (" At T = 0 the two ways are one: a sampled draft is its likeliest token too."
+        "target keeps it with chance p_T(x), the tempered target's chance of x: demo 1's rule with q all on x gives"
+        " min(1, p_T(x) / 1), which is p_T(x). A rejection redraws from max(0, p_T - q), which is p_T with x"
+        " removed." + (" At T = 0 the two ways are one: a sampled draft is its likeliest token too."
                                  if all(r[2] == r[3] for r in rows if r[1] == 0 and r[2] is not None)
                                  and (temper(MIDDLING, 0).argmax(axis=1) == MIDDLING.argmax(axis=1)).all() else ""))
     print()

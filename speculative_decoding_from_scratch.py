@@ -7257,8 +7257,8 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     exact = [f"{exact_tokens_per_call(TARGET, MIDDLING, LESSON_K):.2f} for the middling draft at k = {LESSON_K}",
              f"for blend {good_weight}, " + and_list([f"{good_tokens[k]:.2f} at k = {k}" for k in ks])]  # at each k, as which k it runs is the clock's
     print()
-    say("Then each draft decodes on the clock. The model tables choose the tokens, and each pass pays for its"
-        f" product: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
+    say("Then each draft decodes on the clock. The six-token tables still choose the tokens; the products only cost"
+        f" time: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
         f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
         f" the exact tokens per call: {'; '.join(exact)}. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
         " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
@@ -7269,6 +7269,9 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         f", which refined prefers to k = {and_list([str(k) for k in ks if k != k_good], 'or')}." if len(ks) > 1
         else "."),
         clock=True)  # one line at the clock's width: read 1501 pieced the sentence together across its mark
+    say("Refined prices it at " + and_list([f"{predicted[k]:.2f}x at k = {k}" for k in ks]) + "." if len(ks) > 1
+        else "",
+        clock=True)  # reads 1535, 1556 and 1560 worked out the k it did not run
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
     table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),

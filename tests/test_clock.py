@@ -2,6 +2,7 @@
 weight matrices: never a wall-clock figure."""
 import contextlib
 import io
+import re
 
 import numpy as np
 import pytest
@@ -201,3 +202,18 @@ def test_predict_divides_the_figures_as_chapter_36_prints_them():
     c, v = np.array([0.12345] * 4), np.array([3.546] * 4)
     assert sd.predict((c, v), 2.7745, k=4) == 2.77 / (3.55 + 4 * 0.123)
     assert sd.predict((c, v), 13.4987, k=16, v=1.0) == 13.50 / (1.0 + 16 * 0.123)
+
+
+def test_chapter36_prices_blend_095_at_both_k_and_runs_the_one_refined_prefers(monkeypatch):
+    # reads 1535, 1556 and 1560 worked out refined at the k blend 0.95 does not run: the chapter prints both, and runs
+    # the dearer-priced one, on a random clock
+    rng = np.random.default_rng(3)
+    monkeypatch.setattr(sd, "clocked", lambda f: (rng.uniform(1e-4, 1e-2), f()))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.demo36_clock_model(size=256)
+    text = " ".join(out.getvalue().replace("(clock)", "").split())
+    runs = int(re.search(r"Blend 0.95 runs \d+ rounds at k = (\d+)", text)[1])
+    said = text.split("Refined prices it at ")[1][:60]  # "1.23x at k = 4 and 2.11x at k = 16. ..."
+    prices = {int(k): float(x) for x, k in re.findall(r"(\d+\.\d+)x at k = (\d+)", said)}
+    assert set(prices) == {4, 16} and max(prices, key=prices.get) == runs

@@ -4728,8 +4728,9 @@ def demo19_tuning(**how):
         " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. Each check reaches"
         " the ridge at some B, and past it costs more as it scores more positions (chapter 25). The plan stops at"
         f" B = {max_batch}, where the"
-        f" H100's {H100.memory / 1e9:.0f} GB is full. The plan, with the positions each sequence's check scores, and"
-        " the lowest and highest speedup over each range of B:")
+        f" H100's {H100.memory / 1e9:.0f} GB is full. Going up in B, the plan switches only when its current choice"
+        f" falls more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's"
+        " check scores, and the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
@@ -4865,8 +4866,6 @@ def demo19_detail(result):
     paragraphs = [
         "Big stands for a {}-layer model of width {}, small for {} layers of width {}; the target has {} layers of {}."
         .format(*s.layers[0], *s.layers[1], *s.layers[2]) + " " + result.c_words,
-        f"Going up in B, the plan switches only when its current choice falls more than {result.c19.tol:.1%}, its"
-        " margin, below the best.",
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"

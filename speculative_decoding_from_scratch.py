@@ -6231,8 +6231,9 @@ def demo27_rates(**how):
         f"At every shorter k the rates read low, by at most {low:.4f}." if low is not None else
         "At a shorter k they differ." if r.off else "")
     s1 = r.starts[1]  # where small's rounds of 1 start
-    if (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
-            and s.start[s.short] < s1.start[s.short] < s.text[s.short] and s1.redrawn.sum() < s.redrawn.sum()):
+    said_why = (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
+                and s.start[s.short] < s1.start[s.short] < s.text[s.short] and s1.redrawn.sum() < s.redrawn.sum())
+    if said_why:
         print()
         say("Why? A round's first draft is judged after the last round's final token, not at a random point of the"
             " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
@@ -6247,7 +6248,7 @@ def demo27_rates(**how):
                ("position 1's pass rate", f"{r.at_1[1]:.3f}", f"{r.rates[1][0]:.3f}")])
         print()
         say(f"{d} is {s.text[s.short]:.0%} of the text, but fewer rounds start after it, fewest at k = {k_max}. So"
-            f" rates counted at k = {k_max} price k = 1 low. The option --detail gives each token's figures.")
+            f" rates counted at k = {k_max} price k = 1 low.")
     check, untolerant = chapter19_search(c19)
     margin_led = 0 < untolerant.worst < check.worst / 2  # most of the plan's gap is its margin, not the rates
     print()
@@ -6263,8 +6264,8 @@ def demo27_rates(**how):
                f"comes within {untolerant.worst:.2%} of the search." if 0 < untolerant.worst else
                "picks the search's option at every B: the rates cost nothing here.")
            if 0 < untolerant.worst or untolerant.worst == 0 < check.worst else ""))
-    say("The option --detail prices what these rates cost chapter 19's plan, and gives the rates of its other draft"
-        f" model, big (blend {c19.big_weight:g}).")
+    say("The option --detail " + ("gives each token's figures, " if said_why else "") + "prices what these rates"
+        f" cost chapter 19's plan, and gives the rates of its other draft model, big (blend {c19.big_weight:g}).")
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
              " start elsewhere.",
              {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,

@@ -278,8 +278,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     text27 = " ".join(section(in_process[1], "27").split())
     assert "The rates here are exact, as a server counting many rounds would find them. For chapter 19's small draft" \
         in text27
-    assert ("The option --detail prices what these rates cost chapter 19's plan, and gives the rates of its other draft"
-            " model, big (blend 0.75).") in text27 and "0.04%" not in text27  # reads 1534, 1543 and 1551 could not
+    assert ("The option --detail gives each token's figures, prices what these rates cost chapter 19's plan, and gives"
+            " the rates of its other draft model, big (blend 0.75).") in text27  # one pointer (read 1574 read two) and "0.04%" not in text27  # reads 1534, 1543 and 1551 could not
     # check the cost, and read 1551 had not met B: it is the detail's, with who big is (named once, where the detail
     # is pointed to; read 1520 asked which 'other draft')
     assert text27.lower().replace("big batch", "").count("big") == 1
@@ -863,8 +863,8 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
             " passes less often. Small's rounds at k = 1 and k = 8: k = 1 k = 8 rounds that end on a redraw"
             f" {redrawn[1]:.0%} {redrawn[0]:.0%} rounds that start after 'd' {start1[d]:.0%} {start[d]:.0%} position 1's"
             f" pass rate {start1 @ beta:.3f} {first[1]:.3f} 'd' is {text_share[d]:.0%} of the text, but fewer rounds"
-            " start after it, fewest at k = 8. So rates counted at k = 8 price k = 1 low. The option --detail gives"
-            " each token's figures.") in text and start1 @ beta > first[1]
+            " start after it, fewest at k = 8. So rates counted at k = 8 price k = 1 low.") in text and (
+                start1 @ beta > first[1])
     assert start[d] < start1[d] < text_share[d]  # 'fewer rounds start after it, fewest at k = 8'
     assert "Position 1's rates at k = 8" not in text
     # by hand: the share of rounds a redraw ends is 1 minus the chance all k drafts pass from a round's start, each

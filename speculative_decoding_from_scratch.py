@@ -6532,8 +6532,7 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     if good:
         say(f"Eq. 1 at alpha {good[3]:.4f} gives 1 + alpha + ... + alpha^{k} = {eq1:.2f} tokens per call, a speedup"
             f" of {speedup(eq1, k, c):.2f}," + (f" not {good[5]:.2f}. Why?" if beats else
-                                               f" and the exact speedup is {good[5]:.2f}."),
-            "")
+                                               f" and the exact speedup is {good[5]:.2f}."))
         print()
     zero_alpha_words(zero)
     settled = greedy_runs(rows)[2:]

@@ -2507,11 +2507,13 @@ def demo9_verifiers(k=3):
     say("Which accepts most depends on the pair." if len(winners) > 1 else
         f"{winners[0]} accepts most for every pair.",
         "Over one-hot drafts, block accepts what one-hot accepts: with q all on x, no ratio p/q passes 1, so no"
-        " later draft can save an earlier one." if same else
+        " later draft can save an earlier one." if same and keeps_min else
+        "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         (f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
          f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else
-         "One-hot never beats probabilistic here;") + " --detail says when it can." if all(r[3] for r in reasons)
+         "One-hot never beats probabilistic here;") + (" --detail says when it can." if keeps_min else "")
+        if all(r[3] for r in reasons)
         else cases)
     exactness = demo9_exactness(k)
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
@@ -2904,7 +2906,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
                                  "the rate taken as alpha misses it somewhere": picks['the rate taken as alpha'] < n})
     why = [f"Why is the length's alpha, {a_L:.3f}, not demo 3's {a_3}?"] + [w for w, said in (  # each reason, with
         (f"Eq. 1 run back from the exact length at k = {k}, {exact[k]:.3f}, gives {a_x:.3f}, as eq. 1 is not exact"
-         " (chapter 29).", f"{a_x:.3f}" != a_3),  # the way it moves alpha (a_x: eq. 1 from exact)
+         " (chapter 29).", f"{a_x:.3f}" != a_3 and abs(a_x - float(a_3)) < 0.01),  # the way it moves alpha (a_x: eq. 1 from exact)
         (f"These sampled rounds ran {'longer' if L > exact[k] else 'shorter'}, {L:.3f}, which gives {a_L:.3f}.",
          f"{a_x:.3f}" != f"{a_L:.3f}")) if said]
     return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, why=" ".join(why) * differs)
@@ -3399,9 +3401,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         f" about {gap:.0e} of itself, so each pair's logits nearly tie.".replace("e-0", "e-"),
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
         f" at k = {k}, and the two texts are compared. The draft is the target itself, scoring a position at a"
-        " time. Greedy, a draft is kept only where it is the verifying pass's argmax too, so any difference comes"
-        " from the verifying pass's arithmetic. The last row adds a"
-        " bug: the bonus token scored at the last draft's position, not the one after it. Where the texts differ,"
+        " time. Greedy, a draft is kept only where it is the verifying pass's argmax too, so in the first three"
+        " rows any difference comes from the verifying pass's arithmetic. The last row adds a bug: the bonus token scored at the last draft's position, not the one after it. Where the texts differ,"
         " the median token at which they part, and the largest top-two margin where they part:")
     print()
     table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
@@ -3598,9 +3599,8 @@ def demo14_block_gain():
         " q(a) = 2/3, q(b) = 1/3; k = 2. Each verifier's accepted drafts per round, exactly:")
     print()
     table([("verifier", 12, "<"), ("drafts kept", 13, ".4f"), ("", 7, ">")], [(*r, ninths(r[1])) for r in rows])
-    print()
-    say("Chapter 30 derives both counts, one pair of drafts at a time." if all(abs(a - r[1]) < 1e-12 for a, r in zip(
-        pairs_kept(block_pairs(P2, Q2))[::-1], rows)) else "")
+    say_paragraphs(["Chapter 30 derives both counts, one pair of drafts at a time." if all(
+        abs(a - r[1]) < 1e-12 for a, r in zip(pairs_kept(block_pairs(P2, Q2))[::-1], rows)) else ""])
     print()
     k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
@@ -3617,15 +3617,15 @@ def demo14_block_gain():
         " more."
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
-    say("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
+    say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
         " w_0 = 1 and p and q the rows after x_(i-1). Until the cap acts, w_i is the target's probability of"
         " x_1..x_i over the draft's. Each position flips a coin, and heads makes it a cut point. The block keeps"
         " every draft up to its last cut point, or none if there is none, then draws one token. Position k's coin"
         " lands heads with chance w_k; an earlier one's, with a chance"
         " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
         gain_example(P2, Q2),
-        "Sun et al. prove that the block's output is the target's, and that no verifier whose output is the"
-        " target's keeps more drafts on average. The option --detail gives their rule in five steps.")
+        "Sun et al. prove that the block's output is the target's, and that no verifier of its kind keeps more drafts"
+        " on average: one whose output is the target's, that keeps a run of first drafts, then draws one token. The option --detail gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
              f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call. Sun et al. prove it never keeps fewer"
              " on average.",
@@ -4716,7 +4716,7 @@ def demo19_tuning(**how):
     print()
     say("A chain of k drafts makes, in tokens per call, 1 plus its first k per-position rates. Rate i is the share of"
         f" rounds in which drafts 1 to i were all kept. Here the rates are exact at k = {k_max}; chapter 27 checks"
-        " that a shorter k may use the first k.")
+        " how close that comes for a shorter k.")
     print()
     say(f"Small also runs as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
         f" drawn from q on its own, {tree[1]} deep. One pass scores its {nodes - 1} drafts and the text's last token,"
@@ -4725,8 +4725,8 @@ def demo19_tuning(**how):
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
-        " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. Each check reaches"
-        " the ridge at some B, and past it costs more as it scores more positions (chapter 25). The plan stops at"
+        " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. A long check"
+        " reaches the ridge as B grows, and past it costs more as it scores more positions (chapter 25). The plan stops at"
         f" B = {max_batch}, where the"
         f" H100's {H100.memory / 1e9:.0f} GB is full. Going up in B, the plan switches only when its current choice"
         f" falls more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's"
@@ -6137,9 +6137,8 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
         " keep the target's distribution. How much do they buy?")
     sweep = demo26_speed(prompts()["summarise"], k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
-    print()
-    say("The option --detail prices a what-if: short contexts at a large batch, where verifying costs more than"
-        " copying saves, as chapter 20 shows." if any(r[3] < 1 for r in sweep.rows) else "")
+    say_paragraphs(["The option --detail prices a what-if: short contexts at a large batch, where verifying costs"
+                    " more than copying saves, as chapter 20 shows." if any(r[3] < 1 for r in sweep.rows) else ""])
     takeaway("the text drafts for free, and buys more tokens per call the more the output copies it.",
              {"tokens per call rise as the text copies more": rising})
     return sweep
@@ -6264,8 +6263,9 @@ def demo27_rates(**how):
                f"comes within {untolerant.worst:.2%} of the search." if 0 < untolerant.worst else
                "picks the search's option at every B: the rates cost nothing here.")
            if 0 < untolerant.worst or untolerant.worst == 0 < check.worst else ""))
-    say("The option --detail " + ("gives each token's figures, " if said_why else "") + "prices what these rates"
-        f" cost chapter 19's plan, and gives the rates of its other draft model, big (blend {c19.big_weight:g}).")
+    say("The option --detail " + ("gives each token's figures, " if said_why else "") + (
+        "prices what these rates cost chapter 19's plan, and " if "%" in cost else "") + "gives the rates of"
+        f" chapter 19's other draft model, big (blend {c19.big_weight:g}).")
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
              " start elsewhere.",
              {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,
@@ -6868,10 +6868,9 @@ def demo32_first_choice(**how):
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"
         f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"
         " tokens per call / (1 + n c), for n draft passes; chapter 19 prices every other B.")
-    lo, hi, first = c19.buckets[0]
-    print()
-    say(f"Chapter 19's plan runs {first.drafter.name}'s {first.shape} from B = {lo} to {hi}" + (
-        ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else "")
+    lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
+    say_paragraphs([f"Chapter 19's plan runs {first.drafter.name}'s {first.shape} from B = {lo} to {hi}" + (
+        ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else ""])
     said = demo19_shape(s, c19.n_ctx, c19.max_batch)
     say_paragraphs(said[:2])
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"

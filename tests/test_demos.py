@@ -1816,3 +1816,12 @@ def test_chapter15s_takeaway_gives_every_n_only_where_each_path_is_off_at_each(m
     sd.demo15_shipped_block()
     text = " ".join(capsys.readouterr().out.split())
     assert "Takeaway withheld" in text and "at every n" not in text
+
+
+def test_chapter14_asks_how_the_block_judges_where_it_does_not_gain():
+    # with every draft kept whatever p and q, the block keeps no more than token-wise checking: the paragraph on
+    # how it works no longer opens with how it gains (the review found it did), and the example is withheld
+    kept = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0"),))
+    _, text = printed(kept.demo14_block_gain)
+    assert "How does the block judge? It weighs" in text and "How does the block gain?" not in text
+    assert "How does the block gain? It weighs" in printed(sd.demo14_block_gain)[1]

@@ -3624,8 +3624,9 @@ def demo14_block_gain():
         " lands heads with chance w_k; an earlier one's, with a chance"
         " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
         gain_example(P2, Q2),
-        "Sun et al. prove that the block's output is the target's, and that no verifier of its kind keeps more drafts"
-        " on average: one whose output is the target's, that keeps a run of first drafts, then draws one token. The option --detail gives their rule in five steps.")
+        "Sun et al. prove that the block's output is the target's. They also prove that no verifier of its kind keeps"
+        " more drafts on average: one whose output is the target's, that keeps a run of first drafts, then draws one"
+        " token. The option --detail gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
              f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call. Sun et al. prove it never keeps fewer"
              " on average.",
@@ -5125,7 +5126,7 @@ def temperature_table(rows, k, c=0.1):
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is either",
         "sampled at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x,"
         " and the",
-        "target keeps it with chance p_T(x), the tempered target's chance of x: demo 1's rule with q all on x gives"
+        "target keeps it with chance p_T(x), the tempered target's chance of x. Demo 1's rule with q all on x gives"
         " min(1, p_T(x) / 1), which is p_T(x). A rejection redraws from max(0, p_T - q), which is p_T with x"
         " removed." + (" At T = 0 the two ways are one: a sampled draft is its likeliest token too."
                                  if all(r[2] == r[3] for r in rows if r[1] == 0 and r[2] is not None)
@@ -6789,8 +6790,8 @@ def demo30_detail(result):
 def demo31_middling(ks=(1, 2, 3, 4)):
     """Chapter 31: chapter 24's ideal against token-wise checking and block
     verification on the middling draft, one round from the target's text."""
-    say("The ideal of chapter 24 is a ceiling on every lossless verifier (one whose output is the target's): 1 plus,"
-        " for each i from 1 to k, a bound on the chance that such a verifier keeps drafts 1 to i. Chapter 24 builds"
+    say("The ideal of chapter 24 is a ceiling on every lossless verifier, one whose output is the target's. It is 1"
+        " plus, for each i from 1 to k, a bound on the chance that such a verifier keeps drafts 1 to i. Chapter 24 builds"
         " the bound from demo 1's sum min(p, q), taken over whole texts x_1..x_i. Block verification (chapter 14) judges"
         " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject.")
     print()

@@ -2441,7 +2441,7 @@ def acceptance(P, Q, how):
 
 
 ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x). A rejection redraws from"
-                " max(0, p - q), which is p with x removed")  # chapters 9, 11, 17, 18 and 26: a q all on its draft x
+                " max(0, p - q), which is p with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x
 
 
 def demo9_verifiers(k=3):
@@ -2909,7 +2909,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
          " (chapter 29).", f"{a_x:.3f}" != a_3 and abs(a_x - float(a_3)) < 0.01),  # the way it moves alpha (a_x: eq. 1 from exact)
         (f"These sampled rounds ran {'longer' if L > exact[k] else 'shorter'}, {L:.3f}, which gives {a_L:.3f}.",
          f"{a_x:.3f}" != f"{a_L:.3f}")) if said]
-    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, why=" ".join(why) * differs)
+    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, why=" ".join(why) if differs else "")
 
 
 def demo10_detail(result, contexts=(16, 512), max_batch=1024):
@@ -3569,12 +3569,6 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                " cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's residual.")
 
 
-def say_block_rule():
-    """BLOCK_RULE and its steps, numbered, as chapter 14's detail gives them."""
-    say(BLOCK_RULE)
-    say_items(BLOCK_STEPS, numbered=True)
-
-
 def gain_example(P2, Q2):
     """Chapter 14's example of how the block gains, through accept_prob: on drafts a then b, w_2 = 1, so position 2
     is always a cut point and both are kept, where token-wise checking keeps them with chance w_1 ("" otherwise)."""
@@ -3638,7 +3632,8 @@ def demo14_detail(result, n_rounds=500):
     """Chapter 14 in detail: each verifier's exact drafts kept, measured."""
     rows = example_kept(result.example, n_rounds)
     print()
-    say_block_rule()
+    say(BLOCK_RULE)
+    say_items(BLOCK_STEPS, numbered=True)
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
     print()
@@ -5959,18 +5954,18 @@ def demo25_crossings(s, buckets, max_batch, tol):
     the sentences it bears out: the KV caches move the ridge past demo 6's
     positions, and the plan shortens its check a little after each crossing.
     A row: how the option runs, the positions its check scores a sequence, the
-    batch at which it reaches the ridge (None: never), the positions the pass
-    then scores, and the last batch the plan runs it. Returns the checks the
+    batch at which it reaches the ridge (None: never), the last batch the plan
+    runs it, and the first. Returns the checks the
     takeaway rests on, and the tree's prices at B = 1 for the detail ("" if
     withheld)."""
-    rows = [(how, n, b, None if b is None else b * n, hi, lo) for how, n, b, lo, hi in s.checks]
+    rows = [(how, n, b, hi, lo) for how, n, b, lo, hi in s.checks]
     crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
     checks = {"the plan shortens its check as B grows": s.falls,
               "a planned check crosses the ridge within the plan": bool(crossed),
               "a plain pass stays under the ridge at every B": ridge_batch(s.m, s.w, s.kv, positions=1) is None}
     if not all(checks.values()):
         return checks, ""
-    after = all(r[2] < r[4] for r in crossed)  # each crossing falls inside its option's range
+    after = all(r[2] < r[3] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
     say(f"Below the ridge, a check's bytes pay for its MACs. The target's weights pay for about {s.ridge_base:.1f}"
@@ -6000,8 +5995,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     table([("runs as", 14, "<"), ("positions\nper sequence", 14, "d"), ("crosses\nat B", 9, ">"),
            ("planned\nfor B", 11, ">")],
-          [(how, n, "never" if b is None else f"{b:,}", f"{lo:,}-{hi:,}") for how, n, b, at, hi, lo in rows])
-    beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[4] == max_batch]  # memory ends it first
+          [(how, n, "never" if b is None else f"{b:,}", f"{lo:,}-{hi:,}") for how, n, b, hi, lo in rows])
+    beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[3] == max_batch]  # memory ends it first
     priced = ""
     if gives_way:
         print()
@@ -6021,8 +6016,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
                         for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "") if wins else ""),
             f"A little past the ridge, the tree's check of {tree.positions} positions a sequence costs more than"
             f" {chain.shape}'s {chain.positions}. That outweighs the {chain.draft_passes - tree.draft_passes} draft"
-            " passes it saves" + (f", at c = {s.c_small[rows[0][4]]:.4f} each at B = {rows[0][4] + 1}"
-                                  if rows[0][4] < max_batch else "") + "."))
+            " passes it saves" + (f", at c = {s.c_small[rows[0][3]]:.4f} each at B = {rows[0][3] + 1}"
+                                  if rows[0][3] < max_batch else "") + "."))
     if after or beyond:
         print()
         say("Each check that crosses holds a little past its crossing. Just past the ridge a check costs only a"

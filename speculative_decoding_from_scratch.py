@@ -4950,17 +4950,22 @@ def phase_speedup(run, batch):
     return sum(e for _, e in run) / sum(verify_cost(d, batch) if d else 1.0 for d, _ in run)
 
 
-def short_proposals(runs, k):
-    """Chapter 20's note on how its rounds are priced: by the drafts each
-    proposed, which prompt lookup often leaves short of k."""
-    drafts = [d for run in runs for d, _ in run]
+def round_words(runs, k, batch):
+    """Chapter 20's rebuild of always on's speedup at a batch size: how its
+    rounds are priced (by the drafts each proposed, which prompt lookup often
+    leaves short of k), and its tokens and price a round, whose ratio the table
+    prints."""
+    rounds = [r for run in runs for r in run]
+    drafts = [d for d, _ in rounds]
     few, none = np.mean([0 < d < k for d in drafts]), np.mean([d == 0 for d in drafts])
     share = lambda x: f"{x:.0%}" if x >= 0.005 else "under 1%"  # noqa: E731
-    return (f"Prompt lookup proposes fewer than {k} drafts when its match ends near the text's end, and none when"
-            " nothing matches. A round that proposed j drafts costs a pass of j + 1 positions per sequence; one that"
-            " proposed none costs a plain pass. Always on proposed none in"
-            f" {share(none)} of its rounds, 1 to {k - 1} in {share(few)}, and all {k} in the other"
-            f" {share(1 - few - none)}." if few + none > 0 else "")
+    tokens, cost = (np.mean([e for _, e in rounds]),
+                    np.mean([verify_cost(d, batch) if d else 1.0 for d in drafts]))
+    return (f"A round that proposed j drafts costs a pass of j + 1 positions per sequence, and one that proposed none"
+            f" a plain pass. Prompt lookup proposes none when nothing matches: always on did so in {share(none)} of"
+            f" its rounds, and proposed 1 to {k - 1} in {share(few)}. Its rounds made {tokens:.2f} tokens each and,"
+            f" at B = {batch}, cost {cost:.2f} plain passes each, not {verify_cost(k, batch):.2f}. The speedup is"
+            f" tokens per plain pass, over all {len(runs)} seeds:")
 
 
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
@@ -4972,16 +4977,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     policies = {f"always on, k = {k}": {}, f"off for good below {threshold}": dict(switch=(threshold, window)),
                 "adaptive k": dict(adapt=True)}
     runs = {name_: [phase_run(P, prompt, n, k, s, **how) for s in seeds] for name_, how in policies.items()}
-    rows = []
-    for name_, rs in runs.items():
-        cells = []
-        for b in batches:
-            m, se = mean_se([phase_speedup(r, b) for r in rs], batches=len(rs))
-            cells += [m, se]
-        rows.append((name_, *cells))
+    pooled = lambda rs, b: phase_speedup([r for run in rs for r in run], b)  # noqa: E731  tokens per plain pass
+    rows = [(name_, *[pooled(rs, b) for b in batches]) for name_, rs in runs.items()]
     on = rows[0]  # a per-batch schedule: k where speculating pays at that B over the workload, else plain decoding
-    rows.insert(1, ("per-batch schedule", *[x for i in range(len(batches)) for x in
-                                            ((on[1 + 2 * i], on[2 + 2 * i]) if on[1 + 2 * i] > 1 else (1.0, 0.0))]))
+    rows.insert(1, ("per-batch schedule", *[x if x > 1 else 1.0 for x in on[1:]]))
     say("When to fall back? In TensorRT-LLM, NVIDIA's serving engine, acceptance_rate_threshold turns speculation"
         " off for good once the accepted drafts per round, averaged over recent requests, fall below it. A workload"
         " can change.",
@@ -4992,23 +4991,20 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
     print()
     shown = rows[:3]  # adaptive k, rows[3], is the detail's
-    say(f"{number_word(len(shown)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds"
-        " (+-: the standard error of their mean):")
+    say(f"{number_word(len(shown)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds:")
     say_items([f"always on: k = {k} every round;",
                "per-batch schedule: at each batch size B (the number of sequences a server decodes at once), k ="
-               f" {k} if that beats plain decoding on average over the workload, else plain decoding. It is given"
-               " that average in advance; a server would estimate it from past counts;",
+               f" {k} if that beats plain decoding over the whole workload, else plain decoding. It is told which"
+               " in advance; a server would estimate it from past counts;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
                " averages over the last completed requests; this run is one request, so here it averages its last"
                f" {window} rounds instead."])
     print()
-    note = long_context_note(k, [len(prompt)])
+    note = long_context_note(k, [len(prompt)], why=False)
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
-        " large batch crosses the ridge; --detail says why the prompt's own length would not." if note
-        else
-        f"The table prices each round on demo 6's roofline as if the context were {BATCH_CONTEXT} tokens: a setting"
-        " chosen so that a large batch crosses the ridge.")
+        " large batch crosses the ridge.",
+        note + " The option --detail says why." if note else "")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
@@ -5016,40 +5012,41 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", check_price_words(k, max(batches)),
         "The option --detail builds both.")
     print()
-    say(short_proposals(runs[f"always on, k = {k}"], k), "The policies' speedups:")
+    say(round_words(runs[on[0]], k, max(batches)))
     print()
-    table([("policy", 24, "<")] + [c for b in batches for c in (("speedup", 9, ".2f"), ("+-", 6, ".2f"))], shown,
-          groups=[(f"B = {b}", 1 + 2 * i, 2 + 2 * i) for i, b in enumerate(batches)])
+    table([("policy", 24, "<")] + [(f"B = {b}", 9, ".2f") for b in batches], shown,
+          groups=[("speedup", 1, len(batches))])
     schedule, off = rows[1], rows[2]
     at = float(np.median([switched_off_at(r) for r in runs[rows[2][0]]]))  # where off for good went off
     ends = np.cumsum([length for length, _ in phases])
     where = next((f", in stretch {i + 1} of {len(phases)} (characters {e - length} to {e})"
                   for i, ((length, _), e) in enumerate(zip(phases, ends)) if e - length <= at < e), "")
-    behind = [schedule[1 + 2 * i] - off[1 + 2 * i] > 2 * (schedule[2 + 2 * i] + off[2 + 2 * i])
-              for i in range(len(batches))]
+    # seed by seed: off for good against the schedule, which runs that seed's always-on rounds where it speculates
+    behind = [all((phase_speedup(a, b) if on[1 + i] > 1 else 1.0) > phase_speedup(o, b)
+                  for a, o in zip(runs[on[0]], runs[off[0]])) for i, b in enumerate(batches)]
     loses = all(behind)
     print()
-    say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at every B shown, beyond"
-        " the spread.",
+    say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at every B shown, on each"
+        f" of the {len(seeds)} seeds.",
         f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
         " change.",
         *[f"At B = {b}, it misses the speedup that follows."
-          if on[1 + 2 * i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
-          f" ({on[1 + 2 * i]:.2f}), so the schedule does not speculate there at all" + (
-              f"; off for good pays that cost until it switches off ({off[1 + 2 * i]:.2f})."
-              if on[1 + 2 * i] < off[1 + 2 * i] < 1 else ".") if on[1 + 2 * i] <= 1 else ""
+          if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
+          f" ({on[1 + i]:.2f}), so the schedule does not speculate there at all" + (
+              f"; off for good pays that cost until it switches off ({off[1 + i]:.2f})."
+              if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
           for i, b in enumerate(batches)],
         "The option --detail adds a fourth policy, one that adapts k.")
     adaptive = rows[3]
     adaptive_words = (  # the detail's
         f"Adaptive k, the heuristic of transformers (a Python library), starts at k = {k} and drafts 2 more after a"
         f" round whose drafts all passed, 1 fewer otherwise (here kept between 1 and {ADAPT_MAX}). It makes "
-        + and_list([f"{adaptive[1 + 2 * i]:.2f} +- {adaptive[2 + 2 * i]:.2f} at B = {b}" for i, b in enumerate(batches)])
+        + and_list([f"{adaptive[1 + i]:.2f} at B = {b}" for i, b in enumerate(batches)])
         + "." + (" It moves k by what passed, not by what a pass costs: at B = "
-                 + " and ".join(str(b) for i, b in enumerate(batches) if adaptive[1 + 2 * i] < 1)
-                 + " it is slower than plain decoding too." if any(adaptive[1 + 2 * i] < 1 for i in range(len(batches)))
+                 + " and ".join(str(b) for i, b in enumerate(batches) if adaptive[1 + i] < 1)
+                 + " it is slower than plain decoding too." if any(adaptive[1 + i] < 1 for i in range(len(batches)))
                  else ""))
-    stops = [on[1 + 2 * i] <= 1 for i in range(len(batches))]  # where speculating costs more than it saves
+    stops = [on[1 + i] <= 1 for i in range(len(batches))]  # where speculating costs more than it saves
     takeaway("stop speculating where a check costs more than it saves, batch size by batch size, as the per-batch"
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
@@ -5061,9 +5058,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
 def demo20_detail(result):
     """Chapter 20 in detail: why it prices passes at BATCH_CONTEXT tokens, not at its prompt's own length, and
     the two figures behind a check's price there."""
-    say_paragraphs([f"Why price at {BATCH_CONTEXT} tokens, not at the prompt's own length? " + result.note + " So a"
-                    " check would cost what a plain step does there, and a switch would have nothing to save."
-                    if result.note else "", result.price, result.adaptive])
+    say_paragraphs([f"Why does a check cost a plain pass at the prompt's length? {batches_words()}" if result.note else "", result.price, result.adaptive])
 
 
 # -----------------------------------------------------------------------------

@@ -5087,7 +5087,7 @@ def not_a_law(p=(0.9, 0.1), q=(0.6, 0.4)):
             f" {greedy:.2g} and sampled {sampled:.2g}." if greedy > sampled else "")
 
 
-def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 0.5, 1.0, 1.5, 2.0)):
+def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 1.0, 2.0)):
     """Chapter 21's table: temperature, with the draft sampled at T as the paper
     does, or greedy (its argmax, kept with chance p_T(x)) as vLLM does by
     default. Each row: alpha and the exact speedup both ways, a fit of each
@@ -5122,7 +5122,13 @@ def temperature_table(rows, k, c=0.1):
                                  if all(r[2] == r[3] for r in rows if r[1] == 0 and r[2] is not None)
                                  and (temper(MIDDLING, 0).argmax(axis=1) == MIDDLING.argmax(axis=1)).all() else ""))
     print()
-    say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}; exact speedups at c = {c}:")
+    zero = {r[0]: r for r in rows if r[1] == 0 and r[5] is not None}  # each draft's T = 0 row
+    middling, good = zero.get("middling"), zero.get(f"blend {GOOD_WEIGHT:g}")
+    say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}.",
+        f"At T = 0 the middling draft's alpha is 0, and blend {GOOD_WEIGHT:g}'s speedup beats what eq. 1 predicts from"
+        " its alpha; chapter 28 explains both."
+        if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
+        else "")
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".4f"), ("greedy", 8, ".4f"), ("sampled", 9, ".2f"),
            ("greedy", 8, ".2f")], [r[:6] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5)])
@@ -5131,8 +5137,6 @@ def temperature_table(rows, k, c=0.1):
 def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     """Chapter 21's sentences, from its table and its rows' checks (T > 0: at
     T = 0 both ways are greedy)."""
-    zero = {r[0]: r for r in rows if r[1] == 0 and r[5] is not None}  # each draft's T = 0 row
-    middling, good = zero.get("middling"), zero.get(f"blend {GOOD_WEIGHT:g}")
     failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     print()
@@ -5142,11 +5146,7 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
         f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
         if same == n_greedy
-        else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).",
-        f"Chapter 28 explains the two rows at T = 0: why the middling draft's alpha is 0, and why blend"
-        f" {GOOD_WEIGHT:g}'s speedup beats what eq. 1 predicts from its alpha."
-        if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
-        else "")
+        else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).")
     lower = all(r[3] < r[2] for r in hot)
     slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
                   for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}
@@ -5159,8 +5159,9 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
             f"its {way} drafts at T = {and_list(ts)}" for way, ts in rest.items() if ts])
     slow = [slow_at(d, ways) for d, ways in slower.items() if any(ways.values())]
     print()
-    say("At every T > 0, greedy drafts keep less than sampled ones here: a greedy draft x passes with chance p_T(x),"
-        " a sampled one with chance sum min(p_T, q_T), the table's two alphas. " + not_a_law() if lower else
+    say("The table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
+        " for a sampled one.",
+        "At every T > 0, greedy drafts keep less than sampled ones here. " + not_a_law() if lower else
         "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
         f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
         "No row is slower than plain decoding.")
@@ -5181,7 +5182,7 @@ def table3_words(rows):
             " = 1 at T = 0,"
             " so heating it can only lower alpha."
             + (" These two start well below 1 at T = 0, at " + and_list([f"{a[0]:.2f}" for a in ends]) + ", so heating"
-               " has room to raise alpha, and to T = 1 it did." if rose == len(ends) and all(a[0] < 0.9 for a in ends)
+               " has room to raise alpha, and it did." if rose == len(ends) and all(a[0] < 0.9 for a in ends)
                and all(a[0] < 1 for a in ends) else ""))
 
 

@@ -328,7 +328,7 @@ def test_demo3_every_exact_column_is_the_exact_value_and_every_row_fits(demo):
 
 def test_chapter21_every_temperature_is_its_tempered_target(demo):
     result, text = demo["21"]
-    assert [r[9] for r in result.temperatures] == ["the target"] * 10
+    assert [r[9] for r in result.temperatures] == ["the target"] * 6
     assert result.greedy == 1000 and ("At T = 0, 1,000 tokens of greedy speculation match a plain argmax loop's,"
                                       " token for token.") in " ".join(text.split())
     # the toy's alpha rises from T = 0 to 1, and at T = 0 alpha is where the two likeliest tokens agree
@@ -339,9 +339,9 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert ("The two findings do not conflict. A draft whose likeliest token always matches the target's has alpha = 1"
             " at T = 0, so"
             " heating it can only lower alpha. These two start well below 1 at T = 0, at 0.00 and 0.56, so heating has"
-            " room to raise alpha, and to T = 1 it did.") in " ".join(text.split())
+            " room to raise alpha, and it did.") in " ".join(text.split())
     fits = [f for r in result.temperatures for f in r[6:8]]
-    assert 0.001 < min(fits) < 0.05 and max(r[8] for r in result.temperatures) < 1e-9  # the floor and the ceiling shown
+    assert 0.001 < min(fits) and max(r[8] for r in result.temperatures) < 1e-9  # the floor and the ceiling shown
     assert ("Every row emits its tempered target, both ways, by demo 2's two checks. Each fit of 200 rounds of text is"
             f" {sd.p_text(min(fits))} or more, and each exact TV of the first 3 tokens after 'a' is < 1e-9.") \
         in " ".join(text.split())
@@ -354,11 +354,12 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     rose = [label for label, a in ends.items() if a[1] > a[0]]
     assert len(ends) == 2 and ("Sampled alpha is higher at T = 1 than at T = 0 for both drafts" in text) == (len(rose) == 2)
     assert "Takeaway: it depends on the drafting." in text
-    # the pointer to chapter 28, with eq. 1's price at blend 0.9's alpha at T = 0, by hand: (1 - a^5) / (1 - a) / 1.4
+    # the pointer to chapter 28, with eq. 1's price at blend 0.9's alpha at T = 0, by hand: (1 - a^5) / (1 - a) / 1.4;
+    # before the table, where read 1574 stopped for a minute rebuilding 1.52 against the table's 1.90
     a = 5 / 9
-    assert f"{(1 - a ** 5) / (1 - a) / 1.4:.2f}" == "1.52" and ("Chapter 28 explains the two rows at T = 0: why the"
-                                                             " middling draft's alpha is 0, and why blend 0.9's speedup"
-                                                             " beats what eq. 1 predicts from its alpha.") in flat(text)
+    assert f"{(1 - a ** 5) / (1 - a) / 1.4:.2f}" == "1.52" and ("At T = 0 the middling draft's alpha is 0, and blend"
+                                                             " 0.9's speedup beats what eq. 1 predicts from its alpha;"
+                                                             " chapter 28 explains both.") in flat(text.split("T  sampled")[0])
     # the takeaway's two halves, from the table: a greedy row above T = 0 below 1, and sampled faster at T = 1
     sampled = {(r[0], r[1]): r[4] for r in result.temperatures}
     assert any(r[5] < 1 for r in result.temperatures if r[1] > 0)
@@ -407,12 +408,13 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
         assert s_greedy == pytest.approx(sd.exact_tokens_per_call(P_T, sd.temper(Q, 0), 4) / 1.4, abs=1e-12)
         assert (T == 0) <= (a_greedy == a_sampled)
     slow = {(r[0], way, r[1]) for r in result.temperatures for way, s in (("sampled", r[4]), ("greedy", r[5])) if s < 1}
-    assert slow == {("middling", "sampled", 0), *(("middling", "greedy", T) for T in (0, 0.5, 1.5, 2))}
+    assert slow == {("middling", "sampled", 0), *(("middling", "greedy", T) for T in (0, 2))}
     assert ("These rows are slower than plain decoding: the middling draft at T = 0 (both ways), and its greedy drafts"
-            " at T = 0.5, 1.5 and 2." in " ".join(text.split()))
-    assert ("At every T > 0, greedy drafts keep less than sampled ones here: a greedy draft x passes with chance p_T(x),"
-            " a sampled one with chance sum min(p_T, q_T), the table's two alphas. That is a fact of these tables, not"
-            " a law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") in flat(text)
+            " at T = 2." in " ".join(text.split()))
+    assert ("The table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
+            " for a sampled one. At every T > 0, greedy drafts keep less than sampled ones here. That is a fact of"
+            " these tables, not a law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") \
+        in flat(text)
     # by hand: greedy proposes q's argmax, token 0, kept with chance p(0) = 0.9; sampled keeps min(.9, .6) + min(.1, .4)
     assert sd.not_a_law(p=(0.5, 0.5), q=(0.9, 0.1)) == ""  # greedy 0.5, sampled 0.6: no counterexample, said nothing
     # at T = 0 the good draft passes always after a, c, d, f and never after b, e: passes come in runs, so a round's

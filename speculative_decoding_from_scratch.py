@@ -6333,32 +6333,28 @@ def demo27_detail(result):
 # passes are set by the token it starts after: eq. 1's one chance misprices it.
 
 
-def zero_alpha_words(rows):
-    """Chapter 28's paragraph on alpha at T = 0: where the two likeliest tokens
-    agree, along the loops the target's greedy text runs in."""
-    at_zero = [f"{r[2]:.4f}" for r in rows if r[1] == 0]  # each draft's sampled alpha at T = 0
-    say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the target's text"
-        f" where their likeliest tokens agree: {and_list(at_zero)} here.",
-        "That text is a loop, and which loop depends on its first token. So here alpha is an average over the"
-        f" {number_word(VOCAB)} first tokens, taken as equally likely: for each, the share of its loop where the two"
-        " likeliest tokens agree."
-        if len(greedy_loops(TARGET)) > 1 else "",
-        " ".join(never_agree_words(r[0], MIDDLING) for r in rows if r[0] == "middling" and r[1] == 0 and r[2] == 0),
-        " ".join(loop_alpha_words(TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT), r[0], r[2]) for r in rows
-                 if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == 0))
-
-
-def never_agree_words(label, Q, P=TARGET):
-    """Why a draft's alpha at T = 0 is 0: its likeliest token is the target's
-    only after tokens the target's greedy text never comes back to (or never)."""
-    agree = [c for c in range(len(P)) if P[c].argmax() == Q[c].argmax()]
-    text = stationary(temper(P, 0))  # where greedy text runs, from a uniform first token
-    names = [repr(name(c)) for c in agree]
-    where = (f" only after {and_list(names)}. Whatever its first token, the target's greedy text falls into a loop"
-             f" that never visits {and_list(names, 'or')}: {'it holds' if len(names) == 1 else 'they hold'} none of"
-             " its text, so alpha is 0")
-    return (f"At T = 0 the {label} draft's likeliest token is the target's{where if agree else ' after no token'}."
-            if all(text[c] < 1e-12 for c in agree) else "")
+def zero_alpha_words(rows, P=TARGET):
+    """Chapter 28's paragraph on alpha at T = 0: the loops the target's greedy
+    text runs in, then, draft by draft, where along them the two likeliest
+    tokens agree."""
+    ends = loop_of_each_start(P)
+    reach = {loop: ends.count(loop) for loop in set(ends)}  # how many first tokens end in each loop
+    loops = sorted(reach, key=lambda loop: (-reach[loop], min(loop)))
+    top_p, six = temper(P, 0).argmax(axis=1), number_word(len(P))
+    orders = [loop_from(min(loop), lambda y: int(top_p[y])) for loop in loops]  # each loop in the order it runs
+    runs = [f"stays at {repr(name(o[0]))}" if len(o) == 1 else
+            f"loops {', '.join(repr(name(c)) for c in o)} and back to {repr(name(o[0]))}" for o in orders]
+    if len(loops) < 2:
+        return say("At T = 0 the target's and the draft's tables are both one-hot, so alpha is the share of the"
+                   " target's text where their likeliest tokens agree.")
+    said = [f"From {number_word(reach[loops[0]])} of the {six} first tokens it {runs[0]}"] + [
+        f"from {starts_words(ends, o)} it {r}" for o, r in zip(loops[1:], runs[1:])]
+    say("At T = 0 both tables are one-hot, so the target's greedy text is a loop, and which loop depends on its first"
+        f" token. {'; '.join(said)}.",
+        f"So here alpha is an average over the {six} first tokens, taken as equally likely: for each, the share of its"
+        " loop where the two likeliest tokens agree.",
+        *[loop_alpha_words(P, blend(TARGET, UNRELATED, GOOD_WEIGHT) if r[0] != "middling" else MIDDLING, r[0], r[2])
+          for r in rows if r[1] == 0])
 
 
 def greedy_runs(rows, k=4):
@@ -6453,10 +6449,10 @@ def settled_words(P, Q, k, kept):
 
 
 def loop_alpha_words(P, Q, label, alpha):
-    """Chapter 21's alpha at T = 0 for one draft, loop by loop: the first
-    tokens whose greedy text ends in each loop of P, and the share of the loop
-    after which Q's likeliest token is P's; said only while they add up to
-    alpha ("" otherwise)."""
+    """Chapter 28's alpha at T = 0 for one draft, loop by loop: after which
+    tokens of the target's greedy loops Q's likeliest token is P's, and the sum
+    over the loops of the share of first tokens that reach it times the share of
+    it where they agree; said only while it adds up to alpha ("" otherwise)."""
     top_p, top_q = temper(P, 0).argmax(axis=1), temper(Q, 0).argmax(axis=1)
     ends = loop_of_each_start(P)
     reach = {loop: ends.count(loop) for loop in set(ends)}  # how many first tokens end in each loop
@@ -6464,23 +6460,15 @@ def loop_alpha_words(P, Q, label, alpha):
     agree = {loop: sum(int(top_p[c] == top_q[c]) for c in loop) for loop in loops}
     if len(loops) < 2 or abs(sum(reach[o] / len(P) * agree[o] / len(o) for o in loops) - alpha) > 1e-9:
         return ""
-
-    def where(loop, who):  # the loop in its greedy order, and after which of its tokens the draft agrees
-        if len(loop) == 1:
-            return (f"stays at {repr(name(min(loop)))}, and after it {who} {'is' if agree[loop] else 'is not'} the"
-                    " target's")
-        order = loop_from(min(loop), lambda y: int(top_p[y]))
-        yes = [repr(name(c)) for c in order if top_p[c] == top_q[c]]
-        no = [repr(name(c)) for c in order if top_p[c] != top_q[c]]
-        but = f" but not after {and_list(no)}" if yes and no else ""
-        return (f"loops {', '.join(repr(name(c)) for c in order)} and back to {repr(name(order[0]))}, and {who} is"
-                f" the target's after {and_list(yes) if yes else 'none'}{but}")
-    token = f"{label}'s likeliest token"
-    said = [f"From {number_word(reach[loops[0]])} of the {number_word(len(P))} first tokens the target's greedy text"
-            f" {where(loops[0], token)}"] + [
-        f"From {starts_words(ends, o)} the text {where(o, token)}" for o in loops[1:]]
+    on = [c for o in loops for c in loop_from(min(o), lambda y: int(top_p[y]))]  # the loops' tokens, as they run
+    off = [repr(name(c)) for c in range(len(P)) if top_p[c] == top_q[c] and c not in on]
+    yes, no = ([repr(name(c)) for c in on if (top_p[c] == top_q[c]) == b] for b in (True, False))
+    if not yes:
+        return (f"The {label} draft's likeliest token is the target's " + (
+            f"only after {and_list(off)}, which no loop visits" if off else "after no token") + ", so its alpha is 0.")
     terms = " + ".join(f"{fraction(reach[o] / len(P))} * {fraction(agree[o] / len(o))}" for o in loops)
-    return ". ".join(said) + f". So {label}'s alpha = {terms} = {alpha:.4f}."
+    return (f"Along the loops, {label}'s likeliest token is the target's after {and_list(yes)}"
+            + (f" but not after {and_list(no, 'or')}" if no else "") + f". So its alpha = {terms} = {alpha:.4f}.")
 
 
 def loop_of_each_start(P):
@@ -6511,8 +6499,8 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     rounds beat eq. 1 at its alpha (T = 0.5's rows go to --detail)."""
     rows = temperature_rows(k, n_rounds, c=c, temperatures=(0, 0.5))
     zero = [r for r in rows if r[1] == 0 and r[5] is not None]
-    say(f"As in chapter 21, take the middling draft and a good one (blend {GOOD_WEIGHT:g}) at temperature T, where p"
-        " becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A greedy draft"
+    say(f"As in chapter 21, take the middling draft and a good one (blend {GOOD_WEIGHT:g}) at temperature T: each row"
+        " of both tables, p say, becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A greedy draft"
         f" proposes its likeliest token x, and the target keeps it with chance p_T(x), the tempered target's chance"
         f" of x. At T = 0, k = {k} and c = {c}:")
     print()
@@ -6530,9 +6518,14 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     settled = greedy_runs(rows)[2:]
     say_paragraphs(settled)
     exact, high = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(pair_alpha(TARGET, MIDDLING), k)
+    D = temper(blend(TARGET, UNRELATED, GOOD_WEIGHT), 0)
+    rates = exact_per_position(temper(TARGET, 0), D, k)
+    kept = [j for j, (a, b) in enumerate(zip([1.0] + rates, rates + [0.0])) if a - b > 5e-4]  # drafts a round keeps
+    either = (" or ".join(number_word(j) for j in sorted(kept, reverse=True) if j) + " drafts" * any(kept)
+              + " or " * (0 in kept and any(kept)) + "none" * (0 in kept))
     takeaway("at T = 0 a draft's passes are set by where its rounds start, not by one chance alpha. Blend"
-             f" {GOOD_WEIGHT:g}'s rounds start where its passing drafts come first, so eq. 1 runs low here; for the"
-             " middling draft at T = 1 it runs high (demo 3).",
+             f" {GOOD_WEIGHT:g}'s rounds keep {either}, by their start, and make more tokens than eq. 1 predicts. At"
+             " T = 1 eq. 1 runs high for the middling draft (demo 3).",
              {f"blend {GOOD_WEIGHT:g}'s greedy rounds beat eq. 1 at T = 0": beats,
               f"blend {GOOD_WEIGHT:g}'s rounds settle where they start": "rounds settle" in settled[0],
               "eq. 1 runs high for the middling draft at T = 1 (demo 3)": high > exact})

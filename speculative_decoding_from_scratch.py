@@ -4963,7 +4963,7 @@ def round_words(runs, k, batch):
                     np.mean([verify_cost(d, batch) if d else 1.0 for d in drafts]))
     return (f"A round that proposed j drafts costs a pass of j + 1 positions per sequence, and one that proposed none"
             f" a plain pass. Prompt lookup proposes none when nothing matches: always on did so in {share(none)} of"
-            f" its rounds, and proposed 1 to {k - 1} in {share(few)}. Its rounds made {tokens:.2f} tokens each and,"
+            f" its rounds, proposed 1 to {k - 1} in {share(few)}, and all {k} in the other {share(1 - few - none)}. Its rounds made {tokens:.2f} tokens each and,"
             f" at B = {batch}, cost {cost:.2f} plain passes each, not {verify_cost(k, batch):.2f}. The speedup is"
             f" tokens per plain pass, over all {len(runs)} seeds:")
 
@@ -5004,7 +5004,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
         " large batch crosses the ridge.",
-        note + " The option --detail says why." if note else "")
+        note + " Each sequence adds its own KV cache, the keys and values of its tokens, to the bytes a pass reads,"
+        " and memory runs out before a batch crosses the ridge." if note else "")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
@@ -5056,9 +5057,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
 
 
 def demo20_detail(result):
-    """Chapter 20 in detail: why it prices passes at BATCH_CONTEXT tokens, not at its prompt's own length, and
-    the two figures behind a check's price there."""
-    say_paragraphs([f"Why does a check cost a plain pass at the prompt's length? {batches_words()}" if result.note else "", result.price, result.adaptive])
+    """Chapter 20 in detail: the two figures behind a check's price at BATCH_CONTEXT tokens, and a fourth
+    policy, adaptive k."""
+    say_paragraphs([result.price, result.adaptive])
 
 
 # -----------------------------------------------------------------------------

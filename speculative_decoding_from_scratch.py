@@ -5162,8 +5162,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     print()
     say("The table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
         " for a sampled one.",
-        "At every T > 0, greedy drafts keep less than sampled ones here. " + not_a_law() if lower else
-        "Greedy drafts do NOT keep less than sampled ones at every T > 0.",
+        f"At T = {and_list(sorted({f'{r[1]:g}' for r in hot}, key=float))}, greedy drafts keep less than sampled ones"
+        " here. " + not_a_law() if lower else "Greedy drafts do NOT keep less than sampled ones at every T > 0 shown.",
         f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
         "No row is slower than plain decoding.")
     return lower
@@ -5244,9 +5244,11 @@ def demo21_temperature(k=4, n_rounds=200, n_greedy=1000, n_exact=3):
     good = [r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[5] is not None]  # the good draft, by T
     span = (f", from {good[0][5]:.2f}x at T = {good[0][1]:g} to {good[-1][5]:.2f}x at T = {good[-1][1]:g},"
             if len(good) > 1 else "")
+    slow = sum(r[5] < 1 for r in hot)  # greedy rows above T = 0 slower than plain decoding
     takeaway(f"it depends on the drafting. Heating slowed the good draft's greedy drafting here{span} and sped up"
-             " sampled drafting from T = 0 to T = 1. Above T = 0, greedy drafts kept less than sampled ones, and some"
-             " ran slower than plain decoding. Every way still emits its tempered target exactly.",
+             " sampled drafting from T = 0 to T = 1. At T = " + and_list(sorted({f"{r[1]:g}" for r in hot}, key=float))
+             + f", greedy drafts kept less than sampled ones, and {'one' if slow == 1 else 'some'} ran slower than"
+             " plain decoding. Every way still emits its tempered target exactly.",
              {"the good draft's greedy speedup falls as T rises": len(good) > 1 and all(
                  a[5] > b[5] for a, b in zip(good, good[1:])),
               "every temperature emits its tempered target": all(r[9] == "the target" for r in rows),

@@ -411,7 +411,7 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
     assert ("These rows are slower than plain decoding: the middling draft at T = 0 (both ways), and its greedy drafts"
             " at T = 2." in " ".join(text.split()))
     assert ("The table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
-            " for a sampled one. At every T > 0, greedy drafts keep less than sampled ones here. That is a fact of"
+            " for a sampled one. At T = 1 and 2, greedy drafts keep less than sampled ones here. That is a fact of"
             " these tables, not a law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") \
         in flat(text)
     # by hand: greedy proposes q's argmax, token 0, kept with chance p(0) = 0.9; sampled keeps min(.9, .6) + min(.1, .4)

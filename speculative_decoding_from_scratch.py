@@ -2459,8 +2459,7 @@ def demo9_verifiers(k=3):
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
     drafted = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
                (f"blend {GOOD_WEIGHT:g}", TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT))]  # q from a draft table
-    tempered = [*[(f"q: p at T={t:g}", TARGET, temper(TARGET, t)) for t in (2,)],
-                *[(f"p at T={tp:g}, q at T={tq:g}", temper(TARGET, tp), temper(TARGET, tq)) for tp, tq in ((0.3, 3),)]]
+    tempered = [(f"p at T={tp:g}, q at T={tq:g}", temper(TARGET, tp), temper(TARGET, tq)) for tp, tq in ((0.3, 3),)]
     pairs = drafted + tempered
     prow, reasons = [], []
     for label, P, Q in pairs:
@@ -2476,19 +2475,21 @@ def demo9_verifiers(k=3):
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
     say(f"{number_word(len(pairs)).capitalize()} pairs of target p and draft q, at k = {k}. The first"
-        f" {number_word(len(drafted))} take q from a draft table. The last {number_word(len(tempered))} build q, and"
-        " in the fifth p too, from the target's own rows tempered: p^(1/T) renormalised at a temperature T (chapter"
-        " 21), with T in the row's name. Column b 1-hot is block over"
-        " one-hot drafts; most names the setting with the most tokens per call, the first named on a tie:")
+        f" {number_word(len(drafted))} take q from a draft table. The last tempers the target's own rows, p^(1/T)"
+        " renormalised at a temperature T (chapter 21): T below 1 sharpens a row, above 1 flattens it. Column b 1-hot"
+        " is block over one-hot drafts. Column best names the setting with the most tokens per call (on a tie, the"
+        " first named):")
     print()
     table([("pair", 20, "<"), ("prob", 7, ".2f"), ("1-hot", 7, ".2f"), ("strict", 8, ".2f"), ("block", 7, ".2f"),
-           ("b 1-hot", 9, ".2f"), ("most", 9, "<")],  # tokens per call only: what each setting buys (read 1447)
+           ("b 1-hot", 9, ".2f"), ("best", 9, "<")],  # tokens per call only: what each setting buys (read 1447)
           prow, groups=[(f"tokens per call, k = {k}", 1, 5)])
     same = all(abs(r[2] - r[5]) < 1e-12 for r in prow)  # block over one-hot drafts against the one-hot rule
     print()
     wins, liked = sum(w for _, w, _, _ in reasons), sum(n for _, _, n, _ in reasons)
     keeps_min = all(np.allclose(kept_and_replaced(P, Q)[0], np.minimum(P, Q), atol=1e-9) for _, P, Q in pairs)
     where = [label for label, w, _, _ in reasons if w]  # the pairs where one-hot beats probabilistic somewhere
+    ratio = next(((P[np.arange(len(P)), Q.argmax(axis=1)] / Q.max(axis=1)) for label, P, Q in pairs  # p/q at q's
+                  if where and label == where[0]), [0.0])  # likeliest token, after each token, on that pair
     winners = sorted({r[-1] for r in prow})
     cases = (  # the detail's, but for a rule that lets one-hot win where min(1, p/q) cannot
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
@@ -2506,11 +2507,14 @@ def demo9_verifiers(k=3):
             " acceptance rule as you have it is suspect."))
     say("Which accepts most depends on the pair." if len(winners) > 1 else
         f"{winners[0]} accepts most for every pair.",
-        "Over one-hot drafts, block accepts what one-hot accepts: with q all on x, no ratio p/q passes 1, so no"
-        " later draft can save an earlier one." if same and keeps_min else
+        "Block gains where a later draft's p/q above 1 lifts an earlier one's below 1 (chapter 14). With q all on x,"
+        " p/q is p(x), never above 1: over one-hot drafts, block accepts what one-hot accepts." if same and keeps_min
+        else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
-        (f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
+        (f"One-hot beats probabilistic only on '{where[0]}', where p gives q's likeliest token {min(ratio):.1f} to"
+         f" {max(ratio):.1f} times q's chance;" if len(where) == 1 and min(ratio) > 1 else
+         f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
          f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else
          "One-hot never beats probabilistic here;") + (" --detail says when it can." if keeps_min else "")
         if all(r[3] for r in reasons)

@@ -1001,8 +1001,11 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     assert "All five verifiers in the table emit the target's distribution by both checks." in text
     # why block over one-hot drafts keeps what one-hot keeps (reads 1536, 1545 and 1561 worked it out): by hand, with
     # q all on x each ratio is p(x) <= 1, so the block's weights only fall
-    assert ("Over one-hot drafts, block accepts what one-hot accepts: with q all on x, no ratio p/q passes 1, so no"
-            " later draft can save an earlier one.") in flat(text) and (sd.TARGET <= 1).all()
+    # q all on x each ratio is p(x) <= 1, so the block's weights only fall; read 1569 could not follow 'no later draft
+    # can save an earlier one' without chapter 14's mechanism, which the sentence now names
+    assert ("Block gains where a later draft's p/q above 1 lifts an earlier one's below 1 (chapter 14). With q all on x,"
+            " p/q is p(x), never above 1: over one-hot drafts, block accepts what one-hot accepts.") in flat(text) and \
+        (sd.TARGET <= 1).all()
 
 
 def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):

@@ -4735,7 +4735,8 @@ def demo19_tuning(**how):
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
     print()
-    say("As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
+    say(margin_words(buckets, speeds, options, c19.tol),
+        "As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
         "Chapter 32 says why the tree wins at B = 1 and big never runs." if said[0] and said[1] else
         "Chapter 32 asks what sets the plan's choice at B = 1.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
@@ -4876,6 +4877,23 @@ def demo19_detail(result):
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
     ]
     say_paragraphs(paragraphs)
+
+
+def margin_words(buckets, speeds, options, tol):
+    """Chapter 19's note on why its ranges' speedups overlap: each falls as B grows, and at a range's last B the
+    next choice may lead by up to the margin (the widest such lead, said while both hold)."""
+    planned = [(lo, hi, options.index(o)) for lo, hi, o in buckets if o is not None]
+    if not all(np.all(np.diff(speeds[lo - 1:hi, j]) < 0) for lo, hi, j in planned):
+        return ""
+    leads = [(speeds[hi - 1, n] / speeds[hi - 1, j] - 1, hi, j, n) for (_, hi, j), (_, _, n) in zip(planned, planned[1:])
+             if speeds[hi - 1, n] > speeds[hi - 1, j]]
+    if not leads:
+        return "Within each range the speedup falls as B grows."
+    lead, hi, j, n = max(leads)
+    return (f"Within each range the speedup falls as B grows, so a range's lowest is at its last B. There the next"
+            f" choice may already lead, by less than the margin: at B = {hi}, {options[j].shape} makes"
+            f" {speeds[hi - 1, j]:.4f}x and {options[n].shape} {speeds[hi - 1, n]:.4f}x, {lead:.2%} more."
+            if lead <= tol else "")
 
 
 def plan_table(plan, buckets):

@@ -1190,3 +1190,22 @@ def test_chapter19_withholds_its_takeaway_when_the_plan_runs_nothing(monkeypatch
     said = " ".join(out.getvalue().split())
     assert "Takeaway withheld. This check failed: the plan changes its choice with B." in said and (
         "runs throughout, from" not in said)
+
+
+def test_chapter19_says_why_its_ranges_speedups_overlap(in_process):
+    # read 1575 took the table's low-high ranges for start-end and found k = 7 kept at B = 146 where k = 6 was ahead:
+    # by hand, each range's speedup falls with B, and at B = 146 k = 6 leads k = 7 by less than the 0.5% margin
+    text = " ".join(section(in_process[1], "19").split())
+    c19 = sd.chapter19_plan()
+    planned = [(lo, hi, c19.options.index(o)) for lo, hi, o in c19.buckets if o is not None]
+    assert all((np.diff(c19.speeds[lo - 1:hi, j]) < 0).all() for lo, hi, j in planned)
+    (_, end, seven), (_, _, six) = planned[2], planned[3]
+    assert end == 146 and c19.options[seven].shape == "k = 7" and c19.options[six].shape == "k = 6"
+    here, ahead = c19.speeds[145, seven], c19.speeds[145, six]
+    assert 0 < ahead / here - 1 < 0.005 and f"{ahead / here - 1:.2%}" == "0.46%"
+    assert (f"at B = 146, k = 7 makes {here:.4f}x and k = 6 {ahead:.4f}x, 0.46% more.") in text
+    assert f"{float(f'{ahead:.4f}') / float(f'{here:.4f}') - 1:.2%}" == "0.46%"  # the printed figures give it too
+    # a lead past the margin, or a range whose speedup rises, leaves the sentence out
+    assert sd.margin_words(c19.buckets, c19.speeds, c19.options, 0.004) == ""
+    rising = c19.speeds[::-1].copy()
+    assert sd.margin_words(c19.buckets, rising, c19.options, c19.tol) == ""

@@ -3350,8 +3350,9 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
         "round the two differently.",
         f"The layer here is a float32 matrix: a row for each of {P.W.shape[0]:,} tokens, over a state of"
         f" {P.W.shape[1]}. It scores {n_states * (k + 1)} random states,"
-        f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}. A line marked (clock) depends on"
-        " this machine's arithmetic, and may differ on another:")
+        f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}, and compares each of the"
+        f" {n_states * (k + 1)} x {P.W.shape[0]:,} logits with the same state's scored alone. A line marked (clock)"
+        " depends on this machine's arithmetic, as a timing does on its clock, and may differ on another:")
     print()
     table([("", 38, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"), ("the largest difference", f"{worst:.1e}"),
@@ -3399,15 +3400,16 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     X = np.ones((wide.W.shape[1], k + 1), np.float32)
     cost = median_time(lambda: products_alone(wide.W, X)) / median_time(lambda: wide.W @ X)
     print()
-    say(f"A flip needs a near tie, so a second layer of the same shape is built to tie. Its rows come in pairs, each"
-        " a copy of the"
-        " other with every entry off by"
-        f" about {gap:.0e} of itself, so each pair's logits nearly tie.".replace("e-0", "e-"),
+    say(f"A flip needs a near tie, so a second layer of the same shape is built to tie. Its rows come in pairs: a"
+        f" random row, and a copy with every entry moved by about {gap:.0e} of itself, so each pair's logits nearly"
+        " tie.".replace("e-0", "e-"),
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
         f" at k = {k}, and the two texts are compared. The draft is the target itself, scoring a position at a"
-        " time. Greedy, a draft is kept only where it is the verifying pass's argmax too, so in the first three"
-        " rows any difference comes from the verifying pass's arithmetic. The last row adds a bug: the bonus token scored at the last draft's position, not the one after it. Where the texts differ,"
-        " the median token at which they part, and the largest top-two margin where they part:")
+        " time. Under greedy decoding a draft is kept only if it is the verifying pass's argmax too. So in the first"
+        " three rows any difference comes from the verifying pass's arithmetic. The last row adds a bug: the bonus"
+        " token scored at the last draft's position, not the one after it, so it repeats the last draft. For the"
+        " prompts whose texts differ: the median token where they first part, and the largest top-two margin"
+        " there:")
     print()
     table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
            ("largest margin", 16, ".1e")], rows, clock=True)

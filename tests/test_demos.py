@@ -1827,3 +1827,21 @@ def test_chapter14_asks_how_the_block_judges_where_it_does_not_gain():
     _, text = printed(kept.demo14_block_gain)
     assert "How does the block judge? It weighs" in text and "How does the block gain?" not in text
     assert "How does the block gain? It weighs" in printed(sd.demo14_block_gain)[1]
+
+
+def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
+    # read 1569 worked out for a minute what the bonus scored at the last draft's position does; the chapter now
+    # says it: greedy, that row's argmax is the last draft itself. By hand, on three of its prompts: where the bugged
+    # text first parts from plain decoding, it repeats the token before
+    text = flat(demo["12"][1])
+    assert ("the bonus token scored at the last draft's position, not the one after it, so it repeats the last draft."
+            in text)
+    bad, rng = sd.bugged("bonus from p", sd.GREEDY_BUGS), np.random.default_rng(25)
+    P = sd.GreedyHead(gap=1e-6, alone=True)
+    for prompt in ([int(x) for x in rng.integers(0, len(P), 2)] for _ in range(3)):
+        plain = sd.plain_decode(P, prompt, 32, np.random.default_rng(0))
+        spec = bad.spec_generate(P, P, prompt, 32, 4, np.random.default_rng(0))[0]
+        i = next(i for i, (a, b) in enumerate(zip(plain, spec)) if a != b)
+        assert spec[i] == spec[i - 1] != plain[i]
+    assert ("compares each of the 500 x 2,048 logits with the same state's scored alone." in text)  # read 1569: 64.7%
+    # of what?

@@ -2454,7 +2454,7 @@ def demo9_verifiers(k=3):
         "the draft samples x from q, and x is accepted with chance min(1, p/q). One-hot: the draft",
         f"proposes its argmax x, and q is all on x: {ONE_HOT_RULE}. Strict:"
         " the draft samples x from q, the target samples its own token, and x is accepted",
-        "only if they match (else the target's token is emitted). Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
+        "only if they match; either way the target's own sample is emitted. Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
         "before it decides how many to accept (chapter 14 shows how).")
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
     drafted = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
@@ -2507,16 +2507,18 @@ def demo9_verifiers(k=3):
             " acceptance rule as you have it is suspect."))
     say("Which accepts most depends on the pair." if len(winners) > 1 else
         f"{winners[0]} accepts most for every pair.",
-        "Block gains where a later draft's p/q above 1 lifts an earlier one's below 1 (chapter 14). With q all on x,"
-        " p/q is p(x), never above 1: over one-hot drafts, block accepts what one-hot accepts." if same and keeps_min
-        else
+        "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1:"
+        " on chapter 14's example, ratios 1/2 then 2 keep both drafts always. With q all on x, p/q is p(x), never"
+        " above 1, so over one-hot drafts block accepts what one-hot accepts." if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
-        (f"One-hot beats probabilistic only on '{where[0]}', where p gives q's likeliest token {min(ratio):.1f} to"
-         f" {max(ratio):.1f} times q's chance;" if len(where) == 1 and min(ratio) > 1 else
+        ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
+         " the larger. " if keeps_min else "") +
+        (f"It wins only on '{where[0]}', where p gives q's likeliest token {min(ratio):.1f} to {max(ratio):.1f} times"
+         " q's chance;" if len(where) == 1 and min(ratio) > 1 and keeps_min else
          f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
          f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else
-         "One-hot never beats probabilistic here;") + (" --detail says when it can." if keeps_min else "")
+         "One-hot never beats probabilistic here;") + (" --detail counts where." if keeps_min else "")
         if all(r[3] for r in reasons)
         else cases)
     exactness = demo9_exactness(k)

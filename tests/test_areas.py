@@ -271,8 +271,9 @@ def test_chapter9s_one_hot_wins_are_counted_with_the_one_hot_table_and_every_win
     P, Q = pairs[-1]
     ratio = P[np.arange(6), Q.argmax(axis=1)] / Q.max(axis=1)
     assert f"{ratio.min():.1f} {ratio.max():.1f}" == "1.8 3.3"
-    assert ("One-hot beats probabilistic only on 'p at T=0.3, q at T=3', where p gives q's likeliest token 1.8 to 3.3"
-            " times q's chance; --detail says when it can." in " ".join(section(in_process[1], "9").split())) and \
+    assert ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
+            " the larger. It wins only on 'p at T=0.3, q at T=3', where p gives q's likeliest token 1.8 to 3.3 times"
+            " q's chance; --detail counts where." in " ".join(section(in_process[1], "9").split())) and \
         "of the 24 cases" not in section(in_process[1], "9")
     # the reason, by hand: where q(x) >= p(x) at the argmax x, min(p, q) at x alone is p(x), what one-hot keeps
     for P, Q in pairs:

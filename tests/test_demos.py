@@ -1003,9 +1003,17 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     # q all on x each ratio is p(x) <= 1, so the block's weights only fall
     # q all on x each ratio is p(x) <= 1, so the block's weights only fall; read 1569 could not follow 'no later draft
     # can save an earlier one' without chapter 14's mechanism, which the sentence now names
-    assert ("Block gains where a later draft's p/q above 1 lifts an earlier one's below 1 (chapter 14). With q all on x,"
-            " p/q is p(x), never above 1: over one-hot drafts, block accepts what one-hot accepts.") in flat(text) and \
+    assert ("Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1:"
+            " on chapter 14's example, ratios 1/2 then 2 keep both drafts always. With q all on x, p/q is p(x), never"
+            " above 1, so over one-hot drafts block accepts what one-hot accepts.") in flat(text) and \
         (sd.TARGET <= 1).all()
+    # chapter 14's example, by hand: p = (1/3, 2/3), q = (2/3, 1/3); drafts a then b have ratios 1/2 then 2, and the
+    # block's weight w_2 = min(1, 1/2 * 2) = 1 keeps both always (read 1579 could not see how a later draft lifts one)
+    p, q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
+    w1 = sd.accept_prob(p, q, 0)
+    assert (w1, sd.accept_prob(w1 * p, q, 1)) == pytest.approx((0.5, 1.0)) and p[1] / q[1] == pytest.approx(2)
+    # strict's exactness, in the sentence that defines it (reads 1578 and 1579 paused on it)
+    assert "x is accepted only if they match; either way the target's own sample is emitted." in flat(text)
 
 
 def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):

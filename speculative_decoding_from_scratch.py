@@ -5476,11 +5476,9 @@ def main_drafter(buckets):
 
 
 def one_drafter_plan(buckets, priced=None):
-    """The plan as an engine that runs one draft model takes it: (its drafter,
-    the one the plan runs at the most batch sizes; its own buckets, from its
-    columns of the plan's prices, priced = (speeds, options, tol); and (the
-    largest shortfall against the plan, at which B), or None where the plan
-    already runs one drafter)."""
+    """The plan as an engine that runs one draft model takes it: (its drafter, the one the plan runs at the most
+    batch sizes; its own buckets, from its columns of the plan's prices, priced = (speeds, options, tol); and (the
+    largest shortfall against the plan, at which B), or None where the plan already runs one drafter)."""
     used = [o for _, _, o in buckets if o is not None]
     main = main_drafter(buckets)
     if len({o.drafter.name for o in used}) < 2 or not priced:
@@ -5691,7 +5689,7 @@ def demo23_engines(**how):
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
         f" {t[2]} positions with the text's last token." + (
             f" A small draft pass costs c = {small_c:.3f} of a target pass at B = 1, far below the lesson's"
-            f" {LESSON_C:g} (chapter 19), so long chains pay." if small_c < LESSON_C / 5 and long_k else "")
+            f" {LESSON_C:g}, so long chains pay (c rises with B: chapter 19)." if small_c < LESSON_C / 5 and long_k else "")
         + " The plan is below; chapters 25 and 32 say why it has this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
@@ -5708,6 +5706,8 @@ def demo23_engines(**how):
             " The configs name EAGLE, whose drafter is a small head trained on the target's own features."
             f" {main.name.capitalize()}, a table like every drafter here, stands in for that head."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
+        (f"None of the three schedules a tree: where the plan runs one, each runs {main.name}'s best chain at each"
+         " B. " if main and not sg_runs_tree and any(o is not None and o.shape.startswith("tree") for _, _, o in c19.buckets) else "") +
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",

@@ -685,8 +685,14 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # small's c at B = 1, as the reason its chains are long (read 1513 asked why k = 8 where demo 4 picked 4); how
     # it rises is chapter 19's, 32's and 35's (reads 1472 to 1496 asked why it rose, which this chapter did not say)
     c1 = sd.draft_cost(1, 512, draft=c19.c19.shapes[1])
-    assert (f"A small draft pass costs c = {c1:.3f} of a target pass at B = 1, far below the lesson's 0.1 (chapter 19),"
-            " so long chains pay.") in flat_text and "rising to" not in flat_text
+    assert (f"A small draft pass costs c = {c1:.3f} of a target pass at B = 1, far below the lesson's 0.1, so long"
+            " chains pay (c rises with B: chapter 19).") in flat_text and "rising to" not in flat_text  # read 1573
+    # asked whether c depended on B
+    assert c1 < sd.chapter19_plan().speeds.shape[0] and sd.plan_shape  # (c at B = 241 is chapter 19's detail's)
+    # the engines run chains where the plan runs the tree, said before the configs (read 1573 stalled on vLLM's
+    # first row, 1 to 95, for a minute)
+    assert ("None of the three schedules a tree: where the plan runs one, each runs small's best chain at each B."
+            " vLLM's rows are [first B, last B, k].") in flat_text
     slots = json.loads(flat_text.split("FILE, where FILE holds ")[1].split(" (each key in FILE")[0])
     assert slots == {str(lo): {"candidate_steps": [k]} for lo, _, k in rows}  # vLLM's rows, keyed by their first B
     # where the tree would win, SGLang keeps its flags: a plan whose tree loses less than its chains at worst

@@ -6357,7 +6357,7 @@ def demo27_detail(result):
 
 
 # -----------------------------------------------------------------------------
-# Chapter 28. Why does greedy drafting at T = 0 beat eq. 1?
+# Chapter 28. Why can greedy drafting at T = 0 beat eq. 1?
 # At T = 0 a draft's pass chance after each token is 0 or 1, so a round's
 # passes are set by the token it starts after: eq. 1's one chance misprices it.
 
@@ -6380,8 +6380,9 @@ def zero_alpha_words(rows, P=TARGET):
         f"from {starts_words(ends, o)} it {r}" for o, r in zip(loops[1:], runs[1:])]
     say("At T = 0 both tables are one-hot, so the target's greedy text is a loop, and which loop depends on its first"
         f" token. {'; '.join(said)}.",
-        f"So here alpha is an average over the {six} first tokens, taken as equally likely: for each, the share of its"
-        " loop where the two likeliest tokens agree.",
+        "So the text's token shares, which alpha weighs by, depend on where it starts. Here alpha averages over the"
+        f" {six} first tokens, taken as equally likely: for each, the share of its loop where the target's and the"
+        " draft's likeliest tokens agree.",
         *[loop_alpha_words(P, blend(TARGET, UNRELATED, GOOD_WEIGHT) if r[0] != "middling" else MIDDLING, r[0], r[2])
           for r in rows if r[1] == 0])
 
@@ -7395,7 +7396,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "25": ("Why do big batches check fewer drafts?", demo25_ridge),
     "26": ("When does copying the text pay?", demo26_copy_speed),
     "27": ("Do one k's rates price another?", demo27_rates),
-    "28": ("Why does greedy drafting at T = 0 beat eq. 1?", demo28_greedy_runs),
+    "28": ("Why can greedy drafting at T = 0 beat eq. 1?", demo28_greedy_runs),
     "29": ("Why does eq. 1 run high for the middling draft?", demo29_eq1_high),
     "30": ("Where does the block gain, pair by pair?", demo30_pairs),
     "31": ("How far below the ceiling is the block on the middling draft?", demo31_middling),

@@ -372,7 +372,8 @@ def test_chapter28_says_why_alpha_at_t0_is_what_it_is(demo):
     # the loops asserted before they were described, and alpha defined twice)
     assert ("At T = 0 both tables are one-hot, so the target's greedy text is a loop, and which loop depends on its"
             " first token. From five of the six first tokens it loops 'a', 'e', 'f' and back to 'a'; from 'b' it stays"
-            " at 'b'. So here alpha is an average over the six first tokens") in " ".join(text.split())
+            " at 'b'. So the text's token shares, which alpha weighs by, depend on where it starts.") in " ".join(
+        text.split())  # read 1579 asked why the lesson's weighting gave way
     zero = [r[0] for r in result.temperatures if r[1] == 0 and r[2] == 0]
     # by hand: the argmaxes agree only after 'c' and 'd'; greedy text from c goes c, d, e, f, a, e, ...: never back
     assert [c for c in range(6) if sd.TARGET[c].argmax() == sd.MIDDLING[c].argmax()] == [2, 3]
@@ -466,9 +467,9 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     assert [int(x) for x in P0.argmax(axis=1)] == [4, 1, 3, 4, 5, 0]
     assert sd.greedy_loops(sd.TARGET) == {frozenset({0, 4, 5}), frozenset({1})}
     assert sd.stationary(P0) == pytest.approx([5 / 18, 1 / 6, 0, 0, 5 / 18, 5 / 18], abs=1e-9)
-    assert ("So here alpha is an average over the six first tokens, taken as equally likely: for each, the share of its"
-            " loop where the two likeliest tokens agree. The middling draft's likeliest token") in flat(text)  # reads
-    # 1027, 1030 and 1047
+    assert ("Here alpha averages over the six first tokens, taken as equally likely: for each, the share of its loop"
+            " where the target's and the draft's likeliest tokens agree. The middling draft's likeliest token") in \
+        flat(text)  # reads 1027, 1030 and 1047; 'the two likeliest tokens' read as a top two (reads 1578, 1579)
     # blend 0.9's alpha at T = 0, loop by loop, by hand: 5 of 6 first tokens reach a -> e -> f, where its argmax is
     # the target's after a and f; 1 stays at b, where it is not
     Q0 = sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0)

@@ -5993,8 +5993,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     after = all(r[2] < r[3] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
-    say(f"Below the ridge, a check's bytes pay for its MACs. The target's weights pay for about {s.ridge_base:.1f}"
-        f" positions, shared by the B sequences, and each sequence's KV cache in the target for {each:.3f} more of its"
+    say(f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. The target's weights cover about {s.ridge_base:.1f}"
+        f" positions, shared by the B sequences, and each sequence's KV cache in the target {each:.3f} more of its"
         " own. So a sequence can check about"
         f" {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling toward {each:.3f} as B"
         " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores more"
@@ -6046,7 +6046,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     if after or beyond:
         print()
         say("Each check that crosses holds a little past its crossing. Just past the ridge a check costs only a"
-            f" little more, and chapter 19's plan switches only when its option falls more than {tol:.1%} below the"
+            f" little more, and chapter 19's plan switches only when the option it runs falls more than {tol:.1%} below the"
             " best." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."

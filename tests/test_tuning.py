@@ -543,8 +543,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the limit's reason, then the limit, in the body (read 1496: 'the formula comes before its reason, so I worked it
     # out myself'); its algebra is the detail's (read 1519 checked both quotients; reads 1471, 1482 and 1490 rebuilt
     # the terms from demo 6, which the detail does)
-    assert (f"Below the ridge, a check's bytes pay for its MACs. The target's weights pay for about {base:.1f}"
-            f" positions, shared by the B sequences, and each sequence's KV cache in the target for {each:.3f} more of"
+    assert (f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. The target's weights cover"
+            f" about {base:.1f} positions, shared by the B sequences, and each sequence's KV cache in the target {each:.3f} more of"
             " its own. So a sequence can check"
             f" about {base:.1f} / B + {each:.3f} positions: demo 6's 295 at B = 1, falling toward {each:.3f} as B"
             " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores"
@@ -600,14 +600,14 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert "each sequence's KV cache in the target for 5.878 more of its own." in text and 15 * past > 295  # the terms
+    assert "each sequence's KV cache in the target 5.878 more of its own." in text and 15 * past > 295  # the terms
     assert f"tree 2x3, 15 15 {past} 1-{planned}" in text and planned > past
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 35-95 k = 7 8 137 96-146 k = 6 7 258 147-241" in text
     assert "in the pass" not in text  # the pass's positions, B times a sequence's: the detail gives k = 8's (read 1550)
     assert "That is 2 + 4 + 8 = 14 drafts, checked as 14 + 1 = 15 positions per sequence" in text
     assert ("Each check that crosses holds a little past its crossing. Just past the ridge a check costs only a little"
-            " more, and chapter 19's plan switches only when its option falls more than 0.5% below the best.") in text
+            " more, and chapter 19's plan switches only when the option it runs falls more than 0.5% below the best.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     assert ("which draft model, and how many of its drafts to check. Of its two draft models, big (blend 0.75) and"

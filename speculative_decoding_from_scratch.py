@@ -1521,7 +1521,7 @@ def why_eq1_is_off(P, Q, gaps):
         overs, d = and_list([repr(name(c)) for c in starts.overs], "or"), name(hi)
         return (f"{off} for the middling draft: {eq1:.2f} against {exact:.2f} exact. Why:", [
                     f"A draft's chance to pass depends on the token before it: highest after '{d}', {beta[hi]:.3f}.",
-                    f"A round starts after the last round's final token: its redraw, or its bonus if all {LESSON_K}"
+                    f"A round starts after the previous round's final token: its redraw, or its bonus if all {LESSON_K}"
                     " drafts passed.",
                     f"Redraws are seldom '{d}': after {overs} the draft over-proposes '{d}' (q > p), so the"
                     f" residual never redraws '{d}' there.",
@@ -1663,7 +1663,7 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
         say("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
             f" depends on the token before it, its row's sum of min(p, q): from {r.beta[lo]:.3f} after '{name(lo)}'"
             f" to {r.beta[hi]:.3f} after '{name(hi)}'. Alpha averages these over the target's text.",
-            "A round starts after the last round's final token: a bonus token, drawn from p, or a redraw.",
+            "A round starts after the previous round's final token: a bonus token, drawn from p, or a redraw.",
             "A redraw gives only tokens the draft under-proposes: the residual gives no other (demo 1)."
             if r.under_only else "",
             starved,
@@ -6176,8 +6176,8 @@ def demo26_detail(result):
 # -----------------------------------------------------------------------------
 # Chapter 27. Do one k's rates price another?
 # A server counts per-position rates at the k it runs; chapter 19's plan prices
-# every k from the rates counted at k = 8. Rounds start after the last round's
-# final token, and that token's mix moves with k.
+# every k from the rates counted at k = 8. Rounds start after the previous
+# round's final token, and that token's mix moves with k.
 
 
 def skill_against_search(buckets, options, truth, n_ctx, max_batch, k_max):
@@ -6255,7 +6255,7 @@ def demo27_rates(**how):
                 and s.start[s.short] < s1.start[s.short] < s.text[s.short] and s1.redrawn.sum() < s.redrawn.sum())
     if said_why:
         print()
-        say("Why? A round's first draft is judged after the last round's final token, not at a random point of the"
+        say("Why? A round's first draft is judged after the previous round's final token, not at a random point of the"
             " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
             " is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that place, and small"
             f" over-proposes {d} after {and_list([repr(name(c)) for c in s.overs], 'or')}. And small's drafts pass"
@@ -6335,7 +6335,7 @@ def demo27_detail(result):
         print()
         say(f"Position 1's rates at k = {k_max}, {and_list([f'{x[0]:.3f}' for x in r.rates])}, are below demo"
             f" 3's alpha, {and_list([f'{a:.3f}' for a in r.alphas])}. Alpha weighs each context by how often the"
-            " target's text holds it. But a round starts after the last round's final token, most often a redraw. A"
+            " target's text holds it. But a round starts after the previous round's final token, most often a redraw. A"
             " redraw comes from the residual, max(0, p - q): never a token the draft over-proposes. For small, a row"
             " for each token x:")
         say_items([f"p({name(s.short)}), q({name(s.short)}): the chance that {d} comes next after x",
@@ -6812,7 +6812,7 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
     percent = lambda g: f"{g:+.1%}" if abs(g) >= 5e-4 else "0.0%"  # noqa: E731
-    say("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
+    say("Demo 3 starts each round after the previous round's final token, as a running decoder does. The ideal bounds a"
         " single round from a given start token: it is a bound, not a decoder, so it has no last round to start after."
         " So that all three columns start alike, each round below starts"
         " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling"
@@ -6827,7 +6827,7 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     rs = round_starts(TARGET, MIDDLING, above.k) if above else None  # where the lesson's rounds start
     starts = (
         f"Demo 3 and chapter 14 make fewer at k = {above.k}, {above.chained:.4f} token-wise and"
-        f" {above.block_chained:.4f} block. Their rounds start after the last round's final token, a redraw or a"
+        f" {above.block_chained:.4f} block. Their rounds start after the previous round's final token, a redraw or a"
         f" bonus. That token is '{name(rs.short)}' only {rs.start[rs.short]:.3f} of the time, against"
         f" {rs.text[rs.short]:.3f} of the text, as a redraw is never '{name(rs.short)}' where the draft over-proposes"
         f" it; and drafts pass most after '{name(rs.short)}' (chapter 29). Eq. 1 assumes every draft passes with"
@@ -6842,7 +6842,7 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         "At k = 1 all three are equal: demo 1's rule reaches the ideal." if one else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
-        f"Demo 3's rounds, which start after the last round's final token, make fewer at k = {above.k}: --detail says"
+        f"Demo 3's rounds, which start after the previous round's final token, make fewer at k = {above.k}: --detail says"
         " why." if starts else "",
         "Sun et al., the block's authors, report 5% to 8% faster decoding than token-wise verification, by the clock,"
         " on their own models"

@@ -576,7 +576,7 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert all(f"{r[4]:.2f}" >= f"{r[5]:.2f}" for r in demo["3"][0].rows)  # 'at or above', as the table prints it
     assert (f"Eq. 1 runs slightly high for the middling draft: {eq1:.2f} against {exact:.2f} exact. Why: 1. A draft's"
             f" chance to pass depends on the token before it: highest after 'd', {beta[3]:.3f}. 2. A round starts after"
-            " the last round's final token: its redraw, or its bonus if all 4 drafts passed. 3. Redraws are seldom 'd':"
+            " the previous round's final token: its redraw, or its bonus if all 4 drafts passed. 3. Redraws are seldom 'd':"
             " after 'a', 'c' or 'd' the draft over-proposes 'd' (q > p), so the residual never redraws 'd' there. 4. So"
             " a round's final token, redraw or bonus, which the next round's first draft follows, is 'd' only"
             f" {starts.start[3]:.3f} of the time, though alpha weighs 'd' by its share of the output,"
@@ -755,7 +755,7 @@ def test_demo5_in_detail_the_corollary_why_it_falls_short_and_how_rounds_end():
     assert all(sd.residual(sd.TARGET[c], sd.MIDDLING[c])[d] == 0 for c in over)
     assert ("Like eq. 1, the corollary assumes every draft passes with one chance, alpha. But a draft's chance"
             f" depends on the token before it, its row's sum of min(p, q): from {beta.min():.3f} after 'a' to"
-            f" {beta.max():.3f} after 'd'. Alpha averages these over the target's text. A round starts after the last"
+            f" {beta.max():.3f} after 'd'. Alpha averages these over the target's text. A round starts after the previous"
             " round's final token: a bonus token, drawn from p, or a redraw. A redraw gives only tokens the draft"
             " under-proposes: the residual gives no other (demo 1). After 'a', 'c' and 'd', q(d) > p(d), so redraws"
             f" rarely give 'd': rounds start after 'd' {start[d]:.3f} of the time, though 'd' is {pi[d]:.3f} of the"
@@ -1501,7 +1501,7 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert "At k = 1 all three are equal: demo 1's rule reaches the ideal." in flat(text)
     chained = [f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call, sd.exact_tokens_per_call)]
     assert (f"at every k, {max(g[4] for g in result.gains):+.1%} at most. At k = 1") in flat(text)
-    assert ("Demo 3's rounds, which start after the last round's final token, make fewer at k = 4: --detail says why."
+    assert ("Demo 3's rounds, which start after the previous round's final token, make fewer at k = 4: --detail says why."
             in flat(text)) and chained[1] < result.gains[-1][1]  # the why is the detail's (reads 1436 and 1444)
     assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block. Their rounds start" in flat(result.starts)
     room, gain = max(g[5] for g in result.gains), max(g[4] for g in result.gains)
@@ -1531,7 +1531,7 @@ def test_chapter31s_middling_table_is_one_round_from_the_targets_text(demo):
     chained, chained_block = sd.exact_tokens_per_call(P, Q, 4), sd.exact_block_tokens_per_call(P, Q, 4)
     assert chained < result.gains[-1][1] - 0.01 and chained_block < result.gains[-1][2]
     assert chained_block / chained - 1 > result.gains[-1][4]
-    assert ("Demo 3 starts each round after the last round's final token, as a running decoder does. The ideal bounds a"
+    assert ("Demo 3 starts each round after the previous round's final token, as a running decoder does. The ideal bounds a"
             " single round from a given start token: it is a bound, not a decoder, so it has no last round to start"
             " after. So that all three columns start alike, each round below starts"
             " after a token drawn as often as it appears in the target's text, as alpha's average does. The middling"
@@ -1548,7 +1548,7 @@ def test_chapter31s_middling_table_is_one_round_from_the_targets_text(demo):
     with contextlib.redirect_stdout(detail31):
         sd.demo31_detail(result)
     assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained:.4f} token-wise and {chained_block:.4f} block. Their"
-            " rounds start after the last round's final token, a redraw or a bonus. That token is 'd' only 0.089 of the"
+            " rounds start after the previous round's final token, a redraw or a bonus. That token is 'd' only 0.089 of the"
             " time, against 0.184 of the text, as a redraw is never 'd' where the draft over-proposes it; and drafts"
             f" pass most after 'd' (chapter 29). Eq. 1 assumes every draft passes with alpha, {sd.pair_alpha(P, Q):.3f}."
             f" In demo 3's rounds draft 1 passes only {sd.exact_per_position(P, Q, 4)[0]:.3f}, so eq. 1 runs high there."

@@ -865,7 +865,7 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     # the chapter says the short why; the detail gives it token by token
     redrawn = [starts.redrawn.sum() for starts in (sd.round_starts(sd.TARGET, sd.MIDDLING, k) for k in (8, 1))]
     assert redrawn[0] > redrawn[1]  # by hand below: a shorter k ends more rounds on a bonus token
-    assert ("Why? A round's first draft is judged after the last round's final token, not at a random point of the"
+    assert ("Why? A round's first draft is judged after the previous round's final token, not at a random point of the"
             " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
             " is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that place, and small"
             " over-proposes 'd' after 'a', 'c' or 'd'. And small's drafts pass most often after 'd',"
@@ -889,7 +889,7 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
     text = " ".join(out.getvalue().split())
     assert (f"Position 1's rates at k = 8, {first[0]:.3f} and {first[1]:.3f}, are below demo 3's alpha,"
             f" {alphas[0]:.3f} and {alphas[1]:.3f}. Alpha weighs each context by how often the target's text holds it."
-            " But a round starts after the last round's final token, most often a redraw. A redraw comes from the"
+            " But a round starts after the previous round's final token, most often a redraw. A redraw comes from the"
             " residual, max(0, p - q): never a token the draft over-proposes. For small, a row for each token x: -"
             " p(d), q(d): the chance that 'd' comes next after x - text: x's share of the target's text - starts: the"
             " share of small's rounds of 8 that start right after x - passes: how often a first draft after x passes,"

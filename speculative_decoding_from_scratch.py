@@ -4142,9 +4142,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         f" at least {number_word(len(APEX_BUGS))} ways. Two of them (cache and next row, in the table below) are in"
         " its own machinery, not in the rule."
         " It keeps what the target has read, its KV"
-        " cache (the keys and values of every token read so far), separately from the text it writes. And each round"
-        " begins with a token drawn from a row p carried over from the round before: the target's row after the"
-        " last token that round wrote.",
+        " cache (the keys and values of every token read so far), separately from the text it writes. And it draws"
+        " each round's first token from a row p carried over from the round before: the target's row after the"
+        " last token written.",
         "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed"
         f" the text's last few characters earlier on. A proposal x is deterministic, so q is all on x: {ONE_HOT_RULE}."
@@ -4180,7 +4180,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         "On the character model, every departure is caught." if caught else
         "On the character model, NOT every departure is caught: "
         + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
-        ("A table reads only the last token, which stays right, so it cannot see the stale cache behind it."
+        ("The lesson's table reads only the last token, which the cache bug leaves right, so the stale entries"
+         " behind it change nothing there."
          if tables >= P_REJECT
          else "Even the tables see the cache bug.") if tables is not None else "")
     takeaway("a generator must judge each draft by its own q, redraw from the residual, take the next row from the"

@@ -4842,7 +4842,7 @@ def demo19_shape(s, n_ctx, max_batch):
             and s.chain_speed < s.first_speed else "") +
         f" {s.longest.drafter.name.capitalize()}'s best option,"
         f" {'a chain of ' * s.longest.shape.startswith('k =')}{s.longest.shape}, makes"
-        f" {s.longest.tokens:.3f} tokens per call by its per-position rates (chapter 19) but costs {s.longest.draft_passes} passes at c ="
+        f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c ="
         f" {s.c_longest:.4f}: a speedup of"
         f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
@@ -4852,8 +4852,8 @@ def demo19_shape(s, n_ctx, max_batch):
                 else "") + f", while small's rises only toward {s.kv_share[1]:.4f}" + (
                 " ({} of {})".format(*s.layers[1]) if layers_set_kv else "")
             if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." + (
-            f" At every B up to {s.big_fit}" + (f", where big, the target and the KV caches fill the H100's"
-                                               f" {H100.memory / 1e9:.0f} GB," if s.big_fit < max_batch else ",")
+            f" At every B up to {s.big_fit}" + (f", where big, the target and the KV caches of {n_ctx} tokens fill the"
+                                               f" H100's {H100.memory / 1e9:.0f} GB," if s.big_fit < max_batch else ",")
             + " big's best option trails small's best by"
             f" {s.big_gap:.2f} or more." if s.big_gap is not None and s.big_gap > 5e-3 else "")
         if not s.big_runs and s.c[1] > s.c[0] else "",
@@ -6879,7 +6879,8 @@ def demo32_first_choice(**how):
             f" At B = 1 each pass is memory-bound: big reads {gb(big, 1)} and small {gb(small, 1)}, against the"
             f" target's {gb(LLAMA2_7B, 1)}, so c is {s.c[0]:.4f} for big and {s.c_small[0]:.4f} for small."
             if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
-        + " A chain of k drafts takes k draft passes, and its tokens per call are computed exactly (chapter 19)."
+        + " A chain of k drafts takes k draft passes and makes 1 plus its first k per-position rates in tokens per"
+        f" call: rate i is the share of rounds whose drafts 1 to i all passed, exact at k = {c19.k_max} (chapter 19)."
         f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node,"
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"
         f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"

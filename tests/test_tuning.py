@@ -378,7 +378,7 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             f" chain of those the plan tries (k up to 8) is k = 8. It can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
             f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. Big's"
             " best option, a chain of k = 6, makes"
-            f" {longest.tokens:.3f} tokens per call by its per-position rates (chapter 19) but costs {longest.draft_passes} passes at c ="
+            f" {longest.tokens:.3f} tokens per call but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}: a speedup of"
             f" {s_chain:.2f}.") in text
     lesson3 = " ".join(section(in_process[1], "3").split())
@@ -481,9 +481,14 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     cols = [[i for i, o in enumerate(plan.options) if o.drafter.name == name] for name in ("big", "small")]
     gap = (plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).min()
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
-        f"At every B up to 192, where big, the target and the KV caches fill the H100's 80 GB, big's best option"
-        f" trails small's best by {gap:.2f} or more.") in text32 and "Big's c rises" not in text32  # read 1524 asked
-    # what memory fills
+        f"At every B up to 192, where big, the target and the KV caches of 512 tokens fill the H100's 80 GB, big's best"
+        f" option trails small's best by {gap:.2f} or more.") in text32 and "Big's c rises" not in text32  # read 1524
+    # asked what memory fills; read 1570, at what context
+    # a chain's tokens per call are its rates', exact at k = 8 only (chapter 27), as the chapter now says: big's
+    # k = 6 is 1 plus its first six rates at k = 8, not its own exact count (read 1570 asked what the rates were)
+    assert ("A chain of k drafts takes k draft passes and makes 1 plus its first k per-position rates in tokens per"
+            " call: rate i is the share of rounds whose drafts 1 to i all passed, exact at k = 8 (chapter 19).") in \
+        text32 and "computed exactly" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
             " wins at B = 1 and big never runs. Takeaway:") in text
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"

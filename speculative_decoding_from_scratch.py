@@ -4720,8 +4720,8 @@ def demo19_tuning(**how):
             " says what sets each c and how it rises with B." if bytes_set_c else ""))
     print()
     say("A chain of k drafts makes, in tokens per call, 1 plus its first k per-position rates. Rate i is the share of"
-        f" rounds in which drafts 1 to i were all kept. Here the rates are exact at k = {k_max}; chapter 27 checks"
-        " how close that comes for a shorter k.")
+        f" rounds in which drafts 1 to i were all kept. Here the rates are counted exactly at k = {k_max}, and a"
+        " shorter k uses their first k; chapter 27 checks how close that comes.")
     print()
     say(f"Small also runs as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
         f" drawn from q on its own, {tree[1]} deep. One pass scores its {nodes - 1} drafts and the text's last token,"
@@ -4895,8 +4895,8 @@ def margin_words(buckets, speeds, options, tol):
     if not leads:
         return "Within each range the speedup falls as B grows."
     lead, hi, j, n = max(leads)
-    return (f"Within each range the speedup falls as B grows, so a range's lowest is at its last B. There the next"
-            f" choice may already lead, by less than the margin: at B = {hi}, {options[j].shape} makes"
+    return (f"Within each range the speedup falls as B grows. At a range's last B the next choice may already lead,"
+            f" within the margin: at B = {hi}, {options[j].shape} makes"
             f" {speeds[hi - 1, j]:.4f}x and {options[n].shape} {speeds[hi - 1, n]:.4f}x, {lead:.2%} more."
             if lead <= tol else "")
 

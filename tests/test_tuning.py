@@ -227,7 +227,9 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # 'slightly low': below each shorter k's exact count at every k, by under 0.02 tokens per call, about 1% of the
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
-        "Here the rates are exact at k = 8; chapter 27 checks how close that comes for a shorter k.") in text  # read 1511 spent 1.5 minutes on why they would misprice, which is chapter 27's
+        "Here the rates are counted exactly at k = 8, and a shorter k uses their first k; chapter 27 checks how close"
+        " that comes.") in text  # read 1511 spent 1.5 minutes on why they would misprice, which is chapter 27's;
+    # reads 1575 and 1580 reread 'a shorter k' for what it took from the rates
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
     for Q in (better, sd.MIDDLING):

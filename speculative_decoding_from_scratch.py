@@ -2440,6 +2440,17 @@ def acceptance(P, Q, how):
     return kept_and_replaced(P, Q, **how)[0].sum(axis=1)
 
 
+PAPER_EXAMPLE = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # p and q, no context: chapters 9, 14, 24
+
+
+def fraction(x):
+    """x as a fraction of small numbers where it is one: fraction(0.25) ->
+    '1/4', fraction(1.0) -> '1'; a decimal where it is not."""
+    from fractions import Fraction
+    f = Fraction(x).limit_denominator(12)
+    return str(f) if abs(f - x) < 1e-12 else f"{x:.3f}"
+
+
 ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x). A rejection redraws from"
                 " max(0, p - q), which is p with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x
 
@@ -3654,9 +3665,6 @@ def demo14_detail(result, n_rounds=500):
     return rows
 
 
-PAPER_EXAMPLE = np.array([[1 / 3, 2 / 3]] * 2), np.array([[2 / 3, 1 / 3]] * 2)  # p and q, no context: chapters 14, 24
-
-
 def example_exact():
     """The drafts token-wise checking and block verification keep a round on
     the paper's example, k = 2, exactly: (verifier, drafts kept)."""
@@ -3673,14 +3681,6 @@ def example_kept(exact_rows, n_rounds):
         m = measure(P2, Q2, 2, n_rounds, seed=12, verify=verify)
         rows.append((label, exact, m.per_call - 1, m.se, fits(m.per_call - 1, m.se, exact)))
     return rows
-
-
-def fraction(x):
-    """x as a fraction of small numbers where it is one: fraction(0.25) ->
-    '1/4', fraction(1.0) -> '1'; a decimal where it is not."""
-    from fractions import Fraction
-    f = Fraction(x).limit_denominator(12)
-    return str(f) if abs(f - x) < 1e-12 else f"{x:.3f}"
 
 
 def ninths(x, sign=False):

@@ -5995,7 +5995,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     each = s.ridge_each
     say(f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. The target's weights cover about {s.ridge_base:.1f}"
-        f" positions, shared by the B sequences, and each sequence's KV cache in the target {each:.3f} more of its"
+        f" positions, shared by the B sequences, and each sequence's KV cache in the target covers {each:.3f} more of its"
         " own. So a sequence can check about"
         f" {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling toward {each:.3f} as B"
         " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores more"

@@ -551,7 +551,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # out myself'); its algebra is the detail's (read 1519 checked both quotients; reads 1471, 1482 and 1490 rebuilt
     # the terms from demo 6, which the detail does)
     assert (f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. The target's weights cover"
-            f" about {base:.1f} positions, shared by the B sequences, and each sequence's KV cache in the target {each:.3f} more of"
+            f" about {base:.1f} positions, shared by the B sequences, and each sequence's KV cache in the target covers {each:.3f} more of"
             " its own. So a sequence can check"
             f" about {base:.1f} / B + {each:.3f} positions: demo 6's 295 at B = 1, falling toward {each:.3f} as B"
             " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores"
@@ -607,7 +607,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512)
     past = next(b for b in range(1, fit + 1) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     assert after.shape == "k = 8" and level == planned + 1 and past < level
-    assert "each sequence's KV cache in the target 5.878 more of its own." in text and 15 * past > 295  # the terms
+    assert "each sequence's KV cache in the target covers 5.878 more of its own." in text and 15 * past > 295  # the terms
     assert f"tree 2x3, 15 15 {past} 1-{planned}" in text and planned > past
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 35-95 k = 7 8 137 96-146 k = 6 7 258 147-241" in text

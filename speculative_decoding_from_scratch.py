@@ -2451,6 +2451,17 @@ def fraction(x):
     return str(f) if abs(f - x) < 1e-12 else f"{x:.3f}"
 
 
+def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
+    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9, 15, 24
+    and 31): drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the
+    second reaches, by accept_prob; "" unless it reaches 1, so both are always kept."""
+    w1 = accept_prob(P2, Q2, 0)
+    if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0):
+        return ""
+    return (f"on chapter 14's example, drafts whose p/q are {fraction(P2[0] / Q2[0])} then {fraction(P2[1] / Q2[1])}"
+            " are both kept always")
+
+
 ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x). A rejection redraws from"
                 " max(0, p - q), which is p with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x
 
@@ -2499,8 +2510,6 @@ def demo9_verifiers(k=3):
     wins, liked = sum(w for _, w, _, _ in reasons), sum(n for _, _, n, _ in reasons)
     keeps_min = all(np.allclose(kept_and_replaced(P, Q)[0], np.minimum(P, Q), atol=1e-9) for _, P, Q in pairs)
     where = [label for label, w, _, _ in reasons if w]  # the pairs where one-hot beats probabilistic somewhere
-    ratio = next(((P[np.arange(len(P)), Q.argmax(axis=1)] / Q.max(axis=1)) for label, P, Q in pairs  # p/q at q's
-                  if where and label == where[0]), [0.0])  # likeliest token, after each token, on that pair
     winners = sorted({r[-1] for r in prow})
     cases = (  # the detail's, but for a rule that lets one-hot win where min(1, p/q) cannot
         f"One-hot accepts more than probabilistic in {wins} of the {VOCAB * len(pairs)} cases ({len(pairs)} pairs,"
@@ -2518,15 +2527,15 @@ def demo9_verifiers(k=3):
             " acceptance rule as you have it is suspect."))
     say("Which accepts most depends on the pair." if len(winners) > 1 else
         f"{winners[0]} accepts most for every pair.",
-        "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1:"
-        " on chapter 14's example, ratios 1/2 then 2 keep both drafts always. With q all on x, p/q is p(x), never"
-        " above 1, so over one-hot drafts block accepts what one-hot accepts." if same and keeps_min else
+        "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1"
+        + (f": {lifted_words()}." if lifted_words() else ".") + " With q all on x, p/q is p(x), never above 1, so"
+        " over one-hot drafts block accepts what one-hot accepts." if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
          " the larger. " if keeps_min else "") +
-        (f"It wins only on '{where[0]}', where p gives q's likeliest token {min(ratio):.1f} to {max(ratio):.1f} times"
-         " q's chance;" if len(where) == 1 and min(ratio) > 1 and keeps_min else
+        (f"It does only on '{where[0]}', a sharpened p against a flattened q, after {wins} of the {VOCAB} tokens;"
+         if len(where) == 1 and where[0] == tempered[-1][0] and keeps_min else
          f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
          f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else
          "One-hot never beats probabilistic here;") + (" --detail counts where." if keeps_min else "")
@@ -3855,7 +3864,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases = [("block", this_module(), MIDDLING, block)] + [(label, m, MIDDLING, shipped)
                                                           for label, m in shipped_modules().items()]
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
-        " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
+        " draft can save an earlier one that the lesson's rule would reject" + (f" ({lifted_words()})" if lifted_words() else "")
+        + ". Its paper proves its output is the"
         " target's. Chapter 14's option --detail gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
         " They use a weight w_i, chapter"
         " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
@@ -5849,7 +5859,8 @@ def demo24_ideal():
     P2, Q2 = PAPER_EXAMPLE
     say("Block verification (Sun et al., ICLR 2025; chapter 14) decides how many drafts to keep after seeing all k,"
         " so a later draft can"
-        " save an earlier one that token-wise checking would reject. Chapter 14's --detail gives its rule; here only its counts"
+        " save an earlier one that token-wise checking would reject" + (f" ({lifted_words()})" if lifted_words() else "")
+        + ". Chapter 14's --detail gives its rule; here only its counts"
         " matter. Take the lossless"
         " verifiers (whose output is the target's) that keep the first few drafts, then draw one token, as token-wise"
         " checking does. Among them, Sun et al. prove, block verification keeps the most drafts on average. How close"
@@ -6808,7 +6819,8 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     say("The ideal of chapter 24 is a ceiling on every lossless verifier, one whose output is the target's. It is 1"
         " plus, for each i from 1 to k, a bound on the chance that such a verifier keeps drafts 1 to i. Chapter 24 builds"
         " the bound from demo 1's sum min(p, q), taken over whole texts x_1..x_i. Block verification (chapter 14) judges"
-        " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject.")
+        " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject"
+        + (f" ({lifted_words()})." if lifted_words() else "."))
     print()
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]

@@ -1005,7 +1005,7 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     # q all on x each ratio is p(x) <= 1, so the block's weights only fall; read 1569 could not follow 'no later draft
     # can save an earlier one' without chapter 14's mechanism, which the sentence now names
     assert ("Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1:"
-            " on chapter 14's example, ratios 1/2 then 2 keep both drafts always. With q all on x, p/q is p(x), never"
+            " on chapter 14's example, drafts whose p/q are 1/2 then 2 are both kept always. With q all on x, p/q is p(x), never"
             " above 1, so over one-hot drafts block accepts what one-hot accepts.") in flat(text) and \
         (sd.TARGET <= 1).all()
     # chapter 14's example, by hand: p = (1/3, 2/3), q = (2/3, 1/3); drafts a then b have ratios 1/2 then 2, and the
@@ -1105,7 +1105,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert ("These averages weigh start tokens in different shares, as each verifier's rounds end on different tokens,"
             " so the paragraph above compares them start by start.") in flat(detail)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
-            " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
+            " draft can save an earlier one that the lesson's rule would reject (on chapter 14's example, drafts whose"
+            " p/q are 1/2 then 2 are both kept always). Its paper proves its output is the"
             " target's. Chapter 14's option --detail gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
             " They use a weight w_i, chapter"
             " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
@@ -1469,7 +1470,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " it keeps 11/9. So no verifier of that kind reaches 12/9 here: for that kind the ideal is 1/9 too high."
             " Whether any lossless verifier reaches 12/9, this chapter leaves open.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) decides how many drafts to keep after seeing all k,"
-            " so a later draft can save an earlier one that token-wise checking would reject. Chapter 14's --detail gives its"
+            " so a later draft can save an earlier one that token-wise checking would reject (on chapter 14's example,"
+            " drafts whose p/q are 1/2 then 2 are both kept always). Chapter 14's --detail gives its"
             " rule; here only its counts matter. Take the lossless verifiers (whose output is the target's) that keep"
             " the first few drafts, then draw one token, as token-wise checking does. Among them, Sun et al. prove,"
             " block verification keeps the most drafts on average. How close does it come to a ceiling on every"
@@ -1856,3 +1858,12 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
         assert spec[i] == spec[i - 1] != plain[i]
     assert ("compares each of the 500 x 2,048 logits with the same state's scored alone." in text)  # read 1569: 64.7%
     # of what?
+
+
+def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():
+    # chapters 9, 15, 24 and 31 say how a later draft saves an earlier one on chapter 14's example (read 1570 took
+    # 'save' on trust; read 1579 could not see how): by hand, drafts a then b, ratios 1/2 then 2, w_2 = 1
+    assert sd.lifted_words() == "on chapter 14's example, drafts whose p/q are 1/2 then 2 are both kept always"
+    # with every ratio halved, w_2 = 1/2 and the words are withheld
+    halved = {"halved": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return min(1.0, float(p[x] / q[x]) / 2)")]}
+    assert sd.bugged("halved", halved).lifted_words() == ""

@@ -2452,8 +2452,8 @@ def fraction(x):
 
 
 def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
-    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9, 15, 24
-    and 31): drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the
+    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9, 24 and
+    31): drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the
     second reaches, by accept_prob; "" unless it reaches 1, so both are always kept."""
     w1 = accept_prob(P2, Q2, 0)
     if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0):
@@ -3864,13 +3864,11 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     cases = [("block", this_module(), MIDDLING, block)] + [(label, m, MIDDLING, shipped)
                                                           for label, m in shipped_modules().items()]
     say("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
-        " draft can save an earlier one that the lesson's rule would reject" + (f" ({lifted_words()})" if lifted_words() else "")
-        + ". Its paper proves its output is the"
-        " target's. Chapter 14's option --detail gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
-        " They use a weight w_i, chapter"
-        " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0:"
-        " the text's last token). A ratio p/q above 1 lifts w back up: ratios"
-        f" {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 = {two_weights(r1, r2)[1]:g}.")
+        " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
+        " target's. Its rule has five steps (chapter 14's --detail gives all five). Step 1 is a weight: w_0 = 1, then"
+        " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token). A"
+        f" ratio p/q above 1 lifts w back up: ratios {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 ="
+        f" {two_weights(r1, r2)[1]:g}. Steps 3 to 5 decide what to keep, with step 2's chance inside step 3:")
     say_items(["Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands heads"
                " with chance w_k. An earlier position i's lands heads with chance h_i, from w_i and the rows after"
                " x_i by Sun et al.'s formula (chapter 14's --detail gives it; here it is enough that each coin is its own).",

@@ -954,7 +954,7 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
         assert rejected == list(over)  # 'rejected only where q > p'
     # the pass scores the text's last token beside the nodes: its p judges the first level
     assert ("Depth: draft steps. Nodes: the number of drafts. One target pass scores every node and also the text's"
-            " last token; that token's p judges the first-level drafts.") in " ".join(text.split())
+            " last token; the target's p after that token judges the first-level drafts.") in " ".join(text.split())
     said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
             " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
             " that is 0 at x. So a sibling that repeats x always fails.")
@@ -1105,13 +1105,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert ("These averages weigh start tokens in different shares, as each verifier's rounds end on different tokens,"
             " so the paragraph above compares them start by start.") in flat(detail)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) judges the k drafts x_1..x_k together, so a later"
-            " draft can save an earlier one that the lesson's rule would reject (on chapter 14's example, drafts whose"
-            " p/q are 1/2 then 2 are both kept always). Its paper proves its output is the"
-            " target's. Chapter 14's option --detail gives its rule in five steps; steps 3 to 5 are below, step 2's chance inside step 3."
-            " They use a weight w_i, chapter"
-            " 14's step 1: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1)"
-            " (x_0: the text's last token). A ratio p/q above 1 lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but"
-            " w_2 = 1. 3. Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands"
+            " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
+            " target's. Its rule has five steps (chapter 14's --detail gives all five). Step 1 is a weight: w_0 = 1,"
+            " then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last"
+            " token). A ratio p/q above 1 lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but w_2 = 1. Steps 3 to 5"
+            " decide what to keep, with step 2's chance inside step 3: 3. Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands"
             " heads with chance w_k. An earlier position i's lands heads with chance h_i, from w_i and the rows after"
             " x_i by Sun et al.'s formula (chapter 14's --detail gives it; here it is enough that each coin is its own). 4. The"
             " block keeps x_1..x_i for i the last"
@@ -1861,7 +1859,7 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
 
 
 def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():
-    # chapters 9, 15, 24 and 31 say how a later draft saves an earlier one on chapter 14's example (read 1570 took
+    # chapters 9, 24 and 31 say how a later draft saves an earlier one (chapter 15 shows its weights) on chapter 14's example (read 1570 took
     # 'save' on trust; read 1579 could not see how): by hand, drafts a then b, ratios 1/2 then 2, w_2 = 1
     assert sd.lifted_words() == "on chapter 14's example, drafts whose p/q are 1/2 then 2 are both kept always"
     # with every ratio halved, w_2 = 1/2 and the words are withheld

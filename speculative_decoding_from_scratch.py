@@ -2291,7 +2291,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
-        " drafts. One target pass scores every node and also the text's last token; that token's p judges the"
+        " drafts. One target pass scores every node and also the text's last token; the target's p after that token judges the"
         " first-level drafts. With"
         " one child a node, independent and distinct drawing are the same, so a chain's measured value is in the"
         " independent column. Only a chain has an exact value; the script does not enumerate a tree's"
@@ -5411,8 +5411,10 @@ def greedy_parting(k=4, n_tokens=32):
             "fly          vLLM's FLy: keep a draft that is not the argmax if (a)",
             "             the entropy of p's top 3 (-sum p ln p over those three, not",
             "             renormalised) is at least a threshold, and",
-            "             (b) the next few drafts, as many as the window, are each",
-            "             their position's argmax. Setting: window, threshold.",
+            "             (b) the next few drafts, as many as the window, all",
+            "             exist (a round's last drafts have too few after them)",
+            "             and are each their position's argmax. Setting: window,",
+            "             threshold.",
             "exact match  keep only the argmax: greedy decoding's own rule."):
         print("  " + line)
     print()

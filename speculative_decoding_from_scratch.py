@@ -5065,7 +5065,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at every B shown, on each"
         f" of the {len(seeds)} seeds.",
         f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
-        " change.",
+        " change." if at < n else "It never switches off here.",
         *[f"At B = {b}, it misses the speedup that follows."
           if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
           f" ({on[1 + i]:.2f}), so the schedule does not speculate there at all" + (

@@ -1225,3 +1225,12 @@ def test_chapter19_says_why_its_ranges_speedups_overlap(in_process):
     assert sd.margin_words(c19.buckets, c19.speeds, c19.options, 0.004) == ""
     rising = c19.speeds[::-1].copy()
     assert sd.margin_words(c19.buckets, rising, c19.options, c19.tol) == ""
+
+
+def test_chapter20_says_when_the_switch_never_goes_off(capsys):
+    # accept_prob edited to keep every draft: no stretch accepts below 1 a round, the switch never goes off, and the
+    # chapter must not place a switch-off at the run's last character (it did, at 364)
+    keep_all = {"keep_all": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0")]}
+    sd.bugged("keep_all", keep_all).demo20_fallback(seeds=(0,))
+    said = " ".join(capsys.readouterr().out.split())
+    assert "It never switches off here." in said and "It switches off at" not in said

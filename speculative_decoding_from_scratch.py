@@ -886,7 +886,7 @@ def engine_settings(lines, rows):
     """The engine settings that run a chapter's rules as printed, each key as
     its source spells it; rows names the table rows they run."""
     print()
-    say(f"The settings that run {rows} above, each key spelled as the engine's own source code spells it (the"
+    say(f"These engine settings run {rows} above. Each key is spelled as the engine's own source code spells it (the"
         " commits are in this chapter's code):")
     print()
     for line in lines:
@@ -4146,13 +4146,13 @@ APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
 def demo17_apex(k=5, lam=0.7, n_text=800):
     """Chapter 17: APEX-1's generator, fixed, and each of its four departures put back."""
     prompt, P, L = prompts()["summarise"], CopyModel(lam), VLLM_LOOKUP
-    say("APEX-1 is a public from-scratch language model. Its generator, at commit 0490e4a, departs from the rule in"
+    say("APEX-1 is a public from-scratch language model. Its generator, at commit 0490e4a, departs from correct decoding in"
         f" at least {number_word(len(APEX_BUGS))} ways. Two of them (cache and next row, in the table below) are in"
         " its own machinery, not in the rule."
         " It keeps what the target has read, its KV"
-        " cache (the keys and values of every token read so far), separately from the text it writes. And it draws"
-        " each round's first token from a row p carried over from the round before: the target's row after the"
-        " last token written.",
+        " cache (the keys and values of every token read so far), separately from the text it writes. And each round"
+        " starts with a token the target samples, before any draft, from a row p carried over from the round"
+        " before: the target's row after the last token written. The drafts follow that token.",
         "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed"
         f" the text's last few characters earlier on. A proposal x is deterministic, so q is all on x: {ONE_HOT_RULE}."
@@ -5421,7 +5421,7 @@ def greedy_parting(k=4, n_tokens=32):
     say(f"A target table over {len(P)} tokens, flatter than the six-token ones so that near ties occur. The",
         f"draft proposes the likeliest token of a blend, {weight:g} of this target and {1 - weight:g} of an unrelated"
         " table.",
-        f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts, each one start token. Every step is"
+        f"k = {k}, {n_tokens} tokens from each of {len(prompts_)} prompts, each a single start token. Every step is"
         " deterministic, so every",
         "figure is exact. The columns:")
     say_items([f"parted: the prompts whose {n_tokens} tokens differ from plain greedy decoding's;",

@@ -264,7 +264,7 @@ def test_chapter22_counts_the_greedy_texts_each_rule_changes(in_process):
     assert greedy[("exact match", "")][2] == "0/24" and greedy[("fly", "2, 1.2")][2] == "0/24"
     assert greedy[("relaxed", "15, 0.5")][2] == "24/24"
     # each prompt is one start token; the exact match's tokens per call are every lossy setting's floor
-    assert "32 tokens from each of 24 prompts, each one start token." in text
+    assert "32 tokens from each of 24 prompts, each a single start token." in text
     assert all(r[4] >= rows[0][4] for r in rows) and greedy[("fly", "2, 1.2")][4] == rows[0][4]
     assert "Of the 5 lossy settings, 4 change the text. Those changes come from the lossy rules: an exact rule" in text
     assert "Takeaway: on greedy requests a lossy rule changes the text itself" in text

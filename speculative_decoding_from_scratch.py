@@ -2321,7 +2321,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         print()
         say("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
             " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
-            " that is 0 at x. So a sibling that repeats x always fails.")
+            " that is 0 at x. A sibling that repeats x is judged against that p, so it always fails.")
     return rows, not off, wider
 
 
@@ -2452,8 +2452,7 @@ def fraction(x):
 
 
 def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
-    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9, 24 and
-    31): drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the
+    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9 and 31): drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the
     second reaches, by accept_prob; "" unless it reaches 1, so both are always kept."""
     w1 = accept_prob(P2, Q2, 0)
     if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0):
@@ -3868,7 +3867,7 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " target's. Its rule has five steps (chapter 14's --detail gives all five). Step 1 is a weight: w_0 = 1, then"
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token). A"
         f" ratio p/q above 1 lifts w back up: ratios {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 ="
-        f" {two_weights(r1, r2)[1]:g}. Steps 3 to 5 decide what to keep, with step 2's chance inside step 3:")
+        f" {two_weights(r1, r2)[1]:g}. Step 2 computes a chance that step 3 uses, and steps 3 to 5 decide what to keep:")
     say_items(["Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands heads"
                " with chance w_k. An earlier position i's lands heads with chance h_i, from w_i and the rows after"
                " x_i by Sun et al.'s formula (chapter 14's --detail gives it; here it is enough that each coin is its own).",
@@ -4862,7 +4861,7 @@ def demo19_shape(s, n_ctx, max_batch):
             if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." + (
             f" At every B up to {s.big_fit}" + (f", where big, the target and the KV caches of {n_ctx} tokens fill the"
                                                f" H100's {H100.memory / 1e9:.0f} GB," if s.big_fit < max_batch else ",")
-            + " big's best option trails small's best by"
+            + " big's best speedup trails small's best by"
             f" {s.big_gap:.2f} or more." if s.big_gap is not None and s.big_gap > 5e-3 else "")
         if not s.big_runs and s.c[1] > s.c[0] else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
@@ -5859,8 +5858,7 @@ def demo24_ideal():
     P2, Q2 = PAPER_EXAMPLE
     say("Block verification (Sun et al., ICLR 2025; chapter 14) decides how many drafts to keep after seeing all k,"
         " so a later draft can"
-        " save an earlier one that token-wise checking would reject" + (f" ({lifted_words()})" if lifted_words() else "")
-        + ". Chapter 14's --detail gives its rule; here only its counts"
+        " save an earlier one that token-wise checking would reject. Chapter 14's --detail gives its rule; here only its counts"
         " matter. Take the lossless"
         " verifiers (whose output is the target's) that keep the first few drafts, then draw one token, as token-wise"
         " checking does. Among them, Sun et al. prove, block verification keeps the most drafts on average. How close"
@@ -6892,7 +6890,8 @@ def demo32_first_choice(**how):
             f" target's {gb(LLAMA2_7B, 1)}, so c is {s.c[0]:.4f} for big and {s.c_small[0]:.4f} for small."
             if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
         + " A chain of k drafts takes k draft passes and makes 1 plus its first k per-position rates in tokens per"
-        f" call: rate i is the share of rounds whose drafts 1 to i all passed, exact at k = {c19.k_max} (chapter 19)."
+        f" call: rate i is the share of rounds whose drafts 1 to i all passed, counted exactly in rounds of"
+        f" {c19.k_max} drafts (chapter 19)."
         f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node,"
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"
         f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"

@@ -957,7 +957,7 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
             " last token; the target's p after that token judges the first-level drafts.") in " ".join(text.split())
     said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
             " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
-            " that is 0 at x. So a sibling that repeats x always fails.")
+            " that is 0 at x. A sibling that repeats x is judged against that p, so it always fails.")
     assert said in " ".join(text.split())
     sd.bugged("no_resample").demo8_depth_and_width(50)  # the residual is p: the reason no longer holds
     assert said not in " ".join(capsys.readouterr().out.split())
@@ -1108,8 +1108,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             " draft can save an earlier one that the lesson's rule would reject. Its paper proves its output is the"
             " target's. Its rule has five steps (chapter 14's --detail gives all five). Step 1 is a weight: w_0 = 1,"
             " then w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last"
-            " token). A ratio p/q above 1 lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but w_2 = 1. Steps 3 to 5"
-            " decide what to keep, with step 2's chance inside step 3: 3. Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands"
+            " token). A ratio p/q above 1 lifts w back up: ratios 0.5 then 2 give w_1 = 0.5 but w_2 = 1. Step 2 computes"
+            " a chance that step 3 uses, and steps 3 to 5 decide what to keep: 3. Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands"
             " heads with chance w_k. An earlier position i's lands heads with chance h_i, from w_i and the rows after"
             " x_i by Sun et al.'s formula (chapter 14's --detail gives it; here it is enough that each coin is its own). 4. The"
             " block keeps x_1..x_i for i the last"
@@ -1468,8 +1468,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
             " it keeps 11/9. So no verifier of that kind reaches 12/9 here: for that kind the ideal is 1/9 too high."
             " Whether any lossless verifier reaches 12/9, this chapter leaves open.") in flat(text)
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) decides how many drafts to keep after seeing all k,"
-            " so a later draft can save an earlier one that token-wise checking would reject (on chapter 14's example,"
-            " drafts whose p/q are 1/2 then 2 are both kept always). Chapter 14's --detail gives its"
+            " so a later draft can save an earlier one that token-wise checking would reject. Chapter 14's --detail gives"
+            " its"
             " rule; here only its counts matter. Take the lossless verifiers (whose output is the target's) that keep"
             " the first few drafts, then draw one token, as token-wise checking does. Among them, Sun et al. prove,"
             " block verification keeps the most drafts on average. How close does it come to a ceiling on every"
@@ -1859,7 +1859,7 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
 
 
 def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():
-    # chapters 9, 24 and 31 say how a later draft saves an earlier one (chapter 15 shows its weights) on chapter 14's example (read 1570 took
+    # chapters 9 and 31 say how a later draft saves an earlier one (chapter 15 shows its weights) on chapter 14's example (read 1570 took
     # 'save' on trust; read 1579 could not see how): by hand, drafts a then b, ratios 1/2 then 2, w_2 = 1
     assert sd.lifted_words() == "on chapter 14's example, drafts whose p/q are 1/2 then 2 are both kept always"
     # with every ratio halved, w_2 = 1/2 and the words are withheld

@@ -484,12 +484,13 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     gap = (plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).min()
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
         f"At every B up to 192, where big, the target and the KV caches of 512 tokens fill the H100's 80 GB, big's best"
-        f" option trails small's best by {gap:.2f} or more.") in text32 and "Big's c rises" not in text32  # read 1524
+        f" speedup trails small's best by {gap:.2f} or more.") in text32 and "Big's c rises" not in text32  # read 1524
     # asked what memory fills; read 1570, at what context
     # a chain's tokens per call are its rates', exact at k = 8 only (chapter 27), as the chapter now says: big's
     # k = 6 is 1 plus its first six rates at k = 8, not its own exact count (read 1570 asked what the rates were)
     assert ("A chain of k drafts takes k draft passes and makes 1 plus its first k per-position rates in tokens per"
-            " call: rate i is the share of rounds whose drafts 1 to i all passed, exact at k = 8 (chapter 19).") in \
+            " call: rate i is the share of rounds whose drafts 1 to i all passed, counted exactly in rounds of 8 drafts"
+            " (chapter 19).") in \
         text32 and "computed exactly" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
             " wins at B = 1 and big never runs. Takeaway:") in text

@@ -2524,7 +2524,12 @@ def demo9_verifiers(k=3):
             else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x,"
             " which min(1, p/q) cannot do: the"
             " acceptance rule as you have it is suspect."))
-    say("Which accepts most depends on the pair." if len(winners) > 1 else
+    names = ["prob", "1-hot", "strict", "block"]  # b 1-hot is one-hot's own count, by design
+    alike = [f"On the {r[0]} pair, {names[i]} and {names[j]} only round alike: {r[1 + i]:.4f} against {r[1 + j]:.4f}."
+             for r in prow for i in range(4) for j in range(i + 1, 4)
+             if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
+    say(*alike[:1],
+        "Which accepts most depends on the pair." if len(winners) > 1 else
         f"{winners[0]} accepts most for every pair.",
         "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1"
         + (f": {lifted_words()}." if lifted_words() else ".") + " With q all on x, p/q is p(x), never above 1, so"
@@ -2533,7 +2538,7 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
          " the larger. " if keeps_min else "") +
-        (f"It does only on '{where[0]}', a sharpened p against a flattened q, after {wins} of the {VOCAB} tokens;"
+        (f"It does only on '{where[0]}', a sharpened p against a flattened q, in {wins} of its {VOCAB} contexts;"
          if len(where) == 1 and where[0] == tempered[-1][0] and keeps_min else
          f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
          f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else

@@ -1013,6 +1013,12 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     p, q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
     w1 = sd.accept_prob(p, q, 0)
     assert (w1, sd.accept_prob(w1 * p, q, 1)) == pytest.approx((0.5, 1.0)) and p[1] / q[1] == pytest.approx(2)
+    # the middling pair's 1-hot and strict print alike, 1.42, by rounding only (reads 1578, 1579, 1586 and 1593 each
+    # stopped to ask whether the two rules are one): by hand, their exact counts differ in the third decimal
+    middling = next(r for r in result.pairs if r[0] == "middling")
+    assert f"{middling[2]:.2f}" == f"{middling[3]:.2f}" == "1.42" and abs(middling[2] - middling[3]) > 1e-3
+    assert (f"On the middling pair, 1-hot and strict only round alike: {middling[2]:.4f} against {middling[3]:.4f}."
+            in flat(text))
     # strict's exactness, in the sentence that defines it (reads 1578 and 1579 paused on it)
     assert "x is accepted only if they match; either way the target's own sample is emitted." in flat(text)
 

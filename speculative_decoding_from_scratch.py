@@ -5227,7 +5227,9 @@ def table3_words(rows):
 
 
 def demo21_detail(result):
-    """Chapter 21 in detail: two shipped bugs that temper one model and not the other."""
+    """Chapter 21 in detail: its alphas beside the paper's Table 3, and two shipped bugs that temper one model and
+    not the other."""
+    say_paragraphs([table3_words(result.temperatures)])
     one_sided_temperatures(4, 1000)
 
 
@@ -5278,7 +5280,7 @@ def demo21_temperature(k=4, n_rounds=200, n_greedy=1000, n_exact=3):
     same = attempt(lambda: greedy_is_argmax(n_greedy))
     lower = temperature_words(rows, same, n_greedy, n_rounds, n_exact, k)
     print()
-    say(table3_words(rows))
+    say("The option --detail sets these alphas beside the paper's Table 3.")
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     good = [r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[5] is not None]  # the good draft, by T
     span = (f", from {good[0][5]:.2f}x at T = {good[0][1]:g} to {good[-1][5]:.2f}x at T = {good[-1][1]:g},"

@@ -2312,7 +2312,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}: a tree"
-        " drafts a whole level in one pass.", f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
+        " drafts a whole level in one pass, priced here as one draft's, as width is free (demo 6).",
+        f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
         f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the depth-{depth} chain's"
         f" {speedup(rows[0][5], rows[0][1], LESSON_C):.2f}, the long chain's"
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"

@@ -2311,7 +2311,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" {'more' if wider else 'NOT more'} than the chain's exact {rows[0][5]:.2f}.",
         f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
-        f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}: a tree"
+        f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}. A tree"
         " drafts a whole level in one pass, priced here as one draft's, as width is free (demo 6).",
         f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
         f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the depth-{depth} chain's"
@@ -5700,7 +5700,7 @@ def demo23_engines(**how):
                  for _, _, o in c19.buckets)  # the plan runs small's chains longer than the lesson's k
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
-        " batch size, is the number of sequences a server decodes at once; the plan runs to B ="
+        " batch size, is the number of sequences a server decodes at once. The plan runs to B ="
         f" {c19.max_batch}" + (", the most whose KV caches fit beside both models' weights in the H100's memory (chapter 25)" if c19.max_batch == c19.fit
                                else "") + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
@@ -6825,8 +6825,8 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     say("The ideal of chapter 24 is a ceiling on every lossless verifier, one whose output is the target's. It is 1"
         " plus, for each i from 1 to k, a bound on the chance that such a verifier keeps drafts 1 to i. Chapter 24 builds"
         " the bound from demo 1's sum min(p, q), taken over whole texts x_1..x_i. Block verification (chapter 14) judges"
-        " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject"
-        + (f" ({lifted_words()})." if lifted_words() else "."))
+        " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject."
+        + (f" {lifted_words()[0].upper()}{lifted_words()[1:]}." if lifted_words() else ""))
     print()
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
@@ -6897,9 +6897,9 @@ def demo32_first_choice(**how):
             f" At B = 1 each pass is memory-bound: big reads {gb(big, 1)} and small {gb(small, 1)}, against the"
             f" target's {gb(LLAMA2_7B, 1)}, so c is {s.c[0]:.4f} for big and {s.c_small[0]:.4f} for small."
             if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
-        + " A chain of k drafts takes k draft passes and makes 1 plus its first k per-position rates in tokens per"
-        f" call: rate i is the share of rounds whose drafts 1 to i all passed, counted exactly in rounds of"
-        f" {c19.k_max} drafts (chapter 19)."
+        + " A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
+        f" call, rate i being the share of rounds whose drafts 1 to i all passed, counted in rounds of {c19.k_max}"
+        " drafts (chapter 19)."
         f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node,"
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"
         f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"

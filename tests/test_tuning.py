@@ -488,8 +488,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # asked what memory fills; read 1570, at what context
     # a chain's tokens per call are its rates', exact at k = 8 only (chapter 27), as the chapter now says: big's
     # k = 6 is 1 plus its first six rates at k = 8, not its own exact count (read 1570 asked what the rates were)
-    assert ("A chain of k drafts takes k draft passes and makes 1 plus its first k per-position rates in tokens per"
-            " call: rate i is the share of rounds whose drafts 1 to i all passed, counted exactly in rounds of 8 drafts"
+    assert ("A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
+            " call, rate i being the share of rounds whose drafts 1 to i all passed, counted in rounds of 8 drafts"
             " (chapter 19).") in \
         text32 and "computed exactly" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
@@ -712,7 +712,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     # where B ends, and why (read 1248 asked what runs above 241)
     last = max(hi for _, hi, _ in c19.buckets)
-    assert (f"the plan runs to B = {last}, the most whose KV caches fit beside both models' weights in the H100's memory"
+    assert (f"The plan runs to B = {last}, the most whose KV caches fit beside both models' weights in the H100's memory"
             " (chapter 25).") in flat_text  # reads 1580, 1581 and 1582 got 247 from the target's alone
     assert last == c19.c19.fit == 241  # chapter 25's fit, at 512 tokens
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text

@@ -5166,8 +5166,10 @@ def temperature_table(rows, k, c=0.1):
     zero = {r[0]: r for r in rows if r[1] == 0 and r[5] is not None}  # each draft's T = 0 row
     middling, good = zero.get("middling"), zero.get(f"blend {GOOD_WEIGHT:g}")
     say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}.",
-        f"At T = 0 the middling draft's alpha is 0, and blend {GOOD_WEIGHT:g}'s speedup beats what eq. 1 predicts from"
-        " its alpha; chapter 28 explains both."
+        "At T = 0 a draft passes always after some tokens and never after others. The target's greedy text never"
+        " visits a token after which the middling draft passes, so its alpha is 0. Blend"
+        f" {GOOD_WEIGHT:g}'s passes come in runs, which eq. 1, at one chance alpha, undercounts: its speedup beats"
+        " eq. 1's. Chapter 28 works both out."
         if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
         else "")
     print()

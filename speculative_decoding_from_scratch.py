@@ -3433,7 +3433,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
         f" at k = {k}, and the two texts are compared. The draft is the target itself, scoring a position at a"
         " time. Under greedy decoding a draft is kept only if it is the verifying pass's argmax too. So in the first"
-        " three rows any difference comes from the verifying pass's arithmetic. The last row adds a bug: the bonus"
+        " three rows any difference comes from the verifying pass's arithmetic; the float64 row decodes plainly in"
+        " float64 too. The last row adds a bug: the bonus"
         " token scored at the last draft's position, not the one after it, so it repeats the last draft. For the"
         " prompts whose texts differ: the median token where they first part, and the largest top-two margin"
         " there:")
@@ -6902,7 +6903,8 @@ def demo32_first_choice(**how):
         + " A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
         f" call, rate i being the share of rounds whose drafts 1 to i all passed, counted in rounds of {c19.k_max}"
         " drafts (chapter 19)."
-        f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node,"
+        f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, each"
+        " drawn from q on its own (chapter 8's independent children),"
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"
         f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"
         " tokens per call / (1 + n c), for n draft passes; chapter 19 prices every other B.")

@@ -1235,3 +1235,15 @@ def test_chapter20_says_when_the_switch_never_goes_off(capsys):
     sd.bugged("keep_all", keep_all).demo20_fallback(seeds=(0,))
     said = " ".join(capsys.readouterr().out.split())
     assert "It never switches off here." in said and "It switches off at" not in said
+
+
+def test_chapter32_says_its_tree_draws_independent_children(in_process):
+    # read 1601 set chapter 32's 3.156 against chapter 8's distinct 3.52 for the same tree and could not settle it:
+    # the plan's tree draws each child independently (tree_round's default), and the chapter says so
+    text = " ".join(section(in_process[1], "32").split())
+    assert "each drawn from q on its own (chapter 8's independent children)" in text
+    # by hand: the plan's 3.156 is 2,000 rounds of tree_round with independent children, from seed 42
+    rng = np.random.default_rng(42)
+    out = [len(e) for e in sd.islice(sd.rounds(lambda t: sd.tree_round(sd.TARGET, sd.MIDDLING, t, 3, 2, rng,
+                                                                       distinct=False), [0]), 2000)]
+    assert np.mean(out) == sd.chapter19_plan().measured[1].tree[3] and f"{np.mean(out):.3f}" == "3.156"

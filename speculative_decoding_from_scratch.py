@@ -4727,11 +4727,11 @@ def demo19_tuning(**how):
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
     say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft), each standing for"
         " a model of its own shape (chapter 32 gives the shapes). A draft's acceptance comes from its table." + (
-            " Its c is the bytes its pass reads divided by the target's, as both passes are memory-bound."
-            if bytes_set_c and by_bytes else " Its c, a pass's cost in target passes, comes from the bytes a pass"
-            " reads.") + (
-            f" At B = 1, c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. The option --detail"
-            " says what sets each c and how it rises with B." if bytes_set_c else ""))
+            " Its c is the bytes its pass reads divided by the target's, as both passes are memory-bound." if bytes_set_c
+            and by_bytes else " Its c, a pass's cost in target passes, comes from the bytes a pass reads.") + (
+            f" At B = 1, c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. Each c rises with B, as"
+            " every sequence adds its KV cache, the keys and values of its tokens, to both passes' bytes; --detail"
+            " says by how much." if bytes_set_c else ""))
     print()
     say("A chain of k drafts makes, in tokens per call, 1 plus its first k per-position rates. Rate i is the share of"
         f" rounds in which drafts 1 to i were all kept. Here the rates are counted exactly at k = {k_max}, and a"

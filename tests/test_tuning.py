@@ -432,8 +432,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert ("The two draft models are big (blend 0.75) and small (the middling draft), each standing for a model of its"
             " own shape (chapter 32 gives the shapes). A draft's acceptance comes from its table. Its c is the bytes"
             " its pass reads divided by the target's, as both passes are memory-bound. At B = 1, c is"
-            f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small. The option --detail says what sets each c and how"
-            " it rises with B.") in text and "width 2048" not in text  # reads 1529 and 1546 tried c from the shapes
+            f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small. Each c rises with B, as every sequence adds its KV"
+            " cache, the keys and values of its tokens, to both passes' bytes;") in text and "width 2048" not in text  # reads 1529 and 1546 tried c from the shapes
     assert f"small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = 241" in " ".join(
         sd.demo19_shape(in_process[0]["19"].shape, 512, 241)[2].split())  # the detail's (read 1522 checked it)
     assert " GB," not in text and " GB against" not in text  # the bytes are chapter 32's (reads 1494, 1511)
@@ -455,7 +455,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert "output layer" not in text
     # the pointer says what the detail gives, the output layer's share of the weights (the review found it promised
     # to build the bytes, which the detail does not)
-    assert "for small. The option --detail says what sets each c and how it rises with B." in text
+    assert ("for small. Each c rises with B, as every sequence adds its KV cache, the keys and values of its tokens, to"
+            " both passes' bytes; --detail says by how much.") in text  # reads 1580 and 1599 asked why it would rise
     text32 = " ".join(section(in_process[1], "32").split())
     # chapter 32 names the plan's choice at B = 1 and leaves its table to chapter 19 (reads 1534, 1547 and 1567 asked
     # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's)

@@ -5529,11 +5529,9 @@ def sglang_algorithm(method):
 
 
 def chain_schedule(main, own, priced):
-    """The main drafter's plan as a schedule of chain lengths, for an engine
-    whose keys say one k per batch range: [(first B, last B, k)], k = 0 off.
-    Where its own plan runs a tree, its best chains priced the same way take
-    the range (priced = (speeds, options, tol)); unpriced, a tree's range is
-    left off."""
+    """The main drafter's plan as a schedule of chain lengths, for an engine whose keys say one k per batch range:
+    [(first B, last B, k)], k = 0 off. Where its own plan runs a tree, its best chains priced the same way take the
+    range (priced = (speeds, options, tol)); unpriced, a tree's range is left off."""
     if priced and any(o is not None and not o.shape.startswith("k") for _, _, o in own):
         speeds, options, tol = priced
         mine = [i for i, o in enumerate(options) if o.drafter.name == main.name and o.shape.startswith("k")]
@@ -5638,13 +5636,11 @@ def tree_shortfall(buckets, priced):
 
 
 def engine_costs(buckets, priced):
-    """What each engine's config costs against the full plan: {engine: (the
-    largest shortfall, at which B, what it drafts there: k, or the tree's
-    shape)}, each engine running what its keys say, as engine_configs writes
-    them: vLLM the drafter's best chains (chain_schedule); SGLang its flags at
-    every batch, the tree where the drafter's plan has one, else one k (its
-    EAGLE slots, the plan); TensorRT-LLM max_draft_len up to its first key,
-    the schedule after, off past the last."""
+    """What each engine's config costs against the full plan: {engine: (the largest shortfall, at which B, what it
+    drafts there: k, or the tree's shape)}, each engine running what its keys say, as engine_configs writes them:
+    vLLM the drafter's best chains (chain_schedule); SGLang its flags at every batch, the tree where the drafter's
+    plan has one, else one k (its EAGLE slots, the plan); TensorRT-LLM max_draft_len up to its first key, the
+    schedule after, off past the last."""
     speeds, options, _ = priced
     main, own, _ = one_drafter_plan(buckets, priced)
     best = plan_best([o for _, _, o in buckets if o is not None], speeds, options)

@@ -5670,10 +5670,11 @@ def engine_costs(buckets, priced):
             for e in worst}
 
 
-def print_engine_configs(buckets, priced, costs=None):
-    """engine_configs as printed: each engine's line wrapped at 78 columns, its continuations indented."""
+def print_engine_configs(buckets, priced, costs=None, said=()):
+    """engine_configs as printed, wrapped at 78 columns; a note that begins as one of said, the caller's prose's, is
+    left out."""
     lines = engine_configs(buckets, priced, costs)
-    for line in lines:
+    for line in (x for x in lines if not x.strip().startswith(said)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
     return lines
@@ -5694,6 +5695,7 @@ def demo23_engines(**how):
     t = c19.measured[1].tree
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
+    chains_only = main and not sg_runs_tree and any(o is not None and o.shape[:4] == "tree" for _, _, o in c19.buckets)
     small_c = draft_cost(1, c19.n_ctx, draft=c19.shapes[1])  # a small draft pass at B = 1 (read 1513: why k = 8?)
     long_k = any(o and o.drafter.name == "small" and o.shape.startswith("k =") and int(o.shape.split()[-1]) > LESSON_K
                  for _, _, o in c19.buckets)  # the plan runs small's chains longer than the lesson's k
@@ -5724,13 +5726,14 @@ def demo23_engines(**how):
             f" {main.name.capitalize()}, a table like every drafter here, stands in for that head."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         (f"None of the three schedules a tree: where the plan runs one, each runs {main.name}'s best chain at each"
-         " B. " if main and not sg_runs_tree and any(o is not None and o.shape.startswith("tree") for _, _, o in c19.buckets) else "") +
+         " B. " if chains_only else "") +
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
     print()
-    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs)
+    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs, said=(  # the prose's
+        "(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too") if chains_only else ())
     if costs:
         print()
         if len(set(costs.values())) > 1:  # one row said three times is the paragraph below (reads 1463, 1480)

@@ -660,8 +660,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     priced = (c19.speeds, c19.options, 0.005)
     lines = sd.engine_configs(c19.buckets, priced)
     flat_text = " ".join(text.split())
-    for line in lines:  # each engine's config, as engine_configs writes it
-        assert " ".join(line.split()) in flat_text
+    said = ("(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too")  # the prose's, once
+    for line in lines:  # each engine's config, as engine_configs writes it, but the two notes the prose gives
+        assert (" ".join(line.split()) in flat_text) != line.strip().startswith(said), line
+    assert sum(line.strip().startswith(said) for line in lines) == 2  # read 1598 read the point three times
     main, own, lost = sd.one_drafter_plan(c19.buckets, priced)
     assert main.name == "small" and lost is None and in_process[0]["23"].lost is None  # the plan runs one drafter
     # vLLM's rows are of chain lengths: where the plan runs the tree they run small's best chains, by a scan
@@ -669,7 +671,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     best_chain = np.array([max(c19.speeds[b, i] for i in chains) for b in range(len(c19.speeds))])
     vllm = json.loads(flat_text.split("--speculative-config '")[1].split("'")[0])
     rows = vllm["num_speculative_tokens_per_batch_size"]
-    assert rows[0][:2] == [1, 95] and rows[0][2] == 8 and "these rows run small's best chain at each B" in flat_text
+    assert rows[0][:2] == [1, 95] and rows[0][2] == 8 and "each runs small's best chain at each B" in flat_text
     for lo, hi, k in rows:  # each row's chain is within the plan's 0.5% of the best chain at every B in it
         i = next(i for i in chains if c19.options[i].shape == f"k = {k}")
         assert all(c19.speeds[b - 1, i] >= 0.995 * best_chain[b - 1] - 1e-12 for b in range(lo, hi + 1))

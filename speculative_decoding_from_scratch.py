@@ -5045,8 +5045,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
         " large batch crosses the ridge.",
-        note + " Each sequence adds its own KV cache, the keys and values of its tokens, to the bytes a pass reads,"
-        " and memory runs out before a batch crosses the ridge." if note else "")
+        f"At the prompt's own length ({len(prompt)} characters) none would: each sequence adds its KV cache, the keys"
+        " and values of its tokens, to the bytes a pass reads, and memory runs out first. There a check costs a plain"
+        " pass at every batch that fits." if note else "")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"

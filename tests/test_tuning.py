@@ -1027,12 +1027,13 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         text = bodies[chapter]
         assert (" and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
-                " H100 SXM's 80 GB: the pass stays memory-bound.") in text, chapter
+                " H100 SXM's 80 GB: the pass stays memory-bound.") in text if chapter == "26" else (
+            "At the prompt's own length (493 characters) none would: each sequence adds its KV cache, the keys and"
+            " values of its tokens, to the bytes a pass reads, and memory runs out first. There a check costs a plain"
+            " pass at every batch that fits.") in text, chapter  # chapter 20 in fewer words (reads 1582 and 1583)
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too.") in \
-            details[chapter] if chapter == "26" else ("Each sequence adds its own KV cache, the keys and values of its"
-                                                      " tokens, to the bytes a pass reads, and memory runs out before a"
-                                                      " batch crosses the ridge.") in text, chapter
+            details[chapter] if chapter == "26" else "1.00 times as long" not in text, chapter
         assert "Demo 6's 295" not in bodies[chapter], chapter
         assert "sequences fit, and a pass of" not in text, chapter  # reads 1402 and 1409 rechecked them for 2 minutes
     assert "Why" not in details["20"]  # the reason is the body's (reads 1576 and 1577 worked it out for 2 minutes)
@@ -1060,7 +1061,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
             " character a token. It prices them at a deliberately short 16 tokens of context, so that a large batch"
-            " crosses the ridge. At the prompt's length (493 characters)") in text  # the model priced first, then
+            " crosses the ridge. At the prompt's own length (493 characters)") in text  # the model priced first, then
     # the price at the prompt's own length, which read 1568 worked out for a minute when only --detail gave it
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)

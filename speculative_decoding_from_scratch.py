@@ -2453,8 +2453,9 @@ def fraction(x):
 
 
 def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
-    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9 and 31): drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the
-    second reaches, by accept_prob; "" unless it reaches 1, so both are always kept."""
+    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9 and 31):
+    drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the second
+    reaches, by accept_prob; "" unless it reaches 1, so both are always kept."""
     w1 = accept_prob(P2, Q2, 0)
     if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0):
         return ""

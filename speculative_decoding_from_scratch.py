@@ -2456,11 +2456,11 @@ def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
     """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9 and 31):
     drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the second
     reaches, by accept_prob; "" unless it reaches 1, so both are always kept."""
-    w1 = accept_prob(P2, Q2, 0)
-    if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0):
+    w1, r = accept_prob(P2, Q2, 0), [fraction(P2[x] / Q2[x]) for x in (0, 1)]
+    if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0 and abs(P2[0] * P2[1] / (Q2[0] * Q2[1]) - 1) < 1e-12):
         return ""
-    return (f"on chapter 14's example, drafts whose p/q are {fraction(P2[0] / Q2[0])} then {fraction(P2[1] / Q2[1])}"
-            " are both kept always")
+    return (f"on chapter 14's example, drafts whose p/q are {r[0]} then {r[1]} make a pair as likely under p as under q"
+            f" ({r[0]} * {r[1]} = 1), and the block keeps both always")
 
 
 ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x). A rejection redraws from"

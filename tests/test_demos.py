@@ -1015,8 +1015,9 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     # q all on x each ratio is p(x) <= 1, so the block's weights only fall; read 1569 could not follow 'no later draft
     # can save an earlier one' without chapter 14's mechanism, which the sentence now names
     assert ("Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1:"
-            " on chapter 14's example, drafts whose p/q are 1/2 then 2 are both kept always. With q all on x, p/q is p(x), never"
-            " above 1, so over one-hot drafts block accepts what one-hot accepts.") in flat(text) and \
+            " on chapter 14's example, drafts whose p/q are 1/2 then 2 make a pair as likely under p as under q (1/2 * 2"
+            " = 1), and the block keeps both always. With q all on x, p/q is p(x), never above 1, so over one-hot drafts"
+            " block accepts what one-hot accepts.") in flat(text) and \
         (sd.TARGET <= 1).all()
     # chapter 14's example, by hand: p = (1/3, 2/3), q = (2/3, 1/3); drafts a then b have ratios 1/2 then 2, and the
     # block's weight w_2 = min(1, 1/2 * 2) = 1 keeps both always (read 1579 could not see how a later draft lifts one)
@@ -1877,7 +1878,8 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
 def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():
     # chapters 9 and 31 say how a later draft saves an earlier one (chapter 15 shows its weights) on chapter 14's example (read 1570 took
     # 'save' on trust; read 1579 could not see how): by hand, drafts a then b, ratios 1/2 then 2, w_2 = 1
-    assert sd.lifted_words() == "on chapter 14's example, drafts whose p/q are 1/2 then 2 are both kept always"
+    assert sd.lifted_words() == ("on chapter 14's example, drafts whose p/q are 1/2 then 2 make a pair as likely under"
+                                 " p as under q (1/2 * 2 = 1), and the block keeps both always")  # read 1606 asked why
     # with every ratio halved, w_2 = 1/2 and the words are withheld
     halved = {"halved": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return min(1.0, float(p[x] / q[x]) / 2)")]}
     assert sd.bugged("halved", halved).lifted_words() == ""

@@ -4747,7 +4747,7 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
         " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. A long check"
         " reaches the ridge as B grows, and past it costs more as it scores more positions (chapter 25). The plan stops at"
-        f" B = {max_batch}, where both models' weights and KV caches fill the"
+        f" B = {max_batch}, where the target's and {c19.roomiest}'s weights and KV caches fill the"
         f" H100's {H100.memory / 1e9:.0f} GB. Going up in B, the plan switches only when its current choice"
         f" falls more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's"
         " check scores, and the lowest and highest speedup over each range of B:")
@@ -5704,7 +5704,7 @@ def demo23_engines(**how):
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once. The plan runs to B ="
-        f" {c19.max_batch}" + (", the most whose KV caches fit beside both models' weights in the H100's memory (chapter 25)" if c19.max_batch == c19.fit
+        f" {c19.max_batch}" + (f", the most whose KV caches fit beside the target's and {c19.roomiest}'s weights in the H100's memory (chapter 25)" if c19.max_batch == c19.fit
                                else "") + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
@@ -5732,7 +5732,7 @@ def demo23_engines(**how):
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
-        "Each key is as the engine's source spells it; in parentheses, what it gives up or cannot say:")
+        "Each key is as the engine's source spells it; in parentheses, " + ("how SGLang's keys work and what they cannot say:" if chains_only else "what it gives up or cannot say:"))
     print()
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs, said=(  # the prose's
         "(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too") if chains_only else ())

@@ -148,7 +148,7 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit = sd.sequences_that_fit(512)
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
-    assert (f"The plan stops at B = {fit19}, where both models' weights and KV caches fill the H100's 80 GB.") in " ".join(section(in_process[1], "19").split())
+    assert (f"The plan stops at B = {fit19}, where the target's and small's weights and KV caches fill the H100's 80 GB.") in " ".join(section(in_process[1], "19").split())
     assert sd.sequences_that_fit(512, drafts=((2048, 5504, 16, 32000),)) == 192  # big's, which the detail gives
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -502,7 +502,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
-        "The plan stops at B = 241, where both models' weights and KV caches fill the H100's 80 GB.") in text and ("The plan, with the positions each"
+        "The plan stops at B = 241, where the target's and small's weights and KV caches fill the H100's 80 GB.") in text and ("The plan, with the positions each"
         " sequence's check scores, and the lowest and highest speedup over each range of B:") in text and (
         f"at B = {big_fit}, the most sequences that fit in memory beside it") in detail19  # big's, in the detail
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
@@ -715,7 +715,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     cross = next(b for b in range(1, 300) if sd.bound_text(sd.LLAMA2_7B, 512, 14, b, b, sd.H100).startswith("compute"))
     # where B ends, and why (read 1248 asked what runs above 241)
     last = max(hi for _, hi, _ in c19.buckets)
-    assert (f"The plan runs to B = {last}, the most whose KV caches fit beside both models' weights in the H100's memory"
+    assert (f"The plan runs to B = {last}, the most whose KV caches fit beside the target's and small's weights in the H100's memory"
             " (chapter 25).") in flat_text  # reads 1580, 1581 and 1582 got 247 from the target's alone
     assert last == c19.c19.fit == 241  # chapter 25's fit, at 512 tokens
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text

@@ -5047,7 +5047,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
         " large batch crosses the ridge.",
         f"At the prompt's own length ({len(prompt)} characters) none would: each sequence adds its KV cache, the keys"
-        " and values of its tokens, to the bytes a pass reads, and memory runs out first. There a check costs a plain"
+        " and values of its tokens, to the bytes a pass reads, and the 80 GB fills before any batch crosses. There a check costs a plain"
         " pass at every batch that fits." if note else "")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
@@ -5977,13 +5977,14 @@ def demo25_ridge(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     runs = {o.drafter.name for _, _, o in c19.buckets if o}  # the draft models the plan runs anywhere
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
-        " decodes at once: which draft model, and how many of its drafts to check." + (
+        f" decodes at once: which draft model, and how many of its drafts to check (chains of k = 1 to {c19.k_max}, or"
+        " one tree)." + (
             f" Of its two draft models, big (blend {c19.big_weight:g}) and small (the middling draft), it runs"
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + " Its plan runs to B ="
         f" {c19.max_batch} at {c19.n_ctx} tokens of context: the most sequences that fit in the H100's"
         f" {H100.memory / 1e9:.0f} GB. Memory holds the target's and {c19.roomiest}'s weights, and each sequence's KV"
-        " cache in both models: the keys and values of its tokens, which every pass reads."
+        " cache in both models: the keys and values of its tokens, which each model's passes read."
         " As B grows, its plan checks fewer positions per sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
@@ -6050,7 +6051,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         wins = (s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
                 and s.first_speed > s.chain_speed)
         say("The tree is the first to give way: it checks the most positions per sequence. Chapter 32 says why it wins"
-            " at B = 1, chapter 35 prices its loss B by B, and the option --detail gives both in short.")
+            " at B = 1, chapter 35 prices what a chain schedule loses to it B by B, and the option --detail gives both"
+            " in short.")
         priced = " ".join((  # the detail's: why the tree wins at B = 1 and gives way just past its ridge
             "The tree against " + chain.shape + ", the plan's next pick." + (
                 f" At B = 1 the tree wins, though it makes fewer tokens per call, {tree.tokens:.2f} against"
@@ -6903,7 +6905,7 @@ def demo32_first_choice(**how):
             if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
         + " A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
         f" call, rate i being the share of rounds whose drafts 1 to i all passed, counted in rounds of {c19.k_max}"
-        " drafts (chapter 19)."
+        " drafts (chapter 19), which price a shorter k a little low (chapter 27)."
         f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, each"
         " drawn from q on its own (chapter 8's independent children),"
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"

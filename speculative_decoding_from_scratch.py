@@ -2533,8 +2533,8 @@ def demo9_verifiers(k=3):
     say(*alike[:1],
         "Which accepts most depends on the pair." if len(winners) > 1 else
         f"{winners[0]} accepts most for every pair.",
-        "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1"
-        + (f": {lifted_words()}." if lifted_words() else ".") + " With q all on x, p/q is p(x), never above 1, so"
+        "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1."
+        + (f" {lifted_words()[0].upper()}{lifted_words()[1:]}." if lifted_words() else "") + " With q all on x, p/q is p(x), never above 1, so"
         " over one-hot drafts block accepts what one-hot accepts." if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
@@ -5046,9 +5046,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
         " large batch crosses the ridge.",
-        f"At the prompt's own length ({len(prompt)} characters) none would: each sequence adds its KV cache, the keys"
-        " and values of its tokens, to the bytes a pass reads, and the 80 GB fills before any batch crosses. There a check costs a plain"
-        " pass at every batch that fits." if note else "")
+        f"At the prompt's own length ({len(prompt)} characters) none would. Each sequence adds its KV cache, the keys"
+        " and values of its tokens, to the bytes a pass reads, and the 80 GB fills before any batch crosses. There a"
+        " check costs a plain pass at every batch that fits." if note else "")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
@@ -5977,8 +5977,8 @@ def demo25_ridge(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     runs = {o.drafter.name for _, _, o in c19.buckets if o}  # the draft models the plan runs anywhere
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
-        f" decodes at once: which draft model, and how many of its drafts to check (chains of k = 1 to {c19.k_max}, or"
-        " one tree)." + (
+        " decodes at once: which draft model, and how many of its drafts to check. It tries chains of k = 1 to"
+        f" {c19.k_max} and one tree." + (
             f" Of its two draft models, big (blend {c19.big_weight:g}) and small (the middling draft), it runs"
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + " Its plan runs to B ="
@@ -6904,8 +6904,8 @@ def demo32_first_choice(**how):
             f" target's {gb(LLAMA2_7B, 1)}, so c is {s.c[0]:.4f} for big and {s.c_small[0]:.4f} for small."
             if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
         + " A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
-        f" call, rate i being the share of rounds whose drafts 1 to i all passed, counted in rounds of {c19.k_max}"
-        " drafts (chapter 19), which price a shorter k a little low (chapter 27)."
+        " call, rate i being the share of rounds whose drafts 1 to i all passed. The rates are counted in rounds of"
+        f" {c19.k_max} drafts (chapter 19), which price a shorter k a little low (chapter 27)."
         f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, each"
         " drawn from q on its own (chapter 8's independent children),"
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"

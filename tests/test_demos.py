@@ -1014,8 +1014,8 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     # q all on x each ratio is p(x) <= 1, so the block's weights only fall
     # q all on x each ratio is p(x) <= 1, so the block's weights only fall; read 1569 could not follow 'no later draft
     # can save an earlier one' without chapter 14's mechanism, which the sentence now names
-    assert ("Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1:"
-            " on chapter 14's example, drafts whose p/q are 1/2 then 2 make a pair as likely under p as under q (1/2 * 2"
+    assert ("Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1."
+            " On chapter 14's example, drafts whose p/q are 1/2 then 2 make a pair as likely under p as under q (1/2 * 2"
             " = 1), and the block keeps both always. With q all on x, p/q is p(x), never above 1, so over one-hot drafts"
             " block accepts what one-hot accepts.") in flat(text) and \
         (sd.TARGET <= 1).all()

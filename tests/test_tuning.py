@@ -490,8 +490,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # a chain's tokens per call are its rates', exact at k = 8 only (chapter 27), as the chapter now says: big's
     # k = 6 is 1 plus its first six rates at k = 8, not its own exact count (read 1570 asked what the rates were)
     assert ("A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
-            " call, rate i being the share of rounds whose drafts 1 to i all passed, counted in rounds of 8 drafts"
-            " (chapter 19), which price a shorter k a little low (chapter 27).") in \
+            " call, rate i being the share of rounds whose drafts 1 to i all passed. The rates are counted in rounds of 8"
+            " drafts (chapter 19), which price a shorter k a little low (chapter 27).") in \
         text32 and "computed exactly" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
             " wins at B = 1 and big never runs. Takeaway:") in text
@@ -619,8 +619,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
             " more, and chapter 19's plan switches only when the option it runs falls more than 0.5% below the best.") in text
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
-    assert ("which draft model, and how many of its drafts to check (chains of k = 1 to 8, or one tree). Of its two"
-            " draft models, big (blend 0.75) and small (the middling draft), it runs small at every B.") in text
+    assert ("which draft model, and how many of its drafts to check. It tries chains of k = 1 to 8 and one tree. Of its"
+            " two draft models, big (blend 0.75) and small (the middling draft), it runs small at every B.") in text
     assert {o.drafter.name for _, _, o in result.c19.buckets if o} == {"small"}  # the plan, by its own rows
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
@@ -1029,9 +1029,9 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert (" and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
                 " H100 SXM's 80 GB: the pass stays memory-bound.") in text if chapter == "26" else (
-            "At the prompt's own length (493 characters) none would: each sequence adds its KV cache, the keys and"
-            " values of its tokens, to the bytes a pass reads, and the 80 GB fills before any batch crosses. There a check costs a plain"
-            " pass at every batch that fits.") in text, chapter  # chapter 20 in fewer words (reads 1582 and 1583)
+            "At the prompt's own length (493 characters) none would. Each sequence adds its KV cache, the keys and"
+            " values of its tokens, to the bytes a pass reads, and the 80 GB fills before any batch crosses. There a"
+            " check costs a plain pass at every batch that fits.") in text, chapter  # chapter 20 in fewer words (reads 1582 and 1583)
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too.") in \
             details[chapter] if chapter == "26" else "1.00 times as long" not in text, chapter

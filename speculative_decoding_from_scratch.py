@@ -2532,6 +2532,7 @@ def demo9_verifiers(k=3):
              if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
     say(*alike[:1],
         "Which accepts most depends on the pair." if len(winners) > 1 else
+        "Every setting keeps alike on every pair." if all(max(r[1:6]) - min(r[1:6]) < 1e-9 for r in prow) else
         f"{winners[0]} accepts most for every pair.",
         "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1."
         + (f" {lifted_words()[0].upper()}{lifted_words()[1:]}." if lifted_words() else "") + " With q all on x, p/q is p(x), never above 1, so"
@@ -2540,11 +2541,11 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
          " the larger. " if keeps_min else "") +
-        (f"It does only on '{where[0]}', a sharpened p against a flattened q, in {wins} of its {VOCAB} contexts;"
+        (f"It does only on '{where[0]}', a sharpened p against a flattened q, in {wins} of its {VOCAB} contexts"
          if len(where) == 1 and where[0] == tempered[-1][0] and keeps_min else
-         f"One-hot beats probabilistic only on '{where[0]}';" if len(where) == 1 else
-         f"One-hot beats probabilistic on {plural(len(where), 'pair')};" if where else
-         "One-hot never beats probabilistic here;") + (" --detail counts where." if keeps_min else "")
+         f"One-hot beats probabilistic only on '{where[0]}'" if len(where) == 1 else
+         f"One-hot beats probabilistic on {plural(len(where), 'pair')}" if where else
+         "One-hot never beats probabilistic here") + ("; --detail counts where." if keeps_min else ".")
         if all(r[3] for r in reasons)
         else cases)
     exactness = demo9_exactness(k)

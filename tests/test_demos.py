@@ -1883,3 +1883,13 @@ def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():
     # with every ratio halved, w_2 = 1/2 and the words are withheld
     halved = {"halved": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return min(1.0, float(p[x] / q[x]) / 2)")]}
     assert sd.bugged("halved", halved).lifted_words() == ""
+
+
+def test_chapter9_with_every_draft_rejected_says_the_settings_tie(capsys):
+    # accept_prob edited to keep nothing: every setting makes 1 token per call, so none 'accepts most' (the chapter
+    # said 'prob accepts most for every pair', naming a tie's first), and no sentence ends on a dangling ';'
+    keep_none = {"keep_none": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 0.0")]}
+    sd.bugged("keep_none", keep_none).demo9_verifiers()
+    said = flat(capsys.readouterr().out)
+    assert "Every setting keeps alike on every pair." in said and "accepts most for every pair" not in said
+    assert "One-hot never beats probabilistic here." in said and "here;" not in said

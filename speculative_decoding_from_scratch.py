@@ -4574,9 +4574,8 @@ def demo18_lossy_cost():
 # print the plan (chapter 23 writes it in each engine's keys).
 
 def route_tokens(k_max=32, alpha=None, k=None, mean_length=None, draft_rate=None, per_position=None):
-    """(tokens per call at k = 1..k_max, where alpha came from or None, the
-    assumption in words). Past the K per-position rates cover, each further
-    draft passes with the last conditional rate, and the words say so."""
+    """(tokens per call at k = 1..k_max, where alpha came from or None, the assumption in words). Past the K
+    per-position rates cover, each further draft passes with the last conditional rate, and the words say so."""
     if per_position is not None:
         K, rates = len(per_position), list(per_position)
         last = rates[-1] / (rates[-2] if K > 1 else 1.0) if rates[-1] else 0.0
@@ -4600,10 +4599,9 @@ Option = namedtuple("Option", "drafter shape tokens positions draft_passes draft
 
 
 def drafter_options(d, k_max):
-    """Every way to run drafter d: a chain of k = 1..k_max drafts (k+1
-    positions verified, k draft passes of one position), and, if it was
-    measured as a tree (top-k, steps, N draft tokens, tokens per call), that
-    tree (N positions verified, steps draft passes of top-k positions each)."""
+    """Every way to run drafter d: a chain of k = 1..k_max drafts (k+1 positions verified, k draft passes of one
+    position), and, if it was measured as a tree (top-k, steps, N draft tokens, tokens per call), that tree (N positions
+    verified, steps draft passes of top-k positions each)."""
     out = [Option(d, f"k = {k}", d.tokens[k - 1], k + 1, k, 1) for k in range(1, min(k_max, len(d.tokens)) + 1)]
     if d.tree:
         topk, steps, n, tokens = d.tree
@@ -4612,11 +4610,10 @@ def drafter_options(d, k_max):
 
 
 def option_speedup(o, batch, n_ctx, hw=H100, target=LLAMA2_7B):
-    """An option's speedup over plain decoding at a batch size, on the roofline:
-    tokens per call over (a verifying pass of its positions + its draft passes),
-    in plain passes. A drafter's cost is c plain passes a draft pass (held at
-    every batch), or its shape, priced like the target's: its weights and its
-    own KV cache of n_ctx tokens a sequence."""
+    """An option's speedup over plain decoding at a batch size, on the roofline: tokens per call over (a verifying pass
+    of its positions + its draft passes), in plain passes. A drafter's cost is c plain passes a draft pass (held at
+    every batch), or its shape, priced like the target's: its weights and its own KV cache of n_ctx tokens a
+    sequence."""
     plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
     verify = roofline_time(*pass_traffic(target, n_ctx, o.positions, batch), hw)[0]
     if not isinstance(o.drafter.cost, tuple):
@@ -4640,10 +4637,9 @@ def drafter_fit(d, n_ctx, hw=H100, target=LLAMA2_7B):
 
 
 def plan_drafters(drafters, n_ctx, max_batch, k_max=16, tol=0.01, hw=H100, target=LLAMA2_7B):
-    """The skill: at every batch size, every option of every drafter priced;
-    buckets of batch sizes that keep one option while it stays within tol of
-    the best at each B, and plain decoding where nothing beats it:
-    ([(first B, last B, option or None)], speeds[B - 1, option], options)."""
+    """The skill: at every batch size, every option of every drafter priced; buckets of batch sizes that keep one option
+    while it stays within tol of the best at each B, and plain decoding where nothing beats it: ([(first B, last B,
+    option or None)], speeds[B - 1, option], options)."""
     options = [o for d in drafters for o in drafter_options(d, k_max)]
     batches = np.arange(1, max_batch + 1)  # every batch size at once: the roofline prices arrays
     speeds = np.array([option_speedup(o, batches, n_ctx, hw, target) for o in options]).reshape(len(options), -1).T
@@ -4665,8 +4661,7 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
 
 
 def tree_tokens(P, Q, depth, branching, n_rounds, seed):
-    """Tokens per call of a tree of drafts, over n_rounds rounds (chapter 8's
-    trees), and the mean's standard error."""
+    """Tokens per call of a tree of drafts, over n_rounds rounds (chapter 8's trees), and the mean's standard error."""
     rng = np.random.default_rng(seed)
     out = [len(e) for e in islice(rounds(lambda t: tree_round(P, Q, t, depth, branching, rng), [0]), n_rounds)]
     return float(np.mean(out)), float(np.std(out, ddof=1) / math.sqrt(len(out)))
@@ -4775,10 +4770,9 @@ def demo19_tuning(**how):
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
-    """What sets chapter 19's plan, from its numbers: the tree against the
-    chain that keeps the most tokens, at B = 1; whether big runs anywhere, and
-    its c at both ends, with the share of the target's KV cache its own is;
-    and where each planned k's check crosses the ridge."""
+    """What sets chapter 19's plan, from its numbers: the tree against the chain that keeps the most tokens, at B = 1;
+    whether big runs anywhere, and its c at both ends, with the share of the target's KV cache its own is; and where
+    each planned k's check crosses the ridge."""
     big, small = shapes
     first = buckets[0][2]
     rivals = [i for i, o in enumerate(options) if first is not None and o.drafter.name != first.drafter.name]
@@ -4823,12 +4817,10 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
 
 
 def pass_bytes(pairs, n_ctx):
-    """Chapter 32's bytes a pass reads, as text, gb(shape, B) -> '1.817 GB',
-    for each (draft, B) in pairs and the target at those B; None unless every
-    such pass is memory-bound and each draft's c is its bytes over the
-    target's, which chapter 19 checks before it says so. The GB take the fewest decimals at which the printed
-    bytes divide to each c as printed, to 4 decimals (read 1500 found 1.82 /
-    13.48 gives 0.1350, not 0.1348)."""
+    """Chapter 32's bytes a pass reads, as text, gb(shape, B) -> '1.817 GB', for each (draft, B) in pairs and the target
+    at those B; None unless every such pass is memory-bound and each draft's c is its bytes over the target's, which
+    chapter 19 checks before it says so. The GB take the fewest decimals at which the printed bytes divide to each c as
+    printed, to 4 decimals (read 1500 found 1.82 / 13.48 gives 0.1350, not 0.1348)."""
     reads = {(d, b): pass_traffic(d, n_ctx, 1, b) for d, b in [*pairs, *((LLAMA2_7B, b) for _, b in pairs)]}
     if not (all(roofline_time(*t)[1] == "memory" for t in reads.values()) and all(
             abs(reads[d, b][1] / reads[LLAMA2_7B, b][1] - draft_cost(b, n_ctx, draft=d)) < 1e-12 for d, b in pairs)):
@@ -4881,9 +4873,8 @@ def demo19_shape(s, n_ctx, max_batch):
 
 
 def demo19_detail(result):
-    """Chapter 19 in detail: what in each shape sets its c (the output layer's
-    share, the KV cache's), the plan's margin, the tree's check, and big's c as
-    B grows."""
+    """Chapter 19 in detail: what in each shape sets its c (the output layer's share, the KV cache's), the plan's
+    margin, the tree's check, and big's c as B grows."""
     s = result.shape
     paragraphs = [
         "Big stands for a {}-layer model of width {}, small for {} layers of width {}; the target has {} layers of {}."
@@ -4918,8 +4909,7 @@ def margin_words(buckets, speeds, options, tol):
 
 
 def plan_table(plan, buckets):
-    """Chapter 19's plan as a table (plan_rows' rows), with the positions each
-    sequence's check scores."""
+    """Chapter 19's plan as a table (plan_rows' rows), with the positions each sequence's check scores."""
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
            ("speedup", 13, ">")],
           [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])

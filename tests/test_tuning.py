@@ -753,8 +753,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
         o for o in c19.options if o.drafter.name == "small" and o.shape == f"k = {k}"))]
     assert f"{1 - round(b_speed, 2) / round(a, 2):.1%}" != f"{costs['vLLM'][0]:.1%}"
     assert f"{1 - round(b_speed, 4) / round(a, 4):.1%}" == f"{costs['vLLM'][0]:.1%}" == f"{1 - b_speed / a:.1%}"
-    assert (f"vLLM, SGLang and TRT-LLM schedule chain lengths. At B = {b}, where the plan runs the tree at {a:.4f}x,"
-            f" they run k = {k} at {b_speed:.4f}x, the best there of the chains k = 1 to 8 the plan considers. They are"
+    assert (f"vLLM, SGLang and TRT-LLM schedule chain lengths. At B = {b}, the batch size where they lose most, the"
+            f" plan runs the tree at {a:.4f}x; they run k = {k} at {b_speed:.4f}x, the best there of the chains k = 1 to 8 the plan considers. They are"
             f" {costs['vLLM'][0]:.1%} slower: all of that loss comes from not running the tree.") in flat_text
     real = sd.best_chain
     try:
@@ -822,7 +822,8 @@ def test_chapter23_says_its_loss_without_the_two_speedups_when_it_cannot_find_th
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.demo23_engines()
-    assert "where the plan runs the tree, they run k = 8, the best there" in " ".join(out.getvalue().split())
+    assert "where they lose most, the plan runs the tree; they run k = 8, the best there" in " ".join(
+        out.getvalue().split())
 
 
 def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_process):

@@ -4740,9 +4740,17 @@ def demo19_tuning(**how):
         f" per call, from {tree[1]} draft passes, one a level. Chapter 33 tests the rule that judges it.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
+    first = [o for _, _, o in buckets if o][:2]  # the first two planned checks, and where each reaches the ridge
+    cross = [(o, ridge_batch(*token_traffic(n_ctx), positions=o.positions)) for o in first]
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
         " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. A long check"
-        " reaches the ridge as B grows, and past it costs more as it scores more positions (chapter 25). The plan stops at"
+        f" reaches the ridge as B grows: a sequence can check about {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f}"
+        " positions free, its share of the weights' bytes plus its own KV cache's (chapter 25)." + (
+            " So " + and_list([f"{'the tree' if o.shape[:4] == 'tree' else o.shape}'s {o.positions} positions cross at"
+                               f" B = {b}" for o, b in cross]) + "; past the ridge every position costs time."
+            if all(b for _, b in cross) else ""))
+    print()
+    say("The plan stops at"
         f" B = {max_batch}, where the target's and {c19.roomiest}'s weights and KV caches fill the"
         f" H100's {H100.memory / 1e9:.0f} GB. Going up in B, the plan switches only when its current choice"
         f" falls more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's"

@@ -653,7 +653,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
         f" {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35.")
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
-    assert "past it costs more as it scores more positions (chapter 25). The plan stops at B = 241" in text19  # the margin is the detail's
+    assert "past the ridge every position costs time. The plan stops at B = 241" in text19  # the margin is the detail's
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):
@@ -799,7 +799,12 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     # the speedup, as the chapter says it: below the ridge the lesson's formula, past it a dearer check
     assert ("The plan tries chains of k = 1 to 8 and the tree. Below demo 6's ridge a check costs one plain pass, and"
             " the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. A long check reaches the"
-            " ridge as B grows, and past it costs more as it scores more positions (chapter 25).") in text
+            " ridge as B grows: a sequence can check about 289.3 / B + 5.878 positions free, its share of the weights'"
+            " bytes plus its own KV cache's (chapter 25). So the tree's 15 positions cross at B = 32 and k = 8's 9"
+            " positions cross at B = 93; past the ridge every position costs time.") in text  # reads 1580, 1599,
+    # 1605 and 1613 rebuilt the crossings from demo 6 for 1.5 to 3 minutes; by hand, from chapter 25's budget:
+    assert [math.ceil(289.3 / (n - 5.878)) for n in (15, 9)] == [32, 93] == [
+        sd.ridge_batch(*sd.token_traffic(512), positions=n) for n in (15, 9)]
     # not every check: k = 1 to 4 never cross at 512 tokens (the review found 'each check' false)
     assert sd.ridge_batch(*sd.token_traffic(512), positions=5) is None
     plain = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1), sd.H100)[0]

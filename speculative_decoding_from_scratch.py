@@ -5756,8 +5756,8 @@ def demo23_engines(**how):
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
             f"{and_list(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
             f" {own[1]:,}, the batch size where {'they lose' if len(alike) > 1 else 'it loses'} most, the plan runs the"
-            f" tree{f' at {pair[0]}' if pair else ''};"
-            f" {'they run' if len(alike) > 1 else 'it runs'} k = {own[2]}{f' at {pair[1]}' if pair else ''}"
+            f" tree{f' at {pair[0]}' if pair else ''}."
+            f" {'They run' if len(alike) > 1 else 'It runs'} k = {own[2]}{f' at {pair[1]}' if pair else ''}"
             + (f", the best there of the chains k = 1 to {c19.k_max} the plan considers. They are"
                f" {own[0]:.1%} slower: all of that loss comes from not running the tree."
                if best_chain(c19, main, own[1]) == f"k = {own[2]}" else

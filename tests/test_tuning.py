@@ -754,7 +754,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert f"{1 - round(b_speed, 2) / round(a, 2):.1%}" != f"{costs['vLLM'][0]:.1%}"
     assert f"{1 - round(b_speed, 4) / round(a, 4):.1%}" == f"{costs['vLLM'][0]:.1%}" == f"{1 - b_speed / a:.1%}"
     assert (f"vLLM, SGLang and TRT-LLM schedule chain lengths. At B = {b}, the batch size where they lose most, the"
-            f" plan runs the tree at {a:.4f}x; they run k = {k} at {b_speed:.4f}x, the best there of the chains k = 1 to 8 the plan considers. They are"
+            f" plan runs the tree at {a:.4f}x. They run k = {k} at {b_speed:.4f}x, the best there of the chains k = 1 to 8 the plan considers. They are"
             f" {costs['vLLM'][0]:.1%} slower: all of that loss comes from not running the tree.") in flat_text
     real = sd.best_chain
     try:
@@ -763,7 +763,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
         with contextlib.redirect_stdout(out):
             sd.demo23_engines()
         withheld = " ".join(out.getvalue().split())
-        assert "they run k = 8 at 2.8951x, 4.4% slower." in withheld and "all of that loss" not in withheld
+        assert "They run k = 8 at 2.8951x, 4.4% slower." in withheld and "all of that loss" not in withheld
     finally:
         sd.best_chain = real
     assert costs["TRT-LLM"] == costs["vLLM"]  # TensorRT-LLM's keys, chains only, lose what vLLM's do
@@ -827,7 +827,7 @@ def test_chapter23_says_its_loss_without_the_two_speedups_when_it_cannot_find_th
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.demo23_engines()
-    assert "where they lose most, the plan runs the tree; they run k = 8, the best there" in " ".join(
+    assert "where they lose most, the plan runs the tree. They run k = 8, the best there" in " ".join(
         out.getvalue().split())
 
 

@@ -6915,7 +6915,13 @@ def demo32_first_choice(**how):
     say_paragraphs([f"Chapter 19's plan runs {first.drafter.name}'s {first.shape} from B = {lo} to {hi}" + (
         ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else ""])
     said = demo19_shape(s, c19.n_ctx, c19.max_batch)
-    say_paragraphs(said[:2])
+    Q = dict((d[0], d[2]) for d in c19.drafters)["small"]  # past the plan's k = 8, at B = 1, exactly
+    k_best, longest = max(((k, exact_tokens_per_call(TARGET, Q, k) / (1 + k * s.c_small[0]))
+                           for k in range(c19.k_max + 1, 2 * c19.k_max + 1)), key=lambda x: x[1])
+    big = f" {s.longest.drafter.name.capitalize()}'s best option"  # the longer chains go before big's sentence
+    said0 = said[0].replace(big, f" No longer chain catches the tree: the best of k = {c19.k_max + 1} to"
+                            f" {2 * c19.k_max}, k = {k_best}, makes {longest:.2f}." + big, 1)
+    say_paragraphs([said0 if longest < s.first_speed else said[0], said[1]])
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
              " passes beat a longer chain's, and big's dear passes never pay.",
              {"the tree wins at B = 1 on fewer passes": bool(said[0]), "big's passes never pay": bool(said[1])})

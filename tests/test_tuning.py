@@ -378,8 +378,8 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1)."
             " Small's best"
             f" chain of those the plan tries (k up to 8) is k = 8. It can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
-            f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. Big's"
-            " best option, a chain of k = 6, makes"
+            f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. No longer chain"
+            f" catches the tree: the best of k = 9 to 16, k = 10, makes 3.04. Big's best option, a chain of k = 6, makes"
             f" {longest.tokens:.3f} tokens per call but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}: a speedup of"
             f" {s_chain:.2f}.") in text
@@ -1258,3 +1258,15 @@ def test_chapter32_says_its_tree_draws_independent_children(in_process):
     out = [len(e) for e in sd.islice(sd.rounds(lambda t: sd.tree_round(sd.TARGET, sd.MIDDLING, t, 3, 2, rng,
                                                                        distinct=False), [0]), 2000)]
     assert np.mean(out) == sd.chapter19_plan().measured[1].tree[3] and f"{np.mean(out):.3f}" == "3.156"
+
+
+def test_chapter32_says_no_longer_chain_catches_the_tree(in_process):
+    # five reads asked whether a chain past the plan's k = 8 would beat the tree, and rebuilt k = 10 to 12 from demo
+    # 4 for 1 to 1.5 minutes; by hand, each k from 9 to 16 at B = 1, exact tokens per call over 1 + k c
+    text = " ".join(section(in_process[1], "32").split())
+    c = in_process[0]["32"].shape.c_small[0]
+    speeds = {k: sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, k) / (1 + k * c) for k in range(9, 17)}
+    best = max(speeds, key=speeds.get)
+    assert best == 10 and speeds[best] < in_process[0]["32"].shape.first_speed
+    assert (f"a speedup of 3.02. No longer chain catches the tree: the best of k = 9 to 16, k = 10, makes"
+            f" {speeds[best]:.2f}. Big's best option") in text

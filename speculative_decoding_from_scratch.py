@@ -2530,12 +2530,13 @@ def demo9_verifiers(k=3):
     alike = [f"On the {r[0]} pair, {names[i]} and {names[j]} only round alike: {r[1 + i]:.4f} against {r[1 + j]:.4f}."
              for r in prow for i in range(4) for j in range(i + 1, 4)
              if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
+    lift = lifted_words()
     say(*alike[:1],
         "Which accepts most depends on the pair." if len(winners) > 1 else
         "Every setting keeps alike on every pair." if all(max(r[1:6]) - min(r[1:6]) < 1e-9 for r in prow) else
         f"{winners[0]} accepts most for every pair.",
         "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1."
-        + (f" {lifted_words()[0].upper()}{lifted_words()[1:]}." if lifted_words() else "") + " With q all on x, p/q is p(x), never above 1, so"
+        + (f" {lift[0].upper()}{lift[1:]}." if lift else "") + " With q all on x, p/q is p(x), never above 1, so"
         " over one-hot drafts block accepts what one-hot accepts." if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
@@ -5046,7 +5047,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
         " large batch crosses the ridge.",
         f"At the prompt's own length ({len(prompt)} characters) none would. Each sequence adds its KV cache, the keys"
-        " and values of its tokens, to the bytes a pass reads, and the 80 GB fills before any batch crosses. There a"
+        f" and values of its tokens, to the bytes a pass reads, and the {H100.memory / 1e9:.0f} GB fills before any batch crosses. There a"
         " check costs a plain pass at every batch that fits." if note else "")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
@@ -6832,7 +6833,7 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         " plus, for each i from 1 to k, a bound on the chance that such a verifier keeps drafts 1 to i. Chapter 24 builds"
         " the bound from demo 1's sum min(p, q), taken over whole texts x_1..x_i. Block verification (chapter 14) judges"
         " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject."
-        + (f" {lifted_words()[0].upper()}{lifted_words()[1:]}." if lifted_words() else ""))
+        + (f" {lift[0].upper()}{lift[1:]}." if (lift := lifted_words()) else ""))
     print()
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]

@@ -6906,7 +6906,8 @@ def demo32_first_choice(**how):
             if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
         + " A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
         " call, rate i being the share of rounds whose drafts 1 to i all passed. The rates are counted in rounds of"
-        f" {c19.k_max} drafts (chapter 19), which price a shorter k a little low (chapter 27)."
+        f" {c19.k_max} drafts (chapter 19). A shorter k's rounds start after a different mix of tokens, so its price"
+        " from those rates runs a little low (chapter 27)."
         f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, each"
         " drawn from q on its own (chapter 8's independent children),"
         f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"

@@ -491,7 +491,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # k = 6 is 1 plus its first six rates at k = 8, not its own exact count (read 1570 asked what the rates were)
     assert ("A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
             " call, rate i being the share of rounds whose drafts 1 to i all passed. The rates are counted in rounds of 8"
-            " drafts (chapter 19), which price a shorter k a little low (chapter 27).") in \
+            " drafts (chapter 19). A shorter k's rounds start after a different mix of tokens, so its price from those"
+            " rates runs a little low (chapter 27).") in \
         text32 and "computed exactly" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
             " wins at B = 1 and big never runs. Takeaway:") in text

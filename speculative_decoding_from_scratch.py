@@ -4762,7 +4762,8 @@ def demo19_tuning(**how):
     print()
     say(margin_words(buckets, speeds, options, c19.tol),
         "As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
-        "Chapter 32 says why the tree wins at B = 1 and big never runs." if said[0] and said[1] else
+        f"At B = 1 big's best option makes {shape.longest_speed:.2f}x against the tree's {shape.first_speed:.2f}x;"
+        " chapter 32 says why the tree wins there and big never runs." if said[0] and said[1] else
         "Chapter 32 asks what sets the plan's choice at B = 1.")
     kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     planned = [(lo, hi, o) for lo, hi, o in buckets if o is not None]
@@ -5054,7 +5055,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
         " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", check_price_words(k, max(batches)),
-        "The option --detail builds both.")
+        "The option --detail derives both times.")
     print()
     say(round_words(runs[on[0]], k, max(batches)))
     print()
@@ -6914,7 +6915,10 @@ def demo32_first_choice(**how):
         f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"
         " tokens per call / (1 + n c), for n draft passes; chapter 19 prices every other B.")
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
+    after = [o.shape for _, _, o in c19.buckets[1:] if o is not None and o.drafter == first.drafter] if first else []
     say_paragraphs([f"Chapter 19's plan runs {first.drafter.name}'s {first.shape} from B = {lo} to {hi}" + (
+        f", then its chains of {and_list([a.replace('k = ', '') for a in after])} drafts" if after and all(
+            a.startswith("k = ") for a in after) else "") + (
         ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else ""])
     said = demo19_shape(s, c19.n_ctx, c19.max_batch)
     Q = dict((d[0], d[2]) for d in c19.drafters)["small"]  # past the plan's k = 8, at B = 1, exactly

@@ -460,7 +460,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     text32 = " ".join(section(in_process[1], "32").split())
     # chapter 32 names the plan's choice at B = 1 and leaves its table to chapter 19 (reads 1534, 1547 and 1567 asked
     # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's)
-    assert ("Chapter 19's plan runs small's tree 2x3, 15 from B = 1 to 34, and never runs big. Why?") in text32 and (
+    assert ("Chapter 19's plan runs small's tree 2x3, 15 from B = 1 to 34, then its chains of 8, 7 and 6 drafts, and"
+            " never runs big. Why?") in text32 and (
         "batch size B drafter" not in text32)
     # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
     # out when they counted layers x width^2 against c
@@ -494,8 +495,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " drafts (chapter 19). A shorter k's rounds start after a different mix of tokens, so its price from those"
             " rates runs a little low (chapter 27).") in \
         text32 and "computed exactly" not in text32
-    assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
-            " wins at B = 1 and big never runs. Takeaway:") in text
+    assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. At B = 1 big's best option"
+            " makes 2.51x against the tree's 3.08x; chapter 32 says why the tree wins there and big never runs."
+            " Takeaway:") in text
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in detail19
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
@@ -940,7 +942,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256. " + PRICE_4_48 + " The option --detail builds both.") in text  # read 1492 spent 3 minutes on 4.48;
+            " 256. " + PRICE_4_48 + " The option --detail derives both times.") in text  # read 1492 spent 3 minutes on 4.48;
     # without the two times, read 1530 rebuilt them from demo 6 for 3 minutes (read 1518, with them, checked for 1.5)
     # the two times, by hand: 1,536 positions of 6.61 GMACs (two flops each) at the H100's peak, and the weights plus
     # 256 KV caches of 16 tokens at its bandwidth; a reader divides the printed times and gets the printed 4.48
@@ -1271,3 +1273,14 @@ def test_chapter32_says_no_longer_chain_catches_the_tree(in_process):
     assert best == 10 and speeds[best] < in_process[0]["32"].shape.first_speed
     assert (f"a speedup of 3.02. No longer chain catches the tree: the best of k = 9 to 16, k = 10, makes"
             f" {speeds[best]:.2f}. Big's best option") in text
+
+
+def test_chapter19_gives_big_s_best_speedup_at_b1(in_process):
+    # reads 1599, 1604, 1613 and 1619 priced big at B = 1 from demo 3 for a minute each: the chapter gives its best
+    # option's speedup beside the tree's, from the plan's own prices
+    text = " ".join(section(in_process[1], "19").split())
+    c19 = sd.chapter19_plan()
+    big = max(c19.speeds[0, i] for i, o in enumerate(c19.options) if o.drafter.name == "big")
+    tree = max(c19.speeds[0, i] for i, o in enumerate(c19.options) if o.shape.startswith("tree"))
+    assert big < tree and (f"At B = 1 big's best option makes {big:.2f}x against the tree's {tree:.2f}x; chapter 32"
+                           " says why the tree wins there and big never runs.") in text

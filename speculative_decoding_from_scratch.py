@@ -2313,7 +2313,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}. A tree"
         " drafts a whole level in one pass, priced here as one draft's, as width is free (demo 6).",
-        f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
+        f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup (from its measured count) is"
         f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the depth-{depth} chain's"
         f" {speedup(rows[0][5], rows[0][1], LESSON_C):.2f}, the long chain's"
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
@@ -4183,7 +4183,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
     say(f"Each generator writes {n_text} characters, and a fit checks them as chapter 11 does. It bins each written"
-        " character by the chance the target gave it, and compares each bin's count with the target's expected count."
+        f" character by the chance the target gave it there (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
+        f" {CALIBRATION_EDGES[2]:g}, and so on), and compares each bin's"
+        " count with the target's expected count."
         " The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its"
         " tokens. Consistent means the fit finds no difference from the target.")
     print()
@@ -5187,8 +5189,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     print()
-    say(f"Every row emits its tempered target, both ways, by demo 2's two checks. Each fit of {n_rounds} rounds of"
-        f" text is {p_text(min(f for r in rows for f in r[6:8]))} or more, and each exact TV of the first {n_exact}"
+    say(f"Every row emits its tempered target, both ways, by demo 2's two checks. Each fit, of the token pairs in"
+        f" {n_rounds} rounds of text, is {p_text(min(f for r in rows for f in r[6:8]))} or more, and each exact TV of the first {n_exact}"
         f" tokens after '{name(0)}' is {exact_text(max(r[8] for r in rows))}." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
         f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
@@ -6405,7 +6407,7 @@ def zero_alpha_words(rows, P=TARGET):
     said = [f"From {number_word(reach[loops[0]])} of the {six} first tokens it {runs[0]}"] + [
         f"from {starts_words(ends, o)} it {r}" for o, r in zip(loops[1:], runs[1:])]
     say("At T = 0 both tables are one-hot, so the target's greedy text is a loop, and which loop depends on its first"
-        f" token. {'; '.join(said)}.",
+        f" token, the one it starts after. {'; '.join(said)}.",
         "So the text's token shares, which alpha weighs by, depend on where it starts. Here alpha averages over the"
         f" {six} first tokens, taken as equally likely: for each, the share of its loop where the target's and the"
         " draft's likeliest tokens agree.",

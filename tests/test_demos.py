@@ -345,7 +345,8 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert "The option --detail sets these alphas beside the paper's Table 3." in flat(text)
     fits = [f for r in result.temperatures for f in r[6:8]]
     assert 0.001 < min(fits) and max(r[8] for r in result.temperatures) < 1e-9  # the floor and the ceiling shown
-    assert ("Every row emits its tempered target, both ways, by demo 2's two checks. Each fit of 200 rounds of text is"
+    assert ("Every row emits its tempered target, both ways, by demo 2's two checks. Each fit, of the token pairs in 200"
+            " rounds of text, is"
             f" {sd.p_text(min(fits))} or more, and each exact TV of the first 3 tokens after 'a' is < 1e-9.") \
         in " ".join(text.split())
     # at T = 0 the tempered draft is one-hot on its argmax, so the two ways draft alike: their rows are one
@@ -380,7 +381,7 @@ def test_chapter28_says_why_alpha_at_t0_is_what_it_is(demo):
     # the loops come first, then alpha over them, before the sentences that rest on them (read 1047; read 1574 met
     # the loops asserted before they were described, and alpha defined twice)
     assert ("At T = 0 both tables are one-hot, so the target's greedy text is a loop, and which loop depends on its"
-            " first token. From five of the six first tokens it loops 'a', 'e', 'f' and back to 'a'; from 'b' it stays"
+            " first token, the one it starts after. From five of the six first tokens it loops 'a', 'e', 'f' and back to 'a'; from 'b' it stays"
             " at 'b'. So the text's token shares, which alpha weighs by, depend on where it starts.") in " ".join(
         text.split())  # read 1579 asked why the lesson's weighting gave way
     zero = [r[0] for r in result.temperatures if r[1] == 0 and r[2] == 0]
@@ -927,7 +928,8 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
     tree3, long_chain = result.rates[2], result.rates[3]
     chain3 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3)  # the chain the question weighs (read 1514)
-    assert (f"At c = 0.1 per draft pass, as in demo 3, the tree's speedup is {tree3[4] / (1 + 3 * 0.1):.2f}, the"
+    assert (f"At c = 0.1 per draft pass, as in demo 3, the tree's speedup (from its measured count) is"
+            f" {tree3[4] / (1 + 3 * 0.1):.2f}, the"
             f" depth-3 chain's {chain3 / (1 + 3 * 0.1):.2f}, the long chain's {long_chain[5] / (1 + 39 * 0.1):.2f}:"
             " slower than plain decoding.") in flat(text)
     assert long_chain[5] == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)) and tree3[1] == 3
@@ -1773,7 +1775,8 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert ("Takeaway: a generator must judge each draft by its own q, redraw from the residual, take the next row"
             " from the target, and cut rejected drafts from its cache. On the character model a fit catches each"
             " departure.") in flat(text) and len(sd.APEX_BUGS) == 4
-    assert ("It bins each written character by the chance the target gave it, and compares each bin's count with the"
+    assert ("It bins each written character by the chance the target gave it there (below 0.001, 0.001 to 0.01, and so"
+            " on), and compares each bin's count with the"
             " target's expected count. The last row runs the cache bug on the lesson's target table instead, prompt"
             " lookup drafting from its tokens.") in flat(text)  # read 1527 reread the bins' edges and sums
     assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())

@@ -2313,10 +2313,10 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}. A tree"
         " drafts a whole level in one pass, priced here as one draft's, as width is free (demo 6).",
-        f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup (from its measured count) is"
-        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, the depth-{depth} chain's"
-        f" {speedup(rows[0][5], rows[0][1], LESSON_C):.2f}, the long chain's"
-        f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}"
+        f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
+        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f} (from its measured {rows[2][4]:.2f}), the depth-{depth}"
+        f" chain's {speedup(rows[0][5], rows[0][1], LESSON_C):.2f} and the long chain's"
+        f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f} (from their exact counts)"
         + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."))
     if repeats:
         print()
@@ -5171,7 +5171,9 @@ def temperature_table(rows, k, c=0.1):
     print()
     zero = {r[0]: r for r in rows if r[1] == 0 and r[5] is not None}  # each draft's T = 0 row
     middling, good = zero.get("middling"), zero.get(f"blend {GOOD_WEIGHT:g}")
-    say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}.",
+    say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}. The"
+        " table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T) for a"
+        " sampled one.",
         "At T = 0 a draft passes always after some tokens and never after others. The target's greedy text never"
         " visits a token after which the middling draft passes, so its alpha is 0. Blend"
         f" {GOOD_WEIGHT:g}'s passes come in runs, which eq. 1, at one chance alpha, undercounts: its speedup beats"
@@ -5208,9 +5210,7 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
             f"its {way} drafts at T = {and_list(ts)}" for way, ts in rest.items() if ts])
     slow = [slow_at(d, ways) for d, ways in slower.items() if any(ways.values())]
     print()
-    say("The table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
-        " for a sampled one.",
-        f"At T = {and_list(sorted({f'{r[1]:g}' for r in hot}, key=float))}, greedy drafts keep less than sampled ones"
+    say(f"At T = {and_list(sorted({f'{r[1]:g}' for r in hot}, key=float))}, greedy drafts keep less than sampled ones"
         " here. " + not_a_law() if lower else "Greedy drafts do NOT keep less than sampled ones at every T > 0 shown.",
         f"These rows are slower than plain decoding: {'; '.join(slow)}." if slow else
         "No row is slower than plain decoding.")

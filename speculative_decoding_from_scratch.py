@@ -2314,10 +2314,10 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}. A tree"
         " drafts a whole level in one pass, priced here as one draft's, as width is free (demo 6).",
         f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
-        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f} (from its measured {rows[2][4]:.2f}), the depth-{depth}"
-        f" chain's {speedup(rows[0][5], rows[0][1], LESSON_C):.2f} and the long chain's"
-        f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f} (from their exact counts)"
-        + (": slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."))
+        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, from its measured {rows[2][4]:.2f}. The depth-{depth}"
+        f" chain's is {speedup(rows[0][5], rows[0][1], LESSON_C):.2f} and the long chain's"
+        f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}, from their exact counts"
+        + ("; the long chain is slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."))
     if repeats:
         print()
         say("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
@@ -6927,8 +6927,10 @@ def demo32_first_choice(**how):
     k_best, longest = max(((k, exact_tokens_per_call(TARGET, Q, k) / (1 + k * s.c_small[0]))
                            for k in range(c19.k_max + 1, 2 * c19.k_max + 1)), key=lambda x: x[1])
     big = f" {s.longest.drafter.name.capitalize()}'s best option"  # the longer chains go before big's sentence
-    said0 = said[0].replace(big, f" No longer chain catches the tree: the best of k = {c19.k_max + 1} to"
-                            f" {2 * c19.k_max}, k = {k_best}, makes {longest:.2f}." + big, 1)
+    said0 = said[0].replace(big, f" No longer chain catches the tree: priced from their exact tokens per call, the"
+                            f" best of k = {c19.k_max + 1} to {2 * c19.k_max}, k = {k_best}, makes a speedup of {longest:.2f}."
+                            + big, 1).replace(f"{s.first.tokens:.3f} tokens per call from",  # sampled: its spread
+                                              f"{s.first.tokens:.3f} +- {c19.tree_se:.3f} tokens per call from", 1)
     say_paragraphs([said0 if longest < s.first_speed else said[0], said[1]])
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
              " passes beat a longer chain's, and big's dear passes never pay.",

@@ -929,10 +929,10 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
     tree3, long_chain = result.rates[2], result.rates[3]
     chain3 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3)  # the chain the question weighs (read 1514)
-    assert (f"At c = 0.1 per draft pass, as in demo 3, the tree's speedup is {tree3[4] / (1 + 3 * 0.1):.2f} (from its"
-            f" measured {tree3[4]:.2f}), the depth-3 chain's {chain3 / (1 + 3 * 0.1):.2f} and the long chain's"
-            f" {long_chain[5] / (1 + 39 * 0.1):.2f} (from their exact counts): slower than plain decoding.") in flat(
-        text)  # read 1626 read '(from its measured count)' as covering all three
+    assert (f"At c = 0.1 per draft pass, as in demo 3, the tree's speedup is {tree3[4] / (1 + 3 * 0.1):.2f}, from its"
+            f" measured {tree3[4]:.2f}. The depth-3 chain's is {chain3 / (1 + 3 * 0.1):.2f} and the long chain's"
+            f" {long_chain[5] / (1 + 39 * 0.1):.2f}, from their exact counts; the long chain is slower than plain"
+            " decoding.") in flat(text)  # read 1626 read '(from its measured count)' as covering all three
     assert long_chain[5] == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)) and tree3[1] == 3
     nodes = {r[0]: r[2] for r in result.rates}
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root

@@ -374,12 +374,13 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     chain8 = max(smalls, key=lambda o: sd.option_speedup(o, 1, 512))
     s_chain8 = sd.option_speedup(chain8, 1, 512)
     assert chain8.shape == "k = 8" and chain8.tokens > tree.tokens and s_chain8 < s_tree
-    assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} tokens per call from"
+    assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} +- 0.026 tokens per call from"
             f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1)."
             " Small's best"
             f" chain of those the plan tries (k up to 8) is k = 8. It can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
             f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. No longer chain"
-            f" catches the tree: the best of k = 9 to 16, k = 10, makes 3.04. Big's best option, a chain of k = 6, makes"
+            f" catches the tree: priced from their exact tokens per call, the best of k = 9 to 16, k = 10, makes a"
+            f" speedup of 3.04. Big's best option, a chain of k = 6, makes"
             f" {longest.tokens:.3f} tokens per call but costs {longest.draft_passes} passes at c ="
             f" {c_big:.4f}: a speedup of"
             f" {s_chain:.2f}.") in text
@@ -1271,8 +1272,8 @@ def test_chapter32_says_no_longer_chain_catches_the_tree(in_process):
     speeds = {k: sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, k) / (1 + k * c) for k in range(9, 17)}
     best = max(speeds, key=speeds.get)
     assert best == 10 and speeds[best] < in_process[0]["32"].shape.first_speed
-    assert (f"a speedup of 3.02. No longer chain catches the tree: the best of k = 9 to 16, k = 10, makes"
-            f" {speeds[best]:.2f}. Big's best option") in text
+    assert (f"a speedup of 3.02. No longer chain catches the tree: priced from their exact tokens per call, the best of"
+            f" k = 9 to 16, k = 10, makes a speedup of {speeds[best]:.2f}. Big's best option") in text
 
 
 def test_chapter19_gives_big_s_best_speedup_at_b1(in_process):

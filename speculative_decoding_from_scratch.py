@@ -2467,6 +2467,9 @@ ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(
                 " max(0, p - q), which is p with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x
 
 
+SETTINGS = ("prob", "1-hot", "strict", "block", "b 1-hot")  # chapter 9's columns; b 1-hot is one-hot's own count
+
+
 def demo9_verifiers(k=3):
     p, q = np.array([[0.9, 0.05, 0.05]]), np.array([[0.4, 0.3, 0.3]])
     closed = {"probabilistic": ("sum min(p, q)", float(np.minimum(p, q).sum())),
@@ -2494,7 +2497,7 @@ def demo9_verifiers(k=3):
         liked = P[np.arange(len(P)), x_star] > Q[np.arange(len(P)), x_star]
         wins = betas[1] > betas[0] + 1e-12
         most = next(i for i, t in enumerate(tokens) if t >= max(tokens) - 1e-9)  # a tie goes to the first
-        prow.append((label, *tokens, ["prob", "1-hot", "strict", "block", "b 1-hot"][most]))
+        prow.append((label, *tokens, SETTINGS[most]))
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
     say(f"{number_word(len(pairs)).capitalize()} pairs of target p and draft q, at k = {k}. The first"
@@ -2526,8 +2529,7 @@ def demo9_verifiers(k=3):
             else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x,"
             " which min(1, p/q) cannot do: the"
             " acceptance rule as you have it is suspect."))
-    names = ["prob", "1-hot", "strict", "block"]  # b 1-hot is one-hot's own count, by design
-    alike = [f"On the {r[0]} pair, {names[i]} and {names[j]} only round alike: {r[1 + i]:.4f} against {r[1 + j]:.4f}."
+    alike = [f"On the {r[0]} pair, {SETTINGS[i]} and {SETTINGS[j]} only round alike: {r[1 + i]:.4f} against {r[1 + j]:.4f}."
              for r in prow for i in range(4) for j in range(i + 1, 4)
              if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
     lift = lifted_words()
@@ -4743,15 +4745,13 @@ def demo19_tuning(**how):
         f" per call, from {tree[1]} draft passes, one a level. Chapter 33 tests the rule that judges it.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    first = [o for _, _, o in buckets if o][:2]  # the first two planned checks, and where each reaches the ridge
-    cross = [(o, ridge_batch(*token_traffic(n_ctx), positions=o.positions)) for o in first]
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
         " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. A long check"
         f" reaches the ridge as B grows: a sequence can check about {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f}"
         " positions free, its share of the weights' bytes plus its own KV cache's (chapter 25)." + (
-            " So " + and_list([f"{'the tree' if o.shape[:4] == 'tree' else o.shape}'s {o.positions} positions cross at"
-                               f" B = {b}" for o, b in cross]) + "; past the ridge every position costs time."
-            if all(b for _, b in cross) else ""))
+            " So " + and_list([f"{'the tree' if name_[:4] == 'tree' else name_}'s {n} positions cross at B = {b}"
+                               for name_, n, b, _, _ in shape.checks[:2]]) + "; past the ridge every position costs"
+            " time." if all(b for _, _, b, _, _ in shape.checks[:2]) else ""))
     print()
     say("The plan stops at"
         f" B = {max_batch}, where the target's and {c19.roomiest}'s weights and KV caches fill the"

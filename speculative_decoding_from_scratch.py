@@ -4805,7 +4805,8 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     mine = [[i for i, o in enumerate(options) if (o.drafter.name == "big") == is_big] for is_big in (True, False)]
     big_gap = float((speeds[:big_fit, mine[1]].max(axis=1) - speeds[:big_fit, mine[0]].max(axis=1)).min()) if all(
         mine) else None  # how far big's best option trails the other's at its closest, B = 1 to big_fit
-    return SimpleNamespace(big_gap=big_gap, k_top=k_top,
+    return SimpleNamespace(big_gap=big_gap, k_top=k_top, big_gap_at=None if big_gap is None else 1 + int((
+        speeds[:big_fit, mine[1]].max(axis=1) - speeds[:big_fit, mine[0]].max(axis=1)).argmin()),
         first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
         crossed=[(k, b) for k, b in crossings if b and b <= max_batch],  # the checks that cross within the plan
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, big_fit)], big_fit=big_fit,
@@ -4844,39 +4845,32 @@ def pass_bytes(pairs, n_ctx):
     return lambda d, b: f"{gb[d, b]:.{places}f} GB"
 
 
-def demo19_shape(s, n_ctx, max_batch):
+def demo19_shape(s, n_ctx, max_batch, longer=None):
     """Chapter 19's paragraphs on what sets its plan: B = 1, why big never wins, and how its c rises (the
-    detail's), each said only while its numbers bear it out ("" where withheld)."""
+    detail's), each said only while its numbers bear it out ("" where withheld). longer: chapter 32's best chain
+    past the plan's, (first k, last k, its k, its speedup), named if it too trails the tree."""
     layers_set_kv = all(abs(share - a * b / (s.layers[2][0] * s.layers[2][1])) < 1e-12  # read 1506 rebuilt them
                         for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
-        f"At B = 1 the tree wins, a speedup of {s.first_speed:.2f}:"
-        f" {s.first.tokens:.3f} tokens per call from {s.first.draft_passes} passes of the small draft (c ="
-        f" {s.c_small[0]:.4f}, where the lesson assumed {LESSON_C:g})." + (
-            f" {s.first.drafter.name.capitalize()}'s best chain of those the plan tries (k up to {s.k_top}) is"
-            f" {s.chain.shape}. It can keep {s.chain.draft_passes}"
-            " drafts a round to the tree's"
-            f" {s.first.draft_passes}, one a level, so it makes more, {s.chain.tokens:.3f} tokens per call, but from"
-            f" {s.chain.draft_passes} passes: a speedup of {s.chain_speed:.2f}." if s.chain is not None
-            and s.chain.tokens > s.first.tokens and s.chain.draft_passes > s.first.draft_passes
-            and s.chain_speed < s.first_speed else "") +
-        f" {s.longest.drafter.name.capitalize()}'s best option,"
-        f" {'a chain of ' * s.longest.shape.startswith('k =')}{s.longest.shape}, makes"
-        f" {s.longest.tokens:.3f} tokens per call but costs {s.longest.draft_passes} passes at c ="
-        f" {s.c_longest:.4f}: a speedup of"
-        f" {s.longest_speed:.2f}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
-        " both the draft's passes and the target's. So big's c rises" + (
-            f" from {s.c[0]:.4f} toward the ratio of its KV cache to the target's, {s.kv_share[0]:.2f}" + (
+        (f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, so it makes fewer tokens per"
+         f" call than the chain of {s.chain.draft_passes}. But it pays for {s.first.draft_passes} passes, not"
+         f" {s.chain.draft_passes}, and wins." + (" No chain of k = {} to {} catches it: k = {} is their best.".format(
+             *longer[:3]) if longer and longer[3] < s.first_speed else "") if s.chain is not None and s.chain.tokens > s.first.tokens
+         and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "") +
+        f" {s.longest.drafter.name.capitalize()}'s {s.longest.shape} makes more tokens per call than the tree, but"
+        f" each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s."
+        if s.tree and s.first_speed > s.longest_speed else "",
+        "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
+        " target's. So big's c rises" + (
+            " toward the ratio of its KV cache to the target's, {:.2f}".format(s.kv_share[0]) + (
                 " ({} layers of width {} against {} of {})".format(*s.layers[0], *s.layers[2]) if layers_set_kv
-                else "") + f", while small's rises only toward {s.kv_share[1]:.4f}" + (
+                else "") + f"; small's rises only toward {s.kv_share[1]:.4f}" + (
                 " ({} of {})".format(*s.layers[1]) if layers_set_kv else "")
-            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." + (
-            f" At every B up to {s.big_fit}" + (f", where big, the target and the KV caches of {n_ctx} tokens fill the"
-                                               f" H100's {H100.memory / 1e9:.0f} GB," if s.big_fit < max_batch else ",")
-            + " big's best speedup trails small's best by"
-            f" {s.big_gap:.2f} or more." if s.big_gap is not None and s.big_gap > 5e-3 else "")
-        if not s.big_runs and s.c[1] > s.c[0] else "",
+            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." +
+        " Past B = 1, chapter 19 prices each option on demo 6's roofline. Each draft's best option, up to"
+        f" B = {s.big_fit}" + (f", where big, the target and the KV caches of {n_ctx} tokens fill the H100's"
+                               f" {H100.memory / 1e9:.0f} GB:" if s.big_fit < max_batch else ":")
+        if not s.big_runs and s.c[1] > s.c[0] and s.big_gap is not None and s.big_gap > 0 else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
@@ -6899,41 +6893,60 @@ def demo32_first_choice(**how):
     c19 = chapter19_plan(**how)
     (big, small), tree = c19.shapes, c19.measured[1].tree
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
-    say("The plan of chapter 19 picks, at each batch size B, one of two draft models and how to run it. Big (blend"
-        f" {c19.big_weight:g}) stands for a {big[2]}-layer model of width {big[0]}, small (the middling draft) for"
-        f" {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of {LLAMA2_7B[0]}. A draft's"
-        " c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and every sequence's"
-        " KV cache, the keys and values of its tokens." + (
-            f" At B = 1 each pass is memory-bound: big reads {gb(big, 1)} and small {gb(small, 1)}, against the"
-            f" target's {gb(LLAMA2_7B, 1)}, so c is {s.c[0]:.4f} for big and {s.c_small[0]:.4f} for small."
-            if (gb := pass_bytes(((big, 1), (small, 1)), c19.n_ctx)) else "")
-        + " A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
-        " call, rate i being the share of rounds whose drafts 1 to i all passed. The rates are counted in rounds of"
-        f" {c19.k_max} drafts (chapter 19). A shorter k's rounds start after a different mix of tokens, so its price"
-        " from those rates runs a little low (chapter 27)."
-        f" Small's tree, 'tree {tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, each"
-        " drawn from q on its own (chapter 8's independent children),"
-        f" {tree[1]} deep ({' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts,"
-        f" checked with the text's last token as {c19.nodes} positions), in {tree[1]} passes, one a level. At B = 1, below the ridge, an option's speedup is its"
-        " tokens per call / (1 + n c), for n draft passes; chapter 19 prices every other B.")
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
     after = [o.shape for _, _, o in c19.buckets[1:] if o is not None and o.drafter == first.drafter] if first else []
     say_paragraphs([f"Chapter 19's plan runs {first.drafter.name}'s {first.shape} from B = {lo} to {hi}" + (
         f", then its chains of {and_list([a.replace('k = ', '') for a in after])} drafts" if after and all(
             a.startswith("k = ") for a in after) else "") + (
         ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else ""])
-    said = demo19_shape(s, c19.n_ctx, c19.max_batch)
+    print()
+    gb = pass_bytes(((big, 1), (small, 1)), c19.n_ctx)
+    say(f"Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer model of width {big[0]}, small (the middling"
+        f" draft) for {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of"
+        f" {LLAMA2_7B[0]}. A draft's c, a pass's cost in target passes, comes from the bytes a pass reads: its"
+        " weights, and every sequence's KV cache, the keys and values of its tokens." + (
+            f" At B = 1 each pass is memory-bound, so c is bytes over bytes: big reads {gb(big, 1)} and small"
+            f" {gb(small, 1)}, against the target's {gb(LLAMA2_7B, 1)}." if gb else ""))
+    print()
+    say("A chain of k drafts takes k draft passes. Its tokens per call are 1 plus its first k per-position rates;"
+        " rate i is the share of rounds whose drafts 1 to i all passed."
+        f" Small's tree, '{tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, each"
+        f" drawn from q on its own (chapter 8's independent children), {tree[1]} deep:"
+        f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts in {tree[1]}"
+        f" passes, one a level. At B = 1, below the ridge, an option's speedup is its tokens per call / (1 + n c),"
+        " for n draft passes.")
     Q = dict((d[0], d[2]) for d in c19.drafters)["small"]  # past the plan's k = 8, at B = 1, exactly
     k_best, longest = max(((k, exact_tokens_per_call(TARGET, Q, k) / (1 + k * s.c_small[0]))
                            for k in range(c19.k_max + 1, 2 * c19.k_max + 1)), key=lambda x: x[1])
-    big = f" {s.longest.drafter.name.capitalize()}'s best option"  # the longer chains go before big's sentence
-    said0 = said[0].replace(f"{s.first.tokens:.3f} tokens per call from",  # the tree's count is sampled: its spread
-                            f"{s.first.tokens:.3f} +- {c19.tree_se:.3f} tokens per call from", 1)
-    if longest < s.first_speed:
-        said0 = said0.replace(big, f" No longer chain catches the tree: priced from their exact tokens per call, the"
-                              f" best of k = {c19.k_max + 1} to {2 * c19.k_max}, k = {k_best}, makes a speedup of"
-                              f" {longest:.2f}." + big, 1)
-    say_paragraphs([said0, said[1]])
+    said = demo19_shape(s, c19.n_ctx, c19.max_batch, longer=(c19.k_max + 1, 2 * c19.k_max, k_best, longest))
+    if said[0]:
+        rows = [(o.drafter.name, o.shape, o.draft_passes, c, f"{o.tokens:.3f}", speed) for o, c, speed in (
+            (s.first, s.c_small[0], s.first_speed), (s.chain, s.c_small[0], s.chain_speed),
+            (s.longest, s.c_longest, s.longest_speed))]
+        rows[0] = rows[0][:4] + (f"{s.first.tokens:.3f} +- {c19.tree_se:.3f}",) + rows[0][5:]  # sampled: its spread
+        rows.insert(2, ("small", f"k = {k_best}", k_best, s.c_small[0],
+                        f"{exact_tokens_per_call(TARGET, Q, k_best):.3f}", longest))
+        print()
+        table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
+               ("tokens per call", 17, "<"), ("speedup", 8, ".2f")], rows)
+        print()
+        say(f"The tree's tokens per call are sampled over {c19.n_rounds:,} rounds. The chains' are exact at"
+            f" k = {c19.k_max} and {k_best}." + (f" Big's k = {s.longest.draft_passes} is priced from the first"
+                                                 f" {s.longest.draft_passes} rates of k = {c19.k_max}'s rounds, which"
+                                                 " reads a little low (chapter 27)." if s.longest.shape.startswith(
+                                                     "k =") else ""), said[0])
+    if said[1]:
+        print()
+        say(said[1])
+        print()
+        mine = [[i for i, o in enumerate(c19.options) if o.drafter.name == name] for name in ("big", "small")]
+        rows = [(b, *(x for j, d in enumerate((big, small)) for i in [max(mine[j], key=lambda i: c19.speeds[b - 1, i])]
+                      for x in (draft_cost(b, c19.n_ctx, draft=d), c19.options[i].shape, c19.speeds[b - 1, i])))
+                for b in sorted({1, 32, 64, 128, s.big_fit})]
+        table([("B", 4, "d"), ("big's c", 10, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f"),
+               ("small's c", 11, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f")], rows)
+        print()
+        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.")
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
              " passes beat a longer chain's, and big's dear passes never pay.",
              {"the tree wins at B = 1 on fewer passes": bool(said[0]), "big's passes never pay": bool(said[1])})

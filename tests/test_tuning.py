@@ -374,16 +374,15 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     chain8 = max(smalls, key=lambda o: sd.option_speedup(o, 1, 512))
     s_chain8 = sd.option_speedup(chain8, 1, 512)
     assert chain8.shape == "k = 8" and chain8.tokens > tree.tokens and s_chain8 < s_tree
-    assert (f"At B = 1 the tree wins, a speedup of {s_tree:.2f}: {tree.tokens:.3f} +- 0.026 tokens per call from"
-            f" {tree.draft_passes} passes of the small draft (c = {c_small:.4f}, where the lesson assumed 0.1)."
-            " Small's best"
-            f" chain of those the plan tries (k up to 8) is k = 8. It can keep 8 drafts a round to the tree's 3, one a level, so it makes more,"
-            f" {chain8.tokens:.3f} tokens per call, but from 8 passes: a speedup of {s_chain8:.2f}. No longer chain"
-            f" catches the tree: priced from their exact tokens per call, the best of k = 9 to 16, k = 10, makes a"
-            f" speedup of 3.04. Big's best option, a chain of k = 6, makes"
-            f" {longest.tokens:.3f} tokens per call but costs {longest.draft_passes} passes at c ="
-            f" {c_big:.4f}: a speedup of"
-            f" {s_chain:.2f}.") in text
+    # the B = 1 table's rows, as printed: each option's passes, c, tokens per call and speedup
+    for row in (f"small tree 2x3, 15 {tree.draft_passes} {c_small:.4f} {tree.tokens:.3f} +- 0.026 {s_tree:.2f}",
+                f"small k = 8 8 {c_small:.4f} {chain8.tokens:.3f} {s_chain8:.2f}",
+                f"big k = 6 {longest.draft_passes} {c_big:.4f} {longest.tokens:.3f} {s_chain:.2f}"):
+        assert row in text
+    assert ("The tree keeps at most 3 drafts a round, one a level, so it makes fewer tokens per call than the chain of"
+            " 8. But it pays for 3 passes, not 8, and wins.") in text
+    assert (f"Big's k = 6 makes more tokens per call than the tree, but each of its passes costs"
+            f" {c_big / c_small:.0f} times small's.") in text and f"{c_big / c_small:.0f}" == "16"
     lesson3 = " ".join(section(in_process[1], "3").split())
     assert sd.LESSON_C == 0.1 and "the speedup at c = 0.1 is measured" in lesson3
     big_rates = sd.exact_per_position(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 8)  # by its rates, not exact
@@ -473,28 +472,35 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert 1.9 < sd.draft_cost(1, 512, draft=small) / layers_only < 2.1
     assert "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's" \
         in detail19 and "output layer" not in text32  # chapter 32 gives the bytes c divides, as chapter 19 does
-    assert ("At B = 1 each pass is memory-bound: big reads 1.817 GB and small 0.112 GB, against the target's 13.483 GB,"
-            " so"
-            f" c is {c[0]:.4f} for big and {c_smalls[0]:.4f} for small.") in text32  # read 1489 checked the shares
-    assert ("Big never wins: at B = 1 its weights make its passes dear. As B grows, every sequence's KV cache adds to"
-            f" both the draft's passes and the target's. So big's c rises from {c[0]:.4f} toward the ratio of its KV cache to the target's,"
-            f" 0.25 (16 layers of width 2048 against 32 of 4096), while small's rises only toward {kv_small:.4f} (4 of"
-            " 768).") in text32 and (16 * 2048) / (32 * 4096) == 0.25  # read 1506 rebuilt both from the shapes
+    assert ("At B = 1 each pass is memory-bound, so c is bytes over bytes: big reads 1.817 GB and small 0.112 GB, against"
+            " the target's 13.483 GB.") in text32 and (  # read 1489 checked the shares; the table gives each c
+        f"big k = 6 6 {c[0]:.4f}" in text32 and f"small k = 8 8 {c_smalls[0]:.4f}" in text32)
+    assert ("Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
+            " target's. So big's c rises toward the ratio of its KV cache to the target's, 0.25 (16 layers of width"
+            f" 2048 against 32 of 4096); small's rises only toward {kv_small:.4f} (4 of 768).") in text32 and (16 * 2048) / (32 * 4096) == 0.25  # read 1506 rebuilt both from the shapes
     # 'never', shown: at every B big's memory allows, big's best option against small's, by hand from the plan's
     # speeds (reads 1506 and 1509: only B = 1 was shown)
     plan = result.c19
     cols = [[i for i, o in enumerate(plan.options) if o.drafter.name == name] for name in ("big", "small")]
     gap = (plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).min()
+    at = 1 + int((plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).argmin())
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
-        f"At every B up to 192, where big, the target and the KV caches of 512 tokens fill the H100's 80 GB, big's best"
-        f" speedup trails small's best by {gap:.2f} or more.") in text32 and "Big's c rises" not in text32  # read 1524
+        "Each draft's best option, up to B = 192, where big, the target and the KV caches of 512 tokens fill the H100's"
+        " 80 GB:") in text32 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text32 and (
+        "Big's c rises" not in text32)  # read 1524
+    # the table over B, row by row from the plan's speeds: each draft's c and its best option's speedup
+    for b in (1, 32, 64, 128, 192):
+        best = [max(col, key=lambda i: plan.speeds[b - 1, i]) for col in cols]
+        assert (f"{b} {sd.draft_cost(b, 512, draft=big):.4f} {plan.options[best[0]].shape}"
+                f" {plan.speeds[b - 1, best[0]]:.2f} {sd.draft_cost(b, 512, draft=small):.4f}"
+                f" {plan.options[best[1]].shape} {plan.speeds[b - 1, best[1]]:.2f}") in text32
     # asked what memory fills; read 1570, at what context
     # a chain's tokens per call are its rates', exact at k = 8 only (chapter 27), as the chapter now says: big's
     # k = 6 is 1 plus its first six rates at k = 8, not its own exact count (read 1570 asked what the rates were)
-    assert ("A chain of k drafts takes k draft passes. It makes 1 plus its first k per-position rates in tokens per"
-            " call, rate i being the share of rounds whose drafts 1 to i all passed. The rates are counted in rounds of 8"
-            " drafts (chapter 19). A shorter k's rounds start after a different mix of tokens, so its price from those"
-            " rates runs a little low (chapter 27).") in \
+    assert ("A chain of k drafts takes k draft passes. Its tokens per call are 1 plus its first k per-position rates;"
+            " rate i is the share of rounds whose drafts 1 to i all passed.") in text32 and (
+        "The chains' are exact at k = 8 and 10. Big's k = 6 is priced from the first 6 rates of k = 8's rounds, which"
+        " reads a little low (chapter 27).") in \
         text32 and "computed exactly" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. At B = 1 big's best option"
             " makes 2.51x against the tree's 3.08x; chapter 32 says why the tree wins there and big never runs."
@@ -1272,8 +1278,8 @@ def test_chapter32_says_no_longer_chain_catches_the_tree(in_process):
     speeds = {k: sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, k) / (1 + k * c) for k in range(9, 17)}
     best = max(speeds, key=speeds.get)
     assert best == 10 and speeds[best] < in_process[0]["32"].shape.first_speed
-    assert (f"a speedup of 3.02. No longer chain catches the tree: priced from their exact tokens per call, the best of"
-            f" k = 9 to 16, k = 10, makes a speedup of {speeds[best]:.2f}. Big's best option") in text
+    assert (f"small k = 10 10 {c:.4f} {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 10):.3f} {speeds[best]:.2f}"
+            in text and "and wins. No chain of k = 9 to 16 catches it: k = 10 is their best. Big's k = 6") in text
 
 
 def test_chapter19_gives_big_s_best_speedup_at_b1(in_process):

@@ -1860,6 +1860,22 @@ def context_macs_words(n_ctx=None, ref=512):
             f" attention reads {n_ctx} keys, not {ref}." if m < r else "")
 
 
+def ridge_cover_words(k, batch):
+    """Chapter 20: a check of k+1 positions a sequence at BATCH_CONTEXT, priced in plain passes by demo 6's own
+    arithmetic, the ridge over a position's MACs per byte ("" unless the check is compute-bound, the plain pass
+    memory-bound, and the figures as printed give the price as printed)."""
+    per, w, kv = token_traffic(BATCH_CONTEXT)
+    bounds = [roofline_time(*pass_traffic(LLAMA2_7B, BATCH_CONTEXT, n, batch))[1] for n in (k + 1, 1)]
+    each, cover, n = per / (w + batch * kv), ridge() * (w + batch * kv) / per, batch * (k + 1)
+    if not (bounds == ["compute", "memory"] and f"{round(ridge(), 1) / round(each, 2):.0f}" == f"{cover:.0f}"
+            and f"{n / round(cover):.2f}" == f"{verify_cost(k, batch):.2f}"):
+        return ""
+    return (f"At B = {batch} each position does {each:.2f} MACs per byte the pass reads, so a pass of up to"
+            f" {cover:.0f} positions ({ridge():.1f} / {each:.2f}) costs what a plain pass of {batch} does. The"
+            f" check's {n:,} positions take {n:,} / {cover:.0f} = {verify_cost(k, batch):.2f} plain passes. The"
+            f" option --detail gives the MACs and the bytes.")
+
+
 def check_price_words(k, batch):
     """Chapters 20 and 26: a check of k+1 positions a sequence at BATCH_CONTEXT, priced in plain passes as a reader
     checks it, the two times the roofline gives ("" unless the check is compute-bound and the plain pass
@@ -5041,17 +5057,15 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     note = long_context_note(k, [len(prompt)], why=False)
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-        f" character a token. It prices them at a deliberately short {BATCH_CONTEXT} tokens of context, so that a"
-        " large batch crosses the ridge.",
-        f"At the prompt's own length ({len(prompt)} characters) none would. Each sequence adds its KV cache, the keys"
-        f" and values of its tokens, to the bytes a pass reads, and the {H100.memory / 1e9:.0f} GB fills before any batch crosses. There a"
-        " check costs a plain pass at every batch that fits." if note else "")
+        f" character a token. It takes a short {BATCH_CONTEXT} tokens of context, so that a large batch crosses the"
+        " ridge.",
+        f"At the prompt's own {len(prompt)} characters, each sequence's KV cache, the keys and values of its tokens,"
+        f" would fill the {H100.memory / 1e9:.0f} GB before any batch crossed it: every check would cost one plain pass." if note else "")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", check_price_words(k, max(batches)),
-        "The option --detail derives both times.")
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", ridge_cover_words(k, max(batches)))
     print()
     say(round_words(runs[on[0]], k, max(batches)))
     print()

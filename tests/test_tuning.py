@@ -949,7 +949,9 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256. " + PRICE_4_48 + " The option --detail derives both times.") in text  # read 1492 spent 3 minutes on 4.48;
+            " 256. At B = 256 each position does 0.43 MACs per byte the pass reads, so a pass of up to 343 positions"
+            " (147.6 / 0.43) costs what a plain pass of 256 does. The check's 1,536 positions take 1,536 / 343 = 4.48"
+            " plain passes. The option --detail gives the MACs and the bytes.") in text  # read 1492 spent 3 minutes on 4.48;
     # without the two times, read 1530 rebuilt them from demo 6 for 3 minutes (read 1518, with them, checked for 1.5)
     # the two times, by hand: 1,536 positions of 6.61 GMACs (two flops each) at the H100's peak, and the weights plus
     # 256 KV caches of 16 tokens at its bandwidth; a reader divides the printed times and gets the printed 4.48
@@ -958,6 +960,12 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     check, plain = 2 * macs / sd.H100.flops, read / sd.H100.bandwidth
     assert f"{check * 1e3:.3f} {plain * 1e3:.3f} {read / 1e9:.2f}" == "20.536 4.586 15.36"
     assert f"{20.536 / 4.586:.2f}" == f"{check / plain:.2f}" == f"{sd.verify_cost(5, 256):.2f}" == "4.48"
+    # the body's route, demo 6's: the ridge over a position's MACs per byte gives the positions a plain pass's read
+    # covers, and the printed figures give the printed ones (147.6 / 0.43 = 343, 1,536 / 343 = 4.48)
+    each = sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 1)[0] / read
+    assert f"{each:.2f}" == "0.43" and f"{147.6 / 0.43:.0f}" == f"{sd.ridge() / each:.0f}" == "343"
+    assert f"{1536 / 343:.2f}" == "4.48" and 1536 / (sd.ridge() / each) == pytest.approx(check / plain)
+    assert f"{20.536 / 4.586:.2f}" == "4.48" and "6.61 GMACs" in printed(sd.DETAILS["20"], result)[1]
     assert sd.bound_text(sd.LLAMA2_7B, 16, 5, 256, 256, sd.H100) == "compute"
     on, schedule, adaptive = rows["always on, k = 5"], rows["per-batch schedule"], rows["adaptive k"]
     assert on[2] < 1 and schedule[2] == 1.0 and schedule[1] == on[1]  # the schedule stays off where speculating loses
@@ -1045,9 +1053,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert (" and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
                 " H100 SXM's 80 GB: the pass stays memory-bound.") in text if chapter == "26" else (
-            "At the prompt's own length (493 characters) none would. Each sequence adds its KV cache, the keys and"
-            " values of its tokens, to the bytes a pass reads, and the 80 GB fills before any batch crosses. There a"
-            " check costs a plain pass at every batch that fits.") in text, chapter  # chapter 20 in fewer words (reads 1582 and 1583)
+            "At the prompt's own 493 characters, each sequence's KV cache, the keys and values of its tokens, would fill"
+            " the 80 GB before any batch crossed it: every check would cost one plain pass.") in text, chapter  # chapter 20 in fewer words (reads 1582 and 1583)
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too.") in \
             details[chapter] if chapter == "26" else "1.00 times as long" not in text, chapter
@@ -1077,8 +1084,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam here:" in details["26"]
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-            " character a token. It prices them at a deliberately short 16 tokens of context, so that a large batch"
-            " crosses the ridge. At the prompt's own length (493 characters)") in text  # the model priced first, then
+            " character a token. It takes a short 16 tokens of context, so that a large batch crosses the ridge. At the"
+            " prompt's own 493 characters,") in text  # the model priced first, then
     # the price at the prompt's own length, which read 1568 worked out for a minute when only --detail gave it
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
@@ -1102,7 +1109,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                 " demo 6's 512: its attention reads 16 keys, not 512. A plain pass there reads 15.36 GB: the weights,"
                 " 13.21 GB, and 256 KV caches of 16 tokens, 2.15 GB.") in details[chapter], chapter
         assert "against 6.74" not in bodies[chapter], chapter
-    assert PRICE_4_48 in bodies["20"] and PRICE_4_48 in details["26"] and PRICE_4_48 not in bodies["26"]
+    assert PRICE_4_48 in details["26"] and PRICE_4_48 not in bodies["26"] and PRICE_4_48 not in bodies["20"]
     assert ("Takeaway: stop speculating where a check costs more than it saves, batch size by batch size, as the"
             " per-batch schedule does. A switch that turns it off for good can lose what that schedule keeps.") in text
 

@@ -2248,6 +2248,39 @@ def tree_round(P, Q, text, depth, branching, rng, distinct=False):
     return verify_tree(P, text, tokens, parents, [Q[text[-1]]] + [Q[x] for x in tokens], rng, distinct)
 
 
+def tree_table(P, Q, depth, branching):
+    """How one tree_round round ends, from every start context, exactly, for
+    independent children: ends[d, a, y] as round_table gives it for a chain.
+
+    Each of a node's children is drawn from q on its own, and tried in turn:
+    kept as x with chance q(x) accept_prob(p, q, x); after a rejection p
+    becomes residual(p, q), whichever child was rejected. So what a node keeps,
+    and what it redraws if every child fails, depend on its context alone.
+    """
+    kept, redrawn = np.zeros_like(P), np.zeros_like(P)
+    for c in range(len(P)):
+        p, q, alive = P[c], Q[c], 1.0  # alive: the chance every child tried so far was rejected
+        for _ in range(branching):
+            keep = np.array([q[x] * accept_prob(p, q, x) if q[x] > 0 else 0.0 for x in range(len(p))])
+            kept[c] += alive * keep
+            alive *= 1 - keep.sum()
+            p = residual(p, q)
+        redrawn[c] = alive * p
+    ends, reach = np.zeros((len(P), depth + 1, len(P))), np.eye(len(P))
+    for level in range(depth):
+        ends[:, level] += reach @ redrawn  # every child at this level rejected: y drawn from what is left of p
+        reach = reach @ kept
+    ends[:, depth] += reach @ P  # a leaf kept: the bonus token
+    return ends
+
+
+def tree_tokens(P, Q, depth, branching):
+    """Long-run tokens per call of a tree of independent children, as
+    exact_tokens_per_call gives a chain's: rounds chain on their last token."""
+    ends = tree_table(P, Q, depth, branching)
+    return float(stationary(ends.sum(axis=1)) @ round_tokens(ends))
+
+
 def tree_generate(P, Q, text, n_tokens, depth, branching, rng, distinct=False):
     """n_tokens by tree speculation: (tokens, target calls, accepted drafts)."""
     P, Q, text = check_inputs(P, Q, text, n_tokens=n_tokens, depth=depth, branching=branching)
@@ -4681,15 +4714,8 @@ def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
     return rows
 
 
-def tree_tokens(P, Q, depth, branching, n_rounds, seed):
-    """Tokens per call of a tree of drafts, over n_rounds rounds (chapter 8's trees), and the mean's standard error."""
-    rng = np.random.default_rng(seed)
-    out = [len(e) for e in islice(rounds(lambda t: tree_round(P, Q, t, depth, branching, rng), [0]), n_rounds)]
-    return float(np.mean(out)), float(np.std(out, ddof=1) / math.sqrt(len(out)))
-
-
 @lru_cache(maxsize=None)  # chapter 23 takes the same plan: `all` prices it once
-def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, big_weight=0.75, branching=2, steps=3):
+def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, tol=0.005, big_weight=0.75, branching=2, steps=3):
     """Chapter 19's two drafters, read as a server reports them, and the plan
     the procedure makes of them (chapter 23 takes it to the engines)."""
     big, small = (2048, 5504, 16, 32000), (768, 2048, 4, 32000)  # 7 and 87 times fewer weights than the target
@@ -4698,14 +4724,14 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, n_rounds=2000, tol=0.005, 
     rates = [exact_per_position(TARGET, Q, k_max) for _, _, Q, _ in drafters]  # as its counters report it at k_max
     measured = [Drafter(label, method, route_tokens(k_max, per_position=r)[0], None, shape)  # read as --tune reads them
                 for (label, method, _, shape), r in zip(drafters, rates)]
-    tokens, tree_se = tree_tokens(TARGET, MIDDLING, steps, branching, n_rounds, 42)
+    tokens = tree_tokens(TARGET, MIDDLING, steps, branching)  # exact, as the chains' rates are
     measured[1] = measured[1]._replace(tree=(branching, steps, nodes, tokens))
     room, fit = roomiest(measured, n_ctx)
     max_batch = min(max_batch, fit)  # a batch that does not fit is not run
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
-                           tree_se=tree_se, big_weight=big_weight, roomiest=room.name, fit=fit,
-                           n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, n_rounds=n_rounds, tol=tol,
+                           big_weight=big_weight, roomiest=room.name, fit=fit,
+                           n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, tol=tol,
                            buckets=buckets, speeds=speeds, options=options)
 
 
@@ -4730,7 +4756,7 @@ def demo19_tuning(**how):
     c19 = chapter19_plan(**how)
     (big, small), nodes, drafters, measured = c19.shapes, c19.nodes, c19.drafters, c19.measured
     tree = measured[1].tree
-    n_ctx, max_batch, k_max, n_rounds = c19.n_ctx, c19.max_batch, c19.k_max, c19.n_rounds
+    n_ctx, max_batch, k_max = c19.n_ctx, c19.max_batch, c19.k_max
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
@@ -4757,8 +4783,8 @@ def demo19_tuning(**how):
     print()
     say(f"Small also runs as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
         f" drawn from q on its own, {tree[1]} deep. One pass scores its {nodes - 1} drafts and the text's last token,"
-        f" {nodes} positions. Over {n_rounds:,} sampled rounds it makes {tree[3]:.3f} +- {c19.tree_se:.3f} tokens"
-        f" per call, from {tree[1]} draft passes, one a level. Chapter 33 tests the rule that judges it.")
+        f" {nodes} positions. It makes {tree[3]:.3f} tokens per call, exactly, from {tree[1]} draft passes, one a"
+        " level. Chapter 33 tests the rule that judges it.")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
@@ -6909,7 +6935,9 @@ def demo32_first_choice(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
     after = [o.shape for _, _, o in c19.buckets[1:] if o is not None and o.drafter == first.drafter] if first else []
-    say_paragraphs([f"Chapter 19's plan runs {first.drafter.name}'s {first.shape} from B = {lo} to {hi}" + (
+    say_paragraphs(["At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
+                    f" draft model and how to run it. It runs {first.drafter.name}'s {first.shape} from B = {lo} to"
+                    f" {hi}" + (
         f", then its chains of {and_list([a.replace('k = ', '') for a in after])} drafts" if after and all(
             a.startswith("k = ") for a in after) else "") + (
         ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else ""])
@@ -6927,7 +6955,8 @@ def demo32_first_choice(**how):
         f" Small's tree, '{tree[0]}x{tree[1]}, {c19.nodes}', drafts {tree[0]} candidates under every node, each"
         f" drawn from q on its own (chapter 8's independent children), {tree[1]} deep:"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {c19.nodes - 1} drafts in {tree[1]}"
-        f" passes, one a level. At B = 1, below the ridge, an option's speedup is its tokens per call / (1 + n c),"
+        f" passes, one a level. One target call checks them and the text's last token, {c19.nodes} positions."
+        " At B = 1, below the ridge, an option's speedup is its tokens per call / (1 + n c),"
         " for n draft passes.")
     Q = dict((d[0], d[2]) for d in c19.drafters)["small"]  # past the plan's k = 8, at B = 1, exactly
     k_best, longest = max(((k, exact_tokens_per_call(TARGET, Q, k) / (1 + k * s.c_small[0]))
@@ -6937,15 +6966,13 @@ def demo32_first_choice(**how):
         rows = [(o.drafter.name, o.shape, o.draft_passes, c, f"{o.tokens:.3f}", speed) for o, c, speed in (
             (s.first, s.c_small[0], s.first_speed), (s.chain, s.c_small[0], s.chain_speed),
             (s.longest, s.c_longest, s.longest_speed))]
-        rows[0] = rows[0][:4] + (f"{s.first.tokens:.3f} +- {c19.tree_se:.3f}",) + rows[0][5:]  # sampled: its spread
         rows.insert(2, ("small", f"k = {k_best}", k_best, s.c_small[0],
                         f"{exact_tokens_per_call(TARGET, Q, k_best):.3f}", longest))
         print()
         table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
                ("tokens per call", 17, "<"), ("speedup", 8, ".2f")], rows)
         print()
-        say(f"The tree's tokens per call are sampled over {c19.n_rounds:,} rounds. The chains' are exact at"
-            f" k = {c19.k_max} and {k_best}." + (f" Big's k = {s.longest.draft_passes} is priced from the first"
+        say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}." + (f" Big's k = {s.longest.draft_passes} is priced from the first"
                                                  f" {s.longest.draft_passes} rates of k = {c19.k_max}'s rounds, which"
                                                  " reads a little low (chapter 27)." if s.longest.shape.startswith(
                                                      "k =") else ""), said[0])
@@ -6960,7 +6987,11 @@ def demo32_first_choice(**how):
         table([("B", 4, "d"), ("big's c", 10, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f"),
                ("small's c", 11, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f")], rows)
         print()
-        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.")
+        crosses = next((b for shape, _, b, _, _ in s.checks if shape == first.shape), None)  # the tree's ridge
+        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
+            f" Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
+            f" B = {crosses}, and past it every position costs time (chapter 35)." if first.shape.startswith("tree")
+            and crosses and crosses <= hi + 1 else ""))
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
              " passes beat a longer chain's, and big's dear passes never pay.",
              {"the tree wins at B = 1 on fewer passes": bool(said[0]), "big's passes never pay": bool(said[1])})
@@ -7255,11 +7286,14 @@ def demo35_chain_loss(**how):
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
              1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches if b <= c19.max_batch]
     table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".4f"), (f"k = {own[2]}", 8, ".4f"),
-           ("chain's loss", 14, lambda x: f"{x:.1%}")], rows)
+           ("chain's loss", 14, lambda x: f"{x:.1%}" if abs(x) >= 5e-4 else f"{x:.2%}")], rows)  # not '-0.0%'
     said = tree_loss_words(c19, main, own, t)
+    ahead = rows[-1][4] if rows and rows[-1][0] == end else 0  # at the tree's last B
     print()
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
-        "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.")
+        "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
+        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin"
+        " (chapter 19)." if -c19.tol < ahead < 0 else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",
              {"the loss grows with B up to the batch before the tree's ridge": bool(said)})

@@ -6905,8 +6905,8 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         "At k = 1 all three are equal: demo 1's rule reaches the ideal." if one else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
-        f"Demo 3's rounds, which start after the previous round's final token, make fewer at k = {above.k}: --detail says"
-        " why." if starts else "",
+        f"Demo 3's rounds, which start after the previous round's final token, make fewer token-wise at k = {above.k},"
+        f" {above.chained:.4f} against {gains[-1][1]:.4f}: chapter 29 says why, and --detail here." if starts else "",
         "Sun et al., the block's authors, report 5% to 8% faster decoding than token-wise verification, by the clock,"
         " on their own models"
         " and tasks.")
@@ -7181,9 +7181,9 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
         " vLLM (a serving engine). Each changes how block verification (Sun et al., ICLR 2025; chapter 14) ends a"
         " block, and what it draws after. Step 1 weighs the drafts: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) /"
-        " q(x_i)), with p and q the rows after x_(i-1). Steps 2 and 3 give each position i a coin of its own,"
-        " heads with a chance from w_i and the rows after x_i (Sun et al.'s formula; chapter 14's --detail gives it). Heads"
-        " makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or none (i = 0). In"
+        " q(x_i)), with p and q the rows after x_(i-1). Step 2 gives each position i a chance h_i, from w_i"
+        " and the rows after x_i (Sun et al.'s formula; chapter 14's --detail gives it). Step 3 tosses a coin of its"
+        " own for each position, heads with chance h_i; heads makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or none (i = 0). In"
         " step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or"
         " from p if i = k.")
     print()

@@ -160,7 +160,8 @@ TERMS = (("vLLM", "serving engine"), ("APEX-1", "a public from-scratch"), ("vllm
          ("HF", "Hugging Face"), ("KV cache", "keys and values"), ("ulp", "unit in the last place"),
          ("logits", "the scores"), ("lam", "probability lam"), ("u v^T", "table of their products"),
          ("consistent", "onsistent means"), ("route", "is a route"),
-         ("h_i", ("Z_i / (Z_i + 1 - w_i)", "chance h_i, from w_i and the rows after x_i by Sun et al.'s formula")),
+         ("h_i", ("Z_i / (Z_i + 1 - w_i)", "chance h_i, from w_i and the rows after x_i by Sun et al.'s formula",
+                  "chance h_i, from w_i and the rows after x_i (Sun et al.'s formula")),
          ("w_i", "w_i = min(1, w_(i-1) p(x_i) / q(x_i))"), ("transformers", "a Python library"))
 
 
@@ -1215,6 +1216,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             f" of the harm. Step 5 alone is off by {sd.exact_text(tv5)}, more than it adds to step 3: TVs do not"
             " add.") in flat(text34) and tv5 > rows[2][3] - tv3  # read 1528 stopped on 3.5e-04 alone, 2.9e-05 more
     assert sd.exact_text(rows[2][3] - tv3) == "2.9e-05"  # read 1253 hunted for the difference four places hid
+    # steps 2 and 3 named apart, as the shipped paths' paragraph names them (read 1635 found which was which only
+    # from 'Step 2's chance is never used')
+    assert ("Step 2 gives each position i a chance h_i, from w_i and the rows after x_i (Sun et al.'s formula; chapter"
+            " 14's --detail gives it). Step 3 tosses a coin of its own for each position, heads with chance h_i; heads"
+            " makes i a cut point.") in flat(text34) and "Step 2's chance is never used" in flat(text34)
     assert f"{tv3:.4f} and {rows[2][3]:.4f}" == "0.2672 and 0.2672"  # the table's n = 3 column
     bad = [list(r) for r in edits]
     bad[0][5] = "NOT the target"
@@ -1521,8 +1527,10 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert "At k = 1 all three are equal: demo 1's rule reaches the ideal." in flat(text)
     chained = [f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call, sd.exact_tokens_per_call)]
     assert (f"at every k, {max(g[4] for g in result.gains):+.1%} at most. At k = 1") in flat(text)
-    assert ("Demo 3's rounds, which start after the previous round's final token, make fewer at k = 4: --detail says why."
-            in flat(text)) and chained[1] < result.gains[-1][1]  # the why is the detail's (reads 1436 and 1444)
+    assert (f"Demo 3's rounds, which start after the previous round's final token, make fewer token-wise at k = 4,"
+            f" {chained[1]:.4f} against {result.gains[-1][1]:.4f}: chapter 29 says why, and --detail here."
+            in flat(text)) and chained[1] < result.gains[-1][1]  # the why is the detail's (reads 1436 and 1444); read
+    # 1634 asked 'fewer than what?', and found chapter 29 says why
     assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block. Their rounds start" in flat(result.starts)
     room, gain = max(g[5] for g in result.gains), max(g[4] for g in result.gains)
     assert (f"Takeaway: on the middling draft, judging the block gains up to {gain:.1%} over token-wise checking, and"

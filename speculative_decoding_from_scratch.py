@@ -2513,7 +2513,7 @@ def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
 
 
 ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x). A rejection redraws from"
-                " max(0, p - q), which is p with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x
+                " max(0, p - q), which is p with x removed and renormalised")  # chapters 9, 11, 17 and 18: a q all on its draft x
 
 
 SETTINGS = ("prob", "1-hot", "strict", "block", "b 1-hot")  # chapter 9's columns; b 1-hot is one-hot's own count
@@ -3242,8 +3242,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     say("Real text often repeats what came before it. Here the target is a character model of",
         f"Python's help() text: {docs_corpus()[1]} (another Python's differs, and so do this chapter's"
         f" numbers). With probability lam (here {lam}; chapter 26 varies it),",
-        "it copies. It finds the longest ending of the text so far (prompt and output) that also appears earlier,",
-        "and writes the character that followed it there. With probability 1 - lam, or when there is none, it",
+        f"the target copies. It finds the longest ending of the text so far (prompt and output), of {P.shortest} to"
+        f" {P.longest} characters, that also appears earlier. It writes the character that followed its most recent"
+        " earlier place. With probability 1 - lam, or when there is none, it",
         "follows how often each character follows the two before it in the documentation.")
     print()
     say("Prompt lookup drafts with no model at all. It looks for the text's last",
@@ -3266,8 +3267,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     say(f"Is it exact? The first two characters get demo 2's two checks, a fit of {n_runs} runs and the exact TV."
         " Then a fit"
         f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
-        f" character in a bin by the probability the target gave it there (below {CALIBRATION_EDGES[1]:g},"
-        f" {CALIBRATION_EDGES[1]:g} to {CALIBRATION_EDGES[2]:g}, and so on). It compares each bin's count with its"
+        " character in a bin by the probability the target gave it there (the bins' edges are"
+        f" {and_list([f'{e:g}' for e in CALIBRATION_EDGES[1:-1]])}). It compares each bin's count with its"
         " expected count: the bin's chance at each position, summed over the positions."
         " The three checks:")
     print()

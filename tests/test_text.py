@@ -225,3 +225,22 @@ def test_every_position_of_a_heads_proposal_is_enumerated():
     proposals = sd.heads_proposals(heads, 2)([3])
     assert len(proposals) == 36 and sum(p for _, _, p in proposals) == pytest.approx(1)
     assert {tuple(d) for d, _, _ in proposals} == set(product(range(6), repeat=2))
+
+
+def test_chapter11_says_which_earlier_place_the_target_copies_and_the_fits_bins(all_run):
+    from test_demos import flat, section
+    text = flat(section(all_run, "11"))
+    # by hand: 'abcX' then 'abcY' earlier, the text ending 'abc': the target puts lam on 'Y', what followed the most
+    # recent earlier place (read 1631 asked which place, when the ending appears more than once)
+    model = sd.CopyModel(0.9)
+    seq = bytes(sd.encode("abcX abcY abc"))
+    row = model.row(seq, len(seq))
+    trigram = model.T[seq[-2], seq[-1]]
+    assert row[sd.encode("Y")[0]] == pytest.approx(0.9 + 0.1 * trigram[sd.encode("Y")[0]])
+    assert row[sd.encode("X")[0]] == pytest.approx(0.1 * trigram[sd.encode("X")[0]])
+    assert ("the target copies. It finds the longest ending of the text so far (prompt and output), of 3 to 12"
+            " characters, that also appears earlier. It writes the character that followed its most recent earlier"
+            " place.") in text
+    # the bins' edges, all of them, from the fit's own CALIBRATION_EDGES (read 1631: 'and so on' left them out)
+    assert "(the bins' edges are 0.001, 0.01, 0.05, 0.2, 0.5 and 0.8)" in text
+    assert sd.CALIBRATION_EDGES[1:-1] == (1e-3, 0.01, 0.05, 0.2, 0.5, 0.8)

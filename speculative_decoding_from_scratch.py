@@ -6055,13 +6055,17 @@ def demo25_crossings(s, buckets, max_batch, tol):
     after = all(r[2] < r[3] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
-    say(f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. The target's weights cover about {s.ridge_base:.1f}"
-        f" positions, shared by the B sequences, and each sequence's KV cache in the target covers {each:.3f} more of its"
-        " own. So a sequence can check about"
-        f" {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling toward {each:.3f} as B"
-        " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores more"
+    gm, r = s.m / 1e9, ridge()
+    say("Below the ridge, the time a pass takes to move its bytes covers its MACs too. A position does"
+        f" {gm:.2f} GMACs. The target's weights, {s.w / 1e9:.2f} GB, cover about {s.ridge_base:.1f} positions"
+        f" ({r:.1f} * {s.w / 1e9:.2f} / {gm:.2f}), shared by the B sequences. Each sequence's KV cache in the target,"
+        f" {s.kv / 1e9:.4f} GB, covers {each:.3f} more of its own ({r:.1f} * {s.kv / 1e9:.4f} / {gm:.2f}). So a"
+        f" sequence can check about {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling"
+        f" toward {each:.3f} as B grows. Every check in the table below scores more"
         f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
-        " ridge at some B." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone else "")
+        " ridge at some B." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone and (
+            f"{round(r, 1) * round(s.w / 1e9, 2) / round(gm, 2):.1f} {round(r, 1) * round(s.kv / 1e9, 4) / round(gm, 2):.3f}"
+            == f"{s.ridge_base:.1f} {each:.3f}") else "")  # the printed figures give the printed positions
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]
     gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(

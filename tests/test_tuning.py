@@ -563,12 +563,16 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the limit's reason, then the limit, in the body (read 1496: 'the formula comes before its reason, so I worked it
     # out myself'); its algebra is the detail's (read 1519 checked both quotients; reads 1471, 1482 and 1490 rebuilt
     # the terms from demo 6, which the detail does)
-    assert (f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. The target's weights cover"
-            f" about {base:.1f} positions, shared by the B sequences, and each sequence's KV cache in the target covers {each:.3f} more of"
-            " its own. So a sequence can check"
+    assert (f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. A position does 6.74 GMACs."
+            f" The target's weights, 13.21 GB, cover about {base:.1f} positions (147.6 * 13.21 / 6.74), shared by the B"
+            f" sequences. Each sequence's KV cache in the target, 0.2684 GB, covers {each:.3f} more of its own (147.6 *"
+            f" 0.2684 / 6.74). So a sequence can check"
             f" about {base:.1f} / B + {each:.3f} positions: demo 6's 295 at B = 1, falling toward {each:.3f} as B"
-            " grows. The option --detail derives both figures from demo 6's. Every check in the table below scores"
+            " grows. Every check in the table below scores"
             f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B.") in text25
+    # the quotients in place (read 1645 rebuilt 5.878 from demo 6's rounded 0.27 GB and got 5.91): the printed
+    # figures give the printed positions
+    assert f"{147.6 * 13.21 / 6.74:.1f} {147.6 * 0.2684 / 6.74:.3f}" == f"{base:.1f} {each:.3f}"
     assert "falls below its positions per sequence" not in text25  # read 1550 checked every row by it
     assert (f"A pass of B"
             f" sequences, n positions each, does {m / 1e9:.2f} * B * n GMACs and reads {w / 1e9:.2f} +"
@@ -623,7 +627,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # where the chain leads before the plan leaves the tree, its lead is within the plan's margin
     assert all(result.speeds[b - 1, chain] <= result.speeds[b - 1, tree] * (1 + result.c19.tol)
                for b in range(level, planned + 1))
-    assert "each sequence's KV cache in the target covers 5.878 more of its own." in text and 15 * past > 295  # the terms
+    assert "covers 5.878 more of its own (147.6 * 0.2684 / 6.74)." in text and 15 * past > 295  # the terms
     assert f"tree 2x3, 15 15 {past} 1-{planned}" in text and planned > past
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 35-95 k = 7 8 137 96-146 k = 6 7 258 147-241" in text

@@ -4211,9 +4211,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         f" at least {number_word(len(APEX_BUGS))} ways. Two of them (cache and next row, in the table below) are in"
         " its own machinery, not in the rule."
         " It keeps what the target has read, its KV"
-        " cache (the keys and values of every token read so far), separately from the text it writes. And each round"
-        " starts with a token the target samples, before any draft, from a row p carried over from the round"
-        " before: the target's row after the last token written. The drafts follow that token.",
+        " cache (the keys and values of every token read so far), separately from the text it writes. Its rounds differ"
+        " from the lesson's: each starts with a token the target samples, before any draft, from a row p carried over"
+        " from the round before (the target's row after the last token written). The drafts follow that token.",
         "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed"
         f" the text's last few characters earlier on. A proposal x is deterministic, so q is all on x: {ONE_HOT_RULE}."
@@ -4235,9 +4235,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
     say(f"Each generator writes {n_text} characters, and a fit checks them as chapter 11 does. It bins each written"
-        f" character by the chance the target gave it there (below {CALIBRATION_EDGES[1]:g}, {CALIBRATION_EDGES[1]:g} to"
-        f" {CALIBRATION_EDGES[2]:g}, and so on), and compares each bin's"
-        " count with the target's expected count."
+        " character by the chance the target gave it there (the bins' edges are"
+        f" {and_list([f'{e:g}' for e in CALIBRATION_EDGES[1:-1]])}). It compares each bin's count with its expected"
+        " count: the bin's chance at each position, summed over the positions."
         " The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its"
         " tokens. Consistent means the fit finds no difference from the target.")
     print()

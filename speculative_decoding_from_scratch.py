@@ -4780,7 +4780,8 @@ def demo19_tuning(**how):
     print()
     say("A chain of k drafts makes, in tokens per call, 1 plus its first k per-position rates. Rate i is the share of"
         f" rounds in which drafts 1 to i were all kept. Here the rates are counted exactly at k = {k_max}, and a"
-        " shorter k uses their first k; chapter 27 checks how close that comes.")
+        " shorter k uses their first k. A shorter k's own rounds start after a different mix of tokens, so its"
+        " rates differ a little; chapter 27 checks by how much.")
     print()
     say(f"Small also runs as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
         f" drawn from q on its own, {tree[1]} deep. One pass scores its {nodes - 1} drafts and the text's last token,"
@@ -4791,7 +4792,9 @@ def demo19_tuning(**how):
     say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
         " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. A long check"
         f" reaches the ridge as B grows: a sequence can check about {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f}"
-        " positions free, its share of the weights' bytes plus its own KV cache's (chapter 25)." + (
+        " positions free, its share of the weights' bytes plus its own KV cache's" + (
+            " ({} and {}, chapter 25).".format(*quotients) if (quotients := ridge_quotients(shape)) else " (chapter 25).")
+        + (
             " So " + and_list([f"{'the tree' if name_[:4] == 'tree' else name_}'s {n} positions cross at B = {b}"
                                for name_, n, b, _, _ in shape.checks[:2]]) + "; past the ridge every position costs"
             " time." if all(b for _, _, b, _, _ in shape.checks[:2]) else ""))
@@ -4872,6 +4875,16 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
         longest_speed=speeds[0, options.index(longest)] if longest is not None else None)
 
 
+def ridge_quotients(s):
+    """The two terms of a sequence's free positions, 289.3 / B + 5.878, as a reader rebuilds them from demo 6's
+    figures: ('147.6 * 13.21 / 6.74', '147.6 * 0.2684 / 6.74'), or None unless the printed figures give the printed
+    terms."""
+    r, gm, w, kv = round(ridge(), 1), round(s.m / 1e9, 2), round(s.w / 1e9, 2), round(s.kv / 1e9, 4)
+    if f"{r * w / gm:.1f} {r * kv / gm:.3f}" != f"{s.ridge_base:.1f} {s.ridge_each:.3f}":
+        return None
+    return f"{r:.1f} * {w:.2f} / {gm:.2f}", f"{r:.1f} * {kv:.4f} / {gm:.2f}"
+
+
 def pass_bytes(pairs, n_ctx):
     """Chapter 32's bytes a pass reads, as text, gb(shape, B) -> '1.817 GB', for each (draft, B) in pairs and the target
     at those B; None unless every such pass is memory-bound and each draft's c is its bytes over the target's, which
@@ -4896,7 +4909,7 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
                         for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
         (f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, so it makes fewer tokens per"
-         f" call than the chain of {s.chain.draft_passes}. But it pays for {s.first.draft_passes} passes, not"
+         f" call than the chain of {s.chain.draft_passes}, {s.first.drafter.name}'s best of k = 1 to {s.k_top}. But it pays for {s.first.draft_passes} passes, not"
          f" {s.chain.draft_passes}, and wins." + (" No chain of k = {} to {} catches it: k = {} is their best.".format(
              *longer[:3]) if longer and longer[3] < s.first_speed else "") if s.chain is not None and s.chain.tokens > s.first.tokens
          and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "") +
@@ -4909,10 +4922,7 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
                 " ({} layers of width {} against {} of {})".format(*s.layers[0], *s.layers[2]) if layers_set_kv
                 else "") + f"; small's rises only toward {s.kv_share[1]:.4f}" + (
                 " ({} of {})".format(*s.layers[1]) if layers_set_kv else "")
-            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "." +
-        " Past B = 1, chapter 19 prices each option on demo 6's roofline. Each draft's best option, up to"
-        f" B = {s.big_fit}" + (f", where big, the target and the KV caches of {n_ctx} tokens fill the H100's"
-                               f" {H100.memory / 1e9:.0f} GB:" if s.big_fit < max_batch else ":")
+            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "."
         if not s.big_runs and s.c[1] > s.c[0] and s.big_gap is not None and s.big_gap > 0 else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
@@ -6055,17 +6065,16 @@ def demo25_crossings(s, buckets, max_batch, tol):
     after = all(r[2] < r[3] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
-    gm, r = s.m / 1e9, ridge()
+    quotients = ridge_quotients(s) or ("", "")
     say("Below the ridge, the time a pass takes to move its bytes covers its MACs too. A position does"
-        f" {gm:.2f} GMACs. The target's weights, {s.w / 1e9:.2f} GB, cover about {s.ridge_base:.1f} positions"
-        f" ({r:.1f} * {s.w / 1e9:.2f} / {gm:.2f}), shared by the B sequences. Each sequence's KV cache in the target,"
-        f" {s.kv / 1e9:.4f} GB, covers {each:.3f} more of its own ({r:.1f} * {s.kv / 1e9:.4f} / {gm:.2f}). So a"
+        f" {s.m / 1e9:.2f} GMACs. The target's weights, {s.w / 1e9:.2f} GB, cover about {s.ridge_base:.1f} positions"
+        f" ({quotients[0]}), shared by the B sequences. Each sequence's KV cache in the target,"
+        f" {s.kv / 1e9:.4f} GB, covers {each:.3f} more of its own ({quotients[1]}). So a"
         f" sequence can check about {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling"
         f" toward {each:.3f} as B grows. Every check in the table below scores more"
         f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
-        " ridge at some B." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone and (
-            f"{round(r, 1) * round(s.w / 1e9, 2) / round(gm, 2):.1f} {round(r, 1) * round(s.kv / 1e9, 4) / round(gm, 2):.3f}"
-            == f"{s.ridge_base:.1f} {each:.3f}") else "")  # the printed figures give the printed positions
+        " ridge at some B." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone
+        and all(quotients) else "")
     planned = [o for _, _, o in buckets if o is not None]
     tree, chain = (planned + [None, None])[:2]
     gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(
@@ -6982,20 +6991,27 @@ def demo32_first_choice(**how):
                                                  " reads a little low (chapter 27)." if s.longest.shape.startswith(
                                                      "k =") else ""), said[0])
     if said[1]:
-        print()
-        say(said[1])
-        print()
         mine = [[i for i, o in enumerate(c19.options) if o.drafter.name == name] for name in ("big", "small")]
+        shown = sorted({1, 32, 64, 128, s.big_fit})
         rows = [(b, *(x for j, d in enumerate((big, small)) for i in [max(mine[j], key=lambda i: c19.speeds[b - 1, i])]
                       for x in (draft_cost(b, c19.n_ctx, draft=d), c19.options[i].shape, c19.speeds[b - 1, i])))
-                for b in sorted({1, 32, 64, 128, s.big_fit})]
+                for b in shown]
+        print()
+        say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
+            ": c is still bytes over bytes, and past the ridge a check costs more than one plain pass." if pass_bytes(
+                tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
+            f"Each draft's best option, up to B = {s.big_fit}" + (
+                f", where big, the target and the KV caches of {c19.n_ctx} tokens fill the H100's"
+                f" {H100.memory / 1e9:.0f} GB:" if s.big_fit < c19.max_batch else ":"))
+        print()
         table([("B", 4, "d"), ("big's c", 10, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f"),
                ("small's c", 11, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f")], rows)
         print()
         crosses = next((b for shape, _, b, _, _ in s.checks if shape == first.shape), None)  # the tree's ridge
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             f" Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
-            f" B = {crosses}, and past it every position costs time (chapter 35)." if first.shape.startswith("tree")
+            f" B = {crosses}, past which every position costs time, and the plan switches once it trails by more than"
+            f" its {c19.tol:.1%} margin (chapters 19 and 35)." if first.shape.startswith("tree")
             and crosses and crosses <= hi + 1 else ""))
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
              " passes beat a longer chain's, and big's dear passes never pay.",

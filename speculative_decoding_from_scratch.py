@@ -6950,15 +6950,16 @@ def demo32_first_choice(**how):
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
     after = [o.shape for _, _, o in c19.buckets[1:] if o is not None and o.drafter == first.drafter] if first else []
     say_paragraphs(["At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
-                    f" draft model and how to run it. It runs {first.drafter.name}'s {first.shape} from B = {lo} to"
+                    f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it."
+                    f" It runs {first.drafter.name}'s {first.shape} (below) from B = {lo} to"
                     f" {hi}" + (
         f", then its chains of {and_list([a.replace('k = ', '') for a in after])} drafts" if after and all(
             a.startswith("k = ") for a in after) else "") + (
         ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else ""])
     print()
     gb = pass_bytes(((big, 1), (small, 1)), c19.n_ctx)
-    say(f"Big (blend {c19.big_weight:g}) stands for a {big[2]}-layer model of width {big[0]}, small (the middling"
-        f" draft) for {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of"
+    say(f"Big stands for a {big[2]}-layer model of width {big[0]}, small"
+        f" for {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of"
         f" {LLAMA2_7B[0]}. A draft's c, a pass's cost in target passes, comes from the bytes a pass reads: its"
         " weights, and every sequence's KV cache, the keys and values of its tokens." + (
             f" At B = 1 each pass is memory-bound, so c is bytes over bytes: big reads {gb(big, 1)} and small"
@@ -6988,7 +6989,8 @@ def demo32_first_choice(**how):
         print()
         say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}." + (f" Big's k = {s.longest.draft_passes} is priced from the first"
                                                  f" {s.longest.draft_passes} rates of k = {c19.k_max}'s rounds, which"
-                                                 " reads a little low (chapter 27)." if s.longest.shape.startswith(
+                                                 " reads a little low: a shorter k's rounds start after a different"
+                                                 " mix of tokens (chapter 27)." if s.longest.shape.startswith(
                                                      "k =") else ""), said[0])
     if said[1]:
         mine = [[i for i, o in enumerate(c19.options) if o.drafter.name == name] for name in ("big", "small")]

@@ -461,8 +461,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # chapter 32 names the plan's choice at B = 1 and leaves its table to chapter 19 (reads 1534, 1547 and 1567 asked
     # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's)
     assert ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a draft"
-            " model and how to run it. It runs small's tree 2x3, 15 from B = 1 to 34, then its chains of 8, 7 and 6"
-            " drafts, and never runs big. Why?") in text32 and (
+            " model, big (blend 0.75) or small (the middling draft), and how to run it. It runs small's tree 2x3, 15"
+            " (below) from B = 1 to 34, then its chains of 8, 7 and 6 drafts, and never runs big. Why?") in text32 and (
         "batch size B drafter" not in text32)
     # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
     # out when they counted layers x width^2 against c
@@ -510,7 +510,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert ("A chain of k drafts takes k draft passes. Its tokens per call are 1 plus its first k per-position rates;"
             " rate i is the share of rounds whose drafts 1 to i all passed.") in text32 and (
         "Tokens per call are exact for the tree and for small's k = 8 and 10. Big's k = 6 is priced from the first 6"
-        " rates of k = 8's rounds, which reads a little low (chapter 27).") in \
+        " rates of k = 8's rounds, which reads a little low: a shorter k's rounds start after a different mix of tokens"
+        " (chapter 27).") in \
         text32 and "computed exactly" not in text32
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. At B = 1 big's best option"
             " makes 2.51x against the tree's 3.06x; chapter 32 says why the tree wins there and big never runs."

@@ -5074,11 +5074,13 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     on = rows[0]  # a per-batch schedule: k where speculating pays at that B over the workload, else plain decoding
     rows.insert(1, ("per-batch schedule", *[x if x > 1 else 1.0 for x in on[1:]]))
     say("When to fall back? In TensorRT-LLM, NVIDIA's serving engine, acceptance_rate_threshold turns speculation"
-        " off for good once the accepted drafts per round, averaged over recent requests, fall below it. A workload"
+        " off for good once the accepted drafts per round, averaged over recent requests, fall below it: despite its"
+        " name, a count of drafts, not a rate. A workload"
         " can change.",
         f"Here the target is chapter 11's character model, after its {len(prompt)}-character paragraph prompt: at"
         " each character, with probability lam it copies an earlier",
-        "stretch of its own text. The draft is prompt lookup: it proposes what followed the text's",
+        "stretch of its own text; else it writes from how often each character follows the two before it. The"
+        " draft is prompt lookup: it proposes what followed the text's",
         f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
         f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
     print()
@@ -5122,7 +5124,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" of the {len(seeds)} seeds.",
         f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
         " change." if at < n else "It never switches off here.",
-        *[f"At B = {b}, it misses the speedup that follows."
+        *[f"At B = {b}, it misses the speedup that follows" + (
+            f", stretch {len(phases)}'s copying included." if at < ends[-2] and phases[-1][1] > phases[-2][1] else ".")
           if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
           f" ({on[1 + i]:.2f}), so the schedule does not speculate there at all" + (
               f"; off for good pays that cost until it switches off ({off[1 + i]:.2f})."

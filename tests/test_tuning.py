@@ -1007,7 +1007,11 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     at = float(np.median(ats))
     assert 120 <= at < 240 and (f"It switches off at about character {at:.0f}, in stretch 2 of 3 (characters 120 to"
                                 " 240), at every B: it counts accepted drafts, which B does not change. At B = 1, it"
-                                " misses the speedup that follows.") in text
+                                " misses the speedup that follows, stretch 3's copying included.") in text
+    # what the target does the rest of the time, and the threshold's unit (read 1640 stopped on both)
+    assert ("with probability lam it copies an earlier stretch of its own text; else it writes from how often each"
+            " character follows the two before it.") in text and (
+        "fall below it: despite its name, a count of drafts, not a rate.") in text
     assert ("off for good: TensorRT-LLM's switch, at a threshold of 1 accepted draft per round. It averages over the"
             " last completed requests; this run is one request, so here it averages its last 20 rounds"
             " instead.") in text

@@ -2319,9 +2319,9 @@ def demo8_trees(n_rounds=200):
         " from q with the siblings drawn before it removed, renormalised. The released code of EAGLE-1, a trained"
         " draft head, draws them distinct. Chapter 33 shows how one pass checks a tree, and asks whether both ways"
         " keep the target's distribution.")
-    rates, chains_fit, wider = demo8_depth_and_width(n_rounds)
+    rates, fits, wider = demo8_depth_and_width(n_rounds)
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).",
-             {"every chain agrees with its exact value": chains_fit, "the widest tree beats the chain": wider})
+             {"every independent measured value agrees with its exact one": fits, "the widest tree beats the chain": wider})
     return SimpleNamespace(rates=rates)
 
 
@@ -2336,26 +2336,26 @@ def demo8_depth_and_width(n_rounds, depth=3):
             rng = np.random.default_rng(10)
             out = islice(rounds(lambda t: tree_round(TARGET, MIDDLING, t, d, b, rng, distinct), [0]), n_rounds)
             rates.append(mean_se([len(e) for e in out]))
-        exact = exact_tokens_per_call(TARGET, MIDDLING, d) if b == 1 else None
+        exact = tree_tokens(TARGET, MIDDLING, d, b)  # a chain is a tree of one child a node
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
         " drafts. One target pass scores every node and also the text's last token; the target's p after that token judges the"
         " first-level drafts. With"
         " one child a node, independent and distinct drawing are the same, so a chain's measured value is in the"
-        " independent column. Only a chain has an exact value; the script does not enumerate a tree's"
-        " rounds.")
+        " independent column. Independent children also have an exact value, from every way a round can end; the"
+        " script does not enumerate distinct children's rounds.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
-           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact, chain", 14, ".2f")], rows,
+           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact,\nindependent", 13, ".2f")], rows,
           groups=[("measured, children", 3, 6)])
     off = [r[0] for r in rows if r[7] and not fits_exact(r[3], r[4], r[7])]
     repeats = all(r[5] > r[3] for r in rows if r[5] is not None) and rule_intact(TARGET, MIDDLING)
     rows = [(label, d, n, rate, distinct, exact) for label, d, n, rate, _, distinct, _, exact in rows]
     wider = rows[2][4] > rows[0][5]
     print()
-    say(f"Each chain's measured value agrees with its exact one, within {FIT_Z} standard errors." if not off else
-        f"NOT every chain agrees with its exact value: {', '.join(off)}.",
+    say(f"Each independent measured value agrees with its exact one, within {FIT_Z} standard errors." if not off else
+        f"NOT every independent measured value agrees with its exact one: {', '.join(off)}.",
         f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
         f" {'more' if wider else 'NOT more'} than the chain's exact {rows[0][5]:.2f}.",
         f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"

@@ -942,9 +942,14 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert (f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's"
             f" exact {chain:.2f}.") in " ".join(text.split())
     assert ("With one child a node, independent and distinct drawing are the same, so a chain's measured value is in the"
-            " independent column.") in " ".join(text.split())
+            " independent column. Independent children also have an exact value, from every way a round can end; the"
+            " script does not enumerate distinct children's rounds.") in " ".join(text.split())
+    # the trees' exact column is tree_table's, and each independent measured value sits within 4 standard errors
+    for row, b in zip(result.rates[:3], (1, 2, 3)):
+        assert row[5] == pytest.approx(sd.tree_tokens(sd.TARGET, sd.MIDDLING, 3, b))
+    assert "Each independent measured value agrees with its exact one, within 4 standard errors." in flat(text)
     long = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)  # a chain verifying as many positions as the tree
-    assert result.rates[3][5] == long and (f"A chain of 39 drafts, as many as that tree has nodes, makes"
+    assert result.rates[3][5] == pytest.approx(long, rel=1e-12) and (f"A chain of 39 drafts, as many as that tree has nodes, makes"
                                            f" {long:.2f} exactly, {'fewer' if long < widest else 'NOT fewer'}") \
         in " ".join(text.split())
 

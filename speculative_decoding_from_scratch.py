@@ -5206,6 +5206,29 @@ def temperature_rows(k, n_rounds, c=0.1, n_exact=3, temperatures=(0, 1.0, 2.0)):
     return rows
 
 
+def loop_of_each_start(P):
+    """For each first token, the loop greedy decoding of table P ends in (a
+    frozenset of tokens)."""
+    ahead = temper(P, 0).argmax(axis=1)
+    return [frozenset(loop_from(x, lambda y: int(ahead[y]))) for x in range(len(P))]
+
+
+def loop_from(x, step):
+    """The loop that following step from x ends in, in the order it runs:
+    loop_from(0, lambda y: [1, 2, 1][y]) -> [1, 2]."""
+    seen = []
+    while x not in seen:
+        seen.append(x)
+        x = step(x)
+    return seen[seen.index(x):]
+
+
+def greedy_loops(P):
+    """The loops greedy decoding of table P ends in, one from each first token
+    (each a frozenset of tokens)."""
+    return set(loop_of_each_start(P))
+
+
 def temperature_table(rows, k, c=0.1):
     """Chapter 21's opening: what temperature and a greedy draft are, and its table."""
     say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
@@ -6579,29 +6602,6 @@ def loop_alpha_words(P, Q, label, alpha):
     terms = " + ".join(f"{fraction(reach[o] / len(P))} * {fraction(agree[o] / len(o))}" for o in loops)
     return (f"Along the loops, {label}'s likeliest token is the target's after {and_list(yes)}"
             + (f" but not after {and_list(no, 'or')}" if no else "") + f". So its alpha = {terms} = {alpha:.4f}.")
-
-
-def loop_of_each_start(P):
-    """For each first token, the loop greedy decoding of table P ends in (a
-    frozenset of tokens)."""
-    ahead = temper(P, 0).argmax(axis=1)
-    return [frozenset(loop_from(x, lambda y: int(ahead[y]))) for x in range(len(P))]
-
-
-def loop_from(x, step):
-    """The loop that following step from x ends in, in the order it runs:
-    loop_from(0, lambda y: [1, 2, 1][y]) -> [1, 2]."""
-    seen = []
-    while x not in seen:
-        seen.append(x)
-        x = step(x)
-    return seen[seen.index(x):]
-
-
-def greedy_loops(P):
-    """The loops greedy decoding of table P ends in, one from each first token
-    (each a frozenset of tokens)."""
-    return set(loop_of_each_start(P))
 
 
 def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):

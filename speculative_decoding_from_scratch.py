@@ -5246,8 +5246,9 @@ def temperature_table(rows, k, c=0.1):
     say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}. The"
         " table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T) for a"
         " sampled one.",
-        "At T = 0 a draft passes always after some tokens and never after others. The target's greedy text never"
-        " visits a token after which the middling draft passes, so its alpha is 0. Blend"
+        "At T = 0 a draft passes always after some tokens and never after others" + (
+            f", and alpha averages over the {len(TARGET)} first tokens, each as likely: the greedy text's loop depends"
+            " on where it starts." if len(greedy_loops(TARGET)) > 1 else ".") + " The target's greedy text never visits a token after which the middling draft passes, so its alpha is 0. Blend"
         f" {GOOD_WEIGHT:g}'s passes come in runs, which eq. 1, at one chance alpha, undercounts: its speedup beats"
         " eq. 1's. Chapter 28 works both out."
         if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
@@ -5263,8 +5264,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     print()
-    say(f"Every row emits its tempered target, both ways, by demo 2's two checks. Each fit, of the token pairs in"
-        f" {n_rounds} rounds of text, is {p_text(min(f for r in rows for f in r[6:8]))} or more, and each exact TV of the first {n_exact}"
+    say(f"Every row emits its tempered target, both ways, by demo 2's two checks. Each fit, of every pair of"
+        f" consecutive tokens in {n_rounds} rounds of text against the tempered table's rows, is {p_text(min(f for r in rows for f in r[6:8]))} or more, and each exact TV of the first {n_exact}"
         f" tokens after '{name(0)}' is {exact_text(max(r[8] for r in rows))}." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
         f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
@@ -5361,7 +5362,7 @@ def demo21_temperature(k=4, n_rounds=200, n_greedy=1000, n_exact=3):
     same = attempt(lambda: greedy_is_argmax(n_greedy))
     lower = temperature_words(rows, same, n_greedy, n_rounds, n_exact, k)
     print()
-    say("The option --detail sets these alphas beside the paper's Table 3.")
+    say("The option --detail compares these alphas with the paper's Table 3.")
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     good = [r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[5] is not None]  # the good draft, by T
     span = (f", from {good[0][5]:.2f}x at T = {good[0][1]:g} to {good[-1][5]:.2f}x at T = {good[-1][1]:g},"

@@ -4771,35 +4771,41 @@ def demo19_tuning(**how):
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
-    say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft), each standing for"
-        " a model of its own shape (chapter 32 gives the shapes). A draft's acceptance comes from its table." + (
-            " Its c is the bytes its pass reads divided by the target's, as both passes are memory-bound." if bytes_set_c
-            and by_bytes else " Its c, a pass's cost in target passes, comes from the bytes a pass reads.") + (
-            f" At B = 1, c is {shape.c[0]:.4f} for big and {shape.c_small[0]:.4f} for small. Each c rises with B, as"
-            " every sequence adds its KV cache, the keys and values of its tokens, to both passes' bytes; --detail"
-            " says by how much." if bytes_set_c else ""))
+    quotients = ridge_quotients(shape)
+    free = lambda b: shape.ridge_base / b + shape.ridge_each  # noqa: E731  a sequence's free positions at B = b
+    priced = all(abs(verify_cost(o.positions - 1, b, n_ctx=n_ctx) - max(1.0, o.positions / free(b))) < 1e-9
+                 for o in options for b in (1, 32, max_batch))  # the check's price, as the legend says it
+    say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft). Each stands for a"
+        " model of its own shape (chapter 32 gives the shapes), and its acceptance comes from its table. The plan"
+        f" tries chains of k = 1 to {k_max} drafts, and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}':"
+        f" {tree[0]} candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
+        f" {nodes - 1} drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes}"
+        " positions. Each option is priced so:")
     print()
-    say("A chain of k drafts makes, in tokens per call, 1 plus its first k per-position rates. Rate i is the share of"
-        f" rounds in which drafts 1 to i were all kept. Here the rates are counted exactly at k = {k_max}, and a"
-        " shorter k uses their first k. A shorter k's own rounds start after a different mix of tokens, so its"
-        " rates differ a little; chapter 27 checks by how much.")
+    legend = {"speedup": "tokens per call / (check + n c), for n draft passes",
+              "tokens": "a chain of k: 1 plus its first k per-position rates, rate i being the share of rounds in"
+                        f" which drafts 1 to i were all kept; the tree: {tree[3]:.3f}, exactly",
+              "c": (f"a draft pass's bytes over a target pass's, as both are memory-bound: at B = 1, {shape.c[0]:.4f}"
+                    f" for big and {shape.c_small[0]:.4f} for small" if bytes_set_c and by_bytes else
+                    "a draft pass's cost in target passes, from the bytes each pass reads"),
+              "check": ("its cost in plain passes: 1 while a sequence's positions are within its free ones,"
+                        f" {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f}; past that, its positions over the free"
+                        " ones" if priced else "its cost in plain passes, on demo 6's roofline")}
+    table([("", 2, ""), ("", 9, "<"), ("", 66, "<")], labelled_rows(legend, 64))
     print()
-    say(f"Small also runs as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
-        f" drawn from q on its own, {tree[1]} deep. One pass scores its {nodes - 1} drafts and the text's last token,"
-        f" {nodes} positions. It makes {tree[3]:.3f} tokens per call, exactly, from {tree[1]} draft passes, one a"
-        " level. Chapter 33 tests the rule that judges it.")
+    say(f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start after"
+        " a different mix of tokens, so its rates differ a little (chapter 27).",
+        "Each c rises with B, as every sequence adds its KV cache, the keys and values of its tokens, to both"
+        " passes' bytes. A draft's KV cache is a larger share of the target's than its weights are." if bytes_set_c
+        else "",
+        "A sequence's free positions are the target's weights' share, {}, and its own KV cache's, {}, for {:.2f} GMACs"
+        " a position (chapter 25).".format(*quotients, shape.m / 1e9) if quotients and priced else "",
+        "So " + and_list([f"{'the tree' if name_[:4] == 'tree' else name_}'s {n}" + " positions pass their free"
+                          " ones" * (i == 0) + f" at B = {b}" for i, (name_, n, b, _, _) in enumerate(shape.checks[:2])])
+        + "."
+        if priced and all(b for _, _, b, _, _ in shape.checks[:2]) else "")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan tries chains of k = 1 to {k_max} and the tree. Below demo 6's ridge a check costs one plain"
-        " pass, and the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. A long check"
-        f" reaches the ridge as B grows: a sequence can check about {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f}"
-        " positions free, its share of the weights' bytes plus its own KV cache's" + (
-            " ({} and {}, chapter 25).".format(*quotients) if (quotients := ridge_quotients(shape)) else " (chapter 25).")
-        + (
-            " So " + and_list([f"{'the tree' if name_[:4] == 'tree' else name_}'s {n} positions cross at B = {b}"
-                               for name_, n, b, _, _ in shape.checks[:2]]) + "; past the ridge every position costs"
-            " time." if all(b for _, _, b, _, _ in shape.checks[:2]) else ""))
-    print()
     say("The plan stops at"
         f" B = {max_batch}, where the target's and {c19.roomiest}'s weights and KV caches fill the"
         f" H100's {H100.memory / 1e9:.0f} GB. Going up in B, the plan switches only when its current choice"

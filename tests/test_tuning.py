@@ -227,8 +227,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     # 'slightly low': below each shorter k's exact count at every k, by under 0.02 tokens per call, about 1% of the
     # smallest count here (1.69); the size and the why are chapter 27's
     assert 0 < min(low) <= max(low) < 0.02 and (
-        "Here the rates are counted exactly at k = 8, and a shorter k uses their first k. A shorter k's own rounds start"
-        " after a different mix of tokens, so its rates differ a little; chapter 27 checks by how much.") in text  # read 1511 spent 1.5 minutes on why they would misprice, which is chapter 27's;
+        "The rates are counted exactly at k = 8, and a shorter k uses their first k; its own rounds start after a"
+        " different mix of tokens, so its rates differ a little (chapter 27).") in text  # read 1511 spent 1.5 minutes on why they would misprice, which is chapter 27's;
     # reads 1575 and 1580 reread 'a shorter k' for what it took from the rates
     # 'fewer end on a redraw' and 'start after other tokens', by hand: each shorter k's rounds end on a redraw less
     # often than rounds of 8, and start after small's short token more often
@@ -429,11 +429,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     small_weights = sd.pass_traffic(small, 0, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 0, 1, 1)[1]
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
-    assert ("The two draft models are big (blend 0.75) and small (the middling draft), each standing for a model of its"
-            " own shape (chapter 32 gives the shapes). A draft's acceptance comes from its table. Its c is the bytes"
-            " its pass reads divided by the target's, as both passes are memory-bound. At B = 1, c is"
-            f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small. Each c rises with B, as every sequence adds its KV"
-            " cache, the keys and values of its tokens, to both passes' bytes;") in text and "width 2048" not in text  # reads 1529 and 1546 tried c from the shapes
+    assert ("The two draft models are big (blend 0.75) and small (the middling draft). Each stands for a model of its"
+            " own shape (chapter 32 gives the shapes), and its acceptance comes from its table.") in text and (
+        "c a draft pass's bytes over a target pass's, as both are memory-bound: at B = 1,"
+        f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small") in text and "width 2048" not in text  # reads 1529 and 1546 tried c from the shapes
     assert f"small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = 241" in " ".join(
         sd.demo19_shape(in_process[0]["19"].shape, 512, 241)[2].split())  # the detail's (read 1522 checked it)
     assert " GB," not in text and " GB against" not in text  # the bytes are chapter 32's (reads 1494, 1511)
@@ -455,8 +454,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert "output layer" not in text
     # the pointer says what the detail gives, the output layer's share of the weights (the review found it promised
     # to build the bytes, which the detail does not)
-    assert ("for small. Each c rises with B, as every sequence adds its KV cache, the keys and values of its tokens, to"
-            " both passes' bytes; --detail says by how much.") in text  # reads 1580 and 1599 asked why it would rise
+    assert ("Each c rises with B, as every sequence adds its KV cache, the keys and values of its tokens, to both"
+            " passes' bytes. A draft's KV cache is a larger share of the target's than its weights are.") in text  # reads
+    # 1580 and 1599 asked why it would rise; read 1648 why the ratio rises when both passes grow
     text32 = " ".join(section(in_process[1], "32").split())
     # chapter 32 names the plan's choice at B = 1 and leaves its table to chapter 19 (reads 1534, 1547 and 1567 asked
     # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's)
@@ -681,7 +681,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
         f" {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35.")
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
-    assert "past the ridge every position costs time. The plan stops at B = 241" in text19  # the margin is the detail's
+    assert "at B = 93. The plan stops at B = 241" in text19  # the margin is the detail's
 
 
 def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_cannot_say(in_process):
@@ -808,10 +808,9 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     tree = in_process[0]["19"].buckets[0][2]
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
-    assert ("Small also runs as a tree, 'tree 2x3, 15': 2 candidates under every node, each drawn from q on its own, 3"
-            " deep. One pass scores its 14 drafts and the text's last token, 15 positions. It"
-            f" makes {tree.tokens:.3f} tokens per call, exactly, from 3 draft passes,"
-            " one a level. Chapter 33 tests the rule that judges it.") in text and 2 + 4 + 8 == 14
+    assert ("and small as a tree, 'tree 2x3, 15': 2 candidates under every node, each drawn from q on its own, 3 deep."
+            " That is 14 drafts in 3 draft passes, one a level, checked with the text's last token as 15 positions.") \
+        in text and f"the tree: {tree.tokens:.3f}, exactly" in text and 2 + 4 + 8 == 14
     # 'exactly', by hand: 2,000 sampled rounds of tree_round land within 4 standard errors of it
     rng = np.random.default_rng(42)
     lengths = [len(e) for e in islice(sd.rounds(lambda t: sd.tree_round(sd.TARGET, sd.MIDDLING, t, 3, 2, rng), [0]),
@@ -821,14 +820,25 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " in demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested"
             " against that p, with q unchanged. If all are rejected, the next token comes from the last p and the round"
             " ends; else the walk goes on under the kept one.") in detail19
-    assert ("A chain of k drafts makes, in tokens per call, 1 plus its first k per-position rates. Rate i is the share of"
-            " rounds in which drafts 1 to i were all kept.") in text
+    assert ("tokens a chain of k: 1 plus its first k per-position rates, rate i being the share of rounds in which drafts"
+            " 1 to i were all kept") in text
     # the speedup, as the chapter says it: below the ridge the lesson's formula, past it a dearer check
-    assert ("The plan tries chains of k = 1 to 8 and the tree. Below demo 6's ridge a check costs one plain pass, and"
-            " the speedup is the lesson's tokens per call / (1 + n c), for n draft passes. A long check reaches the"
-            " ridge as B grows: a sequence can check about 289.3 / B + 5.878 positions free, its share of the weights'"
-            " bytes plus its own KV cache's (147.6 * 13.21 / 6.74 and 147.6 * 0.2684 / 6.74, chapter 25). So the tree's 15 positions cross at B = 32 and k = 8's 9"
-            " positions cross at B = 93; past the ridge every position costs time.") in text  # reads 1580, 1599,
+    assert ("speedup tokens per call / (check + n c), for n draft passes") in text and (
+        "check its cost in plain passes: 1 while a sequence's positions are within its free ones, 289.3 / B + 5.878;"
+        " past that, its positions over the free ones") in text and (
+        "A sequence's free positions are the target's weights' share, 147.6 * 13.21 / 6.74, and its own KV cache's,"
+        " 147.6 * 0.2684 / 6.74, for 6.74 GMACs a position (chapter 25). So the tree's 15 positions pass their free"
+        " ones at B = 32 and k = 8's 9 at B = 93.") in text  # read 1647 guessed the price past the ridge; reads 1580, 1599,
+    # the legend's price of a check, by hand at every B the plan runs: the roofline's verify pass over a plain one is
+    # 1 below the free positions and positions over free ones past them
+    c19 = sd.chapter19_plan()
+    m, w, kv = sd.token_traffic(512)
+    free = [sd.ridge() * (w + b * kv) / (m * b) for b in range(1, 242)]  # the ridge's MACs over a position's
+    assert f"{free[0]:.0f}" == "295" and f"{sd.ridge() * w / m:.1f} {sd.ridge() * kv / m:.3f}" == "289.3 5.878"
+    for o in c19.options:
+        for b in range(1, 242):
+            assert sd.verify_cost(o.positions - 1, b, n_ctx=512) == pytest.approx(max(1, o.positions / free[b - 1]),
+                                                                                   rel=1e-9)
     # 1605 and 1613 rebuilt the crossings from demo 6 for 1.5 to 3 minutes; by hand, from chapter 25's budget:
     assert [math.ceil(289.3 / (n - 5.878)) for n in (15, 9)] == [32, 93] == [
         sd.ridge_batch(*sd.token_traffic(512), positions=n) for n in (15, 9)]

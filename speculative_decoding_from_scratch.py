@@ -7010,8 +7010,12 @@ def demo32_first_choice(**how):
                       for x in (draft_cost(b, c19.n_ctx, draft=d), c19.options[i].shape, c19.speeds[b - 1, i])))
                 for b in shown]
         print()
+        free = lambda b: s.ridge_base / b + s.ridge_each  # noqa: E731  a sequence's free positions at B = b
+        priced = all(abs(verify_cost(o.positions - 1, b, n_ctx=c19.n_ctx) - max(1.0, o.positions / free(b))) < 1e-9
+                     for o in c19.options for b in shown)  # the check's price, as chapter 19's legend says it
         say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
-            ": c is still bytes over bytes, and past the ridge a check costs more than one plain pass." if pass_bytes(
+            ": c is still bytes over bytes, and past the ridge a check costs its positions over a sequence's free ones,"
+            f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f}." if priced and pass_bytes(
                 tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
             f"Each draft's best option, up to B = {s.big_fit}" + (
                 f", where big, the target and the KV caches of {c19.n_ctx} tokens fill the H100's"

@@ -1870,10 +1870,13 @@ def ridge_cover_words(k, batch):
     if not (bounds == ["compute", "memory"] and f"{round(ridge(), 1) / round(each, 2):.0f}" == f"{cover:.0f}"
             and f"{n / round(cover):.2f}" == f"{verify_cost(k, batch):.2f}"):
         return ""
-    return (f"At B = {batch} each position does {each:.2f} MACs per byte the pass reads, so a pass of up to"
-            f" {cover:.0f} positions ({ridge():.1f} / {each:.2f}) costs what a plain pass of {batch} does. The"
-            f" check's {n:,} positions take {n:,} / {cover:.0f} = {verify_cost(k, batch):.2f} plain passes. The"
-            f" option --detail gives the MACs and the bytes.")
+    gmacs, gb = round(per / 1e9, 2), round((w + batch * kv) / 1e9, 2)
+    return (f"At B = {batch} a pass reads {gb:.2f} GB, the weights and {batch} short KV caches, and each position does"
+            f" {gmacs:.2f} GMACs, its attention reading {BATCH_CONTEXT} keys: {each:.2f} MACs per byte" + (f" ({gmacs:.2f} / {gb:.2f})" if f"{gmacs / gb:.2f}" ==
+                                                               f"{each:.2f}" else "") +
+            f". So a pass of up to {cover:.0f} positions ({ridge():.1f} / {each:.2f}) costs what a plain pass of"
+            f" {batch} does. The check's {n:,} positions take {n:,} / {cover:.0f} = {verify_cost(k, batch):.2f} plain"
+            " passes.")
 
 
 def check_price_words(k, batch):

@@ -978,9 +978,10 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256. At B = 256 each position does 0.43 MACs per byte the pass reads, so a pass of up to 343 positions"
-            " (147.6 / 0.43) costs what a plain pass of 256 does. The check's 1,536 positions take 1,536 / 343 = 4.48"
-            " plain passes. The option --detail gives the MACs and the bytes.") in text  # read 1492 spent 3 minutes on 4.48;
+            " 256. At B = 256 a pass reads 15.36 GB, the weights and 256 short KV caches, and each position does 6.61"
+            " GMACs, its attention reading 16 keys: 0.43 MACs per byte (6.61 / 15.36). So a pass of up to 343"
+            " positions (147.6 / 0.43) costs what a plain pass of 256 does. The check's 1,536 positions take 1,536 /"
+            " 343 = 4.48 plain passes.") in text and f"{6.61 / 15.36:.2f}" == "0.43"  # read 1650 asked why not 0.50  # read 1492 spent 3 minutes on 4.48;
     # without the two times, read 1530 rebuilt them from demo 6 for 3 minutes (read 1518, with them, checked for 1.5)
     # the two times, by hand: 1,536 positions of 6.61 GMACs (two flops each) at the H100's peak, and the weights plus
     # 256 KV caches of 16 tokens at its bandwidth; a reader divides the printed times and gets the printed 4.48

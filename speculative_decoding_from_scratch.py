@@ -3706,7 +3706,8 @@ def demo14_block_gain():
     say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
         " w_0 = 1 and p and q the rows after x_(i-1). Until the cap acts, w_i is the target's probability of"
         " x_1..x_i over the draft's. Each position flips a coin, and heads makes it a cut point. The block keeps"
-        " every draft up to its last cut point, or none if there is none, then draws one token. Position k's coin"
+        " every draft up to its last cut point, say x_1..x_i, or none (i = 0). Then it draws one token: from p if"
+        " i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i. Position k's coin"
         " lands heads with chance w_k; an earlier one's, with a chance"
         " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
         gain_example(P2, Q2),

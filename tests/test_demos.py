@@ -1279,7 +1279,7 @@ def test_chapter15_argues_from_every_start_only_while_it_holds(demo, monkeypatch
     assert sd.keep_more_words(bad_rows, 3, sd.shipped_modules()) == ""
 
 
-def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
+def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     result, text = demo["14"]
     # beyond the toy: the lesson's middling draft at k = 4, both verifiers exactly, and the lesson's own 2.774
     block, token_wise = (f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call,
@@ -1346,6 +1346,11 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo):
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
     assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
+    # what the block draws after its cut (read 1632 asked 'draws it from what?'), as chapter 15's step 5 says it
+    assert ("The block keeps every draft up to its last cut point, say x_1..x_i, or none (i = 0). Then it draws one"
+            " token: from p if i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i.") \
+        in flat(text) and "from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k" in \
+        flat(section(all_run, "15"))
     assert ("Position k's coin lands heads with chance w_k; an earlier one's, with a chance Sun et al. give"
             " (--detail). A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
             " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where token-wise checking keeps them with"

@@ -2532,7 +2532,8 @@ def demo9_verifiers(k=3):
         "the draft samples x from q, and x is accepted with chance min(1, p/q). One-hot: the draft",
         f"proposes its argmax x, and q is all on x: {ONE_HOT_RULE}. Strict:"
         " the draft samples x from q, the target samples its own token, and x is accepted",
-        "only if they match; either way the target's own sample is emitted. Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
+        "only if they match. On a mismatch the target's token takes x's place and the round ends; either way the"
+        " emitted token is the target's own sample. Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
         "before it decides how many to accept (chapter 14 shows how).")
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
     drafted = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
@@ -2586,7 +2587,10 @@ def demo9_verifiers(k=3):
              if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
     lift = lifted_words()
     say(*alike[:1],
-        "Which accepts most depends on the pair." if len(winners) > 1 else
+        "The best setting depends on the pair: " + and_list([
+            f"{w} on {number_word(n)} pair{'s' * (n > 1)}" for w, n in sorted(
+                ((w, sum(r[-1] == w for r in prow)) for w in winners), key=lambda x: -x[1])]) + "."
+        if len(winners) > 1 else
         "Every setting keeps alike on every pair." if all(max(r[1:6]) - min(r[1:6]) < 1e-9 for r in prow) else
         f"{winners[0]} accepts most for every pair.",
         "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1."

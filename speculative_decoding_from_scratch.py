@@ -3459,7 +3459,7 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
     takeaway("changed greedy text is rounding near a tie, unless it survives width-independent"
              " arithmetic; then it is a bug.",
              {"width-independent arithmetic keeps every text": part["float32, each alone"].startswith("0/"),
-              "the bonus bug still parts texts": not str(part["the bonus bug, alone"]).startswith(("0/", "not run"))},
+              "the bonus bug still parts texts": not str(part["the bonus bug, each alone"]).startswith(("0/", "not run"))},
              clock=True)
     return SimpleNamespace(widths=(share, ulps, worst, flips, margin), rows=rows)
 
@@ -3476,7 +3476,7 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     cases = [("float32, one product", wide, this_module()),
              ("float32, each alone", GreedyHead(gap=gap, alone=True), this_module()),
              ("float64, one product", GreedyHead(gap=gap, dtype=np.float64), this_module()),
-             ("the bonus bug, alone", GreedyHead(gap=gap, alone=True), bugged("bonus from p", GREEDY_BUGS))]
+             ("the bonus bug, each alone", GreedyHead(gap=gap, alone=True), bugged("bonus from p", GREEDY_BUGS))]
     rows = []
     for label, P, m in cases:
         if isinstance(m, str):
@@ -3513,7 +3513,7 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
             f"agrees too: its rounding, about {np.finfo(np.float64).eps:.0e} of a logit, is far below the"
             f" {gap:.0e} near-ties.".replace("e-0", "e-") if np.finfo(np.float64).eps * 1e3 < gap else "agrees too.")
             if part["float64, one product"].startswith("0/") else "does NOT agree."),
-        "The bonus bug, with each position scored alone, " + ("still parts them: a bug, not arithmetic." if not part["the bonus bug, alone"].startswith(
+        "The bonus bug, with each position scored alone, " + ("still parts them: a bug, not arithmetic." if not part["the bonus bug, each alone"].startswith(
             "0/") else "does NOT part them."), clock=True)
     return rows
 

@@ -1836,8 +1836,8 @@ def test_demo12_the_wide_pass_the_texts_and_the_ties(demo):
         "wide vs alone")
     parts = {r[0]: r[1] for r in result.rows}
     assert parts["float32, each alone"].startswith("0/")  # width-independent arithmetic: plain and speculative agree
-    n = parts["the bonus bug, alone"].split("/")[1]
-    assert parts["the bonus bug, alone"] == f"{n}/{n}"  # a real bug parts them whatever the arithmetic
+    n = parts["the bonus bug, each alone"].split("/")[1]
+    assert parts["the bonus bug, each alone"] == f"{n}/{n}"  # a real bug parts them whatever the arithmetic
     _, detail = printed(sd.DETAILS["12"], result)  # the exact tie is the detail's (read 1521's takeaway left it out)
     assert [r[1] for r in result.ties] == ["all the same", "part at token 1"]
     assert "One tie-break everywhere keeps the text; another in verification changes it." in detail

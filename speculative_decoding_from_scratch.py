@@ -5606,7 +5606,7 @@ def one_drafter_plan(buckets, priced=None):
 def plan_best(used, speeds, options):
     """The best speedup at each B among the options of the drafters a plan uses (plain decoding's 1 at least)."""
     names = {o.drafter.name for o in used}
-    return np.maximum(speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1), 1.0)
+    return speeds[:, [i for i, o in enumerate(options) if o.drafter.name in names]].max(axis=1, initial=1.0)  # none: 1
 
 
 def shortfall(got, best):
@@ -6022,9 +6022,10 @@ def above_eq1(gains):
                         chained=exact_tokens_per_call(TARGET, MIDDLING, k),  # the lesson's exact figure
                         block_chained=exact_block_tokens_per_call(TARGET, MIDDLING, k),  # chapter 14's, rounds chained
                         first=exact_per_position(TARGET, MIDDLING, k)[0],  # draft 1's pass chance in demo 3's rounds
-                        second=(gains[1][1] - gains[0][1]) / (gains[0][1] - 1) if len(gains) > 1 else 0.0)
+                        second=(gains[1][1] - gains[0][1]) / (gains[0][1] - 1) if len(gains) > 1
+                        and gains[0][1] > 1 else 0.0)  # no draft 1 ever passes: no chance given it
     reach = [gains[0][1] - 1] + [b[1] - a[1] for a, b in zip(gains, gains[1:])]  # drafts 1 to i all pass, by row
-    later = [g[0] for g in gains] == list(range(1, k + 1)) and all(b / a > alpha for a, b in zip(reach, reach[1:]))
+    later = [g[0] for g in gains] == list(range(1, k + 1)) and all(a > 0 and b / a > alpha for a, b in zip(reach, reach[1:]))
     holds = (abs(gains[0][1] - 1 - alpha) < 1e-9 and gains[-1][1] > w.eq1 + 5e-3 and w.second > alpha and later
              and round_starts(TARGET, MIDDLING, k).most  # chained rounds start least often where drafts pass most
              and w.chained < gains[-1][1] - 5e-4 and w.block_chained < gains[-1][2] - 5e-4 and w.first < alpha)
@@ -6945,7 +6946,8 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         " and tasks.")
     takeaway(f"on the middling draft, judging the block gains up to {max(g[4] for g in gains):.1%} over token-wise"
              f" checking, and the ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
-             {"neither keeps more than the ideal": not over_k, "block keeps at least as many at every k": more})
+             {"neither keeps more than the ideal": not over_k, "block keeps at least as many at every k": more,
+              "block gains at some k": max(g[4] for g in gains) >= 5e-4})
     return SimpleNamespace(gains=gains, above=above, starts=starts)
 
 
@@ -6974,7 +6976,8 @@ def demo32_first_choice(**how):
                     f" {hi}" + (
         f", then its chains of {and_list([a.replace('k = ', '') for a in after])} drafts" if after and all(
             a.startswith("k = ") for a in after) else "") + (
-        ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else ""])
+        ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else
+        "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B."])
     print()
     gb = pass_bytes(((big, 1), (small, 1)), c19.n_ctx)
     say(f"Big stands for a {big[2]}-layer model of width {big[0]}, small"
@@ -7032,11 +7035,11 @@ def demo32_first_choice(**how):
         table([("B", 4, "d"), ("big's c", 10, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f"),
                ("small's c", 11, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f")], rows)
         print()
-        crosses = next((b for shape, _, b, _, _ in s.checks if shape == first.shape), None)  # the tree's ridge
+        crosses = next((b for shape, _, b, _, _ in s.checks if first and shape == first.shape), None)  # the tree's
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             f" Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
             f" B = {crosses}, past which every position costs time, and the plan switches once it trails by more than"
-            f" its {c19.tol:.1%} margin (chapters 19 and 35)." if first.shape.startswith("tree")
+            f" its {c19.tol:.1%} margin (chapters 19 and 35)." if first is not None and first.shape.startswith("tree")
             and crosses and crosses <= hi + 1 else ""))
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
              " passes beat a longer chain's, and big's dear passes never pay.",

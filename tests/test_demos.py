@@ -1677,7 +1677,7 @@ def test_chapter31_gives_the_blocks_worst_loss_when_it_loses(capsys):
     said = capsys.readouterr().out
     assert f"Block verification LOSES tokens at some k: {worst:+.1%} at worst." in flat(said)
     assert "at most in this table" not in said and "\n\n\n" not in said
-    assert "Takeaway withheld" in said and "block keeps at least as many at every k" in said
+    assert "Takeaway withheld" in said and "block keeps at least as many at every k" in flat(said)
 
 
 def test_demo10_routes_and_their_sentences(demo):
@@ -1934,3 +1934,16 @@ def test_chapter9_with_every_draft_rejected_says_the_settings_tie(capsys):
     said = flat(capsys.readouterr().out)
     assert "Every setting keeps alike on every pair." in said and "accepts most for every pair" not in said
     assert "One-hot never beats probabilistic here." in said and "here;" not in said
+
+
+def test_chapters_23_31_32_and_35_run_to_their_end_when_no_draft_passes(capsys):
+    # accept_prob edited to keep nothing: chapter 19's plan speculates nowhere, and each chapter that reads the plan
+    # or the block's gains says so instead of stopping on an empty array or a division by zero (all four stopped)
+    bad = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 0.0"),))
+    for demo in (bad.demo23_engines, bad.demo31_middling, bad.demo32_first_choice, bad.demo35_chain_loss):
+        demo()
+        said = flat(capsys.readouterr().out)
+        assert "stopped" not in said and "Takeaway withheld" in said, demo.__name__
+    bad.demo32_first_choice()
+    assert "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B." in flat(
+        capsys.readouterr().out)

@@ -7026,7 +7026,7 @@ def demo32_first_choice(**how):
                      for o in c19.options for b in shown)  # the check's price, as chapter 19's legend says it
         say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
             ": c is still bytes over bytes, and past the ridge a check costs its positions over a sequence's free ones,"
-            f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f}." if priced and pass_bytes(
+            f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f} (chapter 25 derives it)." if priced and pass_bytes(
                 tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
             f"Each draft's best option, up to B = {s.big_fit}" + (
                 f", where big, the target and the KV caches of {c19.n_ctx} tokens fill the H100's"

@@ -497,7 +497,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             assert sd.roofline_time(*draft_pass)[1] == sd.roofline_time(*target_pass)[1] == "memory"
             assert draft_pass[1] / target_pass[1] == pytest.approx(sd.draft_cost(b, 512, draft=d), abs=1e-12)
     assert ("Past B = 1, chapter 19 prices each option on demo 6's roofline: c is still bytes over bytes, and past the"
-            " ridge a check costs its positions over a sequence's free ones, 289.3 / B + 5.878.") in text32  # read 1647
+            " ridge a check costs its positions over a sequence's free ones, 289.3 / B + 5.878 (chapter 25 derives it).") in text32  # read 1647
     # could not rebuild the tree's 2.99 at B = 32 without it; by hand, from the printed figures:
     assert f"{3.134 / (15 / (289.3 / 32 + 5.878) + 3 * 0.0141):.2f}" == "2.99"
     # the table over B, row by row from the plan's speeds: each draft's c and its best option's speedup

@@ -7616,7 +7616,9 @@ def menu():
     """The lesson's last lines: each chapter's number and question, and how to run it."""
     print(f"\n{'=' * 78}\nThe chapters go beyond the paper:\n")
     print("\n".join(f"  {n:>2}  {title}" for n, (title, _) in CHAPTERS.items()))
-    print(f"\n  python3 {os.path.basename(__file__)} 9\n  python3 {os.path.basename(__file__)} all")
+    name = os.path.basename(__file__)
+    print(f"\n  python3 {name} 9\n  python3 {name} all\n  python3 {name} 9 --detail"
+          "  (with its detail)")
 
 
 def contents():

@@ -105,6 +105,8 @@ def test_the_lesson_ends_with_a_menu_of_the_chapters(full_run):
     for n, (title, _) in sd.CHAPTERS.items():
         assert f"  {n:>2}  {title}" in menu
     assert "speculative_decoding_from_scratch.py all" in menu and "speculative_decoding_from_scratch.py 9" in menu
+    # the chapters point to --detail; the menu shows how to ask for it (reads 1649, 1650, 1658 and 1662 did not know)
+    assert "  python3 speculative_decoding_from_scratch.py 9 --detail  (with its detail)" in menu
 
 
 def test_the_lesson_holds_at_most_14_tables(full_run):

@@ -1344,7 +1344,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " always keep it. The weight w_1 = 1/2 carries into w_2, where p(b) / q(b) = 2 makes up for it: w_2 ="
             " min(1, 1/2 * 2) = 1. So position 2 is always a"
             " cut point, and the block keeps both. It is not better on every"
-            " pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is"
+            " pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = max(0, w_1 p(a) - q(a)) + max(0, w_1 p(b) - q(b)) = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is"
             " never a cut point. It"
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie: after 'b', w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each verifier then keeps"

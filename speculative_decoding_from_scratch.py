@@ -7329,7 +7329,9 @@ def demo35_chain_loss(**how):
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"
         " vLLM and TensorRT-LLM, take configs that can say only chain lengths, so there they run"
         f" {main.name}'s best chain, k = {own[2]}, from {own[2]} draft passes (chapter 23). A draft pass's c is its"
-        " cost in target passes. The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the"
+        " cost in target passes." + (f" A chain this long pays because {main.name}'s c, {c_one:.4f} at B = 1, is far"
+                                     f" below the lesson's {LESSON_C:g}." if (c_one := draft_cost(
+                                         1, c19.n_ctx, draft=main.cost)) < LESSON_C / 4 and own[2] > 4 else "") + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the"
         " chain's loss, 1 - (the chain's speedup / the tree's):")
     print()
     batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})

@@ -1247,6 +1247,8 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert [r[0] for r in rows] == [1, 8, 16, 24, 31, 32, 34] and max(rows, key=lambda r: r[4])[0] == 31
     assert all(r[4] == pytest.approx(1 - r[3] / r[2]) for r in rows) and rows[0][4] == pytest.approx(loss)
     assert f"1 {c1:.4f} " in text and "The chain's loss peaks at B = 31, 3.7%. Up to B = 31 that loss grows" in text
+    # why k = 8 and not demo 4's 4 (reads 1636 and 1661 went back to demo 5 for it)
+    assert f"A chain this long pays because small's c, {c1:.4f} at B = 1, is far below the lesson's 0.1." in text
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there
     assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and (
         "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin (chapter 19).") in text

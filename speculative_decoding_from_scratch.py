@@ -6411,7 +6411,7 @@ def demo27_rates(**how):
              {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,
               "a shorter k's rounds start elsewhere": r.bonus})
     return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant, cost=cost, margin=(
-        ("The search and the plan price the tree alike, from sampled rounds. "
+        ("The search and the plan price the tree alike, from its exact tokens per call. "
          if [d.tree is not None for d in c19.measured] == [False, True] else "") +
         f"Chapter 19's plan keeps its pick, as B grows, until that pick prices more than {c19.tol:.1%} below the best"
         f" at that B. Its picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any"

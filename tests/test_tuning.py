@@ -294,7 +294,7 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.DETAILS["27"](in_process[0]["27"])
-    assert ("The search and the plan price the tree alike, from sampled rounds. Chapter 19's plan keeps its pick, as B"
+    assert ("The search and the plan price the tree alike, from its exact tokens per call. Chapter 19's plan keeps its pick, as B"
             " grows, until that pick prices more than 0.5% below the best at that"
             f" B. Its picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B:"
             " most of that is the margin, since a plan from the same rates with no margin comes within"

@@ -6266,7 +6266,7 @@ def what_if_words(result):
 def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     say("Real text often repeats what came before it. Chapter 11's target is a character model of Python's"
         " documentation that, with probability lam, copies: it writes the character that followed the longest"
-        " earlier match of the text's end. Else it draws from a table of what follows each pair of characters."
+        " earlier match of the text's end, at its most recent place. Else it draws from a table of what follows each pair of characters."
         " Its draft is prompt lookup, which needs no model. It finds where the"
         f" text's last {VLLM_LOOKUP.n_max} characters first occurred earlier (else its last"
         f" {', then '.join(str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1))}), and proposes"

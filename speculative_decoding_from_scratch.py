@@ -6704,8 +6704,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     return ((f"Once the drafts before it passed, {each[0]}{', ' * (len(each) > 1)}{and_list(each[1:])}: each above"
             f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
             f" often '{d}', after which drafts pass most. The output is kept drafts and final tokens, and its final"
-            f" tokens are '{d}' only {starts.start[hi]:.3f} of the time. So its kept drafts make up the rest:"
-            f" {kept:.3f} of them are '{d}', against the output's {starts.text[hi]:.3f}. The option --detail counts"
+            f" tokens are '{d}' only {starts.start[hi]:.3f} of the time. So its kept drafts, {n - 1:.2f} a"
+            f" round beside one final token, make up the rest: {kept:.3f} of them are '{d}', against the output's {starts.text[hi]:.3f}. The option --detail counts"
             " them.",
             f"How often are kept drafts '{d}'? A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
             " final token, and the output is nothing but rounds end to end. So on average a round's tokens hold"

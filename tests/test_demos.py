@@ -640,7 +640,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert ("Once the drafts before it passed, draft 2 passes 0.496 / 0.681 = 0.728, draft 3 0.350 / 0.496 = 0.706 and"
             " draft 4 0.248 / 0.350 = 0.709: each above alpha's 0.703. Why: drafts 2 to 4 each follow a kept draft, and"
             " kept drafts are more often 'd', after which drafts pass most. The output is kept drafts and final tokens,"
-            " and its final tokens are 'd' only 0.089 of the time. So its kept drafts make up the rest:"
+            " and its final tokens are 'd' only 0.089 of the time. So its kept drafts, 1.77 a round beside one final"
+            " token, make up the rest:"
             f" {kept_d:.3f} of them are 'd', against the output's 0.184. The option --detail counts them.") in flat29
     # why, from point 4 (read 1533 supplied the step); the count is the detail's (read 1516
     # spent 2 minutes checking it)

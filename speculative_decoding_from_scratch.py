@@ -6407,7 +6407,8 @@ def demo27_rates(**how):
         "prices what these rates cost chapter 19's plan, and " if "%" in cost else "") + "gives the rates of"
         f" chapter 19's other draft model, big (blend {c19.big_weight:g}).")
     takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
-             " start elsewhere" + (f": here low, by at most {low:.4f}." if low is not None else "."),
+             " start after a different mix of tokens" + (f": here low, by at most {low:.4f}." if low is not None
+                                                         else "."),
              {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,
               "a shorter k's rounds start elsewhere": r.bonus})
     return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant, cost=cost, margin=(

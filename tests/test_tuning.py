@@ -895,7 +895,7 @@ def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_pr
             f" {low[True]:.4f}.") in text and "Big (blend 0.75), the same way:" in detail
     assert f"Its rates too read low at every shorter k, by at most {low[False]:.4f}." in detail
     assert ("Takeaway: rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
-            f" start elsewhere: here low, by at most {low[True]:.4f}.") in text  # read 1574 asked how rough, which way
+            f" start after a different mix of tokens: here low, by at most {low[True]:.4f}.") in text  # read 1574 asked how rough, which way
     printed = [round(x, 4) for x in (sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1),
                                      1 + sd.exact_per_position(sd.TARGET, sd.MIDDLING, 8)[0])]
     assert round(printed[0] - printed[1], 4) == round(low[True], 4)  # small at k = 1, the widest gap, as printed

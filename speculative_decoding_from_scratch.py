@@ -1872,8 +1872,8 @@ def ridge_cover_words(k, batch):
         return ""
     gmacs, gb = round(per / 1e9, 2), round((w + batch * kv) / 1e9, 2)
     return (f"At B = {batch} a pass reads {gb:.2f} GB, the weights and {batch} short KV caches, and each position does"
-            f" {gmacs:.2f} GMACs, its attention reading {BATCH_CONTEXT} keys: {each:.2f} MACs per byte" + (f" ({gmacs:.2f} / {gb:.2f})" if f"{gmacs / gb:.2f}" ==
-                                                               f"{each:.2f}" else "") +
+            f" {gmacs:.2f} GMACs, its attention reading {BATCH_CONTEXT} keys: {each:.2f} MACs per byte"
+            + (f" ({gmacs:.2f} / {gb:.2f})" if f"{gmacs / gb:.2f}" == f"{each:.2f}" else "") +
             f". So a pass of up to {cover:.0f} positions ({ridge():.1f} / {each:.2f}) costs what a plain pass of"
             f" {batch} does. The check's {n:,} positions take {n:,} / {cover:.0f} = {verify_cost(k, batch):.2f} plain"
             " passes.")
@@ -2989,8 +2989,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     say(f"The per-position rates pick the true best k at {picks['--per-position']} of {n} costs, with no model.",
         f"Through eq. 1 the mean acceptance length picks it at {picks['--mean-acceptance-length']} of {n}, and the",
         f"draft acceptance rate, turned into the same alpha, at {picks['--draft-acceptance-rate']} of {n}. The rate",
-        f"taken as alpha itself picks it at {picks['the rate taken as alpha']} of {n}: it also counts the drafts after a round's first rejection,"
-        " which the target never judged" + (f", so it reads low ({R:.3f} against {a_R:.3f})." if R < a_R else "."))
+        f"taken as alpha itself picks it at {picks['the rate taken as alpha']} of {n}: it also counts the drafts after"
+        " a round's first rejection, which the target never judged" + (f", so it reads low ({R:.3f} against {a_R:.3f})." if R < a_R else "."))
     takeaway("pick k from per-position rates or the mean acceptance length, never the draft acceptance"
              " rate as alpha.", {"per-position rates pick the true best k at every cost": picks['--per-position'] == n,
                                  "the mean acceptance length picks it at every cost":
@@ -3513,8 +3513,9 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
             f"agrees too: its rounding, about {np.finfo(np.float64).eps:.0e} of a logit, is far below the"
             f" {gap:.0e} near-ties.".replace("e-0", "e-") if np.finfo(np.float64).eps * 1e3 < gap else "agrees too.")
             if part["float64, one product"].startswith("0/") else "does NOT agree."),
-        "The bonus bug, with each position scored alone, " + ("still parts them: a bug, not arithmetic." if not part["the bonus bug, each alone"].startswith(
-            "0/") else "does NOT part them."), clock=True)
+        "The bonus bug, with each position scored alone, " + (
+            "still parts them: a bug, not arithmetic." if not part["the bonus bug, each alone"].startswith("0/")
+            else "does NOT part them."), clock=True)
     return rows
 
 
@@ -4764,25 +4765,20 @@ def output_layer_words(shapes, n_ctx, names=("big", "small")):
 
 def demo19_tuning(**how):
     c19 = chapter19_plan(**how)
-    (big, small), nodes, drafters, measured = c19.shapes, c19.nodes, c19.drafters, c19.measured
-    tree = measured[1].tree
+    (big, small), nodes, drafters, tree = c19.shapes, c19.nodes, c19.drafters, c19.measured[1].tree
     n_ctx, max_batch, k_max = c19.n_ctx, c19.max_batch, c19.k_max
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
     shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
     say(f"A practitioner has {number_word(len(drafters))} draft models and one server. A batch size B is the number"
         " of sequences the server decodes at once. This chapter prices every way to run each draft at every B, on"
-        f" demo 6's roofline at {n_ctx} tokens of context, and picks"
-        " one per range of B. The option --plan --profile FILE runs it on your own drafters' figures (README:"
-        " Tuning a server).")
+        f" demo 6's roofline at {n_ctx} tokens of context, and picks one per range of B. The option --plan --profile"
+        " FILE runs it on your own drafters' figures (README: Tuning a server).")
     print()
     bytes_set_c = (shape.weight_share <= shape.c[0] < shape.c[1] < shape.kv_share[0]  # big's c: weights to KV cache
                    and 1 / fewer[1] <= shape.c_small[0] < max(shape.c_small) < shape.kv_share[1])  # and small's
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
-    quotients = ridge_quotients(shape)
-    free = lambda b: shape.ridge_base / b + shape.ridge_each  # noqa: E731  a sequence's free positions at B = b
-    priced = all(abs(verify_cost(o.positions - 1, b, n_ctx=n_ctx) - max(1.0, o.positions / free(b))) < 1e-9
-                 for o in options for b in (1, 32, max_batch))  # the check's price, as the legend says it
+    quotients, priced = ridge_quotients(shape), checks_priced_by_free_positions(shape, options, n_ctx, (1, 32, max_batch))
     say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft). Each stands for a"
         " model of its own shape (chapter 32 gives the shapes), and its acceptance comes from its table. The plan"
         f" tries chains of k = 1 to {k_max} drafts, and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}':"
@@ -4803,22 +4799,19 @@ def demo19_tuning(**how):
     print()
     say(f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start after"
         " a different mix of tokens, so its rates differ a little (chapter 27).",
-        "Each c rises with B, as every sequence adds its KV cache, the keys and values of its tokens, to both"
-        " passes' bytes. A draft's KV cache is a larger share of the target's than its weights are." if bytes_set_c
-        else "",
+        "Each c rises with B, as every sequence adds its KV cache, the keys and values of its tokens, to both passes'"
+        " bytes. A draft's KV cache is a larger share of the target's than its weights are." if bytes_set_c else "",
         "A sequence's free positions are the target's weights' share, {}, and its own KV cache's, {}, for {:.2f} GMACs"
         " a position (chapter 25).".format(*quotients, shape.m / 1e9) if quotients and priced else "",
         "So " + and_list([f"{'the tree' if name_[:4] == 'tree' else name_}'s {n}" + " positions pass their free"
                           " ones" * (i == 0) + f" at B = {b}" for i, (name_, n, b, _, _) in enumerate(shape.checks[:2])])
-        + "."
-        if priced and all(b for _, _, b, _, _ in shape.checks[:2]) else "")
+        + "." if priced and all(b for _, _, b, _, _ in shape.checks[:2]) else "")
     print()
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say("The plan stops at"
-        f" B = {max_batch}, where the target's and {c19.roomiest}'s weights and KV caches fill the"
-        f" H100's {H100.memory / 1e9:.0f} GB. Going up in B, the plan switches only when its current choice"
-        f" falls more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's"
-        " check scores, and the lowest and highest speedup over each range of B:")
+    say(f"The plan stops at B = {max_batch}, where the target's and {c19.roomiest}'s weights and KV caches fill the"
+        f" H100's {H100.memory / 1e9:.0f} GB. Going up in B, the plan switches only when its current choice falls"
+        f" more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's check"
+        " scores, and the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
@@ -4900,6 +4893,13 @@ def ridge_quotients(s):
     return f"{r:.1f} * {w:.2f} / {gm:.2f}", f"{r:.1f} * {kv:.4f} / {gm:.2f}"
 
 
+def checks_priced_by_free_positions(s, options, n_ctx, batches):
+    """Whether each check costs 1 plain pass within a sequence's free positions, else positions over them."""
+    free = [s.ridge_base / b + s.ridge_each for b in batches]  # chapters 19 and 32 say the price so
+    return all(abs(verify_cost(o.positions - 1, b, n_ctx=n_ctx) - max(1.0, o.positions / f)) < 1e-9
+               for o in options for b, f in zip(batches, free))
+
+
 def pass_bytes(pairs, n_ctx):
     """Chapter 32's bytes a pass reads, as text, gb(shape, B) -> '1.817 GB', for each (draft, B) in pairs and the target
     at those B; None unless every such pass is memory-bound and each draft's c is its bytes over the target's, which
@@ -4924,9 +4924,10 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
                         for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
         (f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, so it makes fewer tokens per"
-         f" call than the chain of {s.chain.draft_passes}, {s.first.drafter.name}'s best of k = 1 to {s.k_top}. But it pays for {s.first.draft_passes} passes, not"
-         f" {s.chain.draft_passes}, and wins." + (" No chain of k = {} to {} catches it: k = {} is their best.".format(
-             *longer[:3]) if longer and longer[3] < s.first_speed else "") if s.chain is not None and s.chain.tokens > s.first.tokens
+         f" call than the chain of {s.chain.draft_passes}, {s.first.drafter.name}'s best of k = 1 to {s.k_top}. But"
+         f" it pays for {s.first.draft_passes} passes, not {s.chain.draft_passes}, and wins." + (
+             " No chain of k = {} to {} catches it: k = {} is their best.".format(*longer[:3])
+             if longer and longer[3] < s.first_speed else "") if s.chain is not None and s.chain.tokens > s.first.tokens
          and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "") +
         f" {s.longest.drafter.name.capitalize()}'s {s.longest.shape} makes more tokens per call than the tree, but"
         f" each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s."
@@ -5114,7 +5115,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" character a token. It takes a short {BATCH_CONTEXT} tokens of context, so that a large batch crosses the"
         " ridge.",
         f"At the prompt's own {len(prompt)} characters, each sequence's KV cache, the keys and values of its tokens,"
-        f" would fill the {H100.memory / 1e9:.0f} GB before any batch crossed it: every check would cost one plain pass." if note else "")
+        f" would fill the {H100.memory / 1e9:.0f} GB before any batch crossed it: every check would cost one plain"
+        " pass." if note else "")
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
@@ -5262,7 +5264,8 @@ def temperature_table(rows, k, c=0.1):
         " sampled one.",
         "At T = 0 a draft passes always after some tokens and never after others" + (
             f", and alpha averages over the {len(TARGET)} first tokens, each as likely: the greedy text's loop depends"
-            " on where it starts." if len(greedy_loops(TARGET)) > 1 else ".") + " The target's greedy text never visits a token after which the middling draft passes, so its alpha is 0. Blend"
+            " on where it starts." if len(greedy_loops(TARGET)) > 1 else ".") + " The target's greedy text never"
+        " visits a token after which the middling draft passes, so its alpha is 0. Blend"
         f" {GOOD_WEIGHT:g}'s passes come in runs, which eq. 1, at one chance alpha, undercounts: its speedup beats"
         " eq. 1's. Chapter 28 works both out."
         if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
@@ -5279,7 +5282,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     print()
     say(f"Every row emits its tempered target, both ways, by demo 2's two checks. Each fit, of every pair of"
-        f" consecutive tokens in {n_rounds} rounds of text against the tempered table's rows, is {p_text(min(f for r in rows for f in r[6:8]))} or more, and each exact TV of the first {n_exact}"
+        f" consecutive tokens in {n_rounds} rounds of text against the tempered table's rows, is"
+        f" {p_text(min(f for r in rows for f in r[6:8]))} or more, and each exact TV of the first {n_exact}"
         f" tokens after '{name(0)}' is {exact_text(max(r[8] for r in rows))}." if not failed else
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
         f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
@@ -6266,7 +6270,8 @@ def what_if_words(result):
 def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     say("Real text often repeats what came before it. Chapter 11's target is a character model of Python's"
         " documentation that, with probability lam, copies: it writes the character that followed the longest"
-        " earlier match of the text's end, at its most recent place. Else it draws from a table of what follows each pair of characters."
+        " earlier match of the text's end, at its most recent place. Else it draws from a table of what follows each"
+        " pair of characters."
         " Its draft is prompt lookup, which needs no model. It finds where the"
         f" text's last {VLLM_LOOKUP.n_max} characters first occurred earlier (else its last"
         f" {', then '.join(str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1))}), and proposes"
@@ -6706,7 +6711,8 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
             f" often '{d}', after which drafts pass most. The output is kept drafts and final tokens, and its final"
             f" tokens are '{d}' only {starts.start[hi]:.3f} of the time. So its kept drafts, {n - 1:.2f} a"
-            f" round beside one final token, make up the rest: {kept:.3f} of them are '{d}', against the output's {starts.text[hi]:.3f}. The option --detail counts"
+            f" round beside one final token, make up the rest: {kept:.3f} of them are '{d}', against the output's"
+            f" {starts.text[hi]:.3f}. The option --detail counts"
             " them.",
             f"How often are kept drafts '{d}'? A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
             " final token, and the output is nothing but rounds end to end. So on average a round's tokens hold"
@@ -7011,11 +7017,10 @@ def demo32_first_choice(**how):
         table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
                ("tokens per call", 17, "<"), ("speedup", 8, ".2f")], rows)
         print()
-        say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}." + (f" Big's k = {s.longest.draft_passes} is priced from the first"
-                                                 f" {s.longest.draft_passes} rates of k = {c19.k_max}'s rounds, which"
-                                                 " reads a little low: a shorter k's rounds start after a different"
-                                                 " mix of tokens (chapter 27)." if s.longest.shape.startswith(
-                                                     "k =") else ""), said[0])
+        say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}." + (
+            f" Big's k = {s.longest.draft_passes} is priced from the first {s.longest.draft_passes} rates of"
+            f" k = {c19.k_max}'s rounds, which reads a little low: a shorter k's rounds start after a different mix of"
+            " tokens (chapter 27)." if s.longest.shape.startswith("k =") else ""), said[0])
     if said[1]:
         mine = [[i for i, o in enumerate(c19.options) if o.drafter.name == name] for name in ("big", "small")]
         shown = sorted({1, 32, 64, 128, s.big_fit})
@@ -7023,9 +7028,7 @@ def demo32_first_choice(**how):
                       for x in (draft_cost(b, c19.n_ctx, draft=d), c19.options[i].shape, c19.speeds[b - 1, i])))
                 for b in shown]
         print()
-        free = lambda b: s.ridge_base / b + s.ridge_each  # noqa: E731  a sequence's free positions at B = b
-        priced = all(abs(verify_cost(o.positions - 1, b, n_ctx=c19.n_ctx) - max(1.0, o.positions / free(b))) < 1e-9
-                     for o in c19.options for b in shown)  # the check's price, as chapter 19's legend says it
+        priced = checks_priced_by_free_positions(s, c19.options, c19.n_ctx, shown)
         say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
             ": c is still bytes over bytes, and past the ridge a check costs its positions over a sequence's free ones,"
             f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f} (chapter 25 derives it)." if priced and pass_bytes(
@@ -7234,7 +7237,8 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " block, and what it draws after. Step 1 weighs the drafts: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) /"
         " q(x_i)), with p and q the rows after x_(i-1). Step 2 gives each position i a chance h_i, from w_i"
         " and the rows after x_i (Sun et al.'s formula; chapter 14's --detail gives it). Step 3 tosses a coin of its"
-        " own for each position, heads with chance h_i; heads makes i a cut point. In step 4 the block keeps x_1..x_i for i the largest cut point, or none (i = 0). In"
+        " own for each position, heads with chance h_i; heads makes i a cut point. In step 4 the block keeps x_1..x_i"
+        " for i the largest cut point, or none (i = 0). In"
         " step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or"
         " from p if i = k.")
     print()
@@ -7332,7 +7336,8 @@ def demo35_chain_loss(**how):
         f" {main.name}'s best chain, k = {own[2]}, from {own[2]} draft passes (chapter 23). A draft pass's c is its"
         " cost in target passes." + (f" A chain this long pays because {main.name}'s c, {c_one:.4f} at B = 1, is far"
                                      f" below the lesson's {LESSON_C:g}." if (c_one := draft_cost(
-                                         1, c19.n_ctx, draft=main.cost)) < LESSON_C / 4 and own[2] > 4 else "") + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the"
+                                         1, c19.n_ctx, draft=main.cost)) < LESSON_C / 4 and own[2] > 4 else "")
+        + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the"
         " chain's loss, 1 - (the chain's speedup / the tree's):")
     print()
     batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})

@@ -2139,7 +2139,8 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
     print()
     say(f"Distilling the target {'beats' if a_kd > a_fit else 'does NOT beat'} fitting the text, {a_kd:.3f} to {a_fit:.3f}.",
         f"Even the world's own table reaches only {a_world:.3f}: the text teaches the world, not the target."
-        if a_world < a_kd else "", f"Climbing alpha itself {'gains more' if a_tv > a_kd else 'does NOT gain'}.")
+        if a_world < a_kd else "", f"Climbing alpha itself, from the distilled draft, " + (f"gains more: {a_tv:.3f} against {a_kd:.3f}." if a_tv > a_kd
+                                                                     else "does NOT gain."))
     takeaway("train the draft on the target's distributions, not on the text the target learned from; then climb"
              " alpha itself.",
              {"distilling beats fitting the text": a_kd > a_fit,
@@ -2600,7 +2601,8 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
          " the larger. " if keeps_min else "") +
-        (f"It does only on '{where[0]}', a sharpened p against a flattened q, in {wins} of its {VOCAB} contexts"
+        (f"One-hot wins only on '{where[0]}', a sharpened p against a flattened q, and there in {wins} of its {VOCAB}"
+         " contexts"
          if len(where) == 1 and where[0] == tempered[-1][0] and keeps_min else
          f"One-hot beats probabilistic only on '{where[0]}', in {wins} of its {VOCAB} contexts" if len(where) == 1 else
          f"One-hot beats probabilistic in some contexts of {plural(len(where), 'pair')}" if where else
@@ -3718,7 +3720,8 @@ def demo14_block_gain():
         gain_example(P2, Q2),
         "Sun et al. prove that the block's output is the target's. They also prove that no verifier of its kind keeps"
         " more drafts on average: one whose output is the target's, that keeps a run of first drafts, then draws one"
-        " token. The option --detail gives their rule in five steps.")
+        " token. Token-wise checking is of that kind, so the block never keeps fewer on average. The option --detail"
+        " gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
              f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call. Sun et al. prove it never keeps fewer"
              " on average.",

@@ -870,7 +870,8 @@ def test_demo7_distillation_beats_fitting_the_text(demo):
     assert result.alpha_kd > result.alpha_fit and result.alpha_tv > result.alpha_kd
     assert result.alpha_world < result.alpha_kd
     assert f"Distilling the target beats fitting the text, {result.alpha_kd:.3f} to {result.alpha_fit:.3f}" in text
-    assert "Climbing alpha itself gains more." in text
+    assert (f"Climbing alpha itself, from the distilled draft, gains more: {result.alpha_tv:.3f} against"
+            f" {result.alpha_kd:.3f}.") in flat(text)  # read 1669 asked 'more than what?' 
     # the takeaway says what the table's best row does, and what the world's text stands for (read 1414)
     assert ("Takeaway: train the draft on the target's distributions, not on the text the target learned from; then"
             " climb alpha itself.") in flat(text) and "tokens of text: the text the target learned from." in flat(text)
@@ -1353,6 +1354,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
     assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
+    # why 'never fewer' follows from the proof (reads 1632 and 1665 worked out token-wise is of that kind)
+    assert ("one whose output is the target's, that keeps a run of first drafts, then draws one token. Token-wise"
+            " checking is of that kind, so the block never keeps fewer on average.") in flat(text)
     # what the block draws after its cut (read 1632 asked 'draws it from what?'), as chapter 15's step 5 says it
     assert ("The block keeps every draft up to its last cut point, say x_1..x_i, or none (i = 0). Then it draws one"
             " token: from p if i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i.") \

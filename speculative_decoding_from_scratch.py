@@ -6956,7 +6956,7 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         f"Demo 3's rounds, which start after the previous round's final token, make fewer at k = {above.k}:"
         f" {above.chained:.4f} token-wise and {above.block_chained:.4f} block (chapter 14's"
         f" {above.block_chained / above.chained - 1:.1%} gain), against {gains[-1][1]:.4f} and {gains[-1][2]:.4f}"
-        " here. Chapter 29 says why, and --detail here." if starts else "",
+        " here. Chapter 29 says why they make fewer, and --detail here." if starts else "",
         "Sun et al., the block's authors, report 5% to 8% faster decoding than token-wise verification, by the clock,"
         " on their own models"
         " and tasks.")
@@ -7341,7 +7341,8 @@ def demo35_chain_loss(**how):
         f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"
         " vLLM and TensorRT-LLM, take configs that can say only chain lengths, so there they run"
-        f" {main.name}'s best chain, k = {own[2]}, from {own[2]} draft passes (chapter 23). A draft pass's c is its"
+        f" {main.name}'s best chain of the plan's k = 1 to {c19.k_max}, k = {own[2]}, from {own[2]} draft passes"
+        " (chapter 23). A draft pass's c is its"
         " cost in target passes." + (f" A chain this long pays because {main.name}'s c, {c_one:.4f} at B = 1, is far"
                                      f" below the lesson's {LESSON_C:g}." if (c_one := draft_cost(
                                          1, c19.n_ctx, draft=main.cost)) < LESSON_C / 4 and own[2] > 4 else "")

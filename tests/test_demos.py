@@ -1558,8 +1558,8 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert (f"at every k, {max(g[4] for g in result.gains):+.1%} at most. At k = 1") in flat(text)
     assert (f"Demo 3's rounds, which start after the previous round's final token, make fewer at k = 4:"
             f" {chained[1]:.4f} token-wise and {chained[0]:.4f} block (chapter 14's {chained[0] / chained[1] - 1:.1%}"
-            f" gain), against {result.gains[-1][1]:.4f} and {result.gains[-1][2]:.4f} here. Chapter 29 says why, and"
-            " --detail here." in flat(text)) and chained[1] < result.gains[-1][1] and chained[0] < result.gains[-1][2]
+            f" gain), against {result.gains[-1][1]:.4f} and {result.gains[-1][2]:.4f} here. Chapter 29 says why they make"
+            " fewer, and --detail here." in flat(text)) and chained[1] < result.gains[-1][1] and chained[0] < result.gains[-1][2]
     # read 1665 set chapter 14's 3.6% against this chapter's 2.9% for the same draft and k; and asked whether the
     # gap to the ideal is reachable
     assert f"{chained[0] / chained[1] - 1:.1%}" == "3.6%" and ("The block is the best of its kind (chapter 14), so no"

@@ -5824,8 +5824,8 @@ def demo23_engines(**how):
             " The configs name EAGLE, whose drafter is a small head trained on the target's own features."
             f" {main.name.capitalize()}, a table like every drafter here, stands in for that head."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
-        (f"None of the three schedules a tree: where the plan runs one, each runs {main.name}'s best chain at each"
-         " B. " if chains_only else "") +
+        (f"None of the three schedules a tree: where the plan runs one, each runs {main.name}'s best chain of the"
+         f" plan's k = 1 to {c19.k_max} at each B. " if chains_only else "") +
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",

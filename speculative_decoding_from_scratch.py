@@ -2139,8 +2139,8 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
     print()
     say(f"Distilling the target {'beats' if a_kd > a_fit else 'does NOT beat'} fitting the text, {a_kd:.3f} to {a_fit:.3f}.",
         f"Even the world's own table reaches only {a_world:.3f}: the text teaches the world, not the target."
-        if a_world < a_kd else "", f"Climbing alpha itself, from the distilled draft, " + (f"gains more: {a_tv:.3f} against {a_kd:.3f}." if a_tv > a_kd
-                                                                     else "does NOT gain."))
+        if a_world < a_kd else "", "Climbing alpha itself, from the distilled draft, " + (
+            f"gains more: {a_tv:.3f} against {a_kd:.3f}." if a_tv > a_kd else "does NOT gain."))
     takeaway("train the draft on the target's distributions, not on the text the target learned from; then climb"
              " alpha itself.",
              {"distilling beats fitting the text": a_kd > a_fit,
@@ -4860,10 +4860,9 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     own_kv = [pass_traffic(d, n_ctx, 1, 1)[1] - pass_traffic(d, 0, 1, 1)[1] for d in (big, small, LLAMA2_7B)]
     big_fit = min(max_batch, sequences_that_fit(n_ctx, drafts=(big,)))  # big's last batch: its memory is full
     mine = [[i for i, o in enumerate(options) if (o.drafter.name == "big") == is_big] for is_big in (True, False)]
-    big_gap = float((speeds[:big_fit, mine[1]].max(axis=1) - speeds[:big_fit, mine[0]].max(axis=1)).min()) if all(
-        mine) else None  # how far big's best option trails the other's at its closest, B = 1 to big_fit
-    return SimpleNamespace(big_gap=big_gap, k_top=k_top, big_gap_at=None if big_gap is None else 1 + int((
-        speeds[:big_fit, mine[1]].max(axis=1) - speeds[:big_fit, mine[0]].max(axis=1)).argmin()),
+    gaps = speeds[:big_fit, mine[1]].max(axis=1) - speeds[:big_fit, mine[0]].max(axis=1) if all(mine) else None
+    big_gap = None if gaps is None else float(gaps.min())  # how far big's best trails the other's at its closest
+    return SimpleNamespace(big_gap=big_gap, k_top=k_top, big_gap_at=None if gaps is None else 1 + int(gaps.argmin()),
         first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
         crossed=[(k, b) for k, b in crossings if b and b <= max_batch],  # the checks that cross within the plan
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, big_fit)], big_fit=big_fit,

@@ -4863,6 +4863,7 @@ def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
     gaps = speeds[:big_fit, mine[1]].max(axis=1) - speeds[:big_fit, mine[0]].max(axis=1) if all(mine) else None
     big_gap = None if gaps is None else float(gaps.min())  # how far big's best trails the other's at its closest
     return SimpleNamespace(big_gap=big_gap, k_top=k_top, big_gap_at=None if gaps is None else 1 + int(gaps.argmin()),
+        mine=mine,  # the options' indices, big's then the other drafter's
         first=first, longest=longest, tree=tree, m=m, w=w, kv=kv, ks=ks, crossings=crossings, ends=ends,
         crossed=[(k, b) for k, b in crossings if b and b <= max_batch],  # the checks that cross within the plan
         c=[draft_cost(b, n_ctx, draft=big) for b in (1, big_fit)], big_fit=big_fit,
@@ -7029,9 +7030,8 @@ def demo32_first_choice(**how):
             f" k = {c19.k_max}'s rounds, which reads a little low: a shorter k's rounds start after a different mix of"
             " tokens (chapter 27)." if s.longest.shape.startswith("k =") else ""), said[0])
     if said[1]:
-        mine = [[i for i, o in enumerate(c19.options) if o.drafter.name == name] for name in ("big", "small")]
         shown = sorted({1, 32, 64, 128, s.big_fit})
-        rows = [(b, *(x for j, d in enumerate((big, small)) for i in [max(mine[j], key=lambda i: c19.speeds[b - 1, i])]
+        rows = [(b, *(x for j, d in enumerate((big, small)) for i in [max(s.mine[j], key=lambda i: c19.speeds[b - 1, i])]
                       for x in (draft_cost(b, c19.n_ctx, draft=d), c19.options[i].shape, c19.speeds[b - 1, i])))
                 for b in shown]
         print()

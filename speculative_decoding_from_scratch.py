@@ -2719,12 +2719,10 @@ def demo9_detail(result):
 
 # -----------------------------------------------------------------------------
 # Chapter 10. Which k for my server?
-# A server reports acceptance figures, not alpha. Each route turns them into tokens per call at each k:
-# per-position rates with no model (only up to the k they were counted at), or a mean acceptance length or a draft acceptance rate inverted through
-# eq. 1. The chapter's detail plans k for every batch size on demo 6's roofline, and values draft lengths that
-# adapt: a policy is a state, the k it drafts in that state, and the next state given how many drafts were
-# accepted. Over (start context, state) a policy is a Markov chain, so its long-run tokens per call and draft
-# calls per round are exact, from round_table; the same policy run through spec_round checks them.
+# A server reports acceptance figures, not alpha. Each route turns one into tokens per call at each k: per-position
+# rates with no model (up to the k they were counted at), or a mean acceptance length or a draft acceptance rate
+# through eq. 1. The detail plans k for every batch size, and values draft lengths that adapt: a policy is a state,
+# its k, and the next state given the drafts kept; over (context, state) it is a Markov chain, valued exactly.
 
 
 # What servers report, not the paper's alpha: vLLM gives a mean acceptance length (tokens per target call, bonus
@@ -2955,12 +2953,12 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
           [("mean acceptance length", f"{L:.4f}", "1 + accepted / rounds"),
            ("draft acceptance rate", f"{R:.4f}", "accepted / drafted tokens"),
            ("per-position rates", " ".join(f"{x:.3f}" for x in rates), "first i drafts all kept")])
-    routes = [("exact", None, [exact[j] for j in range(1, 33)]),
+    routes = [("the tables, exactly", None, [exact[j] for j in range(1, 33)]),
               ("--per-position", None, per_position_tokens(rates)),
               ("--mean-acceptance-length", a_L, expected_tokens(a_L, np.arange(1, 33))),
               ("--draft-acceptance-rate", a_R, expected_tokens(a_R, np.arange(1, 33))),
               ("the rate taken as alpha", R, expected_tokens(R, np.arange(1, 33)))]
-    rows, picks = [], {label: 0 for label, _, _ in routes[1:]}
+    rows, picks, n = [], {label: 0 for label, _, _ in routes[1:]}, len(costs)
     for c in costs:
         best = fastest_k(speedup(np.array(routes[0][2]), np.arange(1, 33), c))[0]
         for i, (label, alpha, tokens) in enumerate(routes):
@@ -2968,42 +2966,44 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
             if i:
                 picks[label] += j == best
             rows.append((c if i == 0 else None, label, alpha, j, s_j, speedup(exact[j], j, c) if j else 1.0))
+    a_3 = f"{pair_alpha(TARGET, MIDDLING):.3f}"
+    causes = [(f"Eq. 1 run back from the exact length at k = {k}, {exact[k]:.3f}, gives {a_x:.3f}, as eq. 1 is not"
+               " exact (chapter 29).", "eq. 1 is not exact", f"{a_x:.3f}" != a_3 and abs(a_x - float(a_3)) < 0.01),
+              (f"These sampled rounds ran {'longer' if L > exact[k] else 'shorter'}, {L:.3f}, which gives {a_L:.3f}.",
+               "these rounds are sampled", f"{a_x:.3f}" != f"{a_L:.3f}")]  # a_x: eq. 1 run back from the exact length
+    causes = [c for c in causes if c[2]] if f"{a_L:.3f}" != a_3 else []
     print()
     say(f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: the same accepted drafts, counted per round in the length"
         " and per drafted token in the rate." if abs(R - (L - 1) / k) < 1e-12
         else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
-        "This script's --tune picks k from any one of these figures. Each is a route: it turns the figure into tokens"
-        " per call at each k, prices each k at cost c, and picks the fastest. The per-position rates price k only up"
-        f" to {k}, where they were counted.",
-        (f"The length and the rate, the same count, give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
-         f"The length gives alpha = {a_L:.3f} (the rate {a_R:.3f}),") +
-        f" the alpha at which eq. 1 at k = {k} gives the length." + ((f" It is not demo 3's {a_3} chiefly because these"
-            f" {n_rounds:,} sampled rounds ran a little {'long' if L > exact[k] else 'short'}; --detail says by how much."
-            if abs(a_L - a_x) > abs(a_x - float(a_3)) else f" --detail says why it is not demo 3's {a_3}.") if (
-                differs := f"{a_L:.3f}" != (a_3 := f"{pair_alpha(TARGET, MIDDLING):.3f}")) else ""),
-        "The exact route knows the tables. Below, the k each route picks, the speedup it predicts there, and the"
-        " true speedup at that k:")
+        "This script's --tune picks k from any one of these figures. It turns the figure into tokens per call at each"
+        " k, prices each k at cost c, and picks the fastest. The per-position rates need no model: tokens per call at"
+        f" k is 1 plus the first k rates, up to k = {k}, where they were counted.",
+        (f"The length and the rate need eq. 1: both give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
+         f"The length and the rate need eq. 1: the length gives alpha = {a_L:.3f}, the rate {a_R:.3f},") +
+        f" the alpha at which eq. 1 at k = {k} gives the length." + (
+            f" It is not demo 3's {a_3}, as {and_list([c[1] for c in causes])} (--detail)." if causes else ""),
+        "Below, the k each figure picks at three costs c, and the true speedup at that k, from the tables:")
     print()
-    table([("c", 5, "g"), ("route", 27, "<"), ("alpha", 7, ".3f"), ("k", 4, "d"),
-           ("predicted", 11, lambda x: f"{x:.2f}x"), ("true at k", 11, lambda x: f"{x:.2f}x")], rows)
-    n = len(costs)
+    table([("figure", 26, "<"), ("alpha", 7, ".3f")] + [("k", 5, "d"), ("true", 8, lambda x: f"{x:.2f}x")] * n,
+          [(label, alpha, *[x for r in rows[i::len(routes)] for x in (r[3], r[5])])
+           for i, (label, alpha, _) in enumerate(routes)], groups=[(f"c = {c:g}", 2 + 2 * i, 3 + 2 * i) for i, c in
+                                                                  enumerate(costs)])
     print()
-    say(f"The per-position rates pick the true best k at {picks['--per-position']} of {n} costs, with no model.",
-        f"Through eq. 1 the mean acceptance length picks it at {picks['--mean-acceptance-length']} of {n}, and the",
-        f"draft acceptance rate, turned into the same alpha, at {picks['--draft-acceptance-rate']} of {n}. The rate",
-        f"taken as alpha itself picks it at {picks['the rate taken as alpha']} of {n}: it also counts the drafts after"
-        " a round's first rejection, which the target never judged" + (f", so it reads low ({R:.3f} against {a_R:.3f})." if R < a_R else "."))
-    takeaway("pick k from per-position rates or the mean acceptance length, never the draft acceptance"
-             " rate as alpha.", {"per-position rates pick the true best k at every cost": picks['--per-position'] == n,
-                                 "the mean acceptance length picks it at every cost":
-                                 picks['--mean-acceptance-length'] == n,
-                                 "the rate taken as alpha misses it somewhere": picks['the rate taken as alpha'] < n})
-    why = [f"Why is the length's alpha, {a_L:.3f}, not demo 3's {a_3}?"] + [w for w, said in (  # each reason, with
-        (f"Eq. 1 run back from the exact length at k = {k}, {exact[k]:.3f}, gives {a_x:.3f}, as eq. 1 is not exact"
-         " (chapter 29).", f"{a_x:.3f}" != a_3 and abs(a_x - float(a_3)) < 0.01),  # the way it moves alpha (a_x: eq. 1 from exact)
-        (f"These sampled rounds ran {'longer' if L > exact[k] else 'shorter'}, {L:.3f}, which gives {a_L:.3f}.",
-         f"{a_x:.3f}" != f"{a_L:.3f}")) if said]
-    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, why=" ".join(why) if differs else "")
+    by, rate = [picks[label] for label in list(picks)[:3]], picks["the rate taken as alpha"]
+    say(f"The per-position rates, the length and the rate each pick the true best k at {by[0]} of {n} costs."
+        if len(set(by)) == 1 else f"The per-position rates pick the true best k at {by[0]} of {n} costs, the length"
+        f" at {by[1]} and the rate at {by[2]}.", f"The rate taken as alpha picks it at {rate} of {n}. It also counts"
+        " the drafts after a round's first rejection, which the target never judged" + (
+            f", so it reads low ({R:.3f} against {a_R:.3f})." if R < a_R else "."))
+    takeaway("pick k from per-position rates, or from the alpha the length or the rate gives through eq. 1; never take"
+             " the draft acceptance rate as alpha.", {"per-position rates pick the true best k at every cost": by[0] == n,
+                                                       "the mean acceptance length picks it at every cost": by[1] == n,
+                                                       "the draft acceptance rate through eq. 1 picks it at every"
+                                                       " cost": by[2] == n, "the rate taken as alpha misses it"
+                                                       " somewhere": rate < n})
+    why = f"Why is the length's alpha, {a_L:.3f}, not demo 3's {a_3}? " + " ".join(c[0] for c in causes)
+    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, why=why if causes else "")
 
 
 def demo10_detail(result, contexts=(16, 512), max_batch=1024):

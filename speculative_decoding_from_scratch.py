@@ -4793,46 +4793,45 @@ def demo19_tuning(**how):
               "tokens": "a chain of k: 1 plus its first k per-position rates, rate i being the share of rounds in"
                         f" which drafts 1 to i were all kept; the tree: {tree[3]:.3f}, exactly",
               "c": (f"a draft pass's bytes over a target pass's, as both are memory-bound: at B = 1, {shape.c[0]:.4f}"
-                    f" for big and {shape.c_small[0]:.4f} for small" if bytes_set_c and by_bytes else
+                    f" for big and {shape.c_small[0]:.4f} for small, rising with B as each sequence adds its KV cache,"
+                    " the keys and values of its tokens, to both passes" if bytes_set_c and by_bytes else
                     "a draft pass's cost in target passes, from the bytes each pass reads"),
-              "check": ("its cost in plain passes: 1 while a sequence's positions are within its free ones,"
-                        f" {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f}; past that, its positions over the free"
-                        " ones" if priced else "its cost in plain passes, on demo 6's roofline")}
+              "check": (f"a check's cost in plain passes: 1 while its positions are within a sequence's free ones"
+                        f" (demo 6: {shape.ridge_base + shape.ridge_each:.0f} at B = 1, fewer as B grows); past"
+                        " that, its positions over the free ones" if priced else
+                        "its cost in plain passes, on demo 6's roofline")}
     table([("", 2, ""), ("", 9, "<"), ("", 66, "<")], labelled_rows(legend, 64))
     print()
-    say(f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start after"
-        " a different mix of tokens, so its rates differ a little (chapter 27).",
-        "Each c rises with B, as every sequence adds its KV cache, the keys and values of its tokens, to both passes'"
-        " bytes. A draft's KV cache is a larger share of the target's than its weights are." if bytes_set_c else "",
-        "A sequence's free positions are the target's weights' share, {}, and its own KV cache's, {}, for {:.2f} GMACs"
-        " a position (chapter 25).".format(*quotients, shape.m / 1e9) if quotients and priced else "",
-        "So " + and_list([f"{'the tree' if name_[:4] == 'tree' else name_}'s {n}" + " positions pass their free"
-                          " ones" * (i == 0) + f" at B = {b}" for i, (name_, n, b, _, _) in enumerate(shape.checks[:2])])
-        + "." if priced and all(b for _, _, b, _, _ in shape.checks[:2]) else "")
-    print()
+    more = [f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start"
+            " after a different mix of tokens, so its rates differ a little (chapter 27).",
+            "A sequence's free positions are the target's weights' share, {}, and its own KV cache's, {}, for {:.2f}"
+            " GMACs a position (chapter 25).".format(*quotients, shape.m / 1e9) if quotients and priced else "",
+            "So " + and_list([f"{'the tree' if name_[:4] == 'tree' else name_}'s {n}" + " positions pass their free"
+                              " ones" * (i == 0) + f" at B = {b}" for i, (name_, n, b, _, _) in
+                              enumerate(shape.checks[:2])]) + "." if priced and all(
+                b for _, _, b, _, _ in shape.checks[:2]) else "",
+            margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan stops at B = {max_batch}, where the target's and {c19.roomiest}'s weights and KV caches fill the"
         f" H100's {H100.memory / 1e9:.0f} GB. Going up in B, the plan switches only when its current choice falls"
         f" more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's check"
-        " scores, and the lowest and highest speedup over each range of B:")
+        " holds, and the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
     print()
-    say(margin_words(buckets, speeds, options, c19.tol),
-        "As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
+    say("As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
         f"At B = 1 big's best option makes {shape.longest_speed:.2f}x against the tree's {shape.first_speed:.2f}x;"
         " chapter 32 says why the tree wins there and big never runs." if said[0] and said[1] else
         "Chapter 32 asks what sets the plan's choice at B = 1.")
-    kinds = {(o.drafter.name, o.shape) for _, _, o in buckets if o is not None}
     planned = [(lo, hi, o) for lo, hi, o in buckets if o is not None]
-    drafters = {o.drafter.name for _, _, o in planned}
+    kinds, drafters = {(o.drafter.name, o.shape) for *_, o in planned}, {o.drafter.name for *_, o in planned}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
              " as B grows." + (" Here " + (f"{drafters.pop()} runs throughout, from " if len(drafters) == 1 else
                                            "it goes from ") + f"{planned[0][2].shape} at B = {planned[0][0]} to"
                                f" {planned[-1][2].shape} at B = {planned[-1][1]}." if planned else ""),
              {"the plan changes its choice with B": len(kinds) > 1})
-    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said,
+    return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said, more=more,
                            c_words=output_layer_words((big, small), n_ctx) + (
                                " Small's c rises with B because its KV cache is a larger share of the target's than"
                                " its weights are." if bytes_set_c else ""))
@@ -4965,6 +4964,7 @@ def demo19_detail(result):
          f" A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
+        " ".join(m for m in result.more if m),  # the body's figures, rebuilt
     ]
     say_paragraphs(paragraphs)
 

@@ -7014,7 +7014,7 @@ def demo32_first_choice(**how):
     Q = dict((d[0], d[2]) for d in c19.drafters)["small"]  # past the plan's k = 8, at B = 1, exactly
     k_best, longest = max(((k, exact_tokens_per_call(TARGET, Q, k) / (1 + k * s.c_small[0]))
                            for k in range(c19.k_max + 1, 2 * c19.k_max + 1)), key=lambda x: x[1])
-    said = demo19_shape(s, c19.n_ctx, c19.max_batch, longer=(c19.k_max + 1, 2 * c19.k_max, k_best, longest))
+    said, more = demo19_shape(s, c19.n_ctx, c19.max_batch, longer=(c19.k_max + 1, 2 * c19.k_max, k_best, longest)), []
     if said[0]:
         rows = [(o.drafter.name, o.shape, o.draft_passes, c, f"{o.tokens:.3f}", speed) for o, c, speed in (
             (s.first, s.c_small[0], s.first_speed), (s.chain, s.c_small[0], s.chain_speed),
@@ -7025,10 +7025,13 @@ def demo32_first_choice(**how):
         table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
                ("tokens per call", 17, "<"), ("speedup", 8, ".2f")], rows)
         print()
-        say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}." + (
-            f" Big's k = {s.longest.draft_passes} is priced from the first {s.longest.draft_passes} rates of"
-            f" k = {c19.k_max}'s rounds, which reads a little low: a shorter k's rounds start after a different mix of"
-            " tokens (chapter 27)." if s.longest.shape.startswith("k =") else ""), said[0])
+        chain = s.longest.shape.startswith("k =")
+        say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}" + (
+            f"; big's k = {s.longest.draft_passes} takes the first {s.longest.draft_passes} rates of k = {c19.k_max}'s"
+            " rounds (--detail)." if chain else "."), said[0])
+        more.append(f"Big's k = {s.longest.draft_passes} is priced from the first {s.longest.draft_passes} rates of"
+                    f" k = {c19.k_max}'s rounds, which reads a little low: a shorter k's rounds start after a different"
+                    " mix of tokens (chapter 27)." if chain else "")
     if said[1]:
         shown = sorted({1, 32, 64, 128, s.big_fit})
         rows = [(b, *(x for j, d in enumerate((big, small)) for i in [max(s.mine[j], key=lambda i: c19.speeds[b - 1, i])]
@@ -7037,9 +7040,9 @@ def demo32_first_choice(**how):
         print()
         priced = checks_priced_by_free_positions(s, c19.options, c19.n_ctx, shown)
         say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
-            ": c is still bytes over bytes, and past the ridge a check costs its positions over a sequence's free ones,"
-            f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f} (chapter 25 derives it)." if priced and pass_bytes(
-                tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
+            ": c is still bytes over bytes, and a check costs more once its positions pass a sequence's free ones"
+            " (chapter 25)." if priced and pass_bytes(tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx)
+            else "."),
             f"Each draft's best option, up to B = {s.big_fit}" + (
                 f", where big, the target and the KV caches of {c19.n_ctx} tokens fill the H100's"
                 f" {H100.memory / 1e9:.0f} GB:" if s.big_fit < c19.max_batch else ":"))
@@ -7048,15 +7051,16 @@ def demo32_first_choice(**how):
                ("small's c", 11, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f")], rows)
         print()
         crosses = next((b for shape, _, b, _, _ in s.checks if first and shape == first.shape), None)  # the tree's
-        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
-            f" Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
+        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.")
+        more.append((
+            f"Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
             f" B = {crosses}, past which every position costs time, and the plan switches once it trails by more than"
             f" its {c19.tol:.1%} margin (chapters 19 and 35)." if first is not None and first.shape.startswith("tree")
             and crosses and crosses <= hi + 1 else ""))
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
              " passes beat a longer chain's, and big's dear passes never pay.",
              {"the tree wins at B = 1 on fewer passes": bool(said[0]), "big's passes never pay": bool(said[1])})
-    return SimpleNamespace(c19=c19, shape=s, said=said)
+    return SimpleNamespace(c19=c19, shape=s, said=said, more=" ".join(m for m in more if m))
 
 
 # -----------------------------------------------------------------------------
@@ -7603,6 +7607,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "29": lambda result: say_paragraphs([result.counted]),
     "30": demo30_detail,
     "31": demo31_detail,
+    "32": lambda result: say_paragraphs([result.more]),
     "33": demo33_detail,
     "34": demo34_detail,
 }

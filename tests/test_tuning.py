@@ -497,9 +497,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             draft_pass, target_pass = sd.pass_traffic(d, 512, 1, b), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, b)
             assert sd.roofline_time(*draft_pass)[1] == sd.roofline_time(*target_pass)[1] == "memory"
             assert draft_pass[1] / target_pass[1] == pytest.approx(sd.draft_cost(b, 512, draft=d), abs=1e-12)
-    assert ("Past B = 1, chapter 19 prices each option on demo 6's roofline: c is still bytes over bytes, and past the"
-            " ridge a check costs its positions over a sequence's free ones, 289.3 / B + 5.878 (chapter 25 derives it).") in text32  # read 1647
-    # could not rebuild the tree's 2.99 at B = 32 without it; by hand, from the printed figures:
+    assert ("Past B = 1, chapter 19 prices each option on demo 6's roofline: c is still bytes over bytes, and a check"
+            " costs more once its positions pass a sequence's free ones (chapter 25).") in text32 and "289.3" not in (
+        text32)  # read 1647 could not rebuild the tree's 2.99 at B = 32 without the free positions' terms, and reads
+    # 1656 and 1673 spent minutes rebuilding them: they are chapter 25's; by hand, from its printed figures:
     assert f"{3.134 / (15 / (289.3 / 32 + 5.878) + 3 * 0.0141):.2f}" == "2.99"
     # the table over B, row by row from the plan's speeds: each draft's c and its best option's speedup
     for b in (1, 32, 64, 128, 192):
@@ -512,10 +513,14 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # k = 6 is 1 plus its first six rates at k = 8, not its own exact count (read 1570 asked what the rates were)
     assert ("A chain of k drafts takes k draft passes. Its tokens per call are 1 plus its first k per-position rates;"
             " rate i is the share of rounds whose drafts 1 to i all passed.") in text32 and (
-        "Tokens per call are exact for the tree and for small's k = 8 and 10. Big's k = 6 is priced from the first 6"
-        " rates of k = 8's rounds, which reads a little low: a shorter k's rounds start after a different mix of tokens"
-        " (chapter 27).") in \
-        text32 and "computed exactly" not in text32
+        "Tokens per call are exact for the tree and for small's k = 8 and 10; big's k = 6 takes the first 6 rates of"
+        " k = 8's rounds (--detail).") in text32 and "computed exactly" not in text32 and (
+        "Big's k = 6 is priced from the first 6 rates of k = 8's rounds, which reads a little low: a shorter k's rounds"
+        " start after a different mix of tokens (chapter 27).") in printed(sd.DETAILS["32"], in_process[0]["32"])[1]
+    # where the tree gives way is the detail's, said from the plan's own crossing (chapter 32 asks about B = 1 only)
+    assert "gives way" not in text32 and ("Small's tree gives way to chains past B = 34: its 15 positions a sequence"
+                                          " reach the ridge at B = 32,") in printed(sd.DETAILS["32"],
+                                                                                     in_process[0]["32"])[1]
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. At B = 1 big's best option"
             " makes 2.51x against the tree's 3.06x; chapter 32 says why the tree wins there and big never runs."
             " Takeaway:") in text

@@ -5114,17 +5114,19 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                f" {window} rounds instead."])
     print()
     note = long_context_note(k, [len(prompt)], why=False)
+    long_words = (f"At the prompt's own {len(prompt)} characters, each sequence's KV cache, the keys and values of its"
+                  f" tokens, would fill the {H100.memory / 1e9:.0f} GB before any batch crossed the ridge: every check"
+                  " would cost one plain pass." if note else "")  # the detail's
+    cover = ridge_cover_words(k, max(batches))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It takes a short {BATCH_CONTEXT} tokens of context, so that a large batch crosses the"
-        " ridge.",
-        f"At the prompt's own {len(prompt)} characters, each sequence's KV cache, the keys and values of its tokens,"
-        f" would fill the {H100.memory / 1e9:.0f} GB before any batch crossed it: every check would cost one plain"
-        " pass." if note else "")
+        " ridge" + (" (--detail says why)." if long_words else "."))
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
-        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + ".", ridge_cover_words(k, max(batches)))
+        " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + (
+            " (--detail derives it)." if cover else "."))
     print()
     say(round_words(runs[on[0]], k, max(batches)))
     print()
@@ -5166,14 +5168,15 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, note=note, adaptive=adaptive_words, price=price_figures_words(
-        f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}", max(batches)))
+    return SimpleNamespace(rows=rows, loses=loses, note=note, adaptive=adaptive_words, long=long_words, price=" ".join(
+        (price_figures_words(f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}",
+                             max(batches)), cover)).strip())
 
 
 def demo20_detail(result):
     """Chapter 20 in detail: the two figures behind a check's price at BATCH_CONTEXT tokens, and a fourth
     policy, adaptive k."""
-    say_paragraphs([result.price, result.adaptive])
+    say_paragraphs([result.long, result.price, result.adaptive])
 
 
 # -----------------------------------------------------------------------------

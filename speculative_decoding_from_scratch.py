@@ -4379,7 +4379,7 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 
 def demo18_lossy(k=3, ctx=5, n=3):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
-        "for speed. Each rule's cost is its distance from the target, computed exactly: the TV between",
+        "for speed. A rule's cost here is not c but its distance from the target, computed exactly: the TV between",
         f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
         f" requests.) The middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")
     print()
@@ -4469,15 +4469,10 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
     typical, shipped = typical_rows(rows)
     strict, loose = (min(typical, key=lambda r: r[3]), max(typical, key=lambda r: r[3])) if typical else (None, None)
     farther = shipped is not None and all(r is not shipped and r[2] > shipped[2] for r in (strict, loose))
-    argmax = farther and typical_from_p_tv(*next(t for t in TYPICAL_SETTINGS if setting_text(t) == strict[1]),
-                                           k, ctx, n) < strict[2] / 2  # drawn from p, its TV halves
     say(f"Typical's strictest ({strict[1]}) and loosest ({loose[1]}) settings are both farther from the target than"
-        " its defaults. The strictest of the three rejects the most drafts, and after each rejection it emits p's"
-        " argmax, so its text leans to p's likeliest token. The loosest keeps most drafts, so its text leans to the"
-        " draft's."
-        if argmax and demo18_loose_words(rows, k, ctx, n) else "",
-        "The option --detail plots tokens per call against exact TV, and gives the engine settings that run"
-        f" {LOSSY_SHIPPED}.")
+        " its defaults; --detail says why." if farther else "",
+        "The option --detail" + " also" * farther + " plots tokens per call against exact TV, and gives the engine"
+        f" settings that run {LOSSY_SHIPPED}.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated)
 
 
@@ -4489,13 +4484,9 @@ def one_hot_words(rows):
     sg = {r[1]: r for r in rows if r[0] == "sglang" and r[2] is not None}
     exact, shipped = sg.get(setting_text(SGLANG_EXACT)), sg.get(setting_text(SGLANG_SHIPPED))
     one, over = per_call.get("one-hot"), [r for r, t in per_call.items() if t >= shipped[3]] if shipped else []
-    top = int(MIDDLING[0].argmax())  # the middling draft's likeliest token after 'a', in demo 1's row
-    low = (f" The draft's likeliest token can be one the target rates low: after '{name(0)}' it is '{name(top)}' (q"
-           f" {MIDDLING[0, top]:.3f}), which the target gives {TARGET[0, top]:.3f} (demo 1)." if TARGET[0, top] <
-           MIDDLING[0, top] / 2 else "")
     return " ".join(w for w in (
         f"One-hot makes the fewest lossless tokens per call, {one:.2f}: its draft is kept with chance p(x), {hot:.2f}"
-        f" on average here, against alpha {alpha:.2f} for the sampled draft.{low}" if "probabilistic" in per_call and
+        f" on average here, against alpha {alpha:.2f} for the sampled draft." if "probabilistic" in per_call and
         one == min(per_call.values()) and hot < alpha and rule_intact(TARGET, temper(MIDDLING, 0)) else "",
         f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
         exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",

@@ -6076,9 +6076,8 @@ def demo25_ridge(**how):
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + " Its plan runs to B ="
         f" {c19.max_batch} at {c19.n_ctx} tokens of context: the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB. Memory holds the target's and {c19.roomiest}'s weights, and each sequence's KV"
-        " cache in both models: the keys and values of its tokens, which each model's passes read."
-        " As B grows, its plan checks fewer positions per sequence. Why?")
+        f" {H100.memory / 1e9:.0f} GB beside the target and {c19.roomiest}. As B grows, its plan checks fewer positions per sequence."
+        " Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
         f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"
@@ -6112,8 +6111,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     quotients = ridge_quotients(s) or ("", "")
     say("Below the ridge, the time a pass takes to move its bytes covers its MACs too. A position does"
         f" {s.m / 1e9:.2f} GMACs. The target's weights, {s.w / 1e9:.2f} GB, cover about {s.ridge_base:.1f} positions"
-        f" ({quotients[0]}), shared by the B sequences. Each sequence's KV cache in the target,"
-        f" {s.kv / 1e9:.4f} GB, covers {each:.3f} more of its own ({quotients[1]}). So a"
+        f" ({quotients[0]}), shared by the B sequences. Each sequence's KV cache in the target, the keys and"
+        f" values of its tokens, {s.kv / 1e9:.4f} GB, covers {each:.3f} more of its own ({quotients[1]}). So a"
         f" sequence can check about {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling"
         f" toward {each:.3f} as B grows. Every check in the table below scores more"
         f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
@@ -6146,9 +6145,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         wins = (s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
                 and s.first_speed > s.chain_speed)
-        say("The tree is the first to give way: it checks the most positions per sequence. Chapter 32 says why it wins"
-            " at B = 1, chapter 35 prices what a chain schedule loses to it B by B, and the option --detail gives both"
-            " in short.")
+        say("The tree is the first to give way: it checks the most positions per sequence. The option --detail says"
+            " why it wins at B = 1 and loses just past its crossing.")
         priced = " ".join((  # the detail's: why the tree wins at B = 1 and gives way just past its ridge
             "The tree against " + chain.shape + ", the plan's next pick." + (
                 f" At B = 1 the tree wins, though it makes fewer tokens per call, {tree.tokens:.2f} against"

@@ -5789,20 +5789,16 @@ def demo23_engines(**how):
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
     chains_only = main and not sg_runs_tree and any(o is not None and o.shape[:4] == "tree" for _, _, o in c19.buckets)
-    small_c = draft_cost(1, c19.n_ctx, draft=c19.shapes[1])  # a small draft pass at B = 1 (read 1513: why k = 8?)
-    long_k = any(o and o.drafter.name == "small" and o.shape.startswith("k =") and int(o.shape.split()[-1]) > LESSON_K
-                 for _, _, o in c19.buckets)  # the plan runs small's chains longer than the lesson's k
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once. The plan runs to B ="
-        f" {c19.max_batch}" + (f", the most whose KV caches fit beside the target's and {c19.roomiest}'s weights in the H100's memory (chapter 25)" if c19.max_batch == c19.fit
-                               else "") + ". For each range of B, the plan says which drafter runs, as a chain of k",
+        f" {c19.max_batch}" + (f", the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and"
+                                     f" {c19.roomiest}" if c19.max_batch == c19.fit else "") + ". For each"
+        " range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token." + (
-            f" A small draft pass costs c = {small_c:.3f} of a target pass at B = 1, far below the lesson's"
-            f" {LESSON_C:g}, so long chains pay (c rises with B: chapter 19)." if small_c < LESSON_C / 5 and long_k else "")
-        + " The plan is below; chapters 25 and 32 say why it has this shape:")
+        f" {t[2]} positions with the text's last token. The plan is below; chapters 25 and 32 say why it has this"
+        " shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -5815,8 +5811,8 @@ def demo23_engines(**how):
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
                          if main and lost else f", {main.name} here." if main else ".")) + (
-            " The configs name EAGLE, whose drafter is a small head trained on the target's own features."
-            f" {main.name.capitalize()}, a table like every drafter here, stands in for that head."
+            " The configs name EAGLE, a draft head trained on the target's own features; here the table"
+            f" {main.name} stands in for it."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
         (f"None of the three schedules a tree: where the plan runs one, each runs {main.name}'s best chain of the"
          f" plan's k = 1 to {c19.k_max} at each B. " if chains_only else "") +
@@ -5850,8 +5846,8 @@ def demo23_engines(**how):
             f" {own[1]:,}, the batch size where {'they lose' if len(alike) > 1 else 'it loses'} most, the plan runs the"
             f" tree{f' at {pair[0]}' if pair else ''}."
             f" {'They run' if len(alike) > 1 else 'It runs'} k = {own[2]}{f' at {pair[1]}' if pair else ''}"
-            + (f", the best there of the chains k = 1 to {c19.k_max} the plan considers. They are"
-               f" {own[0]:.1%} slower: all of that loss comes from not running the tree."
+            + (f", the plan's best chain there. They are {own[0]:.1%} slower: all of that loss comes from not"
+               " running the tree."
                if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
                f", {own[0]:.1%} slower.")
             + (f" Chapter 35 says why that loss peaks at B = {own[1]:,}." if said else "") if tree_planned

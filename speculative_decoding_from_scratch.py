@@ -2516,8 +2516,8 @@ def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
             f" ({r[0]} * {r[1]} = 1), and the block keeps both always")
 
 
-ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x). A rejection redraws from"
-                " max(0, p - q), which is p with x removed and renormalised")  # chapters 9, 11, 17 and 18: a q all on its draft x
+ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x), and a rejection redraws from p"
+                " with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x, so max(0, p - q) is p less x
 
 
 SETTINGS = ("prob", "1-hot", "strict", "block", "b 1-hot")  # chapter 9's columns; b 1-hot is one-hot's own count
@@ -2601,8 +2601,7 @@ def demo9_verifiers(k=3):
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
          " the larger. " if keeps_min else "") +
-        (f"One-hot wins only on '{where[0]}', a sharpened p against a flattened q, and there in {wins} of its {VOCAB}"
-         " contexts"
+        (f"One-hot wins only on '{where[0]}', a sharpened p against a flattened q"
          if len(where) == 1 and where[0] == tempered[-1][0] and keeps_min else
          f"One-hot beats probabilistic only on '{where[0]}', in {wins} of its {VOCAB} contexts" if len(where) == 1 else
          f"One-hot beats probabilistic in some contexts of {plural(len(where), 'pair')}" if where else

@@ -4246,11 +4246,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     tables = None if isinstance(cache, str) else calibration_p_value(
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
-    say(f"Each generator writes {n_text} characters, and a fit checks them as chapter 11 does. It bins each written"
-        " character by the chance the target gave it there (the bins' edges are"
-        f" {and_list([f'{e:g}' for e in CALIBRATION_EDGES[1:-1]])}). It compares each bin's count with its expected"
-        " count: the bin's chance at each position, summed over the positions."
-        " The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its"
+    say(f"Each generator writes {n_text} characters, and chapter 11's fit checks them against the target: it bins"
+        " each written character by the chance the target gave it there, and compares each bin's count with the"
+        " count the target's chances predict. The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its"
         " tokens. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]

@@ -1827,11 +1827,11 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert ("Takeaway: a generator must judge each draft by its own q, redraw from the residual, take the next row"
             " from the target, and cut rejected drafts from its cache. On the character model a fit catches each"
             " departure.") in flat(text) and len(sd.APEX_BUGS) == 4
-    assert ("It bins each written character by the chance the target gave it there (the bins' edges are 0.001, 0.01,"
-            " 0.05, 0.2, 0.5 and 0.8). It compares each bin's count with its expected count: the bin's chance at each"
-            " position, summed over the positions. The last row runs the cache bug on the lesson's target table instead,"
-            " prompt lookup drafting from its tokens.") in flat(text)  # read 1527 reread the bins' edges and sums;
-    # read 1645 asked how a bin's expected count is formed
+    assert ("chapter 11's fit checks them against the target: it bins each written character by the chance the target"
+            " gave it there, and compares each bin's count with the count the target's chances predict. The last row"
+            " runs the cache bug on the lesson's target table instead, prompt lookup drafting from its tokens.") in flat(
+        text) and "edges" not in text  # read 1527 reread the bins' edges and sums; read 1645 asked how a bin's
+    # expected count is formed, and read 1676 reread the answer: the edges and the sum are chapter 11's
     assert ("Its rounds differ from the lesson's: each starts with a token the target samples, before any draft, from a"
             " row p carried over from the round before (the target's row after the last token written).") in flat(text)
     assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())

@@ -2506,7 +2506,7 @@ def fraction(x):
 
 
 def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
-    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapters 9 and 31):
+    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapter 9):
     drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the second
     reaches, by accept_prob; "" unless it reaches 1, so both are always kept."""
     w1, r = accept_prob(P2, Q2, 0), [fraction(P2[x] / Q2[x]) for x in (0, 1)]
@@ -6891,8 +6891,7 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     say("The ideal of chapter 24 is a ceiling on every lossless verifier, one whose output is the target's. It is 1"
         " plus, for each i from 1 to k, a bound on the chance that such a verifier keeps drafts 1 to i. Chapter 24 builds"
         " the bound from demo 1's sum min(p, q), taken over whole texts x_1..x_i. Block verification (chapter 14) judges"
-        " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject."
-        + (f" {lift[0].upper()}{lift[1:]}." if (lift := lifted_words()) else ""))
+        " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject.")
     print()
     gains = [(k, *kept_from_text(TARGET, MIDDLING, k)) for k in ks]
     gains = [(k, tw, bl, ib, bl / tw - 1, ib / bl - 1) for k, tw, bl, ib in gains]
@@ -6930,10 +6929,8 @@ def demo31_middling(ks=(1, 2, 3, 4)):
             " The block is the best of its kind (chapter 14), so no verifier of that kind closes the gap. Whether"
             " another kind can, chapter 24 leaves open." if max(g[5] for g in gains) > 5e-4 and more
             and max(g[4] for g in gains) >= 5e-4 else ""),
-        f"Demo 3's rounds, which start after the previous round's final token, make fewer at k = {above.k}:"
-        f" {above.chained:.4f} token-wise and {above.block_chained:.4f} block (chapter 14's"
-        f" {above.block_chained / above.chained - 1:.1%} gain), against {gains[-1][1]:.4f} and {gains[-1][2]:.4f}"
-        " here. Chapter 29 says why they make fewer, and --detail here." if starts else "",
+        "Demo 3's rounds, which start after the previous round's final token, make fewer; --detail says why." if
+        starts else "",
         "Sun et al., the block's authors, report 5% to 8% faster decoding than token-wise verification, by the clock,"
         " on their own models"
         " and tasks.")

@@ -4775,20 +4775,18 @@ def demo19_tuning(**how):
         f" tries chains of k = 1 to {k_max} drafts, and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}':"
         f" {tree[0]} candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {nodes - 1} drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes}"
-        " positions. Each option is priced so:")
+        " positions.")
     print()
-    legend = {"speedup": "tokens per call / (check + n c), for n draft passes",
-              "tokens": "a chain of k: 1 plus its first k per-position rates, rate i being the share of rounds in"
-                        f" which drafts 1 to i were all kept; the tree: {tree[3]:.3f}, exactly",
-              "c": (f"a draft pass's bytes over a target pass's, as both are memory-bound: at B = 1, {shape.c[0]:.4f}"
-                    f" for big and {shape.c_small[0]:.4f} for small, rising with B as each sequence adds its KV cache,"
-                    " the keys and values of its tokens, to both passes" if bytes_set_c and by_bytes else
-                    "a draft pass's cost in target passes, from the bytes each pass reads"),
-              "check": (f"a check's cost in plain passes: 1 while its positions are within a sequence's free ones"
-                        f" (demo 6: {shape.ridge_base + shape.ridge_each:.0f} at B = 1, fewer as B grows); past"
-                        " that, its positions over the free ones" if priced else
-                        "its cost in plain passes, on demo 6's roofline")}
-    table([("", 2, ""), ("", 9, "<"), ("", 66, "<")], labelled_rows(legend, 64))
+    say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
+        " passes. A chain's tokens per call are 1 plus its first k per-position rates, rate i being the share of"
+        f" rounds in which drafts 1 to i were all kept; the tree's are {tree[3]:.3f}, exactly.",
+        f"A draft pass's c is its bytes over a target pass's: at B = 1, {shape.c[0]:.4f} for big and"
+        f" {shape.c_small[0]:.4f} for small." if bytes_set_c and by_bytes else
+        "A draft pass's c is its cost in target passes, from the bytes each pass reads.",
+        f"A check costs one plain pass while its positions are free: up to {shape.alone} a sequence at B = 1, as in"
+        " demo 6, fewer as B grows. Past them, it costs more." if priced and shape.alone == round(
+            shape.ridge_base + shape.ridge_each) else "A check's cost in plain passes is demo 6's roofline's.",
+        "Chapters 32 and 25 say why c rises with B and the free positions fall." if bytes_set_c and priced else "")
     print()
     more = [f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start"
             " after a different mix of tokens, so its rates differ a little (chapter 27).",
@@ -4800,8 +4798,8 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, where the target's and {c19.roomiest}'s weights and KV caches fill the"
-        f" H100's {H100.memory / 1e9:.0f} GB. Going up in B, the plan switches only when its current choice falls"
+    say(f"The plan stops at B = {max_batch}, the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB"
+        f" beside the target and {c19.roomiest}. Going up in B, the plan switches only when its current choice falls"
         f" more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's check"
         " holds, and the lowest and highest speedup over each range of B:")
     print()
@@ -4809,8 +4807,7 @@ def demo19_tuning(**how):
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
     print()
     say("As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
-        f"At B = 1 big's best option makes {shape.longest_speed:.2f}x against the tree's {shape.first_speed:.2f}x;"
-        " chapter 32 says why the tree wins there and big never runs." if said[0] and said[1] else
+        "Chapter 32 says why the tree wins at B = 1 and big never runs." if said[0] and said[1] else
         "Chapter 32 asks what sets the plan's choice at B = 1.")
     planned = [(lo, hi, o) for lo, hi, o in buckets if o is not None]
     kinds, drafters = {(o.drafter.name, o.shape) for *_, o in planned}, {o.drafter.name for *_, o in planned}

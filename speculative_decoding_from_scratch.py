@@ -4376,7 +4376,7 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 
 def demo18_lossy(k=3, ctx=5, n=3):
     say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
-        "for speed. A rule's cost here is not c but its distance from the target, computed exactly: the TV between",
+        "for speed. What a rule gives up is its distance from the target, computed exactly: the TV between",
         f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
         f" requests.) The middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")
     print()
@@ -5252,9 +5252,9 @@ def temperature_table(rows, k, c=0.1):
     say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}. The"
         " table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T) for a"
         " sampled one.",
-        "At T = 0 a draft passes always after some tokens and never after others" + (
-            f", and alpha averages over the {len(TARGET)} first tokens, each as likely: the greedy text's loop depends"
-            " on where it starts." if len(greedy_loops(TARGET)) > 1 else ".") + " The target's greedy text never"
+        "At T = 0 the target's greedy text settles into a loop" + (
+            ", and which loop depends on the token it starts after; so alpha averages over the"
+            f" {len(TARGET)} start tokens, each as likely." if len(greedy_loops(TARGET)) > 1 else ".") + " No loop"
         " visits a token after which the middling draft passes, so its alpha is 0. Chapter 28 works out the T = 0"
         f" rows, and why blend {GOOD_WEIGHT:g}'s speedup beats eq. 1's."
         if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05

@@ -4911,7 +4911,7 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
                         for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
         (f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, so it makes fewer tokens per"
-         f" call than the chain of {s.chain.draft_passes}, {s.first.drafter.name}'s best of k = 1 to {s.k_top}. But"
+         f" call than the chain of {s.chain.draft_passes}, the fastest of {s.first.drafter.name}'s k = 1 to {s.k_top}. But"
          f" it pays for {s.first.draft_passes} passes, not {s.chain.draft_passes}, and wins." + (
              " No chain of k = {} to {} catches it: k = {} is their best.".format(*longer[:3])
              if longer and longer[3] < s.first_speed else "") if s.chain is not None and s.chain.tokens > s.first.tokens
@@ -6955,13 +6955,9 @@ def demo32_first_choice(**how):
     (big, small), tree = c19.shapes, c19.measured[1].tree
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
-    after = [o.shape for _, _, o in c19.buckets[1:] if o is not None and o.drafter == first.drafter] if first else []
     say_paragraphs(["At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
                     f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it."
-                    f" It runs {first.drafter.name}'s {first.shape} (below) from B = {lo} to"
-                    f" {hi}" + (
-        f", then its chains of {and_list([a.replace('k = ', '') for a in after])} drafts" if after and all(
-            a.startswith("k = ") for a in after) else "") + (
+                    f" It runs {first.drafter.name}'s {first.shape} (below) at B = {lo}" + (
         ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else
         "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B."])
     print()
@@ -6997,8 +6993,8 @@ def demo32_first_choice(**how):
         print()
         chain = s.longest.shape.startswith("k =")
         say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}" + (
-            f"; big's k = {s.longest.draft_passes} takes the first {s.longest.draft_passes} rates of k = {c19.k_max}'s"
-            " rounds (--detail)." if chain else "."), said[0])
+            f"; big's k = {s.longest.draft_passes} takes the first {s.longest.draft_passes} of big's exact rates at"
+            f" k = {c19.k_max} (--detail)." if chain else "."), said[0])
         more.append(f"Big's k = {s.longest.draft_passes} is priced from the first {s.longest.draft_passes} rates of"
                     f" k = {c19.k_max}'s rounds, which reads a little low: a shorter k's rounds start after a different"
                     " mix of tokens (chapter 27)." if chain else "")
@@ -7010,12 +7006,11 @@ def demo32_first_choice(**how):
         print()
         priced = checks_priced_by_free_positions(s, c19.options, c19.n_ctx, shown)
         say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
-            ": c is still bytes over bytes, and a check costs more once its positions pass a sequence's free ones"
-            " (chapter 25)." if priced and pass_bytes(tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx)
-            else "."),
+            ": c is still bytes over bytes, and chapter 25 says how a check's price grows with B." if priced and
+            pass_bytes(tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
             f"Each draft's best option, up to B = {s.big_fit}" + (
-                f", where big, the target and the KV caches of {c19.n_ctx} tokens fill the H100's"
-                f" {H100.memory / 1e9:.0f} GB:" if s.big_fit < c19.max_batch else ":"))
+                f", the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and big:"
+                if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big's c", 10, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f"),
                ("small's c", 11, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f")], rows)

@@ -5800,8 +5800,11 @@ def demo23_engines(**how):
             " The configs name EAGLE, a draft head trained on the target's own features; here the table"
             f" {main.name} stands in for it."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
-        (f"None of the three schedules a tree: where the plan runs one, each runs {main.name}'s best chain of the"
-         f" plan's k = 1 to {c19.k_max} at each B. " if chains_only else "") +
+        (f"None of the three schedules a tree: where the plan runs one, each runs the plan's fastest chain"
+         + (f" there, {in_tree.pop()}. " if len(in_tree := {best_chain(c19, main, b) for lo, hi, o in c19.buckets
+                                                             if o is not None and o.shape.startswith("tree")
+                                                             for b in range(lo, hi + 1)}) == 1 else " at each B. ")
+         if chains_only else "") +
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",

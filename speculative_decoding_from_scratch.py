@@ -6925,8 +6925,8 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         "At k = 1 all three are equal: demo 1's rule reaches the ideal." if one else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
         f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block." + (
-            " The block is the best of its kind (chapter 14), so no verifier of that kind closes the gap. Whether"
-            " another kind can, chapter 24 leaves open." if max(g[5] for g in gains) > 5e-4 and more
+            " No lossless verifier that keeps a run of first drafts, then draws one token, keeps more than the block"
+            " (chapter 14), so none of that kind closes the gap. Whether another kind can, chapter 24 leaves open." if max(g[5] for g in gains) > 5e-4 and more
             and max(g[4] for g in gains) >= 5e-4 else ""),
         "Demo 3's rounds, which start after the previous round's final token, make fewer; --detail says why." if
         starts else "",

@@ -153,6 +153,20 @@ def test_chapter13_why_a_second_column_costs(capsys, monkeypatch):
     assert "A second column costs little here, as on the roofline." in text and "not the memory" not in text
 
 
+def test_chapter13_withholds_why_when_its_two_measures_of_one_product_disagree(capsys, monkeypatch):
+    # read 1690 ran on a busy machine: the table's 2-column product at 1.33x one, the second table's at 2.20x, and
+    # an in-cache row of 470x; the chapter drew 'so it is not the memory' from that. Same product, two times: busy
+    for first, busy in ((1.33, True), (2.4, False)):
+        times = iter([2.2e-3, 1.8e-3, 470e-3, 1e-3])
+        monkeypatch.setattr(sd, "median_time", lambda f, **kw: next(times))
+        sd.demo13_why(np.ones((8, 8), np.float32), np.ones((8, 17), np.float32), 1e-3, n_small=4, first=first)
+        text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
+        assert (f"The table above and this one time the same 2-column product, at {first:.2f}x and 2.20x one column."
+                " Something else ran on this machine meanwhile, so these times cannot say why. Rerun it on a quiet"
+                " machine." in text) == busy
+        assert ("so it is not the memory" in text) == (not busy)
+
+
 def test_chapter13_says_why_c_falls_with_k_only_from_its_first_passes():
     # k = 4: c = 0.1 with a first pass of 0.25, so the other three average (0.4 - 0.25) / 3 = 0.05;
     # k = 16: c = 0.06, first 0.25, the other fifteen (0.96 - 0.25) / 15 = 0.0473

@@ -2583,7 +2583,7 @@ def demo9_verifiers(k=3):
             else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x,"
             " which min(1, p/q) cannot do: the"
             " acceptance rule as you have it is suspect."))
-    alike = [f"On the {r[0]} pair, {SETTINGS[i]} and {SETTINGS[j]} only round alike: {r[1 + i]:.4f} against {r[1 + j]:.4f}."
+    alike = [f"On the {r[0]} pair, {SETTINGS[i]} and {SETTINGS[j]} print alike but differ: {r[1 + i]:.4f} against {r[1 + j]:.4f}."
              for r in prow for i in range(4) for j in range(i + 1, 4)
              if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
     lift = lifted_words()

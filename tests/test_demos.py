@@ -1047,7 +1047,7 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     # stopped to ask whether the two rules are one): by hand, their exact counts differ in the third decimal
     middling = next(r for r in result.pairs if r[0] == "middling")
     assert f"{middling[2]:.2f}" == f"{middling[3]:.2f}" == "1.42" and abs(middling[2] - middling[3]) > 1e-3
-    assert (f"On the middling pair, 1-hot and strict only round alike: {middling[2]:.4f} against {middling[3]:.4f}."
+    assert (f"On the middling pair, 1-hot and strict print alike but differ: {middling[2]:.4f} against {middling[3]:.4f}."
             in flat(text))
     # strict's exactness, in the sentence that defines it (reads 1578 and 1579 paused on it)
     assert ("x is accepted only if they match. On a mismatch the target's token takes x's place and the round ends;"

@@ -7003,7 +7003,7 @@ def demo32_first_choice(**how):
         chain = s.longest.shape.startswith("k =")
         say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}" + (
             f"; big's k = {s.longest.draft_passes} takes the first {s.longest.draft_passes} of big's exact rates at"
-            f" k = {c19.k_max} (--detail)." if chain else "."), said[0])
+            f" k = {c19.k_max}, which reads a little low (--detail says why)." if chain else "."), said[0])
         more.append(f"Big's k = {s.longest.draft_passes} is priced from the first {s.longest.draft_passes} rates of"
                     f" k = {c19.k_max}'s rounds, which reads a little low: a shorter k's rounds start after a different"
                     " mix of tokens (chapter 27)." if chain else "")

@@ -514,7 +514,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert ("A chain of k drafts takes k draft passes. Its tokens per call are 1 plus its first k per-position rates;"
             " rate i is the share of rounds whose drafts 1 to i all passed.") in text32 and (
         "Tokens per call are exact for the tree and for small's k = 8 and 10; big's k = 6 takes the first 6 of big's"
-        " exact rates at k = 8 (--detail).") in text32 and "computed exactly" not in text32 and (
+        " exact rates at k = 8, which reads a little low (--detail says why).") in text32 and "computed exactly" not in text32 and (
         "Big's k = 6 is priced from the first 6 rates of k = 8's rounds, which reads a little low: a shorter k's rounds"
         " start after a different mix of tokens (chapter 27).") in printed(sd.DETAILS["32"], in_process[0]["32"])[1]
     # where the tree gives way is the detail's, said from the plan's own crossing (chapter 32 asks about B = 1 only)

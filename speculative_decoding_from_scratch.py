@@ -3441,7 +3441,7 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
         f"The layer here is a float32 matrix: a row for each of {P.W.shape[0]:,} tokens, over a state of"
         f" {P.W.shape[1]}. It scores {n_states * (k + 1)} random states,"
         f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}, and compares each of the"
-        f" {n_states * (k + 1)} x {P.W.shape[0]:,} logits with the same state's scored alone. A line marked (clock)"
+        f" {n_states * (k + 1)} x {P.W.shape[0]:,} logits with the same state's logits, scored alone. A line marked (clock)"
         " depends on this machine's arithmetic, as a timing does on its clock, and may differ on another:")
     print()
     table([("", 38, "<"), ("", 20, "<")],

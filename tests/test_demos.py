@@ -1928,7 +1928,7 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
         spec = bad.spec_generate(P, P, prompt, 32, 4, np.random.default_rng(0))[0]
         i = next(i for i, (a, b) in enumerate(zip(plain, spec)) if a != b)
         assert spec[i] == spec[i - 1] != plain[i]
-    assert ("compares each of the 500 x 2,048 logits with the same state's scored alone." in text)  # read 1569: 64.7%
+    assert ("compares each of the 500 x 2,048 logits with the same state's logits, scored alone." in text)  # read 1569: 64.7%
     # of what?
 
 

@@ -4370,7 +4370,7 @@ def lossy_exact(P, D, rule, ctx, n, k):
 
 TYPICAL_SHIPPED = (0.09, 0.3)  # vLLM V0's typical acceptance defaults: posterior_threshold, posterior_alpha
 TYPICAL_SETTINGS = (TYPICAL_SHIPPED, (0.3, 0.9), (0.01, 0.03))  # chapter 18's: the defaults, a strict one, a loose one
-SGLANG_SHIPPED, SGLANG_EXACT = (1, 0.5), (1, 1)  # SGLang's thresholds (single, acc): a setting users run, and exact
+SGLANG_SHIPPED, SGLANG_EXACT = (1, 0.5), (1, 1)  # SGLang's thresholds (single, acc): a setting users run, and its defaults (exact)
 
 
 LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it)
@@ -4398,7 +4398,9 @@ def demo18_lossy(k=3, ctx=5, n=3):
                         " the bonus token: from p. Setting: eps, s (posterior_threshold, posterior_alpha; vLLM's"
                         f" defaults: {setting_text(TYPICAL_SHIPPED)})."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if p(x) >= single, or else if u <= p(x) / acc, u uniform"
-                       " in [0, 1). After a rejection: a token from p with x removed. Setting: single, acc.")):
+                       " in [0, 1). After a rejection: a token from p with x removed. Setting: single, acc"
+                       " (speculative_accept_threshold_single, _acc; SGLang's defaults:"
+                       f" {setting_text(SGLANG_EXACT)}).")):
         print("\n".join(textwrap.wrap(words, 78, initial_indent=f"  {rule:<15}", subsequent_indent=" " * 17)))
     truth, rows, joints = target_first_tokens(TARGET, ctx, n), [], []  # a row's fit, [4], is --detail's: None
     for label, setting, rule, D in lossy_settings():

@@ -141,6 +141,10 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     assert ("A setting reads (eps, s) for typical and (single, acc) for sglang. The verdict column marks a lossy setting"
             " dominated when a lossless verifier makes at least as many tokens per call at no distance.") in text
     assert sd.lossy_settings()[3][1] == "0.09, 0.3" and sd.TYPICAL_SHIPPED == (0.09, 0.3)  # eps first, then s
+    # SGLang's knobs by their server_args names, and their defaults, 1.0 and 1.0 there (read 1692 met 'single' and
+    # 'acc' unexplained): the defaults are the exact setting, the table's first sglang row
+    assert sd.SGLANG_EXACT == (1, 1) and rows[("sglang", "1, 1")][2] < 1e-9 and (
+        "Setting: single, acc (speculative_accept_threshold_single, _acc; SGLang's defaults: 1, 1).") in text
     assert text.index("marks a lossy setting dominated") < text.index("sglang 1, 1")  # above the table
     # block keeps more than the paper's rule, lossless both: min(p, q) bounds a draft alone, not a run
     assert rows[("block", "lossless")][3] > rows[("probabilistic", "lossless")][3] and (

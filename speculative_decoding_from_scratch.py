@@ -3259,7 +3259,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f"{VLLM_LOOKUP.n_max} characters earlier in the text, then its last"
         f" {and_list([str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1)]).replace(' and ', ', then ')}."
         " At the earliest place they occur, it proposes",
-        f"up to k characters that followed (here k = {k}). vLLM, a serving engine, calls this its ngram method.",
+        f"up to k characters that followed (here k = {k}). The target copies from the most recent place, so a guess"
+        " can be wrong. vLLM, a serving engine, calls this its ngram method.",
         f"Hugging Face transformers (HF), a Python library, tries the last {HF_LOOKUP.n_max} characters, then"
         f" {', then '.join(str(n) for n in range(HF_LOOKUP.n_max - 1, HF_LOOKUP.n_min - 1, -1))}.",
         f"A proposal x is certain, so q is all on x: {ONE_HOT_RULE}. Below, the",
@@ -6259,10 +6260,10 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
         " documentation that, with probability lam, copies: it writes the character that followed the longest"
         " earlier match of the text's end, at its most recent place. Else it draws from a table of what follows each"
         " pair of characters."
-        " Its draft is prompt lookup, which needs no model. It finds where the"
-        f" text's last {VLLM_LOOKUP.n_max} characters first occurred earlier (else its last"
+        " Its draft is prompt lookup, which needs no model. It finds the earliest place the"
+        f" text's last {VLLM_LOOKUP.n_max} characters occurred (else its last"
         f" {', then '.join(str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1))}), and proposes"
-        " up to k characters that followed them there. Its q is all on each guess x, so demo 1's rule keeps x with"
+        " up to k characters that followed them there, so it can guess wrong even when the target copies. Its q is all on each guess x, so demo 1's rule keeps x with"
         " chance min(1, p(x) / 1), which is p(x). The serving engine vLLM calls this its ngram method; Hugging"
         " Face transformers (HF), a Python"
         f" library, tries its last {HF_LOOKUP.n_max} characters, then {HF_LOOKUP.n_min}. Chapter 11 checks that both"

@@ -241,6 +241,17 @@ def test_chapter11_says_which_earlier_place_the_target_copies_and_the_fits_bins(
     assert ("the target copies. It finds the longest ending of the text so far (prompt and output), of 3 to 12"
             " characters, that also appears earlier. It writes the character that followed its most recent earlier"
             " place.") in text
+    # the draft looks where the target does not (reads 1689 and 1696 asked whether the mismatch is meant): after
+    # ' abcX abcY abc' the target copies 'Y', the most recent place's; vLLM's and HF's lookups both propose 'X'
+    seq = sd.encode(" abcX abcY abc")
+    assert np.argmax(model.row(bytes(seq), len(seq))) == sd.encode("Y")[0]
+    for L in (sd.VLLM_LOOKUP, sd.HF_LOOKUP):
+        assert sd.prompt_lookup(seq, 1, L.n_min, L.n_max) == sd.encode("X")
+    assert ("At the earliest place they occur, it proposes up to k characters that followed (here k = 5). The target"
+            " copies from the most recent place, so a guess can be wrong.") in text
+    assert ("It finds the earliest place the text's last 4 characters occurred (else its last 3, then 2), and proposes"
+            " up to k characters that followed them there, so it can guess wrong even when the target copies.") in flat(
+        section(all_run, "26"))
     # the bins' edges, all of them, from the fit's own CALIBRATION_EDGES (read 1631: 'and so on' left them out)
     assert "(the bins' edges are 0.001, 0.01, 0.05, 0.2, 0.5 and 0.8)" in text
     assert sd.CALIBRATION_EDGES[1:-1] == (1e-3, 0.01, 0.05, 0.2, 0.5, 0.8)

@@ -5792,8 +5792,8 @@ def demo23_engines(**how):
         " range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token. The plan is below; chapters 25 and 32 say why it has this"
-        " shape:")
+        f" {t[2]} positions with the text's last token. The plan is below. It keeps an option until another is more"
+        f" than {c19.tol:.1%} faster, and chapters 25 and 32 say why it has this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -7335,8 +7335,9 @@ def demo35_chain_loss(**how):
     print()
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
-        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin"
-        " (chapter 19)." if -c19.tol < ahead < 0 else "")
+        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
+        " the plan keeps an option until another is more than that faster (chapter 19)." if -c19.tol < ahead < 0
+        else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",
              {"the loss grows with B up to the batch before the tree's ridge": bool(said)})

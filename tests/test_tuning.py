@@ -731,8 +731,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # small's c at B = 1, as the reason its chains are long (read 1513 asked why k = 8 where demo 4 picked 4); how
     # it rises is chapter 19's, 32's and 35's (reads 1472 to 1496 asked why it rose, which this chapter did not say)
     c1 = sd.draft_cost(1, 512, draft=c19.c19.shapes[1])
-    assert "A small draft pass costs" not in flat_text and ("The plan is below; chapters 25 and 32 say why it has this"
-                                                            " shape:") in flat_text  # read 1678 stalled on where c
+    assert "A small draft pass costs" not in flat_text and ("The plan is below. It keeps an option until another is"
+                                                            " more than 0.5% faster, and chapters 25 and 32 say why it"
+                                                            " has this shape:") in flat_text  # read 1678 stalled on where c
     # came from, as reads 1472 to 1496 did on why it rose: the plan's shape is chapters 25's and 32's
     assert c1 < sd.chapter19_plan().speeds.shape[0] and sd.plan_shape  # (c at B = 241 is chapter 19's detail's)
     # the engines run chains where the plan runs the tree, said before the configs (read 1573 stalled on vLLM's
@@ -1259,7 +1260,8 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert "A chain this long pays" not in text and "(chapter 23). A draft pass's c is its cost in target passes." in text
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there
     assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and (
-        "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin (chapter 19).") in text
+        "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: the plan keeps an"
+        " option until another is more than that faster (chapter 19).") in text
 
 
 def test_chapter32_withholds_its_takeaway_when_big_is_the_better_draft(capsys):

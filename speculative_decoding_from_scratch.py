@@ -4809,7 +4809,7 @@ def demo19_tuning(**how):
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan stops at B = {max_batch}, the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB"
         f" beside the target and {c19.roomiest}. Going up in B, the plan switches only when its current choice falls"
-        f" more than {c19.tol:.1%}, its margin, below the best. The plan, with the positions each sequence's check"
+        f" more than {c19.tol:.1%} (the plan's margin) below the best. The plan, with the positions each sequence's check"
         " holds, and the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
@@ -5792,8 +5792,8 @@ def demo23_engines(**how):
         " range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token. The plan is below. It keeps an option until another is more"
-        f" than {c19.tol:.1%} faster, and chapters 25 and 32 say why it has this shape:")
+        f" {t[2]} positions with the text's last token. The plan is below. It keeps an option until it falls more"
+        f" than {c19.tol:.1%} below the fastest, and chapters 25 and 32 say why it has this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -6389,7 +6389,8 @@ def demo27_rates(**how):
         " the option its prices favour, pricing its chains from these rates. A search instead prices every chain"
         " exactly." + (f" Picking the fastest option (a drafter, and its k or tree) by these rates, not by exact"
                        f" prices, loses at most {untolerant.worst:.2%} of the search's speedup at any B. The plan's"
-                       f" margin (it keeps an option until another is {c19.tol:.1%} faster) costs more: see below."
+                       f" margin (it keeps an option until it falls more than {c19.tol:.1%} below the fastest)"
+                       " costs more: see below."
            if margin_led else
            f" The plan's picks, priced exactly, fall at most {check.worst:.2%} below the search's speedup at any B. A"
            " plan from the rates with no margin " + (
@@ -7336,7 +7337,7 @@ def demo35_chain_loss(**how):
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
         f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
-        " the plan keeps an option until another is more than that faster (chapter 19)." if -c19.tol < ahead < 0
+        " the plan keeps an option until it falls more than that below the fastest (chapter 19)." if -c19.tol < ahead < 0
         else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",

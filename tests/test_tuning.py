@@ -239,8 +239,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     s8 = sd.round_starts(sd.TARGET, sd.MIDDLING, 8)
     assert all(sd.round_starts(sd.TARGET, sd.MIDDLING, k).start[s8.short] > s8.start[s8.short] for k in range(1, 8))
     untolerant = sd.chapter19_search(in_process[0]["19"].c19)[1].worst
-    assert ("Going up in B, the plan switches only when its current choice falls more than 0.5%, its margin, below the"
-            " best.") in " ".join(section(in_process[1], "19").split()) and untolerant < 0.001  # read 1575 took the
+    assert ("Going up in B, the plan switches only when its current choice falls more than 0.5% (the plan's margin) below"
+            " the best.") in " ".join(section(in_process[1], "19").split()) and untolerant < 0.001  # read 1575 took the
     # overlapping ranges for an error without it
     assert sd.chapter19_search(in_process[0]["19"].c19)[1].worst < 0.001  # 'within 0.1%': chapter 27's margin-free plan
     assert f"At every shorter k the rates read low, by at most {max(low[7:]):.4f}." in " ".join(
@@ -731,9 +731,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # small's c at B = 1, as the reason its chains are long (read 1513 asked why k = 8 where demo 4 picked 4); how
     # it rises is chapter 19's, 32's and 35's (reads 1472 to 1496 asked why it rose, which this chapter did not say)
     c1 = sd.draft_cost(1, 512, draft=c19.c19.shapes[1])
-    assert "A small draft pass costs" not in flat_text and ("The plan is below. It keeps an option until another is"
-                                                            " more than 0.5% faster, and chapters 25 and 32 say why it"
-                                                            " has this shape:") in flat_text  # read 1678 stalled on where c
+    assert "A small draft pass costs" not in flat_text and ("The plan is below. It keeps an option until it"
+                                                            " falls more than 0.5% below the fastest, and chapters 25 and"
+                                                            " 32 say why it has this shape:") in flat_text  # read 1678 stalled on where c
     # came from, as reads 1472 to 1496 did on why it rose: the plan's shape is chapters 25's and 32's
     assert c1 < sd.chapter19_plan().speeds.shape[0] and sd.plan_shape  # (c at B = 241 is chapter 19's detail's)
     # the engines run chains where the plan runs the tree, said before the configs (read 1573 stalled on vLLM's
@@ -1261,7 +1261,7 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there
     assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and (
         "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: the plan keeps an"
-        " option until another is more than that faster (chapter 19).") in text
+        " option until it falls more than that below the fastest (chapter 19).") in text
 
 
 def test_chapter32_withholds_its_takeaway_when_big_is_the_better_draft(capsys):

@@ -4216,7 +4216,7 @@ APEX_BUGS = {
                "leave it", "read = [*read, token, *drafted]")],
 }
 
-APEX_WORDS = {"uniform q": "judges a draft as if q were uniform, not one-hot",
+APEX_WORDS = {"uniform q": f"judges a draft as if q were uniform over all {len(ALPHABET)} characters, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
               "next row": "after a rejection, carries over the row the replacement y was drawn from, not the"
                           " target's row after y",
@@ -4268,8 +4268,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         "On the character model, every departure is caught." if caught else
         "On the character model, NOT every departure is caught: "
         + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
-        ("The lesson's table reads only the last token, which the cache bug leaves right, so the stale entries"
-         " behind it change nothing there."
+        ("A table reads only the last token. The cache bug puts the replacement last, after the stale drafts, so"
+         " they change nothing on the lesson's tables."
          if tables >= P_REJECT
          else "Even the tables see the cache bug.") if tables is not None else "")
     takeaway("a generator must judge each draft by its own q, redraw from the residual, take the next row from the"

@@ -1818,9 +1818,12 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     result, text = demo["17"]
     assert [r[2] for r in result.rows] == ["consistent"] + ["NOT the target"] * 4
     assert [r[0] for r in result.rows[1:]] == list(sd.APEX_BUGS)
-    assert result.tables >= sd.P_REJECT and ("The lesson's table reads only the last token, which the cache bug leaves"
-                                             " right, so the stale entries behind it change nothing there.") in flat(
-        text)  # read 1563 reread 'a table ... cannot see the stale cache behind it' for a minute
+    assert result.tables >= sd.P_REJECT and ("A table reads only the last token. The cache bug puts the replacement"
+                                             " last, after the stale drafts, so they change nothing on the lesson's"
+                                             " tables.") in flat(text)  # read 1563 reread 'a table ... cannot see the
+    # stale cache behind it' for a minute; read 1692 asked why the last token stays right (the replacement, appended)
+    assert "read.append(out[-1])" in inspect.getsource(sd.apex_generate) and len(sd.ALPHABET) == 96
+    assert "uniform q judges a draft as if q were uniform over all 96 characters, not one-hot" in flat(text)
     assert "On the character model, every departure is caught." in text
     # the takeaway names all four departures, as the table lists them (read 1418 found uniform q left out)
     assert ("Takeaway: a generator must judge each draft by its own q, redraw from the residual, take the next row"

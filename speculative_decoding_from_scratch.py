@@ -3724,9 +3724,9 @@ def demo14_block_gain():
         " lands heads with chance w_k; an earlier one's, with a chance"
         " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
         gain_example(P2, Q2),
-        "Sun et al. prove that the block's output is the target's. They also prove that no verifier of its kind keeps"
-        " more drafts on average: one whose output is the target's, that keeps a run of first drafts, then draws one"
-        " token. Token-wise checking is of that kind, so the block never keeps fewer on average. The option --detail"
+        "Sun et al. prove that the block's output is the target's. They also prove that no verifier whose output is"
+        " the target's and that keeps a run of first drafts, then draws one token, keeps more drafts on average. Token-wise checking is one, so"
+        " the block never keeps fewer on average. The option --detail"
         " gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
              f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call. Sun et al. prove it never keeps fewer"

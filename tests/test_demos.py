@@ -1354,8 +1354,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
     # why 'never fewer' follows from the proof (reads 1632 and 1665 worked out token-wise is of that kind)
-    assert ("one whose output is the target's, that keeps a run of first drafts, then draws one token. Token-wise"
-            " checking is of that kind, so the block never keeps fewer on average.") in flat(text)
+    assert ("They also prove that no verifier whose output is the target's and that keeps a run of first drafts,"
+            " then draws one token, keeps more drafts on average. Token-wise checking is one, so the block never keeps fewer on average.") in flat(
+        text)  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
     # what the block draws after its cut (read 1632 asked 'draws it from what?'), as chapter 15's step 5 says it
     assert ("The block keeps every draft up to its last cut point, say x_1..x_i, or none (i = 0). Then it draws one"
             " token: from p if i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i.") \

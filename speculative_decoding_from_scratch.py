@@ -7013,20 +7013,19 @@ def demo32_first_choice(**how):
                     " mix of tokens (chapter 27)." if chain else "")
     if said[1]:
         shown = sorted({1, 32, 64, 128, s.big_fit})
-        rows = [(b, *(x for j, d in enumerate((big, small)) for i in [max(s.mine[j], key=lambda i: c19.speeds[b - 1, i])]
-                      for x in (draft_cost(b, c19.n_ctx, draft=d), c19.options[i].shape, c19.speeds[b - 1, i])))
-                for b in shown]
+        rows = [(b, *(draft_cost(b, c19.n_ctx, draft=d) for d in (big, small)),
+                 *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
         print()
         priced = checks_priced_by_free_positions(s, c19.options, c19.n_ctx, shown)
         say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
             ": c is still bytes over bytes, and chapter 25 says how a check's price grows with B." if priced and
             pass_bytes(tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
-            f"Each draft's best option, up to B = {s.big_fit}" + (
+            f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
                 f", the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and big:"
                 if s.big_fit < c19.max_batch else ":"))
         print()
-        table([("B", 4, "d"), ("big's c", 10, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f"),
-               ("small's c", 11, ".4f"), ("best", 14, "<"), ("speedup", 8, ".2f")], rows)
+        table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
+              groups=[("c", 1, 2), ("best speedup", 3, 4)])
         print()
         crosses = next((b for shape, _, b, _, _ in s.checks if first and shape == first.shape), None)  # the tree's
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.")

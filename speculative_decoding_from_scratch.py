@@ -6970,7 +6970,9 @@ def demo32_first_choice(**how):
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
     say_paragraphs(["At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
                     f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it."
-                    f" It runs {first.drafter.name}'s {first.shape} (below) at B = {lo}" + (
+                    " It runs" + (f" a tree of {first.drafter.name}'s drafts (described below)"
+                                  if first.shape.startswith("tree") else f" {first.drafter.name}'s {first.shape}")
+                    + f" at B = {lo}" + (
         ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else
         "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B."])
     print()

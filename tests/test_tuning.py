@@ -462,8 +462,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # chapter 32 names the plan's choice at B = 1 and leaves its table to chapter 19 (reads 1534, 1547 and 1567 asked
     # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's)
     assert ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a draft"
-            " model, big (blend 0.75) or small (the middling draft), and how to run it. It runs small's tree 2x3, 15"
-            " (below) at B = 1, and never runs big. Why?") in text32 and (
+            " model, big (blend 0.75) or small (the middling draft), and how to run it. It runs a tree of small's"
+            " drafts (described below) at B = 1, and never runs big. Why?") in text32 and (
         "batch size B drafter" not in text32)  # read 1681 stopped on 34, which is chapter 25's
     # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
     # out when they counted layers x width^2 against c

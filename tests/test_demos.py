@@ -1934,6 +1934,13 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
         assert spec[i] == spec[i - 1] != plain[i]
     assert ("compares each of the 500 x 2,048 logits with the same state's logits, scored alone." in text)  # read 1569: 64.7%
     # of what?
+    # where a state comes from (read 1689 found only the output layer described): its token's vector plus half the
+    # token before's, by hand through the layer at two positions
+    head = sd.GreedyHead(V=8, d=4, gap=0)
+    want = head.W @ np.stack([head.E[5] + head.E[3] / 2, head.E[1] + head.E[5] / 2], axis=1)
+    assert np.array_equal(head.logits([3, 5], [1]), want)
+    assert ("A position's state stands in for a model's layers: a random vector for its token, plus half of one for the"
+            " token before.") in text
 
 
 def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():

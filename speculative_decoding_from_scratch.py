@@ -6769,8 +6769,8 @@ def net_words(pairs, gap, z_b=0.0):
     tie = f" The pair{'s' * (len(ties) > 1)} {and_list(ties)} tie{'s' * (len(ties) == 1)}." if ties else ""
     if ties and z_b > 0 and all(r[0].startswith("b") and r[2] == 1 and abs(r[3] - 1) < 1e-12
                                 for r in pairs if abs(r[-1]) < 1e-12):  # w_1 = 1 and h_1 = 1 on every tie
-        tie = (tie[:-1] + f": after 'b', w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. Each verifier then keeps 'b'"
-               " always, and the second draft with chance w_2, which here is r_2 too.")
+        tie = (tie[:-1] + f": with 'b' drafted first, w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. Each verifier"
+               " then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too.")
     return (tie + " Weighed by each pair's chance under q, the block gains"
             f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
 

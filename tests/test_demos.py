@@ -1348,8 +1348,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = max(0, w_1 p(a) - q(a)) + max(0, w_1 p(b) - q(b)) = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is"
             " never a cut point. It"
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
-            " 'b' then 'a' and 'b' then 'b' tie: after 'b', w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each verifier then keeps"
-            " 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by each pair's chance under q, the block gains"
+            " 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each"
+            " verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by each pair's chance under q, the block gains"
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
     assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
@@ -1401,8 +1401,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 0.75. That is 0.25 fewer, times the pair's chance, 4/9:"
             " 1/9.")\
         in flat(detail) and "tie" not in flat(detail)  # why the pairs after 'b' tie is the chapter's (read 1404)
-    assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: after 'b', w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each verifier"
-            " then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by") in flat(text30)
+    assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1."
+            " Each verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by") in flat(text30)
     assert "2/9 of a draft" not in flat(text30)  # the sums term by term are the detail's; the chapter gives the total
     # after 'b', w_1 = 1 and Z_1 = max(0, 1/3 - 2/3) + max(0, 2/3 - 1/3) = 1/3, so h_1 = (1/3) / (1/3 + 0) = 1
     assert sd.block_threshold(1.0, P2[1], Q2[1]) == pytest.approx(1)
@@ -1444,7 +1444,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # and chapter 30's reason for the tie after 'b' (h_1 = 1) goes with it, where the sum still adds up
     half_pairs, pairs = half.block_pairs(P2, Q2), sd.block_pairs(P2, Q2)
     said_half = half.net_words(half_pairs, sum(r[-1] for r in half_pairs), 1 / 3)
-    assert "after 'b', w_1 = 1 and Z_1 = 1/3, so h_1 = 1." in sd.net_words(pairs, sum(r[-1] for r in pairs), 1 / 3)
+    assert "with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1." in sd.net_words(pairs, sum(r[-1] for r in pairs), 1 / 3)
     assert "so h_1 = 1" not in said_half
     # the first token by hand: 'a' comes only from a kept pair that starts with 'a' (a redraw after 'a' is drawn from
     # max(0, p - q) = (0, 1/3)): 'a', 'a' kept with chance w_2 = 1/4, 'a', 'b' always, 4/9 / 4 + 2/9 = 1/3 = p(a)

@@ -1932,8 +1932,8 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
         spec = bad.spec_generate(P, P, prompt, 32, 4, np.random.default_rng(0))[0]
         i = next(i for i, (a, b) in enumerate(zip(plain, spec)) if a != b)
         assert spec[i] == spec[i - 1] != plain[i]
-    assert ("compares each of the 500 x 2,048 logits with the same state's logits, scored alone." in text)  # read 1569: 64.7%
-    # of what?
+    assert ("compares each of the 500 x 2,048 logits with the same state's logits, scored alone." in text)
+    # read 1569: 64.7% of what?
     # where a state comes from (read 1689 found only the output layer described): its token's vector plus half the
     # token before's, by hand through the layer at two positions
     head = sd.GreedyHead(V=8, d=4, gap=0)

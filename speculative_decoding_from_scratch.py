@@ -2321,8 +2321,8 @@ def demo8_trees(n_rounds=200):
         " the walk at its children; if all are rejected, the next token is drawn from the last residual. The"
         " children are drawn one of two ways: independently, each from q, or distinct, without replacement, each"
         " from q with the siblings drawn before it removed, renormalised. The released code of EAGLE-1, a trained"
-        " draft head, draws them distinct. Chapter 33 shows how one pass checks a tree, and asks whether both ways"
-        " keep the target's distribution.")
+        " draft head, draws them distinct. Chapter 33 shows how one pass checks a tree, and tests both ways against"
+        " the target's distribution.")
     rates, fits, wider = demo8_depth_and_width(n_rounds)
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).",
              {"every independent measured value agrees with its exact one": fits, "the widest tree beats the chain": wider})

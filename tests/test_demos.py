@@ -906,7 +906,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert ("Takeaway: a tree's output is consistent with the target's when each rejection turns p into the residual"
             " before the next sibling is tried, with its children drawn either way; without that update it is not.")\
         in flat(text33)
-    assert ("Chapter 33 shows how one pass checks a tree, and asks whether both ways keep the target's distribution."
+    assert ("Chapter 33 shows how one pass checks a tree, and tests both ways against the target's distribution."
             ) in flat(text) and "consistent" not in text
     # the walk as verify_tree takes it: down into a kept child; after every child is rejected, a draw from what is
     # left of p (test_trees checks both on the stage)

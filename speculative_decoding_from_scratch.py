@@ -6971,7 +6971,8 @@ def demo32_first_choice(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
     say_paragraphs(["At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
-                    f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it."
+                    f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it: a chain of"
+                    f" k = 1 to {c19.k_max} drafts, or a tree."
                     " It runs" + (f" a tree of {first.drafter.name}'s drafts (described below)"
                                   if first.shape.startswith("tree") else f" {first.drafter.name}'s {first.shape}")
                     + f" at B = {lo}" + (
@@ -7011,10 +7012,8 @@ def demo32_first_choice(**how):
         chain = s.longest.shape.startswith("k =")
         say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}" + (
             f"; big's k = {s.longest.draft_passes} takes the first {s.longest.draft_passes} of big's exact rates at"
-            f" k = {c19.k_max}, which reads a little low (--detail says why)." if chain else "."), said[0])
-        more.append(f"Big's k = {s.longest.draft_passes} is priced from the first {s.longest.draft_passes} rates of"
-                    f" k = {c19.k_max}'s rounds, which reads a little low: a shorter k's rounds start after a different"
-                    " mix of tokens (chapter 27)." if chain else "")
+            f" k = {c19.k_max}, which reads a little low: a shorter k's rounds start after a different mix of tokens"
+            " (chapter 27)." if chain else "."), said[0])
     if said[1]:
         shown = sorted({1, 32, 64, 128, s.big_fit})
         rows = [(b, *(draft_cost(b, c19.n_ctx, draft=d) for d in (big, small)),

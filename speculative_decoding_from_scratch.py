@@ -3494,8 +3494,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     say(f"A flip needs a near tie, so a second layer of the same shape is built to tie. Its rows come in pairs: a"
         f" random row, and a copy with every entry moved by about {gap:.0e} of itself, so each pair's logits nearly"
         " tie: whichever row scores highest, its twin scores almost as high.".replace("e-0", "e-"),
-        "A position's state stands in for a model's layers: a random vector for its token, plus half of one for the"
-        " token before.",
+        "A position's state stands in for a model's layers: a random vector for its token, plus half the random"
+        " vector for the token before.",
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
         f" at k = {k}, and the two texts are compared. The draft is the target itself, scoring a position at a"
         " time. Under greedy decoding a draft is kept only if it is the verifying pass's argmax too. So in the first"

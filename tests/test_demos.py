@@ -1939,8 +1939,8 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
     head = sd.GreedyHead(V=8, d=4, gap=0)
     want = head.W @ np.stack([head.E[5] + head.E[3] / 2, head.E[1] + head.E[5] / 2], axis=1)
     assert np.array_equal(head.logits([3, 5], [1]), want)
-    assert ("A position's state stands in for a model's layers: a random vector for its token, plus half of one for the"
-            " token before.") in text
+    assert ("A position's state stands in for a model's layers: a random vector for its token, plus half the random"
+            " vector for the token before.") in text
 
 
 def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():

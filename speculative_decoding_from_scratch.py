@@ -1778,15 +1778,21 @@ def batch_speedups(tokens, batch, n_ctx, hw=H100, target=LLAMA2_7B, draft=DRAFT_
     return speedup(np.asarray(tokens, float), ks, c, v)
 
 
-def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B, drafts=()):
-    """How many sequences of n_ctx tokens fit in memory beside the weights:
-    the target's, and those of any draft shapes given, each model with its own
-    KV cache a sequence. The weights are those a pass reads, and the input
-    embedding table, which a pass only looks up but memory holds; activations
-    are left out."""
+def memory_use(n_ctx, target=LLAMA2_7B, drafts=()):
+    """(bytes of weights memory holds, bytes of KV cache a sequence of n_ctx
+    tokens adds) for the target and any draft shapes given, each model with its
+    own KV cache. The weights are those a pass reads, and the input embedding
+    table, which a pass only looks up but memory holds; activations are left out."""
     models = [target, *drafts]
     weights = sum(pass_traffic(m, n_ctx, 1, 0)[1] + 2 * m[0] * m[3] for m in models)  # and each input embedding
     kv = sum(pass_traffic(m, n_ctx, 1, 1)[1] - pass_traffic(m, n_ctx, 1, 0)[1] for m in models)
+    return weights, kv
+
+
+def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B, drafts=()):
+    """How many sequences of n_ctx tokens fit in memory beside the weights
+    (memory_use)."""
+    weights, kv = memory_use(n_ctx, target, drafts)
     return int((hw.memory - weights) // kv)
 
 

@@ -1796,6 +1796,16 @@ def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B, drafts=()):
     return int((hw.memory - weights) // kv)
 
 
+def fit_words(n_ctx, draft, name, define=True):
+    """How many sequences fit beside the target and a draft shape, said with
+    the bytes the count divides (four reads tried (80 - 13.21) / 0.27 = 247);
+    define: say what a KV cache is, where the reader first meets it."""
+    weights, kv = memory_use(n_ctx, drafts=(draft,))
+    return (f"the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and {name}"
+            f" ({weights / 1e9:.2f} GB of weights and input embeddings, and {kv / 1e9:.4f} GB a sequence of KV cache"
+            + (", the keys and values of its tokens)" if define else ")"))
+
+
 def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
     """The smallest batch at which no k beats plain decoding, or None up to
     b_max: doubling, then bisection (the tests check it against a scan)."""
@@ -4749,7 +4759,7 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, tol=0.005, big_weight=0.75
     max_batch = min(max_batch, fit)  # a batch that does not fit is not run
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
-                           big_weight=big_weight, roomiest=room.name, fit=fit,
+                           big_weight=big_weight, roomiest=room.name, room_shape=room.cost, fit=fit,
                            n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, tol=tol,
                            buckets=buckets, speeds=speeds, options=options)
 
@@ -4815,8 +4825,7 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB"
-        f" beside the target and {c19.roomiest}. Going up in B, the plan switches only when its current choice falls"
+    say(f"The plan stops at B = {max_batch}, {fit_words(n_ctx, c19.room_shape, c19.roomiest)}. Going up in B, the plan switches only when its current choice falls"
         f" more than {c19.tol:.1%} (the plan's margin) below the best. The plan, with the positions each sequence's check"
         " holds, and the lowest and highest speedup over each range of B:")
     print()
@@ -5795,8 +5804,8 @@ def demo23_engines(**how):
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once. The plan runs to B ="
-        f" {c19.max_batch}" + (f", the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and"
-                                     f" {c19.roomiest}" if c19.max_batch == c19.fit else "") + ". For each"
+        f" {c19.max_batch}" + (f", {fit_words(c19.n_ctx, c19.room_shape, c19.roomiest)}" if c19.max_batch == c19.fit
+                               else "") + ". For each"
         " range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
@@ -6076,8 +6085,8 @@ def demo25_ridge(**how):
             f" Of its two draft models, big (blend {c19.big_weight:g}) and small (the middling draft), it runs"
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + " Its plan runs to B ="
-        f" {c19.max_batch} at {c19.n_ctx} tokens of context: the most sequences that fit in the H100's"
-        f" {H100.memory / 1e9:.0f} GB beside the target and {c19.roomiest}. As B grows, its plan checks fewer positions per sequence."
+        f" {c19.max_batch} at {c19.n_ctx} tokens of context: {fit_words(c19.n_ctx, c19.room_shape, c19.roomiest)}."
+        " As B grows, its plan checks fewer positions per sequence."
         " Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
@@ -6112,8 +6121,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     quotients = ridge_quotients(s) or ("", "")
     say("Below the ridge, the time a pass takes to move its bytes covers its MACs too. A position does"
         f" {s.m / 1e9:.2f} GMACs. The target's weights, {s.w / 1e9:.2f} GB, cover about {s.ridge_base:.1f} positions"
-        f" ({quotients[0]}), shared by the B sequences. Each sequence's KV cache in the target, the keys and"
-        f" values of its tokens, {s.kv / 1e9:.4f} GB, covers {each:.3f} more of its own ({quotients[1]}). So a"
+        f" ({quotients[0]}), shared by the B sequences. Each sequence's KV cache in the target,"
+        f" {s.kv / 1e9:.4f} GB, covers {each:.3f} more of its own ({quotients[1]}). So a"
         f" sequence can check about {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling"
         f" toward {each:.3f} as B grows. Every check in the table below scores more"
         f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
@@ -7030,7 +7039,7 @@ def demo32_first_choice(**how):
             ": c is still bytes over bytes, and chapter 25 says how a check's price grows with B." if priced and
             pass_bytes(tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
             f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
-                f", the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and big:"
+                f", {fit_words(c19.n_ctx, big, 'big', define=False)}:"
                 if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,

@@ -26,6 +26,11 @@ PR24049 = "\n".join(
     '\nvllm:spec_decode_num_drafts_created{engine="0", instance="localhost:8000", job="vllm", ' \
     'model_name="/home/models/Qwen3-0.6B"} 1756736798.733569\n'
 
+FIT_SMALL = (" (13.63 GB of weights and input embeddings, and 0.2747 GB a "
+             "sequence of KV cache, the keys and values of its tokens)")  # what memory holds, beside small
+FIT_BIG = (" (15.36 GB of weights and input embeddings, and 0.3355 GB a "
+           "sequence of KV cache, the keys and values of its tokens)")
+
 
 def test_a_real_capture_sums_over_engines_and_names_what_it_lacks():
     with pytest.raises(ValueError, match=r"no sample of vllm:spec_decode_num_draft_tokens_total matches"):
@@ -149,7 +154,14 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     fit19 = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit19 < fit < 256 and in_process[0]["19"].buckets[-1][1] == fit19
     assert (f"The plan stops at B = {fit19}, the most sequences that fit in the H100's 80 GB beside the target and"
-            " small.") in " ".join(section(in_process[1], "19").split())
+            " small" + FIT_SMALL + ".") in " ".join(section(in_process[1], "19").split())
+    # the bytes the count divides, by hand (reads 1693, 1695, 1696 and 1703 tried (80 - 13.21) / 0.27 = 247): the
+    # target's weights and input embeddings and small's, then both models' KV caches a sequence, at 512 tokens
+    target, small = sd.LLAMA2_7B, (768, 2048, 4, 32000)
+    weights = sum(sd.pass_traffic(m, 512, 1, 0)[1] + 2 * m[0] * m[3] for m in (target, small))
+    kv = 2 * 2 * 512 * (target[0] * target[2] + small[0] * small[2])  # K and V, 2 bytes each, per layer and width
+    assert f"({weights / 1e9:.2f} GB" in FIT_SMALL and f"{kv / 1e9:.4f} GB a sequence" in FIT_SMALL
+    assert int((80e9 - weights) // kv) == fit19 == int((80e9 - 13.63e9) // 0.2747e9)
     assert sd.sequences_that_fit(512, drafts=((2048, 5504, 16, 32000),)) == 192  # big's, which the detail gives
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(PROFILE))
@@ -488,7 +500,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     at = 1 + int((plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).argmin())
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
         "Each draft's c, and the speedup of its best option, up to B = 192, the most sequences that fit in the H100's"
-        " 80 GB beside the target and big:") in text32 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text32 and (
+        " 80 GB beside the target and big" + FIT_BIG.replace(", the keys and values of its tokens", "") + ":") in text32 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text32 and (
         "Big's c rises" not in text32)  # read 1524
     # 'still bytes over bytes' at every B the table shows (read 1640 rebuilt big's c at B = 32 from bytes): by the
     # roofline's own verdicts, each draft's pass and the target's plain pass are memory-bound, and c is their ratio
@@ -534,7 +546,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " 0.25.") in detail19
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
-        "The plan stops at B = 241, the most sequences that fit in the H100's 80 GB beside the target and small.") in (
+        "The plan stops at B = 241, the most sequences that fit in the H100's 80 GB beside the target and small"
+        + FIT_SMALL + ".") in (
         text) and ("The plan, with the positions each"
         " sequence's check holds, and the lowest and highest speedup over each range of B:") in text and (
         f"at B = {big_fit}, the most sequences that fit in memory beside it") in detail19  # big's, in the detail
@@ -587,7 +600,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the terms from demo 6, which the detail does)
     assert (f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. A position does 6.74 GMACs."
             f" The target's weights, 13.21 GB, cover about {base:.1f} positions (147.6 * 13.21 / 6.74), shared by the B"
-            f" sequences. Each sequence's KV cache in the target, the keys and values of its tokens, 0.2684 GB, covers {each:.3f} more of its own (147.6 *"
+            f" sequences. Each sequence's KV cache in the target, 0.2684 GB, covers {each:.3f} more of its own (147.6 *"
             f" 0.2684 / 6.74). So a sequence can check"
             f" about {base:.1f} / B + {each:.3f} positions: demo 6's 295 at B = 1, falling toward {each:.3f} as B"
             " grows. Every check in the table below scores"
@@ -665,7 +678,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
         "Its plan runs to B = 241 at 512 tokens of context: the most sequences that fit in the H100's 80 GB beside the"
-        " target and small.") in text and "Memory holds" not in text  # read 1649 tried to rebuild 241 from it
+        " target and small" + FIT_SMALL + ".") in text and "Memory holds" not in text  # read 1649 tried to rebuild 241 from it
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
@@ -756,7 +769,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # where B ends, and why (read 1248 asked what runs above 241)
     last = max(hi for _, hi, _ in c19.buckets)
     assert (f"The plan runs to B = {last}, the most sequences that fit in the H100's 80 GB beside the target and"
-            " small.") in flat_text  # reads 1580, 1581 and 1582 got 247 from the target's alone
+            " small" + FIT_SMALL + ".") in flat_text  # reads 1580, 1581 and 1582 got 247 from the target's alone
     assert last == c19.c19.fit == 241  # chapter 25's fit, at 512 tokens
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())

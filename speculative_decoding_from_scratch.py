@@ -5934,7 +5934,7 @@ def tree_loss_words(c19, main, own, t):
             f" {main.name}'s is {share:.4f} of the target's, a larger share. So c climbs with B, from {c[0]:.4f} at"
             f" B = 1 toward {share:.4f}. Past the ridge, every position the tree checks costs time, and its lead"
             f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, {t[2] * cross:,} in all, reaches"
-            f" the ridge (chapter 25 says where it falls), so the loss peaks just before, at B = {own[1]}."
+            f" the ridge (chapter 25 derives where), so the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
@@ -7337,8 +7337,8 @@ def demo35_chain_loss(**how):
         " as a tree, 'tree"
         f" {t[0]}x{t[1]}, {t[2]}'; past B = {end}, chains. The tree has {t[0]} candidates under each node, {t[1]} deep:"
         f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"
-        f" one a level, checked as {t[2]} positions per sequence with the text's last token. Two serving engines,"
-        " vLLM and TensorRT-LLM, take configs that can say only chain lengths, so there they run"
+        f" one a level, checked as {t[2]} positions per sequence with the text's last token. The serving engines"
+        " of chapter 23, vLLM, SGLang and TensorRT-LLM, schedule only chains by B, so there they run"
         f" {main.name}'s best chain of the plan's k = 1 to {c19.k_max}, k = {own[2]}, from {own[2]} draft passes"
         " (chapter 23). A draft pass's c is its cost in target passes. The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the"
         " chain's loss, 1 - (the chain's speedup / the tree's):")

@@ -775,7 +775,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     text35 = " ".join(section(in_process[1], "35").split())
     assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
             f" {cross} the tree's check, 15 positions a sequence, {15 * cross} in all, reaches the ridge (chapter 25"
-            f" says where it falls), so the loss peaks just before, at B = {cross - 1}.") in text35 and cross * 15 > 295
+            f" derives where), so the loss peaks just before, at B = {cross - 1}.") in text35 and cross * 15 > 295
     assert f"tree 2x3, 15 15 {cross} " in " ".join(section(in_process[1], "25").split())  # worked out
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
@@ -1243,7 +1243,10 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             " KV cache, the keys and values of its tokens, and small's is 0.0234 of the target's, a larger share. So c"
             f" climbs with B, from {c1:.4f} at B = 1 toward 0.0234. Past the ridge, every position the tree"
             " checks costs time, and its lead shrinks. At B = 32 the tree's check, 15 positions a sequence, 480 in all,"
-            " reaches the ridge (chapter 25 says where it falls), so the loss peaks just before, at B = 31.") in text
+            " reaches the ridge (chapter 25 derives where), so the loss peaks just before, at B = 31.") in text
+    # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)
+    assert ("The serving engines of chapter 23, vLLM, SGLang and TensorRT-LLM, schedule only chains by B, so there"
+            " they run small's best chain of the plan's k = 1 to 8, k = 8,") in text
     assert "19.7" not in text  # read 1673 spent 2 minutes on demo 6's 295 / 15 against B = 32: chapter 25's
     assert f"small's rises only from {c1:.4f} to {c241:.4f} at B = 241." in " ".join(detail19.split())  # the pointer
     # 'at B = 1 the draft's small weights set it; at large B both passes mostly read KV caches', by their bytes

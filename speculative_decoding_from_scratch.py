@@ -5130,8 +5130,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                   " would cost one plain pass." if note else "")  # the detail's
     cover = ridge_cover_words(k, max(batches))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-        f" character a token. It takes a short {BATCH_CONTEXT} tokens of context, so that a large batch crosses the"
-        " ridge" + (" (--detail says why)." if long_words else "."))
+        f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}, so that a"
+        " large batch crosses the ridge" + (" (--detail says why)." if long_words else "."))
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"

@@ -1142,8 +1142,8 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam here:" in details["26"]
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-            " character a token. It takes a short 16 tokens of context, so that a large batch crosses the ridge"
-            " (--detail says why).") in text  # the model priced first; the price at the prompt's own length read 1568
+            " character a token. It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses"
+            " the ridge (--detail says why).") in text  # the model priced first; the price at the prompt's own length read 1568
     # worked out for a minute when only --detail gave it, and read 1657 checked for a minute in the body: the body
     # now says the detail gives it
     fit = sd.sequences_that_fit(493)

@@ -26,10 +26,10 @@ PR24049 = "\n".join(
     '\nvllm:spec_decode_num_drafts_created{engine="0", instance="localhost:8000", job="vllm", ' \
     'model_name="/home/models/Qwen3-0.6B"} 1756736798.733569\n'
 
-FIT_SMALL = (" (13.63 GB of weights and input embeddings, and 0.2747 GB a "
-             "sequence of KV cache, the keys and values of its tokens)")  # what memory holds, beside small
-FIT_BIG = (" (15.36 GB of weights and input embeddings, and 0.3355 GB a "
-           "sequence of KV cache, the keys and values of its tokens)")
+FIT_SMALL = (" (13.63 GB for both models' weights and input embeddings, and 0.2747 GB a sequence for its KV"
+             " cache in both, the keys and values of its tokens)")  # what memory holds, beside small
+FIT_BIG = (" (15.36 GB for both models' weights and input embeddings, and 0.3355 GB a sequence for its KV"
+           " cache in both, the keys and values of its tokens)")
 
 
 def test_a_real_capture_sums_over_engines_and_names_what_it_lacks():

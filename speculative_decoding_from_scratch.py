@@ -7036,7 +7036,8 @@ def demo32_first_choice(**how):
         print()
         priced = checks_priced_by_free_positions(s, c19.options, c19.n_ctx, shown)
         say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
-            ": c is still bytes over bytes, and chapter 25 says how a check's price grows with B." if priced and
+            ": c is still bytes over bytes, but a check whose positions pass the ridge costs more than one plain pass"
+            " (chapter 25)." if priced and
             pass_bytes(tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
             f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
                 f", {fit_words(c19.n_ctx, big, 'big', define=False)}:"

@@ -509,11 +509,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             draft_pass, target_pass = sd.pass_traffic(d, 512, 1, b), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, b)
             assert sd.roofline_time(*draft_pass)[1] == sd.roofline_time(*target_pass)[1] == "memory"
             assert draft_pass[1] / target_pass[1] == pytest.approx(sd.draft_cost(b, 512, draft=d), abs=1e-12)
-    assert ("Past B = 1, chapter 19 prices each option on demo 6's roofline: c is still bytes over bytes, and chapter 25"
-            " says how a check's price grows with B.") in text32 and "289.3" not in text32  # read 1681 found 'a
+    assert ("Past B = 1, chapter 19 prices each option on demo 6's roofline: c is still bytes over bytes, but a check"
+            " whose positions pass the ridge costs more than one plain pass (chapter 25).") in text32 and "289.3" not in text32  # read 1681 found 'a
     # sequence's free ones' opaque; read 1647 could not rebuild the tree's 2.99 at B = 32 without the free positions' terms, and reads
     # 1656 and 1673 spent minutes rebuilding them: they are chapter 25's; by hand, from its printed figures:
     assert f"{3.134 / (15 / (289.3 / 32 + 5.878) + 3 * 0.0141):.2f}" == "2.99"
+    assert f"{3.134 / (1 + 3 * 0.0141):.2f}" == "3.01"  # read 1709: the B = 1 formula at B = 32, a check of one pass
     # the table over B, row by row from the plan's speeds: each draft's c and its best option's speedup
     for b in (1, 32, 64, 128, 192):
         best = [max(col, key=lambda i: plan.speeds[b - 1, i]) for col in cols]

@@ -6886,8 +6886,8 @@ def demo30_pairs():
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
     net = net_words(pairs, gap, float(np.maximum(P2[1] - Q2[1], 0).sum()))  # Z_1 after 'b', where w_1 = 1
     say_paragraphs([why[0], gives_back + net,
-                    "The option --detail adds the sums term by term, and checks that the block's first token follows"
-                    " p."
+                    "The option --detail adds the sums term by term, and works out the block's first token: it follows"
+                    " p, as chapter 14's exact TV says of the block's output."
                     if why[3] else ""])
     kept = pairs_kept(pairs)
     takeaway(f"the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"

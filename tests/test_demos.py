@@ -1414,8 +1414,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " h_1 = 0 after 'a', it never keeps a lone 'a'. A pair that starts with 'b' has w_1 = 1 and h_1 = 1, so its"
             " 'b' is always kept. So the block's first token is 'a' only when it keeps a pair that starts with 'a',"
             " with chance (4/9)(1/4) + (2/9)(1) = 1/3, which is p(a): the first token follows p.") in flat(detail)
-    assert ("The option --detail adds the sums term by term, and checks that the block's first token follows p."
-            " Takeaway:"
+    assert ("The option --detail adds the sums term by term, and works out the block's first token: it follows p, as"
+            " chapter 14's exact TV says of the block's output. Takeaway:"
             " the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"
             " none does: 1/9 of a draft a round in all, here, 11/9 against token-wise checking's 10/9.") \
         in flat(text30)  # one question a chapter (read 1316); the totals, which read 1487 worked out

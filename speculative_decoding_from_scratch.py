@@ -2362,7 +2362,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
     say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
         " drafts. One target pass scores every node and also the text's last token; the target's p after that token judges the"
         " first-level drafts. With"
-        " one child a node, independent and distinct drawing are the same, so a chain's measured value is in the"
+        " one child per node, independent and distinct drawing are the same, so a chain's measured value is in the"
         " independent column. Independent children also have an exact value, from every way a round can end; the"
         " script does not enumerate distinct children's rounds.")
     print()
@@ -2382,8 +2382,9 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}. A tree"
         " drafts a whole level in one pass, priced here as one draft's, as width is free (demo 6).",
-        f"At c = {LESSON_C:g} per draft pass, as in demo 3, the tree's speedup is"
-        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, from its measured {rows[2][4]:.2f}. The depth-{depth}"
+        f"At c = {LESSON_C:g} per draft pass, a speedup is tokens per call / (1 + n c), for n draft passes, as in"
+        f" demo 3. The tree's is {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, from its measured"
+        f" {rows[2][4]:.2f}. The depth-{depth}"
         f" chain's is {speedup(rows[0][5], rows[0][1], LESSON_C):.2f} and the long chain's"
         f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}, from their exact counts"
         + ("; the long chain is slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."))

@@ -940,7 +940,8 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
     tree3, long_chain = result.rates[2], result.rates[3]
     chain3 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3)  # the chain the question weighs (read 1514)
-    assert (f"At c = 0.1 per draft pass, as in demo 3, the tree's speedup is {tree3[4] / (1 + 3 * 0.1):.2f}, from its"
+    assert ("At c = 0.1 per draft pass, a speedup is tokens per call / (1 + n c), for n draft passes, as in demo 3. The"
+            f" tree's is {tree3[4] / (1 + 3 * 0.1):.2f}, from its"
             f" measured {tree3[4]:.2f}. The depth-3 chain's is {chain3 / (1 + 3 * 0.1):.2f} and the long chain's"
             f" {long_chain[5] / (1 + 39 * 0.1):.2f}, from their exact counts; the long chain is slower than plain"
             " decoding.") in flat(text)  # read 1626 read '(from its measured count)' as covering all three
@@ -951,7 +952,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert chain == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3))
     assert (f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's"
             f" exact {chain:.2f}.") in " ".join(text.split())
-    assert ("With one child a node, independent and distinct drawing are the same, so a chain's measured value is in the"
+    assert ("With one child per node, independent and distinct drawing are the same, so a chain's measured value is in the"
             " independent column. Independent children also have an exact value, from every way a round can end; the"
             " script does not enumerate distinct children's rounds.") in " ".join(text.split())
     # the trees' exact column is tree_table's, and each independent measured value sits within 4 standard errors

@@ -3460,7 +3460,7 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
         f" {P.W.shape[1]}. It scores {n_states * (k + 1)} random states,"
         f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}, and compares each of the"
         f" {n_states * (k + 1)} x {P.W.shape[0]:,} logits with the same state's logits, scored alone. A line marked (clock)"
-        " depends on this machine's arithmetic, as a timing does on its clock, and may differ on another:")
+        " may differ on another machine: it depends on this one's arithmetic, as a timing depends on its clock:")
     print()
     table([("", 38, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"), ("the largest difference", f"{worst:.1e}"),

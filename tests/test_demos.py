@@ -1935,6 +1935,9 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
         assert spec[i] == spec[i - 1] != plain[i]
     assert ("compares each of the 500 x 2,048 logits with the same state's logits, scored alone." in text)
     # read 1569: 64.7% of what?
+    # what (clock) means, said first (reads 1689, 1703 and 1713 reread 'clock' on results that are not timings)
+    assert ("A line marked (clock) may differ on another machine: it depends on this one's arithmetic, as a timing"
+            " depends on its clock:") in text
     # where a state comes from (read 1689 found only the output layer described): its token's vector plus half the
     # token before's, by hand through the layer at two positions
     head = sd.GreedyHead(V=8, d=4, gap=0)

@@ -2156,7 +2156,7 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
     say(f"Distilling the target {'beats' if a_kd > a_fit else 'does NOT beat'} fitting the text, {a_kd:.3f} to {a_fit:.3f}.",
         f"Even the world's own table reaches only {a_world:.3f}: the text teaches the world, not the target."
         if a_world < a_kd else "", "Climbing alpha itself, from the distilled draft, " + (
-            f"gains more: {a_tv:.3f} against {a_kd:.3f}." if a_tv > a_kd else "does NOT gain."))
+            f"gains more still: {a_tv:.3f} against {a_kd:.3f}." if a_tv > a_kd else "does NOT gain."))
     takeaway("train the draft on the target's distributions, not on the text the target learned from; then climb"
              " alpha itself.",
              {"distilling beats fitting the text": a_kd > a_fit,

@@ -869,7 +869,7 @@ def test_demo7_distillation_beats_fitting_the_text(demo):
     assert result.alpha_kd > result.alpha_fit and result.alpha_tv > result.alpha_kd
     assert result.alpha_world < result.alpha_kd
     assert f"Distilling the target beats fitting the text, {result.alpha_kd:.3f} to {result.alpha_fit:.3f}" in text
-    assert (f"Climbing alpha itself, from the distilled draft, gains more: {result.alpha_tv:.3f} against"
+    assert (f"Climbing alpha itself, from the distilled draft, gains more still: {result.alpha_tv:.3f} against"
             f" {result.alpha_kd:.3f}.") in flat(text)  # read 1669 asked 'more than what?' 
     # the takeaway says what the table's best row does, and what the world's text stands for (read 1414)
     assert ("Takeaway: train the draft on the target's distributions, not on the text the target learned from; then"

@@ -5928,15 +5928,17 @@ def tree_loss_words(c19, main, own, t):
     w = [pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]  # each model's weights, in bytes
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
-    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The chain takes {own[2]} draft"
-            f" passes, the tree {t[1]}, and each pass costs more as B grows. A draft's c is the bytes its pass reads"
+    made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
+    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The tree makes fewer tokens per"
+            f" call than the chain, {made[0]:.3f} against {made[1]:.3f}, but takes {t[1]} draft passes to the chain's"
+            f" {own[2]}, and each pass costs more as B grows. A draft's c is the bytes its pass reads"
             f" over the target's. At B = 1 both read mostly weights, and {main.name}'s weights are {w[0] / w[1]:.4f}"
             " of the target's. Each sequence adds its KV cache, the keys and values of its tokens, and"
             f" {main.name}'s is {share:.4f} of the target's, a larger share. So c climbs with B, from {c[0]:.4f} at"
             f" B = 1 toward {share:.4f}. Past the ridge, every position the tree checks costs time, and its lead"
             f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, {t[2] * cross:,} in all, reaches"
             f" the ridge (chapter 25 derives where), so the loss peaks just before, at B = {own[1]}."
-            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
+            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all() and made[0] < made[1]
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
             and all(k * c19.max_batch > b for k, b in zip(kv, w))

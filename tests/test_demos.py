@@ -1359,8 +1359,13 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " then draws one token, keeps more drafts on average. Token-wise checking is one, so the block never keeps fewer on average.") in flat(
         text)  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
     # what the block draws after its cut (read 1632 asked 'draws it from what?'), as chapter 15's step 5 says it
+    # a cut needs something to draw from (read 1717 found max(0, w p - q) all zero after 'a' at w = 1/2, where step 5
+    # could not normalise): there h = 0, by the threshold the block runs
+    p, q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
+    assert np.maximum(0.5 * p - q, 0).sum() == 0 and sd.block_threshold(0.5, p, q) == 0
     assert ("The block keeps every draft up to its last cut point, say x_1..x_i, or none (i = 0). Then it draws one"
-            " token: from p if i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i.") \
+            " token: from p if i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i; a"
+            " position where that is all zero is never a cut point.") \
         in flat(text) and "from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k" in \
         flat(section(all_run, "15"))
     assert ("Position k's coin lands heads with chance w_k; an earlier one's, with a chance Sun et al. give"

@@ -6919,7 +6919,8 @@ def demo31_middling(ks=(1, 2, 3, 4)):
     """Chapter 31: chapter 24's ideal against token-wise checking and block
     verification on the middling draft, one round from the target's text."""
     say("The ideal of chapter 24 is a ceiling on every lossless verifier, one whose output is the target's. It is 1"
-        " plus, for each i from 1 to k, a bound on the chance that such a verifier keeps drafts 1 to i. Chapter 24 builds"
+        " plus the sum, over i from 1 to k, of a bound on the chance that such a verifier keeps drafts 1 to i. Chapter"
+        " 24 builds"
         " the bound from demo 1's sum min(p, q), taken over whole texts x_1..x_i. Block verification (chapter 14) judges"
         " the k drafts as a whole, so a later draft can save an earlier one that token-wise checking would reject.")
     print()

@@ -1554,7 +1554,8 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     result, text = demo["31"]
     assert all(g[4] >= -1e-12 and g[2] <= g[3] + 1e-12 for g in result.gains)
     assert ("The ideal of chapter 24 is a ceiling on every lossless verifier, one whose output is the target's. It is 1"
-            " plus, for each i from 1 to k, a bound on the chance that such a verifier keeps drafts 1 to i. Chapter 24"
+            " plus the sum, over i from 1 to k, of a bound on the chance that such a verifier keeps drafts 1 to i."
+            " Chapter 24"
             " builds the bound from demo 1's sum min(p, q), taken over whole texts x_1..x_i.") in flat(text)  # the
     # bound's formula is chapter 24's (reads 1517 and 1565 spent 1.5 minutes parsing it here)
     # one draft is a block of one, and demo 1's rule keeps sum min(p, q), the ideal: at k = 1 the three are one

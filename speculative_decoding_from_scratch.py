@@ -1803,7 +1803,8 @@ def fit_words(n_ctx, draft, name, define=True):
     weights, kv = memory_use(n_ctx, drafts=(draft,))
     return (f"the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and {name}"
             f" ({weights / 1e9:.2f} GB for both models' weights and input embeddings, and {kv / 1e9:.4f} GB a sequence"
-            " for its KV cache in both" + (", the keys and values of its tokens)" if define else ")"))
+            " for its KV cache" + (", the keys and values of its tokens," if define else "") + " in the two models"
+            " together)")
 
 
 def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):

@@ -27,9 +27,9 @@ PR24049 = "\n".join(
     'model_name="/home/models/Qwen3-0.6B"} 1756736798.733569\n'
 
 FIT_SMALL = (" (13.63 GB for both models' weights and input embeddings, and 0.2747 GB a sequence for its KV"
-             " cache in both, the keys and values of its tokens)")  # what memory holds, beside small
+             " cache, the keys and values of its tokens, in the two models together)")  # memory, beside small
 FIT_BIG = (" (15.36 GB for both models' weights and input embeddings, and 0.3355 GB a sequence for its KV"
-           " cache in both, the keys and values of its tokens)")
+           " cache, the keys and values of its tokens, in the two models together)")
 
 
 def test_a_real_capture_sums_over_engines_and_names_what_it_lacks():
@@ -500,7 +500,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     at = 1 + int((plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).argmin())
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
         "Each draft's c, and the speedup of its best option, up to B = 192, the most sequences that fit in the H100's"
-        " 80 GB beside the target and big" + FIT_BIG.replace(", the keys and values of its tokens", "") + ":") in text32 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text32 and (
+        " 80 GB beside the target and big" + FIT_BIG.replace(", the keys and values of its tokens,", "") + ":") in text32 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text32 and (
         "Big's c rises" not in text32)  # read 1524
     # 'still bytes over bytes' at every B the table shows (read 1640 rebuilt big's c at B = 32 from bytes): by the
     # roofline's own verdicts, each draft's pass and the target's plain pass are memory-bound, and c is their ratio

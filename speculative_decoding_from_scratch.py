@@ -2601,7 +2601,8 @@ def demo9_verifiers(k=3):
             else "" if all(r[3] for r in reasons) else " It wins also where p(x) <= q(x) at the draft's argmax x,"
             " which min(1, p/q) cannot do: the"
             " acceptance rule as you have it is suspect."))
-    alike = [f"On the {r[0]} pair, {SETTINGS[i]} and {SETTINGS[j]} print alike but differ: {r[1 + i]:.4f} against {r[1 + j]:.4f}."
+    alike = [f"On the {r[0]} pair, {SETTINGS[i]} and {SETTINGS[j]} print alike but differ: {r[1 + i]:.4f} against"
+             f" {r[1 + j]:.4f}."
              for r in prow for i in range(4) for j in range(i + 1, 4)
              if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
     lift = lifted_words()
@@ -3460,8 +3461,9 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
         f"The layer here is a float32 matrix: a row for each of {P.W.shape[0]:,} tokens, over a state of"
         f" {P.W.shape[1]}. It scores {n_states * (k + 1)} random states,"
         f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}, and compares each of the"
-        f" {n_states * (k + 1)} x {P.W.shape[0]:,} logits with the same state's logits, scored alone. A line marked (clock)"
-        " may differ on another machine: it depends on this one's arithmetic, as a timing depends on its clock:")
+        f" {n_states * (k + 1)} x {P.W.shape[0]:,} logits with the same state's logits, scored alone. A line marked"
+        " (clock) may differ on another machine: it depends on this one's arithmetic, as a timing depends on its"
+        " clock:")
     print()
     table([("", 38, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"), ("the largest difference", f"{worst:.1e}"),
@@ -3746,8 +3748,8 @@ def demo14_block_gain():
         " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
         gain_example(P2, Q2),
         "Sun et al. prove that the block's output is the target's. They also prove that no verifier whose output is"
-        " the target's and that keeps a run of first drafts, then draws one token, keeps more drafts on average. Token-wise checking is one, so"
-        " the block never keeps fewer on average. The option --detail"
+        " the target's and that keeps a run of first drafts, then draws one token, keeps more drafts on average."
+        " Token-wise checking is one, so the block never keeps fewer on average. The option --detail"
         " gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
              f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call. Sun et al. prove it never keeps fewer"
@@ -4392,7 +4394,7 @@ def lossy_exact(P, D, rule, ctx, n, k):
 
 TYPICAL_SHIPPED = (0.09, 0.3)  # vLLM V0's typical acceptance defaults: posterior_threshold, posterior_alpha
 TYPICAL_SETTINGS = (TYPICAL_SHIPPED, (0.3, 0.9), (0.01, 0.03))  # chapter 18's: the defaults, a strict one, a loose one
-SGLANG_SHIPPED, SGLANG_EXACT = (1, 0.5), (1, 1)  # SGLang's thresholds (single, acc): a setting users run, and its defaults (exact)
+SGLANG_SHIPPED, SGLANG_EXACT = (1, 0.5), (1, 1)  # SGLang's thresholds (single, acc): one users run; its defaults
 
 
 LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, what drafts it)
@@ -4828,9 +4830,10 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, {fit_words(n_ctx, c19.room_shape, c19.roomiest)}. Going up in B, the plan switches only when its current choice falls"
-        f" more than {c19.tol:.1%} (the plan's margin) below the best. The plan, with the positions each sequence's check"
-        " holds, and the lowest and highest speedup over each range of B:")
+    say(f"The plan stops at B = {max_batch}, {fit_words(n_ctx, c19.room_shape, c19.roomiest)}. Going up in B, the"
+        f" plan switches only when its current choice falls more than {c19.tol:.1%} (the plan's margin) below the"
+        " best. The plan, with the positions each sequence's check holds, and the lowest and highest speedup over"
+        " each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
@@ -5940,9 +5943,9 @@ def tree_loss_words(c19, main, own, t):
             f" B = 1 toward {share:.4f}. Past the ridge, every position the tree checks costs time, and its lead"
             f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, {t[2] * cross:,} in all, reaches"
             f" the ridge (chapter 25 derives where), so the loss peaks just before, at B = {own[1]}."
-            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all() and made[0] < made[1]
+            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
-            and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
+            and all(b > k for k, b in zip(kv, w)) and made[0] < made[1]  # at B = 1, weights; at the last B, caches
             and all(k * c19.max_batch > b for k, b in zip(kv, w))
             and cross * t[2] > free_positions(c19.n_ctx) else "")
 
@@ -6285,7 +6288,8 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
         " Its draft is prompt lookup, which needs no model. It finds the earliest place the"
         f" text's last {VLLM_LOOKUP.n_max} characters occurred (else its last"
         f" {', then '.join(str(n) for n in range(VLLM_LOOKUP.n_max - 1, VLLM_LOOKUP.n_min - 1, -1))}), and proposes"
-        " up to k characters that followed them there, so it can guess wrong even when the target copies. Its q is all on each guess x, so demo 1's rule keeps x with"
+        " up to k characters that followed them there, so it can guess wrong even when the target copies. Its q is"
+        " all on each guess x, so demo 1's rule keeps x with"
         " chance min(1, p(x) / 1), which is p(x). The serving engine vLLM calls this its ngram method; Hugging"
         " Face transformers (HF), a Python"
         f" library, tries its last {HF_LOOKUP.n_max} characters, then {HF_LOOKUP.n_min}. Chapter 11 checks that both"
@@ -6992,8 +6996,8 @@ def demo32_first_choice(**how):
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
     say_paragraphs(["At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
-                    f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it: a chain of"
-                    f" k = 1 to {c19.k_max} drafts, or a tree."
+                    f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it:"
+                    f" a chain of k = 1 to {c19.k_max} drafts, or a tree."
                     " It runs" + (f" a tree of {first.drafter.name}'s drafts (described below)"
                                   if first.shape.startswith("tree") else f" {first.drafter.name}'s {first.shape}")
                     + f" at B = {lo}" + (
@@ -7361,8 +7365,8 @@ def demo35_chain_loss(**how):
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
         f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
-        " the plan keeps an option until it falls more than that below the fastest (chapter 19)." if -c19.tol < ahead < 0
-        else "")
+        " the plan keeps an option until it falls more than that below the fastest (chapter 19)."
+        if -c19.tol < ahead < 0 else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",
              {"the loss grows with B up to the batch before the tree's ridge": bool(said)})

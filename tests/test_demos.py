@@ -952,8 +952,8 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert chain == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3))
     assert (f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's"
             f" exact {chain:.2f}.") in " ".join(text.split())
-    assert ("With one child per node, independent and distinct drawing are the same, so a chain's measured value is in the"
-            " independent column. Independent children also have an exact value, from every way a round can end; the"
+    assert ("With one child per node, independent and distinct drawing are the same, so a chain's measured value is in"
+            " the independent column. Independent children also have an exact value, from every way a round can end; the"
             " script does not enumerate distinct children's rounds.") in " ".join(text.split())
     # the trees' exact column is tree_table's, and each independent measured value sits within 4 standard errors
     for row, b in zip(result.rates[:3], (1, 2, 3)):
@@ -1048,8 +1048,8 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     # stopped to ask whether the two rules are one): by hand, their exact counts differ in the third decimal
     middling = next(r for r in result.pairs if r[0] == "middling")
     assert f"{middling[2]:.2f}" == f"{middling[3]:.2f}" == "1.42" and abs(middling[2] - middling[3]) > 1e-3
-    assert (f"On the middling pair, 1-hot and strict print alike but differ: {middling[2]:.4f} against {middling[3]:.4f}."
-            in flat(text))
+    assert (f"On the middling pair, 1-hot and strict print alike but differ: {middling[2]:.4f} against"
+            f" {middling[3]:.4f}." in flat(text))
     # strict's exactness, in the sentence that defines it (reads 1578 and 1579 paused on it)
     assert ("x is accepted only if they match. On a mismatch the target's token takes x's place and the round ends;"
             " either way the emitted token is the target's own sample.") in flat(text)  # read 1643 inferred the mismatch
@@ -1356,8 +1356,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
     # why 'never fewer' follows from the proof (reads 1632 and 1665 worked out token-wise is of that kind)
     assert ("They also prove that no verifier whose output is the target's and that keeps a run of first drafts,"
-            " then draws one token, keeps more drafts on average. Token-wise checking is one, so the block never keeps fewer on average.") in flat(
-        text)  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
+            " then draws one token, keeps more drafts on average. Token-wise checking is one, so the block never keeps"
+            " fewer on average.") in flat(text)  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
     # what the block draws after its cut (read 1632 asked 'draws it from what?'), as chapter 15's step 5 says it
     # a cut needs something to draw from (read 1717 found max(0, w p - q) all zero after 'a' at w = 1/2, where step 5
     # could not normalise): there h = 0, by the threshold the block runs
@@ -1450,7 +1450,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # and chapter 30's reason for the tie after 'b' (h_1 = 1) goes with it, where the sum still adds up
     half_pairs, pairs = half.block_pairs(P2, Q2), sd.block_pairs(P2, Q2)
     said_half = half.net_words(half_pairs, sum(r[-1] for r in half_pairs), 1 / 3)
-    assert "with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1." in sd.net_words(pairs, sum(r[-1] for r in pairs), 1 / 3)
+    assert "with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1." in sd.net_words(pairs, sum(r[-1] for r in pairs),
+                                                                                       1 / 3)
     assert "so h_1 = 1" not in said_half
     # the first token by hand: 'a' comes only from a kept pair that starts with 'a' (a redraw after 'a' is drawn from
     # max(0, p - q) = (0, 1/3)): 'a', 'a' kept with chance w_2 = 1/4, 'a', 'b' always, 4/9 / 4 + 2/9 = 1/3 = p(a)

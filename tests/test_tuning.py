@@ -251,8 +251,8 @@ def test_the_skill_is_within_one_percent_of_an_exhaustive_search_at_every_batch(
     s8 = sd.round_starts(sd.TARGET, sd.MIDDLING, 8)
     assert all(sd.round_starts(sd.TARGET, sd.MIDDLING, k).start[s8.short] > s8.start[s8.short] for k in range(1, 8))
     untolerant = sd.chapter19_search(in_process[0]["19"].c19)[1].worst
-    assert ("Going up in B, the plan switches only when its current choice falls more than 0.5% (the plan's margin) below"
-            " the best.") in " ".join(section(in_process[1], "19").split()) and untolerant < 0.001  # read 1575 took the
+    assert ("Going up in B, the plan switches only when its current choice falls more than 0.5% (the plan's margin)"
+            " below the best.") in " ".join(section(in_process[1], "19").split()) and untolerant < 0.001  # read 1575 took the
     # overlapping ranges for an error without it
     assert sd.chapter19_search(in_process[0]["19"].c19)[1].worst < 0.001  # 'within 0.1%': chapter 27's margin-free plan
     assert f"At every shorter k the rates read low, by at most {max(low[7:]):.4f}." in " ".join(
@@ -475,7 +475,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's)
     assert ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a draft"
             " model, big (blend 0.75) or small (the middling draft), and how to run it: a chain of k = 1 to 8 drafts,"
-            " or a tree. It runs a tree of small's drafts (described below) at B = 1, and never runs big. Why?") in text32 and (
+            " or a tree. It runs a tree of small's drafts (described below) at B = 1, and never runs big. Why?"
+            ) in text32 and (
         "batch size B drafter" not in text32)  # read 1681 stopped on 34, which is chapter 25's
     # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
     # out when they counted layers x width^2 against c
@@ -679,7 +680,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
         "Its plan runs to B = 241 at 512 tokens of context: the most sequences that fit in the H100's 80 GB beside the"
-        " target and small" + FIT_SMALL + ".") in text and "Memory holds" not in text  # read 1649 tried to rebuild 241 from it
+        " target and small" + FIT_SMALL + ".") in text and "Memory holds" not in text  # read 1649 tried to rebuild
+    # 241 from it
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
     assert t.tokens < c.tokens and (t.draft_passes, c.draft_passes, t.positions, c.positions) == (3, 8, 15, 9)
@@ -1144,9 +1146,9 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
             " character a token. It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses"
-            " the ridge (--detail says why).") in text  # the model priced first; the price at the prompt's own length read 1568
-    # worked out for a minute when only --detail gave it, and read 1657 checked for a minute in the body: the body
-    # now says the detail gives it
+            " the ridge (--detail says why).") in text  # the model priced first; the price at the prompt's own length
+    # read 1568 worked out for a minute when only --detail gave it, and read 1657 checked for a minute in the body:
+    # the body now says the detail gives it
     fit = sd.sequences_that_fit(493)
     macs, read = sd.pass_traffic(sd.LLAMA2_7B, 493, 6, fit)
     assert text.count("--detail says why") == 1

@@ -2382,7 +2382,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}. A tree"
-        " drafts a whole level in one pass, priced here as one draft's, as width is free (demo 6).",
+        " drafts a whole level in one pass. Like demo 6's check, that pass reads its weights once for all the"
+        " positions it scores, so it is priced as one draft pass.",
         f"At c = {LESSON_C:g} per draft pass, a speedup is tokens per call / (1 + n c), for n draft passes, as in"
         f" demo 3. The tree's is {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, from its measured"
         f" {rows[2][4]:.2f}. The depth-{depth}"

@@ -912,8 +912,8 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # left of p (test_trees checks both on the stage)
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text33)
-    assert ("where the tree needs 3. A tree drafts a whole level in one pass, priced here as one draft's, as width is"
-            " free (demo 6).") in flat(text)  # reads 1587 and 1588 asked what a 27-wide draft level costs
+    assert ("where the tree needs 3. A tree drafts a whole level in one pass. Like demo 6's check, that pass reads its"
+            " weights once for all the positions it scores, so it is priced as one draft pass.") in flat(text)  # reads 1587 and 1588 asked what a 27-wide draft level costs
     # a kept leaf ends the walk with a bonus token from its own p: one child, drafted where q <= p so always kept
     x, ctx = 4, 0  # 'e' after 'a': q = 0.191 <= p = 0.382 (demo 1)
     assert sd.MIDDLING[ctx, x] <= sd.TARGET[ctx, x]

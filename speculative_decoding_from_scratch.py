@@ -2625,7 +2625,7 @@ def demo9_verifiers(k=3):
          if len(where) == 1 and where[0] == tempered[-1][0] and keeps_min else
          f"One-hot beats probabilistic only on '{where[0]}', in {wins} of its {VOCAB} contexts" if len(where) == 1 else
          f"One-hot beats probabilistic in some contexts of {plural(len(where), 'pair')}" if where else
-         "One-hot never beats probabilistic here") + ("; --detail counts where." if keeps_min else ".")
+         "One-hot never beats probabilistic here") + ("; --detail counts the contexts where it wins." if keeps_min else ".")
         if all(r[3] for r in reasons)
         else cases)
     exactness = demo9_exactness(k)

@@ -3298,7 +3298,8 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
         f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
         " character in a bin by the probability the target gave it there (the bins' edges are"
         f" {and_list([f'{e:g}' for e in CALIBRATION_EDGES[1:-1]])}). It compares each bin's count with its"
-        " expected count: the bin's chance at each position, summed over the positions."
+        " expected count: at each position, the target's total chance for the characters in that bin, summed over"
+        " the positions."
         " The three checks:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
@@ -4279,8 +4280,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     print()
     say(f"Each generator writes {n_text} characters, and chapter 11's fit checks them against the target: it bins"
         " each written character by the chance the target gave it there, and compares each bin's count with the"
-        " count the target's chances predict. The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its"
-        " tokens. Consistent means the fit finds no difference from the target.")
+        " target's total chance for that bin's characters, summed over the positions. The last row runs the cache bug"
+        " on the lesson's target table instead, prompt lookup drafting from its tokens. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]
                     if tables is not None else [])

@@ -1839,8 +1839,8 @@ def test_chapter17_each_apex_departure_is_caught(demo):
             " from the target, and cut rejected drafts from its cache. On the character model a fit catches each"
             " departure.") in flat(text) and len(sd.APEX_BUGS) == 4
     assert ("chapter 11's fit checks them against the target: it bins each written character by the chance the target"
-            " gave it there, and compares each bin's count with the count the target's chances predict. The last row"
-            " runs the cache bug on the lesson's target table instead, prompt lookup drafting from its tokens.") in flat(
+            " gave it there, and compares each bin's count with the target's total chance for that bin's characters,"
+            " summed over the positions. The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its tokens.") in flat(
         text) and "edges" not in text  # read 1527 reread the bins' edges and sums; read 1645 asked how a bin's
     # expected count is formed, and read 1676 reread the answer: the edges and the sum are chapter 11's
     assert ("Its rounds differ from the lesson's: each starts with a token the target samples, before any draft, from a"

@@ -254,4 +254,7 @@ def test_chapter11_says_which_earlier_place_the_target_copies_and_the_fits_bins(
         section(all_run, "26"))
     # the bins' edges, all of them, from the fit's own CALIBRATION_EDGES (read 1631: 'and so on' left them out)
     assert "(the bins' edges are 0.001, 0.01, 0.05, 0.2, 0.5 and 0.8)" in text
+    # what a bin's expected count is (reads 1689, 1716 and, in chapter 17, 1704 and 1719 worked it out)
+    assert ("It compares each bin's count with its expected count: at each position, the target's total chance for the"
+            " characters in that bin, summed over the positions.") in text
     assert sd.CALIBRATION_EDGES[1:-1] == (1e-3, 0.01, 0.05, 0.2, 0.5, 0.8)

@@ -373,7 +373,7 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert f"{(1 - a ** 5) / (1 - a) / 1.4:.2f}" == "1.52" and (
         "each as likely. No loop visits a token after which the middling draft passes, so its alpha is 0. Chapter 28"
         " works out the T = 0 rows,"
-        " and why blend 0.9's speedup beats eq. 1's.") in flat(
+        " and why blend 0.9's speedup, 1.90, beats eq. 1's 1.52.") in flat(
         text.split("T  sampled")[0])  # read 1595 worked both out for 1.5 minutes when only chapter 28 gave a reason;
     # read 1677 checked 'runs' against eq. 1 for a minute: the body names the fact and leaves the why to chapter 28
     # by hand: at T = 0 every row's pass chance is 0 or 1 for both drafts

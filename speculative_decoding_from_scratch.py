@@ -3619,10 +3619,11 @@ def demo13_times(W, X, ks):
     table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
           [(n, t, t / times[1]) for n, t in times.items()], clock=True)
     print()
-    say(f"Two positions cost {times[2] / times[1]:.1f}x one here, where the roofline charges 1.0x."
-        if times[2] / times[1] > 1.25 else "Two positions cost about what one does here, as on the roofline.",
+    two = times[2] / times[1]
+    say(f"Two positions cost {two:.1f}x one here, where the roofline charges 1.0x."
+        if two > 1.25 else "Two positions cost about what one does here, as on the roofline.",
         clock=True)
-    demo13_why(W, X, times[1], first=times[2] / times[1])
+    demo13_why(W, X, times[1], first=two)
     return times
 
 
@@ -4772,8 +4773,8 @@ def chapter19_plan(n_ctx=512, max_batch=256, k_max=8, tol=0.005, big_weight=0.75
     max_batch = min(max_batch, fit)  # a batch that does not fit is not run
     buckets, speeds, options = plan_drafters(measured, n_ctx, max_batch, k_max, tol=tol)
     return SimpleNamespace(shapes=(big, small), nodes=nodes, drafters=drafters, rates=rates, measured=measured,
-                           big_weight=big_weight, roomiest=room.name, room_shape=room.cost, fit=fit,
-                           n_ctx=n_ctx, max_batch=max_batch, k_max=k_max, tol=tol,
+                           big_weight=big_weight, roomiest=room.name, fit=fit, n_ctx=n_ctx, max_batch=max_batch,
+                           room_words=fit_words(n_ctx, room.cost, room.name), k_max=k_max, tol=tol,
                            buckets=buckets, speeds=speeds, options=options)
 
 
@@ -4838,7 +4839,7 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, {fit_words(n_ctx, c19.room_shape, c19.roomiest)}. Going up in B, the"
+    say(f"The plan stops at B = {max_batch}, {c19.room_words}. Going up in B, the"
         f" plan switches only when its current choice falls more than {c19.tol:.1%} (the plan's margin) below the"
         " best. The plan, with the positions each sequence's check holds, and the lowest and highest speedup over"
         " each range of B:")
@@ -5819,7 +5820,7 @@ def demo23_engines(**how):
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once. The plan runs to B ="
-        f" {c19.max_batch}" + (f", {fit_words(c19.n_ctx, c19.room_shape, c19.roomiest)}" if c19.max_batch == c19.fit
+        f" {c19.max_batch}" + (f", {c19.room_words}" if c19.max_batch == c19.fit
                                else "") + ". For each"
         " range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
@@ -6102,7 +6103,7 @@ def demo25_ridge(**how):
             f" Of its two draft models, big (blend {c19.big_weight:g}) and small (the middling draft), it runs"
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + " Its plan runs to B ="
-        f" {c19.max_batch} at {c19.n_ctx} tokens of context: {fit_words(c19.n_ctx, c19.room_shape, c19.roomiest)}."
+        f" {c19.max_batch} at {c19.n_ctx} tokens of context: {c19.room_words}."
         " As B grows, its plan checks fewer positions per sequence."
         " Why?")
     print()

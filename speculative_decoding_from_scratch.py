@@ -4812,7 +4812,7 @@ def demo19_tuning(**how):
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
     quotients, priced = ridge_quotients(shape), checks_priced_by_free_positions(shape, options, n_ctx, (1, 32, max_batch))
     say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft). Each stands for a"
-        " model of its own shape (chapter 32 gives the shapes), and its acceptance comes from its table. The plan"
+        " model of its own shape (chapter 37 gives the shapes), and its acceptance comes from its table. The plan"
         f" tries chains of k = 1 to {k_max} drafts, and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}':"
         f" {tree[0]} candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
         f" {nodes - 1} drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes}"
@@ -4827,7 +4827,7 @@ def demo19_tuning(**how):
         f"A check costs one plain pass while its positions are free: up to {shape.alone} a sequence at B = 1, as in"
         " demo 6, fewer as B grows. Past them, it costs more." if priced and shape.alone == round(
             shape.ridge_base + shape.ridge_each) else "A check's cost in plain passes is demo 6's roofline's.",
-        "Chapters 32 and 25 say why c rises with B and the free positions fall." if bytes_set_c and priced else "")
+        "Chapters 37 and 25 say why c rises with B and the free positions fall." if bytes_set_c and priced else "")
     print()
     more = [f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start"
             " after a different mix of tokens, so its rates differ a little (chapter 27).",
@@ -4845,11 +4845,11 @@ def demo19_tuning(**how):
         " each range of B:")
     print()
     plan_table(plan, buckets)
-    said = demo19_shape(shape, n_ctx, max_batch)  # the first two are chapter 32's, the third the detail's
+    said = demo19_shape(shape, n_ctx, max_batch)  # the first is chapter 32's, the next two 37's, the last the detail's
     print()
     say("As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
-        "Chapter 32 says why the tree wins at B = 1 and big never runs." if said[0] and said[1] else
-        "Chapter 32 asks what sets the plan's choice at B = 1.")
+        "Chapter 32 says why the tree wins at B = 1." if said[0] else "Chapter 32 asks what sets the plan's choice"
+        " at B = 1.", "Chapter 37 says why big never runs." if said[1] and said[2] else "")
     planned = [(lo, hi, o) for lo, hi, o in buckets if o is not None]
     kinds, drafters = {(o.drafter.name, o.shape) for *_, o in planned}, {o.drafter.name for *_, o in planned}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
@@ -4929,10 +4929,10 @@ def checks_priced_by_free_positions(s, options, n_ctx, batches):
 
 
 def pass_bytes(pairs, n_ctx):
-    """Chapter 32's bytes a pass reads, as text, gb(shape, B) -> '1.817 GB', for each (draft, B) in pairs and the target
-    at those B; None unless every such pass is memory-bound and each draft's c is its bytes over the target's, which
-    chapter 19 checks before it says so. The GB take the fewest decimals at which the printed bytes divide to each c as
-    printed, to 4 decimals (read 1500 found 1.82 / 13.48 gives 0.1350, not 0.1348)."""
+    """Chapters 32's and 37's bytes a pass reads, as text, gb(shape, B) -> '1.817 GB', for each (draft, B) in pairs
+    and the target at those B; None unless every such pass is memory-bound and each draft's c is its bytes over the
+    target's, which chapter 19 checks before it says so. The GB take the fewest decimals at which the printed bytes
+    divide to each c as printed, to 4 decimals (read 1500 found 1.82 / 13.48 gives 0.1350, not 0.1348)."""
     reads = {(d, b): pass_traffic(d, n_ctx, 1, b) for d, b in [*pairs, *((LLAMA2_7B, b) for _, b in pairs)]}
     if not (all(roofline_time(*t)[1] == "memory" for t in reads.values()) and all(
             abs(reads[d, b][1] / reads[LLAMA2_7B, b][1] - draft_cost(b, n_ctx, draft=d)) < 1e-12 for d, b in pairs)):
@@ -4945,19 +4945,21 @@ def pass_bytes(pairs, n_ctx):
 
 
 def demo19_shape(s, n_ctx, max_batch, longer=None):
-    """Chapter 19's paragraphs on what sets its plan: B = 1, why big never wins, and how its c rises (the
-    detail's), each said only while its numbers bear it out ("" where withheld). longer: chapter 32's best chain
-    past the plan's, (first k, last k, its k, its speedup), named if it too trails the tree."""
+    """Chapter 19's paragraphs on what sets its plan: why the tree wins at B = 1 (chapter 32's), why big loses there
+    and at every B (chapter 37's), and how its c rises (the detail's), each said only while its numbers bear it out
+    ("" where withheld). longer: chapter 32's best chain past the plan's, (first k, last k, its k, its speedup),
+    named if it too trails the tree."""
     layers_set_kv = all(abs(share - a * b / (s.layers[2][0] * s.layers[2][1])) < 1e-12  # read 1506 rebuilt them
                         for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
-        (f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, so it makes fewer tokens per"
-         f" call than the chain of {s.chain.draft_passes}, the fastest of {s.first.drafter.name}'s k = 1 to {s.k_top}. But"
-         f" it pays for {s.first.draft_passes} passes, not {s.chain.draft_passes}, and wins." + (
-             " No chain of k = {} to {} catches it: k = {} is their best.".format(*longer[:3])
-             if longer and longer[3] < s.first_speed else "") if s.chain is not None and s.chain.tokens > s.first.tokens
-         and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "") +
-        f" {s.longest.drafter.name.capitalize()}'s {s.longest.shape} makes more tokens per call than the tree, but"
+        f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, so it makes fewer tokens per"
+        f" call than the chain of {s.chain.draft_passes}, the fastest of {s.first.drafter.name}'s k = 1 to"
+        f" {s.k_top}. But it pays for {s.first.draft_passes} passes, not {s.chain.draft_passes}, and wins." + (
+            " No chain of k = {} to {} catches it: k = {} is their best.".format(*longer[:3])
+            if longer and longer[3] < s.first_speed else "") if s.first is not None and s.first.shape.startswith(
+            "tree") and s.chain is not None and s.chain.tokens > s.first.tokens
+        and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "",
+        f"{s.longest.drafter.name.capitalize()}'s {s.longest.shape} makes more tokens per call than the tree, but"
         f" each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s."
         if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
@@ -4986,7 +4988,7 @@ def demo19_detail(result):
         " demo 1. After a rejection, p becomes max(0, p - q) normalised, and the next candidate is tested against"
         " that p, with q unchanged. If all are rejected, the next token comes from the last p and the round ends;"
         " else the walk goes on under the kept one.",
-        (result.said[2] +
+        (result.said[3] +
          f" A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
@@ -5826,7 +5828,7 @@ def demo23_engines(**how):
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
         f" {t[2]} positions with the text's last token. The plan is below. It keeps an option until it falls more"
-        f" than {c19.tol:.1%} below the fastest, and chapters 25 and 32 say why it has this shape:")
+        f" than {c19.tol:.1%} below the fastest, and chapters 25, 32 and 37 say why it has this shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
@@ -5834,7 +5836,7 @@ def demo23_engines(**how):
     only = main is not None and {o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name}
     big_method = dict(d[:2] for d in c19.drafters).get("big")
     say("Three open-source serving engines take such a plan: vLLM, SGLang and TensorRT-LLM. Each runs one"
-        " drafter." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 32 says why the plan never"
+        " drafter." + (f" This plan runs only {main.name}, so each gets {main.name} (chapter 37 says why the plan never"
                        " runs big)." if only else
                      " Each gets the drafter the plan uses at the most batch sizes" + (
                          f", {main.name} here, planned again alone: its ranges differ from the table's."
@@ -6993,34 +6995,54 @@ def demo31_detail(result):
 
 
 # -----------------------------------------------------------------------------
-# Chapter 32. Why does the tree win at B = 1, and big never?
-# Chapter 19's plan at its first batch size: what each option makes, and what
-# its draft passes cost.
+# Chapter 32. Why does the plan run a tree at B = 1?
+# Chapter 19's plan at its first batch size: small's tree against its chains, by
+# what each makes and what its draft passes cost.
+
+
+def plan_choice_words(c19):
+    """The sentence chapters 32 and 37 open with: what chapter 19's plan chooses among."""
+    return ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
+            f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it:"
+            f" a chain of k = 1 to {c19.k_max} drafts, or a tree.")
+
+
+def first_choice_table(rows):
+    """Chapters 32's and 37's options at B = 1: (draft, option, passes, c, tokens per call, speedup)."""
+    table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
+           ("tokens per call", 17, "<"), ("speedup", 8, ".2f")], [(*r[:4], f"{r[4]:.3f}", r[5]) for r in rows])
+
+
+def c_from_bytes_words(named, n_ctx):
+    """Chapters 32's and 37's paragraph on a draft's c at B = 1: each named (name, shape)'s layers and width, and the
+    bytes its pass reads against the target's, said only while c is bytes over bytes."""
+    (first, shape), *rest = named
+    gb = pass_bytes(tuple((d, 1) for _, d in named), n_ctx)
+    return (f"{first.capitalize()} stands for a {shape[2]}-layer model of width {shape[0]}" + "".join(
+        f", {n} for {d[2]} layers of width {d[0]}" for n, d in rest) + f"; the target has {LLAMA2_7B[2]} layers of"
+        f" {LLAMA2_7B[0]}. A draft's c, a pass's cost in target passes, comes from the bytes a pass reads: its"
+        " weights, and every sequence's KV cache, the keys and values of its tokens." + (
+            " At B = 1 each pass is memory-bound, so c is bytes over bytes: " + and_list(
+                [f"{n}{' reads' * (i == 0)} {gb(d, 1)}" for i, (n, d) in enumerate(named)]) +
+            f", against the target's {gb(LLAMA2_7B, 1)}." if gb else ""))
 
 
 def demo32_first_choice(**how):
-    """Chapter 32: why chapter 19's plan runs small's tree at B = 1, and never
-    runs big, from each option's tokens per call and its draft passes' c."""
+    """Chapter 32: why chapter 19's plan runs small's tree at B = 1, not one of small's chains, from each option's
+    tokens per call and its draft passes' c."""
     c19 = chapter19_plan(**how)
-    (big, small), tree = c19.shapes, c19.measured[1].tree
+    small, tree = c19.shapes[1], c19.measured[1].tree
     s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
-    say_paragraphs(["At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
-                    f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it:"
-                    f" a chain of k = 1 to {c19.k_max} drafts, or a tree."
-                    " It runs" + (f" a tree of {first.drafter.name}'s drafts (described below)"
-                                  if first.shape.startswith("tree") else f" {first.drafter.name}'s {first.shape}")
-                    + f" at B = {lo}" + (
-        ", and never runs big." if not s.big_runs else ".") + " Why?" if first is not None else
+    is_tree = first is not None and first.shape.startswith("tree")
+    say_paragraphs([plan_choice_words(c19) + (
+        f" At B = {lo} it runs " + (f"a tree of {first.drafter.name}'s drafts (described below). Why not one of"
+                                    f" {first.drafter.name}'s chains?" if is_tree else
+                                    f"{first.drafter.name}'s {first.shape}, not a tree. Why?")
+        + (" Chapter 37 asks why it never runs big." if not s.big_runs else "")) if first is not None else
         "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B."])
     print()
-    gb = pass_bytes(((big, 1), (small, 1)), c19.n_ctx)
-    say(f"Big stands for a {big[2]}-layer model of width {big[0]}, small"
-        f" for {small[2]} layers of width {small[0]}; the target has {LLAMA2_7B[2]} layers of"
-        f" {LLAMA2_7B[0]}. A draft's c, a pass's cost in target passes, comes from the bytes a pass reads: its"
-        " weights, and every sequence's KV cache, the keys and values of its tokens." + (
-            f" At B = 1 each pass is memory-bound, so c is bytes over bytes: big reads {gb(big, 1)} and small"
-            f" {gb(small, 1)}, against the target's {gb(LLAMA2_7B, 1)}." if gb else ""))
+    say(c_from_bytes_words((("small", small),), c19.n_ctx))
     print()
     say("A chain of k drafts takes k draft passes. Its tokens per call are 1 plus its first k per-position rates;"
         " rate i is the share of rounds whose drafts 1 to i all passed."
@@ -7035,48 +7057,21 @@ def demo32_first_choice(**how):
                            for k in range(c19.k_max + 1, 2 * c19.k_max + 1)), key=lambda x: x[1])
     said, more = demo19_shape(s, c19.n_ctx, c19.max_batch, longer=(c19.k_max + 1, 2 * c19.k_max, k_best, longest)), []
     if said[0]:
-        rows = [(o.drafter.name, o.shape, o.draft_passes, c, f"{o.tokens:.3f}", speed) for o, c, speed in (
-            (s.first, s.c_small[0], s.first_speed), (s.chain, s.c_small[0], s.chain_speed),
-            (s.longest, s.c_longest, s.longest_speed))]
-        rows.insert(2, ("small", f"k = {k_best}", k_best, s.c_small[0],
-                        f"{exact_tokens_per_call(TARGET, Q, k_best):.3f}", longest))
         print()
-        table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
-               ("tokens per call", 17, "<"), ("speedup", 8, ".2f")], rows)
+        first_choice_table([(o.drafter.name, o.shape, o.draft_passes, s.c_small[0], o.tokens, speed) for o, speed in (
+            (s.first, s.first_speed), (s.chain, s.chain_speed))] + [
+            ("small", f"k = {k_best}", k_best, s.c_small[0], exact_tokens_per_call(TARGET, Q, k_best), longest)])
         print()
-        chain = s.longest.shape.startswith("k =")
-        say(f"Tokens per call are exact for the tree and for small's k = {c19.k_max} and {k_best}" + (
-            f"; big's k = {s.longest.draft_passes} takes the first {s.longest.draft_passes} of big's exact rates at"
-            f" k = {c19.k_max}, which reads a little low: a shorter k's rounds start after a different mix of tokens"
-            " (chapter 27)." if chain else "."), said[0])
-    if said[1]:
-        shown = sorted({1, 32, 64, 128, s.big_fit})
-        rows = [(b, *(draft_cost(b, c19.n_ctx, draft=d) for d in (big, small)),
-                 *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
-        print()
-        priced = checks_priced_by_free_positions(s, c19.options, c19.n_ctx, shown)
-        say(said[1], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
-            ": c is still bytes over bytes, but a check whose positions pass the ridge costs more than one plain pass"
-            " (chapter 25)." if priced and
-            pass_bytes(tuple((d, b) for b in shown for d in (big, small)), c19.n_ctx) else "."),
-            f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
-                f", {fit_words(c19.n_ctx, big, 'big', define=False)}:"
-                if s.big_fit < c19.max_batch else ":"))
-        print()
-        table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
-              groups=[("c", 1, 2), ("best speedup", 3, 4)])
-        print()
-        crosses = next((b for shape, _, b, _, _ in s.checks if first and shape == first.shape), None)  # the tree's
-        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.")
-        more.append((
+        say("Tokens per call are exact for all three.", said[0])
+        crosses = next((b for shape, _, b, _, _ in s.checks if shape == first.shape), None)  # the tree's ridge
+        more.append(
             f"Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
             f" B = {crosses}, past which every position costs time, and the plan switches once it trails by more than"
-            f" its {c19.tol:.1%} margin (chapters 19 and 35)." if first is not None and first.shape.startswith("tree")
-            and crosses and crosses <= hi + 1 else ""))
-    takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 the tree's few cheap"
-             " passes beat a longer chain's, and big's dear passes never pay.",
-             {"the tree wins at B = 1 on fewer passes": bool(said[0]), "big's passes never pay": bool(said[1])})
-    return SimpleNamespace(c19=c19, shape=s, said=said, more=" ".join(m for m in more if m))
+            f" its {c19.tol:.1%} margin (chapters 19 and 35)." if crosses and crosses <= hi + 1 else "")
+    takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 small's tree makes"
+             " fewer tokens per call than its longer chains, but pays for fewer passes.",
+             {"the tree wins at B = 1 on fewer passes": bool(said[0])})
+    return SimpleNamespace(c19=c19, shape=s, said=said, more=" ".join(more))
 
 
 # -----------------------------------------------------------------------------
@@ -7546,6 +7541,64 @@ def demo36_clock_model(size=4096):
     return SimpleNamespace(model=model)
 
 
+# -----------------------------------------------------------------------------
+# Chapter 37. Why does the plan never run big?
+# Chapter 19's plan, big against small: what big's drafts make at B = 1, and
+# what its passes cost as B grows.
+
+
+def demo37_big_never(**how):
+    """Chapter 37: why chapter 19's plan never runs big, though its drafts pass more often: its passes' c at B = 1,
+    and how it rises with B."""
+    c19 = chapter19_plan(**how)
+    (big, small), n_ctx = c19.shapes, c19.n_ctx
+    s = plan_shape(c19.shapes, n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
+    pi = stationary(TARGET)  # alpha through the rule as the reader has it: big's, then small's
+    alphas = [float(pi @ kept_and_replaced(TARGET, d[2])[0].sum(axis=1)) for d in c19.drafters]
+    say_paragraphs([plan_choice_words(c19) + (
+        f" Big's drafts pass more often: its alpha is {alphas[0]:.3f}, small's {alphas[1]:.3f}." if alphas[0] >
+        alphas[1] else "") + (" Yet the plan never runs big. Why?" if not s.big_runs else
+                              " With the stages as you have them, the plan runs big at some B.")])
+    print()
+    say(c_from_bytes_words((("big", big), ("small", small)), n_ctx))
+    said = demo19_shape(s, n_ctx, c19.max_batch)
+    if said[1]:
+        chain = s.longest.shape.startswith("k =")
+        print()
+        say(f"At B = 1, below the ridge, an option's speedup is its tokens per call / (1 + n c), for n draft passes."
+            f" Big's fastest option there is its {'chain of ' * chain}{s.longest.shape}; small's is the plan's pick,"
+            f" its tree of {c19.nodes - 1} drafts in {s.first.draft_passes} passes (chapter 32)." + (
+                f" Big's tokens per call are 1 plus the first {s.longest.draft_passes} of its exact per-position rates"
+                f" at k = {c19.k_max}, which reads a little low: a shorter k's rounds start after a different mix of"
+                " tokens (chapter 27)." if chain else ""))
+        print()
+        first_choice_table([(o.drafter.name, o.shape, o.draft_passes, c, o.tokens, speed) for o, c, speed in (
+            (s.longest, s.c_longest, s.longest_speed), (s.first, s.c_small[0], s.first_speed))])
+        print()
+        say(said[1])
+    if said[2]:
+        shown = sorted({1, 32, 64, 128, s.big_fit})
+        rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)),
+                 *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
+        print()
+        priced = checks_priced_by_free_positions(s, c19.options, n_ctx, shown)
+        say(said[2], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
+            ": c is still bytes over bytes, but a check whose positions pass the ridge costs more than one plain pass"
+            " (chapter 25)." if priced and
+            pass_bytes(tuple((d, b) for b in shown for d in (big, small)), n_ctx) else "."),
+            f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
+                f", {fit_words(n_ctx, big, 'big', define=False)}:" if s.big_fit < c19.max_batch else ":"))
+        print()
+        table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
+              groups=[("c", 1, 2), ("best speedup", 3, 4)])
+        print()
+        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.")
+    takeaway("big's drafts pass more often, but its passes cost far more than small's at B = 1, and more still as B"
+             " grows: small's cheap passes win at every B.",
+        {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
+    return SimpleNamespace(c19=c19, shape=s, said=said)
+
+
 # =============================================================================
 # Part 5. The command line
 # The run (the lesson, the chapters, all), --trace, --tune and --plan, and
@@ -7590,11 +7643,12 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "29": ("Why does eq. 1 run high for the middling draft?", demo29_eq1_high),
     "30": ("Where does the block gain, pair by pair?", demo30_pairs),
     "31": ("How far below the ceiling is the block on the middling draft?", demo31_middling),
-    "32": ("Why does the tree win at B = 1, and big never?", demo32_first_choice),
+    "32": ("Why does the plan run a tree at B = 1?", demo32_first_choice),
     "33": ("Does a tree of drafts keep the target's distribution?", demo33_tree_exact),
     "34": ("Which of the shipped paths' two changes does the harm?", demo34_which_step),
     "35": ("Where does a chain schedule lose most to the tree?", demo35_chain_loss),
     "36": ("Does pricing the check predict the clock?", demo36_clock_model),
+    "37": ("Why does the plan never run big?", demo37_big_never),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not

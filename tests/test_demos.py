@@ -1987,11 +1987,12 @@ def test_chapter9_with_every_draft_rejected_says_the_settings_tie(capsys):
     assert "One-hot never beats probabilistic here." in said and "here;" not in said
 
 
-def test_chapters_23_31_32_and_35_run_to_their_end_when_no_draft_passes(capsys):
+def test_chapters_23_31_32_35_and_37_run_to_their_end_when_no_draft_passes(capsys):
     # accept_prob edited to keep nothing: chapter 19's plan speculates nowhere, and each chapter that reads the plan
-    # or the block's gains says so instead of stopping on an empty array or a division by zero (all four stopped)
+    # or the block's gains says so instead of stopping on an empty array or a division by zero (the first four stopped)
     bad = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 0.0"),))
-    for demo in (bad.demo23_engines, bad.demo31_middling, bad.demo32_first_choice, bad.demo35_chain_loss):
+    for demo in (bad.demo23_engines, bad.demo31_middling, bad.demo32_first_choice, bad.demo35_chain_loss,
+                 bad.demo37_big_never):
         demo()
         said = flat(capsys.readouterr().out)
         assert "stopped" not in said and "Takeaway withheld" in said, demo.__name__

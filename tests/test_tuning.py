@@ -375,6 +375,7 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     # the tree keeps fewer tokens per call than big's k = 8, the chain that keeps the most, yet wins at B = 1:
     # fewer, cheaper draft passes
     result, text = in_process[0]["19"], " ".join(section(in_process[1], "32").split())
+    text37 = " ".join(section(in_process[1], "37").split())
     tree = result.buckets[0][2]
     bigs = [i for i, o in enumerate(result.options) if o.drafter.name == "big"]
     longest = result.options[max(bigs, key=lambda i: result.speeds[0, i])]  # big's best at B = 1, by a scan
@@ -389,13 +390,20 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     assert chain8.shape == "k = 8" and chain8.tokens > tree.tokens and s_chain8 < s_tree
     # the B = 1 table's rows, as printed: each option's passes, c, tokens per call and speedup
     for row in (f"small tree 2x3, 15 {tree.draft_passes} {c_small:.4f} {tree.tokens:.3f} {s_tree:.2f}",
-                f"small k = 8 8 {c_small:.4f} {chain8.tokens:.3f} {s_chain8:.2f}",
-                f"big k = 6 {longest.draft_passes} {c_big:.4f} {longest.tokens:.3f} {s_chain:.2f}"):
+                f"small k = 8 8 {c_small:.4f} {chain8.tokens:.3f} {s_chain8:.2f}"):
         assert row in text
+    # chapter 37 sets big's best beside the tree, and chapter 32 leaves big out (read 1733 took 14.5 minutes on both
+    # questions in one chapter)
+    assert (f"big k = 6 {longest.draft_passes} {c_big:.4f} {longest.tokens:.3f} {s_chain:.2f} small tree 2x3, 15"
+            f" {tree.draft_passes} {c_small:.4f} {tree.tokens:.3f} {s_tree:.2f}") in text37 and "big k = 6" not in text
     assert ("The tree keeps at most 3 drafts a round, one a level, so it makes fewer tokens per call than the chain of"
             " 8, the fastest of small's k = 1 to 8. But it pays for 3 passes, not 8, and wins.") in text
     assert (f"Big's k = 6 makes more tokens per call than the tree, but each of its passes costs"
-            f" {c_big / c_small:.0f} times small's.") in text and f"{c_big / c_small:.0f}" == "16"
+            f" {c_big / c_small:.0f} times small's.") in text37 and f"{c_big / c_small:.0f}" == "16"
+    # why big's drafts looked worth asking about: its alpha against small's, exactly
+    alphas = [sd.pair_alpha(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75)), sd.pair_alpha(sd.TARGET, sd.MIDDLING)]
+    assert (f"Big's drafts pass more often: its alpha is {alphas[0]:.3f}, small's {alphas[1]:.3f}. Yet the plan never"
+            " runs big. Why?") in text37 and alphas[0] > alphas[1]
     lesson3 = " ".join(section(in_process[1], "3").split())
     assert sd.LESSON_C == 0.1 and "the speedup at c = 0.1 is measured" in lesson3
     big_rates = sd.exact_per_position(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75), 8)  # by its rates, not exact
@@ -443,12 +451,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
     assert ("The two draft models are big (blend 0.75) and small (the middling draft). Each stands for a model of its"
-            " own shape (chapter 32 gives the shapes), and its acceptance comes from its table.") in text and (
+            " own shape (chapter 37 gives the shapes), and its acceptance comes from its table.") in text and (
         "A draft pass's c is its bytes over a target pass's: at B = 1,"
         f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small.") in text and "width 2048" not in text  # reads 1529 and 1546 tried c from the shapes
     assert f"small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = 241" in " ".join(
-        sd.demo19_shape(in_process[0]["19"].shape, 512, 241)[2].split())  # the detail's (read 1522 checked it)
-    assert " GB," not in text and " GB against" not in text  # the bytes are chapter 32's (reads 1494, 1511)
+        sd.demo19_shape(in_process[0]["19"].shape, 512, 241)[3].split())  # the detail's (read 1522 checked it)
+    assert " GB," not in text and " GB against" not in text  # the bytes are chapters 32's and 37's (reads 1494, 1511)
     # the bytes a reader divides (read 1473 rebuilt each c from the shapes for 2.5 minutes), by the roofline's own
     # traffic: each pass memory-bound, so c is the ratio of bytes; and the printed bytes divide to the printed c,
     # which at 2 decimals they did not (read 1500: 1.82 / 13.48 = 0.1350, not 0.1348)
@@ -467,17 +475,19 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert "output layer" not in text
     # the pointer says what the detail gives, the output layer's share of the weights (the review found it promised
     # to build the bytes, which the detail does not)
-    assert ("Chapters 32 and 25 say why c rises with B and the free positions fall.") in text and ("Small's c rises with B because its KV cache is a larger share of the target's"
+    assert ("Chapters 37 and 25 say why c rises with B and the free positions fall.") in text and ("Small's c rises with B because its KV cache is a larger share of the target's"
                                          " than its weights are.") in " ".join(detail19.split())  # reads
     # 1580 and 1599 asked why it would rise; read 1648 why the ratio rises when both passes grow
     text32 = " ".join(section(in_process[1], "32").split())
+    text37 = " ".join(section(in_process[1], "37").split())
     # chapter 32 names the plan's choice at B = 1 and leaves its table to chapter 19 (reads 1534, 1547 and 1567 asked
-    # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's)
-    assert ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a draft"
-            " model, big (blend 0.75) or small (the middling draft), and how to run it: a chain of k = 1 to 8 drafts,"
-            " or a tree. It runs a tree of small's drafts (described below) at B = 1, and never runs big. Why?"
-            ) in text32 and (
-        "batch size B drafter" not in text32)  # read 1681 stopped on 34, which is chapter 25's
+    # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's); why never big is chapter 37's
+    opening = ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a draft"
+               " model, big (blend 0.75) or small (the middling draft), and how to run it: a chain of k = 1 to 8"
+               " drafts, or a tree.")
+    assert (opening + " At B = 1 it runs a tree of small's drafts (described below). Why not one of small's chains?"
+            " Chapter 37 asks why it never runs big.") in text32 and opening in text37 and (
+        "batch size B drafter" not in text32 + text37)  # read 1681 stopped on 34, which is chapter 25's
     # the output layer's share, by hand: vocabulary x width over each shape's weights, which reads 1418 and 1425 left
     # out when they counted layers x width^2 against c
     for shape, share in ((big, "7%"), (small, "46%")):
@@ -486,13 +496,15 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     layers_only = (sd.pass_traffic(small, 0, 1, 1)[1] - 2 * 768 * 32000) / sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[1]
     assert 1.9 < sd.draft_cost(1, 512, draft=small) / layers_only < 2.1
     assert "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's" \
-        in detail19 and "output layer" not in text32  # chapter 32 gives the bytes c divides, as chapter 19 does
+        in detail19 and "output layer" not in text32 + text37  # chapters 32 and 37 give the bytes c divides
     assert ("At B = 1 each pass is memory-bound, so c is bytes over bytes: big reads 1.817 GB and small 0.112 GB, against"
-            " the target's 13.483 GB.") in text32 and (  # read 1489 checked the shares; the table gives each c
-        f"big k = 6 6 {c[0]:.4f}" in text32 and f"small k = 8 8 {c_smalls[0]:.4f}" in text32)
+            " the target's 13.483 GB.") in text37 and (  # read 1489 checked the shares; the table gives each c
+        f"big k = 6 6 {c[0]:.4f}" in text37 and f"small k = 8 8 {c_smalls[0]:.4f}" in text32) and (
+        "Small stands for a 4-layer model of width 768; the target has 32 layers of 4096.") in text32 and (
+        "small reads 0.112 GB, against the target's 13.483 GB.") in text32
     assert ("Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
             " target's. So big's c rises toward the ratio of its KV cache to the target's, 0.25 (16 layers of width"
-            f" 2048 against 32 of 4096); small's rises only toward {kv_small:.4f} (4 of 768).") in text32 and (16 * 2048) / (32 * 4096) == 0.25  # read 1506 rebuilt both from the shapes
+            f" 2048 against 32 of 4096); small's rises only toward {kv_small:.4f} (4 of 768).") in text37 and (16 * 2048) / (32 * 4096) == 0.25  # read 1506 rebuilt both from the shapes
     # 'never', shown: at every B big's memory allows, big's best option against small's, by hand from the plan's
     # speeds (reads 1506 and 1509: only B = 1 was shown)
     plan = result.c19
@@ -501,8 +513,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     at = 1 + int((plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).argmin())
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
         "Each draft's c, and the speedup of its best option, up to B = 192, the most sequences that fit in the H100's"
-        " 80 GB beside the target and big" + FIT_BIG.replace(", the keys and values of its tokens,", "") + ":") in text32 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text32 and (
-        "Big's c rises" not in text32)  # read 1524
+        " 80 GB beside the target and big" + FIT_BIG.replace(", the keys and values of its tokens,", "") + ":") in text37 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text37 and (
+        "Big's c rises" not in text37)  # read 1524
     # 'still bytes over bytes' at every B the table shows (read 1640 rebuilt big's c at B = 32 from bytes): by the
     # roofline's own verdicts, each draft's pass and the target's plain pass are memory-bound, and c is their ratio
     for b in (1, 32, 64, 128, 192):
@@ -511,7 +523,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             assert sd.roofline_time(*draft_pass)[1] == sd.roofline_time(*target_pass)[1] == "memory"
             assert draft_pass[1] / target_pass[1] == pytest.approx(sd.draft_cost(b, 512, draft=d), abs=1e-12)
     assert ("Past B = 1, chapter 19 prices each option on demo 6's roofline: c is still bytes over bytes, but a check"
-            " whose positions pass the ridge costs more than one plain pass (chapter 25).") in text32 and "289.3" not in text32  # read 1681 found 'a
+            " whose positions pass the ridge costs more than one plain pass (chapter 25).") in text37 and "289.3" not in text37  # read 1681 found 'a
     # sequence's free ones' opaque; read 1647 could not rebuild the tree's 2.99 at B = 32 without the free positions' terms, and reads
     # 1656 and 1673 spent minutes rebuilding them: they are chapter 25's; by hand, from its printed figures:
     assert f"{3.134 / (15 / (289.3 / 32 + 5.878) + 3 * 0.0141):.2f}" == "2.99"
@@ -520,18 +532,19 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     for b in (1, 32, 64, 128, 192):
         best = [max(col, key=lambda i: plan.speeds[b - 1, i]) for col in cols]
         assert (f"{b} {sd.draft_cost(b, 512, draft=big):.4f} {sd.draft_cost(b, 512, draft=small):.4f}"
-                f" {plan.speeds[b - 1, best[0]]:.2f} {plan.speeds[b - 1, best[1]]:.2f}") in text32
+                f" {plan.speeds[b - 1, best[0]]:.2f} {plan.speeds[b - 1, best[1]]:.2f}") in text37
     # which option is best past B = 1 is chapter 19's table (read 1699 stopped on small's switch from the tree at
     # B = 64, which chapter 32 does not ask about)
-    assert "c best speedup B big small big small" in text32 and "k = 7" not in text32
+    assert "c best speedup B big small big small" in text37 and "k = 7" not in text32 + text37
     # asked what memory fills; read 1570, at what context
     # a chain's tokens per call are its rates', exact at k = 8 only (chapter 27), as the chapter now says: big's
     # k = 6 is 1 plus its first six rates at k = 8, not its own exact count (read 1570 asked what the rates were)
     assert ("A chain of k drafts takes k draft passes. Its tokens per call are 1 plus its first k per-position rates;"
             " rate i is the share of rounds whose drafts 1 to i all passed.") in text32 and (
-        "Tokens per call are exact for the tree and for small's k = 8 and 10; big's k = 6 takes the first 6 of big's"
-        " exact rates at k = 8, which reads a little low: a shorter k's rounds start after a different mix of tokens"
-        " (chapter 27).") in text32 and "computed exactly" not in text32  # read 1703 could not see why, sent to
+        "Tokens per call are exact for all three.") in text32 and (
+        "Big's tokens per call are 1 plus the first 6 of its exact per-position rates at k = 8, which reads a little"
+        " low: a shorter k's rounds start after a different mix of tokens (chapter 27).") in text37 and (
+        "computed exactly" not in text32)  # read 1703 could not see why, sent to
     # --detail, a k = 8 rate would differ from a k = 6 one
     # the plan's chains end at k = 8 (read 1703 asked why the chains split at 8, 'the fastest of small's k = 1 to 8')
     assert sd.chapter19_plan().k_max == 8 and "and how to run it: a chain of k = 1 to 8 drafts, or a tree." in text32
@@ -540,7 +553,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
                                           " reach the ridge at B = 32,") in printed(sd.DETAILS["32"],
                                                                                      in_process[0]["32"])[1]
     assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
-            " wins at B = 1 and big never runs. Takeaway:") in text
+            " wins at B = 1. Chapter 37 says why big never runs. Takeaway:") in text
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in detail19
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
@@ -752,9 +765,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # it rises is chapter 19's, 32's and 35's (reads 1472 to 1496 asked why it rose, which this chapter did not say)
     c1 = sd.draft_cost(1, 512, draft=c19.c19.shapes[1])
     assert "A small draft pass costs" not in flat_text and ("The plan is below. It keeps an option until it"
-                                                            " falls more than 0.5% below the fastest, and chapters 25 and"
-                                                            " 32 say why it has this shape:") in flat_text  # read 1678 stalled on where c
-    # came from, as reads 1472 to 1496 did on why it rose: the plan's shape is chapters 25's and 32's
+                                                            " falls more than 0.5% below the fastest, and chapters 25, 32"
+                                                            " and 37 say why it has this shape:") in flat_text  # read 1678 stalled on where c
+    # came from, as reads 1472 to 1496 did on why it rose: the plan's shape is chapters 25's, 32's and 37's
     assert c1 < sd.chapter19_plan().speeds.shape[0] and sd.plan_shape  # (c at B = 241 is chapter 19's detail's)
     # the engines run chains where the plan runs the tree, said before the configs (read 1573 stalled on vLLM's
     # first row, 1 to 95, for a minute)
@@ -784,7 +797,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
     worst = max(c[0] for c in costs.values())
     assert f"here that gives up at most {worst:.1%} of the plan (vLLM, SGLang and TRT-LLM)" in flat_text
-    assert ("Each runs one drafter. This plan runs only small, so each gets small (chapter 32 says why the plan never"
+    assert ("Each runs one drafter. This plan runs only small, so each gets small (chapter 37 says why the plan never"
             " runs big).") in flat_text and {o.drafter.name for _, _, o in c19.buckets} == {"small"}
     # the method the configs name is the one chapter 19's figures give small
     assert dict(d[:2] for d in sd.chapter19_plan().drafters) == {"big": "draft_model", "small": "eagle"} and (
@@ -1293,12 +1306,16 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
         " option until it falls more than that below the fastest (chapter 19).") in text
 
 
-def test_chapter32_withholds_its_takeaway_when_big_is_the_better_draft(capsys):
+def test_chapters_32_and_37_withhold_their_takeaways_when_big_is_the_better_draft(capsys):
     # big as good as the target: its chains win at small B, so neither the tree's win nor 'big never pays' holds
     sd.demo32_first_choice(big_weight=1.0)
     said = " ".join(capsys.readouterr().out.split())
-    assert "Takeaway withheld" in said and "the tree wins at B = 1 on fewer passes; big's passes never pay" in said
-    assert "At B = 1 the tree wins" not in said and "Big never wins" not in said
+    assert "Takeaway withheld" in said and "the tree wins at B = 1 on fewer passes" in said
+    assert "At B = 1 it runs big's k = " in said and "not a tree. Why?" in said and "Chapter 37 asks" not in said
+    sd.demo37_big_never(big_weight=1.0)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Takeaway withheld" in said and "big's best trails small's at B = 1; big never wins at any B" in said
+    assert "With the stages as you have them, the plan runs big at some B." in said and "Big never wins" not in said
 
 
 def test_chapter19_withholds_its_takeaway_when_the_plan_runs_nothing(monkeypatch):
@@ -1381,7 +1398,7 @@ def test_chapter32_says_no_longer_chain_catches_the_tree(in_process):
     best = max(speeds, key=speeds.get)
     assert best == 10 and speeds[best] < in_process[0]["32"].shape.first_speed
     assert (f"small k = 10 10 {c:.4f} {sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 10):.3f} {speeds[best]:.2f}"
-            in text and "and wins. No chain of k = 9 to 16 catches it: k = 10 is their best. Big's k = 6") in text
+            in text and "and wins. No chain of k = 9 to 16 catches it: k = 10 is their best. Takeaway:") in text
 
 
 def test_chapter19_gives_big_s_best_speedup_at_b1(in_process):
@@ -1391,6 +1408,6 @@ def test_chapter19_gives_big_s_best_speedup_at_b1(in_process):
     c19 = sd.chapter19_plan()
     big = max(c19.speeds[0, i] for i, o in enumerate(c19.options) if o.drafter.name == "big")
     tree = max(c19.speeds[0, i] for i, o in enumerate(c19.options) if o.shape.startswith("tree"))
-    assert big < tree and "Chapter 32 says why the tree wins at B = 1 and big never runs." in text and (
+    assert big < tree and "Chapter 32 says why the tree wins at B = 1. Chapter 37 says why big never runs." in text and (
         f"{big:.2f}x" not in text)  # read 1679 could not rebuild 2.51 for 1.5 minutes: chapter 32 prints big's options
-    assert f"big k = 6 6 0.1348 4.533 {big:.2f}" in " ".join(section(in_process[1], "32").split())
+    assert f"big k = 6 6 0.1348 4.533 {big:.2f}" in " ".join(section(in_process[1], "37").split())

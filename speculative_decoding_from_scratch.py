@@ -5160,7 +5160,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     table([("policy", 24, "<")] + [(f"B = {b}", 9, ".2f") for b in batches], shown,
           groups=[("speedup", 1, len(batches))])
-    schedule, off = rows[1], rows[2]
+    off = rows[2]
     at = float(np.median([switched_off_at(r) for r in runs[rows[2][0]]]))  # where off for good went off
     ends = np.cumsum([length for length, _ in phases])
     where = next((f", in stretch {i + 1} of {len(phases)} (characters {e - length} to {e})"
@@ -5410,10 +5410,9 @@ def demo21_temperature(k=4, n_rounds=200, n_greedy=1000, n_exact=3):
     rows = temperature_rows(k, n_rounds, n_exact=n_exact)
     temperature_table(rows, k)
     same = attempt(lambda: greedy_is_argmax(n_greedy))
-    lower = temperature_words(rows, same, n_greedy, n_rounds, n_exact, k)
+    temperature_words(rows, same, n_greedy, n_rounds, n_exact, k)
     print()
     say("The option --detail compares these alphas with the paper's Table 3.")
-    hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
     good = [r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[5] is not None]  # the good draft, by T
     span = (f", from {good[0][5]:.2f}x at T = {good[0][1]:g} to {good[-1][5]:.2f}x at T = {good[-1][1]:g},"
             if len(good) > 1 else "")
@@ -5844,7 +5843,7 @@ def demo23_engines(**how):
             " The configs name EAGLE, a draft head trained on the target's own features; here the table"
             f" {main.name} stands in for it."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
-        (f"None of the three schedules a tree: where the plan runs one, each runs the plan's fastest chain"
+        ("None of the three schedules a tree: where the plan runs one, each runs the plan's fastest chain"
          + (f" there, {in_tree.pop()}. " if len(in_tree := {best_chain(c19, main, b) for lo, hi, o in c19.buckets
                                                              if o is not None and o.shape.startswith("tree")
                                                              for b in range(lo, hi + 1)}) == 1 else " at each B. ")

@@ -4945,10 +4945,9 @@ def pass_bytes(pairs, n_ctx):
 
 
 def demo19_shape(s, n_ctx, max_batch, longer=None):
-    """Chapter 19's paragraphs on what sets its plan: why the tree wins at B = 1 (chapter 32's), why big loses there
-    and at every B (chapter 37's), and how its c rises (the detail's), each said only while its numbers bear it out
-    ("" where withheld). longer: chapter 32's best chain past the plan's, (first k, last k, its k, its speedup),
-    named if it too trails the tree."""
+    """What sets chapter 19's plan: the tree at B = 1 (chapter 32's), big at B = 1 and at every B (chapter 37's), how
+    its c rises (the detail's), each said only while its numbers bear it out ("" where withheld). longer: chapter
+    32's best chain past the plan's, (first k, last k, its k, its speedup), named if it too trails the tree."""
     layers_set_kv = all(abs(share - a * b / (s.layers[2][0] * s.layers[2][1])) < 1e-12  # read 1506 rebuilt them
                         for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
@@ -4959,9 +4958,11 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
             if longer and longer[3] < s.first_speed else "") if s.first is not None and s.first.shape.startswith(
             "tree") and s.chain is not None and s.chain.tokens > s.first.tokens
         and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "",
-        f"{s.longest.drafter.name.capitalize()}'s {s.longest.shape} makes more tokens per call than the tree, but"
-        f" each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s."
-        if s.tree and s.first_speed > s.longest_speed else "",
+        f"At B = 1, {s.longest.drafter.name}'s fastest option, its {'chain of ' * s.longest.shape.startswith('k =')}"
+        f"{s.longest.shape}, makes more tokens per call than {s.first.drafter.name}'s tree of"
+        f" {s.first.positions - 1} drafts in {s.first.draft_passes} passes (chapter 32). But each of its passes costs"
+        f" {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it takes {s.longest.draft_passes} of"
+        f" them to the tree's {s.first.draft_passes}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
         " target's. So big's c rises" + (
             " toward the ratio of its KV cache to the target's, {:.2f}".format(s.kv_share[0]) + (
@@ -7057,11 +7058,17 @@ def demo32_first_choice(**how):
     said, more = demo19_shape(s, c19.n_ctx, c19.max_batch, longer=(c19.k_max + 1, 2 * c19.k_max, k_best, longest)), []
     if said[0]:
         print()
-        first_choice_table([(o.drafter.name, o.shape, o.draft_passes, s.c_small[0], o.tokens, speed) for o, speed in (
+        n = s.first.draft_passes  # a chain of as many passes as the tree's
+        same = exact_tokens_per_call(TARGET, Q, n)
+        rows = [(o.drafter.name, o.shape, o.draft_passes, s.c_small[0], o.tokens, speed) for o, speed in (
             (s.first, s.first_speed), (s.chain, s.chain_speed))] + [
-            ("small", f"k = {k_best}", k_best, s.c_small[0], exact_tokens_per_call(TARGET, Q, k_best), longest)])
+            ("small", f"k = {k}", k, s.c_small[0], t, t / (1 + k * s.c_small[0]))
+            for k, t in ((n, same), (k_best, exact_tokens_per_call(TARGET, Q, k_best)))]
+        first_choice_table([rows[0], rows[2], rows[1], rows[3]])
         print()
-        say("Tokens per call are exact for all three.", said[0])
+        say("Tokens per call are exact for all four.", (
+            f"With as many passes as the tree, the chain of {n} makes only {same:.3f}: in the tree, when a level's"
+            " first candidate is rejected, its sibling is tried next." if same < s.first.tokens else ""), said[0])
         crosses = next((b for shape, _, b, _, _ in s.checks if shape == first.shape), None)  # the tree's ridge
         more.append(
             f"Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
@@ -7559,20 +7566,10 @@ def demo37_big_never(**how):
         alphas[1] else "") + (" Yet the plan never runs big. Why?" if not s.big_runs else
                               " With the stages as you have them, the plan runs big at some B.")])
     print()
-    say(c_from_bytes_words((("big", big), ("small", small)), n_ctx))
+    say("Each draft's alpha comes from its table, and its cost from the shape of the model it stands for.",
+        c_from_bytes_words((("big", big), ("small", small)), n_ctx))
     said = demo19_shape(s, n_ctx, c19.max_batch)
     if said[1]:
-        chain = s.longest.shape.startswith("k =")
-        print()
-        say(f"At B = 1, below the ridge, an option's speedup is its tokens per call / (1 + n c), for n draft passes."
-            f" Big's fastest option there is its {'chain of ' * chain}{s.longest.shape}; small's is the plan's pick,"
-            f" its tree of {c19.nodes - 1} drafts in {s.first.draft_passes} passes (chapter 32)." + (
-                f" Big's tokens per call are 1 plus the first {s.longest.draft_passes} of its exact per-position rates"
-                f" at k = {c19.k_max}, which reads a little low: a shorter k's rounds start after a different mix of"
-                " tokens (chapter 27)." if chain else ""))
-        print()
-        first_choice_table([(o.drafter.name, o.shape, o.draft_passes, c, o.tokens, speed) for o, c, speed in (
-            (s.longest, s.c_longest, s.longest_speed), (s.first, s.c_small[0], s.first_speed))])
         print()
         say(said[1])
     if said[2]:
@@ -7580,21 +7577,20 @@ def demo37_big_never(**how):
         rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)),
                  *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
         print()
-        priced = checks_priced_by_free_positions(s, c19.options, n_ctx, shown)
-        say(said[2], "Past B = 1, chapter 19 prices each option on demo 6's roofline" + (
-            ": c is still bytes over bytes, but a check whose positions pass the ridge costs more than one plain pass"
-            " (chapter 25)." if priced and
-            pass_bytes(tuple((d, b) for b in shown for d in (big, small)), n_ctx) else "."),
-            f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
-                f", {fit_words(n_ctx, big, 'big', define=False)}:" if s.big_fit < c19.max_batch else ":"))
+        say(said[2], f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
+            f", the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and big:"
+            if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])
         print()
-        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.")
+        falls = all(a[j] > b[j] for a, b in zip(rows, rows[1:]) for j in (3, 4))
+        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
+            " Both fall as B grows: c rises, and a check whose positions pass the ridge costs more than one plain"
+            " pass (chapter 25)." if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     takeaway("big's drafts pass more often, but its passes cost far more than small's at B = 1, and more still as B"
              " grows: small's cheap passes win at every B.",
-        {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
+             {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
     return SimpleNamespace(c19=c19, shape=s, said=said)
 
 

@@ -4426,8 +4426,8 @@ def demo18_lossy(k=3, ctx=5, n=3):
                       " keeps at least as many drafts as the paper's rule."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x if p(x) is above the bar"
-                        " min(eps, s e^-H). H = -sum p ln p, the entropy of p, is large when p is spread, so a spread p"
-                        " lowers the bar; larger eps or s raise it. It never reads q. After a rejection: p's argmax;"
+                        " min(eps, s e^-H), for H = -sum p ln p, the entropy of p: the more spread p is, the lower"
+                        " the bar. It never reads q. After a rejection: p's argmax;"
                         " the bonus token: from p. Setting: eps, s (posterior_threshold, posterior_alpha; vLLM's"
                         f" defaults: {setting_text(TYPICAL_SHIPPED)})."),
             ("sglang", "SGLang's, on one-hot drafts: keep x if p(x) >= single, or else if u <= p(x) / acc, u uniform"

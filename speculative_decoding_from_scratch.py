@@ -3369,12 +3369,13 @@ def target_first_tokens_text(P, text, n):
 
 
 # -----------------------------------------------------------------------------
-# Chapter 12. Does speculation change greedy output?
+# Chapter 12. Does a verifying pass round the logits differently?
 # The algorithm is exact, yet a server's greedy text can change when
 # speculation is switched on. Plain decoding multiplies the output layer by one
 # state; a verifying pass multiplies it by k+1 states at once. A BLAS may add
 # those products up in another order for a wide product than for a narrow one,
-# so the logits can differ in their last bits, and near a tie the argmax flips.
+# so the logits can differ in their last bits, and near a tie the argmax flips
+# (chapter 38 decodes text on a layer built to tie).
 
 
 class GreedyHead:
@@ -3459,7 +3460,9 @@ def blas_name():
         return "a BLAS this numpy does not name"
 
 
-def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=100):
+def demo12_greedy_numerics(k=4, n_states=100):
+    """Chapter 12: each position's logits inside a verifying pass's wide product against the same position scored
+    alone: how many differ, by how much, and whether an argmax flips."""
     P = GreedyHead(gap=0)
     share, ulps, worst, flips, margin = widths_differ(P, n=n_states, k=k)
     say("Greedy decoding takes the likeliest token, the argmax of the logits: the scores the",
@@ -3482,21 +3485,14 @@ def demo12_greedy_numerics(n_prompts=16, n_tokens=32, k=4, gap=1e-6, n_states=10
         (f"No argmax flips: the smallest margin is {float(f'{margin:.1e}') / float(f'{worst:.1e}'):.0f} times the"
          " largest difference." if not flips and worst > 0 and margin > 10 * worst else "No argmax flips." if not flips else
          f"{plural(flips, 'argmax')} flip."), clock=True)
-    rows = demo12_texts(n_prompts, n_tokens, k, gap)
-    part = {r[0]: r[1] for r in rows}
     print()
-    say("The option --detail adds an exact tie, broken one way in plain decoding and another in verification.")
-    takeaway("changed greedy text is rounding near a tie, unless it survives width-independent"
-             " arithmetic; then it is a bug.",
-             {"width-independent arithmetic keeps every text": part["float32, each alone"].startswith("0/"),
-              "the bonus bug still parts texts": not str(part["the bonus bug, each alone"]).startswith(("0/", "not run"))},
+    say("Chapter 38 asks whether that can change the greedy text speculation writes.")
+    takeaway("a verifying pass can round the logits differently from scoring each position alone, in their last"
+             " bits; an argmax flips only where its top two logits are that close.",
+             {"the wide pass rounds differently here": share > 0,
+              "no argmax flips, each margin far above the largest difference": not flips and margin > 10 * worst},
              clock=True)
-    return SimpleNamespace(widths=(share, ulps, worst, flips, margin), rows=rows)
-
-
-def demo12_detail(result):
-    """Chapter 12 in detail: an exact tie needs one tie-break everywhere."""
-    result.ties = demo12_ties()
+    return SimpleNamespace(widths=(share, ulps, worst, flips, margin))
 
 
 def demo12_texts(n_prompts, n_tokens, k, gap):
@@ -3519,8 +3515,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     X = np.ones((wide.W.shape[1], k + 1), np.float32)
     cost = median_time(lambda: products_alone(wide.W, X)) / median_time(lambda: wide.W @ X)
     print()
-    say(f"A flip needs a near tie, so a second layer of the same shape is built to tie. Its rows come in pairs: a"
-        f" random row, and a copy with every entry moved by about {gap:.0e} of itself, so each pair's logits nearly"
+    say(f"The layer here is a float32 matrix, a row for each of {len(wide):,} tokens over a state of"
+        f" {wide.W.shape[1]}, built to tie. Its rows come in pairs: a random row, and a copy with every entry moved by about {gap:.0e} of itself, so each pair's logits nearly"
         " tie: whichever row scores highest, its twin scores almost as high.".replace("e-0", "e-"),
         "A position's state stands in for a model's layers: a random vector for its token, plus half the random"
         " vector for the token before.",
@@ -7004,7 +7000,8 @@ def plan_choice_words(c19):
     """The sentence chapters 32 and 37 open with: what chapter 19's plan chooses among."""
     return ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
             f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it:"
-            f" a chain of k = 1 to {c19.k_max} drafts, or a tree.")
+            f" a chain of k = 1 to {c19.k_max} drafts, or, for {and_list([m.name for m in c19.measured if m.tree])},"
+            " a tree.")
 
 
 def first_choice_table(rows):
@@ -7588,10 +7585,42 @@ def demo37_big_never(**how):
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             " Both fall as B grows: c rises, and a check whose positions pass the ridge costs more than one plain"
             " pass (chapter 25)." if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
-    takeaway("big's drafts pass more often, but its passes cost far more than small's at B = 1, and more still as B"
+    takeaway("big's drafts pass more often, but each of its passes costs many times small's, and its c climbs as B"
              " grows: small's cheap passes win at every B.",
              {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
     return SimpleNamespace(c19=c19, shape=s, said=said)
+
+
+# -----------------------------------------------------------------------------
+# Chapter 38. Can rounding change greedy text?
+# Chapter 12's wide product on a layer built to tie: greedy text decoded
+# plainly and by speculation, under three kinds of arithmetic and one bug.
+
+
+def demo38_greedy_text(n_prompts=16, n_tokens=32, k=4, gap=1e-6):
+    """Chapter 38: greedy text decoded plainly and by speculation on a layer built to tie, under three kinds of
+    arithmetic and one bug: what parts the texts."""
+    say("Greedy decoding takes the likeliest token, the argmax of the logits: the scores the output layer gives each"
+        " token before softmax. Plain decoding multiplies the layer's weight matrix by one hidden state; a verifying"
+        " pass multiplies it by k+1 states at once: a wide product. Floating point can round the two differently,"
+        " in their last bits (chapter 12), and an argmax flips only at a near tie. Can that change the greedy text"
+        " speculation writes? A line marked (clock) may differ on another machine: it depends on this one's"
+        " arithmetic, as a timing depends on its clock.")
+    rows = demo12_texts(n_prompts, n_tokens, k, gap)
+    part = {r[0]: r[1] for r in rows}
+    print()
+    say("The option --detail adds an exact tie, broken one way in plain decoding and another in verification.")
+    takeaway("changed greedy text is rounding near a tie, unless it survives width-independent"
+             " arithmetic; then it is a bug.",
+             {"width-independent arithmetic keeps every text": part["float32, each alone"].startswith("0/"),
+              "the bonus bug still parts texts": not str(part["the bonus bug, each alone"]).startswith(("0/", "not run"))},
+             clock=True)
+    return SimpleNamespace(rows=rows)
+
+
+def demo38_detail(result):
+    """Chapter 38 in detail: an exact tie needs one tie-break everywhere."""
+    result.ties = demo12_ties()
 
 
 # =============================================================================
@@ -7618,7 +7647,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "9": ("What does the verifier see of the draft?", demo9_verifiers),
     "10": ("Which k for my server?", demo10_server),
     "11": ("Can the text itself be the draft?", demo11_no_draft_model),
-    "12": ("Does speculation change greedy output?", demo12_greedy_numerics),
+    "12": ("Does a verifying pass round the logits differently?", demo12_greedy_numerics),
     "13": ("What does checking cost on this machine?", demo13_clock),
     "14": ("What does judging the drafts as a block gain?", demo14_block_gain),
     "15": ("How did a shipped block verifier break?", demo15_shipped_block),
@@ -7644,6 +7673,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "35": ("Where does a chain schedule lose most to the tree?", demo35_chain_loss),
     "36": ("Does pricing the check predict the clock?", demo36_clock_model),
     "37": ("Why does the plan never run big?", demo37_big_never),
+    "38": ("Can rounding change greedy text?", demo38_greedy_text),
 }
 DEMOS = {**LESSON, **CHAPTERS}
 DETAILS = {  # --detail: what a practitioner needs and a student does not
@@ -7654,7 +7684,6 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "9": demo9_detail,
     "10": demo10_detail,
     "11": demo11_detail,
-    "12": demo12_detail,
     "13": lambda result: demo13_detail(),
     "14": demo14_detail,
     "15": demo15_detail,
@@ -7672,6 +7701,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "32": lambda result: say_paragraphs([result.more]),
     "33": demo33_detail,
     "34": demo34_detail,
+    "38": demo38_detail,
 }
 LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the

@@ -243,7 +243,7 @@ def test_list_and_help(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["99"], "unknown demo '99'; the lesson is 1-6, the chapters 7-37, and all runs every chapter"),
+    (["99"], "unknown demo '99'; the lesson is 1-6, the chapters 7-38, and all runs every chapter"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["2", "x"], "unknown demo 'x'"), (["--list", "2"], "--list takes no numbers, got 2"),
     (["--seed", "5"], "--seed goes with --trace"), (["--rule", "argmax"], "--rule goes with --trace"),

@@ -3434,23 +3434,6 @@ def widths_differ(P, n=100, k=4, seed=24):
             int((alone.argmax(axis=0) != wide.argmax(axis=0)).sum()), float(top_margin(alone).min()))
 
 
-def first_divergence(P, D, prompt, n_tokens, k, verify=verify_round):
-    """Where greedy speculative decoding first parts from plain greedy decoding of
-    the same target, and the top-two margin of plain decoding's logits there:
-    (position or None, margin or None). D drafts; plain decoding is P's own."""
-    plain = plain_decode(P, prompt, n_tokens, np.random.default_rng(0))
-    spec = spec_generate(P, D, prompt, n_tokens, k, np.random.default_rng(0), verify)[0]
-    i = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
-    if i is None:
-        return None, None
-    alone = P.logits([*prompt, *plain[:i]])  # the narrow logits plain decoding chose from
-    return i, float(top_margin(alone)[0])
-
-
-GREEDY_BUGS = {"bonus from p": [("verify_round", "emitted.append(sample_from(p_rows[-1], rng.random()))  # the bonus token",
-                                 "emitted.append(sample_from(p, rng.random()))")]}  # demo 12's bug
-
-
 def blas_name():
     """The BLAS numpy calls for W @ X, as its build reports it."""
     try:
@@ -3493,84 +3476,6 @@ def demo12_greedy_numerics(k=4, n_states=100):
               "no argmax flips, each margin far above the largest difference": not flips and margin > 10 * worst},
              clock=True)
     return SimpleNamespace(widths=(share, ulps, worst, flips, margin))
-
-
-def demo12_texts(n_prompts, n_tokens, k, gap):
-    """Demo 12: plain against speculative greedy text, under three kinds of arithmetic and one bug."""
-    rng, wide = np.random.default_rng(25), GreedyHead(gap=gap)
-    prompts_ = [[int(x) for x in rng.integers(0, len(wide), 2)] for _ in range(n_prompts)]
-    cases = [("float32, one product", wide, this_module()),
-             ("float32, each alone", GreedyHead(gap=gap, alone=True), this_module()),
-             ("float64, one product", GreedyHead(gap=gap, dtype=np.float64), this_module()),
-             ("the bonus bug, each alone", GreedyHead(gap=gap, alone=True), bugged("bonus from p", GREEDY_BUGS))]
-    rows = []
-    for label, P, m in cases:
-        if isinstance(m, str):
-            rows.append((label, "not run", None, None))
-            continue
-        D = GreedyHead(gap=gap, dtype=P.W.dtype, alone=True)  # the target itself, one position at a time
-        parts = [p for p in (m.first_divergence(P, D, prompt, n_tokens, k) for prompt in prompts_) if p[0] is not None]
-        rows.append((label, f"{len(parts)}/{n_prompts}", float(np.median([p[0] + 1 for p in parts])) if parts else None,
-                     max(p[1] for p in parts) if parts else None))
-    X = np.ones((wide.W.shape[1], k + 1), np.float32)
-    cost = median_time(lambda: products_alone(wide.W, X)) / median_time(lambda: wide.W @ X)
-    print()
-    say(f"The layer here is a float32 matrix, a row for each of {len(wide):,} tokens over a state of"
-        f" {wide.W.shape[1]}, built to tie. Its rows come in pairs: a random row, and a copy with every entry moved by about {gap:.0e} of itself, so each pair's logits nearly"
-        " tie: whichever row scores highest, its twin scores almost as high.".replace("e-0", "e-"),
-        "A position's state stands in for a model's layers: a random vector for its token, plus half the random"
-        " vector for the token before.",
-        f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
-        f" at k = {k}, and the two texts are compared. The draft is the target itself, scoring a position at a"
-        " time. Under greedy decoding a draft is kept only if it is the verifying pass's argmax too. So in the first"
-        " three rows any difference comes from the verifying pass's arithmetic; the float64 row decodes plainly in"
-        " float64 too. The last row adds a bug: the bonus"
-        " token scored at the last draft's position, not the one after it, so it repeats the last draft. For the"
-        " prompts whose texts differ: the median token where they first part, and the largest top-two margin"
-        " there:")
-    print()
-    table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
-           ("largest margin", 16, ".1e")], rows, clock=True)
-    part = {r[0]: r[1] for r in rows}  # "n/N": n of the N texts part
-    print()
-    say("One wide product parts the texts." if not part["float32, one product"].startswith("0/") else
-        "Even one wide product keeps the texts here.",
-        "Each position alone makes the pass width-independent, and " + (
-            "the texts agree," if part["float32, each alone"].startswith("0/") else "NOT all texts agree,")
-        + f" at {cost:.1f}x the time of one wide product.", "Float64, with one wide product, " + ((
-            f"agrees too: its rounding, about {np.finfo(np.float64).eps:.0e} of a logit, is far below the"
-            f" {gap:.0e} near-ties.".replace("e-0", "e-") if np.finfo(np.float64).eps * 1e3 < gap else "agrees too.")
-            if part["float64, one product"].startswith("0/") else "does NOT agree."),
-        "The bonus bug, with each position scored alone, " + (
-            "still parts them: a bug, not arithmetic." if not part["the bonus bug, each alone"].startswith("0/")
-            else "does NOT part them."), clock=True)
-    return rows
-
-
-def demo12_ties(n_tokens=200, k=4):
-    """Demo 12: an exact tie, broken one way in plain decoding and another in verification."""
-    tied = TARGET.copy()
-    top = np.argsort(tied[0])[-2:]
-    tied[0, top] = tied[0, top].mean()  # context 'a': its two likeliest tokens now tie exactly
-    plain = plain_decode(temper(tied, 0), [0], n_tokens, np.random.default_rng(0))
-    highest = one_hot(len(tied) - 1 - tied[:, ::-1].argmax(axis=1), len(tied))  # ties to the highest id
-    rows = []
-    for label, P0 in (("as plain decoding", temper(tied, 0)), ("to the highest id", highest)):
-        spec = spec_generate(P0, temper(MIDDLING, 0), [0], n_tokens, k, np.random.default_rng(0))[0]
-        first = next((i + 1 for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
-        rows.append((label, "all the same" if first is None else f"part at token {first}"))
-    print()
-    say("An exact tie needs one rule everywhere. Back on the six-token tables, tie the two likeliest tokens after"
-        f" 'a'. Decode from the prompt 'a' at k = {k}, drafting with the middling draft; at temperature 0 a tie goes"
-        " to the lower id:")
-    print()
-    table([("verification breaks ties", 26, "<"), (f"first {n_tokens} tokens", 20, "<")], rows)
-    print()
-    say("One tie-break everywhere keeps the text;" if rows[0][1] == "all the same" else
-        "NOT even one tie-break keeps the text;",
-        "another in verification changes it." if rows[1][1] != "all the same" else
-        "another in verification does NOT change it here.")
-    return rows
 
 
 # -----------------------------------------------------------------------------
@@ -7595,6 +7500,101 @@ def demo37_big_never(**how):
 # Chapter 38. Can rounding change greedy text?
 # Chapter 12's wide product on a layer built to tie: greedy text decoded
 # plainly and by speculation, under three kinds of arithmetic and one bug.
+
+
+def first_divergence(P, D, prompt, n_tokens, k, verify=verify_round):
+    """Where greedy speculative decoding first parts from plain greedy decoding of
+    the same target, and the top-two margin of plain decoding's logits there:
+    (position or None, margin or None). D drafts; plain decoding is P's own."""
+    plain = plain_decode(P, prompt, n_tokens, np.random.default_rng(0))
+    spec = spec_generate(P, D, prompt, n_tokens, k, np.random.default_rng(0), verify)[0]
+    i = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
+    if i is None:
+        return None, None
+    alone = P.logits([*prompt, *plain[:i]])  # the narrow logits plain decoding chose from
+    return i, float(top_margin(alone)[0])
+
+
+GREEDY_BUGS = {"bonus from p": [("verify_round", "emitted.append(sample_from(p_rows[-1], rng.random()))  # the bonus token",
+                                 "emitted.append(sample_from(p, rng.random()))")]}  # demo 12's bug
+
+
+def demo12_texts(n_prompts, n_tokens, k, gap):
+    """Demo 12: plain against speculative greedy text, under three kinds of arithmetic and one bug."""
+    rng, wide = np.random.default_rng(25), GreedyHead(gap=gap)
+    prompts_ = [[int(x) for x in rng.integers(0, len(wide), 2)] for _ in range(n_prompts)]
+    cases = [("float32, one product", wide, this_module()),
+             ("float32, each alone", GreedyHead(gap=gap, alone=True), this_module()),
+             ("float64, one product", GreedyHead(gap=gap, dtype=np.float64), this_module()),
+             ("the bonus bug, each alone", GreedyHead(gap=gap, alone=True), bugged("bonus from p", GREEDY_BUGS))]
+    rows = []
+    for label, P, m in cases:
+        if isinstance(m, str):
+            rows.append((label, "not run", None, None))
+            continue
+        D = GreedyHead(gap=gap, dtype=P.W.dtype, alone=True)  # the target itself, one position at a time
+        parts = [p for p in (m.first_divergence(P, D, prompt, n_tokens, k) for prompt in prompts_) if p[0] is not None]
+        rows.append((label, f"{len(parts)}/{n_prompts}", float(np.median([p[0] + 1 for p in parts])) if parts else None,
+                     max(p[1] for p in parts) if parts else None))
+    X = np.ones((wide.W.shape[1], k + 1), np.float32)
+    cost = median_time(lambda: products_alone(wide.W, X)) / median_time(lambda: wide.W @ X)
+    print()
+    say(f"The layer here is a float32 matrix, a row for each of {len(wide):,} tokens over a state of"
+        f" {wide.W.shape[1]}, built to tie. Its rows come in pairs: a random row, and a copy with every entry moved by about {gap:.0e} of itself, so each pair's logits nearly"
+        " tie: whichever row scores highest, its twin scores almost as high.".replace("e-0", "e-"),
+        "A position's state stands in for a model's layers: a random vector for its token, plus half the random"
+        " vector for the token before.",
+        f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
+        f" at k = {k}, and the two texts are compared. The draft is the target itself, scoring a position at a"
+        " time. Under greedy decoding a draft is kept only if it is the verifying pass's argmax too. So in the first"
+        " three rows any difference comes from the verifying pass's arithmetic; the float64 row decodes plainly in"
+        " float64 too. The last row adds a bug: the bonus"
+        " token scored at the last draft's position, not the one after it, so it repeats the last draft. For the"
+        " prompts whose texts differ: the median token where they first part, and the largest top-two margin"
+        " there:")
+    print()
+    table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
+           ("largest margin", 16, ".1e")], rows, clock=True)
+    part = {r[0]: r[1] for r in rows}  # "n/N": n of the N texts part
+    print()
+    say("One wide product parts the texts." if not part["float32, one product"].startswith("0/") else
+        "Even one wide product keeps the texts here.",
+        "Each position alone makes the pass width-independent, and " + (
+            "the texts agree," if part["float32, each alone"].startswith("0/") else "NOT all texts agree,")
+        + f" at {cost:.1f}x the time of one wide product.", "Float64, with one wide product, " + ((
+            f"agrees too: its rounding, about {np.finfo(np.float64).eps:.0e} of a logit, is far below the"
+            f" {gap:.0e} near-ties.".replace("e-0", "e-") if np.finfo(np.float64).eps * 1e3 < gap else "agrees too.")
+            if part["float64, one product"].startswith("0/") else "does NOT agree."),
+        "The bonus bug, with each position scored alone, " + (
+            "still parts them: a bug, not arithmetic." if not part["the bonus bug, each alone"].startswith("0/")
+            else "does NOT part them."), clock=True)
+    return rows
+
+
+def demo12_ties(n_tokens=200, k=4):
+    """Demo 12: an exact tie, broken one way in plain decoding and another in verification."""
+    tied = TARGET.copy()
+    top = np.argsort(tied[0])[-2:]
+    tied[0, top] = tied[0, top].mean()  # context 'a': its two likeliest tokens now tie exactly
+    plain = plain_decode(temper(tied, 0), [0], n_tokens, np.random.default_rng(0))
+    highest = one_hot(len(tied) - 1 - tied[:, ::-1].argmax(axis=1), len(tied))  # ties to the highest id
+    rows = []
+    for label, P0 in (("as plain decoding", temper(tied, 0)), ("to the highest id", highest)):
+        spec = spec_generate(P0, temper(MIDDLING, 0), [0], n_tokens, k, np.random.default_rng(0))[0]
+        first = next((i + 1 for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
+        rows.append((label, "all the same" if first is None else f"part at token {first}"))
+    print()
+    say("An exact tie needs one rule everywhere. Back on the six-token tables, tie the two likeliest tokens after"
+        f" 'a'. Decode from the prompt 'a' at k = {k}, drafting with the middling draft; at temperature 0 a tie goes"
+        " to the lower id:")
+    print()
+    table([("verification breaks ties", 26, "<"), (f"first {n_tokens} tokens", 20, "<")], rows)
+    print()
+    say("One tie-break everywhere keeps the text;" if rows[0][1] == "all the same" else
+        "NOT even one tie-break keeps the text;",
+        "another in verification changes it." if rows[1][1] != "all the same" else
+        "another in verification does NOT change it here.")
+    return rows
 
 
 def demo38_greedy_text(n_prompts=16, n_tokens=32, k=4, gap=1e-6):

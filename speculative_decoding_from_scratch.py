@@ -7516,11 +7516,11 @@ def first_divergence(P, D, prompt, n_tokens, k, verify=verify_round):
 
 
 GREEDY_BUGS = {"bonus from p": [("verify_round", "emitted.append(sample_from(p_rows[-1], rng.random()))  # the bonus token",
-                                 "emitted.append(sample_from(p, rng.random()))")]}  # demo 12's bug
+                                 "emitted.append(sample_from(p, rng.random()))")]}  # chapter 38's bug
 
 
-def demo12_texts(n_prompts, n_tokens, k, gap):
-    """Demo 12: plain against speculative greedy text, under three kinds of arithmetic and one bug."""
+def demo38_texts(n_prompts, n_tokens, k, gap):
+    """Chapter 38: plain against speculative greedy text, under three kinds of arithmetic and one bug."""
     rng, wide = np.random.default_rng(25), GreedyHead(gap=gap)
     prompts_ = [[int(x) for x in rng.integers(0, len(wide), 2)] for _ in range(n_prompts)]
     cases = [("float32, one product", wide, this_module()),
@@ -7571,8 +7571,8 @@ def demo12_texts(n_prompts, n_tokens, k, gap):
     return rows
 
 
-def demo12_ties(n_tokens=200, k=4):
-    """Demo 12: an exact tie, broken one way in plain decoding and another in verification."""
+def demo38_ties(n_tokens=200, k=4):
+    """Chapter 38 in detail: an exact tie, broken one way in plain decoding and another in verification."""
     tied = TARGET.copy()
     top = np.argsort(tied[0])[-2:]
     tied[0, top] = tied[0, top].mean()  # context 'a': its two likeliest tokens now tie exactly
@@ -7606,7 +7606,7 @@ def demo38_greedy_text(n_prompts=16, n_tokens=32, k=4, gap=1e-6):
         " in their last bits (chapter 12), and an argmax flips only at a near tie. Can that change the greedy text"
         " speculation writes? A line marked (clock) may differ on another machine: it depends on this one's"
         " arithmetic, as a timing depends on its clock.")
-    rows = demo12_texts(n_prompts, n_tokens, k, gap)
+    rows = demo38_texts(n_prompts, n_tokens, k, gap)
     part = {r[0]: r[1] for r in rows}
     print()
     say("The option --detail adds an exact tie, broken one way in plain decoding and another in verification.")
@@ -7620,7 +7620,7 @@ def demo38_greedy_text(n_prompts=16, n_tokens=32, k=4, gap=1e-6):
 
 def demo38_detail(result):
     """Chapter 38 in detail: an exact tie needs one tie-break everywhere."""
-    result.ties = demo12_ties()
+    result.ties = demo38_ties()
 
 
 # =============================================================================

@@ -169,7 +169,7 @@ def test_chapter12s_float64_sentence_reads_its_own_row(monkeypatch, capsys, floa
         return real(P, D, prompt, n_tokens, k, verify)
     monkeypatch.setattr(sd, "first_divergence", fake)
     monkeypatch.setattr(sd, "median_time", lambda f, **kw: 1e-3)
-    sd.demo12_texts(4, 16, 4, 1e-6)
+    sd.demo38_texts(4, 16, 4, 1e-6)
     text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
     assert ("Float64, with one wide product, does NOT agree." in text) == float64_parts
     assert ("Float64, with one wide product, agrees too: its rounding, about 2e-16 of a logit, is far below the 1e-6"

@@ -1,4 +1,4 @@
-"""Why greedy output can change under speculation (demo 12): the mechanism, not
+"""Why greedy output can change under speculation (chapters 12 and 38): the mechanism, not
 this machine's figures. A product may round differently at another width; an
 argmax flips only near a tie; arithmetic that does not depend on the width
 keeps plain and speculative greedy text the same; a real bug parts them
@@ -80,7 +80,7 @@ def test_a_real_bug_parts_the_text_whatever_the_arithmetic():
 
 
 def test_an_exact_tie_needs_one_tie_break_everywhere():
-    rows = quiet(sd.demo12_ties)
+    rows = quiet(sd.demo38_ties)
     assert rows == [("as plain decoding", "all the same"), ("to the highest id", "part at token 1")]
     tied = np.array([[0.4, 0.4, 0.2]] * 3)
     assert sd.temper(tied, 0)[0].tolist() == [1, 0, 0]  # ties go to the lower id

@@ -1,7 +1,7 @@
 """Areas the earlier tests left silent, each pinned against a hand-worked case
 or an independent computation: the copying model's match rule, the drafters'
 own settings, APEX-1's port and the fit it is judged by, chapter 11's and
-chapter 12's numbers, the text trace, sentences and cells that read a row,
+chapters 12 and 38's numbers, the text trace, sentences and cells that read a row,
 bad input, and the edit machinery."""
 import contextlib
 import io
@@ -132,7 +132,7 @@ def test_a_verifying_pass_is_priced_at_k_plus_one_positions():
         sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 16, 1, 256))[0]
 
 
-# --- chapter 12 ------------------------------------------------------------------------------------------
+# --- chapters 12 and 38 --------------------------------------------------------------------------------
 
 def test_ulps_are_counted_in_the_spacing_at_each_value(monkeypatch):
     # a layer whose wide product is 1000 everywhere and whose narrow one is two float32 spacings above:

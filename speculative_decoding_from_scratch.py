@@ -6799,10 +6799,8 @@ def demo30_pairs():
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
-    gives_back = (f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = "
-                  + " + ".join(f"max(0, w_1 p({t}) - q({t}))" for t in "ab"[:len(owed)]) + " = "
-                  + z_terms(owed, Q2[0])
-                  + f" = 0: position 1 is never a cut point. It keeps both with chance w_2 = {fraction(aa[4])}:"
+    gives_back = (f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = 0 (--detail"
+                  f" sums it): position 1 is never a cut point. It keeps both with chance w_2 = {fraction(aa[4])}:"
                   f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")

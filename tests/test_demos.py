@@ -1359,7 +1359,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " always keep it. The weight w_1 = 1/2 carries into w_2, where p(b) / q(b) = 2 makes up for it: w_2 ="
             " min(1, 1/2 * 2) = 1. So position 2 is always a"
             " cut point, and the block keeps both. It is not better on every"
-            " pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = max(0, w_1 p(a) - q(a)) + max(0, w_1 p(b) - q(b)) = max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0: position 1 is"
+            " pair. On 'a' then 'a', w_1 = 1/2, so Z_1 = 0 (--detail sums it): position 1 is"
             " never a cut point. It"
             " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each"
@@ -1423,6 +1423,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1."
             " Each verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by") in flat(text30)
     assert "2/9 of a draft" not in flat(text30)  # the sums term by term are the detail's; the chapter gives the total
+    assert "max(0, 1/6 - 2/3)" not in flat(text30)  # Z_1's terms too (reads 1714 and 1728 summed them in the chapter)
     # after 'b', w_1 = 1 and Z_1 = max(0, 1/3 - 2/3) + max(0, 2/3 - 1/3) = 1/3, so h_1 = (1/3) / (1/3 + 0) = 1
     assert sd.block_threshold(1.0, P2[1], Q2[1]) == pytest.approx(1)
     # the tie by hand: after 'b', w_2 = min(1, 1 * p/q), the chance token-wise checking keeps the second draft

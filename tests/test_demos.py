@@ -1423,7 +1423,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1."
             " Each verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by") in flat(text30)
     assert "2/9 of a draft" not in flat(text30)  # the sums term by term are the detail's; the chapter gives the total
-    assert "max(0, 1/6 - 2/3)" not in flat(text30)  # Z_1's terms too (reads 1708 and 1725 checked them again in the prose, after the table)
+    # Z_1's terms too (reads 1708 and 1725 checked them again in the prose, after the table)
+    assert "max(0, 1/6 - 2/3)" not in flat(text30)
     # after 'b', w_1 = 1 and Z_1 = max(0, 1/3 - 2/3) + max(0, 2/3 - 1/3) = 1/3, so h_1 = (1/3) / (1/3 + 0) = 1
     assert sd.block_threshold(1.0, P2[1], Q2[1]) == pytest.approx(1)
     # the tie by hand: after 'b', w_2 = min(1, 1 * p/q), the chance token-wise checking keeps the second draft

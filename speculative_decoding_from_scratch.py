@@ -4765,9 +4765,8 @@ def demo19_tuning(**how):
 
 
 def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
-    """What sets chapter 19's plan, from its numbers: the tree against the chain that keeps the most tokens, at B = 1;
-    whether big runs anywhere, and its c at both ends, with the share of the target's KV cache its own is; and where
-    each planned k's check crosses the ridge."""
+    """What sets chapter 19's plan, from its numbers: the tree against the chains at B = 1; whether big runs, its c
+    at both ends and its KV cache's share of the target's; and where each planned check crosses the ridge."""
     big, small = shapes
     first = buckets[0][2]
     rivals = [i for i, o in enumerate(options) if first is not None and o.drafter.name != first.drafter.name]
@@ -4860,10 +4859,11 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
             "tree") and s.chain is not None and s.chain.tokens > s.first.tokens
         and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "",
         f"At B = 1, {s.longest.drafter.name}'s fastest option, its {'chain of ' * s.longest.shape.startswith('k =')}"
-        f"{s.longest.shape}, makes more tokens per call than {s.first.drafter.name}'s tree of"
-        f" {s.first.positions - 1} drafts in {s.first.draft_passes} passes (chapter 32). But each of its passes costs"
-        f" {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it takes {s.longest.draft_passes} of"
-        f" them to the tree's {s.first.draft_passes}." if s.tree and s.first_speed > s.longest_speed else "",
+        f"{s.longest.shape}, makes about {s.longest.tokens:.1f} tokens per call, more than {s.first.drafter.name}'s"
+        f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts in {s.first.draft_passes} passes (chapter"
+        f" 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it"
+        f" takes {s.longest.draft_passes} of them to the tree's {s.first.draft_passes}."
+        if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
         " target's. So big's c rises" + (
             " toward the ratio of its KV cache to the target's, {:.2f}".format(s.kv_share[0]) + (
@@ -6968,7 +6968,8 @@ def demo32_first_choice(**how):
         print()
         say("Tokens per call are exact for all four.", (
             f"With as many passes as the tree, the chain of {n} makes only {same:.3f}: in the tree, when a level's"
-            " first candidate is rejected, its sibling is tried next." if same < s.first.tokens else ""), said[0])
+            " first candidate is rejected, its sibling is tried next, against the residual max(0, p - q)"
+            " normalised." if same < s.first.tokens else ""), said[0])
         crosses = next((b for shape, _, b, _, _ in s.checks if shape == first.shape), None)  # the tree's ridge
         more.append(
             f"Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
@@ -7478,8 +7479,7 @@ def demo37_big_never(**how):
                  *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
         print()
         say(said[2], f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
-            f", the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and big:"
-            if s.big_fit < c19.max_batch else ":"))
+            f", {fit_words(n_ctx, big, 'big', define=False)}:" if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])

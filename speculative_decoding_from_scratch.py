@@ -6907,12 +6907,6 @@ def plan_choice_words(c19):
             " a tree.")
 
 
-def first_choice_table(rows):
-    """Chapters 32's and 37's options at B = 1: (draft, option, passes, c, tokens per call, speedup)."""
-    table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
-           ("tokens per call", 17, "<"), ("speedup", 8, ".2f")], [(*r[:4], f"{r[4]:.3f}", r[5]) for r in rows])
-
-
 def c_from_bytes_words(named, n_ctx):
     """Chapters 32's and 37's paragraph on a draft's c at B = 1: each named (name, shape)'s layers and width, and the
     bytes its pass reads against the target's, said only while c is bytes over bytes."""
@@ -6964,7 +6958,9 @@ def demo32_first_choice(**how):
             (s.first, s.first_speed), (s.chain, s.chain_speed))] + [
             ("small", f"k = {k}", k, s.c_small[0], t, t / (1 + k * s.c_small[0]))
             for k, t in ((n, same), (k_best, exact_tokens_per_call(TARGET, Q, k_best)))]
-        first_choice_table([rows[0], rows[2], rows[1], rows[3]])
+        table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
+               ("tokens per call", 17, "<"), ("speedup", 8, ".2f")],
+              [(*r[:4], f"{r[4]:.3f}", r[5]) for r in (rows[0], rows[2], rows[1], rows[3])])
         print()
         say("Tokens per call are exact for all four.", (
             f"With as many passes as the tree, the chain of {n} makes only {same:.3f}: in the tree, when a level's"

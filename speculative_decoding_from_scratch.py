@@ -6947,20 +6947,20 @@ def demo32_first_choice(**how):
         " At B = 1, below the ridge, an option's speedup is its tokens per call / (1 + n c),"
         " for n draft passes.")
     Q = dict((d[0], d[2]) for d in c19.drafters)["small"]  # past the plan's k = 8, at B = 1, exactly
-    k_best, longest = max(((k, exact_tokens_per_call(TARGET, Q, k) / (1 + k * s.c_small[0]))
+    c = s.c_small[0]
+    k_best, k_speed = max(((k, exact_tokens_per_call(TARGET, Q, k) / (1 + k * c))
                            for k in range(c19.k_max + 1, 2 * c19.k_max + 1)), key=lambda x: x[1])
-    said, more = demo19_shape(s, c19.n_ctx, c19.max_batch, longer=(c19.k_max + 1, 2 * c19.k_max, k_best, longest)), []
+    said, more = demo19_shape(s, c19.n_ctx, c19.max_batch, longer=(c19.k_max + 1, 2 * c19.k_max, k_best, k_speed)), []
     if said[0]:
         print()
         n = s.first.draft_passes  # a chain of as many passes as the tree's
         same = exact_tokens_per_call(TARGET, Q, n)
-        rows = [(o.drafter.name, o.shape, o.draft_passes, s.c_small[0], o.tokens, speed) for o, speed in (
-            (s.first, s.first_speed), (s.chain, s.chain_speed))] + [
-            ("small", f"k = {k}", k, s.c_small[0], t, t / (1 + k * s.c_small[0]))
-            for k, t in ((n, same), (k_best, exact_tokens_per_call(TARGET, Q, k_best)))]
+        rows = [(s.first.shape, n, s.first.tokens, s.first_speed), (f"k = {n}", n, same, same / (1 + n * c)),
+                (s.chain.shape, s.chain.draft_passes, s.chain.tokens, s.chain_speed),
+                (f"k = {k_best}", k_best, exact_tokens_per_call(TARGET, Q, k_best), k_speed)]
         table([("draft", 5, "<"), ("option", 14, "<"), ("passes n", 10, "d"), ("c", 8, ".4f"),
                ("tokens per call", 17, "<"), ("speedup", 8, ".2f")],
-              [(*r[:4], f"{r[4]:.3f}", r[5]) for r in (rows[0], rows[2], rows[1], rows[3])])
+              [(s.first.drafter.name, shape, passes, c, f"{tokens:.3f}", speed) for shape, passes, tokens, speed in rows])
         print()
         say("Tokens per call are exact for all four.", (
             f"With as many passes as the tree, the chain of {n} makes only {same:.3f}: in the tree, when a level's"

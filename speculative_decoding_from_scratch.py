@@ -6799,8 +6799,9 @@ def demo30_pairs():
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
-    gives_back = (f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, so Z_1 = 0 (--detail"
-                  f" sums it): position 1 is never a cut point. It keeps both with chance w_2 = {fraction(aa[4])}:"
+    gives_back = (f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, and w_1 p(y) <= q(y)"
+                  " for both tokens y, so Z_1 = 0 (--detail sums it): position 1 is never a cut point. It keeps both"
+                  f" with chance w_2 = {fraction(aa[4])}:"
                   f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
@@ -6903,8 +6904,8 @@ def plan_choice_words(c19):
     """The sentence chapters 32 and 37 open with: what chapter 19's plan chooses among."""
     return ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
             f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it:"
-            f" a chain of k = 1 to {c19.k_max} drafts, or, for {and_list([m.name for m in c19.measured if m.tree])},"
-            " a tree.")
+            f" a chain of k = 1 to {c19.k_max} drafts, or a tree, which only"
+            f" {and_list([m.name for m in c19.measured if m.tree])} was measured as.")
 
 
 def c_from_bytes_words(named, n_ctx):
@@ -6912,7 +6913,8 @@ def c_from_bytes_words(named, n_ctx):
     bytes its pass reads against the target's, said only while c is bytes over bytes."""
     (first, shape), *rest = named
     gb = pass_bytes(tuple((d, 1) for _, d in named), n_ctx)
-    return (f"{first.capitalize()} stands for a {shape[2]}-layer model of width {shape[0]}" + "".join(
+    return ("Each draft's alpha comes from its table, and its cost from the shape of the model it stands for."
+            f" {first.capitalize()} stands for a {shape[2]}-layer model of width {shape[0]}" + "".join(
         f", {n} for {d[2]} layers of width {d[0]}" for n, d in rest) + f"; the target has {LLAMA2_7B[2]} layers of"
         f" {LLAMA2_7B[0]}. A draft's c, a pass's cost in target passes, comes from the bytes a pass reads: its"
         " weights, and every sequence's KV cache, the keys and values of its tokens." + (
@@ -6964,8 +6966,8 @@ def demo32_first_choice(**how):
         print()
         say("Tokens per call are exact for all four.", (
             f"With as many passes as the tree, the chain of {n} makes only {same:.3f}: in the tree, when a level's"
-            " first candidate is rejected, its sibling is tried next, against the residual max(0, p - q)"
-            " normalised." if same < s.first.tokens else ""), said[0])
+            " first candidate is rejected, its sibling is tried next by demo 1's rule, with p replaced by the"
+            " residual max(0, p - q), normalised." if same < s.first.tokens else ""), said[0])
         crosses = next((b for shape, _, b, _, _ in s.checks if shape == first.shape), None)  # the tree's ridge
         more.append(
             f"Small's tree gives way to chains past B = {hi}: its {c19.nodes} positions a sequence reach the ridge at"
@@ -7463,12 +7465,13 @@ def demo37_big_never(**how):
         alphas[1] else "") + (" Yet the plan never runs big. Why?" if not s.big_runs else
                               " With the stages as you have them, the plan runs big at some B.")])
     print()
-    say("Each draft's alpha comes from its table, and its cost from the shape of the model it stands for.",
-        c_from_bytes_words((("big", big), ("small", small)), n_ctx))
+    say(c_from_bytes_words((("big", big), ("small", small)), n_ctx))
     said = demo19_shape(s, n_ctx, c19.max_batch)
     if said[1]:
         print()
-        say(said[1])
+        say(said[1], f"Small's fastest chain, {s.chain.shape}, beats it too, at {s.chain_speed:.2f} against"
+            f" {s.longest_speed:.2f}: the tree is not what beats big." if s.chain is not None
+            and s.chain_speed > s.longest_speed else "")
     if said[2]:
         shown = sorted({1, 32, 64, 128, s.big_fit})
         rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)),
@@ -7556,8 +7559,10 @@ def demo38_texts(n_prompts, n_tokens, k, gap):
         "Each position alone makes the pass width-independent, and " + (
             "the texts agree," if part["float32, each alone"].startswith("0/") else "NOT all texts agree,")
         + f" at {cost:.1f}x the time of one wide product.", "Float64, with one wide product, " + ((
-            f"agrees too: its rounding, about {np.finfo(np.float64).eps:.0e} of a logit, is far below the"
-            f" {gap:.0e} near-ties.".replace("e-0", "e-") if np.finfo(np.float64).eps * 1e3 < gap else "agrees too.")
+            f"agrees too: it rounds at about {np.finfo(np.float64).eps:.0e} of a logit, float32 at about"
+            f" {np.finfo(np.float32).eps:.0e}; only float32's reaches the smallest of the {gap:.0e} near-ties."
+            .replace("e-0", "e-") if np.finfo(np.float64).eps * 1e3 < gap and not part[
+                "float32, one product"].startswith("0/") else "agrees too.")
             if part["float64, one product"].startswith("0/") else "does NOT agree."),
         "The bonus bug, with each position scored alone, " + (
             "still parts them: a bug, not arithmetic." if not part["the bonus bug, each alone"].startswith("0/")

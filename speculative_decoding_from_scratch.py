@@ -7543,9 +7543,10 @@ def demo38_texts(n_prompts, n_tokens, k, gap):
         " vector for the token before.",
         f"Each of {n_prompts} prompts is decoded greedily, {n_tokens} tokens, once plainly and once by speculation"
         f" at k = {k}, and the two texts are compared. The draft is the target itself, scoring a position at a"
-        " time. Under greedy decoding a draft is kept only if it is the verifying pass's argmax too. So in the first"
-        " three rows any difference comes from the verifying pass's arithmetic; the float64 row decodes plainly in"
-        " float64 too. The last row adds a bug: the bonus"
+        " time. Under greedy decoding a draft is kept only if it is the verifying pass's argmax too, so any"
+        " difference comes from the verifying pass. The first three rows run it three ways: float32 as one wide"
+        " product, float32 with each position scored alone, and float64 as one product (float64 decodes plainly"
+        " too). The last row adds a bug: the bonus"
         " token scored at the last draft's position, not the one after it, so it repeats the last draft. For the"
         " prompts whose texts differ: the median token where they first part, and the largest top-two margin"
         " there:")

@@ -1891,6 +1891,9 @@ def test_chapters_12_and_38_the_wide_pass_the_texts_and_the_ties(demo):
     assert "tie-break" not in text + text38 and "ulp" not in text  # read 1521 could not relate ulps to the figures
     # chapter 38 reads alone: greedy decoding, logits and the wide product, said before its layer
     flat38 = flat(text38)
+    # the rows' three arithmetics, named before the table (read 1739 met 'each alone' first in a row label)
+    assert ("The first three rows run it three ways: float32 as one wide product, float32 with each position scored"
+            " alone, and float64 as one product (float64 decodes plainly too).") in flat38
     assert flat38.index("a verifying pass multiplies it by k+1 states at once: a wide product.") < flat38.index(
         "The layer here is a float32 matrix, a row for each of 2,048 tokens over a state of 32, built to tie.")
 

@@ -6904,8 +6904,8 @@ def plan_choice_words(c19):
     """The sentence chapters 32 and 37 open with: what chapter 19's plan chooses among."""
     return ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
             f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it:"
-            f" a chain of k = 1 to {c19.k_max} drafts, or a tree, which only"
-            f" {and_list([m.name for m in c19.measured if m.tree])} was measured as.")
+            f" a chain of k = 1 to {c19.k_max} drafts, or a tree ({and_list([m.name for m in c19.measured if m.tree])}'s"
+            " only: a plan prices only the trees a server measured).")
 
 
 def c_from_bytes_words(named, n_ctx):
@@ -7469,8 +7469,8 @@ def demo37_big_never(**how):
     said = demo19_shape(s, n_ctx, c19.max_batch)
     if said[1]:
         print()
-        say(said[1], f"Small's fastest chain, {s.chain.shape}, beats it too, at {s.chain_speed:.2f} against"
-            f" {s.longest_speed:.2f}: the tree is not what beats big." if s.chain is not None
+        say(said[1], f"Small's fastest chain, {s.chain.shape}, beats it too: a speedup of {s.chain_speed:.2f} against"
+            f" {s.longest_speed:.2f}. The tree is not what beats big." if s.chain is not None
             and s.chain_speed > s.longest_speed else "")
     if said[2]:
         shown = sorted({1, 32, 64, 128, s.big_fit})

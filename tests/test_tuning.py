@@ -411,8 +411,8 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
             f" 3.134 from a tree of 14 drafts in 3 passes (chapter 32). But each of its passes costs {c_big / c_small:.0f}"
             " times small's, and it takes 6 of them to the tree's 3.") in text37 and f"{c_big / c_small:.0f}" == "16"
     # small without its tree beats big too (read 1741 worked it out from demo 4 for 1.5 minutes)
-    assert (f"Small's fastest chain, k = 8, beats it too, at {s_chain8:.2f} against {s_chain:.2f}: the tree is not"
-            " what beats big.") in text37 and s_chain8 > s_chain
+    assert (f"Small's fastest chain, k = 8, beats it too: a speedup of {s_chain8:.2f} against {s_chain:.2f}. The tree"
+            " is not what beats big.") in text37 and s_chain8 > s_chain
     # where alpha and c come from, in both chapters (read 1740 stalled on a table 'standing for' a model in 32)
     assert all("Each draft's alpha comes from its table, and its cost from the shape of the model it stands for."
                in t for t in (text, text37))
@@ -501,7 +501,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's); why never big is chapter 37's
     opening = ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a draft"
                " model, big (blend 0.75) or small (the middling draft), and how to run it: a chain of k = 1 to 8"
-               " drafts, or a tree, which only small was measured as.")
+               " drafts, or a tree (small's only: a plan prices only the trees a server measured).")
     assert (opening + " At B = 1 it runs a tree of small's drafts (described below). Why not one of small's chains?"
             " Chapter 37 asks why it never runs big.") in text32 and opening in text37 and (
         "batch size B drafter" not in text32 + text37)  # read 1681 stopped on 34, which is chapter 25's
@@ -564,7 +564,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
         "computed exactly" not in text32)  # read 1703 could not see why, sent to
     # --detail, a k = 8 rate would differ from a k = 6 one
     # the plan's chains end at k = 8 (read 1703 asked why the chains split at 8, 'the fastest of small's k = 1 to 8')
-    assert sd.chapter19_plan().k_max == 8 and "and how to run it: a chain of k = 1 to 8 drafts, or a tree, which only small was" in text32
+    assert sd.chapter19_plan().k_max == 8 and "and how to run it: a chain of k = 1 to 8 drafts, or a tree (small's only" in text32
     # where the tree gives way is the detail's, said from the plan's own crossing (chapter 32 asks about B = 1 only)
     assert "gives way" not in text32 and ("Small's tree gives way to chains past B = 34: its 15 positions a sequence"
                                           " reach the ridge at B = 32,") in printed(sd.DETAILS["32"],

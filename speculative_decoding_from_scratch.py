@@ -6918,7 +6918,8 @@ def c_from_bytes_words(named, n_ctx):
         f", {n} for {d[2]} layers of width {d[0]}" for n, d in rest) + f"; the target has {LLAMA2_7B[2]} layers of"
         f" {LLAMA2_7B[0]}. A draft's c, a pass's cost in target passes, comes from the bytes a pass reads: its"
         " weights, and every sequence's KV cache, the keys and values of its tokens." + (
-            " At B = 1 each pass is memory-bound, so c is bytes over bytes: " + and_list(
+            f" At B = 1, with {n_ctx} tokens of context, each pass is memory-bound, so c is bytes over bytes: "
+            + and_list(
                 [f"{n}{' reads' * (i == 0)} {gb(d, 1)}" for i, (n, d) in enumerate(named)]) +
             f", against the target's {gb(LLAMA2_7B, 1)}." if gb else ""))
 

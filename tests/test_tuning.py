@@ -511,7 +511,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert 1.9 < sd.draft_cost(1, 512, draft=small) / layers_only < 2.1
     assert "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's" \
         in detail19 and "output layer" not in text32 + text37  # chapters 32 and 37 give the bytes c divides
-    assert ("At B = 1 each pass is memory-bound, so c is bytes over bytes: big reads 1.817 GB and small 0.112 GB, against"
+    assert ("At B = 1, with 512 tokens of context, each pass is memory-bound, so c is bytes over bytes: big reads 1.817 GB"
+            " and small 0.112 GB, against"
             " the target's 13.483 GB.") in text37 and (  # read 1489 checked the shares; the table gives each c
         f"1 {c[0]:.4f} {c_smalls[0]:.4f}" in text37 and f"small k = 8 8 {c_smalls[0]:.4f}" in text32) and (
         "Small stands for a 4-layer model of width 768; the target has 32 layers of 4096.") in text32 and (

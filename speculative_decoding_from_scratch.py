@@ -4611,8 +4611,7 @@ def drafter_options(d, k_max):
 def option_speedup(o, batch, n_ctx, hw=H100, target=LLAMA2_7B):
     """An option's speedup over plain decoding at a batch size, on the roofline: tokens per call over (a verifying pass
     of its positions + its draft passes), in plain passes. A drafter's cost is c plain passes a draft pass (held at
-    every batch), or its shape, priced like the target's: its weights and its own KV cache of n_ctx tokens a
-    sequence."""
+    every batch), or its shape, priced like the target's: its weights and own KV cache of n_ctx tokens a sequence."""
     plain = roofline_time(*pass_traffic(target, n_ctx, 1, batch), hw)[0]
     verify = roofline_time(*pass_traffic(target, n_ctx, o.positions, batch), hw)[0]
     if not isinstance(o.drafter.cost, tuple):
@@ -4703,7 +4702,7 @@ def demo19_tuning(**how):
     n_ctx, max_batch, k_max = c19.n_ctx, c19.max_batch, c19.k_max
     buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     fewer = [pass_traffic(LLAMA2_7B, 0, 1, 1)[1] / pass_traffic(d, 0, 1, 1)[1] for d in (big, small)]
-    shape = plan_shape((big, small), n_ctx, max_batch, buckets, speeds, options)
+    shape = plan_shape(c19)
     say(f"A practitioner has {number_word(len(drafters))} draft models and one server. A batch size B is the number"
         " of sequences the server decodes at once. This chapter prices every way to run each draft at every B, on"
         f" demo 6's roofline at {n_ctx} tokens of context, and picks one per range of B. The option --plan --profile"
@@ -4765,10 +4764,11 @@ def demo19_tuning(**how):
                                " its weights are." if bytes_set_c else ""))
 
 
-def plan_shape(shapes, n_ctx, max_batch, buckets, speeds, options):
+def plan_shape(c19):
     """What sets chapter 19's plan, from its numbers: the tree against the chains at B = 1; whether big runs, its c
     at both ends and its KV cache's share of the target's; and where each planned check crosses the ridge."""
-    big, small = shapes
+    (big, small), n_ctx, max_batch = c19.shapes, c19.n_ctx, c19.max_batch
+    buckets, speeds, options = c19.buckets, c19.speeds, c19.options
     first = buckets[0][2]
     rivals = [i for i, o in enumerate(options) if first is not None and o.drafter.name != first.drafter.name]
     longest = options[max(rivals, key=lambda i: (speeds[0, i], -i))] if rivals else None  # the other's best at B = 1
@@ -5999,7 +5999,7 @@ def demo25_ridge(**how):
     """Chapter 25: where each check chapter 19 plans crosses the ridge, and why
     the plan shortens its check as the batch grows."""
     c19 = chapter19_plan(**how)
-    s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
+    s = plan_shape(c19)
     runs = {o.drafter.name for _, _, o in c19.buckets if o}  # the draft models the plan runs anywhere
     say("The plan in chapter 19 says how a server speculates at each batch size B, the number of sequences it"
         " decodes at once: which draft model, and how many of its drafts to check. It tries chains of k = 1 to"
@@ -6930,7 +6930,7 @@ def demo32_first_choice(**how):
     tokens per call and its draft passes' c."""
     c19 = chapter19_plan(**how)
     small, tree = c19.shapes[1], c19.measured[1].tree
-    s = plan_shape(c19.shapes, c19.n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
+    s = plan_shape(c19)
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
     is_tree = first is not None and first.shape.startswith("tree")
     say_paragraphs([plan_choice_words(c19) + (
@@ -7454,7 +7454,7 @@ def demo37_big_never(**how):
     and how it rises with B."""
     c19 = chapter19_plan(**how)
     (big, small), n_ctx = c19.shapes, c19.n_ctx
-    s = plan_shape(c19.shapes, n_ctx, c19.max_batch, c19.buckets, c19.speeds, c19.options)
+    s = plan_shape(c19)
     pi = stationary(TARGET)  # alpha through the rule as the reader has it: big's, then small's
     alphas = [float(pi @ kept_and_replaced(TARGET, d[2])[0].sum(axis=1)) for d in c19.drafters]
     say_paragraphs([plan_choice_words(c19) + (

@@ -3434,6 +3434,14 @@ def widths_differ(P, n=100, k=4, seed=24):
             int((alone.argmax(axis=0) != wide.argmax(axis=0)).sum()), float(top_margin(alone).min()))
 
 
+WIDE_PRODUCT_WORDS = (  # chapters 12 and 38 open with it
+    "Greedy decoding takes the likeliest token, the argmax of the logits: the scores the output layer gives each token"
+    " before softmax. Plain decoding multiplies the layer's weight matrix by one hidden state; a verifying pass"
+    " multiplies it by k+1 states at once: a wide product.")
+CLOCK_ARITHMETIC_WORDS = ("A line marked (clock) may differ on another machine: it depends on this one's arithmetic, as"
+                          " a timing depends on its clock")
+
+
 def blas_name():
     """The BLAS numpy calls for W @ X, as its build reports it."""
     try:
@@ -3448,16 +3456,12 @@ def demo12_greedy_numerics(k=4, n_states=100):
     alone: how many differ, by how much, and whether an argmax flips."""
     P = GreedyHead(gap=0)
     share, ulps, worst, flips, margin = widths_differ(P, n=n_states, k=k)
-    say("Greedy decoding takes the likeliest token, the argmax of the logits: the scores the",
-        "output layer gives each token before softmax. Plain decoding multiplies the layer's weight matrix by one",
-        "hidden state; a verifying pass multiplies it by k+1 states at once: a wide product. Floating point can",
-        "round the two differently.",
+    say(WIDE_PRODUCT_WORDS, "Floating point can round the two differently.",
         f"The layer here is a float32 matrix: a row for each of {P.W.shape[0]:,} tokens, over a state of"
         f" {P.W.shape[1]}. It scores {n_states * (k + 1)} random states,"
         f" as {n_states} verifying passes of k+1 = {k + 1}, through {blas_name()}, and compares each of the"
-        f" {n_states * (k + 1)} x {P.W.shape[0]:,} logits with the same state's logits, scored alone. A line marked"
-        " (clock) may differ on another machine: it depends on this one's arithmetic, as a timing depends on its"
-        " clock:")
+        f" {n_states * (k + 1)} x {P.W.shape[0]:,} logits with the same state's logits, scored alone.",
+        CLOCK_ARITHMETIC_WORDS + ":")
     print()
     table([("", 38, "<"), ("", 20, "<")],
           [("logits that differ, wide vs alone", f"{share:.1%}"), ("the largest difference", f"{worst:.1e}"),
@@ -7597,12 +7601,9 @@ def demo38_ties(n_tokens=200, k=4):
 def demo38_greedy_text(n_prompts=16, n_tokens=32, k=4, gap=1e-6):
     """Chapter 38: greedy text decoded plainly and by speculation on a layer built to tie, under three kinds of
     arithmetic and one bug: what parts the texts."""
-    say("Greedy decoding takes the likeliest token, the argmax of the logits: the scores the output layer gives each"
-        " token before softmax. Plain decoding multiplies the layer's weight matrix by one hidden state; a verifying"
-        " pass multiplies it by k+1 states at once: a wide product. Floating point can round the two differently,"
-        " in their last bits (chapter 12), and an argmax flips only at a near tie. Can that change the greedy text"
-        " speculation writes? A line marked (clock) may differ on another machine: it depends on this one's"
-        " arithmetic, as a timing depends on its clock.")
+    say(WIDE_PRODUCT_WORDS, "Floating point can round the two differently, in their last bits (chapter 12), and an"
+        " argmax flips only at a near tie. Can that change the greedy text speculation writes?",
+        CLOCK_ARITHMETIC_WORDS + ".")
     rows = demo38_texts(n_prompts, n_tokens, k, gap)
     part = {r[0]: r[1] for r in rows}
     print()

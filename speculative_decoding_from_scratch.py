@@ -7460,7 +7460,7 @@ def demo37_big_never(**how):
     (big, small), n_ctx = c19.shapes, c19.n_ctx
     s = plan_shape(c19)
     pi = stationary(TARGET)  # alpha through the rule as the reader has it: big's, then small's
-    alphas = [float(pi @ kept_and_replaced(TARGET, d[2])[0].sum(axis=1)) for d in c19.drafters]
+    alphas = [float(pi @ acceptance(TARGET, d[2], {})) for d in c19.drafters]
     say_paragraphs([plan_choice_words(c19) + (
         f" Big's drafts pass more often: its alpha is {alphas[0]:.3f}, small's {alphas[1]:.3f}." if alphas[0] >
         alphas[1] else "") + (" Yet the plan never runs big. Why?" if not s.big_runs else

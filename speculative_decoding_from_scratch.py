@@ -1879,8 +1879,9 @@ def context_macs_words(n_ctx=None, ref=512):
 
 def ridge_cover_words(k, batch):
     """Chapter 20: a check of k+1 positions a sequence at BATCH_CONTEXT, priced in plain passes by demo 6's own
-    arithmetic, the ridge over a position's MACs per byte ("" unless the check is compute-bound, the plain pass
-    memory-bound, and the figures as printed give the price as printed)."""
+    arithmetic, the ridge over a position's MACs per byte, said after price_figures_words gives the two figures
+    ("" unless the check is compute-bound, the plain pass memory-bound, and the figures as printed give the price
+    as printed)."""
     per, w, kv = token_traffic(BATCH_CONTEXT)
     bounds = [roofline_time(*pass_traffic(LLAMA2_7B, BATCH_CONTEXT, n, batch))[1] for n in (k + 1, 1)]
     each, cover, n = per / (w + batch * kv), ridge() * (w + batch * kv) / per, batch * (k + 1)
@@ -1888,8 +1889,7 @@ def ridge_cover_words(k, batch):
             and f"{n / round(cover):.2f}" == f"{verify_cost(k, batch):.2f}"):
         return ""
     gmacs, gb = round(per / 1e9, 2), round((w + batch * kv) / 1e9, 2)
-    return (f"At B = {batch} a pass reads {gb:.2f} GB, the weights and {batch} short KV caches, and each position does"
-            f" {gmacs:.2f} GMACs, its attention reading {BATCH_CONTEXT} keys: {each:.2f} MACs per byte"
+    return (f"That is {each:.2f} MACs per byte"
             + (f" ({gmacs:.2f} / {gb:.2f})" if f"{gmacs / gb:.2f}" == f"{each:.2f}" else "") +
             f". So a pass of up to {cover:.0f} positions ({ridge():.1f} / {each:.2f}) costs what a plain pass of"
             f" {batch} does. The check's {n:,} positions take {n:,} / {cover:.0f} = {verify_cost(k, batch):.2f} plain"
@@ -5046,22 +5046,21 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                " in advance; a server would estimate it from past counts;",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
                " averages over the last completed requests; this run is one request, so here it averages its last"
-               f" {window} rounds instead."])
+               f" {window} rounds instead, a round with no match counting as 0 accepted."])
     print()
     note = long_context_note(k, [len(prompt)], why=False)
-    long_words = (f"At the prompt's own {len(prompt)} characters, each sequence's KV cache, the keys and values of its"
-                  f" tokens, would fill the {H100.memory / 1e9:.0f} GB before any batch crossed the ridge: every check"
-                  " would cost one plain pass." if note else "")  # the detail's
     cover = ridge_cover_words(k, max(batches))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}, so that a"
-        " large batch crosses the ridge" + (" (--detail says why)." if long_words else "."))
+        " large batch crosses the ridge" + (
+            f": at {len(prompt)}, the KV caches, the keys and values of each sequence's tokens, would fill the"
+            f" {H100.memory / 1e9:.0f} GB before any batch crossed it." if note else "."))
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
         " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + (
-            " (--detail derives it)." if cover else "."))
+            " (--detail derives it; take it as given here)." if cover else "."))
     print()
     say(round_words(runs[on[0]], k, max(batches)))
     print()
@@ -5077,7 +5076,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                   for a, o in zip(runs[on[0]], runs[off[0]])) for i, b in enumerate(batches)]
     loses = all(behind)
     print()
-    say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at every B shown, on each"
+    say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at"
+        f" {' and '.join(f'B = {b}' for b in batches)}, on each"
         f" of the {len(seeds)} seeds.",
         f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
         " change." if at < n else "It never switches off here.",
@@ -5103,7 +5103,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, note=note, adaptive=adaptive_words, long=long_words, price=" ".join(
+    return SimpleNamespace(rows=rows, loses=loses, note=note, adaptive=adaptive_words, price=" ".join(
         (price_figures_words(f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}",
                              max(batches)), cover)).strip())
 
@@ -5111,7 +5111,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
 def demo20_detail(result):
     """Chapter 20 in detail: the two figures behind a check's price at BATCH_CONTEXT tokens, and a fourth
     policy, adaptive k."""
-    say_paragraphs([result.long, result.price, result.adaptive])
+    say_paragraphs([result.price, result.adaptive])
 
 
 # -----------------------------------------------------------------------------

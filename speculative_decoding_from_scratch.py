@@ -7488,8 +7488,10 @@ def demo37_big_never(**how):
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             " Both fall as B grows: c rises, and a check whose positions pass the ridge costs more than one plain"
             " pass (chapter 25)." if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
-    takeaway("big's drafts pass more often, but each of its passes costs many times small's, and its c climbs as B"
-             " grows: small's cheap passes win at every B.",
+    # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
+    times = sorted(draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit))
+    takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} to {times[1]:.0f} times"
+             f" small's, from B = 1 to {s.big_fit}: small's cheap passes win at every B.",
              {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
     return SimpleNamespace(c19=c19, shape=s, said=said)
 

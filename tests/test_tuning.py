@@ -550,6 +550,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
         best = [max(col, key=lambda i: plan.speeds[b - 1, i]) for col in cols]
         assert (f"{b} {sd.draft_cost(b, 512, draft=big):.4f} {sd.draft_cost(b, 512, draft=small):.4f}"
                 f" {plan.speeds[b - 1, best[0]]:.2f} {plan.speeds[b - 1, best[1]]:.2f}") in text37
+    # the takeaway's 'many times' as the range it is, by hand at every B that fits (read 1749 took 'its c climbs'
+    # to say big's loss widens; from B = 32 on it holds at about 0.78)
+    times = [sd.draft_cost(b, 512, draft=big) / sd.draft_cost(b, 512, draft=small) for b in range(1, 193)]
+    assert f"{min(times):.0f} {max(times):.0f}" == "11 16" and times == sorted(times, reverse=True)
+    assert ("Takeaway: big's drafts pass more often, but each of its passes costs 11 to 16 times small's, from B = 1 to"
+            " 192: small's cheap passes win at every B.") in text37
     # which option is best past B = 1 is chapter 19's table (read 1699 stopped on small's switch from the tree at
     # B = 64, which chapter 32 does not ask about)
     assert "c best speedup B big small big small" in text37 and "k = 7" not in text32 + text37

@@ -6463,8 +6463,9 @@ def greedy_runs(rows, k=4):
         return "", "", ""
     rates, alpha = exact_per_position(P0, D, k), zero[3]
     kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
-    parts = [f"{p:.3f} keep {number_word(j) if j else 'none'}" for j, p in enumerate(kept) if p > 5e-4]
-    shares = and_list([parts[0].replace(" keep", f" of blend {GOOD_WEIGHT:g}'s rounds keep", 1), *parts[1:]])
+    # a chance over the first token, not a share of one text's rounds: a run's rounds all keep alike
+    shares = f"a round of blend {GOOD_WEIGHT:g}'s keeps " + and_list(
+        [f"{number_word(j) if j else 'none'} with chance {p:.3f}" for j, p in enumerate(kept) if p > 5e-4])
     made = (f"So blend {GOOD_WEIGHT:g} makes 1 + "
             + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4)
             + f" = {exact:.2f} tokens per call" + (

@@ -507,8 +507,8 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
              " starts after the same token keeps the same number of drafts. From five of the six first tokens, blend"
              " 0.9's rounds settle: each starts after 'f' and keeps two. A round after 'f' drafts 'a' and 'e', which"
              " pass; the draft after 'e' fails, and the target's token there is 'f' again. From 'b', each starts after"
-             " 'b' and keeps none. Averaged over the six first tokens, as alpha is, 0.167 of blend 0.9's rounds keep"
-             f" none and 0.833 keep two. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call, the table's"
+             " 'b' and keeps none. Averaged over the six first tokens, as alpha is, a round of blend 0.9's keeps none"
+             f" with chance 0.167 and two with chance 0.833. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call, the table's"
              f" speedup of {exact / 1.4:.2f} at c = 0.1. Eq. 1, which"
              " gives every draft the same chance, alpha, puts 2.13. Run the chapter with --detail for both, draft by"
              " draft.")

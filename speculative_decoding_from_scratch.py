@@ -4732,7 +4732,8 @@ def demo19_tuning(**how):
         f"A check costs one plain pass while its positions are free: up to {shape.alone} a sequence at B = 1, as in"
         " demo 6, fewer as B grows. Past them, it costs more." if priced and shape.alone == round(
             shape.ridge_base + shape.ridge_each) else "A check's cost in plain passes is demo 6's roofline's.",
-        "Chapters 37 and 25 say why c rises with B and the free positions fall." if bytes_set_c and priced else "")
+        "Chapters 37 and 25 say why c rises with B and the free positions fall, and by how much; take both as"
+        " given here." if bytes_set_c and priced else "")
     print()
     more = [f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start"
             " after a different mix of tokens, so its rates differ a little (chapter 27).",

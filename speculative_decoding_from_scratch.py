@@ -6735,7 +6735,7 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
     kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
     said = (
         "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with chance p/q ="
-        f" {w1:.2g}. But the pair as a whole is as likely under p as under q ({ninths(pair)}), so a verifier that"
+        f" {fraction(w1)}. But the pair as a whole is as likely under p as under q ({ninths(pair)}), so a verifier that"
         f" judges the pair can always keep it. The weight w_1 = {fraction(w1)} carries into w_2, where p(b) / q(b) ="
         f" {fraction(P2[1, 1] / Q2[1, 1])} makes"
         f" up for it: w_2 = min(1, {fraction(w1)} * {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So position 2 is"
@@ -6752,10 +6752,10 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
         f"The block gives back {ninths(-change['a a'])} when they are 'a' then 'a'. There w_1 = {fraction(w1)},"
         " so Z_1 = " + z_terms(owed, Q2[1])
         + " = 0 and h_1 = 0: position 1 is never a cut point. So the block"
-        f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {aa[6]:.2f} drafts on average, against"
-        f" token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
-        f" {aa[5]:.2f}. That is"
-        f" {aa[5] - aa[6]:.2f} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
+        f" keeps both drafts with chance w_2 = {fraction(w2a)}, else none: {fraction(aa[6])} a draft on average,"
+        f" against token-wise checking's {fraction(w1)} (draft 1 kept) + {fraction(aa[5] - w1)} (draft 2 kept too) ="
+        f" {fraction(aa[5])}. That is"
+        f" {fraction(aa[5] - aa[6])} fewer, times the pair's chance, {ninths(aa[1])}: {ninths(-change['a a'])}."
         if change["a b"] > 0 and change["a a"] < 0 and abs(change["a a"] + change["a b"] - net) < 1e-9 and h1 < 1e-12
         and abs(aa[6] - 2 * w2a) < 1e-12 and w2a < w1 < 1 and (owed <= Q2[1]).all() else "",
         "If the block keeps none of 'a', 'a', it redraws from max(0, p - q), which is"
@@ -6800,10 +6800,10 @@ def demo30_pairs():
     print()
     pairs = block_pairs(P2, Q2)
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 6, fraction), ("h_1", 6, fraction),
-           ("w_2", 6, fraction), ("token-wise", 12, ".2f"), ("block", 7, ".2f"),
+           ("w_2", 6, fraction), ("token-wise", 12, fraction), ("block", 7, fraction),
            ("weighted gain", 15, lambda x: ninths(x, sign=True))],
           pairs + [("all", sum(r[1] for r in pairs), None, None, None,
-                    *[ninths(x) for x in reversed(pairs_kept(pairs))], sum(r[7] for r in pairs))],
+                    *reversed(pairs_kept(pairs)), sum(r[7] for r in pairs))],
           groups=[("drafts kept", 5, 6)])  # the last row: each pair weighed by its chance (read 1487 summed them)
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
@@ -6811,7 +6811,7 @@ def demo30_pairs():
     gives_back = (f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, and w_1 p(y) <= q(y)"
                   " for both tokens y, so Z_1 = 0 (--detail sums it): position 1 is never a cut point. It keeps both"
                   f" with chance w_2 = {fraction(aa[4])}:"
-                  f" {aa[6]:.2f} drafts on average, against token-wise checking's {aa[5]:.2f}."
+                  f" {fraction(aa[6])} a draft on average, against token-wise checking's {fraction(aa[5])}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
     net = net_words(pairs, gap, float(np.maximum(P2[1] - Q2[1], 0).sum()))  # Z_1 after 'b', where w_1 = 1

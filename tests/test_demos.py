@@ -1341,8 +1341,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
         assert got[0] == want[0] and got[1:7] == pytest.approx(want[1:]) and got[7] == pytest.approx(want[1] * (
             want[6] - want[5]))
     assert (2 - 1) * 2 / 9 - (0.75 - 0.5) * 4 / 9 == pytest.approx((11 - 10) / 9)
-    assert ("drafts chance w_1 h_1 w_2 token-wise block weighted gain a a 4/9 1/2 0 1/4 0.75 0.50 -1/9 a b 2/9 1/2 0 1"
-            " 1.00 2.00 +2/9 b a 2/9 1 1 1/2 1.50 1.50 0 b b 1/9 1 1 1 2.00 2.00 0") in flat(text30)  # chapter 30's
+    assert ("drafts chance w_1 h_1 w_2 token-wise block weighted gain a a 4/9 1/2 0 1/4 3/4 1/2 -1/9 a b 2/9 1/2 0 1"
+            " 1 2 +2/9 b a 2/9 1 1 1/2 3/2 3/2 0 b b 1/9 1 1 1 2 2 0") in flat(text30)  # chapter 30's, in fractions
+    # throughout (read 1749 converted the last row's ninths against the decimals above them)
     assert "weighted gain" not in text
     # the two columns' formulas, as chapter 30 says them, by hand from each row's w_1, h_1, w_2 and the ratios
     assert ("Token-wise checking keeps r_1 + r_1 r_2 drafts on average, for r_i its chance to keep draft i; the block"
@@ -1354,14 +1355,14 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
         assert tw == pytest.approx(r[0] + r[0] * r[1]) and bl == pytest.approx(2 * w_2 + (1 - w_2) * h_1)
     assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with chance"
             " p/q ="
-            " 0.5."
+            " 1/2."
             " But the pair as a whole is as likely under p as under q (2/9), so a verifier that judges the pair can"
             " always keep it. The weight w_1 = 1/2 carries into w_2, where p(b) / q(b) = 2 makes up for it: w_2 ="
             " min(1, 1/2 * 2) = 1. So position 2 is always a"
             " cut point, and the block keeps both. It is not better on every"
             " pair. On 'a' then 'a', w_1 = 1/2, and w_1 p(y) <= q(y) for both tokens y, so Z_1 = 0 (--detail sums"
             " it): position 1 is never a cut point. It"
-            " keeps both with chance w_2 = 1/4: 0.50 drafts on average, against token-wise checking's 0.75. The pairs"
+            " keeps both with chance w_2 = 1/4: 1/2 a draft on average, against token-wise checking's 3/4. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each"
             " verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by each pair's chance under q, the block gains"
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
@@ -1416,8 +1417,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " average. The block keeps 2. The pair has chance 2/9 under q, so the block gains (2 - 1) times 2/9 = 2/9"
             " of a draft a round. The block gives back 1/9 when they are 'a' then 'a'. There w_1 = 1/2, so Z_1 ="
             " max(0, 1/6 - 2/3) + max(0, 1/3 - 1/3) = 0 and h_1 = 0: position 1 is never a cut point. So the block"
-            " keeps both drafts with chance w_2 = 1/4, else none: 0.50 drafts on average, against token-wise checking's"
-            " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 0.75. That is 0.25 fewer, times the pair's chance, 4/9:"
+            " keeps both drafts with chance w_2 = 1/4, else none: 1/2 a draft on average, against token-wise checking's"
+            " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 3/4. That is 1/4 fewer, times the pair's chance, 4/9:"
             " 1/9.")\
         in flat(detail) and "tie" not in flat(detail)  # why the pairs after 'b' tie is the chapter's (read 1404)
     assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1."

@@ -4156,7 +4156,7 @@ APEX_BUGS = {
 APEX_WORDS = {"uniform q": f"judges a draft as if q were uniform over all {len(ALPHABET)} characters, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
               "next row": "after a rejection, carries over the row the replacement y was drawn from, not the"
-                          " target's row after y",
+                          " target's row after y, which the fix gets from one more pass, over y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 

@@ -1867,6 +1867,10 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     # 'the row y itself came from': y is drawn from p_rows[kept]'s residual, and the bug carries p_rows[kept] over
     assert "out.append(sample_from(residual(p_rows[kept], q_rows[kept]), rng.random()))" in inspect.getsource(
         sd.apex_generate) and sd.APEX_BUGS["next row"][0][2] == "row = p_rows[kept]"
+    # 'one more pass, over y' (read 1757 asked how the fix gets a row the verifying pass never scored): the fixed
+    # line is a target pass over the text read so far and y
+    assert sd.APEX_BUGS["next row"][0][1] == "row = forward(P, [*read, out[-1]])[0]" and (
+        "which the fix gets from one more pass, over y" in sd.APEX_WORDS["next row"])
 
 
 def test_chapters_12_and_38_the_wide_pass_the_texts_and_the_ties(demo):

@@ -5751,7 +5751,8 @@ def demo23_engines(**how):
             " The configs name EAGLE, a draft head trained on the target's own features; here the table"
             f" {main.name} stands in for it."
             if main and main.method.startswith("eagle") and big_method == "draft_model" else ""),
-        ("None of the three schedules a tree: where the plan runs one, each runs the plan's fastest chain"
+        ("None of the three can switch between a tree and chains by B: where the plan runs a tree, each runs the"
+         " plan's fastest chain"
          + (f" there, {in_tree.pop()}. " if len(in_tree := {best_chain(c19, main, b) for lo, hi, o in c19.buckets
                                                              if o is not None and o.shape.startswith("tree")
                                                              for b in range(lo, hi + 1)}) == 1 else " at each B. ")

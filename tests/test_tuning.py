@@ -797,8 +797,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert c1 < sd.chapter19_plan().speeds.shape[0] and sd.plan_shape  # (c at B = 241 is chapter 19's detail's)
     # the engines run chains where the plan runs the tree, said before the configs (read 1573 stalled on vLLM's
     # first row, 1 to 95, for a minute)
-    assert ("None of the three schedules a tree: where the plan runs one, each runs the plan's fastest chain there,"
-            " k = 8. vLLM's rows are [first B, last B, k].") in flat_text
+    assert ("None of the three can switch between a tree and chains by B: where the plan runs a tree, each runs the"
+            " plan's fastest chain there, k = 8. vLLM's rows are [first B, last B, k].") in flat_text  # read 1758
+    # took 'schedules a tree' to clash with SGLang's tree flags, which run a tree at every B
     slots = json.loads(flat_text.split("FILE, where FILE holds ")[1].split(" (each key in FILE")[0])
     assert slots == {str(lo): {"candidate_steps": [k]} for lo, _, k in rows}  # vLLM's rows, keyed by their first B
     # where the tree would win, SGLang keeps its flags: a plan whose tree loses less than its chains at worst

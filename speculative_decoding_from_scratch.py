@@ -3470,12 +3470,13 @@ def demo12_greedy_numerics(k=4, n_states=100):
     say("The wide pass is " + ("NOT bit-identical to scoring each position alone." if share else
                                "bit-identical to scoring each position alone."),
         (f"No argmax flips: the smallest margin is {float(f'{margin:.1e}') / float(f'{worst:.1e}'):.0f} times the"
-         " largest difference." if not flips and worst > 0 and margin > 10 * worst else "No argmax flips." if not flips else
+         " largest difference; a flip needs under 2, as both top logits can move."
+         if not flips and worst > 0 and margin > 10 * worst else "No argmax flips." if not flips else
          f"{plural(flips, 'argmax')} flip."), clock=True)
     print()
     say("Chapter 38 asks whether that can change the greedy text speculation writes.")
     takeaway("a verifying pass can round the logits differently from scoring each position alone, in their last"
-             " bits; an argmax flips only where its top two logits are that close.",
+             " bits; an argmax can flip only where its top two logits are within two such differences.",
              {"the wide pass rounds differently here": share > 0,
               "no argmax flips, each margin far above the largest difference": not flips and margin > 10 * worst},
              clock=True)

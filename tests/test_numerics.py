@@ -111,7 +111,9 @@ def test_widths_differ_counts_what_it_says():
     assert sd.top_margin(np.array([[1.0, 5.0], [3.0, 5.0], [2.0, 4.5]])).tolist() == [1.0, 0.0]
 
 
-@pytest.mark.parametrize("worst, margin, said", [(1e-6, 1.8e-4, "the smallest margin is 180 times the largest"),
+@pytest.mark.parametrize("worst, margin, said", [(1e-6, 1.8e-4, "the smallest margin is 180 times the largest"
+                                                                    " difference; a flip needs under 2, as both top"
+                                                                    " logits can move."),
                                                  (1e-6, 5e-6, "No argmax flips. "),
                                                  (0.0, 1.3e-4, "No argmax flips. ")])  # bit-identical: no ratio
 def test_chapter12_gives_the_margins_ratio_only_when_it_is_over_10(monkeypatch, capsys, worst, margin, said):
@@ -120,5 +122,6 @@ def test_chapter12_gives_the_margins_ratio_only_when_it_is_over_10(monkeypatch, 
     sd.demo12_greedy_numerics()
     out = " ".join(line.replace("(clock)", "") for line in capsys.readouterr().out.splitlines())
     assert said in " ".join(out.split()) + " " and ("times" in out) == ("times" in said)
-    # the takeaway's 'flips only where its top two are that close' stands only on margins far above the difference
+    # the takeaway's 'within two such differences' stands only on margins far above the difference; two, as each
+    # of the top two logits can move by up to the largest difference, in opposite ways (read 1763)
     assert ("Takeaway withheld" in out) == (margin <= 10 * worst)

@@ -5862,11 +5862,10 @@ def tree_loss_words(c19, main, own, t):
             " of the target's. Each sequence adds its KV cache, the keys and values of its tokens, and"
             f" {main.name}'s is {share:.4f} of the target's, a larger share. So c climbs with B, from {c[0]:.4f} at"
             f" B = 1 toward {share:.4f}. Past the ridge, every position the tree checks costs time, and its lead"
-            f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, reaches the ridge (chapter 25"
-            f" derives where). That is {t[2] * cross:,} positions in all, more than demo 6's"
-            f" {free_positions(c19.n_ctx)}:"
-            " each sequence's KV cache adds bytes the pass must read, and the time to read them covers more positions."
-            f" So the loss peaks just before, at B = {own[1]}."
+            f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, reaches the ridge:"
+            f" {t[2] * cross:,} positions in all, more than demo 6's {free_positions(c19.n_ctx)}, as each sequence's"
+            " KV cache adds bytes to read (chapter 25 derives where; take it as given here). So the loss peaks just"
+            f" before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w)) and made[0] < made[1]  # at B = 1, weights; at the last B, caches

@@ -817,10 +817,11 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
-            f" {cross} the tree's check, 15 positions a sequence, reaches the ridge (chapter 25 derives where). That is"
-            f" {15 * cross} positions in all, more than demo 6's 295: each sequence's KV cache adds bytes the pass must"
-            " read, and the time to read them covers more positions. So the loss peaks just before, at B ="
-            f" {cross - 1}.") in text35 and cross * 15 > 295  # read 1760 took 480 against 295 for 3 minutes
+            f" {cross} the tree's check, 15 positions a sequence, reaches the ridge: {15 * cross} positions in all,"
+            " more than demo 6's 295, as each sequence's KV cache adds bytes to read (chapter 25 derives where; take"
+            f" it as given here). So the loss peaks just before, at B = {cross - 1}.") in text35 and (
+                cross * 15 > 295)  # reads
+    # 1760 and 1762 took 480 against 295 for 3 minutes each
     assert f"tree 2x3, 15 15 {cross} " in " ".join(section(in_process[1], "25").split())  # worked out
     assert cross > 295 / 15
     assert "'tree 2x3, 15': 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked as 15" in flat_text
@@ -1295,7 +1296,7 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             " KV cache, the keys and values of its tokens, and small's is 0.0234 of the target's, a larger share. So c"
             f" climbs with B, from {c1:.4f} at B = 1 toward 0.0234. Past the ridge, every position the tree"
             " checks costs time, and its lead shrinks. At B = 32 the tree's check, 15 positions a sequence, reaches the"
-            " ridge (chapter 25 derives where). That is 480 positions in all, more than demo 6's 295") in text
+            " ridge: 480 positions in all, more than demo 6's 295") in text
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)
     assert ("The serving engines of chapter 23, vLLM, SGLang and TensorRT-LLM, schedule only chains by B, so there"
             " they run small's best chain of the plan's k = 1 to 8, k = 8,") in text

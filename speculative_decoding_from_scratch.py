@@ -6798,9 +6798,9 @@ def demo30_pairs():
                " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1."], numbered=True)
     print()
     say("Below, for each pair of drafts: its chance under q, the block's weights and chance, the drafts each"
-        " verifier keeps on average, and the block's gain times the pair's chance. Token-wise checking keeps r_1 + r_1 r_2"
-        " drafts on average, for r_i its chance to keep draft i; the block keeps 2 w_2 + (1 - w_2) h_1. The last row"
-        " weighs each pair by its chance:")
+        " verifier keeps on average, and the block's gain times the pair's chance. Token-wise checking keeps r_1 +"
+        " r_1 r_2 drafts on average, for r_i its chance to keep draft i once the drafts before it are kept; the block"
+        " keeps 2 w_2 + (1 - w_2) h_1. The last row weighs each pair by its chance:")
     print()
     pairs = block_pairs(P2, Q2)
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 6, fraction), ("h_1", 6, fraction),

@@ -1346,8 +1346,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # throughout (read 1749 converted the last row's ninths against the decimals above them)
     assert "weighted gain" not in text
     # the two columns' formulas, as chapter 30 says them, by hand from each row's w_1, h_1, w_2 and the ratios
-    assert ("Token-wise checking keeps r_1 + r_1 r_2 drafts on average, for r_i its chance to keep draft i; the block"
-            " keeps 2 w_2 + (1 - w_2) h_1. The last row weighs each pair by its chance:") in flat(text30)
+    assert ("Token-wise checking keeps r_1 + r_1 r_2 drafts on average, for r_i its chance to keep draft i once the"
+            " drafts before it are kept; the block keeps 2 w_2 + (1 - w_2) h_1. The last row weighs each pair by its"
+            " chance:") in flat(text30)  # read 1761 read r_2 as unconditional
     # the totals a reader summed (reads 1487 and 1497): 10/9 and 11/9, and the pairs' chances to 9/9
     assert "all 9/9 10/9 11/9 +1/9" in flat(text30)
     for (drafts, _, w_1, h_1, w_2, tw, bl, _), want in zip(sd.block_pairs(P2, Q2), by_hand):

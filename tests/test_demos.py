@@ -1581,7 +1581,8 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert "At k = 1 all three are equal: demo 1's rule reaches the ideal." in flat(text)
     chained = [f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call, sd.exact_tokens_per_call)]
     assert (f"at every k, {max(g[4] for g in result.gains):+.1%} at most. At k = 1") in flat(text)
-    assert ("Demo 3's rounds, which start after the previous round's final token, make fewer; --detail says why." in
+    assert ("Demo 3's rounds, which start after the previous round's final token, make fewer; chapter 29 says why, and"
+            " --detail works it out here." in
             flat(text)) and chained[1] < result.gains[-1][1] and chained[0] < result.gains[-1][2]
     assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained[1]:.4f} token-wise and {chained[0]:.4f} block.") in flat(
         result.starts)  # the detail's figures (read 1672 asked 'why what?'; its why was already the detail's)

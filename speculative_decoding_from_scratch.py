@@ -3522,10 +3522,12 @@ def demo13_times(W, X, ks):
     print()
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, *(k + 1 for k in ks))}
-    table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
-          [(n, t, t / times[1]) for n, t in times.items()], clock=True)
+    ms = {n: round(t * 1e3, 2) for n, t in times.items()}  # as printed, so a reader's division gives the ratio
+    over = (lambda n: ms[n] / ms[1]) if ms[1] > 0 else (lambda n: times[n] / times[1])  # noqa: E731
+    table([("positions", 9, "d"), ("time", 11, lambda t: f"{t:.2f} ms"), ("x one", 8, ".2f")],
+          [(n, ms[n], over(n)) for n in times], clock=True)
     print()
-    two = times[2] / times[1]
+    two = over(2)
     say(f"Two positions cost {two:.1f}x one here, where the roofline charges 1.0x."
         if two > 1.25 else "Two positions cost about what one does here, as on the roofline.",
         clock=True)

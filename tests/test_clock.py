@@ -137,6 +137,16 @@ def test_chapter13_says_what_a_second_column_costs(capsys, monkeypatch, two, dea
     assert ("Two positions cost about what one does here, as on the roofline." in text) == (not dearer)
 
 
+def test_chapter13s_ratios_are_its_printed_times_divided(capsys, monkeypatch):
+    # read 1763 divided 14.01 by 2.97 and got 4.717, where the unrounded times gave 4.71: the ratio is the printed
+    # times', 4.72 here, not the unrounded 14.014 / 2.974 = 4.712
+    monkeypatch.setattr(sd, "median_time", lambda f, calls=1, **kw: {1: 2.974e-3, 2: 5e-3}.get(f().shape[1], 14.014e-3))
+    monkeypatch.setattr(sd, "demo13_why", lambda *a, **kw: None)
+    sd.demo13_times(np.ones((8, 8), np.float32), np.ones((8, 17), np.float32), (4, 16))
+    text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
+    assert f"{14.014 / 2.974:.2f} {14.01 / 2.97:.2f}" == "4.71 4.72" and "5 14.01 ms 4.72" in text
+
+
 def test_chapter13_why_a_second_column_costs(capsys, monkeypatch):
     # ratios by hand: one 2-column product 3 ms, two 1-column products 2 ms, in cache 2 columns 0.3 ms against 0.1
     times = iter([3e-3, 2e-3, 0.3e-3, 0.1e-3])

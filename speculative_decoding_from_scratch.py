@@ -1796,15 +1796,18 @@ def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B, drafts=()):
     return int((hw.memory - weights) // kv)
 
 
-def fit_words(n_ctx, draft, name, define=True):
+def fit_words(n_ctx, draft, name, define=True, bytes_=True):
     """How many sequences fit beside the target and a draft shape, said with
-    the bytes the count divides (four reads tried (80 - 13.21) / 0.27 = 247);
-    define: say what a KV cache is, where the reader first meets it."""
+    the bytes the count divides (four reads tried (80 - 13.21) / 0.27 = 247),
+    or without them (bytes_ False), pointing to chapter 19's; define: say what
+    a KV cache is, where the reader first meets it."""
     weights, kv = memory_use(n_ctx, drafts=(draft,))
-    return (f"the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and {name}"
-            f" ({weights / 1e9:.2f} GB for both models' weights and input embeddings, and {kv / 1e9:.4f} GB a sequence"
-            " for its KV cache" + (", the keys and values of its tokens," if define else "") + " in the two models"
-            " together)")
+    lead = f"the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and {name}"
+    if not bytes_:
+        return lead + " (chapter 19 gives the bytes; take it as given here)"
+    return (lead + f" ({weights / 1e9:.2f} GB for both models' weights and input embeddings, and {kv / 1e9:.4f} GB"
+            " a sequence for its KV cache" + (", the keys and values of its tokens," if define else "")
+            + " in the two models together)")
 
 
 def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
@@ -5732,8 +5735,9 @@ def demo23_engines(**how):
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         " batch size, is the number of sequences a server decodes at once. The plan runs to B ="
-        f" {c19.max_batch}" + (f", {c19.room_words}" if c19.max_batch == c19.fit
-                               else "") + ". For each"
+        f" {c19.max_batch}" + (", " + fit_words(c19.n_ctx, next(m.cost for m in c19.measured if m.name == c19.roomiest),
+                                                c19.roomiest, bytes_=False) if c19.max_batch == c19.fit else "")
+        + ". For each"
         " range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"

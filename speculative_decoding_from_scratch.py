@@ -4632,15 +4632,15 @@ def option_speedup(o, batch, n_ctx, hw=H100, target=LLAMA2_7B):
 
 
 def roomiest(drafters, n_ctx, hw=H100, target=LLAMA2_7B):
-    """The drafter beside which the most sequences fit, and how many: where a
-    plan across drafters stops, as a server holds its drafter beside the target."""
+    """The drafter beside which the most sequences fit, and how many: where a plan across drafters stops, as a
+    server holds its drafter beside the target."""
     d = max(drafters, key=lambda d: drafter_fit(d, n_ctx, hw, target))
     return d, drafter_fit(d, n_ctx, hw, target)
 
 
 def drafter_fit(d, n_ctx, hw=H100, target=LLAMA2_7B):
-    """How many sequences fit beside the target and the drafter: its shape's
-    weights and KV caches counted, where the drafter gives a shape."""
+    """How many sequences fit beside the target and the drafter: its shape's weights and KV caches counted, where
+    the drafter gives a shape."""
     return sequences_that_fit(n_ctx, hw, target, drafts=(d.cost,) if isinstance(d.cost, tuple) else ())
 
 
@@ -4655,8 +4655,8 @@ def plan_drafters(drafters, n_ctx, max_batch, k_max=16, tol=0.01, hw=H100, targe
 
 
 def plan_rows(buckets, speeds, options, n_ctx, hw=H100, target=LLAMA2_7B):
-    """The plan as table rows: batch sizes, drafter, how it runs, the speedup
-    over the bucket, and what bounds its verifying pass at the two ends."""
+    """The plan as table rows: batch sizes, drafter, how it runs, the speedup over the bucket, and what bounds its
+    verifying pass at the two ends."""
     rows = []
     for lo, hi, o in buckets:
         if o is None:
@@ -5577,17 +5577,14 @@ def chain_schedule(main, own, priced):
 
 
 def engine_configs(buckets, priced=None, costs=None):
-    """The plan as each engine takes it, and, in one line each, what it cannot
-    express. vLLM: --speculative-config with num_speculative_tokens_per_batch_size
-    rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1); SGLang:
-    its EAGLE flags and, for a chain, an adaptive-mode config of candidate steps
-    per batch-size slot (adaptive_spec_params.py at 015c8726), with a chain's
-    num_draft_tokens = num_steps + 1, which server_args.py enforces when topk
-    is 1 (at 6cc2eee5); TensorRT-LLM:
-    max_draft_len and draft_len_schedule {last B: k}, 0 off, above the last key
-    off (llm_args.py at 00043967). Each engine serves one drafter: the one the
-    plan runs at the most batch sizes, on its own plan: its columns of the
-    plan's prices, priced = (speeds, options, tol), bucketed again."""
+    """The plan as each engine takes it, and, in one line each, what it cannot express. vLLM: --speculative-config
+    with num_speculative_tokens_per_batch_size rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1);
+    SGLang: its EAGLE flags and, for a chain, an adaptive-mode config of candidate steps per batch-size slot
+    (adaptive_spec_params.py at 015c8726), with a chain's num_draft_tokens = num_steps + 1, which server_args.py
+    enforces when topk is 1 (at 6cc2eee5); TensorRT-LLM: max_draft_len and draft_len_schedule {last B: k}, 0 off,
+    above the last key off (llm_args.py at 00043967). Each engine serves one drafter: the one the plan runs at the
+    most batch sizes, on its own plan: its columns of the plan's prices, priced = (speeds, options, tol), bucketed
+    again."""
     used = [o for _, _, o in buckets if o is not None]
     if not used:
         return ["plain decoding at every batch size: leave speculation off"]

@@ -4825,8 +4825,7 @@ def plan_shape(c19):
 
 def ridge_quotients(s):
     """The two terms of a sequence's free positions, 289.3 / B + 5.878, as a reader rebuilds them from demo 6's
-    figures: ('147.6 * 13.21 / 6.74', '147.6 * 0.2684 / 6.74'), or None unless the printed figures give the printed
-    terms."""
+    figures: ('147.6 * 13.21 / 6.74', '147.6 * 0.2684 / 6.74'), or None unless the printed figures give them."""
     r, gm, w, kv = round(ridge(), 1), round(s.m / 1e9, 2), round(s.w / 1e9, 2), round(s.kv / 1e9, 4)
     if f"{r * w / gm:.1f} {r * kv / gm:.3f}" != f"{s.ridge_base:.1f} {s.ridge_each:.3f}":
         return None
@@ -5725,17 +5724,15 @@ def demo23_engines(**how):
     """Chapter 23: chapter 19's plan as each engine's config."""
     c19 = chapter19_plan(**how)
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
-    t = c19.measured[1].tree
+    t, room = c19.measured[1].tree, next(m.cost for m in c19.measured if m.name == c19.roomiest)
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
     chains_only = main and not sg_runs_tree and any(o is not None and o.shape[:4] == "tree" for _, _, o in c19.buckets)
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
-        " batch size, is the number of sequences a server decodes at once. The plan runs to B ="
-        f" {c19.max_batch}" + (", " + fit_words(c19.n_ctx, next(m.cost for m in c19.measured if m.name == c19.roomiest),
-                                                c19.roomiest, bytes_=False) if c19.max_batch == c19.fit else "")
-        + ". For each"
-        " range of B, the plan says which drafter runs, as a chain of k",
+        f" batch size, is the number of sequences a server decodes at once. The plan runs to B = {c19.max_batch}"
+        + (", " + fit_words(c19.n_ctx, room, c19.roomiest, bytes_=False) if c19.max_batch == c19.fit else "")
+        + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
         f" {t[2]} positions with the text's last token. The plan is below. It keeps an option until it falls more"

@@ -3640,7 +3640,7 @@ def demo14_block_gain():
         " q(a) = 2/3, q(b) = 1/3; k = 2. Each verifier's accepted drafts per round, exactly:")
     print()
     table([("verifier", 12, "<"), ("drafts kept", 13, ".4f"), ("", 7, ">")], [(*r, ninths(r[1])) for r in rows])
-    say_paragraphs(["Chapter 30 derives both counts, one pair of drafts at a time." if all(
+    say_paragraphs(["Chapter 30 derives both counts, one pair of drafts at a time; take them as given here." if all(
         abs(a - r[1]) < 1e-12 for a, r in zip(pairs_kept(block_pairs(P2, Q2))[::-1], rows)) else ""])
     print()
     k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output

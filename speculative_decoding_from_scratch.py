@@ -5861,11 +5861,9 @@ def tree_loss_words(c19, main, own, t):
     made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The tree makes fewer tokens per"
             f" call than the chain, {made[0]:.3f} against {made[1]:.3f}, but takes {t[1]} draft passes to the chain's"
-            f" {own[2]}, and each pass costs more as B grows. A draft's c is the bytes its pass reads"
-            f" over the target's. At B = 1 both read mostly weights, and {main.name}'s weights are {w[0] / w[1]:.4f}"
-            " of the target's. Each sequence adds its KV cache, the keys and values of its tokens, and"
-            f" {main.name}'s is {share:.4f} of the target's, a larger share. So c climbs with B, from {c[0]:.4f} at"
-            f" B = 1 toward {share:.4f}. Past the ridge, every position the tree checks costs time, and its lead"
+            f" {own[2]}, and each pass costs more as B grows: c climbs, as each sequence adds its KV cache, a larger"
+            f" share of the target's than {main.name}'s weights are (chapter 37). Past the ridge, every position the"
+            " tree checks costs time, and its lead"
             f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, reaches the ridge:"
             f" {t[2] * cross:,} positions in all, more than demo 6's {free_positions(c19.n_ctx)}, as each sequence's"
             " KV cache adds bytes to read (chapter 25 derives where; take it as given here). So the loss peaks just"
@@ -7273,10 +7271,11 @@ def demo35_chain_loss(**how):
         f" {t[0]}x{t[1]}, {t[2]}'; past B = {end}, chains. The tree has {t[0]} candidates under each node, {t[1]} deep:"
         f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. The serving engines"
-        " of chapter 23, vLLM, SGLang and TensorRT-LLM, schedule only chains by B, so there they run"
-        f" {main.name}'s best chain of the plan's k = 1 to {c19.k_max}, k = {own[2]}, from {own[2]} draft passes"
-        " (chapter 23). A draft pass's c is its cost in target passes. The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the"
-        " chain's loss, 1 - (the chain's speedup / the tree's):")
+        " of chapter 23 (vLLM, SGLang and TensorRT-LLM) schedule only chains by B, so there they run"
+        f" {main.name}'s best chain, k = {own[2]}" + (", the longest the plan tries" if own[2] == c19.k_max else "")
+        + f", from {own[2]} draft passes. A draft pass's c is its cost in target passes. The tree's and the chain's"
+        " speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the chain's speedup / the"
+        " tree's):")
     print()
     batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],

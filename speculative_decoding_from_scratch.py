@@ -1796,15 +1796,15 @@ def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B, drafts=()):
     return int((hw.memory - weights) // kv)
 
 
-def fit_words(n_ctx, draft, name, define=True, bytes_=True):
+def fit_words(n_ctx, draft, name, define=True, bytes_=True, where=""):
     """How many sequences fit beside the target and a draft shape, said with
     the bytes the count divides (four reads tried (80 - 13.21) / 0.27 = 247),
-    or without them (bytes_ False), pointing to chapter 19's; define: say what
-    a KV cache is, where the reader first meets it."""
+    or without them (bytes_ False), to be taken as given, with where says they
+    are; define: say what a KV cache is, where the reader first meets it."""
     weights, kv = memory_use(n_ctx, drafts=(draft,))
     lead = f"the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and {name}"
     if not bytes_:
-        return lead + " (chapter 19 gives the bytes; take it as given here)"
+        return lead + f" ({where}take it as given here)"
     return (lead + f" ({weights / 1e9:.2f} GB for both models' weights and input embeddings, and {kv / 1e9:.4f} GB"
             " a sequence for its KV cache" + (", the keys and values of its tokens," if define else "")
             + " in the two models together)")
@@ -4874,7 +4874,7 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
             "tree") and s.chain is not None and s.chain.tokens > s.first.tokens
         and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "",
         f"At B = 1, {s.longest.drafter.name}'s fastest option, its {'chain of ' * s.longest.shape.startswith('k =')}"
-        f"{s.longest.shape}, makes about {s.longest.tokens:.1f} tokens per call, more than {s.first.drafter.name}'s"
+        f"{s.longest.shape}, makes {s.longest.tokens:.2f} tokens per call, more than {s.first.drafter.name}'s"
         f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts in {s.first.draft_passes} passes (chapter"
         f" 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it"
         f" takes {s.longest.draft_passes} of them to the tree's {s.first.draft_passes}."
@@ -5735,7 +5735,8 @@ def demo23_engines(**how):
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         f" batch size, is the number of sequences a server decodes at once. The plan runs to B = {c19.max_batch}"
-        + (", " + fit_words(c19.n_ctx, room, c19.roomiest, bytes_=False) if c19.max_batch == c19.fit else "")
+        + (", " + fit_words(c19.n_ctx, room, c19.roomiest, False, False, "chapter 19 gives the bytes; ")
+           if c19.max_batch == c19.fit else "")
         + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
@@ -7491,7 +7492,7 @@ def demo37_big_never(**how):
                  *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
         print()
         say(said[2], f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
-            f", {fit_words(n_ctx, big, 'big', define=False)}:" if s.big_fit < c19.max_batch else ":"))
+            f", {fit_words(n_ctx, big, 'big', bytes_=False)}:" if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])

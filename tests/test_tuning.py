@@ -818,7 +818,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
-            f" {cross} the tree's check, 15 positions a sequence, reaches the ridge: {15 * cross} positions in all,"
+            f" {cross} the tree's check, 15 positions a sequence, crosses the ridge: {15 * cross} positions in all,"
             " more than demo 6's 295, as each sequence's KV cache adds bytes to read (chapter 25 derives where; take"
             f" it as given here). So the loss peaks just before, at B = {cross - 1}.") in text35 and (
                 cross * 15 > 295)  # reads
@@ -1292,10 +1292,11 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert f"{tree_tokens:.3f}" == "3.134" and f"{k8:.3f}" == "3.219"
     assert (f"Up to B = 31 that loss grows with B, from {loss:.1%} at B = 1. The tree makes fewer tokens per call than"
             " the chain, 3.134 against 3.219, but takes 3 draft passes to the chain's 8, and each pass costs more as B"
-            " grows: c climbs, as each sequence adds its KV cache, a larger share of the target's than small's weights"
-            " are (chapter 37). Past the ridge, every position the tree"
-            " checks costs time, and its lead shrinks. At B = 32 the tree's check, 15 positions a sequence, reaches the"
-            " ridge: 480 positions in all, more than demo 6's 295") in text
+            " grows. Each sequence adds its KV cache to both models' passes, and small's KV cache is a larger share of"
+            " the target's than its weights are of the target's weights; so c climbs (chapter 37 gives both shares)."
+            " Past the ridge, every position the tree checks costs time, and its lead shrinks. At B = 32 the tree's"
+            " check, 15 positions a sequence, crosses the ridge: 480 positions in all, more than demo 6's 295") in text
+    # read 1775 could not parse the clause that said this in one breath
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)
     assert ("The serving engines of chapter 23 (vLLM, SGLang and TensorRT-LLM) schedule only chains by B, so there"
             " they run small's best chain, k = 8, the longest the plan tries, from 8 draft passes.") in text  # read

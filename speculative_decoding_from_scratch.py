@@ -5862,7 +5862,8 @@ def tree_loss_words(c19, main, own, t):
     made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The tree makes fewer tokens per"
             f" call than the chain, {made[0]:.3f} against {made[1]:.3f}, but takes {t[1]} draft passes to the chain's"
-            f" {own[2]}, and each pass costs more as B grows. Each sequence adds its KV cache to both models' passes,"
+            f" {own[2]}, and each pass costs more as B grows. Each sequence adds its KV cache, the keys and"
+            " values of its tokens, to both models' passes,"
             f" and {main.name}'s KV cache is a larger share of the target's than its weights are of the target's"
             " weights; so c climbs (chapter 37 gives both shares). Past the ridge, every position the"
             " tree checks costs time, and its lead"

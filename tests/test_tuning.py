@@ -1292,7 +1292,8 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert f"{tree_tokens:.3f}" == "3.134" and f"{k8:.3f}" == "3.219"
     assert (f"Up to B = 31 that loss grows with B, from {loss:.1%} at B = 1. The tree makes fewer tokens per call than"
             " the chain, 3.134 against 3.219, but takes 3 draft passes to the chain's 8, and each pass costs more as B"
-            " grows. Each sequence adds its KV cache to both models' passes, and small's KV cache is a larger share of"
+            " grows. Each sequence adds its KV cache, the keys and values of its tokens, to both models' passes, and"
+            " small's KV cache is a larger share of"
             " the target's than its weights are of the target's weights; so c climbs (chapter 37 gives both shares)."
             " Past the ridge, every position the tree checks costs time, and its lead shrinks. At B = 32 the tree's"
             " check, 15 positions a sequence, crosses the ridge: 480 positions in all, more than demo 6's 295") in text

@@ -6796,7 +6796,7 @@ def demo30_pairs():
         " min(1, p(x) / q(x)), and stops at the first rejection. The block, for drafts x_1 then x_2:")
     say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)).",
                "Z_1 is the sum over tokens y of max(0, w_1 p(y) - q(y)), and h_1 = Z_1 / (Z_1 + 1 - w_1), or 0 if"
-               " Z_1 = 0: Sun et al.'s chance, to take as given.",
+               " Z_1 = 0: Sun et al.'s chance, set so that the output stays the target's; take it as given.",
                "Two independent coins: position 2's lands heads with chance w_2, position 1's with chance h_1. Heads"
                " makes a position a cut point.",
                "The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. So it keeps"

@@ -1331,6 +1331,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # tokens), so it keeps both a quarter of the time, 0.5. 'a','b' (2/9): the weight recovers to 1, so the block keeps
     # both, token-wise 1/2 + 1/2 * 1. After a first 'b' (w_1 = 1, h_1 = 1 as Z_1 = 1/3 > 0) both keep the same.
     assert max(0, w1 * (1 / 3) - 2 / 3) + max(0, w1 * (2 / 3) - 1 / 3) == 0
+    # h_1 with its purpose (reads 1749 and 1769 stalled on a formula given with none): the block with it is exact,
+    # chapter 14's exact TV, so 'set so that the output stays the target's' is what the run shows
+    assert ("Sun et al.'s chance, set so that the output stays the target's; take it as given.") in flat(text30)
     # (drafts, chance, w_1, h_1, w_2, token-wise, block), by hand: h_1 = Z_1 / (Z_1 + 1 - w_1), Z_1 = 0 after 'a'
     # and 1/3 after 'b', where w_1 = 1
     by_hand = [("a a", 4 / 9, 0.5, 0, 0.25, 0.75, 0.5), ("a b", 2 / 9, 0.5, 0, 1, 1.0, 2.0),

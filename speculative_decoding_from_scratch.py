@@ -2866,12 +2866,10 @@ def heuristic_policy(start=5, k_max=32):
 
 
 def tiered_policy(tiers=(1, 3, 5, 7), window=2, down=-0.25, up=0.0):
-    """SGLang's kind: k moves between tiers from an average of the accepted
-    counts. At or below (tier before - 0.5 + down) step down; else above (tier
-    - 0.5 + up) step up. SGLang updates an exponential average (weight 0.2)
-    after every verify, and re-decides only every 5 batches, after 10 warm-up
-    batches. Here the average is of the last `window` rounds and the decision
-    comes after every round, so the state is finite: (tier index, the last
+    """SGLang's kind: k moves between tiers from an average of the accepted counts. At or below (tier before - 0.5 +
+    down) step down; else above (tier - 0.5 + up) step up. SGLang updates an exponential average (weight 0.2) after
+    every verify, and re-decides only every 5 batches, after 10 warm-up batches. Here the average is of the last
+    `window` rounds and the decision comes after every round, so the state is finite: (tier index, the last
     window - 1 accepted counts)."""
     def step(state, a):
         t, recent = state
@@ -2921,11 +2919,9 @@ def confidence_value(P, Q, threshold, k_max, c, v=1.0):
 
 
 def best_per_context(P, Q, c, k_max=32, v=1.0):
-    """The oracle a server cannot run: the k for each start context that
-    maximises the long-run speedup. Policy iteration for a ratio (tokens over
-    cost): value the policy at its own speedup g, then let every context pick
-    the k with the best tokens - g cost + what the next start is worth.
-    Returns (speedup, k for each context)."""
+    """The oracle a server cannot run: the k for each start context that maximises the long-run speedup. Policy
+    iteration for a ratio (tokens over cost): value the policy at its own speedup g, then let every context pick the
+    k with the best tokens - g cost + what the next start is worth. Returns (speedup, k for each context)."""
     ends = [round_table(P, Q, k) for k in range(1, k_max + 1)]
     tok, T = np.array([round_tokens(e) for e in ends]), np.array([e.sum(axis=1) for e in ends])
     cost, d = v + c * np.arange(1, k_max + 1), np.arange(len(P))

@@ -1252,8 +1252,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     assert sd.exact_text(rows[2][3] - tv3) == "2.9e-05"  # read 1253 hunted for the difference four places hid
     # steps 2 and 3 named apart, as the shipped paths' paragraph names them (read 1635 found which was which only
     # from 'Step 2's chance is never used')
-    assert ("Step 2 gives each position i a chance h_i, from w_i and the rows after x_i (Sun et al.'s formula; chapter"
-            " 14's --detail gives it). Step 3 tosses a coin of its own for each position, heads with chance h_i; heads"
+    assert ("Step 2 gives each position i a chance h_i, from w_i and the rows after x_i (Sun et al.'s formula, set so"
+            " that the output stays the target's; chapter 14's --detail gives it). Step 3 tosses a coin of its own for"
+            " each position, heads with chance h_i; heads"
             " makes i a cut point.") in flat(text34) and "Step 2's chance is never used" in flat(text34)
     assert f"{tv3:.4f} and {rows[2][3]:.4f}" == "0.2672 and 0.2672"  # the table's n = 3 column
     bad = [list(r) for r in edits]

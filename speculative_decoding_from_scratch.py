@@ -5926,6 +5926,10 @@ def demo24_ideal():
     pairs = (f" (the pairs aa, ab, ba and bb give {and_list([ninths(t) for t in two.ravel()])})"
              if abs(two.sum() - terms[1]) < 1e-12 else "")
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
+    pp, qq = (np.outer(M[0], M[0]).ravel() for M in (P2, Q2))  # no context: a pair's chance is a product
+    kept = np.array([qq[x] * accept_prob(pp, qq, x) for x in range(len(qq))])  # demo 1's rule, a pair as one token
+    whole = float(kept.sum())
+    exact_pairs = np.abs(kept + (1 - whole) * residual(pp, qq) - pp).max() < 1e-12  # its pairs follow p's
     print()
     say(f"Chapter 14's example has two tokens a and b, p(a) = {fraction(P2[0, 0])} and q(a) = {fraction(Q2[0, 0])},"
         " no context and k = 2. The table gives the drafts each verifier keeps per round on average, exactly."
@@ -5942,10 +5946,13 @@ def demo24_ideal():
         f"Neither keeps more than the ideal, {ninths(ideal)}.",
         "Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, and"
         f" it keeps {ninths(rows[1][1])}. So no verifier of that kind reaches {ninths(ideal)} here: for that kind the"
-        f" ideal is {ninths(ideal - rows[1][1])} too high. Whether any"
-        " lossless verifier reaches"
-        f" {ninths(ideal)}, this chapter leaves open."
-        if not over and rows[1][1] < ideal - 1e-9 else "")
+        f" ideal is {ninths(ideal - rows[1][1])} too high." if not over and rows[1][1] < ideal - 1e-9 else "",
+        f"A verifier of another kind reaches {ninths(ideal)} here: demo 1's rule with each pair as one token. It"
+        f" keeps both drafts with chance {ninths(whole)}, the pairs' sum min(p, q), else draws a whole pair from"
+        f" max(0, p - q); its pairs follow p's exactly. It keeps both or none, so it reaches the ideal only because"
+        f" the ideal's two terms are equal here, {ninths(terms[0])} each. Whether a verifier reaches the ideal in"
+        " general, this chapter leaves open."
+        if not over and exact_pairs and abs(2 * whole - ideal) < 1e-12 and abs(terms[0] - terms[1]) < 1e-12 else "")
     print()
     say("Chapter 31 sets the three side by side on the lesson's middling draft.")
     takeaway(f"on chapter 14's example the block keeps {ninths(rows[1][1])} drafts a round,"

@@ -1549,8 +1549,23 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert sd.tv_distance(p, q) == pytest.approx(1 - np.minimum(p, q).sum())
     # block is the best of its kind and keeps 11/9 < 12/9, so none of its kind reaches the ideal: said only so
     assert ("Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, and"
-            " it keeps 11/9. So no verifier of that kind reaches 12/9 here: for that kind the ideal is 1/9 too high."
-            " Whether any lossless verifier reaches 12/9, this chapter leaves open.") in flat(text)
+            " it keeps 11/9. So no verifier of that kind reaches 12/9 here: for that kind the ideal is 1/9 too high.")\
+        in flat(text)
+    # another kind reaches it (read 1792 built it): demo 1's rule on the pair as one token, by hand: the pairs'
+    # sum min(p, q) is 1/9 + 2/9 + 2/9 + 1/9, kept whole, so 2 * 6/9 = 12/9; a rejection draws bb, where p > q
+    pp, qq = np.array([1, 2, 2, 4]) / 9, np.array([4, 2, 2, 1]) / 9  # aa, ab, ba, bb
+    assert 2 * np.minimum(pp, qq).sum() == pytest.approx(12 / 9) and (np.maximum(pp - qq, 0) > 0).tolist() == [
+        False, False, False, True]
+    assert ("A verifier of another kind reaches 12/9 here: demo 1's rule with each pair as one token. It keeps both"
+            " drafts with chance 6/9, the pairs' sum min(p, q), else draws a whole pair from max(0, p - q); its pairs"
+            " follow p's exactly. It keeps both or none, so it reaches the ideal only because the ideal's two terms"
+            " are equal here, 6/9 each. Whether a verifier reaches the ideal in general, this chapter leaves open.") \
+        in flat(text)  # both or none: 2 * (the pair term) = term 1 + term 2 only where the two terms are equal
+    squared = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))",
+                          "return min(1.0, float(p[x] / q[x]) ** 2)"),))
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        squared.demo24_ideal()
+    assert "A verifier of another kind" not in out.getvalue()  # the stages' rule, broken, reaches nothing
     assert ("Block verification (Sun et al., ICLR 2025; chapter 14) decides how many drafts to keep after seeing all k,"
             " so a later draft can save an earlier one that token-wise checking would reject. Chapter 14's --detail gives"
             " its"

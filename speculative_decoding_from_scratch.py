@@ -3473,7 +3473,7 @@ def demo12_greedy_numerics(k=4, n_states=100):
     say("The wide pass is " + ("NOT bit-identical to scoring each position alone." if share else
                                "bit-identical to scoring each position alone."),
         (f"No argmax flips: the smallest margin is {float(f'{margin:.1e}') / float(f'{worst:.1e}'):.0f} times the"
-         " largest difference; a flip needs under 2, as both top logits can move."
+         " largest difference, and a flip needs it under 2 times, as both top logits can move."
          if not flips and worst > 0 and margin > 10 * worst else "No argmax flips." if not flips else
          f"{plural(flips, 'argmax')} flip."), clock=True)
     print()

@@ -112,8 +112,8 @@ def test_widths_differ_counts_what_it_says():
 
 
 @pytest.mark.parametrize("worst, margin, said", [(1e-6, 1.8e-4, "the smallest margin is 180 times the largest"
-                                                                    " difference; a flip needs under 2, as both top"
-                                                                    " logits can move."),
+                                                                    " difference, and a flip needs it under 2"
+                                                                    " times, as both top logits can move."),
                                                  (1e-6, 5e-6, "No argmax flips. "),
                                                  (0.0, 1.3e-4, "No argmax flips. ")])  # bit-identical: no ratio
 def test_chapter12_gives_the_margins_ratio_only_when_it_is_over_10(monkeypatch, capsys, worst, margin, said):

@@ -4723,11 +4723,11 @@ def demo19_tuning(**how):
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
     quotients, priced = ridge_quotients(shape), checks_priced_by_free_positions(shape, options, n_ctx, (1, 32, max_batch))
     say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft). Each stands for a"
-        " model of its own shape (chapter 37 gives the shapes), and its acceptance comes from its table. The plan"
-        f" tries chains of k = 1 to {k_max} drafts, and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}':"
-        f" {tree[0]} candidates under every node, each drawn from q on its own, {tree[1]} deep. That is"
-        f" {nodes - 1} drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes}"
-        " positions.")
+        " model of its own shape (chapter 37 gives the shapes and the bytes behind each c), and its acceptance comes"
+        f" from its table. The plan tries chains of k = 1 to {k_max} drafts, and small as a tree, 'tree"
+        f" {tree[0]}x{tree[1]}, {nodes}':"
+        f" {tree[0]} candidates under every node, each drawn from q on its own, {tree[1]} deep. That is {nodes - 1}"
+        f" drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes} positions.")
     print()
     say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
         " passes. A chain's tokens per call are 1 plus its first k per-position rates, rate i being the share of"

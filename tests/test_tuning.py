@@ -464,7 +464,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
     assert ("The two draft models are big (blend 0.75) and small (the middling draft). Each stands for a model of its"
-            " own shape (chapter 37 gives the shapes), and its acceptance comes from its table.") in text and (
+            " own shape (chapter 37 gives the shapes and the bytes behind each c), and its acceptance comes from its"
+            " table.") in text and (  # reads 1751 and 1791 took big's 0.1348 for demo 6's 13.48 GB mistyped
         "A draft pass's c is its bytes over a target pass's: at B = 1,"
         f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small.") in text and "width 2048" not in text  # reads 1529 and 1546 tried c from the shapes
     assert f"small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = 241" in " ".join(

@@ -6113,7 +6113,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         held = sorted(r[3] - r[2] for r in crossed)  # batches each crossed check runs past its crossing
         span = f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}"
-        say(f"Each check that crosses holds {span} batches past its crossing. Just past the ridge a"
+        say(f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it. Just"
+            " past the ridge a"
             " check costs only a little more, and chapter 19's plan switches only once that puts the option it runs"
             f" more than {tol:.1%} below the best." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"

@@ -5864,7 +5864,7 @@ def tree_loss_words(c19, main, own, t):
             " weights; so c climbs (chapter 37 gives both shares). Past the ridge, every position the"
             " tree checks costs time, and its lead"
             f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge; as each"
-            " sequence's KV cache adds bytes to read, the ridge holds more positions as B grows (chapter 25 derives"
+            " sequence's KV cache adds bytes to read, more positions fit under the ridge as B grows (chapter 25 derives"
             f" where; take it as given here). So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)

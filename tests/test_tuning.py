@@ -822,7 +822,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     text35 = " ".join(section(in_process[1], "35").split())
     assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
             f" {cross} the tree's check, 15 positions a sequence, crosses the ridge; as each sequence's KV cache adds"
-            " bytes to read, the ridge holds more positions as B grows (chapter 25 derives where; take it as given"
+            " bytes to read, more positions fit under the ridge as B grows (chapter 25 derives where; take it as given"
             f" here). So the loss peaks just before, at B = {cross - 1}.") in text35 and cross * 15 > 295  # reads 1760,
     # 1762 and 1781 set 480 against demo 6's 295 for 2 to 3 minutes each, printed or not; by hand, the positions a
     # pass covers grow with B: the ridge over a position's MACs, times the weights' bytes plus B KV caches'

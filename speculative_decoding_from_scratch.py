@@ -3507,13 +3507,20 @@ def demo13_clock(size=4096):
         " columns at once.")
     W, X = clock_operands(size)
     times = demo13_times(W, X, CLOCK_KS)
-    ratio = times[2] / times[1]
+    ratio = ms_ratio(times, 2)
     priced = float(verify_cost(1, 1, 512))  # two positions on demo 6's roofline, in plain passes
     takeaway(f"here two positions cost {ratio:.1f} times one, where demo 6's roofline says {priced:.1f}. Time a check"
              " on your own"
              " machine before you trust the roofline to price it.",
              {"two positions cost more than 1.25 times one here": ratio > 1.25}, clock=True)
     return SimpleNamespace(times=times)
+
+
+def ms_ratio(times, n):
+    """times[n] over times[1] as chapter 13 prints them, in ms to 2 places, so a reader's division of the printed
+    times gives it (read 1763); the unrounded ratio where the one-column time prints as 0."""
+    a, b = (round(times[m] * 1e3, 2) for m in (n, 1))
+    return a / b if b else times[n] / times[1]
 
 
 def demo13_times(W, X, ks):
@@ -3525,12 +3532,10 @@ def demo13_times(W, X, ks):
     print()
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     times = {n: median_time(lambda: W @ X[:, :n], calls=1) for n in (1, 2, *(k + 1 for k in ks))}
-    ms = {n: round(t * 1e3, 2) for n, t in times.items()}  # as printed, so a reader's division gives the ratio
-    over = (lambda n: ms[n] / ms[1]) if ms[1] > 0 else (lambda n: times[n] / times[1])  # noqa: E731
-    table([("positions", 9, "d"), ("time", 11, lambda t: f"{t:.2f} ms"), ("x one", 8, ".2f")],
-          [(n, ms[n], over(n)) for n in times], clock=True)
+    table([("positions", 9, "d"), ("time", 11, lambda t: f"{t * 1e3:.2f} ms"), ("x one", 8, ".2f")],
+          [(n, t, ms_ratio(times, n)) for n, t in times.items()], clock=True)
     print()
-    two = over(2)
+    two = ms_ratio(times, 2)
     say(f"Two positions cost {two:.1f}x one here, where the roofline charges 1.0x."
         if two > 1.25 else "Two positions cost about what one does here, as on the roofline.",
         clock=True)

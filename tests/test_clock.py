@@ -220,6 +220,16 @@ def test_chapter13s_takeaway_follows_what_two_positions_cost(capsys, monkeypatch
     assert ("two positions cost more than 1.25 times one here" in text) == (not holds)
 
 
+def test_chapter13s_takeaway_judges_the_ratio_its_table_prints(capsys, monkeypatch):
+    # 3.72 / 2.97 as printed is 1.2525, over 1.25, where the unrounded 3.7174 / 2.974 is under it: the body and the
+    # takeaway judge the same, printed ratio (the review found the takeaway judged the unrounded one)
+    assert 3.72 / 2.97 > 1.25 > 3.7174 / 2.974
+    monkeypatch.setattr(sd, "demo13_times", lambda W, X, ks: {1: 2.974e-3, 2: 3.7174e-3, 5: 4e-3, 17: 5e-3})
+    sd.demo13_clock(size=8)
+    text = " ".join(capsys.readouterr().out.replace("(clock)", "").split())
+    assert "Takeaway: here two positions cost 1.3 times one" in text and "Takeaway withheld" not in text
+
+
 def test_predict_divides_the_figures_as_chapter_36_prints_them():
     # reads 1535, 1539, 1547 and 1556 divided the printed tokens per call, c and v and found the paper's column 0.01
     # off: each prediction now takes them as printed (tokens to 2 decimals, c to 3, v to 2)

@@ -4728,10 +4728,10 @@ def demo19_tuning(**how):
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
     quotients, priced = ridge_quotients(shape), checks_priced_by_free_positions(shape, options, n_ctx, (1, 32, max_batch))
     say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft). Each stands for a"
-        " model of its own shape (chapter 37 gives the shapes and the bytes behind each c), and its acceptance comes"
-        f" from its table. The plan tries chains of k = 1 to {k_max} drafts, and small as a tree, 'tree"
-        f" {tree[0]}x{tree[1]}, {nodes}':"
-        f" {tree[0]} candidates under every node, each drawn from q on its own, {tree[1]} deep. That is {nodes - 1}"
+        " model of its own shape (chapter 37 gives the shapes" + " and the bytes behind each c at B = 1" * by_bytes
+        + f"), and its acceptance comes from its table. The plan tries chains of k = 1 to {k_max} drafts, and small"
+        f" as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each drawn from q"
+        f" on its own, {tree[1]} deep. That is {nodes - 1}"
         f" drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes} positions.")
     print()
     say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
@@ -5866,7 +5866,8 @@ def tree_loss_words(c19, main, own, t):
             f" {own[2]}, and each pass costs more as B grows. Each sequence adds its KV cache, the keys and"
             " values of its tokens, to both models' passes,"
             f" and {main.name}'s KV cache is a larger share of the target's than its weights are of the target's"
-            " weights; so c climbs (chapter 37 gives both shares). Past the ridge, every position the"
+            " weights; so c climbs (chapter 37 gives its KV cache's share and its bytes at B = 1). Past the ridge,"
+            " every position the"
             " tree checks costs time, and its lead"
             f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge; as each"
             " sequence's KV cache adds bytes to read, more positions fit under the ridge as B grows (chapter 25 derives"
@@ -7513,9 +7514,9 @@ def demo37_big_never(**how):
             " Both fall as B grows: c rises, and a check whose positions pass the ridge costs more than one plain"
             " pass (chapter 25)." if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
-    times = sorted(draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit))
-    takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} to {times[1]:.0f} times"
-             f" small's, from B = 1 to {s.big_fit}: small's cheap passes win at every B.",
+    times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]
+    takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1 and"
+             f" {times[1]:.0f} at B = {s.big_fit}: small's cheap passes win at every B.",
              {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
     return SimpleNamespace(c19=c19, shape=s, said=said)
 

@@ -1796,18 +1796,19 @@ def sequences_that_fit(n_ctx, hw=H100, target=LLAMA2_7B, drafts=()):
     return int((hw.memory - weights) // kv)
 
 
-def fit_words(n_ctx, draft, name, define=True, bytes_=True, where=""):
+def fit_lead(name):
+    """The most sequences that fit beside the target and a draft, named, without the bytes behind the count."""
+    return f"the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and {name}"
+
+
+def fit_words(n_ctx, draft, name):
     """How many sequences fit beside the target and a draft shape, said with
-    the bytes the count divides (four reads tried (80 - 13.21) / 0.27 = 247),
-    or without them (bytes_ False), to be taken as given, with where says they
-    are; define: say what a KV cache is, where the reader first meets it."""
+    the bytes the count divides (four reads tried (80 - 13.21) / 0.27 = 247)
+    and what a KV cache is, where the reader first meets it (chapter 19)."""
     weights, kv = memory_use(n_ctx, drafts=(draft,))
-    lead = f"the most sequences that fit in the H100's {H100.memory / 1e9:.0f} GB beside the target and {name}"
-    if not bytes_:
-        return lead + f" ({where}take it as given here)"
-    return (lead + f" ({weights / 1e9:.2f} GB for both models' weights and input embeddings, and {kv / 1e9:.4f} GB"
-            " a sequence for its KV cache" + (", the keys and values of its tokens," if define else "")
-            + " in the two models together)")
+    return (fit_lead(name) + f" ({weights / 1e9:.2f} GB for both models' weights and input embeddings, and"
+            f" {kv / 1e9:.4f} GB a sequence for its KV cache, the keys and values of its tokens, in the two models"
+            " together)")
 
 
 def break_even_batch(tokens, n_ctx, b_max=1 << 16, **shape):
@@ -5088,7 +5089,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     loses = all(behind)
     print()
     say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at"
-        f" {' and '.join(f'B = {b}' for b in batches)}, on each"
+        f" {and_list([f'B = {b}' for b in batches])}, on each"
         f" of the {len(seeds)} seeds.",
         f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
         " change." if at < n else "It never switches off here.",
@@ -5114,7 +5115,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, note=note, adaptive=adaptive_words, price=" ".join(
+    return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, price=" ".join(
         (price_figures_words(f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}",
                              max(batches)), cover)).strip())
 
@@ -5729,14 +5730,14 @@ def demo23_engines(**how):
     """Chapter 23: chapter 19's plan as each engine's config."""
     c19 = chapter19_plan(**how)
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
-    t, room = c19.measured[1].tree, next(m.cost for m in c19.measured if m.name == c19.roomiest)
+    t = c19.measured[1].tree
     costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
     chains_only = main and not sg_runs_tree and any(o is not None and o.shape[:4] == "tree" for _, _, o in c19.buckets)
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         f" batch size, is the number of sequences a server decodes at once. The plan runs to B = {c19.max_batch}"
-        + (", " + fit_words(c19.n_ctx, room, c19.roomiest, False, False, "chapter 19 gives the bytes; ")
+        + (", " + fit_lead(c19.roomiest) + " (chapter 19 gives the bytes; take it as given here)"
            if c19.max_batch == c19.fit else "")
         + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
@@ -5932,7 +5933,7 @@ def demo24_ideal():
     pairs = (f" (the pairs aa, ab, ba and bb give {and_list([ninths(t) for t in two.ravel()])})"
              if abs(two.sum() - terms[1]) < 1e-12 else "")
     over = [r[0] for r in rows if r[1] > ideal + 1e-12]
-    pp, qq = (np.outer(M[0], M[0]).ravel() for M in (P2, Q2))  # no context: a pair's chance is a product
+    pp, qq = (target_first_tokens(M, 0, 2).ravel() for M in (P2, Q2))  # each pair's chance, as one token
     kept = np.array([qq[x] * accept_prob(pp, qq, x) for x in range(len(qq))])  # demo 1's rule, a pair as one token
     whole = float(kept.sum())
     exact_pairs = np.abs(kept + (1 - whole) * residual(pp, qq) - pp).max() < 1e-12  # its pairs follow p's
@@ -6059,7 +6060,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
               "a plain pass stays under the ridge at every B": ridge_batch(s.m, s.w, s.kv, positions=1) is None}
     if not all(checks.values()):
         return checks, ""
-    after = all(r[2] < r[3] for r in crossed)  # each crossing falls inside its option's range
+    after = all(r[4] <= r[2] < r[3] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
     quotients = ridge_quotients(s) or ("", "")
@@ -6118,7 +6119,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     if after or beyond:
         print()
         held = sorted(r[3] - r[2] for r in crossed)  # batches each crossed check runs past its crossing
-        span = f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}"
+        span = (f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}") if after else ""
         say(f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it. Just"
             " past the ridge a"
             " check costs only a little more, and chapter 19's plan switches only once that puts the option it runs"
@@ -7504,7 +7505,7 @@ def demo37_big_never(**how):
                  *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
         print()
         say(said[2], f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
-            f", {fit_words(n_ctx, big, 'big', bytes_=False)}:" if s.big_fit < c19.max_batch else ":"))
+            f", {fit_lead('big')} (take it as given here):" if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])

@@ -1894,7 +1894,7 @@ def ridge_cover_words(k, batch):
         return ""
     gmacs, gb = round(per / 1e9, 2), round((w + batch * kv) / 1e9, 2)
     return (f"That is {each:.2f} MACs per byte"
-            + (f" ({gmacs:.2f} / {gb:.2f})" if f"{gmacs / gb:.2f}" == f"{each:.2f}" else "") +
+            + (f" ({gmacs:.2f} GMACs over {gb:.2f} GB)" if f"{gmacs / gb:.2f}" == f"{each:.2f}" else "") +
             f". So a pass of up to {cover:.0f} positions ({ridge():.1f} / {each:.2f}) costs what a plain pass of"
             f" {batch} does. The check's {n:,} positions take {n:,} / {cover:.0f} = {verify_cost(k, batch):.2f} plain"
             " passes.")

@@ -1166,9 +1166,10 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
                 " H100 SXM's 80 GB: the pass stays memory-bound.") in text if chapter == "26" else (
             "It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses the ridge: at 493, the"
-            " KV caches, the keys and values of each sequence's tokens, would fill the 80 GB before any batch crossed"
-            " it.") in text and "493 characters," not in text, chapter  # chapter 20 in fewer words (reads 1582 and
-        # 1583); the body's in one clause since read 1750 worked it out for 1.5 minutes from "(--detail says why)"
+            " KV caches, the keys and values of each sequence's tokens, would fill the H100's 80 GB of memory before"
+            " any batch crossed it.") in text and "493 characters," not in text, chapter  # chapter 20 in fewer
+        # words (reads 1582 and 1583); the body's in one clause since read 1750 worked it out for 1.5 minutes from
+        # "(--detail says why)"; whose 80 GB, as demo 6 gives none (read 1795)
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too.") in \
             details[chapter] if chapter == "26" else "1.00 times as long" not in text, chapter

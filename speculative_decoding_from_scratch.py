@@ -5862,17 +5862,14 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
-    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1. The tree makes fewer tokens per"
-            f" call than the chain, {made[0]:.3f} against {made[1]:.3f}, but takes {t[1]} draft passes to the chain's"
-            f" {own[2]}, and each pass costs more as B grows. Each sequence adds its KV cache, the keys and"
-            " values of its tokens, to both models' passes,"
-            f" and {main.name}'s KV cache is a larger share of the target's than its weights are of the target's"
-            " weights; so c climbs (chapter 37 gives its KV cache's share and its bytes at B = 1). Past the ridge,"
-            " every position the"
-            " tree checks costs time, and its lead"
-            f" shrinks. At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge; as each"
-            " sequence's KV cache adds bytes to read, more positions fit under the ridge as B grows (chapter 25 derives"
-            f" where; take it as given here). So the loss peaks just before, at B = {own[1]}."
+    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1: c grows, and the chain pays"
+            f" it {own[2]} times to the tree's {t[1]}. c is {main.name}'s bytes per pass over the target's, each"
+            " its weights plus B times a sequence's KV cache, the keys and values of its tokens."
+            f" {main.name.capitalize()}'s KV cache is a larger share of the target's than its weights are, so c climbs"
+            f" with B (chapter 37 gives its bytes at B = 1 and its KV cache's share). At B = {cross} the tree's"
+            f" check, {t[2]} positions a sequence, crosses the ridge, and each position past it costs time. Demo 6's {free_positions(c19.n_ctx)}"
+            " positions were at B = 1; with each sequence's KV cache to read, more fit under the ridge as B grows"
+            f" (chapter 25 derives where; take it as given here). So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w)) and made[0] < made[1]  # at B = 1, weights; at the last B, caches
@@ -7275,6 +7272,10 @@ def demo35_chain_loss(**how):
     t, own = c19.measured[1].tree, costs.get("vLLM") if costs else None
     tree, chain = tree_and_chain(c19, main, t, own[2]) if own else (None, None)
     end = max((hi for _, hi, o in c19.buckets if o is not None and o.shape.startswith("tree")), default=0)
+    if None not in (tree, chain):  # tokens per call, and whether each speedup up to own[1] is made / (1 + n c)
+        made = [c19.options[i].tokens for i in (tree, chain)]
+        below = all(np.isclose(c19.speeds[b - 1, i], m / (1 + n * draft_cost(b, c19.n_ctx, draft=main.cost)))
+                    for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
     if None in (tree, chain) or not end:
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
@@ -7287,9 +7288,11 @@ def demo35_chain_loss(**how):
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. The serving engines"
         " of chapter 23 (vLLM, SGLang and TensorRT-LLM) schedule only chains by B, so there they run"
         f" {main.name}'s best chain, k = {own[2]}" + (", the longest the plan tries" if own[2] == c19.k_max else "")
-        + f", from {own[2]} draft passes. A draft pass's c is its cost in target passes. The tree's and the chain's"
-        " speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the chain's speedup / the"
-        " tree's):")
+        + f", from {own[2]} draft passes. A draft pass costs c target passes, a tree's level or a chain's step"
+        " alike." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
+        f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}." if below else "")
+        + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
+        " chain's speedup / the tree's):")
     print()
     batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],

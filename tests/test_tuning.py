@@ -821,10 +821,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert last == c19.c19.fit == 241  # chapter 25's fit, at 512 tokens
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
-    assert ("Past the ridge, every position the tree checks costs time, and its lead shrinks. At B ="
-            f" {cross} the tree's check, 15 positions a sequence, crosses the ridge; as each sequence's KV cache adds"
-            " bytes to read, more positions fit under the ridge as B grows (chapter 25 derives where; take it as given"
-            f" here). So the loss peaks just before, at B = {cross - 1}.") in text35 and cross * 15 > 295  # reads 1760,
+    assert (f"At B = {cross} the tree's check, 15 positions a sequence, crosses the ridge, and each position past it"
+            " costs time. Demo 6's 295 positions were at B = 1; with each sequence's KV cache to read, more fit under"
+            " the ridge as B grows (chapter 25 derives where; take it as given here). So the loss peaks just before,"
+            f" at B = {cross - 1}.") in text35 and cross * 15 > 295  # reads 1760,
     # 1762 and 1781 set 480 against demo 6's 295 for 2 to 3 minutes each, printed or not; by hand, the positions a
     # pass covers grow with B: the ridge over a position's MACs, times the weights' bytes plus B KV caches'
     m, w, kv = sd.token_traffic(512)
@@ -1299,14 +1299,12 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     tree_tokens = sd.tree_tokens(sd.TARGET, sd.MIDDLING, 3, 2)
     k8 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 8)
     assert f"{tree_tokens:.3f}" == "3.134" and f"{k8:.3f}" == "3.219"
-    assert (f"Up to B = 31 that loss grows with B, from {loss:.1%} at B = 1. The tree makes fewer tokens per call than"
-            " the chain, 3.134 against 3.219, but takes 3 draft passes to the chain's 8, and each pass costs more as B"
-            " grows. Each sequence adds its KV cache, the keys and values of its tokens, to both models' passes, and"
-            " small's KV cache is a larger share of"
-            " the target's than its weights are of the target's weights; so c climbs (chapter 37 gives its KV cache's"
-            " share and its bytes at B = 1)."
-            " Past the ridge, every position the tree checks costs time, and its lead shrinks. At B = 32 the tree's"
-            " check, 15 positions a sequence, crosses the ridge; as each sequence's KV cache adds bytes") in text
+    assert (f"Up to B = 31 that loss grows with B, from {loss:.1%} at B = 1: c grows, and the chain pays it 8 times to"
+            " the tree's 3. c is small's bytes per pass over the target's, each its weights plus B times a sequence's"
+            " KV cache, the keys and values of its tokens. Small's KV cache is a larger share of the target's than its"
+            " weights are, so c climbs with B (chapter 37 gives its bytes at B = 1 and its KV cache's share). At"
+            " B = 32 the tree's check, 15 positions a sequence, crosses the ridge, and each position past it costs"
+            " time.") in text
     # read 1775 could not parse the clause that said this in one breath
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)
     assert ("The serving engines of chapter 23 (vLLM, SGLang and TensorRT-LLM) schedule only chains by B, so there"
@@ -1344,7 +1342,17 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # why k = 8 and not demo 4's 4 (reads 1636 and 1661 went back to demo 5 for it) is chapter 32's, with its table;
     # read 1673 spent 3 minutes testing 'pays' against k = 9 and 10 by demo 4's numbers
     assert "A chain this long pays" not in text
-    assert "8 draft passes. A draft pass's c is its cost in target passes." in text
+    # reads 1787 and 1793 rebuilt the speedups as tokens / (1 + n c) for 1.5 minutes each: the chapter says it,
+    # and only where the plan's own speeds bear it out
+    assert ("8 draft passes. A draft pass costs c target passes, a tree's level or a chain's step alike. Until the"
+            " ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes 3.134 tokens per"
+            " call from 3 passes, the chain 3.219 from 8.") in text
+    for r in rows[:-2]:
+        assert r[2] == pytest.approx(3.134 / (1 + 3 * r[1]), abs=6e-4) and r[3] == pytest.approx(
+            3.219 / (1 + 8 * r[1]), abs=6e-4)
+    # read 1793 took demo 6's 295 positions to put the tree's ridge near B = 19
+    assert ("Demo 6's 295 positions were at B = 1; with each sequence's KV cache to read, more fit under the ridge"
+            " as B grows") in text
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there
     assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and (
         "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: the plan keeps an"

@@ -4876,9 +4876,9 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
             "tree") and s.chain is not None and s.chain.tokens > s.first.tokens
         and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "",
         f"At B = 1, {s.longest.drafter.name}'s fastest option, its {'chain of ' * s.longest.shape.startswith('k =')}"
-        f"{s.longest.shape}, makes {s.longest.tokens:.2f} tokens per call, more than {s.first.drafter.name}'s"
-        f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts in {s.first.draft_passes} passes (chapter"
-        f" 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it"
+        f"{s.longest.shape}, makes {s.longest.tokens:.3f} tokens per call, more than {s.first.drafter.name}'s"
+        f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts in {s.first.draft_passes} passes, one a"
+        f" level (chapter 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it"
         f" takes {s.longest.draft_passes} of them to the tree's {s.first.draft_passes}."
         if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"

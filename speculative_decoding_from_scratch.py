@@ -6004,17 +6004,6 @@ def why_above_eq1(gains, w=None):
 # Chapter 19's plan, read against demo 6's roofline: where each check crosses the ridge.
 
 
-def ridge_words(s):
-    """Where a pass of B sequences meets the ridge, from plan_shape's terms:
-    the MACs and bytes of n positions a sequence, and the n it allows."""
-    return (f"A pass of B sequences, n positions each, does {s.m / 1e9:.2f} * B * n GMACs and reads"
-            f" {s.w / 1e9:.2f} + {s.kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays"
-            f" under the ridge while its MACs are at most {ridge():.1f} times its bytes: {s.m / 1e9:.2f} B n <="
-            f" {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B). Dividing by {s.m / 1e9:.2f} B, n is at most about"
-            f" {s.ridge_base:.1f} / B + {s.ridge_each:.3f}, as {ridge():.1f} * {s.w / 1e9:.2f} / {s.m / 1e9:.2f} ="
-            f" {s.ridge_base:.1f} and {ridge():.1f} * {s.kv / 1e9:.4f} / {s.m / 1e9:.2f} = {s.ridge_each:.3f}.")
-
-
 def demo25_ridge(**how):
     """Chapter 25: where each check chapter 19 plans crosses the ridge, and why
     the plan shortens its check as the batch grows."""
@@ -6061,11 +6050,11 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     each = s.ridge_each
     quotients = ridge_quotients(s) or ("", "")
-    say("Below the ridge, the time a pass takes to move its bytes covers its MACs too. A position does"
-        f" {s.m / 1e9:.2f} GMACs. The target's weights, {s.w / 1e9:.2f} GB, cover about {s.ridge_base:.1f} positions"
-        f" ({quotients[0]}), shared by the B sequences. Each sequence's KV cache in the target,"
-        f" {s.kv / 1e9:.4f} GB, covers {each:.3f} more of its own ({quotients[1]}). So a"
-        f" sequence can check about {s.ridge_base:.1f} / B + {each:.3f} positions: demo 6's {s.alone} at B = 1, falling"
+    say(f"A position does {s.m / 1e9:.2f} GMACs. A pass of B sequences, n positions each, reads the target's"
+        f" weights once, {s.w / 1e9:.2f} GB, and each sequence's KV cache in the target, {s.kv / 1e9:.4f} GB. It"
+        f" stays below the ridge while {s.m / 1e9:.2f} B n <= {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B)."
+        f" So a sequence can check up to n = {s.ridge_base:.1f} / B + {each:.3f} positions ({quotients[0]} ="
+        f" {s.ridge_base:.1f}; {quotients[1]} = {each:.3f}): demo 6's {s.alone} at B = 1, falling"
         f" toward {each:.3f} as B grows. Every check in the table below scores more"
         f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
         " ridge at some B." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone
@@ -6078,7 +6067,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
-        " planned option: the batch at which its check reaches the ridge, and the batches the plan runs it for"
+        f" planned option: the least B at which its n reaches {s.ridge_base:.1f} / B + {each:.3f}, where its check"
+        " crosses the ridge, and the batches the plan runs it for"
         + "".join(
             f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep. That is"
             f" {' + '.join(str(a**j) for j in range(1, b + 1))} = {n - 1} drafts, checked as {n - 1} + 1 = {n}"
@@ -6150,7 +6140,6 @@ def demo25_detail(result):
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
         result.priced,
-        ridge_words(s),
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"

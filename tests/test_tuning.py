@@ -641,24 +641,22 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the limit's reason, then the limit, in the body (read 1496: 'the formula comes before its reason, so I worked it
     # out myself'); its algebra is the detail's (read 1519 checked both quotients; reads 1471, 1482 and 1490 rebuilt
     # the terms from demo 6, which the detail does)
-    assert (f"Below the ridge, the time a pass takes to move its bytes covers its MACs too. A position does 6.74 GMACs."
-            f" The target's weights, 13.21 GB, cover about {base:.1f} positions (147.6 * 13.21 / 6.74), shared by the B"
-            f" sequences. Each sequence's KV cache in the target, 0.2684 GB, covers {each:.3f} more of its own (147.6 *"
-            f" 0.2684 / 6.74). So a sequence can check"
-            f" about {base:.1f} / B + {each:.3f} positions: demo 6's 295 at B = 1, falling toward {each:.3f} as B"
-            " grows. Every check in the table below scores"
+    # reads 1780, 1782 and 1798 derived the bound from its terms for 1 to 1.5 minutes: the chapter gives the
+    # inequality it comes from, in one line
+    assert ("A position does 6.74 GMACs. A pass of B sequences, n positions each, reads the target's weights once,"
+            " 13.21 GB, and each sequence's KV cache in the target, 0.2684 GB. It stays below the ridge while"
+            f" 6.74 B n <= 147.6 (13.21 + 0.2684 B). So a sequence can check up to n = {base:.1f} / B + {each:.3f}"
+            f" positions (147.6 * 13.21 / 6.74 = {base:.1f}; 147.6 * 0.2684 / 6.74 = {each:.3f}): demo 6's 295 at"
+            f" B = 1, falling toward {each:.3f} as B grows. Every check in the table below scores"
             f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B.") in text25
+    # and what 'crosses at B' is, as readers 1782 and 1798 worked it out: the least B at which n reaches the bound
+    assert "For each planned option: the least B at which its n reaches 289.3 / B + 5.878, where its check crosses" \
+        " the ridge" in text25
     # the quotients in place (read 1645 rebuilt 5.878 from demo 6's rounded 0.27 GB and got 5.91): the printed
     # figures give the printed positions
     assert f"{147.6 * 13.21 / 6.74:.1f} {147.6 * 0.2684 / 6.74:.3f}" == f"{base:.1f} {each:.3f}"
     assert "falls below its positions per sequence" not in text25  # read 1550 checked every row by it
-    assert (f"A pass of B"
-            f" sequences, n positions each, does {m / 1e9:.2f} * B * n GMACs and reads {w / 1e9:.2f} +"
-            f" {kv / 1e9:.4f} * B GB: the weights once, and each sequence's KV cache. It stays under the ridge while"
-            " its MACs are at most"
-            f" 147.6 times its bytes: 6.74 B n <= 147.6 (13.21 + 0.2684 B). Dividing by 6.74 B, n is at most about"
-            f" {base:.1f} / B + {each:.3f}, as 147.6 * 13.21 / 6.74 = {base:.1f} and 147.6 * 0.2684 / 6.74 ="
-            f" {each:.3f}.") in detail25 and "Dividing by" not in text25  # said once
+    assert "6.74 B n <=" not in detail25  # said once, in the chapter
     assert f"{sd.ridge():.1f}" == "147.6" and f"{147.6 * w / m:.1f}" == f"{base:.1f}"  # the bound, as a reader finds it
     assert f"tree 2x3, 15 15 {tree} " in text25 and 5.5 < each < 6 < 7  # k = 6 checks 7, the fewest planned
     assert int(base + each) == 295  # the two shares, at B = 1, are demo 6's free positions
@@ -705,7 +703,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # where the chain leads before the plan leaves the tree, its lead is within the plan's margin
     assert all(result.speeds[b - 1, chain] <= result.speeds[b - 1, tree] * (1 + result.c19.tol)
                for b in range(level, planned + 1))
-    assert "covers 5.878 more of its own (147.6 * 0.2684 / 6.74)." in text and 15 * past > 295  # the terms
+    assert "147.6 * 0.2684 / 6.74 = 5.878" in text and 15 * past > 295  # the terms
     assert f"tree 2x3, 15 15 {past} 1-{planned}" in text and planned > past
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 35-95 k = 7 8 137 96-146 k = 6 7 258 147-241" in text

@@ -4167,8 +4167,8 @@ APEX_BUGS = {
 
 APEX_WORDS = {"uniform q": f"judges a draft as if q were uniform over all {len(ALPHABET)} characters, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "after a rejection, carries over the row the replacement y was drawn from, not the"
-                          " target's row after y, which the fix gets from one more pass, over y",
+              "next row": "after a rejection, carries over the target's row at the replacement y's position,"
+                          " not its row after y; the fix gets that from one more pass, over y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 
@@ -4180,8 +4180,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         " its own machinery, not in the rule."
         " It keeps what the target has read, its KV"
         " cache (the keys and values of every token read so far), separately from the text it writes. Its rounds differ"
-        " from the lesson's: each starts with a token the target samples, before any draft, from a row p carried over"
-        " from the round before (the target's row after the last token written). The drafts follow that token.",
+        " from the lesson's: each starts with one token the target samples before any draft, from its row after the"
+        " last token written, carried over from the round before. The drafts follow that token.",
         "APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed"
         f" the text's last few characters earlier on. A proposal x is deterministic, so q is all on x: {ONE_HOT_RULE}."
@@ -4202,9 +4202,9 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
     tables = None if isinstance(cache, str) else calibration_p_value(
         cache.apex_generate(TARGET, Lookup(2, 4, VOCAB), [0] * 8, n_text, k, np.random.default_rng(22)), TARGET, [0] * 8)
     print()
-    say(f"Each generator writes {n_text} characters, and chapter 11's fit checks them against the target: it bins"
-        " each written character by the chance the target gave it there, and compares each bin's count with the"
-        " target's total chance for that bin's characters, summed over the positions. The last row runs the cache bug"
+    say(f"Each generator writes {n_text} characters, and chapter 11's fit checks them against the target: it sorts"
+        " the characters written into bins by the chance the target gave each where it was written, and compares"
+        " each bin's count with the count the target's chances predict. The last row runs the cache bug"
         " on the lesson's target table instead, prompt lookup drafting from its tokens. Consistent means the fit finds no difference from the target.")
     print()
     shown = rows + ([("cache, on the tables", tables, "consistent" if tables >= P_REJECT else "NOT the target")]
@@ -4217,8 +4217,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         "On the character model, every departure is caught." if caught else
         "On the character model, NOT every departure is caught: "
         + ", ".join(r[0] for r in rows[1:] if r[2] != "NOT the target") + ".",
-        ("A table reads only the last token. The cache bug puts the replacement last, after the stale drafts, so"
-         " they change nothing on the lesson's tables."
+        ("The lesson's tables read only the last token, and the cache bug leaves the replacement last, after the"
+         " stale drafts, so there they change nothing. The character model reads further back."
          if tables >= P_REJECT
          else "Even the tables see the cache bug.") if tables is not None else "")
     takeaway("a generator must judge each draft by its own q, redraw from the residual, take the next row from the"

@@ -1866,10 +1866,11 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     result, text = demo["17"]
     assert [r[2] for r in result.rows] == ["consistent"] + ["NOT the target"] * 4
     assert [r[0] for r in result.rows[1:]] == list(sd.APEX_BUGS)
-    assert result.tables >= sd.P_REJECT and ("A table reads only the last token. The cache bug puts the replacement"
-                                             " last, after the stale drafts, so they change nothing on the lesson's"
-                                             " tables.") in flat(text)  # read 1563 reread 'a table ... cannot see the
-    # stale cache behind it' for a minute; read 1692 asked why the last token stays right (the replacement, appended)
+    assert result.tables >= sd.P_REJECT and ("The lesson's tables read only the last token, and the cache bug leaves"
+                                             " the replacement last, after the stale drafts, so there they change"
+                                             " nothing. The character model reads further back.") in flat(text)
+    # read 1563 reread 'a table ... cannot see the stale cache behind it' for a minute; read 1692 asked why the last
+    # token stays right (the replacement, appended); read 1788 asked whether the character model reads further back
     assert "read.append(out[-1])" in inspect.getsource(sd.apex_generate) and len(sd.ALPHABET) == 96
     assert "uniform q judges a draft as if q were uniform over all 96 characters, not one-hot" in flat(text)
     assert "On the character model, every departure is caught." in text
@@ -1877,13 +1878,14 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert ("Takeaway: a generator must judge each draft by its own q, redraw from the residual, take the next row"
             " from the target, and cut rejected drafts from its cache. On the character model a fit catches each"
             " departure.") in flat(text) and len(sd.APEX_BUGS) == 4
-    assert ("chapter 11's fit checks them against the target: it bins each written character by the chance the target"
-            " gave it there, and compares each bin's count with the target's total chance for that bin's characters,"
-            " summed over the positions. The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its tokens.") in flat(
+    # reads 1788 and 1795 reread the bins' expected counts for a minute each: the count the chances predict
+    assert ("chapter 11's fit checks them against the target: it sorts the characters written into bins by the chance"
+            " the target gave each where it was written, and compares each bin's count with the count the target's"
+            " chances predict. The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its tokens.") in flat(
         text) and "edges" not in text  # read 1527 reread the bins' edges and sums; read 1645 asked how a bin's
     # expected count is formed, and read 1676 reread the answer: the edges and the sum are chapter 11's
-    assert ("Its rounds differ from the lesson's: each starts with a token the target samples, before any draft, from a"
-            " row p carried over from the round before (the target's row after the last token written).") in flat(text)
+    assert ("Its rounds differ from the lesson's: each starts with one token the target samples before any draft, from"
+            " its row after the last token written, carried over from the round before.") in flat(text)
     assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())
     for bug in sd.APEX_BUGS:  # each departure in words
         assert f"{bug} {sd.APEX_WORDS[bug]}" in " ".join(text.split())
@@ -1893,7 +1895,10 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     # 'one more pass, over y' (read 1757 asked how the fix gets a row the verifying pass never scored): the fixed
     # line is a target pass over the text read so far and y
     assert sd.APEX_BUGS["next row"][0][1] == "row = forward(P, [*read, out[-1]])[0]" and (
-        "which the fix gets from one more pass, over y" in sd.APEX_WORDS["next row"])
+        "the fix gets that from one more pass, over y" in sd.APEX_WORDS["next row"])
+    # read 1795 could not tell whether 'the row y was drawn from' meant the residual or p: the row at y's position
+    assert sd.APEX_WORDS["next row"].startswith("after a rejection, carries over the target's row at the replacement"
+                                                " y's position, not its row after y")
 
 
 def test_chapters_12_and_38_the_wide_pass_the_texts_and_the_ties(demo):

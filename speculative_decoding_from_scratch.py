@@ -4642,8 +4642,7 @@ def roomiest(drafters, n_ctx, hw=H100, target=LLAMA2_7B):
 
 
 def drafter_fit(d, n_ctx, hw=H100, target=LLAMA2_7B):
-    """How many sequences fit beside the target and the drafter: its shape's weights and KV caches counted, where
-    the drafter gives a shape."""
+    """How many sequences fit beside the target and the drafter (its shape's weights and KV caches, if it has one)."""
     return sequences_that_fit(n_ctx, hw, target, drafts=(d.cost,) if isinstance(d.cost, tuple) else ())
 
 
@@ -4729,8 +4728,9 @@ def demo19_tuning(**how):
         " model of its own shape (chapter 37 gives the shapes" + " and the bytes behind each c at B = 1" * by_bytes
         + f"), and its acceptance comes from its table. The plan tries chains of k = 1 to {k_max} drafts, and small"
         f" as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each drawn from q"
-        f" on its own, {tree[1]} deep. That is {nodes - 1}"
-        f" drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes} positions.")
+        f" on its own, {tree[1]} deep. That is {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} ="
+        f" {nodes - 1} drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes}"
+        " positions.")
     print()
     say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
         " passes. A chain's tokens per call are 1 plus its first k per-position rates, rate i being the share of"
@@ -4754,10 +4754,10 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, {c19.room_words}. Going up in B, the"
-        f" plan switches only when its current choice falls more than {c19.tol:.1%} (the plan's margin) below the"
-        " best. The plan, with the positions each sequence's check holds, and the lowest and highest speedup over"
-        " each range of B:")
+    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25 gives the bytes; take it as given"
+        f" here). Going up in B, the plan switches only when its current choice falls more than {c19.tol:.1%} (the"
+        " plan's margin) below the best. The plan, with the positions each sequence's check holds, and the lowest and"
+        " highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first is chapter 32's, the next two 37's, the last the detail's
@@ -5734,7 +5734,7 @@ def demo23_engines(**how):
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         f" batch size, is the number of sequences a server decodes at once. The plan runs to B = {c19.max_batch}"
-        + (", " + fit_lead(c19.roomiest) + " (chapter 19 gives the bytes; take it as given here)"
+        + (", " + fit_lead(c19.roomiest) + " (chapter 25 gives the bytes; take it as given here)"
            if c19.max_batch == c19.fit else "")
         + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"

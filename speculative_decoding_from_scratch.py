@@ -5063,13 +5063,15 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}, so that a"
         " large batch crosses the ridge" + (
             f": at {len(prompt)}, the KV caches, the keys and values of each sequence's tokens, would fill the"
-            f" H100's {H100.memory / 1e9:.0f} GB of memory before any batch crossed it." if note else "."))
+            f" H100's {H100.memory / 1e9:.0f} GB of memory before any batch's verifying pass crossed it (take it as"
+            " given here)." if note else "."))
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
         " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + (
-            " (--detail derives it; take it as given here)." if cover else "."))
+            f" (--detail derives it, with each sequence's KV cache of {BATCH_CONTEXT} tokens; take it as given here)."
+            if cover else "."))
     print()
     say(round_words(runs[on[0]], k, max(batches)))
     print()

@@ -1058,7 +1058,8 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256 (--detail derives it; take it as given here).") in text and "MACs per byte" not in text and (
+            " 256 (--detail derives it, with each sequence's KV cache of 16 tokens; take it as given here).") in text \
+        and "MACs per byte" not in text and (  # reads 1795 and 1803 got 5.2 from 1,536 / 295 and found the caches
         "2.15 GB. That is 0.43 MACs per byte (6.61 GMACs over 15.36 GB). So a pass of up to 343"
             " positions (147.6 / 0.43) costs what a plain pass of 256 does. The check's 1,536 positions take 1,536 /"
             " 343 = 4.48 plain passes.") in printed(sd.DETAILS["20"], result)[1] and f"{6.61 / 15.36:.2f}" == "0.43"  # read 1650 asked why not 0.50  # read 1492 spent 3 minutes on 4.48;
@@ -1172,9 +1173,10 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
                 " H100 SXM's 80 GB: the pass stays memory-bound.") in text if chapter == "26" else (
             "It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses the ridge: at 493, the"
             " KV caches, the keys and values of each sequence's tokens, would fill the H100's 80 GB of memory before"
-            " any batch crossed it.") in text and "493 characters," not in text, chapter  # chapter 20 in fewer
+            " any batch's verifying pass crossed it (take it as given here).") in text and "493 characters," not in \
+            text, chapter  # chapter 20 in fewer
         # words (reads 1582 and 1583); the body's in one clause since read 1750 worked it out for 1.5 minutes from
-        # "(--detail says why)"; whose 80 GB, as demo 6 gives none (read 1795)
+        # "(--detail says why)"; whose 80 GB, as demo 6 gives none (read 1795); which pass crosses (read 1803)
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too.") in \
             details[chapter] if chapter == "26" else "1.00 times as long" not in text, chapter

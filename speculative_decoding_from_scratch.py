@@ -6086,8 +6086,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         wins = (s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
                 and s.first_speed > s.chain_speed)
-        say("The tree is the first to give way: it checks the most positions per sequence. Chapter 32 says why it"
-            " wins at B = 1, and --detail why it loses just past its crossing.")
+        say("The tree is the first to give way: it checks the most positions per sequence.")
         priced = " ".join((  # the detail's: why the tree wins at B = 1 and gives way just past its ridge
             "The tree against " + chain.shape + ", the plan's next pick." + (
                 f" At B = 1 the tree wins, though it makes fewer tokens per call, {tree.tokens:.2f} against"

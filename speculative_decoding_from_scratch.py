@@ -3628,7 +3628,8 @@ def gain_example(P2, Q2):
         return ""
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So the block always keeps both, where token-wise checking keeps"
-            f" them with chance {fraction(w1)}." + (" On other pairs it can keep fewer; chapter 30 weighs each pair."
+            f" them with chance {fraction(w1)}." + (" On some other pairs it keeps fewer, so its gain is an average;"
+                                                   " chapter 30 weighs each pair."
                                                    if any(r[6] < r[5] for r in block_pairs(P2, Q2)) else ""))
 
 
@@ -3665,8 +3666,8 @@ def demo14_block_gain():
         " w_0 = 1 and p and q the rows after x_(i-1). Until the cap acts, w_i is the target's probability of"
         " x_1..x_i over the draft's. Each position flips a coin, and heads makes it a cut point. The block keeps"
         " every draft up to its last cut point, say x_1..x_i, or none (i = 0). Then it draws one token: from p if"
-        " i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i; a position where that is"
-        " all zero is never a cut point. Position k's coin"
+        " i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i; a position where that"
+        " residual is all zero is never a cut point. Position k's coin"
         " lands heads with chance w_k; an earlier one's, with a chance"
         " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
         gain_example(P2, Q2),

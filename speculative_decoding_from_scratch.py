@@ -7024,7 +7024,7 @@ def demo33_exactness(n_runs, ctx=5, depth=2, branching=2):
         f"Each way runs {n_runs:,} times on a tree {depth} deep with {branching} children a node, drafted by demo 2's"
         f" unrelated table, recording the pair (x1, x2) after '{name(ctx)}', as in demo 2. Trees get no exact TV"
         " here: the fit alone decides. Even the target's own samples fit below 0.05 about one time in 20" + (
-            f", so a fit of {p_text(low)}, as below, is no evidence of a bias"
+            f", so a fit of {p_text(low)}, as below, does not by itself show a bias"
             if (low := min((r[2] for r in rows[:2] if r[2] is not None), default=1.0)) < 0.05
             and low >= P_REJECT else "")
         + f"; the line is {P_REJECT:g}, as defined at the top. Consistent means the fit finds no difference from the"

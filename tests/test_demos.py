@@ -948,7 +948,8 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert ("Each way runs 400 times on a tree 2 deep with 2 children a node, drafted by demo 2's unrelated table,"
             " recording the pair (x1, x2) after 'f', as in demo 2. Trees get no exact TV here: the fit alone"
             " decides. Even the target's own samples fit below 0.05 about one time in 20, so a fit of 0.04, as below,"
-            " is no evidence of a bias; the line is 0.001, as defined at the top.") in flat(text33)
+            " does not by itself show a bias; the line is 0.001, as defined at the top.") in flat(text33)  # read 1814:
+    # a fit of 0.04 is weak evidence, not none
     assert 0.001 <= min(r[2] for r in result33.exactness[:2]) < 0.05  # the fit that sentence names
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
     tree3, long_chain = result.rates[2], result.rates[3]

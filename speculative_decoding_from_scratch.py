@@ -6022,8 +6022,7 @@ def demo25_ridge(**how):
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
         f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"
-        " it, more positions cost no time; past it, every position does. A pass of B sequences, each checking k"
-        " drafts, scores B(k + 1) positions.")
+        " it, more positions cost no time; past it, every position does.")
     checks, priced = demo25_crossings(s, c19.buckets, c19.max_batch, c19.tol)
     takeaway("a check is nearly free only below the ridge, and a pass scores B times a check's positions; so as the"
              " batch grows, the best check gets shorter.", checks)
@@ -6050,9 +6049,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     each = s.ridge_each
     quotients = ridge_quotients(s) or ("", "")
-    say(f"A position does {s.m / 1e9:.2f} GMACs. A pass of B sequences, n positions each, reads the target's"
-        f" weights once, {s.w / 1e9:.2f} GB, and each sequence's KV cache in the target, {s.kv / 1e9:.4f} GB. It"
-        f" stays below the ridge while {s.m / 1e9:.2f} B n <= {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B)."
+    say(f"A position does {s.m / 1e9:.2f} GMACs. A pass of B sequences, n positions each (k + 1 for k drafts),"
+        f" reads the target's weights once, {s.w / 1e9:.2f} GB, and each sequence's KV cache in the target,"
+        f" {s.kv / 1e9:.4f} GB. It stays below the ridge while {s.m / 1e9:.2f} B n <= {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B)."
         f" So a sequence can check up to n = {s.ridge_base:.1f} / B + {each:.3f} positions ({quotients[0]} ="
         f" {s.ridge_base:.1f}; {quotients[1]} = {each:.3f}): demo 6's {s.alone} at B = 1, falling"
         f" toward {each:.3f} as B grows. Every check in the table below scores more"

@@ -646,9 +646,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the terms from demo 6, which the detail does)
     # reads 1780, 1782 and 1798 derived the bound from its terms for 1 to 1.5 minutes: the chapter gives the
     # inequality it comes from, in one line
-    assert ("A position does 6.74 GMACs. A pass of B sequences, n positions each, reads the target's weights once,"
-            " 13.21 GB, and each sequence's KV cache in the target, 0.2684 GB. It stays below the ridge while"
-            f" 6.74 B n <= 147.6 (13.21 + 0.2684 B). So a sequence can check up to n = {base:.1f} / B + {each:.3f}"
+    assert ("A position does 6.74 GMACs. A pass of B sequences, n positions each (k + 1 for k drafts), reads the"
+            " target's weights once, 13.21 GB, and each sequence's KV cache in the target, 0.2684 GB. It stays below"
+            f" the ridge while 6.74 B n <= 147.6 (13.21 + 0.2684 B). So a sequence can check up to n = {base:.1f} / B + {each:.3f}"
             f" positions (147.6 * 13.21 / 6.74 = {base:.1f}; 147.6 * 0.2684 / 6.74 = {each:.3f}): demo 6's 295 at"
             f" B = 1, falling toward {each:.3f} as B grows. Every check in the table below scores"
             f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B.") in text25

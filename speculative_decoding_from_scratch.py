@@ -4876,8 +4876,8 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
         f"At B = 1, {s.longest.drafter.name}'s fastest option, its {'chain of ' * s.longest.shape.startswith('k =')}"
         f"{s.longest.shape}, makes {s.longest.tokens:.3f} tokens per call, more than {s.first.drafter.name}'s"
         f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts in {s.first.draft_passes} passes, one a"
-        f" level (chapter 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it"
-        f" takes {s.longest.draft_passes} of them to the tree's {s.first.draft_passes}."
+        f" level (chapter 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times"
+        f" {s.first.drafter.name}'s, and it takes {s.longest.draft_passes} of them to the tree's {s.first.draft_passes}."
         if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
         " target's. So big's c rises" + (
@@ -5867,8 +5867,8 @@ def tree_loss_words(c19, main, own, t):
             " its weights plus B times a sequence's KV cache, the keys and values of its tokens."
             f" {main.name.capitalize()}'s KV cache is a larger share of the target's than its weights are, so c climbs"
             f" with B (chapter 37 gives its bytes at B = 1 and its KV cache's share). At B = {cross} the tree's"
-            f" check, {t[2]} positions a sequence, crosses the ridge, and each position past it costs time. Demo 6's {free_positions(c19.n_ctx)}"
-            " positions were at B = 1; with each sequence's KV cache to read, more fit under the ridge as B grows"
+            f" check, {t[2]} positions a sequence, crosses the ridge, and each position past it costs time. Demo"
+            f" 6's {free_positions(c19.n_ctx)} positions were at B = 1; with each sequence's KV cache to read, more fit under the ridge as B grows"
             f" (chapter 25 derives where; take it as given here). So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
@@ -6051,7 +6051,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     quotients = ridge_quotients(s) or ("", "")
     say(f"A position does {s.m / 1e9:.2f} GMACs. A pass of B sequences, n positions each (k + 1 for k drafts),"
         f" reads the target's weights once, {s.w / 1e9:.2f} GB, and each sequence's KV cache in the target,"
-        f" {s.kv / 1e9:.4f} GB. It stays below the ridge while {s.m / 1e9:.2f} B n <= {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B)."
+        f" {s.kv / 1e9:.4f} GB. It stays below the ridge while {s.m / 1e9:.2f} B n <= {ridge():.1f}"
+        f" ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B)."
         f" So a sequence can check up to n = {s.ridge_base:.1f} / B + {each:.3f} positions ({quotients[0]} ="
         f" {s.ridge_base:.1f}; {quotients[1]} = {each:.3f}): demo 6's {s.alone} at B = 1, falling"
         f" toward {each:.3f} as B grows. Every check in the table below scores more"

@@ -6471,6 +6471,7 @@ def greedy_runs(rows, k=4):
     rates, alpha = exact_per_position(P0, D, k), zero[3]
     kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
     # a chance over the first token, not a share of one text's rounds: a run's rounds all keep alike
+    counts = [j for j, p in enumerate(kept) if p > 5e-4]  # the numbers of drafts its rounds keep
     shares = f"a round of blend {GOOD_WEIGHT:g}'s keeps " + and_list(
         [f"{number_word(j) if j else 'none'} with chance {p:.3f}" for j, p in enumerate(kept) if p > 5e-4])
     made = (f"So blend {GOOD_WEIGHT:g} makes 1 + "
@@ -6489,7 +6490,10 @@ def greedy_runs(rows, k=4):
             "At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
             " starts after the same token keeps the same number of drafts." + settled_words(P0, D, k, kept)
             + f" Averaged over the {number_word(VOCAB)} first tokens, as alpha is, {shares}. {made} Eq. 1, which gives"
-            f" every draft the same chance, alpha, puts {eq1:.2f}. Run the chapter with --detail for both, draft by"
+            f" every draft the same chance, alpha, puts {eq1:.2f}" + (
+                f": by it a round keeps any number of drafts from none to {number_word(k)}, where these keep only "
+                + " or ".join(number_word(j) if j else "none" for j in counts) if 0 < alpha < 1 and len(counts) < k
+                else "") + ". Run the chapter with --detail for both, draft by"
             " draft.")
 
 

@@ -510,8 +510,9 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
              " 'b' and keeps none. Averaged over the six first tokens, as alpha is, a round of blend 0.9's keeps none"
              f" with chance 0.167 and two with chance 0.833. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call, the table's"
              f" speedup of {exact / 1.4:.2f} at c = 0.1. Eq. 1, which"
-             " gives every draft the same chance, alpha, puts 2.13. Run the chapter with --detail for both, draft by"
-             " draft.")
+             " gives every draft the same chance, alpha, puts 2.13: by it a round keeps any number of drafts from"
+             " none to four, where these keep only none or two. Run the chapter with --detail for both, draft by"
+             " draft.")  # read 1805 worked out for a minute how the rounds' counts differ from eq. 1's
     assert words in flat(text) and f"{1 + 2 * 0.833:.2f}" == f"{exact:.2f}"
     assert ("Round by round, the chance that drafts 1 to i all pass is 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4."
             " Eq. 1 gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095: 2.13 tokens"

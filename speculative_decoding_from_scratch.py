@@ -2157,7 +2157,8 @@ def demo7_distillation(k=4, c=0.1, n_text=20_000, world_weight=0.7):
            ("exact\ntokens/call", 13, ".2f"), (f"speedup\nc = {c:g}", 9, ".2f")],
           [(label, obj, v, a, t, speedup(t, k, c)) for (label, obj, v, _), a, t in zip(rows, alphas, made)])
     a_fit, a_kd, a_tv, a_world = alphas
-    low = [name_ for name_, a, t in zip(("draft 1", "draft 2", "draft 3", "the world's table"), alphas, made)
+    low = [f"{name_} ({expected_tokens(round(a, 3), k):.2f} against {t:.2f})"  # eq. 1 at the printed alpha
+           for name_, a, t in zip(("draft 1", "draft 2", "draft 3", "the world's table"), alphas, made)
            if expected_tokens(a, k) < t - 0.005]  # eq. 1 under the exact count
     demo3 = expected_tokens(pair_alpha(TARGET, MIDDLING), k) >= exact_tokens_per_call(TARGET, MIDDLING, k)
     say_paragraphs([f"Eq. 1 at these alphas gives less than the exact count for {and_list(low)}, where demo 3"

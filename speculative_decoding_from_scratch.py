@@ -3008,8 +3008,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
         (f"The length and the rate need eq. 1: both give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length and the rate need eq. 1: the length gives alpha = {a_L:.3f}, the rate {a_R:.3f},") +
         f" the alpha at which eq. 1 at k = {k} gives the length." + (
-            f" It is not demo 3's {a_3}, for {number_word(len(causes))} reason{'s' * (len(causes) > 1)} --detail"
-            f" gives; take {'them' if len(causes) > 1 else 'it'} as given here." if causes else ""),
+            f" It is not demo 3's {a_3}. " + " ".join(c[0] for c in causes) if causes else ""),
         "Below, the k each figure picks at three costs c, and the true speedup at that k, from the tables:")
     print()
     table([("figure", 26, "<"), ("alpha", 7, ".3f")] + [("k", 5, "d"), ("true", 8, lambda x: f"{x:.2f}x")] * n,
@@ -3029,14 +3028,12 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
                                                        "the draft acceptance rate through eq. 1 picks it at every"
                                                        " cost": by[2] == n, "the rate taken as alpha misses it"
                                                        " somewhere": rate < n})
-    why = f"Why is the length's alpha, {a_L:.3f}, not demo 3's {a_3}? " + " ".join(c[0] for c in causes)
-    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, why=why if causes else "")
+    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L)
 
 
 def demo10_detail(result, contexts=(16, 512), max_batch=1024):
-    """Demo 10 in detail: why its alpha is not demo 3's, a k for every batch size, and k that adapt."""
+    """Demo 10 in detail: a k for every batch size, and k that adapt."""
     tokens, alpha = expected_tokens(result.alpha, np.arange(1, 33)), result.alpha
-    say_paragraphs([result.why])
     print()
     say("A schedule for the server: the best k for every batch size B on demo 6's roofline,",
         f"at alpha = {alpha:.3f}. vLLM takes it as num_speculative_tokens_per_batch_size: rows of",

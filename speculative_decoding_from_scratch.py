@@ -3626,9 +3626,7 @@ def gain_example(P2, Q2):
         return ""
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So the block always keeps both, where token-wise checking keeps"
-            f" them with chance {fraction(w1)}." + (" On some other pairs it keeps fewer, so its gain is an average;"
-                                                   " chapter 30 weighs each pair."
-                                                   if any(r[6] < r[5] for r in block_pairs(P2, Q2)) else ""))
+            f" them with chance {fraction(w1)}.")
 
 
 def demo14_block_gain():

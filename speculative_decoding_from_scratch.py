@@ -7414,7 +7414,8 @@ def first_pass_words(calib):
     if np.median(calib[ks[-1]][0]) >= np.median(calib[ks[0]][0]):
         return ()
     return ("A round's first draft pass, after a target pass, costs the most.",
-            f"At k = {ks[-1]} it costs {first[ks[-1]]:.3f}, each pass after it {rest[ks[-1]]:.3f} (medians).",
+            f"At k = {ks[-1]} it costs {first[ks[-1]]:.3f}, each pass after it {rest[ks[-1]]:.3f} (medians, so"
+            " they need not average to the median c).",
             "So c, the mean of a round's passes, is lower where a round has more.")
 
 

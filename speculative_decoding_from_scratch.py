@@ -6104,7 +6104,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
         span = (f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}") if after else ""
         say(f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it. Just"
             " past the ridge a"
-            " check costs only a little more, and chapter 19's plan switches only once that puts the option it runs"
+            " check costs only a little more, and chapter 19's plan switches only once the option it runs falls"
             f" more than {tol:.1%} below the best." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."

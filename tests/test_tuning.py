@@ -716,9 +716,9 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert sorted((34 - 32, 95 - 93, 146 - 137)) == [2, 2, 9]  # each range's end less its crossing, in the table
     assert ("Each check that crosses is still planned at its crossing and for 2 to 9 batch sizes after it. Just past"
             " the ridge a check costs only a"
-            " little more, and chapter 19's plan switches only once that puts the option it runs more than 0.5% below"
+            " little more, and chapter 19's plan switches only once the option it runs falls more than 0.5% below"
             " the best.") in text  # one cause, not two (read 1780 asked which of two it was); 'at its crossing and
-    # after it', as read 1798 counted 3 to 10 from the crossing itself
+    # after it', as read 1798 counted 3 to 10 from the crossing itself; read 1815 could not tell what 'that' was
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     assert ("which draft model, and how many of its drafts to check. It tries chains of k = 1 to 8 and one tree. Of its"

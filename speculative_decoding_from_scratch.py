@@ -5067,8 +5067,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
         " per sequence,",
         " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + (
-            f" (--detail derives it, with each sequence's KV cache of {BATCH_CONTEXT} tokens; take it as given here)."
-            if cover else "."))
+            f" (--detail derives it, counting the sequences' KV caches of {BATCH_CONTEXT} tokens; take it as given"
+            " here)." if cover else "."))
     print()
     say(round_words(runs[on[0]], k, max(batches)))
     print()

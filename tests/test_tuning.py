@@ -1059,7 +1059,8 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     rows = {r[0]: r for r in result.rows}
     assert ("A verifying pass of 6 positions per sequence (the last token and 5 drafts) costs, in plain passes of one"
             f" position per sequence, {sd.verify_cost(5, 1):.2f} at B = 1 and {sd.verify_cost(5, 256):.2f} at B ="
-            " 256 (--detail derives it, with each sequence's KV cache of 16 tokens; take it as given here).") in text \
+            " 256 (--detail derives it, counting the sequences' KV caches of 16 tokens; take it as given"
+            " here).") in text \
         and "MACs per byte" not in text and (  # reads 1795 and 1803 got 5.2 from 1,536 / 295 and found the caches
         "2.15 GB. That is 0.43 MACs per byte (6.61 GMACs over 15.36 GB). So a pass of up to 343"
             " positions (147.6 / 0.43) costs what a plain pass of 256 does. The check's 1,536 positions take 1,536 /"

@@ -1394,8 +1394,10 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("Position k's coin lands heads with chance w_k; an earlier one's, with a chance Sun et al. give"
             " (--detail). A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
             " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where token-wise checking keeps them with"
-            " chance 1/2. Sun et al. prove") in flat(text)  # read 1802 took 'can keep fewer on other pairs' against
-    # 'never fewer on average' for a contradiction, and read 1817 hunted for those pairs: chapter 30 weighs them; the
+            " chance 1/2. On drafts a then a it keeps fewer, 1/2 a draft on average against 3/4, so the gain is an"
+            " average; chapter 30 weighs each pair.") in flat(text)  # read 1802 took 'can keep fewer on other
+    # pairs' against 'never fewer on average' for a contradiction, read 1817 hunted for those pairs, and without
+    # them read 1823 found a then b's 2/9 twice the gain: the pair, with its counts; the
     # example read 1263 worked by hand (read 1536 found it adds 2/9, twice the gain); read 1529 tried to rebuild 11/9
     # without the earlier coins' chance, so the chapter says where each count is derived, under the table
     assert ("token-wise 1.1111 10/9 block 1.2222 11/9 Chapter 30 derives both counts, one pair of drafts at a time;"

@@ -4218,8 +4218,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
          " stale drafts, so there they change nothing. The character model reads further back."
          if tables >= P_REJECT
          else "Even the tables see the cache bug.") if tables is not None else "")
-    takeaway("a generator must judge each draft by its own q, redraw from the residual, take the next row from the"
-             " target, and cut rejected drafts from its cache. On the character model a fit catches each departure.",
+    takeaway("a generator must judge each draft by its own q, redraw from the residual, take the next row from a"
+             " target pass over the replacement, and cut rejected drafts from its cache. On the character model a fit catches each departure.",
              {"the fixed port is consistent": rows[0][2] == "consistent", "every departure is caught": caught})
     return SimpleNamespace(rows=rows, tables=tables)
 

@@ -1884,8 +1884,9 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert "On the character model, every departure is caught." in text
     # the takeaway names all four departures, as the table lists them (read 1418 found uniform q left out)
     assert ("Takeaway: a generator must judge each draft by its own q, redraw from the residual, take the next row"
-            " from the target, and cut rejected drafts from its cache. On the character model a fit catches each"
-            " departure.") in flat(text) and len(sd.APEX_BUGS) == 4
+            " from a target pass over the replacement, and cut rejected drafts from its cache. On the character model"
+            " a fit catches each departure.") in flat(text) and len(sd.APEX_BUGS) == 4  # which row: read 1819 found
+    # 'from the target' vague, as the bug's row comes from the target too
     # reads 1788 and 1795 reread the bins' expected counts for a minute each: the count the chances predict
     assert ("chapter 11's fit checks them against the target: it sorts the characters written into bins by the chance"
             " the target gave each where it was written, and compares each bin's count with the count the target's"

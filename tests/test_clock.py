@@ -78,10 +78,14 @@ def test_predict_uses_the_medians():
     ((0.5, 2.5), (2.5, 2.5), 3.0, ["Refined* is nearer the clock than the paper's for the blend draft only."]),
     ((0.5, 2.2), (0.6, 2.15), 1.1, ["So k+1 positions cost about one."]),
     # refined* off the clock the same way for both drafts says so, with each gap (read 1806 found both 12% low)
-    ((0.6, 2.0), (0.54, 1.76), 3.0, ["Refined* itself runs 10% and 12% below the clock: this run's rounds cost less"
-                                     " than the calibrated v + k c."]),
-    ((0.5, 2.0), (0.55, 2.2), 3.0, ["Refined* itself runs 10% and 10% above the clock: this run's rounds cost more"
-                                    " than the calibrated v + k c."]),
+    ((0.6, 2.0), (0.54, 1.76), 3.0, ["Refined* itself runs 10% below the clock for the middling draft and 12% below"
+                                     " the clock for the blend draft: this run's rounds cost less than the calibrated"
+                                     " v + k c priced them."]),
+    ((0.5, 2.0), (0.505, 2.2), 3.0, ["Refined* itself runs 10% above the clock for the blend draft: this run's rounds"
+                                    " cost more than the calibrated v + k c priced them."]),
+    ((0.5, 2.0), (0.45, 2.2), 3.0, ["Refined* itself runs 10% below the clock for the middling draft and 10% above"
+                                    " the clock for the blend draft: this run's rounds cost other than the calibrated"
+                                    " v + k c priced them."]),
 ])
 def test_chapter13_verdicts_follow_the_clock(capsys, clocks, at_runs, v4, words):
     # (label, k, paper, refined, tokens per call, clock, refined*), the middling draft first; the paper says 2.0x
@@ -92,8 +96,8 @@ def test_chapter13_verdicts_follow_the_clock(capsys, clocks, at_runs, v4, words)
     assert all(w in text for w in words), text
     assert f"Here v is {v4:.2f} at k = 4; the roofline gives {sd.verify_cost(4, 1, 512):.2f}." in text
     assert ("agrees often" in text) == (v4 > 1.25 and clocks[0] <= 1 < clocks[1])
-    off = [a / c - 1 for c, a in zip(clocks, at_runs)]  # said only where both miss the same way, by over 2%
-    assert ("Refined* itself runs" in text) == (all(x < -0.02 for x in off) or all(x > 0.02 for x in off))
+    off = [a / c - 1 for c, a in zip(clocks, at_runs)]  # said where a draft misses by over 2%
+    assert ("Refined* itself runs" in text) == any(abs(x) > 0.02 for x in off)
     # the takeaway stands only where v in place of 1 came nearer the clock than the paper's 2.0x, for both drafts
     assert ("Takeaway: priced with v, measured here, the prediction comes nearer the clock than the paper's formula"
             " for both drafts. Price the verifying pass on your machine before picking k." in text) == all(

@@ -4726,10 +4726,10 @@ def demo19_tuning(**how):
     quotients, priced = ridge_quotients(shape), checks_priced_by_free_positions(shape, options, n_ctx, (1, 32, max_batch))
     say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft). Each stands for a"
         " model of its own shape (chapter 37 gives the shapes" + " and the bytes behind each c at B = 1" * by_bytes
-        + f"), and its acceptance comes from its table. The plan tries chains of k = 1 to {k_max} drafts, and small"
-        f" as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each drawn from q"
-        f" on its own, {tree[1]} deep. That is {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} ="
-        f" {nodes - 1} drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes}"
+        + f"), and its acceptance comes from its table. The plan tries chains of k = 1 to {k_max} drafts, its cap,"
+        f" and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
+        f" drawn from q on its own, so two may be the same token, {tree[1]} deep. That is"
+        f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes}"
         " positions.")
     print()
     say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"

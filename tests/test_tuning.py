@@ -889,7 +889,10 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
     tree = in_process[0]["19"].buckets[0][2]
     # a tree keeps one branch: at most its depth in drafts, plus one token of its own
     assert tree.shape.startswith("tree") and 1 < tree.tokens <= 3 + 1 and tree.positions == 15
-    assert ("and small as a tree, 'tree 2x3, 15': 2 candidates under every node, each drawn from q on its own, 3 deep."
+    # reads 1800 and 1830 asked whether siblings can repeat, and 1800 and 1818 whether 8 is the plan's cap
+    assert "The plan tries chains of k = 1 to 8 drafts, its cap, and small" in text
+    assert ("and small as a tree, 'tree 2x3, 15': 2 candidates under every node, each drawn from q on its own, so two"
+            " may be the same token, 3 deep."
             " That is 2 + 4 + 8 = 14 drafts in 3 draft passes, one a level, checked with the text's last token as 15"
             " positions.") \
         in text and f"the tree's are {tree.tokens:.3f}, exactly" in text and 2 + 4 + 8 == 14

@@ -4219,7 +4219,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
          if tables >= P_REJECT
          else "Even the tables see the cache bug.") if tables is not None else "")
     takeaway("a generator must judge each draft by its own q, redraw from the residual, take the next row from a"
-             " target pass over the replacement, and cut rejected drafts from its cache. On the character model a fit catches each departure.",
+             " target pass over the replacement, and cut rejected drafts from its cache. On the character model a fit"
+             " catches each departure.",
              {"the fixed port is consistent": rows[0][2] == "consistent", "every departure is caught": caught})
     return SimpleNamespace(rows=rows, tables=tables)
 
@@ -4729,8 +4730,8 @@ def demo19_tuning(**how):
         + f"), and its acceptance comes from its table. The plan tries chains of k = 1 to {k_max} drafts, its cap,"
         f" and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
         f" drawn from q on its own, so two may be the same token, {tree[1]} deep. That is"
-        f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes}"
-        " positions.")
+        f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts in {tree[1]} draft"
+        f" passes, one a level, checked with the text's last token as {nodes} positions.")
     print()
     say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
         " passes. A chain's tokens per call are 1 plus its first k per-position rates, rate i being the share of"
@@ -4817,8 +4818,7 @@ def plan_shape(c19):
         falls=any(b < a for a, b in zip(ks, ks[1:])),
         alone=free_positions(n_ctx),  # demo 6's positions at the ridge: one sequence
         ridge_base=ridge() * w / m, ridge_each=ridge() * kv / m,  # the ridge, in positions: base + each B
-        # each planned option's check: how it runs, its positions a sequence, the batch at which it reaches the
-        # ridge (None: never), and the first and last batch the plan runs it
+        # each planned check: how it runs, positions a sequence, the batch it reaches the ridge (None: never), lo, hi
         checks=[(o.shape, o.positions, ridge_batch(m, w, kv, positions=o.positions), lo, hi)
                 for lo, hi, o in buckets if o is not None],
         first_speed=speeds[0, options.index(first)] if first is not None else None,  # at B = 1
@@ -4876,8 +4876,8 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
         f"{s.longest.shape}, makes {s.longest.tokens:.3f} tokens per call, more than {s.first.drafter.name}'s"
         f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts in {s.first.draft_passes} passes, one a"
         f" level (chapter 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times"
-        f" {s.first.drafter.name}'s, and it takes {s.longest.draft_passes} of them to the tree's {s.first.draft_passes}."
-        if s.tree and s.first_speed > s.longest_speed else "",
+        f" {s.first.drafter.name}'s, and it takes {s.longest.draft_passes} of them to the tree's"
+        f" {s.first.draft_passes}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
         " target's. So big's c rises" + (
             " toward the ratio of its KV cache to the target's, {:.2f}".format(s.kv_share[0]) + (
@@ -5867,7 +5867,8 @@ def tree_loss_words(c19, main, own, t):
             f" {main.name.capitalize()}'s KV cache is a larger share of the target's than its weights are, so c climbs"
             f" with B (chapter 37 gives its bytes at B = 1 and its KV cache's share). At B = {cross} the tree's"
             f" check, {t[2]} positions a sequence, crosses the ridge, and each position past it costs time. Demo"
-            f" 6's {free_positions(c19.n_ctx)} positions were at B = 1; with each sequence's KV cache to read, more fit under the ridge as B grows"
+            f" 6's {free_positions(c19.n_ctx)} positions were at B = 1; with each sequence's KV cache to read, more"
+            " fit under the ridge as B grows"
             f" (chapter 25 derives where; take it as given here). So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)

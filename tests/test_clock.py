@@ -195,7 +195,8 @@ def test_chapter13_says_why_c_falls_with_k_only_from_its_first_passes():
              16: (np.full(4, 0.06), np.full(4, 4.0), np.full(4, 0.25))}
     assert sd.first_pass_words(calib) == (
         "A round's first draft pass, after a target pass, costs the most.", "At k = 16 it costs 0.250, each pass after"
-        " it 0.047 (medians, so they need not average to the median c).", "So c, the mean of a round's passes, is lower where a round has more.")
+        " it 0.047 (medians, so they need not average to the median c).",
+        "So c, the mean of a round's passes, is lower where a round has more.")
     flat_first = {k: (c, v, c) for k, (c, v, _) in calib.items()}  # first passes cost what the rest do
     assert sd.first_pass_words(flat_first) == ()
     higher = {4: calib[4], 16: (np.full(4, 0.2), np.full(4, 4.0), np.full(4, 0.5))}  # c rises with k

@@ -1890,9 +1890,9 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     # reads 1788 and 1795 reread the bins' expected counts for a minute each: the count the chances predict
     assert ("chapter 11's fit checks them against the target: it sorts the characters written into bins by the chance"
             " the target gave each where it was written, and compares each bin's count with the count the target's"
-            " chances predict. The last row runs the cache bug on the lesson's target table instead, prompt lookup drafting from its tokens.") in flat(
-        text) and "edges" not in text  # read 1527 reread the bins' edges and sums; read 1645 asked how a bin's
-    # expected count is formed, and read 1676 reread the answer: the edges and the sum are chapter 11's
+            " chances predict. The last row runs the cache bug on the lesson's target table instead, prompt lookup"
+            " drafting from its tokens.") in flat(text) and "edges" not in text  # read 1527 reread the bins' edges
+    # and sums; read 1645 asked how a bin's expected count is formed, and read 1676 reread the answer: the edges and the sum are chapter 11's
     assert ("Its rounds differ from the lesson's: each starts with one token the target samples before any draft, from"
             " its row after the last token written, carried over from the round before.") in flat(text)
     assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())

@@ -410,8 +410,8 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     assert f"{4.533 / (1 + 6 * 0.1348):.2f}" == "2.51" and f"{4.53 / (1 + 6 * 0.1348):.2f}" == "2.50"
     # read 1790 priced the tree per draft (1 + 14 c) until it saw a pass is a level
     assert ("At B = 1, big's fastest option, its chain of k = 6, makes 4.533 tokens per call, more than small's"
-            f" 3.134 from a tree of 14 drafts in 3 passes, one a level (chapter 32). But each of its passes costs {c_big / c_small:.0f}"
-            " times small's, and it takes 6 of them to the tree's 3.") in text37 and f"{c_big / c_small:.0f}" == "16"
+            " 3.134 from a tree of 14 drafts in 3 passes, one a level (chapter 32). But each of its passes costs"
+            f" {c_big / c_small:.0f} times small's, and it takes 6 of them to the tree's 3.") in text37 and f"{c_big / c_small:.0f}" == "16"
     # small without its tree beats big too (read 1741 worked it out from demo 4 for 1.5 minutes)
     assert (f"Small's fastest chain, k = 8, making {chain8.tokens:.3f} tokens per call, beats it too: a speedup of"
             f" {s_chain8:.2f} against {s_chain:.2f}. The tree is not what beats big.") in text37 and s_chain8 > s_chain
@@ -649,8 +649,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # inequality it comes from, in one line
     assert ("A position does 6.74 GMACs. A pass of B sequences, n positions each (k + 1 for k drafts), reads the"
             " target's weights once, 13.21 GB, and each sequence's KV cache in the target, 0.2684 GB. It stays below"
-            f" the ridge while 6.74 B n <= 147.6 (13.21 + 0.2684 B). So a sequence can check up to n = {base:.1f} / B + {each:.3f}"
-            f" positions (147.6 * 13.21 / 6.74 = {base:.1f}; 147.6 * 0.2684 / 6.74 = {each:.3f}): demo 6's 295 at"
+            " the ridge while 6.74 B n <= 147.6 (13.21 + 0.2684 B). So a sequence can check up to n ="
+            f" {base:.1f} / B + {each:.3f} positions (147.6 * 13.21 / 6.74 = {base:.1f}; 147.6 * 0.2684 / 6.74 = {each:.3f}): demo 6's 295 at"
             f" B = 1, falling toward {each:.3f} as B grows. Every check in the table below scores"
             f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B.") in text25
     # and what 'crosses at B' is, as readers 1782 and 1798 worked it out: the least B at which n reaches the bound

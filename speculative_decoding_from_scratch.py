@@ -2543,7 +2543,8 @@ def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
     if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0 and abs(P2[0] * P2[1] / (Q2[0] * Q2[1]) - 1) < 1e-12):
         return ""
     return (f"on chapter 14's example, drafts whose p/q are {r[0]} then {r[1]} make a pair as likely under p as under q"
-            f" ({r[0]} * {r[1]} = 1), and the block keeps both always")
+            f" ({r[0]} * {r[1]} = 1), and the block keeps both always, with chance w_2 = min(1, {r[0]} * {r[1]}) = 1,"
+            " the second draft's weight (chapter 14)")
 
 
 ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x), and a rejection redraws from p"

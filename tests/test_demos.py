@@ -1053,7 +1053,8 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     # can save an earlier one' without chapter 14's mechanism, which the sentence now names
     assert ("Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1."
             " On chapter 14's example, drafts whose p/q are 1/2 then 2 make a pair as likely under p as under q (1/2 * 2"
-            " = 1), and the block keeps both always. With q all on x, p/q is p(x), never above 1, so over one-hot drafts"
+            " = 1), and the block keeps both always, with chance w_2 = min(1, 1/2 * 2) = 1, the second draft's weight"
+            " (chapter 14). With q all on x, p/q is p(x), never above 1, so over one-hot drafts"
             " block accepts what one-hot accepts.") in flat(text) and \
         (sd.TARGET <= 1).all()
     # chapter 14's example, by hand: p = (1/3, 2/3), q = (2/3, 1/3); drafts a then b have ratios 1/2 then 2, and the
@@ -2027,7 +2028,9 @@ def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():
     # chapter 9 says how a later draft saves an earlier one (chapter 15 shows its weights) on chapter 14's example (read 1570 took
     # 'save' on trust; read 1579 could not see how): by hand, drafts a then b, ratios 1/2 then 2, w_2 = 1
     assert sd.lifted_words() == ("on chapter 14's example, drafts whose p/q are 1/2 then 2 make a pair as likely under"
-                                 " p as under q (1/2 * 2 = 1), and the block keeps both always")  # read 1606 asked why
+                                 " p as under q (1/2 * 2 = 1), and the block keeps both always, with chance w_2 ="
+                                 " min(1, 1/2 * 2) = 1, the second draft's weight (chapter 14)")
+    # read 1606 asked why; reads 1808, 1827 and 1838 took 'always' on trust from chapter 14 for 1 to 1.5 minutes
     # with every ratio halved, w_2 = 1/2 and the words are withheld
     halved = {"halved": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return min(1.0, float(p[x] / q[x]) / 2)")]}
     assert sd.bugged("halved", halved).lifted_words() == ""

@@ -4077,8 +4077,8 @@ def demo16_heads(k=3, n_runs=400):
         f"Medusa's heads, as you have them, are {rows[0][4]}.")
     heads = demo16_acceptance(k)
     takeaway("heads can stand in for the draft model: their drafts go through the same rule, and the output stays"
-             " the target's. Heads that guess each position on their own lose acceptance; heads that read the last"
-             " guess keep it.", {"the heads emit the target": rows[0][4] == "the target",
+             " the target's. Even perfect heads that guess each position on their own lose acceptance; perfect heads"
+             " that read the last guess keep all of it.", {"the heads emit the target": rows[0][4] == "the target",
                            "Medusa's heads keep fewer than MTP's": heads.tokens < k + 1 - 1e-9})
     return SimpleNamespace(rows=rows, heads=heads)
 

@@ -1854,7 +1854,9 @@ def test_chapter16_perfect_independent_heads_lose(demo):
     assert reached[0] == pytest.approx(1.0) and reached[1] < 1 and reached[2] < reached[1]
     assert "Medusa's heads lose, perfect as they are." in text
     assert ("Takeaway: heads can stand in for the draft model: their drafts go through the same rule, and the output"
-            " stays the target's.") in flat(text)  # the chapter's question answered (read 1417)
+            " stays the target's. Even perfect heads that guess each position on their own lose acceptance; perfect"
+            " heads that read the last guess keep all of it.") in flat(text)  # the chapter's question answered
+    # (read 1417); 'perfect', as the table shows only perfect heads (read 1810 found 'keep it' said of all MTP heads)
     # head 1 is P itself: the target's own row, so the first draft always passes (the table's 1.000)
     assert np.array_equal(sd.medusa_heads(sd.TARGET, 3)[0], sd.TARGET)
     assert "Head 1 is P itself, the target's own next-token row." in " ".join(text.split())

@@ -4867,7 +4867,7 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
     layers_set_kv = all(abs(share - a * b / (s.layers[2][0] * s.layers[2][1])) < 1e-12  # read 1506 rebuilt them
                         for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
-        f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, so it makes fewer tokens per"
+        f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, and makes fewer tokens per"
         f" call than the chain of {s.chain.draft_passes}, the fastest of {s.first.drafter.name}'s k = 1 to"
         f" {s.k_top}. But it pays for {s.first.draft_passes} passes, not {s.chain.draft_passes}, and wins." + (
             " No chain of k = {} to {} catches it: k = {} is their best.".format(*longer[:3])

@@ -401,7 +401,8 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     # minutes, against 6 and 7.5 without (reads 1734, 1735)
     assert "small k = 3" not in text and "sibling" not in text
     assert longest.tokens > tree.tokens and longest.draft_passes == 6 and tree.draft_passes == 3
-    assert ("The tree keeps at most 3 drafts a round, one a level, so it makes fewer tokens per call than the chain of"
+    # read 1845: the cap of 3 kept drafts alone does not make the tree's count the smaller, so "and", not "so"
+    assert ("The tree keeps at most 3 drafts a round, one a level, and makes fewer tokens per call than the chain of"
             " 8, the fastest of small's k = 1 to 8. But it pays for 3 passes, not 8, and wins.") in text
     # read 1736 rebuilt big's tokens per call from its speedup, and read 1773 'about 4.5' back from 2.51 for 2
     # minutes: the plan's own count, 1 plus its first six rates at k = 8 (its exact count at k = 6 is 4.54)

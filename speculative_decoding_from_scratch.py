@@ -7362,8 +7362,9 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
           [(k, np.median(c), f"({c.min():.3f}-{c.max():.3f})", np.median(v), f"({v.min():.2f}-{v.max():.2f})")
            for k, (c, v, _) in calib.items()], clock=True)
-    print()
-    say(*first_pass_words(calib), clock=True)
+    if first := first_pass_words(calib):  # said only where its numbers bear it out: no blank line for nothing
+        print()
+        say(*first, clock=True)
     good_weight = 0.95
     good = blend(TARGET, UNRELATED, good_weight)
     good_tokens = {k: exact_tokens_per_call(TARGET, good, k) for k in ks}  # its exact tokens per call at each k

@@ -117,6 +117,7 @@ def test_chapter13_every_clock_line_is_marked_and_demo6_rows(monkeypatch):
             sd.demo36_clock_model(size=256)
         outputs.append(out.getvalue())
     assert outputs[0] != outputs[1]
+    assert all("\n\n\n" not in o for o in outputs)  # a paragraph withheld leaves no second blank line
     unclocked = ["\n".join("<clock>" if l.endswith("(clock)") else l for l in o.splitlines()) for o in outputs]
     assert [u.replace("<clock>\n", "") for u in unclocked][0] == [u.replace("<clock>\n", "") for u in unclocked][1]
     with contextlib.redirect_stdout(io.StringIO()):

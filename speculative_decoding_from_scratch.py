@@ -5774,8 +5774,8 @@ def demo23_engines(**how):
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs, said=(  # the prose's
         "(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too") if chains_only else ())
     if costs:
-        print()
         if len(set(costs.values())) > 1:  # one row said three times is the paragraph below (reads 1463, 1480)
+            print()
             say("What each config gives up against the plan, running the draft lengths its keys say. Its worst loss is"
                 " 1 - (its speedup / the plan's speedup), at the batch size where that ratio is lowest; then what it"
                 " runs there:")

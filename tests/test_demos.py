@@ -72,6 +72,7 @@ def test_the_lesson_and_every_chapter_fit_80_columns_and_end_each_with_a_takeawa
             assert "\nTakeaway: " in section(runs, n) or n in ("13", "36") and "\nTakeaway" in section(runs, n)
         assert max(len(line) for line in runs.splitlines()) <= 80
         assert runs.isascii()  # any stdout encoding can print it
+        assert "\n\n\n" not in runs  # a withheld paragraph or table leaves no second blank line
         assert "Now break it" in runs and " stopped: " not in runs and "Not checked" not in runs
         assert "Takeaway withheld" not in runs.replace(section(runs, "13"), "").replace(section(runs, "36"), "") \
             if "13" in numbers else runs

@@ -1297,6 +1297,19 @@ def test_an_edited_module_plans_chapter19_through_its_own_stages():
     assert not m.rule_intact(sd.TARGET, sd.MIDDLING)
 
 
+def test_chapter35_gives_the_speedup_formula_only_where_the_plans_speeds_bear_it_out(monkeypatch):
+    # with every draft pass priced at 0.5, tokens / (1 + n c) no longer gives the plan's speeds: the sentence goes
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        sd.demo35_chain_loss()
+    assert "Until the ridge, a speedup is tokens per call / (1 + n c)" in " ".join(said.getvalue().split())
+    monkeypatch.setattr(sd, "draft_cost", lambda *args, **kwargs: 0.5)
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        sd.demo35_chain_loss()
+    assert "Until the ridge" not in said.getvalue() and "Chapter 35." not in said.getvalue()
+
+
 def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_ridge(in_process, monkeypatch, detail19):
     text = " ".join(section(in_process[1], "35").split())
     # by hand at B = 1, below the ridge: speedup = tokens per call / (1 + n c), the tree 3 passes, k = 8 eight

@@ -4741,11 +4741,12 @@ def demo19_tuning(**how):
         f"A draft pass's c is its bytes over a target pass's: at B = 1, {shape.c[0]:.4f} for big and"
         f" {shape.c_small[0]:.4f} for small." if bytes_set_c and by_bytes else
         "A draft pass's c is its cost in target passes, from the bytes each pass reads.",
-        f"A check costs one plain pass while its positions are free: up to {shape.alone} a sequence at B = 1, as in"
-        " demo 6, fewer as B grows. Past them, it costs more." if priced and shape.alone == round(
-            shape.ridge_base + shape.ridge_each) else "A check's cost in plain passes is demo 6's roofline's.",
-        "Chapters 37 and 25 say why c rises with B and the free positions fall, and by how much; take both as"
-        " given here." if bytes_set_c and priced else "")
+        f"A check costs one plain pass while its positions are free: up to {shape.ridge_base:.1f} / B +"
+        f" {shape.ridge_each:.3f} a sequence, {shape.alone} at B = 1 as in demo 6 (chapter 25 derives it). Past them,"
+        " it costs more." if priced and shape.alone == round(shape.ridge_base + shape.ridge_each)
+        else "A check's cost in plain passes is demo 6's roofline's.",
+        "Chapter 37 says why c rises with B, and by how much. Take both as given here." if bytes_set_c and priced
+        else "")
     print()
     more = [f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start"
             " after a different mix of tokens, so its rates differ a little (chapter 27).",

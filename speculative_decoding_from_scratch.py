@@ -3627,10 +3627,10 @@ def gain_example(P2, Q2):
         return ""
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So the block always keeps both, where token-wise checking keeps"
-            f" them with chance {fraction(w1)}." + "".join(
-                f" On drafts {r[0][0]} then {r[0][2]} it keeps fewer, {fraction(r[6])} a draft on average against"
-                f" {fraction(r[5])}, so the gain is an average; chapter 30 weighs each pair."
-                for r in [r for r in block_pairs(P2, Q2) if r[6] < r[5]][:1]))
+            f" them with chance {fraction(w1)}." + (
+                f" On drafts {fewer[0][0]} then {fewer[0][2]} it keeps fewer, {fraction(fewer[6])} a draft on average"
+                f" against {fraction(fewer[5])}, so the gain is an average; chapter 30 weighs each pair."
+                if (fewer := next((r for r in block_pairs(P2, Q2) if r[6] < r[5]), None)) else ""))
 
 
 def demo14_block_gain():
@@ -7267,14 +7267,13 @@ def demo35_chain_loss(**how):
     t, own = c19.measured[1].tree, costs.get("vLLM") if costs else None
     tree, chain = tree_and_chain(c19, main, t, own[2]) if own else (None, None)
     end = max((hi for _, hi, o in c19.buckets if o is not None and o.shape.startswith("tree")), default=0)
-    if None not in (tree, chain):  # tokens per call, and whether each speedup up to own[1] is made / (1 + n c)
-        made = [c19.options[i].tokens for i in (tree, chain)]
-        below = all(np.isclose(c19.speeds[b - 1, i], m / (1 + n * draft_cost(b, c19.n_ctx, draft=main.cost)))
-                    for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
     if None in (tree, chain) or not end:
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
         return SimpleNamespace(rows=[], said="")
+    made = [c19.options[i].tokens for i in (tree, chain)]  # is each speed up to own[1] tokens / (1 + n c)?
+    below = all(np.isclose(c19.speeds[b - 1, i], m / (1 + n * draft_cost(b, c19.n_ctx, draft=main.cost)))
+                for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
     say("For each batch size B (the number of sequences a server decodes at once), the plan of chapter 19 picks a"
         f" draft model and how to run it. From B = 1 to {end} it runs the draft model named {main.name} (the middling draft)"
         " as a tree, 'tree"
@@ -7448,11 +7447,10 @@ def demo36_verdicts(rows, v4):
     # refined* against the clock, where off by over 2%: refined* / clock is what this run's rounds cost over what
     # v + k c priced them at (reads 1806 and 1825 found it 12% and 15% low, unmentioned)
     off = [(r[0], r[6] / r[5] - 1) for r in rows if abs(r[6] / r[5] - 1) > 0.02]
-    ways = {x < 0 for _, x in off}
+    how = "less" if all(x < 0 for _, x in off) else "more" if all(x > 0 for _, x in off) else "other"
     say("Refined* itself runs " + and_list([f"{abs(x):.0%} {'below' if x < 0 else 'above'} the clock for the {label}"
-                                           " draft" for label, x in off]) + ": this run's rounds cost"
-        + {frozenset({True}): " less than", frozenset({False}): " more than"}.get(frozenset(ways), " other than")
-        + " the calibrated v + k c priced them." if off else "", clock=True)
+                                           " draft" for label, x in off])
+        + f": this run's rounds cost {how} than the calibrated v + k c priced them." if off else "", clock=True)
     wins = [r[5] > 1 for r in rows]  # (middling, the draft that agrees often): did each beat plain decoding?
     say(f"Here v is {v4:.2f} at k = 4; the roofline gives {verify_cost(4, 1, 512):.2f}.",
         "So k+1 positions cost about one." if v4 <= 1.25 else

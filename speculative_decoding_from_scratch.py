@@ -5008,6 +5008,17 @@ def phase_speedup(run, batch):
     return sum(e for _, e in run) / sum(verify_cost(d, batch) if d else 1.0 for d, _ in run)
 
 
+def plain_priced_words(runs, batch):
+    """Chapter 20's rebuild of a policy's speedup at a batch size where every
+    round costs one plain pass: its tokens over its rounds ('.' if a round
+    costs more)."""
+    rounds = [r for run in runs for r in run]
+    if any(verify_cost(d, batch) != 1.0 for d, _ in rounds if d):
+        return "."
+    return (f": its {len(runs)} runs made {sum(e for _, e in rounds):,} characters in {len(rounds):,} rounds, each"
+            f" priced at one plain pass here.")
+
+
 def round_words(runs, k, batch):
     """Chapter 20's rebuild of always on's speedup at a batch size: how its
     rounds are priced (by the drafts each proposed, which prompt lookup often
@@ -5065,7 +5076,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}, so that a"
         " large batch crosses the ridge" + (
-            f": at {len(prompt)}, the KV caches, the keys and values of each sequence's tokens, would fill the"
+            f". At {len(prompt)}, the KV caches, the keys and values of each sequence's tokens, would fill the"
             f" H100's {H100.memory / 1e9:.0f} GB of memory before any batch's verifying pass crossed it (take it as"
             " given here)." if note else "."))
     print()
@@ -5096,8 +5107,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
         " change." if at < n else "It never switches off here.",
         *[f"At B = {b}, it misses the speedup that follows" + (
-            f", stretch {len(phases)}'s copying included." if at < ends[-2] and phases[-1][1] > phases[-2][1] else ".")
-          if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
+            f", stretch {len(phases)}'s copying included" if at < ends[-2] and phases[-1][1] > phases[-2][1] else "")
+          + plain_priced_words(runs[off[0]], b) if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
           f" ({on[1 + i]:.2f}), so the schedule does not speculate there at all" + (
               f"; off for good pays that cost until it switches off ({off[1 + i]:.2f})."
               if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""

@@ -1113,7 +1113,13 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     at = float(np.median(ats))
     assert 120 <= at < 240 and (f"It switches off at about character {at:.0f}, in stretch 2 of 3 (characters 120 to"
                                 " 240), at every B: it counts accepted drafts, which B does not change. At B = 1, it"
-                                " misses the speedup that follows, stretch 3's copying included.") in text
+                                " misses the speedup that follows, stretch 3's copying included: its 3 runs made"
+                                " 1,080 characters in 768 rounds, each priced at one plain pass here.") in text
+    # the B = 1 figure rebuilt from the rounds, by hand (reads 1843 and 1854 back-solved 1.41 for 1.5 minutes each)
+    runs = [sd.phase_run(model, prompt, 360, 5, seed, switch=(1.0, 20)) for seed in (0, 1, 2)]
+    assert (sum(e for r in runs for _, e in r), sum(map(len, runs))) == (1080, 768)
+    assert all(sd.verify_cost(d, 1) == 1.0 for r in runs for d, _ in r if d)
+    assert f"{1080 / 768:.2f}" == f"{rows['off for good below 1.0'][1]:.2f}" == "1.41"
     # what the target does the rest of the time, and the threshold's unit (read 1640 stopped on both)
     assert ("with probability lam it copies an earlier stretch of its own text; else it writes from how often each"
             " character follows the two before it.") in text and (
@@ -1180,7 +1186,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert (" and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
                 " H100 SXM's 80 GB: the pass stays memory-bound.") in text if chapter == "26" else (
-            "It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses the ridge: at 493, the"
+            "It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses the ridge. At 493, the"
             " KV caches, the keys and values of each sequence's tokens, would fill the H100's 80 GB of memory before"
             " any batch's verifying pass crossed it (take it as given here).") in text and "493 characters," not in \
             text, chapter  # chapter 20 in fewer
@@ -1216,7 +1222,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
             " character a token. It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses"
-            " the ridge: at 493,") in text  # the model priced first; the price at the prompt's own length
+            " the ridge. At 493,") in text  # the model priced first; the price at the prompt's own length
     # read 1568 worked out for a minute when only --detail gave it, read 1657 checked for a minute in the body, and
     # read 1750 worked it out for 1.5 minutes from "(--detail says why)": the body gives it, in one clause
     fit = sd.sequences_that_fit(493)

@@ -7399,7 +7399,7 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     say("Then each draft decodes on the clock. The six-token tables still choose the tokens; the products only cost"
         f" time: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
         f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
-        f" the exact tokens per call: {'; '.join(exact)}. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
+        f" c as calibrated above and the exact tokens per call: {'; '.join(exact)}. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
         " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
         " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
         " measured: plain decoding's time per token, timed here, over this run's time per token.")

@@ -3628,8 +3628,11 @@ def gain_example(P2, Q2):
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So the block always keeps both, where token-wise checking keeps"
             f" them with chance {fraction(w1)}." + (
-                f" On drafts {fewer[0][0]} then {fewer[0][2]} it keeps fewer, {fraction(fewer[6])} a draft on average"
-                f" against {fraction(fewer[5])}, so the gain is an average; chapter 30 weighs each pair."
+                f" On drafts {fewer[0][0]} then {fewer[0][2]} it keeps fewer" + (
+                    ". There w_1 p - q is nowhere above 0, so position 1 is never a cut point: the block keeps both"
+                    f" with chance w_2 = {fraction(fewer[4])}, else none. That is" if fewer[3] == 0 else ",")
+                + f" {fraction(fewer[6])} a draft on average against token-wise checking's {fraction(fewer[5])}, so"
+                " the gain is an average; chapter 30 weighs each pair."
                 if (fewer := next((r for r in block_pairs(P2, Q2) if r[6] < r[5]), None)) else ""))
 
 

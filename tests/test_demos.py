@@ -1396,8 +1396,11 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("Position k's coin lands heads with chance w_k; an earlier one's, with a chance Sun et al. give"
             " (--detail). A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
             " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where token-wise checking keeps them with"
-            " chance 1/2. On drafts a then a it keeps fewer, 1/2 a draft on average against 3/4, so the gain is an"
+            " chance 1/2. On drafts a then a it keeps fewer. There w_1 p - q is nowhere above 0, so position 1 is"
+            " never a cut point: the block keeps both with chance w_2 = 1/4, else none. That is 1/2 a draft on average"
+            " against token-wise checking's 3/4, so the gain is an"
             " average; chapter 30 weighs each pair.") in flat(text)  # read 1802 took 'can keep fewer on other
+    # (read 1858 worked out for itself why position 1 is never a cut point there: the zero residual, said)
     # pairs' against 'never fewer on average' for a contradiction, read 1817 hunted for those pairs, and without
     # them read 1823 found a then b's 2/9 twice the gain: the pair, with its counts; the
     # example read 1263 worked by hand (read 1536 found it adds 2/9, twice the gain); read 1529 tried to rebuild 11/9

@@ -6701,7 +6701,7 @@ def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
     why = why_eq1_is_off(P, Q, expected_tokens(alpha, k) - exact_tokens_per_call(P, Q, k))
     words, steps, terms, net = why if isinstance(why, tuple) else (why, [], None, "")
     say(f"In demo 3 the middling draft runs at k = {k}. Eq. 1 puts a round's tokens at 1 + alpha + ... + alpha^k, as"
-        f" if every draft passed with a single chance, alpha = {alpha:.3f}.",
+        f" if every draft passed with a single chance, alpha = {alpha:.4f}.",
         words or "Eq. 1 is NOT off for the middling draft, with the stages as you have them.")
     say_items(steps, numbered=True)
     later, counted = why_later_drafts_pass_more(P, Q, starts, rates, hi) if terms else ("", "")

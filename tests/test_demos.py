@@ -596,6 +596,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             f" {eq1:.2f} against {exact:.2f}: a round's first draft passes less often than alpha, and chapter 29 says"
             " why. Takeaway:") in flat
     assert all(f"{r[4]:.2f}" >= f"{r[5]:.2f}" for r in demo["3"][0].rows)  # 'at or above', as the table prints it
+    # alpha to 4 places, as the eq. 1 row raises the unrounded one (read 1862: 0.703^3 prints 0.347, not 0.348)
+    assert f"as if every draft passed with a single chance, alpha = {alpha:.4f}. Eq. 1" in flat29 and \
+        f"{0.7031 ** 3:.3f}" == f"{alpha ** 3:.3f}" == "0.348" != f"{0.703 ** 3:.3f}"
     assert (f"Eq. 1 runs slightly high for the middling draft: {eq1:.2f} against {exact:.2f} exact. Why: 1. A draft's"
             f" chance to pass depends on the token before it: highest after 'd', {beta[3]:.3f}. 2. A round starts after"
             " the previous round's final token: its redraw, or its bonus if all 4 drafts passed. 3. Redraws are seldom 'd':"

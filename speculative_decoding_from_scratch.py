@@ -6940,8 +6940,10 @@ def plan_choice_words(c19):
     """The sentence chapters 32 and 37 open with: what chapter 19's plan chooses among."""
     return ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
             f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it:"
-            f" a chain of k = 1 to {c19.k_max} drafts, or a tree ({and_list([m.name for m in c19.measured if m.tree])}'s"
-            " only: a plan prices only the trees a server measured).")
+            f" a chain of k = 1 to {c19.k_max} drafts, or a tree" + (
+                f", for {and_list(trees)} only, as the server measured no tree of {and_list(others, 'or')}'s."
+                if (trees := [m.name for m in c19.measured if m.tree]) and (
+                    others := [m.name for m in c19.measured if not m.tree]) else "."))
 
 
 def c_from_bytes_words(named, n_ctx):
@@ -6968,12 +6970,12 @@ def demo32_first_choice(**how):
     s = plan_shape(c19)
     lo, hi, first = c19.buckets[0] if c19.buckets else (0, 0, None)
     is_tree = first is not None and first.shape.startswith("tree")
-    say_paragraphs([plan_choice_words(c19) + (
+    say(plan_choice_words(c19) + (
         f" At B = {lo} it runs " + (f"a tree of {first.drafter.name}'s drafts (described below). Why not one of"
                                     f" {first.drafter.name}'s chains?" if is_tree else
                                     f"{first.drafter.name}'s {first.shape}, not a tree. Why?")
         + (" Chapter 37 asks why it never runs big." if not s.big_runs else "")) if first is not None else
-        "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B."])
+        "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B.")
     print()
     say(c_from_bytes_words((("small", small),), c19.n_ctx))
     print()
@@ -7508,10 +7510,10 @@ def demo37_big_never(**how):
     s = plan_shape(c19)
     pi = stationary(TARGET)  # alpha through the rule as the reader has it: big's, then small's
     alphas = [float(pi @ acceptance(TARGET, d[2], {})) for d in c19.drafters]
-    say_paragraphs([plan_choice_words(c19) + (
+    say(plan_choice_words(c19) + (
         f" Big's drafts pass more often: its alpha is {alphas[0]:.3f}, small's {alphas[1]:.3f}." if alphas[0] >
         alphas[1] else "") + (" Yet the plan never runs big. Why?" if not s.big_runs else
-                              " With the stages as you have them, the plan runs big at some B.")])
+                              " With the stages as you have them, the plan runs big at some B."))
     print()
     say(c_from_bytes_words((("big", big), ("small", small)), n_ctx))
     said = demo19_shape(s, n_ctx, c19.max_batch)

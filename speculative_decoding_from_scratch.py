@@ -2543,8 +2543,8 @@ def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
     if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0 and abs(P2[0] * P2[1] / (Q2[0] * Q2[1]) - 1) < 1e-12):
         return ""
     return (f"on chapter 14's example, drafts whose p/q are {r[0]} then {r[1]} make a pair as likely under p as under q"
-            f" ({r[0]} * {r[1]} = 1), and the block keeps both always, with chance w_2 = min(1, {r[0]} * {r[1]}) = 1,"
-            " the second draft's weight (chapter 14)")
+            f" ({r[0]} * {r[1]} = 1). The block weighs the pair by its ratios multiplied in turn, each step capped at"
+            f" 1: min(1, {r[0]} * {r[1]}) = 1. It keeps both with that chance, so always (chapter 14)")
 
 
 ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x), and a rejection redraws from p"
@@ -6817,7 +6817,9 @@ def demo30_pairs():
                "Two independent coins: position 2's lands heads with chance w_2, position 1's with chance h_1. Heads"
                " makes a position a cut point.",
                "The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. So it keeps"
-               " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1."], numbered=True)
+               " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1. Then one token follows, as"
+               " after token-wise checking (chapter 14 says from what), so the drafts kept decide the gain."],
+              numbered=True)
     print()
     say("Below, for each pair of drafts: its chance under q, the block's weights and chance, the drafts each"
         " verifier keeps on average, and the block's gain times the pair's chance. Token-wise checking keeps r_1 +"
@@ -6941,7 +6943,7 @@ def plan_choice_words(c19):
     return ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a"
             f" draft model, big (blend {c19.big_weight:g}) or small (the middling draft), and how to run it:"
             f" a chain of k = 1 to {c19.k_max} drafts, or a tree" + (
-                f", for {and_list(trees)} only, as the server measured no tree of {and_list(others, 'or')}'s."
+                f", for {and_list(trees)} only (the plan is given no tree of {and_list(others, 'or')}'s to price)."
                 if (trees := [m.name for m in c19.measured if m.tree]) and (
                     others := [m.name for m in c19.measured if not m.tree]) else "."))
 

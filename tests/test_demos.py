@@ -1057,8 +1057,8 @@ def test_chapter9_every_verifier_row_and_verdict(demo):
     # can save an earlier one' without chapter 14's mechanism, which the sentence now names
     assert ("Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1."
             " On chapter 14's example, drafts whose p/q are 1/2 then 2 make a pair as likely under p as under q (1/2 * 2"
-            " = 1), and the block keeps both always, with chance w_2 = min(1, 1/2 * 2) = 1, the second draft's weight"
-            " (chapter 14). With q all on x, p/q is p(x), never above 1, so over one-hot drafts"
+            " = 1). The block weighs the pair by its ratios multiplied in turn, each step capped at 1: min(1, 1/2 * 2)"
+            " = 1. It keeps both with that chance, so always (chapter 14). With q all on x, p/q is p(x), never above 1, so over one-hot drafts"
             " block accepts what one-hot accepts.") in flat(text) and \
         (sd.TARGET <= 1).all()
     # chapter 14's example, by hand: p = (1/3, 2/3), q = (2/3, 1/3); drafts a then b have ratios 1/2 then 2, and the
@@ -1364,6 +1364,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " chance:") in flat(text30)  # read 1761 read r_2 as unconditional
     # the totals a reader summed (reads 1487 and 1497): 10/9 and 11/9, and the pairs' chances to 9/9
     assert "all 9/9 10/9 11/9 +1/9" in flat(text30)
+    # both verifiers add one token after the drafts they keep (reads 1843, 1853 and 1866 asked), so drafts decide
+    assert ("only the first with chance (1 - w_2) h_1. Then one token follows, as after token-wise checking (chapter 14"
+            " says from what), so the drafts kept decide the gain.") in flat(text30)
     for (drafts, _, w_1, h_1, w_2, tw, bl, _), want in zip(sd.block_pairs(P2, Q2), by_hand):
         r = [min(1, P2[0, "ab".index(x)] / Q2[0, "ab".index(x)]) for x in drafts.split()]
         assert tw == pytest.approx(r[0] + r[0] * r[1]) and bl == pytest.approx(2 * w_2 + (1 - w_2) * h_1)
@@ -2042,8 +2045,10 @@ def test_the_example_of_a_later_draft_saving_an_earlier_one_follows_the_rule():
     # chapter 9 says how a later draft saves an earlier one (chapter 15 shows its weights) on chapter 14's example (read 1570 took
     # 'save' on trust; read 1579 could not see how): by hand, drafts a then b, ratios 1/2 then 2, w_2 = 1
     assert sd.lifted_words() == ("on chapter 14's example, drafts whose p/q are 1/2 then 2 make a pair as likely under"
-                                 " p as under q (1/2 * 2 = 1), and the block keeps both always, with chance w_2 ="
-                                 " min(1, 1/2 * 2) = 1, the second draft's weight (chapter 14)")
+                                 " p as under q (1/2 * 2 = 1). The block weighs the pair by its ratios multiplied"
+                                 " in turn, each step capped at 1: min(1, 1/2 * 2) = 1. It keeps both with that"
+                                 " chance, so always (chapter 14)")
+    # reads 1862 and 1870 were lost at 'w_2', a symbol only chapter 14 defines: the weight in words
     # read 1606 asked why; reads 1808, 1827 and 1838 took 'always' on trust from chapter 14 for 1 to 1.5 minutes
     # with every ratio halved, w_2 = 1/2 and the words are withheld
     halved = {"halved": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return min(1.0, float(p[x] / q[x]) / 2)")]}

@@ -509,8 +509,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # why it switches at B = 35 and runs to 241, which is chapter 25's and 19's); why never big is chapter 37's
     opening = ("At each batch size B, the number of sequences a server decodes at once, chapter 19's plan picks a draft"
                " model, big (blend 0.75) or small (the middling draft), and how to run it: a chain of k = 1 to 8"
-               " drafts, or a tree, for small only, as the server measured no tree of big's.")  # reads 1836, 1840
-    # and 1857 stalled on 'small's only: a plan prices only the trees a server measured'
+               " drafts, or a tree, for small only (the plan is given no tree of big's to price).")  # reads 1836, 1840
+    # and 1857 stalled on 'small's only: a plan prices only the trees a server measured', and read 1864 asked what a
+    # server measured
     assert not re.search(r"\n=+\n\n", in_process[1])  # no chapter opens on a blank line, as 32 and 37 did
     assert (opening + " At B = 1 it runs a tree of small's drafts (described below). Why not one of small's chains?"
             " Chapter 37 asks why it never runs big.") in text32 and opening in text37 and (

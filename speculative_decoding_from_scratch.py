@@ -7301,7 +7301,7 @@ def demo35_chain_loss(**how):
         f" {t[0]}x{t[1]}, {t[2]}'; past B = {end}, chains. The tree has {t[0]} candidates under each node, {t[1]} deep:"
         f" {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts from {t[1]} draft passes,"
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. The serving engines"
-        " of chapter 23 (vLLM, SGLang and TensorRT-LLM) schedule only chains by B, so there they run"
+        " of chapter 23 (vLLM, SGLang and TensorRT-LLM) cannot switch between a tree and chains by B, so there they run"
         f" {main.name}'s best chain, k = {own[2]}" + (", the longest the plan tries" if own[2] == c19.k_max else "")
         + f", from {own[2]} draft passes. A draft pass costs c target passes, a tree's level or a chain's step"
         " alike." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
@@ -7320,7 +7320,7 @@ def demo35_chain_loss(**how):
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
         f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
-        " the plan keeps an option until it falls more than that below the fastest (chapter 19)."
+        " the plan keeps the option it runs until that option falls more than that below the fastest (chapter 19)."
         if -c19.tol < ahead < 0 else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",

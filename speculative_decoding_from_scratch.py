@@ -3654,8 +3654,8 @@ def demo14_block_gain():
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
     gap = rows[1][1] - rows[0][1]
     lesson = [f(TARGET, MIDDLING, LESSON_K) for f in (exact_block_tokens_per_call, exact_tokens_per_call)]
-    say(f"Block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact TV of its first"
-        f" {n} tokens, as many as a round can make, is {exact_text(tv)}.",
+    say(f"On this example, block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact"
+        f" TV of its first {n} tokens, as many as a round can make, is {exact_text(tv)}.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%}"
         " more." if gap > 1e-12 else
@@ -3665,15 +3665,19 @@ def demo14_block_gain():
         " more."
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
-    say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
-        " w_0 = 1 and p and q the rows after x_(i-1). Until the cap acts, w_i is the target's probability of"
-        " x_1..x_i over the draft's. Each position flips a coin, and heads makes it a cut point. The block keeps"
-        " every draft up to its last cut point, say x_1..x_i, or none (i = 0). Then it draws one token: from p if"
-        " i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i; a position where that"
-        " residual is all zero is never a cut point. Position k's coin"
-        " lands heads with chance w_k; an earlier one's, with a chance"
-        " Sun et al. give (--detail). A later ratio above 1 can lift w back up after a low one.",
-        gain_example(P2, Q2),
+    say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs the drafts"
+        " x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with w_0 = 1 and p and q the rows after x_(i-1). Until"
+        " the cap acts, w_i is the target's probability of x_1..x_i over the draft's. A later ratio above 1 can lift"
+        " w back up after a low one.")
+    print()
+    say("Each position flips a coin of its own, and heads makes it a cut point. The block keeps every draft up to its"
+        " last cut point, say x_1..x_i, or none (i = 0). Then it draws one token: from p if i = k, else from max(0,"
+        " w_i p - q), normalised, with p and q the rows after x_i. Position k's coin lands heads with chance w_k. An"
+        " earlier position i's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), for Z_i that residual's sum"
+        " before normalising, and never if Z_i = 0: Sun et al.'s chance, set so that the output stays the target's;"
+        " take it as given.")
+    print()
+    say(gain_example(P2, Q2),
         "Sun et al. prove that the block's output is the target's. They also prove that no verifier whose output is"
         " the target's and that keeps a run of first drafts, then draws one token, keeps more drafts on average."
         " Token-wise checking is one, so the block never keeps fewer on average. The option --detail"

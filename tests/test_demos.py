@@ -1394,13 +1394,19 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # could not normalise): there h = 0, by the threshold the block runs
     p, q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
     assert np.maximum(0.5 * p - q, 0).sum() == 0 and sd.block_threshold(0.5, p, q) == 0
-    assert ("The block keeps every draft up to its last cut point, say x_1..x_i, or none (i = 0). Then it draws one"
-            " token: from p if i = k, else from max(0, w_i p - q), normalised, with p and q the rows after x_i; a"
-            " position where that residual is all zero is never a cut point.") \
+    # the rule whole, with h_i, in its own paragraph (reads 1842, 1858 and 1863 reread the one dense paragraph and
+    # could not run the rule by hand without the earlier coins' chance)
+    assert ("Each position flips a coin of its own, and heads makes it a cut point. The block keeps every draft up to"
+            " its last cut point, say x_1..x_i, or none (i = 0). Then it draws one token: from p if i = k, else from"
+            " max(0, w_i p - q), normalised, with p and q the rows after x_i. Position k's coin lands heads with chance"
+            " w_k. An earlier position i's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), for Z_i that"
+            " residual's sum before normalising, and never if Z_i = 0: Sun et al.'s chance, set so that the output"
+            " stays the target's; take it as given.") \
         in flat(text) and "from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k" in \
         flat(section(all_run, "15"))
-    assert ("Position k's coin lands heads with chance w_k; an earlier one's, with a chance Sun et al. give"
-            " (--detail). A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
+    assert sd.block_threshold(1.0, p, q) == pytest.approx(1.0)  # h_1 after a first b, w_1 = 1: Z / (Z + 0)
+    assert "over the draft's. A later ratio above 1 can lift w back up after a low one." in flat(text)
+    assert ("On drafts a then b, w_1 = 1/2 and"
             " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where token-wise checking keeps them with"
             " chance 1/2. On drafts a then a it keeps fewer. There w_1 p - q is nowhere above 0, so position 1 is"
             " never a cut point: the block keeps both with chance w_2 = 1/4, else none. That is 1/2 a draft on average"
@@ -1414,8 +1420,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("token-wise 1.1111 10/9 block 1.2222 11/9 Chapter 30 derives both counts, one pair of drafts at a time;"
             " take them as given here.") in flat(  # reads 1751 and 1772 still tried to rebuild 11/9, for 1 and 3 min
         text)
-    # the rule's five steps are the detail's (read 1522 spent 5 of its 17.5 minutes on them)
-    assert "The steps:" not in text and "h_i = Z_i / (Z_i + 1 - w_i)" not in flat(text)
+    # the rule's five steps are the detail's (read 1522 spent 5 of its 17.5 minutes on them); h_i came back to the
+    # body in one sentence, to take as given, as reads 1842, 1858 and 1863 could not run the rule without it
+    assert "The steps:" not in text
     assert "Sun et al.'s rule, in five steps: 1. A weight w_i" in flat(printed(sd.DETAILS["14"], result)[1])
     squared = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))",
                           "return min(1.0, float(p[x] / q[x]) ** 2)"),))
@@ -1528,8 +1535,9 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     # block verification on the paper's two-token example: its first 3 tokens, exactly, are the target's; with
     # the block stage's h edited to w (the cumulative bug) they are not, and the chapter says so
     _, text = demo["14"]
-    assert ("Block verification's output is the target's: the exact TV of its first 3 tokens, as many as a round can"
-            " make, is < 1e-9. It keeps 1/9 of a draft a round more") in flat(text)
+    assert ("On this example, block verification's output is the target's: the exact TV of its first 3 tokens, as"
+            " many as a round can make, is < 1e-9. It keeps 1/9 of a draft a round more") in flat(text)  # which
+    # example (read 1863 asked)
     assert "alpha + alpha^2" not in text and "4/9 * 1/2" not in text  # chapter 30 sums the pairs (read 1522)
     # the example and its gain come first, then how the block gains (read 1247)
     assert text.index("It keeps 1/9 of a draft a round more") < text.index("How does the block gain?")
@@ -1540,7 +1548,7 @@ def test_chapter14_checks_its_own_example_exactly(demo):
     with contextlib.redirect_stdout(out):
         bad.demo14_block_gain()
     said = flat(out.getvalue())
-    assert "Block verification's output is NOT the target's: the exact TV of its first 3 tokens" in said
+    assert "block verification's output is NOT the target's: the exact TV of its first 3 tokens" in said
     assert "Takeaway withheld" in said and "the block's output is the target's" in said
 
 

@@ -5083,9 +5083,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}, so that a"
         " large batch crosses the ridge" + (
-            f". At {len(prompt)}, the KV caches, the keys and values of each sequence's tokens, would fill the"
-            f" H100's {H100.memory / 1e9:.0f} GB of memory before any batch's verifying pass crossed it (take it as"
-            " given here)." if note else "."))
+            f". A short context keeps each sequence's KV cache, the keys and values of its tokens, small. At"
+            f" {len(prompt)}, the caches would fill the H100's {H100.memory / 1e9:.0f} GB of memory before any"
+            " batch's verifying pass crossed the ridge (take it as given here)." if note else "."))
     print()
     say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
         f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"

@@ -1194,9 +1194,10 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert (" and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
                 " H100 SXM's 80 GB: the pass stays memory-bound.") in text if chapter == "26" else (
-            "It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses the ridge. At 493, the"
-            " KV caches, the keys and values of each sequence's tokens, would fill the H100's 80 GB of memory before"
-            " any batch's verifying pass crossed it (take it as given here).") in text and "493 characters," not in \
+            "It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses the ridge. A short"
+            " context keeps each sequence's KV cache, the keys and values of its tokens, small. At 493, the caches"
+            " would fill the H100's 80 GB of memory before any batch's verifying pass crossed the ridge (take it as"
+            " given here).") in text and "493 characters," not in \
             text, chapter  # chapter 20 in fewer
         # words (reads 1582 and 1583); the body's in one clause since read 1750 worked it out for 1.5 minutes from
         # "(--detail says why)"; whose 80 GB, as demo 6 gives none (read 1795); which pass crosses (read 1803)
@@ -1230,7 +1231,7 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
             " character a token. It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses"
-            " the ridge. At 493,") in text  # the model priced first; the price at the prompt's own length
+            " the ridge. A short context")  # read 1855 worked out for 1.5 minutes what the context does in text  # the model priced first; the price at the prompt's own length
     # read 1568 worked out for a minute when only --detail gave it, read 1657 checked for a minute in the body, and
     # read 1750 worked it out for 1.5 minutes from "(--detail says why)": the body gives it, in one clause
     fit = sd.sequences_that_fit(493)

@@ -5015,15 +5015,15 @@ def phase_speedup(run, batch):
     return sum(e for _, e in run) / sum(verify_cost(d, batch) if d else 1.0 for d, _ in run)
 
 
-def plain_priced_words(runs, batch):
-    """Chapter 20's rebuild of a policy's speedup at a batch size where every
-    round costs one plain pass: its tokens over its rounds ('.' if a round
-    costs more)."""
+def priced_words(runs, batch):
+    """Chapter 20's rebuild of a policy's speedup at a batch size: its
+    characters, and its rounds where each costs one plain pass, else the
+    plain passes they cost."""
     rounds = [r for run in runs for r in run]
-    if any(verify_cost(d, batch) != 1.0 for d, _ in rounds if d):
-        return "."
-    return (f": its {len(runs)} runs made {sum(e for _, e in rounds):,} characters in {len(rounds):,} rounds, each"
-            f" priced at one plain pass here.")
+    made = f": its {len(runs)} runs made {sum(e for _, e in rounds):,} characters"
+    if all(verify_cost(d, batch) == 1.0 for d, _ in rounds if d):
+        return made + f" in {len(rounds):,} rounds, each priced at one plain pass here."
+    return made + f" for the price of {sum(verify_cost(d, batch) if d else 1.0 for d, _ in rounds):,.1f} plain passes."
 
 
 def round_words(runs, k, batch):
@@ -5113,12 +5113,14 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" of the {len(seeds)} seeds.",
         f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
         " change." if at < n else "It never switches off here.",
-        *[f"At B = {b}, it misses the speedup that follows" + (
+        *[(f"At B = {b} a round costs one plain pass whatever it drafts, so speculating never loses there. Off for"
+           " good misses" if all(verify_cost(j, b) == 1.0 for j in range(1, k + 1)) else f"At B = {b}, it misses")
+          + " the speedup that follows" + (
             f", stretch {len(phases)}'s copying included" if at < ends[-2] and phases[-1][1] > phases[-2][1] else "")
-          + plain_priced_words(runs[off[0]], b) if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more than it saves"
-          f" ({on[1 + i]:.2f}), so the schedule does not speculate there at all" + (
-              f"; off for good pays that cost until it switches off ({off[1 + i]:.2f})."
-              if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
+          + priced_words(runs[off[0]], b) if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more"
+          f" than it saves ({on[1 + i]:.2f}), so the schedule does not speculate there at all" + (
+              f"; off for good pays that cost until it switches off ({off[1 + i]:.2f})"
+              + priced_words(runs[off[0]], b) if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
           for i, b in enumerate(batches)],
         "The option --detail adds a fourth policy, one that adapts k.")
     adaptive = rows[3]

@@ -1120,9 +1120,19 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
         ats.append(sum(e for _, e in run[:last]))
     at = float(np.median(ats))
     assert 120 <= at < 240 and (f"It switches off at about character {at:.0f}, in stretch 2 of 3 (characters 120 to"
-                                " 240), at every B: it counts accepted drafts, which B does not change. At B = 1, it"
-                                " misses the speedup that follows, stretch 3's copying included: its 3 runs made"
-                                " 1,080 characters in 768 rounds, each priced at one plain pass here.") in text
+                                " 240), at every B: it counts accepted drafts, which B does not change. At B = 1 a"
+                                " round costs one plain pass whatever it drafts, so speculating never loses there. Off"
+                                " for good misses the speedup that follows, stretch 3's copying included: its 3 runs"
+                                " made 1,080 characters in 768 rounds, each priced at one plain pass here.") in text
+    # why B = 1 can only gain (read 1872 asked for the line): c = 0 and every check a plain pass's price
+    assert all(sd.verify_cost(j, 1) == 1.0 for j in range(1, 6))
+    # and 0.96 rebuilt the same way (reads 1843, 1854, 1855 and 1872 could not derive it)
+    passes = sum(sd.verify_cost(d, 256) if d else 1.0 for r in [sd.phase_run(model, prompt, 360, 5, seed,
+                 switch=(1.0, 20)) for seed in (0, 1, 2)] for d, _ in r)
+    assert f"{passes:,.1f}" == "1,119.3" and f"{1080 / 1119.3:.2f}" == "0.96" and ("off for good pays that cost until"
+                                                                                  " it switches off (0.96): its 3 runs"
+                                                                                  " made 1,080 characters for the price"
+                                                                                  " of 1,119.3 plain passes.") in text
     # the B = 1 figure rebuilt from the rounds, by hand (reads 1843 and 1854 back-solved 1.41 for 1.5 minutes each)
     runs = [sd.phase_run(model, prompt, 360, 5, seed, switch=(1.0, 20)) for seed in (0, 1, 2)]
     assert (sum(e for r in runs for _, e in r), sum(map(len, runs))) == (1080, 768)
@@ -1146,7 +1156,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     assert max(d for d, _ in sd.phase_run(model, prompt, 360, 5, 0, adapt=True)) <= 16 == sd.ADAPT_MAX
     off = rows["off for good below 1.0"]
     assert on[2] < off[2] < 1 and (f"so the schedule does not speculate there at all; off for good pays that cost until"
-                                   f" it switches off ({off[2]:.2f}).") in text
+                                   f" it switches off ({off[2]:.2f}): its 3 runs") in text
     assert (adaptive[2] < 1) == ("It moves k by what passed, not by what a pass costs: at B = 256 it is slower than"
                                  " plain decoding too." in detail20)
 

@@ -2389,7 +2389,8 @@ def demo8_depth_and_width(n_rounds, depth=3):
     say(f"Each independent measured value agrees with its exact one, within {FIT_Z} standard errors." if not off else
         f"NOT every independent measured value agrees with its exact one: {', '.join(off)}.",
         f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
-        f" {'more' if wider else 'NOT more'} than the chain's exact {rows[0][5]:.2f}.",
+        f" {'more' if wider else 'NOT more'} than the chain's exact {rows[0][5]:.2f}; a round of depth {depth} makes"
+        f" at most {depth + 1} tokens.",
         f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
         f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
         f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}. A tree"

@@ -932,6 +932,9 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # left of p (test_trees checks both on the stage)
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text33)
+    # the ceiling beside 3.91 (read 1877): depth 3 drafts, plus a bonus or a redraw
+    assert ("At depth 3 the widest tree makes 3.91 with distinct children, more than the chain's exact 2.53; a round of"
+            " depth 3 makes at most 4 tokens.") in flat(text) and max(r[4] or 0 for r in result.rates) <= 4
     assert ("where the tree needs 3. A tree drafts a whole level in one pass. Like demo 6's check, that pass reads its"
             " weights once for all the positions it scores, so it is priced as one draft pass.") in flat(text)  # reads 1587 and 1588 asked what a 27-wide draft level costs
     # a kept leaf ends the walk with a bonus token from its own p: one child, drafted where q <= p so always kept
@@ -972,7 +975,7 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     chain, widest = result.rates[0][5], result.rates[2][4]  # the chain exactly, as the long chain below
     assert chain == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3))
     assert (f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's"
-            f" exact {chain:.2f}.") in " ".join(text.split())
+            f" exact {chain:.2f};") in " ".join(text.split())
     assert ("With one child per node, independent and distinct drawing are the same, so a chain's measured value is in"
             " the independent column. Independent children also have an exact value, from every way a round can end; the"
             " script does not enumerate distinct children's rounds.") in " ".join(text.split())

@@ -3680,7 +3680,7 @@ def demo14_block_gain():
     print()
     say(gain_example(P2, Q2),
         "Sun et al. prove that the block's output is the target's. They also prove that no verifier whose output is"
-        " the target's and that keeps a run of first drafts, then draws one token, keeps more drafts on average."
+        " the target's and that keeps a run of first drafts, then draws one token, keeps more of the same drafts on average."
         " Token-wise checking is one, so the block never keeps fewer on average. The option --detail"
         " gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"

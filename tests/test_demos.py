@@ -1390,8 +1390,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
     # why 'never fewer' follows from the proof (reads 1632 and 1665 worked out token-wise is of that kind)
     assert ("They also prove that no verifier whose output is the target's and that keeps a run of first drafts,"
-            " then draws one token, keeps more drafts on average. Token-wise checking is one, so the block never keeps"
-            " fewer on average.") in flat(text)  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
+            " then draws one token, keeps more of the same drafts on average. Token-wise checking is one, so the block"
+            " never keeps fewer on average.") in flat(text)  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
     # what the block draws after its cut (read 1632 asked 'draws it from what?'), as chapter 15's step 5 says it
     # a cut needs something to draw from (read 1717 found max(0, w p - q) all zero after 'a' at w = 1/2, where step 5
     # could not normalise): there h = 0, by the threshold the block runs

@@ -3680,7 +3680,8 @@ def demo14_block_gain():
     print()
     say(gain_example(P2, Q2),
         "Sun et al. prove that the block's output is the target's. They also prove that no verifier whose output is"
-        " the target's and that keeps a run of first drafts, then draws one token, keeps more of the same drafts on average."
+        " the target's and that keeps a run of first drafts, then draws one token, keeps more of the same drafts on"
+        " average."
         " Token-wise checking is one, so the block never keeps fewer on average. The option --detail"
         " gives their rule in five steps.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
@@ -6358,7 +6359,8 @@ def demo27_rates(**how):
                (f"rounds that start after {d}", f"{s1.start[s.short]:.0%}", f"{s.start[s.short]:.0%}"),
                ("position 1's pass rate", f"{r.at_1[1]:.3f}", f"{r.rates[1][0]:.3f}")])
         print()
-        say(f"{d} is {s.text[s.short]:.0%} of the target's text, but fewer rounds start after it, fewest at k = {k_max}. So"
+        say(f"{d} is {s.text[s.short]:.0%} of the target's text, but fewer rounds start after it, fewest at"
+            f" k = {k_max}. So"
             f" rates counted at k = {k_max} price k = 1 low.")
     margin_led = 0 < untolerant.worst < check.worst / 2  # most of the plan's gap is its margin, not the rates
     print()
@@ -7416,7 +7418,8 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     say("Then each draft decodes on the clock. The six-token tables still choose the tokens; the products only cost"
         f" time: the {W.shape[0]} x {W.shape[1]} W for a target pass, the {W_draft.shape[0]} x"
         f" {W_draft.shape[1]} one for a draft pass. The paper predicts the speedup as tokens per call / (1 + k c), with"
-        f" c as calibrated above and the exact tokens per call: {'; '.join(exact)}. That assumes a verifying pass costs one plain pass. The refined prediction puts v"
+        f" c as calibrated above and the exact tokens per call: {'; '.join(exact)}. That assumes a verifying pass"
+        " costs one plain pass. The refined prediction puts v"
         " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
         " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
         " measured: plain decoding's time per token, timed here, over this run's time per token.")

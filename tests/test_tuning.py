@@ -1129,13 +1129,12 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
                                 " made 1,080 characters in 768 rounds, each priced at one plain pass here.") in text
     # why B = 1 can only gain (read 1872 asked for the line): c = 0 and every check a plain pass's price
     assert all(sd.verify_cost(j, 1) == 1.0 for j in range(1, 6))
-    # and 0.96 rebuilt the same way (reads 1843, 1854, 1855 and 1872 could not derive it)
+    # 0.96 by hand from the passes: reads 1843, 1854, 1855 and 1872 could not derive it, but printed it lengthened
+    # a chapter read 1880 took 12.5 minutes over, so the body gives the figure alone
     passes = sum(sd.verify_cost(d, 256) if d else 1.0 for r in [sd.phase_run(model, prompt, 360, 5, seed,
                  switch=(1.0, 20)) for seed in (0, 1, 2)] for d, _ in r)
     assert f"{passes:,.1f}" == "1,119.3" and f"{1080 / 1119.3:.2f}" == "0.96" and ("off for good pays that cost until"
-                                                                                  " it switches off (0.96): its 3 runs"
-                                                                                  " made 1,080 characters for the price"
-                                                                                  " of 1,119.3 plain passes.") in text
+                                                                                  " it switches off (0.96).") in text
     # the B = 1 figure rebuilt from the rounds, by hand (reads 1843 and 1854 back-solved 1.41 for 1.5 minutes each)
     runs = [sd.phase_run(model, prompt, 360, 5, seed, switch=(1.0, 20)) for seed in (0, 1, 2)]
     assert (sum(e for r in runs for _, e in r), sum(map(len, runs))) == (1080, 768)
@@ -1159,7 +1158,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     assert max(d for d, _ in sd.phase_run(model, prompt, 360, 5, 0, adapt=True)) <= 16 == sd.ADAPT_MAX
     off = rows["off for good below 1.0"]
     assert on[2] < off[2] < 1 and (f"so the schedule does not speculate there at all; off for good pays that cost until"
-                                   f" it switches off ({off[2]:.2f}): its 3 runs") in text
+                                   f" it switches off ({off[2]:.2f}).") in text
     assert (adaptive[2] < 1) == ("It moves k by what passed, not by what a pass costs: at B = 256 it is slower than"
                                  " plain decoding too." in detail20)
 
@@ -1285,9 +1284,9 @@ def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
     short, none = np.mean([d < 5 for d in drafts]), np.mean([d == 0 for d in drafts])
     assert 0 < none <= short < 1
     assert ("A round that proposed j drafts costs a pass of j + 1 positions per sequence, and one that proposed none a"
-            f" plain pass. Prompt lookup proposes none when nothing matches: always on did so in {none:.0%} of its"
-            f" rounds, proposed 1 to 4 in {short - none:.0%}, and all 5 in the other {1 - short:.0%}." if short - none >= 0.005
-            else "1 to 4 in under 1%") in text
+            f" plain pass. Prompt lookup proposes none when nothing matches, as in {none:.0%} of always on's rounds.")\
+        in text and "proposed 1 to 4" not in text  # the shares of each count went (reads 1843 and 1854 spent 1.5
+    # minutes rebuilding 3.63 from them, and read 1880 found chapter 20 at 12.5 minutes)
     # its tokens and price a round, by hand over the three seeds' rounds, whose ratio is the table's speedup (read
     # 1568 rebuilt the 0.78 then shown for 2 minutes from the shares and B = 1's speedup)
     rounds = [r for s in (0, 1, 2) for r in sd.phase_run(P, prompt, 360, 5, s)]

@@ -5238,11 +5238,9 @@ def temperature_table(rows, k, c=0.1):
         " table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T) for a"
         " sampled one.",
         "At T = 0 the target's greedy text settles into a loop" + (
-            ", and which loop depends on the token it starts after; so alpha averages over the"
-            f" {len(TARGET)} start tokens, each as likely." if len(greedy_loops(TARGET)) > 1 else ".") + " No loop"
-        " visits a token after which the middling draft passes, so its alpha is 0. Chapter 28 works out the T = 0"
-        f" rows, and why blend {GOOD_WEIGHT:g}'s speedup, {good[5]:.2f}, beats eq. 1's"
-        f" {speedup(expected_tokens(good[3], k), k, c):.2f}."
+            " that depends on the token it starts after, so there alpha averages over the"
+            f" {len(TARGET)} start tokens, each as likely." if len(greedy_loops(TARGET)) > 1 else ".")
+        + f" Chapter 28 works out the T = 0 rows, where blend {GOOD_WEIGHT:g} beats eq. 1."
         if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
         else "")
     print()

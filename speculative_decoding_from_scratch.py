@@ -5035,13 +5035,14 @@ def round_words(runs, k, batch):
     prints."""
     rounds = [r for run in runs for r in run]
     drafts = [d for d, _ in rounds]
-    none = np.mean([d == 0 for d in drafts])
+    few, none = np.mean([0 < d < k for d in drafts]), np.mean([d == 0 for d in drafts])
+    share = lambda x: f"{x:.0%}" if x >= 0.005 else "under 1%"  # noqa: E731
     tokens, cost = (np.mean([e for _, e in rounds]),
                     np.mean([verify_cost(d, batch) if d else 1.0 for d in drafts]))
     return ("A round that proposed j drafts costs a pass of j + 1 positions per sequence, and one that proposed none"
-            " a plain pass. Prompt lookup proposes none when nothing matches" + (
-                f", as in {none:.0%} of always on's rounds" if none >= 0.005 else "")
-            + f". Its rounds made {tokens:.2f} tokens each and, at B = {batch}, cost {cost:.2f} plain passes each,"
+            " a plain pass. Prompt lookup proposes none when nothing matches, as in"
+            f" {share(none)} of always on's rounds, and fewer than {k} when less matches, as in {share(few)}."
+            f" Its rounds made {tokens:.2f} tokens each and, at B = {batch}, cost {cost:.2f} plain passes each,"
             f" not {verify_cost(k, batch):.2f}. The speedup is tokens per plain pass, over all {len(runs)} seeds:")
 
 

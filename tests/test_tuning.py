@@ -1284,9 +1284,9 @@ def test_chapter20_prices_each_round_by_the_drafts_it_proposed(in_process):
     short, none = np.mean([d < 5 for d in drafts]), np.mean([d == 0 for d in drafts])
     assert 0 < none <= short < 1
     assert ("A round that proposed j drafts costs a pass of j + 1 positions per sequence, and one that proposed none a"
-            f" plain pass. Prompt lookup proposes none when nothing matches, as in {none:.0%} of always on's rounds.")\
-        in text and "proposed 1 to 4" not in text  # the shares of each count went (reads 1843 and 1854 spent 1.5
-    # minutes rebuilding 3.63 from them, and read 1880 found chapter 20 at 12.5 minutes)
+            f" plain pass. Prompt lookup proposes none when nothing matches, as in {none:.0%} of always on's rounds,"
+            f" and fewer than 5 when less matches, as in {short - none:.0%}.") in text  # the rounds short of 5 too:
+    # without them reads 1887 and 1888 got 3.645 from the none alone against the printed 3.63
     # its tokens and price a round, by hand over the three seeds' rounds, whose ratio is the table's speedup (read
     # 1568 rebuilt the 0.78 then shown for 2 minutes from the shares and B = 1's speedup)
     rounds = [r for s in (0, 1, 2) for r in sd.phase_run(P, prompt, 360, 5, s)]

@@ -2536,18 +2536,6 @@ def fraction(x):
     return str(f) if abs(f - x) < 1e-12 else f"{x:.3f}"
 
 
-def lifted_words(P2=PAPER_EXAMPLE[0][0], Q2=PAPER_EXAMPLE[1][0]):
-    """How a later draft saves an earlier one in block verification, on chapter 14's example (chapter 9):
-    drafts a then b, whose ratios p/q are below and above 1, and the weight w_2 = min(1, w_1 p/q) the second
-    reaches, by accept_prob; "" unless it reaches 1, so both are always kept."""
-    w1, r = accept_prob(P2, Q2, 0), [fraction(P2[x] / Q2[x]) for x in (0, 1)]
-    if not (w1 < 1 and accept_prob(w1 * P2, Q2, 1) == 1.0 and abs(P2[0] * P2[1] / (Q2[0] * Q2[1]) - 1) < 1e-12):
-        return ""
-    return (f"on chapter 14's example, drafts whose p/q are {r[0]} then {r[1]} make a pair as likely under p as under q"
-            f" ({r[0]} * {r[1]} = 1). The block weighs the pair by its ratios multiplied in turn, each step capped at"
-            f" 1: min(1, {r[0]} * {r[1]}) = 1. It keeps both with that chance, so always (chapter 14)")
-
-
 ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(x), and a rejection redraws from p"
                 " with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x, so max(0, p - q) is p less x
 
@@ -2619,7 +2607,6 @@ def demo9_verifiers(k=3):
              f" {r[1 + j]:.4f}."
              for r in prow for i in range(4) for j in range(i + 1, 4)
              if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
-    lift = lifted_words()
     say(*alike[:1],
         "The best setting depends on the pair: " + and_list([
             f"{w} on {number_word(n)} pair{'s' * (n > 1)}" for w, n in sorted(
@@ -2627,8 +2614,8 @@ def demo9_verifiers(k=3):
         if len(winners) > 1 else
         "Every setting keeps alike on every pair." if all(max(r[1:6]) - min(r[1:6]) < 1e-9 for r in prow) else
         f"{winners[0]} accepts most for every pair.",
-        "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1."
-        + (f" {lift[0].upper()}{lift[1:]}." if lift else "") + " With q all on x, p/q is p(x), never above 1, so"
+        "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1"
+        " (chapter 14 shows how). With q all on x, p/q is p(x), never above 1, so"
         " over one-hot drafts block accepts what one-hot accepts." if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",

@@ -2376,10 +2376,10 @@ def demo8_depth_and_width(n_rounds, depth=3):
         " first-level drafts. With"
         " one child per node, independent and distinct drawing are the same, so a chain's measured value is in the"
         " independent column. Independent children also have an exact value, from every way a round can end; the"
-        " script does not enumerate distinct children's rounds.")
+        " script does not enumerate distinct children's rounds. The +- columns are standard errors.")
     print()
     table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
-           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact,\nindependent", 13, ".2f")], rows,
+           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact", 8, ".2f")], rows,
           groups=[("measured, children", 3, 6)])
     off = [r[0] for r in rows if r[7] and not fits_exact(r[3], r[4], r[7])]
     repeats = all(r[5] > r[3] for r in rows if r[5] is not None) and rule_intact(TARGET, MIDDLING)

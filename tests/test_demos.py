@@ -934,6 +934,9 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # left of p (test_trees checks both on the stage)
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text33)
+    # the table's header in two lines, its +- named (reads 1877, 1879 and 1890 spent 1.5 minutes on a three-line one)
+    assert "independent +- distinct +- exact chain 3 3" in flat(text) and "The +- columns are standard errors." in \
+        flat(text)
     # the ceiling beside 3.91 (read 1877): depth 3 drafts, plus a bonus or a redraw
     assert ("At depth 3 the widest tree makes 3.91 with distinct children, more than the chain's exact 2.53; a round of"
             " depth 3 makes at most 4 tokens.") in flat(text) and max(r[4] or 0 for r in result.rates) <= 4

@@ -4896,7 +4896,7 @@ def demo19_detail(result):
     """Chapter 19 in detail: what in each shape sets its c (the output layer's share, the KV cache's), the plan's
     margin, the tree's check, and big's c as B grows."""
     s = result.shape
-    paragraphs = [
+    say_paragraphs([
         "Big stands for a {}-layer model of width {}, small for {} layers of width {}; the target has {} layers of {}."
         .format(*s.layers[0], *s.layers[1], *s.layers[2]) + " " + result.c_words,
         "The tree's check walks down from the root. A node's first candidate is kept with chance min(1, p/q), as in"
@@ -4908,8 +4908,7 @@ def demo19_detail(result):
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
         " ".join(m for m in result.more if m),  # the body's figures, rebuilt
-    ]
-    say_paragraphs(paragraphs)
+    ])
 
 
 def margin_words(buckets, speeds, options, tol):

@@ -4756,8 +4756,8 @@ def demo19_tuning(**how):
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25 gives the bytes; take it as given"
         f" here). Going up in B, the plan switches only when its current choice falls more than {c19.tol:.1%} (the"
-        " plan's margin) below the best. The plan, with the positions each sequence's check holds, and the lowest and"
-        " highest speedup over each range of B:")
+        " plan's margin) below the best, so a choice can run a few B past its free positions. The plan, with the"
+        " positions each sequence's check holds, and the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first is chapter 32's, the next two 37's, the last the detail's

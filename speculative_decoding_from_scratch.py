@@ -3608,20 +3608,21 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
 
 def gain_example(P2, Q2):
     """Chapter 14's example of how the block gains, through accept_prob: on drafts a then b, w_2 = 1, so position 2
-    is always a cut point and both are kept, where token-wise checking keeps them with chance w_1 ("" otherwise)."""
+    is always a cut point and both are kept, where token-wise checking keeps them with chance w_1; and a pair where
+    it keeps fewer, once cut points are defined. ("", "") otherwise."""
     w1 = accept_prob(P2[0], Q2[0], 0)  # draft a, then b
     w2, second = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(P2[1], Q2[1], 1)
     if not (w1 < 1 and w2 == 1 and second == 1):
-        return ""
+        return "", ""
+    fewer = next((r for r in block_pairs(P2, Q2) if r[6] < r[5]), None)
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
-            f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So the block always keeps both, where token-wise checking keeps"
-            f" them with chance {fraction(w1)}." + (
-                f" On drafts {fewer[0][0]} then {fewer[0][2]} it keeps fewer" + (
-                    ". There w_1 p - q is nowhere above 0, so position 1 is never a cut point: the block keeps both"
-                    f" with chance w_2 = {fraction(fewer[4])}, else none. That is" if fewer[3] == 0 else ",")
-                + f" {fraction(fewer[6])} a draft on average against token-wise checking's {fraction(fewer[5])}, so"
-                " the gain is an average; chapter 30 weighs each pair."
-                if (fewer := next((r for r in block_pairs(P2, Q2) if r[6] < r[5]), None)) else ""))
+            f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So the block always keeps both, by the coins below, where"
+            f" token-wise checking keeps them with chance {fraction(w1)}.",
+            f"On drafts {fewer[0][0]} then {fewer[0][2]} the block keeps fewer" + (
+                ". There w_1 p - q is nowhere above 0, so position 1 is never a cut point: the block keeps both"
+                f" with chance w_2 = {fraction(fewer[4])}, else none. That is" if fewer[3] == 0 else ",")
+            + f" {fraction(fewer[6])} a draft on average against token-wise checking's {fraction(fewer[5])}, so"
+            " the gain is an average; chapter 30 weighs each pair." if fewer else "")
 
 
 def demo14_block_gain():
@@ -3653,10 +3654,11 @@ def demo14_block_gain():
         " more."
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
+    ab, aa = gain_example(P2, Q2)
     say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs the drafts"
         " x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with w_0 = 1 and p and q the rows after x_(i-1). Until"
         " the cap acts, w_i is the target's probability of x_1..x_i over the draft's. A later ratio above 1 can lift"
-        " w back up after a low one.")
+        " w back up after a low one.", ab)
     print()
     say("Each position flips a coin of its own, and heads makes it a cut point. The block keeps every draft up to its"
         " last cut point, say x_1..x_i, or none (i = 0). Then it draws one token: from p if i = k, else from max(0,"
@@ -3665,7 +3667,7 @@ def demo14_block_gain():
         " before normalising, and never if Z_i = 0: Sun et al.'s chance, set so that the output stays the target's;"
         " take it as given.")
     print()
-    say(gain_example(P2, Q2),
+    say(aa,
         "Sun et al. prove that the block's output is the target's. They also prove that no verifier whose output is"
         " the target's and that keeps a run of first drafts, then draws one token, keeps more of the same drafts on"
         " average."

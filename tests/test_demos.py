@@ -1409,11 +1409,13 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
         flat(section(all_run, "15"))
     assert sd.block_threshold(1.0, p, q) == pytest.approx(1.0)  # h_1 after a first b, w_1 = 1: Z / (Z + 0)
     assert "over the draft's. A later ratio above 1 can lift w back up after a low one." in flat(text)
-    assert ("On drafts a then b, w_1 = 1/2 and"
-            " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, where token-wise checking keeps them with"
-            " chance 1/2. On drafts a then a it keeps fewer. There w_1 p - q is nowhere above 0, so position 1 is"
-            " never a cut point: the block keeps both with chance w_2 = 1/4, else none. That is 1/2 a draft on average"
-            " against token-wise checking's 3/4, so the gain is an"
+    # a then b beside the weights, a then a after the coins (read 1890 asked for an example before the rule)
+    assert ("A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
+            " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, by the coins below, where token-wise checking"
+            " keeps them with chance 1/2. Each position flips a coin") in flat(text)
+    assert ("take it as given. On drafts a then a the block keeps fewer. There w_1 p - q is nowhere above 0, so"
+            " position 1 is never a cut point: the block keeps both with chance w_2 = 1/4, else none. That is 1/2 a"
+            " draft on average against token-wise checking's 3/4, so the gain is an"
             " average; chapter 30 weighs each pair.") in flat(text)  # read 1802 took 'can keep fewer on other
     # (read 1858 worked out for itself why position 1 is never a cut point there: the zero residual, said)
     # pairs' against 'never fewer on average' for a contradiction, read 1817 hunted for those pairs, and without
@@ -1429,7 +1431,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert "Sun et al.'s rule, in five steps: 1. A weight w_i" in flat(printed(sd.DETAILS["14"], result)[1])
     squared = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))",
                           "return min(1.0, float(p[x] / q[x]) ** 2)"),))
-    assert squared.gain_example(*sd.PAPER_EXAMPLE) == ""  # ratios squared: w_1 = 1/4, w_2 = 1/4, so nothing is saved
+    assert squared.gain_example(*sd.PAPER_EXAMPLE) == ("", "")  # ratios squared: w_1 = 1/4, w_2 = 1/4, so nothing is saved
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
     assert ("on Sun et al.'s example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"

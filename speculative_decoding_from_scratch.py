@@ -4758,7 +4758,7 @@ def demo19_tuning(**how):
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25 gives the bytes; take it as given"
         f" here). Going up in B, the plan switches only when its current choice falls more than {c19.tol:.1%} (the"
-        " plan's margin) below the best, so a choice can run a few B past its free positions. The plan, with the"
+        " plan's margin) below the best, so a choice can run on past its free positions. The plan, with the"
         " positions each sequence's check holds, and the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
@@ -6740,7 +6740,7 @@ def net_words(pairs, gap, z_b=0.0):
                                 for r in pairs if abs(r[-1]) < 1e-12):  # w_1 = 1 and h_1 = 1 on every tie
         tie = (tie[:-1] + f": with 'b' drafted first, w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. Each verifier"
                " then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too.")
-    return (tie + " Weighed by each pair's chance under q, the block gains"
+    return (tie + " Weighted by each pair's chance under q, the block gains"
             f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
 
 

@@ -1384,7 +1384,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " it): position 1 is never a cut point. It"
             " keeps both with chance w_2 = 1/4: 1/2 a draft on average, against token-wise checking's 3/4. The pairs"
             " 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each"
-            " verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by each pair's chance under q, the block gains"
+            " verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighted by each pair's chance under q, the block gains"
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
     assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
             " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
@@ -1458,7 +1458,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " 1/9.")\
         in flat(detail) and "tie" not in flat(detail)  # why the pairs after 'b' tie is the chapter's (read 1404)
     assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1."
-            " Each verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighed by") in flat(text30)
+            " Each verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighted by") in flat(text30)
     assert "2/9 of a draft" not in flat(text30)  # the sums term by term are the detail's; the chapter gives the total
     # Z_1's terms too (reads 1708 and 1725 checked them again in the prose, after the table)
     assert "max(0, 1/6 - 2/3)" not in flat(text30)

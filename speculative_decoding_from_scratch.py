@@ -3662,10 +3662,9 @@ def demo14_block_gain():
     print()
     say("Each position flips a coin of its own, and heads makes it a cut point. The block keeps every draft up to its"
         " last cut point, say x_1..x_i, or none (i = 0). Then it draws one token: from p if i = k, else from max(0,"
-        " w_i p - q), normalised, with p and q the rows after x_i. Position k's coin lands heads with chance w_k. An"
-        " earlier position i's lands heads with chance h_i = Z_i / (Z_i + 1 - w_i), for Z_i that residual's sum"
-        " before normalising, and never if Z_i = 0: Sun et al.'s chance, set so that the output stays the target's;"
-        " take it as given.")
+        " w_i p - q), normalised, with p and q the rows after x_i; a position where that residual is all zero is never"
+        " a cut point. Position k's coin lands heads with chance w_k; an earlier one's, with a chance Sun et al. give"
+        " (--detail).")
     print()
     say(aa,
         "Sun et al. prove that the block's output is the target's. They also prove that no verifier whose output is"

@@ -4997,11 +4997,16 @@ def switched_off_at(run):
     return sum(e for _, e in run[:last])
 
 
+def round_price(drafts, batch):
+    """A round's price in plain passes at a batch size: a check of drafts + 1
+    positions on demo 6's roofline, or one plain pass if it drafted none."""
+    return verify_cost(drafts, batch) if drafts else 1.0
+
+
 def phase_speedup(run, batch):
     """A run's speedup over plain decoding at a batch size: its tokens over
-    the price of its passes (k+1 positions verified for k drafts, on demo 6's
-    roofline; a round with no drafts is one plain pass)."""
-    return sum(e for _, e in run) / sum(verify_cost(d, batch) if d else 1.0 for d, _ in run)
+    the price of its rounds."""
+    return sum(e for _, e in run) / sum(round_price(d, batch) for d, _ in run)
 
 
 def priced_words(runs, batch):
@@ -5010,9 +5015,9 @@ def priced_words(runs, batch):
     plain passes they cost."""
     rounds = [r for run in runs for r in run]
     made = f": its {len(runs)} runs made {sum(e for _, e in rounds):,} characters"
-    if all(verify_cost(d, batch) == 1.0 for d, _ in rounds if d):
+    if all(round_price(d, batch) == 1.0 for d, _ in rounds):
         return made + f" in {len(rounds):,} rounds, each priced at one plain pass here."
-    return made + f" for the price of {sum(verify_cost(d, batch) if d else 1.0 for d, _ in rounds):,.1f} plain passes."
+    return made + f" for the price of {sum(round_price(d, batch) for d, _ in rounds):,.1f} plain passes."
 
 
 def round_words(runs, k, batch):
@@ -5025,7 +5030,7 @@ def round_words(runs, k, batch):
     few, none = np.mean([0 < d < k for d in drafts]), np.mean([d == 0 for d in drafts])
     share = lambda x: f"{x:.0%}" if x >= 0.005 else "under 1%"  # noqa: E731
     tokens, cost = (np.mean([e for _, e in rounds]),
-                    np.mean([verify_cost(d, batch) if d else 1.0 for d in drafts]))
+                    np.mean([round_price(d, batch) for d in drafts]))
     return ("A round that proposed j drafts costs a pass of j + 1 positions per sequence, and one that proposed none"
             " a plain pass. Prompt lookup proposes none when nothing matches, as in"
             f" {share(none)} of always on's rounds, and fewer than {k} when less matches, as in {share(few)}."
@@ -5103,7 +5108,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
         " change." if at < n else "It never switches off here.",
         *[(f"At B = {b} a round costs one plain pass whatever it drafts, so speculating never loses there. Off for"
-           " good misses" if all(verify_cost(j, b) == 1.0 for j in range(1, k + 1)) else f"At B = {b}, it misses")
+           " good misses" if all(round_price(j, b) == 1.0 for j in range(k + 1)) else f"At B = {b}, it misses")
           + " the speedup that follows" + (
             f", stretch {len(phases)}'s copying included" if at < ends[-2] and phases[-1][1] > phases[-2][1] else "")
           + priced_words(runs[off[0]], b) if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more"

@@ -1360,6 +1360,12 @@ def speedup(tokens_per_round, k, c, v=1.0):
     return tokens_per_round / (v + k * c)
 
 
+def priced_below_ridge(*priced):
+    """Whether each (speed, option, c) is demo 3's price, tokens per call / (1 + n c) for its n draft passes, as it
+    is while its check's positions are free (where a chapter prints that formula beside a plan's speedup)."""
+    return all(abs(speed - speedup(o.tokens, o.draft_passes, c)) < 1e-9 for speed, o, c in priced)
+
+
 def break_even_c(tokens_per_round, k):
     """The draft cost c* at which speculation only ties: (tokens - 1) / k."""
     return (tokens_per_round - 1) / k
@@ -6111,9 +6117,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
                 " drafts each level's candidates in one pass." + (
                     f" Small's draft pass costs c = {s.c_small[0]:.4f} target passes there, so the tree makes"
                     f" {tree.tokens:.2f} / (1 + {tree.draft_passes} c) = {s.first_speed:.2f}, against"
-                    f" {chain.tokens:.2f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}." if all(
-                        abs(speed - o.tokens / (1 + o.draft_passes * s.c_small[0])) < 1e-9  # below the ridge
-                        for speed, o in ((s.first_speed, tree), (s.chain_speed, chain))) else "") if wins else ""),
+                    f" {chain.tokens:.2f} / (1 + {chain.draft_passes} c) = {s.chain_speed:.2f}."
+                    if priced_below_ridge((s.first_speed, tree, s.c_small[0]), (s.chain_speed, chain, s.c_small[0]))
+                    else "") if wins else ""),
             f"A little past the ridge, the tree's check of {tree.positions} positions a sequence costs more than"
             f" {chain.shape}'s {chain.positions}. That outweighs the {chain.draft_passes - tree.draft_passes} draft"
             " passes it saves" + (f", at c = {s.c_small[rows[0][3]]:.4f} each at B = {rows[0][3] + 1}"
@@ -7525,10 +7531,8 @@ def demo37_big_never(**how):
         print()
         say(said[1], f"Small's fastest chain, {s.chain.shape}, making {s.chain.tokens:.3f} tokens per call, beats it"
             f" too: a speedup of {s.chain_speed:.2f} against {s.longest_speed:.2f}" + (
-                ", each tokens per call / (1 + n c), for n draft passes." if all(
-                    abs(speed - o.tokens / (1 + o.draft_passes * c)) < 1e-9  # below the ridge, as demo 3 prices it
-                    for speed, o, c in ((s.chain_speed, s.chain, s.c_small[0]),
-                                        (s.longest_speed, s.longest, s.c_longest))) else ".")
+                ", each tokens per call / (1 + n c), for n draft passes." if priced_below_ridge(
+                    (s.chain_speed, s.chain, s.c_small[0]), (s.longest_speed, s.longest, s.c_longest)) else ".")
             + " The tree is not what beats big." if s.chain is not None and s.chain_speed > s.longest_speed else "")
     if said[2]:
         shown = sorted({1, 32, 64, 128, s.big_fit})

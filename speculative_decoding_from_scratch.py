@@ -2355,12 +2355,22 @@ def demo8_trees(n_rounds=200):
         " the walk at its children; if all are rejected, the next token is drawn from the last residual. The"
         " children are drawn one of two ways: independently, each from q, or distinct, without replacement, each"
         " from q with the siblings drawn before it removed, renormalised. The released code of EAGLE-1, a trained"
-        " draft head, draws them distinct. Chapter 33 shows how one pass checks a tree, and tests both ways against"
-        " the target's distribution.")
+        " draft head, draws them distinct. Chapter 33 tests both ways against the target's distribution.")
     rates, fits, wider = demo8_depth_and_width(n_rounds)
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).",
              {"every independent measured value agrees with its exact one": fits, "the widest tree beats the chain": wider})
-    return SimpleNamespace(rates=rates)
+    return SimpleNamespace(rates=rates, long=long_chain_words(rates))
+
+
+def long_chain_words(rows, c=LESSON_C):
+    """Chapter 8 in detail: a chain of as many drafts as the widest tree has
+    nodes, which verifies as many drafts and takes a draft pass for each."""
+    (_, d, _, _, tree, _), (label, n, _, _, _, exact) = rows[2], rows[3]
+    fast = speedup(exact, n, c)
+    return (f"A {label} drafts, as many as the widest tree has nodes, makes {exact:.2f} tokens per call exactly,"
+            f" {'fewer' if exact < tree else 'NOT fewer'} than the tree's {tree:.2f}. It verifies as many drafts,"
+            f" but needs {n} draft passes, where the tree needs {d}: its speedup at c = {c:g} is {exact:.2f} /"
+            f" (1 + {n} c) = {fast:.2f}" + (", slower than plain decoding." if fast < 1 else "."))
 
 
 def demo8_depth_and_width(n_rounds, depth=3):
@@ -2377,16 +2387,14 @@ def demo8_depth_and_width(n_rounds, depth=3):
         exact = tree_tokens(TARGET, MIDDLING, d, b)  # a chain is a tree of one child a node
         rows.append((label, d, d if b == 1 else nodes[b], *rates[0], *(rates[-1] if b > 1 else (None, None)), exact))
     print()
-    say(f"Tokens per call for the middling draft, {n_rounds:,} rounds each. Depth: draft steps. Nodes: the number of"
-        " drafts. One target pass scores every node and also the text's last token; the target's p after that token judges the"
-        " first-level drafts. With"
-        " one child per node, independent and distinct drawing are the same, so a chain's measured value is in the"
+    say(f"Tokens per call for the middling draft at depth {depth} ({depth} draft steps), {n_rounds:,} rounds each."
+        " Nodes: the number of drafts. A chain is a tree of one child a node, so its measured value is in the"
         " independent column. Independent children also have an exact value, from every way a round can end; the"
         " script does not enumerate distinct children's rounds. The +- columns are standard errors.")
     print()
-    table([("draft", 18, "<"), ("depth", 6, "d"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
-           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact", 8, ".2f")], rows,
-          groups=[("measured, children", 3, 6)])
+    table([("draft", 18, "<"), ("nodes", 6, "d"), ("independent", 12, ".2f"), ("+-", 6, ".2f"),
+           ("distinct", 9, ".2f"), ("+-", 6, ".2f"), ("exact", 8, ".2f")], [r[:1] + r[2:] for r in rows[:3]],
+          groups=[("measured, children", 2, 5)])  # the long chain, rows[3], is the detail's
     off = [r[0] for r in rows if r[7] and not fits_exact(r[3], r[4], r[7])]
     repeats = all(r[5] > r[3] for r in rows if r[5] is not None) and rule_intact(TARGET, MIDDLING)
     rows = [(label, d, n, rate, distinct, exact) for label, d, n, rate, _, distinct, _, exact in rows]
@@ -2394,25 +2402,20 @@ def demo8_depth_and_width(n_rounds, depth=3):
     print()
     say(f"Each independent measured value agrees with its exact one, within {FIT_Z} standard errors." if not off else
         f"NOT every independent measured value agrees with its exact one: {', '.join(off)}.",
-        f"At depth {depth} the widest tree makes {rows[2][4]:.2f} with distinct children,"
-        f" {'more' if wider else 'NOT more'} than the chain's exact {rows[0][5]:.2f}; a round of depth {depth} makes"
-        f" at most {depth + 1} tokens.",
-        f"A chain of {rows[3][2]} drafts, as many as that tree has nodes, makes {rows[3][5]:.2f}"
-        f" exactly, {'fewer' if rows[3][5] < rows[2][4] else 'NOT fewer'} than the tree's {rows[2][4]:.2f}. It"
-        f" verifies as many drafts, but needs {rows[3][1]} draft passes, where the tree needs {rows[2][1]}. A tree"
-        " drafts a whole level in one pass. Like demo 6's check, that pass reads its weights once for all the"
-        " positions it scores, so it is priced as one draft pass.",
-        f"At c = {LESSON_C:g} per draft pass, a speedup is tokens per call / (1 + n c), for n draft passes, as in"
-        f" demo 3. The tree's is {speedup(rows[2][4], rows[2][1], LESSON_C):.2f}, from its measured"
-        f" {rows[2][4]:.2f}. The depth-{depth}"
-        f" chain's is {speedup(rows[0][5], rows[0][1], LESSON_C):.2f} and the long chain's"
-        f" {speedup(rows[3][5], rows[3][1], LESSON_C):.2f}, from their exact counts"
-        + ("; the long chain is slower than plain decoding." if speedup(rows[3][5], rows[3][1], LESSON_C) < 1 else "."))
+        f"The widest tree makes {rows[2][4]:.2f} with distinct children, {'more' if wider else 'NOT more'} than the"
+        f" chain's exact {rows[0][5]:.2f}, of at most {depth + 1} tokens a round. Each takes {depth} draft passes: a"
+        " tree drafts a whole level in one pass, and that pass reads its weights once for all the positions it"
+        " scores, as demo 6's check does.",
+        f"At c = {LESSON_C:g}, the tree's speedup is {rows[2][4]:.2f} / (1 + {rows[2][1]} c) ="
+        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f} and the chain's"
+        f" {speedup(rows[0][5], rows[0][1], LESSON_C):.2f}.")
     if repeats:
         print()
         say("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
             " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
             " that is 0 at x. A sibling that repeats x is judged against that p, so it always fails.")
+    print()
+    say("The option --detail adds a chain of as many drafts as the widest tree has nodes.")
     return rows, not off, wider
 
 
@@ -7742,6 +7745,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "3": demo3_detail,
     "5": demo5_detail,
     "6": lambda result: demo6_detail(),
+    "8": lambda result: say_paragraphs([result.long]),
     "9": demo9_detail,
     "10": demo10_detail,
     "11": demo11_detail,

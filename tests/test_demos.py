@@ -928,20 +928,20 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     assert ("Takeaway: a tree's output is consistent with the target's when each rejection turns p into the residual"
             " before the next sibling is tried, with its children drawn either way; without that update it is not.")\
         in flat(text33)
-    assert ("Chapter 33 shows how one pass checks a tree, and tests both ways against the target's distribution."
-            ) in flat(text) and "consistent" not in text
+    assert "Chapter 33 tests both ways against the target's distribution." in flat(text) and "consistent" not in text
     # the walk as verify_tree takes it: down into a kept child; after every child is rejected, a draw from what is
     # left of p (test_trees checks both on the stage)
     assert ("If a child is kept, the walk goes on at its children; if all are rejected, the next token is drawn from"
             " the last residual and the round ends.") in flat(text33)
     # the table's header in two lines, its +- named (reads 1877, 1879 and 1890 spent 1.5 minutes on a three-line one)
-    assert "independent +- distinct +- exact chain 3 3" in flat(text) and "The +- columns are standard errors." in \
+    assert "nodes independent +- distinct +- exact chain 3 2.65" in flat(text) and "The +- columns are standard errors." in \
         flat(text)
     # the ceiling beside 3.91 (read 1877): depth 3 drafts, plus a bonus or a redraw
-    assert ("At depth 3 the widest tree makes 3.91 with distinct children, more than the chain's exact 2.53; a round of"
-            " depth 3 makes at most 4 tokens.") in flat(text) and max(r[4] or 0 for r in result.rates) <= 4
-    assert ("where the tree needs 3. A tree drafts a whole level in one pass. Like demo 6's check, that pass reads its"
-            " weights once for all the positions it scores, so it is priced as one draft pass.") in flat(text)  # reads 1587 and 1588 asked what a 27-wide draft level costs
+    # (read 1877); the long chain went to --detail in stop 77, to take a figure and its argument from the body
+    assert ("The widest tree makes 3.91 with distinct children, more than the chain's exact 2.53, of at most 4 tokens"
+            " a round.") in flat(text) and max(r[4] or 0 for r in result.rates) <= 4
+    assert ("Each takes 3 draft passes: a tree drafts a whole level in one pass, and that pass reads its weights once"
+            " for all the positions it scores, as demo 6's check does.") in flat(text)  # reads 1587 and 1588 asked what a 27-wide draft level costs
     # a kept leaf ends the walk with a bonus token from its own p: one child, drafted where q <= p so always kept
     x, ctx = 4, 0  # 'e' after 'a': q = 0.191 <= p = 0.382 (demo 1)
     assert sd.MIDDLING[ctx, x] <= sd.TARGET[ctx, x]
@@ -969,29 +969,33 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
     tree3, long_chain = result.rates[2], result.rates[3]
     chain3 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3)  # the chain the question weighs (read 1514)
-    assert ("At c = 0.1 per draft pass, a speedup is tokens per call / (1 + n c), for n draft passes, as in demo 3. The"
-            f" tree's is {tree3[4] / (1 + 3 * 0.1):.2f}, from its"
-            f" measured {tree3[4]:.2f}. The depth-3 chain's is {chain3 / (1 + 3 * 0.1):.2f} and the long chain's"
-            f" {long_chain[5] / (1 + 39 * 0.1):.2f}, from their exact counts; the long chain is slower than plain"
-            " decoding.") in flat(text)  # read 1626 read '(from its measured count)' as covering all three
+    assert (f"At c = 0.1, the tree's speedup is {tree3[4]:.2f} / (1 + 3 c) = {tree3[4] / (1 + 3 * 0.1):.2f} and the"
+            f" chain's {chain3 / (1 + 3 * 0.1):.2f}.") in flat(text)  # the formula beside its figures
+    long_text = printed(sd.DETAILS["8"], result)[1]
+    assert (f"A chain of 39 drafts, as many as the widest tree has nodes, makes {long_chain[5]:.2f} tokens per call"
+            f" exactly, fewer than the tree's {tree3[4]:.2f}. It verifies as many drafts, but needs 39 draft passes,"
+            f" where the tree needs 3: its speedup at c = 0.1 is {long_chain[5]:.2f} / (1 + 39 c) ="
+            f" {long_chain[5] / (1 + 39 * 0.1):.2f}, slower than plain decoding.") in flat(long_text)
+    assert "chain of 39" not in text and ("The option --detail adds a chain of as many drafts as the widest tree has"
+                                          " nodes.") in flat(text)
     assert long_chain[5] == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)) and tree3[1] == 3
     nodes = {r[0]: r[2] for r in result.rates}
     assert nodes["tree, branching 2"] == 2 + 4 + 8 and nodes["tree, branching 3"] == 3 + 9 + 27  # no root
     chain, widest = result.rates[0][5], result.rates[2][4]  # the chain exactly, as the long chain below
     assert chain == pytest.approx(sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3))
     assert (f"makes {widest:.2f} with distinct children, {'more' if widest > chain else 'NOT more'} than the chain's"
-            f" exact {chain:.2f};") in " ".join(text.split())
-    assert ("With one child per node, independent and distinct drawing are the same, so a chain's measured value is in"
-            " the independent column. Independent children also have an exact value, from every way a round can end; the"
-            " script does not enumerate distinct children's rounds.") in " ".join(text.split())
+            f" exact {chain:.2f}, of") in " ".join(text.split())
+    assert ("A chain is a tree of one child a node, so its measured value is in the independent column. Independent"
+            " children also have an exact value, from every way a round can end; the script does not enumerate"
+            " distinct children's rounds.") in " ".join(text.split())
     # the trees' exact column is tree_table's, and each independent measured value sits within 4 standard errors
     for row, b in zip(result.rates[:3], (1, 2, 3)):
         assert row[5] == pytest.approx(sd.tree_tokens(sd.TARGET, sd.MIDDLING, 3, b))
     assert "Each independent measured value agrees with its exact one, within 4 standard errors." in flat(text)
     long = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 39)  # a chain verifying as many positions as the tree
-    assert result.rates[3][5] == pytest.approx(long, rel=1e-12) and (f"A chain of 39 drafts, as many as that tree has nodes, makes"
-                                           f" {long:.2f} exactly, {'fewer' if long < widest else 'NOT fewer'}") \
-        in " ".join(text.split())
+    assert result.rates[3][5] == pytest.approx(long, rel=1e-12) and (f"makes {long:.2f} tokens per call exactly,"
+                                                                     f" {'fewer' if long < widest else 'NOT fewer'}") \
+        in flat(long_text)
 
 
 def test_chapter8_in_detail_says_so_when_the_mask_lets_a_node_see_its_uncle():
@@ -1011,9 +1015,8 @@ def test_demo8_says_why_distinct_children_keep_more_only_while_the_rule_holds(de
         assert (sd.residual(sd.TARGET[c], sd.MIDDLING[c])[over] == 0).all()
         rejected = [sd.accept_prob(sd.TARGET[c], sd.MIDDLING[c], x) < 1 for x in range(sd.VOCAB)]
         assert rejected == list(over)  # 'rejected only where q > p'
-    # the pass scores the text's last token beside the nodes: its p judges the first level
-    assert ("Depth: draft steps. Nodes: the number of drafts. One target pass scores every node and also the text's"
-            " last token; the target's p after that token judges the first-level drafts.") in " ".join(text.split())
+    assert ("Tokens per call for the middling draft at depth 3 (3 draft steps), 200 rounds each. Nodes: the number of"
+            " drafts.") in flat(text)
     said = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
             " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
             " that is 0 at x. A sibling that repeats x is judged against that p, so it always fails.")

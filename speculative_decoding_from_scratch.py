@@ -5023,10 +5023,11 @@ def priced_words(runs, batch):
     characters, and its rounds where each costs one plain pass, else the
     plain passes they cost."""
     rounds = [r for run in runs for r in run]
-    made = f": its {len(runs)} runs made {sum(e for _, e in rounds):,} characters"
+    made = f"made {sum(e for _, e in rounds):,} characters"
     if all(round_price(d, batch) == 1.0 for d, _ in rounds):
-        return made + f" in {len(rounds):,} rounds, each priced at one plain pass here."
-    return made + f" for the price of {sum(round_price(d, batch) for d, _ in rounds):,.1f} plain passes."
+        return made + f" in {len(rounds):,} rounds over its {len(runs)} runs"
+    return made + f" for the price of {sum(round_price(d, batch) for d, _ in rounds):,.1f} plain passes over its" \
+        f" {len(runs)} runs"
 
 
 def round_words(runs, k, batch):
@@ -5040,11 +5041,10 @@ def round_words(runs, k, batch):
     share = lambda x: f"{x:.0%}" if x >= 0.005 else "under 1%"  # noqa: E731
     tokens, cost = (np.mean([e for _, e in rounds]),
                     np.mean([round_price(d, batch) for d in drafts]))
-    return ("A round that proposed j drafts costs a pass of j + 1 positions per sequence, and one that proposed none"
-            " a plain pass. Prompt lookup proposes none when nothing matches, as in"
-            f" {share(none)} of always on's rounds, and fewer than {k} when less matches, as in {share(few)}."
-            f" Its rounds made {tokens:.2f} tokens each and, at B = {batch}, cost {cost:.2f} plain passes each,"
-            f" not {verify_cost(k, batch):.2f}. The speedup is tokens per plain pass, over all {len(runs)} seeds:")
+    return (f"A round that proposes fewer than {k} drafts costs less: prompt lookup proposes none where nothing"
+            f" matches, as in {share(none)} of always on's rounds, and 1 to {k - 1} where less matches, as in"
+            f" {share(few)}. Always on's rounds made {tokens:.2f} tokens each and cost {cost:.2f} plain passes each"
+            f" at B = {batch}. The speedup is tokens per plain pass, over all {len(runs)} seeds:")
 
 
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
@@ -5062,42 +5062,31 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     rows.insert(1, ("per-batch schedule", *[x if x > 1 else 1.0 for x in on[1:]]))
     say("When to fall back? In TensorRT-LLM, NVIDIA's serving engine, acceptance_rate_threshold turns speculation"
         " off for good once the accepted drafts per round, averaged over recent requests, fall below it: despite its"
-        " name, a count of drafts, not a rate. A workload"
-        " can change.",
+        " name, a count of drafts, not a rate. A workload can change.",
         f"Here the target is chapter 11's character model, after its {len(prompt)}-character paragraph prompt: at"
-        " each character, with probability lam it copies an earlier",
-        "stretch of its own text; else it writes from how often each character follows the two before it. The"
-        " draft is prompt lookup: it proposes what followed the text's",
-        f"last few characters earlier on. Three stretches of {phases[0][0]} characters: lam {phases[0][1]} (copying), lam",
-        f"{phases[1][1]} (little copying), lam {phases[2][1]} again.")
+        " each character, with probability lam it copies an earlier stretch of its own text. The draft is prompt"
+        " lookup: it proposes what followed the text's last few characters earlier on. Three stretches of"
+        f" {phases[0][0]} characters: lam {phases[0][1]} (copying), lam {phases[1][1]} (little copying), lam"
+        f" {phases[2][1]} again.")
     print()
     shown = rows[:3]  # adaptive k, rows[3], is the detail's
     say(f"{number_word(len(shown)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds:")
     say_items([f"always on: k = {k} every round;",
                "per-batch schedule: at each batch size B (the number of sequences a server decodes at once), k ="
                f" {k} if that beats plain decoding over the whole workload, else plain decoding. It is told which"
-               " in advance; a server would estimate it from past counts;",
-               f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round. It"
-               " averages over the last completed requests; this run is one request, so here it averages its last"
-               f" {window} rounds instead, a round with no match counting as 0 accepted."])
+               " in advance;",
+               f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round,"
+               f" averaged here over the last {window} rounds (the engine averages requests, and this run is one)."])
     print()
-    note = long_context_note(k, [len(prompt)], why=False)
     cover = ridge_cover_words(k, max(batches))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}, so that a"
-        " large batch crosses the ridge" + (
-            f". A short context keeps each sequence's KV cache, the keys and values of its tokens, small. At"
-            f" {len(prompt)}, the caches would fill the H100's {H100.memory / 1e9:.0f} GB of memory before any"
-            " batch's verifying pass crossed the ridge (take it as given here)." if note else "."))
-    print()
-    say("Prompt lookup is a string match and costs no draft pass (c = 0). A verifying pass of"
-        f" {k + 1} positions per sequence (the last token and {k} drafts) costs, in plain passes of one position"
-        " per sequence,",
+        " large batch crosses the ridge: a short context keeps each sequence's KV cache, the keys and values of its"
+        " tokens, small.",
+        f"Prompt lookup costs no draft pass (c = 0). A check of {k} drafts costs, in plain passes,",
         " and ".join(f"{verify_cost(k, b):.2f} at B = {b}" for b in batches) + (
-            f" (--detail derives it, counting the sequences' KV caches of {BATCH_CONTEXT} tokens; take it as given"
-            " here)." if cover else "."))
-    print()
-    say(round_words(runs[on[0]], k, max(batches)))
+            " (--detail derives it)." if cover else "."),
+        round_words(runs[on[0]], k, max(batches)))
     print()
     table([("policy", 24, "<")] + [(f"B = {b}", 9, ".2f") for b in batches], shown,
           groups=[("speedup", 1, len(batches))])
@@ -5114,16 +5103,15 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at"
         f" {and_list([f'B = {b}' for b in batches])}, on each"
         f" of the {len(seeds)} seeds.",
-        f"It switches off at about character {at:.0f}{where}, at every B: it counts accepted drafts, which B does not"
-        " change." if at < n else "It never switches off here.",
-        *[(f"At B = {b} a round costs one plain pass whatever it drafts, so speculating never loses there. Off for"
-           " good misses" if all(round_price(j, b) == 1.0 for j in range(k + 1)) else f"At B = {b}, it misses")
-          + " the speedup that follows" + (
-            f", stretch {len(phases)}'s copying included" if at < ends[-2] and phases[-1][1] > phases[-2][1] else "")
-          + priced_words(runs[off[0]], b) if on[1 + i] > 1 and behind[i] else f"At B = {b}, speculating costs more"
-          f" than it saves ({on[1 + i]:.2f}), so the schedule does not speculate there at all" + (
-              f"; off for good pays that cost until it switches off ({off[1 + i]:.2f})."
-              if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
+        f"It switches off at about character {at:.0f}{where}" + (
+            f", and misses stretch {len(phases)}'s copying" if at < ends[-2] and phases[-1][1] > phases[-2][1] else "")
+        + "." if at < n else "It never switches off here.",
+        *[(f"At B = {b}, where a round costs one plain pass, off for good " if all(
+            round_price(j, b) == 1.0 for j in range(k + 1)) else f"At B = {b}, off for good ")
+          + priced_words(runs[off[0]], b) + f": {off[1 + i]:.2f}." if on[1 + i] > 1 and behind[i] else f"At B = {b},"
+          f" speculating costs more than it saves ({on[1 + i]:.2f}), so the schedule does not speculate there at all"
+          + (f"; off for good pays that cost until it switches off ({off[1 + i]:.2f})."
+             if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
           for i, b in enumerate(batches)],
         "The option --detail adds a fourth policy, one that adapts k.")
     adaptive = rows[3]
@@ -5140,15 +5128,18 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, price=" ".join(
+    context = (f"At the prompt's {len(prompt)} tokens of context, the caches would fill the H100's"
+               f" {H100.memory / 1e9:.0f} GB of memory before any batch's verifying pass crossed the ridge."
+               if long_context_note(k, [len(prompt)], why=False) else "")
+    return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, context=context, price=" ".join(
         (price_figures_words(f"The check's {verify_cost(k, max(batches)):.2f} plain passes at B = {max(batches)}",
                              max(batches)), cover)).strip())
 
 
 def demo20_detail(result):
-    """Chapter 20 in detail: the two figures behind a check's price at BATCH_CONTEXT tokens, and a fourth
-    policy, adaptive k."""
-    say_paragraphs([result.price, result.adaptive])
+    """Chapter 20 in detail: why BATCH_CONTEXT tokens, the two figures behind a check's price there, and a
+    fourth policy, adaptive k."""
+    say_paragraphs([result.context, result.price, result.adaptive])
 
 
 # -----------------------------------------------------------------------------

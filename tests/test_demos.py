@@ -1389,8 +1389,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each"
             " verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighted by each pair's chance under q, the block gains"
             " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
-    assert ("How does the block gain? It weighs the drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with"
-            " w_0 = 1 and p and q the rows after x_(i-1).") in flat(text)
+    assert ("How does the block gain? It weighs each run of drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) /"
+            " q(x_i)), with w_0 = 1 and p and q the rows after x_(i-1): the target's probability of the run over the"
+            " draft's, capped at 1 at each step.") in flat(text)
     # why 'never fewer' follows from the proof (reads 1632 and 1665 worked out token-wise is of that kind)
     assert ("They also prove that no verifier whose output is the target's and that keeps a run of first drafts,"
             " then draws one token, keeps more of the same drafts on average. Token-wise checking is one, so the block"
@@ -1400,23 +1401,23 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # could not normalise): there h = 0, by the threshold the block runs
     p, q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
     assert np.maximum(0.5 * p - q, 0).sum() == 0 and sd.block_threshold(0.5, p, q) == 0
-    # the coins in their own paragraph (reads 1842, 1858 and 1863 reread one dense paragraph); h_i stays the detail's:
-    # given here, reads 1879, 1890 and 1895 took 11 to 11.5 minutes against 9 to 10.5 before, and still rebuilt 11/9
-    assert ("Each position flips a coin of its own, and heads makes it a cut point. The block keeps every draft up to"
-            " its last cut point, say x_1..x_i, or none (i = 0). Then it draws one token: from p if i = k, else from"
-            " max(0, w_i p - q), normalised, with p and q the rows after x_i; a position where that residual is all"
-            " zero is never a cut point. Position k's coin lands heads with chance w_k; an earlier one's, with a chance"
-            " Sun et al. give (--detail).") in flat(text) and "h_i = Z_i" not in text and "from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k" in \
+    # the coins are the detail's since stop 77 (reads 1842 to 1895 spent 1 to 2 minutes on them); the body keeps the
+    # one chance its examples use: all k kept with chance w_k, position k's coin (step 3 of the detail)
+    assert ("It keeps all k drafts with chance w_k, and fewer by a rule --detail gives in five steps.") in flat(text) \
+        and "cut point" not in text and "h_i = Z_i" not in text and ("from max(0, w_i p - q), normalised, with p and"
+                                                                   " q the rows after x_i, or from p if i = k") in \
         flat(section(all_run, "15"))
+    assert "position k's coin lands heads with chance w_k" in detail14  # so 'all k with chance w_k'
     assert sd.block_threshold(1.0, p, q) == pytest.approx(1.0)  # h_1 after a first b, w_1 = 1: Z / (Z + 0)
-    assert "over the draft's. A later ratio above 1 can lift w back up after a low one." in flat(text)
-    # a then b beside the weights, a then a after the coins (read 1890 asked for an example before the rule)
+    assert "capped at 1 at each step. It keeps all k drafts" in flat(text)
+    # a then b beside the weights, a then a after it (read 1890 asked for an example before the rule)
     assert ("A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
-            " w_2 = min(1, 1/2 * 2) = 1. So the block always keeps both, by the coins below, where token-wise checking"
-            " keeps them with chance 1/2. Each position flips a coin") in flat(text)
-    assert ("(--detail). On drafts a then a the block keeps fewer. There w_1 p - q is nowhere above 0, so"
-            " position 1 is never a cut point: the block keeps both with chance w_2 = 1/4, else none. That is 1/2 a"
-            " draft on average against token-wise checking's 3/4, so the gain is an"
+            " w_2 = min(1, 1/2 * 2) = 1, so the block always keeps both, where token-wise checking keeps them with"
+            " chance 1/2.") in flat(text)
+    assert ("On drafts a then a, w_1 p - q is nowhere above 0, so Z_1 = 0 and position 1 is never a cut point: the"
+            " block keeps both with chance w_2 = 1/4, else none.") in detail14
+    assert ("On drafts a then a it keeps fewer: both with chance w_2 = 1/4, else none, never the first alone (--detail"
+            " says why). That is 1/2 a draft on average against token-wise checking's 3/4, so the gain is an"
             " average; chapter 30 weighs each pair.") in flat(text)  # read 1802 took 'can keep fewer on other
     # (read 1858 worked out for itself why position 1 is never a cut point there: the zero residual, said)
     # pairs' against 'never fewer on average' for a contradiction, read 1817 hunted for those pairs, and without
@@ -1431,7 +1432,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert "Sun et al.'s rule, in five steps: 1. A weight w_i" in flat(printed(sd.DETAILS["14"], result)[1])
     squared = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))",
                           "return min(1.0, float(p[x] / q[x]) ** 2)"),))
-    assert squared.gain_example(*sd.PAPER_EXAMPLE) == ("", "")  # ratios squared: w_1 = 1/4, w_2 = 1/4, so nothing is saved
+    assert squared.gain_example(*sd.PAPER_EXAMPLE) == ("", "", "")  # ratios squared: w_1 = 1/4, w_2 = 1/4, so nothing is saved
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
     assert ("on Sun et al.'s example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"

@@ -6738,8 +6738,8 @@ def net_words(pairs, gap, z_b=0.0):
     tie = f" The pair{'s' * (len(ties) > 1)} {and_list(ties)} tie{'s' * (len(ties) == 1)}." if ties else ""
     if ties and z_b > 0 and all(r[0].startswith("b") and r[2] == 1 and abs(r[3] - 1) < 1e-12
                                 for r in pairs if abs(r[-1]) < 1e-12):  # w_1 = 1 and h_1 = 1 on every tie
-        tie = (tie[:-1] + f": with 'b' drafted first, w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1. Each verifier"
-               " then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too.")
+        tie = (tie[:-1] + f": with 'b' first, w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1, and both verifiers keep"
+               " 'b', then the second draft with the same chance.")
     return (tie + " Weighted by each pair's chance under q, the block gains"
             f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
 
@@ -6757,12 +6757,9 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
     first_a = exact_block_first_tokens(P2, Q2, 0, 1, 2)[0]  # the block's first token, exactly
     kept = [1 - (1 - r[4]) * (1 - r[3]) for r in (aa, ab)]  # position 2 or position 1 a cut point: x_1 kept
     said = (
-        "The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with chance p/q ="
-        f" {fraction(w1)}. But the pair as a whole is as likely under p as under q ({ninths(pair)}), so a verifier that"
-        f" judges the pair can always keep it. The weight w_1 = {fraction(w1)} carries into w_2, where p(b) / q(b) ="
-        f" {fraction(P2[1, 1] / Q2[1, 1])} makes"
-        f" up for it: w_2 = min(1, {fraction(w1)} * {fraction(P2[1, 1] / Q2[1, 1])}) = 1. So position 2 is"
-        " always a cut point, and the block keeps both."
+        "The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with chance p/q ="
+        f" {fraction(w1)}. But the pair is as likely under p as under q ({ninths(pair)}), and w_2 = min(1,"
+        f" {fraction(w1)} * {fraction(P2[1, 1] / Q2[1, 1])}) = 1: the block always keeps both."
         if change["a b"] > 0 and abs(w1 * P2[1, 1] / Q2[1, 1] - 1) < ROUNDING
         and abs(w1 - P2[0, 0] / Q2[0, 0]) < ROUNDING and w1 < 1
         and w2b > 1 - ROUNDING
@@ -6833,9 +6830,8 @@ def demo30_pairs():
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
-    gives_back = (f"It is not better on every pair. On 'a' then 'a', w_1 = {fraction(aa[2])}, and w_1 p(y) <= q(y)"
-                  " for both tokens y, so Z_1 = 0 (--detail sums it): position 1 is never a cut point. It keeps both"
-                  f" with chance w_2 = {fraction(aa[4])}:"
+    gives_back = (f"It gives some back on 'a' then 'a'. There h_1 = 0, as w_1 p(y) <= q(y) for both tokens y"
+                  f" (--detail sums Z_1), so it keeps both with chance w_2 = {fraction(aa[4])}, else none:"
                   f" {fraction(aa[6])} a draft on average, against token-wise checking's {fraction(aa[5])}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")

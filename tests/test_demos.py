@@ -1376,19 +1376,15 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     for (drafts, _, w_1, h_1, w_2, tw, bl, _), want in zip(sd.block_pairs(P2, Q2), by_hand):
         r = [min(1, P2[0, "ab".index(x)] / Q2[0, "ab".index(x)]) for x in drafts.split()]
         assert tw == pytest.approx(r[0] + r[0] * r[1]) and bl == pytest.approx(2 * w_2 + (1 - w_2) * h_1)
-    assert ("The block gains when the drafts are 'a' then 'b'. Token-wise checking keeps that 'a' only with chance"
-            " p/q ="
-            " 1/2."
-            " But the pair as a whole is as likely under p as under q (2/9), so a verifier that judges the pair can"
-            " always keep it. The weight w_1 = 1/2 carries into w_2, where p(b) / q(b) = 2 makes up for it: w_2 ="
-            " min(1, 1/2 * 2) = 1. So position 2 is always a"
-            " cut point, and the block keeps both. It is not better on every"
-            " pair. On 'a' then 'a', w_1 = 1/2, and w_1 p(y) <= q(y) for both tokens y, so Z_1 = 0 (--detail sums"
-            " it): position 1 is never a cut point. It"
-            " keeps both with chance w_2 = 1/4: 1/2 a draft on average, against token-wise checking's 3/4. The pairs"
-            " 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1. Each"
-            " verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighted by each pair's chance under q, the block gains"
-            " 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in all.") in flat(text30)
+    # stop 77: the gain and the give-back in fewer words; the sums and the first token stay the detail's
+    assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with chance p/q = 1/2. But the"
+            " pair is as likely under p as under q (2/9), and w_2 = min(1, 1/2 * 2) = 1: the block always keeps both."
+            " It gives some back on 'a' then 'a'. There h_1 = 0, as w_1 p(y) <= q(y) for both tokens y (--detail sums"
+            " Z_1), so it keeps both with chance w_2 = 1/4, else none: 1/2 a draft on average, against token-wise"
+            " checking's 3/4. The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' first, w_1 = 1 and Z_1 = 1/3, so"
+            " h_1 = 1, and both verifiers keep 'b', then the second draft with the same chance. Weighted by each"
+            " pair's chance under q, the block gains 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in"
+            " all.") in flat(text30)
     assert ("How does the block gain? It weighs each run of drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) /"
             " q(x_i)), with w_0 = 1 and p and q the rows after x_(i-1): the target's probability of the run over the"
             " draft's, capped at 1 at each step.") in flat(text)
@@ -1458,8 +1454,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 3/4. That is 1/4 fewer, times the pair's chance, 4/9:"
             " 1/9.")\
         in flat(detail) and "tie" not in flat(detail)  # why the pairs after 'b' tie is the chapter's (read 1404)
-    assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1."
-            " Each verifier then keeps 'b' always, and the second draft with chance w_2, which here is r_2 too. Weighted by") in flat(text30)
+    assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1, and both"
+            " verifiers keep 'b', then the second draft with the same chance. Weighted by") in flat(text30)
     assert "2/9 of a draft" not in flat(text30)  # the sums term by term are the detail's; the chapter gives the total
     # Z_1's terms too (reads 1708 and 1725 checked them again in the prose, after the table)
     assert "max(0, 1/6 - 2/3)" not in flat(text30)
@@ -1492,7 +1488,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     uniform = sd.bugged("uniform_q")  # keeps 'a' with p / (1/2) = 2/3, not p/q: the 'a' then 'b' reason goes
     net = uniform.exact_block_tokens_per_call(P2, Q2, 2) - uniform.exact_tokens_per_call(P2, Q2, 2)
     said = uniform.block_pair_words(P2, Q2, uniform.block_pairs(P2, Q2), net)
-    assert "The block gains when the drafts are" not in said
+    assert "The block gains on 'a' then 'b'" not in said
     # a gap it does not explain: the sum is withheld
     assert sd.block_pair_words(P2, Q2, sd.block_pairs(P2, Q2), net + 0.1).endswith("which is p(a): the first token"
                                                                                    " follows p.")
@@ -1503,7 +1499,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # and chapter 30's reason for the tie after 'b' (h_1 = 1) goes with it, where the sum still adds up
     half_pairs, pairs = half.block_pairs(P2, Q2), sd.block_pairs(P2, Q2)
     said_half = half.net_words(half_pairs, sum(r[-1] for r in half_pairs), 1 / 3)
-    assert "with 'b' drafted first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1." in sd.net_words(pairs, sum(r[-1] for r in pairs),
+    assert "with 'b' first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1," in sd.net_words(pairs, sum(r[-1] for r in pairs),
                                                                                        1 / 3)
     assert "so h_1 = 1" not in said_half
     # the first token by hand: 'a' comes only from a kept pair that starts with 'a' (a redraw after 'a' is drawn from
@@ -1533,7 +1529,7 @@ def test_chapter30_says_the_block_is_not_better_on_every_pair_only_while_one_pai
     monkeypatch.setattr(sd, "block_pairs", lambda P, Q: [r[:-1] + (0.0,) if r[0] == "a a" else r for r in real(P, Q)])
     sd.demo30_pairs()
     said = flat(capsys.readouterr().out)
-    assert "The block gains when the drafts are 'a' then 'b'." in said and "not better on every pair" not in said
+    assert "The block gains on 'a' then 'b'." in said and "gives some back on 'a' then 'a'. There" not in said
     assert "Takeaway withheld" in said and "it gives some back on 'a' then 'a'" in said
 
 

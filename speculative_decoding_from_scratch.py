@@ -4732,38 +4732,38 @@ def demo19_tuning(**how):
     say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft). Each stands for a"
         " model of its own shape (chapter 37 gives the shapes" + " and the bytes behind each c at B = 1" * by_bytes
         + f"), and its acceptance comes from its table. The plan tries chains of k = 1 to {k_max} drafts, its cap,"
-        f" and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node, each"
-        f" drawn from q on its own, so two may be the same token, {tree[1]} deep. That is"
+        f" and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node,"
+        f" {tree[1]} deep. That is"
         f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts in {tree[1]} draft"
         f" passes, one a level, checked with the text's last token as {nodes} positions.")
     print()
     say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
-        " passes. A chain's tokens per call are 1 plus its first k per-position rates, rate i being the share of"
-        f" rounds in which drafts 1 to i were all kept; the tree's are {tree[3]:.3f}, exactly.",
+        " passes. Its tokens per call are computed from its draft's table, not sampled.",
         f"A draft pass's c is its bytes over a target pass's: at B = 1, {shape.c[0]:.4f} for big and"
-        f" {shape.c_small[0]:.4f} for small." if bytes_set_c and by_bytes else
+        f" {shape.c_small[0]:.4f} for small, rising with B (chapter 37)." if bytes_set_c and by_bytes else
         "A draft pass's c is its cost in target passes, from the bytes each pass reads.",
-        f"A check costs one plain pass while its positions are free: up to {shape.ridge_base:.1f} / B +"
-        f" {shape.ridge_each:.3f} a sequence, {shape.alone} at B = 1 as in demo 6 (chapter 25 derives it). Past them,"
-        " it costs more." if priced and shape.alone == round(shape.ridge_base + shape.ridge_each)
-        else "A check's cost in plain passes is demo 6's roofline's.",
-        "Chapter 37 says why c rises with B, and by how much. Take both as given here." if bytes_set_c and priced
-        else "")
+        f"A check costs one plain pass while its positions are free: {shape.alone} a sequence at B = 1, as in demo 6,"
+        " and fewer at larger B (chapter 25 says how many). Past them, it costs more. The option --detail gives the"
+        " arithmetic."
+        if priced and shape.alone == round(shape.ridge_base + shape.ridge_each)
+        else "A check's cost in plain passes is demo 6's roofline's.")
     print()
-    more = [f"The rates are counted exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start"
-            " after a different mix of tokens, so its rates differ a little (chapter 27).",
-            "A sequence's free positions are the target's weights' share, {}, and its own KV cache's, {}, for {:.2f}"
-            " GMACs a position (chapter 25).".format(*quotients, shape.m / 1e9) if quotients and priced else "",
+    more = ["A chain's tokens per call are 1 plus its first k per-position rates, rate i being the share of rounds in"
+            f" which drafts 1 to i were all kept; the tree's are {tree[3]:.3f}, exactly. The rates are counted"
+            f" exactly at k = {k_max}, and a shorter k uses their first k; its own rounds start after a different"
+            " mix of tokens, so its rates differ a little (chapter 27).",
+            f"A sequence's free positions number {shape.ridge_base:.1f} / B + {shape.ridge_each:.3f}: the target's"
+            " weights' share, {}, and its own KV cache's, {}, for {:.2f} GMACs a position (chapter 25).".format(
+                *quotients, shape.m / 1e9) if quotients and priced else "",
             "So " + and_list([f"{'the tree' if name_[:4] == 'tree' else name_}'s {n}" + " positions pass their free"
                               " ones" * (i == 0) + f" at B = {b}" for i, (name_, n, b, _, _) in
                               enumerate(shape.checks[:2])]) + "." if priced and all(
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25 gives the bytes; take it as given"
-        f" here). Going up in B, the plan switches only when its current choice falls more than {c19.tol:.1%} (the"
-        " plan's margin) below the best, so a choice can run on past its free positions. The plan, with the"
-        " positions each sequence's check holds, and the lowest and highest speedup over each range of B:")
+    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25 gives the bytes). Going up in B,"
+        f" the plan switches only when its current choice falls more than {c19.tol:.1%} below the best. The plan,"
+        " with the positions each sequence's check holds, and the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first is chapter 32's, the next two 37's, the last the detail's

@@ -3617,24 +3617,23 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
 
 def gain_example(P2, Q2):
     """Chapter 14's example of how the block gains, through accept_prob: on drafts a then b, w_2 = 1, so both are
-    always kept, where token-wise checking keeps them with chance w_1; a pair where it keeps fewer; and, for the
-    detail, why that pair is never cut at position 1. ("", "", "") otherwise."""
+    always kept, where token-wise checking keeps them with chance w_1; and a pair where it keeps fewer. ("", "")
+    otherwise."""
     w1 = accept_prob(P2[0], Q2[0], 0)  # draft a, then b
     w2, second = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(P2[1], Q2[1], 1)
     if not (w1 < 1 and w2 == 1 and second == 1):
-        return "", "", ""
+        return "", ""
     fewer = next((r for r in block_pairs(P2, Q2) if r[6] < r[5]), None)
     pair = f"drafts {fewer[0][0]} then {fewer[0][2]}" if fewer else ""
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1, so the block always keeps both, where token-wise checking keeps"
             f" them with chance {fraction(w1)}.",
             f"On {pair} it keeps fewer" + (
-                f": both with chance w_2 = {fraction(fewer[4])}, else none, never the first alone (--detail says why). That is"
+                f": w_1 p - q is nowhere above 0, so it never stops at the first draft. It keeps both with chance"
+                f" w_2 = {fraction(fewer[4])}, else none. That is"
                 if fewer[3] == 0 else ",")
             + f" {fraction(fewer[6])} a draft on average against token-wise checking's {fraction(fewer[5])}, so"
-            " the gain is an average; chapter 30 weighs each pair." if fewer else "",
-            f"On {pair}, w_1 p - q is nowhere above 0, so Z_1 = 0 and position 1 is never a cut point: the block keeps"
-            f" both with chance w_2 = {fraction(fewer[4])}, else none." if fewer and fewer[3] == 0 else "")
+            " the gain is an average; chapter 30 weighs each pair." if fewer else "")
 
 
 def demo14_block_gain():
@@ -3666,16 +3665,21 @@ def demo14_block_gain():
         " more."
         if lesson[0] > lesson[1] + 5e-4 else "")
     print()
-    ab, aa, _ = gain_example(P2, Q2)
+    ab, aa = gain_example(P2, Q2)
     say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs each run of"
         " drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with w_0 = 1 and p and q the rows after x_(i-1):"
         " the target's probability of the run over the draft's, capped at 1 at each step. It keeps all k drafts"
-        " with chance w_k, and fewer by a rule --detail gives in five steps. A later ratio above 1 can lift w back"
-        " up after a low one.", ab, aa)
+        " with chance w_k, and then draws one more token from p. Else it keeps a shorter run x_1..x_i, or none"
+        " (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and draws the next token"
+        " from max(0, w_i p - q), normalised, with p and q the rows after x_i. It never stops at an i where that is"
+        " all zero.")
     print()
-    say("Sun et al. prove that the block's output is the target's. They also prove that no verifier whose output is"
-        " the target's and that keeps a run of first drafts, then draws one token, keeps more of the same drafts on"
-        " average. Token-wise checking is one, so the block never keeps fewer on average.")
+    say("A later ratio above 1 can lift w back up after a low one.", ab, aa)
+    print()
+    say("Sun et al. prove that the block's output is the target's. They also prove a limit. Take the verifiers whose"
+        " output is the target's and that keep a run of first drafts, then draw one token. Given the same drafts,"
+        " none keeps more of them on average than the block. Token-wise checking is one, so the block never keeps"
+        " fewer on average.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
              f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call. Sun et al. prove it never keeps fewer"
              " on average.",
@@ -3689,7 +3693,6 @@ def demo14_detail(result, n_rounds=500):
     print()
     say(BLOCK_RULE)
     say_items(BLOCK_STEPS, numbered=True)
-    say_paragraphs([gain_example(*PAPER_EXAMPLE)[2]])
     print()
     say(f"The drafts kept per round, measured over {n_rounds} rounds of each verifier:")
     print()
@@ -6812,7 +6815,7 @@ def demo30_pairs():
                " makes a position a cut point.",
                "The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. So it keeps"
                " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1. Then one token follows, as"
-               " after token-wise checking (chapter 14 says from what), so the drafts kept decide the gain."],
+               " after token-wise checking, so the drafts kept decide the gain."],
               numbered=True)
     print()
     say("Below, for each pair of drafts: its chance under q, the block's weights and chance, the drafts each"

@@ -1371,8 +1371,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # the totals a reader summed (reads 1487 and 1497): 10/9 and 11/9, and the pairs' chances to 9/9
     assert "all 9/9 10/9 11/9 +1/9" in flat(text30)
     # both verifiers add one token after the drafts they keep (reads 1843, 1853 and 1866 asked), so drafts decide
-    assert ("only the first with chance (1 - w_2) h_1. Then one token follows, as after token-wise checking (chapter 14"
-            " says from what), so the drafts kept decide the gain.") in flat(text30)
+    assert ("only the first with chance (1 - w_2) h_1. Then one token follows, as after token-wise checking, so the"
+            " drafts kept decide the gain.") in flat(text30)  # 'chapter 14 says from what' went with its coins
     for (drafts, _, w_1, h_1, w_2, tw, bl, _), want in zip(sd.block_pairs(P2, Q2), by_hand):
         r = [min(1, P2[0, "ab".index(x)] / Q2[0, "ab".index(x)]) for x in drafts.split()]
         assert tw == pytest.approx(r[0] + r[0] * r[1]) and bl == pytest.approx(2 * w_2 + (1 - w_2) * h_1)
@@ -1389,32 +1389,34 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " q(x_i)), with w_0 = 1 and p and q the rows after x_(i-1): the target's probability of the run over the"
             " draft's, capped at 1 at each step.") in flat(text)
     # why 'never fewer' follows from the proof (reads 1632 and 1665 worked out token-wise is of that kind)
-    assert ("They also prove that no verifier whose output is the target's and that keeps a run of first drafts,"
-            " then draws one token, keeps more of the same drafts on average. Token-wise checking is one, so the block"
-            " never keeps fewer on average.") in flat(text)  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
+    assert ("They also prove a limit. Take the verifiers whose output is the target's and that keep a run of first"
+            " drafts, then draw one token. Given the same drafts, none keeps more of them on average than the block."
+            " Token-wise checking is one, so the block never keeps fewer on average.") in flat(text)  # reads 1915,
+    # 1918 and 1919 reread the one-sentence form  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
     # what the block draws after its cut (read 1632 asked 'draws it from what?'), as chapter 15's step 5 says it
     # a cut needs something to draw from (read 1717 found max(0, w p - q) all zero after 'a' at w = 1/2, where step 5
     # could not normalise): there h = 0, by the threshold the block runs
     p, q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
     assert np.maximum(0.5 * p - q, 0).sum() == 0 and sd.block_threshold(0.5, p, q) == 0
-    # the coins are the detail's since stop 77 (reads 1842 to 1895 spent 1 to 2 minutes on them); the body keeps the
-    # one chance its examples use: all k kept with chance w_k, position k's coin (step 3 of the detail)
-    assert ("It keeps all k drafts with chance w_k, and fewer by a rule --detail gives in five steps.") in flat(text) \
-        and "cut point" not in text and "h_i = Z_i" not in text and ("from max(0, w_i p - q), normalised, with p and"
-                                                                   " q the rows after x_i, or from p if i = k") in \
+    # the coins are the detail's since stop 77 (reads 1842 to 1895 spent 1 to 2 minutes on them); the body keeps
+    # what its examples use: all k kept with chance w_k (position k's coin), the draw after a shorter run, and why a
+    # run never stops where that draw has nothing (read 1919 was partly lost without it)
+    assert ("It keeps all k drafts with chance w_k, and then draws one more token from p. Else it keeps a shorter run"
+            " x_1..x_i, or none (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and"
+            " draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i. It never stops"
+            " at an i where that is all zero.") in flat(text) and "cut point" not in text and "h_i = Z_i" not in text
+    assert ("from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k") in \
         flat(section(all_run, "15"))
     assert "position k's coin lands heads with chance w_k" in detail14  # so 'all k with chance w_k'
     assert sd.block_threshold(1.0, p, q) == pytest.approx(1.0)  # h_1 after a first b, w_1 = 1: Z / (Z + 0)
-    assert "capped at 1 at each step. It keeps all k drafts" in flat(text)
-    # a then b beside the weights, a then a after it (read 1890 asked for an example before the rule)
+    assert sd.block_threshold(0.5, p, q) == 0  # after a first a, w_1 p - q is nowhere above 0: never a stop there
+    # a then b after the rule, a then a after it (read 1890 asked for an example before the rule)
     assert ("A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
             " w_2 = min(1, 1/2 * 2) = 1, so the block always keeps both, where token-wise checking keeps them with"
             " chance 1/2.") in flat(text)
-    assert ("On drafts a then a, w_1 p - q is nowhere above 0, so Z_1 = 0 and position 1 is never a cut point: the"
-            " block keeps both with chance w_2 = 1/4, else none.") in detail14
-    assert ("On drafts a then a it keeps fewer: both with chance w_2 = 1/4, else none, never the first alone (--detail"
-            " says why). That is 1/2 a draft on average against token-wise checking's 3/4, so the gain is an"
-            " average; chapter 30 weighs each pair.") in flat(text)  # read 1802 took 'can keep fewer on other
+    assert ("On drafts a then a it keeps fewer: w_1 p - q is nowhere above 0, so it never stops at the first draft. It"
+            " keeps both with chance w_2 = 1/4, else none. That is 1/2 a draft on average against token-wise"
+            " checking's 3/4, so the gain is an"" average; chapter 30 weighs each pair.") in flat(text)  # read 1802 took 'can keep fewer on other
     # (read 1858 worked out for itself why position 1 is never a cut point there: the zero residual, said)
     # pairs' against 'never fewer on average' for a contradiction, read 1817 hunted for those pairs, and without
     # them read 1823 found a then b's 2/9 twice the gain: the pair, with its counts; the
@@ -1428,7 +1430,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert "Sun et al.'s rule, in five steps: 1. A weight w_i" in flat(printed(sd.DETAILS["14"], result)[1])
     squared = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))",
                           "return min(1.0, float(p[x] / q[x]) ** 2)"),))
-    assert squared.gain_example(*sd.PAPER_EXAMPLE) == ("", "", "")  # ratios squared: w_1 = 1/4, w_2 = 1/4, so nothing is saved
+    assert squared.gain_example(*sd.PAPER_EXAMPLE) == ("", "")  # ratios squared: w_1 = 1/4, w_2 = 1/4, so nothing is saved
     # chapter 30 reads alone: the example and both rules, from the tables and the rules chapter 14 gives
     assert ("on Sun et al.'s example. It has two tokens, a and b, and no context: p(a) = 1/3, p(b) = 2/3; q(a) = 2/3,"
             " q(b) = 1/3; k = 2. Token-wise checking keeps a draft x with chance min(1, p(x) / q(x)), and stops at the"

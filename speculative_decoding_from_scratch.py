@@ -7127,9 +7127,8 @@ ONE_CHANGE_BUGS = {  # each of the shipped paths' two changes alone, as chapter 
         ("shipped_block_outcomes", "row = P[xs[-1]] if i == k else residual(P[contexts[i]], Q[contexts[i]])",
          "row = P[xs[-1]] if i == k else block_residual(W[i], P[contexts[i]], Q[contexts[i]])")]}
 
-ONE_CHANGE_WORDS = {"tokenwise_residual": "step 5 alone: the next token from the token-wise residual, max(0, p -"
-                                          " q), not max(0, w_i p - q)",
-                    "shared_uniforms": "step 3 alone: Triton's shared uniforms in place of the coins",
+ONE_CHANGE_WORDS = {"tokenwise_residual": "step 5 alone: the token-wise residual",
+                    "shared_uniforms": "step 3 alone: Triton's shared uniforms",
                     "vllm-ascend, Triton": "both, as shipped"}
 
 
@@ -7200,21 +7199,16 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     """Chapter 34: each of the shipped paths' two changes made alone, beside
     both, by the exact TV of the first n tokens: which change does the harm."""
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
-        " vLLM (a serving engine). Each changes how block verification (Sun et al., ICLR 2025; chapter 14) ends a"
-        " block, and what it draws after. Step 1 weighs the drafts: w_0 = 1, then w_i = min(1, w_(i-1) p(x_i) /"
-        " q(x_i)), with p and q the rows after x_(i-1). Step 2 gives each position i a chance h_i, from w_i"
-        " and the rows after x_i (Sun et al.'s formula, set so that the output stays the target's; chapter 14's"
-        " --detail gives it). Step 3 tosses a coin of its"
-        " own for each position, heads with chance h_i; heads makes i a cut point. In step 4 the block keeps x_1..x_i"
-        " for i the largest cut point, or none (i = 0). In"
-        " step 5 it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or"
-        " from p if i = k.")
+        " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
+        " chapter 14's --detail gives all five). In step 3 the block tosses a coin of its own for each position i,"
+        " heads with Sun et al.'s chance h_i, and heads makes i a cut point; it keeps x_1..x_i for i the last cut"
+        " point, or none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with w_i"
+        " chapter 14's weight and p and q the rows after x_i, or from p if i = k.")
     print()
-    say("The shipped paths change steps 3 and 5. Their step 3 draws u_1..u_k, each uniform between 0 and 1, once a"
-        " round. Position i is a cut point if its weight is at least u_1 * ... * u_i. Step 2's chance is never used,"
-        " and each test reuses the uniforms of the tests before it. Step 4 is unchanged. Triton's weight is w_i;"
-        " PyTorch's differs (chapter 15), and this chapter uses Triton's. In step 5 both"
-        " draw from the token-wise residual, max(0, p - q), in place of max(0, w_i p - q). Which change does the harm?")
+    say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
+        " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"
+        " the tests before it. Triton's weight is w_i; PyTorch's differs (chapter 15), and this chapter uses"
+        " Triton's. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     rows = exactness_rows([("block", this_module(), MIDDLING, block),

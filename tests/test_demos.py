@@ -1265,12 +1265,14 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             f" of the harm. Step 5 alone is off by {sd.exact_text(tv5)}, more than it adds to step 3: TVs do not"
             " add.") in flat(text34) and tv5 > rows[2][3] - tv3  # read 1528 stopped on 3.5e-04 alone, 2.9e-05 more
     assert sd.exact_text(rows[2][3] - tv3) == "2.9e-05"  # read 1253 hunted for the difference four places hid
-    # steps 2 and 3 named apart, as the shipped paths' paragraph names them (read 1635 found which was which only
-    # from 'Step 2's chance is never used')
-    assert ("Step 2 gives each position i a chance h_i, from w_i and the rows after x_i (Sun et al.'s formula, set so"
-            " that the output stays the target's; chapter 14's --detail gives it). Step 3 tosses a coin of its own for"
-            " each position, heads with chance h_i; heads"
-            " makes i a cut point.") in flat(text34) and "Step 2's chance is never used" in flat(text34)
+    # the two steps the shipped paths change, and those alone (stop 77: the five steps are chapter 14's detail; read
+    # 1635 found which was which only from 'Step 2's chance is never used', so h_i is named, not step 2)
+    assert ("Each changes two of the five steps of block verification (Sun et al., ICLR 2025; chapter 14's --detail"
+            " gives all five). In step 3 the block tosses a coin of its own for each position i, heads with Sun et"
+            " al.'s chance h_i, and heads makes i a cut point; it keeps x_1..x_i for i the last cut point, or none"
+            " (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised") in flat(text34) and (
+        "so h_i is never used") in flat(text34) and "Step 2" not in text34 and "Sun et al.'s rule, in five steps" in \
+        printed(sd.DETAILS["14"], demo["14"][0])[1]
     assert f"{tv3:.4f} and {rows[2][3]:.4f}" == "0.2672 and 0.2672"  # the table's n = 3 column
     bad = [list(r) for r in edits]
     bad[0][5] = "NOT the target"

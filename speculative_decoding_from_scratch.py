@@ -3623,8 +3623,10 @@ def gain_example(P2, Q2):
     w2, second = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(P2[1], Q2[1], 1)
     if not (w1 < 1 and w2 == 1 and second == 1):
         return "", ""
-    fewer = next((r for r in block_pairs(P2, Q2) if r[6] < r[5]), None)
+    pairs = block_pairs(P2, Q2)
+    fewer = next((r for r in pairs if r[6] < r[5]), None)
     pair = f"drafts {fewer[0][0]} then {fewer[0][2]}" if fewer else ""
+    ties = [f"{r[0][0]} then {r[0][2]}" for r in pairs if abs(r[6] - r[5]) < 1e-12]
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1, so the block always keeps both, where token-wise checking keeps"
             f" them with chance {fraction(w1)}.",
@@ -3633,7 +3635,8 @@ def gain_example(P2, Q2):
                 f" w_2 = {fraction(fewer[4])}, else none. That is"
                 if fewer[3] == 0 else ",")
             + f" {fraction(fewer[6])} a draft on average against token-wise checking's {fraction(fewer[5])}, so"
-            " the gain is an average; chapter 30 weighs each pair." if fewer else "")
+            " the gain is an average." + (f" On {and_list(ties)} the two keep the same." if ties else "")
+            + " Chapter 30 weighs each pair." if fewer else "")
 
 
 def demo14_block_gain():
@@ -3677,8 +3680,8 @@ def demo14_block_gain():
     say("A later ratio above 1 can lift w back up after a low one.", ab, aa)
     print()
     say("Sun et al. prove that the block's output is the target's. They also prove a limit. Take the verifiers whose"
-        " output is the target's and that keep a run of first drafts, then draw one token. Given the same drafts,"
-        " none keeps more of them on average than the block. Token-wise checking is one, so the block never keeps"
+        " output is the target's and that keep a run of first drafts, then draw one token. Drafting from the same q,"
+        " none keeps more drafts on average than the block. Token-wise checking is one, so the block never keeps"
         " fewer on average.")
     takeaway("judging the block as a whole keeps more drafts per round than token-wise checking on Sun et al.'s"
              f" example, {gap / (1 + rows[0][1]):.1%} more tokens per call. Sun et al. prove it never keeps fewer"
@@ -5079,7 +5082,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     shown = rows[:3]  # adaptive k, rows[3], is the detail's
     say(f"{number_word(len(shown)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds:")
-    say_items([f"always on: k = {k} every round;",
+    say_items([f"always on: k = {k} every round, or fewer where prompt lookup finds less to match;",
                "per-batch schedule: at each batch size B (the number of sequences a server decodes at once), k ="
                f" {k} if that beats plain decoding over the whole workload, else plain decoding. It is told which"
                " in advance;",
@@ -5116,7 +5119,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
             round_price(j, b) == 1.0 for j in range(k + 1)) else f"At B = {b}, off for good ")
           + priced_words(runs[off[0]], b) + f": {off[1 + i]:.2f}." if on[1 + i] > 1 and behind[i] else f"At B = {b},"
           f" speculating costs more than it saves ({on[1 + i]:.2f}), so the schedule does not speculate there at all"
-          + (f"; off for good pays that cost until it switches off ({off[1 + i]:.2f})."
+          + (f"; off for good pays that cost until it switches off: it {priced_words(runs[off[0]], b)},"
+             f" {off[1 + i]:.2f}."
              if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
           for i, b in enumerate(batches)],
         "The option --detail adds a fourth policy, one that adapts k.")
@@ -6749,8 +6753,8 @@ def net_words(pairs, gap, z_b=0.0):
     tie = f" The pair{'s' * (len(ties) > 1)} {and_list(ties)} tie{'s' * (len(ties) == 1)}." if ties else ""
     if ties and z_b > 0 and all(r[0].startswith("b") and r[2] == 1 and abs(r[3] - 1) < 1e-12
                                 for r in pairs if abs(r[-1]) < 1e-12):  # w_1 = 1 and h_1 = 1 on every tie
-        tie = (tie[:-1] + f": with 'b' first, w_1 = 1 and Z_1 = {fraction(z_b)}, so h_1 = 1, and both verifiers keep"
-               " 'b', then the second draft with the same chance.")
+        tie = (tie[:-1] + ": with 'b' first, w_1 = 1 and h_1 = 1, so both verifiers keep 'b', then the second draft"
+               " with the same chance.")
     return (tie + " Weighted by each pair's chance under q, the block gains"
             f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
 
@@ -6817,13 +6821,14 @@ def demo30_pairs():
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
         " min(1, p(x) / q(x)), and stops at the first rejection. The block, for drafts x_1 then x_2:")
     say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)).",
-               "Z_1 is the sum over tokens y of max(0, w_1 p(y) - q(y)), and h_1 = Z_1 / (Z_1 + 1 - w_1), or 0 if"
-               " Z_1 = 0: Sun et al.'s chance, set so that the output stays the target's; take it as given.",
+               "h_1, Sun et al.'s chance for position 1, set so that the output stays the target's (chapter 14's"
+               " --detail gives it). It is 0 where max(0, w_1 p - q) is all zero, with p and q the rows after x_1:"
+               " then nothing is left to draw the next token from.",
                "Two independent coins: position 2's lands heads with chance w_2, position 1's with chance h_1. Heads"
                " makes a position a cut point.",
                "The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. So it keeps"
-               " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1. Then one token follows, as"
-               " after token-wise checking, so the drafts kept decide the gain."],
+               " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1. Each verifier then adds"
+               " one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()
     say("Below, for each pair of drafts: its chance under q, the block's weights and chance, the drafts each"
@@ -6842,7 +6847,7 @@ def demo30_pairs():
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
     gives_back = (f"It gives some back on 'a' then 'a'. There h_1 = 0, as w_1 p(y) <= q(y) for both tokens y"
-                  f" (--detail sums Z_1), so it keeps both with chance w_2 = {fraction(aa[4])}, else none:"
+                  f" (--detail sums them), so it keeps both with chance w_2 = {fraction(aa[4])}, else none:"
                   f" {fraction(aa[6])} a draft on average, against token-wise checking's {fraction(aa[5])}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
@@ -7201,7 +7206,7 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
         " chapter 14's --detail gives all five). In step 3 the block tosses a coin of its own for each position i,"
-        " heads with Sun et al.'s chance h_i, and heads makes i a cut point; it keeps x_1..x_i for i the last cut"
+        " heads with Sun et al.'s chance h_i (w_k for the last), and heads makes i a cut point; it keeps x_1..x_i for i the last cut"
         " point, or none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with w_i"
         " chapter 14's weight and p and q the rows after x_i, or from p if i = k.")
     print()

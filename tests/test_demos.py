@@ -1269,7 +1269,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # 1635 found which was which only from 'Step 2's chance is never used', so h_i is named, not step 2)
     assert ("Each changes two of the five steps of block verification (Sun et al., ICLR 2025; chapter 14's --detail"
             " gives all five). In step 3 the block tosses a coin of its own for each position i, heads with Sun et"
-            " al.'s chance h_i, and heads makes i a cut point; it keeps x_1..x_i for i the last cut point, or none"
+            " al.'s chance h_i (w_k for the last), and heads makes i a cut point; it keeps x_1..x_i for i the last cut point, or none"
             " (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised") in flat(text34) and (
         "so h_i is never used") in flat(text34) and "Step 2" not in text34 and "Sun et al.'s rule, in five steps" in \
         printed(sd.DETAILS["14"], demo["14"][0])[1]
@@ -1351,7 +1351,11 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert max(0, w1 * (1 / 3) - 2 / 3) + max(0, w1 * (2 / 3) - 1 / 3) == 0
     # h_1 with its purpose (reads 1749 and 1769 stalled on a formula given with none): the block with it is exact,
     # chapter 14's exact TV, so 'set so that the output stays the target's' is what the run shows
-    assert ("Sun et al.'s chance, set so that the output stays the target's; take it as given.") in flat(text30)
+    # stop 77: h_1's formula is chapter 14's detail's (reads 1916, 1917, 1920 and 1927 spent 1 to 1.5 minutes on it);
+    # chapter 30 gives when it is 0, which is all its pairs need beside the table's column
+    assert ("h_1, Sun et al.'s chance for position 1, set so that the output stays the target's (chapter 14's --detail"
+            " gives it). It is 0 where max(0, w_1 p - q) is all zero, with p and q the rows after x_1: then nothing is"
+            " left to draw the next token from.") in flat(text30) and "h_1 = Z_1 / (Z_1 + 1 - w_i)" not in text30
     # (drafts, chance, w_1, h_1, w_2, token-wise, block), by hand: h_1 = Z_1 / (Z_1 + 1 - w_1), Z_1 = 0 after 'a'
     # and 1/3 after 'b', where w_1 = 1
     by_hand = [("a a", 4 / 9, 0.5, 0, 0.25, 0.75, 0.5), ("a b", 2 / 9, 0.5, 0, 1, 1.0, 2.0),
@@ -1373,8 +1377,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # the totals a reader summed (reads 1487 and 1497): 10/9 and 11/9, and the pairs' chances to 9/9
     assert "all 9/9 10/9 11/9 +1/9" in flat(text30)
     # both verifiers add one token after the drafts they keep (reads 1843, 1853 and 1866 asked), so drafts decide
-    assert ("only the first with chance (1 - w_2) h_1. Then one token follows, as after token-wise checking, so the"
-            " drafts kept decide the gain.") in flat(text30)  # 'chapter 14 says from what' went with its coins
+    assert ("only the first with chance (1 - w_2) h_1. Each verifier then adds one token of its own, so the drafts"
+            " kept decide the gain.") in flat(text30)  # not 'as after token-wise checking' (reads 1924, 1927, 1928 took
+    # it for the same residual)  # 'chapter 14 says from what' went with its coins
     for (drafts, _, w_1, h_1, w_2, tw, bl, _), want in zip(sd.block_pairs(P2, Q2), by_hand):
         r = [min(1, P2[0, "ab".index(x)] / Q2[0, "ab".index(x)]) for x in drafts.split()]
         assert tw == pytest.approx(r[0] + r[0] * r[1]) and bl == pytest.approx(2 * w_2 + (1 - w_2) * h_1)
@@ -1382,9 +1387,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with chance p/q = 1/2. But the"
             " pair is as likely under p as under q (2/9), and w_2 = min(1, 1/2 * 2) = 1: the block always keeps both."
             " It gives some back on 'a' then 'a'. There h_1 = 0, as w_1 p(y) <= q(y) for both tokens y (--detail sums"
-            " Z_1), so it keeps both with chance w_2 = 1/4, else none: 1/2 a draft on average, against token-wise"
-            " checking's 3/4. The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' first, w_1 = 1 and Z_1 = 1/3, so"
-            " h_1 = 1, and both verifiers keep 'b', then the second draft with the same chance. Weighted by each"
+            " them), so it keeps both with chance w_2 = 1/4, else none: 1/2 a draft on average, against token-wise"
+            " checking's 3/4. The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' first, w_1 = 1 and h_1 = 1, so"
+            " both verifiers keep 'b', then the second draft with the same chance. Weighted by each"
             " pair's chance under q, the block gains 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in"
             " all.") in flat(text30)
     assert ("How does the block gain? It weighs each run of drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) /"
@@ -1392,7 +1397,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " draft's, capped at 1 at each step.") in flat(text)
     # why 'never fewer' follows from the proof (reads 1632 and 1665 worked out token-wise is of that kind)
     assert ("They also prove a limit. Take the verifiers whose output is the target's and that keep a run of first"
-            " drafts, then draw one token. Given the same drafts, none keeps more of them on average than the block."
+            " drafts, then draw one token. Drafting from the same q, none keeps more drafts on average than the block."
             " Token-wise checking is one, so the block never keeps fewer on average.") in flat(text)  # reads 1915,
     # 1918 and 1919 reread the one-sentence form  # the kind before the claim, in chapter 31's words (read 1702 reread 'its kind', defined after it)
     # what the block draws after its cut (read 1632 asked 'draws it from what?'), as chapter 15's step 5 says it
@@ -1418,7 +1423,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " chance 1/2.") in flat(text)
     assert ("On drafts a then a it keeps fewer: w_1 p - q is nowhere above 0, so it never stops at the first draft. It"
             " keeps both with chance w_2 = 1/4, else none. That is 1/2 a draft on average against token-wise"
-            " checking's 3/4, so the gain is an"" average; chapter 30 weighs each pair.") in flat(text)  # read 1802 took 'can keep fewer on other
+            " checking's 3/4, so the gain is an average. On b then a and b then b the two keep the same. Chapter 30"
+            " weighs each pair.") in flat(text)  # the ties, so 11/9 follows (reads 1915, 1925, 1928 could not)  # read 1802 took 'can keep fewer on other
     # (read 1858 worked out for itself why position 1 is never a cut point there: the zero residual, said)
     # pairs' against 'never fewer on average' for a contradiction, read 1817 hunted for those pairs, and without
     # them read 1823 found a then b's 2/9 twice the gain: the pair, with its counts; the
@@ -1458,8 +1464,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
             " 1/2 (draft 1 kept) + 1/4 (draft 2 kept too) = 3/4. That is 1/4 fewer, times the pair's chance, 4/9:"
             " 1/9.")\
         in flat(detail) and "tie" not in flat(detail)  # why the pairs after 'b' tie is the chapter's (read 1404)
-    assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1, and both"
-            " verifiers keep 'b', then the second draft with the same chance. Weighted by") in flat(text30)
+    assert ("The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' first, w_1 = 1 and h_1 = 1, so both verifiers keep"
+            " 'b', then the second draft with the same chance. Weighted by") in flat(text30)
     assert "2/9 of a draft" not in flat(text30)  # the sums term by term are the detail's; the chapter gives the total
     # Z_1's terms too (reads 1708 and 1725 checked them again in the prose, after the table)
     assert "max(0, 1/6 - 2/3)" not in flat(text30)
@@ -1503,7 +1509,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # and chapter 30's reason for the tie after 'b' (h_1 = 1) goes with it, where the sum still adds up
     half_pairs, pairs = half.block_pairs(P2, Q2), sd.block_pairs(P2, Q2)
     said_half = half.net_words(half_pairs, sum(r[-1] for r in half_pairs), 1 / 3)
-    assert "with 'b' first, w_1 = 1 and Z_1 = 1/3, so h_1 = 1," in sd.net_words(pairs, sum(r[-1] for r in pairs),
+    assert "with 'b' first, w_1 = 1 and h_1 = 1, so" in sd.net_words(pairs, sum(r[-1] for r in pairs),
                                                                                        1 / 3)
     assert "so h_1 = 1" not in said_half
     # the first token by hand: 'a' comes only from a kept pair that starts with 'a' (a redraw after 'a' is drawn from

@@ -1914,9 +1914,12 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     result, text = demo["17"]
     assert [r[2] for r in result.rows] == ["consistent"] + ["NOT the target"] * 4
     assert [r[0] for r in result.rows[1:]] == list(sd.APEX_BUGS)
-    assert result.tables >= sd.P_REJECT and ("The lesson's tables read only the last token, and the cache bug leaves"
-                                             " the replacement last, after the stale drafts, so there they change"
-                                             " nothing. The character model reads further back.") in flat(text)
+    detail = printed(sd.DETAILS["17"], result)[1]  # the tables' run is the detail's since stop 77
+    assert result.tables >= sd.P_REJECT and ("The tables read only the last token, and the cache bug leaves the"
+                                             " replacement last, after the stale drafts, so there they change"
+                                             " nothing. The character model reads further back.") in detail
+    assert "cache, on the tables" not in text and "The option --detail runs the cache bug on the lesson's tables." in \
+        flat(text) and f"fit {sd.p_text(result.tables)}, consistent." in detail
     # read 1563 reread 'a table ... cannot see the stale cache behind it' for a minute; read 1692 asked why the last
     # token stays right (the replacement, appended); read 1788 asked whether the character model reads further back
     assert "read.append(out[-1])" in inspect.getsource(sd.apex_generate) and len(sd.ALPHABET) == 96
@@ -1928,14 +1931,12 @@ def test_chapter17_each_apex_departure_is_caught(demo):
             " a fit catches each departure.") in flat(text) and len(sd.APEX_BUGS) == 4  # which row: read 1819 found
     # 'from the target' vague, as the bug's row comes from the target too
     # reads 1788 and 1795 reread the bins' expected counts for a minute each: the count the chances predict
-    assert ("chapter 11's fit checks them against the target: it sorts the characters written into bins by the chance"
-            " the target gave each where it was written, and compares each bin's count with the count the target's"
-            " chances predict. The last row runs the cache bug on the lesson's target table instead, prompt lookup"
-            " drafting from its tokens.") in flat(text) and "edges" not in text  # read 1527 reread the bins' edges
+    # stop 77: the bins are chapter 11's, named in one clause (reads 1788 and 1795 reread them in full here)
+    assert ("Each generator writes 800 characters, and chapter 11's fit checks them against the target's chances where"
+            " each was written.") in flat(text) and "edges" not in text  # read 1527 reread the bins' edges
     # and sums; read 1645 asked how a bin's expected count is formed, and read 1676 reread the answer: the edges and the sum are chapter 11's
-    assert ("Its rounds differ from the lesson's: each starts with one token the target samples before any draft, from"
-            " its row after the last token written, carried over from the round before.") in flat(text)
-    assert f"cache, on the tables {sd.p_text(result.tables)} consistent" in " ".join(text.split())
+    assert ("Each of its rounds starts with one token the target samples before any draft, from its row after the"
+            " last token written, carried over from the round before.") in flat(text)
     for bug in sd.APEX_BUGS:  # each departure in words
         assert f"{bug} {sd.APEX_WORDS[bug]}" in " ".join(text.split())
     # 'the row y itself came from': y is drawn from p_rows[kept]'s residual, and the bug carries p_rows[kept] over

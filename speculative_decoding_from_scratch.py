@@ -7386,9 +7386,6 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     table([("k", 4, "d"), ("c", 8, ".3f"), ("", 16, "<"), ("v", 6, ".2f"), ("", 14, "<")],
           [(k, np.median(c), f"({c.min():.3f}-{c.max():.3f})", np.median(v), f"({v.min():.2f}-{v.max():.2f})")
            for k, (c, v, _) in calib.items()], clock=True)
-    if first := first_pass_words(calib):  # said only where its numbers bear it out: no blank line for nothing
-        print()
-        say(*first, clock=True)
     good_weight = 0.95
     good = blend(TARGET, UNRELATED, good_weight)
     good_tokens = {k: exact_tokens_per_call(TARGET, good, k) for k in ks}  # its exact tokens per call at each k
@@ -7431,7 +7428,7 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
            ("tokens/call", 13, ".2f"), ("clock", 7, times), ("refined*", 10, times)], rows,
           groups=[("predicted", 2, 3), ("this run", 4, 6)], clock=True)
     demo36_verdicts(rows, np.median(calib[4][1]))
-    return rows
+    return rows, calib
 
 
 def first_pass_words(calib):
@@ -7500,8 +7497,16 @@ def demo36_clock_model(size=4096):
         f" {size} one for the draft. A pass multiplies W by a column per position.")
     W, X = clock_operands(size)
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
-    model = demo36_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X, CLOCK_KS)
-    return SimpleNamespace(model=model)
+    model, calib = demo36_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X, CLOCK_KS)
+    return SimpleNamespace(model=model, calib=calib)
+
+
+def demo36_detail(result):
+    """Chapter 36 in detail: why c falls as k grows, from the calibration's first draft passes (said only where its
+    numbers bear it out)."""
+    print()
+    say(*(first_pass_words(result.calib) or ("This run's calibration does not show why c changes with k.",)),
+        clock=True)
 
 
 # -----------------------------------------------------------------------------
@@ -7766,6 +7771,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "32": lambda result: say_paragraphs([result.more]),
     "33": demo33_detail,
     "34": demo34_detail,
+    "36": demo36_detail,
     "37": lambda result: say_paragraphs([result.chain]),
     "38": demo38_detail,
 }

@@ -202,6 +202,14 @@ def test_chapter13_says_why_c_falls_with_k_only_from_its_first_passes():
     assert sd.first_pass_words(flat_first) == ()
     higher = {4: calib[4], 16: (np.full(4, 0.2), np.full(4, 4.0), np.full(4, 0.5))}  # c rises with k
     assert sd.first_pass_words(higher) == ()
+    # chapter 36's detail says it since stop 77, or that this run does not show it
+    from types import SimpleNamespace
+    for given, said in ((calib, "So c, the mean of a round's passes, is lower where a round has more."),
+                        (higher, "This run's calibration does not show why c changes with k.")):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            sd.DETAILS["36"](SimpleNamespace(calib=given))
+        assert said in " ".join(out.getvalue().replace("(clock)", "").split())
 
 
 def test_chapter13_says_which_tokens_per_call_each_prediction_uses(in_process):

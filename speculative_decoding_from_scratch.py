@@ -3297,13 +3297,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     rows = demo11_exactness(P, prompt, k, n_runs, n_text)
     print()
     say(f"Is it exact? The first two characters get demo 2's two checks, a fit of {n_runs} runs and the exact TV."
-        " Then a fit"
-        f" of one {n_text}-character output. Each position has its own distribution, so the fit puts each written"
-        " character in a bin by the probability the target gave it there (the bins' edges are"
-        f" {and_list([f'{e:g}' for e in CALIBRATION_EDGES[1:-1]])}). It compares each bin's count with its"
-        " expected count: at each position, the target's total chance for the characters in that bin, summed over"
-        " the positions."
-        " The three checks:")
+        f" Then a fit of one {n_text}-character output. Each position has its own distribution, so the fit puts each"
+        " written character in a bin by the probability the target gave it there, and compares each bin's count with"
+        " the count the target's chances predict (--detail gives the bins). The three checks:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], [r[:5] for r in rows])
@@ -3329,7 +3325,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
 def demo11_detail(result):
     """Chapter 11 in detail: how the fit of a long text bins its characters."""
     print()
-    say(f"The fit of {result.n_text} characters bins by probability because each position has its own"
+    say(f"The bins' edges are {and_list([f'{e:g}' for e in CALIBRATION_EDGES[1:-1]])}. A bin's expected count is, at"
+        " each position, the target's total chance for the characters in that bin, summed over the positions.",
+        f"The fit of {result.n_text} characters bins by probability because each position has its own"
         f" distribution: counting the characters alone would mix {result.n_text} distributions. The landings in"
         f" the bins are tested with their exact covariance, and bins expected fewer than"
         f" {CALIBRATION_MIN_EXPECTED:g} landings are pooled into one, as Pearson's test pools cells.",

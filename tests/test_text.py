@@ -252,9 +252,16 @@ def test_chapter11_says_which_earlier_place_the_target_copies_and_the_fits_bins(
     assert ("It finds the earliest place the text's last 4 characters occurred (else its last 3, then 2), and proposes"
             " up to k characters that followed them there, so it can guess wrong even when the target copies.") in flat(
         section(all_run, "26"))
-    # the bins' edges, all of them, from the fit's own CALIBRATION_EDGES (read 1631: 'and so on' left them out)
-    assert "(the bins' edges are 0.001, 0.01, 0.05, 0.2, 0.5 and 0.8)" in text
-    # what a bin's expected count is (reads 1689, 1716 and, in chapter 17, 1704 and 1719 worked it out)
-    assert ("It compares each bin's count with its expected count: at each position, the target's total chance for the"
-            " characters in that bin, summed over the positions.") in text
+    # the bins' edges, all of them, from the fit's own CALIBRATION_EDGES (read 1631: 'and so on' left them out), and
+    # what a bin's expected count is (reads 1689, 1716 and, in chapter 17, 1704 and 1719 worked it out): the detail's
+    # since stop 77, the body saying what a bin is in one clause
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.DETAILS["11"](sd.SimpleNamespace(n_text=600))
+    detail = " ".join(out.getvalue().split())
+    assert ("The bins' edges are 0.001, 0.01, 0.05, 0.2, 0.5 and 0.8. A bin's expected count is, at each position, the"
+            " target's total chance for the characters in that bin, summed over the positions.") in detail
+    assert ("the fit puts each written character in a bin by the probability the target gave it there, and compares"
+            " each bin's count with the count the target's chances predict (--detail gives the bins).") in text \
+        and "edges" not in text
     assert sd.CALIBRATION_EDGES[1:-1] == (1e-3, 0.01, 0.05, 0.2, 0.5, 0.8)

@@ -6097,9 +6097,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         f" planned option: the least B at which its n reaches {s.ridge_base:.1f} / B + {each:.3f}, where its check"
         " crosses the ridge, and the batches the plan runs it for"
         + "".join(
-            f". Here '{how}' is chapter 19's tree: {a} candidates under each node, each drawn from q, {b} deep. That is"
-            f" {' + '.join(str(a**j) for j in range(1, b + 1))} = {n - 1} drafts, checked as {n - 1} + 1 = {n}"
-            " positions per sequence, as a chain of k drafts is checked as k + 1"
+            f" ('{how}' is chapter 19's tree of {' + '.join(str(a**j) for j in range(1, b + 1))} = {n - 1} drafts,"
+            f" checked with the text's last token as {n} positions, as a chain of k drafts is checked as k + 1)"
             for how, n, *_ in rows[:1] if how.startswith("tree")
             for a, b in [map(int, how.split()[1].rstrip(",").split("x"))]
             if sum(a**j for j in range(1, b + 1)) == n - 1)

@@ -727,7 +727,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 35-95 k = 7 8 137 96-146 k = 6 7 258 147-241" in text
     assert "in the pass" not in text  # the pass's positions, B times a sequence's: the detail gives k = 8's (read 1550)
-    assert "That is 2 + 4 + 8 = 14 drafts, checked as 14 + 1 = 15 positions per sequence" in text
+    assert ("('tree 2x3, 15' is chapter 19's tree of 2 + 4 + 8 = 14 drafts, checked with the text's last token as 15"
+            " positions, as a chain of k drafts is checked as k + 1):") in text
     # how far past, from the table's own rows (read 1754 found 'a little' loose for k = 7's 9)
     assert sorted((34 - 32, 95 - 93, 146 - 137)) == [2, 2, 9]  # each range's end less its crossing, in the table
     assert ("Each check that crosses is still planned at its crossing and for 2 to 9 batch sizes after it. Just past"

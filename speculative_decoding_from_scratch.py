@@ -3298,8 +3298,9 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
     print()
     say(f"Is it exact? The first two characters get demo 2's two checks, a fit of {n_runs} runs and the exact TV."
         f" Then a fit of one {n_text}-character output. Each position has its own distribution, so the fit puts each"
-        " written character in a bin by the probability the target gave it there, and compares each bin's count with"
-        " the count the target's chances predict (--detail gives the bins). The three checks:")
+        " written character in a bin by the probability the target gave it there (--detail gives the bins). It"
+        " compares each bin's count with its expected count: at each position, the target's total chance for the"
+        " characters in that bin, summed over the positions. The three checks:")
     print()
     table([("draft", 26, "<"), ("fit, 2", 11, p_text), ("exact TV", 10, exact_text), ("fit, text", 11, p_text),
            ("verdict", 16, "<")], [r[:5] for r in rows])
@@ -3325,8 +3326,7 @@ def demo11_no_draft_model(lam=0.9, k=5, n_runs=400, n_text=600):
 def demo11_detail(result):
     """Chapter 11 in detail: how the fit of a long text bins its characters."""
     print()
-    say(f"The bins' edges are {and_list([f'{e:g}' for e in CALIBRATION_EDGES[1:-1]])}. A bin's expected count is, at"
-        " each position, the target's total chance for the characters in that bin, summed over the positions.",
+    say(f"The bins' edges are {and_list([f'{e:g}' for e in CALIBRATION_EDGES[1:-1]])}.",
         f"The fit of {result.n_text} characters bins by probability because each position has its own"
         f" distribution: counting the characters alone would mix {result.n_text} distributions. The landings in"
         f" the bins are tested with their exact covariance, and bins expected fewer than"

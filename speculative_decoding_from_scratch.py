@@ -3613,6 +3613,16 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
                " cut point, i = 0: no draft is kept, and as w_0 = 1 the next token comes from demo 1's residual.")
 
 
+def threshold_ends(P2, Q2):
+    """Whether the block's chance to stop at a position, block_threshold, is 0 where its residual max(0, w p - q) is
+    all zero and 1 where w = 1 and it is not, on the paper's example after either token (chapters 14 and 30 say so)."""
+    zero = [w for w in (0.5, 1.0) for c in range(len(P2)) if not (w * P2[c] - Q2[c] > 0).any()]
+    some = [c for c in range(len(P2)) if (P2[c] - Q2[c] > 0).any()]
+    return bool(zero and some) and all(block_threshold(w, P2[c], Q2[c]) == 0 for w in zero for c in range(len(P2))
+                                       if not (w * P2[c] - Q2[c] > 0).any()) and all(
+        abs(block_threshold(1.0, P2[c], Q2[c]) - 1) < 1e-12 for c in some)
+
+
 def gain_example(P2, Q2):
     """Chapter 14's example of how the block gains, through accept_prob: on drafts a then b, w_2 = 1, so both are
     always kept, where token-wise checking keeps them with chance w_1; and a pair where it keeps fewer. ("", "")
@@ -3672,8 +3682,9 @@ def demo14_block_gain():
         " the target's probability of the run over the draft's, capped at 1 at each step. It keeps all k drafts"
         " with chance w_k, and then draws one more token from p. Else it keeps a shorter run x_1..x_i, or none"
         " (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and draws the next token"
-        " from max(0, w_i p - q), normalised, with p and q the rows after x_i. It never stops at an i where that is"
-        " all zero.")
+        " from max(0, w_i p - q), normalised, with p and q the rows after x_i." + (
+            " It never stops at an i where that is all zero, and where w_i = 1 and it is not, it keeps at least"
+            " x_1..x_i." if threshold_ends(P2, Q2) else ""))
     print()
     say("A later ratio above 1 can lift w back up after a low one.", ab, aa)
     print()
@@ -6821,8 +6832,9 @@ def demo30_pairs():
         " min(1, p(x) / q(x)), and stops at the first rejection. The block, for drafts x_1 then x_2:")
     say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)).",
                "h_1, Sun et al.'s chance for position 1, set so that the output stays the target's (chapter 14's"
-               " --detail gives it). It is 0 where max(0, w_1 p - q) is all zero, with p and q the rows after x_1:"
-               " then nothing is left to draw the next token from.",
+               " --detail gives it)." + (" It is 0 where max(0, w_1 p - q) is all zero, with p and q the rows after"
+                                        " x_1: then nothing is left to draw the next token from. It is 1 where w_1 ="
+                                        " 1 and that is not." if threshold_ends(P2, Q2) else ""),
                "Two independent coins: position 2's lands heads with chance w_2, position 1's with chance h_1. Heads"
                " makes a position a cut point.",
                "The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. So it keeps"

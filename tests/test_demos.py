@@ -1355,7 +1355,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # chapter 30 gives when it is 0, which is all its pairs need beside the table's column
     assert ("h_1, Sun et al.'s chance for position 1, set so that the output stays the target's (chapter 14's --detail"
             " gives it). It is 0 where max(0, w_1 p - q) is all zero, with p and q the rows after x_1: then nothing is"
-            " left to draw the next token from.") in flat(text30) and "h_1 = Z_1 / (Z_1 + 1 - w_i)" not in text30
+            " left to draw the next token from. It is 1 where w_1 = 1 and that is not.") in flat(text30)  # read 1931 and "h_1 = Z_1 / (Z_1 + 1 - w_i)" not in text30
     # (drafts, chance, w_1, h_1, w_2, token-wise, block), by hand: h_1 = Z_1 / (Z_1 + 1 - w_1), Z_1 = 0 after 'a'
     # and 1/3 after 'b', where w_1 = 1
     by_hand = [("a a", 4 / 9, 0.5, 0, 0.25, 0.75, 0.5), ("a b", 2 / 9, 0.5, 0, 1, 1.0, 2.0),
@@ -1411,7 +1411,13 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("It keeps all k drafts with chance w_k, and then draws one more token from p. Else it keeps a shorter run"
             " x_1..x_i, or none (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and"
             " draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i. It never stops"
-            " at an i where that is all zero.") in flat(text) and "cut point" not in text and "h_i = Z_i" not in text
+            " at an i where that is all zero, and where w_i = 1 and it is not, it keeps at least x_1..x_i.") in \
+        flat(text) and "cut point" not in text and "h_i = Z_i" not in text  # the second clause so that 'b then a
+    # ties' follows (reads 1933 and 1935 could not check it)
+    for edit in ("return weight", "return 0.5 if Z > 0 else 0.0"):  # the block stage's h edited: both clauses go
+        m = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", edit),))
+        assert not m.threshold_ends(*m.PAPER_EXAMPLE) and "it keeps at least" not in printed(m.demo14_block_gain)[1]
+        assert "It is 1 where w_1 = 1" not in printed(m.demo30_pairs)[1]
     assert ("from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k") in \
         flat(section(all_run, "15"))
     assert "position k's coin lands heads with chance w_k" in detail14  # so 'all k with chance w_k'

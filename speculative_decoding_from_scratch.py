@@ -2616,16 +2616,15 @@ def demo9_verifiers(k=3):
              f" {r[1 + j]:.4f}."
              for r in prow for i in range(4) for j in range(i + 1, 4)
              if f"{r[1 + i]:.2f}" == f"{r[1 + j]:.2f}" and abs(r[1 + i] - r[1 + j]) > 5e-5]
-    say(*alike[:1],
-        "The best setting depends on the pair: " + and_list([
+    say("The best setting depends on the pair: " + and_list([
             f"{w} on {number_word(n)} pair{'s' * (n > 1)}" for w, n in sorted(
                 ((w, sum(r[-1] == w for r in prow)) for w in winners), key=lambda x: -x[1])]) + "."
         if len(winners) > 1 else
         "Every setting keeps alike on every pair." if all(max(r[1:6]) - min(r[1:6]) < 1e-9 for r in prow) else
         f"{winners[0]} accepts most for every pair.",
-        "Block can keep an early draft that token-wise checking would reject, when a later draft's p/q is above 1"
-        " (chapter 14 shows how). With q all on x, p/q is p(x), never above 1, so"
-        " over one-hot drafts block accepts what one-hot accepts." if same and keeps_min else
+        "Block gains only where a later draft's p/q above 1 makes up for an earlier draft's low one (chapter 14)."
+        " With q all on x, p/q is p(x), never above 1, so over one-hot drafts block accepts what one-hot accepts."
+        if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
@@ -2641,7 +2640,8 @@ def demo9_verifiers(k=3):
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
              {"every setting emits the target": all(r[5] == "the target" for r in exactness),
               "the setting that keeps most differs between pairs": len(winners) > 1})
-    return SimpleNamespace(row=rows, agree=agree, pairs=prow, reasons=reasons, exactness=exactness, cases=cases)
+    return SimpleNamespace(row=rows, agree=agree, pairs=prow, reasons=reasons, exactness=exactness, cases=cases,
+                           alike=" ".join(alike[:1]))
 
 
 def demo9_exactness(k, ctx=5, n=3, n_runs=400):
@@ -2719,7 +2719,7 @@ VLLM_SETTING = {"probabilistic": 'draft_sample_method "probabilistic"',
 def demo9_detail(result):
     """Demo 9 in detail: where one-hot can win, one row by hand, the settings as vLLM names them, and where they
     came from."""
-    say_paragraphs([result.cases])
+    say_paragraphs([result.alike, result.cases])
     print()
     say("For p = (0.9, 0.05, 0.05) and q = (0.4, 0.3, 0.3), the chance a draft is kept, through",
         "accept_prob:")

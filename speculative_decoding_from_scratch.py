@@ -3683,8 +3683,8 @@ def demo14_block_gain():
         " with chance w_k, and then draws one more token from p. Else it keeps a shorter run x_1..x_i, or none"
         " (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and draws the next token"
         " from max(0, w_i p - q), normalised, with p and q the rows after x_i." + (
-            " It never stops at an i where that is all zero, and where w_i = 1 and it is not, it keeps at least"
-            " x_1..x_i." if threshold_ends(P2, Q2) else ""))
+            " Two of those chances are simple. It never stops at an i where that residual is all zero. Where w_i = 1"
+            " and the residual is not, it always keeps x_1..x_i." if threshold_ends(P2, Q2) else ""))
     print()
     say("A later ratio above 1 can lift w back up after a low one.", ab, aa)
     print()
@@ -6842,7 +6842,7 @@ def demo30_pairs():
                " one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()
-    say("Below, for each pair of drafts: its chance under q, the block's weights and chance, the drafts each"
+    say("Below, for each pair of drafts: its chance under q, the block's weights and h_1, the drafts each"
         " verifier keeps on average, and the block's gain times the pair's chance. Token-wise checking keeps r_1 +"
         " r_1 r_2 drafts on average, for r_i its chance to keep draft i once the drafts before it are kept; the block"
         " keeps 2 w_2 + (1 - w_2) h_1. The last row weighs each pair by its chance:")

@@ -5899,14 +5899,12 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1: c grows, and the chain pays"
-            f" it {own[2]} times to the tree's {t[1]}. c is {main.name}'s bytes per pass over the target's, each"
-            " its weights plus B times a sequence's KV cache, the keys and values of its tokens."
-            f" {main.name.capitalize()}'s KV cache is a larger share of the target's than its weights are, so c climbs"
-            f" with B (chapter 37 gives its bytes at B = 1 and its KV cache's share). At B = {cross} the tree's"
-            f" check, {t[2]} positions a sequence, crosses the ridge, and each position past it costs time. Demo"
-            f" 6's {free_positions(c19.n_ctx)} positions were at B = 1; with each sequence's KV cache to read, more"
-            " fit under the ridge as B grows"
-            f" (chapter 25 derives where; take it as given here). So the loss peaks just before, at B = {own[1]}."
+            f" it {own[2]} times to the tree's {t[1]}. c grows as each sequence adds its KV cache, the keys and"
+            f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 37 says why that raises"
+            f" c). At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position"
+            f" past it costs time. Demo 6's {free_positions(c19.n_ctx)} positions were at B = 1; with each sequence's"
+            " KV cache to read, more fit under the ridge as B grows (chapter 25 derives where). So the loss peaks just"
+            f" before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w)) and made[0] < made[1]  # at B = 1, weights; at the last B, caches
@@ -7331,8 +7329,8 @@ def demo35_chain_loss(**how):
     print()
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
-        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
-        " the plan keeps the option it runs until that option falls more than that below the fastest (chapter 19)."
+        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin"
+        " (chapter 19)."
         if -c19.tol < ahead < 0 else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",

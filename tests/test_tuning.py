@@ -843,7 +843,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     text35 = " ".join(section(in_process[1], "35").split())
     assert (f"At B = {cross} the tree's check, 15 positions a sequence, crosses the ridge, and each position past it"
             " costs time. Demo 6's 295 positions were at B = 1; with each sequence's KV cache to read, more fit under"
-            " the ridge as B grows (chapter 25 derives where; take it as given here). So the loss peaks just before,"
+            " the ridge as B grows (chapter 25 derives where). So the loss peaks just before,"
             f" at B = {cross - 1}.") in text35 and cross * 15 > 295  # reads 1760,
     # 1762 and 1781 set 480 against demo 6's 295 for 2 to 3 minutes each, printed or not; by hand, the positions a
     # pass covers grow with B: the ridge over a position's MACs, times the weights' bytes plus B KV caches'
@@ -1367,18 +1367,16 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     k8 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 8)
     assert f"{tree_tokens:.3f}" == "3.134" and f"{k8:.3f}" == "3.219"
     assert (f"Up to B = 31 that loss grows with B, from {loss:.1%} at B = 1: c grows, and the chain pays it 8 times to"
-            " the tree's 3. c is small's bytes per pass over the target's, each its weights plus B times a sequence's"
-            " KV cache, the keys and values of its tokens. Small's KV cache is a larger share of the target's than its"
-            " weights are, so c climbs with B (chapter 37 gives its bytes at B = 1 and its KV cache's share). At"
-            " B = 32 the tree's check, 15 positions a sequence, crosses the ridge, and each position past it costs"
-            " time.") in text
+            " the tree's 3. c grows as each sequence adds its KV cache, the keys and values of its tokens, to small's"
+            " bytes a pass and the target's (chapter 37 says why that raises c). At B = 32 the tree's check, 15"
+            " positions a sequence, crosses the ridge, and each position past it costs time.") in text  # stop 77:
+    # the why of c is chapter 37's
     # read 1775 could not parse the clause that said this in one breath
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)
     assert ("The serving engines of chapter 23 (vLLM, SGLang and TensorRT-LLM) cannot switch between a tree and chains"
             " by B, so there they run small's best chain, k = 8, the longest the plan tries, from 8 draft passes.") \
-        in text and ("At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: the"
-                     " plan keeps the option it runs until that option falls more than that below the fastest") in \
-        text  # read 1869 read 'schedule only chains by B' two ways, and asked why the tree stays at B = 34; read
+        in text and ("At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin"
+                     " (chapter 19).") in text  # read 1869 read 'schedule only chains by B' two ways, and asked why the tree stays at B = 34; read
     # 1768 found the cap unflagged; the shares behind c are chapter 37's (reads 1760 and 1768 checked them here)
     assert "0.0234" not in text and f"{weights:.4f}" not in text
     assert "19.7" not in text  # read 1673 spent 2 minutes on demo 6's 295 / 15 against B = 32: chapter 25's
@@ -1425,8 +1423,8 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             " as B grows") in text
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there
     assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and (
-        "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: the plan keeps the"
-        " option it runs until that option falls more than that below the fastest (chapter 19).") in text
+        "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin (chapter 19).") in \
+        text
 
 
 def test_chapters_32_and_37_withhold_their_takeaways_when_big_is_the_better_draft(capsys):

@@ -7214,10 +7214,11 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     both, by the exact TV of the first n tokens: which change does the harm."""
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
-        " chapter 14's --detail gives all five). In step 3 the block tosses a coin of its own for each position i,"
-        " heads with Sun et al.'s chance h_i (w_k for the last), and heads makes i a cut point; it keeps x_1..x_i for i the last cut"
-        " point, or none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised, with w_i"
-        " chapter 14's weight and p and q the rows after x_i, or from p if i = k.")
+        " chapter 14's --detail gives all five). They weigh the drafts as chapter 14 does: w_0 = 1, and w_i ="
+        " min(1, w_(i-1) p(x_i) / q(x_i)). In step 3 the block tosses a coin of its own for each position i, heads"
+        " with chance h_i, from w_i and the rows after x_i (Sun et al.'s formula; w_k for the last). Heads makes i a"
+        " cut point, and the block keeps x_1..x_i for i the last cut point, or none (i = 0). In step 5 it draws the"
+        " next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.")
     print()
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"

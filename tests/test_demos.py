@@ -1270,9 +1270,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # the two steps the shipped paths change, and those alone (stop 77: the five steps are chapter 14's detail; read
     # 1635 found which was which only from 'Step 2's chance is never used', so h_i is named, not step 2)
     assert ("Each changes two of the five steps of block verification (Sun et al., ICLR 2025; chapter 14's --detail"
-            " gives all five). In step 3 the block tosses a coin of its own for each position i, heads with Sun et"
-            " al.'s chance h_i (w_k for the last), and heads makes i a cut point; it keeps x_1..x_i for i the last cut point, or none"
-            " (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised") in flat(text34) and (
+            " gives all five). They weigh the drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) /"
+            " q(x_i)). In step 3 the block tosses a coin of its own for each position i, heads with chance h_i, from"
+            " w_i and the rows after x_i (Sun et al.'s formula; w_k for the last). Heads makes i a cut point, and the"
+            " block keeps x_1..x_i for i the last cut point, or none (i = 0). In step 5 it draws the next token from"
+            " max(0, w_i p - q), normalised") in flat(text34) and (  # w_i and h_i defined (reads 1922, 1923)
         "so h_i is never used") in flat(text34) and "Step 2" not in text34 and "Sun et al.'s rule, in five steps" in \
         printed(sd.DETAILS["14"], demo["14"][0])[1]
     assert f"{tv3:.4f} and {rows[2][3]:.4f}" == "0.2672 and 0.2672"  # the table's n = 3 column

@@ -1166,7 +1166,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     model = sd.PhaseModel(len(prompt), ((120, 0.99), (120, 0.3), (120, 0.99)))
     assert max(d for d, _ in sd.phase_run(model, prompt, 360, 5, 0, adapt=True)) <= 16 == sd.ADAPT_MAX
     off = rows["off for good below 1.0"]
-    assert on[2] < off[2] < 1 and (f"so the schedule does not speculate there at all; off for good pays that cost until"
+    assert on[2] < off[2] < 1 and ("so the schedule does not speculate there at all; off for good pays that cost until"
                                    " it switches off: it made") in text and f"plain passes over its 3 runs, {off[2]:.2f}." in text
     assert (adaptive[2] < 1) == ("It moves k by what passed, not by what a pass costs: at B = 256 it is slower than"
                                  " plain decoding too." in detail20)

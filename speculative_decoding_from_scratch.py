@@ -2622,14 +2622,16 @@ def demo9_verifiers(k=3):
         if len(winners) > 1 else
         "Every setting keeps alike on every pair." if all(max(r[1:6]) - min(r[1:6]) < 1e-9 for r in prow) else
         f"{winners[0]} accepts most for every pair.",
-        "Block gains only where a later draft's p/q above 1 makes up for an earlier draft's low one (chapter 14)."
-        " With q all on x, p/q is p(x), never above 1, so over one-hot drafts block accepts what one-hot accepts."
+        "Block weighs a run of drafts by the product of their ratios p/q, capped at 1 (chapter 14), so it gains only"
+        " where a later ratio above 1 makes up for an earlier low one. With q all on x, p/q is p(x), never above 1,"
+        " so over one-hot drafts block accepts what one-hot accepts."
         if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",
         ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
          " the larger. " if keeps_min else "") +
-        (f"One-hot wins only on '{where[0]}', a sharpened p against a flattened q"
+        (f"One-hot wins only on '{where[0]}', a sharpened p against a flattened q. Tempering keeps each row's order,"
+         " so there the draft's argmax is p's likeliest token"
          if len(where) == 1 and where[0] == tempered[-1][0] and keeps_min else
          f"One-hot beats probabilistic only on '{where[0]}', in {wins} of its {VOCAB} contexts" if len(where) == 1 else
          f"One-hot beats probabilistic in some contexts of {plural(len(where), 'pair')}" if where else

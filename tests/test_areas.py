@@ -273,8 +273,9 @@ def test_chapter9s_one_hot_wins_are_counted_with_the_one_hot_table_and_every_win
     # with the criterion, by hand above (one-hot keeps p(x), probabilistic sum min(p, q)), and where it holds: read
     # 1569 worked it out for a minute when only --detail gave it; read 1586 found a ratio p/q above 1 no criterion
     assert ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
-            " the larger. One-hot wins only on 'p at T=0.3, q at T=3', a sharpened p against a flattened q; --detail"
-            " counts the contexts where it wins." in " ".join(section(in_process[1], "9").split())) and \
+            " the larger. One-hot wins only on 'p at T=0.3, q at T=3', a sharpened p against a flattened q. Tempering"
+            " keeps each row's order, so there the draft's argmax is p's likeliest token; --detail counts the contexts"
+            " where it wins." in " ".join(section(in_process[1], "9").split())) and \
         "of the 24 cases" not in section(in_process[1], "9")
     # the reason, by hand: where q(x) >= p(x) at the argmax x, min(p, q) at x alone is p(x), what one-hot keeps
     for P, Q in pairs:

@@ -3685,8 +3685,8 @@ def demo14_block_gain():
         " with chance w_k, and then draws one more token from p. Else it keeps a shorter run x_1..x_i, or none"
         " (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and draws the next token"
         " from max(0, w_i p - q), normalised, with p and q the rows after x_i." + (
-            " Two of those chances are simple. It never stops at an i where that residual is all zero. Where w_i = 1"
-            " and the residual is not, it always keeps x_1..x_i." if threshold_ends(P2, Q2) else ""))
+            " Two cases are simple. It never stops at an i where that residual is all zero. Where w_i = 1 and the"
+            " residual is not, it always keeps at least x_1..x_i." if threshold_ends(P2, Q2) else ""))
     print()
     say("A later ratio above 1 can lift w back up after a low one.", ab, aa)
     print()

@@ -1414,9 +1414,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # run never stops where that draw has nothing (read 1919 was partly lost without it)
     assert ("It keeps all k drafts with chance w_k, and then draws one more token from p. Else it keeps a shorter run"
             " x_1..x_i, or none (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and"
-            " draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i. Two of those"
-            " chances are simple. It never stops at an i where that residual is all zero. Where w_i = 1 and the"
-            " residual is not, it always keeps x_1..x_i.") in \
+            " draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i. Two cases are"
+            " simple. It never stops at an i where that residual is all zero. Where w_i = 1 and the residual is not, it"
+            " always keeps at least x_1..x_i.") in \
         flat(text) and "cut point" not in text and "h_i = Z_i" not in text  # the second clause so that 'b then a
     # ties' follows (reads 1933 and 1935 could not check it)
     for edit in ("return weight", "return 0.5 if Z > 0 else 0.0"):  # the block stage's h edited: both clauses go

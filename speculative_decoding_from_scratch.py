@@ -5989,7 +5989,8 @@ def demo24_ideal():
         "Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, and"
         f" it keeps {ninths(rows[1][1])}. So no verifier of that kind reaches {ninths(ideal)} here: for that kind the"
         f" ideal is {ninths(ideal - rows[1][1])} too high." if not over and rows[1][1] < ideal - 1e-9 else "",
-        f"A verifier of another kind reaches {ninths(ideal)} here (--detail shows one). Whether a verifier reaches"
+        f"A verifier of another kind, one that judges the pair of drafts as one token, reaches {ninths(ideal)} here"
+        " (--detail shows it). Whether a verifier reaches"
         " the ideal in general, this chapter leaves open." if reached else "")
     print()
     say("Chapter 31 sets the three side by side on the lesson's middling draft.")
@@ -6352,7 +6353,8 @@ def demo27_rates(**how):
         f"At every shorter k the rates read low, by at most {low:.4f}." if low is not None else
         "At a shorter k they differ." if r.off else "",
         "That is close enough for chapter 19's plan: picking by these rates, not by exact prices, loses at most"
-        f" {untolerant.worst:.2%} of the speedup at any B (--detail)." if 0 <= untolerant.worst < 0.001 else "")
+        f" {untolerant.worst:.2%} of the speedup at any batch size B (--detail)." if 0 <= untolerant.worst < 0.001
+        else "")
     s1 = r.starts[1]  # where small's rounds of 1 start
     said_why = (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
                 and s.start[s.short] < s1.start[s.short] < s.text[s.short] and s1.redrawn.sum() < s.redrawn.sum())

@@ -1605,7 +1605,8 @@ def test_chapter24_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     pp, qq = np.array([1, 2, 2, 4]) / 9, np.array([4, 2, 2, 1]) / 9  # aa, ab, ba, bb
     assert 2 * np.minimum(pp, qq).sum() == pytest.approx(12 / 9) and (np.maximum(pp - qq, 0) > 0).tolist() == [
         False, False, False, True]
-    assert ("A verifier of another kind reaches 12/9 here (--detail shows one). Whether a verifier reaches the ideal"
+    assert ("A verifier of another kind, one that judges the pair of drafts as one token, reaches 12/9 here (--detail"
+            " shows it). Whether a verifier reaches the ideal"
             " in general, this chapter leaves open.") in flat(text)  # the verifier is the detail's (read 1859 spent
     # 12 minutes on the chapter, checking it pair by pair)
     with contextlib.redirect_stdout(io.StringIO()) as out:

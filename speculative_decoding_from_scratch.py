@@ -7324,7 +7324,7 @@ def demo35_chain_loss(**how):
         + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
         " chain's speedup / the tree's):")
     print()
-    batches = sorted({1, 8, 16, 24, own[1], own[1] + 1, end} - {0})
+    batches = sorted({1, 16, own[1], own[1] + 1, end} - {0})
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
              1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches if b <= c19.max_batch]
     table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".4f"), (f"k = {own[2]}", 8, ".4f"),
@@ -7550,7 +7550,7 @@ def demo37_big_never(**how):
                     (s.chain_speed, s.chain, s.c_small[0]), (s.longest_speed, s.longest, s.c_longest)) else ".")
             + " The tree is not what beats big." if s.chain is not None and s.chain_speed > s.longest_speed else "")
     if said[2]:
-        shown = sorted({1, 32, 64, 128, s.big_fit})
+        shown = sorted({1, 64, s.big_fit})
         rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)),
                  *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
         print()

@@ -2622,9 +2622,9 @@ def demo9_verifiers(k=3):
         if len(winners) > 1 else
         "Every setting keeps alike on every pair." if all(max(r[1:6]) - min(r[1:6]) < 1e-9 for r in prow) else
         f"{winners[0]} accepts most for every pair.",
-        "Block weighs a run of drafts by the product of their ratios p/q, capped at 1 (chapter 14), so it gains only"
-        " where a later ratio above 1 makes up for an earlier low one. With q all on x, p/q is p(x), never above 1,"
-        " so over one-hot drafts block accepts what one-hot accepts."
+        "Block weighs a run of drafts by a running product of their ratios p/q, capped at 1 after each step"
+        " (chapter 14), so it gains only where a later ratio above 1 makes up for an earlier low one. With q all on"
+        " x, p/q is p(x), never above 1, so over one-hot drafts block accepts what one-hot accepts."
         if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",

@@ -3641,7 +3641,8 @@ def gain_example(P2, Q2):
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1, so the block always keeps both, where token-wise checking keeps"
             f" them with chance {fraction(w1)}.",
             f"On {pair} it keeps fewer" + (
-                f": w_1 p - q is nowhere above 0, so it never stops at the first draft. It keeps both with chance"
+                f": w_1 p - q is nowhere above 0, so a stop at the first draft would leave nothing to draw the next"
+                f" token from, and it never stops there. It keeps both with chance"
                 f" w_2 = {fraction(fewer[4])}, else none. That is"
                 if fewer[3] == 0 else ",")
             + f" {fraction(fewer[6])} a draft on average against token-wise checking's {fraction(fewer[5])}, so"
@@ -3684,9 +3685,7 @@ def demo14_block_gain():
         " the target's probability of the run over the draft's, capped at 1 at each step. It keeps all k drafts"
         " with chance w_k, and then draws one more token from p. Else it keeps a shorter run x_1..x_i, or none"
         " (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and draws the next token"
-        " from max(0, w_i p - q), normalised, with p and q the rows after x_i." + (
-            " Two cases are simple. It never stops at an i where that residual is all zero. Where w_i = 1 and the"
-            " residual is not, it always keeps at least x_1..x_i." if threshold_ends(P2, Q2) else ""))
+        " from max(0, w_i p - q), normalised, with p and q the rows after x_i.")
     print()
     say("A later ratio above 1 can lift w back up after a low one.", ab, aa)
     print()

@@ -1414,14 +1414,13 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # run never stops where that draw has nothing (read 1919 was partly lost without it)
     assert ("It keeps all k drafts with chance w_k, and then draws one more token from p. Else it keeps a shorter run"
             " x_1..x_i, or none (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and"
-            " draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i. Two cases are"
-            " simple. It never stops at an i where that residual is all zero. Where w_i = 1 and the residual is not, it"
-            " always keeps at least x_1..x_i.") in \
-        flat(text) and "cut point" not in text and "h_i = Z_i" not in text  # the second clause so that 'b then a
-    # ties' follows (reads 1933 and 1935 could not check it)
-    for edit in ("return weight", "return 0.5 if Z > 0 else 0.0"):  # the block stage's h edited: both clauses go
+            " draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i.") in \
+        flat(text) and "cut point" not in text and "h_i = Z_i" not in text and "Two cases are simple" not in text
+    # (the two simple stop chances went back out: with them reads 1955, 1956, 1961 and 1962 took 10.5 to 15 minutes,
+    # 2 to 2.5 of them on that sentence; chapter 30 keeps them, where its table needs them)
+    for edit in ("return weight", "return 0.5 if Z > 0 else 0.0"):  # the block stage's h edited: chapter 30's go
         m = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", edit),))
-        assert not m.threshold_ends(*m.PAPER_EXAMPLE) and "always keeps x_1" not in printed(m.demo14_block_gain)[1]
+        assert not m.threshold_ends(*m.PAPER_EXAMPLE)
         assert "It is 1 where w_1 = 1" not in printed(m.demo30_pairs)[1]
     assert ("from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k") in \
         flat(section(all_run, "15"))
@@ -1432,8 +1431,8 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("A later ratio above 1 can lift w back up after a low one. On drafts a then b, w_1 = 1/2 and"
             " w_2 = min(1, 1/2 * 2) = 1, so the block always keeps both, where token-wise checking keeps them with"
             " chance 1/2.") in flat(text)
-    assert ("On drafts a then a it keeps fewer: w_1 p - q is nowhere above 0, so it never stops at the first draft. It"
-            " keeps both with chance w_2 = 1/4, else none. That is 1/2 a draft on average against token-wise"
+    assert ("On drafts a then a it keeps fewer: w_1 p - q is nowhere above 0, so a stop at the first draft would leave"
+            " nothing to draw the next token from, and it never stops there. It keeps both with chance w_2 = 1/4, else none. That is 1/2 a draft on average against token-wise"
             " checking's 3/4, so the gain is an average. On b then a and b then b the two keep the same. Chapter 30"
             " weighs each pair.") in flat(text)  # the ties, so 11/9 follows (reads 1915, 1925, 1928 could not)  # read 1802 took 'can keep fewer on other
     # (read 1858 worked out for itself why position 1 is never a cut point there: the zero residual, said)

@@ -3617,12 +3617,11 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
 
 def threshold_ends(P2, Q2):
     """Whether the block's chance to stop at a position, block_threshold, is 0 where its residual max(0, w p - q) is
-    all zero and 1 where w = 1 and it is not, on the paper's example after either token (chapters 14 and 30 say so)."""
-    zero = [w for w in (0.5, 1.0) for c in range(len(P2)) if not (w * P2[c] - Q2[c] > 0).any()]
-    some = [c for c in range(len(P2)) if (P2[c] - Q2[c] > 0).any()]
-    return bool(zero and some) and all(block_threshold(w, P2[c], Q2[c]) == 0 for w in zero for c in range(len(P2))
-                                       if not (w * P2[c] - Q2[c] > 0).any()) and all(
-        abs(block_threshold(1.0, P2[c], Q2[c]) - 1) < 1e-12 for c in some)
+    all zero and 1 where w = 1 and it is not, on the paper's example after either token (chapter 30 says so)."""
+    empty = [(w, c) for w in (0.5, 1.0) for c in range(len(P2)) if not (w * P2[c] - Q2[c] > 0).any()]
+    full = [(1.0, c) for c in range(len(P2)) if (P2[c] - Q2[c] > 0).any()]
+    return bool(empty and full) and all(block_threshold(w, P2[c], Q2[c]) == 0 for w, c in empty) and all(
+        abs(block_threshold(w, P2[c], Q2[c]) - 1) < 1e-12 for w, c in full)
 
 
 def gain_example(P2, Q2):

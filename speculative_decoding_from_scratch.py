@@ -5025,6 +5025,11 @@ def round_price(drafts, batch):
     return verify_cost(drafts, batch) if drafts else 1.0
 
 
+def rounds_free(k, batch):
+    """Whether every round of up to k drafts costs one plain pass at a batch size, as at B = 1 in demo 6."""
+    return all(round_price(j, batch) == 1.0 for j in range(k + 1))
+
+
 def phase_speedup(run, batch):
     """A run's speedup over plain decoding at a batch size: its tokens over
     the price of its rounds."""
@@ -5050,8 +5055,8 @@ def round_words(runs, k, batches):
     rounds = [r for run in runs for r in run]
     small, big = min(batches), max(batches)
     tokens, cost = np.mean([e for _, e in rounds]), np.mean([round_price(d, big) for d, _ in rounds])
-    free = all(round_price(j, small) == 1.0 for j in range(k + 1))
-    return (f"At B = {small} a check of up to {k} drafts costs one plain pass, as in demo 6. " if free else "") + (
+    return (f"At B = {small} a check of up to {k} drafts costs one plain pass, as in demo 6. " if rounds_free(k, small)
+            else "") + (
         f"At B = {big} a check crosses the ridge and costs more, the more drafts it holds (--detail prices it):"
         if verify_cost(k, big) > 1 else f"At B = {big}") + (
         f" always on's rounds made {tokens:.2f} tokens each and cost {cost:.2f} plain passes each there. The"
@@ -5126,8 +5131,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f"It switches off at about character {at:.0f}{where}" + (
             f", and misses stretch {len(phases)}'s copying" if at < ends[-2] and phases[-1][1] > phases[-2][1] else "")
         + "." if at < n else "It never switches off here.",
-        *[(f"At B = {b}, where a round costs one plain pass, off for good " if all(
-            round_price(j, b) == 1.0 for j in range(k + 1)) else f"At B = {b}, off for good ")
+        *[(f"At B = {b}, where a round costs one plain pass, off for good " if rounds_free(k, b)
+           else f"At B = {b}, off for good ")
           + priced_words(runs[off[0]], b) + f": {off[1 + i]:.2f}." if on[1 + i] > 1 and behind[i] else f"At B = {b},"
           f" speculating costs more than it saves ({on[1 + i]:.2f}), so the schedule does not speculate there at all"
           + (f"; off for good pays that cost until it switches off: it {priced_words(runs[off[0]], b)},"

@@ -5280,7 +5280,9 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
         f"NOT every row emits its tempered target: {', '.join(failed)}.",
         f"At T = 0, {n_greedy:,} tokens of greedy speculation match a plain argmax loop's, token for token."
         if same == n_greedy
-        else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).")
+        else f"At T = 0 its tokens are NOT a plain argmax loop's ({same} of {n_greedy:,} agree).",
+        "At T = 0 the tempered rows are one-hot, so a fit there is 1 while every token is its row's likeliest, and 0"
+        " at any other." if not failed and all(f == 1.0 for r in rows if r[1] == 0 for f in r[6:8]) else "")
     lower = all(r[3] < r[2] for r in hot)
     slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
                   for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}

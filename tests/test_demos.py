@@ -335,6 +335,18 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert [r[9] for r in result.temperatures] == ["the target"] * 6
     assert result.greedy == 1000 and ("At T = 0, 1,000 tokens of greedy speculation match a plain argmax loop's,"
                                       " token for token.") in " ".join(text.split())
+    # what a fit means at T = 0 (reads 1887, 1908, 1939 and 1968 asked): by hand on a one-hot row, Pearson's test
+    # scores 0 on one degree of freedom while every token is the likeliest, p-value 1, and any other token is an
+    # infinite misfit, p-value 0
+    row = sd.temper(sd.TARGET, 0)[0]
+    likeliest = int(row.argmax())
+    assert sd.chi2_sf(*sd.pearson(np.eye(6)[likeliest] * 50, row)) == 1.0
+    assert sd.chi2_sf(*sd.pearson(np.eye(6)[likeliest] * 50 + np.eye(6)[(likeliest + 1) % 6], row)) == 0.0
+    assert all(f == 1.0 for r in result.temperatures if r[1] == 0 for f in r[6:8]) and ("At T = 0 the tempered rows"
+                                                                                        " are one-hot, so a fit there"
+                                                                                        " is 1 while every token is"
+                                                                                        " its row's likeliest, and 0 at"
+                                                                                        " any other.") in flat(text)
     # the toy's alpha rises from T = 0 to 1, and at T = 0 alpha is where the two likeliest tokens agree
     for label, Q in (("middling", sd.MIDDLING), ("blend 0.9", sd.blend(sd.TARGET, sd.UNRELATED, 0.9))):
         P0 = sd.temper(sd.TARGET, 0)

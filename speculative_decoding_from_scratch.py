@@ -3632,21 +3632,12 @@ def gain_example(P2, Q2):
     w2, second = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(P2[1], Q2[1], 1)
     if not (w1 < 1 and w2 == 1 and second == 1):
         return "", ""
-    pairs = block_pairs(P2, Q2)
-    fewer = next((r for r in pairs if r[6] < r[5]), None)
-    pair = f"drafts {fewer[0][0]} then {fewer[0][2]}" if fewer else ""
-    ties = [f"{r[0][0]} then {r[0][2]}" for r in pairs if abs(r[6] - r[5]) < 1e-12]
+    fewer = next((r for r in block_pairs(P2, Q2) if r[6] < r[5]), None)
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1, so the block always keeps both, where token-wise checking keeps"
             f" them with chance {fraction(w1)}.",
-            f"On {pair} it keeps fewer" + (
-                f": w_1 p - q is nowhere above 0, so a stop at the first draft would leave nothing to draw the next"
-                f" token from, and it never stops there. It keeps both with chance"
-                f" w_2 = {fraction(fewer[4])}, else none. That is"
-                if fewer[3] == 0 else ",")
-            + f" {fraction(fewer[6])} a draft on average against token-wise checking's {fraction(fewer[5])}, so"
-            " the gain is an average." + (f" On {and_list(ties)} the two keep the same." if ties else "")
-            + " Chapter 30 weighs each pair." if fewer else "")
+            f"On drafts {fewer[0][0]} then {fewer[0][2]} it keeps fewer than token-wise checking, so the gain is an"
+            " average. Chapter 30 weighs each pair." if fewer else "")
 
 
 def demo14_block_gain():
@@ -3680,11 +3671,10 @@ def demo14_block_gain():
     print()
     ab, aa = gain_example(P2, Q2)
     say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs each run of"
-        " drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with w_0 = 1 and p and q the rows after x_(i-1):"
-        " the target's probability of the run over the draft's, capped at 1 at each step. It keeps all k drafts"
-        " with chance w_k, and then draws one more token from p. Else it keeps a shorter run x_1..x_i, or none"
-        " (i = 0), with chances Sun et al. give (--detail gives the rule in five steps), and draws the next token"
-        " from max(0, w_i p - q), normalised, with p and q the rows after x_i.")
+        " drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with w_0 = 1: a running product of the drafts'"
+        " ratios, capped at 1 after each step. It keeps all k drafts with chance w_k. Else it keeps a shorter run,"
+        " or none, with chances Sun et al. set so that the output stays the target's. Then it draws one more token"
+        " (--detail gives the rule in five steps).")
     print()
     say("A later ratio above 1 can lift w back up after a low one.", ab, aa)
     print()
@@ -5994,8 +5984,7 @@ def demo24_ideal():
         "Block verification is proven best of the verifiers that keep the first few drafts, then draw one token, and"
         f" it keeps {ninths(rows[1][1])}. So no verifier of that kind reaches {ninths(ideal)} here: for that kind the"
         f" ideal is {ninths(ideal - rows[1][1])} too high." if not over and rows[1][1] < ideal - 1e-9 else "",
-        f"A verifier of another kind, one that judges the pair of drafts as one token, reaches {ninths(ideal)} here"
-        " (--detail shows it). Whether a verifier reaches"
+        f"The option --detail shows a verifier of another kind that reaches {ninths(ideal)} here. Whether one reaches"
         " the ideal in general, this chapter leaves open." if reached else "")
     print()
     say("Chapter 31 sets the three side by side on the lesson's middling draft.")
@@ -6837,43 +6826,37 @@ def demo30_pairs():
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
         " min(1, p(x) / q(x)), and stops at the first rejection. The block, for drafts x_1 then x_2:")
-    say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)).",
-               "h_1, Sun et al.'s chance for position 1, set so that the output stays the target's (chapter 14's"
-               " --detail gives it)." + (" It is 0 where max(0, w_1 p - q) is all zero, with p and q the rows after"
-                                        " x_1: then nothing is left to draw the next token from. It is 1 where w_1 ="
-                                        " 1 and that is not." if threshold_ends(P2, Q2) else ""),
-               "Two independent coins: position 2's lands heads with chance w_2, position 1's with chance h_1. Heads"
-               " makes a position a cut point.",
-               "The block keeps drafts 1 to j, for j the furthest cut point, or none if there is none. So it keeps"
-               " both drafts with chance w_2, and only the first with chance (1 - w_2) h_1. Each verifier then adds"
-               " one token of its own, so the drafts kept decide the gain."],
+    say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). So w_2 is a"
+               " running product of the two drafts' ratios p/q, capped at 1 after each step.",
+               "It keeps both drafts with chance w_2. Else it keeps the first alone with chance h_1, or none. h_1 is"
+               " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)." + (
+                   " It is 0 where max(0, w_1 p - q) is all zero, with p and q the rows after x_1: then nothing is"
+                   " left to draw the next token from. It is 1 where w_1 = 1 and that residual is not all zero."
+                   if threshold_ends(P2, Q2) else ""),
+               "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()
-    say("Below, for each pair of drafts: its chance under q, the block's weights and h_1, the drafts each"
-        " verifier keeps on average, and the block's gain times the pair's chance. Token-wise checking keeps r_1 +"
-        " r_1 r_2 drafts on average, for r_i its chance to keep draft i once the drafts before it are kept; the block"
-        " keeps 2 w_2 + (1 - w_2) h_1. The last row weighs each pair by its chance:")
+    say("Below, for each pair of drafts: its chance under q, the block's weights and h_1, and the drafts each"
+        " verifier keeps on average. Token-wise checking keeps r_1 + r_1 r_2 drafts on average, for r_i its chance"
+        " to keep draft i once the drafts before it are kept; the block keeps 2 w_2 + (1 - w_2) h_1. The last row"
+        " weighs each pair by its chance:")
     print()
     pairs = block_pairs(P2, Q2)
     table([("drafts", 7, "<"), ("chance", 7, ninths), ("w_1", 6, fraction), ("h_1", 6, fraction),
-           ("w_2", 6, fraction), ("token-wise", 12, fraction), ("block", 7, fraction),
-           ("weighted gain", 15, lambda x: ninths(x, sign=True))],
-          pairs + [("all", sum(r[1] for r in pairs), None, None, None,
-                    *reversed(pairs_kept(pairs)), sum(r[7] for r in pairs))],
+           ("w_2", 6, fraction), ("token-wise", 12, fraction), ("block", 7, fraction)],
+          [r[:7] for r in pairs] + [("all", sum(r[1] for r in pairs), None, None, None, *reversed(pairs_kept(pairs)))],
           groups=[("drafts kept", 5, 6)])  # the last row: each pair weighed by its chance (read 1487 summed them)
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
-    gives_back = (f"It gives some back on 'a' then 'a'. There h_1 = 0, as w_1 p(y) <= q(y) for both tokens y"
-                  f" (--detail sums them), so it keeps both with chance w_2 = {fraction(aa[4])}, else none:"
+    gives_back = (f"It gives some back on 'a' then 'a'. There h_1 = 0, as w_1 p(y) <= q(y) for both tokens y,"
+                  f" so it keeps both with chance w_2 = {fraction(aa[4])}, else none:"
                   f" {fraction(aa[6])} a draft on average, against token-wise checking's {fraction(aa[5])}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
     net = net_words(pairs, gap, float(np.maximum(P2[1] - Q2[1], 0).sum()))  # Z_1 after 'b', where w_1 = 1
     say_paragraphs([why[0], gives_back + net,
-                    "The option --detail adds the sums term by term, and works out the block's first token: it follows"
-                    " p, as chapter 14's exact TV says of the block's output."
-                    if why[3] else ""])
+                    "The option --detail adds the sums term by term." if why[1] and why[2] else ""])
     kept = pairs_kept(pairs)
     takeaway(f"the block gains where a later draft makes up for an earlier one's low ratio, and gives some back where"
              f" none does: {ninths(gap)} of a draft a round in all, here" + (

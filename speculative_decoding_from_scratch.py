@@ -4768,7 +4768,7 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25 gives the bytes). Going up in B,"
+    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25's --detail gives the bytes). Going up in B,"
         f" the plan switches only when its current choice falls more than {c19.tol:.1%} below the best. The plan,"
         " with the positions each sequence's check holds, and the lowest and highest speedup over each range of B:")
     print()
@@ -5770,7 +5770,7 @@ def demo23_engines(**how):
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
         f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         f" batch size, is the number of sequences a server decodes at once. The plan runs to B = {c19.max_batch}"
-        + (", " + fit_lead(c19.roomiest) + " (chapter 25 gives the bytes; take it as given here)"
+        + (", " + fit_lead(c19.roomiest) + " (chapter 25's --detail gives the bytes; take it as given here)"
            if c19.max_batch == c19.fit else "")
         + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
@@ -6048,10 +6048,9 @@ def demo25_ridge(**how):
         f" {c19.k_max} and one tree." + (
             f" Of its two draft models, big (blend {c19.big_weight:g}) and small (the middling draft), it runs"
             f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
-        + " Its plan runs to B ="
-        f" {c19.max_batch} at {c19.n_ctx} tokens of context: {c19.room_words}."
-        " As B grows, its plan checks fewer positions per sequence."
-        " Why?")
+        + f" Its plan runs to B = {c19.max_batch} at {c19.n_ctx} tokens of context" + (
+            f", {fit_lead(c19.roomiest)} (--detail gives the bytes)." if c19.max_batch == c19.fit else ".")
+        + " As B grows, its plan checks fewer positions per sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
         f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"
@@ -6083,8 +6082,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     each = s.ridge_each
     quotients = ridge_quotients(s) or ("", "")
     say(f"A position does {s.m / 1e9:.2f} GMACs. A pass of B sequences, n positions each (k + 1 for k drafts),"
-        f" reads the target's weights once, {s.w / 1e9:.2f} GB, and each sequence's KV cache in the target,"
-        f" {s.kv / 1e9:.4f} GB. It stays below the ridge while {s.m / 1e9:.2f} B n <= {ridge():.1f}"
+        f" reads the target's weights once, {s.w / 1e9:.2f} GB, and each sequence's KV cache in the target (the keys"
+        f" and values of its tokens), {s.kv / 1e9:.4f} GB. It stays below the ridge while {s.m / 1e9:.2f} B n <= {ridge():.1f}"
         f" ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B)."
         f" So a sequence can check up to n = {s.ridge_base:.1f} / B + {each:.3f} positions ({quotients[0]} ="
         f" {s.ridge_base:.1f}; {quotients[1]} = {each:.3f}): demo 6's {s.alone} at B = 1, falling"
@@ -6103,8 +6102,9 @@ def demo25_crossings(s, buckets, max_batch, tol):
         f" planned option: the least B at which its n reaches {s.ridge_base:.1f} / B + {each:.3f}, where its check"
         " crosses the ridge, and the batches the plan runs it for"
         + "".join(
-            f" ('{how}' is chapter 19's tree of {' + '.join(str(a**j) for j in range(1, b + 1))} = {n - 1} drafts,"
-            f" checked with the text's last token as {n} positions, as a chain of k drafts is checked as k + 1)"
+            f" ('{how}' is chapter 19's tree: {a} candidates under each node, {b} deep,"
+            f" {' + '.join(str(a**j) for j in range(1, b + 1))} = {n - 1} drafts, checked as {n} positions with the"
+            " text's last token)"
             for how, n, *_ in rows[:1] if how.startswith("tree")
             for a, b in [map(int, how.split()[1].rstrip(",").split("x"))]
             if sum(a**j for j in range(1, b + 1)) == n - 1)
@@ -6170,6 +6170,7 @@ def demo25_detail(result):
     s, tol = result.shape, result.c19.tol
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
+        f"B = {result.c19.max_batch} is {result.c19.room_words}." if result.c19.max_batch == result.c19.fit else "",
         result.priced,
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
@@ -7541,8 +7542,12 @@ def demo37_big_never(**how):
         shown = sorted({1, 64, s.big_fit})
         rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)),
                  *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
+        bytes_over_bytes = pass_bytes(tuple((d, b) for b in shown for d in (big, small)), n_ctx) is not None
+        tree_first = s.first is not None and s.first.shape.startswith("tree") and abs(s.first_speed - rows[0][4]) < 1e-12
         print()
-        say(said[2], f"Each draft's c, and the speedup of its best option, up to B = {s.big_fit}" + (
+        say(said[2], ("A draft pass and a plain target pass stay memory-bound at these B, so c is still bytes over bytes. " if
+                      bytes_over_bytes else "") + "Each draft's c, and the speedup of its best option"
+            + (" (at B = 1, small's is its tree)" if tree_first else "") + f", up to B = {s.big_fit}" + (
             f", {fit_lead('big')} (take it as given here):" if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
@@ -7551,7 +7556,7 @@ def demo37_big_never(**how):
         falls = all(a[j] > b[j] for a, b in zip(rows, rows[1:]) for j in (3, 4))
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             " Both fall as B grows: c rises, and a check whose positions pass the ridge costs more than one plain"
-            " pass (chapter 25)." if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
+            " pass (chapter 25 prices it; take the speedups past B = 1 as given here)." if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
     times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]
     takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1 and"

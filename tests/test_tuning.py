@@ -155,8 +155,8 @@ def test_a_plan_stops_at_the_batch_whose_kv_caches_fit(tmp_path, capsys, in_proc
     # chapter 19 names the cap and leaves its bytes to chapter 25 (reads 1791 and 1794 checked them for 1 to 1.5
     # minutes in chapter 19 and asked what made up 13.63 GB), which prints them
     assert (f"The plan stops at B = {fit19}, the most sequences that fit in the H100's 80 GB beside the target and"
-            " small (chapter 25 gives the bytes).") in " ".join(
-        section(in_process[1], "19").split()) and FIT_SMALL in " ".join(section(in_process[1], "25").split())
+            " small (chapter 25's --detail gives the bytes).") in " ".join(
+        section(in_process[1], "19").split()) and FIT_SMALL in " ".join(printed(sd.DETAILS["25"], in_process[0]["25"])[1].split())
     # the bytes the count divides, by hand (reads 1693, 1695, 1696 and 1703 tried (80 - 13.21) / 0.27 = 247): the
     # target's weights and input embeddings and small's, then both models' KV caches a sequence, at 512 tokens
     target, small = sd.LLAMA2_7B, (768, 2048, 4, 32000)
@@ -549,13 +549,16 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     gap = (plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).min()
     at = 1 + int((plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).argmin())
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
-        "Each draft's c, and the speedup of its best option, up to B = 192, the most sequences that fit in the H100's"
-        " 80 GB beside the target and big (take it as given here):") in text37 and "0.3355" not in text37 and (  # read
+        "A draft pass and a plain target pass stay memory-bound at these B, so c is still bytes over bytes. Each"
+        " draft's c, and the speedup of its best option (at B = 1, small's is its tree), up to B = 192, the most"
+        " sequences that fit in the H100's 80 GB beside the target and big (take it as given here):") in text37 and "0.3355" not in text37 and (  # read
         # 1736 guessed the bytes from demo 6; given, read 1773 checked them for 1.5 minutes
 
         "Each draft's alpha comes from its table, and its cost from the shape of the model it stands for.") in text37 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text37 and (
         "Big's c rises" not in text37)  # read 1524
-    # 'still bytes over bytes' at every B the table shows (read 1640 rebuilt big's c at B = 32 from bytes): by the
+    # 'still bytes over bytes' at every B the table shows (read 1640 rebuilt big's c at B = 32 from bytes; said this
+    # stop, as reads 1970 and 1975 rebuilt B = 64's for 1.5 to 2 minutes; which option is small's 3.06, as read 1970
+    # worked it out): by the
     # roofline's own verdicts, each draft's pass and the target's plain pass are memory-bound, and c is their ratio
     for b in (1, 32, 64, 128, 192):
         for d in (big, small):
@@ -563,7 +566,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             assert sd.roofline_time(*draft_pass)[1] == sd.roofline_time(*target_pass)[1] == "memory"
             assert draft_pass[1] / target_pass[1] == pytest.approx(sd.draft_cost(b, 512, draft=d), abs=1e-12)
     assert ("Big's best trails small's by 0.55 at B = 1, its closest. Both fall as B grows: c rises, and a check whose"
-            " positions pass the ridge costs more than one plain pass (chapter 25).") in text37 and "289.3" not in text37  # read 1681 found 'a
+            " positions pass the ridge costs more than one plain pass (chapter 25 prices it; take the speedups past B = 1 as given"
+            " here).") in text37  # read 1975 was partly lost trying to price them and "289.3" not in text37  # read 1681 found 'a
     # sequence's free ones' opaque; read 1647 could not rebuild the tree's 2.99 at B = 32 without the free positions' terms, and reads
     # 1656 and 1673 spent minutes rebuilding them: they are chapter 25's; by hand, from its printed figures:
     assert f"{3.134 / (15 / (289.3 / 32 + 5.878) + 3 * 0.0141):.2f}" == "2.99"
@@ -608,7 +612,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the plan's memory cap counts each drafter's weights and KV caches beside the target's: big stops first
     assert (big_fit, fit) == (192, 241) and (
         "The plan stops at B = 241, the most sequences that fit in the H100's 80 GB beside the target and small"
-        " (chapter 25 gives the bytes).") in (
+        " (chapter 25's --detail gives the bytes).") in (
         text) and ("The plan, with the positions each"
         " sequence's check holds, and the lowest and highest speedup over each range of B:") in text and (
         f"at B = {big_fit}, the most sequences that fit in memory beside it") in detail19  # big's, in the detail
@@ -662,7 +666,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # reads 1780, 1782 and 1798 derived the bound from its terms for 1 to 1.5 minutes: the chapter gives the
     # inequality it comes from, in one line
     assert ("A position does 6.74 GMACs. A pass of B sequences, n positions each (k + 1 for k drafts), reads the"
-            " target's weights once, 13.21 GB, and each sequence's KV cache in the target, 0.2684 GB. It stays below"
+            " target's weights once, 13.21 GB, and each sequence's KV cache in the target (the keys and values of its"
+            " tokens), 0.2684 GB. It stays below"
             " the ridge while 6.74 B n <= 147.6 (13.21 + 0.2684 B). So a sequence can check up to n ="
             f" {base:.1f} / B + {each:.3f} positions (147.6 * 13.21 / 6.74 = {base:.1f}; 147.6 * 0.2684 / 6.74 = {each:.3f}): demo 6's 295 at"
             f" B = 1, falling toward {each:.3f} as B grows. Every check in the table below scores"
@@ -726,8 +731,9 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # the planned ranges follow on, each from the batch after the last (read 1251 took 'to B' for a contradiction)
     assert "1-34 k = 8 9 93 35-95 k = 7 8 137 96-146 k = 6 7 258 147-241" in text
     assert "in the pass" not in text  # the pass's positions, B times a sequence's: the detail gives k = 8's (read 1550)
-    assert ("('tree 2x3, 15' is chapter 19's tree of 2 + 4 + 8 = 14 drafts, checked with the text's last token as 15"
-            " positions, as a chain of k drafts is checked as k + 1):") in text
+    assert ("('tree 2x3, 15' is chapter 19's tree: 2 candidates under each node, 3 deep, 2 + 4 + 8 = 14 drafts, checked"
+            " as 15 positions with the text's last token):") in text  # as chapter 23 writes it (read 1956: '2x3' was
+    # never defined)
     # how far past, from the table's own rows (read 1754 found 'a little' loose for k = 7's 9)
     assert sorted((34 - 32, 95 - 93, 146 - 137)) == [2, 2, 9]  # each range's end less its crossing, in the table
     assert ("Each check that crosses is still planned at its crossing and for 2 to 9 batch sizes after it. Just past"
@@ -742,8 +748,10 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert {o.drafter.name for _, _, o in result.c19.buckets if o} == {"small"}  # the plan, by its own rows
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (
-        "Its plan runs to B = 241 at 512 tokens of context: the most sequences that fit in the H100's 80 GB beside the"
-        " target and small" + FIT_SMALL + ".") in text and "Memory holds" not in text  # read 1649 tried to rebuild
+        "Its plan runs to B = 241 at 512 tokens of context, the most sequences that fit in the H100's 80 GB beside the"
+        " target and small (--detail gives the bytes).") in text and "Memory holds" not in text and FIT_SMALL not in \
+        text  # the bytes are the detail's this stop (reads 1955 and 1956 checked them for 1 minute, and stalled on
+    # 0.2747 beside the ridge's 0.2684)  # read 1649 tried to rebuild
     # 241 from it
     # why the tree gives way first: fewer tokens per call, from fewer draft passes, over more positions than k = 8
     t, c = result.options[tree], result.options[chain]
@@ -762,7 +770,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     with contextlib.redirect_stdout(out):
         sd.DETAILS["25"](in_process[0]["25"])
     assert " ".join(out.getvalue().split()).startswith(
-        "The tree against k = 8, the plan's next pick. At B = 1 the tree wins, though it makes fewer tokens per call,"
+        "B = 241 is the most sequences that fit in the H100's 80 GB beside the target and small" + FIT_SMALL + "."
+        " The tree against k = 8, the plan's next pick. At B = 1 the tree wins, though it makes fewer tokens per call,"
         f" {t.tokens:.2f} against {c.tokens:.2f}: it needs 3 draft passes against 8, as it drafts each level's"
         f" candidates in one pass. Small's draft pass costs c = {c1:.4f} target passes there, so the"
         f" tree makes {t.tokens:.2f} / (1 + 3 c) = {t.tokens / (1 + 3 * c1):.2f}, against {c.tokens:.2f} / (1 + 8 c) ="
@@ -837,7 +846,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # where B ends, and why (read 1248 asked what runs above 241)
     last = max(hi for _, hi, _ in c19.buckets)
     assert (f"The plan runs to B = {last}, the most sequences that fit in the H100's 80 GB beside the target and"
-            " small (chapter 25 gives the bytes; take it as given here).") in flat_text  # reads 1580, 1581 and 1582
+            " small (chapter 25's --detail gives the bytes; take it as given here).") in flat_text  # reads 1580, 1581 and 1582
     # got 247 from the target's alone; with the bytes here, reads 1758 and 1762 checked them for 1.5 minutes
     assert last == c19.c19.fit == 241  # chapter 25's fit, at 512 tokens
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text

@@ -5895,18 +5895,21 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
+    m, *bytes_ = token_traffic(c19.n_ctx)
+    base, each = (ridge() * x / m for x in bytes_)  # a sequence's free positions: base / B + each (chapter 25)
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1: c grows, and the chain pays"
             f" it {own[2]} times to the tree's {t[1]}. c grows as each sequence adds its KV cache, the keys and"
             f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 37 says why that raises"
             f" c). At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position"
-            f" past it costs time. Demo 6's {free_positions(c19.n_ctx)} positions were at B = 1; with each sequence's"
-            " KV cache to read, more fit under the ridge as B grows (chapter 25 derives where). So the loss peaks just"
-            f" before, at B = {own[1]}."
+            f" past it costs time: a sequence's check is free up to {base:.1f} / B + {each:.3f} positions (chapter 25"
+            f" derives it; demo 6's {free_positions(c19.n_ctx)} at B = 1), {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}."
+            f" So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w)) and made[0] < made[1]  # at B = 1, weights; at the last B, caches
             and all(k * c19.max_batch > b for k, b in zip(kv, w))
-            and cross * t[2] > free_positions(c19.n_ctx) else "")
+            and cross * t[2] > free_positions(c19.n_ctx) and base / cross + each < t[2] <= base / own[1] + each
+            and round(base + each) == free_positions(c19.n_ctx) else "")
 
 
 # -----------------------------------------------------------------------------
@@ -7309,7 +7312,10 @@ def demo35_chain_loss(**how):
         f" {main.name}'s best chain, k = {own[2]}" + (", the longest the plan tries" if own[2] == c19.k_max else "")
         + f", from {own[2]} draft passes. A draft pass costs c target passes, a tree's level or a chain's step"
         " alike." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
-        f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}." if below else "")
+        f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}. Past the ridge"
+        " the check itself costs more than one plain pass (chapter 25 prices it; take the rows past"
+        f" B = {own[1]} as given here)."
+        if below else "")
         + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
         " chain's speedup / the tree's):")
     print()

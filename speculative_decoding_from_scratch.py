@@ -4768,7 +4768,8 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25's --detail gives the bytes). Going up in B,"
+    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25's --detail gives the bytes). Going"
+        " up in B,"
         f" the plan switches only when its current choice falls more than {c19.tol:.1%} below the best. The plan,"
         " with the positions each sequence's check holds, and the lowest and highest speedup over each range of B:")
     print()
@@ -5902,7 +5903,8 @@ def tree_loss_words(c19, main, own, t):
             f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 37 says why that raises"
             f" c). At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position"
             f" past it costs time: a sequence's check is free up to {base:.1f} / B + {each:.3f} positions (chapter 25"
-            f" derives it; demo 6's {free_positions(c19.n_ctx)} at B = 1), {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}."
+            f" derives it; demo 6's {free_positions(c19.n_ctx)} at B = 1), {base / own[1] + each:.2f} at B = {own[1]}"
+            f" and {base / cross + each:.2f} at B = {cross}."
             f" So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
@@ -6086,7 +6088,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     quotients = ridge_quotients(s) or ("", "")
     say(f"A position does {s.m / 1e9:.2f} GMACs. A pass of B sequences, n positions each (k + 1 for k drafts),"
         f" reads the target's weights once, {s.w / 1e9:.2f} GB, and each sequence's KV cache in the target (the keys"
-        f" and values of its tokens), {s.kv / 1e9:.4f} GB. It stays below the ridge while {s.m / 1e9:.2f} B n <= {ridge():.1f}"
+        f" and values of its tokens), {s.kv / 1e9:.4f} GB. It stays below the ridge while {s.m / 1e9:.2f} B n <="
+        f" {ridge():.1f}"
         f" ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B)."
         f" So a sequence can check up to n = {s.ridge_base:.1f} / B + {each:.3f} positions ({quotients[0]} ="
         f" {s.ridge_base:.1f}; {quotients[1]} = {each:.3f}): demo 6's {s.alone} at B = 1, falling"
@@ -7562,7 +7565,8 @@ def demo37_big_never(**how):
         falls = all(a[j] > b[j] for a, b in zip(rows, rows[1:]) for j in (3, 4))
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             " Both fall as B grows: c rises, and a check whose positions pass the ridge costs more than one plain"
-            " pass (chapter 25 prices it; take the speedups past B = 1 as given here)." if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
+            " pass (chapter 25 prices it; take the speedups past B = 1 as given here)."
+            if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
     times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]
     takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1 and"

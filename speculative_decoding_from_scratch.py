@@ -7332,8 +7332,8 @@ def demo35_chain_loss(**how):
     print()
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
-        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin"
-        " (chapter 19)."
+        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
+        " chapter 19's plan switches only when its choice falls more than that below the best."
         if -c19.tol < ahead < 0 else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",

@@ -1382,12 +1382,13 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             " bytes a pass and the target's (chapter 37 says why that raises c). At B = 32 the tree's check, 15"
             " positions a sequence, crosses the ridge, and each position past it costs time:") in text  # stop 77:
     # the why of c is chapter 37's
-    # read 1775 could not parse the clause that said this in one breath
+    # read 1775 could not parse the clause that said this in one breath; the margin's meaning, this stop (reads
+    # 1972, 1974, 1985 and 1986 had to infer it)
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)
     assert ("The serving engines of chapter 23 (vLLM, SGLang and TensorRT-LLM) cannot switch between a tree and chains"
             " by B, so there they run small's best chain, k = 8, the longest the plan tries, from 8 draft passes.") \
-        in text and ("At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin"
-                     " (chapter 19).") in text  # read 1869 read 'schedule only chains by B' two ways, and asked why the tree stays at B = 34; read
+        in text and ("At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin:"
+                     " chapter 19's plan switches only when its choice falls more than that below the best.") in text  # read 1869 read 'schedule only chains by B' two ways, and asked why the tree stays at B = 34; read
     # 1768 found the cap unflagged; the shares behind c are chapter 37's (reads 1760 and 1768 checked them here)
     assert "0.0234" not in text and f"{weights:.4f}" not in text
     assert "19.7" not in text  # read 1673 spent 2 minutes on demo 6's 295 / 15 against B = 32: chapter 25's
@@ -1440,7 +1441,8 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             " B = 31 as given here).") in text
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there
     assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and (
-        "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin (chapter 19).") in \
+        "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: chapter 19's plan"
+        " switches only when its choice falls more than that below the best.") in \
         text
 
 

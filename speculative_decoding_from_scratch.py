@@ -7525,6 +7525,20 @@ def demo36_detail(result):
 # what its passes cost as B grows.
 
 
+def bytes_split(named, n_ctx, batches):
+    """Chapter 37's bytes a pass reads at batch B, its weights plus B KV caches, as text for each (shape, name), the
+    target's last: 'big 1.750 + 0.06711 B'. The weights and the caches each take the fewest decimals at which the
+    printed terms give each draft's c, to 4 decimals, at each of batches; "" if none do (read 1975 rebuilt them)."""
+    exact = [(pass_traffic(d, n_ctx, 1, 0)[1] / 1e9, pass_traffic(d, n_ctx, 1, 1)[1] / 1e9) for d, _ in named]
+    for dw, dk in sorted(((dw, dk) for dw in (2, 3, 4) for dk in (3, 4, 5)), key=sum):
+        terms = [(round(w, dw), round(one - w, dk)) for w, one in exact]
+        *drafts, (wt, kt) = terms
+        if all(f"{(w + b * kv) / (wt + b * kt):.4f}" == f"{draft_cost(b, n_ctx, draft=d):.4f}"
+               for (d, _), (w, kv) in zip(named, drafts) for b in batches):
+            return and_list([f"{name} {w:.{dw}f} + {kv:.{dk}f} B" for (_, name), (w, kv) in zip(named, terms)])
+    return ""
+
+
 def demo37_big_never(**how):
     """Chapter 37: why chapter 19's plan never runs big, though its drafts pass more often: its passes' c at B = 1,
     and how it rises with B."""
@@ -7542,20 +7556,25 @@ def demo37_big_never(**how):
     said = demo19_shape(s, n_ctx, c19.max_batch)
     if said[1]:
         print()
-        say(said[1], f"Small's fastest chain, {s.chain.shape}, making {s.chain.tokens:.3f} tokens per call, beats it"
-            f" too: a speedup of {s.chain_speed:.2f} against {s.longest_speed:.2f}" + (
-                ", each tokens per call / (1 + n c), for n draft passes." if priced_below_ridge(
-                    (s.chain_speed, s.chain, s.c_small[0]), (s.longest_speed, s.longest, s.c_longest)) else ".")
-            + " The tree is not what beats big." if s.chain is not None and s.chain_speed > s.longest_speed else "")
+        priced = [(s.longest_speed, s.longest, s.c_longest), (s.first_speed, s.first, s.c_small[0])]
+        say(said[1], f"At B = 1 a speedup is tokens per call / (1 + n c), for n draft passes: {s.longest_speed:.2f} for"
+            f" big's {s.longest.shape}, {s.first_speed:.2f} for small's tree." if priced_below_ridge(*priced) else "",
+            f"Small's fastest chain, {s.chain.shape}, making {s.chain.tokens:.3f} tokens per call, beats big too, at"
+            f" {s.chain_speed:.2f}: the tree is not what beats big."
+            if s.chain is not None and s.chain_speed > s.longest_speed and priced_below_ridge(
+                *priced, (s.chain_speed, s.chain, s.c_small[0])) else "")
     if said[2]:
         shown = sorted({1, 64, s.big_fit})
         rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)),
                  *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
         bytes_over_bytes = pass_bytes(tuple((d, b) for b in shown for d in (big, small)), n_ctx) is not None
-        tree_first = s.first is not None and s.first.shape.startswith("tree") and abs(s.first_speed - rows[0][4]) < 1e-12
+        split = bytes_split(((big, "big"), (small, "small"), (LLAMA2_7B, "the target")), n_ctx, shown)
+        tree_first = (s.first is not None and s.first.shape.startswith("tree")
+                      and abs(s.first_speed - rows[0][4]) < 1e-12)
         print()
-        say(said[2], ("A draft pass and a plain target pass stay memory-bound at these B, so c is still bytes over bytes. " if
-                      bytes_over_bytes else "") + "Each draft's c, and the speedup of its best option"
+        say(said[2], (f"A pass reads its weights once and each sequence's KV cache, in GB: {split}. A draft pass and"
+                      " a plain target pass stay memory-bound at these B, so c is still bytes over bytes. " if
+                      bytes_over_bytes and split else "") + "Each draft's c, and the speedup of its best option"
             + (" (at B = 1, small's is its tree)" if tree_first else "") + f", up to B = {s.big_fit}" + (
             f", {fit_lead('big')} (take it as given here):" if s.big_fit < c19.max_batch else ":"))
         print()

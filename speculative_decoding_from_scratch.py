@@ -5903,9 +5903,8 @@ def tree_loss_words(c19, main, own, t):
             f" it {own[2]} times to the tree's {t[1]}. c grows as each sequence adds its KV cache, the keys and"
             f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 37 says why that raises"
             f" c). At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position"
-            f" past it costs time: a sequence's check is free up to {base:.1f} / B + {each:.3f} positions (chapter 25"
-            f" derives it; demo 6's {free_positions(c19.n_ctx)} at B = 1), {base / own[1] + each:.2f} at B = {own[1]}"
-            f" and {base / cross + each:.2f} at B = {cross}."
+            f" past it costs time: a sequence's free positions, {base:.1f} / B + {each:.3f}, are"
+            f" {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}."
             f" So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
@@ -7306,6 +7305,10 @@ def demo35_chain_loss(**how):
     made = [c19.options[i].tokens for i in (tree, chain)]  # is each speed up to own[1] tokens / (1 + n c)?
     below = all(np.isclose(c19.speeds[b - 1, i], m / (1 + n * draft_cost(b, c19.n_ctx, draft=main.cost)))
                 for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
+    s = plan_shape(c19)
+    base, each = s.ridge_base, s.ridge_each  # a sequence's free positions: base / B + each (chapter 25)
+    priced = checks_priced_by_free_positions(s, [c19.options[i] for i in (tree, chain)], c19.n_ctx, range(1, end + 1)) \
+        and round(base + each) == free_positions(c19.n_ctx)
     say("For each batch size B (the number of sequences a server decodes at once), the plan of chapter 19 picks a"
         f" draft model and how to run it. From B = 1 to {end} it runs the draft model named {main.name} (the middling draft)"
         " as a tree, 'tree"
@@ -7316,10 +7319,10 @@ def demo35_chain_loss(**how):
         f" {main.name}'s best chain, k = {own[2]}" + (", the longest the plan tries" if own[2] == c19.k_max else "")
         + f", from {own[2]} draft passes. A draft pass costs c target passes, a tree's level or a chain's step"
         " alike." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
-        f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}. Past the ridge"
-        " the check itself costs more than one plain pass (chapter 25 prices it; take the rows past"
-        f" B = {own[1]} as given here)."
-        if below else "")
+        f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}." if below else "")
+        + (f" Past the ridge, a check of n positions a sequence costs n / ({base:.1f} / B + {each:.3f}) plain passes,"
+           f" not 1: a sequence has {base:.1f} / B + {each:.3f} free positions (chapter 25 derives it; demo 6's"
+           f" {free_positions(c19.n_ctx)} at B = 1)." if below and priced else "")
         + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
         " chain's speedup / the tree's):")
     print()

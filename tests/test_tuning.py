@@ -862,8 +862,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert (f"At B = {cross} the tree's check, 15 positions a sequence, crosses the ridge, and each position past it"
-            " costs time: a sequence's check is free up to 289.3 / B + 5.878 positions (chapter 25 derives it; demo 6's"
-            " 295 at B = 1), 15.21 at B = 31 and 14.92 at B = 32. So the loss peaks just before,"
+            " costs time: a sequence's free positions, 289.3 / B + 5.878, are 15.21 at B = 31 and 14.92 at B = 32. So"
+            " the loss peaks just before,"
             f" at B = {cross - 1}.") in text35 and cross * 15 > 295  # this stop, a sequence's free positions at
     # each side of the crossing (reads 1972 and 1974 rebuilt the pass's positions for 1.5 to 2 minutes); reads 1760,
     # 1762 and 1781 set 480 against demo 6's 295 for 2 to 3 minutes each, printed or not; by hand, the positions a
@@ -1445,10 +1445,13 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
         assert r[2] == pytest.approx(3.134 / (1 + 3 * r[1]), abs=6e-4) and r[3] == pytest.approx(
             3.219 / (1 + 8 * r[1]), abs=6e-4)
     # read 1793 took demo 6's 295 positions to put the tree's ridge near B = 19
-    assert "demo 6's 295 at B = 1), 15.21 at B = 31" in text and 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
-    # the rows past the ridge are priced as chapter 25 prices them (reads 1972 and 1974 could not check them)
-    assert ("Past the ridge the check itself costs more than one plain pass (chapter 25 prices it; take the rows past"
-            " B = 31 as given here).") in text
+    assert "are 15.21 at B = 31 and 14.92" in text and 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
+    # the rows past the ridge priced as chapter 25 prices them (reads 1972 and 1974 could not check them; reads
+    # 1993, 1994 and 1998 rebuilt the rule when told to take the rows as given), by hand from the printed figures
+    assert ("Past the ridge, a check of n positions a sequence costs n / (289.3 / B + 5.878) plain passes, not 1: a"
+            " sequence has 289.3 / B + 5.878 free positions (chapter 25 derives it; demo 6's 295 at B = 1).") in text
+    for b, c, tree_speed in ((32, 0.0141, 2.9911), (34, 0.0143, 2.8869)):
+        assert 3.134 / (15 / (289.3 / b + 5.878) + 3 * c) == pytest.approx(tree_speed, abs=1e-3)
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there
     assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and (
         "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: chapter 19's plan"

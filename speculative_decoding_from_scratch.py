@@ -7531,14 +7531,16 @@ def demo36_detail(result):
 
 def bytes_split(named, n_ctx, batches):
     """Chapter 37's bytes a pass reads at batch B, its weights plus B KV caches, as text for each (shape, name), the
-    target's last: 'big 1.750 + 0.06711 B'. The weights and the caches each take the fewest decimals at which the
-    printed terms give each draft's c, to 4 decimals, at each of batches; "" if none do (read 1975 rebuilt them)."""
+    target's last: 'big 1.7501 + 0.06711 B'. The weights and the caches each take the fewest decimals at which the
+    printed terms give each draft's c, to 4 decimals, at each of batches, and add to its bytes at B = 1 as chapter
+    37 prints them, to 3; "" if none do (read 1975 rebuilt them)."""
     exact = [(pass_traffic(d, n_ctx, 1, 0)[1] / 1e9, pass_traffic(d, n_ctx, 1, 1)[1] / 1e9) for d, _ in named]
     for dw, dk in sorted(((dw, dk) for dw in (2, 3, 4) for dk in (3, 4, 5)), key=sum):
         terms = [(round(w, dw), round(one - w, dk)) for w, one in exact]
         *drafts, (wt, kt) = terms
         if all(f"{(w + b * kv) / (wt + b * kt):.4f}" == f"{draft_cost(b, n_ctx, draft=d):.4f}"
-               for (d, _), (w, kv) in zip(named, drafts) for b in batches):
+               for (d, _), (w, kv) in zip(named, drafts) for b in batches) and all(
+                   f"{w + kv:.3f}" == f"{one:.3f}" for (w, kv), (_, one) in zip(terms, exact)):  # B = 1's GB too
             return and_list([f"{name} {w:.{dw}f} + {kv:.{dk}f} B" for (_, name), (w, kv) in zip(named, terms)])
     return ""
 
@@ -7580,7 +7582,9 @@ def demo37_big_never(**how):
                       " a plain target pass stay memory-bound at these B, so c is still bytes over bytes. " if
                       bytes_over_bytes and split else "") + "Each draft's c, and the speedup of its best option"
             + (" (at B = 1, small's is its tree)" if tree_first else "") + f", up to B = {s.big_fit}" + (
-            f", {fit_lead('big')} (take it as given here):" if s.big_fit < c19.max_batch else ":"))
+            f", {fit_lead('big')}" + (" (memory also holds each model's input embeddings, which a pass only looks"
+                                      " up; take it as given here):" if split else " (take it as given here):")
+            if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])

@@ -1453,9 +1453,10 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # read 1793 took demo 6's 295 positions to put the tree's ridge near B = 19
     assert "are 15.21 at B = 31 and 14.92" in text and 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
     # the rows past the ridge priced as chapter 25 prices them (reads 1972 and 1974 could not check them; reads
-    # 1993, 1994 and 1998 rebuilt the rule when told to take the rows as given), by hand from the printed figures
-    assert ("Past the ridge, a check of n positions a sequence costs n / (289.3 / B + 5.878) plain passes, not 1: a"
-            " sequence has 289.3 / B + 5.878 free positions (chapter 25 derives it; demo 6's 295 at B = 1).") in text
+    # 1993, 1994 and 1998 rebuilt the rule when told to take the rows as given; m, not n, which counts draft passes,
+    # and where it goes, as reads 2004 and 2006 asked), by hand from the printed figures
+    assert ("Past the ridge, a check of m positions a sequence costs m / (289.3 / B + 5.878) plain passes, in place of"
+            " the 1 in 1 + n c: a sequence has 289.3 / B + 5.878 free positions (chapter 25 derives it; demo 6's 295 at B = 1).") in text
     for b, c, tree_speed in ((32, 0.0141, 2.9911), (34, 0.0143, 2.8869)):
         assert 3.134 / (15 / (289.3 / b + 5.878) + 3 * c) == pytest.approx(tree_speed, abs=1e-3)
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there

@@ -7529,22 +7529,6 @@ def demo36_detail(result):
 # what its passes cost as B grows.
 
 
-def bytes_split(named, n_ctx, batches):
-    """Chapter 37's bytes a pass reads at batch B, its weights plus B KV caches, as text for each (shape, name), the
-    target's last: 'big 1.7501 + 0.06711 B'. The weights and the caches each take the fewest decimals at which the
-    printed terms give each draft's c, to 4 decimals, at each of batches, and add to its bytes at B = 1 as chapter
-    37 prints them, to 3; "" if none do (read 1975 rebuilt them)."""
-    exact = [(pass_traffic(d, n_ctx, 1, 0)[1] / 1e9, pass_traffic(d, n_ctx, 1, 1)[1] / 1e9) for d, _ in named]
-    for dw, dk in sorted(((dw, dk) for dw in (2, 3, 4) for dk in (3, 4, 5)), key=sum):
-        terms = [(round(w, dw), round(one - w, dk)) for w, one in exact]
-        *drafts, (wt, kt) = terms
-        if all(f"{(w + b * kv) / (wt + b * kt):.4f}" == f"{draft_cost(b, n_ctx, draft=d):.4f}"
-               for (d, _), (w, kv) in zip(named, drafts) for b in batches) and all(
-                   f"{w + kv:.3f}" == f"{one:.3f}" for (w, kv), (_, one) in zip(terms, exact)):  # B = 1's GB too
-            return and_list([f"{name} {w:.{dw}f} + {kv:.{dk}f} B" for (_, name), (w, kv) in zip(named, terms)])
-    return ""
-
-
 def demo37_big_never(**how):
     """Chapter 37: why chapter 19's plan never runs big, though its drafts pass more often: its passes' c at B = 1,
     and how it rises with B."""
@@ -7574,17 +7558,13 @@ def demo37_big_never(**how):
         rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)),
                  *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
         bytes_over_bytes = pass_bytes(tuple((d, b) for b in shown for d in (big, small)), n_ctx) is not None
-        split = bytes_split(((big, "big"), (small, "small"), (LLAMA2_7B, "the target")), n_ctx, shown)
         tree_first = (s.first is not None and s.first.shape.startswith("tree")
                       and abs(s.first_speed - rows[0][4]) < 1e-12)
         print()
-        say(said[2], (f"A pass reads its weights once and each sequence's KV cache, in GB: {split}. A draft pass and"
-                      " a plain target pass stay memory-bound at these B, so c is still bytes over bytes. " if
-                      bytes_over_bytes and split else "") + "Each draft's c, and the speedup of its best option"
+        say(said[2], ("A draft pass and a plain target pass stay memory-bound at these B, so c is still bytes over"
+                      " bytes. " if bytes_over_bytes else "") + "Each draft's c, and the speedup of its best option"
             + (" (at B = 1, small's is its tree)" if tree_first else "") + f", up to B = {s.big_fit}" + (
-            f", {fit_lead('big')}" + (" (memory also holds each model's input embeddings, which a pass only looks"
-                                      " up; take it as given here):" if split else " (take it as given here):")
-            if s.big_fit < c19.max_batch else ":"))
+            f", {fit_lead('big')} (take it as given here):" if s.big_fit < c19.max_batch else ":"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])

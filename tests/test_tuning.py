@@ -553,25 +553,16 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
         "A draft pass and a plain target pass stay memory-bound at these B, so c is still bytes over bytes. Each"
         " draft's c, and the speedup of its best option (at B = 1, small's is its tree), up to B = 192, the most"
-        " sequences that fit in the H100's 80 GB beside the target and big (memory also holds each model's input"
-        " embeddings, which a pass only looks up; take it as given here):") in text37 and "0.3355" not in text37 and (
-        # read 1736 guessed the bytes from demo 6; given, read 1773 checked them for 1.5 minutes; the embeddings,
-        # as reads 1993, 1994, 1995, 1997 and 1999 got 193 from the printed bytes
+        " sequences that fit in the H100's 80 GB beside the target and big (take it as given here):") in text37 and \
+        "0.3355" not in text37 and (  # read 1736 guessed the bytes from demo 6; given, read 1773 checked them for
+        # 1.5 minutes
 
         "Each draft's alpha comes from its table, and its cost from the shape of the model it stands for.") in text37 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text37 and (
         "Big's c rises" not in text37)  # read 1524
-    # each pass's bytes as weights plus B caches (reads 1975, 1986, 1991 and 1992 rebuilt B = 64's row from demo 6's
-    # figures for 1.5 to 2.5 minutes), by hand: the printed terms give the table's c at each B it shows
-    assert ("A pass reads its weights once and each sequence's KV cache, in GB: big 1.7501 + 0.0671 B, small 0.1058 +"
-            " 0.0063 B and the target 13.2142 + 0.2684 B.") in text37  # the target's adds to 13.483 at B = 1, as
-    # printed above it (reads 1993, 1995 and 1999 found 13.214 + 0.26844 = 13.482)
-    assert f"{13.2142 + 0.2684:.3f}" == "13.483" and "against the target's 13.483 GB" in text37
-    # by hand, with 192 from the bytes memory holds: the weights a pass reads and each input embedding table
-    assert int((80 - 13.2142 - 2 * 4096 * 32000 / 1e9 - 1.7501 - 2 * 2048 * 32000 / 1e9) / (0.2684 + 0.0671)) == 192
-    for b, want in ((1, (0.1348, 0.0083)), (64, (0.1989, 0.0167)), (192, (0.2260, 0.0203))):
-        got = [(w + b * kv) / (13.2142 + b * 0.2684) for w, kv in ((1.7501, 0.0671), (0.1058, 0.0063))]
-        assert [f"{x:.4f}" for x in got] == [f"{x:.4f}" for x in want] and f"{b} {want[0]:.4f} {want[1]:.4f}" in text37
-    assert sd.bytes_split(((big, "big"), (sd.LLAMA2_7B, "the target")), 512, (1,)).startswith("big 1.75")
+    # each pass's bytes as weights plus B caches went back out: with them (printed to add up, and the embeddings
+    # named), reads 1993 to 2005 took 9.5 to 12 minutes, median 10.5, against 9, 9.5 and 11.5 without (reads 1978,
+    # 1981 and 1983): readers checked every term, and five got 193 sequences from them
+    assert " + 0.0671 B" not in text37 and "embeddings" not in text37
     # 'still bytes over bytes' at every B the table shows (read 1640 rebuilt big's c at B = 32 from bytes; said this
     # stop, as reads 1970 and 1975 rebuilt B = 64's for 1.5 to 2 minutes; which option is small's 3.06, as read 1970
     # worked it out): by the

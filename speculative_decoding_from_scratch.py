@@ -4438,9 +4438,8 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
     print()
     typical, shipped = typical_rows(rows)
     strict, loose = (min(typical, key=lambda r: r[3]), max(typical, key=lambda r: r[3])) if typical else (None, None)
-    farther = shipped is not None and all(r is not shipped and r[2] > shipped[2] for r in (strict, loose))
-    say("The option --detail adds " + (f"typical's strictest ({strict[1]}) and loosest ({loose[1]}) settings, both"
-                                       " farther from the target than its defaults, and why. It also" if farther
+    say("The option --detail adds " + (f"typical's strictest ({strict[1]}) and loosest ({loose[1]}) settings. It also"
+                                       if shipped is not None and strict is not shipped and loose is not shipped
                                        else "typical's other settings. It also")
         + f" plots tokens per call against exact TV, and gives the engine settings that run {LOSSY_SHIPPED}.")
     return SimpleNamespace(rows=rows, best=best, dominated=dominated)

@@ -2998,7 +2998,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     causes = [(f"Eq. 1 is not exact (chapter 29): from the exact length at k = {k}, {exact[k]:.3f}, it gives {a_x:.3f}.",
                f"{a_x:.3f}" != a_3 and abs(a_x - float(a_3)) < 0.01),
               (f"And these rounds ran {'longer' if z > 0 else 'shorter'}{', by chance' * (abs(z) < 3)}: {L:.3f}, which"
-               f" gives {a_L:.3f}, is {abs(z):.1f} standard error{'s' * (f'{abs(z):.1f}' != '1.0')}"
+               f" gives {a_L:.3f}, is {abs(z):.1f} standard error{'s' * (f'{abs(z):.1f}' != '1.0')} ({se:.3f})"
                f" {'above' if z > 0 else 'below'} {exact[k]:.3f}.",
                f"{a_x:.3f}" != f"{a_L:.3f}")]  # a_x: eq. 1 run back from the exact length
     causes = [c for c in causes if c[1]] if f"{a_L:.3f}" != a_3 else []

@@ -1850,11 +1850,13 @@ def test_demo10_routes_and_their_sentences(demo):
     # eq. 1 runs high: the chapter gives both, with the figures
     assert ("the alpha at which eq. 1 at k = 5 gives the length. It is not demo 3's 0.703. Eq. 1 is not exact (chapter"
             f" 29): from the exact length at k = 5, {exact5:.3f}, it gives {a_x:.3f}. And these rounds ran longer, by"
-            f" chance: {L:.3f}, which gives 0.706, is 1.0 standard error above {exact5:.3f}.") in flat(text)
+            f" chance: {L:.3f}, which gives 0.706, is 1.0 standard error (0.034) above {exact5:.3f}.") in flat(text)
     # by chance, and how far (reads 1967, 1968, 2007 and 2008 each estimated the standard error from demo 4's), by
     # hand from the rounds' own lengths
     sizes = np.asarray(sd.measure(sd.TARGET, sd.MIDDLING, 5, 3000, seed=15).sizes)
-    assert sizes.mean() == pytest.approx(L) and f"{(L - exact5) / (sizes.std(ddof=1) / np.sqrt(3000)):.1f}" == "1.0"
+    se = sizes.std(ddof=1) / np.sqrt(3000)
+    assert sizes.mean() == pytest.approx(L) and f"{(L - exact5) / se:.1f}" == "1.0" and f"{se:.3f}" == "0.034"
+    assert f"{(2.981 - 2.948) / 0.034:.1f}" == "1.0"  # from the printed figures (read 2011 looked for the 0.034)
     # read 1526 spent 1.5 minutes on three alphas in three sentences; reads 1652 and 1654 a minute on 'chiefly', a
     # second cause unnamed: both causes named, and --detail gives each one's number; the sampled rounds move it more
     assert abs(sd.alpha_from_mean_length(L, 5) - a_x) > abs(a_x - sd.pair_alpha(sd.TARGET, sd.MIDDLING))

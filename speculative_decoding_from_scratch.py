@@ -7310,6 +7310,7 @@ def demo35_chain_loss(**how):
                 for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
     s = plan_shape(c19)
     base, each = s.ridge_base, s.ridge_each  # a sequence's free positions: base / B + each (chapter 25)
+    chain_free = ridge_batch(*token_traffic(c19.n_ctx), positions=own[2] + 1) or c19.max_batch + 1  # k = 8 crosses
     priced = checks_priced_by_free_positions(s, [c19.options[i] for i in (tree, chain)], c19.n_ctx, range(1, end + 1)) \
         and round(base + each) == free_positions(c19.n_ctx)
     say("For each batch size B (the number of sequences a server decodes at once), the plan of chapter 19 picks a"
@@ -7325,7 +7326,9 @@ def demo35_chain_loss(**how):
         f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}." if below else "")
         + (f" Past the ridge, a check of m positions a sequence costs m / ({base:.1f} / B + {each:.3f}) plain passes,"
            f" in place of the 1 in 1 + n c: a sequence has {base:.1f} / B + {each:.3f} free positions (chapter 25 derives it; demo 6's"
-           f" {free_positions(c19.n_ctx)} at B = 1)." if below and priced else "")
+           f" {free_positions(c19.n_ctx)} at B = 1)." + (f" The chain's {own[2] + 1} positions stay free up to B ="
+                                                         f" {chain_free - 1}." if chain_free > end else "")
+           if below and priced else "")
         + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
         " chain's speedup / the tree's):")
     print()

@@ -1443,6 +1443,8 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             3.219 / (1 + 8 * r[1]), abs=6e-4)
     # read 1793 took demo 6's 295 positions to put the tree's ridge near B = 19
     assert "are 15.21 at B = 31 and 14.92" in text and 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
+    # the chain's own check stays free past the tree's last B (reads 1998, 2000, 2010 and 2011 worked it out)
+    assert "The chain's 9 positions stay free up to B = 92." in text and 289.3 / 92 + 5.878 >= 9 > 289.3 / 93 + 5.878
     # the rows past the ridge priced as chapter 25 prices them (reads 1972 and 1974 could not check them; reads
     # 1993, 1994 and 1998 rebuilt the rule when told to take the rows as given; m, not n, which counts draft passes,
     # and where it goes, as reads 2004 and 2006 asked), by hand from the printed figures

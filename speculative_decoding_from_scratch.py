@@ -7582,8 +7582,8 @@ def demo37_big_never(**how):
             if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
     times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]
-    takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1 and"
-             f" {times[1]:.0f} at B = {s.big_fit}: small's cheap passes win at every B.",
+    takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1, and"
+             f" still {times[1]:.0f} times at B = {s.big_fit}: small's cheap passes win at every B.",
              {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
     return SimpleNamespace(c19=c19, shape=s, said=said)
 

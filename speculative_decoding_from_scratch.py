@@ -7576,10 +7576,16 @@ def demo37_big_never(**how):
               groups=[("c", 1, 2), ("best speedup", 3, 4)])
         print()
         falls = all(a[j] > b[j] for a, b in zip(rows, rows[1:]) for j in (3, 4))
+        best = [[c19.options[max(s.mine[j], key=lambda i: c19.speeds[b - 1, i])] for j in (0, 1)] for b in shown]
+        free = all(o.positions <= s.ridge_base / b + s.ridge_each for b, pair in zip(shown, best) for o in pair)
+        gives = ridge_batch(*token_traffic(n_ctx), positions=best[0][1].positions)  # where small's tree crosses
+        chains_after = tree_first and gives is not None and gives <= shown[1] and all(
+            pair[1].shape.startswith("k =") for pair in best[1:])
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
-            " Both fall as B grows: c rises, and a check whose positions pass the ridge costs more than one plain"
-            " pass (chapter 25 prices it; take the speedups past B = 1 as given here)."
-            if falls and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
+            " Both fall as B grows, as c rises." + (
+                f" From B = {gives}, small's tree checks more positions than are free (chapter 25), and by"
+                f" B = {shown[1]} small's best is a chain." if chains_after else "") + " Take the speedups past B = 1 as given here."
+            if falls and free and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
     times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]
     takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1, and"

@@ -572,10 +572,16 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             draft_pass, target_pass = sd.pass_traffic(d, 512, 1, b), sd.pass_traffic(sd.LLAMA2_7B, 512, 1, b)
             assert sd.roofline_time(*draft_pass)[1] == sd.roofline_time(*target_pass)[1] == "memory"
             assert draft_pass[1] / target_pass[1] == pytest.approx(sd.draft_cost(b, 512, draft=d), abs=1e-12)
-    assert ("Big's best trails small's by 0.55 at B = 1, its closest. Both fall as B grows: c rises, and a check whose"
-            " positions pass the ridge costs more than one plain pass (chapter 25 prices it; take the speedups past B = 1 as given"
-            " here).") in text37  # read 1975 was partly lost trying to price them and "289.3" not in text37  # read 1681 found 'a
-    # sequence's free ones' opaque; read 1647 could not rebuild the tree's 2.99 at B = 32 without the free positions' terms, and reads
+    # each cause where it acts (read 2019: big's best options check within their free positions at every B shown,
+    # so only c moves them), by hand: big's k = 5's 6 positions and small's k = 8's 9 and k = 6's 7 are free at
+    # B = 64 and 192, and small's tree's 15 stop being free at B = 32
+    for b, positions in ((64, (6, 9)), (192, (6, 7))):
+        assert max(positions) <= 289.3 / b + 5.878
+    assert 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
+    assert ("Big's best trails small's by 0.55 at B = 1, its closest. Both fall as B grows, as c rises. From B = 32,"
+            " small's tree checks more positions than are free (chapter 25), and by B = 64 small's best is a chain."
+            " Take the speedups past B = 1 as given here.") in text37 and "289.3" not in text37  # read 1975 was
+    # partly lost trying to price them; read 1681 found 'a sequence's free ones' opaque; read 1647 could not rebuild the tree's 2.99 at B = 32 without the free positions' terms, and reads
     # 1656 and 1673 spent minutes rebuilding them: they are chapter 25's; by hand, from its printed figures:
     assert f"{3.134 / (15 / (289.3 / 32 + 5.878) + 3 * 0.0141):.2f}" == "2.99"
     assert f"{3.134 / (1 + 3 * 0.0141):.2f}" == "3.01"  # read 1709: the B = 1 formula at B = 32, a check of one pass

@@ -2995,7 +2995,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     a_3 = f"{pair_alpha(TARGET, MIDDLING):.3f}"
     se = float(np.std(sizes, ddof=1) / np.sqrt(len(sizes)))  # the sampled length's standard error
     z = (L - exact[k]) / se
-    causes = [(f"Eq. 1 is not exact (chapter 29): from the exact length at k = {k}, {exact[k]:.3f}, it gives {a_x:.3f}.",
+    causes = [(f"Eq. 1 is not exact (chapter 29): from the exact length at k = {k}, {exact[k]:.3f}, it gives"
+               f" {a_x:.3f}.",
                f"{a_x:.3f}" != a_3 and abs(a_x - float(a_3)) < 0.01),
               (f"And these rounds ran {'longer' if z > 0 else 'shorter'}{', by chance' * (abs(z) < 3)}: {L:.3f}, which"
                f" gives {a_L:.3f}, is {abs(z):.1f} standard error{'s' * (f'{abs(z):.1f}' != '1.0')} ({se:.3f})"
@@ -7584,7 +7585,8 @@ def demo37_big_never(**how):
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             " Both fall as B grows, as c rises." + (
                 f" From B = {gives}, small's tree checks more positions than are free (chapter 25), and by"
-                f" B = {shown[1]} small's best is a chain." if chains_after else "") + " Take the speedups past B = 1 as given here."
+                f" B = {shown[1]} small's best is a chain." if chains_after else "")
+            + " Take the speedups past B = 1 as given here."
             if falls and free and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
     times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]

@@ -7311,9 +7311,8 @@ def demo35_chain_loss(**how):
                 for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
     s = plan_shape(c19)
     base, each = s.ridge_base, s.ridge_each  # a sequence's free positions: base / B + each (chapter 25)
-    chain_free = ridge_batch(*token_traffic(c19.n_ctx), positions=own[2] + 1) or c19.max_batch + 1  # k = 8 crosses
     priced = checks_priced_by_free_positions(s, [c19.options[i] for i in (tree, chain)], c19.n_ctx, range(1, end + 1)) \
-        and round(base + each) == free_positions(c19.n_ctx) and ridge_quotients(s) is not None
+        and round(base + each) == free_positions(c19.n_ctx)
     say("For each batch size B (the number of sequences a server decodes at once), the plan of chapter 19 picks a"
         f" draft model and how to run it. From B = 1 to {end} it runs the draft model named {main.name} (the middling draft)"
         " as a tree, 'tree"
@@ -7322,20 +7321,12 @@ def demo35_chain_loss(**how):
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. The serving engines"
         " of chapter 23 (vLLM, SGLang and TensorRT-LLM) cannot switch between a tree and chains by B, so there they run"
         f" {main.name}'s best chain, k = {own[2]}" + (", the longest the plan tries" if own[2] == c19.k_max else "")
-        + f", from {own[2]} draft passes.")
-    print()
-    say("A draft pass costs c target passes, a tree's level or a chain's step alike: a level's candidates go through"
-        " the draft in one pass." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft"
-                                     " passes: the tree makes"
+        + f", from {own[2]} draft passes. A draft pass costs c target passes, a tree's level or a chain's step"
+        " alike." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
         f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}." if below else "")
         + (f" Past the ridge, a check of m positions a sequence costs m / ({base:.1f} / B + {each:.3f}) plain passes,"
-           " in place of the 1 in 1 + n c. A sequence's free positions are the ridge's MACs per byte times a pass's"
-           " bytes (the weights once, a KV cache a sequence), over B sequences' MACs a position:"
-           f" {ridge():.1f} ({s.w / 1e9:.2f} + {s.kv / 1e9:.4f} B) / ({s.m / 1e9:.2f} B) = {base:.1f} / B + {each:.3f}"
-           f" (chapter 25; demo 6's {free_positions(c19.n_ctx)} at B = 1)." + (
-               f" The chain's {own[2] + 1} positions stay free up to B ="
-                                                         f" {chain_free - 1}." if chain_free > end else "")
-           if below and priced else "")
+           f" in place of the 1 in 1 + n c: a sequence has {base:.1f} / B + {each:.3f} free positions (chapter 25 derives it; demo 6's"
+           f" {free_positions(c19.n_ctx)} at B = 1)." if below and priced else "")
         + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
         " chain's speedup / the tree's):")
     print()

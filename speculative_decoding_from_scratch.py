@@ -7581,8 +7581,8 @@ def demo37_big_never(**how):
             pair[1].shape.startswith("k =") for pair in best[1:])
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             " Both fall as B grows, as c rises." + (
-                f" From B = {gives}, small's tree checks more positions than are free (chapter 25), and by"
-                f" B = {shown[1]} small's best is a chain." if chains_after else "")
+                " Small's tree also gives way to chains, as its check passes the ridge (chapter 25)."
+                if chains_after else "")
             + " Take the speedups past B = 1 as given here."
             if falls and free and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it

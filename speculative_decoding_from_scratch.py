@@ -7325,7 +7325,8 @@ def demo35_chain_loss(**how):
         " alike." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
         f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}." if below else "")
         + (f" Past the ridge, a check of m positions a sequence costs m / ({base:.1f} / B + {each:.3f}) plain passes,"
-           f" in place of the 1 in 1 + n c: a sequence has {base:.1f} / B + {each:.3f} free positions (chapter 25 derives it; demo 6's"
+           f" in place of the 1 in 1 + n c: a sequence has {base:.1f} / B + {each:.3f} free positions (chapter 25"
+           " derives it; demo 6's"
            f" {free_positions(c19.n_ctx)} at B = 1)." if below and priced else "")
         + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
         " chain's speedup / the tree's):")

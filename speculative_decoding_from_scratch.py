@@ -3621,12 +3621,18 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
 
 
 def threshold_ends(P2, Q2):
-    """Whether the block's chance to stop at a position, block_threshold, is 0 where its residual max(0, w p - q) is
-    all zero and 1 where w = 1 and it is not, on the paper's example after either token (chapter 30 says so)."""
-    empty = [(w, c) for w in (0.5, 1.0) for c in range(len(P2)) if not (w * P2[c] - Q2[c] > 0).any()]
-    full = [(1.0, c) for c in range(len(P2)) if (P2[c] - Q2[c] > 0).any()]
-    return bool(empty and full) and all(block_threshold(w, P2[c], Q2[c]) == 0 for w, c in empty) and all(
-        abs(block_threshold(w, P2[c], Q2[c]) - 1) < 1e-12 for w, c in full)
+    """Chapter 30's h_1 after each first token of the paper's example, through the block stage, with the residual
+    that sets it: 0 after 'a', where w_1 p - q is nowhere above 0, and 1 after 'b', where w_1 = 1 and p - q is above 0
+    somewhere. "" unless the stage gives those ends."""
+    vector = lambda v: "(" + ", ".join(fraction(float(x)) for x in v) + ")"  # noqa: E731
+    (wa, wb) = (accept_prob(P2[0], Q2[0], x) for x in (0, 1))
+    after_a, after_b = wa * P2[0] - Q2[0], wb * P2[1] - Q2[1]  # rows after the first draft: no context, all alike
+    if not (wa < 1 and (after_a <= 1e-12).all() and block_threshold(wa, P2[0], Q2[0]) == 0
+            and wb == 1 and (after_b > 1e-12).any() and abs(block_threshold(wb, P2[1], Q2[1]) - 1) < 1e-12):
+        return ""
+    return (f"Here it takes two values. After 'a', w_1 = {fraction(wa)} and w_1 p - q = {vector(after_a)} is nowhere"
+            " above 0: a stop there would leave nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1"
+            f" and p - q = {vector(after_b)} is above 0 somewhere, so h_1 = 1.")
 
 
 def gain_example(P2, Q2):
@@ -6840,10 +6846,8 @@ def demo30_pairs():
     say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). So w_2 is a"
                " running product of the two drafts' ratios p/q, capped at 1 after each step.",
                "It keeps both drafts with chance w_2. Else it keeps the first alone with chance h_1, or none. h_1 is"
-               " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)." + (
-                   " It is 0 where max(0, w_1 p - q) is all zero, with p and q the rows after x_1: then nothing is"
-                   " left to draw the next token from. It is 1 where w_1 = 1 and that residual is not all zero."
-                   if threshold_ends(P2, Q2) else ""),
+               " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)."
+               + (" " + threshold_ends(P2, Q2)).rstrip(),
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()
@@ -6860,8 +6864,7 @@ def demo30_pairs():
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
-    gives_back = (f"It gives some back on 'a' then 'a'. There h_1 = 0, as w_1 p(y) <= q(y) for both tokens y,"
-                  f" so it keeps both with chance w_2 = {fraction(aa[4])}, else none:"
+    gives_back = (f"It gives some back on 'a' then 'a'. There h_1 = 0, so it keeps both with chance w_2 = {fraction(aa[4])}, else none:"
                   f" {fraction(aa[6])} a draft on average, against token-wise checking's {fraction(aa[5])}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")

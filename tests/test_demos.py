@@ -1371,11 +1371,16 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # chapter 30 gives when it is 0, which is all its pairs need beside the table's column
     # this stop: the coins and cut points went, so the rule reads as the chances it gives (reads 1957, 1958, 1938
     # spent 1 to 1.5 minutes on step 2); 'that residual', not 'that' (read 1958 reread it)
+    # the two values h_1 takes here, each with the residual that sets it (reads 1990, 1996, 2005, 2006, 2029 and
+    # 2037 spent 1 to 1.5 minutes on the general ends, the rows after x_1 in a text with no context, and whether
+    # the two ends covered every row), by hand: w_1 p - q after 'a' is (1/6 - 2/3, 1/3 - 1/3), p - q after 'b'
     assert ("2. It keeps both drafts with chance w_2. Else it keeps the first alone with chance h_1, or none. h_1 is"
-            " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). It is 0 where"
-            " max(0, w_1 p - q) is all zero, with p and q the rows after x_1: then nothing is left to draw the next"
-            " token from. It is 1 where w_1 = 1 and that residual is not all zero.") in flat(text30) and (
-        "cut point" not in text30)
+            " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it takes"
+            " two values. After 'a', w_1 = 1/2 and w_1 p - q = (-1/2, 0) is nowhere above 0: a stop there would leave"
+            " nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1 and p - q = (-1/3, 1/3) is above 0"
+            " somewhere, so h_1 = 1.") in flat(text30) and "cut point" not in text30 and "rows after x_1" not in text30
+    assert (1 / 6 - 2 / 3, 1 / 3 - 1 / 3) == pytest.approx((-1 / 2, 0)) and (1 / 3 - 2 / 3, 2 / 3 - 1 / 3) == \
+        pytest.approx((-1 / 3, 1 / 3))
     # w_2 as a running product (reads 1957 and 1958 worked out why w_1 sits inside it; read 1977 took 'the pair's
     # chance under p over q' for the uncapped ratio on 'b' then 'a')
     assert ("So w_2 is a running product of the two drafts' ratios p/q, capped at 1 after each step.") in flat(text30)  # read 1931 and "h_1 = Z_1 / (Z_1 + 1 - w_i)" not in text30
@@ -1409,7 +1414,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # stop 77: the gain and the give-back in fewer words; the sums and the first token stay the detail's
     assert ("The block gains on 'a' then 'b'. Token-wise checking keeps that 'a' only with chance p/q = 1/2. But the"
             " pair is as likely under p as under q (2/9), and w_2 = min(1, 1/2 * 2) = 1: the block always keeps both."
-            " It gives some back on 'a' then 'a'. There h_1 = 0, as w_1 p(y) <= q(y) for both tokens y, so it keeps both with chance w_2 = 1/4, else none: 1/2 a draft on average, against token-wise"
+            " It gives some back on 'a' then 'a'. There h_1 = 0, so it keeps both with chance w_2 = 1/4, else none: 1/2 a draft on average, against token-wise"
             " checking's 3/4. The pairs 'b' then 'a' and 'b' then 'b' tie: with 'b' first, w_1 = 1 and h_1 = 1, so"
             " both verifiers keep 'b', then the second draft with the same chance. Weighted by each"
             " pair's chance under q, the block gains 2/9 on 'a' then 'b' and gives back 1/9 on 'a' then 'a': 1/9 in"
@@ -1442,7 +1447,7 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     for edit in ("return weight", "return 0.5 if Z > 0 else 0.0"):  # the block stage's h edited: chapter 30's go
         m = sd.edited((("block_threshold", "return Z / (Z + 1 - weight) if Z > 0 else 0.0", edit),))
         assert not m.threshold_ends(*m.PAPER_EXAMPLE)
-        assert "It is 1 where w_1 = 1" not in printed(m.demo30_pairs)[1]
+        assert "Here it takes two values." not in printed(m.demo30_pairs)[1]
     assert ("from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k") in \
         flat(section(all_run, "15"))
     assert "position k's coin lands heads with chance w_k" in detail14  # so 'all k with chance w_k'

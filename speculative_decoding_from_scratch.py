@@ -6835,7 +6835,8 @@ def block_pair_words(P2, Q2, pairs, net, parts=False):
 
 def demo30_pairs():
     """Chapter 30: chapter 14's example pair by pair: where judging the block
-    gains, where it gives some back, and why its output stays exact."""
+    gains and where it gives some back (why its output stays exact is the
+    detail's)."""
     P2, Q2 = PAPER_EXAMPLE
     rows = example_exact()
     gap = rows[1][1] - rows[0][1]

@@ -1757,6 +1757,12 @@ def token_traffic(n_ctx, target=LLAMA2_7B):
     return m, w, one - w
 
 
+def free_terms(n_ctx):
+    """(base, each): a sequence's free positions at batch B are base / B + each, by the ridge and token_traffic."""
+    m, w, kv = token_traffic(n_ctx)
+    return ridge() * w / m, ridge() * kv / m
+
+
 def ridge_batch(m, w, kv, positions, ridge_point=None):
     """The smallest batch at which a pass of `positions` per sequence reaches the ridge (its MACs
     per byte are B positions m / (w + B kv)); None if it never does, at any batch."""
@@ -4841,7 +4847,7 @@ def plan_shape(c19):
         weight_share=pass_traffic(big, 0, 1, 1)[1] / pass_traffic(LLAMA2_7B, 0, 1, 1)[1],  # big's weights, as bytes
         falls=any(b < a for a, b in zip(ks, ks[1:])),
         alone=free_positions(n_ctx),  # demo 6's positions at the ridge: one sequence
-        ridge_base=ridge() * w / m, ridge_each=ridge() * kv / m,  # the ridge, in positions: base + each B
+        ridge_base=(free := free_terms(n_ctx))[0], ridge_each=free[1],  # the ridge, in positions: base + each B
         # each planned check: how it runs, positions a sequence, the batch it reaches the ridge (None: never), lo, hi
         checks=[(o.shape, o.positions, ridge_batch(m, w, kv, positions=o.positions), lo, hi)
                 for lo, hi, o in buckets if o is not None],
@@ -5907,8 +5913,7 @@ def tree_loss_words(c19, main, own, t):
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
-    m, *bytes_ = token_traffic(c19.n_ctx)
-    base, each = (ridge() * x / m for x in bytes_)  # a sequence's free positions: base / B + each (chapter 25)
+    base, each = free_terms(c19.n_ctx)  # a sequence's free positions: base / B + each (chapter 25)
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1: c grows, and the chain pays"
             f" it {own[2]} times to the tree's {t[1]}. c grows as each sequence adds its KV cache, the keys and"
             f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 37 says why that raises"
@@ -6865,7 +6870,8 @@ def demo30_pairs():
     why = block_pair_words(P2, Q2, pairs, gap, parts=True)
     aa = pairs[0]  # 'a' then 'a': (drafts, chance, w_1, h_1, w_2, token-wise, block, gain)
     owed = aa[2] * P2[0]  # w_1 p after 'a': what the target still wants at position 2
-    gives_back = (f"It gives some back on 'a' then 'a'. There h_1 = 0, so it keeps both with chance w_2 = {fraction(aa[4])}, else none:"
+    gives_back = (f"It gives some back on 'a' then 'a'. There h_1 = 0, so it keeps both with chance"
+                  f" w_2 = {fraction(aa[4])}, else none:"
                   f" {fraction(aa[6])} a draft on average, against token-wise checking's {fraction(aa[5])}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")

@@ -1877,6 +1877,15 @@ def test_demo10_routes_and_their_sentences(demo):
                                                                       " through eq. 1;") in flat(text)
 
 
+def test_chapter10_runs_to_its_end_when_every_draft_is_kept():
+    # with accept_prob edited to keep every draft, every round keeps all k: the sampled length has no spread, so
+    # no standard error to measure it by (this stop's first version divided by it, and chapter 10 stopped)
+    kept = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0"),))
+    _, text = printed(kept.demo10_server)
+    assert "mean acceptance length 6.0000" in flat(text) and "Takeaway withheld" in text
+    assert "standard error" not in text
+
+
 def test_demo10_in_detail_plans_and_policies(demo):
     result, text = printed(sd.demo10_detail, demo["10"][0])
     for n_ctx, (buckets, shortfall) in result.plans.items():

@@ -7569,8 +7569,10 @@ def demo37_big_never(**how):
                 *priced, (s.chain_speed, s.chain, s.c_small[0])) else "")
     if said[2]:
         shown = sorted({1, 64, s.big_fit})
-        rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)),
-                 *(max(c19.speeds[b - 1, i] for i in s.mine[j]) for j in (0, 1))) for b in shown]
+        picks = [[max(s.mine[j], key=lambda i: c19.speeds[b - 1, i]) for j in (0, 1)] for b in shown]  # big, small
+        rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)), *(c19.speeds[b - 1, i] for i in pair))
+                for b, pair in zip(shown, picks)]
+        best = [[c19.options[i] for i in pair] for pair in picks]  # each B's best option, big's and small's
         bytes_over_bytes = pass_bytes(tuple((d, b) for b in shown for d in (big, small)), n_ctx) is not None
         tree_first = (s.first is not None and s.first.shape.startswith("tree")
                       and abs(s.first_speed - rows[0][4]) < 1e-12)
@@ -7584,9 +7586,8 @@ def demo37_big_never(**how):
               groups=[("c", 1, 2), ("best speedup", 3, 4)])
         print()
         falls = all(a[j] > b[j] for a, b in zip(rows, rows[1:]) for j in (3, 4))
-        best = [[c19.options[max(s.mine[j], key=lambda i: c19.speeds[b - 1, i])] for j in (0, 1)] for b in shown]
         free = all(o.positions <= s.ridge_base / b + s.ridge_each for b, pair in zip(shown, best) for o in pair)
-        gives = ridge_batch(*token_traffic(n_ctx), positions=best[0][1].positions)  # where small's tree crosses
+        gives = ridge_batch(s.m, s.w, s.kv, positions=best[0][1].positions)  # where small's tree crosses
         chains_after = tree_first and gives is not None and gives <= shown[1] and all(
             pair[1].shape.startswith("k =") for pair in best[1:])
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (

@@ -7815,24 +7815,33 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "36": demo36_detail,
     "38": demo38_detail,
 }
-LEGEND = f"""Speculative decoding: a cheap draft model guesses k tokens; the target model
+INTRO = """Speculative decoding: a cheap draft model guesses k tokens; the target model
 checks them in one call. A rejection rule keeps the output exactly the
-target's (Leviathan, Kalman & Matias 2023: "the paper").
-  table   a model: row x is the next-token distribution after token x (a..f)
-  blend   a draft of blend weight m: m times the target plus (1 - m)
-          times an unrelated table; the middling draft is m = {MIDDLING_WEIGHT:g}
-  p, q    the target's and the draft's next-token distributions
-  round   k drafts, then one target call that gives p at all k+1
+target's (Leviathan, Kalman & Matias 2023: "the paper")."""
+LEGEND = {  # the lesson's terms, as its legend prints them
+    "table": "a model: row x is the next-token distribution after token x (a..f)",
+    "blend": f"""a draft of blend weight m: m times the target plus (1 - m)
+          times an unrelated table; the middling draft is m = {MIDDLING_WEIGHT:g}""",
+    "p, q": "the target's and the draft's next-token distributions",
+    "round": """k drafts, then one target call that gives p at all k+1
           positions, for about the cost of one (demo 6); if all k pass,
-          position k+1 gives a bonus token, drawn from p
-  alpha   the chance a draft is accepted, averaged over the token before
-          it, weighted by how often that token appears in the target's text
-  c       one draft call's cost, in target calls; "per call" means per
-          target call
-  TV      total variation: the most two distributions differ on any event
-  fit     a chi-square test's p-value for a sample against the target's
-          distribution; below {P_REJECT:g}, judged NOT the target's
-  exact   computed from the tables through the rule, not sampled"""
+          position k+1 gives a bonus token, drawn from p""",
+    "alpha": """the chance a draft is accepted, averaged over the token before
+          it, weighted by how often that token appears in the target's text""",
+    "c": """one draft call's cost, in target calls; "per call" means per
+          target call""",
+    "TV": "total variation: the most two distributions differ on any event",
+    "fit": f"""a chi-square test's p-value for a sample against the target's
+          distribution; below {P_REJECT:g}, judged NOT the target's""",
+    "exact": "computed from the tables through the rule, not sampled",
+}
+
+
+def legend():
+    """What the run prints first: what it is, then its terms."""
+    return "\n".join([INTRO] + [f"  {term:<6}  {meaning}" for term, meaning in LEGEND.items()])
+
+
 BREAK_IT = """
 Now break it: edit a line of residual() or another stage, and rerun. The
 README lists edits."""
@@ -7859,7 +7868,7 @@ def run_demos(numbers, detail=False):
     asked for, `all` being every chapter), then the edits to try. A demo that
     stops on an error (a stage as you edited it can raise) says where, and the
     next one runs."""
-    print(LEGEND)
+    print(legend())
     asked = [n for v in numbers for n in (CHAPTERS if v == "all" else [v])]
     for n in dict.fromkeys(asked or LESSON):
         print(f"\n{'=' * 78}\n{'Demo' if n in LESSON else 'Chapter'} {n}. {DEMOS[n][0]}\n{'=' * 78}")

@@ -7837,9 +7837,45 @@ LEGEND = {  # the lesson's terms, as its legend prints them
 }
 
 
-def legend():
-    """What the run prints first: what it is, then its terms."""
-    return "\n".join([INTRO] + [f"  {term:<6}  {meaning}" for term, meaning in LEGEND.items()])
+USES = {  # the legend's terms each chapter's text uses: a run of chapters alone prints only these
+    "7": ("table", "p, q", "alpha", "c", "exact"),
+    "8": ("blend", "p, q", "round", "c", "exact"),
+    "9": ("table", "blend", "p, q", "round", "c", "TV", "fit", "exact"),
+    "10": ("table", "blend", "round", "alpha", "c", "exact"),
+    "11": ("p, q", "TV", "fit", "exact"),
+    "12": (),
+    "13": ("table", "round"),
+    "14": ("blend", "p, q", "round", "c", "TV", "exact"),
+    "15": ("blend", "p, q", "round", "TV", "fit", "exact"),
+    "16": ("table", "round", "alpha", "c", "TV", "fit", "exact"),
+    "17": ("table", "p, q", "round", "fit"),
+    "18": ("blend", "p, q", "alpha", "c", "TV", "exact"),
+    "19": ("table", "blend", "c"),
+    "20": ("table", "round", "c"),
+    "21": ("table", "blend", "p, q", "round", "alpha", "c", "TV", "fit", "exact"),
+    "22": ("table", "blend", "p, q", "round", "c", "exact"),
+    "23": ("table", "blend"),
+    "24": ("table", "blend", "p, q", "round", "alpha", "exact"),
+    "25": ("table", "blend"),
+    "26": ("table", "p, q", "c"),
+    "27": ("blend", "p, q", "round", "alpha", "c", "exact"),
+    "28": ("table", "blend", "p, q", "round", "alpha", "c"),
+    "29": ("blend", "p, q", "round", "alpha", "exact"),
+    "30": ("p, q", "round"),
+    "31": ("blend", "p, q", "round", "alpha"),
+    "32": ("table", "blend", "p, q", "round", "alpha", "c", "exact"),
+    "33": ("table", "p, q", "round", "TV", "fit", "exact"),
+    "34": ("blend", "p, q", "round", "TV", "fit", "exact"),
+    "35": ("blend", "c"),
+    "36": ("table", "blend", "round", "c", "exact"),
+    "37": ("table", "blend", "alpha", "c"),
+    "38": ("exact",),
+}
+
+
+def legend(terms=LEGEND):
+    """What the run prints first: what it is, then its terms (those named)."""
+    return "\n".join([INTRO] + [f"  {term:<6}  {meaning}" for term, meaning in LEGEND.items() if term in terms])
 
 
 BREAK_IT = """
@@ -7865,11 +7901,13 @@ def contents():
 
 def run_demos(numbers, detail=False):
     """The default run: the legend, the lesson (or the demos and chapters
-    asked for, `all` being every chapter), then the edits to try. A demo that
-    stops on an error (a stage as you edited it can raise) says where, and the
-    next one runs."""
-    print(legend())
+    asked for, `all` being every chapter), then the edits to try. Chapters
+    asked for by number, without --detail, get only the terms they use. A
+    demo that stops on an error (a stage as you edited it can raise) says
+    where, and the next one runs."""
     asked = [n for v in numbers for n in (CHAPTERS if v == "all" else [v])]
+    alone = asked and "all" not in numbers and not detail and all(n in USES for n in asked)
+    print(legend({t for n in asked for t in USES[n]}) if alone else legend())
     for n in dict.fromkeys(asked or LESSON):
         print(f"\n{'=' * 78}\n{'Demo' if n in LESSON else 'Chapter'} {n}. {DEMOS[n][0]}\n{'=' * 78}")
         with np.errstate(all="ignore"):  # an edited stage may divide by zero: the verdicts say what broke

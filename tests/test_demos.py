@@ -183,6 +183,29 @@ def test_terms_are_defined_where_the_reader_first_meets_them(full_run, all_run):
     assert "h_i = Z_i / (Z_i + 1 - w_i)" in flat(printed(sd.DETAILS["14"], sd.demo14_block_gain())[1])  # given there
 
 
+# where each of the legend's terms is used: 'c' and 'p' as tokens, a fit in memory and rounding the logits are not
+USED = {"table": r"\btables?\b", "blend": r"\bblend\b|\bmiddling\b", "p, q": r"(?<!')\b[pq]\b(?!')",
+        "round": r"\brounds?\b(?! (the|at|it)\b)", "alpha": r"\balpha\b", "c": r"(?<!')\bc\b(?!')|per call",
+        "TV": r"\bTVs?\b", "fit": r"\bfits?\b(?! (in|under)\b)", "exact": r"\bexact\b"}
+
+
+def test_a_chapter_run_alone_prints_the_legends_terms_it_uses_and_no_others(all_run, monkeypatch):
+    # every reader charged 0.5 minutes for the lesson's whole legend above each chapter (reads 2022, 2023, 2014)
+    assert set(USED) == set(sd.LEGEND)
+    for n in sd.CHAPTERS:
+        text = flat(section(all_run, n))
+        assert set(sd.USES[n]) == {t for t, used in USED.items() if re.search(used, text)}, n
+    monkeypatch.setattr(sd, "DEMOS", {n: ("Why?", lambda: None) for n in sd.DEMOS})  # the legend alone
+
+    def entries(*args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            sd.run_demos(*args)
+        return re.findall(r"(?m)^  (\S+(?:, q)?)  ", out.getvalue().split("=" * 78)[0])
+    assert entries(["37"]) == ["table", "blend", "alpha", "c"] and entries(["12"]) == []
+    assert entries(["12", "37"]) == entries(["37"]) and entries(["37"], True) == entries(["all"]) == list(sd.LEGEND)
+
+
 def test_no_stage_numbers_and_no_function_named_but_the_ones_a_reader_edits(full_run, all_run):
     runs = full_run + all_run
     assert not re.search(r"\bstage \d|\b5[bcde]\)|\bdemo \d+'s (own )?(lines|function)", runs)

@@ -365,11 +365,9 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     likeliest = int(row.argmax())
     assert sd.chi2_sf(*sd.pearson(np.eye(6)[likeliest] * 50, row)) == 1.0
     assert sd.chi2_sf(*sd.pearson(np.eye(6)[likeliest] * 50 + np.eye(6)[(likeliest + 1) % 6], row)) == 0.0
-    assert all(f == 1.0 for r in result.temperatures if r[1] == 0 for f in r[6:8]) and ("At T = 0 the tempered rows"
-                                                                                        " are one-hot, so a fit there"
-                                                                                        " is 1 while every token is"
-                                                                                        " its row's likeliest, and 0 at"
-                                                                                        " any other.") in flat(text)
+    # (the chapter said so; reads 2022 and 1968 still stopped on it: it now claims fits only above T = 0, where the
+    # argmax loop is not the check)
+    assert all(f == 1.0 for r in result.temperatures if r[1] == 0 for f in r[6:8]) and "one-hot" not in flat(text)
     # the toy's alpha rises from T = 0 to 1, and at T = 0 alpha is where the two likeliest tokens agree
     for label, Q in (("middling", sd.MIDDLING), ("blend 0.9", sd.blend(sd.TARGET, sd.UNRELATED, 0.9))):
         P0 = sd.temper(sd.TARGET, 0)
@@ -382,7 +380,7 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
             " heating it can only lower alpha. These two start well below 1 at T = 0, at 0.00 and 0.56, so heating has"
             " room to raise alpha, and it did.") in detail and "Table 3 measures" not in text
     assert "The option --detail compares these alphas with the paper's Table 3." in flat(text)
-    fits = [f for r in result.temperatures for f in r[6:8]]
+    fits = [f for r in result.temperatures if r[1] > 0 for f in r[6:8]]
     assert 0.001 < min(fits) and max(r[8] for r in result.temperatures) < 1e-9  # the floor and the ceiling shown
     # at T = 0, alpha is the six first tokens' average: the greedy text settles in one of two loops (read 1642 could
     # not rebuild 5/9 from one loop)
@@ -390,9 +388,8 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
                                                      " depends on the token it starts after, so there alpha averages"
                                                      " over the 6 start tokens, each as likely.") \
         in " ".join(text.split())  # read 1684 reread 'the 6 first tokens' and 'never visits' (the start is visited)
-    assert ("Every row emits its tempered target, both ways, by demo 2's two checks: each fit of 200 rounds' text is"
-            f" {sd.p_text(min(fits))} or more, and each exact TV of the first 3 tokens after 'a' is < 1e-9.") \
-        in " ".join(text.split())
+    assert ("Every row emits its tempered target, both ways: each exact TV of the first 3 tokens after 'a' is < 1e-9,"
+            f" and at T = 1 and 2 each fit of 200 rounds' text is {sd.p_text(min(fits))} or more.") in flat(text)
     # at T = 0 the tempered draft is one-hot on its argmax, so the two ways draft alike: their rows are one
     assert all(r[2:4] == (r[2],) * 2 and r[4] == r[5] for r in result.temperatures if r[1] == 0) and (
         "At T = 0 the two ways are one: a sampled draft is its likeliest token too.") in " ".join(text.split())
@@ -408,12 +405,13 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     a = 5 / 9
     assert f"{(1 - a ** 5) / (1 - a) / 1.4:.2f}" == "1.52" and (
         "At T = 0 the target's greedy text settles into a loop that depends on the token it starts after, so there"
-        " alpha averages over the 6 start tokens, each as likely. Chapter 28 works out the T = 0 rows, where blend 0.9"
-        " beats eq. 1.") in flat(
+        " alpha averages over the 6 start tokens, each as likely. Chapter 28 works out the T = 0 rows: why the middling"
+        " draft's alpha is 0, and why blend 0.9 beats eq. 1.") in flat(
         text.split("T  sampled")[0])  # read 1595 worked both out for 1.5 minutes when only chapter 28 gave a reason;
     # read 1677 checked 'runs' against eq. 1 for a minute: the body names the fact and leaves the why to chapter 28;
     # the middling draft's zero alpha, and the two speedups, went to chapter 28 (reads 1836, 1842, 1877 and 1883 spent
-    # 1 to 1.5 minutes on the loops and 1.5 to 2 on 1.52, and chapter 21 stayed at 9 to 11 minutes)
+    # 1 to 1.5 minutes on the loops and 1.5 to 2 on 1.52, and chapter 21 stayed at 9 to 11 minutes); reads 1967, 1968
+    # and 2022 still stopped on the zero alpha, so the pointer names it
     # by hand: at T = 0 every row's pass chance is 0 or 1 for both drafts
     for Q in (sd.MIDDLING, sd.blend(sd.TARGET, sd.UNRELATED, 0.9)):
         assert set(np.minimum(sd.temper(sd.TARGET, 0), sd.temper(Q, 0)).sum(axis=1)) <= {0.0, 1.0}
@@ -470,9 +468,10 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
             " at T = 2." in " ".join(text.split()))
     assert ("The table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
             " for a sampled one.") in flat(text.split("T  sampled")[0])  # before the table (read 1629)
+    # which way keeps more is the detail's: readers checked the pair for half a minute (reads 1967, 1968, 2022)
     assert ("At T = 1 and 2, greedy drafts keep less than sampled ones here. That is a fact of"
             " these tables, not a law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") \
-        in flat(text)
+        in flat(printed(sd.DETAILS["21"], result)[1]) and "not a law" not in text
     # by hand: greedy proposes q's argmax, token 0, kept with chance p(0) = 0.9; sampled keeps min(.9, .6) + min(.1, .4)
     assert sd.not_a_law(p=(0.5, 0.5), q=(0.9, 0.1)) == ""  # greedy 0.5, sampled 0.6: no counterexample, said nothing
     # at T = 0 the good draft passes always after a, c, d, f and never after b, e: passes come in runs, so a round's

@@ -5797,8 +5797,8 @@ def demo23_engines(**how):
         + ". For each range of B, the plan says which drafter runs, as a chain of k",
         f"drafts or as a tree. A tree is written 'tree {t[0]}x{t[1]}, {t[2]}': {t[0]} candidates under each node,"
         f" {t[1]} deep, {' + '.join(str(t[0] ** d) for d in range(1, t[1] + 1))} = {t[2] - 1} drafts, checked as"
-        f" {t[2]} positions with the text's last token. The plan is below. It keeps an option until it falls more"
-        f" than {c19.tol:.1%} below the fastest, and chapters 25, 32 and 37 say why it has this shape:")
+        f" {t[2]} positions with the text's last token. The plan is below; chapters 25, 32 and 37 say why it has this"
+        " shape:")
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])

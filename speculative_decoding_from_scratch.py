@@ -5242,12 +5242,6 @@ def loop_from(x, step):
     return seen[seen.index(x):]
 
 
-def greedy_loops(P):
-    """The loops greedy decoding of table P ends in, one from each first token
-    (each a frozenset of tokens)."""
-    return set(loop_of_each_start(P))
-
-
 def temperature_table(rows, k, c=0.1):
     """Chapter 21's opening: what temperature and a greedy draft are, and its table."""
     say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
@@ -5264,13 +5258,10 @@ def temperature_table(rows, k, c=0.1):
     say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}. The"
         " table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T) for a"
         " sampled one.",
-        "At T = 0 the target's greedy text settles into a loop" + (
-            " that depends on the token it starts after, so there alpha averages over the"
-            f" {len(TARGET)} start tokens, each as likely." if len(greedy_loops(TARGET)) > 1 else ".")
-        + f" Chapter 28 works out the T = 0 rows: why the middling draft's alpha is 0, and why blend"
-          f" {GOOD_WEIGHT:g} beats eq. 1."
-        if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
-        else "")
+        "Chapter 28 works out the T = 0 rows: how alpha is averaged there" + (
+            f", why the middling draft's is 0, and why blend {GOOD_WEIGHT:g} beats eq. 1."
+            if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
+            else "."))
     print()
     table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".4f"), ("greedy", 8, ".4f"), ("sampled", 9, ".2f"),
            ("greedy", 8, ".2f")], [r[:6] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5)])

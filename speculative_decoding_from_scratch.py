@@ -6546,7 +6546,7 @@ def greedy_runs(rows, k=4):
             f" every draft the same chance, alpha, puts {eq1:.2f}" + (
                 f": by it a round keeps any number of drafts from none to {number_word(k)}, where these keep only "
                 + " or ".join(number_word(j) if j else "none" for j in counts) if 0 < alpha < 1 and len(counts) < k
-                else "") + ". Run the chapter with --detail for both, draft by"
+                else "") + "." + phase_words(P0, D, k) + " Run the chapter with --detail for both, draft by"
             " draft.")
 
 
@@ -6599,6 +6599,25 @@ def settled_words(P, Q, k, kept):
              why_kept(d, j)) for i, ((d, j), n) in enumerate(sorted(groups.items(), key=lambda g: -g[1]))]
     return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
             f" {said[0][1]}{said[0][2]}" + "".join(f" From {n}, {w}{y}" for n, w, y in said[1:]))
+
+
+def phase_words(P, Q, k):
+    """Chapter 28's sentences on why the settled rounds beat eq. 1 even on
+    their own loop: its share of drafts that pass, eq. 1 at that share, and
+    what a round there makes, its passes before its failure; said only while
+    eq. 1 falls short there. P and Q are one-hot (T = 0)."""
+    settled = settled_rounds(P, Q, k)
+    if settled is None:
+        return ""
+    d, j = max(dict.fromkeys(settled), key=settled.count)  # where most first tokens' rounds settle
+    loop = sorted(loop_from(d, lambda y: int(P[y].argmax())))
+    passes = int(sum(P[y].argmax() == Q[y].argmax() for y in loop))  # a greedy draft after y passes, or never
+    eq1 = expected_tokens(passes / len(loop), k)
+    if not (0 < j < k and eq1 < 1 + j - 0.05):
+        return ""
+    return (f" Even on the loop {and_list([repr(name(y)) for y in loop])} alone, where {passes} of its {len(loop)}"
+            f" drafts pass, eq. 1 at {passes}/{len(loop)} puts {eq1:.2f}. Each round there makes {1 + j}: it starts"
+            f" after '{name(d)}', so its {number_word(j)} passes come before its one failure.")
 
 
 def loop_alpha_words(P, Q, label, alpha):

@@ -439,6 +439,19 @@ def test_chapter28_says_why_alpha_at_t0_is_what_it_is(demo):
                                      " which no loop visits, so its alpha is 0.") in flat(text)
 
 
+def test_chapter28_says_why_its_rounds_beat_eq1_on_their_own_loop(demo):
+    # reads 2014, 2047 and 2057 each worked out for 1 to 2 minutes why the count is higher, not just other: on the
+    # loop a, e, f the argmaxes agree after a and f, so 2 of 3 drafts pass, and eq. 1 at 2/3 puts
+    # (1 - (2/3)^5) / (1/3) = 2.605; a round after 'f' passes twice, then fails: 3 tokens
+    P0, D = sd.temper(sd.TARGET, 0), sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0)
+    assert [y for y in (0, 4, 5) if P0[y].argmax() == D[y].argmax()] == [0, 5]
+    assert (1 - (2 / 3) ** 5) / (1 / 3) == pytest.approx(2.6049, abs=1e-4)
+    said = (" Even on the loop 'a', 'e' and 'f' alone, where 2 of its 3 drafts pass, eq. 1 at 2/3 puts 2.60. Each"
+            " round there makes 3: it starts after 'f', so its two passes come before its one failure.")
+    assert sd.phase_words(P0, D, 4) == said and said.strip() in demo["28"][1]
+    assert sd.phase_words(P0, P0, 4) == ""  # a draft that always passes keeps all k: no failure to come last
+
+
 def test_chapter21_says_its_two_ways_are_one_at_t0_only_while_temper_takes_the_argmax(capsys):
     # a reader's edit of temper to argmin: both ways still draft alike at T = 0, but not the likeliest token
     argmin = {"argmin": [("temper", "return one_hot(table.argmax(axis=-1), table.shape[-1])",
@@ -546,8 +559,9 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
              f" with chance 0.167 and two with chance 0.833. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per call, the table's"
              f" speedup of {exact / 1.4:.2f} at c = 0.1. Eq. 1, which"
              " gives every draft the same chance, alpha, puts 2.13: by it a round keeps any number of drafts from"
-             " none to four, where these keep only none or two. Run the chapter with --detail for both, draft by"
-             " draft.")  # read 1805 worked out for a minute how the rounds' counts differ from eq. 1's
+             " none to four, where these keep only none or two." + sd.phase_words(P0, Q0, 4) + " Run the chapter with"
+             " --detail for both, draft by draft.")  # read 1805 worked out for a minute how the rounds' counts
+    # differ from eq. 1's
     assert words in flat(text) and f"{1 + 2 * 0.833:.2f}" == f"{exact:.2f}"
     assert ("Round by round, the chance that drafts 1 to i all pass is 0.833, 0.833, 0.000 and 0.000, for i = 1 to 4."
             " Eq. 1 gives every draft the same chance, alpha, so it puts 0.556, 0.309, 0.171 and 0.095: 2.13 tokens"

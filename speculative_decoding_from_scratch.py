@@ -3637,7 +3637,8 @@ def threshold_ends(P2, Q2):
         return ""
     return (f"Here it takes two values. After 'a', w_1 = {fraction(wa)} and w_1 p - q = {vector(after_a)} is nowhere"
             " above 0: a stop there would leave nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1"
-            f" and p - q = {vector(after_b)} is above 0 somewhere, so h_1 = 1.")
+            f" and p - q = {vector(after_b)} is above 0 somewhere, so h_1 = 1: a first draft with w_1 = 1 is kept, as"
+            " token-wise checking keeps it.")
 
 
 def gain_example(P2, Q2):

@@ -3030,7 +3030,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
     say(f"The per-position rates, the length and the rate each pick the true best k at {by[0]} of {n} costs."
         if len(set(by)) == 1 else f"The per-position rates pick the true best k at {by[0]} of {n} costs, the length"
         f" at {by[1]} and the rate at {by[2]}.", f"The rate taken as alpha picks it at {rate} of {n}. Its denominator"
-        " counts the drafts after a round's first rejection too, which the target never judged" + (
+        " counts the drafts after a round's first rejection too, which the rule never checks" + (
             f", so it reads low ({R:.3f} against {a_R:.3f})." if R < a_R else "."))
     takeaway("pick k from per-position rates, or from the alpha the length or the rate gives through eq. 1; never take"
              " the draft acceptance rate as alpha.", {"per-position rates pick the true best k at every cost": by[0] == n,

@@ -1877,8 +1877,9 @@ def test_demo10_routes_and_their_sentences(demo):
     assert "the rate taken as alpha 0.396 2 1.82x 1 1.41x 0 1.00x" in flat(text)
     # the rate divides by every drafted token, the ones after a rejection too: below the alpha it implies
     a_R = sd.alpha_from_draft_rate(R, 5)
+    # 'the rule never checks', not 'the target never judged': the target scores them (reads 2051 and 2056)
     assert R < a_R - 0.1 and (f"Its denominator counts the drafts after a round's first rejection too, which the"
-                              f" target never judged, so it reads low ({R:.3f} against {a_R:.3f}).") in " ".join(text.split())
+                              f" rule never checks, so it reads low ({R:.3f} against {a_R:.3f}).") in " ".join(text.split())
     assert (f"The rate is (length - 1) / k, {(L - 1) / 5:.4f}: the same accepted drafts, counted per round in the"
             " length and per drafted token in the rate.") in flat(text)
     # why the routes' alpha is not demo 3's, each reason with the way it moves alpha (read 1478: 'they pull opposite

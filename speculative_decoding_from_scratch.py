@@ -4785,9 +4785,8 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25's --detail gives the bytes). Going"
-        " up in B,"
-        f" the plan switches only when its current choice falls more than {c19.tol:.1%} below the best. The plan,"
+    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25's --detail gives the bytes; take it as"
+        f" given here). Going up in B, the plan switches only when its current choice falls more than {c19.tol:.1%} below the best. The plan,"
         " with the positions each sequence's check holds, and the lowest and highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)

@@ -3627,8 +3627,8 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
 
 def threshold_ends(P2, Q2):
     """Chapter 30's h_1 after each first token of the paper's example, through the block stage, with the residual
-    that sets it: 0 after 'a', where w_1 p - q is nowhere above 0, and 1 after 'b', where w_1 = 1 and p - q is above 0
-    somewhere. "" unless the stage gives those ends."""
+    that sets it: 0 after 'a', where w_1 p - q is nowhere above 0, and 1 after 'b', where w_1 = 1 (and p - q is above
+    0 somewhere, so Z / (Z + 1 - w_1) is 1). "" unless the stage gives those ends."""
     vector = lambda v: "(" + ", ".join(fraction(float(x)) for x in v) + ")"  # noqa: E731
     (wa, wb) = (accept_prob(P2[0], Q2[0], x) for x in (0, 1))
     after_a, after_b = wa * P2[0] - Q2[0], wb * P2[1] - Q2[1]  # rows after the first draft: no context, all alike
@@ -3636,9 +3636,8 @@ def threshold_ends(P2, Q2):
             and wb == 1 and (after_b > 1e-12).any() and abs(block_threshold(wb, P2[1], Q2[1]) - 1) < 1e-12):
         return ""
     return (f"Here it takes two values. After 'a', w_1 = {fraction(wa)} and w_1 p - q = {vector(after_a)} is nowhere"
-            " above 0: a stop there would leave nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1"
-            f" and p - q = {vector(after_b)} is above 0 somewhere, so h_1 = 1: a first draft with w_1 = 1 is kept, as"
-            " token-wise checking keeps it.")
+            " above 0: a stop there would leave nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1,"
+            " so h_1 = 1: a first draft with w_1 = 1 is kept, as token-wise checking keeps it.")
 
 
 def gain_example(P2, Q2):

@@ -1405,16 +1405,16 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # chapter 30 gives when it is 0, which is all its pairs need beside the table's column
     # this stop: the coins and cut points went, so the rule reads as the chances it gives (reads 1957, 1958, 1938
     # spent 1 to 1.5 minutes on step 2); 'that residual', not 'that' (read 1958 reread it)
-    # (reads 2049 and 2060 asked why h_1 is 1 after 'b', not just above 0: at w_1 = 1, Z / (Z + 1 - w_1) is 1)
+    # (reads 2049 and 2060 asked why h_1 is 1 after 'b', not just above 0: at w_1 = 1, Z / (Z + 1 - w_1) is 1; read
+    # 2063 took 'above 0 somewhere, so 1' for a rule, and 2064 stalled on p - q beside w_1 p - q: the reason is w_1)
     # the two values h_1 takes here, each with the residual that sets it (reads 1990, 1996, 2005, 2006, 2029 and
     # 2037 spent 1 to 1.5 minutes on the general ends, the rows after x_1 in a text with no context, and whether
     # the two ends covered every row), by hand: w_1 p - q after 'a' is (1/6 - 2/3, 1/3 - 1/3), p - q after 'b'
     assert ("2. It keeps both drafts with chance w_2. Else it keeps the first alone with chance h_1, or none. h_1 is"
             " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it takes"
             " two values. After 'a', w_1 = 1/2 and w_1 p - q = (-1/2, 0) is nowhere above 0: a stop there would leave"
-            " nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1 and p - q = (-1/3, 1/3) is above 0"
-            " somewhere, so h_1 = 1: a first draft with w_1 = 1 is kept, as token-wise checking keeps it.") in flat(
-                text30) and "cut point" not in text30 and "rows after x_1" not in text30
+            " nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1, so h_1 = 1: a first draft with w_1 = 1"
+            " is kept, as token-wise checking keeps it.") in flat(text30) and "cut point" not in text30 and "rows after x_1" not in text30
     assert (1 / 6 - 2 / 3, 1 / 3 - 1 / 3) == pytest.approx((-1 / 2, 0)) and (1 / 3 - 2 / 3, 2 / 3 - 1 / 3) == \
         pytest.approx((-1 / 3, 1 / 3))
     # w_2 as a running product (reads 1957 and 1958 worked out why w_1 sits inside it; read 1977 took 'the pair's

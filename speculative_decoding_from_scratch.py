@@ -6614,8 +6614,8 @@ def phase_words(P, Q, k):
     eq1 = expected_tokens(passes / len(loop), k)
     if not (0 < j < k and eq1 < 1 + j - 0.05):
         return ""
-    return (f" Even on the loop {and_list([repr(name(y)) for y in loop])} alone, where {passes} of its {len(loop)}"
-            f" drafts pass, eq. 1 at {passes}/{len(loop)} puts {eq1:.2f}. Each round there makes {1 + j}: it starts"
+    return (f" Even on the loop {and_list([repr(name(y)) for y in loop])} alone, where a draft passes after {passes} of"
+            f" its {len(loop)} tokens, eq. 1 at {passes}/{len(loop)} puts {eq1:.2f}. Each round there makes {1 + j}: it starts"
             f" after '{name(d)}', so its {number_word(j)} passes come before its one failure.")
 
 

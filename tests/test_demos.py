@@ -440,14 +440,15 @@ def test_chapter28_says_why_alpha_at_t0_is_what_it_is(demo):
 
 
 def test_chapter28_says_why_its_rounds_beat_eq1_on_their_own_loop(demo):
-    # reads 2014, 2047 and 2057 each worked out for 1 to 2 minutes why the count is higher, not just other: on the
+    # reads 2014, 2047 and 2057 each worked out for 1 to 2 minutes why the count is higher, not just other (2061 and
+    # 2062 read "2 of its 3 drafts" against k = 4: the share is of the loop's tokens); on the
     # loop a, e, f the argmaxes agree after a and f, so 2 of 3 drafts pass, and eq. 1 at 2/3 puts
     # (1 - (2/3)^5) / (1/3) = 2.605; a round after 'f' passes twice, then fails: 3 tokens
     P0, D = sd.temper(sd.TARGET, 0), sd.temper(sd.blend(sd.TARGET, sd.UNRELATED, 0.9), 0)
     assert [y for y in (0, 4, 5) if P0[y].argmax() == D[y].argmax()] == [0, 5]
     assert (1 - (2 / 3) ** 5) / (1 / 3) == pytest.approx(2.6049, abs=1e-4)
-    said = (" Even on the loop 'a', 'e' and 'f' alone, where 2 of its 3 drafts pass, eq. 1 at 2/3 puts 2.60. Each"
-            " round there makes 3: it starts after 'f', so its two passes come before its one failure.")
+    said = (" Even on the loop 'a', 'e' and 'f' alone, where a draft passes after 2 of its 3 tokens, eq. 1 at 2/3 puts"
+            " 2.60. Each round there makes 3: it starts after 'f', so its two passes come before its one failure.")
     assert sd.phase_words(P0, D, 4) == said and said.strip() in demo["28"][1]
     assert sd.phase_words(P0, P0, 4) == ""  # a draft that always passes keeps all k: no failure to come last
 

@@ -3018,7 +3018,8 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
         (f"The length and the rate need eq. 1: both give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length and the rate need eq. 1: the length gives alpha = {a_L:.3f}, the rate {a_R:.3f},") +
         f" the alpha at which eq. 1 at k = {k} gives the length." + (
-            f" It is not demo 3's {a_3}. " + " ".join(c[0] for c in causes) if causes else ""),
+            f" It is not demo 3's {a_3}{', for two reasons' * (len(causes) == 2)}. " + " ".join(c[0] for c in causes)
+            if causes else ""),
         "Below, the k each figure picks at three costs c, and the true speedup at that k, from the tables:")
     print()
     table([("figure", 26, "<"), ("alpha", 7, ".3f")] + [("k", 5, "d"), ("true", 8, lambda x: f"{x:.2f}x")] * n,

@@ -1891,7 +1891,9 @@ def test_demo10_routes_and_their_sentences(demo):
     # reads 1755 and 1771 asked which way each moves it; with the ways said, reads 1777 and 1796 worked both out
     # for 1.5 and 2 minutes; with the reasons left to the detail, reads 1801 and 1821 took 0.706 for backwards, as
     # eq. 1 runs high: the chapter gives both, with the figures
-    assert ("the alpha at which eq. 1 at k = 5 gives the length. It is not demo 3's 0.703. Eq. 1 is not exact (chapter"
+    # 'for two reasons': reads 2056 and 2065 spent 1 to 2 minutes sorting the three alphas apart
+    assert ("the alpha at which eq. 1 at k = 5 gives the length. It is not demo 3's 0.703, for two reasons. Eq. 1 is"
+            " not exact (chapter"
             f" 29): from the exact length at k = 5, {exact5:.3f}, it gives {a_x:.3f}. And these rounds ran longer, by"
             f" chance: {L:.3f}, which gives 0.706, is 1.0 standard error (0.034) above {exact5:.3f}.") in flat(text)
     # by chance, and how far (reads 1967, 1968, 2007 and 2008 each estimated the standard error from demo 4's), by

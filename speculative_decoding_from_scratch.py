@@ -7422,7 +7422,8 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
     print()
     say("Before decoding, the chapter calibrates two costs, in units of a one-column target pass. The cost c is a"
         " draft pass, a"
-        f" {W_draft.shape[0]} x {W_draft.shape[1]} product, averaged over a round's k passes. v is one verifying pass"
+        f" {W_draft.shape[0]} x {W_draft.shape[1]} product, averaged over a round's k passes, so it can differ with"
+        " k. v is one verifying pass"
         f" over k+1 positions. Each is the median of {reps} repeats, with their lowest and highest in brackets.")
     print()
     calib = {k: calibrate(W, W_draft, X, k, reps) for k in ks}

@@ -4766,9 +4766,9 @@ def demo19_tuning(**how):
         f"A draft pass's c is its bytes over a target pass's: at B = 1, {shape.c[0]:.4f} for big and"
         f" {shape.c_small[0]:.4f} for small, rising with B (chapter 37)." if bytes_set_c and by_bytes else
         "A draft pass's c is its cost in target passes, from the bytes each pass reads.",
-        f"A check costs one plain pass while its positions are free: {shape.alone} a sequence at B = 1, as in demo 6,"
-        " and fewer at larger B (chapter 25 says how many). Past them, it costs more. The option --detail gives the"
-        " arithmetic."
+        f"A check costs one plain pass as long as it scores at most {shape.alone} positions a sequence at B = 1, as in"
+        " demo 6, and fewer at larger B (chapter 25 says how many). Past that, it costs more. The option --detail"
+        " gives the arithmetic."
         if priced and shape.alone == round(shape.ridge_base + shape.ridge_each)
         else "A check's cost in plain passes is demo 6's roofline's.")
     print()

@@ -949,11 +949,12 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
             " ends; else the walk goes on under the kept one.") in detail19
     assert ("A chain's tokens per call are 1 plus its first k per-position rates, rate i being the share of rounds in"
             " which drafts 1 to i were all kept") in detail19
-    # the speedup, as the chapter says it: below the ridge the lesson's formula, past it a dearer check
+    # the speedup, as the chapter says it: below the ridge the lesson's formula, past it a dearer check ('as long as
+    # it scores at most': reads 2063 and 2064 reread 'while its positions are free')
     assert ("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
             " passes.") in text and (
-        "A check costs one plain pass while its positions are free: 295 a sequence at B = 1, as in demo 6, and fewer"
-        " at larger B (chapter 25 says how many). Past them, it costs more. The option --detail gives the"
+        "A check costs one plain pass as long as it scores at most 295 positions a sequence at B = 1, as in demo 6,"
+        " and fewer at larger B (chapter 25 says how many). Past that, it costs more. The option --detail gives the"
         " arithmetic.") in text and "289.3" not in text and (
         "A sequence's free positions number 289.3 / B + 5.878: the target's weights' share, 147.6 * 13.21 / 6.74, and"
         " its own KV cache's,"

@@ -158,7 +158,7 @@ def test_every_line_with_a_wall_clock_figure_is_marked(full_run, all_run, monkey
     assert unclocked(outputs[0]) == unclocked(outputs[1])
 
 
-TERMS = (("vLLM", "serving engine"), ("APEX-1", "a public from-scratch"), ("vllm-ascend", "Huawei's"),
+TERMS = (("vLLM", "serving engine"), ("B", "number of sequences"), ("APEX-1", "a public from-scratch"), ("vllm-ascend", "Huawei's"),
          ("SpecInfer", "tree verifier"), ("EAGLE-1", "a trained draft head"), ("MTP", "multi-token prediction"),
          ("HF", "Hugging Face"), ("KV cache", "keys and values"), ("ulp", "unit in the last place"),
          ("logits", "the scores"), ("lam", "probability lam"), ("u v^T", "table of their products"),

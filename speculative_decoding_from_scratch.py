@@ -4785,9 +4785,10 @@ def demo19_tuning(**how):
                 b for _, _, b, _, _ in shape.checks[:2]) else "",
             margin_words(buckets, speeds, options, c19.tol)]  # the detail's
     plan = plan_rows(buckets, speeds, options, n_ctx)
-    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25's --detail gives the bytes; take it as"
-        f" given here). Going up in B, the plan switches only when its current choice falls more than {c19.tol:.1%} below the best. The plan,"
-        " with the positions each sequence's check holds, and the lowest and highest speedup over each range of B:")
+    say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25's --detail gives the bytes; take"
+        " it as given here). Going up in B, the plan switches only when its current choice falls more than"
+        f" {c19.tol:.1%} below the best. The plan, with the positions each sequence's check holds, and the lowest and"
+        " highest speedup over each range of B:")
     print()
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first is chapter 32's, the next two 37's, the last the detail's
@@ -6617,8 +6618,8 @@ def phase_words(P, Q, k):
     if not (0 < j < k and eq1 < 1 + j - 0.05):
         return ""
     return (f" Even on the loop {and_list([repr(name(y)) for y in loop])} alone, where a draft passes after {passes} of"
-            f" its {len(loop)} tokens, eq. 1 at {passes}/{len(loop)} puts {eq1:.2f}. Each round there makes {1 + j}: it starts"
-            f" after '{name(d)}', so its {number_word(j)} passes come before its one failure.")
+            f" its {len(loop)} tokens, eq. 1 at {passes}/{len(loop)} puts {eq1:.2f}. Each round there makes {1 + j}: it"
+            f" starts after '{name(d)}', so its {number_word(j)} passes come before its one failure.")
 
 
 def loop_alpha_words(P, Q, label, alpha):

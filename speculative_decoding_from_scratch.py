@@ -3920,8 +3920,8 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
         " w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with p and q the rows after x_(i-1) (x_0: the text's last token). A"
         f" ratio p/q above 1 lifts w back up: ratios {r1:g} then {r2:g} give w_1 = {min(1, r1):g} but w_2 ="
         f" {two_weights(r1, r2)[1]:g}. Step 2 gives each position i before k a chance h_i, from w_i and the rows after x_i by Sun"
-        " et al.'s formula (chapter 14's --detail gives it; here it is enough that each coin below is its own). Steps 3"
-        " to 5 decide what to keep:")
+        " et al.'s formula (chapter 14's --detail gives it; here it is enough that each coin below is independent"
+        " of the others). Steps 3 to 5 decide what to keep:")
     say_items(["Each position i flips a coin of its own; heads makes i a cut point. Position k's coin lands heads"
                " with chance w_k; an earlier position i's, with chance h_i.",
                "The block keeps x_1..x_i for i the last cut point. With none, i = 0: it keeps no draft.",

@@ -3653,8 +3653,9 @@ def gain_example(P2, Q2):
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1, so the block always keeps both, where token-wise checking keeps"
             f" them with chance {fraction(w1)}.",
-            f"On drafts {fewer[0][0]} then {fewer[0][2]} it keeps fewer: {fraction(fewer[6])} a draft on average,"
-            f" against token-wise checking's {fraction(fewer[5])}. So the gain is an average; chapter 30 weighs each"
+            f"On drafts {fewer[0][0]} then {fewer[0][2]} it keeps fewer:"
+            + (f" both with chance {fraction(fewer[4])}, else none, so" if fewer[3] == 0 else "")
+            + f" {fraction(fewer[6])} a draft on average, against token-wise checking's {fraction(fewer[5])}. So the gain is an average; chapter 30 weighs each"
             " pair, and shows why." if fewer else "")
 
 

@@ -3013,8 +3013,9 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
         " and per drafted token in the rate." if abs(R - (L - 1) / k) < 1e-12
         else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
         "This script's --tune picks k from any one of these figures. It turns the figure into tokens per call at each"
-        " k, prices each k at cost c, and picks the fastest. The per-position rates need no model: tokens per call at"
-        f" k is 1 plus the first k rates, up to k = {k}, where they were counted.",
+        f" k, prices each k at cost c, and picks the fastest. The per-position rates need no model: at k = {k}, where"
+        f" they were counted, tokens per call is 1 plus the rates; at a smaller k, about 1 plus its first k (chapter 27"
+        " says how close).",
         (f"The length and the rate need eq. 1: both give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
          f"The length and the rate need eq. 1: the length gives alpha = {a_L:.3f}, the rate {a_R:.3f},") +
         f" the alpha at which eq. 1 at k = {k} gives the length." + (

@@ -185,7 +185,7 @@ def test_terms_are_defined_where_the_reader_first_meets_them(full_run, all_run):
 
 # where each of the legend's terms is used: 'c' and 'p' as tokens, a fit in memory and rounding the logits are not;
 # a table's 'rows after' a token are (read 2086 met them in chapter 15 without the entry)
-USED = {"table": r"\btables?\b|\brows after\b", "blend": r"\bblend\b|\bmiddling\b", "p, q": r"(?<!')\b[pq]\b(?!')",
+USED = {"table": r"\btables?\b|\brows after\b", "blend": r"\bblend\b|\bmiddling\b", "p, q": r"(?<!')\b[pq]\b(?![-'])",
         "round": r"\brounds?\b(?! (the|at|it)\b)", "alpha": r"\balpha\b", "c": r"(?<!')\bc\b(?!')|per call",
         "TV": r"\bTVs?\b", "fit": r"\bfits?\b(?! (in|under)\b)", "exact": r"\bexact\b"}
 
@@ -204,6 +204,10 @@ def test_a_chapter_run_alone_prints_the_legends_terms_it_uses_and_no_others(all_
             sd.run_demos(*args)
         return re.findall(r"(?m)^  (\S+(?:, q)?)  ", out.getvalue().split("=" * 78)[0])
     assert entries(["37"]) == ["table", "blend", "alpha", "c"] and entries(["12"]) == []
+    # an entry that uses another term brings it (read 2111 met chapter 10's round, 'drawn from p', without p)
+    for entry, meaning in sd.LEGEND.items():
+        assert set(sd.NEEDS.get(entry, ())) == {t for t, used in USED.items() if t != entry and re.search(used, meaning)}
+    assert "p, q" not in sd.USES["10"] and "p, q" in entries(["10"])
     assert entries(["12", "37"]) == entries(["37"]) and entries(["37"], True) == entries(["all"]) == list(sd.LEGEND)
 
 

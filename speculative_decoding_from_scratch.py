@@ -2630,7 +2630,8 @@ def demo9_verifiers(k=3):
         f"{winners[0]} accepts most for every pair.",
         "Block weighs a run of drafts by a running product of their ratios p/q, capped at 1 after each step"
         " (chapter 14), so it gains only where a later ratio above 1 makes up for an earlier low one. With q all on"
-        " x, p/q is p(x), never above 1, so over one-hot drafts block accepts what one-hot accepts."
+        " x, p/q is p(x), never above 1, so over one-hot drafts block gains nothing, and here it accepts what one-hot"
+        " accepts."
         if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts.",

@@ -4907,8 +4907,8 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
         and s.chain.draft_passes > s.first.draft_passes and s.chain_speed < s.first_speed else "",
         f"At B = 1, {s.longest.drafter.name}'s fastest option, its {'chain of ' * s.longest.shape.startswith('k =')}"
         f"{s.longest.shape}, makes {s.longest.tokens:.3f} tokens per call, more than {s.first.drafter.name}'s"
-        f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts in {s.first.draft_passes} passes, one a"
-        f" level (chapter 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times"
+        f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts, {s.first.drafter.tree[0]} candidates"
+        f" under each node, {s.first.drafter.tree[1]} deep, in {s.first.draft_passes} passes, one a level (chapter 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times"
         f" {s.first.drafter.name}'s, and it takes {s.longest.draft_passes} of them to the tree's"
         f" {s.first.draft_passes}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
@@ -7620,7 +7620,7 @@ def demo37_big_never(**how):
             pair[1].shape.startswith("k =") for pair in best[1:])
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
             " Both fall as B grows, as c rises." + (
-                " Small's tree also gives way to chains, as its check passes the ridge (chapter 25)."
+                " Small's tree also gives way to chains, as the tree's check passes the ridge (chapter 25)."
                 if chains_after else "")
             + " Take the speedups past B = 1 as given here."
             if falls and free and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))

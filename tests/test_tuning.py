@@ -416,9 +416,11 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     assert f"{longest.tokens:.3f} {longest.tokens / (1 + 6 * c_big):.2f}" == "4.533 2.51"
     # reads 1775 and 1790 found 4.53 / (1 + 6 * 0.1348) rounds to 2.50: three places, as the tree's 3.134, give 2.51
     assert f"{4.533 / (1 + 6 * 0.1348):.2f}" == "2.51" and f"{4.53 / (1 + 6 * 0.1348):.2f}" == "2.50"
-    # read 1790 priced the tree per draft (1 + 14 c) until it saw a pass is a level
+    # read 1790 priced the tree per draft (1 + 14 c) until it saw a pass is a level; its shape, as chapter 23 gives it
+    # (read 2103 met the tree undefined); 'the tree's check', not 'its' (read 2103 read small's own passes)
     assert ("At B = 1, big's fastest option, its chain of k = 6, makes 4.533 tokens per call, more than small's"
-            " 3.134 from a tree of 14 drafts in 3 passes, one a level (chapter 32). But each of its passes costs"
+            " 3.134 from a tree of 14 drafts, 2 candidates under each node, 3 deep, in 3 passes, one a level (chapter"
+            " 32). But each of its passes costs"
             f" {c_big / c_small:.0f} times small's, and it takes 6 of them to the tree's 3.") in text37 and f"{c_big / c_small:.0f}" == "16"
     # small without its tree beats big too (read 1741 worked it out from demo 4 for 1.5 minutes)
     assert (f"At B = 1 a speedup is tokens per call / (1 + n c), for n draft passes: {s_chain:.2f} for big's k = 6,"
@@ -580,7 +582,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
         assert max(positions) <= 289.3 / b + 5.878
     assert 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
     assert ("Big's best trails small's by 0.55 at B = 1, its closest. Both fall as B grows, as c rises. Small's tree"
-            " also gives way to chains, as its check passes the ridge (chapter 25). Take the speedups past B = 1 as"
+            " also gives way to chains, as the tree's check passes the ridge (chapter 25). Take the speedups past B = 1 as"
             " given here.") in text37 and "289.3" not in text37 and "B = 32" not in text37  # read 2026 was lost at
     # 'from B = 32', which it could not rebuild from demo 6's 295; read 1975 was
     # partly lost trying to price them; read 1681 found 'a sequence's free ones' opaque; read 1647 could not rebuild the tree's 2.99 at B = 32 without the free positions' terms, and reads

@@ -3657,8 +3657,8 @@ def gain_example(P2, Q2):
             f" them with chance {fraction(w1)}.",
             f"On drafts {fewer[0][0]} then {fewer[0][2]} it keeps fewer:"
             + (f" both with chance {fraction(fewer[4])}, else none, so" if fewer[3] == 0 else "")
-            + f" {fraction(fewer[6])} a draft on average, against token-wise checking's {fraction(fewer[5])}. So the gain is an average; chapter 30 weighs each"
-            " pair, and shows why." if fewer else "")
+            + f" {fraction(fewer[6])} a draft on average, against token-wise checking's {fraction(fewer[5])}. So the"
+            " gain is an average; chapter 30 weighs each pair, and shows why." if fewer else "")
 
 
 def demo14_block_gain():
@@ -4908,8 +4908,9 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
         f"At B = 1, {s.longest.drafter.name}'s fastest option, its {'chain of ' * s.longest.shape.startswith('k =')}"
         f"{s.longest.shape}, makes {s.longest.tokens:.3f} tokens per call, more than {s.first.drafter.name}'s"
         f" {s.first.tokens:.3f} from a tree of {s.first.positions - 1} drafts, {s.first.drafter.tree[0]} candidates"
-        f" under each node, {s.first.drafter.tree[1]} deep, in {s.first.draft_passes} passes, one a level (chapter 32). But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times"
-        f" {s.first.drafter.name}'s, and it takes {s.longest.draft_passes} of them to the tree's"
+        f" under each node, {s.first.drafter.tree[1]} deep, in {s.first.draft_passes} passes, one a level (chapter 32)."
+        f" But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it takes"
+        f" {s.longest.draft_passes} of them to the tree's"
         f" {s.first.draft_passes}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
         " target's. So big's c rises" + (

@@ -4760,9 +4760,8 @@ def demo19_tuning(**how):
         " model of its own shape (chapter 37 gives the shapes" + " and the bytes behind each c at B = 1" * by_bytes
         + f"), and its acceptance comes from its table. The plan tries chains of k = 1 to {k_max} drafts, its cap,"
         f" and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node,"
-        f" {tree[1]} deep. That is"
-        f" {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1} drafts in {tree[1]} draft"
-        f" passes, one a level, checked with the text's last token as {nodes} positions.")
+        f" {tree[1]} deep. That is {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1}"
+        f" drafts in {tree[1]} draft passes, one a level, checked with the text's last token as {nodes} positions.")
     print()
     say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
         " passes. Its tokens per call are computed from its draft's table, not sampled.",

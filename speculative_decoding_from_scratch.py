@@ -7608,7 +7608,8 @@ def demo37_big_never(**how):
         say(said[2], ("A draft pass and a plain target pass stay memory-bound at these B, so c is still bytes over"
                       " bytes. " if bytes_over_bytes else "") + "Each draft's c, and the speedup of its best option"
             + (" (at B = 1, small's is its tree)" if tree_first else "") + f", up to B = {s.big_fit}" + (
-            f", {fit_lead('big')} (take it as given here):" if s.big_fit < c19.max_batch else ":"))
+            f", {fit_lead('big')} (take it, and the rows past B = 1, as given here):" if s.big_fit < c19.max_batch
+            else " (take the rows past B = 1 as given here):"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])
@@ -7622,7 +7623,6 @@ def demo37_big_never(**how):
             " Both fall as B grows, as c rises." + (
                 " Small's tree also gives way to chains, as the tree's check passes the ridge (chapter 25)."
                 if chains_after else "")
-            + " Take the speedups past B = 1 as given here."
             if falls and free and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
     times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]

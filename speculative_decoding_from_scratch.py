@@ -6870,8 +6870,8 @@ def demo30_pairs():
         " min(1, p(x) / q(x)), and stops at the first rejection. The block, for drafts x_1 then x_2:")
     say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). So w_2 is a"
                " running product of the two drafts' ratios p/q, capped at 1 after each step.",
-               "It keeps both drafts with chance w_2. Else it keeps the first alone with chance h_1, and draws the next"
-               " token from max(0, w_1 p - q), normalised; or it keeps none. h_1 is"
+               "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
+               " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
                " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)."
                + (" " + threshold_ends(P2, Q2)).rstrip(),
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],

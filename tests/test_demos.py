@@ -1420,8 +1420,9 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # 2037 spent 1 to 1.5 minutes on the general ends, the rows after x_1 in a text with no context, and whether
     # the two ends covered every row), by hand: w_1 p - q after 'a' is (1/6 - 2/3, 1/3 - 1/3), p - q after 'b'
     # what a stop after the first draws from, so its emptiness sets h_1 (reads 2069, 2079 and 2105 asked why w_1 p - q)
-    assert ("2. It keeps both drafts with chance w_2. Else it keeps the first alone with chance h_1, and draws the next"
-            " token from max(0, w_1 p - q), normalised; or it keeps none. h_1 is"
+    # 'if not', and what it draws from after none (reads 2109, 2110, 2119 and 2120 asked both)
+    assert ("2. It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
+            " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
             " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it takes"
             " two values. After 'a', w_1 = 1/2 and w_1 p - q = (-1/2, 0) is nowhere above 0: a stop there would leave"
             " nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1, so h_1 = 1: a first draft with w_1 = 1"

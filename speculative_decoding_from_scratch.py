@@ -7356,14 +7356,12 @@ def demo35_chain_loss(**how):
         " of chapter 23 (vLLM, SGLang and TensorRT-LLM) cannot switch between a tree and chains by B, so there they run"
         f" {main.name}'s best chain, k = {own[2]}" + (", the longest the plan tries" if own[2] == c19.k_max else "")
         + f", from {own[2]} draft passes. A draft pass costs c target passes, a tree's level or a chain's step"
-        " alike." + (f" A check of m positions a sequence costs one plain pass as long as m is at most the sequence's"
-                     f" free positions, {base:.1f} / B + {each:.3f} (chapter 25 derives it; demo 6's"
-                     f" {free_positions(c19.n_ctx)} at B = 1)." if below and priced else "")
-        + (f" {'Up to them' if priced else 'Until the ridge'}, a speedup is tokens per call / (1 + n c), for n draft"
-           f" passes: the tree makes {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from"
-           f" {own[2]}." if below else "")
-        + (f" Past them (the ridge), a check costs m / ({base:.1f} / B + {each:.3f}) plain passes in place of the 1."
-           if below and priced else "")
+        " alike." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
+        f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}." if below else "")
+        + (f" Past the ridge, a check of m positions a sequence costs m / ({base:.1f} / B + {each:.3f}) plain passes,"
+           f" in place of the 1 in 1 + n c: a sequence has {base:.1f} / B + {each:.3f} free positions (chapter 25"
+           " derives it; demo 6's"
+           f" {free_positions(c19.n_ctx)} at B = 1)." if below and priced else "")
         + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
         " chain's speedup / the tree's):")
     print()

@@ -1376,13 +1376,12 @@ def test_chapter35_gives_the_speedup_formula_only_where_the_plans_speeds_bear_it
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
         sd.demo35_chain_loss()
-    assert "Up to them, a speedup is tokens per call / (1 + n c)" in " ".join(said.getvalue().split())
+    assert "Until the ridge, a speedup is tokens per call / (1 + n c)" in " ".join(said.getvalue().split())
     monkeypatch.setattr(sd, "draft_cost", lambda *args, **kwargs: 0.5)
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
         sd.demo35_chain_loss()
-    assert "a speedup is tokens per call / (1 + n c)" not in " ".join(said.getvalue().split()) and "Chapter 35." not in \
-        said.getvalue()
+    assert "Until the ridge" not in said.getvalue() and "Chapter 35." not in said.getvalue()
 
 
 def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_ridge(in_process, monkeypatch, detail19):
@@ -1452,8 +1451,9 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert "A chain this long pays" not in text
     # reads 1787 and 1793 rebuilt the speedups as tokens / (1 + n c) for 1.5 minutes each: the chapter says it,
     # and only where the plan's own speeds bear it out
-    assert ("8 draft passes. A draft pass costs c target passes, a tree's level or a chain's step alike. A check of m"
-            " positions") in text
+    assert ("8 draft passes. A draft pass costs c target passes, a tree's level or a chain's step alike. Until the"
+            " ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes 3.134 tokens per"
+            " call from 3 passes, the chain 3.219 from 8.") in text
     for r in rows[:-2]:
         assert r[2] == pytest.approx(3.134 / (1 + 3 * r[1]), abs=6e-4) and r[3] == pytest.approx(
             3.219 / (1 + 8 * r[1]), abs=6e-4)
@@ -1462,13 +1462,8 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # the rows past the ridge priced as chapter 25 prices them (reads 1972 and 1974 could not check them; reads
     # 1993, 1994 and 1998 rebuilt the rule when told to take the rows as given; m, not n, which counts draft passes,
     # and where it goes, as reads 2004 and 2006 asked), by hand from the printed figures
-    # free positions first, then the speedup within them, then the price past them, so 'the ridge' is defined where
-    # it is met (reads 2081, 2095 and 2113 spent 1.5 to 2 minutes on a ridge in positions, not demo 6's MACs a byte)
-    assert ("A check of m positions a sequence costs one plain pass as long as m is at most the sequence's free"
-            " positions, 289.3 / B + 5.878 (chapter 25 derives it; demo 6's 295 at B = 1). Up to them, a speedup is"
-            " tokens per call / (1 + n c), for n draft passes: the tree makes 3.134 tokens per call from 3 passes, the"
-            " chain 3.219 from 8. Past them (the ridge), a check costs m / (289.3 / B + 5.878) plain passes in place of"
-            " the 1.") in text
+    assert ("Past the ridge, a check of m positions a sequence costs m / (289.3 / B + 5.878) plain passes, in place of"
+            " the 1 in 1 + n c: a sequence has 289.3 / B + 5.878 free positions (chapter 25 derives it; demo 6's 295 at B = 1).") in text
     for b, c, tree_speed in ((32, 0.0141, 2.9911), (34, 0.0143, 2.8869)):
         assert 3.134 / (15 / (289.3 / b + 5.878) + 3 * c) == pytest.approx(tree_speed, abs=1e-3)
     # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there

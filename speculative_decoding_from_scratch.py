@@ -5271,12 +5271,17 @@ def temperature_table(rows, k, c=0.1):
            ("greedy", 8, ".2f")], [r[:6] for r in rows], groups=[("alpha", 2, 3), ("speedup", 4, 5)])
 
 
+def heated(rows):
+    """Chapter 21's rows above T = 0 that ran, and their temperatures in order."""
+    hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
+    return hot, sorted({r[1] for r in hot})
+
+
 def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     """Chapter 21's sentences, from its table and its rows' checks (T > 0: at
     T = 0 both ways are greedy)."""
     failed = [f"{r[0]} at T = {r[1]:g}" for r in rows if r[9] != "the target"]
-    hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
-    hot_ts = sorted({r[1] for r in hot})
+    hot, hot_ts = heated(rows)
     print()
     say(f"Every row emits its tempered target, both ways: each exact TV of the first {n_exact} tokens after"
         f" '{name(0)}' is {exact_text(max(r[8] for r in rows))}, and at T = {and_list([f'{t:g}' for t in hot_ts])}"
@@ -5303,8 +5308,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
 def greedy_against_sampled(rows):
     """Chapter 21 in detail: which way keeps more above T = 0, and a pair of
     rows where the other does."""
-    hot = [r for r in rows if r[1] > 0 and r[9] != "raised"]
-    return (f"At T = {and_list([f'{t:g}' for t in sorted({r[1] for r in hot})])}, greedy drafts keep less than sampled"
+    hot, temperatures = heated(rows)
+    return (f"At T = {and_list([f'{t:g}' for t in temperatures])}, greedy drafts keep less than sampled"
             " ones here. " + not_a_law() if hot and all(r[3] < r[2] for r in hot) else
             "Greedy drafts do NOT keep less than sampled ones at every T > 0 shown.")
 
@@ -6615,7 +6620,7 @@ def phase_words(P, Q, k):
     if settled is None:
         return ""
     d, j = max(dict.fromkeys(settled), key=settled.count)  # where most first tokens' rounds settle
-    loop = sorted(loop_from(d, lambda y: int(P[y].argmax())))
+    loop = sorted(loop_of_each_start(P)[d])
     passes = int(sum(P[y].argmax() == Q[y].argmax() for y in loop))  # a greedy draft after y passes, or never
     eq1 = expected_tokens(passes / len(loop), k)
     if not (0 < j < k and eq1 < 1 + j - 0.05):

@@ -7917,6 +7917,9 @@ def legend(terms=LEGEND):
 BREAK_IT = """
 Now break it: edit a line of residual() or another stage, and rerun. The
 README lists edits."""
+BREAK_A_CHAPTER = """
+Now break it: edit a line of residual() or another stage, and rerun the
+lesson, whose checks say what broke. The README lists edits."""  # some chapters run no stage
 
 
 def menu():
@@ -7956,7 +7959,7 @@ def run_demos(numbers, detail=False):
                 " raised this; the run goes on.")
     if not asked:
         menu()
-    print(BREAK_IT)
+    print(BREAK_A_CHAPTER if asked else BREAK_IT)
 
 
 # -----------------------------------------------------------------------------

@@ -211,6 +211,25 @@ def test_a_chapter_run_alone_prints_the_legends_terms_it_uses_and_no_others(all_
     assert entries(["12", "37"]) == entries(["37"]) and entries(["37"], True) == entries(["all"]) == list(sd.LEGEND)
 
 
+def test_a_chapter_run_sends_the_reader_to_the_lesson_to_see_an_edit_break(monkeypatch):
+    # readers of chapters 12, 13 and 38 asked what editing residual() does to them: nothing, as they run no
+    # stage of the lesson's (chapter 12's own run, every stage raising, runs to its end)
+    def close(*args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            sd.run_demos(*args)
+        return " ".join(out.getvalue().split("=" * 78)[-1].split())
+    stages = ("forward", "sample_from", "accept_prob", "residual", "draft_tokens", "verify_round", "rounds", "take")
+    for stage in stages:
+        monkeypatch.setattr(sd, stage, lambda *a: 1 / 0)
+    assert "stopped" not in close(["12"])
+    monkeypatch.setattr(sd, "DEMOS", {n: ("Why?", lambda: None) for n in sd.DEMOS})
+    monkeypatch.setattr(sd, "menu", lambda: None)
+    assert close([]).endswith("edit a line of residual() or another stage, and rerun. The README lists edits.")
+    for asked in (["12"], ["9", "13"], ["all"]):
+        assert close(asked).endswith("and rerun the lesson, whose checks say what broke. The README lists edits.")
+
+
 def test_no_stage_numbers_and_no_function_named_but_the_ones_a_reader_edits(full_run, all_run):
     runs = full_run + all_run
     assert not re.search(r"\bstage \d|\b5[bcde]\)|\bdemo \d+'s (own )?(lines|function)", runs)

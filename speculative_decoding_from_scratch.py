@@ -4894,8 +4894,6 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
     """What sets chapter 19's plan: the tree at B = 1 (chapter 32's), big at B = 1 and at every B (chapter 37's), how
     its c rises (the detail's), each said only while its numbers bear it out ("" where withheld). longer: chapter
     32's best chain past the plan's, (first k, last k, its k, its speedup), named if it too trails the tree."""
-    layers_set_kv = all(abs(share - a * b / (s.layers[2][0] * s.layers[2][1])) < 1e-12  # read 1506 rebuilt them
-                        for share, (a, b) in zip(s.kv_share, s.layers))
     clauses = (
         f"The tree keeps at most {s.first.draft_passes} drafts a round, one a level, and makes fewer tokens per"
         f" call than the chain of {s.chain.draft_passes}, the fastest of {s.first.drafter.name}'s k = 1 to"
@@ -4912,13 +4910,9 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
         f" {s.longest.draft_passes} of them to the tree's"
         f" {s.first.draft_passes}." if s.tree and s.first_speed > s.longest_speed else "",
         "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
-        " target's. So big's c rises" + (
-            " toward the ratio of its KV cache to the target's, {:.2f}".format(s.kv_share[0]) + (
-                " ({} layers of width {} against {} of {})".format(*s.layers[0], *s.layers[2]) if layers_set_kv
-                else "") + f"; small's rises only toward {s.kv_share[1]:.4f}" + (
-                " ({} of {})".format(*s.layers[1]) if layers_set_kv else "")
-            if s.kv_share[0] > s.c[1] > s.c[0] else "") + "."
-        if not s.big_runs and s.c[1] > s.c[0] and s.big_gap is not None and s.big_gap > 0 else "",
+        " target's, and c rises for both drafts (chapter 19's --detail says why)."
+        if not s.big_runs and s.c[1] > s.c[0] and max(s.c_small) > s.c_small[0] and s.big_gap is not None
+        and s.big_gap > 0 else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
         (", the most sequences that fit in memory beside it;" if s.big_fit < max_batch else ";") +
         f" small's rises only from {s.c_small[0]:.4f} to {max(s.c_small):.4f} at B = {len(s.c_small)}."
@@ -5920,9 +5914,9 @@ def tree_loss_words(c19, main, own, t):
     base, each = free_terms(c19.n_ctx)  # a sequence's free positions: base / B + each (chapter 25)
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1: c grows, and the chain pays"
             f" it {own[2]} times to the tree's {t[1]}. c grows as each sequence adds its KV cache, the keys and"
-            f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 37 says why that raises"
-            f" c). At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position"
-            f" past it costs time: a sequence's free positions, {base:.1f} / B + {each:.3f}, are"
+            f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 19's --detail says why"
+            f" that raises c). At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and"
+            f" each position past it costs time: a sequence's free positions, {base:.1f} / B + {each:.3f}, are"
             f" {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}."
             f" So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
@@ -7603,13 +7597,10 @@ def demo37_big_never(**how):
         picks = [[max(s.mine[j], key=lambda i: c19.speeds[b - 1, i]) for j in (0, 1)] for b in shown]  # big, small
         rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)), *(c19.speeds[b - 1, i] for i in pair))
                 for b, pair in zip(shown, picks)]
-        best = [[c19.options[i] for i in pair] for pair in picks]  # each B's best option, big's and small's
-        bytes_over_bytes = pass_bytes(tuple((d, b) for b in shown for d in (big, small)), n_ctx) is not None
         tree_first = (s.first is not None and s.first.shape.startswith("tree")
                       and abs(s.first_speed - rows[0][4]) < 1e-12)
         print()
-        say(said[2], ("A draft pass and a plain target pass stay memory-bound at these B, so c is still bytes over"
-                      " bytes. " if bytes_over_bytes else "") + "Each draft's c, and the speedup of its best option"
+        say(said[2], "Each draft's c, and the speedup of its best option"
             + (" (at B = 1, small's is its tree)" if tree_first else "") + f", up to B = {s.big_fit}" + (
             f", {fit_lead('big')} (take it, and the rows past B = 1, as given here):" if s.big_fit < c19.max_batch
             else " (take the rows past B = 1 as given here):"))
@@ -7617,16 +7608,7 @@ def demo37_big_never(**how):
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])
         print()
-        falls = all(a[j] > b[j] for a, b in zip(rows, rows[1:]) for j in (3, 4))
-        free = all(o.positions <= s.ridge_base / b + s.ridge_each for b, pair in zip(shown, best) for o in pair)
-        gives = ridge_batch(s.m, s.w, s.kv, positions=best[0][1].positions)  # where small's tree crosses
-        chains_after = tree_first and gives is not None and gives <= shown[1] and all(
-            pair[1].shape.startswith("k =") for pair in best[1:])
-        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest." + (
-            " Both fall as B grows, as c rises." + (
-                " Small's tree also gives way to chains, as the tree's check passes the ridge (chapter 25)."
-                if chains_after else "")
-            if falls and free and checks_priced_by_free_positions(s, c19.options, n_ctx, shown) else ""))
+        say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.")
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
     times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]
     takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1, and"

@@ -5917,14 +5917,14 @@ def tree_loss_words(c19, main, own, t):
             f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 19's --detail says why"
             f" that raises c). At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and"
             f" each position past it costs time: a sequence's free positions, {base:.1f} / B + {each:.3f}, are"
-            f" {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}."
-            f" So the loss peaks just before, at B = {own[1]}."
+            f" {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}. The chain's"
+            f" check, {own[2] + 1} positions, stays within them. So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b > k for k, b in zip(kv, w)) and made[0] < made[1]  # at B = 1, weights; at the last B, caches
             and all(k * c19.max_batch > b for k, b in zip(kv, w))
             and cross * t[2] > free_positions(c19.n_ctx) and base / cross + each < t[2] <= base / own[1] + each
-            and round(base + each) == free_positions(c19.n_ctx) else "")
+            and round(base + each) == free_positions(c19.n_ctx) and own[2] + 1 <= base / cross + each else "")
 
 
 # -----------------------------------------------------------------------------

@@ -879,8 +879,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert (f"At B = {cross} the tree's check, 15 positions a sequence, crosses the ridge, and each position past it"
-            " costs time: a sequence's free positions, 289.3 / B + 5.878, are 15.21 at B = 31 and 14.92 at B = 32. So"
-            " the loss peaks just before,"
+            " costs time: a sequence's free positions, 289.3 / B + 5.878, are 15.21 at B = 31 and 14.92 at B = 32."
+            " The chain's check, 9 positions, stays within them. So the loss peaks just before,"
             f" at B = {cross - 1}.") in text35 and cross * 15 > 295  # this stop, a sequence's free positions at
     # each side of the crossing (reads 1972 and 1974 rebuilt the pass's positions for 1.5 to 2 minutes); reads 1760,
     # 1762 and 1781 set 480 against demo 6's 295 for 2 to 3 minutes each, printed or not; by hand, the positions a
@@ -1469,6 +1469,10 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             3.219 / (1 + 8 * r[1]), abs=6e-4)
     # read 1793 took demo 6's 295 positions to put the tree's ridge near B = 19
     assert "are 15.21 at B = 31 and 14.92" in text and 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
+    # the chain's check stays free where the tree's crosses, so only the tree's pays at B = 32 (read 2153 inferred the
+    # chain's 9 positions to see it), by hand
+    assert ("are 15.21 at B = 31 and 14.92 at B = 32. The chain's check, 9 positions, stays within them. So the loss"
+            " peaks just before, at B = 31.") in text and 8 + 1 <= 289.3 / 32 + 5.878
     # the rows past the ridge priced as chapter 25 prices them (reads 1972 and 1974 could not check them; reads
     # 1993, 1994 and 1998 rebuilt the rule when told to take the rows as given; m, not n, which counts draft passes,
     # and where it goes, as reads 2004 and 2006 asked), by hand from the printed figures

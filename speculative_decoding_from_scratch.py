@@ -7360,15 +7360,19 @@ def demo35_chain_loss(**how):
         + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
         " chain's speedup / the tree's):")
     print()
-    batches = sorted({1, 16, own[1], own[1] + 1} - {0})
+    batches = sorted({1, 16, own[1], own[1] + 1, end} - {0})
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
              1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches if b <= c19.max_batch]
     table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".4f"), (f"k = {own[2]}", 8, ".4f"),
            ("chain's loss", 14, lambda x: f"{x:.1%}" if abs(x) >= 5e-4 else f"{x:.2%}")], rows)  # not '-0.0%'
     said = tree_loss_words(c19, main, own, t)
+    ahead = rows[-1][4] if rows and rows[-1][0] == end else 0  # at the tree's last B
     print()
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
-        "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.")
+        "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
+        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
+        " chapter 19's plan switches only when its choice falls more than that below the best."
+        if -c19.tol < ahead < 0 else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",
              {"the loss grows with B up to the batch before the tree's ridge": bool(said)})

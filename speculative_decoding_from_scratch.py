@@ -6514,17 +6514,18 @@ def greedy_runs(rows, k=4):
     is 0 or 1, so passes come in runs and eq. 1, at one chance alpha, falls
     short of the exact count. For the good draft, each said only while its
     numbers bear it out: (the detail's pass chances at T = 0 beside eq. 1's,
-    its sentence on T = 0.5, and the chapter's paragraph on T = 0)."""
+    its sentence on T = 0.5, the chapter's paragraph on T = 0, and the
+    detail's sentences on eq. 1 on the loop alone)."""
     Q = blend(TARGET, UNRELATED, GOOD_WEIGHT)
     P0, D = temper(TARGET, 0), temper(Q, 0)
     beta = np.minimum(P0, D).sum(axis=1)
     zero, half = (next((r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[1] == T), None) for T in (0, 0.5))
     if zero is None or half is None or not np.isin(beta, (0, 1)).all():
-        return "", "", ""
+        return "", "", "", ""
     exact, eq1 = exact_tokens_per_call(P0, D, k), expected_tokens(zero[3], k)
     warm = exact_tokens_per_call(temper(TARGET, 0.5), D, k)
     if not (exact > eq1 + 0.05 and abs(half[3] - zero[3]) < 5e-3 and abs(warm - eq1) < 0.1):
-        return "", "", ""
+        return "", "", "", ""
     rates, alpha = exact_per_position(P0, D, k), zero[3]
     kept = [a - b for a, b in zip([1.0] + rates, rates + [0.0])]  # the share of rounds that keep exactly j drafts
     # a chance over the first token, not a share of one text's rounds: a run's rounds all keep alike
@@ -6550,8 +6551,8 @@ def greedy_runs(rows, k=4):
             f" every draft the same chance, alpha, puts {eq1:.2f}" + (
                 f": by it a round keeps any number of drafts from none to {number_word(k)}, where these keep only "
                 + " or ".join(number_word(j) if j else "none" for j in counts) if 0 < alpha < 1 and len(counts) < k
-                else "") + "." + phase_words(P0, D, k) + " Run the chapter with --detail for both, draft by"
-            " draft.")
+                else "") + "." + " Run the chapter with --detail for both, draft by draft.",
+            phase_words(P0, D, k).strip())
 
 
 def settled_rounds(P, Q, k):
@@ -6668,7 +6669,7 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
                                                f" and the exact speedup is {good[5]:.2f}."))
         print()
     zero_alpha_words(zero)
-    settled = greedy_runs(rows)[2:]
+    settled = greedy_runs(rows)[2:3]
     say_paragraphs(settled)
     exact, high = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(pair_alpha(TARGET, MIDDLING), k)
     D = temper(blend(TARGET, UNRELATED, GOOD_WEIGHT), 0)
@@ -6686,8 +6687,9 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
 
 
 def demo28_detail(result):
-    """Chapter 28 in detail: the good draft's pass chances at T = 0 beside eq. 1's, and T = 0.5's."""
-    say_paragraphs(greedy_runs(result.temperatures)[:2])
+    """Chapter 28 in detail: the good draft's pass chances at T = 0 beside eq. 1's, T = 0.5's, and eq. 1 on the
+    loop the rounds settle on."""
+    say_paragraphs([greedy_runs(result.temperatures)[j] for j in (0, 1, 3)])
 
 
 # -----------------------------------------------------------------------------

@@ -7603,8 +7603,8 @@ def demo37_big_never(**how):
         print()
         say(said[2], "Each draft's c, and the speedup of its best option"
             + (" (at B = 1, small's is its tree)" if tree_first else "") + f", up to B = {s.big_fit}" + (
-            f", {fit_lead('big')} (take {s.big_fit}, and the rows past B = 1, as given here):" if s.big_fit < c19.max_batch
-            else " (take the rows past B = 1 as given here):"))
+            f", {fit_lead('big')} (take {s.big_fit}, and the rows past B = 1, as given here):"
+            if s.big_fit < c19.max_batch else " (take the rows past B = 1 as given here):"))
         print()
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big", 12, ".2f"), ("small", 9, ".2f")], rows,
               groups=[("c", 1, 2), ("best speedup", 3, 4)])

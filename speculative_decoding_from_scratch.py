@@ -6551,7 +6551,7 @@ def greedy_runs(rows, k=4):
             f" every draft the same chance, alpha, puts {eq1:.2f}" + (
                 f": by it a round keeps any number of drafts from none to {number_word(k)}, where these keep only "
                 + " or ".join(number_word(j) if j else "none" for j in counts) if 0 < alpha < 1 and len(counts) < k
-                else "") + "." + " Run the chapter with --detail for both, draft by draft.",
+                else "") + ". Run the chapter with --detail for both, draft by draft.",
             phase_words(P0, D, k).strip())
 
 

@@ -6735,8 +6735,7 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             f" often '{d}', after which drafts pass most. The output is kept drafts and final tokens, and its final"
             f" tokens are '{d}' only {starts.start[hi]:.3f} of the time. So its kept drafts, {n - 1:.2f} a"
             f" round beside one final token, make up the rest: {kept:.3f} of them are '{d}', against the output's"
-            f" {starts.text[hi]:.3f}. The option --detail counts"
-            " them.",
+            f" {starts.text[hi]:.3f}.",
             f"How often are kept drafts '{d}'? A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
             " final token, and the output is nothing but rounds end to end. So on average a round's tokens hold"
             f" '{d}' at the output's rate: {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}' a round. A round's"
@@ -6768,12 +6767,13 @@ def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
     if terms:
         print()
         pass_chance_table(terms)
-        say_paragraphs([" ".join(w for w in (net, later) if w)])
+        say_paragraphs([" ".join(w for w in (net, f"The option --detail says why drafts 2 to {k} run above eq. 1's"
+                                                 " terms." if later else "") if w)])
     takeaway("a draft's chance to pass is set by the token before it, so eq. 1's single chance prices the first draft"
              " high and the later ones low.",
              {"eq. 1 runs high for the reason given": bool(steps), "the net adds up": bool(net),
               "drafts 2 to k pass more often than alpha, once the drafts before passed": bool(later)})
-    return SimpleNamespace(rates=rates, alpha=alpha, counted=counted)
+    return SimpleNamespace(rates=rates, alpha=alpha, later=later, counted=counted)
 
 
 # -----------------------------------------------------------------------------
@@ -7820,7 +7820,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "26": demo26_detail,
     "27": demo27_detail,
     "28": demo28_detail,
-    "29": lambda result: say_paragraphs([result.counted]),
+    "29": lambda result: say_paragraphs([result.later, result.counted]),
     "30": demo30_detail,
     "31": demo31_detail,
     "32": lambda result: say_paragraphs([result.more]),

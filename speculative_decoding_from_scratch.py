@@ -2362,10 +2362,10 @@ def demo8_trees(n_rounds=200):
         " children are drawn one of two ways: independently, each from q, or distinct, without replacement, each"
         " from q with the siblings drawn before it removed, renormalised. The released code of EAGLE-1, a trained"
         " draft head, draws them distinct. Chapter 33 tests both ways against the target's distribution.")
-    rates, fits, wider = demo8_depth_and_width(n_rounds)
+    rates, fits, wider, why = demo8_depth_and_width(n_rounds)
     takeaway("a tree buys tokens with verifier width; that pays where width is free (demo 6).",
              {"every independent measured value agrees with its exact one": fits, "the widest tree beats the chain": wider})
-    return SimpleNamespace(rates=rates, long=long_chain_words(rates))
+    return SimpleNamespace(rates=rates, long=long_chain_words(rates), why=why)
 
 
 def long_chain_words(rows, c=LESSON_C):
@@ -2415,14 +2415,13 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f"At c = {LESSON_C:g}, the tree's speedup is {rows[2][4]:.2f} / (1 + {rows[2][1]} c) ="
         f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f} and the chain's"
         f" {speedup(rows[0][5], rows[0][1], LESSON_C):.2f}.")
-    if repeats:
-        print()
-        say("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
-            " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q),"
-            " that is 0 at x. A sibling that repeats x is judged against that p, so it always fails.")
+    why = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
+           " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q), that"
+           " is 0 at x. A sibling that repeats x is judged against that p, so it always fails." if repeats else "")
     print()
-    say("The option --detail adds a chain of as many drafts as the widest tree has nodes.")
-    return rows, not off, wider
+    say("The option --detail adds a chain of as many drafts as the widest tree has nodes" + (
+        ", and says why distinct children keep more than independent ones in both trees." if why else "."))
+    return rows, not off, wider, why
 
 
 # -----------------------------------------------------------------------------
@@ -7803,7 +7802,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "3": demo3_detail,
     "5": demo5_detail,
     "6": lambda result: demo6_detail(),
-    "8": lambda result: say_paragraphs([result.long]),
+    "8": lambda result: say_paragraphs([result.long, result.why]),
     "9": demo9_detail,
     "10": demo10_detail,
     "11": demo11_detail,

@@ -6364,11 +6364,7 @@ def demo27_rates(**how):
     say(f"At k = {k_max} the two agree: the rates were counted there." if r.at_k else
         f"NOT even at k = {k_max} do the two agree.",
         f"At every shorter k the rates read low, by at most {low:.4f}." if low is not None else
-        "At a shorter k they differ." if r.off else "",
-        "That is close enough for chapter 19's plan: picking by these rates, not by exact prices, loses at most"
-        f" {untolerant.worst:.2%} of the speedup at any batch size B, the number of sequences a server decodes at"
-        " once (--detail)." if 0 <= untolerant.worst < 0.001
-        else "")
+        "At a shorter k they differ." if r.off else "")
     s1 = r.starts[1]  # where small's rounds of 1 start
     said_why = (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
                 and s.start[s.short] < s1.start[s.short] < s.text[s.short] and s1.redrawn.sum() < s.redrawn.sum())

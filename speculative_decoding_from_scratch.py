@@ -4360,7 +4360,7 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 
 
 def demo18_lossy(k=3, ctx=5, n=3):
-    say("vLLM and SGLang, two open-source serving engines, each ship a verifier that is not exact,",
+    say("vLLM and SGLang, two open-source serving engines, have each shipped a verifier that can give up exactness",
         "for speed. What a rule gives up is its distance from the target, computed exactly: the TV between",
         f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
         f" requests.) The middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")

@@ -236,6 +236,17 @@ def test_chapter18_prices_typicals_defaults_against_the_best_lossless(in_process
                                f" {typical / best - 1:.0%} more than block's {best:.2f}, at a TV of 0.37") in text
 
 
+def test_chapter18_says_the_engines_verifiers_can_be_inexact_not_that_they_are(in_process):
+    # SGLang's thresholds default to the lossless one-hot rule, and vLLM's typical acceptance left with its V0
+    # engine: 'each ship a verifier that is not exact' was wrong on both counts (reads 2189, 2191, 2192)
+    text = flat(section(in_process[1], "18"))
+    assert text.startswith("Chapter 18. What does a lossy verifier cost? ") and ("vLLM and SGLang, two open-source"
+                                                                             " serving engines, have each shipped a"
+                                                                             " verifier that can give up exactness for"
+                                                                             " speed.") in text
+    assert sd.SGLANG_EXACT == (1, 1) and "sglang 1, 1 < 1e-9 1.42" in text  # the default, exact
+
+
 def test_chapter18_in_detail_says_the_loose_setting_leans_to_the_draft(fallbacks):
     # the loose setting keeps most of its drafts whatever q proposed, so its TV sits between the defaults' and that of
     # the draft decoded alone, computed here from the draft's own table

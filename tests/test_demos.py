@@ -1411,9 +1411,11 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     block, token_wise = (f(sd.TARGET, sd.MIDDLING, 4) for f in (sd.exact_block_tokens_per_call,
                                                                sd.exact_tokens_per_call))
     assert block > token_wise and f"{token_wise:.2f}" in " ".join(demo["3"][1].split())
+    # the detail's: with it in the body, chapter 14 read 9, 6, 9, 9, 11 and 10 minutes (reads 2101 to 2146)
     assert (f"On the lesson's middling draft at k = 4, the block makes {block:.4f} tokens per call, exactly, against"
             f" token-wise checking's {token_wise:.4f} (demo 3's {token_wise:.2f}), {block / token_wise - 1:.1%}"
-            " more.") in flat(text)
+            " more.") in flat(printed(sd.DETAILS["14"], result)[1]) and "2.8737" not in flat(text) and (
+        "The option --detail gives the gain on the lesson's middling draft.") in flat(text)
     assert [round(9 * r[1]) for r in result.example] == [10, 11] and "token-wise 1.1111 10/9 block 1.2222 11/9" in flat(
         text) and "measured" not in flat(text)  # the measurement is the detail's
     kept, detail14 = printed(sd.DETAILS["14"], result)
@@ -1858,7 +1860,8 @@ def test_chapter31s_middling_table_is_one_round_from_the_targets_text(demo):
     assert all(pi @ np.linalg.matrix_power(M, i).sum(axis=1) > alpha ** i for i in (2, 3, 4))
     assert f"against {sd.exact_tokens_per_call(P, Q, 4):.2f}: a round's first draft passes less often than alpha," \
         in flat(demo["3"][1]) and sd.exact_per_position(P, Q, 4)[0] < alpha  # reads 1403 to 1461 wanted the reason
-    assert f"{chained_block:.4f}" == "2.8737" and f"makes {chained_block:.4f} tokens" in flat(demo["14"][1])
+    assert f"{chained_block:.4f}" == "2.8737" and f"makes {chained_block:.4f} tokens" in flat(
+        printed(sd.DETAILS["14"], demo["14"][0])[1])  # chapter 14's figure, in its --detail
 
 
 def test_chapter24_derives_the_ideal_from_one_minus_tv(demo):

@@ -3676,14 +3676,14 @@ def demo14_block_gain():
     print()
     k, n = 2, 3  # one round of k drafts emits at most n = k + 1 tokens: the whole of its output
     tv = tv_distance(exact_block_first_tokens(P2, Q2, 0, n, k), target_first_tokens(P2, 0, n))
-    gap = rows[1][1] - rows[0][1]
+    gap, middling = rows[1][1] - rows[0][1], middling_gain_words()  # the detail's sentence, computed once
     say(f"On this example, block verification's output is {'' if tv < ROUNDING else 'NOT '}the target's: the exact"
         f" TV of its first {n} tokens, as many as a round can make, is {exact_text(tv)}.",
         f"It keeps {ninths(gap)} of a draft a round more than token-wise checking: {ninths(1 + rows[1][1])} tokens per"
         f" call (drafts kept, plus one) against {ninths(1 + rows[0][1])}, {gap / (1 + rows[0][1]):.1%}"
         " more." if gap > 1e-12 else
         f"It does NOT keep more drafts than token-wise checking: {ninths(gap, sign=True)} a round.",
-        "The option --detail gives the gain on the lesson's middling draft." if middling_gain_words() else "")
+        "The option --detail gives the gain on the lesson's middling draft." if middling else "")
     print()
     ab, aa = gain_example(P2, Q2)
     say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs each run of"
@@ -3702,7 +3702,7 @@ def demo14_block_gain():
              f" example, {ninths(rows[1][1])} against {ninths(rows[0][1])}: {gap / (1 + rows[0][1]):.1%} more tokens"
              " per call. Sun et al. prove it never keeps fewer on average.",
              {"the block's output is the target's": tv < ROUNDING, "the block keeps more": gap > 1e-12})
-    return SimpleNamespace(example=rows, tv=tv, gap=gap)
+    return SimpleNamespace(example=rows, tv=tv, gap=gap, middling=middling)
 
 
 def middling_gain_words():
@@ -3719,7 +3719,7 @@ def demo14_detail(result, n_rounds=500):
     measured."""
     rows = example_kept(result.example, n_rounds)
     print()
-    say(middling_gain_words())
+    say(result.middling)
     print()
     say(BLOCK_RULE)
     say_items(BLOCK_STEPS, numbered=True)

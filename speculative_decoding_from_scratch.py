@@ -7122,16 +7122,8 @@ def demo33_exactness(n_runs, ctx=5, depth=2, branching=2):
 def demo33_tree_exact(n_runs=400):
     """Chapter 33: a tree's attention mask, and whether its verifier keeps the
     target's distribution, with children drawn independently or distinct."""
-    parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
-    mask = tree_attention_mask(parents)
-    say("A tree drafts several candidates per node; one pass checks them all (chapter 8 weighs what that buys). In"
-        " this small one, nodes 1 and 2 are two guesses for the next token; 3 and 4 follow 1, and 5 and 6 follow 2."
-        " The pass's attention mask lets each node read only its own branch (x: may attend):")
-    print()
-    table([("", 5, "<")] + [(str(j + 1), 2, ">2") for j in range(6)],
-          [(f"  {i + 1}", *("x" if m else "." for m in mask[i])) for i in range(6)])
-    print()
-    say("The option --detail checks that the mask works.")
+    say("A tree drafts several candidates per node; one pass checks them all (chapter 8 weighs what that buys)."
+        " The option --detail shows the attention mask that lets one pass do it, and checks that the mask works.")
     rows = demo33_exactness(n_runs)
     takeaway("a tree's output is consistent with the target's when each rejection turns p into the residual before"
              " the next sibling is tried, with its children drawn either way; without that update it is not.",
@@ -7144,6 +7136,14 @@ def demo33_detail(result, depth=3, width=2):
     """Chapter 33 in detail: does the tree's attention mask work? On an order-2
     target, the masked pass against each path run alone, and against a plain
     causal mask."""
+    parents = [-1, -1, 0, 0, 1, 1]  # context -> a, b; a -> c, d; b -> e, f
+    mask = tree_attention_mask(parents)
+    print()
+    say("In a small tree, nodes 1 and 2 are two guesses for the next token; 3 and 4 follow 1, and 5 and 6 follow 2."
+        " The pass's attention mask lets each node read only its own branch (x: may attend):")
+    print()
+    table([("", 5, "<")] + [(str(j + 1), 2, ">2") for j in range(6)],
+          [(f"  {i + 1}", *("x" if m else "." for m in mask[i])) for i in range(6)])
     P2, context = random_table(8, sharpness=2.0, order=2), (0, 1)  # an order-2 target
     tokens, tree_parents = draft_tree(MIDDLING, 1, depth, width, np.random.default_rng(8))
     slow = np.array([path_alone(P2, context, tokens, tree_parents, i) for i in range(len(tokens))])

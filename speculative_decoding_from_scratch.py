@@ -3945,15 +3945,16 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
     say_items(SHIPPED_CHANGES)
     rows = exactness_rows(cases, k, ctx, n, n_runs)
     print()
-    say(f"Each verifies the middling draft at k = {k}. Exact TVs of the first 1 to {n} tokens after '{name(ctx)}', and"
-        f" a fit of {n_runs} runs' first two tokens:")
+    say(f"Each verifies the middling draft at k = {k}: the exact TV of its first {n} tokens after '{name(ctx)}', and"
+        f" a fit of {n_runs} runs' first two tokens (--detail gives the TVs of the first 1 to {n}):")
     print()
-    exactness_table(rows)
+    table([("verifier", 22, "<"), (f"exact TV, first {n} tokens", 26, exact_text), ("fit", 11, p_text),
+           ("verdict", 16, "<")], [(r[0], r[n], r[4], r[5]) for r in rows])
     caught = demo15_verdicts(rows, k, ctx, n)
-    every_n = all(None not in r[1:n + 1] and min(r[1:n + 1]) >= ROUNDING for r in rows[1:])  # each off at each n
+    off = all(r[n] is not None and r[n] >= ROUNDING for r in rows[1:])  # each off over the first n tokens
     takeaway("both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check catches each"
-             + (f" at every n from 1 to {n}: at n = {n} they are off by "
-                + " and ".join(f"{r[n]:.4f}" for r in rows[1:]) + "." if every_n else "."),
+             + (f": over the first {n} tokens they are off by " + " and ".join(exact_text(r[n]) for r in rows[1:]) + "."
+                if off else "."),
              {"block verification emits the target": rows[0][5] == "the target",
               "both shipped paths are caught": caught})
     return rows
@@ -4060,8 +4061,15 @@ def all_kept(outcomes, k, P=TARGET, Q=MIDDLING):
     return sum(start[d] * p for d in range(len(P)) for kept, _, p in ends(d) if len(kept) == k)
 
 
-def demo15_detail(rows, k=3):
-    """Chapter 15 in detail: the drafts the shipped paths keep, against the block's."""
+def demo15_detail(rows, k=3, n=3):
+    """Chapter 15 in detail: its checks token by token, and the drafts the shipped paths keep, against the
+    block's."""
+    print()
+    say(f"The exact TVs of the first 1 to {n} tokens" + (": each shipped path is off from the first token."
+                                                        if all(r[1] is not None and r[1] >= ROUNDING for r in rows[1:])
+                                                        else ":"))
+    print()
+    exactness_table(rows)
     say_paragraphs([keep_more_words(rows, k, shipped_modules()), *why_shipped_keep_more(rows, k)])
 
 

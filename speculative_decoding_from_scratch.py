@@ -7260,9 +7260,10 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
         " chapter 14's --detail gives all five). They weigh the drafts as chapter 14 does: w_0 = 1, and w_i ="
         " min(1, w_(i-1) p(x_i) / q(x_i)). In step 3 the block tosses a coin of its own for each position i, heads"
-        " with chance h_i, from w_i and the rows after x_i (Sun et al.'s formula; w_k for the last). Heads makes i a"
-        " cut point, and the block keeps x_1..x_i for i the last cut point, or none (i = 0). In step 5 it draws the"
-        " next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if i = k.")
+        " with chance h_i, from w_i and the rows after x_i (Sun et al.'s formula: chapter 14's --detail gives it)."
+        " Heads makes i a cut point, and the block keeps x_1..x_i for i the last cut point, or none (i = 0). In step 5"
+        " it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if"
+        " i = k.")
     print()
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"

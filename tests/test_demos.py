@@ -1357,13 +1357,15 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             f" of the harm. Step 5 alone is off by {sd.exact_text(tv5)}, more than it adds to step 3: TVs do not"
             " add.") in flat(text34) and tv5 > rows[2][3] - tv3  # read 1528 stopped on 3.5e-04 alone, 2.9e-05 more
     assert sd.exact_text(rows[2][3] - tv3) == "2.9e-05"  # read 1253 hunted for the difference four places hid
+    # where h_i's formula is, said, as chapter 30 says it: reads 1965, 1966, 2071 and 2090 stopped on '(Sun et al.'s
+    # formula; w_k for the last)', and reads 2201 to 2204 with the pointer took 9, 7.5, 8.5 and 8 minutes
     # the two steps the shipped paths change, and those alone (stop 77: the five steps are chapter 14's detail; read
     # 1635 found which was which only from 'Step 2's chance is never used', so h_i is named, not step 2)
     assert ("Each changes two of the five steps of block verification (Sun et al., ICLR 2025; chapter 14's --detail"
             " gives all five). They weigh the drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) /"
             " q(x_i)). In step 3 the block tosses a coin of its own for each position i, heads with chance h_i, from"
-            " w_i and the rows after x_i (Sun et al.'s formula; w_k for the last). Heads makes i a cut point, and the"
-            " block keeps x_1..x_i for i the last cut point, or none (i = 0). In step 5 it draws the next token from"
+            " w_i and the rows after x_i (Sun et al.'s formula: chapter 14's --detail gives it). Heads makes i a cut"
+            " point, and the block keeps x_1..x_i for i the last cut point, or none (i = 0). In step 5 it draws the next token from"
             " max(0, w_i p - q), normalised") in flat(text34) and (  # w_i and h_i defined (reads 1922, 1923)
         "so h_i is never used") in flat(text34) and "Step 2" not in text34 and "Sun et al.'s rule, in five steps" in \
         printed(sd.DETAILS["14"], demo["14"][0])[1]

@@ -1780,16 +1780,19 @@ def test_chapter31_block_keeps_at_least_as_many_and_never_more_than_the_ideal(de
     assert (f"at every k, {max(g[4] for g in result.gains):+.1%} at most. At k = 1") in flat(text)
     # read 1869 found the token-wise column above eq. 1 too, unmentioned, for 1.5 minutes: both figures, the why
     # the detail's; and 'another kind' of verifier, undefined, went (read 1869)
-    assert ("Demo 3's rounds, which start after the previous round's final token, make fewer: 2.77 at k = 4. Eq. 1 puts"
-            " 2.79. The option --detail says why each falls short of the token-wise 2.8143." in
-            flat(text)) and "another kind" not in flat(text) and chained[1] < result.gains[-1][1] and chained[0] < result.gains[-1][2]
+    # (this stop the figures went to the detail too, as reads 2171 to 2174 each spent 1 to 1.5 minutes on eq. 1's
+    # 2.79 below the token-wise 2.8143, and 'none of that kind closes the gap' with them, chapter 24's, which left
+    # three of them asking whether any verifier reaches the ideal; reads 2217 to 2220 without both took 8, 9, 7.5 and
+    # 8.5 minutes, against a median of 8.75)
+    assert ("The ideal sits up to 3.8% above the block. The option --detail sets these beside demo 3's figures and eq."
+            " 1's, and says why they differ." in flat(text)) and "another kind" not in flat(text) and "2.79" not in \
+        text and chained[1] < result.gains[-1][1] and chained[0] < result.gains[-1][2]
     assert (f"Demo 3 and chapter 14 make fewer at k = 4, {chained[1]:.4f} token-wise and {chained[0]:.4f} block.") in flat(
         result.starts)  # the detail's figures (read 1672 asked 'why what?'; its why was already the detail's)
     # read 1665 set chapter 14's 3.6% against this chapter's 2.9% for the same draft and k; and asked whether the
     # gap to the ideal is reachable
-    assert f"{chained[0] / chained[1] - 1:.1%}" == "3.6%" and ("No lossless verifier that keeps a run of first drafts,"
-                                                              " then draws one token, keeps more than the block"
-                                                              " (chapter 14), so none of that kind closes the gap.") in flat(text)  # read 1685: 'kind' undefined  # the why is the detail's (reads 1436 and 1444); read
+    assert f"{chained[0] / chained[1] - 1:.1%}" == "3.6%" and "closes the gap" not in text  # read 1685: 'kind'
+    # undefined  # the why is the detail's (reads 1436 and 1444); read
     # 1634 asked 'fewer than what?', and found chapter 29 says why
     assert f"{chained[1]:.4f} token-wise and {chained[0]:.4f} block. Their rounds start" in flat(result.starts)
     room, gain = max(g[5] for g in result.gains), max(g[4] for g in result.gains)

@@ -5266,11 +5266,20 @@ def temperature_table(rows, k, c=0.1):
                                  if all(r[2] == r[3] for r in rows if r[1] == 0 and r[2] is not None)
                                  and (temper(MIDDLING, 0).argmax(axis=1) == MIDDLING.argmax(axis=1)).all() else ""))
     print()
+    say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}"
+        " (--detail gives each row's alpha):")
+    print()
+    table([("draft", 10, "<"), ("T", 4, ".1f"), ("sampled", 9, ".2f"), ("greedy", 8, ".2f")],
+          [(*r[:2], *r[4:6]) for r in rows], groups=[("speedup", 2, 3)])
+
+
+def alpha_table(rows, k, c=0.1):
+    """Chapter 21 in detail: its rows' alphas beside their speedups."""
     zero = {r[0]: r for r in rows if r[1] == 0 and r[5] is not None}  # each draft's T = 0 row
     middling, good = zero.get("middling"), zero.get(f"blend {GOOD_WEIGHT:g}")
-    say(f"The middling draft and a good one (blend {GOOD_WEIGHT:g}), k = {k}, with exact speedups at c = {c}. The"
-        " table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T) for a"
-        " sampled one.",
+    print()
+    say("Each row's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
+        " for a sampled one.",
         "Chapter 28 works out the T = 0 rows: how alpha is averaged there" + (
             f", why the middling draft's is 0, and why blend {GOOD_WEIGHT:g} beats eq. 1."
             if middling and good and middling[2] == 0 and good[5] > speedup(expected_tokens(good[3], k), k, c) + 0.05
@@ -5302,11 +5311,13 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
                   for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}
     one = {r[0] for r in rows if r[1] == 0 and r[2] == r[3] and r[4] == r[5]}  # at T = 0 both ways are one row
+    none = {r[0] for r in rows if r[1] == 0 and r[2] == 0 and abs(r[4] - 1 / (1 + k * c)) < 1e-9}  # none passes
 
     def slow_at(d, ways):  # a draft's slow rows, its T = 0 row once where both ways are one
         both = d in one and all("0" in ts for ts in ways.values())
         rest = {way: [t for t in ts if not (both and t == "0")] for way, ts in ways.items()}
-        return f"the {d} draft " + ", and ".join(["at T = 0 (both ways)"] * both + [
+        zero = " (both ways), where none of its drafts passes (chapter 28 says why)" if d in none else " (both ways)"
+        return f"the {d} draft " + ", and ".join([f"at T = 0{zero}"] * both + [
             f"its {way} drafts at T = {and_list(ts)}" for way, ts in rest.items() if ts])
     slow = [slow_at(d, ways) for d, ways in slower.items() if any(ways.values())]
     print()
@@ -5344,6 +5355,7 @@ def table3_words(rows):
 def demo21_detail(result):
     """Chapter 21 in detail: its alphas beside the paper's Table 3, and two shipped bugs that temper one model and
     not the other."""
+    alpha_table(result.temperatures, 4)
     say_paragraphs([greedy_against_sampled(result.temperatures), table3_words(result.temperatures)])
     one_sided_temperatures(4, 1000)
 
@@ -5395,7 +5407,7 @@ def demo21_temperature(k=4, n_rounds=200, n_greedy=1000, n_exact=3):
     same = attempt(lambda: greedy_is_argmax(n_greedy))
     temperature_words(rows, same, n_greedy, n_rounds, n_exact, k)
     print()
-    say("The option --detail compares these alphas with the paper's Table 3.")
+    say("The option --detail compares the alphas with the paper's Table 3.")
     good = [r for r in rows if r[0] == f"blend {GOOD_WEIGHT:g}" and r[5] is not None]  # the good draft, by T
     span = (f", from {good[0][5]:.2f}x at T = {good[0][1]:g} to {good[-1][5]:.2f}x at T = {good[-1][1]:g},"
             if len(good) > 1 else "")

@@ -403,7 +403,7 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
             " at T = 0, so"
             " heating it can only lower alpha. These two start well below 1 at T = 0, at 0.00 and 0.56, so heating has"
             " room to raise alpha, and it did.") in detail and "Table 3 measures" not in text
-    assert "The option --detail compares these alphas with the paper's Table 3." in flat(text)
+    assert "The option --detail compares the alphas with the paper's Table 3." in flat(text)
     fits = [f for r in result.temperatures if r[1] > 0 for f in r[6:8]]
     assert 0.001 < min(fits) and max(r[8] for r in result.temperatures) < 1e-9  # the floor and the ceiling shown
     # at T = 0, alpha is the six first tokens' average: the greedy text settles in one of two loops (read 1642 could
@@ -425,11 +425,19 @@ def test_chapter21_every_temperature_is_its_tempered_target(demo):
     assert "Takeaway: it depends on the drafting." in text
     # the pointer to chapter 28, with eq. 1's price at blend 0.9's alpha at T = 0, by hand: (1 - a^5) / (1 - a) / 1.4;
     # before the table, where read 1574 stopped for a minute rebuilding 1.52 against the table's 1.90
+    # this stop the alphas went to the detail, pointer and all: readers checked each speedup against eq. 1 from its
+    # alpha (2 to 2.5 minutes, reads 2131, 2135 and 2145) and still stopped on T = 0 (reads 2114 to 2236); reads
+    # 2241 to 2248 without them took 8.5, 6.5, 7.5, 9.5, 8.5, 9, 7 and 8 minutes, against a median of 8.75, and
+    # reads 2249 to 2252, told where no draft passes, 8, 7, 7.5 and 7
+    detail = flat(printed(sd.DETAILS["21"], result)[1])
+    assert ("The middling draft and a good one (blend 0.9), k = 4, with exact speedups at c = 0.1 (--detail gives each"
+            " row's alpha): speedup draft T sampled greedy middling 0.0 0.71 0.71") in flat(text)
+    assert "alpha sampled" not in flat(text) and "0.5556" not in text and "0.7031" not in text
     a = 5 / 9
     assert f"{(1 - a ** 5) / (1 - a) / 1.4:.2f}" == "1.52" and (
         "Chapter 28 works out the T = 0 rows: how alpha is averaged there, why the middling draft's is 0, and why"
-        " blend 0.9 beats eq. 1.") in flat(
-        text.split("T  sampled")[0])  # read 1595 worked both out for 1.5 minutes when only chapter 28 gave a reason;
+        " blend 0.9 beats eq. 1.") in detail.split(
+        "T sampled")[0]  # read 1595 worked both out for 1.5 minutes when only chapter 28 gave a reason;
     # read 1677 checked 'runs' against eq. 1 for a minute: the body names the fact and leaves the why to chapter 28;
     # the middling draft's zero alpha, and the two speedups, went to chapter 28 (reads 1836, 1842, 1877 and 1883 spent
     # 1 to 1.5 minutes on the loops and 1.5 to 2 on 1.52, and chapter 21 stayed at 9 to 11 minutes); reads 1967, 1968
@@ -502,10 +510,17 @@ def test_chapter21_temperature_rows_against_a_greedy_draft_computed_by_hand(demo
         assert (T == 0) <= (a_greedy == a_sampled)
     slow = {(r[0], way, r[1]) for r in result.temperatures for way, s in (("sampled", r[4]), ("greedy", r[5])) if s < 1}
     assert slow == {("middling", "sampled", 0), *(("middling", "greedy", T) for T in (0, 2))}
-    assert ("These rows are slower than plain decoding: the middling draft at T = 0 (both ways), and its greedy drafts"
-            " at T = 2." in " ".join(text.split()))
-    assert ("The table's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
-            " for a sampled one.") in flat(text.split("T  sampled")[0])  # before the table (read 1629)
+    # why the middling draft's T = 0 row is slowest, now its alpha is the detail's: no draft passes, so a round is
+    # one token for 1 + k c (reads 2241 to 2248 each worked it out from 0.71 = 1 / 1.4)
+    zero = next(r for r in result.temperatures if r[:2] == ("middling", 0))
+    assert zero[2] == zero[3] == 0 and zero[4] == pytest.approx(1 / 1.4, abs=1e-12)
+    assert ("These rows are slower than plain decoding: the middling draft at T = 0 (both ways), where none of its"
+            " drafts passes (chapter 28 says why), and its greedy drafts at T = 2." in " ".join(text.split()))
+    detail = printed(sd.DETAILS["21"], result)[1]
+    assert ("Each row's two alphas are the chances a draft passes: p_T(x) for a greedy draft x, and sum min(p_T, q_T)"
+            " for a sampled one.") in flat(detail.split("T sampled")[0])  # before its table (read 1629)
+    assert ("alpha speedup draft T sampled greedy sampled greedy middling 0.0 0.0000 0.0000 0.71 0.71 middling 1.0"
+            " 0.7031 0.2963 1.98 1.02") in flat(detail)
     # which way keeps more is the detail's: readers checked the pair for half a minute (reads 1967, 1968, 2022)
     assert ("At T = 1 and 2, greedy drafts keep less than sampled ones here. That is a fact of"
             " these tables, not a law: with p = (0.9, 0.1) and q = (0.6, 0.4), greedy keeps 0.9 and sampled 0.7.") \
@@ -2256,3 +2271,19 @@ def test_chapters_23_31_32_35_and_37_run_to_their_end_when_no_draft_passes(capsy
     bad.demo32_first_choice()
     assert "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B." in flat(
         capsys.readouterr().out)
+
+
+def test_chapter21_says_no_draft_passes_only_where_its_alpha_is_zero(demo, capsys):
+    # the clause follows the row: give the middling draft's T = 0 row an alpha and a speedup above the floor, and
+    # the chapter no longer says none of its drafts passes
+    result, _ = demo["21"]
+    rows = [list(r) for r in result.temperatures]
+    sd.temperature_words(rows, result.greedy, 1000, 200, 3, 4)
+    assert "where none of its drafts passes" in capsys.readouterr().out
+    for r in rows:
+        if r[:2] == ["middling", 0]:
+            r[2] = r[3] = 0.1
+            r[4] = r[5] = 0.8
+    sd.temperature_words(rows, result.greedy, 1000, 200, 3, 4)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "none of its drafts passes" not in said and "the middling draft at T = 0 (both ways)," in said

@@ -5991,15 +5991,10 @@ def demo24_ideal():
         " does it come to a ceiling on every lossless verifier, of any form?")
     print()
     say("This chapter answers with a ceiling it calls the ideal. For each i it bounds the chance that drafts 1 to i"
-        " are all kept, for every verifier that keeps the target's distribution, and it adds these bounds up.")
-    print()
-    say("Why it is a ceiling: if drafts 1 to i are all kept, the output's first i tokens are those drafts. The drafts"
-        " come from q and the output from p. So the chance that the drafts are a given text x_1..x_i and the output"
-        " starts with it too is at most min(q(x_1..x_i), p(x_1..x_i)), each a product along the text. Summed over"
-        " the texts, that bounds the chance that drafts 1 to i are all kept. For i = 1 the sum is demo 1's sum"
-        " min(p, q), the chance its rule keeps a draft."
-        " A round keeps N drafts. N's average is the sum over i of the chance"
-        " that N >= i, that drafts 1 to i are all kept. So the ideal caps the average.")
+        " are all kept, for every verifier that keeps the target's distribution, by the sum over texts x_1..x_i of"
+        " min(q(x_1..x_i), p(x_1..x_i)), each a product along the text. For i = 1 that is demo 1's sum min(p, q),"
+        " the chance its rule keeps a draft. The ideal adds these bounds up; --detail says why that caps the drafts"
+        " a round keeps on average.")
     rows, terms = example_exact(), ideal_terms(P2, Q2, 0, 2)
     ideal = sum(terms)
     two = np.minimum(target_first_tokens(P2, 0, 2), target_first_tokens(Q2, 0, 2))  # i = 2's term, pair by pair
@@ -6038,11 +6033,16 @@ def demo24_ideal():
              " closes that gap.",
              {"neither keeps more than the ideal": not over,
               "the ideal stays above block on the example": rows[1][1] < ideal - 1e-9})
+    why = ("Why the ideal is a ceiling: if drafts 1 to i are all kept, the output's first i tokens are those drafts."
+           " The drafts come from q and the output from p. So the chance that the drafts are a given text x_1..x_i"
+           " and the output starts with it too is at most min(q(x_1..x_i), p(x_1..x_i)). Summed over the texts, that"
+           " bounds the chance that drafts 1 to i are all kept. A round keeps N drafts. N's average is the sum over i"
+           " of the chance that N >= i, that drafts 1 to i are all kept. So the ideal caps the average.")
     pair = (f"A verifier of another kind reaches {ninths(ideal)} on chapter 14's example: demo 1's rule with each pair"
             f" as one token. It keeps both drafts with chance {ninths(whole)}, the pairs' sum min(p, q), else draws a"
             " whole pair from max(0, p - q); its pairs follow p's exactly. It keeps both or none, so it reaches the"
             f" ideal only because the ideal's two terms are equal here, {ninths(terms[0])} each." if reached else "")
-    return SimpleNamespace(example=rows, ideal=ideal, terms=terms, pair=pair)
+    return SimpleNamespace(example=rows, ideal=ideal, terms=terms, pair=pair, why=why)
 
 
 def above_eq1(gains):
@@ -7835,7 +7835,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "19": demo19_detail,
     "20": demo20_detail,
     "21": demo21_detail,
-    "24": lambda result: say_paragraphs([result.pair]),
+    "24": lambda result: say_paragraphs([result.why, result.pair]),
     "25": demo25_detail,
     "26": demo26_detail,
     "27": demo27_detail,

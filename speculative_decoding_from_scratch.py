@@ -6896,8 +6896,9 @@ def demo30_pairs():
                " running product of the two drafts' ratios p/q, capped at 1 after each step.",
                "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
                " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
-               " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)."
-               + (" " + threshold_ends(P2, Q2)).rstrip(),
+               " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it"
+               " is 0 after 'a' and 1 after 'b' (the table gives it; --detail says why)." if threshold_ends(P2, Q2)
+               else " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it).",
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()
@@ -6936,7 +6937,9 @@ def demo30_detail(result):
     """Chapter 30 in detail: the two pairs that differ, term by term, why the
     pairs after 'b' tie, and why the block's first token follows p."""
     P2, Q2 = PAPER_EXAMPLE
-    say_paragraphs(block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4])
+    why_h = threshold_ends(P2, Q2).replace("Here it takes two values.", "Why h_1 is 0 after 'a' and 1 after 'b'.")
+    say_paragraphs([why_h,
+                    *block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4]])
 
 
 # -----------------------------------------------------------------------------

@@ -5257,7 +5257,7 @@ def loop_from(x, step):
 
 def temperature_table(rows, k, c=0.1):
     """Chapter 21's opening: what temperature and a greedy draft are, and its table."""
-    say("Temperature T reshapes each row: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
+    say("Temperature T reshapes each row of a table: p becomes p^(1/T), renormalised, so T < 1 sharpens it and",
         "T > 1 flattens it. T = 0 keeps only the likeliest token: greedy decoding. The draft is either",
         "sampled at T like the target, as in the paper, or greedy. A greedy draft proposes its likeliest token x,"
         " and the",
@@ -6897,7 +6897,7 @@ def demo30_pairs():
                "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
                " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
                " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it"
-               " is 0 after 'a' and 1 after 'b' (the table gives it; --detail says why)." if threshold_ends(P2, Q2)
+               " is 0 after 'a' and 1 after 'b' (--detail says why)." if threshold_ends(P2, Q2)
                else " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it).",
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
@@ -7878,7 +7878,7 @@ USES = {  # the legend's terms each chapter's text uses: a run of chapters alone
     "7": ("table", "p, q", "alpha", "c", "exact"),
     "8": ("blend", "p, q", "round", "c", "exact"),
     "9": ("table", "blend", "p, q", "round", "c", "TV", "fit", "exact"),
-    "10": ("table", "blend", "round", "alpha", "c", "exact"),
+    "10": ("table", "blend", "round", "alpha", "c"),
     "11": ("p, q", "TV", "fit", "exact"),
     "12": (),
     "13": ("table", "round"),

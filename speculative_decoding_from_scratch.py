@@ -3628,18 +3628,19 @@ BLOCK_STEPS = ("A weight w_i, capped at each step: w_0 = 1, and after each draft
 
 
 def threshold_ends(P2, Q2):
-    """Chapter 30's h_1 after each first token of the paper's example, through the block stage, with the residual
-    that sets it: 0 after 'a', where w_1 p - q is nowhere above 0, and 1 after 'b', where w_1 = 1 (and p - q is above
-    0 somewhere, so Z / (Z + 1 - w_1) is 1). "" unless the stage gives those ends."""
+    """Chapter 30's detail on h_1 after each first token of the paper's example, through the block stage, with the
+    residual that sets it: 0 after 'a', where w_1 p - q is nowhere above 0, and 1 after 'b', where w_1 = 1 (and p - q
+    is above 0 somewhere, so Z / (Z + 1 - w_1) is 1). "" unless the stage gives those ends."""
     vector = lambda v: "(" + ", ".join(fraction(float(x)) for x in v) + ")"  # noqa: E731
     (wa, wb) = (accept_prob(P2[0], Q2[0], x) for x in (0, 1))
     after_a, after_b = wa * P2[0] - Q2[0], wb * P2[1] - Q2[1]  # rows after the first draft: no context, all alike
     if not (wa < 1 and (after_a <= 1e-12).all() and block_threshold(wa, P2[0], Q2[0]) == 0
             and wb == 1 and (after_b > 1e-12).any() and abs(block_threshold(wb, P2[1], Q2[1]) - 1) < 1e-12):
         return ""
-    return (f"Here it takes two values. After 'a', w_1 = {fraction(wa)} and w_1 p - q = {vector(after_a)} is nowhere"
-            " above 0: a stop there would leave nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1,"
-            " so h_1 = 1: a first draft with w_1 = 1 is kept, as token-wise checking keeps it.")
+    return (f"Why h_1 is 0 after 'a' and 1 after 'b'. After 'a', w_1 = {fraction(wa)} and w_1 p - q ="
+            f" {vector(after_a)} is nowhere above 0: a stop there would leave nothing to draw the next token from, so"
+            " h_1 = 0. After 'b', w_1 = 1, so h_1 = 1: a first draft with w_1 = 1 is kept, as token-wise checking"
+            " keeps it.")
 
 
 def gain_example(P2, Q2):
@@ -6937,8 +6938,7 @@ def demo30_detail(result):
     """Chapter 30 in detail: the two pairs that differ, term by term, why the
     pairs after 'b' tie, and why the block's first token follows p."""
     P2, Q2 = PAPER_EXAMPLE
-    why_h = threshold_ends(P2, Q2).replace("Here it takes two values.", "Why h_1 is 0 after 'a' and 1 after 'b'.")
-    say_paragraphs([why_h,
+    say_paragraphs([threshold_ends(P2, Q2),
                     *block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4]])
 
 

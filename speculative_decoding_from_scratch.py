@@ -5312,7 +5312,7 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     slower = {d: {way: [f"{r[1]:g}" for r in rows if r[0] == d and r[9] != "raised" and r[4 + i] < 1]
                   for i, way in enumerate(("sampled", "greedy"))} for d in dict.fromkeys(r[0] for r in rows)}
     one = {r[0] for r in rows if r[1] == 0 and r[2] == r[3] and r[4] == r[5]}  # at T = 0 both ways are one row
-    none = {r[0] for r in rows if r[1] == 0 and r[2] == 0 and abs(r[4] - 1 / (1 + k * c)) < 1e-9}  # none passes
+    none = {r[0] for r in rows if r[1] == 0 and r[2] == 0 and abs(r[4] - speedup(1, k, c)) < 1e-9}  # none passes
 
     def slow_at(d, ways):  # a draft's slow rows, its T = 0 row once where both ways are one
         both = d in one and all("0" in ts for ts in ways.values())
@@ -6897,9 +6897,8 @@ def demo30_pairs():
                " running product of the two drafts' ratios p/q, capped at 1 after each step.",
                "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
                " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
-               " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it"
-               " is 0 after 'a' and 1 after 'b' (--detail says why)." if threshold_ends(P2, Q2)
-               else " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it).",
+               " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)." + (
+                   " Here it is 0 after 'a' and 1 after 'b' (--detail says why)." if threshold_ends(P2, Q2) else ""),
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()
@@ -7920,12 +7919,11 @@ def legend(terms=LEGEND):
     return "\n".join([INTRO] + [f"  {term:<6}  {meaning}" for term, meaning in LEGEND.items() if term in terms])
 
 
-BREAK_IT = """
-Now break it: edit a line of residual() or another stage, and rerun. The
-README lists edits."""
-BREAK_A_CHAPTER = """
-Now break it: edit a line of residual() or another stage, and rerun the
-lesson, whose checks say what broke. The README lists edits."""  # some chapters run no stage
+def break_it(chapters):
+    """A run's last words: edit a stage and rerun; after chapters, rerun the lesson, as some chapters run no stage."""
+    print()
+    say("Now break it: edit a line of residual() or another stage, and rerun"
+        + (" the lesson, whose checks say what broke" if chapters else "") + ". The README lists edits.")
 
 
 def menu():
@@ -7965,7 +7963,7 @@ def run_demos(numbers, detail=False):
                 " raised this; the run goes on.")
     if not asked:
         menu()
-    print(BREAK_A_CHAPTER if asked else BREAK_IT)
+    break_it(asked)
 
 
 # -----------------------------------------------------------------------------

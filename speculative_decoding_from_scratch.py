@@ -6101,10 +6101,10 @@ def demo25_ridge(**how):
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
         f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"
         " it, more positions cost no time; past it, every position does.")
-    checks, priced = demo25_crossings(s, c19.buckets, c19.max_batch, c19.tol)
+    checks, (priced, lag) = demo25_crossings(s, c19.buckets, c19.max_batch, c19.tol)
     takeaway("a check is nearly free only below the ridge, and a pass scores B times a check's positions; so as the"
              " batch grows, the best check gets shorter.", checks)
-    return SimpleNamespace(c19=c19, shape=s, checks=checks, priced=priced)
+    return SimpleNamespace(c19=c19, shape=s, checks=checks, priced=priced, lag=lag)
 
 
 def demo25_crossings(s, buckets, max_batch, tol):
@@ -6122,7 +6122,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
               "a planned check crosses the ridge within the plan": bool(crossed),
               "a plain pass stays under the ridge at every B": ridge_batch(s.m, s.w, s.kv, positions=1) is None}
     if not all(checks.values()):
-        return checks, ""
+        return checks, ("", "")
     after = all(r[4] <= r[2] < r[3] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
@@ -6161,7 +6161,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
            ("planned\nfor B", 11, ">")],
           [(how, n, "never" if b is None else f"{b:,}", f"{lo:,}-{hi:,}") for how, n, b, hi, lo in rows])
     beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[3] == max_batch]  # memory ends it first
-    priced = ""
+    priced = lag = ""
     if gives_way:
         print()
         wins = (s.chain is not None and s.chain.shape == chain.shape and s.first is tree  # chapter 19's B = 1 prices
@@ -6185,16 +6185,17 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         held = sorted(r[3] - r[2] for r in crossed)  # batches each crossed check runs past its crossing
         span = (f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}") if after else ""
-        say(f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it. Just"
-            " past the ridge a"
-            " check costs only a little more, and chapter 19's plan switches only once the option it runs falls"
-            f" more than {tol:.1%} below the best." if after else "",
+        lag = (f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it. Just"
+               " past the ridge a check costs only a little more, and chapter 19's plan switches only once the option"
+               f" it runs falls more than {tol:.1%} below the best." if after else "")
+        say(f"Each check that crosses is still planned for {span} batch sizes after its crossing (--detail says why)."
+            if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, *_ in beyond])
     return {**checks, "each check crosses inside its range, and holds past it": after,
             "every planned check scores more positions than a sequence adds to the ridge":
-            all(r[1] > each for r in rows)}, priced
+            all(r[1] > each for r in rows)}, (priced, lag)
 
 
 def ridge_arithmetic(s):
@@ -6219,6 +6220,7 @@ def demo25_detail(result):
     paragraphs = (
         f"B = {result.c19.max_batch} is {result.c19.room_words}." if result.c19.max_batch == result.c19.fit else "",
         result.priced,
+        result.lag,
         ridge_arithmetic(s),
         ("A pass reads the weights once for the batch, and each sequence adds its own MACs and KV cache. So as B"
          f" grows, a plain pass's MACs per byte approach {s.m / s.kv:.1f} ({s.m / 1e9:.3f} GMACs over"

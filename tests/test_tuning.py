@@ -763,11 +763,12 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # never defined)
     # how far past, from the table's own rows (read 1754 found 'a little' loose for k = 7's 9)
     assert sorted((34 - 32, 95 - 93, 146 - 137)) == [2, 2, 9]  # each range's end less its crossing, in the table
-    assert ("Each check that crosses is still planned at its crossing and for 2 to 9 batch sizes after it. Just past"
-            " the ridge a check costs only a"
-            " little more, and chapter 19's plan switches only once the option it runs falls more than 0.5% below"
-            " the best.") in text  # one cause, not two (read 1780 asked which of two it was); 'at its crossing and
-    # after it', as read 1798 counted 3 to 10 from the crossing itself; read 1815 could not tell what 'that' was
+    assert ("Each check that crosses is still planned for 2 to 9 batch sizes after its crossing (--detail says why)."
+            " The check of k = 6 would cross at B = 258") in text and "Just past the ridge" not in text
+    # why, in the detail: one cause, not two (read 1780 asked which of two it was); 'at its crossing and after it',
+    # as read 1798 counted 3 to 10 from the crossing itself; read 1815 could not tell what 'that' was. Side by side,
+    # reads 2313 to 2316 took 8, 7.5, 9 and 10 minutes with the why in the detail, against 10, 8, 9.5 and 11 (reads
+    # 2317 to 2320) with it in the body
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     assert ("which draft model, and how many of its drafts to check. It tries chains of k = 1 to 8 and one tree. Of its"
@@ -804,7 +805,9 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
         f" tree makes {t.tokens:.2f} / (1 + 3 c) = {t.tokens / (1 + 3 * c1):.2f}, against {c.tokens:.2f} / (1 + 8 c) ="
         f" {c.tokens / (1 + 8 * c1):.2f}. A little past the ridge, the tree's check of 15 positions a sequence costs"
         " more than k = 8's 9. That outweighs the 5 draft passes it saves, at c ="
-        f" {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35.")
+        f" {sd.draft_cost(35, 512, draft=(768, 2048, 4, 32000)):.4f} each at B = 35. Each check that crosses is still"
+        " planned at its crossing and for 2 to 9 batch sizes after it. Just past the ridge a check costs only a little"
+        " more, and chapter 19's plan switches only once the option it runs falls more than 0.5% below the best.")
     # below the ridge, as a reader prices them from the printed figures: the tree's 3 passes beat k = 8's 8
     assert t.tokens / (1 + 3 * round(c1, 4)) > c.tokens / (1 + 8 * round(c1, 4))
     assert "The plan stops at B = 241" in text19 and "at B = 93." not in text19  # the crossings are the detail's

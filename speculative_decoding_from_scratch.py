@@ -3637,9 +3637,9 @@ def threshold_ends(P2, Q2):
     if not (wa < 1 and (after_a <= 1e-12).all() and block_threshold(wa, P2[0], Q2[0]) == 0
             and wb == 1 and (after_b > 1e-12).any() and abs(block_threshold(wb, P2[1], Q2[1]) - 1) < 1e-12):
         return ""
-    return (f"Why h_1 is 0 after 'a' and 1 after 'b'. After 'a', w_1 = {fraction(wa)} and w_1 p - q ="
+    return (f"Why h_1 is 0 when x_1 is 'a' and 1 when x_1 is 'b'. When x_1 is 'a', w_1 = {fraction(wa)} and w_1 p - q ="
             f" {vector(after_a)} is nowhere above 0: a stop there would leave nothing to draw the next token from, so"
-            " h_1 = 0. After 'b', w_1 = 1, so h_1 = 1: a first draft with w_1 = 1 is kept, as token-wise checking"
+            " h_1 = 0. When x_1 is 'b', w_1 = 1, so h_1 = 1: a first draft with w_1 = 1 is kept, as token-wise checking"
             " keeps it.")
 
 
@@ -6900,7 +6900,8 @@ def demo30_pairs():
                "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
                " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
                " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)." + (
-                   " Here it is 0 after 'a' and 1 after 'b' (--detail says why)." if threshold_ends(P2, Q2) else ""),
+                   " Here it is 0 when x_1 is 'a' and 1 when x_1 is 'b' (--detail says why)."
+                   if threshold_ends(P2, Q2) else ""),
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()

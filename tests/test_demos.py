@@ -1485,13 +1485,14 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("2. It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
             " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
             " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it is 0"
-            " after 'a' and 1 after 'b' (--detail says why).") in flat(text30) and (
+            " when x_1 is 'a' and 1 when x_1 is 'b' (--detail says why).") in flat(text30) and (
         "cut point" not in text30 and "rows after x_1" not in text30)
     # why it takes those two values is the detail's: readers checked (-1/2, 0) and the argument (reads 2126 to 2142);
     # side by side in one round, reads 2289 to 2292 took 9.5, 9, 8.5 and 8 minutes without it, reads 2293 to 2296
     # 10, 9, 9.5 and 10.5 with it
-    assert ("Why h_1 is 0 after 'a' and 1 after 'b'. After 'a', w_1 = 1/2 and w_1 p - q = (-1/2, 0) is nowhere above"
-            " 0: a stop there would leave nothing to draw the next token from, so h_1 = 0. After 'b', w_1 = 1, so h_1 ="
+    assert ("Why h_1 is 0 when x_1 is 'a' and 1 when x_1 is 'b'. When x_1 is 'a', w_1 = 1/2 and w_1 p - q = (-1/2, 0)"
+            " is nowhere above 0: a stop there would leave nothing to draw the next token from, so h_1 = 0. When x_1"
+            " is 'b', w_1 = 1, so h_1 ="
             " 1: a first draft with w_1 = 1 is kept, as token-wise checking keeps it.") in \
         printed(sd.DETAILS["30"], demo["30"][0])[1] and "(-1/2, 0)" not in text30
     assert (1 / 6 - 2 / 3, 1 / 3 - 1 / 3) == pytest.approx((-1 / 2, 0)) and (1 / 3 - 2 / 3, 2 / 3 - 1 / 3) == \

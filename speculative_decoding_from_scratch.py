@@ -5128,6 +5128,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     cover = ridge_cover_words(k, max(batches))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
+        f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}: at"
+        f" {len(prompt)}, each sequence's KV cache, the keys and values of its tokens, is so large that the caches"
+        f" fill the H100's {H100.memory / 1e9:.0f} GB before any batch's check crosses the ridge."
+        if long_context_note(k, [len(prompt)], why=False) else
         f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}, so that a"
         " large batch crosses the ridge: a short context keeps each sequence's KV cache, the keys and values of its"
         " tokens, small.",
@@ -5175,19 +5179,16 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    context = (f"At the prompt's {len(prompt)} tokens of context, the caches would fill the H100's"
-               f" {H100.memory / 1e9:.0f} GB of memory before any batch's verifying pass crossed the ridge."
-               if long_context_note(k, [len(prompt)], why=False) else "")
-    return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, context=context, price=" ".join(
+    return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, price=" ".join(
         (f"At B = {max(batches)}, a check of {k} drafts costs {verify_cost(k, max(batches)):.2f} plain passes.",
          price_figures_words(f"Those {verify_cost(k, max(batches)):.2f} plain passes", max(batches)), cover,
          share_words(runs[on[0]], k, max(batches)))).strip())
 
 
 def demo20_detail(result):
-    """Chapter 20 in detail: why BATCH_CONTEXT tokens, the two figures behind a check's price there, and a
-    fourth policy, adaptive k."""
-    say_paragraphs([result.context, result.price, result.adaptive])
+    """Chapter 20 in detail: the two figures behind a check's price at BATCH_CONTEXT tokens, and a fourth
+    policy, adaptive k."""
+    say_paragraphs([result.price, result.adaptive])
 
 
 # -----------------------------------------------------------------------------

@@ -1259,13 +1259,13 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
         assert (" and ".join(f"{n:,}" for n in shown) + " characters), a pass of 6 positions for each sequence takes"
                 " 1.00 times as long as a plain pass of one position each. That holds at every batch that fits in the"
                 " H100 SXM's 80 GB: the pass stays memory-bound.") in text if chapter == "26" else (
-            "It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses the ridge: a short"
-            " context keeps each sequence's KV cache, the keys and values of its tokens, small.") in text and (
-            "493 characters,") not in text and ("At the prompt's 493 tokens of context, the caches would fill the"
-                                               " H100's 80 GB of memory before any batch's verifying pass crossed the"
-                                               " ridge.") in details["20"], chapter  # the detail's since stop 77; chapter 20 in fewer
-        # words (reads 1582 and 1583); the body's in one clause since read 1750 worked it out for 1.5 minutes from
-        # "(--detail says why)"; whose 80 GB, as demo 6 gives none (read 1795); which pass crosses (read 1803)
+            "It prices 16 tokens of context, not the prompt's 493: at 493, each sequence's KV cache, the keys and"
+            " values of its tokens, is so large that the caches fill the H100's 80 GB before any batch's check crosses"
+            " the ridge.") in text and "493 characters," not in text and "caches would fill" not in details["20"], \
+            chapter  # chapter 20 in fewer words (reads 1582 and 1583); whose 80 GB, as demo 6 gives none (read
+        # 1795); which pass crosses (read 1803). The cause itself, in the body, in place of 'so that a large batch
+        # crosses the ridge' (readers 2329 to 2336 stalled 1 to 2.5 minutes rebuilding it): side by side, reads 2345
+        # to 2348 took 8, 9.5, 8 and 9 minutes, against 7.5, 10, 9.5 and 10 (reads 2349 to 2352)
         assert ("Demo 6's 295 free positions were for one sequence. A server decodes B sequences at once, and each adds"
                 " its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow with B too.") in \
             details[chapter] if chapter == "26" else "1.00 times as long" not in text, chapter
@@ -1295,8 +1295,9 @@ def test_chapters_26_and_20_say_their_short_context_is_what_makes_a_large_batch_
     assert all(r[3] < 1 for r in rows) and "slower than plain decoding at every lam here:" in details["26"]
     text = bodies["20"]
     assert ("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-            " character a token. It prices 16 tokens of context, not the prompt's 493, so that a large batch crosses"
-            " the ridge: a short context")  # read 1855 worked out for 1.5 minutes what the context does in text  # the model priced first; the price at the prompt's own length
+            " character a token. It prices 16 tokens of context, not the prompt's 493: at 493, each sequence's KV"
+            " cache") in text  # read 1855 worked out for 1.5 minutes what the context does; the model priced first,
+    # then the price at the prompt's own length
     # read 1568 worked out for a minute when only --detail gave it, read 1657 checked for a minute in the body, and
     # read 1750 worked it out for 1.5 minutes from "(--detail says why)": the body gives it, in one clause
     fit = sd.sequences_that_fit(493)

@@ -5128,13 +5128,12 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     print()
     cover = ridge_cover_words(k, max(batches))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-        f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}: at"
-        f" {len(prompt)}, each sequence's KV cache, the keys and values of its tokens, is so large that the caches"
-        f" fill the H100's {H100.memory / 1e9:.0f} GB before any batch's check crosses the ridge."
-        if long_context_note(k, [len(prompt)], why=False) else
-        f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}, so that a"
-        " large batch crosses the ridge: a short context keeps each sequence's KV cache, the keys and values of its"
-        " tokens, small.",
+        f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}" + (
+            f": at {len(prompt)}, each sequence's KV cache, the keys and values of its tokens, is so large that the"
+            f" caches fill the H100's {H100.memory / 1e9:.0f} GB before any batch's check crosses the ridge."
+            if long_context_note(k, [len(prompt)], why=False) else
+            ", so that a large batch crosses the ridge: a short context keeps each sequence's KV cache, the keys and"
+            " values of its tokens, small."),
         "Prompt lookup costs no draft pass (c = 0).",
         round_words(runs[on[0]], k, batches))
     print()
@@ -6115,8 +6114,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
     A row: how the option runs, the positions its check scores a sequence, the
     batch at which it reaches the ridge (None: never), the last batch the plan
     runs it, and the first. Returns the checks the
-    takeaway rests on, and the tree's prices at B = 1 for the detail ("" if
-    withheld)."""
+    takeaway rests on, and two paragraphs for the detail ("" if withheld):
+    the tree's prices at B = 1, and why each check holds past its crossing."""
     rows = [(how, n, b, hi, lo) for how, n, b, lo, hi in s.checks]
     crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
     checks = {"the plan shortens its check as B grows": s.falls,
@@ -6214,8 +6213,8 @@ def ridge_arithmetic(s):
 
 def demo25_detail(result):
     """Chapter 25 in detail: why the tree wins at B = 1 and gives way past its
-    ridge, the ridge in gigabytes, and where a plain pass's MACs per byte tend
-    as the batch grows."""
+    ridge, why each check holds past its crossing, the ridge in gigabytes, and
+    where a plain pass's MACs per byte tend as the batch grows."""
     s, tol = result.shape, result.c19.tol
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (

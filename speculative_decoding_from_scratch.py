@@ -2969,7 +2969,7 @@ def run_policy(P, Q, n_rounds, seed, policy=None, threshold=None, k_max=32):
     return np.array(out)
 
 
-def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.4)):
+def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.3)):
     sizes = measure(TARGET, MIDDLING, k, n_rounds, seed=15).sizes
     L, R, rates = server_metrics(sizes, k)
     exact = {j: exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 33)}

@@ -1969,7 +1969,12 @@ def test_demo10_routes_and_their_sentences(demo):
     assert ("The per-position rates, the length and the rate each pick the true best k at 3 of 3 costs. The rate"
             " taken as alpha picks it at 0 of 3.") in flat(text)
     # one row a figure, its k and true speedup at each cost (read 1654 spent 3 minutes on fifteen rows)
-    assert "the rate taken as alpha 2 1.82x 1 1.41x 0 1.00x" in flat(text)
+    assert "the rate taken as alpha 2 1.82x 1 1.41x 1 1.30x" in flat(text)
+    # costs whose best k and its speedup demo 5 prints (0.1, 0.2 and 0.3): at c = 0.4 every reader priced the
+    # column by hand from demo 4 for a minute, and found k = 2 ahead of k = 1 by 0.004; side by side, reads 2377
+    # to 2380 took 10.5, 8, 9 and 9.5 minutes at c = 0.3, reads 2381 to 2384 12, 9, 9.5 and 11.5 at c = 0.4
+    assert "the tables, exactly 4 1.98x 3 1.58x 2 1.37x" in flat(text) and "c = 0.3" in text
+    assert set(sd.demo10_server.__defaults__[2]) <= set(sd.DEMO5_COSTS)  # each cost a row of demo 5's table
     # the rate divides by every drafted token, the ones after a rejection too: below the alpha it implies
     a_R = sd.alpha_from_draft_rate(R, 5)
     # 'the rule never checks', not 'the target never judged': the target scores them (reads 2051 and 2056)

@@ -5122,9 +5122,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say_items([f"always on: k = {k} every round, or fewer where prompt lookup finds less to match;",
                "per-batch schedule: at each batch size B (the number of sequences a server decodes at once), k ="
                f" {k} if that beats plain decoding over the whole workload, else plain decoding. It is told which"
-               " in advance;",
+               " in advance, as a plan from a server's measured figures tells it (chapter 19);",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round,"
-               f" averaged here over the last {window} rounds (the engine averages requests, and this run is one)."])
+               f" averaged here over the last {window} rounds (the engine averages over requests; this run is a"
+               " single request)."])
     print()
     cover = ridge_cover_words(k, max(batches))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"

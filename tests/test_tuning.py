@@ -1199,7 +1199,10 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     assert "with probability lam it copies an earlier stretch of its own text. The draft is prompt lookup" in text and (
         "fall below it: despite its name, a count of drafts, not a rate.") in text
     assert ("off for good: TensorRT-LLM's switch, at a threshold of 1 accepted draft per round, averaged here over the"
-            " last 20 rounds (the engine averages requests, and this run is one).") in text  # read 1750 asked, to place 143
+            " last 20 rounds (the engine averages over requests; this run is a single request).") in text  # read 1750
+    # asked, to place 143; reads 2331 and 2345 re-read 'and this run is one'
+    # where the schedule's foreknowledge comes from (reads 2329 to 2352 each called it an oracle a server lacks)
+    assert ("It is told which in advance, as a plan from a server's measured figures tells it (chapter 19);") in text
     # adaptive k is the detail's (read 1539 stopped on its spread), with its figures and its reason
     detail20 = printed(sd.DETAILS["20"], result)[1]
     assert "2 more after a round whose drafts all passed, 1 fewer otherwise (here kept between 1 and 16)." in detail20

@@ -6189,7 +6189,8 @@ def demo25_crossings(s, buckets, max_batch, tol):
         lag = (f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it. Just"
                " past the ridge a check costs only a little more, and chapter 19's plan switches only once the option"
                f" it runs falls more than {tol:.1%} below the best." if after else "")
-        say(f"Each check that crosses is still planned for {span} batch sizes after its crossing (--detail says why)."
+        say(f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it (--detail"
+            " says why)."
             if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."

@@ -763,8 +763,9 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # never defined)
     # how far past, from the table's own rows (read 1754 found 'a little' loose for k = 7's 9)
     assert sorted((34 - 32, 95 - 93, 146 - 137)) == [2, 2, 9]  # each range's end less its crossing, in the table
-    assert ("Each check that crosses is still planned for 2 to 9 batch sizes after its crossing (--detail says why)."
-            " The check of k = 6 would cross at B = 258") in text and "Just past the ridge" not in text
+    assert ("Each check that crosses is still planned at its crossing and for 2 to 9 batch sizes after it (--detail"
+            " says why). The check of k = 6 would cross at B = 258") in text and "Just past the ridge" not in text
+    # 'at its crossing and', again: reads 2385, 2386, 2388 and 2389 counted 'after its crossing' from the crossing
     # why, in the detail: one cause, not two (read 1780 asked which of two it was); 'at its crossing and after it',
     # as read 1798 counted 3 to 10 from the crossing itself; read 1815 could not tell what 'that' was. Side by side,
     # reads 2313 to 2316 took 8, 7.5, 9 and 10 minutes with the why in the detail, against 10, 8, 9.5 and 11 (reads

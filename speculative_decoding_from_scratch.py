@@ -6094,7 +6094,8 @@ def demo25_ridge(**how):
         " decodes at once: which draft model, and how many of its drafts to check. It tries chains of k = 1 to"
         f" {c19.k_max} and one tree." + (
             f" Of its two draft models, big (blend {c19.big_weight:g}) and small (the middling draft), it runs"
-            f" {min(runs)} at every B." if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
+            f" {min(runs)} at every B" + (" (chapter 37 says why)." if min(runs) == "small" else ".")
+            if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + f" Its plan runs to B = {c19.max_batch} at {c19.n_ctx} tokens of context" + (
             f", {fit_lead(c19.roomiest)} (--detail gives the bytes)." if c19.max_batch == c19.fit else ".")
         + " As B grows, its plan checks fewer positions per sequence. Why?")

@@ -773,7 +773,8 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     assert f"1-{planned} small tree 2x3, 15" in text19
     # the plan's last batch: the target's and small's weights, and both models' KV caches, fill 80 GB
     assert ("which draft model, and how many of its drafts to check. It tries chains of k = 1 to 8 and one tree. Of its"
-            " two draft models, big (blend 0.75) and small (the middling draft), it runs small at every B.") in text
+            " two draft models, big (blend 0.75) and small (the middling draft), it runs small at every B (chapter 37"
+            " says why).") in text  # reads 2385 to 2391 asked why small
     assert {o.drafter.name for _, _, o in result.c19.buckets if o} == {"small"}  # the plan, by its own rows
     fit = sd.sequences_that_fit(512, drafts=((768, 2048, 4, 32000),))
     assert fit == result.c19.max_batch == 241 and (

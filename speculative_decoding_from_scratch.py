@@ -6187,12 +6187,10 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         held = sorted(r[3] - r[2] for r in crossed)  # batches each crossed check runs past its crossing
         span = (f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}") if after else ""
-        lag = (f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it. Just"
-               " past the ridge a check costs only a little more, and chapter 19's plan switches only once the option"
-               f" it runs falls more than {tol:.1%} below the best." if after else "")
-        say(f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it (--detail"
-            " says why)."
-            if after else "",
+        held = f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it"
+        lag = (f"{held}. Just past the ridge a check costs only a little more, and chapter 19's plan switches only once"
+               f" the option it runs falls more than {tol:.1%} below the best." if after else "")
+        say(f"{held} (--detail says why)." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, *_ in beyond])

@@ -6187,10 +6187,10 @@ def demo25_crossings(s, buckets, max_batch, tol):
         print()
         held = sorted(r[3] - r[2] for r in crossed)  # batches each crossed check runs past its crossing
         span = (f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}") if after else ""
-        held = f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it"
-        lag = (f"{held}. Just past the ridge a check costs only a little more, and chapter 19's plan switches only once"
-               f" the option it runs falls more than {tol:.1%} below the best." if after else "")
-        say(f"{held} (--detail says why)." if after else "",
+        still = f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it"
+        lag = (f"{still}. Just past the ridge a check costs only a little more, and chapter 19's plan switches only"
+               f" once the option it runs falls more than {tol:.1%} below the best." if after else "")
+        say(f"{still} (--detail says why)." if after else "",
             *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, *_ in beyond])
@@ -6892,6 +6892,7 @@ def demo30_pairs():
     P2, Q2 = PAPER_EXAMPLE
     rows = example_exact()
     gap = rows[1][1] - rows[0][1]
+    ends = threshold_ends(P2, Q2)  # why h_1 takes its two values: the detail's, pointed to here
     say("Take chapter 14's block verification (Sun et al., ICLR 2025) on Sun et al.'s example. It has two tokens, a"
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
@@ -6901,8 +6902,7 @@ def demo30_pairs():
                "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
                " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
                " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)." + (
-                   " Here it is 0 when x_1 is 'a' and 1 when x_1 is 'b' (--detail says why)."
-                   if threshold_ends(P2, Q2) else ""),
+                   " Here it is 0 when x_1 is 'a' and 1 when x_1 is 'b' (--detail says why)." if ends else ""),
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()
@@ -6934,15 +6934,14 @@ def demo30_pairs():
                  if abs(kept[0] - kept[1] - gap) < 1e-9 else "."),
              {"the block gains on 'a' then 'b'": bool(why[0]), "it gives some back on 'a' then 'a'": bool(gives_back),
               "the pairs add up to the block's gain": bool(net)})
-    return SimpleNamespace(pairs=pairs, gap=gap)
+    return SimpleNamespace(pairs=pairs, gap=gap, ends=ends)
 
 
 def demo30_detail(result):
     """Chapter 30 in detail: the two pairs that differ, term by term, why the
     pairs after 'b' tie, and why the block's first token follows p."""
     P2, Q2 = PAPER_EXAMPLE
-    say_paragraphs([threshold_ends(P2, Q2),
-                    *block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4]])
+    say_paragraphs([result.ends, *block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4]])
 
 
 # -----------------------------------------------------------------------------

@@ -7900,7 +7900,7 @@ USES = {  # the legend's terms each chapter's text uses: a run of chapters alone
     "15": ("table", "blend", "p, q", "round", "TV", "fit", "exact"),
     "16": ("table", "round", "alpha", "c", "TV", "fit", "exact"),
     "17": ("table", "p, q", "round", "fit"),
-    "18": ("blend", "p, q", "alpha", "c", "TV", "exact"),
+    "18": ("blend", "p, q", "round", "alpha", "c", "TV", "exact"),
     "19": ("table", "blend", "c"),
     "20": ("table", "round", "c"),
     "21": ("table", "blend", "p, q", "round", "alpha", "c", "TV", "fit", "exact"),
@@ -7920,7 +7920,7 @@ USES = {  # the legend's terms each chapter's text uses: a run of chapters alone
     "35": ("blend", "c"),
     "36": ("table", "blend", "round", "c", "exact"),
     "37": ("table", "blend", "alpha", "c"),
-    "38": ("exact",),
+    "38": ("round", "exact"),
 }
 
 

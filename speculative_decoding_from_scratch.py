@@ -5330,7 +5330,8 @@ def temperature_words(rows, same, n_greedy, n_rounds, n_exact, k=4, c=0.1):
     def slow_at(d, ways):  # a draft's slow rows, its T = 0 row once where both ways are one
         both = d in one and all("0" in ts for ts in ways.values())
         rest = {way: [t for t in ts if not (both and t == "0")] for way, ts in ways.items()}
-        zero = " (both ways), where none of its drafts passes (chapter 28 says why)" if d in none else " (both ways)"
+        zero = " (both ways)" + (", where none of its drafts passes (chapter 28's --detail says why)"
+                                 if d in none else "")
         return f"the {d} draft " + ", and ".join([f"at T = 0{zero}"] * both + [
             f"its {way} drafts at T = {and_list(ts)}" for way, ts in rest.items() if ts])
     slow = [slow_at(d, ways) for d, ways in slower.items() if any(ways.values())]
@@ -6574,7 +6575,7 @@ def greedy_runs(rows, k=4):
     made = (f"So blend {GOOD_WEIGHT:g} makes 1 + "
             + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4)
             + f" = {exact:.2f} tokens per call" + (
-                f", the table's speedup of {zero[5]:.2f} at c = 0.1." if zero[5] is not None
+                f", its speedup of {zero[5]:.2f} at c = 0.1." if zero[5] is not None
                 and abs(speedup(exact, k, 0.1) - zero[5]) < 1e-9 else "."))
     return ("Round by round, the chance that drafts 1 to i all pass is"
             f" {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1 to {k}. Eq. 1 gives every draft the"
@@ -6692,22 +6693,21 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     rounds beat eq. 1 at its alpha (T = 0.5's rows go to --detail)."""
     rows = temperature_rows(k, n_rounds, c=c, temperatures=(0, 0.5))
     zero = [r for r in rows if r[1] == 0 and r[5] is not None]
-    say(f"As in chapter 21, take the middling draft and a good one (blend {GOOD_WEIGHT:g}) at temperature T: each row"
-        " of both tables, p say, becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A greedy draft"
-        f" proposes its likeliest token x, and the target keeps it with chance p_T(x), the tempered target's chance"
-        f" of x. At T = 0, k = {k} and c = {c}:")
-    print()
-    table([("draft", 10, "<"), ("alpha", 8, ".4f"), ("speedup", 9, ".2f")], [(r[0], r[3], r[5]) for r in zero])
-    good = next((r for r in zero if r[0] == f"blend {GOOD_WEIGHT:g}"), None)
+    good = next((r for r in zero if r[0] == f"blend {GOOD_WEIGHT:g}"), None)  # the middling draft: --detail's
     eq1 = expected_tokens(good[3], k) if good else None
     beats = good is not None and speedup(eq1, k, c) < good[5] - 0.05
+    say(f"As in chapter 21, take a good draft (blend {GOOD_WEIGHT:g}) at temperature T: each row of its table and the"
+        " target's, p say, becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A"
+        " greedy draft proposes its likeliest token x, and the target keeps it with chance p_T(x), the tempered"
+        f" target's chance of x." + (f" At T = 0, k = {k} and c = {c}, its alpha is {good[3]:.4f} and its speedup"
+                                     f" {good[5]:.2f}." if good else ""))
     print()
     if good:
         say(f"Eq. 1 at alpha {good[3]:.4f} gives 1 + alpha + ... + alpha^{k} = {eq1:.2f} tokens per call, a speedup"
             f" of {speedup(eq1, k, c):.2f}," + (f" not {good[5]:.2f}. Why?" if beats else
                                                f" and the exact speedup is {good[5]:.2f}."))
         print()
-    zero_alpha_words(zero)
+    zero_alpha_words([r for r in zero if r is good])
     settled = greedy_runs(rows)[2:3]
     say_paragraphs(settled)
     exact, high = exact_tokens_per_call(TARGET, MIDDLING, k), expected_tokens(pair_alpha(TARGET, MIDDLING), k)
@@ -6717,18 +6717,20 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     either = (" or ".join(number_word(j) for j in sorted(kept, reverse=True) if j) + " drafts" * any(kept)
               + " or " * (0 in kept and any(kept)) + "none" * (0 in kept))
     takeaway("at T = 0 a draft's passes are set by where its rounds start, not by one chance alpha. Blend"
-             f" {GOOD_WEIGHT:g}'s rounds keep {either}, by their start, and make more tokens than eq. 1 predicts. At"
-             " T = 1 eq. 1 runs high for the middling draft (demo 3).",
+             f" {GOOD_WEIGHT:g}'s rounds keep {either}, by their start, and make more tokens than eq. 1 predicts.",
              {f"blend {GOOD_WEIGHT:g}'s greedy rounds beat eq. 1 at T = 0": beats,
-              f"blend {GOOD_WEIGHT:g}'s rounds settle where they start": "rounds settle" in settled[0],
-              "eq. 1 runs high for the middling draft at T = 1 (demo 3)": high > exact})
-    return SimpleNamespace(temperatures=rows)
+              f"blend {GOOD_WEIGHT:g}'s rounds settle where they start": "rounds settle" in settled[0]})
+    middling = next((r for r in zero if r[0] == "middling"), None)
+    return SimpleNamespace(temperatures=rows, middling=(  # the detail's
+        f"The middling draft at T = 0 has alpha {middling[3]:.4f} and a speedup of {middling[5]:.2f}. "
+        + loop_alpha_words(TARGET, MIDDLING, "middling", middling[2]) + (
+            " At T = 1, eq. 1 runs high for it (demo 3)." if high > exact else "") if middling else ""))
 
 
 def demo28_detail(result):
     """Chapter 28 in detail: the good draft's pass chances at T = 0 beside eq. 1's, T = 0.5's, and eq. 1 on the
     loop the rounds settle on."""
-    say_paragraphs([greedy_runs(result.temperatures)[j] for j in (0, 1, 3)])
+    say_paragraphs([result.middling] + [greedy_runs(result.temperatures)[j] for j in (0, 1, 3)])
 
 
 # -----------------------------------------------------------------------------
@@ -6827,22 +6829,16 @@ def z_terms(owed, q):
     return " + ".join(f"max(0, {fraction(w)} - {fraction(x)})" for w, x in zip(owed, q))
 
 
-def net_words(pairs, gap, z_b=0.0):
+def net_words(pairs, gap):
     """Chapter 30's sum of its pairs (block_pairs' rows), each pair's change weighed by its chance under q, said
-    only while it adds up to the block's gain: the pairs that tie (and, from z_b, Z_1 after 'b', why they tie
-    while they start with 'b'), then what it gains and gives back."""
+    only while it adds up to the block's gain: what it gains and gives back (the pairs that tie are the table's;
+    why they tie, the detail's)."""
     said = lambda r: f"'{r[0][0]}' then '{r[0][2]}'"  # noqa: E731
-    ties = [said(r) for r in pairs if abs(r[-1]) < 1e-12]
     gains = [f"{ninths(r[-1])} on {said(r)}" for r in pairs if r[-1] > 1e-12]
     losses = [f"{ninths(-r[-1])} on {said(r)}" for r in pairs if r[-1] < -1e-12]
     if not (gains and losses and abs(sum(r[-1] for r in pairs) - gap) < 1e-12):
         return ""
-    tie = f" The pair{'s' * (len(ties) > 1)} {and_list(ties)} tie{'s' * (len(ties) == 1)}." if ties else ""
-    if ties and z_b > 0 and all(r[0].startswith("b") and r[2] == 1 and abs(r[3] - 1) < 1e-12
-                                for r in pairs if abs(r[-1]) < 1e-12):  # w_1 = 1 and h_1 = 1 on every tie
-        tie = (tie[:-1] + ": with 'b' first, w_1 = 1 and h_1 = 1, so both verifiers keep 'b', then the second draft"
-               " with the same chance.")
-    return (tie + " Weighted by each pair's chance under q, the block gains"
+    return (" Weighted by each pair's chance under q, the block gains"
             f" {and_list(gains)} and gives back {and_list(losses)}: {ninths(gap)} in all.")
 
 
@@ -6936,7 +6932,7 @@ def demo30_pairs():
                   f" {fraction(aa[6])} a draft on average, against token-wise checking's {fraction(aa[5])}."
                   if why[0] and aa[0] == "a a" and aa[-1] < 0 and aa[6] < aa[5] and aa[3] == 0
                   and abs(aa[6] - 2 * aa[4]) < 1e-12 and (owed <= Q2[0] + 1e-12).all() else "")
-    net = net_words(pairs, gap, float(np.maximum(P2[1] - Q2[1], 0).sum()))  # Z_1 after 'b', where w_1 = 1
+    net = net_words(pairs, gap)
     say_paragraphs([why[0], gives_back + net,
                     "The option --detail adds the sums term by term." if why[1] and why[2] else ""])
     kept = pairs_kept(pairs)

@@ -4396,7 +4396,6 @@ def demo18_lossy(k=3, ctx=5, n=3):
     print()
     for rule, words in (
             ("probabilistic", "lossless: the paper's rule."),
-            ("one-hot", f"lossless: the draft proposes its likeliest token x, and q is all on x: {ONE_HOT_RULE}."),
             ("block", "lossless: block verification judges the k drafts together (chapter 14); on average it"
                       " keeps at least as many drafts as the paper's rule."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
@@ -4405,7 +4404,8 @@ def demo18_lossy(k=3, ctx=5, n=3):
                         " the bar. It never reads q. After a rejection: p's argmax;"
                         " the bonus token: from p. Setting: eps, s (posterior_threshold, posterior_alpha; vLLM's"
                         f" defaults: {setting_text(TYPICAL_SHIPPED)})."),
-            ("sglang", "SGLang's, on one-hot drafts: keep x if p(x) >= single, or else if u <= p(x) / acc, u uniform"
+            ("sglang", "SGLang's, on one-hot drafts: the draft proposes its likeliest token x. The rule keeps x if"
+                       " p(x) >= single, or else if u <= p(x) / acc, u uniform"
                        " in [0, 1). After a rejection: a token from p with x removed. Setting: single, acc"
                        " (speculative_accept_threshold_single, _acc; SGLang's defaults:"
                        f" {setting_text(SGLANG_EXACT)}).")):
@@ -4426,8 +4426,9 @@ def demo18_lossy(k=3, ctx=5, n=3):
         " dominated when a lossless verifier makes at least as many tokens per call at no distance.")
     print()
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
-           ("verdict", 12, "<")], [(*r[:4], r[5]) for r in rows if r[0] != "typical"  # typical's others: --detail's
-                                   or r[1] == setting_text(TYPICAL_SHIPPED)], groups=[("exact", 2, 3)])
+           ("verdict", 12, "<")], [(*r[:4], r[5]) for r in rows if r[0] not in ("typical", "one-hot")  # typical's
+                                   or r[1] == setting_text(TYPICAL_SHIPPED)], groups=[("exact", 2, 3)])  # others,
+    # and one-hot's row: --detail's
     return SimpleNamespace(**vars(demo18_verdicts(rows, best, n, k, ctx)), joints=joints)
 
 
@@ -4470,7 +4471,7 @@ def lossy_self_check(joints, k=3, ctx=5, n=3, n_runs=150):
 def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
     """Chapter 18's sentences on its first table."""
     dominated = [f"{r[0]} ({r[1]})" for r in rows if r[5] == "dominated"]
-    say_paragraphs([one_hot_words(rows), " ".join(w for w in (
+    say_paragraphs([" ".join(w for w in (
         "" if dominated else "NOT one lossless row is exact as you have it, so none can mark a setting dominated."
         if best is None else f"No lossy setting is dominated: each beats the best lossless {best:.2f} tokens per call.",
         *[f"Typical's defaults ({r[1]}) make {r[3]:.2f} tokens per call,"
@@ -4482,7 +4483,7 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
     print()
     typical, shipped = typical_rows(rows)
     strict, loose = (min(typical, key=lambda r: r[3]), max(typical, key=lambda r: r[3])) if typical else (None, None)
-    say("The option --detail adds " + (f"typical's strictest ({strict[1]}) and loosest ({loose[1]}) settings. It also"
+    say("The option --detail adds the one-hot rule, on SGLang's drafts, and " + (f"typical's strictest ({strict[1]}) and loosest ({loose[1]}) settings. It also"
                                        if shipped is not None and strict is not shipped and loose is not shipped
                                        else "typical's other settings. It also")
         + f" plots tokens per call against exact TV, and gives the engine settings that run {LOSSY_SHIPPED}.")
@@ -4561,6 +4562,13 @@ def demo18_detail(result, k=3, ctx=5, n=3):
     typical's at vLLM's defaults, and typical's fallbacks. Returns Medusa's
     row and the fallbacks' rows."""
     rows, (_, typical) = result.first.rows, typical_rows(result.first.rows)
+    one = next(r for r in rows if r[0] == "one-hot")
+    say_paragraphs([f"The one-hot rule, on the drafts SGLang's rule judges: the draft proposes its likeliest token x,"
+                    f" and q is all on x: {ONE_HOT_RULE}."])
+    print()
+    table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f")],
+          [one[:4]], groups=[("exact", 2, 3)])
+    say_paragraphs([one_hot_words(rows)])
     misfit = lossy_self_check(result.first.joints, k, ctx, n)
     joint, per_call = lossy_exact(TARGET, MIDDLING, typical_rule(*TYPICAL_SHIPPED, bonus_from_p=False), ctx, n, k)
     medusa = ("medusa", setting_text(TYPICAL_SHIPPED), tv_distance(joint, target_first_tokens(TARGET, ctx, n)),
@@ -7493,8 +7501,7 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         " cost time. The paper predicts the speedup as tokens per call / (1 + k c), with"
         f" c as calibrated above and the exact tokens per call: {'; '.join(exact)}. That assumes a verifying pass"
         " costs one plain pass. The refined prediction puts v"
-        " in place of that 1: tokens per call / (v + k c). Refined* is that formula with the tokens per call this run"
-        " got in place of the exact ones, so luck in the rounds does not count against it. Clock is the speedup"
+        " in place of that 1: tokens per call / (v + k c). Clock is the speedup"
         " measured: plain decoding's time per token, timed here, over this run's time per token.")
     say(f"The middling draft runs {runs[0][3]} rounds at the lesson's k = {runs[0][2]}.")
     say(f"Blend {good_weight} runs {runs[1][3]} rounds at k = {k_good}" + (
@@ -7506,9 +7513,8 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         clock=True)  # reads 1535, 1556 and 1560 worked out the k it did not run
     print()
     times = lambda x: f"{x:.2f}x"  # noqa: E731
-    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times),
-           ("tokens/call", 13, ".2f"), ("clock", 7, times), ("refined*", 10, times)], rows,
-          groups=[("predicted", 2, 3), ("this run", 4, 6)], clock=True)
+    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times), ("clock", 7, times)],
+          [(*r[:4], r[5]) for r in rows], groups=[("predicted", 2, 3)], clock=True)
     demo36_verdicts(rows, np.median(calib[4][1]))
     return rows, calib
 
@@ -7544,8 +7550,8 @@ def demo36_verdicts(rows, v4):
     print()
     say(*[f"The {label} draft {'wins' if clock > 1 else 'loses'} ({clock:.2f}x)." for label, *_, clock, _ in rows],
         clock=True)
-    nearer = [r[0] for r in rows if abs(r[6] - r[5]) < abs(r[2] - r[5])]  # refined* nearer the clock than the paper
-    say("Refined* is nearer the clock than the paper's for " + (
+    nearer = [r[0] for r in rows if abs(r[3] - r[5]) < abs(r[2] - r[5])]  # refined nearer the clock than the paper
+    say("Refined is nearer the clock than the paper's for " + (
         "both drafts." if len(nearer) == len(rows) == 2 else f"the {nearer[0]} draft only." if len(nearer) == 1
         else "neither draft."), clock=True)
     wins = [r[5] > 1 for r in rows]  # (middling, the draft that agrees often): did each beat plain decoding?
@@ -7588,8 +7594,16 @@ def demo36_clock_model(size=4096):
 
 
 def demo36_detail(result):
-    """Chapter 36 in detail: how far refined* runs from the clock, and why c falls as k grows, from the
-    calibration's first draft passes (each said only where its numbers bear it out)."""
+    """Chapter 36 in detail: refined* (refined at this run's tokens per call), how far it runs from the clock, and
+    why c falls as k grows, from the calibration's first draft passes (each said only where its numbers bear it
+    out)."""
+    print()
+    say("Refined* is refined with the tokens per call this run got in place of the exact ones, so luck in the rounds"
+        " does not count against it:")
+    print()
+    times = lambda x: f"{x:.2f}x"  # noqa: E731
+    table([("draft", 10, "<"), ("k", 3, "d"), ("refined", 9, times), ("tokens/call", 13, ".2f"), ("clock", 7, times),
+           ("refined*", 10, times)], [(r[0], r[1], r[3], *r[4:]) for r in result.model], clock=True)
     print()
     say(refined_off_words(result.model), clock=True)
     say(*(first_pass_words(result.calib) or ("This run's calibration does not show why c changes with k.",)),
@@ -7896,7 +7910,7 @@ USES = {  # the legend's terms each chapter's text uses: a run of chapters alone
     "15": ("table", "blend", "p, q", "round", "TV", "fit", "exact"),
     "16": ("table", "round", "alpha", "c", "TV", "fit", "exact"),
     "17": ("table", "p, q", "round", "fit"),
-    "18": ("blend", "p, q", "round", "alpha", "c", "TV", "exact"),
+    "18": ("blend", "p, q", "round", "c", "TV", "exact"),
     "19": ("table", "blend", "c"),
     "20": ("table", "round", "c"),
     "21": ("table", "blend", "p, q", "round", "alpha", "c", "TV", "fit", "exact"),

@@ -4831,9 +4831,7 @@ def demo19_tuning(**how):
     plan_table(plan, buckets)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first is chapter 32's, the next two 37's, the last the detail's
     print()
-    say("As B grows the plan checks fewer positions per sequence: chapter 25 says why." if shape.falls else "",
-        "Chapter 32 says why the tree wins at B = 1." if said[0] else "Chapter 32 asks what sets the plan's choice"
-        " at B = 1.", "Chapter 37 says why big never runs." if said[1] and said[2] else "")
+    say("Chapters 25, 32 and 37 explain this plan.")
     planned = [(lo, hi, o) for lo, hi, o in buckets if o is not None]
     kinds, drafters = {(o.drafter.name, o.shape) for *_, o in planned}, {o.drafter.name for *_, o in planned}
     takeaway("plan the drafter, k and tree per batch size from the server's own figures: the best choice changes"
@@ -6211,8 +6209,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
         still = f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it"
         lag = (f"{still}. Just past the ridge a check costs only a little more, and chapter 19's plan switches only"
                f" once the option it runs falls more than {tol:.1%} below the best." if after else "")
-        say(f"{still} (--detail says why)." if after else "",
-            *[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
+        say(*[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
               f" {H100.memory / 1e9:.0f} GB."
               for how, _, b, *_ in beyond])
     return {**checks, "each check crosses inside its range, and holds past it": after,

@@ -629,8 +629,10 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert "gives way" not in text32 and ("Small's tree gives way to chains past B = 34: its 15 positions a sequence"
                                           " reach the ridge at B = 32,") in printed(sd.DETAILS["32"],
                                                                                      in_process[0]["32"])[1]
-    assert ("As B grows the plan checks fewer positions per sequence: chapter 25 says why. Chapter 32 says why the tree"
-            " wins at B = 1. Chapter 37 says why big never runs. Takeaway:") in text
+    # one pointer to the three chapters, not three questions that each sent readers to price the plan: side by side,
+    # reads 2521 to 2524 took 7, 8, 10 and 7 minutes with it, 2525 to 2528 took 8.5, 8, 9.5 and 8 with the three
+    assert "below the best. The plan, with the positions each sequence's check holds, and the lowest and highest" \
+        " speedup over each range of B:" in text and "Chapters 25, 32 and 37 explain this plan. Takeaway:" in text
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in detail19
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
@@ -763,8 +765,11 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # never defined)
     # how far past, from the table's own rows (read 1754 found 'a little' loose for k = 7's 9)
     assert sorted((34 - 32, 95 - 93, 146 - 137)) == [2, 2, 9]  # each range's end less its crossing, in the table
-    assert ("Each check that crosses is still planned at its crossing and for 2 to 9 batch sizes after it (--detail"
-            " says why). The check of k = 6 would cross at B = 258") in text and "Just past the ridge" not in text
+    # since this stop the span and its why are both the detail's, and the body says only 'a little after each
+    # crossing': side by side, reads 2497 to 2500 took 8, 9, 8.5 and 8.5 minutes and 2521 to 2524 8, 9, 9 and 8.5
+    # without the span, against 9, 10, 8.5 and 8.5 (2501 to 2504) and 9.5, 8.5, 10 and 8.5 (2525 to 2528) with it
+    assert "still planned" not in text and ", a little after each crossing." in text and (
+        "The check of k = 6 would cross at B = 258") in text and "Just past the ridge" not in text
     # 'at its crossing and', again: reads 2385, 2386, 2388 and 2389 counted 'after its crossing' from the crossing
     # why, in the detail: one cause, not two (read 1780 asked which of two it was); 'at its crossing and after it',
     # as read 1798 counted 3 to 10 from the crossing itself; read 1815 could not tell what 'that' was. Side by side,
@@ -792,7 +797,7 @@ def test_chapter25_says_where_chapter19s_tree_gives_way_and_why(in_process):
     # the body says which gives way and where the why is; the why, with its prices, is the detail's (reads 1471,
     # 1482 and 1490 spent minutes on it in the body, a question chapters 32 and 35 own)
     # read 1683 met two pointers; read 1800 followed them for a minute, and the next paragraph gives the margin
-    assert "The tree is the first to give way: it checks the most positions per sequence. Each check" in text \
+    assert "The tree is the first to give way: it checks the most positions per sequence. The check of k = 6" in text \
         and "--detail why" not in text
     assert "0.0083" not in text and "0.0144" not in text
     assert [hi for _, hi, o in result.buckets if o is not None and o.shape.startswith("tree")] == [34]
@@ -1596,6 +1601,6 @@ def test_chapter19_gives_big_s_best_speedup_at_b1(in_process):
     c19 = sd.chapter19_plan()
     big = max(c19.speeds[0, i] for i, o in enumerate(c19.options) if o.drafter.name == "big")
     tree = max(c19.speeds[0, i] for i, o in enumerate(c19.options) if o.shape.startswith("tree"))
-    assert big < tree and "Chapter 32 says why the tree wins at B = 1. Chapter 37 says why big never runs." in text and (
+    assert big < tree and "Chapters 25, 32 and 37 explain this plan." in text and (
         f"{big:.2f}x" not in text)  # read 1679 could not rebuild 2.51 for 1.5 minutes: chapter 32 prints big's options
     assert f"1 0.1348 0.0083 {big:.2f} {tree:.2f}" in " ".join(section(in_process[1], "37").split())

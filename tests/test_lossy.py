@@ -171,7 +171,7 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     # one-hot residual and checked 1.42 by eq. 1 at 0.30)
     detail = flat(detail18[1])
     assert "one-hot lossless" not in text and "One-hot makes" not in text and "The option --detail adds the one-hot" \
-        " rule, on SGLang's drafts," in text
+        " rule, the paper's rule on SGLang's drafts," in text
     assert (f"One-hot makes the fewest lossless tokens per call, {rows[('one-hot', 'lossless')][3]:.2f}: its draft is"
             f" kept with chance p(x), {hot:.2f} on average here, against alpha 0.70 for the sampled draft.") in detail
     assert "The one-hot rule, on the drafts SGLang's rule judges: the draft proposes its likeliest token x" in detail \
@@ -228,8 +228,8 @@ def test_chapter18_leaves_its_strictest_and_loosest_settings_to_the_detail(in_pr
     # test above), and so is the claim: with it in the body, reads 1948, 2012 and 2016 stalled on the strictest
     # being farther, which reads backwards until the detail's reason
     loose = rows["0.01, 0.03"]
-    said = ("The option --detail adds the one-hot rule, on SGLang's drafts, and typical's strictest (0.3, 0.9) and"
-            " loosest (0.01, 0.03) settings. It also plots")
+    said = ("The option --detail adds the one-hot rule, the paper's rule on SGLang's drafts, and typical's strictest"
+            " (0.3, 0.9) and loosest (0.01, 0.03) settings. It also plots")
     assert loose[2] > rows["0.09, 0.3"][2] and loose[1] - 1 > 3 / 2 and said in text and "farther" not in text
     # their rows are the detail's too: the chapter's table holds typical's defaults only (read 1719 spent 2 minutes
     # checking nine rows, and a minute on where the two stood)

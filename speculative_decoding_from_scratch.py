@@ -4425,10 +4425,9 @@ def demo18_lossy(k=3, ctx=5, n=3):
     say("A setting reads (eps, s) for typical and (single, acc) for sglang. The verdict column marks a lossy setting"
         " dominated when a lossless verifier makes at least as many tokens per call at no distance.")
     print()
+    shown = [r for r in rows if r[0] != "one-hot" and (r[0] != "typical" or r[1] == setting_text(TYPICAL_SHIPPED))]
     table([("rule", 15, "<"), ("setting", 12, "<"), ("TV", 10, exact_text), ("tokens/call", 13, ".2f"),
-           ("verdict", 12, "<")], [(*r[:4], r[5]) for r in rows if r[0] not in ("typical", "one-hot")  # typical's
-                                   or r[1] == setting_text(TYPICAL_SHIPPED)], groups=[("exact", 2, 3)])  # others,
-    # and one-hot's row: --detail's
+           ("verdict", 12, "<")], [(*r[:4], r[5]) for r in shown], groups=[("exact", 2, 3)])  # the rest: --detail's
     return SimpleNamespace(**vars(demo18_verdicts(rows, best, n, k, ctx)), joints=joints)
 
 

@@ -2554,8 +2554,8 @@ ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(
                 " with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x, so max(0, p - q) is p less x
 
 
-SETTINGS = ("prob", "1-hot", "strict", "block", "b 1-hot")  # chapter 9's settings; b 1-hot (block over one-hot
-# drafts) is --detail's, as it is one-hot's own count
+SETTINGS = ("prob", "1-hot", "strict", "block")  # chapter 9's columns; a fifth count, block over one-hot drafts,
+# is --detail's, as it is one-hot's own
 
 
 def demo9_verifiers(k=3):
@@ -2585,7 +2585,7 @@ def demo9_verifiers(k=3):
         x_star = Q.argmax(axis=1)
         liked = P[np.arange(len(P)), x_star] > Q[np.arange(len(P)), x_star]
         wins = betas[1] > betas[0] + 1e-12
-        shown = tokens[:4]  # b 1-hot, block over one-hot drafts, is --detail's
+        shown = tokens[:len(SETTINGS)]  # block over one-hot drafts, the fifth, is --detail's
         most = next(i for i, t in enumerate(shown) if t >= max(shown) - 1e-9)  # a tie goes to the first
         prow.append((label, *tokens, SETTINGS[most]))
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
@@ -2730,8 +2730,8 @@ VLLM_SETTING = {"probabilistic": 'draft_sample_method "probabilistic"',
 
 
 def demo9_detail(result):
-    """Demo 9 in detail: where one-hot can win, one row by hand, the settings as vLLM names them, and where they
-    came from."""
+    """Demo 9 in detail: block over one-hot drafts, with its checks; where one-hot can win, one row by hand, the
+    settings as vLLM names them, and where they came from."""
     row = next(r for r in result.exactness if r[0] == "block, one-hot")
     print()
     say(result.block_words, "Its checks, as the chapter's on the middling pair:")
@@ -4490,7 +4490,7 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
 
 
 def one_hot_words(rows):
-    """Chapter 18 on one-hot drafts: why their lossless rule makes the fewest tokens per call; SGLang's exact
+    """Chapter 18 in detail, on one-hot drafts: why their lossless rule makes the fewest tokens per call; SGLang's exact
     setting as that rule; and its shipped setting, which only sampled drafts dominate (over), priced against it."""
     per_call = {r[0]: r[3] for r in rows if r[1] == "lossless" and r[3] is not None and r[2] < ROUNDING}
     hot, alpha = pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(TARGET, MIDDLING)
@@ -4556,8 +4556,8 @@ def frontier(rows, width=56, height=8, top=0.8):
 
 
 def demo18_detail(result, k=3, ctx=5, n=3):
-    """Chapter 18 in detail: every rule on a plot of tokens per call against
-    exact TV, Medusa's own rule (typical's with an argmax bonus token) beside
+    """Chapter 18 in detail: the one-hot rule, on SGLang's drafts; every rule
+    on a plot of tokens per call against exact TV, Medusa's own rule (typical's with an argmax bonus token) beside
     typical's at vLLM's defaults, and typical's fallbacks. Returns Medusa's
     row and the fallbacks' rows."""
     rows, (_, typical) = result.first.rows, typical_rows(result.first.rows)
@@ -6693,8 +6693,8 @@ def loop_alpha_words(P, Q, label, alpha):
 
 
 def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
-    """Chapter 28: chapter 21's two drafts at T = 0, and why the good one's
-    rounds beat eq. 1 at its alpha (T = 0.5's rows go to --detail)."""
+    """Chapter 28: chapter 21's good draft at T = 0, and why its rounds beat
+    eq. 1 at its alpha (the middling draft and T = 0.5's rows go to --detail)."""
     rows = temperature_rows(k, n_rounds, c=c, temperatures=(0, 0.5))
     zero = [r for r in rows if r[1] == 0 and r[5] is not None]
     good = next((r for r in zero if r[0] == f"blend {GOOD_WEIGHT:g}"), None)  # the middling draft: --detail's
@@ -7508,8 +7508,8 @@ def demo36_cost_model(W, W_draft, X, ks=(4, 16), n_plain=20, reps=4):
         else "",
         clock=True)  # reads 1535, 1556 and 1560 worked out the k it did not run
     print()
-    times = lambda x: f"{x:.2f}x"  # noqa: E731
-    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, times), ("refined", 9, times), ("clock", 7, times)],
+    table([("draft", 10, "<"), ("k", 3, "d"), ("paper", 8, speedup_text), ("refined", 9, speedup_text),
+           ("clock", 7, speedup_text)],
           [(*r[:4], r[5]) for r in rows], groups=[("predicted", 2, 3)], clock=True)
     demo36_verdicts(rows, np.median(calib[4][1]))
     return rows, calib
@@ -7589,6 +7589,11 @@ def demo36_clock_model(size=4096):
     return SimpleNamespace(model=model, calib=calib)
 
 
+def speedup_text(x):
+    """A speedup as chapter 36's tables print it: speedup_text(1.234) -> '1.23x'."""
+    return f"{x:.2f}x"
+
+
 def demo36_detail(result):
     """Chapter 36 in detail: refined* (refined at this run's tokens per call), how far it runs from the clock, and
     why c falls as k grows, from the calibration's first draft passes (each said only where its numbers bear it
@@ -7597,9 +7602,9 @@ def demo36_detail(result):
     say("Refined* is refined with the tokens per call this run got in place of the exact ones, so luck in the rounds"
         " does not count against it:")
     print()
-    times = lambda x: f"{x:.2f}x"  # noqa: E731
-    table([("draft", 10, "<"), ("k", 3, "d"), ("refined", 9, times), ("tokens/call", 13, ".2f"), ("clock", 7, times),
-           ("refined*", 10, times)], [(r[0], r[1], r[3], *r[4:]) for r in result.model], clock=True)
+    table([("draft", 10, "<"), ("k", 3, "d"), ("refined", 9, speedup_text), ("tokens/call", 13, ".2f"),
+           ("clock", 7, speedup_text), ("refined*", 10, speedup_text)],
+          [(r[0], r[1], r[3], *r[4:]) for r in result.model], clock=True)
     print()
     say(refined_off_words(result.model), clock=True)
     say(*(first_pass_words(result.calib) or ("This run's calibration does not show why c changes with k.",)),

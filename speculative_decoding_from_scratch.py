@@ -2554,8 +2554,9 @@ ONE_HOT_RULE = ("demo 1's rule keeps x with chance min(1, p(x) / 1), which is p(
                 " with x removed")  # chapters 9, 11, 17 and 18: a q all on its draft x, so max(0, p - q) is p less x
 
 
-SETTINGS = ("prob", "1-hot", "strict", "block")  # chapter 9's columns; a fifth count, block over one-hot drafts,
-# is --detail's, as it is one-hot's own
+SETTINGS = ("prob", "1-hot", "strict", "block")  # chapter 9's four counts; block over one-hot drafts, a fifth, is
+# --detail's, as it is one-hot's own
+SHOWN = (0, 1, 3)  # the counts chapter 9's table prints; strict matching's is --detail's, with its definition
 
 
 def demo9_verifiers(k=3):
@@ -2566,11 +2567,8 @@ def demo9_verifiers(k=3):
             for name_, D, _, how in verifier_settings(p, q)[:3]]
     say("vLLM, an open-source serving engine, has offered several verifier settings. Probabilistic:",
         "the draft samples x from q, and x is accepted with chance min(1, p/q). One-hot: the draft",
-        f"proposes its argmax x, and q is all on x: {ONE_HOT_RULE}. Strict:"
-        " the draft samples x from q, the target samples its own token, and x is accepted",
-        "only if they match. On a mismatch the target's token takes x's place and the round ends; either way the"
-        " emitted token is the target's own sample. Block verification (Sun et al., ICLR 2025) looks at the whole block of drafts",
-        "before it decides how many to accept (chapter 14 shows how).")
+        f"proposes its argmax x, and q is all on x: {ONE_HOT_RULE}. Block verification (Sun et al., ICLR 2025)"
+        " looks at the whole block of drafts before it decides how many to accept (chapter 14 shows how).")
     agree = max(abs(r[1] - closed[r[0]][1]) for r in rows) < 1e-12
     drafted = [("middling", TARGET, MIDDLING), ("unrelated", TARGET, UNRELATED),
                (f"blend {GOOD_WEIGHT:g}", TARGET, blend(TARGET, UNRELATED, GOOD_WEIGHT))]  # q from a draft table
@@ -2585,8 +2583,8 @@ def demo9_verifiers(k=3):
         x_star = Q.argmax(axis=1)
         liked = P[np.arange(len(P)), x_star] > Q[np.arange(len(P)), x_star]
         wins = betas[1] > betas[0] + 1e-12
-        shown = tokens[:len(SETTINGS)]  # block over one-hot drafts, the fifth, is --detail's
-        most = next(i for i, t in enumerate(shown) if t >= max(shown) - 1e-9)  # a tie goes to the first
+        shown = [tokens[i] for i in SHOWN]
+        most = SHOWN[next(i for i, t in enumerate(shown) if t >= max(shown) - 1e-9)]  # a tie goes to the first
         prow.append((label, *tokens, SETTINGS[most]))
         reasons.append((label, int(wins.sum()), int(liked.sum()), bool((wins <= liked).all())))
     print()
@@ -2595,9 +2593,9 @@ def demo9_verifiers(k=3):
         " renormalised at a temperature T (chapter 21): T below 1 sharpens a row, above 1 flattens it. Column best"
         " names the setting with the most tokens per call (on a tie, the first named):")
     print()
-    table([("pair", 20, "<"), ("prob", 7, ".2f"), ("1-hot", 7, ".2f"), ("strict", 8, ".2f"), ("block", 7, ".2f"),
-           ("best", 9, "<")],  # tokens per call only: what each setting buys (read 1447); b 1-hot: --detail's
-          [(*r[:5], r[6]) for r in prow], groups=[(f"tokens per call, k = {k}", 1, 4)])
+    table([("pair", 20, "<")] + [(SETTINGS[i], 7, ".2f") for i in SHOWN] + [("best", 9, "<")],  # tokens per call
+          [(r[0], *[r[1 + i] for i in SHOWN], r[6]) for r in prow],  # only: what each setting buys (read 1447)
+          groups=[(f"tokens per call, k = {k}", 1, len(SHOWN))])
     same = all(abs(r[2] - r[5]) < 1e-12 for r in prow)  # block over one-hot drafts against the one-hot rule
     print()
     wins, liked = sum(w for _, w, _, _ in reasons), sum(n for _, _, n, _ in reasons)
@@ -2626,7 +2624,8 @@ def demo9_verifiers(k=3):
             f"{w} on {number_word(n)} pair{'s' * (n > 1)}" for w, n in sorted(
                 ((w, sum(r[-1] == w for r in prow)) for w in winners), key=lambda x: -x[1])]) + "."
         if len(winners) > 1 else
-        "Every setting keeps alike on every pair." if all(max(r[1:5]) - min(r[1:5]) < 1e-9 for r in prow) else
+        "Every setting keeps alike on every pair." if all(
+            max(r[1 + i] for i in SHOWN) - min(r[1 + i] for i in SHOWN) < 1e-9 for r in prow) else
         f"{winners[0]} accepts most for every pair.",
         ("One-hot keeps x with chance p(x), probabilistic with sum min(p, q) (demo 1), so one-hot wins where p(x) is"
          " the larger. " if keeps_min else "") +
@@ -2648,12 +2647,16 @@ def demo9_verifiers(k=3):
         if same and keeps_min else
         "Over one-hot drafts, block accepts what one-hot accepts." if same else
         "Over one-hot drafts, block does NOT accept what one-hot accepts."])
+    strict_words = ("Strict matching, a fourth setting: the draft samples x from q, the target samples its own"
+                    " token, and x is accepted only if they match. On a mismatch the target's token takes x's place"
+                    " and the round ends; either way the emitted token is the target's own sample. It makes these"
+                    " tokens per call: " + "; ".join(f"{r[0]}, {r[3]:.2f}" for r in prow) + ".")
     exactness = demo9_exactness(k)
     takeaway("what the verifier sees of the draft changes how many drafts pass, not the output.",
              {"every setting emits the target": all(r[5] == "the target" for r in exactness),  # shown if not
               "the setting that keeps most differs between pairs": len(winners) > 1})
     return SimpleNamespace(row=rows, agree=agree, pairs=prow, reasons=reasons, exactness=exactness, cases=cases,
-                           alike=" ".join(alike[:1]), block_words=block_words)
+                           alike=" ".join(alike[:1]), block_words=block_words, strict_words=strict_words)
 
 
 def demo9_exactness(k, ctx=5, n=3, n_runs=400):
@@ -2666,7 +2669,7 @@ def demo9_exactness(k, ctx=5, n=3, n_runs=400):
     say(f"Are they exact? On the middling pair, after '{name(ctx)}': exact TVs of the first 1 to {n} tokens, and a"
         f" fit of {n_runs} runs' first two:")
     print()
-    shown = [r for r in rows if r[0] != "block, one-hot" or r[5] != "the target"]  # --detail's, unless it fails
+    shown = [r for r in rows if r[0] not in DETAIL_ROWS or r[5] != "the target"]  # --detail's, unless it fails
     exactness_table(shown)
     lossless = [r for r in shown if r[5] == "the target"]
     print()
@@ -2729,16 +2732,21 @@ VLLM_SETTING = {"probabilistic": 'draft_sample_method "probabilistic"',
                 "block, one-hot": '"block" with "greedy" drafts'}
 
 
+DETAIL_ROWS = {"strict": "strict_words", "block, one-hot": "block_words"}  # chapter 9's settings --detail adds,
+# each with the words that define it and its tokens per call
+
+
 def demo9_detail(result):
-    """Demo 9 in detail: block over one-hot drafts, with its checks; where one-hot can win, one row by hand, the
-    settings as vLLM names them, and where they came from."""
-    row = next(r for r in result.exactness if r[0] == "block, one-hot")
-    print()
-    say(result.block_words, "Its checks, as the chapter's on the middling pair:")
-    print()
-    exactness_table([row])
-    print()
-    say(f"It {VERDICT_WORDS[row[5]]}." if row[5] in VERDICT_WORDS else f"It {row[5]}: {row[6]}.")
+    """Demo 9 in detail: strict matching and block over one-hot drafts, each with its checks; where one-hot can win,
+    one row by hand, the settings as vLLM names them, and where they came from."""
+    for label, words in DETAIL_ROWS.items():
+        row = next(r for r in result.exactness if r[0] == label)
+        print()
+        say(getattr(result, words), "Its checks, as the chapter's on the middling pair:")
+        print()
+        exactness_table([row])
+        print()
+        say(f"It {VERDICT_WORDS[row[5]]}." if row[5] in VERDICT_WORDS else f"It {row[5]}: {row[6]}.")
     say_paragraphs([result.alike, result.cases])
     print()
     say("For p = (0.9, 0.05, 0.05) and q = (0.4, 0.3, 0.3), the chance a draft is kept, through",
@@ -7902,7 +7910,7 @@ LEGEND = {  # the lesson's terms, as its legend prints them
 USES = {  # the legend's terms each chapter's text uses: a run of chapters alone prints only these
     "7": ("table", "p, q", "alpha", "c", "exact"),
     "8": ("blend", "p, q", "round", "c", "exact"),
-    "9": ("table", "blend", "p, q", "round", "c", "TV", "fit", "exact"),
+    "9": ("table", "blend", "p, q", "c", "TV", "fit", "exact"),
     "10": ("table", "blend", "round", "alpha", "c"),
     "11": ("p, q", "TV", "fit", "exact"),
     "12": (),

@@ -3913,15 +3913,17 @@ def two_weights(r1, r2):
     return min(1, r1) * min(1, r2), min(1, min(1, r1) * r2)
 
 
-EXAMPLE_RATIOS = (0.5, 2)  # SHIPPED_CHANGES' example of the two weights
-SHIPPED_CHANGES = ("Step 3, both paths: no coins and no h_i. Each round draws u_1..u_k, each uniform between 0 and 1."
-                   " Position i, k included, is a cut point if its weight is at least u_1 * ... * u_i. Position i's"
-                   " test reuses the u_1..u_(i-1) of the tests before it, so the cut points are not independent.",
-                   "Step 3's weight: in Triton, w_i. In PyTorch, min(1, p(x_1)/q(x_1)) * ... *"
-                   " min(1, p(x_i)/q(x_i)), each"
-                   " ratio capped on its own: ratios {:g} then {:g} give {:g} there, while w_2 = {:g}.".format(
-                       *EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS)),
-                   "Step 5, both paths: the token-wise residual, max(0, p - q), in place of max(0, w_i p - q).")
+EXAMPLE_RATIOS = (0.5, 2)  # PYTORCH_WEIGHT's example of the two weights
+SHIPPED_CHANGES = ("Step 3: no coins and no h_i. Each round draws u_1..u_k, each uniform between 0 and 1. Position i,"
+                   " k included, is a cut point if w_i is at least u_1 * ... * u_i. Position i's test reuses the"
+                   " u_1..u_(i-1) of the tests before it, so the cut points are not independent.",
+                   "Step 5: the next token comes from the token-wise residual, max(0, p - q), in place of max(0,"
+                   " w_i p - q).")  # the Triton path's
+PYTORCH = "vllm-ascend, PyTorch"  # the path chapter 15 leaves to --detail, unless it is not caught
+PYTORCH_WEIGHT = ("The other path, in PyTorch, runs where Triton is absent. It changes steps 3 and 5 as the Triton path"
+                  " does, and step 3's weight too: in place of w_i it tests min(1, p(x_1)/q(x_1)) * ... * min(1,"
+                  " p(x_i)/q(x_i)), each ratio capped on its own: ratios {:g} then {:g} give {:g} there, while w_2 ="
+                  " {:g}.".format(*EXAMPLE_RATIOS, *two_weights(*EXAMPLE_RATIOS)))
 
 
 def shipped_parts(D, ctx, n, k):
@@ -3940,7 +3942,8 @@ def differences(words):
 
 
 def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
-    """How vllm-ascend's two shipped block verifiers broke, beside block verification, by both checks."""
+    """How vllm-ascend's shipped block verifier broke, beside block verification, by both checks: its Triton path
+    (the PyTorch path is --detail's, unless it is not caught)."""
     r1, r2 = EXAMPLE_RATIOS  # the table's example of the two weights, here of w_i's cap
     block, shipped = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     cases = [("block", this_module(), MIDDLING, block)] + [(label, m, MIDDLING, shipped)
@@ -3960,32 +3963,45 @@ def demo15_shipped_block(k=3, ctx=5, n=3, n_runs=400):
                " if i = k."], numbered=True, start=3)
     print()
     say("vllm-ascend, the plugin of vLLM (a serving engine) for Huawei's Ascend accelerators, ships block"
-        f" verification in {number_word(len(shipped_modules()))} code paths: PyTorch, and Triton, a language for"
-        " accelerator kernels. At its commit 182b75ea84 (2026-08-22) both change steps 3 and 5; the README gives"
-        " their history.")
+        f" verification in {number_word(len(shipped_modules()))} code paths. Here is the one it runs wherever Triton,"
+        " a language for accelerator kernels, is present; --detail checks the other, in PyTorch. At its commit"
+        " 182b75ea84 (2026-08-22) it changes steps 3 and 5; the README gives its history.")
     say_items(SHIPPED_CHANGES)
     rows = exactness_rows(cases, k, ctx, n, n_runs)
+    shown = body_rows(rows)
     print()
     say(f"Each verifies the middling draft at k = {k}: the exact TV of its first {n} tokens after '{name(ctx)}', and"
         f" a fit of {n_runs} runs' first two tokens (--detail gives the TVs of the first 1 to {n}):")
     print()
     table([("verifier", 22, "<"), (f"exact TV, first {n} tokens", 26, exact_text), ("fit", 11, p_text),
-           ("verdict", 16, "<")], [(r[0], r[n], r[4], r[5]) for r in rows])
+           ("verdict", 16, "<")], [(r[0], r[n], r[4], r[5]) for r in shown])
     caught = demo15_verdicts(rows, k, ctx, n)
-    off = all(r[n] is not None and r[n] >= ROUNDING for r in rows[1:])  # each off over the first n tokens
-    takeaway("both shipped paths broke by changing steps 3 and 5 of a rule proved exact. An exact check catches each"
-             + (f": over the first {n} tokens they are off by " + " and ".join(exact_text(r[n]) for r in rows[1:]) + "."
-                if off else "."),
+    off = all(r[n] is not None and r[n] >= ROUNDING for r in shown[1:])  # each off over the first n tokens
+    one = len(shown) == 2  # the Triton path alone
+    takeaway(("the shipped path broke" if one else "both shipped paths broke") + " by changing steps 3 and 5 of a rule"
+             " proved exact. An exact check catches " + ("it" if one else "each") + (
+                 f": over the first {n} tokens {'it is' if one else 'they are'} off by "
+                 + " and ".join(exact_text(r[n]) for r in shown[1:]) + "." if off else "."),
              {"block verification emits the target": rows[0][5] == "the target",
               "both shipped paths are caught": caught})
     return rows
+
+
+def is_caught(row):
+    """Whether an exactness row of a broken verifier is caught: judged NOT the target by either check."""
+    return row[5] not in ("the target", "not run", "raised")
+
+
+def body_rows(rows):
+    """Chapter 15's rows as its body shows them: the PyTorch path's is --detail's, unless it is not caught."""
+    return [r for r in rows if r[0] != PYTORCH or not is_caught(r)]
 
 
 def caught_words(rows, things):
     """The verdict on every row but the rule's (rows[0]): whether all are
     caught, and a sentence that says so or gives each one's verdict."""
     broken = rows[1:]
-    caught = all(r[5] not in ("the target", "not run", "raised") for r in broken)
+    caught = all(is_caught(r) for r in broken)
     are = "is" if len(broken) == 1 else "are"
     return caught, (f"{every(len(broken), things).capitalize()} {are} caught." if caught else
                     " ".join(f"{r[0]} {VERDICT_WORDS[r[5]]}." if r[5] in VERDICT_WORDS else
@@ -3999,11 +4015,13 @@ def rule_verdict(rows):
 
 
 def demo15_verdicts(rows, k, ctx=5, n=3):
-    """Chapter 15's sentences: is each shipped path caught, and which step causes it?"""
-    caught, words = caught_words(rows, "shipped paths")
+    """Chapter 15's sentences: is each shipped path its body shows caught, and which step causes it? Returns whether
+    both are, the PyTorch path too."""
+    shown = body_rows(rows)
+    caught, words = caught_words(shown, "shipped path" if len(shown) == 2 else "shipped paths")
     print()
     say(rule_verdict(rows), words, "Chapter 34 asks which step's change does the harm." if caught else "")
-    return caught
+    return caught and caught_words(rows, "")[0]
 
 
 def keep_more_words(rows, k, modules):
@@ -4083,14 +4101,21 @@ def all_kept(outcomes, k, P=TARGET, Q=MIDDLING):
 
 
 def demo15_detail(rows, k=3, n=3):
-    """Chapter 15 in detail: its checks token by token, and the drafts the shipped paths keep, against the
-    block's."""
+    """Chapter 15 in detail: the PyTorch path, its checks token by token beside the others', and the drafts the
+    shipped paths keep, against the block's."""
+    pytorch = next(r for r in rows if r[0] == PYTORCH)
+    print()
+    say(PYTORCH_WEIGHT)
     print()
     say(f"The exact TVs of the first 1 to {n} tokens" + (": each shipped path is off from the first token."
                                                         if all(r[1] is not None and r[1] >= ROUNDING for r in rows[1:])
                                                         else ":"))
     print()
     exactness_table(rows)
+    print()
+    say("Both checks catch the PyTorch path too." if pytorch[5] == "NOT the target" else
+        f"The PyTorch path {VERDICT_WORDS[pytorch[5]]}." if pytorch[5] in VERDICT_WORDS else
+        f"The PyTorch path was not checked: {pytorch[6]}.")
     say_paragraphs([keep_more_words(rows, k, shipped_modules()), *why_shipped_keep_more(rows, k)])
 
 

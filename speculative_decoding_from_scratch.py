@@ -6148,16 +6148,16 @@ def demo25_ridge(**how):
             f" {min(runs)} at every B" + (" (chapter 37 says why)." if min(runs) == "small" else ".")
             if len(runs) == 1 and [d[0] for d in c19.drafters] == ["big", "small"] else "")
         + f" Its plan runs to B = {c19.max_batch} at {c19.n_ctx} tokens of context" + (
-            f", {fit_lead(c19.roomiest)} (--detail gives the bytes)." if c19.max_batch == c19.fit else ".")
+            " (--detail says why it stops there)." if c19.max_batch == c19.fit else ".")
         + " As B grows, its plan checks fewer positions per sequence. Why?")
     print()
     say("Demo 6's roofline prices a pass as the longer of two times: moving its bytes and doing its"
         f" multiply-accumulates (MACs). The ridge is where the two are equal, at {ridge():.1f} MACs per byte. Below"
         " it, more positions cost no time; past it, every position does.")
-    checks, (priced, lag) = demo25_crossings(s, c19.buckets, c19.max_batch, c19.tol)
+    checks, (priced, lag, beyond) = demo25_crossings(s, c19.buckets, c19.max_batch, c19.tol)
     takeaway("a check is nearly free only below the ridge, and a pass scores B times a check's positions; so as the"
              " batch grows, the best check gets shorter.", checks)
-    return SimpleNamespace(c19=c19, shape=s, checks=checks, priced=priced, lag=lag)
+    return SimpleNamespace(c19=c19, shape=s, checks=checks, priced=priced, lag=lag, beyond=beyond)
 
 
 def demo25_crossings(s, buckets, max_batch, tol):
@@ -6167,15 +6167,16 @@ def demo25_crossings(s, buckets, max_batch, tol):
     A row: how the option runs, the positions its check scores a sequence, the
     batch at which it reaches the ridge (None: never), the last batch the plan
     runs it, and the first. Returns the checks the
-    takeaway rests on, and two paragraphs for the detail ("" if withheld):
-    the tree's prices at B = 1, and why each check holds past its crossing."""
+    takeaway rests on, and three paragraphs for the detail ("" if withheld):
+    the tree's prices at B = 1, why each check holds past its crossing, and
+    the checks memory ends before they cross."""
     rows = [(how, n, b, hi, lo) for how, n, b, lo, hi in s.checks]
     crossed = [r for r in rows if r[2] is not None and r[2] <= max_batch]  # the checks that cross within the plan
     checks = {"the plan shortens its check as B grows": s.falls,
               "a planned check crosses the ridge within the plan": bool(crossed),
               "a plain pass stays under the ridge at every B": ridge_batch(s.m, s.w, s.kv, positions=1) is None}
     if not all(checks.values()):
-        return checks, ("", "")
+        return checks, ("", "", "")
     after = all(r[4] <= r[2] < r[3] for r in crossed)  # each crossing falls inside its option's range
     print()
     each = s.ridge_each
@@ -6234,19 +6235,17 @@ def demo25_crossings(s, buckets, max_batch, tol):
             f" {chain.shape}'s {chain.positions}. That outweighs the {chain.draft_passes - tree.draft_passes} draft"
             " passes it saves" + (f", at c = {s.c_small[rows[0][3]]:.4f} each at B = {rows[0][3] + 1}"
                                   if rows[0][3] < max_batch else "") + "."))
-    if after or beyond:
-        print()
+    if after:
         held = sorted(r[3] - r[2] for r in crossed)  # batches each crossed check runs past its crossing
-        span = (f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}") if after else ""
-        still = f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it"
-        lag = (f"{still}. Just past the ridge a check costs only a little more, and chapter 19's plan switches only"
-               f" once the option it runs falls more than {tol:.1%} below the best." if after else "")
-        say(*[f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the H100's"
-              f" {H100.memory / 1e9:.0f} GB."
-              for how, _, b, *_ in beyond])
+        span = f"{held[0]}" if held[0] == held[-1] else f"{held[0]} to {held[-1]}"
+        lag = (f"Each check that crosses is still planned at its crossing and for {span} batch sizes after it. Just"
+               " past the ridge a check costs only a little more, and chapter 19's plan switches only once the option"
+               f" it runs falls more than {tol:.1%} below the best.")
+    ended = " ".join(f"The check of {how} would cross at B = {b:,}, past the {max_batch} sequences that fit in the"
+                     f" H100's {H100.memory / 1e9:.0f} GB." for how, _, b, *_ in beyond)  # the detail's
     return {**checks, "each check crosses inside its range, and holds past it": after,
             "every planned check scores more positions than a sequence adds to the ridge":
-            all(r[1] > each for r in rows)}, (priced, lag)
+            all(r[1] > each for r in rows)}, (priced, lag, ended)
 
 
 def ridge_arithmetic(s):
@@ -6269,7 +6268,8 @@ def demo25_detail(result):
     s, tol = result.shape, result.c19.tol
     holds = s.ends and all(b is None or b <= s.ends[k] for k, b in s.crossings if k in s.ends)
     paragraphs = (
-        f"B = {result.c19.max_batch} is {result.c19.room_words}." if result.c19.max_batch == result.c19.fit else "",
+        " ".join(w for w in (f"B = {result.c19.max_batch} is {result.c19.room_words}." if result.c19.max_batch
+                             == result.c19.fit else "", result.beyond) if w),
         result.priced,
         result.lag,
         ridge_arithmetic(s),

@@ -7592,7 +7592,7 @@ def demo36_verdicts(rows, v4):
         "Even so, both drafts win." if all(wins) else "At that price, neither draft wins." if not any(wins) else "",
         clock=True)
     takeaway("priced with v, measured here, the prediction comes nearer the clock than the paper's formula for both"
-             " drafts. Price the verifying pass on your machine before picking k.",
+             " drafts. Price the verifying pass on your machine, not at one plain pass.",
              {"v in place of 1 predicts the clock better than the paper's formula": len(nearer) == len(rows)},
              clock=True)
 

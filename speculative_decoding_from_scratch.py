@@ -6941,7 +6941,7 @@ def demo30_pairs():
     P2, Q2 = PAPER_EXAMPLE
     rows = example_exact()
     gap = rows[1][1] - rows[0][1]
-    ends = threshold_ends(P2, Q2)  # why h_1 takes its two values: the detail's, pointed to here
+    ends = threshold_ends(P2, Q2)  # why h_1 takes its two values, said only while the stage gives them
     say("Take chapter 14's block verification (Sun et al., ICLR 2025) on Sun et al.'s example. It has two tokens, a"
         f" and b, and no context: p(a) = {fraction(P2[0, 0])}, p(b) = {fraction(P2[0, 1])}; q(a) ="
         f" {fraction(Q2[0, 0])}, q(b) = {fraction(Q2[0, 1])}; k = 2. Token-wise checking keeps a draft x with chance"
@@ -6951,7 +6951,8 @@ def demo30_pairs():
                "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
                " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
                " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)." + (
-                   " Here it is 0 when x_1 is 'a' and 1 when x_1 is 'b' (--detail says why)." if ends else ""),
+                   " Here it is 1 when x_1 is 'b', whose weight w_1 is 1, and 0 when x_1 is 'a', as max(0, w_1 p - q)"
+                   " is then 0 everywhere: nothing is left to draw the next token from." if ends else ""),
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()

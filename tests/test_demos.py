@@ -1509,9 +1509,14 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # 'if not', and what it draws from after none (reads 2109, 2110, 2119 and 2120 asked both)
     assert ("2. It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
             " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
-            " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it is 0"
-            " when x_1 is 'a' and 1 when x_1 is 'b' (--detail says why).") in flat(text30) and (
+            " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it is 1"
+            " when x_1 is 'b', whose weight w_1 is 1, and 0 when x_1 is 'a', as max(0, w_1 p - q) is then 0"
+            " everywhere: nothing is left to draw the next token from.") in flat(text30) and (
         "cut point" not in text30 and "rows after x_1" not in text30)
+    # the two causes, in words, are the body's again since stop 84 (every reader of stop 83 took the values on trust,
+    # and most worked out the 'a' one): reads 2665 to 2668 and 2673 to 2676 took 9, 9, 9, 8.5, 9.5, 8.5, 9 and 10
+    # minutes with them, 2669 to 2672 and 2677 to 2680 9, 9.5, 9.5, 10.5, 10, 9, 8.5 and 10 without; the figures
+    # behind them, (-1/2, 0) and the argument, stay the detail's (below)
     # why it takes those two values is the detail's: readers checked (-1/2, 0) and the argument (reads 2126 to 2142);
     # side by side in one round, reads 2289 to 2292 took 9.5, 9, 8.5 and 8 minutes without it, reads 2293 to 2296
     # 10, 9, 9.5 and 10.5 with it

@@ -6740,7 +6740,7 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     say(f"As in chapter 21, take a good draft (blend {GOOD_WEIGHT:g}) at temperature T: each row of its table and the"
         " target's, p say, becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A"
         " greedy draft proposes its likeliest token x, and the target keeps it with chance p_T(x), the tempered"
-        f" target's chance of x." + (f" At T = 0, k = {k} and c = {c}, its alpha is {good[3]:.4f} and its speedup"
+        f" target's chance of x." + (f" At T = 0, k = {k} and c = {c}, its alpha is {good[3]:.4f} and its exact speedup"
                                      f" {good[5]:.2f}." if good else ""))
     print()
     if good:
@@ -7959,7 +7959,7 @@ USES = {  # the legend's terms each chapter's text uses: a run of chapters alone
     "25": ("table", "blend"),
     "26": ("table", "p, q", "c"),
     "27": ("blend", "p, q", "round", "alpha", "c", "exact"),
-    "28": ("table", "blend", "p, q", "round", "alpha", "c"),
+    "28": ("table", "blend", "p, q", "round", "alpha", "c", "exact"),
     "29": ("blend", "p, q", "round", "alpha", "exact"),
     "30": ("p, q", "round"),
     "31": ("blend", "p, q", "round", "alpha"),

@@ -574,6 +574,8 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
             " Why?") in flat(text) and "(The middling draft" not in text  # read 1525 stopped on the aside; the
     # paragraph after it says why the middling row is there (read 1420 asked)
     assert 1 + 5 / 9 + (5 / 9) ** 2 + (5 / 9) ** 3 + (5 / 9) ** 4 == pytest.approx(2.1309, abs=1e-4)
+    # 1.90 is exact, from the tables, not sampled (reads 2561, 2702 and 2704 asked which)
+    assert "its alpha is 0.5556 and its exact speedup 1.90." in flat(text) and f"{sd.speedup(exact, 4, 0.1):.2f}" == "1.90"
     assert ("Takeaway: at T = 0 a draft's passes are set by where its rounds start, not by one chance alpha. Blend"
             " 0.9's rounds keep two drafts or none, by their start, and make more tokens than eq. 1 predicts.") in flat(
         text)  # read 1433: the takeaway never said

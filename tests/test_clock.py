@@ -224,9 +224,11 @@ def test_chapter13_says_which_tokens_per_call_each_prediction_uses(in_process):
     # the paper's column is tokens per call / (1 + k c) with the exact count, as the sentence says, and the c measured
     # here (read 1849 took the lesson's 0.1 and got 1.98 for 1.78)
     assert middling[1] == sd.LESSON_K and "The paper predicts the speedup as tokens per call / (1 + k c), with c as" \
-        " calibrated above and the exact tokens per call: 2.77 for the middling draft at k = 4; for blend 0.95, 4.71 at k = 4 and 13.50 at" \
-        " k = 16." in text  # both of blend 0.95's, as the clock picks its k (reads 1487 and 1501 backed them out)
+        " calibrated above and the exact tokens per call: 2.77 for the middling draft at k = 4; for blend 0.95, whose" \
+        " alpha is 0.970, 4.71 at k = 4 and 13.50 at k = 16." in text  # both of blend 0.95's, as the clock picks its k
+    # (reads 1487 and 1501 backed them out); its alpha, which reads 2608 and 2616 solved for from them, by hand
     good = sd.blend(sd.TARGET, sd.UNRELATED, 0.95)
+    assert f"{sd.pair_alpha(sd.TARGET, good):.3f}" == "0.970"
     assert [f"{sd.exact_tokens_per_call(sd.TARGET, good, k):.2f}" for k in (4, 16)] == ["4.71", "13.50"]
     assert "The middling draft runs 20 rounds at the lesson's k = 4. Blend 0.95 runs 10 rounds at k =" in text
     # refined, as a formula: v in place of the paper's 1; refined* (this run's tokens per call in place of the exact

@@ -2732,17 +2732,16 @@ VLLM_SETTING = {"probabilistic": 'draft_sample_method "probabilistic"',
                 "block, one-hot": '"block" with "greedy" drafts'}
 
 
-DETAIL_ROWS = {"strict": "strict_words", "block, one-hot": "block_words"}  # chapter 9's settings --detail adds,
-# each with the words that define it and its tokens per call
+DETAIL_ROWS = ("strict", "block, one-hot")  # the settings chapter 9's --detail adds, each with its checks
 
 
 def demo9_detail(result):
     """Demo 9 in detail: strict matching and block over one-hot drafts, each with its checks; where one-hot can win,
     one row by hand, the settings as vLLM names them, and where they came from."""
-    for label, words in DETAIL_ROWS.items():
+    for label, words in zip(DETAIL_ROWS, (result.strict_words, result.block_words)):  # the words that define each
         row = next(r for r in result.exactness if r[0] == label)
         print()
-        say(getattr(result, words), "Its checks, as the chapter's on the middling pair:")
+        say(words, "Its checks, as the chapter's on the middling pair:")
         print()
         exactness_table([row])
         print()
@@ -4021,7 +4020,7 @@ def demo15_verdicts(rows, k, ctx=5, n=3):
     caught, words = caught_words(shown, "shipped path" if len(shown) == 2 else "shipped paths")
     print()
     say(rule_verdict(rows), words, "Chapter 34 asks which step's change does the harm." if caught else "")
-    return caught and caught_words(rows, "")[0]
+    return caught and all(is_caught(r) for r in rows[1:])
 
 
 def keep_more_words(rows, k, modules):

@@ -966,6 +966,11 @@ def exact_text(x):
     return f"< {ROUNDING:.0e}".replace("e-0", "e-") if x < ROUNDING else f"{x:.1e}" if x < 0.01 else f"{x:.4f}"
 
 
+def speedup_text(x):
+    """A speedup as chapter 36's tables print it: speedup_text(1.234) -> '1.23x'."""
+    return f"{x:.2f}x"
+
+
 def both_checks(p_value, exact_tv):
     """One verdict from the two checks, the sample's fit and the exact TV:
     'the target', 'NOT the target', or which one alone says NOT."""
@@ -7626,11 +7631,6 @@ def demo36_clock_model(size=4096):
     median_time(lambda: W @ X, repeats=1)  # wake the BLAS threads and the caches first
     model, calib = demo36_cost_model(W, np.full((size // 8, size), 1e-3, np.float32), X, CLOCK_KS)
     return SimpleNamespace(model=model, calib=calib)
-
-
-def speedup_text(x):
-    """A speedup as chapter 36's tables print it: speedup_text(1.234) -> '1.23x'."""
-    return f"{x:.2f}x"
 
 
 def demo36_detail(result):

@@ -967,7 +967,7 @@ def exact_text(x):
 
 
 def speedup_text(x):
-    """A speedup as chapter 36's tables print it: speedup_text(1.234) -> '1.23x'."""
+    """A speedup as the tables print it: speedup_text(1.234) -> '1.23x'."""
     return f"{x:.2f}x"
 
 
@@ -2055,8 +2055,8 @@ def demo6_detail():
     say("The price of speed is arithmetic. The paper's Table 1, from its eq. 1 and Theorem",
         "3.11, with a free draft (c = c_hat = 0, c_hat being the draft's arithmetic per token):")
     print()
-    table([("alpha", 6, ".1f"), ("k", 4, "d"), ("arithmetic", 12, lambda x: f"{x:.2f}x"),
-           ("speed", 8, lambda x: f"{x:.2f}x")],
+    table([("alpha", 6, ".1f"), ("k", 4, "d"), ("arithmetic", 12, speedup_text),
+           ("speed", 8, speedup_text)],
           [(al, k, operations_factor(al, k, 0), speedup(expected_tokens(al, k), k, 0))
            for al, k in ((0.6, 2), (0.7, 3), (0.8, 2), (0.8, 5), (0.9, 2), (0.9, 10))])
     demo6_batch()
@@ -3046,7 +3046,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.3)):
         if causes else ""))  # the detail's
     print()
     picked = [(label, *[x for r in rows[i::len(routes)] for x in (r[3], r[5])]) for i, (label, *_) in enumerate(routes)]
-    table([("figure", 26, "<")] + [("k", 5, "d"), ("true", 8, lambda x: f"{x:.2f}x")] * n, picked[:3] + picked[4:],
+    table([("figure", 26, "<")] + [("k", 5, "d"), ("true", 8, speedup_text)] * n, picked[:3] + picked[4:],
           groups=[(f"c = {c:g}", 1 + 2 * i, 2 + 2 * i) for i, c in enumerate(costs)])  # the rate's, [3]: --detail's
     print()
     by, rate = [picks[label] for label in list(picks)[:3]], picks["the rate taken as alpha"]

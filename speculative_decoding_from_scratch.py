@@ -5188,8 +5188,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     cover = ridge_cover_words(k, max(batches))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
         f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}" + (
-            f": at {len(prompt)}, each sequence's KV cache, the keys and values of its tokens, is so large that the"
-            f" caches fill the H100's {H100.memory / 1e9:.0f} GB before any batch's check crosses the ridge."
+            f": at {len(prompt)} no batch that fits in the H100's {H100.memory / 1e9:.0f} GB has a check that"
+            " crosses the ridge."
             if long_context_note(k, [len(prompt)], why=False) else
             ", so that a large batch crosses the ridge: a short context keeps each sequence's KV cache, the keys and"
             " values of its tokens, small."),

@@ -3036,8 +3036,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.3)):
         f" k, prices each k at cost c, and picks the fastest. The per-position rates need no model: at k = {k}, where"
         f" they were counted, tokens per call is 1 plus the rates; at a smaller k, about 1 plus its first k (chapter 27"
         " says how close).",
-        f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length, {a_L:.3f}" + (
-            f" (--detail says why it is not demo 3's {a_3})." if causes else "."),
+        f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length, {a_L:.3f}.",
         "Below, the k each figure picks at three costs c, and the true speedup at that k, from the tables:")
     alpha_words = ((f"The length and the rate both give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
                     f"The length gives alpha = {a_L:.3f}, the rate {a_R:.3f},") + (

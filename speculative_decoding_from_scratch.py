@@ -5217,8 +5217,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
            else f"At B = {b}, off for good ")
           + priced_words(runs[off[0]], b) + f": {off[1 + i]:.2f}." if on[1 + i] > 1 and behind[i] else f"At B = {b},"
           f" speculating costs more than it saves ({on[1 + i]:.2f}), so the schedule does not speculate there at all"
-          + (f"; off for good pays that cost until it switches off: it {priced_words(runs[off[0]], b)},"
-             f" {off[1 + i]:.2f}."
+          + (f"; off for good pays that cost until it switches off, {off[1 + i]:.2f}."  # its passes: the detail's
              if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
           for i, b in enumerate(batches)],
         "The option --detail adds a fourth policy, one that adapts k.")
@@ -5232,6 +5231,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                  + " it is slower than plain decoding too." if any(adaptive[1 + i] < 1 for i in range(len(batches)))
                  else ""))
     stops = [on[1 + i] <= 1 for i in range(len(batches))]  # where speculating costs more than it saves
+    top = list(batches).index(max(batches))  # the largest batch's column, whose price the detail gives
     takeaway("stop speculating where a check costs more than it saves, batch size by batch size, as the per-batch"
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
@@ -5239,7 +5239,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, price=" ".join(
         (f"At B = {max(batches)}, a check of {k} drafts costs {verify_cost(k, max(batches)):.2f} plain passes.",
          price_figures_words(f"Those {verify_cost(k, max(batches)):.2f} plain passes", max(batches)), cover,
-         share_words(runs[on[0]], k, max(batches)), always_on_words(runs[on[0]], max(batches)))).strip())
+         share_words(runs[on[0]], k, max(batches)), always_on_words(runs[on[0]], max(batches)),
+         f"Off for good {priced_words(runs[off[0]], max(batches))}, {off[1 + top]:.2f}."
+         if on[1 + top] < off[1 + top] < 1 else "")).strip())
 
 
 def demo20_detail(result):

@@ -2993,7 +2993,7 @@ def run_policy(P, Q, n_rounds, seed, policy=None, threshold=None, k_max=32):
     return np.array(out)
 
 
-def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.3)):
+def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2)):
     sizes = measure(TARGET, MIDDLING, k, n_rounds, seed=15).sizes
     L, R, rates = server_metrics(sizes, k)
     exact = {j: exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 33)}
@@ -3037,7 +3037,7 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2, 0.3)):
         f" they were counted, tokens per call is 1 plus the rates; at a smaller k, about 1 plus its first k (chapter 27"
         " says how close).",
         f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length, {a_L:.3f}.",
-        "Below, the k each figure picks at three costs c, and the true speedup at that k, from the tables:")
+        f"Below, the k each figure picks at {number_word(n)} costs c, and the true speedup at that k, from the tables:")
     alpha_words = ((f"The length and the rate both give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
                     f"The length gives alpha = {a_L:.3f}, the rate {a_R:.3f},") + (
         f" the alpha at which eq. 1 at k = {k} gives the length.") + (

@@ -7670,16 +7670,16 @@ def demo37_big_never(**how):
                               " With the stages as you have them, the plan runs big at some B."))
     print()
     say(c_from_bytes_words((("big", big), ("small", small)), n_ctx))
-    said = demo19_shape(s, n_ctx, c19.max_batch)
+    said, chain = demo19_shape(s, n_ctx, c19.max_batch), ""
     if said[1]:
         print()
         priced = [(s.longest_speed, s.longest, s.c_longest), (s.first_speed, s.first, s.c_small[0])]
         say(said[1], f"At B = 1 a speedup is tokens per call / (1 + n c), for n draft passes: {s.longest_speed:.2f} for"
-            f" big's {s.longest.shape}, {s.first_speed:.2f} for small's tree." if priced_below_ridge(*priced) else "",
-            f"Small's fastest chain, {s.chain.shape}, making {s.chain.tokens:.3f} tokens per call, beats big too, at"
-            f" {s.chain_speed:.2f}: the tree is not what beats big."
-            if s.chain is not None and s.chain_speed > s.longest_speed and priced_below_ridge(
-                *priced, (s.chain_speed, s.chain, s.c_small[0])) else "")
+            f" big's {s.longest.shape}, {s.first_speed:.2f} for small's tree." if priced_below_ridge(*priced) else "")
+        chain = (f"Small's fastest chain, {s.chain.shape}, making {s.chain.tokens:.3f} tokens per call, beats big at"
+                 f" B = 1 too, at {s.chain_speed:.2f} to big's {s.longest_speed:.2f}: the tree is not what beats big."
+                 if s.chain is not None and s.chain_speed > s.longest_speed and priced_below_ridge(
+                     *priced, (s.chain_speed, s.chain, s.c_small[0])) else "")  # the detail's
     if said[2]:
         shown = sorted({1, 64, s.big_fit})
         picks = [[max(s.mine[j], key=lambda i: c19.speeds[b - 1, i]) for j in (0, 1)] for b in shown]  # big, small
@@ -7702,7 +7702,7 @@ def demo37_big_never(**how):
     takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1, and"
              f" still {times[1]:.0f} times at B = {s.big_fit}: small's cheap passes win at every B.",
              {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
-    return SimpleNamespace(c19=c19, shape=s, said=said)
+    return SimpleNamespace(c19=c19, shape=s, said=said, chain=chain)
 
 
 # -----------------------------------------------------------------------------
@@ -7914,6 +7914,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "33": demo33_detail,
     "34": demo34_detail,
     "36": demo36_detail,
+    "37": lambda result: say_paragraphs([result.chain]),
     "38": demo38_detail,
 }
 INTRO = """Speculative decoding: a cheap draft model guesses k tokens; the target model

@@ -4256,8 +4256,8 @@ APEX_BUGS = {
 
 APEX_WORDS = {"uniform q": f"judges a draft as if q were uniform over all {len(ALPHABET)} characters, not one-hot",
               "whole row": "after a rejection, draws from p, not the residual",
-              "next row": "after a rejection, carries over the target's row at the replacement y's position,"
-                          " not its row after y; the fix gets that from one more pass, over y",
+              "next row": "after a rejection, carries over the row the replacement y was drawn from, not the"
+                          " target's row after y; the fix gets that row from one more pass, over y",
               "cache": "leaves rejected drafts in the KV cache"}
 
 
@@ -4268,7 +4268,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         f" at least {number_word(len(APEX_BUGS))} ways. Two of them (cache and next row, in the table below) are in"
         " its own machinery, not in the rule. It keeps what the target has read, its KV cache (the keys and values of"
         " every token read so far), apart from the text it writes. Each of its rounds starts with one token the target"
-        " samples before any draft, from its row after the last token written, carried over from the round before.")
+        " samples before any draft, from its row after the last token written. That row is not computed anew: the"
+        " round before's pass gave it, and it is carried over.")
     print()
     say("APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed the text's last few characters earlier on. A proposal x is"

@@ -2194,8 +2194,12 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert ("Each generator writes 800 characters, and chapter 11's fit checks them against the target's chances where"
             " each was written.") in flat(text) and "edges" not in text  # read 1527 reread the bins' edges
     # and sums; read 1645 asked how a bin's expected count is formed, and read 1676 reread the answer: the edges and the sum are chapter 11's
+    # which is carried over, the token or the row (readers stalled 1 to 3 minutes on it with the next row bug): the
+    # row, said in its own sentence; side by side, reads 2873 to 2876 took 10, 6, 7.5 and 6.5 minutes with this
+    # wording and the bug's below, reads 2877 to 2880 9, 8.5, 8 and 7 with the old
     assert ("Each of its rounds starts with one token the target samples before any draft, from its row after the"
-            " last token written, carried over from the round before.") in flat(text)
+            " last token written. That row is not computed anew: the round before's pass gave it, and it is carried"
+            " over.") in flat(text)
     for bug in sd.APEX_BUGS:  # each departure in words
         assert f"{bug} {sd.APEX_WORDS[bug]}" in " ".join(text.split())
     # 'the row y itself came from': y is drawn from p_rows[kept]'s residual, and the bug carries p_rows[kept] over
@@ -2204,10 +2208,13 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     # 'one more pass, over y' (read 1757 asked how the fix gets a row the verifying pass never scored): the fixed
     # line is a target pass over the text read so far and y
     assert sd.APEX_BUGS["next row"][0][1] == "row = forward(P, [*read, out[-1]])[0]" and (
-        "the fix gets that from one more pass, over y" in sd.APEX_WORDS["next row"])
-    # read 1795 could not tell whether 'the row y was drawn from' meant the residual or p: the row at y's position
-    assert sd.APEX_WORDS["next row"].startswith("after a rejection, carries over the target's row at the replacement"
-                                                " y's position, not its row after y")
+        "the fix gets that row from one more pass, over y" in sd.APEX_WORDS["next row"])
+    # read 1795 could not tell whether 'the row y was drawn from' meant the residual or p, and the words became 'the
+    # row at y's position'; with the carried-over row said first, readers 2873 to 2876 took 'the row the replacement
+    # y was drawn from' at once, the chapter having said a rejection redraws from p with x removed
+    assert sd.APEX_WORDS["next row"].startswith("after a rejection, carries over the row the replacement y was drawn"
+                                                " from, not the target's row after y") and (
+        "a rejection redraws from p with x removed") in flat(text)
 
 
 def test_chapters_12_and_38_the_wide_pass_the_texts_and_the_ties(demo):

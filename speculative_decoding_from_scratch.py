@@ -3674,7 +3674,7 @@ def gain_example(P2, Q2):
     w2, second = accept_prob(w1 * P2[1], Q2[1], 1), accept_prob(P2[1], Q2[1], 1)
     if not (w1 < 1 and w2 == 1 and second == 1):
         return "", ""
-    fewer = next((r for r in block_pairs(P2, Q2) if r[6] < r[5]), None)
+    fewer = any(r[6] < r[5] for r in block_pairs(P2, Q2))  # a pair where the block keeps fewer: chapter 30's
     return (f"On drafts a then b, w_1 = {fraction(w1)} and w_2 = min(1, {fraction(w1)} *"
             f" {fraction(P2[1, 1] / Q2[1, 1])}) = 1, so the block always keeps both, where token-wise checking keeps"
             f" them with chance {fraction(w1)}.",
@@ -7044,8 +7044,7 @@ def demo31_middling(ks=(1, 2, 3, 4)):
         " most." if more else f"Block verification LOSES tokens at some k: {min(g[4] for g in gains):+.1%} at worst.",
         "At k = 1 all three are equal: demo 1's rule reaches the ideal." if one else "",
         f"NOT within the ideal at {', '.join(over_k)}." if over_k else
-        f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.")  # why these are not demo 3's: the
-    # detail's, without a pointer here (readers with one spent 1 to 1.5 minutes on it; reads 2889 to 2896)
+        f"The ideal sits up to {max(g[5] for g in gains):.1%} above the block.")  # why not demo 3's: the detail's
     takeaway(f"on the middling draft, judging the block gains up to {max(g[4] for g in gains):.1%} over token-wise"
              f" checking, and the ideal sits up to {max(g[5] for g in gains):.1%} above the block.",
              {"neither keeps more than the ideal": not over_k, "block keeps at least as many at every k": more,

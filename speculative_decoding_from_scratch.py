@@ -6436,11 +6436,11 @@ def rates_and_exact(c19):
 
 def demo27_rates(**how):
     """Chapter 27: the rates counted at one k against every k's exact tokens
-    per call, why they part, and what that costs chapter 19's plan."""
+    per call. Why they part, and what that costs chapter 19's plan, are the
+    detail's."""
     c19 = chapter19_plan(**how)
     r = rates_and_exact(c19)
     k_max, s = r.k_max, r.starts[0]
-    d = f"'{name(s.short)}'"
     say("A server counts per-position rates at the k it runs: for each draft position i, the share of rounds in"
         f" which drafts 1 to i were all kept. Chapter 19's plan prices every k from rates counted at k = {k_max}:"
         " a chain of k drafts makes about 1 plus the first k rates in tokens per call. That is eq. 1, with rate i in"
@@ -6458,23 +6458,6 @@ def demo27_rates(**how):
     s1 = r.starts[1]  # where small's rounds of 1 start
     said_why = (r.below and r.why and r.bonus and r.at_1[1] > r.rates[1][0]
                 and s.start[s.short] < s1.start[s.short] < s.text[s.short] and s1.redrawn.sum() < s.redrawn.sum())
-    if said_why:
-        print()
-        say("Why? A round's first draft is judged after the previous round's final token, not at a random point of the"
-            " target's text as alpha assumes (chapter 29). That token is a redraw unless all k drafts passed; then it"
-            " is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that place, and small"
-            f" over-proposes {d} after {and_list([repr(name(c)) for c in s.overs], 'or')}. And small's drafts pass"
-            f" most often after {d}, {s.beta[s.short]:.3f} of the time. So where more rounds end on a redraw,"
-            f" fewer start after {d}, and position 1 passes less often. Small's rounds at k = 1 and k = {k_max}:")
-        print()
-        table([("", 30, "<"), ("k = 1", 8, ">"), (f"k = {k_max}", 8, ">")],
-              [("rounds that end on a redraw", f"{s1.redrawn.sum():.0%}", f"{s.redrawn.sum():.0%}"),
-               (f"rounds that start after {d}", f"{s1.start[s.short]:.0%}", f"{s.start[s.short]:.0%}"),
-               ("position 1's pass rate", f"{r.at_1[1]:.3f}", f"{r.rates[1][0]:.3f}")])
-        print()
-        say(f"{d} is {s.text[s.short]:.0%} of the target's text, but fewer rounds start after it, fewest at"
-            f" k = {k_max}. So"
-            f" rates counted at k = {k_max} price k = 1 low.")
     margin_led = 0 < untolerant.worst < check.worst / 2  # most of the plan's gap is its margin, not the rates
     print()
     cost = ("What do the rates cost chapter 19's plan? At each batch size B (the sequences a server decodes at once),"
@@ -6490,15 +6473,14 @@ def demo27_rates(**how):
                f"comes within {untolerant.worst:.2%} of the search." if 0 < untolerant.worst else
                "picks the search's option at every B: the rates cost nothing here.")
            if 0 < untolerant.worst or untolerant.worst == 0 < check.worst else ""))
-    say("The option --detail " + ("gives each token's figures, " if said_why else "") + (
+    say("The option --detail " + ("says why they read low (at each k, rounds start after a different mix of tokens), "
+                                  if said_why else "") + (
         "prices what these rates cost chapter 19's plan, and " if "%" in cost else "") + "gives the rates of"
         f" chapter 19's other draft model, big (blend {c19.big_weight:g}).")
-    takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly, as rounds"
-             " start after a different mix of tokens" + (f": here low, by at most {low:.4f}." if low is not None
-                                                         else "."),
-             {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off,
-              "a shorter k's rounds start elsewhere": r.bonus})
-    return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant, cost=cost, margin=(
+    takeaway("rates counted at one k give that k's tokens per call exactly and others' only roughly"
+             + (f": here low, by at most {low:.4f}." if low is not None else "."),
+             {f"the rates give k = {k_max} exactly": r.at_k, "they miss every shorter k": r.off})
+    return SimpleNamespace(c19=c19, rates=r, check=check, untolerant=untolerant, cost=cost, said_why=said_why, margin=(
         ("The search and the plan price the tree alike, from its exact tokens per call. "
          if [d.tree is not None for d in c19.measured] == [False, True] else "") +
         f"Chapter 19's plan keeps its pick, as B grows, until that pick prices more than {c19.tol:.1%} below the best"
@@ -6515,6 +6497,27 @@ def reads_low(r, i):
     return max(gaps) if gaps and all(g > 0 for g in gaps) else None
 
 
+def why_rates_read_low(r):
+    """Chapter 27's why, for its detail: small's rounds of k_max end on a redraw more often than its rounds of 1,
+    so fewer start after the token its drafts pass most after, and position 1 passes less often."""
+    k_max, s, s1 = r.k_max, r.starts[0], r.starts[1]  # where small's rounds of k_max and of 1 start
+    d = f"'{name(s.short)}'"
+    say("Why do they read low? A round's first draft is judged after the previous round's final token, not at a"
+        " random point of the target's text as alpha assumes (chapter 29). That token is a redraw unless all k"
+        " drafts passed; then it is a bonus, drawn from p. A redraw is never a token the draft over-proposes in that"
+        f" place, and small over-proposes {d} after {and_list([repr(name(c)) for c in s.overs], 'or')}. And small's"
+        f" drafts pass most often after {d}, {s.beta[s.short]:.3f} of the time. So where more rounds end on a"
+        f" redraw, fewer start after {d}, and position 1 passes less often. Small's rounds at k = 1 and k = {k_max}:")
+    print()
+    table([("", 30, "<"), ("k = 1", 8, ">"), (f"k = {k_max}", 8, ">")],
+          [("rounds that end on a redraw", f"{s1.redrawn.sum():.0%}", f"{s.redrawn.sum():.0%}"),
+           (f"rounds that start after {d}", f"{s1.start[s.short]:.0%}", f"{s.start[s.short]:.0%}"),
+           ("position 1's pass rate", f"{r.at_1[1]:.3f}", f"{r.rates[1][0]:.3f}")])
+    print()
+    say(f"{d} is {s.text[s.short]:.0%} of the target's text, but fewer rounds start after it, fewest at"
+        f" k = {k_max}. So rates counted at k = {k_max} price k = 1 low.")
+
+
 def rates_table(r, i):
     """Chapter 27's table for drafter i: 1 plus the first k of its rates at k_max against each k's exact tokens per
     call, after a blank line and before one."""
@@ -6525,12 +6528,16 @@ def rates_table(r, i):
 
 
 def demo27_detail(result):
-    """Chapter 27 in detail: what chapter 19's margin costs, big's rates
-    against its exact counts, and why small's rounds of k_max rarely start
-    after the token its drafts pass most after, token by token."""
+    """Chapter 27 in detail: why the rates read low, what chapter 19's margin
+    costs, big's rates against its exact counts, and why small's rounds of
+    k_max rarely start after the token its drafts pass most after, token by
+    token."""
     c19, r = result.c19, result.rates
     k_max, s = r.k_max, r.starts[0]
     d = f"'{name(s.short)}'"
+    if result.said_why:
+        print()
+        why_rates_read_low(r)
     say_paragraphs([result.cost, result.margin])
     print()
     say(f"{r.names[0].capitalize()} (blend {c19.big_weight:g}), the same way:")
@@ -7957,7 +7964,7 @@ USES = {  # the legend's terms each chapter's text uses: a run of chapters alone
     "24": ("table", "blend", "p, q", "round", "alpha", "exact"),
     "25": ("table", "blend"),
     "26": ("table", "p, q", "c"),
-    "27": ("blend", "p, q", "round", "alpha", "c", "exact"),
+    "27": ("blend", "round", "alpha", "c", "exact"),
     "28": ("table", "blend", "p, q", "round", "alpha", "c", "exact"),
     "29": ("blend", "p, q", "round", "alpha", "exact"),
     "30": ("p, q", "round"),

@@ -73,7 +73,7 @@ CORRECT = "Takeaway: the loop keeps the target's distribution"
 FIT = "is NOT the target: only the fit catches it."
 STAGE_EDITS = [
     ("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0", "1 2 27",  # every draft kept: rates exact
-     ["NOT p/q", "is NOT exact", "These checks failed: they miss every shorter k"], "1 2 27", {"accept_prob"}),
+     ["NOT p/q", "is NOT exact", "This check failed: they miss every shorter k"], "1 2 27", {"accept_prob"}),
     ("residual", "d = np.maximum(p - q, 0.0)", "d = np.abs(p - q)", "1 2", ["is NOT exact"], "1 2", {"residual"}),
     ("residual", "return d / total if total > 0 else p", "return p - q", "2",  # negative: sample_from raises
      ["ValueError in sample_from(): cannot sample"], "2", None),

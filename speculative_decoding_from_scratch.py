@@ -4827,7 +4827,8 @@ def demo19_tuning(**how):
     by_bytes = pass_bytes(((big, 1), (small, 1), (small, max_batch)), n_ctx) is not None  # c is bytes over bytes
     quotients, priced = ridge_quotients(shape), checks_priced_by_free_positions(shape, options, n_ctx, (1, 32, max_batch))
     say(f"The two draft models are big (blend {c19.big_weight:g}) and small (the middling draft). Each stands for a"
-        " model of its own shape (chapter 37 gives the shapes" + " and the bytes behind each c at B = 1" * by_bytes
+        " model of its own shape (chapter 37's --detail gives the shapes"
+        + " and the bytes behind each c at B = 1" * by_bytes
         + f"), and its acceptance comes from its table. The plan tries chains of k = 1 to {k_max} drafts, its cap,"
         f" and small as a tree, 'tree {tree[0]}x{tree[1]}, {nodes}': {tree[0]} candidates under every node,"
         f" {tree[1]} deep. That is {' + '.join(str(tree[0] ** d) for d in range(1, tree[1] + 1))} = {nodes - 1}"
@@ -4977,8 +4978,7 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
         f" But each of its passes costs {s.c_longest / s.c_small[0]:.0f} times {s.first.drafter.name}'s, and it takes"
         f" {s.longest.draft_passes} of them to the tree's"
         f" {s.first.draft_passes}." if s.tree and s.first_speed > s.longest_speed else "",
-        "Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
-        " target's, and c rises for both drafts (chapter 19's --detail says why)."
+        "Big never wins at any B. As B grows, c rises for both drafts (chapter 19's --detail says why)."
         if not s.big_runs and s.c[1] > s.c[0] and max(s.c_small) > s.c_small[0] and s.big_gap is not None
         and s.big_gap > 0 else "",
         f"Big's c rises from {s.c[0]:.4f} at B = 1 to {s.c[1]:.4f} at B = {s.big_fit}" +
@@ -7083,12 +7083,15 @@ def plan_choice_words(c19):
 
 
 def c_from_bytes_words(named, n_ctx):
-    """Chapters 32's and 37's paragraph on a draft's c at B = 1: each named (name, shape)'s layers and width, and the
-    bytes its pass reads against the target's, said only while c is bytes over bytes."""
+    """Chapters 32's and 37's words on a draft's c at B = 1: the body's sentence, and the detail's paragraph, with
+    each named (name, shape)'s layers and width, and the bytes its pass reads against the target's, said only while
+    c is bytes over bytes."""
     (first, shape), *rest = named
     gb = pass_bytes(tuple((d, 1) for _, d in named), n_ctx)
-    return ("Each draft's alpha comes from its table, and its cost from the shape of the model it stands for."
-            f" {first.capitalize()} stands for a {shape[2]}-layer model of width {shape[0]}" + "".join(
+    return ("Each draft's alpha comes from its table. Its c, a pass's cost in target passes, comes from the size of"
+            " the model it stands for (--detail gives the sizes" + (", and the bytes each pass reads" if gb else "")
+            + ")."), (
+        f"{first.capitalize()} stands for a {shape[2]}-layer model of width {shape[0]}" + "".join(
         f", {n} for {d[2]} layers of width {d[0]}" for n, d in rest) + f"; the target has {LLAMA2_7B[2]} layers of"
         f" {LLAMA2_7B[0]}. A draft's c, a pass's cost in target passes, comes from the bytes a pass reads: its"
         " weights, and every sequence's KV cache, the keys and values of its tokens." + (
@@ -7113,7 +7116,8 @@ def demo32_first_choice(**how):
         + (" Chapter 37 asks why it never runs big." if not s.big_runs else "")) if first is not None else
         "Chapter 19's plan, with the stages as you have them, speculates at NO batch size B.")
     print()
-    say(c_from_bytes_words((("small", small),), c19.n_ctx))
+    c_words, bytes_words = c_from_bytes_words((("small", small),), c19.n_ctx)
+    say(c_words)
     print()
     say("A chain of k drafts takes k draft passes. Its tokens per call are 1 plus its first k per-position rates;"
         " rate i is the share of rounds whose drafts 1 to i all passed."
@@ -7146,7 +7150,7 @@ def demo32_first_choice(**how):
     takeaway("an option wins by its tokens per call over the cost of its draft passes: at B = 1 small's tree makes"
              " fewer tokens per call than its longer chains, but pays for fewer passes.",
              {"the tree wins at B = 1 on fewer passes": bool(said[0])})
-    return SimpleNamespace(c19=c19, shape=s, said=said, more=" ".join(more))
+    return SimpleNamespace(c19=c19, shape=s, said=said, more=" ".join(more), bytes=bytes_words)
 
 
 # -----------------------------------------------------------------------------
@@ -7673,7 +7677,8 @@ def demo37_big_never(**how):
         alphas[1] else "") + (" Yet the plan never runs big. Why?" if not s.big_runs else
                               " With the stages as you have them, the plan runs big at some B."))
     print()
-    say(c_from_bytes_words((("big", big), ("small", small)), n_ctx))
+    c_words, bytes_words = c_from_bytes_words((("big", big), ("small", small)), n_ctx)
+    say(c_words)
     said, chain = demo19_shape(s, n_ctx, c19.max_batch), ""
     if said[1]:
         print()
@@ -7706,7 +7711,7 @@ def demo37_big_never(**how):
     takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1, and"
              f" still {times[1]:.0f} times at B = {s.big_fit}: small's cheap passes win at every B.",
              {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
-    return SimpleNamespace(c19=c19, shape=s, said=said, chain=chain)
+    return SimpleNamespace(c19=c19, shape=s, said=said, chain=chain, bytes=bytes_words)
 
 
 # -----------------------------------------------------------------------------
@@ -7914,11 +7919,11 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "29": lambda result: say_paragraphs([result.later, result.counted]),
     "30": demo30_detail,
     "31": demo31_detail,
-    "32": lambda result: say_paragraphs([result.more]),
+    "32": lambda result: say_paragraphs([result.bytes, result.more]),
     "33": demo33_detail,
     "34": demo34_detail,
     "36": demo36_detail,
-    "37": lambda result: say_paragraphs([result.chain]),
+    "37": lambda result: say_paragraphs([result.bytes, result.chain]),
     "38": demo38_detail,
 }
 INTRO = """Speculative decoding: a cheap draft model guesses k tokens; the target model

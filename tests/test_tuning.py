@@ -438,8 +438,11 @@ def test_chapter19_says_why_the_tree_wins_at_small_batches_from_its_own_options(
     assert f"{3.219 / (1 + 8 * 0.0083):.2f}" == "3.02" and f"{4.533 / (1 + 6 * 0.1348):.2f}" == "2.51"
     assert f"{chain8.tokens:.3f}" == "3.219"  # reads 1799 and 1836 went to demo 4 for it, for up to 2 minutes
     # where alpha and c come from, in both chapters (read 1740 stalled on a table 'standing for' a model in 32)
-    assert all("Each draft's alpha comes from its table, and its cost from the shape of the model it stands for."
-               in t for t in (text, text37))
+    # the shapes and the bytes behind c are the detail's since reads 2953 to 2960: without them chapter 37 read 7,
+    # 7.5, 7 and 6.5 minutes, with them 9.5, 11.5, 9 and 9; chapter 32 read 8, 8, 8 and 7, with them 7.5, 9, 9 and 7.5
+    assert all("Each draft's alpha comes from its table. Its c, a pass's cost in target passes, comes from the size of"
+               " the model it stands for (--detail gives the sizes, and the bytes each pass reads)." in t
+               for t in (text, text37)) and "KV" not in text37 + text and "13.483" not in text37 + text
     # why big's drafts looked worth asking about: its alpha against small's, exactly
     alphas = [sd.pair_alpha(sd.TARGET, sd.blend(sd.TARGET, sd.UNRELATED, 0.75)), sd.pair_alpha(sd.TARGET, sd.MIDDLING)]
     assert (f"Big's drafts pass more often: its alpha is {alphas[0]:.3f}, small's {alphas[1]:.3f}. Yet the plan never"
@@ -492,7 +495,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert small_weights <= c_smalls[0] < c_small < kv_small  # small's c too: from its weights' share toward its KV's
     assert abs(c[0] - weights) < 0.005 and abs(c_smalls[0] - small_weights) < 0.001  # 'about' its weights' share
     assert ("The two draft models are big (blend 0.75) and small (the middling draft). Each stands for a model of its"
-            " own shape (chapter 37 gives the shapes and the bytes behind each c at B = 1), and its acceptance comes"
+            " own shape (chapter 37's --detail gives the shapes and the bytes behind each c at B = 1), and its acceptance comes"
             " from its table.") in text and (  # reads 1751 and 1791 took big's 0.1348 for demo 6's 13.48 GB mistyped
         "A draft pass's c is its bytes over a target pass's: at B = 1,"
         f" {c[0]:.4f} for big and {c_smalls[0]:.4f} for small, rising with B (chapter 37).") in text and "width 2048" not in text  # reads 1529 and 1546 tried c from the shapes
@@ -544,18 +547,22 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     assert 1.9 < sd.draft_cost(1, 512, draft=small) / layers_only < 2.1
     assert "Each shape also has an output layer over a 32,000-token vocabulary, as the target has: 7% of big's" \
         in detail19 and "output layer" not in text32 + text37  # chapters 32 and 37 give the bytes c divides
-    assert ("At B = 1, with 512 tokens of context, each pass is memory-bound, so c is bytes over bytes: big reads 1.817 GB"
-            " and small 0.112 GB, against"
-            " the target's 13.483 GB.") in text37 and (  # read 1489 checked the shares; the table gives each c
+    detail32, detail37 = (" ".join(printed(sd.DETAILS[n], in_process[0][n])[1].split()) for n in ("32", "37"))
+    assert ("Big stands for a 16-layer model of width 2048, small for 4 layers of width 768; the target has 32 layers"
+            " of 4096. A draft's c, a pass's cost in target passes, comes from the bytes a pass reads: its weights, and"
+            " every sequence's KV cache, the keys and values of its tokens. At B = 1, with 512 tokens of context, each"
+            " pass is memory-bound, so c is bytes over bytes: big reads 1.817 GB and small 0.112 GB, against the"
+            " target's 13.483 GB.") in detail37 and (  # read 1489 checked the shares; the table gives each c
         f"1 {c[0]:.4f} {c_smalls[0]:.4f}" in text37 and f"small k = 8 8 {c_smalls[0]:.4f}" in text32) and (
-        "Small stands for a 4-layer model of width 768; the target has 32 layers of 4096.") in text32 and (
-        "small reads 0.112 GB, against the target's 13.483 GB.") in text32
+        "Small stands for a 4-layer model of width 768; the target has 32 layers of 4096.") in detail32 and (
+        "small reads 0.112 GB, against the target's 13.483 GB.") in detail32
+    # the sizes' and bytes' own figures, by hand: each c at B = 1 is the bytes over the target's, as printed
+    assert f"{1.817 / 13.483:.4f}" == f"{c[0]:.4f}" and f"{0.112 / 13.483:.4f}" == f"{c_smalls[0]:.4f}"
     # where each draft's c rises toward, its KV cache's share of the target's, is chapter 19's detail's: with it here
     # (read 1506 rebuilt both from the shapes), readers checked both shares, and with the sentences on memory-bound
     # passes and why the speedups fall, chapter 37 read 10.5, 10, 12.5, 10, 9.5, 9.5 and 10 minutes (reads 2114 to
     # 2142); without them, 9, 9.5, 9 and 7.5 (reads 2150 to 2153)
-    assert ("Big never wins at any B. As B grows, every sequence's KV cache adds to both the draft's passes and the"
-            " target's, and c rises for both drafts (chapter 19's --detail says why).") in text37 and (
+    assert ("Big never wins at any B. As B grows, c rises for both drafts (chapter 19's --detail says why).") in text37 and (
         "0.25" not in text37 and f"{kv_small:.4f}" not in text37 and "Small's c rises with B because its KV cache is"
         " a larger share of the target's than its weights are." in " ".join(detail19.split()))
     # 'never', shown: at every B big's memory allows, big's best option against small's, by hand from the plan's
@@ -566,14 +573,14 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     at = 1 + int((plan.speeds[:192, cols[1]].max(axis=1) - plan.speeds[:192, cols[0]].max(axis=1)).argmin())
     # the fit named, not 'it' (read 2164 could not tell what 'it' stood for)
     assert sd.sequences_that_fit(512, drafts=(big,)) == 192 and gap > 0.5 and (
-        "the target's, and c rises for both drafts (chapter 19's --detail says why). Each"
+        "As B grows, c rises for both drafts (chapter 19's --detail says why). Each"
         " draft's c, and the speedup of its best option (at B = 1, small's is its tree), up to B = 192, the most"
         " sequences that fit in the H100's 80 GB beside the target and big (take 192, and the rows past B = 1, as given"
         " here):") in text37 and \
         "(take it," not in text37 and "0.3355" not in text37 and (  # read 1736 guessed the bytes from demo 6; given, read 1773 checked them for
         # 1.5 minutes
 
-        "Each draft's alpha comes from its table, and its cost from the shape of the model it stands for.") in text37 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text37 and (
+        "Each draft's alpha comes from its table. Its c, a pass's cost in target passes,") in text37 and f"Big's best trails small's by {gap:.2f} at B = {at}, its closest." in text37 and (
         "Big's c rises" not in text37)  # read 1524
     # each pass's bytes as weights plus B caches went back out: with them (printed to add up, and the embeddings
     # named), reads 1993 to 2005 took 9.5 to 12 minutes, median 10.5, against 9, 9.5 and 11.5 without (reads 1978,

@@ -4837,8 +4837,7 @@ def demo19_tuning(**how):
     say("An option's speedup is its tokens per call over its cost in plain passes: one check, plus n c for n draft"
         " passes. Its tokens per call are computed from its draft's table, not sampled.",
         "A draft pass's c is its bytes over a target pass's, and rises with B (chapter 37)." if bytes_set_c and by_bytes
-        else
-        "A draft pass's c is its cost in target passes, from the bytes each pass reads.",
+        else "A draft pass's c is its cost in target passes, from the bytes each pass reads.",
         f"A check costs one plain pass as long as it scores at most {shape.alone} positions a sequence at B = 1, as in"
         " demo 6, and fewer at larger B (chapter 25 says how many). Past that, it costs more. The option --detail"
         " gives the arithmetic."

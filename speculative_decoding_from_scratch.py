@@ -3036,31 +3036,32 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2)):
         f" k, prices each k at cost c, and picks the fastest. The per-position rates need no model: at k = {k}, where"
         f" they were counted, tokens per call is 1 plus the rates; at a smaller k, about 1 plus its first k (chapter 27"
         " says how close).",
-        f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length, {a_L:.3f}.",
         f"Below, the k each figure picks at {number_word(n)} costs c, and the true speedup at that k, from the tables:")
-    alpha_words = ((f"The length and the rate both give alpha = {a_L:.3f}," if abs(a_L - a_R) < 5e-4 else
-                    f"The length gives alpha = {a_L:.3f}, the rate {a_R:.3f},") + (
-        f" the alpha at which eq. 1 at k = {k} gives the length.") + (
-        f" It is not demo 3's {a_3}{', for two reasons' * (len(causes) == 2)}. " + " ".join(c[0] for c in causes)
-        if causes else ""))  # the detail's
     print()
     picked = [(label, *[x for r in rows[i::len(routes)] for x in (r[3], r[5])]) for i, (label, *_) in enumerate(routes)]
-    table([("figure", 26, "<")] + [("k", 5, "d"), ("true", 8, speedup_text)] * n, picked[:3] + picked[4:],
-          groups=[(f"c = {c:g}", 1 + 2 * i, 2 + 2 * i) for i, c in enumerate(costs)])  # the rate's, [3]: --detail's
+    table([("figure", 26, "<")] + [("k", 5, "d"), ("true", 8, speedup_text)] * n, picked[:2] + picked[4:],
+          groups=[(f"c = {c:g}", 1 + 2 * i, 2 + 2 * i) for i, c in enumerate(costs)])  # [2] and [3]: --detail's
     print()
     by, rate = [picks[label] for label in list(picks)[:3]], picks["the rate taken as alpha"]
-    alpha_words += (f" Through eq. 1 the rate picks the true best k at {by[2]} of {n} costs" + (  # the detail's too
-        ", as the length does." if picked[3][1:] == picked[2][1:] else f"; the length at {by[1]}."))
-    say(f"The per-position rates and the length each pick the true best k at {by[0]} of {n} costs." if by[0] == by[1]
-        else f"The per-position rates pick the true best k at {by[0]} of {n} costs, the length at {by[1]}.", f"The rate"
+    alpha_words = (f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length,"
+                   f" {a_L:.3f}. With it --tune picks the true best k at {by[1]} of {n} costs"
+                   + (", as with the per-position rates." if by[1] == by[0] else
+                      f"; with the per-position rates, at {by[0]}.")
+                   + (f" This alpha is not demo 3's {a_3}{', for two reasons' * (len(causes) == 2)}. "
+                      + " ".join(c[0] for c in causes) if causes else "")
+                   + " The rate, read through eq. 1, gives " + ("the same alpha" if abs(a_L - a_R) < 5e-4 else
+                                                                f"alpha = {a_R:.3f}")
+                   + f" and picks the true best k at {by[2]} of {n} costs"
+                   + (", as the length does." if picked[3][1:] == picked[2][1:] else "."))
+    say(f"The per-position rates pick the true best k at {by[0]} of {n} costs.", f"The rate"
         f" taken as alpha picks it at {rate} of {n}. Its denominator counts the drafts after a round's first rejection"
         " too, which the rule never checks" + (
             f", so it reads low: eq. 1 at {R:.3f} gives {expected_tokens(R, k):.2f} tokens per call at k = {k}, where"
-            f" these rounds made {L:.2f}." if R < a_R else "."))
-    takeaway("pick k from per-position rates, or from the alpha the length gives through eq. 1; never take the draft"
-             " acceptance rate as alpha.", {"per-position rates pick the true best k at every cost": by[0] == n,
-                                             "the mean acceptance length picks it at every cost": by[1] == n,
-                                             "the rate taken as alpha misses it somewhere": rate < n})
+            f" these rounds made {L:.2f}." if R < a_R else "."), "The option --detail picks k from the length too,"
+        " through eq. 1.")
+    takeaway("pick k from per-position rates; never take the draft acceptance rate as alpha.",
+             {"per-position rates pick the true best k at every cost": by[0] == n,
+              "the rate taken as alpha misses it somewhere": rate < n})
     return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, alpha_words=alpha_words)
 
 

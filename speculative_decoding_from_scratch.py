@@ -6959,11 +6959,10 @@ def demo30_pairs():
         " min(1, p(x) / q(x)), and stops at the first rejection. The block, for drafts x_1 then x_2:")
     say_items(["Two weights: w_1 = min(1, p(x_1) / q(x_1)), and w_2 = min(1, w_1 p(x_2) / q(x_2)). So w_2 is a"
                " running product of the two drafts' ratios p/q, capped at 1 after each step.",
-               "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
-               " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
-               " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it)." + (
-                   " Here it is 1 when x_1 is 'b', whose weight w_1 is 1, and 0 when x_1 is 'a', as max(0, w_1 p - q)"
-                   " is then 0 everywhere: nothing is left to draw the next token from." if ends else ""),
+               "It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1, else none;"
+               " then it draws the next token. h_1 is Sun et al.'s, set so that the output stays the target's"
+               " (chapter 14's --detail gives it and the draws)."  # the draws and why h_1 is 0 or 1: the detail's
+               + (" Here it is 1 when x_1 is 'b' and 0 when x_1 is 'a'." if ends else ""),
                "Each verifier then adds one token of its own, so the drafts kept decide the gain."],
               numbered=True)
     print()
@@ -6999,10 +6998,13 @@ def demo30_pairs():
 
 
 def demo30_detail(result):
-    """Chapter 30 in detail: the two pairs that differ, term by term, why the
-    pairs after 'b' tie, and why the block's first token follows p."""
+    """Chapter 30 in detail: the block's draws, why h_1 is 0 or 1, the two pairs
+    that differ, term by term, why the pairs after 'b' tie, and why the block's
+    first token follows p."""
     P2, Q2 = PAPER_EXAMPLE
-    say_paragraphs([result.ends, *block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4]])
+    say_paragraphs(["The draws: after keeping x_1 alone, the block draws the next token from max(0, w_1 p - q),"
+                    " normalised; after keeping none, from demo 1's residual; after keeping both, from p.", result.ends,
+                    *block_pair_words(P2, Q2, result.pairs, result.gap, parts=True)[1:4]])
 
 
 # -----------------------------------------------------------------------------

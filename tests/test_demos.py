@@ -1509,12 +1509,17 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     # the two ends covered every row), by hand: w_1 p - q after 'a' is (1/6 - 2/3, 1/3 - 1/3), p - q after 'b'
     # what a stop after the first draws from, so its emptiness sets h_1 (reads 2069, 2079 and 2105 asked why w_1 p - q)
     # 'if not', and what it draws from after none (reads 2109, 2110, 2119 and 2120 asked both)
-    assert ("2. It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1 and draws the"
-            " next token from max(0, w_1 p - q), normalised; else none, and it draws from demo 1's residual. h_1 is"
-            " Sun et al.'s, set so that the output stays the target's (chapter 14's --detail gives it). Here it is 1"
-            " when x_1 is 'b', whose weight w_1 is 1, and 0 when x_1 is 'a', as max(0, w_1 p - q) is then 0"
-            " everywhere: nothing is left to draw the next token from.") in flat(text30) and (
-        "cut point" not in text30 and "rows after x_1" not in text30)
+    # since this stop the draws and why h_1 takes its two values are both the detail's: readers checked the draws
+    # and the reasons, and asked why h_1 is 1 after 'b' either way; side by side (reads 3025 to 3040) the chapter
+    # read 8, 8, 10.5, 9, 7.5, 8.5, 6.5 and 8 minutes without them against 8.5, 10.5, 10, 12.5, 9, 10, 9 and 10.5
+    # with them (two of the eight without them said PARTLY, on h_1 taken on trust)
+    assert ("2. It keeps both drafts with chance w_2. If not, it keeps the first alone with chance h_1, else none;"
+            " then it draws the next token. h_1 is Sun et al.'s, set so that the output stays the target's (chapter"
+            " 14's --detail gives it and the draws). Here it is 1 when x_1 is 'b' and 0 when x_1 is 'a'.") in flat(
+        text30) and "cut point" not in text30 and "rows after x_1" not in text30 and "w_1 p - q" not in text30
+    assert ("The draws: after keeping x_1 alone, the block draws the next token from max(0, w_1 p - q), normalised;"
+            " after keeping none, from demo 1's residual; after keeping both, from p.") in flat(
+        printed(sd.DETAILS["30"], demo["30"][0])[1])
     # the two causes, in words, are the body's again since stop 84 (every reader of stop 83 took the values on trust,
     # and most worked out the 'a' one): reads 2665 to 2668 and 2673 to 2676 took 9, 9, 9, 8.5, 9.5, 8.5, 9 and 10
     # minutes with them, 2669 to 2672 and 2677 to 2680 9, 9.5, 9.5, 10.5, 10, 9, 8.5 and 10 without; the figures

@@ -2993,7 +2993,7 @@ def run_policy(P, Q, n_rounds, seed, policy=None, threshold=None, k_max=32):
     return np.array(out)
 
 
-def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2)):
+def demo10_server(k=5, n_rounds=3000, c=0.1):
     sizes = measure(TARGET, MIDDLING, k, n_rounds, seed=15).sizes
     L, R, rates = server_metrics(sizes, k)
     exact = {j: exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 33)}
@@ -3010,14 +3010,11 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2)):
               ("--mean-acceptance-length", a_L, expected_tokens(a_L, np.arange(1, 33))),
               ("--draft-acceptance-rate", a_R, expected_tokens(a_R, np.arange(1, 33))),
               ("the rate taken as alpha", R, expected_tokens(R, np.arange(1, 33)))]
-    rows, picks, n = [], {label: 0 for label, _, _ in routes[1:]}, len(costs)
-    for c in costs:
-        best = fastest_k(speedup(np.array(routes[0][2]), np.arange(1, 33), c))[0]
-        for i, (label, alpha, tokens) in enumerate(routes):
-            j, s_j = fastest_k(speedup(np.array(tokens), np.arange(1, len(tokens) + 1), c))
-            if i:
-                picks[label] += j == best
-            rows.append((c if i == 0 else None, label, alpha, j, s_j, speedup(exact[j], j, c) if j else 1.0))
+    best, rows = fastest_k(speedup(np.array(routes[0][2]), np.arange(1, 33), c))[0], []
+    for label, alpha, tokens in routes:  # each route's k at cost c, its priced speedup, and its true one
+        j, s_j = fastest_k(speedup(np.array(tokens), np.arange(1, len(tokens) + 1), c))
+        rows.append((label, alpha, j, s_j, speedup(exact[j], j, c) if j else 1.0))
+    hit = {r[0]: r[2] == best for r in rows[1:]}  # does the route pick the true best k?
     a_3 = f"{pair_alpha(TARGET, MIDDLING):.3f}"
     se = float(np.std(sizes, ddof=1) / np.sqrt(len(sizes)))  # the sampled length's standard error
     z = (L - exact[k]) / se if se > 0 else 0.0  # 0 spread (every round alike, as under some edits): not said
@@ -3036,33 +3033,29 @@ def demo10_server(k=5, n_rounds=3000, costs=(0.1, 0.2)):
         f" k, prices each k at cost c, and picks the fastest. The per-position rates need no model: at k = {k}, where"
         f" they were counted, tokens per call is 1 plus the rates; at a smaller k, about 1 plus its first k (chapter 27"
         " says how close).",
-        f"Below, the k each figure picks at {number_word(n)} costs c, and the true speedup at that k, from the tables:")
+        f"Below, the k each figure picks at cost c = {c:g}, and the true speedup at that k, from the tables:")
     print()
-    picked = [(label, *[x for r in rows[i::len(routes)] for x in (r[3], r[5])]) for i, (label, *_) in enumerate(routes)]
-    table([("figure", 26, "<")] + [("k", 5, "d"), ("true", 8, speedup_text)] * n, picked[:2] + picked[4:],
-          groups=[(f"c = {c:g}", 1 + 2 * i, 2 + 2 * i) for i, c in enumerate(costs)])  # [2] and [3]: --detail's
+    table([("figure", 26, "<"), ("k", 5, "d"), ("true", 8, speedup_text)],
+          [(r[0], r[2], r[4]) for r in rows[:2] + rows[4:]], groups=[(f"c = {c:g}", 1, 2)])  # [2], [3]: --detail's
     print()
-    by, rate = [picks[label] for label in list(picks)[:3]], picks["the rate taken as alpha"]
+    length, rate, per_position = hit["--mean-acceptance-length"], hit["the rate taken as alpha"], hit["--per-position"]
     alpha_words = (f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length,"
-                   f" {a_L:.3f}. With it --tune picks the true best k at {by[1]} of {n} costs"
-                   + (", as with the per-position rates." if by[1] == by[0] else
-                      f"; with the per-position rates, at {by[0]}.")
+                   f" {a_L:.3f}. With it --tune {'picks' if length else 'misses'} the true best k"
+                   + (", as with the per-position rates." if length == per_position else ".")
                    + (f" This alpha is not demo 3's {a_3}{', for two reasons' * (len(causes) == 2)}. "
                       + " ".join(c[0] for c in causes) if causes else "")
                    + " The rate, read through eq. 1, gives " + ("the same alpha" if abs(a_L - a_R) < 5e-4 else
                                                                 f"alpha = {a_R:.3f}")
-                   + f" and picks the true best k at {by[2]} of {n} costs"
-                   + (", as the length does." if picked[3][1:] == picked[2][1:] else "."))
-    say(f"The per-position rates pick the true best k at {by[0]} of {n} costs.", f"The rate"
-        f" taken as alpha picks it at {rate} of {n}. Its denominator counts the drafts after a round's first rejection"
-        " too, which the rule never checks" + (
+                   + (" and picks the same k." if rows[3][2] == rows[2][2] else f" and picks k = {rows[3][2]}."))
+    say(f"The per-position rates {'pick' if per_position else 'miss'} the true best k.",
+        ("The rate taken as alpha picks it too." if rate else "The rate taken as alpha does not.")
+        + " Its denominator counts the drafts after a round's first rejection too, which the rule never checks" + (
             f", so it reads low: eq. 1 at {R:.3f} gives {expected_tokens(R, k):.2f} tokens per call at k = {k}, where"
             f" these rounds made {L:.2f}." if R < a_R else "."), "The option --detail picks k from the length too,"
         " through eq. 1.")
     takeaway("pick k from per-position rates; never take the draft acceptance rate as alpha.",
-             {"per-position rates pick the true best k at every cost": by[0] == n,
-              "the rate taken as alpha misses it somewhere": rate < n})
-    return SimpleNamespace(metrics=(L, R, rates), rows=rows, picks=picks, alpha=a_L, alpha_words=alpha_words)
+             {"per-position rates pick the true best k": per_position, "the rate taken as alpha misses it": not rate})
+    return SimpleNamespace(metrics=(L, R, rates), rows=rows, hit=hit, alpha=a_L, alpha_words=alpha_words)
 
 
 def demo10_detail(result, contexts=(16, 512), max_batch=1024):

@@ -5993,12 +5993,12 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
     base, each = free_terms(c19.n_ctx)  # a sequence's free positions: base / B + each (chapter 25)
-    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.1%} at B = 1: c grows, and the chain pays"
-            f" it {own[2]} times to the tree's {t[1]}. c grows as each sequence adds its KV cache, the keys and"
-            f" values of its tokens, to {main.name}'s bytes a pass and the target's (chapter 19's --detail says why"
-            f" that raises c). At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and"
-            f" each position past it costs time: a sequence's free positions, {base:.1f} / B + {each:.3f}, are"
-            f" {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}. The chain's"
+    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1: c, a draft pass's cost in"
+            " target passes, grows with B (chapter 19's --detail says why), and the chain pays it"
+            f" {own[2]} times to the tree's {t[1]}. At B = {cross} the tree's check, {t[2]} positions a sequence,"
+            " crosses the ridge, and each position past it costs time: a sequence's free positions,"
+            f" {base:.1f} / B + {each:.3f} (chapter 25 derives it; demo 6's {free_positions(c19.n_ctx)} at B = 1),"
+            f" are {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}. The chain's"
             f" check, {own[2] + 1} positions, stays within them. So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
@@ -7434,25 +7434,28 @@ def demo35_chain_loss(**how):
         f" one a level, checked as {t[2]} positions per sequence with the text's last token. The serving engines"
         " of chapter 23 (vLLM, SGLang and TensorRT-LLM) cannot switch between a tree and chains by B, so there they run"
         f" {main.name}'s best chain, k = {own[2]}" + (", the longest the plan tries" if own[2] == c19.k_max else "")
-        + f", from {own[2]} draft passes. A draft pass costs c target passes, a tree's level or a chain's step"
-        " alike." + (f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
+        + f", from {own[2]} draft passes. The chain's loss at batch size B is 1 - (the chain's speedup / the tree's),"
+        " each priced on demo 6's roofline (--detail gives the speedups and the arithmetic):")
+    # the speedups, c and the formulas behind them are the detail's: readers rebuilt every row by hand
+    arith = ("A draft pass costs c target passes, a tree's level or a chain's step alike." + (
+        f" Until the ridge, a speedup is tokens per call / (1 + n c), for n draft passes: the tree makes"
         f" {made[0]:.3f} tokens per call from {t[1]} passes, the chain {made[1]:.3f} from {own[2]}." if below else "")
         + (f" Past the ridge, a check of m positions a sequence costs m / ({base:.1f} / B + {each:.3f}) plain passes,"
            f" in place of the 1 in 1 + n c: a sequence has {base:.1f} / B + {each:.3f} free positions (chapter 25"
            " derives it; demo 6's"
            f" {free_positions(c19.n_ctx)} at B = 1)." if below and priced else "")
-        + " The tree's and the chain's speedups at batch size B, on demo 6's roofline, and the chain's loss, 1 - (the"
-        " chain's speedup / the tree's):")
+        + " The tree's and the chain's speedups at each batch size B of the table:")
     print()
-    batches = sorted({1, 16, own[1], own[1] + 1, end} - {0})
+    batches = sorted(b for b in {1, 8, 16, 24, own[1] - 1, own[1], own[1] + 1, own[1] + 2, end}
+                     if 1 <= b <= min(end, c19.max_batch))
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
-             1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches if b <= c19.max_batch]
-    table([("B", 5, "d"), (f"{main.name}'s c", 12, ".4f"), ("tree", 8, ".4f"), (f"k = {own[2]}", 8, ".4f"),
-           ("chain's loss", 14, lambda x: f"{x:.1%}" if abs(x) >= 5e-4 else f"{x:.2%}")], rows)  # not '-0.0%'
+             1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches]
+    loss_text = lambda x: f"{x:.2%}" if abs(x) >= 5e-5 else "0.00%"  # noqa: E731 (not '-0.00%')
+    table([("B", 5, "d"), ("chain's loss", 14, loss_text)], [(r[0], r[4]) for r in rows])
     said = tree_loss_words(c19, main, own, t)
     ahead = rows[-1][4] if rows and rows[-1][0] == end else 0  # at the tree's last B
     print()
-    say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.1%}." + said if said else
+    say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.2%}." + said if said else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
         f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
         " chapter 19's plan switches only when its choice falls more than that below the best."
@@ -7460,7 +7463,16 @@ def demo35_chain_loss(**how):
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",
              {"the loss grows with B up to the batch before the tree's ridge": bool(said)})
-    return SimpleNamespace(rows=rows, said=said)
+    return SimpleNamespace(rows=rows, said=said, arith=arith, name=main.name, chain=own[2])
+
+
+def demo35_detail(result):
+    """Chapter 35 in detail: how each speedup is priced, and the table behind the chain's loss."""
+    print()
+    say(result.arith)
+    print()
+    table([("B", 5, "d"), (f"{result.name}'s c", 12, ".4f"), ("tree", 8, ".4f"), (f"k = {result.chain}", 8, ".4f"),
+           ("chain's loss", 14, lambda x: f"{x:.2%}" if abs(x) >= 5e-5 else "0.00%")], result.rows)
 
 
 # -----------------------------------------------------------------------------
@@ -7917,6 +7929,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "32": lambda result: say_paragraphs([result.bytes, result.more]),
     "33": demo33_detail,
     "34": demo34_detail,
+    "35": demo35_detail,
     "36": demo36_detail,
     "37": lambda result: say_paragraphs([result.bytes, result.chain]),
     "38": demo38_detail,

@@ -5117,11 +5117,11 @@ def priced_words(runs, batch):
 def round_words(runs, k, batches):
     """Chapter 20's words on a check's price: at the least batch, where every check of up to k drafts costs one
     plain pass, and at the largest, where it crosses the ridge (its price is the detail's)."""
-    small, big = min(batches), max(batches)
-    return (f"At B = {small} a check of up to {k} drafts costs one plain pass, as in demo 6. " if rounds_free(k, small)
-            else "") + (
-        f"At B = {big} a check crosses the ridge and costs more, the more drafts it holds (--detail prices it). "
-        if verify_cost(k, big) > 1 else "") + f"The speedup is tokens per plain pass, over all {len(runs)} seeds:"
+    small, big, dear = min(batches), max(batches), verify_cost(k, max(batches)) > 1
+    return (f"At B = {small} a check costs one plain pass, as in demo 6" + (f"; at B = {big} it costs more. " if dear
+                                                                          else ". ") if rounds_free(k, small)
+            else f"At B = {big} a check costs more. " if dear else "") + (
+        f"The speedup is tokens per plain pass, over all {len(runs)} seeds:")
 
 
 def always_on_words(runs, batch):
@@ -5177,13 +5177,13 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
                " single request)."])
     print()
     cover = ridge_cover_words(k, max(batches))
+    why_context = (f"The table prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}" + (  # detail's
+        f": at {len(prompt)} no batch that fits in the H100's {H100.memory / 1e9:.0f} GB has a check that crosses the"
+        " ridge." if long_context_note(k, [len(prompt)], why=False) else
+        ": so that a large batch crosses the ridge, as a short context keeps each sequence's KV cache, the keys and"
+        " values of its tokens, small."))
     say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-        f" character a token. It prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}" + (
-            f": at {len(prompt)} no batch that fits in the H100's {H100.memory / 1e9:.0f} GB has a check that"
-            " crosses the ridge."
-            if long_context_note(k, [len(prompt)], why=False) else
-            ", so that a large batch crosses the ridge: a short context keeps each sequence's KV cache, the keys and"
-            " values of its tokens, small."),
+        f" character a token. It prices {BATCH_CONTEXT} tokens of context (--detail says why, and prices each check).",
         "Prompt lookup costs no draft pass (c = 0).",
         round_words(runs[on[0]], k, batches))
     print()
@@ -5228,7 +5228,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
              " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
              {"the permanent switch-off loses to the per-batch schedule": loses,
               "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, price=" ".join(
+    return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, why_context=why_context, price=" ".join(
         (f"At B = {max(batches)}, a check of {k} drafts costs {verify_cost(k, max(batches)):.2f} plain passes.",
          price_figures_words(f"Those {verify_cost(k, max(batches)):.2f} plain passes", max(batches)), cover,
          share_words(runs[on[0]], k, max(batches)), always_on_words(runs[on[0]], max(batches)),
@@ -5237,9 +5237,9 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
 
 
 def demo20_detail(result):
-    """Chapter 20 in detail: the two figures behind a check's price at BATCH_CONTEXT tokens, and a fourth
+    """Chapter 20 in detail: why BATCH_CONTEXT tokens, the two figures behind a check's price there, and a fourth
     policy, adaptive k."""
-    say_paragraphs([result.price, result.adaptive])
+    say_paragraphs([result.why_context, result.price, result.adaptive])
 
 
 # -----------------------------------------------------------------------------

@@ -4853,10 +4853,10 @@ def demo19_tuning(**how):
     plan = plan_rows(buckets, speeds, options, n_ctx)
     say(f"The plan stops at B = {max_batch}, {fit_lead(c19.roomiest)} (chapter 25's --detail gives the bytes; take"
         " it as given here). Going up in B, the plan switches only when its current choice falls more than"
-        f" {c19.tol:.1%} below the best. The plan, with the positions each sequence's check holds, and the lowest and"
-        " highest speedup over each range of B:")
+        f" {c19.tol:.1%} below the best. The plan, with the positions each sequence's check holds (--detail gives the"
+        " speedup over each range of B):")
     print()
-    plan_table(plan, buckets)
+    plan_table(plan, buckets)  # the speedups are the detail's: readers backed each c out of them (reads 3081 to 3096)
     said = demo19_shape(shape, n_ctx, max_batch)  # the first is chapter 32's, the next two 37's, the last the detail's
     print()
     say("Chapters 25, 32 and 37 explain this plan.")
@@ -4868,7 +4868,7 @@ def demo19_tuning(**how):
                                f" {planned[-1][2].shape} at B = {planned[-1][1]}." if planned else ""),
              {"the plan changes its choice with B": len(kinds) > 1})
     return SimpleNamespace(buckets=buckets, options=options, speeds=speeds, c19=c19, shape=shape, said=said, more=more,
-                           c_words=output_layer_words((big, small), n_ctx) + (
+                           plan=plan, c_words=output_layer_words((big, small), n_ctx) + (
                                " Small's c rises with B because its KV cache is a larger share of the target's than"
                                " its weights are." if bytes_set_c else ""))
 
@@ -4983,7 +4983,7 @@ def demo19_shape(s, n_ctx, max_batch, longer=None):
 
 def demo19_detail(result):
     """Chapter 19 in detail: what in each shape sets its c (the output layer's share, the KV cache's), the plan's
-    margin, the tree's check, and big's c as B grows."""
+    margin, the tree's check, big's c as B grows, and the plan's speedups."""
     s = result.shape
     say_paragraphs([
         "Big stands for a {}-layer model of width {}, small for {} layers of width {}; the target has {} layers of {}."
@@ -4996,8 +4996,13 @@ def demo19_detail(result):
          f" A draft pass reads its own KV cache: big's is {s.kv_share[0]:.2f} of the target's per sequence, small's"
          f" {s.kv_share[1]:.3g}. At large B a draft's pass and the target's are both mostly KV cache, so big's c"
          f" nears {s.kv_share[0]:.2f}.") if not s.big_runs and s.c[1] > s.c[0] else "",
-        " ".join(m for m in result.more if m),  # the body's figures, rebuilt
     ])
+    print()
+    say("The plan's lowest and highest speedup over each range of B:")
+    print()
+    table([("batch size B", 13, ">"), ("runs as", 16, "<"), ("speedup", 13, ">")],
+          [(r[0], r[2], r[3]) for r in result.plan])
+    say_paragraphs([" ".join(m for m in result.more if m)])  # the body's figures, rebuilt
 
 
 def margin_words(buckets, speeds, options, tol):
@@ -5019,9 +5024,8 @@ def margin_words(buckets, speeds, options, tol):
 
 def plan_table(plan, buckets):
     """Chapter 19's plan as a table (plan_rows' rows), with the positions each sequence's check scores."""
-    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">"),
-           ("speedup", 13, ">")],
-          [(*r[:3], "" if o is None else o.positions, r[3]) for r, (_, _, o) in zip(plan, buckets)])
+    table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("positions", 11, ">")],
+          [(*r[:3], "" if o is None else o.positions) for r, (_, _, o) in zip(plan, buckets)])
 
 
 # -----------------------------------------------------------------------------

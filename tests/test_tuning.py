@@ -649,8 +649,14 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
                                                                                      in_process[0]["32"])[1]
     # one pointer to the three chapters, not three questions that each sent readers to price the plan: side by side,
     # reads 2521 to 2524 took 7, 8, 10 and 7 minutes with it, 2525 to 2528 took 8.5, 8, 9.5 and 8 with the three
-    assert "below the best. The plan, with the positions each sequence's check holds, and the lowest and highest" \
-        " speedup over each range of B:" in text and "Chapters 25, 32 and 37 explain this plan. Takeaway:" in text
+    # the speedup over each range is the detail's since this stop: readers backed each c out of the speedups, for 1.5
+    # to 2 minutes; side by side (reads 3081 to 3096) the chapter read 6, 8, 7, 7, 7.5, 10, 7 and 9.5 minutes without
+    # them against 8, 10, 8.5, 11.5, 7, 10.5, 11.5 and 13 with them
+    assert "below the best. The plan, with the positions each sequence's check holds (--detail gives the speedup over" \
+        " each range of B):" in text and "Chapters 25, 32 and 37 explain this plan. Takeaway:" in text and (
+            "2.89-3.06x" not in text) and ("The plan's lowest and highest speedup over each range of B: batch size B"
+                                          " runs as speedup 1-34 tree 2x3, 15 2.89-3.06x 35-95 k = 8 2.79-2.89x") in \
+        detail19
     assert (f"Big's c rises from {c[0]:.4f} at B = 1 to {c[1]:.4f} at B = {big_fit}, the most sequences that fit in"
             f" memory beside it; small's rises only from {c_smalls[0]:.4f} to {c_small:.4f} at B = {fit}.") in detail19
     assert (f"A draft pass reads its own KV cache: big's is 0.25 of the target's per sequence, small's"
@@ -661,7 +667,7 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
         "The plan stops at B = 241, the most sequences that fit in the H100's 80 GB beside the target and small"
         " (chapter 25's --detail gives the bytes; take it as given here).") in (
         text) and ("The plan, with the positions each"
-        " sequence's check holds, and the lowest and highest speedup over each range of B:") in text and (
+        " sequence's check holds (--detail gives the speedup over each range of B):") in text and (
         f"at B = {big_fit}, the most sequences that fit in memory beside it") in detail19  # big's, in the detail
     assert (result.speeds[big_fit:, [o.drafter.name == "big" for o in result.options]] == 0).all()  # big can't run
     # the plan's chains shorten as B grows, and the chapter says why

@@ -5999,7 +5999,6 @@ def tree_loss_words(c19, main, own, t):
     w = [pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]  # each model's weights, in bytes
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
-    made = [c19.options[i].tokens for i in (tree, chain)]  # tokens per call: the tree leads on passes alone
     base, each = free_terms(c19.n_ctx)  # a sequence's free positions: base / B + each (chapter 25)
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1: c, a draft pass's cost in"
             " target passes, grows with B (chapter 19's --detail says why), and the chain pays it"
@@ -6010,7 +6009,7 @@ def tree_loss_words(c19, main, own, t):
             f" check, {own[2] + 1} positions, stays within them. So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
-            and all(b > k for k, b in zip(kv, w)) and made[0] < made[1]  # at B = 1, weights; at the last B, caches
+            and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
             and all(k * c19.max_batch > b for k, b in zip(kv, w))
             and cross * t[2] > free_positions(c19.n_ctx) and base / cross + each < t[2] <= base / own[1] + each
             and round(base + each) == free_positions(c19.n_ctx) and own[2] + 1 <= base / cross + each else "")
@@ -7461,16 +7460,21 @@ def demo35_chain_loss(**how):
     loss_text = lambda x: f"{x:.2%}" if abs(x) >= 5e-5 else "0.00%"  # noqa: E731 (not '-0.00%')
     table([("B", 5, "d"), ("chain's loss", 14, loss_text)], [(r[0], r[4]) for r in rows])
     said = tree_loss_words(c19, main, own, t)
+    growing = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]  # the loss up to the engines' worst B
+    peaks = (np.diff(growing) > 0).all() and ridge_batch(*token_traffic(c19.n_ctx), positions=t[2]) == own[1] + 1
     ahead = rows[-1][4] if rows and rows[-1][0] == end else 0  # at the tree's last B
     print()
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.2%}." + said if said else
+        f"The chain's loss peaks at B = {own[1]}, {own[0]:.2%}, just below the tree's ridge, but NOT for all the"
+        " reasons this chapter gives, with the stages as you have them." if peaks else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
         f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
         " chapter 19's plan switches only when its choice falls more than that below the best."
         if -c19.tol < ahead < 0 else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",
-             {"the loss grows with B up to the batch before the tree's ridge": bool(said)})
+             {"the loss grows with B up to the batch before the tree's ridge": peaks,
+              "c's rise and the tree's ridge account for it": bool(said)})
     return SimpleNamespace(rows=rows, said=said, arith=arith, name=main.name, chain=own[2])
 
 

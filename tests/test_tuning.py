@@ -1437,6 +1437,32 @@ def test_an_edited_module_plans_chapter19_through_its_own_stages():
     assert not m.rule_intact(sd.TARGET, sd.MIDDLING)
 
 
+def test_chapter35_names_what_fails_when_its_loss_still_peaks_below_the_ridge(monkeypatch):
+    # with the ratio squared (a reader's edit), the tree makes more tokens per call than k = 8, and the loss still
+    # grows to B = 31 and falls past the tree's ridge: the chapter says so, with its reasons, which do not rest on
+    # tokens per call (it said the loss did NOT peak there, under the table that showed it did)
+    squared = {"squared": [("accept_prob", "return min(1.0, float(p[x] / q[x]))",
+                            "return min(1.0, float(p[x] / q[x]) ** 2)")]}
+    m = sd.bugged("squared", squared)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = m.demo35_chain_loss()
+    text = " ".join(out.getvalue().split())
+    c19 = m.chapter19_plan()
+    tokens = {o.shape: o.tokens for o in c19.options if o.drafter.name == "small"}
+    assert tokens["tree 2x3, 15"] > tokens["k = 8"] and max(result.rows, key=lambda r: r[4])[0] == 31
+    assert "The chain's loss peaks at B = 31" in text and "NOT" not in text and "Takeaway withheld" not in text
+    # and where the reasons fail while the peak holds, the verdict says that, not that the loss does not peak
+    monkeypatch.setattr(sd, "tree_loss_words", lambda *args: "")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.demo35_chain_loss()
+    text = " ".join(out.getvalue().split())
+    assert ("The chain's loss peaks at B = 31, 3.74%, just below the tree's ridge, but NOT for all the reasons this"
+            " chapter gives, with the stages as you have them.") in text and "does NOT peak" not in text and (
+        "This check failed: c's rise and the tree's ridge account for it.") in text
+
+
 def test_chapter35_gives_the_speedup_formula_only_where_the_plans_speeds_bear_it_out(monkeypatch):
     # with every draft pass priced at 0.5, tokens / (1 + n c) no longer gives the plan's speeds: the sentence goes
     said = io.StringIO()

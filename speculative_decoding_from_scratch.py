@@ -7425,7 +7425,7 @@ def demo35_chain_loss(**how):
     if None in (tree, chain) or not end:
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
-        return SimpleNamespace(rows=[], said="")
+        return SimpleNamespace(rows=[], said="", arith="", name="", chain=None)  # the detail prints nothing
     made = [c19.options[i].tokens for i in (tree, chain)]  # is each speed up to own[1] tokens / (1 + n c)?
     below = all(np.isclose(c19.speeds[b - 1, i], m / (1 + n * draft_cost(b, c19.n_ctx, draft=main.cost)))
                 for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
@@ -7479,7 +7479,10 @@ def demo35_chain_loss(**how):
 
 
 def demo35_detail(result):
-    """Chapter 35 in detail: how each speedup is priced, and the table behind the chain's loss."""
+    """Chapter 35 in detail: how each speedup is priced, and the table behind the chain's loss (nothing where the
+    plan runs no tree)."""
+    if not result.rows:
+        return
     print()
     say(result.arith)
     print()

@@ -1463,6 +1463,14 @@ def test_chapter35_names_what_fails_when_its_loss_still_peaks_below_the_ridge(mo
         "This check failed: c's rise and the tree's ridge account for it.") in text
 
 
+def test_chapter35_with_no_tree_to_miss_runs_its_detail_too(monkeypatch):
+    monkeypatch.setattr(sd, "tree_and_chain", lambda *args: (None, None))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        sd.DETAILS["35"](sd.demo35_chain_loss())
+    assert "runs NO tree that a chain schedule could miss" in " ".join(out.getvalue().split())
+
+
 def test_chapter35_gives_the_speedup_formula_only_where_the_plans_speeds_bear_it_out(monkeypatch):
     # with every draft pass priced at 0.5, tokens / (1 + n c) no longer gives the plan's speeds: the sentence goes
     said = io.StringIO()

@@ -7413,6 +7413,11 @@ def demo34_detail(edits, k=3, ctx=5, n=3, n_runs=400):
 # chapter 19's plan runs the tree: what that costs at each batch size, and why.
 
 
+def loss_text(x):
+    """Chapter 35's loss, a fraction, as a percentage to 2 places, never '-0.00%'."""
+    return f"{x:.2%}" if abs(x) >= 5e-5 else "0.00%"
+
+
 def demo35_chain_loss(**how):
     """Chapter 35: the loss of chain-only schedules against chapter 19's tree,
     batch size by batch size, and why it peaks just below the tree's ridge."""
@@ -7457,7 +7462,6 @@ def demo35_chain_loss(**how):
                      if 1 <= b <= min(end, c19.max_batch))
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
              1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches]
-    loss_text = lambda x: f"{x:.2%}" if abs(x) >= 5e-5 else "0.00%"  # noqa: E731 (not '-0.00%')
     table([("B", 5, "d"), ("chain's loss", 14, loss_text)], [(r[0], r[4]) for r in rows])
     said = tree_loss_words(c19, main, own, t)
     growing = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]  # the loss up to the engines' worst B
@@ -7487,7 +7491,7 @@ def demo35_detail(result):
     say(result.arith)
     print()
     table([("B", 5, "d"), (f"{result.name}'s c", 12, ".4f"), ("tree", 8, ".4f"), (f"k = {result.chain}", 8, ".4f"),
-           ("chain's loss", 14, lambda x: f"{x:.2%}" if abs(x) >= 5e-5 else "0.00%")], result.rows)
+           ("chain's loss", 14, loss_text)], result.rows)
 
 
 # -----------------------------------------------------------------------------

@@ -5118,6 +5118,15 @@ def priced_words(runs, batch):
         f" {len(runs)} runs"
 
 
+def drafted_words(runs, batch):
+    """Chapter 20's split of a policy's rounds at a batch size: those that drafted, at their mean price in plain
+    passes, and those that drafted none, at one plain pass each, which rebuild its speedup by hand."""
+    rounds = [r for run in runs for r in run]
+    drafted = [round_price(d, batch) for d, _ in rounds if d]
+    return (f"of its {len(rounds):,} rounds, {len(drafted):,} drafted, at {np.mean(drafted):.2f} plain passes each on"
+            f" average, and {len(rounds) - len(drafted):,} drafted none")
+
+
 def round_words(runs, k, batches):
     """Chapter 20's words on a check's price: at the least batch, where every check of up to k drafts costs one
     plain pass, and at the largest, where it crosses the ridge: always on's rounds' mean price there (runs are
@@ -5217,7 +5226,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
            else f"At B = {b}, off for good ")
           + priced_words(runs[off[0]], b) + f": {off[1 + i]:.2f}." if on[1 + i] > 1 and behind[i] else f"At B = {b},"
           f" speculating costs more than it saves ({on[1 + i]:.2f}), so the schedule does not speculate there at all"
-          + (f"; off for good pays that cost until it switches off, {off[1 + i]:.2f}."  # its passes: the detail's
+          + (f"; off for good pays that cost until it switches off: {drafted_words(runs[off[0]], b)},"
+             f" {off[1 + i]:.2f}."  # the split that rebuilds it (readers priced its rounds at always on's average)
              if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
           for i, b in enumerate(batches)],
         "The option --detail adds a fourth policy, one that adapts k.")

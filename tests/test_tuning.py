@@ -1167,7 +1167,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     # 9.5, 8.5, 9, 9, 7.5 and 8.5 minutes this way against 8, 9, 12.5, 11, 10, 9.5, 7, 9.5, 10, 13, 7 and 10
     assert ("It prices 16 tokens of context (--detail says why, and prices each check). Prompt lookup costs no draft"
             " pass (c = 0). At B = 1 a check costs one plain pass, as in demo 6; at B = 256 it costs more: always on's"
-            " rounds there cost 3.63 plain passes each.") in text and "4.48" not in text and all(sd.verify_cost(j, 1) == 1 for j in range(6)) and (
+            " rounds there cost 3.63 plain passes each.") in text and "costs 4.48" not in text and all(sd.verify_cost(j, 1) == 1 for j in range(6)) and (
         f"At B = 256, a check of 5 drafts costs {sd.verify_cost(5, 256):.2f} plain passes.") in printed(
             sd.DETAILS["20"], result)[1] \
         and "MACs per byte" not in text and (  # reads 1795 and 1803 got 5.2 from 1,536 / 295 and found the caches
@@ -1226,8 +1226,18 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     # side, reads 2817 to 2820 took 10, 7.5, 8.5 and 8.5 minutes without it, 2821 to 2824 9.5, 10.5, 9.5 and 11 with it
     passes = sum(sd.verify_cost(d, 256) if d else 1.0 for r in [sd.phase_run(model, prompt, 360, 5, seed,
                  switch=(1.0, 20)) for seed in (0, 1, 2)] for d, _ in r)
-    assert f"{passes:,.1f}" == "1,119.3" and f"{1080 / 1119.3:.2f}" == "0.96" and (
-        "off for good pays that cost until it switches off, 0.96.") in text and "1,119.3" not in text and (
+    # and since this stop the split of its rounds that rebuilds 0.96 is the body's: with always on's 3.63 beside it,
+    # readers priced off for good's rounds at that average and got 1.00; side by side over two rounds (reads 3097 to
+    # 3112) the chapter read 10.5, 10.5, 9.5, 11.5, 9.5, 11, 9 and 11 minutes with the split against 11, 10.5, 12, 12,
+    # 9, 8.5, 10 and 12 without, and 4 of the 8 readers said PARTLY with it against all 8 without
+    runs = [sd.phase_run(model, prompt, 360, 5, seed, switch=(1.0, 20)) for seed in (0, 1, 2)]
+    drafted = [sd.verify_cost(d, 256) for r in runs for d, _ in r if d]
+    none = sum(1 for r in runs for d, _ in r if not d)
+    assert f"{len(drafted) * round(float(np.mean(drafted)), 2) + none:,.1f}" == "1,119.5" and (
+        f"{1080 / 1119.5:.2f}" == "0.96") and (
+        f"off for good pays that cost until it switches off: of its 768 rounds, {len(drafted)} drafted, at"
+        f" {np.mean(drafted):.2f} plain passes each on average, and {none} drafted none, 0.96.") in text
+    assert f"{passes:,.1f}" == "1,119.3" and f"{1080 / 1119.3:.2f}" == "0.96" and "1,119.3" not in text and (
         "Off for good made 1,080 characters for the price of 1,119.3 plain passes over its 3 runs, 0.96.") in " ".join(
         printed(sd.DETAILS["20"], result)[1].split())
     # the B = 1 figure rebuilt from the rounds, by hand (reads 1843 and 1854 back-solved 1.41 for 1.5 minutes each)
@@ -1254,7 +1264,7 @@ def test_chapter20_prices_its_batches_and_says_where_each_policy_loses(in_proces
     assert max(d for d, _ in sd.phase_run(model, prompt, 360, 5, 0, adapt=True)) <= 16 == sd.ADAPT_MAX
     off = rows["off for good below 1.0"]
     assert on[2] < off[2] < 1 and ("so the schedule does not speculate there at all; off for good pays that cost until"
-                                   f" it switches off, {off[2]:.2f}.") in text and (
+                                   " it switches off: of its 768 rounds,") in text and f"none, {off[2]:.2f}." in text and (
         f"plain passes over its 3 runs, {off[2]:.2f}." in " ".join(detail20.split()))
     assert (adaptive[2] < 1) == ("It moves k by what passed, not by what a pass costs: at B = 256 it is slower than"
                                  " plain decoding too." in detail20)

@@ -3026,8 +3026,9 @@ def demo10_server(k=5, n_rounds=3000, c=0.1):
                f" {'above' if z > 0 else 'below'} {exact[k]:.3f}.", f"{a_x:.3f}" != f"{a_L:.3f}" and se > 0)]
     causes = [c for c in causes if c[1]] if f"{a_L:.3f}" != a_3 else []
     print()
-    say(f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: the same accepted drafts, counted per round in the length"
-        " and per drafted token in the rate." if abs(R - (L - 1) / k) < 1e-12
+    same = (f"The rate is (length - 1) / k, {(L - 1) / k:.4f}: the same accepted drafts, counted per round in the"
+            " length and per drafted token in the rate.")  # the detail's (readers checked it, and did not need it)
+    say("" if abs(R - (L - 1) / k) < 1e-12
         else f"The rate is NOT (length - 1) / k = {(L - 1) / k:.4f}: the two figures count differently.",
         "This script's --tune picks k from any one of these figures. It turns the figure into tokens per call at each"
         f" k, prices each k at cost c, and picks the fastest. The per-position rates need no model: at k = {k}, where"
@@ -3039,7 +3040,8 @@ def demo10_server(k=5, n_rounds=3000, c=0.1):
           [(r[0], r[2], r[4]) for r in rows[:2] + rows[4:]], groups=[(f"c = {c:g}", 1, 2)])  # [2], [3]: --detail's
     print()
     length, rate, per_position = hit["--mean-acceptance-length"], hit["the rate taken as alpha"], hit["--per-position"]
-    alpha_words = (f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length,"
+    alpha_words = ((same + " ") * (abs(R - (L - 1) / k) < 1e-12)
+                   + f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length,"
                    f" {a_L:.3f}. With it --tune {'picks' if length else 'misses'} the true best k"
                    + (", as with the per-position rates." if length == per_position else ".")
                    + (f" This alpha is not demo 3's {a_3}{', for two reasons' * (len(causes) == 2)}. "
@@ -3051,8 +3053,7 @@ def demo10_server(k=5, n_rounds=3000, c=0.1):
         ("The rate taken as alpha picks it too." if rate else "The rate taken as alpha does not.")
         + " Its denominator counts the drafts after a round's first rejection too, which the rule never checks" + (
             f", so it reads low: eq. 1 at {R:.3f} gives {expected_tokens(R, k):.2f} tokens per call at k = {k}, where"
-            f" these rounds made {L:.2f}." if R < a_R else "."), "The option --detail picks k from the length too,"
-        " through eq. 1.")
+            f" these rounds made {L:.2f}." if R < a_R else "."))
     takeaway("pick k from per-position rates; never take the draft acceptance rate as alpha.",
              {"per-position rates pick the true best k": per_position, "the rate taken as alpha misses it": not rate})
     return SimpleNamespace(metrics=(L, R, rates), rows=rows, hit=hit, alpha=a_L, alpha_words=alpha_words)

@@ -5119,6 +5119,11 @@ def priced_words(runs, batch):
         f" {len(runs)} runs"
 
 
+def mean_round_price(runs, batch):
+    """A policy's rounds' mean price in plain passes at a batch size, over all its runs."""
+    return np.mean([round_price(d, batch) for run in runs for d, _ in run])
+
+
 def drafted_words(runs, batch):
     """Chapter 20's split of a policy's rounds at a batch size: those that drafted, at their mean price in plain
     passes, and those that drafted none, at one plain pass each, which rebuild its speedup by hand."""
@@ -5134,7 +5139,7 @@ def round_words(runs, k, batches):
     always on's), which with the table's speedup gives its tokens a round; how each check is priced is the
     detail's."""
     small, big, dear = min(batches), max(batches), verify_cost(k, max(batches)) > 1
-    cost = np.mean([round_price(d, big) for run in runs for d, _ in run])  # always on's round there, on average
+    cost = mean_round_price(runs, big)  # always on's round there, on average
     more = f"costs more: always on's rounds there cost {cost:.2f} plain passes each. "  # 0.77 checks by hand
     return (f"At B = {small} a check costs one plain pass, as in demo 6" + (f"; at B = {big} it {more}" if dear
                                                                           else ". ") if rounds_free(k, small)
@@ -5146,7 +5151,7 @@ def always_on_words(runs, batch):
     """Chapter 20 in detail: always on's rounds at a batch size, their tokens and their price a round, whose ratio
     the table prints (read 1568 rebuilt it from the shares of short rounds)."""
     rounds = [r for run in runs for r in run]
-    tokens, cost = np.mean([e for _, e in rounds]), np.mean([round_price(d, batch) for d, _ in rounds])
+    tokens, cost = np.mean([e for _, e in rounds]), mean_round_price(runs, batch)
     return (f"So at B = {batch} always on's rounds made {tokens:.2f} tokens each and cost {cost:.2f} plain passes each,"
             f" a speedup of {phase_speedup(rounds, batch):.2f}.")
 

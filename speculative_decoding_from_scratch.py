@@ -3040,7 +3040,11 @@ def demo10_server(k=5, n_rounds=3000, c=0.1):
           [(r[0], r[2], r[4]) for r in rows[:2] + rows[4:]], groups=[(f"c = {c:g}", 1, 2)])  # [2], [3]: --detail's
     print()
     length, rate, per_position = hit["--mean-acceptance-length"], hit["the rate taken as alpha"], hit["--per-position"]
-    alpha_words = ((same + " ") * (abs(R - (L - 1) / k) < 1e-12)
+    low = R < a_R  # the rate reads below the alpha the length gives: what eq. 1 makes of it is the detail's
+    alpha_words = ((f"The rate taken as alpha reads low: eq. 1 at {R:.3f} gives {expected_tokens(R, k):.2f} tokens per"
+                    f" call at k = {k}, where these rounds made {L:.2f}. ") * low  # readers checked it, and needed
+                   # only the reason (reads 3121 to 3136)
+                   + (same + " ") * (abs(R - (L - 1) / k) < 1e-12)
                    + f"The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = {k} gives the length,"
                    f" {a_L:.3f}. With it --tune {'picks' if length else 'misses'} the true best k"
                    + (", as with the per-position rates." if length == per_position else ".")
@@ -3051,9 +3055,8 @@ def demo10_server(k=5, n_rounds=3000, c=0.1):
                    + (" and picks the same k." if rows[3][2] == rows[2][2] else f" and picks k = {rows[3][2]}."))
     say(f"The per-position rates {'pick' if per_position else 'miss'} the true best k.",
         ("The rate taken as alpha picks it too." if rate else "The rate taken as alpha does not.")
-        + " Its denominator counts the drafts after a round's first rejection too, which the rule never checks" + (
-            f", so it reads low: eq. 1 at {R:.3f} gives {expected_tokens(R, k):.2f} tokens per call at k = {k}, where"
-            f" these rounds made {L:.2f}." if R < a_R else "."))
+        + " Its denominator counts the drafts after a round's first rejection too, which the rule never checks"
+        + (", so it reads low." if low else "."))
     takeaway("pick k from per-position rates; never take the draft acceptance rate as alpha.",
              {"per-position rates pick the true best k": per_position, "the rate taken as alpha misses it": not rate})
     return SimpleNamespace(metrics=(L, R, rates), rows=rows, hit=hit, alpha=a_L, alpha_words=alpha_words)

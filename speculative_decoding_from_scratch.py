@@ -7448,7 +7448,7 @@ def demo35_chain_loss(**how):
     if None in (tree, chain) or not end:
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
-        return SimpleNamespace(rows=[], said="", arith="", name="", chain=None)  # the detail prints nothing
+        return SimpleNamespace(rows=[], said="", arith="", name="", chain=None, margin="")  # the detail prints nothing
     made = [c19.options[i].tokens for i in (tree, chain)]  # is each speed up to own[1] tokens / (1 + n c)?
     below = all(np.isclose(c19.speeds[b - 1, i], m / (1 + n * draft_cost(b, c19.n_ctx, draft=main.cost)))
                 for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
@@ -7474,13 +7474,15 @@ def demo35_chain_loss(**how):
            f" in place of the 1 in 1 + n c: a sequence has {base:.1f} / B + {each:.3f} free positions (chapter 25"
            " derives it; demo 6's"
            f" {free_positions(c19.n_ctx)} at B = 1)." if below and priced else "")
-        + " The tree's and the chain's speedups at each batch size B of the table:")
+        + " The tree's and the chain's speedups at each batch size B of the table"
+        + (f", and at B = {end}, the tree's last:" if end > own[1] + 2 else ":"))
     print()
     batches = sorted(b for b in {1, 8, 16, 24, own[1] - 1, own[1], own[1] + 1, own[1] + 2, end}
                      if 1 <= b <= min(end, c19.max_batch))
     rows = [(b, draft_cost(b, c19.n_ctx, draft=main.cost), c19.speeds[b - 1, tree], c19.speeds[b - 1, chain],
              1 - c19.speeds[b - 1, chain] / c19.speeds[b - 1, tree]) for b in batches]
-    table([("B", 5, "d"), ("chain's loss", 14, loss_text)], [(r[0], r[4]) for r in rows])
+    near = [r for r in rows if r[0] <= own[1] + 2]  # the body's: the tree's last B, and the margin there, are the
+    table([("B", 5, "d"), ("chain's loss", 14, loss_text)], [(r[0], r[4]) for r in near])  # detail's (reads 3170-3184)
     said = tree_loss_words(c19, main, own, t)
     growing = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]  # the loss up to the engines' worst B
     peaks = (np.diff(growing) > 0).all() and ridge_batch(*token_traffic(c19.n_ctx), positions=t[2]) == own[1] + 1
@@ -7489,15 +7491,15 @@ def demo35_chain_loss(**how):
     say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.2%}." + said if said else
         f"The chain's loss peaks at B = {own[1]}, {own[0]:.2%}, just below the tree's ridge, but NOT for all the"
         " reasons this chapter gives, with the stages as you have them." if peaks else
-        "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.",
-        f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
-        " chapter 19's plan switches only when its choice falls more than that below the best."
-        if -c19.tol < ahead < 0 else "")
+        "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.")
+    margin = (f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
+              " chapter 19's plan switches only when its choice falls more than that below the best."
+              if -c19.tol < ahead < 0 else "")
     takeaway("a chain schedule loses most just below the tree's ridge: until then each of the chain's extra draft"
              " passes costs more as B grows, and past it the tree's own check costs time.",
              {"the loss grows with B up to the batch before the tree's ridge": peaks,
               "c's rise and the tree's ridge account for it": bool(said)})
-    return SimpleNamespace(rows=rows, said=said, arith=arith, name=main.name, chain=own[2])
+    return SimpleNamespace(rows=rows, said=said, arith=arith, name=main.name, chain=own[2], margin=margin)
 
 
 def demo35_detail(result):
@@ -7510,6 +7512,9 @@ def demo35_detail(result):
     print()
     table([("B", 5, "d"), (f"{result.name}'s c", 12, ".4f"), ("tree", 8, ".4f"), (f"k = {result.chain}", 8, ".4f"),
            ("chain's loss", 14, loss_text)], result.rows)
+    if result.margin:
+        print()
+        say(result.margin)
 
 
 # -----------------------------------------------------------------------------

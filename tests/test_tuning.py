@@ -1526,8 +1526,7 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)
     assert ("The serving engines of chapter 23 (vLLM, SGLang and TensorRT-LLM) cannot switch between a tree and chains"
             " by B, so there they run small's best chain, k = 8, the longest the plan tries, from 8 draft passes.") \
-        in text and ("At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin:"
-                     " chapter 19's plan switches only when its choice falls more than that below the best.") in text  # read 1869 read 'schedule only chains by B' two ways, and asked why the tree stays at B = 34; read
+        in text  # read 1869 read 'schedule only chains by B' two ways, and asked why the tree stays at B = 34; read
     # 1768 found the cap unflagged; the shares behind c are chapter 37's (reads 1760 and 1768 checked them here)
     assert "0.0234" not in text and f"{weights:.4f}" not in text
     assert "19.7" not in text  # read 1673 spent 2 minutes on demo 6's 295 / 15 against B = 32: chapter 25's
@@ -1562,7 +1561,7 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert (np.diff(1 - speeds[:31, chain_i] / speeds[:31, tree_i]) > 0).all()
     assert all(r[4] == pytest.approx(1 - r[3] / r[2]) for r in rows) and rows[0][4] == pytest.approx(loss)
     assert f"1 {c1:.4f} " in detail and f"{c1:.4f}" not in text and "The chain's loss peaks at B = 31, 3.74%. Up to B" \
-        " = 31 that loss grows" in text and " ".join(f"{r[0]} {r[4]:.2%}" for r in rows) in text
+        " = 31 that loss grows" in text and " ".join(f"{r[0]} {r[4]:.2%}" for r in rows[:-1]) + " The chain's" in text
     # why k = 8 and not demo 4's 4 (reads 1636 and 1661 went back to demo 5 for it) is chapter 32's, with its table;
     # read 1673 spent 3 minutes testing 'pays' against k = 9 and 10 by demo 4's numbers
     assert "A chain this long pays" not in text
@@ -1590,11 +1589,16 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
             " at B = 1).") in detail
     for b, c, tree_speed in ((32, 0.0141, 2.9911), (34, 0.0143, 2.8869)):
         assert 3.134 / (15 / (289.3 / b + 5.878) + 3 * c) == pytest.approx(tree_speed, abs=1e-3)
-    # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there
-    assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and (
-        "At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: chapter 19's plan"
-        " switches only when its choice falls more than that below the best.") in \
-        text
+    # at the tree's last B the chain leads by less than the plan's margin, which is why the plan kept the tree there;
+    # since stop 88 that row and its sentence are the detail's, and the body's table ends two past the peak: readers
+    # checked the margin against the row (reads 1972 to 1986, 3171, 3183); side by side over two rounds (reads 3169 to
+    # 3184) the chapter read 7, 6.5, 8, 6.5, 5.5, 7, 6 and 8 minutes without them against 8.5, 7, 8.5, 7.5, 8.5, 7, 8
+    # and 7 with them
+    margin = ("At B = 34, the tree's last, the chain already leads, by less than the plan's 0.5% margin: chapter 19's"
+              " plan switches only when its choice falls more than that below the best.")
+    assert -0.005 < rows[-1][4] < 0 and f"{rows[-1][4]:.2%}" == "-0.04%" and margin in detail and margin not in text
+    assert "2.8880 -0.04% At B = 34" in detail and "-0.04%" not in text and "at each batch size B of the table, and at B = 34, the" \
+        " tree's last:" in detail
 
 
 def test_chapters_32_and_37_withhold_their_takeaways_when_big_is_the_better_draft(capsys):

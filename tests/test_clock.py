@@ -2,7 +2,6 @@
 weight matrices: never a wall-clock figure."""
 import contextlib
 import io
-import re
 
 import numpy as np
 import pytest

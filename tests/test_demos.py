@@ -2033,7 +2033,8 @@ def test_demo10_routes_and_their_sentences(demo):
     # (low against what the rounds made, in tokens per call, now the length's alpha is the detail's; and since stop
     # 88 that figure is the detail's too: readers checked it through eq. 1 and needed only the reason; side by side
     # over two rounds (reads 3121 to 3136) the chapter read 7.5, 7, 8.5, 7.5, 8, 6.5, 8 and 7 minutes without it
-    # against 8, 8.5, 9, 8.5, 7.5, 7, 8.5 and 8 with it)
+    # against 8, 8.5, 9, 8.5, 7.5, 7, 8.5 and 8 with it; the second round's four without it also had a rewording
+    # of the --tune sentence, not kept, as readers still asked what the length picks)
     low = (f"The rate taken as alpha reads low: eq. 1 at {R:.3f} gives {sd.expected_tokens(R, 5):.2f} tokens per call"
            f" at k = 5, where these rounds made {L:.2f}.")
     assert R < a_R - 0.1 and ("Its denominator counts the drafts after a round's first rejection too, which the"

@@ -3523,9 +3523,6 @@ def clock_operands(size):
     return np.full((size, size), 1e-3, np.float32), np.ones((size, 17), np.float32)
 
 
-CLOCK_KS = (4, 16)  # the rounds whose checks chapter 13 times: the lesson's k, and a long one
-
-
 def demo13_clock(size=4096):
     """Demo 6's pass on a real clock: W stands in for the target."""
     say("This chapter measures your machine, so its numbers move from run to run. Each line marked (clock) at its"
@@ -3533,7 +3530,7 @@ def demo13_clock(size=4096):
         " accelerator. Here a CPU does the work. A verifying pass over k+1 positions multiplies the weights by k+1"
         " columns at once.")
     W, X = clock_operands(size)
-    times = demo13_times(W, X, CLOCK_KS)
+    times = demo13_times(W, X, (LESSON_K, 16))  # the checks of the lesson's rounds, and of long ones
     ratio = ms_ratio(times, 2)
     priced = float(verify_cost(1, 1, 512))  # two positions on demo 6's roofline, in plain passes
     takeaway(f"here two positions cost {ratio:.1f} times one, where demo 6's roofline says {priced:.1f}. Time a check"

@@ -5029,7 +5029,7 @@ def plan_table(plan, buckets):
 
 
 # -----------------------------------------------------------------------------
-# Chapter 20. When should a server stop speculating?
+# Chapter 20. Should a server stop speculating when fewer drafts pass?
 # TensorRT-LLM can turn speculation off for good (acceptance_rate_threshold,
 # with acceptance_rate_window_size, in its llm_args.py at 00043967). Its
 # SpeculationGate (_torch/speculative/speculation_gate.py at 42ffc268) takes
@@ -5132,20 +5132,6 @@ def drafted_words(runs, batch):
             f" average, and {len(rounds) - len(drafted):,} drafted none")
 
 
-def round_words(runs, k, batches):
-    """Chapter 20's words on a check's price: at the least batch, where every check of up to k drafts costs one
-    plain pass, and at the largest, where it crosses the ridge: always on's rounds' mean price there (runs are
-    always on's), which with the table's speedup gives its tokens a round; how each check is priced is the
-    detail's."""
-    small, big, dear = min(batches), max(batches), verify_cost(k, max(batches)) > 1
-    cost = mean_round_price(runs, big)  # always on's round there, on average
-    more = f"costs more: always on's rounds there cost {cost:.2f} plain passes each. "  # 0.77 checks by hand
-    return (f"At B = {small} a check costs one plain pass, as in demo 6" + (f"; at B = {big} it {more}" if dear
-                                                                          else ". ") if rounds_free(k, small)
-            else f"At B = {big} a check {more}" if dear else "") + (
-        f"The speedup is tokens per plain pass, over all {len(runs)} seeds:")
-
-
 def always_on_words(runs, batch):
     """Chapter 20 in detail: always on's rounds at a batch size, their tokens and their price a round, whose ratio
     the table prints (read 1568 rebuilt it from the shares of short rounds)."""
@@ -5169,7 +5155,8 @@ def share_words(runs, k, batch):
 def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0, 1, 2), batches=(1, 256),
                     threshold=1.0, window=20):
     """Chapter 20: a switch that turns speculation off for good, on a
-    workload whose acceptance changes phase."""
+    workload whose acceptance changes phase, at the least batch size; the
+    detail prices every policy at the largest too."""
     prompt = prompts()["summarise"]
     P, n = PhaseModel(len(prompt), phases), sum(length for length, _ in phases)
     policies = {f"always on, k = {k}": {}, f"off for good below {threshold}": dict(switch=(threshold, window)),
@@ -5179,6 +5166,7 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     rows = [(name_, *[pooled(rs, b) for b in batches]) for name_, rs in runs.items()]
     on = rows[0]  # a per-batch schedule: k where speculating pays at that B over the workload, else plain decoding
     rows.insert(1, ("per-batch schedule", *[x if x > 1 else 1.0 for x in on[1:]]))
+    off, small = rows[2], list(batches).index(min(batches))  # the body's batch size is the least
     say("When to fall back? In TensorRT-LLM, NVIDIA's serving engine, acceptance_rate_threshold turns speculation"
         " off for good once the accepted drafts per round, averaged over recent requests, fall below it: despite its"
         " name, a count of drafts, not a rate. A workload can change.",
@@ -5188,81 +5176,93 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
         f" {phases[0][0]} characters: lam {phases[0][1]} (copying), lam {phases[1][1]} (little copying), lam"
         f" {phases[2][1]} again.")
     print()
-    shown = rows[:3]  # adaptive k, rows[3], is the detail's
-    say(f"{number_word(len(shown)).capitalize()} policies, each drafting by prompt lookup, over {len(seeds)} seeds:")
+    say(f"Two policies, each drafting by prompt lookup, over {len(seeds)} seeds:")
     say_items([f"always on: k = {k} every round, or fewer where prompt lookup finds less to match;",
-               "per-batch schedule: at each batch size B (the number of sequences a server decodes at once), k ="
-               f" {k} if that beats plain decoding over the whole workload, else plain decoding. It is told which"
-               " in advance, as a plan from a server's measured figures tells it (chapter 19);",
                f"off for good: TensorRT-LLM's switch, at a threshold of {threshold:g} accepted draft per round,"
                f" averaged here over the last {window} rounds (the engine averages over requests; this run is a"
                " single request)."])
     print()
-    cover = ridge_cover_words(k, max(batches))
-    why_context = (f"The table prices {BATCH_CONTEXT} tokens of context, not the prompt's {len(prompt)}" + (  # detail's
-        f": at {len(prompt)} no batch that fits in the H100's {H100.memory / 1e9:.0f} GB has a check that crosses the"
-        " ridge." if long_context_note(k, [len(prompt)], why=False) else
-        ": so that a large batch crosses the ridge, as a short context keeps each sequence's KV cache, the keys and"
-        " values of its tokens, small."))
-    say("The table prices each pass as demo 6's Llama-2-7B-shaped decoder running B copies of this run at once, a"
-        f" character a token. It prices {BATCH_CONTEXT} tokens of context (--detail says why, and prices each check).",
+    b, free = batches[small], rounds_free(k, batches[small])  # free: every round costs one plain pass, as at B = 1
+    say(("The server decodes one sequence at a time" if b == 1 else f"The server decodes {b} sequences at a time")
+        + (f", so a check of up to {k + 1} positions costs one plain pass, as in demo 6." if free else "."),
         "Prompt lookup costs no draft pass (c = 0).",
-        round_words(runs[on[0]], k, batches))
+        f"So a round costs one plain pass, drafts or none, and the speedup is characters per round, over all"
+        f" {len(seeds)} seeds:" if free else f"The speedup is characters per plain pass, over all {len(seeds)} seeds:")
     print()
-    table([("policy", 24, "<")] + [(f"B = {b}", 9, ".2f") for b in batches], shown,
-          groups=[("speedup", 1, len(batches))])
-    off = rows[2]
-    at = float(np.median([switched_off_at(r) for r in runs[rows[2][0]]]))  # where off for good went off
+    table([("policy", 24, "<"), ("speedup", 9, ".2f")], [(r[0], r[1 + small]) for r in (on, off)])
+    at = float(np.median([switched_off_at(r) for r in runs[off[0]]]))  # where off for good went off
     ends = np.cumsum([length for length, _ in phases])
     where = next((f", in stretch {i + 1} of {len(phases)} (characters {e - length} to {e})"
                   for i, ((length, _), e) in enumerate(zip(phases, ends)) if e - length <= at < e), "")
-    # seed by seed: off for good against the schedule, which runs that seed's always-on rounds where it speculates
-    behind = [all((phase_speedup(a, b) if on[1 + i] > 1 else 1.0) > phase_speedup(o, b)
-                  for a, o in zip(runs[on[0]], runs[off[0]])) for i, b in enumerate(batches)]
-    loses = all(behind)
+    # seed by seed: off for good against always on, at the body's batch size
+    loses = all(phase_speedup(o, b) < phase_speedup(a, b) for a, o in zip(runs[on[0]], runs[off[0]]))
+    went_off = at < n
+    never_costs = free and all(e >= 1 for rs in runs.values() for run in rs for _, e in run)
+    big = list(batches).index(max(batches))  # the detail's batch size
     print()
-    say(f"Off for good {'loses' if loses else 'does NOT lose'} to the per-batch schedule at"
-        f" {and_list([f'B = {b}' for b in batches])}, on each"
-        f" of the {len(seeds)} seeds.",
+    say(f"Off for good loses to always on, on each of the {len(seeds)} seeds." if loses else
+        "Off for good does NOT lose to always on on every seed.",
         f"It switches off at about character {at:.0f}{where}" + (
             f", and misses stretch {len(phases)}'s copying" if at < ends[-2] and phases[-1][1] > phases[-2][1] else "")
-        + "." if at < n else "It never switches off here.",
-        *[(f"At B = {b}, where a round costs one plain pass, off for good " if rounds_free(k, b)
-           else f"At B = {b}, off for good ")
-          + priced_words(runs[off[0]], b) + f": {off[1 + i]:.2f}." if on[1 + i] > 1 and behind[i] else f"At B = {b},"
-          f" speculating costs more than it saves ({on[1 + i]:.2f}), so the schedule does not speculate there at all"
-          + (f"; off for good pays that cost until it switches off: {drafted_words(runs[off[0]], b)},"
-             f" {off[1 + i]:.2f}."  # the split that rebuilds it (readers priced its rounds at always on's average)
-             if on[1 + i] < off[1 + i] < 1 else ".") if on[1 + i] <= 1 else ""
-          for i, b in enumerate(batches)],
-        "The option --detail adds a fourth policy, one that adapts k.")
-    adaptive = rows[3]
-    adaptive_words = (  # the detail's
-        f"Adaptive k, the heuristic of transformers (a Python library), starts at k = {k} and drafts 2 more after a"
-        f" round whose drafts all passed, 1 fewer otherwise (here kept between 1 and {ADAPT_MAX}). It makes "
-        + and_list([f"{adaptive[1 + i]:.2f} at B = {b}" for i, b in enumerate(batches)])
-        + "." + (" It moves k by what passed, not by what a pass costs: at B = "
-                 + " and ".join(str(b) for i, b in enumerate(batches) if adaptive[1 + i] < 1)
-                 + " it is slower than plain decoding too." if any(adaptive[1 + i] < 1 for i in range(len(batches)))
-                 else ""))
-    stops = [on[1 + i] <= 1 for i in range(len(batches))]  # where speculating costs more than it saves
-    top = list(batches).index(max(batches))  # the largest batch's column, whose price the detail gives
-    takeaway("stop speculating where a check costs more than it saves, batch size by batch size, as the per-batch"
-             " schedule does. A switch that turns it off for good can lose what that schedule keeps.",
-             {"the permanent switch-off loses to the per-batch schedule": loses,
-              "speculating pays at one batch size shown and costs at another": any(stops) and not all(stops)})
-    return SimpleNamespace(rows=rows, loses=loses, adaptive=adaptive_words, why_context=why_context, price=" ".join(
-        (f"At B = {max(batches)}, a check of {k} drafts costs {verify_cost(k, max(batches)):.2f} plain passes.",
-         price_figures_words(f"Those {verify_cost(k, max(batches)):.2f} plain passes", max(batches)), cover,
-         share_words(runs[on[0]], k, max(batches)), always_on_words(runs[on[0]], max(batches)),
-         f"Off for good {priced_words(runs[off[0]], max(batches))}, {off[1 + top]:.2f}."
-         if on[1 + top] < off[1 + top] < 1 else "")).strip())
+        + "." if went_off else "It never switches off here.",
+        f"It {priced_words(runs[off[0]], b)}: {off[1 + small]:.2f}.",
+        "Yet here speculating never cost more than plain decoding: each round cost one plain pass and made at least"
+        " one character." if never_costs and went_off else "",
+        "The option --detail adds a third policy, one that adapts k" + (
+            f", and prices all three at {batches[big]} sequences at a time"
+            + (", where a check costs more than it saves." if on[1 + big] < 1 else ".") if big != small else "."))
+    takeaway(f"few drafts passing says speculating gains little, not that it costs. A switch that turns it off for"
+             f" good then can lose what comes back: here, {off[1 + small]:.2f} against {on[1 + small]:.2f}.",
+             {"off for good loses to always on, seed by seed": loses,
+              f"every round costs one plain pass at B = {b}, whatever it drafts": never_costs,
+              "the switch turned speculation off": went_off})
+    return SimpleNamespace(rows=rows, loses=loses, runs=runs, k=k, batches=batches, seeds=seeds, prompt=prompt)
 
 
 def demo20_detail(result):
-    """Chapter 20 in detail: why BATCH_CONTEXT tokens, the two figures behind a check's price there, and a fourth
-    policy, adaptive k."""
-    say_paragraphs([result.why_context, result.price, result.adaptive])
+    """Chapter 20 in detail: a fourth policy, adaptive k; every policy priced at the largest batch, at
+    BATCH_CONTEXT (and why), beside a per-batch schedule; and the two figures behind a check's price there."""
+    rows, runs, k, batches, seeds = result.rows, result.runs, result.k, result.batches, result.seeds
+    on, schedule, off, adaptive = rows
+    big = list(batches).index(max(batches))
+    top = batches[big]
+    say_paragraphs([
+        f"Adaptive k, the heuristic of transformers (a Python library), starts at k = {k} and drafts 2 more after a"
+        f" round whose drafts all passed, 1 fewer otherwise (here kept between 1 and {ADAPT_MAX}).",
+        f"At a large batch a check costs more. B, the batch size, is the number of sequences a server decodes at"
+        f" once. Below, each pass is priced as demo 6's Llama-2-7B-shaped decoder running B copies of this run at"
+        f" once, a character a token, at {BATCH_CONTEXT} tokens of context, not the prompt's {len(result.prompt)}" + (
+            f": at {len(result.prompt)} no batch that fits in the H100's {H100.memory / 1e9:.0f} GB has a check that"
+            " crosses the ridge." if long_context_note(k, [len(result.prompt)], why=False) else
+            ": so that a large batch crosses the ridge, as a short context keeps each sequence's KV cache, the keys"
+            " and values of its tokens, small."),
+        " ".join(w for w in (
+            f"At B = {top}, a check of {k} drafts costs {verify_cost(k, top):.2f} plain passes.",
+            price_figures_words(f"Those {verify_cost(k, top):.2f} plain passes", top), ridge_cover_words(k, top),
+            share_words(runs[on[0]], k, top), always_on_words(runs[on[0]], top)) if w),
+        f"A fourth policy, the per-batch schedule: at each B, k = {k} if that beats plain decoding over the whole"
+        " workload, else plain decoding. It is told which in advance, as a plan from a server's measured figures"
+        " tells it (chapter 19)."])
+    print()
+    table([("policy", 24, "<")] + [(f"B = {b}", 9, ".2f") for b in batches], rows,
+          groups=[("speedup", 1, len(batches))])
+    # seed by seed: off for good against the schedule, which runs that seed's always-on rounds where it speculates
+    behind = [all((phase_speedup(a, b) if on[1 + i] > 1 else 1.0) > phase_speedup(o, b)
+                  for a, o in zip(runs[on[0]], runs[off[0]])) for i, b in enumerate(batches)]
+    stops = [on[1 + i] <= 1 for i in range(len(batches))]  # where speculating costs more than it saves
+    print()
+    say(f"Off for good {'loses' if all(behind) else 'does NOT lose'} to the per-batch schedule at"
+        f" {and_list([f'B = {b}' for b in batches])}, on each of the {len(seeds)} seeds.",
+        *[f"At B = {b}, speculating costs more than it saves ({on[1 + i]:.2f}), so the schedule does not speculate"
+          " there at all" + (f"; off for good pays that cost until it switches off: {drafted_words(runs[off[0]], b)},"
+                             f" {off[1 + i]:.2f}." if on[1 + i] < off[1 + i] < 1 else ".")
+          for i, b in enumerate(batches) if stops[i]],
+        "Adaptive k makes " + and_list([f"{adaptive[1 + i]:.2f} at B = {b}" for i, b in enumerate(batches)]) + "."
+        + (" It moves k by what passed, not by what a pass costs: at B = "
+           + " and ".join(str(b) for i, b in enumerate(batches) if adaptive[1 + i] < 1)
+           + " it is slower than plain decoding too." if any(adaptive[1 + i] < 1 for i in range(len(batches))) else ""),
+        "So stop speculating where a check costs more than it saves, batch size by batch size, as the per-batch"
+        " schedule does." if all(behind) and any(stops) and not all(stops) else "")
 
 
 # -----------------------------------------------------------------------------
@@ -6378,7 +6378,7 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     sweep = demo26_speed(prompts()["summarise"], k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
     say_paragraphs(["The option --detail prices a what-if: short contexts at a large batch, where verifying costs"
-                    " more than copying saves, as chapter 20 shows." if any(r[3] < 1 for r in sweep.rows) else ""])
+                    " more than copying saves, as chapter 20's --detail shows." if any(r[3] < 1 for r in sweep.rows) else ""])
     takeaway("the text drafts for free, and buys more tokens per call the more the output copies it.",
              {"tokens per call rise as the text copies more": rising})
     return sweep
@@ -7889,7 +7889,7 @@ CHAPTERS = {  # beyond the paper: each runs by number, and `all` runs every one
     "17": ("What did a from-scratch generator get wrong?", demo17_apex),
     "18": ("What does a lossy verifier cost?", demo18_lossy_cost),
     "19": ("Which drafter, k and tree for my server?", demo19_tuning),
-    "20": ("When should a server stop speculating?", demo20_fallback),
+    "20": ("Should a server stop speculating when fewer drafts pass?", demo20_fallback),
     "21": ("Does temperature slow speculation down?", demo21_temperature),
     "22": ("Does a lossy verifier change greedy text?", demo22_greedy_text),
     "23": ("How does each engine take a plan?", demo23_engines),
@@ -7979,7 +7979,7 @@ USES = {  # the legend's terms each chapter's text uses: a run of chapters alone
     "17": ("table", "p, q", "round", "fit"),
     "18": ("blend", "p, q", "round", "c", "TV", "exact"),
     "19": ("table", "blend", "c"),
-    "20": ("table", "round", "c"),
+    "20": ("round", "c"),
     "21": ("table", "blend", "p, q", "round", "alpha", "c", "TV", "fit", "exact"),
     "22": ("table", "blend", "p, q", "round", "c", "exact"),
     "23": ("table", "blend"),

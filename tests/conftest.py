@@ -148,6 +148,21 @@ def every_demo():
     return results, out.getvalue(), dict(calls)
 
 
+def every_detail(results):
+    """What each chapter's --detail returns and prints after the run's own
+    result (n -> (returned, printed)), but chapters 13 and 36's, which read
+    the clock."""
+    import contextlib
+    import io
+    answer = {}
+    for n, detail in sd.DETAILS.items():
+        if n not in ("13", "36"):
+            with contextlib.redirect_stdout(out := io.StringIO()):
+                returned = detail(results[n])
+            answer[n] = returned, out.getvalue()
+    return answer
+
+
 def fork_every_demo():
     """every_demo() in a forked copy of this process, started before any test
     runs, so it uses the second core while tests run here: (its pid, the file
@@ -163,7 +178,8 @@ def fork_every_demo():
     code = 1
     try:  # the child: the demos, then out without running the parent's exit handlers
         os.nice(10)
-        answer = every_demo()
+        answer = pickle.dumps(every_demo())  # as the demos left it, before any detail runs
+        answer = (*pickle.loads(answer), every_detail(pickle.loads(answer)[0]))
         with open(path, "wb") as f:
             pickle.dump(answer, f)
         code = 0
@@ -176,9 +192,11 @@ def fork_every_demo():
 
 @pytest.fixture(scope="session")
 def in_process(pytestconfig):
-    """every_demo(), from the forked copy (or run here, where there is no fork)."""
+    """every_demo() and every_detail() of its results, from the forked copy (or
+    run here, where there is no fork)."""
     if pytestconfig.demo_fork is None:
-        return every_demo()
+        answer = every_demo()
+        return (*answer, every_detail(pickle.loads(pickle.dumps(answer[0]))))
     pid, path = pytestconfig.demo_fork
     _, status = os.waitpid(pid, 0)
     try:
@@ -187,6 +205,13 @@ def in_process(pytestconfig):
             return pickle.load(f)
     finally:
         os.remove(path)
+
+
+@pytest.fixture(scope="session")
+def details(in_process):
+    """n -> (what chapter n's --detail returned after the run's own result,
+    what it printed, as one line), from every_detail()."""
+    return {n: (returned, " ".join(out.split())) for n, (returned, out) in in_process[3].items()}
 
 
 @pytest.fixture(scope="session")

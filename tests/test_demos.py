@@ -57,7 +57,7 @@ def printed(f, *args, **kwargs):
 @pytest.fixture(scope="session")
 def demo(in_process):
     """n -> (what demo or chapter n returned, what it printed, as one line)."""
-    results, text, _ = in_process
+    results, text = in_process[:2]
     return {n: (results[n], flat(section(text, n))) for n in sd.DEMOS}
 
 
@@ -1211,7 +1211,7 @@ def test_chapter9_every_verifier_row_and_verdict(demo, all_run):
     assert "The best setting depends on the pair: block on three pairs and 1-hot on one pair." in flat(text)
 
 
-def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
+def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     rows, text = demo["15"]
     verdicts = {r[0]: r[5] for r in rows}
     assert verdicts == {"block": "the target", "vllm-ascend, PyTorch": "NOT the target",
@@ -1224,7 +1224,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # the PyTorch path, its weight, its example and its row, is the detail's since stop 84, while it is caught: reads
     # 2585 to 2588 took 8, 8, 7.5 and 8 minutes without it, 2589 to 2592 8.5, 8.5, 8 and 8.5 with it
     assert "vllm-ascend, PyTorch" not in text and "capped on its own" not in text
-    _, detail = printed(sd.DETAILS["15"], rows)
+    _, detail = details["15"]
     assert (sd.PYTORCH_WEIGHT in flat(detail) and "vllm-ascend, PyTorch 0.0730 0.2098 0.2459 < 1e-12 NOT the target"
             in flat(detail) and "Both checks catch the PyTorch path too." in detail)
     edits, text34 = demo["34"]
@@ -1372,7 +1372,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
             below |= shipped < w - 1e-6
     said15 = " ".join(text.split())
     assert below and "each ratio capped on its own: ratios 0.5 then 2 give 0.5 there, while w_2 = 1." in flat(
-        printed(sd.DETAILS["15"], rows)[1])
+        details["15"][1])
     assert "in place of w_i it tests min(1, p(x_1)/q(x_1)) * ... * min(1, p(x_i)/q(x_i))," in sd.PYTORCH_WEIGHT
     # the example through the stages: ratio 0.5 then 2 on a draft x = 0 whose q is 1/2
     pq = [(np.array([r / 2, 1 - r / 2]), np.array([0.5, 0.5])) for r in sd.EXAMPLE_RATIOS]
@@ -1435,7 +1435,7 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo):
     # 2139 each spent 1 to 1.5 minutes on why the first token is off already; reads 2205 to 2208, without those
     # columns, took 9, 9, 8.5 and 10 minutes, against a median of 9.75)
     assert "n = 1" not in text and "(--detail gives the TVs of the first 1 to 3):" in said15
-    _, detail15 = printed(sd.DETAILS["15"], rows)
+    _, detail15 = details["15"]
     assert ("The exact TVs of the first 1 to 3 tokens: each shipped path is off from the first token. exact TV, first n"
             " tokens verifier n = 1 n = 2 n = 3") in detail15
 
@@ -1997,7 +1997,7 @@ def test_chapter31_gives_the_blocks_worst_loss_when_it_loses(capsys):
     assert "Takeaway withheld" in said and "block keeps at least as many at every k" in flat(said)
 
 
-def test_demo10_routes_and_their_sentences(demo):
+def test_demo10_routes_and_their_sentences(demo, details):
     result, text = demo["10"]
     assert result.hit == {"--per-position": True, "--mean-acceptance-length": True, "--draft-acceptance-rate": True,
                           "the rate taken as alpha": False}
@@ -2013,7 +2013,7 @@ def test_demo10_routes_and_their_sentences(demo):
     # length restated, and every reader said so; reads 2457 to 2460 took 8, 8, 9 and 9.5 minutes without it, 2461
     # to 2464 10, 9, 9.5 and 8.5 with it
     assert "--draft-acceptance-rate" not in text and "The rate, read through eq. 1, gives the same alpha and picks the" \
-        " same k." in flat(printed(sd.DETAILS["10"], result)[1])
+        " same k." in flat(details["10"][1])
     # one row a figure, its k and true speedup at each cost (read 1654 spent 3 minutes on fifteen rows)
     assert "the rate taken as alpha 2 1.82x" in flat(text)
     # costs whose best k and its speedup demo 5 prints (0.1, 0.2 and 0.3): at c = 0.4 every reader priced the
@@ -2039,7 +2039,7 @@ def test_demo10_routes_and_their_sentences(demo):
            f" at k = 5, where these rounds made {L:.2f}.")
     assert R < a_R - 0.1 and ("Its denominator counts the drafts after a round's first rejection too, which the"
                               " rule never checks, so it reads low. Takeaway: pick k") in flat(text)
-    assert low not in flat(text) and flat(printed(sd.DETAILS["10"], result)[1]).startswith(low) and \
+    assert low not in flat(text) and flat(details["10"][1]).startswith(low) and \
         f"{sd.expected_tokens(0.396, 5):.2f}" == "1.65"
     # the rate as the length restated, and the pointer to the length's route, are the detail's since this stop:
     # readers checked the first and asked after the second; side by side over two rounds (reads 3097 to 3112) the
@@ -2047,7 +2047,7 @@ def test_demo10_routes_and_their_sentences(demo):
     # 9.5 with them
     assert (f"The rate is (length - 1) / k, {(L - 1) / 5:.4f}: the same accepted drafts, counted per round in the"
             " length and per drafted token in the rate. The length needs eq. 1") in flat(
-        printed(sd.DETAILS["10"], result)[1]) and "The rate is" not in text and "length too" not in text
+        details["10"][1]) and "The rate is" not in text and "length too" not in text
     # why the routes' alpha is not demo 3's, each reason with the way it moves alpha (read 1478: 'they pull opposite
     # ways'): eq. 1 run back from the exact length gives less than 0.703; the sampled rounds ran longer than exact
     exact5 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 5)
@@ -2064,7 +2064,7 @@ def test_demo10_routes_and_their_sentences(demo):
     # stop the alpha and its reasons are the detail's, and the body says only what --tune does with the figure;
     # reads 2253 to 2260 took 8.5, 11.5, 9.5, 9, 8.5, 9, 9 and 9 minutes, against 10, 10.5, 12 and 9 before (2237 to
     # 2240), most now solving for the alpha themselves in about a minute
-    detail = flat(printed(sd.DETAILS["10"], result)[1])
+    detail = flat(details["10"][1])
     # since stop 84 the alpha itself is the body's again, its reasons still the detail's: readers solved for it by
     # hand for 1.5 to 2 minutes (and stalled on 'reads the rate the same way'); reads 2681 to 2684 and 2689 to 2692
     # took 9, 10, 8, 7.5, 8, 8.5, 9.5 and 9 minutes with it, 2685 to 2688 and 2693 to 2696 8.5, 11.5, 8.5, 9, 9.5,
@@ -2092,7 +2092,7 @@ def test_demo10_routes_and_their_sentences(demo):
     # read 1526 spent 1.5 minutes on three alphas in three sentences; reads 1652 and 1654 a minute on 'chiefly', a
     # second cause unnamed: both causes named, and --detail gives each one's number; the sampled rounds move it more
     assert abs(sd.alpha_from_mean_length(L, 5) - a_x) > abs(a_x - sd.pair_alpha(sd.TARGET, sd.MIDDLING))
-    assert "Why is the length's alpha" not in printed(sd.DETAILS["10"], result)[1]  # said once, in the chapter
+    assert "Why is the length's alpha" not in details["10"][1]  # said once, in the chapter
     # the per-position route prices only the k its rates were counted at ('at every k' was false: reads 1447 to 1491)
     assert len(sd.per_position_tokens(rates)) == 5 and ("It turns the figure into tokens per call at each k, prices"
                                                         " each k at cost c, and picks the fastest. The per-position"

@@ -5251,8 +5251,9 @@ def demo20_detail(result):
                   for a, o in zip(runs[on[0]], runs[off[0]])) for i, b in enumerate(batches)]
     stops = [on[1 + i] <= 1 for i in range(len(batches))]  # where speculating costs more than it saves
     print()
-    say(f"Off for good {'loses' if all(behind) else 'does NOT lose'} to the per-batch schedule at"
-        f" {and_list([f'B = {b}' for b in batches])}, on each of the {len(seeds)} seeds.",
+    say(f"Off for good loses to the per-batch schedule at {and_list([f'B = {b}' for b in batches])}, on each of the"
+        f" {len(seeds)} seeds." if all(behind) else
+        "Off for good does NOT lose to the per-batch schedule at every batch size on every seed.",
         *[f"At B = {b}, speculating costs more than it saves ({on[1 + i]:.2f}), so the schedule does not speculate"
           " there at all" + (f"; off for good pays that cost until it switches off: {drafted_words(runs[off[0]], b)},"
                              f" {off[1 + i]:.2f}." if on[1 + i] < off[1 + i] < 1 else ".")

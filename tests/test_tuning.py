@@ -1652,9 +1652,15 @@ def test_chapter20_says_when_the_switch_never_goes_off(capsys):
     # accept_prob edited to keep every draft: no stretch accepts below 1 a round, the switch never goes off, and the
     # chapter must not place a switch-off at the run's last character (it did, at 364)
     keep_all = {"keep_all": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0")]}
-    sd.bugged("keep_all", keep_all).demo20_fallback(seeds=(0,))
+    bugged = sd.bugged("keep_all", keep_all)
+    result = bugged.demo20_fallback(seeds=(0,))
     said = " ".join(capsys.readouterr().out.split())
     assert "It never switches off here." in said and "It switches off at" not in said
+    # nor may its detail say the switch loses, or draw the lesson from it
+    bugged.DETAILS["20"](result)
+    detail = " ".join(capsys.readouterr().out.split())
+    assert "Off for good does NOT lose to the per-batch schedule at every batch size on every seed." in detail and (
+        "So stop speculating" not in detail and "on each of the" not in detail)
 
 
 def test_chapter32_says_its_tree_draws_independent_children(in_process):

@@ -6225,7 +6225,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
         " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
-        f" planned option: the least B at which its n reaches {s.ridge_base:.1f} / B + {each:.3f}, where its check"
+        f" planned option: the least B at which {s.ridge_base:.1f} / B + {each:.3f} falls to its n, where its check"
         " crosses the ridge, and the batches the plan runs it for"
         + "".join(
             f" ('{how}' is chapter 19's tree: {a} candidates under each node, {b} deep,"

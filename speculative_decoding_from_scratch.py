@@ -6380,7 +6380,8 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
     sweep = demo26_speed(prompts()["summarise"], k, lams)
     rising = all(b[1] > a[1] for a, b in zip(sweep.rows, sweep.rows[1:]))
     say_paragraphs(["The option --detail prices a what-if: short contexts at a large batch, where verifying costs"
-                    " more than copying saves, as chapter 20's --detail shows." if any(r[3] < 1 for r in sweep.rows) else ""])
+                    " more than copying saves, as chapter 20's --detail shows."
+                    if any(r[3] < 1 for r in sweep.rows) else ""])
     takeaway("the text drafts for free, and buys more tokens per call the more the output copies it.",
              {"tokens per call rise as the text copies more": rising})
     return sweep

@@ -5221,10 +5221,10 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
 
 
 def demo20_detail(result):
-    """Chapter 20 in detail: a fourth policy, adaptive k; every policy priced at the largest batch, at
-    BATCH_CONTEXT (and why), beside a per-batch schedule; and the two figures behind a check's price there."""
+    """Chapter 20 in detail: a third policy, adaptive k; the two figures behind a check's price at the largest
+    batch, at BATCH_CONTEXT (and why there); and every policy priced there, beside a fourth, a per-batch schedule."""
     rows, runs, k, batches, seeds = result.rows, result.runs, result.k, result.batches, result.seeds
-    on, schedule, off, adaptive = rows
+    on, _, off, adaptive = rows  # the schedule's row is the table's
     big = list(batches).index(max(batches))
     top = batches[big]
     say_paragraphs([

@@ -6665,14 +6665,20 @@ def greedy_runs(rows, k=4):
             phase_words(P0, D, k).strip())
 
 
+def certain_rounds(P, Q, k):
+    """When every round is certain (T = 0): from each start token, (the drafts its round keeps, the token the next
+    round starts after); None unless every round is certain."""
+    ends = round_table(P, Q, k)  # [start, drafts kept, the round's last token]
+    sure = [np.argwhere(ends[d] > 1 - 1e-9) for d in range(len(P))]
+    return None if any(len(s) != 1 for s in sure) else [tuple(int(v) for v in s[0]) for s in sure]
+
+
 def settled_rounds(P, Q, k):
     """Where each first token's rounds settle when every round is certain (T = 0): for each start token, the one
     token every round starts after once they repeat, and the drafts each keeps; None unless each settles on one."""
-    ends = round_table(P, Q, k)  # [start, drafts kept, the round's last token]
-    sure = [np.argwhere(ends[d] > 1 - 1e-9) for d in range(len(P))]
-    if any(len(s) != 1 for s in sure):
+    step = certain_rounds(P, Q, k)  # from each start: (drafts kept, the next round's start)
+    if step is None:
         return None
-    step = [tuple(int(v) for v in s[0]) for s in sure]  # from each start: (drafts kept, the next round's start)
     settled = []
     for d in range(len(P)):
         loop = loop_from(d, lambda x: step[x][1])

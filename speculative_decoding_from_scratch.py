@@ -6673,6 +6673,21 @@ def certain_rounds(P, Q, k):
     return None if any(len(s) != 1 for s in sure) else [tuple(int(v) for v in s[0]) for s in sure]
 
 
+def rounds_to_settle(P, Q, k):
+    """For each first token, how many rounds its run takes before a round starts after the token it settles on
+    (settled_rounds): 0 if the first round already does; None where settled_rounds is."""
+    step, settled = certain_rounds(P, Q, k), settled_rounds(P, Q, k)
+    if settled is None:
+        return None
+    lags = []
+    for d, (end, _) in enumerate(settled):
+        n = 0
+        while d != end:
+            d, n = step[d][1], n + 1
+        lags.append(n)
+    return lags
+
+
 def settled_rounds(P, Q, k):
     """Where each first token's rounds settle when every round is certain (T = 0): for each start token, the one
     token every round starts after once they repeat, and the drafts each keeps; None unless each settles on one."""
@@ -6715,8 +6730,13 @@ def settled_words(P, Q, k, kept):
             return ""
         return (f" A round after '{name(d)}' drafts {and_list([repr(name(x)) for x in chain[1:]])}, which pass; the"
                 f" draft after '{name(c)}' fails, and the target's token there is '{name(d)}' again.")
+    lags = rounds_to_settle(P, Q, k)
+
+    def from_round(group):  # from which round on a group's runs all start after its token (read 3245 traced them)
+        lag = max(n for n, g in zip(lags, settled) if g == group)
+        return "" if lag == 0 else "from the second round on, " if lag == 1 else f"from round {lag + 1} on, "
     said = [(number_word(n) if not i else starts_words(settled, (d, j)),
-             f"each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
+             f"{from_round((d, j))}each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
              why_kept(d, j)) for i, ((d, j), n) in enumerate(sorted(groups.items(), key=lambda g: -g[1]))]
     return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
             f" {said[0][1]}{said[0][2]}" + "".join(f" From {n}, {w}{y}" for n, w, y in said[1:]))

@@ -603,7 +603,8 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     assert rates == pytest.approx([5 / 6, 5 / 6, 0, 0], abs=1e-12) and 1 + sum(rates) == pytest.approx(exact)
     words = ("At T = 0 a greedy draft passes every time after some tokens and never after others. So every round that"
              " starts after the same token keeps the same number of drafts. From five of the six first tokens, blend"
-             " 0.9's rounds settle: each starts after 'f' and keeps two. A round after 'f' drafts 'a' and 'e', which"
+             " 0.9's rounds settle: from the second round on, each starts after 'f' and keeps two. A round after 'f'"
+             " drafts 'a' and 'e', which"
              " pass; the draft after 'e' fails, and the target's token there is 'f' again. From 'b', each starts after"
              " 'b' and keeps none. Averaged over the six first tokens, as alpha is, a round of blend 0.9's keeps none"
              f" with chance 0.167 and two with chance 0.833. So blend 0.9 makes 1 + 2 * 0.833 = {exact:.2f} tokens per"
@@ -620,6 +621,16 @@ def test_chapter28_greedy_rounds_at_t0_computed_by_hand(demo):
     # runs a -> e -> f -> a and b -> b. A round after f keeps a and e, fails after e and ends on f again: two kept.
     # After b it fails at once and ends on b: none. Every other start reaches f within a round.
     assert sd.settled_rounds(P0, Q0, 4) == [(5, 2), (1, 0), (5, 2), (5, 2), (5, 2), (5, 2)]
+    # and in how many rounds, by hand: a first round after a, c, d or e ends on f, so from the second round on each
+    # starts after f; after b or f the first round already does (reads 3245, 3246 and 3254 traced the first rounds;
+    # side by side, reads 3297 to 3300 took 8, 7.5, 8 and 9 minutes with 'from the second round on', 3301 to 3304 8,
+    # 11.5, 9.5 and 9 without)
+    assert sd.rounds_to_settle(P0, Q0, 4) == [1, 0, 1, 1, 1, 0]
+    assert [sd.certain_rounds(P0, Q0, 4)[d][1] for d in range(6)] == [5, 1, 5, 5, 5, 5]
+    # where every first round already starts after the token its run settles on, the clause names no later round
+    stay, agree = np.eye(2), np.array([[1, 0], [1, 0]], dtype=float)  # a -> a, b -> b; the draft agrees after a only
+    assert sd.rounds_to_settle(stay, agree, 2) == [0, 0] and "round on" not in sd.settled_words(stay, agree, 2,
+                                                                                               [0.5, 0, 0.5])
     # a table whose rounds cycle through two starts settles on no one token: the clause is withheld
     swap = np.array([[0, 1], [1, 0]], dtype=float)  # greedy text a, b, a, b ...; the draft never agrees
     assert sd.settled_rounds(swap, swap[::-1], 2) is None and sd.settled_words(swap, swap[::-1], 2, [1, 0, 0]) == ""

@@ -6620,7 +6620,7 @@ def zero_alpha_words(rows, P=TARGET):
 
 
 def greedy_runs(rows, k=4):
-    """Chapter 21's note on greedy drafting at T = 0: every row's pass chance
+    """Chapter 28's note on greedy drafting at T = 0: every row's pass chance
     is 0 or 1, so passes come in runs and eq. 1, at one chance alpha, falls
     short of the exact count. For the good draft, each said only while its
     numbers bear it out: (the detail's pass chances at T = 0 beside eq. 1's,
@@ -6711,7 +6711,7 @@ def starts_words(ends, end):
 
 
 def settled_words(P, Q, k, kept):
-    """Chapter 21's clause on where greedy rounds settle, from settled_rounds, while its counts give the shares
+    """Chapter 28's clause on where greedy rounds settle, from settled_rounds, while its counts give the shares
     of rounds that keep each number of drafts (kept); else nothing."""
     settled = settled_rounds(P, Q, k)
     if settled is None:

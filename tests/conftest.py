@@ -163,8 +163,15 @@ def every_detail(results):
     return answer
 
 
+def demos_and_details():
+    """every_demo(), and every_detail() run on a copy of its results, so they
+    stay as the demos left them."""
+    answer = every_demo()
+    return (*answer, every_detail(pickle.loads(pickle.dumps(answer[0]))))
+
+
 def fork_every_demo():
-    """every_demo() in a forked copy of this process, started before any test
+    """demos_and_details() in a forked copy of this process, started before any test
     runs, so it uses the second core while tests run here: (its pid, the file
     its pickled answer or its traceback goes to). None where there is no fork."""
     if not hasattr(os, "fork"):
@@ -178,8 +185,7 @@ def fork_every_demo():
     code = 1
     try:  # the child: the demos, then out without running the parent's exit handlers
         os.nice(10)
-        answer = pickle.dumps(every_demo())  # as the demos left it, before any detail runs
-        answer = (*pickle.loads(answer), every_detail(pickle.loads(answer)[0]))
+        answer = demos_and_details()
         with open(path, "wb") as f:
             pickle.dump(answer, f)
         code = 0
@@ -192,11 +198,10 @@ def fork_every_demo():
 
 @pytest.fixture(scope="session")
 def in_process(pytestconfig):
-    """every_demo() and every_detail() of its results, from the forked copy (or
-    run here, where there is no fork)."""
+    """demos_and_details(), from the forked copy (or run here, where there is
+    no fork)."""
     if pytestconfig.demo_fork is None:
-        answer = every_demo()
-        return (*answer, every_detail(pickle.loads(pickle.dumps(answer[0]))))
+        return demos_and_details()
     pid, path = pytestconfig.demo_fork
     _, status = os.waitpid(pid, 0)
     try:

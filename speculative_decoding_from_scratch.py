@@ -6710,6 +6710,11 @@ def starts_words(ends, end):
     return and_list(starts) if len(starts) <= 2 else number_word(len(starts))
 
 
+def from_round(lag):
+    """From which round on a run's rounds all start alike, after lag rounds that do not: '' if from the first."""
+    return "" if lag == 0 else "from the second round on, " if lag == 1 else f"from round {lag + 1} on, "
+
+
 def settled_words(P, Q, k, kept):
     """Chapter 28's clause on where greedy rounds settle, from settled_rounds, while its counts give the shares
     of rounds that keep each number of drafts (kept); else nothing."""
@@ -6730,13 +6735,9 @@ def settled_words(P, Q, k, kept):
             return ""
         return (f" A round after '{name(d)}' drafts {and_list([repr(name(x)) for x in chain[1:]])}, which pass; the"
                 f" draft after '{name(c)}' fails, and the target's token there is '{name(d)}' again.")
-    lags = rounds_to_settle(P, Q, k)
-
-    def from_round(group):  # from which round on a group's runs all start after its token (read 3245 traced them)
-        lag = max(n for n, g in zip(lags, settled) if g == group)
-        return "" if lag == 0 else "from the second round on, " if lag == 1 else f"from round {lag + 1} on, "
+    lag = {g: max(n for n, s in zip(rounds_to_settle(P, Q, k), settled) if s == g) for g in groups}  # read 3245
     said = [(number_word(n) if not i else starts_words(settled, (d, j)),
-             f"{from_round((d, j))}each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
+             f"{from_round(lag[d, j])}each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
              why_kept(d, j)) for i, ((d, j), n) in enumerate(sorted(groups.items(), key=lambda g: -g[1]))]
     return (f" From {said[0][0]} of the {number_word(len(P))} first tokens, blend {GOOD_WEIGHT:g}'s rounds settle:"
             f" {said[0][1]}{said[0][2]}" + "".join(f" From {n}, {w}{y}" for n, w, y in said[1:]))

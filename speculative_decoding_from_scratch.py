@@ -5204,7 +5204,8 @@ def demo20_fallback(k=5, phases=((120, 0.99), (120, 0.3), (120, 0.99)), seeds=(0
     say(f"Off for good loses to always on, on each of the {len(seeds)} seeds." if loses else
         "Off for good does NOT lose to always on on every seed.",
         f"It switches off at about character {at:.0f}{where}" + (
-            f", and misses stretch {len(phases)}'s copying" if at < ends[-2] and phases[-1][1] > phases[-2][1] else "")
+            f", and misses stretch {len(phases)}'s copying" if at < ends[-2] and phases[-1][1] > phases[-2][1] and loses
+            else "")
         + "." if went_off else "It never switches off here.",
         f"It {priced_words(runs[off[0]], b)}: {off[1 + small]:.2f}.",
         "Yet here speculating never cost more than plain decoding: each round cost one plain pass and made at least"

@@ -1649,6 +1649,16 @@ def test_chapter19_says_why_its_ranges_speedups_overlap(in_process, detail19):
     assert sd.margin_words(c19.buckets, rising, c19.options, c19.tol) == ""
 
 
+def test_chapter20_says_its_switch_misses_the_copying_only_while_it_loses(capsys):
+    # accept_prob edited to reject every draft: the switch goes off in stretch 1, but with no draft ever kept there is
+    # no copying for it to miss, and it does not lose (it said 'misses stretch 3's copying' all the same)
+    reject_all = {"reject_all": [("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 0.0")]}
+    sd.bugged("reject_all", reject_all).demo20_fallback(seeds=(0,))
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Off for good does NOT lose to always on on every seed. It switches off at about character" in said
+    assert "misses stretch" not in said and "Takeaway withheld." in said
+
+
 def test_chapter20_says_when_the_switch_never_goes_off(capsys):
     # accept_prob edited to keep every draft: no stretch accepts below 1 a round, the switch never goes off, and the
     # chapter must not place a switch-off at the run's last character (it did, at 364)

@@ -6736,7 +6736,8 @@ def settled_words(P, Q, k, kept):
             return ""
         return (f" A round after '{name(d)}' drafts {and_list([repr(name(x)) for x in chain[1:]])}, which pass; the"
                 f" draft after '{name(c)}' fails, and the target's token there is '{name(d)}' again.")
-    lag = {g: max(n for n, s in zip(rounds_to_settle(P, Q, k), settled) if s == g) for g in groups}  # read 3245
+    lags = rounds_to_settle(P, Q, k)  # each first token's; a group says its slowest (read 3245)
+    lag = {g: max(n for n, s in zip(lags, settled) if s == g) for g in groups}
     said = [(number_word(n) if not i else starts_words(settled, (d, j)),
              f"{from_round(lag[d, j])}each starts after '{name(d)}' and keeps {number_word(j) if j else 'none'}.",
              why_kept(d, j)) for i, ((d, j), n) in enumerate(sorted(groups.items(), key=lambda g: -g[1]))]

@@ -1159,15 +1159,10 @@ PRICE_4_48 = ("At B = 256 the check's 1,536 positions, 6.61 GMACs each at 16 tok
 # 6.74 and found 20.94 ms; read 1552 rebuilt the 15.36 GB from demo 6 for 2.5 minutes
 
 
-def detail20(result):
-    """Chapter 20's --detail, as one line."""
-    return printed(sd.DETAILS["20"], result)[1]
-
-
-def test_chapter20_says_where_the_switch_loses_and_its_detail_prices_the_batches(in_process):
+def test_chapter20_says_where_the_switch_loses_and_its_detail_prices_the_batches(in_process, details):
     result, text = in_process[0]["20"], " ".join(section(in_process[1], "20").split())
     rows = {r[0]: r for r in result.rows}
-    detail = " ".join(detail20(result).split())
+    detail = details["20"][1]
     # since this stop the body asks its question at one sequence at a time, where a round costs one plain pass, and
     # every B = 256 figure, with the per-batch schedule, is the detail's. Side by side (reads 3209 to 3216) the
     # chapter read 6, 6.5, 5.5 and 5.5 minutes this way against 11, 9.5, 8.5 and 9.5 with the B = 256 column in the

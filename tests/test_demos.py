@@ -2127,8 +2127,8 @@ def test_chapter10_runs_to_its_end_when_every_draft_is_kept():
     assert "standard error" not in text
 
 
-def test_demo10_in_detail_plans_and_policies(demo):
-    result, text = printed(sd.demo10_detail, demo["10"][0])
+def test_demo10_in_detail_plans_and_policies(demo, details):
+    result, text = details["10"]
     for n_ctx, (buckets, shortfall) in result.plans.items():
         assert shortfall <= 0.01 and buckets[0][0] == 1
         assert all(a[1] + 1 == b[0] for a, b in zip(buckets, buckets[1:]))  # no gap, no overlap

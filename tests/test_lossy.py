@@ -123,9 +123,9 @@ def test_an_exact_tv_agrees_with_a_sample(rule):
 
 
 @pytest.fixture(scope="module")
-def detail18(in_process):
-    """Chapter 18's --detail, once: (what it returned, what it printed, as one line)."""
-    return printed(sd.DETAILS["18"], in_process[0]["18"])
+def detail18(details):
+    """Chapter 18's --detail, as the forked run ran it: (what it returned, what it printed, as one line)."""
+    return details["18"]
 
 
 def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18):

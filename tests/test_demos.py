@@ -2127,7 +2127,7 @@ def test_chapter10_runs_to_its_end_when_every_draft_is_kept():
     assert "standard error" not in text
 
 
-def test_demo10_in_detail_plans_and_policies(demo, details):
+def test_demo10_in_detail_plans_and_policies(details):
     result, text = details["10"]
     for n_ctx, (buckets, shortfall) in result.plans.items():
         assert shortfall <= 0.01 and buckets[0][0] == 1

@@ -122,13 +122,7 @@ def test_an_exact_tv_agrees_with_a_sample(rule):
     assert sd.tv_distance(joint, truth) > 0.1 and sd.chi2_sf(*sd.pearson(counts, joint)) > 1e-3
 
 
-@pytest.fixture(scope="module")
-def detail18(details):
-    """Chapter 18's --detail, as the forked run ran it: (what it returned, what it printed, as one line)."""
-    return details["18"]
-
-
-def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18):
+def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, details):
     result, text = in_process[0]["18"], flat(section(in_process[1], "18"))
     rows = {(r[0], r[1]): r for r in result.first.rows}
     best = max(r[3] for r in result.first.rows if r[1] == "lossless")
@@ -137,7 +131,7 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
         assert (r[5] == "dominated") == (setting != "lossless" and r[2] >= 1e-9 and r[3] <= best + 1e-12)
     assert rows[("typical", "0.09, 0.3")][2] > 0.3 and rows[("typical", "0.09, 0.3")][3] > best
     assert "dominated" in rows[("sglang", "1, 0.5")] and "self-check" not in text  # the fits are the detail's
-    assert "Every rule's sample fits its own exact joint." in flat(detail18[1]) and detail18[0].misfit == []
+    assert "Every rule's sample fits its own exact joint." in flat(details["18"][1]) and details["18"][0].misfit == []
     assert ("A setting reads (eps, s) for typical and (single, acc) for sglang. The verdict column marks a lossy setting"
             " dominated when a lossless verifier makes at least as many tokens per call at no distance.") in text
     assert sd.lossy_settings()[3][1] == "0.09, 0.3" and sd.TYPICAL_SHIPPED == (0.09, 0.3)  # eps first, then s
@@ -153,7 +147,7 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     assert "Takeaway: a lossy verifier buys tokens per call" in text
     # medusa differs from typical only in the bonus token, past the first 3 tokens at k = 3: same TV, other speed
     typical = rows[("typical", "0.09, 0.3")]
-    medusa, detail = detail18[0].medusa, detail18[1]
+    medusa, detail = details["18"][0].medusa, details["18"][1]
     assert abs(typical[2] - medusa[2]) < 1e-12 and abs(typical[3] - medusa[3]) > 5e-3 and "medusa" not in text
     assert (f"Medusa's own version of typical's rule takes the argmax as its bonus token. At (0.09, 0.3) its exact TV"
             f" is typical's, {typical[2]:.4f}: the bonus token, token 4, comes after the 3 the TV measures. Its tokens"
@@ -161,7 +155,7 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
             " token.") in flat(detail)
     assert ("The self-check checks the program, not the rule: the fit of 150 runs' first two tokens to the rule's own"
             " exact P(x1, x2). It fits two because 150 runs are too few for the 216 outcomes of 3 tokens.")\
-        in flat(detail18[1])
+        in flat(details["18"][1])
     # one-hot keeps its draft with chance p(x), whose average over the target's text is far below alpha
     hot = sd.pair_alpha(sd.TARGET, sd.temper(sd.MIDDLING, 0))
     assert hot == pytest.approx(sum(sd.stationary(sd.TARGET)[a] * sd.TARGET[a, sd.MIDDLING[a].argmax()]
@@ -169,7 +163,7 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
     # the one-hot rule, its row and its sentences are the detail's since this stop: side by side, reads 2505 to 2508
     # took 7.5, 8.5, 8 and 7.5 minutes without them, 2509 to 2512 took 9.5, 9, 9.5 and 9 with them (each derived the
     # one-hot residual and checked 1.42 by eq. 1 at 0.30)
-    detail = flat(detail18[1])
+    detail = flat(details["18"][1])
     assert "one-hot lossless" not in text and "One-hot makes" not in text and "The option --detail adds the one-hot" \
         " rule, the paper's rule on SGLang's drafts," in text
     assert (f"One-hot makes the fewest lossless tokens per call, {rows[('one-hot', 'lossless')][3]:.2f}: its draft is"
@@ -194,9 +188,9 @@ def test_the_chapter_marks_dominated_settings_and_its_fits(in_process, detail18)
 
 
 @pytest.fixture(scope="module")
-def fallbacks(detail18):
+def fallbacks(details):
     """Chapter 18's detail on typical's fallbacks: (its rows, what the detail printed, as one line)."""
-    return detail18[0].fallbacks, detail18[1]
+    return details["18"][0].fallbacks, details["18"][1]
 
 
 def test_chapter18_in_detail_puts_the_strict_settings_distance_on_its_argmax_fallbacks(fallbacks):

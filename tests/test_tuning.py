@@ -1679,11 +1679,12 @@ def test_chapter32_says_its_tree_draws_independent_children(in_process):
     # by hand: 1,000 rounds of tree_round with independent children land within 4 standard errors of the exact
     # count, and distinct children's 3.55 lands 14 away (read 1638 found the sampled 3.156 +- 0.026 left the tree's
     # lead over k = 10 within the noise)
+    n = 1000
     for distinct, near in ((False, True), (True, False)):
         rng = np.random.default_rng(7)
         out = [len(e) for e in sd.islice(sd.rounds(lambda t: sd.tree_round(sd.TARGET, sd.MIDDLING, t, 3, 2, rng,
-                                                                           distinct=distinct), [0]), 1000)]
-        assert (abs(np.mean(out) - tokens) < 4 * np.std(out, ddof=1) / 1000 ** 0.5) == near
+                                                                           distinct=distinct), [0]), n)]
+        assert (abs(np.mean(out) - tokens) < 4 * np.std(out, ddof=1) / n ** 0.5) == near
 
 
 def test_tree_table_is_the_trees_rounds_and_moves_with_the_rule():

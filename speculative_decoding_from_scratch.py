@@ -6846,13 +6846,13 @@ def pass_chance_table(terms):
 
 
 def why_later_drafts_pass_more(P, Q, starts, rates, hi):
-    """Chapter 29's paragraph and its detail's count, said only while its numbers bear them out: from
-    draft 2 on the exact terms run above eq. 1's, as each later draft follows
-    a kept one, and kept drafts are hi more often than the text is. The text
-    is kept drafts and the tokens that end rounds (a round starts after the
-    last one's end); those are short of hi, so the kept drafts make it up.
-    starts: round_starts for these rounds; rates: the chance drafts 1 to i
-    all pass; hi: the token drafts pass most after."""
+    """Chapter 29's paragraph, and its detail's quotients and count, said only while its numbers bear them
+    out (three strings, or three ""): from draft 2 on the exact terms run above eq. 1's, as each later
+    draft follows a kept one, and kept drafts are hi more often than the
+    text is. The text is kept drafts and the tokens that end rounds (a round
+    starts after the last one's end); those are short of hi, so the kept
+    drafts make it up. starts: round_starts for these rounds; rates: the
+    chance drafts 1 to i all pass; hi: the token drafts pass most after."""
     beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
     kept_table, lands, later, kept_all = kept_and_replaced(P, Q)[0], starts.start, True, 0
     for i in range(1, LESSON_K + 1):  # where kept drafts 1..k land, each kept after the one before
@@ -6870,12 +6870,13 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
     seen = [shown(r) for r in rates]  # the quotients from the table's figures, as a reader divides them
     each = [f"draft {i}{' passes' * (i == 2)} {b:.3f} / {a:.3f} = {b / a:.3f}"
             for i, (a, b) in enumerate(zip(seen, seen[1:]), start=2)]
-    return ((f"Once the drafts before it passed, {each[0]}{', ' * (len(each) > 1)}{and_list(each[1:])}: each above"
-            f" alpha's {alpha:.3f}. Why: drafts 2 to {LESSON_K} each follow a kept draft, and kept drafts are more"
-            f" often '{d}', after which drafts pass most. The output is kept drafts and final tokens, and its final"
-            f" tokens are '{d}' only {starts.start[hi]:.3f} of the time. So its kept drafts, {n - 1:.2f} a"
-            f" round beside one final token, make up the rest: {kept:.3f} of them are '{d}', against the output's"
-            f" {starts.text[hi]:.3f}.",
+    return ((f"Why drafts 2 to {LESSON_K} run above eq. 1's terms: each follows a kept draft, and kept drafts are"
+             f" more often '{d}', after which drafts pass most. The output is kept drafts and final tokens, and its"
+             f" final tokens are '{d}' only {starts.start[hi]:.3f} of the time. So its kept drafts, {n - 1:.2f} a"
+             f" round beside one final token, make up the rest: {kept:.3f} of them are '{d}', against the output's"
+             f" {starts.text[hi]:.3f}.",
+             f"Once the drafts before it passed, {each[0]}{', ' * (len(each) > 1)}{and_list(each[1:])}: each above"
+             f" alpha's {alpha:.3f}.",
             f"How often are kept drafts '{d}'? A round's {n:.2f} tokens are {n - 1:.2f} kept drafts and one"
             " final token, and the output is nothing but rounds end to end. So on average a round's tokens hold"
             f" '{d}' at the output's rate: {starts.text[hi]:.3f} * {n:.2f} = {hi_round:.3f} '{d}' a round. A round's"
@@ -6888,7 +6889,7 @@ def why_later_drafts_pass_more(P, Q, starts, rates, hi):
             and all(b / a > shown(alpha) for a, b in zip(seen, seen[1:]))  # and so as the table prints them
             and kept > starts.text[hi] > starts.start[hi]  # rounds end on hi less often than the text holds it
             and f"{mixed:.3f}" == f"{kept:.3f}"  # the mix, from the printed figures, checks
-            and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else ("", ""))
+            and abs(whole[hi] / whole.sum() - starts.text[hi]) < 1e-9 else ("", "", ""))
 
 
 def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
@@ -6903,17 +6904,16 @@ def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
         f" if every draft passed with a single chance, alpha = {alpha:.4f}.",
         words or "Eq. 1 is NOT off for the middling draft, with the stages as you have them.")
     say_items(steps, numbered=True)
-    later, counted = why_later_drafts_pass_more(P, Q, starts, rates, hi) if terms else ("", "")
+    later, quotients, counted = why_later_drafts_pass_more(P, Q, starts, rates, hi) if terms else ("", "", "")
     if terms:
         print()
         pass_chance_table(terms)
-        say_paragraphs([" ".join(w for w in (net, f"The option --detail says why drafts 2 to {k} run above eq. 1's"
-                                                 " terms." if later else "") if w)])
+        say_paragraphs([" ".join(w for w in (net, later, "The option --detail counts it." if later else "") if w)])
     takeaway("a draft's chance to pass is set by the token before it, so eq. 1's single chance prices the first draft"
              " high and the later ones low.",
              {"eq. 1 runs high for the reason given": bool(steps), "the net adds up": bool(net),
               "drafts 2 to k pass more often than alpha, once the drafts before passed": bool(later)})
-    return SimpleNamespace(rates=rates, alpha=alpha, later=later, counted=counted)
+    return SimpleNamespace(rates=rates, alpha=alpha, later=later, quotients=quotients, counted=counted)
 
 
 # -----------------------------------------------------------------------------
@@ -7964,7 +7964,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "26": demo26_detail,
     "27": demo27_detail,
     "28": demo28_detail,
-    "29": lambda result: say_paragraphs([result.later, result.counted]),
+    "29": lambda result: say_paragraphs([result.quotients, result.counted]),
     "30": demo30_detail,
     "31": demo31_detail,
     "32": lambda result: say_paragraphs([result.bytes, result.more]),

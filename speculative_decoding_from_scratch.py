@@ -6846,13 +6846,14 @@ def pass_chance_table(terms):
 
 
 def why_later_drafts_pass_more(P, Q, starts, rates, hi):
-    """Chapter 29's paragraph, and its detail's quotients and count, said only while its numbers bear them
-    out (three strings, or three ""): from draft 2 on the exact terms run above eq. 1's, as each later
-    draft follows a kept one, and kept drafts are hi more often than the
-    text is. The text is kept drafts and the tokens that end rounds (a round
-    starts after the last one's end); those are short of hi, so the kept
-    drafts make it up. starts: round_starts for these rounds; rates: the
-    chance drafts 1 to i all pass; hi: the token drafts pass most after."""
+    """Chapter 29's paragraph, and its detail's quotients and count, said
+    only while its numbers bear them out (three strings, or three ""): from
+    draft 2 on the exact terms run above eq. 1's, as each later draft follows
+    a kept one, and kept drafts are hi more often than the text is. The text
+    is kept drafts and the tokens that end rounds (a round starts after the
+    last one's end); those are short of hi, so the kept drafts make it up.
+    starts: round_starts for these rounds; rates: the chance drafts 1 to i
+    all pass; hi: the token drafts pass most after."""
     beta, alpha, d = starts.beta, starts.text @ starts.beta, name(hi)
     kept_table, lands, later, kept_all = kept_and_replaced(P, Q)[0], starts.start, True, 0
     for i in range(1, LESSON_K + 1):  # where kept drafts 1..k land, each kept after the one before

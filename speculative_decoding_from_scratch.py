@@ -6909,12 +6909,12 @@ def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
     if terms:
         print()
         pass_chance_table(terms)
-        say_paragraphs([" ".join(w for w in (net, later, "The option --detail counts it." if later else "") if w)])
+        say_paragraphs([later + " The option --detail counts it." if later else ""])
     takeaway("a draft's chance to pass is set by the token before it, so eq. 1's single chance prices the first draft"
              " high and the later ones low.",
              {"eq. 1 runs high for the reason given": bool(steps), "the net adds up": bool(net),
               "drafts 2 to k pass more often than alpha, once the drafts before passed": bool(later)})
-    return SimpleNamespace(rates=rates, alpha=alpha, later=later, quotients=quotients, counted=counted)
+    return SimpleNamespace(rates=rates, alpha=alpha, later=later, net=net, quotients=quotients, counted=counted)
 
 
 # -----------------------------------------------------------------------------
@@ -7965,7 +7965,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "26": demo26_detail,
     "27": demo27_detail,
     "28": demo28_detail,
-    "29": lambda result: say_paragraphs([result.quotients, result.counted]),
+    "29": lambda result: say_paragraphs([" ".join(w for w in (result.net, result.quotients) if w), result.counted]),
     "30": demo30_detail,
     "31": demo31_detail,
     "32": lambda result: say_paragraphs([result.bytes, result.more]),

@@ -745,22 +745,25 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     assert starts.redrawn[3] / starts.redrawn.sum() < 0.1 < starts.text[3]
     # the two sums by hand from the table as printed: (0.496 - 0.494) + (0.350 - 0.348) + (0.248 - 0.244), 0.703 - 0.681
     assert f"{0.002 + 0.002 + 0.004:.3f}" == "0.008" and f"{0.703 - 0.681:.3f}" == "0.022"
-    # why the later drafts pass more is the body's, in words; its quotients and its count are the detail's. With the
-    # quotients in the body, readers checked each (reads 2102, 2115, 2124 and 2140 took 8.5, 8, 8 and 9.5 minutes;
-    # without them, 2175 to 2178 took 6, 7.5, 7, 11). With only a pointer to the detail, 9 of 18 reads (3333 to
-    # 3360) were partly lost there and took 8.75 minutes (median); with the reason, 0 of 6 (3353 to 3358), 9.75
-    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Why drafts 2 to 4 run above"
-            " eq. 1's terms: each follows a kept draft, and kept drafts are more often 'd', after which drafts pass"
+    # why the later drafts pass more is the body's, in words; the net, the quotients and the count are the detail's.
+    # With the quotients in the body, readers checked each (reads 2102, 2115, 2124 and 2140 took 8.5, 8, 8 and 9.5
+    # minutes; without them, 2175 to 2178 took 6, 7.5, 7, 11). With only a pointer to the detail, 8 of 18 reads
+    # (3333 to 3360) were partly lost there (median 8.75 minutes); with the reason and the net, 1 of 10 (median 10);
+    # with the reason alone, 0 of 4 (3361 to 3367: 8.5, 10.5, 8.5, 9.5, against 11.5, 10.5, 11, 9 with the net)
+    assert ("1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {1 + sum(shown[0]):.3f} eq. 1 "
+            + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4)) + f" {1 + sum(shown[1]):.3f} Why drafts 2 to 4 run"
+            " above eq. 1's terms: each follows a kept draft, and kept drafts are more often 'd', after which drafts pass"
             " most. The output is kept drafts and final tokens, and its final tokens are 'd' only 0.089 of the time."
             " So its kept drafts, 1.77 a round beside one final token, make up the rest:"
             f" {kept_d:.3f} of them are 'd', against the output's 0.184. The option --detail counts it.") in flat29 \
-        and "Once the drafts" not in flat29
+        and "Once the drafts" not in flat29 and "net," not in flat29
     detail29 = " ".join(printed(sd.DETAILS["29"], demo["29"][0])[1].split())
     assert ("pass with chance: i = 1 i = 2 i = 3 i = 4 1 + sum exact " + " ".join(f"{x:.3f}" for x in rates)
             + f" {1 + sum(shown[0]):.3f} eq. 1 ") in flat29 and "= In demo 3 the middling draft runs at k = 4." in flat29
     assert f"{0.496 / 0.681:.3f}" == "0.728" and f"{0.350 / 0.496:.3f}" == "0.706" and f"{0.248 / 0.350:.3f}" == "0.709"
-    assert ("Once the drafts before it passed, draft 2 passes 0.496 / 0.681 = 0.728, draft 3 0.350 / 0.496 = 0.706 and"
-            " draft 4 0.248 / 0.350 = 0.709: each above alpha's 0.703. How often are kept drafts 'd'?") in detail29 \
+    assert ("Eq. 1 is 0.022 high at i = 1 and 0.008 low over i = 2 to 4: net, 0.014 high. Once the drafts before it"
+            " passed, draft 2 passes 0.496 / 0.681 = 0.728, draft 3 0.350 / 0.496 = 0.706 and draft 4 0.248 / 0.350 ="
+            " 0.709: each above alpha's 0.703. How often are kept drafts 'd'?") in detail29 \
         and "Why drafts 2 to 4" not in detail29
     # why, from point 4 (read 1533 supplied the step); the count is the detail's (read 1516
     # spent 2 minutes checking it)

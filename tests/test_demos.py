@@ -749,7 +749,8 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # With the quotients in the body, readers checked each (reads 2102, 2115, 2124 and 2140 took 8.5, 8, 8 and 9.5
     # minutes; without them, 2175 to 2178 took 6, 7.5, 7, 11). With only a pointer to the detail, 8 of 18 reads
     # (3333 to 3360) were partly lost there (median 8.75 minutes); with the reason and the net, 1 of 10 (median 10);
-    # with the reason alone, 0 of 4 (3361 to 3367: 8.5, 10.5, 8.5, 9.5, against 11.5, 10.5, 11, 9 with the net)
+    # with the reason alone, 0 of 12 (3361 to 3376, median 9.5; side by side, 8.5, 10.5, 8.5, 9.5 against 11.5,
+    # 10.5, 11, 9 with the net)
     assert ("1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {1 + sum(shown[0]):.3f} eq. 1 "
             + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4)) + f" {1 + sum(shown[1]):.3f} Why drafts 2 to 4 run"
             " above eq. 1's terms: each follows a kept draft, and kept drafts are more often 'd', after which drafts pass"

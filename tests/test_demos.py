@@ -753,9 +753,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     # 10.5, 11, 9 with the net)
     assert ("1 + sum exact " + " ".join(f"{x:.3f}" for x in rates) + f" {1 + sum(shown[0]):.3f} eq. 1 "
             + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4)) + f" {1 + sum(shown[1]):.3f} Why drafts 2 to 4 run"
-            " above eq. 1's terms: each follows a kept draft, and kept drafts are more often 'd', after which drafts pass"
-            " most. The output is kept drafts and final tokens, and its final tokens are 'd' only 0.089 of the time."
-            " So its kept drafts, 1.77 a round beside one final token, make up the rest:"
+            " above eq. 1's terms: each follows a kept draft, and kept drafts are more often 'd', after which drafts"
+            " pass most. The output is kept drafts and final tokens, and its final tokens are 'd' only 0.089 of the"
+            " time. So its kept drafts, 1.77 a round beside one final token, make up the rest:"
             f" {kept_d:.3f} of them are 'd', against the output's 0.184. The option --detail counts it.") in flat29 \
         and "Once the drafts" not in flat29 and "net," not in flat29
     detail29 = " ".join(printed(sd.DETAILS["29"], demo["29"][0])[1].split())
@@ -839,8 +839,9 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
     why, quotients, counted = sd.why_later_drafts_pass_more(sd.TARGET, sd.MIDDLING, starts, rates, 3)
     assert why.startswith("Why drafts 2 to 4 run above eq. 1's terms: each follows a kept draft") and quotients == (
         "Once the drafts before it passed, draft 2 passes 0.496 / 0.681 = 0.728, draft 3 0.350 / 0.496 = 0.706 and"
-        " draft 4 0.248 / 0.350 = 0.709: each above alpha's 0.703.") and counted.endswith("So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = 0.238,"
-                             " against the output's 0.184.")
+        " draft 4 0.248 / 0.350 = 0.709: each above alpha's 0.703.") and counted.endswith(
+        "So the kept drafts hold 0.510 - 0.089 = 0.421 'd': a share of 0.421 / 1.77 = 0.238, against the output's"
+        " 0.184.")
     # blend 0.25: eq. 1 runs high for the same reason, but a later draft does not always pass above alpha, so the
     # sentence on later drafts is withheld (by hand: the conditional pass chances of drafts 2 to 4)
     low = sd.blend(sd.TARGET, sd.UNRELATED, 0.25)

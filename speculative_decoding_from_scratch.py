@@ -6914,7 +6914,7 @@ def demo29_eq1_high(P=TARGET, Q=MIDDLING, k=LESSON_K):
              " high and the later ones low.",
              {"eq. 1 runs high for the reason given": bool(steps), "the net adds up": bool(net),
               "drafts 2 to k pass more often than alpha, once the drafts before passed": bool(later)})
-    return SimpleNamespace(rates=rates, alpha=alpha, later=later, net=net, quotients=quotients, counted=counted)
+    return SimpleNamespace(rates=rates, alpha=alpha, net=net, quotients=quotients, counted=counted)
 
 
 # -----------------------------------------------------------------------------

@@ -6223,11 +6223,14 @@ def demo25_crossings(s, buckets, max_batch, tol):
     gives_way = (tree is not None and chain is not None and tree.shape.startswith("tree") and chain.shape.startswith(
         "k =") and tree.tokens < chain.tokens and tree.draft_passes < chain.draft_passes
         and tree.positions > chain.positions == max(r[1] for r in rows[1:]) and crossed and crossed[0][0] == tree.shape)
+    inverted = all(b == (math.ceil(round(s.ridge_base, 1) / (n - round(each, 3))) if n > round(each, 3) else None)
+                   for _, n, b, *_ in rows)  # the printed terms give each crossing by one division
     print()
     say("Past the ridge every position costs time, and a chain's last drafts add the fewest tokens. So the plan"
-        " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " For each"
-        f" planned option: the least B at which {s.ridge_base:.1f} / B + {each:.3f} falls to its n, where its check"
-        " crosses the ridge, and the batches the plan runs it for"
+        " shortens its check as B grows" + (", a little after each crossing." if after else ".") + " A check of n"
+        f" positions crosses the ridge at the least B where {s.ridge_base:.1f} / B + {each:.3f} falls to n" + (
+            f": B = {s.ridge_base:.1f} / (n - {each:.3f}), rounded up." if inverted else ".")
+        + " For each planned option, where it crosses and the batches the plan runs it for"
         + "".join(
             f" ('{how}' is chapter 19's tree: {a} candidates under each node, {b} deep,"
             f" {' + '.join(str(a**j) for j in range(1, b + 1))} = {n - 1} drafts, checked as {n} positions with the"

@@ -726,9 +726,12 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             f" B = 1, falling toward {each:.3f} as B grows. Every check in the table below scores"
             f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B.") in text25
     # and what 'crosses at B' is, as readers 1782 and 1798 worked it out: the least B at which the bound falls to n
-    # (read 3258 found 'its n reaches' the bound backwards, as n stays fixed while the bound falls)
-    assert "For each planned option: the least B at which 289.3 / B + 5.878 falls to its n, where its check crosses" \
-        " the ridge" in text25
+    # (read 3258 found 'its n reaches' the bound backwards, as n stays fixed while the bound falls), solved for B as
+    # the roofline's ridge_batch solves it, and as every reader of 3377 to 3389 checked each row (read 3383 stalled
+    # on 'least B' before it rounded up)
+    assert ("A check of n positions crosses the ridge at the least B where 289.3 / B + 5.878 falls to n: B = 289.3 /"
+            " (n - 5.878), rounded up. For each planned option, where it crosses and the batches the plan runs it"
+            " for") in text25
     # the quotients in place (read 1645 rebuilt 5.878 from demo 6's rounded 0.27 GB and got 5.91): the printed
     # figures give the printed positions
     assert f"{147.6 * 13.21 / 6.74:.1f} {147.6 * 0.2684 / 6.74:.3f}" == f"{base:.1f} {each:.3f}"

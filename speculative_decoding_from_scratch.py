@@ -7821,8 +7821,8 @@ def demo38_texts(n_prompts, n_tokens, k, gap):
         " product, float32 with each position scored alone, and float64 as one product (float64 decodes plainly"
         " too). The last row adds a bug: the bonus"
         " token scored at the last draft's position, not the one after it, so it repeats the last draft. For the"
-        " prompts whose texts differ: the median token where they first part, and the largest top-two margin"
-        " there:")
+        " prompts whose texts differ: the median token where they first part, and the largest margin there, the"
+        " gap between plain decoding's top two logits:")
     print()
     table([("verifying pass", 24, "<"), ("texts differ", 14, ">"), ("first at token", 16, lambda x: f"{x:.0f}"),
            ("largest margin", 16, ".1e")], rows, clock=True)

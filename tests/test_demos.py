@@ -2386,6 +2386,16 @@ def test_chapter12s_bonus_bug_repeats_the_last_draft(demo):
     assert np.array_equal(head.logits([3, 5], [1]), want)
     assert ("A position's state stands in for a model's layers: a random vector for its token, plus half the random"
             " vector for the token before.") in flat(demo["38"][1])
+    # what the margin column measures (read 3424: relative or absolute, and from which pass?): the gap between plain
+    # decoding's top two logits where the texts part, as first_divergence takes it, by hand on the first prompts
+    assert ("and the largest margin there, the gap between plain decoding's top two logits:") in flat(demo["38"][1])
+    wide, rng = sd.GreedyHead(gap=1e-6), np.random.default_rng(25)
+    for prompt in ([int(x) for x in rng.integers(0, len(wide), 2)] for _ in range(4)):
+        at, margin = sd.first_divergence(wide, wide, prompt, 32, 4)
+        if at is not None:  # this machine's float32 parts the texts on this prompt
+            plain = sd.plain_decode(wide, prompt, 32, np.random.default_rng(0))
+            top = np.sort(wide.logits([*prompt, *plain[:at]])[:, 0])[-2:]
+            assert margin == float(top[1] - top[0])
 
 
 def test_chapter9_with_every_draft_rejected_says_the_settings_tie(capsys):

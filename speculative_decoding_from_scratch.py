@@ -3035,7 +3035,9 @@ def demo10_server(k=5, n_rounds=3000, c=0.1):
         f" k, prices each k at cost c, and picks the fastest. The per-position rates need no model: at k = {k}, where"
         f" they were counted, tokens per call is 1 plus the rates; at a smaller k, about 1 plus its first k (chapter 27"
         " says how close).",
-        f"Below, the k each figure picks at cost c = {c:g}, and the true speedup at that k, from the tables:")
+        f"Below, at cost c = {c:g}, the k the per-position rates pick, and the k the draft acceptance rate picks if"
+        " taken as alpha in eq. 1. Beside each, the true speedup at that k, from the tables (--detail adds the mean"
+        " acceptance length's pick):")  # not 'the k each figure picks': the rate's row is not --tune's route for it
     print()
     table([("figure", 26, "<"), ("k", 5, "d"), ("true", 8, speedup_text)],
           [(r[0], r[2], r[4]) for r in rows[:2] + rows[4:]], groups=[(f"c = {c:g}", 1, 2)])  # [2], [3]: --detail's

@@ -2047,7 +2047,12 @@ def test_demo10_routes_and_their_sentences(demo, details):
     # (reads 3049 to 3064) the chapter read 8, 9, 10.5, 6, 8, 7, 8 and 9 minutes at one cost against 11, 8, 9.5,
     # 9.5, 9.5, 9.5, 7.5 and 7.5 at two
     assert "the tables, exactly 4 1.98x" in flat(text) and "c = 0.2" not in text and (
-        "Below, the k each figure picks at cost c = 0.1, and the true speedup at that k, from the tables:") in flat(text)
+        "Below, at cost c = 0.1, the k the per-position rates pick, and the k the draft acceptance rate picks if taken"
+        " as alpha in eq. 1. Beside each, the true speedup at that k, from the tables (--detail adds the mean acceptance"
+        " length's pick):") in flat(text)  # 'the k each figure picks' set the rate's misuse as --tune's route, and
+    # reads 3426 and 3431 looked for the length's row; so worded, reads 3433 to 3436 took 8.5, 8, 8 and 8.5 minutes
+    assert "The length needs eq. 1: --tune takes the alpha at which eq. 1 at k = 5 gives the length, 0.706. With it" \
+        " --tune picks the true best k" in flat(details["10"][1])
     assert sd.demo10_server.__defaults__[2] in sd.DEMO5_COSTS  # a row of demo 5's table
     # the rate divides by every drafted token, the ones after a rejection too: below the alpha it implies
     a_R = sd.alpha_from_draft_rate(R, 5)

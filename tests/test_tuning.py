@@ -631,7 +631,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " 11 times at B = 192: small's cheap passes win at every B.") in text37  # in B's order (the review: '11 to
     # 16' read as rising); 'still' (read 2009 stalled on the ratio falling while the gap widens)
     # which option is best past B = 1 is chapter 19's table (read 1699 stopped on small's switch from the tree at
-    # B = 64, which chapter 32 does not ask about)
+    # B = 64, which chapter 32 does not ask about). Stop 93 tried it here, each row's options beside a sentence on
+    # the tree's check past B = 1 and on pricing: reads 3433 to 3436 took 11, 11.5, 10.5 and 13 minutes, rebuilding
+    # big's k = 5 rows and the ridge at B = 64 and 192, against 8, 7.5 and 8.5 as it stands (reads 3428, 3437, 3438)
     assert "c best speedup B big small big small" in text37 and "k = 7" not in text32 + text37
     # asked what memory fills; read 1570, at what context
     # a chain's tokens per call are its rates', exact at k = 8 only (chapter 27), as the chapter now says: big's

@@ -1433,7 +1433,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
         f"alpha. A round costs one target call plus k draft calls at c each: the speedup at c = {c:g} is measured"
         f" tokens per call / (1 + k c). Agrees: within {FIT_Z} standard errors (+-) of exact.")
     print()
-    table([("draft", 17, "<"), ("alpha", 7, ".3f"),
+    table([("draft", 17, "<"), ("alpha", 8, ".4f"),
            ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
            ("agrees", 7, ">7"), (f"speedup\nc = {c:g}", 10, ".2f")],
           rows, groups=[("", 0, 1), ("tokens per call (one round)", 2, 6)])

@@ -1569,7 +1569,7 @@ def demo3_detail(result=None, P=TARGET, Q=MIDDLING):
 # Demo 4. How many tokens should the draft guess?
 
 
-def demo4_draft_length(c=LESSON_C, k_max=12, n_rounds=LESSON_RUN["n_rounds"]):
+def demo4_draft_length(c=LESSON_C, k_max=8, n_rounds=LESSON_RUN["n_rounds"]):
     rows = []
     for k in range(1, k_max + 1):
         m = measure(TARGET, MIDDLING, k, n_rounds, seed=LESSON_RUN["seed"])

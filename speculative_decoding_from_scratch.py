@@ -1603,7 +1603,7 @@ def demo4_draft_length(c=LESSON_C, k_max=8, n_rounds=LESSON_RUN["n_rounds"]):
 # Demo 5. When is speculation slower?
 
 
-DEMO5_COSTS = (0.05, 0.1, 0.2, 0.3, 0.6, 0.7, 0.8, 1.0)  # demo 5's draft costs c, beside its break-even c*
+DEMO5_COSTS = (0.05, 0.1, 0.2, 0.3, 0.6, 0.7, 1.0)  # demo 5's draft costs c, beside its break-even c*
 
 
 def demo5_break_even(k=LESSON_K, n_rounds=LESSON_RUN["n_rounds"]):

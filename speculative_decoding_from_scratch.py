@@ -1123,7 +1123,7 @@ def demo1_rule_by_hand(ctx=0):
         f"from the residual, max(0, p - q) normalised. After '{name(ctx)}', the target's p and the middling",
         "draft's q:")
     print()
-    table([("token", 5, ">5"), ("p", 8, ".4f"), ("q", 8, ".4f"), ("min(1, p/q)", 13, ".3f"),
+    table([("token", 5, ">5"), ("p", 8, ".4f"), ("q", 8, ".4f"), ("min(1, p/q)", 13, ".2f"),
            ("p - q", 9, "+.3f"), ("residual", 10, ".3f")],
           [(name(x), p[x], q[x], acc[x], p[x] - q[x], r[x]) for x in range(VOCAB)])
     under, over = int(np.argmax(p - q)), int(np.argmax(q - p))
@@ -1132,7 +1132,7 @@ def demo1_rule_by_hand(ctx=0):
     say(f"The draft under-proposes '{name(under)}' (q = {q[under]:.3f} < p = {p[under]:.3f}):",
         "it is always kept." if acc[under] == 1 else f"it is kept only {acc[under]:.3f} of the time, NOT always.")
     say(f"It over-proposes '{name(over)}' (q = {q[over]:.3f} > p = {p[over]:.3f}):",
-        f"it is kept with p/q = {ratio:.3f}." if abs(acc[over] - ratio) < 1e-12 else
+        f"it is kept with p/q = {ratio:.2f}." if abs(acc[over] - ratio) < 1e-12 else
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print()
     say("A token is drafted and kept with chance q min(1, p/q) = min(p, q).",

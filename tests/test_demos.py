@@ -248,7 +248,13 @@ def test_demo1_the_proof_closes_and_its_sentences_follow_the_table(demo):
     assert result.gap < 1e-12 and "Emitted = p." in text and "is < 1e-9" in text
     assert result.accept[result.under] == 1.0 and q[result.under] <= p[result.under]
     assert result.accept[result.over] == pytest.approx(p[result.over] / q[result.over], abs=1e-15)
-    assert f"it is kept with p/q = {p[result.over] / q[result.over]:.3f}." in text
+    assert f"it is kept with p/q = {p[result.over] / q[result.over]:.2f}." in text
+    # each printed ratio is the printed p over the printed q, to its 2 places: at 3, 'd' read 0.041 where 0.0015 /
+    # 0.0373 gives 0.040 (reads 3439 to 3458: 12 of the 15 that read the lesson stopped on it)
+    for x in range(6):
+        shown = min(1.0, round(float(p[x]), 4) / round(float(q[x]), 4))
+        assert f"{shown:.2f}" == f"{result.accept[x]:.2f}" and (
+            f"{sd.name(x)} {p[x]:.4f} {q[x]:.4f} {result.accept[x]:.2f}") in " ".join(text.split())
     assert f"under-proposes '{sd.name(result.under)}'" in text and "it is always kept" in text
     # the rounding note names the first row whose printed parts do not add up to its printed sum
     kept, redrawn = q * result.accept, (1 - np.minimum(p, q).sum()) * sd.residual(p, q)

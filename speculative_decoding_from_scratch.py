@@ -1578,8 +1578,8 @@ def demo4_draft_length(c=LESSON_C, k_max=8, n_rounds=LESSON_RUN["n_rounds"]):
                      speedup(m.per_call, k, c), speedup(exact, k, c)))
     say(f"The middling draft at c = {c}, {n_rounds:,} rounds per k.")
     print()
-    table([("k", 3, "d"), ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("exact", 7, ".2f"), ("agrees", 7, ">7"),
-           ("measured", 10, ".2f"), ("exact", 7, ".2f"), ("  exact, # = 0.1x", 26, "<")],
+    table([("k", 3, "d"), ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("exact", 8, ".4f"), ("agrees", 7, ">7"),
+           ("measured", 10, ".3f"), ("exact", 7, ".3f"), ("  exact, # = 0.1x", 26, "<")],
           [(r[0], *r[2:], "  " + "#" * round(10 * r[7])) for r in rows],
           groups=[("tokens per call", 1, 4), ("speedup", 5, 6)])
     best_m, best_e = (max(rows, key=lambda r: r[i])[0] for i in (6, 7))

@@ -1539,8 +1539,9 @@ def why_eq1_is_off(P, Q, gaps):
                     f"So a round's final token, redraw or bonus, which the next round's first draft follows, is"
                     f" '{d}' only {starts.start[hi]:.3f} of the time,"
                     f" though alpha weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. With fewer"
-                    f" starts after '{d}', where drafts pass most, the first draft passes {first:.3f}, not alpha's"
-                    f" {alpha:.3f}."
+                    f" starts after '{d}', where drafts pass most, the first draft passes {first:.3f} at"
+                    f" k = {LESSON_K}, not alpha's {alpha:.3f}."  # at k = 4: demo 4's k = 1 count gives 0.6905, and
+                    # reads 3473 and 3476 stopped on the two (rounds of another k start after other tokens)
                     " Drafts 1 to i all pass with chance:"],
                 [("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)))],
                 eq1_net_words(alpha, rates))

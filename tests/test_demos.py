@@ -731,10 +731,13 @@ def test_demo3_says_why_eq1_is_off_only_while_the_acceptance_rule_keeps_min_p_q(
             " a round's final token, redraw or bonus, which the next round's first draft follows, is 'd' only"
             f" {starts.start[3]:.3f} of the time, though alpha weighs 'd' by its share of the output,"
             f" {starts.text[3]:.3f}. With fewer starts after 'd', where drafts pass most, the first draft passes"
-            f" {first:.3f}, not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance: i = 1 i = 2 i = 3 i = 4 1 + sum"
+            f" {first:.3f} at k = 4, not alpha's {alpha:.3f}. Drafts 1 to i all pass with chance: i = 1 i = 2 i = 3 i = 4 1"
+            " + sum"
             " exact " + " ".join(f"{x:.3f}" for x in rates)
             + f" {1 + sum(shown[0]):.3f} eq. 1 " + " ".join(f"{alpha ** i:.3f}" for i in (1, 2, 3, 4))
             + f" {1 + sum(shown[1]):.3f}") in flat29
+    # 'at k = 4': rounds of k = 1 start after other tokens, and their first draft passes 0.691 (demo 4's 1.6905)
+    assert f"{sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 1) - 1:.3f}" == "0.691" != f"{first:.3f}"
     # the '1 + sum' column adds the printed terms, so the two differ by the net below: 2.789 - 2.775 = 0.014
     assert f"{1 + sum(shown[0]):.3f}" == "2.775" and f"{1 + sum(shown[1]):.3f}" == "2.789"
     # the table's terms close the sum: the first falls short of eq. 1's, the later ones run slightly over, and the

@@ -7744,6 +7744,7 @@ def demo37_big_never(**how):
                  f" B = 1 too, at {s.chain_speed:.2f} to big's {s.longest_speed:.2f}: the tree is not what beats big."
                  if s.chain is not None and s.chain_speed > s.longest_speed and priced_below_ridge(
                      *priced, (s.chain_speed, s.chain, s.c_small[0])) else "")  # the detail's
+    bests = []  # the detail's: each B's best option for each draft, and its speedup
     if said[2]:
         shown = sorted({1, 64, s.big_fit})
         picks = [[max(s.mine[j], key=lambda i: c19.speeds[b - 1, i]) for j in (0, 1)] for b in shown]  # big, small
@@ -7759,6 +7760,8 @@ def demo37_big_never(**how):
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big / small", 13, ".1f")],
               [(r[0], r[1], r[2], r[1] / r[2]) for r in rows], groups=[("c", 1, 2)])
         print()
+        bests = [(b, *(x for i in pair for x in (c19.options[i].shape, c19.speeds[b - 1, i])))
+                 for b, pair in zip(shown, picks)]
         moved = all(any(pair[j] != picks[0][j] for pair in picks[1:]) for j in (0, 1))  # each draft's best option
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.",
             "Past B = 1 each draft's best option changes, and chapter 19's plan prices each B." if moved else "")
@@ -7767,7 +7770,19 @@ def demo37_big_never(**how):
     takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1, and"
              f" still {times[1]:.0f} times at B = {s.big_fit}: small's cheap passes win at every B.",
              {"big's best trails small's at B = 1": bool(said[1]), "big never wins at any B": bool(said[2])})
-    return SimpleNamespace(c19=c19, shape=s, said=said, chain=chain, bytes=bytes_words)
+    return SimpleNamespace(c19=c19, shape=s, said=said, chain=chain, bytes=bytes_words, bests=bests)
+
+
+def demo37_detail(result):
+    """Chapter 37 in detail: the bytes behind each c, small's chain against big at B = 1, and each B's best options,
+    the speedups behind 'never', as chapter 19's plan prices them."""
+    say_paragraphs([result.bytes, result.chain])
+    if result.bests:
+        print()
+        say("Each draft's best option at each B in the table above, and its speedup, as chapter 19's plan prices it:")
+        print()
+        table([("B", 4, "d"), ("option", 16, "<"), ("speedup", 9, ".2f"), ("option", 16, "<"), ("speedup", 9, ".2f")],
+              result.bests, groups=[("big", 1, 2), ("small", 3, 4)])
 
 
 # -----------------------------------------------------------------------------
@@ -7980,7 +7995,7 @@ DETAILS = {  # --detail: what a practitioner needs and a student does not
     "34": demo34_detail,
     "35": demo35_detail,
     "36": demo36_detail,
-    "37": lambda result: say_paragraphs([result.bytes, result.chain]),
+    "37": demo37_detail,
     "38": demo38_detail,
 }
 INTRO = """Speculative decoding: a cheap draft model guesses k tokens; the target model

@@ -7764,7 +7764,8 @@ def demo37_big_never(**how):
                  for b, pair in zip(shown, picks)]
         moved = all(any(pair[j] != picks[0][j] for pair in picks[1:]) for j in (0, 1))  # each draft's best option
         say(f"Big's best trails small's by {s.big_gap:.2f} at B = {s.big_gap_at}, its closest.",
-            "Past B = 1 each draft's best option changes, and chapter 19's plan prices each B." if moved else "")
+            "Past B = 1 each draft's best option changes; --detail gives each B's, as chapter 19's plan prices them."
+            if moved else "")
     # big's c over small's moves one way with B (each is weights plus B KV caches), so its ends bound it
     times = [draft_cost(b, n_ctx, draft=big) / draft_cost(b, n_ctx, draft=small) for b in (1, s.big_fit)]
     takeaway(f"big's drafts pass more often, but each of its passes costs {times[0]:.0f} times small's at B = 1, and"

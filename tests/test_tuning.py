@@ -608,8 +608,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     for b, positions in ((64, (6, 9)), (192, (6, 7))):
         assert max(positions) <= 289.3 / b + 5.878
     assert 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
-    assert ("Big's best trails small's by 0.55 at B = 1, its closest. Past B = 1 each draft's best option changes, and"
-            " chapter 19's plan prices each B.") in text37 and (
+    assert ("Big's best trails small's by 0.55 at B = 1, its closest. Past B = 1 each draft's best option changes;"
+            " --detail gives each B's, as chapter 19's plan prices them.") in text37 and (
         "289.3" not in text37 and "B = 32" not in text37 and "gives way" not in text37)  # why both fall, and where
     # small's tree gives way to chains, are chapters 35's and 25's: readers stalled on them here (reads 2136, 2141,
     # 2142) and no reader without them asked (2150 to 2153); read 2026 was lost at

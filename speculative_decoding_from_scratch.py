@@ -1608,7 +1608,9 @@ DEMO5_COSTS = (0.05, 0.1, 0.2, 0.3, 0.6, 0.7, 1.0)  # demo 5's draft costs c, be
 
 
 def demo5_break_even(k=LESSON_K):
-    exact = np.array([exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)])
+    # to 12 places, so a count of exactly 1 (a rule that keeps nothing) reads 1, not 0.9999999999999999, which
+    # would put c* below 0 and let a k 'win' there by rounding
+    exact = np.round([exact_tokens_per_call(TARGET, MIDDLING, j) for j in range(1, 17)], 12)
     tokens = exact[k - 1]  # k's count, as demo 4 prints it: one source for the whole table (readers asked why
     # a measured k = 4 column stood beside the exact best k, reads 3439 to 3478)
     c_star = break_even_c(tokens, k)

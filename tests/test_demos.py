@@ -678,7 +678,7 @@ def test_demo4_the_best_k_sentence_names_the_largest_speedups(demo):
 def test_demo5_slower_where_below_one_and_no_k_wins_past_the_edge(demo):
     result, text = demo["5"]
     flat_text = " ".join(text.split())
-    exact = np.array([sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, j) for j in range(1, 17)])
+    exact = np.round([sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, j) for j in range(1, 17)], 12)  # as demo 5
     for c, s, slower, k_ex, s_ex in result.rows:
         assert (slower == "slower") == (s < 1 - 1e-9)
         assert (k_ex, s_ex) == sd.fastest_k(sd.speedup(exact, np.arange(1, 17), c)) and (k_ex > 0) == (s_ex > 1)
@@ -2463,3 +2463,14 @@ def test_chapter21_says_no_draft_passes_only_where_its_alpha_is_zero(demo, capsy
     sd.temperature_words(rows, result.greedy, 1000, 200, 3, 4)
     said = " ".join(capsys.readouterr().out.split())
     assert "none of its drafts passes" not in said and "the middling draft at T = 0 (both ways)," in said
+
+
+def test_demo5_reads_a_count_of_exactly_1_as_1_when_the_rule_keeps_nothing():
+    # accept_prob edited to keep nothing: every count is 1, which the exact chain reaches as 0.9999999999999999;
+    # demo 5 reads it as 1, so c* is 0.000, not -0.000, and no k 'wins' by rounding at a cost below 0
+    line = "return min(1.0, float(p[x] / q[x]))"
+    nothing = sd.edited((("accept_prob", line, "return 0.0"),))
+    text = printed(nothing.demo5_break_even)[1]
+    assert "c* = (1.0000 - 1) / 4 = 0.000." in text and "-0.0" not in text and "0.000 1.000 0 1.000" in text
+    assert "Takeaway withheld. This check failed: from some c on, no k wins." in text
+

@@ -2474,3 +2474,12 @@ def test_demo5_reads_a_count_of_exactly_1_as_1_when_the_rule_keeps_nothing():
     assert "c* = (1.0000 - 1) / 4 = 0.000." in text and "-0.0" not in text and "0.000 1.000 0 1.000" in text
     assert "Takeaway withheld. This check failed: from some c on, no k wins." in text
 
+
+def test_demo4_keeps_its_bars_in_80_columns_when_the_rule_keeps_everything():
+    # kept always: 9 tokens at k = 8 make a 5x speedup, whose bar at 0.1x a mark would pass 80 columns
+    everything = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0"),))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        everything.demo4_draft_length()
+    assert max(map(len, out.getvalue().splitlines())) <= 80 and "exact, # = 0.5x" in out.getvalue()
+    assert "8 9.000 0.00 9.0000 yes 5.000 5.000 " + "#" * 10 in flat(out.getvalue())

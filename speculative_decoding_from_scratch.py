@@ -1608,6 +1608,12 @@ def demo4_draft_length(c=LESSON_C, k_max=8, n_rounds=LESSON_RUN["n_rounds"]):
 DEMO5_COSTS = (0.05, 0.1, 0.2, 0.3, 0.6, 0.7, 1.0)  # demo 5's draft costs c, beside its break-even c*
 
 
+def cost_text(c):
+    """Demo 5's costs as typed, and c* to 4 places, as its sentence gives it: at 3, its row's k = 4 speedup, 1.000,
+    read 0.999 from 0.444 (read 3485)."""
+    return f"{c:.4g}"
+
+
 def demo5_break_even(k=LESSON_K):
     # to 12 places, so a count of exactly 1 (a rule that keeps nothing) reads 1, not 0.9999999999999999, which
     # would put c* below 0 and let a k 'win' there by rounding
@@ -1620,17 +1626,17 @@ def demo5_break_even(k=LESSON_K):
         s = speedup(tokens, k, c)
         rows.append((c, s, "slower" if s < 1 - 1e-9 else "", *fastest_k(speedup(exact, np.arange(1, 17), c))))
     say(f"In demo 4 the middling draft makes {tokens:.4f} tokens per call at k = {k}, exactly. A round costs"
-        f" 1 + {k} c, so k = {k} ties with plain decoding at c* = ({tokens:.4f} - 1) / {k} = {c_star:.3f}. The table"
+        f" 1 + {k} c, so k = {k} ties with plain decoding at c* = ({tokens:.4f} - 1) / {k} = {c_star:.4f}. The table"
         f" prices k = {k}, {tokens:.4f} / (1 + {k} c), and each c's best k (0: plain decoding):")
     print()
-    table([("c", 6, ".3f"), ("speedup", 9, ".3f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
+    table([("c", 6, cost_text), ("speedup", 9, ".3f"), ("", 9, "<"), ("k", 5, "d"), ("speedup", 9, ".3f")],
           rows, groups=[(f"k = {k}", 1, 2), ("best", 3, 4)])
     slower_above = all((r[2] == "slower") == (r[0] > c_star + 1e-9) for r in rows)
     wins, losses = [r[0] for r in rows if r[3] > 0], [r[0] for r in rows if r[3] == 0]
     j = int(np.argmax((exact - 1) / np.arange(1, 17))) + 1  # the k that stays ahead of plain decoding the longest
     c_all = (exact[j - 1] - 1) / j  # past it, no k wins
     print()
-    say(f"Above c* = {c_star:.3f}, k = {k} is slower than plain decoding." if slower_above else "",
+    say(f"Above c* = {c_star:.4f}, k = {k} is slower than plain decoding." if slower_above else "",
         f"A shorter k beats plain decoding below c = {c_all:.4f}, where k = {j}'s {exact[j - 1]:.4f} tokens per call"
         f" equal its cost, 1 + {'' if j == 1 else j}c. Above it, no k does." if wins and losses
         and all((r[3] > 0) == (r[0] < c_all) for r in rows) else "")
@@ -1655,10 +1661,10 @@ def demo5_detail(result=None, P=TARGET, Q=MIDDLING):
     say("The paper's Corollary 3.9: if alpha > c, some k wins, by at least (1 + alpha) / (1 + c), eq. 1's speedup at"
         " k = 1. Against the exact best:")
     print()
-    table([("c", 6, ".3f"), ("k", 5, "d"), ("speedup", 9, ".3f"), ("(1+alpha)/(1+c)", 17, ".3f")], rows,
+    table([("c", 6, cost_text), ("k", 5, "d"), ("speedup", 9, ".3f"), ("(1+alpha)/(1+c)", 17, ".3f")], rows,
           groups=[("best, exact", 1, 2), ("Corollary 3.9", 3, 3)])
-    below = [f"{c:.3g}" for c, _, s, bound in rows if s < bound - 5e-4]
-    edge = [f"{c:.3g}" for c, kk, _, _ in rows if kk == 0]
+    below = [cost_text(c) for c, _, s, bound in rows if s < bound - 5e-4]
+    edge = [cost_text(c) for c, kk, _, _ in rows if kk == 0]
     first = exact[0] - 1  # the first draft's pass rate, over where rounds of k = 1 start
     print()
     say(f"The exact best falls short of that promise at c = {', '.join(below)}." if below else

@@ -7410,7 +7410,7 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     print()
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"
-        " the tests before it. Triton's weight is w_i; PyTorch's differs (chapter 15), and this chapter uses"
+        " the tests before it. Triton's weight is w_i; PyTorch's differs (chapter 15's --detail), and this chapter uses"
         " Triton's. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)

@@ -2491,3 +2491,10 @@ def test_demo4_keeps_its_bars_in_80_columns_when_the_rule_keeps_everything():
         everything.demo4_draft_length()
     assert max(map(len, out.getvalue().splitlines())) <= 80 and "exact, # = 0.5x" in out.getvalue()
     assert "8 9.000 0.00 9.0000 yes 5.000 5.000 " + "#" * 10 in flat(out.getvalue())
+
+
+def test_chapter34_sends_pytorchs_weight_to_where_chapter15_gives_it(demo, details):
+    # read 3496 looked for PyTorch's weight in chapter 15's body, which sends it to its --detail
+    assert "Triton's weight is w_i; PyTorch's differs (chapter 15's --detail)" in demo["34"][1]
+    assert "and step 3's weight too: in place of w_i it tests min(1, p(x_1)/q(x_1)) * ... *" in details["15"][1]
+    assert "in place of w_i it tests" not in demo["15"][1]

@@ -7759,8 +7759,7 @@ def demo37_big_never(**how):
     if said[2]:
         shown = sorted({1, 64, s.big_fit})
         picks = [[max(s.mine[j], key=lambda i: c19.speeds[b - 1, i]) for j in (0, 1)] for b in shown]  # big, small
-        rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small)), *(c19.speeds[b - 1, i] for i in pair))
-                for b, pair in zip(shown, picks)]
+        rows = [(b, *(draft_cost(b, n_ctx, draft=d) for d in (big, small))) for b in shown]
         print()
         say(said[2], f"Each draft's c, and big's over small's, up to B = {s.big_fit}" + (
             f", {fit_lead('big')}:" if s.big_fit < c19.max_batch else ":"))
@@ -7769,7 +7768,7 @@ def demo37_big_never(**how):
         # (reads 3428, 3437, 3438, 3474 and 3477); with the speedups' options and pricing, reads 3433 to 3436 took
         # 10.5 to 13 minutes; with c alone, reads 3479 to 3482 took 7, 10, 7 and 7.5
         table([("B", 4, "d"), ("big", 9, ".4f"), ("small", 9, ".4f"), ("big / small", 13, ".1f")],
-              [(r[0], r[1], r[2], r[1] / r[2]) for r in rows], groups=[("c", 1, 2)])
+              [(*r, r[1] / r[2]) for r in rows], groups=[("c", 1, 2)])
         print()
         bests = [(b, *(x for i in pair for x in (c19.options[i].shape, c19.speeds[b - 1, i])))
                  for b, pair in zip(shown, picks)]

@@ -1445,7 +1445,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
         middling = next(r for r in rows if r[0] == f"blend weight {MIDDLING_WEIGHT:.2f}")
         at_or_above = all(round(r[4], 2) >= round(r[5], 2) for r in rows)  # as the table prints them
         # the reason is chapter 29's: given here as a clause ('fewer rounds start after d than the text holds',
-        # reads 3491 to 3496) or in numbers ('d' is 0.184 of the text, 0.089 of round ends, reads 3499 to 3501),
+        # reads 3491 to 3496) or in numbers ('d' is 0.184 of the text, 0.089 of round ends, reads 3497 to 3502),
         # it cost lesson readers a minute or more and left most partly lost; pointed to, fewer than one in four
         why = (("Eq. 1 is at or slightly above exact in every row. " if at_or_above else "")
                + f"For the middling draft it is {middling[4]:.2f} against {middling[5]:.2f}: a round's first draft"

@@ -632,8 +632,8 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
     # the speedups behind 'never' are the detail's: each B's best option for each draft, from the plan's speeds
     detail = " ".join(printed(sd.DETAILS["37"], in_process[0]["37"])[1].split())
     for b, (big_best, small_best) in zip((1, 64, 192), bests):
-        speeds = {o.shape: plan.speeds[b - 1, i] for i, o in enumerate(plan.options) if o.drafter.name == "big"}, {
-            o.shape: plan.speeds[b - 1, i] for i, o in enumerate(plan.options) if o.drafter.name == "small"}
+        speeds = [{o.shape: plan.speeds[b - 1, i] for i, o in enumerate(plan.options) if o.drafter.name == name}
+                  for name in ("big", "small")]
         assert f"{b} {big_best} {speeds[0][big_best]:.2f} {small_best} {speeds[1][small_best]:.2f}" in detail
         assert speeds[0][big_best] == max(speeds[0].values()) < max(speeds[1].values()) == speeds[1][small_best]
     assert " 2.84" not in text37 and " 2.73" not in text37

@@ -2471,8 +2471,7 @@ def test_chapter21_says_no_draft_passes_only_where_its_alpha_is_zero(demo, capsy
 def test_demo5_reads_a_count_of_exactly_1_as_1_when_the_rule_keeps_nothing():
     # accept_prob edited to keep nothing: every count is 1, which the exact chain reaches as 0.9999999999999999;
     # demo 5 reads it as 1, so c* is 0.000, not -0.000, and no k 'wins' by rounding at a cost below 0
-    line = "return min(1.0, float(p[x] / q[x]))"
-    nothing = sd.edited((("accept_prob", line, "return 0.0"),))
+    nothing = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 0.0"),))
     text = printed(nothing.demo5_break_even)[1]
     assert "c* = (1.0000 - 1) / 4 = 0.0000." in text and "-0" not in text and "c speedup k speedup 0 1.000 0 1.000" in text
     assert "Takeaway withheld. This check failed: from some c on, no k wins." in text

@@ -1975,13 +1975,18 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
              np.divide(*pass_traffic(LLAMA2_7B, n_ctx, n)), *roofline_time(*pass_traffic(LLAMA2_7B, n_ctx, n)))
             for n in positions]
     weights = pass_traffic(LLAMA2_7B, n_ctx, 1, 0)[1] / 1e9  # what one pass reads of the weights
-    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads each 16-bit weight"
-        f" once, {weights:.2f} GB, however many positions it scores; the input embeddings are only looked up."
-        " It also reads the KV",
-        f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB. The time is"
-        f" an {H100.name}'s",
-        f"roofline ({H100.flops / 1e12:.0f} TFLOP/s, {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the",
-        "bytes and doing the multiply-accumulates (MACs, two FLOPs each).")
+    # a position's MACs: one with each 16-bit number the pass reads, weight or cached key and value (as
+    # pass_traffic counts them; an edit to macs_per_token can part the two, and then the sentence goes)
+    one_each = abs(rows[0][1] - rows[0][2] / 2) < 1e-9 * rows[0][1]
+    say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads its weight matrices once,"
+        f" however many positions it scores: {weights:.2f} GB of 16-bit numbers. The input embeddings are left"
+        " out: a position needs only its own row. It also reads the KV",
+        f"cache, the keys and values of earlier tokens: {(rows[0][2] - weights):.2f} GB.",
+        f"Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: {rows[0][1]:.1f}"
+        " billion." if one_each else "",
+        f"The time is an {H100.name}'s roofline ({H100.flops / 1e12:.0f} TFLOP/s,"
+        f" {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing the "
+        + ("MACs." if one_each else "multiply-accumulates (MACs, two FLOPs each)."))
     print()
     table([("positions", 9, "d"), ("GMACs", 9, ".1f"), ("GB read", 9, ".2f"), ("MACs/byte", 11, ".2f"),
            ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8"),

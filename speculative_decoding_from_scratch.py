@@ -1583,7 +1583,7 @@ def demo4_draft_length(c=LESSON_C, k_max=8, n_rounds=LESSON_RUN["n_rounds"]):
     print()
     unit = next(u for u in (0.1, 0.2, 0.5, 1.0, 1e9) if max(r[7] for r in rows) / u <= 24)  # a bar's #: 80 columns
     table([("k", 3, "d"), ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("exact", 8, ".4f"), ("agrees", 7, ">7"),
-           ("measured", 10, ".3f"), ("exact", 7, ".3f"), (f"  exact, # = {unit:g}x", 26, "<")],
+           ("measured", 10, ".3f"), ("exact", 7, ".3f"), (f"  exact, one # per {unit:g}", 26, "<")],
           [(r[0], *r[2:], "  " + "#" * round(r[7] / unit)) for r in rows],
           groups=[("tokens per call", 1, 4), ("speedup", 5, 6)])
     best_m, best_e = (max(rows, key=lambda r: r[i])[0] for i in (6, 7))

@@ -2503,7 +2503,7 @@ def test_demo4_keeps_its_bars_in_80_columns_when_the_rule_keeps_everything():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         everything.demo4_draft_length()
-    assert max(map(len, out.getvalue().splitlines())) <= 80 and "exact, # = 0.5x" in out.getvalue()
+    assert max(map(len, out.getvalue().splitlines())) <= 80 and "exact, one # per 0.5" in out.getvalue()
     assert "8 9.000 0.00 9.0000 yes 5.000 5.000 " + "#" * 10 in flat(out.getvalue())
 
 

@@ -1639,8 +1639,8 @@ def demo5_break_even(k=LESSON_K):
     c_all = (exact[j - 1] - 1) / j  # past it, no k wins
     print()
     say(f"Above c* = {c_star:.4f}, k = {k} is slower than plain decoding." if slower_above else "",
-        f"A shorter k beats plain decoding below c = {c_all:.4f}, where k = {j}'s {exact[j - 1]:.4f} tokens per call"
-        f" equal its cost, 1 + {'' if j == 1 else j}c. Above it, no k does." if wins and losses
+        f"Each k ties with plain decoding at c = (tokens per call - 1) / k. The highest is k = {j}'s, {c_all:.4f}:"
+        " above it, no k wins." if wins and losses
         and all((r[3] > 0) == (r[0] < c_all) for r in rows) else "")
     speeds = [r[1] for r in rows]
     takeaway("every draft costs c, kept or not, so a draft must be cheap and agree often.",

@@ -938,6 +938,8 @@ def test_demo5_in_detail_the_corollary_why_it_falls_short_and_how_rounds_end():
         assert f"{sd.name(x)} {pi[x]:.3f} {redrawn[x] / share:.3f} {kept[x] / (1 - share):.3f}" in flat_text
     assert ("After 'a', 'c' and 'd' the draft over-proposes 'd' (q > p), so a redraw there never gives 'd': redraws"
             f" give 'd' {redrawn[d] / share:.3f} of the time, against {pi[d]:.3f} of the text.") in flat_text
+
+
 def test_demo6_drops_its_one_mac_a_number_when_the_count_parts_from_the_bytes():
     # attention priced at three MACs a cached number: a position no longer does one MAC with each number it reads
     three = sd.edited((("macs_per_token", "per_layer = 4 * d_model**2 + 2 * d_model * n_ctx + 3 * d_model * d_ff",
@@ -947,8 +949,6 @@ def test_demo6_drops_its_one_mac_a_number_when_the_count_parts_from_the_bytes():
         three.demo6_free_compute()
     text = " ".join(out.getvalue().split())
     assert "with each number read" not in text and "doing the multiply-accumulates (MACs, two FLOPs each)." in text
-
-
 
 
 def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
@@ -967,6 +967,8 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     # the same at every row, as the new positions' own are not read
     kv = 2 * 2 * layers * 512 * d
     assert all(r[2] * 1e9 == pytest.approx(weights + kv) for r in result.rows)
+    assert f"It also reads the KV cache, the keys and values of earlier tokens: {kv / 1e9:.2f} GB." in \
+        flat_text
     # a position's MACs, by hand: one with each weight (the projections, the MLP, the output layer) and one with
     # each cached key and value (scores, then the weighted sum), so half the bytes (reads 3509 to 3514 could not
     # rebuild 6.7 from 13.21 GB)
@@ -974,8 +976,6 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     assert (f"Each position does one multiply-accumulate (MAC, two FLOPs) with each number read:"
             f" {result.rows[0][1]:.1f} billion. The time is an H100 SXM's roofline (989 TFLOP/s, 3.35 TB/s): the"
             " longer of moving the bytes and doing the MACs.") in flat_text
-    assert f"It also reads the KV cache, the keys and values of earlier tokens: {kv / 1e9:.2f} GB." in \
-        flat_text
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, so up to {free} positions (147.6 / 0.50) cost what one"
             " does") in " ".join(text.split()) and free == int(147.6 / 0.50)

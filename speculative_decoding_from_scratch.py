@@ -8022,8 +8022,8 @@ LEGEND = {  # the lesson's terms, as its legend prints them
           times an unrelated table; the middling draft is m = {MIDDLING_WEIGHT:g}""",
     "p, q": "the target's and the draft's next-token distributions",
     "round": """k drafts, then one target call that gives p at all k+1
-          positions, for about the cost of one (demo 6); if all k pass,
-          position k+1 gives a bonus token, drawn from p""",
+          positions; if all k pass, position k+1 gives a bonus token,
+          drawn from p""",
     "alpha": """the chance a draft is accepted, averaged over the token before
           it, weighted by how often that token appears in the target's text""",
     "c": """one draft call's cost, in target calls; "per call" means per

@@ -1589,16 +1589,12 @@ def demo4_draft_length(c=LESSON_C, k_max=8, n_rounds=LESSON_RUN["n_rounds"]):
     best_m, best_e = (max(rows, key=lambda r: r[i])[0] for i in (6, 7))
     misfits = [str(r[0]) for r in rows if r[5] == "NO"]
     gains = np.diff([r[4] for r in rows])  # what each extra draft adds to tokens per call, exactly
-    # k = 1 against eq. 1's 1 + alpha, as printed: three of six readers stopped on the gap (reads 3515 to 3520)
-    eq1_one = expected_tokens(pair_alpha(TARGET, MIDDLING), 1)
     print()
     say("Every row agrees." if not misfits else f"NOT every row agrees: k = {', '.join(misfits)}.",
         f"The best k is {best_m} measured, {best_e} exact.",
         f"Each extra draft adds fewer tokens (exactly +{gains[0]:.2f} at k = 2, +{gains[-1]:.2f} at k = {k_max}),"
         " while the cost 1 + k c grows." if (np.diff(gains) < 0).all() else
-        "Extra drafts do NOT add fewer and fewer tokens here.",
-        f"Even k = 1 makes {rows[0][4]:.4f}, below eq. 1's 1 + alpha = {eq1_one:.4f}." if rows[0][0] == 1 and
-        round(rows[0][4], 4) < round(eq1_one, 4) else "")
+        "Extra drafts do NOT add fewer and fewer tokens here.")
     exact = {r[0]: r[7] for r in rows}
     takeaway("the speedup peaks at a moderate k and is flat near it.",
              {"every row agrees": not misfits, f"the best exact k lies inside 1..{k_max}": 1 < best_e < k_max,

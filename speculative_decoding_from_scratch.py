@@ -1448,7 +1448,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
         # reads 3491 to 3496) or in numbers ('d' is 0.184 of the text, 0.089 of round ends, reads 3497 to 3502),
         # it cost lesson readers a minute or more and left most partly lost; pointed to, fewer than one in four
         why = (("Eq. 1 is at or slightly above exact in every row. " if at_or_above else "")
-               + f"For the middling draft, {middling[4]:.2f} against {middling[5]:.2f}, chapter 29 says why.")
+               + f"For the middling draft it is {middling[4]:.2f} against {middling[5]:.2f}; chapter 29 says why.")
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         why)

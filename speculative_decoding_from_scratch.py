@@ -1436,7 +1436,7 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
     table([("draft", 17, "<"), ("alpha", 8, ".4f"),
            ("measured", 10, ".3f"), ("+-", 6, ".2f"), ("eq. 1", 7, ".2f"), ("exact", 7, ".2f"),
            ("agrees", 7, ">7"), (f"speedup\nc = {c:g}", 10, ".2f")],
-          rows, groups=[("", 0, 1), ("tokens per call (one round)", 2, 6)])
+          rows, groups=[("", 0, 1), ("tokens per target call", 2, 6)])
     misfits = [r for r in rows if r[6] == "NO"]
     print()
     why = why_eq1_is_off(TARGET, MIDDLING, [r[4] - r[5] for r in rows if r[5] is not None]) if (

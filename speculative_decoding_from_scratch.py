@@ -8090,11 +8090,10 @@ def break_it(chapters):
 
 def menu():
     """The lesson's last lines: each chapter's number and question, and how to run it."""
-    print(f"\n{'=' * 78}\nThe chapters go beyond the paper:\n")
+    print(f"\n{'=' * 78}\nThe chapters go beyond the paper; each defines its terms:\n")
     print("\n".join(f"  {n:>2}  {title}" for n, (title, _) in CHAPTERS.items()))
     name = os.path.basename(__file__)
-    print(f"\n  python3 {name} 9\n  python3 {name} all\n  python3 {name} 9 --detail"
-          "  (with its detail)")
+    print(f"\n  python3 {name} 9\n  python3 {name} all\n  python3 {name} 9 --detail")
 
 
 def contents():

@@ -963,7 +963,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     weights = 2 * (layers * (4 * d * d + 3 * d * d_ff) + d * vocab)
     assert sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1] == weights and f"{weights / 1e9:.2f}" == "13.21"
     assert ("A pass reads its weight matrices once, however many positions it scores: 13.21 GB of 16-bit numbers."
-            " The input embeddings are left out: a position needs only its own row.") in flat_text  # reads 1403,
+            " The input embeddings are left out: each position reads just one row of them.") in flat_text  # reads 1403,
     # 1445 and 1461 stopped at 13.21 against 7B x 2; 'only looked up' held 3509 to 3514 up to a minute
     # the KV cache read is the 512 earlier tokens' keys and values, by hand (K and V, 2 bytes, each layer, width d):
     # the same at every row, as the new positions' own are not read
@@ -975,7 +975,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     # each cached key and value (scores, then the weighted sum), so half the bytes (reads 3509 to 3514 could not
     # rebuild 6.7 from 13.21 GB)
     assert sd.macs_per_token(d, d_ff, layers, 512, vocab) == weights / 2 + kv / 2 == result.rows[0][1] * 1e9
-    assert (f"Each position does one multiply-accumulate (MAC, two FLOPs) with each number read:"
+    assert (f"Each position does one multiply-accumulate (MAC, two FLOPs) with each number read, weight or cache:"
             f" {result.rows[0][1]:.1f} billion. The time is an H100 SXM's roofline (989 TFLOP/s, 3.35 TB/s): the"
             " longer of moving the bytes and doing the MACs.") in flat_text
     free = int(sd.ridge() // result.rows[0][3])

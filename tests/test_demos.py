@@ -2513,6 +2513,13 @@ def test_demo4_keeps_its_bars_in_80_columns_when_the_rule_keeps_everything():
     assert "8 9.000 0.00 9.0000 yes 5.000 5.000 " + "#" * 10 in flat(out.getvalue())
 
 
+def test_demo5_prints_c_star_once_when_it_is_one_of_its_costs():
+    # every draft kept: k = 4 makes 5 tokens, so c* = (5 - 1) / 4 = 1, the table's last cost, which it printed twice
+    everything = sd.edited((("accept_prob", "return min(1.0, float(p[x] / q[x]))", "return 1.0"),))
+    rows = printed(everything.demo5_break_even)[0].rows
+    assert [r[0] for r in rows] == sorted(sd.DEMO5_COSTS) and rows[-1][2] == "tie"
+
+
 def test_chapter34_sends_pytorchs_weight_to_where_chapter15_gives_it(demo, details):
     # read 3496 looked for PyTorch's weight in chapter 15's body, which sends it to its --detail
     assert "Triton's weight is w_i; PyTorch's differs (chapter 15's --detail)" in demo["34"][1]

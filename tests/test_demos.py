@@ -262,8 +262,10 @@ def test_demo1_the_proof_closes_and_its_sentences_follow_the_table(demo):
     kept, redrawn = q * result.accept, (1 - np.minimum(p, q).sum()) * sd.residual(p, q)
     shown = [round(float(a), 4) + round(float(b), 4) - round(float(a + b), 4) for a, b in zip(kept, redrawn)]
     uneven = [sd.name(x) for x, gap in enumerate(shown) if abs(gap) > 5e-5]
-    assert uneven == ["b", "e"] and "In rows 'b' and 'e', kept + redrawn is 0.0001 off emitted: rounding." in " ".join(
-        text.split())
+    flat_text = " ".join(text.split())
+    assert uneven == ["b", "e"] and "In rows 'b' and 'e', kept + redrawn is 0.0001 off emitted: rounding." in flat_text
+    # before the table, where readers met the gap and stopped to look for a mistake (reads 3509 to 3532)
+    assert flat_text.index("0.0001 off emitted") < flat_text.index("token kept redrawn emitted p")
 
 
 def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):

@@ -1140,9 +1140,10 @@ def demo1_rule_by_hand(ctx=0):
     say("A token is drafted and kept with chance q min(1, p/q) = min(p, q).",
         f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}, also the sum of max(0, p - q).",
         f"The redrawn share is that chance times the residual: {1 - beta:.3f} times max(0, p - q) / {1 - beta:.3f}"
-        " = max(0, p - q).",
-        # said before the table, where readers met it and stopped (reads 3509 to 3532), not after
-        (f"In row{'s' * (len(uneven) > 1)} " + " and ".join(f"'{x}'" for x in uneven) +
+        " = max(0, p - q).")
+    print()
+    # said before the table, where readers met it and stopped (reads 3509 to 3532), not after
+    say((f"In row{'s' * (len(uneven) > 1)} " + " and ".join(f"'{x}'" for x in uneven) +
          ", kept + redrawn is 0.0001 off emitted: rounding.") if uneven else "")
     print()
     table([("token", 5, ">5"), ("kept", 10, ".4f"), ("redrawn", 10, ".4f"), ("emitted", 10, ".4f"), ("p", 8, ".4f")],

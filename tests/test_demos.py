@@ -975,8 +975,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     # the same at every row, as the new positions' own are not read
     kv = 2 * 2 * layers * 512 * d
     assert all(r[2] * 1e9 == pytest.approx(weights + kv) for r in result.rows)
-    assert f"It also reads the KV cache, the keys and values of earlier tokens: {kv / 1e9:.2f} GB." in \
-        flat_text
+    assert f"It also reads the KV cache, earlier tokens' keys and values: {kv / 1e9:.2f} GB." in flat_text
     # a position's MACs, by hand: one with each weight (the projections, the MLP, the output layer) and one with
     # each cached key and value (scores, then the weighted sum), so half the bytes (reads 3509 to 3514 could not
     # rebuild 6.7 from 13.21 GB)

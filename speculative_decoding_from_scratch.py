@@ -1144,7 +1144,7 @@ def demo1_rule_by_hand(ctx=0):
     print()
     # said before the table, where readers met it and stopped (reads 3509 to 3532), not after
     say((f"In row{'s' * (len(uneven) > 1)} " + " and ".join(f"'{x}'" for x in uneven) +
-         ", kept + redrawn is 0.0001 off emitted: rounding.") if uneven else "")
+         " below, kept + redrawn is 0.0001 off emitted: rounding.") if uneven else "")
     print()
     table([("token", 5, ">5"), ("kept", 10, ".4f"), ("redrawn", 10, ".4f"), ("emitted", 10, ".4f"), ("p", 8, ".4f")],
           [(name(x), kept[x], fixed[x], kept[x] + fixed[x], p[x]) for x in range(VOCAB)])

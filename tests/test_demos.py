@@ -263,7 +263,7 @@ def test_demo1_the_proof_closes_and_its_sentences_follow_the_table(demo):
     shown = [round(float(a), 4) + round(float(b), 4) - round(float(a + b), 4) for a, b in zip(kept, redrawn)]
     uneven = [sd.name(x) for x, gap in enumerate(shown) if abs(gap) > 5e-5]
     flat_text = " ".join(text.split())
-    assert uneven == ["b", "e"] and "In rows 'b' and 'e', kept + redrawn is 0.0001 off emitted: rounding." in flat_text
+    assert uneven == ["b", "e"] and "In rows 'b' and 'e' below, kept + redrawn is 0.0001 off emitted: rounding." in flat_text
     # before the table, where readers met the gap and stopped to look for a mistake (reads 3509 to 3532)
     assert flat_text.index("0.0001 off emitted") < flat_text.index("token kept redrawn emitted p")
 

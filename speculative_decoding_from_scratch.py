@@ -1448,7 +1448,8 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
         at_or_above = all(round(r[4], 2) >= round(r[5], 2) for r in rows)  # as the table prints them
         # the reason is chapter 29's: given here as a clause ('fewer rounds start after d than the text holds',
         # reads 3491 to 3496) or in numbers ('d' is 0.184 of the text, 0.089 of round ends, reads 3497 to 3502),
-        # it cost lesson readers a minute or more and left most partly lost; pointed to, fewer than one in four
+        # it cost lesson readers a minute or more and left most partly lost; so did half of it, 'a round's first
+        # draft passes less often than alpha' (reads 3509 to 3514); pointed to, about one in four
         why = (("Eq. 1 is at or slightly above exact in every row. " if at_or_above else "")
                + f"For the middling draft it is {middling[4]:.2f} against {middling[5]:.2f}; chapter 29 says why.")
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
@@ -1988,8 +1989,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         " out: each position reads just one row of them. It also reads the KV",
         f"cache, earlier tokens' keys and values: {(rows[0][2] - weights):.2f} GB.",
         f"Each position does one multiply-accumulate (MAC, two FLOPs) with each number read, weight or cache:"
-        f" {rows[0][1]:.1f}"
-        " billion." if one_each else "",
+        f" {rows[0][1]:.1f} billion." if one_each else "",
         f"The time is an {H100.name}'s roofline ({H100.flops / 1e12:.0f} TFLOP/s,"
         f" {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing the "
         + ("MACs." if one_each else "multiply-accumulates (MACs, two FLOPs each)."))

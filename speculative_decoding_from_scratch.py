@@ -1448,9 +1448,9 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
         at_or_above = all(round(r[4], 2) >= round(r[5], 2) for r in rows)  # as the table prints them
         # the reason is chapter 29's: given here as a clause ('fewer rounds start after d than the text holds',
         # reads 3491 to 3496) or in numbers ('d' is 0.184 of the text, 0.089 of round ends, reads 3497 to 3502),
-        # it cost lesson readers a minute or more and left most partly lost; so did half of it, 'a round's first
-        # draft passes less often than alpha' (reads 3509 to 3514); pointed to, fewer than one in four (3 of 24,
-        # reads 3515 to 3538)
+        # it cost lesson readers a minute or more and left most partly lost; half of it, 'a round's first draft
+        # passes less often than alpha', held five of six up to a minute and left two partly lost (reads 3509 to
+        # 3514); pointed to, fewer than one in four are (3 of 24, reads 3515 to 3538)
         why = (("Eq. 1 is at or slightly above exact in every row. " if at_or_above else "")
                + f"For the middling draft it is {middling[4]:.2f} against {middling[5]:.2f}; chapter 29 says why.")
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(

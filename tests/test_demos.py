@@ -952,10 +952,7 @@ def test_demo6_drops_its_one_mac_a_number_when_the_count_parts_from_the_bytes():
     # attention priced at three MACs a cached number: a position no longer does one MAC with each number it reads
     three = sd.edited((("macs_per_token", "per_layer = 4 * d_model**2 + 2 * d_model * n_ctx + 3 * d_model * d_ff",
                         "per_layer = 4 * d_model**2 + 6 * d_model * n_ctx + 3 * d_model * d_ff"),))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        three.demo6_free_compute()
-    text = " ".join(out.getvalue().split())
+    text = printed(three.demo6_free_compute)[1]
     assert "with each number read" not in text and "doing the multiply-accumulates (MACs, two FLOPs each)." in text
 
 

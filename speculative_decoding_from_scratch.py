@@ -1452,8 +1452,9 @@ def demo3_acceptance(k=LESSON_K, c=LESSON_C, n_rounds=LESSON_RUN["n_rounds"]):
         # it cost lesson readers a minute or more and left most partly lost; half of it, 'a round's first draft
         # passes less often than alpha', held five of six up to a minute and left two partly lost (reads 3509 to
         # 3514); pointed to, fewer than one in four are (3 of 24, reads 3515 to 3538)
-        why = (("Eq. 1 is at or slightly above exact in every row. " if at_or_above else "")
-               + f"For the middling draft it is {middling[4]:.2f} against {middling[5]:.2f}; chapter 29 says why.")
+        why = ("Eq. 1 is at or slightly above exact in every row" if at_or_above else
+               f"For the middling draft eq. 1 is {middling[4]:.2f} against {middling[5]:.2f}")
+        why += "; chapter 29 says why."
     say("Every row agrees." if not misfits and not errors else "NOT every row agrees: " + "; ".join(
             [f"{r[0]} measures {r[2]:.2f} where the exact value is {r[5]:.2f}" for r in misfits[:2]] + errors) + ".",
         why)

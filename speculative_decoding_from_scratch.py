@@ -1599,7 +1599,8 @@ def demo4_draft_length(c=LESSON_C, k_max=DEMO4_K_MAX, n_rounds=LESSON_RUN["n_rou
     gains = np.diff([r[4] for r in rows])  # what each extra draft adds to tokens per call, exactly
     print()
     say("Every row agrees." if not misfits else f"NOT every row agrees: k = {', '.join(misfits)}.",
-        f"The best k is {best_m} measured, {best_e} exact.",
+        f"The best k is {best_e} exact; the noisy measurement picks {best_m}." if best_m != best_e else
+        f"The best k is {best_e}, exact and measured.",
         f"Each extra draft adds fewer tokens (exactly +{gains[0]:.2f} at k = 2, +{gains[-1]:.2f} at k = {k_max}),"
         " while the cost 1 + k c grows." if (np.diff(gains) < 0).all() else
         "Extra drafts do NOT add fewer and fewer tokens here.")

@@ -665,7 +665,9 @@ def test_chapter21_in_detail_the_two_shipped_temperature_bugs():
 def test_demo4_the_best_k_sentence_names_the_largest_speedups(demo):
     rows, text = demo["4"]
     measured, exact = (max(rows, key=lambda r: r[i])[0] for i in (6, 7))
-    assert f"The best k is {measured} measured, {exact} exact." in text
+    # which to trust, when they part (reads 3539, 3540 and 3541 stopped on it)
+    assert (f"The best k is {exact} exact; the noisy measurement picks {measured}." if measured != exact else
+            f"The best k is {exact}, exact and measured.") in " ".join(text.split()) and (measured, exact) == (3, 4)
     assert 1 < exact < len(rows)  # an interior peak, not an endpoint
     assert [r[5] for r in rows] == ["yes" if abs(r[2] - r[4]) <= 4 * r[3] else "NO" for r in rows]
     assert [r[7] for r in rows] == pytest.approx([sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, k) / (1 + k / 10)

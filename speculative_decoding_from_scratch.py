@@ -2438,7 +2438,7 @@ def demo8_depth_and_width(n_rounds, depth=3):
     off = [r[0] for r in rows if r[7] and not fits_exact(r[3], r[4], r[7])]
     repeats = all(r[5] > r[3] for r in rows if r[5] is not None) and rule_intact(TARGET, MIDDLING)
     rows = [(label, d, n, rate, distinct, exact) for label, d, n, rate, _, distinct, _, exact in rows]
-    wider = rows[2][4] > rows[0][5]
+    wider, cost = rows[2][4] > rows[0][5], 1 + depth * LESSON_C  # a round's cost, in target calls
     print()
     say(f"Each independent measured value agrees with its exact one, within {FIT_Z} standard errors." if not off else
         f"NOT every independent measured value agrees with its exact one: {', '.join(off)}.",
@@ -2446,9 +2446,9 @@ def demo8_depth_and_width(n_rounds, depth=3):
         f" chain's exact {rows[0][5]:.2f}, of at most {depth + 1} tokens a round. Each takes {depth} draft passes: a"
         " tree drafts a whole level in one pass, and that pass reads its weights once for all the positions it"
         " scores, as demo 6's check does.",
-        f"At c = {LESSON_C:g}, the tree's speedup is {rows[2][4]:.2f} / (1 + {rows[2][1]} c) ="
-        f" {speedup(rows[2][4], rows[2][1], LESSON_C):.2f} and the chain's"
-        f" {speedup(rows[0][5], rows[0][1], LESSON_C):.2f}.")
+        f"At c = {LESSON_C:g}, a round of either costs 1 + {depth} c = {cost:g}: the tree's speedup is"
+        f" {rows[2][4]:.2f} / {cost:g} = {speedup(rows[2][4], depth, LESSON_C):.2f}, the chain's {rows[0][5]:.2f} /"
+        f" {cost:g} = {speedup(rows[0][5], depth, LESSON_C):.2f}.")
     why = ("Distinct children keep more than independent ones in both trees. An independent sibling can repeat a"
            " rejected token. A token x is rejected only if q(x) > p(x), so p becomes a residual, max(0, p - q), that"
            " is 0 at x. A sibling that repeats x is judged against that p, so it always fails." if repeats else "")

@@ -1144,8 +1144,10 @@ def test_demo8_the_mask_and_the_tree_verdicts(demo):
     # priced as the lesson prices a round, tokens / (1 + passes c), one draft pass a level: the long chain loses
     tree3, long_chain = result.rates[2], result.rates[3]
     chain3 = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 3)  # the chain the question weighs (read 1514)
-    assert (f"At c = 0.1, the tree's speedup is {tree3[4]:.2f} / (1 + 3 c) = {tree3[4] / (1 + 3 * 0.1):.2f} and the"
-            f" chain's {chain3 / (1 + 3 * 0.1):.2f}.") in flat(text)  # the formula beside its figures
+    assert (f"At c = 0.1, a round of either costs 1 + 3 c = 1.3: the tree's speedup is {tree3[4]:.2f} / 1.3 ="
+            f" {tree3[4] / (1 + 3 * 0.1):.2f}, the chain's {chain3:.2f} / 1.3 = {chain3 / (1 + 3 * 0.1):.2f}.") in flat(
+        text)  # the formula beside its
+    # figures, the chain's too (read 3540 took the chain's for its measured 2.65 / 1.3 = 2.04, and stalled)
     long_text = printed(sd.DETAILS["8"], result)[1]
     assert (f"A chain of 39 drafts, as many as the widest tree has nodes, makes {long_chain[5]:.2f} tokens per call"
             f" exactly, fewer than the tree's {tree3[4]:.2f}. It verifies as many drafts, but needs 39 draft passes,"

@@ -4294,7 +4294,8 @@ def demo17_apex(k=5, lam=0.7, n_text=800):
         " its own machinery, not in the rule. It keeps what the target has read, its KV cache (the keys and values of"
         " every token read so far), apart from the text it writes. Each of its rounds starts with one token the target"
         " samples before any draft, from its row after the last token written. That row is not computed anew: the"
-        " round before's pass gave it, and it is carried over.")
+        " round before's pass gave it, and it is carried over. After a rejection, that pass never read the"
+        " replacement y, so it gave no row after y.")
     print()
     say("APEX-1 drafts with a multi-token head. The port here, this script's copy of its generator, drafts by prompt"
         " lookup instead: it proposes what followed the text's last few characters earlier on. A proposal x is"

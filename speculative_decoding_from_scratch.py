@@ -8038,8 +8038,7 @@ LEGEND = {  # the lesson's terms, as its legend prints them
     "round": """k drafts, then one target call that gives p at all k+1
           positions; if all k pass, position k+1 gives a bonus token,
           drawn from p""",
-    "alpha": """the chance a draft is accepted. It depends on the token before
-          it, so alpha averages that chance over the target's own text""",
+    "alpha": "the chance a draft is accepted, averaged over the target's own text",
     "c": """one draft call's cost, in target calls; "per call" means per
           target call""",
     "TV": "total variation: the most two distributions differ on any event",

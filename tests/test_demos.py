@@ -284,8 +284,7 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
             " output replaced.") in " ".join(text.split())
     assert ("A sample's TV is never 0: the target decoded alone, 400"
             f" times, gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact"
-            " TV is computed for rounds that end at their first rejection. The continue bug's rounds do not, so only"
-            " the fit scores it.")\
+            " TV enumerates only rounds that end at their first rejection, so only the fit scores the continue bug.")\
         in " ".join(text.split())
     assert ("the first two tokens (x1, x2) after the prompt 'f'. TVs are over the 36 pairs. The draft is the unrelated"
             " table (alpha ="

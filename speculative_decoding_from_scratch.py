@@ -1993,8 +1993,9 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f" however many positions it scores: {weights:.2f} GB of 16-bit numbers. The input embeddings are left"
         " out: each position reads just one row of them. It also reads the KV",
         f"cache, earlier tokens' keys and values: {(rows[0][2] - weights):.2f} GB.",
-        "Each position does one multiply-accumulate (MAC, two FLOPs) with each number read, weight or cache."
-        f" At 2 bytes a number, a position does {rows[0][2]:.2f} / 2 = {rows[0][1]:.1f} billion MACs." if one_each else
+        "Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
+        " attention, each cached key and value."
+        f" At 2 bytes a number, that is {rows[0][2]:.2f} / 2 = {rows[0][1]:.1f} billion MACs." if one_each else
         "",
         f"The time is an {H100.name}'s roofline ({H100.flops / 1e12:.0f} TFLOP/s,"
         f" {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing the "

@@ -1138,8 +1138,8 @@ def demo1_rule_by_hand(ctx=0):
         f"it is kept {acc[over]:.3f} of the time, NOT p/q = {ratio:.3f}.")
     print()
     say("A token is drafted and kept with chance q min(1, p/q) = min(p, q).",
-        f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}. As p sums to 1, that is also the sum"
-        " of max(0, p - q).",
+        f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}. As p sums to 1, that is"
+        " also sum (p - min(p, q)) = sum max(0, p - q).",
         f"The redrawn share is that chance times the residual: {1 - beta:.3f} times max(0, p - q) / {1 - beta:.3f}"
         " = max(0, p - q).")
     print()

@@ -266,6 +266,12 @@ def test_demo1_the_proof_closes_and_its_sentences_follow_the_table(demo):
     assert uneven == ["b", "e"] and "In rows 'b' and 'e' below, kept + redrawn is 0.0001 off emitted: rounding." in flat_text
     # before the table, where readers met the gap and stopped to look for a mistake (reads 3509 to 3532)
     assert flat_text.index("0.0001 off emitted") < flat_text.index("token kept redrawn emitted p")
+    # the step from the rejection chance to the residual's mass, by hand (reads 3540 and 3557 to 3561 rebuilt it)
+    rejected = 1 - np.minimum(p, q).sum()
+    assert rejected == pytest.approx((p - np.minimum(p, q)).sum(), abs=1e-15) == pytest.approx(
+        np.maximum(0, p - q).sum(), abs=1e-15)
+    assert (f"rejected with chance 1 - sum min(p, q) = {rejected:.3f}. As p sums to 1, that is also sum (p - min(p, q))"
+            " = sum max(0, p - q).") in flat_text
 
 
 def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):

@@ -5718,11 +5718,8 @@ def demo22_greedy_text():
 
 def main_drafter(buckets):
     """The drafter a plan runs at the most batch sizes (None if it never speculates)."""
-    sizes, drafters = {}, {}
-    for lo, hi, o in buckets:
-        if o is not None:
-            sizes[o.drafter.name] = sizes.get(o.drafter.name, 0) + hi - lo + 1
-            drafters[o.drafter.name] = o.drafter
+    drafters = {o.drafter.name: o.drafter for _, _, o in buckets if o is not None}
+    sizes = {n: sum(hi - lo + 1 for lo, hi, o in buckets if o is not None and o.drafter.name == n) for n in drafters}
     return drafters[max(sizes, key=sizes.get)] if sizes else None
 
 

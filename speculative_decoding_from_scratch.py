@@ -1613,6 +1613,11 @@ def demo4_draft_length(c=LESSON_C, k_max=DEMO4_K_MAX, n_rounds=LESSON_RUN["n_rou
     return rows
 
 
+def demo4_best(c=LESSON_C):
+    """Demo 4's best speedup, from its exact counts over its k = 1 to DEMO4_K_MAX."""
+    return max(speedup(exact_tokens_per_call(TARGET, MIDDLING, k), k, c) for k in range(1, DEMO4_K_MAX + 1))
+
+
 # -----------------------------------------------------------------------------
 # Demo 5. When is speculation slower?
 
@@ -5933,6 +5938,12 @@ def demo23_engines(**how):
     print()
     table([("batch size B", 13, ">"), ("drafter", 11, "<"), ("runs as", 16, "<"), ("speedup", 13, ">")],
           [r[:4] for r in plan_rows(c19.buckets, c19.speeds, c19.options, c19.n_ctx)])
+    lesson, c_small = demo4_best(), draft_cost(1, c19.n_ctx, draft=c19.shapes[1])  # small's at its bytes (read 3552)
+    low = min((c19.speeds[lo - 1:hi, c19.options.index(o)].min() for lo, hi, o in c19.buckets
+               if o and o.drafter.name == "small"), default=0.0)
+    say_paragraphs([f"Each speedup is against plain decoding at the same B. Small, the middling draft, runs above demo"
+                    f" 4's best, {lesson:.2f}: its draft pass costs {c_small:.4f} of a target pass at B = 1, where"
+                    f" demo 4's cost {LESSON_C:g} (chapter 37)." if low > lesson and c_small < LESSON_C else ""])
     print()
     only = main is not None and {o.drafter.name for _, _, o in c19.buckets if o is not None} == {main.name}
     big_method = dict(d[:2] for d in c19.drafters).get("big")

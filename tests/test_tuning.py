@@ -875,6 +875,18 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert sum(line.strip().startswith(said) for line in lines) == 2  # read 1598 read the point three times
     main, own, lost = sd.one_drafter_plan(c19.buckets, priced)
     assert main.name == "small" and lost is None and in_process[0]["23"].lost is None  # the plan runs one drafter
+    # why the plan's speedups for the middling draft run far above demo 4's (reads 3550 and 3552 stalled on it), by
+    # hand: small's pass at B = 1 over the target's, its bytes over the target's (both memory-bound), and demo 4's
+    # best, k = 4's exact count over 1 + 4 c
+    plan = sd.chapter19_plan()
+    small = plan.shapes[1]
+    c_small = sd.pass_traffic(small, 512, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[1]
+    assert small == (768, 2048, 4, 32000) and sd.draft_cost(1, 512, draft=small) == pytest.approx(c_small)
+    best = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) / 1.4
+    mine = [i for i, o in enumerate(plan.options) if o.drafter.name == "small"]
+    assert ("Each speedup is against plain decoding at the same B. Small, the middling draft, runs above demo 4's"
+            f" best, {best:.2f}: its draft pass costs {c_small:.4f} of a target pass at B = 1, where demo 4's cost 0.1"
+            " (chapter 37).") in flat_text and plan.speeds[:, mine].max(axis=1).min() > best > 10 * c_small
     # vLLM's rows are of chain lengths: where the plan runs the tree they run small's best chains, by a scan
     chains = [i for i, o in enumerate(c19.options) if o.drafter.name == "small" and o.shape.startswith("k")]
     best_chain = np.array([max(c19.speeds[b, i] for i in chains) for b in range(len(c19.speeds))])

@@ -1219,8 +1219,9 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("A sample's TV is never 0" +
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV enumerates only rounds that end at their first rejection" + (
-            f", so only the fit scores the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}." if unseen else "."))
+        "The exact TV is built from the rule, not from the loop" + (
+            f", so it cannot score the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, a bug in the loop."
+            if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 12, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])
@@ -1996,7 +1997,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     one_each = abs(rows[0][1] - rows[0][2] / 2) < 1e-9 * rows[0][1]
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads its weight matrices once,"
         f" however many positions it scores: {weights:.2f} GB of 16-bit numbers. The input embeddings are left"
-        " out: each position reads just one row of them. It also reads the KV",
+        " out: each position reads one row. It also reads the KV",
         f"cache, earlier tokens' keys and values: {(rows[0][2] - weights):.2f} GB.",
         "Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
         " attention, each cached key and value."

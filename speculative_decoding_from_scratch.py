@@ -1219,9 +1219,8 @@ def demo2_distribution(ctx=5, k=2, n_runs=DEMO2_RUNS):
     say("A sample's TV is never 0" +
         (f": the target decoded alone, {n_runs:,} times, gives {floor:.4f}. So the fit, not the sampled TV,"
          " decides." if not isinstance(floor, Exception) else ": sampling adds noise, so the fit decides."),
-        "The exact TV is built from the rule, not from the loop" + (
-            f", so it cannot score the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}, a bug in the loop."
-            if unseen else "."))
+        "The exact TV assumes rounds end at their first rejection" +
+        (f", so it cannot score the {and_list(unseen)} bug{'s' if len(unseen) > 1 else ''}." if unseen else "."))
     print()
     table([("rule", 12, "<"), ("TV", 8, ".4f"), ("fit", 11, p_text), ("TV", 12, exact_text), ("verdict", 17, "<")],
           [r[:4] + r[5:] for r in rows], groups=[("sampled", 1, 2), ("exact", 3, 3)])

@@ -1996,7 +1996,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     one_each = abs(rows[0][1] - rows[0][2] / 2) < 1e-9 * rows[0][1]
     say(f"A Llama-2-7B-shaped decoder after {n_ctx} tokens of context. A pass reads its weight matrices once,"
         f" however many positions it scores: {weights:.2f} GB of 16-bit numbers. The input embeddings are left"
-        " out: each position reads one row. It also reads the KV",
+        " out: each position reads just one row of them. It also reads the KV",
         f"cache, earlier tokens' keys and values: {(rows[0][2] - weights):.2f} GB.",
         "Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
         " attention, each cached key and value."

@@ -981,7 +981,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     weights = 2 * (layers * (4 * d * d + 3 * d * d_ff) + d * vocab)
     assert sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 0)[1] == weights and f"{weights / 1e9:.2f}" == "13.21"
     assert ("A pass reads its weight matrices once, however many positions it scores: 13.21 GB of 16-bit numbers."
-            " The input embeddings are left out: each position reads one row.") in flat_text  # reads 1403,
+            " The input embeddings are left out: each position reads just one row of them.") in flat_text  # reads 1403,
     # 1445 and 1461 stopped at 13.21 against 7B x 2; 'only looked up' held 3509 to 3514 up to a minute
     # the KV cache read is the 512 earlier tokens' keys and values, by hand (K and V, 2 bytes, each layer, width d):
     # the same at every row, as the new positions' own are not read

@@ -2005,9 +2005,10 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
         f"cache, earlier tokens' keys and values: {(rows[0][2] - weights):.2f} GB.",
         "Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
         " attention, each cached key and value."
-        f" At 2 bytes a number, that is {rows[0][2]:.2f} / 2 = {rows[0][1]:.1f} billion MACs." if one_each else
+        f" At 2 bytes a number, that is {rows[0][2]:.2f} / 2 = {rows[0][1]:.1f} billion MACs per position."
+        if one_each else
         "",
-        f"The time is an {H100.name}'s roofline ({H100.flops / 1e12:.0f} TFLOP/s,"
+        f"The time is an {H100.name}'s roofline ({H100.flops / 2e12:.1f} trillion MACs/s,"
         f" {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing the "
         + ("MACs." if one_each else "multiply-accumulates (MACs, two FLOPs each)."))
     print()
@@ -2019,8 +2020,8 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 16, 256, 512, 1024)):
     free_rows = [r for r in rows if r[4] / t1 < 1 + 1e-9]  # the rows that cost what one position does
     past = [r for r in rows if str(r[5]) == "compute"]
     print()
-    say(f"A pass is memory-bound below {ridge():.1f} MACs per byte, the ridge point: {H100.flops / 2e12:.1f} trillion",
-        f"MACs per second over {H100.bandwidth / 1e12:.2f} TB/s. One decoding step does {one:.2f} MACs per byte,"
+    say(f"A pass is memory-bound below {H100.flops / 2e12:.1f} / {H100.bandwidth / 1e12:.2f} = {ridge():.1f} MACs"
+        f" per byte, the ridge point. One decoding step does {one:.2f} MACs per byte,"
         f" so up to {free} positions ({ridge():.1f} / {one:.2f})",
         "cost what one does: checking uses idle arithmetic.")
     takeaway("checking k tokens is free only while a pass is memory-bound.",

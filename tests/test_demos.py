@@ -991,15 +991,16 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     # the cache's MACs said where they happen, in attention (reads 3557 to 3562 asked why a cached number counts)
     assert (f"Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
             " attention, each cached key and value."
-            f" At 2 bytes a number, that is {result.rows[0][2]:.2f} / 2 = {result.rows[0][1]:.1f} billion MACs."
-            " The time is an H100 SXM's roofline (989 TFLOP/s, 3.35 TB/s): the"
-            " longer of moving the bytes and doing the MACs.") in flat_text
+            f" At 2 bytes a number, that is {result.rows[0][2]:.2f} / 2 = {result.rows[0][1]:.1f} billion MACs per"
+            " position. The time is an H100 SXM's roofline (494.5 trillion MACs/s, 3.35 TB/s): the"
+            " longer of moving the bytes and doing the MACs.") in flat_text  # 'per position' and MACs/s: reads 3581
+    # to 3586 reread 'that is 6.7 billion MACs' (2 of 6) and went back for MACs a second (1)
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, so up to {free} positions (147.6 / 0.50) cost what one"
             " does") in " ".join(text.split()) and free == int(147.6 / 0.50)
     w = sd.weight_count(4096, 11008, 32, 32000)  # Llama-2-7B's weights, two bytes each
     assert result.rows[0][3] == pytest.approx(0.5, abs=0.01) and result.rows[0][1] * 1e9 == pytest.approx(w, rel=0.02)
-    assert f"memory-bound below {sd.H100.flops / 2 / sd.H100.bandwidth:.1f} MACs per byte" in text
+    assert f"memory-bound below 494.5 / 3.35 = {sd.H100.flops / 2 / sd.H100.bandwidth:.1f} MACs per byte" in flat(text)
     # each row's bound is what its MACs per byte say, and a row costs what one position does only below the ridge
     t1 = sd.roofline_time(*sd.pass_traffic(sd.LLAMA2_7B, 512, 1))[0]
     for n, gmacs, gb, per_byte, t, bound in result.rows:

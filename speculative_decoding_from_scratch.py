@@ -4388,44 +4388,38 @@ def argmax_row(p, q=None, x=None):
 
 
 def typical_threshold(p, eps, alpha):
-    """Typical acceptance's bar: min(eps, alpha exp(-H(p))), H the entropy with
-    Medusa's 1e-5 inside the log. A flat p (a large H) lowers the bar:
-    typical_threshold([.5, .3, .2], .09, .3) = min(.09, .3 e^-1.0297) = .09."""
+    """Typical acceptance's bar: min(eps, alpha exp(-H(p))), H the entropy with Medusa's 1e-5 inside the log. A flat
+    p (a large H) lowers the bar: typical_threshold([.5, .3, .2], .09, .3) = min(.09, .3 e^-1.0297) = .09."""
     H = -float(np.sum(p * np.log(p + 1e-5)))
     return min(eps, alpha * math.exp(-H))
 
 
 def typical_rule(posterior_threshold=0.09, posterior_alpha=0.3, bonus_from_p=True):
-    """vLLM V0's typical acceptance sampler, after Medusa's: keep x iff
-    p(x) > typical_threshold; after a rejection, the target's argmax; the bonus
-    sampled from p (vLLM V0) or its argmax (Medusa, bonus_from_p=False). It
-    keeps any draft the target finds likely enough, however often the draft
-    proposes it: q is never read. With p = (.5, .3, .2) at the defaults the
-    bar is .09, so every token is kept; at (.25, .9) the bar is .25, and only 0
-    and 1 are. Both knobs must be 0 or more (vLLM V0's check)."""
+    """vLLM V0's typical acceptance sampler, after Medusa's: keep x iff p(x) > typical_threshold; after a rejection,
+    the target's argmax; the bonus sampled from p (vLLM V0) or its argmax (Medusa, bonus_from_p=False). It keeps
+    any draft the target finds likely enough, however often the draft proposes it: q is never read. With p = (.5,
+    .3, .2) at the defaults the bar is .09, so every token is kept; at (.25, .9) the bar is .25, and only 0 and 1
+    are. Both knobs must be 0 or more (vLLM V0's check)."""
     eps, alpha = knob("posterior_threshold", posterior_threshold, 0), knob("posterior_alpha", posterior_alpha, 0)
     return Rule(per_position(lambda p, q, x: float(p[x] > typical_threshold(p, eps, alpha))),
                 argmax_row, (lambda p: p) if bonus_from_p else argmax_row)
 
 
 def sglang_rule(threshold_single=1.0, threshold_acc=1.0):
-    """SGLang's target-only kernel, on a chain of drafts each proposed for
-    certain (its EAGLE drafts are top-1): keep x if u <= p(x) / threshold_acc
-    or p(x) >= threshold_single; after a rejection, a token from p without x;
-    the bonus from p. At (1, 1) it is the one-hot rule, exact for such drafts;
-    below, it keeps drafts more often than the target would emit them. With
-    p(x) = .3: kept with chance .3 at (1, 1), .6 at threshold_acc .5, always at
-    threshold_single .3. Both lie in [0, 1] (the kernel's CHECK_GE), and the
-    kernel floors threshold_acc at 1e-9."""
+    """SGLang's target-only kernel, on a chain of drafts each proposed for certain (its EAGLE drafts are top-1):
+    keep x if u <= p(x) / threshold_acc or p(x) >= threshold_single; after a rejection, a token from p without x;
+    the bonus from p. At (1, 1) it is the one-hot rule, exact for such drafts; below, it keeps drafts more often
+    than the target would emit them. With p(x) = .3: kept with chance .3 at (1, 1), .6 at threshold_acc .5,
+    always at threshold_single .3. Both lie in [0, 1] (the kernel's CHECK_GE), and the kernel floors
+    threshold_acc at 1e-9."""
     single, acc = knob("threshold_single", threshold_single, 0, 1), knob("threshold_acc", threshold_acc, 0, 1)
     return Rule(per_position(lambda p, q, x: 1.0 if p[x] >= single else min(1.0, p[x] / max(acc, 1e-9))),
                 lambda p, q, x: without(p, [x]), lambda p: p)
 
 
 def lossy_verifier(rule):
-    """A verifier with verify_round's contract that follows a Rule: each draft
-    kept with its chance; the first one rejected is replaced from the rule's
-    row; if all are kept, a bonus token from the rule's bonus row."""
+    """A verifier with verify_round's contract that follows a Rule: each draft kept with its chance; the first one
+    rejected is replaced from the rule's row; if all are kept, a bonus token from the rule's bonus row."""
     def verify(P, text, drafted, q_rows, rng):
         p_rows = forward(P, text, drafted)  # the one target call
         for i, (c, p, q, x) in enumerate(zip(rule.keep(p_rows, q_rows, drafted), p_rows, q_rows, drafted)):
@@ -4436,8 +4430,8 @@ def lossy_verifier(rule):
 
 
 def table_proposals(Q, k):
-    """Every k-token draft from table Q after a text, as verify_outcomes takes
-    them: [(drafted, q_rows, chance)], one proposal for a one-hot Q."""
+    """Every k-token draft from table Q after a text, as verify_outcomes takes them: [(drafted, q_rows, chance)],
+    one proposal for a one-hot Q."""
     def grow(drafted, rows, prob, c):  # every way to finish a draft whose last token is c
         return [(drafted, rows, prob)] if len(drafted) == k else [
             d for x in np.flatnonzero(Q[c]).tolist() for d in grow(drafted + [x], rows + [Q[c]], prob * Q[c, x], x)]
@@ -4445,8 +4439,8 @@ def table_proposals(Q, k):
 
 
 def lossy_exact(P, D, rule, ctx, n, k):
-    """A rule's exact joint of the first n tokens after ctx, and its exact
-    tokens per call, for drafts from the table D (the paper's rule if None)."""
+    """A rule's exact joint of the first n tokens after ctx, and its exact tokens per call, for drafts from the
+    table D (the paper's rule if None)."""
     proposals = table_proposals(D, k)
     ends = lru_cache(maxsize=None)(lambda d: verify_outcomes(P, [d], proposals([d]), rule))  # once per context
     return chain_rounds(ends, ctx, n, len(P)), outcome_tokens_per_call(ends, len(P))

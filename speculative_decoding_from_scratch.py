@@ -4512,8 +4512,8 @@ def lossy_settings():
 
 
 def lossy_self_check(joints, k=3, ctx=5, n=3, n_runs=150):
-    """Chapter 18 in detail: the fit of each rule's n_runs runs' first two tokens to its own exact joint (None
-    where that raised: left out). Returns the rules that do not fit."""
+    """Chapter 18 in detail: the fit of each rule's n_runs runs' first two tokens to its own exact joint (None where
+    that raised: left out). Returns the rules that do not fit."""
     checks = []
     for (label, setting, rule, D), joint in zip(lossy_settings(), joints):
         verify = verify_block if rule == "block" else verify_round if rule is None else lossy_verifier(rule)
@@ -4586,9 +4586,8 @@ def typical_rows(rows):
 
 
 def demo18_loose_words(rows, k, ctx, n):
-    """Chapter 18 in detail, after the sentence on typical's loose setting:
-    it keeps most drafts, whatever q proposes, so its text leans to the
-    draft's own."""
+    """Chapter 18 in detail, after the sentence on typical's loose setting: it keeps most drafts, whatever q
+    proposes, so its text leans to the draft's own."""
     typical, shipped = typical_rows(rows)
     loose = max(typical, key=lambda r: r[3]) if typical else None  # the most tokens per call: the fewest rejections
     if shipped is None or loose is shipped:
@@ -4601,9 +4600,8 @@ def demo18_loose_words(rows, k, ctx, n):
 
 
 def frontier(rows, width=56, height=8, top=0.8):
-    """Chapter 18 in detail: a text plot of tokens per call (across) against
-    exact TV (down from 0), each rule's first letter where its settings land;
-    lossless ones on the top line."""
+    """Chapter 18 in detail: a text plot of tokens per call (across) against exact TV (down from 0), each rule's
+    first letter where its settings land; lossless ones on the top line."""
     lo, hi = 1.0, max(4.0, max(r[3] for r in rows if r[3] is not None))
     grid, cells = [[" "] * (width + 1) for _ in range(height + 1)], {}
     for label, setting, tv, per_call, _, _ in sorted(rows, key=lambda r: r[1] == "lossless"):  # lossless on top
@@ -4626,10 +4624,9 @@ def frontier(rows, width=56, height=8, top=0.8):
 
 
 def demo18_detail(result, k=3, ctx=5, n=3):
-    """Chapter 18 in detail: the one-hot rule, on SGLang's drafts; every rule
-    on a plot of tokens per call against exact TV, Medusa's own rule (typical's with an argmax bonus token) beside
-    typical's at vLLM's defaults, and typical's fallbacks. Returns Medusa's
-    row and the fallbacks' rows."""
+    """Chapter 18 in detail: the one-hot rule, on SGLang's drafts; every rule on a plot of tokens per call against
+    exact TV, Medusa's own rule (typical's with an argmax bonus token) beside typical's at vLLM's defaults, and
+    typical's fallbacks. Returns Medusa's row and the fallbacks' rows."""
     rows, (_, typical) = result.first.rows, typical_rows(result.first.rows)
     one = next(r for r in rows if r[0] == "one-hot")
     say_paragraphs([f"The one-hot rule, on the drafts SGLang's rule judges: the draft proposes its likeliest token x,"
@@ -4655,9 +4652,8 @@ def demo18_detail(result, k=3, ctx=5, n=3):
 
 
 def typical_fallback_rows(k=3, ctx=5, n=3):
-    """Each of chapter 18's typical settings: (setting, tokens per call, its
-    exact TV as shipped, with the argmax after a rejection, and with a token
-    drawn from p there instead)."""
+    """Each of chapter 18's typical settings: (setting, tokens per call, its exact TV as shipped, with the argmax
+    after a rejection, and with a token drawn from p there instead)."""
     truth = target_first_tokens(TARGET, ctx, n)
     rows = []
     for e, a in TYPICAL_SETTINGS:
@@ -4667,16 +4663,14 @@ def typical_fallback_rows(k=3, ctx=5, n=3):
 
 
 def typical_from_p_tv(eps, alpha, k=3, ctx=5, n=3):
-    """Typical's exact TV of the first n tokens with a token drawn from p after
-    a rejection, in place of its argmax."""
+    """Typical's exact TV of the first n tokens with a token drawn from p after a rejection, in place of its argmax."""
     sampled = typical_rule(eps, alpha)._replace(replacement=lambda p, q, x: p)
     return tv_distance(lossy_exact(TARGET, MIDDLING, sampled, ctx, n, k)[0], target_first_tokens(TARGET, ctx, n))
 
 
 def typical_fallbacks(k=3, ctx=5, n=3, then=""):
-    """Chapter 18 in detail: why typical's strict setting is farther from the
-    target than its defaults. Each setting's exact TV, as shipped (the argmax
-    after a rejection) and with a token drawn from p there instead."""
+    """Chapter 18 in detail: why typical's strict setting is farther from the target than its defaults. Each
+    setting's exact TV, as shipped (the argmax after a rejection) and with a token drawn from p there instead."""
     rows = typical_fallback_rows(k, ctx, n)
     print()
     say(f"Typical's exact TV of the first {n} tokens, as shipped (after a rejection, the argmax) and with a token"

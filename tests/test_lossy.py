@@ -352,3 +352,19 @@ def test_chapter18_marks_nothing_dominated_when_no_lossless_row_is_exact():
     assert "NOT one lossless row is exact as you have it, so none can mark a setting dominated." in flat(out)
     assert "One-hot makes the fewest" not in flat(out) and "whose drafts are sampled from q, dominate" not in flat(out)
     assert "Typical's defaults" not in flat(out)
+
+
+def test_chapter18_says_why_sglangs_exact_defaults_make_the_fewest_tokens_only_while_they_do(in_process):
+    # reads 3581 and 3584 asked why SGLang's (1, 1) makes only 1.42 tokens per call; read 3534 worked it out by hand
+    text = flat(section(in_process[1], "18"))
+    hot, alpha = sd.pair_alpha(sd.TARGET, sd.temper(sd.MIDDLING, 0)), sd.pair_alpha(sd.TARGET, sd.MIDDLING)
+    assert f"{hot:.2f}" == "0.30" and f"{alpha:.2f}" == "0.70"  # by hand: sum over the text of p(argmax q)
+    assert ("Sglang's defaults (1, 1) keep x with chance p(x): demo 1's rule with q all on x, so exact. But x is kept"
+            " only 0.30 of the time on average here, against alpha 0.70 for the sampled draft: the fewest tokens per"
+            " call.") in text
+    # the rule edited to keep x twice as often: no longer exact, so the sentence goes
+    line = "return Rule(per_position(lambda p, q, x: 1.0 if p[x] >= single else min(1.0, p[x] / max(acc, 1e-9))),"
+    loose = sd.edited((("sglang_rule", line, line.replace("p[x] / max", "2 * p[x] / max")),))
+    assert "Sglang's defaults" not in flat(printed(loose.demo18_lossy)[1])
+    # accept_prob edited: the paper's one-hot rule is off, and so the sentence
+    assert "Sglang's defaults" not in flat(printed(sd.bugged("argmax").demo18_lossy)[1])

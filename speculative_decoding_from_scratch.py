@@ -5867,9 +5867,8 @@ def tree_shortfall(buckets, priced):
     speeds, options, _ = priced
     _, own, _ = one_drafter_plan(buckets, priced)
     tree = next((options.index(o) for _, _, o in own if o is not None and o.shape.startswith("tree")), None)
-    if tree is None:
-        return None
-    return shortfall(speeds[:, tree], plan_best([o for _, _, o in buckets if o is not None], speeds, options))
+    return None if tree is None else shortfall(speeds[:, tree], plan_best([o for _, _, o in buckets if o], speeds,
+                                                                           options))
 
 
 def engine_costs(buckets, priced):

@@ -5972,10 +5972,11 @@ def demo23_engines(**how):
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
         " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
-        "Each key is as the engine's source spells it; in parentheses, " + ("how SGLang's keys work and what they cannot say:" if chains_only else "what it gives up or cannot say:"))
+        "Each key is as the engine's source spells it; in parentheses, " + ("how SGLang's keys work:" if chains_only else "what it gives up or cannot say:"))
     print()
-    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs, said=(  # the prose's
-        "(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too") if chains_only else ())
+    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs, said=(  # the prose's, and
+        "(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too", "(adaptive mode runs chains only")
+        if chains_only else ())  # the last, SGLang's tree flags' cost, is --plan's (it held reads 3581 and 3583)
     if costs:
         if len(set(costs.values())) > 1:  # one row said three times is the paragraph below (reads 1463, 1480)
             print()

@@ -870,8 +870,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     lines = sd.engine_configs(c19.buckets, priced)
     flat_text = " ".join(text.split())
     said = ("(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too")  # the prose's, once
+    left = (*said, "(adaptive mode runs chains only")  # and the tree flags' cost, --plan's (see below)
     for line in lines:  # each engine's config, as engine_configs writes it, but the two notes the prose gives
-        assert (" ".join(line.split()) in flat_text) != line.strip().startswith(said), line
+        assert (" ".join(line.split()) in flat_text) != line.strip().startswith(left), line
     assert sum(line.strip().startswith(said) for line in lines) == 2  # read 1598 read the point three times
     main, own, lost = sd.one_drafter_plan(c19.buckets, priced)
     assert main.name == "small" and lost is None and in_process[0]["23"].lost is None  # the plan runs one drafter
@@ -909,9 +910,12 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert costs["SGLang"] == costs["vLLM"] and costs["SGLang"][0] < tree_loss
     assert "(these flags fix the tree at every batch size)" not in flat_text
     assert "--speculative-eagle-topk 1" in flat_text
+    # what SGLang's tree flags would cost is --plan's: in the chapter it held reads 3581 and 3583 up to 1.25 minutes
     assert ("(adaptive mode runs chains only, topk 1; setting the tree's flags instead, --speculative-eagle-topk 2"
             " --speculative-num-steps 3 --speculative-num-draft-tokens 15, would run small's tree at every B, which at"
-            f" B = 241 makes {c19.speeds[240, tree]:.2f}x against the plan's {best[240]:.2f}x)") in flat_text
+            f" B = 241 makes {c19.speeds[240, tree]:.2f}x against the plan's {best[240]:.2f}x)") in " ".join(
+        sd.engine_configs(c19.buckets, priced, costs)) and "adaptive mode runs chains only" not in flat_text
+    assert "in parentheses, how SGLang's keys work:" in flat_text
     # the two speedups, not a share a reader cannot check (reads 1493 and 1496); they divide to the worst loss
     assert 1 - c19.speeds[240, tree] / best[240] == pytest.approx(tree_loss)
     # small's c at B = 1, as the reason its chains are long (read 1513 asked why k = 8 where demo 4 picked 4); how

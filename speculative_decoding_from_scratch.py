@@ -1890,11 +1890,11 @@ def verify_cost(k, batch, n_ctx=None, hw=H100, shape=LLAMA2_7B):
         *pass_traffic(shape, n_ctx, 1, batch), hw)[0]
 
 
-def long_context_note(k, lengths, hw=H100, then="", why=True):
+def long_context_note(k, lengths, hw=H100, then=""):
     """What chapters 20 and 26 would pay at their prompts' own lengths, not
     BATCH_CONTEXT: the most a pass of k+1 positions costs, in plain passes, at
-    any batch whose KV caches fit, and why (unless why is False); said only
-    while that is about 1. then: a sentence the caller draws from it."""
+    any batch whose KV caches fit, and why; said only while that is about 1.
+    then: a sentence the caller draws from it."""
     worst = max(verify_cost(k, b, n_ctx=n) for n in lengths for b in range(1, sequences_that_fit(n) + 1))
     n = min(lengths)  # the shortest: the most sequences fit, and the most MACs a byte
     fit = sequences_that_fit(n, hw)
@@ -1902,19 +1902,14 @@ def long_context_note(k, lengths, hw=H100, then="", why=True):
     alone = free_positions(hw=hw)
     if not (worst < 1.005 and macs / read < ridge(hw) and fit * (k + 1) > alone):
         return ""
-    batches = batches_words(hw) + " " if why else ""
-    return (batches + f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
+    # the reason in words, not the fullest batch's MACs a byte, which readers 1402 and 1409 rechecked for 2 minutes;
+    # unsaid, readers 3582 and 3583 rebuilt it for 1.25 and 3 minutes
+    return (f"At the prompt{'s' * (len(lengths) > 1)}'{'' if len(lengths) > 1 else 's'}"
             f" length{'s' * (len(lengths) > 1)} ({and_list([f'{n:,}' for n in lengths])} characters), a pass of"
             f" {k + 1} positions for each sequence takes {worst:.2f} times as long as a plain pass of one position"
-            f" each. That holds at every batch that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB: the pass stays"
-            " memory-bound." + then)
-
-
-def batches_words(hw=H100):
-    """Why chapters 20 and 26 price a batch, not demo 6's one sequence: each sequence adds its own KV cache."""
-    return (f"Demo 6's {free_positions(hw=hw)} free positions were for one sequence. A server decodes B sequences at"
-            " once, and each adds its own KV cache, the keys and values of its tokens, so the bytes a pass reads grow"
-            " with B too.")
+            f" each. That holds at every batch that fits in the {hw.name}'s {hw.memory / 1e9:.0f} GB. Each sequence"
+            " adds its own KV cache, the keys and values of its tokens, so memory fills before the pass reaches the"
+            " ridge point." + then)
 
 
 def price_figures_words(lead, batch):
@@ -5281,7 +5276,7 @@ def demo20_detail(result):
         f" once. Below, each pass is priced as demo 6's Llama-2-7B-shaped decoder running B copies of this run at"
         f" once, a character a token, at {BATCH_CONTEXT} tokens of context, not the prompt's {len(result.prompt)}" + (
             f": at {len(result.prompt)} no batch that fits in the H100's {H100.memory / 1e9:.0f} GB has a check that"
-            " crosses the ridge." if long_context_note(k, [len(result.prompt)], why=False) else
+            " crosses the ridge." if long_context_note(k, [len(result.prompt)]) else
             ": so that a large batch crosses the ridge, as a short context keeps each sequence's KV cache, the keys"
             " and values of its tokens, small."),
         " ".join(w for w in (
@@ -6377,7 +6372,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
                     for _, L in drafts]
         rows.append((lam, *per_call, per_call[0] / verify_cost(k, batch)))
     note = long_context_note(k, [len(t) for t in texts], then=" So at these lengths the speedup is the tokens"
-                             " per call, the vLLM and HF columns; --detail says why.", why=False)
+                             " per call, the vLLM and HF columns.")
     print()
     say(f"Speed against lam, k = {k}, over two prompts pooled: a paragraph of the documentation to summarise,"
         " and a Python function to edit.",
@@ -6396,8 +6391,7 @@ def demo26_speed(prompt, k, lams, n_tokens=150, batch=256):
     print()
     say("vLLM runs this draft with:")
     print("\n  --speculative-config '" + json.dumps(config).replace(' "prompt_lookup_min', '\n    "prompt_lookup_min') + "'")
-    return SimpleNamespace(rows=rows, config=config, k=k, batch=batch, detail=[
-        "Why does a check cost a plain pass at the prompts' lengths? " + batches_words() if note else ""])
+    return SimpleNamespace(rows=rows, config=config, k=k, batch=batch)
 
 
 def what_if_words(result):
@@ -6442,7 +6436,7 @@ def demo26_copy_speed(k=5, lams=(0, 0.5, 0.9, 0.95, 0.99)):
 
 def demo26_detail(result):
     """Chapter 26 in detail: why a long prompt's check costs a plain pass, and the what-if's price."""
-    say_paragraphs(result.detail + what_if_words(result))
+    say_paragraphs(what_if_words(result))
     print()
     table([("lam", 6, ".2f"), ("vLLM", 7, ".2f"), (f"speedup\nB = {result.batch}", 10, ".2f")],
           [(r[0], r[1], r[3]) for r in result.rows], groups=[("what-if", 2, 2)])

@@ -5902,8 +5902,7 @@ def engine_costs(buckets, priced):
 
 
 def print_engine_configs(buckets, priced, costs=None, said=()):
-    """engine_configs as printed, wrapped at 78 columns; a note that begins as one of said, the caller's prose's, is
-    left out."""
+    """engine_configs as printed, wrapped at 78 columns, but a note that begins as one of said (the caller's)."""
     lines = engine_configs(buckets, priced, costs)
     for line in (x for x in lines if not x.strip().startswith(said)):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,

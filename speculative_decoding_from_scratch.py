@@ -5776,14 +5776,14 @@ def chain_schedule(main, own, priced):
 
 
 def engine_configs(buckets, priced=None, costs=None):
-    """The plan as each engine takes it, and, in one line each, what it cannot express. vLLM: --speculative-config
-    with num_speculative_tokens_per_batch_size rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1);
+    """The plan as each engine takes it, and, in one line each, what it cannot express. vLLM: --speculative-config with
+    num_speculative_tokens_per_batch_size rows [first B, last B, k] (vllm/config/speculative.py at 002e77c1);
     SGLang: its EAGLE flags and, for a chain, an adaptive-mode config of candidate steps per batch-size slot
-    (adaptive_spec_params.py at 015c8726), with a chain's num_draft_tokens = num_steps + 1, which server_args.py
-    enforces when topk is 1 (at 6cc2eee5); TensorRT-LLM: max_draft_len and draft_len_schedule {last B: k}, 0 off,
-    above the last key off (llm_args.py at 00043967). Each engine serves one drafter: the one the plan runs at the
-    most batch sizes, on its own plan: its columns of the plan's prices, priced = (speeds, options, tol), bucketed
-    again."""
+    (adaptive_spec_params.py at 015c8726; each step's state has steps + 1 draft tokens, adaptive_runtime_state.py at
+    02a3cd95), with a chain's num_draft_tokens = num_steps + 1, which server_args.py enforces when topk is 1 (at
+    6cc2eee5); TensorRT-LLM: max_draft_len and draft_len_schedule {last B: k}, 0 off, above the last key off
+    (llm_args.py at 00043967). Each engine serves one drafter: the one the plan runs at the most batch sizes, on its
+    own plan: its columns of the plan's prices, priced = (speeds, options, tol), bucketed again."""
     used = [o for _, _, o in buckets if o is not None]
     if not used:
         return ["plain decoding at every batch size: leave speculation off"]
@@ -5821,7 +5821,8 @@ def engine_configs(buckets, priced=None, costs=None):
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, where FILE holds",
                   "         " + json.dumps(slots),
                   "         (each key in FILE is the smallest B of a range; SGLang picks among that key's"
-                  " candidate_steps by a running average of accepted drafts, so one listed value fixes k there)"]
+                  " candidate_steps by a running average of accepted drafts, so one listed value fixes k there, and"
+                  " k + 1 draft tokens, whatever the flags above say)"]
         if tree and costs:
             worse, at = tree_shortfall(buckets, priced)
             best = plan_best([o for _, _, o in buckets if o is not None], *priced[:2])[at - 1]  # the plan's, at B

@@ -970,7 +970,7 @@ def test_demo6_drops_its_one_mac_a_number_when_the_count_parts_from_the_bytes():
 def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     result, text = demo["6"]
     flat_text = " ".join(text.split())
-    assert [r[0] for r in result.rows] == [1, 4, 16, 256, 512, 1024]
+    assert [r[0] for r in result.rows] == [1, 4, 256, 512]
     # the weights a pass reads, by hand: each layer's 4 d^2 + 3 d d_ff and the output layer's d V, in 2 bytes; the
     # input embedding's V d rows are looked up, one a token, not read (reads 595 to 624 got 13.48 GB from 6.74 B x 2)
     d, d_ff, layers, vocab = sd.LLAMA2_7B
@@ -1006,7 +1006,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     for n, gmacs, gb, per_byte, t, bound in result.rows:
         assert str(bound) == ("memory" if n <= free else "compute") == ("memory" if per_byte < sd.ridge() else "compute")
         assert (abs(t / t1 - 1) < 1e-9) == (n <= free)
-    assert f"{result.rows[4][4] / t1:.2f}" == "1.73"  # 512 positions, past the ridge, in the table's last column
+    assert f"{result.rows[3][4] / t1:.2f}" == "1.73"  # 512 positions, past the ridge, in the table's last column
     # the first B (up to what fits) at which no k beats plain decoding at alpha = 0.7, by a scan
     fit = sd.sequences_that_fit(16)
     tokens = sd.expected_tokens(0.7, np.arange(1, 33))

@@ -5803,12 +5803,8 @@ def engine_configs(buckets, priced=None, costs=None):
     if tree:
         lines.append("         (vLLM's schedule is of chain lengths: where the plan runs the tree, these rows run"
                      f" {main.name}'s best chain at each B)")
-    if sg_tree:
-        topk, steps, n, _ = main.tree
-        sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
-    else:
-        steps = k_top
-        sg = f"--speculative-eagle-topk 1 --speculative-num-steps {steps} --speculative-num-draft-tokens {steps + 1}"
+    topk, steps, n, _ = main.tree if sg_tree else (1, k_top, k_top + 1, None)  # a chain's tokens: k + 1
+    sg = f"--speculative-eagle-topk {topk} --speculative-num-steps {steps} --speculative-num-draft-tokens {n}"
     algorithm = sglang_algorithm(main.method)
     if algorithm == "NGRAM":  # its drafter takes its own --speculative-ngram-* settings, not the EAGLE flags
         sg = "(its n-gram drafter takes its own --speculative-ngram-* settings; no flag there is k)"

@@ -5820,7 +5820,7 @@ def engine_configs(buckets, priced=None, costs=None):
                   "         " + json.dumps(slots),
                   "         (each key in FILE is the smallest B of a range; SGLang picks among that key's"
                   " candidate_steps by a running average of accepted drafts, so one listed value fixes k there, and"
-                  " k + 1 draft tokens, whatever the flags above say)"]
+                  " k + 1 draft tokens; the flags above set the state it starts in)"]
         if tree and costs:
             worse, at = tree_shortfall(buckets, priced)
             best = plan_best([o for _, _, o in buckets if o is not None], *priced[:2])[at - 1]  # the plan's, at B
@@ -5962,8 +5962,9 @@ def demo23_engines(**how):
                                                              if o is not None and o.shape.startswith("tree")
                                                              for b in range(lo, hi + 1)}) == 1 else " at each B. ")
          if chains_only else "") +
-        "vLLM's rows are [first B, last B, k]. SGLang's --speculative-num-draft-tokens counts the token before the"
-        " drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
+        "vLLM's rows are [first B, last B, k]. SGLang's --speculative-eagle-topk is the candidates under each node: 1"
+        f" for a chain{f', {t[0]} for the tree' if sg_runs_tree else ''}. Its --speculative-num-draft-tokens counts the"
+        " token before the drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, " + ("how SGLang's keys work:" if chains_only else "what it gives up or cannot say:"))
     print()

@@ -5972,8 +5972,8 @@ def demo23_engines(**how):
         "Each key is as the engine's source spells it; in parentheses, " + ("how SGLang's keys work:" if chains_only else "what it gives up or cannot say:"))
     print()
     lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs, said=(  # the prose's, and
-        "(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too", "(adaptive mode runs chains only")
-        if chains_only else ())  # the last, SGLang's tree flags' cost, is --plan's (it held reads 3581 and 3583)
+        "(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too",
+        "(adaptive mode runs chains only") if chains_only else ())  # the last, SGLang's tree flags' cost, is --plan's (it held reads 3581 and 3583)
     if costs:
         if len(set(costs.values())) > 1:  # one row said three times is the paragraph below (reads 1463, 1480)
             print()

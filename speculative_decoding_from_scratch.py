@@ -5971,9 +5971,10 @@ def demo23_engines(**how):
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, " + ("how SGLang's keys work:" if chains_only else "what it gives up or cannot say:"))
     print()
-    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs, said=(  # the prose's, and
+    # the notes the prose gives, and SGLang's tree flags' cost, which is --plan's (it held reads 3581 and 3583)
+    lines = print_engine_configs(c19.buckets, (c19.speeds, c19.options, c19.tol), costs, said=(
         "(vLLM's schedule is of chain lengths", "(its schedule is of chain lengths too",
-        "(adaptive mode runs chains only") if chains_only else ())  # the last, SGLang's tree flags' cost, is --plan's (it held reads 3581 and 3583)
+        "(adaptive mode runs chains only") if chains_only else ())
     if costs:
         if len(set(costs.values())) > 1:  # one row said three times is the paragraph below (reads 1463, 1480)
             print()

@@ -4565,7 +4565,7 @@ def sglang_exact_words(rows):
     one, hot, alpha = next(r for r in rows if r[0] == "one-hot"), pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(
         TARGET, MIDDLING)
     sg = next((r for r in rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT) and r[2] is not None), None)
-    return (f"Sglang's defaults ({sg[1]}) keep x with chance p(x): demo 1's rule with q all on x, so exact. But x is"
+    return (f"SGLang's defaults ({sg[1]}) keep x with chance p(x): demo 1's rule with q all on x, so exact. But x is"
             f" kept only {hot:.2f} of the time on average here, against alpha {alpha:.2f} for the sampled draft: the"
             f" fewest tokens per call." if sg and one[3] is not None and max(sg[2], one[2]) < ROUNDING and abs(
                 sg[3] - one[3]) < 1e-9 and hot < alpha and sg[3] <= min(r[3] for r in rows if r[3] is not None) else "")

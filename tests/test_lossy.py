@@ -351,7 +351,7 @@ def test_chapter18_marks_nothing_dominated_when_no_lossless_row_is_exact():
     assert result.best is None and not result.dominated and "dominated" not in [r[5] for r in result.rows]
     assert "NOT one lossless row is exact as you have it, so none can mark a setting dominated." in flat(out)
     assert "One-hot makes the fewest" not in flat(out) and "whose drafts are sampled from q, dominate" not in flat(out)
-    assert "Typical's defaults" not in flat(out) and "Sglang's defaults" not in flat(out)
+    assert "Typical's defaults" not in flat(out) and "SGLang's defaults (1, 1) keep" not in flat(out)
 
 
 def test_chapter18_says_why_sglangs_exact_defaults_make_the_fewest_tokens_only_while_they_do(in_process):
@@ -359,7 +359,7 @@ def test_chapter18_says_why_sglangs_exact_defaults_make_the_fewest_tokens_only_w
     text = flat(section(in_process[1], "18"))
     hot, alpha = sd.pair_alpha(sd.TARGET, sd.temper(sd.MIDDLING, 0)), sd.pair_alpha(sd.TARGET, sd.MIDDLING)
     assert f"{hot:.2f}" == "0.30" and f"{alpha:.2f}" == "0.70"  # by hand: sum over the text of p(argmax q)
-    assert ("Sglang's defaults (1, 1) keep x with chance p(x): demo 1's rule with q all on x, so exact. But x is kept"
+    assert ("SGLang's defaults (1, 1) keep x with chance p(x): demo 1's rule with q all on x, so exact. But x is kept"
             " only 0.30 of the time on average here, against alpha 0.70 for the sampled draft: the fewest tokens per"
             " call.") in text
     # SGLang's row off exact (its rule edited), or the one-hot rule off (residual edited): the sentence goes; with

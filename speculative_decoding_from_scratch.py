@@ -573,6 +573,7 @@ def exact_first_tokens(P, Q, ctx, n, k, **how):
 def outcome_tokens_per_call(outcomes_of, vocab):
     """exact_tokens_per_call from round outcomes [(kept, row, prob)] per start
     context: the same chain of round starts, for verifiers with no closed form."""
+    outcomes_of = lru_cache(maxsize=None)(outcomes_of)  # each context's outcomes once, for the tokens and the starts
     tokens = [sum(prob * (len(kept) + 1) for kept, _, prob in outcomes_of(d)) for d in range(vocab)]
     return float(outcome_starts(outcomes_of, vocab) @ tokens)
 

@@ -4364,17 +4364,14 @@ def demo17_detail(result):
 
 # -----------------------------------------------------------------------------
 # Chapter 18. What does a lossy verifier cost?
-# Every engine also ships verifiers that are not exact, and users switch them
-# on for speed. Each is written here as a Rule, as the tools write the paper's
-# (exact_rule): the chance to keep each draft, the row the token after a
-# rejection comes from, and the row of the bonus token. The models are tables,
-# so what each rule emits is a finite sum: its distance from the target is
-# exact, where the engines' papers report benchmark scores. Read at these
-# commits: FasterDecoding/Medusa medusa/model/utils.py (evaluate_posterior) at
-# 10a2697c; vLLM V0's vllm/model_executor/layers/typical_acceptance_sampler.py
-# at 0a71900b (removed from vLLM in 2025); SGLang's sgl-kernel csrc/
-# speculative/speculative_sampling.cuh (TreeSpeculativeSamplingTargetOnly) at
-# cfceb83d. Chapter 22 writes the rules for greedy requests the same way.
+# Every engine also ships verifiers that are not exact, and users switch them on for speed. Each is written here as a
+# Rule, as the tools write the paper's (exact_rule): the chance to keep each draft, the row the token after a
+# rejection comes from, and the row of the bonus token. The models are tables, so what each rule emits is a finite
+# sum: its distance from the target is exact, where the engines' papers report benchmark scores. Read at these
+# commits: FasterDecoding/Medusa medusa/model/utils.py (evaluate_posterior) at 10a2697c; vLLM V0's
+# vllm/model_executor/layers/typical_acceptance_sampler.py at 0a71900b (removed from vLLM in 2025); SGLang's
+# sgl-kernel/csrc/speculative/speculative_sampling.cuh (TreeSpeculativeSamplingTargetOnly) at cfceb83d. Chapter 22
+# writes the rules for greedy requests the same way.
 
 
 def per_position(test):

@@ -4558,8 +4558,7 @@ def demo18_verdicts(rows, best, n=3, k=3, ctx=5):
 
 
 def sglang_exact_words(rows):
-    """Why SGLang's exact setting makes the fewest tokens per call, while it is the one-hot rule (read 3534 and
-    others derived it; reads 3581 and 3584 asked)."""
+    """Why SGLang's exact setting makes the fewest tokens per call (reads 3581 and 3584 asked; 3534 worked it out)."""
     one, hot, alpha = next(r for r in rows if r[0] == "one-hot"), pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(
         TARGET, MIDDLING)
     sg = next((r for r in rows if r[0] == "sglang" and r[1] == setting_text(SGLANG_EXACT) and r[2] is not None), None)
@@ -4628,9 +4627,7 @@ def frontier(rows, width=56, height=8, top=0.8):
     print("       +" + "-" * width)
     print(f"        {lo:<4.1f}" + f"{(lo + hi) / 2:^{width - 8}.1f}" + f"{hi:>4.1f}")
     shared = [f"{names[-1]} hides " + " and ".join(names[:-1]) for names in cells.values() if len(names) > 1]
-    if shared:
-        print()
-        say("Sharing a cell: " + "; ".join(shared) + ".")
+    say_paragraphs(["Sharing a cell: " + "; ".join(shared) + "." if shared else ""])
 
 
 def demo18_detail(result, k=3, ctx=5, n=3):
@@ -4665,11 +4662,9 @@ def typical_fallback_rows(k=3, ctx=5, n=3):
     """Each of chapter 18's typical settings: (setting, tokens per call, its exact TV as shipped, with the argmax
     after a rejection, and with a token drawn from p there instead)."""
     truth = target_first_tokens(TARGET, ctx, n)
-    rows = []
-    for e, a in TYPICAL_SETTINGS:
-        joint, per_call = lossy_exact(TARGET, MIDDLING, typical_rule(e, a), ctx, n, k)
-        rows.append((setting_text((e, a)), per_call, tv_distance(joint, truth), typical_from_p_tv(e, a, k, ctx, n)))
-    return rows
+    exact = [lossy_exact(TARGET, MIDDLING, typical_rule(e, a), ctx, n, k) for e, a in TYPICAL_SETTINGS]
+    return [(setting_text((e, a)), per_call, tv_distance(joint, truth), typical_from_p_tv(e, a, k, ctx, n))
+            for (e, a), (joint, per_call) in zip(TYPICAL_SETTINGS, exact)]
 
 
 def typical_from_p_tv(eps, alpha, k=3, ctx=5, n=3):

@@ -4569,19 +4569,18 @@ def sglang_exact_words(rows):
 
 
 def one_hot_words(rows):
-    """Chapter 18 in detail, on one-hot drafts: why their lossless rule makes the fewest tokens per call; SGLang's exact
-    setting as that rule; and its shipped setting, which only sampled drafts dominate (over), priced against it."""
+    """Chapter 18 in detail, on one-hot drafts: why their lossless rule makes the fewest tokens per call (SGLang's exact
+    setting is that rule: the body says so), and SGLang's shipped setting, which only sampled drafts dominate (over),
+    priced against it."""
     per_call = {r[0]: r[3] for r in rows if r[1] == "lossless" and r[3] is not None and r[2] < ROUNDING}
     hot, alpha = pair_alpha(TARGET, temper(MIDDLING, 0)), pair_alpha(TARGET, MIDDLING)
     sg = {r[1]: r for r in rows if r[0] == "sglang" and r[2] is not None}
-    exact, shipped = sg.get(setting_text(SGLANG_EXACT)), sg.get(setting_text(SGLANG_SHIPPED))
+    shipped = sg.get(setting_text(SGLANG_SHIPPED))
     one, over = per_call.get("one-hot"), [r for r, t in per_call.items() if t >= shipped[3]] if shipped else []
     return " ".join(w for w in (
         f"One-hot makes the fewest lossless tokens per call, {one:.2f}: its draft is kept with chance p(x), {hot:.2f}"
         f" on average here, against alpha {alpha:.2f} for the sampled draft." if "probabilistic" in per_call and
         one == min(per_call.values()) and hot < alpha and rule_intact(TARGET, temper(MIDDLING, 0)) else "",
-        f"At ({exact[1]}) SGLang's rule is the one-hot rule: exact TV {exact_text(exact[2])}." if exact and one and
-        exact[2] < ROUNDING and abs(exact[3] - one) < 1e-9 else "",
         f"Only {and_list(over)}, whose drafts are sampled from q, dominate SGLang's ({shipped[1]}). On one-hot drafts,"
         f" against the one-hot rule, SGLang's ({shipped[1]}) makes {shipped[3] - one:.2f} more tokens per call, at a"
         f" TV of {shipped[2]:.2f}." if shipped and one and shipped[5] == "dominated" and shipped[3] > one and over

@@ -4457,10 +4457,10 @@ LOSSY_SAMPLED = {  # name -> (the engine's knobs in order, the Rule's maker, wha
 
 
 def demo18_lossy(k=3, ctx=5, n=3):
-    say("vLLM and SGLang, two open-source serving engines, have each shipped a verifier that can give up exactness",
-        "for speed. What a rule gives up is its distance from the target, computed exactly: the TV between",
-        f"its first {n} tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy"
-        f" requests.) The middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")
+    say("vLLM and SGLang, two open-source serving engines, have each shipped a verifier that can give up exactness for",
+        f"speed. What a rule gives up is its distance from the target, computed exactly: the TV between its first {n}"
+        f" tokens and the target's, after '{name(ctx)}'. (Chapter 22 covers two rules for greedy requests.) The"
+        f" middling draft drafts k = {k}; tokens per call are exact long-run averages. The rules:")
     print()
     for rule, words in (
             ("probabilistic", "lossless: the paper's rule."),
@@ -4468,15 +4468,14 @@ def demo18_lossy(k=3, ctx=5, n=3):
                       " keeps at least as many drafts as the paper's rule."),
             ("typical", "vLLM V0's rule (V0: its old engine), modelled on Medusa's (heads on the target that guess"
                         " ahead). The draft samples x from q as usual; the rule keeps x if p(x) is above the bar"
-                        " min(eps, s e^-H), for H = -sum p ln p, the entropy of p: the more spread p is, the lower"
-                        " the bar. It never reads q. After a rejection: p's argmax;"
-                        " the bonus token: from p. Setting: eps, s (posterior_threshold, posterior_alpha; vLLM's"
-                        f" defaults: {setting_text(TYPICAL_SHIPPED)})."),
+                        " min(eps, s e^-H), for H = -sum p ln p, the entropy of p: the more spread p is, the lower the"
+                        " bar. It never reads q. After a rejection: p's argmax; the bonus token: from p. Setting:"
+                        " eps, s (posterior_threshold, posterior_alpha; vLLM's defaults:"
+                        f" {setting_text(TYPICAL_SHIPPED)})."),
             ("sglang", "SGLang's, on one-hot drafts: the draft proposes its likeliest token x. The rule keeps x if"
-                       " p(x) >= single, or else if u <= p(x) / acc, u uniform"
-                       " in [0, 1). After a rejection: a token from p with x removed. Setting: single, acc"
-                       " (speculative_accept_threshold_single, _acc; SGLang's defaults:"
-                       f" {setting_text(SGLANG_EXACT)}).")):
+                       " p(x) >= single, or else if u <= p(x) / acc, u uniform in [0, 1). After a rejection: a token"
+                       " from p with x removed. Setting: single, acc (speculative_accept_threshold_single, _acc;"
+                       f" SGLang's defaults: {setting_text(SGLANG_EXACT)}).")):
         print("\n".join(textwrap.wrap(words, 78, initial_indent=f"  {rule:<15}", subsequent_indent=" " * 17)))
     truth, rows, joints = target_first_tokens(TARGET, ctx, n), [], []  # a row's fit, [4], is --detail's: None
     for label, setting, rule, D in lossy_settings():

@@ -369,18 +369,3 @@ def test_chapter18_says_why_sglangs_exact_defaults_make_the_fewest_tokens_only_w
     for label in ("sglang", "one-hot"):
         off = [(*r[:2], 0.2, *r[3:]) if r[0] == label and r[1] in ("lossless", "1, 1") else r for r in rows]
         assert sd.sglang_exact_words(off) == "", label
-
-
-def test_chapter18_works_typicals_bar_after_a_only_while_the_rule_computes_it(in_process):
-    # reads 3592 and 3600 rebuilt typical's bar after 'a' for 2.5 to 3 minutes to see why it keeps so much
-    p = sd.TARGET[0]
-    H = -sum(x * math.log(x + 1e-5) for x in p)  # Medusa's entropy, by hand
-    assert f"{H:.2f}" == "1.44" and f"{min(0.09, 0.3 * math.exp(-1.44)):.3f}" == "0.071"
-    assert [sd.name(x) for x in range(sd.VOCAB) if not p[x] > 0.3 * math.exp(-H)] == ["d"]
-    assert ("Typical's bar is low: after 'a' (demo 1's p) it is 0.071, so every token but 'd' clears it.") in flat(
-        section(in_process[1], "18"))  # not H and the formula worked: reads 3621, 3624 and 3626 took the logs by hand
-    rows = in_process[0]["18"].first.rows
-    # a bar that is not the formula the sentence shows, or no typical row at the defaults: the sentence goes
-    line = "return min(eps, alpha * math.exp(-H))"
-    assert sd.edited((("typical_threshold", line, line.replace("min", "max")),)).typical_bar_words(rows) == ""
-    assert sd.typical_bar_words([r for r in rows if r[0] != "typical"]) == ""

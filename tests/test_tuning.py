@@ -916,7 +916,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
             f" B = 241 makes {c19.speeds[240, tree]:.2f}x against the plan's {best[240]:.2f}x)") in " ".join(
         sd.engine_configs(c19.buckets, priced, costs)) and "adaptive mode runs chains only" not in flat_text
     assert "in parentheses, how SGLang's keys work:" in flat_text
-    # topk read as the tree notation's candidates under each node (reads 3601, 3610 and 3614 guessed at it)
+    # topk read as the tree notation's candidates under each node (reads 3601, 3610 and 3614 guessed at it); SGLang's
+    # docs call speculative_eagle_topk the "branching factor per step" (docs.sglang.io, speculative_decoding.html)
     assert "SGLang's --speculative-eagle-topk is the candidates under each node: 1 for a chain. Its" in flat_text
     assert ("so one listed value fixes k there, and k + 1 draft tokens; the flags above set the state it starts in)"
             in flat_text)  # adaptive_runtime_state.py at 02a3cd95 builds each step's state with steps + 1 tokens

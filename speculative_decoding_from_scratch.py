@@ -5835,9 +5835,8 @@ def engine_configs(buckets, priced=None, costs=None):
         slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, where FILE holds",
                   "         " + json.dumps(slots),
-                  "         (each key in FILE is the smallest B of a range; SGLang picks among that key's"
-                  " candidate_steps by a running average of accepted drafts, so one listed value fixes k there, and"
-                  " k + 1 draft tokens; the flags above set the state it starts in)"]
+                  f"         (each key in FILE is the smallest B of a range; over that range SGLang runs the one k"
+                  f" listed, with k + 1 draft tokens, in place of the flags' {k_top} and {k_top + 1})"]
         if tree and costs:
             worse, at = tree_shortfall(buckets, priced)
             best = plan_best([o for _, _, o in buckets if o is not None], *priced[:2])[at - 1]  # the plan's, at B

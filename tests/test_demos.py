@@ -1719,6 +1719,10 @@ def test_chapter14_shows_where_the_block_gains_pair_by_pair(demo, all_run):
     assert ("token-wise 1.1111 10/9 block 1.2222 11/9 Chapter 30 derives both counts, one pair of drafts at a time;"
             " take them as given here.") in flat(  # reads 1751 and 1772 still tried to rebuild 11/9, for 1 and 3 min
         text)
+    # tried at stop 97 and withdrawn, as readers went on to rebuild every figure and were still partly lost on the
+    # shorter runs: each verifier's chance to keep 0, 1 or 2 drafts in the table (reads 3635, 3636 and 3638: 8, 9 and
+    # 10.5 minutes), and the example's shorter runs said ('keeps x_1 alone if x_1 is b, and none if x_1 is a', reads
+    # 3639 and 3641: 10 and 9.5), against 7.5 and 8 without either (reads 3632 and 3634)
     # the rule's five steps are the detail's (read 1522 spent 5 of its 17.5 minutes on them)
     assert "The steps:" not in text
     assert "Sun et al.'s rule, in five steps: 1. A weight w_i" in flat(printed(sd.DETAILS["14"], result)[1])

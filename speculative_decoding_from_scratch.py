@@ -3752,8 +3752,9 @@ def demo14_block_gain():
     say(("How does the block gain?" if gap > 1e-12 else "How does the block judge?") + " It weighs each run of"
         " drafts x_1..x_i by w_i = min(1, w_(i-1) p(x_i) / q(x_i)), with w_0 = 1: a running product of the drafts'"
         " ratios, capped at 1 after each step. It keeps all k drafts with chance w_k. Else it keeps a shorter run,"
-        " or none, with chances Sun et al. set so that the output stays the target's. Then it draws one more token"
-        " (--detail gives the rule in five steps).")
+        " or none, then draws one more token, with chances Sun et al. set so that the output stays the target's."
+        + (" The exact TV above shows that it does." if tv < ROUNDING else "")
+        + " The option --detail gives the rule in five steps.")
     print()
     say("A later ratio above 1 can lift w back up after a low one.", ab, aa)
     print()

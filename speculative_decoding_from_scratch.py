@@ -5966,7 +5966,8 @@ def demo23_engines(**how):
                                                              for b in range(lo, hi + 1)}) == 1 else " at each B. ")
          if chains_only else "") +
         "vLLM's rows are [first B, last B, k]. SGLang's --speculative-eagle-topk is the candidates under each node: 1"
-        f" for a chain{f', {t[0]} for the tree' if sg_runs_tree else ''}. Its --speculative-num-draft-tokens counts the"
+        f" for a chain{f', {t[0]} for the tree' if sg_runs_tree else ''}. Its --speculative-num-steps is k"
+        f"{f', or the tree depth, {t[1]}' if sg_runs_tree else ''}. Its --speculative-num-draft-tokens counts the"
         " token before the drafts: k + 1" + (f", or for the tree its {t[2] - 1} drafts + 1." if sg_runs_tree else ".") +
         " TensorRT-LLM's draft_len_schedule keys are each range's last B.",
         "Each key is as the engine's source spells it; in parentheses, " + ("how SGLang's keys work:" if chains_only else "what it gives up or cannot say:"))
@@ -5994,15 +5995,15 @@ def demo23_engines(**how):
         print()
         say(f"vLLM's rows say {main.name}'s own plan, so its {own[0]:.1%} is the price of one drafter"
             f" ({main.name}'s k = {own[2]} at B = {own[1]:,} against the plan's choice there)." if lost else
-            f"{and_list(alike)} {'schedule chain lengths' if len(alike) > 1 else 'schedules chain lengths'}. At B ="
-            f" {own[1]:,}, the batch size where {'they lose' if len(alike) > 1 else 'it loses'} most, the plan runs the"
-            f" tree{f' at {pair[0]}' if pair else ''}."
+            f"At B = {own[1]:,}, where {and_list(alike)} {'lose' if len(alike) > 1 else 'loses'} most, the plan runs"
+            f" the tree{f' at {pair[0]}' if pair else ''}."
             f" {'They run' if len(alike) > 1 else 'It runs'} k = {own[2]}{f' at {pair[1]}' if pair else ''}"
-            + (f", the plan's best chain there. They are {own[0]:.1%} slower: all of that loss comes from not"
-               " running the tree."
+            + (f", the plan's best chain there: {own[0]:.1%} slower, all of it from not running the tree."
                if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
                f", {own[0]:.1%} slower.")
-            + (f" Chapter 35 says why that loss peaks at B = {own[1]:,}." if said else "") if tree_planned
+            + (f" The loss grows up to B = {own[1]:,}: a draft pass costs more, in target passes, as B grows, and the"
+               f" chain makes {own[2]} draft passes to the tree's {t[1]}. At B = {own[1] + 1:,} the tree's check of {t[2]} positions"
+               " crosses the ridge and starts to cost time (chapter 35)." if said else "") if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"

@@ -955,7 +955,12 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
             " small (chapter 25's --detail gives the bytes; take it as given here).") in flat_text  # reads 1580, 1581 and 1582
     # got 247 from the target's alone; with the bytes here, reads 1758 and 1762 checked them for 1.5 minutes
     assert last == c19.c19.fit == 241  # chapter 25's fit, at 512 tokens
-    assert "Chapter 35 says why that loss peaks at B = 31. Takeaway" in flat_text
+    # why the loss peaks there, in chapter 35's terms (reads 3643, 3649 and 3650 hunted for it, 0.5 to 1 minute)
+    assert ("The loss grows up to B = 31: a draft pass costs more, in target passes, as B grows, and the chain makes 8 draft"
+            " passes to the tree's 3. At B = 32 the tree's check of 15 positions crosses the ridge and starts to cost time"
+            " (chapter 35). Takeaway") in flat_text and cross == 32
+    # what each SGLang flag is (read 3649 asked which of num-steps, num-draft-tokens and candidate_steps was k)
+    assert "Its --speculative-num-steps is k. Its --speculative-num-draft-tokens counts the" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert (f"At B = {cross} the tree's check, 15 positions a sequence, crosses the ridge, and each position past it"
             " costs time: a sequence's free positions, 289.3 / B + 5.878 (chapter 25 derives it; demo 6's 295 at"
@@ -995,9 +1000,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
         o for o in c19.options if o.drafter.name == "small" and o.shape == f"k = {k}"))]
     n = next(n for n in (2, 3, 4) if f"{1 - round(b_speed, n) / round(a, n):.1%}" == f"{costs['vLLM'][0]:.1%}")
     assert f"{costs['vLLM'][0]:.1%}" == f"{1 - b_speed / a:.1%}" == "3.7%"
-    assert (f"vLLM, SGLang and TRT-LLM schedule chain lengths. At B = {b}, the batch size where they lose most, the"
-            f" plan runs the tree at {a:.{n}f}x. They run k = {k} at {b_speed:.{n}f}x, the plan's best chain there. They are"
-            f" {costs['vLLM'][0]:.1%} slower: all of that loss comes from not running the tree.") in flat_text
+    assert (f"At B = {b}, where vLLM, SGLang and TRT-LLM lose most, the plan runs the tree at {a:.{n}f}x. They run k ="
+            f" {k} at {b_speed:.{n}f}x, the plan's best chain there: {costs['vLLM'][0]:.1%} slower, all of it from not"
+            " running the tree.") in flat_text  # 'X schedule chain lengths' first restated the configs (read 3643)
     real = sd.best_chain
     try:
         sd.best_chain = lambda *a: "k = 7"
@@ -1005,7 +1010,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
         with contextlib.redirect_stdout(out):
             sd.demo23_engines()
         withheld = " ".join(out.getvalue().split())
-        assert f"They run k = 8 at {b_speed:.{n}f}x, 3.7% slower." in withheld and "all of that loss" not in withheld
+        assert f"They run k = 8 at {b_speed:.{n}f}x, 3.7% slower." in withheld and "all of it" not in withheld
     finally:
         sd.best_chain = real
     assert costs["TRT-LLM"] == costs["vLLM"]  # TensorRT-LLM's keys, chains only, lose what vLLM's do
@@ -1088,8 +1093,8 @@ def test_chapter23_says_its_loss_without_the_two_speedups_when_it_cannot_find_th
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         sd.demo23_engines()
-    assert "where they lose most, the plan runs the tree. They run k = 8, the plan's best chain there" in " ".join(
-        out.getvalue().split())
+    assert ("where vLLM, SGLang and TRT-LLM lose most, the plan runs the tree. They run k = 8, the plan's best chain"
+            " there") in " ".join(out.getvalue().split())
 
 
 def test_chapter27_prices_every_k_from_one_ks_rates_and_says_why_they_part(in_process):

@@ -6001,9 +6001,7 @@ def demo23_engines(**how):
             + (f", the plan's best chain there: {own[0]:.1%} slower, all of it from not running the tree."
                if best_chain(c19, main, own[1]) == f"k = {own[2]}" else
                f", {own[0]:.1%} slower.")
-            + (f" The loss grows up to B = {own[1]:,}: a draft pass costs more, in target passes, as B grows, and the"
-               f" chain makes {own[2]} draft passes to the tree's {t[1]}. At B = {own[1] + 1:,} the tree's check of {t[2]} positions"
-               " crosses the ridge and starts to cost time (chapter 35)." if said else "") if tree_planned
+            + (f" Chapter 35 says why that loss peaks at B = {own[1]:,}." if said else "") if tree_planned
             and any(lo <= own[1] <= hi and o.shape.startswith("tree") for lo, hi, o in c19.buckets if o) else
             f"vLLM's rows say the plan, so it gives up {own[0]:.1%}.",
             " ".join(f"{' and '.join(es)} {'gives' if len(es) == 1 else 'give'} up {given:.1%} at B = {b:,},"

@@ -1532,7 +1532,6 @@ def why_eq1_is_off(P, Q, gaps):
     alpha, first = starts.text @ starts.beta, starts.start @ starts.beta  # a round's first draft passes `first`
     eq1, exact = expected_tokens(alpha, LESSON_K), exact_tokens_per_call(P, Q, LESSON_K)
     rates = exact_per_position(P, Q, LESSON_K)  # the chance drafts 1 to i all pass, i = 1..k
-    one = exact_tokens_per_call(P, Q, 1) - 1  # the first draft's chance at k = 1, as demo 4 counts it
     high = (side == "high" and fewer and starts.under_only and starts.redrawn.sum() > 0.5
             and starts.short == hi and starts.left_out  # the reason below, for eq. 1 running high
             and starts.redrawn[hi] / starts.redrawn.sum() < starts.text[hi]  # 'redraws are seldom hi'
@@ -1552,10 +1551,8 @@ def why_eq1_is_off(P, Q, gaps):
                     f" though alpha weighs '{d}' by its share of the output, {starts.text[hi]:.3f}. With fewer"
                     f" starts after '{d}', where drafts pass most, the first draft passes {first:.3f} at"
                     f" k = {LESSON_K}, not alpha's {alpha:.3f}."  # at k = 4: demo 4's k = 1 count gives 0.6905, and
-                    # reads 3473 and 3476 stopped on the two; then 3631, 3633, 3637 and 3640 asked why k mattered
-                    + (f" Rounds of another k end, and so start, on other tokens: at k = 1 the first draft passes"
-                       f" {one:.4f}, demo 4's {1 + one:.4f} less 1." if abs(one - first) > 5e-4 else "")
-                    + " Drafts 1 to i all pass with chance:"],
+                    # reads 3473 and 3476 stopped on the two (rounds of another k start after other tokens)
+                    " Drafts 1 to i all pass with chance:"],
                 [("exact", *rates), ("eq. 1", *(alpha ** i for i in range(1, LESSON_K + 1)))],
                 eq1_net_words(alpha, rates))
     return f"{off}. The middling draft's chance to pass depends on the token before it: {beta[lo]:.3f} after" + (

@@ -740,7 +740,9 @@ def test_chapter19_says_why_big_never_wins_and_chapter25_why_k_falls(in_process,
             " the ridge while 6.74 B n <= 147.6 (13.21 + 0.2684 B). So a sequence can check up to n ="
             f" {base:.1f} / B + {each:.3f} positions (147.6 * 13.21 / 6.74 = {base:.1f}; 147.6 * 0.2684 / 6.74 = {each:.3f}): demo 6's 295 at"
             f" B = 1, falling toward {each:.3f} as B grows. Every check in the table below scores"
-            f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B.") in text25
+            f" more than {each:.3f} (7 to 15 positions), so each reaches the ridge at some B, k = 6 only past the plan's"
+            " last B, 241.") in text25  # reads 3638, 3641, 3644 and 3648 stalled on k = 6's 258 against 'at some B'
+    assert round(base, 1) / 241 + round(each, 3) > 7  # by hand: k = 6's 7 positions are still free at B = 241
     # and what 'crosses at B' is, as readers 1782 and 1798 worked it out: the least B at which the bound falls to n
     # (read 3258 found 'its n reaches' the bound backwards, as n stays fixed while the bound falls), solved for B as
     # the roofline's ridge_batch solves it, and as every reader of 3377 to 3389 checked each row (read 3383 stalled

@@ -1607,7 +1607,7 @@ def demo4_draft_length(c=LESSON_C, k_max=DEMO4_K_MAX, n_rounds=LESSON_RUN["n_rou
     print()
     say("Every row agrees." if not misfits else f"NOT every row agrees: k = {', '.join(misfits)}.",
         f"The best k is {best_e}.",
-        f"Each extra draft adds fewer tokens (+{gains[0]:.2f} at k = 2, +{gains[-1]:.2f} at k = {k_max}),"
+        f"Each extra draft adds fewer tokens (exact: +{gains[0]:.2f} at k = 2, +{gains[-1]:.2f} at k = {k_max}),"
         " while the cost 1 + k c grows." if (np.diff(gains) < 0).all() else
         "Extra drafts do NOT add fewer and fewer tokens here.")
     exact = {r[0]: r[7] for r in rows}

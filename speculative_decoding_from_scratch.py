@@ -6250,7 +6250,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
     print()
     each = s.ridge_each
     quotients = ridge_quotients(s) or ("", "")
-    past = [r for r in rows if r[2] is not None and r[2] > max_batch]  # checks that cross only past the plan's end
+    beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[3] == max_batch]  # memory ends it first
     say(f"A position does {s.m / 1e9:.2f} GMACs. A pass of B sequences, n positions each (k + 1 for k drafts),"
         f" reads the target's weights once, {s.w / 1e9:.2f} GB, and each sequence's KV cache in the target (the keys"
         f" and values of its tokens), {s.kv / 1e9:.4f} GB. It stays below the ridge while {s.m / 1e9:.2f} B n <="
@@ -6260,7 +6260,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
         f" {s.ridge_base:.1f}; {quotients[1]} = {each:.3f}): demo 6's {s.alone} at B = 1, falling"
         f" toward {each:.3f} as B grows. Every check in the table below scores more"
         f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
-        " ridge at some B" + "".join(f", {how} only past the plan's last B, {max_batch}" for how, *_ in past[:1])
+        " ridge at some B" + "".join(f", {how} only past the plan's last B, {max_batch}" for how, *_ in beyond[:1])
         + "." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone
         and all(quotients) else "")
     planned = [o for _, _, o in buckets if o is not None]
@@ -6288,7 +6288,6 @@ def demo25_crossings(s, buckets, max_batch, tol):
     table([("runs as", 14, "<"), ("positions\nper sequence", 14, "d"), ("crosses\nat B", 9, ">"),
            ("planned\nfor B", 11, ">")],
           [(how, n, "never" if b is None else f"{b:,}", f"{lo:,}-{hi:,}") for how, n, b, hi, lo in rows])
-    beyond = [r for r in rows if r[2] is not None and r[2] > max_batch and r[3] == max_batch]  # memory ends it first
     priced = lag = ""
     if gives_way:
         print()

@@ -925,7 +925,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # starts a slot at the flag's steps only if it lists them, and adaptive_runtime_state.py at 02a3cd95 builds each
     # step's state with steps + 1 tokens; the running average that picks among several held reads 3631 and 3633
     assert ("(each key in FILE is the smallest B of a range; over that range SGLang runs the one k listed, with k + 1"
-            " draft tokens, in place of the flags' 8 and 9)" in flat_text) and "running average" not in flat_text
+            " draft tokens: FILE overrides the flags' 8 and 9)" in flat_text) and "running average" not in flat_text
     # the two speedups, not a share a reader cannot check (reads 1493 and 1496); they divide to the worst loss
     assert 1 - c19.speeds[240, tree] / best[240] == pytest.approx(tree_loss)
     # small's c at B = 1, as the reason its chains are long (read 1513 asked why k = 8 where demo 4 picked 4); how

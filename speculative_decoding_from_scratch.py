@@ -6260,7 +6260,7 @@ def demo25_crossings(s, buckets, max_batch, tol):
         f" {s.ridge_base:.1f}; {quotients[1]} = {each:.3f}): demo 6's {s.alone} at B = 1, falling"
         f" toward {each:.3f} as B grows. Every check in the table below scores more"
         f" than {each:.3f} ({min(r[1] for r in rows)} to {max(r[1] for r in rows)} positions), so each reaches the"
-        " ridge at some B" + "".join(f", {how} only past the plan's last B, {max_batch}" for how, *_ in beyond[:1])
+        " ridge at some B" + (f", {beyond[0][0]} only past the plan's last B, {max_batch}" if beyond else "")
         + "." if each > 0 and all(r[1] > each for r in rows) and round(s.ridge_base + each) == s.alone
         and all(quotients) else "")
     planned = [o for _, _, o in buckets if o is not None]

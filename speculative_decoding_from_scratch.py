@@ -7436,16 +7436,18 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     say("The shipped block verifiers of chapter 15 are the PyTorch and Triton paths of vllm-ascend, Huawei's plugin of"
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
         " chapter 14's --detail gives all five). They weigh the drafts as chapter 14 does: w_0 = 1, and w_i ="
-        " min(1, w_(i-1) p(x_i) / q(x_i)). In step 3 the block tosses a coin of its own for each position i, heads"
-        " with chance h_i, from w_i and the rows after x_i (Sun et al.'s formula: chapter 14's --detail gives it)."
-        " Heads makes i a cut point, and the block keeps x_1..x_i for i the last cut point, or none (i = 0). In step 5"
-        " it draws the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p if"
-        " i = k.")
+        " min(1, w_(i-1) p(x_i) / q(x_i)). In step 3 the block flips a coin of its own for each position i, and heads"
+        " makes i a cut point. Sun et al. set its chance of heads: h_k = w_k, and for i < k, h_i = Z_i / (Z_i + 1 -"
+        " w_i), where Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Unlike"
+        " a token-wise rejection, a position that is not a cut point does not end the block: it keeps x_1..x_i up to"
+        " its last cut point i, or none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised,"
+        " or from p if i = k.")
     print()
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"
-        " the tests before it. Triton's weight is w_i; PyTorch's differs (chapter 15's --detail), and this chapter uses"
-        " Triton's. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the harm?")
+        " the tests before it. Triton's weight is w_i; PyTorch's differs (chapter 15's --detail), and this chapter"
+        " uses Triton's. On it, position 1 is a cut point with chance w_1, not h_1. In step 5 both draw from the"
+        " token-wise residual, max(0, p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     rows = exactness_rows([("block", this_module(), MIDDLING, block),

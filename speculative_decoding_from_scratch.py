@@ -6060,20 +6060,23 @@ def tree_loss_words(c19, main, own, t):
     w = [pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]  # each model's weights, in bytes
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
-    base, each = free_terms(c19.n_ctx)  # a sequence's free positions: base / B + each (chapter 25)
+    (base, each), (m, w_t, kv_t) = free_terms(c19.n_ctx), token_traffic(c19.n_ctx)  # base / B + each (chapter 25)
+    r, gm, gw, gkv = round(ridge(), 1), round(m / 1e9, 2), round(w_t / 1e9, 2), round(kv_t / 1e9, 4)  # demo 6's
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1: c, a draft pass's cost in"
             " target passes, grows with B (chapter 19's --detail says why), and the chain pays it"
             f" {own[2]} times to the tree's {t[1]}. At B = {cross} the tree's check, {t[2]} positions a sequence,"
-            " crosses the ridge, and each position past it costs time: a sequence's free positions,"
-            f" {base:.1f} / B + {each:.3f} (chapter 25 derives it; demo 6's {free_positions(c19.n_ctx)} at B = 1),"
-            f" are {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at B = {cross}. The chain's"
-            f" check, {own[2] + 1} positions, stays within them. So the loss peaks just before, at B = {own[1]}."
+            " crosses the ridge, and each position past it costs time. A sequence's free positions are"
+            f" {base:.1f} / B + {each:.3f}: the ridge, {r:.1f} MACs a byte, times a pass's GB, {gw:.2f} + {gkv:.4f} B,"
+            f" over {gm:.2f} GMACs a position times B ({gkv:.4f} is demo 6's {kv_t / 1e9:.2f} GB a sequence,"
+            f" unrounded). They are {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at"
+            f" B = {cross}, and {free_positions(c19.n_ctx)} at B = 1, as in demo 6. The chain's check,"
+            f" {own[2] + 1} positions, stays within them. So the loss peaks just before, at B = {own[1]}."
             if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
-            and all(b > k for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
-            and all(k * c19.max_batch > b for k, b in zip(kv, w))
+            and all(b / c19.max_batch < k < b for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
             and cross * t[2] > free_positions(c19.n_ctx) and base / cross + each < t[2] <= base / own[1] + each
-            and round(base + each) == free_positions(c19.n_ctx) and own[2] + 1 <= base / cross + each else "")
+            and round(base + each) == free_positions(c19.n_ctx) and own[2] + 1 <= base / cross + each
+            and ridge_quotients(SimpleNamespace(m=m, w=w_t, kv=kv_t, ridge_base=base, ridge_each=each)) else "")
 
 
 # -----------------------------------------------------------------------------

@@ -966,8 +966,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "Its --speculative-num-steps is k. Its --speculative-num-draft-tokens counts the" in flat_text
     text35 = " ".join(section(in_process[1], "35").split())
     assert (f"At B = {cross} the tree's check, 15 positions a sequence, crosses the ridge, and each position past it"
-            " costs time: a sequence's free positions, 289.3 / B + 5.878 (chapter 25 derives it; demo 6's 295 at"
-            " B = 1), are 15.21 at B = 31 and 14.92 at B = 32."
+            " costs time. A sequence's free positions are 289.3 / B + 5.878: the ridge, 147.6 MACs a byte, times a"
+            " pass's GB, 13.21 + 0.2684 B, over 6.74 GMACs a position times B (0.2684 is demo 6's 0.27 GB a sequence,"
+            " unrounded). They are 15.21 at B = 31 and 14.92 at B = 32, and 295 at B = 1, as in demo 6."
             " The chain's check, 9 positions, stays within them. So the loss peaks just before,"
             f" at B = {cross - 1}.") in text35 and cross * 15 > 295  # this stop, a sequence's free positions at
     # each side of the crossing (reads 1972 and 1974 rebuilt the pass's positions for 1.5 to 2 minutes); reads 1760,
@@ -1569,7 +1570,7 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert (f"Up to B = 31 that loss grows with B, from {loss:.2%} at B = 1: c, a draft pass's cost in target passes,"
             " grows with B (chapter 19's --detail says why), and the chain pays it 8 times to the tree's 3. At B = 32"
             " the tree's check, 15"
-            " positions a sequence, crosses the ridge, and each position past it costs time:") in text  # stop 77:
+            " positions a sequence, crosses the ridge, and each position past it costs time.") in text  # stop 77:
     # the why of c is chapter 37's
     # read 1775 could not parse the clause that said this in one breath; the margin's meaning, this stop (reads
     # 1972, 1974, 1985 and 1986 had to infer it)
@@ -1629,8 +1630,12 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     assert "are 15.21 at B = 31 and 14.92" in text and 289.3 / 31 + 5.878 >= 15 > 289.3 / 32 + 5.878
     # the chain's check stays free where the tree's crosses, so only the tree's pays at B = 32 (read 2153 inferred the
     # chain's 9 positions to see it), by hand
-    assert ("are 15.21 at B = 31 and 14.92 at B = 32. The chain's check, 9 positions, stays within them. So the loss"
-            " peaks just before, at B = 31.") in text and 8 + 1 <= 289.3 / 32 + 5.878
+    assert ("are 15.21 at B = 31 and 14.92 at B = 32, and 295 at B = 1, as in demo 6. The chain's check, 9 positions,"
+            " stays within them. So the loss peaks just before, at B = 31.") in text and 8 + 1 <= 289.3 / 32 + 5.878
+    # since stop 98 the terms are built here from demo 6's figures, its 0.27 GB unrounded: read 3676 rebuilt them
+    # from 0.27 and puzzled over 5.91 against 5.878 for 2.5 minutes; by hand, from the printed figures
+    assert f"{147.6 * 13.21 / 6.74:.1f} {147.6 * 0.2684 / 6.74:.3f} {147.6 * 0.27 / 6.74:.2f}" == "289.3 5.878 5.91"
+    assert "(chapter 25 derives it" not in text
     # the rows past the ridge priced as chapter 25 prices them (reads 1972 and 1974 could not check them; reads
     # 1993, 1994 and 1998 rebuilt the rule when told to take the rows as given; m, not n, which counts draft passes,
     # and where it goes, as reads 2004 and 2006 asked), by hand from the printed figures

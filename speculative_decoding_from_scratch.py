@@ -6701,7 +6701,9 @@ def greedy_runs(rows, k=4):
             + " + ".join(f"{j} * {p:.3f}" for j, p in enumerate(kept) if j and p > 5e-4)
             + f" = {exact:.2f} tokens per call" + (
                 f", its speedup of {zero[5]:.2f} at c = 0.1." if zero[5] is not None
-                and abs(speedup(exact, k, 0.1) - zero[5]) < 1e-9 else "."))
+                and abs(speedup(exact, k, 0.1) - zero[5]) < 1e-9 else ".") + (
+                " These are long-run figures: over a long text, the rounds before they settle count for nothing."
+                if any(rounds_to_settle(P0, D, k) or []) else ""))
     return ("Round by round, the chance that drafts 1 to i all pass is"
             f" {and_list([f'{max(r, 0.0):.3f}' for r in rates])}, for i = 1 to {k}. Eq. 1 gives every draft the"
             " same chance, alpha, so it puts"
@@ -6849,8 +6851,8 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     good = next((r for r in zero if r[0] == f"blend {GOOD_WEIGHT:g}"), None)  # the middling draft: --detail's
     eq1 = expected_tokens(good[3], k) if good else None
     beats = good is not None and speedup(eq1, k, c) < good[5] - 0.05
-    say(f"As in chapter 21, take a good draft (blend {GOOD_WEIGHT:g}) at temperature T: each row of its table and the"
-        " target's, p say, becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A"
+    say(f"As in chapter 21, take a good draft (blend {GOOD_WEIGHT:g}) at temperature T: each row p of both tables becomes"
+        " p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A"
         " greedy draft proposes its likeliest token x, and the target keeps it with chance p_T(x), the tempered"
         f" target's chance of x." + (f" At T = 0, k = {k} and c = {c}, its alpha is {good[3]:.4f} and its exact speedup"
                                      f" {good[5]:.2f}." if good else ""))

@@ -5818,8 +5818,8 @@ def engine_configs(buckets, priced=None, costs=None):
         slots = {str(lo): {"candidate_steps": [k]} for lo, _, k in ks}
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, where FILE holds",
                   "         " + json.dumps(slots),
-                  f"         (each key in FILE is the smallest B of a range; over that range SGLang runs the one k"
-                  f" listed, with k + 1 draft tokens: FILE overrides the flags' {k_top} and {k_top + 1})"]
+                  "         (FILE's keys are each range's smallest B. Over each range SGLang runs the one k"
+                  " listed, with k + 1 draft tokens, whatever the flags say.)"]
         if tree and costs:
             worse, at = tree_shortfall(buckets, priced)
             best = plan_best([o for _, _, o in buckets if o is not None], *priced[:2])[at - 1]  # the plan's, at B

@@ -924,8 +924,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # one listed k is run over its range whatever --speculative-num-steps says: adaptive_spec_params.py at 015c8726
     # starts a slot at the flag's steps only if it lists them, and adaptive_runtime_state.py at 02a3cd95 builds each
     # step's state with steps + 1 tokens; the running average that picks among several held reads 3631 and 3633
-    assert ("(each key in FILE is the smallest B of a range; over that range SGLang runs the one k listed, with k + 1"
-            " draft tokens: FILE overrides the flags' 8 and 9)" in flat_text) and "running average" not in flat_text
+    assert ("(FILE's keys are each range's smallest B. Over each range SGLang runs the one k listed, with k + 1 draft"
+            " tokens, whatever the flags say.)" in flat_text) and "running average" not in flat_text  # since stop 98
+    # in two short sentences: 'FILE overrides the flags' 8 and 9', after a semicolon and a colon, held reads 3672,
+    # 3673 and 3674 up to a minute
     # the two speedups, not a share a reader cannot check (reads 1493 and 1496); they divide to the worst loss
     assert 1 - c19.speeds[240, tree] / best[240] == pytest.approx(tree_loss)
     # small's c at B = 1, as the reason its chains are long (read 1513 asked why k = 8 where demo 4 picked 4); how
@@ -942,7 +944,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert ("None of the three can switch between a tree and chains by B: where the plan runs a tree, each runs the"
             " plan's fastest chain there, k = 8. vLLM's rows are [first B, last B, k].") in flat_text  # read 1758
     # took 'schedules a tree' to clash with SGLang's tree flags, which run a tree at every B
-    slots = json.loads(flat_text.split("FILE, where FILE holds ")[1].split(" (each key in FILE")[0])
+    slots = json.loads(flat_text.split("FILE, where FILE holds ")[1].split(" (FILE's keys are")[0])
     assert slots == {str(lo): {"candidate_steps": [k]} for lo, _, k in rows}  # vLLM's rows, keyed by their first B
     # where the tree would win, SGLang keeps its flags: a plan whose tree loses less than its chains at worst
     speeds = c19.speeds.copy()

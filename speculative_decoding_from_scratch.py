@@ -1140,7 +1140,7 @@ def demo1_rule_by_hand(ctx=0):
     print()
     say("A token is drafted and kept with chance q min(1, p/q) = min(p, q).",
         f"So a draft is rejected with chance 1 - sum min(p, q) = {1 - beta:.3f}. As p sums to 1, that is"
-        " also sum (p - min(p, q)) = sum max(0, p - q).",
+        " also sum (p - min(p, q)), and each p - min(p, q) is max(0, p - q).",
         f"The redrawn share is that chance times the residual: {1 - beta:.3f} times max(0, p - q) / {1 - beta:.3f}"
         " = max(0, p - q).")
     print()

@@ -7442,10 +7442,10 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " vLLM (a serving engine). Each changes two of the five steps of block verification (Sun et al., ICLR 2025;"
         " chapter 14's --detail gives all five). They weigh the drafts as chapter 14 does: w_0 = 1, and w_i ="
         " min(1, w_(i-1) p(x_i) / q(x_i)). In step 3 the block flips a coin of its own for each position i, and heads"
-        " makes i a cut point. Sun et al. set its chance of heads: h_k = w_k, and for i < k, h_i = Z_i / (Z_i + 1 -"
-        " w_i), where Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Unlike"
-        " a token-wise rejection, a position that is not a cut point does not end the block: it keeps x_1..x_i up to"
-        " its last cut point i, or none (i = 0). In step 5 it draws the next token from max(0, w_i p - q), normalised,"
+        " makes i a cut point. Sun et al. set its chance of heads so that the output stays the target's: h_k = w_k, and"
+        " for i < k, h_i = Z_i / (Z_i + 1 - w_i), where Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), with"
+        " p and q the rows after x_i. The block keeps x_1..x_i for i its largest cut point, or no draft if it has none"
+        " (i = 0). So tails does not end the block, as a rejection ends a token-wise round. In step 5 it draws the next token from max(0, w_i p - q), normalised,"
         " or from p if i = k.")
     print()
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"

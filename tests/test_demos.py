@@ -1343,9 +1343,11 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     # where h_i comes from was pointed to, as chapter 30 does (reads 1965, 1966, 2071 and 2090 stalled on 'w_k for the
     # last'); with the pointer, reads 3673 and 3676 were PARTLY lost on what the shared uniforms replace (9.5 and 9
     # minutes), so since stop 98 the formula is here, and the first position's chance under the shipped test
-    assert ("Sun et al. set its chance of heads: h_k = w_k, and for i < k, h_i = Z_i / (Z_i + 1 - w_i), where Z_i is the"
-            " sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. Unlike a token-wise"
-            " rejection, a position that is not a cut point does not end the block") in flat(text34)
+    assert ("Sun et al. set its chance of heads so that the output stays the target's: h_k = w_k, and for i < k, h_i ="
+            " Z_i / (Z_i + 1 - w_i), where Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the"
+            " rows after x_i. The block keeps x_1..x_i for i its largest cut point, or no draft if it has none (i = 0)."
+            " So tails does not end the block, as a rejection ends a token-wise round.") in flat(text34)
+    # ('it keeps x_1..x_i up to its last cut point i' held reads 3678, 3681 and 3682 for 1 to 1.5 minutes)
     assert "On it, position 1 is a cut point with chance w_1, not h_1." in flat(text34)
     # by hand: u_1 <= w_1 has chance w_1, and after 'f' some first draft's h_1 is not its w_1
     w1 = [min(1.0, sd.TARGET[5][x] / sd.MIDDLING[5][x]) for x in range(sd.VOCAB)]
@@ -1512,8 +1514,8 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     assert ("Each changes two of the five steps of block verification (Sun et al., ICLR 2025; chapter 14's --detail"
             " gives all five). They weigh the drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) /"
             " q(x_i)). In step 3 the block flips a coin of its own for each position i, and heads makes i a cut"
-            " point.") in flat(text34) and ("it keeps x_1..x_i up to its last cut point i, or none (i = 0). In step 5"
-            " it draws the next token from max(0, w_i p - q), normalised, or from p if i = k.") in flat(text34) and (  # w_i and h_i defined (reads 1922, 1923)
+            " point.") in flat(text34) and ("In step 5 it draws the next token from max(0, w_i p - q), normalised, or"
+            " from p if i = k.") in flat(text34) and (  # w_i and h_i defined (reads 1922, 1923)
         "so h_i is never used") in flat(text34) and "Step 2" not in text34 and "Sun et al.'s rule, in five steps" in \
         printed(sd.DETAILS["14"], demo["14"][0])[1]
     assert f"{tv3:.4f} and {rows[2][3]:.4f}" == "0.2672 and 0.2672"  # the table's n = 3 column

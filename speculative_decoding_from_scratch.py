@@ -5879,8 +5879,7 @@ def engine_costs(buckets, priced):
     ks = chain_schedule(main, own, priced)
     plan_k = np.concatenate([np.full(hi - lo + 1, k) for lo, hi, k in ks])
     k_top, items, start = trt_schedule(ks)
-    trt = np.zeros(len(best), int)
-    lo = 0
+    trt, lo = np.zeros(len(best), int), 0
     for j, (hi, k) in enumerate(items[start:]):
         trt[lo:hi] = k_top if j == 0 else k
         lo = hi
@@ -5920,8 +5919,7 @@ def demo23_engines(**how):
     """Chapter 23: chapter 19's plan as each engine's config."""
     c19 = chapter19_plan(**how)
     main, _, lost = one_drafter_plan(c19.buckets, (c19.speeds, c19.options, c19.tol))
-    t = c19.measured[1].tree
-    costs = engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
+    t, costs = c19.measured[1].tree, engine_costs(c19.buckets, (c19.speeds, c19.options, c19.tol))
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
     chains_only = main and not sg_runs_tree and any(o is not None and o.shape[:4] == "tree" for _, _, o in c19.buckets)
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"

@@ -887,7 +887,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert small == (768, 2048, 4, 32000) and sd.draft_cost(1, 512, draft=small) == pytest.approx(c_small)
     best = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) / 1.4
     mine = [i for i, o in enumerate(plan.options) if o.drafter.name == "small"]
-    assert ("Each speedup is against plain decoding at the same B. Small is the middling draft, yet it runs faster"
+    # which end of each range's speedups is which B (reads 3672 and 3680 asked), said while each range's fall
+    assert all((np.diff(plan.speeds[lo - 1:hi, plan.options.index(o)]) < 0).all() for lo, hi, o in plan.buckets)
+    assert ("Each speedup is against plain decoding at the same B, and falls as B grows: a range's higher figure is at"
+            " its first B. Small is the middling draft, yet it runs faster"
             f" here than demo 4's best, {best:.2f}. That is because its draft pass costs only {c_small:.4f} of a target"
             " pass at B = 1, where demo 4 priced one at 0.1 (chapter 37).") in flat_text and plan.speeds[:, mine].max(axis=1).min() > best > 10 * c_small
     # vLLM's rows are of chain lengths: where the plan runs the tree they run small's best chains, by a scan

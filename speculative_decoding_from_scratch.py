@@ -6851,8 +6851,8 @@ def demo28_greedy_runs(k=4, n_rounds=200, c=0.1):
     good = next((r for r in zero if r[0] == f"blend {GOOD_WEIGHT:g}"), None)  # the middling draft: --detail's
     eq1 = expected_tokens(good[3], k) if good else None
     beats = good is not None and speedup(eq1, k, c) < good[5] - 0.05
-    say(f"As in chapter 21, take a good draft (blend {GOOD_WEIGHT:g}) at temperature T: each row p of both tables becomes"
-        " p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A"
+    say(f"As in chapter 21, take a good draft (blend {GOOD_WEIGHT:g}) at temperature T: each row p of both tables"
+        " becomes p^(1/T), renormalised. T = 0 keeps only the likeliest token: greedy decoding. A"
         " greedy draft proposes its likeliest token x, and the target keeps it with chance p_T(x), the tempered"
         f" target's chance of x." + (f" At T = 0, k = {k} and c = {c}, its alpha is {good[3]:.4f} and its exact speedup"
                                      f" {good[5]:.2f}." if good else ""))
@@ -7445,8 +7445,8 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " makes i a cut point. Sun et al. set its chance of heads so that the output stays the target's: h_k = w_k, and"
         " for i < k, h_i = Z_i / (Z_i + 1 - w_i), where Z_i is the sum over tokens y of max(0, w_i p(y) - q(y)), with"
         " p and q the rows after x_i. The block keeps x_1..x_i for i its largest cut point, or no draft if it has none"
-        " (i = 0). So tails does not end the block, as a rejection ends a token-wise round. In step 5 it draws the next token from max(0, w_i p - q), normalised,"
-        " or from p if i = k.")
+        " (i = 0). So tails does not end the block, as a rejection ends a token-wise round. In step 5 it draws the next"
+        " token from max(0, w_i p - q), normalised, or from p if i = k.")
     print()
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"

@@ -920,6 +920,14 @@ def and_list(words, last="and"):
     return ", ".join(words[:-1]) + f" {last} " + words[-1] if len(words) > 1 else "".join(words)
 
 
+def group_by(values):
+    """{value: [keys with it]}, in first-seen order: {"a": 1, "b": 1} -> {1: ["a", "b"]}."""
+    out = {}
+    for key, value in values.items():
+        out.setdefault(value, []).append(key)
+    return out
+
+
 def speeds_to_check(a, b):
     """Two speedups, a the better, to the fewest decimals (2 to 4) at which
     1 - b / a, as a reader takes it from them, prints as it does to 0.1%:
@@ -5905,14 +5913,6 @@ def print_engine_configs(buckets, priced, costs=None, said=()):
         print("\n".join(textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent=" " * 11,
                                        break_long_words=False, break_on_hyphens=False)))
     return lines
-
-
-def group_by(values):
-    """{value: [keys with it]}, in first-seen order: {"a": 1, "b": 1} -> {1: ["a", "b"]}."""
-    out = {}
-    for key, value in values.items():
-        out.setdefault(value, []).append(key)
-    return out
 
 
 def demo23_engines(**how):

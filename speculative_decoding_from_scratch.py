@@ -5827,7 +5827,8 @@ def engine_configs(buckets, priced=None, costs=None):
         lines += ["         --speculative-adaptive --speculative-adaptive-config FILE, where FILE holds",
                   "         " + json.dumps(slots),
                   "         (FILE's keys are each range's smallest B. Over each range SGLang runs the one k"
-                  " listed, with k + 1 draft tokens. The flags' k only picks where a range listing several k starts.)"]
+                  " listed, with k + 1 draft tokens. " + (f"The flags' {k_top} and {k_top + 1} are the first range's.)"
+                                                           if ks[0][2] == k_top else "The flags change none of this.)")]
         if tree and costs:
             worse, at = tree_shortfall(buckets, priced)
             best = plan_best([o for _, _, o in buckets if o is not None], *priced[:2])[at - 1]  # the plan's, at B

@@ -928,11 +928,14 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # starts a slot at the flag's steps only if it lists them, and adaptive_runtime_state.py at 02a3cd95 builds each
     # step's state with steps + 1 tokens; the running average that picks among several held reads 3631 and 3633
     assert ("(FILE's keys are each range's smallest B. Over each range SGLang runs the one k listed, with k + 1 draft"
-            " tokens. The flags' k only picks where a range listing several k starts.)" in flat_text) and (
+            " tokens. The flags' 8 and 9 are the first range's.)" in flat_text) and (
         "running average" not in flat_text)  # since stop 98, in short sentences: 'FILE overrides the flags' 8 and 9',
     # after a semicolon and a colon, held reads 3672, 3673 and 3674 up to a minute; 'whatever the flags say' left
-    # reads 3678, 3679 and 3683 asking what the flags are for (AdaptiveStepSlot starts at initial_steps, the flag,
-    # only if its candidate_steps list it, else at their middle one)
+    # reads 3678, 3679 and 3683 asking what the flags are for, and 'The flags' k only picks where a range listing
+    # several k starts' (AdaptiveStepSlot starts at initial_steps, the flag, only if its candidate_steps list it,
+    # else at their middle one) held reads 3684 to 3686 up to a minute
+    assert ('"1": {"candidate_steps": [8]}' in flat_text and "--speculative-num-steps 8 --speculative-num-draft-tokens"
+            " 9" in flat_text)  # the first range's k and k + 1
     # the two speedups, not a share a reader cannot check (reads 1493 and 1496); they divide to the worst loss
     assert 1 - c19.speeds[240, tree] / best[240] == pytest.approx(tree_loss)
     # small's c at B = 1, as the reason its chains are long (read 1513 asked why k = 8 where demo 4 picked 4); how

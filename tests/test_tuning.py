@@ -887,15 +887,7 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert small == (768, 2048, 4, 32000) and sd.draft_cost(1, 512, draft=small) == pytest.approx(c_small)
     best = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) / 1.4
     mine = [i for i, o in enumerate(plan.options) if o.drafter.name == "small"]
-    # which end of each range's speedups is which B (reads 3672 and 3680 asked), said while each range's fall
-    spans = [plan.speeds[lo - 1:hi, plan.options.index(o)] for lo, hi, o in plan.buckets]
-    assert all((np.diff(v) < 0).all() for v in spans)
-    # and why a range can start above the last one's end (reads 3684 and 3685 took the rises for a contradiction)
-    assert [f"{a[-1]:.2f} {b[0]:.2f}" for a, b in zip(spans, spans[1:])] == ["2.89 2.89", "2.79 2.80", "2.73 2.75"]
-    assert ("Each speedup is against plain decoding at the same B, and falls as B grows: a range's higher figure is at"
-            " its first B. Going up in B, the plan switches only when its choice falls more than 0.5% below the best"
-            " (chapter 19), so a range can start higher than the one before it ends. Small is the middling draft, yet"
-            " it runs faster"
+    assert ("Each speedup is against plain decoding at the same B. Small is the middling draft, yet it runs faster"
             f" here than demo 4's best, {best:.2f}. That is because its draft pass costs only {c_small:.4f} of a target"
             " pass at B = 1, where demo 4 priced one at 0.1 (chapter 37).") in flat_text and plan.speeds[:, mine].max(axis=1).min() > best > 10 * c_small
     # vLLM's rows are of chain lengths: where the plan runs the tree they run small's best chains, by a scan
@@ -949,9 +941,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert "A small draft pass costs" not in flat_text and ("The plan is below; chapters 25, 32 and 37 say why it"
                                                             " has this shape:") in flat_text  # read 1678 stalled on where c
     # came from, as reads 1472 to 1496 did on why it rose: the plan's shape is chapters 25's, 32's and 37's; its 0.5%
-    # margin was chapter 19's (reads 2023 and 2047 spent a minute on it here, where no figure turned on it); since stop
-    # 98 the table's speedups fall within each range, said, and rise at two switches, which the margin explains
-    assert flat_text.count("0.5%") == 1 and "switches only when its choice falls more than 0.5% below" in flat_text
+    # margin is chapter 19's (reads 2023 and 2047 spent a minute on it here, where no figure turns on it)
+    assert "0.5%" not in flat_text
     assert c1 < sd.chapter19_plan().speeds.shape[0] and sd.plan_shape  # (c at B = 241 is chapter 19's detail's)
     # the engines run chains where the plan runs the tree, said before the configs (read 1573 stalled on vLLM's
     # first row, 1 to 95, for a minute)

@@ -1343,13 +1343,13 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     # where h_i comes from was pointed to, as chapter 30 does (reads 1965, 1966, 2071 and 2090 stalled on 'w_k for the
     # last'); with the pointer, reads 3673 and 3676 were PARTLY lost on what the shared uniforms replace (9.5 and 9
     # minutes), so since stop 98 the formula is here, and the first position's chance under the shipped test
-    assert ("3. Flip a coin of its own for each position i: heads makes i a cut point. Sun et al. set its chance of"
+    assert ("3. Flip a coin of its own for each position i from 1 to k: heads makes i a cut point. Sun et al. set its chance of"
             " heads, h_k = w_k and h_i = Z_i / (Z_i + 1 - w_i) for i < k, and prove that with it the output stays the"
             " target's. 4. Keep x_1..x_i for i the largest cut point, or no draft if there is none (i = 0). So tails"
             " does not end the block, unlike a rejection in a token-wise round.") in flat(text34)
     # ('it keeps x_1..x_i up to its last cut point i' held reads 3678, 3681 and 3682 for 1 to 1.5 minutes; 'as a
     # rejection ends' read as 'like' held read 3685)
-    assert "On it, position 1 is a cut point with chance w_1, not h_1." in flat(text34)
+    assert "With it, position 1 is a cut point with chance w_1, not h_1." in flat(text34)
     # by hand: u_1 <= w_1 has chance w_1, and after 'f' some first draft's h_1 is not its w_1
     w1 = [min(1.0, sd.TARGET[5][x] / sd.MIDDLING[5][x]) for x in range(sd.VOCAB)]
     assert any(abs(sd.block_threshold(w, sd.TARGET[x], sd.MIDDLING[x]) - w) > 0.1 for x, w in enumerate(w1))
@@ -1515,8 +1515,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     # since stop 98 all five, numbered, each a line: with steps 3 and 5 alone, reads 3673, 3676, 3681, 3684, 3685 and
     # 3687 stalled on the other three, and 3678, 3681 and 3682 on the cut-point rule
     assert ("Each changes two of block verification's five steps, 3 and 5 (Sun et al., ICLR 2025): 1. Weigh the"
-            " drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). 2. For each i < k, let"
-            " Z_i be the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. 3.") in flat(
+            " drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). 2. For i from 0 to k - 1,"
+            " let Z_i be the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i (x_0: the"
+            " text's last token). 3.") in flat(
         text34) and ("5. Draw the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or"
                      " from p if i = k.") in flat(text34) and (  # w_i and h_i defined (reads 1922, 1923)
         "so h_i is never used") in flat(text34) and "Step 2" not in text34 and "Sun et al.'s rule, in five steps" in \

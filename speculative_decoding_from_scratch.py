@@ -6075,7 +6075,7 @@ def tree_loss_words(c19, main, own, t):
             and all(b / c19.max_batch < k < b for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
             and cross * t[2] > free_positions(c19.n_ctx) and base / cross + each < t[2] <= base / own[1] + each
             and round(base + each) == free_positions(c19.n_ctx) and own[2] + 1 <= base / cross + each
-            and ridge_quotients(SimpleNamespace(m=m, w=w_t, kv=kv_t, ridge_base=base, ridge_each=each)) else "")
+            and f"{r * gw / gm:.1f} {r * gkv / gm:.3f}" == f"{base:.1f} {each:.3f}" else "")  # as a reader rebuilds
 
 
 # -----------------------------------------------------------------------------

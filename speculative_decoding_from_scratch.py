@@ -6059,14 +6059,14 @@ def tree_loss_words(c19, main, own, t):
     w = [pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]  # each model's weights, in bytes
     kv = [pass_traffic(d, c19.n_ctx, 1, 1)[1] - b for d, b in zip((main.cost, LLAMA2_7B), w)]  # a sequence's cache
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
-    (base, each), (m, w_t, kv_t) = free_terms(c19.n_ctx), token_traffic(c19.n_ctx)  # base / B + each (chapter 25)
-    r, gm, gw, gkv = round(ridge(), 1), round(m / 1e9, 2), round(w_t / 1e9, 2), round(kv_t / 1e9, 4)  # demo 6's
+    (base, each), m = free_terms(c19.n_ctx), token_traffic(c19.n_ctx)[0]  # base / B + each (chapter 25)
+    r, gm, gw, gkv = round(ridge(), 1), round(m / 1e9, 2), round(w[1] / 1e9, 2), round(kv[1] / 1e9, 4)  # demo 6's
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1: c, a draft pass's cost in"
             " target passes, grows with B (chapter 19's --detail says why), and the chain pays it"
             f" {own[2]} times to the tree's {t[1]}. At B = {cross} the tree's check, {t[2]} positions a sequence,"
             " crosses the ridge, and each position past it costs time. A sequence's free positions are"
             f" {base:.1f} / B + {each:.3f}: the ridge, {r:.1f} MACs a byte, times a pass's GB, {gw:.2f} + {gkv:.4f} B,"
-            f" over {gm:.2f} GMACs a position times B ({gkv:.4f} is demo 6's {kv_t / 1e9:.2f} GB a sequence,"
+            f" over {gm:.2f} GMACs a position times B ({gkv:.4f} is demo 6's {kv[1] / 1e9:.2f} GB a sequence,"
             f" unrounded). They are {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at"
             f" B = {cross}, and {free_positions(c19.n_ctx)} at B = 1, as in demo 6. The chain's check,"
             f" {own[2] + 1} positions, stays within them. So the loss peaks just before, at B = {own[1]}."

@@ -7434,6 +7434,31 @@ def token2_exact_words(ctx=5):
             else "")
 
 
+def over_keep_words(rows, shared, ctx=5, k=3):
+    """Why the shipped step 3 harms, by how often each verifier keeps draft 1 after ctx (shared: step 3 alone's
+    module): said only while harm_words answers, the block keeps it as often as demo 1's sum min(p, q) allows,
+    position 1's test alone reaches that, and the shipped one keeps it more; else nothing."""
+    p, q = TARGET[ctx], MIDDLING[ctx]
+    first = lambda ends: sum(prob for kept, _, prob in ends if kept)  # noqa: E731  P(draft 1 kept)
+    bound, facts = float(np.minimum(p, q).sum()), attempt(lambda: (
+        first(block_round_outcomes(TARGET, MIDDLING, ctx, k)), first(shared.shipped_block_outcomes(
+            TARGET, MIDDLING, ctx, k)), sum(q[x] * shared.shipped_weight(1.0, p, q, x) for x in np.flatnonzero(q)),
+        sum(q[x] * block_threshold(accept_prob(p, q, x), TARGET[x], MIDDLING[x]) for x in np.flatnonzero(q))))
+    if not harm_words(rows) or isinstance(facts, Exception):
+        return ""
+    block, shipped, alone, coins = facts
+    more, tv1 = shipped - bound, rows[2][1]
+    if not (abs(block - bound) < 1e-9 and abs(alone - bound) < 1e-9 and coins < bound - 1e-3
+            and more >= 1e-3 and tv1 >= more - 1e-9):
+        return ""
+    return (f"Why step 3 harms: a rule whose output is the target's keeps draft 1 at most sum min(p, q) of the time,"
+            f" {bound:.4f} after '{name(ctx)}'. A kept x_1 is both drafted, with chance q(x_1), and emitted, with"
+            " chance p(x_1). The block keeps draft 1 exactly that often: its h_1, never above w_1, leaves room for"
+            f" later cut points. The shipped test makes position 1 a cut point with chance w_1, alone {alone:.4f} on"
+            f" average. Later cut points add {more:.4f}, as u_1 * ... * u_i shrinks with i. So the first token alone"
+            f" is off by at least {more:.4f}.")
+
+
 def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     """Chapter 34: each of the shipped paths' two changes made alone, beside
     both, by the exact TV of the first n tokens: which change does the harm."""
@@ -7454,13 +7479,14 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"
         " the tests before it. Triton's weight is w_i; PyTorch's differs (chapter 15's --detail), and this chapter"
-        " uses Triton's. With it, position 1 is a cut point with chance w_1, not h_1. In step 5 both draw from the"
+        " uses Triton's. In step 5 both draw from the"
         " token-wise residual, max(0, p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
+    shared = bugged("shared_uniforms", ONE_CHANGE_BUGS)
     rows = exactness_rows([("block", this_module(), MIDDLING, block),
                            ("tokenwise_residual", bugged("tokenwise_residual", ONE_CHANGE_BUGS), MIDDLING, block),
-                           ("shared_uniforms", bugged("shared_uniforms", ONE_CHANGE_BUGS), MIDDLING, triton),
+                           ("shared_uniforms", shared, MIDDLING, triton),
                            ("vllm-ascend, Triton", shipped_modules()["vllm-ascend, Triton"], MIDDLING, triton)],
                           k, ctx, n, n_runs)
     say(f"Make each change alone, on Triton's weight, and check each as chapter 15 does, by the exact TV of its first"
@@ -7475,6 +7501,10 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         rule_verdict(rows), answer,
         "The option --detail adds chapter 15's fit, which step 5 alone passes, and says why it passes." if answer
         else "")
+    why = "" if isinstance(shared, str) else over_keep_words(rows, shared, ctx, k)
+    if why:
+        print()
+        say(why)
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm; step 5's"
              " token-wise residual alone is off by far less.",
              {"step 3 alone is off by nearly as much as both, step 5 alone by under a hundredth": bool(answer)})

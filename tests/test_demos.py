@@ -1349,10 +1349,30 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
             " does not end the block, unlike a rejection in a token-wise round.") in flat(text34)
     # ('it keeps x_1..x_i up to its last cut point i' held reads 3678, 3681 and 3682 for 1 to 1.5 minutes; 'as a
     # rejection ends' read as 'like' held read 3685)
-    assert "With it, position 1 is a cut point with chance w_1, not h_1." in flat(text34)
+    # since stop 99 why step 3 harms, by how often draft 1 is kept (reads 3673, 3676, 3687, 3697, 3699 to 3701 were
+    # PARTLY lost on why the shared uniforms harm; 'With it, position 1 is a cut point with chance w_1, not h_1' went)
+    assert "not h_1" not in text34 and ("Why step 3 harms: a rule whose output is the target's keeps draft 1 at most"
+                                        " sum min(p, q) of the time, 0.7327 after 'f'. A kept x_1 is both drafted,"
+                                        " with chance q(x_1), and emitted, with chance p(x_1). The block keeps draft 1"
+                                        " exactly that often: its h_1, never above w_1, leaves room for later cut"
+                                        " points. The shipped test makes position 1 a cut point with chance w_1, alone"
+                                        " 0.7327 on average. Later cut points add 0.0943, as u_1 * ... * u_i shrinks"
+                                        " with i. So the first token alone is off by at least 0.0943.") in flat(text34)
     # by hand: u_1 <= w_1 has chance w_1, and after 'f' some first draft's h_1 is not its w_1
-    w1 = [min(1.0, sd.TARGET[5][x] / sd.MIDDLING[5][x]) for x in range(sd.VOCAB)]
+    p, q = sd.TARGET[5], sd.MIDDLING[5]
+    w1 = [min(1.0, p[x] / q[x]) for x in range(sd.VOCAB)]
     assert any(abs(sd.block_threshold(w, sd.TARGET[x], sd.MIDDLING[x]) - w) > 0.1 for x, w in enumerate(w1))
+    assert float(q @ w1) == pytest.approx(np.minimum(p, q).sum(), abs=1e-12) == pytest.approx(0.7327, abs=5e-5)
+    shared = sd.bugged("shared_uniforms", sd.ONE_CHANGE_BUGS)
+    kept1 = sum(c for kept, _, c in shared.shipped_block_outcomes(sd.TARGET, sd.MIDDLING, 5, 3) if kept)
+    more = kept1 - np.minimum(p, q).sum()  # the first token's TV is at least this, and here is this
+    assert more == pytest.approx(0.0943, abs=5e-5) and edits[2][1] == pytest.approx(more, abs=1e-12)
+    # the paragraph goes where its facts fail: a step 3 that keeps draft 1 no more than the block, or no answer
+    from types import SimpleNamespace
+    assert sd.over_keep_words(edits, SimpleNamespace(shipped_block_outcomes=sd.block_round_outcomes,
+                                                     shipped_weight=shared.shipped_weight)) == ""
+    assert sd.over_keep_words([edits[0], edits[1], edits[1], edits[3]], shared) == ""
+    assert sd.over_keep_words(edits, shared).startswith("Why step 3 harms:")
     tokenwise = next(r for r in edits if r[0] == "tokenwise_residual")
     assert tokenwise[1] < 1e-12 and tokenwise[2] < 1e-12 and tokenwise[3] > 1e-4  # exact for 1 and 2 tokens, not 3
     # why token 2 stays exact after 'f': wherever w_1 = p/q < 1, Z_1 = sum max(0, w_1 p_2 - q_2) is 0, so h_1 is 0 and

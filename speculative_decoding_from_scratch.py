@@ -7456,9 +7456,9 @@ def over_keep_words(rows, shared, ctx=5, k=3):
     return (f"Why step 3 harms: a rule whose output is the target's keeps draft 1 at most sum min(p, q) of the time,"
             f" {bound:.4f} after '{name(ctx)}'. A kept x_1 is both drafted, with chance q(x_1), and emitted, with"
             " chance p(x_1). The block keeps draft 1 exactly that often: its h_1, never above w_1, leaves room for"
-            f" later cut points. The shipped test makes position 1 a cut point with chance w_1, alone {alone:.4f} on"
-            f" average. Later cut points add {more:.4f}, as u_1 * ... * u_i shrinks with i. So the first token alone"
-            f" is off by at least {more:.4f}.")
+            f" later cut points. The shipped test makes position 1 a cut point with chance w_1, {alone:.4f} on"
+            f" average: the whole bound, with no room left. Later cut points add {more:.4f} to that. So the first token alone is off by at least"
+            f" {more:.4f}.")
 
 
 def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):

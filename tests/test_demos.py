@@ -1355,9 +1355,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
                                         " sum min(p, q) of the time, 0.7327 after 'f'. A kept x_1 is both drafted,"
                                         " with chance q(x_1), and emitted, with chance p(x_1). The block keeps draft 1"
                                         " exactly that often: its h_1, never above w_1, leaves room for later cut"
-                                        " points. The shipped test makes position 1 a cut point with chance w_1, alone"
-                                        " 0.7327 on average. Later cut points add 0.0943, as u_1 * ... * u_i shrinks"
-                                        " with i. So the first token alone is off by at least 0.0943.") in flat(text34)
+                                        " points. The shipped test makes position 1 a cut point with chance w_1, 0.7327"
+                                        " on average: the whole bound, with no room left. Later cut points add 0.0943 to that. So the first token"
+                                        " alone is off by at least 0.0943.") in flat(text34)
     # by hand: u_1 <= w_1 has chance w_1, and after 'f' some first draft's h_1 is not its w_1
     p, q = sd.TARGET[5], sd.MIDDLING[5]
     w1 = [min(1.0, p[x] / q[x]) for x in range(sd.VOCAB)]

@@ -1353,11 +1353,12 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     # PARTLY lost on why the shared uniforms harm; 'With it, position 1 is a cut point with chance w_1, not h_1' went)
     assert "not h_1" not in text34 and ("Why step 3 harms: a rule whose output is the target's keeps draft 1 at most"
                                         " sum min(p, q) of the time, 0.7327 after 'f'. A kept x_1 is both drafted,"
-                                        " with chance q(x_1), and emitted, with chance p(x_1). The block keeps draft 1"
-                                        " exactly that often: its h_1, never above w_1, leaves room for later cut"
-                                        " points. The shipped test makes position 1 a cut point with chance w_1, 0.7327"
-                                        " on average: the whole bound, with no room left. Later cut points add 0.0943 to that. So the first token"
-                                        " alone is off by at least 0.0943.") in flat(text34)
+                                        " with chance q(x_1), and emitted, with chance p(x_1). The shipped test keeps"
+                                        " draft 1 with chance 0.8270: position 1 is a cut point with chance w_1, 0.7327"
+                                        " on average, and later cut points add 0.0943. So its first token is already"
+                                        " off the target's.") in flat(text34)
+    # (reads 3703, 3704 and 3706 each spent 1.5 to 2 minutes rebuilding 'So the first token alone is off by at least
+    # 0.0943', and 1 on 'its h_1, never above w_1', in a first form of it: both went)
     # by hand: u_1 <= w_1 has chance w_1, and after 'f' some first draft's h_1 is not its w_1
     p, q = sd.TARGET[5], sd.MIDDLING[5]
     w1 = [min(1.0, p[x] / q[x]) for x in range(sd.VOCAB)]

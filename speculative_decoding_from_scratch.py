@@ -2016,7 +2016,7 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 256, 512)):  # readers check 
         f"cache, earlier tokens' keys and values: {(rows[0][2] - weights):.2f} GB.",
         "Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
         " attention, each cached key and value."
-        f" At 2 bytes a number, that is {rows[0][2]:.2f} / 2 = {rows[0][1]:.1f} billion MACs per position."
+        f" At 2 bytes a number, that is {rows[0][2]:.2f} / 2 = {rows[0][1]:.2f} billion MACs per position."
         if one_each else
         "",
         f"The time is an {H100.name}'s roofline ({H100.flops / 2e12:.1f} trillion MACs/s,"

@@ -1005,10 +1005,12 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     # the cache's MACs said where they happen, in attention (reads 3557 to 3562 asked why a cached number counts)
     assert (f"Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
             " attention, each cached key and value."
-            f" At 2 bytes a number, that is {result.rows[0][2]:.2f} / 2 = {result.rows[0][1]:.1f} billion MACs per"
+            " At 2 bytes a number, that is 13.48 / 2 = 6.74 billion MACs per"
             " position. The time is an H100 SXM's roofline (494.5 trillion MACs/s, 3.35 TB/s): the"
             " longer of moving the bytes and doing the MACs.") in flat_text  # 'per position' and MACs/s: reads 3581
-    # to 3586 reread 'that is 6.7 billion MACs' (2 of 6) and went back for MACs a second (1)
+    # to 3586 reread 'that is 6.7 billion MACs' (2 of 6) and went back for MACs a second (1); to two places since
+    # stop 99, as 6.7 times 256 is not the table's 1725.8 (reads 3702, 3706, 3709 and 3710 stalled on it)
+    assert f"{result.rows[0][2]:.2f} {result.rows[0][1]:.2f} {result.rows[2][1]:.1f}" == "13.48 6.74 1725.8"
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, so up to {free} positions (147.6 / 0.50) cost what one"
             " does") in " ".join(text.split()) and free == int(147.6 / 0.50)

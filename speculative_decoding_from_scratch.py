@@ -6063,9 +6063,10 @@ def tree_loss_words(c19, main, own, t):
     r, gm, gw, gkv = round(ridge(), 1), round(m / 1e9, 2), round(w[1] / 1e9, 2), round(kv[1] / 1e9, 4)  # demo 6's
     return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1. The chain pays c, a draft"
             f" pass's cost in target passes, {own[2]} times to the tree's {t[1]}, and c grows with B. A pass reads its"
-            " model's weights once, and each sequence's KV cache, the keys and values of its tokens."
-            f" {main.name.capitalize()}'s KV cache is a larger share of the target's than its weights are. As B grows,"
-            " the caches weigh more and more, so c moves toward the caches' share."
+            " model's weights once, and a KV cache, the keys and values of its tokens, for each sequence. In bytes, c ="
+            f" ({main.name}'s weights + B {main.name}'s caches) / (the target's weights + B the target's caches)."
+            f" {main.name.capitalize()}'s cache is a larger share of the target's than its weights are, so c moves"
+            " toward that share as B grows."
             f" At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position past"
             " it costs time. A sequence's free positions are"
             f" {base:.1f} / B + {each:.3f}: the ridge, {r:.1f} MACs a byte, times a pass's GB, {gw:.2f} + {gkv:.4f} B,"

@@ -1003,7 +1003,7 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     # rebuild 6.7 from 13.21 GB)
     assert sd.macs_per_token(d, d_ff, layers, 512, vocab) == weights / 2 + kv / 2 == result.rows[0][1] * 1e9
     # the cache's MACs said where they happen, in attention (reads 3557 to 3562 asked why a cached number counts)
-    assert (f"Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
+    assert ("Each position does one multiply-accumulate (MAC, two FLOPs) with each number read: each weight, and, in"
             " attention, each cached key and value."
             " At 2 bytes a number, that is 13.48 / 2 = 6.74 billion MACs per"
             " position. The time is an H100 SXM's roofline (494.5 trillion MACs/s, 3.35 TB/s): the"

@@ -7462,15 +7462,15 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " vLLM (a serving engine). Each changes two of block verification's five steps, 3 and 5 (Sun et al., ICLR"
         " 2025):")
     say_items(["Weigh the drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
-               "For i from 0 to k - 1, let Z_i be the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q"
-               " the rows after x_i (x_0: the text's last token).",
+               "For i from 1 to k - 1, let Z_i be the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q"
+               " the rows after x_i.",
                "Flip a coin of its own for each position i from 1 to k: heads makes i a cut point. Sun et al. set"
                " its chance of heads, h_k = w_k and h_i = Z_i / (Z_i + 1 - w_i) for i < k, and prove that with it"
                " the output stays the target's.",
                "Keep x_1..x_i for i the largest cut point, or no draft if there is none (i = 0). So tails does not end"
                " the block, unlike a rejection in a token-wise round.",
-               "Draw the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or from p"
-               " if i = k."], numbered=True)
+               "Draw the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i (x_0: the"
+               " text's last token), or from p if i = k."], numbered=True)
     print()
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"

@@ -1536,13 +1536,13 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     # the two steps the shipped paths change, and those alone (stop 77: the five steps are chapter 14's detail; read
     # 1635 found which was which only from 'Step 2's chance is never used', so h_i is named, not step 2)
     # since stop 98 all five, numbered, each a line: with steps 3 and 5 alone, reads 3673, 3676, 3681, 3684, 3685 and
-    # 3687 stalled on the other three, and 3678, 3681 and 3682 on the cut-point rule
+    # 3687 stalled on the other three, and 3678, 3681 and 3682 on the cut-point rule; Z_i from i = 1, as h_i uses it,
+    # and x_0 where step 5 needs it (reads 3704 and 3720 asked what Z_0 was for)
     assert ("Each changes two of block verification's five steps, 3 and 5 (Sun et al., ICLR 2025): 1. Weigh the"
-            " drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). 2. For i from 0 to k - 1,"
-            " let Z_i be the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i (x_0: the"
-            " text's last token). 3.") in flat(
-        text34) and ("5. Draw the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i, or"
-                     " from p if i = k.") in flat(text34) and (  # w_i and h_i defined (reads 1922, 1923)
+            " drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). 2. For i from 1 to k - 1,"
+            " let Z_i be the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. 3.") in flat(
+        text34) and ("5. Draw the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i (x_0:"
+                     " the text's last token), or from p if i = k.") in flat(text34) and (  # w_i and h_i defined (reads 1922, 1923)
         "so h_i is never used") in flat(text34) and "Step 2" not in text34 and "Sun et al.'s rule, in five steps" in \
         printed(sd.DETAILS["14"], demo["14"][0])[1]
     assert f"{tv3:.4f} and {rows[2][3]:.4f}" == "0.2672 and 0.2672"  # the table's n = 3 column

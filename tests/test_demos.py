@@ -1011,6 +1011,14 @@ def test_demo6_the_roofline_the_batch_and_their_sentences(demo):
     # to 3586 reread 'that is 6.7 billion MACs' (2 of 6) and went back for MACs a second (1); to two places since
     # stop 99, as 6.7 times 256 is not the table's 1725.8 (reads 3702, 3706, 3709 and 3710 stalled on it)
     assert f"{result.rows[0][2]:.2f} {result.rows[0][1]:.2f} {result.rows[2][1]:.1f}" == "13.48 6.74 1725.8"
+    # the table rebuilds from the figures printed above it, as a reader checks it: since stop 99 it has no GMACs
+    # column (256 x 6.74 is not its 1725.8: reads 3702 to 3720, 9 of 20, stalled up to a minute) and no time
+    # against one position (6.98 / 4.02 is 1.74, not its 1.73: read 3717)
+    assert "GMACs" not in text and "time vs" not in text
+    for n, _, gb, per_byte, t, bound in result.rows:
+        shown = f"{n} {gb:.2f} {per_byte:.2f} {t * 1e3:.2f} ms {bound}"  # a row, as flat_text holds it
+        by_hand = max(13.48 / 3.35, n * 6.74 / 494.5)  # ms: the bytes at 3.35 TB/s, or the MACs at 494.5 T/s
+        assert shown in flat_text and f"{per_byte:.2f} {t * 1e3:.2f}" == f"{n * 6.74 / 13.48:.2f} {by_hand:.2f}"
     free = int(sd.ridge() // result.rows[0][3])
     assert (f"One decoding step does 0.50 MACs per byte, so up to {free} positions (147.6 / 0.50) cost what one"
             " does") in " ".join(text.split()) and free == int(147.6 / 0.50)

@@ -7461,11 +7461,10 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
         " vLLM (a serving engine). Each changes two of block verification's five steps, 3 and 5 (Sun et al., ICLR"
         " 2025):")
     say_items(["Weigh the drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)).",
-               "For i from 1 to k - 1, let Z_i be the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q"
-               " the rows after x_i.",
-               "Flip a coin of its own for each position i from 1 to k: heads makes i a cut point. Sun et al. set"
-               " its chance of heads, h_k = w_k and h_i = Z_i / (Z_i + 1 - w_i) for i < k, and prove that with it"
-               " the output stays the target's.",
+               "Give each position i a chance h_i: h_k = w_k, and for i < k a chance Sun et al. set from w_i and"
+               " the rows after x_i (chapter 14's --detail gives it).",
+               "Flip a coin of its own for each position i from 1 to k, heads with chance h_i: heads makes i a cut"
+               " point. Sun et al. prove that with these chances the output stays the target's.",
                "Keep x_1..x_i for i the largest cut point, or no draft if there is none (i = 0). So tails does not end"
                " the block, unlike a rejection in a token-wise round.",
                "Draw the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i (x_0: the"

@@ -166,7 +166,8 @@ TERMS = (("vLLM", "serving engine"), ("B", "number of sequences"), ("APEX-1", "a
          ("logits", "the scores"), ("lam", "probability lam"), ("u v^T", "table of their products"),
          ("consistent", "onsistent means"), ("route", "is a route"),
          ("h_i", ("Z_i / (Z_i + 1 - w_i)", "chance h_i, from w_i and the rows after x_i by Sun et al.'s formula",
-                  "chance h_i, from w_i and the rows after x_i (Sun et al.'s formula")),
+                  "chance h_i, from w_i and the rows after x_i (Sun et al.'s formula",
+                  "a chance h_i: h_k = w_k, and for i < k a chance Sun et al. set from w_i and the rows after x_i")),
          ("w_i", "w_i = min(1, w_(i-1) p(x_i) / q(x_i))"), ("transformers", "a Python library"))
 
 
@@ -1353,9 +1354,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     # where h_i comes from was pointed to, as chapter 30 does (reads 1965, 1966, 2071 and 2090 stalled on 'w_k for the
     # last'); with the pointer, reads 3673 and 3676 were PARTLY lost on what the shared uniforms replace (9.5 and 9
     # minutes), so since stop 98 the formula is here, and the first position's chance under the shipped test
-    assert ("3. Flip a coin of its own for each position i from 1 to k: heads makes i a cut point. Sun et al. set its chance of"
-            " heads, h_k = w_k and h_i = Z_i / (Z_i + 1 - w_i) for i < k, and prove that with it the output stays the"
-            " target's. 4. Keep x_1..x_i for i the largest cut point, or no draft if there is none (i = 0). So tails"
+    # (stop 99: the formula went back to chapter 14's --detail, as reads 3702 to 3727 spent 1.5 to 2.5 minutes on
+    # steps 2 and 3 and were still PARTLY lost on where h_i comes from; the harm is argued without it)
+    assert ("3. Flip a coin of its own for each position i from 1 to k, heads with chance h_i: heads makes i a cut"
+            " point. Sun et al. prove that with these chances the output stays the target's. 4. Keep x_1..x_i for i the largest cut point, or no draft if there is none (i = 0). So tails"
             " does not end the block, unlike a rejection in a token-wise round.") in flat(text34)
     # ('it keeps x_1..x_i up to its last cut point i' held reads 3678, 3681 and 3682 for 1 to 1.5 minutes; 'as a
     # rejection ends' read as 'like' held read 3685)
@@ -1547,8 +1549,9 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     # 3687 stalled on the other three, and 3678, 3681 and 3682 on the cut-point rule; Z_i from i = 1, as h_i uses it,
     # and x_0 where step 5 needs it (reads 3704 and 3720 asked what Z_0 was for)
     assert ("Each changes two of block verification's five steps, 3 and 5 (Sun et al., ICLR 2025): 1. Weigh the"
-            " drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). 2. For i from 1 to k - 1,"
-            " let Z_i be the sum over tokens y of max(0, w_i p(y) - q(y)), with p and q the rows after x_i. 3.") in flat(
+            " drafts as chapter 14 does: w_0 = 1, and w_i = min(1, w_(i-1) p(x_i) / q(x_i)). 2. Give each position i a"
+            " chance h_i: h_k = w_k, and for i < k a chance Sun et al. set from w_i and the rows after x_i (chapter"
+            " 14's --detail gives it). 3.") in flat(
         text34) and ("5. Draw the next token from max(0, w_i p - q), normalised, with p and q the rows after x_i (x_0:"
                      " the text's last token), or from p if i = k.") in flat(text34) and (  # w_i and h_i defined (reads 1922, 1923)
         "so h_i is never used") in flat(text34) and "Step 2" not in text34 and "Sun et al.'s rule, in five steps" in \

@@ -6060,10 +6060,14 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     (base, each), m = free_terms(c19.n_ctx), token_traffic(c19.n_ctx)[0]  # base / B + each (chapter 25)
     r, gm, gw, gkv = round(ridge(), 1), round(m / 1e9, 2), round(w[1] / 1e9, 2), round(kv[1] / 1e9, 4)  # demo 6's
-    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1: c, a draft pass's cost in"
-            " target passes, grows with B (chapter 19's --detail says why), and the chain pays it"
-            f" {own[2]} times to the tree's {t[1]}. At B = {cross} the tree's check, {t[2]} positions a sequence,"
-            " crosses the ridge, and each position past it costs time. A sequence's free positions are"
+    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1. The chain pays c, a draft"
+            f" pass's cost in target passes, {own[2]} times to the tree's {t[1]}, and c grows with B. A pass reads its"
+            " model's weights once, and a KV cache, the keys and values of its tokens, for each sequence. In bytes, c ="
+            f" ({main.name}'s weights + B {main.name}'s caches) / (the target's weights + B the target's caches)."
+            f" {main.name.capitalize()}'s cache is a larger share of the target's than its weights are, so c moves"
+            " toward that share as B grows."
+            f" At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position past"
+            " it costs time. A sequence's free positions are"
             f" {base:.1f} / B + {each:.3f}: the ridge, {r:.1f} MACs a byte, times a pass's GB, {gw:.2f} + {gkv:.4f} B,"
             f" over {gm:.2f} GMACs a position times B ({gkv:.4f} is demo 6's {kv[1] / 1e9:.2f} GB a sequence,"
             f" unrounded). They are {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at"

@@ -1577,14 +1577,17 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # 12, 13, 13 and 9.5 with them (and reads 3057 to 3064, without the formula too, 9, 8, 8.5 and 9.5 against
     # 13.5, 12, 12 and 10.5, all four saying PARTLY)
     detail = " ".join(printed(sd.DETAILS["35"], in_process[0]["35"])[1].split())
-    assert (f"Up to B = 31 that loss grows with B, from {loss:.2%} at B = 1: c, a draft pass's cost in target passes,"
-            " grows with B (chapter 19's --detail says why), and the chain pays it 8 times to the tree's 3. At B = 32"
-            " the tree's check, 15"
+    assert (f"Up to B = 31 that loss grows with B, from {loss:.2%} at B = 1. The chain pays c, a draft pass's cost in"
+            " target passes, 8 times to the tree's 3, and c grows with B. A pass reads its model's weights once, and"
+            " a KV cache, the keys and values of its tokens, for each sequence. In bytes, c = (small's weights + B"
+            " small's caches) / (the target's weights + B the target's caches). Small's cache is a larger share of the"
+            " target's than its weights are, so c moves toward that share as B grows. At B = 32 the tree's check, 15"
             " positions a sequence, crosses the ridge, and each position past it costs time.") in text  # stop 77:
-    # the why of c is chapter 37's. Stop 99 tried it here, in three forms (small's KV cache a larger share of the
-    # target's than its weights; then what a pass reads; then c's formula in bytes), and withdrew them: reads 3702
-    # to 3721 took a median 8.5 minutes (7.5 to 10), against 7.5 before, rebuilding c for a minute, and were still
-    # PARTLY lost on the losses they could not rebuild
+    # the why of c is chapter 37's; since stop 99 its reason is here, without the shares (reads 3674, 3676, 3679
+    # and 3688 stalled or were PARTLY lost on why c grows with B, against a pointer to chapter 19's --detail; 3703
+    # and 3707 rebuilt c from the shares' sentence alone, and 3708, 3709 and 3711 from what a pass reads, each for a
+    # minute: so c's formula is said). Within stop 99 it read as the pointer did: reads 3712 to 3721 with the formula
+    # a median 8.5 minutes, 1 of 7 PARTLY lost on c; reads 3722 to 3737 with the pointer 8.5, 4 of 8 PARTLY on c
     # read 1775 could not parse the clause that said this in one breath; the margin's meaning, this stop (reads
     # 1972, 1974, 1985 and 1986 had to infer it)
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)

@@ -2023,8 +2023,9 @@ def demo6_free_compute(n_ctx=512, positions=(1, 4, 256, 512)):  # readers check 
         f" {H100.bandwidth / 1e12:.2f} TB/s): the longer of moving the bytes and doing the "
         + ("MACs." if one_each else "multiply-accumulates (MACs, two FLOPs each)."))
     print()
-    table([("positions", 9, "d"), ("GB read", 9, ".2f"), ("MACs/byte", 11, ".2f"),  # GMACs and the ratio to one
-           ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8")],  # position went (stop 99)
+    # no GMACs or time-per-one-position columns: a reader rebuilds every column from the rounded figures above
+    table([("positions", 9, "d"), ("GB read", 9, ".2f"), ("MACs/byte", 11, ".2f"),
+           ("roofline time", 16, lambda t: f"{t * 1e3:.2f} ms"), ("bound", 8, ">8")],
           [(r[0], *r[2:5], str(r[5])) for r in rows])
     one, free = rows[0][3], int(ridge() // rows[0][3])
     free_rows = [r for r in rows if r[4] / t1 < 1 + 1e-9]  # the rows that cost what one position does
@@ -7482,8 +7483,7 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     say("The shipped paths draw u_1..u_k in step 3, each uniform between 0 and 1, once a round. Position i is a cut"
         " point if its weight is at least u_1 * ... * u_i, so h_i is never used, and each test reuses the uniforms of"
         " the tests before it. Triton's weight is w_i; PyTorch's differs (chapter 15's --detail), and this chapter"
-        " uses Triton's. In step 5 both draw from the"
-        " token-wise residual, max(0, p - q). Which change does the harm?")
+        " uses Triton's. In step 5 both draw from the token-wise residual, max(0, p - q). Which change does the harm?")
     print()
     block, triton = setting_parts(MIDDLING, None, None, ctx, n, k), shipped_parts(MIDDLING, ctx, n, k)
     shared = bugged("shared_uniforms", ONE_CHANGE_BUGS)

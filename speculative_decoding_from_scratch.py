@@ -7445,16 +7445,17 @@ def over_keep_words(rows, shared, ctx=5, k=3):
     often, and later cut points add to it; else nothing."""
     p, q = TARGET[ctx], MIDDLING[ctx]
     first = lambda ends: sum(prob for kept, _, prob in ends if kept)  # noqa: E731  P(draft 1 kept)
+    drafts = np.flatnonzero(q)
     bound, facts = float(np.minimum(p, q).sum()), attempt(lambda: (
         first(block_round_outcomes(TARGET, MIDDLING, ctx, k)), first(shared.shipped_block_outcomes(
-            TARGET, MIDDLING, ctx, k)), sum(q[x] * shared.shipped_weight(1.0, p, q, x) for x in np.flatnonzero(q)),
-        sum(q[x] * block_threshold(accept_prob(p, q, x), TARGET[x], MIDDLING[x]) for x in np.flatnonzero(q))))
+            TARGET, MIDDLING, ctx, k)), sum(q[x] * shared.shipped_weight(1.0, p, q, x) for x in drafts),
+        [(accept_prob(p, q, x), block_threshold(accept_prob(p, q, x), TARGET[x], MIDDLING[x])) for x in drafts]))
     if not harm_words(rows) or isinstance(facts, Exception):
         return ""
-    block, shipped, alone, coins = facts
-    more = shipped - alone
-    if not (abs(block - bound) < 1e-9 and coins < bound - 1e-3 and abs(alone - bound) < 1e-9 and more >= 1e-3
-            and rows[2][1] >= more - 1e-9):  # token 1 off by at least more
+    block, shipped, alone, w_h = facts  # w_h: each first draft's (w_1, h_1)
+    more, coins = shipped - alone, sum(q[x] * h for x, (_, h) in zip(drafts, w_h))
+    if not (abs(block - bound) < 1e-9 and all(h <= w + 1e-12 for w, h in w_h) and coins < bound - 1e-3
+            and abs(alone - bound) < 1e-9 and more >= 1e-3 and rows[2][1] >= more - 1e-9):  # token 1 off by >= more
         return ""
     return (f"Why step 3 harms: a rule whose output is the target's keeps draft 1 at most sum min(p, q) of the time,"
             f" {bound:.4f} after '{name(ctx)}'. A kept x_1 is both drafted, with chance q(x_1), and emitted, with"

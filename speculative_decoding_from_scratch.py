@@ -5924,8 +5924,7 @@ def demo23_engines(**how):
     sg_runs_tree = bool(costs) and isinstance(costs["SGLang"][2], str)
     chains_only = main and not sg_runs_tree and any(o is not None and o.shape[:4] == "tree" for _, _, o in c19.buckets)
     say("A plan has to be written in each engine's own keys. Chapter 19 weighed two drafters, big (blend"
-        f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. Each"
-        " stands for a model of its own shape, priced by its bytes, and its acceptance comes from its table. B, the"
+        f" {c19.big_weight:g}) and small (the middling draft), for one server at {c19.n_ctx} tokens of context. B, the"
         f" batch size, is the number of sequences a server decodes at once. The plan runs to B = {c19.max_batch}"
         + (", " + fit_lead(c19.roomiest) + " (chapter 25's --detail gives the bytes; take it as given here)"
            if c19.max_batch == c19.fit else "")

@@ -967,12 +967,10 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
             " small (chapter 25's --detail gives the bytes; take it as given here).") in flat_text  # reads 1580, 1581 and 1582
     # got 247 from the target's alone; with the bytes here, reads 1758 and 1762 checked them for 1.5 minutes
     assert last == c19.c19.fit == 241  # chapter 25's fit, at 512 tokens
-    # what a table drafter's cost is, as chapter 19 says it (reads 3735, 3739 and 3740 asked how a table costs 0.0083
-    # of a target pass, 0.5 minutes each, until the EAGLE sentence)
-    assert ("big (blend 0.75) and small (the middling draft), for one server at 512 tokens of context. Each stands for"
-            " a model of its own shape, priced by its bytes, and its acceptance comes from its table.") in flat_text
-    assert c19.c19.shapes[1] == (768, 2048, 4, 32000) and sd.draft_cost(1, 512, draft=c19.c19.shapes[1]) == \
-        pytest.approx(sd.pass_traffic(c19.c19.shapes[1], 512, 1, 1)[1] / sd.pass_traffic(sd.LLAMA2_7B, 512, 1, 1)[1])
+    # 'Each stands for a model of its own shape, priced by its bytes, and its acceptance comes from its table', as
+    # chapter 19 says it, was tried at stop 99 and withdrawn: reads 3746 to 3749 took 9.5, 9, 10.5 and 9 minutes,
+    # three of them rereading it, and still stalled on EAGLE's stand-in
+    assert "priced by its bytes" not in flat_text
     # why the loss peaks there is chapter 35's. Reads 3643, 3649 and 3650 hunted for it, 0.5 to 1 minute; given here in
     # two sentences ('a draft pass costs more, in target passes, as B grows ... At B = 32 the tree's check of 15
     # positions crosses the ridge'), reads 3652 and 3653 rebuilt the ridge at B = 32 from demo 6 for up to 3 minutes

@@ -8102,7 +8102,7 @@ LEGEND = {  # the lesson's terms, as its legend prints them
 }
 
 
-USES = {  # the legend's terms each chapter's text uses: a run of chapters alone prints only these
+USES = {  # the legend's terms each chapter's text uses: a run of chapters alone names these
     "7": ("table", "p, q", "alpha", "c", "exact"),
     "8": ("blend", "p, q", "round", "c", "exact"),
     "9": ("table", "blend", "p, q", "c", "TV", "fit", "exact"),
@@ -8148,6 +8148,16 @@ def legend(terms=LEGEND):
     return "\n".join([INTRO] + [f"  {term:<6}  {meaning}" for term, meaning in LEGEND.items() if term in terms])
 
 
+def lesson_terms(asked):
+    """What a run of chapters alone prints first, in place of the legend its reader met in the lesson: the chapters
+    asked for, and the lesson's terms they use, named, with where they are defined."""
+    terms = [t for t in LEGEND if any(t in USES[n] for n in asked)]
+    chapters = f"chapter{'s' if len(asked) > 1 else ''} {and_list(asked)}"
+    return f"Speculative decoding from scratch, {chapters}." + (
+        f" {'It uses' if len(asked) == 1 else 'They use'} the lesson's terms {and_list(terms)}; the lesson (a bare"
+        " run) defines them." if terms else "")
+
+
 def break_it(chapters):
     """A run's last words: edit a stage and rerun; after chapters, rerun the lesson, as some chapters run no stage."""
     print()
@@ -8173,12 +8183,13 @@ def contents():
 def run_demos(numbers, detail=False):
     """The default run: the legend, the lesson (or the demos and chapters
     asked for, `all` being every chapter), then the edits to try. Chapters
-    asked for by number, without --detail, get only the terms they use. A
+    asked for by number, without --detail, name the lesson's terms they use
+    in place of its legend, which their reader met in the lesson. A
     demo that stops on an error (a stage as you edited it can raise) says
     where, and the next one runs."""
     asked = [n for v in numbers for n in (CHAPTERS if v == "all" else [v])]
     alone = asked and "all" not in numbers and not detail and all(n in USES for n in asked)
-    print(legend({t for n in asked for t in USES[n]}) if alone else legend())
+    say(lesson_terms(list(dict.fromkeys(asked)))) if alone else print(legend())
     for n in dict.fromkeys(asked or LESSON):
         print(f"\n{'=' * 78}\n{'Demo' if n in LESSON else 'Chapter'} {n}. {DEMOS[n][0]}\n{'=' * 78}")
         with np.errstate(all="ignore"):  # an edited stage may divide by zero: the verdicts say what broke

@@ -8138,14 +8138,9 @@ USES = {  # the legend's terms each chapter's text uses: a run of chapters alone
 }
 
 
-NEEDS = {"blend": ("table",), "round": ("p, q",), "exact": ("table",)}  # the terms each entry's meaning uses
-
-
-def legend(terms=LEGEND):
-    """What the run prints first: what it is, then its terms (those named, and
-    those their entries use: a round's p, a blend's table)."""
-    terms = set(terms).union(*(NEEDS.get(t, ()) for t in terms))
-    return "\n".join([INTRO] + [f"  {term:<6}  {meaning}" for term, meaning in LEGEND.items() if term in terms])
+def legend():
+    """What the lesson, `all` and --detail print first: what the script is, then its terms."""
+    return "\n".join([INTRO] + [f"  {term:<6}  {meaning}" for term, meaning in LEGEND.items()])
 
 
 def lesson_terms(asked):

@@ -1595,6 +1595,9 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # read 1775 could not parse the clause that said this in one breath; the margin's meaning, this stop (reads
     # 1972, 1974, 1985 and 1986 had to infer it)
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)
+    # why a chain and not the tree at every B ('The tree at every B would lose up to 47.3% of the plan, at B = 241',
+    # by tree_shortfall) was tried at stop 100 and withdrawn: reads 3753, 3796 and 3798 had asked for it, but with it
+    # reads 3800 to 3809 took a median 8.25 minutes against 7.75, most spending up to a minute on what it measured
     assert ("The serving engines of chapter 23 (vLLM, SGLang and TensorRT-LLM) cannot switch between a tree and chains"
             " by B, so there they run small's best chain, k = 8, the longest the plan tries, from 8 draft passes.") \
         in text  # read 1869 read 'schedule only chains by B' two ways, and asked why the tree stays at B = 34; read

@@ -1375,6 +1375,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     assert ("3. Flip a coin of its own for each position i from 1 to k, heads with chance h_i: heads makes i a cut"
             " point. Sun et al. prove that with these chances the output stays the target's. 4. Keep x_1..x_i for i the largest cut point, or no draft if there is none (i = 0). So tails"
             " does not end the block, unlike a rejection in a token-wise round.") in flat(text34)
+    # stop 100 tried again and withdrew: coins with no h_i named ('Position k's lands heads with chance w_k. Sun et
+    # al. set each earlier position's chance...', reads 3752 to 3759, median 9.5, all PARTLY on the chances); the
+    # formula back with 'the table's row block checks it' (3760 to 3766, median 10); and 'Block verification keeps
+    # draft 1 exactly that often' in the paragraph below (3796 to 3799, median 9)
     # ('it keeps x_1..x_i up to its last cut point i' held reads 3678, 3681 and 3682 for 1 to 1.5 minutes; 'as a
     # rejection ends' read as 'like' held read 3685)
     # since stop 99 why step 3 harms, by how often draft 1 is kept (reads 3673, 3676, 3687, 3697, 3699 to 3701 were
@@ -2398,7 +2402,9 @@ def test_chapter17_each_apex_departure_is_caught(demo):
     assert ("Each of its rounds starts with one token the target samples before any draft, from its row after the"
             " last token written. That row is not computed anew: the round before's pass gave it, and it is carried"
             " over. After a rejection, that pass never read the replacement y, so it gave no row after y.") in flat(text)
-    # (read 3542 rebuilt for 1.5 minutes why a rejection needs one more pass: the pass never read y)
+    # (read 3542 rebuilt for 1.5 minutes why a rejection needs one more pass: the pass never read y; at stop 100 the
+    # round as three numbered steps, the pass's rows named, read 7, 7.5, 8 and 9 minutes (3792 to 3795), against
+    # 7.5, 6.5 and 7.5 for this text, and readers still spent 1 to 1.5 minutes on the carried-over row)
     for bug in sd.APEX_BUGS:  # each departure in words
         assert f"{bug} {sd.APEX_WORDS[bug]}" in " ".join(text.split())
     # 'the row y itself came from': y is drawn from p_rows[kept]'s residual, and the bug carries p_rows[kept] over

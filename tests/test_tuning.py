@@ -1592,6 +1592,9 @@ def test_chapter35_says_why_the_chain_schedules_lose_most_just_below_the_trees_r
     # and 3707 rebuilt c from the shares' sentence alone, and 3708, 3709 and 3711 from what a pass reads, each for a
     # minute: so c's formula is said). Within stop 99 it read as the pointer did: reads 3712 to 3721 with the formula
     # a median 8.5 minutes, 1 of 7 PARTLY lost on c; reads 3722 to 3737 with the pointer 8.5, 4 of 8 PARTLY on c
+    # (stop 100: c in GB, '(0.1058 + 0.006291 B) / (13.21 + 0.2684 B): 0.0083 at B = 1 and 0.0140 at B = 31', ended
+    # the PARTLY on c, but readers went on to back out the tokens per call and rebuild the losses: reads 3760 to 3767,
+    # median 9.75 minutes, up to 13)
     # read 1775 could not parse the clause that said this in one breath; the margin's meaning, this stop (reads
     # 1972, 1974, 1985 and 1986 had to infer it)
     # all three of chapter 23's engines, which schedule no tree (read 1701 asked where SGLang went)

@@ -8146,8 +8146,8 @@ def lesson_terms(asked):
     terms = [t for t in LEGEND if any(t in USES[n] for n in asked)]
     chapters = f"chapter{'s' if len(asked) > 1 else ''} {and_list(asked)}"
     return f"Speculative decoding from scratch, {chapters}." + (
-        f" {'It uses' if len(asked) == 1 else 'They use'} the lesson's terms {and_list(terms)}; the lesson (a bare"
-        " run) defines them." if terms else "")
+        f" {'It uses' if len(asked) == 1 else 'They use'} the lesson's term{'s' * (len(terms) > 1)} {and_list(terms)};"
+        f" the lesson (a bare run) defines {'them' if len(terms) > 1 else 'it'}." if terms else "")
 
 
 def break_it(chapters):

@@ -218,6 +218,8 @@ def test_a_chapter_run_alone_names_the_lessons_terms_it_uses_in_place_of_the_leg
     assert opening(["37"]) == ("Speculative decoding from scratch, chapter 37. It uses the lesson's terms table,"
                                " blend, alpha and c; the lesson (a bare run) defines them.")
     assert opening(["12"]) == "Speculative decoding from scratch, chapter 12."
+    assert opening(["13"]) == ("Speculative decoding from scratch, chapter 13. It uses the lesson's term round; the"
+                               " lesson (a bare run) defines it.")
     assert opening(["12", "37", "37"]) == ("Speculative decoding from scratch, chapters 12 and 37. They use the"
                                            " lesson's terms table, blend, alpha and c; the lesson (a bare run)"
                                            " defines them.")

@@ -8146,8 +8146,8 @@ def lesson_terms(asked):
     terms = [t for t in LEGEND if any(t in USES[n] for n in asked)]
     chapters = f"chapter{'s' if len(asked) > 1 else ''} {and_list(asked)}"
     return f"Speculative decoding from scratch, {chapters}." + (
-        f" {'It uses' if len(asked) == 1 else 'They use'} the lesson's term{'s' * (len(terms) > 1)} {and_list(terms)};"
-        f" the lesson (a bare run) defines {'them' if len(terms) > 1 else 'it'}." if terms else "")
+        f" {'It uses' if len(asked) == 1 else 'They use'} the lesson's term{'s' if len(terms) > 1 else ''}"
+        f" {and_list(terms)}; the lesson (a bare run) defines {'them' if len(terms) > 1 else 'it'}." if terms else "")
 
 
 def break_it(chapters):
@@ -8181,7 +8181,10 @@ def run_demos(numbers, detail=False):
     where, and the next one runs."""
     asked = [n for v in numbers for n in (CHAPTERS if v == "all" else [v])]
     alone = asked and "all" not in numbers and not detail and all(n in USES for n in asked)
-    say(lesson_terms(list(dict.fromkeys(asked)))) if alone else print(legend())
+    if alone:
+        say(lesson_terms(list(dict.fromkeys(asked))))
+    else:
+        print(legend())
     for n in dict.fromkeys(asked or LESSON):
         print(f"\n{'=' * 78}\n{'Demo' if n in LESSON else 'Chapter'} {n}. {DEMOS[n][0]}\n{'=' * 78}")
         with np.errstate(all="ignore"):  # an edited stage may divide by zero: the verdicts say what broke

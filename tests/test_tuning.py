@@ -887,6 +887,8 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     assert small == (768, 2048, 4, 32000) and sd.draft_cost(1, 512, draft=small) == pytest.approx(c_small)
     best = sd.exact_tokens_per_call(sd.TARGET, sd.MIDDLING, 4) / 1.4
     mine = [i for i, o in enumerate(plan.options) if o.drafter.name == "small"]
+    # (stop 100: a header 'speedup, min-max' ended the stall on which end is which B, but reads 3818 to 3823 took a
+    # median 8.75 minutes against 8.25 without it, other stalls taking its place)
     # tried at stop 98 and withdrawn: 'and falls as B grows: a range's higher figure is at its first B', then the
     # plan's 0.5% margin for why a range starts above the last one's end (reads 3684 to 3695 checked the margin
     # against the table; 9 to 10 minutes against 7.5 to 8.5 without)

@@ -7442,11 +7442,13 @@ def over_keep_words(rows, shared, ctx=5, k=3):
     """Why the shipped step 3 harms, by how often it keeps draft 1 after ctx (shared: step 3 alone's module): said
     only while harm_words answers, position 1's test alone reaches demo 1's sum min(p, q), the most a rule whose
     output is the target's keeps draft 1, and later cut points add to it; else nothing."""
+    if not harm_words(rows):
+        return ""
     p, q = TARGET[ctx], MIDDLING[ctx]
     bound, facts = float(np.minimum(p, q).sum()), attempt(lambda: (
         sum(prob for kept, _, prob in shared.shipped_block_outcomes(TARGET, MIDDLING, ctx, k) if kept),
         sum(q[x] * shared.shipped_weight(1.0, p, q, x) for x in np.flatnonzero(q))))
-    if not harm_words(rows) or isinstance(facts, Exception):
+    if isinstance(facts, Exception):
         return ""
     shipped, alone = facts
     more = shipped - alone
@@ -8144,10 +8146,12 @@ def lesson_terms(asked):
     """What a run of chapters alone prints first, in place of the legend its reader met in the lesson: the chapters
     asked for, and the lesson's terms they use, named, with where they are defined."""
     terms = [t for t in LEGEND if any(t in USES[n] for n in asked)]
-    chapters = f"chapter{'s' if len(asked) > 1 else ''} {and_list(asked)}"
-    return f"Speculative decoding from scratch, {chapters}." + (
-        f" {'It uses' if len(asked) == 1 else 'They use'} the lesson's term{'s' if len(terms) > 1 else ''}"
-        f" {and_list(terms)}; the lesson (a bare run) defines {'them' if len(terms) > 1 else 'it'}." if terms else "")
+    alone, one = len(asked) == 1, len(terms) == 1
+    said = f"Speculative decoding from scratch, chapter{'' if alone else 's'} {and_list(asked)}."
+    if not terms:
+        return said
+    return said + (f" {'It uses' if alone else 'They use'} the lesson's term{'' if one else 's'} {and_list(terms)};"
+                   f" the lesson (a bare run) defines {'it' if one else 'them'}.")
 
 
 def break_it(chapters):
@@ -8179,13 +8183,13 @@ def run_demos(numbers, detail=False):
     in place of its legend, which their reader met in the lesson. A
     demo that stops on an error (a stage as you edited it can raise) says
     where, and the next one runs."""
-    asked = [n for v in numbers for n in (CHAPTERS if v == "all" else [v])]
+    asked = list(dict.fromkeys(n for v in numbers for n in (CHAPTERS if v == "all" else [v])))  # each once, in order
     alone = asked and "all" not in numbers and not detail and all(n in USES for n in asked)
     if alone:
-        say(lesson_terms(list(dict.fromkeys(asked))))
+        say(lesson_terms(asked))
     else:
         print(legend())
-    for n in dict.fromkeys(asked or LESSON):
+    for n in asked or LESSON:
         print(f"\n{'=' * 78}\n{'Demo' if n in LESSON else 'Chapter'} {n}. {DEMOS[n][0]}\n{'=' * 78}")
         with np.errstate(all="ignore"):  # an edited stage may divide by zero: the verdicts say what broke
             result = attempt(DEMOS[n][1])

@@ -291,7 +291,9 @@ def test_demo1_the_proof_closes_and_its_sentences_follow_the_table(demo):
         np.maximum(0, p - q).sum(), abs=1e-15)
     assert (f"rejected with chance 1 - sum min(p, q) = {rejected:.3f}. As p sums to 1, that is also sum (p - min(p, q)),"
             " and each p - min(p, q) is max(0, p - q).") in flat_text  # since stop 98, token by token: with '= sum'
-    # max(0, p - q)', reads 3672, 3673, 3676 and 3677 worked out why for 0.5 minutes each
+    # max(0, p - q)', reads 3672, 3673, 3676 and 3677 worked out why for 0.5 minutes each; stop 101 tried each
+    # token's shortfall, 'That is short of p by p - min(p, q) = max(0, p - q) ... each token with chance 0.441 times
+    # that, max(0, p - q), its shortfall': all eight readers reread 'that' (reads 3834 to 3841)
     assert (p - np.minimum(p, q) == np.maximum(0, p - q)).all()
 
 
@@ -311,7 +313,10 @@ def test_demo2_the_correct_rule_is_the_target_and_every_bug_is_caught(demo):
             " output replaced.") in " ".join(text.split())
     # the wording stop 94 left: four others were tried at this stop, each with readers stalling as long or longer
     # (reads 3545 to 3580: 'takes each rule's chances, in correct rounds', 'is computed for rounds that end at their
-    # first rejection', 'enumerates only rounds...', 'is built from the rule, not from the loop')
+    # first rejection', 'enumerates only rounds...', 'is built from the rule, not from the loop'); stop 101 tried
+    # 'runs each rule's two formulas through rounds that end at their first rejection. The continue bug changes
+    # where rounds end, not a formula, so it is not scored': all eight readers stopped on the unnamed formulas, and
+    # the demo read a median 4.5 minutes against 3.5 (reads 3834 to 3841 against 3824 to 3833)
     assert ("A sample's TV is never 0: the target decoded alone, 400"
             f" times, gives {sd.floor_tv(sd.TARGET, 5, 400, 2):.4f}. So the fit, not the sampled TV, decides. The exact"
             " TV assumes rounds end at their first rejection, so it cannot score the continue bug.")\

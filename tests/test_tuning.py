@@ -1078,6 +1078,11 @@ def test_chapter19_names_the_plans_shortcuts_and_the_tree_it_prices(in_process, 
         " ones at B = 32 and k = 8's 9 at B = 93.") in " ".join(detail19.split())  # reads 1800, 1830, 1841 and
     # 1854 read 'up to 295 at B = 1, fewer as B grows' as 295 / B for up to 2.5 minutes: the bound, its terms the
     # detail's; earlier, read 1647 guessed the price past the ridge; reads 1580, 1599,
+    # stop 101 tried three other forms, each read against 6.5, 7.5 and 9 minutes as it stands (reads 3825, 3827,
+    # 3835), and every reader of each still rebuilt or checked where each check stops being free: the chapter's
+    # last line as three reasons without numbers (8.5, 9.5, 9.5 and 10, reads 3842 to 3845); the check's cost
+    # as 'while its pass stays memory-bound', no 295 (8, 8.5, 7 and 10.5, reads 3846 to 3849); the bound
+    # 147.6 (13.21 + 0.2684 B) / (6.74 B) with each check's last free B (10.5, 9, 9 and 10, reads 3854 to 3857)
     # the legend's price of a check, by hand at every B the plan runs: the roofline's verify pass over a plain one is
     # 1 below the free positions and positions over free ones past them
     c19 = sd.chapter19_plan()

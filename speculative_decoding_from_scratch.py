@@ -7498,10 +7498,7 @@ def demo34_which_step(k=3, ctx=5, n=3, n_runs=400):
     print()
     say(f"Block verification is exact: its TV is {exact_text(rows[0][n])}." if rows[0][5] == "the target" else
         rule_verdict(rows), answer)
-    why = "" if isinstance(shared, str) else over_keep_words(rows, shared, ctx, k)
-    if why:
-        print()
-        say(why)
+    say_paragraphs(["" if isinstance(shared, str) else over_keep_words(rows, shared, ctx, k)])
     takeaway("the shipped step 3, shared uniforms in place of the block's coins, does nearly all of the harm; step 5's"
              " token-wise residual alone is off by far less.",
              {"step 3 alone is off by nearly as much as both, step 5 alone by under a hundredth": bool(answer)})

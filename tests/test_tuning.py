@@ -892,6 +892,9 @@ def test_chapter23_writes_chapter19s_plan_for_each_engine_and_prices_what_each_c
     # tried at stop 98 and withdrawn: 'and falls as B grows: a range's higher figure is at its first B', then the
     # plan's 0.5% margin for why a range starts above the last one's end (reads 3684 to 3695 checked the margin
     # against the table; 9 to 10 minutes against 7.5 to 8.5 without)
+    # (stop 102: no speedup column, and 'The plan's speedup, against plain decoding at the same B, is 3.06x at B = 1
+    # and 2.73x at B = 241' in the paragraph: the stall on the ranges went, but reads 3866 to 3871 took a median 8.75
+    # minutes against 8.25, SGLang's flags, EAGLE and B = 241 against demo 6's ridge taking its place)
     assert ("Each speedup is against plain decoding at the same B. Small is the middling draft, yet it runs faster"
             f" here than demo 4's best, {best:.2f}. That is because its draft pass costs only {c_small:.4f} of a target"
             " pass at B = 1, where demo 4 priced one at 0.1 (chapter 37).") in flat_text and plan.speeds[:, mine].max(axis=1).min() > best > 10 * c_small

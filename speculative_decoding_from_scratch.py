@@ -5985,7 +5985,7 @@ def demo23_engines(**how):
         alike = [e for e, c in costs.items() if e == "vLLM" or c == own and not isinstance(c[2], str)]  # chains
         more = {e: c for e, c in costs.items() if e != "vLLM" and c[0] > own[0] + 5e-4}
         tree_planned = any(o is not None and o.shape.startswith("tree") for _, _, o in c19.buckets)
-        said = tree_loss_words(c19, main, own, t) if tree_planned else ""  # why the loss peaks below the ridge
+        said = tree_loss_words(c19, main, own, t) if tree_planned else ()  # why the loss peaks below the ridge
         ix = tree_and_chain(c19, main, t, own[2])  # the tree's and the chain's speedups at the worst B, to check
         pair = speeds_to_check(*c19.speeds[own[1] - 1, list(ix)]) if None not in ix else None
         print()
@@ -6047,13 +6047,13 @@ def tree_and_chain(c19, main, t, k):
 
 
 def tree_loss_words(c19, main, own, t):
-    """Chapter 35's clause on why a chain schedule loses most just below the tree's ridge: its loss against the
-    tree grows with B while the draft's c rises, up to the last batch before the tree's check reaches the ridge
-    ("" unless the plan's speeds bear that out; chapter 23 says only that chapter 35 gives it)."""
+    """Chapter 35's two paragraphs on why a chain schedule loses most just below the tree's ridge: its loss
+    against the tree grows with B while the draft's c rises, up to the last batch before the tree's check reaches
+    the ridge (() unless the plan's speeds bear that out; chapter 23 says only that chapter 35 gives it)."""
     tree, chain = tree_and_chain(c19, main, t, own[2])
     cross = ridge_batch(*token_traffic(c19.n_ctx), positions=t[2])
     if tree is None or chain is None or cross != own[1] + 1 or not isinstance(main.cost, tuple):
-        return ""
+        return ()
     loss = 1 - c19.speeds[:own[1], chain] / c19.speeds[:own[1], tree]
     c = [draft_cost(b, c19.n_ctx, draft=main.cost) for b in range(1, c19.max_batch + 1)]
     w = [pass_traffic(d, 0, 1, 1)[1] for d in (main.cost, LLAMA2_7B)]  # each model's weights, in bytes
@@ -6061,25 +6061,29 @@ def tree_loss_words(c19, main, own, t):
     share = kv[0] / kv[1]  # the draft's KV cache per sequence, over the target's: where c tends as B grows
     (base, each), m = free_terms(c19.n_ctx), token_traffic(c19.n_ctx)[0]  # base / B + each (chapter 25)
     r, gm, gw, gkv = round(ridge(), 1), round(m / 1e9, 2), round(w[1] / 1e9, 2), round(kv[1] / 1e9, 4)  # demo 6's
-    return (f" Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1. The chain pays c, a draft"
-            f" pass's cost in target passes, {own[2]} times to the tree's {t[1]}, and c grows with B. A pass reads its"
-            " model's weights once, and a KV cache, the keys and values of its tokens, for each sequence. In bytes, c ="
-            f" ({main.name}'s weights + B {main.name}'s caches) / (the target's weights + B the target's caches)."
-            f" {main.name.capitalize()}'s cache is a larger share of the target's than its weights are, so c moves"
-            " toward that share as B grows."
-            f" At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position past"
-            " it costs time. A sequence's free positions are"
-            f" {base:.1f} / B + {each:.3f}: the ridge, {r:.1f} MACs a byte, times a pass's GB, {gw:.2f} + {gkv:.4f} B,"
-            f" over {gm:.2f} GMACs a position times B ({gkv:.4f} is demo 6's {kv[1] / 1e9:.2f} GB a sequence,"
-            f" unrounded). They are {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at"
-            f" B = {cross}, and {free_positions(c19.n_ctx)} at B = 1, as in demo 6. The chain's check,"
-            f" {own[2] + 1} positions, stays within them. So the loss peaks just before, at B = {own[1]}."
-            if (np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
+    if not ((np.diff(loss) > 0).all() and abs(loss[-1] - own[0]) < 1e-9 and (np.diff(c) > 0).all()
             and w[0] / w[1] < c[0] < c[-1] < share and pass_bytes(((main.cost, 1), (main.cost, c19.max_batch)), c19.n_ctx)
             and all(b / c19.max_batch < k < b for k, b in zip(kv, w))  # at B = 1, weights; at the last B, caches
             and cross * t[2] > free_positions(c19.n_ctx) and base / cross + each < t[2] <= base / own[1] + each
             and round(base + each) == free_positions(c19.n_ctx) and own[2] + 1 <= base / cross + each
-            and f"{r * gw / gm:.1f} {r * gkv / gm:.3f}" == f"{base:.1f} {each:.3f}" else "")  # as a reader rebuilds
+            and f"{r * gw / gm:.1f} {r * gkv / gm:.3f}" == f"{base:.1f} {each:.3f}"):  # as a reader rebuilds
+        return ()
+    return (f"Up to B = {own[1]} that loss grows with B, from {loss[0]:.2%} at B = 1. The chain pays c, a draft"
+            f" pass's cost in target passes, {own[2]} times to the tree's {t[1]}, and c grows with B. A pass reads its"
+            " model's weights once, and a KV cache, the keys and values of its tokens, for each sequence. In bytes, c ="
+            f" ({main.name}'s weights + B {main.name}'s caches) / (the target's weights + B the target's caches)."
+            f" {main.name.capitalize()}'s cache is a larger share of the target's than its weights are, so c moves"
+            " toward that share as B grows.",
+            # the ridge as an inequality in n, the positions a sequence: readers rebuilt the units of '289.3 / B +
+            # 5.878: the ridge times a pass's GB over 6.74 GMACs a position times B' (reads 3862, 3864, 3872, 3876)
+            f"At B = {cross} the tree's check, {t[2]} positions a sequence, crosses the ridge, and each position past"
+            f" it costs time. A target pass of B sequences reads {gw:.2f} + {gkv:.4f} B GB ({gkv:.4f} is demo 6's"
+            f" {kv[1] / 1e9:.2f} GB a sequence, unrounded). With n positions a sequence, it does {gm:.2f} n B GMACs."
+            f" It stays memory-bound while {gm:.2f} n B <= {r:.1f} ({gw:.2f} + {gkv:.4f} B), the ridge times its GB:"
+            f" while n <= {base:.1f} / B + {each:.3f}, a sequence's free positions. They are"
+            f" {base / own[1] + each:.2f} at B = {own[1]} and {base / cross + each:.2f} at"
+            f" B = {cross}, and {free_positions(c19.n_ctx)} at B = 1, as in demo 6. The chain's check,"
+            f" {own[2] + 1} positions, stays within them. So the loss peaks just before, at B = {own[1]}.")
 
 
 # -----------------------------------------------------------------------------
@@ -7563,7 +7567,7 @@ def demo35_chain_loss(**how):
     if None in (tree, chain) or not end:
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
-        return SimpleNamespace(rows=[], said="", arith="", name="", chain=None, margin="")  # the detail prints nothing
+        return SimpleNamespace(rows=[], said=(), arith="", name="", chain=None, margin="")  # the detail prints nothing
     made = [c19.options[i].tokens for i in (tree, chain)]  # is each speed up to own[1] tokens / (1 + n c)?
     below = all(np.isclose(c19.speeds[b - 1, i], m / (1 + n * draft_cost(b, c19.n_ctx, draft=main.cost)))
                 for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
@@ -7603,10 +7607,11 @@ def demo35_chain_loss(**how):
     peaks = (np.diff(growing) > 0).all() and ridge_batch(*token_traffic(c19.n_ctx), positions=t[2]) == own[1] + 1
     ahead = rows[-1][4] if rows and rows[-1][0] == end else 0  # at the tree's last B
     print()
-    say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.2%}." + said if said else
+    say(f"The chain's loss peaks at B = {own[1]}, {own[0]:.2%}. " + said[0] if said else
         f"The chain's loss peaks at B = {own[1]}, {own[0]:.2%}, just below the tree's ridge, but NOT for all the"
         " reasons this chapter gives, with the stages as you have them." if peaks else
         "The chain's loss does NOT peak just below the tree's ridge, with the stages as you have them.")
+    say_paragraphs(said[1:])  # why it peaks where it does, a paragraph of its own (reads 3878 to 3883)
     margin = (f"At B = {end}, the tree's last, the chain already leads, by less than the plan's {c19.tol:.1%} margin:"
               " chapter 19's plan switches only when its choice falls more than that below the best."
               if -c19.tol < ahead < 0 else "")

@@ -1393,7 +1393,10 @@ def test_chapter15_the_shipped_paths_and_in_detail_the_edits(demo, details):
     # stop 100 tried again and withdrew: coins with no h_i named ('Position k's lands heads with chance w_k. Sun et
     # al. set each earlier position's chance...', reads 3752 to 3759, median 9.5, all PARTLY on the chances); the
     # formula back with 'the table's row block checks it' (3760 to 3766, median 10); and 'Block verification keeps
-    # draft 1 exactly that often' in the paragraph below (3796 to 3799, median 9)
+    # draft 1 exactly that often' in the paragraph below (3796 to 3799, median 9); and at stop 102, 'in other
+    # rounds, with u_1 above w_1, a later cut point keeps it' in place of 'later cut points add 0.0943' (reads 3884
+    # to 3889, median 8.25 against 8 over seven reads of this text; readers then asked why later cut points harm
+    # here and not in the block, and all six were still PARTLY lost on h_i)
     # ('it keeps x_1..x_i up to its last cut point i' held reads 3678, 3681 and 3682 for 1 to 1.5 minutes; 'as a
     # rejection ends' read as 'like' held read 3685)
     # since stop 99 why step 3 harms, by how often draft 1 is kept (reads 3673, 3676, 3687, 3697, 3699 to 3701 were

@@ -7567,7 +7567,7 @@ def demo35_chain_loss(**how):
     if None in (tree, chain) or not end:
         say("The plan of chapter 19 runs NO tree that a chain schedule could miss, with the stages as you have them.")
         takeaway("a chain schedule loses most just below the tree's ridge.", {"the plan runs a tree": False})
-        return SimpleNamespace(rows=[], said=(), arith="", name="", chain=None, margin="")  # the detail prints nothing
+        return SimpleNamespace(rows=[], arith="", name="", chain=None, margin="")  # the detail prints nothing
     made = [c19.options[i].tokens for i in (tree, chain)]  # is each speed up to own[1] tokens / (1 + n c)?
     below = all(np.isclose(c19.speeds[b - 1, i], m / (1 + n * draft_cost(b, c19.n_ctx, draft=main.cost)))
                 for b in range(1, own[1] + 1) for i, m, n in zip((tree, chain), made, (t[1], own[2])))
@@ -7619,7 +7619,7 @@ def demo35_chain_loss(**how):
              " passes costs more as B grows, and past it the tree's own check costs time.",
              {"the loss grows with B up to the batch before the tree's ridge": peaks,
               "c's rise and the tree's ridge account for it": bool(said)})
-    return SimpleNamespace(rows=rows, said=said, arith=arith, name=main.name, chain=own[2], margin=margin)
+    return SimpleNamespace(rows=rows, arith=arith, name=main.name, chain=own[2], margin=margin)
 
 
 def demo35_detail(result):
